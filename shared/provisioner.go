@@ -1,0 +1,348 @@
+package shared
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// ContractVersion is the version of the Provisioner contract this package
+// speaks, reported by Info. Minor versions only add fields and methods;
+// a plugin built against 1.x keeps working with any 1.y host.
+const ContractVersion = "1.0"
+
+// Provisioner is somewhere machines can be asked for.
+//
+// The shape is deliberately small: asking is not scheduling, and the
+// engine's placer already does the scheduling. Every method takes a request
+// struct and returns a response struct, so that fields can be added to
+// either without breaking anybody who implements or calls it.
+//
+// Methods may be called concurrently. A method that fails returns an error;
+// a provisioner that answers "no" (no profile fits, one is already asked
+// for) says so in its response, not as an error.
+type Provisioner interface {
+	// Info says what kind of provisioner this is and which contract it
+	// speaks. It must work before Configure. An error means the plugin
+	// is unusable.
+	Info(context.Context, *InfoRequest) (*InfoResponse, error)
+
+	// Schema describes the configuration the provisioner takes. It must
+	// work before Configure and must not depend on the configuration.
+	// An error means the plugin is unusable.
+	Schema(context.Context, *SchemaRequest) (*SchemaResponse, error)
+
+	// ValidateConfig checks a configuration without acting on it: no
+	// network, no jobs, no files written. Problems come back as
+	// diagnostics with a path into the configuration; an error means the
+	// check itself could not run.
+	ValidateConfig(context.Context, *ValidateConfigRequest) (*ValidateConfigResponse, error)
+
+	// Configure validates and applies a configuration. It is called once,
+	// before any of the methods below. Diagnostics of error severity mean
+	// the provisioner stays unconfigured.
+	Configure(context.Context, *ConfigureRequest) (*ConfigureResponse, error)
+
+	// Shapes lists the sizes of machine the provisioner can start for a
+	// label, smallest first. An empty label means any.
+	Shapes(context.Context, *ShapesRequest) (*ShapesResponse, error)
+
+	// Covers says whether a machine the provisioner could start would fit
+	// the need. It never asks for anything.
+	Covers(context.Context, *CoversRequest) (*CoversResponse, error)
+
+	// Provision asks for one machine that fits the need. It returns at
+	// once: the machine arrives later, by its worker attaching to the
+	// engine. The response says whether a request was made, was already
+	// outstanding, or could not be made.
+	Provision(context.Context, *ProvisionRequest) (*ProvisionResponse, error)
+
+	// Reconcile forgets requests whose worker has attached and gives up on
+	// (and cancels) those that have taken too long. It is idempotent.
+	Reconcile(context.Context, *ReconcileRequest) (*ReconcileResponse, error)
+
+	// Status says what the provisioner is called, what is outstanding and
+	// what last went wrong. It never blocks on the cluster.
+	Status(context.Context, *StatusRequest) (*StatusResponse, error)
+
+	// Shutdown cancels whatever is outstanding, including requests in
+	// flight, and returns by the request's deadline. Afterwards Provision
+	// fails with ErrShutdown.
+	Shutdown(context.Context, *ShutdownRequest) (*ShutdownResponse, error)
+}
+
+// Host is what a provisioner may ask of the engine that launched it. The
+// SDK hands one to the plugin in ConfigureRequest.Host; over the wire it is
+// a stream the host opens, so a plugin in any language can implement it.
+type Host interface {
+	// Publish reports something that happened. Events from one
+	// provisioner reach the engine in the order they were published.
+	Publish(context.Context, Event) error
+
+	// MintCredential asks the engine to sign a credential for a worker.
+	// The engine keeps the signing secret; it refuses names that do not
+	// belong to the asking provisioner (ErrPermissionDenied) and may
+	// shorten the TTL.
+	MintCredential(context.Context, *MintCredentialRequest) (*MintCredentialResponse, error)
+}
+
+// InfoRequest is empty; it exists so that it can grow.
+type InfoRequest struct{}
+
+// InfoResponse describes a provisioner plugin.
+type InfoResponse struct {
+	// Kind names the provisioner type, such as "slurm".
+	Kind string
+	// Version is the plugin's own version.
+	Version string
+	// ContractVersion is the ContractVersion the plugin was built with.
+	ContractVersion string
+	// Capabilities lists optional behaviour by name, so a host can adapt
+	// without a protocol change.
+	Capabilities []string
+}
+
+// SchemaRequest is empty; it exists so that it can grow.
+type SchemaRequest struct{}
+
+// SchemaResponse carries the provisioner's configuration schema.
+type SchemaResponse struct {
+	Schema *Schema
+}
+
+// ValidateConfigRequest carries a configuration to check.
+type ValidateConfigRequest struct {
+	// Name is the provisioner's name from the host's configuration.
+	Name string
+	// Config is the configuration as a JSON object shaped by the schema:
+	// attributes by name, blocks as lists of objects with their labels as
+	// fields. Every attribute is present, defaults filled in.
+	Config json.RawMessage
+}
+
+// ValidateConfigResponse lists what is wrong, if anything.
+type ValidateConfigResponse struct {
+	Diagnostics Diagnostics
+}
+
+// ConfigureRequest carries the configuration to apply.
+type ConfigureRequest struct {
+	// Name is the provisioner's name. Workers it starts must be named
+	// with Name and a dash as prefix, or the host will not mint for them.
+	Name string
+	// Config is as in ValidateConfigRequest.
+	Config json.RawMessage
+	// Host is the engine. On the plugin side the SDK sets it; a host
+	// using Launch need not.
+	Host Host
+}
+
+// ConfigureResponse lists what is wrong, if anything.
+type ConfigureResponse struct {
+	Diagnostics Diagnostics
+}
+
+// Need is what a node with nowhere to run needs of a machine. Zero RAMMB
+// means no memory constraint; an empty Label means any machine.
+type Need struct {
+	CPUs  int
+	GPUs  int
+	RAMMB int64
+	Label string
+}
+
+// Shape is one size of machine a provisioner can start.
+type Shape struct {
+	// Profile is the name of the profile that starts it.
+	Profile string
+	CPUs    int
+	GPUs    int
+	// RAMMB is the memory it has, 0 if the profile does not say.
+	RAMMB int64
+	// Labels are what a worker started this way advertises.
+	Labels []string
+}
+
+// Fits reports whether a machine of this shape meets the need: at least
+// as many CPUs and GPUs, enough memory where both sides say, and the label
+// among its labels or equal to its profile name.
+func (s Shape) Fits(n Need) bool {
+	if n.Label != "" && !s.HasLabel(n.Label) {
+		return false
+	}
+	if s.CPUs < n.CPUs || s.GPUs < n.GPUs {
+		return false
+	}
+	return n.RAMMB == 0 || s.RAMMB == 0 || s.RAMMB >= n.RAMMB
+}
+
+// HasLabel reports whether label is the shape's profile name or one of its
+// labels.
+func (s Shape) HasLabel(label string) bool {
+	if label == s.Profile {
+		return true
+	}
+	for _, l := range s.Labels {
+		if l == label {
+			return true
+		}
+	}
+	return false
+}
+
+// ShapesRequest asks for the shapes that carry a label.
+type ShapesRequest struct {
+	Label string
+}
+
+// ShapesResponse lists shapes, smallest first.
+type ShapesResponse struct {
+	Shapes []Shape
+}
+
+// CoversRequest asks whether a need could be met.
+type CoversRequest struct {
+	Need Need
+}
+
+// CoversResponse answers a CoversRequest.
+type CoversResponse struct {
+	Covered bool
+	// Profile is the profile that would be asked for.
+	Profile string
+}
+
+// ProvisionRequest asks for a machine.
+type ProvisionRequest struct {
+	Need Need
+}
+
+// ProvisionOutcome says what a Provision call did.
+type ProvisionOutcome int
+
+const (
+	// OutcomeRequested: a request was made; a worker should attach.
+	OutcomeRequested ProvisionOutcome = iota + 1
+	// OutcomeOutstanding: a request for this profile is already out.
+	OutcomeOutstanding
+	// OutcomeNoFit: no profile fits the need.
+	OutcomeNoFit
+	// OutcomeBackingOff: recent submissions failed; asking again later.
+	OutcomeBackingOff
+)
+
+func (o ProvisionOutcome) String() string {
+	switch o {
+	case OutcomeRequested:
+		return "requested"
+	case OutcomeOutstanding:
+		return "outstanding"
+	case OutcomeNoFit:
+		return "no_fit"
+	case OutcomeBackingOff:
+		return "backing_off"
+	}
+	return "unknown"
+}
+
+// ProvisionResponse says what a Provision call did.
+type ProvisionResponse struct {
+	Outcome ProvisionOutcome
+	// Profile is the profile chosen, empty with OutcomeNoFit.
+	Profile string
+	// Detail says why, for anything but OutcomeRequested.
+	Detail string
+}
+
+// ReconcileRequest carries the names of the workers attached right now.
+type ReconcileRequest struct {
+	Attached []string
+}
+
+// ReconcileResponse says what Reconcile changed.
+type ReconcileResponse struct {
+	// Arrived lists workers whose requests were forgotten because they
+	// attached.
+	Arrived []string
+	// Expired lists jobs given up on and cancelled.
+	Expired []string
+}
+
+// StatusRequest is empty; it exists so that it can grow.
+type StatusRequest struct{}
+
+// StatusResponse is a provisioner's state.
+type StatusResponse struct {
+	Name        string
+	Kind        string
+	Profiles    []string
+	Outstanding []Outstanding
+	// LastError is the last thing that went wrong, empty if nothing has.
+	LastError string
+}
+
+// Outstanding is one request that has not yet arrived.
+type Outstanding struct {
+	Profile string
+	// Job is the scheduler's id, empty while the submission is in flight.
+	Job    string
+	Worker string
+	// Age is how long ago the request was made.
+	Age time.Duration
+	// State is the scheduler's view of the job, if the provisioner
+	// knows it ("PENDING", "RUNNING").
+	State string
+}
+
+// ShutdownRequest asks a provisioner to cancel what is outstanding.
+type ShutdownRequest struct {
+	// Deadline is when the host stops waiting. Zero means the context's
+	// deadline, or none.
+	Deadline time.Time
+}
+
+// ShutdownResponse says what Shutdown cancelled.
+type ShutdownResponse struct {
+	Cancelled []string
+}
+
+// MintCredentialRequest asks the engine for a worker credential.
+type MintCredentialRequest struct {
+	Worker string
+	TTL    time.Duration
+}
+
+// MintCredentialResponse carries a credential. Token is a secret: never
+// log it, never put it on a command line.
+type MintCredentialResponse struct {
+	Token   string
+	Expires time.Time
+}
+
+// EventKind names something that happened to a request.
+type EventKind string
+
+const (
+	// EventWorkerProvisioned: the scheduler accepted a request.
+	EventWorkerProvisioned EventKind = "worker_provisioned"
+	// EventWorkerProvisionFailed: a request could not be made, or its job
+	// ended before the worker attached.
+	EventWorkerProvisionFailed EventKind = "worker_provision_failed"
+	// EventWorkerCancelled: a request was given up on and its job
+	// cancelled.
+	EventWorkerCancelled EventKind = "worker_cancelled"
+)
+
+// Event is something that happened to a request.
+type Event struct {
+	Kind        EventKind
+	Provisioner string
+	Profile     string
+	Job         string
+	Worker      string
+	Time        time.Time
+	Detail      string
+	// Seq numbers the events of one plugin process from 1; the SDK sets
+	// it so the host can tell a gap from a reorder.
+	Seq uint64
+}
