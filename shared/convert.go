@@ -1,0 +1,203 @@
+package shared
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/fluksio/provision/shared/internal/pb"
+)
+
+// The converters below are the only code that knows both the domain types
+// and the generated ones. They are deliberately dull: one function a type
+// and direction, nil in gives zero out, so a field added to the proto is
+// one line here and nowhere else.
+
+func needToProto(n Need) *pb.Need {
+	return &pb.Need{Cpus: int64(n.CPUs), Gpus: int64(n.GPUs), RamMb: n.RAMMB, Label: n.Label}
+}
+
+func needFromProto(n *pb.Need) Need {
+	return Need{CPUs: int(n.GetCpus()), GPUs: int(n.GetGpus()), RAMMB: n.GetRamMb(), Label: n.GetLabel()}
+}
+
+func shapesToProto(in []Shape) []*pb.Shape {
+	out := make([]*pb.Shape, 0, len(in))
+	for _, s := range in {
+		out = append(out, &pb.Shape{Profile: s.Profile, Cpus: int64(s.CPUs), Gpus: int64(s.GPUs), RamMb: s.RAMMB, Labels: s.Labels})
+	}
+	return out
+}
+
+func shapesFromProto(in []*pb.Shape) []Shape {
+	out := make([]Shape, 0, len(in))
+	for _, s := range in {
+		out = append(out, Shape{Profile: s.GetProfile(), CPUs: int(s.GetCpus()), GPUs: int(s.GetGpus()), RAMMB: s.GetRamMb(), Labels: s.GetLabels()})
+	}
+	return out
+}
+
+func schemaToProto(s *Schema) (*pb.Schema, error) {
+	if s == nil {
+		return nil, nil
+	}
+	out := &pb.Schema{}
+	for _, a := range s.Attributes {
+		var def []byte
+		if a.Default != nil {
+			var err error
+			if def, err = json.Marshal(a.Default); err != nil {
+				return nil, err
+			}
+		}
+		out.Attributes = append(out.Attributes, &pb.Attribute{
+			Name: a.Name, Type: string(a.Type), Required: a.Required,
+			Description: a.Description, DefaultJson: def, Sensitive: a.Sensitive,
+		})
+	}
+	for _, b := range s.Blocks {
+		body, err := schemaToProto(b.Body)
+		if err != nil {
+			return nil, err
+		}
+		out.Blocks = append(out.Blocks, &pb.BlockType{
+			Name: b.Name, Labels: b.Labels, Description: b.Description, Body: body,
+			MinItems: int32(b.MinItems), MaxItems: int32(b.MaxItems),
+		})
+	}
+	return out, nil
+}
+
+func schemaFromProto(s *pb.Schema) (*Schema, error) {
+	if s == nil {
+		return nil, nil
+	}
+	out := &Schema{}
+	for _, a := range s.GetAttributes() {
+		var def any
+		if len(a.GetDefaultJson()) > 0 {
+			if err := json.Unmarshal(a.GetDefaultJson(), &def); err != nil {
+				return nil, err
+			}
+		}
+		out.Attributes = append(out.Attributes, Attribute{
+			Name: a.GetName(), Type: Type(a.GetType()), Required: a.GetRequired(),
+			Description: a.GetDescription(), Default: def, Sensitive: a.GetSensitive(),
+		})
+	}
+	for _, b := range s.GetBlocks() {
+		body, err := schemaFromProto(b.GetBody())
+		if err != nil {
+			return nil, err
+		}
+		out.Blocks = append(out.Blocks, BlockType{
+			Name: b.GetName(), Labels: b.GetLabels(), Description: b.GetDescription(), Body: body,
+			MinItems: int(b.GetMinItems()), MaxItems: int(b.GetMaxItems()),
+		})
+	}
+	return out, nil
+}
+
+func diagsToProto(in Diagnostics) []*pb.Diagnostic {
+	out := make([]*pb.Diagnostic, 0, len(in))
+	for _, d := range in {
+		sev := pb.Diagnostic_ERROR
+		if d.Severity == SeverityWarning {
+			sev = pb.Diagnostic_WARNING
+		}
+		out = append(out, &pb.Diagnostic{Severity: sev, Summary: d.Summary, Detail: d.Detail, Path: d.Path})
+	}
+	return out
+}
+
+func diagsFromProto(in []*pb.Diagnostic) Diagnostics {
+	var out Diagnostics
+	for _, d := range in {
+		// An unspecified severity is treated as an error: a plugin that
+		// forgot to say is more likely reporting a problem than a hint.
+		sev := SeverityError
+		if d.GetSeverity() == pb.Diagnostic_WARNING {
+			sev = SeverityWarning
+		}
+		out = append(out, Diagnostic{Severity: sev, Summary: d.GetSummary(), Detail: d.GetDetail(), Path: d.GetPath()})
+	}
+	return out
+}
+
+func outcomeToProto(o ProvisionOutcome) pb.ProvisionResponse_Outcome {
+	switch o {
+	case OutcomeRequested:
+		return pb.ProvisionResponse_REQUESTED
+	case OutcomeOutstanding:
+		return pb.ProvisionResponse_OUTSTANDING
+	case OutcomeNoFit:
+		return pb.ProvisionResponse_NO_FIT
+	case OutcomeBackingOff:
+		return pb.ProvisionResponse_BACKING_OFF
+	}
+	return pb.ProvisionResponse_OUTCOME_UNSPECIFIED
+}
+
+func outcomeFromProto(o pb.ProvisionResponse_Outcome) ProvisionOutcome {
+	switch o {
+	case pb.ProvisionResponse_REQUESTED:
+		return OutcomeRequested
+	case pb.ProvisionResponse_OUTSTANDING:
+		return OutcomeOutstanding
+	case pb.ProvisionResponse_NO_FIT:
+		return OutcomeNoFit
+	case pb.ProvisionResponse_BACKING_OFF:
+		return OutcomeBackingOff
+	}
+	return 0
+}
+
+func statusToProto(s *StatusResponse) *pb.StatusResponse {
+	out := &pb.StatusResponse{Name: s.Name, Kind: s.Kind, Profiles: s.Profiles, LastError: s.LastError}
+	for _, o := range s.Outstanding {
+		out.Outstanding = append(out.Outstanding, &pb.Outstanding{
+			Profile: o.Profile, Job: o.Job, Worker: o.Worker, AgeSeconds: o.Age.Seconds(), State: o.State,
+		})
+	}
+	return out
+}
+
+func statusFromProto(s *pb.StatusResponse) *StatusResponse {
+	out := &StatusResponse{Name: s.GetName(), Kind: s.GetKind(), Profiles: s.GetProfiles(), LastError: s.GetLastError()}
+	for _, o := range s.GetOutstanding() {
+		out.Outstanding = append(out.Outstanding, Outstanding{
+			Profile: o.GetProfile(), Job: o.GetJob(), Worker: o.GetWorker(),
+			Age: seconds(o.GetAgeSeconds()), State: o.GetState(),
+		})
+	}
+	return out
+}
+
+func eventToProto(e Event) *pb.Event {
+	return &pb.Event{
+		Seq: e.Seq, Kind: string(e.Kind), Provisioner: e.Provisioner, Profile: e.Profile,
+		Job: e.Job, Worker: e.Worker, TimeUnixNano: unixNano(e.Time), Detail: e.Detail,
+	}
+}
+
+func eventFromProto(e *pb.Event) Event {
+	return Event{
+		Seq: e.GetSeq(), Kind: EventKind(e.GetKind()), Provisioner: e.GetProvisioner(), Profile: e.GetProfile(),
+		Job: e.GetJob(), Worker: e.GetWorker(), Time: fromUnixNano(e.GetTimeUnixNano()), Detail: e.GetDetail(),
+	}
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromUnixNano(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}

@@ -1,0 +1,425 @@
+package shared
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+)
+
+// DefaultMaxCredentialTTL caps how long a credential minted for a plugin
+// may live. A credential sits in a scheduler's spool file and in a job's
+// environment; the machine it is for is expected within the day.
+const DefaultMaxCredentialTTL = 24 * time.Hour
+
+// CredentialSigner signs worker credentials. The engine implements it and
+// keeps the secret; plugins only ever see the signed token.
+type CredentialSigner interface {
+	Sign(worker string, ttl time.Duration) (token string, expires time.Time, err error)
+}
+
+// LaunchConfig says how to start one provisioner plugin.
+type LaunchConfig struct {
+	// Name is the provisioner's name from the configuration. It names the
+	// logger, and it is the prefix ("<Name>-") every worker the plugin
+	// asks a credential for must carry.
+	Name string
+	// Path is the plugin executable.
+	Path string
+	Args []string
+	// SHA256 pins the executable: when set, the file is hashed before
+	// anything runs and a mismatch refuses the launch. Hex, any case.
+	SHA256 string
+	// Logger receives the plugin's log lines under Name. Nil discards.
+	Logger hclog.Logger
+	// Signer mints credentials for the plugin's workers. Nil refuses every
+	// request.
+	Signer CredentialSigner
+	// MaxCredentialTTL caps what the plugin may ask for; zero means
+	// DefaultMaxCredentialTTL.
+	MaxCredentialTTL time.Duration
+	// OnEvent receives the plugin's events, one at a time and in order,
+	// from a goroutine of the launcher's. Keep it quick: the plugin waits
+	// for each event to be taken before it publishes the next.
+	OnEvent func(Event)
+	// Env is added to the plugin's environment.
+	Env []string
+	// StartTimeout bounds the handshake; zero means 30 seconds.
+	StartTimeout time.Duration
+}
+
+// ExitStatus says how a plugin process ended.
+type ExitStatus struct {
+	// Code is the exit code, or -1 when a signal ended it.
+	Code int
+	// Signal names the signal that ended it, if one did.
+	Signal string
+	// Stderr holds the last lines the plugin wrote to stderr: a panic's
+	// trace, or why it gave up.
+	Stderr []string
+}
+
+func (e *ExitStatus) String() string {
+	if e == nil {
+		return "running"
+	}
+	if e.Signal != "" {
+		return "killed by signal " + e.Signal
+	}
+	return "exited with status " + strconv.Itoa(e.Code)
+}
+
+// Plugin is a running provisioner plugin process.
+type Plugin struct {
+	name   string
+	client *plugin.Client
+	cmd    *exec.Cmd
+	prov   *grpcClient
+	stderr *tailWriter
+	exited chan struct{}
+
+	mu   sync.Mutex // guards exit
+	exit *ExitStatus
+}
+
+// Launch starts a plugin, completes the handshake, opens the host channel
+// and returns once the plugin can be called. It does not configure it.
+//
+// The plugin speaks gRPC only, over a unix socket with mutual TLS. Its
+// stderr becomes log lines under the provisioner's name. It gets SIGTERM
+// if this process dies (on Linux), so an engine killed outright does not
+// leave plugins behind.
+func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
+	if cfg.Name == "" {
+		return nil, errors.New("launch: the provisioner has no name")
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	logger = logger.Named(cfg.Name)
+	info, err := os.Stat(cfg.Path)
+	if err != nil {
+		return nil, fmt.Errorf("provisioner %q: no plugin at %s: %w", cfg.Name, cfg.Path, err)
+	}
+	if info.IsDir() || info.Mode()&0o111 == 0 {
+		return nil, fmt.Errorf("provisioner %q: %s is not an executable file", cfg.Name, cfg.Path)
+	}
+	if cfg.SHA256 != "" {
+		if err := checkSHA256(cfg.Path, cfg.SHA256); err != nil {
+			return nil, fmt.Errorf("provisioner %q: %w", cfg.Name, err)
+		}
+	}
+
+	cmd := exec.Command(cfg.Path, cfg.Args...)
+	cmd.Env = append(os.Environ(), cfg.Env...)
+	setParentDeathSignal(cmd)
+	stderr := newTailWriter(20)
+	timeout := cfg.StartTimeout
+	if timeout == 0 {
+		timeout = 30 * time.Second
+	}
+	client := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:  Handshake,
+		VersionedPlugins: pluginSets(nil),
+		Cmd:              cmd,
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		AutoMTLS:         true,
+		Logger:           logger,
+		Stderr:           stderr,
+		StartTimeout:     timeout,
+	})
+	p := &Plugin{name: cfg.Name, client: client, cmd: cmd, stderr: stderr, exited: make(chan struct{})}
+
+	rpcClient, err := client.Client()
+	if err != nil {
+		client.Kill()
+		return nil, launchError(cfg, err, stderr)
+	}
+	raw, err := rpcClient.Dispense(PluginName)
+	if err != nil {
+		client.Kill()
+		return nil, fmt.Errorf("provisioner %q: %s does not serve a provisioner: %w", cfg.Name, cfg.Path, err)
+	}
+	p.prov = raw.(*grpcClient)
+	go p.watch()
+
+	guard := &hostGuard{
+		name: cfg.Name, signer: cfg.Signer, maxTTL: cfg.MaxCredentialTTL,
+		onEvent: cfg.OnEvent, logger: logger,
+	}
+	if guard.maxTTL <= 0 {
+		guard.maxTTL = DefaultMaxCredentialTTL
+	}
+	onError := func(err error) { logger.Warn("host channel closed", "error", err) }
+	if err := p.prov.openHostChannel(ctx, cfg.Name, guard, onError); err != nil {
+		p.Kill()
+		return nil, fmt.Errorf("provisioner %q: opening the host channel: %w", cfg.Name, err)
+	}
+	return p, nil
+}
+
+// watch records how the process ended. go-plugin cancels the client's
+// done context only after the process has been waited for, so reading
+// the process state then is safe.
+func (p *Plugin) watch() {
+	<-p.prov.done.Done()
+	exit := &ExitStatus{Code: -1, Stderr: p.stderr.Lines()}
+	if ps := p.cmd.ProcessState; ps != nil {
+		exit.Code = ps.ExitCode()
+		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			exit.Signal = ws.Signal().String()
+		}
+	}
+	p.mu.Lock()
+	p.exit = exit
+	p.mu.Unlock()
+	close(p.exited)
+}
+
+// Provisioner is the plugin, as a Provisioner. After the process exits,
+// every call fails with ErrPluginGone.
+func (p *Plugin) Provisioner() Provisioner { return p.prov }
+
+// Name is the provisioner's name.
+func (p *Plugin) Name() string { return p.name }
+
+// Pid is the plugin process's id.
+func (p *Plugin) Pid() int {
+	if p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+// Exited is closed when the plugin process has ended.
+func (p *Plugin) Exited() <-chan struct{} { return p.exited }
+
+// ExitStatus says how the process ended, or nil while it runs.
+func (p *Plugin) ExitStatus() *ExitStatus {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exit
+}
+
+// Stop shuts the provisioner down and ends the process: Shutdown with the
+// context's deadline (30 seconds if it has none), so outstanding requests
+// are cancelled, then go-plugin's kill. It returns what Shutdown
+// cancelled, and Shutdown's error if it failed; the process is ended
+// either way.
+func (p *Plugin) Stop(ctx context.Context) (*ShutdownResponse, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+	}
+	deadline, _ := ctx.Deadline()
+	resp, err := p.prov.Shutdown(ctx, &ShutdownRequest{Deadline: deadline})
+	p.Kill()
+	return resp, err
+}
+
+// Kill ends the process without asking the provisioner to cancel
+// anything, and waits for it to be gone.
+func (p *Plugin) Kill() {
+	p.client.Kill()
+	if p.prov != nil {
+		<-p.exited
+		p.prov.mu.Lock()
+		link := p.prov.link
+		p.prov.mu.Unlock()
+		if link != nil {
+			<-link.done
+		}
+	}
+}
+
+var incompatibleRe = regexp.MustCompile(`Plugin version: (\d+)`)
+
+// launchError turns go-plugin's start-up failures into sentences that say
+// what to do.
+func launchError(cfg LaunchConfig, err error, stderr *tailWriter) error {
+	msg := err.Error()
+	tail := ""
+	if lines := stderr.Lines(); len(lines) > 0 {
+		tail = "; its stderr ended with: " + strings.Join(lines, " | ")
+	}
+	switch {
+	case strings.Contains(msg, "Failed to read any lines from plugin's stdout"),
+		strings.Contains(msg, "exited before we could connect"):
+		return fmt.Errorf("provisioner %q: %s exited before the plugin handshake; is it a provisioner plugin built with this SDK?%s", cfg.Name, cfg.Path, tail)
+	case strings.Contains(msg, "Unrecognized remote plugin message"):
+		return fmt.Errorf("provisioner %q: %s wrote to stdout before the plugin handshake (%s); a plugin must keep stdout for the handshake line and log to stderr%s",
+			cfg.Name, cfg.Path, firstLine(msg), tail)
+	case strings.Contains(msg, "Incompatible API version"):
+		m := incompatibleRe.FindStringSubmatch(msg)
+		advice := "rebuild the plugin against this host's SDK"
+		if m != nil {
+			if v, _ := strconv.Atoi(m[1]); v > ProtocolVersion {
+				advice = fmt.Sprintf("the plugin speaks protocol %d and this host %d: upgrade the host", v, ProtocolVersion)
+			} else {
+				advice = fmt.Sprintf("the plugin speaks protocol %d and this host %d: upgrade the plugin", v, ProtocolVersion)
+			}
+		}
+		return fmt.Errorf("provisioner %q: %w: %s", cfg.Name, ErrIncompatible, advice)
+	}
+	return fmt.Errorf("provisioner %q: starting %s: %w%s", cfg.Name, cfg.Path, err, tail)
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}
+
+// checkSHA256 hashes the file a pin refers to. The executable is hashed
+// here, before go-plugin runs it, so a mismatch runs nothing at all.
+func checkSHA256(path, want string) error {
+	want = strings.ToLower(strings.TrimSpace(want))
+	if len(want) != 64 {
+		return fmt.Errorf("%w: the pin %q is not 64 hex digits", ErrChecksumMismatch, want)
+	}
+	wantSum, err := hex.DecodeString(want)
+	if err != nil {
+		return fmt.Errorf("%w: the pin %q is not hex", ErrChecksumMismatch, want)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return fmt.Errorf("hashing %s: %w", path, err)
+	}
+	got := h.Sum(nil)
+	if subtle.ConstantTimeCompare(got, wantSum) != 1 {
+		return fmt.Errorf("%w: %s has sha256 %x but the configuration pins %s; if the binary was rebuilt on purpose, update the pin (sha256sum %s)",
+			ErrChecksumMismatch, path, got, want, path)
+	}
+	return nil
+}
+
+// FileSHA256 returns the hex SHA-256 of a file, for writing a pin.
+func FileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// hostGuard is the Host a plugin talks to. It is where the engine's rules
+// for plugins live, so every engine gets them: a plugin may mint only for
+// its own workers, never for longer than the cap, and its events are
+// stamped with its own name whatever it claims.
+type hostGuard struct {
+	name    string
+	signer  CredentialSigner
+	maxTTL  time.Duration
+	onEvent func(Event)
+	logger  hclog.Logger
+}
+
+// workerNameRe is what a worker name may contain. Names end up in job
+// comments, URLs and log lines; nothing in them needs quoting.
+var workerNameRe = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+
+func (g *hostGuard) Publish(_ context.Context, ev Event) error {
+	ev.Provisioner = g.name
+	if ev.Time.IsZero() {
+		ev.Time = time.Now()
+	}
+	if g.onEvent != nil {
+		g.onEvent(ev)
+	}
+	return nil
+}
+
+func (g *hostGuard) MintCredential(_ context.Context, req *MintCredentialRequest) (*MintCredentialResponse, error) {
+	prefix := g.name + "-"
+	if !strings.HasPrefix(req.Worker, prefix) || len(req.Worker) == len(prefix) || !workerNameRe.MatchString(req.Worker) {
+		g.logger.Warn("refused to mint a credential", "worker", req.Worker, "reason", "not this provisioner's worker")
+		return nil, fmt.Errorf("%w: worker %q is not provisioner %q's (its name must start with %q)", ErrPermissionDenied, req.Worker, g.name, prefix)
+	}
+	if g.signer == nil {
+		return nil, fmt.Errorf("%w: this host mints no credentials", ErrPermissionDenied)
+	}
+	ttl := req.TTL
+	if ttl <= 0 || ttl > g.maxTTL {
+		ttl = g.maxTTL
+	}
+	token, expires, err := g.signer.Sign(req.Worker, ttl)
+	if err != nil {
+		return nil, err
+	}
+	g.logger.Debug("minted a credential", "worker", req.Worker, "expires", expires)
+	return &MintCredentialResponse{Token: token, Expires: expires}, nil
+}
+
+// tailWriter keeps the last lines written to it, so an exit can be
+// explained by what the plugin said last.
+type tailWriter struct {
+	mu      sync.Mutex // guards lines and partial
+	max     int
+	lines   []string
+	partial []byte
+}
+
+func newTailWriter(max int) *tailWriter { return &tailWriter{max: max} }
+
+// maxTailLine bounds one remembered line; a plugin that writes a megabyte
+// without a newline should not make the host keep it.
+const maxTailLine = 1024
+
+func (w *tailWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, c := range b {
+		if c == '\n' {
+			w.push(string(w.partial))
+			w.partial = w.partial[:0]
+			continue
+		}
+		if len(w.partial) < maxTailLine {
+			w.partial = append(w.partial, c)
+		}
+	}
+	return len(b), nil
+}
+
+func (w *tailWriter) push(line string) {
+	w.lines = append(w.lines, line)
+	if len(w.lines) > w.max {
+		w.lines = w.lines[len(w.lines)-w.max:]
+	}
+}
+
+// Lines returns the remembered lines, oldest first.
+func (w *tailWriter) Lines() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := append([]string(nil), w.lines...)
+	if len(w.partial) > 0 {
+		out = append(out, string(w.partial))
+	}
+	return out
+}

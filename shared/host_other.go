@@ -1,0 +1,9 @@
+//go:build !linux
+
+package shared
+
+import "os/exec"
+
+// setParentDeathSignal has no equivalent outside Linux; there the SDK's
+// parent watch alone makes an orphaned plugin exit.
+func setParentDeathSignal(*exec.Cmd) {}

@@ -1,0 +1,384 @@
+package shared
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+var (
+	buildOnce  sync.Once
+	pluginPath string
+	buildErr   error
+)
+
+// testPlugin builds testdata/testplugin once per test binary and returns
+// its path. The tests launch it as a real subprocess, the way an engine
+// would.
+func testPlugin(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "testplugin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		pluginPath = filepath.Join(dir, "testplugin")
+		out, err := exec.Command("go", "build", "-o", pluginPath, "./testdata/testplugin").CombinedOutput()
+		if err != nil {
+			buildErr = errors.New(string(out))
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("building the test plugin: %v", buildErr)
+	}
+	return pluginPath
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if pluginPath != "" {
+		os.RemoveAll(filepath.Dir(pluginPath))
+	}
+	os.Exit(code)
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex // guards b
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type eventLog struct {
+	mu     sync.Mutex // guards events
+	events []Event
+}
+
+func (e *eventLog) add(ev Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.events = append(e.events, ev)
+}
+
+func (e *eventLog) all() []Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]Event(nil), e.events...)
+}
+
+func launchTest(t *testing.T, cfg LaunchConfig) *Plugin {
+	t.Helper()
+	if cfg.Name == "" {
+		cfg.Name = "mem"
+	}
+	if cfg.Path == "" {
+		cfg.Path = testPlugin(t)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := Launch(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	return p
+}
+
+func TestLaunchedPluginRoundTrips(t *testing.T) {
+	events := &eventLog{}
+	logs := &syncBuffer{}
+	p := launchTest(t, LaunchConfig{
+		Logger:  hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Debug}),
+		Signer:  signerFunc(func(w string, ttl time.Duration) (string, time.Time, error) { return "secret-token-for-" + w, time.Now().Add(ttl), nil }),
+		OnEvent: events.add,
+	})
+	prov := p.Provisioner()
+	ctx := context.Background()
+
+	info, err := prov.Info(ctx, &InfoRequest{})
+	if err != nil || info.Kind != "memory" || info.ContractVersion != ContractVersion {
+		t.Fatalf("Info: %+v %v", info, err)
+	}
+	sr, err := prov.Schema(ctx, &SchemaRequest{})
+	if err != nil || len(sr.Schema.Attributes) != 3 || sr.Schema.Attributes[1].Default != false {
+		t.Fatalf("Schema: %+v %v", sr, err)
+	}
+	if _, err := prov.Provision(ctx, &ProvisionRequest{Need: Need{CPUs: 1}}); !errors.Is(err, ErrNotConfigured) {
+		t.Fatalf("Provision before Configure: got %v, want ErrNotConfigured", err)
+	}
+	vr, err := prov.ValidateConfig(ctx, &ValidateConfigRequest{Name: "mem", Config: json.RawMessage(`{"greeting":"boom"}`)})
+	if err != nil || len(vr.Diagnostics) != 1 || strings.Join(vr.Diagnostics[0].Path, ".") != "greeting" {
+		t.Fatalf("ValidateConfig: %+v %v", vr, err)
+	}
+	cr, err := prov.Configure(ctx, &ConfigureRequest{Name: "mem", Config: json.RawMessage(`{"greeting":"hi"}`)})
+	if err != nil || len(cr.Diagnostics) != 0 {
+		t.Fatalf("Configure: %+v %v", cr, err)
+	}
+	shapes, err := prov.Shapes(ctx, &ShapesRequest{Label: "cuda"})
+	if err != nil || len(shapes.Shapes) != 1 || shapes.Shapes[0].Profile != "gpu" {
+		t.Fatalf("Shapes: %+v %v", shapes, err)
+	}
+	cov, err := prov.Covers(ctx, &CoversRequest{Need: Need{CPUs: 2}})
+	if err != nil || !cov.Covered || cov.Profile != "gpu" {
+		t.Fatalf("Covers: %+v %v", cov, err)
+	}
+
+	var workers []string
+	for _, need := range []Need{{CPUs: 1}, {GPUs: 1}, {CPUs: 1}, {CPUs: 64}} {
+		r, err := prov.Provision(ctx, &ProvisionRequest{Need: need})
+		if err != nil {
+			t.Fatal(err)
+		}
+		workers = append(workers, r.Outcome.String())
+	}
+	if got := strings.Join(workers, ","); got != "requested,requested,outstanding,no_fit" {
+		t.Errorf("outcomes %s", got)
+	}
+	st, err := prov.Status(ctx, &StatusRequest{})
+	if err != nil || st.Name != "mem" || len(st.Outstanding) != 2 {
+		t.Fatalf("Status: %+v %v", st, err)
+	}
+	attached := []string{st.Outstanding[0].Worker}
+	for range 2 {
+		rr, err := prov.Reconcile(ctx, &ReconcileRequest{Attached: attached})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = rr
+	}
+	st, _ = prov.Status(ctx, &StatusRequest{})
+	if len(st.Outstanding) != 1 {
+		t.Fatalf("after Reconcile: %+v", st.Outstanding)
+	}
+
+	sd, err := p.Stop(ctx)
+	if err != nil || len(sd.Cancelled) != 1 {
+		t.Fatalf("Stop: %+v %v", sd, err)
+	}
+	select {
+	case <-p.Exited():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the plugin did not exit after Stop")
+	}
+
+	got := events.all()
+	var kinds []string
+	for i, ev := range got {
+		if ev.Seq != uint64(i+1) || ev.Provisioner != "mem" {
+			t.Errorf("event %d: %+v", i, ev)
+		}
+		kinds = append(kinds, string(ev.Kind))
+	}
+	if want := "worker_provisioned,worker_provisioned,worker_cancelled"; strings.Join(kinds, ",") != want {
+		t.Errorf("events %v, want %s", kinds, want)
+	}
+	if strings.Contains(logs.String(), "secret-token-for") {
+		t.Error("a credential reached the host's log")
+	}
+}
+
+func TestForeignMintRefused(t *testing.T) {
+	events := &eventLog{}
+	p := launchTest(t, LaunchConfig{
+		Signer:  signerFunc(func(w string, ttl time.Duration) (string, time.Time, error) { return "t", time.Now(), nil }),
+		OnEvent: events.add,
+	})
+	ctx := context.Background()
+	prov := p.Provisioner()
+	if _, err := prov.Configure(ctx, &ConfigureRequest{Name: "mem", Config: json.RawMessage(`{"greeting":"hi","foreign_worker":true}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := prov.Provision(ctx, &ProvisionRequest{Need: Need{CPUs: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	got := events.all()
+	if len(got) != 1 || got[0].Kind != EventWorkerProvisionFailed || !strings.Contains(got[0].Detail, "permission denied") {
+		t.Fatalf("events %+v, want one worker_provision_failed saying permission denied", got)
+	}
+}
+
+func TestKilledPluginFailsCallsPromptly(t *testing.T) {
+	p := launchTest(t, LaunchConfig{})
+	prov := p.Provisioner()
+	ctx := context.Background()
+	if _, err := prov.Configure(ctx, &ConfigureRequest{Name: "mem", Config: json.RawMessage(`{"greeting":"hi","block_covers":true}`)}); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := prov.Covers(ctx, &CoversRequest{Need: Need{CPUs: 1}})
+		errc <- err
+	}()
+	// Wait until the call is in flight in the plugin: Status answers only
+	// once the plugin is serving, and the Covers above has been sent first
+	// or concurrently; either way the kill lands on a call in progress or
+	// one about to be, and both must fail the same way.
+	if _, err := prov.Status(ctx, &StatusRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	if err := syscall.Kill(p.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrPluginGone) {
+			t.Fatalf("got %v, want ErrPluginGone", err)
+		}
+		if took := time.Since(killed); took > time.Second {
+			t.Errorf("the call returned %s after the kill, want under 1s", took)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the call hung after the plugin was killed")
+	}
+	<-p.Exited()
+	if st := p.ExitStatus(); st == nil || st.Signal != "killed" {
+		t.Fatalf("exit status %v, want killed by a signal", st)
+	}
+	if _, err := prov.Info(ctx, &InfoRequest{}); !errors.Is(err, ErrPluginGone) {
+		t.Fatalf("a call after the exit: got %v", err)
+	}
+}
+
+func TestSHA256Pin(t *testing.T) {
+	path := testPlugin(t)
+	sum, err := FileSHA256(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	launchTest(t, LaunchConfig{SHA256: strings.ToUpper(sum)})
+
+	// A wrong pin must refuse the launch before anything runs: point it at
+	// a script that would leave a mark if it were executed.
+	dir := t.TempDir()
+	mark := filepath.Join(dir, "ran")
+	script := filepath.Join(dir, "plugin.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\ntouch "+mark+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Launch(context.Background(), LaunchConfig{Name: "pinned", Path: script, SHA256: sum})
+	if !errors.Is(err, ErrChecksumMismatch) {
+		t.Fatalf("got %v, want ErrChecksumMismatch", err)
+	}
+	for _, want := range []string{"pinned", script, sum, "update the pin"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	if _, err := os.Stat(mark); err == nil {
+		t.Error("the mismatched binary was executed")
+	}
+	if _, err := Launch(context.Background(), LaunchConfig{Name: "pinned", Path: script, SHA256: "abc"}); !errors.Is(err, ErrChecksumMismatch) {
+		t.Errorf("a malformed pin: got %v", err)
+	}
+}
+
+func TestStdoutBeforeHandshake(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err := Launch(ctx, LaunchConfig{Name: "noisy", Path: testPlugin(t), Env: []string{"TESTPLUGIN_STDOUT=1"}})
+	if err == nil {
+		t.Fatal("a plugin that wrote to stdout before the handshake was accepted")
+	}
+	for _, want := range []string{"noisy", "wrote to stdout before the plugin handshake", "hello from a plugin", "log to stderr"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
+
+func TestLaunchMissingOrNotAPlugin(t *testing.T) {
+	_, err := Launch(context.Background(), LaunchConfig{Name: "x", Path: "/nonexistent/provisioner-x"})
+	if err == nil || !strings.Contains(err.Error(), "no plugin at /nonexistent/provisioner-x") {
+		t.Errorf("missing: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err = Launch(ctx, LaunchConfig{Name: "x", Path: "/bin/false"})
+	if err == nil || !strings.Contains(err.Error(), "exited before the plugin handshake") {
+		t.Errorf("not a plugin: %v", err)
+	}
+}
+
+func TestPluginExitsWhenHostDies(t *testing.T) {
+	if os.Getenv("SHARED_TEST_ORPHAN_HOST") == "1" {
+		// The stand-in host: launch, print the plugin's pid, and wait to be
+		// killed without cleaning up.
+		p, err := Launch(context.Background(), LaunchConfig{Name: "mem", Path: os.Getenv("SHARED_TEST_PLUGIN")})
+		if err != nil {
+			os.Stdout.WriteString("error " + err.Error() + "\n")
+			os.Exit(1)
+		}
+		fmt.Printf("pid %d\n", p.Pid())
+		select {}
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPluginExitsWhenHostDies$")
+	cmd.Env = append(os.Environ(), "SHARED_TEST_ORPHAN_HOST=1", "SHARED_TEST_PLUGIN="+testPlugin(t))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := readPid(t, out)
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("plugin %d outlived its SIGKILLed host by 5s", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// readPid reads the stand-in host's "pid N" line.
+func readPid(t *testing.T, r io.Reader) int {
+	t.Helper()
+	var pid int
+	if _, err := fmt.Fscanf(r, "pid %d\n", &pid); err != nil {
+		t.Fatalf("the stand-in host did not report a plugin pid: %v", err)
+	}
+	return pid
+}
+
+// alive reports whether a process exists and is not a zombie.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, which is in parentheses.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || (s[i+2] != 'Z' && s[i+2] != 'X')
+}

@@ -1,0 +1,114 @@
+package shared
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+)
+
+// LogLevelEnv names the environment variable a host sets to choose how
+// much a plugin logs ("trace", "debug", "info", "warn", "error"). The
+// default is info: the pipe to the host should not carry trace lines
+// nobody asked for.
+const LogLevelEnv = "FLUKSIO_PLUGIN_LOG_LEVEL"
+
+// orphanShutdownTimeout bounds the Shutdown a plugin runs when its host
+// has died or asked it to stop with a signal. It is short because the
+// operator is usually watching, and anything it fails to cancel is found
+// again when an engine next starts.
+const orphanShutdownTimeout = 3 * time.Second
+
+// parentPollInterval is how often a plugin checks that its host is alive.
+var parentPollInterval = 500 * time.Millisecond
+
+// Serve runs a provisioner plugin: it builds the logger, answers the
+// handshake, serves the contract over gRPC and returns when the host is
+// done with it. A plugin's main is one call:
+//
+//	func main() { shared.Serve(mykind.New) }
+//
+// The logger passed to the factory writes JSON lines to stderr, which the
+// host turns into its own log lines under the provisioner's name. Nothing
+// else may write to stdout: its first line is the handshake.
+//
+// A plugin whose host dies, or that receives SIGTERM or SIGINT, shuts the
+// provisioner down (cancelling what is outstanding, within a few seconds)
+// and exits, so it never outlives its engine.
+func Serve(factory func(hclog.Logger) Provisioner) {
+	logger := hclog.New(&hclog.LoggerOptions{
+		Level:      hclog.LevelFromString(os.Getenv(LogLevelEnv)),
+		Output:     os.Stderr,
+		JSONFormat: true,
+	})
+	if logger.GetLevel() == hclog.NoLevel {
+		logger.SetLevel(hclog.Info)
+	}
+	impl := factory(logger)
+
+	var once sync.Once
+	leave := func(why string) {
+		once.Do(func() {
+			logger.Warn("shutting down", "reason", why)
+			ctx, cancel := context.WithTimeout(context.Background(), orphanShutdownTimeout)
+			defer cancel()
+			if _, err := impl.Shutdown(ctx, &ShutdownRequest{Deadline: time.Now().Add(orphanShutdownTimeout)}); err != nil {
+				logger.Error("shutdown failed", "error", err)
+			}
+			os.Exit(0)
+		})
+	}
+	stop := watchParent(leave)
+	defer stop()
+
+	plugin.Serve(&plugin.ServeConfig{
+		HandshakeConfig: Handshake,
+		VersionedPlugins: pluginSets(impl),
+		GRPCServer:       plugin.DefaultGRPCServer,
+		Logger:           logger,
+	})
+}
+
+// watchParent calls leave when the process that started this one exits
+// (this process is then adopted by another, so its parent id changes) or
+// when a terminating signal arrives. go-plugin swallows SIGINT, because a
+// Ctrl-C in the host's terminal reaches the whole group; the host is
+// expected to stop its plugins itself then, so SIGINT is only acted on
+// once the parent is gone.
+func watchParent(leave func(string)) (stop func()) {
+	parent := os.Getppid()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(parentPollInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case s := <-sigs:
+				leave("received " + s.String())
+				return
+			case <-tick.C:
+				if os.Getppid() != parent {
+					leave("the host process is gone")
+					return
+				}
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(sigs)
+		close(done)
+		wg.Wait()
+	}
+}

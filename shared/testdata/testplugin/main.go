@@ -1,0 +1,220 @@
+// Command testplugin is the smallest honest provisioner: it "starts"
+// machines by remembering that it was asked. The shared package's tests
+// launch it as a real subprocess, and it shows what a third-party plugin
+// needs beyond its own logic: the main function at the bottom.
+//
+// Its configuration:
+//
+//	greeting       = "hi"     # required, echoed in Info's capabilities
+//	foreign_worker = false    # mint credentials for another provisioner's name
+//	block_covers   = false    # Covers waits until its context ends
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/fluksio/provision/shared"
+)
+
+type config struct {
+	Greeting      string `json:"greeting"`
+	ForeignWorker bool   `json:"foreign_worker"`
+	BlockCovers   bool   `json:"block_covers"`
+}
+
+var shapes = []shared.Shape{
+	{Profile: "small", CPUs: 1, RAMMB: 1000},
+	{Profile: "gpu", CPUs: 4, GPUs: 1, RAMMB: 16000, Labels: []string{"cuda"}},
+}
+
+type memory struct {
+	log hclog.Logger
+
+	mu          sync.Mutex // guards everything below
+	name        string
+	cfg         *config
+	host        shared.Host
+	outstanding map[string]shared.Outstanding // by profile
+	n           int
+	shut        bool
+}
+
+func (m *memory) Info(context.Context, *shared.InfoRequest) (*shared.InfoResponse, error) {
+	return &shared.InfoResponse{Kind: "memory", Version: "0.1.0", ContractVersion: shared.ContractVersion}, nil
+}
+
+func (m *memory) Schema(context.Context, *shared.SchemaRequest) (*shared.SchemaResponse, error) {
+	return &shared.SchemaResponse{Schema: &shared.Schema{Attributes: []shared.Attribute{
+		{Name: "greeting", Type: shared.TypeString, Required: true, Description: "Any word."},
+		{Name: "foreign_worker", Type: shared.TypeBool, Default: false, Description: "Mint for a worker that is not ours."},
+		{Name: "block_covers", Type: shared.TypeBool, Default: false, Description: "Make Covers hang."},
+	}}}, nil
+}
+
+func validate(raw json.RawMessage) (*config, shared.Diagnostics) {
+	var c config
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, shared.Diagnostics{shared.Errorf(nil, "Malformed configuration", "%v", err)}
+	}
+	if c.Greeting == "" || c.Greeting == "boom" {
+		return nil, shared.Diagnostics{shared.Errorf([]string{"greeting"}, "Invalid greeting", "Say something other than %q.", c.Greeting)}
+	}
+	return &c, nil
+}
+
+func (m *memory) ValidateConfig(_ context.Context, req *shared.ValidateConfigRequest) (*shared.ValidateConfigResponse, error) {
+	_, diags := validate(req.Config)
+	return &shared.ValidateConfigResponse{Diagnostics: diags}, nil
+}
+
+func (m *memory) Configure(_ context.Context, req *shared.ConfigureRequest) (*shared.ConfigureResponse, error) {
+	c, diags := validate(req.Config)
+	if diags.HasErrors() {
+		return &shared.ConfigureResponse{Diagnostics: diags}, nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.name, m.cfg, m.host = req.Name, c, req.Host
+	m.outstanding = map[string]shared.Outstanding{}
+	return &shared.ConfigureResponse{}, nil
+}
+
+func matching(label string) []shared.Shape {
+	var out []shared.Shape
+	for _, s := range shapes {
+		if label == "" || s.HasLabel(label) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (m *memory) Shapes(_ context.Context, req *shared.ShapesRequest) (*shared.ShapesResponse, error) {
+	return &shared.ShapesResponse{Shapes: matching(req.Label)}, nil
+}
+
+func fit(n shared.Need) (shared.Shape, bool) {
+	for _, s := range shapes {
+		if s.Fits(n) {
+			return s, true
+		}
+	}
+	return shared.Shape{}, false
+}
+
+func (m *memory) Covers(ctx context.Context, req *shared.CoversRequest) (*shared.CoversResponse, error) {
+	m.mu.Lock()
+	block := m.cfg != nil && m.cfg.BlockCovers
+	m.mu.Unlock()
+	if block {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	s, ok := fit(req.Need)
+	return &shared.CoversResponse{Covered: ok, Profile: s.Profile}, nil
+}
+
+func (m *memory) Provision(ctx context.Context, req *shared.ProvisionRequest) (*shared.ProvisionResponse, error) {
+	s, ok := fit(req.Need)
+	if !ok {
+		return &shared.ProvisionResponse{Outcome: shared.OutcomeNoFit, Detail: "no profile fits"}, nil
+	}
+	m.mu.Lock()
+	switch {
+	case m.cfg == nil:
+		m.mu.Unlock()
+		return nil, shared.ErrNotConfigured
+	case m.shut:
+		m.mu.Unlock()
+		return nil, shared.ErrShutdown
+	}
+	if _, busy := m.outstanding[s.Profile]; busy {
+		m.mu.Unlock()
+		return &shared.ProvisionResponse{Outcome: shared.OutcomeOutstanding, Profile: s.Profile}, nil
+	}
+	m.n++
+	owner := m.name
+	if m.cfg.ForeignWorker {
+		owner = "someone-else"
+	}
+	worker := fmt.Sprintf("%s-%s-%08x", owner, s.Profile, m.n)
+	job := fmt.Sprint(1000 + m.n)
+	m.outstanding[s.Profile] = shared.Outstanding{Profile: s.Profile, Job: job, Worker: worker}
+	host := m.host
+	m.mu.Unlock()
+
+	// A real provisioner would do this in the background; this one is
+	// quick enough to answer at once.
+	ev := shared.Event{Kind: shared.EventWorkerProvisioned, Profile: s.Profile, Job: job, Worker: worker, Time: time.Now()}
+	if _, err := host.MintCredential(ctx, &shared.MintCredentialRequest{Worker: worker, TTL: time.Hour}); err != nil {
+		m.mu.Lock()
+		delete(m.outstanding, s.Profile)
+		m.mu.Unlock()
+		ev.Kind, ev.Detail = shared.EventWorkerProvisionFailed, err.Error()
+	}
+	if err := host.Publish(ctx, ev); err != nil {
+		m.log.Warn("could not publish", "error", err)
+	}
+	return &shared.ProvisionResponse{Outcome: shared.OutcomeRequested, Profile: s.Profile}, nil
+}
+
+func (m *memory) Reconcile(_ context.Context, req *shared.ReconcileRequest) (*shared.ReconcileResponse, error) {
+	attached := map[string]bool{}
+	for _, w := range req.Attached {
+		attached[w] = true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	resp := &shared.ReconcileResponse{}
+	for p, o := range m.outstanding {
+		if attached[o.Worker] {
+			delete(m.outstanding, p)
+			resp.Arrived = append(resp.Arrived, o.Worker)
+		}
+	}
+	return resp, nil
+}
+
+func (m *memory) Status(context.Context, *shared.StatusRequest) (*shared.StatusResponse, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := &shared.StatusResponse{Name: m.name, Kind: "memory", Profiles: []string{"small", "gpu"}}
+	for _, o := range m.outstanding {
+		st.Outstanding = append(st.Outstanding, o)
+	}
+	return st, nil
+}
+
+func (m *memory) Shutdown(ctx context.Context, _ *shared.ShutdownRequest) (*shared.ShutdownResponse, error) {
+	m.mu.Lock()
+	m.shut = true
+	var gone []shared.Outstanding
+	for _, o := range m.outstanding {
+		gone = append(gone, o)
+	}
+	m.outstanding = map[string]shared.Outstanding{}
+	host := m.host
+	m.mu.Unlock()
+	resp := &shared.ShutdownResponse{}
+	for _, o := range gone {
+		resp.Cancelled = append(resp.Cancelled, o.Job)
+		if host != nil {
+			_ = host.Publish(ctx, shared.Event{Kind: shared.EventWorkerCancelled, Profile: o.Profile, Job: o.Job, Worker: o.Worker, Time: time.Now()})
+		}
+	}
+	return resp, nil
+}
+
+func main() {
+	if os.Getenv("TESTPLUGIN_STDOUT") != "" {
+		fmt.Println("hello from a plugin that forgot stdout is the handshake")
+	}
+	shared.Serve(func(log hclog.Logger) shared.Provisioner { return &memory{log: log} })
+}
