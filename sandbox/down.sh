@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# down.sh [STATE_DIR] [--purge] - stop the sandbox started by up.sh.
+#
+# STATE_DIR: first non-option argument, else $SANDBOX_DIR, else /tmp/pvsb.
+# 1. cancels every job (stopping slurmd would leave running jobs' slurmstepd
+#    alive) and waits up to 20 s for the queue to empty;
+# 2. stops sshd (and its session processes), slurmd, slurmctld and munged by
+#    the pids in STATE_DIR/pid - never by name - with TERM, up to 15 s each
+#    (a zombie counts as gone), then KILL.
+# --purge also removes STATE_DIR. Without it the state is kept, and up.sh
+# brings the same cluster back (job ids, keys, ports).
+# Idempotent: when already down it exits 0 at once.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$HERE/lib.sh"
+
+T0="$(sb_now)"
+PURGE=0
+DIR_ARG=""
+for a in "$@"; do
+  case "$a" in
+    --purge) PURGE=1 ;;
+    -h | --help)
+      sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+      exit 0
+      ;;
+    -*) sb_die "unknown option '$a' (usage: down.sh [STATE_DIR] [--purge])" ;;
+    *)
+      [[ -z "$DIR_ARG" ]] || sb_die "too many arguments (usage: down.sh [STATE_DIR] [--purge])"
+      DIR_ARG="$a"
+      ;;
+  esac
+done
+sb_resolve_dir "$DIR_ARG"
+
+if [[ ! -d "$SB_DIR" ]]; then
+  echo "sandbox $SB_DIR: nothing to stop"
+  exit 0
+fi
+[[ -e "$SB_DIR/$SB_MARKER" ]] || sb_die "$SB_DIR is not a sandbox state dir (no $SB_MARKER); not touching it"
+
+alive=()
+for d in sshd slurmd slurmctld munged; do
+  if sb_pid_of "$d" >/dev/null; then alive+=("$d"); fi
+done
+((${#alive[@]} == 0)) || [[ "$(id -u)" == 0 ]] ||
+  sb_die "must run as root to stop ${alive[*]}; re-run with sudo"
+
+export SLURM_CONF="$SB_DIR/etc/slurm.conf"
+
+# 1. Cancel all jobs, for every user, while slurmctld and munged still run.
+if sb_pid_of slurmctld >/dev/null && sb_pid_of munged >/dev/null; then
+  users="$(timeout 10 squeue -h -o %u 2>/dev/null | sort -u)" || users=""
+  for u in slurmuser $users; do
+    timeout 10 scancel -u "$u" >/dev/null 2>&1 || true
+  done
+  deadline=$((SECONDS + 20))
+  left=""
+  while :; do
+    left="$(timeout 5 squeue -h -o %i 2>/dev/null)" || left="?"
+    [[ -z "$left" ]] && break
+    if ((SECONDS >= deadline)); then
+      sb_log "jobs still in the queue after 20 s: $(echo "$left" | tr '\n' ' ')- stopping anyway"
+      break
+    fi
+    sleep 0.1
+  done
+fi
+
+# 2. Stop the daemons by pid. sshd's per-connection children survive their
+# parent (e.g. a client's ControlMaster session), so stop those too.
+if sshd_pid="$(sb_pid_of sshd)"; then
+  children="$(sb_children "$sshd_pid")"
+  sb_stop sshd
+  for c in $children; do
+    if sb_proc_live "$c"; then kill -TERM "$c" 2>/dev/null || true; fi
+  done
+  for c in $children; do
+    if ! sb_wait_gone "$c" 15; then kill -KILL "$c" 2>/dev/null || true; fi
+  done
+fi
+for d in sshd slurmd slurmctld munged; do
+  sb_stop "$d"
+done
+
+if ((PURGE)); then
+  rm -rf -- "$SB_DIR"
+  echo "sandbox $SB_DIR: stopped (${alive[*]:-nothing was running}) and purged in $(sb_elapsed "$T0") s"
+else
+  echo "sandbox $SB_DIR: stopped (${alive[*]:-nothing was running}) in $(sb_elapsed "$T0") s; state kept"
+fi

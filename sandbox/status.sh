@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# status.sh [STATE_DIR] - show the sandbox daemons, node and queue.
+# Exit 0 if all four daemons run, 1 otherwise. Read-only.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$HERE/lib.sh"
+
+(($# <= 1)) || sb_die "usage: status.sh [STATE_DIR]"
+sb_resolve_dir "${1:-}"
+if [[ ! -e "$SB_DIR/$SB_MARKER" ]]; then
+  echo "sandbox $SB_DIR: no state (down and purged, or never started)"
+  exit 1
+fi
+
+up=0
+for d in munged slurmctld slurmd sshd; do
+  if pid="$(sb_pid_of "$d")"; then
+    printf '%-10s up   pid %s\n' "$d" "$pid"
+    up=$((up + 1))
+  else
+    printf '%-10s down\n' "$d"
+  fi
+done
+if sb_pid_of slurmctld >/dev/null; then
+  export SLURM_CONF="$SB_DIR/etc/slurm.conf"
+  timeout 5 sinfo -N -o '%N %T %c %m %G' 2>&1 || true
+  timeout 5 squeue -o '%i|%j|%u|%T|%C|%m|%b|%r' 2>&1 || true
+fi
+((up == 4))

@@ -1,0 +1,505 @@
+#!/usr/bin/env bash
+# up.sh [STATE_DIR] - start (or repair) a throwaway single-node Slurm cluster
+# with an sshd "login node" on 127.0.0.1, for tests and demos. Run as root.
+#
+# STATE_DIR: first argument, else $SANDBOX_DIR, else /tmp/pvsb. Everything
+# lives there. Keep it short: ssh ControlPath sockets made under it must stay
+# below 108 bytes.
+#
+# Settings (environment; remembered in STATE_DIR/settings for later runs):
+#   SANDBOX_SSH_PORT=2222 SANDBOX_CTLD_PORT=6817 SANDBOX_SLURMD_PORT=6818
+#   SANDBOX_NODE=$(hostname -s) SANDBOX_CPUS=8 SANDBOX_MEM_MB=16000
+#   SANDBOX_GPUS=2 (fake: /dev/null symlinks)
+# Not remembered: SANDBOX_SMOKE=auto|1|0 - submit a test job over ssh: auto
+#   does it only when a daemon was (re)started, else it runs `sbatch
+#   --test-only` over ssh, which uses no resources.
+#
+# Idempotent: when everything is up it only checks it; dead daemons (pid file
+# + /proc/PID/stat, zombies count as dead) are restarted; a changed config
+# restarts the daemons that read it.
+#
+# Jobs run as the unprivileged user "slurmuser". Anything a job executes or
+# reads (e.g. a worker binary a test puts in /tmp/xyz/bin) must be readable
+# and executable by slurmuser: make every directory on the path o+rx (mktemp -d
+# creates 0700 directories: chmod 755 them) and the file itself o+rx.
+#
+# Afterwards: source STATE_DIR/env.sh; ssh -F "$SANDBOX_SSH_CONFIG" sandbox ...
+set -euo pipefail
+umask 022
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$HERE/lib.sh"
+
+T0="$(sb_now)"
+JOB_USER=slurmuser
+PARTITION=debug
+PACKAGES=(slurmctld slurmd slurm-client munge openssh-server openssh-client)
+NEEDED_CMDS=(slurmctld slurmd sbatch squeue sinfo scontrol scancel munged munge unmunge sshd ssh ssh-keygen runuser)
+
+case "${1:-}" in
+  -h | --help)
+    sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+    exit 0
+    ;;
+  -*) sb_die "unknown option '$1' (usage: up.sh [STATE_DIR])" ;;
+esac
+(($# <= 1)) || sb_die "too many arguments (usage: up.sh [STATE_DIR])"
+
+[[ "$(id -u)" == 0 ]] ||
+  sb_die "must run as root (it installs packages, creates $JOB_USER and runs slurmd); re-run with sudo"
+sb_resolve_dir "${1:-}"
+((${#SB_DIR} <= 40)) ||
+  sb_log "warning: state dir is ${#SB_DIR} chars; ssh ControlPath sockets under it may exceed 108 bytes"
+
+if [[ -d "$SB_DIR" && ! -e "$SB_DIR/$SB_MARKER" ]] && [[ -n "$(ls -A "$SB_DIR")" ]]; then
+  sb_die "$SB_DIR exists, is not empty and is not a sandbox state dir; choose another path"
+fi
+
+ETC="$SB_DIR/etc" SSHD="$SB_DIR/ssh" LOG="$SB_DIR/log" PIDS="$SB_DIR/pid" MUNGE="$SB_DIR/munge"
+
+export SLURM_CONF="$ETC/slurm.conf"
+MUNGE_SOCKET="$MUNGE/munge.socket.2"
+SSH_CONFIG="$SSHD/ssh_config"
+
+# ---------------------------------------------------------------- settings
+# Precedence: environment > STATE_DIR/settings > default.
+declare -A SET=(
+  [SANDBOX_SSH_PORT]=2222 [SANDBOX_CTLD_PORT]=6817 [SANDBOX_SLURMD_PORT]=6818
+  [SANDBOX_NODE]="$(hostname -s)" [SANDBOX_CPUS]=8 [SANDBOX_MEM_MB]=16000 [SANDBOX_GPUS]=2
+)
+if [[ -r "$SB_DIR/settings" ]]; then
+  while IFS='=' read -r k v; do
+    if [[ -n "${SET[$k]+x}" && -n "$v" ]]; then SET[$k]="$v"; fi
+  done <"$SB_DIR/settings"
+fi
+for k in "${!SET[@]}"; do
+  if [[ -n "${!k:-}" ]]; then SET[$k]="${!k}"; fi
+done
+for k in SANDBOX_SSH_PORT SANDBOX_CTLD_PORT SANDBOX_SLURMD_PORT; do
+  if ! [[ "${SET[$k]}" =~ ^[0-9]+$ ]] || ((SET[$k] < 1 || SET[$k] > 65535)); then
+    sb_die "$k='${SET[$k]}' is not a port number"
+  fi
+done
+for k in SANDBOX_CPUS SANDBOX_MEM_MB SANDBOX_GPUS; do
+  [[ "${SET[$k]}" =~ ^[0-9]+$ ]] || sb_die "$k='${SET[$k]}' is not a number"
+done
+((SET[SANDBOX_CPUS] >= 1 && SET[SANDBOX_MEM_MB] >= 100)) || sb_die "need SANDBOX_CPUS >= 1 and SANDBOX_MEM_MB >= 100"
+[[ "${SET[SANDBOX_NODE]}" =~ ^[A-Za-z][A-Za-z0-9-]*$ ]] ||
+  sb_die "SANDBOX_NODE='${SET[SANDBOX_NODE]}' is not a valid node name (letters, digits, -)"
+SSH_PORT="${SET[SANDBOX_SSH_PORT]}" CTLD_PORT="${SET[SANDBOX_CTLD_PORT]}" SLURMD_PORT="${SET[SANDBOX_SLURMD_PORT]}"
+NODE="${SET[SANDBOX_NODE]}" CPUS="${SET[SANDBOX_CPUS]}" MEM_MB="${SET[SANDBOX_MEM_MB]}" GPUS="${SET[SANDBOX_GPUS]}"
+((SSH_PORT != CTLD_PORT && SSH_PORT != SLURMD_PORT && CTLD_PORT != SLURMD_PORT)) ||
+  sb_die "SANDBOX_SSH_PORT, SANDBOX_CTLD_PORT and SANDBOX_SLURMD_PORT must differ"
+SMOKE="${SANDBOX_SMOKE:-auto}"
+case "$SMOKE" in auto | 1 | 0) ;; *) sb_die "SANDBOX_SMOKE must be auto, 1 or 0" ;; esac
+
+mkdir -p "$SB_DIR" "$ETC" "$SSHD/authorized_keys" "$LOG" "$PIDS" "$MUNGE" \
+  "$SB_DIR/spool/ctld" "$SB_DIR/spool/d" "$SB_DIR/dev"
+# The job user reads slurm.conf, the munge socket and its authorized_keys.
+chmod 0755 "$SB_DIR" "$ETC" "$SSHD" "$SSHD/authorized_keys" "$LOG" "$PIDS" "$MUNGE" "$SB_DIR/dev"
+touch "$SB_DIR/$SB_MARKER"
+{
+  for k in SANDBOX_SSH_PORT SANDBOX_CTLD_PORT SANDBOX_SLURMD_PORT SANDBOX_NODE SANDBOX_CPUS SANDBOX_MEM_MB SANDBOX_GPUS; do
+    printf '%s=%s\n' "$k" "${SET[$k]}"
+  done
+} >"$SB_DIR/settings"
+
+# ---------------------------------------------------------------- helpers
+fail() { # fail MESSAGE LOGNAME... : print the message, log tails, exit 1
+  local msg="$1"
+  shift
+  sb_tail_logs "$@"
+  printf '%s: %s (state in %s)\n' "$SB_PROG" "$msg" "$SB_DIR" >&2
+  exit 1
+}
+
+# poll SECONDS CMD...: re-run CMD every 0.1 s until it succeeds (0), gives
+# up (2) or the deadline passes (1).
+poll() {
+  local deadline=$((SECONDS + $1)) rc
+  shift
+  while :; do
+    rc=0
+    "$@" || rc=$?
+    ((rc == 0 || rc == 2)) && return "$rc"
+    ((SECONDS < deadline)) || return 1
+    sleep 0.1
+  done
+}
+
+port_listening() { # is something LISTENing on TCP port $1?
+  local hex
+  hex="$(printf ':%04X' "$1")"
+  awk -v p="$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' \
+    /proc/net/tcp /proc/net/tcp6 2>/dev/null
+}
+
+# write_if_changed DEST: stdin -> DEST; returns 0 when the content changed.
+write_if_changed() {
+  local dest="$1" tmp
+  tmp="$(mktemp "$dest.XXXXXX")"
+  cat >"$tmp"
+  if [[ -f "$dest" ]] && cmp -s "$tmp" "$dest"; then
+    rm -f "$tmp"
+    return 1
+  fi
+  chmod 0644 "$tmp"
+  mv -f "$tmp" "$dest"
+}
+
+daemon_died() { # NAME: true if its pid file names a process that is gone
+  local pid
+  [[ -r "$PIDS/$1.pid" ]] || return 1
+  read -r pid <"$PIDS/$1.pid" || return 1
+  ! sb_proc_live "$pid"
+}
+
+# ---------------------------------------------------------------- packages
+POLICY_CREATED=0
+cleanup() {
+  if ((POLICY_CREATED)); then rm -f /usr/sbin/policy-rc.d; fi
+  return 0
+}
+trap cleanup EXIT
+
+apt_install() {
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+    -o DPkg::Lock::Timeout=120 -o Dpkg::Use-Pty=0 "${PACKAGES[@]}" >>"$LOG/apt.log" 2>&1
+}
+
+missing=()
+for c in "${NEEDED_CMDS[@]}"; do
+  command -v "$c" >/dev/null 2>&1 || missing+=("$c")
+done
+if ((${#missing[@]})); then
+  command -v apt-get >/dev/null 2>&1 ||
+    sb_die "missing ${missing[*]} and apt-get is not available: install ${PACKAGES[*]} (Slurm 22.05+, munge, OpenSSH >= 8.7) yourself"
+  sb_log "installing ${PACKAGES[*]} (missing: ${missing[*]}; log: $LOG/apt.log)"
+  if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+    # Keep apt from starting system-wide munged/sshd/slurm services.
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod 0755 /usr/sbin/policy-rc.d
+    POLICY_CREATED=1
+  fi
+  if ! apt_install; then
+    DEBIAN_FRONTEND=noninteractive apt-get update -q >>"$LOG/apt.log" 2>&1 || true
+    apt_install || fail "apt-get install ${PACKAGES[*]} failed" apt
+  fi
+  cleanup
+  POLICY_CREATED=0
+  for c in "${NEEDED_CMDS[@]}"; do
+    command -v "$c" >/dev/null 2>&1 || fail "$c is still missing after apt-get install" apt
+  done
+fi
+
+# ---------------------------------------------------------------- job user
+if ! id -u "$JOB_USER" >/dev/null 2>&1; then
+  useradd -m -s /bin/bash "$JOB_USER"
+fi
+# useradd leaves the account locked ('!'); with UsePAM no, sshd then refuses
+# even key logins. '*' = no password, but not locked.
+if [[ "$(getent shadow "$JOB_USER" | cut -d: -f2)" == '!'* ]]; then
+  usermod -p '*' "$JOB_USER"
+fi
+
+# ---------------------------------------------------------------- configs
+CTLD_HOST="$(hostname -s)"
+gres_node="" gres_line="# no GPUs configured (SANDBOX_GPUS=0)"
+rm -f "$SB_DIR"/dev/gpu*
+if ((GPUS > 0)); then
+  for ((i = 0; i < GPUS; i++)); do ln -sfn /dev/null "$SB_DIR/dev/gpu$i"; done
+  gres_node=" Gres=gpu:$GPUS"
+  if ((GPUS == 1)); then files="$SB_DIR/dev/gpu0"; else files="$SB_DIR/dev/gpu[0-$((GPUS - 1))]"; fi
+  # File= is required: a file-less GPU makes slurmd report 0 GPUs and the
+  # node goes INVAL. Regular files are rejected; symlinks to /dev/null pass.
+  gres_line="NodeName=$NODE Name=gpu File=$files"
+fi
+
+SLURM_CHANGED=0
+write_if_changed "$ETC/slurm.conf" <<EOF && SLURM_CHANGED=1
+# Generated by sandbox/up.sh - edits are overwritten.
+ClusterName=sandbox
+SlurmctldHost=$CTLD_HOST(127.0.0.1)
+SlurmctldPort=$CTLD_PORT
+SlurmdPort=$SLURMD_PORT
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$MUNGE_SOCKET
+StateSaveLocation=$SB_DIR/spool/ctld
+SlurmdSpoolDir=$SB_DIR/spool/d
+SlurmctldPidFile=$PIDS/slurmctld.pid
+SlurmdPidFile=$PIDS/slurmd.pid
+SlurmctldLogFile=$LOG/slurmctld.log
+SlurmdLogFile=$LOG/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+MailProg=/bin/true
+MpiDefault=none
+SwitchType=switch/none
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+ReturnToService=2
+SchedulerType=sched/backfill
+SchedulerParameters=batch_sched_delay=0
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=100
+EnforcePartLimits=ALL
+MinJobAge=300
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/filetxt
+JobCompLoc=$LOG/jobcomp.txt
+GresTypes=gpu
+SlurmdParameters=config_overrides
+NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$CPUS Boards=1 SocketsPerBoard=1 CoresPerSocket=$CPUS ThreadsPerCore=1 RealMemory=$MEM_MB$gres_node State=UNKNOWN
+PartitionName=$PARTITION Nodes=$NODE Default=YES MaxTime=1-00:00:00 State=UP
+EOF
+
+write_if_changed "$ETC/gres.conf" <<EOF && SLURM_CHANGED=1
+# Generated by sandbox/up.sh - edits are overwritten.
+$gres_line
+EOF
+
+[[ -s "$SSHD/host_ed25519_key" ]] ||
+  ssh-keygen -q -t ed25519 -N '' -C sandbox-host -f "$SSHD/host_ed25519_key"
+[[ -s "$SSHD/client_key" ]] ||
+  ssh-keygen -q -t ed25519 -N '' -C sandbox-client -f "$SSHD/client_key"
+chmod 0600 "$SSHD/host_ed25519_key" "$SSHD/client_key"
+cp "$SSHD/client_key.pub" "$SSHD/authorized_keys/$JOB_USER"
+chmod 0644 "$SSHD/authorized_keys/$JOB_USER"
+
+SSHD_CHANGED=0
+# No MaxSessions/MaxStartups: keep OpenSSH's defaults (10 sessions per
+# connection, 10:30:100 startups) like a real login node.
+write_if_changed "$SSHD/sshd_config" <<EOF && SSHD_CHANGED=1
+# Generated by sandbox/up.sh - edits are overwritten.
+ListenAddress 127.0.0.1
+Port $SSH_PORT
+HostKey $SSHD/host_ed25519_key
+PidFile $PIDS/sshd.pid
+AuthorizedKeysFile $SSHD/authorized_keys/%u
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin no
+AllowUsers $JOB_USER
+UsePAM no
+StrictModes no
+PrintMotd no
+X11Forwarding no
+SetEnv SLURM_CONF=$ETC/slurm.conf
+Subsystem sftp /usr/lib/openssh/sftp-server
+EOF
+
+host_pub="$(cut -d' ' -f1,2 "$SSHD/host_ed25519_key.pub")"
+if ((SSH_PORT == 22)); then kh_host="127.0.0.1"; else kh_host="[127.0.0.1]:$SSH_PORT"; fi
+printf '%s %s\n' "$kh_host" "$host_pub" >"$SSHD/known_hosts"
+# No ControlMaster/ControlPath here: callers do their own multiplexing.
+cat >"$SSH_CONFIG" <<EOF
+# Generated by sandbox/up.sh. Use: ssh -F $SSH_CONFIG sandbox CMD
+Host sandbox
+  HostName 127.0.0.1
+  Port $SSH_PORT
+  User $JOB_USER
+  IdentityFile $SSHD/client_key
+  IdentitiesOnly yes
+  UserKnownHostsFile $SSHD/known_hosts
+  GlobalKnownHostsFile /dev/null
+  StrictHostKeyChecking yes
+  BatchMode yes
+  ConnectTimeout 10
+EOF
+
+# A job user who cannot read slurm.conf cannot run sbatch over ssh.
+runuser -u "$JOB_USER" -- test -r "$ETC/slurm.conf" ||
+  sb_die "$JOB_USER cannot read $ETC/slurm.conf: every parent of $SB_DIR must be world-executable (o+x)"
+
+# ---------------------------------------------------------------- daemons
+STARTED=()
+
+# Config changed under running daemons: restart them (plugins and ports
+# cannot be reconfigured live).
+if ((SLURM_CHANGED)) && { sb_pid_of slurmctld >/dev/null || sb_pid_of slurmd >/dev/null; }; then
+  sb_log "slurm.conf/gres.conf changed: restarting slurmd and slurmctld"
+  sb_stop slurmd
+  sb_stop slurmctld
+fi
+if ((SSHD_CHANGED)) && sb_pid_of sshd >/dev/null; then
+  sb_log "sshd_config changed: restarting sshd"
+  sb_stop sshd
+fi
+
+# Refuse before starting anything if a port we need is taken by a stranger.
+for spec in "slurmctld $CTLD_PORT SANDBOX_CTLD_PORT" "slurmd $SLURMD_PORT SANDBOX_SLURMD_PORT" "sshd $SSH_PORT SANDBOX_SSH_PORT"; do
+  read -r name port var <<<"$spec"
+  if ! sb_pid_of "$name" >/dev/null && port_listening "$port"; then
+    sb_die "port $port (for $name) is already in use by another process; stop it or set $var"
+  fi
+done
+
+munge_ok() {
+  [[ -S "$MUNGE_SOCKET" ]] &&
+    munge -n -S "$MUNGE_SOCKET" 2>/dev/null | unmunge -S "$MUNGE_SOCKET" >/dev/null 2>&1 && return 0
+  daemon_died munged && return 2
+  return 1
+}
+if ! sb_pid_of munged >/dev/null; then
+  if [[ ! -s "$MUNGE/munge.key" ]]; then
+    mungekey -c -k "$MUNGE/munge.key" -b 1024 2>/dev/null ||
+      dd if=/dev/urandom of="$MUNGE/munge.key" bs=1024 count=1 status=none
+  fi
+  chmod 0600 "$MUNGE/munge.key"
+  chmod 0755 "$MUNGE" # munged refuses a socket dir without o+x
+  rm -f "$PIDS/munged.pid"
+  munged --key-file="$MUNGE/munge.key" --socket="$MUNGE_SOCKET" --pid-file="$PIDS/munged.pid" \
+    --log-file="$LOG/munged.log" --seed-file="$MUNGE/munged.seed" </dev/null >>"$LOG/munged.log" 2>&1 ||
+    fail "munged failed to start" munged
+  STARTED+=(munged)
+fi
+poll 10 munge_ok || fail "munged is not answering on $MUNGE_SOCKET" munged
+
+# Starting a daemon: the command forks and returns; wait for its pid file.
+pidfile_ok() {
+  sb_pid_of "$1" >/dev/null && return 0
+  daemon_died "$1" && return 2
+  return 1
+}
+
+if ! sb_pid_of slurmctld >/dev/null; then
+  rm -f "$PIDS/slurmctld.pid"
+  slurmctld -f "$SLURM_CONF" </dev/null >>"$LOG/slurmctld.log" 2>&1 ||
+    fail "slurmctld failed to start" slurmctld
+  poll 10 pidfile_ok slurmctld || fail "slurmctld did not stay up" slurmctld
+  STARTED+=(slurmctld)
+fi
+ctld_ok() {
+  local out
+  out="$(timeout 5 scontrol ping 2>/dev/null)" || true
+  [[ "$out" == *"is UP"* ]] && return 0
+  sb_pid_of slurmctld >/dev/null || return 2
+  return 1
+}
+poll 30 ctld_ok || fail "slurmctld does not answer scontrol ping" slurmctld munged
+
+if ! sb_pid_of slurmd >/dev/null; then
+  rm -f "$PIDS/slurmd.pid"
+  slurmd -f "$SLURM_CONF" -N "$NODE" </dev/null >>"$LOG/slurmd.log" 2>&1 ||
+    fail "slurmd failed to start" slurmd
+  poll 10 pidfile_ok slurmd || fail "slurmd did not stay up" slurmd
+  STARTED+=(slurmd)
+fi
+LAST_RESUME=-10
+NODE_STATE=""
+node_ok() {
+  NODE_STATE="$(timeout 5 sinfo -h -n "$NODE" -o %T 2>/dev/null | head -n 1)" || true
+  case "$NODE_STATE" in
+    idle | mixed | allocated | completing | planned) return 0 ;;
+    *drain* | *inval* | *down* | *fail*)
+      # Node state persists in StateSaveLocation: a node drained/INVAL by an
+      # earlier problem stays so until resumed.
+      if ((SECONDS - LAST_RESUME >= 2)); then
+        LAST_RESUME=$SECONDS
+        timeout 5 scontrol update nodename="$NODE" state=resume >/dev/null 2>&1 || true
+      fi
+      ;;
+  esac
+  sb_pid_of slurmd >/dev/null || return 2
+  return 1
+}
+poll 30 node_ok || fail "node $NODE is not ready (state: '${NODE_STATE:-none}')" slurmd slurmctld
+# sacct -c opens the jobcomp file for append; slurmctld recreates it 0644.
+if [[ -e "$LOG/jobcomp.txt" ]]; then chmod 0666 "$LOG/jobcomp.txt"; fi
+
+ssh_ok() {
+  ssh -F "$SSH_CONFIG" sandbox true </dev/null >"$LOG/ssh-client.log" 2>&1 && return 0
+  sb_pid_of sshd >/dev/null || return 2
+  return 1
+}
+if ! sb_pid_of sshd >/dev/null; then
+  mkdir -p /run/sshd # privilege separation dir; sshd will not start without it
+  chmod 0755 /run/sshd
+  /usr/sbin/sshd -t -f "$SSHD/sshd_config" >>"$LOG/sshd.log" 2>&1 || fail "sshd_config is invalid" sshd
+  rm -f "$PIDS/sshd.pid"
+  # shellcheck disable=SC2094 # sshd appends to its -E log; so do we.
+  /usr/sbin/sshd -f "$SSHD/sshd_config" -E "$LOG/sshd.log" </dev/null >>"$LOG/sshd.log" 2>&1 ||
+    fail "sshd failed to start" sshd
+  poll 10 pidfile_ok sshd || fail "sshd did not stay up" sshd
+  STARTED+=(sshd)
+fi
+# When sshd was already up, the smoke test / --test-only below covers ssh.
+if [[ " ${STARTED[*]} " == *" sshd "* || "$SMOKE" == 0 ]]; then
+  poll 15 ssh_ok || fail "ssh to $JOB_USER@127.0.0.1:$SSH_PORT fails" ssh-client sshd
+fi
+
+# ---------------------------------------------------------------- env.sh
+write_if_changed "$SB_DIR/env.sh" <<EOF || true
+# Generated by sandbox/up.sh. Use: source $SB_DIR/env.sh
+export SLURM_CONF=$ETC/slurm.conf
+export SANDBOX_DIR=$SB_DIR
+export SANDBOX_SSH_HOST=127.0.0.1
+export SANDBOX_SSH_PORT=$SSH_PORT
+export SANDBOX_SSH_USER=$JOB_USER
+export SANDBOX_SSH_LOGIN=$JOB_USER@127.0.0.1
+export SANDBOX_SSH_KEY=$SSHD/client_key
+export SANDBOX_SSH_KNOWN_HOSTS=$SSHD/known_hosts
+export SANDBOX_SSH_CONFIG=$SSH_CONFIG
+export SANDBOX_PARTITION=$PARTITION
+export SANDBOX_NODE=$NODE
+export SANDBOX_CPUS=$CPUS
+export SANDBOX_MEM_MB=$MEM_MB
+export SANDBOX_GPUS=$GPUS
+EOF
+
+# ---------------------------------------------------------------- smoke test
+# shellcheck disable=SC2016 # expanded by the job, not here
+SMOKE_SCRIPT='#!/bin/sh
+#SBATCH --job-name=sandbox-smoke
+#SBATCH --output=/dev/null
+#SBATCH --time=1
+#SBATCH --ntasks=1
+#SBATCH --cpus-per-task=1
+#SBATCH --mem=16M
+[ "$(id -un)" = slurmuser ] || exit 3
+exit 0
+'
+if [[ "$SMOKE" == 1 || ("$SMOKE" == auto && ${#STARTED[@]} -gt 0) ]]; then
+  JOB_ID="$(printf '%s' "$SMOKE_SCRIPT" | ssh -F "$SSH_CONFIG" sandbox sbatch --parsable 2>"$LOG/ssh-client.log")" ||
+    fail "smoke test: sbatch over ssh failed" ssh-client slurmctld
+  JOB_ID="${JOB_ID%%;*}"
+  [[ "$JOB_ID" =~ ^[0-9]+$ ]] || fail "smoke test: sbatch printed '$JOB_ID', not a job id" slurmctld
+  JOB_STATE=""
+  job_done() {
+    JOB_STATE="$(timeout 5 squeue -h -t all -j "$JOB_ID" -o %T 2>/dev/null)" || return 1
+    case "$JOB_STATE" in
+      PENDING | CONFIGURING | RUNNING | COMPLETING | SUSPENDED | REQUEUED* | RESIZING | SIGNALING | STAGE_OUT | "") return 1 ;;
+    esac
+    return 0
+  }
+  poll 60 job_done || fail "smoke job $JOB_ID did not finish in 60 s (state: '$JOB_STATE')" slurmctld slurmd
+  [[ "$JOB_STATE" == COMPLETED ]] || fail "smoke job $JOB_ID ended $JOB_STATE" slurmd slurmctld
+  SMOKE_MSG="smoke job $JOB_ID COMPLETED"
+elif [[ "$SMOKE" == auto ]]; then
+  # Already up: an end-to-end check (ssh, munge, slurmctld) that allocates nothing.
+  printf '%s' "$SMOKE_SCRIPT" | ssh -F "$SSH_CONFIG" sandbox sbatch --test-only >/dev/null 2>"$LOG/ssh-client.log" ||
+    fail "check: sbatch --test-only over ssh failed" ssh-client slurmctld
+  SMOKE_MSG="already up; sbatch --test-only OK"
+else
+  SMOKE_MSG="smoke test skipped"
+fi
+
+started="${STARTED[*]:-none}"
+cat <<EOF
+Slurm sandbox up in $(sb_elapsed "$T0") s: $SMOKE_MSG; started: $started
+  state   $SB_DIR   (logs in $LOG)
+  node    $NODE  partition $PARTITION  cpus $CPUS  mem ${MEM_MB}M  gpus $GPUS  (jobs run as $JOB_USER)
+  use     source $SB_DIR/env.sh
+          ssh -F \$SANDBOX_SSH_CONFIG sandbox sbatch --parsable < job.sh
+          ssh -i \$SANDBOX_SSH_KEY -o UserKnownHostsFile=\$SANDBOX_SSH_KNOWN_HOSTS -o StrictHostKeyChecking=yes -p $SSH_PORT $JOB_USER@127.0.0.1 squeue
+          squeue; sinfo       (locally, as root, after sourcing env.sh)
+  note    files a job runs must be readable/executable by $JOB_USER (chmod o+rx dirs and files)
+  stop    bash $HERE/down.sh $SB_DIR [--purge]
+EOF
