@@ -1,0 +1,122 @@
+// Package sandboxtest gives tests the throwaway Slurm that sandbox/up.sh
+// starts, and the project's binaries built where the job user can run
+// them.
+//
+// A test that needs Slurm calls Require. With the sandbox's environment
+// exported (make test does it through sandbox/with-sandbox.sh) it returns
+// the sandbox; without it the test is skipped on a developer's machine and
+// fails in CI, where a skipped Slurm test would be a test that never ran.
+package sandboxtest
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// Env is a running sandbox, as env.sh describes it.
+type Env struct {
+	Dir        string
+	Login      string // user@host
+	Port       int
+	Key        string
+	KnownHosts string
+	SSHConfig  string
+	Partition  string
+	SlurmConf  string
+	CPUs, GPUs int
+}
+
+// Require returns the sandbox, or skips (fails in CI) when there is none.
+func Require(t testing.TB) Env {
+	t.Helper()
+	login := os.Getenv("SANDBOX_SSH_LOGIN")
+	if login == "" {
+		msg := "no sandbox Slurm: run `make test`, or `sudo make sandbox-up` and `source /tmp/pvsb/env.sh`"
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg + " (in CI this is a failure, not a skip)")
+		}
+		t.Skip(msg)
+	}
+	var e Env
+	e.Dir = os.Getenv("SANDBOX_DIR")
+	e.Login = login
+	fmt.Sscan(os.Getenv("SANDBOX_SSH_PORT"), &e.Port)
+	e.Key = os.Getenv("SANDBOX_SSH_KEY")
+	e.KnownHosts = os.Getenv("SANDBOX_SSH_KNOWN_HOSTS")
+	e.SSHConfig = os.Getenv("SANDBOX_SSH_CONFIG")
+	e.Partition = os.Getenv("SANDBOX_PARTITION")
+	e.SlurmConf = os.Getenv("SLURM_CONF")
+	fmt.Sscan(os.Getenv("SANDBOX_CPUS"), &e.CPUs)
+	fmt.Sscan(os.Getenv("SANDBOX_GPUS"), &e.GPUs)
+	return e
+}
+
+// Slurm runs a Slurm client command locally (as root, against the
+// sandbox's controller) and returns its output; tests use it to look at
+// the queue without going through the code under test.
+func (e Env) Slurm(t testing.TB, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), "SLURM_CONF="+e.SlurmConf)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+var (
+	buildMu  sync.Mutex // guards built
+	built    = map[string]string{}
+	rootOnce sync.Once
+	rootDir  string
+	rootErr  error
+)
+
+// Binary builds a main package of this module (such as "plugin" or
+// "host-example") once per test binary, into a directory every user can
+// read and execute, because Slurm runs jobs as the sandbox's job user and a
+// worker binary in a 0700 temp dir fails with "Permission denied".
+func Binary(t testing.TB, pkg, name string) string {
+	t.Helper()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if p, ok := built[pkg]; ok {
+		return p
+	}
+	rootOnce.Do(func() {
+		rootDir, rootErr = os.MkdirTemp("", "fluksio-bin-")
+		if rootErr == nil {
+			rootErr = os.Chmod(rootDir, 0o755)
+		}
+	})
+	if rootErr != nil {
+		t.Fatal(rootErr)
+	}
+	out := filepath.Join(rootDir, name)
+	cmd := exec.Command("go", "build", "-o", out, "github.com/fluksio/provision/"+pkg)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+	built[pkg] = out
+	return out
+}
+
+// ModuleRoot is the repository root, for tests that need its files.
+func ModuleRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// Cleanup removes the binaries Binary built; call it from TestMain.
+func Cleanup() {
+	if rootDir != "" {
+		os.RemoveAll(rootDir)
+	}
+}
