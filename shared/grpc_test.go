@@ -128,7 +128,9 @@ func TestRoundTripEveryMethod(t *testing.T) {
 		InfoF: func(context.Context, *InfoRequest) (*InfoResponse, error) {
 			return &InfoResponse{Kind: "k", Version: "1.2.3", ContractVersion: ContractVersion, Capabilities: []string{"c"}}, nil
 		},
-		SchemaF: func(context.Context, *SchemaRequest) (*SchemaResponse, error) { return &SchemaResponse{Schema: schema}, nil },
+		SchemaF: func(context.Context, *SchemaRequest) (*SchemaResponse, error) {
+			return &SchemaResponse{Schema: schema}, nil
+		},
 		ValidateConfigF: func(_ context.Context, r *ValidateConfigRequest) (*ValidateConfigResponse, error) {
 			if r.Name != "n" || string(r.Config) != `{"a":1}` {
 				return nil, fmt.Errorf("got %q %s", r.Name, r.Config)

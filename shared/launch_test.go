@@ -113,8 +113,10 @@ func TestLaunchedPluginRoundTrips(t *testing.T) {
 	events := &eventLog{}
 	logs := &syncBuffer{}
 	p := launchTest(t, LaunchConfig{
-		Logger:  hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Debug}),
-		Signer:  signerFunc(func(w string, ttl time.Duration) (string, time.Time, error) { return "secret-token-for-" + w, time.Now().Add(ttl), nil }),
+		Logger: hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Debug}),
+		Signer: signerFunc(func(w string, ttl time.Duration) (string, time.Time, error) {
+			return "secret-token-for-" + w, time.Now().Add(ttl), nil
+		}),
 		OnEvent: events.add,
 	})
 	prov := p.Provisioner()

@@ -67,7 +67,7 @@ func Serve(factory func(hclog.Logger) Provisioner) {
 	defer stop()
 
 	plugin.Serve(&plugin.ServeConfig{
-		HandshakeConfig: Handshake,
+		HandshakeConfig:  Handshake,
 		VersionedPlugins: pluginSets(impl),
 		GRPCServer:       plugin.DefaultGRPCServer,
 		Logger:           logger,
