@@ -1,0 +1,226 @@
+package main
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/fluksio/provision/shared"
+)
+
+// A worker credential is two base64url fields joined by a dot: a payload
+// and the HMAC-SHA256 of that payload under the engine's secret. The
+// payload is
+//
+//	v1 \n <expiry, Unix seconds> \n <worker name>
+//
+// so the signature binds the name to the expiry and both to the format's
+// version: a token cut from one worker's credential and pasted onto
+// another's name no longer verifies, and a v2 payload can never be read as
+// a v1 one. The name comes last because it is the only free-form field,
+// and it may not contain a newline.
+//
+// It is not a JWT on purpose: there is one issuer, one audience and one
+// algorithm, and every choice a JWT library lets a token make about
+// itself ("alg") is a choice an attacker could make instead.
+const tokenVersion = "v1"
+
+// The secret must be at least this long: HMAC-SHA256 gains nothing from
+// more and loses a lot from less.
+const minSecretLen = 32
+
+// maxTokenLen bounds what Verify will look at, so a hostile header costs
+// a length check and nothing more. Real tokens are about 100 characters.
+const maxTokenLen = 1024
+
+// maxWorkerNameLen is long enough for "<provisioner>-<profile>-<suffix>"
+// and short enough to sit in a log line.
+const maxWorkerNameLen = 253
+
+// secretEnv names the variable an engine reads its signing secret from.
+// Without it every engine start has a fresh secret, which is right for one
+// engine: credentials it signed die with it, as do the workers they named.
+// Set it to keep workers valid across a restart.
+const secretEnv = "FLUKSIO_ENGINE_SECRET"
+
+// Why a credential was refused. The messages name no part of the token,
+// so they may be logged and sent back to the worker as they are.
+var (
+	errTokenMalformed = errors.New("malformed credential")
+	errTokenForged    = errors.New("credential signature does not match")
+	errTokenExpired   = errors.New("credential has expired")
+)
+
+// Signer signs and verifies worker credentials with one secret. It is safe
+// for concurrent use: it never changes after NewSigner.
+type Signer struct {
+	secret []byte
+	// now is the clock Sign reads; Verify is given its time instead.
+	now func() time.Time
+}
+
+// The engine hands its Signer to the plugin host, which mints through it.
+var _ shared.CredentialSigner = (*Signer)(nil)
+
+// NewSigner returns a Signer for secret. A secret shorter than 32 bytes is
+// a bug in the caller (secretFromEnv and randomSecret never return one), so
+// it panics rather than sign with something guessable.
+func NewSigner(secret []byte) *Signer {
+	if len(secret) < minSecretLen {
+		panic(fmt.Sprintf("host-example: signing secret is %d bytes; need at least %d", len(secret), minSecretLen))
+	}
+	return &Signer{secret: bytes.Clone(secret), now: time.Now}
+}
+
+// Sign returns a credential naming worker that is good for ttl, and when
+// it stops being good. The expiry is whole seconds, rounded down, so a
+// credential never outlives what was asked for.
+func (s *Signer) Sign(worker string, ttl time.Duration) (token string, expires time.Time, err error) {
+	if err := checkWorkerName(worker); err != nil {
+		return "", time.Time{}, err
+	}
+	if ttl <= 0 {
+		return "", time.Time{}, fmt.Errorf("credential lifetime %s is not positive", ttl)
+	}
+	exp := s.now().Add(ttl).Unix()
+	payload := []byte(tokenVersion + "\n" + strconv.FormatInt(exp, 10) + "\n" + worker)
+	enc := base64.RawURLEncoding
+	token = enc.EncodeToString(payload) + "." + enc.EncodeToString(s.mac(payload))
+	return token, time.Unix(exp, 0), nil
+}
+
+// Verify returns the worker a credential names, if the credential was
+// signed with this secret and has not expired at now. The signature is
+// checked before anything in the payload is believed, and compared in
+// constant time. Any input, however hostile, gets an error rather than a
+// panic; the error wraps errTokenMalformed, errTokenForged or
+// errTokenExpired.
+func (s *Signer) Verify(token string, now time.Time) (worker string, err error) {
+	if token == "" || len(token) > maxTokenLen {
+		return "", errTokenMalformed
+	}
+	p64, m64, ok := strings.Cut(token, ".")
+	if !ok || strings.Contains(m64, ".") {
+		return "", errTokenMalformed
+	}
+	// Strict: a token has exactly one spelling, so two strings that differ
+	// cannot both verify.
+	enc := base64.RawURLEncoding.Strict()
+	payload, err := enc.DecodeString(p64)
+	if err != nil {
+		return "", errTokenMalformed
+	}
+	mac, err := enc.DecodeString(m64)
+	if err != nil || len(mac) != sha256.Size {
+		return "", errTokenMalformed
+	}
+	if !hmac.Equal(mac, s.mac(payload)) {
+		return "", errTokenForged
+	}
+
+	// Signed by us, so malformed here means another version of us.
+	fields := strings.SplitN(string(payload), "\n", 3)
+	if len(fields) != 3 || fields[0] != tokenVersion {
+		return "", errTokenMalformed
+	}
+	exp, err := strconv.ParseInt(fields[1], 10, 64)
+	if err != nil {
+		return "", errTokenMalformed
+	}
+	worker = fields[2]
+	if checkWorkerName(worker) != nil {
+		return "", errTokenMalformed
+	}
+	if !now.Before(time.Unix(exp, 0)) {
+		return "", fmt.Errorf("%w: worker %q, at %s", errTokenExpired, worker, time.Unix(exp, 0).UTC().Format(time.RFC3339))
+	}
+	return worker, nil
+}
+
+// mac is the signature of a payload. The fixed prefix keeps these MACs
+// apart from anything else that might one day be signed with the secret.
+func (s *Signer) mac(payload []byte) []byte {
+	h := hmac.New(sha256.New, s.secret)
+	h.Write([]byte("fluksio worker credential\x00"))
+	h.Write(payload)
+	return h.Sum(nil)
+}
+
+// checkWorkerName refuses names that could not be carried in a payload
+// or printed in a log line without surprises.
+func checkWorkerName(name string) error {
+	if name == "" {
+		return errors.New("worker name is empty")
+	}
+	if len(name) > maxWorkerNameLen {
+		return fmt.Errorf("worker name is %d bytes; at most %d", len(name), maxWorkerNameLen)
+	}
+	for _, r := range name {
+		if unicode.IsControl(r) || unicode.IsSpace(r) || r == unicode.ReplacementChar {
+			return fmt.Errorf("worker name %q has a space, control character or invalid UTF-8", name)
+		}
+	}
+	return nil
+}
+
+// randomSecret is a fresh secret for one engine start.
+func randomSecret() []byte {
+	secret := make([]byte, minSecretLen)
+	// crypto/rand.Read never fails on a supported platform (it crashes the
+	// program instead), so there is no error to handle.
+	rand.Read(secret)
+	return secret
+}
+
+// engineSecret is the secret the engine signs with: from the environment
+// variable name if it is set, else fresh random bytes.
+func engineSecret(name string) (secret []byte, fromEnv bool, err error) {
+	if os.Getenv(name) == "" {
+		return randomSecret(), false, nil
+	}
+	secret, err = secretFromEnv(name)
+	return secret, err == nil, err
+}
+
+// secretFromEnv reads a signing secret from the environment variable
+// name. See parseSecret for what it accepts.
+func secretFromEnv(name string) ([]byte, error) {
+	value := os.Getenv(name)
+	if value == "" {
+		return nil, fmt.Errorf("%s is not set", name)
+	}
+	secret, err := parseSecret(value)
+	if err != nil {
+		// The value itself is never part of the message: it is the secret.
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return secret, nil
+}
+
+// parseSecret accepts a secret as hex (what `openssl rand -hex 32` prints)
+// or as raw bytes, with surrounding whitespace ignored either way. A value
+// that is valid hex is taken as hex, so that a 64-character hex string
+// means 32 bytes and not 64; either way it must come to at least 32 bytes.
+func parseSecret(value string) ([]byte, error) {
+	value = strings.TrimSpace(value)
+	if b, err := hex.DecodeString(value); err == nil && len(value) > 0 {
+		if len(b) < minSecretLen {
+			return nil, fmt.Errorf("hex secret decodes to %d bytes; need at least %d", len(b), minSecretLen)
+		}
+		return b, nil
+	}
+	if len(value) < minSecretLen {
+		return nil, fmt.Errorf("secret is %d bytes; need at least %d (or %d hex digits)", len(value), minSecretLen, 2*minSecretLen)
+	}
+	return []byte(value), nil
+}

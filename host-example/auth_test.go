@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSignVerifyRoundTrip(t *testing.T) {
+	t.Parallel()
+	s := NewSigner(testSecret)
+	token, expires, err := s.Sign("slurm-gpu-1a2b3c4d", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Until(expires); d <= 59*time.Minute || d > time.Hour {
+		t.Errorf("expires in %s; want about an hour", d)
+	}
+	worker, err := s.Verify(token, time.Now())
+	if err != nil || worker != "slurm-gpu-1a2b3c4d" {
+		t.Errorf("Verify = %q, %v; want slurm-gpu-1a2b3c4d, nil", worker, err)
+	}
+	// The same secret in another Signer (an engine restarted with
+	// FLUKSIO_ENGINE_SECRET) accepts it too.
+	if _, err := NewSigner(bytes.Clone(testSecret)).Verify(token, time.Now()); err != nil {
+		t.Errorf("same secret, other Signer: %v", err)
+	}
+}
+
+func TestVerifyExpiry(t *testing.T) {
+	t.Parallel()
+	s := NewSigner(testSecret)
+	token, expires, err := s.Sign("w", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Verify(token, expires.Add(-time.Second)); err != nil {
+		t.Errorf("a second before expiry: %v", err)
+	}
+	for _, at := range []time.Time{expires, expires.Add(time.Hour)} {
+		if _, err := s.Verify(token, at); !errors.Is(err, errTokenExpired) {
+			t.Errorf("at %s (expires %s): err = %v; want errTokenExpired", at, expires, err)
+		}
+	}
+}
+
+// tamper re-encodes a token's payload with edit applied, keeping its MAC.
+func tamper(t *testing.T, token string, edit func(string) string) string {
+	t.Helper()
+	p64, m64, _ := strings.Cut(token, ".")
+	payload, err := base64.RawURLEncoding.DecodeString(p64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return base64.RawURLEncoding.EncodeToString([]byte(edit(string(payload)))) + "." + m64
+}
+
+func TestVerifyRefuses(t *testing.T) {
+	t.Parallel()
+	s := NewSigner(testSecret)
+	good, _, err := s.Sign("slurm-cpu-00000001", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _, err := NewSigner(bytes.Repeat([]byte{7}, 32)).Sign("slurm-cpu-00000001", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p64, m64, _ := strings.Cut(good, ".")
+
+	tests := []struct {
+		name  string
+		token string
+		want  error
+	}{
+		{"empty", "", errTokenMalformed},
+		{"no dot", p64, errTokenMalformed},
+		{"two dots", good + ".x", errTokenMalformed},
+		{"empty halves", ".", errTokenMalformed},
+		{"not base64", "!!!." + m64, errTokenMalformed},
+		{"short mac", p64 + "." + m64[:20], errTokenMalformed},
+		{"padded", p64 + "=." + m64, errTokenMalformed},
+		{"huge", strings.Repeat("a", maxTokenLen+1), errTokenMalformed},
+		{"forged mac", p64 + "." + base64.RawURLEncoding.EncodeToString(make([]byte, 32)), errTokenForged},
+		{"other secret", other, errTokenForged},
+		{"tampered name", tamper(t, good, func(p string) string {
+			return strings.Replace(p, "slurm-cpu-00000001", "slurm-cpu-00000002", 1)
+		}), errTokenForged},
+		{"tampered expiry", tamper(t, good, func(p string) string {
+			return strings.Replace(p, "\n1", "\n9", 1)
+		}), errTokenForged},
+		{"swapped halves", m64 + "." + p64, errTokenForged},
+	}
+	for _, tc := range tests {
+		worker, err := s.Verify(tc.token, time.Now())
+		if !errors.Is(err, tc.want) {
+			t.Errorf("%s: Verify = %q, %v; want %v", tc.name, worker, err, tc.want)
+		}
+		if err != nil && tc.token != "" && strings.Contains(err.Error(), tc.token) {
+			t.Errorf("%s: error %q contains the token", tc.name, err)
+		}
+	}
+}
+
+func TestSignRefuses(t *testing.T) {
+	t.Parallel()
+	s := NewSigner(testSecret)
+	for _, name := range []string{"", "a b", "a\nb", "a\x00b", strings.Repeat("x", maxWorkerNameLen+1), "\xff"} {
+		if _, _, err := s.Sign(name, time.Hour); err == nil {
+			t.Errorf("Sign(%q) succeeded", name)
+		}
+	}
+	if _, _, err := s.Sign("w", 0); err == nil {
+		t.Error("Sign with ttl 0 succeeded")
+	}
+}
+
+func TestNewSignerShortSecretPanics(t *testing.T) {
+	t.Parallel()
+	defer func() {
+		if recover() == nil {
+			t.Error("NewSigner accepted a 31-byte secret")
+		}
+	}()
+	NewSigner(make([]byte, 31))
+}
+
+func FuzzVerify(f *testing.F) {
+	s := NewSigner(testSecret)
+	good, _, _ := s.Sign("fuzz-worker", time.Hour)
+	for _, seed := range []string{good, "", ".", "a.b", good + ".", "djE.AAAA", strings.Repeat(".", 50)} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, token string) {
+		worker, err := s.Verify(token, time.Now())
+		if err == nil && token != good {
+			t.Errorf("Verify accepted %q as %q", token, worker)
+		}
+		if err == nil && checkWorkerName(worker) != nil {
+			t.Errorf("Verify returned bad name %q", worker)
+		}
+	})
+}
+
+var secretTests = []struct {
+	value string
+	want  []byte // nil: an error
+}{
+	{strings.Repeat("ab", 32), bytes.Repeat([]byte{0xab}, 32)},
+	{"  " + strings.Repeat("AB", 40) + "\n", bytes.Repeat([]byte{0xab}, 40)},
+	{strings.Repeat("ab", 20), nil}, // hex, but only 20 bytes
+	{"correct horse battery staple, and then some", []byte("correct horse battery staple, and then some")},
+	{"too short to sign with", nil},
+	{"", nil},
+}
+
+func TestParseSecret(t *testing.T) {
+	t.Parallel()
+	for _, tc := range secretTests {
+		got, err := parseSecret(tc.value)
+		if tc.want == nil {
+			if err == nil {
+				t.Errorf("parseSecret(%q) = %x; want an error", tc.value, got)
+			} else if strings.Contains(err.Error(), strings.TrimSpace(tc.value)) && tc.value != "" {
+				t.Errorf("parseSecret(%q): error %q repeats the secret", tc.value, err)
+			}
+			continue
+		}
+		if err != nil || !bytes.Equal(got, tc.want) {
+			t.Errorf("parseSecret(%q) = %x, %v; want %x", tc.value, got, err, tc.want)
+		}
+	}
+}
+
+// Not parallel: t.Setenv.
+func TestSecretFromEnv(t *testing.T) {
+	const name = "FLUKSIO_TEST_SECRET"
+	t.Setenv(name, "")
+	if _, err := secretFromEnv(name); err == nil {
+		t.Error("secretFromEnv with the variable unset succeeded")
+	}
+	secret, fromEnv, err := engineSecret(name)
+	if err != nil || fromEnv || len(secret) != minSecretLen {
+		t.Errorf("engineSecret unset = %d bytes, %v, %v; want %d random bytes", len(secret), fromEnv, err, minSecretLen)
+	}
+	t.Setenv(name, strings.Repeat("0f", 32))
+	secret, fromEnv, err = engineSecret(name)
+	if err != nil || !fromEnv || !bytes.Equal(secret, bytes.Repeat([]byte{0x0f}, 32)) {
+		t.Errorf("engineSecret set = %x, %v, %v", secret, fromEnv, err)
+	}
+	t.Setenv(name, "short")
+	if _, _, err := engineSecret(name); err == nil || !strings.Contains(err.Error(), name) {
+		t.Errorf("engineSecret with a short secret: %v; want an error naming %s", err, name)
+	}
+}

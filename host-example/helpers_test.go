@@ -1,0 +1,135 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/fluksio/provision/shared"
+)
+
+// lockedBuffer is a bytes.Buffer safe to write from handlers and workers
+// while a test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// testLogger returns a logger that writes to the returned buffer, so a
+// test can check what was (and was not) logged.
+func testLogger(t *testing.T) (hclog.Logger, *lockedBuffer) {
+	t.Helper()
+	buf := &lockedBuffer{}
+	return hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Debug, Output: buf}), buf
+}
+
+// testSecret is a fixed secret, so that failures reproduce.
+var testSecret = bytes.Repeat([]byte("0123456789abcdef"), 2)
+
+// waitFor polls cond until it holds or the deadline passes. It is for
+// state that has no channel to wait on; the short pause only keeps it
+// from spinning.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// fakeProvisioner is a shared.Provisioner in memory. Provision calls
+// onProvision, if set, and counts the calls; the other methods answer
+// plausibly and do nothing.
+type fakeProvisioner struct {
+	name   string
+	shapes []shared.Shape
+	// onProvision decides what Provision does. Nil means OutcomeNoFit.
+	onProvision func(shared.Need) (*shared.ProvisionResponse, error)
+
+	mu    sync.Mutex // guards calls
+	calls []shared.Need
+}
+
+var _ shared.Provisioner = (*fakeProvisioner)(nil)
+
+func (f *fakeProvisioner) provisionCalls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.calls)
+}
+
+func (f *fakeProvisioner) Info(context.Context, *shared.InfoRequest) (*shared.InfoResponse, error) {
+	return &shared.InfoResponse{Kind: "fake", Version: "0", ContractVersion: shared.ContractVersion}, nil
+}
+
+func (f *fakeProvisioner) Schema(context.Context, *shared.SchemaRequest) (*shared.SchemaResponse, error) {
+	return &shared.SchemaResponse{Schema: &shared.Schema{}}, nil
+}
+
+func (f *fakeProvisioner) ValidateConfig(context.Context, *shared.ValidateConfigRequest) (*shared.ValidateConfigResponse, error) {
+	return &shared.ValidateConfigResponse{}, nil
+}
+
+func (f *fakeProvisioner) Configure(context.Context, *shared.ConfigureRequest) (*shared.ConfigureResponse, error) {
+	return &shared.ConfigureResponse{}, nil
+}
+
+func (f *fakeProvisioner) Shapes(_ context.Context, req *shared.ShapesRequest) (*shared.ShapesResponse, error) {
+	var out []shared.Shape
+	for _, s := range f.shapes {
+		if req.Label == "" || s.HasLabel(req.Label) {
+			out = append(out, s)
+		}
+	}
+	return &shared.ShapesResponse{Shapes: out}, nil
+}
+
+func (f *fakeProvisioner) Covers(_ context.Context, req *shared.CoversRequest) (*shared.CoversResponse, error) {
+	for _, s := range f.shapes {
+		if s.Fits(req.Need) {
+			return &shared.CoversResponse{Covered: true, Profile: s.Profile}, nil
+		}
+	}
+	return &shared.CoversResponse{}, nil
+}
+
+func (f *fakeProvisioner) Provision(_ context.Context, req *shared.ProvisionRequest) (*shared.ProvisionResponse, error) {
+	f.mu.Lock()
+	f.calls = append(f.calls, req.Need)
+	f.mu.Unlock()
+	if f.onProvision == nil {
+		return &shared.ProvisionResponse{Outcome: shared.OutcomeNoFit}, nil
+	}
+	return f.onProvision(req.Need)
+}
+
+func (f *fakeProvisioner) Reconcile(context.Context, *shared.ReconcileRequest) (*shared.ReconcileResponse, error) {
+	return &shared.ReconcileResponse{}, nil
+}
+
+func (f *fakeProvisioner) Status(context.Context, *shared.StatusRequest) (*shared.StatusResponse, error) {
+	return &shared.StatusResponse{Name: f.name, Kind: "fake"}, nil
+}
+
+func (f *fakeProvisioner) Shutdown(context.Context, *shared.ShutdownRequest) (*shared.ShutdownResponse, error) {
+	return &shared.ShutdownResponse{}, nil
+}

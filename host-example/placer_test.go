@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluksio/provision/shared"
+)
+
+var goodNeedTests = []struct {
+	in   string
+	want shared.Need
+}{
+	{"cpus=4", shared.Need{CPUs: 4}},
+	{"gpus=1", shared.Need{CPUs: 1, GPUs: 1}},
+	{"cpus=8,gpus=2,ram_mb=64000,label=a100", shared.Need{CPUs: 8, GPUs: 2, RAMMB: 64000, Label: "a100"}},
+	{"label=gpu, cpus=2", shared.Need{CPUs: 2, Label: "gpu"}},
+	{" cpus = 3 ", shared.Need{CPUs: 3}},
+}
+
+var badNeedTests = []struct {
+	in, wantErr string
+}{
+	{"", "empty need"},
+	{"cpus=0", "at least 1"},
+	{"cpus=-1", "whole number"},
+	{"cpus=two", "whole number"},
+	{"cpus=1,cpus=2", "given twice"},
+	{"cpus=1,mem=4", `unknown key "mem"`},
+	{"cpus", "not key=value"},
+	{"cpus=1,", "not key=value"},
+	{"label=", "label is empty"},
+	{"gpus=99999999999", "whole number"},
+}
+
+func TestParseNeed(t *testing.T) {
+	t.Parallel()
+	for _, tc := range goodNeedTests {
+		got, err := parseNeed(tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("parseNeed(%q) = %+v, %v; want %+v", tc.in, got, err, tc.want)
+			continue
+		}
+		// What formatNeed writes, parseNeed reads back.
+		if again, err := parseNeed(formatNeed(got)); err != nil || again != got {
+			t.Errorf("formatNeed(%+v) = %q, which reads back as %+v, %v", got, formatNeed(got), again, err)
+		}
+	}
+	for _, tc := range badNeedTests {
+		got, err := parseNeed(tc.in)
+		if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+			t.Errorf("parseNeed(%q) = %+v, %v; want an error containing %q", tc.in, got, err, tc.wantErr)
+		}
+	}
+}
+
+func TestNeedList(t *testing.T) {
+	t.Parallel()
+	var l needList
+	for _, s := range []string{"cpus=2", "gpus=1,label=gpu"} {
+		if err := l.Set(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Set("bogus"); err == nil {
+		t.Error("Set(bogus) succeeded")
+	}
+	if got := l.String(); got != "cpus=2 cpus=1,gpus=1,label=gpu" {
+		t.Errorf("String() = %q", got)
+	}
+}
+
+func requested(shared.Need) (*shared.ProvisionResponse, error) {
+	return &shared.ProvisionResponse{Outcome: shared.OutcomeRequested, Profile: "small"}, nil
+}
+
+func TestPassNeverAsksATargetThatCannotCover(t *testing.T) {
+	t.Parallel()
+	logger, logs := testLogger(t)
+	small := &fakeProvisioner{name: "small", shapes: []shared.Shape{{Profile: "small", CPUs: 4}}, onProvision: requested}
+	gpu := &fakeProvisioner{name: "gpu", shapes: []shared.Shape{{Profile: "v100", CPUs: 8, GPUs: 1, Labels: []string{"cuda"}}}, onProvision: requested}
+	p := NewPlacer(logger, NewEngine(nil, NewSigner(testSecret), nil), []Target{
+		{Name: "small", P: small, Shapes: small.shapes},
+		{Name: "gpu", P: gpu, Shapes: gpu.shapes},
+	})
+	p.Add(shared.Need{CPUs: 16})              // nobody
+	p.Add(shared.Need{CPUs: 2, Label: "tpu"}) // nobody
+	for range 3 {
+		p.Pass(context.Background())
+	}
+	if n := small.provisionCalls() + gpu.provisionCalls(); n != 0 {
+		t.Errorf("Provision called %d times for needs no shape covers", n)
+	}
+	if p.Served() {
+		t.Error("Served() with nothing served")
+	}
+	un := p.Unserved()
+	if len(un) != 2 || !strings.Contains(un[0], "no provisioner can start") {
+		t.Errorf("Unserved() = %q", un)
+	}
+	if c := strings.Count(logs.String(), "no provisioner can start a machine"); c != 2 {
+		t.Errorf("logged the uncovered needs %d times over three passes; want once each:\n%s", c, logs)
+	}
+}
+
+func TestPassAsksOnlyCoveringTargets(t *testing.T) {
+	t.Parallel()
+	logger, logs := testLogger(t)
+	small := &fakeProvisioner{name: "small", shapes: []shared.Shape{{Profile: "small", CPUs: 4}}, onProvision: requested}
+	gpu := &fakeProvisioner{name: "gpu", shapes: []shared.Shape{{Profile: "v100", CPUs: 8, GPUs: 1}}, onProvision: requested}
+	p := NewPlacer(logger, NewEngine(nil, NewSigner(testSecret), nil), []Target{
+		{Name: "small", P: small, Shapes: small.shapes},
+		{Name: "gpu", P: gpu, Shapes: gpu.shapes},
+	})
+	p.Add(shared.Need{CPUs: 1, GPUs: 1})
+	p.Pass(context.Background())
+	p.Pass(context.Background())
+	if small.provisionCalls() != 0 || gpu.provisionCalls() != 2 {
+		t.Errorf("calls: small %d, gpu %d; want 0 and one per pass", small.provisionCalls(), gpu.provisionCalls())
+	}
+	if c := strings.Count(logs.String(), "asked for a machine"); c != 1 {
+		t.Errorf("the same outcome logged %d times; want once:\n%s", c, logs)
+	}
+}
+
+func TestPassSkipsErrorsAndDownTargets(t *testing.T) {
+	t.Parallel()
+	logger, logs := testLogger(t)
+	broken := &fakeProvisioner{name: "broken", shapes: []shared.Shape{{Profile: "p", CPUs: 4}},
+		onProvision: func(shared.Need) (*shared.ProvisionResponse, error) { return nil, shared.ErrPluginGone }}
+	fine := &fakeProvisioner{name: "fine", shapes: []shared.Shape{{Profile: "p", CPUs: 4}}, onProvision: requested}
+	p := NewPlacer(logger, NewEngine(nil, NewSigner(testSecret), nil), []Target{
+		{Name: "broken", P: broken, Shapes: broken.shapes},
+		{Name: "fine", P: fine, Shapes: fine.shapes},
+	})
+	p.Add(shared.Need{CPUs: 2})
+	p.Pass(context.Background())
+	p.Pass(context.Background())
+	if broken.provisionCalls() != 2 || fine.provisionCalls() != 2 {
+		t.Errorf("calls: broken %d, fine %d; an error must not stop the others", broken.provisionCalls(), fine.provisionCalls())
+	}
+	if c := strings.Count(logs.String(), "could not ask for a machine"); c != 1 {
+		t.Errorf("error logged %d times; want once per change:\n%s", c, logs)
+	}
+
+	p.SetDown("broken", true)
+	p.Pass(context.Background())
+	if broken.provisionCalls() != 2 {
+		t.Error("a target marked down was asked")
+	}
+	p.SetDown("broken", false)
+	p.Pass(context.Background())
+	if broken.provisionCalls() != 3 {
+		t.Error("a target marked up again was not asked")
+	}
+}
+
+// attachWorker attaches a worker straight through the handler.
+func attachWorker(t *testing.T, e *Engine, s *Signer, name, body string) string {
+	t.Helper()
+	token := sign(t, s, name, time.Hour)
+	if rec := do(t, e, "POST", "/v1/attach", token, body); rec.Code != 200 {
+		t.Fatalf("attach %s: %d %s", name, rec.Code, rec.Body)
+	}
+	return token
+}
+
+func TestPassPrefersAnIdleWorker(t *testing.T) {
+	t.Parallel()
+	signer := NewSigner(testSecret)
+	e := NewEngine(nil, signer, nil)
+	prov := &fakeProvisioner{name: "hpc", shapes: []shared.Shape{{Profile: "big", CPUs: 64, GPUs: 4, Labels: []string{"gpu"}}}, onProvision: requested}
+	p := NewPlacer(nil, e, []Target{{Name: "hpc", P: prov, Shapes: prov.shapes}})
+
+	attachWorker(t, e, signer, "big", `{"cpus":32,"gpus":2,"labels":["gpu"]}`)
+	smallTok := attachWorker(t, e, signer, "small", `{"cpus":4,"gpus":1,"labels":["gpu"]}`)
+	attachWorker(t, e, signer, "nolabel", `{"cpus":4,"gpus":1}`)
+	gpuNeed := p.Add(shared.Need{CPUs: 2, GPUs: 1, Label: "gpu"})
+	p.Add(shared.Need{CPUs: 2, GPUs: 1, Label: "gpu"})
+	p.Add(shared.Need{CPUs: 2, GPUs: 1, Label: "gpu"}) // no third gpu worker
+	p.Pass(context.Background())
+
+	needs := p.Needs()
+	if needs[0].Worker != "small" || needs[1].Worker != "big" || needs[2].State != needWaiting {
+		t.Fatalf("assignments %+v; want small, big, then waiting", needs)
+	}
+	if prov.provisionCalls() != 1 {
+		t.Errorf("Provision called %d times; want once, for the need left over", prov.provisionCalls())
+	}
+
+	// The small worker leaves without reporting: the task is lost and
+	// the need waits again.
+	do(t, e, "POST", "/v1/detach", smallTok, "")
+	p.Pass(context.Background())
+	for _, st := range p.Needs() {
+		if st.ID == gpuNeed && st.State != needWaiting {
+			t.Errorf("need of a departed worker is %s; want waiting", st.State)
+		}
+	}
+}
+
+func TestSetTargetReplaces(t *testing.T) {
+	t.Parallel()
+	old := &fakeProvisioner{shapes: []shared.Shape{{CPUs: 1}}, onProvision: requested}
+	fresh := &fakeProvisioner{shapes: []shared.Shape{{CPUs: 1}}, onProvision: requested}
+	p := NewPlacer(nil, NewEngine(nil, NewSigner(testSecret), nil), []Target{{Name: "a", P: old, Shapes: old.shapes}})
+	p.SetDown("a", true)
+	p.SetTarget(Target{Name: "a", P: fresh, Shapes: fresh.shapes})
+	p.Add(shared.Need{CPUs: 1})
+	p.Pass(context.Background())
+	if old.provisionCalls() != 0 || fresh.provisionCalls() != 1 {
+		t.Errorf("calls: old %d, fresh %d; want the replacement asked, and up", old.provisionCalls(), fresh.provisionCalls())
+	}
+}

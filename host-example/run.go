@@ -1,0 +1,273 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/fluksio/provision/shared"
+)
+
+// Intervals of the run loop. A placer pass is cheap (it answers "could
+// anything fit?" from cached shapes) so it runs often; Reconcile crosses
+// into every plugin, so it runs less.
+var (
+	passInterval      = time.Second
+	reconcileInterval = 3 * time.Second
+	shutdownTimeout   = time.Minute
+)
+
+// runMain is the engine: it launches one plugin per provisioner block,
+// serves workers over HTTP, and places the needs given with -need. With
+// needs it exits once all are served (0) or -timeout passes (1); without,
+// it runs until SIGINT or SIGTERM. Either way it shuts every provisioner
+// down first, so nothing it asked for is left in a queue.
+func runMain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "the configuration `file` (required)")
+	var needs needList
+	fs.Var(&needs, "need", "a node to place: cpus=N[,gpus=N][,ram_mb=N][,label=L] (repeatable)")
+	timeout := fs.Duration("timeout", 0, "give up on the needs after this long (0: never)")
+	level := fs.String("log-level", "info", "trace, debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *configPath == "" || fs.NArg() != 0 {
+		fmt.Fprintln(stderr, "usage: host-example run -config FILE [-need SPEC]... [-timeout DURATION]")
+		return 2
+	}
+
+	logger := hclog.New(&hclog.LoggerOptions{Name: "engine", Output: stderr, Level: hclog.LevelFromString(*level)})
+	story := newStory(stdout)
+	cfg, diags := loadConfig(*configPath)
+	if diags.HasErrors() {
+		writeDiagnostics(stderr, cfg.Files, diags)
+		return 1
+	}
+	secret, fromEnv, err := engineSecret(cfg.Engine.SecretEnv)
+	if err != nil {
+		fmt.Fprintf(stderr, "host-example: %v\n", err)
+		return 1
+	}
+	logger.Info("worker credentials", "secret", map[bool]string{true: "from $" + cfg.Engine.SecretEnv, false: "random, this run only"}[fromEnv])
+	signer := NewSigner(secret)
+	engine := NewEngine(logger.Named("http"), signer, time.Now)
+	engine.OnAttach = func(w WorkerInfo) {
+		story.say("worker %s attached from %s (Slurm job %s, %d cpus, %d gpus)", w.Name, w.Hostname, orDash(w.SlurmJobID), w.CPUs, w.GPUs)
+	}
+	engine.OnResult = func(r Result) {
+		story.say("work done by %s: host %s, SLURM_JOB_ID=%s, cpus %d: %s", r.Worker, r.Hostname, orDash(r.SlurmJobID), r.CPUs, r.Output)
+	}
+
+	ln, err := net.Listen("tcp", cfg.Engine.Listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "host-example: cannot listen on %s (engine.listen): %v\n", cfg.Engine.Listen, err)
+		return 1
+	}
+	srv := &http.Server{Handler: engine.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	var serving sync.WaitGroup
+	serving.Add(1)
+	go func() {
+		defer serving.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("http server stopped", "error", err)
+		}
+	}()
+	logger.Info("listening for workers", "addr", ln.Addr().String())
+
+	placer := NewPlacer(logger.Named("placer"), engine, nil)
+	engine.NeedsFunc = placer.Needs
+	wake := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+
+	var sups []*supervisor
+	for _, pc := range cfg.Provisioners {
+		plog := logger.Named(pc.Name)
+		name := pc.Name
+		s := newSupervisor(pc, plog, launchOptions{
+			logger: logger.Named("plugin"),
+			signer: signer,
+			onEvent: func(ev shared.Event) {
+				story.event(ev)
+				plog.Info("event", "kind", ev.Kind, "profile", ev.Profile, "job", ev.Job, "worker", ev.Worker, "detail", ev.Detail)
+				poke()
+			},
+		})
+		s.onUp = func(t Target) { placer.SetTarget(t); placer.SetDown(name, false); poke() }
+		s.onDown = func(string) { placer.SetDown(name, true) }
+		sups = append(sups, s)
+	}
+	engine.StatusFunc = func(ctx context.Context) []ProvisionerStatus {
+		out := make([]ProvisionerStatus, 0, len(sups))
+		for _, s := range sups {
+			out = append(out, s.status(ctx))
+		}
+		return out
+	}
+
+	shutdown := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		var wg sync.WaitGroup
+		for _, s := range sups {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp, err := s.shutdown(ctx)
+				switch {
+				case err != nil:
+					story.say("%s: shutdown failed: %v", s.cfg.Name, err)
+				case len(resp.Cancelled) > 0:
+					story.say("%s: shut down, cancelled Slurm job(s) %s", s.cfg.Name, strings.Join(resp.Cancelled, ", "))
+				default:
+					story.say("%s: shut down, nothing outstanding", s.cfg.Name)
+				}
+			}()
+		}
+		wg.Wait()
+		engine.Close()
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer scancel()
+		_ = srv.Shutdown(sctx)
+		serving.Wait()
+	}
+
+	startCtx, cancelStart := context.WithTimeout(context.Background(), 2*time.Minute)
+	for _, s := range sups {
+		diags = append(diags, s.start(startCtx)...)
+	}
+	cancelStart()
+	if diags.HasErrors() {
+		sortDiags(diags)
+		writeDiagnostics(stderr, cfg.Files, diags)
+		shutdown()
+		return 1
+	}
+	for _, s := range sups {
+		story.say("%s: %s provisioner ready", s.cfg.Name, s.cfg.Kind)
+	}
+
+	for _, n := range needs {
+		id := placer.Add(n)
+		story.say("%s needs %s: asking the provisioners that cover it", id, formatNeed(n))
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var deadline <-chan time.Time
+	if *timeout > 0 {
+		timer := time.NewTimer(*timeout)
+		defer timer.Stop()
+		deadline = timer.C
+	}
+	passTick := time.NewTicker(passInterval)
+	defer passTick.Stop()
+	reconcileTick := time.NewTicker(reconcileInterval)
+	defer reconcileTick.Stop()
+
+	code := 0
+	placer.Pass(ctx)
+loop:
+	for {
+		if len(needs) > 0 && placer.Served() {
+			story.say("all %d need(s) served; shutting down", len(needs))
+			break
+		}
+		select {
+		case <-ctx.Done():
+			story.say("signal received; shutting down")
+			if len(needs) > 0 {
+				code = 1
+			}
+			break loop
+		case <-deadline:
+			story.say("timed out after %s; not served: %s", *timeout, strings.Join(placer.Unserved(), "; "))
+			code = 1
+			break loop
+		case <-passTick.C:
+		case <-wake:
+		case <-engine.Changed():
+		case <-reconcileTick.C:
+			reconcile(ctx, sups, engine.Attached(), logger)
+		}
+		placer.Pass(ctx)
+	}
+	stop()
+	shutdown()
+	return code
+}
+
+// reconcile tells each provisioner who is attached, so it forgets what
+// arrived and gives up on what took too long.
+func reconcile(ctx context.Context, sups []*supervisor, attached []string, logger hclog.Logger) {
+	for _, s := range sups {
+		p := s.provisioner()
+		if p == nil {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		r, err := p.Reconcile(rctx, &shared.ReconcileRequest{Attached: attached})
+		cancel()
+		if err != nil {
+			logger.Warn("reconcile failed", "provisioner", s.cfg.Name, "error", err)
+			continue
+		}
+		if len(r.Expired) > 0 {
+			logger.Warn("gave up on jobs that never attached", "provisioner", s.cfg.Name, "jobs", r.Expired)
+		}
+	}
+}
+
+// story prints what happens in words a person can follow, with the time
+// since the engine started; the log on stderr has the details.
+type story struct {
+	mu    sync.Mutex // guards w
+	w     io.Writer
+	start time.Time
+}
+
+func newStory(w io.Writer) *story { return &story{w: w, start: time.Now()} }
+
+func (s *story) say(format string, args ...any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fmt.Fprintf(s.w, "[%6.1fs] %s\n", time.Since(s.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func (s *story) event(ev shared.Event) {
+	switch ev.Kind {
+	case shared.EventWorkerProvisioned:
+		s.say("%s: asked for a %q machine: Slurm job %s, worker %s", ev.Provisioner, ev.Profile, ev.Job, ev.Worker)
+	case shared.EventWorkerProvisionFailed:
+		s.say("%s: could not get a %q machine: %s", ev.Provisioner, ev.Profile, ev.Detail)
+	case shared.EventWorkerCancelled:
+		s.say("%s: cancelled Slurm job %s (%s) %s", ev.Provisioner, ev.Job, ev.Worker, ev.Detail)
+	default:
+		s.say("%s: %s %s %s", ev.Provisioner, ev.Kind, ev.Job, ev.Detail)
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

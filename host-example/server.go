@@ -1,0 +1,743 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/fluksio/provision/shared"
+)
+
+// defaultPollWait is how long GET /v1/work holds a request open. Long
+// enough that an idle worker costs a request every twenty seconds; short
+// enough that proxies and load balancers with a thirty-second idle timeout
+// leave it alone.
+const defaultPollWait = 20 * time.Second
+
+// goneFactor: a worker unseen for this many poll periods counts as gone.
+// Three, so that one slow round trip or one retried request is not
+// mistaken for a dead machine.
+const goneFactor = 3
+
+// Request bodies are small JSON; anything bigger is not a worker.
+const (
+	maxRequestBody = 64 << 10
+	// maxResultBody leaves room for a task's output.
+	maxResultBody = 1 << 20
+)
+
+// Engine is where workers meet the engine, over plain HTTP: they attach
+// with a credential the engine signed, long-poll for a task, report its
+// result and detach when they leave. It keeps the books on who is
+// attached, what each was given and what came back; deciding who gets what
+// is the Placer's job, and the Engine never calls a provisioner.
+//
+// Every request but GET /status carries "Authorization: Bearer <token>",
+// and the worker's name is the one in the token, never one in the body.
+type Engine struct {
+	// PollWait is the longest GET /v1/work holds a request before
+	// answering 204. A worker may ask for less with ?wait=SECONDS. Set it
+	// before serving; zero means defaultPollWait.
+	PollWait time.Duration
+
+	// StatusFunc supplies the provisioners in GET /status. It is called
+	// with the request's context and without e.mu, so it may cross the
+	// plugin boundary. Nil lists none. Set before serving.
+	StatusFunc func(context.Context) []ProvisionerStatus
+
+	// NeedsFunc supplies the needs in GET /status, normally Placer.Needs.
+	// Nil lists none. Set before serving.
+	NeedsFunc func() []NeedStatus
+
+	// OnAttach and OnResult, when set, hear of each first attach and each
+	// accepted result, after the books are updated and without e.mu; the
+	// run command tells its story with them. Set before serving.
+	OnAttach func(WorkerInfo)
+	OnResult func(Result)
+
+	logger hclog.Logger
+	signer *Signer
+	now    func() time.Time
+
+	// changed holds at most one pending wake-up for the run loop: a
+	// worker attached, finished or left, so a placer pass now would find
+	// something new.
+	changed chan struct{}
+	// done is closed by Close; long polls return at once after it.
+	done      chan struct{}
+	closeOnce sync.Once
+
+	// mu guards workers, results and every field of every workerState.
+	// It is never held while writing a response, logging, or calling
+	// StatusFunc or NeedsFunc: a slow client or a slow plugin must not
+	// stall every other worker.
+	mu      sync.Mutex
+	workers map[string]*workerState
+	// results are finished tasks by id, kept until the placer takes them.
+	results map[string]Result
+}
+
+// WorkerInfo is what a worker advertised when it attached.
+type WorkerInfo struct {
+	Name       string   `json:"name"`
+	Hostname   string   `json:"hostname"`
+	SlurmJobID string   `json:"slurm_job_id"`
+	CPUs       int      `json:"cpus"`
+	GPUs       int      `json:"gpus"`
+	RAMMB      int64    `json:"ram_mb"`
+	Labels     []string `json:"labels"`
+}
+
+// shape is the worker as a machine, so that the placer matches workers
+// with the same rule (shared.Shape.Fits) that provisioners' shapes use.
+func (w WorkerInfo) shape() shared.Shape {
+	return shared.Shape{CPUs: w.CPUs, GPUs: w.GPUs, RAMMB: w.RAMMB, Labels: w.Labels}
+}
+
+// Task is one piece of work for one worker, as GET /v1/work sends it.
+type Task struct {
+	ID   string   `json:"id"`
+	Need needJSON `json:"need"`
+}
+
+// needJSON is a shared.Need on the wire.
+type needJSON struct {
+	CPUs  int    `json:"cpus"`
+	GPUs  int    `json:"gpus"`
+	RAMMB int64  `json:"ram_mb"`
+	Label string `json:"label,omitempty"`
+}
+
+func toNeedJSON(n shared.Need) needJSON {
+	return needJSON{CPUs: n.CPUs, GPUs: n.GPUs, RAMMB: n.RAMMB, Label: n.Label}
+}
+
+// Result is what a worker reported for a task.
+type Result struct {
+	TaskID     string    `json:"task_id"`
+	Worker     string    `json:"worker"`
+	Hostname   string    `json:"hostname"`
+	SlurmJobID string    `json:"slurm_job_id"`
+	CPUs       int       `json:"cpus"`
+	Output     string    `json:"output"`
+	At         time.Time `json:"at"`
+}
+
+// workerState is one attached worker. Every field is guarded by Engine.mu.
+type workerState struct {
+	info     WorkerInfo
+	attached time.Time
+	lastSeen time.Time
+	// polling counts long polls in progress: a worker waiting on us is
+	// alive however long ago its last request began.
+	polling int
+	// task is assigned and not yet reported; nil when the worker is idle.
+	// It is handed out again on every poll until its result arrives, so a
+	// response lost on the way costs a repeat, not the task.
+	task *Task
+	// wake holds at most one pending signal that task was set.
+	wake chan struct{}
+}
+
+// NewEngine returns an Engine that trusts credentials signer verifies.
+// now is its clock (nil means time.Now); tests pass their own.
+func NewEngine(logger hclog.Logger, signer *Signer, now func() time.Time) *Engine {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &Engine{
+		logger:  logger,
+		signer:  signer,
+		now:     now,
+		changed: make(chan struct{}, 1),
+		done:    make(chan struct{}),
+		workers: make(map[string]*workerState),
+		results: make(map[string]Result),
+	}
+}
+
+// Handler routes the engine's endpoints.
+func (e *Engine) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/attach", e.handleAttach)
+	mux.HandleFunc("GET /v1/work", e.handleWork)
+	mux.HandleFunc("POST /v1/result", e.handleResult)
+	mux.HandleFunc("POST /v1/detach", e.handleDetach)
+	mux.HandleFunc("GET /status", e.handleStatus)
+	return mux
+}
+
+// Changed delivers a value after a worker attaches, reports a result or
+// detaches, so the run loop can pass at once instead of on its next tick.
+// Wake-ups that arrive while one is pending are merged.
+func (e *Engine) Changed() <-chan struct{} { return e.changed }
+
+// Close ends the long polls in progress and refuses new ones, so that an
+// http.Server's Shutdown need not wait out PollWait. It is idempotent.
+func (e *Engine) Close() {
+	e.closeOnce.Do(func() { close(e.done) })
+}
+
+// Attached lists the workers attached now, by name, for Reconcile.
+// Workers not seen for goneFactor poll periods are dropped first.
+func (e *Engine) Attached() []string {
+	e.mu.Lock()
+	gone := e.sweepLocked()
+	names := make([]string, 0, len(e.workers))
+	for name := range e.workers {
+		names = append(names, name)
+	}
+	e.mu.Unlock()
+	e.logGone(gone)
+	slices.Sort(names)
+	return names
+}
+
+func (e *Engine) pollWait() time.Duration {
+	if e.PollWait > 0 {
+		return e.PollWait
+	}
+	return defaultPollWait
+}
+
+func (e *Engine) notify() {
+	select {
+	case e.changed <- struct{}{}:
+	default:
+	}
+}
+
+// -- the placer's side ---------------------------------------------------
+
+var (
+	errNotAttached = errors.New("worker is not attached")
+	errWorkerBusy  = errors.New("worker already has a task")
+)
+
+// idleWorkers lists attached workers with no task, smallest first, so
+// that a small need takes a small machine and leaves the big ones for the
+// needs only they fit.
+func (e *Engine) idleWorkers() []WorkerInfo {
+	e.mu.Lock()
+	gone := e.sweepLocked()
+	var idle []WorkerInfo
+	for _, ws := range e.workers {
+		if ws.task == nil {
+			idle = append(idle, ws.info)
+		}
+	}
+	e.mu.Unlock()
+	e.logGone(gone)
+	slices.SortFunc(idle, func(a, b WorkerInfo) int {
+		if c := a.GPUs - b.GPUs; c != 0 {
+			return c
+		}
+		if c := a.CPUs - b.CPUs; c != 0 {
+			return c
+		}
+		if a.RAMMB != b.RAMMB {
+			if a.RAMMB < b.RAMMB {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return idle
+}
+
+// assign gives t to worker, which hands it out on its next poll (or the
+// one in progress).
+func (e *Engine) assign(worker string, t Task) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ws := e.workers[worker]
+	if ws == nil {
+		return errNotAttached
+	}
+	if ws.task != nil {
+		return errWorkerBusy
+	}
+	ws.task = &t
+	select {
+	case ws.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// taskState is where a task stands, as taskOutcome sees it.
+type taskState int
+
+const (
+	taskPending taskState = iota // assigned, no result yet
+	taskDone                     // result arrived (and is now the caller's)
+	taskLost                     // its worker left or was given up on first
+)
+
+// taskOutcome reports on task id given to worker. A result is handed over
+// once: the engine forgets it as it returns taskDone.
+func (e *Engine) taskOutcome(worker, id string) (Result, taskState) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if res, ok := e.results[id]; ok {
+		delete(e.results, id)
+		return res, taskDone
+	}
+	// Not swept here: goneness is decided where it is logged. A worker
+	// past its time is dropped by the idleWorkers call in the same pass.
+	if ws := e.workers[worker]; ws != nil && ws.task != nil && ws.task.ID == id {
+		return Result{}, taskPending
+	}
+	return Result{}, taskLost
+}
+
+// goneWorker is a worker dropped for silence, kept to be logged once the
+// lock is released.
+type goneWorker struct {
+	name     string
+	lastSeen time.Time
+	task     string
+}
+
+// sweepLocked drops workers not seen for goneFactor poll periods and not
+// polling now. e.mu must be held. A worker running a long task does not
+// poll meanwhile; ours are short, and one that needs longer should poll in
+// between (a poll while holding a task just hands the task back).
+func (e *Engine) sweepLocked() []goneWorker {
+	now := e.now()
+	limit := goneFactor * e.pollWait()
+	var gone []goneWorker
+	for name, ws := range e.workers {
+		if ws.polling == 0 && now.Sub(ws.lastSeen) > limit {
+			g := goneWorker{name: name, lastSeen: ws.lastSeen}
+			if ws.task != nil {
+				g.task = ws.task.ID
+			}
+			gone = append(gone, g)
+			delete(e.workers, name)
+		}
+	}
+	return gone
+}
+
+func (e *Engine) logGone(gone []goneWorker) {
+	for _, g := range gone {
+		e.logger.Warn("worker gone", "worker", g.name, "last_seen", g.lastSeen, "task", g.task)
+	}
+	if len(gone) > 0 {
+		e.notify()
+	}
+}
+
+// -- the workers' side ---------------------------------------------------
+
+// authenticate returns the worker a request's credential names. On
+// failure it has already answered 401 and logged why, without the token.
+func (e *Engine) authenticate(w http.ResponseWriter, r *http.Request) (string, bool) {
+	token, ok := bearer(r.Header.Get("Authorization"))
+	if !ok {
+		e.refuse(w, r, "missing credential")
+		return "", false
+	}
+	worker, err := e.signer.Verify(token, e.now())
+	if err != nil {
+		e.refuse(w, r, err.Error())
+		return "", false
+	}
+	return worker, true
+}
+
+// bearer extracts the token from an Authorization header. The scheme is
+// case-insensitive, as RFC 9110 says.
+func bearer(header string) (string, bool) {
+	scheme, token, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
+}
+
+// refuse answers 401. reason comes from Verify's errors, which never
+// contain the token; the header itself goes nowhere.
+func (e *Engine) refuse(w http.ResponseWriter, r *http.Request, reason string) {
+	e.logger.Warn("refused a worker", "reason", reason, "path", r.URL.Path, "remote", r.RemoteAddr)
+	w.Header().Set("WWW-Authenticate", `Bearer realm="fluksio"`)
+	writeError(w, http.StatusUnauthorized, reason)
+}
+
+type attachRequest struct {
+	Hostname   string   `json:"hostname"`
+	SlurmJobID string   `json:"job_id"`
+	CPUs       int      `json:"cpus"`
+	GPUs       int      `json:"gpus"`
+	RAMMB      int64    `json:"ram_mb"`
+	Labels     []string `json:"labels"`
+}
+
+type attachResponse struct {
+	Worker string `json:"worker"`
+}
+
+func (e *Engine) handleAttach(w http.ResponseWriter, r *http.Request) {
+	name, ok := e.authenticate(w, r)
+	if !ok {
+		return
+	}
+	var req attachRequest
+	if err := decodeBody(w, r, maxRequestBody, &req); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := req.check(); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	info := WorkerInfo{
+		Name: name, Hostname: req.Hostname, SlurmJobID: req.SlurmJobID,
+		CPUs: req.CPUs, GPUs: req.GPUs, RAMMB: req.RAMMB, Labels: slices.Clone(req.Labels),
+	}
+
+	now := e.now()
+	e.mu.Lock()
+	ws := e.workers[name]
+	again := ws != nil
+	if !again {
+		// A worker attaching again (after the engine forgot it, or after
+		// a lost response) keeps its task: it will be handed out again.
+		ws = &workerState{attached: now, wake: make(chan struct{}, 1)}
+		e.workers[name] = ws
+	}
+	ws.info = info
+	ws.lastSeen = now
+	e.mu.Unlock()
+
+	e.logger.Info("worker attached", "worker", name, "host", info.Hostname, "slurm_job_id", info.SlurmJobID,
+		"cpus", info.CPUs, "gpus", info.GPUs, "ram_mb", info.RAMMB, "labels", info.Labels, "again", again)
+	if e.OnAttach != nil && !again {
+		e.OnAttach(info)
+	}
+	e.notify()
+	writeJSON(w, http.StatusOK, attachResponse{Worker: name})
+}
+
+func (req attachRequest) check() error {
+	switch {
+	case req.CPUs < 1:
+		return fmt.Errorf("cpus is %d; a worker has at least 1", req.CPUs)
+	case req.GPUs < 0 || req.RAMMB < 0:
+		return errors.New("gpus and ram_mb may not be negative")
+	case len(req.Hostname) > 255 || len(req.SlurmJobID) > 64:
+		return errors.New("hostname or job_id is too long")
+	case len(req.Labels) > 64:
+		return fmt.Errorf("%d labels; at most 64", len(req.Labels))
+	}
+	for _, l := range req.Labels {
+		if l == "" || len(l) > 128 {
+			return errors.New("a label is empty or longer than 128 bytes")
+		}
+	}
+	return nil
+}
+
+func (e *Engine) handleWork(w http.ResponseWriter, r *http.Request) {
+	name, ok := e.authenticate(w, r)
+	if !ok {
+		return
+	}
+	wait := e.pollWait()
+	if s := r.URL.Query().Get("wait"); s != "" {
+		// A worker about to reach its idle limit asks for less, so it
+		// can leave on time rather than a poll period late.
+		secs, err := strconv.ParseFloat(s, 64)
+		if err != nil || secs < 0 {
+			writeError(w, http.StatusBadRequest, "wait must be a number of seconds")
+			return
+		}
+		if d := time.Duration(secs * float64(time.Second)); d < wait {
+			wait = d
+		}
+	}
+
+	task, status := e.nextTask(r.Context(), name, wait)
+	switch status {
+	case http.StatusOK:
+		writeJSON(w, status, task)
+	case http.StatusNoContent:
+		w.WriteHeader(status)
+	case http.StatusConflict:
+		writeError(w, status, errNotAttached.Error())
+	default:
+		writeError(w, status, "engine is shutting down")
+	}
+}
+
+// nextTask waits up to wait for a task for worker, and says how to answer:
+// 200 with the task, 204 for none yet, 409 if the worker is not attached
+// (it should attach again), 503 if the engine is closing.
+func (e *Engine) nextTask(ctx context.Context, worker string, wait time.Duration) (Task, int) {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ws := e.workers[worker]
+	if ws == nil {
+		return Task{}, http.StatusConflict
+	}
+	ws.polling++
+	ws.lastSeen = e.now()
+	defer func() {
+		ws.polling--
+		ws.lastSeen = e.now()
+	}()
+	for {
+		if ws.task != nil {
+			return *ws.task, http.StatusOK
+		}
+		if e.workers[worker] != ws {
+			// Detached (or attached afresh) while we waited.
+			return Task{}, http.StatusConflict
+		}
+		e.mu.Unlock()
+		var status int
+		select {
+		case <-ws.wake:
+		case <-timer.C:
+			status = http.StatusNoContent
+		case <-ctx.Done():
+			// The worker hung up; nobody reads the answer.
+			status = http.StatusNoContent
+		case <-e.done:
+			status = http.StatusServiceUnavailable
+		}
+		e.mu.Lock()
+		if status != 0 && ws.task == nil {
+			return Task{}, status
+		}
+	}
+}
+
+type resultRequest struct {
+	TaskID     string `json:"task_id"`
+	Hostname   string `json:"hostname"`
+	SlurmJobID string `json:"slurm_job_id"`
+	CPUs       int    `json:"cpus"`
+	Output     string `json:"output"`
+}
+
+func (e *Engine) handleResult(w http.ResponseWriter, r *http.Request) {
+	name, ok := e.authenticate(w, r)
+	if !ok {
+		return
+	}
+	var req resultRequest
+	if err := decodeBody(w, r, maxResultBody, &req); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	res := Result{
+		TaskID: req.TaskID, Worker: name, Hostname: req.Hostname,
+		SlurmJobID: req.SlurmJobID, CPUs: req.CPUs, Output: req.Output, At: e.now(),
+	}
+
+	e.mu.Lock()
+	ws := e.workers[name]
+	var refusal string
+	switch {
+	case ws == nil:
+		refusal = errNotAttached.Error()
+	case ws.task == nil || ws.task.ID != req.TaskID:
+		// Most likely a retry of a result already recorded.
+		refusal = "no such task for this worker"
+	default:
+		e.results[req.TaskID] = res
+		ws.task = nil
+		ws.lastSeen = res.At
+	}
+	e.mu.Unlock()
+
+	if refusal != "" {
+		e.logger.Warn("refused a result", "worker", name, "task", req.TaskID, "reason", refusal)
+		writeError(w, http.StatusConflict, refusal)
+		return
+	}
+	e.logger.Info("work done", "task", res.TaskID, "worker", name, "host", res.Hostname,
+		"slurm_job_id", res.SlurmJobID, "cpus", res.CPUs, "output", res.Output)
+	if e.OnResult != nil {
+		e.OnResult(res)
+	}
+	e.notify()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (e *Engine) handleDetach(w http.ResponseWriter, r *http.Request) {
+	name, ok := e.authenticate(w, r)
+	if !ok {
+		return
+	}
+	e.mu.Lock()
+	ws := e.workers[name]
+	var task string
+	if ws != nil {
+		if ws.task != nil {
+			task = ws.task.ID
+		}
+		delete(e.workers, name)
+	}
+	e.mu.Unlock()
+
+	if ws != nil {
+		// A task left behind is noticed by the placer, which places it
+		// again; nothing to do here but say so.
+		e.logger.Info("worker detached", "worker", name, "task_left", task)
+		e.notify()
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// -- status --------------------------------------------------------------
+
+// ProvisionerStatus is one provisioner as GET /status shows it.
+type ProvisionerStatus struct {
+	// Name is the provisioner's name in the configuration.
+	Name string
+	// Kind is its plugin's kind, such as "slurm".
+	Kind string
+	// Process is the plugin process's state: "running",
+	// "exited: signal: killed", "restarting".
+	Process string
+	// Status is the plugin's own report, nil if it could not be had.
+	Status *shared.StatusResponse
+	// Error is why Status is nil, or anything else wrong.
+	Error string
+}
+
+// MarshalJSON renders the status in snake_case. shared's types carry no
+// JSON tags (they are the contract, not a wire format), so the rendering
+// lives here.
+func (p ProvisionerStatus) MarshalJSON() ([]byte, error) {
+	type outstanding struct {
+		Profile    string  `json:"profile"`
+		Job        string  `json:"job"`
+		Worker     string  `json:"worker"`
+		AgeSeconds float64 `json:"age_seconds"`
+		State      string  `json:"state,omitempty"`
+	}
+	type status struct {
+		Name        string        `json:"name"`
+		Kind        string        `json:"kind"`
+		Profiles    []string      `json:"profiles"`
+		Outstanding []outstanding `json:"outstanding"`
+		LastError   string        `json:"last_error"`
+	}
+	out := struct {
+		Name    string  `json:"name"`
+		Kind    string  `json:"kind"`
+		Process string  `json:"process"`
+		Status  *status `json:"status"`
+		Error   string  `json:"error,omitempty"`
+	}{Name: p.Name, Kind: p.Kind, Process: p.Process, Error: p.Error}
+	if s := p.Status; s != nil {
+		out.Status = &status{
+			Name: s.Name, Kind: s.Kind, LastError: s.LastError,
+			Profiles:    append([]string{}, s.Profiles...),
+			Outstanding: []outstanding{},
+		}
+		for _, o := range s.Outstanding {
+			out.Status.Outstanding = append(out.Status.Outstanding, outstanding{
+				Profile: o.Profile, Job: o.Job, Worker: o.Worker, State: o.State,
+				AgeSeconds: o.Age.Round(100 * time.Millisecond).Seconds(),
+			})
+		}
+	}
+	return json.Marshal(out)
+}
+
+type workerStatus struct {
+	WorkerInfo
+	AttachedAt time.Time `json:"attached_at"`
+	LastSeen   time.Time `json:"last_seen"`
+	Polling    bool      `json:"polling"`
+	Task       string    `json:"task,omitempty"`
+}
+
+type statusReport struct {
+	Provisioners []ProvisionerStatus `json:"provisioners"`
+	Workers      []workerStatus      `json:"workers"`
+	Needs        []NeedStatus        `json:"needs"`
+}
+
+func (e *Engine) handleStatus(w http.ResponseWriter, r *http.Request) {
+	// Empty lists, not null: a status page reads .length without asking.
+	report := statusReport{Provisioners: []ProvisionerStatus{}, Workers: []workerStatus{}, Needs: []NeedStatus{}}
+	if e.StatusFunc != nil {
+		report.Provisioners = append(report.Provisioners, e.StatusFunc(r.Context())...)
+	}
+	if e.NeedsFunc != nil {
+		report.Needs = append(report.Needs, e.NeedsFunc()...)
+	}
+
+	e.mu.Lock()
+	gone := e.sweepLocked()
+	for _, ws := range e.workers {
+		st := workerStatus{WorkerInfo: ws.info, AttachedAt: ws.attached, LastSeen: ws.lastSeen, Polling: ws.polling > 0}
+		st.Labels = slices.Clone(st.Labels)
+		if ws.task != nil {
+			st.Task = ws.task.ID
+		}
+		report.Workers = append(report.Workers, st)
+	}
+	e.mu.Unlock()
+	e.logGone(gone)
+
+	slices.SortFunc(report.Workers, func(a, b workerStatus) int { return strings.Compare(a.Name, b.Name) })
+	writeJSON(w, http.StatusOK, report)
+}
+
+// -- plumbing ------------------------------------------------------------
+
+type errorResponse struct {
+	Error string `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, errorResponse{Error: msg})
+}
+
+// writeJSON encodes v before writing anything, so that an encoding failure
+// can still become a 500 rather than half a body.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, `{"error":"could not encode response"}`, http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
+}
+
+// decodeBody reads one JSON object of at most limit bytes into v.
+// Unknown fields are ignored, so that a newer worker can talk to an older
+// engine: fields are added, never repurposed.
+func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("bad request body: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,337 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fluksio/provision/shared"
+)
+
+// fakeClock is a clock a test moves by hand.
+type fakeClock struct {
+	mu sync.Mutex // guards t
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// do sends one request straight to the engine's handler.
+func do(t *testing.T, e *Engine, method, path, token, body string) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	rec := httptest.NewRecorder()
+	e.Handler().ServeHTTP(rec, req)
+	return rec
+}
+
+func sign(t *testing.T, s *Signer, worker string, ttl time.Duration) string {
+	t.Helper()
+	token, _, err := s.Sign(worker, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return token
+}
+
+const attachBody = `{"hostname":"n01","job_id":"77","cpus":4,"gpus":1,"ram_mb":8000,"labels":["gpu"]}`
+
+func TestAttach(t *testing.T) {
+	t.Parallel()
+	signer := NewSigner(testSecret)
+	good := sign(t, signer, "slurm-gpu-1", time.Hour)
+	forged := sign(t, NewSigner([]byte(strings.Repeat("z", 32))), "slurm-gpu-1", time.Hour)
+	// Signed by the right secret, but already expired by the engine's
+	// clock: signed with the real clock, verified two hours later.
+	expired := sign(t, signer, "slurm-gpu-1", time.Hour)
+	later := func() time.Time { return time.Now().Add(2 * time.Hour) }
+
+	tests := []struct {
+		name   string
+		now    func() time.Time
+		header string
+		want   int
+		reason string
+	}{
+		{"good", nil, "Bearer " + good, http.StatusOK, ""},
+		{"lower-case scheme", nil, "bearer " + good, http.StatusOK, ""},
+		{"forged", nil, "Bearer " + forged, http.StatusUnauthorized, "signature"},
+		{"expired", later, "Bearer " + expired, http.StatusUnauthorized, "expired"},
+		{"missing", nil, "", http.StatusUnauthorized, "missing"},
+		{"basic", nil, "Basic " + good, http.StatusUnauthorized, "missing"},
+		{"garbage", nil, "Bearer " + good[:10], http.StatusUnauthorized, "malformed"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			logger, logs := testLogger(t)
+			e := NewEngine(logger, signer, tc.now)
+			req := httptest.NewRequest("POST", "/v1/attach", strings.NewReader(attachBody))
+			req.RemoteAddr = "10.1.2.3:4567"
+			if tc.header != "" {
+				req.Header.Set("Authorization", tc.header)
+			}
+			rec := httptest.NewRecorder()
+			e.Handler().ServeHTTP(rec, req)
+
+			if rec.Code != tc.want {
+				t.Fatalf("status %d; want %d (body %s)", rec.Code, tc.want, rec.Body)
+			}
+			for _, tok := range []string{good, forged, expired} {
+				if strings.Contains(logs.String(), tok) || strings.Contains(rec.Body.String(), tok) {
+					t.Errorf("a token appears in the log or the response:\n%s\n%s", logs, rec.Body)
+				}
+			}
+			if tc.want == http.StatusOK {
+				var resp attachResponse
+				if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil || resp.Worker != "slurm-gpu-1" {
+					t.Errorf("response %s; want worker slurm-gpu-1", rec.Body)
+				}
+				if got := e.Attached(); len(got) != 1 || got[0] != "slurm-gpu-1" {
+					t.Errorf("Attached() = %q", got)
+				}
+				return
+			}
+			var resp errorResponse
+			if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil || !strings.Contains(resp.Error, tc.reason) {
+				t.Errorf("response %s; want a JSON error mentioning %q", rec.Body, tc.reason)
+			}
+			if l := logs.String(); !strings.Contains(l, "refused a worker") || !strings.Contains(l, "10.1.2.3:4567") {
+				t.Errorf("log does not record the refusal and its source:\n%s", l)
+			}
+			if len(e.Attached()) != 0 {
+				t.Errorf("refused worker is attached: %q", e.Attached())
+			}
+		})
+	}
+}
+
+func TestAttachRefusesBadResources(t *testing.T) {
+	t.Parallel()
+	signer := NewSigner(testSecret)
+	e := NewEngine(nil, signer, nil)
+	token := sign(t, signer, "w", time.Hour)
+	for _, body := range []string{`{"cpus":0}`, `{"cpus":1,"gpus":-1}`, `not json`, `{"cpus":1,"labels":[""]}`} {
+		if rec := do(t, e, "POST", "/v1/attach", token, body); rec.Code != http.StatusBadRequest {
+			t.Errorf("attach %s: status %d; want 400", body, rec.Code)
+		}
+	}
+}
+
+func TestWorkResultDetach(t *testing.T) {
+	t.Parallel()
+	logger, logs := testLogger(t)
+	signer := NewSigner(testSecret)
+	e := NewEngine(logger, signer, nil)
+	e.PollWait = 50 * time.Millisecond
+	srv := httptest.NewServer(e.Handler())
+	defer srv.Close()
+	defer e.Close()
+	token := sign(t, signer, "w1", time.Hour)
+
+	if rec := do(t, e, "GET", "/v1/work", token, ""); rec.Code != http.StatusConflict {
+		t.Errorf("poll before attach: %d; want 409", rec.Code)
+	}
+	if rec := do(t, e, "POST", "/v1/attach", token, attachBody); rec.Code != http.StatusOK {
+		t.Fatalf("attach: %d %s", rec.Code, rec.Body)
+	}
+	if rec := do(t, e, "GET", "/v1/work", token, ""); rec.Code != http.StatusNoContent {
+		t.Errorf("poll with no work: %d; want 204", rec.Code)
+	}
+
+	// A poll in progress is answered by an assignment made while it
+	// waits. PollWait is short, so the client polls again after each 204
+	// until the task comes, as a worker does.
+	got := make(chan Task, 1)
+	go func() {
+		defer close(got)
+		for {
+			req, _ := http.NewRequest("GET", srv.URL+"/v1/work", nil)
+			req.Header.Set("Authorization", "Bearer "+token)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return
+			}
+			var task Task
+			if resp.StatusCode == http.StatusOK {
+				json.NewDecoder(resp.Body).Decode(&task)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusNoContent {
+				got <- task
+				return
+			}
+		}
+	}()
+	want := Task{ID: "task-9", Need: needJSON{CPUs: 2, GPUs: 1, Label: "gpu"}}
+	if err := e.assign("w1", want); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.assign("w1", Task{ID: "task-10"}); err != errWorkerBusy {
+		t.Errorf("second assign: %v; want errWorkerBusy", err)
+	}
+	select {
+	case task := <-got:
+		if task != want {
+			t.Errorf("polled %+v; want %+v", task, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("poll never returned the task")
+	}
+	if idle := e.idleWorkers(); len(idle) != 0 {
+		t.Errorf("busy worker counted idle: %+v", idle)
+	}
+
+	if rec := do(t, e, "POST", "/v1/result", token, `{"task_id":"task-8","output":"x"}`); rec.Code != http.StatusConflict {
+		t.Errorf("result for another task: %d; want 409", rec.Code)
+	}
+	if _, st := e.taskOutcome("w1", "task-9"); st != taskPending {
+		t.Errorf("task state %v; want pending", st)
+	}
+	body := `{"task_id":"task-9","hostname":"n01","slurm_job_id":"77","cpus":4,"output":"done"}`
+	if rec := do(t, e, "POST", "/v1/result", token, body); rec.Code != http.StatusNoContent {
+		t.Errorf("result: %d %s", rec.Code, rec.Body)
+	}
+	res, st := e.taskOutcome("w1", "task-9")
+	if st != taskDone || res.Worker != "w1" || res.Output != "done" || res.SlurmJobID != "77" {
+		t.Errorf("outcome %v %+v", st, res)
+	}
+	if l := logs.String(); !strings.Contains(l, "work done") || !strings.Contains(l, "slurm_job_id=77") {
+		t.Errorf("result not logged:\n%s", l)
+	}
+
+	if rec := do(t, e, "POST", "/v1/detach", token, ""); rec.Code != http.StatusNoContent {
+		t.Errorf("detach: %d", rec.Code)
+	}
+	if len(e.Attached()) != 0 {
+		t.Errorf("still attached after detach: %q", e.Attached())
+	}
+	if strings.Contains(logs.String(), token) {
+		t.Error("token in the log")
+	}
+}
+
+func TestSilentWorkerIsGone(t *testing.T) {
+	t.Parallel()
+	logger, logs := testLogger(t)
+	clock := &fakeClock{t: time.Now()}
+	signer := NewSigner(testSecret)
+	e := NewEngine(logger, signer, clock.now)
+	e.PollWait = time.Second
+	token := sign(t, signer, "quiet", 24*time.Hour)
+	if rec := do(t, e, "POST", "/v1/attach", token, attachBody); rec.Code != http.StatusOK {
+		t.Fatalf("attach: %d", rec.Code)
+	}
+	if err := e.assign("quiet", Task{ID: "t1"}); err != nil {
+		t.Fatal(err)
+	}
+	clock.advance(goneFactor * time.Second)
+	if len(e.Attached()) != 1 {
+		t.Fatal("gone at exactly the limit; want still attached")
+	}
+	clock.advance(time.Millisecond)
+	if got := e.Attached(); len(got) != 0 {
+		t.Fatalf("Attached() = %q after silence; want none", got)
+	}
+	if _, st := e.taskOutcome("quiet", "t1"); st != taskLost {
+		t.Errorf("task of a gone worker: %v; want lost", st)
+	}
+	if !strings.Contains(logs.String(), "worker gone") {
+		t.Errorf("no log of the worker going:\n%s", logs)
+	}
+	// It comes back: it is told it is not attached, and may attach again.
+	if rec := do(t, e, "GET", "/v1/work", token, ""); rec.Code != http.StatusConflict {
+		t.Errorf("poll from a forgotten worker: %d; want 409", rec.Code)
+	}
+}
+
+func TestCloseEndsPolls(t *testing.T) {
+	t.Parallel()
+	signer := NewSigner(testSecret)
+	e := NewEngine(nil, signer, nil)
+	e.PollWait = time.Hour
+	token := sign(t, signer, "w", time.Hour)
+	do(t, e, "POST", "/v1/attach", token, attachBody)
+	done := make(chan int)
+	go func() { done <- do(t, e, "GET", "/v1/work", token, "").Code }()
+	waitFor(t, "the poll to start", func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.workers["w"].polling == 1
+	})
+	e.Close()
+	select {
+	case code := <-done:
+		if code != http.StatusServiceUnavailable {
+			t.Errorf("poll ended with %d; want 503", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not end the poll")
+	}
+}
+
+func TestStatus(t *testing.T) {
+	t.Parallel()
+	signer := NewSigner(testSecret)
+	e := NewEngine(nil, signer, nil)
+	e.StatusFunc = func(context.Context) []ProvisionerStatus {
+		return []ProvisionerStatus{
+			{Name: "hpc", Kind: "slurm", Process: "running", Status: &shared.StatusResponse{
+				Name: "hpc", Kind: "slurm", Profiles: []string{"cpu"},
+				Outstanding: []shared.Outstanding{{Profile: "cpu", Job: "123", Worker: "hpc-cpu-1", Age: 1500 * time.Millisecond, State: "PENDING"}},
+			}},
+			{Name: "old", Kind: "slurm", Process: "exited: signal: killed", Error: "plugin is gone"},
+		}
+	}
+	p := NewPlacer(nil, e, nil)
+	p.Add(shared.Need{CPUs: 2})
+	e.NeedsFunc = p.Needs
+	do(t, e, "POST", "/v1/attach", sign(t, signer, "hpc-cpu-1", time.Hour), attachBody)
+
+	rec := do(t, e, "GET", "/status", "", "")
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status: %d", rec.Code)
+	}
+	var got struct {
+		Provisioners []map[string]any `json:"provisioners"`
+		Workers      []map[string]any `json:"workers"`
+		Needs        []map[string]any `json:"needs"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Provisioners) != 2 || len(got.Workers) != 1 || len(got.Needs) != 1 {
+		t.Fatalf("status %s", rec.Body)
+	}
+	out := got.Provisioners[0]["status"].(map[string]any)["outstanding"].([]any)[0].(map[string]any)
+	if out["job"] != "123" || out["age_seconds"] != 1.5 || out["state"] != "PENDING" {
+		t.Errorf("outstanding rendered as %v", out)
+	}
+	if got.Provisioners[1]["process"] != "exited: signal: killed" || got.Provisioners[1]["status"] != nil {
+		t.Errorf("exited provisioner rendered as %v", got.Provisioners[1])
+	}
+	if got.Workers[0]["name"] != "hpc-cpu-1" || got.Workers[0]["slurm_job_id"] != "77" {
+		t.Errorf("worker rendered as %v", got.Workers[0])
+	}
+	if got.Needs[0]["spec"] != "cpus=2" || got.Needs[0]["state"] != "waiting" {
+		t.Errorf("need rendered as %v", got.Needs[0])
+	}
+}

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+)
+
+// validateMain checks a configuration the way run would read it, without
+// asking for anything: it parses the file, launches each plugin, decodes
+// the plugin's part of its block against the plugin's schema and lets the
+// plugin validate it. Exit 0 when valid, 1 when not, 2 on bad usage.
+func validateMain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: host-example validate [-json] FILE")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return 2
+	}
+	cfg, diags := loadConfig(fs.Arg(0))
+	if !diags.HasErrors() {
+		ls, more := resolveProvisioners(context.Background(), cfg, launchOptions{})
+		killAll(ls)
+		diags = append(diags, more...)
+	}
+	sortDiags(diags)
+	if *asJSON {
+		if err := writeDiagnosticsJSON(stdout, diags); err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+	} else if len(diags) > 0 {
+		writeDiagnostics(stderr, cfg.Files, diags)
+	}
+	if diags.HasErrors() {
+		return 1
+	}
+	if !*asJSON {
+		fmt.Fprintf(stdout, "%s: valid (%d provisioner(s))\n", fs.Arg(0), len(cfg.Provisioners))
+	}
+	return 0
+}

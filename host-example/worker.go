@@ -1,0 +1,423 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// tokenEnv carries the worker's credential. An environment variable and
+// not a flag: a command line is readable by every user on the node (ps),
+// the environment only by the job's owner.
+const tokenEnv = "FLUKSIO_WORKER_TOKEN"
+
+// engineGoneAfter is how long the engine may be unreachable before the
+// worker stops trying. Long enough to ride out an engine restart's
+// listener gap, short enough that a job whose engine has gone for good
+// gives its allocation back within seconds.
+const engineGoneAfter = 10 * time.Second
+
+// workerConfig is everything a worker run depends on, gathered before it
+// starts so that a bad flag or a missing credential fails at once.
+type workerConfig struct {
+	url         *url.URL
+	cpus, gpus  int
+	ramMB       int64
+	labels      []string
+	artifactURL string
+	maxIdle     time.Duration
+
+	token      string
+	hostname   string
+	slurmJobID string
+	// slurmCPUs is SLURM_CPUS_ON_NODE: what the allocation actually got,
+	// which may be more than --cpus asked for.
+	slurmCPUs string
+
+	// goneAfter and retryFirst shape the retries; tests shorten them.
+	goneAfter  time.Duration
+	retryFirst time.Duration
+}
+
+// workerMain is the "worker" subcommand: the payload a provisioner's job
+// runs. It attaches to the engine, runs tasks until it has been idle for
+// --max-idle seconds, detaches and exits 0. SIGTERM (Slurm's walltime
+// warning) or SIGINT makes it detach and exit 0 at once. It exits 1 when
+// the engine refuses it or cannot be reached for engineGoneAfter: the job
+// then shows as failed, which is what happened to it.
+func workerMain(args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return runWorker(ctx, args, os.Getenv, os.Stderr)
+}
+
+// runWorker is workerMain with its environment and output passed in, so
+// that tests can run several workers in one process.
+func runWorker(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
+	logger := log.New(stderr, "worker: ", log.LstdFlags)
+	cfg, err := parseWorkerArgs(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		logger.Print(err)
+		return 2
+	}
+	return (&workerClient{cfg: cfg, log: logger, http: &http.Client{}}).run(ctx)
+}
+
+func parseWorkerArgs(args []string, getenv func(string) string, stderr io.Writer) (workerConfig, error) {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: host-example worker --url URL --cpus N --gpus N --max-idle SECONDS [--ram-mb N] [--labels a,b] [--artifact-url URL]\n"+
+			"The credential is read from $%s.\n", tokenEnv)
+		fs.PrintDefaults()
+	}
+	var (
+		rawURL  = fs.String("url", "", "the engine's `URL`")
+		cpus    = fs.Int("cpus", 1, "CPUs this machine offers")
+		gpus    = fs.Int("gpus", 0, "GPUs this machine offers")
+		ramMB   = fs.Int64("ram-mb", 0, "memory this machine offers, in MB (0: not said)")
+		labels  = fs.String("labels", "", "comma-separated `labels` this machine advertises")
+		art     = fs.String("artifact-url", "", "where artifacts are fetched from (accepted; this example fetches none)")
+		maxIdle = fs.Float64("max-idle", 300, "leave after this many `seconds` without work")
+	)
+	if err := fs.Parse(args); err != nil {
+		return workerConfig{}, err
+	}
+	if fs.NArg() > 0 {
+		return workerConfig{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if *rawURL == "" {
+		return workerConfig{}, errors.New("--url is required")
+	}
+	u, err := url.Parse(*rawURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return workerConfig{}, fmt.Errorf("--url %q is not an http(s) URL", *rawURL)
+	}
+	switch {
+	case *cpus < 1:
+		return workerConfig{}, errors.New("--cpus must be at least 1")
+	case *gpus < 0 || *ramMB < 0:
+		return workerConfig{}, errors.New("--gpus and --ram-mb may not be negative")
+	case !(*maxIdle > 0):
+		return workerConfig{}, errors.New("--max-idle must be a positive number of seconds")
+	}
+	token := strings.TrimSpace(getenv(tokenEnv))
+	if token == "" {
+		return workerConfig{}, fmt.Errorf("no credential: $%s is not set (the provisioner that started this job sets it)", tokenEnv)
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	cfg := workerConfig{
+		url: u, cpus: *cpus, gpus: *gpus, ramMB: *ramMB, artifactURL: *art,
+		maxIdle:    time.Duration(*maxIdle * float64(time.Second)),
+		token:      token,
+		hostname:   host,
+		slurmJobID: getenv("SLURM_JOB_ID"),
+		slurmCPUs:  getenv("SLURM_CPUS_ON_NODE"),
+		goneAfter:  engineGoneAfter,
+		retryFirst: 250 * time.Millisecond,
+	}
+	for _, l := range strings.Split(*labels, ",") {
+		if l = strings.TrimSpace(l); l != "" {
+			cfg.labels = append(cfg.labels, l)
+		}
+	}
+	return cfg, nil
+}
+
+// workerClient is one worker's conversation with the engine. It is used
+// by one goroutine, the one that calls run.
+type workerClient struct {
+	cfg  workerConfig
+	log  *log.Logger
+	http *http.Client
+	name string // as the engine knows us, from the attach response
+}
+
+// Why a request to the engine did not get an answer worth having.
+var (
+	errEngineGone = errors.New("engine unreachable")
+	errRefused    = errors.New("engine refused the credential")
+)
+
+func (w *workerClient) run(ctx context.Context) int {
+	if err := w.attach(ctx); err != nil {
+		if ctx.Err() != nil {
+			// Stopped mid-attach. The engine may have heard us, so say
+			// goodbye all the same.
+			w.log.Printf("stopping before attached: %v", context.Cause(ctx))
+			w.detach(ctx)
+			return 0
+		}
+		w.log.Printf("could not attach to %s: %v", w.cfg.url.Redacted(), err)
+		return 1
+	}
+	w.log.Printf("attached to %s as %s (host %s, slurm job %q, %d cpus, %d gpus)",
+		w.cfg.url.Redacted(), w.name, w.cfg.hostname, w.cfg.slurmJobID, w.cfg.cpus, w.cfg.gpus)
+
+	idleSince := time.Now()
+	for {
+		if ctx.Err() != nil {
+			w.log.Printf("stopping: %v", context.Cause(ctx))
+			w.detach(ctx)
+			return 0
+		}
+		left := w.cfg.maxIdle - time.Since(idleSince)
+		if left <= 0 {
+			w.log.Printf("no work for %s; leaving", w.cfg.maxIdle)
+			w.detach(ctx)
+			return 0
+		}
+		task, err := w.poll(ctx, left)
+		switch {
+		case errors.Is(err, errNotAttachedRemote):
+			// The engine restarted or gave up on us; say hello again.
+			w.log.Printf("engine does not know us; attaching again")
+			if err := w.attach(ctx); err != nil && ctx.Err() == nil {
+				w.log.Printf("could not attach again: %v", err)
+				return 1
+			}
+			continue // if ctx ended, the top of the loop detaches
+		case ctx.Err() != nil:
+			continue // the top of the loop detaches
+		case err != nil:
+			w.log.Printf("giving up: %v", err)
+			return 1
+		case task == nil:
+			continue
+		}
+
+		w.log.Printf("running %s", task.ID)
+		res := w.work(*task)
+		if err := w.report(ctx, res); err != nil {
+			if ctx.Err() != nil {
+				continue
+			}
+			w.log.Printf("could not report %s: %v", task.ID, err)
+			if errors.Is(err, errEngineGone) || errors.Is(err, errRefused) {
+				return 1
+			}
+		} else {
+			w.log.Printf("reported %s", task.ID)
+		}
+		idleSince = time.Now()
+	}
+}
+
+// errNotAttachedRemote is the engine's 409: it does not know this worker.
+var errNotAttachedRemote = errors.New("engine does not know this worker")
+
+func (w *workerClient) attach(ctx context.Context) error {
+	req := attachRequest{
+		Hostname: w.cfg.hostname, SlurmJobID: w.cfg.slurmJobID,
+		CPUs: w.cfg.cpus, GPUs: w.cfg.gpus, RAMMB: w.cfg.ramMB, Labels: w.cfg.labels,
+	}
+	var resp attachResponse
+	if _, err := w.call(ctx, http.MethodPost, "/v1/attach", nil, req, &resp, 0); err != nil {
+		return err
+	}
+	w.name = resp.Worker
+	return nil
+}
+
+// poll long-polls for a task, asking the engine to wait no longer than
+// the time left before we would leave anyway.
+func (w *workerClient) poll(ctx context.Context, left time.Duration) (*Task, error) {
+	q := url.Values{"wait": {strconv.FormatFloat(left.Seconds(), 'f', 3, 64)}}
+	var t Task
+	// The engine answers within left (or its own shorter PollWait); the
+	// extra is for the network, not for the engine to use.
+	status, err := w.call(ctx, http.MethodGet, "/v1/work", q, nil, &t, left+30*time.Second)
+	if err != nil || status == http.StatusNoContent {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// work runs a task. The work itself is a stand-in: say where it ran and
+// with how much, and prove it ran by computing something.
+func (w *workerClient) work(t Task) resultRequest {
+	cpus := w.cfg.cpus
+	if n, err := strconv.Atoi(w.cfg.slurmCPUs); err == nil && n > 0 {
+		cpus = n
+	}
+	const below = 100000
+	return resultRequest{
+		TaskID: t.ID, Hostname: w.cfg.hostname, SlurmJobID: w.cfg.slurmJobID, CPUs: cpus,
+		Output: fmt.Sprintf("%d primes below %d on %s with %d cpus", countPrimes(below), below, w.cfg.hostname, cpus),
+	}
+}
+
+func (w *workerClient) report(ctx context.Context, res resultRequest) error {
+	status, err := w.call(ctx, http.MethodPost, "/v1/result", nil, res, nil, 0)
+	if err == nil && status == http.StatusConflict {
+		// Already recorded (our retry after a lost response) or taken
+		// back; either way there is nothing more to say about it.
+		return nil
+	}
+	return err
+}
+
+// detach tells the engine we are leaving. It is a courtesy: an engine
+// that does not hear it notices our silence soon enough, so it is tried
+// once, briefly, even when ctx is already cancelled.
+func (w *workerClient) detach(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	req, err := w.newRequest(ctx, http.MethodPost, "/v1/detach", nil, nil)
+	if err != nil {
+		return
+	}
+	resp, err := w.http.Do(req)
+	if err != nil {
+		w.log.Printf("could not detach: %v", err)
+		return
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	w.log.Printf("detached")
+}
+
+// call makes one request to the engine, retrying while the engine is
+// unreachable or says it is unavailable, for up to cfg.goneAfter since the
+// first failure, with doubling pauses. It returns the status for 2xx and
+// 409 (and decodes a 200 body into out); 401 is errRefused; anything
+// else is an error with the engine's message. timeout bounds each attempt
+// (0: 30 s).
+func (w *workerClient) call(ctx context.Context, method, path string, q url.Values, body, out any, timeout time.Duration) (int, error) {
+	if timeout == 0 {
+		timeout = 30 * time.Second
+	}
+	var payload []byte
+	if body != nil {
+		var err error
+		if payload, err = json.Marshal(body); err != nil {
+			return 0, err
+		}
+	}
+	var firstFailure time.Time
+	pause := w.cfg.retryFirst
+	for {
+		status, msg, err := w.once(ctx, method, path, q, payload, out, timeout)
+		switch {
+		case ctx.Err() != nil:
+			return 0, ctx.Err()
+		case err == nil && status == http.StatusConflict && path != "/v1/attach":
+			if path == "/v1/work" {
+				return status, errNotAttachedRemote
+			}
+			return status, nil
+		case err == nil && status == http.StatusUnauthorized:
+			return status, fmt.Errorf("%w: %s", errRefused, msg)
+		case err == nil && status >= 200 && status < 300:
+			return status, nil
+		case err == nil && status != http.StatusServiceUnavailable && status != http.StatusBadGateway && status != http.StatusGatewayTimeout:
+			return status, fmt.Errorf("%s %s: %d %s", method, path, status, msg)
+		}
+		// Unreachable, or there but not taking requests: wait a little.
+		if err == nil {
+			err = fmt.Errorf("%d %s", status, msg)
+		}
+		if firstFailure.IsZero() {
+			firstFailure = time.Now()
+		}
+		if time.Since(firstFailure) >= w.cfg.goneAfter {
+			return 0, fmt.Errorf("%w for %s: %v", errEngineGone, w.cfg.goneAfter, err)
+		}
+		w.log.Printf("%s %s failed, retrying in %s: %v", method, path, pause, err)
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, ctx.Err()
+		case <-t.C:
+		}
+		pause = min(2*pause, 2*time.Second)
+	}
+}
+
+// once makes one attempt. err is set only when no response came back.
+func (w *workerClient) once(ctx context.Context, method, path string, q url.Values, payload []byte, out any, timeout time.Duration) (status int, msg string, err error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := w.newRequest(ctx, method, path, q, payload)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := w.http.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResultBody))
+	if err != nil {
+		return 0, "", err
+	}
+	if resp.StatusCode == http.StatusOK && out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return 0, "", fmt.Errorf("%s %s: bad response: %w", method, path, err)
+		}
+	}
+	var e errorResponse
+	if json.Unmarshal(data, &e) == nil && e.Error != "" {
+		msg = e.Error
+	}
+	return resp.StatusCode, msg, nil
+}
+
+func (w *workerClient) newRequest(ctx context.Context, method, path string, q url.Values, payload []byte) (*http.Request, error) {
+	u := *w.cfg.url
+	u.Path = strings.TrimSuffix(u.Path, "/") + path
+	u.RawQuery = q.Encode()
+	var body io.Reader
+	if payload != nil {
+		body = bytes.NewReader(payload)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+w.cfg.token)
+	if payload != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	return req, nil
+}
+
+// countPrimes counts the primes below n with a sieve: small, exact, and
+// easy to check (9592 below 100000).
+func countPrimes(n int) int {
+	if n < 3 {
+		return 0
+	}
+	composite := make([]bool, n)
+	count := 0
+	for i := 2; i < n; i++ {
+		if composite[i] {
+			continue
+		}
+		count++
+		for j := i * i; j < n; j += i {
+			composite[j] = true
+		}
+	}
+	return count
+}

@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"log"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fluksio/provision/shared"
+)
+
+// envMap is a worker's environment, so that each test worker has its own
+// without touching the process's.
+func envMap(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+// TestFullLoop runs the whole story in one process: a need nobody can
+// serve, a provisioner asked for a machine, a worker (the real workerMain
+// code) that attaches with a credential the engine signed, takes the
+// task, reports, and leaves when it has been idle long enough.
+func TestFullLoop(t *testing.T) {
+	t.Parallel()
+	logger, logs := testLogger(t)
+	signer := NewSigner(testSecret)
+	e := NewEngine(logger, signer, nil)
+	e.PollWait = 200 * time.Millisecond
+	srv := httptest.NewServer(e.Handler())
+	defer srv.Close()
+	defer e.Close() // first: ends polls so srv.Close need not wait
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	// The workers this test starts, and what they exited with. The test
+	// owns them: it waits for every one before returning.
+	var workers sync.WaitGroup
+	defer workers.Wait()
+	exited := make(chan int, 1)
+	workerLog := &lockedBuffer{}
+	var token string
+
+	var mu sync.Mutex // guards started
+	started := false
+	prov := &fakeProvisioner{
+		name:   "hpc",
+		shapes: []shared.Shape{{Profile: "gpu", CPUs: 4, GPUs: 1, RAMMB: 16000, Labels: []string{"gpu", "a100"}}},
+	}
+	prov.onProvision = func(n shared.Need) (*shared.ProvisionResponse, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if started {
+			return &shared.ProvisionResponse{Outcome: shared.OutcomeOutstanding, Profile: "gpu"}, nil
+		}
+		started = true
+		// What the Slurm plugin does, minus Slurm: mint a credential for
+		// a worker named after itself, and start the payload with it in
+		// the environment.
+		var err error
+		if token, _, err = signer.Sign("hpc-gpu-0001", time.Hour); err != nil {
+			return nil, err
+		}
+		env := envMap(map[string]string{tokenEnv: token, "SLURM_JOB_ID": "4242", "SLURM_CPUS_ON_NODE": "8"})
+		args := []string{"--url", srv.URL, "--cpus", "4", "--gpus", "1", "--ram-mb", "16000",
+			"--labels", "gpu,a100", "--max-idle", "1", "--artifact-url", "http://artifacts.example"}
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			exited <- runWorker(ctx, args, env, workerLog)
+		}()
+		return &shared.ProvisionResponse{Outcome: shared.OutcomeRequested, Profile: "gpu"}, nil
+	}
+
+	p := NewPlacer(logger, e, []Target{{Name: "hpc", P: prov, Shapes: prov.shapes}})
+	e.NeedsFunc = p.Needs
+	p.Add(shared.Need{CPUs: 2, GPUs: 1, Label: "gpu"})
+
+	// The run loop: a pass on every engine change, and on a tick.
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(20 * time.Second)
+	for p.Pass(ctx); !p.Served(); p.Pass(ctx) {
+		select {
+		case <-e.Changed():
+		case <-tick.C:
+		case code := <-exited:
+			t.Fatalf("worker exited with %d before the need was served:\n%s", code, workerLog)
+		case <-deadline:
+			t.Fatalf("need not served; unserved %q\nengine:\n%s\nworker:\n%s", p.Unserved(), logs, workerLog)
+		}
+	}
+
+	res := p.Needs()[0].Result
+	if res == nil || res.Worker != "hpc-gpu-0001" || res.SlurmJobID != "4242" || res.CPUs != 8 ||
+		!strings.Contains(res.Output, "9592 primes below 100000") {
+		t.Errorf("result %+v", res)
+	}
+	if n := prov.provisionCalls(); n < 1 {
+		t.Errorf("Provision called %d times", n)
+	}
+
+	// With nothing more to do, the worker leaves after --max-idle.
+	select {
+	case code := <-exited:
+		if code != 0 {
+			t.Errorf("worker exited %d; want 0:\n%s", code, workerLog)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("worker did not leave when idle:\n%s", workerLog)
+	}
+	if got := e.Attached(); len(got) != 0 {
+		t.Errorf("Attached() = %q after the worker left", got)
+	}
+	for _, want := range []string{"worker attached", "work done", "need served", "worker detached"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("engine log lacks %q:\n%s", want, logs)
+		}
+	}
+	if !strings.Contains(workerLog.String(), "no work for 1s; leaving") {
+		t.Errorf("worker log:\n%s", workerLog)
+	}
+	if strings.Contains(logs.String(), token) || strings.Contains(workerLog.String(), token) {
+		t.Error("the token appears in a log")
+	}
+}
+
+func TestWorkerLeavesWhenEngineGoes(t *testing.T) {
+	t.Parallel()
+	signer := NewSigner(testSecret)
+	e := NewEngine(nil, signer, nil)
+	e.PollWait = 100 * time.Millisecond
+	srv := httptest.NewServer(e.Handler())
+
+	token := sign(t, signer, "w", time.Hour)
+	stderr := &lockedBuffer{}
+	cfg, err := parseWorkerArgs([]string{"--url", srv.URL, "--cpus", "1", "--gpus", "0", "--max-idle", "600"},
+		envMap(map[string]string{tokenEnv: token}), stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.goneAfter, cfg.retryFirst = 300*time.Millisecond, 20*time.Millisecond
+	w := &workerClient{cfg: cfg, log: log.New(stderr, "worker: ", 0), http: srv.Client()}
+	exited := make(chan int, 1)
+	go func() { exited <- w.run(context.Background()) }()
+
+	waitFor(t, "the worker to attach", func() bool { return len(e.Attached()) == 1 })
+	e.Close()
+	srv.Close()
+	select {
+	case code := <-exited:
+		if code != 1 {
+			t.Errorf("exit %d; want 1", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("worker still running after its engine went:\n%s", stderr)
+	}
+	if !strings.Contains(stderr.String(), "engine unreachable") {
+		t.Errorf("worker log does not say why it gave up:\n%s", stderr)
+	}
+	if strings.Contains(stderr.String(), token) {
+		t.Error("token in the worker's log")
+	}
+}
+
+func TestWorkerStopsOnSignal(t *testing.T) {
+	t.Parallel()
+	logger, logs := testLogger(t)
+	signer := NewSigner(testSecret)
+	e := NewEngine(logger, signer, nil)
+	srv := httptest.NewServer(e.Handler())
+	defer srv.Close()
+	defer e.Close()
+
+	// Cancelling ctx is what SIGTERM does in workerMain.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	env := envMap(map[string]string{tokenEnv: sign(t, signer, "w", time.Hour)})
+	exited := make(chan int, 1)
+	go func() {
+		exited <- runWorker(ctx, []string{"--url", srv.URL, "--cpus", "2", "--gpus", "0", "--max-idle", "600"}, env, &lockedBuffer{})
+	}()
+	waitFor(t, "the worker to attach", func() bool { return len(e.Attached()) == 1 })
+	cancel()
+	select {
+	case code := <-exited:
+		if code != 0 {
+			t.Errorf("exit %d; want 0", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("worker ignored cancellation")
+	}
+	if len(e.Attached()) != 0 || !strings.Contains(logs.String(), "worker detached") {
+		t.Errorf("worker did not detach on its way out:\n%s", logs)
+	}
+}
+
+func TestWorkerArgs(t *testing.T) {
+	t.Parallel()
+	env := envMap(map[string]string{tokenEnv: "secret-token-value"})
+	tests := []struct {
+		args    []string
+		env     func(string) string
+		wantErr string
+	}{
+		{[]string{"--url", "http://e:8080", "--cpus", "2", "--gpus", "0", "--max-idle", "300"}, env, ""},
+		{[]string{"--url", "http://e:8080", "--cpus", "2", "--gpus", "0", "--max-idle", "300"}, envMap(nil), tokenEnv},
+		{[]string{"--cpus", "2"}, env, "--url is required"},
+		{[]string{"--url", "ftp://e", "--cpus", "2"}, env, "not an http(s) URL"},
+		{[]string{"--url", "http://e", "--cpus", "0"}, env, "--cpus"},
+		{[]string{"--url", "http://e", "--max-idle", "0"}, env, "--max-idle"},
+		{[]string{"--url", "http://e", "--token", "x"}, env, "not defined"},
+		{[]string{"--url", "http://e", "extra"}, env, "unexpected"},
+	}
+	for _, tc := range tests {
+		stderr := &lockedBuffer{}
+		_, err := parseWorkerArgs(tc.args, tc.env, stderr)
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("%q: %v", tc.args, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("%q: err %v; want one containing %q", tc.args, err, tc.wantErr)
+		}
+		if strings.Contains(stderr.String(), "secret-token-value") {
+			t.Errorf("%q: token printed", tc.args)
+		}
+	}
+}
+
+func TestWorkerWithoutCredential(t *testing.T) {
+	t.Parallel()
+	stderr := &lockedBuffer{}
+	args := []string{"--url", "http://127.0.0.1:1", "--cpus", "1", "--gpus", "0", "--max-idle", "5"}
+	if code := runWorker(context.Background(), args, envMap(nil), stderr); code != 2 {
+		t.Errorf("exit %d; want 2", code)
+	}
+	if !strings.Contains(stderr.String(), "$"+tokenEnv+" is not set") {
+		t.Errorf("message does not name the variable:\n%s", stderr)
+	}
+}
