@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# demo.sh - the whole loop, told as a story: an engine (bin/host-example)
+# launches the Slurm provisioner plugin, the plugin submits jobs over ssh to
+# a throwaway local Slurm, the worker inside each job dials back and does a
+# piece of work, and on the way out nothing is left in the queue.
+#
+# Run it through `make demo` (which builds first), as root on Debian or
+# Ubuntu. It brings the sandbox up if it is not, and takes it down again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root="$PWD"
+dir="${SANDBOX_DIR:-/tmp/pvsb}"
+
+say() { printf '\n==> %s\n' "$*"; }
+die() { printf 'demo: %s\n' "$*" >&2; exit 1; }
+
+[[ "$(id -u)" == 0 ]] || die "the demo runs a real Slurm, which needs root (slurmd, a job user, packages). Run: sudo make demo. Without root, 'make test' still runs the tests that need no Slurm."
+[[ -x bin/host-example && -x bin/provisioner-slurm ]] || die "bin/ is not built; run it as 'make demo', which builds first"
+if ! command -v sbatch >/dev/null && ! command -v apt-get >/dev/null; then
+  die "Slurm is not installed and there is no apt-get to install it. On another distribution install slurmctld, slurmd, slurm-client, munge and openssh-server, then run make demo again."
+fi
+
+started=0
+if bash sandbox/status.sh "$dir" >/dev/null 2>&1; then
+  say "a sandbox Slurm is already up in $dir; using it and leaving it up"
+else
+  say "starting a throwaway single-node Slurm and an sshd login node on 127.0.0.1 (state in $dir)"
+  bash sandbox/up.sh "$dir" | sed 's/^/    /'
+  started=1
+fi
+cleanup() {
+  if ((started)); then
+    say "stopping the sandbox"
+    bash sandbox/down.sh "$dir" --purge >/dev/null 2>&1 || true
+  fi
+}
+trap cleanup EXIT
+# shellcheck disable=SC1091
+. "$dir/env.sh"
+
+# Slurm runs jobs as $SANDBOX_SSH_USER, who must be able to execute the
+# worker: copy it out of a checkout that may sit in root's home.
+work="$dir/demo"
+mkdir -p "$work"
+chmod 755 "$work"
+install -m 755 bin/host-example "$work/host-example"
+port=$((8470 + RANDOM % 500))
+cat >"$work/config.hcl" <<HCL
+engine {
+  listen     = "127.0.0.1:$port"
+  plugin_dir = "$root/bin"
+}
+
+provisioner "slurm" "sandbox" {
+  login          = "$SANDBOX_SSH_LOGIN"
+  ssh_port       = $SANDBOX_SSH_PORT
+  ssh_key        = "$SANDBOX_SSH_KEY"
+  known_hosts    = "$SANDBOX_SSH_KNOWN_HOSTS"
+  engine_url     = "http://127.0.0.1:$port"
+  worker_command = ["$work/host-example", "worker"]
+  max_idle       = "30s"
+
+  profile "cpu" {
+    cpus   = 2
+    ram_mb = 500
+    sbatch = ["--partition=$SANDBOX_PARTITION", "--time=00:10:00"]
+  }
+  profile "gpu" {
+    cpus   = 2
+    gpus   = 1
+    ram_mb = 500
+    labels = ["cuda"]
+    sbatch = ["--partition=$SANDBOX_PARTITION", "--time=00:10:00"]
+  }
+}
+HCL
+say "the configuration ($work/config.hcl):"
+sed 's/^/    /' "$work/config.hcl"
+
+say "checking it: host-example validate"
+bin/host-example validate "$work/config.hcl" | sed 's/^/    /'
+
+say "running the engine with two needs: 2 cpus, and 1 gpu labelled cuda (its log: $work/engine.log)"
+t0=$(date +%s.%N)
+set +e
+bin/host-example run -config "$work/config.hcl" -need cpus=2 -need gpus=1,label=cuda -timeout 3m 2>"$work/engine.log" | sed 's/^/    /'
+rc=${PIPESTATUS[0]}
+set -e
+t1=$(date +%s.%N)
+printf '    (engine exited %d after %.1fs)\n' "$rc" "$(echo "$t1 - $t0" | bc)"
+if ((rc != 0)); then
+  echo "    the engine failed; the end of its log:"
+  tail -20 "$work/engine.log" | sed 's/^/    /'
+fi
+
+say "what is left behind"
+left=$(squeue -h -u "$SANDBOX_SSH_USER" -o '%i %j %T' || true)
+if [[ -z "$left" ]]; then echo "    Slurm queue: empty"; else echo "    Slurm queue still has:"; echo "$left" | sed 's/^/      /'; rc=1; fi
+plugins=$(pgrep -f "$root/bin/provisioner-slurm" || true)
+if [[ -z "$plugins" ]]; then echo "    plugin processes: none"; else echo "    plugin processes still running: $plugins"; rc=1; fi
+exit "$rc"

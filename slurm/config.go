@@ -1,0 +1,495 @@
+package slurm
+
+import (
+	"encoding/json"
+	"errors"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/fluksio/provision/shared"
+	"github.com/hashicorp/go-hclog"
+)
+
+// Defaults, each with the reason for its value.
+const (
+	// defaultMaxIdle is how long a worker waits for work before it exits
+	// and gives its allocation back: long enough to catch the next node of
+	// a busy flow, short enough not to sit on somebody's cluster.
+	defaultMaxIdle = "5m"
+	// defaultProvisionTimeout is how long a request may go without its
+	// worker attaching before the job is cancelled. Queues are slow; a
+	// request that has not started in a quarter of an hour is more likely
+	// stuck than late.
+	defaultProvisionTimeout = "15m"
+	// defaultSubmitTimeout bounds one ssh call. A login node that has not
+	// answered sbatch in half a minute is not going to.
+	defaultSubmitTimeout = "30s"
+	// defaultTokenTTL is short: the credential sits in the scheduler's
+	// spool for as long as the job waits, and the machine is expected
+	// within the hour.
+	defaultTokenTTL = "24h"
+	// defaultWorker is the worker as it is installed on the cluster.
+	defaultWorker = "fluksio-worker"
+)
+
+// Config is the provisioner's configuration as the host sends it: the
+// schema's attributes by name and its profile blocks as a list. Durations
+// stay strings here; they are parsed during validation so that a bad one
+// is reported at its path.
+type Config struct {
+	Login            string   `json:"login"`
+	SSHPort          int      `json:"ssh_port"`
+	SSHKey           string   `json:"ssh_key"`
+	KnownHosts       string   `json:"known_hosts"`
+	SSHConfig        string   `json:"ssh_config"`
+	SSHOptions       []string `json:"ssh_options"`
+	EngineURL        string   `json:"engine_url"`
+	ArtifactURL      string   `json:"artifact_url"`
+	MaxIdle          string   `json:"max_idle"`
+	ProvisionTimeout string   `json:"provision_timeout"`
+	SubmitTimeout    string   `json:"submit_timeout"`
+	TokenTTL         string   `json:"token_ttl"`
+	WorkerCommand    []string `json:"worker_command"`
+	// Profiles are decoded one by one in decodeConfig, so that a type
+	// error can be reported with the index of its profile.
+	Profiles []Profile `json:"-"`
+}
+
+// Profile is one kind of machine the cluster can be asked for. It is named
+// like a flavor and is deliberately not one: a flavor is what a node asks
+// for, a profile is what a scheduler is asked for. They agree when
+// somebody sets them up to.
+type Profile struct {
+	Name  string `json:"name"`
+	CPUs  int    `json:"cpus"`
+	GPUs  int    `json:"gpus"`
+	RAMMB int64  `json:"ram_mb"`
+	// Labels are what a worker started this way advertises, so that a
+	// node bound to a device can be the reason one is started.
+	Labels []string `json:"labels"`
+	// Sbatch lines go into the script verbatim: partition, walltime,
+	// account, and whatever else the site needs.
+	Sbatch []string `json:"sbatch"`
+	// Prerun is shell run before the worker starts: module load, a venv
+	// with the worker in it. Deliberately not pip: what is installed on a
+	// cluster is somebody's decision, not this provisioner's.
+	Prerun []string `json:"prerun"`
+}
+
+// UnmarshalJSON fills in the schema's defaults for whatever is absent or
+// null, so a profile decoded without a host still asks for one CPU.
+func (p *Profile) UnmarshalJSON(b []byte) error {
+	type plain Profile
+	v := plain{CPUs: 1}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*p = Profile(v)
+	return nil
+}
+
+func schema() *shared.Schema {
+	return &shared.Schema{
+		Attributes: []shared.Attribute{
+			{Name: "login", Type: shared.TypeString, Required: true,
+				Description: "The login node as user@host (or a Host alias from ssh_config). Every cluster command runs there over ssh."},
+			{Name: "ssh_port", Type: shared.TypeInt, Default: 0,
+				Description: "The login node's ssh port; 0 leaves it to ssh and its config."},
+			{Name: "ssh_key", Type: shared.TypeString, Default: "",
+				Description: "Path to the private key ssh logs in with, passed as -i."},
+			{Name: "known_hosts", Type: shared.TypeString, Default: "",
+				Description: "Path to a known_hosts file with the login node's key. When set, ssh checks the host key strictly against it."},
+			{Name: "ssh_config", Type: shared.TypeString, Default: "",
+				Description: "Path to an ssh_config file, passed as -F."},
+			{Name: "ssh_options", Type: shared.TypeListString,
+				Description: "More ssh options, each Key=Value, passed as -o Key=Value (for example ControlMaster=auto)."},
+			{Name: "engine_url", Type: shared.TypeString, Required: true,
+				Description: "The engine's URL as a compute node sees it: the worker dials it."},
+			{Name: "artifact_url", Type: shared.TypeString, Default: "",
+				Description: "Where the worker fetches and stores artifacts, if not through the engine."},
+			{Name: "max_idle", Type: shared.TypeDuration, Default: defaultMaxIdle,
+				Description: "How long a worker waits for work before it exits and gives its allocation back."},
+			{Name: "provision_timeout", Type: shared.TypeDuration, Default: defaultProvisionTimeout,
+				Description: "How long a request may go without its worker attaching before its job is cancelled."},
+			{Name: "submit_timeout", Type: shared.TypeDuration, Default: defaultSubmitTimeout,
+				Description: "How long one ssh call to the login node may take."},
+			{Name: "token_ttl", Type: shared.TypeDuration, Default: defaultTokenTTL,
+				Description: "How long a worker's credential is good for. It waits in the scheduler's spool with the job, so keep it short."},
+			{Name: "worker_command", Type: shared.TypeListString, Default: []string{defaultWorker},
+				Description: "The worker program and any leading arguments, as installed on the compute nodes."},
+		},
+		Blocks: []shared.BlockType{{
+			Name:        "profile",
+			Labels:      []string{"name"},
+			MinItems:    1,
+			Description: "One kind of machine the cluster can be asked for. The smallest profile that fits a need is asked for.",
+			Body: &shared.Schema{Attributes: []shared.Attribute{
+				{Name: "cpus", Type: shared.TypeInt, Default: 1,
+					Description: "CPUs a machine of this profile has; asked for as --cpus-per-task unless sbatch sets it."},
+				{Name: "gpus", Type: shared.TypeInt, Default: 0,
+					Description: "GPUs it has; asked for as --gres=gpu:N unless sbatch sets GPUs."},
+				{Name: "ram_mb", Type: shared.TypeInt, Default: 0,
+					Description: "Memory in MB; asked for as --mem unless sbatch sets memory. 0 means unknown and constrains nothing."},
+				{Name: "labels", Type: shared.TypeListString,
+					Description: "Labels the worker advertises, so a node that needs one can cause this profile to be asked for."},
+				{Name: "sbatch", Type: shared.TypeListString,
+					Description: "sbatch options, one per line, written into the script as #SBATCH lines: partition, time, account."},
+				{Name: "prerun", Type: shared.TypeListString,
+					Description: "Shell lines run before the worker starts, such as module load or activating a venv."},
+			}},
+		}},
+	}
+}
+
+// settings is a configuration that has passed validation, with its
+// durations parsed and its profiles in match order. It never changes once
+// built, so it may be read without the Provisioner's lock.
+type settings struct {
+	name string
+	Config
+	maxIdle          time.Duration
+	provisionTimeout time.Duration
+	submitTimeout    time.Duration
+	tokenTTL         time.Duration
+	log              hclog.Logger
+}
+
+// host is the login node without its user, for error messages.
+func (s *settings) host() string {
+	if i := strings.LastIndexByte(s.Login, '@'); i >= 0 {
+		return s.Login[i+1:]
+	}
+	return s.Login
+}
+
+// parseConfig decodes and validates a configuration. It has no side
+// effects: ValidateConfig and Configure both call it.
+func parseConfig(name string, raw json.RawMessage) (*settings, shared.Diagnostics) {
+	c, diags := decodeConfig(raw)
+	if diags.HasErrors() {
+		return nil, diags
+	}
+	s := &settings{name: name, Config: *c}
+	diags = append(diags, validate(s)...)
+	if diags.HasErrors() {
+		return nil, diags
+	}
+	sortProfiles(s.Profiles)
+	return s, diags
+}
+
+// decodeConfig reads the JSON the host sends. Absent and null values take
+// the schema's defaults, so a host that fills nothing in still works.
+func decodeConfig(raw json.RawMessage) (*Config, shared.Diagnostics) {
+	if len(raw) == 0 {
+		raw = json.RawMessage("{}")
+	}
+	var wire struct {
+		Config
+		Profiles []json.RawMessage `json:"profile"`
+	}
+	if err := json.Unmarshal(raw, &wire); err != nil {
+		return nil, shared.Diagnostics{decodeError(nil, err)}
+	}
+	c := wire.Config
+	for i, r := range wire.Profiles {
+		var p Profile
+		if err := json.Unmarshal(r, &p); err != nil {
+			return nil, shared.Diagnostics{decodeError([]string{"profile", strconv.Itoa(i)}, err)}
+		}
+		c.Profiles = append(c.Profiles, p)
+	}
+	c.fillDefaults()
+	return &c, nil
+}
+
+// fillDefaults gives what is absent its default. An empty duration counts
+// as absent; an empty worker_command list does not, and fails validation.
+func (c *Config) fillDefaults() {
+	for _, d := range []struct {
+		v   *string
+		def string
+	}{
+		{&c.MaxIdle, defaultMaxIdle},
+		{&c.ProvisionTimeout, defaultProvisionTimeout},
+		{&c.SubmitTimeout, defaultSubmitTimeout},
+		{&c.TokenTTL, defaultTokenTTL},
+	} {
+		if *d.v == "" {
+			*d.v = d.def
+		}
+	}
+	if c.WorkerCommand == nil {
+		c.WorkerCommand = []string{defaultWorker}
+	}
+}
+
+// decodeError turns a JSON error into a diagnostic at the value it is
+// about. encoding/json names the field but not the list index, which is
+// why profiles are decoded one at a time.
+func decodeError(at []string, err error) shared.Diagnostic {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		path := slices.Clone(at)
+		if te.Field != "" {
+			parts := strings.Split(te.Field, ".")
+			path = append(path, parts[len(parts)-1])
+		}
+		return shared.Errorf(path, "Wrong type",
+			"Expected %s here, found %s. The host should have converted it; check the plugin and host versions.", te.Type, te.Value)
+	}
+	return shared.Errorf(at, "Unreadable configuration",
+		"The configuration is not the JSON object this plugin expects (%v). The host and the plugin may speak different versions.", err)
+}
+
+var (
+	// nameRE is the alphabet of provisioner, profile and label names. They
+	// end up in job names, worker names and on the remote command line,
+	// so nothing in it may mean anything to a shell, to squeue's comma
+	// lists or to #SBATCH parsing.
+	nameRE = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+	// loginRE is user@host or a bare host (an ssh_config alias). The host
+	// part allows the colons of an IPv6 address.
+	loginRE = regexp.MustCompile(`^([A-Za-z0-9._][A-Za-z0-9._-]*@)?[A-Za-z0-9._:][A-Za-z0-9._:-]*$`)
+	// sshKeyRE is an ssh option name: letters only, so that it cannot
+	// smuggle a second option or a value.
+	sshKeyRE = regexp.MustCompile(`^[A-Za-z]+$`)
+)
+
+// refusedSSHOptions change what ssh runs or how the script reaches sbatch;
+// the value is why, for the diagnostic.
+var refusedSSHOptions = map[string]string{
+	"batchmode":               "the provisioner sets BatchMode=yes itself so that a prompt fails instead of hanging a submission",
+	"remotecommand":           "the provisioner chooses the remote command",
+	"sessiontype":             "the provisioner needs a session that runs a command",
+	"stdinnull":               "the batch script reaches sbatch on ssh's standard input",
+	"forkafterauthentication": "the provisioner reads sbatch's answer from ssh and waits for it to finish",
+	"requesttty":              "a terminal would mangle the script on standard input",
+}
+
+// validate checks everything that reaches the batch script or the ssh
+// command line, so that no configured value can change what either means.
+func validate(s *settings) shared.Diagnostics {
+	var diags shared.Diagnostics
+	add := func(d shared.Diagnostic) { diags = append(diags, d) }
+	at := func(p ...string) []string { return p }
+
+	if s.name == "" {
+		add(shared.Errorf(nil, "Missing provisioner name", "The provisioner block needs a name; it goes into job and worker names."))
+	} else if !nameRE.MatchString(s.name) {
+		add(shared.Errorf(nil, "Invalid provisioner name",
+			"The name %q may use only letters, digits, '.', '_' and '-': it goes into Slurm job names and worker names.", s.name))
+	}
+
+	switch {
+	case s.Login == "":
+		add(shared.Errorf(at("login"), "Missing login", `Set login to the cluster's login node as "user@host".`))
+	case strings.ContainsFunc(s.Login, isSpaceOrControl):
+		add(shared.Errorf(at("login"), "Invalid login", "The login must not contain whitespace or control characters; write it as user@host."))
+	case strings.HasPrefix(s.Login, "-"):
+		add(shared.Errorf(at("login"), "Invalid login", "The login must not start with '-': ssh would read it as an option. Write it as user@host."))
+	case !loginRE.MatchString(s.Login):
+		add(shared.Errorf(at("login"), "Invalid login",
+			"%q is not user@host: the user may use letters, digits, '.', '_' and '-', and the host letters, digits, '.', '-' and ':'.", s.Login))
+	}
+
+	if s.SSHPort < 0 || s.SSHPort > 65535 {
+		add(shared.Errorf(at("ssh_port"), "Invalid ssh_port", "The port must be between 1 and 65535, or 0 to leave it to ssh; got %d.", s.SSHPort))
+	}
+	for _, f := range []struct{ name, path string }{{"ssh_key", s.SSHKey}, {"ssh_config", s.SSHConfig}} {
+		if strings.ContainsAny(f.path, "\x00\n\r") {
+			add(shared.Errorf(at(f.name), "Invalid path", "The path must not contain a newline, carriage return or NUL."))
+		}
+	}
+	if strings.ContainsFunc(s.KnownHosts, func(r rune) bool { return isSpaceOrControl(r) || r == '"' || r == '\'' }) {
+		add(shared.Errorf(at("known_hosts"), "Invalid path",
+			"The known_hosts path must not contain whitespace, quotes or control characters: ssh reads it from an option line, where whitespace separates several files."))
+	}
+	for i, o := range s.SSHOptions {
+		path := at("ssh_options", strconv.Itoa(i))
+		key, value, ok := strings.Cut(o, "=")
+		switch {
+		case strings.ContainsAny(o, "\x00\n\r"):
+			add(shared.Errorf(path, "Invalid ssh option", "An ssh option must not contain a newline, carriage return or NUL."))
+		case !ok || !sshKeyRE.MatchString(key) || value == "":
+			add(shared.Errorf(path, "Invalid ssh option", "Write each option as Key=Value, such as ConnectTimeout=10, with a key of letters only; got %q.", o))
+		case refusedSSHOptions[strings.ToLower(key)] != "":
+			add(shared.Errorf(path, "Unsupported ssh option", "%s cannot be set here: %s.", key, refusedSSHOptions[strings.ToLower(key)]))
+		case s.KnownHosts != "" && (strings.EqualFold(key, "StrictHostKeyChecking") || strings.EqualFold(key, "UserKnownHostsFile")):
+			add(shared.Errorf(path, "Conflicting ssh option",
+				"known_hosts is set, so the provisioner passes %s itself; remove this option or known_hosts.", key))
+		}
+	}
+
+	checkURL := func(name, v string, required bool) {
+		if v == "" {
+			if required {
+				add(shared.Errorf(at(name), "Missing "+name, "Set %s to an http or https URL that compute nodes can reach.", name))
+			}
+			return
+		}
+		u, err := url.Parse(v)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.ContainsFunc(v, isSpaceOrControl) {
+			add(shared.Errorf(at(name), "Invalid "+name, "%q is not an absolute http or https URL, such as https://engine.example.org:8765.", v))
+		}
+	}
+	checkURL("engine_url", s.EngineURL, true)
+	checkURL("artifact_url", s.ArtifactURL, false)
+
+	for _, d := range []struct {
+		name string
+		raw  string
+		dst  *time.Duration
+	}{
+		{"max_idle", s.MaxIdle, &s.maxIdle},
+		{"provision_timeout", s.ProvisionTimeout, &s.provisionTimeout},
+		{"submit_timeout", s.SubmitTimeout, &s.submitTimeout},
+		{"token_ttl", s.TokenTTL, &s.tokenTTL},
+	} {
+		v, err := time.ParseDuration(d.raw)
+		switch {
+		case err != nil:
+			add(shared.Errorf(at(d.name), "Invalid duration", "%q is not a duration; write it like \"90s\", \"5m\" or \"1h30m\".", d.raw))
+		case v <= 0:
+			add(shared.Errorf(at(d.name), "Invalid duration", "%s must be positive; got %q.", d.name, d.raw))
+		default:
+			*d.dst = v
+		}
+	}
+
+	if len(s.WorkerCommand) == 0 {
+		add(shared.Errorf(at("worker_command"), "Empty worker_command", `Set worker_command to the worker program, such as ["fluksio-worker"].`))
+	} else if s.WorkerCommand[0] == "" {
+		add(shared.Errorf(at("worker_command", "0"), "Empty worker program", "The first element of worker_command is the program to run and must not be empty."))
+	}
+	for i, w := range s.WorkerCommand {
+		if strings.ContainsAny(w, "\x00\n\r") {
+			add(shared.Errorf(at("worker_command", strconv.Itoa(i)), "Invalid worker_command", "An argument must not contain a newline, carriage return or NUL."))
+		}
+	}
+
+	if len(s.Profiles) == 0 {
+		add(shared.Errorf(at("profile"), "No profiles", `Add at least one profile "name" { cpus = 1 } block: it says what the cluster can be asked for.`))
+	}
+	seen := map[string]bool{}
+	for i, p := range s.Profiles {
+		diags = append(diags, validateProfile(strconv.Itoa(i), p, seen)...)
+	}
+	return diags
+}
+
+func validateProfile(i string, p Profile, seen map[string]bool) shared.Diagnostics {
+	var diags shared.Diagnostics
+	add := func(d shared.Diagnostic) { diags = append(diags, d) }
+	at := func(p ...string) []string { return append([]string{"profile", i}, p...) }
+
+	switch {
+	case !nameRE.MatchString(p.Name):
+		add(shared.Errorf(at("name"), "Invalid profile name",
+			"The name %q may use only letters, digits, '.', '_' and '-', and must not be empty: it goes into worker names.", p.Name))
+	case seen[p.Name]:
+		add(shared.Errorf(at("name"), "Duplicate profile", "Another profile is already named %q; give each profile its own name.", p.Name))
+	}
+	seen[p.Name] = true
+
+	if p.CPUs < 1 {
+		add(shared.Errorf(at("cpus"), "Invalid cpus", "A machine has at least one CPU; got %d.", p.CPUs))
+	}
+	if p.GPUs < 0 {
+		add(shared.Errorf(at("gpus"), "Invalid gpus", "gpus must be 0 or more; got %d.", p.GPUs))
+	}
+	if p.RAMMB < 0 {
+		add(shared.Errorf(at("ram_mb"), "Invalid ram_mb", "ram_mb must be 0 (unknown) or more; got %d.", p.RAMMB))
+	}
+	for j, l := range p.Labels {
+		if !nameRE.MatchString(l) {
+			add(shared.Errorf(at("labels", strconv.Itoa(j)), "Invalid label",
+				"The label %q may use only letters, digits, '.', '_' and '-', and must not be empty: labels are passed to the worker as a comma list.", l))
+		}
+	}
+	for j, line := range p.Sbatch {
+		path := at("sbatch", strconv.Itoa(j))
+		switch {
+		case strings.ContainsAny(line, "\x00\n\r"):
+			add(shared.Errorf(path, "Invalid sbatch line", "An sbatch line must not contain a newline, carriage return or NUL: each becomes one #SBATCH line."))
+		case !strings.HasPrefix(line, "-"):
+			add(shared.Errorf(path, "Invalid sbatch line", "%q is not an sbatch option; write it as it would follow #SBATCH, such as --partition=debug.", line))
+		default:
+			if opt, why := reservedOption(line); opt != "" {
+				add(shared.Errorf(path, "Reserved sbatch option", "%s cannot be set in a profile: %s.", opt, why))
+			}
+		}
+	}
+	for j, line := range p.Prerun {
+		if strings.ContainsAny(line, "\x00\n\r") {
+			add(shared.Errorf(at("prerun", strconv.Itoa(j)), "Invalid prerun line",
+				"A prerun line must not contain a newline, carriage return or NUL; give each command its own list element."))
+		}
+	}
+	return diags
+}
+
+// reserved are sbatch options a profile may not set, with the reason.
+// Short forms are keyed by their letter.
+var reserved = []struct {
+	long, short, why string
+}{
+	{"--job-name", "J", "the provisioner names every job fluksio-<provisioner> so that it can find its jobs again"},
+	{"--comment", "", "the provisioner records the worker's name in the job's comment so that it can find the job again"},
+	{"--parsable", "", "the provisioner passes it on the command line and reads the job id from its output"},
+	{"--wrap", "", "the provisioner's script is the job; a wrapped command would replace it"},
+	{"--array", "a", "one request starts one worker; an array would start many with the same name and credential"},
+	{"--wait", "W", "sbatch would not return until the job ends, so every submission would time out"},
+}
+
+// reservedOption returns the reserved option an sbatch line sets, if any,
+// and why it is reserved.
+func reservedOption(line string) (option, why string) {
+	long, short := optionNames(line)
+	for _, r := range reserved {
+		if long != "" && strings.HasPrefix(r.long, long) {
+			return r.long, r.why
+		}
+		if r.short != "" && strings.Contains(short, r.short) {
+			return "-" + r.short, r.why
+		}
+	}
+	return "", ""
+}
+
+// noArgShort are sbatch's short options that take no argument, so another
+// option letter may follow them in one word (-vJ name).
+const noArgShort = "hHOQsuvV"
+
+// optionNames returns the long option an sbatch line sets ("--mem", or
+// "--me" when abbreviated, since getopt accepts unambiguous prefixes), or
+// the short option letters of its first word: every no-argument letter
+// and then the first letter that takes an argument.
+func optionNames(line string) (long, short string) {
+	word := strings.TrimSpace(line)
+	if i := strings.IndexAny(word, "= \t"); i >= 0 {
+		word = word[:i]
+	}
+	if strings.HasPrefix(word, "--") {
+		if len(word) == 2 {
+			return "", ""
+		}
+		return word, ""
+	}
+	letters := strings.TrimPrefix(word, "-")
+	for i := 0; i < len(letters); i++ {
+		if !strings.ContainsRune(noArgShort, rune(letters[i])) {
+			return "", letters[:i+1]
+		}
+	}
+	return "", letters
+}
+
+func isSpaceOrControl(r rune) bool {
+	return unicode.IsSpace(r) || unicode.IsControl(r)
+}

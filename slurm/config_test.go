@@ -1,0 +1,186 @@
+package slurm
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluksio/provision/shared"
+)
+
+func TestSchemaIsValid(t *testing.T) {
+	s := schema()
+	if err := s.Validate("plugin", "sha256"); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range s.Attributes {
+		if a.Description == "" {
+			t.Errorf("attribute %s has no description", a.Name)
+		}
+	}
+	for _, a := range s.Blocks[0].Body.Attributes {
+		if a.Description == "" {
+			t.Errorf("profile attribute %s has no description", a.Name)
+		}
+	}
+}
+
+func TestDecodeFillsDefaults(t *testing.T) {
+	raw := `{"login":"u@h","engine_url":"http://e:1","profile":[{"name":"a"},{"name":"b","cpus":null,"labels":null}]}`
+	s, diags := parseConfig("hpc", json.RawMessage(raw))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	if s.maxIdle != 5*time.Minute || s.provisionTimeout != 15*time.Minute || s.submitTimeout != 30*time.Second || s.tokenTTL != 24*time.Hour {
+		t.Errorf("durations = %s %s %s %s", s.maxIdle, s.provisionTimeout, s.submitTimeout, s.tokenTTL)
+	}
+	if !slices.Equal(s.WorkerCommand, []string{"fluksio-worker"}) {
+		t.Errorf("worker_command = %q", s.WorkerCommand)
+	}
+	for _, p := range s.Profiles {
+		if p.CPUs != 1 || p.GPUs != 0 || p.RAMMB != 0 {
+			t.Errorf("profile %+v lacks defaults", p)
+		}
+	}
+}
+
+// TestValidation checks each rule: a valid base configuration with one
+// change must give exactly one error, at the path given.
+func TestValidation(t *testing.T) {
+	prof := func(c map[string]any, i int) map[string]any { return c["profile"].([]any)[i].(map[string]any) }
+	set := func(k string, v any) func(map[string]any) { return func(c map[string]any) { c[k] = v } }
+	setProf := func(i int, k string, v any) func(map[string]any) {
+		return func(c map[string]any) { prof(c, i)[k] = v }
+	}
+
+	tests := []struct {
+		name     string
+		provName string
+		edit     func(map[string]any)
+		path     string // joined with "."; "-" means valid
+		summary  string
+	}{
+		{name: "base", path: "-"},
+		{name: "login alias", edit: set("login", "sandbox"), path: "-"},
+		{name: "login ipv6", edit: set("login", "u@::1"), path: "-"},
+		{name: "login empty", edit: set("login", ""), path: "login", summary: "Missing login"},
+		{name: "login space", edit: set("login", "u@h x"), path: "login", summary: "Invalid login"},
+		{name: "login option", edit: set("login", "-oProxyCommand=x"), path: "login", summary: "Invalid login"},
+		{name: "login shell", edit: set("login", "u@h;rm"), path: "login", summary: "Invalid login"},
+		{name: "login two ats", edit: set("login", "u@v@h"), path: "login", summary: "Invalid login"},
+		{name: "login wrong type", edit: set("login", 3), path: "login", summary: "Wrong type"},
+		{name: "port high", edit: set("ssh_port", 70000), path: "ssh_port", summary: "Invalid ssh_port"},
+		{name: "port negative", edit: set("ssh_port", -1), path: "ssh_port", summary: "Invalid ssh_port"},
+		{name: "port set", edit: set("ssh_port", 2222), path: "-"},
+		{name: "key newline", edit: set("ssh_key", "/k\n"), path: "ssh_key", summary: "Invalid path"},
+		{name: "config nul", edit: set("ssh_config", "/c\x00"), path: "ssh_config", summary: "Invalid path"},
+		{name: "known_hosts space", edit: set("known_hosts", "/a b"), path: "known_hosts", summary: "Invalid path"},
+		{name: "ssh option ok", edit: set("ssh_options", []string{"ControlMaster=auto", "ProxyCommand=ssh -W %h:%p jump"}), path: "-"},
+		{name: "ssh option no value", edit: set("ssh_options", []string{"ControlMaster"}), path: "ssh_options.0", summary: "Invalid ssh option"},
+		{name: "ssh option empty value", edit: set("ssh_options", []string{"ok=yes", "Port="}), path: "ssh_options.1", summary: "Invalid ssh option"},
+		{name: "ssh option key digits", edit: set("ssh_options", []string{"K1=v"}), path: "ssh_options.0", summary: "Invalid ssh option"},
+		{name: "ssh option key space", edit: set("ssh_options", []string{"A B=v"}), path: "ssh_options.0", summary: "Invalid ssh option"},
+		{name: "ssh option newline", edit: set("ssh_options", []string{"A=v\nB=w"}), path: "ssh_options.0", summary: "Invalid ssh option"},
+		{name: "ssh option remote command", edit: set("ssh_options", []string{"remotecommand=ls"}), path: "ssh_options.0", summary: "Unsupported ssh option"},
+		{name: "ssh option batch mode", edit: set("ssh_options", []string{"BatchMode=no"}), path: "ssh_options.0", summary: "Unsupported ssh option"},
+		{name: "ssh option host key with known_hosts", edit: func(c map[string]any) {
+			c["known_hosts"] = "/kh"
+			c["ssh_options"] = []string{"StrictHostKeyChecking=no"}
+		}, path: "ssh_options.0", summary: "Conflicting ssh option"},
+		{name: "engine_url missing", edit: set("engine_url", ""), path: "engine_url", summary: "Missing engine_url"},
+		{name: "engine_url scheme", edit: set("engine_url", "ftp://e"), path: "engine_url", summary: "Invalid engine_url"},
+		{name: "engine_url relative", edit: set("engine_url", "engine:8765"), path: "engine_url", summary: "Invalid engine_url"},
+		{name: "engine_url no host", edit: set("engine_url", "http://"), path: "engine_url", summary: "Invalid engine_url"},
+		{name: "engine_url space", edit: set("engine_url", "http://e/a b"), path: "engine_url", summary: "Invalid engine_url"},
+		{name: "artifact_url", edit: set("artifact_url", "s3://bucket"), path: "artifact_url", summary: "Invalid artifact_url"},
+		{name: "artifact_url ok", edit: set("artifact_url", "https://a.example.org/x"), path: "-"},
+		{name: "max_idle unparsable", edit: set("max_idle", "5 minutes"), path: "max_idle", summary: "Invalid duration"},
+		{name: "provision_timeout negative", edit: set("provision_timeout", "-5m"), path: "provision_timeout", summary: "Invalid duration"},
+		{name: "submit_timeout zero", edit: set("submit_timeout", "0s"), path: "submit_timeout", summary: "Invalid duration"},
+		{name: "token_ttl", edit: set("token_ttl", "1d"), path: "token_ttl", summary: "Invalid duration"},
+		{name: "worker_command empty", edit: set("worker_command", []string{}), path: "worker_command", summary: "Empty worker_command"},
+		{name: "worker_command empty program", edit: set("worker_command", []string{""}), path: "worker_command.0", summary: "Empty worker program"},
+		{name: "worker_command newline", edit: set("worker_command", []string{"w", "a\nb"}), path: "worker_command.1", summary: "Invalid worker_command"},
+		{name: "no profiles", edit: set("profile", []any{}), path: "profile", summary: "No profiles"},
+		{name: "provisioner name", provName: "my hpc", path: "", summary: "Invalid provisioner name"},
+		{name: "profile name", edit: setProf(1, "name", "cpu box"), path: "profile.1.name", summary: "Invalid profile name"},
+		{name: "profile name empty", edit: setProf(0, "name", ""), path: "profile.0.name", summary: "Invalid profile name"},
+		{name: "duplicate profile", edit: setProf(1, "name", "gpu"), path: "profile.1.name", summary: "Duplicate profile"},
+		{name: "label", edit: setProf(0, "labels", []string{"ok", "a,b"}), path: "profile.0.labels.1", summary: "Invalid label"},
+		{name: "label empty", edit: setProf(0, "labels", []string{""}), path: "profile.0.labels.0", summary: "Invalid label"},
+		{name: "cpus zero", edit: setProf(1, "cpus", 0), path: "profile.1.cpus", summary: "Invalid cpus"},
+		{name: "cpus wrong type", edit: setProf(1, "cpus", "four"), path: "profile.1.cpus", summary: "Wrong type"},
+		{name: "gpus negative", edit: setProf(0, "gpus", -1), path: "profile.0.gpus", summary: "Invalid gpus"},
+		{name: "ram negative", edit: setProf(0, "ram_mb", -1), path: "profile.0.ram_mb", summary: "Invalid ram_mb"},
+		{name: "sbatch short forms", edit: setProf(1, "sbatch", []string{"-p debug", "-A acct", "--time=10", "-c4", "--account=x", "--wckey=w"}), path: "-"},
+		{name: "sbatch not an option", edit: setProf(1, "sbatch", []string{"--partition=debug", "partition=debug"}), path: "profile.1.sbatch.1", summary: "Invalid sbatch line"},
+		{name: "sbatch newline", edit: setProf(1, "sbatch", []string{"--time=10\necho hi"}), path: "profile.1.sbatch.0", summary: "Invalid sbatch line"},
+		{name: "sbatch cr", edit: setProf(1, "sbatch", []string{"--time=10\r"}), path: "profile.1.sbatch.0", summary: "Invalid sbatch line"},
+		{name: "sbatch job name", edit: setProf(1, "sbatch", []string{"--job-name=x"}), path: "profile.1.sbatch.0", summary: "Reserved sbatch option"},
+		{name: "sbatch job name abbreviated", edit: setProf(1, "sbatch", []string{"--job=x"}), path: "profile.1.sbatch.0", summary: "Reserved sbatch option"},
+		{name: "sbatch -J", edit: setProf(1, "sbatch", []string{"-J x"}), path: "profile.1.sbatch.0", summary: "Reserved sbatch option"},
+		{name: "sbatch -J bundled", edit: setProf(1, "sbatch", []string{"-vJx"}), path: "profile.1.sbatch.0", summary: "Reserved sbatch option"},
+		{name: "sbatch comment", edit: setProf(1, "sbatch", []string{"--comment x"}), path: "profile.1.sbatch.0", summary: "Reserved sbatch option"},
+		{name: "sbatch parsable", edit: setProf(1, "sbatch", []string{"--parsable"}), path: "profile.1.sbatch.0", summary: "Reserved sbatch option"},
+		{name: "sbatch array", edit: setProf(1, "sbatch", []string{"-a 1-4"}), path: "profile.1.sbatch.0", summary: "Reserved sbatch option"},
+		{name: "sbatch wait", edit: setProf(1, "sbatch", []string{"--wait"}), path: "profile.1.sbatch.0", summary: "Reserved sbatch option"},
+		{name: "sbatch wrap", edit: setProf(1, "sbatch", []string{"--wrap=hostname"}), path: "profile.1.sbatch.0", summary: "Reserved sbatch option"},
+		{name: "prerun newline", edit: setProf(1, "prerun", []string{"ok", "a\nb"}), path: "profile.1.prerun.1", summary: "Invalid prerun line"},
+		{name: "prerun nul", edit: setProf(1, "prerun", []string{"a\x00"}), path: "profile.1.prerun.0", summary: "Invalid prerun line"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := baseConfig()
+			if tc.edit != nil {
+				tc.edit(cfg)
+			}
+			name := "hpc"
+			if tc.provName != "" {
+				name = tc.provName
+			}
+			_, diags := parseConfig(name, mustJSON(t, cfg))
+			if tc.path == "-" {
+				if len(diags) != 0 {
+					t.Fatalf("want no diagnostics, got:\n%v", diags)
+				}
+				return
+			}
+			if len(diags) != 1 {
+				t.Fatalf("want one diagnostic at %q, got %d:\n%v", tc.path, len(diags), diags)
+			}
+			d := diags[0]
+			if d.Severity != shared.SeverityError || strings.Join(d.Path, ".") != tc.path || d.Summary != tc.summary || d.Detail == "" {
+				t.Errorf("got %v %q %q (%q), want error at %q %q", d.Severity, strings.Join(d.Path, "."), d.Summary, d.Detail, tc.path, tc.summary)
+			}
+		})
+	}
+}
+
+func TestReservedOption(t *testing.T) {
+	tests := []struct{ line, want string }{
+		{"--job-name=x", "--job-name"},
+		{"--job-name x", "--job-name"},
+		{"--jo=x", "--job-name"},
+		{"-J", "-J"},
+		{"-Jname", "-J"},
+		{"-HJ x", "-J"},
+		{"--comment=x", "--comment"},
+		{"--parsable", "--parsable"},
+		{"--array=0-3", "--array"},
+		{"-a0-3", "-a"},
+		{"-W", "-W"},
+		{"--partition=debug", ""},
+		{"-p debug", ""},
+		{"-pJ", ""}, // J is -p's argument
+		{"--account=j", ""},
+		{"-A x", ""},
+		{"--", ""},
+	}
+	for _, tc := range tests {
+		if got, _ := reservedOption(tc.line); got != tc.want {
+			t.Errorf("reservedOption(%q) = %q, want %q", tc.line, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,380 @@
+package slurm
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fluksio/provision/shared"
+	"github.com/hashicorp/go-hclog"
+)
+
+// The test binary impersonates ssh when fakeSSHEnv is set: it records its
+// argv and stdin in fakeDirEnv and then behaves as the spec says for the
+// remote command. A spec is a comma list of command=behaviour, such as
+// "sbatch=hang,squeue=list"; a command not named behaves "ok".
+//
+// sbatch: ok (prints a fresh job id from 4242 up), fail (Slurm's error
+// text, exit 1), long (2000 characters of error, exit 1), garbage (prints
+// no id, exit 0), hang (records, then hangs until killed), gate (records,
+// then waits for the file "gate" in the directory, then as ok).
+// squeue: list (one line per recorded sbatch, job 9001 and up, with the
+// comment of its script, plus another provisioner's job). scancel: ok, fail.
+const (
+	fakeSSHEnv = "SLURM_FAKE_SSH"
+	fakeDirEnv = "SLURM_FAKE_SSH_DIR"
+)
+
+func TestMain(m *testing.M) {
+	if spec, ok := os.LookupEnv(fakeSSHEnv); ok {
+		os.Exit(fakeSSH(spec, os.Getenv(fakeDirEnv), os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+// call is one recorded invocation of the fake ssh.
+type call struct {
+	Argv  []string
+	Stdin string
+}
+
+// remote is the command after the login.
+func (c call) remote() []string {
+	i := slices.Index(c.Argv, "--")
+	if i < 0 || i+2 > len(c.Argv) {
+		return nil
+	}
+	return c.Argv[i+2:]
+}
+
+func fakeSSH(spec, dir string, args []string) int {
+	c := call{Argv: args}
+	remote := c.remote()
+	if len(remote) == 0 || dir == "" {
+		fmt.Fprintln(os.Stderr, "fake ssh: want -- login command, and a directory to record in")
+		return 255
+	}
+	stdin, _ := io.ReadAll(os.Stdin)
+	c.Stdin = string(stdin)
+	b, _ := json.Marshal(c)
+	name := fmt.Sprintf("call-%020d-%d.json", time.Now().UnixNano(), os.Getpid())
+	if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, "fake ssh:", err)
+		return 255
+	}
+
+	behaviour := "ok"
+	for _, kv := range strings.Split(spec, ",") {
+		if k, v, _ := strings.Cut(kv, "="); k == remote[0] {
+			behaviour = v
+		}
+	}
+	switch remote[0] + "=" + behaviour {
+	case "sbatch=ok":
+		fmt.Println(newJobID(dir))
+	case "sbatch=fail":
+		fmt.Fprintln(os.Stderr, "sbatch: error: invalid partition specified: nope")
+		fmt.Fprintln(os.Stderr, "sbatch: error: Batch job submission failed: Invalid partition name specified")
+		return 1
+	case "sbatch=long":
+		fmt.Fprintln(os.Stderr, "sbatch: error: "+strings.Repeat("x", 2000))
+		return 1
+	case "sbatch=garbage":
+		fmt.Println("Submitted batch job soon")
+	case "sbatch=hang":
+		time.Sleep(time.Hour)
+	case "sbatch=gate":
+		for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+			if _, err := os.Stat(filepath.Join(dir, "gate")); err == nil {
+				fmt.Println(newJobID(dir))
+				return 0
+			}
+		}
+		return 1
+	case "squeue=list":
+		id := 9001
+		for _, c := range readCalls(dir) {
+			if r := c.remote(); len(r) > 0 && r[0] == "sbatch" {
+				if m := regexp.MustCompile(`(?m)^#SBATCH --comment=(\S+)$`).FindStringSubmatch(c.Stdin); m != nil {
+					fmt.Printf("%d %s\n", id, m[1])
+					id++
+				}
+			}
+		}
+		fmt.Println("77 fluksio:other-cpu-00000000")
+	case "scancel=ok", "squeue=ok":
+	case "scancel=fail":
+		fmt.Fprintln(os.Stderr, "scancel: error: Unable to contact slurm controller (connect failure)")
+		return 8
+	default:
+		fmt.Fprintf(os.Stderr, "fake ssh: no behaviour %q for %s\n", behaviour, remote[0])
+		return 255
+	}
+	return 0
+}
+
+// newJobID hands out ids from 4242 up; O_EXCL makes concurrent fakes get
+// different ones.
+func newJobID(dir string) int {
+	for id := 4242; ; id++ {
+		f, err := os.OpenFile(filepath.Join(dir, "job-"+strconv.Itoa(id)), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if err == nil {
+			f.Close()
+			return id
+		}
+	}
+}
+
+func readCalls(dir string) []call {
+	names, _ := filepath.Glob(filepath.Join(dir, "call-*.json"))
+	sort.Strings(names)
+	var calls []call
+	for _, n := range names {
+		b, err := os.ReadFile(n)
+		if err != nil {
+			continue
+		}
+		var c call
+		if json.Unmarshal(b, &c) == nil {
+			calls = append(calls, c)
+		}
+	}
+	return calls
+}
+
+// fakeCluster points the fake ssh at a fresh directory with a spec.
+type fakeCluster struct{ dir string }
+
+func newFakeCluster(t *testing.T, spec string) *fakeCluster {
+	t.Helper()
+	dir := t.TempDir()
+	// A race-enabled binary sleeps a second on its way out, which would
+	// make every fake ssh call take a second.
+	t.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	t.Setenv(fakeSSHEnv, spec)
+	t.Setenv(fakeDirEnv, dir)
+	return &fakeCluster{dir: dir}
+}
+
+func (f *fakeCluster) calls() []call { return readCalls(f.dir) }
+
+func (f *fakeCluster) callsTo(cmd string) []call {
+	var out []call
+	for _, c := range f.calls() {
+		if r := c.remote(); len(r) > 0 && r[0] == cmd {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (f *fakeCluster) openGate(t *testing.T) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(f.dir, "gate"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(end) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// fakeHost records events and mints tokens that are easy to look for.
+type fakeHost struct {
+	mu      sync.Mutex
+	events  []shared.Event
+	minted  []shared.MintCredentialRequest
+	mintErr error
+}
+
+var _ shared.Host = (*fakeHost)(nil)
+
+func (h *fakeHost) Publish(_ context.Context, ev shared.Event) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.events = append(h.events, ev)
+	return nil
+}
+
+func (h *fakeHost) MintCredential(_ context.Context, req *shared.MintCredentialRequest) (*shared.MintCredentialResponse, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.mintErr != nil {
+		return nil, h.mintErr
+	}
+	h.minted = append(h.minted, *req)
+	return &shared.MintCredentialResponse{Token: tokenFor(req.Worker), Expires: time.Now().Add(req.TTL)}, nil
+}
+
+func tokenFor(worker string) string { return "s3cr3t-" + worker + "-t0k3n" }
+
+func (h *fakeHost) Events() []shared.Event {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.events)
+}
+
+func (h *fakeHost) Minted() []shared.MintCredentialRequest {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.minted)
+}
+
+func (h *fakeHost) waitEvents(t *testing.T, n int) []shared.Event {
+	t.Helper()
+	eventually(t, fmt.Sprintf("%d events", n), func() bool { return len(h.Events()) >= n })
+	return h.Events()
+}
+
+func kinds(evs []shared.Event) []shared.EventKind {
+	var ks []shared.EventKind
+	for _, e := range evs {
+		ks = append(ks, e.Kind)
+	}
+	return ks
+}
+
+// fakeClock is a clock tests move by hand.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// syncBuffer is a log sink that tests read while goroutines write.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// baseConfig is a valid configuration as the host would send it, with two
+// profiles written largest first so that sorting shows.
+func baseConfig() map[string]any {
+	return map[string]any{
+		"login":             "alice@login.example.org",
+		"ssh_port":          0,
+		"ssh_key":           "",
+		"known_hosts":       "",
+		"ssh_config":        "",
+		"ssh_options":       nil,
+		"engine_url":        "https://engine.example.org:8765",
+		"artifact_url":      "",
+		"max_idle":          "5m",
+		"provision_timeout": "15m",
+		"submit_timeout":    "30s",
+		"token_ttl":         "24h",
+		"worker_command":    []string{"fluksio-worker"},
+		"profile": []any{
+			map[string]any{"name": "gpu", "cpus": 8, "gpus": 1, "ram_mb": 32000, "labels": []string{"cuda"}, "sbatch": []string{"--partition=gpu"}, "prerun": nil},
+			map[string]any{"name": "cpu", "cpus": 4, "gpus": 0, "ram_mb": 0, "labels": nil, "sbatch": []string{"--partition=debug"}, "prerun": []string{"module load python"}},
+		},
+	}
+}
+
+func mustJSON(t *testing.T, v any) json.RawMessage {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+type harness struct {
+	p     *Provisioner
+	host  *fakeHost
+	clock *fakeClock
+	logs  *syncBuffer
+	fake  *fakeCluster
+}
+
+// newHarness configures a Provisioner named "hpc" whose ssh is the fake
+// with spec. edit, if not nil, changes the base configuration first.
+func newHarness(t *testing.T, spec string, edit func(map[string]any)) *harness {
+	t.Helper()
+	h := &harness{
+		host:  &fakeHost{},
+		clock: &fakeClock{t: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)},
+		logs:  &syncBuffer{},
+		fake:  newFakeCluster(t, spec),
+	}
+	h.p = New(hclog.New(&hclog.LoggerOptions{Output: h.logs, Level: hclog.Trace}))
+	h.p.sshPath = os.Args[0]
+	h.p.now = h.clock.Now
+	cfg := baseConfig()
+	if edit != nil {
+		edit(cfg)
+	}
+	resp, err := h.p.Configure(context.Background(), &shared.ConfigureRequest{Name: "hpc", Config: mustJSON(t, cfg), Host: h.host})
+	if err != nil || resp.Diagnostics.HasErrors() {
+		t.Fatalf("Configure: %v %v", err, resp.Diagnostics)
+	}
+	t.Cleanup(func() {
+		// Whatever a test leaves running is stopped, so no fake ssh
+		// outlives it.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		h.p.Shutdown(ctx, &shared.ShutdownRequest{})
+	})
+	return h
+}
+
+func (h *harness) provision(t *testing.T, need shared.Need) *shared.ProvisionResponse {
+	t.Helper()
+	resp, err := h.p.Provision(context.Background(), &shared.ProvisionRequest{Need: need})
+	if err != nil {
+		t.Fatalf("Provision(%+v): %v", need, err)
+	}
+	return resp
+}
+
+func (h *harness) status(t *testing.T) *shared.StatusResponse {
+	t.Helper()
+	st, err := h.p.Status(context.Background(), &shared.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}

@@ -1,0 +1,568 @@
+package slurm
+
+import (
+	"context"
+	"errors"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/fluksio/provision/shared"
+)
+
+var (
+	cpuNeed = shared.Need{CPUs: 2}
+	gpuNeed = shared.Need{CPUs: 1, GPUs: 1}
+)
+
+func TestProvisionSubmitsOverSSH(t *testing.T) {
+	h := newHarness(t, "sbatch=ok", nil)
+
+	resp := h.provision(t, cpuNeed)
+	if resp.Outcome != shared.OutcomeRequested || resp.Profile != "cpu" {
+		t.Fatalf("Provision = %+v, want requested cpu", resp)
+	}
+	evs := h.host.waitEvents(t, 1)
+	ev := evs[0]
+	if ev.Kind != shared.EventWorkerProvisioned || ev.Provisioner != "hpc" || ev.Profile != "cpu" || ev.Job != "4242" {
+		t.Fatalf("event = %+v", ev)
+	}
+	if !regexp.MustCompile(`^hpc-cpu-[0-9a-f]{8}$`).MatchString(ev.Worker) {
+		t.Errorf("worker name %q is not hpc-cpu-<8 hex>", ev.Worker)
+	}
+	if m := h.host.Minted(); len(m) != 1 || m[0].Worker != ev.Worker || m[0].TTL != 24*time.Hour {
+		t.Errorf("minted %+v, want one for %s with 24h", m, ev.Worker)
+	}
+
+	calls := h.fake.callsTo("sbatch")
+	if len(calls) != 1 {
+		t.Fatalf("%d sbatch calls, want 1", len(calls))
+	}
+	want := []string{"-o", "BatchMode=yes", "--", "alice@login.example.org", "sbatch", "--parsable"}
+	if !slices.Equal(calls[0].Argv, want) {
+		t.Errorf("argv = %q, want %q", calls[0].Argv, want)
+	}
+	token := tokenFor(ev.Worker)
+	if !strings.Contains(calls[0].Stdin, "\nexport FLUKSIO_WORKER_TOKEN="+token+"\n") {
+		t.Errorf("the script does not export the token:\n%s", calls[0].Stdin)
+	}
+	if !strings.Contains(calls[0].Stdin, "#SBATCH --comment=fluksio:"+ev.Worker+"\n") {
+		t.Errorf("the script does not name its worker:\n%s", calls[0].Stdin)
+	}
+
+	st := h.status(t)
+	if len(st.Outstanding) != 1 || st.Outstanding[0].Job != "4242" || st.Outstanding[0].Worker != ev.Worker {
+		t.Errorf("Outstanding = %+v", st.Outstanding)
+	}
+	logs := h.logs.String()
+	if !strings.Contains(logs, "asked for a machine") || !strings.Contains(logs, "job=4242") || !strings.Contains(logs, "worker="+ev.Worker) {
+		t.Errorf("no info line for the submission in:\n%s", logs)
+	}
+	assertTokenHidden(t, h, token)
+}
+
+// assertTokenHidden checks that a token reached ssh only on stdin.
+func assertTokenHidden(t *testing.T, h *harness, token string) {
+	t.Helper()
+	secret := token[len("s3cr3t-"):]
+	for _, c := range h.fake.calls() {
+		for _, a := range c.Argv {
+			if strings.Contains(a, secret) {
+				t.Errorf("token in ssh argv %q", c.Argv)
+			}
+		}
+	}
+	if strings.Contains(h.logs.String(), "t0k3n") {
+		t.Errorf("token in the log:\n%s", h.logs.String())
+	}
+	for _, ev := range h.host.Events() {
+		if strings.Contains(ev.Detail, "t0k3n") {
+			t.Errorf("token in event %+v", ev)
+		}
+	}
+}
+
+func TestProvisionReturnsAtOnce(t *testing.T) {
+	h := newHarness(t, "sbatch=hang", nil)
+
+	start := time.Now()
+	resp := h.provision(t, cpuNeed)
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("Provision took %s with ssh hanging", took)
+	}
+	if resp.Outcome != shared.OutcomeRequested {
+		t.Fatalf("Provision = %+v", resp)
+	}
+	eventually(t, "the sbatch call", func() bool { return len(h.fake.callsTo("sbatch")) == 1 })
+	st := h.status(t)
+	if len(st.Outstanding) != 1 || st.Outstanding[0].Job != "" || st.Outstanding[0].Profile != "cpu" {
+		t.Errorf("while submitting, Outstanding = %+v", st.Outstanding)
+	}
+	if again := h.provision(t, cpuNeed); again.Outcome != shared.OutcomeOutstanding {
+		t.Errorf("second Provision = %+v, want outstanding", again)
+	}
+}
+
+func TestOneOutstandingPerProfile(t *testing.T) {
+	h := newHarness(t, "sbatch=ok", nil)
+
+	if r := h.provision(t, cpuNeed); r.Outcome != shared.OutcomeRequested {
+		t.Fatalf("first = %+v", r)
+	}
+	// Reserved before the goroutine starts, so this sees it however
+	// far the submission has got.
+	if r := h.provision(t, cpuNeed); r.Outcome != shared.OutcomeOutstanding || r.Profile != "cpu" || r.Detail == "" {
+		t.Fatalf("second = %+v, want outstanding with a detail", r)
+	}
+	if r := h.provision(t, gpuNeed); r.Outcome != shared.OutcomeRequested || r.Profile != "gpu" {
+		t.Fatalf("gpu = %+v", r)
+	}
+	h.host.waitEvents(t, 2)
+	r := h.provision(t, cpuNeed)
+	if r.Outcome != shared.OutcomeOutstanding || !strings.Contains(r.Detail, "has not attached") {
+		t.Errorf("after submission = %+v", r)
+	}
+	if n := len(h.fake.callsTo("sbatch")); n != 2 {
+		t.Errorf("%d sbatch calls, want 2", n)
+	}
+}
+
+func TestProvisionNoFit(t *testing.T) {
+	h := newHarness(t, "sbatch=ok", nil)
+	for _, need := range []shared.Need{{CPUs: 64}, {CPUs: 1, GPUs: 2}, {CPUs: 1, Label: "tpu"}, {CPUs: 1, GPUs: 1, RAMMB: 64000}} {
+		r := h.provision(t, need)
+		if r.Outcome != shared.OutcomeNoFit || r.Profile != "" || r.Detail == "" {
+			t.Errorf("Provision(%+v) = %+v, want no_fit with a detail", need, r)
+		}
+	}
+	if n := len(h.fake.calls()); n != 0 {
+		t.Errorf("%d ssh calls for needs nothing fits", n)
+	}
+}
+
+func TestNotConfiguredAndShutdown(t *testing.T) {
+	ctx := context.Background()
+	p := New(nil)
+	if _, err := p.Provision(ctx, &shared.ProvisionRequest{Need: cpuNeed}); !errors.Is(err, shared.ErrNotConfigured) {
+		t.Errorf("Provision before Configure: %v", err)
+	}
+	if _, err := p.Shapes(ctx, &shared.ShapesRequest{}); !errors.Is(err, shared.ErrNotConfigured) {
+		t.Errorf("Shapes before Configure: %v", err)
+	}
+	if _, err := p.Covers(ctx, &shared.CoversRequest{Need: cpuNeed}); !errors.Is(err, shared.ErrNotConfigured) {
+		t.Errorf("Covers before Configure: %v", err)
+	}
+	if _, err := p.Reconcile(ctx, &shared.ReconcileRequest{}); !errors.Is(err, shared.ErrNotConfigured) {
+		t.Errorf("Reconcile before Configure: %v", err)
+	}
+	if info, err := p.Info(ctx, &shared.InfoRequest{}); err != nil || info.Kind != "slurm" || info.ContractVersion != shared.ContractVersion {
+		t.Errorf("Info = %+v, %v", info, err)
+	}
+	if st, err := p.Status(ctx, &shared.StatusRequest{}); err != nil || st.Kind != "slurm" {
+		t.Errorf("Status = %+v, %v", st, err)
+	}
+
+	h := newHarness(t, "sbatch=ok", nil)
+	if _, err := h.p.Configure(ctx, &shared.ConfigureRequest{Name: "hpc", Config: mustJSON(t, baseConfig())}); err == nil {
+		t.Error("a second Configure succeeded")
+	}
+	if _, err := h.p.Shutdown(ctx, &shared.ShutdownRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.p.Provision(ctx, &shared.ProvisionRequest{Need: cpuNeed}); !errors.Is(err, shared.ErrShutdown) {
+		t.Errorf("Provision after Shutdown: %v", err)
+	}
+}
+
+func TestSubmissionFailure(t *testing.T) {
+	h := newHarness(t, "sbatch=fail", nil)
+
+	h.provision(t, cpuNeed)
+	ev := h.host.waitEvents(t, 1)[0]
+	wantDetail := "sbatch: error: invalid partition specified: nope\nsbatch: error: Batch job submission failed: Invalid partition name specified"
+	if ev.Kind != shared.EventWorkerProvisionFailed || ev.Profile != "cpu" || ev.Detail != wantDetail {
+		t.Fatalf("event = %+v", ev)
+	}
+	eventually(t, "the reservation to be dropped", func() bool { return len(h.status(t).Outstanding) == 0 })
+	if st := h.status(t); st.LastError != wantDetail {
+		t.Errorf("LastError = %q", st.LastError)
+	}
+	logs := h.logs.String()
+	if !regexp.MustCompile(`\[ERROR\] could not ask for a machine: provisioner=hpc profile=cpu`).MatchString(logs) {
+		t.Errorf("no error line naming provisioner and profile in:\n%s", logs)
+	}
+	// The reservation is gone, so the profile can be asked for again.
+	if r := h.provision(t, cpuNeed); r.Outcome != shared.OutcomeRequested {
+		t.Errorf("after a failure, Provision = %+v", r)
+	}
+	h.host.waitEvents(t, 2)
+	assertTokenHidden(t, h, tokenFor(ev.Worker))
+}
+
+func TestLastErrorTrimmed(t *testing.T) {
+	h := newHarness(t, "sbatch=long", nil)
+	h.provision(t, cpuNeed)
+	ev := h.host.waitEvents(t, 1)[0]
+	if n := utf8.RuneCountInString(ev.Detail); n != 500 {
+		t.Errorf("event detail has %d characters, want 500", n)
+	}
+	eventually(t, "last_error", func() bool { return h.status(t).LastError != "" })
+	if st := h.status(t); st.LastError != ev.Detail {
+		t.Errorf("LastError = %q, want the event's detail", st.LastError)
+	}
+}
+
+func TestGarbageFromSbatch(t *testing.T) {
+	h := newHarness(t, "sbatch=garbage", nil)
+	h.provision(t, cpuNeed)
+	ev := h.host.waitEvents(t, 1)[0]
+	if ev.Kind != shared.EventWorkerProvisionFailed || !strings.Contains(ev.Detail, "not a job id") {
+		t.Errorf("event = %+v", ev)
+	}
+}
+
+func TestSubmitTimeout(t *testing.T) {
+	h := newHarness(t, "sbatch=hang", func(c map[string]any) { c["submit_timeout"] = "300ms" })
+
+	start := time.Now()
+	h.provision(t, cpuNeed)
+	ev := h.host.waitEvents(t, 1)[0]
+	took := time.Since(start)
+	if ev.Kind != shared.EventWorkerProvisionFailed || !strings.Contains(ev.Detail, "no answer within 300ms") {
+		t.Errorf("event = %+v", ev)
+	}
+	if took < 300*time.Millisecond || took > 300*time.Millisecond+sshWaitDelay+2*time.Second {
+		t.Errorf("failure after %s, want about submit_timeout", took)
+	}
+}
+
+func TestNoHost(t *testing.T) {
+	fake := newFakeCluster(t, "sbatch=ok")
+	p := New(nil)
+	p.sshPath = os.Args[0]
+	if _, err := p.Configure(context.Background(), &shared.ConfigureRequest{Name: "hpc", Config: mustJSON(t, baseConfig())}); err != nil {
+		t.Fatal(err)
+	}
+	p.Provision(context.Background(), &shared.ProvisionRequest{Need: cpuNeed})
+	eventually(t, "the failure", func() bool {
+		st, _ := p.Status(context.Background(), nil)
+		return strings.Contains(st.LastError, "no host channel")
+	})
+	if n := len(fake.calls()); n != 0 {
+		t.Errorf("%d ssh calls without a host", n)
+	}
+	p.Shutdown(context.Background(), &shared.ShutdownRequest{})
+}
+
+func TestReconcile(t *testing.T) {
+	h := newHarness(t, "sbatch=ok,scancel=ok", nil)
+	ctx := context.Background()
+
+	h.provision(t, cpuNeed)
+	h.provision(t, gpuNeed)
+	evs := h.host.waitEvents(t, 2)
+	workers := map[string]shared.Event{}
+	for _, e := range evs {
+		workers[e.Profile] = e
+	}
+
+	// Nothing has attached and nothing is old: nothing changes.
+	resp, err := h.p.Reconcile(ctx, &shared.ReconcileRequest{})
+	if err != nil || len(resp.Arrived)+len(resp.Expired) != 0 {
+		t.Fatalf("Reconcile = %+v, %v", resp, err)
+	}
+
+	resp, err = h.p.Reconcile(ctx, &shared.ReconcileRequest{Attached: []string{workers["cpu"].Worker, "someone-else"}})
+	if err != nil || !slices.Equal(resp.Arrived, []string{workers["cpu"].Worker}) || len(resp.Expired) != 0 {
+		t.Fatalf("Reconcile(attached) = %+v, %v", resp, err)
+	}
+
+	h.clock.Advance(16 * time.Minute)
+	resp, err = h.p.Reconcile(ctx, &shared.ReconcileRequest{})
+	if err != nil || !slices.Equal(resp.Expired, []string{workers["gpu"].Job}) || len(resp.Arrived) != 0 {
+		t.Fatalf("Reconcile(late) = %+v, %v", resp, err)
+	}
+	scancels := h.fake.callsTo("scancel")
+	if len(scancels) != 1 || !slices.Equal(scancels[0].remote(), []string{"scancel", workers["gpu"].Job}) {
+		t.Fatalf("scancel calls = %+v", scancels)
+	}
+	evs = h.host.Events()
+	last := evs[len(evs)-1]
+	if last.Kind != shared.EventWorkerCancelled || last.Job != workers["gpu"].Job || last.Worker != workers["gpu"].Worker {
+		t.Errorf("last event = %+v", last)
+	}
+	if st := h.status(t); len(st.Outstanding) != 0 {
+		t.Errorf("Outstanding = %+v", st.Outstanding)
+	}
+	if !strings.Contains(h.logs.String(), "gave up on a machine that never attached") {
+		t.Errorf("no warning for the expired job:\n%s", h.logs.String())
+	}
+
+	// Idempotent.
+	resp, err = h.p.Reconcile(ctx, &shared.ReconcileRequest{})
+	if err != nil || len(resp.Arrived)+len(resp.Expired) != 0 || len(h.fake.callsTo("scancel")) != 1 {
+		t.Errorf("second Reconcile = %+v, %v", resp, err)
+	}
+}
+
+func TestReconcileKeepsSubmissionsInFlight(t *testing.T) {
+	h := newHarness(t, "sbatch=gate,scancel=ok", nil)
+	ctx := context.Background()
+
+	h.provision(t, cpuNeed)
+	eventually(t, "the sbatch call", func() bool { return len(h.fake.callsTo("sbatch")) == 1 })
+	h.clock.Advance(time.Hour)
+	resp, err := h.p.Reconcile(ctx, &shared.ReconcileRequest{})
+	if err != nil || len(resp.Expired) != 0 {
+		t.Fatalf("Reconcile of a submission in flight = %+v, %v", resp, err)
+	}
+	if st := h.status(t); len(st.Outstanding) != 1 || st.Outstanding[0].Job != "" {
+		t.Fatalf("Outstanding = %+v", st.Outstanding)
+	}
+
+	h.fake.openGate(t)
+	h.host.waitEvents(t, 1)
+	eventually(t, "the submission to finish", func() bool {
+		h.p.mu.Lock()
+		defer h.p.mu.Unlock()
+		return len(h.p.inflight) == 0
+	})
+	resp, err = h.p.Reconcile(ctx, &shared.ReconcileRequest{})
+	if err != nil || !slices.Equal(resp.Expired, []string{"4242"}) {
+		t.Fatalf("Reconcile once submitted = %+v, %v", resp, err)
+	}
+	if got := kinds(h.host.Events()); !slices.Equal(got, []shared.EventKind{shared.EventWorkerProvisioned, shared.EventWorkerCancelled}) {
+		t.Errorf("events = %v", got)
+	}
+}
+
+func TestReconcileScancelFails(t *testing.T) {
+	h := newHarness(t, "sbatch=ok,scancel=fail", nil)
+	h.provision(t, cpuNeed)
+	h.host.waitEvents(t, 1)
+	eventually(t, "the submission to finish", func() bool {
+		h.p.mu.Lock()
+		defer h.p.mu.Unlock()
+		return len(h.p.inflight) == 0
+	})
+	h.clock.Advance(time.Hour)
+	resp, err := h.p.Reconcile(context.Background(), &shared.ReconcileRequest{})
+	if err != nil || !slices.Equal(resp.Expired, []string{"4242"}) {
+		t.Fatalf("Reconcile = %+v, %v", resp, err)
+	}
+	evs := h.host.Events()
+	if last := evs[len(evs)-1]; last.Kind != shared.EventWorkerProvisionFailed || !strings.Contains(last.Detail, "Unable to contact slurm controller") {
+		t.Errorf("last event = %+v", last)
+	}
+	if st := h.status(t); !strings.Contains(st.LastError, "Unable to contact slurm controller") {
+		t.Errorf("LastError = %q", st.LastError)
+	}
+}
+
+func TestShutdownCancelsAllWithOneCall(t *testing.T) {
+	h := newHarness(t, "sbatch=ok,scancel=ok", nil)
+	h.provision(t, cpuNeed)
+	h.provision(t, gpuNeed)
+	h.host.waitEvents(t, 2)
+
+	resp, err := h.p.Shutdown(context.Background(), &shared.ShutdownRequest{Deadline: time.Now().Add(10 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := slices.Sorted(slices.Values(resp.Cancelled))
+	if !slices.Equal(got, []string{"4242", "4243"}) {
+		t.Fatalf("Cancelled = %v", resp.Cancelled)
+	}
+	scancels := h.fake.callsTo("scancel")
+	if len(scancels) != 1 || !slices.Equal(scancels[0].remote(), []string{"scancel", resp.Cancelled[0], resp.Cancelled[1]}) {
+		t.Fatalf("scancel calls = %+v", scancels)
+	}
+	if n := len(h.fake.callsTo("squeue")); n != 0 {
+		t.Errorf("%d squeue calls with nothing in flight", n)
+	}
+	evs := h.host.Events()
+	if got := kinds(evs[2:]); !slices.Equal(got, []shared.EventKind{shared.EventWorkerCancelled, shared.EventWorkerCancelled}) {
+		t.Errorf("events after shutdown = %v", got)
+	}
+	if st := h.status(t); len(st.Outstanding) != 0 {
+		t.Errorf("Outstanding = %+v", st.Outstanding)
+	}
+	if again, err := h.p.Shutdown(context.Background(), &shared.ShutdownRequest{}); err != nil || len(again.Cancelled) != 0 {
+		t.Errorf("second Shutdown = %+v, %v", again, err)
+	}
+}
+
+func TestShutdownWaitsForSubmissionInFlight(t *testing.T) {
+	h := newHarness(t, "sbatch=gate,scancel=ok", nil)
+	h.provision(t, cpuNeed)
+	eventually(t, "the sbatch call", func() bool { return len(h.fake.callsTo("sbatch")) == 1 })
+
+	type result struct {
+		resp *shared.ShutdownResponse
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := h.p.Shutdown(context.Background(), &shared.ShutdownRequest{Deadline: time.Now().Add(30 * time.Second)})
+		done <- result{resp, err}
+	}()
+	eventually(t, "shutdown to begin", func() bool {
+		h.p.mu.Lock()
+		defer h.p.mu.Unlock()
+		return h.p.shut
+	})
+	h.fake.openGate(t)
+
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Shutdown did not return")
+	}
+	if r.err != nil || !slices.Equal(r.resp.Cancelled, []string{"4242"}) {
+		t.Fatalf("Shutdown = %+v, %v", r.resp, r.err)
+	}
+	if n := len(h.fake.callsTo("squeue")); n != 0 {
+		t.Errorf("%d squeue calls for a submission that answered", n)
+	}
+	if n := len(h.fake.callsTo("scancel")); n != 1 {
+		t.Errorf("%d scancel calls", n)
+	}
+	if got := kinds(h.host.Events()); !slices.Equal(got, []shared.EventKind{shared.EventWorkerProvisioned, shared.EventWorkerCancelled}) {
+		t.Errorf("events = %v", got)
+	}
+}
+
+func TestShutdownFindsJobOfKilledSubmission(t *testing.T) {
+	h := newHarness(t, "sbatch=hang,squeue=list,scancel=ok", nil)
+	h.provision(t, cpuNeed)
+	eventually(t, "the sbatch call", func() bool { return len(h.fake.callsTo("sbatch")) == 1 })
+	worker := h.status(t).Outstanding[0].Worker
+
+	start := time.Now()
+	deadline := start.Add(2 * time.Second)
+	resp, err := h.p.Shutdown(context.Background(), &shared.ShutdownRequest{Deadline: deadline})
+	if took := time.Since(start); took > 2*time.Second+500*time.Millisecond {
+		t.Errorf("Shutdown took %s with a 2s deadline", took)
+	}
+	if err != nil || !slices.Equal(resp.Cancelled, []string{"9001"}) {
+		t.Fatalf("Shutdown = %+v, %v\n%s", resp, err, h.logs.String())
+	}
+	squeues := h.fake.callsTo("squeue")
+	if len(squeues) != 1 {
+		t.Fatalf("%d squeue calls", len(squeues))
+	}
+	// The format travels quoted, because the login node's shell reads it.
+	if want := []string{"squeue", "-h", "-o", "'%i %k'", "--name=fluksio-hpc"}; !slices.Equal(squeues[0].remote(), want) {
+		t.Errorf("squeue = %q, want %q", squeues[0].remote(), want)
+	}
+	scancels := h.fake.callsTo("scancel")
+	if len(scancels) != 1 || !slices.Equal(scancels[0].remote(), []string{"scancel", "9001"}) {
+		t.Fatalf("scancel calls = %+v", scancels)
+	}
+	evs := h.host.Events()
+	if got := kinds(evs); !slices.Equal(got, []shared.EventKind{shared.EventWorkerProvisionFailed, shared.EventWorkerCancelled}) {
+		t.Fatalf("events = %v", got)
+	}
+	if evs[1].Job != "9001" || evs[1].Worker != worker || evs[1].Profile != "cpu" {
+		t.Errorf("cancel event = %+v", evs[1])
+	}
+	assertTokenHidden(t, h, tokenFor(worker))
+}
+
+func TestShutdownScancelFails(t *testing.T) {
+	h := newHarness(t, "sbatch=ok,scancel=fail", nil)
+	h.provision(t, cpuNeed)
+	h.host.waitEvents(t, 1)
+	_, err := h.p.Shutdown(context.Background(), &shared.ShutdownRequest{})
+	if err == nil || !strings.Contains(err.Error(), "4242") {
+		t.Errorf("Shutdown error = %v, want one naming job 4242", err)
+	}
+}
+
+func TestValidateConfigHasNoSideEffects(t *testing.T) {
+	fake := newFakeCluster(t, "sbatch=ok")
+	p := New(nil)
+	p.sshPath = os.Args[0]
+	resp, err := p.ValidateConfig(context.Background(), &shared.ValidateConfigRequest{Name: "hpc", Config: mustJSON(t, baseConfig())})
+	if err != nil || len(resp.Diagnostics) != 0 {
+		t.Fatalf("ValidateConfig = %+v, %v", resp, err)
+	}
+	if _, err := p.Provision(context.Background(), &shared.ProvisionRequest{Need: cpuNeed}); !errors.Is(err, shared.ErrNotConfigured) {
+		t.Errorf("ValidateConfig configured the provisioner: %v", err)
+	}
+	if n := len(fake.calls()); n != 0 {
+		t.Errorf("%d ssh calls", n)
+	}
+}
+
+func TestStatus(t *testing.T) {
+	h := newHarness(t, "sbatch=ok", nil)
+	h.provision(t, gpuNeed)
+	h.host.waitEvents(t, 1)
+	h.clock.Advance(90 * time.Second)
+	st := h.status(t)
+	if st.Name != "hpc" || st.Kind != "slurm" || !slices.Equal(st.Profiles, []string{"cpu", "gpu"}) || st.LastError != "" {
+		t.Errorf("Status = %+v", st)
+	}
+	if len(st.Outstanding) != 1 || st.Outstanding[0].Profile != "gpu" || st.Outstanding[0].Job != "4242" || st.Outstanding[0].Age != 90*time.Second {
+		t.Errorf("Outstanding = %+v", st.Outstanding)
+	}
+}
+
+func TestParseJobID(t *testing.T) {
+	tests := []struct {
+		stdout string
+		want   string
+	}{
+		{"4242\n", "4242"},
+		{"4242", "4242"},
+		{"7;sandbox\n", "7"},
+		{"4242;\n", "4242"},
+		{"Welcome to the cluster\n\n4242\n", "4242"},
+		{"\n\n 4242 \r\n\n", "4242"},
+		{"", ""},
+		{"\n\n", ""},
+		{"Submitted batch job 17\n", ""},
+		{"42a\n", ""},
+		{";cluster\n", ""},
+		{"-1\n", ""},
+		{"4242\nsbatch: warning: something\n", ""},
+		{"123456789012345678901\n", ""},
+	}
+	for _, tc := range tests {
+		got, err := parseJobID(tc.stdout)
+		if tc.want == "" {
+			if err == nil {
+				t.Errorf("parseJobID(%q) = %q, want an error", tc.stdout, got)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("parseJobID(%q) = %q, %v, want %q", tc.stdout, got, err, tc.want)
+		}
+	}
+}
+
+func TestArrivedWhileSubmittingIsNotCancelled(t *testing.T) {
+	h := newHarness(t, "sbatch=hang,squeue=list,scancel=ok", nil)
+	h.provision(t, cpuNeed)
+	eventually(t, "the sbatch call", func() bool { return len(h.fake.callsTo("sbatch")) == 1 })
+	worker := h.status(t).Outstanding[0].Worker
+
+	resp, err := h.p.Reconcile(context.Background(), &shared.ReconcileRequest{Attached: []string{worker}})
+	if err != nil || !slices.Equal(resp.Arrived, []string{worker}) {
+		t.Fatalf("Reconcile = %+v, %v", resp, err)
+	}
+	sd, err := h.p.Shutdown(context.Background(), &shared.ShutdownRequest{Deadline: time.Now().Add(time.Second)})
+	if err != nil || len(sd.Cancelled) != 0 {
+		t.Errorf("Shutdown = %+v, %v; an attached worker's job is not to be cancelled", sd, err)
+	}
+	if n := len(h.fake.callsTo("squeue")) + len(h.fake.callsTo("scancel")); n != 0 {
+		t.Errorf("%d squeue/scancel calls", n)
+	}
+}

@@ -1,0 +1,206 @@
+package slurm
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden scripts in testdata")
+
+// goldenToken has everything a shell would act on, so the golden files
+// show the quoting.
+const goldenToken = "tok'en$(id)`x`\"y\" z"
+
+var scriptProfiles = []Profile{
+	{Name: "tiny", CPUs: 1},
+	{Name: "big", CPUs: 16, RAMMB: 64000, Labels: []string{"bigmem", "x86"},
+		Sbatch: []string{"--partition=debug", "--time=04:00:00", "--account=proj-42"},
+		Prerun: []string{"module load python/3.12", "source ~/venvs/fluksio/bin/activate"}},
+	{Name: "gpu", CPUs: 8, GPUs: 2, RAMMB: 32000, Labels: []string{"cuda"}},
+	{Name: "gpu-own", CPUs: 8, GPUs: 2, RAMMB: 32000,
+		Sbatch: []string{"--gres=gpu:a100:2", "--mem-per-cpu=4G", "-c 8", "--partition=gpu"}},
+}
+
+var scriptConfigs = map[string]Config{
+	"default": {
+		Login:         "alice@login.example.org",
+		EngineURL:     "https://engine.example.org:8765",
+		MaxIdle:       "5m",
+		WorkerCommand: []string{"fluksio-worker"},
+	},
+	"custom": {
+		Login:         "alice@login.example.org",
+		EngineURL:     "http://10.0.0.5:8765/?a=b&c=d",
+		ArtifactURL:   "https://artifacts.example.org/store",
+		MaxIdle:       "90s",
+		WorkerCommand: []string{"/opt/fluksio env/bin/fluksio-worker", "--log-level=debug"},
+	},
+}
+
+// scriptProvisioner returns a configured Provisioner without going
+// through Configure, so a script test needs no profile list or host.
+func scriptProvisioner(t *testing.T, c Config) *Provisioner {
+	t.Helper()
+	c.Profiles = scriptProfiles
+	c.fillDefaults()
+	s := &settings{name: "hpc", Config: c}
+	if diags := validate(s); diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	p := New(nil)
+	p.cfg = s
+	return p
+}
+
+func TestScriptGolden(t *testing.T) {
+	for cname, c := range scriptConfigs {
+		p := scriptProvisioner(t, c)
+		for _, prof := range scriptProfiles {
+			name := cname + "-" + prof.Name
+			t.Run(name, func(t *testing.T) {
+				got := p.payload(prof, "hpc-"+prof.Name+"-0123abcd", goldenToken)
+				path := filepath.Join("testdata", name+".sh")
+				if *update {
+					if err := os.WriteFile(path, got, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				want, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatalf("%v (run go test -update to write it)", err)
+				}
+				if !bytes.Equal(got, want) {
+					t.Errorf("script differs from %s:\n--- got\n%s--- want\n%s", path, got, want)
+				}
+				checkScript(t, got)
+			})
+		}
+	}
+}
+
+// checkScript checks what every script must be: valid bash, and every
+// #SBATCH line before the first command, where sbatch stops reading them.
+func checkScript(t *testing.T, script []byte) {
+	t.Helper()
+	cmd := exec.Command("bash", "-n")
+	cmd.Stdin = bytes.NewReader(script)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("bash -n: %v\n%s\n%s", err, out, script)
+	}
+	lines := strings.Split(string(script), "\n")
+	if lines[0] != "#!/bin/bash" {
+		t.Errorf("first line %q", lines[0])
+	}
+	commands := false
+	for _, l := range lines {
+		switch {
+		case strings.HasPrefix(l, "#SBATCH"):
+			if commands {
+				t.Errorf("#SBATCH line after the first command: %q", l)
+			}
+		case l != "" && !strings.HasPrefix(l, "#"):
+			commands = true
+		}
+	}
+}
+
+// TestScriptRuns runs a script whose worker prints its token and argv, to
+// show that every value arrives as written however it is quoted.
+func TestScriptRuns(t *testing.T) {
+	c := scriptConfigs["custom"]
+	c.WorkerCommand = []string{"/bin/sh", "-c", `printf '%s\n' "$FLUKSIO_WORKER_TOKEN" "$0" "$@"`, "it's a worker"}
+	p := scriptProvisioner(t, c)
+	prof := Profile{Name: "run", CPUs: 3, GPUs: 1, RAMMB: 1024, Labels: []string{"a", "b.c"}, Prerun: []string{"PRERUN=1"}}
+	script := p.payload(prof, "hpc-run-0123abcd", goldenToken)
+	checkScript(t, script)
+
+	cmd := exec.Command("bash")
+	cmd.Stdin = bytes.NewReader(script)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("bash: %v\n%s", err, script)
+	}
+	want := strings.Join([]string{goldenToken, "it's a worker",
+		"--url", "http://10.0.0.5:8765/?a=b&c=d", "--cpus", "3", "--gpus", "1", "--max-idle", "90",
+		"--ram-mb", "1024", "--labels", "a,b.c", "--artifact-url", "https://artifacts.example.org/store"}, "\n") + "\n"
+	if string(out) != want {
+		t.Errorf("worker saw:\n%s\nwant:\n%s", out, want)
+	}
+}
+
+func TestScriptResourceLines(t *testing.T) {
+	p := scriptProvisioner(t, scriptConfigs["default"])
+	tests := []struct {
+		prof        Profile
+		has, hasNot []string
+	}{
+		{Profile{Name: "a", CPUs: 4}, []string{"--cpus-per-task=4"}, []string{"--mem=", "--gres="}},
+		{Profile{Name: "a", CPUs: 4, RAMMB: 100, GPUs: 1}, []string{"--cpus-per-task=4", "--mem=100M", "--gres=gpu:1"}, nil},
+		{Profile{Name: "a", CPUs: 4, Sbatch: []string{"--cpus-per-task=2"}}, []string{"--cpus-per-task=2"}, []string{"--cpus-per-task=4"}},
+		{Profile{Name: "a", CPUs: 4, Sbatch: []string{"-c2"}}, nil, []string{"--cpus-per-task=4"}},
+		{Profile{Name: "a", CPUs: 4, GPUs: 1, Sbatch: []string{"--cpus-per-gpu=4"}}, []string{"--gres=gpu:1"}, []string{"--cpus-per-task="}},
+		{Profile{Name: "a", CPUs: 1, RAMMB: 100, Sbatch: []string{"--mem-per-cpu=1G"}}, nil, []string{"--mem=100M"}},
+		{Profile{Name: "a", CPUs: 1, RAMMB: 100, Sbatch: []string{"--mem 1G"}}, nil, []string{"--mem=100M"}},
+		{Profile{Name: "a", CPUs: 1, RAMMB: 100, Sbatch: []string{"--mem-bind=local"}}, []string{"--mem=100M"}, nil},
+		{Profile{Name: "a", CPUs: 1, GPUs: 2, Sbatch: []string{"-G 2"}}, nil, []string{"--gres=gpu:2"}},
+		{Profile{Name: "a", CPUs: 1, GPUs: 2, Sbatch: []string{"--gpus-per-node=2"}}, nil, []string{"--gres=gpu:2"}},
+		{Profile{Name: "a", CPUs: 1, GPUs: 2, Sbatch: []string{"--gpu-bind=closest"}}, []string{"--gres=gpu:2"}, nil},
+	}
+	for _, tc := range tests {
+		script := string(p.payload(tc.prof, "hpc-a-0123abcd", "t"))
+		for _, s := range tc.has {
+			if !strings.Contains(script, "#SBATCH "+s) {
+				t.Errorf("%+v: no %q in\n%s", tc.prof, s, script)
+			}
+		}
+		for _, s := range tc.hasNot {
+			if strings.Contains(script, "#SBATCH "+s) {
+				t.Errorf("%+v: %q in\n%s", tc.prof, s, script)
+			}
+		}
+	}
+}
+
+func TestShellQuote(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"", "''"},
+		{"fluksio-worker", "fluksio-worker"},
+		{"--url", "--url"},
+		{"https://e.example.org:8765/x", "https://e.example.org:8765/x"},
+		{"a,b.c", "a,b.c"},
+		{"a b", "'a b'"},
+		{"it's", `'it'\''s'`},
+		{"$HOME", "'$HOME'"},
+		{"~", "'~'"},
+		{"*", "'*'"},
+		{"a;b", "'a;b'"},
+		{"http://h/?a=b&c=d", "'http://h/?a=b&c=d'"},
+		{"%i %k", "'%i %k'"},
+		{"ü", "'ü'"},
+	}
+	for _, tc := range tests {
+		if got := shellQuote(tc.in); got != tc.want {
+			t.Errorf("shellQuote(%q) = %s, want %s", tc.in, got, tc.want)
+		}
+	}
+
+	// Whatever the input, the shell reads back exactly it.
+	nasty := []string{"", "'", "''", `\`, `"$(id)"`, "`id`", "a\tb", "!", "new\nline", "ü ñ", goldenToken}
+	var words []string
+	for _, s := range nasty {
+		words = append(words, shellQuote(s))
+	}
+	out, err := exec.Command("bash", "-c", `printf '%s\0' `+strings.Join(words, " ")).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00"); strings.Join(got, "|") != strings.Join(nasty, "|") {
+		t.Errorf("bash read back %q, want %q", got, nasty)
+	}
+}

@@ -1,0 +1,10 @@
+#!/bin/bash
+#SBATCH --job-name=fluksio-hpc
+#SBATCH --comment=fluksio:hpc-gpu-own-0123abcd
+#SBATCH --gres=gpu:a100:2
+#SBATCH --mem-per-cpu=4G
+#SBATCH -c 8
+#SBATCH --partition=gpu
+
+export FLUKSIO_WORKER_TOKEN='tok'\''en$(id)`x`"y" z'
+exec fluksio-worker --url https://engine.example.org:8765 --cpus 8 --gpus 2 --max-idle 300 --ram-mb 32000
