@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -193,7 +195,15 @@ func (p *Placer) match() []*needState {
 	taken := make([]bool, len(idle))
 
 	p.mu.Lock()
-	for _, ns := range p.needs {
+	// The most demanding needs choose first, each taking the smallest
+	// idle worker that fits it: a GPU worker that attaches while a GPU
+	// need and a CPU need both wait goes to the GPU need, and the CPU
+	// need waits for the CPU worker asked for it.
+	order := slices.Clone(p.needs)
+	slices.SortStableFunc(order, func(a, b *needState) int {
+		return cmp.Or(cmp.Compare(b.need.GPUs, a.need.GPUs), cmp.Compare(b.need.CPUs, a.need.CPUs), cmp.Compare(b.need.RAMMB, a.need.RAMMB))
+	})
+	for _, ns := range order {
 		if ns.served || ns.task != "" {
 			continue
 		}

@@ -94,8 +94,19 @@ if ((rc != 0)); then
 fi
 
 say "what is left behind"
-left=$(squeue -h -u "$SANDBOX_SSH_USER" -o '%i %j %T' || true)
-if [[ -z "$left" ]]; then echo "    Slurm queue: empty"; else echo "    Slurm queue still has:"; echo "$left" | sed 's/^/      /'; rc=1; fi
+# scancel returns before a job has ended: a cancelled job shows as
+# COMPLETING until its processes are gone, so watch the queue drain.
+left=""
+for ((i = 0; i < 120; i++)); do
+  left=$(squeue -h -u "$SANDBOX_SSH_USER" -o '%i %j %T' || true)
+  [[ -z "$left" ]] && break
+  sleep 0.5
+done
+if [[ -z "$left" ]]; then
+  printf '    Slurm queue: empty (%.1fs after the engine exited)\n' "$(echo "$(date +%s.%N) - $t1" | bc)"
+else
+  echo "    Slurm queue still has, 60s after the engine exited:"; echo "$left" | sed 's/^/      /'; rc=1
+fi
 plugins=$(pgrep -f "$root/bin/provisioner-slurm" || true)
 if [[ -z "$plugins" ]]; then echo "    plugin processes: none"; else echo "    plugin processes still running: $plugins"; rc=1; fi
 exit "$rc"
