@@ -47,12 +47,6 @@ const maxTokenLen = 1024
 // and short enough to sit in a log line.
 const maxWorkerNameLen = 253
 
-// secretEnv names the variable an engine reads its signing secret from.
-// Without it every engine start has a fresh secret, which is right for one
-// engine: credentials it signed die with it, as do the workers they named.
-// Set it to keep workers valid across a restart.
-const secretEnv = "FLUKSIO_ENGINE_SECRET"
-
 // Why a credential was refused. The messages name no part of the token,
 // so they may be logged and sent back to the worker as they are.
 var (

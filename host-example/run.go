@@ -57,6 +57,12 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		writeDiagnostics(stderr, cfg.Files, diags)
 		return 1
 	}
+	if v := cfg.Engine.SecretEnv; v != "" && os.Getenv(v) == "" {
+		// A configured secret that is missing would silently become a
+		// random one, and workers from an earlier run would be refused.
+		fmt.Fprintf(stderr, "host-example: engine.secret_env names %s, which is not set; export it (32+ bytes, or 64+ hex digits) or remove secret_env\n", v)
+		return 1
+	}
 	secret, fromEnv, err := engineSecret(cfg.Engine.SecretEnv)
 	if err != nil {
 		fmt.Fprintf(stderr, "host-example: %v\n", err)

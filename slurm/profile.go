@@ -44,12 +44,3 @@ func (s *settings) shapes(label string) []shared.Shape {
 	return out
 }
 
-// profile returns the profile with a name.
-func (s *settings) profile(name string) (Profile, bool) {
-	for _, p := range s.Profiles {
-		if p.Name == name {
-			return p, true
-		}
-	}
-	return Profile{}, false
-}
