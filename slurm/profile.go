@@ -43,4 +43,3 @@ func (s *settings) shapes(label string) []shared.Shape {
 	}
 	return out
 }
-
