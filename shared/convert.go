@@ -158,6 +158,11 @@ func statusToProto(s *StatusResponse) *pb.StatusResponse {
 			Profile: o.Profile, Job: o.Job, Worker: o.Worker, AgeSeconds: o.Age.Seconds(), State: o.State,
 		})
 	}
+	for _, b := range s.BackingOff {
+		out.BackingOff = append(out.BackingOff, &pb.Backoff{
+			Profile: b.Profile, Failures: int32(b.Failures), UntilUnixNano: unixNano(b.Until), LastError: b.LastError,
+		})
+	}
 	return out
 }
 
@@ -167,6 +172,11 @@ func statusFromProto(s *pb.StatusResponse) *StatusResponse {
 		out.Outstanding = append(out.Outstanding, Outstanding{
 			Profile: o.GetProfile(), Job: o.GetJob(), Worker: o.GetWorker(),
 			Age: seconds(o.GetAgeSeconds()), State: o.GetState(),
+		})
+	}
+	for _, b := range s.GetBackingOff() {
+		out.BackingOff = append(out.BackingOff, Backoff{
+			Profile: b.GetProfile(), Failures: int(b.GetFailures()), Until: fromUnixNano(b.GetUntilUnixNano()), LastError: b.GetLastError(),
 		})
 	}
 	return out

@@ -121,7 +121,8 @@ func TestRoundTripEveryMethod(t *testing.T) {
 	}
 	shapes := []Shape{{Profile: "a", CPUs: 1}, {Profile: "b", CPUs: 4, GPUs: 2, RAMMB: 1 << 40, Labels: []string{"x", "y"}}}
 	status := &StatusResponse{Name: "n", Kind: "k", Profiles: []string{"a", "b"}, LastError: "oops",
-		Outstanding: []Outstanding{{Profile: "a", Job: "12", Worker: "n-a-1", Age: 1500 * time.Millisecond, State: "PENDING"}}}
+		Outstanding: []Outstanding{{Profile: "a", Job: "12", Worker: "n-a-1", Age: 1500 * time.Millisecond, State: "PENDING"}},
+		BackingOff:  []Backoff{{Profile: "b", Failures: 3, Until: time.Unix(1700000000, 5), LastError: "sbatch: nope"}}}
 	need := Need{CPUs: 3, GPUs: 1, RAMMB: 2048, Label: "x"}
 
 	impl := &mockProvisioner{

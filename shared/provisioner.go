@@ -279,6 +279,19 @@ type StatusResponse struct {
 	Outstanding []Outstanding
 	// LastError is the last thing that went wrong, empty if nothing has.
 	LastError string
+	// BackingOff lists profiles whose recent submissions failed and that
+	// will not be asked for again until a time.
+	BackingOff []Backoff
+}
+
+// Backoff is a profile waiting after failed submissions.
+type Backoff struct {
+	Profile string
+	// Failures counts consecutive failed submissions.
+	Failures int
+	// Until is when the profile may be asked for again.
+	Until     time.Time
+	LastError string
 }
 
 // Outstanding is one request that has not yet arrived.

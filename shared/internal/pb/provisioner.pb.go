@@ -1391,12 +1391,14 @@ func (*StatusRequest) Descriptor() ([]byte, []int) {
 }
 
 type StatusResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
-	Profiles      []string               `protobuf:"bytes,3,rep,name=profiles,proto3" json:"profiles,omitempty"`
-	Outstanding   []*Outstanding         `protobuf:"bytes,4,rep,name=outstanding,proto3" json:"outstanding,omitempty"`
-	LastError     string                 `protobuf:"bytes,5,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Kind        string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Profiles    []string               `protobuf:"bytes,3,rep,name=profiles,proto3" json:"profiles,omitempty"`
+	Outstanding []*Outstanding         `protobuf:"bytes,4,rep,name=outstanding,proto3" json:"outstanding,omitempty"`
+	LastError   string                 `protobuf:"bytes,5,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// Profiles not asked for again until a time, after failed submissions.
+	BackingOff    []*Backoff `protobuf:"bytes,6,rep,name=backing_off,json=backingOff,proto3" json:"backing_off,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1466,6 +1468,83 @@ func (x *StatusResponse) GetLastError() string {
 	return ""
 }
 
+func (x *StatusResponse) GetBackingOff() []*Backoff {
+	if x != nil {
+		return x.BackingOff
+	}
+	return nil
+}
+
+type Backoff struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Profile string                 `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
+	// Consecutive failed submissions.
+	Failures int32 `protobuf:"varint,2,opt,name=failures,proto3" json:"failures,omitempty"`
+	// Unix nanoseconds; Provision answers BACKING_OFF until then.
+	UntilUnixNano int64  `protobuf:"varint,3,opt,name=until_unix_nano,json=untilUnixNano,proto3" json:"until_unix_nano,omitempty"`
+	LastError     string `protobuf:"bytes,4,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Backoff) Reset() {
+	*x = Backoff{}
+	mi := &file_provisioner_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Backoff) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Backoff) ProtoMessage() {}
+
+func (x *Backoff) ProtoReflect() protoreflect.Message {
+	mi := &file_provisioner_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Backoff.ProtoReflect.Descriptor instead.
+func (*Backoff) Descriptor() ([]byte, []int) {
+	return file_provisioner_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *Backoff) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *Backoff) GetFailures() int32 {
+	if x != nil {
+		return x.Failures
+	}
+	return 0
+}
+
+func (x *Backoff) GetUntilUnixNano() int64 {
+	if x != nil {
+		return x.UntilUnixNano
+	}
+	return 0
+}
+
+func (x *Backoff) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
 type Outstanding struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Profile       string                 `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
@@ -1479,7 +1558,7 @@ type Outstanding struct {
 
 func (x *Outstanding) Reset() {
 	*x = Outstanding{}
-	mi := &file_provisioner_proto_msgTypes[24]
+	mi := &file_provisioner_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1491,7 +1570,7 @@ func (x *Outstanding) String() string {
 func (*Outstanding) ProtoMessage() {}
 
 func (x *Outstanding) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[24]
+	mi := &file_provisioner_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1504,7 +1583,7 @@ func (x *Outstanding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Outstanding.ProtoReflect.Descriptor instead.
 func (*Outstanding) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{24}
+	return file_provisioner_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Outstanding) GetProfile() string {
@@ -1552,7 +1631,7 @@ type ShutdownRequest struct {
 
 func (x *ShutdownRequest) Reset() {
 	*x = ShutdownRequest{}
-	mi := &file_provisioner_proto_msgTypes[25]
+	mi := &file_provisioner_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1564,7 +1643,7 @@ func (x *ShutdownRequest) String() string {
 func (*ShutdownRequest) ProtoMessage() {}
 
 func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[25]
+	mi := &file_provisioner_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1577,7 +1656,7 @@ func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownRequest) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{25}
+	return file_provisioner_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ShutdownRequest) GetDeadlineUnixNano() int64 {
@@ -1596,7 +1675,7 @@ type ShutdownResponse struct {
 
 func (x *ShutdownResponse) Reset() {
 	*x = ShutdownResponse{}
-	mi := &file_provisioner_proto_msgTypes[26]
+	mi := &file_provisioner_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1608,7 +1687,7 @@ func (x *ShutdownResponse) String() string {
 func (*ShutdownResponse) ProtoMessage() {}
 
 func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[26]
+	mi := &file_provisioner_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1621,7 +1700,7 @@ func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownResponse.ProtoReflect.Descriptor instead.
 func (*ShutdownResponse) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{26}
+	return file_provisioner_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ShutdownResponse) GetCancelled() []string {
@@ -1646,7 +1725,7 @@ type HostMessage struct {
 
 func (x *HostMessage) Reset() {
 	*x = HostMessage{}
-	mi := &file_provisioner_proto_msgTypes[27]
+	mi := &file_provisioner_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1658,7 +1737,7 @@ func (x *HostMessage) String() string {
 func (*HostMessage) ProtoMessage() {}
 
 func (x *HostMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[27]
+	mi := &file_provisioner_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1671,7 +1750,7 @@ func (x *HostMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostMessage.ProtoReflect.Descriptor instead.
 func (*HostMessage) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{27}
+	return file_provisioner_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *HostMessage) GetMsg() isHostMessage_Msg {
@@ -1745,7 +1824,7 @@ type PluginMessage struct {
 
 func (x *PluginMessage) Reset() {
 	*x = PluginMessage{}
-	mi := &file_provisioner_proto_msgTypes[28]
+	mi := &file_provisioner_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1757,7 +1836,7 @@ func (x *PluginMessage) String() string {
 func (*PluginMessage) ProtoMessage() {}
 
 func (x *PluginMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[28]
+	mi := &file_provisioner_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1770,7 +1849,7 @@ func (x *PluginMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginMessage.ProtoReflect.Descriptor instead.
 func (*PluginMessage) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{28}
+	return file_provisioner_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PluginMessage) GetMsg() isPluginMessage_Msg {
@@ -1840,7 +1919,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_provisioner_proto_msgTypes[29]
+	mi := &file_provisioner_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1852,7 +1931,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[29]
+	mi := &file_provisioner_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1865,7 +1944,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{29}
+	return file_provisioner_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Hello) GetName() string {
@@ -1884,7 +1963,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_provisioner_proto_msgTypes[30]
+	mi := &file_provisioner_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1896,7 +1975,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[30]
+	mi := &file_provisioner_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1909,7 +1988,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{30}
+	return file_provisioner_proto_rawDescGZIP(), []int{31}
 }
 
 type Event struct {
@@ -1931,7 +2010,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_provisioner_proto_msgTypes[31]
+	mi := &file_provisioner_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1943,7 +2022,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[31]
+	mi := &file_provisioner_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1956,7 +2035,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{31}
+	return file_provisioner_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -2024,7 +2103,7 @@ type EventAck struct {
 
 func (x *EventAck) Reset() {
 	*x = EventAck{}
-	mi := &file_provisioner_proto_msgTypes[32]
+	mi := &file_provisioner_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2036,7 +2115,7 @@ func (x *EventAck) String() string {
 func (*EventAck) ProtoMessage() {}
 
 func (x *EventAck) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[32]
+	mi := &file_provisioner_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2049,7 +2128,7 @@ func (x *EventAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventAck.ProtoReflect.Descriptor instead.
 func (*EventAck) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{32}
+	return file_provisioner_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *EventAck) GetSeq() uint64 {
@@ -2071,7 +2150,7 @@ type MintCredential struct {
 
 func (x *MintCredential) Reset() {
 	*x = MintCredential{}
-	mi := &file_provisioner_proto_msgTypes[33]
+	mi := &file_provisioner_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2083,7 +2162,7 @@ func (x *MintCredential) String() string {
 func (*MintCredential) ProtoMessage() {}
 
 func (x *MintCredential) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[33]
+	mi := &file_provisioner_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2096,7 +2175,7 @@ func (x *MintCredential) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MintCredential.ProtoReflect.Descriptor instead.
 func (*MintCredential) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{33}
+	return file_provisioner_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *MintCredential) GetRequestId() uint64 {
@@ -2135,7 +2214,7 @@ type Credential struct {
 
 func (x *Credential) Reset() {
 	*x = Credential{}
-	mi := &file_provisioner_proto_msgTypes[34]
+	mi := &file_provisioner_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2147,7 +2226,7 @@ func (x *Credential) String() string {
 func (*Credential) ProtoMessage() {}
 
 func (x *Credential) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[34]
+	mi := &file_provisioner_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2160,7 +2239,7 @@ func (x *Credential) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credential.ProtoReflect.Descriptor instead.
 func (*Credential) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{34}
+	return file_provisioner_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Credential) GetRequestId() uint64 {
@@ -2291,14 +2370,22 @@ const file_provisioner_proto_rawDesc = "" +
 	"\x11ReconcileResponse\x12\x18\n" +
 	"\aarrived\x18\x01 \x03(\tR\aarrived\x12\x18\n" +
 	"\aexpired\x18\x02 \x03(\tR\aexpired\"\x0f\n" +
-	"\rStatusRequest\"\xb8\x01\n" +
+	"\rStatusRequest\"\xf8\x01\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1a\n" +
 	"\bprofiles\x18\x03 \x03(\tR\bprofiles\x12C\n" +
 	"\voutstanding\x18\x04 \x03(\v2!.fluksio.provision.v1.OutstandingR\voutstanding\x12\x1d\n" +
 	"\n" +
-	"last_error\x18\x05 \x01(\tR\tlastError\"\x88\x01\n" +
+	"last_error\x18\x05 \x01(\tR\tlastError\x12>\n" +
+	"\vbacking_off\x18\x06 \x03(\v2\x1d.fluksio.provision.v1.BackoffR\n" +
+	"backingOff\"\x86\x01\n" +
+	"\aBackoff\x12\x18\n" +
+	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x1a\n" +
+	"\bfailures\x18\x02 \x01(\x05R\bfailures\x12&\n" +
+	"\x0funtil_unix_nano\x18\x03 \x01(\x03R\runtilUnixNano\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x04 \x01(\tR\tlastError\"\x88\x01\n" +
 	"\vOutstanding\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x10\n" +
 	"\x03job\x18\x02 \x01(\tR\x03job\x12\x16\n" +
@@ -2377,7 +2464,7 @@ func file_provisioner_proto_rawDescGZIP() []byte {
 }
 
 var file_provisioner_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_provisioner_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_provisioner_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_provisioner_proto_goTypes = []any{
 	(Diagnostic_Severity)(0),       // 0: fluksio.provision.v1.Diagnostic.Severity
 	(ProvisionResponse_Outcome)(0), // 1: fluksio.provision.v1.ProvisionResponse.Outcome
@@ -2405,17 +2492,18 @@ var file_provisioner_proto_goTypes = []any{
 	(*ReconcileResponse)(nil),      // 23: fluksio.provision.v1.ReconcileResponse
 	(*StatusRequest)(nil),          // 24: fluksio.provision.v1.StatusRequest
 	(*StatusResponse)(nil),         // 25: fluksio.provision.v1.StatusResponse
-	(*Outstanding)(nil),            // 26: fluksio.provision.v1.Outstanding
-	(*ShutdownRequest)(nil),        // 27: fluksio.provision.v1.ShutdownRequest
-	(*ShutdownResponse)(nil),       // 28: fluksio.provision.v1.ShutdownResponse
-	(*HostMessage)(nil),            // 29: fluksio.provision.v1.HostMessage
-	(*PluginMessage)(nil),          // 30: fluksio.provision.v1.PluginMessage
-	(*Hello)(nil),                  // 31: fluksio.provision.v1.Hello
-	(*Ready)(nil),                  // 32: fluksio.provision.v1.Ready
-	(*Event)(nil),                  // 33: fluksio.provision.v1.Event
-	(*EventAck)(nil),               // 34: fluksio.provision.v1.EventAck
-	(*MintCredential)(nil),         // 35: fluksio.provision.v1.MintCredential
-	(*Credential)(nil),             // 36: fluksio.provision.v1.Credential
+	(*Backoff)(nil),                // 26: fluksio.provision.v1.Backoff
+	(*Outstanding)(nil),            // 27: fluksio.provision.v1.Outstanding
+	(*ShutdownRequest)(nil),        // 28: fluksio.provision.v1.ShutdownRequest
+	(*ShutdownResponse)(nil),       // 29: fluksio.provision.v1.ShutdownResponse
+	(*HostMessage)(nil),            // 30: fluksio.provision.v1.HostMessage
+	(*PluginMessage)(nil),          // 31: fluksio.provision.v1.PluginMessage
+	(*Hello)(nil),                  // 32: fluksio.provision.v1.Hello
+	(*Ready)(nil),                  // 33: fluksio.provision.v1.Ready
+	(*Event)(nil),                  // 34: fluksio.provision.v1.Event
+	(*EventAck)(nil),               // 35: fluksio.provision.v1.EventAck
+	(*MintCredential)(nil),         // 36: fluksio.provision.v1.MintCredential
+	(*Credential)(nil),             // 37: fluksio.provision.v1.Credential
 }
 var file_provisioner_proto_depIdxs = []int32{
 	6,  // 0: fluksio.provision.v1.SchemaResponse.schema:type_name -> fluksio.provision.v1.Schema
@@ -2429,40 +2517,41 @@ var file_provisioner_proto_depIdxs = []int32{
 	14, // 8: fluksio.provision.v1.CoversRequest.need:type_name -> fluksio.provision.v1.Need
 	14, // 9: fluksio.provision.v1.ProvisionRequest.need:type_name -> fluksio.provision.v1.Need
 	1,  // 10: fluksio.provision.v1.ProvisionResponse.outcome:type_name -> fluksio.provision.v1.ProvisionResponse.Outcome
-	26, // 11: fluksio.provision.v1.StatusResponse.outstanding:type_name -> fluksio.provision.v1.Outstanding
-	31, // 12: fluksio.provision.v1.HostMessage.hello:type_name -> fluksio.provision.v1.Hello
-	34, // 13: fluksio.provision.v1.HostMessage.event_ack:type_name -> fluksio.provision.v1.EventAck
-	36, // 14: fluksio.provision.v1.HostMessage.credential:type_name -> fluksio.provision.v1.Credential
-	32, // 15: fluksio.provision.v1.PluginMessage.ready:type_name -> fluksio.provision.v1.Ready
-	33, // 16: fluksio.provision.v1.PluginMessage.event:type_name -> fluksio.provision.v1.Event
-	35, // 17: fluksio.provision.v1.PluginMessage.mint_credential:type_name -> fluksio.provision.v1.MintCredential
-	2,  // 18: fluksio.provision.v1.Provisioner.Info:input_type -> fluksio.provision.v1.InfoRequest
-	4,  // 19: fluksio.provision.v1.Provisioner.Schema:input_type -> fluksio.provision.v1.SchemaRequest
-	10, // 20: fluksio.provision.v1.Provisioner.ValidateConfig:input_type -> fluksio.provision.v1.ValidateConfigRequest
-	12, // 21: fluksio.provision.v1.Provisioner.Configure:input_type -> fluksio.provision.v1.ConfigureRequest
-	16, // 22: fluksio.provision.v1.Provisioner.Shapes:input_type -> fluksio.provision.v1.ShapesRequest
-	18, // 23: fluksio.provision.v1.Provisioner.Covers:input_type -> fluksio.provision.v1.CoversRequest
-	20, // 24: fluksio.provision.v1.Provisioner.Provision:input_type -> fluksio.provision.v1.ProvisionRequest
-	22, // 25: fluksio.provision.v1.Provisioner.Reconcile:input_type -> fluksio.provision.v1.ReconcileRequest
-	24, // 26: fluksio.provision.v1.Provisioner.Status:input_type -> fluksio.provision.v1.StatusRequest
-	27, // 27: fluksio.provision.v1.Provisioner.Shutdown:input_type -> fluksio.provision.v1.ShutdownRequest
-	29, // 28: fluksio.provision.v1.Provisioner.HostChannel:input_type -> fluksio.provision.v1.HostMessage
-	3,  // 29: fluksio.provision.v1.Provisioner.Info:output_type -> fluksio.provision.v1.InfoResponse
-	5,  // 30: fluksio.provision.v1.Provisioner.Schema:output_type -> fluksio.provision.v1.SchemaResponse
-	11, // 31: fluksio.provision.v1.Provisioner.ValidateConfig:output_type -> fluksio.provision.v1.ValidateConfigResponse
-	13, // 32: fluksio.provision.v1.Provisioner.Configure:output_type -> fluksio.provision.v1.ConfigureResponse
-	17, // 33: fluksio.provision.v1.Provisioner.Shapes:output_type -> fluksio.provision.v1.ShapesResponse
-	19, // 34: fluksio.provision.v1.Provisioner.Covers:output_type -> fluksio.provision.v1.CoversResponse
-	21, // 35: fluksio.provision.v1.Provisioner.Provision:output_type -> fluksio.provision.v1.ProvisionResponse
-	23, // 36: fluksio.provision.v1.Provisioner.Reconcile:output_type -> fluksio.provision.v1.ReconcileResponse
-	25, // 37: fluksio.provision.v1.Provisioner.Status:output_type -> fluksio.provision.v1.StatusResponse
-	28, // 38: fluksio.provision.v1.Provisioner.Shutdown:output_type -> fluksio.provision.v1.ShutdownResponse
-	30, // 39: fluksio.provision.v1.Provisioner.HostChannel:output_type -> fluksio.provision.v1.PluginMessage
-	29, // [29:40] is the sub-list for method output_type
-	18, // [18:29] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	27, // 11: fluksio.provision.v1.StatusResponse.outstanding:type_name -> fluksio.provision.v1.Outstanding
+	26, // 12: fluksio.provision.v1.StatusResponse.backing_off:type_name -> fluksio.provision.v1.Backoff
+	32, // 13: fluksio.provision.v1.HostMessage.hello:type_name -> fluksio.provision.v1.Hello
+	35, // 14: fluksio.provision.v1.HostMessage.event_ack:type_name -> fluksio.provision.v1.EventAck
+	37, // 15: fluksio.provision.v1.HostMessage.credential:type_name -> fluksio.provision.v1.Credential
+	33, // 16: fluksio.provision.v1.PluginMessage.ready:type_name -> fluksio.provision.v1.Ready
+	34, // 17: fluksio.provision.v1.PluginMessage.event:type_name -> fluksio.provision.v1.Event
+	36, // 18: fluksio.provision.v1.PluginMessage.mint_credential:type_name -> fluksio.provision.v1.MintCredential
+	2,  // 19: fluksio.provision.v1.Provisioner.Info:input_type -> fluksio.provision.v1.InfoRequest
+	4,  // 20: fluksio.provision.v1.Provisioner.Schema:input_type -> fluksio.provision.v1.SchemaRequest
+	10, // 21: fluksio.provision.v1.Provisioner.ValidateConfig:input_type -> fluksio.provision.v1.ValidateConfigRequest
+	12, // 22: fluksio.provision.v1.Provisioner.Configure:input_type -> fluksio.provision.v1.ConfigureRequest
+	16, // 23: fluksio.provision.v1.Provisioner.Shapes:input_type -> fluksio.provision.v1.ShapesRequest
+	18, // 24: fluksio.provision.v1.Provisioner.Covers:input_type -> fluksio.provision.v1.CoversRequest
+	20, // 25: fluksio.provision.v1.Provisioner.Provision:input_type -> fluksio.provision.v1.ProvisionRequest
+	22, // 26: fluksio.provision.v1.Provisioner.Reconcile:input_type -> fluksio.provision.v1.ReconcileRequest
+	24, // 27: fluksio.provision.v1.Provisioner.Status:input_type -> fluksio.provision.v1.StatusRequest
+	28, // 28: fluksio.provision.v1.Provisioner.Shutdown:input_type -> fluksio.provision.v1.ShutdownRequest
+	30, // 29: fluksio.provision.v1.Provisioner.HostChannel:input_type -> fluksio.provision.v1.HostMessage
+	3,  // 30: fluksio.provision.v1.Provisioner.Info:output_type -> fluksio.provision.v1.InfoResponse
+	5,  // 31: fluksio.provision.v1.Provisioner.Schema:output_type -> fluksio.provision.v1.SchemaResponse
+	11, // 32: fluksio.provision.v1.Provisioner.ValidateConfig:output_type -> fluksio.provision.v1.ValidateConfigResponse
+	13, // 33: fluksio.provision.v1.Provisioner.Configure:output_type -> fluksio.provision.v1.ConfigureResponse
+	17, // 34: fluksio.provision.v1.Provisioner.Shapes:output_type -> fluksio.provision.v1.ShapesResponse
+	19, // 35: fluksio.provision.v1.Provisioner.Covers:output_type -> fluksio.provision.v1.CoversResponse
+	21, // 36: fluksio.provision.v1.Provisioner.Provision:output_type -> fluksio.provision.v1.ProvisionResponse
+	23, // 37: fluksio.provision.v1.Provisioner.Reconcile:output_type -> fluksio.provision.v1.ReconcileResponse
+	25, // 38: fluksio.provision.v1.Provisioner.Status:output_type -> fluksio.provision.v1.StatusResponse
+	29, // 39: fluksio.provision.v1.Provisioner.Shutdown:output_type -> fluksio.provision.v1.ShutdownResponse
+	31, // 40: fluksio.provision.v1.Provisioner.HostChannel:output_type -> fluksio.provision.v1.PluginMessage
+	30, // [30:41] is the sub-list for method output_type
+	19, // [19:30] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_provisioner_proto_init() }
@@ -2470,12 +2559,12 @@ func file_provisioner_proto_init() {
 	if File_provisioner_proto != nil {
 		return
 	}
-	file_provisioner_proto_msgTypes[27].OneofWrappers = []any{
+	file_provisioner_proto_msgTypes[28].OneofWrappers = []any{
 		(*HostMessage_Hello)(nil),
 		(*HostMessage_EventAck)(nil),
 		(*HostMessage_Credential)(nil),
 	}
-	file_provisioner_proto_msgTypes[28].OneofWrappers = []any{
+	file_provisioner_proto_msgTypes[29].OneofWrappers = []any{
 		(*PluginMessage_Ready)(nil),
 		(*PluginMessage_Event)(nil),
 		(*PluginMessage_MintCredential)(nil),
@@ -2486,7 +2575,7 @@ func file_provisioner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_provisioner_proto_rawDesc), len(file_provisioner_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   35,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
