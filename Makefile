@@ -72,8 +72,19 @@ sandbox-down: ## stop the sandbox and delete its state
 	bash sandbox/down.sh $(SANDBOX_DIR) --purge
 
 .PHONY: test
-test: build lint ## lint, bring the sandbox up when possible, run every test with -race
+test: build lint fuzz ## lint, a short fuzz, then every test with -race, with the sandbox up when possible
 	@bash sandbox/with-sandbox.sh $(SANDBOX_DIR) -- $(GO) test -race -count=1 -timeout 20m ./...
+
+# Each fuzz target runs briefly on every `make test`, from its committed
+# seeds; run one for longer with e.g. FUZZTIME=10m make fuzz.
+FUZZTIME ?= 5s
+FUZZ_TARGETS := shared:FuzzDecodeConfig slurm:FuzzParseJobID slurm:FuzzConfigAndScript host-example:FuzzVerify
+.PHONY: fuzz
+fuzz: ## run each fuzz target for FUZZTIME (default 5s)
+	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "==> fuzz $$fn ($$pkg, $(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) ./$$pkg >/dev/null || \
+		{ $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime 1x ./$$pkg; exit 1; }; done
 
 .PHONY: demo
 demo: build ## the whole loop against a throwaway local Slurm, told as a story
