@@ -197,8 +197,10 @@ func (p *Placer) match() []*needState {
 	p.mu.Lock()
 	// The most demanding needs choose first, each taking the smallest
 	// idle worker that fits it: a GPU worker that attaches while a GPU
-	// need and a CPU need both wait goes to the GPU need, and the CPU
-	// need waits for the CPU worker asked for it.
+	// need and a CPU need both wait goes to the GPU need. An idle worker
+	// that fits a waiting need always gets it, even if another worker
+	// asked for that need is on its way: capacity in hand beats capacity
+	// in a queue.
 	order := slices.Clone(p.needs)
 	slices.SortStableFunc(order, func(a, b *needState) int {
 		return cmp.Or(cmp.Compare(b.need.GPUs, a.need.GPUs), cmp.Compare(b.need.CPUs, a.need.CPUs), cmp.Compare(b.need.RAMMB, a.need.RAMMB))

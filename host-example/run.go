@@ -78,6 +78,11 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		story.say("work done by %s: host %s, SLURM_JOB_ID=%s, cpus %d: %s", r.Worker, r.Hostname, orDash(r.SlurmJobID), r.CPUs, r.Output)
 	}
 
+	// Signals are caught from here on, so that one arriving while the
+	// plugins start still shuts them down rather than killing the engine.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
 	ln, err := net.Listen("tcp", cfg.Engine.Listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "host-example: cannot listen on %s (engine.listen): %v\n", cfg.Engine.Listen, err)
@@ -156,11 +161,21 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		serving.Wait()
 	}
 
-	startCtx, cancelStart := context.WithTimeout(context.Background(), 2*time.Minute)
+	startCtx, cancelStart := context.WithTimeout(ctx, 2*time.Minute)
 	for _, s := range sups {
 		diags = append(diags, s.start(startCtx)...)
 	}
 	cancelStart()
+	if ctx.Err() != nil {
+		// Whatever failed to start failed because of the signal.
+		story.say("signal received while starting; shutting down")
+		stop()
+		shutdown()
+		if len(needs) > 0 {
+			return 1
+		}
+		return 0
+	}
 	if diags.HasErrors() {
 		sortDiags(diags)
 		writeDiagnostics(stderr, cfg.Files, diags)
@@ -176,8 +191,6 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		story.say("%s needs %s: asking the provisioners that cover it", id, formatNeed(n))
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	var deadline <-chan time.Time
 	if *timeout > 0 {
 		timer := time.NewTimer(*timeout)

@@ -66,7 +66,7 @@ provisioner "slurm" "sandbox" {
     sbatch = ["--partition=$SANDBOX_PARTITION", "--time=00:10:00"]
   }
   profile "gpu" {
-    cpus   = 2
+    cpus   = 1
     gpus   = 1
     ram_mb = 500
     labels = ["cuda"]

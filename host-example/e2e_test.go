@@ -1,0 +1,606 @@
+package main
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fluksio/provision/internal/sandboxtest"
+)
+
+// The end-to-end tests run the host-example binary against the sandbox
+// Slurm, the way sandbox/demo.sh does: the engine launches the real
+// provisioner-slurm plugin, which submits jobs over ssh; the jobs run the
+// host-example binary as a worker, which dials back. They need the
+// sandbox (sandbox/up.sh) and skip without it, except in CI.
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	sandboxtest.Cleanup()
+	os.Exit(code)
+}
+
+// e2e is what every end-to-end test starts from.
+type e2e struct {
+	env    sandboxtest.Env
+	host   string // the host-example binary
+	plugin string // provisioner-slurm, next to it
+	// name is the provisioner's name, unique to the test, so that its
+	// Slurm jobs (fluksio-<name>) are told apart from anybody else's.
+	name string
+	// mark is put in the engine's environment, which its plugins
+	// inherit, so that this test's plugin processes can be found.
+	mark string
+	port int
+}
+
+func newE2E(t *testing.T, prefix string) *e2e {
+	t.Helper()
+	env := sandboxtest.Require(t)
+	host := sandboxtest.Binary(t, "host-example", "host-example")
+	plugin := sandboxtest.Binary(t, "plugin", "provisioner-slurm")
+	if filepath.Dir(host) != filepath.Dir(plugin) {
+		t.Fatalf("the plugin %s is not next to %s", plugin, host)
+	}
+	var b [4]byte
+	rand.Read(b[:])
+	e := &e2e{env: env, host: host, plugin: plugin, name: prefix + "-" + hex.EncodeToString(b[:]), port: freePort(t)}
+	e.mark = "FLUKSIO_E2E_MARK=" + e.name
+	// Whatever happens to the test, nothing of ours stays in the queue
+	// of a sandbox others use. Registered first, so it runs last, after
+	// the engine has been killed.
+	t.Cleanup(func() {
+		if out := e.queue(t); out != "" {
+			t.Logf("cancelling what the test left in the queue:\n%s", out)
+			e.env.Slurm(t, "scancel", "--name="+e.jobName())
+		}
+	})
+	return e
+}
+
+func (e *e2e) jobName() string { return "fluksio-" + e.name }
+
+// queue is squeue's view of this test's jobs: "id state" lines.
+func (e *e2e) queue(t *testing.T) string {
+	t.Helper()
+	return strings.TrimSpace(e.env.Slurm(t, "squeue", "-h", "--name="+e.jobName(), "-o", "%i %T"))
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// config writes a configuration like demo.sh's and returns its path.
+//
+// One difference: the gpu profile has 1 CPU, not 2, so that its worker
+// cannot take the cpus=2 need. With demo.sh's shapes the placer may give
+// that need to the GPU worker once it has finished the GPU need and sits
+// idle before the CPU worker attaches (it is an idle worker that fits),
+// and which worker does the CPU work would be a race.
+func (e *e2e) config(t *testing.T, workerCommand ...string) string {
+	t.Helper()
+	quoted := make([]string, len(workerCommand))
+	for i, w := range workerCommand {
+		quoted[i] = strconv.Quote(w)
+	}
+	sbatch := fmt.Sprintf(`["--partition=%s", "--time=00:10:00"]`, e.env.Partition)
+	cfg := fmt.Sprintf(`engine {
+  listen     = "127.0.0.1:%[1]d"
+  plugin_dir = %[2]q
+}
+
+provisioner "slurm" %[3]q {
+  login          = %[4]q
+  ssh_port       = %[5]d
+  ssh_key        = %[6]q
+  known_hosts    = %[7]q
+  engine_url     = "http://127.0.0.1:%[1]d"
+  worker_command = [%[8]s]
+  max_idle       = "30s"
+
+  profile "cpu" {
+    cpus   = 2
+    ram_mb = 500
+    sbatch = %[9]s
+  }
+  profile "gpu" {
+    cpus   = 1
+    gpus   = 1
+    ram_mb = 500
+    labels = ["cuda"]
+    sbatch = %[9]s
+  }
+}
+`, e.port, filepath.Dir(e.plugin), e.name, e.env.Login, e.env.Port, e.env.Key, e.env.KnownHosts,
+		strings.Join(quoted, ", "), sbatch)
+	path := filepath.Join(t.TempDir(), "config.hcl")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// storyLine is one line of the engine's stdout and when it arrived.
+type storyLine struct {
+	at   time.Time
+	text string
+}
+
+// storyWriter keeps the engine's stdout line by line, stamped.
+type storyWriter struct {
+	mu      sync.Mutex
+	partial []byte
+	lines   []storyLine
+}
+
+func (w *storyWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := time.Now()
+	w.partial = append(w.partial, p...)
+	for {
+		i := bytes.IndexByte(w.partial, '\n')
+		if i < 0 {
+			break
+		}
+		w.lines = append(w.lines, storyLine{now, string(w.partial[:i])})
+		w.partial = w.partial[i+1:]
+	}
+	return len(p), nil
+}
+
+func (w *storyWriter) Lines() []storyLine {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]storyLine(nil), w.lines...)
+}
+
+func (w *storyWriter) String() string {
+	var b strings.Builder
+	for _, l := range w.Lines() {
+		b.WriteString(l.text)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// engineProc is a running host-example run.
+type engineProc struct {
+	cmd     *exec.Cmd
+	started time.Time
+	stdout  *storyWriter
+	stderr  *lockedBuffer
+	done    chan struct{} // closed when Wait returned
+	err     error         // Wait's error, once done is closed
+}
+
+// startEngine starts host-example run with args. It is killed, with
+// anything left in its process group, when the test ends if it is still
+// running then.
+func (e *e2e) startEngine(t *testing.T, args ...string) *engineProc {
+	t.Helper()
+	p := &engineProc{stdout: &storyWriter{}, stderr: &lockedBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(e.host, append([]string{"run"}, args...)...)
+	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
+	p.cmd.Env = append(os.Environ(), e.mark)
+	// Its own process group, so that cleanup can take its plugins with
+	// it should the engine have to be killed.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p.cmd.WaitDelay = 10 * time.Second
+	p.started = time.Now()
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+			return
+		default:
+		}
+		t.Logf("killing engine pid %d and its process group", p.cmd.Process.Pid)
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	})
+	return p
+}
+
+// wait waits up to limit for the engine to exit and returns its code.
+func (p *engineProc) wait(t *testing.T, limit time.Duration) int {
+	t.Helper()
+	p.waitDone(t, limit)
+	return p.code(t)
+}
+
+// waitDone waits up to limit for the engine to exit.
+func (p *engineProc) waitDone(t *testing.T, limit time.Duration) {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(limit):
+		t.Fatalf("the engine did not exit within %s\nstdout:\n%s\nstderr:\n%s", limit, p.stdout, p.stderr)
+	}
+}
+
+// code is the exit code of an engine that has exited normally.
+func (p *engineProc) code(t *testing.T) int {
+	t.Helper()
+	var ee *exec.ExitError
+	switch {
+	case p.err == nil:
+		return 0
+	case errors.As(p.err, &ee) && ee.Exited():
+		return ee.ExitCode()
+	}
+	t.Fatalf("the engine did not exit normally: %v\nstdout:\n%s\nstderr:\n%s", p.err, p.stdout, p.stderr)
+	return -1
+}
+
+func (p *engineProc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// poll calls cond until it holds, failing the test after limit. The
+// pause between calls only keeps it from spinning; nothing waits on it.
+func poll(t *testing.T, limit time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > limit {
+			t.Fatalf("timed out after %s waiting for %s", limit, what)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// pluginPIDs lists the running processes of this test's plugin binary
+// that descend from one of its engines (they carry its mark).
+func (e *e2e) pluginPIDs(t *testing.T) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, ent := range entries {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		exe, err := os.Readlink(filepath.Join("/proc", ent.Name(), "exe"))
+		if err != nil || strings.TrimSuffix(exe, " (deleted)") != e.plugin {
+			continue
+		}
+		environ, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "environ"))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		for _, kv := range bytes.Split(environ, []byte{0}) {
+			if string(kv) == e.mark {
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	return pids
+}
+
+// assertCleanedUp checks that nothing of the test is left: no job in the
+// queue within a minute, and no plugin process.
+func (e *e2e) assertCleanedUp(t *testing.T, exitedAt time.Time) {
+	t.Helper()
+	// scancel returns before a job has ended: a cancelled job shows as
+	// COMPLETING until its processes are gone.
+	var last string
+	start := time.Now()
+	for {
+		if last = e.queue(t); last == "" {
+			break
+		}
+		if time.Since(start) > 60*time.Second {
+			t.Fatalf("60s after the engine exited, squeue --name=%s still shows:\n%s", e.jobName(), last)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Logf("queue empty of %s %.1fs after the engine exited", e.jobName(), time.Since(exitedAt).Seconds())
+
+	if pids := e.pluginPIDs(t); len(pids) > 0 {
+		t.Errorf("plugin processes of %s outlived the engine: %v", e.plugin, pids)
+	}
+}
+
+var workDoneRe = regexp.MustCompile(`work done by (\S+): host \S+, SLURM_JOB_ID=(\d+), `)
+
+// TestE2ERunServesNeeds runs the demo: two needs, one for a CPU machine
+// and one for a GPU machine with a label, each served by a worker that a
+// Slurm job started, and nothing left behind.
+func TestE2ERunServesNeeds(t *testing.T) {
+	e := newE2E(t, "e2e-serve")
+	cfg := e.config(t, e.host, "worker")
+
+	p := e.startEngine(t, "-config", cfg, "-need", "cpus=2", "-need", "gpus=1,label=cuda", "-timeout", "2m")
+	code := p.wait(t, 3*time.Minute)
+	exitedAt := time.Now()
+	story := p.stdout.String()
+	t.Logf("story:\n%s", story)
+	if code != 0 {
+		t.Fatalf("exit %d, want 0\nstderr:\n%s", code, p.stderr)
+	}
+
+	byProfile := map[string][]string{}
+	for _, m := range workDoneRe.FindAllStringSubmatch(story, -1) {
+		worker, job := m[1], m[2]
+		profile, ok := strings.CutPrefix(worker, e.name+"-")
+		if !ok {
+			t.Errorf("worker %s is not named after the provisioner %s", worker, e.name)
+			continue
+		}
+		profile, _, _ = strings.Cut(profile, "-")
+		byProfile[profile] = append(byProfile[profile], job)
+	}
+	if len(byProfile["cpu"]) != 1 || len(byProfile["gpu"]) != 1 || len(byProfile) != 2 {
+		t.Errorf("want one piece of work done by a cpu worker and one by a gpu worker, with Slurm job ids; got %v", byProfile)
+	}
+	if byProfile["cpu"] != nil && byProfile["gpu"] != nil && byProfile["cpu"][0] == byProfile["gpu"][0] {
+		t.Errorf("both pieces of work report Slurm job %s", byProfile["cpu"][0])
+	}
+	if !strings.Contains(story, "all 2 need(s) served") {
+		t.Errorf("the story does not say both needs were served")
+	}
+
+	var lastAttach time.Time
+	attached := 0
+	for _, l := range p.stdout.Lines() {
+		if strings.Contains(l.text, " attached from ") {
+			attached++
+			lastAttach = l.at
+		}
+	}
+	if attached < 2 {
+		t.Errorf("%d workers attached, want at least 2", attached)
+	} else {
+		t.Logf("run -> last worker attached: %.2fs (run exited after %.2fs)",
+			lastAttach.Sub(p.started).Seconds(), exitedAt.Sub(p.started).Seconds())
+	}
+
+	e.assertCleanedUp(t, exitedAt)
+}
+
+// TestE2EForgedTokenRefused attaches with credentials the engine never
+// issued while it serves with no needs, and checks that they are refused
+// and that the log does not repeat them.
+func TestE2EForgedTokenRefused(t *testing.T) {
+	e := newE2E(t, "e2e-forged")
+	cfg := e.config(t, e.host, "worker")
+	p := e.startEngine(t, "-config", cfg)
+
+	base := fmt.Sprintf("http://127.0.0.1:%d", e.port)
+	client := &http.Client{Timeout: 5 * time.Second}
+	poll(t, 60*time.Second, "the engine to be ready and answer GET /status", func() bool {
+		if p.exited() {
+			t.Fatalf("the engine exited before it was ready\nstdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)
+		}
+		if !strings.Contains(p.stdout.String(), "provisioner ready") {
+			return false
+		}
+		resp, err := client.Get(base + "/status")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+
+	// One that is not a credential at all, and one that is well formed
+	// and names a plausible worker but is signed with another secret.
+	other, _, err := NewSigner(testSecret).Sign(e.name+"-cpu-0badc0de", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, token := range []string{"forged.token", other} {
+		body := `{"hostname":"intruder","job_id":"1","cpus":2,"gpus":0}`
+		req, err := http.NewRequest(http.MethodPost, base+"/v1/attach", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("attach with a forged credential: %s, want 401", resp.Status)
+		}
+		if resp.Header.Get("WWW-Authenticate") == "" {
+			t.Errorf("a 401 without WWW-Authenticate")
+		}
+	}
+
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 90*time.Second); code != 0 {
+		t.Errorf("exit %d after SIGTERM with no needs, want 0\nstderr:\n%s", code, p.stderr)
+	}
+	exitedAt := time.Now()
+
+	log := p.stderr.String()
+	if n := strings.Count(log, "refused a worker"); n != 2 {
+		t.Errorf("the log tells of %d refusals, want 2:\n%s", n, log)
+	}
+	for _, token := range []string{"forged.token", other} {
+		if strings.Contains(log, token) {
+			t.Errorf("the log repeats the forged credential %q:\n%s", token, log)
+		}
+		// The signature alone would be as bad as the whole token.
+		if _, sig, ok := strings.Cut(token, "."); ok && len(sig) > 8 && strings.Contains(log, sig) {
+			t.Errorf("the log repeats the forged credential's signature:\n%s", log)
+		}
+	}
+	if strings.Contains(p.stdout.String(), " attached from ") {
+		t.Errorf("a forged worker attached:\n%s", p.stdout)
+	}
+	e.assertCleanedUp(t, exitedAt)
+}
+
+// TestE2ESigtermCancelsJobs stops the engine while a job it asked for is
+// in the queue and its worker will never attach: the engine must cancel
+// the job on its way out and leave no plugin behind.
+func TestE2ESigtermCancelsJobs(t *testing.T) {
+	e := newE2E(t, "e2e-sigterm")
+
+	// The job user (not root) runs the worker, so the script and its
+	// directory must be readable and executable by everyone.
+	dir, err := os.MkdirTemp("", "fluksio-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(dir, "sleeper")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\n# A worker that never attaches: its job stays in the queue until cancelled.\nexec sleep 600\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.config(t, script)
+
+	p := e.startEngine(t, "-config", cfg, "-need", "cpus=2", "-timeout", "5m")
+	var queued string
+	poll(t, 60*time.Second, "a job named "+e.jobName()+" in squeue", func() bool {
+		if p.exited() {
+			t.Fatalf("the engine exited early\nstdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)
+		}
+		queued = e.queue(t)
+		return queued != ""
+	})
+	// Better still if it runs, so that cancelling it has processes to
+	// end; but a busy sandbox may keep it pending, which is a fine case
+	// too.
+	running := false
+	start := time.Now()
+	for time.Since(start) < 30*time.Second && !p.exited() {
+		if queued = e.queue(t); strings.Contains(queued, "RUNNING") || queued == "" {
+			running = queued != ""
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("in the queue when the engine is signalled: %q (running: %v)", queued, running)
+	if queued == "" || p.exited() {
+		t.Fatalf("the job left the queue, or the engine exited, before the signal\nstdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)
+	}
+	if len(e.pluginPIDs(t)) == 0 {
+		t.Errorf("no plugin process found for the running engine; the leftover check below would prove nothing")
+	}
+
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code := p.wait(t, 90*time.Second)
+	exitedAt := time.Now()
+	story := p.stdout.String()
+	t.Logf("story:\n%s", story)
+	if code != 1 {
+		t.Errorf("exit %d after SIGTERM with a need unserved, want 1\nstderr:\n%s", code, p.stderr)
+	}
+	if !strings.Contains(story, "signal received") {
+		t.Errorf("the story does not tell of the signal")
+	}
+	job, _, _ := strings.Cut(queued, " ")
+	if !regexp.MustCompile(`shut down, cancelled Slurm job\(s\) .*\b` + regexp.QuoteMeta(job) + `\b`).MatchString(story) {
+		t.Errorf("the story does not say Slurm job %s was cancelled", job)
+	}
+	e.assertCleanedUp(t, exitedAt)
+}
+
+// TestE2ESigtermDuringStartup signals the engine while it is still
+// starting its plugins. It must stop them and exit as it does for a
+// signal later on (0: there were no needs), telling the story, rather than
+// die of the signal.
+func TestE2ESigtermDuringStartup(t *testing.T) {
+	e := newE2E(t, "e2e-early")
+
+	// A plugin that takes its time to start: a wrapper that waits, then
+	// becomes the real plugin. The engine listens before it starts its
+	// plugins, so once GET /status answers, the plugin is still on its
+	// way for a while.
+	dir := t.TempDir()
+	wrapper := filepath.Join(dir, "slow-plugin")
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\nsleep 3\nexec "+e.plugin+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.config(t, e.host, "worker")
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = bytes.Replace(b, []byte("  login "), []byte(fmt.Sprintf("  plugin         = %q\n  login ", wrapper)), 1)
+	if err := os.WriteFile(cfg, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	p := e.startEngine(t, "-config", cfg)
+	client := &http.Client{Timeout: 5 * time.Second}
+	poll(t, 30*time.Second, "the engine to answer GET /status", func() bool {
+		if p.exited() {
+			t.Fatalf("the engine exited before it listened\nstdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)
+		}
+		resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/status", e.port))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	if strings.Contains(p.stdout.String(), "provisioner ready") {
+		t.Fatalf("the plugin was ready before the signal; the test proves nothing:\n%s", p.stdout)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	p.waitDone(t, 90*time.Second)
+	exitedAt := time.Now()
+	if ee := (*exec.ExitError)(nil); errors.As(p.err, &ee) && !ee.Exited() {
+		t.Fatalf("the engine died of the signal (%v) instead of shutting down\nstdout:\n%s\nstderr:\n%s", p.err, p.stdout, p.stderr)
+	}
+	if code := p.code(t); code != 0 {
+		t.Errorf("exit %d after SIGTERM during startup with no needs, want 0\nstdout:\n%s\nstderr:\n%s", code, p.stdout, p.stderr)
+	}
+	if !strings.Contains(p.stdout.String(), "signal received") {
+		t.Errorf("the story does not tell of the signal:\n%s", p.stdout)
+	}
+	e.assertCleanedUp(t, exitedAt)
+}

@@ -1,0 +1,273 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/fluksio/provision/internal/sandboxtest"
+)
+
+// The broken configurations live in testdata/configs, one mistake per
+// file. The first line of each says what validate must report:
+//
+//	# want: LINE:COL fragment
+//
+// LINE:COL is where the diagnostic must point (the file's own lines, the
+// want line included), and fragment must appear in that diagnostic's
+// summary or detail. @PLUGIN_DIR@ stands for the directory of the real
+// Slurm plugin, in the file and in the fragment; it is always substituted
+// after the column a want points at, so positions do not move.
+//
+// These tests run the real plugin (validate launches it to decode and
+// check its part of each block) but need no Slurm: validate has no side
+// effects, so they never call sandboxtest.Require.
+
+const pluginDirPlaceholder = "@PLUGIN_DIR@"
+
+var wantRe = regexp.MustCompile(`^# want: (\d+):(\d+) (.+)$`)
+
+// brokenConfig is one file of testdata/configs, ready to validate.
+type brokenConfig struct {
+	name      string
+	path      string // the substituted copy, as validate is given it
+	line, col int
+	fragment  string
+}
+
+// pluginDir builds the Slurm plugin and returns its directory.
+func pluginDir(t *testing.T) string {
+	t.Helper()
+	return filepath.Dir(sandboxtest.Binary(t, "plugin", "provisioner-slurm"))
+}
+
+// writeConfig copies testdata file src into dir with the placeholder
+// replaced, and returns the copy's path.
+func writeConfig(t *testing.T, src, dir, plugins string) string {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(dir, filepath.Base(src))
+	if err := os.WriteFile(dst, bytes.ReplaceAll(b, []byte(pluginDirPlaceholder), []byte(plugins)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+func loadBrokenConfigs(t *testing.T, plugins string) []brokenConfig {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("testdata", "configs", "*.hcl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var out []brokenConfig
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, _, _ := strings.Cut(string(src), "\n")
+		m := wantRe.FindStringSubmatch(first)
+		if m == nil {
+			t.Fatalf("%s: the first line must be `# want: LINE:COL fragment`, not %q", f, first)
+		}
+		line, _ := strconv.Atoi(m[1])
+		col, _ := strconv.Atoi(m[2])
+		out = append(out, brokenConfig{
+			name:     strings.TrimSuffix(filepath.Base(f), ".hcl"),
+			path:     writeConfig(t, f, dir, plugins),
+			line:     line,
+			col:      col,
+			fragment: strings.ReplaceAll(m[3], pluginDirPlaceholder, plugins),
+		})
+	}
+	return out
+}
+
+// diagHeadRe is the first line writeDiagnostics prints for a diagnostic.
+var diagHeadRe = regexp.MustCompile(`^(\S+):(\d+):(\d+): (error|warning): `)
+
+// diagnosticTexts splits writeDiagnostics output into its diagnostics
+// and returns the text of those whose first line starts with prefix: that
+// line and everything up to the next diagnostic's first line. Two
+// problems may share a position (HCL reports an unterminated string
+// twice), so there can be several.
+func diagnosticTexts(out, prefix string) []string {
+	var texts []string
+	var cur *strings.Builder
+	sc := bufio.NewScanner(strings.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if diagHeadRe.MatchString(l) {
+			if cur != nil {
+				texts = append(texts, cur.String())
+				cur = nil
+			}
+			if strings.HasPrefix(l, prefix) {
+				cur = &strings.Builder{}
+			}
+		}
+		if cur != nil {
+			cur.WriteString(l)
+			cur.WriteByte('\n')
+		}
+	}
+	if cur != nil {
+		texts = append(texts, cur.String())
+	}
+	return texts
+}
+
+// squash collapses every run of white space to one space, because hcl
+// wraps a diagnostic's detail at 100 columns.
+func squash(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// assertNoCrash fails if the output looks like a Go panic or stack trace.
+func assertNoCrash(t *testing.T, out string) {
+	t.Helper()
+	for _, bad := range []string{"panic", "goroutine ", "runtime.", ".go:"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("output contains %q, like a crash:\n%s", bad, out)
+		}
+	}
+}
+
+func TestValidateBrokenConfigs(t *testing.T) {
+	plugins := pluginDir(t)
+	cases := loadBrokenConfigs(t, plugins)
+	if len(cases) < 25 {
+		t.Fatalf("only %d broken configurations in testdata/configs; want at least 25", len(cases))
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr bytes.Buffer
+			code := validateMain([]string{c.path}, &stdout, &stderr)
+			out := stderr.String()
+			assertNoCrash(t, stdout.String()+out)
+			if code != 1 {
+				t.Fatalf("exit %d, want 1\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), out)
+			}
+			if stdout.Len() != 0 {
+				t.Errorf("stdout should be empty for an invalid file, got:\n%s", stdout.String())
+			}
+			prefix := fmt.Sprintf("%s:%d:%d: error: ", c.path, c.line, c.col)
+			texts := diagnosticTexts(out, prefix)
+			if len(texts) == 0 {
+				t.Fatalf("no line starts with %q\nstderr:\n%s", prefix, out)
+			}
+			for _, text := range texts {
+				if strings.Contains(squash(text), squash(c.fragment)) {
+					return
+				}
+			}
+			t.Errorf("no diagnostic at %d:%d says %q; stderr:\n%s", c.line, c.col, c.fragment, out)
+		})
+	}
+}
+
+// TestValidateBrokenConfigsJSON checks that -json reports each problem at
+// the same place, as parseable JSON, and nothing on stderr.
+func TestValidateBrokenConfigsJSON(t *testing.T) {
+	plugins := pluginDir(t)
+	for _, c := range loadBrokenConfigs(t, plugins) {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr bytes.Buffer
+			code := validateMain([]string{"-json", c.path}, &stdout, &stderr)
+			assertNoCrash(t, stdout.String()+stderr.String())
+			if code != 1 {
+				t.Fatalf("exit %d, want 1\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+			}
+			if stderr.Len() != 0 {
+				t.Errorf("stderr should be empty with -json, got:\n%s", stderr.String())
+			}
+			var got struct {
+				Valid       bool             `json:"valid"`
+				Diagnostics []jsonDiagnostic `json:"diagnostics"`
+			}
+			dec := json.NewDecoder(&stdout)
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&got); err != nil {
+				t.Fatalf("-json output does not parse: %v\n%s", err, stdout.String())
+			}
+			if got.Valid {
+				t.Errorf("valid is true for a broken file")
+			}
+			for _, d := range got.Diagnostics {
+				if d.Severity == "error" && d.Filename == c.path && d.Line == c.line && d.Column == c.col &&
+					strings.Contains(squash(d.Summary+" "+d.Detail), squash(c.fragment)) {
+					if d.EndLine < d.Line || (d.EndLine == d.Line && d.EndColumn < d.Column) {
+						t.Errorf("the range ends (%d:%d) before it starts (%d:%d)", d.EndLine, d.EndColumn, d.Line, d.Column)
+					}
+					return
+				}
+			}
+			t.Errorf("no error at %s:%d:%d saying %q in:\n%+v", c.path, c.line, c.col, c.fragment, got.Diagnostics)
+		})
+	}
+}
+
+func TestValidateValidConfig(t *testing.T) {
+	path := writeConfig(t, filepath.Join("testdata", "valid.hcl"), t.TempDir(), pluginDir(t))
+
+	var stdout, stderr bytes.Buffer
+	if code := validateMain([]string{path}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d, want 0\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	if want := path + ": valid (1 provisioner(s))\n"; stdout.String() != want {
+		t.Errorf("stdout = %q, want %q", stdout.String(), want)
+	}
+	if stderr.Len() != 0 {
+		t.Errorf("stderr should be empty, got:\n%s", stderr.String())
+	}
+
+	stdout.Reset()
+	stderr.Reset()
+	if code := validateMain([]string{"-json", path}, &stdout, &stderr); code != 0 {
+		t.Fatalf("-json: exit %d, want 0\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	var got map[string]any
+	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
+		t.Fatalf("-json output does not parse: %v\n%s", err, stdout.String())
+	}
+	if got["valid"] != true {
+		t.Errorf("valid = %v, want true", got["valid"])
+	}
+	if d, ok := got["diagnostics"].([]any); !ok || len(d) != 0 {
+		t.Errorf("diagnostics = %#v, want an empty list (not null)", got["diagnostics"])
+	}
+}
+
+// TestValidateUsage covers the exits that are not about the file's
+// contents: no file, two files, and a file that is not there.
+func TestValidateUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{nil, 2, "usage: host-example validate"},
+		{[]string{"a.hcl", "b.hcl"}, 2, "usage: host-example validate"},
+		{[]string{"-bogus", "a.hcl"}, 2, "flag provided but not defined"},
+		{[]string{filepath.Join(t.TempDir(), "absent.hcl")}, 1, "Configuration file not found"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := validateMain(tc.args, &stdout, &stderr)
+		assertNoCrash(t, stdout.String()+stderr.String())
+		if code != tc.code || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("validate %q: exit %d, want %d, and stderr saying %q:\n%s", tc.args, code, tc.code, tc.want, stderr.String())
+		}
+	}
+}
