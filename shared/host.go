@@ -56,7 +56,8 @@ type LaunchConfig struct {
 	// from a goroutine of the launcher's. Keep it quick: the plugin waits
 	// for each event to be taken before it publishes the next.
 	OnEvent func(Event)
-	// Env is added to the plugin's environment.
+	// Env is added to the plugin's environment, after this process's own,
+	// so it may override a variable such as PATH.
 	Env []string
 	// StartTimeout bounds the handshake; zero means 30 seconds.
 	StartTimeout time.Duration
@@ -142,6 +143,10 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 		Logger:           logger,
 		Stderr:           stderr,
 		StartTimeout:     timeout,
+		// cmd.Env already holds this process's environment with cfg.Env
+		// after it; go-plugin would otherwise append the environment
+		// again, after ours, and undo an override such as PATH.
+		SkipHostEnv: true,
 	})
 	p := &Plugin{name: cfg.Name, client: client, cmd: cmd, stderr: stderr, exited: make(chan struct{})}
 

@@ -1,0 +1,13 @@
+// Package bench measures the Slurm provisioner against baselines taken in
+// the same run, on the sandbox Slurm that sandbox/up.sh starts.
+//
+// It has no code of its own outside its tests. Each measurement is a Go
+// benchmark (go test -bench . ./bench, with the sandbox's environment
+// exported) that reports its figures with b.ReportMetric, and
+// TestBenchReport, which runs only when BENCH_REPORT=1 (make bench sets
+// it), takes every measurement once, prints one table of figures beside
+// their baselines and targets, and writes docs/benchmarks.md.
+//
+// Nothing here asserts a timing: a missed target is reported as MISS, and
+// only a measurement that could not be taken fails.
+package bench

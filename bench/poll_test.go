@@ -1,0 +1,84 @@
+package bench
+
+// Measurement 6: how many Slurm calls a poll cycle costs with 1, 10 and
+// 100 requests outstanding. The plugin runs with a short poll_interval
+// under an ssh wrapper that logs every call's argv; the calls that run
+// squeue are counted over a window of whole cycles. A plugin whose schema
+// has no poll_interval does not poll, and the measurement says so.
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+)
+
+const (
+	pollInterval = time.Second
+	pollCycles   = 10
+)
+
+var pollLevels = []int{1, 10, 100}
+
+type pollResult struct {
+	// why is set when the plugin cannot be measured.
+	why string
+	// perCycle is squeue calls per poll cycle, by requests outstanding.
+	perCycle map[int]float64
+	calls    map[int]int
+}
+
+func measurePoll(tb testing.TB, e benchEnv) pollResult {
+	tb.Helper()
+	name := uniqueName("poll")
+	tb.Cleanup(func() { e.cancelJobs(tb, name) })
+	dir, err := os.MkdirTemp("", "fxb-poll-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	log := filepath.Join(dir, "ssh.log")
+	p := launch(tb, wrappedPlugin(tb, e, log, ""), name, nil)
+	most := pollLevels[len(pollLevels)-1]
+	p.configure(tb, e.slurmConfig(map[string]any{"poll_interval": pollInterval.String()}, e.pendingProfiles("s", most)))
+	if !p.has("poll_interval") {
+		return pollResult{why: "not available: the plugin's schema has no poll_interval"}
+	}
+
+	count := func() int { return wrapperCalls(log, " squeue") }
+	res := pollResult{perCycle: map[int]float64{}, calls: map[int]int{}}
+	names := labels("s", most)
+	have := 0
+	for _, level := range pollLevels {
+		if _, _, failed, detail := provisionAll(tb, p, names[have:level], 2*time.Minute); failed > 0 {
+			tb.Fatalf("%d submissions failed: %s", failed, detail)
+		}
+		have = level
+		if n := wrapperCalls(log, " sbatch"); n < level {
+			tb.Fatalf("the ssh wrapper logged %d sbatch calls for %d submissions: the plugin did not run it", n, level)
+		}
+		checkOutstanding(tb, p, level)
+		// A new request wakes the poller; let that settle into the
+		// steady rhythm before counting.
+		time.Sleep(pollInterval * 3 / 2)
+		before := count()
+		time.Sleep(pollCycles * pollInterval)
+		res.calls[level] = count() - before
+		res.perCycle[level] = float64(res.calls[level]) / pollCycles
+		progress("poll: %d outstanding: %d squeue calls in %d cycles", level, res.calls[level], pollCycles)
+	}
+	return res
+}
+
+// BenchmarkPollCalls reports squeue calls per poll cycle at each level;
+// b.N does not apply, as one measurement takes whole poll cycles.
+func BenchmarkPollCalls(b *testing.B) {
+	r := measurePoll(b, setup(b))
+	if r.why != "" {
+		b.Skip(r.why)
+	}
+	for _, l := range pollLevels {
+		b.ReportMetric(r.perCycle[l], "squeue/cycle@"+strconv.Itoa(l))
+	}
+}

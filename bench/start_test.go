@@ -1,0 +1,93 @@
+package bench
+
+// Measurement 3: a plugin's start, from Launch to a successful Configure,
+// for the Slurm plugin and for the trivial test plugin (the cost of any
+// go-plugin process with mutual TLS and a host channel). Also where the
+// idle plugins' resident sets are read.
+
+import (
+	"testing"
+	"time"
+)
+
+type startRig struct {
+	e    benchEnv
+	name string
+}
+
+func newStartRig(tb testing.TB, e benchEnv) *startRig {
+	r := &startRig{e: e, name: uniqueName("start")}
+	tb.Cleanup(func() { e.cancelJobs(tb, r.name) })
+	return r
+}
+
+// startOnce launches a plugin and configures it, timed; then, untimed,
+// reads its VmRSS after settle (if settle > 0) and stops it.
+func startOnce(tb testing.TB, path, name string, cfg map[string]any, settle time.Duration) (time.Duration, int64) {
+	tb.Helper()
+	t0 := time.Now()
+	p, err := launchErr(path, name, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer p.stop(tb)
+	if err := p.configureErr(cfg); err != nil {
+		tb.Fatalf("%v\nplugin log:\n%s", err, p.logs.String())
+	}
+	d := time.Since(t0)
+	var rss int64
+	if settle > 0 {
+		time.Sleep(settle)
+		if rss, err = rssKB(p.pl.Pid()); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return d, rss
+}
+
+func (r *startRig) slurm(tb testing.TB, settle time.Duration) (time.Duration, int64) {
+	cfg := r.e.slurmConfig(nil, []map[string]any{profile("pend", 1, 0, 0, nil, r.e.pendingSbatch())})
+	return startOnce(tb, r.e.SlurmBin, r.name, cfg, settle)
+}
+
+func (r *startRig) test(tb testing.TB, settle time.Duration) (time.Duration, int64) {
+	return startOnce(tb, r.e.TestBin, r.name, map[string]any{"greeting": "hi"}, settle)
+}
+
+type startResult struct {
+	slurm, test []time.Duration
+	// slurmRSS and testRSS are VmRSS in kB of a freshly configured plugin
+	// with nothing outstanding, a second after Configure.
+	slurmRSS, testRSS int64
+}
+
+// measureStart alternates the two plugins, n starts each.
+func measureStart(tb testing.TB, e benchEnv, n int) startResult {
+	tb.Helper()
+	r := newStartRig(tb, e)
+	var res startResult
+	for i := range n {
+		settle := time.Duration(0)
+		if i == n-1 {
+			settle = time.Second
+		}
+		d, rss := r.slurm(tb, settle)
+		res.slurm = append(res.slurm, d)
+		res.slurmRSS = max(res.slurmRSS, rss)
+		d, rss = r.test(tb, settle)
+		res.test = append(res.test, d)
+		res.testRSS = max(res.testRSS, rss)
+	}
+	return res
+}
+
+// BenchmarkStart is one launch → configured per op.
+func BenchmarkStart(b *testing.B) {
+	r := newStartRig(b, setup(b))
+	b.Run("slurm", func(b *testing.B) {
+		benchOnce(b, func(tb testing.TB) time.Duration { d, _ := r.slurm(tb, 0); return d })
+	})
+	b.Run("testplugin", func(b *testing.B) {
+		benchOnce(b, func(tb testing.TB) time.Duration { d, _ := r.test(tb, 0); return d })
+	})
+}
