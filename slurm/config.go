@@ -3,6 +3,7 @@ package slurm
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/url"
 	"regexp"
 	"slices"
@@ -35,7 +36,20 @@ const (
 	defaultTokenTTL = "24h"
 	// defaultWorker is the worker as it is installed on the cluster.
 	defaultWorker = "fluksio-worker"
+	// defaultPollInterval is how often the queue is read while something
+	// is outstanding. Sites ask for minutes, not seconds, between
+	// squeues, and slurmctld itself updates its view every 30 to 60
+	// seconds; a job that died is noticed within this long.
+	defaultPollInterval = "30s"
+	// defaultAttachTimeout is how long a job may run without its worker
+	// attaching. A worker dials the engine within seconds of starting;
+	// ten minutes covers a slow module load or a cold filesystem.
+	defaultAttachTimeout = "10m"
 )
+
+// minPollInterval is the interval below which validation warns: a squeue
+// every few seconds is what site rules forbid.
+const minPollInterval = 10 * time.Second
 
 // Config is the provisioner's configuration as the host sends it: the
 // schema's attributes by name and its profile blocks as a list. Durations
@@ -54,7 +68,13 @@ type Config struct {
 	ProvisionTimeout string   `json:"provision_timeout"`
 	SubmitTimeout    string   `json:"submit_timeout"`
 	TokenTTL         string   `json:"token_ttl"`
+	PollInterval     string   `json:"poll_interval"`
+	AttachTimeout    string   `json:"attach_timeout"`
 	WorkerCommand    []string `json:"worker_command"`
+	// Multiplex and MaxSessions are pointers so that absent can be told
+	// from false and 0; fillDefaults fills them in (see ssh.go).
+	Multiplex   *bool `json:"multiplex"`
+	MaxSessions *int  `json:"max_sessions"`
 	// Profiles are decoded one by one in decodeConfig, so that a type
 	// error can be reported with the index of its profile.
 	Profiles []Profile `json:"-"`
@@ -107,7 +127,11 @@ func schema() *shared.Schema {
 			{Name: "ssh_config", Type: shared.TypeString, Default: "",
 				Description: "Path to an ssh_config file, passed as -F."},
 			{Name: "ssh_options", Type: shared.TypeListString,
-				Description: "More ssh options, each Key=Value, passed as -o Key=Value (for example ControlMaster=auto)."},
+				Description: "More ssh options, each Key=Value, passed as -o Key=Value (for example ConnectTimeout=10)."},
+			{Name: "multiplex", Type: shared.TypeBool, Default: true,
+				Description: "Keep one ssh connection to the login node open and run every command through it (OpenSSH ControlMaster). While on, its ControlMaster, ControlPath and ControlPersist take precedence over ssh_config and ssh_options; off leaves multiplexing to them."},
+			{Name: "max_sessions", Type: shared.TypeInt, Default: defaultMaxSessions,
+				Description: "How many ssh commands may run on the login node at once. Most sshd allow 10 sessions per connection (MaxSessions); stay below it."},
 			{Name: "engine_url", Type: shared.TypeString, Required: true,
 				Description: "The engine's URL as a compute node sees it: the worker dials it."},
 			{Name: "artifact_url", Type: shared.TypeString, Default: "",
@@ -115,7 +139,11 @@ func schema() *shared.Schema {
 			{Name: "max_idle", Type: shared.TypeDuration, Default: defaultMaxIdle,
 				Description: "How long a worker waits for work before it exits and gives its allocation back."},
 			{Name: "provision_timeout", Type: shared.TypeDuration, Default: defaultProvisionTimeout,
-				Description: "How long a request may go without its worker attaching before its job is cancelled."},
+				Description: "How long a request may go without its worker attaching before its job is cancelled, counted from the request. Jobs with a time limit also get an sbatch --deadline from it, so the queue drops them if the provisioner is gone."},
+			{Name: "attach_timeout", Type: shared.TypeDuration, Default: defaultAttachTimeout,
+				Description: "How long a job may run without its worker attaching before it is cancelled, counted from when it was first seen running. Waiting in the queue does not count."},
+			{Name: "poll_interval", Type: shared.TypeDuration, Default: defaultPollInterval,
+				Description: "How often the queue is read, with one squeue for all jobs, while anything is outstanding (10% jitter). Nothing is read while nothing is outstanding."},
 			{Name: "submit_timeout", Type: shared.TypeDuration, Default: defaultSubmitTimeout,
 				Description: "How long one ssh call to the login node may take."},
 			{Name: "token_ttl", Type: shared.TypeDuration, Default: defaultTokenTTL,
@@ -156,7 +184,13 @@ type settings struct {
 	provisionTimeout time.Duration
 	submitTimeout    time.Duration
 	tokenTTL         time.Duration
-	log              hclog.Logger
+	pollInterval     time.Duration
+	attachTimeout    time.Duration
+	// multiplex and maxSessions are Multiplex and MaxSessions resolved;
+	// see ssh.go.
+	multiplex   bool
+	maxSessions int
+	log         hclog.Logger
 }
 
 // host is the login node without its user, for error messages.
@@ -219,6 +253,8 @@ func (c *Config) fillDefaults() {
 		{&c.ProvisionTimeout, defaultProvisionTimeout},
 		{&c.SubmitTimeout, defaultSubmitTimeout},
 		{&c.TokenTTL, defaultTokenTTL},
+		{&c.PollInterval, defaultPollInterval},
+		{&c.AttachTimeout, defaultAttachTimeout},
 	} {
 		if *d.v == "" {
 			*d.v = d.def
@@ -227,6 +263,7 @@ func (c *Config) fillDefaults() {
 	if c.WorkerCommand == nil {
 		c.WorkerCommand = []string{defaultWorker}
 	}
+	c.fillSSHDefaults()
 }
 
 // decodeError turns a JSON error into a diagnostic at the value it is
@@ -326,6 +363,8 @@ func validate(s *settings) shared.Diagnostics {
 		}
 	}
 
+	diags = append(diags, validateSSH(s)...)
+
 	checkURL := func(name, v string, required bool) {
 		if v == "" {
 			if required {
@@ -350,6 +389,8 @@ func validate(s *settings) shared.Diagnostics {
 		{"provision_timeout", s.ProvisionTimeout, &s.provisionTimeout},
 		{"submit_timeout", s.SubmitTimeout, &s.submitTimeout},
 		{"token_ttl", s.TokenTTL, &s.tokenTTL},
+		{"poll_interval", s.PollInterval, &s.pollInterval},
+		{"attach_timeout", s.AttachTimeout, &s.attachTimeout},
 	} {
 		v, err := time.ParseDuration(d.raw)
 		switch {
@@ -360,6 +401,10 @@ func validate(s *settings) shared.Diagnostics {
 		default:
 			*d.dst = v
 		}
+	}
+	if s.pollInterval > 0 && s.pollInterval < minPollInterval {
+		add(shared.Diagnostic{Severity: shared.SeverityWarning, Path: at("poll_interval"), Summary: "Frequent polling",
+			Detail: fmt.Sprintf("poll_interval %s reads the queue more often than most sites allow; slurmctld serves every user, and %s or more is kinder to it.", s.pollInterval, minPollInterval)})
 	}
 
 	if len(s.WorkerCommand) == 0 {

@@ -36,6 +36,9 @@ func TestDecodeFillsDefaults(t *testing.T) {
 	if s.maxIdle != 5*time.Minute || s.provisionTimeout != 15*time.Minute || s.submitTimeout != 30*time.Second || s.tokenTTL != 24*time.Hour {
 		t.Errorf("durations = %s %s %s %s", s.maxIdle, s.provisionTimeout, s.submitTimeout, s.tokenTTL)
 	}
+	if s.pollInterval != 30*time.Second || s.attachTimeout != 10*time.Minute {
+		t.Errorf("poll_interval %s, attach_timeout %s", s.pollInterval, s.attachTimeout)
+	}
 	if !slices.Equal(s.WorkerCommand, []string{"fluksio-worker"}) {
 		t.Errorf("worker_command = %q", s.WorkerCommand)
 	}
@@ -100,6 +103,10 @@ func TestValidation(t *testing.T) {
 		{name: "provision_timeout negative", edit: set("provision_timeout", "-5m"), path: "provision_timeout", summary: "Invalid duration"},
 		{name: "submit_timeout zero", edit: set("submit_timeout", "0s"), path: "submit_timeout", summary: "Invalid duration"},
 		{name: "token_ttl", edit: set("token_ttl", "1d"), path: "token_ttl", summary: "Invalid duration"},
+		{name: "poll_interval zero", edit: set("poll_interval", "0s"), path: "poll_interval", summary: "Invalid duration"},
+		{name: "poll_interval words", edit: set("poll_interval", "often"), path: "poll_interval", summary: "Invalid duration"},
+		{name: "attach_timeout negative", edit: set("attach_timeout", "-1m"), path: "attach_timeout", summary: "Invalid duration"},
+		{name: "poll_interval ok", edit: set("poll_interval", "10s"), path: "-"},
 		{name: "worker_command empty", edit: set("worker_command", []string{}), path: "worker_command", summary: "Empty worker_command"},
 		{name: "worker_command empty program", edit: set("worker_command", []string{""}), path: "worker_command.0", summary: "Empty worker program"},
 		{name: "worker_command newline", edit: set("worker_command", []string{"w", "a\nb"}), path: "worker_command.1", summary: "Invalid worker_command"},
@@ -182,5 +189,17 @@ func TestReservedOption(t *testing.T) {
 		if got, _ := reservedOption(tc.line); got != tc.want {
 			t.Errorf("reservedOption(%q) = %q, want %q", tc.line, got, tc.want)
 		}
+	}
+}
+
+func TestFrequentPollingWarns(t *testing.T) {
+	cfg := baseConfig()
+	cfg["poll_interval"] = "2s"
+	s, diags := parseConfig("hpc", mustJSON(t, cfg))
+	if s == nil || len(diags) != 1 || diags[0].Severity != shared.SeverityWarning || strings.Join(diags[0].Path, ".") != "poll_interval" {
+		t.Fatalf("diagnostics = %v", diags)
+	}
+	if s.pollInterval != 2*time.Second {
+		t.Errorf("poll_interval = %s", s.pollInterval)
 	}
 }

@@ -32,9 +32,78 @@
 //
 // Nothing here autoscales. There is at most one outstanding request per
 // profile; it is forgotten when its worker attaches, cancelled when it has
-// waited longer than provision_timeout, and cancelled when the provisioner
-// shuts down. A submission still in flight at shutdown is waited for, or
-// killed and then looked for by the worker name recorded in the job's
-// comment. If sbatch is still running on the login node when squeue looks,
-// that job can be missed.
+// waited too long, and cancelled when the provisioner shuts down. A
+// submission still in flight at shutdown is waited for, or killed and then
+// looked for by the worker name recorded in the job's comment. If sbatch
+// is still running on the login node when squeue looks, that job can be
+// missed.
+//
+// The queue is the truth about a job, so it is read, but cheaply: every
+// job of a provisioner is named fluksio-<provisioner> and carries its
+// worker in its comment, so one squeue per poll_interval (with 10% jitter)
+// covers them all, and none runs while nothing is outstanding. A job that
+// ended before its worker attached (it failed, timed out, was cancelled,
+// or has left the queue) is forgotten and reported with its state and
+// reason, so the profile can be asked for again instead of waiting out
+// provision_timeout for a machine that will never come. A job pending for
+// a reason that waiting does not clear (PartitionConfig, BadConstraints, a
+// per-job QOS limit: the list is neverClear) is cancelled: with Slurm's
+// default EnforcePartLimits=NO such jobs are accepted and then wait for
+// ever. When squeue fails, nothing is concluded: a controller that does
+// not answer says nothing about its jobs, so everything is kept, and the
+// outage is logged once.
+//
+// Waiting in the queue is not being stuck. provision_timeout bounds a
+// request from when it was made, as it always has; attach_timeout bounds
+// the time from when its job was first seen running to its worker
+// attaching, which is where a broken worker shows. The start time squeue
+// prints is the login node's local time with no zone, so the poller's own
+// clock is used instead.
+//
+// A profile whose requests keep failing (sbatch refuses them, or their
+// jobs die before their workers attach) backs off: 5 s after the first
+// failure, doubling to at most 5 minutes, and Provision answers
+// backing_off until then without touching the cluster. The placer asks on
+// every pass, and without this a broken profile would be submitted as
+// fast as it asks. A worker of the profile attaching resets it.
+//
+// sbatch is not idempotent. When its answer is lost (ssh times out or the
+// connection drops, as opposed to sbatch saying no) the job may well
+// exist, so before reporting a failure the provisioner looks for the
+// worker's comment in the queue, and if it is there, that is the job. If
+// the queue cannot be read either, the request stays outstanding in state
+// UNKNOWN, which keeps a second job from being submitted for the profile,
+// until a poll finds the job, finds the queue without it, or
+// provision_timeout passes.
+//
+// Jobs outlive the process that submitted them. Configure lists the jobs
+// still queued under the provisioner's name and adopts one per profile, so
+// they are watched, expired and cancelled at shutdown like new ones; a
+// pending job it cannot account for (a second one for a profile, an
+// unknown profile, a comment that names no worker of this provisioner) is
+// cancelled, since nobody would use it. A job that is already running is
+// never cancelled on a guess: its worker may be attached and busy, and one
+// that is not leaves by itself. If the queue cannot be read at Configure,
+// each poll tries again. Every squeue has --me, because another account's
+// engine may give its provisioner the same name. Every scancel of several
+// jobs is one call, for up to 100 ids.
+//
+// A provisioner can also die without cancelling anything. When a profile
+// sets a time limit (--time or -t), the script asks for --deadline of
+// provision_timeout plus that limit: Slurm removes a job that can no
+// longer end by its deadline, so a job that has not started within
+// provision_timeout leaves the queue by itself, state DEADLINE, whether or
+// not anybody is left to cancel it. The form now+<seconds>seconds was
+// checked against sbatch 22.05 (now+<seconds> means the same). Without a
+// time limit there is no end to compute the deadline from: a running job
+// is covered by the worker's own max_idle and by its leaving when it
+// cannot reach the engine, and a pending one waits for the next
+// Configure to adopt or cancel it.
+//
+// A time limit ends a job with SIGKILL after a grace period. The script
+// asks for --signal=B:TERM@60, so the batch shell, which the script
+// replaces with the worker, gets SIGTERM a minute before the limit (Slurm
+// may send it up to a minute earlier still) and the worker leaves the
+// engine cleanly instead of vanishing mid-node. A profile that sets --signal or --deadline itself
+// keeps its own.
 package slurm

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluksio/provision/internal/sandboxtest"
 	"github.com/fluksio/provision/shared"
 	"github.com/hashicorp/go-hclog"
 )
@@ -29,9 +30,18 @@ import (
 // sbatch: ok (prints a fresh job id from 4242 up), fail (Slurm's error
 // text, exit 1), long (2000 characters of error, exit 1), garbage (prints
 // no id, exit 0), hang (records, then hangs until killed), gate (records,
-// then waits for the file "gate" in the directory, then as ok).
-// squeue: list (one line per recorded sbatch, job 9001 and up, with the
-// comment of its script, plus another provisioner's job). scancel: ok, fail.
+// then waits for the file "gate" in the directory, then as ok), drop (the
+// connection closes after sbatch ran: exit 255), refused (ssh cannot
+// connect: exit 255).
+// squeue: ok (prints nothing), list (one PENDING job per recorded sbatch,
+// 9001 and up, with the comment of its script), rows (the lines of the
+// file "squeue-rows", id|state|reason|start|comment), fail (slurmctld
+// down, exit 1), drop (the connection closes, exit 255). list and rows
+// print the fields -o asks for, and finished jobs only with -t all.
+// scancel: ok, fail.
+//
+// A file "spec" in the directory, if there is one, replaces the spec, so
+// a test can change the cluster's behaviour between calls.
 const (
 	fakeSSHEnv = "SLURM_FAKE_SSH"
 	fakeDirEnv = "SLURM_FAKE_SSH_DIR"
@@ -41,7 +51,12 @@ func TestMain(m *testing.M) {
 	if spec, ok := os.LookupEnv(fakeSSHEnv); ok {
 		os.Exit(fakeSSH(spec, os.Getenv(fakeDirEnv), os.Args[1:]))
 	}
-	os.Exit(m.Run())
+	// The integration tests (package slurm_test, which cannot have a
+	// TestMain of its own beside this one) build the plugin with
+	// sandboxtest.Binary; remove what they built.
+	code := m.Run()
+	sandboxtest.Cleanup()
+	os.Exit(code)
 }
 
 // call is one recorded invocation of the fake ssh.
@@ -75,6 +90,9 @@ func fakeSSH(spec, dir string, args []string) int {
 		return 255
 	}
 
+	if b, err := os.ReadFile(filepath.Join(dir, "spec")); err == nil {
+		spec = strings.TrimSpace(string(b))
+	}
 	behaviour := "ok"
 	for _, kv := range strings.Split(spec, ",") {
 		if k, v, _ := strings.Cut(kv, "="); k == remote[0] {
@@ -103,17 +121,33 @@ func fakeSSH(spec, dir string, args []string) int {
 			}
 		}
 		return 1
+	case "sbatch=drop":
+		fmt.Fprintln(os.Stderr, "Connection to login.example.org closed by remote host.")
+		return 255
+	case "sbatch=refused":
+		fmt.Fprintln(os.Stderr, "ssh: connect to host login.example.org port 22: Connection refused")
+		return 255
 	case "squeue=list":
+		var rows []string
 		id := 9001
 		for _, c := range readCalls(dir) {
 			if r := c.remote(); len(r) > 0 && r[0] == "sbatch" {
 				if m := regexp.MustCompile(`(?m)^#SBATCH --comment=(\S+)$`).FindStringSubmatch(c.Stdin); m != nil {
-					fmt.Printf("%d %s\n", id, m[1])
+					rows = append(rows, fmt.Sprintf("%d|PENDING|Priority|N/A|%s", id, m[1]))
 					id++
 				}
 			}
 		}
-		fmt.Println("77 fluksio:other-cpu-00000000")
+		printSqueue(remote, rows)
+	case "squeue=rows":
+		b, _ := os.ReadFile(filepath.Join(dir, "squeue-rows"))
+		printSqueue(remote, strings.Split(strings.TrimSpace(string(b)), "\n"))
+	case "squeue=fail":
+		fmt.Fprintln(os.Stderr, "slurm_load_jobs error: Unable to contact slurm controller (connect failure)")
+		return 1
+	case "squeue=drop":
+		fmt.Fprintln(os.Stderr, "Connection to login.example.org closed by remote host.")
+		return 255
 	case "scancel=ok", "squeue=ok":
 	case "scancel=fail":
 		fmt.Fprintln(os.Stderr, "scancel: error: Unable to contact slurm controller (connect failure)")
@@ -123,6 +157,41 @@ func fakeSSH(spec, dir string, args []string) int {
 		return 255
 	}
 	return 0
+}
+
+// printSqueue prints rows (id|state|reason|start|comment) as squeue would
+// for the remote command: the fields its -o asks for, and finished jobs
+// only with -t all.
+func printSqueue(remote []string, rows []string) {
+	var format string
+	all := false
+	for i, a := range remote {
+		if a == "-o" && i+1 < len(remote) {
+			format = strings.Trim(remote[i+1], "'")
+		}
+		if a == "-t" && i+1 < len(remote) && remote[i+1] == "all" {
+			all = true
+		}
+	}
+	for _, row := range rows {
+		f := strings.SplitN(row, "|", 5)
+		if len(f) != 5 {
+			continue
+		}
+		if !all && slices.Contains([]string{"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "DEADLINE", "NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY", "PREEMPTED"}, f[1]) {
+			continue
+		}
+		var out []string
+		for _, spec := range strings.Split(format, "|") {
+			i := strings.Index("%i%T%r%S%k", spec)
+			if len(spec) != 2 || i < 0 || i%2 != 0 {
+				out = append(out, "?")
+				continue
+			}
+			out = append(out, f[i/2])
+		}
+		fmt.Println(strings.Join(out, "|"))
+	}
 }
 
 // newJobID hands out ids from 4242 up; O_EXCL makes concurrent fakes get
@@ -178,6 +247,42 @@ func (f *fakeCluster) callsTo(cmd string) []call {
 		}
 	}
 	return out
+}
+
+// setSpec changes how the fake behaves from its next call on.
+func (f *fakeCluster) setSpec(t *testing.T, spec string) {
+	t.Helper()
+	f.write(t, "spec", spec)
+}
+
+// setRows sets what squeue=rows prints: id|state|reason|start|comment.
+func (f *fakeCluster) setRows(t *testing.T, rows ...string) {
+	t.Helper()
+	f.write(t, "squeue-rows", strings.Join(rows, "\n")+"\n")
+}
+
+// write replaces a file in the directory at once, so that a fake running
+// meanwhile reads the old contents or the new, never half of them.
+func (f *fakeCluster) write(t *testing.T, name, contents string) {
+	t.Helper()
+	tmp := filepath.Join(f.dir, "."+name)
+	if err := os.WriteFile(tmp, []byte(contents), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(f.dir, name)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// forget drops the record of the calls so far.
+func (f *fakeCluster) forget(t *testing.T) {
+	t.Helper()
+	names, _ := filepath.Glob(filepath.Join(f.dir, "call-*.json"))
+	for _, n := range names {
+		if err := os.Remove(n); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func (f *fakeCluster) openGate(t *testing.T) {
@@ -305,7 +410,10 @@ func baseConfig() map[string]any {
 		"provision_timeout": "15m",
 		"submit_timeout":    "30s",
 		"token_ttl":         "24h",
-		"worker_command":    []string{"fluksio-worker"},
+		// Tests run poll cycles themselves, with pollOnce.
+		"poll_interval":  "1h",
+		"attach_timeout": "10m",
+		"worker_command": []string{"fluksio-worker"},
 		"profile": []any{
 			map[string]any{"name": "gpu", "cpus": 8, "gpus": 1, "ram_mb": 32000, "labels": []string{"cuda"}, "sbatch": []string{"--partition=gpu"}, "prerun": nil},
 			map[string]any{"name": "cpu", "cpus": 4, "gpus": 0, "ram_mb": 0, "labels": nil, "sbatch": []string{"--partition=debug"}, "prerun": []string{"module load python"}},
@@ -331,8 +439,20 @@ type harness struct {
 }
 
 // newHarness configures a Provisioner named "hpc" whose ssh is the fake
-// with spec. edit, if not nil, changes the base configuration first.
+// with spec. edit, if not nil, changes the base configuration first. The
+// record of calls starts after Configure, which reads the queue once to
+// adopt what an earlier run left there.
 func newHarness(t *testing.T, spec string, edit func(map[string]any)) *harness {
+	t.Helper()
+	h := newUnconfigured(t, spec)
+	h.configure(t, edit)
+	h.fake.forget(t)
+	h.p.slurmCalls.Store(0)
+	return h
+}
+
+// newUnconfigured is newHarness without Configure.
+func newUnconfigured(t *testing.T, spec string) *harness {
 	t.Helper()
 	h := &harness{
 		host:  &fakeHost{},
@@ -343,14 +463,6 @@ func newHarness(t *testing.T, spec string, edit func(map[string]any)) *harness {
 	h.p = New(hclog.New(&hclog.LoggerOptions{Output: h.logs, Level: hclog.Trace}))
 	h.p.sshPath = os.Args[0]
 	h.p.now = h.clock.Now
-	cfg := baseConfig()
-	if edit != nil {
-		edit(cfg)
-	}
-	resp, err := h.p.Configure(context.Background(), &shared.ConfigureRequest{Name: "hpc", Config: mustJSON(t, cfg), Host: h.host})
-	if err != nil || resp.Diagnostics.HasErrors() {
-		t.Fatalf("Configure: %v %v", err, resp.Diagnostics)
-	}
 	t.Cleanup(func() {
 		// Whatever a test leaves running is stopped, so no fake ssh
 		// outlives it.
@@ -359,6 +471,23 @@ func newHarness(t *testing.T, spec string, edit func(map[string]any)) *harness {
 		h.p.Shutdown(ctx, &shared.ShutdownRequest{})
 	})
 	return h
+}
+
+// configure configures the harness's Provisioner with the base
+// configuration, changed by edit if not nil.
+func (h *harness) configure(t *testing.T, edit func(map[string]any)) {
+	t.Helper()
+	cfg := baseConfig()
+	if edit != nil {
+		edit(cfg)
+	}
+	resp, err := h.p.Configure(context.Background(), &shared.ConfigureRequest{Name: "hpc", Config: mustJSON(t, cfg), Host: h.host})
+	if err != nil || resp.Diagnostics.HasErrors() {
+		t.Fatalf("Configure: %v %v", err, resp.Diagnostics)
+	}
+	// Adoption runs on the poller's goroutine; the tests reason about
+	// what follows it, so they start from where it has been tried.
+	<-h.p.adoptTried
 }
 
 func (h *harness) provision(t *testing.T, need shared.Need) *shared.ProvisionResponse {

@@ -8,8 +8,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -50,14 +52,33 @@ type Provisioner struct {
 	// derives from it, so no goroutine outlives the Provisioner's use.
 	life context.Context
 	stop context.CancelFunc
-	// wg counts submission goroutines. Add happens under mu and only while
-	// shut is false, so no Add can race Shutdown's Wait.
-	wg sync.WaitGroup
+	// polling derives from life and is cancelled when Shutdown begins: it
+	// stops the poller, the squeue it may be running, and adoption.
+	polling     context.Context
+	stopPolling context.CancelFunc
+	// poke wakes the poller when something becomes outstanding. It holds
+	// one token, so a poke is never lost and never blocks.
+	poke chan struct{}
+	// adoptTried is closed once the first adoption attempt is over, found
+	// something or not; tests wait on it. It is made by New and never
+	// replaced.
+	adoptTried chan struct{}
 
-	// mu guards every field below, and the job field of each request. It
-	// is held only to read or change them: never across ssh, a Host call
-	// or a wait, because a login node can take seconds to answer and the
-	// engine calls in here from its placer.
+	// wg counts submission goroutines, and the adoption and poller that
+	// Configure starts. Add happens under mu and only while shut is false,
+	// so no Add can race Shutdown's Wait.
+	wg sync.WaitGroup
+	// slurmCalls counts the commands run on the login node, so that tests
+	// can see how many a poll cycle costs.
+	slurmCalls atomic.Int64
+	// conn is the ssh connection to the login node and its session cap
+	// (ssh.go); it has its own lock.
+	conn sshConn
+
+	// mu guards every field below, and the fields of each request from job
+	// on. It is held only to read or change them: never across ssh, a Host
+	// call or a wait, because a login node can take seconds to answer and
+	// the engine calls in here from its placer.
 	mu sync.Mutex
 	// cfg is nil until Configure succeeds; what it points to never changes.
 	cfg  *settings
@@ -69,6 +90,19 @@ type Provisioner struct {
 	inflight map[*request]bool
 	lastErr  string
 	shut     bool
+	// backoff holds, by profile, the failures since a worker of the
+	// profile last attached (backoff.go).
+	backoff map[string]*backoff
+	// adoptPending is set from Configure until this provisioner's jobs
+	// left from an earlier run have been listed and dealt with; each poll
+	// cycle tries again until then.
+	adoptPending bool
+	// mine holds the workers submitted while adoptPending is set, so that
+	// a late adoption does not take this run's own jobs for strays.
+	mine map[string]bool
+	// queueDown is set while reading the queue fails, so that an outage
+	// is logged once.
+	queueDown bool
 }
 
 // request is one machine asked for and not yet arrived.
@@ -82,14 +116,29 @@ type request struct {
 	// done is closed when the submission goroutine has finished, its event
 	// published. Until then the request is still being submitted.
 	done chan struct{}
-	// job is the scheduler's id, empty while the submission is in flight
-	// or if it failed. Guarded by Provisioner.mu.
+	// job is the scheduler's id, empty while the submission is in flight,
+	// if it failed, or if its outcome is unknown. Guarded by
+	// Provisioner.mu, like every field below.
 	job string
+	// state is the job's state as the last poll saw it ("PENDING",
+	// "RUNNING"), or stateUnknown for a submission whose answer was lost
+	// and whose job has not been found yet.
+	state string
+	// running is when a poll first saw the job running: attach_timeout
+	// counts from here.
+	running time.Time
+	// adopted is set for a job found in the queue at Configure, left by
+	// an earlier run.
+	adopted bool
 	// arrived is set when Reconcile saw the worker attach, possibly before
 	// its submission had finished; such a job is no longer this
 	// provisioner's to cancel. Guarded by Provisioner.mu.
 	arrived bool
 }
+
+// unknown reports whether the request's submission ended without an
+// answer and its job has not been found.
+func (r *request) unknown() bool { return r.job == "" && r.state == stateUnknown }
 
 func (r *request) finished() bool {
 	select {
@@ -107,14 +156,20 @@ func New(logger hclog.Logger) *Provisioner {
 		logger = hclog.NewNullLogger()
 	}
 	life, stop := context.WithCancel(context.Background())
+	polling, stopPolling := context.WithCancel(life)
 	return &Provisioner{
 		logger:      logger,
 		sshPath:     "ssh",
 		now:         time.Now,
 		life:        life,
 		stop:        stop,
+		polling:     polling,
+		stopPolling: stopPolling,
+		poke:        make(chan struct{}, 1),
 		outstanding: map[string]*request{},
 		inflight:    map[*request]bool{},
+		adoptTried:  make(chan struct{}),
+		backoff:     map[string]*backoff{},
 	}
 }
 
@@ -145,8 +200,12 @@ func (p *Provisioner) ValidateConfig(_ context.Context, req *shared.ValidateConf
 	return &shared.ValidateConfigResponse{Diagnostics: diags}, nil
 }
 
-// Configure validates and applies a configuration, once.
-func (p *Provisioner) Configure(_ context.Context, req *shared.ConfigureRequest) (*shared.ConfigureResponse, error) {
+// Configure validates and applies a configuration, once, and starts the
+// poller, whose first act is to adopt or cancel the jobs an earlier run
+// of this provisioner left in the queue (adopt, in poll.go), bounded by
+// submit_timeout; if the queue cannot be read then, it tries again on
+// each cycle.
+func (p *Provisioner) Configure(ctx context.Context, req *shared.ConfigureRequest) (*shared.ConfigureResponse, error) {
 	if req == nil {
 		return nil, shared.ErrInvalidArgument
 	}
@@ -157,21 +216,35 @@ func (p *Provisioner) Configure(_ context.Context, req *shared.ConfigureRequest)
 	cfg.log = p.logger.With("provisioner", cfg.name)
 
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	switch {
 	case p.shut:
+		p.mu.Unlock()
 		return nil, shared.ErrShutdown
 	case p.cfg != nil:
+		p.mu.Unlock()
 		// Outstanding requests belong to the old configuration, and
 		// swapping it under them would orphan their jobs.
 		return nil, fmt.Errorf("%w: already configured", shared.ErrInvalidArgument)
 	}
 	p.cfg, p.host = cfg, req.Host
+	p.adoptPending, p.mine = true, map[string]bool{}
+	// One count for adoption and then the poller, taken while shut is
+	// false: Shutdown waits for both, and cancels them first.
+	p.wg.Add(1)
+	p.mu.Unlock()
+
 	names := make([]string, len(cfg.Profiles))
 	for i, pr := range cfg.Profiles {
 		names[i] = pr.Name
 	}
 	cfg.log.Info("configured", "login", cfg.Login, "profiles", names)
+
+	// Adoption runs on the poller's goroutine, not here: it costs an ssh
+	// connection, and an engine starting a plugin should not wait for a
+	// login node. A Provision that comes first is safe: adoption leaves
+	// this run's own requests alone and cancels an older pending job for
+	// a profile that already has one.
+	go p.pollLoop(cfg, req.Host)
 	return &shared.ConfigureResponse{Diagnostics: diags}, nil
 }
 
@@ -226,10 +299,19 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 		// wait, and a queue full of jobs nobody needed is worse than a
 		// node waiting a little longer.
 		detail := fmt.Sprintf("worker %s is still being submitted", r.worker)
-		if r.job != "" {
+		switch {
+		case r.job != "":
 			detail = fmt.Sprintf("job %s (worker %s) was asked for %s ago and has not attached", r.job, r.worker, p.now().Sub(r.since).Round(time.Second))
+		case r.unknown():
+			detail = fmt.Sprintf("the answer to worker %s's sbatch was lost; its job is being looked for in the queue", r.worker)
 		}
 		return &shared.ProvisionResponse{Outcome: shared.OutcomeOutstanding, Profile: prof.Name, Detail: detail}, nil
+	}
+	if b := p.backoff[prof.Name]; b != nil && p.now().Before(b.until) {
+		// Asking again now would fail the same way, and the placer asks
+		// on every pass.
+		return &shared.ProvisionResponse{Outcome: shared.OutcomeBackingOff, Profile: prof.Name,
+			Detail: fmt.Sprintf("%s in a row; not asking again until %s. Last: %s", failures(b.failures), b.until.Format(time.RFC3339), b.lastErr)}, nil
 	}
 
 	// The reservation is made before the goroutine starts, so a second
@@ -244,8 +326,12 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 	}
 	p.outstanding[prof.Name] = r
 	p.inflight[r] = true
+	if p.adoptPending {
+		p.mine[r.worker] = true
+	}
 	p.wg.Add(1)
 	go p.submit(ctx, cfg, p.host, prof, r)
+	p.wakePoller()
 	return &shared.ProvisionResponse{Outcome: shared.OutcomeRequested, Profile: prof.Name}, nil
 }
 
@@ -282,7 +368,23 @@ func (p *Provisioner) submit(ctx context.Context, cfg *settings, host shared.Hos
 		r.cancel()
 	}()
 
-	job, detail, err := p.ask(ctx, cfg, host, prof, r.worker)
+	job, detail, lost, err := p.ask(ctx, cfg, host, prof, r.worker)
+	if err != nil && lost && ctx.Err() == nil {
+		// The connection went before sbatch's answer came back, so the
+		// job may well exist, and asking again would start a second
+		// one. Its comment names the worker: look.
+		found, lerr := p.lookup(ctx, cfg, r.worker)
+		switch {
+		case lerr != nil:
+			p.outcomeUnknown(cfg, r, detail, lerr)
+			return
+		case found != "":
+			cfg.log.Warn("sbatch's answer was lost, but its job is in the queue", "profile", prof.Name, "job", found, "worker", r.worker, "error", err)
+			job, err = found, nil
+		default:
+			detail = truncate(detail + " (the queue has no job for worker " + r.worker + ")")
+		}
+	}
 	if err != nil {
 		p.failed(cfg, host, r, detail, err)
 		return
@@ -295,11 +397,12 @@ func (p *Provisioner) submit(ctx context.Context, cfg *settings, host shared.Hos
 }
 
 // ask does the talking for submit and returns the job id, or the text to
-// report as last_error and the error behind it.
-func (p *Provisioner) ask(ctx context.Context, cfg *settings, host shared.Host, prof Profile, worker string) (job, detail string, err error) {
+// report as last_error and the error behind it. lost says that sbatch may
+// have run without its answer coming back (answerLost).
+func (p *Provisioner) ask(ctx context.Context, cfg *settings, host shared.Host, prof Profile, worker string) (job, detail string, lost bool, err error) {
 	if host == nil {
 		err := fmt.Errorf("cannot mint a credential for worker %s: %w", worker, shared.ErrNoHost)
-		return "", err.Error(), err
+		return "", err.Error(), false, err
 	}
 	mctx, cancel := context.WithTimeout(ctx, cfg.submitTimeout)
 	cred, err := host.MintCredential(mctx, &shared.MintCredentialRequest{Worker: worker, TTL: cfg.tokenTTL})
@@ -309,23 +412,23 @@ func (p *Provisioner) ask(ctx context.Context, cfg *settings, host shared.Host, 
 	}
 	if err != nil {
 		err = fmt.Errorf("minting a credential for worker %s: %w", worker, err)
-		return "", err.Error(), err
+		return "", err.Error(), false, err
 	}
 
-	stdout, stderr, err := p.ssh(ctx, p.payload(prof, worker, cred.Token), "sbatch", "--parsable")
+	stdout, stderr, err := p.call(ctx, p.payload(prof, worker, cred.Token), "sbatch", "--parsable")
 	// sbatch does not echo the script, but a wrapper on the login node
 	// might, and the token must not reach a log or an event.
 	redact := func(s string) string { return strings.ReplaceAll(s, cred.Token, "[redacted]") }
 	if err != nil {
 		said := firstNonEmpty(string(stderr), string(stdout), err.Error())
-		return "", truncate(redact(said)), err
+		return "", truncate(redact(said)), answerLost(err, stderr), err
 	}
 	job, err = parseJobID(string(stdout))
 	if err != nil {
 		err = fmt.Errorf("sbatch on %s: %w", cfg.host(), err)
-		return "", truncate(redact(err.Error())), err
+		return "", truncate(redact(err.Error())), false, err
 	}
-	return job, "", nil
+	return job, "", false, nil
 }
 
 // parseJobID reads the job id from what sbatch --parsable printed: the id,
@@ -370,6 +473,7 @@ func (p *Provisioner) failed(cfg *settings, host shared.Host, r *request, detail
 	if p.outstanding[r.profile] == r {
 		delete(p.outstanding, r.profile)
 	}
+	p.failedLocked(r.profile, detail)
 	p.mu.Unlock()
 	args := []any{"profile", r.profile, "worker", r.worker, "error", err}
 	if detail != err.Error() {
@@ -396,8 +500,11 @@ func (p *Provisioner) publish(ctx context.Context, cfg *settings, host shared.Ho
 }
 
 // Reconcile forgets requests whose worker has attached and cancels those
-// that have waited longer than provision_timeout. A request still being
-// submitted is never expired: its job id is not known yet.
+// that have waited too long: longer than provision_timeout since they were
+// asked for, or longer than attach_timeout since their job was first seen
+// running. A request still being submitted is never expired: its job id
+// is not known yet. One whose submission's answer was lost and whose job
+// was never found is forgotten after provision_timeout.
 func (p *Provisioner) Reconcile(ctx context.Context, req *shared.ReconcileRequest) (*shared.ReconcileResponse, error) {
 	attached := map[string]bool{}
 	if req != nil {
@@ -415,6 +522,7 @@ func (p *Provisioner) Reconcile(ctx context.Context, req *shared.ReconcileReques
 	}
 	resp := &shared.ReconcileResponse{}
 	var expired []jobRef
+	var gaveUp []shared.Event
 	for _, prof := range cfg.Profiles {
 		r := p.outstanding[prof.Name]
 		switch {
@@ -423,42 +531,47 @@ func (p *Provisioner) Reconcile(ctx context.Context, req *shared.ReconcileReques
 			// It arrived. Asking again is somebody else's decision.
 			r.arrived = true
 			delete(p.outstanding, prof.Name)
+			delete(p.backoff, prof.Name)
 			resp.Arrived = append(resp.Arrived, r.worker)
-		case r.job != "" && r.finished() && now.Sub(r.since) > cfg.provisionTimeout:
+		case !r.finished():
+		case r.job != "" && now.Sub(r.since) > cfg.provisionTimeout:
 			delete(p.outstanding, prof.Name)
-			expired = append(expired, jobRef{job: r.job, profile: r.profile, worker: r.worker, age: now.Sub(r.since)})
+			expired = append(expired, jobRef{job: r.job, profile: r.profile, worker: r.worker, age: now.Sub(r.since),
+				why: fmt.Sprintf("did not attach within %s", cfg.provisionTimeout)})
+		case r.job != "" && !r.running.IsZero() && now.Sub(r.running) > cfg.attachTimeout:
+			// It got a machine and its worker never dialled in: the
+			// next one from this profile would likely do the same.
+			delete(p.outstanding, prof.Name)
+			why := fmt.Sprintf("ran for %s without its worker attaching (attach_timeout %s)", now.Sub(r.running).Round(time.Second), cfg.attachTimeout)
+			p.failedLocked(r.profile, "job "+r.job+" "+why)
+			expired = append(expired, jobRef{job: r.job, profile: r.profile, worker: r.worker, age: now.Sub(r.since), why: why})
+		case r.unknown() && now.Sub(r.since) > cfg.provisionTimeout:
+			delete(p.outstanding, prof.Name)
+			detail := fmt.Sprintf("the answer to worker %s's sbatch was lost, and no job for it was found within %s", r.worker, cfg.provisionTimeout)
+			p.lastErr = detail
+			p.failedLocked(r.profile, detail)
+			gaveUp = append(gaveUp, shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Worker: r.worker, Detail: detail})
 		}
 	}
 	p.mu.Unlock()
 
-	if len(expired) == 0 {
-		return resp, nil
+	for _, ev := range gaveUp {
+		cfg.log.Error("gave up looking for the job of a submission whose answer was lost", "profile", ev.Profile, "worker", ev.Worker)
+		p.publish(ctx, cfg, host, ev)
 	}
-	err := p.scancel(ctx, jobIDs(expired))
-	if err != nil {
-		p.setLastErr(err.Error())
-		cfg.log.Error("could not cancel jobs that never attached", "jobs", jobIDs(expired), "error", err)
-	}
+	p.cancelJobs(ctx, cfg, host, expired, "gave up on a machine that never attached")
 	for _, j := range expired {
 		resp.Expired = append(resp.Expired, j.job)
-		waited := j.age.Round(time.Second)
-		if err != nil {
-			p.publish(ctx, cfg, host, shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: j.profile, Job: j.job, Worker: j.worker,
-				Detail: truncate(fmt.Sprintf("did not attach within %s and could not be cancelled: %v", cfg.provisionTimeout, err))})
-			continue
-		}
-		cfg.log.Warn("gave up on a machine that never attached", "profile", j.profile, "job", j.job, "worker", j.worker, "waited", waited)
-		p.publish(ctx, cfg, host, shared.Event{Kind: shared.EventWorkerCancelled, Profile: j.profile, Job: j.job, Worker: j.worker,
-			Detail: fmt.Sprintf("did not attach within %s", cfg.provisionTimeout)})
 	}
 	return resp, nil
 }
 
 // jobRef is a job on its way to being cancelled, with what the event for
-// it needs.
+// it needs: why says why, as the event's detail.
 type jobRef struct {
 	job, profile, worker string
 	age                  time.Duration
+	why                  string
 }
 
 func jobIDs(refs []jobRef) []string {
@@ -469,20 +582,57 @@ func jobIDs(refs []jobRef) []string {
 	return ids
 }
 
-// scancel cancels jobs with one call: one ssh connection however many
-// there are. scancel is silent about jobs that have already ended, so
-// cancelling one twice is harmless.
+// cancelJobs cancels jobs already forgotten, with one scancel, and tells
+// the engine about each: worker_cancelled with its why, or
+// worker_provision_failed if scancel failed, since the job may then still
+// be in the queue. msg is the log line for a cancelled job.
+func (p *Provisioner) cancelJobs(ctx context.Context, cfg *settings, host shared.Host, refs []jobRef, msg string) {
+	if len(refs) == 0 {
+		return
+	}
+	err := p.scancel(ctx, jobIDs(refs))
+	if err != nil {
+		p.setLastErr(err.Error())
+		cfg.log.Error("could not cancel jobs", "jobs", jobIDs(refs), "error", err)
+	}
+	for _, j := range refs {
+		if err != nil {
+			p.publish(ctx, cfg, host, shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: j.profile, Job: j.job, Worker: j.worker,
+				Detail: truncate(fmt.Sprintf("%s and could not be cancelled: %v", j.why, err))})
+			continue
+		}
+		cfg.log.Warn(msg, "profile", j.profile, "job", j.job, "worker", j.worker, "waited", j.age.Round(time.Second), "why", j.why)
+		p.publish(ctx, cfg, host, shared.Event{Kind: shared.EventWorkerCancelled, Profile: j.profile, Job: j.job, Worker: j.worker, Detail: j.why})
+	}
+}
+
+// scancelBatch is the most ids one scancel is given. The command line and
+// slurmctld both cope with more, but one call with thousands of ids is what
+// times out at shutdown on busy clusters.
+const scancelBatch = 100
+
+// scancel cancels jobs with one call per scancelBatch ids: one ssh
+// connection however many there are, within reason. scancel is silent
+// about jobs that have already ended, so cancelling one twice is harmless.
+// (scancel --name cannot stand in: it takes the name literally, and would
+// cancel workers that have attached.)
 func (p *Provisioner) scancel(ctx context.Context, ids []string) error {
 	for _, id := range ids {
 		if !isJobID(id) {
 			return fmt.Errorf("refusing to cancel %q: not a job id: %w", id, shared.ErrInvalidArgument)
 		}
 	}
-	_, stderr, err := p.ssh(ctx, nil, append([]string{"scancel"}, ids...)...)
-	if err != nil && len(bytes.TrimSpace(stderr)) > 0 {
-		return fmt.Errorf("%w: %s", err, truncate(string(stderr)))
+	var errs []error
+	for batch := range slices.Chunk(ids, scancelBatch) {
+		_, stderr, err := p.call(ctx, nil, append([]string{"scancel"}, batch...)...)
+		if err != nil && len(bytes.TrimSpace(stderr)) > 0 {
+			err = fmt.Errorf("%w: %s", err, truncate(string(stderr)))
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
 	}
-	return err
+	return errors.Join(errs...)
 }
 
 func (p *Provisioner) setLastErr(s string) {
@@ -505,7 +655,10 @@ func (p *Provisioner) Status(context.Context, *shared.StatusRequest) (*shared.St
 	for _, prof := range p.cfg.Profiles {
 		resp.Profiles = append(resp.Profiles, prof.Name)
 		if r := p.outstanding[prof.Name]; r != nil {
-			resp.Outstanding = append(resp.Outstanding, shared.Outstanding{Profile: r.profile, Job: r.job, Worker: r.worker, Age: now.Sub(r.since)})
+			resp.Outstanding = append(resp.Outstanding, shared.Outstanding{Profile: r.profile, Job: r.job, Worker: r.worker, Age: now.Sub(r.since), State: r.state})
+		}
+		if b := p.backoff[prof.Name]; b != nil && now.Before(b.until) {
+			resp.BackingOff = append(resp.BackingOff, shared.Backoff{Profile: prof.Name, Failures: b.failures, Until: b.until, LastError: b.lastErr})
 		}
 	}
 	return resp, nil
@@ -518,7 +671,9 @@ func (p *Provisioner) Status(context.Context, *shared.StatusRequest) (*shared.St
 // slurmctld, so it is not simply abandoned. It is given until shortly
 // before the deadline to finish and report its job id. If it has not by
 // then, its ssh is killed and its job, if sbatch got that far, is looked
-// for by the worker's name in the job comment.
+// for by the worker's name in the job comment, as are the jobs of earlier
+// submissions whose answer was lost. Jobs adopted at Configure are
+// cancelled like any other.
 func (p *Provisioner) Shutdown(ctx context.Context, req *shared.ShutdownRequest) (*shared.ShutdownResponse, error) {
 	p.mu.Lock()
 	if p.shut {
@@ -532,7 +687,11 @@ func (p *Provisioner) Shutdown(ctx context.Context, req *shared.ShutdownRequest)
 		inflight = append(inflight, r)
 	}
 	p.mu.Unlock()
+	// The poller, and adoption if Configure is still at it, stop now: the
+	// queue is about to be emptied of this provisioner's jobs.
+	p.stopPolling()
 	defer p.stop()
+	defer p.closeSSH(ctx) // last of all, after squeue and scancel
 	if cfg == nil {
 		return &shared.ShutdownResponse{}, nil
 	}
@@ -547,9 +706,9 @@ func (p *Provisioner) Shutdown(ctx context.Context, req *shared.ShutdownRequest)
 		defer cancel()
 	}
 
-	// Wait for the submissions, keeping back some time for squeue and
-	// scancel. Without a deadline, each is bounded by submit_timeout
-	// anyway.
+	// Wait for the submissions and the poller, keeping back some time for
+	// squeue and scancel. Without a deadline, each is bounded by
+	// submit_timeout anyway.
 	allDone := make(chan struct{})
 	go func() {
 		p.wg.Wait()
@@ -586,15 +745,20 @@ func (p *Provisioner) Shutdown(ctx context.Context, req *shared.ShutdownRequest)
 
 	p.mu.Lock()
 	var jobs []jobRef
+	var lost []*request
 	for _, prof := range cfg.Profiles {
-		if r := p.outstanding[prof.Name]; r != nil && r.job != "" {
+		r := p.outstanding[prof.Name]
+		switch {
+		case r == nil:
+		case r.job != "":
 			jobs = append(jobs, jobRef{job: r.job, profile: r.profile, worker: r.worker})
+		case r.unknown():
+			lost = append(lost, r)
 		}
 	}
 	clear(p.outstanding)
-	var lost []*request
 	for _, r := range stragglers {
-		if r.job == "" && !r.arrived {
+		if r.job == "" && !r.arrived && !slices.Contains(lost, r) {
 			lost = append(lost, r)
 		}
 	}
@@ -628,19 +792,13 @@ func (p *Provisioner) Shutdown(ctx context.Context, req *shared.ShutdownRequest)
 // back. Every job this provisioner submits is named after it and carries
 // its worker in the comment, so one squeue finds them all.
 func (p *Provisioner) findLost(ctx context.Context, cfg *settings, lost []*request) ([]jobRef, error) {
-	byComment := map[string]*request{}
-	for _, r := range lost {
-		byComment[jobComment(r.worker)] = r
-	}
-	stdout, _, err := p.ssh(ctx, nil, "squeue", "-h", "-o", "%i %k", "--name="+jobName(cfg.name))
+	byComment, err := p.jobsByComment(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
 	var found []jobRef
-	sc := bufio.NewScanner(bytes.NewReader(stdout))
-	for sc.Scan() {
-		id, comment, _ := strings.Cut(strings.TrimSpace(sc.Text()), " ")
-		if r := byComment[strings.TrimSpace(comment)]; r != nil && isJobID(id) {
+	for _, r := range lost {
+		if id := byComment[jobComment(r.worker)]; id != "" {
 			found = append(found, jobRef{job: id, profile: r.profile, worker: r.worker})
 		}
 	}

@@ -43,7 +43,7 @@ func TestProvisionSubmitsOverSSH(t *testing.T) {
 		t.Fatalf("%d sbatch calls, want 1", len(calls))
 	}
 	want := []string{"-o", "BatchMode=yes", "--", "alice@login.example.org", "sbatch", "--parsable"}
-	if !slices.Equal(calls[0].Argv, want) {
+	if !slices.Equal(withoutMux(calls[0].Argv), want) {
 		t.Errorf("argv = %q, want %q", calls[0].Argv, want)
 	}
 	token := tokenFor(ev.Worker)
@@ -195,7 +195,9 @@ func TestSubmissionFailure(t *testing.T) {
 	if !regexp.MustCompile(`\[ERROR\] could not ask for a machine: provisioner=hpc profile=cpu`).MatchString(logs) {
 		t.Errorf("no error line naming provisioner and profile in:\n%s", logs)
 	}
-	// The reservation is gone, so the profile can be asked for again.
+	// The reservation is gone, so the profile can be asked for again once
+	// its backoff is over.
+	h.clock.Advance(backoffBase)
 	if r := h.provision(t, cpuNeed); r.Outcome != shared.OutcomeRequested {
 		t.Errorf("after a failure, Provision = %+v", r)
 	}
@@ -252,8 +254,8 @@ func TestNoHost(t *testing.T) {
 		st, _ := p.Status(context.Background(), nil)
 		return strings.Contains(st.LastError, "no host channel")
 	})
-	if n := len(fake.calls()); n != 0 {
-		t.Errorf("%d ssh calls without a host", n)
+	if n := len(fake.callsTo("sbatch")); n != 0 {
+		t.Errorf("%d sbatch calls without a host", n)
 	}
 	p.Shutdown(context.Background(), &shared.ShutdownRequest{})
 }
@@ -457,7 +459,7 @@ func TestShutdownFindsJobOfKilledSubmission(t *testing.T) {
 		t.Fatalf("%d squeue calls", len(squeues))
 	}
 	// The format travels quoted, because the login node's shell reads it.
-	if want := []string{"squeue", "-h", "-o", "'%i %k'", "--name=fluksio-hpc"}; !slices.Equal(squeues[0].remote(), want) {
+	if want := []string{"squeue", "-h", "--me", "--name=fluksio-hpc", "-o", "'%i|%k'"}; !slices.Equal(squeues[0].remote(), want) {
 		t.Errorf("squeue = %q, want %q", squeues[0].remote(), want)
 	}
 	scancels := h.fake.callsTo("scancel")

@@ -28,7 +28,16 @@ var (
 	cpuOptions = family{long: []string{"--cpus-per-task", "--cpus-per-gpu"}, short: "c"}
 	memOptions = family{long: []string{"--mem", "--mem-per-cpu", "--mem-per-gpu"}}
 	gpuOptions = family{long: []string{"--gres", "--gpus", "--gpus-per-node", "--gpus-per-task", "--gpus-per-socket"}, short: "G"}
+	// deadlineOptions and signalOptions have no short forms.
+	deadlineOptions = family{long: []string{"--deadline"}}
+	signalOptions   = family{long: []string{"--signal"}}
 )
+
+// walltimeWarning is how many seconds before its time limit the worker is
+// sent SIGTERM (--signal=B:TERM@60), so that it leaves the engine cleanly
+// instead of being killed mid-node. Slurm may send it up to a minute
+// earlier than asked.
+const walltimeWarning = 60
 
 type family struct {
 	long  []string
@@ -86,6 +95,18 @@ func (p *Provisioner) payload(prof Profile, worker, token string) []byte {
 	if prof.GPUs > 0 && !gpuOptions.setBy(prof.Sbatch) {
 		line("#SBATCH --gres=gpu:", strconv.Itoa(prof.GPUs))
 	}
+	// A job that has not started within provision_timeout can no longer
+	// end by this deadline, and Slurm removes it (state DEADLINE) even if
+	// nobody is left to cancel it. Without a time limit there is no end to
+	// compute; see the package documentation.
+	if limit, ok := timeLimit(prof.Sbatch); ok && !deadlineOptions.setBy(prof.Sbatch) {
+		line("#SBATCH --deadline=now+", strconv.FormatInt(seconds(cfg.provisionTimeout+limit), 10), "seconds")
+	}
+	// B: signals only the batch shell, which the script replaces with the
+	// worker (exec), so the worker alone hears it.
+	if !signalOptions.setBy(prof.Sbatch) {
+		line("#SBATCH --signal=B:TERM@", strconv.Itoa(walltimeWarning))
+	}
 	for _, s := range prof.Sbatch {
 		line("#SBATCH ", s)
 	}
@@ -117,6 +138,78 @@ func (p *Provisioner) payload(prof Profile, worker, token string) []byte {
 	}
 	line(strings.Join(argv, " "))
 	return b.Bytes()
+}
+
+// timeLimit returns the time limit the sbatch lines set with --time or
+// -t, the last one winning as it does for sbatch. It is false when none
+// is set, or the last is unlimited or not understood.
+func timeLimit(lines []string) (time.Duration, bool) {
+	var limit time.Duration
+	var ok bool
+	for _, line := range lines {
+		word := strings.TrimSpace(line)
+		long, short := optionNames(word)
+		var value string
+		switch {
+		case long == "--time":
+			value = strings.TrimPrefix(strings.TrimSpace(word[len(long):]), "=")
+		case long == "" && strings.HasSuffix(short, "t"):
+			// -t10, -t 10, or -vt 10: the value follows the letter.
+			value = word[1+len(short):]
+		default:
+			continue
+		}
+		limit, ok = parseTimeLimit(strings.TrimSpace(value))
+	}
+	return limit, ok
+}
+
+// maxLimitDays bounds a time limit read from a profile, far above any
+// cluster's, so that the arithmetic cannot overflow.
+const maxLimitDays = 100 * 365
+
+// parseTimeLimit reads a time limit in one of Slurm's formats: minutes,
+// minutes:seconds, hours:minutes:seconds, days-hours,
+// days-hours:minutes and days-hours:minutes:seconds. 0, UNLIMITED and
+// INFINITE mean no limit, and are false like anything unreadable.
+func parseTimeLimit(s string) (time.Duration, bool) {
+	days := 0
+	rest := s
+	if d, r, found := strings.Cut(s, "-"); found {
+		n, err := strconv.Atoi(d)
+		if err != nil || n < 0 || d == "" || d[0] == '+' {
+			return 0, false
+		}
+		days, rest = n, r
+	}
+	var nums []int
+	for _, f := range strings.Split(rest, ":") {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 0 || f == "" || f[0] == '+' {
+			return 0, false
+		}
+		nums = append(nums, n)
+	}
+	var h, m, sec int
+	switch {
+	case strings.Contains(s, "-") && len(nums) == 1:
+		h = nums[0]
+	case strings.Contains(s, "-") && len(nums) == 2:
+		h, m = nums[0], nums[1]
+	case len(nums) == 1:
+		m = nums[0]
+	case len(nums) == 2:
+		m, sec = nums[0], nums[1]
+	case len(nums) == 3:
+		h, m, sec = nums[0], nums[1], nums[2]
+	default:
+		return 0, false
+	}
+	if days > maxLimitDays || h > maxLimitDays*24 || m > maxLimitDays*24*60 || sec > maxLimitDays*24*3600 {
+		return 0, false
+	}
+	d := time.Duration(days)*24*time.Hour + time.Duration(h)*time.Hour + time.Duration(m)*time.Minute + time.Duration(sec)*time.Second
+	return d, d > 0
 }
 
 // seconds rounds a duration up to whole seconds, so that a positive

@@ -6,8 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden scripts in testdata")
@@ -202,5 +205,83 @@ func TestShellQuote(t *testing.T) {
 	}
 	if got := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00"); strings.Join(got, "|") != strings.Join(nasty, "|") {
 		t.Errorf("bash read back %q, want %q", got, nasty)
+	}
+}
+
+func TestScriptDeadlineAndSignal(t *testing.T) {
+	p := scriptProvisioner(t, scriptConfigs["default"]) // provision_timeout 15m
+	tests := []struct {
+		sbatch           []string
+		deadline, signal string // "" for none of ours
+	}{
+		{nil, "", "B:TERM@60"},
+		{[]string{"--time=10"}, "now+1500seconds", "B:TERM@60"},
+		{[]string{"--time 10"}, "now+1500seconds", "B:TERM@60"},
+		{[]string{"-t 10:30"}, "now+1530seconds", "B:TERM@60"},
+		{[]string{"-t10"}, "now+1500seconds", "B:TERM@60"},
+		{[]string{"-vt 04:00:00"}, "now+15300seconds", "B:TERM@60"},
+		{[]string{"--time=1-0"}, "now+87300seconds", "B:TERM@60"},
+		{[]string{"--time=1", "--time=2"}, "now+1020seconds", "B:TERM@60"},
+		{[]string{"--time=2", "--time=UNLIMITED"}, "", "B:TERM@60"},
+		{[]string{"--time=0"}, "", "B:TERM@60"},
+		{[]string{"--time-min=10"}, "", "B:TERM@60"},
+		{[]string{"--time=10", "--deadline=2030-01-01T00:00:00"}, "", "B:TERM@60"},
+		{[]string{"--time=10", "--signal=B:USR1@120"}, "now+1500seconds", ""},
+	}
+	for _, tc := range tests {
+		b := p.payload(Profile{Name: "a", CPUs: 1, Sbatch: tc.sbatch}, "hpc-a-0123abcd", "t")
+		checkScript(t, b)
+		script := string(b)
+		for opt, want := range map[string]string{"--deadline": tc.deadline, "--signal": tc.signal} {
+			ours := regexp.MustCompile(`(?m)^#SBATCH `+opt+`=(\S+)$`).FindAllStringSubmatch(script, -1)
+			var got []string
+			for _, m := range ours {
+				if !slices.Contains(tc.sbatch, opt+"="+m[1]) {
+					got = append(got, m[1])
+				}
+			}
+			switch {
+			case want == "" && len(got) != 0:
+				t.Errorf("%q: %s=%v, want none of ours", tc.sbatch, opt, got)
+			case want != "" && !slices.Equal(got, []string{want}):
+				t.Errorf("%q: %s=%v, want %s", tc.sbatch, opt, got, want)
+			}
+		}
+	}
+}
+
+func TestParseTimeLimit(t *testing.T) {
+	tests := []struct {
+		in   string
+		want time.Duration // 0 for no limit or unreadable
+	}{
+		{"10", 10 * time.Minute},
+		{"10:30", 10*time.Minute + 30*time.Second},
+		{"04:00:00", 4 * time.Hour},
+		{"1:02:03", time.Hour + 2*time.Minute + 3*time.Second},
+		{"2-0", 48 * time.Hour},
+		{"2-12", 60 * time.Hour},
+		{"1-02:30", 26*time.Hour + 30*time.Minute},
+		{"1-02:03:04", 26*time.Hour + 3*time.Minute + 4*time.Second},
+		{"0", 0},
+		{"0:0:0", 0},
+		{"UNLIMITED", 0},
+		{"INFINITE", 0},
+		{"", 0},
+		{"foo", 0},
+		{"1:2:3:4", 0},
+		{"1-2:3:4:5", 0},
+		{"-5", 0},
+		{"+5", 0},
+		{"1-", 0},
+		{"5m", 0},
+		{"99999999999999999", 0},
+		{"100000000-0", 0},
+	}
+	for _, tc := range tests {
+		got, ok := parseTimeLimit(tc.in)
+		if got != tc.want || ok != (tc.want > 0) {
+			t.Errorf("parseTimeLimit(%q) = %s, %v, want %s", tc.in, got, ok, tc.want)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 #!/bin/bash
 #SBATCH --job-name=fluksio-hpc
 #SBATCH --comment=fluksio:hpc-gpu-own-0123abcd
+#SBATCH --signal=B:TERM@60
 #SBATCH --gres=gpu:a100:2
 #SBATCH --mem-per-cpu=4G
 #SBATCH -c 8

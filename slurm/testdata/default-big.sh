@@ -3,6 +3,8 @@
 #SBATCH --comment=fluksio:hpc-big-0123abcd
 #SBATCH --cpus-per-task=16
 #SBATCH --mem=64000M
+#SBATCH --deadline=now+15300seconds
+#SBATCH --signal=B:TERM@60
 #SBATCH --partition=debug
 #SBATCH --time=04:00:00
 #SBATCH --account=proj-42

@@ -1,0 +1,66 @@
+package slurm
+
+import (
+	"strconv"
+	"time"
+)
+
+// Backoff for a profile whose requests keep failing. The placer asks on
+// every pass of its wait, so without it a profile that sbatch refuses, or
+// whose job dies at once, would be submitted to again and again, as fast
+// as the engine asks. Each failure doubles the wait before the profile is
+// asked for again, from backoffBase up to backoffMax.
+//
+// A failure is a request that ends without a worker for any reason but a
+// slow queue: sbatch refused it, its job ended or could never start
+// before its worker attached, or it ran for attach_timeout without its
+// worker attaching. An accepted sbatch does not reset the count, since a
+// job that then dies before its worker attaches is the same failure one
+// step later; a worker of the profile attaching does.
+
+// Testing hooks: the backoff's first wait and its cap.
+var (
+	// backoffBase is the wait after one failure: long enough that the
+	// placer's next pass does not submit again, short enough that a
+	// passing hiccup costs little.
+	backoffBase = 5 * time.Second
+	// backoffMax caps the wait, so that a profile that was fixed on the
+	// cluster is asked for again within minutes.
+	backoffMax = 5 * time.Minute
+)
+
+// backoff is a profile's failures since one of its workers last attached.
+type backoff struct {
+	failures int
+	// until is when the profile may be asked for again.
+	until   time.Time
+	lastErr string
+}
+
+// backoffDelay is the wait after the given number of failures in a row.
+func backoffDelay(failures int) time.Duration {
+	d := backoffBase
+	for i := 1; i < failures && d < backoffMax; i++ {
+		d *= 2
+	}
+	return min(d, backoffMax)
+}
+
+// failedLocked counts a failure for the profile. p.mu must be held.
+func (p *Provisioner) failedLocked(profile, detail string) {
+	b := p.backoff[profile]
+	if b == nil {
+		b = &backoff{}
+		p.backoff[profile] = b
+	}
+	b.failures++
+	b.until = p.now().Add(backoffDelay(b.failures))
+	b.lastErr = truncate(detail)
+}
+
+func failures(n int) string {
+	if n == 1 {
+		return "1 failure"
+	}
+	return strconv.Itoa(n) + " failures"
+}

@@ -1,0 +1,900 @@
+package slurm_test
+
+// Integration tests: the real plugin binary, launched over go-plugin as a
+// host would, submitting to the sandbox Slurm that sandbox/up.sh starts.
+// Without the sandbox's environment they skip (fail in CI); see
+// internal/sandboxtest.
+//
+// Every test has its own provisioner name, so its jobs (named
+// fluksio-<name>) are its own, and a cleanup that scancels whatever is
+// left under that name and waits for the queue to drain.
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/fluksio/provision/internal/sandboxtest"
+	"github.com/fluksio/provision/shared"
+)
+
+const (
+	// engineURL has characters a shell would act on, so the worker's
+	// argv shows whether the script quotes it.
+	engineURL = "https://engine.example.test:8765/flow?a=1&b=2"
+	// jobTimeout bounds waits on the queue: a job starting, a job
+	// leaving. The sandbox may be shared with other tests' jobs.
+	jobTimeout = 90 * time.Second
+	// eventTimeout bounds the wait for an event after a call that
+	// submits or cancels over ssh.
+	eventTimeout = 45 * time.Second
+)
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// signer mints recognisable tokens and remembers them by worker.
+type signer struct {
+	mu     sync.Mutex
+	tokens map[string]string
+}
+
+func (s *signer) Sign(worker string, ttl time.Duration) (string, time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tokens == nil {
+		s.tokens = map[string]string{}
+	}
+	tok := "tok-" + randHex(16)
+	s.tokens[worker] = tok
+	return tok, time.Now().Add(ttl), nil
+}
+
+func (s *signer) token(worker string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tokens[worker]
+}
+
+func (s *signer) all() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, t := range s.tokens {
+		out = append(out, t)
+	}
+	return out
+}
+
+// recorder keeps the plugin's events; changed is closed and replaced on
+// every event, so a waiter wakes without polling.
+type recorder struct {
+	mu      sync.Mutex
+	events  []shared.Event
+	changed chan struct{}
+}
+
+func newRecorder() *recorder { return &recorder{changed: make(chan struct{})} }
+
+func (r *recorder) add(ev shared.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, ev)
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+func (r *recorder) all() []shared.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.events)
+}
+
+// wait returns the first event that matches, waiting up to timeout.
+func (r *recorder) wait(t *testing.T, what string, timeout time.Duration, match func(shared.Event) bool) shared.Event {
+	t.Helper()
+	return r.waitN(t, what, timeout, 1, match)[0]
+}
+
+// waitN returns the first n events that match, waiting up to timeout.
+func (r *recorder) waitN(t *testing.T, what string, timeout time.Duration, n int, match func(shared.Event) bool) []shared.Event {
+	t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		r.mu.Lock()
+		var got []shared.Event
+		for _, ev := range r.events {
+			if match(ev) {
+				got = append(got, ev)
+			}
+		}
+		changed := r.changed
+		r.mu.Unlock()
+		if len(got) >= n {
+			return got[:n]
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			t.Fatalf("no %d× %s within %s; events: %+v", n, what, timeout, r.all())
+		}
+	}
+}
+
+func kindIs(k shared.EventKind, profile string) func(shared.Event) bool {
+	return func(ev shared.Event) bool { return ev.Kind == k && ev.Profile == profile }
+}
+
+// syncBuffer is the plugin's log, written by go-plugin's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// slurm runs a Slurm client command locally, returning its error rather
+// than failing, for the commands that fail on purged jobs.
+func slurm(env sandboxtest.Env, name string, args ...string) (string, error) {
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), "SLURM_CONF="+env.SlurmConf)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// poll calls cond until it holds or timeout passes; cond says what it saw.
+func poll(t *testing.T, what string, timeout time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	end := time.Now().Add(timeout)
+	for {
+		ok, saw := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("timed out after %s waiting for %s; last saw: %s", timeout, what, saw)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// waitQueueEmpty waits until nothing named fluksio-<name> is queued or
+// running.
+func waitQueueEmpty(t *testing.T, env sandboxtest.Env, name string) {
+	t.Helper()
+	poll(t, "no job named fluksio-"+name+" in squeue", jobTimeout, func() (bool, string) {
+		out, err := slurm(env, "squeue", "-h", "--name=fluksio-"+name, "-o", "%i %T")
+		if err != nil {
+			return false, err.Error()
+		}
+		return strings.TrimSpace(out) == "", out
+	})
+}
+
+// waitJobGone waits until a job is no longer queued or running: gone
+// from squeue, or CANCELLED under -t all.
+func waitJobGone(t *testing.T, env sandboxtest.Env, job string) {
+	t.Helper()
+	poll(t, "job "+job+" to leave the queue", jobTimeout, func() (bool, string) {
+		out, err := slurm(env, "squeue", "-h", "-t", "all", "-j", job, "-o", "%T")
+		if err != nil {
+			// Purged already: "Invalid job id specified".
+			return strings.Contains(out, "Invalid job id"), err.Error()
+		}
+		state := strings.TrimSpace(out)
+		return state == "" || state == "CANCELLED", state
+	})
+}
+
+// worker is the recording script used as worker_command: it writes its
+// argv, environment and /proc/self/cmdline into rec, one file set per
+// job, then stays up like a worker waiting for work.
+type worker struct {
+	script string
+	rec    string
+}
+
+func newWorker(t *testing.T) *worker {
+	t.Helper()
+	// Not t.TempDir: its parents are 0700 and the job runs as the
+	// sandbox's job user.
+	dir, err := os.MkdirTemp("", "fluksio-it-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	rec := filepath.Join(dir, "rec")
+	if err := os.Mkdir(rec, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(dir, "worker.sh")
+	body := fmt.Sprintf(`#!/bin/sh
+# Records how it was started, then waits like a worker with nothing to do.
+rec=%s
+id=${SLURM_JOB_ID:-none}
+for a in "$@"; do printf '%%s\n' "$a"; done > "$rec/$id.args.part"
+env > "$rec/$id.env.part"
+tr '\000' '\n' < /proc/$$/cmdline > "$rec/$id.cmdline.part"
+for f in args env cmdline; do mv "$rec/$id.$f.part" "$rec/$id.$f"; done
+: > "$rec/$id.done"
+sleep 300 &
+wait $!
+`, rec)
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []struct {
+		path string
+		mode os.FileMode
+	}{{dir, 0o755}, {rec, 0o777}, {script, 0o755}} {
+		if err := os.Chmod(p.path, p.mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &worker{script: script, rec: rec}
+}
+
+// recording waits for the job to have started the script and returns
+// what it recorded: argv, environment and /proc/self/cmdline, each as
+// lines.
+func (w *worker) recording(t *testing.T, job string) (args, env, cmdline []string) {
+	t.Helper()
+	poll(t, "job "+job+" to start its worker", jobTimeout, func() (bool, string) {
+		_, err := os.Stat(filepath.Join(w.rec, job+".done"))
+		return err == nil, fmt.Sprint(err)
+	})
+	read := func(what string) []string {
+		b, err := os.ReadFile(filepath.Join(w.rec, job+"."+what))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	}
+	return read("args"), read("env"), read("cmdline")
+}
+
+// outputOption sends the job's output next to the recording, so that
+// nothing accumulates in the job user's home.
+func (w *worker) outputOption() string {
+	return "--output=" + filepath.Join(w.rec, "slurm-%j.out")
+}
+
+// rig is one launched plugin, configured against the sandbox.
+type rig struct {
+	env    sandboxtest.Env
+	name   string
+	plugin *shared.Plugin
+	prov   shared.Provisioner
+	events *recorder
+	signer *signer
+	logs   *syncBuffer
+	worker *worker
+}
+
+func profile(name string, cpus, gpus int, ramMB int64, labels, sbatch []string) map[string]any {
+	return map[string]any{
+		"name": name, "cpus": cpus, "gpus": gpus, "ram_mb": ramMB,
+		"labels": labels, "sbatch": sbatch, "prerun": nil,
+	}
+}
+
+// config is a configuration as the host's DecodeConfig produces it:
+// every attribute present, durations as strings, profiles as a list of
+// objects with their name.
+func (r *rig) config(profiles ...map[string]any) map[string]any {
+	return map[string]any{
+		"login":             r.env.Login,
+		"ssh_port":          r.env.Port,
+		"ssh_key":           r.env.Key,
+		"known_hosts":       r.env.KnownHosts,
+		"ssh_config":        "",
+		"ssh_options":       nil,
+		"engine_url":        engineURL,
+		"artifact_url":      "",
+		"max_idle":          "1m30s",
+		"provision_timeout": "15m",
+		"submit_timeout":    "30s",
+		"token_ttl":         "1h",
+		"worker_command":    []string{r.worker.script},
+		"profile":           profiles,
+	}
+}
+
+// sbatch is a profile's usual sbatch lines.
+func (r *rig) sbatch(extra ...string) []string {
+	return append([]string{"--partition=" + r.env.Partition, "--time=00:05:00", r.worker.outputOption()}, extra...)
+}
+
+// newRig launches the plugin under a name of its own. configure is
+// called with the rig to build the configuration.
+func newRig(t *testing.T, tag string, configure func(r *rig) map[string]any) *rig {
+	t.Helper()
+	env := sandboxtest.Require(t)
+	r := &rig{
+		env:    env,
+		name:   "it-" + tag + "-" + randHex(3),
+		events: newRecorder(),
+		signer: &signer{},
+		logs:   &syncBuffer{},
+	}
+	r.worker = newWorker(t)
+	// Registered before Launch so that it runs after the plugin is
+	// killed: whatever a failing test left is cancelled by name.
+	t.Cleanup(func() {
+		if _, err := slurm(env, "scancel", "--name=fluksio-"+r.name); err != nil {
+			t.Error(err)
+		}
+		waitQueueEmpty(t, env, r.name)
+		if t.Failed() {
+			t.Logf("plugin log:\n%s", r.logs.String())
+		}
+	})
+
+	bin := sandboxtest.Binary(t, "plugin", "provisioner-slurm")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := shared.Launch(ctx, shared.LaunchConfig{
+		Name:    r.name,
+		Path:    bin,
+		Logger:  hclog.New(&hclog.LoggerOptions{Output: r.logs, Level: hclog.Trace}),
+		Signer:  r.signer,
+		OnEvent: r.events.add,
+		Env:     []string{shared.LogLevelEnv + "=trace"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Shutdown, not just a kill, so the plugin closes what it holds
+		// open to the login node; a second Stop only kills.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		p.Stop(ctx)
+	})
+	r.plugin, r.prov = p, p.Provisioner()
+
+	schema, err := r.prov.Schema(ctx, &shared.SchemaRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := configure(r)
+	completeConfig(t, cfg, schema.Schema)
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := r.prov.Configure(ctx, &shared.ConfigureRequest{Name: r.name, Config: raw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Diagnostics.HasErrors() {
+		t.Fatalf("Configure: %s", resp.Diagnostics.Error())
+	}
+	return r
+}
+
+// completeConfig gives every attribute of the plugin's schema that cfg
+// leaves out its default, as the host's DecodeConfig does, so the tests
+// send what a host sends even as the schema grows. A name cfg has and the
+// schema does not is a mistake in the test.
+func completeConfig(t *testing.T, cfg map[string]any, s *shared.Schema) {
+	t.Helper()
+	fill := func(obj map[string]any, s *shared.Schema, labels []string, where string) {
+		known := map[string]bool{}
+		for _, l := range labels {
+			known[l] = true
+		}
+		for _, a := range s.Attributes {
+			known[a.Name] = true
+			if _, ok := obj[a.Name]; !ok {
+				obj[a.Name] = a.Default
+			}
+		}
+		for _, b := range s.Blocks {
+			known[b.Name] = true
+		}
+		for k := range obj {
+			if !known[k] {
+				t.Fatalf("the test's configuration sets %s%s, which the plugin's schema does not have", where, k)
+			}
+		}
+	}
+	fill(cfg, s, nil, "")
+	for _, b := range s.Blocks {
+		blocks, _ := cfg[b.Name].([]map[string]any)
+		for i, obj := range blocks {
+			fill(obj, b.Body, b.Labels, fmt.Sprintf("%s.%d.", b.Name, i))
+		}
+	}
+}
+
+func (r *rig) provision(t *testing.T, need shared.Need, wantProfile string) {
+	t.Helper()
+	resp, err := r.prov.Provision(context.Background(), &shared.ProvisionRequest{Need: need})
+	if err != nil {
+		t.Fatalf("Provision(%+v): %v", need, err)
+	}
+	if resp.Outcome != shared.OutcomeRequested || resp.Profile != wantProfile {
+		t.Fatalf("Provision(%+v) = %+v, want requested %s", need, resp, wantProfile)
+	}
+}
+
+// provisioned waits for the profile's worker_provisioned event.
+func (r *rig) provisioned(t *testing.T, profile string) shared.Event {
+	t.Helper()
+	ev := r.events.wait(t, "worker_provisioned for "+profile, eventTimeout, kindIs(shared.EventWorkerProvisioned, profile))
+	if ev.Job == "" || !strings.HasPrefix(ev.Worker, r.name+"-"+profile+"-") {
+		t.Fatalf("worker_provisioned = %+v, want a job id and a worker named %s-%s-…", ev, r.name, profile)
+	}
+	return ev
+}
+
+func (r *rig) status(t *testing.T) *shared.StatusResponse {
+	t.Helper()
+	st, err := r.prov.Status(context.Background(), &shared.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func (r *rig) stop(t *testing.T) *shared.ShutdownResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	resp, err := r.plugin.Stop(ctx)
+	if err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	return resp
+}
+
+func outstandingWorkers(st *shared.StatusResponse) []string {
+	var ws []string
+	for _, o := range st.Outstanding {
+		ws = append(ws, o.Worker)
+	}
+	return ws
+}
+
+func TestIntegrationProfilesInQueue(t *testing.T) {
+	r := newRig(t, "profiles", func(r *rig) map[string]any {
+		return r.config(
+			profile("small", 1, 0, 200, nil, r.sbatch()),
+			profile("big", 4, 0, 1000, nil, r.sbatch()),
+			profile("gpu", 2, 1, 500, []string{"cuda"}, r.sbatch()),
+		)
+	})
+	cases := []struct {
+		profile string
+		need    shared.Need
+		cpus    string
+		mem     string
+		gpus    int
+	}{
+		{"small", shared.Need{CPUs: 1}, "1", "200M", 0},
+		{"big", shared.Need{CPUs: 3, RAMMB: 800}, "4", "1000M", 0},
+		{"gpu", shared.Need{CPUs: 1, Label: "cuda"}, "2", "500M", 1},
+	}
+	for _, c := range cases {
+		r.provision(t, c.need, c.profile)
+	}
+	var jobs []string
+	for _, c := range cases {
+		ev := r.provisioned(t, c.profile)
+		jobs = append(jobs, ev.Job)
+		out := r.env.Slurm(t, "squeue", "-h", "-j", ev.Job, "-o", "%C|%m|%b|%j|%k")
+		f := strings.Split(strings.TrimSpace(out), "|")
+		if len(f) != 5 {
+			t.Errorf("%s: squeue printed %q, want 5 fields", c.profile, out)
+			continue
+		}
+		cpus, mem, gres, name, comment := f[0], f[1], f[2], f[3], f[4]
+		if cpus != c.cpus || mem != c.mem {
+			t.Errorf("%s: job %s has %s CPUs and %s memory, want %s and %s", c.profile, ev.Job, cpus, mem, c.cpus, c.mem)
+		}
+		switch {
+		case c.gpus > 0 && !strings.HasSuffix(gres, fmt.Sprintf("gpu:%d", c.gpus)):
+			t.Errorf("%s: job %s has gres %q, want gpu:%d", c.profile, ev.Job, gres, c.gpus)
+		case c.gpus == 0 && strings.Contains(gres, "gpu"):
+			t.Errorf("%s: job %s has gres %q, want no GPUs", c.profile, ev.Job, gres)
+		}
+		if name != "fluksio-"+r.name || comment != "fluksio:"+ev.Worker {
+			t.Errorf("%s: job %s is named %q with comment %q, want fluksio-%s and fluksio:%s", c.profile, ev.Job, name, comment, r.name, ev.Worker)
+		}
+	}
+
+	st := r.status(t)
+	if len(st.Outstanding) != len(cases) {
+		t.Errorf("Status lists %d outstanding, want %d: %+v", len(st.Outstanding), len(cases), st.Outstanding)
+	}
+	resp := r.stop(t)
+	if !sameSet(resp.Cancelled, jobs) {
+		t.Errorf("Shutdown cancelled %v, want %v", resp.Cancelled, jobs)
+	}
+	waitQueueEmpty(t, r.env, r.name)
+}
+
+func TestIntegrationPayloadStarts(t *testing.T) {
+	r := newRig(t, "payload", func(r *rig) map[string]any {
+		return r.config(
+			profile("plain", 1, 0, 0, nil, r.sbatch()),
+			profile("full", 2, 1, 300, []string{"cuda", "fast"}, r.sbatch()),
+		)
+	})
+	cases := []struct {
+		profile string
+		need    shared.Need
+		argv    []string
+	}{
+		{"plain", shared.Need{CPUs: 1}, []string{"--url", engineURL, "--cpus", "1", "--gpus", "0", "--max-idle", "90"}},
+		{"full", shared.Need{GPUs: 1}, []string{"--url", engineURL, "--cpus", "2", "--gpus", "1", "--max-idle", "90", "--ram-mb", "300", "--labels", "cuda,fast"}},
+	}
+	for _, c := range cases {
+		r.provision(t, c.need, c.profile)
+	}
+	for _, c := range cases {
+		ev := r.provisioned(t, c.profile)
+		args, env, _ := r.worker.recording(t, ev.Job)
+		if !slices.Equal(args, c.argv) {
+			t.Errorf("%s: the worker's argv is\n%q\nwant\n%q", c.profile, args, c.argv)
+		}
+		token := r.signer.token(ev.Worker)
+		if token == "" {
+			t.Fatalf("%s: no credential was minted for %s", c.profile, ev.Worker)
+		}
+		if got := envValue(env, "FLUKSIO_WORKER_TOKEN"); got != token {
+			t.Errorf("%s: FLUKSIO_WORKER_TOKEN is %q, want the minted %q", c.profile, got, token)
+		}
+		if got := envValue(env, "SLURM_JOB_ID"); got != ev.Job {
+			t.Errorf("%s: SLURM_JOB_ID is %q, want %s", c.profile, got, ev.Job)
+		}
+	}
+	r.stop(t)
+	waitQueueEmpty(t, r.env, r.name)
+}
+
+func envValue(env []string, key string) string {
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+func TestIntegrationTokenNotExposed(t *testing.T) {
+	r := newRig(t, "token", func(r *rig) map[string]any {
+		return r.config(profile("small", 1, 0, 100, []string{"cuda"}, r.sbatch()))
+	})
+	r.provision(t, shared.Need{CPUs: 1}, "small")
+	ev := r.provisioned(t, "small")
+	args, env, cmdline := r.worker.recording(t, ev.Job)
+	token := r.signer.token(ev.Worker)
+	if token == "" || envValue(env, "FLUKSIO_WORKER_TOKEN") != token {
+		t.Fatalf("the running job does not have the minted token %q in its environment, so there is nothing to look for", token)
+	}
+	for what, lines := range map[string][]string{"argv": args, "/proc/self/cmdline": cmdline} {
+		if strings.Contains(strings.Join(lines, "\n"), token) {
+			t.Errorf("the token is in the worker's %s: %q", what, lines)
+		}
+	}
+
+	// Every process on the machine, while the job runs. The worker's own
+	// command line must be among them, or the scan proves nothing.
+	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	sawWorker := false
+	for _, f := range cmdlines {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // It exited meanwhile.
+		}
+		if bytes.Contains(b, []byte(r.worker.script)) && bytes.Contains(b, []byte(engineURL)) {
+			sawWorker = true
+		}
+		if bytes.Contains(b, []byte(token)) {
+			t.Errorf("the token is on the command line of %s: %q", f, bytes.ReplaceAll(b, []byte{0}, []byte{' '}))
+		}
+	}
+	if !sawWorker {
+		t.Errorf("none of %d command lines is the worker's (%s --url %s …), so the scan saw nothing of the job", len(cmdlines), r.worker.script, engineURL)
+	}
+
+	r.stop(t)
+	waitQueueEmpty(t, r.env, r.name)
+	tokens := r.signer.all()
+	for _, e := range r.events.all() {
+		for _, tok := range tokens {
+			if strings.Contains(e.Detail, tok) {
+				t.Errorf("event %+v carries a token", e)
+			}
+		}
+	}
+	logs := r.logs.String()
+	if !strings.Contains(logs, ev.Worker) {
+		t.Errorf("the plugin's log never mentions worker %s; is it captured at all?\n%s", ev.Worker, logs)
+	}
+	for _, tok := range tokens {
+		if strings.Contains(logs, tok) {
+			t.Errorf("the plugin's log contains token %s:\n%s", tok, logs)
+		}
+	}
+}
+
+func TestIntegrationReconcileArrived(t *testing.T) {
+	r := newRig(t, "arrived", func(r *rig) map[string]any {
+		return r.config(profile("small", 1, 0, 100, nil, r.sbatch()))
+	})
+	r.provision(t, shared.Need{CPUs: 1}, "small")
+	ev := r.provisioned(t, "small")
+	if ws := outstandingWorkers(r.status(t)); !slices.Equal(ws, []string{ev.Worker}) {
+		t.Fatalf("outstanding before Reconcile = %v, want [%s]", ws, ev.Worker)
+	}
+	resp, err := r.prov.Reconcile(context.Background(), &shared.ReconcileRequest{Attached: []string{"somebody-else-1", ev.Worker}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(resp.Arrived, []string{ev.Worker}) || len(resp.Expired) != 0 {
+		t.Errorf("Reconcile = %+v, want arrived [%s] and nothing expired", resp, ev.Worker)
+	}
+	if st := r.status(t); len(st.Outstanding) != 0 {
+		t.Errorf("outstanding after the worker attached = %+v, want none", st.Outstanding)
+	}
+	// The job is the worker's now: Shutdown must not cancel it.
+	stopped := r.stop(t)
+	if slices.Contains(stopped.Cancelled, ev.Job) {
+		t.Errorf("Shutdown cancelled %v, including job %s whose worker had attached", stopped.Cancelled, ev.Job)
+	}
+	if out := r.env.Slurm(t, "squeue", "-h", "-j", ev.Job, "-o", "%T"); strings.TrimSpace(out) == "" {
+		t.Errorf("job %s of an attached worker is gone after Shutdown", ev.Job)
+	}
+	// The rig's cleanup scancels it.
+}
+
+func TestIntegrationReconcileExpires(t *testing.T) {
+	r := newRig(t, "expires", func(r *rig) map[string]any {
+		c := r.config(profile("small", 1, 0, 100, nil, r.sbatch()))
+		c["provision_timeout"] = "3s"
+		return c
+	})
+	asked := time.Now()
+	r.provision(t, shared.Need{CPUs: 1}, "small")
+	ev := r.provisioned(t, "small")
+
+	ctx := context.Background()
+	if time.Since(asked) < 2*time.Second {
+		// Still within provision_timeout: nothing may expire yet.
+		resp, err := r.prov.Reconcile(ctx, &shared.ReconcileRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Expired) != 0 && time.Since(asked) < 3*time.Second {
+			t.Errorf("Reconcile expired %v before provision_timeout", resp.Expired)
+		}
+	}
+	var expired []string
+	poll(t, "Reconcile to expire the request", 30*time.Second, func() (bool, string) {
+		resp, err := r.prov.Reconcile(ctx, &shared.ReconcileRequest{Attached: []string{"somebody-else-1"}})
+		if err != nil {
+			return false, err.Error()
+		}
+		expired = resp.Expired
+		return len(expired) > 0, fmt.Sprintf("%+v", resp)
+	})
+	if !slices.Equal(expired, []string{ev.Job}) {
+		t.Errorf("Reconcile expired %v, want [%s]", expired, ev.Job)
+	}
+	cancelled := r.events.wait(t, "worker_cancelled", eventTimeout, kindIs(shared.EventWorkerCancelled, "small"))
+	if cancelled.Job != ev.Job || cancelled.Worker != ev.Worker || !strings.Contains(cancelled.Detail, "3s") {
+		t.Errorf("worker_cancelled = %+v, want job %s, worker %s, and the timeout in the detail", cancelled, ev.Job, ev.Worker)
+	}
+	if st := r.status(t); len(st.Outstanding) != 0 || st.LastError != "" {
+		t.Errorf("Status after expiry = %+v, want nothing outstanding and no error", st)
+	}
+	waitJobGone(t, r.env, ev.Job)
+	// Reconcile is idempotent: the job is not expired twice.
+	if resp, err := r.prov.Reconcile(ctx, &shared.ReconcileRequest{}); err != nil || len(resp.Expired) != 0 {
+		t.Errorf("a second Reconcile = %+v (%v), want nothing expired", resp, err)
+	}
+}
+
+func TestIntegrationShutdownCancels(t *testing.T) {
+	r := newRig(t, "shutdown", func(r *rig) map[string]any {
+		return r.config(
+			profile("a", 1, 0, 100, nil, r.sbatch()),
+			profile("b", 1, 0, 150, nil, r.sbatch()),
+			profile("c", 1, 0, 200, nil, r.sbatch()),
+		)
+	})
+	profiles := []string{"a", "b", "c"}
+	for _, p := range profiles {
+		r.provision(t, shared.Need{Label: p}, p)
+	}
+	var jobs []string
+	for _, p := range profiles {
+		jobs = append(jobs, r.provisioned(t, p).Job)
+	}
+	resp := r.stop(t)
+	if !sameSet(resp.Cancelled, jobs) {
+		t.Errorf("Shutdown cancelled %v, want %v", resp.Cancelled, jobs)
+	}
+	evs := r.events.waitN(t, "worker_cancelled", 5*time.Second, len(jobs), func(ev shared.Event) bool { return ev.Kind == shared.EventWorkerCancelled })
+	var evJobs []string
+	for _, ev := range evs {
+		evJobs = append(evJobs, ev.Job)
+	}
+	if !sameSet(evJobs, jobs) {
+		t.Errorf("worker_cancelled events for %v, want %v", evJobs, jobs)
+	}
+	waitQueueEmpty(t, r.env, r.name)
+}
+
+func TestIntegrationShutdownInFlight(t *testing.T) {
+	r := newRig(t, "inflight", func(r *rig) map[string]any {
+		return r.config(
+			profile("a", 1, 0, 100, nil, r.sbatch()),
+			profile("b", 1, 0, 150, nil, r.sbatch()),
+		)
+	})
+	r.provision(t, shared.Need{Label: "a"}, "a")
+	r.provision(t, shared.Need{Label: "b"}, "b")
+	resp := r.stop(t) // Both submissions are still in flight.
+
+	// Each submission ends in an event, and every job that was accepted
+	// is cancelled.
+	ended := func(ev shared.Event) bool {
+		return ev.Kind == shared.EventWorkerProvisioned || ev.Kind == shared.EventWorkerProvisionFailed
+	}
+	for _, ev := range r.events.waitN(t, "submission outcome", 5*time.Second, 2, ended) {
+		if ev.Kind == shared.EventWorkerProvisioned && !slices.Contains(resp.Cancelled, ev.Job) {
+			t.Errorf("job %s (%s) was accepted but Shutdown cancelled only %v", ev.Job, ev.Worker, resp.Cancelled)
+		}
+	}
+	waitQueueEmpty(t, r.env, r.name)
+}
+
+func TestIntegrationRejectedSbatch(t *testing.T) {
+	r := newRig(t, "rejected", func(r *rig) map[string]any {
+		return r.config(
+			profile("nopart", 1, 0, 0, nil, []string{"--partition=nope", "--time=00:05:00"}),
+			profile("manygpus", 1, 4, 0, nil, r.sbatch()),
+		)
+	})
+	cases := []struct{ profile, want string }{
+		{"nopart", "invalid partition specified: nope"},
+		{"manygpus", "Requested node configuration is not available"},
+	}
+	for _, c := range cases {
+		r.provision(t, shared.Need{Label: c.profile}, c.profile)
+		ev := r.events.wait(t, "worker_provision_failed for "+c.profile, eventTimeout, kindIs(shared.EventWorkerProvisionFailed, c.profile))
+		t.Logf("%s: worker_provision_failed: %s", c.profile, ev.Detail)
+		if !strings.Contains(ev.Detail, c.want) {
+			t.Errorf("%s: the event's detail is %q, want Slurm's %q", c.profile, ev.Detail, c.want)
+		}
+		st := r.status(t)
+		if !strings.Contains(st.LastError, c.want) {
+			t.Errorf("%s: LastError is %q, want Slurm's %q", c.profile, st.LastError, c.want)
+		}
+		if len(st.Outstanding) != 0 {
+			t.Errorf("%s: a rejected submission is still outstanding: %+v", c.profile, st.Outstanding)
+		}
+	}
+	if evs := r.events.all(); slices.ContainsFunc(evs, func(ev shared.Event) bool { return ev.Kind == shared.EventWorkerProvisioned }) {
+		t.Errorf("a rejected submission was reported provisioned: %+v", evs)
+	}
+}
+
+func TestIntegrationSSHFailures(t *testing.T) {
+	const submitTimeout = 10 * time.Second
+	// The failure must arrive within submit_timeout; the margin is for
+	// the event's way back, not for ssh.
+	const deadline = submitTimeout + 5*time.Second
+
+	t.Run("closed port", func(t *testing.T) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		r := newRig(t, "closedport", func(r *rig) map[string]any {
+			c := r.config(profile("small", 1, 0, 100, nil, r.sbatch()))
+			c["ssh_port"] = port
+			c["submit_timeout"] = submitTimeout.String()
+			return c
+		})
+		r.provision(t, shared.Need{CPUs: 1}, "small")
+		ev := r.events.wait(t, "worker_provision_failed", deadline, kindIs(shared.EventWorkerProvisionFailed, "small"))
+		checkFailure(t, r, ev, "Connection refused")
+	})
+
+	t.Run("wrong host key", func(t *testing.T) {
+		dir := t.TempDir()
+		key := filepath.Join(dir, "other")
+		if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "", "-f", key).CombinedOutput(); err != nil {
+			t.Fatalf("ssh-keygen: %v\n%s", err, out)
+		}
+		pub, err := os.ReadFile(key + ".pub")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := strings.Fields(string(pub))
+		env := sandboxtest.Require(t)
+		host := env.Login[strings.LastIndexByte(env.Login, '@')+1:]
+		knownHosts := filepath.Join(dir, "known_hosts")
+		line := fmt.Sprintf("[%s]:%d %s %s\n", host, env.Port, f[0], f[1])
+		if err := os.WriteFile(knownHosts, []byte(line), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r := newRig(t, "hostkey", func(r *rig) map[string]any {
+			c := r.config(profile("small", 1, 0, 100, nil, r.sbatch()))
+			c["known_hosts"] = knownHosts
+			c["submit_timeout"] = submitTimeout.String()
+			return c
+		})
+		r.provision(t, shared.Need{CPUs: 1}, "small")
+		ev := r.events.wait(t, "worker_provision_failed", deadline, kindIs(shared.EventWorkerProvisionFailed, "small"))
+		checkFailure(t, r, ev, "Host key verification failed", "REMOTE HOST IDENTIFICATION HAS CHANGED")
+	})
+}
+
+// checkFailure asserts that a failed submission says one of want in its
+// event and in LastError, and left nothing outstanding.
+func checkFailure(t *testing.T, r *rig, ev shared.Event, want ...string) {
+	t.Helper()
+	says := func(s string) bool {
+		return slices.ContainsFunc(want, func(w string) bool { return strings.Contains(s, w) })
+	}
+	t.Logf("worker_provision_failed: %s", ev.Detail)
+	if !says(ev.Detail) {
+		t.Errorf("the event's detail is %q, want one of %q", ev.Detail, want)
+	}
+	st := r.status(t)
+	if !says(st.LastError) {
+		t.Errorf("LastError is %q, want one of %q", st.LastError, want)
+	}
+	if len(st.Outstanding) != 0 {
+		t.Errorf("a failed submission is still outstanding: %+v", st.Outstanding)
+	}
+	if strings.Contains(ev.Detail, "no answer within") {
+		t.Errorf("ssh timed out instead of failing at once: %q", ev.Detail)
+	}
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}

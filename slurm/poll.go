@@ -1,0 +1,632 @@
+package slurm
+
+// Reading the queue: the poller, the adoption of jobs an earlier run left
+// behind, and the lookup of a job whose sbatch answer was lost. Each reads
+// this provisioner's jobs with one squeue, whatever their number, because
+// every job is named fluksio-<provisioner> and carries its worker in its
+// comment.
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fluksio/provision/shared"
+)
+
+const (
+	// stateUnknown is the state of a request whose sbatch's answer was
+	// lost and whose job has not been found in the queue yet.
+	stateUnknown = "UNKNOWN"
+
+	// queueFormat is what squeue prints for each job: id, state, reason,
+	// start time and comment. The comment is last because it is the one
+	// field that could hold a '|': whatever follows the fourth is the
+	// comment.
+	queueFormat = "%i|%T|%r|%S|%k"
+	// commentFormat is the id and the comment, to find a worker's job.
+	commentFormat = "%i|%k"
+
+	// pollJitter spreads poll cycles by ±10%, so that provisioners started
+	// together do not read the queue in step.
+	pollJitter = 0.1
+)
+
+// endedStates are the states of a job that has ended. squeue -t all lists
+// them for MinJobAge (300 s by default); after that the job is gone, which
+// means the same.
+var endedStates = map[string]bool{
+	"BOOT_FAIL": true, "CANCELLED": true, "COMPLETED": true, "DEADLINE": true, "FAILED": true,
+	"NODE_FAIL": true, "OUT_OF_MEMORY": true, "PREEMPTED": true, "TIMEOUT": true,
+}
+
+// neverClear are the reasons a pending job gives that waiting does not
+// change: the job asks for what its partition, account or QOS will never
+// give it, or for something that does not exist. Slurm keeps such a job
+// PENDING for ever unless EnforcePartLimits rejects it at submission, and
+// by default it does not. reasonNeverClears adds the per-job and per-node
+// maximums and the minimums of associations and QOSes.
+//
+// Limits on what a user, an account or a group may have running at once
+// (QOSMaxJobsPerUserLimit, AssocGrpCpuLimit and so on) are not here: they
+// clear as other jobs end. Neither are PartitionDown, ReqNodeNotAvail or
+// holds, which an administrator may lift.
+var neverClear = map[string]bool{
+	"AccountNotAllowed":        true,
+	"BadConstraints":           true,
+	"DependencyNeverSatisfied": true,
+	"InvalidAccount":           true,
+	"InvalidQOS":               true,
+	"MaxMemPerLimit":           true,
+	"PartitionConfig":          true,
+	"PartitionNodeLimit":       true,
+	"PartitionTimeLimit":       true,
+	"QOSNotAllowed":            true,
+	"ReservationDeleted":       true,
+}
+
+// reasonNeverClears reports whether a pending job with this reason will
+// never start by itself.
+func reasonNeverClears(reason string) bool {
+	if neverClear[reason] {
+		return true
+	}
+	if strings.HasPrefix(reason, "QOSMax") || strings.HasPrefix(reason, "AssocMax") {
+		// QOSMaxWallDurationPerJobLimit, AssocMaxCpuPerNode and the
+		// like; not QOSMaxJobsPerUserLimit or AssocMaxJobsLimit.
+		return strings.Contains(reason, "PerJob") || strings.Contains(reason, "PerNode")
+	}
+	return strings.HasPrefix(reason, "QOSMin")
+}
+
+// jobRow is one job as squeue printed it with queueFormat.
+type jobRow struct {
+	id, state, reason, start, comment string
+}
+
+var stateRE = regexp.MustCompile(`^[A-Z_]+$`)
+
+// parseRows reads squeue's output. Lines that are not a job (a login
+// banner, a warning) are skipped.
+func parseRows(out []byte) []jobRow {
+	var rows []jobRow
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		f := strings.SplitN(strings.TrimSpace(sc.Text()), "|", 5)
+		if len(f) != 5 || !isJobID(f[0]) || !stateRE.MatchString(f[1]) {
+			continue
+		}
+		rows = append(rows, jobRow{id: f[0], state: f[1], reason: f[2], start: f[3], comment: strings.TrimSpace(f[4])})
+	}
+	return rows
+}
+
+// call runs one command on the login node. Every cluster command goes
+// through here and then ssh, so that tests can count them.
+func (p *Provisioner) call(ctx context.Context, stdin []byte, remote ...string) (stdout, stderr []byte, err error) {
+	p.slurmCalls.Add(1)
+	return p.ssh(ctx, stdin, remote...)
+}
+
+// withStderr adds what a failed command printed to its error.
+func withStderr(err error, stderr []byte) error {
+	if err != nil && len(bytes.TrimSpace(stderr)) > 0 {
+		return fmt.Errorf("%w: %s", err, truncate(string(stderr)))
+	}
+	return err
+}
+
+// listJobs reads this provisioner's jobs with one squeue: with all, those
+// that have ended too, else only those queued or running.
+//
+// Every squeue here has --me: --name alone lists every user's jobs of that
+// name, and another account's engine may well call its provisioner "hpc"
+// too. Its jobs are not this one's to adopt, and scancel would refuse.
+func (p *Provisioner) listJobs(ctx context.Context, cfg *settings, all bool) ([]jobRow, error) {
+	args := []string{"squeue", "-h", "--me"}
+	if all {
+		args = append(args, "-t", "all")
+	}
+	args = append(args, "--name="+jobName(cfg.name), "-o", queueFormat)
+	stdout, stderr, err := p.call(ctx, nil, args...)
+	if err != nil {
+		return nil, withStderr(err, stderr)
+	}
+	return parseRows(stdout), nil
+}
+
+// jobsByComment maps the comment of each of this provisioner's queued or
+// running jobs to its id, with one squeue.
+func (p *Provisioner) jobsByComment(ctx context.Context, cfg *settings) (map[string]string, error) {
+	stdout, stderr, err := p.call(ctx, nil, "squeue", "-h", "--me", "--name="+jobName(cfg.name), "-o", commentFormat)
+	if err != nil {
+		return nil, withStderr(err, stderr)
+	}
+	ids := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(stdout))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		id, comment, ok := strings.Cut(strings.TrimSpace(sc.Text()), "|")
+		if ok && isJobID(id) {
+			ids[strings.TrimSpace(comment)] = id
+		}
+	}
+	return ids, nil
+}
+
+// lookup finds the job of a worker by its comment: "" if the queue has
+// none.
+func (p *Provisioner) lookup(ctx context.Context, cfg *settings, worker string) (string, error) {
+	ids, err := p.jobsByComment(ctx, cfg)
+	if err != nil {
+		return "", err
+	}
+	return ids[jobComment(worker)], nil
+}
+
+var (
+	// slurmTimedOut is slurmctld not answering an RPC it may still carry
+	// out: the case of sbatch failing and its job existing.
+	slurmTimedOut = regexp.MustCompile(`Socket timed out|Zero Bytes were transmitted or received`)
+	// sbatchSaid is sbatch answering, which it does with exit status 255
+	// for an option it cannot parse.
+	sbatchSaid = regexp.MustCompile(`(?m)^sbatch: `)
+	// neverConnected is ssh failing before it could run anything.
+	neverConnected = regexp.MustCompile(`Connection refused|Could not resolve hostname|Host key verification failed|Permission denied \(|` +
+		`No route to host|Network is unreachable|port \d+: Connection timed out|kex_exchange_identification|` +
+		`Too many authentication failures|ControlPath too long|Bad configuration option|Bad owner or permissions`)
+)
+
+// answerLost reports whether a failed sbatch may have submitted its job
+// all the same: ssh ran out of time, the connection dropped (ssh's own
+// exit status 255) once the command may have started, or slurmctld timed
+// out on a submission it may yet have accepted. It is false when sbatch
+// itself said no, and when ssh never got as far as running it.
+func answerLost(err error, stderr []byte) bool {
+	if errors.Is(err, context.DeadlineExceeded) || slurmTimedOut.Match(stderr) {
+		return true
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 255 {
+		return false
+	}
+	return !sbatchSaid.Match(stderr) && !neverConnected.Match(stderr)
+}
+
+// outcomeUnknown keeps a request whose sbatch's answer was lost and whose
+// job could not be looked for: it stays outstanding, so that the profile
+// is not asked for twice, until the poller finds its job or finds the
+// queue without it, or provision_timeout passes.
+func (p *Provisioner) outcomeUnknown(cfg *settings, r *request, detail string, lookupErr error) {
+	p.mu.Lock()
+	r.state = stateUnknown
+	p.lastErr = truncate(detail + "; then could not look for its job: " + lookupErr.Error())
+	p.mu.Unlock()
+	cfg.log.Warn("sbatch's answer was lost and the queue could not be read; will look for its job on the next poll",
+		"profile", r.profile, "worker", r.worker, "error", detail, "lookup_error", lookupErr)
+	p.wakePoller()
+}
+
+// wakePoller tells an idle poller that something is outstanding.
+func (p *Provisioner) wakePoller() {
+	select {
+	case p.poke <- struct{}{}:
+	default:
+	}
+}
+
+// pollWanted reports whether the poller has anything to do.
+func (p *Provisioner) pollWanted() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.shut && (p.adoptPending || len(p.outstanding) > 0)
+}
+
+func jittered(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (1 - pollJitter + 2*pollJitter*rand.Float64()))
+}
+
+// pollLoop is the poller, started by Configure and stopped when Shutdown
+// begins. While anything is outstanding, or adoption has yet to work, it
+// runs a cycle every poll_interval; otherwise it sleeps until Provision
+// wakes it, and runs nothing on the cluster.
+func (p *Provisioner) pollLoop(cfg *settings, host shared.Host) {
+	defer p.wg.Done()
+	ctx := p.polling
+	actx, cancel := context.WithTimeout(ctx, cfg.submitTimeout)
+	p.adoptAtStart(actx, cfg, host)
+	cancel()
+	close(p.adoptTried)
+	for {
+		if !p.pollWanted() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-p.poke:
+			}
+			continue
+		}
+		t := time.NewTimer(jittered(cfg.pollInterval))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		p.pollOnce(ctx)
+	}
+}
+
+// watch is a request as a poll cycle found it before reading the queue.
+type watch struct {
+	r   *request
+	job string
+}
+
+// pollOnce is one poll cycle: one squeue for all of this provisioner's
+// jobs, when there is a job or a lost submission to look at or adoption
+// to retry, and whatever follows from what it says. Tests call it to run
+// a cycle when they choose.
+func (p *Provisioner) pollOnce(ctx context.Context) {
+	p.mu.Lock()
+	cfg, host := p.cfg, p.host
+	if cfg == nil || p.shut {
+		p.mu.Unlock()
+		return
+	}
+	adopting := p.adoptPending
+	var watched []watch
+	for _, prof := range cfg.Profiles {
+		// A submission still running is left to finish: its own event
+		// must reach the engine before any about its job.
+		if r := p.outstanding[prof.Name]; r != nil && r.finished() && (r.job != "" || r.unknown()) {
+			watched = append(watched, watch{r: r, job: r.job})
+		}
+	}
+	p.mu.Unlock()
+	if !adopting && len(watched) == 0 {
+		return
+	}
+
+	rows, err := p.listJobs(ctx, cfg, true)
+	if ctx.Err() != nil {
+		return // Shutdown has begun.
+	}
+	if err != nil {
+		p.queueUnreadable(cfg, err)
+		return
+	}
+	p.queueReadable(cfg)
+	if adopting {
+		p.adopt(p.life, cfg, host, rows)
+	}
+	p.judge(cfg, host, watched, rows)
+}
+
+// queueUnreadable records a failed poll. Nothing is concluded from it: a
+// controller that does not answer says nothing about its jobs. An outage
+// is logged once, when it begins.
+func (p *Provisioner) queueUnreadable(cfg *settings, err error) {
+	p.mu.Lock()
+	first := !p.queueDown
+	p.queueDown = true
+	p.lastErr = truncate("reading the queue: " + err.Error())
+	p.mu.Unlock()
+	if first {
+		cfg.log.Warn("cannot read the queue; keeping every request as it is until it can", "error", err)
+	} else {
+		cfg.log.Debug("still cannot read the queue", "error", err)
+	}
+}
+
+func (p *Provisioner) queueReadable(cfg *settings) {
+	p.mu.Lock()
+	was := p.queueDown
+	p.queueDown = false
+	p.mu.Unlock()
+	if was {
+		cfg.log.Debug("the queue can be read again")
+	}
+}
+
+// judge applies one poll to the requests watched when it began, unless
+// they have changed since:
+//
+//   - a lost submission found by its comment gets its job, and the engine
+//     hears that it was provisioned; one not found was not submitted;
+//   - a job that has ended, or left the queue, before its worker attached
+//     is forgotten, so the profile can be asked for again;
+//   - a job pending for a reason that never clears is cancelled;
+//   - any other job's state is recorded, and the first time it is seen
+//     running starts its attach_timeout.
+//
+// The failures count towards the profile's backoff.
+func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, rows []jobRow) {
+	byID := map[string]jobRow{}
+	byComment := map[string]jobRow{}
+	for _, row := range rows {
+		byID[row.id] = row
+		if row.comment != "" {
+			byComment[row.comment] = row
+		}
+	}
+	type report struct {
+		ev  shared.Event
+		msg string
+	}
+	var reports []report
+	var cancels []jobRef
+	now := p.now()
+
+	p.mu.Lock()
+	if p.shut {
+		p.mu.Unlock()
+		return
+	}
+	forget := func(r *request, detail string) {
+		delete(p.outstanding, r.profile)
+		p.lastErr = detail
+		p.failedLocked(r.profile, detail)
+		reports = append(reports, report{
+			ev:  shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Job: r.job, Worker: r.worker, Detail: detail},
+			msg: "a request failed before its worker attached",
+		})
+	}
+	for _, w := range watched {
+		r := w.r
+		if p.outstanding[r.profile] != r || r.job != w.job {
+			continue
+		}
+		row, listed := byID[r.job]
+		if r.job == "" {
+			if !r.unknown() {
+				continue
+			}
+			if row, listed = byComment[jobComment(r.worker)]; !listed {
+				forget(r, fmt.Sprintf("the answer to worker %s's sbatch was lost, and the queue has no job for it: it was not submitted", r.worker))
+				continue
+			}
+			r.job, r.state = row.id, ""
+			reports = append(reports, report{
+				ev: shared.Event{Kind: shared.EventWorkerProvisioned, Profile: r.profile, Job: r.job, Worker: r.worker,
+					Detail: "found in the queue after sbatch's answer was lost"},
+				msg: "found the job of a submission whose answer was lost",
+			})
+		}
+		switch {
+		case !listed:
+			forget(r, fmt.Sprintf("job %s left the queue before its worker attached", r.job))
+		case endedStates[row.state]:
+			state := row.state
+			if row.reason != "" && row.reason != "None" {
+				state += " (" + row.reason + ")"
+			}
+			forget(r, fmt.Sprintf("job %s ended %s before its worker attached", r.job, state))
+		case row.state == "PENDING" && reasonNeverClears(row.reason):
+			delete(p.outstanding, r.profile)
+			why := fmt.Sprintf("pending for %s, which waiting does not clear", row.reason)
+			p.lastErr = "job " + r.job + " was " + why
+			p.failedLocked(r.profile, p.lastErr)
+			cancels = append(cancels, jobRef{job: r.job, profile: r.profile, worker: r.worker, age: now.Sub(r.since), why: why})
+		default:
+			r.state = row.state
+			if row.state == "RUNNING" && r.running.IsZero() {
+				r.running = now
+			}
+		}
+	}
+	p.mu.Unlock()
+
+	for _, rep := range reports {
+		ev := rep.ev
+		if ev.Kind == shared.EventWorkerProvisioned {
+			cfg.log.Info(rep.msg, "profile", ev.Profile, "job", ev.Job, "worker", ev.Worker)
+		} else {
+			cfg.log.Warn(rep.msg, "profile", ev.Profile, "job", ev.Job, "worker", ev.Worker, "detail", ev.Detail)
+		}
+		p.publish(p.life, cfg, host, ev)
+	}
+	p.cancelJobs(p.life, cfg, host, cancels, "cancelled a job that can never start")
+}
+
+// adoptAtStart is Configure's adoption: one squeue for the jobs still
+// queued or running. If the queue cannot be read, the poller tries again
+// on each cycle until it can.
+func (p *Provisioner) adoptAtStart(ctx context.Context, cfg *settings, host shared.Host) {
+	rows, err := p.listJobs(ctx, cfg, false)
+	if err != nil {
+		if p.polling.Err() != nil {
+			return // Shutdown has begun.
+		}
+		p.setLastErr("listing jobs left by an earlier run: " + err.Error())
+		cfg.log.Error("could not list jobs left by an earlier run; will try again on each poll", "error", err)
+		return
+	}
+	p.adopt(ctx, cfg, host, rows)
+}
+
+// closedDone is the done channel of an adopted request, which has no
+// submission to wait for.
+var closedDone = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// adopt takes over the jobs an earlier run of this provisioner left in
+// the queue, so that they are polled, expired and cancelled at shutdown
+// like this run's own. Each profile with nothing outstanding adopts one:
+// its oldest pending job, else its oldest running one, its worker read
+// from the comment and its age counted from now.
+//
+// Pending jobs it cannot account for are cancelled, with one scancel: a
+// comment that names no worker of this provisioner, a profile that is no
+// longer configured, a second job for a profile. Nobody would ever use
+// them. Jobs that have started are not: their worker may be attached and
+// busy, and one that is not leaves by itself (max_idle, or when it cannot
+// reach the engine).
+func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host, rows []jobRow) {
+	type candidate struct {
+		row    jobRow
+		worker string
+	}
+	p.mu.Lock()
+	if p.shut || !p.adoptPending {
+		p.mu.Unlock()
+		return
+	}
+	ours := map[string]bool{}
+	for w := range p.mine {
+		ours[w] = true
+	}
+	for _, r := range p.outstanding {
+		ours[r.worker] = true
+	}
+	for r := range p.inflight {
+		ours[r.worker] = true
+	}
+	byProfile := map[string][]candidate{}
+	var strays []jobRef
+	var leftAlone []jobRow
+	for _, row := range rows {
+		if endedStates[row.state] || row.state == "COMPLETING" {
+			continue
+		}
+		worker, tagged := strings.CutPrefix(row.comment, "fluksio:")
+		if tagged && ours[worker] {
+			continue // This run's own.
+		}
+		profile, why := cfg.profileOf(worker, tagged, row.comment)
+		switch {
+		case why == "":
+			byProfile[profile] = append(byProfile[profile], candidate{row: row, worker: worker})
+		case row.state == "PENDING":
+			strays = append(strays, jobRef{job: row.id, profile: profile, worker: worker, why: "found at start: " + why})
+		default:
+			leftAlone = append(leftAlone, row)
+		}
+	}
+	now := p.now()
+	var adopted []*request
+	for _, prof := range cfg.Profiles {
+		cands := byProfile[prof.Name]
+		slices.SortFunc(cands, func(a, b candidate) int {
+			return cmp.Or(
+				cmp.Compare(boolInt(a.row.state != "PENDING"), boolInt(b.row.state != "PENDING")),
+				cmp.Compare(len(a.row.id), len(b.row.id)),
+				strings.Compare(a.row.id, b.row.id))
+		})
+		for _, c := range cands {
+			holder := p.outstanding[prof.Name]
+			switch {
+			case holder == nil:
+				r := &request{profile: prof.Name, worker: c.worker, since: now, cancel: func() {}, done: closedDone,
+					job: c.row.id, state: c.row.state, adopted: true}
+				if c.row.state == "RUNNING" {
+					r.running = now
+				}
+				p.outstanding[prof.Name] = r
+				adopted = append(adopted, r)
+			case c.row.state == "PENDING":
+				has := "worker " + holder.worker
+				if holder.job != "" {
+					has = "job " + holder.job
+				}
+				strays = append(strays, jobRef{job: c.row.id, profile: prof.Name, worker: c.worker,
+					why: fmt.Sprintf("found at start: a second job for profile %s, which already has %s", prof.Name, has)})
+			default:
+				leftAlone = append(leftAlone, c.row)
+			}
+		}
+	}
+	p.adoptPending, p.mine = false, nil
+	p.mu.Unlock()
+
+	for _, r := range adopted {
+		cfg.log.Info("adopted a job left by an earlier run", "profile", r.profile, "job", r.job, "worker", r.worker, "state", r.state)
+	}
+	for _, row := range leftAlone {
+		cfg.log.Info("left alone a running job of an earlier run", "job", row.id, "state", row.state, "comment", row.comment)
+	}
+	if len(adopted) > 0 {
+		p.wakePoller()
+	}
+	if len(strays) == 0 {
+		return
+	}
+	if err := p.scancel(ctx, jobIDs(strays)); err != nil {
+		p.mu.Lock()
+		p.lastErr = truncate("cancelling jobs left by an earlier run: " + err.Error())
+		if !p.shut {
+			// Try again on the next poll; what was adopted stays.
+			p.adoptPending, p.mine = true, map[string]bool{}
+		}
+		p.mu.Unlock()
+		cfg.log.Error("could not cancel jobs left by an earlier run; will try again", "jobs", jobIDs(strays), "error", err)
+		p.wakePoller()
+		return
+	}
+	for _, j := range strays {
+		cfg.log.Warn("cancelled a job left by an earlier run", "job", j.job, "worker", j.worker, "why", j.why)
+		p.publish(p.life, cfg, host, shared.Event{Kind: shared.EventWorkerCancelled, Profile: j.profile, Job: j.job, Worker: j.worker, Detail: j.why})
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// profileOf reads the profile from the name of a worker of this
+// provisioner, <provisioner>-<profile>-<8 hex digits>, taken from a job's
+// comment (tagged says it had the fluksio: prefix). why says what is
+// wrong when it does not name a worker of a configured profile.
+func (s *settings) profileOf(worker string, tagged bool, comment string) (profile, why string) {
+	rest, ok := strings.CutPrefix(worker, s.name+"-")
+	n := len(rest)
+	if !tagged || !ok || n < 10 || rest[n-9] != '-' || !isLowerHex(rest[n-8:]) || !nameRE.MatchString(rest[:n-9]) {
+		return "", fmt.Sprintf("its comment %s does not name a worker of provisioner %s", strconv.Quote(truncateTo(comment, 80)), s.name)
+	}
+	profile = rest[:n-9]
+	for _, p := range s.Profiles {
+		if p.Name == profile {
+			return profile, ""
+		}
+	}
+	return profile, fmt.Sprintf("profile %s is not configured", profile)
+}
+
+func isLowerHex(s string) bool {
+	for _, c := range []byte(s) {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// truncateTo keeps at most n bytes of s, on a rune boundary.
+func truncateTo(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

@@ -1,0 +1,900 @@
+package slurm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluksio/provision/shared"
+)
+
+// manyProfiles replaces the profiles with n of one CPU each, p000 and up.
+func manyProfiles(n int) func(map[string]any) {
+	return func(c map[string]any) {
+		var ps []any
+		for i := range n {
+			ps = append(ps, map[string]any{"name": fmt.Sprintf("p%03d", i), "cpus": 1, "gpus": 0, "ram_mb": 0, "labels": nil, "sbatch": nil, "prerun": nil})
+		}
+		c["profile"] = ps
+	}
+}
+
+// addJob makes a request for the profile outstanding with a job, as if
+// its submission had finished, and returns its worker.
+func (h *harness) addJob(profile, job string) string {
+	n, _ := strconv.Atoi(job)
+	r := &request{profile: profile, worker: fmt.Sprintf("hpc-%s-%08x", profile, n), since: h.clock.Now(),
+		cancel: func() {}, done: closedDone, job: job}
+	h.p.mu.Lock()
+	h.p.outstanding[profile] = r
+	h.p.mu.Unlock()
+	return r.worker
+}
+
+// submitted waits until no submission is in flight.
+func (h *harness) submitted(t *testing.T) {
+	t.Helper()
+	eventually(t, "the submissions to finish", func() bool {
+		h.p.mu.Lock()
+		defer h.p.mu.Unlock()
+		return len(h.p.inflight) == 0
+	})
+}
+
+// provisioned asks for a cpu machine and waits for its job.
+func (h *harness) provisioned(t *testing.T) shared.Event {
+	t.Helper()
+	n := len(h.host.Events())
+	if r := h.provision(t, cpuNeed); r.Outcome != shared.OutcomeRequested {
+		t.Fatalf("Provision = %+v", r)
+	}
+	ev := h.host.waitEvents(t, n+1)[n]
+	if ev.Kind != shared.EventWorkerProvisioned {
+		t.Fatalf("event = %+v", ev)
+	}
+	h.submitted(t)
+	return ev
+}
+
+func (h *harness) calls() int64 { return h.p.slurmCalls.Load() }
+
+func (h *harness) outstanding(t *testing.T) map[string]shared.Outstanding {
+	t.Helper()
+	m := map[string]shared.Outstanding{}
+	for _, o := range h.status(t).Outstanding {
+		m[o.Profile] = o
+	}
+	return m
+}
+
+var pollArgv = []string{"squeue", "-h", "--me", "-t", "all", "--name=fluksio-hpc", "-o", "'%i|%T|%r|%S|%k'"}
+
+func TestPollOneQueryPerCycle(t *testing.T) {
+	for _, n := range []int{1, 10, 100} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			h := newHarness(t, "squeue=rows", manyProfiles(n))
+			ctx := context.Background()
+
+			// Nothing outstanding: a cycle costs nothing.
+			h.p.pollOnce(ctx)
+			if c := h.calls(); c != 0 {
+				t.Fatalf("%d Slurm calls with nothing outstanding", c)
+			}
+
+			var rows []string
+			for i := range n {
+				job := strconv.Itoa(1000 + i)
+				worker := h.addJob(fmt.Sprintf("p%03d", i), job)
+				rows = append(rows, job+"|PENDING|Priority|N/A|"+jobComment(worker))
+			}
+			h.fake.setRows(t, rows...)
+			for cycle := 1; cycle <= 3; cycle++ {
+				before := h.calls()
+				h.p.pollOnce(ctx)
+				if d := h.calls() - before; d != 1 {
+					t.Fatalf("cycle %d: %d Slurm calls for %d outstanding, want 1", cycle, d, n)
+				}
+			}
+			squeues := h.fake.callsTo("squeue")
+			if len(squeues) != 3 || len(h.fake.calls()) != 3 {
+				t.Fatalf("%d squeue calls of %d", len(squeues), len(h.fake.calls()))
+			}
+			if got := squeues[0].remote(); !slices.Equal(got, pollArgv) {
+				t.Errorf("squeue = %q, want %q", got, pollArgv)
+			}
+			st := h.status(t)
+			if len(st.Outstanding) != n {
+				t.Fatalf("%d outstanding, want %d", len(st.Outstanding), n)
+			}
+			for _, o := range st.Outstanding {
+				if o.State != "PENDING" {
+					t.Errorf("%s: state %q", o.Profile, o.State)
+				}
+			}
+		})
+	}
+}
+
+func TestPollSkipsSubmissionsInFlight(t *testing.T) {
+	h := newHarness(t, "sbatch=gate,squeue=rows", nil)
+	h.provision(t, cpuNeed)
+	eventually(t, "the sbatch call", func() bool { return len(h.fake.callsTo("sbatch")) == 1 })
+	before := h.calls()
+	h.p.pollOnce(context.Background())
+	if d := h.calls() - before; d != 0 {
+		t.Errorf("%d Slurm calls with only a submission in flight", d)
+	}
+	h.fake.openGate(t)
+	h.host.waitEvents(t, 1)
+}
+
+// TestPoller runs the real poller: it reads the queue while something is
+// outstanding, and has nothing to do once nothing is.
+func TestPoller(t *testing.T) {
+	h := newHarness(t, "sbatch=gate,squeue=rows", func(c map[string]any) { c["poll_interval"] = "20ms" })
+	if h.p.pollWanted() {
+		t.Fatal("the poller wants to run with nothing outstanding and nothing to adopt")
+	}
+	h.provision(t, cpuNeed)
+	eventually(t, "the sbatch call", func() bool { return len(h.fake.callsTo("sbatch")) == 1 })
+	worker := h.status(t).Outstanding[0].Worker
+	h.fake.setRows(t, "4242|RUNNING|None|2026-12-02T10:00:01|"+jobComment(worker))
+	h.fake.openGate(t)
+	eventually(t, "the poller to see the job running", func() bool { return h.outstanding(t)["cpu"].State == "RUNNING" })
+
+	if _, err := h.p.Reconcile(context.Background(), &shared.ReconcileRequest{Attached: []string{worker}}); err != nil {
+		t.Fatal(err)
+	}
+	if h.p.pollWanted() {
+		t.Error("the poller wants to run after the worker attached")
+	}
+	for _, c := range h.fake.callsTo("squeue") {
+		if !slices.Equal(c.remote(), pollArgv) {
+			t.Errorf("squeue = %q", c.remote())
+		}
+	}
+}
+
+func TestPollForgetsEndedJob(t *testing.T) {
+	tests := []struct {
+		row    string // state|reason|start, or "" for a job squeue no longer lists
+		detail string
+	}{
+		{"FAILED|NonZeroExitCode|2026-12-02T10:00:01", "job 4242 ended FAILED (NonZeroExitCode) before its worker attached"},
+		{"TIMEOUT|TimeLimit|2026-12-02T10:00:01", "job 4242 ended TIMEOUT (TimeLimit) before its worker attached"},
+		{"CANCELLED|None|2026-12-02T10:00:01", "job 4242 ended CANCELLED before its worker attached"},
+		{"DEADLINE|DeadLine|N/A", "job 4242 ended DEADLINE (DeadLine) before its worker attached"},
+		{"COMPLETED|None|2026-12-02T10:00:01", "job 4242 ended COMPLETED before its worker attached"},
+		{"", "job 4242 left the queue before its worker attached"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.detail, func(t *testing.T) {
+			h := newHarness(t, "sbatch=ok,squeue=rows", nil)
+			ev := h.provisioned(t)
+			if tc.row != "" {
+				h.fake.setRows(t, "4242|"+tc.row+"|"+jobComment(ev.Worker))
+			}
+			h.p.pollOnce(context.Background())
+
+			evs := h.host.waitEvents(t, 2)
+			if got := evs[1]; got.Kind != shared.EventWorkerProvisionFailed || got.Job != "4242" || got.Worker != ev.Worker || got.Detail != tc.detail {
+				t.Errorf("event = %+v, want failed with %q", got, tc.detail)
+			}
+			st := h.status(t)
+			if len(st.Outstanding) != 0 || st.LastError != tc.detail {
+				t.Errorf("Status = %+v", st)
+			}
+			if len(st.BackingOff) != 1 || st.BackingOff[0].Failures != 1 {
+				t.Errorf("BackingOff = %+v", st.BackingOff)
+			}
+			if n := len(h.fake.callsTo("scancel")); n != 0 {
+				t.Errorf("%d scancel calls for a job that has ended", n)
+			}
+			// Asked for again once the backoff is over.
+			h.clock.Advance(backoffBase)
+			if r := h.provision(t, cpuNeed); r.Outcome != shared.OutcomeRequested {
+				t.Errorf("Provision = %+v", r)
+			}
+		})
+	}
+}
+
+func TestPollKeepsRunningAndPendingJobs(t *testing.T) {
+	h := newHarness(t, "sbatch=ok,squeue=rows", nil)
+	ev := h.provisioned(t)
+	ctx := context.Background()
+	for _, row := range []string{"PENDING|Priority|N/A", "PENDING|Resources|2026-12-02T11:00:00", "PENDING|BeginTime|2026-12-02T11:00:00", "CONFIGURING|None|2026-12-02T10:00:01"} {
+		h.fake.setRows(t, "4242|"+row+"|"+jobComment(ev.Worker))
+		h.p.pollOnce(ctx)
+		state, _, _ := strings.Cut(row, "|")
+		if o := h.outstanding(t)["cpu"]; o.Job != "4242" || o.State != state {
+			t.Errorf("%s: outstanding = %+v", row, o)
+		}
+	}
+	h.p.mu.Lock()
+	running := h.p.outstanding["cpu"].running
+	h.p.mu.Unlock()
+	if !running.IsZero() {
+		t.Errorf("running since %s before the job ran", running)
+	}
+	h.clock.Advance(time.Minute)
+	h.fake.setRows(t, "4242|RUNNING|None|2026-12-02T10:01:00|"+jobComment(ev.Worker))
+	h.p.pollOnce(ctx)
+	h.clock.Advance(time.Minute)
+	h.p.pollOnce(ctx)
+	h.p.mu.Lock()
+	running = h.p.outstanding["cpu"].running
+	h.p.mu.Unlock()
+	if want := h.clock.Now().Add(-time.Minute); !running.Equal(want) {
+		t.Errorf("running since %s, want %s (the first cycle that saw it)", running, want)
+	}
+	if got := kinds(h.host.Events()); len(got) != 1 {
+		t.Errorf("events = %v", got)
+	}
+}
+
+func TestPollCancelsJobThatCanNeverStart(t *testing.T) {
+	h := newHarness(t, "sbatch=ok,squeue=rows,scancel=ok", nil)
+	ev := h.provisioned(t)
+	h.fake.setRows(t, "4242|PENDING|PartitionConfig|N/A|"+jobComment(ev.Worker))
+	h.p.pollOnce(context.Background())
+
+	scancels := h.fake.callsTo("scancel")
+	if len(scancels) != 1 || !slices.Equal(scancels[0].remote(), []string{"scancel", "4242"}) {
+		t.Fatalf("scancel calls = %+v", scancels)
+	}
+	evs := h.host.waitEvents(t, 2)
+	if got := evs[1]; got.Kind != shared.EventWorkerCancelled || got.Job != "4242" || !strings.Contains(got.Detail, "PartitionConfig") {
+		t.Errorf("event = %+v", got)
+	}
+	st := h.status(t)
+	if len(st.Outstanding) != 0 || !strings.Contains(st.LastError, "PartitionConfig") || len(st.BackingOff) != 1 {
+		t.Errorf("Status = %+v", st)
+	}
+}
+
+func TestReasonNeverClears(t *testing.T) {
+	never := []string{"PartitionConfig", "PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints", "InvalidAccount", "InvalidQOS",
+		"QOSMaxWallDurationPerJobLimit", "QOSMaxCpuPerJobLimit", "QOSMaxGRESPerNode", "AssocMaxCpuPerJobLimit", "AssocMaxMemPerJob",
+		"QOSMinCpuNotSatisfied", "DependencyNeverSatisfied", "AccountNotAllowed"}
+	clears := []string{"Priority", "Resources", "Dependency", "BeginTime", "None", "JobHeldUser", "JobHeldAdmin", "ReqNodeNotAvail",
+		"PartitionDown", "QOSMaxJobsPerUserLimit", "QOSMaxSubmitJobPerUserLimit", "AssocMaxJobsLimit", "AssocGrpCpuLimit", "QOSGrpNodeLimit",
+		"MaxJobsPerAccount", "Licenses", "Reservation", ""}
+	for _, r := range never {
+		if !reasonNeverClears(r) {
+			t.Errorf("%s: clears, want never", r)
+		}
+	}
+	for _, r := range clears {
+		if reasonNeverClears(r) {
+			t.Errorf("%s: never clears, want it to", r)
+		}
+	}
+}
+
+func TestPollFailureKeepsEverything(t *testing.T) {
+	h := newHarness(t, "sbatch=ok,squeue=fail", nil)
+	ctx := context.Background()
+	h.provision(t, cpuNeed)
+	h.provision(t, gpuNeed)
+	h.host.waitEvents(t, 2)
+	h.submitted(t)
+	warnings := func() int { return strings.Count(h.logs.String(), "[WARN]  cannot read the queue") }
+
+	for range 3 {
+		h.p.pollOnce(ctx)
+	}
+	h.fake.setSpec(t, "squeue=drop")
+	h.p.pollOnce(ctx)
+	st := h.status(t)
+	if len(st.Outstanding) != 2 || !strings.Contains(st.LastError, "closed by remote host") {
+		t.Fatalf("Status = %+v", st)
+	}
+	if n := warnings(); n != 1 {
+		t.Errorf("%d warnings for one outage:\n%s", n, h.logs.String())
+	}
+	if n := len(h.host.Events()); n != 2 {
+		t.Errorf("%d events", n)
+	}
+
+	// It works again: quietly.
+	var rows []string
+	for _, o := range st.Outstanding {
+		rows = append(rows, o.Job+"|RUNNING|None|2026-12-02T10:00:01|"+jobComment(o.Worker))
+	}
+	h.fake.setSpec(t, "squeue=rows")
+	h.fake.setRows(t, rows...)
+	h.p.pollOnce(ctx)
+	for p, o := range h.outstanding(t) {
+		if o.State != "RUNNING" {
+			t.Errorf("%s: %+v", p, o)
+		}
+	}
+	if n := warnings(); n != 1 {
+		t.Errorf("%d warnings after recovering", n)
+	}
+	// A new outage is a new warning.
+	h.fake.setSpec(t, "squeue=fail")
+	h.p.pollOnce(ctx)
+	if n := warnings(); n != 2 {
+		t.Errorf("%d warnings after a second outage", n)
+	}
+	if st := h.status(t); len(st.Outstanding) != 2 || !strings.Contains(st.LastError, "Unable to contact slurm controller") {
+		t.Errorf("Status = %+v", st)
+	}
+}
+
+func TestAttachTimeout(t *testing.T) {
+	ctx := context.Background()
+	reconcile := func(t *testing.T, h *harness) *shared.ReconcileResponse {
+		t.Helper()
+		resp, err := h.p.Reconcile(ctx, &shared.ReconcileRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	setState := func(t *testing.T, h *harness, worker, state string) {
+		t.Helper()
+		h.fake.setRows(t, "4242|"+state+"|None|N/A|"+jobComment(worker))
+		h.p.pollOnce(ctx)
+	}
+
+	// provision_timeout 15m, attach_timeout 10m.
+	t.Run("queued is not stuck", func(t *testing.T) {
+		h := newHarness(t, "sbatch=ok,squeue=rows,scancel=ok", nil)
+		ev := h.provisioned(t)
+		setState(t, h, ev.Worker, "PENDING")
+		h.clock.Advance(12 * time.Minute)
+		setState(t, h, ev.Worker, "PENDING")
+		if resp := reconcile(t, h); len(resp.Expired) != 0 {
+			t.Fatalf("a queued job expired after 12m: %+v", resp)
+		}
+		h.clock.Advance(3*time.Minute + time.Second)
+		if resp := reconcile(t, h); !slices.Equal(resp.Expired, []string{"4242"}) {
+			t.Fatalf("Reconcile after provision_timeout = %+v", resp)
+		}
+		if last := h.host.waitEvents(t, 2)[1]; last.Kind != shared.EventWorkerCancelled || last.Detail != "did not attach within 15m0s" {
+			t.Errorf("event = %+v", last)
+		}
+	})
+
+	t.Run("running without attaching", func(t *testing.T) {
+		h := newHarness(t, "sbatch=ok,squeue=rows,scancel=ok", nil)
+		ev := h.provisioned(t)
+		h.clock.Advance(4 * time.Minute)
+		setState(t, h, ev.Worker, "RUNNING")
+		h.clock.Advance(10 * time.Minute)
+		if resp := reconcile(t, h); len(resp.Expired) != 0 {
+			t.Fatalf("expired at exactly attach_timeout: %+v", resp)
+		}
+		h.clock.Advance(time.Second)
+		if resp := reconcile(t, h); !slices.Equal(resp.Expired, []string{"4242"}) {
+			t.Fatalf("Reconcile after attach_timeout = %+v", resp)
+		}
+		last := h.host.waitEvents(t, 2)[1]
+		if last.Kind != shared.EventWorkerCancelled || !strings.Contains(last.Detail, "attach_timeout 10m0s") {
+			t.Errorf("event = %+v", last)
+		}
+		if st := h.status(t); len(st.BackingOff) != 1 {
+			t.Errorf("BackingOff = %+v; a job that ran and never attached counts as a failure", st.BackingOff)
+		}
+	})
+
+	t.Run("provision_timeout bounds a late start", func(t *testing.T) {
+		h := newHarness(t, "sbatch=ok,squeue=rows,scancel=ok", nil)
+		ev := h.provisioned(t)
+		h.clock.Advance(14 * time.Minute)
+		setState(t, h, ev.Worker, "RUNNING")
+		h.clock.Advance(time.Minute + time.Second)
+		if resp := reconcile(t, h); !slices.Equal(resp.Expired, []string{"4242"}) {
+			t.Fatalf("Reconcile = %+v", resp)
+		}
+		if last := h.host.waitEvents(t, 2)[1]; last.Detail != "did not attach within 15m0s" {
+			t.Errorf("event = %+v", last)
+		}
+	})
+}
+
+func TestBackoff(t *testing.T) {
+	h := newHarness(t, "sbatch=fail", nil)
+	const said = "Invalid partition name specified"
+	delays := []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second, 80 * time.Second, 160 * time.Second, 5 * time.Minute, 5 * time.Minute}
+	for i, d := range delays {
+		if r := h.provision(t, cpuNeed); r.Outcome != shared.OutcomeRequested {
+			t.Fatalf("failure %d: Provision = %+v", i+1, r)
+		}
+		h.host.waitEvents(t, i+1)
+		h.submitted(t)
+		until := h.clock.Now().Add(d)
+		st := h.status(t)
+		if len(st.BackingOff) != 1 || st.BackingOff[0].Profile != "cpu" || st.BackingOff[0].Failures != i+1 ||
+			!st.BackingOff[0].Until.Equal(until) || !strings.Contains(st.BackingOff[0].LastError, said) {
+			t.Fatalf("failure %d: BackingOff = %+v, want until %s", i+1, st.BackingOff, until)
+		}
+		calls := h.calls()
+		for _, at := range []time.Duration{0, d - time.Second} {
+			h.clock.Advance(at)
+			r := h.provision(t, cpuNeed)
+			if r.Outcome != shared.OutcomeBackingOff || r.Profile != "cpu" || !strings.Contains(r.Detail, until.Format(time.RFC3339)) || !strings.Contains(r.Detail, said) {
+				t.Fatalf("failure %d, %s later: Provision = %+v", i+1, at, r)
+			}
+		}
+		if h.calls() != calls {
+			t.Fatalf("Provision during backoff ran %d Slurm calls", h.calls()-calls)
+		}
+		h.clock.Advance(time.Second)
+		if st := h.status(t); len(st.BackingOff) != 0 {
+			t.Fatalf("BackingOff after the wait = %+v", st.BackingOff)
+		}
+	}
+	// Other profiles are not held back.
+	if r := h.provision(t, gpuNeed); r.Outcome != shared.OutcomeRequested {
+		t.Errorf("gpu: %+v", r)
+	}
+	h.host.waitEvents(t, len(delays)+1)
+	h.submitted(t)
+
+	// A worker attaching resets the count.
+	h.fake.setSpec(t, "sbatch=ok")
+	ev := h.provisioned(t)
+	if _, err := h.p.Reconcile(context.Background(), &shared.ReconcileRequest{Attached: []string{ev.Worker}}); err != nil {
+		t.Fatal(err)
+	}
+	h.fake.setSpec(t, "sbatch=fail")
+	n := len(h.host.Events())
+	h.provision(t, cpuNeed)
+	h.host.waitEvents(t, n+1)
+	h.submitted(t)
+	if st := h.status(t); len(st.BackingOff) != 2 || st.BackingOff[0].Failures != 1 || !st.BackingOff[0].Until.Equal(h.clock.Now().Add(backoffBase)) {
+		t.Errorf("BackingOff after a worker attached and a new failure = %+v", st.BackingOff)
+	}
+}
+
+func TestBackoffDelay(t *testing.T) {
+	defer func(b, m time.Duration) { backoffBase, backoffMax = b, m }(backoffBase, backoffMax)
+	backoffBase, backoffMax = time.Millisecond, 10*time.Millisecond
+	var got []time.Duration
+	for n := 1; n <= 6; n++ {
+		got = append(got, backoffDelay(n))
+	}
+	want := []time.Duration{1, 2, 4, 8, 10, 10}
+	for i := range want {
+		want[i] *= time.Millisecond
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("delays = %v, want %v", got, want)
+	}
+	if d := backoffDelay(1000); d != backoffMax {
+		t.Errorf("delay after 1000 failures = %s", d)
+	}
+}
+
+var lookupArgv = []string{"squeue", "-h", "--me", "--name=fluksio-hpc", "-o", "'%i|%k'"}
+
+func TestLostAnswerFoundInQueue(t *testing.T) {
+	for _, tc := range []struct{ name, sbatch, timeout string }{
+		{"timed out", "hang", "300ms"},
+		{"connection dropped", "drop", "30s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, "sbatch="+tc.sbatch+",squeue=list", func(c map[string]any) { c["submit_timeout"] = tc.timeout })
+			h.provision(t, cpuNeed)
+			ev := h.host.waitEvents(t, 1)[0]
+			if ev.Kind != shared.EventWorkerProvisioned || ev.Job != "9001" {
+				t.Fatalf("event = %+v", ev)
+			}
+			h.submitted(t)
+			if n := len(h.fake.callsTo("sbatch")); n != 1 {
+				t.Errorf("%d sbatch calls", n)
+			}
+			squeues := h.fake.callsTo("squeue")
+			if len(squeues) != 1 || !slices.Equal(squeues[0].remote(), lookupArgv) {
+				t.Fatalf("squeue calls = %+v", squeues)
+			}
+			if o := h.outstanding(t)["cpu"]; o.Job != "9001" || o.Worker != ev.Worker {
+				t.Errorf("outstanding = %+v", o)
+			}
+			if r := h.provision(t, cpuNeed); r.Outcome != shared.OutcomeOutstanding {
+				t.Errorf("second Provision = %+v", r)
+			}
+			if n := len(h.fake.callsTo("sbatch")); n != 1 {
+				t.Errorf("%d sbatch calls: a duplicate", n)
+			}
+			if !strings.Contains(h.logs.String(), "sbatch's answer was lost, but its job is in the queue") {
+				t.Errorf("no warning:\n%s", h.logs.String())
+			}
+			assertTokenHidden(t, h, tokenFor(ev.Worker))
+		})
+	}
+}
+
+func TestLostAnswerNotInQueue(t *testing.T) {
+	h := newHarness(t, "sbatch=drop,squeue=ok", nil)
+	h.provision(t, cpuNeed)
+	ev := h.host.waitEvents(t, 1)[0]
+	if ev.Kind != shared.EventWorkerProvisionFailed || !strings.Contains(ev.Detail, "closed by remote host") || !strings.Contains(ev.Detail, "the queue has no job for worker "+ev.Worker) {
+		t.Fatalf("event = %+v", ev)
+	}
+	h.submitted(t)
+	if st := h.status(t); len(st.Outstanding) != 0 {
+		t.Errorf("Outstanding = %+v", st.Outstanding)
+	}
+	if n := len(h.fake.callsTo("squeue")); n != 1 {
+		t.Errorf("%d squeue calls", n)
+	}
+}
+
+// TestAnswerNotLost: when sbatch said no, or ssh never connected, there
+// is nothing to look for.
+func TestAnswerNotLost(t *testing.T) {
+	for _, tc := range []struct{ sbatch, want string }{
+		{"fail", "Invalid partition name specified"},
+		{"refused", "Connection refused"},
+	} {
+		t.Run(tc.sbatch, func(t *testing.T) {
+			h := newHarness(t, "sbatch="+tc.sbatch+",squeue=list", nil)
+			h.provision(t, cpuNeed)
+			ev := h.host.waitEvents(t, 1)[0]
+			if ev.Kind != shared.EventWorkerProvisionFailed || !strings.Contains(ev.Detail, tc.want) {
+				t.Errorf("event = %+v", ev)
+			}
+			h.submitted(t)
+			if n := len(h.fake.callsTo("squeue")); n != 0 {
+				t.Errorf("%d squeue calls", n)
+			}
+		})
+	}
+}
+
+func TestAnswerLost(t *testing.T) {
+	exit := func(code int) error { return exec.Command("sh", "-c", "exit "+strconv.Itoa(code)).Run() }
+	wrap := func(err error) error { return fmt.Errorf("sbatch on login: %w", err) }
+	tests := []struct {
+		name   string
+		err    error
+		stderr string
+		want   bool
+	}{
+		{"timeout", wrap(fmt.Errorf("no answer within 30s: %w", context.DeadlineExceeded)), "", true},
+		{"dropped", wrap(exit(255)), "Connection to login closed by remote host.\n", true},
+		{"reset", wrap(exit(255)), "client_loop: send disconnect: Broken pipe\n", true},
+		{"silent 255", wrap(exit(255)), "", true},
+		{"slurmctld timed out", wrap(exit(1)), "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation\n", true},
+		{"refused", wrap(exit(1)), "sbatch: error: Batch job submission failed: Invalid partition name specified\n", false},
+		{"bad option", wrap(exit(255)), "sbatch: error: Invalid --time specification\n", false},
+		{"connection refused", wrap(exit(255)), "ssh: connect to host login port 22: Connection refused\n", false},
+		{"host key", wrap(exit(255)), "Host key verification failed.\n", false},
+		{"auth", wrap(exit(255)), "alice@login: Permission denied (publickey).\n", false},
+		{"no ssh", wrap(&exec.Error{Name: "ssh", Err: exec.ErrNotFound}), "", false},
+		{"cancelled", wrap(context.Canceled), "", false},
+	}
+	for _, tc := range tests {
+		if got := answerLost(tc.err, []byte(tc.stderr)); got != tc.want {
+			t.Errorf("%s: answerLost = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestLostAnswerLookupFails(t *testing.T) {
+	ctx := context.Background()
+	setup := func(t *testing.T) (*harness, string) {
+		t.Helper()
+		h := newHarness(t, "sbatch=drop,squeue=fail", nil)
+		h.provision(t, cpuNeed)
+		h.submitted(t)
+		o := h.outstanding(t)["cpu"]
+		if o.State != "UNKNOWN" || o.Job != "" {
+			t.Fatalf("outstanding = %+v, want state UNKNOWN and no job", o)
+		}
+		if n := len(h.host.Events()); n != 0 {
+			t.Errorf("%d events while the outcome is unknown", n)
+		}
+		if st := h.status(t); !strings.Contains(st.LastError, "closed by remote host") || !strings.Contains(st.LastError, "Unable to contact slurm controller") {
+			t.Errorf("LastError = %q", st.LastError)
+		}
+		if r := h.provision(t, cpuNeed); r.Outcome != shared.OutcomeOutstanding || !strings.Contains(r.Detail, "lost") {
+			t.Errorf("Provision while unknown = %+v", r)
+		}
+		h.p.pollOnce(ctx) // still failing
+		if o := h.outstanding(t)["cpu"]; o.State != "UNKNOWN" {
+			t.Errorf("after a failed poll: %+v", o)
+		}
+		if n := len(h.fake.callsTo("sbatch")); n != 1 {
+			t.Errorf("%d sbatch calls", n)
+		}
+		return h, o.Worker
+	}
+
+	t.Run("found later", func(t *testing.T) {
+		h, worker := setup(t)
+		h.fake.setSpec(t, "squeue=list")
+		h.p.pollOnce(ctx)
+		ev := h.host.waitEvents(t, 1)[0]
+		if ev.Kind != shared.EventWorkerProvisioned || ev.Job != "9001" || ev.Worker != worker {
+			t.Errorf("event = %+v", ev)
+		}
+		if o := h.outstanding(t)["cpu"]; o.Job != "9001" || o.State != "PENDING" {
+			t.Errorf("outstanding = %+v", o)
+		}
+	})
+
+	t.Run("not in the queue", func(t *testing.T) {
+		h, worker := setup(t)
+		h.fake.setSpec(t, "squeue=rows")
+		h.p.pollOnce(ctx)
+		ev := h.host.waitEvents(t, 1)[0]
+		if ev.Kind != shared.EventWorkerProvisionFailed || ev.Worker != worker || !strings.Contains(ev.Detail, "was not submitted") {
+			t.Errorf("event = %+v", ev)
+		}
+		if st := h.status(t); len(st.Outstanding) != 0 {
+			t.Errorf("Outstanding = %+v", st.Outstanding)
+		}
+	})
+
+	t.Run("never found", func(t *testing.T) {
+		h, worker := setup(t)
+		h.clock.Advance(15 * time.Minute)
+		if resp, err := h.p.Reconcile(ctx, &shared.ReconcileRequest{}); err != nil || len(resp.Expired) != 0 {
+			t.Fatalf("Reconcile = %+v, %v", resp, err)
+		}
+		if st := h.status(t); len(st.Outstanding) != 1 {
+			t.Fatalf("forgotten at exactly provision_timeout: %+v", st.Outstanding)
+		}
+		h.clock.Advance(time.Second)
+		if _, err := h.p.Reconcile(ctx, &shared.ReconcileRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		ev := h.host.waitEvents(t, 1)[0]
+		if ev.Kind != shared.EventWorkerProvisionFailed || ev.Worker != worker || !strings.Contains(ev.Detail, "15m0s") {
+			t.Errorf("event = %+v", ev)
+		}
+		if st := h.status(t); len(st.Outstanding) != 0 {
+			t.Errorf("Outstanding = %+v", st.Outstanding)
+		}
+	})
+}
+
+func TestAdoption(t *testing.T) {
+	h := newUnconfigured(t, "squeue=rows,scancel=ok")
+	h.fake.setRows(t,
+		"500|PENDING|Priority|N/A|fluksio:hpc-cpu-0000000a",
+		"501|PENDING|Priority|N/A|fluksio:hpc-cpu-0000000b",
+		"499|RUNNING|None|2026-12-02T09:00:00|fluksio:hpc-cpu-00000009",
+		"503|RUNNING|None|2026-12-02T09:00:00|fluksio:hpc-gpu-0000000d",
+		"502|RUNNING|None|2026-12-02T09:00:00|fluksio:hpc-gpu-0000000c",
+		"504|PENDING|Priority|N/A|fluksio:hpc-old-0000000e",
+		"505|PENDING|Priority|N/A|(null)",
+		"506|PENDING|Priority|N/A|fluksio:other-cpu-0000000f",
+		"507|COMPLETED|None|2026-12-02T09:00:00|fluksio:hpc-cpu-00000010",
+		"508|RUNNING|None|2026-12-02T09:00:00|fluksio:hpc-old-00000011",
+	)
+	h.configure(t, nil)
+
+	squeues := h.fake.callsTo("squeue")
+	if want := []string{"squeue", "-h", "--me", "--name=fluksio-hpc", "-o", "'%i|%T|%r|%S|%k'"}; len(squeues) != 1 || !slices.Equal(squeues[0].remote(), want) {
+		t.Fatalf("squeue calls = %+v, want one %q", squeues, want)
+	}
+	scancels := h.fake.callsTo("scancel")
+	if len(scancels) != 1 {
+		t.Fatalf("%d scancel calls, want 1", len(scancels))
+	}
+	cancelled := slices.Sorted(slices.Values(scancels[0].remote()[1:]))
+	if !slices.Equal(cancelled, []string{"501", "504", "505", "506"}) {
+		t.Errorf("cancelled %v", cancelled)
+	}
+	why := map[string]string{}
+	for _, ev := range h.host.Events() {
+		if ev.Kind != shared.EventWorkerCancelled {
+			t.Errorf("event %+v", ev)
+		}
+		why[ev.Job] = ev.Detail
+	}
+	for job, want := range map[string]string{
+		"501": "a second job for profile cpu, which already has job 500",
+		"504": "profile old is not configured",
+		"505": `its comment "(null)" does not name a worker of provisioner hpc`,
+		"506": `its comment "fluksio:other-cpu-0000000f" does not name a worker of provisioner hpc`,
+	} {
+		if !strings.Contains(why[job], want) || !strings.HasPrefix(why[job], "found at start: ") {
+			t.Errorf("job %s: detail %q, want %q", job, why[job], want)
+		}
+	}
+
+	got := h.outstanding(t)
+	if o := got["cpu"]; o.Job != "500" || o.Worker != "hpc-cpu-0000000a" || o.State != "PENDING" || o.Age != 0 {
+		t.Errorf("cpu: %+v (the oldest pending job)", o)
+	}
+	if o := got["gpu"]; o.Job != "502" || o.Worker != "hpc-gpu-0000000c" || o.State != "RUNNING" {
+		t.Errorf("gpu: %+v (the oldest running job)", o)
+	}
+	h.p.mu.Lock()
+	running := h.p.outstanding["gpu"].running
+	h.p.mu.Unlock()
+	if !running.Equal(h.clock.Now()) {
+		t.Errorf("adopted running job runs since %s", running)
+	}
+	if r := h.provision(t, cpuNeed); r.Outcome != shared.OutcomeOutstanding {
+		t.Errorf("Provision = %+v", r)
+	}
+	if !h.p.pollWanted() {
+		t.Error("the poller does not watch adopted jobs")
+	}
+	logs := h.logs.String()
+	if strings.Count(logs, "adopted a job left by an earlier run") != 2 || strings.Count(logs, "left alone a running job") != 3 {
+		t.Errorf("logs:\n%s", logs)
+	}
+
+	// Reconcile and Shutdown treat them as their own.
+	if resp, err := h.p.Reconcile(context.Background(), &shared.ReconcileRequest{Attached: []string{"hpc-gpu-0000000c"}}); err != nil || !slices.Equal(resp.Arrived, []string{"hpc-gpu-0000000c"}) {
+		t.Errorf("Reconcile = %+v, %v", resp, err)
+	}
+	resp, err := h.p.Shutdown(context.Background(), &shared.ShutdownRequest{})
+	if err != nil || !slices.Equal(resp.Cancelled, []string{"500"}) {
+		t.Errorf("Shutdown = %+v, %v", resp, err)
+	}
+}
+
+func TestAdoptionRetriedByThePoller(t *testing.T) {
+	h := newUnconfigured(t, "sbatch=ok,squeue=fail,scancel=ok")
+	h.configure(t, nil)
+	ctx := context.Background()
+	if st := h.status(t); !strings.Contains(st.LastError, "Unable to contact slurm controller") {
+		t.Errorf("LastError = %q", st.LastError)
+	}
+	if !strings.Contains(h.logs.String(), "could not list jobs left by an earlier run") {
+		t.Errorf("no error logged:\n%s", h.logs.String())
+	}
+	if !h.p.pollWanted() {
+		t.Fatal("the poller would not retry adoption")
+	}
+	h.p.pollOnce(ctx)
+	if n := len(h.fake.callsTo("squeue")); n != 2 {
+		t.Fatalf("%d squeue calls", n)
+	}
+
+	// Meanwhile this run asks for a machine; adoption must not take it
+	// for a stray.
+	ev := h.provisioned(t)
+	h.fake.setSpec(t, "sbatch=ok,squeue=rows,scancel=ok")
+	h.fake.setRows(t,
+		"4242|PENDING|Priority|N/A|"+jobComment(ev.Worker),
+		"700|PENDING|Priority|N/A|fluksio:hpc-cpu-000000aa",
+		"701|PENDING|Priority|N/A|fluksio:hpc-gpu-000000bb",
+	)
+	before := h.calls()
+	h.p.pollOnce(ctx)
+	if d := h.calls() - before; d != 2 {
+		t.Errorf("%d Slurm calls, want squeue and scancel", d)
+	}
+	scancels := h.fake.callsTo("scancel")
+	if len(scancels) != 1 || !slices.Equal(scancels[0].remote(), []string{"scancel", "700"}) {
+		t.Fatalf("scancel calls = %+v", scancels)
+	}
+	got := h.outstanding(t)
+	if o := got["cpu"]; o.Job != "4242" || o.State != "PENDING" {
+		t.Errorf("cpu: %+v", o)
+	}
+	if o := got["gpu"]; o.Job != "701" {
+		t.Errorf("gpu: %+v", o)
+	}
+	before = h.calls()
+	h.p.pollOnce(ctx)
+	if d := h.calls() - before; d != 1 {
+		t.Errorf("%d Slurm calls once adopted", d)
+	}
+}
+
+func TestShutdownCancelsAdoptedAndUnknown(t *testing.T) {
+	h := newUnconfigured(t, "sbatch=drop,squeue=rows,scancel=ok")
+	h.fake.setRows(t, "500|PENDING|Priority|N/A|fluksio:hpc-gpu-0000000a")
+	h.configure(t, nil)
+	h.fake.setSpec(t, "sbatch=drop,squeue=fail,scancel=ok")
+	h.provision(t, cpuNeed)
+	h.submitted(t)
+	if o := h.outstanding(t)["cpu"]; o.State != "UNKNOWN" {
+		t.Fatalf("cpu: %+v", o)
+	}
+
+	h.fake.setSpec(t, "squeue=list,scancel=ok")
+	resp, err := h.p.Shutdown(context.Background(), &shared.ShutdownRequest{Deadline: time.Now().Add(10 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := slices.Sorted(slices.Values(resp.Cancelled)); !slices.Equal(got, []string{"500", "9001"}) {
+		t.Fatalf("Cancelled = %v", resp.Cancelled)
+	}
+	scancels := h.fake.callsTo("scancel")
+	if len(scancels) != 1 || len(scancels[0].remote()) != 3 {
+		t.Errorf("scancel calls = %+v", scancels)
+	}
+	if got := kinds(h.host.Events()); !slices.Equal(got, []shared.EventKind{shared.EventWorkerCancelled, shared.EventWorkerCancelled}) {
+		t.Errorf("events = %v", got)
+	}
+}
+
+func TestScancelBatches(t *testing.T) {
+	h := newHarness(t, "scancel=ok", nil)
+	var ids []string
+	for i := range 250 {
+		ids = append(ids, strconv.Itoa(1000+i))
+	}
+	if err := h.p.scancel(context.Background(), ids); err != nil {
+		t.Fatal(err)
+	}
+	scancels := h.fake.callsTo("scancel")
+	var sizes []int
+	var all []string
+	for _, c := range scancels {
+		sizes = append(sizes, len(c.remote())-1)
+		all = append(all, c.remote()[1:]...)
+	}
+	if !slices.Equal(sizes, []int{100, 100, 50}) || len(all) != 250 || h.calls() != 3 {
+		t.Errorf("batches of %v (%d calls)", sizes, h.calls())
+	}
+	slices.Sort(all)
+	if !slices.Equal(all, ids) {
+		t.Error("not every id was cancelled once")
+	}
+
+	h.fake.setSpec(t, "scancel=fail")
+	if err := h.p.scancel(context.Background(), ids[:1]); err == nil || !strings.Contains(err.Error(), "Unable to contact slurm controller") {
+		t.Errorf("err = %v", err)
+	}
+	if err := h.p.scancel(context.Background(), []string{"1", "2;rm"}); !errors.Is(err, shared.ErrInvalidArgument) {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func TestParseRows(t *testing.T) {
+	out := "Welcome to the cluster\n" +
+		"12|RUNNING|None|2026-12-02T10:00:00|fluksio:hpc-cpu-0000000a\n" +
+		"13|PENDING|Priority|N/A|a|b c\n" +
+		"14|PENDING|Priority|N/A\n" +
+		"x|PENDING|Priority|N/A|c\n" +
+		"15_2|PENDING|Priority|N/A|c\n" +
+		"\n"
+	got := parseRows([]byte(out))
+	want := []jobRow{
+		{"12", "RUNNING", "None", "2026-12-02T10:00:00", "fluksio:hpc-cpu-0000000a"},
+		{"13", "PENDING", "Priority", "N/A", "a|b c"},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("rows = %+v, want %+v", got, want)
+	}
+}
+
+func TestProfileOf(t *testing.T) {
+	s, diags := parseConfig("hpc", mustJSON(t, baseConfig()))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	tests := []struct {
+		comment, profile string
+		ok               bool
+	}{
+		{"fluksio:hpc-cpu-0123abcd", "cpu", true},
+		{"fluksio:hpc-gpu-0123abcd", "gpu", true},
+		{"fluksio:hpc-old-0123abcd", "old", false},
+		{"fluksio:hpc-cpu-0123ABCD", "", false},
+		{"fluksio:hpc-cpu-0123abc", "", false},
+		{"fluksio:hpc-0123abcd", "", false},
+		{"fluksio:hpcx-cpu-0123abcd", "", false},
+		{"hpc-cpu-0123abcd", "", false},
+		{"(null)", "", false},
+		{"", "", false},
+	}
+	for _, tc := range tests {
+		worker, tagged := strings.CutPrefix(tc.comment, "fluksio:")
+		profile, why := s.profileOf(worker, tagged, tc.comment)
+		if profile != tc.profile || (why == "") != tc.ok {
+			t.Errorf("%q: profile %q, why %q", tc.comment, profile, why)
+		}
+	}
+}
