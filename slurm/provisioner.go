@@ -820,5 +820,12 @@ func truncate(s string) string {
 	if utf8.RuneCountInString(s) <= maxDetail {
 		return s
 	}
-	return string([]rune(s)[:maxDetail])
+	// Keep both ends: a tool's first line says what it was doing and its
+	// last says what went wrong (ssh's host-key banner runs for 700
+	// characters before "Host key verification failed.").
+	const gap = " … "
+	r := []rune(s)
+	head := (maxDetail - len([]rune(gap))) / 3
+	tail := maxDetail - len([]rune(gap)) - head
+	return string(r[:head]) + gap + string(r[len(r)-tail:])
 }
