@@ -270,7 +270,7 @@ func launchError(cfg LaunchConfig, err error, stderr *tailWriter) error {
 	case strings.Contains(msg, "Unrecognized remote plugin message"):
 		return fmt.Errorf("provisioner %q: %s wrote to stdout before the plugin handshake (%s); a plugin must keep stdout for the handshake line and log to stderr%s",
 			cfg.Name, cfg.Path, firstLine(msg), tail)
-	case strings.Contains(msg, "Incompatible API version"):
+	case strings.Contains(strings.ToLower(msg), "incompatible api version"):
 		m := incompatibleRe.FindStringSubmatch(msg)
 		advice := "rebuild the plugin against this host's SDK"
 		if m != nil {

@@ -384,3 +384,29 @@ func alive(pid int) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || (s[i+2] != 'Z' && s[i+2] != 'X')
 }
+
+func TestProtocolMismatchSaysWhichSideToUpgrade(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		version int
+		advice  string
+	}{
+		{ProtocolVersion + 1, "upgrade the host"},
+		{ProtocolVersion + 7, "upgrade the host"},
+		{ProtocolVersion - 1, "upgrade the plugin"},
+	} {
+		// A stand-in plugin that answers the handshake with a protocol this
+		// host does not speak; go-plugin cannot be made to do that.
+		script := filepath.Join(dir, fmt.Sprintf("speaks-%d", tc.version))
+		body := fmt.Sprintf("#!/bin/sh\necho '1|%d|unix|%s/none.sock|grpc|'\nexec sleep 5\n", tc.version, dir)
+		if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		_, err := Launch(ctx, LaunchConfig{Name: "newer", Path: script})
+		cancel()
+		if !errors.Is(err, ErrIncompatible) || !strings.Contains(err.Error(), tc.advice) {
+			t.Errorf("protocol %d: got %v, want ErrIncompatible saying %q", tc.version, err, tc.advice)
+		}
+	}
+}
