@@ -51,6 +51,17 @@ func Serve(factory func(hclog.Logger) Provisioner) {
 	}
 	impl := factory(logger)
 
+	// A host that dies closes the other end of this process's stderr,
+	// and Go kills a program whose write to a broken stdout or stderr
+	// fails, with SIGPIPE, unless the program asks for that signal. The
+	// way out when the host dies is leave, below, which cancels what was
+	// asked for: the first log line on that way must not end it. Asking
+	// for SIGPIPE makes such writes fail with EPIPE instead; a handler,
+	// unlike SIG_IGN, is not inherited by the commands the plugin runs.
+	brokenPipe := make(chan os.Signal, 1)
+	signal.Notify(brokenPipe, syscall.SIGPIPE)
+	defer signal.Stop(brokenPipe)
+
 	var once sync.Once
 	leave := func(why string) {
 		once.Do(func() {

@@ -145,7 +145,7 @@ func schema() *shared.Schema {
 			{Name: "poll_interval", Type: shared.TypeDuration, Default: defaultPollInterval,
 				Description: "How often the queue is read, with one squeue for all jobs, while anything is outstanding (10% jitter). Nothing is read while nothing is outstanding."},
 			{Name: "submit_timeout", Type: shared.TypeDuration, Default: defaultSubmitTimeout,
-				Description: "How long one ssh call to the login node may take."},
+				Description: "How long one ssh call to the login node may take. Connecting and the ssh handshake get half of it (ssh's ConnectTimeout), unless ssh_options sets ConnectTimeout."},
 			{Name: "token_ttl", Type: shared.TypeDuration, Default: defaultTokenTTL,
 				Description: "How long a worker's credential is good for. It waits in the scheduler's spool with the job, so keep it short."},
 			{Name: "worker_command", Type: shared.TypeListString, Default: []string{defaultWorker},

@@ -81,9 +81,12 @@
 // they are watched, expired and cancelled at shutdown like new ones; a
 // pending job it cannot account for (a second one for a profile, an
 // unknown profile, a comment that names no worker of this provisioner) is
-// cancelled, since nobody would use it. A job that is already running is
-// never cancelled on a guess: its worker may be attached and busy, and one
-// that is not leaves by itself. If the queue cannot be read at Configure,
+// cancelled, since nobody would use it. Submissions wait for that first
+// look at the queue, so that a plugin restarted after a crash and asked
+// for machines at once adopts its predecessor's jobs instead of asking
+// for more. A job that is already running is never cancelled on a guess:
+// its worker may be attached and busy, and one that is not leaves by
+// itself. If the queue cannot be read at Configure,
 // each poll tries again. Every squeue has --me, because another account's
 // engine may give its provisioner the same name. Every scancel of several
 // jobs is one call, for up to 100 ids.

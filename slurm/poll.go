@@ -184,7 +184,7 @@ var (
 	sbatchSaid = regexp.MustCompile(`(?m)^sbatch: `)
 	// neverConnected is ssh failing before it could run anything.
 	neverConnected = regexp.MustCompile(`Connection refused|Could not resolve hostname|Host key verification failed|Permission denied \(|` +
-		`No route to host|Network is unreachable|port \d+: Connection timed out|kex_exchange_identification|` +
+		`No route to host|Network is unreachable|port \d+: Connection timed out|Connection timed out during banner exchange|kex_exchange_identification|` +
 		`Too many authentication failures|ControlPath too long|Bad configuration option|Bad owner or permissions`)
 )
 
@@ -530,11 +530,16 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 		for _, c := range cands {
 			holder := p.outstanding[prof.Name]
 			switch {
-			case holder == nil:
+			case holder == nil || holder.waiting:
+				// A request of this run that has not begun its
+				// submission yields to the earlier run's job.
 				r := &request{profile: prof.Name, worker: c.worker, since: now, cancel: func() {}, done: closedDone,
 					job: c.row.id, state: c.row.state, adopted: true}
 				if c.row.state == "RUNNING" {
 					r.running = now
+				}
+				if holder != nil {
+					holder.supersededBy = c.row.id
 				}
 				p.outstanding[prof.Name] = r
 				adopted = append(adopted, r)

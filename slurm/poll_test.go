@@ -570,6 +570,7 @@ func TestAnswerLost(t *testing.T) {
 		{"refused", wrap(exit(1)), "sbatch: error: Batch job submission failed: Invalid partition name specified\n", false},
 		{"bad option", wrap(exit(255)), "sbatch: error: Invalid --time specification\n", false},
 		{"connection refused", wrap(exit(255)), "ssh: connect to host login port 22: Connection refused\n", false},
+		{"banner timeout", wrap(exit(255)), "Connection timed out during banner exchange\nConnection to login port 22 timed out\n", false},
 		{"host key", wrap(exit(255)), "Host key verification failed.\n", false},
 		{"auth", wrap(exit(255)), "alice@login: Permission denied (publickey).\n", false},
 		{"no ssh", wrap(&exec.Error{Name: "ssh", Err: exec.ErrNotFound}), "", false},
@@ -788,6 +789,43 @@ func TestAdoptionRetriedByThePoller(t *testing.T) {
 	h.p.pollOnce(ctx)
 	if d := h.calls() - before; d != 1 {
 		t.Errorf("%d Slurm calls once adopted", d)
+	}
+}
+
+// TestProvisionBeforeAdoption is a plugin restarted after a crash: the
+// engine asks for a machine the moment Configure returns, while the job
+// the dead process asked for is still in the queue. Whichever comes
+// first, the job is adopted and nothing is submitted or cancelled; a
+// Provision that came first hears of the adopted job by an event.
+func TestProvisionBeforeAdoption(t *testing.T) {
+	h := newUnconfigured(t, "sbatch=ok,squeue=rows,scancel=ok")
+	h.fake.setRows(t, "500|RUNNING|None|2026-12-02T09:00:00|fluksio:hpc-cpu-0000000a")
+	resp, err := h.p.Configure(context.Background(), &shared.ConfigureRequest{Name: "hpc", Config: mustJSON(t, baseConfig()), Host: h.host})
+	if err != nil || resp.Diagnostics.HasErrors() {
+		t.Fatalf("Configure: %v %v", err, resp.Diagnostics)
+	}
+	r := h.provision(t, cpuNeed) // most likely before adoption has read the queue
+	<-h.p.adoptTried
+	h.submitted(t)
+	if n := len(h.fake.callsTo("sbatch")); n != 0 {
+		t.Errorf("%d sbatch calls; the earlier run's job should have been adopted instead", n)
+	}
+	if n := len(h.fake.callsTo("scancel")); n != 0 {
+		t.Errorf("%d scancel calls", n)
+	}
+	if o := h.outstanding(t)["cpu"]; o.Job != "500" || o.Worker != "hpc-cpu-0000000a" {
+		t.Errorf("cpu: %+v, want the adopted job 500", o)
+	}
+	switch r.Outcome {
+	case shared.OutcomeRequested:
+		evs := h.host.waitEvents(t, 1)
+		if ev := evs[0]; len(evs) != 1 || ev.Kind != shared.EventWorkerProvisioned || ev.Job != "500" || ev.Worker != "hpc-cpu-0000000a" {
+			t.Errorf("events = %+v, want worker_provisioned for job 500", evs)
+		}
+	case shared.OutcomeOutstanding:
+		// Adoption came first.
+	default:
+		t.Errorf("Provision = %+v", r)
 	}
 }
 

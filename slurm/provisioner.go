@@ -134,6 +134,12 @@ type request struct {
 	// its submission had finished; such a job is no longer this
 	// provisioner's to cancel. Guarded by Provisioner.mu.
 	arrived bool
+	// waiting is set until the submission begins: it first waits for
+	// Configure's look for jobs an earlier run left (adoptTried), and
+	// adoption gives the profile such a job instead of letting it submit
+	// another. supersededBy is then that job's id.
+	waiting      bool
+	supersededBy string
 }
 
 // unknown reports whether the request's submission ended without an
@@ -323,6 +329,7 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 		since:   p.now(),
 		cancel:  cancel,
 		done:    make(chan struct{}),
+		waiting: true,
 	}
 	p.outstanding[prof.Name] = r
 	p.inflight[r] = true
@@ -367,6 +374,32 @@ func (p *Provisioner) submit(ctx context.Context, cfg *settings, host shared.Hos
 		p.mu.Unlock()
 		r.cancel()
 	}()
+
+	// A plugin restarted after a crash is asked for machines at once, and
+	// its predecessor's jobs are still in the queue. Until the first look
+	// at the queue is over (bounded by submit_timeout), nothing is
+	// submitted: an earlier run's job for the profile is adopted instead
+	// of asking for a second machine and leaving the first running.
+	select {
+	case <-p.adoptTried:
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	r.waiting = false
+	adopted, adoptedWorker := r.supersededBy, ""
+	if o := p.outstanding[r.profile]; adopted != "" && o != nil && o.job == adopted {
+		adoptedWorker = o.worker
+	}
+	p.mu.Unlock()
+	if adopted != "" {
+		// The engine hears of the machine it asked for all the same.
+		cfg.log.Info("adopted an earlier run's job instead of asking for another machine", "profile", prof.Name, "job", adopted, "instead_of", r.worker)
+		if adoptedWorker != "" {
+			p.publish(p.life, cfg, host, shared.Event{Kind: shared.EventWorkerProvisioned, Profile: prof.Name, Job: adopted, Worker: adoptedWorker,
+				Detail: "left in the queue by an earlier run of this provisioner, and adopted"})
+		}
+		return
+	}
 
 	job, detail, lost, err := p.ask(ctx, cfg, host, prof, r.worker)
 	if err != nil && lost && ctx.Err() == nil {

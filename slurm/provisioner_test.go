@@ -42,7 +42,8 @@ func TestProvisionSubmitsOverSSH(t *testing.T) {
 	if len(calls) != 1 {
 		t.Fatalf("%d sbatch calls, want 1", len(calls))
 	}
-	want := []string{"-o", "BatchMode=yes", "--", "alice@login.example.org", "sbatch", "--parsable"}
+	// ConnectTimeout is half of submit_timeout (30s).
+	want := []string{"-o", "BatchMode=yes", "-o", "ConnectTimeout=15", "--", "alice@login.example.org", "sbatch", "--parsable"}
 	if !slices.Equal(withoutMux(calls[0].Argv), want) {
 		t.Errorf("argv = %q, want %q", calls[0].Argv, want)
 	}

@@ -9,7 +9,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -184,8 +186,9 @@ func sshArgs(cfg *settings, remote []string) []string {
 // on. extra (the multiplexing options) comes next, then the user's
 // options, and ssh keeps the first value it is given, so they cannot undo
 // the provisioner's; the user's ssh_config still applies to everything
-// not set here, ProxyJump included. "--" ends ssh's options, so nothing
-// after it is read as one.
+// not set here, ProxyJump included. Unless the user's options set one,
+// ConnectTimeout is half of submit_timeout (connectTimeout). "--" ends
+// ssh's options, so nothing after it is read as one.
 func sshArgv(cfg *settings, extra, remote []string) []string {
 	args := []string{"-o", "BatchMode=yes"}
 	args = append(args, extra...)
@@ -204,11 +207,26 @@ func sshArgv(cfg *settings, extra, remote []string) []string {
 	for _, o := range cfg.SSHOptions {
 		args = append(args, "-o", o)
 	}
+	if cfg.submitTimeout > 0 && !slices.ContainsFunc(cfg.SSHOptions, func(o string) bool {
+		return strings.HasPrefix(strings.ToLower(o), "connecttimeout=")
+	}) {
+		args = append(args, "-o", "ConnectTimeout="+strconv.FormatInt(connectTimeout(cfg.submitTimeout), 10))
+	}
 	args = append(args, "--", cfg.Login)
 	for _, r := range remote {
 		args = append(args, shellQuote(r))
 	}
 	return args
+}
+
+// connectTimeout is ssh's ConnectTimeout, in seconds, for a call bounded
+// by submit_timeout: half of it, so that a login node that accepts the
+// connection and then says nothing (a wedged sshd) fails with ssh's own
+// "Connection timed out during banner exchange", which says the command
+// never ran, rather than with the call running out of time, after which
+// a submission's job might exist and would have to be looked for.
+func connectTimeout(submitTimeout time.Duration) int64 {
+	return max(1, int64((submitTimeout/2+time.Second-1)/time.Second))
 }
 
 // acquire takes one of the max_sessions slots, waiting as long as ctx

@@ -1,0 +1,525 @@
+package main
+
+// Reliability tests: the engine, its plugin and the sandbox Slurm, with
+// something killed or failing on purpose. They build on the end-to-end
+// helpers (newE2E, startEngine, pluginPIDs, assertCleanedUp) and need the
+// sandbox like them. See docs/reliability.md for what each shows.
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fluksio/provision/shared"
+)
+
+// sleeperWorker writes a worker that never attaches: its job stays
+// outstanding, running, until it is cancelled. The job user runs it, so
+// it lives outside the test's 0700 temporary directory.
+func sleeperWorker(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "fluksio-rel-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(dir, "sleeper")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\n# A worker that never attaches.\nexec sleep 600\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return script
+}
+
+// relConfig is e.config with extra lines in the provisioner block (after
+// max_idle) and extra profile blocks at its end.
+func (e *e2e) relConfig(t *testing.T, attrs, profiles string, workerCommand ...string) string {
+	t.Helper()
+	path := e.config(t, workerCommand...)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchor := []byte("  max_idle       = \"30s\"\n")
+	if !bytes.Contains(b, anchor) {
+		t.Fatalf("the configuration has no max_idle line to add to:\n%s", b)
+	}
+	b = bytes.Replace(b, anchor, append(anchor, attrs...), 1)
+	end := bytes.LastIndex(b, []byte("}\n"))
+	b = append(b[:end:end], append([]byte(profiles), "}\n"...)...)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// killPluginsAtEnd makes sure no plugin process of the test outlives it,
+// whatever happened to its engine.
+func (e *e2e) killPluginsAtEnd(t *testing.T) {
+	t.Cleanup(func() {
+		for _, pid := range e.pluginPIDs(t) {
+			t.Logf("killing plugin process %d left behind", pid)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+}
+
+// mastersOf lists the ssh processes whose command line names one of the
+// control directories: a plugin's ssh master ("ssh: DIR/cm0 [mux]") and
+// calls through it.
+func mastersOf(controlDirs []string) []string {
+	var out []string
+	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range cmdlines {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		line := strings.TrimSpace(string(bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
+		for _, d := range controlDirs {
+			if strings.Contains(line, d+"/") {
+				out = append(out, filepath.Base(filepath.Dir(f))+": "+line)
+			}
+		}
+	}
+	return out
+}
+
+// controlDirs lists the control directories an engine's plugins logged
+// (at debug level: FLUKSIO_PLUGIN_LOG_LEVEL=debug and -log-level debug).
+func (p *engineProc) controlDirs() []string {
+	var dirs []string
+	for _, m := range controlPathRe.FindAllStringSubmatch(p.stderr.String(), -1) {
+		if !slices.Contains(dirs, m[1]) {
+			dirs = append(dirs, m[1])
+		}
+	}
+	return dirs
+}
+
+// reapMasters stops, when the test ends, the ssh masters the engine's
+// plugins left behind (a plugin killed outright cannot tell its master to
+// exit, which then lingers for ControlPersist, 120 s), and removes their
+// directories.
+func reapMasters(t *testing.T, p *engineProc) {
+	t.Cleanup(func() {
+		dirs := p.controlDirs()
+		for _, m := range mastersOf(dirs) {
+			var pid int
+			fmt.Sscan(m, &pid)
+			if pid > 0 {
+				_ = syscall.Kill(pid, syscall.SIGTERM)
+			}
+		}
+		for _, d := range dirs {
+			os.RemoveAll(d)
+		}
+	})
+}
+
+// controlPathRe finds a plugin's control directory in its debug log line
+// "sharing one ssh connection: control_path=/tmp/fxssh-123/cm0".
+var controlPathRe = regexp.MustCompile(`control_path=(/\S*/fxssh-[0-9]+)/cm[0-9]+`)
+
+// queuedJob is one of the test's jobs as squeue shows it.
+type queuedJob struct {
+	id, state, profile string
+}
+
+// jobs lists the test's jobs that squeue shows: id, state, and the
+// profile read from the comment (fluksio:<name>-<profile>-<hex>).
+func (e *e2e) jobs(t *testing.T) []queuedJob {
+	t.Helper()
+	out := e.env.Slurm(t, "squeue", "-h", "--name="+e.jobName(), "-o", "%i|%T|%k")
+	var jobs []queuedJob
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.SplitN(strings.TrimSpace(line), "|", 3)
+		if len(f) != 3 {
+			continue
+		}
+		profile, _ := strings.CutPrefix(f[2], "fluksio:"+e.name+"-")
+		if i := strings.LastIndexByte(profile, '-'); i > 0 {
+			profile = profile[:i]
+		}
+		jobs = append(jobs, queuedJob{id: f[0], state: f[1], profile: profile})
+	}
+	return jobs
+}
+
+// activeByProfile maps each profile to its PENDING or RUNNING jobs.
+func activeByProfile(jobs []queuedJob) map[string][]string {
+	m := map[string][]string{}
+	for _, j := range jobs {
+		if j.state == "PENDING" || j.state == "RUNNING" {
+			m[j.profile] = append(m[j.profile], j.id)
+		}
+	}
+	return m
+}
+
+// relStatus is the part of GET /status these tests read.
+type relStatus struct {
+	Provisioners []struct {
+		Name    string `json:"name"`
+		Process string `json:"process"`
+		Status  *struct {
+			Outstanding []struct {
+				Profile string `json:"profile"`
+				Job     string `json:"job"`
+				State   string `json:"state"`
+			} `json:"outstanding"`
+			LastError string `json:"last_error"`
+		} `json:"status"`
+		Error string `json:"error"`
+	} `json:"provisioners"`
+}
+
+// status reads GET /status for the test's provisioner: its process line
+// and its outstanding jobs by profile. ok is false when the engine did
+// not answer.
+func (e *e2e) status(t *testing.T) (process string, outstanding map[string]string, ok bool) {
+	t.Helper()
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/status", e.port))
+	if err != nil {
+		return "", nil, false
+	}
+	defer resp.Body.Close()
+	var st relStatus
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&st) != nil {
+		return "", nil, false
+	}
+	outstanding = map[string]string{}
+	for _, p := range st.Provisioners {
+		if p.Name != e.name {
+			continue
+		}
+		if p.Status != nil {
+			for _, o := range p.Status.Outstanding {
+				outstanding[o.Profile] = o.Job
+			}
+		}
+		return p.Process, outstanding, true
+	}
+	return "", outstanding, true
+}
+
+func sortedIDs(m map[string][]string) string {
+	var parts []string
+	for p, ids := range m {
+		parts = append(parts, p+"="+strings.Join(ids, ","))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
+}
+
+// TestReliabilityPluginKilled kills the plugin with SIGKILL while it has a
+// job out for each of three profiles (four needs), so it can cancel
+// nothing and tell nobody. The supervisor must restart it within seconds
+// (the goal is 2 s), and the new process must take up the jobs the dead
+// one left instead of asking for more: at no moment may a profile of ours
+// have two jobs queued or running. A SIGTERM then leaves nothing behind.
+func TestReliabilityPluginKilled(t *testing.T) {
+	e := newE2E(t, "rel-kill")
+	e.killPluginsAtEnd(t)
+	cfg := e.relConfig(t, "", `  profile "small" {
+    cpus   = 1
+    ram_mb = 200
+    sbatch = ["--partition=`+e.env.Partition+`", "--time=00:10:00"]
+  }
+`, sleeperWorker(t))
+	// At debug level the plugin logs its ssh master's socket, so that the
+	// master the killed plugin leaves behind can be stopped at the end.
+	t.Setenv(shared.LogLevelEnv, "debug")
+	p := e.startEngine(t, "-config", cfg, "-log-level", "debug",
+		"-need", "cpus=2", "-need", "gpus=1,label=cuda", "-need", "cpus=1", "-need", "cpus=1", "-timeout", "5m")
+	reapMasters(t, p)
+
+	var before map[string][]string
+	poll(t, 60*time.Second, "a job for each of cpu, gpu and small in squeue", func() bool {
+		if p.exited() {
+			t.Fatalf("the engine exited early\nstdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)
+		}
+		before = activeByProfile(e.jobs(t))
+		return len(before["cpu"]) == 1 && len(before["gpu"]) == 1 && len(before["small"]) == 1
+	})
+	pids := e.pluginPIDs(t)
+	if len(pids) != 1 {
+		t.Fatalf("plugin processes %v, want one", pids)
+	}
+	t.Logf("in the queue when the plugin is killed: %s", sortedIDs(before))
+
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+
+	// Sample /status closely for the restart, and squeue all along: no
+	// profile may ever have two jobs. Once every profile is outstanding
+	// again, keep watching for a few more reconcile cycles.
+	var restarted time.Duration
+	var settled time.Time
+	var samples, doubled int
+	var after map[string]string
+	nextQueue := time.Time{}
+	for {
+		if p.exited() {
+			t.Fatalf("the engine exited\nstdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)
+		}
+		now := time.Now()
+		if restarted == 0 && now.Sub(killed) > 10*time.Second {
+			t.Fatalf("the plugin was not running again within 10s of SIGKILL\nstderr:\n%s", p.stderr)
+		}
+		if !settled.IsZero() && now.Sub(settled) > 3*reconcileInterval {
+			break
+		}
+		if now.Sub(killed) > 90*time.Second {
+			t.Fatalf("90s after the kill, the outstanding requests are %v; want one for each of cpu, gpu and small", after)
+		}
+		process, outstanding, ok := e.status(t)
+		if ok && restarted == 0 && strings.HasPrefix(process, "running (restarts: 1,") {
+			restarted = time.Since(killed)
+			t.Logf("kill -> running again: %.2fs (%s)", restarted.Seconds(), process)
+		}
+		if ok && restarted > 0 {
+			if strings.Contains(process, "restarts: 2") {
+				t.Fatalf("the plugin restarted twice: %s", process)
+			}
+			after = outstanding
+			if settled.IsZero() && after["cpu"] != "" && after["gpu"] != "" && after["small"] != "" {
+				settled = time.Now()
+			}
+		}
+		if now.After(nextQueue) {
+			samples++
+			for profile, ids := range activeByProfile(e.jobs(t)) {
+				if len(ids) > 1 {
+					if doubled == 0 {
+						t.Errorf("%.1fs after the kill, profile %s has %d jobs pending or running: %v", time.Since(killed).Seconds(), profile, len(ids), ids)
+					}
+					doubled++
+				}
+			}
+			nextQueue = time.Now().Add(300 * time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if restarted > 2*time.Second {
+		t.Logf("NOTE: the restart took %.2fs, over the 2s goal", restarted.Seconds())
+	}
+	adopted := 0
+	for profile, ids := range before {
+		if after[profile] == ids[0] {
+			adopted++
+		}
+	}
+	t.Logf("after the restart: outstanding %v; %d of %d jobs of the killed plugin adopted; %d squeue samples, %d profile(s) seen with two jobs",
+		after, adopted, len(before), samples, doubled)
+	if adopted != len(before) {
+		t.Errorf("the restarted plugin took up %d of the %d jobs the killed one left (outstanding %v, before %s)", adopted, len(before), after, sortedIDs(before))
+	}
+
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code := p.wait(t, 90*time.Second)
+	exitedAt := time.Now()
+	t.Logf("story:\n%s", p.stdout)
+	if code != 1 {
+		t.Errorf("exit %d after SIGTERM with needs unserved, want 1\nstderr:\n%s", code, p.stderr)
+	}
+	e.assertCleanedUp(t, exitedAt)
+}
+
+// TestReliabilityHostKilled kills the engine with SIGKILL, and only the
+// engine, while its plugin has jobs out. The plugin must notice (parent
+// death signal, and its parent changing) and leave within 5 s, cancelling
+// what it can; an engine started again with the same configuration must
+// find nothing of the earlier run unaccounted for: each earlier job is
+// gone from the queue or adopted. Its SIGTERM then leaves nothing behind.
+func TestReliabilityHostKilled(t *testing.T) {
+	e := newE2E(t, "rel-host")
+	e.killPluginsAtEnd(t)
+	cfg := e.config(t, sleeperWorker(t))
+	// At debug level the plugin logs where its ssh master's socket is.
+	t.Setenv(shared.LogLevelEnv, "debug")
+	p := e.startEngine(t, "-config", cfg, "-need", "cpus=2", "-need", "gpus=1,label=cuda", "-timeout", "5m", "-log-level", "debug")
+	reapMasters(t, p)
+
+	var before map[string][]string
+	poll(t, 60*time.Second, "a job for each of cpu and gpu in squeue", func() bool {
+		if p.exited() {
+			t.Fatalf("the engine exited early\nstdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)
+		}
+		before = activeByProfile(e.jobs(t))
+		return len(before["cpu"]) == 1 && len(before["gpu"]) == 1
+	})
+	pids := e.pluginPIDs(t)
+	if len(pids) != 1 {
+		t.Fatalf("plugin processes %v, want one", pids)
+	}
+	t.Logf("in the queue when the engine is killed: %s (plugin pid %d)", sortedIDs(before), pids[0])
+
+	controlDirs := p.controlDirs()
+	if masters := mastersOf(controlDirs); len(masters) == 0 {
+		t.Fatalf("no ssh master of the plugin found (control dirs %v); the check on its shutdown below would prove nothing\nstderr:\n%s", controlDirs, p.stderr)
+	}
+
+	if err := p.cmd.Process.Kill(); err != nil { // the engine alone, not its group
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	p.waitDone(t, 10*time.Second)
+	poll(t, 5*time.Second, "the plugin to exit after its engine was killed", func() bool {
+		return len(e.pluginPIDs(t)) == 0
+	})
+	t.Logf("engine SIGKILL -> plugin gone: %.2fs", time.Since(killed).Seconds())
+	// The plugin's way out is a full Shutdown: cancel, then tell its ssh
+	// master to exit and remove the master's directory. One that dies on
+	// the way (a log line to the dead engine's stderr is enough to raise
+	// SIGPIPE) leaves the master behind for ControlPersist, and may not
+	// have cancelled anything.
+	var sshLeft, dirsLeft []string
+	end := time.Now().Add(5 * time.Second)
+	for {
+		sshLeft, dirsLeft = mastersOf(controlDirs), nil
+		for _, d := range controlDirs {
+			if _, err := os.Stat(d); err == nil {
+				dirsLeft = append(dirsLeft, d)
+			}
+		}
+		if (len(sshLeft) == 0 && len(dirsLeft) == 0) || time.Now().After(end) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(sshLeft) > 0 || len(dirsLeft) > 0 {
+		t.Errorf("the plugin did not finish its shutdown: its ssh master outlived it by 5s (%v, control dirs %v)", sshLeft, dirsLeft)
+	} else {
+		t.Logf("engine SIGKILL -> plugin's ssh master gone and its control directory removed: %.2fs", time.Since(killed).Seconds())
+	}
+
+	var earlier []string
+	for _, ids := range before {
+		earlier = append(earlier, ids...)
+	}
+	orphans := 0
+	for _, j := range e.jobs(t) {
+		if slices.Contains(earlier, j.id) && (j.state == "PENDING" || j.state == "RUNNING") {
+			orphans++
+		}
+	}
+	t.Logf("jobs of the killed engine still pending or running once its plugin had gone: %d of %d", orphans, len(earlier))
+
+	// A new engine, same configuration and name, no needs.
+	p2 := e.startEngine(t, "-config", cfg)
+	start := time.Now()
+	var last string
+	poll(t, 60*time.Second, "every earlier job to be gone from the queue or adopted", func() bool {
+		if p2.exited() {
+			t.Fatalf("the second engine exited\nstdout:\n%s\nstderr:\n%s", p2.stdout, p2.stderr)
+		}
+		_, outstanding, ok := e.status(t)
+		if !ok || !strings.Contains(p2.stdout.String(), "provisioner ready") {
+			return false
+		}
+		active := activeByProfile(e.jobs(t))
+		last = fmt.Sprintf("queue %s, outstanding %v", sortedIDs(active), outstanding)
+		for profile, ids := range before {
+			for _, id := range ids {
+				if slices.Contains(active[profile], id) && outstanding[profile] != id {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	t.Logf("second engine: earlier jobs accounted for %.1fs after it started: %s", time.Since(start).Seconds(), last)
+
+	if err := p2.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p2.wait(t, 90*time.Second); code != 0 {
+		t.Errorf("exit %d after SIGTERM with no needs, want 0\nstderr:\n%s", code, p2.stderr)
+	}
+	exitedAt := time.Now()
+	t.Logf("second engine's story:\n%s", p2.stdout)
+	e.assertCleanedUp(t, exitedAt)
+}
+
+var (
+	askedRe  = regexp.MustCompile(`asked for a "cpu" machine: Slurm job (\d+)`)
+	failedRe = regexp.MustCompile(`could not get a "cpu" machine: job (\d+) ended (FAILED\S*(?: \([^)]*\))?)`)
+)
+
+// TestReliabilityJobFailsAtOnce runs a worker that exits 1 at once
+// (/bin/false). The poller must see the job end FAILED and say so, and
+// the profile must be asked for again (after its first backoff, 5 s)
+// rather than waiting out provision_timeout for a machine that will never
+// come.
+func TestReliabilityJobFailsAtOnce(t *testing.T) {
+	e := newE2E(t, "rel-false")
+	e.killPluginsAtEnd(t)
+	// poll_interval below 10s draws a warning from validation; it is what
+	// makes the failure show within seconds here.
+	cfg := e.relConfig(t, "  poll_interval  = \"2s\"\n", "", "/bin/false")
+	p := e.startEngine(t, "-config", cfg, "-need", "cpus=2", "-timeout", "3m")
+
+	var asked1, failed, asked2 storyLine
+	var failedJob, failedState string
+	poll(t, 60*time.Second, "the job to fail and the cpu profile to be asked for again", func() bool {
+		if p.exited() {
+			t.Fatalf("the engine exited early\nstdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)
+		}
+		asked1, failed, asked2 = storyLine{}, storyLine{}, storyLine{}
+		for _, l := range p.stdout.Lines() {
+			switch {
+			case asked1.text == "" && askedRe.MatchString(l.text):
+				asked1 = l
+			case asked1.text != "" && failed.text == "" && failedRe.MatchString(l.text):
+				m := failedRe.FindStringSubmatch(l.text)
+				failed, failedJob, failedState = l, m[1], m[2]
+			case failed.text != "" && asked2.text == "" && askedRe.MatchString(l.text):
+				asked2 = l
+			}
+		}
+		return asked2.text != ""
+	})
+	firstJob := askedRe.FindStringSubmatch(asked1.text)[1]
+	if failedJob != firstJob {
+		t.Errorf("the failure is for job %s, want the first job %s:\n%s", failedJob, firstJob, p.stdout)
+	}
+	detect := failed.at.Sub(asked1.at)
+	again := asked2.at.Sub(failed.at)
+	t.Logf("job %s submitted -> reported %s: %.2fs (poll_interval 2s); failure -> asked again: %.2fs (first backoff 5s)",
+		firstJob, failedState, detect.Seconds(), again.Seconds())
+	if detect > 20*time.Second {
+		t.Errorf("the failure was reported %s after the submission, want within ~20s", detect)
+	}
+	if again < 4*time.Second {
+		t.Errorf("the profile was asked for again %s after the failure, before its 5s backoff", again)
+	}
+
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code := p.wait(t, 90*time.Second)
+	exitedAt := time.Now()
+	t.Logf("story:\n%s", p.stdout)
+	if code != 1 {
+		t.Errorf("exit %d after SIGTERM with the need unserved, want 1", code)
+	}
+	e.assertCleanedUp(t, exitedAt)
+}
