@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/fluksio/provision/internal/testutil"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -240,23 +241,8 @@ func submitted(ev shared.Event) bool {
 	return ev.Kind == shared.EventWorkerProvisioned || ev.Kind == shared.EventWorkerProvisionFailed
 }
 
-// syncBuffer is a plugin's log, written by go-plugin's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a buffer goroutines write while the test reads it.
+type syncBuffer = testutil.Buffer
 
 // signer mints throwaway tokens; nothing here checks them.
 type signer struct{}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"github.com/fluksio/provision/internal/testutil"
 	"sync"
 	"testing"
 	"time"
@@ -12,24 +13,8 @@ import (
 	"github.com/fluksio/provision/shared"
 )
 
-// lockedBuffer is a bytes.Buffer safe to write from handlers and workers
-// while a test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// lockedBuffer is a buffer goroutines write while the test reads it.
+type lockedBuffer = testutil.Buffer
 
 // testLogger returns a logger that writes to the returned buffer, so a
 // test can check what was (and was not) logged.

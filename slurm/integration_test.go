@@ -16,6 +16,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/fluksio/provision/internal/testutil"
 	"net"
 	"os"
 	"os/exec"
@@ -143,23 +144,8 @@ func kindIs(k shared.EventKind, profile string) func(shared.Event) bool {
 	return func(ev shared.Event) bool { return ev.Kind == k && ev.Profile == profile }
 }
 
-// syncBuffer is the plugin's log, written by go-plugin's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a buffer goroutines write while the test reads it.
+type syncBuffer = testutil.Buffer
 
 // slurm runs a Slurm client command locally, returning its error rather
 // than failing, for the commands that fail on purged jobs.
@@ -340,10 +326,18 @@ func (r *rig) sbatch(extra ...string) []string {
 // called with the rig to build the configuration.
 func newRig(t *testing.T, tag string, configure func(r *rig) map[string]any) *rig {
 	t.Helper()
-	env := sandboxtest.Require(t)
+	return launchRig(t, sandboxtest.Require(t), "it-"+tag, true, configure)
+}
+
+// launchRig launches the plugin against env under the name prefix plus a
+// random suffix. Its cleanup cancels what a failing test left, by name,
+// and with drain waits for the queue to empty; a private sandbox's own
+// cleanup, registered earlier and so run later, stops everything anyway.
+func launchRig(t *testing.T, env sandboxtest.Env, prefix string, drain bool, configure func(r *rig) map[string]any) *rig {
+	t.Helper()
 	r := &rig{
 		env:    env,
-		name:   "it-" + tag + "-" + randHex(3),
+		name:   prefix + "-" + randHex(3),
 		events: newRecorder(),
 		signer: &signer{},
 		logs:   &syncBuffer{},
@@ -352,10 +346,12 @@ func newRig(t *testing.T, tag string, configure func(r *rig) map[string]any) *ri
 	// Registered before Launch so that it runs after the plugin is
 	// killed: whatever a failing test left is cancelled by name.
 	t.Cleanup(func() {
-		if _, err := slurm(env, "scancel", "--name=fluksio-"+r.name); err != nil {
-			t.Error(err)
+		if out, err := slurm(env, "scancel", "--name=fluksio-"+r.name); err != nil {
+			t.Errorf("cleanup: %v %s", err, out)
 		}
-		waitQueueEmpty(t, env, r.name)
+		if drain {
+			waitQueueEmpty(t, env, r.name)
+		}
 		if t.Failed() {
 			t.Logf("plugin log:\n%s", r.logs.String())
 		}

@@ -1,10 +1,10 @@
 package slurm
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/fluksio/provision/internal/testutil"
 	"io"
 	"os"
 	"path/filepath"
@@ -376,23 +376,8 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// syncBuffer is a log sink that tests read while goroutines write.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a buffer goroutines write while the test reads it.
+type syncBuffer = testutil.Buffer
 
 // baseConfig is a valid configuration as the host would send it, with two
 // profiles written largest first so that sorting shows.

@@ -7,7 +7,6 @@ package slurm_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -21,8 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/fluksio/provision/internal/sandboxtest"
 	"github.com/fluksio/provision/shared"
 )
@@ -33,62 +30,7 @@ import (
 // registered earlier, so run later) cancels every job and stops it all.
 func newPrivateRig(t *testing.T, env sandboxtest.Env, tag string, configure func(r *rig) map[string]any) *rig {
 	t.Helper()
-	r := &rig{
-		env:    env,
-		name:   "rel-" + tag + "-" + randHex(3),
-		events: newRecorder(),
-		signer: &signer{},
-		logs:   &syncBuffer{},
-	}
-	r.worker = newWorker(t)
-	t.Cleanup(func() {
-		if out, err := slurm(env, "scancel", "--name=fluksio-"+r.name); err != nil {
-			t.Logf("cleanup: %v %s", err, out)
-		}
-		if t.Failed() {
-			t.Logf("plugin log:\n%s", r.logs.String())
-		}
-	})
-
-	bin := sandboxtest.Binary(t, "plugin", "provisioner-slurm")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	p, err := shared.Launch(ctx, shared.LaunchConfig{
-		Name:    r.name,
-		Path:    bin,
-		Logger:  hclog.New(&hclog.LoggerOptions{Output: r.logs, Level: hclog.Trace}),
-		Signer:  r.signer,
-		OnEvent: r.events.add,
-		Env:     []string{shared.LogLevelEnv + "=trace"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		p.Stop(ctx)
-	})
-	r.plugin, r.prov = p, p.Provisioner()
-
-	schema, err := r.prov.Schema(ctx, &shared.SchemaRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := configure(r)
-	completeConfig(t, cfg, schema.Schema)
-	raw, err := json.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := r.prov.Configure(ctx, &shared.ConfigureRequest{Name: r.name, Config: raw})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.Diagnostics.HasErrors() {
-		t.Fatalf("Configure: %s", resp.Diagnostics.Error())
-	}
-	return r
+	return launchRig(t, env, "rel-"+tag, false, configure)
 }
 
 // ask calls Provision and returns its answer, failing on an error.
