@@ -624,6 +624,9 @@ type ProvisionerStatus struct {
 	Status *shared.StatusResponse
 	// Error is why Status is nil, or anything else wrong.
 	Error string
+	// LastExitStderr is what the plugin last wrote before it last exited
+	// on its own: a panic's trace, or why it gave up.
+	LastExitStderr []string
 }
 
 // MarshalJSON renders the status in snake_case. shared's types carry no
@@ -637,25 +640,37 @@ func (p ProvisionerStatus) MarshalJSON() ([]byte, error) {
 		AgeSeconds float64 `json:"age_seconds"`
 		State      string  `json:"state,omitempty"`
 	}
+	type backoff struct {
+		Profile   string    `json:"profile"`
+		Failures  int       `json:"failures"`
+		Until     time.Time `json:"until"`
+		LastError string    `json:"last_error"`
+	}
 	type status struct {
 		Name        string        `json:"name"`
 		Kind        string        `json:"kind"`
 		Profiles    []string      `json:"profiles"`
 		Outstanding []outstanding `json:"outstanding"`
+		BackingOff  []backoff     `json:"backing_off"`
 		LastError   string        `json:"last_error"`
 	}
 	out := struct {
-		Name    string  `json:"name"`
-		Kind    string  `json:"kind"`
-		Process string  `json:"process"`
-		Status  *status `json:"status"`
-		Error   string  `json:"error,omitempty"`
-	}{Name: p.Name, Kind: p.Kind, Process: p.Process, Error: p.Error}
+		Name           string   `json:"name"`
+		Kind           string   `json:"kind"`
+		Process        string   `json:"process"`
+		LastExitStderr []string `json:"last_exit_stderr,omitempty"`
+		Status         *status  `json:"status"`
+		Error          string   `json:"error,omitempty"`
+	}{Name: p.Name, Kind: p.Kind, Process: p.Process, LastExitStderr: p.LastExitStderr, Error: p.Error}
 	if s := p.Status; s != nil {
 		out.Status = &status{
 			Name: s.Name, Kind: s.Kind, LastError: s.LastError,
 			Profiles:    append([]string{}, s.Profiles...),
 			Outstanding: []outstanding{},
+			BackingOff:  []backoff{},
+		}
+		for _, b := range s.BackingOff {
+			out.Status.BackingOff = append(out.Status.BackingOff, backoff{Profile: b.Profile, Failures: b.Failures, Until: b.Until, LastError: b.LastError})
 		}
 		for _, o := range s.Outstanding {
 			out.Status.Outstanding = append(out.Status.Outstanding, outstanding{

@@ -176,6 +176,7 @@ func (s *supervisor) status(ctx context.Context) ProvisionerStatus {
 	ps := ProvisionerStatus{Name: s.cfg.Name, Kind: s.cfg.Kind, Process: s.state}
 	if s.lastExit != nil {
 		ps.Process = fmt.Sprintf("%s (restarts: %d, last exit: %s)", s.state, s.restarts, s.lastExit)
+		ps.LastExitStderr = tail(s.lastExit.Stderr, 10)
 	}
 	cur := s.current
 	running := s.state == "running"
