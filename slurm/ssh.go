@@ -426,9 +426,10 @@ var (
 	// max_sessions. ssh falls back; the master is fine.
 	muxRefused = regexp.MustCompile(`(?m)^mux_client_request_session: session request failed: .*\n?`)
 	// muxNoise are the lines ssh prints when it falls back from the
-	// master to a connection of its own. The command then ran all the
+	// master to a connection of its own, including when the master died
+	// as ssh greeted it. The command then ran all the
 	// same; the lines are about this plumbing, not the cluster.
-	muxNoise = regexp.MustCompile(`(?m)^(ControlSocket .* already exists, disabling multiplexing|mux_client_request_session: session request failed: .*)\r?\n`)
+	muxNoise = regexp.MustCompile(`(?m)^(ControlSocket .* already exists, disabling multiplexing|mux_client_request_session: session request failed: .*|(muxclient: )?master hello exchange failed)\r?\n`)
 )
 
 // quietMux drops muxNoise from stderr, unless the call failed and that is

@@ -492,6 +492,9 @@ func TestQuietMux(t *testing.T) {
 		{"mux_client_request_session: session request failed: Session open refused by peer\r\n" + noise + "sbatch: error: y\n", true, "sbatch: error: y\n"},
 		{noise, false, ""},
 		{noise, true, noise},
+		// The master died while ssh greeted it; ssh ran the command on a
+		// connection of its own.
+		{"muxclient: master hello exchange failed\r\n", false, ""},
 	}
 	for _, tc := range tests {
 		if got := string(quietMux([]byte(tc.in), tc.failed)); got != tc.want {
