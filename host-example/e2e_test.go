@@ -481,21 +481,9 @@ func TestE2EForgedTokenRefused(t *testing.T) {
 func TestE2ESigtermCancelsJobs(t *testing.T) {
 	e := newE2E(t, "e2e-sigterm")
 
-	// The job user (not root) runs the worker, so the script and its
-	// directory must be readable and executable by everyone.
-	dir, err := os.MkdirTemp("", "fluksio-e2e-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	script := filepath.Join(dir, "sleeper")
-	if err := os.WriteFile(script, []byte("#!/bin/sh\n# A worker that never attaches: its job stays in the queue until cancelled.\nexec sleep 600\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cfg := e.config(t, script)
+	// A worker that never attaches: its job stays in the queue until
+	// cancelled.
+	cfg := e.config(t, sleeperWorker(t))
 
 	p := e.startEngine(t, "-config", cfg, "-need", "cpus=2", "-timeout", "5m")
 	var queued string
