@@ -9,7 +9,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fluksio/provision/internal/sandboxtest"
 )
 
 // storyLine is one line of host-example's stdout and when it arrived.
@@ -41,49 +42,22 @@ type hostProc struct {
 	changed chan struct{}
 }
 
-func freePort(tb testing.TB) int {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // hostConfig is a config.hcl for one Slurm provisioner against the
-// sandbox whose worker is host-example itself. Only attributes every
-// version of the plugin has: the engine checks the file against the
-// plugin's schema and refuses what it does not know.
+// sandbox whose worker is host-example itself.
 func (e benchEnv) hostConfig(name string, port int) string {
-	return fmt.Sprintf(`engine {
-  listen     = "127.0.0.1:%[1]d"
-  plugin_dir = %[2]q
-}
-
-provisioner "slurm" %[3]q {
-  login          = %[4]q
-  ssh_port       = %[5]d
-  ssh_key        = %[6]q
-  known_hosts    = %[7]q
-  engine_url     = "http://127.0.0.1:%[1]d"
-  worker_command = [%[8]q, "worker"]
-  max_idle       = "30s"
-
-  profile "cpu" {
+	return e.EngineConfig(port, filepath.Dir(e.SlurmBin), name, []string{e.HostBin, "worker"}, fmt.Sprintf(`  profile "cpu" {
     cpus   = 1
     ram_mb = 100
-    sbatch = ["--partition=%[9]s", "--time=00:05:00", "--output=/dev/null"]
+    sbatch = ["--partition=%s", "--time=00:05:00", "--output=/dev/null"]
   }
-}
-`, port, filepath.Dir(e.SlurmBin), name, e.Login, e.Port, e.Key, e.KnownHosts, e.HostBin, e.Partition)
+`, e.Partition))
 }
 
 // startHost runs host-example run with the given extra arguments, and
 // stops it (SIGTERM, then a kill) when the test ends.
 func startHost(tb testing.TB, e benchEnv, what string, args ...string) *hostProc {
 	tb.Helper()
-	h := &hostProc{name: uniqueName(what), port: freePort(tb), stderr: &syncBuffer{}, done: make(chan struct{}), changed: make(chan struct{})}
+	h := &hostProc{name: uniqueName(what), port: sandboxtest.FreePort(tb), stderr: &syncBuffer{}, done: make(chan struct{}), changed: make(chan struct{})}
 	tb.Cleanup(func() { e.cancelJobs(tb, h.name) })
 	dir, err := os.MkdirTemp("", "fxb-host-")
 	if err != nil {

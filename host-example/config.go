@@ -48,9 +48,16 @@ const (
 // keeps for itself. A plugin's schema may not use these names.
 var metaArguments = []string{"plugin", "sha256"}
 
-// nameRe is what provisioner names and kinds may contain: they become
-// file names, worker-name prefixes and Slurm job names.
-var nameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+// validConfigName is what provisioner names and kinds may be: they become
+// file names, worker-name prefixes and Slurm job names, so they keep to
+// shared.ValidName and start with a letter or digit, because a leading
+// '-' or '.' makes a poor file name.
+func validConfigName(s string) bool {
+	return shared.ValidName(s) && s[0] != '-' && s[0] != '.'
+}
+
+// pinRe is a sha256 pin as sha256sum prints it.
+var pinRe = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
 
 // engineConfig is the engine block.
 type engineConfig struct {
@@ -182,7 +189,7 @@ func loadProvisioner(block *hcl.Block, configDir, pluginDir string) (*provisione
 		what, value string
 		rng         hcl.Range
 	}{{"kind", p.Kind, p.KindRange}, {"name", p.Name, p.NameRange}} {
-		if !nameRe.MatchString(l.value) {
+		if !validConfigName(l.value) {
 			diags = append(diags, &hcl.Diagnostic{
 				Severity: hcl.DiagError, Summary: "Invalid provisioner " + l.what,
 				Detail: fmt.Sprintf("%q is not a valid provisioner %s: use letters, digits, '.', '_' and '-', starting with a letter or digit.",
@@ -212,7 +219,7 @@ func loadProvisioner(block *hcl.Block, configDir, pluginDir string) (*provisione
 	if attr, ok := content.Attributes["sha256"]; ok {
 		p.SHA256Range = attr.Expr.Range()
 		diags = append(diags, gohcl.DecodeExpression(attr.Expr, nil, &p.SHA256)...)
-		if !regexp.MustCompile(`^[0-9a-fA-F]{64}$`).MatchString(p.SHA256) {
+		if !pinRe.MatchString(p.SHA256) {
 			diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Invalid sha256 pin",
 				Detail:  "A pin is the 64 hex digits that sha256sum prints for the plugin binary.",
 				Subject: p.SHA256Range.Ptr()})
@@ -239,6 +246,10 @@ type launchOptions struct {
 	logger  hclog.Logger
 	signer  shared.CredentialSigner
 	onEvent func(shared.Event)
+	// configure says Configure follows at once. It checks everything
+	// ValidateConfig would and answers with the same diagnostics, so the
+	// extra round trip is skipped at every start and restart.
+	configure bool
 }
 
 // resolveProvisioners launches each provisioner's plugin, decodes its
@@ -317,6 +328,9 @@ func resolveProvisioner(ctx context.Context, p *provisionerConfig, opts launchOp
 		return l, diags
 	}
 	l.json = raw
+	if opts.configure {
+		return l, diags
+	}
 	vr, err := plugin.Provisioner().ValidateConfig(lctx, &shared.ValidateConfigRequest{Name: p.Name, Config: raw})
 	if err != nil {
 		return fail("Plugin could not validate its configuration", err)

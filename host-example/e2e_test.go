@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -58,7 +57,7 @@ func newE2E(t *testing.T, prefix string) *e2e {
 	}
 	var b [4]byte
 	rand.Read(b[:])
-	e := &e2e{env: env, host: host, plugin: plugin, name: prefix + "-" + hex.EncodeToString(b[:]), port: freePort(t)}
+	e := &e2e{env: env, host: host, plugin: plugin, name: prefix + "-" + hex.EncodeToString(b[:]), port: sandboxtest.FreePort(t)}
 	e.mark = "FLUKSIO_E2E_MARK=" + e.name
 	// Whatever happens to the test, nothing of ours stays in the queue
 	// of a sandbox others use. Registered first, so it runs last, after
@@ -80,60 +79,25 @@ func (e *e2e) queue(t *testing.T) string {
 	return strings.TrimSpace(e.env.Slurm(t, "squeue", "-h", "--name="+e.jobName(), "-o", "%i %T"))
 }
 
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// config writes a configuration like demo.sh's and returns its path.
-//
-// One difference: the gpu profile has 1 CPU, not 2, so that its worker
-// cannot take the cpus=2 need. With demo.sh's shapes the placer may give
-// that need to the GPU worker once it has finished the GPU need and sits
-// idle before the CPU worker attaches (it is an idle worker that fits),
-// and which worker does the CPU work would be a race.
+// config writes a configuration like demo.sh's and returns its path. The
+// gpu profile has 1 CPU, as in the demo, so its worker cannot take the
+// cpus=2 need and which worker does which need is not a race.
 func (e *e2e) config(t *testing.T, workerCommand ...string) string {
 	t.Helper()
-	quoted := make([]string, len(workerCommand))
-	for i, w := range workerCommand {
-		quoted[i] = strconv.Quote(w)
-	}
 	sbatch := fmt.Sprintf(`["--partition=%s", "--time=00:10:00"]`, e.env.Partition)
-	cfg := fmt.Sprintf(`engine {
-  listen     = "127.0.0.1:%[1]d"
-  plugin_dir = %[2]q
-}
-
-provisioner "slurm" %[3]q {
-  login          = %[4]q
-  ssh_port       = %[5]d
-  ssh_key        = %[6]q
-  known_hosts    = %[7]q
-  engine_url     = "http://127.0.0.1:%[1]d"
-  worker_command = [%[8]s]
-  max_idle       = "30s"
-
-  profile "cpu" {
+	cfg := e.env.EngineConfig(e.port, filepath.Dir(e.plugin), e.name, workerCommand, fmt.Sprintf(`  profile "cpu" {
     cpus   = 2
     ram_mb = 500
-    sbatch = %[9]s
+    sbatch = %[1]s
   }
   profile "gpu" {
     cpus   = 1
     gpus   = 1
     ram_mb = 500
     labels = ["cuda"]
-    sbatch = %[9]s
+    sbatch = %[1]s
   }
-}
-`, e.port, filepath.Dir(e.plugin), e.name, e.env.Login, e.env.Port, e.env.Key, e.env.KnownHosts,
-		strings.Join(quoted, ", "), sbatch)
+`, sbatch))
 	path := filepath.Join(t.TempDir(), "config.hcl")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)

@@ -3,13 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
-	"github.com/fluksio/provision/internal/testutil"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared"
 )
 
@@ -117,4 +118,19 @@ func (f *fakeProvisioner) Status(context.Context, *shared.StatusRequest) (*share
 
 func (f *fakeProvisioner) Shutdown(context.Context, *shared.ShutdownRequest) (*shared.ShutdownResponse, error) {
 	return &shared.ShutdownResponse{}, nil
+}
+
+// serveEngine starts an Engine over HTTP with a test signer and a log the
+// test can read. Cleanup closes the engine first, ending its long polls,
+// so the server's Close need not wait for them.
+func serveEngine(t *testing.T, pollWait time.Duration) (*Engine, *httptest.Server, *Signer, *lockedBuffer) {
+	t.Helper()
+	logger, logs := testLogger(t)
+	signer := NewSigner(testSecret)
+	e := NewEngine(logger, signer, nil)
+	e.PollWait = pollWait
+	srv := httptest.NewServer(e.Handler())
+	t.Cleanup(srv.Close)
+	t.Cleanup(e.Close)
+	return e, srv, signer, logs
 }

@@ -138,13 +138,7 @@ func TestAttachRefusesBadResources(t *testing.T) {
 
 func TestWorkResultDetach(t *testing.T) {
 	t.Parallel()
-	logger, logs := testLogger(t)
-	signer := NewSigner(testSecret)
-	e := NewEngine(logger, signer, nil)
-	e.PollWait = 50 * time.Millisecond
-	srv := httptest.NewServer(e.Handler())
-	defer srv.Close()
-	defer e.Close()
+	e, srv, signer, logs := serveEngine(t, 50*time.Millisecond)
 	token := sign(t, signer, "w1", time.Hour)
 
 	if rec := do(t, e, "GET", "/v1/work", token, ""); rec.Code != http.StatusConflict {

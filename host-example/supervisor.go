@@ -38,7 +38,6 @@ type supervisor struct {
 
 	mu       sync.Mutex // guards everything below
 	current  *shared.Plugin
-	kind     string
 	lastExit *shared.ExitStatus
 	restarts int
 	stopping bool
@@ -49,6 +48,7 @@ type supervisor struct {
 }
 
 func newSupervisor(cfg *provisionerConfig, logger hclog.Logger, opts launchOptions) *supervisor {
+	opts.configure = true
 	return &supervisor{cfg: cfg, logger: logger, opts: opts, restart: true, stop: make(chan struct{}), state: "starting"}
 }
 
@@ -92,7 +92,7 @@ func (s *supervisor) launch(ctx context.Context) (*launched, hcl.Diagnostics) {
 			Detail: err.Error() + ".", Subject: s.cfg.DefRange.Ptr()}}
 	}
 	s.mu.Lock()
-	s.current, s.kind, s.state = l.plugin, s.cfg.Kind, "running"
+	s.current, s.state = l.plugin, "running"
 	s.mu.Unlock()
 	s.onUp(Target{Name: s.cfg.Name, P: p, Shapes: sr.Shapes})
 	return l, diags

@@ -24,13 +24,7 @@ func envMap(m map[string]string) func(string) string {
 // task, reports, and leaves when it has been idle long enough.
 func TestFullLoop(t *testing.T) {
 	t.Parallel()
-	logger, logs := testLogger(t)
-	signer := NewSigner(testSecret)
-	e := NewEngine(logger, signer, nil)
-	e.PollWait = 200 * time.Millisecond
-	srv := httptest.NewServer(e.Handler())
-	defer srv.Close()
-	defer e.Close() // first: ends polls so srv.Close need not wait
+	e, srv, signer, logs := serveEngine(t, 200*time.Millisecond)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -74,7 +68,7 @@ func TestFullLoop(t *testing.T) {
 		return &shared.ProvisionResponse{Outcome: shared.OutcomeRequested, Profile: "gpu"}, nil
 	}
 
-	p := NewPlacer(logger, e, []Target{{Name: "hpc", P: prov, Shapes: prov.shapes}})
+	p := NewPlacer(e.logger, e, []Target{{Name: "hpc", P: prov, Shapes: prov.shapes}})
 	e.NeedsFunc = p.Needs
 	p.Add(shared.Need{CPUs: 2, GPUs: 1, Label: "gpu"})
 

@@ -294,23 +294,14 @@ func firstLine(s string) string {
 // here, before go-plugin runs it, so a mismatch runs nothing at all.
 func checkSHA256(path, want string) error {
 	want = strings.ToLower(strings.TrimSpace(want))
-	if len(want) != 64 {
+	wantSum, err := hex.DecodeString(want)
+	if err != nil || len(wantSum) != sha256.Size {
 		return fmt.Errorf("%w: the pin %q is not 64 hex digits", ErrChecksumMismatch, want)
 	}
-	wantSum, err := hex.DecodeString(want)
+	got, err := fileSHA256(path)
 	if err != nil {
-		return fmt.Errorf("%w: the pin %q is not hex", ErrChecksumMismatch, want)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
 		return fmt.Errorf("hashing %s: %w", path, err)
 	}
-	got := h.Sum(nil)
 	if subtle.ConstantTimeCompare(got, wantSum) != 1 {
 		return fmt.Errorf("%w: %s has sha256 %x but the configuration pins %s; if the binary was rebuilt on purpose, update the pin (sha256sum %s)",
 			ErrChecksumMismatch, path, got, want, path)
@@ -320,16 +311,21 @@ func checkSHA256(path, want string) error {
 
 // FileSHA256 returns the hex SHA-256 of a file, for writing a pin.
 func FileSHA256(path string) (string, error) {
+	sum, err := fileSHA256(path)
+	return hex.EncodeToString(sum), err
+}
+
+func fileSHA256(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	defer f.Close()
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
-		return "", err
+		return nil, err
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return h.Sum(nil), nil
 }
 
 // hostGuard is the Host a plugin talks to. It is where the engine's rules
@@ -344,9 +340,15 @@ type hostGuard struct {
 	logger  hclog.Logger
 }
 
-// workerNameRe is what a worker name may contain. Names end up in job
-// comments, URLs and log lines; nothing in them needs quoting.
-var workerNameRe = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+// nameRe is the alphabet of ValidName.
+var nameRe = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+
+// ValidName reports whether s is made only of letters, digits, '.', '_'
+// and '-'. Every name that reaches a job script, an ssh command line, a
+// file name or a log line (provisioners, profiles, labels, workers) keeps
+// to it, so that none of them ever needs quoting or can mean anything to
+// a shell, to squeue's comma lists or to #SBATCH parsing.
+func ValidName(s string) bool { return nameRe.MatchString(s) }
 
 func (g *hostGuard) Publish(_ context.Context, ev Event) error {
 	ev.Provisioner = g.name
@@ -361,7 +363,7 @@ func (g *hostGuard) Publish(_ context.Context, ev Event) error {
 
 func (g *hostGuard) MintCredential(_ context.Context, req *MintCredentialRequest) (*MintCredentialResponse, error) {
 	prefix := g.name + "-"
-	if !strings.HasPrefix(req.Worker, prefix) || len(req.Worker) == len(prefix) || !workerNameRe.MatchString(req.Worker) {
+	if !strings.HasPrefix(req.Worker, prefix) || len(req.Worker) == len(prefix) || !ValidName(req.Worker) {
 		g.logger.Warn("refused to mint a credential", "worker", req.Worker, "reason", "not this provisioner's worker")
 		return nil, fmt.Errorf("%w: worker %q is not provisioner %q's (its name must start with %q)", ErrPermissionDenied, req.Worker, g.name, prefix)
 	}

@@ -285,11 +285,6 @@ func decodeError(at []string, err error) shared.Diagnostic {
 }
 
 var (
-	// nameRE is the alphabet of provisioner, profile and label names. They
-	// end up in job names, worker names and on the remote command line,
-	// so nothing in it may mean anything to a shell, to squeue's comma
-	// lists or to #SBATCH parsing.
-	nameRE = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 	// loginRE is user@host or a bare host (an ssh_config alias). The host
 	// part allows the colons of an IPv6 address.
 	loginRE = regexp.MustCompile(`^([A-Za-z0-9._][A-Za-z0-9._-]*@)?[A-Za-z0-9._:][A-Za-z0-9._:-]*$`)
@@ -318,7 +313,7 @@ func validate(s *settings) shared.Diagnostics {
 
 	if s.name == "" {
 		add(shared.Errorf(nil, "Missing provisioner name", "The provisioner block needs a name; it goes into job and worker names."))
-	} else if !nameRE.MatchString(s.name) {
+	} else if !shared.ValidName(s.name) {
 		add(shared.Errorf(nil, "Invalid provisioner name",
 			"The name %q may use only letters, digits, '.', '_' and '-': it goes into Slurm job names and worker names.", s.name))
 	}
@@ -434,7 +429,7 @@ func validateProfile(i string, p Profile, seen map[string]bool) shared.Diagnosti
 	at := func(p ...string) []string { return append([]string{"profile", i}, p...) }
 
 	switch {
-	case !nameRE.MatchString(p.Name):
+	case !shared.ValidName(p.Name):
 		add(shared.Errorf(at("name"), "Invalid profile name",
 			"The name %q may use only letters, digits, '.', '_' and '-', and must not be empty: it goes into worker names.", p.Name))
 	case seen[p.Name]:
@@ -452,7 +447,7 @@ func validateProfile(i string, p Profile, seen map[string]bool) shared.Diagnosti
 		add(shared.Errorf(at("ram_mb"), "Invalid ram_mb", "ram_mb must be 0 (unknown) or more; got %d.", p.RAMMB))
 	}
 	for j, l := range p.Labels {
-		if !nameRE.MatchString(l) {
+		if !shared.ValidName(l) {
 			add(shared.Errorf(at("labels", strconv.Itoa(j)), "Invalid label",
 				"The label %q may use only letters, digits, '.', '_' and '-', and must not be empty: labels are passed to the worker as a comma list.", l))
 		}

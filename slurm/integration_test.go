@@ -16,7 +16,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/fluksio/provision/internal/testutil"
 	"net"
 	"os"
 	"os/exec"
@@ -30,6 +29,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/fluksio/provision/internal/sandboxtest"
+	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared"
 )
 

@@ -602,7 +602,7 @@ func boolInt(b bool) int {
 func (s *settings) profileOf(worker string, tagged bool, comment string) (profile, why string) {
 	rest, ok := strings.CutPrefix(worker, s.name+"-")
 	n := len(rest)
-	if !tagged || !ok || n < 10 || rest[n-9] != '-' || !isLowerHex(rest[n-8:]) || !nameRE.MatchString(rest[:n-9]) {
+	if !tagged || !ok || n < 10 || rest[n-9] != '-' || !isLowerHex(rest[n-8:]) || !shared.ValidName(rest[:n-9]) {
 		return "", fmt.Sprintf("its comment %s does not name a worker of provisioner %s", strconv.Quote(truncateTo(comment, 80)), s.name)
 	}
 	profile = rest[:n-9]

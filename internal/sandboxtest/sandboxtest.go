@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -119,4 +120,38 @@ func Cleanup() {
 	if rootDir != "" {
 		os.RemoveAll(rootDir)
 	}
+}
+
+// FreePort returns a loopback port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	return freePorts(t, 1)[0]
+}
+
+// EngineConfig is a config.hcl for an engine listening on 127.0.0.1:port
+// with one Slurm provisioner, name, against this sandbox: plugins from
+// pluginDir, workers started as worker, and profiles, the HCL of its
+// profile blocks. It uses only attributes every version of the plugin
+// has.
+func (e Env) EngineConfig(port int, pluginDir, name string, worker []string, profiles string) string {
+	quoted := make([]string, len(worker))
+	for i, w := range worker {
+		quoted[i] = strconv.Quote(w)
+	}
+	return fmt.Sprintf(`engine {
+  listen     = "127.0.0.1:%[1]d"
+  plugin_dir = %[2]q
+}
+
+provisioner "slurm" %[3]q {
+  login          = %[4]q
+  ssh_port       = %[5]d
+  ssh_key        = %[6]q
+  known_hosts    = %[7]q
+  engine_url     = "http://127.0.0.1:%[1]d"
+  worker_command = [%[8]s]
+  max_idle       = "30s"
+
+%[9]s}
+`, port, pluginDir, name, e.Login, e.Port, e.Key, e.KnownHosts, strings.Join(quoted, ", "), profiles)
 }
