@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,6 +28,9 @@ import (
 //	  listen     = "127.0.0.1:8470"
 //	  plugin_dir = "bin"
 //	  secret_env = "FLUKSIO_ENGINE_SECRET"   # optional
+//	  tls_cert   = "engine.crt"              # optional, with tls_key
+//	  tls_key    = "engine.key"
+//	  max_connections = 4096                 # optional
 //	}
 //	provisioner "slurm" "hpc" {
 //	  plugin = "/opt/fluksio/provisioner-slurm"   # optional
@@ -64,6 +68,15 @@ type engineConfig struct {
 	Listen    string `hcl:"listen,optional"`
 	PluginDir string `hcl:"plugin_dir,optional"`
 	SecretEnv string `hcl:"secret_env,optional"`
+	// TLSCert and TLSKey are PEM files; both or neither (enginetls.go).
+	TLSCert string `hcl:"tls_cert,optional"`
+	TLSKey  string `hcl:"tls_key,optional"`
+	// MaxConnections caps the listener's open connections (listener.go);
+	// zero means defaultMaxConnections.
+	MaxConnections int `hcl:"max_connections,optional"`
+
+	// tlsCert is the loaded pair, nil for plain HTTP.
+	tlsCert *tls.Certificate
 }
 
 // provisionerConfig is one provisioner block, as far as the engine
@@ -135,7 +148,11 @@ func loadConfig(path string) (*config, hcl.Diagnostics) {
 				continue
 			}
 			seenEngine = true
-			diags = append(diags, gohcl.DecodeBody(block.Body, nil, &cfg.Engine)...)
+			more := gohcl.DecodeBody(block.Body, nil, &cfg.Engine)
+			diags = append(diags, more...)
+			if !more.HasErrors() {
+				diags = append(diags, checkEngineTLS(block, &cfg.Engine, filepath.Dir(path))...)
+			}
 		case "provisioner":
 			p, pdiags := loadProvisioner(block, filepath.Dir(path), cfg.Engine.PluginDir)
 			diags = append(diags, pdiags...)

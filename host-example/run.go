@@ -88,16 +88,28 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "host-example: cannot listen on %s (engine.listen): %v\n", cfg.Engine.Listen, err)
 		return 1
 	}
-	srv := &http.Server{Handler: engine.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	gate := newConnGate(cfg.Engine.MaxConnections, logger.Named("http"), newLogLimiter(refusalLogBurst, refusalLogWindow))
+	tlsConfig := cfg.Engine.serverTLSConfig()
+	srv := newHTTPServer(engine.Handler(), gate, engine.pollWait(), tlsConfig)
 	var serving sync.WaitGroup
 	serving.Add(1)
 	go func() {
 		defer serving.Done()
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		var err error
+		if tlsConfig != nil {
+			err = srv.ServeTLS(ln, "", "")
+		} else {
+			err = srv.Serve(ln)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("http server stopped", "error", err)
 		}
 	}()
-	logger.Info("listening for workers", "addr", ln.Addr().String())
+	logger.Info("listening for workers", "addr", ln.Addr().String(), "tls", tlsConfig != nil, "max_connections", gate.max)
+	if plainBeyondLoopback(ln.Addr(), tlsConfig != nil) {
+		logger.Warn("listening beyond loopback in plain HTTP: worker credentials cross the network in the clear; set tls_cert and tls_key in the engine block, or terminate TLS in front of the engine",
+			"addr", ln.Addr().String())
+	}
 
 	placer := NewPlacer(logger.Named("placer"), engine, nil)
 	engine.NeedsFunc = placer.Needs

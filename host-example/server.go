@@ -67,6 +67,11 @@ type Engine struct {
 	logger hclog.Logger
 	signer *Signer
 	now    func() time.Time
+	// refusals bounds how often a refused request is logged: a flood of
+	// bad credentials must not become a flood of log lines.
+	refusals *logLimiter
+	// status serves GET /status from a short-lived cache.
+	status statusCache
 
 	// changed holds at most one pending wake-up for the run loop: a
 	// worker attached, finished or left, so a placer pass now would find
@@ -158,13 +163,14 @@ func NewEngine(logger hclog.Logger, signer *Signer, now func() time.Time) *Engin
 		now = time.Now
 	}
 	return &Engine{
-		logger:  logger,
-		signer:  signer,
-		now:     now,
-		changed: make(chan struct{}, 1),
-		done:    make(chan struct{}),
-		workers: make(map[string]*workerState),
-		results: make(map[string]Result),
+		logger:   logger,
+		signer:   signer,
+		now:      now,
+		refusals: newLogLimiter(refusalLogBurst, refusalLogWindow),
+		changed:  make(chan struct{}, 1),
+		done:     make(chan struct{}),
+		workers:  make(map[string]*workerState),
+		results:  make(map[string]Result),
 	}
 }
 
@@ -357,6 +363,9 @@ func (e *Engine) authenticate(w http.ResponseWriter, r *http.Request) (string, b
 		e.refuse(w, r, err.Error())
 		return "", false
 	}
+	// The connection now belongs to a worker: it no longer counts
+	// against the share of connections strangers may hold.
+	markCredentialed(r.Context())
 	return worker, true
 }
 
@@ -371,10 +380,27 @@ func bearer(header string) (string, bool) {
 	return token, token != ""
 }
 
-// refuse answers 401. reason comes from Verify's errors, which never
-// contain the token; the header itself goes nowhere.
+// Refused requests are logged at most refusalLogBurst per
+// refusalLogWindow; the next line logged says how many were left out.
+const (
+	refusalLogBurst  = 10
+	refusalLogWindow = 10 * time.Second
+)
+
+// refuse answers 401 and closes the connection. reason comes from
+// Verify's errors, which never contain the token; the header itself goes
+// nowhere.
+//
+// The body is never read (see dontReadBody).
 func (e *Engine) refuse(w http.ResponseWriter, r *http.Request, reason string) {
-	e.logger.Warn("refused a worker", "reason", reason, "path", r.URL.Path, "remote", r.RemoteAddr)
+	if ok, leftOut := e.refusals.allow(time.Now()); ok {
+		kv := []any{"reason", reason, "path", r.URL.Path, "remote", r.RemoteAddr}
+		if leftOut > 0 {
+			kv = append(kv, "refusals_not_logged_before", leftOut)
+		}
+		e.logger.Warn("refused a worker", kv...)
+	}
+	dontReadBody(w)
 	w.Header().Set("WWW-Authenticate", `Bearer realm="fluksio"`)
 	writeError(w, http.StatusUnauthorized, reason)
 }
@@ -627,6 +653,9 @@ type ProvisionerStatus struct {
 	// LastExitStderr is what the plugin last wrote before it last exited
 	// on its own: a panic's trace, or why it gave up.
 	LastExitStderr []string
+	// OutstandingTotal is how many outstanding jobs the plugin reported;
+	// Status lists at most maxStatusOutstanding of them.
+	OutstandingTotal int
 }
 
 // MarshalJSON renders the status in snake_case. shared's types carry no
@@ -661,7 +690,9 @@ func (p ProvisionerStatus) MarshalJSON() ([]byte, error) {
 		LastExitStderr []string `json:"last_exit_stderr,omitempty"`
 		Status         *status  `json:"status"`
 		Error          string   `json:"error,omitempty"`
-	}{Name: p.Name, Kind: p.Kind, Process: p.Process, LastExitStderr: p.LastExitStderr, Error: p.Error}
+		// Total counts outstanding jobs, listed or not.
+		OutstandingTotal int `json:"outstanding_total"`
+	}{Name: p.Name, Kind: p.Kind, Process: p.Process, LastExitStderr: p.LastExitStderr, Error: p.Error, OutstandingTotal: p.OutstandingTotal}
 	if s := p.Status; s != nil {
 		out.Status = &status{
 			Name: s.Name, Kind: s.Kind, LastError: s.LastError,
@@ -700,7 +731,7 @@ func (e *Engine) handleStatus(w http.ResponseWriter, r *http.Request) {
 	// Empty lists, not null: a status page reads .length without asking.
 	report := statusReport{Provisioners: []ProvisionerStatus{}, Workers: []workerStatus{}, Needs: []NeedStatus{}}
 	if e.StatusFunc != nil {
-		report.Provisioners = append(report.Provisioners, e.StatusFunc(r.Context())...)
+		report.Provisioners = e.status.get(r.Context(), e.StatusFunc)
 	}
 	if e.NeedsFunc != nil {
 		report.Needs = append(report.Needs, e.NeedsFunc()...)
@@ -750,9 +781,28 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // Unknown fields are ignored, so that a newer worker can talk to an older
 // engine: fields are added, never repurposed.
 func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	if r.ContentLength > limit {
+		// Said up front: refuse without reading a byte of it.
+		dontReadBody(w)
+		return fmt.Errorf("bad request body: %d bytes; at most %d", r.ContentLength, limit)
+	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("bad request body: %w", err)
 	}
 	return nil
+}
+
+// dontReadBody makes sure the request body is never read and the
+// connection is closed after the answer. Go's server reads up to 256 KiB
+// of a body the handler left unread, to keep the connection for the next
+// request, and it does so even when the answer says "Connection: close";
+// a client that announces a body and never sends it would hold the
+// connection until ReadTimeout. A read deadline in the past ends that
+// read at once.
+func dontReadBody(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	// Fails only where there is no connection to close (a recorder in a
+	// test), which is fine.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
 }

@@ -39,6 +39,9 @@ type workerConfig struct {
 	labels      []string
 	artifactURL string
 	maxIdle     time.Duration
+	// engineCA and engineCertSHA256 say how to verify an https engine
+	// (enginetls.go); empty means the system's roots.
+	engineCA, engineCertSHA256 string
 
 	token      string
 	hostname   string
@@ -76,14 +79,19 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 		logger.Print(err)
 		return 2
 	}
-	return (&workerClient{cfg: cfg, log: logger, http: &http.Client{}}).run(ctx)
+	transport, err := workerTransport(cfg.engineCA, cfg.engineCertSHA256)
+	if err != nil {
+		logger.Print(err)
+		return 2
+	}
+	return (&workerClient{cfg: cfg, log: logger, http: &http.Client{Transport: transport}}).run(ctx)
 }
 
 func parseWorkerArgs(args []string, getenv func(string) string, stderr io.Writer) (workerConfig, error) {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: host-example worker --url URL --cpus N --gpus N --max-idle SECONDS [--ram-mb N] [--labels a,b] [--artifact-url URL]\n"+
+		fmt.Fprintf(stderr, "usage: host-example worker --url URL --cpus N --gpus N --max-idle SECONDS [--ram-mb N] [--labels a,b] [--artifact-url URL] [--engine-ca FILE | --engine-cert-sha256 HEX]\n"+
 			"The credential is read from $%s.\n", tokenEnv)
 		fs.PrintDefaults()
 	}
@@ -95,6 +103,8 @@ func parseWorkerArgs(args []string, getenv func(string) string, stderr io.Writer
 		labels  = fs.String("labels", "", "comma-separated `labels` this machine advertises")
 		art     = fs.String("artifact-url", "", "where artifacts are fetched from (accepted; this example fetches none)")
 		maxIdle = fs.Float64("max-idle", 300, "leave after this many `seconds` without work")
+		ca      = fs.String("engine-ca", "", "PEM `file` of the CA(s) to verify an https engine with, instead of the system's")
+		pin     = fs.String("engine-cert-sha256", "", "verify an https engine by the SHA-256 of its certificate, in `hex`")
 	)
 	if err := fs.Parse(args); err != nil {
 		return workerConfig{}, err
@@ -117,6 +127,9 @@ func parseWorkerArgs(args []string, getenv func(string) string, stderr io.Writer
 	case !(*maxIdle > 0):
 		return workerConfig{}, errors.New("--max-idle must be a positive number of seconds")
 	}
+	if (*ca != "" || *pin != "") && u.Scheme != "https" {
+		return workerConfig{}, errors.New("--engine-ca and --engine-cert-sha256 need an https --url")
+	}
 	token := strings.TrimSpace(getenv(tokenEnv))
 	if token == "" {
 		return workerConfig{}, fmt.Errorf("no credential: $%s is not set (the provisioner that started this job sets it)", tokenEnv)
@@ -126,6 +139,7 @@ func parseWorkerArgs(args []string, getenv func(string) string, stderr io.Writer
 		host = "unknown"
 	}
 	cfg := workerConfig{
+		engineCA: *ca, engineCertSHA256: *pin,
 		url: u, cpus: *cpus, gpus: *gpus, ramMB: *ramMB, artifactURL: *art,
 		maxIdle:    time.Duration(*maxIdle * float64(time.Second)),
 		token:      token,
@@ -325,6 +339,10 @@ func (w *workerClient) call(ctx context.Context, method, path string, q url.Valu
 				return status, errNotAttachedRemote
 			}
 			return status, nil
+		case err != nil && engineUnverified(err):
+			// A certificate that does not verify will not verify on the
+			// next try either: say so now, not after goneAfter.
+			return 0, err
 		case err == nil && status == http.StatusUnauthorized:
 			return status, fmt.Errorf("%w: %s", errRefused, msg)
 		case err == nil && status >= 200 && status < 300:

@@ -1,0 +1,277 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// The engine's listener is the one part of the engine that every compute
+// node can reach, so in a real deployment it is exposed to everyone who can
+// run a job, and often to a whole network. It is built to hold under abuse
+// from someone without a credential:
+//
+//   - Every timeout of http.Server is set, so a client that sends half a
+//     request, or nothing, or reads its answer a byte a minute, holds its
+//     connection for a bounded time. WriteTimeout leaves room for the long
+//     poll of GET /v1/work.
+//   - A request that cannot be authorized is answered 401 before its body
+//     is read, and the connection is closed (see Engine.refuse): Go's server
+//     would otherwise read up to 256 KiB of an unread body before writing the
+//     answer, and a client that announces a body and never sends it would
+//     hold the connection until ReadTimeout.
+//   - Connections are capped (connGate). Those that have not yet shown a
+//     valid credential may use only part of the cap; the rest is kept for
+//     workers. When the part for strangers is full, the stranger that has
+//     been idle longest is dropped to make room, so a flood of idle
+//     connections churns itself instead of locking workers out.
+//   - Refusals are logged at a bounded rate (logLimiter), so a flood of bad
+//     requests costs a line every few seconds, not a line per request.
+//
+// Rejected alternative: a per-address limit. Compute nodes of a large job
+// sit behind one NAT address often enough that it would lock out exactly
+// the workers the engine is for, and an attacker inside the cluster has
+// many addresses anyway.
+
+const (
+	// defaultMaxConnections caps open connections unless engine.max_connections
+	// says otherwise. A worker holds one (its long poll, kept alive between
+	// polls), so this is also the number of workers one engine can serve.
+	defaultMaxConnections = 4096
+
+	// readHeaderTimeout bounds how long a client may take to send its
+	// request line and headers; a worker sends them in one write.
+	readHeaderTimeout = 10 * time.Second
+	// readTimeout bounds the whole request, body included. A result is at
+	// most maxResultBody (1 MiB); a minute is generous for that on any link
+	// a compute node has.
+	readTimeout = 60 * time.Second
+	// writeSlack is added to the longest long poll to bound writing an
+	// answer.
+	writeSlack = 30 * time.Second
+	// idleTimeout closes keep-alive connections that carry nothing. A worker
+	// polls again at once after each answer, so its connection is idle for
+	// milliseconds; ninety seconds is for the one that just reported a
+	// result and is thinking.
+	idleTimeout = 90 * time.Second
+	// maxHeaderBytes: a worker's headers are a few hundred bytes, most of it
+	// the credential.
+	maxHeaderBytes = 16 << 10
+)
+
+// newHTTPServer returns the engine's http.Server with every timeout set and
+// gate, if not nil, watching its connections. pollWait is the longest long
+// poll the engine holds.
+func newHTTPServer(handler http.Handler, gate *connGate, pollWait time.Duration, tlsConfig *tls.Config) *http.Server {
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      pollWait + writeSlack,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		TLSConfig:         tlsConfig,
+		// The server's own complaints (TLS handshakes failing, bad
+		// requests) are what a flood is made of; they go nowhere rather
+		// than to stderr unbounded.
+		ErrorLog: hclog.NewNullLogger().StandardLogger(nil),
+	}
+	if gate != nil {
+		srv.ConnContext = gate.connContext
+		srv.ConnState = gate.connState
+	}
+	return srv
+}
+
+// connGate caps the connections of one http.Server. Its hooks are the
+// server's ConnContext and ConnState; a handler marks a connection as a
+// worker's with markCredentialed once the request on it has authenticated.
+type connGate struct {
+	// max is the cap on all connections; guests is the cap on those that
+	// have not (yet) carried a request with a valid credential. Both are
+	// fixed after newConnGate.
+	max, guests int
+	logger      hclog.Logger
+	logs        *logLimiter
+
+	// mu guards conns and every connEntry's fields. It is held only for
+	// bookkeeping, never across I/O but a Close of a connection being
+	// dropped, which does not block.
+	mu    sync.Mutex
+	conns map[net.Conn]*connEntry
+	// nGuests counts conns entries that are not credentialed.
+	nGuests int
+	// dropped counts connections refused or evicted, for tests and status.
+	dropped int
+}
+
+// connEntry is one open connection.
+type connEntry struct {
+	gate  *connGate
+	conn  net.Conn
+	since time.Time
+	// state is the last state the server reported; credentialed says a
+	// request on it authenticated. Both are guarded by gate.mu.
+	state        http.ConnState
+	credentialed bool
+}
+
+type connEntryKey struct{}
+
+// newConnGate returns a gate for max connections, of which a quarter at
+// most may be strangers'.
+func newConnGate(max int, logger hclog.Logger, logs *logLimiter) *connGate {
+	if max <= 0 {
+		max = defaultMaxConnections
+	}
+	guests := max / 4
+	if guests < 1 {
+		guests = 1
+	}
+	return &connGate{max: max, guests: guests, logger: logger, logs: logs, conns: make(map[net.Conn]*connEntry)}
+}
+
+// connContext registers c; the server calls it before connState(StateNew).
+func (g *connGate) connContext(ctx context.Context, c net.Conn) context.Context {
+	e := &connEntry{gate: g, conn: c, since: time.Now()}
+	g.mu.Lock()
+	g.conns[c] = e
+	g.nGuests++
+	g.mu.Unlock()
+	return context.WithValue(ctx, connEntryKey{}, e)
+}
+
+func (g *connGate) connState(c net.Conn, st http.ConnState) {
+	g.mu.Lock()
+	e := g.conns[c]
+	if e == nil {
+		g.mu.Unlock()
+		return
+	}
+	switch st {
+	case http.StateClosed, http.StateHijacked:
+		g.removeLocked(e)
+		g.mu.Unlock()
+		return
+	case http.StateNew:
+		// Admission. The new connection is a stranger; make room for it
+		// by dropping the stranger idle longest, or refuse it.
+		var victims []net.Conn
+		for len(g.conns) > g.max || g.nGuests > g.guests {
+			v := g.oldestIdleGuestLocked(e)
+			if v == nil {
+				v = e
+			}
+			g.removeLocked(v)
+			g.dropped++
+			victims = append(victims, v.conn)
+			if v == e {
+				break
+			}
+		}
+		e.state = st
+		g.mu.Unlock()
+		for _, v := range victims {
+			v.Close()
+		}
+		if len(victims) > 0 {
+			if ok, more := g.logs.allow(time.Now()); ok {
+				g.logger.Warn("connection limit reached: dropped connections without a credential",
+					"dropped", len(victims), "not_logged_before", more, "max_connections", g.max, "max_without_credential", g.guests)
+			}
+		}
+		return
+	default:
+		e.state = st
+	}
+	g.mu.Unlock()
+}
+
+// oldestIdleGuestLocked is the stranger that has waited longest without a
+// request in progress, other than skip; nil if there is none.
+func (g *connGate) oldestIdleGuestLocked(skip *connEntry) *connEntry {
+	var best *connEntry
+	for _, e := range g.conns {
+		if e == skip || e.credentialed || (e.state != http.StateNew && e.state != http.StateIdle) {
+			continue
+		}
+		if best == nil || e.since.Before(best.since) {
+			best = e
+		}
+	}
+	return best
+}
+
+func (g *connGate) removeLocked(e *connEntry) {
+	if _, ok := g.conns[e.conn]; !ok {
+		return
+	}
+	delete(g.conns, e.conn)
+	if !e.credentialed {
+		g.nGuests--
+	}
+}
+
+// markCredentialed moves the connection ctx belongs to out of the
+// strangers' share. Calling it for a request not served through a gate is
+// harmless.
+func markCredentialed(ctx context.Context) {
+	e, _ := ctx.Value(connEntryKey{}).(*connEntry)
+	if e == nil {
+		return
+	}
+	g := e.gate
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, open := g.conns[e.conn]; open && !e.credentialed {
+		e.credentialed = true
+		g.nGuests--
+	}
+}
+
+// counts reports open connections, strangers among them, and connections
+// dropped so far.
+func (g *connGate) counts() (open, guests, dropped int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.conns), g.nGuests, g.dropped
+}
+
+// logLimiter lets through at most burst log lines per window and counts
+// the rest, so that the first line of the next window can say how many
+// were left out. The zero value is not usable; use newLogLimiter.
+type logLimiter struct {
+	window time.Duration
+	burst  int
+
+	mu      sync.Mutex // guards the fields below
+	start   time.Time
+	n       int
+	dropped int
+}
+
+func newLogLimiter(burst int, window time.Duration) *logLimiter {
+	return &logLimiter{burst: burst, window: window}
+}
+
+// allow says whether a line may be logged at now and, if so, how many
+// lines were left out since the last one that was.
+func (l *logLimiter) allow(now time.Time) (ok bool, leftOut int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Sub(l.start) >= l.window {
+		l.start, l.n = now, 0
+	}
+	if l.n >= l.burst {
+		l.dropped++
+		return false, 0
+	}
+	l.n++
+	leftOut, l.dropped = l.dropped, 0
+	return true, leftOut
+}

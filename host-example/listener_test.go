@@ -1,0 +1,459 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fluksio/provision/shared"
+)
+
+// startListener serves e the way runMain does, with a gate of max
+// connections, on a loopback port; it returns the address.
+func startListener(t *testing.T, e *Engine, max int, tlsConfig *tls.Config) (string, *connGate) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := newConnGate(max, e.logger, newLogLimiter(refusalLogBurst, refusalLogWindow))
+	srv := newHTTPServer(e.Handler(), gate, e.pollWait(), tlsConfig)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if tlsConfig != nil {
+			srv.ServeTLS(ln, "", "")
+		} else {
+			srv.Serve(ln)
+		}
+	}()
+	t.Cleanup(func() {
+		e.Close()
+		srv.Close()
+		<-done
+	})
+	return ln.Addr().String(), gate
+}
+
+// establishedTo counts the server side of established TCP connections on
+// port, as the kernel lists them in /proc/net/tcp: what the engine
+// process really holds, not what the gate believes.
+func establishedTo(t *testing.T, port int) int {
+	t.Helper()
+	data, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf(":%04X", port)
+	n := 0
+	for _, line := range strings.Split(string(data), "\n")[1:] {
+		f := strings.Fields(line)
+		// f[1] is local address:port, f[3] the state; 01 is ESTABLISHED.
+		if len(f) > 3 && strings.HasSuffix(f[1], want) && f[3] == "01" {
+			n++
+		}
+	}
+	return n
+}
+
+func portOf(t *testing.T, addr string) int {
+	_, p, _ := net.SplitHostPort(addr)
+	n, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestListenerRefusesBeforeReadingTheBody: a POST without a credential
+// that announces a body and never sends it gets its 401 at once and loses
+// its connection. Before, the server waited for the body to drain it and
+// held the connection until the client gave up (75 s and more).
+func TestListenerRefusesBeforeReadingTheBody(t *testing.T) {
+	t.Parallel()
+	e := NewEngine(nil, NewSigner(testSecret), nil)
+	addr, _ := startListener(t, e, 0, nil)
+
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST /v1/attach HTTP/1.1\r\nHost: engine\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+	start := time.Now()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer within 5 s to a request whose body never comes: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("status %d; want 401", resp.StatusCode)
+	}
+	// The server closes its end: the next read sees EOF, not a timeout.
+	if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("connection still open after the 401: read gave %v; want EOF", err)
+	}
+	t.Logf("401 and close after %s", time.Since(start).Round(time.Millisecond))
+}
+
+// TestListenerServerTimeouts: every timeout of the engine's http.Server is
+// set, and the write timeout leaves room for the long poll.
+func TestListenerServerTimeouts(t *testing.T) {
+	t.Parallel()
+	srv := newHTTPServer(http.NotFoundHandler(), nil, defaultPollWait, nil)
+	for name, d := range map[string]time.Duration{
+		"ReadHeaderTimeout": srv.ReadHeaderTimeout, "ReadTimeout": srv.ReadTimeout,
+		"WriteTimeout": srv.WriteTimeout, "IdleTimeout": srv.IdleTimeout,
+	} {
+		if d <= 0 {
+			t.Errorf("%s is not set", name)
+		}
+	}
+	if srv.WriteTimeout <= defaultPollWait {
+		t.Errorf("WriteTimeout %s would cut a %s long poll short", srv.WriteTimeout, defaultPollWait)
+	}
+	if srv.MaxHeaderBytes <= 0 || srv.MaxHeaderBytes > 64<<10 {
+		t.Errorf("MaxHeaderBytes %d", srv.MaxHeaderBytes)
+	}
+}
+
+// TestListenerSlowHeadersCutOff: a client that sends half a request line
+// and stops loses its connection after ReadHeaderTimeout.
+func TestListenerSlowHeadersCutOff(t *testing.T) {
+	t.Parallel()
+	srv := newHTTPServer(http.NotFoundHandler(), nil, time.Second, nil)
+	srv.ReadHeaderTimeout = 300 * time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprint(c, "GET /status HT")
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadAll(c); err != nil {
+		t.Errorf("the server held a half-sent request for 5 s: %v", err)
+	}
+}
+
+// TestListenerConnectionCap: 300 connections that never send a byte do
+// not take the engine's sockets: it holds at most max_connections, and a
+// worker with a credential still attaches; once attached, its connection
+// survives the next flood.
+func TestListenerConnectionCap(t *testing.T) {
+	t.Parallel()
+	logger, logs := testLogger(t)
+	signer := NewSigner(testSecret)
+	e := NewEngine(logger, signer, nil)
+	e.PollWait = 200 * time.Millisecond
+	const max = 40
+	addr, gate := startListener(t, e, max, nil)
+	port := portOf(t, addr)
+
+	var idle []net.Conn
+	defer func() {
+		for _, c := range idle {
+			c.Close()
+		}
+	}()
+	flood := func(n int) {
+		for range n {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			idle = append(idle, c)
+		}
+	}
+	flood(300)
+	// The kernel completes handshakes before the engine accepts them, so
+	// the count settles as the engine works through its accept queue.
+	waitFor(t, fmt.Sprintf("the engine to hold at most %d of 300 idle connections", max), func() bool { return establishedTo(t, port) <= max })
+	open, _, dropped := gate.counts()
+	t.Logf("after 300 idle connections the engine holds %d (cap %d), dropped %d", establishedTo(t, port), max, dropped)
+	if open > max {
+		t.Errorf("the gate counts %d open", open)
+	}
+
+	// A worker gets in all the same, and keeps its connection.
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+	token := sign(t, signer, "hpc-cpu-1", time.Hour)
+	req := func(method, path, body string) int {
+		r, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
+		r.Header.Set("Authorization", "Bearer "+token)
+		resp, err := client.Do(r)
+		if err != nil {
+			t.Fatalf("%s %s during the flood: %v", method, path, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := req("POST", "/v1/attach", attachBody); code != http.StatusOK {
+		t.Fatalf("attach: %d", code)
+	}
+	flood(300)
+	if code := req("GET", "/v1/work?wait=0", ""); code != http.StatusNoContent && code != http.StatusOK {
+		t.Errorf("the attached worker's poll after the second flood: %d", code)
+	}
+	waitFor(t, "the second flood to settle", func() bool { return establishedTo(t, port) <= max })
+	if n := strings.Count(logs.String(), "connection limit reached"); n > refusalLogBurst {
+		t.Errorf("%d log lines about the connection limit; want at most %d", n, refusalLogBurst)
+	}
+}
+
+// TestListenerRefusalsLoggedAtABoundedRate: 500 refused requests make
+// at most a burst of log lines, and the next logged line counts the rest.
+func TestListenerRefusalsLoggedAtABoundedRate(t *testing.T) {
+	t.Parallel()
+	e, srv, _, logs := serveEngine(t, time.Second)
+	_ = e
+	client := srv.Client()
+	for range 500 {
+		r, _ := http.NewRequest("GET", srv.URL+"/v1/work", nil)
+		r.Header.Set("Authorization", "Bearer not-a-token")
+		resp, err := client.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	if n := strings.Count(logs.String(), "refused a worker"); n > refusalLogBurst {
+		t.Errorf("500 refusals made %d log lines; want at most %d", n, refusalLogBurst)
+	}
+	l := newLogLimiter(2, time.Hour)
+	now := time.Now()
+	l.allow(now)
+	l.allow(now)
+	for range 5 {
+		if ok, _ := l.allow(now); ok {
+			t.Fatal("a third line in the window was allowed")
+		}
+	}
+	if ok, left := l.allow(now.Add(2 * time.Hour)); !ok || left != 5 {
+		t.Errorf("next window: allowed %v, left out %d; want true, 5", ok, left)
+	}
+}
+
+// TestStatusFetchedOnceAndBounded: sixteen concurrent GET /status cost one
+// call to the plugins, and a plugin reporting 200,000 outstanding jobs is
+// listed with maxStatusOutstanding of them and the total.
+func TestStatusFetchedOnceAndBounded(t *testing.T) {
+	t.Parallel()
+	e, srv, _, _ := serveEngine(t, time.Second)
+	var calls atomic.Int32
+	release := make(chan struct{})
+	big := make([]shared.Outstanding, 200000)
+	for i := range big {
+		big[i] = shared.Outstanding{Profile: "cpu", Job: strconv.Itoa(i), Worker: "hpc-cpu-" + strconv.Itoa(i), State: "PENDING"}
+	}
+	e.StatusFunc = func(context.Context) []ProvisionerStatus {
+		calls.Add(1)
+		<-release
+		return []ProvisionerStatus{{Name: "hpc", Kind: "slurm", Process: "running",
+			Status: &shared.StatusResponse{Name: "hpc", Kind: "slurm", Outstanding: big}}}
+	}
+	var wg sync.WaitGroup
+	sizes := make([]int, 16)
+	for i := range sizes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := srv.Client().Get(srv.URL + "/status")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer resp.Body.Close()
+			var got struct {
+				Provisioners []struct {
+					Total  int `json:"outstanding_total"`
+					Status struct {
+						Outstanding []json.RawMessage `json:"outstanding"`
+					} `json:"status"`
+				} `json:"provisioners"`
+			}
+			data, _ := io.ReadAll(resp.Body)
+			sizes[i] = len(data)
+			if err := json.Unmarshal(data, &got); err != nil || len(got.Provisioners) != 1 {
+				t.Errorf("status: %v %.200s", err, data)
+				return
+			}
+			p := got.Provisioners[0]
+			if p.Total != 200000 || len(p.Status.Outstanding) != maxStatusOutstanding {
+				t.Errorf("outstanding_total %d, listed %d; want 200000, %d", p.Total, len(p.Status.Outstanding), maxStatusOutstanding)
+			}
+		}()
+	}
+	waitFor(t, "a status fetch to start", func() bool { return calls.Load() >= 1 })
+	close(release)
+	wg.Wait()
+	if n := calls.Load(); n != 1 {
+		t.Errorf("16 concurrent GET /status called the plugins %d times; want 1", n)
+	}
+	t.Logf("each answer %d bytes", sizes[0])
+}
+
+// selfSigned writes a certificate for 127.0.0.1 and its key into dir and
+// returns their paths and the certificate's SHA-256.
+func selfSigned(t *testing.T, dir string) (certFile, keyFile, sum string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "engine"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "engine.crt"), filepath.Join(dir, "engine.key")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := sha256.Sum256(der)
+	return certFile, keyFile, hex.EncodeToString(s[:])
+}
+
+// TestWorkerVerifiesTheEngine: an engine configured with tls_cert and
+// tls_key serves TLS; a worker attaches when it trusts the engine's CA or
+// pins its certificate, and refuses at once (not after minutes of
+// retries) when it does not.
+func TestWorkerVerifiesTheEngine(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	certFile, keyFile, sum := selfSigned(t, dir)
+	cfgFile := filepath.Join(dir, "engine.hcl")
+	os.WriteFile(cfgFile, []byte(`engine {
+  tls_cert = "engine.crt"
+  tls_key  = "engine.key"
+}
+`), 0o644)
+	cfg, diags := loadConfig(cfgFile)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	_ = keyFile
+	signer := NewSigner(testSecret)
+	e := NewEngine(nil, signer, nil)
+	addr, _ := startListener(t, e, 0, cfg.Engine.serverTLSConfig())
+	url := "https://" + addr
+
+	isAttached := func(name string) bool {
+		for _, w := range e.Attached() {
+			if w == name {
+				return true
+			}
+		}
+		return false
+	}
+	// check runs a worker until it attaches (then stops it) or exits.
+	check := func(name string, wantAttach bool, wantMsg string, extra ...string) {
+		t.Helper()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		env := envMap(map[string]string{tokenEnv: sign(t, signer, name, time.Hour)})
+		out := &lockedBuffer{}
+		exited := make(chan int, 1)
+		go func() {
+			exited <- runWorker(ctx, append([]string{"--url", url, "--cpus", "1", "--max-idle", "600"}, extra...), env, out)
+		}()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			select {
+			case code := <-exited:
+				if wantAttach || code == 0 || !strings.Contains(out.String(), wantMsg) {
+					t.Errorf("%s: exit %d before attaching, output:\n%s\nwant attach %v, failure mentioning %q", name, code, out, wantAttach, wantMsg)
+				}
+				return
+			default:
+			}
+			if isAttached(name) {
+				if !wantAttach {
+					t.Errorf("%s attached; want refused", name)
+				}
+				cancel()
+				<-exited
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s neither attached nor gave up in 20 s:\n%s", name, out)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	check("hpc-ca-1", true, "", "--engine-ca", certFile)
+	check("hpc-pin-1", true, "", "--engine-cert-sha256", sum)
+	check("hpc-none-1", false, "certificate signed by unknown authority")
+	check("hpc-badpin-1", false, "does not match --engine-cert-sha256", "--engine-cert-sha256", strings.Repeat("ab", 32))
+}
+
+// TestEngineTLSConfigErrors: half a TLS setting, a missing file and a
+// certificate that is not one are refused at load, at the attribute.
+func TestEngineTLSConfigErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	selfSigned(t, dir)
+	os.WriteFile(filepath.Join(dir, "junk.crt"), []byte("not a certificate"), 0o644)
+	tests := []struct{ body, summary, at string }{
+		{"engine {\n  tls_cert = \"engine.crt\"\n}\n", "Incomplete TLS settings", ":2:14"},
+		{"engine {\n  tls_cert = \"engine.crt\"\n  tls_key = \"nope.key\"\n}\n", "Cannot read tls_key", ":3:13"},
+		{"engine {\n  tls_cert = \"junk.crt\"\n  tls_key = \"engine.key\"\n}\n", "Cannot load the TLS certificate", ":2:14"},
+		{"engine {\n  max_connections = -1\n}\n", "Invalid max_connections", ":2:21"},
+	}
+	for i, tc := range tests {
+		f := filepath.Join(dir, fmt.Sprintf("c%d.hcl", i))
+		os.WriteFile(f, []byte(tc.body), 0o644)
+		_, diags := loadConfig(f)
+		var b strings.Builder
+		writeDiagnostics(&b, nil, diags)
+		if !diags.HasErrors() || diags[0].Summary != tc.summary || diags[0].Subject == nil ||
+			fmt.Sprintf(":%d:%d", diags[0].Subject.Start.Line, diags[0].Subject.Start.Column) != tc.at {
+			t.Errorf("%q:\n%s\nwant %q at %s", tc.body, b.String(), tc.summary, tc.at)
+		}
+	}
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// GET /status is unauthenticated (an operator's curl has no worker
+// credential) and asks every plugin for its Status, which crosses a
+// process boundary and may be large. Served naively, sixteen concurrent
+// requests against a plugin reporting 200,000 outstanding jobs took the
+// engine to 3 GB. So the plugins' part of the report is fetched at most
+// once per statusMaxAge, by one request while the others wait for it, and
+// what is kept is cut to maxStatusOutstanding entries per provisioner
+// (the total is still reported). The engine's own part (workers, needs)
+// is read fresh on every request: it is in memory and bounded by the
+// connection cap.
+
+const (
+	// statusMaxAge is how stale the plugins' part of /status may be. An
+	// operator refreshing a page cannot tell a second; a flood of
+	// requests then costs one plugin call per second.
+	statusMaxAge = time.Second
+	// statusFetchTimeout bounds one fetch, whoever asked for it: the
+	// fetch is shared, so it does not run on any one request's context.
+	statusFetchTimeout = 10 * time.Second
+	// maxStatusOutstanding is how many outstanding jobs per provisioner
+	// /status lists; OutstandingTotal says how many there were.
+	maxStatusOutstanding = 1000
+)
+
+// statusCache holds the last fetch of the provisioners' status.
+type statusCache struct {
+	mu sync.Mutex // guards the fields below; never held across a fetch
+	// provs is the last fetch, taken at at.
+	provs []ProvisionerStatus
+	at    time.Time
+	// fetching is closed when the fetch in progress ends; nil when none is.
+	fetching chan struct{}
+}
+
+// get returns the provisioners' status, no older than statusMaxAge, or
+// fetches it with fetch. Only one fetch runs at a time; other callers wait
+// for it, or for ctx.
+func (c *statusCache) get(ctx context.Context, fetch func(context.Context) []ProvisionerStatus) []ProvisionerStatus {
+	c.mu.Lock()
+	for {
+		if c.fetching == nil && c.provs != nil && time.Since(c.at) < statusMaxAge {
+			provs := c.provs
+			c.mu.Unlock()
+			return provs
+		}
+		if c.fetching == nil {
+			break
+		}
+		wait := c.fetching
+		c.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			c.mu.Lock()
+			provs := c.provs
+			c.mu.Unlock()
+			return provs
+		}
+		c.mu.Lock()
+		if c.provs != nil && time.Since(c.at) < statusMaxAge {
+			provs := c.provs
+			c.mu.Unlock()
+			return provs
+		}
+	}
+	done := make(chan struct{})
+	c.fetching = done
+	c.mu.Unlock()
+
+	fctx, cancel := context.WithTimeout(context.Background(), statusFetchTimeout)
+	provs := trimStatus(fetch(fctx))
+	cancel()
+
+	c.mu.Lock()
+	c.provs, c.at, c.fetching = provs, time.Now(), nil
+	c.mu.Unlock()
+	close(done)
+	return provs
+}
+
+// trimStatus cuts each provisioner's outstanding list to
+// maxStatusOutstanding, keeping the count. The cached value is shared by
+// every reader, so it is never changed after this.
+func trimStatus(provs []ProvisionerStatus) []ProvisionerStatus {
+	if provs == nil {
+		provs = []ProvisionerStatus{}
+	}
+	for i := range provs {
+		s := provs[i].Status
+		if s == nil {
+			continue
+		}
+		provs[i].OutstandingTotal = len(s.Outstanding)
+		if len(s.Outstanding) > maxStatusOutstanding {
+			cp := *s
+			cp.Outstanding = append(cp.Outstanding[:0:0], s.Outstanding[:maxStatusOutstanding]...)
+			provs[i].Status = &cp
+		}
+	}
+	return provs
+}
