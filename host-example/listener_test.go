@@ -197,7 +197,19 @@ func TestListenerConnectionCap(t *testing.T) {
 	flood(300)
 	// The kernel completes handshakes before the engine accepts them, so
 	// the count settles as the engine works through its accept queue.
-	waitFor(t, fmt.Sprintf("the engine to hold at most %d of 300 idle connections", max), func() bool { return establishedTo(t, port) <= max })
+	settle := func(what string) {
+		t.Helper()
+		// Well within readHeaderTimeout, which would close idle
+		// connections without any cap.
+		deadline := time.Now().Add(readHeaderTimeout / 3)
+		for establishedTo(t, port) > max {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the engine holds %d connections; want at most %d", what, establishedTo(t, port), max)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	settle("after 300 idle connections")
 	open, _, dropped := gate.counts()
 	t.Logf("after 300 idle connections the engine holds %d (cap %d), dropped %d", establishedTo(t, port), max, dropped)
 	if open > max {
@@ -225,7 +237,7 @@ func TestListenerConnectionCap(t *testing.T) {
 	if code := req("GET", "/v1/work?wait=0", ""); code != http.StatusNoContent && code != http.StatusOK {
 		t.Errorf("the attached worker's poll after the second flood: %d", code)
 	}
-	waitFor(t, "the second flood to settle", func() bool { return establishedTo(t, port) <= max })
+	settle("after 300 more")
 	if n := strings.Count(logs.String(), "connection limit reached"); n > refusalLogBurst {
 		t.Errorf("%d log lines about the connection limit; want at most %d", n, refusalLogBurst)
 	}
