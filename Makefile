@@ -56,8 +56,16 @@ check-shared: ## fail if shared/ imports slurm/, plugin/ or host-example/
 	@bad=$$($(GO) list -deps ./shared/... | grep -E '^github.com/fluksio/provision/(slurm|plugin|host-example)' || true); \
 	if [ -n "$$bad" ]; then echo "shared/ must not import: $$bad"; exit 1; fi; echo "==> shared/ stands alone"
 
+.PHONY: check-tidy
+check-tidy: ## fail if go mod tidy would change go.mod or go.sum
+	@tmp=$$(mktemp -d) && cp go.mod go.sum $$tmp/ && $(GO) mod tidy && \
+	if ! cmp -s go.mod $$tmp/go.mod || ! cmp -s go.sum $$tmp/go.sum; then \
+		diff -u $$tmp/go.mod go.mod | head -30; cp $$tmp/go.mod $$tmp/go.sum .; rm -rf $$tmp; \
+		echo "go.mod or go.sum is not tidy: run go mod tidy and commit it"; exit 1; fi; \
+	rm -rf $$tmp; echo "==> go.mod is tidy"
+
 .PHONY: lint
-lint: $(TOOLS)/staticcheck check-shared check-proto ## gofmt, go vet, staticcheck, and the two checks above
+lint: $(TOOLS)/staticcheck check-shared check-proto check-tidy ## gofmt, go vet, staticcheck, and the checks above
 	@echo "==> gofmt"; out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
 	@echo "==> go vet"; $(GO) vet ./...
