@@ -88,7 +88,7 @@ func (c *grpcClient) Configure(ctx context.Context, req *ConfigureRequest) (*Con
 			return nil, err
 		}
 	}
-	r, err := call(c, ctx, &pb.ConfigureRequest{Name: req.Name, ConfigJson: req.Config}, c.rpc.Configure)
+	r, err := call(c, ctx, &pb.ConfigureRequest{Name: req.Name, ConfigJson: req.Config, EngineId: req.EngineID, CredentialEpoch: req.CredentialEpoch}, c.rpc.Configure)
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +189,7 @@ func (s *grpcServer) ValidateConfig(ctx context.Context, req *pb.ValidateConfigR
 }
 
 func (s *grpcServer) Configure(ctx context.Context, req *pb.ConfigureRequest) (*pb.ConfigureResponse, error) {
-	r, err := s.impl.Configure(ctx, &ConfigureRequest{Name: req.GetName(), Config: req.GetConfigJson(), Host: s.link})
+	r, err := s.impl.Configure(ctx, &ConfigureRequest{Name: req.GetName(), Config: req.GetConfigJson(), EngineID: req.GetEngineId(), CredentialEpoch: req.GetCredentialEpoch(), Host: s.link})
 	if err != nil {
 		return nil, toStatus(err)
 	}

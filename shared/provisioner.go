@@ -132,6 +132,17 @@ type ConfigureRequest struct {
 	Name string
 	// Config is as in ValidateConfigRequest.
 	Config json.RawMessage
+	// EngineID names the engine, the same across its restarts. A plugin
+	// marks what it creates outside the engine (Slurm jobs, VMs) with it,
+	// and touches nothing that does not carry it: two engines may share
+	// an account and even a provisioner name. Empty from an engine that
+	// does not say; a plugin then falls back to Name.
+	EngineID string
+	// CredentialEpoch changes exactly when the engine's signing secret
+	// does. Workers started under another epoch hold credentials the
+	// engine no longer accepts, so a plugin cancels their jobs rather
+	// than adopting them. It reveals nothing about the secret.
+	CredentialEpoch string
 	// Host is the engine. On the plugin side the SDK sets it; a host
 	// using Launch need not.
 	Host Host

@@ -191,6 +191,8 @@ type settings struct {
 	multiplex   bool
 	maxSessions int
 	log         hclog.Logger
+	// engineID and epoch tag every job (tag.go); set by Configure.
+	engineID, epoch string
 }
 
 // host is the login node without its user, for error messages.

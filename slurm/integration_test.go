@@ -526,8 +526,10 @@ func TestIntegrationProfilesInQueue(t *testing.T) {
 		case c.gpus == 0 && strings.Contains(gres, "gpu"):
 			t.Errorf("%s: job %s has gres %q, want no GPUs", c.profile, ev.Job, gres)
 		}
-		if name != "fluksio-"+r.name || comment != "fluksio:"+ev.Worker {
-			t.Errorf("%s: job %s is named %q with comment %q, want fluksio-%s and fluksio:%s", c.profile, ev.Job, name, comment, r.name, ev.Worker)
+		// An engine that gives no id: the tag falls back to the
+		// provisioner's name and epoch 0.
+		if want := "fluksio:v2:" + r.name + ":0:" + ev.Worker; name != "fluksio-"+r.name || comment != want {
+			t.Errorf("%s: job %s is named %q with comment %q, want fluksio-%s and %s", c.profile, ev.Job, name, comment, r.name, want)
 		}
 	}
 

@@ -309,6 +309,8 @@ type fakeHost struct {
 	events  []shared.Event
 	minted  []shared.MintCredentialRequest
 	mintErr error
+	// mintDelay makes minting slow, as a busy engine would be.
+	mintDelay time.Duration
 }
 
 var _ shared.Host = (*fakeHost)(nil)
@@ -320,7 +322,19 @@ func (h *fakeHost) Publish(_ context.Context, ev shared.Event) error {
 	return nil
 }
 
-func (h *fakeHost) MintCredential(_ context.Context, req *shared.MintCredentialRequest) (*shared.MintCredentialResponse, error) {
+func (h *fakeHost) MintCredential(ctx context.Context, req *shared.MintCredentialRequest) (*shared.MintCredentialResponse, error) {
+	h.mu.Lock()
+	delay := h.mintDelay
+	h.mu.Unlock()
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.mintErr != nil {

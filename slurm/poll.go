@@ -172,7 +172,7 @@ func (p *Provisioner) lookup(ctx context.Context, cfg *settings, worker string) 
 	if err != nil {
 		return "", err
 	}
-	return ids[jobComment(worker)], nil
+	return ids[cfg.comment(worker)], nil
 }
 
 var (
@@ -226,11 +226,25 @@ func (p *Provisioner) wakePoller() {
 	}
 }
 
-// pollWanted reports whether the poller has anything to do.
+// maxIdleAdoptFailures is how many poll cycles in a row may fail to read
+// the queue for adoption alone before the poller rests: a login node that
+// is down for the day should not cost an ssh every poll_interval while
+// nobody asks for anything. The next Provision wakes it, and adoption is
+// tried again before any submission.
+const maxIdleAdoptFailures = 5
+
+// pollWanted reports whether the poller has anything to do: jobs to
+// watch or to cancel, or adoption still to do (within bounds).
 func (p *Provisioner) pollWanted() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return !p.shut && (p.adoptPending || len(p.outstanding) > 0)
+	if p.shut {
+		return false
+	}
+	if len(p.outstanding) > 0 || len(p.cancelling) > 0 {
+		return true
+	}
+	return p.adoptPending && p.idleAdoptFailures < maxIdleAdoptFailures
 }
 
 func jittered(d time.Duration) time.Duration {
@@ -286,6 +300,8 @@ func (p *Provisioner) pollOnce(ctx context.Context) {
 		return
 	}
 	adopting := p.adoptPending
+	idle := len(p.outstanding) == 0
+	cancelling := len(p.cancelling) > 0
 	var watched []watch
 	for _, prof := range cfg.Profiles {
 		// A submission still running is left to finish: its own event
@@ -295,7 +311,7 @@ func (p *Provisioner) pollOnce(ctx context.Context) {
 		}
 	}
 	p.mu.Unlock()
-	if !adopting && len(watched) == 0 {
+	if !adopting && !cancelling && len(watched) == 0 {
 		return
 	}
 
@@ -305,13 +321,25 @@ func (p *Provisioner) pollOnce(ctx context.Context) {
 	}
 	if err != nil {
 		p.queueUnreadable(cfg, err)
+		if adopting && idle {
+			p.mu.Lock()
+			p.idleAdoptFailures++
+			p.mu.Unlock()
+		}
 		return
 	}
 	p.queueReadable(cfg)
-	if adopting {
-		p.adopt(p.life, cfg, host, rows)
-	}
+	p.mu.Lock()
+	p.idleAdoptFailures = 0
+	p.mu.Unlock()
+	// The books are level-triggered: every cycle, a job of this engine
+	// that they do not hold is adopted or cancelled, so a submission that
+	// lands late is found whenever it lands.
+	p.adopt(p.life, cfg, host, rows)
 	p.judge(cfg, host, watched, rows)
+	if left := p.goneFromQueue(p.life, cfg, host, rows); len(left) > 0 {
+		p.retryCancels(p.life, cfg, host, left)
+	}
 }
 
 // queueUnreadable records a failed poll. Nothing is concluded from it: a
@@ -393,7 +421,7 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 			if !r.unknown() {
 				continue
 			}
-			if row, listed = byComment[jobComment(r.worker)]; !listed {
+			if row, listed = byComment[cfg.comment(r.worker)]; !listed {
 				forget(r, fmt.Sprintf("the answer to worker %s's sbatch was lost, and the queue has no job for it: it was not submitted", r.worker))
 				continue
 			}
@@ -464,28 +492,37 @@ var closedDone = func() chan struct{} {
 	return c
 }()
 
-// adopt takes over the jobs an earlier run of this provisioner left in
-// the queue, so that they are polled, expired and cancelled at shutdown
-// like this run's own. Each profile with nothing outstanding adopts one:
-// its oldest pending job, else its oldest running one, its worker read
-// from the comment and its age counted from now.
+// adopt keeps the books level-triggered: it takes over the jobs of this
+// engine that the books do not hold, so that they are polled, expired and
+// cancelled at shutdown like this run's own. It runs at Configure, for
+// the jobs an earlier run left, and then on every poll cycle, for a
+// submission that landed after it was given up on: ssh was killed, or its
+// answer was lost and the queue did not have it yet, but the sbatch on
+// the login node went on.
 //
-// Pending jobs it cannot account for are cancelled, with one scancel: a
-// comment that names no worker of this provisioner, a profile that is no
-// longer configured, a second job for a profile. Nobody would ever use
-// them. Jobs that have started are not: their worker may be attached and
-// busy, and one that is not leaves by itself (max_idle, or when it cannot
-// reach the engine).
+// Each profile with nothing outstanding adopts one job: at Configure its
+// oldest pending job, else its oldest running one; later only pending
+// ones, since a running job the books do not hold is one whose worker
+// arrived. Its worker is read from the tag and its age counted from now.
+//
+// Jobs nobody would ever use are cancelled, with one scancel: a pending
+// job whose tag names no worker of a configured profile, or a second job
+// for a profile; and any job of this engine from another credential
+// epoch, running or not, because its worker cannot attach. Other running
+// jobs are not: their worker may be attached and busy, and one that is
+// not leaves by itself (max_idle, or when it cannot reach the engine).
+// Jobs without this engine's tag are never touched (tag.go).
 func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host, rows []jobRow) {
 	type candidate struct {
 		row    jobRow
 		worker string
 	}
 	p.mu.Lock()
-	if p.shut || !p.adoptPending {
+	if p.shut {
 		p.mu.Unlock()
 		return
 	}
+	first := p.adoptPending
 	ours := map[string]bool{}
 	for w := range p.mine {
 		ours[w] = true
@@ -496,23 +533,38 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 	for r := range p.inflight {
 		ours[r.worker] = true
 	}
+	for _, j := range p.cancelling {
+		ours[j.worker] = true
+	}
 	byProfile := map[string][]candidate{}
 	var strays []jobRef
 	var leftAlone []jobRow
+	foreign := 0
 	for _, row := range rows {
 		if endedStates[row.state] || row.state == "COMPLETING" {
 			continue
 		}
-		worker, tagged := strings.CutPrefix(row.comment, "fluksio:")
-		if tagged && ours[worker] {
+		tag, mine := cfg.ours(row.comment)
+		switch {
+		case !mine:
+			foreign++
+			continue
+		case ours[tag.worker]:
 			continue // This run's own.
+		case tag.epoch != cfg.epoch:
+			profile, _ := cfg.profileOf(tag.worker)
+			strays = append(strays, jobRef{job: row.id, profile: profile, worker: tag.worker,
+				why: "its worker holds a credential signed with an earlier secret of the engine (epoch " + tag.epoch + ") and can never attach"})
+			continue
+		case !first && row.state != "PENDING":
+			continue // Its worker arrived, or will leave by itself.
 		}
-		profile, why := cfg.profileOf(worker, tagged, row.comment)
+		profile, why := cfg.profileOf(tag.worker)
 		switch {
 		case why == "":
-			byProfile[profile] = append(byProfile[profile], candidate{row: row, worker: worker})
+			byProfile[profile] = append(byProfile[profile], candidate{row: row, worker: tag.worker})
 		case row.state == "PENDING":
-			strays = append(strays, jobRef{job: row.id, profile: profile, worker: worker, why: "found at start: " + why})
+			strays = append(strays, jobRef{job: row.id, profile: profile, worker: tag.worker, why: "found in the queue: " + why})
 		default:
 			leftAlone = append(leftAlone, row)
 		}
@@ -532,7 +584,7 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 			switch {
 			case holder == nil || holder.waiting:
 				// A request of this run that has not begun its
-				// submission yields to the earlier run's job.
+				// submission yields to the job already queued.
 				r := &request{profile: prof.Name, worker: c.worker, since: now, cancel: func() {}, done: closedDone,
 					job: c.row.id, state: c.row.state, adopted: true}
 				if c.row.state == "RUNNING" {
@@ -549,7 +601,7 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 					has = "job " + holder.job
 				}
 				strays = append(strays, jobRef{job: c.row.id, profile: prof.Name, worker: c.worker,
-					why: fmt.Sprintf("found at start: a second job for profile %s, which already has %s", prof.Name, has)})
+					why: fmt.Sprintf("found in the queue: a second job for profile %s, which already has %s", prof.Name, has)})
 			default:
 				leftAlone = append(leftAlone, c.row)
 			}
@@ -558,33 +610,28 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 	p.adoptPending, p.mine = false, nil
 	p.mu.Unlock()
 
-	for _, r := range adopted {
-		cfg.log.Info("adopted a job left by an earlier run", "profile", r.profile, "job", r.job, "worker", r.worker, "state", r.state)
+	if foreign > 0 {
+		cfg.log.Debug("left alone jobs of the same name that are not this engine's", "count", foreign, "engine_id", cfg.engineID)
 	}
-	for _, row := range leftAlone {
-		cfg.log.Info("left alone a running job of an earlier run", "job", row.id, "state", row.state, "comment", row.comment)
+	for _, r := range adopted {
+		msg := "adopted a job left by an earlier run"
+		if !first {
+			msg = "adopted a job that reached the queue after its submission was given up on"
+		}
+		cfg.log.Info(msg, "profile", r.profile, "job", r.job, "worker", r.worker, "state", r.state)
+	}
+	if first {
+		for _, row := range leftAlone {
+			cfg.log.Info("left alone a running job of an earlier run", "job", row.id, "state", row.state, "comment", row.comment)
+		}
 	}
 	if len(adopted) > 0 {
 		p.wakePoller()
 	}
-	if len(strays) == 0 {
-		return
-	}
-	if err := p.scancel(ctx, jobIDs(strays)); err != nil {
-		p.mu.Lock()
-		p.lastErr = truncate("cancelling jobs left by an earlier run: " + err.Error())
-		if !p.shut {
-			// Try again on the next poll; what was adopted stays.
-			p.adoptPending, p.mine = true, map[string]bool{}
-		}
-		p.mu.Unlock()
-		cfg.log.Error("could not cancel jobs left by an earlier run; will try again", "jobs", jobIDs(strays), "error", err)
-		p.wakePoller()
-		return
-	}
-	for _, j := range strays {
-		cfg.log.Warn("cancelled a job left by an earlier run", "job", j.job, "worker", j.worker, "why", j.why)
-		p.publish(p.life, cfg, host, shared.Event{Kind: shared.EventWorkerCancelled, Profile: j.profile, Job: j.job, Worker: j.worker, Detail: j.why})
+	if len(strays) > 0 {
+		// What cannot be cancelled now is kept and tried again on each
+		// poll cycle and at Shutdown (cancelJobs).
+		p.cancelJobs(ctx, cfg, host, strays, "cancelled a job nobody will use")
 	}
 }
 
@@ -597,13 +644,13 @@ func boolInt(b bool) int {
 
 // profileOf reads the profile from the name of a worker of this
 // provisioner, <provisioner>-<profile>-<8 hex digits>, taken from a job's
-// comment (tagged says it had the fluksio: prefix). why says what is
-// wrong when it does not name a worker of a configured profile.
-func (s *settings) profileOf(worker string, tagged bool, comment string) (profile, why string) {
+// tag. why says what is wrong when it does not name a worker of a
+// configured profile.
+func (s *settings) profileOf(worker string) (profile, why string) {
 	rest, ok := strings.CutPrefix(worker, s.name+"-")
 	n := len(rest)
-	if !tagged || !ok || n < 10 || rest[n-9] != '-' || !isLowerHex(rest[n-8:]) || !shared.ValidName(rest[:n-9]) {
-		return "", fmt.Sprintf("its comment %s does not name a worker of provisioner %s", strconv.Quote(truncateTo(comment, 80)), s.name)
+	if !ok || n < 10 || rest[n-9] != '-' || !isLowerHex(rest[n-8:]) || !shared.ValidName(rest[:n-9]) {
+		return "", fmt.Sprintf("its tag names worker %s, which is not a worker of provisioner %s", strconv.Quote(truncateTo(worker, 80)), s.name)
 	}
 	profile = rest[:n-9]
 	for _, p := range s.Profiles {

@@ -91,7 +91,7 @@ func TestPollOneQueryPerCycle(t *testing.T) {
 			for i := range n {
 				job := strconv.Itoa(1000 + i)
 				worker := h.addJob(fmt.Sprintf("p%03d", i), job)
-				rows = append(rows, job+"|PENDING|Priority|N/A|"+jobComment(worker))
+				rows = append(rows, job+"|PENDING|Priority|N/A|"+tagOf(worker))
 			}
 			h.fake.setRows(t, rows...)
 			for cycle := 1; cycle <= 3; cycle++ {
@@ -144,7 +144,7 @@ func TestPoller(t *testing.T) {
 	h.provision(t, cpuNeed)
 	eventually(t, "the sbatch call", func() bool { return len(h.fake.callsTo("sbatch")) == 1 })
 	worker := h.status(t).Outstanding[0].Worker
-	h.fake.setRows(t, "4242|RUNNING|None|2026-12-02T10:00:01|"+jobComment(worker))
+	h.fake.setRows(t, "4242|RUNNING|None|2026-12-02T10:00:01|"+tagOf(worker))
 	h.fake.openGate(t)
 	eventually(t, "the poller to see the job running", func() bool { return h.outstanding(t)["cpu"].State == "RUNNING" })
 
@@ -178,7 +178,7 @@ func TestPollForgetsEndedJob(t *testing.T) {
 			h := newHarness(t, "sbatch=ok,squeue=rows", nil)
 			ev := h.provisioned(t)
 			if tc.row != "" {
-				h.fake.setRows(t, "4242|"+tc.row+"|"+jobComment(ev.Worker))
+				h.fake.setRows(t, "4242|"+tc.row+"|"+tagOf(ev.Worker))
 			}
 			h.p.pollOnce(context.Background())
 
@@ -210,7 +210,7 @@ func TestPollKeepsRunningAndPendingJobs(t *testing.T) {
 	ev := h.provisioned(t)
 	ctx := context.Background()
 	for _, row := range []string{"PENDING|Priority|N/A", "PENDING|Resources|2026-12-02T11:00:00", "PENDING|BeginTime|2026-12-02T11:00:00", "CONFIGURING|None|2026-12-02T10:00:01"} {
-		h.fake.setRows(t, "4242|"+row+"|"+jobComment(ev.Worker))
+		h.fake.setRows(t, "4242|"+row+"|"+tagOf(ev.Worker))
 		h.p.pollOnce(ctx)
 		state, _, _ := strings.Cut(row, "|")
 		if o := h.outstanding(t)["cpu"]; o.Job != "4242" || o.State != state {
@@ -224,7 +224,7 @@ func TestPollKeepsRunningAndPendingJobs(t *testing.T) {
 		t.Errorf("running since %s before the job ran", running)
 	}
 	h.clock.Advance(time.Minute)
-	h.fake.setRows(t, "4242|RUNNING|None|2026-12-02T10:01:00|"+jobComment(ev.Worker))
+	h.fake.setRows(t, "4242|RUNNING|None|2026-12-02T10:01:00|"+tagOf(ev.Worker))
 	h.p.pollOnce(ctx)
 	h.clock.Advance(time.Minute)
 	h.p.pollOnce(ctx)
@@ -242,7 +242,7 @@ func TestPollKeepsRunningAndPendingJobs(t *testing.T) {
 func TestPollCancelsJobThatCanNeverStart(t *testing.T) {
 	h := newHarness(t, "sbatch=ok,squeue=rows,scancel=ok", nil)
 	ev := h.provisioned(t)
-	h.fake.setRows(t, "4242|PENDING|PartitionConfig|N/A|"+jobComment(ev.Worker))
+	h.fake.setRows(t, "4242|PENDING|PartitionConfig|N/A|"+tagOf(ev.Worker))
 	h.p.pollOnce(context.Background())
 
 	scancels := h.fake.callsTo("scancel")
@@ -306,7 +306,7 @@ func TestPollFailureKeepsEverything(t *testing.T) {
 	// It works again: quietly.
 	var rows []string
 	for _, o := range st.Outstanding {
-		rows = append(rows, o.Job+"|RUNNING|None|2026-12-02T10:00:01|"+jobComment(o.Worker))
+		rows = append(rows, o.Job+"|RUNNING|None|2026-12-02T10:00:01|"+tagOf(o.Worker))
 	}
 	h.fake.setSpec(t, "squeue=rows")
 	h.fake.setRows(t, rows...)
@@ -342,7 +342,7 @@ func TestAttachTimeout(t *testing.T) {
 	}
 	setState := func(t *testing.T, h *harness, worker, state string) {
 		t.Helper()
-		h.fake.setRows(t, "4242|"+state+"|None|N/A|"+jobComment(worker))
+		h.fake.setRows(t, "4242|"+state+"|None|N/A|"+tagOf(worker))
 		h.p.pollOnce(ctx)
 	}
 
@@ -665,16 +665,26 @@ func TestLostAnswerLookupFails(t *testing.T) {
 func TestAdoption(t *testing.T) {
 	h := newUnconfigured(t, "squeue=rows,scancel=ok")
 	h.fake.setRows(t,
-		"500|PENDING|Priority|N/A|fluksio:hpc-cpu-0000000a",
-		"501|PENDING|Priority|N/A|fluksio:hpc-cpu-0000000b",
-		"499|RUNNING|None|2026-12-02T09:00:00|fluksio:hpc-cpu-00000009",
-		"503|RUNNING|None|2026-12-02T09:00:00|fluksio:hpc-gpu-0000000d",
-		"502|RUNNING|None|2026-12-02T09:00:00|fluksio:hpc-gpu-0000000c",
-		"504|PENDING|Priority|N/A|fluksio:hpc-old-0000000e",
+		"500|PENDING|Priority|N/A|fluksio:v2:hpc:0:hpc-cpu-0000000a",
+		"501|PENDING|Priority|N/A|fluksio:v2:hpc:0:hpc-cpu-0000000b",
+		"499|RUNNING|None|2026-12-02T09:00:00|fluksio:v2:hpc:0:hpc-cpu-00000009",
+		"503|RUNNING|None|2026-12-02T09:00:00|fluksio:v2:hpc:0:hpc-gpu-0000000d",
+		"502|RUNNING|None|2026-12-02T09:00:00|fluksio:v2:hpc:0:hpc-gpu-0000000c",
+		"504|PENDING|Priority|N/A|fluksio:v2:hpc:0:hpc-old-0000000e",
 		"505|PENDING|Priority|N/A|(null)",
-		"506|PENDING|Priority|N/A|fluksio:other-cpu-0000000f",
-		"507|COMPLETED|None|2026-12-02T09:00:00|fluksio:hpc-cpu-00000010",
-		"508|RUNNING|None|2026-12-02T09:00:00|fluksio:hpc-old-00000011",
+		"506|PENDING|Priority|N/A|fluksio:v2:hpc:0:other-cpu-0000000f",
+		"507|COMPLETED|None|2026-12-02T09:00:00|fluksio:v2:hpc:0:hpc-cpu-00000010",
+		"508|RUNNING|None|2026-12-02T09:00:00|fluksio:v2:hpc:0:hpc-old-00000011",
+		// Not this engine's: a person's job of the same name, a job
+		// of the first version's tag, another engine's (staging beside
+		// production, same account and provisioner name).
+		"509|PENDING|Priority|N/A|my own analysis, please keep",
+		"510|PENDING|Priority|N/A|fluksio:hpc-cpu-00000012",
+		"511|RUNNING|None|2026-12-02T09:00:00|fluksio:v2:staging:0:hpc-cpu-00000013",
+		"512|PENDING|Priority|N/A|fluksio:v2:staging:0:hpc-cpu-00000014",
+		// This engine's, under an earlier secret: its worker cannot
+		// attach, so it goes even though it runs.
+		"513|RUNNING|None|2026-12-02T09:00:00|fluksio:v2:hpc:e9:hpc-cpu-00000015",
 	)
 	h.configure(t, nil)
 
@@ -687,7 +697,7 @@ func TestAdoption(t *testing.T) {
 		t.Fatalf("%d scancel calls, want 1", len(scancels))
 	}
 	cancelled := slices.Sorted(slices.Values(scancels[0].remote()[1:]))
-	if !slices.Equal(cancelled, []string{"501", "504", "505", "506"}) {
+	if !slices.Equal(cancelled, []string{"501", "504", "506", "513"}) {
 		t.Errorf("cancelled %v", cancelled)
 	}
 	why := map[string]string{}
@@ -700,11 +710,17 @@ func TestAdoption(t *testing.T) {
 	for job, want := range map[string]string{
 		"501": "a second job for profile cpu, which already has job 500",
 		"504": "profile old is not configured",
-		"505": `its comment "(null)" does not name a worker of provisioner hpc`,
-		"506": `its comment "fluksio:other-cpu-0000000f" does not name a worker of provisioner hpc`,
+		"506": `its tag names worker "other-cpu-0000000f", which is not a worker of provisioner hpc`,
+		"513": "credential signed with an earlier secret",
 	} {
-		if !strings.Contains(why[job], want) || !strings.HasPrefix(why[job], "found at start: ") {
+		if !strings.Contains(why[job], want) {
 			t.Errorf("job %s: detail %q, want %q", job, why[job], want)
+		}
+	}
+
+	for _, job := range []string{"505", "509", "510", "511", "512"} {
+		if _, touched := why[job]; touched {
+			t.Errorf("job %s is not this engine's, and was cancelled", job)
 		}
 	}
 
@@ -765,9 +781,9 @@ func TestAdoptionRetriedByThePoller(t *testing.T) {
 	ev := h.provisioned(t)
 	h.fake.setSpec(t, "sbatch=ok,squeue=rows,scancel=ok")
 	h.fake.setRows(t,
-		"4242|PENDING|Priority|N/A|"+jobComment(ev.Worker),
-		"700|PENDING|Priority|N/A|fluksio:hpc-cpu-000000aa",
-		"701|PENDING|Priority|N/A|fluksio:hpc-gpu-000000bb",
+		"4242|PENDING|Priority|N/A|"+tagOf(ev.Worker),
+		"700|PENDING|Priority|N/A|fluksio:v2:hpc:0:hpc-cpu-000000aa",
+		"701|PENDING|Priority|N/A|fluksio:v2:hpc:0:hpc-gpu-000000bb",
 	)
 	before := h.calls()
 	h.p.pollOnce(ctx)
@@ -785,6 +801,12 @@ func TestAdoptionRetriedByThePoller(t *testing.T) {
 	if o := got["gpu"]; o.Job != "701" {
 		t.Errorf("gpu: %+v", o)
 	}
+	// Slurm has cancelled it; the next cycle only reads the queue.
+	h.fake.setRows(t,
+		"4242|PENDING|Priority|N/A|"+tagOf(ev.Worker),
+		"700|CANCELLED|None|N/A|fluksio:v2:hpc:0:hpc-cpu-000000aa",
+		"701|PENDING|Priority|N/A|fluksio:v2:hpc:0:hpc-gpu-000000bb",
+	)
 	before = h.calls()
 	h.p.pollOnce(ctx)
 	if d := h.calls() - before; d != 1 {
@@ -799,7 +821,7 @@ func TestAdoptionRetriedByThePoller(t *testing.T) {
 // Provision that came first hears of the adopted job by an event.
 func TestProvisionBeforeAdoption(t *testing.T) {
 	h := newUnconfigured(t, "sbatch=ok,squeue=rows,scancel=ok")
-	h.fake.setRows(t, "500|RUNNING|None|2026-12-02T09:00:00|fluksio:hpc-cpu-0000000a")
+	h.fake.setRows(t, "500|RUNNING|None|2026-12-02T09:00:00|fluksio:v2:hpc:0:hpc-cpu-0000000a")
 	resp, err := h.p.Configure(context.Background(), &shared.ConfigureRequest{Name: "hpc", Config: mustJSON(t, baseConfig()), Host: h.host})
 	if err != nil || resp.Diagnostics.HasErrors() {
 		t.Fatalf("Configure: %v %v", err, resp.Diagnostics)
@@ -831,7 +853,7 @@ func TestProvisionBeforeAdoption(t *testing.T) {
 
 func TestShutdownCancelsAdoptedAndUnknown(t *testing.T) {
 	h := newUnconfigured(t, "sbatch=drop,squeue=rows,scancel=ok")
-	h.fake.setRows(t, "500|PENDING|Priority|N/A|fluksio:hpc-gpu-0000000a")
+	h.fake.setRows(t, "500|PENDING|Priority|N/A|fluksio:v2:hpc:0:hpc-gpu-0000000a")
 	h.configure(t, nil)
 	h.fake.setSpec(t, "sbatch=drop,squeue=fail,scancel=ok")
 	h.provision(t, cpuNeed)
@@ -892,7 +914,7 @@ func TestScancelBatches(t *testing.T) {
 
 func TestParseRows(t *testing.T) {
 	out := "Welcome to the cluster\n" +
-		"12|RUNNING|None|2026-12-02T10:00:00|fluksio:hpc-cpu-0000000a\n" +
+		"12|RUNNING|None|2026-12-02T10:00:00|fluksio:v2:hpc:0:hpc-cpu-0000000a\n" +
 		"13|PENDING|Priority|N/A|a|b c\n" +
 		"14|PENDING|Priority|N/A\n" +
 		"x|PENDING|Priority|N/A|c\n" +
@@ -900,7 +922,7 @@ func TestParseRows(t *testing.T) {
 		"\n"
 	got := parseRows([]byte(out))
 	want := []jobRow{
-		{"12", "RUNNING", "None", "2026-12-02T10:00:00", "fluksio:hpc-cpu-0000000a"},
+		{"12", "RUNNING", "None", "2026-12-02T10:00:00", "fluksio:v2:hpc:0:hpc-cpu-0000000a"},
 		{"13", "PENDING", "Priority", "N/A", "a|b c"},
 	}
 	if !slices.Equal(got, want) {
@@ -913,26 +935,63 @@ func TestProfileOf(t *testing.T) {
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
+	if err := s.identity("", ""); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		comment, profile string
 		ok               bool
 	}{
-		{"fluksio:hpc-cpu-0123abcd", "cpu", true},
-		{"fluksio:hpc-gpu-0123abcd", "gpu", true},
-		{"fluksio:hpc-old-0123abcd", "old", false},
-		{"fluksio:hpc-cpu-0123ABCD", "", false},
-		{"fluksio:hpc-cpu-0123abc", "", false},
-		{"fluksio:hpc-0123abcd", "", false},
-		{"fluksio:hpcx-cpu-0123abcd", "", false},
-		{"hpc-cpu-0123abcd", "", false},
-		{"(null)", "", false},
-		{"", "", false},
+		{tagOf("hpc-cpu-0123abcd"), "cpu", true},
+		{tagOf("hpc-gpu-0123abcd"), "gpu", true},
+		{tagOf("hpc-old-0123abcd"), "old", false},
+		{tagOf("hpc-cpu-0123ABCD"), "", false},
+		{tagOf("hpc-cpu-0123abc"), "", false},
+		{tagOf("hpc-0123abcd"), "", false},
+		{tagOf("hpcx-cpu-0123abcd"), "", false},
 	}
 	for _, tc := range tests {
-		worker, tagged := strings.CutPrefix(tc.comment, "fluksio:")
-		profile, why := s.profileOf(worker, tagged, tc.comment)
+		tag, ok := s.ours(tc.comment)
+		if !ok {
+			t.Errorf("%q is not ours", tc.comment)
+			continue
+		}
+		profile, why := s.profileOf(tag.worker)
 		if profile != tc.profile || (why == "") != tc.ok {
 			t.Errorf("%q: profile %q, why %q", tc.comment, profile, why)
 		}
 	}
 }
+
+// TestTagsOfOthersAreNotOurs: only a v2 tag naming this engine is ours. A
+// person's comment, the tag of the first version and another engine's
+// tag are not, whatever the job is called.
+func TestTagsOfOthersAreNotOurs(t *testing.T) {
+	s := &settings{name: "hpc"}
+	if err := s.identity("prod", "e1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{
+		"my own analysis, please keep", "fluksio:hpc-cpu-0123abcd", "fluksio:v2:staging:e1:hpc-cpu-0123abcd",
+		"fluksio:v2:prod:e1", "fluksio:v2:prod:e1:hpc-cpu-0123abcd:x", "fluksio:v2:prod:e1:hpc cpu", "", "(null)",
+	} {
+		if _, ok := s.ours(c); ok {
+			t.Errorf("%q taken for this engine's", c)
+		}
+	}
+	if tag, ok := s.ours("fluksio:v2:prod:e0:hpc-cpu-0123abcd"); !ok || tag.epoch != "e0" || tag.worker != "hpc-cpu-0123abcd" {
+		t.Errorf("another epoch of this engine: %+v %v", tag, ok)
+	}
+	if c := s.comment("hpc-cpu-0123abcd"); c != "fluksio:v2:prod:e1:hpc-cpu-0123abcd" {
+		t.Errorf("comment %q", c)
+	}
+	for _, bad := range []string{"a:b", "a b", strings.Repeat("x", 65)} {
+		if err := (&settings{name: "hpc"}).identity(bad, "e1"); !errors.Is(err, shared.ErrInvalidArgument) {
+			t.Errorf("engine id %q: %v", bad, err)
+		}
+	}
+}
+
+// tagOf is the tag of worker's job in the harness, whose engine says no
+// id: the id falls back to the provisioner's name, the epoch to "0".
+func tagOf(worker string) string { return jobComment("hpc", "0", worker) }

@@ -2,6 +2,7 @@ package slurm
 
 import (
 	"bufio"
+	"cmp"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -103,6 +104,27 @@ type Provisioner struct {
 	// queueDown is set while reading the queue fails, so that an outage
 	// is logged once.
 	queueDown bool
+	// cancelling holds, by job id, the jobs this provisioner has decided
+	// to cancel and Slurm has not yet confirmed gone: a scancel that
+	// failed (controller down, a timeout) loses nothing. Each poll cycle
+	// and Shutdown try again (cancelJobs, retryCancels).
+	cancelling map[string]*jobRef
+	// suspect is set when a submission may have reached slurmctld without
+	// this provisioner learning its job id (ssh killed, answer lost): its
+	// job can land later, so Shutdown reads the queue for it even if the
+	// books hold nothing.
+	suspect bool
+	// idleAdoptFailures counts poll cycles in a row that could not read
+	// the queue for adoption while nothing else was outstanding; after
+	// maxIdleAdoptFailures the poller rests until there is demand.
+	idleAdoptFailures int
+
+	// shutdownDone is closed when the one Shutdown has finished;
+	// shutdownResp and shutdownErr are its outcome, which every caller
+	// gets. Set under mu before shutdownDone is closed.
+	shutdownDone chan struct{}
+	shutdownResp *shared.ShutdownResponse
+	shutdownErr  error
 }
 
 // request is one machine asked for and not yet arrived.
@@ -176,6 +198,7 @@ func New(logger hclog.Logger) *Provisioner {
 		inflight:    map[*request]bool{},
 		adoptTried:  make(chan struct{}),
 		backoff:     map[string]*backoff{},
+		cancelling:  map[string]*jobRef{},
 	}
 }
 
@@ -220,6 +243,9 @@ func (p *Provisioner) Configure(ctx context.Context, req *shared.ConfigureReques
 		return &shared.ConfigureResponse{Diagnostics: diags}, nil
 	}
 	cfg.log = p.logger.With("provisioner", cfg.name)
+	if err := cfg.identity(req.EngineID, req.CredentialEpoch); err != nil {
+		return nil, err
+	}
 
 	p.mu.Lock()
 	switch {
@@ -386,11 +412,18 @@ func (p *Provisioner) submit(ctx context.Context, cfg *settings, host shared.Hos
 	}
 	p.mu.Lock()
 	r.waiting = false
+	shut := p.shut
 	adopted, adoptedWorker := r.supersededBy, ""
 	if o := p.outstanding[r.profile]; adopted != "" && o != nil && o.job == adopted {
 		adoptedWorker = o.worker
 	}
 	p.mu.Unlock()
+	if shut && adopted == "" {
+		// Shutdown began while this request waited: submitting now
+		// would leave a job for nobody.
+		p.failed(cfg, host, r, "not submitted: the provisioner is shutting down", shared.ErrShutdown)
+		return
+	}
 	if adopted != "" {
 		// The engine hears of the machine it asked for all the same.
 		cfg.log.Info("adopted an earlier run's job instead of asking for another machine", "profile", prof.Name, "job", adopted, "instead_of", r.worker)
@@ -401,8 +434,21 @@ func (p *Provisioner) submit(ctx context.Context, cfg *settings, host shared.Hos
 		return
 	}
 
-	job, detail, lost, err := p.ask(ctx, cfg, host, prof, r.worker)
-	if err != nil && lost && ctx.Err() == nil {
+	// submit_timeout bounds the whole submission from here: the wait for
+	// an ssh session, the mint, sbatch and, if its answer was lost, the
+	// look for its job. A quarter is kept back for that look; what it
+	// cannot finish, the poller does.
+	ctx, cancel := context.WithTimeout(ctx, cfg.submitTimeout)
+	defer cancel()
+	askCtx, cancelAsk := context.WithTimeout(ctx, cfg.submitTimeout-cfg.submitTimeout/4)
+	job, detail, lost, err := p.ask(askCtx, cfg, host, prof, r.worker)
+	cancelAsk()
+	if err != nil && lost {
+		p.mu.Lock()
+		p.suspect = true
+		p.mu.Unlock()
+	}
+	if err != nil && lost && p.life.Err() == nil {
 		// The connection went before sbatch's answer came back, so the
 		// job may well exist, and asking again would start a second
 		// one. Its comment names the worker: look.
@@ -592,10 +638,9 @@ func (p *Provisioner) Reconcile(ctx context.Context, req *shared.ReconcileReques
 		cfg.log.Error("gave up looking for the job of a submission whose answer was lost", "profile", ev.Profile, "worker", ev.Worker)
 		p.publish(ctx, cfg, host, ev)
 	}
-	p.cancelJobs(ctx, cfg, host, expired, "gave up on a machine that never attached")
-	for _, j := range expired {
-		resp.Expired = append(resp.Expired, j.job)
-	}
+	// Only what Slurm agreed to cancel is expired; the rest is kept and
+	// tried again.
+	resp.Expired = p.cancelJobs(ctx, cfg, host, expired, "gave up on a machine that never attached")
 	return resp, nil
 }
 
@@ -605,6 +650,10 @@ type jobRef struct {
 	job, profile, worker string
 	age                  time.Duration
 	why                  string
+	// msg is the log line once cancelled; failures counts scancels that
+	// failed, and the engine hears of the first.
+	msg      string
+	failures int
 }
 
 func jobIDs(refs []jobRef) []string {
@@ -616,27 +665,115 @@ func jobIDs(refs []jobRef) []string {
 }
 
 // cancelJobs cancels jobs already forgotten, with one scancel, and tells
-// the engine about each: worker_cancelled with its why, or
-// worker_provision_failed if scancel failed, since the job may then still
-// be in the queue. msg is the log line for a cancelled job.
-func (p *Provisioner) cancelJobs(ctx context.Context, cfg *settings, host shared.Host, refs []jobRef, msg string) {
+// the engine about each: worker_cancelled with its why once Slurm has
+// agreed. What scancel could not cancel stays in p.cancelling and is
+// tried again on every poll cycle and at Shutdown; the engine hears of
+// the first failure as worker_provision_failed, so that it stops trusting
+// the worker's credential at once. msg is the log line for a cancelled
+// job. It returns the ids cancelled now.
+func (p *Provisioner) cancelJobs(ctx context.Context, cfg *settings, host shared.Host, refs []jobRef, msg string) []string {
 	if len(refs) == 0 {
-		return
+		return nil
 	}
-	err := p.scancel(ctx, jobIDs(refs))
-	if err != nil {
-		p.setLastErr(err.Error())
-		cfg.log.Error("could not cancel jobs", "jobs", jobIDs(refs), "error", err)
+	p.mu.Lock()
+	for i := range refs {
+		j := refs[i]
+		j.msg = msg
+		if old := p.cancelling[j.job]; old != nil {
+			j.failures = old.failures
+		}
+		p.cancelling[j.job] = &j
 	}
-	for _, j := range refs {
-		if err != nil {
-			p.publish(ctx, cfg, host, shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: j.profile, Job: j.job, Worker: j.worker,
-				Detail: truncate(fmt.Sprintf("%s and could not be cancelled: %v", j.why, err))})
+	p.mu.Unlock()
+	return p.retryCancels(ctx, cfg, host, jobIDs(refs))
+}
+
+// retryCancels runs one scancel for the given ids of p.cancelling (all
+// of them when ids is nil) and settles the outcome.
+func (p *Provisioner) retryCancels(ctx context.Context, cfg *settings, host shared.Host, ids []string) []string {
+	p.mu.Lock()
+	if ids == nil {
+		for id := range p.cancelling {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+	}
+	p.mu.Unlock()
+	if len(ids) == 0 {
+		return nil
+	}
+	err := p.scancel(ctx, ids)
+	return p.settleCancels(ctx, cfg, host, ids, err)
+}
+
+// settleCancels records the outcome of a scancel of ids: err nil means
+// Slurm agreed, so they leave p.cancelling and the engine hears
+// worker_cancelled. Otherwise they stay, and a first failure is reported.
+func (p *Provisioner) settleCancels(ctx context.Context, cfg *settings, host shared.Host, ids []string, err error) []string {
+	var done, firstFail []jobRef
+	p.mu.Lock()
+	for _, id := range ids {
+		j := p.cancelling[id]
+		if j == nil {
 			continue
 		}
-		cfg.log.Warn(msg, "profile", j.profile, "job", j.job, "worker", j.worker, "waited", j.age.Round(time.Second), "why", j.why)
+		if err == nil {
+			delete(p.cancelling, id)
+			done = append(done, *j)
+			continue
+		}
+		j.failures++
+		if j.failures == 1 {
+			firstFail = append(firstFail, *j)
+		}
+	}
+	if err != nil {
+		p.lastErr = truncate("cancelling jobs " + strings.Join(ids, " ") + ": " + err.Error())
+	}
+	p.mu.Unlock()
+	if err != nil {
+		cfg.log.Error("could not cancel jobs; will try again on the next poll and at shutdown", "jobs", ids, "error", err)
+	}
+	for _, j := range firstFail {
+		p.publish(ctx, cfg, host, shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: j.profile, Job: j.job, Worker: j.worker,
+			Detail: truncate(fmt.Sprintf("%s, and could not be cancelled yet (will keep trying): %v", j.why, err))})
+	}
+	for _, j := range done {
+		msg := j.msg
+		if msg == "" {
+			msg = "cancelled a job"
+		}
+		cfg.log.Warn(msg, "profile", j.profile, "job", j.job, "worker", j.worker, "waited", j.age.Round(time.Second), "why", j.why, "failed_tries", j.failures)
 		p.publish(ctx, cfg, host, shared.Event{Kind: shared.EventWorkerCancelled, Profile: j.profile, Job: j.job, Worker: j.worker, Detail: j.why})
 	}
+	return jobIDs(done)
+}
+
+// goneFromQueue settles the jobs of p.cancelling that a poll found ended
+// or no longer listed: Slurm has let them go, whether or not a scancel
+// said so (scancel fails on an id it has already forgotten). It returns
+// the ids still to cancel.
+func (p *Provisioner) goneFromQueue(ctx context.Context, cfg *settings, host shared.Host, rows []jobRow) []string {
+	active := map[string]bool{}
+	for _, row := range rows {
+		if !endedStates[row.state] {
+			active[row.id] = true
+		}
+	}
+	var gone, left []string
+	p.mu.Lock()
+	for id := range p.cancelling {
+		if active[id] {
+			left = append(left, id)
+		} else {
+			gone = append(gone, id)
+		}
+	}
+	p.mu.Unlock()
+	slices.Sort(gone)
+	slices.Sort(left)
+	p.settleCancels(ctx, cfg, host, gone, nil)
+	return left
 }
 
 // scancelBatch is the most ids one scancel is given. The command line and
@@ -700,20 +837,51 @@ func (p *Provisioner) Status(context.Context, *shared.StatusRequest) (*shared.St
 // Shutdown cancels every job this provisioner asked for that has not
 // attached, with one scancel, and returns the ids cancelled.
 //
+// It happens once. A second call, made while the first is still working
+// (a second Ctrl-C), waits for the first and gets the same outcome: it
+// must not return early and let the plugin exit under the first. An
+// incomplete shutdown is an error that names what may be left in the
+// queue.
+//
 // A submission in flight when Shutdown begins may already have reached
 // slurmctld, so it is not simply abandoned. It is given until shortly
 // before the deadline to finish and report its job id. If it has not by
-// then, its ssh is killed and its job, if sbatch got that far, is looked
-// for by the worker's name in the job comment, as are the jobs of earlier
-// submissions whose answer was lost. Jobs adopted at Configure are
+// then, its ssh is killed. Then, if any submission's outcome is unknown
+// (its ssh killed, its answer lost) or the first look at the queue never
+// happened, Shutdown reads the queue once more and cancels every pending
+// job of this engine, whatever the books say: an sbatch that went on on
+// the login node after its ssh died lands as a job nobody holds. Jobs
+// adopted at Configure, and jobs whose earlier scancel failed, are
 // cancelled like any other.
 func (p *Provisioner) Shutdown(ctx context.Context, req *shared.ShutdownRequest) (*shared.ShutdownResponse, error) {
 	p.mu.Lock()
-	if p.shut {
+	if done := p.shutdownDone; done != nil {
 		p.mu.Unlock()
-		return &shared.ShutdownResponse{}, nil
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for the shutdown in progress: %w", ctx.Err())
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.shutdownResp, p.shutdownErr
 	}
 	p.shut = true
+	p.shutdownDone = make(chan struct{})
+	p.mu.Unlock()
+
+	resp, err := p.shutdown(ctx, req)
+
+	p.mu.Lock()
+	p.shutdownResp, p.shutdownErr = resp, err
+	close(p.shutdownDone)
+	p.mu.Unlock()
+	return resp, err
+}
+
+// shutdown is the one Shutdown's work.
+func (p *Provisioner) shutdown(ctx context.Context, req *shared.ShutdownRequest) (*shared.ShutdownResponse, error) {
+	p.mu.Lock()
 	cfg, host := p.cfg, p.host
 	var inflight []*request
 	for r := range p.inflight {
@@ -766,13 +934,23 @@ func (p *Provisioner) Shutdown(ctx context.Context, req *shared.ShutdownRequest)
 			r.cancel()
 		}
 	}
+	// left names what may be in the queue and could not be cancelled.
+	var left []string
 	if len(stragglers) > 0 {
 		cfg.log.Warn("submissions still in flight at shutdown; stopping them", "count", len(stragglers))
+		p.mu.Lock()
+		p.suspect = true
+		p.mu.Unlock()
 		// Killing ssh returns within sshWaitDelay; then each goroutine
 		// publishes its failure and finishes.
 		select {
 		case <-allDone:
 		case <-ctx.Done():
+			for _, r := range stragglers {
+				if !r.finished() {
+					left = append(left, "the job of worker "+r.worker+" (its submission did not stop in time)")
+				}
+			}
 		}
 	}
 
@@ -795,44 +973,98 @@ func (p *Provisioner) Shutdown(ctx context.Context, req *shared.ShutdownRequest)
 			lost = append(lost, r)
 		}
 	}
+	for _, j := range p.cancelling {
+		jobs = append(jobs, *j)
+	}
+	// Workers that attached while their submission was still going are
+	// not to be cancelled, whatever state the queue shows their job in.
+	arrived := map[string]bool{}
+	for _, r := range inflight {
+		if r.arrived {
+			arrived[r.worker] = true
+		}
+	}
+	sweep := p.suspect || p.adoptPending || len(lost) > 0
 	p.mu.Unlock()
 
-	if len(lost) > 0 {
-		found, err := p.findLost(ctx, cfg, lost)
+	if sweep {
+		found, err := p.sweepQueue(ctx, cfg, lost, arrived)
 		if err != nil {
 			p.setLastErr(err.Error())
-			cfg.log.Error("could not look for jobs of interrupted submissions", "error", err)
+			cfg.log.Error("could not read the queue for jobs whose submission was cut short", "error", err)
+			what := "any job of this engine that reached the queue after its submission was cut short"
+			if len(lost) > 0 {
+				var ws []string
+				for _, r := range lost {
+					ws = append(ws, r.worker)
+				}
+				what = "the jobs of workers " + strings.Join(ws, ", ") + ", if they reached the queue"
+			}
+			left = append(left, what+" (reading the queue: "+err.Error()+")")
 		}
-		jobs = append(jobs, found...)
+		for _, j := range found {
+			if !slices.ContainsFunc(jobs, func(k jobRef) bool { return k.job == j.job }) {
+				jobs = append(jobs, j)
+			}
+		}
 	}
-	if len(jobs) == 0 {
-		return &shared.ShutdownResponse{}, nil
+	slices.SortFunc(jobs, func(a, b jobRef) int { return cmp.Or(cmp.Compare(len(a.job), len(b.job)), strings.Compare(a.job, b.job)) })
+
+	resp := &shared.ShutdownResponse{}
+	if len(jobs) > 0 {
+		if err := p.scancel(ctx, jobIDs(jobs)); err != nil {
+			p.setLastErr(err.Error())
+			cfg.log.Error("could not cancel jobs at shutdown", "jobs", jobIDs(jobs), "error", err)
+			left = append(left, "jobs "+strings.Join(jobIDs(jobs), " ")+" (scancel: "+err.Error()+")")
+		} else {
+			resp.Cancelled = jobIDs(jobs)
+			for _, j := range jobs {
+				cfg.log.Info("cancelled a job at shutdown", "profile", j.profile, "job", j.job, "worker", j.worker)
+				p.publish(ctx, cfg, host, shared.Event{Kind: shared.EventWorkerCancelled, Profile: j.profile, Job: j.job, Worker: j.worker, Detail: "provisioner shut down"})
+			}
+		}
 	}
-	if err := p.scancel(ctx, jobIDs(jobs)); err != nil {
-		p.setLastErr(err.Error())
-		cfg.log.Error("could not cancel jobs at shutdown", "jobs", jobIDs(jobs), "error", err)
-		return nil, fmt.Errorf("cancelling jobs %s: %w", strings.Join(jobIDs(jobs), " "), err)
-	}
-	resp := &shared.ShutdownResponse{Cancelled: jobIDs(jobs)}
-	for _, j := range jobs {
-		cfg.log.Info("cancelled a job at shutdown", "profile", j.profile, "job", j.job, "worker", j.worker)
-		p.publish(ctx, cfg, host, shared.Event{Kind: shared.EventWorkerCancelled, Profile: j.profile, Job: j.job, Worker: j.worker, Detail: "provisioner shut down"})
+	if len(left) > 0 {
+		return nil, fmt.Errorf("shutdown incomplete: may be left in the queue: %s; cancelled: %s",
+			strings.Join(left, "; "), orNone(resp.Cancelled))
 	}
 	return resp, nil
 }
 
-// findLost looks for the jobs of submissions whose answer never came
-// back. Every job this provisioner submits is named after it and carries
-// its worker in the comment, so one squeue finds them all.
-func (p *Provisioner) findLost(ctx context.Context, cfg *settings, lost []*request) ([]jobRef, error) {
-	byComment, err := p.jobsByComment(ctx, cfg)
+func orNone(ids []string) string {
+	if len(ids) == 0 {
+		return "none"
+	}
+	return strings.Join(ids, " ")
+}
+
+// sweepQueue reads the queue once for Shutdown: it returns every pending
+// job of this engine and provisioner, any epoch, and the job of each lost
+// request, pending or running (its worker has not attached, or it would
+// not be lost). Running jobs otherwise are left alone: their worker may
+// be attached and busy.
+func (p *Provisioner) sweepQueue(ctx context.Context, cfg *settings, lost []*request, arrived map[string]bool) ([]jobRef, error) {
+	rows, err := p.listJobs(ctx, cfg, false)
 	if err != nil {
 		return nil, err
 	}
-	var found []jobRef
+	lostBy := map[string]*request{}
 	for _, r := range lost {
-		if id := byComment[jobComment(r.worker)]; id != "" {
-			found = append(found, jobRef{job: id, profile: r.profile, worker: r.worker})
+		lostBy[r.worker] = r
+	}
+	var found []jobRef
+	for _, row := range rows {
+		tag, mine := cfg.ours(row.comment)
+		if !mine || endedStates[row.state] || arrived[tag.worker] {
+			continue
+		}
+		profile, _ := cfg.profileOf(tag.worker)
+		if r := lostBy[tag.worker]; r != nil && tag.epoch == cfg.epoch {
+			found = append(found, jobRef{job: row.id, profile: r.profile, worker: r.worker})
+			continue
+		}
+		if row.state == "PENDING" {
+			found = append(found, jobRef{job: row.id, profile: profile, worker: tag.worker})
 		}
 	}
 	return found, nil

@@ -59,7 +59,7 @@ func (r *rig) queueByProfile(t *testing.T) map[string][]string {
 		if !ok {
 			continue
 		}
-		rest, _ := strings.CutPrefix(comment, "fluksio:"+r.name+"-")
+		rest, _ := strings.CutPrefix(comment, "fluksio:v2:"+r.name+":0:"+r.name+"-")
 		if i := strings.LastIndexByte(rest, '-'); i > 0 {
 			rest = rest[:i]
 		}

@@ -16,9 +16,6 @@ const tokenVar = "FLUKSIO_WORKER_TOKEN"
 // can be found with squeue --name.
 func jobName(provisioner string) string { return "fluksio-" + provisioner }
 
-// jobComment marks a job with its worker, so that a submission whose
-// answer was lost can still be found and cancelled.
-func jobComment(worker string) string { return "fluksio:" + worker }
 
 // Option families the script derives from a profile. A profile whose own
 // sbatch lines set any option of a family keeps its own, because Slurm
@@ -83,7 +80,9 @@ func (p *Provisioner) payload(prof Profile, worker, token string) []byte {
 
 	line("#!/bin/bash")
 	line("#SBATCH --job-name=", jobName(cfg.name))
-	line("#SBATCH --comment=", jobComment(worker))
+	// The tag (tag.go) says whose job this is, and names its worker, so
+	// that a submission whose answer was lost can still be found.
+	line("#SBATCH --comment=", cfg.comment(worker))
 	// The profile's numbers are what matching promised, so the scheduler
 	// is asked for them unless the profile's own lines already do.
 	if !cpuOptions.setBy(prof.Sbatch) {

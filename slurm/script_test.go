@@ -55,6 +55,9 @@ func scriptProvisioner(t *testing.T, c Config) *Provisioner {
 	if diags := validate(s); diags.HasErrors() {
 		t.Fatal(diags)
 	}
+	if err := s.identity("prod", "4f3c2b1a"); err != nil {
+		t.Fatal(err)
+	}
 	p := New(nil)
 	p.cfg = s
 	return p

@@ -1,6 +1,6 @@
 #!/bin/bash
 #SBATCH --job-name=fluksio-hpc
-#SBATCH --comment=fluksio:hpc-gpu-0123abcd
+#SBATCH --comment=fluksio:v2:prod:4f3c2b1a:hpc-gpu-0123abcd
 #SBATCH --cpus-per-task=8
 #SBATCH --mem=32000M
 #SBATCH --gres=gpu:2

@@ -1,6 +1,6 @@
 #!/bin/bash
 #SBATCH --job-name=fluksio-hpc
-#SBATCH --comment=fluksio:hpc-tiny-0123abcd
+#SBATCH --comment=fluksio:v2:prod:4f3c2b1a:hpc-tiny-0123abcd
 #SBATCH --cpus-per-task=1
 #SBATCH --signal=B:TERM@60
 

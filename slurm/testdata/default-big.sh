@@ -1,6 +1,6 @@
 #!/bin/bash
 #SBATCH --job-name=fluksio-hpc
-#SBATCH --comment=fluksio:hpc-big-0123abcd
+#SBATCH --comment=fluksio:v2:prod:4f3c2b1a:hpc-big-0123abcd
 #SBATCH --cpus-per-task=16
 #SBATCH --mem=64000M
 #SBATCH --deadline=now+15300seconds

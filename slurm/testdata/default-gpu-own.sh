@@ -1,6 +1,6 @@
 #!/bin/bash
 #SBATCH --job-name=fluksio-hpc
-#SBATCH --comment=fluksio:hpc-gpu-own-0123abcd
+#SBATCH --comment=fluksio:v2:prod:4f3c2b1a:hpc-gpu-own-0123abcd
 #SBATCH --signal=B:TERM@60
 #SBATCH --gres=gpu:a100:2
 #SBATCH --mem-per-cpu=4G

@@ -730,10 +730,17 @@ func (x *ValidateConfigResponse) GetDiagnostics() []*Diagnostic {
 type ConfigureRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The provisioner's name; its workers' names must start with it and "-".
-	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	ConfigJson    []byte `protobuf:"bytes,2,opt,name=config_json,json=configJson,proto3" json:"config_json,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Name       string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	ConfigJson []byte `protobuf:"bytes,2,opt,name=config_json,json=configJson,proto3" json:"config_json,omitempty"`
+	// The engine's identity, stable across its restarts: mark what you
+	// create with it and touch nothing that lacks it. Empty from an older
+	// engine; fall back to name.
+	EngineId string `protobuf:"bytes,3,opt,name=engine_id,json=engineId,proto3" json:"engine_id,omitempty"`
+	// Changes exactly when the engine's signing secret does: workers of
+	// another epoch can no longer attach.
+	CredentialEpoch string `protobuf:"bytes,4,opt,name=credential_epoch,json=credentialEpoch,proto3" json:"credential_epoch,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ConfigureRequest) Reset() {
@@ -778,6 +785,20 @@ func (x *ConfigureRequest) GetConfigJson() []byte {
 		return x.ConfigJson
 	}
 	return nil
+}
+
+func (x *ConfigureRequest) GetEngineId() string {
+	if x != nil {
+		return x.EngineId
+	}
+	return ""
+}
+
+func (x *ConfigureRequest) GetCredentialEpoch() string {
+	if x != nil {
+		return x.CredentialEpoch
+	}
+	return ""
 }
 
 type ConfigureResponse struct {
@@ -2325,11 +2346,13 @@ const file_provisioner_proto_rawDesc = "" +
 	"\vconfig_json\x18\x02 \x01(\fR\n" +
 	"configJson\"\\\n" +
 	"\x16ValidateConfigResponse\x12B\n" +
-	"\vdiagnostics\x18\x01 \x03(\v2 .fluksio.provision.v1.DiagnosticR\vdiagnostics\"G\n" +
+	"\vdiagnostics\x18\x01 \x03(\v2 .fluksio.provision.v1.DiagnosticR\vdiagnostics\"\x8f\x01\n" +
 	"\x10ConfigureRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vconfig_json\x18\x02 \x01(\fR\n" +
-	"configJson\"W\n" +
+	"configJson\x12\x1b\n" +
+	"\tengine_id\x18\x03 \x01(\tR\bengineId\x12)\n" +
+	"\x10credential_epoch\x18\x04 \x01(\tR\x0fcredentialEpoch\"W\n" +
 	"\x11ConfigureResponse\x12B\n" +
 	"\vdiagnostics\x18\x01 \x03(\v2 .fluksio.provision.v1.DiagnosticR\vdiagnostics\"[\n" +
 	"\x04Need\x12\x12\n" +
