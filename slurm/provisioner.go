@@ -2,8 +2,8 @@ package slurm
 
 import (
 	"bufio"
-	"cmp"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -1008,7 +1008,9 @@ func (p *Provisioner) shutdown(ctx context.Context, req *shared.ShutdownRequest)
 			}
 		}
 	}
-	slices.SortFunc(jobs, func(a, b jobRef) int { return cmp.Or(cmp.Compare(len(a.job), len(b.job)), strings.Compare(a.job, b.job)) })
+	slices.SortFunc(jobs, func(a, b jobRef) int {
+		return cmp.Or(cmp.Compare(len(a.job), len(b.job)), strings.Compare(a.job, b.job))
+	})
 
 	resp := &shared.ShutdownResponse{}
 	if len(jobs) > 0 {

@@ -16,7 +16,6 @@ const tokenVar = "FLUKSIO_WORKER_TOKEN"
 // can be found with squeue --name.
 func jobName(provisioner string) string { return "fluksio-" + provisioner }
 
-
 // Option families the script derives from a profile. A profile whose own
 // sbatch lines set any option of a family keeps its own, because Slurm
 // rejects some mixes (--cpus-per-gpu with --cpus-per-task, --mem with
