@@ -74,6 +74,8 @@ type engineConfig struct {
 	// MaxConnections caps the listener's open connections (listener.go);
 	// zero means defaultMaxConnections.
 	MaxConnections int `hcl:"max_connections,optional"`
+	// ID is the engine's identity (identity.go); empty means derived.
+	ID string `hcl:"id,optional"`
 
 	// tlsCert is the loaded pair, nil for plain HTTP.
 	tlsCert *tls.Certificate
@@ -152,6 +154,7 @@ func loadConfig(path string) (*config, hcl.Diagnostics) {
 			diags = append(diags, more...)
 			if !more.HasErrors() {
 				diags = append(diags, checkEngineTLS(block, &cfg.Engine, filepath.Dir(path))...)
+				diags = append(diags, checkEngineID(block, cfg.Engine.ID)...)
 			}
 		case "provisioner":
 			p, pdiags := loadProvisioner(block, filepath.Dir(path), cfg.Engine.PluginDir)
@@ -263,6 +266,8 @@ type launchOptions struct {
 	logger  hclog.Logger
 	signer  shared.CredentialSigner
 	onEvent func(shared.Event)
+	// engineID and epoch go to every plugin's Configure (identity.go).
+	engineID, epoch string
 	// configure says Configure follows at once. It checks everything
 	// ValidateConfig would and answers with the same diagnostics, so the
 	// extra round trip is skipped at every start and restart.

@@ -469,3 +469,32 @@ func TestEngineTLSConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestEngineIdentity: the id is the configured one, or derived stably
+// from host and path (the same twice, another for another path); the
+// epoch follows the secret and nothing else; a bad id is refused at its
+// line.
+func TestEngineIdentity(t *testing.T) {
+	t.Parallel()
+	if id := engineIdentity("prod", "/etc/a.hcl"); id != "prod" {
+		t.Errorf("configured id: %q", id)
+	}
+	a, b, c := engineIdentity("", "/etc/a.hcl"), engineIdentity("", "/etc/a.hcl"), engineIdentity("", "/etc/b.hcl")
+	if a != b || a == c || !validConfigName(a) || len(a) > maxEngineID {
+		t.Errorf("derived ids %q %q %q", a, b, c)
+	}
+	s1, s2 := []byte(strings.Repeat("a", 32)), []byte(strings.Repeat("b", 32))
+	if credentialEpoch(s1) != credentialEpoch(s1) || credentialEpoch(s1) == credentialEpoch(s2) {
+		t.Error("the epoch does not follow the secret")
+	}
+	if e := credentialEpoch(s1); strings.Contains(e, "a") && strings.Count(e, "a") == len(e) {
+		t.Errorf("epoch %q", e)
+	}
+	dir := t.TempDir()
+	f := filepath.Join(dir, "e.hcl")
+	os.WriteFile(f, []byte("engine {\n  id = \"prod:eu\"\n}\n"), 0o644)
+	_, diags := loadConfig(f)
+	if !diags.HasErrors() || diags[0].Summary != "Invalid engine id" || diags[0].Subject.Start.Line != 2 || diags[0].Subject.Start.Column != 8 {
+		t.Errorf("diags: %v", diags)
+	}
+}

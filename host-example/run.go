@@ -68,9 +68,12 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "host-example: %v\n", err)
 		return 1
 	}
-	logger.Info("worker credentials", "secret", map[bool]string{true: "from $" + cfg.Engine.SecretEnv, false: "random, this run only"}[fromEnv])
+	engineID, epoch := engineIdentity(cfg.Engine.ID, cfg.Path), credentialEpoch(secret)
+	logger.Info("worker credentials", "secret", map[bool]string{true: "from $" + cfg.Engine.SecretEnv, false: "random, this run only"}[fromEnv],
+		"engine_id", engineID, "credential_epoch", epoch)
 	signer := NewSigner(secret)
 	engine := NewEngine(logger.Named("http"), signer, time.Now)
+	engine.ID = engineID
 	engine.OnAttach = func(w WorkerInfo) {
 		story.say("worker %s attached from %s (Slurm job %s, %d cpus, %d gpus)", w.Name, w.Hostname, orDash(w.SlurmJobID), w.CPUs, w.GPUs)
 	}
@@ -127,7 +130,9 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		name := pc.Name
 		s := newSupervisor(pc, plog, launchOptions{
 			logger: logger.Named("plugin"),
-			signer: signer,
+			signer:   signer,
+			engineID: engineID,
+			epoch:    epoch,
 			onEvent: func(ev shared.Event) {
 				story.event(ev)
 				plog.Info("event", "kind", ev.Kind, "profile", ev.Profile, "job", ev.Job, "worker", ev.Worker, "detail", ev.Detail)

@@ -58,6 +58,10 @@ type Engine struct {
 	// Nil lists none. Set before serving.
 	NeedsFunc func() []NeedStatus
 
+	// ID is the engine's identity (identity.go), shown in GET /status.
+	// Set before serving.
+	ID string
+
 	// OnAttach and OnResult, when set, hear of each first attach and each
 	// accepted result, after the books are updated and without e.mu; the
 	// run command tells its story with them. Set before serving.
@@ -722,6 +726,7 @@ type workerStatus struct {
 }
 
 type statusReport struct {
+	EngineID     string              `json:"engine_id"`
 	Provisioners []ProvisionerStatus `json:"provisioners"`
 	Workers      []workerStatus      `json:"workers"`
 	Needs        []NeedStatus        `json:"needs"`
@@ -729,7 +734,7 @@ type statusReport struct {
 
 func (e *Engine) handleStatus(w http.ResponseWriter, r *http.Request) {
 	// Empty lists, not null: a status page reads .length without asking.
-	report := statusReport{Provisioners: []ProvisionerStatus{}, Workers: []workerStatus{}, Needs: []NeedStatus{}}
+	report := statusReport{EngineID: e.ID, Provisioners: []ProvisionerStatus{}, Workers: []workerStatus{}, Needs: []NeedStatus{}}
 	if e.StatusFunc != nil {
 		report.Provisioners = e.status.get(r.Context(), e.StatusFunc)
 	}

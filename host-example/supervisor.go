@@ -77,7 +77,8 @@ func (s *supervisor) launch(ctx context.Context) (*launched, hcl.Diagnostics) {
 	p := l.plugin.Provisioner()
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	cr, err := p.Configure(cctx, &shared.ConfigureRequest{Name: s.cfg.Name, Config: l.json})
+	cr, err := p.Configure(cctx, &shared.ConfigureRequest{Name: s.cfg.Name, Config: l.json,
+		EngineID: s.opts.engineID, CredentialEpoch: s.opts.epoch})
 	if err != nil {
 		return l, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Plugin could not be configured",
 			Detail: err.Error() + ".", Subject: s.cfg.DefRange.Ptr()}}

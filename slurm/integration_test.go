@@ -286,6 +286,9 @@ type rig struct {
 	signer *signer
 	logs   *syncBuffer
 	worker *worker
+	// engineID and epoch go to Configure; empty as from an engine that
+	// says none. The configure function may set them.
+	engineID, epoch string
 }
 
 func profile(name string, cpus, gpus int, ramMB int64, labels, sbatch []string) map[string]any {
@@ -390,7 +393,7 @@ func launchRig(t *testing.T, env sandboxtest.Env, prefix string, drain bool, con
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := r.prov.Configure(ctx, &shared.ConfigureRequest{Name: r.name, Config: raw})
+	resp, err := r.prov.Configure(ctx, &shared.ConfigureRequest{Name: r.name, Config: raw, EngineID: r.engineID, CredentialEpoch: r.epoch})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,8 @@ import (
 // then waits for the file "gate" in the directory, then as ok), drop (the
 // connection closes after sbatch ran: exit 255), refused (ssh cannot
 // connect: exit 255).
-// squeue: ok (prints nothing), list (one PENDING job per recorded sbatch,
+// squeue: ok (prints nothing), gate (waits for the file "gate", then
+// as ok), list (one PENDING job per recorded sbatch,
 // 9001 and up, with the comment of its script), rows (the lines of the
 // file "squeue-rows", id|state|reason|start|comment), fail (slurmctld
 // down, exit 1), drop (the connection closes, exit 255). list and rows
@@ -142,6 +143,15 @@ func fakeSSH(spec, dir string, args []string) int {
 	case "squeue=rows":
 		b, _ := os.ReadFile(filepath.Join(dir, "squeue-rows"))
 		printSqueue(remote, strings.Split(strings.TrimSpace(string(b)), "\n"))
+	case "squeue=gate":
+		// Answers nothing until the gate opens, as a controller that
+		// has not come back yet.
+		for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+			if _, err := os.Stat(filepath.Join(dir, "gate")); err == nil {
+				return 0
+			}
+		}
+		return 1
 	case "squeue=fail":
 		fmt.Fprintln(os.Stderr, "slurm_load_jobs error: Unable to contact slurm controller (connect failure)")
 		return 1

@@ -984,7 +984,8 @@ func (p *Provisioner) shutdown(ctx context.Context, req *shared.ShutdownRequest)
 			arrived[r.worker] = true
 		}
 	}
-	sweep := p.suspect || p.adoptPending || len(lost) > 0
+	neverLooked := p.adoptPending
+	sweep := p.suspect || neverLooked || len(lost) > 0
 	p.mu.Unlock()
 
 	if sweep {
@@ -993,6 +994,9 @@ func (p *Provisioner) shutdown(ctx context.Context, req *shared.ShutdownRequest)
 			p.setLastErr(err.Error())
 			cfg.log.Error("could not read the queue for jobs whose submission was cut short", "error", err)
 			what := "any job of this engine that reached the queue after its submission was cut short"
+			if neverLooked {
+				what = "any job an earlier run of this engine left in the queue (the queue could never be read)"
+			}
 			if len(lost) > 0 {
 				var ws []string
 				for _, r := range lost {

@@ -698,3 +698,66 @@ func TestArrivedWhileSubmittingIsNotCancelled(t *testing.T) {
 		t.Errorf("%d scancel calls", n)
 	}
 }
+
+// TestNoSbatchAfterShutdownBegan: a request that waits for the first look
+// at the queue does not go on to sbatch once Shutdown has begun. Before,
+// Shutdown's stopping the look released it straight into sbatch.
+func TestNoSbatchAfterShutdownBegan(t *testing.T) {
+	h := newUnconfigured(t, "squeue=gate,sbatch=ok,scancel=ok")
+	resp, err := h.p.Configure(context.Background(), &shared.ConfigureRequest{Name: "hpc", Config: mustJSON(t, baseConfig()), Host: h.host})
+	if err != nil || resp.Diagnostics.HasErrors() {
+		t.Fatal(err, resp)
+	}
+	eventually(t, "the first look at the queue", func() bool { return len(h.fake.callsTo("squeue")) == 1 })
+	if r := h.provision(t, cpuNeed); r.Outcome != shared.OutcomeRequested {
+		t.Fatalf("Provision = %+v", r)
+	}
+	type result struct {
+		resp *shared.ShutdownResponse
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := h.p.Shutdown(context.Background(), &shared.ShutdownRequest{Deadline: time.Now().Add(10 * time.Second)})
+		done <- result{resp, err}
+	}()
+	// The controller answers again once Shutdown has begun, so that
+	// Shutdown's own look at the queue succeeds.
+	eventually(t, "Shutdown to begin", func() bool {
+		h.p.mu.Lock()
+		defer h.p.mu.Unlock()
+		return h.p.shutdownDone != nil
+	})
+	h.fake.openGate(t)
+	if r := <-done; r.err != nil {
+		t.Fatalf("Shutdown = %+v, %v", r.resp, r.err)
+	}
+	if n := len(h.fake.callsTo("sbatch")); n != 0 {
+		t.Errorf("%d sbatch calls after Shutdown began", n)
+	}
+	evs := h.host.Events()
+	if len(evs) != 1 || evs[0].Kind != shared.EventWorkerProvisionFailed || !strings.Contains(evs[0].Detail, "shutting down") {
+		t.Errorf("events = %+v", evs)
+	}
+}
+
+// TestIdleAdoptionRests: while nothing is asked for, a queue that cannot
+// be read costs maxIdleAdoptFailures more squeues, not one every
+// poll_interval for ever; the next Provision wakes the poller.
+func TestIdleAdoptionRests(t *testing.T) {
+	h := newHarness(t, "squeue=fail,sbatch=ok", nil)
+	ctx := context.Background()
+	for i := 0; i < 3*maxIdleAdoptFailures && h.p.pollWanted(); i++ {
+		h.p.pollOnce(ctx)
+	}
+	if h.p.pollWanted() {
+		t.Fatalf("after %d failed squeues the idle poller still wants to poll", len(h.fake.callsTo("squeue")))
+	}
+	if n := len(h.fake.callsTo("squeue")); n != maxIdleAdoptFailures {
+		t.Errorf("%d squeue calls while idle; want %d", n, maxIdleAdoptFailures)
+	}
+	h.provision(t, cpuNeed)
+	if !h.p.pollWanted() {
+		t.Error("a Provision did not wake the poller")
+	}
+}

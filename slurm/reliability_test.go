@@ -7,6 +7,7 @@ package slurm_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/fluksio/provision/internal/sandboxtest"
 	"github.com/fluksio/provision/shared"
+	slurmplugin "github.com/fluksio/provision/slurm"
 )
 
 // newPrivateRig is newRig against a given sandbox, normally a private
@@ -434,9 +436,16 @@ func TestReliabilitySilentLoginNode(t *testing.T) {
 		t.Errorf("Provision while backing off = %+v, want backing_off", resp)
 	}
 
+	// The queue could never be read, so the plugin cannot know whether an
+	// earlier run left jobs in it: Stop must say so, and promptly.
 	stopped := time.Now()
-	r.stop(t)
-	t.Logf("Stop returned after %.2fs", time.Since(stopped).Seconds())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	_, err := r.plugin.Stop(ctx)
+	cancel()
+	if err == nil || !strings.Contains(err.Error(), "shutdown incomplete") || !strings.Contains(err.Error(), "earlier run") {
+		t.Errorf("Stop = %v; want an incomplete shutdown naming what it could not look for", err)
+	}
+	t.Logf("Stop returned after %.2fs: %v", time.Since(stopped).Seconds(), err)
 	select {
 	case <-r.plugin.Exited():
 	default:
@@ -467,4 +476,69 @@ func TestReliabilitySilentLoginNode(t *testing.T) {
 	} else {
 		t.Logf("goroutines in the host: %d before launch, %d after Stop", baseline, n)
 	}
+
+	// The plugin's side, which the process boundary hides: the same
+	// provisioner in this process, against the same silent node. Its
+	// goroutines (poller, submissions, ssh waits) must all end with
+	// Shutdown.
+	inProcessLeaves(t, r, node.port(), submitTimeout)
+}
+
+// inProcessLeaves runs a Provisioner in the test process against the
+// silent node at port: Configure, a Provision that fails, Shutdown; and
+// checks that it leaves no goroutine and no ssh process behind.
+func inProcessLeaves(t *testing.T, r *rig, port int, submitTimeout time.Duration) {
+	t.Helper()
+	base := runtime.NumGoroutine()
+	p := slurmplugin.New(nil)
+	schema, err := p.Schema(context.Background(), &shared.SchemaRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := r.config(profile("small", 1, 0, 100, nil, r.sbatch()))
+	c["ssh_port"] = port
+	c["submit_timeout"] = submitTimeout.String()
+	c["poll_interval"] = "1s"
+	completeConfig(t, c, schema.Schema)
+	raw, _ := json.Marshal(c)
+	host := &inProcessHost{events: newRecorder()}
+	if resp, err := p.Configure(context.Background(), &shared.ConfigureRequest{Name: r.name + "-inproc", Config: raw, Host: host}); err != nil || resp.Diagnostics.HasErrors() {
+		t.Fatalf("Configure: %v %v", err, resp)
+	}
+	if resp, err := p.Provision(context.Background(), &shared.ProvisionRequest{Need: shared.Need{CPUs: 1}}); err != nil || resp.Outcome != shared.OutcomeRequested {
+		t.Fatalf("Provision = %+v, %v", resp, err)
+	}
+	host.events.wait(t, "the in-process submission to fail", 4*submitTimeout+10*time.Second, kindIs(shared.EventWorkerProvisionFailed, "small"))
+	during := runtime.NumGoroutine()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	p.Shutdown(ctx, &shared.ShutdownRequest{})
+	cancel()
+	var n int
+	var left []string
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		n, left = runtime.NumGoroutine(), sshProcsTo(port)
+		if (n <= base && len(left) == 0) || time.Now().After(end) {
+			break
+		}
+	}
+	if n > base || len(left) > 0 {
+		var b strings.Builder
+		pprof.Lookup("goroutine").WriteTo(&b, 1)
+		t.Errorf("the provisioner left %d goroutines (%d before, %d while idle after the failure) and ssh processes %q:\n%s", n-base, base, during, left, b.String())
+	} else {
+		t.Logf("goroutines of the provisioner: %d before Configure, %d after the failure, %d after Shutdown", base, during, n)
+	}
+}
+
+// inProcessHost is the engine for a provisioner run in the test process:
+// it records events and mints a fixed credential.
+type inProcessHost struct{ events *recorder }
+
+func (h *inProcessHost) Publish(_ context.Context, ev shared.Event) error {
+	h.events.add(ev)
+	return nil
+}
+
+func (h *inProcessHost) MintCredential(_ context.Context, req *shared.MintCredentialRequest) (*shared.MintCredentialResponse, error) {
+	return &shared.MintCredentialResponse{Token: "in-process-token", Expires: time.Now().Add(time.Hour)}, nil
 }

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/fluksio/provision/shared"
+)
+
+// An engine has an identity that survives its restarts, and plugins mark
+// what they create with it (the Slurm plugin tags each job's comment), so
+// that an engine touches only what is its own. Two engines may share a
+// cluster account and even a provisioner name (staging beside
+// production); a person may name a job like ours. Without an identity the
+// first version adopted, and cancelled, both.
+//
+// The identity is engine { id = "..." } when the operator sets one, which
+// they should when the configuration file may move or the engine may run
+// on another host. Otherwise it is derived from the host name and the
+// configuration file's absolute path: stable across restarts of the same
+// engine, different for a second configuration or a second machine.
+// Rejected alternative: a random id stored in a state file. The engine
+// has no state directory, and a file that is lost or copied breaks the
+// promise silently; a derived id breaks it only when the file moves, and
+// the operator can pin it.
+//
+// The credential epoch travels beside the id. It is a short HMAC of a
+// constant under the signing secret, so it changes exactly when the
+// secret does (a per-run random secret, or a rotated one) and reveals
+// nothing about it. A plugin cancels, rather than adopts, a job of its
+// engine from another epoch: that job's worker holds a credential the
+// engine will refuse.
+
+// maxEngineID keeps the id short enough for a Slurm comment beside a
+// worker name.
+const maxEngineID = 40
+
+// engineIdentity returns the configured id, or one derived from the host
+// name and path (the configuration file).
+func engineIdentity(configured, path string) string {
+	if configured != "" {
+		return configured
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		abs = path
+	}
+	sum := sha256.Sum256([]byte(host + "\x00" + abs))
+	// The host name, kept to the name alphabet and shortened, makes the
+	// id readable in squeue; the hash makes it unique.
+	var b strings.Builder
+	for _, c := range strings.ToLower(host) {
+		if b.Len() >= 20 {
+			break
+		}
+		if c < 128 && shared.ValidName(string(c)) {
+			b.WriteRune(c)
+		}
+	}
+	short := strings.Trim(b.String(), "-._")
+	if short == "" {
+		short = "engine"
+	}
+	return short + "-" + hex.EncodeToString(sum[:4])
+}
+
+// credentialEpoch names the signing secret without revealing it.
+func credentialEpoch(secret []byte) string {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("fluksio credential epoch v1"))
+	return hex.EncodeToString(m.Sum(nil)[:4])
+}
+
+// checkEngineID validates engine { id }.
+func checkEngineID(block *hcl.Block, id string) hcl.Diagnostics {
+	if id == "" {
+		return nil
+	}
+	if len(id) <= maxEngineID && validConfigName(id) {
+		return nil
+	}
+	var subject *hcl.Range
+	if attrs, _ := block.Body.JustAttributes(); attrs["id"] != nil {
+		subject = attrs["id"].Expr.Range().Ptr()
+	} else {
+		subject = block.DefRange.Ptr()
+	}
+	return hcl.Diagnostics{{
+		Severity: hcl.DiagError, Summary: "Invalid engine id",
+		Detail: fmt.Sprintf("%q is not an engine id. Use 1 to %d letters, digits, '.', '_' or '-', starting with a letter or digit, such as \"prod\" or \"staging-eu\"; plugins tag what they create with it.",
+			id, maxEngineID),
+		Subject: subject,
+	}}
+}
