@@ -129,7 +129,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		plog := logger.Named(pc.Name)
 		name := pc.Name
 		s := newSupervisor(pc, plog, launchOptions{
-			logger: logger.Named("plugin"),
+			logger:   logger.Named("plugin"),
 			signer:   signer,
 			engineID: engineID,
 			epoch:    epoch,
