@@ -600,9 +600,6 @@ func (e *Engine) admitLocked(cred credential, info WorkerInfo) (int, string) {
 	if rv, ok := e.revoked[name]; ok {
 		return http.StatusUnauthorized, fmt.Sprintf("credential for worker %s is revoked (%s): a credential is good for one job", name, rv.reason)
 	}
-	if ws := e.workers[name]; ws != nil {
-		return http.StatusConflict, fmt.Sprintf("worker %s is already attached (from host %s); a credential attaches once", name, ws.info.Hostname)
-	}
 	rec, ok := e.jobs[name]
 	switch {
 	case !ok:
@@ -613,6 +610,9 @@ func (e *Engine) admitLocked(cred credential, info WorkerInfo) (int, string) {
 		return http.StatusForbidden, fmt.Sprintf("worker %s was recorded by provisioner %s, not %s", name, rec.provisioner, cred.Provisioner)
 	case rec.job != info.SlurmJobID:
 		return http.StatusForbidden, fmt.Sprintf("worker %s reports job %q; its provisioner started it as job %q", name, info.SlurmJobID, rec.job)
+	}
+	if ws := e.workers[name]; ws != nil {
+		return http.StatusConflict, fmt.Sprintf("worker %s is already attached (from host %s); a credential attaches once", name, ws.info.Hostname)
 	}
 	return 0, ""
 }
