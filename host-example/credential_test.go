@@ -5,11 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fluksio/provision/internal/sandboxtest"
 	"github.com/fluksio/provision/shared"
 )
 
@@ -276,5 +279,98 @@ func TestWorkerTextEscaped(t *testing.T) {
 	}
 	if got := printable("a\xffb\u2028c\td"); got != `a\xffb\u2028c\td` {
 		t.Errorf("printable = %q", got)
+	}
+}
+
+// TestDeadWorkerGoneInSeconds SIGKILLs a real worker process while it
+// idles in its long poll. The engine must drop it within seconds (not
+// goneFactor poll periods, 60 s by default), and a task handed to it in
+// the meantime must be run by another worker.
+func TestDeadWorkerGoneInSeconds(t *testing.T) {
+	t.Parallel()
+	bin := sandboxtest.Binary(t, "host-example", "host-example")
+	e, srv, signer, logs := serveEngine(t, defaultPollWait)
+
+	start := func(name, job string) *exec.Cmd {
+		tok := sign(t, signer, name, time.Hour)
+		provisioned(e, name, job)
+		cmd := exec.Command(bin, "worker", "--url", srv.URL, "--cpus", "1", "--gpus", "0", "--max-idle", "600")
+		cmd.Env = append(os.Environ(), tokenEnv+"="+tok, "SLURM_JOB_ID="+job)
+		out := &lockedBuffer{}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		t.Cleanup(func() {
+			cmd.Process.Kill()
+			<-done
+			t.Logf("%s said:\n%s", name, out)
+		})
+		return cmd
+	}
+	listed := func(name string) bool {
+		resp, err := http.Get(srv.URL + "/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var st struct {
+			Workers []workerStatus `json:"workers"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(st.Workers, func(w workerStatus) bool { return w.Name == name && (w.Polling || w.Task != "") })
+	}
+
+	a := start("slurm-cpu-a", "101")
+	waitFor(t, "worker a to attach and poll", func() bool { return listed("slurm-cpu-a") })
+	if err := a.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	// The engine sees the hang-up at once: the poll ends. (A task handed
+	// out in the milliseconds before that is written to a dead
+	// connection and waits out goneFactor poll periods instead.)
+	waitFor(t, "the dead worker's poll to end", func() bool { return !listed("slurm-cpu-a") })
+
+	// The dead worker is still in the books for a moment, idle: the
+	// placer hands it the task, as it did for 61 s before.
+	p := NewPlacer(nil, e, nil)
+	p.Add(shared.Need{CPUs: 1})
+	p.Pass(context.Background())
+	if w := p.Needs()[0].Worker; w != "slurm-cpu-a" {
+		t.Fatalf("the task went to %q; want the dead worker, still listed idle", w)
+	}
+	start("slurm-cpu-b", "102")
+
+	var goneAfter, servedAfter time.Duration
+	deadline := time.Now().Add(deadAfter + 10*time.Second)
+	for goneAfter == 0 || servedAfter == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: dead worker gone after %s, need served after %s; want both within %s\n%s",
+				time.Since(killed).Round(time.Millisecond), goneAfter, servedAfter, deadAfter+10*time.Second, logs)
+		}
+		p.Pass(context.Background())
+		if goneAfter == 0 && !slices.Contains(e.Attached(), "slurm-cpu-a") {
+			goneAfter = time.Since(killed)
+		}
+		if servedAfter == 0 && p.Served() {
+			servedAfter = time.Since(killed)
+		}
+		time.Sleep(20 * time.Millisecond) // paces the loop; the deadline is what decides
+	}
+	if res := p.Needs()[0].Result; res == nil || res.Worker != "slurm-cpu-b" {
+		t.Errorf("need served by %+v; want slurm-cpu-b", res)
+	}
+	if listed("slurm-cpu-a") {
+		t.Error("/status still lists the dead worker")
+	}
+	t.Logf("SIGKILLed idle worker: gone after %s, its task re-run by another worker after %s (deadAfter %s, poll wait %s)",
+		goneAfter.Round(10*time.Millisecond), servedAfter.Round(10*time.Millisecond), deadAfter, defaultPollWait)
+	if goneAfter > deadAfter+2*time.Second {
+		t.Errorf("dead worker gone after %s; want within %s", goneAfter, deadAfter+2*time.Second)
 	}
 }

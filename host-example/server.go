@@ -718,7 +718,10 @@ func (e *Engine) nextTask(ctx context.Context, cred credential, wait time.Durati
 	}()
 	for {
 		if ws.task != nil {
-			ws.delivered = true
+			// A worker that hung up (it died mid-poll) never reads the
+			// task: it stays undelivered, so the worker's silence is
+			// noticed in deadAfter rather than goneFactor poll periods.
+			ws.delivered = ctx.Err() == nil
 			return *ws.task, http.StatusOK
 		}
 		if e.workers[worker] != ws {
