@@ -174,8 +174,11 @@ func TestOwnershipIsExact(t *testing.T) {
 	// bad mints bad-gpu-x with its own CPU-only shape.
 	squat := mint("bad", "bad-gpu-x", 1, 0)
 	event("bad", shared.EventWorkerProvisioned, "bad-gpu-x", "10")
-	if code, msg := attachAs(t, e, squat, `{"hostname":"n1","job_id":"10","cpus":1,"gpus":8,"labels":["cuda"]}`); code != http.StatusForbidden {
+	if code, msg := attachAs(t, e, squat, `{"hostname":"n1","job_id":"10","cpus":1,"gpus":8}`); code != http.StatusForbidden || !strings.Contains(msg, "claims 8 gpus; its credential allows 0") {
 		t.Errorf("squatter claiming GPUs: %d %q; want 403", code, msg)
+	}
+	if code, msg := attachAs(t, e, squat, `{"hostname":"n1","job_id":"10","cpus":1,"labels":["cuda"]}`); code != http.StatusForbidden || !strings.Contains(msg, "claims label cuda") {
+		t.Errorf("squatter claiming bad-gpu's label: %d %q; want 403", code, msg)
 	}
 	if code, msg := attachAs(t, e, squat, `{"hostname":"n1","job_id":"10","cpus":1}`); code != http.StatusOK {
 		t.Fatalf("squatter with bad's shape: %d %q", code, msg)
