@@ -53,7 +53,7 @@ func TestE2ECredentialWorthOneJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A short idle limit, so the real worker detaches within the test.
-	b = bytes.Replace(b, []byte(`max_idle       = "30s"`), []byte(`max_idle       = "3s"`), 1)
+	b = bytes.Replace(b, []byte(`max_idle       = "30s"`), []byte(`max_idle       = "8s"`), 1)
 	if err := os.WriteFile(cfg, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestE2ECredentialWorthOneJob(t *testing.T) {
 		}
 	}
 
-	// While the real worker is attached (it idles for 3 s after its task;
+	// While the real worker is attached (it idles for 8 s after its task;
 	// a replay takes milliseconds).
 	code, said := replay(job + "0")
 	expect("another job", code, said, fmt.Sprintf("its provisioner started it as job %q", job))
