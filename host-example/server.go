@@ -120,13 +120,16 @@ type revocation struct {
 
 // WorkerInfo is what a worker advertised when it attached.
 type WorkerInfo struct {
-	Name       string   `json:"name"`
-	Hostname   string   `json:"hostname"`
-	SlurmJobID string   `json:"slurm_job_id"`
-	CPUs       int      `json:"cpus"`
-	GPUs       int      `json:"gpus"`
-	RAMMB      int64    `json:"ram_mb"`
-	Labels     []string `json:"labels"`
+	Name string `json:"name"`
+	// Provisioner is the one whose credential the worker attached with:
+	// its owner, whatever its name suggests.
+	Provisioner string   `json:"provisioner"`
+	Hostname    string   `json:"hostname"`
+	SlurmJobID  string   `json:"slurm_job_id"`
+	CPUs        int      `json:"cpus"`
+	GPUs        int      `json:"gpus"`
+	RAMMB       int64    `json:"ram_mb"`
+	Labels      []string `json:"labels"`
 }
 
 // shape is the worker as a machine, so that the placer matches workers
@@ -559,7 +562,7 @@ func (e *Engine) handleAttach(w http.ResponseWriter, r *http.Request) {
 	// What a worker says about itself is printed in the story and the
 	// log: no control character of its survives.
 	info := WorkerInfo{
-		Name: name, Hostname: printable(req.Hostname), SlurmJobID: printable(req.SlurmJobID),
+		Name: name, Provisioner: cred.Provisioner, Hostname: printable(req.Hostname), SlurmJobID: printable(req.SlurmJobID),
 		CPUs: req.CPUs, GPUs: req.GPUs, RAMMB: req.RAMMB, Labels: slices.Clone(req.Labels),
 	}
 	if err := allows(cred.CredentialClaims, info); err != nil {

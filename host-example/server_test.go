@@ -356,7 +356,7 @@ func TestStatus(t *testing.T) {
 	if got.Provisioners[1]["process"] != "exited: signal: killed" || got.Provisioners[1]["status"] != nil {
 		t.Errorf("exited provisioner rendered as %v", got.Provisioners[1])
 	}
-	if got.Workers[0]["name"] != "hpc-cpu-1" || got.Workers[0]["slurm_job_id"] != "77" {
+	if got.Workers[0]["name"] != "hpc-cpu-1" || got.Workers[0]["slurm_job_id"] != "77" || got.Workers[0]["provisioner"] != testProvisioner {
 		t.Errorf("worker rendered as %v", got.Workers[0])
 	}
 	if got.Needs[0]["spec"] != "cpus=2" || got.Needs[0]["state"] != "waiting" {
