@@ -247,7 +247,7 @@ type syncBuffer = testutil.Buffer
 // signer mints throwaway tokens; nothing here checks them.
 type signer struct{}
 
-func (signer) Sign(_ string, ttl time.Duration) (string, time.Time, error) {
+func (signer) Sign(_ shared.CredentialClaims, ttl time.Duration) (string, time.Time, error) {
 	return "tok-" + randHex(16), time.Now().Add(ttl), nil
 }
 

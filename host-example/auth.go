@@ -22,18 +22,25 @@ import (
 // and the HMAC-SHA256 of that payload under the engine's secret. The
 // payload is
 //
-//	v1 \n <expiry, Unix seconds> \n <worker name>
+//	v2 \n <expiry, Unix seconds> \n <provisioner> \n <cpus> \n <gpus>
+//	   \n <ram_mb> \n <labels, comma-separated> \n <worker name>
 //
-// so the signature binds the name to the expiry and both to the format's
-// version: a token cut from one worker's credential and pasted onto
-// another's name no longer verifies, and a v2 payload can never be read as
-// a v1 one. The name comes last because it is the only free-form field,
-// and it may not contain a newline.
+// so the signature binds the name to the provisioner that asked for it, to
+// the most the worker may claim to be, and to the expiry, and all of them
+// to the format's version: a token cut from one worker's credential and
+// pasted onto another's name no longer verifies, a worker cannot claim
+// more than it was minted for, and a v1 payload (name and expiry only) is
+// never read as a v2 one. The name comes last because it is the only
+// free-form field, and it may not contain a newline; labels are
+// shared.ValidName, so they hold no comma.
 //
 // It is not a JWT on purpose: there is one issuer, one audience and one
 // algorithm, and every choice a JWT library lets a token make about
 // itself ("alg") is a choice an attacker could make instead.
-const tokenVersion = "v1"
+const tokenVersion = "v2"
+
+// tokenFields is how many newline-separated fields a v2 payload has.
+const tokenFields = 8
 
 // The secret must be at least this long: HMAC-SHA256 gains nothing from
 // more and loses a lot from less.
@@ -76,69 +83,109 @@ func NewSigner(secret []byte) *Signer {
 	return &Signer{secret: bytes.Clone(secret), now: time.Now}
 }
 
-// Sign returns a credential naming worker that is good for ttl, and when
-// it stops being good. The expiry is whole seconds, rounded down, so a
-// credential never outlives what was asked for.
-func (s *Signer) Sign(worker string, ttl time.Duration) (token string, expires time.Time, err error) {
-	if err := checkWorkerName(worker); err != nil {
+// credential is what a verified token says.
+type credential struct {
+	shared.CredentialClaims
+	Expires time.Time
+}
+
+// Sign returns a credential for c that is good for ttl, and when it stops
+// being good. The expiry is whole seconds, rounded down, so a credential
+// never outlives what was asked for.
+func (s *Signer) Sign(c shared.CredentialClaims, ttl time.Duration) (token string, expires time.Time, err error) {
+	if err := checkWorkerName(c.Worker); err != nil {
+		return "", time.Time{}, err
+	}
+	if err := checkClaims(c); err != nil {
 		return "", time.Time{}, err
 	}
 	if ttl <= 0 {
 		return "", time.Time{}, fmt.Errorf("credential lifetime %s is not positive", ttl)
 	}
 	exp := s.now().Add(ttl).Unix()
-	payload := []byte(tokenVersion + "\n" + strconv.FormatInt(exp, 10) + "\n" + worker)
+	payload := []byte(strings.Join([]string{
+		tokenVersion, strconv.FormatInt(exp, 10), c.Provisioner,
+		strconv.Itoa(c.CPUs), strconv.Itoa(c.GPUs), strconv.FormatInt(c.RAMMB, 10),
+		strings.Join(c.Labels, ","), c.Worker,
+	}, "\n"))
 	enc := base64.RawURLEncoding
 	token = enc.EncodeToString(payload) + "." + enc.EncodeToString(s.mac(payload))
 	return token, time.Unix(exp, 0), nil
 }
 
-// Verify returns the worker a credential names, if the credential was
-// signed with this secret and has not expired at now. The signature is
-// checked before anything in the payload is believed, and compared in
-// constant time. Any input, however hostile, gets an error rather than a
-// panic; the error wraps errTokenMalformed, errTokenForged or
-// errTokenExpired.
-func (s *Signer) Verify(token string, now time.Time) (worker string, err error) {
+// checkClaims refuses claims that could not be carried in a payload and
+// read back the same.
+func checkClaims(c shared.CredentialClaims) error {
+	if !shared.ValidName(c.Provisioner) {
+		return fmt.Errorf("provisioner %q is not a valid name", c.Provisioner)
+	}
+	if c.CPUs < 1 || c.GPUs < 0 || c.RAMMB < 0 {
+		return fmt.Errorf("credential shape cpus %d, gpus %d, ram_mb %d: need cpus >= 1 and no negatives", c.CPUs, c.GPUs, c.RAMMB)
+	}
+	for _, l := range c.Labels {
+		if !shared.ValidName(l) {
+			return fmt.Errorf("label %q is not a valid name", l)
+		}
+	}
+	return nil
+}
+
+// Verify returns what a credential says, if it was signed with this
+// secret and has not expired at now. The signature is checked before
+// anything in the payload is believed, and compared in constant time. Any
+// input, however hostile, gets an error rather than a panic; the error
+// wraps errTokenMalformed, errTokenForged or errTokenExpired.
+func (s *Signer) Verify(token string, now time.Time) (credential, error) {
 	if token == "" || len(token) > maxTokenLen {
-		return "", errTokenMalformed
+		return credential{}, errTokenMalformed
 	}
 	p64, m64, ok := strings.Cut(token, ".")
 	if !ok || strings.Contains(m64, ".") {
-		return "", errTokenMalformed
+		return credential{}, errTokenMalformed
 	}
 	// Strict: a token has exactly one spelling, so two strings that differ
 	// cannot both verify.
 	enc := base64.RawURLEncoding.Strict()
 	payload, err := enc.DecodeString(p64)
 	if err != nil {
-		return "", errTokenMalformed
+		return credential{}, errTokenMalformed
 	}
 	mac, err := enc.DecodeString(m64)
 	if err != nil || len(mac) != sha256.Size {
-		return "", errTokenMalformed
+		return credential{}, errTokenMalformed
 	}
 	if !hmac.Equal(mac, s.mac(payload)) {
-		return "", errTokenForged
+		return credential{}, errTokenForged
 	}
 
 	// Signed by us, so malformed here means another version of us.
-	fields := strings.SplitN(string(payload), "\n", 3)
-	if len(fields) != 3 || fields[0] != tokenVersion {
-		return "", errTokenMalformed
+	fields := strings.SplitN(string(payload), "\n", tokenFields)
+	if len(fields) != tokenFields || fields[0] != tokenVersion {
+		return credential{}, errTokenMalformed
 	}
-	exp, err := strconv.ParseInt(fields[1], 10, 64)
-	if err != nil {
-		return "", errTokenMalformed
+	exp, err1 := strconv.ParseInt(fields[1], 10, 64)
+	cpus, err2 := strconv.Atoi(fields[3])
+	gpus, err3 := strconv.Atoi(fields[4])
+	ram, err4 := strconv.ParseInt(fields[5], 10, 64)
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		return credential{}, errTokenMalformed
 	}
-	worker = fields[2]
-	if checkWorkerName(worker) != nil {
-		return "", errTokenMalformed
+	c := credential{
+		CredentialClaims: shared.CredentialClaims{
+			Worker: fields[7], Provisioner: fields[2], CPUs: cpus, GPUs: gpus, RAMMB: ram,
+		},
+		Expires: time.Unix(exp, 0),
 	}
-	if !now.Before(time.Unix(exp, 0)) {
-		return "", fmt.Errorf("%w: worker %q, at %s", errTokenExpired, worker, time.Unix(exp, 0).UTC().Format(time.RFC3339))
+	if fields[6] != "" {
+		c.Labels = strings.Split(fields[6], ",")
 	}
-	return worker, nil
+	if checkWorkerName(c.Worker) != nil || checkClaims(c.CredentialClaims) != nil {
+		return credential{}, errTokenMalformed
+	}
+	if !now.Before(c.Expires) {
+		return credential{}, fmt.Errorf("%w: worker %q, at %s", errTokenExpired, c.Worker, c.Expires.UTC().Format(time.RFC3339))
+	}
+	return c, nil
 }
 
 // mac is the signature of a payload. The fixed prefix keeps these MACs

@@ -4,24 +4,33 @@ import (
 	"bytes"
 	"encoding/base64"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fluksio/provision/shared"
 )
 
 func TestSignVerifyRoundTrip(t *testing.T) {
 	t.Parallel()
 	s := NewSigner(testSecret)
-	token, expires, err := s.Sign("slurm-gpu-1a2b3c4d", time.Hour)
+	token, expires, err := s.Sign(claims("slurm-gpu-1a2b3c4d"), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Until(expires); d <= 59*time.Minute || d > time.Hour {
 		t.Errorf("expires in %s; want about an hour", d)
 	}
-	worker, err := s.Verify(token, time.Now())
-	if err != nil || worker != "slurm-gpu-1a2b3c4d" {
-		t.Errorf("Verify = %q, %v; want slurm-gpu-1a2b3c4d, nil", worker, err)
+	cred, err := s.Verify(token, time.Now())
+	if err != nil || !reflect.DeepEqual(cred.CredentialClaims, claims("slurm-gpu-1a2b3c4d")) || !cred.Expires.Equal(expires) {
+		t.Errorf("Verify = %+v, %v; want %+v, nil", cred, err, claims("slurm-gpu-1a2b3c4d"))
+	}
+	// No labels reads back as no labels.
+	bare := shared.CredentialClaims{Worker: "p-a-1", Provisioner: "p", CPUs: 1}
+	token, _, err = s.Sign(bare, time.Hour)
+	if cred, err := s.Verify(token, time.Now()); err != nil || !reflect.DeepEqual(cred.CredentialClaims, bare) {
+		t.Errorf("Verify = %+v, %v; want %+v", cred, err, bare)
 	}
 	// The same secret in another Signer (an engine restarted with
 	// FLUKSIO_ENGINE_SECRET) accepts it too.
@@ -33,7 +42,7 @@ func TestSignVerifyRoundTrip(t *testing.T) {
 func TestVerifyExpiry(t *testing.T) {
 	t.Parallel()
 	s := NewSigner(testSecret)
-	token, expires, err := s.Sign("w", time.Minute)
+	token, expires, err := s.Sign(claims("w"), time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,11 +70,11 @@ func tamper(t *testing.T, token string, edit func(string) string) string {
 func TestVerifyRefuses(t *testing.T) {
 	t.Parallel()
 	s := NewSigner(testSecret)
-	good, _, err := s.Sign("slurm-cpu-00000001", time.Hour)
+	good, _, err := s.Sign(claims("slurm-cpu-00000001"), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, _, err := NewSigner(bytes.Repeat([]byte{7}, 32)).Sign("slurm-cpu-00000001", time.Hour)
+	other, _, err := NewSigner(bytes.Repeat([]byte{7}, 32)).Sign(claims("slurm-cpu-00000001"), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,12 +101,18 @@ func TestVerifyRefuses(t *testing.T) {
 		{"tampered expiry", tamper(t, good, func(p string) string {
 			return strings.Replace(p, "\n1", "\n9", 1)
 		}), errTokenForged},
-		{"swapped halves", m64 + "." + p64, errTokenForged},
+		{"tampered gpus", tamper(t, good, func(p string) string {
+			return strings.Replace(p, "\n1\n", "\n4096\n", 1)
+		}), errTokenForged},
+		{"tampered provisioner", tamper(t, good, func(p string) string {
+			return strings.Replace(p, "\nslurm\n", "\nother\n", 1)
+		}), errTokenForged},
+		{"swapped halves", m64 + "." + p64, errTokenMalformed},
 	}
 	for _, tc := range tests {
-		worker, err := s.Verify(tc.token, time.Now())
+		cred, err := s.Verify(tc.token, time.Now())
 		if !errors.Is(err, tc.want) {
-			t.Errorf("%s: Verify = %q, %v; want %v", tc.name, worker, err, tc.want)
+			t.Errorf("%s: Verify = %q, %v; want %v", tc.name, cred.Worker, err, tc.want)
 		}
 		if err != nil && tc.token != "" && strings.Contains(err.Error(), tc.token) {
 			t.Errorf("%s: error %q contains the token", tc.name, err)
@@ -109,12 +124,23 @@ func TestSignRefuses(t *testing.T) {
 	t.Parallel()
 	s := NewSigner(testSecret)
 	for _, name := range []string{"", "a b", "a\nb", "a\x00b", strings.Repeat("x", maxWorkerNameLen+1), "\xff"} {
-		if _, _, err := s.Sign(name, time.Hour); err == nil {
+		if _, _, err := s.Sign(claims(name), time.Hour); err == nil {
 			t.Errorf("Sign(%q) succeeded", name)
 		}
 	}
-	if _, _, err := s.Sign("w", 0); err == nil {
+	if _, _, err := s.Sign(claims("w"), 0); err == nil {
 		t.Error("Sign with ttl 0 succeeded")
+	}
+	for _, c := range []shared.CredentialClaims{
+		{Worker: "w", Provisioner: "", CPUs: 1},
+		{Worker: "w", Provisioner: "a\nb", CPUs: 1},
+		{Worker: "w", Provisioner: "p", CPUs: 0},
+		{Worker: "w", Provisioner: "p", CPUs: 1, GPUs: -1},
+		{Worker: "w", Provisioner: "p", CPUs: 1, Labels: []string{"a,b"}},
+	} {
+		if _, _, err := s.Sign(c, time.Hour); err == nil {
+			t.Errorf("Sign(%+v) succeeded", c)
+		}
 	}
 }
 
@@ -130,17 +156,17 @@ func TestNewSignerShortSecretPanics(t *testing.T) {
 
 func FuzzVerify(f *testing.F) {
 	s := NewSigner(testSecret)
-	good, _, _ := s.Sign("fuzz-worker", time.Hour)
+	good, _, _ := s.Sign(claims("fuzz-worker"), time.Hour)
 	for _, seed := range []string{good, "", ".", "a.b", good + ".", "djE.AAAA", strings.Repeat(".", 50)} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, token string) {
-		worker, err := s.Verify(token, time.Now())
+		cred, err := s.Verify(token, time.Now())
 		if err == nil && token != good {
-			t.Errorf("Verify accepted %q as %q", token, worker)
+			t.Errorf("Verify accepted %q as %q", token, cred.Worker)
 		}
-		if err == nil && checkWorkerName(worker) != nil {
-			t.Errorf("Verify returned bad name %q", worker)
+		if err == nil && (checkWorkerName(cred.Worker) != nil || checkClaims(cred.CredentialClaims) != nil) {
+			t.Errorf("Verify returned bad claims %+v", cred)
 		}
 	})
 }

@@ -387,7 +387,7 @@ func TestE2EForgedTokenRefused(t *testing.T) {
 
 	// One that is not a credential at all, and one that is well formed
 	// and names a plausible worker but is signed with another secret.
-	other, _, err := NewSigner(testSecret).Sign(e.name+"-cpu-0badc0de", time.Hour)
+	other, _, err := NewSigner(testSecret).Sign(claims(e.name+"-cpu-0badc0de"), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

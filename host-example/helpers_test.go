@@ -28,6 +28,21 @@ func testLogger(t *testing.T) (hclog.Logger, *lockedBuffer) {
 // testSecret is a fixed secret, so that failures reproduce.
 var testSecret = bytes.Repeat([]byte("0123456789abcdef"), 2)
 
+// testProvisioner is the provisioner the tests' credentials name.
+const testProvisioner = "slurm"
+
+// claims are what a test credential for worker binds: the test
+// provisioner and a shape roomy enough for attachBody.
+func claims(worker string) shared.CredentialClaims {
+	return shared.CredentialClaims{Worker: worker, Provisioner: testProvisioner, CPUs: 4, GPUs: 1, RAMMB: 8000, Labels: []string{"gpu"}}
+}
+
+// provisioned tells e what the test provisioner's worker_provisioned
+// event would: worker was started as job.
+func provisioned(e *Engine, worker, job string) {
+	e.ObserveEvent(shared.Event{Kind: shared.EventWorkerProvisioned, Provisioner: testProvisioner, Worker: worker, Job: job})
+}
+
 // waitFor polls cond until it holds or the deadline passes. It is for
 // state that has no channel to wait on; the short pause only keeps it
 // from spinning.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -160,7 +161,18 @@ func TestPassSkipsErrorsAndDownTargets(t *testing.T) {
 // attachWorker attaches a worker straight through the handler.
 func attachWorker(t *testing.T, e *Engine, s *Signer, name, body string) string {
 	t.Helper()
-	token := sign(t, s, name, time.Hour)
+	// Minted for exactly what the worker claims, and recorded as its
+	// provisioner's, as a real provisioner's worker would be.
+	var req attachRequest
+	if err := json.Unmarshal([]byte(body), &req); err != nil {
+		t.Fatal(err)
+	}
+	c := shared.CredentialClaims{Worker: name, Provisioner: testProvisioner, CPUs: req.CPUs, GPUs: req.GPUs, RAMMB: req.RAMMB, Labels: req.Labels}
+	token, _, err := s.Sign(c, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	provisioned(e, name, req.SlurmJobID)
 	if rec := do(t, e, "POST", "/v1/attach", token, body); rec.Code != 200 {
 		t.Fatalf("attach %s: %d %s", name, rec.Code, rec.Body)
 	}

@@ -134,6 +134,9 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 			engineID: engineID,
 			epoch:    epoch,
 			onEvent: func(ev shared.Event) {
+				// The engine learns each worker's job, and which names
+				// to revoke, from the events (stamped by the host).
+				engine.ObserveEvent(ev)
 				story.event(ev)
 				plog.Info("event", "kind", ev.Kind, "profile", ev.Profile, "job", ev.Job, "worker", ev.Worker, "detail", ev.Detail)
 				poke()
@@ -242,7 +245,7 @@ loop:
 		case <-wake:
 		case <-engine.Changed():
 		case <-reconcileTick.C:
-			reconcile(ctx, sups, engine.Attached(), logger)
+			reconcile(ctx, sups, engine.AttachedBy, logger)
 		}
 		placer.Pass(ctx)
 	}
@@ -251,16 +254,17 @@ loop:
 	return code
 }
 
-// reconcile tells each provisioner who is attached, so it forgets what
-// arrived and gives up on what took too long.
-func reconcile(ctx context.Context, sups []*supervisor, attached []string, logger hclog.Logger) {
+// reconcile tells each provisioner which of its own workers are attached
+// (attached(name) lists them), so it forgets what arrived and gives up on
+// what took too long.
+func reconcile(ctx context.Context, sups []*supervisor, attached func(provisioner string) []string, logger hclog.Logger) {
 	for _, s := range sups {
 		p := s.provisioner()
 		if p == nil {
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		r, err := p.Reconcile(rctx, &shared.ReconcileRequest{Attached: attached})
+		r, err := p.Reconcile(rctx, &shared.ReconcileRequest{Attached: attached(s.cfg.Name)})
 		cancel()
 		if err != nil {
 			logger.Warn("reconcile failed", "provisioner", s.cfg.Name, "error", err)

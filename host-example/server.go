@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -23,10 +25,18 @@ import (
 // leave it alone.
 const defaultPollWait = 20 * time.Second
 
-// goneFactor: a worker unseen for this many poll periods counts as gone.
-// Three, so that one slow round trip or one retried request is not
-// mistaken for a dead machine.
+// goneFactor: a worker running a task it was handed, and unseen for this
+// many poll periods, counts as gone. Three, so that one slow round trip
+// or one retried request is not mistaken for a dead machine.
 const goneFactor = 3
+
+// deadAfter: a worker that holds no task it was handed (idle, or with a
+// task it never picked up) and has had no poll open for this long counts
+// as gone. A live worker polls again within milliseconds of each answer,
+// its long poll is its heartbeat, and a worker that dies mid-poll hangs
+// up, which ends the poll at once; so a few seconds of silence is death,
+// not a slow network.
+const deadAfter = 5 * time.Second
 
 // Request bodies are small JSON; anything bigger is not a worker.
 const (
@@ -85,25 +95,50 @@ type Engine struct {
 	done      chan struct{}
 	closeOnce sync.Once
 
-	// mu guards workers, results and every field of every workerState.
-	// It is never held while writing a response, logging, or calling
-	// StatusFunc or NeedsFunc: a slow client or a slow plugin must not
-	// stall every other worker.
+	// mu guards workers, results, jobs, revoked and every field of every
+	// workerState. It is never held while writing a response, logging, or
+	// calling StatusFunc or NeedsFunc: a slow client or a slow plugin
+	// must not stall every other worker.
 	mu      sync.Mutex
 	workers map[string]*workerState
 	// results are finished tasks by id, kept until the placer takes them.
 	results map[string]Result
+	// jobs is the provisioners' word on which job each worker was started
+	// as, from their worker_provisioned events, by worker name. A worker
+	// attaches only as the job its provisioner recorded.
+	jobs map[string]jobRecord
+	// revoked holds names that may never attach again: their worker
+	// detached or was given up on, or their request was cancelled. A
+	// credential is worth one job. Entries are kept until the credential
+	// would have expired anyway.
+	revoked map[string]revocation
+}
+
+// jobRecord is what a provisioner said about one of its workers.
+type jobRecord struct {
+	provisioner string
+	job         string
+	at          time.Time
+}
+
+// revocation is why and until when a worker name is refused.
+type revocation struct {
+	reason string
+	until  time.Time
 }
 
 // WorkerInfo is what a worker advertised when it attached.
 type WorkerInfo struct {
-	Name       string   `json:"name"`
-	Hostname   string   `json:"hostname"`
-	SlurmJobID string   `json:"slurm_job_id"`
-	CPUs       int      `json:"cpus"`
-	GPUs       int      `json:"gpus"`
-	RAMMB      int64    `json:"ram_mb"`
-	Labels     []string `json:"labels"`
+	Name string `json:"name"`
+	// Provisioner is the one whose credential the worker attached with:
+	// its owner, whatever its name suggests.
+	Provisioner string   `json:"provisioner"`
+	Hostname    string   `json:"hostname"`
+	SlurmJobID  string   `json:"slurm_job_id"`
+	CPUs        int      `json:"cpus"`
+	GPUs        int      `json:"gpus"`
+	RAMMB       int64    `json:"ram_mb"`
+	Labels      []string `json:"labels"`
 }
 
 // shape is the worker as a machine, so that the placer matches workers
@@ -143,7 +178,11 @@ type Result struct {
 
 // workerState is one attached worker. Every field is guarded by Engine.mu.
 type workerState struct {
-	info     WorkerInfo
+	info WorkerInfo
+	// owner is the provisioner named in the worker's credential, and
+	// expires is when that credential ends.
+	owner    string
+	expires  time.Time
 	attached time.Time
 	lastSeen time.Time
 	// polling counts long polls in progress: a worker waiting on us is
@@ -153,6 +192,9 @@ type workerState struct {
 	// It is handed out again on every poll until its result arrives, so a
 	// response lost on the way costs a repeat, not the task.
 	task *Task
+	// delivered is set once task went out in a poll's answer: from then
+	// the worker is busy with it and not expected to poll.
+	delivered bool
 	// wake holds at most one pending signal that task was set.
 	wake chan struct{}
 }
@@ -175,6 +217,8 @@ func NewEngine(logger hclog.Logger, signer *Signer, now func() time.Time) *Engin
 		done:     make(chan struct{}),
 		workers:  make(map[string]*workerState),
 		results:  make(map[string]Result),
+		jobs:     make(map[string]jobRecord),
+		revoked:  make(map[string]revocation),
 	}
 }
 
@@ -213,6 +257,80 @@ func (e *Engine) Attached() []string {
 	e.logGone(gone)
 	slices.Sort(names)
 	return names
+}
+
+// AttachedBy lists the workers attached now whose credential a given
+// provisioner asked for, for that provisioner's Reconcile. Ownership comes
+// from the credential, not from the name: a provisioner "bad" that minted
+// "bad-gpu-x" does not make provisioner "bad-gpu" think its worker came.
+func (e *Engine) AttachedBy(provisioner string) []string {
+	e.mu.Lock()
+	gone := e.sweepLocked()
+	var names []string
+	for name, ws := range e.workers {
+		if ws.owner == provisioner {
+			names = append(names, name)
+		}
+	}
+	e.mu.Unlock()
+	e.logGone(gone)
+	slices.Sort(names)
+	return names
+}
+
+// ObserveEvent records what a provisioner's event says about a worker's
+// credential: worker_provisioned names the job the worker must attach as;
+// worker_cancelled and worker_provision_failed revoke the name for good,
+// and drop the worker if it is attached. A provisioner speaks only for
+// its own workers: an event naming a worker another provisioner recorded
+// changes nothing. ev.Provisioner must be the host's stamp, never the
+// plugin's claim.
+func (e *Engine) ObserveEvent(ev shared.Event) {
+	if ev.Worker == "" || ev.Provisioner == "" {
+		return
+	}
+	now := e.now()
+	e.mu.Lock()
+	rec, known := e.jobs[ev.Worker]
+	if known && rec.provisioner != ev.Provisioner {
+		e.mu.Unlock()
+		e.logger.Warn("ignored an event about another provisioner's worker", "provisioner", ev.Provisioner,
+			"worker", ev.Worker, "owner", rec.provisioner, "kind", ev.Kind)
+		return
+	}
+	var dropped *goneWorker
+	switch ev.Kind {
+	case shared.EventWorkerProvisioned:
+		e.jobs[ev.Worker] = jobRecord{provisioner: ev.Provisioner, job: ev.Job, at: now}
+	case shared.EventWorkerCancelled, shared.EventWorkerProvisionFailed:
+		if ws := e.workers[ev.Worker]; ws != nil && ws.owner == ev.Provisioner {
+			dropped = &goneWorker{name: ev.Worker, lastSeen: ws.lastSeen}
+			if ws.task != nil {
+				dropped.task = ws.task.ID
+			}
+			delete(e.workers, ev.Worker)
+		}
+		e.revokeLocked(ev.Worker, string(ev.Kind), time.Time{})
+	}
+	e.mu.Unlock()
+	if dropped != nil {
+		e.logger.Info("worker dropped: its request was cancelled", "worker", dropped.name, "task_left", dropped.task)
+		e.notify()
+	}
+}
+
+// revokeLocked refuses name from now on. until is when its credential
+// expires; zero means not known, so the longest a credential can live.
+// e.mu must be held.
+func (e *Engine) revokeLocked(name, reason string, until time.Time) {
+	if until.IsZero() {
+		until = e.now().Add(shared.DefaultMaxCredentialTTL)
+	}
+	if old, ok := e.revoked[name]; ok && old.until.After(until) {
+		until = old.until
+	}
+	e.revoked[name] = revocation{reason: reason, until: until}
+	delete(e.jobs, name)
 }
 
 func (e *Engine) pollWait() time.Duration {
@@ -322,22 +440,45 @@ type goneWorker struct {
 	task     string
 }
 
-// sweepLocked drops workers not seen for goneFactor poll periods and not
-// polling now. e.mu must be held. A worker running a long task does not
-// poll meanwhile; ours are short, and one that needs longer should poll in
-// between (a poll while holding a task just hands the task back).
+// sweepLocked drops workers that are gone, and revokes their names: a
+// worker with no poll open and no task in hand for deadAfter, or running
+// a task it was handed and unseen for goneFactor poll periods. A task that
+// was assigned to a dead worker and never picked up goes back to the
+// placer (taskOutcome says taskLost). It also forgets revocations and job
+// records older than any credential can live. e.mu must be held. A worker
+// running a long task does not poll meanwhile; ours are short, and one
+// that needs longer should poll in between (a poll while holding a task
+// just hands the task back).
 func (e *Engine) sweepLocked() []goneWorker {
 	now := e.now()
-	limit := goneFactor * e.pollWait()
+	busyLimit := goneFactor * e.pollWait()
 	var gone []goneWorker
 	for name, ws := range e.workers {
-		if ws.polling == 0 && now.Sub(ws.lastSeen) > limit {
+		if ws.polling > 0 {
+			continue
+		}
+		limit := deadAfter
+		if ws.task != nil && ws.delivered {
+			limit = busyLimit
+		}
+		if now.Sub(ws.lastSeen) > limit {
 			g := goneWorker{name: name, lastSeen: ws.lastSeen}
 			if ws.task != nil {
 				g.task = ws.task.ID
 			}
 			gone = append(gone, g)
 			delete(e.workers, name)
+			e.revokeLocked(name, "gone silent", ws.expires)
+		}
+	}
+	for name, r := range e.revoked {
+		if now.After(r.until) {
+			delete(e.revoked, name)
+		}
+	}
+	for name, j := range e.jobs {
+		if now.Sub(j.at) > shared.DefaultMaxCredentialTTL {
+			delete(e.jobs, name)
 		}
 	}
 	return gone
@@ -354,23 +495,34 @@ func (e *Engine) logGone(gone []goneWorker) {
 
 // -- the workers' side ---------------------------------------------------
 
-// authenticate returns the worker a request's credential names. On
-// failure it has already answered 401 and logged why, without the token.
-func (e *Engine) authenticate(w http.ResponseWriter, r *http.Request) (string, bool) {
+// authenticate returns what a request's credential says. On failure it
+// has already answered 401 and logged why, without the token.
+func (e *Engine) authenticate(w http.ResponseWriter, r *http.Request) (credential, bool) {
 	token, ok := bearer(r.Header.Get("Authorization"))
 	if !ok {
 		e.refuse(w, r, "missing credential")
-		return "", false
+		return credential{}, false
 	}
-	worker, err := e.signer.Verify(token, e.now())
+	cred, err := e.signer.Verify(token, e.now())
 	if err != nil {
 		e.refuse(w, r, err.Error())
-		return "", false
+		return credential{}, false
 	}
 	// The connection now belongs to a worker: it no longer counts
 	// against the share of connections strangers may hold.
 	markCredentialed(r.Context())
-	return worker, true
+	return cred, true
+}
+
+// ownedLocked returns the attached worker a credential names, or nil if
+// there is none or it was attached under another provisioner's
+// credential for the same name. e.mu must be held.
+func (e *Engine) ownedLocked(cred credential) *workerState {
+	ws := e.workers[cred.Worker]
+	if ws == nil || ws.owner != cred.Provisioner {
+		return nil
+	}
+	return ws
 }
 
 // bearer extracts the token from an Authorization header. The scheme is
@@ -423,10 +575,11 @@ type attachResponse struct {
 }
 
 func (e *Engine) handleAttach(w http.ResponseWriter, r *http.Request) {
-	name, ok := e.authenticate(w, r)
+	cred, ok := e.authenticate(w, r)
 	if !ok {
 		return
 	}
+	name := cred.Worker
 	var req attachRequest
 	if err := decodeBody(w, r, maxRequestBody, &req); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -436,32 +589,93 @@ func (e *Engine) handleAttach(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	// What a worker says about itself is printed in the story and the
+	// log: no control character of its survives.
 	info := WorkerInfo{
-		Name: name, Hostname: req.Hostname, SlurmJobID: req.SlurmJobID,
+		Name: name, Provisioner: cred.Provisioner, Hostname: printable(req.Hostname), SlurmJobID: printable(req.SlurmJobID),
 		CPUs: req.CPUs, GPUs: req.GPUs, RAMMB: req.RAMMB, Labels: slices.Clone(req.Labels),
+	}
+	if err := allows(cred.CredentialClaims, info); err != nil {
+		e.refuseAttach(w, r, http.StatusForbidden, name, err.Error())
+		return
 	}
 
 	now := e.now()
 	e.mu.Lock()
-	ws := e.workers[name]
-	again := ws != nil
-	if !again {
-		// A worker attaching again (after the engine forgot it, or after
-		// a lost response) keeps its task: it will be handed out again.
-		ws = &workerState{attached: now, wake: make(chan struct{}, 1)}
+	gone := e.sweepLocked()
+	status, refusal := e.admitLocked(cred, info)
+	var ws *workerState
+	if refusal == "" {
+		ws = &workerState{owner: cred.Provisioner, expires: cred.Expires, attached: now, lastSeen: now,
+			info: info, wake: make(chan struct{}, 1)}
 		e.workers[name] = ws
 	}
-	ws.info = info
-	ws.lastSeen = now
 	e.mu.Unlock()
+	e.logGone(gone)
+	if refusal != "" {
+		e.refuseAttach(w, r, status, name, refusal)
+		return
+	}
 
-	e.logger.Info("worker attached", "worker", name, "host", info.Hostname, "slurm_job_id", info.SlurmJobID,
-		"cpus", info.CPUs, "gpus", info.GPUs, "ram_mb", info.RAMMB, "labels", info.Labels, "again", again)
-	if e.OnAttach != nil && !again {
+	e.logger.Info("worker attached", "worker", name, "provisioner", cred.Provisioner, "host", info.Hostname,
+		"slurm_job_id", info.SlurmJobID, "cpus", info.CPUs, "gpus", info.GPUs, "ram_mb", info.RAMMB, "labels", info.Labels)
+	if e.OnAttach != nil {
 		e.OnAttach(info)
 	}
 	e.notify()
 	writeJSON(w, http.StatusOK, attachResponse{Worker: name})
+}
+
+// admitLocked decides whether a worker with a valid credential may attach
+// as info, and if not, with which status and why. e.mu must be held.
+func (e *Engine) admitLocked(cred credential, info WorkerInfo) (int, string) {
+	name := cred.Worker
+	if rv, ok := e.revoked[name]; ok {
+		return http.StatusUnauthorized, fmt.Sprintf("credential for worker %s is revoked (%s): a credential is good for one job", name, rv.reason)
+	}
+	rec, ok := e.jobs[name]
+	switch {
+	case !ok:
+		// The provisioner's event may be a moment behind its job: the
+		// worker retries 503s for a while.
+		return http.StatusServiceUnavailable, fmt.Sprintf("no job is recorded for worker %s yet; try again shortly", name)
+	case rec.provisioner != cred.Provisioner:
+		return http.StatusForbidden, fmt.Sprintf("worker %s was recorded by provisioner %s, not %s", name, rec.provisioner, cred.Provisioner)
+	case rec.job != info.SlurmJobID:
+		return http.StatusForbidden, fmt.Sprintf("worker %s reports job %q; its provisioner started it as job %q", name, info.SlurmJobID, rec.job)
+	}
+	if ws := e.workers[name]; ws != nil {
+		return http.StatusConflict, fmt.Sprintf("worker %s is already attached (from host %s); a credential attaches once", name, ws.info.Hostname)
+	}
+	return 0, ""
+}
+
+// allows refuses a worker that claims more than its credential was minted
+// for. It refuses rather than clamps: a worker that says it has more than
+// its job was given is misconfigured or lying, and either way should be
+// told, not quietly trusted with less.
+func allows(c shared.CredentialClaims, info WorkerInfo) error {
+	switch {
+	case info.CPUs > c.CPUs:
+		return fmt.Errorf("worker claims %d cpus; its credential allows %d", info.CPUs, c.CPUs)
+	case info.GPUs > c.GPUs:
+		return fmt.Errorf("worker claims %d gpus; its credential allows %d", info.GPUs, c.GPUs)
+	case info.RAMMB > c.RAMMB:
+		return fmt.Errorf("worker claims %d MB of memory; its credential allows %d", info.RAMMB, c.RAMMB)
+	}
+	for _, l := range info.Labels {
+		if !slices.Contains(c.Labels, l) {
+			return fmt.Errorf("worker claims label %s; its credential allows %v", printable(l), c.Labels)
+		}
+	}
+	return nil
+}
+
+// refuseAttach answers an attach with a valid credential that may not
+// attach, and logs why.
+func (e *Engine) refuseAttach(w http.ResponseWriter, r *http.Request, status int, worker, reason string) {
+	e.logger.Warn("refused an attach", "worker", worker, "reason", reason, "remote", r.RemoteAddr)
+	writeError(w, status, reason)
 }
 
 func (req attachRequest) check() error {
@@ -484,7 +698,7 @@ func (req attachRequest) check() error {
 }
 
 func (e *Engine) handleWork(w http.ResponseWriter, r *http.Request) {
-	name, ok := e.authenticate(w, r)
+	cred, ok := e.authenticate(w, r)
 	if !ok {
 		return
 	}
@@ -502,7 +716,7 @@ func (e *Engine) handleWork(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	task, status := e.nextTask(r.Context(), name, wait)
+	task, status := e.nextTask(r.Context(), cred, wait)
 	switch status {
 	case http.StatusOK:
 		writeJSON(w, status, task)
@@ -518,13 +732,14 @@ func (e *Engine) handleWork(w http.ResponseWriter, r *http.Request) {
 // nextTask waits up to wait for a task for worker, and says how to answer:
 // 200 with the task, 204 for none yet, 409 if the worker is not attached
 // (it should attach again), 503 if the engine is closing.
-func (e *Engine) nextTask(ctx context.Context, worker string, wait time.Duration) (Task, int) {
+func (e *Engine) nextTask(ctx context.Context, cred credential, wait time.Duration) (Task, int) {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 
+	worker := cred.Worker
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	ws := e.workers[worker]
+	ws := e.ownedLocked(cred)
 	if ws == nil {
 		return Task{}, http.StatusConflict
 	}
@@ -536,6 +751,10 @@ func (e *Engine) nextTask(ctx context.Context, worker string, wait time.Duration
 	}()
 	for {
 		if ws.task != nil {
+			// A worker that hung up (it died mid-poll) never reads the
+			// task: it stays undelivered, so the worker's silence is
+			// noticed in deadAfter rather than goneFactor poll periods.
+			ws.delivered = ctx.Err() == nil
 			return *ws.task, http.StatusOK
 		}
 		if e.workers[worker] != ws {
@@ -570,22 +789,25 @@ type resultRequest struct {
 }
 
 func (e *Engine) handleResult(w http.ResponseWriter, r *http.Request) {
-	name, ok := e.authenticate(w, r)
+	cred, ok := e.authenticate(w, r)
 	if !ok {
 		return
 	}
+	name := cred.Worker
 	var req resultRequest
 	if err := decodeBody(w, r, maxResultBody, &req); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	// Escaped here, once, so that the story, the log and the placer's
+	// books all see the same harmless text.
 	res := Result{
-		TaskID: req.TaskID, Worker: name, Hostname: req.Hostname,
-		SlurmJobID: req.SlurmJobID, CPUs: req.CPUs, Output: req.Output, At: e.now(),
+		TaskID: printable(req.TaskID), Worker: name, Hostname: printable(req.Hostname),
+		SlurmJobID: printable(req.SlurmJobID), CPUs: req.CPUs, Output: printable(req.Output), At: e.now(),
 	}
 
 	e.mu.Lock()
-	ws := e.workers[name]
+	ws := e.ownedLocked(cred)
 	var refusal string
 	switch {
 	case ws == nil:
@@ -595,13 +817,13 @@ func (e *Engine) handleResult(w http.ResponseWriter, r *http.Request) {
 		refusal = "no such task for this worker"
 	default:
 		e.results[req.TaskID] = res
-		ws.task = nil
+		ws.task, ws.delivered = nil, false
 		ws.lastSeen = res.At
 	}
 	e.mu.Unlock()
 
 	if refusal != "" {
-		e.logger.Warn("refused a result", "worker", name, "task", req.TaskID, "reason", refusal)
+		e.logger.Warn("refused a result", "worker", name, "task", res.TaskID, "reason", refusal)
 		writeError(w, http.StatusConflict, refusal)
 		return
 	}
@@ -615,18 +837,25 @@ func (e *Engine) handleResult(w http.ResponseWriter, r *http.Request) {
 }
 
 func (e *Engine) handleDetach(w http.ResponseWriter, r *http.Request) {
-	name, ok := e.authenticate(w, r)
+	cred, ok := e.authenticate(w, r)
 	if !ok {
 		return
 	}
+	name := cred.Worker
 	e.mu.Lock()
-	ws := e.workers[name]
+	ws := e.ownedLocked(cred)
 	var task string
 	if ws != nil {
 		if ws.task != nil {
 			task = ws.task.ID
 		}
 		delete(e.workers, name)
+	}
+	// Whether or not it got as far as attaching, this credential's job
+	// is over: it may not attach again. A credential of another
+	// provisioner for the same name revokes nothing of the owner's.
+	if rec, known := e.jobs[name]; ws != nil || (e.workers[name] == nil && (!known || rec.provisioner == cred.Provisioner)) {
+		e.revokeLocked(name, "detached", cred.Expires)
 	}
 	e.mu.Unlock()
 
@@ -760,6 +989,44 @@ func (e *Engine) handleStatus(w http.ResponseWriter, r *http.Request) {
 }
 
 // -- plumbing ------------------------------------------------------------
+
+// printable returns s with every character that is not printable (control
+// characters such as newline and ESC, line and paragraph separators,
+// bidirectional overrides, invalid UTF-8) written as a Go escape, the way
+// strconv.Quote writes it, and everything printable, any script, left as
+// it is. Worker-supplied text goes through it before it is stored, so a
+// host name or an output cannot start a line of its own in the story or
+// the log, or drive the terminal that shows them.
+func printable(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError:
+			// Invalid UTF-8 is one byte; a real U+FFFD is three.
+			if _, size := utf8.DecodeRuneInString(s[i:]); size == 1 {
+				fmt.Fprintf(&b, `\x%02x`, s[i])
+			} else {
+				b.WriteString(`\ufffd`)
+			}
+		case unicode.IsPrint(r):
+			b.WriteRune(r)
+		default:
+			q := strconv.QuoteRuneToASCII(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+	}
+	return b.String()
+}
 
 type errorResponse struct {
 	Error string `json:"error"`

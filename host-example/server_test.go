@@ -45,7 +45,7 @@ func do(t *testing.T, e *Engine, method, path, token, body string) *httptest.Res
 
 func sign(t *testing.T, s *Signer, worker string, ttl time.Duration) string {
 	t.Helper()
-	token, _, err := s.Sign(worker, ttl)
+	token, _, err := s.Sign(claims(worker), ttl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,6 +84,7 @@ func TestAttach(t *testing.T) {
 			t.Parallel()
 			logger, logs := testLogger(t)
 			e := NewEngine(logger, signer, tc.now)
+			provisioned(e, "slurm-gpu-1", "77")
 			req := httptest.NewRequest("POST", "/v1/attach", strings.NewReader(attachBody))
 			req.RemoteAddr = "10.1.2.3:4567"
 			if tc.header != "" {
@@ -140,6 +141,7 @@ func TestWorkResultDetach(t *testing.T) {
 	t.Parallel()
 	e, srv, signer, logs := serveEngine(t, 50*time.Millisecond)
 	token := sign(t, signer, "w1", time.Hour)
+	provisioned(e, "w1", "77")
 
 	if rec := do(t, e, "GET", "/v1/work", token, ""); rec.Code != http.StatusConflict {
 		t.Errorf("poll before attach: %d; want 409", rec.Code)
@@ -229,21 +231,34 @@ func TestSilentWorkerIsGone(t *testing.T) {
 	clock := &fakeClock{t: time.Now()}
 	signer := NewSigner(testSecret)
 	e := NewEngine(logger, signer, clock.now)
-	e.PollWait = time.Second
+	e.PollWait = 20 * time.Second
 	token := sign(t, signer, "quiet", 24*time.Hour)
-	if rec := do(t, e, "POST", "/v1/attach", token, attachBody); rec.Code != http.StatusOK {
-		t.Fatalf("attach: %d", rec.Code)
+	busyToken := sign(t, signer, "busy", 24*time.Hour)
+	provisioned(e, "quiet", "77")
+	provisioned(e, "busy", "77")
+	for _, tok := range []string{token, busyToken} {
+		if rec := do(t, e, "POST", "/v1/attach", tok, attachBody); rec.Code != http.StatusOK {
+			t.Fatalf("attach: %d %s", rec.Code, rec.Body)
+		}
 	}
+	// "quiet" is handed a task it never picks up; "busy" picks its up,
+	// and is then running it, not polling.
 	if err := e.assign("quiet", Task{ID: "t1"}); err != nil {
 		t.Fatal(err)
 	}
-	clock.advance(goneFactor * time.Second)
-	if len(e.Attached()) != 1 {
+	if err := e.assign("busy", Task{ID: "t2"}); err != nil {
+		t.Fatal(err)
+	}
+	if rec := do(t, e, "GET", "/v1/work?wait=0", busyToken, ""); rec.Code != http.StatusOK {
+		t.Fatalf("busy's poll: %d", rec.Code)
+	}
+	clock.advance(deadAfter)
+	if len(e.Attached()) != 2 {
 		t.Fatal("gone at exactly the limit; want still attached")
 	}
 	clock.advance(time.Millisecond)
-	if got := e.Attached(); len(got) != 0 {
-		t.Fatalf("Attached() = %q after silence; want none", got)
+	if got := e.Attached(); len(got) != 1 || got[0] != "busy" {
+		t.Fatalf("Attached() = %q after %s of silence; want only the busy worker", got, deadAfter)
 	}
 	if _, st := e.taskOutcome("quiet", "t1"); st != taskLost {
 		t.Errorf("task of a gone worker: %v; want lost", st)
@@ -251,9 +266,22 @@ func TestSilentWorkerIsGone(t *testing.T) {
 	if !strings.Contains(logs.String(), "worker gone") {
 		t.Errorf("no log of the worker going:\n%s", logs)
 	}
-	// It comes back: it is told it is not attached, and may attach again.
+	// A worker running a task it was handed has goneFactor poll periods.
+	clock.advance(goneFactor*e.PollWait - deadAfter - time.Millisecond)
+	if len(e.Attached()) != 1 {
+		t.Fatal("busy worker gone before goneFactor poll periods")
+	}
+	clock.advance(time.Millisecond)
+	if len(e.Attached()) != 0 {
+		t.Fatal("busy worker still attached after goneFactor poll periods")
+	}
+	// It comes back: it is told it is not attached, and its credential
+	// is spent: a worker given up on may not attach again.
 	if rec := do(t, e, "GET", "/v1/work", token, ""); rec.Code != http.StatusConflict {
 		t.Errorf("poll from a forgotten worker: %d; want 409", rec.Code)
+	}
+	if rec := do(t, e, "POST", "/v1/attach", token, attachBody); rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), "revoked") {
+		t.Errorf("attach after being given up on: %d %s; want 401 revoked", rec.Code, rec.Body)
 	}
 }
 
@@ -263,7 +291,10 @@ func TestCloseEndsPolls(t *testing.T) {
 	e := NewEngine(nil, signer, nil)
 	e.PollWait = time.Hour
 	token := sign(t, signer, "w", time.Hour)
-	do(t, e, "POST", "/v1/attach", token, attachBody)
+	provisioned(e, "w", "77")
+	if rec := do(t, e, "POST", "/v1/attach", token, attachBody); rec.Code != http.StatusOK {
+		t.Fatalf("attach: %d %s", rec.Code, rec.Body)
+	}
 	done := make(chan int)
 	go func() { done <- do(t, e, "GET", "/v1/work", token, "").Code }()
 	waitFor(t, "the poll to start", func() bool {
@@ -298,7 +329,10 @@ func TestStatus(t *testing.T) {
 	p := NewPlacer(nil, e, nil)
 	p.Add(shared.Need{CPUs: 2})
 	e.NeedsFunc = p.Needs
-	do(t, e, "POST", "/v1/attach", sign(t, signer, "hpc-cpu-1", time.Hour), attachBody)
+	provisioned(e, "hpc-cpu-1", "77")
+	if rec := do(t, e, "POST", "/v1/attach", sign(t, signer, "hpc-cpu-1", time.Hour), attachBody); rec.Code != http.StatusOK {
+		t.Fatalf("attach: %d %s", rec.Code, rec.Body)
+	}
 
 	rec := do(t, e, "GET", "/status", "", "")
 	if rec.Code != http.StatusOK {
@@ -322,7 +356,7 @@ func TestStatus(t *testing.T) {
 	if got.Provisioners[1]["process"] != "exited: signal: killed" || got.Provisioners[1]["status"] != nil {
 		t.Errorf("exited provisioner rendered as %v", got.Provisioners[1])
 	}
-	if got.Workers[0]["name"] != "hpc-cpu-1" || got.Workers[0]["slurm_job_id"] != "77" {
+	if got.Workers[0]["name"] != "hpc-cpu-1" || got.Workers[0]["slurm_job_id"] != "77" || got.Workers[0]["provisioner"] != testProvisioner {
 		t.Errorf("worker rendered as %v", got.Workers[0])
 	}
 	if got.Needs[0]["spec"] != "cpus=2" || got.Needs[0]["state"] != "waiting" {

@@ -54,9 +54,12 @@ func TestFullLoop(t *testing.T) {
 		// a worker named after itself, and start the payload with it in
 		// the environment.
 		var err error
-		if token, _, err = signer.Sign("hpc-gpu-0001", time.Hour); err != nil {
+		c := shared.CredentialClaims{Worker: "hpc-gpu-0001", Provisioner: "hpc", CPUs: 4, GPUs: 1, RAMMB: 16000, Labels: []string{"gpu", "a100"}}
+		if token, _, err = signer.Sign(c, time.Hour); err != nil {
 			return nil, err
 		}
+		// And publish worker_provisioned, which the engine hears.
+		e.ObserveEvent(shared.Event{Kind: shared.EventWorkerProvisioned, Provisioner: "hpc", Worker: "hpc-gpu-0001", Job: "4242"})
 		env := envMap(map[string]string{tokenEnv: token, "SLURM_JOB_ID": "4242", "SLURM_CPUS_ON_NODE": "8"})
 		args := []string{"--url", srv.URL, "--cpus", "4", "--gpus", "1", "--ram-mb", "16000",
 			"--labels", "gpu,a100", "--max-idle", "1", "--artifact-url", "http://artifacts.example"}
@@ -129,6 +132,7 @@ func TestWorkerLeavesWhenEngineGoes(t *testing.T) {
 	srv := httptest.NewServer(e.Handler())
 
 	token := sign(t, signer, "w", time.Hour)
+	provisioned(e, "w", "")
 	stderr := &lockedBuffer{}
 	cfg, err := parseWorkerArgs([]string{"--url", srv.URL, "--cpus", "1", "--gpus", "0", "--max-idle", "600"},
 		envMap(map[string]string{tokenEnv: token}), stderr)
@@ -172,6 +176,7 @@ func TestWorkerStopsOnSignal(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	env := envMap(map[string]string{tokenEnv: sign(t, signer, "w", time.Hour)})
+	provisioned(e, "w", "")
 	exited := make(chan int, 1)
 	go func() {
 		exited <- runWorker(ctx, []string{"--url", srv.URL, "--cpus", "2", "--gpus", "0", "--max-idle", "600"}, env, &lockedBuffer{})

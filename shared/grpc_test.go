@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -304,7 +305,9 @@ func TestHostChannelInMemory(t *testing.T) {
 		pluginHost = r.Host
 		return &ConfigureResponse{}, nil
 	}})
+	var minted *MintCredentialRequest
 	host := &recordingHost{mint: func(r *MintCredentialRequest) (*MintCredentialResponse, error) {
+		minted = r
 		return &MintCredentialResponse{Token: "tok-" + r.Worker, Expires: time.Unix(42, 0)}, nil
 	}}
 	ctx := context.Background()
@@ -335,9 +338,13 @@ func TestHostChannelInMemory(t *testing.T) {
 		}
 	}
 
-	cred, err := pluginHost.MintCredential(ctx, &MintCredentialRequest{Worker: "n-a-1", TTL: time.Minute})
+	cred, err := pluginHost.MintCredential(ctx, &MintCredentialRequest{Worker: "n-a-1", TTL: time.Minute, CPUs: 4, GPUs: 1, RAMMB: 16000, Labels: []string{"cuda"}})
 	if err != nil || cred.Token != "tok-n-a-1" || !cred.Expires.Equal(time.Unix(42, 0)) {
 		t.Fatalf("mint: %+v %v", cred, err)
+	}
+	// The shape crosses the wire: the host binds the credential to it.
+	if minted == nil || minted.CPUs != 4 || minted.GPUs != 1 || minted.RAMMB != 16000 || !slices.Equal(minted.Labels, []string{"cuda"}) || minted.TTL != time.Minute {
+		t.Fatalf("the host was asked to mint %+v", minted)
 	}
 	host.mint = nil
 	if _, err := pluginHost.MintCredential(ctx, &MintCredentialRequest{Worker: "x"}); !errors.Is(err, ErrPermissionDenied) {
@@ -365,11 +372,13 @@ func TestPluginWithoutHostChannel(t *testing.T) {
 }
 
 func TestHostGuard(t *testing.T) {
-	signer := signerFunc(func(w string, ttl time.Duration) (string, time.Time, error) {
-		return "signed:" + w, time.Unix(0, 0).Add(ttl), nil
+	var claims []CredentialClaims
+	signer := signerFunc(func(c CredentialClaims, ttl time.Duration) (string, time.Time, error) {
+		claims = append(claims, c)
+		return "signed:" + c.Worker, time.Unix(0, 0).Add(ttl), nil
 	})
 	var got []Event
-	g := &hostGuard{name: "hpc", signer: signer, maxTTL: time.Hour, onEvent: func(e Event) { got = append(got, e) }, logger: nullLogger()}
+	g := &hostGuard{name: "hpc", signer: signer, maxTTL: 2 * time.Hour, onEvent: func(e Event) { got = append(got, e) }, logger: nullLogger()}
 	for _, tc := range []struct {
 		worker string
 		ok     bool
@@ -382,14 +391,40 @@ func TestHostGuard(t *testing.T) {
 		{"hpc-cpu-1;rm -rf /", false},
 		{"hpc-cpu-1\n", false},
 	} {
-		_, err := g.MintCredential(context.Background(), &MintCredentialRequest{Worker: tc.worker, TTL: time.Minute})
+		_, err := g.MintCredential(context.Background(), &MintCredentialRequest{Worker: tc.worker, TTL: time.Minute, CPUs: 1})
 		if tc.ok != (err == nil) || (!tc.ok && !errors.Is(err, ErrPermissionDenied)) {
 			t.Errorf("mint %q: err %v, want ok=%v", tc.worker, err, tc.ok)
 		}
 	}
-	r, err := g.MintCredential(context.Background(), &MintCredentialRequest{Worker: "hpc-a-1", TTL: 100 * time.Hour})
-	if err != nil || !r.Expires.Equal(time.Unix(0, 0).Add(time.Hour)) {
+	r, err := g.MintCredential(context.Background(), &MintCredentialRequest{Worker: "hpc-a-1", TTL: 100 * time.Hour, CPUs: 1})
+	if err != nil || !r.Expires.Equal(time.Unix(0, 0).Add(2*time.Hour)) {
 		t.Errorf("the TTL was not capped: %+v %v", r, err)
+	}
+	// No TTL: the default, not the cap.
+	r, err = g.MintCredential(context.Background(), &MintCredentialRequest{Worker: "hpc-a-2", CPUs: 1})
+	if err != nil || !r.Expires.Equal(time.Unix(0, 0).Add(DefaultCredentialTTL)) {
+		t.Errorf("no TTL: %+v %v; want %s", r, err, DefaultCredentialTTL)
+	}
+	// The credential binds the shape the plugin asked for and the
+	// guard's own name as the provisioner.
+	claims = nil
+	if _, err := g.MintCredential(context.Background(), &MintCredentialRequest{Worker: "hpc-gpu-1", TTL: time.Minute, CPUs: 4, GPUs: 1, RAMMB: 16000, Labels: []string{"cuda"}}); err != nil {
+		t.Fatal(err)
+	}
+	want := CredentialClaims{Worker: "hpc-gpu-1", Provisioner: "hpc", CPUs: 4, GPUs: 1, RAMMB: 16000, Labels: []string{"cuda"}}
+	if len(claims) != 1 || !reflect.DeepEqual(claims[0], want) {
+		t.Errorf("signed %+v; want %+v", claims, want)
+	}
+	// A credential for no shape at all, or a label that could mean
+	// something to a shell, is refused.
+	for _, req := range []*MintCredentialRequest{
+		{Worker: "hpc-a-3", TTL: time.Minute},
+		{Worker: "hpc-a-3", TTL: time.Minute, CPUs: 1, GPUs: -1},
+		{Worker: "hpc-a-3", TTL: time.Minute, CPUs: 1, Labels: []string{"a b"}},
+	} {
+		if _, err := g.MintCredential(context.Background(), req); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("mint %+v: err %v; want invalid argument", req, err)
+		}
 	}
 	_ = g.Publish(context.Background(), Event{Provisioner: "impostor", Kind: EventWorkerProvisioned})
 	if len(got) != 1 || got[0].Provisioner != "hpc" || got[0].Time.IsZero() {
@@ -397,8 +432,10 @@ func TestHostGuard(t *testing.T) {
 	}
 }
 
-type signerFunc func(string, time.Duration) (string, time.Time, error)
+type signerFunc func(CredentialClaims, time.Duration) (string, time.Time, error)
 
-func (f signerFunc) Sign(w string, ttl time.Duration) (string, time.Time, error) { return f(w, ttl) }
+func (f signerFunc) Sign(c CredentialClaims, ttl time.Duration) (string, time.Time, error) {
+	return f(c, ttl)
+}
 
 func nullLogger() hclog.Logger { return hclog.NewNullLogger() }

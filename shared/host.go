@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,14 +23,33 @@ import (
 )
 
 // DefaultMaxCredentialTTL caps how long a credential minted for a plugin
-// may live. A credential sits in a scheduler's spool file and in a job's
-// environment; the machine it is for is expected within the day.
-const DefaultMaxCredentialTTL = 24 * time.Hour
+// may live. A credential should live as long as its job (queue wait plus
+// walltime), which the plugin knows and passes as the TTL; the cap is for
+// a plugin that asks for more. Twelve hours covers a day shift's queue
+// wait and a long walltime without leaving a stolen token good for days.
+const DefaultMaxCredentialTTL = 12 * time.Hour
+
+// DefaultCredentialTTL is the lifetime of a credential whose plugin did
+// not say how long its job may take.
+const DefaultCredentialTTL = time.Hour
+
+// CredentialClaims is what a worker credential binds: the worker's name,
+// the provisioner that asked for it, and the most the worker may claim to
+// be. The engine believes these, and not the worker, about who owns a
+// worker and what it may be given.
+type CredentialClaims struct {
+	Worker      string
+	Provisioner string
+	CPUs        int
+	GPUs        int
+	RAMMB       int64
+	Labels      []string
+}
 
 // CredentialSigner signs worker credentials. The engine implements it and
 // keeps the secret; plugins only ever see the signed token.
 type CredentialSigner interface {
-	Sign(worker string, ttl time.Duration) (token string, expires time.Time, err error)
+	Sign(c CredentialClaims, ttl time.Duration) (token string, expires time.Time, err error)
 }
 
 // LaunchConfig says how to start one provisioner plugin.
@@ -367,14 +387,33 @@ func (g *hostGuard) MintCredential(_ context.Context, req *MintCredentialRequest
 		g.logger.Warn("refused to mint a credential", "worker", req.Worker, "reason", "not this provisioner's worker")
 		return nil, fmt.Errorf("%w: worker %q is not provisioner %q's (its name must start with %q)", ErrPermissionDenied, req.Worker, g.name, prefix)
 	}
+	// The shape is what the engine will hold the worker to, so one that
+	// says nothing (an older plugin) is refused rather than signed as
+	// "anything goes".
+	if req.CPUs < 1 || req.GPUs < 0 || req.RAMMB < 0 {
+		g.logger.Warn("refused to mint a credential", "worker", req.Worker, "reason", "no shape")
+		return nil, fmt.Errorf("%w: credential for worker %q names no shape (cpus %d, gpus %d, ram_mb %d): pass the profile's cpus, gpus, ram_mb and labels in MintCredentialRequest",
+			ErrInvalidArgument, req.Worker, req.CPUs, req.GPUs, req.RAMMB)
+	}
+	for _, l := range req.Labels {
+		if !ValidName(l) {
+			return nil, fmt.Errorf("%w: credential for worker %q: label %q is not a valid name", ErrInvalidArgument, req.Worker, l)
+		}
+	}
 	if g.signer == nil {
 		return nil, fmt.Errorf("%w: this host mints no credentials", ErrPermissionDenied)
 	}
 	ttl := req.TTL
-	if ttl <= 0 || ttl > g.maxTTL {
-		ttl = g.maxTTL
+	if ttl <= 0 {
+		ttl = DefaultCredentialTTL
 	}
-	token, expires, err := g.signer.Sign(req.Worker, ttl)
+	ttl = min(ttl, g.maxTTL)
+	// The provisioner is the guard's own name, never the plugin's say.
+	claims := CredentialClaims{
+		Worker: req.Worker, Provisioner: g.name,
+		CPUs: req.CPUs, GPUs: req.GPUs, RAMMB: req.RAMMB, Labels: slices.Clone(req.Labels),
+	}
+	token, expires, err := g.signer.Sign(claims, ttl)
 	if err != nil {
 		return nil, err
 	}

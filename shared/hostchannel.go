@@ -192,6 +192,7 @@ func (l *pluginLink) MintCredential(ctx context.Context, req *MintCredentialRequ
 	l.sendMu.Lock()
 	err := l.send(&pb.PluginMessage{Msg: &pb.PluginMessage_MintCredential{MintCredential: &pb.MintCredential{
 		RequestId: id, Worker: req.Worker, TtlSeconds: req.TTL.Seconds(),
+		Cpus: int32(req.CPUs), Gpus: int32(req.GPUs), RamMb: req.RAMMB, Labels: req.Labels,
 	}}})
 	l.sendMu.Unlock()
 	if err != nil {
@@ -308,6 +309,10 @@ func serveHostChannel(stream pb.Provisioner_HostChannelClient, h Host) error {
 			r, err := h.MintCredential(ctx, &MintCredentialRequest{
 				Worker: m.MintCredential.GetWorker(),
 				TTL:    secondsToDuration(m.MintCredential.GetTtlSeconds()),
+				CPUs:   int(m.MintCredential.GetCpus()),
+				GPUs:   int(m.MintCredential.GetGpus()),
+				RAMMB:  m.MintCredential.GetRamMb(),
+				Labels: m.MintCredential.GetLabels(),
 			})
 			if err != nil {
 				st, _ := status.FromError(toStatus(err))

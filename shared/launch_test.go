@@ -100,8 +100,8 @@ func TestLaunchedPluginRoundTrips(t *testing.T) {
 	logs := &syncBuffer{}
 	p := launchTest(t, LaunchConfig{
 		Logger: hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Debug}),
-		Signer: signerFunc(func(w string, ttl time.Duration) (string, time.Time, error) {
-			return "secret-token-for-" + w, time.Now().Add(ttl), nil
+		Signer: signerFunc(func(c CredentialClaims, ttl time.Duration) (string, time.Time, error) {
+			return "secret-token-for-" + c.Worker, time.Now().Add(ttl), nil
 		}),
 		OnEvent: events.add,
 	})
@@ -193,7 +193,7 @@ func TestLaunchedPluginRoundTrips(t *testing.T) {
 func TestForeignMintRefused(t *testing.T) {
 	events := &eventLog{}
 	p := launchTest(t, LaunchConfig{
-		Signer:  signerFunc(func(w string, ttl time.Duration) (string, time.Time, error) { return "t", time.Now(), nil }),
+		Signer:  signerFunc(func(CredentialClaims, time.Duration) (string, time.Time, error) { return "t", time.Now(), nil }),
 		OnEvent: events.add,
 	})
 	ctx := context.Background()

@@ -330,10 +330,21 @@ type ShutdownResponse struct {
 	Cancelled []string
 }
 
-// MintCredentialRequest asks the engine for a worker credential.
+// MintCredentialRequest asks the engine for a worker credential. The
+// credential binds the worker's name, the provisioner that asked (the host
+// fills that in, whatever the plugin claims) and the machine the worker is
+// meant to be: the engine lets a worker attach with at most these
+// resources and only these labels. TTL should be the job's own lifetime
+// (queue wait plus walltime); the host caps it.
 type MintCredentialRequest struct {
 	Worker string
 	TTL    time.Duration
+	// The shape of the profile the worker is started with. CPUs must be
+	// at least 1: a credential for an unknown shape is refused.
+	CPUs   int
+	GPUs   int
+	RAMMB  int64
+	Labels []string
 }
 
 // MintCredentialResponse carries a credential. Token is a secret: never

@@ -30,10 +30,13 @@ const (
 	// defaultSubmitTimeout bounds one ssh call. A login node that has not
 	// answered sbatch in half a minute is not going to.
 	defaultSubmitTimeout = "30s"
-	// defaultTokenTTL is short: the credential sits in the scheduler's
-	// spool for as long as the job waits, and the machine is expected
-	// within the hour.
-	defaultTokenTTL = "24h"
+	// defaultTokenTTL, empty, means the credential lives as long as its
+	// job can: provision_timeout (the longest it waits in the queue) plus
+	// the profile's time limit plus tokenMargin (credentialTTL). A job
+	// without a time limit asks for a week, which the engine caps. A credential sits in the
+	// scheduler's spool with the job, so it should not outlive it; and it
+	// must not expire under a worker that is still working.
+	defaultTokenTTL = ""
 	// defaultWorker is the worker as it is installed on the cluster.
 	defaultWorker = "fluksio-worker"
 	// defaultPollInterval is how often the queue is read while something
@@ -147,7 +150,7 @@ func schema() *shared.Schema {
 			{Name: "submit_timeout", Type: shared.TypeDuration, Default: defaultSubmitTimeout,
 				Description: "How long one ssh call to the login node may take. Connecting and the ssh handshake get half of it (ssh's ConnectTimeout), unless ssh_options sets ConnectTimeout."},
 			{Name: "token_ttl", Type: shared.TypeDuration, Default: defaultTokenTTL,
-				Description: "How long a worker's credential is good for. It waits in the scheduler's spool with the job, so keep it short."},
+				Description: "How long a worker's credential is good for. Unset: as long as its job can live (provision_timeout plus the profile's --time plus 10 minutes; without a --time, the engine's cap). The engine caps every credential (12 hours by default)."},
 			{Name: "worker_command", Type: shared.TypeListString, Default: []string{defaultWorker},
 				Description: "The worker program and any leading arguments, as installed on the compute nodes."},
 		},
@@ -254,7 +257,6 @@ func (c *Config) fillDefaults() {
 		{&c.MaxIdle, defaultMaxIdle},
 		{&c.ProvisionTimeout, defaultProvisionTimeout},
 		{&c.SubmitTimeout, defaultSubmitTimeout},
-		{&c.TokenTTL, defaultTokenTTL},
 		{&c.PollInterval, defaultPollInterval},
 		{&c.AttachTimeout, defaultAttachTimeout},
 	} {
@@ -389,6 +391,9 @@ func validate(s *settings) shared.Diagnostics {
 		{"poll_interval", s.PollInterval, &s.pollInterval},
 		{"attach_timeout", s.AttachTimeout, &s.attachTimeout},
 	} {
+		if d.name == "token_ttl" && d.raw == "" {
+			continue // derived from each profile's time limit
+		}
 		v, err := time.ParseDuration(d.raw)
 		switch {
 		case err != nil:

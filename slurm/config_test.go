@@ -33,7 +33,7 @@ func TestDecodeFillsDefaults(t *testing.T) {
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
-	if s.maxIdle != 5*time.Minute || s.provisionTimeout != 15*time.Minute || s.submitTimeout != 30*time.Second || s.tokenTTL != 24*time.Hour {
+	if s.maxIdle != 5*time.Minute || s.provisionTimeout != 15*time.Minute || s.submitTimeout != 30*time.Second || s.tokenTTL != 0 {
 		t.Errorf("durations = %s %s %s %s", s.maxIdle, s.provisionTimeout, s.submitTimeout, s.tokenTTL)
 	}
 	if s.pollInterval != 30*time.Second || s.attachTimeout != 10*time.Minute {

@@ -57,7 +57,8 @@ type signer struct {
 	tokens map[string]string
 }
 
-func (s *signer) Sign(worker string, ttl time.Duration) (string, time.Time, error) {
+func (s *signer) Sign(c shared.CredentialClaims, ttl time.Duration) (string, time.Time, error) {
+	worker := c.Worker
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.tokens == nil {

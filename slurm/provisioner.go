@@ -484,7 +484,9 @@ func (p *Provisioner) ask(ctx context.Context, cfg *settings, host shared.Host, 
 		return "", err.Error(), false, err
 	}
 	mctx, cancel := context.WithTimeout(ctx, cfg.submitTimeout)
-	cred, err := host.MintCredential(mctx, &shared.MintCredentialRequest{Worker: worker, TTL: cfg.tokenTTL})
+	cred, err := host.MintCredential(mctx, &shared.MintCredentialRequest{
+		Worker: worker, TTL: cfg.credentialTTL(prof), CPUs: prof.CPUs, GPUs: prof.GPUs, RAMMB: prof.RAMMB, Labels: prof.Labels,
+	})
 	cancel()
 	if err == nil && (cred == nil || cred.Token == "") {
 		err = errors.New("the host returned an empty credential")

@@ -229,3 +229,27 @@ func shellQuote(s string) string {
 func isShellSafe(r rune) bool {
 	return 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune("@%+=:,./_-", r)
 }
+
+// tokenMargin is added to a job's longest life for its credential: the
+// worker's last report and detach happen after the time limit's SIGTERM.
+const tokenMargin = 10 * time.Minute
+
+// noLimitTTL is asked for when a profile sets no time limit: the engine
+// caps it (12 hours by default), and a worker whose credential expires
+// is refused and leaves. Such a profile should set --time.
+const noLimitTTL = 7 * 24 * time.Hour
+
+// credentialTTL is how long the credential of a job of prof should live:
+// token_ttl if set; else the job's longest life, its wait in the queue
+// (provision_timeout) and its time limit, plus tokenMargin; without a
+// time limit, as long as the engine allows.
+func (s *settings) credentialTTL(prof Profile) time.Duration {
+	if s.tokenTTL > 0 {
+		return s.tokenTTL
+	}
+	limit, ok := timeLimit(prof.Sbatch)
+	if !ok {
+		return noLimitTTL
+	}
+	return s.provisionTimeout + limit + tokenMargin
+}

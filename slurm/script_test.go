@@ -288,3 +288,23 @@ func TestParseTimeLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestCredentialTTL: a credential lives as long as its job can, not a
+// day: provision_timeout plus the profile's time limit plus a margin;
+// token_ttl overrides; without a time limit the engine's cap decides.
+func TestCredentialTTL(t *testing.T) {
+	s := &settings{provisionTimeout: 15 * time.Minute}
+	if got := s.credentialTTL(Profile{Sbatch: []string{"--time=01:00:00"}}); got != 15*time.Minute+time.Hour+tokenMargin {
+		t.Errorf("with --time=01:00:00: %s", got)
+	}
+	if got := s.credentialTTL(Profile{Sbatch: []string{"-t 30"}}); got != 15*time.Minute+30*time.Minute+tokenMargin {
+		t.Errorf("with -t 30: %s", got)
+	}
+	if got := s.credentialTTL(Profile{}); got != noLimitTTL {
+		t.Errorf("without a time limit: %s", got)
+	}
+	s.tokenTTL = 2 * time.Hour
+	if got := s.credentialTTL(Profile{Sbatch: []string{"--time=01:00:00"}}); got != 2*time.Hour {
+		t.Errorf("token_ttl set: %s", got)
+	}
+}

@@ -365,7 +365,7 @@ func (e *events) add(ev shared.Event) {
 
 type fakeSigner struct{}
 
-func (fakeSigner) Sign(worker string, ttl time.Duration) (string, time.Time, error) {
+func (fakeSigner) Sign(_ shared.CredentialClaims, ttl time.Duration) (string, time.Time, error) {
 	return "conformance-credential", time.Now().Add(ttl), nil
 }
 

@@ -2162,9 +2162,14 @@ func (x *EventAck) GetSeq() uint64 {
 type MintCredential struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Chosen by the plugin to match the answer to the question.
-	RequestId     uint64  `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Worker        string  `protobuf:"bytes,2,opt,name=worker,proto3" json:"worker,omitempty"`
-	TtlSeconds    float64 `protobuf:"fixed64,3,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	RequestId  uint64  `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Worker     string  `protobuf:"bytes,2,opt,name=worker,proto3" json:"worker,omitempty"`
+	TtlSeconds float64 `protobuf:"fixed64,3,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	// The shape the worker is started with; the credential allows no more.
+	Cpus          int32    `protobuf:"varint,4,opt,name=cpus,proto3" json:"cpus,omitempty"`
+	Gpus          int32    `protobuf:"varint,5,opt,name=gpus,proto3" json:"gpus,omitempty"`
+	RamMb         int64    `protobuf:"varint,6,opt,name=ram_mb,json=ramMb,proto3" json:"ram_mb,omitempty"`
+	Labels        []string `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2218,6 +2223,34 @@ func (x *MintCredential) GetTtlSeconds() float64 {
 		return x.TtlSeconds
 	}
 	return 0
+}
+
+func (x *MintCredential) GetCpus() int32 {
+	if x != nil {
+		return x.Cpus
+	}
+	return 0
+}
+
+func (x *MintCredential) GetGpus() int32 {
+	if x != nil {
+		return x.Gpus
+	}
+	return 0
+}
+
+func (x *MintCredential) GetRamMb() int64 {
+	if x != nil {
+		return x.RamMb
+	}
+	return 0
+}
+
+func (x *MintCredential) GetLabels() []string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
 }
 
 type Credential struct {
@@ -2445,13 +2478,17 @@ const file_provisioner_proto_rawDesc = "" +
 	"\x0etime_unix_nano\x18\a \x01(\x03R\ftimeUnixNano\x12\x16\n" +
 	"\x06detail\x18\b \x01(\tR\x06detail\"\x1c\n" +
 	"\bEventAck\x12\x10\n" +
-	"\x03seq\x18\x01 \x01(\x04R\x03seq\"h\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\"\xbf\x01\n" +
 	"\x0eMintCredential\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x16\n" +
 	"\x06worker\x18\x02 \x01(\tR\x06worker\x12\x1f\n" +
 	"\vttl_seconds\x18\x03 \x01(\x01R\n" +
-	"ttlSeconds\"\xb1\x01\n" +
+	"ttlSeconds\x12\x12\n" +
+	"\x04cpus\x18\x04 \x01(\x05R\x04cpus\x12\x12\n" +
+	"\x04gpus\x18\x05 \x01(\x05R\x04gpus\x12\x15\n" +
+	"\x06ram_mb\x18\x06 \x01(\x03R\x05ramMb\x12\x16\n" +
+	"\x06labels\x18\a \x03(\tR\x06labels\"\xb1\x01\n" +
 	"\n" +
 	"Credential\x12\x1d\n" +
 	"\n" +

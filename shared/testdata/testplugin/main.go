@@ -153,7 +153,9 @@ func (m *memory) Provision(ctx context.Context, req *shared.ProvisionRequest) (*
 	// A real provisioner would do this in the background; this one is
 	// quick enough to answer at once.
 	ev := shared.Event{Kind: shared.EventWorkerProvisioned, Profile: s.Profile, Job: job, Worker: worker, Time: time.Now()}
-	if _, err := host.MintCredential(ctx, &shared.MintCredentialRequest{Worker: worker, TTL: time.Hour}); err != nil {
+	if _, err := host.MintCredential(ctx, &shared.MintCredentialRequest{
+		Worker: worker, TTL: time.Hour, CPUs: s.CPUs, GPUs: s.GPUs, RAMMB: s.RAMMB, Labels: s.Labels,
+	}); err != nil {
 		m.mu.Lock()
 		delete(m.outstanding, s.Profile)
 		m.mu.Unlock()

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestE2ECredentialWorthOneJob runs the engine, the real Slurm plugin and
+// a real worker in a Slurm job, keeps a copy of the credential the job was
+// given, and replays it from this machine with the real worker binary:
+// claiming another job, while the real worker is attached, claiming GPUs
+// its profile does not have, and after the real worker detached. Every
+// replay is refused and the worker exits 1 saying why.
+func TestE2ECredentialWorthOneJob(t *testing.T) {
+	e := newE2E(t, "e2e-cred")
+
+	// The job user runs the wrapper, so it and the directory it writes
+	// to live outside the test's 0700 temporary directory.
+	dir, err := os.MkdirTemp("", "fluksio-cred-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	out := filepath.Join(dir, "out")
+	if err := os.Mkdir(out, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(out, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	wrapper := filepath.Join(dir, "keep-credential")
+	script := fmt.Sprintf("#!/bin/sh\n# Keeps the credential for the test to replay, then runs the worker.\n"+
+		"printf '%%s %%s\\n' \"$SLURM_JOB_ID\" \"$%s\" > %s/cred.tmp && mv %s/cred.tmp %s/cred\nexec %s worker \"$@\"\n",
+		tokenEnv, out, out, out, e.host)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := e.config(t, wrapper)
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A short idle limit, so the real worker detaches within the test.
+	b = bytes.Replace(b, []byte(`max_idle       = "30s"`), []byte(`max_idle       = "8s"`), 1)
+	if err := os.WriteFile(cfg, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// The cpus=64 need fits no profile: the engine keeps running after
+	// the cpus=2 one is served, until the test stops it.
+	p := e.startEngine(t, "-config", cfg, "-need", "cpus=2", "-need", "cpus=64", "-timeout", "3m")
+	poll(t, 2*time.Minute, "the need to be served", func() bool { return strings.Contains(p.stdout.String(), "work done by") })
+	raw, err := os.ReadFile(filepath.Join(out, "cred"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, token, ok := strings.Cut(strings.TrimSpace(string(raw)), " ")
+	if !ok || job == "" || token == "" {
+		t.Fatalf("the wrapper kept %q", raw)
+	}
+
+	// replay runs the real worker here with the kept credential.
+	replay := func(slurmJob string, extra ...string) (int, string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		args := append([]string{"worker", "--url", fmt.Sprintf("http://127.0.0.1:%d", e.port), "--cpus", "2", "--max-idle", "5"}, extra...)
+		cmd := exec.CommandContext(ctx, e.host, args...)
+		cmd.Env = append(os.Environ(), tokenEnv+"="+token, "SLURM_JOB_ID="+slurmJob)
+		outb, err := cmd.CombinedOutput()
+		code := 0
+		if err != nil {
+			code = -1
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			}
+		}
+		return code, string(outb)
+	}
+	expect := func(what string, code int, said, want string) {
+		t.Helper()
+		if code != 1 || !strings.Contains(said, want) {
+			t.Errorf("%s: worker exited %d saying:\n%s\nwant exit 1 and %q", what, code, said, want)
+		}
+		if strings.Contains(said, token) {
+			t.Errorf("%s: the worker printed the token", what)
+		}
+	}
+
+	// While the real worker is attached (it idles for 8 s after its task;
+	// a replay takes milliseconds).
+	code, said := replay(job + "0")
+	expect("another job", code, said, fmt.Sprintf("its provisioner started it as job %q", job))
+	code, said = replay(job, "--gpus", "8")
+	expect("more GPUs", code, said, "claims 8 gpus; its credential allows 0")
+	if !strings.Contains(p.stderr.String(), "worker detached") {
+		code, said = replay(job)
+		expect("second attach", code, said, "already attached")
+	} else {
+		t.Log("the real worker left before the concurrent replay; skipped that one")
+	}
+
+	poll(t, time.Minute, "the real worker to detach", func() bool { return strings.Contains(p.stderr.String(), "worker detached") })
+	code, said = replay(job)
+	expect("after detach", code, said, "revoked (detached)")
+
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	p.waitDone(t, 2*time.Minute)
+	exitedAt := time.Now()
+	if strings.Contains(p.stderr.String(), token) || strings.Contains(p.stdout.String(), token) {
+		t.Error("the token reached the engine's log or story")
+	}
+	if n := strings.Count(p.stdout.String(), " attached from "); n != 1 {
+		t.Errorf("%d attaches in the story; want the real worker's alone:\n%s", n, p.stdout)
+	}
+	e.assertCleanedUp(t, exitedAt)
+}
