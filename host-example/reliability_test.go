@@ -130,8 +130,8 @@ func reapMasters(t *testing.T, p *engineProc) {
 }
 
 // controlPathRe finds a plugin's control directory in its debug log line
-// "sharing one ssh connection: control_path=/tmp/fxssh-123/cm0".
-var controlPathRe = regexp.MustCompile(`control_path=(/\S*/fxssh-[0-9]+)/cm[0-9]+`)
+// "sharing one ssh connection: control_path=/tmp/fxssh-77-123/cm0".
+var controlPathRe = regexp.MustCompile(`control_path=(/\S*/fxssh-[0-9-]+)/cm[0-9]+`)
 
 // queuedJob is one of the test's jobs as squeue shows it.
 type queuedJob struct {

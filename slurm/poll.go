@@ -259,6 +259,9 @@ func (p *Provisioner) pollLoop(cfg *settings, host shared.Host) {
 	defer p.wg.Done()
 	ctx := p.polling
 	actx, cancel := context.WithTimeout(ctx, cfg.submitTimeout)
+	if cfg.multiplex {
+		p.cleanStaleControlDirs(actx, cfg)
+	}
 	p.adoptAtStart(actx, cfg, host)
 	cancel()
 	close(p.adoptTried)

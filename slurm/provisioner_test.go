@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
+	"strconv"
 	"regexp"
 	"slices"
 	"strings"
@@ -759,5 +761,32 @@ func TestIdleAdoptionRests(t *testing.T) {
 	h.provision(t, cpuNeed)
 	if !h.p.pollWanted() {
 		t.Error("a Provision did not wake the poller")
+	}
+}
+
+// TestStaleControlDirsRemoved: the ssh control directory of a plugin that
+// was killed stays in /tmp; the next plugin removes it (and asks its
+// master to exit), and leaves a live process's alone.
+func TestStaleControlDirsRemoved(t *testing.T) {
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	mk := func(pid int) string {
+		dir, err := os.MkdirTemp(controlBase(), controlDirPrefix+strconv.Itoa(pid)+"-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		return dir
+	}
+	stale, live := mk(dead.Process.Pid), mk(os.Getppid())
+	h := newHarness(t, "squeue=ok", nil)
+	_ = h
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("the dead plugin's control directory %s is still there (%v)", stale, err)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("a live process's control directory was removed: %v", err)
 	}
 }

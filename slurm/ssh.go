@@ -293,14 +293,21 @@ func (c *sshConn) socket() string {
 // ~ in it, and an option line splits at whitespace.
 var plainPath = regexp.MustCompile(`^/[A-Za-z0-9/._-]+$`)
 
+// controlBase is where control directories are made.
+func controlBase() string {
+	if st, err := os.Stat("/tmp"); err == nil && st.IsDir() {
+		return "/tmp"
+	}
+	return os.TempDir()
+}
+
 // makeControlDir makes a new private directory for a control socket, in
 // /tmp rather than $TMPDIR, which can be too long for a socket's path.
 func makeControlDir() (string, error) {
-	base := "/tmp"
-	if st, err := os.Stat(base); err != nil || !st.IsDir() {
-		base = os.TempDir()
-	}
-	dir, err := os.MkdirTemp(base, "fxssh-") // 0700
+	base := controlBase()
+	// The pid in the name lets a later plugin clean up after this one
+	// if it is killed (controldir.go).
+	dir, err := os.MkdirTemp(base, controlDirPattern()) // 0700
 	if err != nil {
 		return "", err
 	}
