@@ -219,6 +219,7 @@ func TestListenerConnectionCap(t *testing.T) {
 	// A worker gets in all the same, and keeps its connection.
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
 	token := sign(t, signer, "hpc-cpu-1", time.Hour)
+	provisioned(e, "hpc-cpu-1", "77")
 	req := func(method, path, body string) int {
 		r, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
 		r.Header.Set("Authorization", "Bearer "+token)
@@ -408,7 +409,8 @@ func TestWorkerVerifiesTheEngine(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		env := envMap(map[string]string{tokenEnv: sign(t, signer, name, time.Hour)})
+		env := envMap(map[string]string{tokenEnv: sign(t, signer, name, time.Hour), "SLURM_JOB_ID": "5"})
+		provisioned(e, name, "5")
 		out := &lockedBuffer{}
 		exited := make(chan int, 1)
 		go func() {

@@ -139,7 +139,8 @@ type queuedJob struct {
 }
 
 // jobs lists the test's jobs that squeue shows: id, state, and the
-// profile read from the comment (fluksio:<name>-<profile>-<hex>).
+// profile read from the worker in the comment's tag
+// (fluksio:v2:<engine>:<epoch>:<name>-<profile>-<hex>).
 func (e *e2e) jobs(t *testing.T) []queuedJob {
 	t.Helper()
 	out := e.env.Slurm(t, "squeue", "-h", "--name="+e.jobName(), "-o", "%i|%T|%k")
@@ -149,7 +150,11 @@ func (e *e2e) jobs(t *testing.T) []queuedJob {
 		if len(f) != 3 {
 			continue
 		}
-		profile, _ := strings.CutPrefix(f[2], "fluksio:"+e.name+"-")
+		tag := f[2]
+		if i := strings.LastIndexByte(tag, ':'); i >= 0 {
+			tag = tag[i+1:]
+		}
+		profile, _ := strings.CutPrefix(tag, e.name+"-")
 		if i := strings.LastIndexByte(profile, '-'); i > 0 {
 			profile = profile[:i]
 		}

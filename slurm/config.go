@@ -464,11 +464,19 @@ func validateProfile(i string, p Profile, seen map[string]bool) shared.Diagnosti
 		switch {
 		case strings.ContainsAny(line, "\x00\n\r"):
 			add(shared.Errorf(path, "Invalid sbatch line", "An sbatch line must not contain a newline, carriage return or NUL: each becomes one #SBATCH line."))
-		case !strings.HasPrefix(line, "-"):
-			add(shared.Errorf(path, "Invalid sbatch line", "%q is not an sbatch option; write it as it would follow #SBATCH, such as --partition=debug.", line))
 		default:
-			if opt, why := reservedOption(line); opt != "" {
-				add(shared.Errorf(path, "Reserved sbatch option", "%s cannot be set in a profile: %s.", opt, why))
+			// sbatch reads every word of the line (sbatchopts.go), so
+			// every word is checked.
+			opts, err := parseSbatchLine(line)
+			switch {
+			case err != nil:
+				add(shared.Errorf(path, "Invalid sbatch line", "%s.", err))
+			case len(opts) == 0:
+				add(shared.Errorf(path, "Invalid sbatch line", "%q sets no sbatch option; write it as it would follow #SBATCH, such as --partition=debug.", line))
+			default:
+				if opt, why := reservedOption(opts); opt != "" {
+					add(shared.Errorf(path, "Reserved sbatch option", "%s cannot be set in a profile: %s.", opt, why))
+				}
 			}
 		}
 	}
@@ -492,49 +500,28 @@ var reserved = []struct {
 	{"--wrap", "", "the provisioner's script is the job; a wrapped command would replace it"},
 	{"--array", "a", "one request starts one worker; an array would start many with the same name and credential"},
 	{"--wait", "W", "sbatch would not return until the job ends, so every submission would time out"},
+	{"--clusters", "M", "squeue and scancel run without it, so the provisioner would lose sight of the job"},
+	{"--test-only", "", "sbatch would only test the script and submit nothing"},
 }
 
-// reservedOption returns the reserved option an sbatch line sets, if any,
-// and why it is reserved.
-func reservedOption(line string) (option, why string) {
-	long, short := optionNames(line)
-	for _, r := range reserved {
-		if long != "" && strings.HasPrefix(r.long, long) {
-			return r.long, r.why
-		}
-		if r.short != "" && strings.Contains(short, r.short) {
-			return "-" + r.short, r.why
+// reservedOption returns the reserved option among opts, if any, and why
+// it is reserved.
+func reservedOption(opts []sbatchOpt) (option, why string) {
+	for _, o := range opts {
+		for _, r := range reserved {
+			var short byte
+			if r.short != "" {
+				short = r.short[0]
+			}
+			if o.is(r.long, short) {
+				if o.long != "" {
+					return r.long, r.why
+				}
+				return "-" + r.short, r.why
+			}
 		}
 	}
 	return "", ""
-}
-
-// noArgShort are sbatch's short options that take no argument, so another
-// option letter may follow them in one word (-vJ name).
-const noArgShort = "hHOQsuvV"
-
-// optionNames returns the long option an sbatch line sets ("--mem", or
-// "--me" when abbreviated, since getopt accepts unambiguous prefixes), or
-// the short option letters of its first word: every no-argument letter
-// and then the first letter that takes an argument.
-func optionNames(line string) (long, short string) {
-	word := strings.TrimSpace(line)
-	if i := strings.IndexAny(word, "= \t"); i >= 0 {
-		word = word[:i]
-	}
-	if strings.HasPrefix(word, "--") {
-		if len(word) == 2 {
-			return "", ""
-		}
-		return word, ""
-	}
-	letters := strings.TrimPrefix(word, "-")
-	for i := 0; i < len(letters); i++ {
-		if !strings.ContainsRune(noArgShort, rune(letters[i])) {
-			return "", letters[:i+1]
-		}
-	}
-	return "", letters
 }
 
 func isSpaceOrControl(r rune) bool {

@@ -183,12 +183,54 @@ func TestReservedOption(t *testing.T) {
 		{"-pJ", ""}, // J is -p's argument
 		{"--account=j", ""},
 		{"-A x", ""},
-		{"--", ""},
+		// sbatch reads every word of a #SBATCH line, split at C's
+		// white space, with quotes, escapes and # comments.
+		{"--partition=x --array=1-100", "--array"},
+		{"-p x -J y", "-J"},
+		{"--time=5\t-J y", "-J"},
+		{"--time=5\v-J y", "-J"},
+		{"--time=5\f--job-name=y", "--job-name"},
+		{"--time=5\r--job=y", "--job-name"},
+		{"--partition x --comment y", "--comment"},
+		{"--partition=x -M c2", "-M"},
+		{"--clusters=c2", "--clusters"},
+		{"--test-only", "--test-only"},
+		{"--partition='x -J y'", ""},
+		{`--partition="x --array=1-5"`, ""},
+		{`--partition=x\ -J`, ""},
+		{"--partition=x # --array=1-5", ""},
+		{"--partition=x #--array=1-5", ""},
 	}
 	for _, tc := range tests {
-		if got, _ := reservedOption(tc.line); got != tc.want {
+		opts, err := parseSbatchLine(tc.line)
+		if err != nil {
+			t.Errorf("parseSbatchLine(%q): %v", tc.line, err)
+			continue
+		}
+		if got, _ := reservedOption(opts); got != tc.want {
 			t.Errorf("reservedOption(%q) = %q, want %q", tc.line, got, tc.want)
 		}
+	}
+	// Words that are no option, and job components, are refused.
+	for _, line := range []string{"--", "partition=debug", "--partition=debug extra", "--hold hetjob", "-p x : packjob"} {
+		if _, err := parseSbatchLine(line); err == nil {
+			t.Errorf("parseSbatchLine(%q) accepted it", line)
+		}
+	}
+}
+
+// TestOptionFamiliesInAnyWord: an option the script would otherwise add
+// (--mem, --time for the deadline) counts wherever it stands in a line.
+func TestOptionFamiliesInAnyWord(t *testing.T) {
+	lines := []string{"--partition=debug --mem=4G", "-p debug -t 30"}
+	if !memOptions.setBy(lines) {
+		t.Error("--mem in a line's second word was missed")
+	}
+	if limit, ok := timeLimit(lines); !ok || limit != 30*time.Minute {
+		t.Errorf("timeLimit = %s, %v; want 30m", limit, ok)
+	}
+	if gpuOptions.setBy(lines) {
+		t.Error("no GPU option was set")
 	}
 }
 

@@ -480,7 +480,7 @@ var lookupArgv = []string{"squeue", "-h", "--me", "--name=fluksio-hpc", "-o", "'
 
 func TestLostAnswerFoundInQueue(t *testing.T) {
 	for _, tc := range []struct{ name, sbatch, timeout string }{
-		{"timed out", "hang", "300ms"},
+		{"timed out", "hang", "2s"},
 		{"connection dropped", "drop", "30s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -41,16 +41,15 @@ type family struct {
 }
 
 // setBy reports whether any of the sbatch lines sets an option of the
-// family, abbreviated or not.
+// family, abbreviated or not, in any word of a line.
 func (f family) setBy(lines []string) bool {
-	for _, line := range lines {
-		long, short := optionNames(line)
-		for _, o := range f.long {
-			if long != "" && strings.HasPrefix(o, long) {
+	for _, o := range sbatchOpts(lines) {
+		for _, l := range f.long {
+			if o.is(l, 0) {
 				return true
 			}
 		}
-		if f.short != "" && strings.ContainsAny(short, f.short) {
+		if f.short != "" && o.short == f.short[0] {
 			return true
 		}
 	}
@@ -144,20 +143,10 @@ func (p *Provisioner) payload(prof Profile, worker, token string) []byte {
 func timeLimit(lines []string) (time.Duration, bool) {
 	var limit time.Duration
 	var ok bool
-	for _, line := range lines {
-		word := strings.TrimSpace(line)
-		long, short := optionNames(word)
-		var value string
-		switch {
-		case long == "--time":
-			value = strings.TrimPrefix(strings.TrimSpace(word[len(long):]), "=")
-		case long == "" && strings.HasSuffix(short, "t"):
-			// -t10, -t 10, or -vt 10: the value follows the letter.
-			value = word[1+len(short):]
-		default:
-			continue
+	for _, o := range sbatchOpts(lines) {
+		if (o.short == 't' || o.long == "--time") && o.hasValue {
+			limit, ok = parseTimeLimit(strings.TrimSpace(o.value))
 		}
-		limit, ok = parseTimeLimit(strings.TrimSpace(value))
 	}
 	return limit, ok
 }
