@@ -356,6 +356,9 @@ func validate(s *settings) shared.Diagnostics {
 			add(shared.Errorf(path, "Invalid ssh option", "Write each option as Key=Value, such as ConnectTimeout=10, with a key of letters only; got %q.", o))
 		case refusedSSHOptions[strings.ToLower(key)] != "":
 			add(shared.Errorf(path, "Unsupported ssh option", "%s cannot be set here: %s.", key, refusedSSHOptions[strings.ToLower(key)]))
+		case weakHostKeyOption(key, value) != "":
+			add(shared.Errorf(path, "Host-key checking cannot be weakened",
+				"%s. A worker's credential travels to the login node in the batch script, so the login node's key must be checked: remove this option, and pin the key with known_hosts.", weakHostKeyOption(key, value)))
 		case s.KnownHosts != "" && (strings.EqualFold(key, "StrictHostKeyChecking") || strings.EqualFold(key, "UserKnownHostsFile")):
 			add(shared.Errorf(path, "Conflicting ssh option",
 				"known_hosts is set, so the provisioner passes %s itself; remove this option or known_hosts.", key))

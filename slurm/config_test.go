@@ -91,6 +91,14 @@ func TestValidation(t *testing.T) {
 		{name: "ssh option host key with known_hosts", edit: func(c map[string]any) {
 			c["known_hosts"] = "/kh"
 			c["ssh_options"] = []string{"StrictHostKeyChecking=no"}
+		}, path: "ssh_options.0", summary: "Host-key checking cannot be weakened"},
+		{name: "ssh option no host key check", edit: set("ssh_options", []string{"StrictHostKeyChecking=no"}), path: "ssh_options.0", summary: "Host-key checking cannot be weakened"},
+		{name: "ssh option accept-new", edit: set("ssh_options", []string{"ConnectTimeout=5", "stricthostkeychecking=Accept-New"}), path: "ssh_options.1", summary: "Host-key checking cannot be weakened"},
+		{name: "ssh option known hosts null", edit: set("ssh_options", []string{"UserKnownHostsFile=/dev/null"}), path: "ssh_options.0", summary: "Host-key checking cannot be weakened"},
+		{name: "ssh option known hosts command", edit: set("ssh_options", []string{"KnownHostsCommand=/bin/echo"}), path: "ssh_options.0", summary: "Host-key checking cannot be weakened"},
+		{name: "ssh option known_hosts conflict", edit: func(c map[string]any) {
+			c["known_hosts"] = "/kh"
+			c["ssh_options"] = []string{"StrictHostKeyChecking=yes"}
 		}, path: "ssh_options.0", summary: "Conflicting ssh option"},
 		{name: "engine_url missing", edit: set("engine_url", ""), path: "engine_url", summary: "Missing engine_url"},
 		{name: "engine_url scheme", edit: set("engine_url", "ftp://e"), path: "engine_url", summary: "Invalid engine_url"},

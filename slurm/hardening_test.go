@@ -1,6 +1,7 @@
 package slurm
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -9,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/fluksio/provision/internal/testutil"
+	"github.com/fluksio/provision/shared"
 )
 
 // hostile is a list of values meant to break out of wherever they land:
@@ -65,9 +69,7 @@ func configured(t testing.TB, raw []byte) (*Provisioner, bool) {
 // passes exactly the configured argv and does nothing else. prerun is left
 // out on purpose: its lines are shell the operator wrote, by design.
 func TestHostileValuesNeverChangeTheScript(t *testing.T) {
-	if _, err := exec.LookPath("bash"); err != nil {
-		t.Skip("no bash")
-	}
+	testutil.LookPath(t, "bash")
 	dir := t.TempDir()
 	standIn := filepath.Join(dir, "worker")
 	if err := os.WriteFile(standIn, []byte("#!/bin/sh\nfor a in \"$@\"; do printf '%s\\0' \"$a\"; done > \"$ARGV_OUT\"\n"), 0o755); err != nil {
@@ -193,6 +195,36 @@ func itoa(i int) string {
 }
 
 func TestSSHArgsNeverWeakenHostKeyChecking(t *testing.T) {
+	// Both routes by which a configuration could turn checking off are
+	// refused: ssh_options as written, and an ssh_config file, read with
+	// ssh -G as ssh itself would.
+	for _, weak := range [][]string{{"StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null"}, {"StrictHostKeyChecking=accept-new"}} {
+		c := hostileBase("w")
+		c["ssh_options"] = weak
+		raw, _ := json.Marshal(c)
+		if _, ok := configured(t, raw); ok {
+			t.Errorf("ssh_options %q were accepted", weak)
+		}
+	}
+	testutil.LookPath(t, "ssh")
+	dir := t.TempDir()
+	weakFile := filepath.Join(dir, "weak_config")
+	os.WriteFile(weakFile, []byte("Host *\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n"), 0o600)
+	c := hostileBase("w")
+	c["ssh_config"] = weakFile
+	raw, _ := json.Marshal(c)
+	resp, err := New(nil).ValidateConfig(context.Background(), &shared.ValidateConfigRequest{Name: "hard", Config: raw})
+	if err != nil || !resp.Diagnostics.HasErrors() || strings.Join(resp.Diagnostics[0].Path, ".") != "ssh_config" ||
+		!strings.Contains(resp.Diagnostics[0].Detail, "stricthostkeychecking false") {
+		t.Errorf("an ssh_config that turns checking off: %+v, %v", resp, err)
+	}
+	// The same file is harmless with known_hosts, whose settings win.
+	c["known_hosts"] = filepath.Join(dir, "known_hosts")
+	raw, _ = json.Marshal(c)
+	if resp, err := New(nil).ValidateConfig(context.Background(), &shared.ValidateConfigRequest{Name: "hard", Config: raw}); err != nil || resp.Diagnostics.HasErrors() {
+		t.Errorf("with known_hosts: %+v, %v", resp, err)
+	}
+
 	for _, opts := range [][]string{nil, {"ConnectTimeout=5"}} {
 		for _, kh := range []string{"", "/k/known_hosts"} {
 			c := hostileBase("w")

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/internal/sandboxtest"
+	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared"
 	"github.com/hashicorp/go-hclog"
 )
@@ -507,10 +508,7 @@ func TestQuietMux(t *testing.T) {
 // 10) and OpenSSH.
 func TestSSHSandboxMultiplex(t *testing.T) {
 	env := sandboxtest.Require(t)
-	sshPath, err := exec.LookPath("ssh")
-	if err != nil {
-		t.Skip("no ssh")
-	}
+	sshPath := testutil.LookPath(t, "ssh")
 	sandbox := func(multiplex bool, sessions int) func(map[string]any) {
 		return func(c map[string]any) {
 			c["login"], c["ssh_port"], c["ssh_key"], c["known_hosts"] = env.Login, env.Port, env.Key, env.KnownHosts
