@@ -9,7 +9,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"unicode/utf8"
 
 	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared"
@@ -55,6 +54,9 @@ func configured(t testing.TB, raw []byte) (*Provisioner, bool) {
 			}
 		}
 		return nil, false
+	}
+	if err := s.identity("", ""); err != nil {
+		t.Fatal(err)
 	}
 	p := New(nil)
 	p.mu.Lock()
@@ -283,7 +285,8 @@ func FuzzConfigAndScript(f *testing.F) {
 		for _, prof := range cfg.Profiles {
 			script := string(p.payload(prof, "hard-"+prof.Name+"-00000000", token))
 			lines := strings.Split(strings.TrimSuffix(script, "\n"), "\n")
-			if lines[0] != "#!/bin/bash" || !strings.HasPrefix(lines[len(lines)-1], "exec ") {
+			last := lines[len(lines)-1]
+			if lines[0] != "#!/bin/bash" || !strings.HasPrefix(last, tokenVar+"=") || !strings.Contains(last, " exec ") {
 				t.Fatalf("script shape:\n%s", script)
 			}
 			seenCommand := false
@@ -295,8 +298,10 @@ func FuzzConfigAndScript(f *testing.F) {
 					seenCommand = true
 				}
 			}
-			if utf8.ValidString(token) && !strings.Contains(script, "export "+tokenVar+"=") {
-				t.Fatalf("no token export:\n%s", script)
+			// The credential is set on the exec line alone, so that no
+			// prerun command inherits it.
+			if strings.Count(script, tokenVar+"=") != 1 || strings.Contains(script, "export "+tokenVar) {
+				t.Fatalf("the token is not the exec line's alone:\n%s", script)
 			}
 		}
 	})

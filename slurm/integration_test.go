@@ -598,7 +598,11 @@ func envValue(env []string, key string) string {
 
 func TestIntegrationTokenNotExposed(t *testing.T) {
 	r := newRig(t, "token", func(r *rig) map[string]any {
-		return r.config(profile("small", 1, 0, 100, []string{"cuda"}, r.sbatch()))
+		prof := profile("small", 1, 0, 100, []string{"cuda"}, r.sbatch())
+		// A prerun line sees what every prerun command would: it must
+		// not be the credential, which is the worker's alone.
+		prof["prerun"] = []string{`env > "` + r.worker.rec + `/$SLURM_JOB_ID.prerun-env"`}
+		return r.config(prof)
 	})
 	r.provision(t, shared.Need{CPUs: 1}, "small")
 	ev := r.provisioned(t, "small")
@@ -606,6 +610,13 @@ func TestIntegrationTokenNotExposed(t *testing.T) {
 	token := r.signer.token(ev.Worker)
 	if token == "" || envValue(env, "FLUKSIO_WORKER_TOKEN") != token {
 		t.Fatalf("the running job does not have the minted token %q in its environment, so there is nothing to look for", token)
+	}
+	prerunEnv, err := os.ReadFile(filepath.Join(r.worker.rec, ev.Job+".prerun-env"))
+	if err != nil || !bytes.Contains(prerunEnv, []byte("SLURM_JOB_ID=")) {
+		t.Fatalf("the prerun line recorded no environment (%v), so there is nothing to look at", err)
+	}
+	if bytes.Contains(prerunEnv, []byte(token)) || bytes.Contains(prerunEnv, []byte("FLUKSIO_WORKER_TOKEN")) {
+		t.Errorf("a prerun command inherited the worker's credential")
 	}
 	for what, lines := range map[string][]string{"argv": args, "/proc/self/cmdline": cmdline} {
 		if strings.Contains(strings.Join(lines, "\n"), token) {

@@ -29,7 +29,8 @@ import (
 //
 // sbatch: ok (prints a fresh job id from 4242 up), fail (Slurm's error
 // text, exit 1), long (2000 characters of error, exit 1), garbage (prints
-// no id, exit 0), hang (records, then hangs until killed), gate (records,
+// no id, exit 0), echo (prints the script, exit 0), echofail (prints the
+// script on both outputs, exit 1), hang (records, then hangs until killed), gate (records,
 // then waits for the file "gate" in the directory, then as ok), drop (the
 // connection closes after sbatch ran: exit 255), refused (ssh cannot
 // connect: exit 255).
@@ -112,6 +113,14 @@ func fakeSSH(spec, dir string, args []string) int {
 		return 1
 	case "sbatch=garbage":
 		fmt.Println("Submitted batch job soon")
+	case "sbatch=echo", "sbatch=echofail":
+		// A wrapper on the login node that echoes the script it was
+		// given, and then no job id (echo) or an error (echofail).
+		fmt.Print(c.Stdin)
+		if behaviour == "echofail" {
+			fmt.Fprint(os.Stderr, c.Stdin)
+			return 1
+		}
 	case "sbatch=hang":
 		time.Sleep(time.Hour)
 	case "sbatch=gate":

@@ -221,11 +221,15 @@ func (p *Provisioner) Schema(context.Context, *shared.SchemaRequest) (*shared.Sc
 
 // ValidateConfig checks a configuration. It runs nothing and writes
 // nothing.
-func (p *Provisioner) ValidateConfig(_ context.Context, req *shared.ValidateConfigRequest) (*shared.ValidateConfigResponse, error) {
+func (p *Provisioner) ValidateConfig(ctx context.Context, req *shared.ValidateConfigRequest) (*shared.ValidateConfigResponse, error) {
 	if req == nil {
 		return nil, shared.ErrInvalidArgument
 	}
-	_, diags := parseConfig(req.Name, req.Config)
+	cfg, diags := parseConfig(req.Name, req.Config)
+	if !diags.HasErrors() {
+		// ssh -G reads files and connects to nothing.
+		diags = append(diags, checkEffectiveSSH(ctx, p.sshPath, cfg)...)
+	}
 	return &shared.ValidateConfigResponse{Diagnostics: diags}, nil
 }
 
@@ -239,6 +243,9 @@ func (p *Provisioner) Configure(ctx context.Context, req *shared.ConfigureReques
 		return nil, shared.ErrInvalidArgument
 	}
 	cfg, diags := parseConfig(req.Name, req.Config)
+	if !diags.HasErrors() {
+		diags = append(diags, checkEffectiveSSH(ctx, p.sshPath, cfg)...)
+	}
 	if diags.HasErrors() {
 		return &shared.ConfigureResponse{Diagnostics: diags}, nil
 	}
@@ -500,14 +507,15 @@ func (p *Provisioner) ask(ctx context.Context, cfg *settings, host shared.Host, 
 	// sbatch does not echo the script, but a wrapper on the login node
 	// might, and the token must not reach a log or an event.
 	redact := func(s string) string { return strings.ReplaceAll(s, cred.Token, "[redacted]") }
+	// Every error leaving here is redacted too: it is logged.
 	if err != nil {
 		said := firstNonEmpty(string(stderr), string(stdout), err.Error())
-		return "", truncate(redact(said)), answerLost(err, stderr), err
+		return "", truncate(redact(said)), answerLost(err, stderr), redactedError{redact(err.Error()), err}
 	}
 	job, err = parseJobID(string(stdout))
 	if err != nil {
 		err = fmt.Errorf("sbatch on %s: %w", cfg.host(), err)
-		return "", truncate(redact(err.Error())), false, err
+		return "", truncate(redact(err.Error())), false, redactedError{redact(err.Error()), err}
 	}
 	return job, "", false, nil
 }
@@ -1102,3 +1110,14 @@ func truncate(s string) string {
 	tail := maxDetail - len([]rune(gap)) - head
 	return string(r[:head]) + gap + string(r[len(r)-tail:])
 }
+
+// redactedError is an error whose message had a credential cut out. It
+// still unwraps to the original, for errors.Is, so nothing may print
+// what it unwraps to.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e redactedError) Error() string { return e.msg }
+func (e redactedError) Unwrap() error { return e.err }

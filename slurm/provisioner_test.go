@@ -50,8 +50,8 @@ func TestProvisionSubmitsOverSSH(t *testing.T) {
 		t.Errorf("argv = %q, want %q", calls[0].Argv, want)
 	}
 	token := tokenFor(ev.Worker)
-	if !strings.Contains(calls[0].Stdin, "\nexport FLUKSIO_WORKER_TOKEN="+token+"\n") {
-		t.Errorf("the script does not export the token:\n%s", calls[0].Stdin)
+	if !strings.Contains(calls[0].Stdin, "\nFLUKSIO_WORKER_TOKEN="+token+" exec ") {
+		t.Errorf("the script does not give the worker the token:\n%s", calls[0].Stdin)
 	}
 	if !strings.Contains(calls[0].Stdin, "#SBATCH --comment="+tagOf(ev.Worker)+"\n") {
 		t.Errorf("the script does not name its worker:\n%s", calls[0].Stdin)
@@ -227,6 +227,30 @@ func TestGarbageFromSbatch(t *testing.T) {
 	ev := h.host.waitEvents(t, 1)[0]
 	if ev.Kind != shared.EventWorkerProvisionFailed || !strings.Contains(ev.Detail, "not a job id") {
 		t.Errorf("event = %+v", ev)
+	}
+}
+
+// TestSbatchEchoingTheScriptLeaksNothing: when what answers sbatch echoes
+// the script, credential included, and then no job id or an error, the
+// credential reaches neither the log, nor an event, nor last_error.
+// Before, the error that carried sbatch's output was logged unredacted.
+func TestSbatchEchoingTheScriptLeaksNothing(t *testing.T) {
+	for _, b := range []string{"echo", "echofail"} {
+		t.Run(b, func(t *testing.T) {
+			h := newHarness(t, "sbatch="+b, nil)
+			h.provision(t, cpuNeed)
+			ev := h.host.waitEvents(t, 1)[0]
+			if ev.Kind != shared.EventWorkerProvisionFailed {
+				t.Fatalf("event = %+v", ev)
+			}
+			if !strings.Contains(h.fake.callsTo("sbatch")[0].Stdin, "t0k3n") {
+				t.Fatal("the script had no token to leak")
+			}
+			assertTokenHidden(t, h, tokenFor(ev.Worker))
+			if st := h.status(t); strings.Contains(st.LastError, "t0k3n") || !strings.Contains(st.LastError, "[redacted]") {
+				t.Errorf("last_error %q", st.LastError)
+			}
+		})
 	}
 }
 

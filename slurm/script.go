@@ -109,12 +109,16 @@ func (p *Provisioner) payload(prof Profile, worker, token string) []byte {
 	}
 	line()
 
-	line("export ", tokenVar, "=", shellQuote(token))
 	for _, s := range prof.Prerun {
 		line(s)
 	}
 
-	argv := []string{"exec"}
+	// The credential is the worker's alone: it is set for the exec that
+	// becomes the worker, so no prerun command (nor anything they start)
+	// inherits it. In the environment, not argv: any user of a compute
+	// node can read every process's /proc/PID/cmdline, but only the job's
+	// owner can read its environ.
+	argv := []string{tokenVar + "=" + shellQuote(token), "exec"}
 	for _, w := range cfg.WorkerCommand {
 		argv = append(argv, shellQuote(w))
 	}

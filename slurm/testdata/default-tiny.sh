@@ -4,5 +4,4 @@
 #SBATCH --cpus-per-task=1
 #SBATCH --signal=B:TERM@60
 
-export FLUKSIO_WORKER_TOKEN='tok'\''en$(id)`x`"y" z'
-exec fluksio-worker --url https://engine.example.org:8765 --cpus 1 --gpus 0 --max-idle 300
+FLUKSIO_WORKER_TOKEN='tok'\''en$(id)`x`"y" z' exec fluksio-worker --url https://engine.example.org:8765 --cpus 1 --gpus 0 --max-idle 300
