@@ -111,7 +111,7 @@ type config struct {
 func loadConfig(path string) (*config, hcl.Diagnostics) {
 	parser := hclparse.NewParser()
 	cfg := &config{Path: path, Files: parser.Files(), Engine: engineConfig{Listen: defaultListen, PluginDir: defaultPluginDir}}
-	src, err := os.ReadFile(path)
+	src, err := readConfigFile(path)
 	if err != nil {
 		return cfg, hcl.Diagnostics{{
 			Severity: hcl.DiagError,
@@ -120,6 +120,11 @@ func loadConfig(path string) (*config, hcl.Diagnostics) {
 		}}
 	}
 	var file *hcl.File
+	// Bounded before any parser sees it: the parsers recurse, and a
+	// deep enough file overflows the stack.
+	if diags := shared.CheckConfigSource(src, path, strings.HasSuffix(path, ".json")); diags.HasErrors() {
+		return cfg, diags
+	}
 	var diags hcl.Diagnostics
 	if strings.HasSuffix(path, ".json") {
 		file, diags = parser.ParseJSON(src, path)
@@ -434,4 +439,15 @@ func killAll(ls []*launched) {
 	for _, l := range ls {
 		l.plugin.Kill()
 	}
+}
+
+// readConfigFile reads at most one byte more than a configuration may
+// have, so that a huge file is refused without being read.
+func readConfigFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, shared.MaxConfigBytes+1))
 }

@@ -271,3 +271,39 @@ func TestValidateUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateHostileSizes: configuration as an attack. A 200 KB file of
+// nested brackets, or of nested blocks, or of nested JSON, is refused at
+// the place it gets too deep, before a parser can overflow its stack (a
+// fatal error no recover catches: before, validate crashed); a file over
+// 1 MiB is refused unread.
+func TestValidateHostileSizes(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	brackets := "engine {\n  listen = " + strings.Repeat("[", 200_000) + "\n}\n"
+	blocks := strings.Repeat("a {\n", 50_000)
+	jsonDeep := `{"engine": ` + strings.Repeat(`{"a": `, 100_000)
+	huge := bytes.Repeat([]byte("# padding padding padding padding padding padding\n"), 30_000)
+	for _, tc := range []struct {
+		file, summary, at string
+	}{
+		{write("brackets.hcl", []byte(brackets)), "Configuration nested too deeply", ":2:"},
+		{write("blocks.hcl", []byte(blocks)), "Configuration nested too deeply", ":65:"},
+		{write("deep.json", []byte(jsonDeep)), "Configuration nested too deeply", ":1:"},
+		{write("huge.hcl", huge), "Configuration file too large", ":1:1"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := validateMain([]string{tc.file}, &stdout, &stderr)
+		out := stderr.String()
+		assertNoCrash(t, out)
+		if code != 1 || !strings.Contains(out, tc.summary) || !strings.Contains(out, tc.file+tc.at) {
+			t.Errorf("%s: exit %d\n%.600s\nwant %q at %s", filepath.Base(tc.file), code, out, tc.summary, tc.at)
+		}
+	}
+}

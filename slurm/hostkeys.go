@@ -87,4 +87,3 @@ func checkEffectiveSSH(ctx context.Context, sshPath string, s *settings) shared.
 	}
 	return diags
 }
-
