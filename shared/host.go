@@ -172,8 +172,10 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 
 	rpcClient, err := client.Client()
 	if err != nil {
+		// Kill waits for the process and for its stderr to be read, so
+		// the error can say how it ended and what it said last.
 		client.Kill()
-		return nil, launchError(cfg, err, stderr)
+		return nil, launchError(cfg, err, stderr, exitStatus(cmd))
 	}
 	raw, err := rpcClient.Dispense(PluginName)
 	if err != nil {
@@ -203,13 +205,11 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 // the process state then is safe.
 func (p *Plugin) watch() {
 	<-p.prov.done.Done()
-	exit := &ExitStatus{Code: -1, Stderr: p.stderr.Lines()}
-	if ps := p.cmd.ProcessState; ps != nil {
-		exit.Code = ps.ExitCode()
-		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			exit.Signal = ws.Signal().String()
-		}
+	exit := exitStatus(p.cmd)
+	if exit == nil {
+		exit = &ExitStatus{Code: -1}
 	}
+	exit.Stderr = p.stderr.Lines()
 	p.mu.Lock()
 	p.exit = exit
 	p.mu.Unlock()
@@ -273,11 +273,25 @@ func (p *Plugin) Kill() {
 	}
 }
 
+// exitStatus is how cmd's process ended; nil if it has not been waited
+// for.
+func exitStatus(cmd *exec.Cmd) *ExitStatus {
+	ps := cmd.ProcessState
+	if ps == nil {
+		return nil
+	}
+	exit := &ExitStatus{Code: ps.ExitCode()}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		exit.Signal = ws.Signal().String()
+	}
+	return exit
+}
+
 var incompatibleRe = regexp.MustCompile(`Plugin version: (\d+)`)
 
 // launchError turns go-plugin's start-up failures into sentences that say
 // what to do.
-func launchError(cfg LaunchConfig, err error, stderr *tailWriter) error {
+func launchError(cfg LaunchConfig, err error, stderr *tailWriter, exit *ExitStatus) error {
 	msg := err.Error()
 	tail := ""
 	if lines := stderr.Lines(); len(lines) > 0 {
@@ -286,7 +300,19 @@ func launchError(cfg LaunchConfig, err error, stderr *tailWriter) error {
 	switch {
 	case strings.Contains(msg, "Failed to read any lines from plugin's stdout"),
 		strings.Contains(msg, "exited before we could connect"):
-		return fmt.Errorf("provisioner %q: %s exited before the plugin handshake; is it a provisioner plugin built with this SDK?%s", cfg.Name, cfg.Path, tail)
+		// Say what the plugin did: its exit and its last words are
+		// nearly always the reason (a missing file, a bad flag).
+		how := "exited"
+		if exit != nil {
+			how = exit.String()
+		}
+		if tail == "" {
+			tail = "; it wrote nothing to stderr"
+			if exit != nil && exit.Code == 0 {
+				tail += " (is it a provisioner plugin? a plugin prints its handshake line on stdout and keeps running)"
+			}
+		}
+		return fmt.Errorf("provisioner %q: %s %s before the plugin handshake%s", cfg.Name, cfg.Path, how, tail)
 	case strings.Contains(msg, "Unrecognized remote plugin message"):
 		return fmt.Errorf("provisioner %q: %s wrote to stdout before the plugin handshake (%s); a plugin must keep stdout for the handshake line and log to stderr%s",
 			cfg.Name, cfg.Path, firstLine(msg), tail)

@@ -310,7 +310,7 @@ func TestLaunchMissingOrNotAPlugin(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	_, err = Launch(ctx, LaunchConfig{Name: "x", Path: "/bin/false"})
-	if err == nil || !strings.Contains(err.Error(), "exited before the plugin handshake") {
+	if err == nil || !strings.Contains(err.Error(), "exited with status 1 before the plugin handshake") {
 		t.Errorf("not a plugin: %v", err)
 	}
 }
@@ -396,5 +396,32 @@ func TestProtocolMismatchSaysWhichSideToUpgrade(t *testing.T) {
 		if !errors.Is(err, ErrIncompatible) || !strings.Contains(err.Error(), tc.advice) {
 			t.Errorf("protocol %d: got %v, want ErrIncompatible saying %q", tc.version, err, tc.advice)
 		}
+	}
+}
+
+// TestLaunchSaysWhatThePluginDid: a plugin that gives up at start is
+// reported with its exit status and its last stderr lines, not as a
+// fault of the SDK. Before, the error asked whether it was built with
+// this SDK, and the exit code was only in the log.
+func TestLaunchSaysWhatThePluginDid(t *testing.T) {
+	dir := t.TempDir()
+	plugin := filepath.Join(dir, "provisioner-broken")
+	script := "#!/bin/sh\necho 'reading /etc/broken.conf: no such file' >&2\necho 'giving up' >&2\nexit 3\n"
+	if err := os.WriteFile(plugin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err := Launch(ctx, LaunchConfig{Name: "broken", Path: plugin})
+	if err == nil {
+		t.Fatal("a plugin that exits at start was launched")
+	}
+	for _, want := range []string{"exited with status 3", "reading /etc/broken.conf: no such file", "giving up"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "built with this SDK") {
+		t.Errorf("error %q blames the SDK", err)
 	}
 }
