@@ -225,11 +225,16 @@ func randomSecret() []byte {
 
 // engineSecret is the secret the engine signs with: from the environment
 // variable name if it is set, else fresh random bytes.
+//
+// Once read, the variable is removed from this process's environment, so
+// nothing the engine starts inherits it; plugins are started without it
+// besides (LaunchConfig.DropEnv), in case another path put it back.
 func engineSecret(name string) (secret []byte, fromEnv bool, err error) {
-	if os.Getenv(name) == "" {
+	if name == "" || os.Getenv(name) == "" {
 		return randomSecret(), false, nil
 	}
 	secret, err = secretFromEnv(name)
+	os.Unsetenv(name)
 	return secret, err == nil, err
 }
 

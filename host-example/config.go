@@ -273,6 +273,8 @@ type launchOptions struct {
 	onEvent func(shared.Event)
 	// engineID and epoch go to every plugin's Configure (identity.go).
 	engineID, epoch string
+	// dropEnv names variables plugins must not inherit (the secret's).
+	dropEnv []string
 	// configure says Configure follows at once. It checks everything
 	// ValidateConfig would and answers with the same diagnostics, so the
 	// extra round trip is skipped at every start and restart.
@@ -319,7 +321,7 @@ func resolveProvisioner(ctx context.Context, p *provisionerConfig, opts launchOp
 	defer cancel()
 	plugin, err := shared.Launch(lctx, shared.LaunchConfig{
 		Name: p.Name, Path: p.Path, SHA256: p.SHA256, Logger: logger,
-		Signer: opts.signer, OnEvent: opts.onEvent,
+		Signer: opts.signer, OnEvent: opts.onEvent, DropEnv: opts.dropEnv,
 	})
 	if err != nil {
 		summary := "Plugin did not start"

@@ -133,6 +133,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 			signer:   signer,
 			engineID: engineID,
 			epoch:    epoch,
+			dropEnv:  []string{cfg.Engine.SecretEnv},
 			onEvent: func(ev shared.Event) {
 				// The engine learns each worker's job, and which names
 				// to revoke, from the events (stamped by the host).

@@ -79,6 +79,11 @@ type LaunchConfig struct {
 	// Env is added to the plugin's environment, after this process's own,
 	// so it may override a variable such as PATH.
 	Env []string
+	// DropEnv names variables of this process's environment the plugin
+	// must not inherit: the engine's signing secret above all. A plugin
+	// that had it could sign credentials for any provisioner's workers,
+	// and so could everything it starts (ssh, a ProxyCommand).
+	DropEnv []string
 	// StartTimeout bounds the handshake; zero means 30 seconds.
 	StartTimeout time.Duration
 }
@@ -147,7 +152,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 	}
 
 	cmd := exec.Command(cfg.Path, cfg.Args...)
-	cmd.Env = append(os.Environ(), cfg.Env...)
+	cmd.Env = append(environWithout(os.Environ(), cfg.DropEnv), cfg.Env...)
 	setParentDeathSignal(cmd)
 	stderr := newTailWriter(20)
 	timeout := cfg.StartTimeout
@@ -492,6 +497,21 @@ func (w *tailWriter) Lines() []string {
 	out := append([]string(nil), w.lines...)
 	if len(w.partial) > 0 {
 		out = append(out, string(w.partial))
+	}
+	return out
+}
+
+// environWithout is env without the variables named in drop.
+func environWithout(env, drop []string) []string {
+	if len(drop) == 0 {
+		return env
+	}
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(drop, name) {
+			out = append(out, kv)
+		}
 	}
 	return out
 }

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestE2ESecretStaysHome runs the engine with its signing secret in the
+// variable secret_env names, and reads the environment of every process
+// the test's engine started, as the kernel has it (/proc/PID/environ): the
+// plugin and the ssh processes it runs. None has the variable. Before,
+// every plugin inherited it, and so did everything it started, so a
+// plugin could sign credentials for any provisioner's workers.
+func TestE2ESecretStaysHome(t *testing.T) {
+	e := newE2E(t, "e2e-secret")
+	const secretVar = "FLUKSIO_E2E_SECRET"
+	secret := strings.Repeat("5ec7", 16)
+	t.Setenv(secretVar, secret)
+	cfgPath := e.config(t, e.host, "worker")
+	raw, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withSecret := strings.Replace(string(raw), "engine {\n", "engine {\n  secret_env = \""+secretVar+"\"\n", 1)
+	if err := os.WriteFile(cfgPath, []byte(withSecret), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := e.startEngine(t, "-config", cfgPath)
+	poll(t, 60*time.Second, "the provisioner to be ready and to have run ssh", func() bool {
+		if p.exited() {
+			t.Fatalf("the engine exited:\n%s", p.stderr)
+		}
+		return strings.Contains(p.stdout.String(), "provisioner ready") && len(e.markedProcs(t)) >= 2
+	})
+	procs := e.markedProcs(t)
+	sawPlugin, sawSSH := false, false
+	for pid, environ := range procs {
+		exe, _ := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "exe"))
+		sawPlugin = sawPlugin || strings.HasSuffix(exe, "provisioner-slurm")
+		sawSSH = sawSSH || filepath.Base(exe) == "ssh"
+		if bytes.Contains(environ, []byte(secretVar+"=")) || bytes.Contains(environ, []byte(secret)) {
+			t.Errorf("process %d (%s) has the signing secret in its environment", pid, exe)
+		}
+	}
+	if !sawPlugin || !sawSSH {
+		t.Fatalf("saw the plugin: %v, an ssh of it: %v, among %d processes; the check proves nothing", sawPlugin, sawSSH, len(procs))
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t, 90*time.Second)
+}
+
+// markedProcs maps the pid of every process but the engine itself that
+// carries the test's mark in its environment (everything the engine
+// started, and what they started) to that environment.
+func (e *e2e) markedProcs(t *testing.T) map[int][]byte {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int][]byte{}
+	for _, ent := range entries {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		exe, _ := os.Readlink(filepath.Join("/proc", ent.Name(), "exe"))
+		if strings.TrimSuffix(exe, " (deleted)") == e.host {
+			continue // the engine, whose initial environment has it
+		}
+		environ, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "environ"))
+		if err != nil {
+			continue
+		}
+		for _, kv := range bytes.Split(environ, []byte{0}) {
+			if string(kv) == e.mark {
+				out[pid] = environ
+				break
+			}
+		}
+	}
+	return out
+}
