@@ -306,3 +306,30 @@ func FuzzConfigAndScript(f *testing.F) {
 		}
 	})
 }
+
+// TestPrerunCannotAddDirectives: sbatch reads #SBATCH lines up to the
+// first line that is not blank or a comment, so a prerun line that starts
+// with #SBATCH would be an option if nothing came before it. The script
+// puts a no-op command first. TestSbatchReadsWhatValidationReads submits
+// such a script to the real sbatch.
+func TestPrerunCannotAddDirectives(t *testing.T) {
+	c := hostileBase("w")
+	c["profile"].([]any)[0].(map[string]any)["prerun"] = []string{"#SBATCH --array=1-100", "echo hi"}
+	raw, _ := json.Marshal(c)
+	p, ok := configured(t, raw)
+	if !ok {
+		t.Fatal("refused")
+	}
+	prof := p.settings().Profiles[0]
+	script := string(p.payload(prof, "hard-"+prof.Name+"-00000000", "tok"))
+	// sbatch's rule: directives end at the first line that is not blank
+	// and does not start with '#'.
+	for _, l := range strings.Split(script, "\n")[1:] {
+		if strings.TrimSpace(l) != "" && !strings.HasPrefix(l, "#") {
+			break
+		}
+		if strings.Contains(l, "--array") {
+			t.Fatalf("sbatch would read the prerun line %q as a directive:\n%s", l, script)
+		}
+	}
+}

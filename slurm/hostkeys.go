@@ -31,6 +31,21 @@ import (
 // host-key checking; "" if it does not.
 func weakHostKeyOption(key, value string) string {
 	v := strings.ToLower(strings.Trim(strings.TrimSpace(value), `"'`))
+	// An ssh inside the value (ProxyCommand=ssh -o StrictHostKeyChecking=no
+	// -W %h:%p jump) checks the jump host's key: the same rule applies.
+	fields := strings.Fields(v)
+	for i, f := range fields {
+		if opt, ok := strings.CutPrefix(f, "-o"); ok {
+			if opt == "" && i+1 < len(fields) {
+				opt = fields[i+1]
+			}
+			if k, val, ok := strings.Cut(opt, "="); ok && !strings.EqualFold(k, key) {
+				if why := weakHostKeyOption(k, val); why != "" {
+					return why + " (inside " + key + ")"
+				}
+			}
+		}
+	}
 	switch strings.ToLower(key) {
 	case "stricthostkeychecking":
 		switch v {

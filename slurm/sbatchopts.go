@@ -80,6 +80,10 @@ func sbatchWords(line string) []string {
 	if inWord {
 		words = append(words, cur.String())
 	}
+	if quote != 0 {
+		// sbatch takes the rest of the line; refuse rather than guess.
+		return nil
+	}
 	return words
 }
 
@@ -98,6 +102,9 @@ func parseSbatchLine(line string) ([]sbatchOpt, error) {
 		return nil, fmt.Errorf("it names hetjob or packjob, which sbatch takes for the start of another job component")
 	}
 	words := sbatchWords(line)
+	if words == nil && strings.ContainsAny(line, `"'`) {
+		return nil, fmt.Errorf("a quote is not closed; sbatch would read the rest of the line as one word")
+	}
 	var opts []sbatchOpt
 	for i := 0; i < len(words); i++ {
 		w := words[i]

@@ -1,6 +1,7 @@
 package slurm
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"regexp"
@@ -67,6 +68,42 @@ func TestSbatchReadsWhatValidationReads(t *testing.T) {
 			t.Errorf("%q: sbatch set JobName=%v, validation found -J: %v", line, m, found)
 		}
 	}
+
+	// A prerun line that looks like a directive is not one: the script
+	// the provisioner writes ends the directives before the prerun lines.
+	c := hostileBase("true")
+	c["profile"].([]any)[0].(map[string]any)["prerun"] = []string{"#SBATCH -J smuggled"}
+	c["profile"].([]any)[0].(map[string]any)["sbatch"] = []string{p}
+	raw, _ := json.Marshal(c)
+	prov, ok := configured(t, raw)
+	if !ok {
+		t.Fatal("refused")
+	}
+	prof := prov.settings().Profiles[0]
+	show := submitHeld(t, env, string(prov.payload(prof, "hard-"+prof.Name+"-00000000", "tok")))
+	if m := nameRe.FindStringSubmatch(show); m == nil || m[1] != "fluksio-hard" {
+		t.Errorf("a prerun line set the job's name: %v", m)
+	}
+}
+
+// submitHeld submits script held and returns what scontrol shows of it.
+func submitHeld(t *testing.T, env sandboxtest.Env, script string) string {
+	t.Helper()
+	cmd := exec.Command("sbatch", "--parsable", "--hold", "--output=/dev/null", "--partition="+env.Partition)
+	cmd.Env = append(os.Environ(), "SLURM_CONF="+env.SlurmConf)
+	cmd.Stdin = strings.NewReader(script)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("sbatch: %v: %s", err, out)
+	}
+	job := strings.TrimSpace(string(out))
+	job = job[strings.LastIndexByte(job, '\n')+1:]
+	show, err := slurmCmd(env, "scontrol", "show", "job", job)
+	slurmCmd(env, "scancel", job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return show
 }
 
 func slurmCmd(env sandboxtest.Env, name string, args ...string) (string, error) {

@@ -109,6 +109,10 @@ func (p *Provisioner) payload(prof Profile, worker, token string) []byte {
 	}
 	line()
 
+	// sbatch reads directives up to the first line that is neither blank
+	// nor a comment. This no-op is that line, so that a prerun line that
+	// starts with #SBATCH is a comment to sbatch too, not an option.
+	line(": end of sbatch directives")
 	for _, s := range prof.Prerun {
 		line(s)
 	}

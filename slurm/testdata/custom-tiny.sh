@@ -4,4 +4,5 @@
 #SBATCH --cpus-per-task=1
 #SBATCH --signal=B:TERM@60
 
+: end of sbatch directives
 FLUKSIO_WORKER_TOKEN='tok'\''en$(id)`x`"y" z' exec '/opt/fluksio env/bin/fluksio-worker' --log-level=debug --url 'http://10.0.0.5:8765/?a=b&c=d' --cpus 1 --gpus 0 --max-idle 90 --artifact-url https://artifacts.example.org/store

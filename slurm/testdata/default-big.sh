@@ -9,6 +9,7 @@
 #SBATCH --time=04:00:00
 #SBATCH --account=proj-42
 
+: end of sbatch directives
 module load python/3.12
 source ~/venvs/fluksio/bin/activate
 FLUKSIO_WORKER_TOKEN='tok'\''en$(id)`x`"y" z' exec fluksio-worker --url https://engine.example.org:8765 --cpus 16 --gpus 0 --max-idle 300 --ram-mb 64000 --labels bigmem,x86

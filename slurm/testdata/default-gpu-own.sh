@@ -7,4 +7,5 @@
 #SBATCH -c 8
 #SBATCH --partition=gpu
 
+: end of sbatch directives
 FLUKSIO_WORKER_TOKEN='tok'\''en$(id)`x`"y" z' exec fluksio-worker --url https://engine.example.org:8765 --cpus 8 --gpus 2 --max-idle 300 --ram-mb 32000

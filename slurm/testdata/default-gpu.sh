@@ -6,4 +6,5 @@
 #SBATCH --gres=gpu:2
 #SBATCH --signal=B:TERM@60
 
+: end of sbatch directives
 FLUKSIO_WORKER_TOKEN='tok'\''en$(id)`x`"y" z' exec fluksio-worker --url https://engine.example.org:8765 --cpus 8 --gpus 2 --max-idle 300 --ram-mb 32000 --labels cuda

@@ -4,4 +4,5 @@
 #SBATCH --cpus-per-task=1
 #SBATCH --signal=B:TERM@60
 
+: end of sbatch directives
 FLUKSIO_WORKER_TOKEN='tok'\''en$(id)`x`"y" z' exec fluksio-worker --url https://engine.example.org:8765 --cpus 1 --gpus 0 --max-idle 300
