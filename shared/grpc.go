@@ -132,7 +132,7 @@ func (c *grpcClient) Status(ctx context.Context, _ *StatusRequest) (*StatusRespo
 	if err != nil {
 		return nil, err
 	}
-	return statusFromProto(r), nil
+	return clipStatus(statusFromProto(r)), nil
 }
 
 func (c *grpcClient) Shutdown(ctx context.Context, req *ShutdownRequest) (*ShutdownResponse, error) {

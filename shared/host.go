@@ -21,6 +21,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
 )
 
 // DefaultMaxCredentialTTL caps how long a credential minted for a plugin
@@ -138,7 +139,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	logger = logger.Named(cfg.Name)
+	logger = limitLogger(logger.Named(cfg.Name))
 	info, err := os.Stat(cfg.Path)
 	if err != nil {
 		return nil, fmt.Errorf("provisioner %q: no plugin at %s: %w", cfg.Name, cfg.Path, err)
@@ -185,6 +186,8 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 		// after it; go-plugin would otherwise append the environment
 		// again, after ours, and undo an override such as PATH.
 		SkipHostEnv: true,
+		// go-plugin accepts messages of up to 2 GB; see limits.go.
+		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes))},
 	})
 	p := &Plugin{name: cfg.Name, client: client, cmd: cmd, stderr: stderr, exited: make(chan struct{})}
 
@@ -436,6 +439,7 @@ var nameRe = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 func ValidName(s string) bool { return nameRe.MatchString(s) }
 
 func (g *hostGuard) Publish(_ context.Context, ev Event) error {
+	ev = clipEvent(ev)
 	ev.Provisioner = g.name
 	if ev.Time.IsZero() {
 		ev.Time = time.Now()

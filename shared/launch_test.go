@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -518,4 +520,115 @@ func TestPinnedPluginWritableByOthersWarns(t *testing.T) {
 	if !strings.Contains(logs.String(), "can be replaced by other users") {
 		t.Errorf("no warning:\n%s", logs)
 	}
+}
+
+// countingWriter counts what is written to it.
+type countingWriter struct {
+	mu    sync.Mutex // guards n and lines
+	n     int
+	lines int
+}
+
+func (w *countingWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.n += len(b)
+	w.lines += strings.Count(string(b), "\n")
+	return len(b), nil
+}
+
+func (w *countingWriter) counts() (int, int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.n, w.lines
+}
+
+// heapInUse is the Go heap in use after a collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
+}
+
+// TestHostHoldsAnAbusivePlugin launches the test plugin told to send too
+// much: 100 MB on stderr as it starts, a 100 MB event, and a Status of
+// 200,000 outstanding machines, fetched 16 times at once. The host's log
+// stays small, the event arrives cut (or not at all), Status fails or is
+// cut, and the host's heap stays within 64 MB of where it started.
+// Before, all of it was taken whole: 3 GB for the Status alone.
+func TestHostHoldsAnAbusivePlugin(t *testing.T) {
+	before := heapInUse()
+	logs := &countingWriter{}
+	events := &eventLog{}
+	p := launchTest(t, LaunchConfig{
+		Name:    "abuse",
+		Logger:  hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Trace}),
+		Env:     []string{"TESTPLUGIN_ABUSE=stderr,event,status"},
+		OnEvent: events.add,
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	prov := p.Provisioner()
+	if _, err := prov.Configure(ctx, &ConfigureRequest{Name: "abuse", Config: json.RawMessage(`{"greeting":"hi"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var listed []int
+	var failed []error
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st, err := prov.Status(ctx, &StatusRequest{})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failed = append(failed, err)
+				return
+			}
+			listed = append(listed, len(st.Outstanding))
+		}()
+	}
+	wg.Wait()
+	for _, n := range listed {
+		if n > MaxStatusEntries {
+			t.Errorf("Status listed %d outstanding; at most %d", n, MaxStatusEntries)
+		}
+	}
+	// The event may never arrive: an oversized message closes the host
+	// channel. If it does, it is cut.
+	for _, ev := range events.all() {
+		if len(ev.Detail) > MaxEventDetail+64 {
+			t.Errorf("an event of %d bytes of detail reached the engine", len(ev.Detail))
+		}
+	}
+	grown := int64(heapInUse()) - int64(before)
+	n, lines := logs.counts()
+	t.Logf("Status: %d answers (listing %v), %d failed (%v); events: %d; log: %d bytes in %d lines; heap grew %d MB",
+		len(listed), uniq(listed), len(failed), firstErr(failed), len(events.all()), n, lines, grown>>20)
+	if n > 8<<20 {
+		t.Errorf("100 MB of plugin stderr put %d bytes in the host's log", n)
+	}
+	if grown > 64<<20 {
+		t.Errorf("the host's heap grew by %d MB", grown>>20)
+	}
+}
+
+func uniq(ns []int) []int {
+	var out []int
+	for _, n := range ns {
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func firstErr(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return errs[0]
 }

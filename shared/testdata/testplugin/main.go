@@ -83,6 +83,9 @@ func (m *memory) Configure(_ context.Context, req *shared.ConfigureRequest) (*sh
 	defer m.mu.Unlock()
 	m.name, m.cfg, m.host = req.Name, c, req.Host
 	m.outstanding = map[string]shared.Outstanding{}
+	if abuse("event") && req.Host != nil {
+		go abusiveEvent(req.Host)
+	}
 	return &shared.ConfigureResponse{}, nil
 }
 
@@ -191,6 +194,9 @@ func (m *memory) Status(context.Context, *shared.StatusRequest) (*shared.StatusR
 	for _, o := range m.outstanding {
 		st.Outstanding = append(st.Outstanding, o)
 	}
+	if abuse("status") {
+		abusiveStatus(st)
+	}
 	return st, nil
 }
 
@@ -217,6 +223,9 @@ func (m *memory) Shutdown(ctx context.Context, _ *shared.ShutdownRequest) (*shar
 func main() {
 	if os.Getenv("TESTPLUGIN_STDOUT") != "" {
 		fmt.Println("hello from a plugin that forgot stdout is the handshake")
+	}
+	if abuse("stderr") {
+		abusiveStderr()
 	}
 	shared.Serve(func(log hclog.Logger) shared.Provisioner { return &memory{log: log} })
 }
