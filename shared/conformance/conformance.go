@@ -250,6 +250,11 @@ func Run(t *testing.T, cfg Config) {
 			if ev.Kind == shared.EventWorkerProvisioned && !strings.HasPrefix(ev.Worker, cfg.Name+"-") {
 				t.Errorf("worker %q is not named after its provisioner", ev.Worker)
 			}
+			// Reporting a failure is honest, but it is not provisioning:
+			// the kit fails, and says what the plugin said.
+			if ev.Kind == shared.EventWorkerProvisionFailed {
+				t.Errorf("Provision failed: worker_provision_failed for profile %s: %s", ev.Profile, ev.Detail)
+			}
 		case <-time.After(cfg.EventTimeout):
 			t.Errorf("no worker_provisioned or worker_provision_failed event within %s of Provision", cfg.EventTimeout)
 		}
