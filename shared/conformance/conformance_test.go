@@ -24,10 +24,10 @@ func buildTestPlugin(t *testing.T, dir string) string {
 func TestTestPluginConforms(t *testing.T) {
 	if bin := os.Getenv("CONFORMANCE_FAILING_PLUGIN"); bin != "" {
 		// Run by TestKitFailsAFailedProvision: the same plugin, told to
-		// mint for a name that is not its own, so every Provision fails.
+		// fail every Provision the way a rejected submission does.
 		conformance.Run(t, conformance.Config{
 			Binary: bin, Name: "mem",
-			HCL: "greeting = \"hello\"\nforeign_worker = true",
+			HCL: "greeting = \"hello\"\nfail_provision = true",
 		})
 		return
 	}
@@ -51,7 +51,7 @@ func TestKitFailsAFailedProvision(t *testing.T) {
 	if err == nil {
 		t.Fatalf("the kit passed a plugin whose Provision fails:\n%s", out)
 	}
-	if !strings.Contains(string(out), "Provision failed: worker_provision_failed") {
+	if !strings.Contains(string(out), "--- FAIL: TestTestPluginConforms/provision") || !strings.Contains(string(out), "Provision failed: worker_provision_failed") {
 		t.Errorf("the kit failed, but not on Provision:\n%s", out)
 	}
 }

@@ -8,6 +8,7 @@
 //	greeting       = "hi"     # required, echoed in Info's capabilities
 //	foreign_worker = false    # mint credentials for another provisioner's name
 //	block_covers   = false    # Covers waits until its context ends
+//	fail_provision = false    # every Provision ends in worker_provision_failed
 package main
 
 import (
@@ -27,6 +28,7 @@ type config struct {
 	Greeting      string `json:"greeting"`
 	ForeignWorker bool   `json:"foreign_worker"`
 	BlockCovers   bool   `json:"block_covers"`
+	FailProvision bool   `json:"fail_provision"`
 }
 
 var shapes = []shared.Shape{
@@ -55,6 +57,7 @@ func (m *memory) Schema(context.Context, *shared.SchemaRequest) (*shared.SchemaR
 		{Name: "greeting", Type: shared.TypeString, Required: true, Description: "Any word."},
 		{Name: "foreign_worker", Type: shared.TypeBool, Default: false, Description: "Mint for a worker that is not ours."},
 		{Name: "block_covers", Type: shared.TypeBool, Default: false, Description: "Make Covers hang."},
+		{Name: "fail_provision", Type: shared.TypeBool, Default: false, Description: "Make every Provision fail, as a rejected submission does."},
 	}}}, nil
 }
 
@@ -156,6 +159,13 @@ func (m *memory) Provision(ctx context.Context, req *shared.ProvisionRequest) (*
 	// A real provisioner would do this in the background; this one is
 	// quick enough to answer at once.
 	ev := shared.Event{Kind: shared.EventWorkerProvisioned, Profile: s.Profile, Job: job, Worker: worker, Time: time.Now()}
+	if m.cfg.FailProvision {
+		// As a submission the cluster rejects: the request stays
+		// outstanding until Reconcile, and the event says why.
+		ev.Kind, ev.Job, ev.Detail = shared.EventWorkerProvisionFailed, "", "sbatch: error: invalid partition specified: nope"
+		host.Publish(ctx, ev)
+		return &shared.ProvisionResponse{Outcome: shared.OutcomeRequested, Profile: s.Profile}, nil
+	}
 	if _, err := host.MintCredential(ctx, &shared.MintCredentialRequest{
 		Worker: worker, TTL: time.Hour, CPUs: s.CPUs, GPUs: s.GPUs, RAMMB: s.RAMMB, Labels: s.Labels,
 	}); err != nil {
