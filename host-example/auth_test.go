@@ -29,6 +29,9 @@ func TestSignVerifyRoundTrip(t *testing.T) {
 	// No labels reads back as no labels.
 	bare := shared.CredentialClaims{Worker: "p-a-1", Provisioner: "p", CPUs: 1}
 	token, _, err = s.Sign(bare, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if cred, err := s.Verify(token, time.Now()); err != nil || !reflect.DeepEqual(cred.CredentialClaims, bare) {
 		t.Errorf("Verify = %+v, %v; want %+v", cred, err, bare)
 	}
