@@ -285,10 +285,14 @@ func FuzzConfigAndScript(f *testing.F) {
 		for _, prof := range cfg.Profiles {
 			script := string(p.payload(prof, "hard-"+prof.Name+"-00000000", token))
 			lines := strings.Split(strings.TrimSuffix(script, "\n"), "\n")
-			last := lines[len(lines)-1]
-			if lines[0] != "#!/bin/bash" || !strings.HasPrefix(last, tokenVar+"=") || !strings.Contains(last, " exec ") {
+			// The last command is the exec with the credential in front;
+			// the quoted credential may span lines, nothing else may.
+			execLine := "\n" + tokenVar + "=" + shellQuote(token) + " exec "
+			i := strings.LastIndex(script, execLine)
+			if lines[0] != "#!/bin/bash" || i < 0 || strings.Contains(strings.TrimSuffix(script[i+len(execLine):], "\n"), "\n") {
 				t.Fatalf("script shape:\n%s", script)
 			}
+			lines = strings.Split(script[:i], "\n")
 			seenCommand := false
 			for _, l := range lines[1:] {
 				if strings.HasPrefix(l, "#SBATCH") && seenCommand {
