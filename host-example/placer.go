@@ -16,9 +16,14 @@ import (
 )
 
 // provisionTimeout bounds one Provision call. The contract says Provision
-// returns at once; this is for a plugin that does not, so one stuck
-// target cannot stall the pass for every other.
-const provisionTimeout = 10 * time.Second
+// returns at once; this is for a plugin that does not. Each target is
+// asked on its own goroutine, so a stuck one delays only itself.
+var provisionTimeout = 10 * time.Second
+
+// passWait is how long a pass waits for the targets it asked before it
+// goes on. A target still answering after that keeps its round (and is
+// not asked again until it ends) while the placer serves the rest.
+var passWait = time.Second
 
 // Target is a provisioner as the placer sees it. Shapes are fetched once,
 // when the target is set up, so that asking "could it fit this?" is a
@@ -55,13 +60,24 @@ type Placer struct {
 	// nothing but Pass may take it: the reports use mu alone.
 	pass sync.Mutex
 
-	// mu guards needs (and every field of every needState), targets and
-	// nextTask. It is never held while calling a provisioner or the
-	// engine.
+	// mu guards needs (and every field of every needState), targets,
+	// nextTask and busy. It is never held while calling a provisioner or
+	// the engine.
 	mu       sync.Mutex
 	needs    []*needState
 	targets  []*targetState
 	nextTask int
+	// busy names the targets with a round of Provision calls under way.
+	busy map[string]bool
+
+	// rounds counts the goroutines asking targets; Close waits for them.
+	rounds sync.WaitGroup
+
+	// OnDeadline, if set, is told after each Provision call whether the
+	// target answered within provisionTimeout (missed true if not), so
+	// that a plugin that keeps missing deadlines can be restarted. Set it
+	// before the first Pass.
+	OnDeadline func(target string, missed bool)
 }
 
 type targetState struct {
@@ -91,7 +107,7 @@ func NewPlacer(logger hclog.Logger, engine *Engine, targets []Target) *Placer {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	p := &Placer{logger: logger, engine: engine}
+	p := &Placer{logger: logger, engine: engine, busy: map[string]bool{}}
 	for _, t := range targets {
 		p.targets = append(p.targets, &targetState{Target: t})
 	}
@@ -243,7 +259,10 @@ func (p *Placer) match() []*needState {
 // provision asks every target that is up and covers a waiting need for a
 // machine. Each target is asked once per need per pass; it is the
 // provisioner's business not to ask its cluster twice (one outstanding
-// request per profile), not the placer's.
+// request per profile), not the placer's. Each target is asked on a
+// goroutine of its own, and the pass waits at most passWait for them: a
+// target that hangs delays only itself, and is not asked again while its
+// round lasts.
 func (p *Placer) provision(ctx context.Context, waiting []*needState) {
 	p.mu.Lock()
 	targets := make([]targetState, 0, len(p.targets))
@@ -252,6 +271,7 @@ func (p *Placer) provision(ctx context.Context, waiting []*needState) {
 	}
 	p.mu.Unlock()
 
+	rounds := map[string][]*needState{}
 	for _, ns := range waiting {
 		asked := 0
 		for _, t := range targets {
@@ -263,25 +283,7 @@ func (p *Placer) provision(ctx context.Context, waiting []*needState) {
 				p.noteOutcome(ns, t.Name, "down", nil)
 				continue
 			}
-			callCtx, cancel := context.WithTimeout(ctx, provisionTimeout)
-			resp, err := t.P.Provision(callCtx, &shared.ProvisionRequest{Need: ns.need})
-			cancel()
-			if err != nil {
-				p.noteOutcome(ns, t.Name, "error: "+err.Error(), []any{"error", err})
-				continue
-			}
-			if resp == nil {
-				p.noteOutcome(ns, t.Name, "error: empty response", nil)
-				continue
-			}
-			desc := resp.Outcome.String()
-			if resp.Profile != "" {
-				desc += " " + resp.Profile
-			}
-			if resp.Detail != "" {
-				desc += ": " + resp.Detail
-			}
-			p.noteOutcome(ns, t.Name, desc, []any{"outcome", resp.Outcome.String(), "profile", resp.Profile, "detail", resp.Detail})
+			rounds[t.Name] = append(rounds[t.Name], ns)
 		}
 		if asked == 0 {
 			p.mu.Lock()
@@ -293,6 +295,92 @@ func (p *Placer) provision(ctx context.Context, waiting []*needState) {
 			}
 		}
 	}
+
+	var started sync.WaitGroup
+	for _, t := range targets {
+		needs := rounds[t.Name]
+		if len(needs) == 0 {
+			continue
+		}
+		p.mu.Lock()
+		if p.busy[t.Name] {
+			p.mu.Unlock()
+			continue
+		}
+		p.busy[t.Name] = true
+		p.mu.Unlock()
+		started.Add(1)
+		p.rounds.Add(1)
+		go func() {
+			defer p.rounds.Done()
+			defer started.Done()
+			p.askTarget(ctx, t.Target, needs)
+			p.mu.Lock()
+			delete(p.busy, t.Name)
+			p.mu.Unlock()
+		}()
+	}
+	done := make(chan struct{})
+	go func() {
+		started.Wait()
+		close(done)
+	}()
+	timer := time.NewTimer(passWait)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+}
+
+// askTarget asks one target for a machine for each of needs, in turn. A
+// call that misses its deadline ends the round: the next need would only
+// wait as long again.
+func (p *Placer) askTarget(ctx context.Context, t Target, needs []*needState) {
+	for _, ns := range needs {
+		callCtx, cancel := context.WithTimeout(ctx, provisionTimeout)
+		resp, err := t.P.Provision(callCtx, &shared.ProvisionRequest{Need: ns.need})
+		missed := callCtx.Err() == context.DeadlineExceeded && ctx.Err() == nil
+		cancel()
+		if p.OnDeadline != nil {
+			p.OnDeadline(t.Name, missed)
+		}
+		if missed {
+			p.noteOutcome(ns, t.Name, fmt.Sprintf("error: no answer within %s", provisionTimeout), []any{"error", err})
+			return
+		}
+		if err != nil {
+			p.noteOutcome(ns, t.Name, "error: "+err.Error(), []any{"error", err})
+			continue
+		}
+		if resp == nil {
+			p.noteOutcome(ns, t.Name, "error: empty response", nil)
+			continue
+		}
+		desc := resp.Outcome.String()
+		if resp.Profile != "" {
+			desc += " " + resp.Profile
+		}
+		if resp.Detail != "" {
+			desc += ": " + resp.Detail
+		}
+		p.noteOutcome(ns, t.Name, desc, []any{"outcome", resp.Outcome.String(), "profile", resp.Profile, "detail", resp.Detail})
+	}
+}
+
+// busyWith reports whether a round of Provision calls to target is under
+// way.
+func (p *Placer) busyWith(target string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.busy[target]
+}
+
+// Close waits for the rounds of Provision calls still under way, each
+// bounded by provisionTimeout.
+func (p *Placer) Close() {
+	p.rounds.Wait()
 }
 
 // noteOutcome records what a target said about a need and logs it if it

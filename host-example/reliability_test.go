@@ -523,3 +523,60 @@ func TestReliabilityJobFailsAtOnce(t *testing.T) {
 	}
 	e.assertCleanedUp(t, exitedAt)
 }
+
+// TestReliabilityShutdownDuringRestart kills the plugin with SIGKILL right
+// after it has submitted its jobs, and shuts the engine down while the
+// supervisor waits out its restart delay. The engine must bring a plugin
+// back, let it adopt the jobs and have it cancel them: squeue shows no
+// job of ours afterwards, and no plugin process is left (/proc).
+func TestReliabilityShutdownDuringRestart(t *testing.T) {
+	e := newE2E(t, "rel-shutrestart")
+	e.killPluginsAtEnd(t)
+	cfg := e.relConfig(t, "", "", sleeperWorker(t))
+	t.Setenv(shared.LogLevelEnv, "debug")
+	p := e.startEngine(t, "-config", cfg, "-log-level", "debug",
+		"-need", "cpus=2", "-need", "gpus=1,label=cuda", "-timeout", "5m")
+	reapMasters(t, p)
+
+	var before map[string][]string
+	poll(t, 60*time.Second, "a job for each of cpu and gpu in squeue", func() bool {
+		if p.exited() {
+			t.Fatalf("the engine exited early\nstdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)
+		}
+		before = activeByProfile(e.jobs(t))
+		return len(before["cpu"]) == 1 && len(before["gpu"]) == 1
+	})
+	pids := e.pluginPIDs(t)
+	if len(pids) != 1 {
+		t.Fatalf("plugin processes %v, want one", pids)
+	}
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// Wait, closely, until the supervisor has seen the exit and is in its
+	// restart delay (a second), then shut the engine down in it.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		process, _, ok := e.status(t)
+		if ok && strings.HasPrefix(process, "restarting") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the supervisor did not report restarting within 5s of SIGKILL (last %q)", process)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code := p.wait(t, 90*time.Second)
+	exitedAt := time.Now()
+	t.Logf("in the queue at the kill: %s\nstory:\n%s", sortedIDs(before), p.stdout)
+	if code != 1 {
+		t.Errorf("exit %d after SIGTERM with needs unserved, want 1\nstderr:\n%s", code, p.stderr)
+	}
+	if left := e.pluginPIDs(t); len(left) > 0 {
+		t.Errorf("plugin processes left after the engine exited: %v", left)
+	}
+	e.assertCleanedUp(t, exitedAt)
+}

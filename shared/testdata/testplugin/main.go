@@ -216,5 +216,5 @@ func main() {
 	if os.Getenv("TESTPLUGIN_STDOUT") != "" {
 		fmt.Println("hello from a plugin that forgot stdout is the handshake")
 	}
-	shared.Serve(func(log hclog.Logger) shared.Provisioner { return &memory{log: log} })
+	shared.Serve(func(log hclog.Logger) shared.Provisioner { return withHang(&memory{log: log}) })
 }
