@@ -21,9 +21,11 @@ import (
 var provisionTimeout = 10 * time.Second
 
 // passWait is how long a pass waits for the targets it asked before it
-// goes on. A target still answering after that keeps its round (and is
-// not asked again until it ends) while the placer serves the rest.
-var passWait = time.Second
+// goes on: long enough for a plugin that answers at once, as the contract
+// asks, so that its outcome is logged in this pass. A target still
+// answering after that keeps its round (and is not asked again until it
+// ends) while the placer serves the rest.
+var passWait = 100 * time.Millisecond
 
 // Target is a provisioner as the placer sees it. Shapes are fetched once,
 // when the target is set up, so that asking "could it fit this?" is a
@@ -337,18 +339,46 @@ func (p *Placer) provision(ctx context.Context, waiting []*needState) {
 // askTarget asks one target for a machine for each of needs, in turn. A
 // call that misses its deadline ends the round: the next need would only
 // wait as long again.
+//
+// A provisioner answers with its smallest fitting profile. When that
+// profile is backing off after failed submissions, the need is asked for
+// again as the next fitting shape, so that a larger profile that works
+// serves it instead of the need waiting on the broken one; and every
+// other provisioner that covers the need is asked in its own round.
 func (p *Placer) askTarget(ctx context.Context, t Target, needs []*needState) {
 	for _, ns := range needs {
-		callCtx, cancel := context.WithTimeout(ctx, provisionTimeout)
-		resp, err := t.P.Provision(callCtx, &shared.ProvisionRequest{Need: ns.need})
-		missed := callCtx.Err() == context.DeadlineExceeded && ctx.Err() == nil
-		cancel()
-		if p.OnDeadline != nil {
-			p.OnDeadline(t.Name, missed)
-		}
-		if missed {
-			p.noteOutcome(ns, t.Name, fmt.Sprintf("error: no answer within %s", provisionTimeout), []any{"error", err})
-			return
+		need := ns.need
+		tried := map[string]bool{}
+		var skipped []string
+		var resp *shared.ProvisionResponse
+		var err error
+		for range len(t.Shapes) + 1 {
+			callCtx, cancel := context.WithTimeout(ctx, provisionTimeout)
+			resp, err = t.P.Provision(callCtx, &shared.ProvisionRequest{Need: need})
+			missed := callCtx.Err() == context.DeadlineExceeded && ctx.Err() == nil
+			cancel()
+			if p.OnDeadline != nil {
+				p.OnDeadline(t.Name, missed)
+			}
+			if missed {
+				p.noteOutcome(ns, t.Name, fmt.Sprintf("error: no answer within %s", provisionTimeout), []any{"error", err})
+				return
+			}
+			if err != nil || resp == nil || resp.Outcome != shared.OutcomeBackingOff || resp.Profile == "" {
+				break
+			}
+			tried[resp.Profile] = true
+			next, ok := nextShape(t.Shapes, ns.need, tried)
+			if !ok {
+				break
+			}
+			tried[next.Profile] = true
+			skipped = append(skipped, resp.Profile)
+			// The smallest profile that fits the next shape is the next
+			// shape's own profile, unless one that fits it is tried
+			// already; then the next pass round tries the one after.
+			need = shared.Need{CPUs: max(need.CPUs, next.CPUs), GPUs: max(need.GPUs, next.GPUs),
+				RAMMB: max(need.RAMMB, next.RAMMB), Label: ns.need.Label}
 		}
 		if err != nil {
 			p.noteOutcome(ns, t.Name, "error: "+err.Error(), []any{"error", err})
@@ -365,8 +395,27 @@ func (p *Placer) askTarget(ctx context.Context, t Target, needs []*needState) {
 		if resp.Detail != "" {
 			desc += ": " + resp.Detail
 		}
-		p.noteOutcome(ns, t.Name, desc, []any{"outcome", resp.Outcome.String(), "profile", resp.Profile, "detail", resp.Detail})
+		kv := []any{"outcome", resp.Outcome.String(), "profile", resp.Profile, "detail", resp.Detail}
+		if len(skipped) > 0 {
+			// Logged once, not each pass: noteOutcome logs changes only,
+			// and the outcome of the larger profile stays the same while
+			// its request is outstanding.
+			desc = fmt.Sprintf("failed over from %s (backing off) to: %s", strings.Join(skipped, ", "), desc)
+			kv = append(kv, "failed_over_from", strings.Join(skipped, ", "))
+		}
+		p.noteOutcome(ns, t.Name, desc, kv)
 	}
+}
+
+// nextShape is the first of shapes, in the provisioner's match order,
+// that fits n and whose profile has not been tried.
+func nextShape(shapes []shared.Shape, n shared.Need, tried map[string]bool) (shared.Shape, bool) {
+	for _, s := range shapes {
+		if !tried[s.Profile] && s.Fits(n) {
+			return s, true
+		}
+	}
+	return shared.Shape{}, false
 }
 
 // busyWith reports whether a round of Provision calls to target is under

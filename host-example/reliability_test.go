@@ -580,3 +580,67 @@ func TestReliabilityShutdownDuringRestart(t *testing.T) {
 	}
 	e.assertCleanedUp(t, exitedAt)
 }
+
+// TestReliabilityFailover gives a need a smallest fitting profile that
+// cannot work (its partition does not exist, so every sbatch fails and
+// the profile backs off) beside a larger fitting profile that works:
+// first in the same provisioner, then in a second provisioner. The need
+// must be served by the working one, by a real worker in a Slurm job,
+// within a bound; before, it waited on the broken profile forever.
+func TestReliabilityFailover(t *testing.T) {
+	for _, tc := range []struct{ name, second string }{
+		{"profile", ""},
+		{"provisioner", "b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newE2E(t, "rel-failover")
+			e.killPluginsAtEnd(t)
+			broken := `  profile "small" {
+    cpus   = 1
+    ram_mb = 200
+    sbatch = ["--partition=no-such-partition", "--time=00:10:00"]
+  }
+`
+			working := fmt.Sprintf(`  profile "cpu" {
+    cpus   = 2
+    ram_mb = 500
+    sbatch = ["--partition=%s", "--time=00:10:00"]
+  }
+`, e.env.Partition)
+			worker := []string{e.host, "worker"}
+			pluginDir := filepath.Dir(e.plugin)
+			var cfg string
+			if tc.second == "" {
+				cfg = e.env.EngineConfig(e.port, pluginDir, e.name, worker, broken+working)
+			} else {
+				cfg = e.env.EngineConfig(e.port, pluginDir, e.name, worker, broken)
+				other := e.env.EngineConfig(e.port, pluginDir, e.name+"-"+tc.second, worker, working)
+				cfg += "\n" + other[strings.Index(other, "provisioner "):]
+			}
+			path := filepath.Join(t.TempDir(), "config.hcl")
+			if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			started := time.Now()
+			p := e.startEngine(t, "-config", path, "-need", "cpus=1", "-timeout", "90s")
+			code := p.wait(t, 3*time.Minute)
+			took := time.Since(started)
+			story := p.stdout.String()
+			t.Logf("story:\n%s", story)
+			if code != 0 {
+				t.Fatalf("exit %d: the need was not served beside a working profile within 90s\nstderr:\n%s", code, p.stderr)
+			}
+			m := workDoneRe.FindStringSubmatch(story)
+			if m == nil || !strings.Contains(m[1], "-cpu-") {
+				t.Errorf("the need was not served by the working cpu profile's worker: %v", m)
+			}
+			if c := strings.Count(p.stderr.String(), "failed over from small"); tc.second == "" && c != 1 {
+				t.Errorf("the failover was logged %d times; want once", c)
+			}
+			t.Logf("served by %v in %.1fs", m, took.Seconds())
+			if took > 60*time.Second {
+				t.Errorf("served after %.1fs; want within 60s", took.Seconds())
+			}
+		})
+	}
+}
