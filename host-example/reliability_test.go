@@ -149,7 +149,10 @@ func (e *e2e) jobs(t *testing.T) []queuedJob {
 		if len(f) != 3 {
 			continue
 		}
-		profile, _ := strings.CutPrefix(f[2], "fluksio:"+e.name+"-")
+		// The comment ends with the worker's name (fluksio:<worker>, or
+		// with the engine's tag fluksio:v2:<engine>:<epoch>:<worker>).
+		worker := f[2][strings.LastIndexByte(f[2], ':')+1:]
+		profile, _ := strings.CutPrefix(worker, e.name+"-")
 		if i := strings.LastIndexByte(profile, '-'); i > 0 {
 			profile = profile[:i]
 		}
@@ -348,11 +351,30 @@ func TestReliabilityPluginKilled(t *testing.T) {
 // death signal, and its parent changing) and leave within 5 s, cancelling
 // what it can; an engine started again with the same configuration must
 // find nothing of the earlier run unaccounted for: each earlier job is
-// gone from the queue or adopted. Its SIGTERM then leaves nothing behind.
+// gone from the queue or adopted. Each adopted job's worker must then
+// attach to the new engine and serve a need (the workers wait for the
+// test's gate until adoption is done), and the engine, its needs served,
+// leaves nothing behind.
 func TestReliabilityHostKilled(t *testing.T) {
 	e := newE2E(t, "rel-host")
 	e.killPluginsAtEnd(t)
-	cfg := e.config(t, sleeperWorker(t))
+	// The workers wait for a gate the test opens once the second engine
+	// runs, so that the jobs of the killed engine are adopted before any
+	// worker attaches; then each must attach to the second engine and
+	// serve a need. A job counted as recovered whose worker cannot attach
+	// would be no recovery at all. The secret is fixed so that the first
+	// engine's credentials are good with the second.
+	gate := filepath.Join(filepath.Dir(sleeperWorker(t)), "open")
+	cfg := e.config(t, gatedWorker(t, gate, e.host))
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = bytes.Replace(b, []byte("engine {\n"), []byte("engine {\n  secret_env = \"FLUKSIO_REL_SECRET\"\n"), 1)
+	if err := os.WriteFile(cfg, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FLUKSIO_REL_SECRET", strings.Repeat("0123456789abcdef", 4))
 	// At debug level the plugin logs where its ssh master's socket is.
 	t.Setenv(shared.LogLevelEnv, "debug")
 	p := e.startEngine(t, "-config", cfg, "-need", "cpus=2", "-need", "gpus=1,label=cuda", "-timeout", "5m", "-log-level", "debug")
@@ -423,10 +445,11 @@ func TestReliabilityHostKilled(t *testing.T) {
 	}
 	t.Logf("jobs of the killed engine still pending or running once its plugin had gone: %d of %d", orphans, len(earlier))
 
-	// A new engine, same configuration and name, no needs.
-	p2 := e.startEngine(t, "-config", cfg)
+	// A new engine, same configuration and name, with the same needs.
+	p2 := e.startEngine(t, "-config", cfg, "-need", "cpus=2", "-need", "gpus=1,label=cuda", "-timeout", "3m")
 	start := time.Now()
 	var last string
+	var held map[string]string
 	poll(t, 60*time.Second, "every earlier job to be gone from the queue or adopted", func() bool {
 		if p2.exited() {
 			t.Fatalf("the second engine exited\nstdout:\n%s\nstderr:\n%s", p2.stdout, p2.stderr)
@@ -437,6 +460,7 @@ func TestReliabilityHostKilled(t *testing.T) {
 		}
 		active := activeByProfile(e.jobs(t))
 		last = fmt.Sprintf("queue %s, outstanding %v", sortedIDs(active), outstanding)
+		held = outstanding
 		for profile, ids := range before {
 			for _, id := range ids {
 				if slices.Contains(active[profile], id) && outstanding[profile] != id {
@@ -448,15 +472,50 @@ func TestReliabilityHostKilled(t *testing.T) {
 	})
 	t.Logf("second engine: earlier jobs accounted for %.1fs after it started: %s", time.Since(start).Seconds(), last)
 
-	if err := p2.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	// Open the gate: the adopted jobs' workers attach and serve both
+	// needs, and the engine exits 0 on its own.
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if code := p2.wait(t, 90*time.Second); code != 0 {
-		t.Errorf("exit %d after SIGTERM with no needs, want 0\nstderr:\n%s", code, p2.stderr)
-	}
+	opened := time.Now()
+	code := p2.wait(t, 4*time.Minute)
 	exitedAt := time.Now()
-	t.Logf("second engine's story:\n%s", p2.stdout)
+	story := p2.stdout.String()
+	t.Logf("second engine's story:\n%s", story)
+	if code != 0 {
+		t.Fatalf("exit %d: the adopted jobs' workers did not serve the needs\nstderr:\n%s", code, p2.stderr)
+	}
+	var servedBy []string
+	for _, m := range workDoneRe.FindAllStringSubmatch(story, -1) {
+		servedBy = append(servedBy, m[2])
+	}
+	var adopted []string
+	for _, id := range held {
+		if slices.Contains(earlier, id) {
+			adopted = append(adopted, id)
+			if !slices.Contains(servedBy, id) {
+				t.Errorf("adopted job %s (of the killed engine) never served a need: its worker did not attach and work (served by %v)", id, servedBy)
+			}
+		}
+	}
+	if len(servedBy) != 2 {
+		t.Errorf("work done by jobs %v; want both needs served", servedBy)
+	}
+	t.Logf("adopted jobs %v; needs served by jobs %v, %.1fs after the workers were let go", adopted, servedBy, exitedAt.Sub(opened).Seconds())
 	e.assertCleanedUp(t, exitedAt)
+}
+
+// gatedWorker writes a worker that waits until the file gate exists and
+// then runs the real worker (host worker ...). Like sleeperWorker it
+// lives outside the test's 0700 temporary directory.
+func gatedWorker(t *testing.T, gate, host string) string {
+	t.Helper()
+	script := filepath.Join(filepath.Dir(gate), "gated")
+	body := fmt.Sprintf("#!/bin/sh\n# Wait for the test to let the worker go.\nwhile [ ! -e %q ]; do sleep 0.2; done\nexec %q worker \"$@\"\n", gate, host)
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return script
 }
 
 var (
@@ -634,7 +693,7 @@ func TestReliabilityFailover(t *testing.T) {
 			if m == nil || !strings.Contains(m[1], "-cpu-") {
 				t.Errorf("the need was not served by the working cpu profile's worker: %v", m)
 			}
-			if c := strings.Count(p.stderr.String(), "failed over from small"); tc.second == "" && c != 1 {
+			if c := strings.Count(p.stderr.String(), "failed_over_from=small"); tc.second == "" && c != 1 {
 				t.Errorf("the failover was logged %d times; want once", c)
 			}
 			t.Logf("served by %v in %.1fs", m, took.Seconds())
