@@ -101,6 +101,9 @@ type needState struct {
 	asked map[string]string
 	// uncovered is set once "nothing covers this" has been logged.
 	uncovered bool
+	// failover is, per target, the last route around a backing-off
+	// profile that was logged ("small -> cpu").
+	failover map[string]string
 }
 
 // NewPlacer returns a Placer that hands tasks out through engine and asks
@@ -121,7 +124,7 @@ func (p *Placer) Add(n shared.Need) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	id := "need-" + strconv.Itoa(len(p.needs)+1)
-	p.needs = append(p.needs, &needState{id: id, need: n, asked: map[string]string{}})
+	p.needs = append(p.needs, &needState{id: id, need: n, asked: map[string]string{}, failover: map[string]string{}})
 	return id
 }
 
@@ -395,15 +398,20 @@ func (p *Placer) askTarget(ctx context.Context, t Target, needs []*needState) {
 		if resp.Detail != "" {
 			desc += ": " + resp.Detail
 		}
-		kv := []any{"outcome", resp.Outcome.String(), "profile", resp.Profile, "detail", resp.Detail}
 		if len(skipped) > 0 {
-			// Logged once, not each pass: noteOutcome logs changes only,
-			// and the outcome of the larger profile stays the same while
-			// its request is outstanding.
 			desc = fmt.Sprintf("failed over from %s (backing off) to: %s", strings.Join(skipped, ", "), desc)
-			kv = append(kv, "failed_over_from", strings.Join(skipped, ", "))
+			// Logged once per change of route, not each pass.
+			route := strings.Join(skipped, ", ") + " -> " + resp.Profile
+			p.mu.Lock()
+			changed := ns.failover[t.Name] != route
+			ns.failover[t.Name] = route
+			p.mu.Unlock()
+			if changed {
+				p.logger.Warn("profile backing off; asking for the next fitting profile instead", "need", ns.id, "provisioner", t.Name,
+					"failed_over_from", strings.Join(skipped, ", "), "profile", resp.Profile)
+			}
 		}
-		p.noteOutcome(ns, t.Name, desc, kv)
+		p.noteOutcome(ns, t.Name, desc, []any{"outcome", resp.Outcome.String(), "profile", resp.Profile, "detail", resp.Detail})
 	}
 }
 
