@@ -703,3 +703,88 @@ func TestReliabilityFailover(t *testing.T) {
 		})
 	}
 }
+
+// TestReliabilityHostAndPluginKilled kills the engine and its plugin
+// together with SIGKILL while their jobs are queued and running, so that
+// nothing is cancelled: the jobs can only be recovered by adoption. An
+// engine started again with the same configuration (and secret) must
+// adopt both, and a recovered job is one whose worker attaches and
+// serves: the workers wait for the test's gate until adoption is done,
+// then each adopted job must serve one of the needs, no new job being
+// asked for.
+func TestReliabilityHostAndPluginKilled(t *testing.T) {
+	e := newE2E(t, "rel-hostplug")
+	e.killPluginsAtEnd(t)
+	gate := filepath.Join(filepath.Dir(sleeperWorker(t)), "open")
+	cfg := e.config(t, gatedWorker(t, gate, e.host))
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = bytes.Replace(b, []byte("engine {\n"), []byte("engine {\n  secret_env = \"FLUKSIO_REL_SECRET\"\n"), 1)
+	if err := os.WriteFile(cfg, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FLUKSIO_REL_SECRET", strings.Repeat("0123456789abcdef", 4))
+	t.Setenv(shared.LogLevelEnv, "debug")
+	needs := []string{"-need", "cpus=2", "-need", "gpus=1,label=cuda"}
+	p := e.startEngine(t, append([]string{"-config", cfg, "-timeout", "5m", "-log-level", "debug"}, needs...)...)
+	reapMasters(t, p)
+
+	var before map[string][]string
+	poll(t, 60*time.Second, "a job for each of cpu and gpu in squeue", func() bool {
+		if p.exited() {
+			t.Fatalf("the engine exited early\nstdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)
+		}
+		before = activeByProfile(e.jobs(t))
+		return len(before["cpu"]) == 1 && len(before["gpu"]) == 1
+	})
+	pids := e.pluginPIDs(t)
+	if len(pids) != 1 {
+		t.Fatalf("plugin processes %v, want one", pids)
+	}
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	p.waitDone(t, 10*time.Second)
+	poll(t, 5*time.Second, "the killed plugin to be gone", func() bool { return len(e.pluginPIDs(t)) == 0 })
+	earlier := []string{before["cpu"][0], before["gpu"][0]}
+	t.Logf("left in the queue by the killed engine and plugin: %v", earlier)
+
+	p2 := e.startEngine(t, append([]string{"-config", cfg, "-timeout", "3m"}, needs...)...)
+	var outstanding map[string]string
+	poll(t, 60*time.Second, "the second engine to adopt both jobs", func() bool {
+		if p2.exited() {
+			t.Fatalf("the second engine exited\nstdout:\n%s\nstderr:\n%s", p2.stdout, p2.stderr)
+		}
+		var ok bool
+		_, outstanding, ok = e.status(t)
+		return ok && outstanding["cpu"] == earlier[0] && outstanding["gpu"] == earlier[1]
+	})
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opened := time.Now()
+	code := p2.wait(t, 4*time.Minute)
+	exitedAt := time.Now()
+	story := p2.stdout.String()
+	t.Logf("second engine's story:\n%s", story)
+	if code != 0 {
+		t.Fatalf("exit %d: the adopted jobs' workers did not serve the needs\nstderr:\n%s", code, p2.stderr)
+	}
+	var servedBy []string
+	for _, m := range workDoneRe.FindAllStringSubmatch(story, -1) {
+		servedBy = append(servedBy, m[2])
+	}
+	slices.Sort(servedBy)
+	want := slices.Clone(earlier)
+	slices.Sort(want)
+	if !slices.Equal(servedBy, want) {
+		t.Errorf("needs served by jobs %v; want exactly the adopted jobs %v", servedBy, want)
+	}
+	t.Logf("adopted jobs %v served both needs %.1fs after their workers were let go", servedBy, exitedAt.Sub(opened).Seconds())
+	e.assertCleanedUp(t, exitedAt)
+}
