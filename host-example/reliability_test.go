@@ -785,6 +785,6 @@ func TestReliabilityHostAndPluginKilled(t *testing.T) {
 	if !slices.Equal(servedBy, want) {
 		t.Errorf("needs served by jobs %v; want exactly the adopted jobs %v", servedBy, want)
 	}
-	t.Logf("adopted jobs %v served both needs %.1fs after their workers were let go", servedBy, exitedAt.Sub(opened).Seconds())
+	t.Logf("needs served by jobs %v (adopted: %v) %.1fs after the workers were let go", servedBy, earlier, exitedAt.Sub(opened).Seconds())
 	e.assertCleanedUp(t, exitedAt)
 }
