@@ -16,9 +16,16 @@ import (
 )
 
 // provisionTimeout bounds one Provision call. The contract says Provision
-// returns at once; this is for a plugin that does not, so one stuck
-// target cannot stall the pass for every other.
-const provisionTimeout = 10 * time.Second
+// returns at once; this is for a plugin that does not. Each target is
+// asked on its own goroutine, so a stuck one delays only itself.
+var provisionTimeout = 10 * time.Second
+
+// passWait is how long a pass waits for the targets it asked before it
+// goes on: long enough for a plugin that answers at once, as the contract
+// asks, so that its outcome is logged in this pass. A target still
+// answering after that keeps its round (and is not asked again until it
+// ends) while the placer serves the rest.
+var passWait = 100 * time.Millisecond
 
 // Target is a provisioner as the placer sees it. Shapes are fetched once,
 // when the target is set up, so that asking "could it fit this?" is a
@@ -55,13 +62,24 @@ type Placer struct {
 	// nothing but Pass may take it: the reports use mu alone.
 	pass sync.Mutex
 
-	// mu guards needs (and every field of every needState), targets and
-	// nextTask. It is never held while calling a provisioner or the
-	// engine.
+	// mu guards needs (and every field of every needState), targets,
+	// nextTask and busy. It is never held while calling a provisioner or
+	// the engine.
 	mu       sync.Mutex
 	needs    []*needState
 	targets  []*targetState
 	nextTask int
+	// busy names the targets with a round of Provision calls under way.
+	busy map[string]bool
+
+	// rounds counts the goroutines asking targets; Close waits for them.
+	rounds sync.WaitGroup
+
+	// OnDeadline, if set, is told after each Provision call whether the
+	// target answered within provisionTimeout (missed true if not), so
+	// that a plugin that keeps missing deadlines can be restarted. Set it
+	// before the first Pass.
+	OnDeadline func(target string, missed bool)
 }
 
 type targetState struct {
@@ -83,6 +101,9 @@ type needState struct {
 	asked map[string]string
 	// uncovered is set once "nothing covers this" has been logged.
 	uncovered bool
+	// failover is, per target, the last route around a backing-off
+	// profile that was logged ("small -> cpu").
+	failover map[string]string
 }
 
 // NewPlacer returns a Placer that hands tasks out through engine and asks
@@ -91,7 +112,7 @@ func NewPlacer(logger hclog.Logger, engine *Engine, targets []Target) *Placer {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	p := &Placer{logger: logger, engine: engine}
+	p := &Placer{logger: logger, engine: engine, busy: map[string]bool{}}
 	for _, t := range targets {
 		p.targets = append(p.targets, &targetState{Target: t})
 	}
@@ -103,7 +124,7 @@ func (p *Placer) Add(n shared.Need) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	id := "need-" + strconv.Itoa(len(p.needs)+1)
-	p.needs = append(p.needs, &needState{id: id, need: n, asked: map[string]string{}})
+	p.needs = append(p.needs, &needState{id: id, need: n, asked: map[string]string{}, failover: map[string]string{}})
 	return id
 }
 
@@ -243,7 +264,10 @@ func (p *Placer) match() []*needState {
 // provision asks every target that is up and covers a waiting need for a
 // machine. Each target is asked once per need per pass; it is the
 // provisioner's business not to ask its cluster twice (one outstanding
-// request per profile), not the placer's.
+// request per profile), not the placer's. Each target is asked on a
+// goroutine of its own, and the pass waits at most passWait for them: a
+// target that hangs delays only itself, and is not asked again while its
+// round lasts.
 func (p *Placer) provision(ctx context.Context, waiting []*needState) {
 	p.mu.Lock()
 	targets := make([]targetState, 0, len(p.targets))
@@ -252,6 +276,7 @@ func (p *Placer) provision(ctx context.Context, waiting []*needState) {
 	}
 	p.mu.Unlock()
 
+	rounds := map[string][]*needState{}
 	for _, ns := range waiting {
 		asked := 0
 		for _, t := range targets {
@@ -263,25 +288,7 @@ func (p *Placer) provision(ctx context.Context, waiting []*needState) {
 				p.noteOutcome(ns, t.Name, "down", nil)
 				continue
 			}
-			callCtx, cancel := context.WithTimeout(ctx, provisionTimeout)
-			resp, err := t.P.Provision(callCtx, &shared.ProvisionRequest{Need: ns.need})
-			cancel()
-			if err != nil {
-				p.noteOutcome(ns, t.Name, "error: "+err.Error(), []any{"error", err})
-				continue
-			}
-			if resp == nil {
-				p.noteOutcome(ns, t.Name, "error: empty response", nil)
-				continue
-			}
-			desc := resp.Outcome.String()
-			if resp.Profile != "" {
-				desc += " " + resp.Profile
-			}
-			if resp.Detail != "" {
-				desc += ": " + resp.Detail
-			}
-			p.noteOutcome(ns, t.Name, desc, []any{"outcome", resp.Outcome.String(), "profile", resp.Profile, "detail", resp.Detail})
+			rounds[t.Name] = append(rounds[t.Name], ns)
 		}
 		if asked == 0 {
 			p.mu.Lock()
@@ -293,6 +300,144 @@ func (p *Placer) provision(ctx context.Context, waiting []*needState) {
 			}
 		}
 	}
+
+	var started sync.WaitGroup
+	for _, t := range targets {
+		needs := rounds[t.Name]
+		if len(needs) == 0 {
+			continue
+		}
+		p.mu.Lock()
+		if p.busy[t.Name] {
+			p.mu.Unlock()
+			continue
+		}
+		p.busy[t.Name] = true
+		p.mu.Unlock()
+		started.Add(1)
+		p.rounds.Add(1)
+		go func() {
+			defer p.rounds.Done()
+			defer started.Done()
+			p.askTarget(ctx, t.Target, needs)
+			p.mu.Lock()
+			delete(p.busy, t.Name)
+			p.mu.Unlock()
+		}()
+	}
+	done := make(chan struct{})
+	go func() {
+		started.Wait()
+		close(done)
+	}()
+	timer := time.NewTimer(passWait)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+}
+
+// askTarget asks one target for a machine for each of needs, in turn. A
+// call that misses its deadline ends the round: the next need would only
+// wait as long again.
+//
+// A provisioner answers with its smallest fitting profile. When that
+// profile is backing off after failed submissions, the need is asked for
+// again as the next fitting shape, so that a larger profile that works
+// serves it instead of the need waiting on the broken one; and every
+// other provisioner that covers the need is asked in its own round.
+func (p *Placer) askTarget(ctx context.Context, t Target, needs []*needState) {
+	for _, ns := range needs {
+		need := ns.need
+		tried := map[string]bool{}
+		var skipped []string
+		var resp *shared.ProvisionResponse
+		var err error
+		for range len(t.Shapes) + 1 {
+			callCtx, cancel := context.WithTimeout(ctx, provisionTimeout)
+			resp, err = t.P.Provision(callCtx, &shared.ProvisionRequest{Need: need})
+			missed := callCtx.Err() == context.DeadlineExceeded && ctx.Err() == nil
+			cancel()
+			if p.OnDeadline != nil {
+				p.OnDeadline(t.Name, missed)
+			}
+			if missed {
+				p.noteOutcome(ns, t.Name, fmt.Sprintf("error: no answer within %s", provisionTimeout), []any{"error", err})
+				return
+			}
+			if err != nil || resp == nil || resp.Outcome != shared.OutcomeBackingOff || resp.Profile == "" {
+				break
+			}
+			tried[resp.Profile] = true
+			next, ok := nextShape(t.Shapes, ns.need, tried)
+			if !ok {
+				break
+			}
+			tried[next.Profile] = true
+			skipped = append(skipped, resp.Profile)
+			// The smallest profile that fits the next shape is the next
+			// shape's own profile, unless one that fits it is tried
+			// already; then the next pass round tries the one after.
+			need = shared.Need{CPUs: max(need.CPUs, next.CPUs), GPUs: max(need.GPUs, next.GPUs),
+				RAMMB: max(need.RAMMB, next.RAMMB), Label: ns.need.Label}
+		}
+		if err != nil {
+			p.noteOutcome(ns, t.Name, "error: "+err.Error(), []any{"error", err})
+			continue
+		}
+		if resp == nil {
+			p.noteOutcome(ns, t.Name, "error: empty response", nil)
+			continue
+		}
+		desc := resp.Outcome.String()
+		if resp.Profile != "" {
+			desc += " " + resp.Profile
+		}
+		if resp.Detail != "" {
+			desc += ": " + resp.Detail
+		}
+		if len(skipped) > 0 {
+			desc = fmt.Sprintf("failed over from %s (backing off) to: %s", strings.Join(skipped, ", "), desc)
+			// Logged once per change of route, not each pass.
+			route := strings.Join(skipped, ", ") + " -> " + resp.Profile
+			p.mu.Lock()
+			changed := ns.failover[t.Name] != route
+			ns.failover[t.Name] = route
+			p.mu.Unlock()
+			if changed {
+				p.logger.Warn("profile backing off; asking for the next fitting profile instead", "need", ns.id, "provisioner", t.Name,
+					"failed_over_from", strings.Join(skipped, ", "), "profile", resp.Profile)
+			}
+		}
+		p.noteOutcome(ns, t.Name, desc, []any{"outcome", resp.Outcome.String(), "profile", resp.Profile, "detail", resp.Detail})
+	}
+}
+
+// nextShape is the first of shapes, in the provisioner's match order,
+// that fits n and whose profile has not been tried.
+func nextShape(shapes []shared.Shape, n shared.Need, tried map[string]bool) (shared.Shape, bool) {
+	for _, s := range shapes {
+		if !tried[s.Profile] && s.Fits(n) {
+			return s, true
+		}
+	}
+	return shared.Shape{}, false
+}
+
+// busyWith reports whether a round of Provision calls to target is under
+// way.
+func (p *Placer) busyWith(target string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.busy[target]
+}
+
+// Close waits for the rounds of Provision calls still under way, each
+// bounded by provisionTimeout.
+func (p *Placer) Close() {
+	p.rounds.Wait()
 }
 
 // noteOutcome records what a target said about a need and logs it if it

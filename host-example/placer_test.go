@@ -3,6 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -224,5 +229,144 @@ func TestSetTargetReplaces(t *testing.T) {
 	p.Pass(context.Background())
 	if old.provisionCalls() != 0 || fresh.provisionCalls() != 1 {
 		t.Errorf("calls: old %d, fresh %d; want the replacement asked, and up", old.provisionCalls(), fresh.provisionCalls())
+	}
+}
+
+// buildTestPlugin builds shared/testdata/testplugin, a real plugin
+// process, once per call.
+func buildTestPlugin(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "testplugin")
+	if out, err := exec.Command("go", "build", "-o", bin, "../shared/testdata/testplugin").CombinedOutput(); err != nil {
+		t.Fatalf("building the test plugin: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestHungPluginDelaysOnlyItself runs two real plugin processes, one of
+// which never answers Provision or Reconcile (TESTPLUGIN_HANG), with the
+// placer and reconciler wired as the run command wires them. A worker of
+// the healthy provisioner that attaches must get its task within a bound
+// far below what the hung one costs, and the hung plugin must be shown as
+// wedged in the supervisor's status and restarted.
+func TestHungPluginDelaysOnlyItself(t *testing.T) {
+	oldP, oldR, oldW := provisionTimeout, reconcileTimeout, wedgeAfter
+	provisionTimeout, reconcileTimeout, wedgeAfter = 2*time.Second, 2*time.Second, 2
+	t.Cleanup(func() { provisionTimeout, reconcileTimeout, wedgeAfter = oldP, oldR, oldW })
+	bin := buildTestPlugin(t)
+	t.Setenv("TESTPLUGIN_HANG", "hung")
+
+	cfgPath := filepath.Join(t.TempDir(), "engine.hcl")
+	body := "engine {\n  listen = \"127.0.0.1:0\"\n}\n"
+	for _, name := range []string{"hung", "good"} {
+		body += fmt.Sprintf("provisioner \"memory\" %q {\n  plugin = %q\n  greeting = \"hi\"\n}\n", name, bin)
+	}
+	if err := os.WriteFile(cfgPath, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, diags := loadConfig(cfgPath)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+
+	logger, logs := testLogger(t)
+	signer := NewSigner(testSecret)
+	engine := NewEngine(nil, signer, nil)
+	placer := NewPlacer(logger.Named("placer"), engine, nil)
+	sups := map[string]*supervisor{}
+	placer.OnDeadline = func(name string, missed bool) { sups[name].deadline("Provision", missed) }
+	var list []*supervisor
+	for _, pc := range cfg.Provisioners {
+		name := pc.Name
+		s := newSupervisor(pc, logger.Named(name), launchOptions{logger: logger.Named("plugin"), signer: signer})
+		s.onUp = func(tg Target) { placer.SetTarget(tg); placer.SetDown(name, false) }
+		s.onDown = func(string) { placer.SetDown(name, true) }
+		sups[name] = s
+		list = append(list, s)
+	}
+	for _, s := range list {
+		if d := s.start(context.Background()); d.HasErrors() {
+			t.Fatal(d)
+		}
+	}
+	rec := newReconciler(list, logger)
+
+	// The run loop, as run.go has it: a pass every 100 ms, a reconcile
+	// every 300 ms. It is stopped and waited for before the plugins.
+	ctx, cancel := context.WithCancel(context.Background())
+	loopDone := make(chan struct{})
+	defer func() {
+		cancel()
+		<-loopDone
+		for _, s := range list {
+			sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, _ = s.shutdown(sctx)
+			scancel()
+		}
+		rec.wait()
+		placer.Close()
+	}()
+	for range 3 {
+		placer.Add(shared.Need{CPUs: 1})
+	}
+	go func() {
+		defer close(loopDone)
+		pass := time.NewTicker(100 * time.Millisecond)
+		defer pass.Stop()
+		recTick := time.NewTicker(300 * time.Millisecond)
+		defer recTick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-pass.C:
+				placer.Pass(ctx)
+			case <-recTick.C:
+				rec.run(ctx, engine.AttachedBy)
+			}
+		}
+	}()
+
+	// Let the hung plugin be asked (and hang) first.
+	deadline := time.Now().Add(5 * time.Second)
+	for !placer.busyWith("hung") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the hung provisioner was never asked\n%s", logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	attached := time.Now()
+	attachWorker(t, engine, signer, "good-small-00000001", `{"cpus":1,"ram_mb":1000}`)
+	var took time.Duration
+	for {
+		took = time.Since(attached)
+		if slices.ContainsFunc(placer.Needs(), func(n NeedStatus) bool { return n.Worker == "good-small-00000001" }) {
+			break
+		}
+		if took > 10*time.Second {
+			t.Fatalf("the healthy provisioner's idle worker had no task %s after attaching\n%s", took, logs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("idle worker of the healthy provisioner got its task %s after attaching (hang deadline %s)", took.Round(time.Millisecond), provisionTimeout)
+	if took > time.Second {
+		t.Errorf("the idle worker waited %s for its task; want under 1s while the other plugin hangs", took)
+	}
+
+	// The hung plugin misses its deadlines: wedged, killed, restarted.
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		st := sups["hung"].status(context.Background())
+		if strings.Contains(st.Process, "wedged") && strings.Contains(st.Process, "restarts: 1") {
+			t.Logf("hung provisioner: %s", st.Process)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the hung plugin was not marked wedged and restarted within 30s: %q\n%s", st.Process, logs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if st := sups["good"].status(context.Background()); st.Process != "running" {
+		t.Errorf("the healthy provisioner is %q; want running, untouched", st.Process)
 	}
 }

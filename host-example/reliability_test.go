@@ -150,11 +150,10 @@ func (e *e2e) jobs(t *testing.T) []queuedJob {
 		if len(f) != 3 {
 			continue
 		}
-		tag := f[2]
-		if i := strings.LastIndexByte(tag, ':'); i >= 0 {
-			tag = tag[i+1:]
-		}
-		profile, _ := strings.CutPrefix(tag, e.name+"-")
+		// The comment ends with the worker's name (fluksio:<worker>, or
+		// with the engine's tag fluksio:v2:<engine>:<epoch>:<worker>).
+		worker := f[2][strings.LastIndexByte(f[2], ':')+1:]
+		profile, _ := strings.CutPrefix(worker, e.name+"-")
 		if i := strings.LastIndexByte(profile, '-'); i > 0 {
 			profile = profile[:i]
 		}
@@ -353,11 +352,30 @@ func TestReliabilityPluginKilled(t *testing.T) {
 // death signal, and its parent changing) and leave within 5 s, cancelling
 // what it can; an engine started again with the same configuration must
 // find nothing of the earlier run unaccounted for: each earlier job is
-// gone from the queue or adopted. Its SIGTERM then leaves nothing behind.
+// gone from the queue or adopted. Each adopted job's worker must then
+// attach to the new engine and serve a need (the workers wait for the
+// test's gate until adoption is done), and the engine, its needs served,
+// leaves nothing behind.
 func TestReliabilityHostKilled(t *testing.T) {
 	e := newE2E(t, "rel-host")
 	e.killPluginsAtEnd(t)
-	cfg := e.config(t, sleeperWorker(t))
+	// The workers wait for a gate the test opens once the second engine
+	// runs, so that the jobs of the killed engine are adopted before any
+	// worker attaches; then each must attach to the second engine and
+	// serve a need. A job counted as recovered whose worker cannot attach
+	// would be no recovery at all. The secret is fixed so that the first
+	// engine's credentials are good with the second.
+	gate := filepath.Join(filepath.Dir(sleeperWorker(t)), "open")
+	cfg := e.config(t, gatedWorker(t, gate, e.host))
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = bytes.Replace(b, []byte("engine {\n"), []byte("engine {\n  secret_env = \"FLUKSIO_REL_SECRET\"\n"), 1)
+	if err := os.WriteFile(cfg, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FLUKSIO_REL_SECRET", strings.Repeat("0123456789abcdef", 4))
 	// At debug level the plugin logs where its ssh master's socket is.
 	t.Setenv(shared.LogLevelEnv, "debug")
 	p := e.startEngine(t, "-config", cfg, "-need", "cpus=2", "-need", "gpus=1,label=cuda", "-timeout", "5m", "-log-level", "debug")
@@ -428,10 +446,11 @@ func TestReliabilityHostKilled(t *testing.T) {
 	}
 	t.Logf("jobs of the killed engine still pending or running once its plugin had gone: %d of %d", orphans, len(earlier))
 
-	// A new engine, same configuration and name, no needs.
-	p2 := e.startEngine(t, "-config", cfg)
+	// A new engine, same configuration and name, with the same needs.
+	p2 := e.startEngine(t, "-config", cfg, "-need", "cpus=2", "-need", "gpus=1,label=cuda", "-timeout", "3m")
 	start := time.Now()
 	var last string
+	var held map[string]string
 	poll(t, 60*time.Second, "every earlier job to be gone from the queue or adopted", func() bool {
 		if p2.exited() {
 			t.Fatalf("the second engine exited\nstdout:\n%s\nstderr:\n%s", p2.stdout, p2.stderr)
@@ -442,6 +461,7 @@ func TestReliabilityHostKilled(t *testing.T) {
 		}
 		active := activeByProfile(e.jobs(t))
 		last = fmt.Sprintf("queue %s, outstanding %v", sortedIDs(active), outstanding)
+		held = outstanding
 		for profile, ids := range before {
 			for _, id := range ids {
 				if slices.Contains(active[profile], id) && outstanding[profile] != id {
@@ -453,15 +473,50 @@ func TestReliabilityHostKilled(t *testing.T) {
 	})
 	t.Logf("second engine: earlier jobs accounted for %.1fs after it started: %s", time.Since(start).Seconds(), last)
 
-	if err := p2.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	// Open the gate: the adopted jobs' workers attach and serve both
+	// needs, and the engine exits 0 on its own.
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if code := p2.wait(t, 90*time.Second); code != 0 {
-		t.Errorf("exit %d after SIGTERM with no needs, want 0\nstderr:\n%s", code, p2.stderr)
-	}
+	opened := time.Now()
+	code := p2.wait(t, 4*time.Minute)
 	exitedAt := time.Now()
-	t.Logf("second engine's story:\n%s", p2.stdout)
+	story := p2.stdout.String()
+	t.Logf("second engine's story:\n%s", story)
+	if code != 0 {
+		t.Fatalf("exit %d: the adopted jobs' workers did not serve the needs\nstderr:\n%s", code, p2.stderr)
+	}
+	var servedBy []string
+	for _, m := range workDoneRe.FindAllStringSubmatch(story, -1) {
+		servedBy = append(servedBy, m[2])
+	}
+	var adopted []string
+	for _, id := range held {
+		if slices.Contains(earlier, id) {
+			adopted = append(adopted, id)
+			if !slices.Contains(servedBy, id) {
+				t.Errorf("adopted job %s (of the killed engine) never served a need: its worker did not attach and work (served by %v)", id, servedBy)
+			}
+		}
+	}
+	if len(servedBy) != 2 {
+		t.Errorf("work done by jobs %v; want both needs served", servedBy)
+	}
+	t.Logf("adopted jobs %v; needs served by jobs %v, %.1fs after the workers were let go", adopted, servedBy, exitedAt.Sub(opened).Seconds())
 	e.assertCleanedUp(t, exitedAt)
+}
+
+// gatedWorker writes a worker that waits until the file gate exists and
+// then runs the real worker (host worker ...). Like sleeperWorker it
+// lives outside the test's 0700 temporary directory.
+func gatedWorker(t *testing.T, gate, host string) string {
+	t.Helper()
+	script := filepath.Join(filepath.Dir(gate), "gated")
+	body := fmt.Sprintf("#!/bin/sh\n# Wait for the test to let the worker go.\nwhile [ ! -e %q ]; do sleep 0.2; done\nexec %q worker \"$@\"\n", gate, host)
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return script
 }
 
 var (
@@ -526,5 +581,211 @@ func TestReliabilityJobFailsAtOnce(t *testing.T) {
 	if code != 1 {
 		t.Errorf("exit %d after SIGTERM with the need unserved, want 1", code)
 	}
+	e.assertCleanedUp(t, exitedAt)
+}
+
+// TestReliabilityShutdownDuringRestart kills the plugin with SIGKILL right
+// after it has submitted its jobs, and shuts the engine down while the
+// supervisor waits out its restart delay. The engine must bring a plugin
+// back, let it adopt the jobs and have it cancel them: squeue shows no
+// job of ours afterwards, and no plugin process is left (/proc).
+func TestReliabilityShutdownDuringRestart(t *testing.T) {
+	e := newE2E(t, "rel-shutrestart")
+	e.killPluginsAtEnd(t)
+	cfg := e.relConfig(t, "", "", sleeperWorker(t))
+	t.Setenv(shared.LogLevelEnv, "debug")
+	p := e.startEngine(t, "-config", cfg, "-log-level", "debug",
+		"-need", "cpus=2", "-need", "gpus=1,label=cuda", "-timeout", "5m")
+	reapMasters(t, p)
+
+	var before map[string][]string
+	poll(t, 60*time.Second, "a job for each of cpu and gpu in squeue", func() bool {
+		if p.exited() {
+			t.Fatalf("the engine exited early\nstdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)
+		}
+		before = activeByProfile(e.jobs(t))
+		return len(before["cpu"]) == 1 && len(before["gpu"]) == 1
+	})
+	pids := e.pluginPIDs(t)
+	if len(pids) != 1 {
+		t.Fatalf("plugin processes %v, want one", pids)
+	}
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// Wait, closely, until the supervisor has seen the exit and is in its
+	// restart delay (a second), then shut the engine down in it.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		process, _, ok := e.status(t)
+		if ok && strings.HasPrefix(process, "restarting") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the supervisor did not report restarting within 5s of SIGKILL (last %q)", process)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code := p.wait(t, 90*time.Second)
+	exitedAt := time.Now()
+	t.Logf("in the queue at the kill: %s\nstory:\n%s", sortedIDs(before), p.stdout)
+	if code != 1 {
+		t.Errorf("exit %d after SIGTERM with needs unserved, want 1\nstderr:\n%s", code, p.stderr)
+	}
+	if left := e.pluginPIDs(t); len(left) > 0 {
+		t.Errorf("plugin processes left after the engine exited: %v", left)
+	}
+	e.assertCleanedUp(t, exitedAt)
+}
+
+// TestReliabilityFailover gives a need a smallest fitting profile that
+// cannot work (its partition does not exist, so every sbatch fails and
+// the profile backs off) beside a larger fitting profile that works:
+// first in the same provisioner, then in a second provisioner. The need
+// must be served by the working one, by a real worker in a Slurm job,
+// within a bound; before, it waited on the broken profile forever.
+func TestReliabilityFailover(t *testing.T) {
+	for _, tc := range []struct{ name, second string }{
+		{"profile", ""},
+		{"provisioner", "b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newE2E(t, "rel-failover")
+			e.killPluginsAtEnd(t)
+			broken := `  profile "small" {
+    cpus   = 1
+    ram_mb = 200
+    sbatch = ["--partition=no-such-partition", "--time=00:10:00"]
+  }
+`
+			working := fmt.Sprintf(`  profile "cpu" {
+    cpus   = 2
+    ram_mb = 500
+    sbatch = ["--partition=%s", "--time=00:10:00"]
+  }
+`, e.env.Partition)
+			worker := []string{e.host, "worker"}
+			pluginDir := filepath.Dir(e.plugin)
+			var cfg string
+			if tc.second == "" {
+				cfg = e.env.EngineConfig(e.port, pluginDir, e.name, worker, broken+working)
+			} else {
+				cfg = e.env.EngineConfig(e.port, pluginDir, e.name, worker, broken)
+				other := e.env.EngineConfig(e.port, pluginDir, e.name+"-"+tc.second, worker, working)
+				cfg += "\n" + other[strings.Index(other, "provisioner "):]
+			}
+			path := filepath.Join(t.TempDir(), "config.hcl")
+			if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			started := time.Now()
+			p := e.startEngine(t, "-config", path, "-need", "cpus=1", "-timeout", "90s")
+			code := p.wait(t, 3*time.Minute)
+			took := time.Since(started)
+			story := p.stdout.String()
+			t.Logf("story:\n%s", story)
+			if code != 0 {
+				t.Fatalf("exit %d: the need was not served beside a working profile within 90s\nstderr:\n%s", code, p.stderr)
+			}
+			m := workDoneRe.FindStringSubmatch(story)
+			if m == nil || !strings.Contains(m[1], "-cpu-") {
+				t.Errorf("the need was not served by the working cpu profile's worker: %v", m)
+			}
+			if c := strings.Count(p.stderr.String(), "failed_over_from=small"); tc.second == "" && c != 1 {
+				t.Errorf("the failover was logged %d times; want once", c)
+			}
+			t.Logf("served by %v in %.1fs", m, took.Seconds())
+			if took > 60*time.Second {
+				t.Errorf("served after %.1fs; want within 60s", took.Seconds())
+			}
+		})
+	}
+}
+
+// TestReliabilityHostAndPluginKilled kills the engine and its plugin
+// together with SIGKILL while their jobs are queued and running, so that
+// nothing is cancelled: the jobs can only be recovered by adoption. An
+// engine started again with the same configuration (and secret) must
+// adopt both, and a recovered job is one whose worker attaches and
+// serves: the workers wait for the test's gate until adoption is done,
+// then each adopted job must serve one of the needs, no new job being
+// asked for.
+func TestReliabilityHostAndPluginKilled(t *testing.T) {
+	e := newE2E(t, "rel-hostplug")
+	e.killPluginsAtEnd(t)
+	gate := filepath.Join(filepath.Dir(sleeperWorker(t)), "open")
+	cfg := e.config(t, gatedWorker(t, gate, e.host))
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = bytes.Replace(b, []byte("engine {\n"), []byte("engine {\n  secret_env = \"FLUKSIO_REL_SECRET\"\n"), 1)
+	if err := os.WriteFile(cfg, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FLUKSIO_REL_SECRET", strings.Repeat("0123456789abcdef", 4))
+	t.Setenv(shared.LogLevelEnv, "debug")
+	needs := []string{"-need", "cpus=2", "-need", "gpus=1,label=cuda"}
+	p := e.startEngine(t, append([]string{"-config", cfg, "-timeout", "5m", "-log-level", "debug"}, needs...)...)
+	reapMasters(t, p)
+
+	var before map[string][]string
+	poll(t, 60*time.Second, "a job for each of cpu and gpu in squeue", func() bool {
+		if p.exited() {
+			t.Fatalf("the engine exited early\nstdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)
+		}
+		before = activeByProfile(e.jobs(t))
+		return len(before["cpu"]) == 1 && len(before["gpu"]) == 1
+	})
+	pids := e.pluginPIDs(t)
+	if len(pids) != 1 {
+		t.Fatalf("plugin processes %v, want one", pids)
+	}
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	p.waitDone(t, 10*time.Second)
+	poll(t, 5*time.Second, "the killed plugin to be gone", func() bool { return len(e.pluginPIDs(t)) == 0 })
+	earlier := []string{before["cpu"][0], before["gpu"][0]}
+	t.Logf("left in the queue by the killed engine and plugin: %v", earlier)
+
+	p2 := e.startEngine(t, append([]string{"-config", cfg, "-timeout", "3m"}, needs...)...)
+	var outstanding map[string]string
+	poll(t, 60*time.Second, "the second engine to adopt both jobs", func() bool {
+		if p2.exited() {
+			t.Fatalf("the second engine exited\nstdout:\n%s\nstderr:\n%s", p2.stdout, p2.stderr)
+		}
+		var ok bool
+		_, outstanding, ok = e.status(t)
+		return ok && outstanding["cpu"] == earlier[0] && outstanding["gpu"] == earlier[1]
+	})
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opened := time.Now()
+	code := p2.wait(t, 4*time.Minute)
+	exitedAt := time.Now()
+	story := p2.stdout.String()
+	t.Logf("second engine's story:\n%s", story)
+	if code != 0 {
+		t.Fatalf("exit %d: the adopted jobs' workers did not serve the needs\nstderr:\n%s", code, p2.stderr)
+	}
+	var servedBy []string
+	for _, m := range workDoneRe.FindAllStringSubmatch(story, -1) {
+		servedBy = append(servedBy, m[2])
+	}
+	slices.Sort(servedBy)
+	want := slices.Clone(earlier)
+	slices.Sort(want)
+	if !slices.Equal(servedBy, want) {
+		t.Errorf("needs served by jobs %v; want exactly the adopted jobs %v", servedBy, want)
+	}
+	t.Logf("needs served by jobs %v (adopted: %v) %.1fs after the workers were let go", servedBy, earlier, exitedAt.Sub(opened).Seconds())
 	e.assertCleanedUp(t, exitedAt)
 }

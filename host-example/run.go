@@ -115,6 +115,12 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	}
 
 	placer := NewPlacer(logger.Named("placer"), engine, nil)
+	supByName := map[string]*supervisor{}
+	placer.OnDeadline = func(name string, missed bool) {
+		if s := supByName[name]; s != nil {
+			s.deadline("Provision", missed)
+		}
+	}
 	engine.NeedsFunc = placer.Needs
 	wake := make(chan struct{}, 1)
 	poke := func() {
@@ -146,7 +152,9 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		s.onUp = func(t Target) { placer.SetTarget(t); placer.SetDown(name, false); poke() }
 		s.onDown = func(string) { placer.SetDown(name, true) }
 		sups = append(sups, s)
+		supByName[name] = s
 	}
+	rec := newReconciler(sups, logger)
 	engine.StatusFunc = func(ctx context.Context) []ProvisionerStatus {
 		out := make([]ProvisionerStatus, 0, len(sups))
 		for _, s := range sups {
@@ -175,6 +183,8 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 			}()
 		}
 		wg.Wait()
+		rec.wait()
+		placer.Close()
 		engine.Close()
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer scancel()
@@ -246,7 +256,7 @@ loop:
 		case <-wake:
 		case <-engine.Changed():
 		case <-reconcileTick.C:
-			reconcile(ctx, sups, engine.AttachedBy, logger)
+			rec.run(ctx, engine.AttachedBy)
 		}
 		placer.Pass(ctx)
 	}
@@ -255,27 +265,70 @@ loop:
 	return code
 }
 
-// reconcile tells each provisioner which of its own workers are attached
-// (attached(name) lists them), so it forgets what arrived and gives up on
-// what took too long.
-func reconcile(ctx context.Context, sups []*supervisor, attached func(provisioner string) []string, logger hclog.Logger) {
-	for _, s := range sups {
+// reconcileTimeout bounds one Reconcile call.
+var reconcileTimeout = 30 * time.Second
+
+// reconciler tells each provisioner which of its own workers are
+// attached, so it forgets what arrived and gives up on what took too long. Each provisioner is called
+// on a goroutine of its own, so one that hangs delays neither the run
+// loop nor the others; it is not called again until its call returns.
+type reconciler struct {
+	sups   []*supervisor
+	logger hclog.Logger
+
+	mu   sync.Mutex // guards busy
+	busy map[*supervisor]bool
+
+	wg sync.WaitGroup // the calls under way; wait waits for them
+}
+
+func newReconciler(sups []*supervisor, logger hclog.Logger) *reconciler {
+	return &reconciler{sups: sups, logger: logger, busy: map[*supervisor]bool{}}
+}
+
+// run starts a Reconcile for each provisioner that is up and not still
+// answering the last one, and returns at once.
+func (r *reconciler) run(ctx context.Context, attached func(provisioner string) []string) {
+	for _, s := range r.sups {
 		p := s.provisioner()
 		if p == nil {
 			continue
 		}
-		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		r, err := p.Reconcile(rctx, &shared.ReconcileRequest{Attached: attached(s.cfg.Name)})
-		cancel()
-		if err != nil {
-			logger.Warn("reconcile failed", "provisioner", s.cfg.Name, "error", err)
+		r.mu.Lock()
+		if r.busy[s] {
+			r.mu.Unlock()
 			continue
 		}
-		if len(r.Expired) > 0 {
-			logger.Warn("gave up on jobs that never attached", "provisioner", s.cfg.Name, "jobs", r.Expired)
-		}
+		r.busy[s] = true
+		r.mu.Unlock()
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			r.reconcileOne(ctx, s, p, attached(s.cfg.Name))
+			r.mu.Lock()
+			delete(r.busy, s)
+			r.mu.Unlock()
+		}()
 	}
 }
+
+func (r *reconciler) reconcileOne(ctx context.Context, s *supervisor, p shared.Provisioner, attached []string) {
+	rctx, cancel := context.WithTimeout(ctx, reconcileTimeout)
+	defer cancel()
+	resp, err := p.Reconcile(rctx, &shared.ReconcileRequest{Attached: attached})
+	missed := rctx.Err() == context.DeadlineExceeded && ctx.Err() == nil
+	s.deadline("Reconcile", missed)
+	if err != nil {
+		r.logger.Warn("reconcile failed", "provisioner", s.cfg.Name, "error", err)
+		return
+	}
+	if len(resp.Expired) > 0 {
+		r.logger.Warn("gave up on jobs that never attached", "provisioner", s.cfg.Name, "jobs", resp.Expired)
+	}
+}
+
+// wait waits for the calls under way, each bounded by reconcileTimeout.
+func (r *reconciler) wait() { r.wg.Wait() }
 
 // story prints what happens in words a person can follow, with the time
 // since the engine started; the log on stderr has the details.

@@ -40,36 +40,67 @@ type supervisor struct {
 	current  *shared.Plugin
 	lastExit *shared.ExitStatus
 	restarts int
+	// misses counts calls in a row that missed their deadline; wedged
+	// says why the last process was killed for it, for GET /status.
+	misses   int
+	wedged   string
 	stopping bool
 	state    string // "running", "restarting", "stopped", "failed: …"
 
+	// shutResp and shutErr are the outcome of the one shutdown; shutDone
+	// is closed once they are set, so that a second caller waits for the
+	// first instead of returning "nothing cancelled" while it works.
+	shutResp *shared.ShutdownResponse
+	shutErr  error
+	shutDone chan struct{}
+
 	wg   sync.WaitGroup // the watch goroutine
 	stop chan struct{}  // closed by shutdown
+	// life bounds a restart the watch goroutine has begun; shutdown
+	// cancels it when its own deadline passes, so that waiting for the
+	// watch goroutine never outlasts the shutdown.
+	life       context.Context
+	cancelLife context.CancelFunc
 }
 
 func newSupervisor(cfg *provisionerConfig, logger hclog.Logger, opts launchOptions) *supervisor {
 	opts.configure = true
-	return &supervisor{cfg: cfg, logger: logger, opts: opts, restart: true, stop: make(chan struct{}), state: "starting"}
+	life, cancel := context.WithCancel(context.Background())
+	return &supervisor{cfg: cfg, logger: logger, opts: opts, restart: true, stop: make(chan struct{}), state: "starting",
+		shutDone: make(chan struct{}), life: life, cancelLife: cancel}
 }
 
 // start launches and configures the plugin the first time. Configuration
 // problems come back as diagnostics against the config file; a first
 // start that fails is not retried, because the operator is watching.
 func (s *supervisor) start(ctx context.Context) hcl.Diagnostics {
-	l, diags := s.launch(ctx)
+	l, diags := s.launch(ctx, true)
 	if diags.HasErrors() {
 		if l != nil {
 			l.plugin.Kill()
 		}
 		return diags
 	}
+	s.mu.Lock()
+	if s.stopping {
+		// A shutdown began while this plugin started; it may have found
+		// nothing to stop, so this plugin is stopped here.
+		s.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = l.plugin.Stop(ctx)
+		return diags
+	}
 	s.wg.Add(1)
+	s.mu.Unlock()
 	go s.watch(l.plugin)
 	return diags
 }
 
-// launch starts a process, configures it and publishes its shapes.
-func (s *supervisor) launch(ctx context.Context) (*launched, hcl.Diagnostics) {
+// launch starts a process, configures it and, with publish, publishes
+// its shapes to the placer. A launch made only to cancel at shutdown does
+// not publish, so that nothing new is asked of it.
+func (s *supervisor) launch(ctx context.Context, publish bool) (*launched, hcl.Diagnostics) {
 	l, diags := resolveProvisioner(ctx, s.cfg, s.opts)
 	if diags.HasErrors() {
 		return l, diags
@@ -95,7 +126,9 @@ func (s *supervisor) launch(ctx context.Context) (*launched, hcl.Diagnostics) {
 	s.mu.Lock()
 	s.current, s.state = l.plugin, "running"
 	s.mu.Unlock()
-	s.onUp(Target{Name: s.cfg.Name, P: p, Shapes: sr.Shapes})
+	if publish {
+		s.onUp(Target{Name: s.cfg.Name, P: p, Shapes: sr.Shapes})
+	}
 	return l, diags
 }
 
@@ -136,8 +169,8 @@ func (s *supervisor) watch(p *shared.Plugin) {
 				return
 			}
 			backoff = min(backoff*2, restartMax)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			l, diags := s.launch(ctx)
+			ctx, cancel := context.WithTimeout(s.life, time.Minute)
+			l, diags := s.launch(ctx, true)
 			cancel()
 			if !diags.HasErrors() {
 				s.mu.Lock()
@@ -153,6 +186,36 @@ func (s *supervisor) watch(p *shared.Plugin) {
 			s.logger.Error("restart failed", "error", diags.Error())
 		}
 	}
+}
+
+// wedgeAfter is how many calls in a row may miss their deadline before
+// the plugin is taken for wedged and restarted.
+var wedgeAfter = 3
+
+// deadline records whether a call to the plugin answered in time. After
+// wedgeAfter misses in a row the plugin is marked wedged and its process
+// killed; the watch goroutine then restarts it as after any exit.
+func (s *supervisor) deadline(call string, missed bool) {
+	s.mu.Lock()
+	if !missed {
+		s.misses = 0
+		s.mu.Unlock()
+		return
+	}
+	s.misses++
+	if s.misses < wedgeAfter || s.state != "running" || s.stopping || s.current == nil {
+		s.mu.Unlock()
+		return
+	}
+	s.misses = 0
+	s.wedged = fmt.Sprintf("wedged: %d calls in a row missed their deadline, the last a %s; killed to restart it", wedgeAfter, call)
+	s.state = "wedged"
+	cur := s.current
+	s.mu.Unlock()
+	s.logger.Error("plugin wedged; killing it so that it restarts", "missed_calls", wedgeAfter, "last", call)
+	// Kill waits for the process to be gone, which takes as long as the
+	// plugin takes to die; the caller is a per-plugin goroutine.
+	cur.Kill()
 }
 
 func (s *supervisor) setState(st string) {
@@ -179,6 +242,9 @@ func (s *supervisor) status(ctx context.Context) ProvisionerStatus {
 		ps.Process = fmt.Sprintf("%s (restarts: %d, last exit: %s)", s.state, s.restarts, s.lastExit)
 		ps.LastExitStderr = tail(s.lastExit.Stderr, 10)
 	}
+	if s.wedged != "" {
+		ps.Process += "; last " + s.wedged
+	}
 	cur := s.current
 	running := s.state == "running"
 	s.mu.Unlock()
@@ -198,27 +264,88 @@ func (s *supervisor) status(ctx context.Context) ProvisionerStatus {
 }
 
 // shutdown asks the provisioner to cancel what is outstanding, then ends
-// the process, and stops restarting it.
+// the process, and stops restarting it. Whatever state the plugin is in,
+// its jobs are cancelled: a plugin that is dead, or waiting out its
+// restart delay, is started again (and so adopts its jobs from the queue)
+// only to be asked to cancel them, and a restart under way is waited for
+// and its new process stopped. Every wait is bounded by ctx. A second
+// caller waits for the first one's outcome.
 func (s *supervisor) shutdown(ctx context.Context) (*shared.ShutdownResponse, error) {
 	s.mu.Lock()
 	if s.stopping {
 		s.mu.Unlock()
-		return &shared.ShutdownResponse{}, nil
+		select {
+		case <-s.shutDone:
+			return s.shutResp, s.shutErr
+		case <-ctx.Done():
+			return nil, fmt.Errorf("provisioner %s: its shutdown was still under way when this caller's deadline passed", s.cfg.Name)
+		}
 	}
 	s.stopping = true
-	cur := s.current
 	s.mu.Unlock()
+	resp, err := s.shutdownOnce(ctx)
+	s.mu.Lock()
+	s.shutResp, s.shutErr, s.state = resp, err, "stopped"
+	s.mu.Unlock()
+	close(s.shutDone)
+	return resp, err
+}
+
+func (s *supervisor) shutdownOnce(ctx context.Context) (*shared.ShutdownResponse, error) {
 	close(s.stop)
-	s.wg.Wait()
-	defer s.setState("stopped")
+	watched := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(watched)
+	}()
+	select {
+	case <-watched:
+	case <-ctx.Done():
+		// A restart is taking longer than the shutdown may: give it up.
+		// The watch goroutine kills what it had started.
+		s.cancelLife()
+		<-watched
+	}
+	defer s.cancelLife()
+
+	s.mu.Lock()
+	cur, lastExit := s.current, s.lastExit
+	s.mu.Unlock()
 	if cur == nil {
+		// It never started, so it never asked for anything.
 		return &shared.ShutdownResponse{}, nil
+	}
+	if gone(cur) {
+		s.logger.Warn("the plugin is not running at shutdown; starting it again to cancel its jobs", "last_exit", cur.ExitStatus().String())
+		l, diags := s.launch(ctx, false)
+		if diags.HasErrors() {
+			if l != nil {
+				l.plugin.Kill()
+			}
+			why := "it exited"
+			if lastExit != nil {
+				why = "it exited (" + lastExit.String() + ")"
+			}
+			return nil, fmt.Errorf("provisioner %s could not cancel its jobs: %s and could not be started again to cancel them (%s); look for its jobs with squeue and cancel them with scancel",
+				s.cfg.Name, why, diags.Error())
+		}
+		cur = l.plugin
 	}
 	resp, err := cur.Stop(ctx)
 	if errors.Is(err, shared.ErrPluginGone) {
 		err = fmt.Errorf("the plugin was gone before it could cancel its jobs (%s): %w", cur.ExitStatus(), err)
 	}
 	return resp, err
+}
+
+// gone reports whether the plugin's process has exited.
+func gone(p *shared.Plugin) bool {
+	select {
+	case <-p.Exited():
+		return true
+	default:
+		return false
+	}
 }
 
 func tail(lines []string, n int) []string {

@@ -999,7 +999,7 @@ func (p *Provisioner) shutdown(ctx context.Context, req *shared.ShutdownRequest)
 	p.mu.Unlock()
 
 	if sweep {
-		found, err := p.sweepQueue(ctx, cfg, lost, arrived)
+		found, err := p.sweepQueue(ctx, cfg, lost, arrived, neverLooked)
 		if err != nil {
 			p.setLastErr(err.Error())
 			cfg.log.Error("could not read the queue for jobs whose submission was cut short", "error", err)
@@ -1057,9 +1057,11 @@ func orNone(ids []string) string {
 // sweepQueue reads the queue once for Shutdown: it returns every pending
 // job of this engine and provisioner, any epoch, and the job of each lost
 // request, pending or running (its worker has not attached, or it would
-// not be lost). Running jobs otherwise are left alone: their worker may
-// be attached and busy.
-func (p *Provisioner) sweepQueue(ctx context.Context, cfg *settings, lost []*request, arrived map[string]bool) ([]jobRef, error) {
+// not be lost). Other running jobs are left alone, since their worker may
+// be attached and busy, unless running is set: a plugin that never got
+// to look at the queue (restarted to shut down, say) cannot tell, and
+// would have adopted and cancelled them like its own.
+func (p *Provisioner) sweepQueue(ctx context.Context, cfg *settings, lost []*request, arrived map[string]bool, running bool) ([]jobRef, error) {
 	rows, err := p.listJobs(ctx, cfg, false)
 	if err != nil {
 		return nil, err
@@ -1079,7 +1081,7 @@ func (p *Provisioner) sweepQueue(ctx context.Context, cfg *settings, lost []*req
 			found = append(found, jobRef{job: row.id, profile: r.profile, worker: r.worker})
 			continue
 		}
-		if row.state == "PENDING" {
+		if row.state == "PENDING" || running {
 			found = append(found, jobRef{job: row.id, profile: profile, worker: tag.worker})
 		}
 	}

@@ -237,5 +237,5 @@ func main() {
 	if abuse("stderr") {
 		abusiveStderr()
 	}
-	shared.Serve(func(log hclog.Logger) shared.Provisioner { return &memory{log: log} })
+	shared.Serve(func(log hclog.Logger) shared.Provisioner { return withHang(&memory{log: log}) })
 }
