@@ -115,7 +115,7 @@ func TestLaunchedPluginRoundTrips(t *testing.T) {
 		t.Fatalf("Info: %+v %v", info, err)
 	}
 	sr, err := prov.Schema(ctx, &SchemaRequest{})
-	if err != nil || len(sr.Schema.Attributes) != 3 || sr.Schema.Attributes[1].Default != false {
+	if err != nil || len(sr.Schema.Attributes) != 4 || sr.Schema.Attributes[1].Default != false {
 		t.Fatalf("Schema: %+v %v", sr, err)
 	}
 	if _, err := prov.Provision(ctx, &ProvisionRequest{Need: Need{CPUs: 1}}); !errors.Is(err, ErrNotConfigured) {
