@@ -241,7 +241,7 @@ func (p *Provisioner) pollWanted() bool {
 	if p.shut {
 		return false
 	}
-	if len(p.outstanding) > 0 || len(p.cancelling) > 0 {
+	if len(p.outstanding) > 0 || len(p.cancelling) > 0 || p.now().Before(p.watchUntil) {
 		return true
 	}
 	return p.adoptPending && p.idleAdoptFailures < maxIdleAdoptFailures
@@ -305,6 +305,7 @@ func (p *Provisioner) pollOnce(ctx context.Context) {
 	adopting := p.adoptPending
 	idle := len(p.outstanding) == 0
 	cancelling := len(p.cancelling) > 0
+	watchingLate := p.now().Before(p.watchUntil)
 	var watched []watch
 	for _, prof := range cfg.Profiles {
 		// A submission still running is left to finish: its own event
@@ -314,7 +315,7 @@ func (p *Provisioner) pollOnce(ctx context.Context) {
 		}
 	}
 	p.mu.Unlock()
-	if !adopting && !cancelling && len(watched) == 0 {
+	if !adopting && !cancelling && !watchingLate && len(watched) == 0 {
 		return
 	}
 
@@ -426,6 +427,7 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 			}
 			if row, listed = byComment[cfg.comment(r.worker)]; !listed {
 				forget(r, fmt.Sprintf("the answer to worker %s's sbatch was lost, and the queue has no job for it: it was not submitted", r.worker))
+				p.watchUntil = now.Add(cfg.provisionTimeout)
 				continue
 			}
 			r.job, r.state = row.id, ""

@@ -995,3 +995,36 @@ func TestTagsOfOthersAreNotOurs(t *testing.T) {
 // tagOf is the tag of worker's job in the harness, whose engine says no
 // id: the id falls back to the provisioner's name, the epoch to "0".
 func tagOf(worker string) string { return jobComment("hpc", "0", worker) }
+
+// TestLateLandingFoundWhileWatching: a submission whose answer was lost
+// and whose job the queue did not have is given up on, but the sbatch on
+// the login node may still land. The poller keeps reading the queue for
+// provision_timeout, and the job that lands is adopted on the next cycle.
+// Before, the idle poller stopped and the job sat in the queue.
+func TestLateLandingFoundWhileWatching(t *testing.T) {
+	h := newHarness(t, "sbatch=drop,squeue=rows", nil)
+	h.fake.setRows(t)
+	h.provision(t, cpuNeed)
+	ev := h.host.waitEvents(t, 1)[0]
+	if ev.Kind != shared.EventWorkerProvisionFailed {
+		t.Fatalf("event = %+v", ev)
+	}
+	h.submitted(t)
+	if !h.p.pollWanted() {
+		t.Fatal("the poller rests although a submission may still land")
+	}
+	h.fake.setRows(t, "4300|PENDING|Priority|N/A|"+tagOf(ev.Worker))
+	h.p.pollOnce(context.Background())
+	if o := h.outstanding(t)["cpu"]; o.Job != "4300" || o.Worker != ev.Worker {
+		t.Errorf("outstanding %+v; want the late job adopted", o)
+	}
+	// Once adopted it is watched as any job; after provision_timeout
+	// with nothing outstanding the poller rests.
+	h.p.mu.Lock()
+	clear(h.p.outstanding)
+	h.p.mu.Unlock()
+	h.clock.Advance(time.Hour)
+	if h.p.pollWanted() {
+		t.Error("the poller still watches an hour later")
+	}
+}

@@ -114,6 +114,11 @@ type Provisioner struct {
 	// job can land later, so Shutdown reads the queue for it even if the
 	// books hold nothing.
 	suspect bool
+	// watchUntil keeps the poller reading the queue after a submission
+	// whose answer was lost was found "not submitted": the sbatch on the
+	// login node may still land, and the level-triggered books should
+	// find it while somebody is looking, not only at the next demand.
+	watchUntil time.Time
 	// idleAdoptFailures counts poll cycles in a row that could not read
 	// the queue for adoption while nothing else was outstanding; after
 	// maxIdleAdoptFailures the poller rests until there is demand.
@@ -469,6 +474,7 @@ func (p *Provisioner) submit(ctx context.Context, cfg *settings, host shared.Hos
 			job, err = found, nil
 		default:
 			detail = truncate(detail + " (the queue has no job for worker " + r.worker + ")")
+			p.watchLate(cfg)
 		}
 	}
 	if err != nil {
@@ -1123,3 +1129,12 @@ type redactedError struct {
 
 func (e redactedError) Error() string { return e.msg }
 func (e redactedError) Unwrap() error { return e.err }
+
+// watchLate keeps the poller going for provision_timeout, for a
+// submission that may still land.
+func (p *Provisioner) watchLate(cfg *settings) {
+	p.mu.Lock()
+	p.watchUntil = p.now().Add(cfg.provisionTimeout)
+	p.mu.Unlock()
+	p.wakePoller()
+}
