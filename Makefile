@@ -56,6 +56,12 @@ check-shared: ## fail if shared/ imports slurm/, plugin/ or host-example/
 	@bad=$$($(GO) list -deps ./shared/... | grep -E '^github.com/fluksio/provision/(slurm|plugin|host-example)' || true); \
 	if [ -n "$$bad" ]; then echo "shared/ must not import: $$bad"; exit 1; fi; echo "==> shared/ stands alone"
 
+.PHONY: check-plugin-deps
+check-plugin-deps: ## fail if the plugin binary or the contract package links an HCL parser or the host
+	@bad=$$($(GO) list -deps ./plugin ./shared | grep -E '^github.com/(hashicorp/hcl/|zclconf/go-cty)|^github.com/fluksio/provision/host-example' || true); \
+	if [ -n "$$bad" ]; then echo "a plugin must not link these (they belong to the host):"; echo "$$bad" | sed 's/^/  /'; exit 1; fi; \
+	echo "==> the plugin links no HCL and nothing of the host"
+
 .PHONY: check-tidy
 check-tidy: ## fail if go mod tidy would change go.mod or go.sum
 	@tmp=$$(mktemp -d) && cp go.mod go.sum $$tmp/ && $(GO) mod tidy && \
@@ -65,7 +71,7 @@ check-tidy: ## fail if go mod tidy would change go.mod or go.sum
 	rm -rf $$tmp; echo "==> go.mod is tidy"
 
 .PHONY: lint
-lint: $(TOOLS)/staticcheck check-shared check-proto check-tidy ## gofmt, go vet, staticcheck, and the checks above
+lint: $(TOOLS)/staticcheck check-shared check-plugin-deps check-proto check-tidy ## gofmt, go vet, staticcheck, and the checks above
 	@echo "==> gofmt"; out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
 	@echo "==> go vet"; $(GO) vet ./...
@@ -86,7 +92,7 @@ test: build lint fuzz ## lint, a short fuzz, then every test with -race, with th
 # Each fuzz target runs briefly on every `make test`, from its committed
 # seeds; run one for longer with e.g. FUZZTIME=10m make fuzz.
 FUZZTIME ?= 5s
-FUZZ_TARGETS := shared:FuzzDecodeConfig slurm:FuzzParseJobID slurm:FuzzConfigAndScript host-example:FuzzVerify
+FUZZ_TARGETS := shared/hclconfig:FuzzDecodeConfig slurm:FuzzParseJobID slurm:FuzzConfigAndScript host-example:FuzzVerify
 .PHONY: fuzz
 fuzz: ## run each fuzz target for FUZZTIME (default 5s)
 	@log=$$(mktemp); trap 'rm -f $$log' EXIT; \

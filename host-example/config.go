@@ -20,6 +20,7 @@ import (
 	"github.com/hashicorp/hcl/v2/hclparse"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/hclconfig"
 )
 
 // The engine's configuration is HCL:
@@ -122,7 +123,7 @@ func loadConfig(path string) (*config, hcl.Diagnostics) {
 	var file *hcl.File
 	// Bounded before any parser sees it: the parsers recurse, and a
 	// deep enough file overflows the stack.
-	if diags := shared.CheckConfigSource(src, path, strings.HasSuffix(path, ".json")); diags.HasErrors() {
+	if diags := hclconfig.CheckConfigSource(src, path, strings.HasSuffix(path, ".json")); diags.HasErrors() {
 		return cfg, diags
 	}
 	var diags hcl.Diagnostics
@@ -352,7 +353,7 @@ func resolveProvisioner(ctx context.Context, p *provisionerConfig, opts launchOp
 		return fail("Plugin has an unusable schema", err)
 	}
 	l.schema = sr.Schema
-	raw, diags := shared.DecodeConfig(p.Body, sr.Schema, nil)
+	raw, diags := hclconfig.DecodeConfig(p.Body, sr.Schema, nil)
 	if diags.HasErrors() {
 		return l, diags
 	}
@@ -364,7 +365,7 @@ func resolveProvisioner(ctx context.Context, p *provisionerConfig, opts launchOp
 	if err != nil {
 		return fail("Plugin could not validate its configuration", err)
 	}
-	return l, append(diags, shared.ConfigDiagnostics(p.Body, sr.Schema, vr.Diagnostics)...)
+	return l, append(diags, hclconfig.ConfigDiagnostics(p.Body, sr.Schema, vr.Diagnostics)...)
 }
 
 func quote(s string) string { return fmt.Sprintf("%q", s) }
@@ -451,5 +452,5 @@ func readConfigFile(path string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	return io.ReadAll(io.LimitReader(f, shared.MaxConfigBytes+1))
+	return io.ReadAll(io.LimitReader(f, hclconfig.MaxConfigBytes+1))
 }

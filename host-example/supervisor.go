@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/hclconfig"
 )
 
 // Restart backoff for a plugin that exits on its own: the first restart
@@ -114,7 +115,7 @@ func (s *supervisor) launch(ctx context.Context, publish bool) (*launched, hcl.D
 		return l, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Plugin could not be configured",
 			Detail: err.Error() + ".", Subject: s.cfg.DefRange.Ptr()}}
 	}
-	diags = append(diags, shared.ConfigDiagnostics(s.cfg.Body, l.schema, cr.Diagnostics)...)
+	diags = append(diags, hclconfig.ConfigDiagnostics(s.cfg.Body, l.schema, cr.Diagnostics)...)
 	if diags.HasErrors() {
 		return l, diags
 	}

@@ -28,7 +28,8 @@
 // the plugin receives plain JSON and answers with diagnostics that carry a
 // path into it, which the host turns back into file:line:col. A plugin
 // never needs an HCL parser, and an operator sees every mistake where it
-// was made.
+// was made. The decoding lives in shared/hclconfig, so that neither this
+// package nor a plugin links HCL (`make check-plugin-deps`).
 //
 // The plugin talks back over one stream the host opens (HostChannel):
 // events, in order and acknowledged, and requests for worker credentials.

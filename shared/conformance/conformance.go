@@ -42,6 +42,7 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/hclconfig"
 )
 
 // Config says which plugin to run and how to configure it.
@@ -320,7 +321,7 @@ func decode(body string, schema *shared.Schema) (json.RawMessage, hcl.Diagnostic
 	if diags.HasErrors() {
 		return nil, diags
 	}
-	return shared.DecodeConfig(f.Body, schema, nil)
+	return hclconfig.DecodeConfig(f.Body, schema, nil)
 }
 
 func hasPath(diags shared.Diagnostics, path []string) bool {

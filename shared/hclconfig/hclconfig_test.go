@@ -1,4 +1,4 @@
-package shared
+package hclconfig
 
 import (
 	"bytes"
@@ -14,27 +14,29 @@ import (
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/function"
 	"github.com/zclconf/go-cty/cty/function/stdlib"
+
+	"github.com/fluksio/provision/shared"
 )
 
 // testConfigSchema resembles a Slurm provisioner's schema.
-func testConfigSchema() *Schema {
-	return &Schema{
-		Attributes: []Attribute{
-			{Name: "login", Type: TypeString, Required: true},
-			{Name: "ssh_port", Type: TypeInt},
-			{Name: "max_idle", Type: TypeDuration, Default: "5m"},
-			{Name: "worker_command", Type: TypeListString, Default: []string{"fluksio-worker"}},
-			{Name: "password", Type: TypeString, Sensitive: true},
+func testConfigSchema() *shared.Schema {
+	return &shared.Schema{
+		Attributes: []shared.Attribute{
+			{Name: "login", Type: shared.TypeString, Required: true},
+			{Name: "ssh_port", Type: shared.TypeInt},
+			{Name: "max_idle", Type: shared.TypeDuration, Default: "5m"},
+			{Name: "worker_command", Type: shared.TypeListString, Default: []string{"fluksio-worker"}},
+			{Name: "password", Type: shared.TypeString, Sensitive: true},
 		},
-		Blocks: []BlockType{{
+		Blocks: []shared.BlockType{{
 			Name:     "profile",
 			Labels:   []string{"name"},
 			MinItems: 1,
-			Body: &Schema{Attributes: []Attribute{
-				{Name: "cpus", Type: TypeInt, Default: 1},
-				{Name: "gpus", Type: TypeInt, Default: 0},
-				{Name: "labels", Type: TypeListString},
-				{Name: "sbatch", Type: TypeListString},
+			Body: &shared.Schema{Attributes: []shared.Attribute{
+				{Name: "cpus", Type: shared.TypeInt, Default: 1},
+				{Name: "gpus", Type: shared.TypeInt, Default: 0},
+				{Name: "labels", Type: shared.TypeListString},
+				{Name: "sbatch", Type: shared.TypeListString},
 			}},
 		}},
 	}
@@ -102,7 +104,7 @@ func TestDecodeConfigErrors(t *testing.T) {
 	const profile = "\nprofile \"cpu\" {}\n"
 	tests := []struct {
 		name   string
-		schema *Schema
+		schema *shared.Schema
 		src    string
 		want   []wantDiag
 	}{
@@ -199,7 +201,7 @@ func TestDecodeConfigErrors(t *testing.T) {
 		},
 		{
 			name: "too many blocks",
-			schema: &Schema{Blocks: []BlockType{{
+			schema: &shared.Schema{Blocks: []shared.BlockType{{
 				Name: "profile", Labels: []string{"name"}, MaxItems: 1,
 			}}},
 			src:  "profile \"a\" {}\nprofile \"b\" {}\n",
@@ -256,8 +258,8 @@ func TestDecodeConfigSensitive(t *testing.T) {
 	const secret = "hunter2"
 	schema := testConfigSchema()
 	schema.Attributes = append(schema.Attributes,
-		Attribute{Name: "secret_ttl", Type: TypeDuration, Sensitive: true},
-		Attribute{Name: "secret_port", Type: TypeInt, Sensitive: true},
+		shared.Attribute{Name: "secret_ttl", Type: shared.TypeDuration, Sensitive: true},
+		shared.Attribute{Name: "secret_port", Type: shared.TypeInt, Sensitive: true},
 	)
 	src := `login = "a"
 password = tonumber("hunter2")
@@ -320,11 +322,11 @@ func TestConfigDiagnosticsPaths(t *testing.T) {
 				{[]string{"nope"}, 1, 1},
 				{[]string{"max_idle"}, 1, 1}, // defaulted at the top level
 			}
-			var in Diagnostics
+			var in shared.Diagnostics
 			for _, tt := range tests {
-				in = append(in, Errorf(tt.path, "Bad", "detail"))
+				in = append(in, shared.Errorf(tt.path, "Bad", "detail"))
 			}
-			in = append(in, Diagnostic{Severity: SeverityWarning, Summary: "Careful", Detail: "d", Path: []string{"login"}})
+			in = append(in, shared.Diagnostic{Severity: shared.SeverityWarning, Summary: "Careful", Detail: "d", Path: []string{"login"}})
 			out := ConfigDiagnostics(body, testConfigSchema(), in)
 			if len(out) != len(in) {
 				t.Fatalf("got %d diagnostics, want %d", len(out), len(in))
@@ -406,10 +408,10 @@ func TestConfigRemainBody(t *testing.T) {
 		t.Errorf("login = %v in %s", obj["login"], got)
 	}
 
-	out := ConfigDiagnostics(p.Rest, testConfigSchema(), Diagnostics{
-		Errorf([]string{"profile", "0", "sbatch", "0"}, "Bad", "d"),
-		Errorf([]string{"plugin"}, "Bad", "d"),
-		Errorf(nil, "Bad", "d"),
+	out := ConfigDiagnostics(p.Rest, testConfigSchema(), shared.Diagnostics{
+		shared.Errorf([]string{"profile", "0", "sbatch", "0"}, "Bad", "d"),
+		shared.Errorf([]string{"plugin"}, "Bad", "d"),
+		shared.Errorf(nil, "Bad", "d"),
 	})
 	at := func(i int) [2]int { return [2]int{out[i].Subject.Start.Line, out[i].Subject.Start.Column} }
 	if got := at(0); got != [2]int{5, 15} {

@@ -1,4 +1,4 @@
-package shared
+package hclconfig
 
 import (
 	"cmp"
@@ -14,6 +14,8 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
+
+	"github.com/fluksio/provision/shared"
 )
 
 // DecodeConfig decodes the plugin-owned part of a provisioner block
@@ -23,7 +25,7 @@ import (
 // The object has every attribute of the schema by name (its default when
 // absent, null when absent without a default) and every block type as a
 // list of objects in source order, never null. Each block object holds
-// its labels as string fields named by BlockType.Labels, next to the
+// its labels as string fields named by shared.BlockType.Labels, next to the
 // block body's own attributes and blocks.
 //
 // Every problem is reported with a source range and a detail that says
@@ -32,9 +34,9 @@ import (
 // body may be the "remain" body gohcl leaves after the host took its
 // meta-arguments: those are hidden from Content and so are neither
 // reported as unknown nor copied into the JSON.
-func DecodeConfig(body hcl.Body, schema *Schema, ctx *hcl.EvalContext) (json.RawMessage, hcl.Diagnostics) {
+func DecodeConfig(body hcl.Body, schema *shared.Schema, ctx *hcl.EvalContext) (json.RawMessage, hcl.Diagnostics) {
 	if schema == nil {
-		schema = &Schema{}
+		schema = &shared.Schema{}
 	}
 	obj, diags := decodeBody(body, schema, ctx)
 	sortDiagnostics(diags)
@@ -61,7 +63,7 @@ func DecodeConfig(body hcl.Body, schema *Schema, ctx *hcl.EvalContext) (json.Raw
 // element came from, but the int and duration checks need the range of
 // the attribute inside the Nth block. Body.Content is the same call
 // hcldec makes, so unknown names get the same diagnostics.
-func decodeBody(body hcl.Body, s *Schema, ctx *hcl.EvalContext) (map[string]any, hcl.Diagnostics) {
+func decodeBody(body hcl.Body, s *shared.Schema, ctx *hcl.EvalContext) (map[string]any, hcl.Diagnostics) {
 	content, diags := body.Content(bodySchema(s))
 	if content == nil {
 		content = &hcl.BodyContent{MissingItemRange: body.MissingItemRange()}
@@ -113,7 +115,7 @@ func decodeBody(body hcl.Body, s *Schema, ctx *hcl.EvalContext) (map[string]any,
 // bodySchema is the HCL view of a schema. Nothing is marked required:
 // missing attributes are reported by decodeBody, whose detail says what
 // to add, and the path walk in ConfigDiagnostics must not fail on them.
-func bodySchema(s *Schema) *hcl.BodySchema {
+func bodySchema(s *shared.Schema) *hcl.BodySchema {
 	hs := &hcl.BodySchema{}
 	for _, a := range s.Attributes {
 		hs.Attributes = append(hs.Attributes, hcl.AttributeSchema{Name: a.Name})
@@ -124,9 +126,9 @@ func bodySchema(s *Schema) *hcl.BodySchema {
 	return hs
 }
 
-func blockBody(bt BlockType) *Schema {
+func blockBody(bt shared.BlockType) *shared.Schema {
 	if bt.Body == nil {
-		return &Schema{}
+		return &shared.Schema{}
 	}
 	return bt.Body
 }
@@ -134,7 +136,7 @@ func blockBody(bt BlockType) *Schema {
 // explainUnsupported adds the allowed names to HCL's "not expected here"
 // diagnostics when HCL found no close match to suggest, so the reader
 // learns what to write instead of only what not to write.
-func explainUnsupported(diags hcl.Diagnostics, s *Schema) hcl.Diagnostics {
+func explainUnsupported(diags hcl.Diagnostics, s *shared.Schema) hcl.Diagnostics {
 	for i, d := range diags {
 		if strings.Contains(d.Detail, "Did you mean") {
 			continue
@@ -170,7 +172,7 @@ func explainUnsupported(diags hcl.Diagnostics, s *Schema) hcl.Diagnostics {
 	return diags
 }
 
-func missingAttribute(a Attribute, at hcl.Range) *hcl.Diagnostic {
+func missingAttribute(a shared.Attribute, at hcl.Range) *hcl.Diagnostic {
 	return &hcl.Diagnostic{
 		Severity: hcl.DiagError,
 		Summary:  "Missing required argument",
@@ -180,7 +182,7 @@ func missingAttribute(a Attribute, at hcl.Range) *hcl.Diagnostic {
 	}
 }
 
-func checkBlockCount(bt BlockType, blocks []*hcl.Block, missing hcl.Range) hcl.Diagnostics {
+func checkBlockCount(bt shared.BlockType, blocks []*hcl.Block, missing hcl.Range) hcl.Diagnostics {
 	n := len(blocks)
 	switch {
 	case n < bt.MinItems:
@@ -207,7 +209,7 @@ func checkBlockCount(bt BlockType, blocks []*hcl.Block, missing hcl.Range) hcl.D
 	return nil
 }
 
-func blockExample(bt BlockType) string {
+func blockExample(bt shared.BlockType) string {
 	var b strings.Builder
 	b.WriteString(bt.Name)
 	for _, l := range bt.Labels {
@@ -218,17 +220,17 @@ func blockExample(bt BlockType) string {
 }
 
 // example is a value of the type, for details that say what to write.
-func example(t Type) string {
+func example(t shared.Type) string {
 	switch t {
-	case TypeBool:
+	case shared.TypeBool:
 		return "true"
-	case TypeInt:
+	case shared.TypeInt:
 		return "22"
-	case TypeNumber:
+	case shared.TypeNumber:
 		return "1.5"
-	case TypeListString:
+	case shared.TypeListString:
 		return `["a", "b"]`
-	case TypeDuration:
+	case shared.TypeDuration:
 		return `"5m"`
 	default:
 		return `"..."`
@@ -237,17 +239,17 @@ func example(t Type) string {
 
 // expectation is the sentence that tells the reader what shape of value
 // the attribute takes.
-func expectation(t Type) string {
+func expectation(t shared.Type) string {
 	switch t {
-	case TypeBool:
+	case shared.TypeBool:
 		return "Use true or false."
-	case TypeInt:
+	case shared.TypeInt:
 		return "Use a whole number, such as 22."
-	case TypeNumber:
+	case shared.TypeNumber:
 		return "Use a number, such as 1.5."
-	case TypeListString:
+	case shared.TypeListString:
 		return `Use a list of strings, such as ["a", "b"].`
-	case TypeDuration:
+	case shared.TypeDuration:
 		return durationHint
 	default:
 		return `Use a quoted string, such as "example".`
@@ -258,11 +260,11 @@ const durationHint = `Use a number with a unit, such as "30s", "5m" or "1h".`
 
 // ctyType is the type a scalar attribute's value is converted to; lists
 // are converted element by element in decodeStringList.
-func ctyType(t Type) cty.Type {
+func ctyType(t shared.Type) cty.Type {
 	switch t {
-	case TypeBool:
+	case shared.TypeBool:
 		return cty.Bool
-	case TypeInt, TypeNumber:
+	case shared.TypeInt, shared.TypeNumber:
 		return cty.Number
 	default:
 		// Durations are strings in the JSON; their syntax is checked
@@ -272,7 +274,7 @@ func ctyType(t Type) cty.Type {
 }
 
 // decodeAttribute evaluates one attribute and returns its JSON value.
-func decodeAttribute(attr *hcl.Attribute, a Attribute, ctx *hcl.EvalContext) (any, hcl.Diagnostics) {
+func decodeAttribute(attr *hcl.Attribute, a shared.Attribute, ctx *hcl.EvalContext) (any, hcl.Diagnostics) {
 	rng := attr.Expr.Range()
 	// invalid builds an error diagnostic at a range. The expression and context are
 	// attached only for non-sensitive attributes, because the text writer
@@ -308,7 +310,7 @@ func decodeAttribute(attr *hcl.Attribute, a Attribute, ctx *hcl.EvalContext) (an
 		return a.Default, diags
 	}
 
-	if a.Type == TypeListString {
+	if a.Type == shared.TypeListString {
 		return decodeStringList(attr, v, a, invalid, diags)
 	}
 	cv, err := convert.Convert(v, ctyType(a.Type))
@@ -320,20 +322,20 @@ func decodeAttribute(attr *hcl.Attribute, a Attribute, ctx *hcl.EvalContext) (an
 	}
 
 	switch a.Type {
-	case TypeBool:
+	case shared.TypeBool:
 		return cv.True(), diags
-	case TypeString:
+	case shared.TypeString:
 		return cv.AsString(), diags
-	case TypeNumber:
+	case shared.TypeNumber:
 		bf := cv.AsBigFloat()
 		if bf.IsInf() {
 			return nil, append(diags, invalid(rng, fmt.Sprintf("Invalid value for %q", a.Name),
 				fmt.Sprintf("The value of %q must be a finite number. %s", a.Name, expectation(a.Type)))...)
 		}
 		return json.Number(bf.Text('g', -1)), diags
-	case TypeInt:
+	case shared.TypeInt:
 		return decodeInt(cv.AsBigFloat(), a, rng, invalid, diags)
-	case TypeDuration:
+	case shared.TypeDuration:
 		return decodeDuration(cv.AsString(), a, rng, invalid, diags)
 	}
 	return nil, append(diags, invalid(rng, "Invalid plugin schema",
@@ -342,7 +344,7 @@ func decodeAttribute(attr *hcl.Attribute, a Attribute, ctx *hcl.EvalContext) (an
 
 // decodeStringList converts a list element by element, so that a bad
 // element is reported at its own range rather than at the whole list.
-func decodeStringList(attr *hcl.Attribute, v cty.Value, a Attribute, invalid invalidFunc, diags hcl.Diagnostics) (any, hcl.Diagnostics) {
+func decodeStringList(attr *hcl.Attribute, v cty.Value, a shared.Attribute, invalid invalidFunc, diags hcl.Diagnostics) (any, hcl.Diagnostics) {
 	ty := v.Type()
 	if !ty.IsTupleType() && !ty.IsListType() && !ty.IsSetType() {
 		return nil, append(diags, invalid(attr.Expr.Range(), "Incorrect attribute value type",
@@ -373,7 +375,7 @@ type invalidFunc func(at hcl.Range, summary, detail string) hcl.Diagnostics
 
 // decodeInt returns the number as a json.Number so that it is written as
 // 22 and not 22.0, and a Go plugin can decode it into an int.
-func decodeInt(bf *big.Float, a Attribute, rng hcl.Range, invalid invalidFunc, diags hcl.Diagnostics) (any, hcl.Diagnostics) {
+func decodeInt(bf *big.Float, a shared.Attribute, rng hcl.Range, invalid invalidFunc, diags hcl.Diagnostics) (any, hcl.Diagnostics) {
 	got := ""
 	if !a.Sensitive {
 		got = fmt.Sprintf(" (got %s)", bf.Text('g', -1))
@@ -393,7 +395,7 @@ func decodeInt(bf *big.Float, a Attribute, rng hcl.Range, invalid invalidFunc, d
 // decodeDuration checks the syntax here, with the position at hand,
 // because the plugin could only report it by path. The JSON keeps the
 // string as written.
-func decodeDuration(s string, a Attribute, rng hcl.Range, invalid invalidFunc, diags hcl.Diagnostics) (any, hcl.Diagnostics) {
+func decodeDuration(s string, a shared.Attribute, rng hcl.Range, invalid invalidFunc, diags hcl.Diagnostics) (any, hcl.Diagnostics) {
 	shown := fmt.Sprintf("%q", s)
 	if a.Sensitive {
 		shown = "The value"
@@ -480,17 +482,17 @@ func elementRange(expr hcl.Expression, i int) (hcl.Range, bool) {
 // A path that is empty or leads nowhere (a defaulted attribute, a name
 // the schema does not have) stops at the nearest enclosing range found,
 // so every diagnostic has a position to show.
-func ConfigDiagnostics(body hcl.Body, schema *Schema, diags Diagnostics) hcl.Diagnostics {
+func ConfigDiagnostics(body hcl.Body, schema *shared.Schema, diags shared.Diagnostics) hcl.Diagnostics {
 	if schema == nil {
-		schema = &Schema{}
+		schema = &shared.Schema{}
 	}
 	out := make(hcl.Diagnostics, 0, len(diags))
 	for _, d := range diags {
 		// Anything not explicitly a warning is treated as an error, so a
-		// plugin that forgets to set Severity cannot slip a problem past
+		// plugin that forgets to set shared.Severity cannot slip a problem past
 		// the host.
 		sev := hcl.DiagError
-		if d.Severity == SeverityWarning {
+		if d.Severity == shared.SeverityWarning {
 			sev = hcl.DiagWarning
 		}
 		rng := pathRange(body, schema, d.Path)
@@ -510,7 +512,7 @@ func ConfigDiagnostics(body hcl.Body, schema *Schema, diags Diagnostics) hcl.Dia
 // hidden meta-arguments, and it works for JSON-syntax files too. Names
 // outside the plugin's schema are never looked up, so a path such as
 // ["plugin"] cannot land on the host's own argument.
-func pathRange(body hcl.Body, s *Schema, path []string) hcl.Range {
+func pathRange(body hcl.Body, s *shared.Schema, path []string) hcl.Range {
 	best := bodyRange(body)
 	for len(path) > 0 {
 		content, _, _ := body.PartialContent(bodySchema(s))
@@ -585,7 +587,7 @@ func bodyRange(body hcl.Body) hcl.Range {
 	return body.MissingItemRange()
 }
 
-func findAttribute(s *Schema, name string) *Attribute {
+func findAttribute(s *shared.Schema, name string) *shared.Attribute {
 	for i := range s.Attributes {
 		if s.Attributes[i].Name == name {
 			return &s.Attributes[i]
@@ -594,7 +596,7 @@ func findAttribute(s *Schema, name string) *Attribute {
 	return nil
 }
 
-func findBlockType(s *Schema, name string) *BlockType {
+func findBlockType(s *shared.Schema, name string) *shared.BlockType {
 	for i := range s.Blocks {
 		if s.Blocks[i].Name == name {
 			return &s.Blocks[i]

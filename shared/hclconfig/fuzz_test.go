@@ -1,4 +1,4 @@
-package shared
+package hclconfig
 
 import (
 	"encoding/json"
@@ -6,21 +6,23 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+
+	"github.com/fluksio/provision/shared"
 )
 
-var fuzzSchema = &Schema{
-	Attributes: []Attribute{
-		{Name: "login", Type: TypeString, Required: true},
-		{Name: "ssh_port", Type: TypeInt, Default: 0},
-		{Name: "max_idle", Type: TypeDuration, Default: "5m"},
-		{Name: "ratio", Type: TypeNumber},
-		{Name: "on", Type: TypeBool, Default: true},
-		{Name: "secret", Type: TypeString, Sensitive: true},
-		{Name: "worker_command", Type: TypeListString, Default: []string{"w"}},
+var fuzzSchema = &shared.Schema{
+	Attributes: []shared.Attribute{
+		{Name: "login", Type: shared.TypeString, Required: true},
+		{Name: "ssh_port", Type: shared.TypeInt, Default: 0},
+		{Name: "max_idle", Type: shared.TypeDuration, Default: "5m"},
+		{Name: "ratio", Type: shared.TypeNumber},
+		{Name: "on", Type: shared.TypeBool, Default: true},
+		{Name: "secret", Type: shared.TypeString, Sensitive: true},
+		{Name: "worker_command", Type: shared.TypeListString, Default: []string{"w"}},
 	},
-	Blocks: []BlockType{{Name: "profile", Labels: []string{"name"}, MinItems: 1, Body: &Schema{Attributes: []Attribute{
-		{Name: "cpus", Type: TypeInt, Default: 1},
-		{Name: "sbatch", Type: TypeListString},
+	Blocks: []shared.BlockType{{Name: "profile", Labels: []string{"name"}, MinItems: 1, Body: &shared.Schema{Attributes: []shared.Attribute{
+		{Name: "cpus", Type: shared.TypeInt, Default: 1},
+		{Name: "sbatch", Type: shared.TypeListString},
 	}}}},
 }
 
@@ -56,7 +58,7 @@ func FuzzDecodeConfig(f *testing.F) {
 		if err := json.Unmarshal(raw, &v); err != nil {
 			t.Fatalf("DecodeConfig produced invalid JSON %s: %v", raw, err)
 		}
-		for _, d := range ConfigDiagnostics(file.Body, fuzzSchema, Diagnostics{{Severity: SeverityError, Summary: "x", Path: []string{p0, p1, p2}}}) {
+		for _, d := range ConfigDiagnostics(file.Body, fuzzSchema, shared.Diagnostics{{Severity: shared.SeverityError, Summary: "x", Path: []string{p0, p1, p2}}}) {
 			if d.Subject == nil {
 				t.Fatalf("path %q mapped to no range", []string{p0, p1, p2})
 			}
