@@ -25,7 +25,7 @@ build: ## build bin/provisioner-slurm, bin/host-example and bin/testplugin
 	@echo "==> building"
 	$(GO) build -o $(BIN)/provisioner-slurm ./plugin
 	$(GO) build -o $(BIN)/host-example ./host-example
-	$(GO) build -o $(BIN)/testplugin ./shared/testdata/testplugin
+	$(GO) build -o $(BIN)/testplugin ./examples/testplugin
 
 $(TOOLS)/protoc-gen-go:
 	GOBIN=$(TOOLS) $(GO) install $(PROTOC_GEN_GO)

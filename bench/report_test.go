@@ -320,7 +320,7 @@ func TestBenchReport(t *testing.T) {
 		rep.note("asked of the plugin but not in its schema, so left out of its configuration: %s.", strings.Join(d, ", "))
 	}
 	rep.note("load average (1, 5, 15 min) at the start: %s; at the end: %s. The sandbox may be shared with other tests.", load0, loadavg())
-	rep.note("RSS is VmRSS from /proc/PID/status; the testplugin (shared/testdata/testplugin) is the floor of any Go plugin process.")
+	rep.note("RSS is VmRSS from /proc/PID/status; the testplugin (examples/testplugin) is the floor of any Go plugin process.")
 	rep.note("covers(): the host's side replicates host-example's Target.covers (a loop of shared.Shape.Fits over shapes cached at start), since host-example is package main and cannot be imported.")
 
 	elapsed := time.Since(began)

@@ -62,7 +62,7 @@ func setup(tb testing.TB) benchEnv {
 	tb.Helper()
 	e := benchEnv{Env: sandboxtest.Require(tb)}
 	e.SlurmBin = sandboxtest.Binary(tb, "plugin", "provisioner-slurm")
-	e.TestBin = sandboxtest.Binary(tb, "shared/testdata/testplugin", "testplugin")
+	e.TestBin = sandboxtest.Binary(tb, "examples/testplugin", "testplugin")
 	e.HostBin = sandboxtest.Binary(tb, "host-example", "host-example")
 	ssh, err := exec.LookPath("ssh")
 	if err != nil {

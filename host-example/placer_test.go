@@ -232,12 +232,12 @@ func TestSetTargetReplaces(t *testing.T) {
 	}
 }
 
-// buildTestPlugin builds shared/testdata/testplugin, a real plugin
+// buildTestPlugin builds examples/testplugin, a real plugin
 // process, once per call.
 func buildTestPlugin(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "testplugin")
-	if out, err := exec.Command("go", "build", "-o", bin, "../shared/testdata/testplugin").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, "../examples/testplugin").CombinedOutput(); err != nil {
 		t.Fatalf("building the test plugin: %v\n%s", err, out)
 	}
 	return bin

@@ -28,7 +28,7 @@ var (
 	buildErr   error
 )
 
-// testPlugin builds testdata/testplugin once per test binary and returns
+// testPlugin builds examples/testplugin once per test binary and returns
 // its path. The tests launch it as a real subprocess, the way an engine
 // would.
 func testPlugin(t *testing.T) string {
@@ -40,7 +40,7 @@ func testPlugin(t *testing.T) string {
 			return
 		}
 		pluginPath = filepath.Join(dir, "testplugin")
-		out, err := exec.Command("go", "build", "-o", pluginPath, "./testdata/testplugin").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", pluginPath, "../examples/testplugin").CombinedOutput()
 		if err != nil {
 			buildErr = errors.New(string(out))
 		}

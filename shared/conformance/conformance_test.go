@@ -14,7 +14,7 @@ import (
 func buildTestPlugin(t *testing.T, dir string) string {
 	t.Helper()
 	bin := filepath.Join(dir, "testplugin")
-	if out, err := exec.Command("go", "build", "-o", bin, "../testdata/testplugin").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, "../../examples/testplugin").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	return bin

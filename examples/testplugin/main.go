@@ -1,7 +1,11 @@
-// Command testplugin is the smallest honest provisioner: it "starts"
-// machines by remembering that it was asked. The shared package's tests
-// launch it as a real subprocess, and it shows what a third-party plugin
-// needs beyond its own logic: the main function at the bottom.
+// Command testplugin is the smallest honest provisioner, and the one to
+// copy when you write your own in Go: it "starts" machines by remembering
+// that it was asked. It shows what a third-party plugin needs beyond its
+// own logic (the main function at the bottom), and the tests of shared,
+// host-example and bench launch it as a real subprocess. It lives here,
+// not under testdata, so that go vet and staticcheck read it like any
+// other code. abuse.go and hang.go make it misbehave on purpose, for the
+// host's tests; a plugin of yours needs neither.
 //
 // Its configuration:
 //
