@@ -381,18 +381,7 @@ func TestReliabilityHostKilled(t *testing.T) {
 	p := e.startEngine(t, "-config", cfg, "-need", "cpus=2", "-need", "gpus=1,label=cuda", "-timeout", "5m", "-log-level", "debug")
 	reapMasters(t, p)
 
-	var before map[string][]string
-	poll(t, 60*time.Second, "a job for each of cpu and gpu in squeue", func() bool {
-		if p.exited() {
-			t.Fatalf("the engine exited early\nstdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)
-		}
-		before = activeByProfile(e.jobs(t))
-		return len(before["cpu"]) == 1 && len(before["gpu"]) == 1
-	})
-	pids := e.pluginPIDs(t)
-	if len(pids) != 1 {
-		t.Fatalf("plugin processes %v, want one", pids)
-	}
+	before, pids := e.jobsQueued(t, p)
 	t.Logf("in the queue when the engine is killed: %s (plugin pid %d)", sortedIDs(before), pids[0])
 
 	controlDirs := p.controlDirs()
@@ -598,18 +587,7 @@ func TestReliabilityShutdownDuringRestart(t *testing.T) {
 		"-need", "cpus=2", "-need", "gpus=1,label=cuda", "-timeout", "5m")
 	reapMasters(t, p)
 
-	var before map[string][]string
-	poll(t, 60*time.Second, "a job for each of cpu and gpu in squeue", func() bool {
-		if p.exited() {
-			t.Fatalf("the engine exited early\nstdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)
-		}
-		before = activeByProfile(e.jobs(t))
-		return len(before["cpu"]) == 1 && len(before["gpu"]) == 1
-	})
-	pids := e.pluginPIDs(t)
-	if len(pids) != 1 {
-		t.Fatalf("plugin processes %v, want one", pids)
-	}
+	before, pids := e.jobsQueued(t, p)
 	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -732,18 +710,7 @@ func TestReliabilityHostAndPluginKilled(t *testing.T) {
 	p := e.startEngine(t, append([]string{"-config", cfg, "-timeout", "5m", "-log-level", "debug"}, needs...)...)
 	reapMasters(t, p)
 
-	var before map[string][]string
-	poll(t, 60*time.Second, "a job for each of cpu and gpu in squeue", func() bool {
-		if p.exited() {
-			t.Fatalf("the engine exited early\nstdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)
-		}
-		before = activeByProfile(e.jobs(t))
-		return len(before["cpu"]) == 1 && len(before["gpu"]) == 1
-	})
-	pids := e.pluginPIDs(t)
-	if len(pids) != 1 {
-		t.Fatalf("plugin processes %v, want one", pids)
-	}
+	before, pids := e.jobsQueued(t, p)
 	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -788,4 +755,23 @@ func TestReliabilityHostAndPluginKilled(t *testing.T) {
 	}
 	t.Logf("needs served by jobs %v (adopted: %v) %.1fs after the workers were let go", servedBy, earlier, exitedAt.Sub(opened).Seconds())
 	e.assertCleanedUp(t, exitedAt)
+}
+
+// jobsQueued waits until the engine has a job for each of cpu and gpu in
+// squeue, and returns them by profile with the pid of its one plugin.
+func (e *e2e) jobsQueued(t *testing.T, p *engineProc) (map[string][]string, []int) {
+	t.Helper()
+	var before map[string][]string
+	poll(t, 60*time.Second, "a job for each of cpu and gpu in squeue", func() bool {
+		if p.exited() {
+			t.Fatalf("the engine exited early\nstdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)
+		}
+		before = activeByProfile(e.jobs(t))
+		return len(before["cpu"]) == 1 && len(before["gpu"]) == 1
+	})
+	pids := e.pluginPIDs(t)
+	if len(pids) != 1 {
+		t.Fatalf("plugin processes %v, want one", pids)
+	}
+	return before, pids
 }

@@ -509,24 +509,9 @@ func TestShutdownTwiceWaitsForTheFirst(t *testing.T) {
 	h := newHarness(t, "sbatch=gate,scancel=ok", nil)
 	h.provision(t, cpuNeed)
 	eventually(t, "the sbatch call", func() bool { return len(h.fake.callsTo("sbatch")) == 1 })
-	type result struct {
-		resp *shared.ShutdownResponse
-		err  error
-	}
-	first, second := make(chan result, 1), make(chan result, 1)
-	go func() {
-		resp, err := h.p.Shutdown(context.Background(), &shared.ShutdownRequest{Deadline: time.Now().Add(20 * time.Second)})
-		first <- result{resp, err}
-	}()
-	eventually(t, "the first Shutdown to begin", func() bool {
-		h.p.mu.Lock()
-		defer h.p.mu.Unlock()
-		return h.p.shutdownDone != nil
-	})
-	go func() {
-		resp, err := h.p.Shutdown(context.Background(), &shared.ShutdownRequest{Deadline: time.Now().Add(20 * time.Second)})
-		second <- result{resp, err}
-	}()
+	first := h.shutdownAsync(20 * time.Second)
+	h.shutdownBegun(t)
+	second := h.shutdownAsync(20 * time.Second)
 	select {
 	case r := <-second:
 		t.Fatalf("the second Shutdown returned %+v, %v while the first was still working", r.resp, r.err)
@@ -563,23 +548,11 @@ func TestShutdownWaitsForSubmissionInFlight(t *testing.T) {
 	h.provision(t, cpuNeed)
 	eventually(t, "the sbatch call", func() bool { return len(h.fake.callsTo("sbatch")) == 1 })
 
-	type result struct {
-		resp *shared.ShutdownResponse
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		resp, err := h.p.Shutdown(context.Background(), &shared.ShutdownRequest{Deadline: time.Now().Add(30 * time.Second)})
-		done <- result{resp, err}
-	}()
-	eventually(t, "shutdown to begin", func() bool {
-		h.p.mu.Lock()
-		defer h.p.mu.Unlock()
-		return h.p.shut
-	})
+	done := h.shutdownAsync(30 * time.Second)
+	h.shutdownBegun(t)
 	h.fake.openGate(t)
 
-	var r result
+	var r shutdownResult
 	select {
 	case r = <-done:
 	case <-time.After(20 * time.Second):
@@ -744,22 +717,10 @@ func TestNoSbatchAfterShutdownBegan(t *testing.T) {
 	if r := h.provision(t, cpuNeed); r.Outcome != shared.OutcomeRequested {
 		t.Fatalf("Provision = %+v", r)
 	}
-	type result struct {
-		resp *shared.ShutdownResponse
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		resp, err := h.p.Shutdown(context.Background(), &shared.ShutdownRequest{Deadline: time.Now().Add(10 * time.Second)})
-		done <- result{resp, err}
-	}()
+	done := h.shutdownAsync(10 * time.Second)
 	// The controller answers again once Shutdown has begun, so that
 	// Shutdown's own look at the queue succeeds.
-	eventually(t, "Shutdown to begin", func() bool {
-		h.p.mu.Lock()
-		defer h.p.mu.Unlock()
-		return h.p.shutdownDone != nil
-	})
+	h.shutdownBegun(t)
 	h.fake.openGate(t)
 	if r := <-done; r.err != nil {
 		t.Fatalf("Shutdown = %+v, %v", r.resp, r.err)
@@ -819,4 +780,31 @@ func TestStaleControlDirsRemoved(t *testing.T) {
 	if _, err := os.Stat(live); err != nil {
 		t.Errorf("a live process's control directory was removed: %v", err)
 	}
+}
+
+// shutdownResult is what an asynchronous Shutdown returned.
+type shutdownResult struct {
+	resp *shared.ShutdownResponse
+	err  error
+}
+
+// shutdownAsync calls Shutdown with a deadline d from now on a goroutine
+// and returns where its result will arrive.
+func (h *harness) shutdownAsync(d time.Duration) <-chan shutdownResult {
+	done := make(chan shutdownResult, 1)
+	go func() {
+		resp, err := h.p.Shutdown(context.Background(), &shared.ShutdownRequest{Deadline: time.Now().Add(d)})
+		done <- shutdownResult{resp, err}
+	}()
+	return done
+}
+
+// shutdownBegun waits until a Shutdown has begun.
+func (h *harness) shutdownBegun(t *testing.T) {
+	t.Helper()
+	eventually(t, "Shutdown to begin", func() bool {
+		h.p.mu.Lock()
+		defer h.p.mu.Unlock()
+		return h.p.shutdownDone != nil
+	})
 }
