@@ -367,15 +367,7 @@ func TestReliabilityHostKilled(t *testing.T) {
 	// engine's credentials are good with the second.
 	gate := filepath.Join(filepath.Dir(sleeperWorker(t)), "open")
 	cfg := e.config(t, gatedWorker(t, gate, e.host))
-	b, err := os.ReadFile(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b = bytes.Replace(b, []byte("engine {\n"), []byte("engine {\n  secret_env = \"FLUKSIO_REL_SECRET\"\n"), 1)
-	if err := os.WriteFile(cfg, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("FLUKSIO_REL_SECRET", strings.Repeat("0123456789abcdef", 4))
+	withSecretEnv(t, cfg, "FLUKSIO_REL_SECRET", strings.Repeat("0123456789abcdef", 4))
 	// At debug level the plugin logs where its ssh master's socket is.
 	t.Setenv(shared.LogLevelEnv, "debug")
 	p := e.startEngine(t, "-config", cfg, "-need", "cpus=2", "-need", "gpus=1,label=cuda", "-timeout", "5m", "-log-level", "debug")
@@ -696,15 +688,7 @@ func TestReliabilityHostAndPluginKilled(t *testing.T) {
 	e.killPluginsAtEnd(t)
 	gate := filepath.Join(filepath.Dir(sleeperWorker(t)), "open")
 	cfg := e.config(t, gatedWorker(t, gate, e.host))
-	b, err := os.ReadFile(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b = bytes.Replace(b, []byte("engine {\n"), []byte("engine {\n  secret_env = \"FLUKSIO_REL_SECRET\"\n"), 1)
-	if err := os.WriteFile(cfg, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("FLUKSIO_REL_SECRET", strings.Repeat("0123456789abcdef", 4))
+	withSecretEnv(t, cfg, "FLUKSIO_REL_SECRET", strings.Repeat("0123456789abcdef", 4))
 	t.Setenv(shared.LogLevelEnv, "debug")
 	needs := []string{"-need", "cpus=2", "-need", "gpus=1,label=cuda"}
 	p := e.startEngine(t, append([]string{"-config", cfg, "-timeout", "5m", "-log-level", "debug"}, needs...)...)
@@ -774,4 +758,20 @@ func (e *e2e) jobsQueued(t *testing.T, p *engineProc) (map[string][]string, []in
 		t.Fatalf("plugin processes %v, want one", pids)
 	}
 	return before, pids
+}
+
+// withSecretEnv makes the engine configuration at cfg read its signing
+// secret from the variable name, and sets that variable to value for the
+// test: a fixed secret, so that credentials outlive one engine.
+func withSecretEnv(t *testing.T, cfg, name, value string) {
+	t.Helper()
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = bytes.Replace(b, []byte("engine {\n"), []byte("engine {\n  secret_env = \""+name+"\"\n"), 1)
+	if err := os.WriteFile(cfg, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(name, value)
 }

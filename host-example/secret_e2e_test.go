@@ -21,16 +21,8 @@ func TestE2ESecretStaysHome(t *testing.T) {
 	e := newE2E(t, "e2e-secret")
 	const secretVar = "FLUKSIO_E2E_SECRET"
 	secret := strings.Repeat("5ec7", 16)
-	t.Setenv(secretVar, secret)
 	cfgPath := e.config(t, e.host, "worker")
-	raw, err := os.ReadFile(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	withSecret := strings.Replace(string(raw), "engine {\n", "engine {\n  secret_env = \""+secretVar+"\"\n", 1)
-	if err := os.WriteFile(cfgPath, []byte(withSecret), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	withSecretEnv(t, cfgPath, secretVar, secret)
 	p := e.startEngine(t, "-config", cfgPath)
 	poll(t, 60*time.Second, "the provisioner to be ready and to have run ssh", func() bool {
 		if p.exited() {
