@@ -46,8 +46,8 @@ func backoffDelay(failures int) time.Duration {
 	return min(d, backoffMax)
 }
 
-// failedLocked counts a failure for the profile. p.mu must be held.
-func (p *Provisioner) failedLocked(profile, detail string) {
+// countFailureLocked counts a failure for the profile. p.mu must be held.
+func (p *Provisioner) countFailureLocked(profile, detail string) {
 	b := p.backoff[profile]
 	if b == nil {
 		b = &backoff{}

@@ -409,7 +409,7 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 	forget := func(r *request, detail string) {
 		delete(p.outstanding, r.profile)
 		p.lastErr = detail
-		p.failedLocked(r.profile, detail)
+		p.countFailureLocked(r.profile, detail)
 		reports = append(reports, report{
 			ev:  shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Job: r.job, Worker: r.worker, Detail: detail},
 			msg: "a request failed before its worker attached",
@@ -450,7 +450,7 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 			delete(p.outstanding, r.profile)
 			why := fmt.Sprintf("pending for %s, which waiting does not clear", row.reason)
 			p.lastErr = "job " + r.job + " was " + why
-			p.failedLocked(r.profile, p.lastErr)
+			p.countFailureLocked(r.profile, p.lastErr)
 			cancels = append(cancels, jobRef{job: r.job, profile: r.profile, worker: r.worker, age: now.Sub(r.since), why: why})
 		default:
 			r.state = row.state

@@ -433,7 +433,7 @@ func (p *Provisioner) submit(ctx context.Context, cfg *settings, host shared.Hos
 	if shut && adopted == "" {
 		// Shutdown began while this request waited: submitting now
 		// would leave a job for nobody.
-		p.failed(cfg, host, r, "not submitted: the provisioner is shutting down", shared.ErrShutdown)
+		p.submissionFailed(cfg, host, r, "not submitted: the provisioner is shutting down", shared.ErrShutdown)
 		return
 	}
 	if adopted != "" {
@@ -478,7 +478,7 @@ func (p *Provisioner) submit(ctx context.Context, cfg *settings, host shared.Hos
 		}
 	}
 	if err != nil {
-		p.failed(cfg, host, r, detail, err)
+		p.submissionFailed(cfg, host, r, detail, err)
 		return
 	}
 	p.mu.Lock()
@@ -559,16 +559,16 @@ func isJobID(s string) bool {
 	return true
 }
 
-// failed is where every failed submission ends: it records the error,
+// submissionFailed is where every failed submission ends: it records the error,
 // drops the reservation so the profile can be asked for again, logs, and
 // tells the engine.
-func (p *Provisioner) failed(cfg *settings, host shared.Host, r *request, detail string, err error) {
+func (p *Provisioner) submissionFailed(cfg *settings, host shared.Host, r *request, detail string, err error) {
 	p.mu.Lock()
 	p.lastErr = detail
 	if p.outstanding[r.profile] == r {
 		delete(p.outstanding, r.profile)
 	}
-	p.failedLocked(r.profile, detail)
+	p.countFailureLocked(r.profile, detail)
 	p.mu.Unlock()
 	args := []any{"profile", r.profile, "worker", r.worker, "error", err}
 	if detail != err.Error() {
@@ -638,13 +638,13 @@ func (p *Provisioner) Reconcile(ctx context.Context, req *shared.ReconcileReques
 			// next one from this profile would likely do the same.
 			delete(p.outstanding, prof.Name)
 			why := fmt.Sprintf("ran for %s without its worker attaching (attach_timeout %s)", now.Sub(r.running).Round(time.Second), cfg.attachTimeout)
-			p.failedLocked(r.profile, "job "+r.job+" "+why)
+			p.countFailureLocked(r.profile, "job "+r.job+" "+why)
 			expired = append(expired, jobRef{job: r.job, profile: r.profile, worker: r.worker, age: now.Sub(r.since), why: why})
 		case r.unknown() && now.Sub(r.since) > cfg.provisionTimeout:
 			delete(p.outstanding, prof.Name)
 			detail := fmt.Sprintf("the answer to worker %s's sbatch was lost, and no job for it was found within %s", r.worker, cfg.provisionTimeout)
 			p.lastErr = detail
-			p.failedLocked(r.profile, detail)
+			p.countFailureLocked(r.profile, detail)
 			gaveUp = append(gaveUp, shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Worker: r.worker, Detail: detail})
 		}
 	}
