@@ -60,7 +60,9 @@ check-shared: ## fail if shared/ imports slurm/, plugin/ or host-example/
 check-plugin-deps: ## fail if the plugin binary or the contract package links an HCL parser or the host
 	@bad=$$($(GO) list -deps ./plugin ./shared | grep -E '^github.com/(hashicorp/hcl/|zclconf/go-cty)|^github.com/fluksio/provision/host-example' || true); \
 	if [ -n "$$bad" ]; then echo "a plugin must not link these (they belong to the host):"; echo "$$bad" | sed 's/^/  /'; exit 1; fi; \
-	echo "==> the plugin links no HCL and nothing of the host"
+	bad=$$($(GO) list -deps ./shared | grep -E '^(google.golang.org/(grpc|protobuf)|github.com/hashicorp/(go-plugin|hcl/))' || true); \
+	if [ -n "$$bad" ]; then echo "the contract package (shared) must not import the wire or HCL:"; echo "$$bad" | sed 's/^/  /'; exit 1; fi; \
+	echo "==> the plugin links no HCL and nothing of the host; the contract imports no grpc or hcl"
 
 .PHONY: check-tidy
 check-tidy: ## fail if go mod tidy would change go.mod or go.sum

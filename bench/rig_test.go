@@ -27,6 +27,7 @@ import (
 	"github.com/fluksio/provision/internal/sandboxtest"
 	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/host"
 )
 
 const (
@@ -247,14 +248,14 @@ type syncBuffer = testutil.Buffer
 // signer mints throwaway tokens; nothing here checks them.
 type signer struct{}
 
-func (signer) Sign(_ shared.CredentialClaims, ttl time.Duration) (string, time.Time, error) {
+func (signer) Sign(_ host.CredentialClaims, ttl time.Duration) (string, time.Time, error) {
 	return "tok-" + randHex(16), time.Now().Add(ttl), nil
 }
 
 // plug is one launched plugin process.
 type plug struct {
 	name string
-	pl   *shared.Plugin
+	pl   *host.Plugin
 	prov shared.Provisioner
 	rec  *recorder
 	logs *syncBuffer
@@ -282,7 +283,7 @@ func launchErr(path, name string, env []string) (*plug, error) {
 	p := &plug{name: name, rec: newRecorder(), logs: &syncBuffer{}}
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	pl, err := shared.Launch(ctx, shared.LaunchConfig{
+	pl, err := host.Launch(ctx, host.LaunchConfig{
 		Name:    name,
 		Path:    path,
 		Logger:  hclog.New(&hclog.LoggerOptions{Output: p.logs, Level: hclog.Info}),

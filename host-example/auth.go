@@ -16,6 +16,7 @@ import (
 	"unicode"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/host"
 )
 
 // A worker credential is two base64url fields joined by a dot: a payload
@@ -71,7 +72,7 @@ type Signer struct {
 }
 
 // The engine hands its Signer to the plugin host, which mints through it.
-var _ shared.CredentialSigner = (*Signer)(nil)
+var _ host.CredentialSigner = (*Signer)(nil)
 
 // NewSigner returns a Signer for secret. A secret shorter than 32 bytes is
 // a bug in the caller (secretFromEnv and randomSecret never return one), so
@@ -85,14 +86,14 @@ func NewSigner(secret []byte) *Signer {
 
 // credential is what a verified token says.
 type credential struct {
-	shared.CredentialClaims
+	host.CredentialClaims
 	Expires time.Time
 }
 
 // Sign returns a credential for c that is good for ttl, and when it stops
 // being good. The expiry is whole seconds, rounded down, so a credential
 // never outlives what was asked for.
-func (s *Signer) Sign(c shared.CredentialClaims, ttl time.Duration) (token string, expires time.Time, err error) {
+func (s *Signer) Sign(c host.CredentialClaims, ttl time.Duration) (token string, expires time.Time, err error) {
 	if err := checkWorkerName(c.Worker); err != nil {
 		return "", time.Time{}, err
 	}
@@ -115,7 +116,7 @@ func (s *Signer) Sign(c shared.CredentialClaims, ttl time.Duration) (token strin
 
 // checkClaims refuses claims that could not be carried in a payload and
 // read back the same.
-func checkClaims(c shared.CredentialClaims) error {
+func checkClaims(c host.CredentialClaims) error {
 	if !shared.ValidName(c.Provisioner) {
 		return fmt.Errorf("provisioner %q is not a valid name", c.Provisioner)
 	}
@@ -171,7 +172,7 @@ func (s *Signer) Verify(token string, now time.Time) (credential, error) {
 		return credential{}, errTokenMalformed
 	}
 	c := credential{
-		CredentialClaims: shared.CredentialClaims{
+		CredentialClaims: host.CredentialClaims{
 			Worker: fields[7], Provisioner: fields[2], CPUs: cpus, GPUs: gpus, RAMMB: ram,
 		},
 		Expires: time.Unix(exp, 0),

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/host"
 )
 
 func TestSignVerifyRoundTrip(t *testing.T) {
@@ -27,7 +27,7 @@ func TestSignVerifyRoundTrip(t *testing.T) {
 		t.Errorf("Verify = %+v, %v; want %+v, nil", cred, err, claims("slurm-gpu-1a2b3c4d"))
 	}
 	// No labels reads back as no labels.
-	bare := shared.CredentialClaims{Worker: "p-a-1", Provisioner: "p", CPUs: 1}
+	bare := host.CredentialClaims{Worker: "p-a-1", Provisioner: "p", CPUs: 1}
 	token, _, err = s.Sign(bare, time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -134,7 +134,7 @@ func TestSignRefuses(t *testing.T) {
 	if _, _, err := s.Sign(claims("w"), 0); err == nil {
 		t.Error("Sign with ttl 0 succeeded")
 	}
-	for _, c := range []shared.CredentialClaims{
+	for _, c := range []host.CredentialClaims{
 		{Worker: "w", Provisioner: "", CPUs: 1},
 		{Worker: "w", Provisioner: "a\nb", CPUs: 1},
 		{Worker: "w", Provisioner: "p", CPUs: 0},

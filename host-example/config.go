@@ -21,6 +21,7 @@ import (
 
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/shared/hclconfig"
+	"github.com/fluksio/provision/shared/host"
 )
 
 // The engine's configuration is HCL:
@@ -261,7 +262,7 @@ func loadProvisioner(block *hcl.Block, configDir, pluginDir string) (*provisione
 // decoded against the plugin's schema.
 type launched struct {
 	cfg    *provisionerConfig
-	plugin *shared.Plugin
+	plugin *host.Plugin
 	schema *shared.Schema
 	json   json.RawMessage
 }
@@ -270,7 +271,7 @@ type launched struct {
 // passes none, because it never configures anything.
 type launchOptions struct {
 	logger  hclog.Logger
-	signer  shared.CredentialSigner
+	signer  host.CredentialSigner
 	onEvent func(shared.Event)
 	// engineID and epoch go to every plugin's Configure (identity.go).
 	engineID, epoch string
@@ -320,7 +321,7 @@ func resolveProvisioner(ctx context.Context, p *provisionerConfig, opts launchOp
 	}
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	plugin, err := shared.Launch(lctx, shared.LaunchConfig{
+	plugin, err := host.Launch(lctx, host.LaunchConfig{
 		Name: p.Name, Path: p.Path, SHA256: p.SHA256, Logger: logger,
 		Signer: opts.signer, OnEvent: opts.onEvent, DropEnv: opts.dropEnv,
 	})

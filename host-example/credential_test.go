@@ -14,6 +14,7 @@ import (
 
 	"github.com/fluksio/provision/internal/sandboxtest"
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/host"
 )
 
 // attachAs attaches with token and body and returns the status and the
@@ -161,7 +162,7 @@ func TestOwnershipIsExact(t *testing.T) {
 	// What each provisioner's host guard signs: its own name, and the
 	// shape of the profile the plugin asked for.
 	mint := func(prov, worker string, cpus, gpus int, labels ...string) string {
-		tok, _, err := signer.Sign(shared.CredentialClaims{Worker: worker, Provisioner: prov, CPUs: cpus, GPUs: gpus, Labels: labels}, time.Hour)
+		tok, _, err := signer.Sign(host.CredentialClaims{Worker: worker, Provisioner: prov, CPUs: cpus, GPUs: gpus, Labels: labels}, time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/host"
 )
 
 // lockedBuffer is a buffer goroutines write while the test reads it.
@@ -33,8 +34,8 @@ const testProvisioner = "slurm"
 
 // claims are what a test credential for worker binds: the test
 // provisioner and a shape roomy enough for attachBody.
-func claims(worker string) shared.CredentialClaims {
-	return shared.CredentialClaims{Worker: worker, Provisioner: testProvisioner, CPUs: 4, GPUs: 1, RAMMB: 8000, Labels: []string{"gpu"}}
+func claims(worker string) host.CredentialClaims {
+	return host.CredentialClaims{Worker: worker, Provisioner: testProvisioner, CPUs: 4, GPUs: 1, RAMMB: 8000, Labels: []string{"gpu"}}
 }
 
 // provisioned tells e what the test provisioner's worker_provisioned

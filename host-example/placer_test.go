@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/host"
 )
 
 var goodNeedTests = []struct {
@@ -172,7 +173,7 @@ func attachWorker(t *testing.T, e *Engine, s *Signer, name, body string) string 
 	if err := json.Unmarshal([]byte(body), &req); err != nil {
 		t.Fatal(err)
 	}
-	c := shared.CredentialClaims{Worker: name, Provisioner: testProvisioner, CPUs: req.CPUs, GPUs: req.GPUs, RAMMB: req.RAMMB, Labels: req.Labels}
+	c := host.CredentialClaims{Worker: name, Provisioner: testProvisioner, CPUs: req.CPUs, GPUs: req.GPUs, RAMMB: req.RAMMB, Labels: req.Labels}
 	token, _, err := s.Sign(c, time.Hour)
 	if err != nil {
 		t.Fatal(err)

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/plugin"
 )
 
 // sleeperWorker writes a worker that never attaches: its job stays
@@ -246,7 +246,7 @@ func TestReliabilityPluginKilled(t *testing.T) {
 `, sleeperWorker(t))
 	// At debug level the plugin logs its ssh master's socket, so that the
 	// master the killed plugin leaves behind can be stopped at the end.
-	t.Setenv(shared.LogLevelEnv, "debug")
+	t.Setenv(plugin.LogLevelEnv, "debug")
 	p := e.startEngine(t, "-config", cfg, "-log-level", "debug",
 		"-need", "cpus=2", "-need", "gpus=1,label=cuda", "-need", "cpus=1", "-need", "cpus=1", "-timeout", "5m")
 	reapMasters(t, p)
@@ -369,7 +369,7 @@ func TestReliabilityHostKilled(t *testing.T) {
 	cfg := e.config(t, gatedWorker(t, gate, e.host))
 	withSecretEnv(t, cfg, "FLUKSIO_REL_SECRET", strings.Repeat("0123456789abcdef", 4))
 	// At debug level the plugin logs where its ssh master's socket is.
-	t.Setenv(shared.LogLevelEnv, "debug")
+	t.Setenv(plugin.LogLevelEnv, "debug")
 	p := e.startEngine(t, "-config", cfg, "-need", "cpus=2", "-need", "gpus=1,label=cuda", "-timeout", "5m", "-log-level", "debug")
 	reapMasters(t, p)
 
@@ -574,7 +574,7 @@ func TestReliabilityShutdownDuringRestart(t *testing.T) {
 	e := newE2E(t, "rel-shutrestart")
 	e.killPluginsAtEnd(t)
 	cfg := e.relConfig(t, "", "", sleeperWorker(t))
-	t.Setenv(shared.LogLevelEnv, "debug")
+	t.Setenv(plugin.LogLevelEnv, "debug")
 	p := e.startEngine(t, "-config", cfg, "-log-level", "debug",
 		"-need", "cpus=2", "-need", "gpus=1,label=cuda", "-timeout", "5m")
 	reapMasters(t, p)
@@ -689,7 +689,7 @@ func TestReliabilityHostAndPluginKilled(t *testing.T) {
 	gate := filepath.Join(filepath.Dir(sleeperWorker(t)), "open")
 	cfg := e.config(t, gatedWorker(t, gate, e.host))
 	withSecretEnv(t, cfg, "FLUKSIO_REL_SECRET", strings.Repeat("0123456789abcdef", 4))
-	t.Setenv(shared.LogLevelEnv, "debug")
+	t.Setenv(plugin.LogLevelEnv, "debug")
 	needs := []string{"-need", "cpus=2", "-need", "gpus=1,label=cuda"}
 	p := e.startEngine(t, append([]string{"-config", cfg, "-timeout", "5m", "-log-level", "debug"}, needs...)...)
 	reapMasters(t, p)

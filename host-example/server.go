@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/host"
 )
 
 // defaultPollWait is how long GET /v1/work holds a request open. Long
@@ -324,7 +325,7 @@ func (e *Engine) ObserveEvent(ev shared.Event) {
 // e.mu must be held.
 func (e *Engine) revokeLocked(name, reason string, until time.Time) {
 	if until.IsZero() {
-		until = e.now().Add(shared.DefaultMaxCredentialTTL)
+		until = e.now().Add(host.DefaultMaxCredentialTTL)
 	}
 	if old, ok := e.revoked[name]; ok && old.until.After(until) {
 		until = old.until
@@ -477,7 +478,7 @@ func (e *Engine) sweepLocked() []goneWorker {
 		}
 	}
 	for name, j := range e.jobs {
-		if now.Sub(j.at) > shared.DefaultMaxCredentialTTL {
+		if now.Sub(j.at) > host.DefaultMaxCredentialTTL {
 			delete(e.jobs, name)
 		}
 	}
@@ -654,7 +655,7 @@ func (e *Engine) admitLocked(cred credential, info WorkerInfo) (int, string) {
 // for. It refuses rather than clamps: a worker that says it has more than
 // its job was given is misconfigured or lying, and either way should be
 // told, not quietly trusted with less.
-func allows(c shared.CredentialClaims, info WorkerInfo) error {
+func allows(c host.CredentialClaims, info WorkerInfo) error {
 	switch {
 	case info.CPUs > c.CPUs:
 		return fmt.Errorf("worker claims %d cpus; its credential allows %d", info.CPUs, c.CPUs)

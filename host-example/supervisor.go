@@ -12,6 +12,7 @@ import (
 
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/shared/hclconfig"
+	"github.com/fluksio/provision/shared/host"
 )
 
 // Restart backoff for a plugin that exits on its own: the first restart
@@ -38,8 +39,8 @@ type supervisor struct {
 	restart bool              // restart after an unexpected exit
 
 	mu       sync.Mutex // guards everything below
-	current  *shared.Plugin
-	lastExit *shared.ExitStatus
+	current  *host.Plugin
+	lastExit *host.ExitStatus
 	restarts int
 	// misses counts calls in a row that missed their deadline; wedged
 	// says why the last process was killed for it, for GET /status.
@@ -135,7 +136,7 @@ func (s *supervisor) launch(ctx context.Context, publish bool) (*launched, hcl.D
 
 // watch waits for the process to end and, unless it was asked to, starts
 // another.
-func (s *supervisor) watch(p *shared.Plugin) {
+func (s *supervisor) watch(p *host.Plugin) {
 	defer s.wg.Done()
 	backoff := restartMin
 	for {
@@ -340,7 +341,7 @@ func (s *supervisor) shutdownOnce(ctx context.Context) (*shared.ShutdownResponse
 }
 
 // gone reports whether the plugin's process has exited.
-func gone(p *shared.Plugin) bool {
+func gone(p *host.Plugin) bool {
 	select {
 	case <-p.Exited():
 		return true

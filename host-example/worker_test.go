@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/host"
 )
 
 // envMap is a worker's environment, so that each test worker has its own
@@ -54,7 +55,7 @@ func TestFullLoop(t *testing.T) {
 		// a worker named after itself, and start the payload with it in
 		// the environment.
 		var err error
-		c := shared.CredentialClaims{Worker: "hpc-gpu-0001", Provisioner: "hpc", CPUs: 4, GPUs: 1, RAMMB: 16000, Labels: []string{"gpu", "a100"}}
+		c := host.CredentialClaims{Worker: "hpc-gpu-0001", Provisioner: "hpc", CPUs: 4, GPUs: 1, RAMMB: 16000, Labels: []string{"gpu", "a100"}}
 		if token, _, err = signer.Sign(c, time.Hour); err != nil {
 			return nil, err
 		}

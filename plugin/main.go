@@ -7,9 +7,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/plugin"
 	"github.com/fluksio/provision/slurm"
 )
 
 func main() {
-	shared.Serve(func(log hclog.Logger) shared.Provisioner { return slurm.New(log) })
+	plugin.Serve(func(log hclog.Logger) shared.Provisioner { return slurm.New(log) })
 }

@@ -1,5 +1,17 @@
-// Package shared is the Provisioner contract, and the SDK on both sides of
-// it: Serve for a plugin's main, Launch for an engine.
+// Package shared is the Provisioner contract: the interface, its request
+// and response types, shapes, the configuration schema, diagnostics and
+// the errors both sides share. It imports no gRPC, no go-plugin and no
+// HCL (`make check-plugin-deps` keeps it so), because everybody reads it:
+// plugin authors, engine authors, and the two SDKs.
+//
+// The rooms, one per audience:
+//
+//	shared             the contract (this package)
+//	shared/plugin      what a plugin's main needs: Serve
+//	shared/host        what an engine needs: Launch, Plugin, the credential guard
+//	shared/hclconfig   the host's configuration decoding, HCL to the plugin's JSON
+//	shared/conformance the kit a plugin's tests run
+//	shared/internal    the wire: generated protobuf (pb) and the gRPC adapters (wire)
 //
 // A provisioner is somewhere machines can be asked for. An engine does not
 // link one in: it starts each configured kind as its own executable and
@@ -47,5 +59,7 @@
 // their engine.
 //
 // What it will not do: restart a plugin that died (that is the engine's
-// supervisor's decision), retry calls, or decide what to provision.
+// supervisor's decision), retry calls, or decide what to provision. It
+// holds types and rules, not processes: nothing here starts, dials or
+// parses anything.
 package shared

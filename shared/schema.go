@@ -2,6 +2,7 @@ package shared
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 )
 
@@ -171,3 +172,13 @@ func (d Diagnostics) Error() string {
 func Errorf(path []string, summary, detailFormat string, args ...any) Diagnostic {
 	return Diagnostic{Severity: SeverityError, Summary: summary, Detail: fmt.Sprintf(detailFormat, args...), Path: path}
 }
+
+// nameRe is the alphabet of ValidName.
+var nameRe = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+
+// ValidName reports whether s is made only of letters, digits, '.', '_'
+// and '-'. Every name that reaches a job script, an ssh command line, a
+// file name or a log line (provisioners, profiles, labels, workers) keeps
+// to it, so that none of them ever needs quoting or can mean anything to
+// a shell, to squeue's comma lists or to #SBATCH parsing.
+func ValidName(s string) bool { return nameRe.MatchString(s) }

@@ -12,8 +12,9 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/fluksio/provision/shared"
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/fluksio/provision/shared"
 )
 
 // Defaults, each with the reason for its value.

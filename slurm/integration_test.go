@@ -31,6 +31,8 @@ import (
 	"github.com/fluksio/provision/internal/sandboxtest"
 	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/host"
+	"github.com/fluksio/provision/shared/plugin"
 )
 
 const (
@@ -57,7 +59,7 @@ type signer struct {
 	tokens map[string]string
 }
 
-func (s *signer) Sign(c shared.CredentialClaims, ttl time.Duration) (string, time.Time, error) {
+func (s *signer) Sign(c host.CredentialClaims, ttl time.Duration) (string, time.Time, error) {
 	worker := c.Worker
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -281,7 +283,7 @@ func (w *worker) outputOption() string {
 type rig struct {
 	env    sandboxtest.Env
 	name   string
-	plugin *shared.Plugin
+	plugin *host.Plugin
 	prov   shared.Provisioner
 	events *recorder
 	signer *signer
@@ -364,13 +366,13 @@ func launchRig(t *testing.T, env sandboxtest.Env, prefix string, drain bool, con
 	bin := sandboxtest.Binary(t, "plugin", "provisioner-slurm")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p, err := shared.Launch(ctx, shared.LaunchConfig{
+	p, err := host.Launch(ctx, host.LaunchConfig{
 		Name:    r.name,
 		Path:    bin,
 		Logger:  hclog.New(&hclog.LoggerOptions{Output: r.logs, Level: hclog.Trace}),
 		Signer:  r.signer,
 		OnEvent: r.events.add,
-		Env:     []string{shared.LogLevelEnv + "=trace"},
+		Env:     []string{plugin.LogLevelEnv + "=trace"},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -16,8 +16,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/fluksio/provision/shared"
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/fluksio/provision/shared"
 )
 
 const (

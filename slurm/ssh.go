@@ -16,8 +16,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fluksio/provision/shared"
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/fluksio/provision/shared"
 )
 
 const (

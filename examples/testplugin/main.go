@@ -26,6 +26,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/plugin"
 )
 
 type config struct {
@@ -241,5 +242,5 @@ func main() {
 	if abuse("stderr") {
 		abusiveStderr()
 	}
-	shared.Serve(func(log hclog.Logger) shared.Provisioner { return withHang(&memory{log: log}) })
+	plugin.Serve(func(log hclog.Logger) shared.Provisioner { return withHang(&memory{log: log}) })
 }

@@ -43,6 +43,7 @@ import (
 
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/shared/hclconfig"
+	"github.com/fluksio/provision/shared/host"
 )
 
 // Config says which plugin to run and how to configure it.
@@ -94,10 +95,10 @@ func Run(t *testing.T, cfg Config) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	var plugin *shared.Plugin
+	var plugin *host.Plugin
 	if !t.Run("handshake", func(t *testing.T) {
 		var err error
-		plugin, err = shared.Launch(ctx, shared.LaunchConfig{
+		plugin, err = host.Launch(ctx, host.LaunchConfig{
 			Name: cfg.Name, Path: cfg.Binary, Args: cfg.Args, Env: cfg.Env, Logger: logger,
 			Signer: fakeSigner{}, OnEvent: events.add,
 		})
@@ -371,7 +372,7 @@ func (e *events) add(ev shared.Event) {
 
 type fakeSigner struct{}
 
-func (fakeSigner) Sign(_ shared.CredentialClaims, ttl time.Duration) (string, time.Time, error) {
+func (fakeSigner) Sign(_ host.CredentialClaims, ttl time.Duration) (string, time.Time, error) {
 	return "conformance-credential", time.Now().Add(ttl), nil
 }
 

@@ -1,4 +1,4 @@
-package shared
+package wire
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
 
+	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/shared/internal/pb"
 )
 
@@ -27,10 +28,10 @@ var Handshake = plugin.HandshakeConfig{
 	MagicCookieValue: "b5f1c3a2-provisioner",
 }
 
-// pluginSets is what a host offers and a plugin serves, by protocol
+// PluginSets is what a host offers and a plugin serves, by protocol
 // version. A future protocol 2 adds a key here and both sides pick the
 // highest they share.
-func pluginSets(impl Provisioner) map[int]plugin.PluginSet {
+func PluginSets(impl shared.Provisioner) map[int]plugin.PluginSet {
 	return map[int]plugin.PluginSet{
 		ProtocolVersion: {PluginName: &GRPCPlugin{Impl: impl}},
 	}
@@ -46,7 +47,7 @@ type GRPCPlugin struct {
 	plugin.NetRPCUnsupportedPlugin
 
 	// Impl is the provisioner served; only the plugin side sets it.
-	Impl Provisioner
+	Impl shared.Provisioner
 }
 
 var _ plugin.GRPCPlugin = (*GRPCPlugin)(nil)

@@ -1,4 +1,4 @@
-package shared
+package wire
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/shared/internal/pb"
 )
 
@@ -44,7 +45,7 @@ type pluginLink struct {
 	credits map[uint64]chan *pb.Credential
 }
 
-var _ Host = (*pluginLink)(nil)
+var _ shared.Host = (*pluginLink)(nil)
 
 func newPluginLink() *pluginLink {
 	return &pluginLink{acks: map[uint64]chan struct{}{}, credits: map[uint64]chan *pb.Credential{}}
@@ -105,7 +106,7 @@ func (l *pluginLink) send(msg *pb.PluginMessage) error {
 	stream := l.stream
 	l.mu.Unlock()
 	if stream == nil {
-		return ErrNoHost
+		return shared.ErrNoHost
 	}
 	return stream.Send(msg)
 }
@@ -132,13 +133,13 @@ func (l *pluginLink) deliverCredential(c *pb.Credential) {
 
 // Publish sends an event and waits for the host to acknowledge it, so a
 // plugin that returns from Publish knows the engine has it.
-func (l *pluginLink) Publish(ctx context.Context, ev Event) error {
+func (l *pluginLink) Publish(ctx context.Context, ev shared.Event) error {
 	l.sendMu.Lock()
 	l.mu.Lock()
 	if l.stream == nil {
 		l.mu.Unlock()
 		l.sendMu.Unlock()
-		return fmt.Errorf("%w: cannot publish %s", ErrNoHost, ev.Kind)
+		return fmt.Errorf("%w: cannot publish %s", shared.ErrNoHost, ev.Kind)
 	}
 	l.seq++
 	ev.Seq = l.seq
@@ -150,14 +151,14 @@ func (l *pluginLink) Publish(ctx context.Context, ev Event) error {
 	l.sendMu.Unlock()
 	if err != nil {
 		l.forgetAck(ev.Seq)
-		return fmt.Errorf("%w: %v", ErrNoHost, err)
+		return fmt.Errorf("%w: %v", shared.ErrNoHost, err)
 	}
 	select {
 	case <-acked:
 		return nil
 	case <-gone:
 		l.forgetAck(ev.Seq)
-		return fmt.Errorf("%w: the host went away before acknowledging %s", ErrNoHost, ev.Kind)
+		return fmt.Errorf("%w: the host went away before acknowledging %s", shared.ErrNoHost, ev.Kind)
 	case <-ctx.Done():
 		l.forgetAck(ev.Seq)
 		return ctx.Err()
@@ -171,11 +172,11 @@ func (l *pluginLink) forgetAck(seq uint64) {
 }
 
 // MintCredential asks the host to sign a credential and waits for it.
-func (l *pluginLink) MintCredential(ctx context.Context, req *MintCredentialRequest) (*MintCredentialResponse, error) {
+func (l *pluginLink) MintCredential(ctx context.Context, req *shared.MintCredentialRequest) (*shared.MintCredentialResponse, error) {
 	l.mu.Lock()
 	if l.stream == nil {
 		l.mu.Unlock()
-		return nil, fmt.Errorf("%w: cannot mint a credential", ErrNoHost)
+		return nil, fmt.Errorf("%w: cannot mint a credential", shared.ErrNoHost)
 	}
 	l.nextID++
 	id := l.nextID
@@ -203,9 +204,9 @@ func (l *pluginLink) MintCredential(ctx context.Context, req *MintCredentialRequ
 		if c.GetErrorCode() != 0 {
 			return nil, fromStatus(status.Error(codes.Code(c.GetErrorCode()), c.GetErrorMessage()), false)
 		}
-		return &MintCredentialResponse{Token: c.GetToken(), Expires: fromUnixNano(c.GetExpiresUnixNano())}, nil
+		return &shared.MintCredentialResponse{Token: c.GetToken(), Expires: fromUnixNano(c.GetExpiresUnixNano())}, nil
 	case <-gone:
-		return nil, fmt.Errorf("%w: the host went away before answering", ErrNoHost)
+		return nil, fmt.Errorf("%w: the host went away before answering", shared.ErrNoHost)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -217,10 +218,10 @@ type hostLink struct {
 	done chan struct{} // closed when the serving goroutine returns
 }
 
-// openHostChannel opens the channel and starts serving it with h. It
+// OpenHostChannel opens the channel and starts serving it with h. It
 // returns once the plugin has answered Hello. A plugin that does not
 // implement the channel is tolerated: it simply cannot publish or mint.
-func (c *grpcClient) openHostChannel(ctx context.Context, name string, h Host, onError func(error)) error {
+func (c *Client) OpenHostChannel(ctx context.Context, name string, h shared.Host, onError func(error)) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.link != nil {
@@ -287,7 +288,7 @@ func (c *grpcClient) openHostChannel(ctx context.Context, name string, h Host, o
 
 // serveHostChannel answers the plugin until the stream ends. Events are
 // handed to the Host one at a time, in the order the plugin sent them.
-func serveHostChannel(stream pb.Provisioner_HostChannelClient, h Host) error {
+func serveHostChannel(stream pb.Provisioner_HostChannelClient, h shared.Host) error {
 	ctx := stream.Context()
 	for {
 		msg, err := stream.Recv()
@@ -306,7 +307,7 @@ func serveHostChannel(stream pb.Provisioner_HostChannelClient, h Host) error {
 			reply = &pb.HostMessage{Msg: &pb.HostMessage_EventAck{EventAck: &pb.EventAck{Seq: m.Event.GetSeq()}}}
 		case *pb.PluginMessage_MintCredential:
 			cred := &pb.Credential{RequestId: m.MintCredential.GetRequestId()}
-			r, err := h.MintCredential(ctx, &MintCredentialRequest{
+			r, err := h.MintCredential(ctx, &shared.MintCredentialRequest{
 				Worker: m.MintCredential.GetWorker(),
 				TTL:    secondsToDuration(m.MintCredential.GetTtlSeconds()),
 				CPUs:   int(m.MintCredential.GetCpus()),

@@ -1,7 +1,9 @@
-package shared
+package plugin
 
 import (
 	"context"
+	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/internal/wire"
 	"os"
 	"os/signal"
 	"sync"
@@ -9,7 +11,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/go-plugin"
+	goplugin "github.com/hashicorp/go-plugin"
 )
 
 // LogLevelEnv names the environment variable a host sets to choose how
@@ -40,7 +42,7 @@ var parentPollInterval = 500 * time.Millisecond
 // A plugin whose host dies, or that receives SIGTERM or SIGINT, shuts the
 // provisioner down (cancelling what is outstanding, within a few seconds)
 // and exits, so it never outlives its engine.
-func Serve(factory func(hclog.Logger) Provisioner) {
+func Serve(factory func(hclog.Logger) shared.Provisioner) {
 	logger := hclog.New(&hclog.LoggerOptions{
 		Level:      hclog.LevelFromString(os.Getenv(LogLevelEnv)),
 		Output:     os.Stderr,
@@ -68,7 +70,7 @@ func Serve(factory func(hclog.Logger) Provisioner) {
 			logger.Warn("shutting down", "reason", why)
 			ctx, cancel := context.WithTimeout(context.Background(), orphanShutdownTimeout)
 			defer cancel()
-			if _, err := impl.Shutdown(ctx, &ShutdownRequest{Deadline: time.Now().Add(orphanShutdownTimeout)}); err != nil {
+			if _, err := impl.Shutdown(ctx, &shared.ShutdownRequest{Deadline: time.Now().Add(orphanShutdownTimeout)}); err != nil {
 				logger.Error("shutdown failed", "error", err)
 			}
 			os.Exit(0)
@@ -77,10 +79,10 @@ func Serve(factory func(hclog.Logger) Provisioner) {
 	stop := watchParent(leave)
 	defer stop()
 
-	plugin.Serve(&plugin.ServeConfig{
-		HandshakeConfig:  Handshake,
-		VersionedPlugins: pluginSets(impl),
-		GRPCServer:       plugin.DefaultGRPCServer,
+	goplugin.Serve(&goplugin.ServeConfig{
+		HandshakeConfig:  wire.Handshake,
+		VersionedPlugins: wire.PluginSets(impl),
+		GRPCServer:       goplugin.DefaultGRPCServer,
 		Logger:           logger,
 	})
 }

@@ -1,4 +1,4 @@
-package shared
+package wire
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/fluksio/provision/shared"
 )
 
 // errorDomain tags the ErrorInfo detail that names one of our sentinels, so
@@ -21,12 +23,12 @@ var wireErrors = []struct {
 	code   codes.Code
 	reason string
 }{
-	{ErrNotConfigured, codes.FailedPrecondition, "NOT_CONFIGURED"},
-	{ErrShutdown, codes.FailedPrecondition, "SHUT_DOWN"},
-	{ErrNoHost, codes.FailedPrecondition, "NO_HOST"},
-	{ErrPermissionDenied, codes.PermissionDenied, "PERMISSION_DENIED"},
-	{ErrInvalidArgument, codes.InvalidArgument, "INVALID_ARGUMENT"},
-	{ErrUnimplemented, codes.Unimplemented, "UNIMPLEMENTED"},
+	{shared.ErrNotConfigured, codes.FailedPrecondition, "NOT_CONFIGURED"},
+	{shared.ErrShutdown, codes.FailedPrecondition, "SHUT_DOWN"},
+	{shared.ErrNoHost, codes.FailedPrecondition, "NO_HOST"},
+	{shared.ErrPermissionDenied, codes.PermissionDenied, "PERMISSION_DENIED"},
+	{shared.ErrInvalidArgument, codes.InvalidArgument, "INVALID_ARGUMENT"},
+	{shared.ErrUnimplemented, codes.Unimplemented, "UNIMPLEMENTED"},
 }
 
 // toStatus turns an error from a Provisioner into a gRPC status error. The
@@ -68,7 +70,7 @@ func fromStatus(err error, gone bool) error {
 	st, ok := status.FromError(err)
 	if !ok {
 		if gone {
-			return fmt.Errorf("%w: %v", ErrPluginGone, err)
+			return fmt.Errorf("%w: %v", shared.ErrPluginGone, err)
 		}
 		return err
 	}
@@ -86,16 +88,16 @@ func fromStatus(err error, gone bool) error {
 	}
 	switch st.Code() {
 	case codes.Unavailable:
-		return fmt.Errorf("%w: %s", ErrPluginGone, msg)
+		return fmt.Errorf("%w: %s", shared.ErrPluginGone, msg)
 	case codes.Canceled:
 		if gone {
-			return fmt.Errorf("%w: %s", ErrPluginGone, msg)
+			return fmt.Errorf("%w: %s", shared.ErrPluginGone, msg)
 		}
 		return &remoteError{sentinel: context.Canceled, msg: msg}
 	case codes.DeadlineExceeded:
 		return &remoteError{sentinel: context.DeadlineExceeded, msg: msg}
 	case codes.FailedPrecondition:
-		return &remoteError{sentinel: ErrNotConfigured, msg: msg}
+		return &remoteError{sentinel: shared.ErrNotConfigured, msg: msg}
 	}
 	for _, w := range wireErrors {
 		if w.code == st.Code() && w.code != codes.FailedPrecondition {

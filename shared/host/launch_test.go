@@ -1,4 +1,4 @@
-package shared
+package host
 
 import (
 	"context"
@@ -20,6 +20,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/fluksio/provision/internal/testutil"
+	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/internal/wire"
 )
 
 var (
@@ -40,7 +42,7 @@ func testPlugin(t *testing.T) string {
 			return
 		}
 		pluginPath = filepath.Join(dir, "testplugin")
-		out, err := exec.Command("go", "build", "-o", pluginPath, "../examples/testplugin").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", pluginPath, "../../examples/testplugin").CombinedOutput()
 		if err != nil {
 			buildErr = errors.New(string(out))
 		}
@@ -64,19 +66,19 @@ type syncBuffer = testutil.Buffer
 
 type eventLog struct {
 	mu     sync.Mutex // guards events
-	events []Event
+	events []shared.Event
 }
 
-func (e *eventLog) add(ev Event) {
+func (e *eventLog) add(ev shared.Event) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.events = append(e.events, ev)
 }
 
-func (e *eventLog) all() []Event {
+func (e *eventLog) all() []shared.Event {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return append([]Event(nil), e.events...)
+	return append([]shared.Event(nil), e.events...)
 }
 
 func launchTest(t *testing.T, cfg LaunchConfig) *Plugin {
@@ -110,37 +112,37 @@ func TestLaunchedPluginRoundTrips(t *testing.T) {
 	prov := p.Provisioner()
 	ctx := context.Background()
 
-	info, err := prov.Info(ctx, &InfoRequest{})
-	if err != nil || info.Kind != "memory" || info.ContractVersion != ContractVersion {
+	info, err := prov.Info(ctx, &shared.InfoRequest{})
+	if err != nil || info.Kind != "memory" || info.ContractVersion != shared.ContractVersion {
 		t.Fatalf("Info: %+v %v", info, err)
 	}
-	sr, err := prov.Schema(ctx, &SchemaRequest{})
+	sr, err := prov.Schema(ctx, &shared.SchemaRequest{})
 	if err != nil || len(sr.Schema.Attributes) != 4 || sr.Schema.Attributes[1].Default != false {
 		t.Fatalf("Schema: %+v %v", sr, err)
 	}
-	if _, err := prov.Provision(ctx, &ProvisionRequest{Need: Need{CPUs: 1}}); !errors.Is(err, ErrNotConfigured) {
+	if _, err := prov.Provision(ctx, &shared.ProvisionRequest{Need: shared.Need{CPUs: 1}}); !errors.Is(err, shared.ErrNotConfigured) {
 		t.Fatalf("Provision before Configure: got %v, want ErrNotConfigured", err)
 	}
-	vr, err := prov.ValidateConfig(ctx, &ValidateConfigRequest{Name: "mem", Config: json.RawMessage(`{"greeting":"boom"}`)})
+	vr, err := prov.ValidateConfig(ctx, &shared.ValidateConfigRequest{Name: "mem", Config: json.RawMessage(`{"greeting":"boom"}`)})
 	if err != nil || len(vr.Diagnostics) != 1 || strings.Join(vr.Diagnostics[0].Path, ".") != "greeting" {
 		t.Fatalf("ValidateConfig: %+v %v", vr, err)
 	}
-	cr, err := prov.Configure(ctx, &ConfigureRequest{Name: "mem", Config: json.RawMessage(`{"greeting":"hi"}`)})
+	cr, err := prov.Configure(ctx, &shared.ConfigureRequest{Name: "mem", Config: json.RawMessage(`{"greeting":"hi"}`)})
 	if err != nil || len(cr.Diagnostics) != 0 {
 		t.Fatalf("Configure: %+v %v", cr, err)
 	}
-	shapes, err := prov.Shapes(ctx, &ShapesRequest{Label: "cuda"})
+	shapes, err := prov.Shapes(ctx, &shared.ShapesRequest{Label: "cuda"})
 	if err != nil || len(shapes.Shapes) != 1 || shapes.Shapes[0].Profile != "gpu" {
 		t.Fatalf("Shapes: %+v %v", shapes, err)
 	}
-	cov, err := prov.Covers(ctx, &CoversRequest{Need: Need{CPUs: 2}})
+	cov, err := prov.Covers(ctx, &shared.CoversRequest{Need: shared.Need{CPUs: 2}})
 	if err != nil || !cov.Covered || cov.Profile != "gpu" {
 		t.Fatalf("Covers: %+v %v", cov, err)
 	}
 
 	var workers []string
-	for _, need := range []Need{{CPUs: 1}, {GPUs: 1}, {CPUs: 1}, {CPUs: 64}} {
-		r, err := prov.Provision(ctx, &ProvisionRequest{Need: need})
+	for _, need := range []shared.Need{{CPUs: 1}, {GPUs: 1}, {CPUs: 1}, {CPUs: 64}} {
+		r, err := prov.Provision(ctx, &shared.ProvisionRequest{Need: need})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,19 +151,19 @@ func TestLaunchedPluginRoundTrips(t *testing.T) {
 	if got := strings.Join(workers, ","); got != "requested,requested,outstanding,no_fit" {
 		t.Errorf("outcomes %s", got)
 	}
-	st, err := prov.Status(ctx, &StatusRequest{})
+	st, err := prov.Status(ctx, &shared.StatusRequest{})
 	if err != nil || st.Name != "mem" || len(st.Outstanding) != 2 {
 		t.Fatalf("Status: %+v %v", st, err)
 	}
 	attached := []string{st.Outstanding[0].Worker}
 	for range 2 {
-		rr, err := prov.Reconcile(ctx, &ReconcileRequest{Attached: attached})
+		rr, err := prov.Reconcile(ctx, &shared.ReconcileRequest{Attached: attached})
 		if err != nil {
 			t.Fatal(err)
 		}
 		_ = rr
 	}
-	st, _ = prov.Status(ctx, &StatusRequest{})
+	st, _ = prov.Status(ctx, &shared.StatusRequest{})
 	if len(st.Outstanding) != 1 {
 		t.Fatalf("after Reconcile: %+v", st.Outstanding)
 	}
@@ -200,14 +202,14 @@ func TestForeignMintRefused(t *testing.T) {
 	})
 	ctx := context.Background()
 	prov := p.Provisioner()
-	if _, err := prov.Configure(ctx, &ConfigureRequest{Name: "mem", Config: json.RawMessage(`{"greeting":"hi","foreign_worker":true}`)}); err != nil {
+	if _, err := prov.Configure(ctx, &shared.ConfigureRequest{Name: "mem", Config: json.RawMessage(`{"greeting":"hi","foreign_worker":true}`)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := prov.Provision(ctx, &ProvisionRequest{Need: Need{CPUs: 1}}); err != nil {
+	if _, err := prov.Provision(ctx, &shared.ProvisionRequest{Need: shared.Need{CPUs: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	got := events.all()
-	if len(got) != 1 || got[0].Kind != EventWorkerProvisionFailed || !strings.Contains(got[0].Detail, "permission denied") {
+	if len(got) != 1 || got[0].Kind != shared.EventWorkerProvisionFailed || !strings.Contains(got[0].Detail, "permission denied") {
 		t.Fatalf("events %+v, want one worker_provision_failed saying permission denied", got)
 	}
 }
@@ -216,19 +218,19 @@ func TestKilledPluginFailsCallsPromptly(t *testing.T) {
 	p := launchTest(t, LaunchConfig{})
 	prov := p.Provisioner()
 	ctx := context.Background()
-	if _, err := prov.Configure(ctx, &ConfigureRequest{Name: "mem", Config: json.RawMessage(`{"greeting":"hi","block_covers":true}`)}); err != nil {
+	if _, err := prov.Configure(ctx, &shared.ConfigureRequest{Name: "mem", Config: json.RawMessage(`{"greeting":"hi","block_covers":true}`)}); err != nil {
 		t.Fatal(err)
 	}
 	errc := make(chan error, 1)
 	go func() {
-		_, err := prov.Covers(ctx, &CoversRequest{Need: Need{CPUs: 1}})
+		_, err := prov.Covers(ctx, &shared.CoversRequest{Need: shared.Need{CPUs: 1}})
 		errc <- err
 	}()
 	// Wait until the call is in flight in the plugin: Status answers only
 	// once the plugin is serving, and the Covers above has been sent first
 	// or concurrently; either way the kill lands on a call in progress or
 	// one about to be, and both must fail the same way.
-	if _, err := prov.Status(ctx, &StatusRequest{}); err != nil {
+	if _, err := prov.Status(ctx, &shared.StatusRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
@@ -237,7 +239,7 @@ func TestKilledPluginFailsCallsPromptly(t *testing.T) {
 	}
 	select {
 	case err := <-errc:
-		if !errors.Is(err, ErrPluginGone) {
+		if !errors.Is(err, shared.ErrPluginGone) {
 			t.Fatalf("got %v, want ErrPluginGone", err)
 		}
 		took := time.Since(killed)
@@ -252,7 +254,7 @@ func TestKilledPluginFailsCallsPromptly(t *testing.T) {
 	if st := p.ExitStatus(); st == nil || st.Signal != "killed" {
 		t.Fatalf("exit status %v, want killed by a signal", st)
 	}
-	if _, err := prov.Info(ctx, &InfoRequest{}); !errors.Is(err, ErrPluginGone) {
+	if _, err := prov.Info(ctx, &shared.InfoRequest{}); !errors.Is(err, shared.ErrPluginGone) {
 		t.Fatalf("a call after the exit: got %v", err)
 	}
 }
@@ -274,7 +276,7 @@ func TestSHA256Pin(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = Launch(context.Background(), LaunchConfig{Name: "pinned", Path: script, SHA256: sum})
-	if !errors.Is(err, ErrChecksumMismatch) {
+	if !errors.Is(err, shared.ErrChecksumMismatch) {
 		t.Fatalf("got %v, want ErrChecksumMismatch", err)
 	}
 	for _, want := range []string{"pinned", script, sum, "update the pin"} {
@@ -285,7 +287,7 @@ func TestSHA256Pin(t *testing.T) {
 	if _, err := os.Stat(mark); err == nil {
 		t.Error("the mismatched binary was executed")
 	}
-	if _, err := Launch(context.Background(), LaunchConfig{Name: "pinned", Path: script, SHA256: "abc"}); !errors.Is(err, ErrChecksumMismatch) {
+	if _, err := Launch(context.Background(), LaunchConfig{Name: "pinned", Path: script, SHA256: "abc"}); !errors.Is(err, shared.ErrChecksumMismatch) {
 		t.Errorf("a malformed pin: got %v", err)
 	}
 }
@@ -381,9 +383,9 @@ func TestProtocolMismatchSaysWhichSideToUpgrade(t *testing.T) {
 		version int
 		advice  string
 	}{
-		{ProtocolVersion + 1, "upgrade the host"},
-		{ProtocolVersion + 7, "upgrade the host"},
-		{ProtocolVersion - 1, "upgrade the plugin"},
+		{wire.ProtocolVersion + 1, "upgrade the host"},
+		{wire.ProtocolVersion + 7, "upgrade the host"},
+		{wire.ProtocolVersion - 1, "upgrade the plugin"},
 	} {
 		// A stand-in plugin that answers the handshake with a protocol this
 		// host does not speak; go-plugin cannot be made to do that.
@@ -395,7 +397,7 @@ func TestProtocolMismatchSaysWhichSideToUpgrade(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		_, err := Launch(ctx, LaunchConfig{Name: "newer", Path: script})
 		cancel()
-		if !errors.Is(err, ErrIncompatible) || !strings.Contains(err.Error(), tc.advice) {
+		if !errors.Is(err, shared.ErrIncompatible) || !strings.Contains(err.Error(), tc.advice) {
 			t.Errorf("protocol %d: got %v, want ErrIncompatible saying %q", tc.version, err, tc.advice)
 		}
 	}
@@ -481,7 +483,7 @@ func TestSHA256PinCannotBeRaced(t *testing.T) {
 		case err == nil:
 			ran++
 			p.Kill()
-		case errors.Is(err, ErrChecksumMismatch):
+		case errors.Is(err, shared.ErrChecksumMismatch):
 			refused++
 		default:
 			// The flip can also make the path vanish for a moment.
@@ -570,7 +572,7 @@ func TestHostHoldsAnAbusivePlugin(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	prov := p.Provisioner()
-	if _, err := prov.Configure(ctx, &ConfigureRequest{Name: "abuse", Config: json.RawMessage(`{"greeting":"hi"}`)}); err != nil {
+	if _, err := prov.Configure(ctx, &shared.ConfigureRequest{Name: "abuse", Config: json.RawMessage(`{"greeting":"hi"}`)}); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -581,7 +583,7 @@ func TestHostHoldsAnAbusivePlugin(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			st, err := prov.Status(ctx, &StatusRequest{})
+			st, err := prov.Status(ctx, &shared.StatusRequest{})
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -593,14 +595,14 @@ func TestHostHoldsAnAbusivePlugin(t *testing.T) {
 	}
 	wg.Wait()
 	for _, n := range listed {
-		if n > MaxStatusEntries {
-			t.Errorf("Status listed %d outstanding; at most %d", n, MaxStatusEntries)
+		if n > wire.MaxStatusEntries {
+			t.Errorf("Status listed %d outstanding; at most %d", n, wire.MaxStatusEntries)
 		}
 	}
 	// The event may never arrive: an oversized message closes the host
 	// channel. If it does, it is cut.
 	for _, ev := range events.all() {
-		if len(ev.Detail) > MaxEventDetail+64 {
+		if len(ev.Detail) > wire.MaxEventDetail+64 {
 			t.Errorf("an event of %d bytes of detail reached the engine", len(ev.Detail))
 		}
 	}

@@ -1,4 +1,4 @@
-package shared
+package wire
 
 import (
 	"fmt"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/fluksio/provision/shared"
 )
 
 // Whatever a plugin sends, the host holds: a plugin is code of other
@@ -45,9 +47,9 @@ func clip(s string, n int) string {
 	return s[:cut] + fmt.Sprintf("… [%d bytes cut]", len(s)-cut)
 }
 
-// clipEvent bounds an event's fields.
-func clipEvent(ev Event) Event {
-	ev.Kind = EventKind(clip(string(ev.Kind), maxEventField))
+// ClipEvent bounds an event's fields.
+func ClipEvent(ev shared.Event) shared.Event {
+	ev.Kind = shared.EventKind(clip(string(ev.Kind), maxEventField))
 	ev.Profile = clip(ev.Profile, maxEventField)
 	ev.Job = clip(ev.Job, maxEventField)
 	ev.Worker = clip(ev.Worker, maxEventField)
@@ -56,7 +58,7 @@ func clipEvent(ev Event) Event {
 }
 
 // clipStatus bounds a plugin's Status.
-func clipStatus(s *StatusResponse) *StatusResponse {
+func clipStatus(s *shared.StatusResponse) *shared.StatusResponse {
 	if s == nil {
 		return nil
 	}
@@ -108,7 +110,7 @@ type limitedLogger struct {
 	budget *lineBudget
 }
 
-func limitLogger(l hclog.Logger) hclog.Logger {
+func LimitLogger(l hclog.Logger) hclog.Logger {
 	return &limitedLogger{Logger: l, budget: &lineBudget{}}
 }
 

@@ -1,4 +1,4 @@
-package shared
+package host
 
 import (
 	"os/exec"

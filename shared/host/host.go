@@ -1,4 +1,4 @@
-package shared
+package host
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/internal/wire"
 	"io"
 	"os"
 	"os/exec"
@@ -77,7 +79,7 @@ type LaunchConfig struct {
 	// OnEvent receives the plugin's events, one at a time and in order,
 	// from a goroutine of the launcher's. Keep it quick: the plugin waits
 	// for each event to be taken before it publishes the next.
-	OnEvent func(Event)
+	OnEvent func(shared.Event)
 	// Env is added to the plugin's environment, after this process's own,
 	// so it may override a variable such as PATH.
 	Env []string
@@ -116,7 +118,7 @@ type Plugin struct {
 	name   string
 	client *plugin.Client
 	cmd    *exec.Cmd
-	prov   *grpcClient
+	prov   *wire.Client
 	stderr *tailWriter
 	exited chan struct{}
 
@@ -139,7 +141,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	logger = limitLogger(logger.Named(cfg.Name))
+	logger = wire.LimitLogger(logger.Named(cfg.Name))
 	info, err := os.Stat(cfg.Path)
 	if err != nil {
 		return nil, fmt.Errorf("provisioner %q: no plugin at %s: %w", cfg.Name, cfg.Path, err)
@@ -174,8 +176,8 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 		timeout = 30 * time.Second
 	}
 	client := plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig:  Handshake,
-		VersionedPlugins: pluginSets(nil),
+		HandshakeConfig:  wire.Handshake,
+		VersionedPlugins: wire.PluginSets(nil),
 		Cmd:              cmd,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         true,
@@ -187,7 +189,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 		// again, after ours, and undo an override such as PATH.
 		SkipHostEnv: true,
 		// go-plugin accepts messages of up to 2 GB; see limits.go.
-		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes))},
+		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(wire.MaxMessageBytes))},
 	})
 	p := &Plugin{name: cfg.Name, client: client, cmd: cmd, stderr: stderr, exited: make(chan struct{})}
 
@@ -198,12 +200,12 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 		client.Kill()
 		return nil, launchError(cfg, err, stderr, exitStatus(cmd))
 	}
-	raw, err := rpcClient.Dispense(PluginName)
+	raw, err := rpcClient.Dispense(wire.PluginName)
 	if err != nil {
 		client.Kill()
 		return nil, fmt.Errorf("provisioner %q: %s does not serve a provisioner: %w", cfg.Name, cfg.Path, err)
 	}
-	p.prov = raw.(*grpcClient)
+	p.prov = raw.(*wire.Client)
 	go p.watch()
 
 	guard := &hostGuard{
@@ -214,7 +216,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 		guard.maxTTL = DefaultMaxCredentialTTL
 	}
 	onError := func(err error) { logger.Warn("host channel closed", "error", err) }
-	if err := p.prov.openHostChannel(ctx, cfg.Name, guard, onError); err != nil {
+	if err := p.prov.OpenHostChannel(ctx, cfg.Name, guard, onError); err != nil {
 		p.Kill()
 		return nil, fmt.Errorf("provisioner %q: opening the host channel: %w", cfg.Name, err)
 	}
@@ -225,7 +227,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 // done context only after the process has been waited for, so reading
 // the process state then is safe.
 func (p *Plugin) watch() {
-	<-p.prov.done.Done()
+	<-p.prov.Exited()
 	exit := exitStatus(p.cmd)
 	if exit == nil {
 		exit = &ExitStatus{Code: -1}
@@ -239,7 +241,7 @@ func (p *Plugin) watch() {
 
 // Provisioner is the plugin, as a Provisioner. After the process exits,
 // every call fails with ErrPluginGone.
-func (p *Plugin) Provisioner() Provisioner { return p.prov }
+func (p *Plugin) Provisioner() shared.Provisioner { return p.prov }
 
 // Name is the provisioner's name.
 func (p *Plugin) Name() string { return p.name }
@@ -267,14 +269,14 @@ func (p *Plugin) ExitStatus() *ExitStatus {
 // are cancelled, then go-plugin's kill. It returns what Shutdown
 // cancelled, and Shutdown's error if it failed; the process is ended
 // either way.
-func (p *Plugin) Stop(ctx context.Context) (*ShutdownResponse, error) {
+func (p *Plugin) Stop(ctx context.Context) (*shared.ShutdownResponse, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 	}
 	deadline, _ := ctx.Deadline()
-	resp, err := p.prov.Shutdown(ctx, &ShutdownRequest{Deadline: deadline})
+	resp, err := p.prov.Shutdown(ctx, &shared.ShutdownRequest{Deadline: deadline})
 	p.Kill()
 	return resp, err
 }
@@ -285,12 +287,7 @@ func (p *Plugin) Kill() {
 	p.client.Kill()
 	if p.prov != nil {
 		<-p.exited
-		p.prov.mu.Lock()
-		link := p.prov.link
-		p.prov.mu.Unlock()
-		if link != nil {
-			<-link.done
-		}
+		p.prov.WaitHostChannel()
 	}
 }
 
@@ -341,13 +338,13 @@ func launchError(cfg LaunchConfig, err error, stderr *tailWriter, exit *ExitStat
 		m := incompatibleRe.FindStringSubmatch(msg)
 		advice := "rebuild the plugin against this host's SDK"
 		if m != nil {
-			if v, _ := strconv.Atoi(m[1]); v > ProtocolVersion {
-				advice = fmt.Sprintf("the plugin speaks protocol %d and this host %d: upgrade the host", v, ProtocolVersion)
+			if v, _ := strconv.Atoi(m[1]); v > wire.ProtocolVersion {
+				advice = fmt.Sprintf("the plugin speaks protocol %d and this host %d: upgrade the host", v, wire.ProtocolVersion)
 			} else {
-				advice = fmt.Sprintf("the plugin speaks protocol %d and this host %d: upgrade the plugin", v, ProtocolVersion)
+				advice = fmt.Sprintf("the plugin speaks protocol %d and this host %d: upgrade the plugin", v, wire.ProtocolVersion)
 			}
 		}
-		return fmt.Errorf("provisioner %q: %w: %s", cfg.Name, ErrIncompatible, advice)
+		return fmt.Errorf("provisioner %q: %w: %s", cfg.Name, shared.ErrIncompatible, advice)
 	}
 	return fmt.Errorf("provisioner %q: starting %s: %w%s", cfg.Name, cfg.Path, err, tail)
 }
@@ -364,7 +361,7 @@ func openPinned(path, want string) (*os.File, error) {
 	want = strings.ToLower(strings.TrimSpace(want))
 	wantSum, err := hex.DecodeString(want)
 	if err != nil || len(wantSum) != sha256.Size {
-		return nil, fmt.Errorf("%w: the pin %q is not 64 hex digits", ErrChecksumMismatch, want)
+		return nil, fmt.Errorf("%w: the pin %q is not 64 hex digits", shared.ErrChecksumMismatch, want)
 	}
 	f, err := os.Open(path)
 	if err != nil {
@@ -378,7 +375,7 @@ func openPinned(path, want string) (*os.File, error) {
 	if got := h.Sum(nil); subtle.ConstantTimeCompare(got, wantSum) != 1 {
 		f.Close()
 		return nil, fmt.Errorf("%w: %s has sha256 %x but the configuration pins %s; if the binary was rebuilt on purpose, update the pin (sha256sum %s)",
-			ErrChecksumMismatch, path, got, want, path)
+			shared.ErrChecksumMismatch, path, got, want, path)
 	}
 	return f, nil
 }
@@ -424,22 +421,12 @@ type hostGuard struct {
 	name    string
 	signer  CredentialSigner
 	maxTTL  time.Duration
-	onEvent func(Event)
+	onEvent func(shared.Event)
 	logger  hclog.Logger
 }
 
-// nameRe is the alphabet of ValidName.
-var nameRe = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
-
-// ValidName reports whether s is made only of letters, digits, '.', '_'
-// and '-'. Every name that reaches a job script, an ssh command line, a
-// file name or a log line (provisioners, profiles, labels, workers) keeps
-// to it, so that none of them ever needs quoting or can mean anything to
-// a shell, to squeue's comma lists or to #SBATCH parsing.
-func ValidName(s string) bool { return nameRe.MatchString(s) }
-
-func (g *hostGuard) Publish(_ context.Context, ev Event) error {
-	ev = clipEvent(ev)
+func (g *hostGuard) Publish(_ context.Context, ev shared.Event) error {
+	ev = wire.ClipEvent(ev)
 	ev.Provisioner = g.name
 	if ev.Time.IsZero() {
 		ev.Time = time.Now()
@@ -450,11 +437,11 @@ func (g *hostGuard) Publish(_ context.Context, ev Event) error {
 	return nil
 }
 
-func (g *hostGuard) MintCredential(_ context.Context, req *MintCredentialRequest) (*MintCredentialResponse, error) {
+func (g *hostGuard) MintCredential(_ context.Context, req *shared.MintCredentialRequest) (*shared.MintCredentialResponse, error) {
 	prefix := g.name + "-"
-	if !strings.HasPrefix(req.Worker, prefix) || len(req.Worker) == len(prefix) || !ValidName(req.Worker) {
+	if !strings.HasPrefix(req.Worker, prefix) || len(req.Worker) == len(prefix) || !shared.ValidName(req.Worker) {
 		g.logger.Warn("refused to mint a credential", "worker", req.Worker, "reason", "not this provisioner's worker")
-		return nil, fmt.Errorf("%w: worker %q is not provisioner %q's (its name must start with %q)", ErrPermissionDenied, req.Worker, g.name, prefix)
+		return nil, fmt.Errorf("%w: worker %q is not provisioner %q's (its name must start with %q)", shared.ErrPermissionDenied, req.Worker, g.name, prefix)
 	}
 	// The shape is what the engine will hold the worker to, so one that
 	// says nothing (an older plugin) is refused rather than signed as
@@ -462,15 +449,15 @@ func (g *hostGuard) MintCredential(_ context.Context, req *MintCredentialRequest
 	if req.CPUs < 1 || req.GPUs < 0 || req.RAMMB < 0 {
 		g.logger.Warn("refused to mint a credential", "worker", req.Worker, "reason", "no shape")
 		return nil, fmt.Errorf("%w: credential for worker %q names no shape (cpus %d, gpus %d, ram_mb %d): pass the profile's cpus, gpus, ram_mb and labels in MintCredentialRequest",
-			ErrInvalidArgument, req.Worker, req.CPUs, req.GPUs, req.RAMMB)
+			shared.ErrInvalidArgument, req.Worker, req.CPUs, req.GPUs, req.RAMMB)
 	}
 	for _, l := range req.Labels {
-		if !ValidName(l) {
-			return nil, fmt.Errorf("%w: credential for worker %q: label %q is not a valid name", ErrInvalidArgument, req.Worker, l)
+		if !shared.ValidName(l) {
+			return nil, fmt.Errorf("%w: credential for worker %q: label %q is not a valid name", shared.ErrInvalidArgument, req.Worker, l)
 		}
 	}
 	if g.signer == nil {
-		return nil, fmt.Errorf("%w: this host mints no credentials", ErrPermissionDenied)
+		return nil, fmt.Errorf("%w: this host mints no credentials", shared.ErrPermissionDenied)
 	}
 	ttl := req.TTL
 	if ttl <= 0 {
@@ -487,7 +474,7 @@ func (g *hostGuard) MintCredential(_ context.Context, req *MintCredentialRequest
 		return nil, err
 	}
 	g.logger.Debug("minted a credential", "worker", req.Worker, "expires", expires)
-	return &MintCredentialResponse{Token: token, Expires: expires}, nil
+	return &shared.MintCredentialResponse{Token: token, Expires: expires}, nil
 }
 
 // tailWriter keeps the last lines written to it, so an exit can be

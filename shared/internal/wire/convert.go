@@ -1,9 +1,10 @@
-package shared
+package wire
 
 import (
 	"encoding/json"
 	"time"
 
+	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/shared/internal/pb"
 )
 
@@ -12,15 +13,15 @@ import (
 // and direction, nil in gives zero out, so a field added to the proto is
 // one line here and nowhere else.
 
-func needToProto(n Need) *pb.Need {
+func needToProto(n shared.Need) *pb.Need {
 	return &pb.Need{Cpus: int64(n.CPUs), Gpus: int64(n.GPUs), RamMb: n.RAMMB, Label: n.Label}
 }
 
-func needFromProto(n *pb.Need) Need {
-	return Need{CPUs: int(n.GetCpus()), GPUs: int(n.GetGpus()), RAMMB: n.GetRamMb(), Label: n.GetLabel()}
+func needFromProto(n *pb.Need) shared.Need {
+	return shared.Need{CPUs: int(n.GetCpus()), GPUs: int(n.GetGpus()), RAMMB: n.GetRamMb(), Label: n.GetLabel()}
 }
 
-func shapesToProto(in []Shape) []*pb.Shape {
+func shapesToProto(in []shared.Shape) []*pb.Shape {
 	out := make([]*pb.Shape, 0, len(in))
 	for _, s := range in {
 		out = append(out, &pb.Shape{Profile: s.Profile, Cpus: int64(s.CPUs), Gpus: int64(s.GPUs), RamMb: s.RAMMB, Labels: s.Labels})
@@ -28,15 +29,15 @@ func shapesToProto(in []Shape) []*pb.Shape {
 	return out
 }
 
-func shapesFromProto(in []*pb.Shape) []Shape {
-	out := make([]Shape, 0, len(in))
+func shapesFromProto(in []*pb.Shape) []shared.Shape {
+	out := make([]shared.Shape, 0, len(in))
 	for _, s := range in {
-		out = append(out, Shape{Profile: s.GetProfile(), CPUs: int(s.GetCpus()), GPUs: int(s.GetGpus()), RAMMB: s.GetRamMb(), Labels: s.GetLabels()})
+		out = append(out, shared.Shape{Profile: s.GetProfile(), CPUs: int(s.GetCpus()), GPUs: int(s.GetGpus()), RAMMB: s.GetRamMb(), Labels: s.GetLabels()})
 	}
 	return out
 }
 
-func schemaToProto(s *Schema) (*pb.Schema, error) {
+func schemaToProto(s *shared.Schema) (*pb.Schema, error) {
 	if s == nil {
 		return nil, nil
 	}
@@ -67,11 +68,11 @@ func schemaToProto(s *Schema) (*pb.Schema, error) {
 	return out, nil
 }
 
-func schemaFromProto(s *pb.Schema) (*Schema, error) {
+func schemaFromProto(s *pb.Schema) (*shared.Schema, error) {
 	if s == nil {
 		return nil, nil
 	}
-	out := &Schema{}
+	out := &shared.Schema{}
 	for _, a := range s.GetAttributes() {
 		var def any
 		if len(a.GetDefaultJson()) > 0 {
@@ -79,8 +80,8 @@ func schemaFromProto(s *pb.Schema) (*Schema, error) {
 				return nil, err
 			}
 		}
-		out.Attributes = append(out.Attributes, Attribute{
-			Name: a.GetName(), Type: Type(a.GetType()), Required: a.GetRequired(),
+		out.Attributes = append(out.Attributes, shared.Attribute{
+			Name: a.GetName(), Type: shared.Type(a.GetType()), Required: a.GetRequired(),
 			Description: a.GetDescription(), Default: def, Sensitive: a.GetSensitive(),
 		})
 	}
@@ -89,7 +90,7 @@ func schemaFromProto(s *pb.Schema) (*Schema, error) {
 		if err != nil {
 			return nil, err
 		}
-		out.Blocks = append(out.Blocks, BlockType{
+		out.Blocks = append(out.Blocks, shared.BlockType{
 			Name: b.GetName(), Labels: b.GetLabels(), Description: b.GetDescription(), Body: body,
 			MinItems: int(b.GetMinItems()), MaxItems: int(b.GetMaxItems()),
 		})
@@ -97,11 +98,11 @@ func schemaFromProto(s *pb.Schema) (*Schema, error) {
 	return out, nil
 }
 
-func diagsToProto(in Diagnostics) []*pb.Diagnostic {
+func diagsToProto(in shared.Diagnostics) []*pb.Diagnostic {
 	out := make([]*pb.Diagnostic, 0, len(in))
 	for _, d := range in {
 		sev := pb.Diagnostic_ERROR
-		if d.Severity == SeverityWarning {
+		if d.Severity == shared.SeverityWarning {
 			sev = pb.Diagnostic_WARNING
 		}
 		out = append(out, &pb.Diagnostic{Severity: sev, Summary: d.Summary, Detail: d.Detail, Path: d.Path})
@@ -109,49 +110,49 @@ func diagsToProto(in Diagnostics) []*pb.Diagnostic {
 	return out
 }
 
-func diagsFromProto(in []*pb.Diagnostic) Diagnostics {
-	var out Diagnostics
+func diagsFromProto(in []*pb.Diagnostic) shared.Diagnostics {
+	var out shared.Diagnostics
 	for _, d := range in {
 		// An unspecified severity is treated as an error: a plugin that
 		// forgot to say is more likely reporting a problem than a hint.
-		sev := SeverityError
+		sev := shared.SeverityError
 		if d.GetSeverity() == pb.Diagnostic_WARNING {
-			sev = SeverityWarning
+			sev = shared.SeverityWarning
 		}
-		out = append(out, Diagnostic{Severity: sev, Summary: d.GetSummary(), Detail: d.GetDetail(), Path: d.GetPath()})
+		out = append(out, shared.Diagnostic{Severity: sev, Summary: d.GetSummary(), Detail: d.GetDetail(), Path: d.GetPath()})
 	}
 	return out
 }
 
-func outcomeToProto(o ProvisionOutcome) pb.ProvisionResponse_Outcome {
+func outcomeToProto(o shared.ProvisionOutcome) pb.ProvisionResponse_Outcome {
 	switch o {
-	case OutcomeRequested:
+	case shared.OutcomeRequested:
 		return pb.ProvisionResponse_REQUESTED
-	case OutcomeOutstanding:
+	case shared.OutcomeOutstanding:
 		return pb.ProvisionResponse_OUTSTANDING
-	case OutcomeNoFit:
+	case shared.OutcomeNoFit:
 		return pb.ProvisionResponse_NO_FIT
-	case OutcomeBackingOff:
+	case shared.OutcomeBackingOff:
 		return pb.ProvisionResponse_BACKING_OFF
 	}
 	return pb.ProvisionResponse_OUTCOME_UNSPECIFIED
 }
 
-func outcomeFromProto(o pb.ProvisionResponse_Outcome) ProvisionOutcome {
+func outcomeFromProto(o pb.ProvisionResponse_Outcome) shared.ProvisionOutcome {
 	switch o {
 	case pb.ProvisionResponse_REQUESTED:
-		return OutcomeRequested
+		return shared.OutcomeRequested
 	case pb.ProvisionResponse_OUTSTANDING:
-		return OutcomeOutstanding
+		return shared.OutcomeOutstanding
 	case pb.ProvisionResponse_NO_FIT:
-		return OutcomeNoFit
+		return shared.OutcomeNoFit
 	case pb.ProvisionResponse_BACKING_OFF:
-		return OutcomeBackingOff
+		return shared.OutcomeBackingOff
 	}
 	return 0
 }
 
-func statusToProto(s *StatusResponse) *pb.StatusResponse {
+func statusToProto(s *shared.StatusResponse) *pb.StatusResponse {
 	out := &pb.StatusResponse{Name: s.Name, Kind: s.Kind, Profiles: s.Profiles, LastError: s.LastError}
 	for _, o := range s.Outstanding {
 		out.Outstanding = append(out.Outstanding, &pb.Outstanding{
@@ -166,32 +167,32 @@ func statusToProto(s *StatusResponse) *pb.StatusResponse {
 	return out
 }
 
-func statusFromProto(s *pb.StatusResponse) *StatusResponse {
-	out := &StatusResponse{Name: s.GetName(), Kind: s.GetKind(), Profiles: s.GetProfiles(), LastError: s.GetLastError()}
+func statusFromProto(s *pb.StatusResponse) *shared.StatusResponse {
+	out := &shared.StatusResponse{Name: s.GetName(), Kind: s.GetKind(), Profiles: s.GetProfiles(), LastError: s.GetLastError()}
 	for _, o := range s.GetOutstanding() {
-		out.Outstanding = append(out.Outstanding, Outstanding{
+		out.Outstanding = append(out.Outstanding, shared.Outstanding{
 			Profile: o.GetProfile(), Job: o.GetJob(), Worker: o.GetWorker(),
 			Age: seconds(o.GetAgeSeconds()), State: o.GetState(),
 		})
 	}
 	for _, b := range s.GetBackingOff() {
-		out.BackingOff = append(out.BackingOff, Backoff{
+		out.BackingOff = append(out.BackingOff, shared.Backoff{
 			Profile: b.GetProfile(), Failures: int(b.GetFailures()), Until: fromUnixNano(b.GetUntilUnixNano()), LastError: b.GetLastError(),
 		})
 	}
 	return out
 }
 
-func eventToProto(e Event) *pb.Event {
+func eventToProto(e shared.Event) *pb.Event {
 	return &pb.Event{
 		Seq: e.Seq, Kind: string(e.Kind), Provisioner: e.Provisioner, Profile: e.Profile,
 		Job: e.Job, Worker: e.Worker, TimeUnixNano: unixNano(e.Time), Detail: e.Detail,
 	}
 }
 
-func eventFromProto(e *pb.Event) Event {
-	return Event{
-		Seq: e.GetSeq(), Kind: EventKind(e.GetKind()), Provisioner: e.GetProvisioner(), Profile: e.GetProfile(),
+func eventFromProto(e *pb.Event) shared.Event {
+	return shared.Event{
+		Seq: e.GetSeq(), Kind: shared.EventKind(e.GetKind()), Provisioner: e.GetProvisioner(), Profile: e.GetProfile(),
 		Job: e.GetJob(), Worker: e.GetWorker(), Time: fromUnixNano(e.GetTimeUnixNano()), Detail: e.GetDetail(),
 	}
 }

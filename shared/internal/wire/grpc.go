@@ -1,4 +1,4 @@
-package shared
+package wire
 
 import (
 	"context"
@@ -8,13 +8,14 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/shared/internal/pb"
 )
 
-// grpcClient is the host's view of a plugin: a Provisioner whose methods
+// Client is the host's view of a plugin: a Provisioner whose methods
 // are RPCs. Each method builds a request, calls, and converts; the only
 // logic here is turning "the process died" into ErrPluginGone promptly.
-type grpcClient struct {
+type Client struct {
 	rpc pb.ProvisionerClient
 	// done is cancelled by go-plugin when the plugin process exits.
 	done context.Context
@@ -23,22 +24,22 @@ type grpcClient struct {
 	link *hostLink  // the host's end of HostChannel, once opened
 }
 
-var _ Provisioner = (*grpcClient)(nil)
+var _ shared.Provisioner = (*Client)(nil)
 
-func newGRPCClient(done context.Context, rpc pb.ProvisionerClient) *grpcClient {
+func newGRPCClient(done context.Context, rpc pb.ProvisionerClient) *Client {
 	if done == nil {
 		done = context.Background()
 	}
-	return &grpcClient{rpc: rpc, done: done}
+	return &Client{rpc: rpc, done: done}
 }
 
 // call runs one RPC bounded by both the caller's context and the plugin's
 // life, so a call in flight when the process is killed returns at once
 // instead of waiting for gRPC to notice the socket is gone.
-func call[Req, Resp any](c *grpcClient, ctx context.Context, req Req, rpc func(context.Context, Req, ...grpc.CallOption) (Resp, error)) (Resp, error) {
+func call[Req, Resp any](c *Client, ctx context.Context, req Req, rpc func(context.Context, Req, ...grpc.CallOption) (Resp, error)) (Resp, error) {
 	var zero Resp
 	if err := c.done.Err(); err != nil {
-		return zero, fmt.Errorf("%w: the plugin process has exited", ErrPluginGone)
+		return zero, fmt.Errorf("%w: the plugin process has exited", shared.ErrPluginGone)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -51,15 +52,15 @@ func call[Req, Resp any](c *grpcClient, ctx context.Context, req Req, rpc func(c
 	return resp, nil
 }
 
-func (c *grpcClient) Info(ctx context.Context, _ *InfoRequest) (*InfoResponse, error) {
+func (c *Client) Info(ctx context.Context, _ *shared.InfoRequest) (*shared.InfoResponse, error) {
 	r, err := call(c, ctx, &pb.InfoRequest{}, c.rpc.Info)
 	if err != nil {
 		return nil, err
 	}
-	return &InfoResponse{Kind: r.GetKind(), Version: r.GetVersion(), ContractVersion: r.GetContractVersion(), Capabilities: r.GetCapabilities()}, nil
+	return &shared.InfoResponse{Kind: r.GetKind(), Version: r.GetVersion(), ContractVersion: r.GetContractVersion(), Capabilities: r.GetCapabilities()}, nil
 }
 
-func (c *grpcClient) Schema(ctx context.Context, _ *SchemaRequest) (*SchemaResponse, error) {
+func (c *Client) Schema(ctx context.Context, _ *shared.SchemaRequest) (*shared.SchemaResponse, error) {
 	r, err := call(c, ctx, &pb.SchemaRequest{}, c.rpc.Schema)
 	if err != nil {
 		return nil, err
@@ -68,23 +69,23 @@ func (c *grpcClient) Schema(ctx context.Context, _ *SchemaRequest) (*SchemaRespo
 	if err != nil {
 		return nil, fmt.Errorf("the plugin sent a schema with a malformed default: %w", err)
 	}
-	return &SchemaResponse{Schema: s}, nil
+	return &shared.SchemaResponse{Schema: s}, nil
 }
 
-func (c *grpcClient) ValidateConfig(ctx context.Context, req *ValidateConfigRequest) (*ValidateConfigResponse, error) {
+func (c *Client) ValidateConfig(ctx context.Context, req *shared.ValidateConfigRequest) (*shared.ValidateConfigResponse, error) {
 	r, err := call(c, ctx, &pb.ValidateConfigRequest{Name: req.Name, ConfigJson: req.Config}, c.rpc.ValidateConfig)
 	if err != nil {
 		return nil, err
 	}
-	return &ValidateConfigResponse{Diagnostics: diagsFromProto(r.GetDiagnostics())}, nil
+	return &shared.ValidateConfigResponse{Diagnostics: diagsFromProto(r.GetDiagnostics())}, nil
 }
 
 // Configure opens the host channel first when the request carries a Host
 // and none is open yet, so the plugin can publish and mint from the moment
 // it is configured.
-func (c *grpcClient) Configure(ctx context.Context, req *ConfigureRequest) (*ConfigureResponse, error) {
+func (c *Client) Configure(ctx context.Context, req *shared.ConfigureRequest) (*shared.ConfigureResponse, error) {
 	if req.Host != nil {
-		if err := c.openHostChannel(ctx, req.Name, req.Host, nil); err != nil {
+		if err := c.OpenHostChannel(ctx, req.Name, req.Host, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -92,42 +93,42 @@ func (c *grpcClient) Configure(ctx context.Context, req *ConfigureRequest) (*Con
 	if err != nil {
 		return nil, err
 	}
-	return &ConfigureResponse{Diagnostics: diagsFromProto(r.GetDiagnostics())}, nil
+	return &shared.ConfigureResponse{Diagnostics: diagsFromProto(r.GetDiagnostics())}, nil
 }
 
-func (c *grpcClient) Shapes(ctx context.Context, req *ShapesRequest) (*ShapesResponse, error) {
+func (c *Client) Shapes(ctx context.Context, req *shared.ShapesRequest) (*shared.ShapesResponse, error) {
 	r, err := call(c, ctx, &pb.ShapesRequest{Label: req.Label}, c.rpc.Shapes)
 	if err != nil {
 		return nil, err
 	}
-	return &ShapesResponse{Shapes: shapesFromProto(r.GetShapes())}, nil
+	return &shared.ShapesResponse{Shapes: shapesFromProto(r.GetShapes())}, nil
 }
 
-func (c *grpcClient) Covers(ctx context.Context, req *CoversRequest) (*CoversResponse, error) {
+func (c *Client) Covers(ctx context.Context, req *shared.CoversRequest) (*shared.CoversResponse, error) {
 	r, err := call(c, ctx, &pb.CoversRequest{Need: needToProto(req.Need)}, c.rpc.Covers)
 	if err != nil {
 		return nil, err
 	}
-	return &CoversResponse{Covered: r.GetCovered(), Profile: r.GetProfile()}, nil
+	return &shared.CoversResponse{Covered: r.GetCovered(), Profile: r.GetProfile()}, nil
 }
 
-func (c *grpcClient) Provision(ctx context.Context, req *ProvisionRequest) (*ProvisionResponse, error) {
+func (c *Client) Provision(ctx context.Context, req *shared.ProvisionRequest) (*shared.ProvisionResponse, error) {
 	r, err := call(c, ctx, &pb.ProvisionRequest{Need: needToProto(req.Need)}, c.rpc.Provision)
 	if err != nil {
 		return nil, err
 	}
-	return &ProvisionResponse{Outcome: outcomeFromProto(r.GetOutcome()), Profile: r.GetProfile(), Detail: r.GetDetail()}, nil
+	return &shared.ProvisionResponse{Outcome: outcomeFromProto(r.GetOutcome()), Profile: r.GetProfile(), Detail: r.GetDetail()}, nil
 }
 
-func (c *grpcClient) Reconcile(ctx context.Context, req *ReconcileRequest) (*ReconcileResponse, error) {
+func (c *Client) Reconcile(ctx context.Context, req *shared.ReconcileRequest) (*shared.ReconcileResponse, error) {
 	r, err := call(c, ctx, &pb.ReconcileRequest{Attached: req.Attached}, c.rpc.Reconcile)
 	if err != nil {
 		return nil, err
 	}
-	return &ReconcileResponse{Arrived: r.GetArrived(), Expired: r.GetExpired()}, nil
+	return &shared.ReconcileResponse{Arrived: r.GetArrived(), Expired: r.GetExpired()}, nil
 }
 
-func (c *grpcClient) Status(ctx context.Context, _ *StatusRequest) (*StatusResponse, error) {
+func (c *Client) Status(ctx context.Context, _ *shared.StatusRequest) (*shared.StatusResponse, error) {
 	r, err := call(c, ctx, &pb.StatusRequest{}, c.rpc.Status)
 	if err != nil {
 		return nil, err
@@ -135,7 +136,7 @@ func (c *grpcClient) Status(ctx context.Context, _ *StatusRequest) (*StatusRespo
 	return clipStatus(statusFromProto(r)), nil
 }
 
-func (c *grpcClient) Shutdown(ctx context.Context, req *ShutdownRequest) (*ShutdownResponse, error) {
+func (c *Client) Shutdown(ctx context.Context, req *shared.ShutdownRequest) (*shared.ShutdownResponse, error) {
 	deadline := req.Deadline
 	if d, ok := ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
 		deadline = d
@@ -144,7 +145,7 @@ func (c *grpcClient) Shutdown(ctx context.Context, req *ShutdownRequest) (*Shutd
 	if err != nil {
 		return nil, err
 	}
-	return &ShutdownResponse{Cancelled: r.GetCancelled()}, nil
+	return &shared.ShutdownResponse{Cancelled: r.GetCancelled()}, nil
 }
 
 // grpcServer is the plugin's side: it unpacks each request, hands it to
@@ -152,16 +153,16 @@ func (c *grpcClient) Shutdown(ctx context.Context, req *ShutdownRequest) (*Shutd
 // that the client turns back into the same sentinels.
 type grpcServer struct {
 	pb.UnimplementedProvisionerServer
-	impl Provisioner
+	impl shared.Provisioner
 	link *pluginLink
 }
 
-func newGRPCServer(impl Provisioner) *grpcServer {
+func newGRPCServer(impl shared.Provisioner) *grpcServer {
 	return &grpcServer{impl: impl, link: newPluginLink()}
 }
 
 func (s *grpcServer) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoResponse, error) {
-	r, err := s.impl.Info(ctx, &InfoRequest{})
+	r, err := s.impl.Info(ctx, &shared.InfoRequest{})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -169,7 +170,7 @@ func (s *grpcServer) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoRespo
 }
 
 func (s *grpcServer) Schema(ctx context.Context, _ *pb.SchemaRequest) (*pb.SchemaResponse, error) {
-	r, err := s.impl.Schema(ctx, &SchemaRequest{})
+	r, err := s.impl.Schema(ctx, &shared.SchemaRequest{})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -181,7 +182,7 @@ func (s *grpcServer) Schema(ctx context.Context, _ *pb.SchemaRequest) (*pb.Schem
 }
 
 func (s *grpcServer) ValidateConfig(ctx context.Context, req *pb.ValidateConfigRequest) (*pb.ValidateConfigResponse, error) {
-	r, err := s.impl.ValidateConfig(ctx, &ValidateConfigRequest{Name: req.GetName(), Config: req.GetConfigJson()})
+	r, err := s.impl.ValidateConfig(ctx, &shared.ValidateConfigRequest{Name: req.GetName(), Config: req.GetConfigJson()})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -189,7 +190,7 @@ func (s *grpcServer) ValidateConfig(ctx context.Context, req *pb.ValidateConfigR
 }
 
 func (s *grpcServer) Configure(ctx context.Context, req *pb.ConfigureRequest) (*pb.ConfigureResponse, error) {
-	r, err := s.impl.Configure(ctx, &ConfigureRequest{Name: req.GetName(), Config: req.GetConfigJson(), EngineID: req.GetEngineId(), CredentialEpoch: req.GetCredentialEpoch(), Host: s.link})
+	r, err := s.impl.Configure(ctx, &shared.ConfigureRequest{Name: req.GetName(), Config: req.GetConfigJson(), EngineID: req.GetEngineId(), CredentialEpoch: req.GetCredentialEpoch(), Host: s.link})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -197,7 +198,7 @@ func (s *grpcServer) Configure(ctx context.Context, req *pb.ConfigureRequest) (*
 }
 
 func (s *grpcServer) Shapes(ctx context.Context, req *pb.ShapesRequest) (*pb.ShapesResponse, error) {
-	r, err := s.impl.Shapes(ctx, &ShapesRequest{Label: req.GetLabel()})
+	r, err := s.impl.Shapes(ctx, &shared.ShapesRequest{Label: req.GetLabel()})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -205,7 +206,7 @@ func (s *grpcServer) Shapes(ctx context.Context, req *pb.ShapesRequest) (*pb.Sha
 }
 
 func (s *grpcServer) Covers(ctx context.Context, req *pb.CoversRequest) (*pb.CoversResponse, error) {
-	r, err := s.impl.Covers(ctx, &CoversRequest{Need: needFromProto(req.GetNeed())})
+	r, err := s.impl.Covers(ctx, &shared.CoversRequest{Need: needFromProto(req.GetNeed())})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -213,7 +214,7 @@ func (s *grpcServer) Covers(ctx context.Context, req *pb.CoversRequest) (*pb.Cov
 }
 
 func (s *grpcServer) Provision(ctx context.Context, req *pb.ProvisionRequest) (*pb.ProvisionResponse, error) {
-	r, err := s.impl.Provision(ctx, &ProvisionRequest{Need: needFromProto(req.GetNeed())})
+	r, err := s.impl.Provision(ctx, &shared.ProvisionRequest{Need: needFromProto(req.GetNeed())})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -221,7 +222,7 @@ func (s *grpcServer) Provision(ctx context.Context, req *pb.ProvisionRequest) (*
 }
 
 func (s *grpcServer) Reconcile(ctx context.Context, req *pb.ReconcileRequest) (*pb.ReconcileResponse, error) {
-	r, err := s.impl.Reconcile(ctx, &ReconcileRequest{Attached: req.GetAttached()})
+	r, err := s.impl.Reconcile(ctx, &shared.ReconcileRequest{Attached: req.GetAttached()})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -229,7 +230,7 @@ func (s *grpcServer) Reconcile(ctx context.Context, req *pb.ReconcileRequest) (*
 }
 
 func (s *grpcServer) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
-	r, err := s.impl.Status(ctx, &StatusRequest{})
+	r, err := s.impl.Status(ctx, &shared.StatusRequest{})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -245,7 +246,7 @@ func (s *grpcServer) Shutdown(ctx context.Context, req *pb.ShutdownRequest) (*pb
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
-	r, err := s.impl.Shutdown(ctx, &ShutdownRequest{Deadline: deadline})
+	r, err := s.impl.Shutdown(ctx, &shared.ShutdownRequest{Deadline: deadline})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -262,4 +263,18 @@ func secondsToDuration(s float64) time.Duration {
 		return time.Duration(1 << 62)
 	}
 	return seconds(s)
+}
+
+// Exited is closed once go-plugin has seen the plugin process exit.
+func (c *Client) Exited() <-chan struct{} { return c.done.Done() }
+
+// WaitHostChannel waits for the host's end of HostChannel to finish, if
+// it was ever opened.
+func (c *Client) WaitHostChannel() {
+	c.mu.Lock()
+	link := c.link
+	c.mu.Unlock()
+	if link != nil {
+		<-link.done
+	}
 }
