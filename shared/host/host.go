@@ -188,7 +188,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 		// after it; go-plugin would otherwise append the environment
 		// again, after ours, and undo an override such as PATH.
 		SkipHostEnv: true,
-		// go-plugin accepts messages of up to 2 GB; see limits.go.
+		// go-plugin accepts messages of up to 2 GB; see wire/limits.go.
 		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(wire.MaxMessageBytes))},
 	})
 	p := &Plugin{name: cfg.Name, client: client, cmd: cmd, stderr: stderr, exited: make(chan struct{})}
