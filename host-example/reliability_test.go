@@ -456,21 +456,7 @@ func TestReliabilityHostKilled(t *testing.T) {
 
 	// Open the gate: the adopted jobs' workers attach and serve both
 	// needs, and the engine exits 0 on its own.
-	if err := os.WriteFile(gate, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	opened := time.Now()
-	code := p2.wait(t, 4*time.Minute)
-	exitedAt := time.Now()
-	story := p2.stdout.String()
-	t.Logf("second engine's story:\n%s", story)
-	if code != 0 {
-		t.Fatalf("exit %d: the adopted jobs' workers did not serve the needs\nstderr:\n%s", code, p2.stderr)
-	}
-	var servedBy []string
-	for _, m := range workDoneRe.FindAllStringSubmatch(story, -1) {
-		servedBy = append(servedBy, m[2])
-	}
+	servedBy, opened, exitedAt := letWorkersGo(t, gate, p2)
 	var adopted []string
 	for _, id := range held {
 		if slices.Contains(earlier, id) {
@@ -716,21 +702,7 @@ func TestReliabilityHostAndPluginKilled(t *testing.T) {
 		_, outstanding, ok = e.status(t)
 		return ok && outstanding["cpu"] == earlier[0] && outstanding["gpu"] == earlier[1]
 	})
-	if err := os.WriteFile(gate, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	opened := time.Now()
-	code := p2.wait(t, 4*time.Minute)
-	exitedAt := time.Now()
-	story := p2.stdout.String()
-	t.Logf("second engine's story:\n%s", story)
-	if code != 0 {
-		t.Fatalf("exit %d: the adopted jobs' workers did not serve the needs\nstderr:\n%s", code, p2.stderr)
-	}
-	var servedBy []string
-	for _, m := range workDoneRe.FindAllStringSubmatch(story, -1) {
-		servedBy = append(servedBy, m[2])
-	}
+	servedBy, opened, exitedAt := letWorkersGo(t, gate, p2)
 	slices.Sort(servedBy)
 	want := slices.Clone(earlier)
 	slices.Sort(want)
@@ -774,4 +746,26 @@ func withSecretEnv(t *testing.T, cfg, name, value string) {
 		t.Fatal(err)
 	}
 	t.Setenv(name, value)
+}
+
+// letWorkersGo opens the gate gated workers wait for and waits for the
+// engine p to serve its needs and exit 0. It returns the jobs whose
+// workers did the work, when the gate opened and when p exited.
+func letWorkersGo(t *testing.T, gate string, p *engineProc) (servedBy []string, opened, exitedAt time.Time) {
+	t.Helper()
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opened = time.Now()
+	code := p.wait(t, 4*time.Minute)
+	exitedAt = time.Now()
+	story := p.stdout.String()
+	t.Logf("second engine's story:\n%s", story)
+	if code != 0 {
+		t.Fatalf("exit %d: the adopted jobs' workers did not serve the needs\nstderr:\n%s", code, p.stderr)
+	}
+	for _, m := range workDoneRe.FindAllStringSubmatch(story, -1) {
+		servedBy = append(servedBy, m[2])
+	}
+	return servedBy, opened, exitedAt
 }
