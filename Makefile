@@ -62,6 +62,8 @@ check-plugin-deps: ## fail if the plugin binary or the contract package links an
 	if [ -n "$$bad" ]; then echo "a plugin must not link these (they belong to the host):"; echo "$$bad" | sed 's/^/  /'; exit 1; fi; \
 	bad=$$($(GO) list -deps ./shared | grep -E '^(google.golang.org/(grpc|protobuf)|github.com/hashicorp/(go-plugin|hcl/))' || true); \
 	if [ -n "$$bad" ]; then echo "the contract package (shared) must not import the wire or HCL:"; echo "$$bad" | sed 's/^/  /'; exit 1; fi; \
+	bad=$$($(GO) list -deps ./plugin ./host-example ./slurm ./shared ./shared/host ./shared/plugin ./shared/hclconfig ./shared/conformance | grep -E '^github.com/fluksio/provision/shared/sharedtest$$' || true); \
+	if [ -n "$$bad" ]; then echo "shared/sharedtest is for tests only; non-test code imports it"; exit 1; fi; \
 	echo "==> the plugin links no HCL and nothing of the host; the contract imports no grpc or hcl"
 
 .PHONY: check-tidy

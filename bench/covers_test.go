@@ -9,9 +9,9 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
-	"time"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/sharedtest"
 	"github.com/fluksio/provision/slurm"
 )
 
@@ -42,15 +42,6 @@ func (e benchEnv) coversProfiles() []map[string]any {
 		profile("gpu1", 4, 1, 16000, []string{"cuda"}, sb),
 		profile("gpu2", 8, 2, 32000, []string{"cuda"}, sb),
 	}
-}
-
-// fakeHost is the Host the in-process provisioner gets: Covers needs
-// none, but Configure takes one.
-type fakeHost struct{}
-
-func (fakeHost) Publish(context.Context, shared.Event) error { return nil }
-func (fakeHost) MintCredential(_ context.Context, req *shared.MintCredentialRequest) (*shared.MintCredentialResponse, error) {
-	return &shared.MintCredentialResponse{Token: "tok-" + randHex(8), Expires: time.Now().Add(req.TTL)}, nil
 }
 
 type coversRig struct {
@@ -86,7 +77,7 @@ func newCoversRig(tb testing.TB, e benchEnv) *coversRig {
 		tb.Fatal(err)
 	}
 	local := slurm.New(nil)
-	resp, err := local.Configure(ctx, &shared.ConfigureRequest{Name: name, Config: raw, Host: fakeHost{}})
+	resp, err := local.Configure(ctx, &shared.ConfigureRequest{Name: name, Config: raw, Host: &sharedtest.Host{}})
 	if err != nil || resp.Diagnostics.HasErrors() {
 		tb.Fatalf("in-process Configure: %v %v", err, resp)
 	}

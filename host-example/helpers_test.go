@@ -2,9 +2,7 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
@@ -56,84 +54,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-// fakeProvisioner is a shared.Provisioner in memory. Provision calls
-// onProvision, if set, and counts the calls; the other methods answer
-// plausibly and do nothing.
-type fakeProvisioner struct {
-	name   string
-	shapes []shared.Shape
-	// onProvision decides what Provision does. Nil means OutcomeNoFit.
-	onProvision func(shared.Need) (*shared.ProvisionResponse, error)
-
-	mu    sync.Mutex // guards calls
-	calls []shared.Need
-}
-
-var _ shared.Provisioner = (*fakeProvisioner)(nil)
-
-func (f *fakeProvisioner) provisionCalls() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.calls)
-}
-
-func (f *fakeProvisioner) Info(context.Context, *shared.InfoRequest) (*shared.InfoResponse, error) {
-	return &shared.InfoResponse{Kind: "fake", Version: "0", ContractVersion: shared.ContractVersion}, nil
-}
-
-func (f *fakeProvisioner) Schema(context.Context, *shared.SchemaRequest) (*shared.SchemaResponse, error) {
-	return &shared.SchemaResponse{Schema: &shared.Schema{}}, nil
-}
-
-func (f *fakeProvisioner) ValidateConfig(context.Context, *shared.ValidateConfigRequest) (*shared.ValidateConfigResponse, error) {
-	return &shared.ValidateConfigResponse{}, nil
-}
-
-func (f *fakeProvisioner) Configure(context.Context, *shared.ConfigureRequest) (*shared.ConfigureResponse, error) {
-	return &shared.ConfigureResponse{}, nil
-}
-
-func (f *fakeProvisioner) Shapes(_ context.Context, req *shared.ShapesRequest) (*shared.ShapesResponse, error) {
-	var out []shared.Shape
-	for _, s := range f.shapes {
-		if req.Label == "" || s.HasLabel(req.Label) {
-			out = append(out, s)
-		}
-	}
-	return &shared.ShapesResponse{Shapes: out}, nil
-}
-
-func (f *fakeProvisioner) Covers(_ context.Context, req *shared.CoversRequest) (*shared.CoversResponse, error) {
-	for _, s := range f.shapes {
-		if s.Fits(req.Need) {
-			return &shared.CoversResponse{Covered: true, Profile: s.Profile}, nil
-		}
-	}
-	return &shared.CoversResponse{}, nil
-}
-
-func (f *fakeProvisioner) Provision(_ context.Context, req *shared.ProvisionRequest) (*shared.ProvisionResponse, error) {
-	f.mu.Lock()
-	f.calls = append(f.calls, req.Need)
-	f.mu.Unlock()
-	if f.onProvision == nil {
-		return &shared.ProvisionResponse{Outcome: shared.OutcomeNoFit}, nil
-	}
-	return f.onProvision(req.Need)
-}
-
-func (f *fakeProvisioner) Reconcile(context.Context, *shared.ReconcileRequest) (*shared.ReconcileResponse, error) {
-	return &shared.ReconcileResponse{}, nil
-}
-
-func (f *fakeProvisioner) Status(context.Context, *shared.StatusRequest) (*shared.StatusResponse, error) {
-	return &shared.StatusResponse{Name: f.name, Kind: "fake"}, nil
-}
-
-func (f *fakeProvisioner) Shutdown(context.Context, *shared.ShutdownRequest) (*shared.ShutdownResponse, error) {
-	return &shared.ShutdownResponse{}, nil
 }
 
 // serveEngine starts an Engine over HTTP with a test signer and a log the

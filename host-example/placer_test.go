@@ -14,6 +14,7 @@ import (
 
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/shared/host"
+	"github.com/fluksio/provision/shared/sharedtest"
 )
 
 var goodNeedTests = []struct {
@@ -86,18 +87,18 @@ func requested(shared.Need) (*shared.ProvisionResponse, error) {
 func TestPassNeverAsksATargetThatCannotCover(t *testing.T) {
 	t.Parallel()
 	logger, logs := testLogger(t)
-	small := &fakeProvisioner{name: "small", shapes: []shared.Shape{{Profile: "small", CPUs: 4}}, onProvision: requested}
-	gpu := &fakeProvisioner{name: "gpu", shapes: []shared.Shape{{Profile: "v100", CPUs: 8, GPUs: 1, Labels: []string{"cuda"}}}, onProvision: requested}
+	small := &sharedtest.Provisioner{Name: "small", ShapeList: []shared.Shape{{Profile: "small", CPUs: 4}}, OnProvision: requested}
+	gpu := &sharedtest.Provisioner{Name: "gpu", ShapeList: []shared.Shape{{Profile: "v100", CPUs: 8, GPUs: 1, Labels: []string{"cuda"}}}, OnProvision: requested}
 	p := NewPlacer(logger, NewEngine(nil, NewSigner(testSecret), nil), []Target{
-		{Name: "small", P: small, Shapes: small.shapes},
-		{Name: "gpu", P: gpu, Shapes: gpu.shapes},
+		{Name: "small", P: small, Shapes: small.ShapeList},
+		{Name: "gpu", P: gpu, Shapes: gpu.ShapeList},
 	})
 	p.Add(shared.Need{CPUs: 16})              // nobody
 	p.Add(shared.Need{CPUs: 2, Label: "tpu"}) // nobody
 	for range 3 {
 		p.Pass(context.Background())
 	}
-	if n := small.provisionCalls() + gpu.provisionCalls(); n != 0 {
+	if n := small.ProvisionCalls() + gpu.ProvisionCalls(); n != 0 {
 		t.Errorf("Provision called %d times for needs no shape covers", n)
 	}
 	if p.Served() {
@@ -115,17 +116,17 @@ func TestPassNeverAsksATargetThatCannotCover(t *testing.T) {
 func TestPassAsksOnlyCoveringTargets(t *testing.T) {
 	t.Parallel()
 	logger, logs := testLogger(t)
-	small := &fakeProvisioner{name: "small", shapes: []shared.Shape{{Profile: "small", CPUs: 4}}, onProvision: requested}
-	gpu := &fakeProvisioner{name: "gpu", shapes: []shared.Shape{{Profile: "v100", CPUs: 8, GPUs: 1}}, onProvision: requested}
+	small := &sharedtest.Provisioner{Name: "small", ShapeList: []shared.Shape{{Profile: "small", CPUs: 4}}, OnProvision: requested}
+	gpu := &sharedtest.Provisioner{Name: "gpu", ShapeList: []shared.Shape{{Profile: "v100", CPUs: 8, GPUs: 1}}, OnProvision: requested}
 	p := NewPlacer(logger, NewEngine(nil, NewSigner(testSecret), nil), []Target{
-		{Name: "small", P: small, Shapes: small.shapes},
-		{Name: "gpu", P: gpu, Shapes: gpu.shapes},
+		{Name: "small", P: small, Shapes: small.ShapeList},
+		{Name: "gpu", P: gpu, Shapes: gpu.ShapeList},
 	})
 	p.Add(shared.Need{CPUs: 1, GPUs: 1})
 	p.Pass(context.Background())
 	p.Pass(context.Background())
-	if small.provisionCalls() != 0 || gpu.provisionCalls() != 2 {
-		t.Errorf("calls: small %d, gpu %d; want 0 and one per pass", small.provisionCalls(), gpu.provisionCalls())
+	if small.ProvisionCalls() != 0 || gpu.ProvisionCalls() != 2 {
+		t.Errorf("calls: small %d, gpu %d; want 0 and one per pass", small.ProvisionCalls(), gpu.ProvisionCalls())
 	}
 	if c := strings.Count(logs.String(), "asked for a machine"); c != 1 {
 		t.Errorf("the same outcome logged %d times; want once:\n%s", c, logs)
@@ -135,18 +136,18 @@ func TestPassAsksOnlyCoveringTargets(t *testing.T) {
 func TestPassSkipsErrorsAndDownTargets(t *testing.T) {
 	t.Parallel()
 	logger, logs := testLogger(t)
-	broken := &fakeProvisioner{name: "broken", shapes: []shared.Shape{{Profile: "p", CPUs: 4}},
-		onProvision: func(shared.Need) (*shared.ProvisionResponse, error) { return nil, shared.ErrPluginGone }}
-	fine := &fakeProvisioner{name: "fine", shapes: []shared.Shape{{Profile: "p", CPUs: 4}}, onProvision: requested}
+	broken := &sharedtest.Provisioner{Name: "broken", ShapeList: []shared.Shape{{Profile: "p", CPUs: 4}},
+		OnProvision: func(shared.Need) (*shared.ProvisionResponse, error) { return nil, shared.ErrPluginGone }}
+	fine := &sharedtest.Provisioner{Name: "fine", ShapeList: []shared.Shape{{Profile: "p", CPUs: 4}}, OnProvision: requested}
 	p := NewPlacer(logger, NewEngine(nil, NewSigner(testSecret), nil), []Target{
-		{Name: "broken", P: broken, Shapes: broken.shapes},
-		{Name: "fine", P: fine, Shapes: fine.shapes},
+		{Name: "broken", P: broken, Shapes: broken.ShapeList},
+		{Name: "fine", P: fine, Shapes: fine.ShapeList},
 	})
 	p.Add(shared.Need{CPUs: 2})
 	p.Pass(context.Background())
 	p.Pass(context.Background())
-	if broken.provisionCalls() != 2 || fine.provisionCalls() != 2 {
-		t.Errorf("calls: broken %d, fine %d; an error must not stop the others", broken.provisionCalls(), fine.provisionCalls())
+	if broken.ProvisionCalls() != 2 || fine.ProvisionCalls() != 2 {
+		t.Errorf("calls: broken %d, fine %d; an error must not stop the others", broken.ProvisionCalls(), fine.ProvisionCalls())
 	}
 	if c := strings.Count(logs.String(), "could not ask for a machine"); c != 1 {
 		t.Errorf("error logged %d times; want once per change:\n%s", c, logs)
@@ -154,12 +155,12 @@ func TestPassSkipsErrorsAndDownTargets(t *testing.T) {
 
 	p.SetDown("broken", true)
 	p.Pass(context.Background())
-	if broken.provisionCalls() != 2 {
+	if broken.ProvisionCalls() != 2 {
 		t.Error("a target marked down was asked")
 	}
 	p.SetDown("broken", false)
 	p.Pass(context.Background())
-	if broken.provisionCalls() != 3 {
+	if broken.ProvisionCalls() != 3 {
 		t.Error("a target marked up again was not asked")
 	}
 }
@@ -189,8 +190,8 @@ func TestPassPrefersAnIdleWorker(t *testing.T) {
 	t.Parallel()
 	signer := NewSigner(testSecret)
 	e := NewEngine(nil, signer, nil)
-	prov := &fakeProvisioner{name: "hpc", shapes: []shared.Shape{{Profile: "big", CPUs: 64, GPUs: 4, Labels: []string{"gpu"}}}, onProvision: requested}
-	p := NewPlacer(nil, e, []Target{{Name: "hpc", P: prov, Shapes: prov.shapes}})
+	prov := &sharedtest.Provisioner{Name: "hpc", ShapeList: []shared.Shape{{Profile: "big", CPUs: 64, GPUs: 4, Labels: []string{"gpu"}}}, OnProvision: requested}
+	p := NewPlacer(nil, e, []Target{{Name: "hpc", P: prov, Shapes: prov.ShapeList}})
 
 	attachWorker(t, e, signer, "big", `{"cpus":32,"gpus":2,"labels":["gpu"]}`)
 	smallTok := attachWorker(t, e, signer, "small", `{"cpus":4,"gpus":1,"labels":["gpu"]}`)
@@ -204,8 +205,8 @@ func TestPassPrefersAnIdleWorker(t *testing.T) {
 	if needs[0].Worker != "small" || needs[1].Worker != "big" || needs[2].State != needWaiting {
 		t.Fatalf("assignments %+v; want small, big, then waiting", needs)
 	}
-	if prov.provisionCalls() != 1 {
-		t.Errorf("Provision called %d times; want once, for the need left over", prov.provisionCalls())
+	if prov.ProvisionCalls() != 1 {
+		t.Errorf("Provision called %d times; want once, for the need left over", prov.ProvisionCalls())
 	}
 
 	// The small worker leaves without reporting: the task is lost and
@@ -221,15 +222,15 @@ func TestPassPrefersAnIdleWorker(t *testing.T) {
 
 func TestSetTargetReplaces(t *testing.T) {
 	t.Parallel()
-	old := &fakeProvisioner{shapes: []shared.Shape{{CPUs: 1}}, onProvision: requested}
-	fresh := &fakeProvisioner{shapes: []shared.Shape{{CPUs: 1}}, onProvision: requested}
-	p := NewPlacer(nil, NewEngine(nil, NewSigner(testSecret), nil), []Target{{Name: "a", P: old, Shapes: old.shapes}})
+	old := &sharedtest.Provisioner{ShapeList: []shared.Shape{{CPUs: 1}}, OnProvision: requested}
+	fresh := &sharedtest.Provisioner{ShapeList: []shared.Shape{{CPUs: 1}}, OnProvision: requested}
+	p := NewPlacer(nil, NewEngine(nil, NewSigner(testSecret), nil), []Target{{Name: "a", P: old, Shapes: old.ShapeList}})
 	p.SetDown("a", true)
-	p.SetTarget(Target{Name: "a", P: fresh, Shapes: fresh.shapes})
+	p.SetTarget(Target{Name: "a", P: fresh, Shapes: fresh.ShapeList})
 	p.Add(shared.Need{CPUs: 1})
 	p.Pass(context.Background())
-	if old.provisionCalls() != 0 || fresh.provisionCalls() != 1 {
-		t.Errorf("calls: old %d, fresh %d; want the replacement asked, and up", old.provisionCalls(), fresh.provisionCalls())
+	if old.ProvisionCalls() != 0 || fresh.ProvisionCalls() != 1 {
+		t.Errorf("calls: old %d, fresh %d; want the replacement asked, and up", old.ProvisionCalls(), fresh.ProvisionCalls())
 	}
 }
 

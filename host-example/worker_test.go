@@ -11,6 +11,7 @@ import (
 
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/shared/host"
+	"github.com/fluksio/provision/shared/sharedtest"
 )
 
 // envMap is a worker's environment, so that each test worker has its own
@@ -40,11 +41,11 @@ func TestFullLoop(t *testing.T) {
 
 	var mu sync.Mutex // guards started
 	started := false
-	prov := &fakeProvisioner{
-		name:   "hpc",
-		shapes: []shared.Shape{{Profile: "gpu", CPUs: 4, GPUs: 1, RAMMB: 16000, Labels: []string{"gpu", "a100"}}},
+	prov := &sharedtest.Provisioner{
+		Name:      "hpc",
+		ShapeList: []shared.Shape{{Profile: "gpu", CPUs: 4, GPUs: 1, RAMMB: 16000, Labels: []string{"gpu", "a100"}}},
 	}
-	prov.onProvision = func(n shared.Need) (*shared.ProvisionResponse, error) {
+	prov.OnProvision = func(n shared.Need) (*shared.ProvisionResponse, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if started {
@@ -72,7 +73,7 @@ func TestFullLoop(t *testing.T) {
 		return &shared.ProvisionResponse{Outcome: shared.OutcomeRequested, Profile: "gpu"}, nil
 	}
 
-	p := NewPlacer(e.logger, e, []Target{{Name: "hpc", P: prov, Shapes: prov.shapes}})
+	p := NewPlacer(e.logger, e, []Target{{Name: "hpc", P: prov, Shapes: prov.ShapeList}})
 	e.NeedsFunc = p.Needs
 	p.Add(shared.Need{CPUs: 2, GPUs: 1, Label: "gpu"})
 
@@ -96,7 +97,7 @@ func TestFullLoop(t *testing.T) {
 		!strings.Contains(res.Output, "9592 primes below 100000") {
 		t.Errorf("result %+v", res)
 	}
-	if n := prov.provisionCalls(); n < 1 {
+	if n := prov.ProvisionCalls(); n < 1 {
 		t.Errorf("Provision called %d times", n)
 	}
 

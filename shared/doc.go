@@ -11,6 +11,7 @@
 //	shared/host        what an engine needs: Launch, Plugin, the credential guard
 //	shared/hclconfig   the host's configuration decoding, HCL to the plugin's JSON
 //	shared/conformance the kit a plugin's tests run
+//	shared/sharedtest  one fake provisioner and one fake host, for tests only
 //	shared/internal    the wire: generated protobuf (pb) and the gRPC adapters (wire)
 //
 // A provisioner is somewhere machines can be asked for. An engine does not

@@ -19,6 +19,7 @@ import (
 	"github.com/fluksio/provision/internal/sandboxtest"
 	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/sharedtest"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -322,62 +323,14 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// fakeHost records events and mints tokens that are easy to look for.
-type fakeHost struct {
-	mu      sync.Mutex
-	events  []shared.Event
-	minted  []shared.MintCredentialRequest
-	mintErr error
-	// mintDelay makes minting slow, as a busy engine would be.
-	mintDelay time.Duration
-}
-
-var _ shared.Host = (*fakeHost)(nil)
-
-func (h *fakeHost) Publish(_ context.Context, ev shared.Event) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.events = append(h.events, ev)
-	return nil
-}
-
-func (h *fakeHost) MintCredential(ctx context.Context, req *shared.MintCredentialRequest) (*shared.MintCredentialResponse, error) {
-	h.mu.Lock()
-	delay := h.mintDelay
-	h.mu.Unlock()
-	if delay > 0 {
-		t := time.NewTimer(delay)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.mintErr != nil {
-		return nil, h.mintErr
-	}
-	h.minted = append(h.minted, *req)
-	return &shared.MintCredentialResponse{Token: tokenFor(req.Worker), Expires: time.Now().Add(req.TTL)}, nil
-}
+// newFakeHost is the engine a harness's provisioner talks to: it records
+// events and mints tokens that are easy to look for.
+func newFakeHost() *sharedtest.Host { return &sharedtest.Host{Token: tokenFor} }
 
 func tokenFor(worker string) string { return "s3cr3t-" + worker + "-t0k3n" }
 
-func (h *fakeHost) Events() []shared.Event {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return slices.Clone(h.events)
-}
-
-func (h *fakeHost) Minted() []shared.MintCredentialRequest {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return slices.Clone(h.minted)
-}
-
-func (h *fakeHost) waitEvents(t *testing.T, n int) []shared.Event {
+// waitEvents waits until h has at least n events and returns them all.
+func waitEvents(t *testing.T, h *sharedtest.Host, n int) []shared.Event {
 	t.Helper()
 	eventually(t, fmt.Sprintf("%d events", n), func() bool { return len(h.Events()) >= n })
 	return h.Events()
@@ -450,7 +403,7 @@ func mustJSON(t *testing.T, v any) json.RawMessage {
 
 type harness struct {
 	p     *Provisioner
-	host  *fakeHost
+	host  *sharedtest.Host
 	clock *fakeClock
 	logs  *syncBuffer
 	fake  *fakeCluster
@@ -473,7 +426,7 @@ func newHarness(t *testing.T, spec string, edit func(map[string]any)) *harness {
 func newUnconfigured(t *testing.T, spec string) *harness {
 	t.Helper()
 	h := &harness{
-		host:  &fakeHost{},
+		host:  newFakeHost(),
 		clock: &fakeClock{t: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)},
 		logs:  &syncBuffer{},
 		fake:  newFakeCluster(t, spec),

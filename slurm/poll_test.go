@@ -54,7 +54,7 @@ func (h *harness) provisioned(t *testing.T) shared.Event {
 	if r := h.provision(t, cpuNeed); r.Outcome != shared.OutcomeRequested {
 		t.Fatalf("Provision = %+v", r)
 	}
-	ev := h.host.waitEvents(t, n+1)[n]
+	ev := waitEvents(t, h.host, n+1)[n]
 	if ev.Kind != shared.EventWorkerProvisioned {
 		t.Fatalf("event = %+v", ev)
 	}
@@ -131,7 +131,7 @@ func TestPollSkipsSubmissionsInFlight(t *testing.T) {
 		t.Errorf("%d Slurm calls with only a submission in flight", d)
 	}
 	h.fake.openGate(t)
-	h.host.waitEvents(t, 1)
+	waitEvents(t, h.host, 1)
 }
 
 // TestPoller runs the real poller: it reads the queue while something is
@@ -182,7 +182,7 @@ func TestPollForgetsEndedJob(t *testing.T) {
 			}
 			h.p.pollOnce(context.Background())
 
-			evs := h.host.waitEvents(t, 2)
+			evs := waitEvents(t, h.host, 2)
 			if got := evs[1]; got.Kind != shared.EventWorkerProvisionFailed || got.Job != "4242" || got.Worker != ev.Worker || got.Detail != tc.detail {
 				t.Errorf("event = %+v, want failed with %q", got, tc.detail)
 			}
@@ -249,7 +249,7 @@ func TestPollCancelsJobThatCanNeverStart(t *testing.T) {
 	if len(scancels) != 1 || !slices.Equal(scancels[0].remote(), []string{"scancel", "4242"}) {
 		t.Fatalf("scancel calls = %+v", scancels)
 	}
-	evs := h.host.waitEvents(t, 2)
+	evs := waitEvents(t, h.host, 2)
 	if got := evs[1]; got.Kind != shared.EventWorkerCancelled || got.Job != "4242" || !strings.Contains(got.Detail, "PartitionConfig") {
 		t.Errorf("event = %+v", got)
 	}
@@ -283,7 +283,7 @@ func TestPollFailureKeepsEverything(t *testing.T) {
 	ctx := context.Background()
 	h.provision(t, cpuNeed)
 	h.provision(t, gpuNeed)
-	h.host.waitEvents(t, 2)
+	waitEvents(t, h.host, 2)
 	h.submitted(t)
 	warnings := func() int { return strings.Count(h.logs.String(), "[WARN]  cannot read the queue") }
 
@@ -360,7 +360,7 @@ func TestAttachTimeout(t *testing.T) {
 		if resp := reconcile(t, h); !slices.Equal(resp.Expired, []string{"4242"}) {
 			t.Fatalf("Reconcile after provision_timeout = %+v", resp)
 		}
-		if last := h.host.waitEvents(t, 2)[1]; last.Kind != shared.EventWorkerCancelled || last.Detail != "did not attach within 15m0s" {
+		if last := waitEvents(t, h.host, 2)[1]; last.Kind != shared.EventWorkerCancelled || last.Detail != "did not attach within 15m0s" {
 			t.Errorf("event = %+v", last)
 		}
 	})
@@ -378,7 +378,7 @@ func TestAttachTimeout(t *testing.T) {
 		if resp := reconcile(t, h); !slices.Equal(resp.Expired, []string{"4242"}) {
 			t.Fatalf("Reconcile after attach_timeout = %+v", resp)
 		}
-		last := h.host.waitEvents(t, 2)[1]
+		last := waitEvents(t, h.host, 2)[1]
 		if last.Kind != shared.EventWorkerCancelled || !strings.Contains(last.Detail, "attach_timeout 10m0s") {
 			t.Errorf("event = %+v", last)
 		}
@@ -396,7 +396,7 @@ func TestAttachTimeout(t *testing.T) {
 		if resp := reconcile(t, h); !slices.Equal(resp.Expired, []string{"4242"}) {
 			t.Fatalf("Reconcile = %+v", resp)
 		}
-		if last := h.host.waitEvents(t, 2)[1]; last.Detail != "did not attach within 15m0s" {
+		if last := waitEvents(t, h.host, 2)[1]; last.Detail != "did not attach within 15m0s" {
 			t.Errorf("event = %+v", last)
 		}
 	})
@@ -410,7 +410,7 @@ func TestBackoff(t *testing.T) {
 		if r := h.provision(t, cpuNeed); r.Outcome != shared.OutcomeRequested {
 			t.Fatalf("failure %d: Provision = %+v", i+1, r)
 		}
-		h.host.waitEvents(t, i+1)
+		waitEvents(t, h.host, i+1)
 		h.submitted(t)
 		until := h.clock.Now().Add(d)
 		st := h.status(t)
@@ -438,7 +438,7 @@ func TestBackoff(t *testing.T) {
 	if r := h.provision(t, gpuNeed); r.Outcome != shared.OutcomeRequested {
 		t.Errorf("gpu: %+v", r)
 	}
-	h.host.waitEvents(t, len(delays)+1)
+	waitEvents(t, h.host, len(delays)+1)
 	h.submitted(t)
 
 	// A worker attaching resets the count.
@@ -450,7 +450,7 @@ func TestBackoff(t *testing.T) {
 	h.fake.setSpec(t, "sbatch=fail")
 	n := len(h.host.Events())
 	h.provision(t, cpuNeed)
-	h.host.waitEvents(t, n+1)
+	waitEvents(t, h.host, n+1)
 	h.submitted(t)
 	if st := h.status(t); len(st.BackingOff) != 2 || st.BackingOff[0].Failures != 1 || !st.BackingOff[0].Until.Equal(h.clock.Now().Add(backoffBase)) {
 		t.Errorf("BackingOff after a worker attached and a new failure = %+v", st.BackingOff)
@@ -486,7 +486,7 @@ func TestLostAnswerFoundInQueue(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, "sbatch="+tc.sbatch+",squeue=list", func(c map[string]any) { c["submit_timeout"] = tc.timeout })
 			h.provision(t, cpuNeed)
-			ev := h.host.waitEvents(t, 1)[0]
+			ev := waitEvents(t, h.host, 1)[0]
 			if ev.Kind != shared.EventWorkerProvisioned || ev.Job != "9001" {
 				t.Fatalf("event = %+v", ev)
 			}
@@ -518,7 +518,7 @@ func TestLostAnswerFoundInQueue(t *testing.T) {
 func TestLostAnswerNotInQueue(t *testing.T) {
 	h := newHarness(t, "sbatch=drop,squeue=ok", nil)
 	h.provision(t, cpuNeed)
-	ev := h.host.waitEvents(t, 1)[0]
+	ev := waitEvents(t, h.host, 1)[0]
 	if ev.Kind != shared.EventWorkerProvisionFailed || !strings.Contains(ev.Detail, "closed by remote host") || !strings.Contains(ev.Detail, "the queue has no job for worker "+ev.Worker) {
 		t.Fatalf("event = %+v", ev)
 	}
@@ -541,7 +541,7 @@ func TestAnswerNotLost(t *testing.T) {
 		t.Run(tc.sbatch, func(t *testing.T) {
 			h := newHarness(t, "sbatch="+tc.sbatch+",squeue=list", nil)
 			h.provision(t, cpuNeed)
-			ev := h.host.waitEvents(t, 1)[0]
+			ev := waitEvents(t, h.host, 1)[0]
 			if ev.Kind != shared.EventWorkerProvisionFailed || !strings.Contains(ev.Detail, tc.want) {
 				t.Errorf("event = %+v", ev)
 			}
@@ -617,7 +617,7 @@ func TestLostAnswerLookupFails(t *testing.T) {
 		h, worker := setup(t)
 		h.fake.setSpec(t, "squeue=list")
 		h.p.pollOnce(ctx)
-		ev := h.host.waitEvents(t, 1)[0]
+		ev := waitEvents(t, h.host, 1)[0]
 		if ev.Kind != shared.EventWorkerProvisioned || ev.Job != "9001" || ev.Worker != worker {
 			t.Errorf("event = %+v", ev)
 		}
@@ -630,7 +630,7 @@ func TestLostAnswerLookupFails(t *testing.T) {
 		h, worker := setup(t)
 		h.fake.setSpec(t, "squeue=rows")
 		h.p.pollOnce(ctx)
-		ev := h.host.waitEvents(t, 1)[0]
+		ev := waitEvents(t, h.host, 1)[0]
 		if ev.Kind != shared.EventWorkerProvisionFailed || ev.Worker != worker || !strings.Contains(ev.Detail, "was not submitted") {
 			t.Errorf("event = %+v", ev)
 		}
@@ -652,7 +652,7 @@ func TestLostAnswerLookupFails(t *testing.T) {
 		if _, err := h.p.Reconcile(ctx, &shared.ReconcileRequest{}); err != nil {
 			t.Fatal(err)
 		}
-		ev := h.host.waitEvents(t, 1)[0]
+		ev := waitEvents(t, h.host, 1)[0]
 		if ev.Kind != shared.EventWorkerProvisionFailed || ev.Worker != worker || !strings.Contains(ev.Detail, "15m0s") {
 			t.Errorf("event = %+v", ev)
 		}
@@ -840,7 +840,7 @@ func TestProvisionBeforeAdoption(t *testing.T) {
 	}
 	switch r.Outcome {
 	case shared.OutcomeRequested:
-		evs := h.host.waitEvents(t, 1)
+		evs := waitEvents(t, h.host, 1)
 		if ev := evs[0]; len(evs) != 1 || ev.Kind != shared.EventWorkerProvisioned || ev.Job != "500" || ev.Worker != "hpc-cpu-0000000a" {
 			t.Errorf("events = %+v, want worker_provisioned for job 500", evs)
 		}
@@ -1005,7 +1005,7 @@ func TestLateLandingFoundWhileWatching(t *testing.T) {
 	h := newHarness(t, "sbatch=drop,squeue=rows", nil)
 	h.fake.setRows(t)
 	h.provision(t, cpuNeed)
-	ev := h.host.waitEvents(t, 1)[0]
+	ev := waitEvents(t, h.host, 1)[0]
 	if ev.Kind != shared.EventWorkerProvisionFailed {
 		t.Fatalf("event = %+v", ev)
 	}

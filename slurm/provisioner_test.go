@@ -28,7 +28,7 @@ func TestProvisionSubmitsOverSSH(t *testing.T) {
 	if resp.Outcome != shared.OutcomeRequested || resp.Profile != "cpu" {
 		t.Fatalf("Provision = %+v, want requested cpu", resp)
 	}
-	evs := h.host.waitEvents(t, 1)
+	evs := waitEvents(t, h.host, 1)
 	ev := evs[0]
 	if ev.Kind != shared.EventWorkerProvisioned || ev.Provisioner != "hpc" || ev.Profile != "cpu" || ev.Job != "4242" {
 		t.Fatalf("event = %+v", ev)
@@ -124,7 +124,7 @@ func TestOneOutstandingPerProfile(t *testing.T) {
 	if r := h.provision(t, gpuNeed); r.Outcome != shared.OutcomeRequested || r.Profile != "gpu" {
 		t.Fatalf("gpu = %+v", r)
 	}
-	h.host.waitEvents(t, 2)
+	waitEvents(t, h.host, 2)
 	r := h.provision(t, cpuNeed)
 	if r.Outcome != shared.OutcomeOutstanding || !strings.Contains(r.Detail, "has not attached") {
 		t.Errorf("after submission = %+v", r)
@@ -185,7 +185,7 @@ func TestSubmissionFailure(t *testing.T) {
 	h := newHarness(t, "sbatch=fail", nil)
 
 	h.provision(t, cpuNeed)
-	ev := h.host.waitEvents(t, 1)[0]
+	ev := waitEvents(t, h.host, 1)[0]
 	wantDetail := "sbatch: error: invalid partition specified: nope\nsbatch: error: Batch job submission failed: Invalid partition name specified"
 	if ev.Kind != shared.EventWorkerProvisionFailed || ev.Profile != "cpu" || ev.Detail != wantDetail {
 		t.Fatalf("event = %+v", ev)
@@ -204,14 +204,14 @@ func TestSubmissionFailure(t *testing.T) {
 	if r := h.provision(t, cpuNeed); r.Outcome != shared.OutcomeRequested {
 		t.Errorf("after a failure, Provision = %+v", r)
 	}
-	h.host.waitEvents(t, 2)
+	waitEvents(t, h.host, 2)
 	assertTokenHidden(t, h, tokenFor(ev.Worker))
 }
 
 func TestLastErrorTrimmed(t *testing.T) {
 	h := newHarness(t, "sbatch=long", nil)
 	h.provision(t, cpuNeed)
-	ev := h.host.waitEvents(t, 1)[0]
+	ev := waitEvents(t, h.host, 1)[0]
 	if n := utf8.RuneCountInString(ev.Detail); n != 500 {
 		t.Errorf("event detail has %d characters, want 500", n)
 	}
@@ -224,7 +224,7 @@ func TestLastErrorTrimmed(t *testing.T) {
 func TestGarbageFromSbatch(t *testing.T) {
 	h := newHarness(t, "sbatch=garbage", nil)
 	h.provision(t, cpuNeed)
-	ev := h.host.waitEvents(t, 1)[0]
+	ev := waitEvents(t, h.host, 1)[0]
 	if ev.Kind != shared.EventWorkerProvisionFailed || !strings.Contains(ev.Detail, "not a job id") {
 		t.Errorf("event = %+v", ev)
 	}
@@ -239,7 +239,7 @@ func TestSbatchEchoingTheScriptLeaksNothing(t *testing.T) {
 		t.Run(b, func(t *testing.T) {
 			h := newHarness(t, "sbatch="+b, nil)
 			h.provision(t, cpuNeed)
-			ev := h.host.waitEvents(t, 1)[0]
+			ev := waitEvents(t, h.host, 1)[0]
 			if ev.Kind != shared.EventWorkerProvisionFailed {
 				t.Fatalf("event = %+v", ev)
 			}
@@ -281,12 +281,20 @@ func TestSubmitTimeout(t *testing.T) {
 // submit_timeout.
 func TestSubmitTimeoutBoundsTheWholeSubmission(t *testing.T) {
 	h := newHarness(t, "sbatch=hang,squeue=ok", func(c map[string]any) { c["submit_timeout"] = "3s" })
-	h.host.mu.Lock()
-	h.host.mintDelay = 2500 * time.Millisecond
-	h.host.mu.Unlock()
+	// A slow engine: each mint takes 2.5 s.
+	h.host.MintF = func(ctx context.Context, r *shared.MintCredentialRequest) (*shared.MintCredentialResponse, error) {
+		t := time.NewTimer(2500 * time.Millisecond)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return &shared.MintCredentialResponse{Token: tokenFor(r.Worker), Expires: time.Now().Add(r.TTL)}, nil
+	}
 	start := time.Now()
 	h.provision(t, cpuNeed)
-	ev := h.host.waitEvents(t, 1)[0]
+	ev := waitEvents(t, h.host, 1)[0]
 	took := time.Since(start)
 	if ev.Kind != shared.EventWorkerProvisionFailed {
 		t.Errorf("event = %+v", ev)
@@ -321,7 +329,7 @@ func TestReconcile(t *testing.T) {
 
 	h.provision(t, cpuNeed)
 	h.provision(t, gpuNeed)
-	evs := h.host.waitEvents(t, 2)
+	evs := waitEvents(t, h.host, 2)
 	workers := map[string]shared.Event{}
 	for _, e := range evs {
 		workers[e.Profile] = e
@@ -382,7 +390,7 @@ func TestReconcileKeepsSubmissionsInFlight(t *testing.T) {
 	}
 
 	h.fake.openGate(t)
-	h.host.waitEvents(t, 1)
+	waitEvents(t, h.host, 1)
 	eventually(t, "the submission to finish", func() bool {
 		h.p.mu.Lock()
 		defer h.p.mu.Unlock()
@@ -404,7 +412,7 @@ func TestReconcileKeepsSubmissionsInFlight(t *testing.T) {
 func TestReconcileScancelFails(t *testing.T) {
 	h := newHarness(t, "sbatch=ok,squeue=rows,scancel=fail", nil)
 	h.provision(t, cpuNeed)
-	ev := h.host.waitEvents(t, 1)[0]
+	ev := waitEvents(t, h.host, 1)[0]
 	h.submitted(t)
 	h.fake.setRows(t, "4242|PENDING|Priority|N/A|"+tagOf(ev.Worker))
 	h.clock.Advance(time.Hour)
@@ -450,7 +458,7 @@ func TestReconcileScancelFails(t *testing.T) {
 func TestShutdownCancelsWhatScancelFailedOn(t *testing.T) {
 	h := newHarness(t, "sbatch=ok,squeue=list,scancel=fail", nil)
 	h.provision(t, cpuNeed)
-	h.host.waitEvents(t, 1)
+	waitEvents(t, h.host, 1)
 	h.submitted(t)
 	h.clock.Advance(time.Hour)
 	if _, err := h.p.Reconcile(context.Background(), &shared.ReconcileRequest{}); err != nil {
@@ -467,7 +475,7 @@ func TestShutdownCancelsAllWithOneCall(t *testing.T) {
 	h := newHarness(t, "sbatch=ok,scancel=ok", nil)
 	h.provision(t, cpuNeed)
 	h.provision(t, gpuNeed)
-	h.host.waitEvents(t, 2)
+	waitEvents(t, h.host, 2)
 
 	resp, err := h.p.Shutdown(context.Background(), &shared.ShutdownRequest{Deadline: time.Now().Add(10 * time.Second)})
 	if err != nil {
@@ -612,7 +620,7 @@ func TestShutdownFindsJobOfKilledSubmission(t *testing.T) {
 func TestShutdownScancelFails(t *testing.T) {
 	h := newHarness(t, "sbatch=ok,scancel=fail", nil)
 	h.provision(t, cpuNeed)
-	h.host.waitEvents(t, 1)
+	waitEvents(t, h.host, 1)
 	_, err := h.p.Shutdown(context.Background(), &shared.ShutdownRequest{})
 	if err == nil || !strings.Contains(err.Error(), "4242") {
 		t.Errorf("Shutdown error = %v, want one naming job 4242", err)
@@ -638,7 +646,7 @@ func TestValidateConfigHasNoSideEffects(t *testing.T) {
 func TestStatus(t *testing.T) {
 	h := newHarness(t, "sbatch=ok", nil)
 	h.provision(t, gpuNeed)
-	h.host.waitEvents(t, 1)
+	waitEvents(t, h.host, 1)
 	h.clock.Advance(90 * time.Second)
 	st := h.status(t)
 	if st.Name != "hpc" || st.Kind != "slurm" || !slices.Equal(st.Profiles, []string{"cpu", "gpu"}) || st.LastError != "" {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/fluksio/provision/internal/sandboxtest"
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/sharedtest"
 	slurmplugin "github.com/fluksio/provision/slurm"
 )
 
@@ -501,14 +502,17 @@ func inProcessLeaves(t *testing.T, r *rig, port int, submitTimeout time.Duration
 	c["poll_interval"] = "1s"
 	completeConfig(t, c, schema.Schema)
 	raw, _ := json.Marshal(c)
-	host := &inProcessHost{events: newRecorder()}
+	host := &sharedtest.Host{}
 	if resp, err := p.Configure(context.Background(), &shared.ConfigureRequest{Name: r.name + "-inproc", Config: raw, Host: host}); err != nil || resp.Diagnostics.HasErrors() {
 		t.Fatalf("Configure: %v %v", err, resp)
 	}
 	if resp, err := p.Provision(context.Background(), &shared.ProvisionRequest{Need: shared.Need{CPUs: 1}}); err != nil || resp.Outcome != shared.OutcomeRequested {
 		t.Fatalf("Provision = %+v, %v", resp, err)
 	}
-	host.events.wait(t, "the in-process submission to fail", 4*submitTimeout+10*time.Second, kindIs(shared.EventWorkerProvisionFailed, "small"))
+	failed := kindIs(shared.EventWorkerProvisionFailed, "small")
+	poll(t, "the in-process submission to fail", 4*submitTimeout+10*time.Second, func() (bool, string) {
+		return slices.ContainsFunc(host.Events(), failed), ""
+	})
 	during := runtime.NumGoroutine()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	p.Shutdown(ctx, &shared.ShutdownRequest{})
@@ -528,17 +532,4 @@ func inProcessLeaves(t *testing.T, r *rig, port int, submitTimeout time.Duration
 	} else {
 		t.Logf("goroutines of the provisioner: %d before Configure, %d after the failure, %d after Shutdown", base, during, n)
 	}
-}
-
-// inProcessHost is the engine for a provisioner run in the test process:
-// it records events and mints a fixed credential.
-type inProcessHost struct{ events *recorder }
-
-func (h *inProcessHost) Publish(_ context.Context, ev shared.Event) error {
-	h.events.add(ev)
-	return nil
-}
-
-func (h *inProcessHost) MintCredential(_ context.Context, req *shared.MintCredentialRequest) (*shared.MintCredentialResponse, error) {
-	return &shared.MintCredentialResponse{Token: "in-process-token", Expires: time.Now().Add(time.Hour)}, nil
 }

@@ -171,7 +171,7 @@ func configureSSH(t *testing.T, sshPath string, edit func(map[string]any)) *Prov
 	if edit != nil {
 		edit(cfg)
 	}
-	resp, err := p.Configure(context.Background(), &shared.ConfigureRequest{Name: "hpc", Config: mustJSON(t, cfg), Host: &fakeHost{}})
+	resp, err := p.Configure(context.Background(), &shared.ConfigureRequest{Name: "hpc", Config: mustJSON(t, cfg), Host: newFakeHost()})
 	if err != nil || resp.Diagnostics.HasErrors() {
 		t.Fatalf("Configure: %v %v", err, resp.Diagnostics)
 	}

@@ -14,88 +14,9 @@ import (
 	"github.com/hashicorp/go-plugin"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/sharedtest"
 )
 
-// mockProvisioner is a Provisioner whose methods are closures, so each
-// test says exactly what the far side does. Unset methods fail loudly.
-type mockProvisioner struct {
-	InfoF           func(context.Context, *shared.InfoRequest) (*shared.InfoResponse, error)
-	SchemaF         func(context.Context, *shared.SchemaRequest) (*shared.SchemaResponse, error)
-	ValidateConfigF func(context.Context, *shared.ValidateConfigRequest) (*shared.ValidateConfigResponse, error)
-	ConfigureF      func(context.Context, *shared.ConfigureRequest) (*shared.ConfigureResponse, error)
-	ShapesF         func(context.Context, *shared.ShapesRequest) (*shared.ShapesResponse, error)
-	CoversF         func(context.Context, *shared.CoversRequest) (*shared.CoversResponse, error)
-	ProvisionF      func(context.Context, *shared.ProvisionRequest) (*shared.ProvisionResponse, error)
-	ReconcileF      func(context.Context, *shared.ReconcileRequest) (*shared.ReconcileResponse, error)
-	StatusF         func(context.Context, *shared.StatusRequest) (*shared.StatusResponse, error)
-	ShutdownF       func(context.Context, *shared.ShutdownRequest) (*shared.ShutdownResponse, error)
-}
-
-var errUnset = errors.New("mock: method not set")
-
-func (m *mockProvisioner) Info(ctx context.Context, r *shared.InfoRequest) (*shared.InfoResponse, error) {
-	if m.InfoF == nil {
-		return nil, errUnset
-	}
-	return m.InfoF(ctx, r)
-}
-func (m *mockProvisioner) Schema(ctx context.Context, r *shared.SchemaRequest) (*shared.SchemaResponse, error) {
-	if m.SchemaF == nil {
-		return nil, errUnset
-	}
-	return m.SchemaF(ctx, r)
-}
-func (m *mockProvisioner) ValidateConfig(ctx context.Context, r *shared.ValidateConfigRequest) (*shared.ValidateConfigResponse, error) {
-	if m.ValidateConfigF == nil {
-		return nil, errUnset
-	}
-	return m.ValidateConfigF(ctx, r)
-}
-func (m *mockProvisioner) Configure(ctx context.Context, r *shared.ConfigureRequest) (*shared.ConfigureResponse, error) {
-	if m.ConfigureF == nil {
-		return nil, errUnset
-	}
-	return m.ConfigureF(ctx, r)
-}
-func (m *mockProvisioner) Shapes(ctx context.Context, r *shared.ShapesRequest) (*shared.ShapesResponse, error) {
-	if m.ShapesF == nil {
-		return nil, errUnset
-	}
-	return m.ShapesF(ctx, r)
-}
-func (m *mockProvisioner) Covers(ctx context.Context, r *shared.CoversRequest) (*shared.CoversResponse, error) {
-	if m.CoversF == nil {
-		return nil, errUnset
-	}
-	return m.CoversF(ctx, r)
-}
-func (m *mockProvisioner) Provision(ctx context.Context, r *shared.ProvisionRequest) (*shared.ProvisionResponse, error) {
-	if m.ProvisionF == nil {
-		return nil, errUnset
-	}
-	return m.ProvisionF(ctx, r)
-}
-func (m *mockProvisioner) Reconcile(ctx context.Context, r *shared.ReconcileRequest) (*shared.ReconcileResponse, error) {
-	if m.ReconcileF == nil {
-		return nil, errUnset
-	}
-	return m.ReconcileF(ctx, r)
-}
-func (m *mockProvisioner) Status(ctx context.Context, r *shared.StatusRequest) (*shared.StatusResponse, error) {
-	if m.StatusF == nil {
-		return nil, errUnset
-	}
-	return m.StatusF(ctx, r)
-}
-func (m *mockProvisioner) Shutdown(ctx context.Context, r *shared.ShutdownRequest) (*shared.ShutdownResponse, error) {
-	if m.ShutdownF == nil {
-		return nil, errUnset
-	}
-	return m.ShutdownF(ctx, r)
-}
-
-// inMemory serves impl through the real adapters over an in-memory gRPC
-// connection and returns the client side.
 func inMemory(t *testing.T, impl shared.Provisioner) *Client {
 	t.Helper()
 	client, _ := plugin.TestPluginGRPCConn(t, false, map[string]plugin.Plugin{PluginName: &GRPCPlugin{Impl: impl}})
@@ -127,7 +48,7 @@ func TestRoundTripEveryMethod(t *testing.T) {
 		BackingOff:  []shared.Backoff{{Profile: "b", Failures: 3, Until: time.Unix(1700000000, 5), LastError: "sbatch: nope"}}}
 	need := shared.Need{CPUs: 3, GPUs: 1, RAMMB: 2048, Label: "x"}
 
-	impl := &mockProvisioner{
+	impl := &sharedtest.Provisioner{
 		InfoF: func(context.Context, *shared.InfoRequest) (*shared.InfoResponse, error) {
 			return &shared.InfoResponse{Kind: "k", Version: "1.2.3", ContractVersion: shared.ContractVersion, Capabilities: []string{"c"}}, nil
 		},
@@ -183,7 +104,7 @@ func TestRoundTripEveryMethod(t *testing.T) {
 	check(t, "Schema", err, sr.Schema, schema)
 	vr, err := c.ValidateConfig(ctx, &shared.ValidateConfigRequest{Name: "n", Config: json.RawMessage(`{"a":1}`)})
 	check(t, "ValidateConfig", err, vr.Diagnostics, diags)
-	cr, err := c.Configure(ctx, &shared.ConfigureRequest{Name: "n", Config: json.RawMessage(`{}`), Host: &recordingHost{}})
+	cr, err := c.Configure(ctx, &shared.ConfigureRequest{Name: "n", Config: json.RawMessage(`{}`), Host: &sharedtest.Host{}})
 	check(t, "Configure", err, cr.Diagnostics, diags[1:])
 	shr, err := c.Shapes(ctx, &shared.ShapesRequest{Label: "x"})
 	check(t, "Shapes", err, shr.Shapes, shapes)
@@ -215,7 +136,7 @@ func TestErrorsCrossTheWire(t *testing.T) {
 	for _, sentinel := range []error{shared.ErrNotConfigured, shared.ErrShutdown, shared.ErrNoHost, shared.ErrPermissionDenied,
 		shared.ErrInvalidArgument, shared.ErrUnimplemented, context.Canceled, context.DeadlineExceeded} {
 		t.Run(sentinel.Error(), func(t *testing.T) {
-			c := inMemory(t, &mockProvisioner{ProvisionF: func(context.Context, *shared.ProvisionRequest) (*shared.ProvisionResponse, error) {
+			c := inMemory(t, &sharedtest.Provisioner{ProvisionF: func(context.Context, *shared.ProvisionRequest) (*shared.ProvisionResponse, error) {
 				return nil, fmt.Errorf("while asking: %w", sentinel)
 			}})
 			_, err := c.Provision(context.Background(), &shared.ProvisionRequest{})
@@ -228,9 +149,12 @@ func TestErrorsCrossTheWire(t *testing.T) {
 		})
 	}
 	t.Run("plain error keeps its text", func(t *testing.T) {
-		c := inMemory(t, &mockProvisioner{})
+		plain := errors.New("the plugin's own words")
+		c := inMemory(t, &sharedtest.Provisioner{StatusF: func(context.Context, *shared.StatusRequest) (*shared.StatusResponse, error) {
+			return nil, plain
+		}})
 		_, err := c.Status(context.Background(), &shared.StatusRequest{})
-		if err == nil || err.Error() != errUnset.Error() {
+		if err == nil || err.Error() != plain.Error() {
 			t.Fatalf("got %v", err)
 		}
 	})
@@ -239,7 +163,7 @@ func TestErrorsCrossTheWire(t *testing.T) {
 func TestCallerCancellationReachesThePlugin(t *testing.T) {
 	entered := make(chan struct{})
 	sawCancel := make(chan struct{})
-	c := inMemory(t, &mockProvisioner{CoversF: func(ctx context.Context, _ *shared.CoversRequest) (*shared.CoversResponse, error) {
+	c := inMemory(t, &sharedtest.Provisioner{CoversF: func(ctx context.Context, _ *shared.CoversRequest) (*shared.CoversResponse, error) {
 		close(entered)
 		<-ctx.Done()
 		close(sawCancel)
@@ -265,7 +189,7 @@ func TestCallerCancellationReachesThePlugin(t *testing.T) {
 
 func TestCallsAfterThePluginIsGone(t *testing.T) {
 	done, cancel := context.WithCancel(context.Background())
-	c := inMemory(t, &mockProvisioner{})
+	c := inMemory(t, &sharedtest.Provisioner{})
 	c.done = done
 	cancel()
 	if _, err := c.Info(context.Background(), &shared.InfoRequest{}); !errors.Is(err, shared.ErrPluginGone) {
@@ -273,41 +197,14 @@ func TestCallsAfterThePluginIsGone(t *testing.T) {
 	}
 }
 
-// recordingHost is a Host that remembers what it was told.
-type recordingHost struct {
-	mu     sync.Mutex // guards events
-	events []shared.Event
-	mint   func(*shared.MintCredentialRequest) (*shared.MintCredentialResponse, error)
-}
-
-func (h *recordingHost) Publish(_ context.Context, ev shared.Event) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.events = append(h.events, ev)
-	return nil
-}
-
-func (h *recordingHost) MintCredential(_ context.Context, r *shared.MintCredentialRequest) (*shared.MintCredentialResponse, error) {
-	if h.mint == nil {
-		return nil, shared.ErrPermissionDenied
-	}
-	return h.mint(r)
-}
-
-func (h *recordingHost) Events() []shared.Event {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]shared.Event(nil), h.events...)
-}
-
 func TestHostChannelInMemory(t *testing.T) {
 	var pluginHost shared.Host
-	c := inMemory(t, &mockProvisioner{ConfigureF: func(_ context.Context, r *shared.ConfigureRequest) (*shared.ConfigureResponse, error) {
+	c := inMemory(t, &sharedtest.Provisioner{ConfigureF: func(_ context.Context, r *shared.ConfigureRequest) (*shared.ConfigureResponse, error) {
 		pluginHost = r.Host
 		return &shared.ConfigureResponse{}, nil
 	}})
 	var minted *shared.MintCredentialRequest
-	host := &recordingHost{mint: func(r *shared.MintCredentialRequest) (*shared.MintCredentialResponse, error) {
+	host := &sharedtest.Host{MintF: func(_ context.Context, r *shared.MintCredentialRequest) (*shared.MintCredentialResponse, error) {
 		minted = r
 		return &shared.MintCredentialResponse{Token: "tok-" + r.Worker, Expires: time.Unix(42, 0)}, nil
 	}}
@@ -347,7 +244,9 @@ func TestHostChannelInMemory(t *testing.T) {
 	if minted == nil || minted.CPUs != 4 || minted.GPUs != 1 || minted.RAMMB != 16000 || !slices.Equal(minted.Labels, []string{"cuda"}) || minted.TTL != time.Minute {
 		t.Fatalf("the host was asked to mint %+v", minted)
 	}
-	host.mint = nil
+	host.MintF = func(context.Context, *shared.MintCredentialRequest) (*shared.MintCredentialResponse, error) {
+		return nil, shared.ErrPermissionDenied
+	}
 	if _, err := pluginHost.MintCredential(ctx, &shared.MintCredentialRequest{Worker: "x"}); !errors.Is(err, shared.ErrPermissionDenied) {
 		t.Fatalf("refused mint: got %v", err)
 	}
@@ -357,7 +256,7 @@ func TestPluginWithoutHostChannel(t *testing.T) {
 	// A plugin configured without a host (an engine that never opened the
 	// channel) gets a clear error, not a hang.
 	var pluginHost shared.Host
-	c := inMemory(t, &mockProvisioner{ConfigureF: func(_ context.Context, r *shared.ConfigureRequest) (*shared.ConfigureResponse, error) {
+	c := inMemory(t, &sharedtest.Provisioner{ConfigureF: func(_ context.Context, r *shared.ConfigureRequest) (*shared.ConfigureResponse, error) {
 		pluginHost = r.Host
 		return &shared.ConfigureResponse{}, nil
 	}})
