@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/hcl/v2"
 
+	doubling "github.com/fluksio/provision/internal/backoff"
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/shared/hclconfig"
 	"github.com/fluksio/provision/shared/host"
@@ -170,7 +171,7 @@ func (s *supervisor) watch(p *host.Plugin) {
 			case <-s.stop:
 				return
 			}
-			backoff = min(backoff*2, restartMax)
+			backoff = doubling.Next(backoff, restartMax)
 			ctx, cancel := context.WithTimeout(s.life, time.Minute)
 			l, diags := s.launch(ctx, true)
 			cancel()

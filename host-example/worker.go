@@ -17,6 +17,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/fluksio/provision/internal/backoff"
 )
 
 // tokenEnv carries the worker's credential. An environment variable and
@@ -368,7 +370,7 @@ func (w *workerClient) call(ctx context.Context, method, path string, q url.Valu
 			return 0, ctx.Err()
 		case <-t.C:
 		}
-		pause = min(2*pause, 2*time.Second)
+		pause = backoff.Next(pause, 2*time.Second)
 	}
 }
 

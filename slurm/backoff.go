@@ -3,6 +3,8 @@ package slurm
 import (
 	"strconv"
 	"time"
+
+	doubling "github.com/fluksio/provision/internal/backoff"
 )
 
 // Backoff for a profile whose requests keep failing. The placer asks on
@@ -39,11 +41,7 @@ type backoff struct {
 
 // backoffDelay is the wait after the given number of failures in a row.
 func backoffDelay(failures int) time.Duration {
-	d := backoffBase
-	for i := 1; i < failures && d < backoffMax; i++ {
-		d *= 2
-	}
-	return min(d, backoffMax)
+	return doubling.Delay(backoffBase, backoffMax, failures)
 }
 
 // countFailureLocked counts a failure for the profile. p.mu must be held.
