@@ -454,8 +454,13 @@ func (p *Provisioner) submit(ctx context.Context, cfg *settings, host shared.Hos
 	ctx, cancel := context.WithTimeout(ctx, cfg.submitTimeout)
 	defer cancel()
 	askCtx, cancelAsk := context.WithTimeout(ctx, cfg.submitTimeout-cfg.submitTimeout/4)
-	job, detail, lost, err := p.ask(askCtx, cfg, host, prof, r.worker)
+	job, err := p.ask(askCtx, cfg, host, prof, r.worker)
 	cancelAsk()
+	var detail string
+	var lost bool
+	if se := (*submitError)(nil); errors.As(err, &se) {
+		detail, lost = se.Said, se.AnswerLost
+	}
 	if err != nil && lost {
 		p.mu.Lock()
 		p.suspect = true
@@ -489,13 +494,39 @@ func (p *Provisioner) submit(ctx context.Context, cfg *settings, host shared.Hos
 	p.publish(p.life, cfg, host, shared.Event{Kind: shared.EventWorkerProvisioned, Profile: prof.Name, Job: job, Worker: r.worker})
 }
 
-// ask does the talking for submit and returns the job id, or the text to
-// report as last_error and the error behind it. lost says that sbatch may
-// have run without its answer coming back (answerLost).
-func (p *Provisioner) ask(ctx context.Context, cfg *settings, host shared.Host, prof Profile, worker string) (job, detail string, lost bool, err error) {
+// submitError is a submission that failed, carrying what the cluster
+// said the way os/exec's ExitError carries Stderr. Every field is
+// redacted: it is logged, sent as an event and shown as last_error.
+type submitError struct {
+	// Said is what to report: sbatch's own words when it spoke, else
+	// the error, trimmed to maxDetail.
+	Said string
+	// AnswerLost says sbatch may have run without its answer coming back
+	// (answerLost): its job may exist and must be looked for.
+	AnswerLost bool
+	msg        string
+	err        error
+}
+
+func (e *submitError) Error() string { return e.msg }
+
+// Unwrap gives errors.Is the original, for timeouts and sentinels; its
+// text is not redacted, so nothing may print what it unwraps to.
+func (e *submitError) Unwrap() error { return e.err }
+
+// failure makes a submitError of err, with said as what to report and
+// redact applied to everything that could hold the credential.
+func failure(err error, said string, lost bool, redact func(string) string) *submitError {
+	return &submitError{Said: truncate(redact(said)), AnswerLost: lost, msg: redact(err.Error()), err: err}
+}
+
+// ask does the talking for submit and returns the job id, or a
+// *submitError.
+func (p *Provisioner) ask(ctx context.Context, cfg *settings, host shared.Host, prof Profile, worker string) (string, error) {
+	keep := func(s string) string { return s }
 	if host == nil {
 		err := fmt.Errorf("cannot mint a credential for worker %s: %w", worker, shared.ErrNoHost)
-		return "", err.Error(), false, err
+		return "", failure(err, err.Error(), false, keep)
 	}
 	mctx, cancel := context.WithTimeout(ctx, cfg.submitTimeout)
 	cred, err := host.MintCredential(mctx, &shared.MintCredentialRequest{
@@ -507,24 +538,23 @@ func (p *Provisioner) ask(ctx context.Context, cfg *settings, host shared.Host, 
 	}
 	if err != nil {
 		err = fmt.Errorf("minting a credential for worker %s: %w", worker, err)
-		return "", err.Error(), false, err
+		return "", failure(err, err.Error(), false, keep)
 	}
 
 	stdout, stderr, err := p.call(ctx, p.payload(prof, worker, cred.Token), "sbatch", "--parsable")
 	// sbatch does not echo the script, but a wrapper on the login node
 	// might, and the token must not reach a log or an event.
 	redact := func(s string) string { return strings.ReplaceAll(s, cred.Token, "[redacted]") }
-	// Every error leaving here is redacted too: it is logged.
 	if err != nil {
 		said := firstNonEmpty(string(stderr), string(stdout), err.Error())
-		return "", truncate(redact(said)), answerLost(err, stderr), redactedError{redact(err.Error()), err}
+		return "", failure(err, said, answerLost(err, stderr), redact)
 	}
-	job, err = parseJobID(string(stdout))
+	job, err := parseJobID(string(stdout))
 	if err != nil {
 		err = fmt.Errorf("sbatch on %s: %w", cfg.host(), err)
-		return "", truncate(redact(err.Error())), false, redactedError{redact(err.Error()), err}
+		return "", failure(err, err.Error(), false, redact)
 	}
-	return job, "", false, nil
+	return job, nil
 }
 
 // parseJobID reads the job id from what sbatch --parsable printed: the id,
@@ -1119,17 +1149,6 @@ func truncate(s string) string {
 	tail := maxDetail - len([]rune(gap)) - head
 	return string(r[:head]) + gap + string(r[len(r)-tail:])
 }
-
-// redactedError is an error whose message had a credential cut out. It
-// still unwraps to the original, for errors.Is, so nothing may print
-// what it unwraps to.
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e redactedError) Error() string { return e.msg }
-func (e redactedError) Unwrap() error { return e.err }
 
 // watchLate keeps the poller going for provision_timeout, for a
 // submission that may still land.
