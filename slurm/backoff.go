@@ -20,8 +20,9 @@ import (
 // job that then dies before its worker attaches is the same failure one
 // step later; a worker of the profile attaching does.
 
-// Testing hooks: the backoff's first wait and its cap.
-var (
+// The backoff's first wait and its cap. Constants: tests move the
+// provisioner's clock instead.
+const (
 	// backoffBase is the wait after one failure: long enough that the
 	// placer's next pass does not submit again, short enough that a
 	// passing hiccup costs little.

@@ -458,16 +458,11 @@ func TestBackoff(t *testing.T) {
 }
 
 func TestBackoffDelay(t *testing.T) {
-	defer func(b, m time.Duration) { backoffBase, backoffMax = b, m }(backoffBase, backoffMax)
-	backoffBase, backoffMax = time.Millisecond, 10*time.Millisecond
 	var got []time.Duration
-	for n := 1; n <= 6; n++ {
+	for n := 1; n <= 8; n++ {
 		got = append(got, backoffDelay(n))
 	}
-	want := []time.Duration{1, 2, 4, 8, 10, 10}
-	for i := range want {
-		want[i] *= time.Millisecond
-	}
+	want := []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second, 80 * time.Second, 160 * time.Second, 5 * time.Minute, 5 * time.Minute}
 	if !slices.Equal(got, want) {
 		t.Errorf("delays = %v, want %v", got, want)
 	}
