@@ -15,10 +15,11 @@ import (
 	"github.com/fluksio/provision/shared"
 )
 
-// provisionTimeout bounds one Provision call. The contract says Provision
+// defaultProvisionTimeout bounds one Provision call unless
+// Placer.ProvisionTimeout says otherwise. The contract says Provision
 // returns at once; this is for a plugin that does not. Each target is
 // asked on its own goroutine, so a stuck one delays only itself.
-var provisionTimeout = 10 * time.Second
+const defaultProvisionTimeout = 10 * time.Second
 
 // passWait is how long a pass waits for the targets it asked before it
 // goes on: long enough for a plugin that answers at once, as the contract
@@ -55,6 +56,10 @@ func (t Target) covers(n shared.Need) bool {
 // second or so and whenever Engine.Changed fires. The other methods are
 // reports and may be called from anywhere.
 type Placer struct {
+	// ProvisionTimeout bounds one Provision call; set before the first
+	// Pass. NewPlacer sets defaultProvisionTimeout.
+	ProvisionTimeout time.Duration
+
 	logger hclog.Logger
 	engine *Engine
 
@@ -76,7 +81,7 @@ type Placer struct {
 	rounds sync.WaitGroup
 
 	// OnDeadline, if set, is told after each Provision call whether the
-	// target answered within provisionTimeout (missed true if not), so
+	// target answered within ProvisionTimeout (missed true if not), so
 	// that a plugin that keeps missing deadlines can be restarted. Set it
 	// before the first Pass.
 	OnDeadline func(target string, missed bool)
@@ -112,7 +117,7 @@ func NewPlacer(logger hclog.Logger, engine *Engine, targets []Target) *Placer {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	p := &Placer{logger: logger, engine: engine, busy: map[string]bool{}}
+	p := &Placer{ProvisionTimeout: defaultProvisionTimeout, logger: logger, engine: engine, busy: map[string]bool{}}
 	for _, t := range targets {
 		p.targets = append(p.targets, &targetState{Target: t})
 	}
@@ -356,7 +361,7 @@ func (p *Placer) askTarget(ctx context.Context, t Target, needs []*needState) {
 		var resp *shared.ProvisionResponse
 		var err error
 		for range len(t.Shapes) + 1 {
-			callCtx, cancel := context.WithTimeout(ctx, provisionTimeout)
+			callCtx, cancel := context.WithTimeout(ctx, p.ProvisionTimeout)
 			resp, err = t.P.Provision(callCtx, &shared.ProvisionRequest{Need: need})
 			missed := callCtx.Err() == context.DeadlineExceeded && ctx.Err() == nil
 			cancel()
@@ -364,7 +369,7 @@ func (p *Placer) askTarget(ctx context.Context, t Target, needs []*needState) {
 				p.OnDeadline(t.Name, missed)
 			}
 			if missed {
-				p.noteOutcome(ns, t.Name, fmt.Sprintf("error: no answer within %s", provisionTimeout), []any{"error", err})
+				p.noteOutcome(ns, t.Name, fmt.Sprintf("error: no answer within %s", p.ProvisionTimeout), []any{"error", err})
 				return
 			}
 			if err != nil || resp == nil || resp.Outcome != shared.OutcomeBackingOff || resp.Profile == "" {
@@ -435,7 +440,7 @@ func (p *Placer) busyWith(target string) bool {
 }
 
 // Close waits for the rounds of Provision calls still under way, each
-// bounded by provisionTimeout.
+// bounded by ProvisionTimeout.
 func (p *Placer) Close() {
 	p.rounds.Wait()
 }

@@ -252,9 +252,6 @@ func buildTestPlugin(t *testing.T) string {
 // far below what the hung one costs, and the hung plugin must be shown as
 // wedged in the supervisor's status and restarted.
 func TestHungPluginDelaysOnlyItself(t *testing.T) {
-	oldP, oldR, oldW := provisionTimeout, reconcileTimeout, wedgeAfter
-	provisionTimeout, reconcileTimeout, wedgeAfter = 2*time.Second, 2*time.Second, 2
-	t.Cleanup(func() { provisionTimeout, reconcileTimeout, wedgeAfter = oldP, oldR, oldW })
 	bin := buildTestPlugin(t)
 	t.Setenv("TESTPLUGIN_HANG", "hung")
 
@@ -275,12 +272,14 @@ func TestHungPluginDelaysOnlyItself(t *testing.T) {
 	signer := NewSigner(testSecret)
 	engine := NewEngine(nil, signer, nil)
 	placer := NewPlacer(logger.Named("placer"), engine, nil)
+	placer.ProvisionTimeout = 2 * time.Second
 	sups := map[string]*supervisor{}
 	placer.OnDeadline = func(name string, missed bool) { sups[name].deadline("Provision", missed) }
 	var list []*supervisor
 	for _, pc := range cfg.Provisioners {
 		name := pc.Name
 		s := newSupervisor(pc, logger.Named(name), launchOptions{logger: logger.Named("plugin"), signer: signer})
+		s.wedgeAfter = 2
 		s.onUp = func(tg Target) { placer.SetTarget(tg); placer.SetDown(name, false) }
 		s.onDown = func(string) { placer.SetDown(name, true) }
 		sups[name] = s
@@ -292,6 +291,7 @@ func TestHungPluginDelaysOnlyItself(t *testing.T) {
 		}
 	}
 	rec := newReconciler(list, logger)
+	rec.timeout = 2 * time.Second
 
 	// The run loop, as run.go has it: a pass every 100 ms, a reconcile
 	// every 300 ms. It is stopped and waited for before the plugins.
@@ -350,7 +350,7 @@ func TestHungPluginDelaysOnlyItself(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Logf("idle worker of the healthy provisioner got its task %s after attaching (hang deadline %s)", took.Round(time.Millisecond), provisionTimeout)
+	t.Logf("idle worker of the healthy provisioner got its task %s after attaching (hang deadline %s)", took.Round(time.Millisecond), placer.ProvisionTimeout)
 	if took > time.Second {
 		t.Errorf("the idle worker waited %s for its task; want under 1s while the other plugin hangs", took)
 	}

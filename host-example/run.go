@@ -265,8 +265,8 @@ loop:
 	return code
 }
 
-// reconcileTimeout bounds one Reconcile call.
-var reconcileTimeout = 30 * time.Second
+// defaultReconcileTimeout bounds one Reconcile call.
+const defaultReconcileTimeout = 30 * time.Second
 
 // reconciler tells each provisioner which of its own workers are
 // attached, so it forgets what arrived and gives up on what took too long. Each provisioner is called
@@ -275,6 +275,8 @@ var reconcileTimeout = 30 * time.Second
 type reconciler struct {
 	sups   []*supervisor
 	logger hclog.Logger
+	// timeout bounds one Reconcile call; newReconciler sets the default.
+	timeout time.Duration
 
 	mu   sync.Mutex // guards busy
 	busy map[*supervisor]bool
@@ -283,7 +285,7 @@ type reconciler struct {
 }
 
 func newReconciler(sups []*supervisor, logger hclog.Logger) *reconciler {
-	return &reconciler{sups: sups, logger: logger, busy: map[*supervisor]bool{}}
+	return &reconciler{sups: sups, logger: logger, timeout: defaultReconcileTimeout, busy: map[*supervisor]bool{}}
 }
 
 // run starts a Reconcile for each provisioner that is up and not still
@@ -313,7 +315,7 @@ func (r *reconciler) run(ctx context.Context, attached func(provisioner string) 
 }
 
 func (r *reconciler) reconcileOne(ctx context.Context, s *supervisor, p shared.Provisioner, attached []string) {
-	rctx, cancel := context.WithTimeout(ctx, reconcileTimeout)
+	rctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	resp, err := p.Reconcile(rctx, &shared.ReconcileRequest{Attached: attached})
 	missed := rctx.Err() == context.DeadlineExceeded && ctx.Err() == nil
@@ -327,7 +329,7 @@ func (r *reconciler) reconcileOne(ctx context.Context, s *supervisor, p shared.P
 	}
 }
 
-// wait waits for the calls under way, each bounded by reconcileTimeout.
+// wait waits for the calls under way, each bounded by timeout.
 func (r *reconciler) wait() { r.wg.Wait() }
 
 // story prints what happens in words a person can follow, with the time

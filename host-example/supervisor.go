@@ -32,6 +32,10 @@ var (
 // configures it again. go-plugin never restarts anything, and a dead
 // plugin that nobody notices is the failure its users complain of most.
 type supervisor struct {
+	// wedgeAfter is how many calls in a row may miss their deadline
+	// before the plugin is restarted; newSupervisor sets the default.
+	wedgeAfter int
+
 	cfg     *provisionerConfig
 	logger  hclog.Logger
 	opts    launchOptions
@@ -69,7 +73,7 @@ type supervisor struct {
 func newSupervisor(cfg *provisionerConfig, logger hclog.Logger, opts launchOptions) *supervisor {
 	opts.configure = true
 	life, cancel := context.WithCancel(context.Background())
-	return &supervisor{cfg: cfg, logger: logger, opts: opts, restart: true, stop: make(chan struct{}), state: "starting",
+	return &supervisor{wedgeAfter: defaultWedgeAfter, cfg: cfg, logger: logger, opts: opts, restart: true, stop: make(chan struct{}), state: "starting",
 		shutDone: make(chan struct{}), life: life, cancelLife: cancel}
 }
 
@@ -191,9 +195,9 @@ func (s *supervisor) watch(p *host.Plugin) {
 	}
 }
 
-// wedgeAfter is how many calls in a row may miss their deadline before
+// defaultWedgeAfter is how many calls in a row may miss their deadline before
 // the plugin is taken for wedged and restarted.
-var wedgeAfter = 3
+const defaultWedgeAfter = 3
 
 // deadline records whether a call to the plugin answered in time. After
 // wedgeAfter misses in a row the plugin is marked wedged and its process
@@ -206,16 +210,16 @@ func (s *supervisor) deadline(call string, missed bool) {
 		return
 	}
 	s.misses++
-	if s.misses < wedgeAfter || s.state != "running" || s.stopping || s.current == nil {
+	if s.misses < s.wedgeAfter || s.state != "running" || s.stopping || s.current == nil {
 		s.mu.Unlock()
 		return
 	}
 	s.misses = 0
-	s.wedged = fmt.Sprintf("wedged: %d calls in a row missed their deadline, the last a %s; killed to restart it", wedgeAfter, call)
+	s.wedged = fmt.Sprintf("wedged: %d calls in a row missed their deadline, the last a %s; killed to restart it", s.wedgeAfter, call)
 	s.state = "wedged"
 	cur := s.current
 	s.mu.Unlock()
-	s.logger.Error("plugin wedged; killing it so that it restarts", "missed_calls", wedgeAfter, "last", call)
+	s.logger.Error("plugin wedged; killing it so that it restarts", "missed_calls", s.wedgeAfter, "last", call)
 	// Kill waits for the process to be gone, which takes as long as the
 	// plugin takes to die; the caller is a per-plugin goroutine.
 	cur.Kill()
