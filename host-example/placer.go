@@ -26,7 +26,7 @@ const defaultProvisionTimeout = 10 * time.Second
 // asks, so that its outcome is logged in this pass. A target still
 // answering after that keeps its round (and is not asked again until it
 // ends) while the placer serves the rest.
-var passWait = 100 * time.Millisecond
+const passWait = 100 * time.Millisecond
 
 // Target is a provisioner as the placer sees it. Shapes are fetched once,
 // when the target is set up, so that asking "could it fit this?" is a
