@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/hcl/v2"
 
 	"github.com/fluksio/provision/shared"
 )
@@ -29,11 +30,11 @@ var (
 	shutdownTimeout   = time.Minute
 )
 
-// runMain is the engine: it launches one plugin per provisioner block,
-// serves workers over HTTP, and places the needs given with -need. With
-// needs it exits once all are served (0) or -timeout passes (1); without,
-// it runs until SIGINT or SIGTERM. Either way it shuts every provisioner
-// down first, so nothing it asked for is left in a queue.
+// runMain is the run command: it reads the flags and the configuration,
+// and runs a daemon, the engine as a process. With needs it exits once
+// all are served (0) or -timeout passes (1); without, it runs until
+// SIGINT or SIGTERM. Either way it stops the daemon first, which shuts
+// every provisioner down, so nothing it asked for is left in a queue.
 func runMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -51,58 +52,106 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	}
 
 	logger := hclog.New(&hclog.LoggerOptions{Name: "engine", Output: stderr, Level: hclog.LevelFromString(*level)})
-	story := newStory(stdout)
 	cfg, diags := loadConfig(*configPath)
 	if diags.HasErrors() {
 		writeDiagnostics(stderr, cfg.Files, diags)
 		return 1
 	}
-	if v := cfg.Engine.SecretEnv; v != "" && os.Getenv(v) == "" {
-		// A configured secret that is missing would silently become a
-		// random one, and workers from an earlier run would be refused.
-		fmt.Fprintf(stderr, "host-example: engine.secret_env names %s, which is not set; export it (32+ bytes, or 64+ hex digits) or remove secret_env\n", v)
-		return 1
-	}
-	secret, fromEnv, err := engineSecret(cfg.Engine.SecretEnv)
+
+	// Signals are caught from here on, so that one arriving while the
+	// plugins start still shuts them down rather than killing the engine.
+	ctx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+
+	d, err := newDaemon(cfg, logger, newStory(stdout))
 	if err != nil {
 		fmt.Fprintf(stderr, "host-example: %v\n", err)
 		return 1
+	}
+	if diags := d.start(ctx); ctx.Err() != nil {
+		// Whatever failed to start failed because of the signal.
+		d.story.say("signal received while starting; shutting down")
+		stopSignals()
+		d.stop()
+		if len(needs) > 0 {
+			return 1
+		}
+		return 0
+	} else if diags.HasErrors() {
+		sortDiags(diags)
+		writeDiagnostics(stderr, cfg.Files, diags)
+		d.stop()
+		return 1
+	}
+	code := d.run(ctx, needs, *timeout)
+	stopSignals()
+	d.stop()
+	return code
+}
+
+// daemon is the engine as a process: the HTTP engine workers attach to,
+// a supervised plugin per provisioner block, the placer and the
+// reconciler, wired together. newDaemon builds it and listens; start
+// launches the plugins; run places needs until they are served, time runs
+// out or ctx ends; stop shuts it all down, provisioners first. Each is
+// called once, in that order, from one goroutine.
+type daemon struct {
+	cfg    *config
+	logger hclog.Logger
+	story  *story
+
+	engine  *Engine
+	srv     *http.Server
+	serving sync.WaitGroup // the HTTP server's goroutine
+	placer  *Placer
+	sups    []*supervisor
+	rec     *reconciler
+	// wake holds at most one pending wake-up for the run loop: an event
+	// from a plugin, or a plugin up again.
+	wake chan struct{}
+}
+
+// newDaemon sets up the engine for cfg and starts listening. An error is
+// the operator's to fix (the secret, the address), and says how.
+func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) {
+	if v := cfg.Engine.SecretEnv; v != "" && os.Getenv(v) == "" {
+		// A configured secret that is missing would silently become a
+		// random one, and workers from an earlier run would be refused.
+		return nil, fmt.Errorf("engine.secret_env names %s, which is not set; export it (32+ bytes, or 64+ hex digits) or remove secret_env", v)
+	}
+	secret, fromEnv, err := engineSecret(cfg.Engine.SecretEnv)
+	if err != nil {
+		return nil, err
 	}
 	engineID, epoch := engineIdentity(cfg.Engine.ID, cfg.Path), credentialEpoch(secret)
 	logger.Info("worker credentials", "secret", map[bool]string{true: "from $" + cfg.Engine.SecretEnv, false: "random, this run only"}[fromEnv],
 		"engine_id", engineID, "credential_epoch", epoch)
 	signer := NewSigner(secret)
-	engine := NewEngine(logger.Named("http"), signer, time.Now)
-	engine.ID = engineID
-	engine.OnAttach = func(w WorkerInfo) {
+	d := &daemon{cfg: cfg, logger: logger, story: story, wake: make(chan struct{}, 1)}
+	d.engine = NewEngine(logger.Named("http"), signer, time.Now)
+	d.engine.ID = engineID
+	d.engine.OnAttach = func(w WorkerInfo) {
 		story.say("worker %s attached from %s (Slurm job %s, %d cpus, %d gpus)", w.Name, w.Hostname, orDash(w.SlurmJobID), w.CPUs, w.GPUs)
 	}
-	engine.OnResult = func(r Result) {
+	d.engine.OnResult = func(r Result) {
 		story.say("work done by %s: host %s, SLURM_JOB_ID=%s, cpus %d: %s", r.Worker, r.Hostname, orDash(r.SlurmJobID), r.CPUs, r.Output)
 	}
 
-	// Signals are caught from here on, so that one arriving while the
-	// plugins start still shuts them down rather than killing the engine.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
 	ln, err := net.Listen("tcp", cfg.Engine.Listen)
 	if err != nil {
-		fmt.Fprintf(stderr, "host-example: cannot listen on %s (engine.listen): %v\n", cfg.Engine.Listen, err)
-		return 1
+		return nil, fmt.Errorf("cannot listen on %s (engine.listen): %w", cfg.Engine.Listen, err)
 	}
 	gate := newConnGate(cfg.Engine.MaxConnections, logger.Named("http"), newLogLimiter(refusalLogBurst, refusalLogWindow))
 	tlsConfig := cfg.Engine.serverTLSConfig()
-	srv := newHTTPServer(engine.Handler(), gate, engine.pollWait(), tlsConfig)
-	var serving sync.WaitGroup
-	serving.Add(1)
+	d.srv = newHTTPServer(d.engine.Handler(), gate, d.engine.pollWait(), tlsConfig)
+	d.serving.Add(1)
 	go func() {
-		defer serving.Done()
+		defer d.serving.Done()
 		var err error
 		if tlsConfig != nil {
-			err = srv.ServeTLS(ln, "", "")
+			err = d.srv.ServeTLS(ln, "", "")
 		} else {
-			err = srv.Serve(ln)
+			err = d.srv.Serve(ln)
 		}
 		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("http server stopped", "error", err)
@@ -114,23 +163,14 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 			"addr", ln.Addr().String())
 	}
 
-	placer := NewPlacer(logger.Named("placer"), engine, nil)
+	d.placer = NewPlacer(logger.Named("placer"), d.engine, nil)
 	supByName := map[string]*supervisor{}
-	placer.OnDeadline = func(name string, missed bool) {
+	d.placer.OnDeadline = func(name string, missed bool) {
 		if s := supByName[name]; s != nil {
 			s.deadline("Provision", missed)
 		}
 	}
-	engine.NeedsFunc = placer.Needs
-	wake := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	}
-
-	var sups []*supervisor
+	d.engine.NeedsFunc = d.placer.Needs
 	for _, pc := range cfg.Provisioners {
 		plog := logger.Named(pc.Name)
 		name := pc.Name
@@ -143,88 +183,64 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 			onEvent: func(ev shared.Event) {
 				// The engine learns each worker's job, and which names
 				// to revoke, from the events (stamped by the host).
-				engine.ObserveEvent(ev)
+				d.engine.ObserveEvent(ev)
 				story.event(ev)
 				plog.Info("event", "kind", ev.Kind, "profile", ev.Profile, "job", ev.Job, "worker", ev.Worker, "detail", ev.Detail)
-				poke()
+				d.poke()
 			},
 		})
-		s.onUp = func(t Target) { placer.SetTarget(t); placer.SetDown(name, false); poke() }
-		s.onDown = func(string) { placer.SetDown(name, true) }
-		sups = append(sups, s)
+		s.onUp = func(t Target) { d.placer.SetTarget(t); d.placer.SetDown(name, false); d.poke() }
+		s.onDown = func(string) { d.placer.SetDown(name, true) }
+		d.sups = append(d.sups, s)
 		supByName[name] = s
 	}
-	rec := newReconciler(sups, logger)
-	engine.StatusFunc = func(ctx context.Context) []ProvisionerStatus {
-		out := make([]ProvisionerStatus, 0, len(sups))
-		for _, s := range sups {
+	d.rec = newReconciler(d.sups, logger)
+	d.engine.StatusFunc = func(ctx context.Context) []ProvisionerStatus {
+		out := make([]ProvisionerStatus, 0, len(d.sups))
+		for _, s := range d.sups {
 			out = append(out, s.status(ctx))
 		}
 		return out
 	}
+	return d, nil
+}
 
-	shutdown := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-		defer cancel()
-		var wg sync.WaitGroup
-		for _, s := range sups {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				resp, err := s.shutdown(ctx)
-				switch {
-				case err != nil:
-					story.say("%s: shutdown failed: %v", s.cfg.Name, err)
-				case len(resp.Cancelled) > 0:
-					story.say("%s: shut down, cancelled Slurm job(s) %s", s.cfg.Name, strings.Join(resp.Cancelled, ", "))
-				default:
-					story.say("%s: shut down, nothing outstanding", s.cfg.Name)
-				}
-			}()
-		}
-		wg.Wait()
-		rec.wait()
-		placer.Close()
-		engine.Close()
-		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer scancel()
-		_ = srv.Shutdown(sctx)
-		serving.Wait()
+// poke wakes the run loop; wake-ups that arrive while one is pending are
+// merged.
+func (d *daemon) poke() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
 	}
+}
 
-	startCtx, cancelStart := context.WithTimeout(ctx, 2*time.Minute)
-	for _, s := range sups {
+// start launches and configures every provisioner's plugin, within two
+// minutes, and says which are ready.
+func (d *daemon) start(ctx context.Context) hcl.Diagnostics {
+	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var diags hcl.Diagnostics
+	for _, s := range d.sups {
 		diags = append(diags, s.start(startCtx)...)
 	}
-	cancelStart()
-	if ctx.Err() != nil {
-		// Whatever failed to start failed because of the signal.
-		story.say("signal received while starting; shutting down")
-		stop()
-		shutdown()
-		if len(needs) > 0 {
-			return 1
+	if ctx.Err() == nil && !diags.HasErrors() {
+		for _, s := range d.sups {
+			d.story.say("%s: %s provisioner ready", s.cfg.Name, s.cfg.Kind)
 		}
-		return 0
 	}
-	if diags.HasErrors() {
-		sortDiags(diags)
-		writeDiagnostics(stderr, cfg.Files, diags)
-		shutdown()
-		return 1
-	}
-	for _, s := range sups {
-		story.say("%s: %s provisioner ready", s.cfg.Name, s.cfg.Kind)
-	}
+	return diags
+}
 
+// run places needs until all are served (0), timeout passes (1, if not
+// zero) or ctx ends (0 without needs, 1 with).
+func (d *daemon) run(ctx context.Context, needs []shared.Need, timeout time.Duration) int {
 	for _, n := range needs {
-		id := placer.Add(n)
-		story.say("%s needs %s: asking the provisioners that cover it", id, formatNeed(n))
+		id := d.placer.Add(n)
+		d.story.say("%s needs %s: asking the provisioners that cover it", id, formatNeed(n))
 	}
-
 	var deadline <-chan time.Time
-	if *timeout > 0 {
-		timer := time.NewTimer(*timeout)
+	if timeout > 0 {
+		timer := time.NewTimer(timeout)
 		defer timer.Stop()
 		deadline = timer.C
 	}
@@ -233,36 +249,61 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	reconcileTick := time.NewTicker(reconcileInterval)
 	defer reconcileTick.Stop()
 
-	code := 0
-	placer.Pass(ctx)
-loop:
+	d.placer.Pass(ctx)
 	for {
-		if len(needs) > 0 && placer.Served() {
-			story.say("all %d need(s) served; shutting down", len(needs))
-			break
+		if len(needs) > 0 && d.placer.Served() {
+			d.story.say("all %d need(s) served; shutting down", len(needs))
+			return 0
 		}
 		select {
 		case <-ctx.Done():
-			story.say("signal received; shutting down")
+			d.story.say("signal received; shutting down")
 			if len(needs) > 0 {
-				code = 1
+				return 1
 			}
-			break loop
+			return 0
 		case <-deadline:
-			story.say("timed out after %s; not served: %s", *timeout, strings.Join(placer.Unserved(), "; "))
-			code = 1
-			break loop
+			d.story.say("timed out after %s; not served: %s", timeout, strings.Join(d.placer.Unserved(), "; "))
+			return 1
 		case <-passTick.C:
-		case <-wake:
-		case <-engine.Changed():
+		case <-d.wake:
+		case <-d.engine.Changed():
 		case <-reconcileTick.C:
-			rec.run(ctx, engine.AttachedBy)
+			d.rec.run(ctx, d.engine.AttachedBy)
 		}
-		placer.Pass(ctx)
+		d.placer.Pass(ctx)
 	}
-	stop()
-	shutdown()
-	return code
+}
+
+// stop shuts every provisioner down (each cancels what it asked for),
+// waits for the calls under way, then closes the engine and its listener.
+func (d *daemon) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, s := range d.sups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := s.shutdown(ctx)
+			switch {
+			case err != nil:
+				d.story.say("%s: shutdown failed: %v", s.cfg.Name, err)
+			case len(resp.Cancelled) > 0:
+				d.story.say("%s: shut down, cancelled Slurm job(s) %s", s.cfg.Name, strings.Join(resp.Cancelled, ", "))
+			default:
+				d.story.say("%s: shut down, nothing outstanding", s.cfg.Name)
+			}
+		}()
+	}
+	wg.Wait()
+	d.rec.wait()
+	d.placer.Close()
+	d.engine.Close()
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer scancel()
+	_ = d.srv.Shutdown(sctx)
+	d.serving.Wait()
 }
 
 // defaultReconcileTimeout bounds one Reconcile call.
