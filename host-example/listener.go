@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/fluksio/provision/internal/loglimit"
 )
 
 // The engine's listener is the one part of the engine that every compute
@@ -30,7 +32,7 @@ import (
 //     workers. When the part for strangers is full, the stranger that has
 //     been idle longest is dropped to make room, so a flood of idle
 //     connections churns itself instead of locking workers out.
-//   - Refusals are logged at a bounded rate (logLimiter), so a flood of bad
+//   - Refusals are logged at a bounded rate (internal/loglimit), so a flood of bad
 //     requests costs a line every few seconds, not a line per request.
 //
 // Rejected alternative: a per-address limit. Compute nodes of a large job
@@ -97,7 +99,7 @@ type connGate struct {
 	// fixed after newConnGate.
 	max, guests int
 	logger      hclog.Logger
-	logs        *logLimiter
+	logs        *loglimit.Limiter
 
 	// mu guards conns and every connEntry's fields. It is held only for
 	// bookkeeping, never across I/O but a Close of a connection being
@@ -125,7 +127,7 @@ type connEntryKey struct{}
 
 // newConnGate returns a gate for max connections, of which a quarter at
 // most may be strangers'.
-func newConnGate(max int, logger hclog.Logger, logs *logLimiter) *connGate {
+func newConnGate(max int, logger hclog.Logger, logs *loglimit.Limiter) *connGate {
 	if max <= 0 {
 		max = defaultMaxConnections
 	}
@@ -180,7 +182,7 @@ func (g *connGate) connState(c net.Conn, st http.ConnState) {
 			v.Close()
 		}
 		if len(victims) > 0 {
-			if ok, more := g.logs.allow(time.Now()); ok {
+			if ok, more := g.logs.Allow(time.Now()); ok {
 				g.logger.Warn("connection limit reached: dropped connections without a credential",
 					"dropped", len(victims), "not_logged_before", more, "max_connections", g.max, "max_without_credential", g.guests)
 			}
@@ -240,38 +242,4 @@ func (g *connGate) counts() (open, guests, dropped int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return len(g.conns), g.nGuests, g.dropped
-}
-
-// logLimiter lets through at most burst log lines per window and counts
-// the rest, so that the first line of the next window can say how many
-// were left out. The zero value is not usable; use newLogLimiter.
-type logLimiter struct {
-	window time.Duration
-	burst  int
-
-	mu      sync.Mutex // guards the fields below
-	start   time.Time
-	n       int
-	dropped int
-}
-
-func newLogLimiter(burst int, window time.Duration) *logLimiter {
-	return &logLimiter{burst: burst, window: window}
-}
-
-// allow says whether a line may be logged at now and, if so, how many
-// lines were left out since the last one that was.
-func (l *logLimiter) allow(now time.Time) (ok bool, leftOut int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if now.Sub(l.start) >= l.window {
-		l.start, l.n = now, 0
-	}
-	if l.n >= l.burst {
-		l.dropped++
-		return false, 0
-	}
-	l.n++
-	leftOut, l.dropped = l.dropped, 0
-	return true, leftOut
 }

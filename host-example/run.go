@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/hcl/v2"
 
+	"github.com/fluksio/provision/internal/loglimit"
 	"github.com/fluksio/provision/shared"
 )
 
@@ -141,7 +142,7 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 	if err != nil {
 		return nil, fmt.Errorf("cannot listen on %s (engine.listen): %w", cfg.Engine.Listen, err)
 	}
-	gate := newConnGate(cfg.Engine.MaxConnections, logger.Named("http"), newLogLimiter(refusalLogBurst, refusalLogWindow))
+	gate := newConnGate(cfg.Engine.MaxConnections, logger.Named("http"), loglimit.New(refusalLogBurst, refusalLogWindow))
 	tlsConfig := cfg.Engine.serverTLSConfig()
 	d.srv = newHTTPServer(d.engine.Handler(), gate, d.engine.pollWait(), tlsConfig)
 	d.serving.Add(1)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/fluksio/provision/internal/loglimit"
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/shared/host"
 )
@@ -84,7 +85,7 @@ type Engine struct {
 	now    func() time.Time
 	// refusals bounds how often a refused request is logged: a flood of
 	// bad credentials must not become a flood of log lines.
-	refusals *logLimiter
+	refusals *loglimit.Limiter
 	// status serves GET /status from a short-lived cache.
 	status statusCache
 
@@ -213,7 +214,7 @@ func NewEngine(logger hclog.Logger, signer *Signer, now func() time.Time) *Engin
 		logger:   logger,
 		signer:   signer,
 		now:      now,
-		refusals: newLogLimiter(refusalLogBurst, refusalLogWindow),
+		refusals: loglimit.New(refusalLogBurst, refusalLogWindow),
 		changed:  make(chan struct{}, 1),
 		done:     make(chan struct{}),
 		workers:  make(map[string]*workerState),
@@ -550,7 +551,7 @@ const (
 //
 // The body is never read (see dontReadBody).
 func (e *Engine) refuse(w http.ResponseWriter, r *http.Request, reason string) {
-	if ok, leftOut := e.refusals.allow(time.Now()); ok {
+	if ok, leftOut := e.refusals.Allow(time.Now()); ok {
 		kv := []any{"reason", reason, "path", r.URL.Path, "remote", r.RemoteAddr}
 		if leftOut > 0 {
 			kv = append(kv, "refusals_not_logged_before", leftOut)

@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 )
 
@@ -73,22 +71,7 @@ func processAlive(pid int) bool {
 // poller, bounded by ctx.
 func (p *Provisioner) cleanStaleControlDirs(ctx context.Context, cfg *settings) {
 	for _, dir := range staleControlDirs(controlBase()) {
-		entries, _ := os.ReadDir(dir)
-		var wg sync.WaitGroup
-		for _, e := range entries {
-			if e.Type()&os.ModeSocket == 0 {
-				continue
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				socket := filepath.Join(dir, e.Name())
-				cmd := exec.CommandContext(ctx, p.sshPath, sshArgv(cfg, []string{"-O", "exit", "-o", "ControlPath=" + socket}, nil)...)
-				cmd.WaitDelay = controlTimeout / 4
-				_ = cmd.Run()
-			}()
-		}
-		wg.Wait()
+		p.stopMasters(ctx, cfg, dir)
 		if err := os.RemoveAll(dir); err != nil {
 			p.sshLog(cfg).Debug("could not remove a stale ssh control directory", "dir", dir, "error", err)
 			continue

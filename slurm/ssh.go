@@ -366,26 +366,9 @@ func (p *Provisioner) closeSSH(ctx context.Context) {
 		defer c.release()
 	}
 
-	cfg := p.settings()
-	entries, _ := os.ReadDir(dir)
-	var wg sync.WaitGroup
-	for _, e := range entries {
-		if cfg == nil || e.Type()&os.ModeSocket == 0 {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			socket := filepath.Join(dir, e.Name())
-			args := sshArgv(cfg, []string{"-O", "exit", "-o", "ControlPath=" + socket}, nil)
-			cmd := exec.CommandContext(ctx, p.sshPath, args...)
-			cmd.WaitDelay = controlTimeout / 4
-			if out, err := cmd.CombinedOutput(); err != nil {
-				p.sshLog(cfg).Debug("could not stop an ssh master", "control_path", socket, "error", err, "output", truncate(string(out)))
-			}
-		}()
+	if cfg := p.settings(); cfg != nil {
+		p.stopMasters(ctx, cfg, dir)
 	}
-	wg.Wait()
 	if err := os.RemoveAll(dir); err != nil {
 		p.logger.Warn("could not remove the ssh control directory", "dir", dir, "error", err)
 	}
@@ -494,4 +477,29 @@ func (p *Provisioner) sshLog(cfg *settings) hclog.Logger {
 		return cfg.log
 	}
 	return p.logger
+}
+
+// stopMasters tells every ssh master whose socket is in dir to exit, at
+// once, and waits for the answers (bounded by ctx). closeSSH uses it for
+// this plugin's masters, cleanStaleControlDirs for a dead plugin's.
+func (p *Provisioner) stopMasters(ctx context.Context, cfg *settings, dir string) {
+	entries, _ := os.ReadDir(dir)
+	var wg sync.WaitGroup
+	for _, e := range entries {
+		if e.Type()&os.ModeSocket == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			socket := filepath.Join(dir, e.Name())
+			args := sshArgv(cfg, []string{"-O", "exit", "-o", "ControlPath=" + socket}, nil)
+			cmd := exec.CommandContext(ctx, p.sshPath, args...)
+			cmd.WaitDelay = controlTimeout / 4
+			if out, err := cmd.CombinedOutput(); err != nil {
+				p.sshLog(cfg).Debug("could not stop an ssh master", "control_path", socket, "error", err, "output", truncate(string(out)))
+			}
+		}()
+	}
+	wg.Wait()
 }

@@ -2,10 +2,11 @@ package wire
 
 import (
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/fluksio/provision/internal/loglimit"
 
 	"github.com/fluksio/provision/shared"
 )
@@ -75,47 +76,20 @@ func clipStatus(s *shared.StatusResponse) *shared.StatusResponse {
 	return s
 }
 
-// lineBudget lets logLinesPerSecond lines through each second and counts
-// the rest. One budget is shared by a plugin's logger and every logger
-// derived from it.
-type lineBudget struct {
-	mu      sync.Mutex // guards the fields below
-	window  time.Time
-	n       int
-	dropped int
-}
-
-// take says whether a line may be logged now, and how many were dropped
-// since the last one that was.
-func (b *lineBudget) take(now time.Time) (ok bool, dropped int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if now.Sub(b.window) >= time.Second {
-		b.window, b.n = now, 0
-	}
-	if b.n >= logLinesPerSecond {
-		b.dropped++
-		return false, 0
-	}
-	b.n++
-	dropped, b.dropped = b.dropped, 0
-	return true, dropped
-}
-
 // limitedLogger is a logger whose lines are budgeted and clipped. It
 // wraps what a plugin's output goes through: go-plugin's logging of the
 // plugin's stderr, and the host's own lines about the plugin.
 type limitedLogger struct {
 	hclog.Logger
-	budget *lineBudget
+	budget *loglimit.Limiter
 }
 
 func LimitLogger(l hclog.Logger) hclog.Logger {
-	return &limitedLogger{Logger: l, budget: &lineBudget{}}
+	return &limitedLogger{Logger: l, budget: loglimit.New(logLinesPerSecond, time.Second)}
 }
 
 func (l *limitedLogger) Log(level hclog.Level, msg string, args ...any) {
-	ok, dropped := l.budget.take(time.Now())
+	ok, dropped := l.budget.Allow(time.Now())
 	if !ok {
 		return
 	}

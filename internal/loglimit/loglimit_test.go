@@ -1,0 +1,24 @@
+package loglimit
+
+import (
+	"testing"
+	"time"
+)
+
+func TestAllow(t *testing.T) {
+	l := New(2, time.Hour)
+	now := time.Now()
+	for i := range 2 {
+		if ok, _ := l.Allow(now); !ok {
+			t.Fatalf("line %d of a burst of 2 refused", i+1)
+		}
+	}
+	for range 5 {
+		if ok, _ := l.Allow(now); ok {
+			t.Fatal("a third line in the window was allowed")
+		}
+	}
+	if ok, left := l.Allow(now.Add(2 * time.Hour)); !ok || left != 5 {
+		t.Errorf("next window: allowed %v, left out %d; want true, 5", ok, left)
+	}
+}
