@@ -634,3 +634,24 @@ func firstErr(errs []error) error {
 	}
 	return errs[0]
 }
+
+// TestDropEnvKeepsVariablesFromThePlugin: a variable named in DropEnv is
+// in this process's environment but not in the plugin's, as the kernel
+// has it (/proc/PID/environ); other variables still are. host-example
+// also unsets its secret once read; this guards the library's own promise
+// to an engine that does not.
+func TestDropEnvKeepsVariablesFromThePlugin(t *testing.T) {
+	t.Setenv("FLUKSIO_TEST_SECRET", "s3cr3t-value")
+	t.Setenv("FLUKSIO_TEST_KEPT", "kept-value")
+	p := launchTest(t, LaunchConfig{Name: "dropenv", DropEnv: []string{"FLUKSIO_TEST_SECRET"}})
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p.Pid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(environ), "s3cr3t-value") {
+		t.Error("the plugin's environment has the dropped variable")
+	}
+	if !strings.Contains(string(environ), "FLUKSIO_TEST_KEPT=kept-value") {
+		t.Error("the plugin's environment lacks a variable that was not dropped; the check proves nothing")
+	}
+}
