@@ -33,7 +33,7 @@ func attachAs(t *testing.T, e *Engine, token, body string) (int, string) {
 // request was cancelled.
 func TestCredentialWorthOneJob(t *testing.T) {
 	t.Parallel()
-	signer := NewSigner(testSecret)
+	signer := host.NewSigner(testSecret)
 	newEngine := func() (*Engine, *lockedBuffer) {
 		logger, logs := testLogger(t)
 		return NewEngine(logger, signer, nil), logs
@@ -157,7 +157,7 @@ func TestCredentialWorthOneJob(t *testing.T) {
 func TestOwnershipIsExact(t *testing.T) {
 	t.Parallel()
 	logger, logs := testLogger(t)
-	signer := NewSigner(testSecret)
+	signer := host.NewSigner(testSecret)
 	e := NewEngine(logger, signer, nil)
 	// What each provisioner's host guard signs: its own name, and the
 	// shape of the profile the plugin asked for.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/internal/sandboxtest"
+	"github.com/fluksio/provision/shared/host"
 )
 
 // The end-to-end tests run the host-example binary against the sandbox
@@ -387,7 +388,7 @@ func TestE2EForgedTokenRefused(t *testing.T) {
 
 	// One that is not a credential at all, and one that is well formed
 	// and names a plausible worker but is signed with another secret.
-	other, _, err := NewSigner(testSecret).Sign(claims(e.name+"-cpu-0badc0de"), time.Hour)
+	other, _, err := host.NewSigner(testSecret).Sign(claims(e.name+"-cpu-0badc0de"), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

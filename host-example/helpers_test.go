@@ -59,10 +59,10 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // serveEngine starts an Engine over HTTP with a test signer and a log the
 // test can read. Cleanup closes the engine first, ending its long polls,
 // so the server's Close need not wait for them.
-func serveEngine(t *testing.T, pollWait time.Duration) (*Engine, *httptest.Server, *Signer, *lockedBuffer) {
+func serveEngine(t *testing.T, pollWait time.Duration) (*Engine, *httptest.Server, *host.Signer, *lockedBuffer) {
 	t.Helper()
 	logger, logs := testLogger(t)
-	signer := NewSigner(testSecret)
+	signer := host.NewSigner(testSecret)
 	e := NewEngine(logger, signer, nil)
 	e.PollWait = pollWait
 	srv := httptest.NewServer(e.Handler())

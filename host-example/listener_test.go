@@ -30,6 +30,8 @@ import (
 
 	"github.com/fluksio/provision/internal/loglimit"
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/hclconfig"
+	"github.com/fluksio/provision/shared/host"
 )
 
 // startListener serves e the way runMain does, with a gate of max
@@ -95,7 +97,7 @@ func portOf(t *testing.T, addr string) int {
 // held the connection until the client gave up (75 s and more).
 func TestListenerRefusesBeforeReadingTheBody(t *testing.T) {
 	t.Parallel()
-	e := NewEngine(nil, NewSigner(testSecret), nil)
+	e := NewEngine(nil, host.NewSigner(testSecret), nil)
 	addr, _ := startListener(t, e, 0, nil)
 
 	c, err := net.Dial("tcp", addr)
@@ -174,7 +176,7 @@ func TestListenerSlowHeadersCutOff(t *testing.T) {
 func TestListenerConnectionCap(t *testing.T) {
 	t.Parallel()
 	logger, logs := testLogger(t)
-	signer := NewSigner(testSecret)
+	signer := host.NewSigner(testSecret)
 	e := NewEngine(logger, signer, nil)
 	e.PollWait = 200 * time.Millisecond
 	const max = 40
@@ -282,10 +284,10 @@ func TestStatusFetchedOnceAndBounded(t *testing.T) {
 	for i := range big {
 		big[i] = shared.Outstanding{Profile: "cpu", Job: strconv.Itoa(i), Worker: "hpc-cpu-" + strconv.Itoa(i), State: "PENDING"}
 	}
-	e.StatusFunc = func(context.Context) []ProvisionerStatus {
+	e.StatusFunc = func(context.Context) []host.ProvisionerStatus {
 		calls.Add(1)
 		<-release
-		return []ProvisionerStatus{{Name: "hpc", Kind: "slurm", Process: "running",
+		return []host.ProvisionerStatus{{Name: "hpc", Kind: "slurm", Process: "running",
 			Status: &shared.StatusResponse{Name: "hpc", Kind: "slurm", Outstanding: big}}}
 	}
 	var wg sync.WaitGroup
@@ -381,7 +383,7 @@ func TestWorkerVerifiesTheEngine(t *testing.T) {
 		t.Fatal(diags)
 	}
 	_ = keyFile
-	signer := NewSigner(testSecret)
+	signer := host.NewSigner(testSecret)
 	e := NewEngine(nil, signer, nil)
 	addr, _ := startListener(t, e, 0, cfg.Engine.serverTLSConfig())
 	url := "https://" + addr
@@ -454,7 +456,7 @@ func TestEngineTLSConfigErrors(t *testing.T) {
 		os.WriteFile(f, []byte(tc.body), 0o644)
 		_, diags := loadConfig(f)
 		var b strings.Builder
-		writeDiagnostics(&b, nil, diags)
+		hclconfig.WriteDiagnostics(&b, nil, diags)
 		if !diags.HasErrors() || diags[0].Summary != tc.summary || diags[0].Subject == nil ||
 			fmt.Sprintf(":%d:%d", diags[0].Subject.Start.Line, diags[0].Subject.Start.Column) != tc.at {
 			t.Errorf("%q:\n%s\nwant %q at %s", tc.body, b.String(), tc.summary, tc.at)
@@ -468,15 +470,15 @@ func TestEngineTLSConfigErrors(t *testing.T) {
 // line.
 func TestEngineIdentity(t *testing.T) {
 	t.Parallel()
-	if id := engineIdentity("prod", "/etc/a.hcl"); id != "prod" {
+	if id := host.EngineIdentity("prod", "/etc/a.hcl"); id != "prod" {
 		t.Errorf("configured id: %q", id)
 	}
-	a, b, c := engineIdentity("", "/etc/a.hcl"), engineIdentity("", "/etc/a.hcl"), engineIdentity("", "/etc/b.hcl")
-	if a != b || a == c || !validConfigName(a) || len(a) > maxEngineID {
+	a, b, c := host.EngineIdentity("", "/etc/a.hcl"), host.EngineIdentity("", "/etc/a.hcl"), host.EngineIdentity("", "/etc/b.hcl")
+	if a != b || a == c || !host.ValidConfigName(a) || len(a) > host.MaxEngineIDLen {
 		t.Errorf("derived ids %q %q %q", a, b, c)
 	}
 	s1, s2 := []byte(strings.Repeat("a", 32)), []byte(strings.Repeat("b", 32))
-	e1, e1again, e2 := credentialEpoch(s1), credentialEpoch(bytes.Clone(s1)), credentialEpoch(s2)
+	e1, e1again, e2 := host.CredentialEpoch(s1), host.CredentialEpoch(bytes.Clone(s1)), host.CredentialEpoch(s2)
 	if e1 != e1again || e1 == e2 || !shared.ValidName(e1) {
 		t.Errorf("epochs %q %q %q: the epoch must follow the secret and nothing else", e1, e1again, e2)
 	}

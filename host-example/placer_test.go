@@ -89,7 +89,7 @@ func TestPassNeverAsksATargetThatCannotCover(t *testing.T) {
 	logger, logs := testLogger(t)
 	small := &sharedtest.Provisioner{Name: "small", ShapeList: []shared.Shape{{Profile: "small", CPUs: 4}}, OnProvision: requested}
 	gpu := &sharedtest.Provisioner{Name: "gpu", ShapeList: []shared.Shape{{Profile: "v100", CPUs: 8, GPUs: 1, Labels: []string{"cuda"}}}, OnProvision: requested}
-	p := NewPlacer(logger, NewEngine(nil, NewSigner(testSecret), nil), []Target{
+	p := NewPlacer(logger, NewEngine(nil, host.NewSigner(testSecret), nil), []Target{
 		{Name: "small", P: small, Shapes: small.ShapeList},
 		{Name: "gpu", P: gpu, Shapes: gpu.ShapeList},
 	})
@@ -118,7 +118,7 @@ func TestPassAsksOnlyCoveringTargets(t *testing.T) {
 	logger, logs := testLogger(t)
 	small := &sharedtest.Provisioner{Name: "small", ShapeList: []shared.Shape{{Profile: "small", CPUs: 4}}, OnProvision: requested}
 	gpu := &sharedtest.Provisioner{Name: "gpu", ShapeList: []shared.Shape{{Profile: "v100", CPUs: 8, GPUs: 1}}, OnProvision: requested}
-	p := NewPlacer(logger, NewEngine(nil, NewSigner(testSecret), nil), []Target{
+	p := NewPlacer(logger, NewEngine(nil, host.NewSigner(testSecret), nil), []Target{
 		{Name: "small", P: small, Shapes: small.ShapeList},
 		{Name: "gpu", P: gpu, Shapes: gpu.ShapeList},
 	})
@@ -139,7 +139,7 @@ func TestPassSkipsErrorsAndDownTargets(t *testing.T) {
 	broken := &sharedtest.Provisioner{Name: "broken", ShapeList: []shared.Shape{{Profile: "p", CPUs: 4}},
 		OnProvision: func(shared.Need) (*shared.ProvisionResponse, error) { return nil, shared.ErrPluginGone }}
 	fine := &sharedtest.Provisioner{Name: "fine", ShapeList: []shared.Shape{{Profile: "p", CPUs: 4}}, OnProvision: requested}
-	p := NewPlacer(logger, NewEngine(nil, NewSigner(testSecret), nil), []Target{
+	p := NewPlacer(logger, NewEngine(nil, host.NewSigner(testSecret), nil), []Target{
 		{Name: "broken", P: broken, Shapes: broken.ShapeList},
 		{Name: "fine", P: fine, Shapes: fine.ShapeList},
 	})
@@ -166,7 +166,7 @@ func TestPassSkipsErrorsAndDownTargets(t *testing.T) {
 }
 
 // attachWorker attaches a worker straight through the handler.
-func attachWorker(t *testing.T, e *Engine, s *Signer, name, body string) string {
+func attachWorker(t *testing.T, e *Engine, s *host.Signer, name, body string) string {
 	t.Helper()
 	// Minted for exactly what the worker claims, and recorded as its
 	// provisioner's, as a real provisioner's worker would be.
@@ -188,7 +188,7 @@ func attachWorker(t *testing.T, e *Engine, s *Signer, name, body string) string 
 
 func TestPassPrefersAnIdleWorker(t *testing.T) {
 	t.Parallel()
-	signer := NewSigner(testSecret)
+	signer := host.NewSigner(testSecret)
 	e := NewEngine(nil, signer, nil)
 	prov := &sharedtest.Provisioner{Name: "hpc", ShapeList: []shared.Shape{{Profile: "big", CPUs: 64, GPUs: 4, Labels: []string{"gpu"}}}, OnProvision: requested}
 	p := NewPlacer(nil, e, []Target{{Name: "hpc", P: prov, Shapes: prov.ShapeList}})
@@ -224,7 +224,7 @@ func TestSetTargetReplaces(t *testing.T) {
 	t.Parallel()
 	old := &sharedtest.Provisioner{ShapeList: []shared.Shape{{CPUs: 1}}, OnProvision: requested}
 	fresh := &sharedtest.Provisioner{ShapeList: []shared.Shape{{CPUs: 1}}, OnProvision: requested}
-	p := NewPlacer(nil, NewEngine(nil, NewSigner(testSecret), nil), []Target{{Name: "a", P: old, Shapes: old.ShapeList}})
+	p := NewPlacer(nil, NewEngine(nil, host.NewSigner(testSecret), nil), []Target{{Name: "a", P: old, Shapes: old.ShapeList}})
 	p.SetDown("a", true)
 	p.SetTarget(Target{Name: "a", P: fresh, Shapes: fresh.ShapeList})
 	p.Add(shared.Need{CPUs: 1})
@@ -269,29 +269,31 @@ func TestHungPluginDelaysOnlyItself(t *testing.T) {
 	}
 
 	logger, logs := testLogger(t)
-	signer := NewSigner(testSecret)
+	signer := host.NewSigner(testSecret)
 	engine := NewEngine(nil, signer, nil)
 	placer := NewPlacer(logger.Named("placer"), engine, nil)
 	placer.ProvisionTimeout = 2 * time.Second
-	sups := map[string]*supervisor{}
-	placer.OnDeadline = func(name string, missed bool) { sups[name].deadline("Provision", missed) }
-	var list []*supervisor
+	sups := map[string]*host.Supervisor{}
+	placer.OnDeadline = func(name string, missed bool) { sups[name].Deadline("Provision", missed) }
+	var list []*host.Supervisor
 	for _, pc := range cfg.Provisioners {
 		name := pc.Name
-		s := newSupervisor(pc, logger.Named(name), launchOptions{logger: logger.Named("plugin"), signer: signer})
-		s.wedgeAfter = 2
-		s.onUp = func(tg Target) { placer.SetTarget(tg); placer.SetDown(name, false) }
-		s.onDown = func(string) { placer.SetDown(name, true) }
+		s := host.NewSupervisor(pc, logger.Named(name), host.Options{Logger: logger.Named("plugin"), Signer: signer})
+		s.WedgeAfter = 2
+		s.ReconcileTimeout = 2 * time.Second
+		s.OnUp = func(c host.Configured) {
+			placer.SetTarget(Target{Name: c.Name, P: c.Provisioner, Shapes: c.Shapes})
+			placer.SetDown(name, false)
+		}
+		s.OnDown = func(string) { placer.SetDown(name, true) }
 		sups[name] = s
 		list = append(list, s)
 	}
 	for _, s := range list {
-		if d := s.start(context.Background()); d.HasErrors() {
+		if d := s.Start(context.Background()); d.HasErrors() {
 			t.Fatal(d)
 		}
 	}
-	rec := newReconciler(list, logger)
-	rec.timeout = 2 * time.Second
 
 	// The run loop, as run.go has it: a pass every 100 ms, a reconcile
 	// every 300 ms. It is stopped and waited for before the plugins.
@@ -302,10 +304,9 @@ func TestHungPluginDelaysOnlyItself(t *testing.T) {
 		<-loopDone
 		for _, s := range list {
 			sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_, _ = s.shutdown(sctx)
+			_, _ = s.Shutdown(sctx)
 			scancel()
 		}
-		rec.wait()
 		placer.Close()
 	}()
 	for range 3 {
@@ -324,7 +325,9 @@ func TestHungPluginDelaysOnlyItself(t *testing.T) {
 			case <-pass.C:
 				placer.Pass(ctx)
 			case <-recTick.C:
-				rec.run(ctx, engine.AttachedBy)
+				for _, s := range list {
+					s.Reconcile(ctx, engine.AttachedBy(s.Name()))
+				}
 			}
 		}
 	}()
@@ -358,7 +361,7 @@ func TestHungPluginDelaysOnlyItself(t *testing.T) {
 	// The hung plugin misses its deadlines: wedged, killed, restarted.
 	deadline = time.Now().Add(30 * time.Second)
 	for {
-		st := sups["hung"].status(context.Background())
+		st := sups["hung"].Status(context.Background())
 		if strings.Contains(st.Process, "wedged") && strings.Contains(st.Process, "restarts: 1") {
 			t.Logf("hung provisioner: %s", st.Process)
 			break
@@ -368,7 +371,7 @@ func TestHungPluginDelaysOnlyItself(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if st := sups["good"].status(context.Background()); st.Process != "running" {
+	if st := sups["good"].Status(context.Background()); st.Process != "running" {
 		t.Errorf("the healthy provisioner is %q; want running, untouched", st.Process)
 	}
 }

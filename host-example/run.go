@@ -20,6 +20,8 @@ import (
 
 	"github.com/fluksio/provision/internal/loglimit"
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/hclconfig"
+	"github.com/fluksio/provision/shared/host"
 )
 
 // Intervals of the run loop. A placer pass is cheap (it answers "could
@@ -55,7 +57,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	logger := hclog.New(&hclog.LoggerOptions{Name: "engine", Output: stderr, Level: hclog.LevelFromString(*level)})
 	cfg, diags := loadConfig(*configPath)
 	if diags.HasErrors() {
-		writeDiagnostics(stderr, cfg.Files, diags)
+		hclconfig.WriteDiagnostics(stderr, cfg.Files, diags)
 		return 1
 	}
 
@@ -79,8 +81,8 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	} else if diags.HasErrors() {
-		sortDiags(diags)
-		writeDiagnostics(stderr, cfg.Files, diags)
+		hclconfig.SortDiagnostics(diags)
+		hclconfig.WriteDiagnostics(stderr, cfg.Files, diags)
 		d.stop()
 		return 1
 	}
@@ -91,8 +93,8 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 }
 
 // daemon is the engine as a process: the HTTP engine workers attach to,
-// a supervised plugin per provisioner block, the placer and the
-// reconciler, wired together. newDaemon builds it and listens; start
+// a supervised plugin per provisioner block (host.Supervisor) and the
+// placer, wired together. newDaemon builds it and listens; start
 // launches the plugins; run places needs until they are served, time runs
 // out or ctx ends; stop shuts it all down, provisioners first. Each is
 // called once, in that order, from one goroutine.
@@ -105,8 +107,7 @@ type daemon struct {
 	srv     *http.Server
 	serving sync.WaitGroup // the HTTP server's goroutine
 	placer  *Placer
-	sups    []*supervisor
-	rec     *reconciler
+	sups    []*host.Supervisor
 	// wake holds at most one pending wake-up for the run loop: an event
 	// from a plugin, or a plugin up again.
 	wake chan struct{}
@@ -124,10 +125,10 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 	if err != nil {
 		return nil, err
 	}
-	engineID, epoch := engineIdentity(cfg.Engine.ID, cfg.Path), credentialEpoch(secret)
+	engineID, epoch := host.EngineIdentity(cfg.Engine.ID, cfg.Path), host.CredentialEpoch(secret)
 	logger.Info("worker credentials", "secret", map[bool]string{true: "from $" + cfg.Engine.SecretEnv, false: "random, this run only"}[fromEnv],
 		"engine_id", engineID, "credential_epoch", epoch)
-	signer := NewSigner(secret)
+	signer := host.NewSigner(secret)
 	d := &daemon{cfg: cfg, logger: logger, story: story, wake: make(chan struct{}, 1)}
 	d.engine = NewEngine(logger.Named("http"), signer, time.Now)
 	d.engine.ID = engineID
@@ -165,23 +166,23 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 	}
 
 	d.placer = NewPlacer(logger.Named("placer"), d.engine, nil)
-	supByName := map[string]*supervisor{}
+	supByName := map[string]*host.Supervisor{}
 	d.placer.OnDeadline = func(name string, missed bool) {
 		if s := supByName[name]; s != nil {
-			s.deadline("Provision", missed)
+			s.Deadline("Provision", missed)
 		}
 	}
 	d.engine.NeedsFunc = d.placer.Needs
 	for _, pc := range cfg.Provisioners {
 		plog := logger.Named(pc.Name)
 		name := pc.Name
-		s := newSupervisor(pc, plog, launchOptions{
-			logger:   logger.Named("plugin"),
-			signer:   signer,
-			engineID: engineID,
-			epoch:    epoch,
-			dropEnv:  []string{cfg.Engine.SecretEnv},
-			onEvent: func(ev shared.Event) {
+		s := host.NewSupervisor(pc, plog, host.Options{
+			Logger:          logger.Named("plugin"),
+			Signer:          signer,
+			EngineID:        engineID,
+			CredentialEpoch: epoch,
+			DropEnv:         []string{cfg.Engine.SecretEnv},
+			OnEvent: func(ev shared.Event) {
 				// The engine learns each worker's job, and which names
 				// to revoke, from the events (stamped by the host).
 				d.engine.ObserveEvent(ev)
@@ -190,16 +191,19 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 				d.poke()
 			},
 		})
-		s.onUp = func(t Target) { d.placer.SetTarget(t); d.placer.SetDown(name, false); d.poke() }
-		s.onDown = func(string) { d.placer.SetDown(name, true) }
+		s.OnUp = func(c host.Configured) {
+			d.placer.SetTarget(Target{Name: c.Name, P: c.Provisioner, Shapes: c.Shapes})
+			d.placer.SetDown(name, false)
+			d.poke()
+		}
+		s.OnDown = func(string) { d.placer.SetDown(name, true) }
 		d.sups = append(d.sups, s)
 		supByName[name] = s
 	}
-	d.rec = newReconciler(d.sups, logger)
-	d.engine.StatusFunc = func(ctx context.Context) []ProvisionerStatus {
-		out := make([]ProvisionerStatus, 0, len(d.sups))
+	d.engine.StatusFunc = func(ctx context.Context) []host.ProvisionerStatus {
+		out := make([]host.ProvisionerStatus, 0, len(d.sups))
 		for _, s := range d.sups {
-			out = append(out, s.status(ctx))
+			out = append(out, s.Status(ctx))
 		}
 		return out
 	}
@@ -222,11 +226,11 @@ func (d *daemon) start(ctx context.Context) hcl.Diagnostics {
 	defer cancel()
 	var diags hcl.Diagnostics
 	for _, s := range d.sups {
-		diags = append(diags, s.start(startCtx)...)
+		diags = append(diags, s.Start(startCtx)...)
 	}
 	if ctx.Err() == nil && !diags.HasErrors() {
 		for _, s := range d.sups {
-			d.story.say("%s: %s provisioner ready", s.cfg.Name, s.cfg.Kind)
+			d.story.say("%s: %s provisioner ready", s.Name(), s.Kind())
 		}
 	}
 	return diags
@@ -270,7 +274,9 @@ func (d *daemon) run(ctx context.Context, needs []shared.Need, timeout time.Dura
 		case <-d.wake:
 		case <-d.engine.Changed():
 		case <-reconcileTick.C:
-			d.rec.run(ctx, d.engine.AttachedBy)
+			for _, s := range d.sups {
+				s.Reconcile(ctx, d.engine.AttachedBy(s.Name()))
+			}
 		}
 		d.placer.Pass(ctx)
 	}
@@ -286,19 +292,18 @@ func (d *daemon) stop() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp, err := s.shutdown(ctx)
+			resp, err := s.Shutdown(ctx)
 			switch {
 			case err != nil:
-				d.story.say("%s: shutdown failed: %v", s.cfg.Name, err)
+				d.story.say("%s: shutdown failed: %v", s.Name(), err)
 			case len(resp.Cancelled) > 0:
-				d.story.say("%s: shut down, cancelled Slurm job(s) %s", s.cfg.Name, strings.Join(resp.Cancelled, ", "))
+				d.story.say("%s: shut down, cancelled Slurm job(s) %s", s.Name(), strings.Join(resp.Cancelled, ", "))
 			default:
-				d.story.say("%s: shut down, nothing outstanding", s.cfg.Name)
+				d.story.say("%s: shut down, nothing outstanding", s.Name())
 			}
 		}()
 	}
 	wg.Wait()
-	d.rec.wait()
 	d.placer.Close()
 	d.engine.Close()
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -306,73 +311,6 @@ func (d *daemon) stop() {
 	_ = d.srv.Shutdown(sctx)
 	d.serving.Wait()
 }
-
-// defaultReconcileTimeout bounds one Reconcile call.
-const defaultReconcileTimeout = 30 * time.Second
-
-// reconciler tells each provisioner which of its own workers are
-// attached, so it forgets what arrived and gives up on what took too long. Each provisioner is called
-// on a goroutine of its own, so one that hangs delays neither the run
-// loop nor the others; it is not called again until its call returns.
-type reconciler struct {
-	sups   []*supervisor
-	logger hclog.Logger
-	// timeout bounds one Reconcile call; newReconciler sets the default.
-	timeout time.Duration
-
-	mu   sync.Mutex // guards busy
-	busy map[*supervisor]bool
-
-	wg sync.WaitGroup // the calls under way; wait waits for them
-}
-
-func newReconciler(sups []*supervisor, logger hclog.Logger) *reconciler {
-	return &reconciler{sups: sups, logger: logger, timeout: defaultReconcileTimeout, busy: map[*supervisor]bool{}}
-}
-
-// run starts a Reconcile for each provisioner that is up and not still
-// answering the last one, and returns at once.
-func (r *reconciler) run(ctx context.Context, attached func(provisioner string) []string) {
-	for _, s := range r.sups {
-		p := s.provisioner()
-		if p == nil {
-			continue
-		}
-		r.mu.Lock()
-		if r.busy[s] {
-			r.mu.Unlock()
-			continue
-		}
-		r.busy[s] = true
-		r.mu.Unlock()
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			r.reconcileOne(ctx, s, p, attached(s.cfg.Name))
-			r.mu.Lock()
-			delete(r.busy, s)
-			r.mu.Unlock()
-		}()
-	}
-}
-
-func (r *reconciler) reconcileOne(ctx context.Context, s *supervisor, p shared.Provisioner, attached []string) {
-	rctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
-	resp, err := p.Reconcile(rctx, &shared.ReconcileRequest{Attached: attached})
-	missed := rctx.Err() == context.DeadlineExceeded && ctx.Err() == nil
-	s.deadline("Reconcile", missed)
-	if err != nil {
-		r.logger.Warn("reconcile failed", "provisioner", s.cfg.Name, "error", err)
-		return
-	}
-	if len(resp.Expired) > 0 {
-		r.logger.Warn("gave up on jobs that never attached", "provisioner", s.cfg.Name, "jobs", resp.Expired)
-	}
-}
-
-// wait waits for the calls under way, each bounded by timeout.
-func (r *reconciler) wait() { r.wg.Wait() }
 
 // story prints what happens in words a person can follow, with the time
 // since the engine started; the log on stderr has the details.
@@ -408,4 +346,19 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// engineSecret is the secret the engine signs with: from the environment
+// variable name if it is set, else fresh random bytes.
+//
+// Once read, the variable is removed from this process's environment, so
+// nothing the engine starts inherits it; plugins are started without it
+// besides (LaunchConfig.DropEnv), in case another path put it back.
+func engineSecret(name string) (secret []byte, fromEnv bool, err error) {
+	if name == "" || os.Getenv(name) == "" {
+		return host.RandomSecret(), false, nil
+	}
+	secret, err = host.SecretFromEnv(name)
+	os.Unsetenv(name)
+	return secret, err == nil, err
 }

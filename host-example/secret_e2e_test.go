@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fluksio/provision/shared/host"
 )
 
 // TestE2ESecretStaysHome runs the engine with its signing secret in the
@@ -80,4 +82,26 @@ func (e *e2e) markedProcs(t *testing.T) map[int][]byte {
 		}
 	}
 	return out
+}
+
+// Not parallel: t.Setenv.
+func TestEngineSecret(t *testing.T) {
+	const name = "FLUKSIO_TEST_SECRET"
+	t.Setenv(name, "")
+	secret, fromEnv, err := engineSecret(name)
+	if err != nil || fromEnv || len(secret) != host.MinSecretLen {
+		t.Errorf("engineSecret unset = %d bytes, %v, %v; want %d random bytes", len(secret), fromEnv, err, host.MinSecretLen)
+	}
+	t.Setenv(name, strings.Repeat("0f", 32))
+	secret, fromEnv, err = engineSecret(name)
+	if err != nil || !fromEnv || !bytes.Equal(secret, bytes.Repeat([]byte{0x0f}, 32)) {
+		t.Errorf("engineSecret set = %x, %v, %v", secret, fromEnv, err)
+	}
+	if v, ok := os.LookupEnv(name); ok {
+		t.Errorf("engineSecret left $%s set (%d bytes): children would inherit it", name, len(v))
+	}
+	t.Setenv(name, "short")
+	if _, _, err := engineSecret(name); err == nil || !strings.Contains(err.Error(), name) {
+		t.Errorf("engineSecret with a short secret: %v; want an error naming %s", err, name)
+	}
 }

@@ -64,7 +64,7 @@ type Engine struct {
 	// StatusFunc supplies the provisioners in GET /status. It is called
 	// with the request's context and without e.mu, so it may cross the
 	// plugin boundary. Nil lists none. Set before serving.
-	StatusFunc func(context.Context) []ProvisionerStatus
+	StatusFunc func(context.Context) []host.ProvisionerStatus
 
 	// NeedsFunc supplies the needs in GET /status, normally Placer.Needs.
 	// Nil lists none. Set before serving.
@@ -81,7 +81,7 @@ type Engine struct {
 	OnResult func(Result)
 
 	logger hclog.Logger
-	signer *Signer
+	signer *host.Signer
 	now    func() time.Time
 	// refusals bounds how often a refused request is logged: a flood of
 	// bad credentials must not become a flood of log lines.
@@ -97,7 +97,7 @@ type Engine struct {
 	done      chan struct{}
 	closeOnce sync.Once
 
-	// mu guards workers, results, jobs, revoked and every field of every
+	// mu guards workers, results, admission and every field of every
 	// workerState. It is never held while writing a response, logging, or
 	// calling StatusFunc or NeedsFunc: a slow client or a slow plugin
 	// must not stall every other worker.
@@ -105,28 +105,11 @@ type Engine struct {
 	workers map[string]*workerState
 	// results are finished tasks by id, kept until the placer takes them.
 	results map[string]Result
-	// jobs is the provisioners' word on which job each worker was started
-	// as, from their worker_provisioned events, by worker name. A worker
-	// attaches only as the job its provisioner recorded.
-	jobs map[string]jobRecord
-	// revoked holds names that may never attach again: their worker
-	// detached or was given up on, or their request was cancelled. A
-	// credential is worth one job. Entries are kept until the credential
-	// would have expired anyway.
-	revoked map[string]revocation
-}
-
-// jobRecord is what a provisioner said about one of its workers.
-type jobRecord struct {
-	provisioner string
-	job         string
-	at          time.Time
-}
-
-// revocation is why and until when a worker name is refused.
-type revocation struct {
-	reason string
-	until  time.Time
+	// admission is the provisioners' word on which job each worker was
+	// started as, from their events, and the names that may never attach
+	// again: their worker detached or was given up on, or their request
+	// was cancelled. A credential is worth one job.
+	admission *host.Admission
 }
 
 // WorkerInfo is what a worker advertised when it attached.
@@ -203,7 +186,7 @@ type workerState struct {
 
 // NewEngine returns an Engine that trusts credentials signer verifies.
 // now is its clock (nil means time.Now); tests pass their own.
-func NewEngine(logger hclog.Logger, signer *Signer, now func() time.Time) *Engine {
+func NewEngine(logger hclog.Logger, signer *host.Signer, now func() time.Time) *Engine {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
@@ -211,16 +194,15 @@ func NewEngine(logger hclog.Logger, signer *Signer, now func() time.Time) *Engin
 		now = time.Now
 	}
 	return &Engine{
-		logger:   logger,
-		signer:   signer,
-		now:      now,
-		refusals: loglimit.New(refusalLogBurst, refusalLogWindow),
-		changed:  make(chan struct{}, 1),
-		done:     make(chan struct{}),
-		workers:  make(map[string]*workerState),
-		results:  make(map[string]Result),
-		jobs:     make(map[string]jobRecord),
-		revoked:  make(map[string]revocation),
+		logger:    logger,
+		signer:    signer,
+		now:       now,
+		refusals:  loglimit.New(refusalLogBurst, refusalLogWindow),
+		changed:   make(chan struct{}, 1),
+		done:      make(chan struct{}),
+		workers:   make(map[string]*workerState),
+		results:   make(map[string]Result),
+		admission: host.NewAdmission(now),
 	}
 }
 
@@ -288,51 +270,25 @@ func (e *Engine) AttachedBy(provisioner string) []string {
 // changes nothing. ev.Provisioner must be the host's stamp, never the
 // plugin's claim.
 func (e *Engine) ObserveEvent(ev shared.Event) {
-	if ev.Worker == "" || ev.Provisioner == "" {
-		return
-	}
-	now := e.now()
 	e.mu.Lock()
-	rec, known := e.jobs[ev.Worker]
-	if known && rec.provisioner != ev.Provisioner {
-		e.mu.Unlock()
-		e.logger.Warn("ignored an event about another provisioner's worker", "provisioner", ev.Provisioner,
-			"worker", ev.Worker, "owner", rec.provisioner, "kind", ev.Kind)
-		return
-	}
+	revoke, err := e.admission.Observe(ev)
 	var dropped *goneWorker
-	switch ev.Kind {
-	case shared.EventWorkerProvisioned:
-		e.jobs[ev.Worker] = jobRecord{provisioner: ev.Provisioner, job: ev.Job, at: now}
-	case shared.EventWorkerCancelled, shared.EventWorkerProvisionFailed:
-		if ws := e.workers[ev.Worker]; ws != nil && ws.owner == ev.Provisioner {
-			dropped = &goneWorker{name: ev.Worker, lastSeen: ws.lastSeen}
-			if ws.task != nil {
-				dropped.task = ws.task.ID
-			}
-			delete(e.workers, ev.Worker)
+	if ws := e.workers[ev.Worker]; revoke && ws != nil && ws.owner == ev.Provisioner {
+		dropped = &goneWorker{name: ev.Worker, lastSeen: ws.lastSeen}
+		if ws.task != nil {
+			dropped.task = ws.task.ID
 		}
-		e.revokeLocked(ev.Worker, string(ev.Kind), time.Time{})
+		delete(e.workers, ev.Worker)
 	}
 	e.mu.Unlock()
+	if err != nil {
+		e.logger.Warn("ignored an event about another provisioner's worker", "provisioner", ev.Provisioner,
+			"worker", ev.Worker, "kind", ev.Kind, "error", err)
+	}
 	if dropped != nil {
 		e.logger.Info("worker dropped: its request was cancelled", "worker", dropped.name, "task_left", dropped.task)
 		e.notify()
 	}
-}
-
-// revokeLocked refuses name from now on. until is when its credential
-// expires; zero means not known, so the longest a credential can live.
-// e.mu must be held.
-func (e *Engine) revokeLocked(name, reason string, until time.Time) {
-	if until.IsZero() {
-		until = e.now().Add(host.DefaultMaxCredentialTTL)
-	}
-	if old, ok := e.revoked[name]; ok && old.until.After(until) {
-		until = old.until
-	}
-	e.revoked[name] = revocation{reason: reason, until: until}
-	delete(e.jobs, name)
 }
 
 func (e *Engine) pollWait() time.Duration {
@@ -470,19 +426,10 @@ func (e *Engine) sweepLocked() []goneWorker {
 			}
 			gone = append(gone, g)
 			delete(e.workers, name)
-			e.revokeLocked(name, "gone silent", ws.expires)
+			e.admission.Revoke(name, "gone silent", ws.expires)
 		}
 	}
-	for name, r := range e.revoked {
-		if now.After(r.until) {
-			delete(e.revoked, name)
-		}
-	}
-	for name, j := range e.jobs {
-		if now.Sub(j.at) > host.DefaultMaxCredentialTTL {
-			delete(e.jobs, name)
-		}
-	}
+	e.admission.Sweep()
 	return gone
 }
 
@@ -499,16 +446,16 @@ func (e *Engine) logGone(gone []goneWorker) {
 
 // authenticate returns what a request's credential says. On failure it
 // has already answered 401 and logged why, without the token.
-func (e *Engine) authenticate(w http.ResponseWriter, r *http.Request) (credential, bool) {
+func (e *Engine) authenticate(w http.ResponseWriter, r *http.Request) (host.Credential, bool) {
 	token, ok := bearer(r.Header.Get("Authorization"))
 	if !ok {
 		e.refuse(w, r, "missing credential")
-		return credential{}, false
+		return host.Credential{}, false
 	}
 	cred, err := e.signer.Verify(token, e.now())
 	if err != nil {
 		e.refuse(w, r, err.Error())
-		return credential{}, false
+		return host.Credential{}, false
 	}
 	// The connection now belongs to a worker: it no longer counts
 	// against the share of connections strangers may hold.
@@ -519,7 +466,7 @@ func (e *Engine) authenticate(w http.ResponseWriter, r *http.Request) (credentia
 // ownedLocked returns the attached worker a credential names, or nil if
 // there is none or it was attached under another provisioner's
 // credential for the same name. e.mu must be held.
-func (e *Engine) ownedLocked(cred credential) *workerState {
+func (e *Engine) ownedLocked(cred host.Credential) *workerState {
 	ws := e.workers[cred.Worker]
 	if ws == nil || ws.owner != cred.Provisioner {
 		return nil
@@ -597,7 +544,7 @@ func (e *Engine) handleAttach(w http.ResponseWriter, r *http.Request) {
 		Name: name, Provisioner: cred.Provisioner, Hostname: printable(req.Hostname), SlurmJobID: printable(req.SlurmJobID),
 		CPUs: req.CPUs, GPUs: req.GPUs, RAMMB: req.RAMMB, Labels: slices.Clone(req.Labels),
 	}
-	if err := allows(cred.CredentialClaims, info); err != nil {
+	if err := host.Allows(cred.CredentialClaims, info.CPUs, info.GPUs, info.RAMMB, info.Labels); err != nil {
 		e.refuseAttach(w, r, http.StatusForbidden, name, err.Error())
 		return
 	}
@@ -630,47 +577,20 @@ func (e *Engine) handleAttach(w http.ResponseWriter, r *http.Request) {
 
 // admitLocked decides whether a worker with a valid credential may attach
 // as info, and if not, with which status and why. e.mu must be held.
-func (e *Engine) admitLocked(cred credential, info WorkerInfo) (int, string) {
-	name := cred.Worker
-	if rv, ok := e.revoked[name]; ok {
-		return http.StatusUnauthorized, fmt.Sprintf("credential for worker %s is revoked (%s): a credential is good for one job", name, rv.reason)
+func (e *Engine) admitLocked(cred host.Credential, info WorkerInfo) (int, string) {
+	var refusal *host.AdmitError
+	if err := e.admission.Admit(cred, info.SlurmJobID); errors.As(err, &refusal) {
+		status := map[host.Refusal]int{
+			host.RefusedRevoked:  http.StatusUnauthorized,
+			host.RefusedNotYet:   http.StatusServiceUnavailable,
+			host.RefusedMismatch: http.StatusForbidden,
+		}[refusal.Refusal]
+		return status, refusal.Error()
 	}
-	rec, ok := e.jobs[name]
-	switch {
-	case !ok:
-		// The provisioner's event may be a moment behind its job: the
-		// worker retries 503s for a while.
-		return http.StatusServiceUnavailable, fmt.Sprintf("no job is recorded for worker %s yet; try again shortly", name)
-	case rec.provisioner != cred.Provisioner:
-		return http.StatusForbidden, fmt.Sprintf("worker %s was recorded by provisioner %s, not %s", name, rec.provisioner, cred.Provisioner)
-	case rec.job != info.SlurmJobID:
-		return http.StatusForbidden, fmt.Sprintf("worker %s reports job %q; its provisioner started it as job %q", name, info.SlurmJobID, rec.job)
-	}
-	if ws := e.workers[name]; ws != nil {
-		return http.StatusConflict, fmt.Sprintf("worker %s is already attached (from host %s); a credential attaches once", name, ws.info.Hostname)
+	if ws := e.workers[cred.Worker]; ws != nil {
+		return http.StatusConflict, fmt.Sprintf("worker %s is already attached (from host %s); a credential attaches once", cred.Worker, ws.info.Hostname)
 	}
 	return 0, ""
-}
-
-// allows refuses a worker that claims more than its credential was minted
-// for. It refuses rather than clamps: a worker that says it has more than
-// its job was given is misconfigured or lying, and either way should be
-// told, not quietly trusted with less.
-func allows(c host.CredentialClaims, info WorkerInfo) error {
-	switch {
-	case info.CPUs > c.CPUs:
-		return fmt.Errorf("worker claims %d cpus; its credential allows %d", info.CPUs, c.CPUs)
-	case info.GPUs > c.GPUs:
-		return fmt.Errorf("worker claims %d gpus; its credential allows %d", info.GPUs, c.GPUs)
-	case info.RAMMB > c.RAMMB:
-		return fmt.Errorf("worker claims %d MB of memory; its credential allows %d", info.RAMMB, c.RAMMB)
-	}
-	for _, l := range info.Labels {
-		if !slices.Contains(c.Labels, l) {
-			return fmt.Errorf("worker claims label %s; its credential allows %v", printable(l), c.Labels)
-		}
-	}
-	return nil
 }
 
 // refuseAttach answers an attach with a valid credential that may not
@@ -734,7 +654,7 @@ func (e *Engine) handleWork(w http.ResponseWriter, r *http.Request) {
 // nextTask waits up to wait for a task for worker, and says how to answer:
 // 200 with the task, 204 for none yet, 409 if the worker is not attached
 // (it should attach again), 503 if the engine is closing.
-func (e *Engine) nextTask(ctx context.Context, cred credential, wait time.Duration) (Task, int) {
+func (e *Engine) nextTask(ctx context.Context, cred host.Credential, wait time.Duration) (Task, int) {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 
@@ -856,8 +776,8 @@ func (e *Engine) handleDetach(w http.ResponseWriter, r *http.Request) {
 	// Whether or not it got as far as attaching, this credential's job
 	// is over: it may not attach again. A credential of another
 	// provisioner for the same name revokes nothing of the owner's.
-	if rec, known := e.jobs[name]; ws != nil || (e.workers[name] == nil && (!known || rec.provisioner == cred.Provisioner)) {
-		e.revokeLocked(name, "detached", cred.Expires)
+	if ws != nil || (e.workers[name] == nil && e.admission.OwnedBy(name, cred.Provisioner)) {
+		e.admission.Revoke(name, "detached", cred.Expires)
 	}
 	e.mu.Unlock()
 
@@ -872,82 +792,6 @@ func (e *Engine) handleDetach(w http.ResponseWriter, r *http.Request) {
 
 // -- status --------------------------------------------------------------
 
-// ProvisionerStatus is one provisioner as GET /status shows it.
-type ProvisionerStatus struct {
-	// Name is the provisioner's name in the configuration.
-	Name string
-	// Kind is its plugin's kind, such as "slurm".
-	Kind string
-	// Process is the plugin process's state: "running",
-	// "exited: signal: killed", "restarting".
-	Process string
-	// Status is the plugin's own report, nil if it could not be had.
-	Status *shared.StatusResponse
-	// Error is why Status is nil, or anything else wrong.
-	Error string
-	// LastExitStderr is what the plugin last wrote before it last exited
-	// on its own: a panic's trace, or why it gave up.
-	LastExitStderr []string
-	// OutstandingTotal is how many outstanding jobs the plugin reported;
-	// Status lists at most maxStatusOutstanding of them.
-	OutstandingTotal int
-}
-
-// MarshalJSON renders the status in snake_case. shared's types carry no
-// JSON tags (they are the contract, not a wire format), so the rendering
-// lives here.
-func (p ProvisionerStatus) MarshalJSON() ([]byte, error) {
-	type outstanding struct {
-		Profile    string  `json:"profile"`
-		Job        string  `json:"job"`
-		Worker     string  `json:"worker"`
-		AgeSeconds float64 `json:"age_seconds"`
-		State      string  `json:"state,omitempty"`
-	}
-	type backoff struct {
-		Profile   string    `json:"profile"`
-		Failures  int       `json:"failures"`
-		Until     time.Time `json:"until"`
-		LastError string    `json:"last_error"`
-	}
-	type status struct {
-		Name        string        `json:"name"`
-		Kind        string        `json:"kind"`
-		Profiles    []string      `json:"profiles"`
-		Outstanding []outstanding `json:"outstanding"`
-		BackingOff  []backoff     `json:"backing_off"`
-		LastError   string        `json:"last_error"`
-	}
-	out := struct {
-		Name           string   `json:"name"`
-		Kind           string   `json:"kind"`
-		Process        string   `json:"process"`
-		LastExitStderr []string `json:"last_exit_stderr,omitempty"`
-		Status         *status  `json:"status"`
-		Error          string   `json:"error,omitempty"`
-		// Total counts outstanding jobs, listed or not.
-		OutstandingTotal int `json:"outstanding_total"`
-	}{Name: p.Name, Kind: p.Kind, Process: p.Process, LastExitStderr: p.LastExitStderr, Error: p.Error, OutstandingTotal: p.OutstandingTotal}
-	if s := p.Status; s != nil {
-		out.Status = &status{
-			Name: s.Name, Kind: s.Kind, LastError: s.LastError,
-			Profiles:    append([]string{}, s.Profiles...),
-			Outstanding: []outstanding{},
-			BackingOff:  []backoff{},
-		}
-		for _, b := range s.BackingOff {
-			out.Status.BackingOff = append(out.Status.BackingOff, backoff{Profile: b.Profile, Failures: b.Failures, Until: b.Until, LastError: b.LastError})
-		}
-		for _, o := range s.Outstanding {
-			out.Status.Outstanding = append(out.Status.Outstanding, outstanding{
-				Profile: o.Profile, Job: o.Job, Worker: o.Worker, State: o.State,
-				AgeSeconds: o.Age.Round(100 * time.Millisecond).Seconds(),
-			})
-		}
-	}
-	return json.Marshal(out)
-}
-
 type workerStatus struct {
 	WorkerInfo
 	AttachedAt time.Time `json:"attached_at"`
@@ -957,15 +801,15 @@ type workerStatus struct {
 }
 
 type statusReport struct {
-	EngineID     string              `json:"engine_id"`
-	Provisioners []ProvisionerStatus `json:"provisioners"`
-	Workers      []workerStatus      `json:"workers"`
-	Needs        []NeedStatus        `json:"needs"`
+	EngineID     string                   `json:"engine_id"`
+	Provisioners []host.ProvisionerStatus `json:"provisioners"`
+	Workers      []workerStatus           `json:"workers"`
+	Needs        []NeedStatus             `json:"needs"`
 }
 
 func (e *Engine) handleStatus(w http.ResponseWriter, r *http.Request) {
 	// Empty lists, not null: a status page reads .length without asking.
-	report := statusReport{EngineID: e.ID, Provisioners: []ProvisionerStatus{}, Workers: []workerStatus{}, Needs: []NeedStatus{}}
+	report := statusReport{EngineID: e.ID, Provisioners: []host.ProvisionerStatus{}, Workers: []workerStatus{}, Needs: []NeedStatus{}}
 	if e.StatusFunc != nil {
 		report.Provisioners = e.status.get(r.Context(), e.StatusFunc)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/host"
 )
 
 // fakeClock is a clock a test moves by hand.
@@ -43,7 +44,7 @@ func do(t *testing.T, e *Engine, method, path, token, body string) *httptest.Res
 	return rec
 }
 
-func sign(t *testing.T, s *Signer, worker string, ttl time.Duration) string {
+func sign(t *testing.T, s *host.Signer, worker string, ttl time.Duration) string {
 	t.Helper()
 	token, _, err := s.Sign(claims(worker), ttl)
 	if err != nil {
@@ -56,9 +57,9 @@ const attachBody = `{"hostname":"n01","job_id":"77","cpus":4,"gpus":1,"ram_mb":8
 
 func TestAttach(t *testing.T) {
 	t.Parallel()
-	signer := NewSigner(testSecret)
+	signer := host.NewSigner(testSecret)
 	good := sign(t, signer, "slurm-gpu-1", time.Hour)
-	forged := sign(t, NewSigner([]byte(strings.Repeat("z", 32))), "slurm-gpu-1", time.Hour)
+	forged := sign(t, host.NewSigner([]byte(strings.Repeat("z", 32))), "slurm-gpu-1", time.Hour)
 	// Signed by the right secret, but already expired by the engine's
 	// clock: signed with the real clock, verified two hours later.
 	expired := sign(t, signer, "slurm-gpu-1", time.Hour)
@@ -127,7 +128,7 @@ func TestAttach(t *testing.T) {
 
 func TestAttachRefusesBadResources(t *testing.T) {
 	t.Parallel()
-	signer := NewSigner(testSecret)
+	signer := host.NewSigner(testSecret)
 	e := NewEngine(nil, signer, nil)
 	token := sign(t, signer, "w", time.Hour)
 	for _, body := range []string{`{"cpus":0}`, `{"cpus":1,"gpus":-1}`, `not json`, `{"cpus":1,"labels":[""]}`} {
@@ -229,7 +230,7 @@ func TestSilentWorkerIsGone(t *testing.T) {
 	t.Parallel()
 	logger, logs := testLogger(t)
 	clock := &fakeClock{t: time.Now()}
-	signer := NewSigner(testSecret)
+	signer := host.NewSigner(testSecret)
 	e := NewEngine(logger, signer, clock.now)
 	e.PollWait = 20 * time.Second
 	token := sign(t, signer, "quiet", 24*time.Hour)
@@ -287,7 +288,7 @@ func TestSilentWorkerIsGone(t *testing.T) {
 
 func TestCloseEndsPolls(t *testing.T) {
 	t.Parallel()
-	signer := NewSigner(testSecret)
+	signer := host.NewSigner(testSecret)
 	e := NewEngine(nil, signer, nil)
 	e.PollWait = time.Hour
 	token := sign(t, signer, "w", time.Hour)
@@ -315,10 +316,10 @@ func TestCloseEndsPolls(t *testing.T) {
 
 func TestStatus(t *testing.T) {
 	t.Parallel()
-	signer := NewSigner(testSecret)
+	signer := host.NewSigner(testSecret)
 	e := NewEngine(nil, signer, nil)
-	e.StatusFunc = func(context.Context) []ProvisionerStatus {
-		return []ProvisionerStatus{
+	e.StatusFunc = func(context.Context) []host.ProvisionerStatus {
+		return []host.ProvisionerStatus{
 			{Name: "hpc", Kind: "slurm", Process: "running", Status: &shared.StatusResponse{
 				Name: "hpc", Kind: "slurm", Profiles: []string{"cpu"},
 				Outstanding: []shared.Outstanding{{Profile: "cpu", Job: "123", Worker: "hpc-cpu-1", Age: 1500 * time.Millisecond, State: "PENDING"}},

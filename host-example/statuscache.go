@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/fluksio/provision/shared/host"
 )
 
 // GET /status is unauthenticated (an operator's curl has no worker
@@ -34,7 +36,7 @@ const (
 type statusCache struct {
 	mu sync.Mutex // guards the fields below; never held across a fetch
 	// provs is the last fetch, taken at at.
-	provs []ProvisionerStatus
+	provs []host.ProvisionerStatus
 	at    time.Time
 	// fetching is closed when the fetch in progress ends; nil when none is.
 	fetching chan struct{}
@@ -43,7 +45,7 @@ type statusCache struct {
 // get returns the provisioners' status, no older than statusMaxAge, or
 // fetches it with fetch. Only one fetch runs at a time; other callers wait
 // for it, or for ctx.
-func (c *statusCache) get(ctx context.Context, fetch func(context.Context) []ProvisionerStatus) []ProvisionerStatus {
+func (c *statusCache) get(ctx context.Context, fetch func(context.Context) []host.ProvisionerStatus) []host.ProvisionerStatus {
 	c.mu.Lock()
 	for {
 		if c.fetching == nil && c.provs != nil && time.Since(c.at) < statusMaxAge {
@@ -89,9 +91,9 @@ func (c *statusCache) get(ctx context.Context, fetch func(context.Context) []Pro
 // trimStatus cuts each provisioner's outstanding list to
 // maxStatusOutstanding, keeping the count. The cached value is shared by
 // every reader, so it is never changed after this.
-func trimStatus(provs []ProvisionerStatus) []ProvisionerStatus {
+func trimStatus(provs []host.ProvisionerStatus) []host.ProvisionerStatus {
 	if provs == nil {
-		provs = []ProvisionerStatus{}
+		provs = []host.ProvisionerStatus{}
 	}
 	for i := range provs {
 		s := provs[i].Status

@@ -5,6 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+
+	"github.com/fluksio/provision/shared/hclconfig"
+	"github.com/fluksio/provision/shared/host"
 )
 
 // validateMain checks a configuration the way run would read it, without
@@ -28,18 +31,18 @@ func validateMain(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg, diags := loadConfig(fs.Arg(0))
 	if !diags.HasErrors() {
-		ls, more := resolveProvisioners(context.Background(), cfg, launchOptions{})
-		killAll(ls)
-		diags = append(diags, more...)
+		for _, p := range cfg.Provisioners {
+			diags = append(diags, host.Validate(context.Background(), p)...)
+		}
 	}
-	sortDiags(diags)
+	hclconfig.SortDiagnostics(diags)
 	if *asJSON {
-		if err := writeDiagnosticsJSON(stdout, diags); err != nil {
+		if err := hclconfig.WriteDiagnosticsJSON(stdout, diags); err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
 		}
 	} else if len(diags) > 0 {
-		writeDiagnostics(stderr, cfg.Files, diags)
+		hclconfig.WriteDiagnostics(stderr, cfg.Files, diags)
 	}
 	if diags.HasErrors() {
 		return 1

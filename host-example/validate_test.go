@@ -307,3 +307,17 @@ func TestValidateHostileSizes(t *testing.T) {
 		}
 	}
 }
+
+// jsonDiagnostic is one problem in validate -json output, as a script
+// reads it; written out here, not borrowed from the renderer, so that a
+// change to the format fails this test.
+type jsonDiagnostic struct {
+	Severity  string `json:"severity"`
+	Summary   string `json:"summary"`
+	Detail    string `json:"detail"`
+	Filename  string `json:"filename"`
+	Line      int    `json:"line"`
+	Column    int    `json:"column"`
+	EndLine   int    `json:"end_line"`
+	EndColumn int    `json:"end_column"`
+}

@@ -128,7 +128,7 @@ func TestFullLoop(t *testing.T) {
 
 func TestWorkerLeavesWhenEngineGoes(t *testing.T) {
 	t.Parallel()
-	signer := NewSigner(testSecret)
+	signer := host.NewSigner(testSecret)
 	e := NewEngine(nil, signer, nil)
 	e.PollWait = 100 * time.Millisecond
 	srv := httptest.NewServer(e.Handler())
@@ -168,7 +168,7 @@ func TestWorkerLeavesWhenEngineGoes(t *testing.T) {
 func TestWorkerStopsOnSignal(t *testing.T) {
 	t.Parallel()
 	logger, logs := testLogger(t)
-	signer := NewSigner(testSecret)
+	signer := host.NewSigner(testSecret)
 	e := NewEngine(logger, signer, nil)
 	srv := httptest.NewServer(e.Handler())
 	defer srv.Close()

@@ -39,7 +39,7 @@ func DecodeConfig(body hcl.Body, schema *shared.Schema, ctx *hcl.EvalContext) (j
 		schema = &shared.Schema{}
 	}
 	obj, diags := decodeBody(body, schema, ctx)
-	sortDiagnostics(diags)
+	SortDiagnostics(diags)
 	if diags.HasErrors() {
 		return nil, diags
 	}
@@ -427,10 +427,11 @@ func withhold(diags hcl.Diagnostics, name string) hcl.Diagnostics {
 	return diags
 }
 
-// sortDiagnostics puts diagnostics in source order. HCL reports unknown
+// SortDiagnostics puts diagnostics in source order, those without a range
+// (about a whole file) first. HCL reports unknown
 // names while ranging over a map, so without this the order would change
 // from run to run.
-func sortDiagnostics(diags hcl.Diagnostics) {
+func SortDiagnostics(diags hcl.Diagnostics) {
 	slices.SortStableFunc(diags, func(x, y *hcl.Diagnostic) int {
 		switch {
 		case x.Subject == nil && y.Subject == nil:

@@ -3,6 +3,16 @@
 // over a unix socket with mutual TLS, opens the host channel and returns a
 // Plugin whose Provisioner is the plugin, called over gRPC.
 //
+// Above Launch, one call takes a provisioner block of the engine's HCL to
+// a plugin that is configured and supervised, with its shapes:
+// DecodeBlock reads the block's labels and meta-arguments, and a
+// Supervisor launches the plugin, decodes the rest of the block against
+// the plugin's schema (shared/hclconfig), configures it, publishes its
+// shapes (OnUp), and restarts it with backoff when its process exits or
+// it misses its deadlines (Deadline); Validate does the checks alone.
+// For the workers that come back, Signer mints and verifies credentials
+// and Admission decides which verified worker may attach.
+//
 // It owns the rules every engine gets for free, because a plugin is code
 // of other people: the credential guard (a plugin mints only for its own
 // workers, for the shape it names, no longer than the cap, and its events
@@ -16,8 +26,10 @@
 // not add its own without rebuilding, and a plugin that panics would take
 // the engine with it. The cost is a process and a socket per provisioner.
 //
-// What it may not touch: configuration files (shared/hclconfig decodes
-// them), the engine's placement or supervision policy (when to restart,
-// what to ask for), or the signing secret itself, which stays behind the
-// CredentialSigner the engine passes in.
+// What it may not touch: the engine's own configuration beyond provisioner
+// blocks (where plugins live, how it listens), its placement policy (what
+// to ask of which provisioner, and when), how workers reach it (HTTP or
+// anything else: Admission answers with a Refusal, not a status code),
+// and where the signing secret comes from: the engine hands in the bytes
+// and decides who else may read them.
 package host

@@ -1,4 +1,4 @@
-package main
+package host
 
 import (
 	"context"
@@ -13,46 +13,60 @@ import (
 	doubling "github.com/fluksio/provision/internal/backoff"
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/shared/hclconfig"
-	"github.com/fluksio/provision/shared/host"
 )
 
 // Restart backoff for a plugin that exits on its own: the first restart
 // after a second, doubling to two minutes, and back to a second once a
 // plugin has stayed up for stableAfter. A plugin that crashes at start
 // keeps failing slowly rather than spinning.
-var (
+const (
 	restartMin  = time.Second
 	restartMax  = 2 * time.Minute
 	stableAfter = time.Minute
 )
 
-// supervisor keeps one provisioner's plugin running: it launches and
+// Supervisor keeps one provisioner's plugin running: it launches and
 // configures it, and when the process exits without being asked to, it
 // marks the provisioner down, starts a new process with backoff and
 // configures it again. go-plugin never restarts anything, and a dead
 // plugin that nobody notices is the failure its users complain of most.
-type supervisor struct {
-	// wedgeAfter is how many calls in a row may miss their deadline
-	// before the plugin is restarted; newSupervisor sets the default.
-	wedgeAfter int
+//
+// Rejected alternative: restarting from the engine's placer when a call
+// fails. Calls fail for many reasons, and a plugin that died between
+// calls would stay dead until the next one; the process's exit is the
+// one certain signal, and only the Supervisor waits on it.
+type Supervisor struct {
+	// WedgeAfter is how many calls in a row may miss their deadline
+	// before the plugin is restarted; NewSupervisor sets the default.
+	// OnUp hears of a (re)started plugin that is configured and ready,
+	// with its shapes; OnDown hears that the plugin exited, so calls
+	// would fail. Both are called without the Supervisor's lock, from the
+	// goroutine that starts or watches the plugin. Set all three before
+	// Start.
+	WedgeAfter int
+	OnUp       func(Configured)
+	OnDown     func(name string)
+	// ReconcileTimeout bounds one Reconcile call; NewSupervisor sets
+	// the default.
+	ReconcileTimeout time.Duration
 
-	cfg     *provisionerConfig
+	cfg     *Block
 	logger  hclog.Logger
-	opts    launchOptions
-	onUp    func(Target)      // a (re)started plugin is configured and ready
-	onDown  func(name string) // the plugin exited; calls would fail
-	restart bool              // restart after an unexpected exit
+	opts    Options
+	restart bool // restart after an unexpected exit
 
 	mu       sync.Mutex // guards everything below
-	current  *host.Plugin
-	lastExit *host.ExitStatus
+	current  *Plugin
+	lastExit *ExitStatus
 	restarts int
 	// misses counts calls in a row that missed their deadline; wedged
-	// says why the last process was killed for it, for GET /status.
+	// says why the last process was killed for it, for Status.
 	misses   int
 	wedged   string
 	stopping bool
-	state    string // "running", "restarting", "stopped", "failed: …"
+	// reconciling says a Reconcile call is under way; the next waits.
+	reconciling bool
+	state       string // "running", "restarting", "stopped", "failed: …"
 
 	// shutResp and shutErr are the outcome of the one shutdown; shutDone
 	// is closed once they are set, so that a second caller waits for the
@@ -61,8 +75,9 @@ type supervisor struct {
 	shutErr  error
 	shutDone chan struct{}
 
-	wg   sync.WaitGroup // the watch goroutine
-	stop chan struct{}  // closed by shutdown
+	wg    sync.WaitGroup // the watch goroutine
+	calls sync.WaitGroup // Reconcile calls under way; Shutdown waits
+	stop  chan struct{}  // closed by shutdown
 	// life bounds a restart the watch goroutine has begun; shutdown
 	// cancels it when its own deadline passes, so that waiting for the
 	// watch goroutine never outlasts the shutdown.
@@ -70,17 +85,29 @@ type supervisor struct {
 	cancelLife context.CancelFunc
 }
 
-func newSupervisor(cfg *provisionerConfig, logger hclog.Logger, opts launchOptions) *supervisor {
-	opts.configure = true
+// Configured is a provisioner whose plugin is configured and ready.
+type Configured struct {
+	Name        string
+	Provisioner shared.Provisioner
+	Shapes      []shared.Shape
+}
+
+// NewSupervisor returns a Supervisor for the provisioner block b. logger
+// hears the Supervisor's own story (exits, restarts); opts.Logger hears
+// the plugin's. Nothing runs until Start.
+func NewSupervisor(b *Block, logger hclog.Logger, opts Options) *Supervisor {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
 	life, cancel := context.WithCancel(context.Background())
-	return &supervisor{wedgeAfter: defaultWedgeAfter, cfg: cfg, logger: logger, opts: opts, restart: true, stop: make(chan struct{}), state: "starting",
+	return &Supervisor{WedgeAfter: defaultWedgeAfter, ReconcileTimeout: defaultReconcileTimeout, OnUp: func(Configured) {}, OnDown: func(string) {}, cfg: b, logger: logger, opts: opts, restart: true, stop: make(chan struct{}), state: "starting",
 		shutDone: make(chan struct{}), life: life, cancelLife: cancel}
 }
 
-// start launches and configures the plugin the first time. Configuration
+// Start launches and configures the plugin the first time. Configuration
 // problems come back as diagnostics against the config file; a first
 // start that fails is not retried, because the operator is watching.
-func (s *supervisor) start(ctx context.Context) hcl.Diagnostics {
+func (s *Supervisor) Start(ctx context.Context) hcl.Diagnostics {
 	l, diags := s.launch(ctx, true)
 	if diags.HasErrors() {
 		if l != nil {
@@ -107,8 +134,8 @@ func (s *supervisor) start(ctx context.Context) hcl.Diagnostics {
 // launch starts a process, configures it and, with publish, publishes
 // its shapes to the placer. A launch made only to cancel at shutdown does
 // not publish, so that nothing new is asked of it.
-func (s *supervisor) launch(ctx context.Context, publish bool) (*launched, hcl.Diagnostics) {
-	l, diags := resolveProvisioner(ctx, s.cfg, s.opts)
+func (s *Supervisor) launch(ctx context.Context, publish bool) (*launched, hcl.Diagnostics) {
+	l, diags := resolve(ctx, s.cfg, s.opts, true)
 	if diags.HasErrors() {
 		return l, diags
 	}
@@ -116,7 +143,7 @@ func (s *supervisor) launch(ctx context.Context, publish bool) (*launched, hcl.D
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	cr, err := p.Configure(cctx, &shared.ConfigureRequest{Name: s.cfg.Name, Config: l.json,
-		EngineID: s.opts.engineID, CredentialEpoch: s.opts.epoch})
+		EngineID: s.opts.EngineID, CredentialEpoch: s.opts.CredentialEpoch})
 	if err != nil {
 		return l, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Plugin could not be configured",
 			Detail: err.Error() + ".", Subject: s.cfg.DefRange.Ptr()}}
@@ -134,14 +161,14 @@ func (s *supervisor) launch(ctx context.Context, publish bool) (*launched, hcl.D
 	s.current, s.state = l.plugin, "running"
 	s.mu.Unlock()
 	if publish {
-		s.onUp(Target{Name: s.cfg.Name, P: p, Shapes: sr.Shapes})
+		s.OnUp(Configured{Name: s.cfg.Name, Provisioner: p, Shapes: sr.Shapes})
 	}
 	return l, diags
 }
 
 // watch waits for the process to end and, unless it was asked to, starts
 // another.
-func (s *supervisor) watch(p *host.Plugin) {
+func (s *Supervisor) watch(p *Plugin) {
 	defer s.wg.Done()
 	backoff := restartMin
 	for {
@@ -159,7 +186,7 @@ func (s *supervisor) watch(p *host.Plugin) {
 		}
 		s.lastExit, s.state = exit, "restarting"
 		s.mu.Unlock()
-		s.onDown(s.cfg.Name)
+		s.OnDown(s.cfg.Name)
 		s.logger.Error("plugin exited unexpectedly", "status", exit.String(), "stderr_tail", tail(exit.Stderr, 5))
 		if !s.restart {
 			s.setState("failed: " + exit.String())
@@ -199,10 +226,10 @@ func (s *supervisor) watch(p *host.Plugin) {
 // the plugin is taken for wedged and restarted.
 const defaultWedgeAfter = 3
 
-// deadline records whether a call to the plugin answered in time. After
+// Deadline records whether a call to the plugin answered in time. After
 // wedgeAfter misses in a row the plugin is marked wedged and its process
 // killed; the watch goroutine then restarts it as after any exit.
-func (s *supervisor) deadline(call string, missed bool) {
+func (s *Supervisor) Deadline(call string, missed bool) {
 	s.mu.Lock()
 	if !missed {
 		s.misses = 0
@@ -210,29 +237,29 @@ func (s *supervisor) deadline(call string, missed bool) {
 		return
 	}
 	s.misses++
-	if s.misses < s.wedgeAfter || s.state != "running" || s.stopping || s.current == nil {
+	if s.misses < s.WedgeAfter || s.state != "running" || s.stopping || s.current == nil {
 		s.mu.Unlock()
 		return
 	}
 	s.misses = 0
-	s.wedged = fmt.Sprintf("wedged: %d calls in a row missed their deadline, the last a %s; killed to restart it", s.wedgeAfter, call)
+	s.wedged = fmt.Sprintf("wedged: %d calls in a row missed their deadline, the last a %s; killed to restart it", s.WedgeAfter, call)
 	s.state = "wedged"
 	cur := s.current
 	s.mu.Unlock()
-	s.logger.Error("plugin wedged; killing it so that it restarts", "missed_calls", s.wedgeAfter, "last", call)
+	s.logger.Error("plugin wedged; killing it so that it restarts", "missed_calls", s.WedgeAfter, "last", call)
 	// Kill waits for the process to be gone, which takes as long as the
 	// plugin takes to die; the caller is a per-plugin goroutine.
 	cur.Kill()
 }
 
-func (s *supervisor) setState(st string) {
+func (s *Supervisor) setState(st string) {
 	s.mu.Lock()
 	s.state = st
 	s.mu.Unlock()
 }
 
-// provisioner is the current plugin's client, or nil while it is down.
-func (s *supervisor) provisioner() shared.Provisioner {
+// Provisioner is the current plugin's client, or nil while it is down.
+func (s *Supervisor) Provisioner() shared.Provisioner {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.current == nil || s.state != "running" {
@@ -241,8 +268,9 @@ func (s *supervisor) provisioner() shared.Provisioner {
 	return s.current.Provisioner()
 }
 
-// status is this provisioner as GET /status shows it.
-func (s *supervisor) status(ctx context.Context) ProvisionerStatus {
+// Status is this provisioner's process and its plugin's own report. The
+// plugin is asked with a deadline of two seconds, without the lock.
+func (s *Supervisor) Status(ctx context.Context) ProvisionerStatus {
 	s.mu.Lock()
 	ps := ProvisionerStatus{Name: s.cfg.Name, Kind: s.cfg.Kind, Process: s.state}
 	if s.lastExit != nil {
@@ -270,14 +298,14 @@ func (s *supervisor) status(ctx context.Context) ProvisionerStatus {
 	return ps
 }
 
-// shutdown asks the provisioner to cancel what is outstanding, then ends
+// Shutdown asks the provisioner to cancel what is outstanding, then ends
 // the process, and stops restarting it. Whatever state the plugin is in,
 // its jobs are cancelled: a plugin that is dead, or waiting out its
 // restart delay, is started again (and so adopts its jobs from the queue)
 // only to be asked to cancel them, and a restart under way is waited for
 // and its new process stopped. Every wait is bounded by ctx. A second
 // caller waits for the first one's outcome.
-func (s *supervisor) shutdown(ctx context.Context) (*shared.ShutdownResponse, error) {
+func (s *Supervisor) Shutdown(ctx context.Context) (*shared.ShutdownResponse, error) {
 	s.mu.Lock()
 	if s.stopping {
 		s.mu.Unlock()
@@ -298,10 +326,13 @@ func (s *supervisor) shutdown(ctx context.Context) (*shared.ShutdownResponse, er
 	return resp, err
 }
 
-func (s *supervisor) shutdownOnce(ctx context.Context) (*shared.ShutdownResponse, error) {
+func (s *Supervisor) shutdownOnce(ctx context.Context) (*shared.ShutdownResponse, error) {
 	close(s.stop)
 	watched := make(chan struct{})
 	go func() {
+		// A Reconcile under way ends within ReconcileTimeout; the plugin
+		// is stopped after it, not under it.
+		s.calls.Wait()
 		s.wg.Wait()
 		close(watched)
 	}()
@@ -346,7 +377,7 @@ func (s *supervisor) shutdownOnce(ctx context.Context) (*shared.ShutdownResponse
 }
 
 // gone reports whether the plugin's process has exited.
-func gone(p *host.Plugin) bool {
+func gone(p *Plugin) bool {
 	select {
 	case <-p.Exited():
 		return true
@@ -360,4 +391,50 @@ func tail(lines []string, n int) []string {
 		return lines[len(lines)-n:]
 	}
 	return lines
+}
+
+// Name and Kind are the provisioner block's labels.
+func (s *Supervisor) Name() string { return s.cfg.Name }
+func (s *Supervisor) Kind() string { return s.cfg.Kind }
+
+// defaultReconcileTimeout bounds one Reconcile call.
+const defaultReconcileTimeout = 30 * time.Second
+
+// Reconcile tells the plugin which of its workers are attached, so that
+// it forgets what arrived and gives up on what took too long. The call
+// runs on a goroutine of its own, so a plugin that hangs delays neither
+// the caller's loop nor other provisioners, and it is not made again
+// while one is under way; Reconcile returns at once. A call that misses
+// ReconcileTimeout counts towards WedgeAfter.
+func (s *Supervisor) Reconcile(ctx context.Context, attached []string) {
+	s.mu.Lock()
+	if s.reconciling || s.stopping || s.current == nil || s.state != "running" {
+		s.mu.Unlock()
+		return
+	}
+	s.reconciling = true
+	p := s.current.Provisioner()
+	s.calls.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.calls.Done()
+		s.reconcileOnce(ctx, p, attached)
+		s.mu.Lock()
+		s.reconciling = false
+		s.mu.Unlock()
+	}()
+}
+
+func (s *Supervisor) reconcileOnce(ctx context.Context, p shared.Provisioner, attached []string) {
+	rctx, cancel := context.WithTimeout(ctx, s.ReconcileTimeout)
+	defer cancel()
+	resp, err := p.Reconcile(rctx, &shared.ReconcileRequest{Attached: attached})
+	s.Deadline("Reconcile", rctx.Err() == context.DeadlineExceeded && ctx.Err() == nil)
+	if err != nil {
+		s.logger.Warn("reconcile failed", "error", err)
+		return
+	}
+	if len(resp.Expired) > 0 {
+		s.logger.Warn("gave up on jobs that never attached", "jobs", resp.Expired)
+	}
 }

@@ -1,15 +1,12 @@
-package main
+package host
 
 import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-
-	"github.com/hashicorp/hcl/v2"
 
 	"github.com/fluksio/provision/shared"
 )
@@ -38,13 +35,13 @@ import (
 // engine from another epoch: that job's worker holds a credential the
 // engine will refuse.
 
-// maxEngineID keeps the id short enough for a Slurm comment beside a
+// MaxEngineIDLen keeps the id short enough for a Slurm comment beside a
 // worker name.
-const maxEngineID = 40
+const MaxEngineIDLen = 40
 
-// engineIdentity returns the configured id, or one derived from the host
+// EngineIdentity returns the configured id, or one derived from the host
 // name and path (the configuration file).
-func engineIdentity(configured, path string) string {
+func EngineIdentity(configured, path string) string {
 	if configured != "" {
 		return configured
 	}
@@ -75,31 +72,16 @@ func engineIdentity(configured, path string) string {
 	return short + "-" + hex.EncodeToString(sum[:4])
 }
 
-// credentialEpoch names the signing secret without revealing it.
-func credentialEpoch(secret []byte) string {
+// CredentialEpoch names the signing secret without revealing it.
+func CredentialEpoch(secret []byte) string {
 	m := hmac.New(sha256.New, secret)
 	m.Write([]byte("fluksio credential epoch v1"))
 	return hex.EncodeToString(m.Sum(nil)[:4])
 }
 
-// checkEngineID validates engine { id }.
-func checkEngineID(block *hcl.Block, id string) hcl.Diagnostics {
-	if id == "" {
-		return nil
-	}
-	if len(id) <= maxEngineID && validConfigName(id) {
-		return nil
-	}
-	var subject *hcl.Range
-	if attrs, _ := block.Body.JustAttributes(); attrs["id"] != nil {
-		subject = attrs["id"].Expr.Range().Ptr()
-	} else {
-		subject = block.DefRange.Ptr()
-	}
-	return hcl.Diagnostics{{
-		Severity: hcl.DiagError, Summary: "Invalid engine id",
-		Detail: fmt.Sprintf("%q is not an engine id. Use 1 to %d letters, digits, '.', '_' or '-', starting with a letter or digit, such as \"prod\" or \"staging-eu\"; plugins tag what they create with it.",
-			id, maxEngineID),
-		Subject: subject,
-	}}
+// ValidEngineID reports whether id may be an engine's identity: 1 to
+// MaxEngineIDLen characters of shared.ValidName, starting with a letter
+// or digit, so that it sits in a Slurm comment and a file name.
+func ValidEngineID(id string) bool {
+	return len(id) <= MaxEngineIDLen && ValidConfigName(id)
 }

@@ -1,4 +1,4 @@
-package main
+package host
 
 import (
 	"bytes"
@@ -16,7 +16,6 @@ import (
 	"unicode"
 
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/host"
 )
 
 // A worker credential is two base64url fields joined by a dot: a payload
@@ -45,7 +44,7 @@ const tokenFields = 8
 
 // The secret must be at least this long: HMAC-SHA256 gains nothing from
 // more and loses a lot from less.
-const minSecretLen = 32
+const MinSecretLen = 32
 
 // maxTokenLen bounds what Verify will look at, so a hostile header costs
 // a length check and nothing more. Real tokens are about 100 characters.
@@ -58,9 +57,9 @@ const maxWorkerNameLen = 253
 // Why a credential was refused. The messages name no part of the token,
 // so they may be logged and sent back to the worker as they are.
 var (
-	errTokenMalformed = errors.New("malformed credential")
-	errTokenForged    = errors.New("credential signature does not match")
-	errTokenExpired   = errors.New("credential has expired")
+	ErrCredentialMalformed = errors.New("malformed credential")
+	ErrCredentialForged    = errors.New("credential signature does not match")
+	ErrCredentialExpired   = errors.New("credential has expired")
 )
 
 // Signer signs and verifies worker credentials with one secret. It is safe
@@ -72,28 +71,28 @@ type Signer struct {
 }
 
 // The engine hands its Signer to the plugin host, which mints through it.
-var _ host.CredentialSigner = (*Signer)(nil)
+var _ CredentialSigner = (*Signer)(nil)
 
 // NewSigner returns a Signer for secret. A secret shorter than 32 bytes is
-// a bug in the caller (secretFromEnv and randomSecret never return one), so
+// a bug in the caller (SecretFromEnv and RandomSecret never return one), so
 // it panics rather than sign with something guessable.
 func NewSigner(secret []byte) *Signer {
-	if len(secret) < minSecretLen {
-		panic(fmt.Sprintf("host-example: signing secret is %d bytes; need at least %d", len(secret), minSecretLen))
+	if len(secret) < MinSecretLen {
+		panic(fmt.Sprintf("host: signing secret is %d bytes; need at least %d", len(secret), MinSecretLen))
 	}
 	return &Signer{secret: bytes.Clone(secret), now: time.Now}
 }
 
-// credential is what a verified token says.
-type credential struct {
-	host.CredentialClaims
+// Credential is what a verified token says.
+type Credential struct {
+	CredentialClaims
 	Expires time.Time
 }
 
 // Sign returns a credential for c that is good for ttl, and when it stops
 // being good. The expiry is whole seconds, rounded down, so a credential
 // never outlives what was asked for.
-func (s *Signer) Sign(c host.CredentialClaims, ttl time.Duration) (token string, expires time.Time, err error) {
+func (s *Signer) Sign(c CredentialClaims, ttl time.Duration) (token string, expires time.Time, err error) {
 	if err := checkWorkerName(c.Worker); err != nil {
 		return "", time.Time{}, err
 	}
@@ -116,7 +115,7 @@ func (s *Signer) Sign(c host.CredentialClaims, ttl time.Duration) (token string,
 
 // checkClaims refuses claims that could not be carried in a payload and
 // read back the same.
-func checkClaims(c host.CredentialClaims) error {
+func checkClaims(c CredentialClaims) error {
 	if !shared.ValidName(c.Provisioner) {
 		return fmt.Errorf("provisioner %q is not a valid name", c.Provisioner)
 	}
@@ -135,44 +134,44 @@ func checkClaims(c host.CredentialClaims) error {
 // secret and has not expired at now. The signature is checked before
 // anything in the payload is believed, and compared in constant time. Any
 // input, however hostile, gets an error rather than a panic; the error
-// wraps errTokenMalformed, errTokenForged or errTokenExpired.
-func (s *Signer) Verify(token string, now time.Time) (credential, error) {
+// wraps ErrCredentialMalformed, ErrCredentialForged or ErrCredentialExpired.
+func (s *Signer) Verify(token string, now time.Time) (Credential, error) {
 	if token == "" || len(token) > maxTokenLen {
-		return credential{}, errTokenMalformed
+		return Credential{}, ErrCredentialMalformed
 	}
 	p64, m64, ok := strings.Cut(token, ".")
 	if !ok || strings.Contains(m64, ".") {
-		return credential{}, errTokenMalformed
+		return Credential{}, ErrCredentialMalformed
 	}
 	// Strict: a token has exactly one spelling, so two strings that differ
 	// cannot both verify.
 	enc := base64.RawURLEncoding.Strict()
 	payload, err := enc.DecodeString(p64)
 	if err != nil {
-		return credential{}, errTokenMalformed
+		return Credential{}, ErrCredentialMalformed
 	}
 	mac, err := enc.DecodeString(m64)
 	if err != nil || len(mac) != sha256.Size {
-		return credential{}, errTokenMalformed
+		return Credential{}, ErrCredentialMalformed
 	}
 	if !hmac.Equal(mac, s.mac(payload)) {
-		return credential{}, errTokenForged
+		return Credential{}, ErrCredentialForged
 	}
 
 	// Signed by us, so malformed here means another version of us.
 	fields := strings.SplitN(string(payload), "\n", tokenFields)
 	if len(fields) != tokenFields || fields[0] != tokenVersion {
-		return credential{}, errTokenMalformed
+		return Credential{}, ErrCredentialMalformed
 	}
 	exp, err1 := strconv.ParseInt(fields[1], 10, 64)
 	cpus, err2 := strconv.Atoi(fields[3])
 	gpus, err3 := strconv.Atoi(fields[4])
 	ram, err4 := strconv.ParseInt(fields[5], 10, 64)
 	if err := errors.Join(err1, err2, err3, err4); err != nil {
-		return credential{}, errTokenMalformed
+		return Credential{}, ErrCredentialMalformed
 	}
-	c := credential{
-		CredentialClaims: host.CredentialClaims{
+	c := Credential{
+		CredentialClaims: CredentialClaims{
 			Worker: fields[7], Provisioner: fields[2], CPUs: cpus, GPUs: gpus, RAMMB: ram,
 		},
 		Expires: time.Unix(exp, 0),
@@ -181,10 +180,10 @@ func (s *Signer) Verify(token string, now time.Time) (credential, error) {
 		c.Labels = strings.Split(fields[6], ",")
 	}
 	if checkWorkerName(c.Worker) != nil || checkClaims(c.CredentialClaims) != nil {
-		return credential{}, errTokenMalformed
+		return Credential{}, ErrCredentialMalformed
 	}
 	if !now.Before(c.Expires) {
-		return credential{}, fmt.Errorf("%w: worker %q, at %s", errTokenExpired, c.Worker, c.Expires.UTC().Format(time.RFC3339))
+		return Credential{}, fmt.Errorf("%w: worker %q, at %s", ErrCredentialExpired, c.Worker, c.Expires.UTC().Format(time.RFC3339))
 	}
 	return c, nil
 }
@@ -215,38 +214,23 @@ func checkWorkerName(name string) error {
 	return nil
 }
 
-// randomSecret is a fresh secret for one engine start.
-func randomSecret() []byte {
-	secret := make([]byte, minSecretLen)
+// RandomSecret is a fresh secret for one engine start.
+func RandomSecret() []byte {
+	secret := make([]byte, MinSecretLen)
 	// crypto/rand.Read never fails on a supported platform (it crashes the
 	// program instead), so there is no error to handle.
 	rand.Read(secret)
 	return secret
 }
 
-// engineSecret is the secret the engine signs with: from the environment
-// variable name if it is set, else fresh random bytes.
-//
-// Once read, the variable is removed from this process's environment, so
-// nothing the engine starts inherits it; plugins are started without it
-// besides (LaunchConfig.DropEnv), in case another path put it back.
-func engineSecret(name string) (secret []byte, fromEnv bool, err error) {
-	if name == "" || os.Getenv(name) == "" {
-		return randomSecret(), false, nil
-	}
-	secret, err = secretFromEnv(name)
-	os.Unsetenv(name)
-	return secret, err == nil, err
-}
-
-// secretFromEnv reads a signing secret from the environment variable
-// name. See parseSecret for what it accepts.
-func secretFromEnv(name string) ([]byte, error) {
+// SecretFromEnv reads a signing secret from the environment variable
+// name. See ParseSecret for what it accepts.
+func SecretFromEnv(name string) ([]byte, error) {
 	value := os.Getenv(name)
 	if value == "" {
 		return nil, fmt.Errorf("%s is not set", name)
 	}
-	secret, err := parseSecret(value)
+	secret, err := ParseSecret(value)
 	if err != nil {
 		// The value itself is never part of the message: it is the secret.
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -254,20 +238,20 @@ func secretFromEnv(name string) ([]byte, error) {
 	return secret, nil
 }
 
-// parseSecret accepts a secret as hex (what `openssl rand -hex 32` prints)
+// ParseSecret accepts a secret as hex (what `openssl rand -hex 32` prints)
 // or as raw bytes, with surrounding whitespace ignored either way. A value
 // that is valid hex is taken as hex, so that a 64-character hex string
 // means 32 bytes and not 64; either way it must come to at least 32 bytes.
-func parseSecret(value string) ([]byte, error) {
+func ParseSecret(value string) ([]byte, error) {
 	value = strings.TrimSpace(value)
 	if b, err := hex.DecodeString(value); err == nil && len(value) > 0 {
-		if len(b) < minSecretLen {
-			return nil, fmt.Errorf("hex secret decodes to %d bytes; need at least %d", len(b), minSecretLen)
+		if len(b) < MinSecretLen {
+			return nil, fmt.Errorf("hex secret decodes to %d bytes; need at least %d", len(b), MinSecretLen)
 		}
 		return b, nil
 	}
-	if len(value) < minSecretLen {
-		return nil, fmt.Errorf("secret is %d bytes; need at least %d (or %d hex digits)", len(value), minSecretLen, 2*minSecretLen)
+	if len(value) < MinSecretLen {
+		return nil, fmt.Errorf("secret is %d bytes; need at least %d (or %d hex digits)", len(value), MinSecretLen, 2*MinSecretLen)
 	}
 	return []byte(value), nil
 }

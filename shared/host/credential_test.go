@@ -1,4 +1,4 @@
-package main
+package host
 
 import (
 	"bytes"
@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/fluksio/provision/shared/host"
 )
 
 func TestSignVerifyRoundTrip(t *testing.T) {
@@ -27,7 +25,7 @@ func TestSignVerifyRoundTrip(t *testing.T) {
 		t.Errorf("Verify = %+v, %v; want %+v, nil", cred, err, claims("slurm-gpu-1a2b3c4d"))
 	}
 	// No labels reads back as no labels.
-	bare := host.CredentialClaims{Worker: "p-a-1", Provisioner: "p", CPUs: 1}
+	bare := CredentialClaims{Worker: "p-a-1", Provisioner: "p", CPUs: 1}
 	token, _, err = s.Sign(bare, time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -53,8 +51,8 @@ func TestVerifyExpiry(t *testing.T) {
 		t.Errorf("a second before expiry: %v", err)
 	}
 	for _, at := range []time.Time{expires, expires.Add(time.Hour)} {
-		if _, err := s.Verify(token, at); !errors.Is(err, errTokenExpired) {
-			t.Errorf("at %s (expires %s): err = %v; want errTokenExpired", at, expires, err)
+		if _, err := s.Verify(token, at); !errors.Is(err, ErrCredentialExpired) {
+			t.Errorf("at %s (expires %s): err = %v; want ErrCredentialExpired", at, expires, err)
 		}
 	}
 }
@@ -88,29 +86,29 @@ func TestVerifyRefuses(t *testing.T) {
 		token string
 		want  error
 	}{
-		{"empty", "", errTokenMalformed},
-		{"no dot", p64, errTokenMalformed},
-		{"two dots", good + ".x", errTokenMalformed},
-		{"empty halves", ".", errTokenMalformed},
-		{"not base64", "!!!." + m64, errTokenMalformed},
-		{"short mac", p64 + "." + m64[:20], errTokenMalformed},
-		{"padded", p64 + "=." + m64, errTokenMalformed},
-		{"huge", strings.Repeat("a", maxTokenLen+1), errTokenMalformed},
-		{"forged mac", p64 + "." + base64.RawURLEncoding.EncodeToString(make([]byte, 32)), errTokenForged},
-		{"other secret", other, errTokenForged},
+		{"empty", "", ErrCredentialMalformed},
+		{"no dot", p64, ErrCredentialMalformed},
+		{"two dots", good + ".x", ErrCredentialMalformed},
+		{"empty halves", ".", ErrCredentialMalformed},
+		{"not base64", "!!!." + m64, ErrCredentialMalformed},
+		{"short mac", p64 + "." + m64[:20], ErrCredentialMalformed},
+		{"padded", p64 + "=." + m64, ErrCredentialMalformed},
+		{"huge", strings.Repeat("a", maxTokenLen+1), ErrCredentialMalformed},
+		{"forged mac", p64 + "." + base64.RawURLEncoding.EncodeToString(make([]byte, 32)), ErrCredentialForged},
+		{"other secret", other, ErrCredentialForged},
 		{"tampered name", tamper(t, good, func(p string) string {
 			return strings.Replace(p, "slurm-cpu-00000001", "slurm-cpu-00000002", 1)
-		}), errTokenForged},
+		}), ErrCredentialForged},
 		{"tampered expiry", tamper(t, good, func(p string) string {
 			return strings.Replace(p, "\n1", "\n9", 1)
-		}), errTokenForged},
+		}), ErrCredentialForged},
 		{"tampered gpus", tamper(t, good, func(p string) string {
 			return strings.Replace(p, "\n1\n", "\n4096\n", 1)
-		}), errTokenForged},
+		}), ErrCredentialForged},
 		{"tampered provisioner", tamper(t, good, func(p string) string {
 			return strings.Replace(p, "\nslurm\n", "\nother\n", 1)
-		}), errTokenForged},
-		{"swapped halves", m64 + "." + p64, errTokenMalformed},
+		}), ErrCredentialForged},
+		{"swapped halves", m64 + "." + p64, ErrCredentialMalformed},
 	}
 	for _, tc := range tests {
 		cred, err := s.Verify(tc.token, time.Now())
@@ -134,7 +132,7 @@ func TestSignRefuses(t *testing.T) {
 	if _, _, err := s.Sign(claims("w"), 0); err == nil {
 		t.Error("Sign with ttl 0 succeeded")
 	}
-	for _, c := range []host.CredentialClaims{
+	for _, c := range []CredentialClaims{
 		{Worker: "w", Provisioner: "", CPUs: 1},
 		{Worker: "w", Provisioner: "a\nb", CPUs: 1},
 		{Worker: "w", Provisioner: "p", CPUs: 0},
@@ -193,17 +191,17 @@ var secretTests = []struct {
 func TestParseSecret(t *testing.T) {
 	t.Parallel()
 	for _, tc := range secretTests {
-		got, err := parseSecret(tc.value)
+		got, err := ParseSecret(tc.value)
 		if tc.want == nil {
 			if err == nil {
-				t.Errorf("parseSecret(%q) = %x; want an error", tc.value, got)
+				t.Errorf("ParseSecret(%q) = %x; want an error", tc.value, got)
 			} else if strings.Contains(err.Error(), strings.TrimSpace(tc.value)) && tc.value != "" {
-				t.Errorf("parseSecret(%q): error %q repeats the secret", tc.value, err)
+				t.Errorf("ParseSecret(%q): error %q repeats the secret", tc.value, err)
 			}
 			continue
 		}
 		if err != nil || !bytes.Equal(got, tc.want) {
-			t.Errorf("parseSecret(%q) = %x, %v; want %x", tc.value, got, err, tc.want)
+			t.Errorf("ParseSecret(%q) = %x, %v; want %x", tc.value, got, err, tc.want)
 		}
 	}
 }
@@ -212,20 +210,23 @@ func TestParseSecret(t *testing.T) {
 func TestSecretFromEnv(t *testing.T) {
 	const name = "FLUKSIO_TEST_SECRET"
 	t.Setenv(name, "")
-	if _, err := secretFromEnv(name); err == nil {
-		t.Error("secretFromEnv with the variable unset succeeded")
-	}
-	secret, fromEnv, err := engineSecret(name)
-	if err != nil || fromEnv || len(secret) != minSecretLen {
-		t.Errorf("engineSecret unset = %d bytes, %v, %v; want %d random bytes", len(secret), fromEnv, err, minSecretLen)
+	if _, err := SecretFromEnv(name); err == nil {
+		t.Error("SecretFromEnv with the variable unset succeeded")
 	}
 	t.Setenv(name, strings.Repeat("0f", 32))
-	secret, fromEnv, err = engineSecret(name)
-	if err != nil || !fromEnv || !bytes.Equal(secret, bytes.Repeat([]byte{0x0f}, 32)) {
-		t.Errorf("engineSecret set = %x, %v, %v", secret, fromEnv, err)
+	if secret, err := SecretFromEnv(name); err != nil || !bytes.Equal(secret, bytes.Repeat([]byte{0x0f}, 32)) {
+		t.Errorf("SecretFromEnv set = %x, %v", secret, err)
 	}
 	t.Setenv(name, "short")
-	if _, _, err := engineSecret(name); err == nil || !strings.Contains(err.Error(), name) {
-		t.Errorf("engineSecret with a short secret: %v; want an error naming %s", err, name)
+	if _, err := SecretFromEnv(name); err == nil || !strings.Contains(err.Error(), name) || strings.Contains(err.Error(), "short") {
+		t.Errorf("SecretFromEnv with a short secret: %v; want an error naming %s and not the value", err, name)
 	}
+}
+
+// testSecret is a fixed secret, so that failures reproduce.
+var testSecret = bytes.Repeat([]byte("0123456789abcdef"), 2)
+
+// claims are what a test credential for worker binds.
+func claims(worker string) CredentialClaims {
+	return CredentialClaims{Worker: worker, Provisioner: "slurm", CPUs: 4, GPUs: 1, RAMMB: 8000, Labels: []string{"gpu"}}
 }

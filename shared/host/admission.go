@@ -1,0 +1,208 @@
+package host
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+	"unicode"
+
+	"github.com/fluksio/provision/shared"
+)
+
+// A verified credential proves that the engine minted it, not that the
+// machine presenting it is the one it was minted for: a credential can be
+// copied out of a job's environment and replayed from anywhere, or
+// presented twice. Admission is the rest of the proof. A worker attaches
+// only as the job its provisioner said it started it as (the
+// worker_provisioned event, stamped by the host), a credential is good for
+// one job (a name that detached, went silent or was cancelled is revoked
+// until its credential would have expired anyway), and a worker may not
+// claim more than its credential was minted for (Allows).
+//
+// Rejected alternative: trusting the job id the worker reports without a
+// record to compare it with. Anyone who read a token could attach as a
+// machine the provisioner never started, and take its work.
+//
+// Admission keeps no lock of its own: its answers must be atomic with the
+// engine's own books (who is attached now), so the engine calls it under
+// the lock that guards those. It owns the job records and revocations and
+// nothing else; who is attached, and what to answer a worker, are the
+// engine's.
+type Admission struct {
+	now func() time.Time
+	// jobs is the provisioners' word on which job each worker was started
+	// as, by worker name.
+	jobs map[string]jobRecord
+	// revoked holds names that may not attach again, until their
+	// credential would have expired.
+	revoked map[string]revocation
+}
+
+// jobRecord is what a provisioner said about one of its workers.
+type jobRecord struct {
+	provisioner string
+	job         string
+	at          time.Time
+}
+
+// revocation is why and until when a worker name is refused.
+type revocation struct {
+	reason string
+	until  time.Time
+}
+
+// NewAdmission returns an Admission with no records; now is its clock
+// (nil means time.Now).
+func NewAdmission(now func() time.Time) *Admission {
+	if now == nil {
+		now = time.Now
+	}
+	return &Admission{now: now, jobs: map[string]jobRecord{}, revoked: map[string]revocation{}}
+}
+
+// Refusal says why Admit refused, so that an engine can answer each kind
+// in its own way (over HTTP: 401, 503, 403).
+type Refusal int
+
+const (
+	// RefusedRevoked: the name's credential was used up or cancelled.
+	RefusedRevoked Refusal = iota + 1
+	// RefusedNotYet: no job is recorded for the name yet; the
+	// provisioner's event may be a moment behind its job, so a worker
+	// should retry for a while.
+	RefusedNotYet
+	// RefusedMismatch: the record names another provisioner or job.
+	RefusedMismatch
+)
+
+// AdmitError is Admit's refusal. Its message names the worker and the
+// reason, never the token, so it may be logged and sent to the worker.
+type AdmitError struct {
+	Refusal Refusal
+	msg     string
+}
+
+func (e *AdmitError) Error() string { return e.msg }
+
+func refused(r Refusal, format string, args ...any) error {
+	return &AdmitError{Refusal: r, msg: fmt.Sprintf(format, args...)}
+}
+
+// ErrOtherProvisioner is Observe's answer to an event about a worker that
+// another provisioner recorded: a provisioner speaks only for its own.
+var ErrOtherProvisioner = errors.New("the event names another provisioner's worker")
+
+// Observe records what a provisioner's event says about a worker:
+// worker_provisioned names the job the worker must attach as;
+// worker_cancelled and worker_provision_failed revoke the name, and
+// revoke is true so that the engine drops the worker if ev.Provisioner
+// attached it. ev.Provisioner must be the host's stamp, never the
+// plugin's claim.
+func (a *Admission) Observe(ev shared.Event) (revoke bool, err error) {
+	if ev.Worker == "" || ev.Provisioner == "" {
+		return false, nil
+	}
+	if rec, known := a.jobs[ev.Worker]; known && rec.provisioner != ev.Provisioner {
+		return false, fmt.Errorf("%w (%s, recorded by %s)", ErrOtherProvisioner, ev.Worker, rec.provisioner)
+	}
+	switch ev.Kind {
+	case shared.EventWorkerProvisioned:
+		a.jobs[ev.Worker] = jobRecord{provisioner: ev.Provisioner, job: ev.Job, at: a.now()}
+	case shared.EventWorkerCancelled, shared.EventWorkerProvisionFailed:
+		a.Revoke(ev.Worker, string(ev.Kind), time.Time{})
+		return true, nil
+	}
+	return false, nil
+}
+
+// Revoke refuses name from now on. until is when its credential expires;
+// zero means not known, so the longest a credential can live.
+func (a *Admission) Revoke(name, reason string, until time.Time) {
+	if until.IsZero() {
+		until = a.now().Add(DefaultMaxCredentialTTL)
+	}
+	if old, ok := a.revoked[name]; ok && old.until.After(until) {
+		until = old.until
+	}
+	a.revoked[name] = revocation{reason: reason, until: until}
+	delete(a.jobs, name)
+}
+
+// Admit says whether the holder of cred, reporting that it runs as job,
+// may attach. Whether a worker of that name is attached already is the
+// engine's to check. The error is an *AdmitError.
+func (a *Admission) Admit(cred Credential, job string) error {
+	name := cred.Worker
+	if rv, ok := a.revoked[name]; ok {
+		return refused(RefusedRevoked, "credential for worker %s is revoked (%s): a credential is good for one job", name, rv.reason)
+	}
+	rec, ok := a.jobs[name]
+	switch {
+	case !ok:
+		return refused(RefusedNotYet, "no job is recorded for worker %s yet; try again shortly", name)
+	case rec.provisioner != cred.Provisioner:
+		return refused(RefusedMismatch, "worker %s was recorded by provisioner %s, not %s", name, rec.provisioner, cred.Provisioner)
+	case rec.job != job:
+		return refused(RefusedMismatch, "worker %s reports job %q; its provisioner started it as job %q", name, job, rec.job)
+	}
+	return nil
+}
+
+// OwnedBy reports whether provisioner may speak for name: no other
+// provisioner recorded a job for it. A credential of another provisioner
+// for the same name revokes nothing of the owner's.
+func (a *Admission) OwnedBy(name, provisioner string) bool {
+	rec, known := a.jobs[name]
+	return !known || rec.provisioner == provisioner
+}
+
+// Sweep forgets revocations whose credential has expired and job records
+// older than any credential can live.
+func (a *Admission) Sweep() {
+	now := a.now()
+	for name, r := range a.revoked {
+		if now.After(r.until) {
+			delete(a.revoked, name)
+		}
+	}
+	for name, j := range a.jobs {
+		if now.Sub(j.at) > DefaultMaxCredentialTTL {
+			delete(a.jobs, name)
+		}
+	}
+}
+
+// Allows refuses a worker that claims more than its credential was minted
+// for. It refuses rather than clamps: a worker that says it has more than
+// its job was given is misconfigured or lying, and either way should be
+// told, not quietly trusted with less.
+func Allows(c CredentialClaims, cpus, gpus int, ramMB int64, labels []string) error {
+	switch {
+	case cpus > c.CPUs:
+		return fmt.Errorf("worker claims %d cpus; its credential allows %d", cpus, c.CPUs)
+	case gpus > c.GPUs:
+		return fmt.Errorf("worker claims %d gpus; its credential allows %d", gpus, c.GPUs)
+	case ramMB > c.RAMMB:
+		return fmt.Errorf("worker claims %d MB of memory; its credential allows %d", ramMB, c.RAMMB)
+	}
+	for _, l := range labels {
+		if !slices.Contains(c.Labels, l) {
+			return fmt.Errorf("worker claims label %s; its credential allows %v", quoteOdd(l), c.Labels)
+		}
+	}
+	return nil
+}
+
+// quoteOdd returns s as it is when every character is graphic and not a
+// space, and Go-quoted otherwise, so that what a worker sent cannot start
+// a line of its own in a log.
+func quoteOdd(s string) string {
+	for _, r := range s {
+		if !unicode.IsGraphic(r) || unicode.IsSpace(r) || r == unicode.ReplacementChar {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}

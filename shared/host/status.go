@@ -1,0 +1,85 @@
+package host
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/fluksio/provision/shared"
+)
+
+// ProvisionerStatus is one supervised provisioner as an operator sees it.
+type ProvisionerStatus struct {
+	// Name is the provisioner's name in the configuration.
+	Name string
+	// Kind is its plugin's kind, such as "slurm".
+	Kind string
+	// Process is the plugin process's state: "running",
+	// "exited: signal: killed", "restarting".
+	Process string
+	// Status is the plugin's own report, nil if it could not be had.
+	Status *shared.StatusResponse
+	// Error is why Status is nil, or anything else wrong.
+	Error string
+	// LastExitStderr is what the plugin last wrote before it last exited
+	// on its own: a panic's trace, or why it gave up.
+	LastExitStderr []string
+	// OutstandingTotal is how many outstanding jobs the plugin reported,
+	// for an engine that lists only some of them; the Supervisor leaves
+	// it zero.
+	OutstandingTotal int
+}
+
+// MarshalJSON renders the status in snake_case. shared's types carry no
+// JSON tags (they are the contract, not a wire format), so the rendering
+// lives here, one for every engine that shows it.
+func (p ProvisionerStatus) MarshalJSON() ([]byte, error) {
+	type outstanding struct {
+		Profile    string  `json:"profile"`
+		Job        string  `json:"job"`
+		Worker     string  `json:"worker"`
+		AgeSeconds float64 `json:"age_seconds"`
+		State      string  `json:"state,omitempty"`
+	}
+	type backoff struct {
+		Profile   string    `json:"profile"`
+		Failures  int       `json:"failures"`
+		Until     time.Time `json:"until"`
+		LastError string    `json:"last_error"`
+	}
+	type status struct {
+		Name        string        `json:"name"`
+		Kind        string        `json:"kind"`
+		Profiles    []string      `json:"profiles"`
+		Outstanding []outstanding `json:"outstanding"`
+		BackingOff  []backoff     `json:"backing_off"`
+		LastError   string        `json:"last_error"`
+	}
+	out := struct {
+		Name           string   `json:"name"`
+		Kind           string   `json:"kind"`
+		Process        string   `json:"process"`
+		LastExitStderr []string `json:"last_exit_stderr,omitempty"`
+		Status         *status  `json:"status"`
+		Error          string   `json:"error,omitempty"`
+		// Total counts outstanding jobs, listed or not.
+		OutstandingTotal int `json:"outstanding_total"`
+	}{Name: p.Name, Kind: p.Kind, Process: p.Process, LastExitStderr: p.LastExitStderr, Error: p.Error, OutstandingTotal: p.OutstandingTotal}
+	if s := p.Status; s != nil {
+		out.Status = &status{
+			Name: s.Name, Kind: s.Kind, LastError: s.LastError,
+			Profiles:    append([]string{}, s.Profiles...),
+			Outstanding: []outstanding{},
+			BackingOff:  []backoff{},
+		}
+		for _, b := range s.BackingOff {
+			out.Status.BackingOff = append(out.Status.BackingOff, backoff{Profile: b.Profile, Failures: b.Failures, Until: b.Until, LastError: b.LastError})
+		}
+		for _, o := range s.Outstanding {
+			out.Status.Outstanding = append(out.Status.Outstanding, outstanding{
+				Profile: o.Profile, Job: o.Job, Worker: o.Worker, State: o.State,
+				AgeSeconds: o.Age.Round(100 * time.Millisecond).Seconds(),
+			})
+		}
+	}
+	return json.Marshal(out)
+}

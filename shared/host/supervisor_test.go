@@ -1,0 +1,226 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclparse"
+
+	"github.com/fluksio/provision/shared"
+)
+
+// parseBlock parses src, a file with one provisioner block, the way an
+// engine reads its own file, and decodes the block.
+func parseBlock(t *testing.T, src string) (*Block, hcl.Diagnostics) {
+	t.Helper()
+	file, diags := hclparse.NewParser().ParseHCL([]byte(src), "engine.hcl")
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	content, diags := file.Body.Content(&hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{
+		{Type: "provisioner", LabelNames: []string{"kind", "name"}},
+	}})
+	if diags.HasErrors() || len(content.Blocks) != 1 {
+		t.Fatalf("%d blocks: %v", len(content.Blocks), diags)
+	}
+	return DecodeBlock(content.Blocks[0], t.TempDir())
+}
+
+// upDown records what a Supervisor told its engine.
+type upDown struct {
+	mu    sync.Mutex // guards ups, downs
+	ups   []Configured
+	downs int
+	// changed gets a value after each call, for waiting without sleeps.
+	changed chan struct{}
+}
+
+func newUpDown(s *Supervisor) *upDown {
+	u := &upDown{changed: make(chan struct{}, 16)}
+	s.OnUp = func(c Configured) {
+		u.mu.Lock()
+		u.ups = append(u.ups, c)
+		u.mu.Unlock()
+		u.changed <- struct{}{}
+	}
+	s.OnDown = func(string) {
+		u.mu.Lock()
+		u.downs++
+		u.mu.Unlock()
+		u.changed <- struct{}{}
+	}
+	return u
+}
+
+// waitFor polls cond after each OnUp or OnDown, for at most d.
+func (u *upDown) waitFor(t *testing.T, d time.Duration, what string, cond func(ups, downs int) bool) {
+	t.Helper()
+	deadline := time.After(d)
+	for {
+		u.mu.Lock()
+		ok := cond(len(u.ups), u.downs)
+		u.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-u.changed:
+		case <-deadline:
+			t.Fatalf("%s: not within %s", what, d)
+		}
+	}
+}
+
+// TestSupervisorRestartsAndShutsDown takes a provisioner block to a
+// configured plugin with its shapes, kills the plugin's process from
+// outside (as the OOM killer would), and expects the Supervisor to say it
+// is down, start a new process and publish it again; Shutdown then stops
+// the plugin for good.
+func TestSupervisorRestartsAndShutsDown(t *testing.T) {
+	t.Parallel()
+	b, diags := parseBlock(t, fmt.Sprintf("provisioner \"memory\" \"mem\" {\n  plugin = %q\n  greeting = \"hi\"\n}\n", testPlugin(t)))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	s := NewSupervisor(b, nullLogger(), Options{Signer: signerFunc(nil)})
+	u := newUpDown(s)
+	if diags := s.Start(context.Background()); diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	u.waitFor(t, 10*time.Second, "first start published", func(ups, _ int) bool { return ups == 1 })
+	if c := u.ups[0]; c.Name != "mem" || len(c.Shapes) == 0 || c.Provisioner == nil {
+		t.Fatalf("published %+v; want mem with its shapes", c)
+	}
+	if st := s.Status(context.Background()); st.Process != "running" || st.Status == nil || st.Status.Kind != "memory" {
+		t.Fatalf("status %+v", st)
+	}
+	first := s.current.Pid()
+	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	u.waitFor(t, 20*time.Second, "restarted after SIGKILL", func(ups, downs int) bool { return downs == 1 && ups == 2 })
+	st := s.Status(context.Background())
+	if !strings.HasPrefix(st.Process, "running (restarts: 1, last exit: ") || !strings.Contains(st.Process, "killed") {
+		t.Errorf("status after the restart: %q", st.Process)
+	}
+	second := s.current.Pid()
+	if second == first || !alive(second) {
+		t.Errorf("pid %d before, %d after; want a new live process", first, second)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := s.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if alive(second) {
+		t.Errorf("plugin %d still runs after Shutdown", second)
+	}
+	if st := s.Status(context.Background()); !strings.HasPrefix(st.Process, "stopped") || st.Error == "" {
+		t.Errorf("status after Shutdown: %+v", st)
+	}
+	if s.Provisioner() != nil {
+		t.Error("Provisioner is not nil after Shutdown")
+	}
+	// A second Shutdown gets the first one's outcome.
+	if _, err := s.Shutdown(ctx); err != nil {
+		t.Errorf("second Shutdown: %v", err)
+	}
+}
+
+// TestValidateSaysWhere: problems are reported against the block, at the
+// attribute or label at fault, with what to do.
+func TestValidateSaysWhere(t *testing.T) {
+	t.Parallel()
+	bin := testPlugin(t)
+	tests := []struct {
+		name, src, summary string
+		line, col          int
+	}{
+		{"wrong type", fmt.Sprintf("provisioner \"memory\" \"m\" {\n  plugin = %q\n  greeting = [1]\n}\n", bin), "Incorrect attribute value type", 3, 14},
+		{"missing required", fmt.Sprintf("provisioner \"memory\" \"m\" {\n  plugin = %q\n}\n", bin), "Missing required argument", 1, 26},
+		{"no such kind", "provisioner \"nosuch\" \"m\" {\n}\n", "Unknown provisioner kind \"nosuch\"", 1, 13},
+		{"other kind", fmt.Sprintf("provisioner \"slurm\" \"m\" {\n  plugin = %q\n  greeting = \"hi\"\n}\n", bin), "Plugin is of another kind", 1, 13},
+		{"bad pin", fmt.Sprintf("provisioner \"memory\" \"m\" {\n  plugin = %q\n  sha256 = \"abc\"\n}\n", bin), "Invalid sha256 pin", 3, 12},
+		{"bad name", "provisioner \"memory\" \"-m\" {\n}\n", "Invalid provisioner name", 1, 22},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b, diags := parseBlock(t, tc.src)
+			if !diags.HasErrors() {
+				if b.Path == "" {
+					b.Path = DefaultPluginPath(t.TempDir(), "bin", b.Kind)
+				}
+				diags = Validate(context.Background(), b)
+			}
+			for _, d := range diags {
+				if d.Summary == tc.summary && d.Subject != nil && d.Subject.Start.Line == tc.line && d.Subject.Start.Column == tc.col && d.Detail != "" {
+					return
+				}
+			}
+			t.Errorf("want %q at %d:%d; got %v", tc.summary, tc.line, tc.col, diags)
+		})
+	}
+}
+
+// TestAdmission: a worker attaches only as the job its provisioner
+// recorded, once; another provisioner's events change nothing; records
+// and revocations are forgotten once no credential could still use them.
+func TestAdmission(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_800_000_000, 0)
+	a := NewAdmission(func() time.Time { return now })
+	cred := Credential{CredentialClaims: claims("slurm-gpu-1")}
+	refusal := func(err error) Refusal {
+		var ae *AdmitError
+		if errors.As(err, &ae) {
+			return ae.Refusal
+		}
+		return 0
+	}
+	if r := refusal(a.Admit(cred, "7")); r != RefusedNotYet {
+		t.Errorf("before any event: %v; want RefusedNotYet", r)
+	}
+	a.Observe(shared.Event{Kind: shared.EventWorkerProvisioned, Provisioner: "slurm", Worker: "slurm-gpu-1", Job: "7"})
+	if err := a.Admit(cred, "7"); err != nil {
+		t.Errorf("as its recorded job: %v", err)
+	}
+	if r := refusal(a.Admit(cred, "8")); r != RefusedMismatch {
+		t.Errorf("as another job: %v; want RefusedMismatch", r)
+	}
+	other := Credential{CredentialClaims: CredentialClaims{Worker: "slurm-gpu-1", Provisioner: "squat", CPUs: 1}}
+	if r := refusal(a.Admit(other, "7")); r != RefusedMismatch {
+		t.Errorf("another provisioner's credential for the name: %v; want RefusedMismatch", r)
+	}
+	if a.OwnedBy("slurm-gpu-1", "squat") || !a.OwnedBy("slurm-gpu-1", "slurm") {
+		t.Error("OwnedBy does not follow the record")
+	}
+	if revoke, err := a.Observe(shared.Event{Kind: shared.EventWorkerCancelled, Provisioner: "squat", Worker: "slurm-gpu-1"}); revoke || !errors.Is(err, ErrOtherProvisioner) {
+		t.Errorf("another provisioner's cancel: revoke %v, err %v", revoke, err)
+	}
+	if revoke, err := a.Observe(shared.Event{Kind: shared.EventWorkerCancelled, Provisioner: "slurm", Worker: "slurm-gpu-1"}); !revoke || err != nil {
+		t.Errorf("its own cancel: revoke %v, err %v", revoke, err)
+	}
+	if r := refusal(a.Admit(cred, "7")); r != RefusedRevoked {
+		t.Errorf("after the cancel: %v; want RefusedRevoked", r)
+	}
+	now = now.Add(DefaultMaxCredentialTTL + time.Second)
+	a.Sweep()
+	if len(a.revoked) != 0 || len(a.jobs) != 0 {
+		t.Errorf("after the longest credential's life: %d revocations, %d records kept", len(a.revoked), len(a.jobs))
+	}
+	if err := Allows(claims("w"), 4, 1, 8000, []string{"gpu"}); err != nil {
+		t.Errorf("exactly what was minted: %v", err)
+	}
+	if err := Allows(claims("w"), 4, 1, 8000, []string{"a\nb"}); err == nil || strings.Contains(err.Error(), "a\nb") {
+		t.Errorf("a label with a newline: %v; want a refusal that quotes it", err)
+	}
+}
