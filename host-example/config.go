@@ -2,12 +2,8 @@ package main
 
 import (
 	"crypto/tls"
-	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
@@ -75,27 +71,11 @@ type config struct {
 func loadConfig(path string) (*config, hcl.Diagnostics) {
 	parser := hclparse.NewParser()
 	cfg := &config{Path: path, Files: parser.Files(), Engine: engineConfig{Listen: defaultListen, PluginDir: defaultPluginDir}}
-	src, err := readConfigFile(path)
-	if err != nil {
-		return cfg, hcl.Diagnostics{{
-			Severity: hcl.DiagError,
-			Summary:  "Configuration file not found",
-			Detail:   fmt.Sprintf("Could not read %s: %v. Check the path, or copy config.hcl.example to start one.", path, errors.Unwrap(err)),
-		}}
-	}
-	var file *hcl.File
-	// Bounded before any parser sees it: the parsers recurse, and a
-	// deep enough file overflows the stack.
-	if diags := hclconfig.CheckConfigSource(src, path, strings.HasSuffix(path, ".json")); diags.HasErrors() {
-		return cfg, diags
-	}
-	var diags hcl.Diagnostics
-	if strings.HasSuffix(path, ".json") {
-		file, diags = parser.ParseJSON(src, path)
-	} else {
-		file, diags = parser.ParseHCL(src, path)
-	}
+	file, diags := hclconfig.ParseFile(parser, path)
 	if diags.HasErrors() {
+		if file == nil && len(diags) == 1 && diags[0].Summary == "Configuration file not found" {
+			diags[0].Detail += " To start one, copy config.hcl.example."
+		}
 		return cfg, diags
 	}
 
@@ -161,16 +141,6 @@ func loadConfig(path string) (*config, hcl.Diagnostics) {
 	return cfg, diags
 }
 
-// readConfigFile reads at most one byte more than a configuration may
-// have, so that a huge file is refused without being read.
-func readConfigFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return io.ReadAll(io.LimitReader(f, hclconfig.MaxConfigBytes+1))
-}
 
 // checkEngineID validates engine { id }.
 func checkEngineID(block *hcl.Block, id string) hcl.Diagnostics {

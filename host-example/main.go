@@ -1,5 +1,15 @@
-// Host-example is the engine: it launches provisioner plugins, keeps the
-// books on the workers that attach to it, and hands them work.
+// Host-example is an engine built on shared/host, to run and to copy: it
+// launches provisioner plugins (host.Supervisor), keeps the books on the
+// workers that attach to it, and hands them work.
+//
+// It owns what is really an engine's choice: the placer (which
+// provisioner is asked for what, and when), the HTTP endpoint workers dial
+// back to (listener limits, TLS, GET /status), the worker itself, and the
+// CLI with its engine block. What every engine needs (launching,
+// supervision, decoding a provisioner block, credentials and admission)
+// it takes from shared/host and shared/hclconfig and may not copy: a fix
+// there must reach every engine. It never talks to a cluster; only
+// plugins do.
 //
 // Its subcommands are
 //

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -541,7 +539,7 @@ func (e *Engine) handleAttach(w http.ResponseWriter, r *http.Request) {
 	// What a worker says about itself is printed in the story and the
 	// log: no control character of its survives.
 	info := WorkerInfo{
-		Name: name, Provisioner: cred.Provisioner, Hostname: printable(req.Hostname), SlurmJobID: printable(req.SlurmJobID),
+		Name: name, Provisioner: cred.Provisioner, Hostname: host.Printable(req.Hostname), SlurmJobID: host.Printable(req.SlurmJobID),
 		CPUs: req.CPUs, GPUs: req.GPUs, RAMMB: req.RAMMB, Labels: slices.Clone(req.Labels),
 	}
 	if err := host.Allows(cred.CredentialClaims, info.CPUs, info.GPUs, info.RAMMB, info.Labels); err != nil {
@@ -724,8 +722,8 @@ func (e *Engine) handleResult(w http.ResponseWriter, r *http.Request) {
 	// Escaped here, once, so that the story, the log and the placer's
 	// books all see the same harmless text.
 	res := Result{
-		TaskID: printable(req.TaskID), Worker: name, Hostname: printable(req.Hostname),
-		SlurmJobID: printable(req.SlurmJobID), CPUs: req.CPUs, Output: printable(req.Output), At: e.now(),
+		TaskID: host.Printable(req.TaskID), Worker: name, Hostname: host.Printable(req.Hostname),
+		SlurmJobID: host.Printable(req.SlurmJobID), CPUs: req.CPUs, Output: host.Printable(req.Output), At: e.now(),
 	}
 
 	e.mu.Lock()
@@ -836,43 +834,6 @@ func (e *Engine) handleStatus(w http.ResponseWriter, r *http.Request) {
 
 // -- plumbing ------------------------------------------------------------
 
-// printable returns s with every character that is not printable (control
-// characters such as newline and ESC, line and paragraph separators,
-// bidirectional overrides, invalid UTF-8) written as a Go escape, the way
-// strconv.Quote writes it, and everything printable, any script, left as
-// it is. Worker-supplied text goes through it before it is stored, so a
-// host name or an output cannot start a line of its own in the story or
-// the log, or drive the terminal that shows them.
-func printable(s string) string {
-	clean := true
-	for _, r := range s {
-		if r == utf8.RuneError || !unicode.IsPrint(r) {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	for i, r := range s {
-		switch {
-		case r == utf8.RuneError:
-			// Invalid UTF-8 is one byte; a real U+FFFD is three.
-			if _, size := utf8.DecodeRuneInString(s[i:]); size == 1 {
-				fmt.Fprintf(&b, `\x%02x`, s[i])
-			} else {
-				b.WriteString(`\ufffd`)
-			}
-		case unicode.IsPrint(r):
-			b.WriteRune(r)
-		default:
-			q := strconv.QuoteRuneToASCII(r)
-			b.WriteString(q[1 : len(q)-1])
-		}
-	}
-	return b.String()
-}
 
 type errorResponse struct {
 	Error string `json:"error"`

@@ -94,10 +94,10 @@ func loadBrokenConfigs(t *testing.T, plugins string) []brokenConfig {
 	return out
 }
 
-// diagHeadRe is the first line writeDiagnostics prints for a diagnostic.
+// diagHeadRe is the first line hclconfig.WriteDiagnostics prints for a diagnostic.
 var diagHeadRe = regexp.MustCompile(`^(\S+):(\d+):(\d+): (error|warning): `)
 
-// diagnosticTexts splits writeDiagnostics output into its diagnostics
+// diagnosticTexts splits hclconfig.WriteDiagnostics output into its diagnostics
 // and returns the text of those whose first line starts with prefix: that
 // line and everything up to the next diagnostic's first line. Two
 // problems may share a position (HCL reports an unterminated string

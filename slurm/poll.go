@@ -210,7 +210,9 @@ func answerLost(err error, stderr []byte) bool {
 // queue without it, or provision_timeout passes.
 func (p *Provisioner) outcomeUnknown(cfg *settings, r *request, detail string, lookupErr error) {
 	p.mu.Lock()
-	r.state = stateUnknown
+	if r.phase == phaseSubmitting {
+		r.phase = phaseAnswerLost
+	}
 	p.lastErr = truncate(detail + "; then could not look for its job: " + lookupErr.Error())
 	p.mu.Unlock()
 	cfg.log.Warn("sbatch's answer was lost and the queue could not be read; will look for its job on the next poll",
@@ -310,7 +312,7 @@ func (p *Provisioner) pollOnce(ctx context.Context) {
 	for _, prof := range cfg.Profiles {
 		// A submission still running is left to finish: its own event
 		// must reach the engine before any about its job.
-		if r := p.outstanding[prof.Name]; r != nil && r.finished() && (r.job != "" || r.unknown()) {
+		if r := p.outstanding[prof.Name]; r != nil && r.finished() && (r.phase == phaseQueued || r.phase == phaseAnswerLost) {
 			watched = append(watched, watch{r: r, job: r.job})
 		}
 	}
@@ -408,6 +410,7 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 	}
 	forget := func(r *request, detail string) {
 		delete(p.outstanding, r.profile)
+		r.phase = phaseFailed
 		p.lastErr = detail
 		p.countFailureLocked(r.profile, detail)
 		reports = append(reports, report{
@@ -421,21 +424,21 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 			continue
 		}
 		row, listed := byID[r.job]
-		if r.job == "" {
-			if !r.unknown() {
-				continue
-			}
+		if r.phase == phaseAnswerLost {
 			if row, listed = byComment[cfg.comment(r.worker)]; !listed {
 				forget(r, fmt.Sprintf("the answer to worker %s's sbatch was lost, and the queue has no job for it: it was not submitted", r.worker))
 				p.watchUntil = now.Add(cfg.provisionTimeout)
 				continue
 			}
-			r.job, r.state = row.id, ""
+			r.job, r.phase = row.id, phaseQueued
 			reports = append(reports, report{
 				ev: shared.Event{Kind: shared.EventWorkerProvisioned, Profile: r.profile, Job: r.job, Worker: r.worker,
 					Detail: "found in the queue after sbatch's answer was lost"},
 				msg: "found the job of a submission whose answer was lost",
 			})
+		}
+		if r.phase != phaseQueued {
+			continue
 		}
 		switch {
 		case !listed:
@@ -448,12 +451,13 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 			forget(r, fmt.Sprintf("job %s ended %s before its worker attached", r.job, state))
 		case row.state == "PENDING" && reasonNeverClears(row.reason):
 			delete(p.outstanding, r.profile)
+			r.phase = phaseFailed
 			why := fmt.Sprintf("pending for %s, which waiting does not clear", row.reason)
 			p.lastErr = "job " + r.job + " was " + why
 			p.countFailureLocked(r.profile, p.lastErr)
 			cancels = append(cancels, jobRef{job: r.job, profile: r.profile, worker: r.worker, age: now.Sub(r.since), why: why})
 		default:
-			r.state = row.state
+			r.slurmState = row.state
 			if row.state == "RUNNING" && r.running.IsZero() {
 				r.running = now
 			}
@@ -587,16 +591,16 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 		for _, c := range cands {
 			holder := p.outstanding[prof.Name]
 			switch {
-			case holder == nil || holder.waiting:
+			case holder == nil || holder.phase == phaseAwaitingAdoption:
 				// A request of this run that has not begun its
 				// submission yields to the job already queued.
 				r := &request{profile: prof.Name, worker: c.worker, since: now, cancel: func() {}, done: closedDone,
-					job: c.row.id, state: c.row.state, adopted: true}
+					job: c.row.id, slurmState: c.row.state, phase: phaseQueued}
 				if c.row.state == "RUNNING" {
 					r.running = now
 				}
 				if holder != nil {
-					holder.supersededBy = c.row.id
+					holder.phase, holder.supersededBy = phaseSuperseded, c.row.id
 				}
 				p.outstanding[prof.Name] = r
 				adopted = append(adopted, r)
@@ -623,7 +627,7 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 		if !first {
 			msg = "adopted a job that reached the queue after its submission was given up on"
 		}
-		cfg.log.Info(msg, "profile", r.profile, "job", r.job, "worker", r.worker, "state", r.state)
+		cfg.log.Info(msg, "profile", r.profile, "job", r.job, "worker", r.worker, "state", r.slurmState)
 	}
 	if first {
 		for _, row := range leftAlone {

@@ -30,7 +30,7 @@ func manyProfiles(n int) func(map[string]any) {
 func (h *harness) addJob(profile, job string) string {
 	n, _ := strconv.Atoi(job)
 	r := &request{profile: profile, worker: fmt.Sprintf("hpc-%s-%08x", profile, n), since: h.clock.Now(),
-		cancel: func() {}, done: closedDone, job: job}
+		cancel: func() {}, done: closedDone, job: job, phase: phaseQueued}
 	h.p.mu.Lock()
 	h.p.outstanding[profile] = r
 	h.p.mu.Unlock()

@@ -133,7 +133,8 @@ type Provisioner struct {
 	shutdownErr  error
 }
 
-// request is one machine asked for and not yet arrived.
+// request is one machine asked for and not yet arrived. Where it is in
+// its life is its phase; the fields beside it are data, not state.
 type request struct {
 	profile string
 	worker  string
@@ -142,37 +143,72 @@ type request struct {
 	// that will not finish by the deadline.
 	cancel context.CancelFunc
 	// done is closed when the submission goroutine has finished, its event
-	// published. Until then the request is still being submitted.
+	// published. It is apart from phase: a worker may attach (arrived)
+	// while its submission is still publishing, and nothing is cancelled
+	// or reported about a job before the engine has heard of it.
 	done chan struct{}
-	// job is the scheduler's id, empty while the submission is in flight,
-	// if it failed, or if its outcome is unknown. Guarded by
-	// Provisioner.mu, like every field below.
+
+	// Guarded by Provisioner.mu, like every field below.
+	phase phase
+	// job is the scheduler's id: set in queued, and kept when a queued
+	// request arrives or fails.
 	job string
-	// state is the job's state as the last poll saw it ("PENDING",
-	// "RUNNING"), or stateUnknown for a submission whose answer was lost
-	// and whose job has not been found yet.
-	state string
+	// slurmState is the job's state as the last poll saw it ("PENDING",
+	// "RUNNING"); empty until a poll has seen the job.
+	slurmState string
 	// running is when a poll first saw the job running: attach_timeout
 	// counts from here.
 	running time.Time
-	// adopted is set for a job found in the queue at Configure, left by
-	// an earlier run.
-	adopted bool
-	// arrived is set when Reconcile saw the worker attach, possibly before
-	// its submission had finished; such a job is no longer this
-	// provisioner's to cancel. Guarded by Provisioner.mu.
-	arrived bool
-	// waiting is set until the submission begins: it first waits for
-	// Configure's look for jobs an earlier run left (adoptTried), and
-	// adoption gives the profile such a job instead of letting it submit
-	// another. supersededBy is then that job's id.
-	waiting      bool
+	// supersededBy is the queued job adoption gave the profile instead,
+	// in superseded.
 	supersededBy string
 }
 
-// unknown reports whether the request's submission ended without an
-// answer and its job has not been found.
-func (r *request) unknown() bool { return r.job == "" && r.state == stateUnknown }
+// phase is where a request is in its life:
+//
+//	awaitingAdoption ─► submitting ─► queued ─────────► (out of the books)
+//	        │               │  └─► answerLost ─► queued
+//	        ▼               ▼           └────────────────► failed
+//	    superseded        failed
+//
+// and any of them may become arrived when Reconcile sees its worker. A
+// request leaves the books (p.outstanding) when it arrives, fails, is
+// superseded, or is given up on and cancelled; what a switch on it must
+// handle is the phase, not a combination of fields.
+type phase int
+
+const (
+	// phaseAwaitingAdoption: made by Provision; its submission waits for
+	// the first look at the queue (adoptTried), which may give the
+	// profile a job an earlier run left instead.
+	phaseAwaitingAdoption phase = iota
+	// phaseSubmitting: the credential is being minted and sbatch run.
+	phaseSubmitting
+	// phaseQueued: Slurm has the job (job is set).
+	phaseQueued
+	// phaseAnswerLost: sbatch may have run but its answer never came
+	// back, and its job has not been found; the poller looks for it by
+	// its comment until provision_timeout.
+	phaseAnswerLost
+	// phaseSuperseded: adoption gave the profile a queued job instead;
+	// the submission returns without submitting.
+	phaseSuperseded
+	// phaseFailed: the submission failed, or the job ended, left the
+	// queue or was given up on before its worker attached.
+	phaseFailed
+	// phaseArrived: its worker attached; the machine is the engine's now,
+	// not this provisioner's to cancel.
+	phaseArrived
+)
+
+// shownState is the request's state for Status: the job's Slurm state,
+// or stateUnknown while its sbatch's answer is lost.
+func (r *request) shownState() string {
+	if r.phase == phaseAnswerLost {
+		return stateUnknown
+	}
+	return r.slurmState
+}
 
 func (r *request) finished() bool {
 	select {
@@ -344,10 +380,10 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 		// wait, and a queue full of jobs nobody needed is worse than a
 		// node waiting a little longer.
 		detail := fmt.Sprintf("worker %s is still being submitted", r.worker)
-		switch {
-		case r.job != "":
+		switch r.phase {
+		case phaseQueued:
 			detail = fmt.Sprintf("job %s (worker %s) was asked for %s ago and has not attached", r.job, r.worker, p.now().Sub(r.since).Round(time.Second))
-		case r.unknown():
+		case phaseAnswerLost:
 			detail = fmt.Sprintf("the answer to worker %s's sbatch was lost; its job is being looked for in the queue", r.worker)
 		}
 		return &shared.ProvisionResponse{Outcome: shared.OutcomeOutstanding, Profile: prof.Name, Detail: detail}, nil
@@ -368,7 +404,7 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 		since:   p.now(),
 		cancel:  cancel,
 		done:    make(chan struct{}),
-		waiting: true,
+		phase:   phaseAwaitingAdoption,
 	}
 	p.outstanding[prof.Name] = r
 	p.inflight[r] = true
@@ -424,7 +460,9 @@ func (p *Provisioner) submit(ctx context.Context, cfg *settings, host shared.Hos
 	case <-ctx.Done():
 	}
 	p.mu.Lock()
-	r.waiting = false
+	if r.phase == phaseAwaitingAdoption {
+		r.phase = phaseSubmitting
+	}
 	shut := p.shut
 	adopted, adoptedWorker := r.supersededBy, ""
 	if o := p.outstanding[r.profile]; adopted != "" && o != nil && o.job == adopted {
@@ -489,6 +527,9 @@ func (p *Provisioner) submit(ctx context.Context, cfg *settings, host shared.Hos
 	}
 	p.mu.Lock()
 	r.job = job
+	if r.phase == phaseSubmitting {
+		r.phase = phaseQueued
+	}
 	p.mu.Unlock()
 	cfg.log.Info("asked for a machine", "profile", prof.Name, "job", job, "worker", r.worker)
 	p.publish(p.life, cfg, host, shared.Event{Kind: shared.EventWorkerProvisioned, Profile: prof.Name, Job: job, Worker: r.worker})
@@ -599,6 +640,9 @@ func (p *Provisioner) submissionFailed(cfg *settings, host shared.Host, r *reque
 	if p.outstanding[r.profile] == r {
 		delete(p.outstanding, r.profile)
 	}
+	if r.phase != phaseArrived {
+		r.phase = phaseFailed
+	}
 	p.countFailureLocked(r.profile, detail)
 	p.mu.Unlock()
 	args := []any{"profile", r.profile, "worker", r.worker, "error", err}
@@ -655,24 +699,27 @@ func (p *Provisioner) Reconcile(ctx context.Context, req *shared.ReconcileReques
 		case r == nil:
 		case attached[r.worker]:
 			// It arrived. Asking again is somebody else's decision.
-			r.arrived = true
+			r.phase = phaseArrived
 			delete(p.outstanding, prof.Name)
 			delete(p.backoff, prof.Name)
 			resp.Arrived = append(resp.Arrived, r.worker)
 		case !r.finished():
-		case r.job != "" && now.Sub(r.since) > cfg.provisionTimeout:
+		case r.phase == phaseQueued && now.Sub(r.since) > cfg.provisionTimeout:
 			delete(p.outstanding, prof.Name)
+			r.phase = phaseFailed
 			expired = append(expired, jobRef{job: r.job, profile: r.profile, worker: r.worker, age: now.Sub(r.since),
 				why: fmt.Sprintf("did not attach within %s", cfg.provisionTimeout)})
-		case r.job != "" && !r.running.IsZero() && now.Sub(r.running) > cfg.attachTimeout:
+		case r.phase == phaseQueued && !r.running.IsZero() && now.Sub(r.running) > cfg.attachTimeout:
 			// It got a machine and its worker never dialled in: the
 			// next one from this profile would likely do the same.
 			delete(p.outstanding, prof.Name)
+			r.phase = phaseFailed
 			why := fmt.Sprintf("ran for %s without its worker attaching (attach_timeout %s)", now.Sub(r.running).Round(time.Second), cfg.attachTimeout)
 			p.countFailureLocked(r.profile, "job "+r.job+" "+why)
 			expired = append(expired, jobRef{job: r.job, profile: r.profile, worker: r.worker, age: now.Sub(r.since), why: why})
-		case r.unknown() && now.Sub(r.since) > cfg.provisionTimeout:
+		case r.phase == phaseAnswerLost && now.Sub(r.since) > cfg.provisionTimeout:
 			delete(p.outstanding, prof.Name)
+			r.phase = phaseFailed
 			detail := fmt.Sprintf("the answer to worker %s's sbatch was lost, and no job for it was found within %s", r.worker, cfg.provisionTimeout)
 			p.lastErr = detail
 			p.countFailureLocked(r.profile, detail)
@@ -872,7 +919,7 @@ func (p *Provisioner) Status(context.Context, *shared.StatusRequest) (*shared.St
 	for _, prof := range p.cfg.Profiles {
 		resp.Profiles = append(resp.Profiles, prof.Name)
 		if r := p.outstanding[prof.Name]; r != nil {
-			resp.Outstanding = append(resp.Outstanding, shared.Outstanding{Profile: r.profile, Job: r.job, Worker: r.worker, Age: now.Sub(r.since), State: r.state})
+			resp.Outstanding = append(resp.Outstanding, shared.Outstanding{Profile: r.profile, Job: r.job, Worker: r.worker, Age: now.Sub(r.since), State: r.shownState()})
 		}
 		if b := p.backoff[prof.Name]; b != nil && now.Before(b.until) {
 			resp.BackingOff = append(resp.BackingOff, shared.Backoff{Profile: prof.Name, Failures: b.failures, Until: b.until, LastError: b.lastErr})
@@ -1008,15 +1055,15 @@ func (p *Provisioner) shutdown(ctx context.Context, req *shared.ShutdownRequest)
 		r := p.outstanding[prof.Name]
 		switch {
 		case r == nil:
-		case r.job != "":
+		case r.phase == phaseQueued:
 			jobs = append(jobs, jobRef{job: r.job, profile: r.profile, worker: r.worker})
-		case r.unknown():
+		case r.phase == phaseAnswerLost:
 			lost = append(lost, r)
 		}
 	}
 	clear(p.outstanding)
 	for _, r := range stragglers {
-		if r.job == "" && !r.arrived && !slices.Contains(lost, r) {
+		if r.job == "" && r.phase != phaseArrived && !slices.Contains(lost, r) {
 			lost = append(lost, r)
 		}
 	}
@@ -1027,7 +1074,7 @@ func (p *Provisioner) shutdown(ctx context.Context, req *shared.ShutdownRequest)
 	// not to be cancelled, whatever state the queue shows their job in.
 	arrived := map[string]bool{}
 	for _, r := range inflight {
-		if r.arrived {
+		if r.phase == phaseArrived {
 			arrived[r.worker] = true
 		}
 	}

@@ -1,9 +1,14 @@
 package hclconfig
 
 import (
+	"errors"
 	"fmt"
+	"io"
+	"os"
+	"strings"
 
 	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclparse"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 )
 
@@ -110,4 +115,37 @@ func jsonTooDeep(src []byte, filename string) *hcl.Range {
 		}
 	}
 	return nil
+}
+
+// ParseFile reads the configuration file at path with parser, bounded as
+// CheckConfigSource says, and parses it as HCL, or as HCL's JSON syntax
+// when the name ends in .json. At most one byte more than MaxConfigBytes
+// is read, so a huge file is refused without being read. The parser keeps
+// the source, so that WriteDiagnostics can show the lines at fault.
+func ParseFile(parser *hclparse.Parser, path string) (*hcl.File, hcl.Diagnostics) {
+	src, err := readBounded(path)
+	if err != nil {
+		return nil, hcl.Diagnostics{{
+			Severity: hcl.DiagError,
+			Summary:  "Configuration file not found",
+			Detail:   fmt.Sprintf("Could not read %s: %v. Check the path.", path, errors.Unwrap(err)),
+		}}
+	}
+	isJSON := strings.HasSuffix(path, ".json")
+	if diags := CheckConfigSource(src, path, isJSON); diags.HasErrors() {
+		return nil, diags
+	}
+	if isJSON {
+		return parser.ParseJSON(src, path)
+	}
+	return parser.ParseHCL(src, path)
+}
+
+func readBounded(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
 }

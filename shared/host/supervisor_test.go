@@ -224,3 +224,15 @@ func TestAdmission(t *testing.T) {
 		t.Errorf("a label with a newline: %v; want a refusal that quotes it", err)
 	}
 }
+
+// TestPrintable: printable text of any script is left alone; control
+// characters, separators and invalid bytes are escaped.
+func TestPrintable(t *testing.T) {
+	t.Parallel()
+	if got := Printable("nœud-01 計算"); got != "nœud-01 計算" {
+		t.Errorf("Printable changed printable text: %q", got)
+	}
+	if got := Printable("a\xffb\u2028c\td\x1b"); got != `a\xffb\u2028c\td\x1b` {
+		t.Errorf("Printable = %q", got)
+	}
+}
