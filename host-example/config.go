@@ -141,7 +141,6 @@ func loadConfig(path string) (*config, hcl.Diagnostics) {
 	return cfg, diags
 }
 
-
 // checkEngineID validates engine { id }.
 func checkEngineID(block *hcl.Block, id string) hcl.Diagnostics {
 	if id == "" {

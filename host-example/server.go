@@ -834,7 +834,6 @@ func (e *Engine) handleStatus(w http.ResponseWriter, r *http.Request) {
 
 // -- plumbing ------------------------------------------------------------
 
-
 type errorResponse struct {
 	Error string `json:"error"`
 }
