@@ -85,7 +85,7 @@ type Engine struct {
 	// bad credentials must not become a flood of log lines.
 	refusals *loglimit.Limiter
 	// status serves GET /status from a short-lived cache.
-	status statusCache
+	status host.StatusCache
 
 	// changed holds at most one pending wake-up for the run loop: a
 	// worker attached, finished or left, so a placer pass now would find
@@ -809,7 +809,7 @@ func (e *Engine) handleStatus(w http.ResponseWriter, r *http.Request) {
 	// Empty lists, not null: a status page reads .length without asking.
 	report := statusReport{EngineID: e.ID, Provisioners: []host.ProvisionerStatus{}, Workers: []workerStatus{}, Needs: []NeedStatus{}}
 	if e.StatusFunc != nil {
-		report.Provisioners = e.status.get(r.Context(), e.StatusFunc)
+		report.Provisioners = e.status.Get(r.Context(), e.StatusFunc)
 	}
 	if e.NeedsFunc != nil {
 		report.Needs = append(report.Needs, e.NeedsFunc()...)

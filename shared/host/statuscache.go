@@ -1,23 +1,20 @@
-package main
+package host
 
 import (
 	"context"
 	"sync"
 	"time"
-
-	"github.com/fluksio/provision/shared/host"
 )
 
-// GET /status is unauthenticated (an operator's curl has no worker
-// credential) and asks every plugin for its Status, which crosses a
-// process boundary and may be large. Served naively, sixteen concurrent
-// requests against a plugin reporting 200,000 outstanding jobs took the
-// engine to 3 GB. So the plugins' part of the report is fetched at most
-// once per statusMaxAge, by one request while the others wait for it, and
-// what is kept is cut to maxStatusOutstanding entries per provisioner
-// (the total is still reported). The engine's own part (workers, needs)
-// is read fresh on every request: it is in memory and bounded by the
-// connection cap.
+// An operator's status page is read by anyone who can reach it (a curl
+// has no worker credential), and it asks every plugin for its Status,
+// which crosses a process boundary and may be large. Served naively,
+// sixteen concurrent requests against a plugin reporting 200,000
+// outstanding jobs took host-example to 3 GB. So StatusCache fetches the
+// plugins' status at most once per statusMaxAge, by one caller while the
+// others wait for it, and keeps at most MaxStatusOutstanding entries per
+// provisioner (the total is still reported). What the engine holds in
+// memory itself it can read fresh.
 
 const (
 	// statusMaxAge is how stale the plugins' part of /status may be. An
@@ -27,25 +24,26 @@ const (
 	// statusFetchTimeout bounds one fetch, whoever asked for it: the
 	// fetch is shared, so it does not run on any one request's context.
 	statusFetchTimeout = 10 * time.Second
-	// maxStatusOutstanding is how many outstanding jobs per provisioner
-	// /status lists; OutstandingTotal says how many there were.
-	maxStatusOutstanding = 1000
+	// MaxStatusOutstanding is how many outstanding jobs per provisioner
+	// Get keeps; OutstandingTotal says how many there were.
+	MaxStatusOutstanding = 1000
 )
 
-// statusCache holds the last fetch of the provisioners' status.
-type statusCache struct {
+// StatusCache holds the last fetch of the provisioners' status. Its zero
+// value is ready to use.
+type StatusCache struct {
 	mu sync.Mutex // guards the fields below; never held across a fetch
 	// provs is the last fetch, taken at at.
-	provs []host.ProvisionerStatus
+	provs []ProvisionerStatus
 	at    time.Time
 	// fetching is closed when the fetch in progress ends; nil when none is.
 	fetching chan struct{}
 }
 
-// get returns the provisioners' status, no older than statusMaxAge, or
+// Get returns the provisioners' status, no older than statusMaxAge, or
 // fetches it with fetch. Only one fetch runs at a time; other callers wait
 // for it, or for ctx.
-func (c *statusCache) get(ctx context.Context, fetch func(context.Context) []host.ProvisionerStatus) []host.ProvisionerStatus {
+func (c *StatusCache) Get(ctx context.Context, fetch func(context.Context) []ProvisionerStatus) []ProvisionerStatus {
 	c.mu.Lock()
 	for {
 		if c.fetching == nil && c.provs != nil && time.Since(c.at) < statusMaxAge {
@@ -89,11 +87,11 @@ func (c *statusCache) get(ctx context.Context, fetch func(context.Context) []hos
 }
 
 // trimStatus cuts each provisioner's outstanding list to
-// maxStatusOutstanding, keeping the count. The cached value is shared by
+// MaxStatusOutstanding, keeping the count. The cached value is shared by
 // every reader, so it is never changed after this.
-func trimStatus(provs []host.ProvisionerStatus) []host.ProvisionerStatus {
+func trimStatus(provs []ProvisionerStatus) []ProvisionerStatus {
 	if provs == nil {
-		provs = []host.ProvisionerStatus{}
+		provs = []ProvisionerStatus{}
 	}
 	for i := range provs {
 		s := provs[i].Status
@@ -101,9 +99,9 @@ func trimStatus(provs []host.ProvisionerStatus) []host.ProvisionerStatus {
 			continue
 		}
 		provs[i].OutstandingTotal = len(s.Outstanding)
-		if len(s.Outstanding) > maxStatusOutstanding {
+		if len(s.Outstanding) > MaxStatusOutstanding {
 			cp := *s
-			cp.Outstanding = append(cp.Outstanding[:0:0], s.Outstanding[:maxStatusOutstanding]...)
+			cp.Outstanding = append(cp.Outstanding[:0:0], s.Outstanding[:MaxStatusOutstanding]...)
 			provs[i].Status = &cp
 		}
 	}
