@@ -106,32 +106,24 @@ func provisionAll(tb testing.TB, p *plug, names []string, timeout time.Duration)
 	tb.Helper()
 	n := len(names)
 	from := p.rec.len()
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
+	// One Provision with the whole demand, as the engine sends it: each
+	// profile's submission then runs on a goroutine of its own, so the
+	// hundred sbatch go out at once.
+	req := &shared.ProvisionRequest{}
 	for _, label := range names {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-			defer cancel()
-			<-start
-			need := shared.Need{CPUs: 1, Label: label}
-			resp, err := p.prov.Provision(ctx, &shared.ProvisionRequest{Need: need})
-			if err == nil && resp.Outcome != shared.OutcomeRequested {
-				err = fmt.Errorf("%s: %s %s", need.Label, resp.Outcome, resp.Detail)
-			}
-			if err != nil {
-				errs <- err
-			}
-		}()
+		req.Demand = append(req.Demand, shared.Demand{Need: shared.Need{CPUs: 1, Label: label}, Count: 1})
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
 	t0 := time.Now()
-	close(start)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	resp, err := p.prov.Provision(ctx, req)
+	if err != nil {
 		tb.Fatalf("Provision: %v", err)
+	}
+	for i, o := range resp.Outcomes {
+		if o.Outcome != shared.OutcomeRequested {
+			tb.Fatalf("Provision: %s: %s %s", names[i], o.Outcome, o.Detail)
+		}
 	}
 	got, err := p.rec.waitN(from, n, timeout, submitted)
 	if err != nil {

@@ -42,12 +42,12 @@ func (r *provisionRig) once(tb testing.TB) time.Duration {
 	defer cancel()
 	from := r.p.rec.len()
 	t0 := time.Now()
-	resp, err := r.p.prov.Provision(ctx, &shared.ProvisionRequest{Need: shared.Need{CPUs: 1}})
+	resp, err := r.p.prov.Provision(ctx, &shared.ProvisionRequest{Demand: []shared.Demand{{Need: shared.Need{CPUs: 1}, Count: 1}}})
 	if err != nil {
 		tb.Fatalf("Provision: %v", err)
 	}
-	if resp.Outcome != shared.OutcomeRequested {
-		tb.Fatalf("Provision: %s %s", resp.Outcome, resp.Detail)
+	if o := resp.Outcomes[0]; o.Outcome != shared.OutcomeRequested {
+		tb.Fatalf("Provision: %s %s", o.Outcome, o.Detail)
 	}
 	got, err := r.p.rec.waitN(from, 1, eventTimeout, submitted)
 	if err != nil {

@@ -557,3 +557,53 @@ func TestE2ESigtermDuringStartup(t *testing.T) {
 	}
 	e.assertCleanedUp(t, exitedAt)
 }
+
+// TestE2EBurstOneSubmission runs the engine with eight needs of one shape,
+// each a task that takes a second: the provisioner asks for the eight
+// machines in one sbatch (a job array), eight workers attach, each with
+// its own name and the array task it runs as, and each need is served.
+// The story says how many machines were asked for in how many
+// submissions.
+func TestE2EBurstOneSubmission(t *testing.T) {
+	e := newE2E(t, "e2e-burst")
+	e.killPluginsAtEnd(t)
+	cfg := e.relConfig(t, "", `  profile "small" {
+    cpus   = 1
+    ram_mb = 200
+    sbatch = ["--partition=`+e.env.Partition+`", "--time=00:10:00"]
+  }
+`, e.host, "worker")
+	p := e.startEngine(t, "-config", cfg, "-need", "cpus=1,count=8,work=1s", "-timeout", "3m")
+	code := p.wait(t, 4*time.Minute)
+	exitedAt := time.Now()
+	story := p.stdout.String()
+	t.Logf("story:\n%s", story)
+	if code != 0 {
+		t.Fatalf("exit %d, want 0\nstderr:\n%s", code, p.stderr)
+	}
+	if !strings.Contains(story, `asked for 8 "small" machine(s) in 1 submission(s)`) {
+		t.Errorf("the story does not say 8 machines were asked for in one submission")
+	}
+	if n := strings.Count(story, "(simulated work)"); n != 8 {
+		t.Errorf("%d tasks report their simulated work, want 8", n)
+	}
+	attached := map[string]string{} // worker -> the job it says it runs as
+	for _, m := range regexp.MustCompile(`worker (\S+) attached from \S+ \(Slurm job (\S+),`).FindAllStringSubmatch(story, -1) {
+		attached[m[1]] = m[2]
+	}
+	arrays := map[string]bool{}
+	for w, job := range attached {
+		array, task, ok := strings.Cut(job, "_")
+		if !ok || !strings.HasSuffix(w, "-"+task) {
+			t.Errorf("worker %s attached as job %s; want an array task matching its name", w, job)
+		}
+		arrays[array] = true
+	}
+	if len(attached) != 8 || len(arrays) != 1 {
+		t.Errorf("%d workers attached from %d arrays, want 8 from 1: %v", len(attached), len(arrays), attached)
+	}
+	if !strings.Contains(story, "all 8 need(s) served") {
+		t.Errorf("the story does not say all 8 needs were served")
+	}
+	e.assertCleanedUp(t, exitedAt)
+}

@@ -85,6 +85,9 @@ type Placer struct {
 	// that a plugin that keeps missing deadlines can be restarted. Set it
 	// before the first Pass.
 	OnDeadline func(target string, missed bool)
+	// OnBurst, if set, hears of each Provision call that asked for or
+	// cancelled machines of a profile. Set it before the first Pass.
+	OnBurst func(target string, pd shared.ProfileDemand)
 }
 
 type targetState struct {
@@ -97,6 +100,8 @@ type targetState struct {
 type needState struct {
 	id   string
 	need shared.Need
+	// work is how long its task takes; zero for the stand-in.
+	work time.Duration
 	// task and worker are set while a task for the need is out.
 	task, worker string
 	served       bool
@@ -107,8 +112,15 @@ type needState struct {
 	// uncovered is set once "nothing covers this" has been logged.
 	uncovered bool
 	// failover is, per target, the last route around a backing-off
-	// profile that was logged ("small -> cpu").
+	// profile that was logged ("small -> cpu"); route is the need asked
+	// for instead of need at that target, and tried the profiles tried on
+	// the way there.
 	failover map[string]string
+	route    map[string]shared.Need
+	tried    map[string]map[string]bool
+	// refused names the targets that could not fit the need or failed:
+	// it is asked of the next covering target instead.
+	refused map[string]bool
 }
 
 // NewPlacer returns a Placer that hands tasks out through engine and asks
@@ -125,11 +137,16 @@ func NewPlacer(logger hclog.Logger, engine *Engine, targets []Target) *Placer {
 }
 
 // Add records a need to be served and returns its id.
-func (p *Placer) Add(n shared.Need) string {
+func (p *Placer) Add(n shared.Need) string { return p.AddWork(n, 0) }
+
+// AddWork records a need whose task takes work (zero: the worker's
+// stand-in computation) and returns its id.
+func (p *Placer) AddWork(n shared.Need, work time.Duration) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	id := "need-" + strconv.Itoa(len(p.needs)+1)
-	p.needs = append(p.needs, &needState{id: id, need: n, asked: map[string]string{}, failover: map[string]string{}})
+	p.needs = append(p.needs, &needState{id: id, need: n, work: work, asked: map[string]string{}, failover: map[string]string{},
+		route: map[string]shared.Need{}, tried: map[string]map[string]bool{}, refused: map[string]bool{}})
 	return id
 }
 
@@ -240,7 +257,7 @@ func (p *Placer) match() []*needState {
 			if !taken[i] && w.shape().Fits(ns.need) {
 				taken[i], found = true, true
 				p.nextTask++
-				t := Task{ID: "task-" + strconv.Itoa(p.nextTask), Need: toNeedJSON(ns.need)}
+				t := Task{ID: "task-" + strconv.Itoa(p.nextTask), Need: toNeedJSON(ns.need), WorkSeconds: ns.work.Seconds()}
 				plans = append(plans, plan{ns, w.Name, t})
 				break
 			}
@@ -266,12 +283,15 @@ func (p *Placer) match() []*needState {
 	return waiting
 }
 
-// provision asks every target that is up and covers a waiting need for a
-// machine. Each target is asked once per need per pass; it is the
-// provisioner's business not to ask its cluster twice (one outstanding
-// request per profile), not the placer's. Each target is asked on a
-// goroutine of its own, and the pass waits at most passWait for them: a
-// target that hangs delays only itself, and is not asked again while its
+// provision tells every target that is up its whole demand: the waiting
+// needs routed to it, grouped by need. A need goes to the first target
+// that covers it and has not refused it (no fit, an error); a profile
+// backing off is routed around inside its target by asking for the next
+// fitting shape instead. Targets with no demand are told so too, because
+// demand is level-triggered: a provisioner cancels what it has pending
+// beyond what it is told, and keeps its warm minimum. Each target is asked
+// on a goroutine of its own, and the pass waits at most passWait for them:
+// a target that hangs delays only itself, and is not asked again while its
 // round lasts.
 func (p *Placer) provision(ctx context.Context, waiting []*needState) {
 	p.mu.Lock()
@@ -281,35 +301,30 @@ func (p *Placer) provision(ctx context.Context, waiting []*needState) {
 	}
 	p.mu.Unlock()
 
-	rounds := map[string][]*needState{}
+	rounds := map[string]*round{}
+	for _, t := range targets {
+		if !t.down {
+			rounds[t.Name] = &round{}
+		}
+	}
 	for _, ns := range waiting {
-		asked := 0
-		for _, t := range targets {
-			if !t.covers(ns.need) {
-				continue
-			}
-			asked++
-			if t.down {
-				p.noteOutcome(ns, t.Name, "down", nil)
-				continue
-			}
-			rounds[t.Name] = append(rounds[t.Name], ns)
+		t, ok := p.route(ns, targets)
+		if !ok {
+			continue
 		}
-		if asked == 0 {
-			p.mu.Lock()
-			first := !ns.uncovered
-			ns.uncovered = true
-			p.mu.Unlock()
-			if first {
-				p.logger.Warn("no provisioner can start a machine for this need", "need", ns.id, "spec", formatNeed(ns.need))
-			}
+		p.mu.Lock()
+		need := ns.need
+		if r, ok := ns.route[t.Name]; ok {
+			need = r
 		}
+		p.mu.Unlock()
+		rounds[t.Name].add(need, ns)
 	}
 
 	var started sync.WaitGroup
 	for _, t := range targets {
-		needs := rounds[t.Name]
-		if len(needs) == 0 {
+		rd := rounds[t.Name]
+		if rd == nil {
 			continue
 		}
 		p.mu.Lock()
@@ -324,7 +339,7 @@ func (p *Placer) provision(ctx context.Context, waiting []*needState) {
 		go func() {
 			defer p.rounds.Done()
 			defer started.Done()
-			p.askTarget(ctx, t.Target, needs)
+			p.askTarget(ctx, t.Target, rd)
 			p.mu.Lock()
 			delete(p.busy, t.Name)
 			p.mu.Unlock()
@@ -344,79 +359,169 @@ func (p *Placer) provision(ctx context.Context, waiting []*needState) {
 	}
 }
 
-// askTarget asks one target for a machine for each of needs, in turn. A
-// call that misses its deadline ends the round: the next need would only
-// wait as long again.
-//
-// A provisioner answers with its smallest fitting profile. When that
-// profile is backing off after failed submissions, the need is asked for
-// again as the next fitting shape, so that a larger profile that works
-// serves it instead of the need waiting on the broken one; and every
-// other provisioner that covers the need is asked in its own round.
-func (p *Placer) askTarget(ctx context.Context, t Target, needs []*needState) {
-	for _, ns := range needs {
-		need := ns.need
-		tried := map[string]bool{}
-		var skipped []string
-		var resp *shared.ProvisionResponse
-		var err error
-		for range len(t.Shapes) + 1 {
-			callCtx, cancel := context.WithTimeout(ctx, p.ProvisionTimeout)
-			resp, err = t.P.Provision(callCtx, &shared.ProvisionRequest{Need: need})
-			missed := callCtx.Err() == context.DeadlineExceeded && ctx.Err() == nil
-			cancel()
-			if p.OnDeadline != nil {
-				p.OnDeadline(t.Name, missed)
+// round is one target's demand in a pass: an entry per distinct need, and
+// the waiting needs each entry stands for.
+type round struct {
+	demand []shared.Demand
+	needs  [][]*needState
+}
+
+func (r *round) add(n shared.Need, ns *needState) {
+	for i, d := range r.demand {
+		if d.Need == n {
+			r.demand[i].Count++
+			r.needs[i] = append(r.needs[i], ns)
+			return
+		}
+	}
+	r.demand = append(r.demand, shared.Demand{Need: n, Count: 1})
+	r.needs = append(r.needs, []*needState{ns})
+}
+
+// route picks the target a waiting need is asked of this pass: the first
+// that is up, covers it and has not refused it. When every covering target
+// has refused it, the refusals are forgotten and the first is asked
+// again: what refused may have changed (a restart, a backoff over).
+func (p *Placer) route(ns *needState, targets []targetState) (targetState, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var covering []targetState
+	for _, t := range targets {
+		if t.covers(ns.need) {
+			covering = append(covering, t)
+		}
+	}
+	if len(covering) == 0 {
+		if !ns.uncovered {
+			ns.uncovered = true
+			p.logger.Warn("no provisioner can start a machine for this need", "need", ns.id, "spec", formatNeed(ns.need))
+		}
+		return targetState{}, false
+	}
+	for pass := 0; pass < 2; pass++ {
+		for _, t := range covering {
+			if t.down {
+				ns.asked[t.Name] = "down"
+				continue
 			}
-			if missed {
-				p.noteOutcome(ns, t.Name, fmt.Sprintf("error: no answer within %s", p.ProvisionTimeout), []any{"error", err})
-				return
+			if !ns.refused[t.Name] {
+				return t, true
 			}
-			if err != nil || resp == nil || resp.Outcome != shared.OutcomeBackingOff || resp.Profile == "" {
-				break
+		}
+		clear(ns.refused)
+	}
+	return targetState{}, false
+}
+
+// askTarget tells one target its demand and records, need by need, what
+// it did. A profile backing off makes its needs ask for the next fitting
+// shape from the next pass on, so that a larger profile that works serves
+// them instead of their waiting on the broken one; a need the target
+// cannot fit, or a call that fails, is routed to the next covering target.
+func (p *Placer) askTarget(ctx context.Context, t Target, rd *round) {
+	callCtx, cancel := context.WithTimeout(ctx, p.ProvisionTimeout)
+	resp, err := t.P.Provision(callCtx, &shared.ProvisionRequest{Demand: rd.demand, Attached: p.engine.AttachedBy(t.Name)})
+	missed := callCtx.Err() == context.DeadlineExceeded && ctx.Err() == nil
+	cancel()
+	if p.OnDeadline != nil {
+		p.OnDeadline(t.Name, missed)
+	}
+	if missed {
+		err = fmt.Errorf("no answer within %s", p.ProvisionTimeout)
+	}
+	if err == nil && len(resp.Outcomes) != len(rd.demand) {
+		err = fmt.Errorf("%d outcomes for %d demand entries", len(resp.Outcomes), len(rd.demand))
+	}
+	if err != nil {
+		for _, needs := range rd.needs {
+			for _, ns := range needs {
+				p.refuse(ns, t.Name)
+				p.noteOutcome(ns, t.Name, "error: "+err.Error(), []any{"error", err})
 			}
-			tried[resp.Profile] = true
-			next, ok := nextShape(t.Shapes, ns.need, tried)
-			if !ok {
-				break
-			}
+		}
+		return
+	}
+	p.noteProfiles(t.Name, resp.Profiles)
+	for i, o := range resp.Outcomes {
+		for _, ns := range rd.needs[i] {
+			p.noteDemand(t, ns, rd.demand[i].Need, o)
+		}
+	}
+}
+
+// noteDemand records what a target did about one need.
+func (p *Placer) noteDemand(t Target, ns *needState, asked shared.Need, o shared.DemandOutcome) {
+	desc := o.Outcome.String()
+	if o.Profile != "" {
+		desc += " " + o.Profile
+	}
+	if o.Detail != "" {
+		desc += ": " + o.Detail
+	}
+	switch o.Outcome {
+	case shared.OutcomeNoFit:
+		p.refuse(ns, t.Name)
+	case shared.OutcomeBackingOff:
+		// Ask for the next fitting shape from the next pass on. The
+		// smallest profile that fits it is its own, unless one that fits
+		// it is tried already; then a later pass tries the one after.
+		p.mu.Lock()
+		if ns.tried[t.Name] == nil {
+			ns.tried[t.Name] = map[string]bool{}
+		}
+		tried := ns.tried[t.Name]
+		tried[o.Profile] = true
+		next, ok := nextShape(t.Shapes, ns.need, tried)
+		var route string
+		if ok {
 			tried[next.Profile] = true
-			skipped = append(skipped, resp.Profile)
-			// The smallest profile that fits the next shape is the next
-			// shape's own profile, unless one that fits it is tried
-			// already; then the next pass round tries the one after.
-			need = shared.Need{CPUs: max(need.CPUs, next.CPUs), GPUs: max(need.GPUs, next.GPUs),
-				RAMMB: max(need.RAMMB, next.RAMMB), Label: ns.need.Label}
+			ns.route[t.Name] = shared.Need{CPUs: max(asked.CPUs, next.CPUs), GPUs: max(asked.GPUs, next.GPUs),
+				RAMMB: max(asked.RAMMB, next.RAMMB), Label: ns.need.Label}
+			route = o.Profile + " -> " + next.Profile
+		} else {
+			// Every shape backs off: back to the smallest, and let the
+			// other targets have a go.
+			delete(ns.route, t.Name)
+			delete(ns.tried, t.Name)
+			ns.refused[t.Name] = true
 		}
-		if err != nil {
-			p.noteOutcome(ns, t.Name, "error: "+err.Error(), []any{"error", err})
-			continue
-		}
-		if resp == nil {
-			p.noteOutcome(ns, t.Name, "error: empty response", nil)
-			continue
-		}
-		desc := resp.Outcome.String()
-		if resp.Profile != "" {
-			desc += " " + resp.Profile
-		}
-		if resp.Detail != "" {
-			desc += ": " + resp.Detail
-		}
-		if len(skipped) > 0 {
-			desc = fmt.Sprintf("failed over from %s (backing off) to: %s", strings.Join(skipped, ", "), desc)
-			// Logged once per change of route, not each pass.
-			route := strings.Join(skipped, ", ") + " -> " + resp.Profile
-			p.mu.Lock()
-			changed := ns.failover[t.Name] != route
+		changed := route != "" && ns.failover[t.Name] != route
+		if route != "" {
 			ns.failover[t.Name] = route
-			p.mu.Unlock()
-			if changed {
-				p.logger.Warn("profile backing off; asking for the next fitting profile instead", "need", ns.id, "provisioner", t.Name,
-					"failed_over_from", strings.Join(skipped, ", "), "profile", resp.Profile)
+		}
+		p.mu.Unlock()
+		if changed {
+			p.logger.Warn("profile backing off; asking for the next fitting profile instead", "need", ns.id, "provisioner", t.Name,
+				"failed_over_from", o.Profile, "profile", next.Profile)
+		}
+	}
+	p.mu.Lock()
+	if route := ns.failover[t.Name]; route != "" && o.Outcome != shared.OutcomeBackingOff {
+		desc = "failed over (" + route + "): " + desc
+	}
+	p.mu.Unlock()
+	p.noteOutcome(ns, t.Name, desc, []any{"outcome", o.Outcome.String(), "profile", o.Profile, "detail", o.Detail})
+}
+
+// refuse routes ns away from target until every covering target has
+// refused it.
+func (p *Placer) refuse(ns *needState, target string) {
+	p.mu.Lock()
+	ns.refused[target] = true
+	p.mu.Unlock()
+}
+
+// noteProfiles keeps what a target said about its profiles, for the
+// story and GET /status, and logs a burst when one was asked for.
+func (p *Placer) noteProfiles(target string, profiles []shared.ProfileDemand) {
+	for _, pd := range profiles {
+		if pd.Requested > 0 || pd.Cancelled > 0 {
+			p.logger.Info("provisioner asked for machines", "provisioner", target, "profile", pd.Profile, "wanted", pd.Wanted,
+				"requested", pd.Requested, "submissions", pd.Submissions, "cancelled", pd.Cancelled, "on_the_way", pd.OnTheWay, "attached", pd.Attached)
+			if p.OnBurst != nil {
+				p.OnBurst(target, pd)
 			}
 		}
-		p.noteOutcome(ns, t.Name, desc, []any{"outcome", resp.Outcome.String(), "profile", resp.Profile, "detail", resp.Detail})
 	}
 }
 
@@ -626,19 +731,70 @@ func formatNeed(n shared.Need) string {
 	return strings.Join(parts, ",")
 }
 
+// maxNeedCount bounds count= in one -need, far above any burst a demo
+// or a test makes.
+const maxNeedCount = 100000
+
+// needSpec is one -need flag: Count needs of one shape, each a task that
+// takes Work (zero: the worker's stand-in computation).
+type needSpec struct {
+	Need  shared.Need
+	Count int
+	Work  time.Duration
+}
+
+// parseNeedSpec reads a -need flag: a need as parseNeed takes it, with
+// count=N (how many such needs, default 1) and work=DURATION (how long
+// each task takes, such as 5s) anywhere among its keys.
+func parseNeedSpec(s string) (needSpec, error) {
+	spec := needSpec{Count: 1}
+	var rest []string
+	for _, item := range strings.Split(s, ",") {
+		key, value, _ := strings.Cut(strings.TrimSpace(item), "=")
+		switch strings.TrimSpace(key) {
+		case "count":
+			n, err := strconv.Atoi(strings.TrimSpace(value))
+			if err != nil || n < 1 || n > maxNeedCount {
+				return needSpec{}, fmt.Errorf("need %q: count=%q is not a whole number from 1 to %d", s, value, maxNeedCount)
+			}
+			spec.Count = n
+		case "work":
+			d, err := time.ParseDuration(strings.TrimSpace(value))
+			if err != nil || d <= 0 || d > 24*time.Hour {
+				return needSpec{}, fmt.Errorf("need %q: work=%q is not a duration such as 5s (more than 0, at most 24h)", s, value)
+			}
+			spec.Work = d
+		default:
+			rest = append(rest, item)
+		}
+	}
+	n, err := parseNeed(strings.Join(rest, ","))
+	if err != nil {
+		return needSpec{}, err
+	}
+	spec.Need = n
+	return spec, nil
+}
+
 // needList collects repeated -need flags: fs.Var(&needs, "need", ...).
-type needList []shared.Need
+type needList []needSpec
 
 func (l *needList) String() string {
 	parts := make([]string, len(*l))
 	for i, n := range *l {
-		parts[i] = formatNeed(n)
+		parts[i] = formatNeed(n.Need)
+		if n.Count != 1 {
+			parts[i] += ",count=" + strconv.Itoa(n.Count)
+		}
+		if n.Work > 0 {
+			parts[i] += ",work=" + n.Work.String()
+		}
 	}
 	return strings.Join(parts, " ")
 }
 
 func (l *needList) Set(s string) error {
-	n, err := parseNeed(s)
+	n, err := parseNeedSpec(s)
 	if err != nil {
 		return err
 	}

@@ -80,8 +80,13 @@ func TestNeedList(t *testing.T) {
 	}
 }
 
-func requested(shared.Need) (*shared.ProvisionResponse, error) {
-	return &shared.ProvisionResponse{Outcome: shared.OutcomeRequested, Profile: "small"}, nil
+// requested answers every demand entry "requested".
+func requested(r *shared.ProvisionRequest) (*shared.ProvisionResponse, error) {
+	resp := &shared.ProvisionResponse{}
+	for range r.Demand {
+		resp.Outcomes = append(resp.Outcomes, shared.DemandOutcome{Outcome: shared.OutcomeRequested, Profile: "small"})
+	}
+	return resp, nil
 }
 
 func TestPassNeverAsksATargetThatCannotCover(t *testing.T) {
@@ -98,8 +103,8 @@ func TestPassNeverAsksATargetThatCannotCover(t *testing.T) {
 	for range 3 {
 		p.Pass(context.Background())
 	}
-	if n := small.ProvisionCalls() + gpu.ProvisionCalls(); n != 0 {
-		t.Errorf("Provision called %d times for needs no shape covers", n)
+	if d := append(small.LastDemand(), gpu.LastDemand()...); len(d) != 0 {
+		t.Errorf("demand %+v sent for needs no shape covers", d)
 	}
 	if p.Served() {
 		t.Error("Served() with nothing served")
@@ -125,8 +130,12 @@ func TestPassAsksOnlyCoveringTargets(t *testing.T) {
 	p.Add(shared.Need{CPUs: 1, GPUs: 1})
 	p.Pass(context.Background())
 	p.Pass(context.Background())
-	if small.ProvisionCalls() != 0 || gpu.ProvisionCalls() != 2 {
-		t.Errorf("calls: small %d, gpu %d; want 0 and one per pass", small.ProvisionCalls(), gpu.ProvisionCalls())
+	// Every target is told its demand each pass, the one that cannot
+	// cover the need an empty one.
+	if small.ProvisionCalls() != 2 || gpu.ProvisionCalls() != 2 || len(small.LastDemand()) != 0 ||
+		!slices.Equal(gpu.LastDemand(), []shared.Demand{{Need: shared.Need{CPUs: 1, GPUs: 1}, Count: 1}}) {
+		t.Errorf("calls: small %d %+v, gpu %d %+v; want one each per pass, the need to gpu alone",
+			small.ProvisionCalls(), small.LastDemand(), gpu.ProvisionCalls(), gpu.LastDemand())
 	}
 	if c := strings.Count(logs.String(), "asked for a machine"); c != 1 {
 		t.Errorf("the same outcome logged %d times; want once:\n%s", c, logs)
@@ -137,7 +146,7 @@ func TestPassSkipsErrorsAndDownTargets(t *testing.T) {
 	t.Parallel()
 	logger, logs := testLogger(t)
 	broken := &sharedtest.Provisioner{Name: "broken", ShapeList: []shared.Shape{{Profile: "p", CPUs: 4}},
-		OnProvision: func(shared.Need) (*shared.ProvisionResponse, error) { return nil, shared.ErrPluginGone }}
+		OnProvision: func(*shared.ProvisionRequest) (*shared.ProvisionResponse, error) { return nil, shared.ErrPluginGone }}
 	fine := &sharedtest.Provisioner{Name: "fine", ShapeList: []shared.Shape{{Profile: "p", CPUs: 4}}, OnProvision: requested}
 	p := NewPlacer(logger, NewEngine(nil, host.NewSigner(testSecret), nil), []Target{
 		{Name: "broken", P: broken, Shapes: broken.ShapeList},
@@ -148,6 +157,10 @@ func TestPassSkipsErrorsAndDownTargets(t *testing.T) {
 	p.Pass(context.Background())
 	if broken.ProvisionCalls() != 2 || fine.ProvisionCalls() != 2 {
 		t.Errorf("calls: broken %d, fine %d; an error must not stop the others", broken.ProvisionCalls(), fine.ProvisionCalls())
+	}
+	// The need the broken one failed is asked of the next that covers it.
+	if d := fine.LastDemand(); len(d) != 1 || d[0].Count != 1 || len(broken.LastDemand()) != 0 {
+		t.Errorf("demand after an error: fine %+v, broken %+v; want the need moved to fine", d, broken.LastDemand())
 	}
 	if c := strings.Count(logs.String(), "could not ask for a machine"); c != 1 {
 		t.Errorf("error logged %d times; want once per change:\n%s", c, logs)
@@ -205,8 +218,8 @@ func TestPassPrefersAnIdleWorker(t *testing.T) {
 	if needs[0].Worker != "small" || needs[1].Worker != "big" || needs[2].State != needWaiting {
 		t.Fatalf("assignments %+v; want small, big, then waiting", needs)
 	}
-	if prov.ProvisionCalls() != 1 {
-		t.Errorf("Provision called %d times; want once, for the need left over", prov.ProvisionCalls())
+	if d := prov.LastDemand(); prov.ProvisionCalls() != 1 || len(d) != 1 || d[0].Count != 1 {
+		t.Errorf("Provision called %d times with %+v; want once, for the need left over", prov.ProvisionCalls(), d)
 	}
 
 	// The small worker leaves without reporting: the task is lost and
@@ -231,6 +244,29 @@ func TestSetTargetReplaces(t *testing.T) {
 	p.Pass(context.Background())
 	if old.ProvisionCalls() != 0 || fresh.ProvisionCalls() != 1 {
 		t.Errorf("calls: old %d, fresh %d; want the replacement asked, and up", old.ProvisionCalls(), fresh.ProvisionCalls())
+	}
+}
+
+// TestPassSendsTheWholeDemand: forty needs of one shape and two of
+// another are two demand entries, counted, and the next pass sends the
+// same demand again (level-triggered), not an increment.
+func TestPassSendsTheWholeDemand(t *testing.T) {
+	t.Parallel()
+	prov := &sharedtest.Provisioner{Name: "hpc", ShapeList: []shared.Shape{{Profile: "cpu", CPUs: 4}, {Profile: "gpu", CPUs: 8, GPUs: 1}}, OnProvision: requested}
+	p := NewPlacer(nil, NewEngine(nil, host.NewSigner(testSecret), nil), []Target{{Name: "hpc", P: prov, Shapes: prov.ShapeList}})
+	for range 40 {
+		p.Add(shared.Need{CPUs: 1})
+	}
+	p.Add(shared.Need{CPUs: 1, GPUs: 1})
+	p.Add(shared.Need{CPUs: 1, GPUs: 1})
+	want := []shared.Demand{{Need: shared.Need{CPUs: 1, GPUs: 1}, Count: 2}, {Need: shared.Need{CPUs: 1}, Count: 40}}
+	for pass := 1; pass <= 2; pass++ {
+		p.Pass(context.Background())
+		got := slices.Clone(prov.LastDemand())
+		slices.SortFunc(got, func(a, b shared.Demand) int { return a.Count - b.Count })
+		if !slices.Equal(got, want) {
+			t.Errorf("pass %d: demand %+v; want %+v", pass, got, want)
+		}
 	}
 }
 

@@ -143,7 +143,8 @@ type queuedJob struct {
 // (fluksio:v2:<engine>:<epoch>:<name>-<profile>-<hex>).
 func (e *e2e) jobs(t *testing.T) []queuedJob {
 	t.Helper()
-	out := e.env.Slurm(t, "squeue", "-h", "--name="+e.jobName(), "-o", "%i|%T|%k")
+	// -r: each array task (one machine of a burst) on a line of its own.
+	out := e.env.Slurm(t, "squeue", "-h", "-r", "--name="+e.jobName(), "-o", "%i|%T|%k")
 	var jobs []queuedJob
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		f := strings.SplitN(strings.TrimSpace(line), "|", 3)
@@ -157,6 +158,7 @@ func (e *e2e) jobs(t *testing.T) []queuedJob {
 		if i := strings.LastIndexByte(profile, '-'); i > 0 {
 			profile = profile[:i]
 		}
+		// An array's tag names the base; the tasks' workers add -<task>.
 		jobs = append(jobs, queuedJob{id: f[0], state: f[1], profile: profile})
 	}
 	return jobs
@@ -205,19 +207,49 @@ func (e *e2e) status(t *testing.T) (process string, outstanding map[string]strin
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&st) != nil {
 		return "", nil, false
 	}
+	jobs, process, ok := e.outstandingIn(st)
 	outstanding = map[string]string{}
+	for profile, ids := range jobs {
+		outstanding[profile] = ids[0]
+	}
+	return process, outstanding, ok
+}
+
+// outstandingJobs is GET /status's outstanding machines of this test's
+// provisioner, by profile.
+func (e *e2e) outstandingJobs(t *testing.T) (map[string][]string, bool) {
+	t.Helper()
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/status", e.port))
+	if err != nil {
+		return nil, false
+	}
+	defer resp.Body.Close()
+	var st relStatus
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&st) != nil {
+		return nil, false
+	}
+	jobs, _, ok := e.outstandingIn(st)
+	return jobs, ok
+}
+
+func (e *e2e) outstandingIn(st relStatus) (map[string][]string, string, bool) {
+	outstanding := map[string][]string{}
 	for _, p := range st.Provisioners {
 		if p.Name != e.name {
 			continue
 		}
 		if p.Status != nil {
 			for _, o := range p.Status.Outstanding {
-				outstanding[o.Profile] = o.Job
+				outstanding[o.Profile] = append(outstanding[o.Profile], o.Job)
 			}
 		}
-		return p.Process, outstanding, true
+		for _, ids := range outstanding {
+			sort.Strings(ids)
+		}
+		return outstanding, p.Process, true
 	}
-	return "", outstanding, true
+	return outstanding, "", true
 }
 
 func sortedIDs(m map[string][]string) string {
@@ -229,12 +261,14 @@ func sortedIDs(m map[string][]string) string {
 	return strings.Join(parts, " ")
 }
 
-// TestReliabilityPluginKilled kills the plugin with SIGKILL while it has a
-// job out for each of three profiles (four needs), so it can cancel
-// nothing and tell nobody. The supervisor must restart it within seconds
-// (the goal is 2 s), and the new process must take up the jobs the dead
-// one left instead of asking for more: at no moment may a profile of ours
-// have two jobs queued or running. A SIGTERM then leaves nothing behind.
+// TestReliabilityPluginKilled kills the plugin with SIGKILL while it has
+// machines out for each of three profiles (four needs: two of them one
+// array of two "small" machines), so it can cancel nothing and tell
+// nobody. The supervisor must restart it within seconds (the goal is 2 s),
+// and the new process must take up the machines the dead one left instead
+// of asking for more: at no moment may a profile of ours have more
+// machines queued or running than are wanted of it. A SIGTERM then leaves
+// nothing behind.
 func TestReliabilityPluginKilled(t *testing.T) {
 	e := newE2E(t, "rel-kill")
 	e.killPluginsAtEnd(t)
@@ -251,13 +285,14 @@ func TestReliabilityPluginKilled(t *testing.T) {
 		"-need", "cpus=2", "-need", "gpus=1,label=cuda", "-need", "cpus=1", "-need", "cpus=1", "-timeout", "5m")
 	reapMasters(t, p)
 
+	want := map[string]int{"cpu": 1, "gpu": 1, "small": 2}
 	var before map[string][]string
-	poll(t, 60*time.Second, "a job for each of cpu, gpu and small in squeue", func() bool {
+	poll(t, 60*time.Second, "the wanted machines of cpu, gpu and small in squeue", func() bool {
 		if p.exited() {
 			t.Fatalf("the engine exited early\nstdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)
 		}
 		before = activeByProfile(e.jobs(t))
-		return len(before["cpu"]) == 1 && len(before["gpu"]) == 1 && len(before["small"]) == 1
+		return len(before["cpu"]) == 1 && len(before["gpu"]) == 1 && len(before["small"]) == 2
 	})
 	pids := e.pluginPIDs(t)
 	if len(pids) != 1 {
@@ -276,7 +311,7 @@ func TestReliabilityPluginKilled(t *testing.T) {
 	var restarted time.Duration
 	var settled time.Time
 	var samples, doubled int
-	var after map[string]string
+	var after map[string][]string
 	nextQueue := time.Time{}
 	for {
 		if p.exited() {
@@ -292,7 +327,8 @@ func TestReliabilityPluginKilled(t *testing.T) {
 		if now.Sub(killed) > 90*time.Second {
 			t.Fatalf("90s after the kill, the outstanding requests are %v; want one for each of cpu, gpu and small", after)
 		}
-		process, outstanding, ok := e.status(t)
+		process, _, ok := e.status(t)
+		outstanding, _ := e.outstandingJobs(t)
 		if ok && restarted == 0 && strings.HasPrefix(process, "running (restarts: 1,") {
 			restarted = time.Since(killed)
 			t.Logf("kill -> running again: %.2fs (%s)", restarted.Seconds(), process)
@@ -302,16 +338,16 @@ func TestReliabilityPluginKilled(t *testing.T) {
 				t.Fatalf("the plugin restarted twice: %s", process)
 			}
 			after = outstanding
-			if settled.IsZero() && after["cpu"] != "" && after["gpu"] != "" && after["small"] != "" {
+			if settled.IsZero() && len(after["cpu"]) == 1 && len(after["gpu"]) == 1 && len(after["small"]) == 2 {
 				settled = time.Now()
 			}
 		}
 		if now.After(nextQueue) {
 			samples++
 			for profile, ids := range activeByProfile(e.jobs(t)) {
-				if len(ids) > 1 {
+				if len(ids) > want[profile] {
 					if doubled == 0 {
-						t.Errorf("%.1fs after the kill, profile %s has %d jobs pending or running: %v", time.Since(killed).Seconds(), profile, len(ids), ids)
+						t.Errorf("%.1fs after the kill, profile %s has %d machines pending or running: %v; %d are wanted", time.Since(killed).Seconds(), profile, len(ids), ids, want[profile])
 					}
 					doubled++
 				}
@@ -323,16 +359,19 @@ func TestReliabilityPluginKilled(t *testing.T) {
 	if restarted > 2*time.Second {
 		t.Logf("NOTE: the restart took %.2fs, over the 2s goal", restarted.Seconds())
 	}
-	adopted := 0
+	adopted, total := 0, 0
 	for profile, ids := range before {
-		if after[profile] == ids[0] {
-			adopted++
+		for _, id := range ids {
+			total++
+			if slices.Contains(after[profile], id) {
+				adopted++
+			}
 		}
 	}
-	t.Logf("after the restart: outstanding %v; %d of %d jobs of the killed plugin adopted; %d squeue samples, %d profile(s) seen with two jobs",
-		after, adopted, len(before), samples, doubled)
-	if adopted != len(before) {
-		t.Errorf("the restarted plugin took up %d of the %d jobs the killed one left (outstanding %v, before %s)", adopted, len(before), after, sortedIDs(before))
+	t.Logf("after the restart: outstanding %v; %d of %d machines of the killed plugin adopted; %d squeue samples, %d profile(s) seen with more than wanted",
+		after, adopted, total, samples, doubled)
+	if adopted != total {
+		t.Errorf("the restarted plugin took up %d of the %d machines the killed one left (outstanding %v, before %s)", adopted, total, after, sortedIDs(before))
 	}
 
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {

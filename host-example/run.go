@@ -43,7 +43,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "the configuration `file` (required)")
 	var needs needList
-	fs.Var(&needs, "need", "a node to place: cpus=N[,gpus=N][,ram_mb=N][,label=L] (repeatable)")
+	fs.Var(&needs, "need", "nodes to place: cpus=N[,gpus=N][,ram_mb=N][,label=L][,count=N][,work=DURATION] (repeatable)")
 	timeout := fs.Duration("timeout", 0, "give up on the needs after this long (0: never)")
 	level := fs.String("log-level", "info", "trace, debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -166,6 +166,15 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 	}
 
 	d.placer = NewPlacer(logger.Named("placer"), d.engine, nil)
+	d.placer.OnBurst = func(target string, pd shared.ProfileDemand) {
+		if pd.Requested > 0 {
+			story.say("%s: asked for %d %q machine(s) in %d submission(s) (wanted %d, on the way %d, attached %d)",
+				target, pd.Requested, pd.Profile, pd.Submissions, pd.Wanted, pd.OnTheWay, pd.Attached)
+		}
+		if pd.Cancelled > 0 {
+			story.say("%s: demand fell; gave up %d pending %q machine(s)", target, pd.Cancelled, pd.Profile)
+		}
+	}
 	supByName := map[string]*host.Supervisor{}
 	d.placer.OnDeadline = func(name string, missed bool) {
 		if s := supByName[name]; s != nil {
@@ -238,10 +247,26 @@ func (d *daemon) start(ctx context.Context) hcl.Diagnostics {
 
 // run places needs until all are served (0), timeout passes (1, if not
 // zero) or ctx ends (0 without needs, 1 with).
-func (d *daemon) run(ctx context.Context, needs []shared.Need, timeout time.Duration) int {
-	for _, n := range needs {
-		id := d.placer.Add(n)
-		d.story.say("%s needs %s: asking the provisioners that cover it", id, formatNeed(n))
+func (d *daemon) run(ctx context.Context, specs []needSpec, timeout time.Duration) int {
+	needs := 0
+	for _, spec := range specs {
+		var first, last string
+		for range spec.Count {
+			last = d.placer.AddWork(spec.Need, spec.Work)
+			if first == "" {
+				first = last
+			}
+		}
+		needs += spec.Count
+		what := formatNeed(spec.Need)
+		if spec.Work > 0 {
+			what += fmt.Sprintf(" for %s of work", spec.Work)
+		}
+		if spec.Count == 1 {
+			d.story.say("%s needs %s: asking the provisioners that cover it", first, what)
+		} else {
+			d.story.say("%s..%s: %d needs of %s: asking the provisioners that cover them", first, last, spec.Count, what)
+		}
 	}
 	var deadline <-chan time.Time
 	if timeout > 0 {
@@ -256,14 +281,14 @@ func (d *daemon) run(ctx context.Context, needs []shared.Need, timeout time.Dura
 
 	d.placer.Pass(ctx)
 	for {
-		if len(needs) > 0 && d.placer.Served() {
-			d.story.say("all %d need(s) served; shutting down", len(needs))
+		if needs > 0 && d.placer.Served() {
+			d.story.say("all %d need(s) served; shutting down", needs)
 			return 0
 		}
 		select {
 		case <-ctx.Done():
 			d.story.say("signal received; shutting down")
-			if len(needs) > 0 {
+			if needs > 0 {
 				return 1
 			}
 			return 0

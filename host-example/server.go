@@ -134,6 +134,9 @@ func (w WorkerInfo) shape() shared.Shape {
 type Task struct {
 	ID   string   `json:"id"`
 	Need needJSON `json:"need"`
+	// WorkSeconds is how long the task takes; zero means the worker's
+	// stand-in computation.
+	WorkSeconds float64 `json:"work_seconds,omitempty"`
 }
 
 // needJSON is a shared.Need on the wire.

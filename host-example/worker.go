@@ -146,7 +146,7 @@ func parseWorkerArgs(args []string, getenv func(string) string, stderr io.Writer
 		maxIdle:    time.Duration(*maxIdle * float64(time.Second)),
 		token:      token,
 		hostname:   host,
-		slurmJobID: getenv("SLURM_JOB_ID"),
+		slurmJobID: slurmJobID(getenv),
 		slurmCPUs:  getenv("SLURM_CPUS_ON_NODE"),
 		goneAfter:  engineGoneAfter,
 		retryFirst: 250 * time.Millisecond,
@@ -222,7 +222,7 @@ func (w *workerClient) run(ctx context.Context) int {
 		}
 
 		w.log.Printf("running %s", task.ID)
-		res := w.work(*task)
+		res := w.work(ctx, *task)
 		if err := w.report(ctx, res); err != nil {
 			if ctx.Err() != nil {
 				continue
@@ -269,17 +269,31 @@ func (w *workerClient) poll(ctx context.Context, left time.Duration) (*Task, err
 }
 
 // work runs a task. The work itself is a stand-in: say where it ran and
-// with how much, and prove it ran by computing something.
-func (w *workerClient) work(t Task) resultRequest {
+// with how much, and prove it ran by computing something. A task with
+// WorkSeconds sleeps that long instead, and says so: it stands for work
+// that takes time, so that a burst's parallelism shows, without loading
+// a machine the sandbox shares with every other worker.
+func (w *workerClient) work(ctx context.Context, t Task) resultRequest {
 	cpus := w.cfg.cpus
 	if n, err := strconv.Atoi(w.cfg.slurmCPUs); err == nil && n > 0 {
 		cpus = n
 	}
-	const below = 100000
-	return resultRequest{
-		TaskID: t.ID, Hostname: w.cfg.hostname, SlurmJobID: w.cfg.slurmJobID, CPUs: cpus,
-		Output: fmt.Sprintf("%d primes below %d on %s with %d cpus", countPrimes(below), below, w.cfg.hostname, cpus),
+	res := resultRequest{TaskID: t.ID, Hostname: w.cfg.hostname, SlurmJobID: w.cfg.slurmJobID, CPUs: cpus}
+	if t.WorkSeconds > 0 {
+		d := time.Duration(min(t.WorkSeconds, 24*3600) * float64(time.Second))
+		timer := time.NewTimer(d)
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+			res.Output = fmt.Sprintf("slept %s (simulated work) on %s with %d cpus", d, w.cfg.hostname, cpus)
+		case <-ctx.Done():
+			res.Output = fmt.Sprintf("interrupted after part of %s of simulated work on %s", d, w.cfg.hostname)
+		}
+		return res
 	}
+	const below = 100000
+	res.Output = fmt.Sprintf("%d primes below %d on %s with %d cpus", countPrimes(below), below, w.cfg.hostname, cpus)
+	return res
 }
 
 func (w *workerClient) report(ctx context.Context, res resultRequest) error {
@@ -440,4 +454,14 @@ func countPrimes(n int) int {
 		}
 	}
 	return count
+}
+
+// slurmJobID is the job this worker runs as, the way its provisioner
+// recorded it: <array job>_<task> for an array task (a burst's machine),
+// else SLURM_JOB_ID.
+func slurmJobID(getenv func(string) string) string {
+	if job, task := getenv("SLURM_ARRAY_JOB_ID"), getenv("SLURM_ARRAY_TASK_ID"); job != "" && task != "" {
+		return job + "_" + task
+	}
+	return getenv("SLURM_JOB_ID")
 }

@@ -45,11 +45,18 @@ func TestFullLoop(t *testing.T) {
 		Name:      "hpc",
 		ShapeList: []shared.Shape{{Profile: "gpu", CPUs: 4, GPUs: 1, RAMMB: 16000, Labels: []string{"gpu", "a100"}}},
 	}
-	prov.OnProvision = func(n shared.Need) (*shared.ProvisionResponse, error) {
+	prov.OnProvision = func(r *shared.ProvisionRequest) (*shared.ProvisionResponse, error) {
 		mu.Lock()
 		defer mu.Unlock()
-		if started {
-			return &shared.ProvisionResponse{Outcome: shared.OutcomeOutstanding, Profile: "gpu"}, nil
+		answer := func(o shared.ProvisionOutcome) *shared.ProvisionResponse {
+			resp := &shared.ProvisionResponse{}
+			for range r.Demand {
+				resp.Outcomes = append(resp.Outcomes, shared.DemandOutcome{Outcome: o, Profile: "gpu"})
+			}
+			return resp
+		}
+		if started || len(r.Demand) == 0 {
+			return answer(shared.OutcomeOutstanding), nil
 		}
 		started = true
 		// What the Slurm plugin does, minus Slurm: mint a credential for
@@ -70,7 +77,7 @@ func TestFullLoop(t *testing.T) {
 			defer workers.Done()
 			exited <- runWorker(ctx, args, env, workerLog)
 		}()
-		return &shared.ProvisionResponse{Outcome: shared.OutcomeRequested, Profile: "gpu"}, nil
+		return answer(shared.OutcomeRequested), nil
 	}
 
 	p := NewPlacer(e.logger, e, []Target{{Name: "hpc", P: prov, Shapes: prov.ShapeList}})

@@ -9,7 +9,11 @@ import (
 // ContractVersion is the version of the Provisioner contract this package
 // speaks, reported by Info. Minor versions only add fields and methods;
 // a plugin built against 1.x keeps working with any 1.y host.
-const ContractVersion = "1.0"
+//
+// 2.0 changed Provision from one machine per call to the engine's whole
+// demand per call (ProvisionRequest.Demand), which a 1.x plugin cannot
+// read; the handshake's protocol version changed with it.
+const ContractVersion = "2.0"
 
 // Provisioner is somewhere machines can be asked for.
 //
@@ -51,10 +55,14 @@ type Provisioner interface {
 	// the need. It never asks for anything.
 	Covers(context.Context, *CoversRequest) (*CoversResponse, error)
 
-	// Provision asks for one machine that fits the need. It returns at
-	// once: the machine arrives later, by its worker attaching to the
-	// engine. The response says whether a request was made, was already
-	// outstanding, or could not be made.
+	// Provision tells the provisioner the engine's whole demand on it:
+	// how many machines of each need it wants now. The provisioner asks
+	// for the difference between that and what it already has on the way,
+	// within its caps, and may cancel what is still pending beyond it.
+	// Demand is level-triggered: the same demand twice asks for nothing
+	// new. Provision returns at once: machines arrive later, by their
+	// workers attaching to the engine. The response says, need by need,
+	// what was done.
 	Provision(context.Context, *ProvisionRequest) (*ProvisionResponse, error)
 
 	// Reconcile forgets requests whose worker has attached and gives up on
@@ -223,23 +231,43 @@ type CoversResponse struct {
 	Profile string
 }
 
-// ProvisionRequest asks for a machine.
+// ProvisionRequest is the engine's whole demand on one provisioner now.
 type ProvisionRequest struct {
-	Need Need
+	// Demand lists what the engine wants machines for: Count machines
+	// that fit Need, for each entry. It is everything the engine wants of
+	// this provisioner that no idle worker serves, including what it asked
+	// for before and is still waiting for; not an increment. An empty
+	// Demand means nothing is wanted now.
+	Demand []Demand
+	// Attached names this provisioner's workers attached right now, as in
+	// ReconcileRequest, so that a machine that has just arrived counts as
+	// arrived, not as still on its way.
+	Attached []string
+}
+
+// Demand is Count machines that fit Need.
+type Demand struct {
+	Need  Need
+	Count int
 }
 
 // ProvisionOutcome says what a Provision call did.
 type ProvisionOutcome int
 
 const (
-	// OutcomeRequested: a request was made; a worker should attach.
+	// OutcomeRequested: this call asked for machines for the need.
 	OutcomeRequested ProvisionOutcome = iota + 1
-	// OutcomeOutstanding: a request for this profile is already out.
+	// OutcomeOutstanding: enough machines for the need are already on
+	// their way (or a submission for its profile is in flight, and the
+	// rest will be asked for when it ends).
 	OutcomeOutstanding
 	// OutcomeNoFit: no profile fits the need.
 	OutcomeNoFit
 	// OutcomeBackingOff: recent submissions failed; asking again later.
 	OutcomeBackingOff
+	// OutcomeCapped: a cap (max_workers, max_pending) holds the profile
+	// or the provisioner below the demand; Detail says which.
+	OutcomeCapped
 )
 
 func (o ProvisionOutcome) String() string {
@@ -252,17 +280,47 @@ func (o ProvisionOutcome) String() string {
 		return "no_fit"
 	case OutcomeBackingOff:
 		return "backing_off"
+	case OutcomeCapped:
+		return "capped"
 	}
 	return "unknown"
 }
 
 // ProvisionResponse says what a Provision call did.
 type ProvisionResponse struct {
+	// Outcomes answers the request's Demand entry by entry, in order.
+	Outcomes []DemandOutcome
+	// Profiles says, for each profile the demand reached, where its
+	// machines stand after this call.
+	Profiles []ProfileDemand
+}
+
+// DemandOutcome is what Provision did about one Demand entry.
+type DemandOutcome struct {
 	Outcome ProvisionOutcome
-	// Profile is the profile chosen, empty with OutcomeNoFit.
+	// Profile is the profile the need maps to, empty with OutcomeNoFit.
 	Profile string
 	// Detail says why, for anything but OutcomeRequested.
 	Detail string
+}
+
+// ProfileDemand is one profile's machines after a Provision call.
+type ProfileDemand struct {
+	Profile string
+	// Wanted is the demand that maps to the profile, raised to its
+	// min_workers.
+	Wanted int
+	// OnTheWay counts machines asked for whose worker has not attached:
+	// pending in the queue, starting, or being submitted.
+	OnTheWay int
+	// Attached counts the profile's workers attached now.
+	Attached int
+	// Requested is how many machines this call asked for, in
+	// Submissions submissions (sbatch calls, for Slurm).
+	Requested, Submissions int
+	// Cancelled is how many pending machines this call gave up because
+	// the demand fell below what was on the way.
+	Cancelled int
 }
 
 // ReconcileRequest carries the names of the workers attached right now.
@@ -293,6 +351,34 @@ type StatusResponse struct {
 	// BackingOff lists profiles whose recent submissions failed and that
 	// will not be asked for again until a time.
 	BackingOff []Backoff
+	// Counts says, per profile, where its machines stand and which
+	// submissions made those still on their way.
+	Counts []ProfileCounts
+	// Notes are conditions an operator should know of that are not
+	// errors, such as a cluster that refuses job arrays.
+	Notes []string
+}
+
+// ProfileCounts is one profile's machines.
+type ProfileCounts struct {
+	Profile string
+	// Pending machines wait in the queue (or are being submitted);
+	// Starting ones run and their worker has not attached yet; Attached
+	// ones have a worker attached.
+	Pending, Starting, Attached int
+	// Submissions made the machines still on their way.
+	Submissions []Submission
+}
+
+// Submission is one request to the cluster for one or more machines.
+type Submission struct {
+	// Job is the scheduler's id for it (an array job's id for a burst).
+	Job string
+	// Machines is how many machines it asked for, and OnTheWay how many
+	// of them have not attached and are still wanted.
+	Machines, OnTheWay int
+	// Age is how long ago it was made.
+	Age time.Duration
 }
 
 // Backoff is a profile waiting after failed submissions.

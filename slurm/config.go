@@ -51,6 +51,24 @@ const (
 	defaultAttachTimeout = "10m"
 )
 
+// Caps, each with the reason for its value. A burst of machines is one
+// sbatch however large (array.go), so what a site feels is how many jobs
+// sit in its queue and how many nodes one account holds, not how many
+// submissions reach slurmctld.
+const (
+	// defaultMaxWorkers caps a provisioner's machines alive at once
+	// (pending + starting + attached): 256 is a large flow's worth and a
+	// fraction of any cluster worth bursting to, and a runaway engine
+	// cannot take a whole partition.
+	defaultMaxWorkers = 256
+	// defaultMaxPending caps its machines waiting in the queue at once:
+	// 64 is one burst that reaches real parallelism in one queue wait,
+	// well below the per-user job limits sites set (MaxSubmitJobs is
+	// commonly in the hundreds to thousands), and it keeps the fair-share
+	// cost of machines nobody ends up using small.
+	defaultMaxPending = 64
+)
+
 // minPollInterval is the interval below which validation warns: a squeue
 // every few seconds is what site rules forbid.
 const minPollInterval = 10 * time.Second
@@ -79,6 +97,11 @@ type Config struct {
 	// from false and 0; fillDefaults fills them in (see ssh.go).
 	Multiplex   *bool `json:"multiplex"`
 	MaxSessions *int  `json:"max_sessions"`
+	// MaxWorkers and MaxPending cap the whole provisioner (see
+	// defaultMaxWorkers); a profile may cap itself lower.
+	// Pointers, like Multiplex, so that absent can be told from 0.
+	MaxWorkers *int `json:"max_workers"`
+	MaxPending *int `json:"max_pending"`
 	// Profiles are decoded one by one in decodeConfig, so that a type
 	// error can be reported with the index of its profile.
 	Profiles []Profile `json:"-"`
@@ -103,6 +126,11 @@ type Profile struct {
 	// with the worker in it. Deliberately not pip: what is installed on a
 	// cluster is somebody's decision, not this provisioner's.
 	Prerun []string `json:"prerun"`
+	// MinWorkers are kept alive whatever the demand: warm machines. Zero
+	// MaxWorkers and MaxPending mean the provisioner's caps alone.
+	MinWorkers int `json:"min_workers"`
+	MaxWorkers int `json:"max_workers"`
+	MaxPending int `json:"max_pending"`
 }
 
 // UnmarshalJSON fills in the schema's defaults for whatever is absent or
@@ -154,6 +182,10 @@ func schema() *shared.Schema {
 				Description: "How long a worker's credential is good for. Unset: as long as its job can live (provision_timeout plus the profile's --time plus 10 minutes; without a --time, the engine's cap). The engine caps every credential (12 hours by default)."},
 			{Name: "worker_command", Type: shared.TypeListString, Default: []string{defaultWorker},
 				Description: "The worker program and any leading arguments, as installed on the compute nodes."},
+			{Name: "max_workers", Type: shared.TypeInt, Default: defaultMaxWorkers,
+				Description: "The most machines this provisioner keeps alive at once, pending, starting and attached, over all profiles."},
+			{Name: "max_pending", Type: shared.TypeInt, Default: defaultMaxPending,
+				Description: "The most machines this provisioner keeps waiting in the queue at once, over all profiles. A burst is one sbatch (a job array), so this bounds the queue, not the submissions."},
 		},
 		Blocks: []shared.BlockType{{
 			Name:        "profile",
@@ -173,6 +205,12 @@ func schema() *shared.Schema {
 					Description: "sbatch options, one per line, written into the script as #SBATCH lines: partition, time, account."},
 				{Name: "prerun", Type: shared.TypeListString,
 					Description: "Shell lines run before the worker starts, such as module load or activating a venv."},
+				{Name: "min_workers", Type: shared.TypeInt, Default: 0,
+					Description: "Machines of this profile kept alive whatever the demand (warm workers). Each still leaves after max_idle without work, and is asked for again."},
+				{Name: "max_workers", Type: shared.TypeInt, Default: 0,
+					Description: "The most machines of this profile alive at once; 0 means only the provisioner's max_workers caps it."},
+				{Name: "max_pending", Type: shared.TypeInt, Default: 0,
+					Description: "The most machines of this profile waiting in the queue at once; 0 means only the provisioner's max_pending caps it."},
 			}},
 		}},
 	}
@@ -263,6 +301,15 @@ func (c *Config) fillDefaults() {
 	} {
 		if *d.v == "" {
 			*d.v = d.def
+		}
+	}
+	for _, d := range []struct {
+		v   **int
+		def int
+	}{{&c.MaxWorkers, defaultMaxWorkers}, {&c.MaxPending, defaultMaxPending}} {
+		if *d.v == nil {
+			v := d.def
+			*d.v = &v
 		}
 	}
 	if c.WorkerCommand == nil {
@@ -431,7 +478,65 @@ func validate(s *settings) shared.Diagnostics {
 	for i, p := range s.Profiles {
 		diags = append(diags, validateProfile(strconv.Itoa(i), p, seen)...)
 	}
+	diags = append(diags, validateCaps(s)...)
 	return diags
+}
+
+// maxCap bounds every cap: far above any cluster an engine bursts to, so
+// that arithmetic on counts stays small.
+const maxCap = 1_000_000
+
+// validateCaps checks max_workers, max_pending and min_workers, at the
+// provisioner and in each profile, against each other.
+func validateCaps(s *settings) shared.Diagnostics {
+	var diags shared.Diagnostics
+	add := func(d shared.Diagnostic) { diags = append(diags, d) }
+	for _, c := range []struct {
+		name string
+		v    int
+	}{{"max_workers", *s.MaxWorkers}, {"max_pending", *s.MaxPending}} {
+		if c.v < 1 || c.v > maxCap {
+			add(shared.Errorf([]string{c.name}, "Invalid "+c.name, "%s must be between 1 and %d; got %d.", c.name, maxCap, c.v))
+		}
+	}
+	warm := 0
+	for i, p := range s.Profiles {
+		at := func(name string) []string { return []string{"profile", strconv.Itoa(i), name} }
+		for _, c := range []struct {
+			name string
+			v    int
+		}{{"min_workers", p.MinWorkers}, {"max_workers", p.MaxWorkers}, {"max_pending", p.MaxPending}} {
+			if c.v < 0 || c.v > maxCap {
+				add(shared.Errorf(at(c.name), "Invalid "+c.name, "%s must be between 0 and %d; got %d.", c.name, maxCap, c.v))
+			}
+		}
+		if p.MinWorkers > 0 && p.MaxWorkers > 0 && p.MinWorkers > p.MaxWorkers {
+			add(shared.Errorf(at("min_workers"), "min_workers above max_workers",
+				"Profile %s keeps %d warm but may have only %d alive; lower min_workers or raise max_workers.", p.Name, p.MinWorkers, p.MaxWorkers))
+		}
+		warm += max(0, p.MinWorkers)
+	}
+	if *s.MaxWorkers >= 1 && warm > *s.MaxWorkers {
+		add(shared.Errorf([]string{"max_workers"}, "min_workers add up to more than max_workers",
+			"The profiles keep %d machines warm in all, but the provisioner may have only %d alive; lower their min_workers or raise max_workers.", warm, *s.MaxWorkers))
+	}
+	return diags
+}
+
+// maxWorkers and maxPending are a profile's caps in effect: its own when
+// set, and never above the provisioner's.
+func (s *settings) maxWorkers(p Profile) int {
+	if p.MaxWorkers > 0 {
+		return min(p.MaxWorkers, *s.MaxWorkers)
+	}
+	return *s.MaxWorkers
+}
+
+func (s *settings) maxPending(p Profile) int {
+	if p.MaxPending > 0 {
+		return min(p.MaxPending, *s.MaxPending)
+	}
+	return *s.MaxPending
 }
 
 func validateProfile(i string, p Profile, seen map[string]bool) shared.Diagnostics {
@@ -502,7 +607,7 @@ var reserved = []struct {
 	{"--comment", "", "the provisioner records the worker's name in the job's comment so that it can find the job again"},
 	{"--parsable", "", "the provisioner passes it on the command line and reads the job id from its output"},
 	{"--wrap", "", "the provisioner's script is the job; a wrapped command would replace it"},
-	{"--array", "a", "one request starts one worker; an array would start many with the same name and credential"},
+	{"--array", "a", "the provisioner asks for bursts as job arrays itself, with a worker name and a credential per task; a profile's own array would start many workers with one"},
 	{"--wait", "W", "sbatch would not return until the job ends, so every submission would time out"},
 	{"--clusters", "M", "squeue and scancel run without it, so the provisioner would lose sight of the job"},
 	{"--test-only", "", "sbatch would only test the script and submit nothing"},

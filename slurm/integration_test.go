@@ -33,6 +33,7 @@ import (
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/shared/host"
 	"github.com/fluksio/provision/shared/plugin"
+	"github.com/fluksio/provision/shared/sharedtest"
 )
 
 const (
@@ -232,6 +233,8 @@ func newWorker(t *testing.T) *worker {
 # Records how it was started, then waits like a worker with nothing to do.
 rec=%s
 id=${SLURM_JOB_ID:-none}
+# An array task is recorded as its provisioner names it: <array>_<task>.
+[ -n "$SLURM_ARRAY_TASK_ID" ] && id=${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}
 for a in "$@"; do printf '%%s\n' "$a"; done > "$rec/$id.args.part"
 env > "$rec/$id.env.part"
 tr '\000' '\n' < /proc/$$/cmdline > "$rec/$id.cmdline.part"
@@ -292,6 +295,8 @@ type rig struct {
 	// engineID and epoch go to Configure; empty as from an engine that
 	// says none. The configure function may set them.
 	engineID, epoch string
+	// wants is the demand the test has expressed so far.
+	wants sharedtest.Wants
 }
 
 func profile(name string, cpus, gpus int, ramMB int64, labels, sbatch []string) map[string]any {
@@ -443,7 +448,7 @@ func completeConfig(t *testing.T, cfg map[string]any, s *shared.Schema) {
 
 func (r *rig) provision(t *testing.T, need shared.Need, wantProfile string) {
 	t.Helper()
-	resp, err := r.prov.Provision(context.Background(), &shared.ProvisionRequest{Need: need})
+	resp, _, err := r.wants.Ask(context.Background(), r.prov, need, 1)
 	if err != nil {
 		t.Fatalf("Provision(%+v): %v", need, err)
 	}
@@ -912,4 +917,120 @@ func sameSet(a, b []string) bool {
 	slices.Sort(a)
 	slices.Sort(b)
 	return slices.Equal(a, b)
+}
+
+// TestIntegrationBurstIsOneArray asks the real Slurm for six machines of
+// one profile and two of another in one demand: one sbatch each, a job
+// array, whose tasks are one machine apiece, each with its own worker
+// name and credential (what each task's worker was started with is read
+// from the task itself). The same demand again asks for nothing; a
+// smaller one gives up pending tasks, never running ones; Shutdown
+// cancels the rest.
+func TestIntegrationBurstIsOneArray(t *testing.T) {
+	r := newRig(t, "burst", func(r *rig) map[string]any {
+		// hold keeps the big profile's tasks pending until released, so
+		// that falling demand has pending tasks to give up.
+		return r.config(
+			profile("small", 1, 0, 100, nil, r.sbatch()),
+			profile("held", 1, 0, 150, nil, r.sbatch("--hold")),
+		)
+	})
+	ctx := context.Background()
+	small, held := shared.Need{Label: "small"}, shared.Need{Label: "held"}
+	req := &shared.ProvisionRequest{Demand: []shared.Demand{{Need: small, Count: 2}, {Need: held, Count: 6}}}
+	resp, err := r.prov.Provision(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []struct {
+		name string
+		n    int
+	}{{"small", 2}, {"held", 6}} {
+		if pd := findProfile(resp, p.name); pd.Requested != p.n || pd.Submissions != 1 {
+			t.Errorf("%s: %+v, want %d requested in 1 submission", p.name, pd, p.n)
+		}
+	}
+	evs := r.events.waitN(t, "8 worker_provisioned", 2*eventTimeout, 8, func(ev shared.Event) bool { return ev.Kind == shared.EventWorkerProvisioned })
+	arrays := map[string][]string{} // array job -> workers
+	for _, ev := range evs {
+		job, task, ok := strings.Cut(ev.Job, "_")
+		if !ok || !strings.HasSuffix(ev.Worker, "-"+task) {
+			t.Errorf("%+v: want an array task whose worker ends in -<task>", ev)
+		}
+		arrays[job] = append(arrays[job], ev.Worker)
+	}
+	if len(arrays) != 2 {
+		t.Fatalf("%d arrays for 2 profiles: %v", len(arrays), arrays)
+	}
+	// What Slurm recorded: one job per profile, an array of the right
+	// size, each task tagged for the array.
+	for job, workers := range arrays {
+		out, err := slurm(r.env, "scontrol", "show", "job", job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out, "ArrayJobId="+job) || !strings.Contains(out, "ArrayTaskId=") {
+			t.Errorf("scontrol show job %s does not show an array:\n%s", job, out)
+		}
+		tasks, err := slurm(r.env, "squeue", "-h", "-r", "-j", job, "-o", "%i")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(strings.Fields(tasks)); n != len(workers) {
+			t.Errorf("array %s has %d tasks in squeue -r, want %d:\n%s", job, n, len(workers), tasks)
+		}
+		if len(workers) != 2 {
+			continue
+		}
+		// The small profile runs: each task's worker has its own
+		// credential, the one minted for its own name.
+		for _, w := range workers {
+			task := w[strings.LastIndexByte(w, '-')+1:]
+			_, env, _ := r.worker.recording(t, job+"_"+task)
+			if got, want := envValue(env, "FLUKSIO_WORKER_TOKEN"), r.signer.token(w); got == "" || got != want {
+				t.Errorf("task %s: FLUKSIO_WORKER_TOKEN %q, want the one minted for %s (%q)", task, got, w, want)
+			}
+		}
+	}
+	if t0, t1 := r.signer.token(arrays[firstKey(arrays)][0]), r.signer.token(arrays[firstKey(arrays)][1]); t0 == t1 {
+		t.Errorf("two tasks share a credential")
+	}
+
+	// The same demand: nothing new.
+	again, err := r.prov.Provision(ctx, req)
+	if err != nil || findProfile(again, "held").Requested != 0 || findProfile(again, "small").Requested != 0 {
+		t.Errorf("the same demand again: %+v %v", again, err)
+	}
+	// Demand falls to two held machines: four pending tasks are given up.
+	fewer := &shared.ProvisionRequest{Demand: []shared.Demand{{Need: small, Count: 2}, {Need: held, Count: 2}}}
+	less, err := r.prov.Provision(ctx, fewer)
+	if err != nil || findProfile(less, "held").Cancelled != 4 {
+		t.Fatalf("demand 2 of 6 held: %+v %v", less, err)
+	}
+	cancelled := r.events.waitN(t, "4 worker_cancelled", eventTimeout, 4, func(ev shared.Event) bool { return ev.Kind == shared.EventWorkerCancelled })
+	for _, ev := range cancelled {
+		if _, task, _ := strings.Cut(ev.Job, "_"); task < "2" {
+			t.Errorf("gave up %s; want the newest tasks (2-5)", ev.Job)
+		}
+	}
+	r.stop(t)
+	waitQueueEmpty(t, r.env, r.name)
+}
+
+func findProfile(resp *shared.ProvisionResponse, profile string) shared.ProfileDemand {
+	for _, pd := range resp.Profiles {
+		if pd.Profile == profile {
+			return pd
+		}
+	}
+	return shared.ProfileDemand{}
+}
+
+func firstKey(m map[string][]string) string {
+	for k, v := range m {
+		if len(v) == 2 {
+			return k
+		}
+	}
+	return ""
 }

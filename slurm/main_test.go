@@ -407,6 +407,8 @@ type harness struct {
 	clock *fakeClock
 	logs  *syncBuffer
 	fake  *fakeCluster
+	// wants is the demand the test has expressed so far (want).
+	wants sharedtest.Wants
 }
 
 // newHarness configures a Provisioner named "hpc" whose ssh is the fake
@@ -461,13 +463,33 @@ func (h *harness) configure(t *testing.T, edit func(map[string]any)) {
 	<-h.p.adoptTried
 }
 
-func (h *harness) provision(t *testing.T, need shared.Need) *shared.ProvisionResponse {
+func (h *harness) provision(t *testing.T, need shared.Need) *shared.DemandOutcome {
 	t.Helper()
-	resp, err := h.p.Provision(context.Background(), &shared.ProvisionRequest{Need: need})
+	o, _, err := h.wants.Ask(context.Background(), h.p, need, 1)
 	if err != nil {
 		t.Fatalf("Provision(%+v): %v", need, err)
 	}
-	return resp
+	return o
+}
+
+// provisionAll is provision, with the whole response.
+func (h *harness) provisionAll(t *testing.T, need shared.Need) (*shared.DemandOutcome, *shared.ProvisionResponse) {
+	t.Helper()
+	o, resp, err := h.wants.Ask(context.Background(), h.p, need, 1)
+	if err != nil {
+		t.Fatalf("Provision(%+v): %v", need, err)
+	}
+	return o, resp
+}
+
+// profileDemand is resp's entry for profile.
+func profileDemand(resp *shared.ProvisionResponse, profile string) shared.ProfileDemand {
+	for _, pd := range resp.Profiles {
+		if pd.Profile == profile {
+			return pd
+		}
+	}
+	return shared.ProfileDemand{}
 }
 
 func (h *harness) status(t *testing.T) *shared.StatusResponse {
@@ -477,4 +499,15 @@ func (h *harness) status(t *testing.T) *shared.StatusResponse {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// requestOf is the first request of profile in the books, nil if there is
+// none. p.mu must be held.
+func (p *Provisioner) requestOf(profile string) *request {
+	for _, r := range p.sortedLocked() {
+		if r.profile == profile {
+			return r
+		}
+	}
+	return nil
 }

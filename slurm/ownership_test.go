@@ -1,6 +1,7 @@
 package slurm_test
 
 import (
+	"context"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -52,8 +53,9 @@ func jobState(t *testing.T, env sandboxtest.Env, job string) string {
 // production) stay; this engine's job from an earlier secret is
 // cancelled though it runs, since its worker can never attach; its
 // current-epoch job is adopted; a job that lands late (as an sbatch does
-// that went on after its ssh died) is cancelled on the next poll as a
-// second job for its profile; and Shutdown cancels what it adopted.
+// that went on after its ssh died) is adopted on the next poll, and given
+// up when the demand does not want it; and Shutdown cancels what it
+// adopted.
 // Before, ownership was the job name: the person's job and the other
 // engine's pending job were cancelled at start.
 func TestIntegrationTouchesOnlyItsOwnJobs(t *testing.T) {
@@ -82,8 +84,18 @@ func TestIntegrationTouchesOnlyItsOwnJobs(t *testing.T) {
 		t.Fatalf("outstanding %+v; want the current epoch's job %s adopted", st.Outstanding, current)
 	}
 
-	// A submission lands late: the next poll finds it and cancels it.
+	// A submission lands late: the next poll finds it and adopts it, and
+	// the engine hears of it.
 	late := submitAs(t, env, r.name, "fluksio:v2:prod:e1:"+r.name+"-cpu-00000004", true)
+	r.events.wait(t, "the late job adopted", eventTimeout, func(ev shared.Event) bool {
+		return ev.Kind == shared.EventWorkerProvisioned && ev.Job == late
+	})
+	// The engine wants one machine: the newer of the two pending, the
+	// late one, is given up.
+	o, presp, err := r.wants.Ask(context.Background(), r.prov, shared.Need{CPUs: 1}, 1)
+	if err != nil || o.Outcome != shared.OutcomeOutstanding || findProfile(presp, "cpu").Cancelled != 1 {
+		t.Fatalf("Provision with one wanted: %+v %+v %v", o, presp, err)
+	}
 	r.events.wait(t, "the late job cancelled", eventTimeout, func(ev shared.Event) bool {
 		return ev.Kind == shared.EventWorkerCancelled && ev.Job == late
 	})

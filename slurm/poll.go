@@ -9,14 +9,12 @@ package slurm
 import (
 	"bufio"
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os/exec"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -104,10 +102,15 @@ func parseRows(out []byte) []jobRow {
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		f := strings.SplitN(strings.TrimSpace(sc.Text()), "|", 5)
-		if len(f) != 5 || !isJobID(f[0]) || !stateRE.MatchString(f[1]) {
+		if len(f) != 5 || !stateRE.MatchString(f[1]) {
 			continue
 		}
-		rows = append(rows, jobRow{id: f[0], state: f[1], reason: f[2], start: f[3], comment: strings.TrimSpace(f[4])})
+		// squeue -r prints each array task on a line of its own
+		// ("123_7"); without it, or from an older squeue, a pending
+		// array is one line ("123_[4-9%2]"), which stands for each task.
+		for _, id := range expandJobID(f[0]) {
+			rows = append(rows, jobRow{id: id, state: f[1], reason: f[2], start: f[3], comment: strings.TrimSpace(f[4])})
+		}
 	}
 	return rows
 }
@@ -134,7 +137,9 @@ func withStderr(err error, stderr []byte) error {
 // name, and another account's engine may well call its provisioner "hpc"
 // too. Its jobs are not this one's to adopt, and scancel would refuse.
 func (p *Provisioner) listJobs(ctx context.Context, cfg *settings, all bool) ([]jobRow, error) {
-	args := []string{"squeue", "-h", "--me"}
+	// -r: one line per array task, so that a burst's machines are seen
+	// one by one.
+	args := []string{"squeue", "-h", "-r", "--me"}
 	if all {
 		args = append(args, "-t", "all")
 	}
@@ -147,7 +152,8 @@ func (p *Provisioner) listJobs(ctx context.Context, cfg *settings, all bool) ([]
 }
 
 // jobsByComment maps the comment of each of this provisioner's queued or
-// running jobs to its id, with one squeue.
+// running jobs to its id (an array's own id for its tasks), with one
+// squeue.
 func (p *Provisioner) jobsByComment(ctx context.Context, cfg *settings) (map[string]string, error) {
 	stdout, stderr, err := p.call(ctx, nil, "squeue", "-h", "--me", "--name="+jobName(cfg.name), "-o", commentFormat)
 	if err != nil {
@@ -158,8 +164,13 @@ func (p *Provisioner) jobsByComment(ctx context.Context, cfg *settings) (map[str
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		id, comment, ok := strings.Cut(strings.TrimSpace(sc.Text()), "|")
-		if ok && isJobID(id) {
-			ids[strings.TrimSpace(comment)] = id
+		if !ok {
+			continue
+		}
+		// An array's tasks share its comment; the job is the array's.
+		if all := expandJobID(id); len(all) > 0 {
+			job, _ := splitTask(all[0])
+			ids[strings.TrimSpace(comment)] = job
 		}
 	}
 	return ids, nil
@@ -208,15 +219,17 @@ func answerLost(err error, stderr []byte) bool {
 // job could not be looked for: it stays outstanding, so that the profile
 // is not asked for twice, until the poller finds its job or finds the
 // queue without it, or provision_timeout passes.
-func (p *Provisioner) outcomeUnknown(cfg *settings, r *request, detail string, lookupErr error) {
+func (p *Provisioner) outcomeUnknown(cfg *settings, live []*request, detail string, lookupErr error) {
 	p.mu.Lock()
-	if r.phase == phaseSubmitting {
-		r.phase = phaseAnswerLost
+	for _, r := range live {
+		if r.phase == phaseSubmitting {
+			r.phase = phaseAnswerLost
+		}
 	}
 	p.lastErr = truncate(detail + "; then could not look for its job: " + lookupErr.Error())
 	p.mu.Unlock()
 	cfg.log.Warn("sbatch's answer was lost and the queue could not be read; will look for its job on the next poll",
-		"profile", r.profile, "worker", r.worker, "error", detail, "lookup_error", lookupErr)
+		"profile", live[0].profile, "worker", live[0].tag, "machines", len(live), "error", detail, "lookup_error", lookupErr)
 	p.wakePoller()
 }
 
@@ -309,10 +322,10 @@ func (p *Provisioner) pollOnce(ctx context.Context) {
 	cancelling := len(p.cancelling) > 0
 	watchingLate := p.now().Before(p.watchUntil)
 	var watched []watch
-	for _, prof := range cfg.Profiles {
+	for _, r := range p.sortedLocked() {
 		// A submission still running is left to finish: its own event
 		// must reach the engine before any about its job.
-		if r := p.outstanding[prof.Name]; r != nil && r.finished() && (r.phase == phaseQueued || r.phase == phaseAnswerLost) {
+		if r.finished() && (r.phase == phaseQueued || r.phase == phaseAnswerLost) {
 			watched = append(watched, watch{r: r, job: r.job})
 		}
 	}
@@ -388,11 +401,12 @@ func (p *Provisioner) queueReadable(cfg *settings) {
 // The failures count towards the profile's backoff.
 func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, rows []jobRow) {
 	byID := map[string]jobRow{}
-	byComment := map[string]jobRow{}
+	// byComment holds every row of a comment: an array's tasks share one.
+	byComment := map[string][]jobRow{}
 	for _, row := range rows {
 		byID[row.id] = row
 		if row.comment != "" {
-			byComment[row.comment] = row
+			byComment[row.comment] = append(byComment[row.comment], row)
 		}
 	}
 	type report struct {
@@ -408,11 +422,15 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 		p.mu.Unlock()
 		return
 	}
+	// A burst whose tasks all fail at once is one failure of its
+	// profile, not one per task: failed holds each profile's last detail,
+	// counted once at the end.
+	failed := map[string]string{}
 	forget := func(r *request, detail string) {
-		delete(p.outstanding, r.profile)
+		delete(p.outstanding, r.worker)
 		r.phase = phaseFailed
 		p.lastErr = detail
-		p.countFailureLocked(r.profile, detail)
+		failed[r.profile] = detail
 		reports = append(reports, report{
 			ev:  shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Job: r.job, Worker: r.worker, Detail: detail},
 			msg: "a request failed before its worker attached",
@@ -420,12 +438,12 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 	}
 	for _, w := range watched {
 		r := w.r
-		if p.outstanding[r.profile] != r || r.job != w.job {
+		if p.outstanding[r.worker] != r || r.job != w.job {
 			continue
 		}
 		row, listed := byID[r.job]
 		if r.phase == phaseAnswerLost {
-			if row, listed = byComment[cfg.comment(r.worker)]; !listed {
+			if row, listed = taskRow(byComment[cfg.comment(r.tag)], r.task); !listed {
 				forget(r, fmt.Sprintf("the answer to worker %s's sbatch was lost, and the queue has no job for it: it was not submitted", r.worker))
 				p.watchUntil = now.Add(cfg.provisionTimeout)
 				continue
@@ -450,11 +468,11 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 			}
 			forget(r, fmt.Sprintf("job %s ended %s before its worker attached", r.job, state))
 		case row.state == "PENDING" && reasonNeverClears(row.reason):
-			delete(p.outstanding, r.profile)
+			delete(p.outstanding, r.worker)
 			r.phase = phaseFailed
 			why := fmt.Sprintf("pending for %s, which waiting does not clear", row.reason)
 			p.lastErr = "job " + r.job + " was " + why
-			p.countFailureLocked(r.profile, p.lastErr)
+			failed[r.profile] = p.lastErr
 			cancels = append(cancels, jobRef{job: r.job, profile: r.profile, worker: r.worker, age: now.Sub(r.since), why: why})
 		default:
 			r.slurmState = row.state
@@ -462,6 +480,9 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 				r.running = now
 			}
 		}
+	}
+	for profile, detail := range failed {
+		p.countFailureLocked(profile, detail)
 	}
 	p.mu.Unlock()
 
@@ -477,10 +498,32 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 	p.cancelJobs(p.life, cfg, host, cancels, "cancelled a job that can never start")
 }
 
+// taskRow is the row among rows (the rows of one comment) for array task
+// task, or for the job itself when task is -1.
+func taskRow(rows []jobRow, task int) (jobRow, bool) {
+	for _, row := range rows {
+		if _, t := splitTask(row.id); t == task {
+			return row, true
+		}
+	}
+	return jobRow{}, false
+}
+
 // adoptAtStart is Configure's adoption: one squeue for the jobs still
 // queued or running. If the queue cannot be read, the poller tries again
 // on each cycle until it can.
 func (p *Provisioner) adoptAtStart(ctx context.Context, cfg *settings, host shared.Host) {
+	// How large a burst one sbatch may be is read before any submission
+	// begins: submissions wait for this first look.
+	n := p.readArraySize(ctx)
+	p.mu.Lock()
+	if p.arrayNote == "" {
+		p.maxArray = n
+		if n <= 1 {
+			p.arrayNote = "the cluster's MaxArraySize allows no job arrays; submitting one job per machine"
+		}
+	}
+	p.mu.Unlock()
 	rows, err := p.listJobs(ctx, cfg, false)
 	if err != nil {
 		if p.polling.Err() != nil {
@@ -501,31 +544,28 @@ var closedDone = func() chan struct{} {
 	return c
 }()
 
-// adopt keeps the books level-triggered: it takes over the jobs of this
-// engine that the books do not hold, so that they are polled, expired and
-// cancelled at shutdown like this run's own. It runs at Configure, for
-// the jobs an earlier run left, and then on every poll cycle, for a
-// submission that landed after it was given up on: ssh was killed, or its
-// answer was lost and the queue did not have it yet, but the sbatch on
-// the login node went on.
+// adopt keeps the books level-triggered: it takes over the machines of
+// this engine that the books do not hold, so that they are polled,
+// expired and cancelled at shutdown like this run's own. It runs at
+// Configure, for the jobs an earlier run left, and then on every poll
+// cycle, for a submission that landed after it was given up on: ssh was
+// killed, or its answer was lost and the queue did not have it yet, but
+// the sbatch on the login node went on. Each machine (a job, or one task
+// of an array) is adopted on its own, its worker read from the tag and
+// its task, its age counted from now, and the engine hears of it
+// (worker_provisioned), so that its worker may attach. A request of this
+// run that has not begun its submission yields to an adopted machine of
+// its profile (superseded). Whether all of them are still wanted is the
+// demand's business: Provision gives up what is pending beyond it.
 //
-// Each profile with nothing outstanding adopts one job: at Configure its
-// oldest pending job, else its oldest running one; later only pending
-// ones, since a running job the books do not hold is one whose worker
-// arrived. Its worker is read from the tag and its age counted from now.
-//
+// At Configure every machine is adopted; later only pending ones, since
+// a running machine the books do not hold is one whose worker arrived.
 // Jobs nobody would ever use are cancelled, with one scancel: a pending
-// job whose tag names no worker of a configured profile, or a second job
-// for a profile; and any job of this engine from another credential
-// epoch, running or not, because its worker cannot attach. Other running
-// jobs are not: their worker may be attached and busy, and one that is
-// not leaves by itself (max_idle, or when it cannot reach the engine).
-// Jobs without this engine's tag are never touched (tag.go).
+// job whose tag names no worker of a configured profile, and any job of
+// this engine from another credential epoch, running or not, because its
+// worker cannot attach. Jobs without this engine's tag are never touched
+// (tag.go).
 func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host, rows []jobRow) {
-	type candidate struct {
-		row    jobRow
-		worker string
-	}
 	p.mu.Lock()
 	if p.shut {
 		p.mu.Unlock()
@@ -545,74 +585,56 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 	for _, j := range p.cancelling {
 		ours[j.worker] = true
 	}
-	byProfile := map[string][]candidate{}
 	var strays []jobRef
 	var leftAlone []jobRow
+	var adopted []*request
 	foreign := 0
+	now := p.now()
 	for _, row := range rows {
 		if endedStates[row.state] || row.state == "COMPLETING" {
 			continue
 		}
 		tag, mine := cfg.ours(row.comment)
-		switch {
-		case !mine:
+		if !mine {
 			foreign++
 			continue
-		case ours[tag.worker]:
+		}
+		worker := machineWorker(tag.worker, row.id)
+		_, task := splitTask(row.id)
+		profile, why := cfg.profileOf(tag.worker)
+		switch {
+		case ours[worker] || (task < 0 && ours[tag.worker]) || (first && ours[tag.worker]):
 			continue // This run's own.
 		case tag.epoch != cfg.epoch:
-			profile, _ := cfg.profileOf(tag.worker)
-			strays = append(strays, jobRef{job: row.id, profile: profile, worker: tag.worker,
+			strays = append(strays, jobRef{job: row.id, profile: profile, worker: worker,
 				why: "its worker holds a credential signed with an earlier secret of the engine (epoch " + tag.epoch + ") and can never attach"})
 			continue
 		case !first && row.state != "PENDING":
 			continue // Its worker arrived, or will leave by itself.
-		}
-		profile, why := cfg.profileOf(tag.worker)
-		switch {
-		case why == "":
-			byProfile[profile] = append(byProfile[profile], candidate{row: row, worker: tag.worker})
-		case row.state == "PENDING":
-			strays = append(strays, jobRef{job: row.id, profile: profile, worker: tag.worker, why: "found in the queue: " + why})
-		default:
+		case why != "" && row.state == "PENDING":
+			strays = append(strays, jobRef{job: row.id, profile: profile, worker: worker, why: "found in the queue: " + why})
+			continue
+		case why != "":
 			leftAlone = append(leftAlone, row)
+			continue
 		}
+		r := &request{profile: profile, worker: worker, tag: tag.worker, task: task, batch: 1, since: now, cancel: func() {}, done: closedDone,
+			job: row.id, slurmState: row.state, phase: phaseQueued}
+		if row.state == "RUNNING" {
+			r.running = now
+		}
+		p.outstanding[worker] = r
+		ours[worker] = true
+		adopted = append(adopted, r)
 	}
-	now := p.now()
-	var adopted []*request
-	for _, prof := range cfg.Profiles {
-		cands := byProfile[prof.Name]
-		slices.SortFunc(cands, func(a, b candidate) int {
-			return cmp.Or(
-				cmp.Compare(boolInt(a.row.state != "PENDING"), boolInt(b.row.state != "PENDING")),
-				cmp.Compare(len(a.row.id), len(b.row.id)),
-				strings.Compare(a.row.id, b.row.id))
-		})
-		for _, c := range cands {
-			holder := p.outstanding[prof.Name]
-			switch {
-			case holder == nil || holder.phase == phaseAwaitingAdoption:
-				// A request of this run that has not begun its
-				// submission yields to the job already queued.
-				r := &request{profile: prof.Name, worker: c.worker, since: now, cancel: func() {}, done: closedDone,
-					job: c.row.id, slurmState: c.row.state, phase: phaseQueued}
-				if c.row.state == "RUNNING" {
-					r.running = now
-				}
-				if holder != nil {
-					holder.phase, holder.supersededBy = phaseSuperseded, c.row.id
-				}
-				p.outstanding[prof.Name] = r
-				adopted = append(adopted, r)
-			case c.row.state == "PENDING":
-				has := "worker " + holder.worker
-				if holder.job != "" {
-					has = "job " + holder.job
-				}
-				strays = append(strays, jobRef{job: c.row.id, profile: prof.Name, worker: c.worker,
-					why: fmt.Sprintf("found in the queue: a second job for profile %s, which already has %s", prof.Name, has)})
-			default:
-				leftAlone = append(leftAlone, c.row)
+	// A request of this run that has not begun its submission yields to
+	// a machine of its profile already queued, one for one.
+	for _, a := range adopted {
+		for _, r := range p.sortedLocked() {
+			if r.profile == a.profile && r.phase == phaseAwaitingAdoption {
+				r.phase, r.supersededBy = phaseSuperseded, a.job
+				delete(p.outstanding, r.worker)
+				break
 			}
 		}
 	}
@@ -623,11 +645,13 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 		cfg.log.Debug("left alone jobs of the same name that are not this engine's", "count", foreign, "engine_id", cfg.engineID)
 	}
 	for _, r := range adopted {
-		msg := "adopted a job left by an earlier run"
+		msg := "adopted a machine left by an earlier run"
 		if !first {
-			msg = "adopted a job that reached the queue after its submission was given up on"
+			msg = "adopted a machine that reached the queue after its submission was given up on"
 		}
 		cfg.log.Info(msg, "profile", r.profile, "job", r.job, "worker", r.worker, "state", r.slurmState)
+		p.publish(p.life, cfg, host, shared.Event{Kind: shared.EventWorkerProvisioned, Profile: r.profile, Job: r.job, Worker: r.worker,
+			Detail: "found in the queue and adopted"})
 	}
 	if first {
 		for _, row := range leftAlone {
@@ -644,30 +668,62 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 	}
 }
 
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // profileOf reads the profile from the name of a worker of this
-// provisioner, <provisioner>-<profile>-<8 hex digits>, taken from a job's
-// tag. why says what is wrong when it does not name a worker of a
-// configured profile.
+// provisioner: <provisioner>-<profile>-<8 hex digits>, taken from a job's
+// tag, or an array task's <provisioner>-<profile>-<8 hex digits>-<task>.
+// why says what is wrong when it does not name a worker of a configured
+// profile.
 func (s *settings) profileOf(worker string) (profile, why string) {
 	rest, ok := strings.CutPrefix(worker, s.name+"-")
-	n := len(rest)
-	if !ok || n < 10 || rest[n-9] != '-' || !isLowerHex(rest[n-8:]) || !shared.ValidName(rest[:n-9]) {
-		return "", fmt.Sprintf("its tag names worker %s, which is not a worker of provisioner %s", strconv.Quote(truncateTo(worker, 80)), s.name)
-	}
-	profile = rest[:n-9]
-	for _, p := range s.Profiles {
-		if p.Name == profile {
-			return profile, ""
+	var candidates []string
+	if ok {
+		candidates = append(candidates, rest)
+		// An array task's name ends in -<task>; a profile's name may too,
+		// so both readings are tried, a configured profile first.
+		if i := strings.LastIndexByte(rest, '-'); i > 0 && isDigits(rest[i+1:]) {
+			candidates = append(candidates, rest[:i])
 		}
 	}
-	return profile, fmt.Sprintf("profile %s is not configured", profile)
+	var first string
+	for _, c := range candidates {
+		n := len(c)
+		if n < 10 || c[n-9] != '-' || !isLowerHex(c[n-8:]) || !shared.ValidName(c[:n-9]) {
+			continue
+		}
+		name := c[:n-9]
+		if _, configured := s.profile(name); configured {
+			return name, ""
+		}
+		if first == "" {
+			first = name
+		}
+	}
+	if first == "" {
+		return "", fmt.Sprintf("its tag names worker %s, which is not a worker of provisioner %s", strconv.Quote(truncateTo(worker, 80)), s.name)
+	}
+	return first, fmt.Sprintf("profile %s is not configured", first)
+}
+
+// machineWorker is the worker of the machine a queue row stands for: the
+// worker its tag names for a job of its own, <tag>-<task> for an array
+// task.
+func machineWorker(tagWorker, rowID string) string {
+	if _, task := splitTask(rowID); task >= 0 {
+		return tagWorker + "-" + strconv.Itoa(task)
+	}
+	return tagWorker
+}
+
+func isDigits(s string) bool {
+	if s == "" || len(s) > 7 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 func isLowerHex(s string) bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -29,10 +30,11 @@ func manyProfiles(n int) func(map[string]any) {
 // its submission had finished, and returns its worker.
 func (h *harness) addJob(profile, job string) string {
 	n, _ := strconv.Atoi(job)
-	r := &request{profile: profile, worker: fmt.Sprintf("hpc-%s-%08x", profile, n), since: h.clock.Now(),
+	w := fmt.Sprintf("hpc-%s-%08x", profile, n)
+	r := &request{profile: profile, worker: w, tag: w, task: -1, batch: 1, since: h.clock.Now(),
 		cancel: func() {}, done: closedDone, job: job, phase: phaseQueued}
 	h.p.mu.Lock()
-	h.p.outstanding[profile] = r
+	h.p.outstanding[w] = r
 	h.p.mu.Unlock()
 	return r.worker
 }
@@ -73,7 +75,7 @@ func (h *harness) outstanding(t *testing.T) map[string]shared.Outstanding {
 	return m
 }
 
-var pollArgv = []string{"squeue", "-h", "--me", "-t", "all", "--name=fluksio-hpc", "-o", "'%i|%T|%r|%S|%k'"}
+var pollArgv = []string{"squeue", "-h", "-r", "--me", "-t", "all", "--name=fluksio-hpc", "-o", "'%i|%T|%r|%S|%k'"}
 
 func TestPollOneQueryPerCycle(t *testing.T) {
 	for _, n := range []int{1, 10, 100} {
@@ -218,7 +220,7 @@ func TestPollKeepsRunningAndPendingJobs(t *testing.T) {
 		}
 	}
 	h.p.mu.Lock()
-	running := h.p.outstanding["cpu"].running
+	running := h.p.requestOf("cpu").running
 	h.p.mu.Unlock()
 	if !running.IsZero() {
 		t.Errorf("running since %s before the job ran", running)
@@ -229,7 +231,7 @@ func TestPollKeepsRunningAndPendingJobs(t *testing.T) {
 	h.clock.Advance(time.Minute)
 	h.p.pollOnce(ctx)
 	h.p.mu.Lock()
-	running = h.p.outstanding["cpu"].running
+	running = h.p.requestOf("cpu").running
 	h.p.mu.Unlock()
 	if want := h.clock.Now().Add(-time.Minute); !running.Equal(want) {
 		t.Errorf("running since %s, want %s (the first cycle that saw it)", running, want)
@@ -434,7 +436,9 @@ func TestBackoff(t *testing.T) {
 			t.Fatalf("BackingOff after the wait = %+v", st.BackingOff)
 		}
 	}
-	// Other profiles are not held back.
+	// Other profiles are not held back. (The cpu machine is not wanted
+	// meanwhile, or this demand would ask for it too.)
+	h.wants.Set(cpuNeed, 0)
 	if r := h.provision(t, gpuNeed); r.Outcome != shared.OutcomeRequested {
 		t.Errorf("gpu: %+v", r)
 	}
@@ -684,7 +688,7 @@ func TestAdoption(t *testing.T) {
 	h.configure(t, nil)
 
 	squeues := h.fake.callsTo("squeue")
-	if want := []string{"squeue", "-h", "--me", "--name=fluksio-hpc", "-o", "'%i|%T|%r|%S|%k'"}; len(squeues) != 1 || !slices.Equal(squeues[0].remote(), want) {
+	if want := []string{"squeue", "-h", "-r", "--me", "--name=fluksio-hpc", "-o", "'%i|%T|%r|%S|%k'"}; len(squeues) != 1 || !slices.Equal(squeues[0].remote(), want) {
 		t.Fatalf("squeue calls = %+v, want one %q", squeues, want)
 	}
 	scancels := h.fake.callsTo("scancel")
@@ -692,18 +696,24 @@ func TestAdoption(t *testing.T) {
 		t.Fatalf("%d scancel calls, want 1", len(scancels))
 	}
 	cancelled := slices.Sorted(slices.Values(scancels[0].remote()[1:]))
-	if !slices.Equal(cancelled, []string{"501", "504", "506", "513"}) {
+	if !slices.Equal(cancelled, []string{"504", "506", "513"}) {
 		t.Errorf("cancelled %v", cancelled)
 	}
 	why := map[string]string{}
+	adoptedEvents := map[string]string{}
 	for _, ev := range h.host.Events() {
-		if ev.Kind != shared.EventWorkerCancelled {
+		switch ev.Kind {
+		case shared.EventWorkerCancelled:
+			why[ev.Job] = ev.Detail
+		case shared.EventWorkerProvisioned:
+			// The engine hears of every adopted machine, so that its
+			// worker may attach.
+			adoptedEvents[ev.Job] = ev.Worker
+		default:
 			t.Errorf("event %+v", ev)
 		}
-		why[ev.Job] = ev.Detail
 	}
 	for job, want := range map[string]string{
-		"501": "a second job for profile cpu, which already has job 500",
 		"504": "profile old is not configured",
 		"506": `its tag names worker "other-cpu-0000000f", which is not a worker of provisioner hpc`,
 		"513": "credential signed with an earlier secret",
@@ -712,44 +722,69 @@ func TestAdoption(t *testing.T) {
 			t.Errorf("job %s: detail %q, want %q", job, why[job], want)
 		}
 	}
-
 	for _, job := range []string{"505", "509", "510", "511", "512"} {
 		if _, touched := why[job]; touched {
 			t.Errorf("job %s is not this engine's, and was cancelled", job)
 		}
 	}
 
-	got := h.outstanding(t)
-	if o := got["cpu"]; o.Job != "500" || o.Worker != "hpc-cpu-0000000a" || o.State != "PENDING" || o.Age != 0 {
-		t.Errorf("cpu: %+v (the oldest pending job)", o)
+	// Every machine of this engine's configured profiles is adopted, each
+	// with the worker its tag names and its age counted from now.
+	adopted := map[string]string{}
+	for _, o := range h.status(t).Outstanding {
+		adopted[o.Job] = o.Worker + " " + o.State
+		if o.Age != 0 {
+			t.Errorf("%+v: age counted from before the adoption", o)
+		}
 	}
-	if o := got["gpu"]; o.Job != "502" || o.Worker != "hpc-gpu-0000000c" || o.State != "RUNNING" {
-		t.Errorf("gpu: %+v (the oldest running job)", o)
+	want := map[string]string{
+		"500": "hpc-cpu-0000000a PENDING", "501": "hpc-cpu-0000000b PENDING", "499": "hpc-cpu-00000009 RUNNING",
+		"502": "hpc-gpu-0000000c RUNNING", "503": "hpc-gpu-0000000d RUNNING",
+	}
+	if !maps.Equal(adopted, want) {
+		t.Errorf("adopted %v, want %v", adopted, want)
+	}
+	for job, w := range want {
+		if worker, _, _ := strings.Cut(w, " "); adoptedEvents[job] != worker {
+			t.Errorf("no worker_provisioned for adopted job %s (%s); events %v", job, worker, adoptedEvents)
+		}
 	}
 	h.p.mu.Lock()
-	running := h.p.outstanding["gpu"].running
+	running := h.p.requestOf("gpu").running
 	h.p.mu.Unlock()
 	if !running.Equal(h.clock.Now()) {
 		t.Errorf("adopted running job runs since %s", running)
-	}
-	if r := h.provision(t, cpuNeed); r.Outcome != shared.OutcomeOutstanding {
-		t.Errorf("Provision = %+v", r)
 	}
 	if !h.p.pollWanted() {
 		t.Error("the poller does not watch adopted jobs")
 	}
 	logs := h.logs.String()
-	if strings.Count(logs, "adopted a job left by an earlier run") != 2 || strings.Count(logs, "left alone a running job") != 3 {
+	if strings.Count(logs, "adopted a machine left by an earlier run") != 5 || strings.Count(logs, "left alone a running job") != 1 {
 		t.Errorf("logs:\n%s", logs)
+	}
+
+	// The engine wants one cpu machine: one runs already, so the two
+	// pending ones are given up; gpu's are running and stay, wanted or
+	// not, since their workers are about to attach.
+	r, resp := h.provisionAll(t, cpuNeed)
+	if r.Outcome != shared.OutcomeOutstanding {
+		t.Errorf("Provision = %+v", r)
+	}
+	if pd := profileDemand(resp, "cpu"); pd.Cancelled != 2 || pd.OnTheWay != 1 {
+		t.Errorf("cpu after the demand: %+v, want 2 cancelled and 1 on the way", pd)
+	}
+	eventually(t, "the pending cpu jobs to be cancelled", func() bool { return len(h.fake.callsTo("scancel")) == 2 })
+	if got := h.fake.callsTo("scancel")[1].remote(); !slices.Equal(slices.Sorted(slices.Values(got[1:])), []string{"500", "501"}) {
+		t.Errorf("scancel %q, want the two pending cpu jobs", got)
 	}
 
 	// Reconcile and Shutdown treat them as their own.
 	if resp, err := h.p.Reconcile(context.Background(), &shared.ReconcileRequest{Attached: []string{"hpc-gpu-0000000c"}}); err != nil || !slices.Equal(resp.Arrived, []string{"hpc-gpu-0000000c"}) {
 		t.Errorf("Reconcile = %+v, %v", resp, err)
 	}
-	resp, err := h.p.Shutdown(context.Background(), &shared.ShutdownRequest{})
-	if err != nil || !slices.Equal(resp.Cancelled, []string{"500"}) {
-		t.Errorf("Shutdown = %+v, %v", resp, err)
+	sresp, err := h.p.Shutdown(context.Background(), &shared.ShutdownRequest{})
+	if err != nil || !slices.Equal(slices.Sorted(slices.Values(sresp.Cancelled)), []string{"499", "503"}) {
+		t.Errorf("Shutdown = %+v, %v; want the two machines that never attached", sresp, err)
 	}
 }
 
@@ -782,20 +817,27 @@ func TestAdoptionRetriedByThePoller(t *testing.T) {
 	)
 	before := h.calls()
 	h.p.pollOnce(ctx)
-	if d := h.calls() - before; d != 2 {
-		t.Errorf("%d Slurm calls, want squeue and scancel", d)
+	if d := h.calls() - before; d != 1 {
+		t.Errorf("%d Slurm calls, want one squeue", d)
 	}
-	scancels := h.fake.callsTo("scancel")
-	if len(scancels) != 1 || !slices.Equal(scancels[0].remote(), []string{"scancel", "700"}) {
-		t.Fatalf("scancel calls = %+v", scancels)
+	// Both machines are this engine's, so both are adopted; whether
+	// they are wanted is the demand's to say.
+	if n := len(h.fake.callsTo("scancel")); n != 0 {
+		t.Errorf("%d scancel calls; adoption cancels nothing of a configured profile", n)
 	}
-	got := h.outstanding(t)
-	if o := got["cpu"]; o.Job != "4242" || o.State != "PENDING" {
-		t.Errorf("cpu: %+v", o)
+	jobs := map[string]string{}
+	for _, o := range h.status(t).Outstanding {
+		jobs[o.Job] = o.Profile
 	}
-	if o := got["gpu"]; o.Job != "701" {
-		t.Errorf("gpu: %+v", o)
+	if !maps.Equal(jobs, map[string]string{"4242": "cpu", "700": "cpu", "701": "gpu"}) {
+		t.Errorf("outstanding %v", jobs)
 	}
+	// The demand is one cpu machine: the newer of the two pending is
+	// given up, 4242 (this run's own) stays.
+	if _, resp := h.provisionAll(t, cpuNeed); profileDemand(resp, "cpu").Cancelled != 1 {
+		t.Errorf("Provision after adoption: %+v", resp.Profiles)
+	}
+	eventually(t, "the surplus cpu job to be cancelled", func() bool { return len(h.fake.callsTo("scancel")) == 1 })
 	// Slurm has cancelled it; the next cycle only reads the queue.
 	h.fake.setRows(t,
 		"4242|PENDING|Priority|N/A|"+tagOf(ev.Worker),
@@ -851,6 +893,10 @@ func TestShutdownCancelsAdoptedAndUnknown(t *testing.T) {
 	h.fake.setRows(t, "500|PENDING|Priority|N/A|fluksio:v2:hpc:0:hpc-gpu-0000000a")
 	h.configure(t, nil)
 	h.fake.setSpec(t, "sbatch=drop,squeue=fail,scancel=ok")
+	// The adopted gpu machine is still wanted, so the demand keeps it.
+	if r := h.provision(t, gpuNeed); r.Outcome != shared.OutcomeOutstanding {
+		t.Fatalf("gpu: %+v", r)
+	}
 	h.provision(t, cpuNeed)
 	h.submitted(t)
 	if o := h.outstanding(t)["cpu"]; o.State != "UNKNOWN" {
@@ -869,7 +915,8 @@ func TestShutdownCancelsAdoptedAndUnknown(t *testing.T) {
 	if len(scancels) != 1 || len(scancels[0].remote()) != 3 {
 		t.Errorf("scancel calls = %+v", scancels)
 	}
-	if got := kinds(h.host.Events()); !slices.Equal(got, []shared.EventKind{shared.EventWorkerCancelled, shared.EventWorkerCancelled}) {
+	// The adopted job's worker_provisioned, then a cancel for each.
+	if got := kinds(h.host.Events()); !slices.Equal(got, []shared.EventKind{shared.EventWorkerProvisioned, shared.EventWorkerCancelled, shared.EventWorkerCancelled}) {
 		t.Errorf("events = %v", got)
 	}
 }
@@ -919,6 +966,7 @@ func TestParseRows(t *testing.T) {
 	want := []jobRow{
 		{"12", "RUNNING", "None", "2026-12-02T10:00:00", "fluksio:v2:hpc:0:hpc-cpu-0000000a"},
 		{"13", "PENDING", "Priority", "N/A", "a|b c"},
+		{"15_2", "PENDING", "Priority", "N/A", "c"},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("rows = %+v, want %+v", got, want)

@@ -43,3 +43,13 @@ func (s *settings) shapes(label string) []shared.Shape {
 	}
 	return out
 }
+
+// profile is the configured profile of that name.
+func (s *settings) profile(name string) (Profile, bool) {
+	for _, p := range s.Profiles {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Profile{}, false
+}

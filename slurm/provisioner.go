@@ -5,8 +5,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -85,8 +83,17 @@ type Provisioner struct {
 	// cfg is nil until Configure succeeds; what it points to never changes.
 	cfg  *settings
 	host shared.Host
-	// outstanding holds at most one request per profile, by profile name.
+	// outstanding holds the machines asked for and not yet arrived, by
+	// worker name.
 	outstanding map[string]*request
+	// maxArray is the most machines one sbatch asks for: the cluster's
+	// MaxArraySize, read at Configure's adoption; 1 where arrays are
+	// refused, which arrayNote then explains for Status.
+	maxArray  int
+	arrayNote string
+	// attached counts each profile's attached workers, as the engine
+	// last said (Provision, Reconcile).
+	attached map[string]int
 	// inflight holds the requests whose submission goroutine has not yet
 	// finished, including any Reconcile has already forgotten.
 	inflight map[*request]bool
@@ -138,12 +145,19 @@ type Provisioner struct {
 type request struct {
 	profile string
 	worker  string
-	since   time.Time
+	// tag is the worker the job's comment names: the worker itself for a
+	// job of one machine, the shared base of an array's workers; task is
+	// the machine's array task, -1 for a job of its own.
+	tag  string
+	task int
+	// batch is how many machines its submission asked for.
+	batch int
+	since time.Time
 	// cancel kills the submission's ssh; Shutdown uses it on a submission
 	// that will not finish by the deadline.
 	cancel context.CancelFunc
-	// done is closed when the submission goroutine has finished, its event
-	// published. It is apart from phase: a worker may attach (arrived)
+	// done is closed when the submission goroutine has finished, its
+	// events published; the machines of one submission share it. It is apart from phase: a worker may attach (arrived)
 	// while its submission is still publishing, and nothing is cancelled
 	// or reported about a job before the engine has heard of it.
 	done chan struct{}
@@ -237,6 +251,7 @@ func New(logger hclog.Logger) *Provisioner {
 		stopPolling: stopPolling,
 		poke:        make(chan struct{}, 1),
 		outstanding: map[string]*request{},
+		maxArray:    defaultMaxArraySize,
 		inflight:    map[*request]bool{},
 		adoptTried:  make(chan struct{}),
 		backoff:     map[string]*backoff{},
@@ -355,186 +370,6 @@ func (p *Provisioner) Covers(_ context.Context, req *shared.CoversRequest) (*sha
 	return &shared.CoversResponse{Covered: ok, Profile: prof.Name}, nil
 }
 
-// Provision asks for the smallest machine that fits. It returns at once;
-// the submission runs on a goroutine, and the machine arrives by its
-// worker attaching.
-func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest) (*shared.ProvisionResponse, error) {
-	if req == nil {
-		return nil, shared.ErrInvalidArgument
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.shut {
-		return nil, shared.ErrShutdown
-	}
-	cfg := p.cfg
-	if cfg == nil {
-		return nil, shared.ErrNotConfigured
-	}
-	prof, ok := cfg.match(req.Need)
-	if !ok {
-		return &shared.ProvisionResponse{Outcome: shared.OutcomeNoFit, Detail: noFitDetail(req.Need)}, nil
-	}
-	if r := p.outstanding[prof.Name]; r != nil {
-		// One at a time per profile. The placer asks on every pass of its
-		// wait, and a queue full of jobs nobody needed is worse than a
-		// node waiting a little longer.
-		detail := fmt.Sprintf("worker %s is still being submitted", r.worker)
-		switch r.phase {
-		case phaseQueued:
-			detail = fmt.Sprintf("job %s (worker %s) was asked for %s ago and has not attached", r.job, r.worker, p.now().Sub(r.since).Round(time.Second))
-		case phaseAnswerLost:
-			detail = fmt.Sprintf("the answer to worker %s's sbatch was lost; its job is being looked for in the queue", r.worker)
-		}
-		return &shared.ProvisionResponse{Outcome: shared.OutcomeOutstanding, Profile: prof.Name, Detail: detail}, nil
-	}
-	if b := p.backoff[prof.Name]; b != nil && p.now().Before(b.until) {
-		// Asking again now would fail the same way, and the placer asks
-		// on every pass.
-		return &shared.ProvisionResponse{Outcome: shared.OutcomeBackingOff, Profile: prof.Name,
-			Detail: fmt.Sprintf("%s in a row; not asking again until %s. Last: %s", failures(b.failures), b.until.Format(time.RFC3339), b.lastErr)}, nil
-	}
-
-	// The reservation is made before the goroutine starts, so a second
-	// Provision for the profile sees it even before ssh has begun.
-	ctx, cancel := context.WithCancel(p.life)
-	r := &request{
-		profile: prof.Name,
-		worker:  workerName(cfg.name, prof.Name),
-		since:   p.now(),
-		cancel:  cancel,
-		done:    make(chan struct{}),
-		phase:   phaseAwaitingAdoption,
-	}
-	p.outstanding[prof.Name] = r
-	p.inflight[r] = true
-	if p.adoptPending {
-		p.mine[r.worker] = true
-	}
-	p.wg.Add(1)
-	go p.submit(ctx, cfg, p.host, prof, r)
-	p.wakePoller()
-	return &shared.ProvisionResponse{Outcome: shared.OutcomeRequested, Profile: prof.Name}, nil
-}
-
-func noFitDetail(n shared.Need) string {
-	d := fmt.Sprintf("no profile has %d CPUs and %d GPUs", n.CPUs, n.GPUs)
-	if n.RAMMB > 0 {
-		d += fmt.Sprintf(" and %d MB", n.RAMMB)
-	}
-	if n.Label != "" {
-		d += fmt.Sprintf(" with label %q", n.Label)
-	}
-	return d
-}
-
-// workerName is unique enough that two requests never share a name, and
-// starts with the provisioner's name and a dash, as the host requires
-// before it mints a credential.
-func workerName(provisioner, profile string) string {
-	var b [4]byte
-	rand.Read(b[:]) // Never fails; it crashes the program instead.
-	return provisioner + "-" + profile + "-" + hex.EncodeToString(b[:])
-}
-
-// submit mints a credential and submits the script. It owns the request
-// until it returns; done is closed only after its event is published, so
-// nothing cancels a job before the engine has heard of it.
-func (p *Provisioner) submit(ctx context.Context, cfg *settings, host shared.Host, prof Profile, r *request) {
-	defer p.wg.Done()
-	defer close(r.done)
-	defer func() {
-		p.mu.Lock()
-		delete(p.inflight, r)
-		p.mu.Unlock()
-		r.cancel()
-	}()
-
-	// A plugin restarted after a crash is asked for machines at once, and
-	// its predecessor's jobs are still in the queue. Until the first look
-	// at the queue is over (bounded by submit_timeout), nothing is
-	// submitted: an earlier run's job for the profile is adopted instead
-	// of asking for a second machine and leaving the first running.
-	select {
-	case <-p.adoptTried:
-	case <-ctx.Done():
-	}
-	p.mu.Lock()
-	if r.phase == phaseAwaitingAdoption {
-		r.phase = phaseSubmitting
-	}
-	shut := p.shut
-	adopted, adoptedWorker := r.supersededBy, ""
-	if o := p.outstanding[r.profile]; adopted != "" && o != nil && o.job == adopted {
-		adoptedWorker = o.worker
-	}
-	p.mu.Unlock()
-	if shut && adopted == "" {
-		// Shutdown began while this request waited: submitting now
-		// would leave a job for nobody.
-		p.submissionFailed(cfg, host, r, "not submitted: the provisioner is shutting down", shared.ErrShutdown)
-		return
-	}
-	if adopted != "" {
-		// The engine hears of the machine it asked for all the same.
-		cfg.log.Info("adopted an earlier run's job instead of asking for another machine", "profile", prof.Name, "job", adopted, "instead_of", r.worker)
-		if adoptedWorker != "" {
-			p.publish(p.life, cfg, host, shared.Event{Kind: shared.EventWorkerProvisioned, Profile: prof.Name, Job: adopted, Worker: adoptedWorker,
-				Detail: "left in the queue by an earlier run of this provisioner, and adopted"})
-		}
-		return
-	}
-
-	// submit_timeout bounds the whole submission from here: the wait for
-	// an ssh session, the mint, sbatch and, if its answer was lost, the
-	// look for its job. A quarter is kept back for that look; what it
-	// cannot finish, the poller does.
-	ctx, cancel := context.WithTimeout(ctx, cfg.submitTimeout)
-	defer cancel()
-	askCtx, cancelAsk := context.WithTimeout(ctx, cfg.submitTimeout-cfg.submitTimeout/4)
-	job, err := p.ask(askCtx, cfg, host, prof, r.worker)
-	cancelAsk()
-	var detail string
-	var lost bool
-	if se := (*submitError)(nil); errors.As(err, &se) {
-		detail, lost = se.Said, se.AnswerLost
-	}
-	if err != nil && lost {
-		p.mu.Lock()
-		p.suspect = true
-		p.mu.Unlock()
-	}
-	if err != nil && lost && p.life.Err() == nil {
-		// The connection went before sbatch's answer came back, so the
-		// job may well exist, and asking again would start a second
-		// one. Its comment names the worker: look.
-		found, lerr := p.lookup(ctx, cfg, r.worker)
-		switch {
-		case lerr != nil:
-			p.outcomeUnknown(cfg, r, detail, lerr)
-			return
-		case found != "":
-			cfg.log.Warn("sbatch's answer was lost, but its job is in the queue", "profile", prof.Name, "job", found, "worker", r.worker, "error", err)
-			job, err = found, nil
-		default:
-			detail = truncate(detail + " (the queue has no job for worker " + r.worker + ")")
-			p.watchLate(cfg)
-		}
-	}
-	if err != nil {
-		p.submissionFailed(cfg, host, r, detail, err)
-		return
-	}
-	p.mu.Lock()
-	r.job = job
-	if r.phase == phaseSubmitting {
-		r.phase = phaseQueued
-	}
-	p.mu.Unlock()
-	cfg.log.Info("asked for a machine", "profile", prof.Name, "job", job, "worker", r.worker)
-	p.publish(p.life, cfg, host, shared.Event{Kind: shared.EventWorkerProvisioned, Profile: prof.Name, Job: job, Worker: r.worker})
-}
-
 // submitError is a submission that failed, carrying what the cluster
 // said the way os/exec's ExitError carries Stderr. Every field is
 // redacted: it is logged, sent as an event and shown as last_error.
@@ -559,43 +394,6 @@ func (e *submitError) Unwrap() error { return e.err }
 // redact applied to everything that could hold the credential.
 func failure(err error, said string, lost bool, redact func(string) string) *submitError {
 	return &submitError{Said: truncate(redact(said)), AnswerLost: lost, msg: redact(err.Error()), err: err}
-}
-
-// ask does the talking for submit and returns the job id, or a
-// *submitError.
-func (p *Provisioner) ask(ctx context.Context, cfg *settings, host shared.Host, prof Profile, worker string) (string, error) {
-	keep := func(s string) string { return s }
-	if host == nil {
-		err := fmt.Errorf("cannot mint a credential for worker %s: %w", worker, shared.ErrNoHost)
-		return "", failure(err, err.Error(), false, keep)
-	}
-	mctx, cancel := context.WithTimeout(ctx, cfg.submitTimeout)
-	cred, err := host.MintCredential(mctx, &shared.MintCredentialRequest{
-		Worker: worker, TTL: cfg.credentialTTL(prof), CPUs: prof.CPUs, GPUs: prof.GPUs, RAMMB: prof.RAMMB, Labels: prof.Labels,
-	})
-	cancel()
-	if err == nil && (cred == nil || cred.Token == "") {
-		err = errors.New("the host returned an empty credential")
-	}
-	if err != nil {
-		err = fmt.Errorf("minting a credential for worker %s: %w", worker, err)
-		return "", failure(err, err.Error(), false, keep)
-	}
-
-	stdout, stderr, err := p.call(ctx, p.payload(prof, worker, cred.Token), "sbatch", "--parsable")
-	// sbatch does not echo the script, but a wrapper on the login node
-	// might, and the token must not reach a log or an event.
-	redact := func(s string) string { return strings.ReplaceAll(s, cred.Token, "[redacted]") }
-	if err != nil {
-		said := firstNonEmpty(string(stderr), string(stdout), err.Error())
-		return "", failure(err, said, answerLost(err, stderr), redact)
-	}
-	job, err := parseJobID(string(stdout))
-	if err != nil {
-		err = fmt.Errorf("sbatch on %s: %w", cfg.host(), err)
-		return "", failure(err, err.Error(), false, redact)
-	}
-	return job, nil
 }
 
 // parseJobID reads the job id from what sbatch --parsable printed: the id,
@@ -634,23 +432,39 @@ func isJobID(s string) bool {
 // submissionFailed is where every failed submission ends: it records the error,
 // drops the reservation so the profile can be asked for again, logs, and
 // tells the engine.
-func (p *Provisioner) submissionFailed(cfg *settings, host shared.Host, r *request, detail string, err error) {
+// sortedLocked is the books in a stable order, oldest first, so that what
+// a pass over them does and logs does not change from run to run.
+func (p *Provisioner) sortedLocked() []*request {
+	out := make([]*request, 0, len(p.outstanding))
+	for _, r := range p.outstanding {
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b *request) int { return cmpNewest(b, a) })
+	return out
+}
+
+func (p *Provisioner) submissionFailed(cfg *settings, host shared.Host, live []*request, detail string, err error) {
 	p.mu.Lock()
 	p.lastErr = detail
-	if p.outstanding[r.profile] == r {
-		delete(p.outstanding, r.profile)
+	for _, r := range live {
+		if p.outstanding[r.worker] == r {
+			delete(p.outstanding, r.worker)
+		}
+		if r.phase != phaseArrived {
+			r.phase = phaseFailed
+		}
 	}
-	if r.phase != phaseArrived {
-		r.phase = phaseFailed
-	}
-	p.countFailureLocked(r.profile, detail)
+	// One failed sbatch is one failure, however many machines it was for.
+	p.countFailureLocked(live[0].profile, detail)
 	p.mu.Unlock()
-	args := []any{"profile", r.profile, "worker", r.worker, "error", err}
+	args := []any{"profile", live[0].profile, "worker", live[0].tag, "machines", len(live), "error", err}
 	if detail != err.Error() {
 		args = append(args, "output", detail)
 	}
 	cfg.log.Error("could not ask for a machine", args...)
-	p.publish(p.life, cfg, host, shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Worker: r.worker, Detail: detail})
+	for _, r := range live {
+		p.publish(p.life, cfg, host, shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Worker: r.worker, Detail: detail})
+	}
 }
 
 // publish tells the engine about an event, bounded by submit_timeout so a
@@ -676,11 +490,9 @@ func (p *Provisioner) publish(ctx context.Context, cfg *settings, host shared.Ho
 // is not known yet. One whose submission's answer was lost and whose job
 // was never found is forgotten after provision_timeout.
 func (p *Provisioner) Reconcile(ctx context.Context, req *shared.ReconcileRequest) (*shared.ReconcileResponse, error) {
-	attached := map[string]bool{}
+	var attached []string
 	if req != nil {
-		for _, w := range req.Attached {
-			attached[w] = true
-		}
+		attached = req.Attached
 	}
 	now := p.now()
 
@@ -690,35 +502,28 @@ func (p *Provisioner) Reconcile(ctx context.Context, req *shared.ReconcileReques
 		p.mu.Unlock()
 		return nil, shared.ErrNotConfigured
 	}
-	resp := &shared.ReconcileResponse{}
+	resp := &shared.ReconcileResponse{Arrived: p.arrivedLocked(attached)}
+	p.attached = cfg.attachedByProfile(attached)
 	var expired []jobRef
 	var gaveUp []shared.Event
-	for _, prof := range cfg.Profiles {
-		r := p.outstanding[prof.Name]
+	for _, r := range p.sortedLocked() {
 		switch {
-		case r == nil:
-		case attached[r.worker]:
-			// It arrived. Asking again is somebody else's decision.
-			r.phase = phaseArrived
-			delete(p.outstanding, prof.Name)
-			delete(p.backoff, prof.Name)
-			resp.Arrived = append(resp.Arrived, r.worker)
 		case !r.finished():
 		case r.phase == phaseQueued && now.Sub(r.since) > cfg.provisionTimeout:
-			delete(p.outstanding, prof.Name)
+			delete(p.outstanding, r.worker)
 			r.phase = phaseFailed
 			expired = append(expired, jobRef{job: r.job, profile: r.profile, worker: r.worker, age: now.Sub(r.since),
 				why: fmt.Sprintf("did not attach within %s", cfg.provisionTimeout)})
 		case r.phase == phaseQueued && !r.running.IsZero() && now.Sub(r.running) > cfg.attachTimeout:
 			// It got a machine and its worker never dialled in: the
 			// next one from this profile would likely do the same.
-			delete(p.outstanding, prof.Name)
+			delete(p.outstanding, r.worker)
 			r.phase = phaseFailed
 			why := fmt.Sprintf("ran for %s without its worker attaching (attach_timeout %s)", now.Sub(r.running).Round(time.Second), cfg.attachTimeout)
 			p.countFailureLocked(r.profile, "job "+r.job+" "+why)
 			expired = append(expired, jobRef{job: r.job, profile: r.profile, worker: r.worker, age: now.Sub(r.since), why: why})
 		case r.phase == phaseAnswerLost && now.Sub(r.since) > cfg.provisionTimeout:
-			delete(p.outstanding, prof.Name)
+			delete(p.outstanding, r.worker)
 			r.phase = phaseFailed
 			detail := fmt.Sprintf("the answer to worker %s's sbatch was lost, and no job for it was found within %s", r.worker, cfg.provisionTimeout)
 			p.lastErr = detail
@@ -882,12 +687,14 @@ const scancelBatch = 100
 // cancel workers that have attached.)
 func (p *Provisioner) scancel(ctx context.Context, ids []string) error {
 	for _, id := range ids {
-		if !isJobID(id) {
+		if !isJobRef(id) {
 			return fmt.Errorf("refusing to cancel %q: not a job id: %w", id, shared.ErrInvalidArgument)
 		}
 	}
 	var errs []error
-	for batch := range slices.Chunk(ids, scancelBatch) {
+	// An array's tasks go as ranges ("123_[5-9]"): a burst given up is
+	// a short command line.
+	for batch := range slices.Chunk(compactIDs(ids), scancelBatch) {
 		_, stderr, err := p.call(ctx, nil, append([]string{"scancel"}, batch...)...)
 		if err != nil && len(bytes.TrimSpace(stderr)) > 0 {
 			err = fmt.Errorf("%w: %s", err, truncate(string(stderr)))
@@ -916,16 +723,50 @@ func (p *Provisioner) Status(context.Context, *shared.StatusRequest) (*shared.St
 		return resp, nil
 	}
 	resp.Name = p.cfg.name
+	for _, r := range p.sortedLocked() {
+		resp.Outstanding = append(resp.Outstanding, shared.Outstanding{Profile: r.profile, Job: r.job, Worker: r.worker, Age: now.Sub(r.since), State: r.shownState()})
+	}
+	counts := p.countsLocked()
 	for _, prof := range p.cfg.Profiles {
 		resp.Profiles = append(resp.Profiles, prof.Name)
-		if r := p.outstanding[prof.Name]; r != nil {
-			resp.Outstanding = append(resp.Outstanding, shared.Outstanding{Profile: r.profile, Job: r.job, Worker: r.worker, Age: now.Sub(r.since), State: r.shownState()})
-		}
 		if b := p.backoff[prof.Name]; b != nil && now.Before(b.until) {
 			resp.BackingOff = append(resp.BackingOff, shared.Backoff{Profile: prof.Name, Failures: b.failures, Until: b.until, LastError: b.lastErr})
 		}
+		c := counts[prof.Name]
+		pc := shared.ProfileCounts{Profile: prof.Name, Pending: c.pending, Starting: c.starting, Attached: p.attached[prof.Name]}
+		pc.Submissions = p.submissionsLocked(prof.Name, now)
+		resp.Counts = append(resp.Counts, pc)
+	}
+	if p.arrayNote != "" {
+		resp.Notes = append(resp.Notes, p.arrayNote)
 	}
 	return resp, nil
+}
+
+// submissionsLocked groups a profile's machines on their way by the
+// submission that made them (a job, or an array), oldest first.
+func (p *Provisioner) submissionsLocked(profile string, now time.Time) []shared.Submission {
+	byTag := map[string]*shared.Submission{}
+	var order []string
+	for _, r := range p.sortedLocked() {
+		if r.profile != profile {
+			continue
+		}
+		sub := byTag[r.tag]
+		if sub == nil {
+			job, _ := splitTask(r.job)
+			sub = &shared.Submission{Job: job, Age: now.Sub(r.since)}
+			byTag[r.tag] = sub
+			order = append(order, r.tag)
+		}
+		sub.OnTheWay++
+		sub.Machines = max(sub.Machines, r.batch, sub.OnTheWay)
+	}
+	out := make([]shared.Submission, 0, len(order))
+	for _, t := range order {
+		out = append(out, *byTag[t])
+	}
+	return out
 }
 
 // Shutdown cancels every job this provisioner asked for that has not
@@ -1051,10 +892,8 @@ func (p *Provisioner) shutdown(ctx context.Context, req *shared.ShutdownRequest)
 	p.mu.Lock()
 	var jobs []jobRef
 	var lost []*request
-	for _, prof := range cfg.Profiles {
-		r := p.outstanding[prof.Name]
+	for _, r := range p.sortedLocked() {
 		switch {
-		case r == nil:
 		case r.phase == phaseQueued:
 			jobs = append(jobs, jobRef{job: r.job, profile: r.profile, worker: r.worker})
 		case r.phase == phaseAnswerLost:
@@ -1157,16 +996,20 @@ func (p *Provisioner) sweepQueue(ctx context.Context, cfg *settings, lost []*req
 	var found []jobRef
 	for _, row := range rows {
 		tag, mine := cfg.ours(row.comment)
-		if !mine || endedStates[row.state] || arrived[tag.worker] {
+		if !mine {
+			continue
+		}
+		worker := machineWorker(tag.worker, row.id)
+		if endedStates[row.state] || arrived[worker] {
 			continue
 		}
 		profile, _ := cfg.profileOf(tag.worker)
-		if r := lostBy[tag.worker]; r != nil && tag.epoch == cfg.epoch {
+		if r := lostBy[worker]; r != nil && tag.epoch == cfg.epoch {
 			found = append(found, jobRef{job: row.id, profile: r.profile, worker: r.worker})
 			continue
 		}
 		if row.state == "PENDING" || running {
-			found = append(found, jobRef{job: row.id, profile: profile, worker: tag.worker})
+			found = append(found, jobRef{job: row.id, profile: profile, worker: worker})
 		}
 	}
 	return found, nil

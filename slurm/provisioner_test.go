@@ -150,7 +150,7 @@ func TestProvisionNoFit(t *testing.T) {
 func TestNotConfiguredAndShutdown(t *testing.T) {
 	ctx := context.Background()
 	p := New(nil)
-	if _, err := p.Provision(ctx, &shared.ProvisionRequest{Need: cpuNeed}); !errors.Is(err, shared.ErrNotConfigured) {
+	if _, err := p.Provision(ctx, &shared.ProvisionRequest{Demand: []shared.Demand{{Need: cpuNeed, Count: 1}}}); !errors.Is(err, shared.ErrNotConfigured) {
 		t.Errorf("Provision before Configure: %v", err)
 	}
 	if _, err := p.Shapes(ctx, &shared.ShapesRequest{}); !errors.Is(err, shared.ErrNotConfigured) {
@@ -176,7 +176,7 @@ func TestNotConfiguredAndShutdown(t *testing.T) {
 	if _, err := h.p.Shutdown(ctx, &shared.ShutdownRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.p.Provision(ctx, &shared.ProvisionRequest{Need: cpuNeed}); !errors.Is(err, shared.ErrShutdown) {
+	if _, err := h.p.Provision(ctx, &shared.ProvisionRequest{Demand: []shared.Demand{{Need: cpuNeed, Count: 1}}}); !errors.Is(err, shared.ErrShutdown) {
 		t.Errorf("Provision after Shutdown: %v", err)
 	}
 }
@@ -312,7 +312,7 @@ func TestNoHost(t *testing.T) {
 	if _, err := p.Configure(context.Background(), &shared.ConfigureRequest{Name: "hpc", Config: mustJSON(t, baseConfig())}); err != nil {
 		t.Fatal(err)
 	}
-	p.Provision(context.Background(), &shared.ProvisionRequest{Need: cpuNeed})
+	p.Provision(context.Background(), &shared.ProvisionRequest{Demand: []shared.Demand{{Need: cpuNeed, Count: 1}}})
 	eventually(t, "the failure", func() bool {
 		st, _ := p.Status(context.Background(), nil)
 		return strings.Contains(st.LastError, "no host channel")
@@ -600,7 +600,7 @@ func TestShutdownFindsJobOfKilledSubmission(t *testing.T) {
 		t.Fatalf("%d squeue calls", len(squeues))
 	}
 	// The format travels quoted, because the login node's shell reads it.
-	if want := []string{"squeue", "-h", "--me", "--name=fluksio-hpc", "-o", "'%i|%T|%r|%S|%k'"}; !slices.Equal(squeues[0].remote(), want) {
+	if want := []string{"squeue", "-h", "-r", "--me", "--name=fluksio-hpc", "-o", "'%i|%T|%r|%S|%k'"}; !slices.Equal(squeues[0].remote(), want) {
 		t.Errorf("squeue = %q, want %q", squeues[0].remote(), want)
 	}
 	scancels := h.fake.callsTo("scancel")
@@ -635,7 +635,7 @@ func TestValidateConfigHasNoSideEffects(t *testing.T) {
 	if err != nil || len(resp.Diagnostics) != 0 {
 		t.Fatalf("ValidateConfig = %+v, %v", resp, err)
 	}
-	if _, err := p.Provision(context.Background(), &shared.ProvisionRequest{Need: cpuNeed}); !errors.Is(err, shared.ErrNotConfigured) {
+	if _, err := p.Provision(context.Background(), &shared.ProvisionRequest{Demand: []shared.Demand{{Need: cpuNeed, Count: 1}}}); !errors.Is(err, shared.ErrNotConfigured) {
 		t.Errorf("ValidateConfig configured the provisioner: %v", err)
 	}
 	if n := len(fake.calls()); n != 0 {

@@ -37,11 +37,11 @@ func newPrivateRig(t *testing.T, env sandboxtest.Env, tag string, configure func
 }
 
 // ask calls Provision and returns its answer, failing on an error.
-func (r *rig) ask(t *testing.T, need shared.Need) *shared.ProvisionResponse {
+func (r *rig) ask(t *testing.T, need shared.Need) *shared.DemandOutcome {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	resp, err := r.prov.Provision(ctx, &shared.ProvisionRequest{Need: need})
+	resp, _, err := r.wants.Ask(ctx, r.prov, need, 1)
 	if err != nil {
 		t.Fatalf("Provision(%+v): %v", need, err)
 	}
@@ -506,7 +506,7 @@ func inProcessLeaves(t *testing.T, r *rig, port int, submitTimeout time.Duration
 	if resp, err := p.Configure(context.Background(), &shared.ConfigureRequest{Name: r.name + "-inproc", Config: raw, Host: host}); err != nil || resp.Diagnostics.HasErrors() {
 		t.Fatalf("Configure: %v %v", err, resp)
 	}
-	if resp, err := p.Provision(context.Background(), &shared.ProvisionRequest{Need: shared.Need{CPUs: 1}}); err != nil || resp.Outcome != shared.OutcomeRequested {
+	if resp, err := p.Provision(context.Background(), &shared.ProvisionRequest{Demand: []shared.Demand{{Need: shared.Need{CPUs: 1}, Count: 1}}}); err != nil || resp.Outcomes[0].Outcome != shared.OutcomeRequested {
 		t.Fatalf("Provision = %+v, %v", resp, err)
 	}
 	failed := kindIs(shared.EventWorkerProvisionFailed, "small")

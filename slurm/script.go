@@ -69,7 +69,23 @@ func (f family) setBy(lines []string) bool {
 // which is what they are for, and validation has made sure each stays on
 // its own line.
 func (p *Provisioner) payload(prof Profile, worker, token string) []byte {
+	return p.script(prof, worker, nil, []string{token})
+}
+
+// arrayPayload is the batch script of an array of one machine per task:
+// the same script, with --array naming the tasks and one exec line per
+// task, chosen by SLURM_ARRAY_TASK_ID, so that each task's worker has a
+// credential of its own, for the name <base>-<task>.
+func (p *Provisioner) arrayPayload(prof Profile, base string, tasks []int, tokens []string) []byte {
+	return p.script(prof, base, tasks, tokens)
+}
+
+// script writes the batch script for tag's job: a single worker with
+// tokens[0] when tasks is nil, else an array whose task tasks[i] runs its
+// worker with tokens[i].
+func (p *Provisioner) script(prof Profile, tag string, tasks []int, tokens []string) []byte {
 	cfg := p.settings()
+	worker := tag
 	var b bytes.Buffer
 	line := func(parts ...string) {
 		b.WriteString(strings.Join(parts, ""))
@@ -81,6 +97,10 @@ func (p *Provisioner) payload(prof Profile, worker, token string) []byte {
 	// The tag (tag.go) says whose job this is, and names its worker, so
 	// that a submission whose answer was lost can still be found.
 	line("#SBATCH --comment=", cfg.comment(worker))
+	if tasks != nil {
+		// Not from the profile: sbatchopts reserves --array.
+		line("#SBATCH --array=", arraySpec(tasks))
+	}
 	// The profile's numbers are what matching promised, so the scheduler
 	// is asked for them unless the profile's own lines already do.
 	if !cpuOptions.setBy(prof.Sbatch) {
@@ -122,7 +142,7 @@ func (p *Provisioner) payload(prof Profile, worker, token string) []byte {
 	// inherits it. In the environment, not argv: any user of a compute
 	// node can read every process's /proc/PID/cmdline, but only the job's
 	// owner can read its environ.
-	argv := []string{tokenVar + "=" + shellQuote(token), "exec"}
+	var argv []string
 	for _, w := range cfg.WorkerCommand {
 		argv = append(argv, shellQuote(w))
 	}
@@ -141,8 +161,37 @@ func (p *Provisioner) payload(prof Profile, worker, token string) []byte {
 	if cfg.ArtifactURL != "" {
 		argv = append(argv, "--artifact-url", shellQuote(cfg.ArtifactURL))
 	}
-	line(strings.Join(argv, " "))
+	command := strings.Join(argv, " ")
+	if tasks == nil {
+		line(tokenVar, "=", shellQuote(tokens[0]), " exec ", command)
+		return b.Bytes()
+	}
+	line(`case "${SLURM_ARRAY_TASK_ID:-}" in`)
+	for i, t := range tasks {
+		line(strconv.Itoa(t), ") ", tokenVar, "=", shellQuote(tokens[i]), " exec ", command, " ;;")
+	}
+	line(`*) echo "fluksio: no credential for array task '${SLURM_ARRAY_TASK_ID:-}'" >&2; exit 1 ;;`)
+	line("esac")
 	return b.Bytes()
+}
+
+// arraySpec writes tasks as --array takes them: ranges of consecutive
+// indexes, comma-separated ("0-39", "0,2-5").
+func arraySpec(tasks []int) string {
+	var parts []string
+	for i := 0; i < len(tasks); {
+		j := i
+		for j+1 < len(tasks) && tasks[j+1] == tasks[j]+1 {
+			j++
+		}
+		if i == j {
+			parts = append(parts, strconv.Itoa(tasks[i]))
+		} else {
+			parts = append(parts, strconv.Itoa(tasks[i])+"-"+strconv.Itoa(tasks[j]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
 }
 
 // timeLimit returns the time limit the sbatch lines set with --time or

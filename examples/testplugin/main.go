@@ -20,6 +20,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -48,7 +50,7 @@ type memory struct {
 	name        string
 	cfg         *config
 	host        shared.Host
-	outstanding map[string]shared.Outstanding // by profile
+	outstanding map[string]shared.Outstanding // by worker
 	n           int
 	shut        bool
 }
@@ -132,11 +134,11 @@ func (m *memory) Covers(ctx context.Context, req *shared.CoversRequest) (*shared
 	return &shared.CoversResponse{Covered: ok, Profile: s.Profile}, nil
 }
 
+// Provision keeps, per profile, as many machines on their way as the
+// demand maps to it: it adds the difference and, when the demand falls,
+// cancels the newest beyond it. A real provisioner would submit in the
+// background; this one is quick enough to answer at once.
 func (m *memory) Provision(ctx context.Context, req *shared.ProvisionRequest) (*shared.ProvisionResponse, error) {
-	s, ok := fit(req.Need)
-	if !ok {
-		return &shared.ProvisionResponse{Outcome: shared.OutcomeNoFit, Detail: "no profile fits"}, nil
-	}
 	m.mu.Lock()
 	switch {
 	case m.cfg == nil:
@@ -146,43 +148,98 @@ func (m *memory) Provision(ctx context.Context, req *shared.ProvisionRequest) (*
 		m.mu.Unlock()
 		return nil, shared.ErrShutdown
 	}
-	if _, busy := m.outstanding[s.Profile]; busy {
-		m.mu.Unlock()
-		return &shared.ProvisionResponse{Outcome: shared.OutcomeOutstanding, Profile: s.Profile}, nil
+	attached := map[string]bool{}
+	for _, w := range req.Attached {
+		attached[w] = true
 	}
-	m.n++
-	owner := m.name
-	if m.cfg.ForeignWorker {
-		owner = "someone-else"
+	for w := range m.outstanding {
+		if attached[w] {
+			delete(m.outstanding, w)
+		}
 	}
-	worker := fmt.Sprintf("%s-%s-%08x", owner, s.Profile, m.n)
-	job := fmt.Sprint(1000 + m.n)
-	m.outstanding[s.Profile] = shared.Outstanding{Profile: s.Profile, Job: job, Worker: worker}
-	host := m.host
+	resp := &shared.ProvisionResponse{}
+	wanted := map[string]int{}
+	for _, d := range req.Demand {
+		s, ok := fit(d.Need)
+		if !ok {
+			resp.Outcomes = append(resp.Outcomes, shared.DemandOutcome{Outcome: shared.OutcomeNoFit, Detail: "no profile fits"})
+			continue
+		}
+		wanted[s.Profile] += d.Count
+		resp.Outcomes = append(resp.Outcomes, shared.DemandOutcome{Outcome: shared.OutcomeOutstanding, Profile: s.Profile})
+	}
+	var add []shared.Outstanding
+	var cancelled []shared.Outstanding
+	for _, s := range shapes {
+		var mine []shared.Outstanding
+		for _, o := range m.outstanding {
+			if o.Profile == s.Profile {
+				mine = append(mine, o)
+			}
+		}
+		slices.SortFunc(mine, func(a, b shared.Outstanding) int { return strings.Compare(a.Job, b.Job) })
+		pd := shared.ProfileDemand{Profile: s.Profile, Wanted: wanted[s.Profile], OnTheWay: len(mine)}
+		for n := len(mine); n < pd.Wanted; n++ {
+			m.n++
+			owner := m.name
+			if m.cfg.ForeignWorker {
+				owner = "someone-else"
+			}
+			o := shared.Outstanding{Profile: s.Profile, Job: fmt.Sprint(1000 + m.n), Worker: fmt.Sprintf("%s-%s-%08x", owner, s.Profile, m.n)}
+			m.outstanding[o.Worker] = o
+			add = append(add, o)
+			pd.Requested++
+			pd.OnTheWay++
+		}
+		for n := len(mine); n > pd.Wanted; n-- {
+			o := mine[n-1]
+			delete(m.outstanding, o.Worker)
+			cancelled = append(cancelled, o)
+			pd.Cancelled++
+			pd.OnTheWay--
+		}
+		if pd.Requested > 0 {
+			pd.Submissions = 1
+			for i := range resp.Outcomes {
+				if resp.Outcomes[i].Profile == s.Profile {
+					resp.Outcomes[i].Outcome = shared.OutcomeRequested
+				}
+			}
+		}
+		if pd.Wanted > 0 || pd.OnTheWay > 0 || pd.Cancelled > 0 {
+			resp.Profiles = append(resp.Profiles, pd)
+		}
+	}
+	host, failProvision := m.host, m.cfg.FailProvision
 	m.mu.Unlock()
 
-	// A real provisioner would do this in the background; this one is
-	// quick enough to answer at once.
-	ev := shared.Event{Kind: shared.EventWorkerProvisioned, Profile: s.Profile, Job: job, Worker: worker, Time: time.Now()}
-	if m.cfg.FailProvision {
-		// As a submission the cluster rejects: the request stays
-		// outstanding until Reconcile, and the event says why.
-		ev.Kind, ev.Job, ev.Detail = shared.EventWorkerProvisionFailed, "", "sbatch: error: invalid partition specified: nope"
-		host.Publish(ctx, ev)
-		return &shared.ProvisionResponse{Outcome: shared.OutcomeRequested, Profile: s.Profile}, nil
+	for _, o := range cancelled {
+		m.publish(ctx, host, shared.Event{Kind: shared.EventWorkerCancelled, Profile: o.Profile, Job: o.Job, Worker: o.Worker, Detail: "demand fell"})
 	}
-	if _, err := host.MintCredential(ctx, &shared.MintCredentialRequest{
-		Worker: worker, TTL: time.Hour, CPUs: s.CPUs, GPUs: s.GPUs, RAMMB: s.RAMMB, Labels: s.Labels,
-	}); err != nil {
-		m.mu.Lock()
-		delete(m.outstanding, s.Profile)
-		m.mu.Unlock()
-		ev.Kind, ev.Detail = shared.EventWorkerProvisionFailed, err.Error()
+	for _, o := range add {
+		s, _ := fit(shared.Need{Label: o.Profile})
+		ev := shared.Event{Kind: shared.EventWorkerProvisioned, Profile: o.Profile, Job: o.Job, Worker: o.Worker, Time: time.Now()}
+		if failProvision {
+			// As a submission the cluster rejects: the request stays
+			// outstanding until Reconcile, and the event says why.
+			ev.Kind, ev.Job, ev.Detail = shared.EventWorkerProvisionFailed, "", "sbatch: error: invalid partition specified: nope"
+		} else if _, err := host.MintCredential(ctx, &shared.MintCredentialRequest{
+			Worker: o.Worker, TTL: time.Hour, CPUs: s.CPUs, GPUs: s.GPUs, RAMMB: s.RAMMB, Labels: s.Labels,
+		}); err != nil {
+			m.mu.Lock()
+			delete(m.outstanding, o.Worker)
+			m.mu.Unlock()
+			ev.Kind, ev.Detail = shared.EventWorkerProvisionFailed, err.Error()
+		}
+		m.publish(ctx, host, ev)
 	}
+	return resp, nil
+}
+
+func (m *memory) publish(ctx context.Context, host shared.Host, ev shared.Event) {
 	if err := host.Publish(ctx, ev); err != nil {
 		m.log.Warn("could not publish", "error", err)
 	}
-	return &shared.ProvisionResponse{Outcome: shared.OutcomeRequested, Profile: s.Profile}, nil
 }
 
 func (m *memory) Reconcile(_ context.Context, req *shared.ReconcileRequest) (*shared.ReconcileResponse, error) {
@@ -193,10 +250,10 @@ func (m *memory) Reconcile(_ context.Context, req *shared.ReconcileRequest) (*sh
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	resp := &shared.ReconcileResponse{}
-	for p, o := range m.outstanding {
-		if attached[o.Worker] {
-			delete(m.outstanding, p)
-			resp.Arrived = append(resp.Arrived, o.Worker)
+	for w := range m.outstanding {
+		if attached[w] {
+			delete(m.outstanding, w)
+			resp.Arrived = append(resp.Arrived, w)
 		}
 	}
 	return resp, nil

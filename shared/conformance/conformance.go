@@ -176,7 +176,7 @@ func Run(t *testing.T, cfg Config) {
 	})
 
 	if !t.Run("configure", func(t *testing.T) {
-		if _, err := p.Provision(ctx, &shared.ProvisionRequest{Need: shared.Need{CPUs: 1}}); !errors.Is(err, shared.ErrNotConfigured) {
+		if _, err := p.Provision(ctx, &shared.ProvisionRequest{Demand: []shared.Demand{{Need: shared.Need{CPUs: 1}, Count: 1}}}); !errors.Is(err, shared.ErrNotConfigured) {
 			t.Errorf("Provision before Configure: got %v, want ErrNotConfigured", err)
 		}
 		r, err := p.Configure(ctx, &shared.ConfigureRequest{Name: cfg.Name, Config: good})
@@ -233,32 +233,46 @@ func Run(t *testing.T, cfg Config) {
 		}
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		r, err := p.Provision(pctx, &shared.ProvisionRequest{Need: need})
+		// Two machines that fit, and one need nothing fits: the answer
+		// comes entry by entry, and the same demand again asks for
+		// nothing new.
+		unfit := shared.Need{CPUs: 1 << 20}
+		demand := &shared.ProvisionRequest{Demand: []shared.Demand{{Need: need, Count: 2}, {Need: unfit, Count: 1}}}
+		r, err := p.Provision(pctx, demand)
 		if err != nil {
 			t.Fatalf("Provision did not answer within 5s, or failed: %v", err)
 		}
-		if r.Outcome != shared.OutcomeRequested {
-			t.Fatalf("Provision(%+v) = %+v, want requested", need, r)
+		if len(r.Outcomes) != 2 || r.Outcomes[0].Outcome != shared.OutcomeRequested || r.Outcomes[1].Outcome != shared.OutcomeNoFit {
+			t.Fatalf("Provision(2 × %+v, 1 × %+v) = %+v, want requested then no_fit", need, unfit, r)
 		}
-		again, err := p.Provision(pctx, &shared.ProvisionRequest{Need: need})
-		if err != nil || again.Outcome != shared.OutcomeOutstanding {
-			t.Errorf("a second Provision for the same profile = %+v (%v), want outstanding", again, err)
+		profile := r.Outcomes[0].Profile
+		if pd := profileDemand(r, profile); pd.Wanted < 2 || pd.Requested+pd.OnTheWay < 2 {
+			t.Errorf("profile %s after asking for 2: %+v, want 2 wanted and 2 requested or on their way", profile, pd)
 		}
-		select {
-		case ev := <-events.ch:
-			if ev.Profile != r.Profile || (ev.Kind != shared.EventWorkerProvisioned && ev.Kind != shared.EventWorkerProvisionFailed) {
-				t.Errorf("the event after Provision is %+v", ev)
+		again, err := p.Provision(pctx, demand)
+		if err != nil || len(again.Outcomes) != 2 || again.Outcomes[0].Outcome == shared.OutcomeRequested || profileDemand(again, profile).Requested != 0 {
+			t.Errorf("the same demand again = %+v (%v), want nothing new asked for", again, err)
+		}
+		seen := 0
+		for seen < 2 {
+			select {
+			case ev := <-events.ch:
+				seen++
+				if ev.Profile != profile || (ev.Kind != shared.EventWorkerProvisioned && ev.Kind != shared.EventWorkerProvisionFailed) {
+					t.Errorf("event %d after Provision is %+v", seen, ev)
+				}
+				if ev.Kind == shared.EventWorkerProvisioned && !strings.HasPrefix(ev.Worker, cfg.Name+"-") {
+					t.Errorf("worker %q is not named after its provisioner", ev.Worker)
+				}
+				// Reporting a failure is honest, but it is not
+				// provisioning: the kit fails, and says what the plugin
+				// said.
+				if ev.Kind == shared.EventWorkerProvisionFailed {
+					t.Errorf("Provision failed: worker_provision_failed for profile %s: %s", ev.Profile, ev.Detail)
+				}
+			case <-time.After(cfg.EventTimeout):
+				t.Fatalf("%d of 2 worker_provisioned or worker_provision_failed events within %s of Provision", seen, cfg.EventTimeout)
 			}
-			if ev.Kind == shared.EventWorkerProvisioned && !strings.HasPrefix(ev.Worker, cfg.Name+"-") {
-				t.Errorf("worker %q is not named after its provisioner", ev.Worker)
-			}
-			// Reporting a failure is honest, but it is not provisioning:
-			// the kit fails, and says what the plugin said.
-			if ev.Kind == shared.EventWorkerProvisionFailed {
-				t.Errorf("Provision failed: worker_provision_failed for profile %s: %s", ev.Profile, ev.Detail)
-			}
-		case <-time.After(cfg.EventTimeout):
-			t.Errorf("no worker_provisioned or worker_provision_failed event within %s of Provision", cfg.EventTimeout)
 		}
 	})
 
@@ -398,4 +412,14 @@ func (w *testWriter) close() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.closed = true
+}
+
+// profileDemand is r's entry for profile, zero if there is none.
+func profileDemand(r *shared.ProvisionResponse, profile string) shared.ProfileDemand {
+	for _, p := range r.Profiles {
+		if p.Profile == profile {
+			return p
+		}
+	}
+	return shared.ProfileDemand{}
 }

@@ -120,7 +120,7 @@ func TestLaunchedPluginRoundTrips(t *testing.T) {
 	if err != nil || len(sr.Schema.Attributes) != 4 || sr.Schema.Attributes[1].Default != false {
 		t.Fatalf("Schema: %+v %v", sr, err)
 	}
-	if _, err := prov.Provision(ctx, &shared.ProvisionRequest{Need: shared.Need{CPUs: 1}}); !errors.Is(err, shared.ErrNotConfigured) {
+	if _, err := prov.Provision(ctx, &shared.ProvisionRequest{Demand: []shared.Demand{{Need: shared.Need{CPUs: 1}, Count: 1}}}); !errors.Is(err, shared.ErrNotConfigured) {
 		t.Fatalf("Provision before Configure: got %v, want ErrNotConfigured", err)
 	}
 	vr, err := prov.ValidateConfig(ctx, &shared.ValidateConfigRequest{Name: "mem", Config: json.RawMessage(`{"greeting":"boom"}`)})
@@ -140,15 +140,19 @@ func TestLaunchedPluginRoundTrips(t *testing.T) {
 		t.Fatalf("Covers: %+v %v", cov, err)
 	}
 
-	var workers []string
-	for _, need := range []shared.Need{{CPUs: 1}, {GPUs: 1}, {CPUs: 1}, {CPUs: 64}} {
-		r, err := prov.Provision(ctx, &shared.ProvisionRequest{Need: need})
+	// One of each, then the same demand again: nothing new is asked for.
+	demand := &shared.ProvisionRequest{Demand: []shared.Demand{{Need: shared.Need{CPUs: 1}, Count: 1}, {Need: shared.Need{GPUs: 1}, Count: 1}, {Need: shared.Need{CPUs: 64}, Count: 1}}}
+	var outcomes []string
+	for range 2 {
+		r, err := prov.Provision(ctx, demand)
 		if err != nil {
 			t.Fatal(err)
 		}
-		workers = append(workers, r.Outcome.String())
+		for _, o := range r.Outcomes {
+			outcomes = append(outcomes, o.Outcome.String())
+		}
 	}
-	if got := strings.Join(workers, ","); got != "requested,requested,outstanding,no_fit" {
+	if got := strings.Join(outcomes, ","); got != "requested,requested,no_fit,outstanding,outstanding,no_fit" {
 		t.Errorf("outcomes %s", got)
 	}
 	st, err := prov.Status(ctx, &shared.StatusRequest{})
@@ -205,7 +209,7 @@ func TestForeignMintRefused(t *testing.T) {
 	if _, err := prov.Configure(ctx, &shared.ConfigureRequest{Name: "mem", Config: json.RawMessage(`{"greeting":"hi","foreign_worker":true}`)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := prov.Provision(ctx, &shared.ProvisionRequest{Need: shared.Need{CPUs: 1}}); err != nil {
+	if _, err := prov.Provision(ctx, &shared.ProvisionRequest{Demand: []shared.Demand{{Need: shared.Need{CPUs: 1}, Count: 1}}}); err != nil {
 		t.Fatal(err)
 	}
 	got := events.all()

@@ -28,7 +28,7 @@ type Provisioner struct {
 	Name      string
 	ShapeList []shared.Shape
 	// OnProvision decides what Provision does when ProvisionF is nil.
-	OnProvision func(shared.Need) (*shared.ProvisionResponse, error)
+	OnProvision func(*shared.ProvisionRequest) (*shared.ProvisionResponse, error)
 
 	InfoF           func(context.Context, *shared.InfoRequest) (*shared.InfoResponse, error)
 	SchemaF         func(context.Context, *shared.SchemaRequest) (*shared.SchemaResponse, error)
@@ -42,10 +42,20 @@ type Provisioner struct {
 	ShutdownF       func(context.Context, *shared.ShutdownRequest) (*shared.ShutdownResponse, error)
 
 	mu    sync.Mutex // guards calls
-	calls []shared.Need
+	calls []*shared.ProvisionRequest
 }
 
 var _ shared.Provisioner = (*Provisioner)(nil)
+
+// LastDemand is the demand of the last Provision call, nil before any.
+func (p *Provisioner) LastDemand() []shared.Demand {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.calls) == 0 {
+		return nil
+	}
+	return p.calls[len(p.calls)-1].Demand
+}
 
 // ProvisionCalls is how many times Provision was called.
 func (p *Provisioner) ProvisionCalls() int {
@@ -109,15 +119,19 @@ func (p *Provisioner) Covers(ctx context.Context, r *shared.CoversRequest) (*sha
 
 func (p *Provisioner) Provision(ctx context.Context, r *shared.ProvisionRequest) (*shared.ProvisionResponse, error) {
 	p.mu.Lock()
-	p.calls = append(p.calls, r.Need)
+	p.calls = append(p.calls, r)
 	p.mu.Unlock()
 	switch {
 	case p.ProvisionF != nil:
 		return p.ProvisionF(ctx, r)
 	case p.OnProvision != nil:
-		return p.OnProvision(r.Need)
+		return p.OnProvision(r)
 	}
-	return &shared.ProvisionResponse{Outcome: shared.OutcomeNoFit}, nil
+	resp := &shared.ProvisionResponse{}
+	for range r.Demand {
+		resp.Outcomes = append(resp.Outcomes, shared.DemandOutcome{Outcome: shared.OutcomeNoFit})
+	}
+	return resp, nil
 }
 
 func (p *Provisioner) Reconcile(ctx context.Context, r *shared.ReconcileRequest) (*shared.ReconcileResponse, error) {
@@ -195,4 +209,42 @@ func (h *Host) Minted() []shared.MintCredentialRequest {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return slices.Clone(h.minted)
+}
+
+// Wants is a test's demand as a set: each need asked for is wanted once,
+// and stays wanted, as an engine with one waiting node per need would
+// keep saying.
+type Wants struct {
+	mu    sync.Mutex // guards needs
+	needs []shared.Demand
+}
+
+// Ask adds need (count machines, at least the count already wanted) to
+// the demand, sends the whole demand to p, and returns what p did about
+// need.
+func (w *Wants) Ask(ctx context.Context, p shared.Provisioner, need shared.Need, count int) (*shared.DemandOutcome, *shared.ProvisionResponse, error) {
+	w.mu.Lock()
+	i := slices.IndexFunc(w.needs, func(d shared.Demand) bool { return d.Need == need })
+	if i < 0 {
+		w.needs = append(w.needs, shared.Demand{Need: need, Count: count})
+		i = len(w.needs) - 1
+	}
+	w.needs[i].Count = max(w.needs[i].Count, count)
+	demand := slices.Clone(w.needs)
+	w.mu.Unlock()
+	resp, err := p.Provision(ctx, &shared.ProvisionRequest{Demand: demand})
+	if err != nil {
+		return nil, nil, err
+	}
+	return &resp.Outcomes[i], resp, nil
+}
+
+// Set makes count machines that fit need the demand for it; 0 drops it.
+func (w *Wants) Set(need shared.Need, count int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.needs = slices.DeleteFunc(w.needs, func(d shared.Demand) bool { return d.Need == need })
+	if count > 0 {
+		w.needs = append(w.needs, shared.Demand{Need: need, Count: count})
+	}
 }

@@ -97,14 +97,17 @@ type ProvisionResponse_Outcome int32
 
 const (
 	ProvisionResponse_OUTCOME_UNSPECIFIED ProvisionResponse_Outcome = 0
-	// A request was made; a worker should attach.
+	// This call asked for machines for the need.
 	ProvisionResponse_REQUESTED ProvisionResponse_Outcome = 1
-	// A request for this profile is already out.
+	// Enough machines are on their way already, or a submission for the
+	// profile is in flight and the rest is asked for when it ends.
 	ProvisionResponse_OUTSTANDING ProvisionResponse_Outcome = 2
 	// No profile fits.
 	ProvisionResponse_NO_FIT ProvisionResponse_Outcome = 3
 	// Recent submissions failed; the plugin will ask again later.
 	ProvisionResponse_BACKING_OFF ProvisionResponse_Outcome = 4
+	// A cap (max_workers, max_pending) holds the profile below the demand.
+	ProvisionResponse_CAPPED ProvisionResponse_Outcome = 5
 )
 
 // Enum value maps for ProvisionResponse_Outcome.
@@ -115,6 +118,7 @@ var (
 		2: "OUTSTANDING",
 		3: "NO_FIT",
 		4: "BACKING_OFF",
+		5: "CAPPED",
 	}
 	ProvisionResponse_Outcome_value = map[string]int32{
 		"OUTCOME_UNSPECIFIED": 0,
@@ -122,6 +126,7 @@ var (
 		"OUTSTANDING":         2,
 		"NO_FIT":              3,
 		"BACKING_OFF":         4,
+		"CAPPED":              5,
 	}
 )
 
@@ -149,7 +154,7 @@ func (x ProvisionResponse_Outcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ProvisionResponse_Outcome.Descriptor instead.
 func (ProvisionResponse_Outcome) EnumDescriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{19, 0}
+	return file_provisioner_proto_rawDescGZIP(), []int{20, 0}
 }
 
 type InfoRequest struct {
@@ -1175,9 +1180,18 @@ func (x *CoversResponse) GetProfile() string {
 	return ""
 }
 
+// The engine's whole demand on this provisioner now (protocol 2). It is
+// level-triggered: everything the engine wants that no idle worker
+// serves, including what it asked for before; the plugin asks only for
+// the difference between it and what it has on the way, so the same
+// demand twice asks for nothing new, and may cancel what is still pending
+// beyond it.
 type ProvisionRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Need          *Need                  `protobuf:"bytes,1,opt,name=need,proto3" json:"need,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Demand []*Demand              `protobuf:"bytes,2,rep,name=demand,proto3" json:"demand,omitempty"`
+	// This provisioner's workers attached now, as in ReconcileRequest, so
+	// that a machine that just arrived counts as arrived.
+	Attached      []string `protobuf:"bytes,3,rep,name=attached,proto3" json:"attached,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1212,25 +1226,86 @@ func (*ProvisionRequest) Descriptor() ([]byte, []int) {
 	return file_provisioner_proto_rawDescGZIP(), []int{18}
 }
 
-func (x *ProvisionRequest) GetNeed() *Need {
+func (x *ProvisionRequest) GetDemand() []*Demand {
+	if x != nil {
+		return x.Demand
+	}
+	return nil
+}
+
+func (x *ProvisionRequest) GetAttached() []string {
+	if x != nil {
+		return x.Attached
+	}
+	return nil
+}
+
+// count machines that fit need.
+type Demand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Need          *Need                  `protobuf:"bytes,1,opt,name=need,proto3" json:"need,omitempty"`
+	Count         int64                  `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Demand) Reset() {
+	*x = Demand{}
+	mi := &file_provisioner_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Demand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Demand) ProtoMessage() {}
+
+func (x *Demand) ProtoReflect() protoreflect.Message {
+	mi := &file_provisioner_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Demand.ProtoReflect.Descriptor instead.
+func (*Demand) Descriptor() ([]byte, []int) {
+	return file_provisioner_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *Demand) GetNeed() *Need {
 	if x != nil {
 		return x.Need
 	}
 	return nil
 }
 
+func (x *Demand) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
 type ProvisionResponse struct {
-	state         protoimpl.MessageState    `protogen:"open.v1"`
-	Outcome       ProvisionResponse_Outcome `protobuf:"varint,1,opt,name=outcome,proto3,enum=fluksio.provision.v1.ProvisionResponse_Outcome" json:"outcome,omitempty"`
-	Profile       string                    `protobuf:"bytes,2,opt,name=profile,proto3" json:"profile,omitempty"`
-	Detail        string                    `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per ProvisionRequest.demand entry, in order.
+	Outcomes []*DemandOutcome `protobuf:"bytes,4,rep,name=outcomes,proto3" json:"outcomes,omitempty"`
+	// One per profile the demand reached.
+	Profiles      []*ProfileDemand `protobuf:"bytes,5,rep,name=profiles,proto3" json:"profiles,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ProvisionResponse) Reset() {
 	*x = ProvisionResponse{}
-	mi := &file_provisioner_proto_msgTypes[19]
+	mi := &file_provisioner_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1317,7 @@ func (x *ProvisionResponse) String() string {
 func (*ProvisionResponse) ProtoMessage() {}
 
 func (x *ProvisionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[19]
+	mi := &file_provisioner_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,28 +1330,179 @@ func (x *ProvisionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvisionResponse.ProtoReflect.Descriptor instead.
 func (*ProvisionResponse) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{19}
+	return file_provisioner_proto_rawDescGZIP(), []int{20}
 }
 
-func (x *ProvisionResponse) GetOutcome() ProvisionResponse_Outcome {
+func (x *ProvisionResponse) GetOutcomes() []*DemandOutcome {
+	if x != nil {
+		return x.Outcomes
+	}
+	return nil
+}
+
+func (x *ProvisionResponse) GetProfiles() []*ProfileDemand {
+	if x != nil {
+		return x.Profiles
+	}
+	return nil
+}
+
+type DemandOutcome struct {
+	state   protoimpl.MessageState    `protogen:"open.v1"`
+	Outcome ProvisionResponse_Outcome `protobuf:"varint,1,opt,name=outcome,proto3,enum=fluksio.provision.v1.ProvisionResponse_Outcome" json:"outcome,omitempty"`
+	// Empty with NO_FIT.
+	Profile string `protobuf:"bytes,2,opt,name=profile,proto3" json:"profile,omitempty"`
+	// Why, for anything but REQUESTED.
+	Detail        string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DemandOutcome) Reset() {
+	*x = DemandOutcome{}
+	mi := &file_provisioner_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DemandOutcome) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DemandOutcome) ProtoMessage() {}
+
+func (x *DemandOutcome) ProtoReflect() protoreflect.Message {
+	mi := &file_provisioner_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DemandOutcome.ProtoReflect.Descriptor instead.
+func (*DemandOutcome) Descriptor() ([]byte, []int) {
+	return file_provisioner_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *DemandOutcome) GetOutcome() ProvisionResponse_Outcome {
 	if x != nil {
 		return x.Outcome
 	}
 	return ProvisionResponse_OUTCOME_UNSPECIFIED
 }
 
-func (x *ProvisionResponse) GetProfile() string {
+func (x *DemandOutcome) GetProfile() string {
 	if x != nil {
 		return x.Profile
 	}
 	return ""
 }
 
-func (x *ProvisionResponse) GetDetail() string {
+func (x *DemandOutcome) GetDetail() string {
 	if x != nil {
 		return x.Detail
 	}
 	return ""
+}
+
+type ProfileDemand struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Profile string                 `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
+	// The demand that maps to the profile, raised to its min_workers.
+	Wanted int64 `protobuf:"varint,2,opt,name=wanted,proto3" json:"wanted,omitempty"`
+	// Asked for and not attached: pending, starting, being submitted.
+	OnTheWay int64 `protobuf:"varint,3,opt,name=on_the_way,json=onTheWay,proto3" json:"on_the_way,omitempty"`
+	Attached int64 `protobuf:"varint,4,opt,name=attached,proto3" json:"attached,omitempty"`
+	// Machines this call asked for, in how many submissions.
+	Requested   int64 `protobuf:"varint,5,opt,name=requested,proto3" json:"requested,omitempty"`
+	Submissions int64 `protobuf:"varint,6,opt,name=submissions,proto3" json:"submissions,omitempty"`
+	// Pending machines this call gave up because demand fell.
+	Cancelled     int64 `protobuf:"varint,7,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProfileDemand) Reset() {
+	*x = ProfileDemand{}
+	mi := &file_provisioner_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProfileDemand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProfileDemand) ProtoMessage() {}
+
+func (x *ProfileDemand) ProtoReflect() protoreflect.Message {
+	mi := &file_provisioner_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProfileDemand.ProtoReflect.Descriptor instead.
+func (*ProfileDemand) Descriptor() ([]byte, []int) {
+	return file_provisioner_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ProfileDemand) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *ProfileDemand) GetWanted() int64 {
+	if x != nil {
+		return x.Wanted
+	}
+	return 0
+}
+
+func (x *ProfileDemand) GetOnTheWay() int64 {
+	if x != nil {
+		return x.OnTheWay
+	}
+	return 0
+}
+
+func (x *ProfileDemand) GetAttached() int64 {
+	if x != nil {
+		return x.Attached
+	}
+	return 0
+}
+
+func (x *ProfileDemand) GetRequested() int64 {
+	if x != nil {
+		return x.Requested
+	}
+	return 0
+}
+
+func (x *ProfileDemand) GetSubmissions() int64 {
+	if x != nil {
+		return x.Submissions
+	}
+	return 0
+}
+
+func (x *ProfileDemand) GetCancelled() int64 {
+	if x != nil {
+		return x.Cancelled
+	}
+	return 0
 }
 
 type ReconcileRequest struct {
@@ -1288,7 +1514,7 @@ type ReconcileRequest struct {
 
 func (x *ReconcileRequest) Reset() {
 	*x = ReconcileRequest{}
-	mi := &file_provisioner_proto_msgTypes[20]
+	mi := &file_provisioner_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1300,7 +1526,7 @@ func (x *ReconcileRequest) String() string {
 func (*ReconcileRequest) ProtoMessage() {}
 
 func (x *ReconcileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[20]
+	mi := &file_provisioner_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1313,7 +1539,7 @@ func (x *ReconcileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileRequest) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{20}
+	return file_provisioner_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReconcileRequest) GetAttached() []string {
@@ -1333,7 +1559,7 @@ type ReconcileResponse struct {
 
 func (x *ReconcileResponse) Reset() {
 	*x = ReconcileResponse{}
-	mi := &file_provisioner_proto_msgTypes[21]
+	mi := &file_provisioner_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1345,7 +1571,7 @@ func (x *ReconcileResponse) String() string {
 func (*ReconcileResponse) ProtoMessage() {}
 
 func (x *ReconcileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[21]
+	mi := &file_provisioner_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1358,7 +1584,7 @@ func (x *ReconcileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileResponse) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{21}
+	return file_provisioner_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReconcileResponse) GetArrived() []string {
@@ -1383,7 +1609,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_provisioner_proto_msgTypes[22]
+	mi := &file_provisioner_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1395,7 +1621,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[22]
+	mi := &file_provisioner_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1408,7 +1634,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{22}
+	return file_provisioner_proto_rawDescGZIP(), []int{25}
 }
 
 type StatusResponse struct {
@@ -1419,14 +1645,18 @@ type StatusResponse struct {
 	Outstanding []*Outstanding         `protobuf:"bytes,4,rep,name=outstanding,proto3" json:"outstanding,omitempty"`
 	LastError   string                 `protobuf:"bytes,5,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
 	// Profiles not asked for again until a time, after failed submissions.
-	BackingOff    []*Backoff `protobuf:"bytes,6,rep,name=backing_off,json=backingOff,proto3" json:"backing_off,omitempty"`
+	BackingOff []*Backoff `protobuf:"bytes,6,rep,name=backing_off,json=backingOff,proto3" json:"backing_off,omitempty"`
+	// Where each profile's machines stand.
+	Counts []*ProfileCounts `protobuf:"bytes,7,rep,name=counts,proto3" json:"counts,omitempty"`
+	// Conditions that are not errors, such as a cluster refusing job arrays.
+	Notes         []string `protobuf:"bytes,8,rep,name=notes,proto3" json:"notes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_provisioner_proto_msgTypes[23]
+	mi := &file_provisioner_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1438,7 +1668,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[23]
+	mi := &file_provisioner_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1451,7 +1681,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{23}
+	return file_provisioner_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *StatusResponse) GetName() string {
@@ -1496,6 +1726,167 @@ func (x *StatusResponse) GetBackingOff() []*Backoff {
 	return nil
 }
 
+func (x *StatusResponse) GetCounts() []*ProfileCounts {
+	if x != nil {
+		return x.Counts
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetNotes() []string {
+	if x != nil {
+		return x.Notes
+	}
+	return nil
+}
+
+type ProfileCounts struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Profile string                 `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
+	// In the queue or being submitted; running without an attached worker;
+	// with a worker attached.
+	Pending  int64 `protobuf:"varint,2,opt,name=pending,proto3" json:"pending,omitempty"`
+	Starting int64 `protobuf:"varint,3,opt,name=starting,proto3" json:"starting,omitempty"`
+	Attached int64 `protobuf:"varint,4,opt,name=attached,proto3" json:"attached,omitempty"`
+	// The submissions that made the machines still on their way.
+	Submissions   []*Submission `protobuf:"bytes,5,rep,name=submissions,proto3" json:"submissions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProfileCounts) Reset() {
+	*x = ProfileCounts{}
+	mi := &file_provisioner_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProfileCounts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProfileCounts) ProtoMessage() {}
+
+func (x *ProfileCounts) ProtoReflect() protoreflect.Message {
+	mi := &file_provisioner_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProfileCounts.ProtoReflect.Descriptor instead.
+func (*ProfileCounts) Descriptor() ([]byte, []int) {
+	return file_provisioner_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ProfileCounts) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *ProfileCounts) GetPending() int64 {
+	if x != nil {
+		return x.Pending
+	}
+	return 0
+}
+
+func (x *ProfileCounts) GetStarting() int64 {
+	if x != nil {
+		return x.Starting
+	}
+	return 0
+}
+
+func (x *ProfileCounts) GetAttached() int64 {
+	if x != nil {
+		return x.Attached
+	}
+	return 0
+}
+
+func (x *ProfileCounts) GetSubmissions() []*Submission {
+	if x != nil {
+		return x.Submissions
+	}
+	return nil
+}
+
+type Submission struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Machines      int64                  `protobuf:"varint,2,opt,name=machines,proto3" json:"machines,omitempty"`
+	OnTheWay      int64                  `protobuf:"varint,3,opt,name=on_the_way,json=onTheWay,proto3" json:"on_the_way,omitempty"`
+	AgeSeconds    float64                `protobuf:"fixed64,4,opt,name=age_seconds,json=ageSeconds,proto3" json:"age_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Submission) Reset() {
+	*x = Submission{}
+	mi := &file_provisioner_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Submission) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Submission) ProtoMessage() {}
+
+func (x *Submission) ProtoReflect() protoreflect.Message {
+	mi := &file_provisioner_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Submission.ProtoReflect.Descriptor instead.
+func (*Submission) Descriptor() ([]byte, []int) {
+	return file_provisioner_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *Submission) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *Submission) GetMachines() int64 {
+	if x != nil {
+		return x.Machines
+	}
+	return 0
+}
+
+func (x *Submission) GetOnTheWay() int64 {
+	if x != nil {
+		return x.OnTheWay
+	}
+	return 0
+}
+
+func (x *Submission) GetAgeSeconds() float64 {
+	if x != nil {
+		return x.AgeSeconds
+	}
+	return 0
+}
+
 type Backoff struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Profile string                 `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
@@ -1510,7 +1901,7 @@ type Backoff struct {
 
 func (x *Backoff) Reset() {
 	*x = Backoff{}
-	mi := &file_provisioner_proto_msgTypes[24]
+	mi := &file_provisioner_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1522,7 +1913,7 @@ func (x *Backoff) String() string {
 func (*Backoff) ProtoMessage() {}
 
 func (x *Backoff) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[24]
+	mi := &file_provisioner_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1535,7 +1926,7 @@ func (x *Backoff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backoff.ProtoReflect.Descriptor instead.
 func (*Backoff) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{24}
+	return file_provisioner_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Backoff) GetProfile() string {
@@ -1579,7 +1970,7 @@ type Outstanding struct {
 
 func (x *Outstanding) Reset() {
 	*x = Outstanding{}
-	mi := &file_provisioner_proto_msgTypes[25]
+	mi := &file_provisioner_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1591,7 +1982,7 @@ func (x *Outstanding) String() string {
 func (*Outstanding) ProtoMessage() {}
 
 func (x *Outstanding) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[25]
+	mi := &file_provisioner_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1604,7 +1995,7 @@ func (x *Outstanding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Outstanding.ProtoReflect.Descriptor instead.
 func (*Outstanding) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{25}
+	return file_provisioner_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Outstanding) GetProfile() string {
@@ -1652,7 +2043,7 @@ type ShutdownRequest struct {
 
 func (x *ShutdownRequest) Reset() {
 	*x = ShutdownRequest{}
-	mi := &file_provisioner_proto_msgTypes[26]
+	mi := &file_provisioner_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1664,7 +2055,7 @@ func (x *ShutdownRequest) String() string {
 func (*ShutdownRequest) ProtoMessage() {}
 
 func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[26]
+	mi := &file_provisioner_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1677,7 +2068,7 @@ func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownRequest) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{26}
+	return file_provisioner_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ShutdownRequest) GetDeadlineUnixNano() int64 {
@@ -1696,7 +2087,7 @@ type ShutdownResponse struct {
 
 func (x *ShutdownResponse) Reset() {
 	*x = ShutdownResponse{}
-	mi := &file_provisioner_proto_msgTypes[27]
+	mi := &file_provisioner_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1708,7 +2099,7 @@ func (x *ShutdownResponse) String() string {
 func (*ShutdownResponse) ProtoMessage() {}
 
 func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[27]
+	mi := &file_provisioner_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1721,7 +2112,7 @@ func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownResponse.ProtoReflect.Descriptor instead.
 func (*ShutdownResponse) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{27}
+	return file_provisioner_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ShutdownResponse) GetCancelled() []string {
@@ -1746,7 +2137,7 @@ type HostMessage struct {
 
 func (x *HostMessage) Reset() {
 	*x = HostMessage{}
-	mi := &file_provisioner_proto_msgTypes[28]
+	mi := &file_provisioner_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1758,7 +2149,7 @@ func (x *HostMessage) String() string {
 func (*HostMessage) ProtoMessage() {}
 
 func (x *HostMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[28]
+	mi := &file_provisioner_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1771,7 +2162,7 @@ func (x *HostMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostMessage.ProtoReflect.Descriptor instead.
 func (*HostMessage) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{28}
+	return file_provisioner_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *HostMessage) GetMsg() isHostMessage_Msg {
@@ -1845,7 +2236,7 @@ type PluginMessage struct {
 
 func (x *PluginMessage) Reset() {
 	*x = PluginMessage{}
-	mi := &file_provisioner_proto_msgTypes[29]
+	mi := &file_provisioner_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +2248,7 @@ func (x *PluginMessage) String() string {
 func (*PluginMessage) ProtoMessage() {}
 
 func (x *PluginMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[29]
+	mi := &file_provisioner_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +2261,7 @@ func (x *PluginMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginMessage.ProtoReflect.Descriptor instead.
 func (*PluginMessage) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{29}
+	return file_provisioner_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PluginMessage) GetMsg() isPluginMessage_Msg {
@@ -1940,7 +2331,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_provisioner_proto_msgTypes[30]
+	mi := &file_provisioner_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1952,7 +2343,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[30]
+	mi := &file_provisioner_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1965,7 +2356,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{30}
+	return file_provisioner_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Hello) GetName() string {
@@ -1984,7 +2375,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_provisioner_proto_msgTypes[31]
+	mi := &file_provisioner_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2387,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[31]
+	mi := &file_provisioner_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2400,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{31}
+	return file_provisioner_proto_rawDescGZIP(), []int{36}
 }
 
 type Event struct {
@@ -2031,7 +2422,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_provisioner_proto_msgTypes[32]
+	mi := &file_provisioner_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2043,7 +2434,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[32]
+	mi := &file_provisioner_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2056,7 +2447,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{32}
+	return file_provisioner_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -2124,7 +2515,7 @@ type EventAck struct {
 
 func (x *EventAck) Reset() {
 	*x = EventAck{}
-	mi := &file_provisioner_proto_msgTypes[33]
+	mi := &file_provisioner_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2136,7 +2527,7 @@ func (x *EventAck) String() string {
 func (*EventAck) ProtoMessage() {}
 
 func (x *EventAck) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[33]
+	mi := &file_provisioner_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2149,7 +2540,7 @@ func (x *EventAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventAck.ProtoReflect.Descriptor instead.
 func (*EventAck) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{33}
+	return file_provisioner_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *EventAck) GetSeq() uint64 {
@@ -2176,7 +2567,7 @@ type MintCredential struct {
 
 func (x *MintCredential) Reset() {
 	*x = MintCredential{}
-	mi := &file_provisioner_proto_msgTypes[34]
+	mi := &file_provisioner_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2188,7 +2579,7 @@ func (x *MintCredential) String() string {
 func (*MintCredential) ProtoMessage() {}
 
 func (x *MintCredential) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[34]
+	mi := &file_provisioner_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2201,7 +2592,7 @@ func (x *MintCredential) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MintCredential.ProtoReflect.Descriptor instead.
 func (*MintCredential) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{34}
+	return file_provisioner_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *MintCredential) GetRequestId() uint64 {
@@ -2268,7 +2659,7 @@ type Credential struct {
 
 func (x *Credential) Reset() {
 	*x = Credential{}
-	mi := &file_provisioner_proto_msgTypes[35]
+	mi := &file_provisioner_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2280,7 +2671,7 @@ func (x *Credential) String() string {
 func (*Credential) ProtoMessage() {}
 
 func (x *Credential) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[35]
+	mi := &file_provisioner_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2293,7 +2684,7 @@ func (x *Credential) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credential.ProtoReflect.Descriptor instead.
 func (*Credential) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{35}
+	return file_provisioner_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Credential) GetRequestId() uint64 {
@@ -2407,26 +2798,44 @@ const file_provisioner_proto_rawDesc = "" +
 	"\x04need\x18\x01 \x01(\v2\x1a.fluksio.provision.v1.NeedR\x04need\"D\n" +
 	"\x0eCoversResponse\x12\x18\n" +
 	"\acovered\x18\x01 \x01(\bR\acovered\x12\x18\n" +
-	"\aprofile\x18\x02 \x01(\tR\aprofile\"B\n" +
-	"\x10ProvisionRequest\x12.\n" +
-	"\x04need\x18\x01 \x01(\v2\x1a.fluksio.provision.v1.NeedR\x04need\"\xf1\x01\n" +
-	"\x11ProvisionResponse\x12I\n" +
-	"\aoutcome\x18\x01 \x01(\x0e2/.fluksio.provision.v1.ProvisionResponse.OutcomeR\aoutcome\x12\x18\n" +
-	"\aprofile\x18\x02 \x01(\tR\aprofile\x12\x16\n" +
-	"\x06detail\x18\x03 \x01(\tR\x06detail\"_\n" +
+	"\aprofile\x18\x02 \x01(\tR\aprofile\"p\n" +
+	"\x10ProvisionRequest\x124\n" +
+	"\x06demand\x18\x02 \x03(\v2\x1c.fluksio.provision.v1.DemandR\x06demand\x12\x1a\n" +
+	"\battached\x18\x03 \x03(\tR\battachedJ\x04\b\x01\x10\x02R\x04need\"N\n" +
+	"\x06Demand\x12.\n" +
+	"\x04need\x18\x01 \x01(\v2\x1a.fluksio.provision.v1.NeedR\x04need\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\"\xae\x02\n" +
+	"\x11ProvisionResponse\x12?\n" +
+	"\boutcomes\x18\x04 \x03(\v2#.fluksio.provision.v1.DemandOutcomeR\boutcomes\x12?\n" +
+	"\bprofiles\x18\x05 \x03(\v2#.fluksio.provision.v1.ProfileDemandR\bprofiles\"k\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tREQUESTED\x10\x01\x12\x0f\n" +
 	"\vOUTSTANDING\x10\x02\x12\n" +
 	"\n" +
 	"\x06NO_FIT\x10\x03\x12\x0f\n" +
-	"\vBACKING_OFF\x10\x04\".\n" +
+	"\vBACKING_OFF\x10\x04\x12\n" +
+	"\n" +
+	"\x06CAPPED\x10\x05J\x04\b\x01\x10\x02J\x04\b\x02\x10\x03J\x04\b\x03\x10\x04R\aoutcomeR\aprofileR\x06detail\"\x8c\x01\n" +
+	"\rDemandOutcome\x12I\n" +
+	"\aoutcome\x18\x01 \x01(\x0e2/.fluksio.provision.v1.ProvisionResponse.OutcomeR\aoutcome\x12\x18\n" +
+	"\aprofile\x18\x02 \x01(\tR\aprofile\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"\xd9\x01\n" +
+	"\rProfileDemand\x12\x18\n" +
+	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x16\n" +
+	"\x06wanted\x18\x02 \x01(\x03R\x06wanted\x12\x1c\n" +
+	"\n" +
+	"on_the_way\x18\x03 \x01(\x03R\bonTheWay\x12\x1a\n" +
+	"\battached\x18\x04 \x01(\x03R\battached\x12\x1c\n" +
+	"\trequested\x18\x05 \x01(\x03R\trequested\x12 \n" +
+	"\vsubmissions\x18\x06 \x01(\x03R\vsubmissions\x12\x1c\n" +
+	"\tcancelled\x18\a \x01(\x03R\tcancelled\".\n" +
 	"\x10ReconcileRequest\x12\x1a\n" +
 	"\battached\x18\x01 \x03(\tR\battached\"G\n" +
 	"\x11ReconcileResponse\x12\x18\n" +
 	"\aarrived\x18\x01 \x03(\tR\aarrived\x12\x18\n" +
 	"\aexpired\x18\x02 \x03(\tR\aexpired\"\x0f\n" +
-	"\rStatusRequest\"\xf8\x01\n" +
+	"\rStatusRequest\"\xcb\x02\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1a\n" +
@@ -2435,7 +2844,23 @@ const file_provisioner_proto_rawDesc = "" +
 	"\n" +
 	"last_error\x18\x05 \x01(\tR\tlastError\x12>\n" +
 	"\vbacking_off\x18\x06 \x03(\v2\x1d.fluksio.provision.v1.BackoffR\n" +
-	"backingOff\"\x86\x01\n" +
+	"backingOff\x12;\n" +
+	"\x06counts\x18\a \x03(\v2#.fluksio.provision.v1.ProfileCountsR\x06counts\x12\x14\n" +
+	"\x05notes\x18\b \x03(\tR\x05notes\"\xbf\x01\n" +
+	"\rProfileCounts\x12\x18\n" +
+	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x18\n" +
+	"\apending\x18\x02 \x01(\x03R\apending\x12\x1a\n" +
+	"\bstarting\x18\x03 \x01(\x03R\bstarting\x12\x1a\n" +
+	"\battached\x18\x04 \x01(\x03R\battached\x12B\n" +
+	"\vsubmissions\x18\x05 \x03(\v2 .fluksio.provision.v1.SubmissionR\vsubmissions\"y\n" +
+	"\n" +
+	"Submission\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x1a\n" +
+	"\bmachines\x18\x02 \x01(\x03R\bmachines\x12\x1c\n" +
+	"\n" +
+	"on_the_way\x18\x03 \x01(\x03R\bonTheWay\x12\x1f\n" +
+	"\vage_seconds\x18\x04 \x01(\x01R\n" +
+	"ageSeconds\"\x86\x01\n" +
 	"\aBackoff\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x1a\n" +
 	"\bfailures\x18\x02 \x01(\x05R\bfailures\x12&\n" +
@@ -2524,7 +2949,7 @@ func file_provisioner_proto_rawDescGZIP() []byte {
 }
 
 var file_provisioner_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_provisioner_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_provisioner_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_provisioner_proto_goTypes = []any{
 	(Diagnostic_Severity)(0),       // 0: fluksio.provision.v1.Diagnostic.Severity
 	(ProvisionResponse_Outcome)(0), // 1: fluksio.provision.v1.ProvisionResponse.Outcome
@@ -2547,23 +2972,28 @@ var file_provisioner_proto_goTypes = []any{
 	(*CoversRequest)(nil),          // 18: fluksio.provision.v1.CoversRequest
 	(*CoversResponse)(nil),         // 19: fluksio.provision.v1.CoversResponse
 	(*ProvisionRequest)(nil),       // 20: fluksio.provision.v1.ProvisionRequest
-	(*ProvisionResponse)(nil),      // 21: fluksio.provision.v1.ProvisionResponse
-	(*ReconcileRequest)(nil),       // 22: fluksio.provision.v1.ReconcileRequest
-	(*ReconcileResponse)(nil),      // 23: fluksio.provision.v1.ReconcileResponse
-	(*StatusRequest)(nil),          // 24: fluksio.provision.v1.StatusRequest
-	(*StatusResponse)(nil),         // 25: fluksio.provision.v1.StatusResponse
-	(*Backoff)(nil),                // 26: fluksio.provision.v1.Backoff
-	(*Outstanding)(nil),            // 27: fluksio.provision.v1.Outstanding
-	(*ShutdownRequest)(nil),        // 28: fluksio.provision.v1.ShutdownRequest
-	(*ShutdownResponse)(nil),       // 29: fluksio.provision.v1.ShutdownResponse
-	(*HostMessage)(nil),            // 30: fluksio.provision.v1.HostMessage
-	(*PluginMessage)(nil),          // 31: fluksio.provision.v1.PluginMessage
-	(*Hello)(nil),                  // 32: fluksio.provision.v1.Hello
-	(*Ready)(nil),                  // 33: fluksio.provision.v1.Ready
-	(*Event)(nil),                  // 34: fluksio.provision.v1.Event
-	(*EventAck)(nil),               // 35: fluksio.provision.v1.EventAck
-	(*MintCredential)(nil),         // 36: fluksio.provision.v1.MintCredential
-	(*Credential)(nil),             // 37: fluksio.provision.v1.Credential
+	(*Demand)(nil),                 // 21: fluksio.provision.v1.Demand
+	(*ProvisionResponse)(nil),      // 22: fluksio.provision.v1.ProvisionResponse
+	(*DemandOutcome)(nil),          // 23: fluksio.provision.v1.DemandOutcome
+	(*ProfileDemand)(nil),          // 24: fluksio.provision.v1.ProfileDemand
+	(*ReconcileRequest)(nil),       // 25: fluksio.provision.v1.ReconcileRequest
+	(*ReconcileResponse)(nil),      // 26: fluksio.provision.v1.ReconcileResponse
+	(*StatusRequest)(nil),          // 27: fluksio.provision.v1.StatusRequest
+	(*StatusResponse)(nil),         // 28: fluksio.provision.v1.StatusResponse
+	(*ProfileCounts)(nil),          // 29: fluksio.provision.v1.ProfileCounts
+	(*Submission)(nil),             // 30: fluksio.provision.v1.Submission
+	(*Backoff)(nil),                // 31: fluksio.provision.v1.Backoff
+	(*Outstanding)(nil),            // 32: fluksio.provision.v1.Outstanding
+	(*ShutdownRequest)(nil),        // 33: fluksio.provision.v1.ShutdownRequest
+	(*ShutdownResponse)(nil),       // 34: fluksio.provision.v1.ShutdownResponse
+	(*HostMessage)(nil),            // 35: fluksio.provision.v1.HostMessage
+	(*PluginMessage)(nil),          // 36: fluksio.provision.v1.PluginMessage
+	(*Hello)(nil),                  // 37: fluksio.provision.v1.Hello
+	(*Ready)(nil),                  // 38: fluksio.provision.v1.Ready
+	(*Event)(nil),                  // 39: fluksio.provision.v1.Event
+	(*EventAck)(nil),               // 40: fluksio.provision.v1.EventAck
+	(*MintCredential)(nil),         // 41: fluksio.provision.v1.MintCredential
+	(*Credential)(nil),             // 42: fluksio.provision.v1.Credential
 }
 var file_provisioner_proto_depIdxs = []int32{
 	6,  // 0: fluksio.provision.v1.SchemaResponse.schema:type_name -> fluksio.provision.v1.Schema
@@ -2575,43 +3005,48 @@ var file_provisioner_proto_depIdxs = []int32{
 	9,  // 6: fluksio.provision.v1.ConfigureResponse.diagnostics:type_name -> fluksio.provision.v1.Diagnostic
 	15, // 7: fluksio.provision.v1.ShapesResponse.shapes:type_name -> fluksio.provision.v1.Shape
 	14, // 8: fluksio.provision.v1.CoversRequest.need:type_name -> fluksio.provision.v1.Need
-	14, // 9: fluksio.provision.v1.ProvisionRequest.need:type_name -> fluksio.provision.v1.Need
-	1,  // 10: fluksio.provision.v1.ProvisionResponse.outcome:type_name -> fluksio.provision.v1.ProvisionResponse.Outcome
-	27, // 11: fluksio.provision.v1.StatusResponse.outstanding:type_name -> fluksio.provision.v1.Outstanding
-	26, // 12: fluksio.provision.v1.StatusResponse.backing_off:type_name -> fluksio.provision.v1.Backoff
-	32, // 13: fluksio.provision.v1.HostMessage.hello:type_name -> fluksio.provision.v1.Hello
-	35, // 14: fluksio.provision.v1.HostMessage.event_ack:type_name -> fluksio.provision.v1.EventAck
-	37, // 15: fluksio.provision.v1.HostMessage.credential:type_name -> fluksio.provision.v1.Credential
-	33, // 16: fluksio.provision.v1.PluginMessage.ready:type_name -> fluksio.provision.v1.Ready
-	34, // 17: fluksio.provision.v1.PluginMessage.event:type_name -> fluksio.provision.v1.Event
-	36, // 18: fluksio.provision.v1.PluginMessage.mint_credential:type_name -> fluksio.provision.v1.MintCredential
-	2,  // 19: fluksio.provision.v1.Provisioner.Info:input_type -> fluksio.provision.v1.InfoRequest
-	4,  // 20: fluksio.provision.v1.Provisioner.Schema:input_type -> fluksio.provision.v1.SchemaRequest
-	10, // 21: fluksio.provision.v1.Provisioner.ValidateConfig:input_type -> fluksio.provision.v1.ValidateConfigRequest
-	12, // 22: fluksio.provision.v1.Provisioner.Configure:input_type -> fluksio.provision.v1.ConfigureRequest
-	16, // 23: fluksio.provision.v1.Provisioner.Shapes:input_type -> fluksio.provision.v1.ShapesRequest
-	18, // 24: fluksio.provision.v1.Provisioner.Covers:input_type -> fluksio.provision.v1.CoversRequest
-	20, // 25: fluksio.provision.v1.Provisioner.Provision:input_type -> fluksio.provision.v1.ProvisionRequest
-	22, // 26: fluksio.provision.v1.Provisioner.Reconcile:input_type -> fluksio.provision.v1.ReconcileRequest
-	24, // 27: fluksio.provision.v1.Provisioner.Status:input_type -> fluksio.provision.v1.StatusRequest
-	28, // 28: fluksio.provision.v1.Provisioner.Shutdown:input_type -> fluksio.provision.v1.ShutdownRequest
-	30, // 29: fluksio.provision.v1.Provisioner.HostChannel:input_type -> fluksio.provision.v1.HostMessage
-	3,  // 30: fluksio.provision.v1.Provisioner.Info:output_type -> fluksio.provision.v1.InfoResponse
-	5,  // 31: fluksio.provision.v1.Provisioner.Schema:output_type -> fluksio.provision.v1.SchemaResponse
-	11, // 32: fluksio.provision.v1.Provisioner.ValidateConfig:output_type -> fluksio.provision.v1.ValidateConfigResponse
-	13, // 33: fluksio.provision.v1.Provisioner.Configure:output_type -> fluksio.provision.v1.ConfigureResponse
-	17, // 34: fluksio.provision.v1.Provisioner.Shapes:output_type -> fluksio.provision.v1.ShapesResponse
-	19, // 35: fluksio.provision.v1.Provisioner.Covers:output_type -> fluksio.provision.v1.CoversResponse
-	21, // 36: fluksio.provision.v1.Provisioner.Provision:output_type -> fluksio.provision.v1.ProvisionResponse
-	23, // 37: fluksio.provision.v1.Provisioner.Reconcile:output_type -> fluksio.provision.v1.ReconcileResponse
-	25, // 38: fluksio.provision.v1.Provisioner.Status:output_type -> fluksio.provision.v1.StatusResponse
-	29, // 39: fluksio.provision.v1.Provisioner.Shutdown:output_type -> fluksio.provision.v1.ShutdownResponse
-	31, // 40: fluksio.provision.v1.Provisioner.HostChannel:output_type -> fluksio.provision.v1.PluginMessage
-	30, // [30:41] is the sub-list for method output_type
-	19, // [19:30] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	21, // 9: fluksio.provision.v1.ProvisionRequest.demand:type_name -> fluksio.provision.v1.Demand
+	14, // 10: fluksio.provision.v1.Demand.need:type_name -> fluksio.provision.v1.Need
+	23, // 11: fluksio.provision.v1.ProvisionResponse.outcomes:type_name -> fluksio.provision.v1.DemandOutcome
+	24, // 12: fluksio.provision.v1.ProvisionResponse.profiles:type_name -> fluksio.provision.v1.ProfileDemand
+	1,  // 13: fluksio.provision.v1.DemandOutcome.outcome:type_name -> fluksio.provision.v1.ProvisionResponse.Outcome
+	32, // 14: fluksio.provision.v1.StatusResponse.outstanding:type_name -> fluksio.provision.v1.Outstanding
+	31, // 15: fluksio.provision.v1.StatusResponse.backing_off:type_name -> fluksio.provision.v1.Backoff
+	29, // 16: fluksio.provision.v1.StatusResponse.counts:type_name -> fluksio.provision.v1.ProfileCounts
+	30, // 17: fluksio.provision.v1.ProfileCounts.submissions:type_name -> fluksio.provision.v1.Submission
+	37, // 18: fluksio.provision.v1.HostMessage.hello:type_name -> fluksio.provision.v1.Hello
+	40, // 19: fluksio.provision.v1.HostMessage.event_ack:type_name -> fluksio.provision.v1.EventAck
+	42, // 20: fluksio.provision.v1.HostMessage.credential:type_name -> fluksio.provision.v1.Credential
+	38, // 21: fluksio.provision.v1.PluginMessage.ready:type_name -> fluksio.provision.v1.Ready
+	39, // 22: fluksio.provision.v1.PluginMessage.event:type_name -> fluksio.provision.v1.Event
+	41, // 23: fluksio.provision.v1.PluginMessage.mint_credential:type_name -> fluksio.provision.v1.MintCredential
+	2,  // 24: fluksio.provision.v1.Provisioner.Info:input_type -> fluksio.provision.v1.InfoRequest
+	4,  // 25: fluksio.provision.v1.Provisioner.Schema:input_type -> fluksio.provision.v1.SchemaRequest
+	10, // 26: fluksio.provision.v1.Provisioner.ValidateConfig:input_type -> fluksio.provision.v1.ValidateConfigRequest
+	12, // 27: fluksio.provision.v1.Provisioner.Configure:input_type -> fluksio.provision.v1.ConfigureRequest
+	16, // 28: fluksio.provision.v1.Provisioner.Shapes:input_type -> fluksio.provision.v1.ShapesRequest
+	18, // 29: fluksio.provision.v1.Provisioner.Covers:input_type -> fluksio.provision.v1.CoversRequest
+	20, // 30: fluksio.provision.v1.Provisioner.Provision:input_type -> fluksio.provision.v1.ProvisionRequest
+	25, // 31: fluksio.provision.v1.Provisioner.Reconcile:input_type -> fluksio.provision.v1.ReconcileRequest
+	27, // 32: fluksio.provision.v1.Provisioner.Status:input_type -> fluksio.provision.v1.StatusRequest
+	33, // 33: fluksio.provision.v1.Provisioner.Shutdown:input_type -> fluksio.provision.v1.ShutdownRequest
+	35, // 34: fluksio.provision.v1.Provisioner.HostChannel:input_type -> fluksio.provision.v1.HostMessage
+	3,  // 35: fluksio.provision.v1.Provisioner.Info:output_type -> fluksio.provision.v1.InfoResponse
+	5,  // 36: fluksio.provision.v1.Provisioner.Schema:output_type -> fluksio.provision.v1.SchemaResponse
+	11, // 37: fluksio.provision.v1.Provisioner.ValidateConfig:output_type -> fluksio.provision.v1.ValidateConfigResponse
+	13, // 38: fluksio.provision.v1.Provisioner.Configure:output_type -> fluksio.provision.v1.ConfigureResponse
+	17, // 39: fluksio.provision.v1.Provisioner.Shapes:output_type -> fluksio.provision.v1.ShapesResponse
+	19, // 40: fluksio.provision.v1.Provisioner.Covers:output_type -> fluksio.provision.v1.CoversResponse
+	22, // 41: fluksio.provision.v1.Provisioner.Provision:output_type -> fluksio.provision.v1.ProvisionResponse
+	26, // 42: fluksio.provision.v1.Provisioner.Reconcile:output_type -> fluksio.provision.v1.ReconcileResponse
+	28, // 43: fluksio.provision.v1.Provisioner.Status:output_type -> fluksio.provision.v1.StatusResponse
+	34, // 44: fluksio.provision.v1.Provisioner.Shutdown:output_type -> fluksio.provision.v1.ShutdownResponse
+	36, // 45: fluksio.provision.v1.Provisioner.HostChannel:output_type -> fluksio.provision.v1.PluginMessage
+	35, // [35:46] is the sub-list for method output_type
+	24, // [24:35] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_provisioner_proto_init() }
@@ -2619,12 +3054,12 @@ func file_provisioner_proto_init() {
 	if File_provisioner_proto != nil {
 		return
 	}
-	file_provisioner_proto_msgTypes[28].OneofWrappers = []any{
+	file_provisioner_proto_msgTypes[33].OneofWrappers = []any{
 		(*HostMessage_Hello)(nil),
 		(*HostMessage_EventAck)(nil),
 		(*HostMessage_Credential)(nil),
 	}
-	file_provisioner_proto_msgTypes[29].OneofWrappers = []any{
+	file_provisioner_proto_msgTypes[34].OneofWrappers = []any{
 		(*PluginMessage_Ready)(nil),
 		(*PluginMessage_Event)(nil),
 		(*PluginMessage_MintCredential)(nil),
@@ -2635,7 +3070,7 @@ func file_provisioner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_provisioner_proto_rawDesc), len(file_provisioner_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   36,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

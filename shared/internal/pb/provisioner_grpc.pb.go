@@ -71,7 +71,8 @@ type ProvisionerClient interface {
 	Shapes(ctx context.Context, in *ShapesRequest, opts ...grpc.CallOption) (*ShapesResponse, error)
 	// Whether a machine the plugin could start would fit a need.
 	Covers(ctx context.Context, in *CoversRequest, opts ...grpc.CallOption) (*CoversResponse, error)
-	// Ask for a machine. Returns at once; the machine arrives by attaching.
+	// The engine's whole demand: ask for the difference from what is on
+	// its way, within caps. Returns at once; machines arrive by attaching.
 	Provision(ctx context.Context, in *ProvisionRequest, opts ...grpc.CallOption) (*ProvisionResponse, error)
 	// Forget requests that arrived; give up on those that took too long.
 	Reconcile(ctx context.Context, in *ReconcileRequest, opts ...grpc.CallOption) (*ReconcileResponse, error)
@@ -225,7 +226,8 @@ type ProvisionerServer interface {
 	Shapes(context.Context, *ShapesRequest) (*ShapesResponse, error)
 	// Whether a machine the plugin could start would fit a need.
 	Covers(context.Context, *CoversRequest) (*CoversResponse, error)
-	// Ask for a machine. Returns at once; the machine arrives by attaching.
+	// The engine's whole demand: ask for the difference from what is on
+	// its way, within caps. Returns at once; machines arrive by attaching.
 	Provision(context.Context, *ProvisionRequest) (*ProvisionResponse, error)
 	// Forget requests that arrived; give up on those that took too long.
 	Reconcile(context.Context, *ReconcileRequest) (*ReconcileResponse, error)

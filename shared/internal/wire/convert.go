@@ -134,6 +134,8 @@ func outcomeToProto(o shared.ProvisionOutcome) pb.ProvisionResponse_Outcome {
 		return pb.ProvisionResponse_NO_FIT
 	case shared.OutcomeBackingOff:
 		return pb.ProvisionResponse_BACKING_OFF
+	case shared.OutcomeCapped:
+		return pb.ProvisionResponse_CAPPED
 	}
 	return pb.ProvisionResponse_OUTCOME_UNSPECIFIED
 }
@@ -148,8 +150,57 @@ func outcomeFromProto(o pb.ProvisionResponse_Outcome) shared.ProvisionOutcome {
 		return shared.OutcomeNoFit
 	case pb.ProvisionResponse_BACKING_OFF:
 		return shared.OutcomeBackingOff
+	case pb.ProvisionResponse_CAPPED:
+		return shared.OutcomeCapped
 	}
 	return 0
+}
+
+func provisionRequestToProto(r *shared.ProvisionRequest) *pb.ProvisionRequest {
+	out := &pb.ProvisionRequest{Attached: r.Attached}
+	for _, d := range r.Demand {
+		out.Demand = append(out.Demand, &pb.Demand{Need: needToProto(d.Need), Count: int64(d.Count)})
+	}
+	return out
+}
+
+func provisionRequestFromProto(r *pb.ProvisionRequest) *shared.ProvisionRequest {
+	out := &shared.ProvisionRequest{Attached: r.GetAttached()}
+	for _, d := range r.GetDemand() {
+		out.Demand = append(out.Demand, shared.Demand{Need: needFromProto(d.GetNeed()), Count: clampInt(d.GetCount())})
+	}
+	return out
+}
+
+func provisionResponseToProto(r *shared.ProvisionResponse) *pb.ProvisionResponse {
+	out := &pb.ProvisionResponse{}
+	for _, o := range r.Outcomes {
+		out.Outcomes = append(out.Outcomes, &pb.DemandOutcome{Outcome: outcomeToProto(o.Outcome), Profile: o.Profile, Detail: o.Detail})
+	}
+	for _, p := range r.Profiles {
+		out.Profiles = append(out.Profiles, &pb.ProfileDemand{Profile: p.Profile, Wanted: int64(p.Wanted), OnTheWay: int64(p.OnTheWay),
+			Attached: int64(p.Attached), Requested: int64(p.Requested), Submissions: int64(p.Submissions), Cancelled: int64(p.Cancelled)})
+	}
+	return out
+}
+
+func provisionResponseFromProto(r *pb.ProvisionResponse) *shared.ProvisionResponse {
+	out := &shared.ProvisionResponse{}
+	for _, o := range r.GetOutcomes() {
+		out.Outcomes = append(out.Outcomes, shared.DemandOutcome{Outcome: outcomeFromProto(o.GetOutcome()), Profile: o.GetProfile(), Detail: clip(o.GetDetail(), MaxEventDetail)})
+	}
+	for _, p := range r.GetProfiles() {
+		out.Profiles = append(out.Profiles, shared.ProfileDemand{Profile: p.GetProfile(), Wanted: clampInt(p.GetWanted()),
+			OnTheWay: clampInt(p.GetOnTheWay()), Attached: clampInt(p.GetAttached()), Requested: clampInt(p.GetRequested()),
+			Submissions: clampInt(p.GetSubmissions()), Cancelled: clampInt(p.GetCancelled())})
+	}
+	return out
+}
+
+// clampInt reads a count off the wire: never negative, never beyond what
+// an int holds on any platform the host runs on.
+func clampInt(n int64) int {
+	return int(max(0, min(n, 1<<31-1)))
 }
 
 func statusToProto(s *shared.StatusResponse) *pb.StatusResponse {
@@ -164,6 +215,14 @@ func statusToProto(s *shared.StatusResponse) *pb.StatusResponse {
 			Profile: b.Profile, Failures: int32(b.Failures), UntilUnixNano: unixNano(b.Until), LastError: b.LastError,
 		})
 	}
+	for _, c := range s.Counts {
+		pc := &pb.ProfileCounts{Profile: c.Profile, Pending: int64(c.Pending), Starting: int64(c.Starting), Attached: int64(c.Attached)}
+		for _, sub := range c.Submissions {
+			pc.Submissions = append(pc.Submissions, &pb.Submission{Job: sub.Job, Machines: int64(sub.Machines), OnTheWay: int64(sub.OnTheWay), AgeSeconds: sub.Age.Seconds()})
+		}
+		out.Counts = append(out.Counts, pc)
+	}
+	out.Notes = s.Notes
 	return out
 }
 
@@ -180,6 +239,15 @@ func statusFromProto(s *pb.StatusResponse) *shared.StatusResponse {
 			Profile: b.GetProfile(), Failures: int(b.GetFailures()), Until: fromUnixNano(b.GetUntilUnixNano()), LastError: b.GetLastError(),
 		})
 	}
+	for _, c := range s.GetCounts() {
+		pc := shared.ProfileCounts{Profile: c.GetProfile(), Pending: clampInt(c.GetPending()), Starting: clampInt(c.GetStarting()), Attached: clampInt(c.GetAttached())}
+		for _, sub := range c.GetSubmissions() {
+			pc.Submissions = append(pc.Submissions, shared.Submission{Job: sub.GetJob(), Machines: clampInt(sub.GetMachines()),
+				OnTheWay: clampInt(sub.GetOnTheWay()), Age: seconds(sub.GetAgeSeconds())})
+		}
+		out.Counts = append(out.Counts, pc)
+	}
+	out.Notes = s.GetNotes()
 	return out
 }
 

@@ -113,11 +113,11 @@ func (c *Client) Covers(ctx context.Context, req *shared.CoversRequest) (*shared
 }
 
 func (c *Client) Provision(ctx context.Context, req *shared.ProvisionRequest) (*shared.ProvisionResponse, error) {
-	r, err := call(c, ctx, &pb.ProvisionRequest{Need: needToProto(req.Need)}, c.rpc.Provision)
+	r, err := call(c, ctx, provisionRequestToProto(req), c.rpc.Provision)
 	if err != nil {
 		return nil, err
 	}
-	return &shared.ProvisionResponse{Outcome: outcomeFromProto(r.GetOutcome()), Profile: r.GetProfile(), Detail: r.GetDetail()}, nil
+	return provisionResponseFromProto(r), nil
 }
 
 func (c *Client) Reconcile(ctx context.Context, req *shared.ReconcileRequest) (*shared.ReconcileResponse, error) {
@@ -214,11 +214,11 @@ func (s *grpcServer) Covers(ctx context.Context, req *pb.CoversRequest) (*pb.Cov
 }
 
 func (s *grpcServer) Provision(ctx context.Context, req *pb.ProvisionRequest) (*pb.ProvisionResponse, error) {
-	r, err := s.impl.Provision(ctx, &shared.ProvisionRequest{Need: needFromProto(req.GetNeed())})
+	r, err := s.impl.Provision(ctx, provisionRequestFromProto(req))
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.ProvisionResponse{Outcome: outcomeToProto(r.Outcome), Profile: r.Profile, Detail: r.Detail}, nil
+	return provisionResponseToProto(r), nil
 }
 
 func (s *grpcServer) Reconcile(ctx context.Context, req *pb.ReconcileRequest) (*pb.ReconcileResponse, error) {

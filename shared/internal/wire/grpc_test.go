@@ -45,8 +45,17 @@ func TestRoundTripEveryMethod(t *testing.T) {
 	shapes := []shared.Shape{{Profile: "a", CPUs: 1}, {Profile: "b", CPUs: 4, GPUs: 2, RAMMB: 1 << 40, Labels: []string{"x", "y"}}}
 	status := &shared.StatusResponse{Name: "n", Kind: "k", Profiles: []string{"a", "b"}, LastError: "oops",
 		Outstanding: []shared.Outstanding{{Profile: "a", Job: "12", Worker: "n-a-1", Age: 1500 * time.Millisecond, State: "PENDING"}},
-		BackingOff:  []shared.Backoff{{Profile: "b", Failures: 3, Until: time.Unix(1700000000, 5), LastError: "sbatch: nope"}}}
+		BackingOff:  []shared.Backoff{{Profile: "b", Failures: 3, Until: time.Unix(1700000000, 5), LastError: "sbatch: nope"}},
+		Counts: []shared.ProfileCounts{{Profile: "a", Pending: 1, Starting: 2, Attached: 3,
+			Submissions: []shared.Submission{{Job: "12", Machines: 40, OnTheWay: 3, Age: 2500 * time.Millisecond}}}},
+		Notes: []string{"job arrays refused"}}
 	need := shared.Need{CPUs: 3, GPUs: 1, RAMMB: 2048, Label: "x"}
+	// Every field of the answer set, so that a converter that drops one
+	// fails the round trip.
+	provisioned := &shared.ProvisionResponse{
+		Outcomes: []shared.DemandOutcome{{Outcome: shared.OutcomeCapped, Profile: "b", Detail: "max_pending 2"}},
+		Profiles: []shared.ProfileDemand{{Profile: "b", Wanted: 3, OnTheWay: 2, Attached: 1, Requested: 2, Submissions: 1, Cancelled: 4}},
+	}
 
 	impl := &sharedtest.Provisioner{
 		InfoF: func(context.Context, *shared.InfoRequest) (*shared.InfoResponse, error) {
@@ -77,10 +86,10 @@ func TestRoundTripEveryMethod(t *testing.T) {
 			return &shared.CoversResponse{Covered: r.Need == need, Profile: "b"}, nil
 		},
 		ProvisionF: func(_ context.Context, r *shared.ProvisionRequest) (*shared.ProvisionResponse, error) {
-			if r.Need != need {
-				return nil, fmt.Errorf("need %+v", r.Need)
+			if len(r.Demand) != 1 || r.Demand[0] != (shared.Demand{Need: need, Count: 3}) || !slices.Equal(r.Attached, []string{"w1"}) {
+				return nil, fmt.Errorf("request %+v", r)
 			}
-			return &shared.ProvisionResponse{Outcome: shared.OutcomeBackingOff, Profile: "b", Detail: "wait"}, nil
+			return provisioned, nil
 		},
 		ReconcileF: func(_ context.Context, r *shared.ReconcileRequest) (*shared.ReconcileResponse, error) {
 			return &shared.ReconcileResponse{Arrived: r.Attached[:1], Expired: []string{"7"}}, nil
@@ -110,8 +119,8 @@ func TestRoundTripEveryMethod(t *testing.T) {
 	check(t, "Shapes", err, shr.Shapes, shapes)
 	cov, err := c.Covers(ctx, &shared.CoversRequest{Need: need})
 	check(t, "Covers", err, cov, &shared.CoversResponse{Covered: true, Profile: "b"})
-	pr, err := c.Provision(ctx, &shared.ProvisionRequest{Need: need})
-	check(t, "Provision", err, pr, &shared.ProvisionResponse{Outcome: shared.OutcomeBackingOff, Profile: "b", Detail: "wait"})
+	pr, err := c.Provision(ctx, &shared.ProvisionRequest{Demand: []shared.Demand{{Need: need, Count: 3}}, Attached: []string{"w1"}})
+	check(t, "Provision", err, pr, provisioned)
 	rr, err := c.Reconcile(ctx, &shared.ReconcileRequest{Attached: []string{"w1", "w2"}})
 	check(t, "Reconcile", err, rr, &shared.ReconcileResponse{Arrived: []string{"w1"}, Expired: []string{"7"}})
 	st, err := c.Status(ctx, &shared.StatusRequest{})

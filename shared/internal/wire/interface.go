@@ -13,7 +13,7 @@ import (
 // ProtocolVersion is the go-plugin protocol version of the wire contract
 // in proto/provisioner.proto. It changes only when a change to the wire
 // would break one side; additions do not change it (see ContractVersion).
-const ProtocolVersion = 1
+const ProtocolVersion = 2
 
 // PluginName is the name under which the provisioner is dispensed.
 const PluginName = "provisioner"

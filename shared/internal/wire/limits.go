@@ -59,6 +59,9 @@ func ClipEvent(ev shared.Event) shared.Event {
 }
 
 // clipStatus bounds a plugin's Status.
+// maxNotes bounds StatusResponse.Notes: a few lines for an operator.
+const maxNotes = 20
+
 func clipStatus(s *shared.StatusResponse) *shared.StatusResponse {
 	if s == nil {
 		return nil
@@ -71,6 +74,20 @@ func clipStatus(s *shared.StatusResponse) *shared.StatusResponse {
 	}
 	if len(s.Profiles) > MaxStatusEntries {
 		s.Profiles = s.Profiles[:MaxStatusEntries:MaxStatusEntries]
+	}
+	if len(s.Counts) > MaxStatusEntries {
+		s.Counts = s.Counts[:MaxStatusEntries:MaxStatusEntries]
+	}
+	for i := range s.Counts {
+		if len(s.Counts[i].Submissions) > MaxStatusEntries {
+			s.Counts[i].Submissions = s.Counts[i].Submissions[:MaxStatusEntries:MaxStatusEntries]
+		}
+	}
+	if len(s.Notes) > maxNotes {
+		s.Notes = s.Notes[:maxNotes:maxNotes]
+	}
+	for i, n := range s.Notes {
+		s.Notes[i] = clip(n, MaxEventDetail)
 	}
 	s.LastError = clip(s.LastError, MaxEventDetail)
 	return s

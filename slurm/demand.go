@@ -1,0 +1,540 @@
+package slurm
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fluksio/provision/shared"
+)
+
+// Provision reads the engine's whole demand and keeps, per profile, as
+// many machines on their way as it maps to (raised to min_workers), within
+// the caps. It asks for the shortfall in one submission (a job array, see
+// array.go) and gives up pending machines beyond the demand, newest first;
+// a machine already running is never given up, because its worker is
+// about to attach. The books are level-triggered: the same demand twice
+// asks for nothing new, and a profile with a submission in flight waits
+// for it to end before it asks for more. Provision returns at once; the
+// submission and any scancel run on goroutines of their own.
+func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest) (*shared.ProvisionResponse, error) {
+	if req == nil {
+		return nil, shared.ErrInvalidArgument
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.shut {
+		return nil, shared.ErrShutdown
+	}
+	cfg := p.cfg
+	if cfg == nil {
+		return nil, shared.ErrNotConfigured
+	}
+	p.arrivedLocked(req.Attached)
+	attached := cfg.attachedByProfile(req.Attached)
+	p.attached = attached
+
+	resp := &shared.ProvisionResponse{Outcomes: make([]shared.DemandOutcome, len(req.Demand))}
+	wanted := map[string]int{}
+	for i, d := range req.Demand {
+		prof, ok := cfg.match(d.Need)
+		if !ok {
+			resp.Outcomes[i] = shared.DemandOutcome{Outcome: shared.OutcomeNoFit, Detail: noFitDetail(d.Need)}
+			continue
+		}
+		wanted[prof.Name] = min(maxCap, wanted[prof.Name]+max(0, d.Count))
+		resp.Outcomes[i].Profile = prof.Name
+	}
+
+	counts := p.countsLocked()
+	var alive, pending int
+	for _, prof := range cfg.Profiles {
+		c := counts[prof.Name]
+		alive += c.pending + c.starting + attached[prof.Name]
+		pending += c.pending
+	}
+	type answer struct {
+		outcome shared.ProvisionOutcome
+		detail  string
+	}
+	answers := map[string]answer{}
+	var batches [][]*request
+	var cancels []jobRef
+	now := p.now()
+	for _, prof := range cfg.Profiles {
+		c := counts[prof.Name]
+		want := max(wanted[prof.Name], prof.MinWorkers)
+		pd := shared.ProfileDemand{Profile: prof.Name, Wanted: want, OnTheWay: c.pending + c.starting, Attached: attached[prof.Name]}
+		a := answer{outcome: shared.OutcomeOutstanding, detail: p.onTheWayDetailLocked(prof.Name, now)}
+		switch short := want - pd.OnTheWay; {
+		case short > 0:
+			if b := p.backoff[prof.Name]; b != nil && now.Before(b.until) {
+				// Asking again now would fail the same way.
+				a = answer{shared.OutcomeBackingOff, fmt.Sprintf("%s in a row; not asking again until %s. Last: %s",
+					failures(b.failures), b.until.Format(time.RFC3339), b.lastErr)}
+				break
+			}
+			if c.inFlight > 0 {
+				a.detail = fmt.Sprintf("a submission of %d machine(s) is in flight; the other %d are asked for when it ends", c.inFlight, max(0, short-c.inFlight))
+				break
+			}
+			n, capDetail := p.roomLocked(cfg, prof, short, pd.OnTheWay+pd.Attached, c.pending, alive, pending)
+			if n == 0 {
+				a = answer{shared.OutcomeCapped, capDetail}
+				break
+			}
+			batch := p.reserveLocked(cfg, prof, n, now)
+			batches = append(batches, batch)
+			alive, pending = alive+n, pending+n
+			pd.Requested, pd.OnTheWay = n, pd.OnTheWay+n
+			pd.Submissions = 1
+			if p.maxArray <= 1 {
+				pd.Submissions = n
+			}
+			a = answer{outcome: shared.OutcomeRequested}
+			if n < short {
+				a.detail = fmt.Sprintf("asked for %d of the %d missing: %s", n, short, capDetail)
+			}
+		case short < 0 && !p.adoptPending:
+			// Until the first look at the queue the books may be short
+			// of what is there; nothing is given up on a partial count.
+			given := p.giveUpPendingLocked(prof.Name, -short, now)
+			cancels = append(cancels, given...)
+			pd.Cancelled, pd.OnTheWay = len(given), pd.OnTheWay-len(given)
+		}
+		answers[prof.Name] = a
+		if pd.Wanted > 0 || pd.OnTheWay > 0 || pd.Attached > 0 || pd.Cancelled > 0 {
+			resp.Profiles = append(resp.Profiles, pd)
+		}
+	}
+	for i, o := range resp.Outcomes {
+		if o.Outcome == shared.OutcomeNoFit {
+			continue
+		}
+		a := answers[o.Profile]
+		resp.Outcomes[i].Outcome, resp.Outcomes[i].Detail = a.outcome, a.detail
+	}
+
+	// The reservations are made before the goroutines start, so a second
+	// Provision sees them even before ssh has begun. wg.Add happens under
+	// mu while shut is false, so Shutdown's Wait cannot race it.
+	host := p.host
+	for _, batch := range batches {
+		ctx, cancel := context.WithCancel(p.life)
+		batch[0].cancel = cancel
+		for _, r := range batch[1:] {
+			r.cancel = cancel
+		}
+		p.wg.Add(1)
+		go p.submit(ctx, cfg, host, batch)
+	}
+	if len(cancels) > 0 {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.cancelJobs(p.life, cfg, host, cancels, "gave up a pending machine the engine no longer wants")
+		}()
+	}
+	if len(batches) > 0 {
+		p.wakePoller()
+	}
+	return resp, nil
+}
+
+// onTheWayDetailLocked says what the oldest machine of profile on its way
+// is waiting for, for an answer that asks for nothing new.
+func (p *Provisioner) onTheWayDetailLocked(profile string, now time.Time) string {
+	for _, r := range p.sortedLocked() {
+		if r.profile != profile {
+			continue
+		}
+		switch r.phase {
+		case phaseQueued:
+			return fmt.Sprintf("job %s (worker %s) was asked for %s ago and has not attached", r.job, r.worker, now.Sub(r.since).Round(time.Second))
+		case phaseAnswerLost:
+			return fmt.Sprintf("the answer to worker %s's sbatch was lost; its job is being looked for in the queue", r.worker)
+		default:
+			return fmt.Sprintf("worker %s is still being submitted", r.worker)
+		}
+	}
+	return ""
+}
+
+// profileCounts is where one profile's machines stand in the books.
+type profileCounts struct {
+	// pending are in the queue, being submitted or looked for; starting
+	// run without their worker attached yet; inFlight are being
+	// submitted (a submission goroutine holds them).
+	pending, starting, inFlight int
+}
+
+func (p *Provisioner) countsLocked() map[string]profileCounts {
+	counts := map[string]profileCounts{}
+	for _, r := range p.outstanding {
+		c := counts[r.profile]
+		switch {
+		case r.phase == phaseQueued && r.slurmState == "RUNNING":
+			c.starting++
+		default:
+			c.pending++
+		}
+		if r.phase == phaseAwaitingAdoption || r.phase == phaseSubmitting {
+			c.inFlight++
+		}
+		counts[r.profile] = c
+	}
+	return counts
+}
+
+// roomLocked is how many of short machines of prof may be asked for now,
+// within the profile's and the provisioner's max_workers and max_pending
+// and the cluster's array size; detail names the cap that binds.
+func (p *Provisioner) roomLocked(cfg *settings, prof Profile, short, profAlive, profPending, alive, pending int) (int, string) {
+	n, detail := short, ""
+	for _, c := range []struct {
+		room int
+		what string
+	}{
+		{cfg.maxWorkers(prof) - profAlive, fmt.Sprintf("profile %s has %d of its max_workers %d alive", prof.Name, profAlive, cfg.maxWorkers(prof))},
+		{*cfg.MaxWorkers - alive, fmt.Sprintf("the provisioner has %d of its max_workers %d alive", alive, *cfg.MaxWorkers)},
+		{cfg.maxPending(prof) - profPending, fmt.Sprintf("profile %s has %d of its max_pending %d in the queue", prof.Name, profPending, cfg.maxPending(prof))},
+		{*cfg.MaxPending - pending, fmt.Sprintf("the provisioner has %d of its max_pending %d in the queue", pending, *cfg.MaxPending)},
+		{max(1, p.maxArray), fmt.Sprintf("one submission asks for at most %d (the cluster's MaxArraySize)", max(1, p.maxArray))},
+	} {
+		if c.room < n {
+			n, detail = max(0, c.room), c.what
+		}
+	}
+	return n, detail
+}
+
+// reserveLocked makes the requests for n machines of prof, one submission:
+// a single job for one, an array for more. Their worker names share a
+// base (<provisioner>-<profile>-<8 hex digits>), which the job's tag
+// names; an array task's worker is <base>-<task>.
+func (p *Provisioner) reserveLocked(cfg *settings, prof Profile, n int, now time.Time) []*request {
+	base := workerName(cfg.name, prof.Name)
+	done := make(chan struct{})
+	batch := make([]*request, n)
+	for i := range batch {
+		r := &request{profile: prof.Name, worker: base, tag: base, task: -1, batch: n, since: now, done: done, phase: phaseAwaitingAdoption}
+		if n > 1 {
+			r.worker, r.task = base+"-"+strconv.Itoa(i), i
+		}
+		batch[i] = r
+		p.outstanding[r.worker] = r
+		p.inflight[r] = true
+		if p.adoptPending {
+			p.mine[r.worker] = true
+		}
+	}
+	if p.adoptPending {
+		p.mine[base] = true
+	}
+	return batch
+}
+
+// giveUpPendingLocked takes up to n machines of profile that are queued and
+// not running out of the books, newest first, and returns them to be
+// cancelled. Machines still being submitted are left: the next call sees
+// them queued.
+func (p *Provisioner) giveUpPendingLocked(profile string, n int, now time.Time) []jobRef {
+	var cands []*request
+	for _, r := range p.outstanding {
+		if r.profile == profile && r.phase == phaseQueued && r.slurmState != "RUNNING" && r.finished() {
+			cands = append(cands, r)
+		}
+	}
+	slices.SortFunc(cands, func(a, b *request) int {
+		return cmpNewest(a, b)
+	})
+	var out []jobRef
+	for _, r := range cands[:min(n, len(cands))] {
+		delete(p.outstanding, r.worker)
+		r.phase = phaseFailed
+		out = append(out, jobRef{job: r.job, profile: r.profile, worker: r.worker, age: now.Sub(r.since),
+			why: "the engine no longer wants it: the demand fell while it was pending"})
+	}
+	return out
+}
+
+// cmpNewest orders requests newest first: later submissions, then higher
+// array tasks, so that a burst cut short keeps its oldest machines.
+func cmpNewest(a, b *request) int {
+	if c := b.since.Compare(a.since); c != 0 {
+		return c
+	}
+	if a.tag != b.tag {
+		return strings.Compare(b.tag, a.tag)
+	}
+	return b.task - a.task
+}
+
+// arrivedLocked forgets the requests whose worker has attached: asking
+// again for them is somebody else's decision now, and a profile whose
+// worker arrived is healthy, so its backoff ends.
+func (p *Provisioner) arrivedLocked(attached []string) []string {
+	var arrived []string
+	for _, w := range attached {
+		if r := p.outstanding[w]; r != nil {
+			r.phase = phaseArrived
+			delete(p.outstanding, w)
+			delete(p.backoff, r.profile)
+			arrived = append(arrived, w)
+		}
+	}
+	return arrived
+}
+
+// attachedByProfile counts the attached workers of each profile, from
+// their names (profileOf).
+func (s *settings) attachedByProfile(attached []string) map[string]int {
+	out := map[string]int{}
+	for _, w := range attached {
+		if profile, why := s.profileOf(w); why == "" {
+			out[profile]++
+		}
+	}
+	return out
+}
+
+func noFitDetail(n shared.Need) string {
+	d := fmt.Sprintf("no profile has %d CPUs and %d GPUs", n.CPUs, n.GPUs)
+	if n.RAMMB > 0 {
+		d += fmt.Sprintf(" and %d MB", n.RAMMB)
+	}
+	if n.Label != "" {
+		d += fmt.Sprintf(" with label %q", n.Label)
+	}
+	return d
+}
+
+// workerName is unique enough that two submissions never share a name,
+// and starts with the provisioner's name and a dash, as the host requires
+// before it mints a credential.
+func workerName(provisioner, profile string) string {
+	var b [4]byte
+	rand.Read(b[:]) // Never fails; it crashes the program instead.
+	return provisioner + "-" + profile + "-" + hex.EncodeToString(b[:])
+}
+
+// submit mints the batch's credentials and submits it: one job for one
+// machine, one array for more, or one job per machine where the cluster
+// refuses arrays. It owns the batch until it returns; done is closed only
+// after its events are published, so nothing cancels a job before the
+// engine has heard of it.
+func (p *Provisioner) submit(ctx context.Context, cfg *settings, host shared.Host, batch []*request) {
+	defer p.wg.Done()
+	defer close(batch[0].done)
+	defer func() {
+		p.mu.Lock()
+		for _, r := range batch {
+			delete(p.inflight, r)
+		}
+		p.mu.Unlock()
+		batch[0].cancel()
+	}()
+	prof, _ := cfg.profile(batch[0].profile)
+
+	// A plugin restarted after a crash is asked for machines at once, and
+	// its predecessor's jobs are still in the queue. Until the first look
+	// at the queue is over (bounded by submit_timeout), nothing is
+	// submitted: an earlier run's machines of the profile take the place
+	// of as many of these (superseded) instead of leaving them running
+	// beside new ones.
+	select {
+	case <-p.adoptTried:
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	var live []*request
+	for _, r := range batch {
+		if r.phase == phaseAwaitingAdoption {
+			r.phase = phaseSubmitting
+		}
+		if r.phase == phaseSubmitting {
+			live = append(live, r)
+		}
+	}
+	shut := p.shut
+	arrays := p.maxArray > 1
+	p.mu.Unlock()
+	if len(live) == 0 {
+		return
+	}
+	if shut {
+		// Shutdown began while this batch waited: submitting now would
+		// leave jobs for nobody.
+		p.submissionFailed(cfg, host, live, "not submitted: the provisioner is shutting down", shared.ErrShutdown)
+		return
+	}
+	if !arrays || !p.submitOne(ctx, cfg, host, prof, live) {
+		p.submitEach(ctx, cfg, host, prof, live)
+	}
+}
+
+// submitEach submits one plain job per machine, for a cluster that does
+// not take arrays. Each machine's job is tagged with its own worker.
+func (p *Provisioner) submitEach(ctx context.Context, cfg *settings, host shared.Host, prof Profile, live []*request) {
+	p.mu.Lock()
+	for _, r := range live {
+		r.tag, r.task = r.worker, -1
+		if p.adoptPending {
+			p.mine[r.worker] = true
+		}
+	}
+	p.mu.Unlock()
+	for _, r := range live {
+		p.submitOne(ctx, cfg, host, prof, []*request{r})
+	}
+}
+
+// submitOne is one sbatch for live: a single job, or an array of
+// len(live) tasks. submit_timeout bounds it all: the wait for an ssh
+// session, the mints, sbatch and, if its answer was lost, the look for its
+// job. A quarter is kept back for that look; what it cannot finish, the
+// poller does. It is false, with nothing submitted and nothing reported,
+// when the cluster refused the array as such: the caller submits the
+// machines one by one instead.
+func (p *Provisioner) submitOne(ctx context.Context, cfg *settings, host shared.Host, prof Profile, live []*request) bool {
+	ctx, cancel := context.WithTimeout(ctx, cfg.submitTimeout)
+	defer cancel()
+	askCtx, cancelAsk := context.WithTimeout(ctx, cfg.submitTimeout-cfg.submitTimeout/4)
+	job, err := p.ask(askCtx, cfg, host, prof, live)
+	cancelAsk()
+	var detail string
+	var lost bool
+	if se := (*submitError)(nil); errors.As(err, &se) {
+		detail, lost = se.Said, se.AnswerLost
+	}
+	if err != nil && live[0].task >= 0 && !lost && arrayRefused(detail) {
+		// The cluster does not take arrays after all: say so, and ask
+		// one job per machine from now on.
+		p.mu.Lock()
+		p.maxArray = 1
+		p.arrayNote = "job arrays refused by the cluster (" + truncateTo(detail, 200) + "); submitting one job per machine"
+		p.mu.Unlock()
+		cfg.log.Warn("the cluster refused a job array; submitting one job per machine from now on", "said", detail)
+		return false
+	}
+	if err != nil && lost {
+		p.mu.Lock()
+		p.suspect = true
+		p.mu.Unlock()
+	}
+	if err != nil && lost && p.life.Err() == nil {
+		// The connection went before sbatch's answer came back, so the
+		// job may well exist, and asking again would start a second
+		// one. Its comment names the batch: look.
+		found, lerr := p.lookup(ctx, cfg, live[0].tag)
+		switch {
+		case lerr != nil:
+			p.outcomeUnknown(cfg, live, detail, lerr)
+			return true
+		case found != "":
+			cfg.log.Warn("sbatch's answer was lost, but its job is in the queue", "profile", prof.Name, "job", found, "worker", live[0].tag, "error", err)
+			job, err = found, nil
+		default:
+			detail = truncate(detail + " (the queue has no job for worker " + live[0].tag + ")")
+			p.watchLate(cfg)
+		}
+	}
+	if err != nil {
+		p.submissionFailed(cfg, host, live, detail, err)
+		return true
+	}
+	p.mu.Lock()
+	for _, r := range live {
+		r.job = job
+		if r.task >= 0 {
+			r.job = job + "_" + strconv.Itoa(r.task)
+		}
+		if r.phase == phaseSubmitting {
+			r.phase = phaseQueued
+		}
+	}
+	p.mu.Unlock()
+	msg := "asked for a machine"
+	if len(live) > 1 {
+		msg = "asked for a burst of machines in one job array"
+	}
+	cfg.log.Info(msg, "profile", prof.Name, "job", job, "machines", len(live), "worker", live[0].tag)
+	for _, r := range live {
+		p.publish(p.life, cfg, host, shared.Event{Kind: shared.EventWorkerProvisioned, Profile: prof.Name, Job: r.job, Worker: r.worker})
+	}
+	return true
+}
+
+// arrayRefused reports whether sbatch's words say it will not take the
+// --array it was given (arrays disabled, or too large for this cluster).
+func arrayRefused(said string) bool {
+	s := strings.ToLower(said)
+	return strings.Contains(s, "array") && (strings.Contains(s, "invalid") || strings.Contains(s, "maxarraysize") ||
+		strings.Contains(s, "too large") || strings.Contains(s, "disabled") || strings.Contains(s, "not supported"))
+}
+
+// ask does the talking for submitOne and returns the job id (the array's
+// for more than one machine), or a *submitError.
+func (p *Provisioner) ask(ctx context.Context, cfg *settings, host shared.Host, prof Profile, live []*request) (string, error) {
+	keep := func(s string) string { return s }
+	if host == nil {
+		err := fmt.Errorf("cannot mint a credential for worker %s: %w", live[0].worker, shared.ErrNoHost)
+		return "", failure(err, err.Error(), false, keep)
+	}
+	tokens := make([]string, len(live))
+	for i, r := range live {
+		mctx, cancel := context.WithTimeout(ctx, cfg.submitTimeout)
+		cred, err := host.MintCredential(mctx, &shared.MintCredentialRequest{
+			Worker: r.worker, TTL: cfg.credentialTTL(prof), CPUs: prof.CPUs, GPUs: prof.GPUs, RAMMB: prof.RAMMB, Labels: prof.Labels,
+		})
+		cancel()
+		if err == nil && (cred == nil || cred.Token == "") {
+			err = errors.New("the host returned an empty credential")
+		}
+		if err != nil {
+			err = fmt.Errorf("minting a credential for worker %s: %w", r.worker, err)
+			return "", failure(err, err.Error(), false, keep)
+		}
+		tokens[i] = cred.Token
+	}
+
+	var script []byte
+	if len(live) == 1 && live[0].task < 0 {
+		script = p.payload(prof, live[0].worker, tokens[0])
+	} else {
+		script = p.arrayPayload(prof, live[0].tag, tasksOf(live), tokens)
+	}
+	stdout, stderr, err := p.call(ctx, script, "sbatch", "--parsable")
+	// sbatch does not echo the script, but a wrapper on the login node
+	// might, and no token may reach a log or an event.
+	redact := func(s string) string {
+		for _, t := range tokens {
+			s = strings.ReplaceAll(s, t, "[redacted]")
+		}
+		return s
+	}
+	if err != nil {
+		said := firstNonEmpty(string(stderr), string(stdout), err.Error())
+		return "", failure(err, said, answerLost(err, stderr), redact)
+	}
+	job, err := parseJobID(string(stdout))
+	if err != nil {
+		err = fmt.Errorf("sbatch on %s: %w", cfg.host(), err)
+		return "", failure(err, err.Error(), false, redact)
+	}
+	return job, nil
+}
+
+func tasksOf(live []*request) []int {
+	out := make([]int, len(live))
+	for i, r := range live {
+		out[i] = r.task
+	}
+	return out
+}
