@@ -472,6 +472,17 @@ func (h *harness) provision(t *testing.T, need shared.Need) *shared.DemandOutcom
 	return o
 }
 
+// provisionN wants count machines of need, with the whole response.
+func (h *harness) provisionN(t *testing.T, need shared.Need, count int) (*shared.DemandOutcome, *shared.ProvisionResponse) {
+	t.Helper()
+	h.wants.Set(need, count)
+	o, resp, err := h.wants.Ask(context.Background(), h.p, need, count)
+	if err != nil {
+		t.Fatalf("Provision(%d × %+v): %v", count, need, err)
+	}
+	return o, resp
+}
+
 // provisionAll is provision, with the whole response.
 func (h *harness) provisionAll(t *testing.T, need shared.Need) (*shared.DemandOutcome, *shared.ProvisionResponse) {
 	t.Helper()

@@ -1,0 +1,80 @@
+package slurm
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/fluksio/provision/shared"
+)
+
+// TestBurstWithinCaps: 200 machines wanted of one profile, with
+// max_pending 64, is one sbatch of a 64-task array, each task with its own
+// worker and credential; the same demand again asks for nothing while the
+// burst is pending; the cap is named in the answer.
+func TestBurstWithinCaps(t *testing.T) {
+	h := newHarness(t, "sbatch=ok,squeue=rows,scancel=ok", nil)
+	o, resp := h.provisionN(t, cpuNeed, 200)
+	if o.Outcome != shared.OutcomeRequested || !strings.Contains(o.Detail, "max_pending 64") {
+		t.Errorf("200 wanted: %+v; want requested, with the cap named", o)
+	}
+	if pd := profileDemand(resp, "cpu"); pd.Requested != 64 || pd.Submissions != 1 || pd.Wanted != 200 {
+		t.Errorf("cpu: %+v, want 64 requested of 200 in 1 submission", pd)
+	}
+	h.submitted(t)
+	sb := h.fake.callsTo("sbatch")
+	if len(sb) != 1 {
+		t.Fatalf("%d sbatch calls for a burst, want 1", len(sb))
+	}
+	script := sb[0].Stdin
+	if !strings.Contains(script, "#SBATCH --array=0-63\n") {
+		t.Errorf("the script asks for no array of 64:\n%.400s", script)
+	}
+	minted := h.host.Minted()
+	names := map[string]bool{}
+	for _, m := range minted {
+		names[m.Worker] = true
+	}
+	if len(minted) != 64 || len(names) != 64 {
+		t.Errorf("%d credentials for %d names, want 64 for 64", len(minted), len(names))
+	}
+	// Each task's exec line carries exactly one credential: the one for
+	// its own name.
+	for i := range 64 {
+		line := fmt.Sprintf("\n%d) %s=", i, tokenVar)
+		if strings.Count(script, line) != 1 {
+			t.Fatalf("task %d has no exec line of its own", i)
+		}
+	}
+	evs := waitEvents(t, h.host, 64)
+	for _, ev := range evs {
+		if ev.Kind != shared.EventWorkerProvisioned || !strings.HasPrefix(ev.Job, "4242_") {
+			t.Fatalf("event %+v, want worker_provisioned for a task of 4242", ev)
+		}
+	}
+	// Pending, the burst fills the cap: the same demand asks for nothing.
+	o, resp = h.provisionN(t, cpuNeed, 200)
+	if o.Outcome != shared.OutcomeCapped || profileDemand(resp, "cpu").Requested != 0 || len(h.fake.callsTo("sbatch")) != 1 {
+		t.Errorf("the same demand again: %+v %+v", o, resp.Profiles)
+	}
+}
+
+// TestMinWorkersKeptWarm: with nothing wanted, a profile with
+// min_workers 2 asks for two machines, in one submission.
+func TestMinWorkersKeptWarm(t *testing.T) {
+	h := newHarness(t, "sbatch=ok", func(c map[string]any) {
+		c["profile"].([]any)[1].(map[string]any)["min_workers"] = 2
+	})
+	resp, err := h.p.Provision(context.Background(), &shared.ProvisionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pd := profileDemand(resp, "cpu"); pd.Wanted != 2 || pd.Requested != 2 || pd.Submissions != 1 {
+		t.Errorf("cpu with min_workers 2 and no demand: %+v", pd)
+	}
+	h.submitted(t)
+	if n := len(h.fake.callsTo("sbatch")); n != 1 {
+		t.Errorf("%d sbatch calls, want 1", n)
+	}
+}
