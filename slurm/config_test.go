@@ -130,7 +130,11 @@ func TestValidation(t *testing.T) {
 		{name: "max_pending negative", edit: set("max_pending", -3), path: "max_pending", summary: "Invalid max_pending"},
 		{name: "profile max_pending negative", edit: setProf(0, "max_pending", -1), path: "profile.0.max_pending", summary: "Invalid max_pending"},
 		{name: "min above max", edit: func(c map[string]any) { setProf(1, "min_workers", 5)(c); setProf(1, "max_workers", 2)(c) }, path: "profile.1.min_workers", summary: "min_workers above max_workers"},
-		{name: "warm beyond the provisioner", edit: func(c map[string]any) { c["max_workers"] = 3; setProf(0, "min_workers", 2)(c); setProf(1, "min_workers", 2)(c) }, path: "max_workers", summary: "min_workers add up to more than max_workers"},
+		{name: "warm beyond the provisioner", edit: func(c map[string]any) {
+			c["max_workers"] = 3
+			setProf(0, "min_workers", 2)(c)
+			setProf(1, "min_workers", 2)(c)
+		}, path: "max_workers", summary: "min_workers add up to more than max_workers"},
 		{name: "cpus wrong type", edit: setProf(1, "cpus", "four"), path: "profile.1.cpus", summary: "Wrong type"},
 		{name: "gpus negative", edit: setProf(0, "gpus", -1), path: "profile.0.gpus", summary: "Invalid gpus"},
 		{name: "ram negative", edit: setProf(0, "ram_mb", -1), path: "profile.0.ram_mb", summary: "Invalid ram_mb"},
