@@ -96,7 +96,7 @@ test: build lint fuzz ## lint, a short fuzz, then every test with -race, with th
 # Each fuzz target runs briefly on every `make test`, from its committed
 # seeds; run one for longer with e.g. FUZZTIME=10m make fuzz.
 FUZZTIME ?= 5s
-FUZZ_TARGETS := shared/hclconfig:FuzzDecodeConfig slurm:FuzzParseJobID slurm:FuzzConfigAndScript shared/host:FuzzVerify
+FUZZ_TARGETS := shared/hclconfig:FuzzDecodeConfig slurm:FuzzParseJobID slurm:FuzzSqueueID slurm:FuzzConfigAndScript shared/host:FuzzVerify
 .PHONY: fuzz
 fuzz: ## run each fuzz target for FUZZTIME (default 5s)
 	@log=$$(mktemp); trap 'rm -f $$log' EXIT; \

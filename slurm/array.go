@@ -34,8 +34,9 @@ const maxTaskIndex = 4_000_001
 // maxExpand bounds how many task ids one squeue line may expand to.
 const maxExpand = 100_000
 
-// taskIDRE is one array task: "<job>_<task>".
-var taskIDRE = regexp.MustCompile(`^([0-9]{1,20})_([0-9]{1,7})$`)
+// taskIDRE is one array task: "<job>_<task>", the task written as Slurm
+// writes it, without leading zeros, so that one task has one spelling.
+var taskIDRE = regexp.MustCompile(`^([0-9]{1,20})_(0|[1-9][0-9]{0,6})$`)
 
 // rangeIDRE is a pending array as squeue prints it without -r:
 // "<job>_[<ranges>]" with ranges such as "4-9", "1,3,5-7" and an optional

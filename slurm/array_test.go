@@ -93,3 +93,34 @@ func TestProfileOfArrayTask(t *testing.T) {
 		t.Errorf("machineWorker = %q", w)
 	}
 }
+
+// FuzzSqueueID: whatever squeue prints as an id, expandJobID either
+// refuses it or returns at most maxExpand job or task ids, each of which
+// scancel may be given, and compactIDs writes them back as words that
+// read back the same.
+func FuzzSqueueID(f *testing.F) {
+	for _, s := range []string{"123", "123_7", "123_[4-9%2]", "123_[1,3,5-7]", "123_[0-4000001]", "1_[]", "1_[,]", "1_[1-]", "9_[3-1]"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ids := expandJobID(s)
+		if len(ids) > maxExpand {
+			t.Fatalf("expandJobID(%q): %d ids", s, len(ids))
+		}
+		for _, id := range ids {
+			if !isJobRef(id) {
+				t.Fatalf("expandJobID(%q) gave %q, not a job or task", s, id)
+			}
+		}
+		var back []string
+		for _, w := range compactIDs(ids) {
+			if !isScancelArg(w) {
+				t.Fatalf("compactIDs wrote %q", w)
+			}
+			back = append(back, expandJobID(w)...)
+		}
+		if !slices.Equal(slices.Compact(slices.Sorted(slices.Values(back))), slices.Compact(slices.Sorted(slices.Values(ids)))) {
+			t.Fatalf("%q: expanded %q, compacted and read back %q", s, ids, back)
+		}
+	})
+}
