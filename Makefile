@@ -119,7 +119,7 @@ demo: build ## the whole loop against a throwaway local Slurm, told as a story
 # streams its progress. The Go benchmarks themselves: go test -bench . ./bench
 .PHONY: bench
 bench: build ## benchmarks beside their baselines; writes docs/benchmarks.md
-	@bash sandbox/with-sandbox.sh $(SANDBOX_DIR) -- env BENCH_REPORT=1 $(GO) -C bench test -count=1 -run '^TestBenchReport$$' -timeout 12m
+	@bash sandbox/with-sandbox.sh $(SANDBOX_DIR) -- env BENCH_REPORT=1 $(GO) -C bench test -count=1 -run '^TestBenchReport$$' -timeout 25m
 
 .PHONY: clean
 clean: ## remove bin/

@@ -173,6 +173,11 @@ func (r *burstRig) burst(tb testing.TB) burstResult {
 // plain ones all at once, or through a ControlMaster as many at a time as
 // the plugin's max_sessions.
 func rawBurst(tb testing.TB, e benchEnv, mux []string, parallel int) burstResult {
+	return rawBurstN(tb, e, mux, parallel, burstSize)
+}
+
+// rawBurstN is rawBurst for n jobs.
+func rawBurstN(tb testing.TB, e benchEnv, mux []string, parallel, n int) burstResult {
 	tb.Helper()
 	name := uniqueName("rawburst")
 	tb.Cleanup(func() { e.cancelJobs(tb, name) })
@@ -181,12 +186,12 @@ func rawBurst(tb testing.TB, e benchEnv, mux []string, parallel int) burstResult
 		at     time.Time
 		stderr string
 	}
-	outs := make([]outcome, burstSize)
-	scripts := make([][]byte, burstSize)
+	outs := make([]outcome, n)
+	scripts := make([][]byte, n)
 	for i := range scripts {
 		scripts[i] = baselineScript(name, fmt.Sprintf("%s-w%d", name, i), e.pendingSbatch())
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute+time.Duration(n)*100*time.Millisecond)
 	defer cancel()
 	start := make(chan struct{})
 	slots := make(chan struct{}, parallel)

@@ -276,6 +276,10 @@ func TestBenchReport(t *testing.T) {
 		smallReconcile = time.Duration(b.T.Nanoseconds() / int64(b.N))
 	})
 
+	step(9, "array", []string{"1000 machines of one profile"}, func(t *testing.T) {
+		arrayRows(rep, measureArray(t, e))
+	})
+
 	step(5, "reconcile", []string{"Reconcile"}, func(t *testing.T) {
 		r := newBigRig(t, e)
 		rep.note("1,000 submissions through the plugin (max_sessions 8) took %s (%.0f/s); squeue showed %d of its jobs pending.", dur(r.submit), 1000/r.submit.Seconds(), r.queued)

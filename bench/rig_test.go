@@ -172,7 +172,11 @@ func (e benchEnv) slurmConfig(extra map[string]any, profiles []map[string]any) m
 		"worker_command":    []string{"/bin/true"},
 		"multiplex":         true,
 		"max_sessions":      8,
-		"profile":           profiles,
+		// The measurements ask for up to a thousand machines at once;
+		// the default caps (256 alive, 64 pending) would hold them back.
+		"max_workers": 10000,
+		"max_pending": 10000,
+		"profile":     profiles,
 	}
 	for k, v := range extra {
 		c[k] = v

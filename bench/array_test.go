@@ -1,0 +1,122 @@
+package bench
+
+// Measurement 9: a burst of 1,000 machines of one profile, asked for with
+// one Provision, until every machine's worker_provisioned has come back:
+// the number of sbatch calls the plugin ran (its ssh wrapper counts them)
+// against ⌈1000/MaxArraySize⌉, the time against a per-job sbatch loop
+// through a ControlMaster (what dask-jobqueue and Parsl do), measured in
+// the same run, and the plugin's RSS with the thousand outstanding.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/fluksio/provision/shared"
+)
+
+const arrayBurst = 1000
+
+type arrayResult struct {
+	elapsed     time.Duration
+	sbatchCalls int
+	maxArray    int
+	rssKB       int64
+	loop        burstResult
+}
+
+var maxArrayRE = regexp.MustCompile(`(?m)^MaxArraySize\s*=\s*([0-9]+)`)
+
+func measureArray(tb testing.TB, e benchEnv) arrayResult {
+	tb.Helper()
+	name := uniqueName("array")
+	tb.Cleanup(func() { e.cancelJobs(tb, name) })
+	dir, err := os.MkdirTemp("", "fxb-array-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	log, errLog := dir+"/ssh.log", dir+"/ssh.err"
+	p := launch(tb, wrappedPlugin(tb, e, log, errLog), name, nil)
+	p.configure(tb, e.slurmConfig(map[string]any{"multiplex": true, "max_workers": arrayBurst, "max_pending": arrayBurst},
+		[]map[string]any{profile("arr", 1, 0, 0, nil, e.pendingSbatch())}))
+
+	var res arrayResult
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if out, err := e.slurmLocal(ctx, "scontrol", "show", "config"); err == nil {
+		if m := maxArrayRE.FindStringSubmatch(out); m != nil {
+			res.maxArray, _ = strconv.Atoi(m[1])
+		}
+	}
+	from := p.rec.len()
+	t0 := time.Now()
+	// The engine asks again on every pass; so does this, until the whole
+	// thousand is on its way (one submission per MaxArraySize tasks).
+	deadline := time.Now().Add(4 * time.Minute)
+	for {
+		resp, err := p.prov.Provision(ctx, &shared.ProvisionRequest{Demand: []shared.Demand{{Need: shared.Need{Label: "arr"}, Count: arrayBurst}}})
+		if err != nil {
+			tb.Fatalf("Provision: %v", err)
+		}
+		if pd := resp.Profiles; len(pd) == 1 && pd[0].OnTheWay >= arrayBurst {
+			break
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("the thousand were not on their way within 4 minutes: %+v", resp.Profiles)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	got, err := p.rec.waitN(from, arrayBurst, 4*time.Minute, submitted)
+	if err != nil {
+		tb.Fatalf("waiting for %d submissions: %v\nplugin log tail:\n%s", arrayBurst, err, tail(p.logs.String(), 20))
+	}
+	var last time.Time
+	for _, s := range got {
+		if s.ev.Kind != shared.EventWorkerProvisioned {
+			tb.Fatalf("a machine failed: %s", s.ev.Detail)
+		}
+		if s.at.After(last) {
+			last = s.at
+		}
+	}
+	res.elapsed = last.Sub(t0)
+	res.sbatchCalls = wrapperCalls(log, " sbatch")
+	if pid := p.pl.Pid(); pid > 0 {
+		res.rssKB, _ = rssKB(pid)
+	}
+	if q, err := e.queued(name); err != nil || q < arrayBurst {
+		tb.Fatalf("squeue lists %d of the %d machines (%v)", q, arrayBurst, err)
+	}
+	e.cancelJobs(tb, name)
+
+	// The per-job loop: one sbatch at a time through a ControlMaster.
+	res.loop = rawBurstN(tb, e, startMaster(tb, e).args(), 1, arrayBurst)
+	if res.loop.ok != arrayBurst {
+		tb.Fatalf("the per-job loop submitted %d of %d", res.loop.ok, arrayBurst)
+	}
+	return res
+}
+
+// arrayRows are the table's rows for measurement 9.
+func arrayRows(rep *report, a arrayResult) {
+	limit := 1
+	if a.maxArray > 0 {
+		limit = (arrayBurst + a.maxArray - 1) / a.maxArray
+	}
+	calls := "PASS"
+	if a.sbatchCalls > limit {
+		calls = fmt.Sprintf("MISS (%d over)", a.sbatchCalls-limit)
+	}
+	rep.add(row{fmt.Sprintf("%d machines of one profile asked for → all in squeue: sbatch calls (MaxArraySize %d)", arrayBurst, a.maxArray),
+		strconv.Itoa(a.sbatchCalls), fmt.Sprintf("%d (per-job loop)", a.loop.ok), "—", fmt.Sprintf("≤ %d", limit), calls})
+	v, rt := ratio(float64(a.elapsed), float64(a.loop.elapsed))
+	rep.add(row{fmt.Sprintf("%d machines → every job id back: plugin (one array) vs a per-job sbatch loop through a ControlMaster", arrayBurst),
+		dur(a.elapsed), dur(a.loop.elapsed), rt, "≤ 0.05×", verdict(v, 0.05, true, "×")})
+	rep.add(row{fmt.Sprintf("plugin RSS with %d machines outstanding", arrayBurst),
+		fmt.Sprintf("%.1f MB", mb(a.rssKB)), "—", "—", "≤ 40 MB", verdict(mb(a.rssKB), 40, true, "MB")})
+}
