@@ -120,20 +120,7 @@ func compactIDs(ids []string) []string {
 			out = append(out, job+"_"+strconv.Itoa(ts[0]))
 			continue
 		}
-		var parts []string
-		for i := 0; i < len(ts); {
-			j := i
-			for j+1 < len(ts) && ts[j+1] == ts[j]+1 {
-				j++
-			}
-			if i == j {
-				parts = append(parts, strconv.Itoa(ts[i]))
-			} else {
-				parts = append(parts, strconv.Itoa(ts[i])+"-"+strconv.Itoa(ts[j]))
-			}
-			i = j + 1
-		}
-		out = append(out, job+"_["+strings.Join(parts, ",")+"]")
+		out = append(out, job+"_["+arraySpec(ts)+"]")
 	}
 	return out
 }
