@@ -99,8 +99,9 @@ func labels(prefix string, n int) []string {
 	return out
 }
 
-// provisionAll asks for one machine of each labelled profile at once and
-// waits for every submission to answer. It returns the time from the
+// provisionAll asks for one machine of each labelled profile at once (the
+// whole demand: profiles asked for before and not named are given up) and
+// waits for every new submission to answer. It returns the time from the
 // calls to the last answer.
 func provisionAll(tb testing.TB, p *plug, names []string, timeout time.Duration) (elapsed time.Duration, ok, failed int, detail string) {
 	tb.Helper()
@@ -120,10 +121,18 @@ func provisionAll(tb testing.TB, p *plug, names []string, timeout time.Duration)
 	if err != nil {
 		tb.Fatalf("Provision: %v", err)
 	}
+	// The demand is the whole set of names; what was on its way already
+	// is not asked for again, so only the new ones are waited for.
+	n = 0
 	for i, o := range resp.Outcomes {
-		if o.Outcome != shared.OutcomeRequested {
+		switch o.Outcome {
+		case shared.OutcomeRequested, shared.OutcomeOutstanding:
+		default:
 			tb.Fatalf("Provision: %s: %s %s", names[i], o.Outcome, o.Detail)
 		}
+	}
+	for _, pd := range resp.Profiles {
+		n += pd.Requested
 	}
 	got, err := p.rec.waitN(from, n, timeout, submitted)
 	if err != nil {

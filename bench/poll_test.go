@@ -49,12 +49,10 @@ func measurePoll(tb testing.TB, e benchEnv) pollResult {
 	count := func() int { return wrapperCalls(log, " squeue") }
 	res := pollResult{perCycle: map[int]float64{}, calls: map[int]int{}}
 	names := labels("s", most)
-	have := 0
 	for _, level := range pollLevels {
-		if _, _, failed, detail := provisionAll(tb, p, names[have:level], 2*time.Minute); failed > 0 {
+		if _, _, failed, detail := provisionAll(tb, p, names[:level], 2*time.Minute); failed > 0 {
 			tb.Fatalf("%d submissions failed: %s", failed, detail)
 		}
-		have = level
 		if n := wrapperCalls(log, " sbatch"); n < level {
 			tb.Fatalf("the ssh wrapper logged %d sbatch calls for %d submissions: the plugin did not run it", n, level)
 		}

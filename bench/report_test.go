@@ -280,6 +280,10 @@ func TestBenchReport(t *testing.T) {
 		arrayRows(rep, measureArray(t, e))
 	})
 
+	step(10, "attach-1000", []string{"engine with 1000 workers attached"}, func(t *testing.T) {
+		attachRows(rep, measureAttach(t, e))
+	})
+
 	step(5, "reconcile", []string{"Reconcile"}, func(t *testing.T) {
 		r := newBigRig(t, e)
 		rep.note("1,000 submissions through the plugin (max_sessions 8) took %s (%.0f/s); squeue showed %d of its jobs pending.", dur(r.submit), 1000/r.submit.Seconds(), r.queued)

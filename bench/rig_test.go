@@ -118,7 +118,8 @@ func (e benchEnv) cancelJobs(tb testing.TB, name string) {
 func (e benchEnv) queued(name string) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := e.slurmLocal(ctx, "squeue", "-h", "--name=fluksio-"+name, "-t", "PENDING,RUNNING", "-o", "%i")
+	// -r: a burst's array counts each of its tasks.
+	out, err := e.slurmLocal(ctx, "squeue", "-h", "-r", "--name=fluksio-"+name, "-t", "PENDING,RUNNING", "-o", "%i")
 	if err != nil {
 		return 0, err
 	}
