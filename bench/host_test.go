@@ -57,6 +57,12 @@ func (e benchEnv) hostConfig(name string, port int) string {
 // stops it (SIGTERM, then a kill) when the test ends.
 func startHost(tb testing.TB, e benchEnv, what string, args ...string) *hostProc {
 	tb.Helper()
+	return startHostWith(tb, e, what, e.hostConfig, args...)
+}
+
+// startHostWith is startHost with the configuration config writes.
+func startHostWith(tb testing.TB, e benchEnv, what string, config func(name string, port int) string, args ...string) *hostProc {
+	tb.Helper()
 	h := &hostProc{name: uniqueName(what), port: sandboxtest.FreePort(tb), stderr: &syncBuffer{}, done: make(chan struct{}), changed: make(chan struct{})}
 	tb.Cleanup(func() { e.cancelJobs(tb, h.name) })
 	dir, err := os.MkdirTemp("", "fxb-host-")
@@ -65,7 +71,7 @@ func startHost(tb testing.TB, e benchEnv, what string, args ...string) *hostProc
 	}
 	tb.Cleanup(func() { os.RemoveAll(dir) })
 	cfg := filepath.Join(dir, "config.hcl")
-	if err := os.WriteFile(cfg, []byte(e.hostConfig(h.name, h.port)), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(config(h.name, h.port)), 0o644); err != nil {
 		tb.Fatal(err)
 	}
 	h.cmd = exec.Command(e.HostBin, append([]string{"run", "-config", cfg}, args...)...)
