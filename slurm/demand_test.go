@@ -78,3 +78,32 @@ func TestMinWorkersKeptWarm(t *testing.T) {
 		t.Errorf("%d sbatch calls, want 1", n)
 	}
 }
+
+// TestArrayTasksFailingAtOnce: every task of a burst fails before its
+// worker attaches, and one poll notices each of them, with an event per
+// machine; the profile's backoff counts the poll once, not once per task.
+func TestArrayTasksFailingAtOnce(t *testing.T) {
+	h := newHarness(t, "sbatch=ok,squeue=rows,scancel=ok", nil)
+	h.provisionN(t, cpuNeed, 3)
+	h.submitted(t)
+	evs := waitEvents(t, h.host, 3)
+	var rows []string
+	for _, ev := range evs {
+		rows = append(rows, ev.Job+"|FAILED|NonZeroExitCode|2026-12-02T10:00:00|"+tagOf(strings.TrimSuffix(ev.Worker, ev.Worker[strings.LastIndexByte(ev.Worker, '-'):])))
+	}
+	h.fake.setRows(t, rows...)
+	h.p.pollOnce(context.Background())
+	failed := 0
+	for _, ev := range h.host.Events() {
+		if ev.Kind == shared.EventWorkerProvisionFailed && strings.Contains(ev.Detail, "ended FAILED") {
+			failed++
+		}
+	}
+	if failed != 3 {
+		t.Errorf("%d worker_provision_failed after one poll, want one per task (3): %v", failed, kinds(h.host.Events()))
+	}
+	st := h.status(t)
+	if len(st.Outstanding) != 0 || len(st.BackingOff) != 1 || st.BackingOff[0].Failures != 1 {
+		t.Errorf("after the poll: outstanding %v, backing off %+v; want none, and one failure counted", st.Outstanding, st.BackingOff)
+	}
+}
