@@ -27,6 +27,9 @@ type arrayResult struct {
 	maxArray    int
 	rssKB       int64
 	loop        burstResult
+	// squeuePerCycle is the squeue calls the plugin made per poll cycle
+	// with the thousand outstanding.
+	squeuePerCycle float64
 }
 
 var maxArrayRE = regexp.MustCompile(`(?m)^MaxArraySize\s*=\s*([0-9]+)`)
@@ -42,7 +45,7 @@ func measureArray(tb testing.TB, e benchEnv) arrayResult {
 	tb.Cleanup(func() { os.RemoveAll(dir) })
 	log, errLog := dir+"/ssh.log", dir+"/ssh.err"
 	p := launch(tb, wrappedPlugin(tb, e, log, errLog), name, nil)
-	p.configure(tb, e.slurmConfig(map[string]any{"multiplex": true, "max_workers": arrayBurst, "max_pending": arrayBurst},
+	p.configure(tb, e.slurmConfig(map[string]any{"multiplex": true, "max_workers": arrayBurst, "max_pending": arrayBurst, "poll_interval": pollInterval.String()},
 		[]map[string]any{profile("arr", 1, 0, 0, nil, e.pendingSbatch())}))
 
 	var res arrayResult
@@ -92,6 +95,10 @@ func measureArray(tb testing.TB, e benchEnv) arrayResult {
 	if q, err := e.queued(name); err != nil || q < arrayBurst {
 		tb.Fatalf("squeue lists %d of the %d machines (%v)", q, arrayBurst, err)
 	}
+	// The poller over a window of whole cycles, the thousand outstanding.
+	before := wrapperCalls(log, " squeue")
+	time.Sleep(pollCycles * pollInterval)
+	res.squeuePerCycle = float64(wrapperCalls(log, " squeue")-before) / pollCycles
 	e.cancelJobs(tb, name)
 
 	// The per-job loop: one sbatch at a time through a ControlMaster.
@@ -117,6 +124,8 @@ func arrayRows(rep *report, a arrayResult) {
 	v, rt := ratio(float64(a.elapsed), float64(a.loop.elapsed))
 	rep.add(row{fmt.Sprintf("%d machines → every job id back: plugin (one array) vs a per-job sbatch loop through a ControlMaster", arrayBurst),
 		dur(a.elapsed), dur(a.loop.elapsed), rt, "≤ 0.05×", verdict(v, 0.05, true, "×")})
+	rep.add(row{fmt.Sprintf("squeue calls per poll cycle, %d array tasks outstanding (poll_interval %s, %d cycles)", arrayBurst, pollInterval, pollCycles),
+		fmt.Sprintf("%.1f", a.squeuePerCycle), "—", "—", "1 per cycle", verdict(a.squeuePerCycle, 1+1.0/pollCycles, true, "calls")})
 	rep.add(row{fmt.Sprintf("plugin RSS with %d machines outstanding", arrayBurst),
 		fmt.Sprintf("%.1f MB", mb(a.rssKB)), "—", "—", "≤ 40 MB", verdict(mb(a.rssKB), 40, true, "MB")})
 }

@@ -46,13 +46,28 @@ func (p ProvisionerStatus) MarshalJSON() ([]byte, error) {
 		Until     time.Time `json:"until"`
 		LastError string    `json:"last_error"`
 	}
+	type submission struct {
+		Job        string  `json:"job"`
+		Machines   int     `json:"machines"`
+		OnTheWay   int     `json:"on_the_way"`
+		AgeSeconds float64 `json:"age_seconds"`
+	}
+	type counts struct {
+		Profile     string       `json:"profile"`
+		Pending     int          `json:"pending"`
+		Starting    int          `json:"starting"`
+		Attached    int          `json:"attached"`
+		Submissions []submission `json:"submissions"`
+	}
 	type status struct {
 		Name        string        `json:"name"`
 		Kind        string        `json:"kind"`
 		Profiles    []string      `json:"profiles"`
+		Counts      []counts      `json:"counts"`
 		Outstanding []outstanding `json:"outstanding"`
 		BackingOff  []backoff     `json:"backing_off"`
 		LastError   string        `json:"last_error"`
+		Notes       []string      `json:"notes"`
 	}
 	out := struct {
 		Name           string   `json:"name"`
@@ -70,6 +85,16 @@ func (p ProvisionerStatus) MarshalJSON() ([]byte, error) {
 			Profiles:    append([]string{}, s.Profiles...),
 			Outstanding: []outstanding{},
 			BackingOff:  []backoff{},
+			Counts:      []counts{},
+			Notes:       append([]string{}, s.Notes...),
+		}
+		for _, c := range s.Counts {
+			pc := counts{Profile: c.Profile, Pending: c.Pending, Starting: c.Starting, Attached: c.Attached, Submissions: []submission{}}
+			for _, sub := range c.Submissions {
+				pc.Submissions = append(pc.Submissions, submission{Job: sub.Job, Machines: sub.Machines, OnTheWay: sub.OnTheWay,
+					AgeSeconds: sub.Age.Round(100 * time.Millisecond).Seconds()})
+			}
+			out.Status.Counts = append(out.Status.Counts, pc)
 		}
 		for _, b := range s.BackingOff {
 			out.Status.BackingOff = append(out.Status.BackingOff, backoff{Profile: b.Profile, Failures: b.Failures, Until: b.Until, LastError: b.LastError})
