@@ -80,10 +80,10 @@ sed 's/^/    /' "$work/config.hcl"
 say "checking it: host-example validate"
 bin/host-example validate "$work/config.hcl" | sed 's/^/    /'
 
-say "running the engine with a burst of needs: four of 2 cpus (2 s of work each, asked for as one job array), and 1 gpu labelled cuda (its log: $work/engine.log)"
+say "running the engine with a burst of needs: three of 2 cpus (2 s of work each, asked for as one job array), and 1 gpu labelled cuda (its log: $work/engine.log)"
 t0=$(date +%s.%N)
 set +e
-bin/host-example run -config "$work/config.hcl" -need cpus=2,count=4,work=2s -need gpus=1,label=cuda -timeout 3m 2>"$work/engine.log" | sed 's/^/    /'
+bin/host-example run -config "$work/config.hcl" -need cpus=2,count=3,work=2s -need gpus=1,label=cuda -timeout 3m 2>"$work/engine.log" | sed 's/^/    /'
 rc=${PIPESTATUS[0]}
 set -e
 t1=$(date +%s.%N)
