@@ -105,7 +105,6 @@ func labels(prefix string, n int) []string {
 // calls to the last answer.
 func provisionAll(tb testing.TB, p *plug, names []string, timeout time.Duration) (elapsed time.Duration, ok, failed int, detail string) {
 	tb.Helper()
-	n := len(names)
 	from := p.rec.len()
 	// One Provision with the whole demand, as the engine sends it: each
 	// profile's submission then runs on a goroutine of its own, so the
@@ -123,7 +122,7 @@ func provisionAll(tb testing.TB, p *plug, names []string, timeout time.Duration)
 	}
 	// The demand is the whole set of names; what was on its way already
 	// is not asked for again, so only the new ones are waited for.
-	n = 0
+	n := 0
 	for i, o := range resp.Outcomes {
 		switch o.Outcome {
 		case shared.OutcomeRequested, shared.OutcomeOutstanding:
