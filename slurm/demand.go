@@ -205,13 +205,35 @@ func (p *Provisioner) roomLocked(cfg *settings, prof Profile, short, profAlive, 
 		{*cfg.MaxWorkers - alive, fmt.Sprintf("the provisioner has %d of its max_workers %d alive", alive, *cfg.MaxWorkers)},
 		{cfg.maxPending(prof) - profPending, fmt.Sprintf("profile %s has %d of its max_pending %d in the queue", prof.Name, profPending, cfg.maxPending(prof))},
 		{*cfg.MaxPending - pending, fmt.Sprintf("the provisioner has %d of its max_pending %d in the queue", pending, *cfg.MaxPending)},
-		{max(1, p.maxArray), fmt.Sprintf("one submission asks for at most %d (the cluster's MaxArraySize)", max(1, p.maxArray))},
+		{p.batchCap(), p.batchCapDetail()},
 	} {
 		if c.room < n {
 			n, detail = max(0, c.room), c.what
 		}
 	}
 	return n, detail
+}
+
+// maxSerialBatch is how many machines one submission asks for where the
+// cluster takes no arrays: one sbatch each, one after another, so a burst
+// still costs one session at a time on the login node.
+const maxSerialBatch = 16
+
+// batchCap is the most machines one submission asks for: the cluster's
+// MaxArraySize, or maxSerialBatch jobs one by one where arrays are
+// refused. p.mu must be held.
+func (p *Provisioner) batchCap() int {
+	if p.maxArray <= 1 {
+		return maxSerialBatch
+	}
+	return p.maxArray
+}
+
+func (p *Provisioner) batchCapDetail() string {
+	if p.maxArray <= 1 {
+		return fmt.Sprintf("without job arrays, one submission asks for at most %d machines, one job each", maxSerialBatch)
+	}
+	return fmt.Sprintf("one submission asks for at most %d (the cluster's MaxArraySize)", p.maxArray)
 }
 
 // reserveLocked makes the requests for n machines of prof, one submission:

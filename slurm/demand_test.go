@@ -107,3 +107,37 @@ func TestArrayTasksFailingAtOnce(t *testing.T) {
 		t.Errorf("after the poll: outstanding %v, backing off %+v; want none, and one failure counted", st.Outstanding, st.BackingOff)
 	}
 }
+
+// TestNoArrays: a cluster whose sbatch refuses --array gets one job per
+// machine from the first refusal on, and Status says so; one whose
+// MaxArraySize is 0 never gets an array at all.
+func TestNoArrays(t *testing.T) {
+	for _, tc := range []struct{ name, spec string }{
+		{"refused", "sbatch=noarray,squeue=rows,scancel=ok"},
+		{"MaxArraySize 0", "sbatch=noarray,scontrol=noarrays,squeue=rows,scancel=ok"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, tc.spec, nil)
+			h.provisionN(t, cpuNeed, 3)
+			h.submitted(t)
+			evs := waitEvents(t, h.host, 3)
+			for _, ev := range evs {
+				if ev.Kind != shared.EventWorkerProvisioned || strings.Contains(ev.Job, "_") {
+					t.Errorf("event %+v; want worker_provisioned for a job of its own", ev)
+				}
+			}
+			accepted := 0
+			for _, c := range h.fake.callsTo("sbatch") {
+				if !strings.Contains(c.Stdin, "#SBATCH --array=") {
+					accepted++
+				}
+			}
+			if accepted != 3 {
+				t.Errorf("%d single-job sbatch calls, want 3", accepted)
+			}
+			if st := h.status(t); len(st.Notes) != 1 || !strings.Contains(st.Notes[0], "one job per machine") {
+				t.Errorf("notes %q", st.Notes)
+			}
+		})
+	}
+}

@@ -105,6 +105,17 @@ func fakeSSH(spec, dir string, args []string) int {
 	switch remote[0] + "=" + behaviour {
 	case "sbatch=ok":
 		fmt.Println(newJobID(dir))
+	case "sbatch=noarray":
+		// A cluster whose sbatch refuses --array, as one with
+		// MaxArraySize=0 does.
+		if strings.Contains(string(stdin), "#SBATCH --array=") {
+			fmt.Fprintln(os.Stderr, "sbatch: error: Invalid job array specification")
+			fmt.Fprintln(os.Stderr, "sbatch: error: Batch job submission failed: Invalid job array specification")
+			return 1
+		}
+		fmt.Println(newJobID(dir))
+	case "scontrol=noarrays":
+		fmt.Println("Configuration data as of 2026-12-02T10:00:00\nMaxArraySize            = 0\nMaxJobCount             = 10000")
 	case "sbatch=fail":
 		fmt.Fprintln(os.Stderr, "sbatch: error: invalid partition specified: nope")
 		fmt.Fprintln(os.Stderr, "sbatch: error: Batch job submission failed: Invalid partition name specified")
