@@ -30,13 +30,20 @@
 // because every user of a compute node can read every process's command
 // line.
 //
-// Nothing here autoscales. There is at most one outstanding request per
-// profile; it is forgotten when its worker attaches, cancelled when it has
-// waited too long, and cancelled when the provisioner shuts down. A
-// submission still in flight at shutdown is waited for, or killed and then
-// looked for by the worker name recorded in the job's comment. If sbatch
-// is still running on the login node when squeue looks, that job can be
-// missed.
+// The engine tells Provision its whole demand, and this provisioner keeps
+// that many machines of each profile on their way, within max_workers,
+// max_pending and min_workers (demand.go). A profile's shortfall is one
+// submission, a job array for more than one machine, each task one machine
+// with its own worker name and credential (array.go). The seed kept one
+// request per profile; that was a simplification, and reaching twenty
+// nodes cost twenty queue waits. A machine is forgotten when its worker
+// attaches, cancelled when it has waited too long or the demand falls
+// while it is still pending, and cancelled when the provisioner shuts
+// down. A submission still in flight at shutdown is waited for, or killed
+// and then looked for by the worker name recorded in the job's comment. If
+// sbatch is still running on the login node when squeue looks, that job
+// can be missed. It owns its books and what it submitted; what is wanted,
+// and from which provisioner, is the engine's.
 //
 // The queue is the truth about a job, so it is read, but cheaply: every
 // job of a provisioner is named fluksio-<provisioner> and carries its
@@ -71,17 +78,18 @@
 // connection drops, as opposed to sbatch saying no) the job may well
 // exist, so before reporting a failure the provisioner looks for the
 // worker's comment in the queue, and if it is there, that is the job. If
-// the queue cannot be read either, the request stays outstanding in state
-// UNKNOWN, which keeps a second job from being submitted for the profile,
-// until a poll finds the job, finds the queue without it, or
-// provision_timeout passes.
+// the queue cannot be read either, the machines stay outstanding (phase
+// answerLost, shown as UNKNOWN), which keeps a second job from being
+// submitted for them, until a poll finds the job, finds the queue without
+// it, or provision_timeout passes.
 //
 // Jobs outlive the process that submitted them. Configure lists the jobs
-// still queued under the provisioner's name and adopts one per profile, so
-// they are watched, expired and cancelled at shutdown like new ones; a
-// pending job it cannot account for (a second one for a profile, an
-// unknown profile, a comment that names no worker of this provisioner) is
-// cancelled, since nobody would use it. Submissions wait for that first
+// still queued under the provisioner's name and adopts each machine, so
+// they are watched, expired and cancelled at shutdown like new ones, and
+// the engine hears of each; whether they are still wanted is the demand's
+// to say. A pending job it cannot account for (an unknown profile, a
+// comment that names no worker of this provisioner) is cancelled, since
+// nobody would use it. Submissions wait for that first
 // look at the queue, so that a plugin restarted after a crash and asked
 // for machines at once adopts its predecessor's jobs instead of asking
 // for more. A job that is already running is never cancelled on a guess:
