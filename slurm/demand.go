@@ -71,7 +71,7 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 		c := counts[prof.Name]
 		want := max(wanted[prof.Name], prof.MinWorkers)
 		pd := shared.ProfileDemand{Profile: prof.Name, Wanted: want, OnTheWay: c.pending + c.starting, Attached: attached[prof.Name]}
-		a := answer{outcome: shared.OutcomeOutstanding, detail: p.onTheWayDetailLocked(prof.Name, now)}
+		a := answer{outcome: shared.OutcomeOutstanding}
 		switch short := want - pd.OnTheWay; {
 		case short > 0:
 			if b := p.backoff[prof.Name]; b != nil && now.Before(b.until) {
@@ -107,6 +107,11 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 			given := p.giveUpPendingLocked(prof.Name, -short, now)
 			cancels = append(cancels, given...)
 			pd.Cancelled, pd.OnTheWay = len(given), pd.OnTheWay-len(given)
+		}
+		if a.outcome == shared.OutcomeOutstanding && a.detail == "" && wanted[prof.Name] > 0 {
+			// Only a profile the demand names is answered, so only its
+			// detail is worth the look through the books.
+			a.detail = p.onTheWayDetailLocked(prof.Name, now)
 		}
 		answers[prof.Name] = a
 		if pd.Wanted > 0 || pd.OnTheWay > 0 || pd.Attached > 0 || pd.Cancelled > 0 {
