@@ -159,6 +159,11 @@ func (s *Supervisor) launch(ctx context.Context, publish bool) (*launched, hcl.D
 	}
 	s.mu.Lock()
 	s.current, s.state = l.plugin, "running"
+	if publish && s.lastExit != nil {
+		// A restart, counted before OnUp hears of it, so that whoever
+		// OnUp wakes reads a Status that says so.
+		s.restarts++
+	}
 	s.mu.Unlock()
 	if publish {
 		s.OnUp(Configured{Name: s.cfg.Name, Provisioner: p, Shapes: sr.Shapes})
@@ -207,9 +212,6 @@ func (s *Supervisor) watch(p *Plugin) {
 			l, diags := s.launch(ctx, true)
 			cancel()
 			if !diags.HasErrors() {
-				s.mu.Lock()
-				s.restarts++
-				s.mu.Unlock()
 				s.logger.Info("plugin restarted", "pid", l.plugin.Pid())
 				p = l.plugin
 				break
