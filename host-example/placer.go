@@ -307,7 +307,23 @@ func (p *Placer) provision(ctx context.Context, waiting []*needState) {
 			rounds[t.Name] = &round{}
 		}
 	}
+	// A worker may have attached since match looked: it is idle and will
+	// take a waiting need on the next pass. That need is covered, not
+	// wanted; counting it would ask for a machine now and give one up the
+	// pass after, when the demand falls back.
+	idle, attached := p.engine.idleAndAttached()
+	taken := make([]bool, len(idle))
 	for _, ns := range waiting {
+		covered := false
+		for i, w := range idle {
+			if !taken[i] && w.shape().Fits(ns.need) {
+				taken[i], covered = true, true
+				break
+			}
+		}
+		if covered {
+			continue
+		}
 		t, ok := p.route(ns, targets)
 		if !ok {
 			continue
@@ -339,7 +355,7 @@ func (p *Placer) provision(ctx context.Context, waiting []*needState) {
 		go func() {
 			defer p.rounds.Done()
 			defer started.Done()
-			p.askTarget(ctx, t.Target, rd)
+			p.askTarget(ctx, t.Target, rd, attached[t.Name])
 			p.mu.Lock()
 			delete(p.busy, t.Name)
 			p.mu.Unlock()
@@ -418,9 +434,9 @@ func (p *Placer) route(ns *needState, targets []targetState) (targetState, bool)
 // shape from the next pass on, so that a larger profile that works serves
 // them instead of their waiting on the broken one; a need the target
 // cannot fit, or a call that fails, is routed to the next covering target.
-func (p *Placer) askTarget(ctx context.Context, t Target, rd *round) {
+func (p *Placer) askTarget(ctx context.Context, t Target, rd *round, attached []string) {
 	callCtx, cancel := context.WithTimeout(ctx, p.ProvisionTimeout)
-	resp, err := t.P.Provision(callCtx, &shared.ProvisionRequest{Demand: rd.demand, Attached: p.engine.AttachedBy(t.Name)})
+	resp, err := t.P.Provision(callCtx, &shared.ProvisionRequest{Demand: rd.demand, Attached: attached})
 	missed := callCtx.Err() == context.DeadlineExceeded && ctx.Err() == nil
 	cancel()
 	if p.OnDeadline != nil {

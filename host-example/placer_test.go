@@ -411,3 +411,28 @@ func TestHungPluginDelaysOnlyItself(t *testing.T) {
 		t.Errorf("the healthy provisioner is %q; want running, untouched", st.Process)
 	}
 }
+
+// TestDemandLeavesOutWhatIdleWorkersCover: a worker that attached after
+// the pass matched workers to needs is idle and takes a need on the next
+// pass, so the demand told to the provisioner leaves that need out, and
+// names the worker as attached. Counting it asked for a machine in one
+// pass and gave one up in the next (TestE2EBurstOneSubmission saw it).
+func TestDemandLeavesOutWhatIdleWorkersCover(t *testing.T) {
+	t.Parallel()
+	signer := host.NewSigner(testSecret)
+	e := NewEngine(nil, signer, nil)
+	prov := &sharedtest.Provisioner{Name: "hpc", ShapeList: []shared.Shape{{Profile: "cpu", CPUs: 4}}, OnProvision: requested}
+	p := NewPlacer(nil, e, []Target{{Name: testProvisioner, P: prov, Shapes: prov.ShapeList}})
+	p.Add(shared.Need{CPUs: 1})
+	p.Add(shared.Need{CPUs: 1})
+	attachWorker(t, e, signer, "slurm-cpu-1", `{"cpus":4,"job_id":"1"}`)
+	// As a pass would after match had looked and found no idle worker.
+	p.mu.Lock()
+	waiting := slices.Clone(p.needs)
+	p.mu.Unlock()
+	p.provision(context.Background(), waiting)
+	p.Close()
+	if d := prov.LastDemand(); len(d) != 1 || d[0].Count != 1 {
+		t.Errorf("demand %+v; want one machine, the idle worker covering the other need", d)
+	}
+}

@@ -317,15 +317,29 @@ var (
 // that a small need takes a small machine and leaves the big ones for the
 // needs only they fit.
 func (e *Engine) idleWorkers() []WorkerInfo {
+	idle, _ := e.idleAndAttached()
+	return idle
+}
+
+// idleAndAttached is idleWorkers and, from the same moment, every
+// attached worker's name by its provisioner: a demand built from the one
+// and told with the other cannot count a worker that attached in between
+// as both arrived and still wanted.
+func (e *Engine) idleAndAttached() ([]WorkerInfo, map[string][]string) {
 	e.mu.Lock()
 	gone := e.sweepLocked()
 	var idle []WorkerInfo
-	for _, ws := range e.workers {
+	attached := map[string][]string{}
+	for name, ws := range e.workers {
 		if ws.task == nil {
 			idle = append(idle, ws.info)
 		}
+		attached[ws.owner] = append(attached[ws.owner], name)
 	}
 	e.mu.Unlock()
+	for _, names := range attached {
+		slices.Sort(names)
+	}
 	e.logGone(gone)
 	slices.SortFunc(idle, func(a, b WorkerInfo) int {
 		if c := a.GPUs - b.GPUs; c != 0 {
@@ -342,7 +356,7 @@ func (e *Engine) idleWorkers() []WorkerInfo {
 		}
 		return strings.Compare(a.Name, b.Name)
 	})
-	return idle
+	return idle, attached
 }
 
 // assign gives t to worker, which hands it out on its next poll (or the
