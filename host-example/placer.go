@@ -400,7 +400,14 @@ func (r *round) add(n shared.Need, ns *needState) {
 // again: what refused may have changed (a restart, a backoff over).
 func (p *Placer) route(ns *needState, targets []targetState) (targetState, bool) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	uncovered := false
+	defer func() {
+		p.mu.Unlock()
+		// Logged after p.mu is released: the log may be slow.
+		if uncovered {
+			p.logger.Warn("no provisioner can start a machine for this need", "need", ns.id, "spec", formatNeed(ns.need))
+		}
+	}()
 	var covering []targetState
 	for _, t := range targets {
 		if t.covers(ns.need) {
@@ -409,8 +416,7 @@ func (p *Placer) route(ns *needState, targets []targetState) (targetState, bool)
 	}
 	if len(covering) == 0 {
 		if !ns.uncovered {
-			ns.uncovered = true
-			p.logger.Warn("no provisioner can start a machine for this need", "need", ns.id, "spec", formatNeed(ns.need))
+			ns.uncovered, uncovered = true, true
 		}
 		return targetState{}, false
 	}

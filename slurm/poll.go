@@ -603,8 +603,11 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 		_, task := splitTask(row.id)
 		profile, why := cfg.profileOf(tag.worker)
 		switch {
-		case ours[worker] || (task < 0 && ours[tag.worker]) || (first && ours[tag.worker]):
-			continue // This run's own.
+		case ours[worker] || (first && ours[tag.worker]):
+			// This run's own: a machine in the books, or a task of an
+			// array submitted while adoption was pending (mine holds
+			// the array's tag).
+			continue
 		case tag.epoch != cfg.epoch:
 			strays = append(strays, jobRef{job: row.id, profile: profile, worker: worker,
 				why: "its worker holds a credential signed with an earlier secret of the engine (epoch " + tag.epoch + ") and can never attach"})
@@ -632,7 +635,7 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 	for _, a := range adopted {
 		for _, r := range p.sortedLocked() {
 			if r.profile == a.profile && r.phase == phaseAwaitingAdoption {
-				r.phase, r.supersededBy = phaseSuperseded, a.job
+				r.phase = phaseSuperseded
 				delete(p.outstanding, r.worker)
 				break
 			}
@@ -680,7 +683,7 @@ func (s *settings) profileOf(worker string) (profile, why string) {
 		candidates = append(candidates, rest)
 		// An array task's name ends in -<task>; a profile's name may too,
 		// so both readings are tried, a configured profile first.
-		if i := strings.LastIndexByte(rest, '-'); i > 0 && isDigits(rest[i+1:]) {
+		if i := strings.LastIndexByte(rest, '-'); i > 0 && isDigits(rest[i+1:], 7) {
 			candidates = append(candidates, rest[:i])
 		}
 	}
@@ -714,8 +717,9 @@ func machineWorker(tagWorker, rowID string) string {
 	return tagWorker
 }
 
-func isDigits(s string) bool {
-	if s == "" || len(s) > 7 {
+// isDigits reports whether s is 1 to n decimal digits.
+func isDigits(s string, n int) bool {
+	if s == "" || len(s) > n {
 		return false
 	}
 	for _, c := range []byte(s) {

@@ -173,9 +173,6 @@ type request struct {
 	// running is when a poll first saw the job running: attach_timeout
 	// counts from here.
 	running time.Time
-	// supersededBy is the queued job adoption gave the profile instead,
-	// in superseded.
-	supersededBy string
 }
 
 // phase is where a request is in its life:
@@ -417,17 +414,7 @@ func parseJobID(stdout string) (string, error) {
 
 // isJobID reports whether s is a Slurm job id: digits, and not so many
 // that it is something else.
-func isJobID(s string) bool {
-	if s == "" || len(s) > 20 {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
-}
+func isJobID(s string) bool { return isDigits(s, 20) }
 
 // submissionFailed is where every failed submission ends: it records the error,
 // drops the reservation so the profile can be asked for again, logs, and
