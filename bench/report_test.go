@@ -414,7 +414,7 @@ func machine(e benchEnv) [][2]string {
 		{"Go", run(nil, "go", "version")},
 		{"Slurm", run([]string{"SLURM_CONF=" + e.SlurmConf}, "sinfo", "-V")},
 		{"OpenSSH", run(nil, e.SSH, "-V")},
-		{"sandbox", fmt.Sprintf("single-node Slurm (%d CPUs, partition %s) and sshd on 127.0.0.1:%d, sshd defaults MaxSessions 10, MaxStartups 10:30:100", e.CPUs, e.Partition, e.Port)},
+		{"sandbox", fmt.Sprintf("%d-node Slurm (%d CPUs each, partition %s) and sshd on 127.0.0.1:%d, sshd defaults MaxSessions 10, MaxStartups 10:30:100", e.Nodes, e.CPUs, e.Partition, e.Port)},
 		{"date", time.Now().Format("2006-01-02 15:04:05 MST")},
 	}
 }

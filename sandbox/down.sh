@@ -41,8 +41,9 @@ if [[ ! -d "$SB_DIR" ]]; then
 fi
 [[ -e "$SB_DIR/$SB_MARKER" ]] || sb_die "$SB_DIR is not a sandbox state dir (no $SB_MARKER); not touching it"
 
+daemons=(sshd $(sb_slurmds) slurmctld munged)
 alive=()
-for d in sshd slurmd slurmctld munged; do
+for d in "${daemons[@]}"; do
   if sb_pid_of "$d" >/dev/null; then alive+=("$d"); fi
 done
 ((${#alive[@]} == 0)) || [[ "$(id -u)" == 0 ]] ||
@@ -81,7 +82,7 @@ if sshd_pid="$(sb_pid_of sshd)"; then
     if ! sb_wait_gone "$c" 15; then kill -KILL "$c" 2>/dev/null || true; fi
   done
 fi
-for d in sshd slurmd slurmctld munged; do
+for d in "${daemons[@]}"; do
   sb_stop "$d"
 done
 

@@ -63,15 +63,28 @@ sb_proc_live() {
 }
 
 # sb_pid_of NAME: prints the live pid recorded in pid/NAME.pid whose
-# /proc/PID/comm is NAME (guards against pid reuse); fails otherwise.
+# /proc/PID/comm is NAME up to its first "-" (slurmd-NODE is a slurmd; the
+# check guards against pid reuse); fails otherwise.
 sb_pid_of() {
   local name="$1" f="$SB_DIR/pid/$1.pid" pid comm
   [[ -r "$f" ]] || return 1
   read -r pid <"$f" 2>/dev/null || return 1
   sb_proc_live "$pid" || return 1
   { read -r comm <"/proc/$pid/comm"; } 2>/dev/null || return 1
-  [[ "$comm" == "$name" ]] || return 1
+  [[ "$comm" == "${name%%-*}" ]] || return 1
   printf '%s\n' "$pid"
+}
+
+# sb_slurmds: the names (for sb_pid_of and sb_stop) of every slurmd with a
+# pid file: one slurmd-NODE per node, and a plain "slurmd" left by a sandbox
+# from before nodes had pid files of their own.
+sb_slurmds() {
+  local f
+  for f in "$SB_DIR"/pid/slurmd.pid "$SB_DIR"/pid/slurmd-*.pid; do
+    [[ -e "$f" ]] || continue
+    f="${f##*/}"
+    printf '%s\n' "${f%.pid}"
+  done
 }
 
 # sb_wait_gone PID SECONDS: poll until PID is gone or a zombie.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # status.sh [STATE_DIR] - show the sandbox daemons, node and queue.
-# Exit 0 if all four daemons run, 1 otherwise. Read-only.
+# Exit 0 if munged, slurmctld, sshd and every node's slurmd run, 1 otherwise.
+# Read-only.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -14,8 +15,9 @@ if [[ ! -e "$SB_DIR/$SB_MARKER" ]]; then
   exit 1
 fi
 
-up=0
-for d in munged slurmctld slurmd sshd; do
+up=0 want=0
+for d in munged slurmctld $(sb_slurmds) sshd; do
+  want=$((want + 1))
   if pid="$(sb_pid_of "$d")"; then
     printf '%-10s up   pid %s\n' "$d" "$pid"
     up=$((up + 1))
@@ -28,4 +30,8 @@ if sb_pid_of slurmctld >/dev/null; then
   timeout 5 sinfo -N -o '%N %T %c %m %G' 2>&1 || true
   timeout 5 squeue -o '%i|%j|%u|%T|%C|%m|%b|%r' 2>&1 || true
 fi
-((up == 4))
+if [[ -z "$(sb_slurmds)" ]]; then
+  printf '%-10s down (no node was started)\n' slurmd
+  want=$((want + 1))
+fi
+((up == want))

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# up.sh [STATE_DIR] - start (or repair) a throwaway single-node Slurm cluster
-# with an sshd "login node" on 127.0.0.1, for tests and demos. Run as root.
+# up.sh [STATE_DIR] - start (or repair) a throwaway Slurm cluster (one host,
+# SANDBOX_NODES slurmd daemons, each a node of its own) with an sshd "login
+# node" on 127.0.0.1, for tests and demos. Run as root.
 #
 # STATE_DIR: first argument, else $SANDBOX_DIR, else /tmp/pvsb. Everything
 # lives there. Keep it short: ssh ControlPath sockets made under it must stay
@@ -9,7 +10,10 @@
 # Settings (environment; remembered in STATE_DIR/settings for later runs):
 #   SANDBOX_SSH_PORT=2222 SANDBOX_CTLD_PORT=6817 SANDBOX_SLURMD_PORT=6818
 #   SANDBOX_NODE=$(hostname -s) SANDBOX_CPUS=8 SANDBOX_MEM_MB=16000
-#   SANDBOX_GPUS=2 (fake: /dev/null symlinks)
+#   SANDBOX_GPUS=2 (fake: /dev/null symlinks, on the first node only)
+#   SANDBOX_NODES=2 (nodes NODE, NODE2, ...; node i's slurmd listens on
+#   SANDBOX_SLURMD_PORT+i-1). Two, so that a multi-node job (--nodes=2,
+#   one srun task per node) runs as it would on a real cluster.
 # Not remembered: SANDBOX_SMOKE=auto|1|0 - submit a test job over ssh: auto
 #   does it only when a daemon was (re)started, else it runs `sbatch
 #   --test-only` over ssh, which uses no resources.
@@ -67,6 +71,7 @@ SSH_CONFIG="$SSHD/ssh_config"
 declare -A SET=(
   [SANDBOX_SSH_PORT]=2222 [SANDBOX_CTLD_PORT]=6817 [SANDBOX_SLURMD_PORT]=6818
   [SANDBOX_NODE]="$(hostname -s)" [SANDBOX_CPUS]=8 [SANDBOX_MEM_MB]=16000 [SANDBOX_GPUS]=2
+  [SANDBOX_NODES]=2
 )
 if [[ -r "$SB_DIR/settings" ]]; then
   while IFS='=' read -r k v; do
@@ -81,16 +86,28 @@ for k in SANDBOX_SSH_PORT SANDBOX_CTLD_PORT SANDBOX_SLURMD_PORT; do
     sb_die "$k='${SET[$k]}' is not a port number"
   fi
 done
-for k in SANDBOX_CPUS SANDBOX_MEM_MB SANDBOX_GPUS; do
+for k in SANDBOX_CPUS SANDBOX_MEM_MB SANDBOX_GPUS SANDBOX_NODES; do
   [[ "${SET[$k]}" =~ ^[0-9]+$ ]] || sb_die "$k='${SET[$k]}' is not a number"
 done
 ((SET[SANDBOX_CPUS] >= 1 && SET[SANDBOX_MEM_MB] >= 100)) || sb_die "need SANDBOX_CPUS >= 1 and SANDBOX_MEM_MB >= 100"
+((SET[SANDBOX_NODES] >= 1 && SET[SANDBOX_NODES] <= 8)) || sb_die "SANDBOX_NODES must be 1 to 8"
 [[ "${SET[SANDBOX_NODE]}" =~ ^[A-Za-z][A-Za-z0-9-]*$ ]] ||
   sb_die "SANDBOX_NODE='${SET[SANDBOX_NODE]}' is not a valid node name (letters, digits, -)"
 SSH_PORT="${SET[SANDBOX_SSH_PORT]}" CTLD_PORT="${SET[SANDBOX_CTLD_PORT]}" SLURMD_PORT="${SET[SANDBOX_SLURMD_PORT]}"
 NODE="${SET[SANDBOX_NODE]}" CPUS="${SET[SANDBOX_CPUS]}" MEM_MB="${SET[SANDBOX_MEM_MB]}" GPUS="${SET[SANDBOX_GPUS]}"
-((SSH_PORT != CTLD_PORT && SSH_PORT != SLURMD_PORT && CTLD_PORT != SLURMD_PORT)) ||
-  sb_die "SANDBOX_SSH_PORT, SANDBOX_CTLD_PORT and SANDBOX_SLURMD_PORT must differ"
+NNODES="${SET[SANDBOX_NODES]}"
+NODES=("$NODE")
+for ((i = 2; i <= NNODES; i++)); do NODES+=("$NODE$i"); done
+NODE_LIST="$(
+  IFS=,
+  echo "${NODES[*]}"
+)"
+((SLURMD_PORT + NNODES - 1 <= 65535)) || sb_die "SANDBOX_SLURMD_PORT+SANDBOX_NODES-1 is not a port number"
+for ((i = 0; i < NNODES; i++)); do
+  ((SSH_PORT != SLURMD_PORT + i && CTLD_PORT != SLURMD_PORT + i)) ||
+    sb_die "SANDBOX_SSH_PORT and SANDBOX_CTLD_PORT must differ from the slurmd ports $SLURMD_PORT..$((SLURMD_PORT + NNODES - 1))"
+done
+((SSH_PORT != CTLD_PORT)) || sb_die "SANDBOX_SSH_PORT and SANDBOX_CTLD_PORT must differ"
 SMOKE="${SANDBOX_SMOKE:-auto}"
 case "$SMOKE" in auto | 1 | 0) ;; *) sb_die "SANDBOX_SMOKE must be auto, 1 or 0" ;; esac
 
@@ -100,7 +117,7 @@ mkdir -p "$SB_DIR" "$ETC" "$SSHD/authorized_keys" "$LOG" "$PIDS" "$MUNGE" \
 chmod 0755 "$SB_DIR" "$ETC" "$SSHD" "$SSHD/authorized_keys" "$LOG" "$PIDS" "$MUNGE" "$SB_DIR/dev"
 touch "$SB_DIR/$SB_MARKER"
 {
-  for k in SANDBOX_SSH_PORT SANDBOX_CTLD_PORT SANDBOX_SLURMD_PORT SANDBOX_NODE SANDBOX_CPUS SANDBOX_MEM_MB SANDBOX_GPUS; do
+  for k in SANDBOX_SSH_PORT SANDBOX_CTLD_PORT SANDBOX_SLURMD_PORT SANDBOX_NODE SANDBOX_CPUS SANDBOX_MEM_MB SANDBOX_GPUS SANDBOX_NODES; do
     printf '%s=%s\n' "$k" "${SET[$k]}"
   done
 } >"$SB_DIR/settings"
@@ -229,11 +246,11 @@ AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$MUNGE_SOCKET
 StateSaveLocation=$SB_DIR/spool/ctld
-SlurmdSpoolDir=$SB_DIR/spool/d
+SlurmdSpoolDir=$SB_DIR/spool/d/%n
 SlurmctldPidFile=$PIDS/slurmctld.pid
-SlurmdPidFile=$PIDS/slurmd.pid
+SlurmdPidFile=$PIDS/slurmd-%n.pid
 SlurmctldLogFile=$LOG/slurmctld.log
-SlurmdLogFile=$LOG/slurmd.log
+SlurmdLogFile=$LOG/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
 MailProg=/bin/true
@@ -255,8 +272,12 @@ JobCompType=jobcomp/filetxt
 JobCompLoc=$LOG/jobcomp.txt
 GresTypes=gpu
 SlurmdParameters=config_overrides
-NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$CPUS Boards=1 SocketsPerBoard=1 CoresPerSocket=$CPUS ThreadsPerCore=1 RealMemory=$MEM_MB$gres_node State=UNKNOWN
-PartitionName=$PARTITION Nodes=$NODE Default=YES MaxTime=1-00:00:00 State=UP
+$(for ((i = 0; i < NNODES; i++)); do
+  g=""
+  ((i == 0)) && g="$gres_node"
+  echo "NodeName=${NODES[i]} NodeAddr=127.0.0.1 Port=$((SLURMD_PORT + i)) CPUs=$CPUS Boards=1 SocketsPerBoard=1 CoresPerSocket=$CPUS ThreadsPerCore=1 RealMemory=$MEM_MB$g State=UNKNOWN"
+done)
+PartitionName=$PARTITION Nodes=$NODE_LIST Default=YES MaxTime=1-00:00:00 State=UP
 EOF
 
 write_if_changed "$ETC/gres.conf" <<EOF && SLURM_CHANGED=1
@@ -323,10 +344,15 @@ STARTED=()
 
 # Config changed under running daemons: restart them (plugins and ports
 # cannot be reconfigured live).
-if ((SLURM_CHANGED)) && { sb_pid_of slurmctld >/dev/null || sb_pid_of slurmd >/dev/null; }; then
-  sb_log "slurm.conf/gres.conf changed: restarting slurmd and slurmctld"
-  sb_stop slurmd
-  sb_stop slurmctld
+if ((SLURM_CHANGED)); then
+  running=()
+  for d in slurmctld $(sb_slurmds); do
+    if sb_pid_of "$d" >/dev/null; then running+=("$d"); fi
+  done
+  if ((${#running[@]})); then
+    sb_log "slurm.conf/gres.conf changed: restarting ${running[*]}"
+    for d in $(sb_slurmds) slurmctld; do sb_stop "$d"; done
+  fi
 fi
 if ((SSHD_CHANGED)) && sb_pid_of sshd >/dev/null; then
   sb_log "sshd_config changed: restarting sshd"
@@ -334,7 +360,9 @@ if ((SSHD_CHANGED)) && sb_pid_of sshd >/dev/null; then
 fi
 
 # Refuse before starting anything if a port we need is taken by a stranger.
-for spec in "slurmctld $CTLD_PORT SANDBOX_CTLD_PORT" "slurmd $SLURMD_PORT SANDBOX_SLURMD_PORT" "sshd $SSH_PORT SANDBOX_SSH_PORT"; do
+specs=("slurmctld $CTLD_PORT SANDBOX_CTLD_PORT" "sshd $SSH_PORT SANDBOX_SSH_PORT")
+for ((i = 0; i < NNODES; i++)); do specs+=("slurmd-${NODES[i]} $((SLURMD_PORT + i)) SANDBOX_SLURMD_PORT"); done
+for spec in "${specs[@]}"; do
   read -r name port var <<<"$spec"
   if ! sb_pid_of "$name" >/dev/null && port_listening "$port"; then
     sb_die "port $port (for $name) is already in use by another process; stop it or set $var"
@@ -385,17 +413,24 @@ ctld_ok() {
 }
 poll 30 ctld_ok || fail "slurmctld does not answer scontrol ping" slurmctld munged
 
-if ! sb_pid_of slurmd >/dev/null; then
-  rm -f "$PIDS/slurmd.pid"
-  slurmd -f "$SLURM_CONF" -N "$NODE" </dev/null >>"$LOG/slurmd.log" 2>&1 ||
-    fail "slurmd failed to start" slurmd
-  poll 10 pidfile_ok slurmd || fail "slurmd did not stay up" slurmd
-  STARTED+=(slurmd)
-fi
+# A slurmd of a node this configuration no longer has (SANDBOX_NODES went
+# down) would keep a port and a pid file: stop it.
+for d in $(sb_slurmds); do
+  [[ " ${NODES[*]/#/slurmd-} " == *" $d "* ]] || sb_stop "$d"
+done
+for n in "${NODES[@]}"; do
+  if ! sb_pid_of "slurmd-$n" >/dev/null; then
+    rm -f "$PIDS/slurmd-$n.pid"
+    slurmd -f "$SLURM_CONF" -N "$n" </dev/null >>"$LOG/slurmd-$n.log" 2>&1 ||
+      fail "slurmd for node $n failed to start" "slurmd-$n"
+    poll 10 pidfile_ok "slurmd-$n" || fail "slurmd for node $n did not stay up" "slurmd-$n"
+    STARTED+=("slurmd-$n")
+  fi
+done
 LAST_RESUME=-10
 NODE_STATE=""
-node_ok() {
-  NODE_STATE="$(timeout 5 sinfo -h -n "$NODE" -o %T 2>/dev/null | head -n 1)" || true
+node_ok() { # NODE
+  NODE_STATE="$(timeout 5 sinfo -h -n "$1" -o %T 2>/dev/null | head -n 1)" || true
   case "$NODE_STATE" in
     idle | mixed | allocated | completing | planned) return 0 ;;
     *drain* | *inval* | *down* | *fail*)
@@ -403,14 +438,16 @@ node_ok() {
       # earlier problem stays so until resumed.
       if ((SECONDS - LAST_RESUME >= 2)); then
         LAST_RESUME=$SECONDS
-        timeout 5 scontrol update nodename="$NODE" state=resume >/dev/null 2>&1 || true
+        timeout 5 scontrol update nodename="$1" state=resume >/dev/null 2>&1 || true
       fi
       ;;
   esac
-  sb_pid_of slurmd >/dev/null || return 2
+  sb_pid_of "slurmd-$1" >/dev/null || return 2
   return 1
 }
-poll 30 node_ok || fail "node $NODE is not ready (state: '${NODE_STATE:-none}')" slurmd slurmctld
+for n in "${NODES[@]}"; do
+  poll 30 node_ok "$n" || fail "node $n is not ready (state: '${NODE_STATE:-none}')" "slurmd-$n" slurmctld
+done
 # sacct -c opens the jobcomp file for append; slurmctld recreates it 0644.
 if [[ -e "$LOG/jobcomp.txt" ]]; then chmod 0666 "$LOG/jobcomp.txt"; fi
 
@@ -452,6 +489,7 @@ export SANDBOX_NODE=$NODE
 export SANDBOX_CPUS=$CPUS
 export SANDBOX_MEM_MB=$MEM_MB
 export SANDBOX_GPUS=$GPUS
+export SANDBOX_NODES=$NNODES
 EOF
 
 # ---------------------------------------------------------------- smoke test
@@ -479,8 +517,8 @@ if [[ "$SMOKE" == 1 || ("$SMOKE" == auto && ${#STARTED[@]} -gt 0) ]]; then
     esac
     return 0
   }
-  poll 60 job_done || fail "smoke job $JOB_ID did not finish in 60 s (state: '$JOB_STATE')" slurmctld slurmd
-  [[ "$JOB_STATE" == COMPLETED ]] || fail "smoke job $JOB_ID ended $JOB_STATE" slurmd slurmctld
+  poll 60 job_done || fail "smoke job $JOB_ID did not finish in 60 s (state: '$JOB_STATE')" slurmctld "slurmd-$NODE"
+  [[ "$JOB_STATE" == COMPLETED ]] || fail "smoke job $JOB_ID ended $JOB_STATE" "slurmd-$NODE" slurmctld
   SMOKE_MSG="smoke job $JOB_ID COMPLETED"
 elif [[ "$SMOKE" == auto ]]; then
   # Already up: an end-to-end check (ssh, munge, slurmctld) that allocates nothing.
@@ -495,7 +533,7 @@ started="${STARTED[*]:-none}"
 cat <<EOF
 Slurm sandbox up in $(sb_elapsed "$T0") s: $SMOKE_MSG; started: $started
   state   $SB_DIR   (logs in $LOG)
-  node    $NODE  partition $PARTITION  cpus $CPUS  mem ${MEM_MB}M  gpus $GPUS  (jobs run as $JOB_USER)
+  nodes   $NODE_LIST  partition $PARTITION  cpus $CPUS  mem ${MEM_MB}M per node  gpus $GPUS on $NODE  (jobs run as $JOB_USER)
   use     source $SB_DIR/env.sh
           ssh -F \$SANDBOX_SSH_CONFIG sandbox sbatch --parsable < job.sh
           ssh -i \$SANDBOX_SSH_KEY -o UserKnownHostsFile=\$SANDBOX_SSH_KNOWN_HOSTS -o StrictHostKeyChecking=yes -p $SSH_PORT $JOB_USER@127.0.0.1 squeue

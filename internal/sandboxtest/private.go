@@ -80,6 +80,9 @@ func Private(t testing.TB, name string) Env {
 		"SANDBOX_CPUS="+strconv.Itoa(privateCPUs),
 		"SANDBOX_GPUS="+strconv.Itoa(privateGPUs),
 		"SANDBOX_MEM_MB="+strconv.Itoa(privateMemMB),
+		// One node: freePorts found one free port for slurmd, and a
+		// private sandbox is for daemons a test kills, not for width.
+		"SANDBOX_NODES=1",
 	)
 	privMu.Lock()
 	privates[dir] = env
@@ -263,6 +266,8 @@ func readEnvSh(t testing.TB, path string) Env {
 	fmt.Sscan(vars["SANDBOX_SSH_PORT"], &e.Port)
 	fmt.Sscan(vars["SANDBOX_CPUS"], &e.CPUs)
 	fmt.Sscan(vars["SANDBOX_GPUS"], &e.GPUs)
+	e.Nodes = 1
+	fmt.Sscan(vars["SANDBOX_NODES"], &e.Nodes)
 	if e.Dir == "" || e.Login == "" || e.Port == 0 || e.SlurmConf == "" {
 		t.Fatalf("%s does not describe a sandbox: %v", path, vars)
 	}

@@ -31,6 +31,9 @@ type Env struct {
 	Partition  string
 	SlurmConf  string
 	CPUs, GPUs int
+	// Nodes is how many nodes the partition has (SANDBOX_NODES); a
+	// sandbox from before it was a setting has one.
+	Nodes int
 }
 
 // Require returns the sandbox, or skips (fails in CI) when there is none.
@@ -55,6 +58,8 @@ func Require(t testing.TB) Env {
 	e.SlurmConf = os.Getenv("SLURM_CONF")
 	fmt.Sscan(os.Getenv("SANDBOX_CPUS"), &e.CPUs)
 	fmt.Sscan(os.Getenv("SANDBOX_GPUS"), &e.GPUs)
+	e.Nodes = 1
+	fmt.Sscan(os.Getenv("SANDBOX_NODES"), &e.Nodes)
 	return e
 }
 
