@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -604,6 +605,59 @@ func TestE2EBurstOneSubmission(t *testing.T) {
 	}
 	if !strings.Contains(story, "all 8 need(s) served") {
 		t.Errorf("the story does not say all 8 needs were served")
+	}
+	e.assertCleanedUp(t, exitedAt)
+}
+
+// TestE2EMultiNode: a profile of nodes = 2 is one job of two nodes, and a
+// worker attaches from each node, each under its own name.
+func TestE2EMultiNode(t *testing.T) {
+	e := newE2E(t, "e2e-nodes")
+	if e.env.Nodes < 2 {
+		t.Fatalf("the sandbox has %d node(s); this test needs 2 (SANDBOX_NODES=2, the default)", e.env.Nodes)
+	}
+	e.killPluginsAtEnd(t)
+	cfg := e.relConfig(t, "", `  profile "pair" {
+    cpus   = 1
+    ram_mb = 200
+    nodes  = 2
+    sbatch = ["--partition=`+e.env.Partition+`", "--time=00:10:00"]
+  }
+`, e.host, "worker")
+	p := e.startEngine(t, "-config", cfg, "-need", "cpus=1,count=2,work=1s", "-timeout", "3m")
+	code := p.wait(t, 4*time.Minute)
+	exitedAt := time.Now()
+	story := p.stdout.String()
+	t.Logf("story:\n%s", story)
+	if code != 0 {
+		t.Fatalf("exit %d, want 0\nstderr:\n%s", code, p.stderr)
+	}
+	if !strings.Contains(story, `asked for 2 "pair" machine(s) in 1 submission(s)`) {
+		t.Errorf("the story does not say 2 machines were asked for in one submission")
+	}
+	attached := map[string]string{} // worker -> the job it says it runs as
+	for _, m := range regexp.MustCompile(`worker (\S+) attached from \S+ \(Slurm job (\S+),`).FindAllStringSubmatch(story, -1) {
+		attached[m[1]] = m[2]
+	}
+	jobs := map[string]bool{}
+	var nodes []string
+	for w, job := range attached {
+		jobs[job] = true
+		nodes = append(nodes, w[strings.LastIndex(w, "-"):])
+	}
+	slices.Sort(nodes)
+	if len(attached) != 2 || len(jobs) != 1 || !slices.Equal(nodes, []string{"-n0", "-n1"}) {
+		t.Fatalf("workers %v: want two, -n0 and -n1, from one job", attached)
+	}
+	// What Slurm recorded: one job on two nodes.
+	for job := range jobs {
+		out := e.env.Slurm(t, "scontrol", "show", "job", job)
+		if !strings.Contains(out, "NumNodes=2") {
+			t.Errorf("scontrol show job %s: want NumNodes=2:\n%s", job, out)
+		}
+	}
+	if !strings.Contains(story, "all 2 need(s) served") {
+		t.Errorf("the story does not say both needs were served")
 	}
 	e.assertCleanedUp(t, exitedAt)
 }

@@ -131,13 +131,17 @@ type Profile struct {
 	MinWorkers int `json:"min_workers"`
 	MaxWorkers int `json:"max_workers"`
 	MaxPending int `json:"max_pending"`
+	// Nodes is how many machines one allocation of this profile is: a
+	// job of Nodes nodes running one worker on each (multinode.go). The
+	// caps and the demand count machines, so they move Nodes at a time.
+	Nodes int `json:"nodes"`
 }
 
 // UnmarshalJSON fills in the schema's defaults for whatever is absent or
 // null, so a profile decoded without a host still asks for one CPU.
 func (p *Profile) UnmarshalJSON(b []byte) error {
 	type plain Profile
-	v := plain{CPUs: 1}
+	v := plain{CPUs: 1, Nodes: 1}
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
 	}
@@ -211,6 +215,8 @@ func schema() *shared.Schema {
 					Description: "The most machines of this profile alive at once; 0 means only the provisioner's max_workers caps it."},
 				{Name: "max_pending", Type: shared.TypeInt, Default: 0,
 					Description: "The most machines of this profile waiting in the queue at once; 0 means only the provisioner's max_pending caps it."},
+				{Name: "nodes", Type: shared.TypeInt, Default: 1,
+					Description: "Nodes in one allocation of this profile (--nodes); 0 and 1 both mean one. Each node runs a worker of its own (srun), with its own name and credential, and is one machine to the caps and the demand, which the provisioner meets a whole allocation at a time."},
 			}},
 		}},
 	}
@@ -314,6 +320,12 @@ func (c *Config) fillDefaults() {
 	}
 	if c.WorkerCommand == nil {
 		c.WorkerCommand = []string{defaultWorker}
+	}
+	for i := range c.Profiles {
+		// 0, like 1, is one node; a negative count fails validation.
+		if c.Profiles[i].Nodes == 0 {
+			c.Profiles[i].Nodes = 1
+		}
 	}
 	c.fillSSHDefaults()
 }
@@ -510,6 +522,20 @@ func validateCaps(s *settings) shared.Diagnostics {
 				add(shared.Errorf(at(c.name), "Invalid "+c.name, "%s must be between 0 and %d; got %d.", c.name, maxCap, c.v))
 			}
 		}
+		if n := p.Nodes; n > 1 && n <= maxNodes {
+			// A profile is asked for a whole allocation at a time, so a
+			// cap below one allocation would keep it from ever starting.
+			for _, c := range []struct {
+				name string
+				v    int
+			}{{"max_workers", s.maxWorkers(p)}, {"max_pending", s.maxPending(p)}} {
+				if c.v >= 1 && c.v < n {
+					add(shared.Errorf(at("nodes"), "nodes above "+c.name,
+						"An allocation of profile %s is %d machines (nodes = %d), but %s lets only %d be %s at once, so it could never be asked for; lower nodes or raise %s.",
+						p.Name, n, n, c.name, c.v, map[string]string{"max_workers": "alive", "max_pending": "pending"}[c.name], c.name))
+				}
+			}
+		}
 		if p.MinWorkers > 0 && p.MaxWorkers > 0 && p.MinWorkers > p.MaxWorkers {
 			add(shared.Errorf(at("min_workers"), "min_workers above max_workers",
 				"Profile %s keeps %d warm but may have only %d alive; lower min_workers or raise max_workers.", p.Name, p.MinWorkers, p.MaxWorkers))
@@ -558,6 +584,9 @@ func validateProfile(i string, p Profile, seen map[string]bool) shared.Diagnosti
 	}
 	if p.GPUs < 0 {
 		add(shared.Errorf(at("gpus"), "Invalid gpus", "gpus must be 0 or more; got %d.", p.GPUs))
+	}
+	if p.Nodes < 0 || p.Nodes > maxNodes {
+		add(shared.Errorf(at("nodes"), "Invalid nodes", "nodes must be between 1 and %d; got %d.", maxNodes, p.Nodes))
 	}
 	if p.RAMMB < 0 {
 		add(shared.Errorf(at("ram_mb"), "Invalid ram_mb", "ram_mb must be 0 (unknown) or more; got %d.", p.RAMMB))
@@ -611,6 +640,9 @@ var reserved = []struct {
 	{"--wait", "W", "sbatch would not return until the job ends, so every submission would time out"},
 	{"--clusters", "M", "squeue and scancel run without it, so the provisioner would lose sight of the job"},
 	{"--test-only", "", "sbatch would only test the script and submit nothing"},
+	{"--nodes", "N", "a job runs one worker per node, and the profile's nodes attribute says how many (nodes = N); set it there"},
+	{"--ntasks", "n", "a job runs one worker per node (nodes = N), so its tasks are the provisioner's to set"},
+	{"--ntasks-per-node", "", "a job runs one worker per node (nodes = N), so its tasks are the provisioner's to set"},
 }
 
 // reservedOption returns the reserved option among opts, if any, and why

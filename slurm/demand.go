@@ -1,6 +1,7 @@
 package slurm
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -84,6 +85,9 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 				a.detail = fmt.Sprintf("a submission of %d machine(s) is in flight; the other %d are asked for when it ends", c.inFlight, max(0, short-c.inFlight))
 				break
 			}
+			// Whole allocations: a shortfall of one machine of a
+			// two-node profile asks for two.
+			short, _ = roundToAllocations(short, max(1, prof.Nodes))
 			n, capDetail := p.roomLocked(cfg, prof, short, pd.OnTheWay+pd.Attached, c.pending, alive, pending)
 			if n == 0 {
 				a = answer{shared.OutcomeCapped, capDetail}
@@ -95,7 +99,7 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 			pd.Requested, pd.OnTheWay = n, pd.OnTheWay+n
 			pd.Submissions = 1
 			if p.maxArray <= 1 {
-				pd.Submissions = n
+				pd.Submissions = n / max(1, prof.Nodes)
 			}
 			a = answer{outcome: shared.OutcomeRequested}
 			if n < short {
@@ -202,6 +206,7 @@ func (p *Provisioner) countsLocked() map[string]profileCounts {
 // and the cluster's array size; detail names the cap that binds.
 func (p *Provisioner) roomLocked(cfg *settings, prof Profile, short, profAlive, profPending, alive, pending int) (int, string) {
 	n, detail := short, ""
+	nodes := max(1, prof.Nodes)
 	for _, c := range []struct {
 		room int
 		what string
@@ -210,11 +215,15 @@ func (p *Provisioner) roomLocked(cfg *settings, prof Profile, short, profAlive, 
 		{*cfg.MaxWorkers - alive, fmt.Sprintf("the provisioner has %d of its max_workers %d alive", alive, *cfg.MaxWorkers)},
 		{cfg.maxPending(prof) - profPending, fmt.Sprintf("profile %s has %d of its max_pending %d in the queue", prof.Name, profPending, cfg.maxPending(prof))},
 		{*cfg.MaxPending - pending, fmt.Sprintf("the provisioner has %d of its max_pending %d in the queue", pending, *cfg.MaxPending)},
-		{p.batchCap(), p.batchCapDetail()},
+		{p.batchCap() * nodes, p.batchCapDetail()},
 	} {
 		if c.room < n {
 			n, detail = max(0, c.room), c.what
 		}
+	}
+	if _, whole := roundToAllocations(n, nodes); whole < n {
+		n = whole
+		detail = fmt.Sprintf("%s; an allocation of profile %s is %d machines (nodes = %d)", cmp.Or(detail, "room"), prof.Name, nodes, nodes)
 	}
 	return n, detail
 }
@@ -241,19 +250,28 @@ func (p *Provisioner) batchCapDetail() string {
 	return fmt.Sprintf("one submission asks for at most %d (the cluster's MaxArraySize)", p.maxArray)
 }
 
-// reserveLocked makes the requests for n machines of prof, one submission:
-// a single job for one, an array for more. Their worker names share a
-// base (<provisioner>-<profile>-<8 hex digits>), which the job's tag
-// names; an array task's worker is <base>-<task>.
+// reserveLocked makes the requests for n machines of prof (a multiple of
+// its nodes), one submission: a single job for one allocation, an array
+// for more. Their worker names share a base (<provisioner>-<profile>-<8
+// hex digits>), which the job's tag names; an array task's worker is
+// <base>-<task>, and a node of a multi-node allocation adds -n<node>
+// (machineName).
 func (p *Provisioner) reserveLocked(cfg *settings, prof Profile, n int, now time.Time) []*request {
 	base := workerName(cfg.name, prof.Name)
 	done := make(chan struct{})
+	nodes := max(1, prof.Nodes)
+	allocs := n / nodes
 	batch := make([]*request, n)
 	for i := range batch {
-		r := &request{profile: prof.Name, worker: base, tag: base, task: -1, batch: n, since: now, done: done, phase: phaseAwaitingAdoption}
-		if n > 1 {
-			r.worker, r.task = base+"-"+strconv.Itoa(i), i
+		task, node := -1, -1
+		if allocs > 1 {
+			task = i / nodes
 		}
+		if nodes > 1 {
+			node = i % nodes
+		}
+		r := &request{profile: prof.Name, worker: machineName(base, task, node), tag: base, task: task, node: node, nodes: nodes,
+			batch: n, since: now, done: done, phase: phaseAwaitingAdoption}
 		batch[i] = r
 		p.outstanding[r.worker] = r
 		p.inflight[r] = true
@@ -272,21 +290,36 @@ func (p *Provisioner) reserveLocked(cfg *settings, prof Profile, n int, now time
 // cancelled. Machines still being submitted are left: the next call sees
 // them queued.
 func (p *Provisioner) giveUpPendingLocked(profile string, n int, now time.Time) []jobRef {
-	var cands []*request
+	// An allocation (a job, or one array task) is given up whole or not
+	// at all: its machines share the job, and one scancel ends them all.
+	allocs := map[string][]*request{}
 	for _, r := range p.outstanding {
 		if r.profile == profile && r.phase == phaseQueued && r.slurmState != "RUNNING" && r.finished() {
-			cands = append(cands, r)
+			allocs[r.job] = append(allocs[r.job], r)
 		}
 	}
-	slices.SortFunc(cands, func(a, b *request) int {
-		return cmpNewest(a, b)
+	var cands [][]*request
+	for _, rs := range allocs {
+		slices.SortFunc(rs, func(a, b *request) int { return a.node - b.node })
+		if len(rs) == max(1, rs[0].nodes) {
+			cands = append(cands, rs)
+		}
+	}
+	slices.SortFunc(cands, func(a, b []*request) int {
+		return cmpNewest(a[0], b[0])
 	})
 	var out []jobRef
-	for _, r := range cands[:min(n, len(cands))] {
-		delete(p.outstanding, r.worker)
-		r.phase = phaseFailed
-		out = append(out, jobRef{job: r.job, profile: r.profile, worker: r.worker, age: now.Sub(r.since),
-			why: "the engine no longer wants it: the demand fell while it was pending"})
+	for _, rs := range cands {
+		if len(rs) > n {
+			continue
+		}
+		n -= len(rs)
+		for _, r := range rs {
+			delete(p.outstanding, r.worker)
+			r.phase = phaseFailed
+			out = append(out, jobRef{job: r.job, profile: r.profile, worker: r.worker, age: now.Sub(r.since), pendingOnly: true,
+				why: "the engine no longer wants it: the demand fell while it was pending"})
+		}
 	}
 	return out
 }
@@ -380,8 +413,21 @@ func (p *Provisioner) submit(ctx context.Context, cfg *settings, host shared.Hos
 	case <-ctx.Done():
 	}
 	p.mu.Lock()
+	// Adoption supersedes machines one for one; an allocation of several
+	// nodes that lost any of them is superseded whole, since a job of
+	// fewer nodes is not what the profile asks for.
+	short := map[int]bool{}
+	for _, r := range batch {
+		if r.phase != phaseAwaitingAdoption && r.phase != phaseSubmitting {
+			short[r.task] = true
+		}
+	}
 	var live []*request
 	for _, r := range batch {
+		if r.nodes > 1 && short[r.task] && r.phase == phaseAwaitingAdoption {
+			r.phase = phaseSuperseded
+			delete(p.outstanding, r.worker)
+		}
 		if r.phase == phaseAwaitingAdoption {
 			r.phase = phaseSubmitting
 		}
@@ -406,19 +452,32 @@ func (p *Provisioner) submit(ctx context.Context, cfg *settings, host shared.Hos
 	}
 }
 
-// submitEach submits one plain job per machine, for a cluster that does
-// not take arrays. Each machine's job is tagged with its own worker.
+// submitEach submits one plain job per allocation, for a cluster that
+// does not take arrays. Each allocation's job is tagged with its own name:
+// its one machine's worker, or what its nodes' workers share before
+// -n<node>.
 func (p *Provisioner) submitEach(ctx context.Context, cfg *settings, host shared.Host, prof Profile, live []*request) {
+	var allocs [][]*request
 	p.mu.Lock()
 	for _, r := range live {
-		r.tag, r.task = r.worker, -1
+		alloc, _ := cutNode(r.worker)
+		if r.node < 0 {
+			alloc = r.worker
+		}
+		r.tag, r.task = alloc, -1
 		if p.adoptPending {
 			p.mine[r.worker] = true
+			p.mine[alloc] = true
+		}
+		if n := len(allocs); n > 0 && allocs[n-1][0].tag == alloc {
+			allocs[n-1] = append(allocs[n-1], r)
+		} else {
+			allocs = append(allocs, []*request{r})
 		}
 	}
 	p.mu.Unlock()
-	for _, r := range live {
-		p.submitOne(ctx, cfg, host, prof, []*request{r})
+	for _, a := range allocs {
+		p.submitOne(ctx, cfg, host, prof, a)
 	}
 }
 
@@ -488,8 +547,11 @@ func (p *Provisioner) submitOne(ctx context.Context, cfg *settings, host shared.
 	}
 	p.mu.Unlock()
 	msg := "asked for a machine"
-	if len(live) > 1 {
+	switch {
+	case live[0].task >= 0:
 		msg = "asked for a burst of machines in one job array"
+	case len(live) > 1:
+		msg = "asked for the machines of one multi-node allocation"
 	}
 	cfg.log.Info(msg, "profile", prof.Name, "job", job, "machines", len(live), "worker", live[0].tag)
 	for _, r := range live {
@@ -531,12 +593,18 @@ func (p *Provisioner) ask(ctx context.Context, cfg *settings, host shared.Host, 
 		tokens[i] = cred.Token
 	}
 
-	var script []byte
-	if len(live) == 1 && live[0].task < 0 {
-		script = p.payload(prof, live[0].worker, tokens[0])
-	} else {
-		script = p.arrayPayload(prof, live[0].tag, tasksOf(live), tokens)
+	// The machines come in allocation order, an allocation's nodes
+	// together (reserveLocked), so the tokens group by task.
+	nodes := max(1, live[0].nodes)
+	var perAlloc [][]string
+	for i := 0; i < len(tokens); i += nodes {
+		perAlloc = append(perAlloc, tokens[i:min(i+nodes, len(tokens))])
 	}
+	var tasks []int
+	if live[0].task >= 0 {
+		tasks = tasksOf(live)
+	}
+	script := p.script(prof, live[0].tag, tasks, perAlloc)
 	stdout, stderr, err := p.call(ctx, script, "sbatch", "--parsable")
 	// sbatch does not echo the script, but a wrapper on the login node
 	// might, and no token may reach a log or an event.
@@ -558,10 +626,38 @@ func (p *Provisioner) ask(ctx context.Context, cfg *settings, host shared.Host, 
 	return job, nil
 }
 
+// tasksOf lists the array tasks of live, once each: a multi-node
+// allocation's machines share one.
 func tasksOf(live []*request) []int {
-	out := make([]int, len(live))
-	for i, r := range live {
-		out[i] = r.task
+	var out []int
+	for _, r := range live {
+		if len(out) == 0 || out[len(out)-1] != r.task {
+			out = append(out, r.task)
+		}
 	}
 	return out
+}
+
+// keepStartedLocked puts back into the books the machines of j, a job
+// given up for falling demand that a poll found started (state) instead
+// of cancelled: they are on their way again, their attach_timeout
+// counting from now.
+func (p *Provisioner) keepStartedLocked(j jobRef, state string, now time.Time) {
+	_, task := splitTask(j.job)
+	workers := j.workers()
+	slices.Sort(workers)
+	for _, w := range workers {
+		alloc, node := cutNode(w)
+		nodes := 1
+		if node >= 0 {
+			nodes = len(workers)
+		} else {
+			alloc = w
+		}
+		p.outstanding[w] = &request{profile: j.profile, worker: w, tag: alloc, task: task, node: node, nodes: nodes, batch: len(workers),
+			since: now.Add(-j.age), cancel: func() {}, done: closedDone, job: j.job, slurmState: state, phase: phaseQueued}
+		if state == "RUNNING" {
+			p.outstanding[w].running = now
+		}
+	}
 }

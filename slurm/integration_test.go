@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -235,6 +236,8 @@ rec=%s
 id=${SLURM_JOB_ID:-none}
 # An array task is recorded as its provisioner names it: <array>_<task>.
 [ -n "$SLURM_ARRAY_TASK_ID" ] && id=${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}
+# A node of a multi-node allocation is recorded as <job>.n<task>.
+[ "${SLURM_NNODES:-1}" -gt 1 ] && id=$id.n${SLURM_PROCID:-x}
 for a in "$@"; do printf '%%s\n' "$a"; done > "$rec/$id.args.part"
 env > "$rec/$id.env.part"
 tr '\000' '\n' < /proc/$$/cmdline > "$rec/$id.cmdline.part"
@@ -1033,4 +1036,153 @@ func firstKey(m map[string][]string) string {
 		}
 	}
 	return ""
+}
+
+// TestIntegrationMultiNode: a profile of nodes = 2 is one job of two
+// nodes per allocation, a worker on each with its own name and its own
+// credential, and no worker holds a sibling's. The demand counts
+// machines: three ask for two allocations (four machines) in one array.
+func TestIntegrationMultiNode(t *testing.T) {
+	env := sandboxtest.Require(t)
+	if env.Nodes < 2 {
+		t.Fatalf("the sandbox has %d node(s); this test needs 2 (SANDBOX_NODES=2, the default)", env.Nodes)
+	}
+	r := newRig(t, "nodes", func(r *rig) map[string]any {
+		p := profile("pair", 1, 0, 100, nil, r.sbatch())
+		p["nodes"] = 2
+		return r.config(p)
+	})
+	ctx := context.Background()
+	req := &shared.ProvisionRequest{Demand: []shared.Demand{{Need: shared.Need{CPUs: 1}, Count: 3}}}
+	resp, err := r.prov.Provision(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pd := findProfile(resp, "pair"); pd.Requested != 4 || pd.Submissions != 1 {
+		t.Fatalf("3 machines of a 2-node profile: %+v, want 4 requested (2 allocations) in 1 submission", pd)
+	}
+	evs := r.events.waitN(t, "4 worker_provisioned", 2*eventTimeout, 4, func(ev shared.Event) bool { return ev.Kind == shared.EventWorkerProvisioned })
+	byJob := map[string][]string{}
+	for _, ev := range evs {
+		byJob[ev.Job] = append(byJob[ev.Job], ev.Worker)
+	}
+	if len(byJob) != 2 {
+		t.Fatalf("4 machines in %d jobs, want 2 allocations of 2: %v", len(byJob), byJob)
+	}
+	for job, workers := range byJob {
+		slices.Sort(workers)
+		// What Slurm recorded: two nodes, one task on each.
+		out, err := slurm(r.env, "scontrol", "show", "job", job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out, "NumNodes=2") || !strings.Contains(out, "ArrayTaskId=") {
+			t.Errorf("scontrol show job %s: want an array task of 2 nodes:\n%s", job, out)
+		}
+		alloc := strings.TrimSuffix(workers[0], "-n0")
+		if want := []string{alloc + "-n0", alloc + "-n1"}; !slices.Equal(workers, want) {
+			t.Errorf("job %s: workers %v, want %v", job, workers, want)
+		}
+		for i, w := range workers {
+			_, wenv, cmdline := r.worker.recording(t, job+".n"+strconv.Itoa(i))
+			if got, want := envValue(wenv, "FLUKSIO_WORKER_TOKEN"), r.signer.token(w); got == "" || got != want {
+				t.Errorf("%s on node %d: FLUKSIO_WORKER_TOKEN %q, want the one minted for it (%q)", job, i, got, want)
+			}
+			for _, kv := range wenv {
+				if strings.HasPrefix(kv, "FLUKSIO_WORKER_TOKEN_") {
+					t.Errorf("%s on node %d: a sibling's credential is in the worker's environment: %s", job, i, kv)
+				}
+			}
+			for _, sib := range workers {
+				if tok := r.signer.token(sib); strings.Contains(strings.Join(cmdline, " "), tok) {
+					t.Errorf("%s on node %d: the credential of %s is in the worker's argv", job, i, sib)
+				}
+			}
+			if node := envValue(wenv, "SLURMD_NODENAME"); node == "" {
+				t.Errorf("%s on node %d: no SLURMD_NODENAME", job, i)
+			}
+		}
+		if r.signer.token(workers[0]) == r.signer.token(workers[1]) {
+			t.Errorf("the two nodes of %s share a credential", job)
+		}
+	}
+	// Demand falls by one machine: less than an allocation, so nothing is
+	// given up (and the running ones never are).
+	less, err := r.prov.Provision(ctx, &shared.ProvisionRequest{Demand: []shared.Demand{{Need: shared.Need{CPUs: 1}, Count: 3}}})
+	if err != nil || findProfile(less, "pair").Requested != 0 || findProfile(less, "pair").Cancelled != 0 {
+		t.Errorf("the same demand again: %+v %v", less, err)
+	}
+	r.stop(t)
+	waitQueueEmpty(t, r.env, r.name)
+}
+
+// TestIntegrationStartedMachineIsNotGivenUp: the books said pending, but
+// the task started before the demand fell. Giving it up must not cancel
+// it: scancel --state=PENDING leaves it running, and the next look at the
+// queue takes it back into the books, while its pending sibling is
+// cancelled.
+func TestIntegrationStartedMachineIsNotGivenUp(t *testing.T) {
+	r := newRig(t, "started", func(r *rig) map[string]any {
+		c := r.config(profile("held", 1, 0, 100, nil, r.sbatch("--hold")))
+		// No poll of its own between the release below and the fall of
+		// the demand: the books still hold the state of the submission.
+		c["poll_interval"] = "10m"
+		return c
+	})
+	ctx := context.Background()
+	need := shared.Need{Label: "held"}
+	if _, err := r.prov.Provision(ctx, &shared.ProvisionRequest{Demand: []shared.Demand{{Need: need, Count: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	evs := r.events.waitN(t, "2 worker_provisioned", 2*eventTimeout, 2, func(ev shared.Event) bool { return ev.Kind == shared.EventWorkerProvisioned })
+	jobs := map[string]string{}
+	for _, ev := range evs {
+		jobs[ev.Job] = ev.Worker
+	}
+	array, _, _ := strings.Cut(evs[0].Job, "_")
+	started, pending := array+"_1", array+"_0"
+	if jobs[started] == "" || jobs[pending] == "" {
+		t.Fatalf("jobs %v: want %s and %s", jobs, started, pending)
+	}
+	if out, err := slurm(r.env, "scontrol", "release", started); err != nil {
+		t.Fatalf("scontrol release %s: %v %s", started, err, out)
+	}
+	poll(t, started+" running", jobTimeout, func() (bool, string) {
+		out, _ := slurm(r.env, "squeue", "-h", "-j", started, "-o", "%T")
+		return strings.TrimSpace(out) == "RUNNING", out
+	})
+
+	resp, err := r.prov.Provision(ctx, &shared.ProvisionRequest{})
+	if err != nil || findProfile(resp, "held").Cancelled != 2 {
+		t.Fatalf("demand gone: %+v %v; want both given up as far as the books know", resp, err)
+	}
+	cancelled := r.events.waitN(t, "worker_cancelled", eventTimeout, 1, func(ev shared.Event) bool { return ev.Kind == shared.EventWorkerCancelled })
+	if cancelled[0].Job != pending {
+		t.Errorf("cancelled %s, want the pending %s", cancelled[0].Job, pending)
+	}
+	// What Slurm recorded: the started task runs on, the pending one is
+	// cancelled.
+	if out, _ := slurm(r.env, "squeue", "-h", "-t", "all", "-j", started+","+pending, "-o", "%i %T"); !strings.Contains(out, started+" RUNNING") || !strings.Contains(out, pending+" CANCELLED") {
+		t.Errorf("squeue: %s; want %s RUNNING and %s CANCELLED", out, started, pending)
+	}
+	st, err := r.prov.Status(ctx, &shared.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var starting int
+	for _, c := range st.Counts {
+		if c.Profile == "held" {
+			starting = c.Starting
+		}
+	}
+	if starting != 1 {
+		t.Errorf("status counts %+v: want the started machine back in the books as starting", st.Counts)
+	}
+	for _, ev := range r.events.all() {
+		if ev.Kind == shared.EventWorkerCancelled && ev.Job == started {
+			t.Errorf("the engine heard the started machine was cancelled: %+v", ev)
+		}
+	}
+	r.stop(t)
+	waitQueueEmpty(t, r.env, r.name)
 }

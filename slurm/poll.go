@@ -583,7 +583,9 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 		ours[r.worker] = true
 	}
 	for _, j := range p.cancelling {
-		ours[j.worker] = true
+		for _, w := range j.workers() {
+			ours[w] = true
+		}
 	}
 	var strays []jobRef
 	var leftAlone []jobRow
@@ -602,8 +604,10 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 		worker := machineWorker(tag.worker, row.id)
 		_, task := splitTask(row.id)
 		profile, why := cfg.profileOf(tag.worker)
+		machines := cfg.machinesOf(profile, worker)
+		nodes := len(machines)
 		switch {
-		case ours[worker] || (first && ours[tag.worker]):
+		case ours[worker] || ours[machines[0]] || (first && ours[tag.worker]):
 			// This run's own: a machine in the books, or a task of an
 			// array submitted while adoption was pending (mine holds
 			// the array's tag).
@@ -621,14 +625,19 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 			leftAlone = append(leftAlone, row)
 			continue
 		}
-		r := &request{profile: profile, worker: worker, tag: tag.worker, task: task, batch: 1, since: now, cancel: func() {}, done: closedDone,
-			job: row.id, slurmState: row.state, phase: phaseQueued}
-		if row.state == "RUNNING" {
-			r.running = now
+		for j, m := range machines {
+			r := &request{profile: profile, worker: m, tag: tag.worker, task: task, node: -1, nodes: nodes, batch: len(machines),
+				since: now, cancel: func() {}, done: closedDone, job: row.id, slurmState: row.state, phase: phaseQueued}
+			if nodes > 1 {
+				r.node = j
+			}
+			if row.state == "RUNNING" {
+				r.running = now
+			}
+			p.outstanding[m] = r
+			ours[m] = true
+			adopted = append(adopted, r)
 		}
-		p.outstanding[worker] = r
-		ours[worker] = true
-		adopted = append(adopted, r)
 	}
 	// A request of this run that has not begun its submission yields to
 	// a machine of its profile already queued, one for one.
@@ -673,10 +682,12 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 
 // profileOf reads the profile from the name of a worker of this
 // provisioner: <provisioner>-<profile>-<8 hex digits>, taken from a job's
-// tag, or an array task's <provisioner>-<profile>-<8 hex digits>-<task>.
+// tag, or an array task's <provisioner>-<profile>-<8 hex digits>-<task>,
+// either followed by -n<node> for a node of a multi-node allocation.
 // why says what is wrong when it does not name a worker of a configured
 // profile.
 func (s *settings) profileOf(worker string) (profile, why string) {
+	worker, _ = cutNode(worker)
 	rest, ok := strings.CutPrefix(worker, s.name+"-")
 	var candidates []string
 	if ok {

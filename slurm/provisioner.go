@@ -150,6 +150,9 @@ type request struct {
 	// the machine's array task, -1 for a job of its own.
 	tag  string
 	task int
+	// node is the machine's node in a multi-node allocation of nodes
+	// machines; -1 and 1 for a profile of one node (multinode.go).
+	node, nodes int
 	// batch is how many machines its submission asked for.
 	batch int
 	since time.Time
@@ -540,12 +543,29 @@ type jobRef struct {
 	// failed, and the engine hears of the first.
 	msg      string
 	failures int
+	// others are the other machines of the job, when it is a multi-node
+	// allocation: each is cancelled with it and reported.
+	others []string
+	// pendingOnly is a job given up because the demand fell: it is
+	// cancelled only while it pends (scancel --state=PENDING), and is
+	// settled by the next look at the queue, which may find that it
+	// started in the meantime (goneFromQueue keeps it then).
+	pendingOnly bool
 }
 
+// workers are the machines the job ends: its worker and any others.
+func (j jobRef) workers() []string { return append([]string{j.worker}, j.others...) }
+
+// jobIDs lists the jobs of refs once each, in order: the machines of a
+// multi-node allocation share one.
 func jobIDs(refs []jobRef) []string {
-	ids := make([]string, len(refs))
-	for i, r := range refs {
-		ids[i] = r.job
+	var ids []string
+	seen := map[string]bool{}
+	for _, r := range refs {
+		if !seen[r.job] {
+			seen[r.job] = true
+			ids = append(ids, r.job)
+		}
 	}
 	return ids
 }
@@ -567,6 +587,13 @@ func (p *Provisioner) cancelJobs(ctx context.Context, cfg *settings, host shared
 		j.msg = msg
 		if old := p.cancelling[j.job]; old != nil {
 			j.failures = old.failures
+			// The machines of one multi-node allocation share its job:
+			// the engine hears of each.
+			for _, w := range append([]string{old.worker}, old.others...) {
+				if w != j.worker && !slices.Contains(j.others, w) {
+					j.others = append(j.others, w)
+				}
+			}
 		}
 		p.cancelling[j.job] = &j
 	}
@@ -588,8 +615,35 @@ func (p *Provisioner) retryCancels(ctx context.Context, cfg *settings, host shar
 	if len(ids) == 0 {
 		return nil
 	}
-	err := p.scancel(ctx, ids)
-	return p.settleCancels(ctx, cfg, host, ids, err)
+	// Jobs given up for falling demand go in a scancel of their own,
+	// which Slurm applies only to those still pending.
+	var any, pendingOnly []string
+	p.mu.Lock()
+	for _, id := range ids {
+		if j := p.cancelling[id]; j != nil && j.pendingOnly {
+			pendingOnly = append(pendingOnly, id)
+		} else {
+			any = append(any, id)
+		}
+	}
+	p.mu.Unlock()
+	var done []string
+	if len(any) > 0 {
+		done = p.settleCancels(ctx, cfg, host, any, p.scancel(ctx, any))
+	}
+	if len(pendingOnly) > 0 {
+		if err := p.scancel(ctx, pendingOnly, "--state=PENDING"); err != nil {
+			p.settleCancels(ctx, cfg, host, pendingOnly, err)
+			return done
+		}
+		// Success says nothing of which were still pending: one look at
+		// the queue settles each, cancelled or started. Should it fail,
+		// the next poll looks (goneFromQueue there too).
+		if rows, err := p.listJobs(ctx, cfg, true); err == nil {
+			p.goneFromQueue(ctx, cfg, host, rows)
+		}
+	}
+	return done
 }
 
 // settleCancels records the outcome of a scancel of ids: err nil means
@@ -621,8 +675,10 @@ func (p *Provisioner) settleCancels(ctx context.Context, cfg *settings, host sha
 		cfg.log.Error("could not cancel jobs; will try again on the next poll and at shutdown", "jobs", ids, "error", err)
 	}
 	for _, j := range firstFail {
-		p.publish(ctx, cfg, host, shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: j.profile, Job: j.job, Worker: j.worker,
-			Detail: truncate(fmt.Sprintf("%s, and could not be cancelled yet (will keep trying): %v", j.why, err))})
+		for _, w := range j.workers() {
+			p.publish(ctx, cfg, host, shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: j.profile, Job: j.job, Worker: w,
+				Detail: truncate(fmt.Sprintf("%s, and could not be cancelled yet (will keep trying): %v", j.why, err))})
+		}
 	}
 	for _, j := range done {
 		msg := j.msg
@@ -630,7 +686,9 @@ func (p *Provisioner) settleCancels(ctx context.Context, cfg *settings, host sha
 			msg = "cancelled a job"
 		}
 		cfg.log.Warn(msg, "profile", j.profile, "job", j.job, "worker", j.worker, "waited", j.age.Round(time.Second), "why", j.why, "failed_tries", j.failures)
-		p.publish(ctx, cfg, host, shared.Event{Kind: shared.EventWorkerCancelled, Profile: j.profile, Job: j.job, Worker: j.worker, Detail: j.why})
+		for _, w := range j.workers() {
+			p.publish(ctx, cfg, host, shared.Event{Kind: shared.EventWorkerCancelled, Profile: j.profile, Job: j.job, Worker: w, Detail: j.why})
+		}
 	}
 	return jobIDs(done)
 }
@@ -640,22 +698,36 @@ func (p *Provisioner) settleCancels(ctx context.Context, cfg *settings, host sha
 // said so (scancel fails on an id it has already forgotten). It returns
 // the ids still to cancel.
 func (p *Provisioner) goneFromQueue(ctx context.Context, cfg *settings, host shared.Host, rows []jobRow) []string {
-	active := map[string]bool{}
+	active := map[string]string{}
 	for _, row := range rows {
 		if !endedStates[row.state] {
-			active[row.id] = true
+			active[row.id] = row.state
 		}
 	}
 	var gone, left []string
+	var kept []jobRef
+	now := p.now()
 	p.mu.Lock()
-	for id := range p.cancelling {
-		if active[id] {
-			left = append(left, id)
-		} else {
+	for id, j := range p.cancelling {
+		state, listed := active[id]
+		switch {
+		case !listed:
 			gone = append(gone, id)
+		case j.pendingOnly && state != "PENDING":
+			// It started before scancel --state=PENDING reached it: a
+			// machine about to attach, which falling demand never
+			// cancels. Back into the books it goes.
+			delete(p.cancelling, id)
+			p.keepStartedLocked(*j, state, now)
+			kept = append(kept, *j)
+		default:
+			left = append(left, id)
 		}
 	}
 	p.mu.Unlock()
+	for _, j := range kept {
+		cfg.log.Info("a machine given up for falling demand started first; kept", "profile", j.profile, "job", j.job, "workers", j.workers())
+	}
 	slices.Sort(gone)
 	slices.Sort(left)
 	p.settleCancels(ctx, cfg, host, gone, nil)
@@ -672,7 +744,7 @@ const scancelBatch = 100
 // about jobs that have already ended, so cancelling one twice is harmless.
 // (scancel --name cannot stand in: it takes the name literally, and would
 // cancel workers that have attached.)
-func (p *Provisioner) scancel(ctx context.Context, ids []string) error {
+func (p *Provisioner) scancel(ctx context.Context, ids []string, flags ...string) error {
 	for _, id := range ids {
 		if !isJobRef(id) {
 			return fmt.Errorf("refusing to cancel %q: not a job id: %w", id, shared.ErrInvalidArgument)
@@ -682,7 +754,7 @@ func (p *Provisioner) scancel(ctx context.Context, ids []string) error {
 	// An array's tasks go as ranges ("123_[5-9]"): a burst given up is
 	// a short command line.
 	for batch := range slices.Chunk(compactIDs(ids), scancelBatch) {
-		_, stderr, err := p.call(ctx, nil, append([]string{"scancel"}, batch...)...)
+		_, stderr, err := p.call(ctx, nil, append(append([]string{"scancel"}, flags...), batch...)...)
 		if err != nil && len(bytes.TrimSpace(stderr)) > 0 {
 			err = fmt.Errorf("%w: %s", err, truncate(string(stderr)))
 		}
@@ -946,7 +1018,9 @@ func (p *Provisioner) shutdown(ctx context.Context, req *shared.ShutdownRequest)
 			resp.Cancelled = jobIDs(jobs)
 			for _, j := range jobs {
 				cfg.log.Info("cancelled a job at shutdown", "profile", j.profile, "job", j.job, "worker", j.worker)
-				p.publish(ctx, cfg, host, shared.Event{Kind: shared.EventWorkerCancelled, Profile: j.profile, Job: j.job, Worker: j.worker, Detail: "provisioner shut down"})
+				for _, w := range j.workers() {
+					p.publish(ctx, cfg, host, shared.Event{Kind: shared.EventWorkerCancelled, Profile: j.profile, Job: j.job, Worker: w, Detail: "provisioner shut down"})
+				}
 			}
 		}
 	}
@@ -987,11 +1061,13 @@ func (p *Provisioner) sweepQueue(ctx context.Context, cfg *settings, lost []*req
 			continue
 		}
 		worker := machineWorker(tag.worker, row.id)
-		if endedStates[row.state] || arrived[worker] {
+		profile, _ := cfg.profileOf(tag.worker)
+		machines := cfg.machinesOf(profile, worker)
+		if endedStates[row.state] || slices.ContainsFunc(machines, func(m string) bool { return arrived[m] }) {
 			continue
 		}
-		profile, _ := cfg.profileOf(tag.worker)
-		if r := lostBy[worker]; r != nil && tag.epoch == cfg.epoch {
+		if i := slices.IndexFunc(machines, func(m string) bool { return lostBy[m] != nil }); i >= 0 && tag.epoch == cfg.epoch {
+			r := lostBy[machines[i]]
 			found = append(found, jobRef{job: row.id, profile: r.profile, worker: r.worker})
 			continue
 		}

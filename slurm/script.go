@@ -69,21 +69,14 @@ func (f family) setBy(lines []string) bool {
 // which is what they are for, and validation has made sure each stays on
 // its own line.
 func (p *Provisioner) payload(prof Profile, worker, token string) []byte {
-	return p.script(prof, worker, nil, []string{token})
+	return p.script(prof, worker, nil, [][]string{{token}})
 }
 
-// arrayPayload is the batch script of an array of one machine per task:
-// the same script, with --array naming the tasks and one exec line per
-// task, chosen by SLURM_ARRAY_TASK_ID, so that each task's worker has a
-// credential of its own, for the name <base>-<task>.
-func (p *Provisioner) arrayPayload(prof Profile, base string, tasks []int, tokens []string) []byte {
-	return p.script(prof, base, tasks, tokens)
-}
-
-// script writes the batch script for tag's job: a single worker with
-// tokens[0] when tasks is nil, else an array whose task tasks[i] runs its
-// worker with tokens[i].
-func (p *Provisioner) script(prof Profile, tag string, tasks []int, tokens []string) []byte {
+// script writes the batch script for tag's job: one allocation with
+// tokens[0] when tasks is nil, else an array whose task tasks[i] is an
+// allocation with tokens[i]. An allocation's tokens are its nodes'
+// credentials, one per node (prof.Nodes, multinode.go).
+func (p *Provisioner) script(prof Profile, tag string, tasks []int, tokens [][]string) []byte {
 	cfg := p.settings()
 	worker := tag
 	var b bytes.Buffer
@@ -100,6 +93,12 @@ func (p *Provisioner) script(prof Profile, tag string, tasks []int, tokens []str
 	if tasks != nil {
 		// Not from the profile: sbatchopts reserves --array.
 		line("#SBATCH --array=", arraySpec(tasks))
+	}
+	nodes := max(1, prof.Nodes)
+	if nodes > 1 {
+		// Reserved too: one task per node, each a worker.
+		line("#SBATCH --nodes=", strconv.Itoa(nodes))
+		line("#SBATCH --ntasks-per-node=1")
 	}
 	// The profile's numbers are what matching promised, so the scheduler
 	// is asked for them unless the profile's own lines already do.
@@ -162,17 +161,43 @@ func (p *Provisioner) script(prof Profile, tag string, tasks []int, tokens []str
 		argv = append(argv, "--artifact-url", shellQuote(cfg.ArtifactURL))
 	}
 	command := strings.Join(argv, " ")
+	// start is what runs the allocation with its credentials: the worker
+	// itself, or for several nodes srun with the credentials exported for
+	// its tasks to pick from (multinode.go).
+	start := func(tokens []string) string {
+		if nodes == 1 {
+			return tokenVar + "=" + shellQuote(tokens[0]) + " exec " + command
+		}
+		var vars []string
+		for i, t := range tokens {
+			vars = append(vars, tokenVarOf(i)+"="+shellQuote(t))
+		}
+		return "export " + strings.Join(vars, " ") + "; exec " + srunCommand(prof, nodes, command)
+	}
 	if tasks == nil {
-		line(tokenVar, "=", shellQuote(tokens[0]), " exec ", command)
+		line(start(tokens[0]))
 		return b.Bytes()
 	}
 	line(`case "${SLURM_ARRAY_TASK_ID:-}" in`)
 	for i, t := range tasks {
-		line(strconv.Itoa(t), ") ", tokenVar, "=", shellQuote(tokens[i]), " exec ", command, " ;;")
+		line(strconv.Itoa(t), ") ", start(tokens[i]), " ;;")
 	}
 	line(`*) echo "fluksio: no credential for array task '${SLURM_ARRAY_TASK_ID:-}'" >&2; exit 1 ;;`)
 	line("esac")
 	return b.Bytes()
+}
+
+// srunCommand starts one task per node of the allocation, each running
+// nodeScript. --export=ALL because a profile's --export=NONE would
+// otherwise keep the credentials from the tasks; --kill-on-bad-exit=0
+// because one worker leaving must not end its siblings; and the step is
+// given the job's CPUs per task and all its memory, since from Slurm
+// 22.05 srun no longer takes --cpus-per-task from the job by itself.
+func srunCommand(prof Profile, nodes int, command string) string {
+	n := strconv.Itoa(nodes)
+	return "srun --export=ALL --nodes=" + n + " --ntasks=" + n + " --ntasks-per-node=1 --kill-on-bad-exit=0" +
+		` --cpus-per-task="${SLURM_CPUS_PER_TASK:-` + strconv.Itoa(prof.CPUs) + `}" --mem=0 /bin/bash -c ` +
+		shellQuote(nodeScript(nodes, command))
 }
 
 // arraySpec writes tasks as --array takes them: ranges of consecutive
