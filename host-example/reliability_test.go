@@ -386,6 +386,104 @@ func TestReliabilityPluginKilled(t *testing.T) {
 	e.assertCleanedUp(t, exitedAt)
 }
 
+// TestReliabilityPluginKilledMidBurst kills the plugin with SIGKILL the
+// moment a burst of 40 machines (one job array) reaches the queue, before
+// it has polled a single task. The restarted plugin must adopt every task
+// and ask for none again: at no moment may the profile have more than the
+// 40 wanted pending or running, and only one array is ever submitted. A
+// SIGTERM then leaves nothing in the queue.
+func TestReliabilityPluginKilledMidBurst(t *testing.T) {
+	e := newE2E(t, "rel-burst")
+	e.killPluginsAtEnd(t)
+	cfg := e.relConfig(t, "", `  profile "small" {
+    cpus   = 1
+    ram_mb = 100
+    sbatch = ["--partition=`+e.env.Partition+`", "--time=00:10:00"]
+  }
+`, sleeperWorker(t))
+	t.Setenv(plugin.LogLevelEnv, "debug")
+	const burst = 40
+	p := e.startEngine(t, "-config", cfg, "-log-level", "debug", "-need", fmt.Sprintf("cpus=1,count=%d", burst), "-timeout", "5m")
+	reapMasters(t, p)
+
+	arrays := map[string]bool{} // every array job id ever seen
+	sample := func() map[string][]string {
+		jobs := e.jobs(t)
+		for _, j := range jobs {
+			array, _, _ := strings.Cut(j.id, "_")
+			arrays[array] = true
+		}
+		return activeByProfile(jobs)
+	}
+	var before map[string][]string
+	poll(t, 60*time.Second, "the burst in squeue", func() bool {
+		if p.exited() {
+			t.Fatalf("the engine exited early\nstdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)
+		}
+		before = sample()
+		return len(before["small"]) > 0
+	})
+	pids := e.pluginPIDs(t)
+	if len(pids) != 1 {
+		t.Fatalf("plugin processes %v, want one", pids)
+	}
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	t.Logf("killed the plugin with %d tasks of the burst in squeue", len(before["small"]))
+	if len(before["small"]) != burst {
+		t.Errorf("%d tasks in squeue at first sight, want all %d at once (one array)", len(before["small"]), burst)
+	}
+
+	var after map[string][]string
+	var settled time.Time
+	for {
+		if p.exited() {
+			t.Fatalf("the engine exited\nstdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)
+		}
+		if time.Since(killed) > 90*time.Second {
+			t.Fatalf("90s after the kill, outstanding %v; want the %d tasks of the burst adopted", after, burst)
+		}
+		if !settled.IsZero() && time.Since(settled) > 3*reconcileInterval {
+			break
+		}
+		if n := len(sample()["small"]); n > burst {
+			t.Fatalf("%.1fs after the kill, %d machines of small are pending or running; %d are wanted", time.Since(killed).Seconds(), n, burst)
+		}
+		if out, ok := e.outstandingJobs(t); ok {
+			after = out
+			if settled.IsZero() && len(after["small"]) == burst {
+				settled = time.Now()
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	adopted := 0
+	for _, id := range before["small"] {
+		if slices.Contains(after["small"], id) {
+			adopted++
+		}
+	}
+	t.Logf("adopted %d of %d tasks; arrays ever seen: %d", adopted, len(before["small"]), len(arrays))
+	if adopted != len(before["small"]) {
+		t.Errorf("the restarted plugin took up %d of the %d tasks the killed one left", adopted, len(before["small"]))
+	}
+	if len(arrays) != 1 {
+		t.Errorf("%d arrays submitted, want 1: a task was asked for twice", len(arrays))
+	}
+
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code := p.wait(t, 90*time.Second)
+	exitedAt := time.Now()
+	if code != 1 {
+		t.Errorf("exit %d after SIGTERM with needs unserved, want 1\nstderr:\n%s", code, p.stderr)
+	}
+	e.assertCleanedUp(t, exitedAt)
+}
+
 // TestReliabilityHostKilled kills the engine with SIGKILL, and only the
 // engine, while its plugin has jobs out. The plugin must notice (parent
 // death signal, and its parent changing) and leave within 5 s, cancelling
