@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -128,4 +129,113 @@ func TestE2ECredentialWorthOneJob(t *testing.T) {
 		t.Errorf("%d attaches in the story; want the real worker's alone:\n%s", n, p.stdout)
 	}
 	e.assertCleanedUp(t, exitedAt)
+}
+
+// TestE2EBurstOf40: 40 needs of one profile are one sbatch, a job array
+// of 40 tasks; all 40 workers attach at once, each with a credential of
+// its own, and the credential of task 3 is refused when it claims to be
+// task 4. The sandbox has 40 CPUs (two nodes of 20), so the whole burst
+// runs together; each task works 20 s so that no worker serves two.
+func TestE2EBurstOf40(t *testing.T) {
+	const burst = 40
+	e := newE2E(t, "e2e-b40")
+	if slots := e.env.Nodes * e.env.CPUs; slots < burst {
+		t.Fatalf("the sandbox has %d CPUs in all; this test needs %d (SANDBOX_CPUS=20 and SANDBOX_NODES=2, the defaults)", slots, burst)
+	}
+	e.killPluginsAtEnd(t)
+	dir, err := os.MkdirTemp("", "fluksio-b40-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	out := filepath.Join(dir, "out")
+	if err := os.Mkdir(out, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(out, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	// Each task keeps its credential under its own <array>_<task>.
+	wrapper := filepath.Join(dir, "keep-credential")
+	script := fmt.Sprintf("#!/bin/sh\n# Keeps the task's credential for the test, then runs the worker.\n"+
+		"id=${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}\n"+
+		"printf '%%s\\n' \"$%s\" > %s/$id.tmp && mv %s/$id.tmp %s/$id\nexec %s worker \"$@\"\n",
+		tokenEnv, out, out, out, e.host)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.relConfig(t, "", `  profile "small" {
+    cpus   = 1
+    ram_mb = 100
+    sbatch = ["--partition=`+e.env.Partition+`", "--time=00:10:00"]
+  }
+`, wrapper)
+	// The cpus=64 need fits no profile: the engine keeps running after
+	// the burst is served, for the replay, until the test stops it.
+	p := e.startEngine(t, "-config", cfg, "-need", fmt.Sprintf("cpus=1,count=%d,work=20s", burst), "-need", "cpus=64", "-timeout", "4m")
+	attachRE := regexp.MustCompile(`worker (\S+) attached from \S+ \(Slurm job (\S+),`)
+	poll(t, 3*time.Minute, fmt.Sprintf("%d workers attached", burst), func() bool {
+		if p.exited() {
+			t.Fatalf("the engine exited early\nstdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)
+		}
+		return len(attachRE.FindAllString(p.stdout.String(), -1)) >= burst
+	})
+	story := p.stdout.String()
+	if !strings.Contains(story, fmt.Sprintf(`asked for %d "small" machine(s) in 1 submission(s)`, burst)) {
+		t.Errorf("the story does not say %d machines were asked for in one submission:\n%s", burst, story)
+	}
+	attached := map[string]string{} // job -> worker
+	arrays := map[string]bool{}
+	for _, m := range attachRE.FindAllStringSubmatch(story, -1) {
+		array, task, ok := strings.Cut(m[2], "_")
+		if !ok || !strings.HasSuffix(m[1], "-"+task) {
+			t.Errorf("worker %s attached as job %s; want an array task matching its name", m[1], m[2])
+		}
+		attached[m[2]] = m[1]
+		arrays[array] = true
+	}
+	if len(attached) != burst || len(arrays) != 1 {
+		t.Fatalf("%d workers attached from %d arrays, want %d from 1", len(attached), len(arrays), burst)
+	}
+	var array string
+	for a := range arrays {
+		array = a
+	}
+	tokens := map[string]bool{}
+	for job := range attached {
+		b, err := os.ReadFile(filepath.Join(out, job))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[strings.TrimSpace(string(b))] = true
+	}
+	if len(tokens) != burst {
+		t.Errorf("%d distinct credentials among %d tasks", len(tokens), burst)
+	}
+
+	// Task 3's credential, claiming to be task 4.
+	b, err := os.ReadFile(filepath.Join(out, array+"_3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, e.host, "worker", "--url", fmt.Sprintf("http://127.0.0.1:%d", e.port), "--cpus", "1", "--max-idle", "5")
+	cmd.Env = append(os.Environ(), tokenEnv+"="+strings.TrimSpace(string(b)), "SLURM_JOB_ID=9999", "SLURM_ARRAY_JOB_ID="+array, "SLURM_ARRAY_TASK_ID=4")
+	said, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(said), fmt.Sprintf("its provisioner started it as job %q", array+"_3")) {
+		t.Errorf("task 3's credential as task 4: %v, said:\n%s\nwant exit 1, refused as not its job", err, said)
+	}
+
+	poll(t, 2*time.Minute, fmt.Sprintf("%d tasks done", burst), func() bool {
+		return strings.Count(p.stdout.String(), "(simulated work)") >= burst
+	})
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	p.waitDone(t, 2*time.Minute)
+	e.assertCleanedUp(t, time.Now())
 }
