@@ -68,7 +68,26 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 	var batches [][]*request
 	var cancels []jobRef
 	now := p.now()
-	for _, prof := range cfg.Profiles {
+	// Profiles short of their min_workers go first, so that a burst of
+	// another profile cannot take the room under the provisioner's caps
+	// that keeps them warm. The answer lists profiles in the configured
+	// order all the same.
+	order := slices.Clone(cfg.Profiles)
+	slices.SortStableFunc(order, func(a, b Profile) int {
+		cold := func(p Profile) int {
+			c := counts[p.Name]
+			if c.pending+c.starting+attached[p.Name] < p.MinWorkers {
+				return 0
+			}
+			return 1
+		}
+		return cold(a) - cold(b)
+	})
+	rank := map[string]int{}
+	for i, prof := range cfg.Profiles {
+		rank[prof.Name] = i
+	}
+	for _, prof := range order {
 		c := counts[prof.Name]
 		want := max(wanted[prof.Name], prof.MinWorkers)
 		pd := shared.ProfileDemand{Profile: prof.Name, Wanted: want, OnTheWay: c.pending + c.starting, Attached: attached[prof.Name]}
@@ -122,6 +141,7 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 			resp.Profiles = append(resp.Profiles, pd)
 		}
 	}
+	slices.SortFunc(resp.Profiles, func(a, b shared.ProfileDemand) int { return rank[a.Profile] - rank[b.Profile] })
 	for i, o := range resp.Outcomes {
 		if o.Outcome == shared.OutcomeNoFit {
 			continue

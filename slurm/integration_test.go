@@ -16,6 +16,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -1183,6 +1184,62 @@ func TestIntegrationStartedMachineIsNotGivenUp(t *testing.T) {
 			t.Errorf("the engine heard the started machine was cancelled: %+v", ev)
 		}
 	}
+	r.stop(t)
+	waitQueueEmpty(t, r.env, r.name)
+}
+
+// TestIntegrationCapsHold: 200 machines wanted of a profile that cannot
+// start (held) put exactly max_pending (64) tasks in Slurm's queue, in
+// one array; the same demand again adds none; a profile with
+// min_workers 2 and no demand keeps two; the demand falling to 10 leaves
+// 10 in the queue.
+func TestIntegrationCapsHold(t *testing.T) {
+	r := newRig(t, "caps", func(r *rig) map[string]any {
+		warm := profile("warm", 1, 0, 100, []string{"warm"}, r.sbatch("--hold"))
+		warm["min_workers"] = 2
+		return r.config(profile("held", 1, 0, 100, nil, r.sbatch("--hold")), warm)
+	})
+	ctx := context.Background()
+	need := shared.Need{CPUs: 1}
+	queued := func(want map[string]int) {
+		t.Helper()
+		poll(t, fmt.Sprintf("squeue to show %v", want), jobTimeout, func() (bool, string) {
+			out, err := slurm(r.env, "squeue", "-h", "-r", "--name=fluksio-"+r.name, "-t", "PENDING,RUNNING", "-o", "%k")
+			if err != nil {
+				return false, err.Error()
+			}
+			got := map[string]int{}
+			for _, c := range strings.Fields(out) {
+				for p := range want {
+					if strings.Contains(c, "-"+p+"-") {
+						got[p]++
+					}
+				}
+			}
+			return maps.Equal(got, want), fmt.Sprint(got)
+		})
+	}
+	resp, err := r.prov.Provision(ctx, &shared.ProvisionRequest{Demand: []shared.Demand{{Need: need, Count: 200}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// max_pending is the provisioner's: the warm profile's two come first
+	// in the books only if it is asked first; either way 64 in all.
+	held, warm := findProfile(resp, "held"), findProfile(resp, "warm")
+	if held.Requested+warm.Requested != 64 || warm.Requested != 2 || held.Submissions != 1 {
+		t.Fatalf("200 wanted, max_pending 64: held %+v, warm %+v; want 62 + 2 in one array each", held, warm)
+	}
+	queued(map[string]int{"held": 62, "warm": 2})
+	again, err := r.prov.Provision(ctx, &shared.ProvisionRequest{Demand: []shared.Demand{{Need: need, Count: 200}}})
+	if err != nil || findProfile(again, "held").Requested != 0 || again.Outcomes[0].Outcome != shared.OutcomeCapped {
+		t.Fatalf("the same demand again: %+v %v; want capped, nothing new", again, err)
+	}
+	queued(map[string]int{"held": 62, "warm": 2})
+	less, err := r.prov.Provision(ctx, &shared.ProvisionRequest{Demand: []shared.Demand{{Need: need, Count: 10}}})
+	if err != nil || findProfile(less, "held").Cancelled != 52 || findProfile(less, "warm").Cancelled != 0 {
+		t.Fatalf("demand down to 10: %+v %v; want 52 held given up, the warm two kept", less, err)
+	}
+	queued(map[string]int{"held": 10, "warm": 2})
 	r.stop(t)
 	waitQueueEmpty(t, r.env, r.name)
 }

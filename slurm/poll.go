@@ -357,7 +357,7 @@ func (p *Provisioner) pollOnce(ctx context.Context) {
 	p.adopt(p.life, cfg, host, rows)
 	p.judge(cfg, host, watched, rows)
 	if left := p.goneFromQueue(p.life, cfg, host, rows); len(left) > 0 {
-		p.retryCancels(p.life, cfg, host, left)
+		p.retryCancels(p.life, cfg, host, left, rows)
 	}
 }
 

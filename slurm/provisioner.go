@@ -547,9 +547,9 @@ type jobRef struct {
 	// allocation: each is cancelled with it and reported.
 	others []string
 	// pendingOnly is a job given up because the demand fell: it is
-	// cancelled only while it pends (scancel --state=PENDING), and is
-	// settled by the next look at the queue, which may find that it
-	// started in the meantime (goneFromQueue keeps it then).
+	// cancelled only if the queue shows it still pending at the moment
+	// (cancelPending); one that started since the books last looked is
+	// kept (goneFromQueue).
 	pendingOnly bool
 }
 
@@ -598,12 +598,12 @@ func (p *Provisioner) cancelJobs(ctx context.Context, cfg *settings, host shared
 		p.cancelling[j.job] = &j
 	}
 	p.mu.Unlock()
-	return p.retryCancels(ctx, cfg, host, jobIDs(refs))
+	return p.retryCancels(ctx, cfg, host, jobIDs(refs), nil)
 }
 
 // retryCancels runs one scancel for the given ids of p.cancelling (all
 // of them when ids is nil) and settles the outcome.
-func (p *Provisioner) retryCancels(ctx context.Context, cfg *settings, host shared.Host, ids []string) []string {
+func (p *Provisioner) retryCancels(ctx context.Context, cfg *settings, host shared.Host, ids []string, rows []jobRow) []string {
 	p.mu.Lock()
 	if ids == nil {
 		for id := range p.cancelling {
@@ -615,8 +615,8 @@ func (p *Provisioner) retryCancels(ctx context.Context, cfg *settings, host shar
 	if len(ids) == 0 {
 		return nil
 	}
-	// Jobs given up for falling demand go in a scancel of their own,
-	// which Slurm applies only to those still pending.
+	// Jobs given up for falling demand are cancelled only if the queue
+	// says they still pend (see pendingOnly).
 	var any, pendingOnly []string
 	p.mu.Lock()
 	for _, id := range ids {
@@ -632,18 +632,50 @@ func (p *Provisioner) retryCancels(ctx context.Context, cfg *settings, host shar
 		done = p.settleCancels(ctx, cfg, host, any, p.scancel(ctx, any))
 	}
 	if len(pendingOnly) > 0 {
-		if err := p.scancel(ctx, pendingOnly, "--state=PENDING"); err != nil {
-			p.settleCancels(ctx, cfg, host, pendingOnly, err)
-			return done
-		}
-		// Success says nothing of which were still pending: one look at
-		// the queue settles each, cancelled or started. Should it fail,
-		// the next poll looks (goneFromQueue there too).
-		if rows, err := p.listJobs(ctx, cfg, true); err == nil {
-			p.goneFromQueue(ctx, cfg, host, rows)
-		}
+		done = append(done, p.cancelPending(ctx, cfg, host, pendingOnly, rows)...)
 	}
 	return done
+}
+
+// cancelPending cancels those of ids (jobs given up for falling demand)
+// that the queue, read now unless rows are this moment's, shows still
+// pending. One that started since the books last looked is kept
+// (goneFromQueue), since its worker is about to attach.
+//
+// Rejected alternative: scancel --state=PENDING, which would be atomic.
+// Slurm applies that filter to job records, and the pending tasks of an
+// array share one record until they are split, so it cancels every
+// pending task of the array, not just the ones named. The cost of the
+// choice made: a task that starts between this squeue and the scancel,
+// milliseconds apart, is cancelled anyway.
+func (p *Provisioner) cancelPending(ctx context.Context, cfg *settings, host shared.Host, ids []string, rows []jobRow) []string {
+	if rows == nil {
+		var err error
+		if rows, err = p.listJobs(ctx, cfg, true); err != nil {
+			// Nothing was cancelled; the next poll tries again.
+			p.settleCancels(ctx, cfg, host, ids, err)
+			return nil
+		}
+		p.goneFromQueue(ctx, cfg, host, rows)
+	}
+	pending := map[string]bool{}
+	for _, row := range rows {
+		if row.state == "PENDING" {
+			pending[row.id] = true
+		}
+	}
+	var still []string
+	p.mu.Lock()
+	for _, id := range ids {
+		if j := p.cancelling[id]; j != nil && pending[id] {
+			still = append(still, id)
+		}
+	}
+	p.mu.Unlock()
+	if len(still) == 0 {
+		return nil
+	}
+	return p.settleCancels(ctx, cfg, host, still, p.scancel(ctx, still))
 }
 
 // settleCancels records the outcome of a scancel of ids: err nil means
@@ -744,7 +776,7 @@ const scancelBatch = 100
 // about jobs that have already ended, so cancelling one twice is harmless.
 // (scancel --name cannot stand in: it takes the name literally, and would
 // cancel workers that have attached.)
-func (p *Provisioner) scancel(ctx context.Context, ids []string, flags ...string) error {
+func (p *Provisioner) scancel(ctx context.Context, ids []string) error {
 	for _, id := range ids {
 		if !isJobRef(id) {
 			return fmt.Errorf("refusing to cancel %q: not a job id: %w", id, shared.ErrInvalidArgument)
@@ -754,7 +786,7 @@ func (p *Provisioner) scancel(ctx context.Context, ids []string, flags ...string
 	// An array's tasks go as ranges ("123_[5-9]"): a burst given up is
 	// a short command line.
 	for batch := range slices.Chunk(compactIDs(ids), scancelBatch) {
-		_, stderr, err := p.call(ctx, nil, append(append([]string{"scancel"}, flags...), batch...)...)
+		_, stderr, err := p.call(ctx, nil, append([]string{"scancel"}, batch...)...)
 		if err != nil && len(bytes.TrimSpace(stderr)) > 0 {
 			err = fmt.Errorf("%w: %s", err, truncate(string(stderr)))
 		}
