@@ -3,7 +3,9 @@ package main
 import (
 	"crypto/tls"
 	"fmt"
+	"net"
 	"path/filepath"
+	"strings"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
@@ -16,7 +18,7 @@ import (
 // The engine's configuration is HCL:
 //
 //	engine {
-//	  listen     = "127.0.0.1:8470"
+//	  listen     = "127.0.0.1:8470"                # or "unix:/run/fluksio/engine.sock"
 //	  plugin_dir = "bin"
 //	  secret_env = "FLUKSIO_ENGINE_SECRET"   # optional
 //	  tls_cert   = "engine.crt"              # optional, with tls_key
@@ -104,6 +106,7 @@ func loadConfig(path string) (*config, hcl.Diagnostics) {
 			if !more.HasErrors() {
 				diags = append(diags, checkEngineTLS(block, &cfg.Engine, filepath.Dir(path))...)
 				diags = append(diags, checkEngineID(block, cfg.Engine.ID)...)
+				diags = append(diags, checkEngineListen(block, cfg.Engine.Listen)...)
 			}
 		case "provisioner":
 			p, pdiags := host.DecodeBlock(block, filepath.Dir(path))
@@ -161,4 +164,28 @@ func checkEngineID(block *hcl.Block, id string) hcl.Diagnostics {
 			id, host.MaxEngineIDLen),
 		Subject: subject,
 	}}
+}
+
+// checkEngineListen validates engine { listen }: host:port, or unix:PATH
+// for a socket that only this user (and a relaying plugin) can reach.
+func checkEngineListen(block *hcl.Block, listen string) hcl.Diagnostics {
+	var detail string
+	if path, ok := strings.CutPrefix(listen, "unix:"); ok {
+		switch {
+		case path == "":
+			detail = `"unix:" needs a path, such as "unix:/run/fluksio/engine.sock".`
+		case len(path) > 100:
+			detail = fmt.Sprintf("the socket path is %d bytes long; a unix socket's path must stay under 108 bytes. Choose a shorter one.", len(path))
+		}
+	} else if _, port, err := net.SplitHostPort(listen); err != nil || port == "" {
+		detail = fmt.Sprintf("%q is neither host:port (such as \"127.0.0.1:8470\") nor unix:PATH (such as \"unix:/run/fluksio/engine.sock\").", listen)
+	}
+	if detail == "" {
+		return nil
+	}
+	subject := block.DefRange.Ptr()
+	if attrs, _ := block.Body.JustAttributes(); attrs["listen"] != nil {
+		subject = attrs["listen"].Expr.Range().Ptr()
+	}
+	return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Invalid engine listen", Detail: detail, Subject: subject}}
 }

@@ -3,9 +3,13 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -242,4 +246,43 @@ func (g *connGate) counts() (open, guests, dropped int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return len(g.conns), g.nGuests, g.dropped
+}
+
+// listenEngine listens where engine.listen says: host:port, or unix:PATH
+// for a socket made 0600, which no other user can open, so that an
+// engine reachable only through a relaying plugin is a supported setup.
+// address is where it listens, as network:address, for the plugins.
+func listenEngine(listen string) (ln net.Listener, address string, err error) {
+	path, unix := strings.CutPrefix(listen, "unix:")
+	if !unix {
+		if ln, err = net.Listen("tcp", listen); err != nil {
+			return nil, "", err
+		}
+		return ln, "tcp:" + ln.Addr().String(), nil
+	}
+	// A socket left by an engine that died is in the way; anything else
+	// at the path is not ours to remove.
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, "", fmt.Errorf("%s exists and is not a socket; remove it or choose another path", path)
+		}
+		if c, err := net.Dial("unix", path); err == nil {
+			c.Close()
+			return nil, "", fmt.Errorf("another engine is listening on %s", path)
+		}
+		os.Remove(path)
+	}
+	// umask keeps the socket private from the moment it exists; chmod
+	// makes sure whatever the umask was.
+	old := syscall.Umask(0o177)
+	ln, err = net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, "", err
+	}
+	return ln, "unix:" + path, nil
 }

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -139,7 +138,7 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 		story.say("work done by %s: host %s, SLURM_JOB_ID=%s, cpus %d: %s", r.Worker, r.Hostname, orDash(r.SlurmJobID), r.CPUs, r.Output)
 	}
 
-	ln, err := net.Listen("tcp", cfg.Engine.Listen)
+	ln, engineAddress, err := listenEngine(cfg.Engine.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("cannot listen on %s (engine.listen): %w", cfg.Engine.Listen, err)
 	}
@@ -190,6 +189,7 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 			Signer:          signer,
 			EngineID:        engineID,
 			CredentialEpoch: epoch,
+			EngineAddress:   engineAddress,
 			DropEnv:         []string{cfg.Engine.SecretEnv},
 			OnEvent: func(ev shared.Event) {
 				// The engine learns each worker's job, and which names

@@ -151,6 +151,13 @@ type ConfigureRequest struct {
 	// engine no longer accepts, so a plugin cancels their jobs rather
 	// than adopting them. It reveals nothing about the secret.
 	CredentialEpoch string
+	// EngineAddress is where the engine really listens, as network:address
+	// ("tcp:127.0.0.1:8470", "unix:/run/engine.sock"), for a plugin that
+	// carries its workers' connections to the engine itself (the Slurm
+	// plugin's relay). It is not for workers to dial: a plugin's own
+	// configuration says what they reach. Empty from an engine that does
+	// not say.
+	EngineAddress string
 	// Host is the engine. On the plugin side the SDK sets it; a host
 	// using Launch need not.
 	Host Host

@@ -102,6 +102,13 @@ type Config struct {
 	// Pointers, like Multiplex, so that absent can be told from 0.
 	MaxWorkers *int `json:"max_workers"`
 	MaxPending *int `json:"max_pending"`
+	// Reach says how workers reach the engine: "direct" (they dial
+	// engine_url) or "relay" (they dial a relay on the login node, which
+	// the plugin carries to the engine; relay.go).
+	Reach        string   `json:"reach"`
+	RelayListen  string   `json:"relay_listen"`
+	RelayHost    string   `json:"relay_host"`
+	RelayCommand []string `json:"relay_command"`
 	// Profiles are decoded one by one in decodeConfig, so that a type
 	// error can be reported with the index of its profile.
 	Profiles []Profile `json:"-"`
@@ -168,8 +175,16 @@ func schema() *shared.Schema {
 				Description: "Keep one ssh connection to the login node open and run every command through it (OpenSSH ControlMaster). While on, its ControlMaster, ControlPath and ControlPersist take precedence over ssh_config and ssh_options; off leaves multiplexing to them."},
 			{Name: "max_sessions", Type: shared.TypeInt, Default: defaultMaxSessions,
 				Description: "How many ssh commands may run on the login node at once. Most sshd allow 10 sessions per connection (MaxSessions); stay below it."},
-			{Name: "engine_url", Type: shared.TypeString, Required: true,
-				Description: "The engine's URL as a compute node sees it: the worker dials it."},
+			{Name: "engine_url", Type: shared.TypeString, Default: "",
+				Description: "The engine's URL as a compute node sees it: the worker dials it. Required with reach = \"direct\"; with reach = \"relay\" only its scheme counts (https when the engine serves TLS), since workers dial the relay."},
+			{Name: "reach", Type: shared.TypeString, Default: reachDirect,
+				Description: "How workers reach the engine: \"direct\" (they dial engine_url) or \"relay\" (they dial a relay on the login node, and the plugin carries each connection to the engine over its ssh connection; for compute nodes that cannot reach the engine)."},
+			{Name: "relay_listen", Type: shared.TypeString, Default: "",
+				Description: "With reach = \"relay\": host:port the relay listens on, on the login node. Empty: every interface and a free port."},
+			{Name: "relay_host", Type: shared.TypeString, Default: "",
+				Description: "With reach = \"relay\": the login node's name or address as compute nodes reach it. Empty: the login node's own host name."},
+			{Name: "relay_command", Type: shared.TypeListString,
+				Description: "With reach = \"relay\": the relay program as the site installed it on the login node (the plugin binary, run with \"relay\" and its flags). Unset: the plugin copies its own binary to ~/.cache/fluksio on the login node, once per version, and checks its sha256 before each start."},
 			{Name: "artifact_url", Type: shared.TypeString, Default: "",
 				Description: "Where the worker fetches and stores artifacts, if not through the engine."},
 			{Name: "max_idle", Type: shared.TypeDuration, Default: defaultMaxIdle,
@@ -321,6 +336,9 @@ func (c *Config) fillDefaults() {
 	if c.WorkerCommand == nil {
 		c.WorkerCommand = []string{defaultWorker}
 	}
+	if c.Reach == "" {
+		c.Reach = reachDirect
+	}
 	for i := range c.Profiles {
 		// 0, like 1, is one node; a negative count fails validation.
 		if c.Profiles[i].Nodes == 0 {
@@ -439,7 +457,8 @@ func validate(s *settings) shared.Diagnostics {
 			add(shared.Errorf(at(name), "Invalid "+name, "%q is not an absolute http or https URL, such as https://engine.example.org:8765.", v))
 		}
 	}
-	checkURL("engine_url", s.EngineURL, true)
+	checkURL("engine_url", s.EngineURL, s.Reach != reachRelay)
+	diags = append(diags, validateReach(s)...)
 	checkURL("artifact_url", s.ArtifactURL, false)
 
 	for _, d := range []struct {

@@ -596,6 +596,16 @@ func (p *Provisioner) ask(ctx context.Context, cfg *settings, host shared.Host, 
 		err := fmt.Errorf("cannot mint a credential for worker %s: %w", live[0].worker, shared.ErrNoHost)
 		return "", failure(err, err.Error(), false, keep)
 	}
+	url := cfg.EngineURL
+	if p.relay != nil {
+		// Workers dial the relay, which must be up for them to; nothing
+		// is minted or submitted until it is.
+		var err error
+		if url, err = p.relay.url(ctx); err != nil {
+			err = fmt.Errorf("not submitted: %w", err)
+			return "", failure(err, err.Error(), false, keep)
+		}
+	}
 	tokens := make([]string, len(live))
 	for i, r := range live {
 		mctx, cancel := context.WithTimeout(ctx, cfg.submitTimeout)
@@ -624,7 +634,7 @@ func (p *Provisioner) ask(ctx context.Context, cfg *settings, host shared.Host, 
 	if live[0].task >= 0 {
 		tasks = tasksOf(live)
 	}
-	script := p.script(prof, live[0].tag, tasks, perAlloc)
+	script := p.script(prof, url, live[0].tag, tasks, perAlloc)
 	stdout, stderr, err := p.call(ctx, script, "sbatch", "--parsable")
 	// sbatch does not echo the script, but a wrapper on the login node
 	// might, and no token may reach a log or an event.

@@ -83,6 +83,9 @@ type Provisioner struct {
 	// cfg is nil until Configure succeeds; what it points to never changes.
 	cfg  *settings
 	host shared.Host
+	// relay is set by Configure with reach = "relay" and never changes
+	// after; it has its own lock.
+	relay *relay
 	// outstanding holds the machines asked for and not yet arrived, by
 	// worker name.
 	outstanding map[string]*request
@@ -310,6 +313,14 @@ func (p *Provisioner) Configure(ctx context.Context, req *shared.ConfigureReques
 	if err := cfg.identity(req.EngineID, req.CredentialEpoch); err != nil {
 		return nil, err
 	}
+	var engineNet, engineAddr string
+	if cfg.Reach == reachRelay {
+		var err error
+		if engineNet, engineAddr, err = engineAddress(req.EngineAddress); err != nil {
+			diags = append(diags, shared.Errorf([]string{"reach"}, "Relay without an engine address", "%s.", err))
+			return &shared.ConfigureResponse{Diagnostics: diags}, nil
+		}
+	}
 
 	p.mu.Lock()
 	switch {
@@ -325,8 +336,14 @@ func (p *Provisioner) Configure(ctx context.Context, req *shared.ConfigureReques
 	p.cfg, p.host = cfg, req.Host
 	p.adoptPending, p.mine = true, map[string]bool{}
 	// One count for adoption and then the poller, taken while shut is
-	// false: Shutdown waits for both, and cancels them first.
+	// false: Shutdown waits for both, and cancels them first. The relay,
+	// if any, has one of its own, and stops when the poller does.
 	p.wg.Add(1)
+	if engineNet != "" {
+		p.relay = newRelay(p, cfg, engineNet, engineAddr)
+		p.wg.Add(1)
+		go p.relay.run(p.polling)
+	}
 	p.mu.Unlock()
 
 	names := make([]string, len(cfg.Profiles))
@@ -830,6 +847,9 @@ func (p *Provisioner) Status(context.Context, *shared.StatusRequest) (*shared.St
 	}
 	if p.arrayNote != "" {
 		resp.Notes = append(resp.Notes, p.arrayNote)
+	}
+	if p.relay != nil {
+		resp.Notes = append(resp.Notes, p.relay.note())
 	}
 	return resp, nil
 }

@@ -69,14 +69,16 @@ func (f family) setBy(lines []string) bool {
 // which is what they are for, and validation has made sure each stays on
 // its own line.
 func (p *Provisioner) payload(prof Profile, worker, token string) []byte {
-	return p.script(prof, worker, nil, [][]string{{token}})
+	return p.script(prof, p.settings().EngineURL, worker, nil, [][]string{{token}})
 }
 
 // script writes the batch script for tag's job: one allocation with
 // tokens[0] when tasks is nil, else an array whose task tasks[i] is an
 // allocation with tokens[i]. An allocation's tokens are its nodes'
 // credentials, one per node (prof.Nodes, multinode.go).
-func (p *Provisioner) script(prof Profile, tag string, tasks []int, tokens [][]string) []byte {
+//
+// url is what the worker dials: engine_url, or the relay's address.
+func (p *Provisioner) script(prof Profile, url, tag string, tasks []int, tokens [][]string) []byte {
 	cfg := p.settings()
 	worker := tag
 	var b bytes.Buffer
@@ -146,7 +148,7 @@ func (p *Provisioner) script(prof Profile, tag string, tasks []int, tokens [][]s
 		argv = append(argv, shellQuote(w))
 	}
 	argv = append(argv,
-		"--url", shellQuote(cfg.EngineURL),
+		"--url", shellQuote(url),
 		"--cpus", strconv.Itoa(prof.CPUs),
 		"--gpus", strconv.Itoa(prof.GPUs),
 		"--max-idle", strconv.FormatInt(seconds(cfg.maxIdle), 10),

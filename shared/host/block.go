@@ -153,6 +153,9 @@ type Options struct {
 	OnEvent func(shared.Event)
 	// EngineID and CredentialEpoch go to every Configure (identity.go).
 	EngineID, CredentialEpoch string
+	// EngineAddress goes to every Configure: where the engine listens,
+	// as network:address, for plugins that carry workers' connections.
+	EngineAddress string
 	// DropEnv names variables the plugin must not inherit (the secret's).
 	DropEnv []string
 }

@@ -143,7 +143,7 @@ func (s *Supervisor) launch(ctx context.Context, publish bool) (*launched, hcl.D
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	cr, err := p.Configure(cctx, &shared.ConfigureRequest{Name: s.cfg.Name, Config: l.json,
-		EngineID: s.opts.EngineID, CredentialEpoch: s.opts.CredentialEpoch})
+		EngineID: s.opts.EngineID, CredentialEpoch: s.opts.CredentialEpoch, EngineAddress: s.opts.EngineAddress})
 	if err != nil {
 		return l, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Plugin could not be configured",
 			Detail: err.Error() + ".", Subject: s.cfg.DefRange.Ptr()}}

@@ -744,8 +744,13 @@ type ConfigureRequest struct {
 	// Changes exactly when the engine's signing secret does: workers of
 	// another epoch can no longer attach.
 	CredentialEpoch string `protobuf:"bytes,4,opt,name=credential_epoch,json=credentialEpoch,proto3" json:"credential_epoch,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Where the engine really listens, as network:address
+	// ("tcp:127.0.0.1:8470", "unix:/run/engine.sock"), for a plugin that
+	// carries its workers' connections itself. Empty from an engine that
+	// does not say.
+	EngineAddress string `protobuf:"bytes,5,opt,name=engine_address,json=engineAddress,proto3" json:"engine_address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ConfigureRequest) Reset() {
@@ -802,6 +807,13 @@ func (x *ConfigureRequest) GetEngineId() string {
 func (x *ConfigureRequest) GetCredentialEpoch() string {
 	if x != nil {
 		return x.CredentialEpoch
+	}
+	return ""
+}
+
+func (x *ConfigureRequest) GetEngineAddress() string {
+	if x != nil {
+		return x.EngineAddress
 	}
 	return ""
 }
@@ -2770,13 +2782,14 @@ const file_provisioner_proto_rawDesc = "" +
 	"\vconfig_json\x18\x02 \x01(\fR\n" +
 	"configJson\"\\\n" +
 	"\x16ValidateConfigResponse\x12B\n" +
-	"\vdiagnostics\x18\x01 \x03(\v2 .fluksio.provision.v1.DiagnosticR\vdiagnostics\"\x8f\x01\n" +
+	"\vdiagnostics\x18\x01 \x03(\v2 .fluksio.provision.v1.DiagnosticR\vdiagnostics\"\xb6\x01\n" +
 	"\x10ConfigureRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vconfig_json\x18\x02 \x01(\fR\n" +
 	"configJson\x12\x1b\n" +
 	"\tengine_id\x18\x03 \x01(\tR\bengineId\x12)\n" +
-	"\x10credential_epoch\x18\x04 \x01(\tR\x0fcredentialEpoch\"W\n" +
+	"\x10credential_epoch\x18\x04 \x01(\tR\x0fcredentialEpoch\x12%\n" +
+	"\x0eengine_address\x18\x05 \x01(\tR\rengineAddress\"W\n" +
 	"\x11ConfigureResponse\x12B\n" +
 	"\vdiagnostics\x18\x01 \x03(\v2 .fluksio.provision.v1.DiagnosticR\vdiagnostics\"[\n" +
 	"\x04Need\x12\x12\n" +

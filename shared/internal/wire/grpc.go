@@ -89,7 +89,7 @@ func (c *Client) Configure(ctx context.Context, req *shared.ConfigureRequest) (*
 			return nil, err
 		}
 	}
-	r, err := call(c, ctx, &pb.ConfigureRequest{Name: req.Name, ConfigJson: req.Config, EngineId: req.EngineID, CredentialEpoch: req.CredentialEpoch}, c.rpc.Configure)
+	r, err := call(c, ctx, &pb.ConfigureRequest{Name: req.Name, ConfigJson: req.Config, EngineId: req.EngineID, CredentialEpoch: req.CredentialEpoch, EngineAddress: req.EngineAddress}, c.rpc.Configure)
 	if err != nil {
 		return nil, err
 	}
@@ -190,7 +190,7 @@ func (s *grpcServer) ValidateConfig(ctx context.Context, req *pb.ValidateConfigR
 }
 
 func (s *grpcServer) Configure(ctx context.Context, req *pb.ConfigureRequest) (*pb.ConfigureResponse, error) {
-	r, err := s.impl.Configure(ctx, &shared.ConfigureRequest{Name: req.GetName(), Config: req.GetConfigJson(), EngineID: req.GetEngineId(), CredentialEpoch: req.GetCredentialEpoch(), Host: s.link})
+	r, err := s.impl.Configure(ctx, &shared.ConfigureRequest{Name: req.GetName(), Config: req.GetConfigJson(), EngineID: req.GetEngineId(), CredentialEpoch: req.GetCredentialEpoch(), EngineAddress: req.GetEngineAddress(), Host: s.link})
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// relayCase writes the engine's configuration for the relay tests: the
+// engine listens only on a unix socket in a directory of the test's own
+// (0700, root's), which the Slurm job's user cannot even look into, and
+// the provisioner reaches it directly (engine_url, where nothing listens)
+// or through the relay.
+func (e *e2e) relayCase(t *testing.T, relay bool, extraProfiles string) (config, socket string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "fxe-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	socket = filepath.Join(dir, "engine.sock")
+	path := e.relConfig(t, "", extraProfiles, e.host, "worker")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.Replace(string(b), fmt.Sprintf(`listen     = "127.0.0.1:%d"`, e.port), fmt.Sprintf(`listen     = "unix:%s"`, socket), 1)
+	if relay {
+		s = strings.Replace(s, fmt.Sprintf(`engine_url     = "http://127.0.0.1:%d"`, e.port), `reach          = "relay"
+  relay_host     = "127.0.0.1"`, 1)
+	}
+	if !strings.Contains(s, socket) || relay != strings.Contains(s, "reach") {
+		t.Fatalf("could not rewrite the configuration:\n%s", s)
+	}
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path, socket
+}
+
+// TestE2ERelay proves the point of reach = "relay": the engine listens
+// only on a unix socket that the Slurm job's user cannot open. In direct
+// mode a worker cannot attach, and says why; in relay mode the same needs,
+// a CPU one and a GPU one, are served through the relay on the login node.
+// Afterwards no relay process is left, and nothing of ours on the login
+// node but the cached binary.
+func TestE2ERelay(t *testing.T) {
+	e := newE2E(t, "e2e-relay")
+	e.killPluginsAtEnd(t)
+	home := "/home/slurmuser"
+	cache := filepath.Join(home, ".cache", "fluksio")
+	os.RemoveAll(cache)
+
+	t.Run("direct", func(t *testing.T) {
+		cfg, socket := e.relayCase(t, false, "")
+		p := e.startEngine(t, "-config", cfg, "-need", "cpus=1", "-timeout", "25s")
+		code := p.wait(t, 2*time.Minute)
+		if fi, err := os.Stat(socket); err == nil || fi != nil {
+			t.Errorf("the engine left its socket %s behind", socket)
+		}
+		if code != 1 || strings.Contains(p.stdout.String(), " attached from ") {
+			t.Fatalf("direct mode: exit %d, want 1 with nothing attached\nstory:\n%s", code, p.stdout)
+		}
+		// Why: the worker itself said it, in its job's output.
+		out := e.jobOutputs(t)
+		if !strings.Contains(out, "connection refused") {
+			t.Errorf("no worker output says the engine is unreachable:\n%s", out)
+		}
+	})
+
+	t.Run("relay", func(t *testing.T) {
+		cfg, _ := e.relayCase(t, true, "")
+		p := e.startEngine(t, "-config", cfg, "-need", "cpus=1", "-need", "gpus=1,label=cuda", "-timeout", "3m")
+		code := p.wait(t, 4*time.Minute)
+		exitedAt := time.Now()
+		t.Logf("story:\n%s", p.stdout)
+		if code != 0 {
+			t.Fatalf("relay mode: exit %d, want 0\nstderr:\n%s", code, p.stderr)
+		}
+		if !strings.Contains(p.stdout.String(), "all 2 need(s) served") {
+			t.Errorf("the story does not say both needs were served")
+		}
+		if !strings.Contains(p.stderr.String(), "the relay is up") {
+			t.Errorf("the plugin never said the relay was up")
+		}
+		e.assertCleanedUp(t, exitedAt)
+		poll(t, 30*time.Second, "no relay process left on the login node", func() bool { return len(relayProcesses(t)) == 0 })
+		entries, err := os.ReadDir(cache)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, en := range entries {
+			names = append(names, en.Name())
+		}
+		if len(names) != 1 || !strings.HasPrefix(names[0], "provisioner-slurm-") {
+			t.Errorf("left in %s: %v; want the cached binary alone", cache, names)
+		}
+	})
+}
+
+// relayProcesses lists the pids of relay processes running on this
+// machine (the login node of the sandbox), read from /proc.
+func relayProcesses(t *testing.T) []int {
+	t.Helper()
+	var pids []int
+	files, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) > 2 && strings.Contains(args[0], "provisioner-slurm") && args[1] == "relay" {
+			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(f)))
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// jobOutputs is what this test's jobs wrote to their output files, which
+// Slurm puts in the job user's home by default.
+func (e *e2e) jobOutputs(t *testing.T) string {
+	t.Helper()
+	var b strings.Builder
+	out := e.env.Slurm(t, "squeue", "-h", "-t", "all", "--name="+e.jobName(), "-o", "%i")
+	for _, id := range strings.Fields(out) {
+		data, err := os.ReadFile(filepath.Join("/home/slurmuser", "slurm-"+id+".out"))
+		if err == nil {
+			b.Write(data)
+		}
+	}
+	return b.String()
+}

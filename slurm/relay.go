@@ -1,0 +1,487 @@
+package slurm
+
+// Reach through the login node: with reach = "relay", workers on compute
+// nodes that cannot open a connection to the engine dial a relay on the
+// login node instead, and the plugin carries each of their connections to
+// the engine over the ssh connection it already holds.
+//
+// The claim: compute nodes nearly always reach their login node, and the
+// provisioner already holds an authenticated ssh connection to it, so a
+// process of the user's on the login node (as sbatch is) is enough. No
+// port forwarding, no GatewayPorts, nothing for the site's admins to do.
+// The relay (RelayMain, relaymain.go) listens for workers and turns each
+// connection into a stream of one yamux session that runs over its ssh
+// session's standard input and output; the plugin accepts the streams and
+// dials, for each, the address the host said the engine listens on
+// (ConfigureRequest.EngineAddress), and nothing else. Credentials and
+// TLS are end to end: the relay and the plugin carry bytes.
+//
+// Rejected alternative: ssh remote forwarding (-R). It needs
+// AllowTcpForwarding on the login node, which sites turn off, and a
+// forwarded port on a login node listens on loopback unless GatewayPorts
+// is set, which compute nodes cannot reach. The cost of the choice made:
+// a program of ours on the login node, copied there once per version and
+// checked by sha256 before each start (or installed by the site:
+// relay_command), and every worker's bytes pass through the plugin.
+//
+// The seam: the relay is one session of the plugin's ssh connection
+// (sshArgv), so multiplexing, host-key pinning and ssh_config apply to it
+// as to sbatch. What it won't do: relay anything but workers' connections
+// to the engine, or outlive its session.
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/yamux"
+
+	"github.com/fluksio/provision/shared"
+)
+
+const (
+	reachDirect = "direct"
+	reachRelay  = "relay"
+
+	// relayCacheDir is where, under the login node's home directory, the
+	// plugin keeps its binary for the relay: one file per version, named
+	// by its sha256.
+	relayCacheDir = ".cache/fluksio"
+
+	// Exit codes of the start script (relayStartScript).
+	exitWrongPlatform = 90
+	exitNoBinary      = 91
+
+	// relayRetryFirst and relayRetryMax bound the pause between restarts
+	// of a relay that failed or died.
+	relayRetryFirst = time.Second
+	relayRetryMax   = 30 * time.Second
+)
+
+// validateReach checks reach and the relay's settings, which mean
+// something only with reach = "relay".
+func validateReach(s *settings) shared.Diagnostics {
+	var diags shared.Diagnostics
+	add := func(d shared.Diagnostic) { diags = append(diags, d) }
+	switch s.Reach {
+	case reachDirect:
+		for _, a := range []struct {
+			name string
+			set  bool
+		}{{"relay_listen", s.RelayListen != ""}, {"relay_host", s.RelayHost != ""}, {"relay_command", len(s.RelayCommand) > 0}} {
+			if a.set {
+				add(shared.Errorf([]string{a.name}, a.name+" without a relay",
+					"%s configures the relay, which runs only with reach = \"relay\"; set reach = \"relay\" or remove %s.", a.name, a.name))
+			}
+		}
+	case reachRelay:
+		if s.RelayListen != "" {
+			h, port, err := net.SplitHostPort(s.RelayListen)
+			n, perr := strconv.Atoi(port)
+			if err != nil || perr != nil || n < 0 || n > 65535 || strings.ContainsFunc(h, isSpaceOrControl) {
+				add(shared.Errorf([]string{"relay_listen"}, "Invalid relay_listen",
+					"%q is not host:port; write it like \"0.0.0.0:7000\", or \":0\" for every interface and a free port.", s.RelayListen))
+			}
+		}
+		if s.RelayHost != "" && !hostRE.MatchString(s.RelayHost) {
+			add(shared.Errorf([]string{"relay_host"}, "Invalid relay_host",
+				"%q is not a host name or address; write the login node's name as compute nodes know it, such as \"login1.cluster.example.org\".", s.RelayHost))
+		}
+		for i, w := range s.RelayCommand {
+			if w == "" || strings.ContainsAny(w, "\x00\n\r") {
+				add(shared.Errorf([]string{"relay_command", strconv.Itoa(i)}, "Invalid relay_command",
+					"Each word of relay_command must be non-empty and on one line."))
+			}
+		}
+		// The relay holds one session of the shared connection beside
+		// max_sessions; at the usual sshd limit of 10, commands beyond
+		// it open connections of their own (ssh.go), which costs a
+		// login each but loses nothing.
+	default:
+		add(shared.Errorf([]string{"reach"}, "Invalid reach",
+			"reach is \"direct\" (workers dial engine_url) or \"relay\" (workers dial a relay on the login node); got %q.", s.Reach))
+	}
+	return diags
+}
+
+// hostRE is a host name or an IPv4 or IPv6 address.
+var hostRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.:-]*[A-Za-z0-9])?$`)
+
+// engineAddress reads the host's network:address for the engine.
+func engineAddress(v string) (network, addr string, err error) {
+	network, addr, ok := strings.Cut(v, ":")
+	switch {
+	case v == "":
+		return "", "", errors.New("the engine did not say where it listens (ConfigureRequest.EngineAddress is empty); reach = \"relay\" needs an engine that does")
+	case !ok || addr == "" || (network != "tcp" && network != "unix"):
+		return "", "", fmt.Errorf("the engine says it listens on %q, which is not tcp:host:port or unix:path", v)
+	}
+	return network, addr, nil
+}
+
+// relay runs the relay on the login node and carries its streams to the
+// engine. It is made by Configure in relay mode and run by one goroutine,
+// which the Provisioner's wait group counts; it ends when ctx (the
+// poller's) does.
+type relay struct {
+	p                     *Provisioner
+	cfg                   *settings
+	engineNet, engineAddr string
+
+	// mu guards the fields below; it is never held across ssh.
+	mu sync.Mutex
+	// addr is the host:port workers dial, "" until the relay first says.
+	// A restarted relay asks for the same port, so that the jobs already
+	// submitted with it still reach it.
+	addr string
+	// state is "starting", "up" or "down: <why>"; since is when it began.
+	state    string
+	since    time.Time
+	restarts int
+	streams  int64
+	// reuse asks the next start for the port of the last relay that came
+	// up, once: jobs already submitted dial it.
+	reuse bool
+	// ready is closed and replaced each time the relay comes up, so that
+	// a submission can wait for it.
+	ready chan struct{}
+}
+
+func newRelay(p *Provisioner, cfg *settings, engineNet, engineAddr string) *relay {
+	return &relay{p: p, cfg: cfg, engineNet: engineNet, engineAddr: engineAddr, state: "starting", since: p.now(), ready: make(chan struct{})}
+}
+
+// url is what workers are given to dial: the engine_url's scheme (http
+// unless it says https) and the relay's address.
+func (r *relay) url(ctx context.Context) (string, error) {
+	for {
+		r.mu.Lock()
+		addr, state, ready := r.addr, r.state, r.ready
+		r.mu.Unlock()
+		if state == "up" {
+			scheme := "http"
+			if strings.HasPrefix(r.cfg.EngineURL, "https:") {
+				scheme = "https"
+			}
+			return scheme + "://" + addr, nil
+		}
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return "", fmt.Errorf("the relay on %s is not up (%s): %w", r.cfg.host(), state, ctx.Err())
+		}
+	}
+}
+
+// note is the relay's line in Status.
+func (r *relay) note() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := fmt.Sprintf("relay %s since %s", r.state, r.since.UTC().Format(time.RFC3339))
+	if r.addr != "" {
+		s += ", workers dial " + r.addr
+	}
+	return s + fmt.Sprintf(", engine at %s:%s, %d connection(s) carried, %d restart(s)", r.engineNet, r.engineAddr, r.streams, r.restarts)
+}
+
+func (r *relay) setState(state string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.state, r.since = state, r.p.now()
+}
+
+// run keeps the relay up until ctx ends, restarting it with a growing
+// pause when it fails or dies.
+func (r *relay) run(ctx context.Context) {
+	defer r.p.wg.Done()
+	pause := relayRetryFirst
+	for ctx.Err() == nil {
+		began := time.Now()
+		err := r.session(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		r.setState("down: " + truncate(err.Error()))
+		r.mu.Lock()
+		r.restarts++
+		r.mu.Unlock()
+		r.cfg.log.Error("the relay stopped; starting it again", "error", err, "in", pause)
+		if time.Since(began) > time.Minute {
+			pause = relayRetryFirst // it ran a good while: a new failure
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		pause = min(2*pause, relayRetryMax)
+	}
+}
+
+// session starts the relay over one ssh session and serves its streams
+// until the session ends.
+func (r *relay) session(ctx context.Context) error {
+	remote, err := r.command(ctx)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cfg := r.cfg
+	var mux []string
+	if socket := r.p.controlSocket(cfg); socket != "" {
+		mux = []string{"-o", "ControlMaster=auto", "-o", "ControlPath=" + socket, "-o", "ControlPersist=" + controlPersist}
+	}
+	cmd := exec.CommandContext(ctx, r.p.sshPath, sshArgv(cfg, mux, remote)...)
+	cmd.WaitDelay = sshWaitDelay
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	stderr := &tailBuffer{max: 4096}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting ssh for the relay: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	// However the session ends, ssh is gone before session returns.
+	defer func() {
+		stdin.Close()
+		cancel()
+		<-exited
+	}()
+
+	out := bufio.NewReader(stdout)
+	addr, err := r.greeting(ctx, out, exited, stderr)
+	if err != nil {
+		return err
+	}
+	sess, err := yamux.Server(stdio{out, stdin}, relayYamuxConfig(stderr))
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	r.mu.Lock()
+	r.addr, r.state, r.since, r.reuse = addr, "up", r.p.now(), true
+	close(r.ready)
+	r.ready = make(chan struct{})
+	r.mu.Unlock()
+	cfg.log.Info("the relay is up", "workers_dial", addr, "engine", r.engineNet+":"+r.engineAddr)
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		s, err := sess.AcceptStream()
+		if err != nil {
+			select {
+			case werr := <-exited:
+				exited <- werr
+				return fmt.Errorf("its ssh session ended (%v): %s", werr, strings.TrimSpace(stderr.String()))
+			default:
+			}
+			return fmt.Errorf("its session ended: %w", err)
+		}
+		r.mu.Lock()
+		r.streams++
+		r.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var d net.Dialer
+			c, err := d.DialContext(ctx, r.engineNet, r.engineAddr)
+			if err != nil {
+				cfg.log.Warn("the relay could not reach the engine", "engine", r.engineNet+":"+r.engineAddr, "error", err)
+				s.Close()
+				return
+			}
+			splice(s, c)
+		}()
+	}
+}
+
+// greeting reads the relay's first line, the address workers dial, within
+// submit_timeout; the relay's own words, if it failed, are in the error.
+func (r *relay) greeting(ctx context.Context, out *bufio.Reader, exited chan error, stderr *tailBuffer) (string, error) {
+	line := make(chan string, 1)
+	go func() {
+		s, _ := out.ReadString('\n')
+		line <- s
+	}()
+	t := time.NewTimer(r.cfg.submitTimeout)
+	defer t.Stop()
+	select {
+	case s := <-line:
+		if addr, ok := strings.CutPrefix(strings.TrimSpace(s), strings.TrimSpace(relayGreeting)+" "); ok {
+			if _, _, err := net.SplitHostPort(addr); err == nil {
+				return addr, nil
+			}
+		}
+		werr := <-exited
+		exited <- werr
+		return "", fmt.Errorf("the relay did not start (%v): %s", werr, strings.TrimSpace(stderr.String()))
+	case <-t.C:
+		return "", fmt.Errorf("the relay did not say where it listens within %s: %s", r.cfg.submitTimeout, strings.TrimSpace(stderr.String()))
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// command is the remote command that starts the relay: relay_command as
+// configured, or the start script of the plugin's own binary, which is
+// copied to the login node first if it is not there.
+func (r *relay) command(ctx context.Context) ([]string, error) {
+	cfg := r.cfg
+	listen := cmpOr(cfg.RelayListen, ":0")
+	r.mu.Lock()
+	if h, port, _ := net.SplitHostPort(listen); port == "0" && r.reuse {
+		// The same port as before, so that jobs already submitted with
+		// it reach the new relay. Once: if it is taken, the next start
+		// takes a free one.
+		if _, last, err := net.SplitHostPort(r.addr); err == nil {
+			listen = net.JoinHostPort(h, last)
+		}
+	}
+	r.reuse = false
+	r.mu.Unlock()
+	flags := []string{"relay", "-listen", listen}
+	if cfg.RelayHost != "" {
+		flags = append(flags, "-host", cfg.RelayHost)
+	}
+	if len(cfg.RelayCommand) > 0 {
+		return append(append([]string{}, cfg.RelayCommand...), flags[1:]...), nil
+	}
+	bin, sum, err := ownBinary()
+	if err != nil {
+		return nil, err
+	}
+	start := relayStartScript(sum, flags)
+	// A quick check first, so that a missing binary is copied before the
+	// long-lived session starts, rather than found by it.
+	_, stderr, err := r.p.call(ctx, nil, "sh", "-c", relayCheckScript(sum))
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee) && ee.ExitCode() == exitWrongPlatform:
+		return nil, fmt.Errorf("%s; install the relay built for it there and set relay_command", strings.TrimSpace(string(stderr)))
+	case errors.As(err, &ee) && ee.ExitCode() == exitNoBinary:
+		data, rerr := os.ReadFile(bin)
+		if rerr != nil {
+			return nil, fmt.Errorf("reading the plugin binary to copy it to the login node: %w", rerr)
+		}
+		cfg.log.Info("copying the relay to the login node", "path", "~/"+relayCacheDir+"/"+relayFile(sum), "bytes", len(data))
+		if _, stderr, err := r.p.call(ctx, data, "sh", "-c", relayUploadScript(sum)); err != nil {
+			return nil, fmt.Errorf("copying the relay to %s: %w", cfg.host(), withStderr(err, stderr))
+		}
+	default:
+		return nil, fmt.Errorf("checking the relay on %s: %w", cfg.host(), withStderr(err, stderr))
+	}
+	return []string{"sh", "-c", start}, nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// ownBinary is this program's path and sha256, read once.
+func ownBinary() (bin, sum string, err error) {
+	b := ownBinaryOnce()
+	return b.path, b.sum, b.err
+}
+
+var ownBinaryOnce = sync.OnceValue(func() (b struct {
+	path, sum string
+	err       error
+}) { bin, err := os.Executable(); if err != nil {
+	b.err = fmt.Errorf("finding the plugin binary to run as the relay: %w", err)
+	return b
+}; f, err := os.Open(bin); if err != nil {
+	b.err = err
+	return b
+}; defer f.Close(); h := sha256.New(); if _, err := io.Copy(h, f); err != nil {
+	b.err = err
+	return b
+}; b.path, b.sum = bin, hex.EncodeToString(h.Sum(nil)); return b })
+
+// relayFile is the cached binary's name: the version is its sha256.
+func relayFile(sum string) string { return "provisioner-slurm-" + sum[:16] }
+
+// uname is what uname -sm prints on a machine of this binary's kind.
+func uname() string {
+	arch := map[string]string{"amd64": "x86_64", "arm64": "aarch64", "ppc64le": "ppc64le", "s390x": "s390x", "riscv64": "riscv64"}[runtime.GOARCH]
+	return map[string]string{"linux": "Linux", "darwin": "Darwin", "freebsd": "FreeBSD"}[runtime.GOOS] + " " + arch
+}
+
+// relayCheckScript exits exitWrongPlatform when the login node is not a
+// machine this binary runs on, exitNoBinary when the cached binary is
+// missing or not this version, 0 otherwise.
+func relayCheckScript(sum string) string {
+	return fmt.Sprintf(`have="$(uname -sm)"; if [ "$have" != %s ]; then echo "the login node is $have, and the plugin binary is for %s" >&2; exit %d; fi; `+
+		`f="$HOME/%s/%s"; printf '%%s  %%s\n' %s "$f" | sha256sum -c --status 2>/dev/null || exit %d`,
+		shellQuote(uname()), uname(), exitWrongPlatform, relayCacheDir, relayFile(sum), sum, exitNoBinary)
+}
+
+// relayStartScript checks the cached binary by its sha256 again, and
+// execs it as the relay, so that what runs is what was checked.
+func relayStartScript(sum string, flags []string) string {
+	var q []string
+	for _, f := range flags {
+		q = append(q, shellQuote(f))
+	}
+	return relayCheckScript(sum) + fmt.Sprintf(`; exec "$HOME/%s/%s" %s`, relayCacheDir, relayFile(sum), strings.Join(q, " "))
+}
+
+// relayUploadScript writes standard input to the cache, private to the
+// user, under a temporary name first so that a cut-short copy is never
+// run; the temporary file goes either way.
+func relayUploadScript(sum string) string {
+	return fmt.Sprintf(`umask 077; d="$HOME/%s"; mkdir -p "$d" || exit 1; t="$d/.upload.$$"; trap 'rm -f "$t"' EXIT; `+
+		`cat > "$t" && printf '%%s  %%s\n' %s "$t" | sha256sum -c --status && chmod 700 "$t" && mv -f "$t" "$d/%s"`,
+		relayCacheDir, sum, relayFile(sum))
+}
+
+// tailBuffer keeps the last max bytes written to it: ssh's and the
+// relay's stderr, for the error that says why a relay stopped.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = t.b[len(t.b)-t.max:]
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}

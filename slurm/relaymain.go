@@ -1,0 +1,139 @@
+package slurm
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/yamux"
+)
+
+// relayGreeting starts the one line the relay writes on its standard
+// output before the multiplexed session takes it over: the address
+// workers dial.
+const relayGreeting = "fluksio-relay "
+
+// RelayMain is the relay program: the plugin binary run on the login node
+// as "provisioner-slurm relay -listen ADDR -host NAME". It listens where
+// compute nodes can reach it, says where on its first line of standard
+// output, and then carries every connection it accepts as a stream of a
+// yamux session over its standard input and output, which is the ssh
+// session the plugin holds. It dials nothing itself: where a stream goes
+// is the plugin's business, and the plugin sends each to the engine and
+// nowhere else. It exits when the session ends, that is when the plugin
+// closes it or its ssh connection goes, so nothing of it outlives the
+// plugin's hold on the login node.
+func RelayMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("relay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", ":0", "`host:port` to listen on for workers")
+	host := fs.String("host", "", "the `name` workers dial (default: this host's name)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *host == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			fmt.Fprintf(stderr, "fluksio-relay: this host has no name to give workers (%v); pass -host\n", err)
+			return 1
+		}
+		*host = h
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "fluksio-relay: %v\n", err)
+		return 1
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	if _, err := fmt.Fprintf(stdout, "%s%s\n", relayGreeting, net.JoinHostPort(*host, strconv.Itoa(port))); err != nil {
+		return 1
+	}
+	sess, err := yamux.Client(stdio{stdin, stdout}, relayYamuxConfig(stderr))
+	if err != nil {
+		fmt.Fprintf(stderr, "fluksio-relay: %v\n", err)
+		return 1
+	}
+	defer sess.Close()
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		<-sess.CloseChan()
+		ln.Close()
+	}()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if sess.IsClosed() || errors.Is(err, net.ErrClosed) {
+				return 0
+			}
+			fmt.Fprintf(stderr, "fluksio-relay: accepting: %v\n", err)
+			return 1
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := sess.OpenStream()
+			if err != nil {
+				c.Close()
+				return
+			}
+			splice(c, s)
+		}()
+	}
+}
+
+// relayYamuxConfig keeps the session alive and notices a dead one within
+// half a minute: a relay whose plugin has gone must not linger.
+func relayYamuxConfig(logs io.Writer) *yamux.Config {
+	c := yamux.DefaultConfig()
+	c.EnableKeepAlive = true
+	c.KeepAliveInterval = 10 * time.Second
+	c.ConnectionWriteTimeout = 20 * time.Second
+	c.LogOutput = logs
+	// Each worker is one stream with a long poll or two in flight; the
+	// default 256 KiB window is plenty for its small JSON bodies.
+	return c
+}
+
+// stdio is standard input and output as one connection for yamux.
+type stdio struct {
+	io.Reader
+	io.Writer
+}
+
+func (s stdio) Close() error {
+	var errs []error
+	if c, ok := s.Reader.(io.Closer); ok {
+		errs = append(errs, c.Close())
+	}
+	if c, ok := s.Writer.(io.Closer); ok {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// splice copies both ways between a and b until either side is done with
+// it, then closes both.
+func splice(a, b io.ReadWriteCloser) {
+	done := make(chan struct{}, 2)
+	cp := func(dst io.Writer, src io.Reader) {
+		io.Copy(dst, src)
+		done <- struct{}{}
+	}
+	go cp(a, b)
+	go cp(b, a)
+	<-done
+	a.Close()
+	b.Close()
+	<-done
+}
