@@ -4,10 +4,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fluksio/provision/shared/plugin"
 )
 
 // relayCase writes the engine's configuration for the relay tests: the
@@ -136,4 +140,81 @@ func (e *e2e) jobOutputs(t *testing.T) string {
 		}
 	}
 	return b.String()
+}
+
+// TestE2ERelayRecovers kills the relay on the login node while two
+// workers work through it, and then the plugin's ssh master, which
+// carries the relay's session. Each time the plugin starts the relay
+// again, on the same port, and the workers' reports reach the engine
+// through the new one: both needs are served.
+func TestE2ERelayRecovers(t *testing.T) {
+	e := newE2E(t, "e2e-relay-kill")
+	e.killPluginsAtEnd(t)
+	// The engine on TCP here, so that the test can read /status; the
+	// workers still go through the relay, which is what is killed.
+	path := e.relConfig(t, "", `  profile "small" {
+    cpus   = 1
+    ram_mb = 100
+    sbatch = ["--partition=`+e.env.Partition+`", "--time=00:10:00"]
+  }
+`, e.host, "worker")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.Replace(string(b), fmt.Sprintf(`engine_url     = "http://127.0.0.1:%d"`, e.port), `reach          = "relay"
+  relay_host     = "127.0.0.1"`, 1)
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(plugin.LogLevelEnv, "debug")
+	p := e.startEngine(t, "-config", path, "-log-level", "debug", "-need", "cpus=1,count=2,work=25s", "-timeout", "3m")
+	reapMasters(t, p)
+	ups := func() int { return strings.Count(p.stderr.String(), "the relay is up") }
+	poll(t, 2*time.Minute, "two workers attached through the relay", func() bool {
+		if p.exited() {
+			t.Fatalf("the engine exited early\nstdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)
+		}
+		return strings.Count(p.stdout.String(), " attached from ") == 2
+	})
+	addrRE := regexp.MustCompile(`the relay is up: workers_dial=(\S+)`)
+	first := addrRE.FindStringSubmatch(p.stderr.String())
+
+	relays := relayProcesses(t)
+	if len(relays) != 1 {
+		t.Fatalf("relay processes %v, want one", relays)
+	}
+	if err := syscall.Kill(relays[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 30*time.Second, "the relay up again after it was killed", func() bool { return ups() >= 2 })
+
+	var master int
+	for _, m := range mastersOf(p.controlDirs()) {
+		if strings.Contains(m, "[mux]") {
+			fmt.Sscan(m, &master)
+		}
+	}
+	if master == 0 {
+		t.Fatalf("no ssh master among %v", mastersOf(p.controlDirs()))
+	}
+	if err := syscall.Kill(master, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 30*time.Second, "the relay up again after its ssh master was killed", func() bool { return ups() >= 3 })
+	all := addrRE.FindAllStringSubmatch(p.stderr.String(), -1)
+	for _, m := range all {
+		if first == nil || m[1] != first[1] {
+			t.Errorf("the relay came back on %s, not on %s where the workers dial", m[1], first[1])
+		}
+	}
+
+	code := p.wait(t, 3*time.Minute)
+	exitedAt := time.Now()
+	t.Logf("story:\n%s", p.stdout)
+	if code != 0 || !strings.Contains(p.stdout.String(), "all 2 need(s) served") {
+		t.Fatalf("exit %d, want 0 with both needs served\nstderr:\n%s", code, p.stderr)
+	}
+	e.assertCleanedUp(t, exitedAt)
+	poll(t, 30*time.Second, "no relay process left on the login node", func() bool { return len(relayProcesses(t)) == 0 })
 }

@@ -414,16 +414,26 @@ func ownBinary() (bin, sum string, err error) {
 var ownBinaryOnce = sync.OnceValue(func() (b struct {
 	path, sum string
 	err       error
-}) { bin, err := os.Executable(); if err != nil {
-	b.err = fmt.Errorf("finding the plugin binary to run as the relay: %w", err)
+}) {
+	bin, err := os.Executable()
+	if err != nil {
+		b.err = fmt.Errorf("finding the plugin binary to run as the relay: %w", err)
+		return b
+	}
+	f, err := os.Open(bin)
+	if err != nil {
+		b.err = err
+		return b
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		b.err = err
+		return b
+	}
+	b.path, b.sum = bin, hex.EncodeToString(h.Sum(nil))
 	return b
-}; f, err := os.Open(bin); if err != nil {
-	b.err = err
-	return b
-}; defer f.Close(); h := sha256.New(); if _, err := io.Copy(h, f); err != nil {
-	b.err = err
-	return b
-}; b.path, b.sum = bin, hex.EncodeToString(h.Sum(nil)); return b })
+})
 
 // relayFile is the cached binary's name: the version is its sha256.
 func relayFile(sum string) string { return "provisioner-slurm-" + sum[:16] }
