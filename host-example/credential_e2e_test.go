@@ -134,13 +134,13 @@ func TestE2ECredentialWorthOneJob(t *testing.T) {
 // TestE2EBurstOf40: 40 needs of one profile are one sbatch, a job array
 // of 40 tasks; all 40 workers attach at once, each with a credential of
 // its own, and the credential of task 3 is refused when it claims to be
-// task 4. The sandbox has 40 CPUs (two nodes of 20), so the whole burst
+// task 4. The sandbox has 100 CPUs (two nodes of 50), so the whole burst
 // runs together; each task works 20 s so that no worker serves two.
 func TestE2EBurstOf40(t *testing.T) {
 	const burst = 40
 	e := newE2E(t, "e2e-b40")
 	if slots := e.env.Nodes * e.env.CPUs; slots < burst {
-		t.Fatalf("the sandbox has %d CPUs in all; this test needs %d (SANDBOX_CPUS=20 and SANDBOX_NODES=2, the defaults)", slots, burst)
+		t.Fatalf("the sandbox has %d CPUs in all; this test needs %d (SANDBOX_CPUS=50 and SANDBOX_NODES=2, the defaults)", slots, burst)
 	}
 	e.killPluginsAtEnd(t)
 	dir, err := os.MkdirTemp("", "fluksio-b40-")

@@ -218,3 +218,64 @@ func TestE2ERelayRecovers(t *testing.T) {
 	e.assertCleanedUp(t, exitedAt)
 	poll(t, 30*time.Second, "no relay process left on the login node", func() bool { return len(relayProcesses(t)) == 0 })
 }
+
+// TestE2ERelayHundred: 100 workers attached through one relay at once,
+// each working 30 s so that all are attached together, and every result
+// arrives intact: one per worker, saying what its worker did.
+func TestE2ERelayHundred(t *testing.T) {
+	const n = 100
+	e := newE2E(t, "e2e-relay-100")
+	if slots := e.env.Nodes * e.env.CPUs; slots < n {
+		t.Fatalf("the sandbox has %d CPUs in all; this test needs %d (SANDBOX_CPUS=50 and SANDBOX_NODES=2, the defaults)", slots, n)
+	}
+	e.killPluginsAtEnd(t)
+	cfg, _ := e.relayCase(t, true, `  profile "small" {
+    cpus   = 1
+    ram_mb = 100
+    sbatch = ["--partition=`+e.env.Partition+`", "--time=00:10:00"]
+  }
+`)
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The whole burst in the queue at once.
+	b = []byte(strings.Replace(string(b), `reach          = "relay"`, "reach          = \"relay\"\n  max_pending    = 100", 1))
+	if err := os.WriteFile(cfg, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := e.startEngine(t, "-config", cfg, "-need", fmt.Sprintf("cpus=1,count=%d,work=30s", n), "-timeout", "5m")
+	code := p.wait(t, 6*time.Minute)
+	exitedAt := time.Now()
+	story := p.stdout.String()
+	if code != 0 {
+		t.Fatalf("exit %d, want 0\nstory:\n%s\nstderr:\n%s", code, story, p.stderr)
+	}
+	attached := regexp.MustCompile(`worker (\S+) attached from `).FindAllStringSubmatch(story, -1)
+	results := regexp.MustCompile(`work done by (\S+): host \S+, SLURM_JOB_ID=(\S+), cpus 1: slept 30s \(simulated work\) on \S+ with 1 cpus\n`).FindAllStringSubmatch(story, -1)
+	workers := map[string]bool{}
+	for _, m := range results {
+		workers[m[1]] = true
+	}
+	if len(attached) != n || len(results) != n || len(workers) != n {
+		t.Errorf("%d attached, %d intact results from %d workers; want %d of each", len(attached), len(results), len(workers), n)
+	}
+	// At once: the last attach came before the first result.
+	lines := p.stdout.Lines()
+	var lastAttach, firstResult time.Time
+	for _, l := range lines {
+		switch {
+		case strings.Contains(l.text, " attached from "):
+			lastAttach = l.at
+		case strings.Contains(l.text, "work done by") && firstResult.IsZero():
+			firstResult = l.at
+		}
+	}
+	if !lastAttach.Before(firstResult) {
+		t.Errorf("the last worker attached %s after the first result: not all %d were attached at once", lastAttach.Sub(firstResult), n)
+	}
+	if !strings.Contains(p.stderr.String(), "the relay is up") || strings.Count(p.stderr.String(), "the relay is up") != 1 {
+		t.Errorf("want one relay, up once, for all %d workers", n)
+	}
+	e.assertCleanedUp(t, exitedAt)
+}

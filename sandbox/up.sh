@@ -9,7 +9,7 @@
 #
 # Settings (environment; remembered in STATE_DIR/settings for later runs):
 #   SANDBOX_SSH_PORT=2222 SANDBOX_CTLD_PORT=6817 SANDBOX_SLURMD_PORT=6818
-#   SANDBOX_NODE=$(hostname -s) SANDBOX_CPUS=20 SANDBOX_MEM_MB=16000
+#   SANDBOX_NODE=$(hostname -s) SANDBOX_CPUS=50 SANDBOX_MEM_MB=16000
 #   SANDBOX_GPUS=2 (fake: /dev/null symlinks, on the first node only)
 #   SANDBOX_NODES=2 (nodes NODE, NODE2, ...; node i's slurmd listens on
 #   SANDBOX_SLURMD_PORT+i-1). Two, so that a multi-node job (--nodes=2,
@@ -70,7 +70,7 @@ SSH_CONFIG="$SSHD/ssh_config"
 # Precedence: environment > STATE_DIR/settings > default.
 declare -A SET=(
   [SANDBOX_SSH_PORT]=2222 [SANDBOX_CTLD_PORT]=6817 [SANDBOX_SLURMD_PORT]=6818
-  [SANDBOX_NODE]="$(hostname -s)" [SANDBOX_CPUS]=20 [SANDBOX_MEM_MB]=16000 [SANDBOX_GPUS]=2
+  [SANDBOX_NODE]="$(hostname -s)" [SANDBOX_CPUS]=50 [SANDBOX_MEM_MB]=16000 [SANDBOX_GPUS]=2
   [SANDBOX_NODES]=2
 )
 if [[ -r "$SB_DIR/settings" ]]; then
