@@ -312,3 +312,31 @@ func BenchmarkRSS(b *testing.B) {
 	b.ReportMetric(float64(testRSS)/1024, "MB-testplugin-idle")
 	b.ReportMetric(float64(host)/1024, "MB-host")
 }
+
+// waitNth returns the nth story line containing substr.
+func (h *hostProc) waitNth(tb testing.TB, substr string, n int, timeout time.Duration) storyLine {
+	tb.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		h.mu.Lock()
+		seen := 0
+		for _, l := range h.lines {
+			if strings.Contains(l.text, substr) {
+				if seen++; seen == n {
+					h.mu.Unlock()
+					return l
+				}
+			}
+		}
+		changed := h.changed
+		h.mu.Unlock()
+		select {
+		case <-changed:
+		case <-h.done:
+			tb.Fatalf("host-example exited (%v) before the %dth %q; its stdout:\n%s\nits stderr (tail):\n%s", h.cmd.ProcessState, n, substr, h.story(), tail(h.stderr.String(), 20))
+		case <-deadline.C:
+			tb.Fatalf("no %dth %q from host-example within %s; its stdout:\n%s", n, substr, timeout, h.story())
+		}
+	}
+}

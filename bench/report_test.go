@@ -288,6 +288,10 @@ func TestBenchReport(t *testing.T) {
 		makespanRows(rep, measureMakespan(t, e))
 	})
 
+	step(12, "relay", []string{"submit → attached through the relay"}, func(t *testing.T) {
+		relayRows(rep, measureRelay(t, e))
+	})
+
 	step(5, "reconcile", []string{"Reconcile"}, func(t *testing.T) {
 		r := newBigRig(t, e)
 		rep.note("1,000 submissions through the plugin (max_sessions 8) took %s (%.0f/s); squeue showed %d of its jobs pending.", dur(r.submit), 1000/r.submit.Seconds(), r.queued)
