@@ -448,7 +448,11 @@ func validate(s *settings) shared.Diagnostics {
 	checkURL := func(name, v string, required bool) {
 		if v == "" {
 			if required {
-				add(shared.Errorf(at(name), "Missing "+name, "Set %s to an http or https URL that compute nodes can reach.", name))
+				detail := fmt.Sprintf("Set %s to an http or https URL that compute nodes can reach.", name)
+				if name == "engine_url" {
+					detail += ` If they cannot reach the engine, set reach = "relay": they then dial a relay on the login node.`
+				}
+				add(shared.Errorf(at(name), "Missing "+name, "%s", detail))
 			}
 			return
 		}

@@ -1,4 +1,4 @@
-# want: 6:37 The argument "engine_url" is required
+# want: 6:37 If they cannot reach the engine, set reach = "relay"
 engine {
   plugin_dir = "@PLUGIN_DIR@"
 }
