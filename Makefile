@@ -21,11 +21,12 @@ help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: build
-build: ## build bin/provisioner-slurm, bin/host-example and bin/testplugin
+build: ## build bin/provisioner-slurm, bin/host-example, bin/testplugin and bin/provisioner-conformance
 	@echo "==> building"
 	$(GO) build -o $(BIN)/provisioner-slurm ./plugin
 	$(GO) build -o $(BIN)/host-example ./host-example
 	$(GO) build -o $(BIN)/testplugin ./examples/testplugin
+	$(GO) build -o $(BIN)/provisioner-conformance ./shared/conformance/provisioner-conformance
 
 $(TOOLS)/protoc-gen-go:
 	GOBIN=$(TOOLS) $(GO) install $(PROTOC_GEN_GO)
