@@ -113,17 +113,27 @@ provisioner "local" "py" {
 		t.Errorf("the story does not say the need was served by the plugin's worker")
 	}
 	poll(t, 10*time.Second, "the plugin to be gone", func() bool { return len(pluginPids(t, e.mark)) == 0 })
+	// The worker the killed plugin started outlives it, serving the
+	// engine; with the engine gone it leaves too, within the 10 s it
+	// tries to reach one.
+	poll(t, 20*time.Second, "the workers to be gone", func() bool { return len(processes(e.mark, "worker")) == 0 })
 }
 
 // pluginPids lists the live provisioner-local processes whose
 // environment carries mark.
 func pluginPids(t *testing.T, mark string) []int {
 	t.Helper()
+	return processes(mark, "provisioner-local")
+}
+
+// processes lists the live processes whose command line holds word and
+// whose environment carries mark.
+func processes(mark, word string) []int {
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	var pids []int
 	for _, d := range dirs {
 		cmdline, err := os.ReadFile(d + "/cmdline")
-		if err != nil || !bytes.Contains(cmdline, []byte("provisioner-local")) {
+		if err != nil || !bytes.Contains(cmdline, []byte(word)) {
 			continue
 		}
 		env, err := os.ReadFile(d + "/environ")
