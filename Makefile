@@ -21,11 +21,12 @@ help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: build
-build: ## build bin/provisioner-slurm, bin/host-example and bin/testplugin
+build: ## build bin/provisioner-slurm, bin/host-example, bin/testplugin and bin/provisioner-conformance
 	@echo "==> building"
 	$(GO) build -o $(BIN)/provisioner-slurm ./plugin
 	$(GO) build -o $(BIN)/host-example ./host-example
 	$(GO) build -o $(BIN)/testplugin ./examples/testplugin
+	$(GO) build -o $(BIN)/provisioner-conformance ./shared/conformance/provisioner-conformance
 
 $(TOOLS)/protoc-gen-go:
 	GOBIN=$(TOOLS) $(GO) install $(PROTOC_GEN_GO)
@@ -51,6 +52,29 @@ check-proto: ## fail if the generated code is not what `make proto` makes
 		echo "shared/internal/pb is stale: run make proto and commit it"; exit 1; fi; \
 	rm -rf $$tmp; echo "==> generated code is current"
 
+# The Python reference plugin's stubs: Debian's protoc and the gRPC plugin
+# of protobuf-compiler-grpc, the same gRPC release (1.51) as the
+# python3-grpcio it runs on. (python3-grpc-tools is gRPC 1.14, whose
+# bundled protoc writes code in a style protobuf 4 keeps only for old
+# code.) Generated code is committed, so the plugin runs from a checkout;
+# check-python-proto keeps it current.
+PY_LOCAL := examples/python-local
+.PHONY: python-proto
+python-proto: ## regenerate examples/python-local/gen from shared/proto and its own protos
+	@command -v protoc >/dev/null && command -v grpc_python_plugin >/dev/null || { echo "protoc or grpc_python_plugin is missing: apt-get install protobuf-compiler protobuf-compiler-grpc"; exit 1; }
+	protoc -I shared/proto -I $(PY_LOCAL)/proto \
+		--python_out=$(PY_LOCAL)/gen --grpc_python_out=$(PY_LOCAL)/gen --plugin=protoc-gen-grpc_python=$$(command -v grpc_python_plugin) \
+		shared/proto/provisioner.proto $(PY_LOCAL)/proto/health.proto $(PY_LOCAL)/proto/controller.proto $(PY_LOCAL)/proto/rpc_status.proto
+
+.PHONY: check-python-proto
+check-python-proto: ## fail if examples/python-local/gen is not what `make python-proto` makes
+	@tmp=$$(mktemp -d) && cp -r $(PY_LOCAL)/gen $$tmp/ && \
+	$(MAKE) -s python-proto && \
+	if ! diff -r -x __pycache__ $$tmp/gen $(PY_LOCAL)/gen >/dev/null; then \
+		diff -r -x __pycache__ $$tmp/gen $(PY_LOCAL)/gen | head -20; cp -r $$tmp/gen/. $(PY_LOCAL)/gen/; rm -rf $$tmp; \
+		echo "$(PY_LOCAL)/gen is stale: run make python-proto and commit it"; exit 1; fi; \
+	rm -rf $$tmp; echo "==> the Python stubs are current"
+
 .PHONY: check-shared
 check-shared: ## fail if shared/ imports slurm/, plugin/ or host-example/
 	@bad=$$($(GO) list -deps ./shared/... | grep -E '^github.com/fluksio/provision/(slurm|plugin|host-example)' || true); \
@@ -75,7 +99,7 @@ check-tidy: ## fail if go mod tidy would change go.mod or go.sum
 	rm -rf $$tmp; echo "==> go.mod is tidy"
 
 .PHONY: lint
-lint: $(TOOLS)/staticcheck check-shared check-plugin-deps check-proto check-tidy ## gofmt, go vet, staticcheck, and the checks above
+lint: $(TOOLS)/staticcheck check-shared check-plugin-deps check-proto check-python-proto check-tidy ## gofmt, go vet, staticcheck, and the checks above
 	@echo "==> gofmt"; out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
 	@echo "==> go vet"; $(GO) vet ./...

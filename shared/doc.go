@@ -19,10 +19,13 @@
 // talks to it over gRPC, through HashiCorp's go-plugin. So a site can add
 // a staged Slurm, a cloud, or something nobody here has heard of without
 // rebuilding the engine, a plugin that panics takes only itself down, and
-// a plugin can be written in any language that has gRPC. The price is a
-// process and a socket per provisioner and a few hundred microseconds a
-// call; the placer's hot path (does anything cover this node?) is answered
-// from shapes the engine caches, so it never pays it.
+// a plugin can be written in any language that has gRPC: the protocol is
+// written down in docs/plugin-protocol.md, bin/provisioner-conformance
+// checks a plugin against it, and examples/python-local is a plugin in
+// Python. The price is a process and a socket per provisioner and a few
+// hundred microseconds a call; the placer's hot path (does anything cover
+// this node?) is answered from shapes the engine caches, so it never pays
+// it.
 //
 // The contract is small on purpose. Asking is not scheduling: the engine's
 // placer decides what runs where, and a provisioner only says what sizes it

@@ -3,6 +3,9 @@ package slurm_test
 import (
 	"fmt"
 	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -108,6 +111,65 @@ func TestIntegrationConformance(t *testing.T) {
 		}
 		// The kit asks for two machines: one array of two tasks, which
 		// squeue may list as one record or two.
+		states := strings.Fields(out)
+		for _, st := range states {
+			if st != "CANCELLED" {
+				return false, out
+			}
+		}
+		return len(states) >= 1, out
+	})
+}
+
+// TestIntegrationConformanceChecker runs the checker binary, as an
+// author without Go would, against the real plugin and the sandbox: every
+// check passes, and what its Provision submitted is cancelled by its
+// Shutdown.
+func TestIntegrationConformanceChecker(t *testing.T) {
+	env := sandboxtest.Require(t)
+	name := "chk-" + randHex(3)
+	t.Cleanup(func() {
+		if _, err := slurm(env, "scancel", "--name=fluksio-"+name); err != nil {
+			t.Error(err)
+		}
+		waitQueueEmpty(t, env, name)
+	})
+	w := newWorker(t)
+	body := fmt.Sprintf(`login          = %s
+ssh_port       = %d
+ssh_key        = %s
+known_hosts    = %s
+engine_url     = %s
+max_idle       = "2m"
+submit_timeout = "20s"
+worker_command = %s
+profile "small" {
+  cpus   = 1
+  ram_mb = 100
+  sbatch = %s
+}
+`, hclString(env.Login), env.Port, hclString(env.Key), hclString(env.KnownHosts), hclString(engineURL),
+		hclList(w.script), hclList("--partition="+env.Partition, "--time=00:05:00", w.outputOption()))
+	config := filepath.Join(t.TempDir(), "slurm.hcl")
+	if err := os.WriteFile(config, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	checker := sandboxtest.Binary(t, "shared/conformance/provisioner-conformance", "provisioner-conformance")
+	cmd := exec.Command(checker, "-plugin", sandboxtest.Binary(t, "plugin", "provisioner-slurm"),
+		"-config", config, "-name", name, "-event-timeout", "45s")
+	out, err := cmd.CombinedOutput()
+	t.Logf("checker:\n%s", out)
+	if err != nil {
+		t.Fatalf("the checker failed the Slurm plugin: %v", err)
+	}
+	if n := strings.Count(string(out), "PASS  "); n != len(conformance.Checks) {
+		t.Errorf("%d checks passed, want %d", n, len(conformance.Checks))
+	}
+	poll(t, "the checker's jobs to be CANCELLED", jobTimeout, func() (bool, string) {
+		out, err := slurm(env, "squeue", "-h", "-t", "all", "--name=fluksio-"+name, "-o", "%T")
+		if err != nil {
+			return false, err.Error()
+		}
 		states := strings.Fields(out)
 		for _, st := range states {
 			if st != "CANCELLED" {

@@ -5,7 +5,8 @@
 // host-example and bench launch it as a real subprocess. It lives here,
 // not under testdata, so that go vet and staticcheck read it like any
 // other code. abuse.go and hang.go make it misbehave on purpose, for the
-// host's tests; a plugin of yours needs neither.
+// host's tests, and broken.go breaks the protocol's rules one at a time,
+// for the conformance checker's; a plugin of yours needs none of them.
 //
 // Its configuration:
 //
@@ -56,7 +57,9 @@ type memory struct {
 }
 
 func (m *memory) Info(context.Context, *shared.InfoRequest) (*shared.InfoResponse, error) {
-	return &shared.InfoResponse{Kind: "memory", Version: "0.1.0", ContractVersion: shared.ContractVersion}, nil
+	info := &shared.InfoResponse{Kind: "memory", Version: "0.1.0", ContractVersion: shared.ContractVersion}
+	brokenInfo(info)
+	return info, nil
 }
 
 func (m *memory) Schema(context.Context, *shared.SchemaRequest) (*shared.SchemaResponse, error) {
@@ -89,6 +92,7 @@ func (m *memory) Configure(_ context.Context, req *shared.ConfigureRequest) (*sh
 	if diags.HasErrors() {
 		return &shared.ConfigureResponse{Diagnostics: diags}, nil
 	}
+	brokenConfigure()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.name, m.cfg, m.host = req.Name, c, req.Host
@@ -143,10 +147,10 @@ func (m *memory) Provision(ctx context.Context, req *shared.ProvisionRequest) (*
 	switch {
 	case m.cfg == nil:
 		m.mu.Unlock()
-		return nil, shared.ErrNotConfigured
+		return nil, bareError(shared.ErrNotConfigured)
 	case m.shut:
 		m.mu.Unlock()
-		return nil, shared.ErrShutdown
+		return nil, bareError(shared.ErrShutdown)
 	}
 	attached := map[string]bool{}
 	for _, w := range req.Attached {
@@ -299,5 +303,9 @@ func main() {
 	if abuse("stderr") {
 		abusiveStderr()
 	}
+	brokenCookie()
 	plugin.Serve(func(log hclog.Logger) shared.Provisioner { return withHang(&memory{log: log}) })
+	if broken("controller") {
+		time.Sleep(time.Hour)
+	}
 }

@@ -19,8 +19,10 @@
 // are stamped with its own name); the environment a plugin starts with
 // (without the signing secret: LaunchConfig.DropEnv); the sha256 pin,
 // checked on the very descriptor that is executed; the bounds on what a
-// plugin may send and log; and an exit that says what the plugin did
-// (ExitStatus, with its last stderr lines).
+// plugin may send and log; a warning for whatever a plugin writes to
+// stdout after the handshake, which go-plugin alone drops (OnStdout); and
+// an exit that says what the plugin did (ExitStatus, with its last stderr
+// lines).
 //
 // Rejected alternative: linking provisioners into the engine. A site could
 // not add its own without rebuilding, and a plugin that panics would take

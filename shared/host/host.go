@@ -23,6 +23,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
+	"github.com/hashicorp/go-plugin/runner"
 	"google.golang.org/grpc"
 )
 
@@ -90,6 +91,13 @@ type LaunchConfig struct {
 	DropEnv []string
 	// StartTimeout bounds the handshake; zero means 30 seconds.
 	StartTimeout time.Duration
+	// OnStdout hears each line the plugin writes to stdout after the
+	// handshake, which a plugin must not do (stdout.go). Nil logs each
+	// as a warning under the provisioner's name.
+	OnStdout func(line string)
+	// Stderr receives a copy of the plugin's stderr as the plugin wrote
+	// it, beside the log lines the host makes of it. Nil: none.
+	Stderr io.Writer
 }
 
 // ExitStatus says how a plugin process ended.
@@ -171,6 +179,16 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 	cmd.Env = append(environWithout(os.Environ(), cfg.DropEnv), cfg.Env...)
 	setParentDeathSignal(cmd)
 	stderr := newTailWriter(20)
+	var stderrCopy io.Writer = stderr
+	if cfg.Stderr != nil {
+		stderrCopy = io.MultiWriter(stderr, cfg.Stderr)
+	}
+	onStdout := cfg.OnStdout
+	if onStdout == nil {
+		onStdout = func(line string) {
+			logger.Warn("the plugin wrote to stdout after the handshake; a plugin must log to stderr", "line", line)
+		}
+	}
 	timeout := cfg.StartTimeout
 	if timeout == 0 {
 		timeout = 30 * time.Second
@@ -178,11 +196,23 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  wire.Handshake,
 		VersionedPlugins: wire.PluginSets(nil),
-		Cmd:              cmd,
+		// go-plugin hands the runner a blank command carrying what it
+		// adds for the handshake (the cookie, the client certificate);
+		// those go onto ours. It also makes a directory for the plugin's
+		// socket, which only a Kill would remove: a plugin that dies is
+		// not killed, so the directory is dropped here and the plugin
+		// picks its own, as it did before the runner was ours.
+		RunnerFunc: func(_ hclog.Logger, spec *exec.Cmd, socketDir string) (runner.Runner, error) {
+			_ = os.Remove(socketDir)
+			cmd.Env = append(cmd.Env, environWithout(spec.Env, []string{plugin.EnvUnixSocketDir})...)
+			cmd.Stdin = spec.Stdin
+			return newCmdRunner(cmd, onStdout)
+		},
+		SyncStdout:       &lineWriter{onLine: onStdout},
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         true,
 		Logger:           logger,
-		Stderr:           stderr,
+		Stderr:           stderrCopy,
 		StartTimeout:     timeout,
 		// cmd.Env already holds this process's environment with cfg.Env
 		// after it; go-plugin would otherwise append the environment

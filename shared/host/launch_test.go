@@ -310,6 +310,32 @@ func TestStdoutBeforeHandshake(t *testing.T) {
 	}
 }
 
+// A line on stdout after the handshake, which go-plugin alone would drop,
+// reaches the operator as a warning naming the plugin and the line.
+func TestStdoutAfterHandshakeIsReported(t *testing.T) {
+	logs := &syncBuffer{}
+	p := launchTest(t, LaunchConfig{
+		Name:   "chatty",
+		Env:    []string{"TESTPLUGIN_BREAK=stdout"},
+		Logger: hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Info}),
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := p.Provisioner().Configure(ctx, &shared.ConfigureRequest{Name: "chatty", Config: json.RawMessage(`{"greeting":"hi"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), "wrote to stdout after the handshake") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning about the line on stdout; the log:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if out := logs.String(); !strings.Contains(out, "chatty") || !strings.Contains(out, "configured!") {
+		t.Errorf("the warning does not name the plugin and the line:\n%s", out)
+	}
+}
+
 func TestLaunchMissingOrNotAPlugin(t *testing.T) {
 	_, err := Launch(context.Background(), LaunchConfig{Name: "x", Path: "/nonexistent/provisioner-x"})
 	if err == nil || !strings.Contains(err.Error(), "no plugin at /nonexistent/provisioner-x") {

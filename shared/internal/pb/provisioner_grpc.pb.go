@@ -3,6 +3,10 @@
 // This file is the language-neutral contract: a plugin in any language that
 // speaks gRPC and go-plugin's handshake can implement it. The Go SDK in
 // package shared wraps it; nothing outside that package sees these types.
+// docs/plugin-protocol.md has what this file cannot say: the handshake
+// line and cookie, mutual TLS, the health and controller services, the
+// configuration JSON and its paths, log lines, the lifecycle duties and
+// the worker; bin/provisioner-conformance checks a plugin against both.
 //
 // Conventions:
 //   - Every RPC takes a request message and returns a response message, so
@@ -17,7 +21,9 @@
 //       PERMISSION_DENIED   PERMISSION_DENIED    the host refused a request
 //       INVALID_ARGUMENT    INVALID_ARGUMENT     a malformed request
 //       UNIMPLEMENTED       UNIMPLEMENTED        optional method not provided
-//     A plugin that only sets the code is understood too.
+//     The detail travels in grpc-status-details-bin. A plugin that only
+//     sets the code is understood as NOT_CONFIGURED for FAILED_PRECONDITION,
+//     so SHUT_DOWN and NO_HOST need the detail.
 //   - A "no" is not an error: Covers and Provision say so in the response.
 //   - Durations are seconds as doubles; times are Unix nanoseconds.
 

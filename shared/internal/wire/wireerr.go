@@ -82,7 +82,7 @@ func fromStatus(err error, gone bool) error {
 		}
 		for _, w := range wireErrors {
 			if w.reason == info.GetReason() {
-				return &remoteError{sentinel: w.err, msg: msg}
+				return &remoteError{sentinel: w.err, msg: msg, reason: w.reason}
 			}
 		}
 	}
@@ -112,6 +112,22 @@ func fromStatus(err error, gone bool) error {
 type remoteError struct {
 	sentinel error
 	msg      string
+	// reason is the ErrorInfo reason the other side sent, empty when it
+	// sent a bare code and the sentinel was guessed from it.
+	reason string
+}
+
+// ErrorReason is the reason of the ErrorInfo detail (domain
+// provision.fluksio) an error from the other side carried, such as
+// "SHUT_DOWN"; empty when it carried none. A bare FAILED_PRECONDITION is
+// read as ErrNotConfigured, so only the reason says the plugin meant it;
+// the conformance checker asks.
+func ErrorReason(err error) string {
+	var re *remoteError
+	if errors.As(err, &re) {
+		return re.reason
+	}
+	return ""
 }
 
 func (e *remoteError) Error() string {

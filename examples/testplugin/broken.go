@@ -1,0 +1,70 @@
+package main
+
+// Broken modes, for the conformance checker's own tests: each makes this
+// plugin break one rule of docs/plugin-protocol.md the way a plugin in
+// another language might, so that the test can see the checker fail it
+// and name the check. TESTPLUGIN_BREAK is a comma list:
+//
+//	contract    Info reports contract version 1.0
+//	details     errors cross as bare gRPC codes, without ErrorInfo
+//	stdout      Configure writes a line to stdout (file descriptor 1)
+//	sigterm     from Info on, SIGTERM is ignored
+//	controller  the process stays after GRPCController.Shutdown, as one
+//	            that does not serve the controller does until SIGKILL
+//	cookie      the plugin expects another magic cookie value
+//
+// A plugin of yours needs none of this.
+
+import (
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fluksio/provision/shared"
+)
+
+func broken(what string) bool {
+	return strings.Contains(","+os.Getenv("TESTPLUGIN_BREAK")+",", ","+what+",")
+}
+
+// bareError is err as a plugin that sets only the gRPC code sends it:
+// the host then cannot tell "shut down" from "not configured".
+func bareError(err error) error {
+	if !broken("details") {
+		return err
+	}
+	return status.Error(codes.FailedPrecondition, err.Error())
+}
+
+func brokenInfo(info *shared.InfoResponse) {
+	if broken("contract") {
+		info.ContractVersion = "1.0"
+	}
+	if broken("sigterm") {
+		// Serve listens for SIGTERM before any call arrives; Ignore
+		// undoes that.
+		signal.Ignore(syscall.SIGTERM)
+	}
+}
+
+func brokenConfigure() {
+	if broken("stdout") {
+		// Not os.Stdout, which go-plugin has swapped for its stdio
+		// stream: the pipe the handshake went down, as a print() in
+		// another language writes to.
+		os.NewFile(1, "stdout").WriteString("configured!\n")
+	}
+}
+
+// brokenCookie makes the plugin compare the host's cookie with another
+// value, as a plugin with a typo in it does.
+func brokenCookie() {
+	if broken("cookie") {
+		const key = "FLUKSIO_PROVISIONER_PLUGIN"
+		os.Setenv(key, "not-"+os.Getenv(key))
+	}
+}

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fluksio/provision/internal/sandboxtest"
+)
+
+// The Python reference plugin (examples/python-local) as an engine runs
+// it: it needs Debian's python3 with python3-grpcio, python3-protobuf and
+// python3-cryptography (.ci/run installs them). Without them it skips,
+// except in CI, where it must run.
+
+// pythonPlugin returns the path of provisioner-local.
+func pythonPlugin(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("/usr/bin/python3", "-c", "import grpc, google.protobuf, cryptography").CombinedOutput()
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI must have python3-grpcio, python3-protobuf and python3-cryptography: %v\n%s", err, out)
+		}
+		t.Skipf("Debian's python3 with grpcio, protobuf and cryptography is missing: %v", err)
+	}
+	return filepath.Join(sandboxtest.ModuleRoot(), "examples", "python-local", "provisioner-local")
+}
+
+// TestPythonPluginConforms runs the checker binary against the Python
+// plugin: every check must pass.
+func TestPythonPluginConforms(t *testing.T) {
+	plugin := pythonPlugin(t)
+	hostBin := sandboxtest.Binary(t, "host-example", "host-example")
+	checker := sandboxtest.Binary(t, "shared/conformance/provisioner-conformance", "provisioner-conformance")
+	cfg := filepath.Join(t.TempDir(), "local.hcl")
+	body := fmt.Sprintf(`engine_url     = "http://127.0.0.1:1"
+worker_command = [%q, "worker"]
+profile "small" {
+  cpus   = 1
+  labels = ["x86"]
+}
+`, hostBin)
+	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(checker, "-plugin", plugin, "-config", cfg).CombinedOutput()
+	t.Logf("checker:\n%s", out)
+	if err != nil {
+		t.Fatalf("the checker failed the Python plugin: %v", err)
+	}
+	if n := bytes.Count(out, []byte("\nPASS ")) + 1; n != 19 || bytes.Contains(out, []byte("FAIL")) {
+		t.Errorf("%d checks passed, want 19", n)
+	}
+}
+
+// TestPythonPluginServesRun runs host-example with the Python plugin: a
+// need is served by a worker the plugin started as a local process; the
+// plugin, killed with SIGKILL while the work runs, is restarted by the
+// engine's supervisor; and the run completes.
+func TestPythonPluginServesRun(t *testing.T) {
+	plugin := pythonPlugin(t)
+	e := &e2e{host: sandboxtest.Binary(t, "host-example", "host-example"), name: "py", port: sandboxtest.FreePort(t)}
+	e.mark = "FLUKSIO_E2E_MARK=py-" + strconv.Itoa(os.Getpid())
+	cfg := filepath.Join(t.TempDir(), "config.hcl")
+	body := fmt.Sprintf(`engine {
+  listen = "127.0.0.1:%[1]d"
+}
+
+provisioner "local" "py" {
+  plugin         = %[2]q
+  engine_url     = "http://127.0.0.1:%[1]d"
+  worker_command = [%[3]q, "worker"]
+  max_idle       = "20s"
+  profile "small" {
+    cpus = 1
+  }
+}
+`, e.port, plugin, e.host)
+	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	p := e.startEngine(t, "-config", cfg, "-need", "cpus=1,work=6s", "-timeout", "90s")
+	poll(t, 30*time.Second, "a worker of the Python plugin to attach", func() bool {
+		return strings.Contains(p.stdout.String(), " attached from ")
+	})
+	first := pluginPids(t, e.mark)
+	if len(first) != 1 {
+		t.Fatalf("want one plugin process, found %v", first)
+	}
+	if err := syscall.Kill(first[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 30*time.Second, "the supervisor to restart the plugin", func() bool {
+		return strings.Contains(p.stderr.String(), "plugin restarted")
+	})
+	if again := pluginPids(t, e.mark); len(again) != 1 || again[0] == first[0] {
+		t.Errorf("after the restart the plugin processes are %v (killed: %d)", again, first[0])
+	}
+	if code := p.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("exit %d, want 0\nstdout:\n%s\nstderr:\n%s", code, p.stdout, p.stderr)
+	}
+	story := p.stdout.String()
+	t.Logf("story:\n%s", story)
+	if !strings.Contains(story, "all 1 need(s) served") || !strings.Contains(story, "work done by py-small-") {
+		t.Errorf("the story does not say the need was served by the plugin's worker")
+	}
+	poll(t, 10*time.Second, "the plugin to be gone", func() bool { return len(pluginPids(t, e.mark)) == 0 })
+	// The worker the killed plugin started outlives it, serving the
+	// engine; with the engine gone it leaves too, within the 10 s it
+	// tries to reach one.
+	poll(t, 20*time.Second, "the workers to be gone", func() bool { return len(processes(e.mark, "worker")) == 0 })
+}
+
+// pluginPids lists the live provisioner-local processes whose
+// environment carries mark.
+func pluginPids(t *testing.T, mark string) []int {
+	t.Helper()
+	return processes(mark, "provisioner-local")
+}
+
+// processes lists the live processes whose command line holds word and
+// whose environment carries mark.
+func processes(mark, word string) []int {
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	var pids []int
+	for _, d := range dirs {
+		cmdline, err := os.ReadFile(d + "/cmdline")
+		if err != nil || !bytes.Contains(cmdline, []byte(word)) {
+			continue
+		}
+		env, err := os.ReadFile(d + "/environ")
+		if err != nil || !bytes.Contains(env, []byte(mark)) {
+			continue
+		}
+		if stat, err := os.ReadFile(d + "/stat"); err == nil {
+			if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+				continue
+			}
+		}
+		pid, _ := strconv.Atoi(filepath.Base(d))
+		pids = append(pids, pid)
+	}
+	return pids
+}

@@ -1,0 +1,533 @@
+package conformance
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+
+	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/hclconfig"
+	"github.com/fluksio/provision/shared/host"
+	"github.com/fluksio/provision/shared/internal/wire"
+)
+
+// run is one pass of the checks over one plugin. Its fields are set by
+// one check and read by the later ones, all from the caller's goroutine.
+type run struct {
+	cfg    Config
+	report func(Result)
+	ok     bool
+	// stopped names the check whose failure makes the rest meaningless.
+	stopped string
+
+	plugin *host.Plugin
+	p      shared.Provisioner
+	events chan shared.Event
+	out    *output
+	kind   string
+	schema *shared.Schema
+	good   json.RawMessage
+	shapes []shared.Shape
+}
+
+// check runs one check and reports it. fn returns what it found wrong;
+// fatal marks a check the rest cannot do without.
+func (r *run) check(name string, fatal bool, fn func() problems) {
+	if r.stopped != "" {
+		r.ok = false
+		r.report(Result{Check: name, Skipped: true, Detail: "not run: " + r.stopped + " failed"})
+		return
+	}
+	start := time.Now()
+	found := fn()
+	res := Result{Check: name, Pass: len(found) == 0, Detail: found.String(), Seconds: time.Since(start).Seconds()}
+	if !res.Pass {
+		r.ok = false
+		if fatal {
+			r.stopped = name
+		}
+	}
+	r.report(res)
+}
+
+func (r *run) all(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	defer func() {
+		if r.plugin != nil {
+			r.plugin.Kill()
+		}
+	}()
+	cfg := r.cfg
+
+	r.check(checkCookie, false, func() problems { return refusesWithoutCookie(ctx, cfg) })
+
+	r.check(checkHandshake, true, func() problems {
+		var err error
+		r.out = &output{}
+		r.plugin, err = launch(ctx, cfg, r.out, func(ev shared.Event) {
+			// The checks only ever look at the first events; a full
+			// channel must never block the plugin's event stream.
+			select {
+			case r.events <- ev:
+			default:
+			}
+		})
+		if err != nil {
+			return problems{fmt.Sprintf("launch: %v", err)}
+		}
+		r.p = r.plugin.Provisioner()
+		return nil
+	})
+
+	var info *shared.InfoResponse
+	r.check(checkInfo, false, func() problems {
+		var err error
+		info, err = r.p.Info(ctx, &shared.InfoRequest{})
+		if err != nil {
+			return problems{err.Error()}
+		}
+		r.kind = info.Kind
+		if info.Kind == "" || info.Version == "" {
+			return problems{fmt.Sprintf("Info must name a kind and a version: %+v", info)}
+		}
+		return nil
+	})
+	r.check(checkContract, false, func() problems {
+		if info == nil {
+			return problems{"Info failed"}
+		}
+		if major(info.ContractVersion) != major(shared.ContractVersion) {
+			return problems{fmt.Sprintf("contract version %q, this host speaks %q (any %s.x)", info.ContractVersion, shared.ContractVersion, major(shared.ContractVersion))}
+		}
+		return nil
+	})
+
+	invalid := make([]json.RawMessage, len(cfg.Invalid))
+	r.check(checkSchema, true, func() problems {
+		var found problems
+		first, err := r.p.Schema(ctx, &shared.SchemaRequest{})
+		if err != nil {
+			return problems{err.Error()}
+		}
+		if err := first.Schema.Validate(); err != nil {
+			return problems{fmt.Sprintf("the schema is not one a host can use: %v", err)}
+		}
+		r.schema = first.Schema
+		again, err := r.p.Schema(ctx, &shared.SchemaRequest{})
+		if err != nil || !reflect.DeepEqual(first.Schema, again.Schema) {
+			found.add("Schema answered differently the second time (%v)", err)
+		}
+		var diags hcl.Diagnostics
+		r.good, diags = decode(cfg.HCL, first.Schema)
+		if diags.HasErrors() {
+			return append(found, "the good configuration does not decode against the plugin's schema: "+diags.Error())
+		}
+		for i, inv := range cfg.Invalid {
+			raw, diags := decode(inv.HCL, first.Schema)
+			if diags.HasErrors() {
+				return append(found, fmt.Sprintf("invalid case %d is rejected by the schema itself, so it tests nothing of the plugin: %s", i, diags.Error()))
+			}
+			invalid[i] = raw
+		}
+		return found
+	})
+
+	r.check(checkValidate, false, func() problems {
+		var found problems
+		v, err := r.p.ValidateConfig(ctx, &shared.ValidateConfigRequest{Name: cfg.Name, Config: r.good})
+		if err != nil {
+			return problems{err.Error()}
+		}
+		if v.Diagnostics.HasErrors() {
+			found.add("the good configuration was rejected: %s", v.Diagnostics.Error())
+		}
+		for i, inv := range cfg.Invalid {
+			v, err := r.p.ValidateConfig(ctx, &shared.ValidateConfigRequest{Name: cfg.Name, Config: invalid[i]})
+			if err != nil {
+				return append(found, err.Error())
+			}
+			if !hasPath(v.Diagnostics, inv.Path) {
+				found.add("a broken configuration at %s was not reported there; got %q", strings.Join(inv.Path, "."), v.Diagnostics.Error())
+			}
+		}
+		return found
+	})
+
+	r.check(checkNotConfigured, false, func() problems {
+		_, err := r.p.Provision(ctx, &shared.ProvisionRequest{Demand: []shared.Demand{{Need: shared.Need{CPUs: 1}, Count: 1}}})
+		return wantReason(err, shared.ErrNotConfigured, "NOT_CONFIGURED", "Provision before Configure")
+	})
+
+	r.check(checkConfigure, true, func() problems {
+		c, err := r.p.Configure(ctx, &shared.ConfigureRequest{Name: cfg.Name, Config: r.good})
+		if err != nil {
+			return problems{err.Error()}
+		}
+		if c.Diagnostics.HasErrors() {
+			return problems{"Configure rejected the good configuration: " + c.Diagnostics.Error()}
+		}
+		return nil
+	})
+
+	r.check(checkShapes, false, func() problems { return r.shapesAndCovers(ctx) })
+	r.check(checkProvision, false, func() problems { return r.provision(ctx) })
+	r.check(checkReconcile, false, func() problems { return r.reconcile(ctx) })
+	r.check(checkStatus, false, func() problems {
+		var found problems
+		st, err := r.p.Status(ctx, &shared.StatusRequest{})
+		if err != nil {
+			return problems{err.Error()}
+		}
+		if st.Name != cfg.Name || st.Kind != r.kind || len(st.Profiles) == 0 {
+			found.add("Status = %+v, want name %q, kind %q and its profiles", st, cfg.Name, r.kind)
+		}
+		for _, o := range st.Outstanding {
+			if !contains(st.Profiles, o.Profile) || o.Age < 0 {
+				found.add("outstanding %+v is not for one of the profiles %v", o, st.Profiles)
+			}
+		}
+		return found
+	})
+
+	r.check(checkShutdown, true, func() problems {
+		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		if _, err := r.p.Shutdown(sctx, &shared.ShutdownRequest{}); err != nil {
+			return problems{fmt.Sprintf("Shutdown: %v", err)}
+		}
+		if sctx.Err() != nil {
+			return problems{"Shutdown did not return before its deadline"}
+		}
+		return nil
+	})
+	r.check(checkShutDownDetail, false, func() problems {
+		_, err := r.p.Provision(ctx, &shared.ProvisionRequest{Demand: []shared.Demand{{Need: shared.Need{CPUs: 1}, Count: 1}}})
+		return wantReason(err, shared.ErrShutdown, "SHUT_DOWN", "Provision after Shutdown")
+	})
+	r.check(checkController, false, func() problems {
+		// go-plugin's Kill asks GRPCController.Shutdown first and waits
+		// up to 2 s for the process to leave before it sends SIGKILL.
+		start := time.Now()
+		r.plugin.Kill()
+		exit := r.plugin.ExitStatus()
+		if exit == nil || exit.Signal != "" {
+			return problems{fmt.Sprintf("the process was %s %.1fs after GRPCController.Shutdown: serve the plugin.GRPCController service and exit when it is called",
+				exit, time.Since(start).Seconds())}
+		}
+		return nil
+	})
+	r.check(checkStdout, false, func() problems {
+		if lines := r.out.stdoutLines(); len(lines) > 0 {
+			return problems{fmt.Sprintf("%d line(s) on stdout after the handshake, the first: %q; stdout carries the handshake line only, log to stderr", len(lines), lines[0])}
+		}
+		return nil
+	})
+	r.check(checkLogLines, false, func() problems { return r.out.badLogLines() })
+
+	// These start processes of their own, which need only a plugin that
+	// starts at all.
+	if r.stopped != checkHandshake {
+		r.stopped = ""
+	}
+	r.check(checkSIGTERM, false, func() problems { return exitsOnSIGTERM(ctx, cfg) })
+	r.check(checkParentDeath, false, func() problems { return exitsWhenOrphaned(ctx, cfg) })
+}
+
+// wantReason checks that err is the sentinel want and carried the
+// ErrorInfo reason that names it.
+func wantReason(err, want error, reason, what string) problems {
+	if !errors.Is(err, want) {
+		return problems{fmt.Sprintf("%s: got %v, want a FAILED_PRECONDITION status with ErrorInfo{domain: %q, reason: %q}", what, err, "provision.fluksio", reason)}
+	}
+	if got := wire.ErrorReason(err); got != reason {
+		return problems{fmt.Sprintf("%s: the status carried no ErrorInfo detail with reason %q (got %q), so a host cannot tell it from another failure of the same code; add google.rpc.ErrorInfo{domain: %q, reason: %q}",
+			what, reason, got, "provision.fluksio", reason)}
+	}
+	return nil
+}
+
+func (r *run) shapesAndCovers(ctx context.Context) problems {
+	var found problems
+	sr, err := r.p.Shapes(ctx, &shared.ShapesRequest{})
+	if err != nil {
+		return problems{err.Error()}
+	}
+	r.shapes = sr.Shapes
+	if len(r.shapes) == 0 {
+		return problems{"a configured provisioner offers no shapes"}
+	}
+	biggest := shared.Need{}
+	for _, s := range r.shapes {
+		for _, need := range []shared.Need{
+			{CPUs: s.CPUs, GPUs: s.GPUs, RAMMB: s.RAMMB},
+			{CPUs: s.CPUs, GPUs: s.GPUs, RAMMB: s.RAMMB, Label: s.Profile},
+		} {
+			c, err := r.p.Covers(ctx, &shared.CoversRequest{Need: need})
+			if err != nil || !c.Covered {
+				found.add("Shapes offers %+v but Covers(%+v) says %+v (%v)", s, need, c, err)
+			}
+		}
+		for _, l := range s.Labels {
+			lr, err := r.p.Shapes(ctx, &shared.ShapesRequest{Label: l})
+			if err != nil || !containsProfile(lr.Shapes, s.Profile) {
+				found.add("Shapes(%q) leaves out %q, which carries that label", l, s.Profile)
+			}
+		}
+		biggest.CPUs = max(biggest.CPUs, s.CPUs)
+		biggest.GPUs = max(biggest.GPUs, s.GPUs)
+	}
+	biggest.CPUs++
+	if c, err := r.p.Covers(ctx, &shared.CoversRequest{Need: biggest}); err != nil || c.Covered {
+		found.add("Covers(%+v), more than any shape, says %+v (%v)", biggest, c, err)
+	}
+	return found
+}
+
+func (r *run) provision(ctx context.Context) problems {
+	var found problems
+	need := r.cfg.Need
+	if need == (shared.Need{}) && len(r.shapes) > 0 {
+		need = shared.Need{CPUs: r.shapes[0].CPUs, GPUs: r.shapes[0].GPUs, RAMMB: r.shapes[0].RAMMB}
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	// Two machines that fit, and one need nothing fits: the answer comes
+	// entry by entry, and the same demand again asks for nothing new.
+	unfit := shared.Need{CPUs: 1 << 20}
+	demand := &shared.ProvisionRequest{Demand: []shared.Demand{{Need: need, Count: 2}, {Need: unfit, Count: 1}}}
+	resp, err := r.p.Provision(pctx, demand)
+	if err != nil {
+		return problems{fmt.Sprintf("Provision did not answer within 5s, or failed: %v", err)}
+	}
+	if len(resp.Outcomes) != 2 || resp.Outcomes[0].Outcome != shared.OutcomeRequested || resp.Outcomes[1].Outcome != shared.OutcomeNoFit {
+		return problems{fmt.Sprintf("Provision(2 × %+v, 1 × %+v) = %+v, want requested then no_fit", need, unfit, resp)}
+	}
+	profile := resp.Outcomes[0].Profile
+	if pd := profileDemand(resp, profile); pd.Wanted < 2 || pd.Requested+pd.OnTheWay < 2 {
+		found.add("profile %s after asking for 2: %+v, want 2 wanted and 2 requested or on their way", profile, pd)
+	}
+	again, err := r.p.Provision(pctx, demand)
+	if err != nil || len(again.Outcomes) != 2 || again.Outcomes[0].Outcome == shared.OutcomeRequested || profileDemand(again, profile).Requested != 0 {
+		found.add("the same demand again = %+v (%v), want nothing new asked for", again, err)
+	}
+	timeout := time.NewTimer(r.cfg.EventTimeout)
+	defer timeout.Stop()
+	for seen := 1; seen <= 2; seen++ {
+		select {
+		case ev := <-r.events:
+			if ev.Profile != profile || (ev.Kind != shared.EventWorkerProvisioned && ev.Kind != shared.EventWorkerProvisionFailed) {
+				found.add("event %d after Provision is %+v", seen, ev)
+			}
+			if ev.Kind == shared.EventWorkerProvisioned && !strings.HasPrefix(ev.Worker, r.cfg.Name+"-") {
+				found.add("worker %q is not named after its provisioner", ev.Worker)
+			}
+			// Reporting a failure is honest, but it is not provisioning:
+			// the check fails, and says what the plugin said.
+			if ev.Kind == shared.EventWorkerProvisionFailed {
+				found.add("Provision failed: worker_provision_failed for profile %s: %s", ev.Profile, ev.Detail)
+			}
+		case <-timeout.C:
+			return append(found, fmt.Sprintf("%d of 2 worker_provisioned or worker_provision_failed events within %s of Provision", seen-1, r.cfg.EventTimeout))
+		}
+	}
+	return found
+}
+
+func (r *run) reconcile(ctx context.Context) problems {
+	var found problems
+	before, err := r.p.Status(ctx, &shared.StatusRequest{})
+	if err != nil {
+		return problems{err.Error()}
+	}
+	for i := range 2 {
+		rr, err := r.p.Reconcile(ctx, &shared.ReconcileRequest{Attached: []string{"somebody-else-1"}})
+		if err != nil {
+			return append(found, err.Error())
+		}
+		if len(rr.Arrived) != 0 {
+			found.add("Reconcile %d forgot %v, which never attached", i, rr.Arrived)
+		}
+	}
+	after, err := r.p.Status(ctx, &shared.StatusRequest{})
+	if err != nil {
+		return append(found, err.Error())
+	}
+	if len(before.Outstanding) != len(after.Outstanding) {
+		found.add("Reconcile changed what is outstanding: %d before, %d after", len(before.Outstanding), len(after.Outstanding))
+	}
+	return found
+}
+
+// launch starts the plugin as a host does, with its stdout and stderr
+// recorded in out, at debug level so there is more log to check.
+func launch(ctx context.Context, cfg Config, out *output, onEvent func(shared.Event)) (*host.Plugin, error) {
+	env := append([]string{logLevelEnv + "=debug"}, cfg.Env...)
+	return host.Launch(ctx, host.LaunchConfig{
+		Name: cfg.Name, Path: cfg.Binary, Args: cfg.Args, Env: env, Logger: cfg.Logger,
+		Signer: fakeSigner{}, OnEvent: onEvent, StartTimeout: 20 * time.Second,
+		OnStdout: out.addStdout, Stderr: out,
+	})
+}
+
+// logLevelEnv is shared/plugin.LogLevelEnv, which this package may not
+// import (a host need not link the plugin SDK).
+const logLevelEnv = "FLUKSIO_PLUGIN_LOG_LEVEL"
+
+// output is what a plugin wrote besides the handshake.
+type output struct {
+	mu      sync.Mutex // guards everything below
+	stdout  []string
+	stderr  []string
+	partial []byte
+}
+
+func (o *output) addStdout(line string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.stdout = append(o.stdout, line)
+}
+
+// Write takes the plugin's raw stderr and keeps its first lines.
+func (o *output) Write(b []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, c := range b {
+		if c != '\n' {
+			if len(o.partial) < 4096 {
+				o.partial = append(o.partial, c)
+			}
+			continue
+		}
+		if len(o.stderr) < 10000 {
+			o.stderr = append(o.stderr, string(o.partial))
+		}
+		o.partial = o.partial[:0]
+	}
+	return len(b), nil
+}
+
+func (o *output) stdoutLines() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]string(nil), o.stdout...)
+}
+
+// hostTimeFormat is the one @timestamp layout go-plugin's host reads;
+// a line whose timestamp is in any other is shown as unparsed text.
+const hostTimeFormat = "2006-01-02T15:04:05.000000Z07:00"
+
+// badLogLines checks each stderr line as go-plugin's host reads it: a
+// JSON object with "@level" (trace, debug, info, warn, error) and
+// "@message" strings, and "@timestamp", if present, in hostTimeFormat.
+// Anything else reaches the operator as a debug line of raw text, which
+// a host at its default level never shows.
+func (o *output) badLogLines() problems {
+	o.mu.Lock()
+	lines := append([]string(nil), o.stderr...)
+	o.mu.Unlock()
+	var found problems
+	bad := 0
+	for _, line := range lines {
+		why := logLineProblem(line)
+		if why == "" {
+			continue
+		}
+		bad++
+		if len(found) < 3 {
+			found.add("%s: %.200q", why, line)
+		}
+	}
+	if bad > 0 {
+		found = append(problems{fmt.Sprintf("%d of %d stderr lines are not log lines the host parses; write one JSON object a line with \"@level\", \"@message\" and \"@timestamp\" (%s)", bad, len(lines), hostTimeFormat)}, found...)
+	}
+	return found
+}
+
+func logLineProblem(line string) string {
+	var m map[string]any
+	if err := json.Unmarshal([]byte(line), &m); err != nil {
+		return "not a JSON object"
+	}
+	level, ok := m["@level"].(string)
+	switch {
+	case !ok:
+		return `no "@level" string`
+	case !contains([]string{"trace", "debug", "info", "warn", "error"}, level):
+		return fmt.Sprintf("level %q is none of trace, debug, info, warn, error", level)
+	}
+	if _, ok := m["@message"].(string); !ok {
+		return `no "@message" string`
+	}
+	if ts, present := m["@timestamp"]; present {
+		s, ok := ts.(string)
+		if _, err := time.Parse(hostTimeFormat, s); !ok || err != nil {
+			return fmt.Sprintf(`"@timestamp" %v is not in the layout %s`, ts, hostTimeFormat)
+		}
+	}
+	return ""
+}
+
+func decode(body string, schema *shared.Schema) (json.RawMessage, hcl.Diagnostics) {
+	f, diags := hclsyntax.ParseConfig([]byte(body), "conformance.hcl", hcl.InitialPos)
+	if diags.HasErrors() {
+		return nil, diags
+	}
+	return hclconfig.DecodeConfig(f.Body, schema, nil)
+}
+
+func hasPath(diags shared.Diagnostics, path []string) bool {
+	for _, d := range diags {
+		if d.Severity == shared.SeverityError && reflect.DeepEqual(d.Path, path) {
+			return true
+		}
+	}
+	return false
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func containsProfile(shapes []shared.Shape, profile string) bool {
+	for _, s := range shapes {
+		if s.Profile == profile {
+			return true
+		}
+	}
+	return false
+}
+
+func major(v string) string {
+	m, _, _ := strings.Cut(v, ".")
+	return m
+}
+
+type fakeSigner struct{}
+
+func (fakeSigner) Sign(_ host.CredentialClaims, ttl time.Duration) (string, time.Time, error) {
+	return "conformance-credential", time.Now().Add(ttl), nil
+}
+
+// profileDemand is r's entry for profile, zero if there is none.
+func profileDemand(r *shared.ProvisionResponse, profile string) shared.ProfileDemand {
+	for _, p := range r.Profiles {
+		if p.Profile == profile {
+			return p
+		}
+	}
+	return shared.ProfileDemand{}
+}
