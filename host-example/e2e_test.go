@@ -661,3 +661,19 @@ func TestE2EMultiNode(t *testing.T) {
 	}
 	e.assertCleanedUp(t, exitedAt)
 }
+
+// TestE2ENeedNamesProfile: a need whose label is a profile's name (which
+// the profile's shape carries, as the README says) is served by the
+// worker started from that profile, though the worker advertises no such
+// label itself: the engine knows its profile from the provisioner.
+func TestE2ENeedNamesProfile(t *testing.T) {
+	e := newE2E(t, "e2e-byname")
+	e.killPluginsAtEnd(t)
+	p := e.startEngine(t, "-config", e.config(t, e.host, "worker"), "-need", "cpus=1,label=cpu", "-timeout", "90s")
+	code := p.wait(t, 2*time.Minute)
+	exitedAt := time.Now()
+	if code != 0 || !strings.Contains(p.stdout.String(), "all 1 need(s) served") {
+		t.Fatalf("exit %d, want 0 with the need served\nstory:\n%s\nstderr:\n%s", code, p.stdout, p.stderr)
+	}
+	e.assertCleanedUp(t, exitedAt)
+}

@@ -122,12 +122,15 @@ type WorkerInfo struct {
 	GPUs        int      `json:"gpus"`
 	RAMMB       int64    `json:"ram_mb"`
 	Labels      []string `json:"labels"`
+	// Profile is what its provisioner said it was started as: a need
+	// may name it as its label, as it may for the provisioner's shapes.
+	Profile string `json:"profile,omitempty"`
 }
 
 // shape is the worker as a machine, so that the placer matches workers
 // with the same rule (shared.Shape.Fits) that provisioners' shapes use.
 func (w WorkerInfo) shape() shared.Shape {
-	return shared.Shape{CPUs: w.CPUs, GPUs: w.GPUs, RAMMB: w.RAMMB, Labels: w.Labels}
+	return shared.Shape{Profile: w.Profile, CPUs: w.CPUs, GPUs: w.GPUs, RAMMB: w.RAMMB, Labels: w.Labels}
 }
 
 // Task is one piece of work for one worker, as GET /v1/work sends it.
@@ -570,6 +573,7 @@ func (e *Engine) handleAttach(w http.ResponseWriter, r *http.Request) {
 	status, refusal := e.admitLocked(cred, info)
 	var ws *workerState
 	if refusal == "" {
+		info.Profile = e.admission.ProfileOf(name)
 		ws = &workerState{owner: cred.Provisioner, expires: cred.Expires, attached: now, lastSeen: now,
 			info: info, wake: make(chan struct{}, 1)}
 		e.workers[name] = ws

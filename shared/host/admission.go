@@ -46,7 +46,10 @@ type Admission struct {
 type jobRecord struct {
 	provisioner string
 	job         string
-	at          time.Time
+	// profile is what the worker was started as, which a need may name
+	// as its label (shared.Shape.HasLabel).
+	profile string
+	at      time.Time
 }
 
 // revocation is why and until when a worker name is refused.
@@ -111,7 +114,7 @@ func (a *Admission) Observe(ev shared.Event) (revoke bool, err error) {
 	}
 	switch ev.Kind {
 	case shared.EventWorkerProvisioned:
-		a.jobs[ev.Worker] = jobRecord{provisioner: ev.Provisioner, job: ev.Job, at: a.now()}
+		a.jobs[ev.Worker] = jobRecord{provisioner: ev.Provisioner, job: ev.Job, profile: ev.Profile, at: a.now()}
 	case shared.EventWorkerCancelled, shared.EventWorkerProvisionFailed:
 		a.Revoke(ev.Worker, string(ev.Kind), time.Time{})
 		return true, nil
@@ -155,6 +158,11 @@ func (a *Admission) Admit(cred Credential, job string) error {
 // OwnedBy reports whether provisioner may speak for name: no other
 // provisioner recorded a job for it. A credential of another provisioner
 // for the same name revokes nothing of the owner's.
+// ProfileOf is the profile the provisioner said name was started as
+// (worker_provisioned), "" if it did not say or is not known.
+func (a *Admission) ProfileOf(name string) string { return a.jobs[name].profile }
+
+// OwnedBy reports whether name is unknown or recorded by provisioner.
 func (a *Admission) OwnedBy(name, provisioner string) bool {
 	rec, known := a.jobs[name]
 	return !known || rec.provisioner == provisioner
