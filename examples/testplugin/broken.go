@@ -12,6 +12,8 @@ package main
 //	controller  the process stays after GRPCController.Shutdown, as one
 //	            that does not serve the controller does until SIGKILL
 //	cookie      the plugin expects another magic cookie value
+//	badlog      Configure writes a JSON log line whose @message, @level
+//	            and @timestamp are not strings to stderr
 //
 // A plugin of yours needs none of this.
 
@@ -52,6 +54,11 @@ func brokenInfo(info *shared.InfoResponse) {
 }
 
 func brokenConfigure() {
+	if broken("badlog") {
+		// File descriptor 2 itself, as a plugin in another language
+		// writes its logs: os.Stderr is go-plugin's stdio stream here.
+		os.NewFile(2, "stderr").WriteString(`{"@message":5,"@level":{"a":1},"@timestamp":7,"note":"hostile"}` + "\n")
+	}
 	if broken("stdout") {
 		// Not os.Stdout, which go-plugin has swapped for its stdio
 		// stream: the pipe the handshake went down, as a print() in

@@ -685,3 +685,45 @@ func TestDropEnvKeepsVariablesFromThePlugin(t *testing.T) {
 		t.Error("the plugin's environment lacks a variable that was not dropped; the check proves nothing")
 	}
 }
+
+// A plugin's JSON log line whose @message, @level and @timestamp are not
+// strings used to panic go-plugin's stderr reader, and the host with it.
+// The host stays up, the plugin keeps serving, and the line is logged.
+func TestHostileLogLineIsLogged(t *testing.T) {
+	logs := &syncBuffer{}
+	p := launchTest(t, LaunchConfig{
+		Name:   "hostile",
+		Env:    []string{"TESTPLUGIN_BREAK=badlog"},
+		Logger: hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Trace}),
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := p.Provisioner().Configure(ctx, &shared.ConfigureRequest{Name: "hostile", Config: json.RawMessage(`{"greeting":"hi"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), `"note":"hostile"`) && !strings.Contains(logs.String(), `note=hostile`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the hostile line was not logged; the log:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := p.Provisioner().Status(ctx, &shared.StatusRequest{}); err != nil {
+		t.Errorf("the plugin stopped serving after the line: %v", err)
+	}
+}
+
+func TestSafeLogLine(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"@message":"ok","@level":"info"}`: `{"@message":"ok","@level":"info"}`,
+		`{"@message":5}`:                    `{"@message":"5"}`,
+		`{"@level":{"a":1},"x":true}`:       `{"@level":"{\"a\":1}","x":true}`,
+		`{"@timestamp":7}`:                  `{"@timestamp":"7"}`,
+		`not json {"@message":5}`:           `not json {"@message":5}`,
+		`{"@message":null}`:                 `{"@message":"null"}`,
+	} {
+		if got := string(safeLogLine([]byte(in))); got != want {
+			t.Errorf("safeLogLine(%s) = %s, want %s", in, got, want)
+		}
+	}
+}

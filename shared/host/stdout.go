@@ -1,7 +1,9 @@
 package host
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -42,7 +44,7 @@ func newCmdRunner(cmd *exec.Cmd, onStdout func(string)) (*cmdRunner, error) {
 		return nil, err
 	}
 	tap := &lineWriter{onLine: onStdout, skip: 1}
-	return &cmdRunner{cmd: cmd, stderr: stderr, stdout: struct {
+	return &cmdRunner{cmd: cmd, stderr: safeStderr(stderr), stdout: struct {
 		io.Reader
 		io.Closer
 	}{io.TeeReader(stdout, tap), stdout}}, nil
@@ -120,4 +122,91 @@ func (w *lineWriter) Write(b []byte) (int, error) {
 		w.onLine(l)
 	}
 	return len(b), nil
+}
+
+// pluginLogBufferSize is go-plugin's default PluginLogBufferSize: the
+// longest stderr line it parses as a whole.
+const pluginLogBufferSize = 64 * 1024
+
+// safeStderr is the plugin's stderr as go-plugin reads it: the same bytes
+// in the same lines, except that a JSON line whose @message, @level or
+// @timestamp is not a string has those turned into strings. go-plugin
+// 1.8's parser asserts that they are strings, and a plugin that writes
+// {"@message": 5} would panic the host's stderr reader and with it the
+// host. Lines longer than go-plugin parses, and everything else, pass as
+// they are. The copying goroutine ends when the plugin's stderr does.
+func safeStderr(r io.ReadCloser) io.ReadCloser {
+	pr, pw := io.Pipe()
+	go func() {
+		br := bufio.NewReaderSize(r, pluginLogBufferSize)
+		continuation := false
+		for {
+			line, isPrefix, err := br.ReadLine()
+			if err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+			if !isPrefix && !continuation {
+				line = safeLogLine(line)
+			}
+			if !isPrefix {
+				line = append(line, '\n')
+			}
+			continuation = isPrefix
+			if _, err := pw.Write(line); err != nil {
+				r.Close()
+				return
+			}
+		}
+	}()
+	return struct {
+		io.Reader
+		io.Closer
+	}{pr, closers{pr, r}}
+}
+
+type closers []io.Closer
+
+func (cs closers) Close() error {
+	var errs []error
+	for _, c := range cs {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// safeLogLine returns line with hclog's special fields as strings.
+func safeLogLine(line []byte) []byte {
+	if len(line) == 0 || line[0] != '{' {
+		return line
+	}
+	var special struct {
+		Message   json.RawMessage `json:"@message"`
+		Level     json.RawMessage `json:"@level"`
+		Timestamp json.RawMessage `json:"@timestamp"`
+	}
+	if json.Unmarshal(line, &special) != nil {
+		return line
+	}
+	ok := func(v json.RawMessage) bool { return len(v) == 0 || v[0] == '"' }
+	if ok(special.Message) && ok(special.Level) && ok(special.Timestamp) {
+		return line
+	}
+	var raw map[string]any
+	if json.Unmarshal(line, &raw) != nil {
+		return line
+	}
+	for _, k := range []string{"@message", "@level", "@timestamp"} {
+		if v, present := raw[k]; present {
+			if _, isString := v.(string); !isString {
+				b, _ := json.Marshal(v)
+				raw[k] = string(b)
+			}
+		}
+	}
+	fixed, err := json.Marshal(raw)
+	if err != nil {
+		return line
+	}
+	return fixed
 }
