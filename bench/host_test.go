@@ -109,35 +109,7 @@ func (h *hostProc) add(text string) {
 // wait returns the first story line containing substr.
 func (h *hostProc) wait(tb testing.TB, substr string, timeout time.Duration) storyLine {
 	tb.Helper()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for {
-		h.mu.Lock()
-		for _, l := range h.lines {
-			if strings.Contains(l.text, substr) {
-				h.mu.Unlock()
-				return l
-			}
-		}
-		changed := h.changed
-		h.mu.Unlock()
-		select {
-		case <-changed:
-		case <-h.done:
-			// The reader has finished; look once more, then give up.
-			h.mu.Lock()
-			for _, l := range h.lines {
-				if strings.Contains(l.text, substr) {
-					h.mu.Unlock()
-					return l
-				}
-			}
-			h.mu.Unlock()
-			tb.Fatalf("host-example exited (%v) before %q; its stdout:\n%s\nits stderr (tail):\n%s", h.cmd.ProcessState, substr, h.story(), tail(h.stderr.String(), 20))
-		case <-deadline.C:
-			tb.Fatalf("no %q from host-example within %s; its stdout:\n%s\nits stderr (tail):\n%s", substr, timeout, h.story(), tail(h.stderr.String(), 20))
-		}
-	}
+	return h.waitNth(tb, substr, 1, timeout)
 }
 
 func (h *hostProc) story() string {
@@ -318,25 +290,36 @@ func (h *hostProc) waitNth(tb testing.TB, substr string, n int, timeout time.Dur
 	tb.Helper()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
-	for {
+	// find looks, and returns what will be closed when the next line
+	// comes, read under the same lock so that no line is missed.
+	find := func() (storyLine, bool, chan struct{}) {
 		h.mu.Lock()
+		defer h.mu.Unlock()
 		seen := 0
 		for _, l := range h.lines {
 			if strings.Contains(l.text, substr) {
 				if seen++; seen == n {
-					h.mu.Unlock()
-					return l
+					return l, true, nil
 				}
 			}
 		}
-		changed := h.changed
-		h.mu.Unlock()
+		return storyLine{}, false, h.changed
+	}
+	for {
+		l, ok, changed := find()
+		if ok {
+			return l
+		}
 		select {
 		case <-changed:
 		case <-h.done:
-			tb.Fatalf("host-example exited (%v) before the %dth %q; its stdout:\n%s\nits stderr (tail):\n%s", h.cmd.ProcessState, n, substr, h.story(), tail(h.stderr.String(), 20))
+			// The reader has finished; look once more, then give up.
+			if l, ok, _ := find(); ok {
+				return l
+			}
+			tb.Fatalf("host-example exited (%v) before %q (the %dth); its stdout:\n%s\nits stderr (tail):\n%s", h.cmd.ProcessState, substr, n, h.story(), tail(h.stderr.String(), 20))
 		case <-deadline.C:
-			tb.Fatalf("no %dth %q from host-example within %s; its stdout:\n%s", n, substr, timeout, h.story())
+			tb.Fatalf("no %q (the %dth) from host-example within %s; its stdout:\n%s\nits stderr (tail):\n%s", substr, n, timeout, h.story(), tail(h.stderr.String(), 20))
 		}
 	}
 }

@@ -23,23 +23,7 @@ import (
 func TestE2ECredentialWorthOneJob(t *testing.T) {
 	e := newE2E(t, "e2e-cred")
 
-	// The job user runs the wrapper, so it and the directory it writes
-	// to live outside the test's 0700 temporary directory.
-	dir, err := os.MkdirTemp("", "fluksio-cred-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	out := filepath.Join(dir, "out")
-	if err := os.Mkdir(out, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(out, 0o777); err != nil {
-		t.Fatal(err)
-	}
+	dir, out := jobUserDir(t, "fluksio-cred-")
 	wrapper := filepath.Join(dir, "keep-credential")
 	script := fmt.Sprintf("#!/bin/sh\n# Keeps the credential for the test to replay, then runs the worker.\n"+
 		"printf '%%s %%s\\n' \"$SLURM_JOB_ID\" \"$%s\" > %s/cred.tmp && mv %s/cred.tmp %s/cred\nexec %s worker \"$@\"\n",
@@ -143,21 +127,7 @@ func TestE2EBurstOf40(t *testing.T) {
 		t.Fatalf("the sandbox has %d CPUs in all; this test needs %d (SANDBOX_CPUS=50 and SANDBOX_NODES=2, the defaults)", slots, burst)
 	}
 	e.killPluginsAtEnd(t)
-	dir, err := os.MkdirTemp("", "fluksio-b40-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	out := filepath.Join(dir, "out")
-	if err := os.Mkdir(out, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(out, 0o777); err != nil {
-		t.Fatal(err)
-	}
+	dir, out := jobUserDir(t, "fluksio-b40-")
 	// Each task keeps its credential under its own <array>_<task>.
 	wrapper := filepath.Join(dir, "keep-credential")
 	script := fmt.Sprintf("#!/bin/sh\n# Keeps the task's credential for the test, then runs the worker.\n"+
@@ -238,4 +208,27 @@ func TestE2EBurstOf40(t *testing.T) {
 	}
 	p.waitDone(t, 2*time.Minute)
 	e.assertCleanedUp(t, time.Now())
+}
+
+// jobUserDir makes a directory the Slurm job's user can read (for a
+// wrapper script) with a subdirectory out it can write to. Not
+// t.TempDir: its parents are 0700.
+func jobUserDir(t *testing.T, prefix string) (dir, out string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	out = filepath.Join(dir, "out")
+	if err := os.Mkdir(out, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(out, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return dir, out
 }
