@@ -4,8 +4,8 @@ package bench
 // mode in the same run. Ten machines of one profile are asked for by the
 // real engine, plugin and workers; what is timed runs from the story line
 // that gives the burst's job (sbatch has answered) to the tenth "attached
-// from". Each mode
-// runs twice, alternating, and the faster of its two counts, so that the
+// from". Each mode runs three times, alternating, and the fastest
+// counts, so that the
 // relay's one-time copy of the plugin binary to the login node (made
 // before any submission, and not part of this) and a cold page cache
 // weigh on neither.
@@ -37,9 +37,9 @@ func attachFlow(tb testing.TB, e benchEnv, relay bool) time.Duration {
 		}
 		return c
 	}
-	// Each task holds its worker for 15 s, so that every machine attaches
+	// Each task holds its worker for 5 s, so that every machine attaches
 	// (an idle worker would otherwise take a second need).
-	h := startHostWith(tb, e, "reach", config, "-need", fmt.Sprintf("cpus=1,count=%d,work=15s", relayMachines), "-timeout", "5m")
+	h := startHostWith(tb, e, "reach", config, "-need", fmt.Sprintf("cpus=1,count=%d,work=5s", relayMachines), "-timeout", "5m")
 	// From sbatch's answer: the relay's start, once per provisioner and
 	// before its first submission, is not part of any one submission.
 	asked := h.wait(tb, `asked for a "cpu" machine: Slurm job`, 2*time.Minute)
@@ -55,7 +55,7 @@ func attachFlow(tb testing.TB, e benchEnv, relay bool) time.Duration {
 func measureRelay(tb testing.TB, e benchEnv) relayResult {
 	tb.Helper()
 	r := relayResult{relay: time.Hour, direct: time.Hour}
-	for range 2 {
+	for range 3 {
 		r.direct = min(r.direct, attachFlow(tb, e, false))
 		r.relay = min(r.relay, attachFlow(tb, e, true))
 	}
@@ -64,6 +64,6 @@ func measureRelay(tb testing.TB, e benchEnv) relayResult {
 
 func relayRows(rep *report, m relayResult) {
 	v, rt := ratio(float64(m.relay), float64(m.direct))
-	rep.add(row{fmt.Sprintf("submit → %d workers attached through the relay vs direct (best of 2 each)", relayMachines),
+	rep.add(row{fmt.Sprintf("submit → %d workers attached through the relay vs direct (best of 3 each)", relayMachines),
 		dur(m.relay), dur(m.direct), rt, "≤ 1.5×", verdict(v, 1.5, true, "×")})
 }

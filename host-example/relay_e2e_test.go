@@ -107,6 +107,33 @@ func TestE2ERelay(t *testing.T) {
 	})
 }
 
+// TestE2ERelayCommand: a relay the site installed (relay_command) is run
+// as it is, and nothing is copied to the login node.
+func TestE2ERelayCommand(t *testing.T) {
+	e := newE2E(t, "e2e-relay-cmd")
+	e.killPluginsAtEnd(t)
+	cfg, _ := e.relayCase(t, true, "")
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = []byte(strings.Replace(string(b), `reach          = "relay"`, fmt.Sprintf("reach          = \"relay\"\n  relay_command  = [%q]", e.plugin), 1))
+	if err := os.WriteFile(cfg, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := e.startEngine(t, "-config", cfg, "-need", "cpus=1", "-timeout", "2m")
+	code := p.wait(t, 3*time.Minute)
+	exitedAt := time.Now()
+	if code != 0 || !strings.Contains(p.stdout.String(), "all 1 need(s) served") {
+		t.Fatalf("exit %d, want 0 with the need served\nstory:\n%s\nstderr:\n%s", code, p.stdout, p.stderr)
+	}
+	if strings.Contains(p.stderr.String(), "copying the relay") {
+		t.Errorf("with relay_command the plugin copied its binary anyway")
+	}
+	e.assertCleanedUp(t, exitedAt)
+	poll(t, 30*time.Second, "no relay process left on the login node", func() bool { return len(relayProcesses(t)) == 0 })
+}
+
 // relayProcesses lists the pids of relay processes running on this
 // machine (the login node of the sandbox), read from /proc.
 func relayProcesses(t *testing.T) []int {

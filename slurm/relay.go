@@ -368,7 +368,7 @@ func (r *relay) command(ctx context.Context) ([]string, error) {
 		flags = append(flags, "-host", cfg.RelayHost)
 	}
 	if len(cfg.RelayCommand) > 0 {
-		return append(append([]string{}, cfg.RelayCommand...), flags[1:]...), nil
+		return append(append([]string{}, cfg.RelayCommand...), flags...), nil
 	}
 	bin, sum, err := ownBinary()
 	if err != nil {
