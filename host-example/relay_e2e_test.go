@@ -134,6 +134,42 @@ func TestE2ERelayCommand(t *testing.T) {
 	poll(t, 30*time.Second, "no relay process left on the login node", func() bool { return len(relayProcesses(t)) == 0 })
 }
 
+// TestE2ERelayTLS: with TLS on the engine, workers reach it through the
+// relay with https and verify its certificate by its pin: the relay and
+// the plugin carry the TLS stream, which neither can read (neither holds
+// the key), and the need is served.
+func TestE2ERelayTLS(t *testing.T) {
+	e := newE2E(t, "e2e-relay-tls")
+	e.killPluginsAtEnd(t)
+	path := e.relConfig(t, "", "", e.host, "worker")
+	certFile, keyFile, pin := selfSigned(t, filepath.Dir(path))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.Replace(string(b), "engine {\n", fmt.Sprintf("engine {\n  tls_cert = %q\n  tls_key = %q\n", certFile, keyFile), 1)
+	s = strings.Replace(s, fmt.Sprintf(`engine_url     = "http://127.0.0.1:%d"`, e.port), `engine_url     = "https://engine.invalid"
+  reach          = "relay"
+  relay_host     = "127.0.0.1"`, 1)
+	s = strings.Replace(s, fmt.Sprintf(`worker_command = [%q, "worker"]`, e.host), fmt.Sprintf(`worker_command = [%q, "worker", "--engine-cert-sha256", %q]`, e.host, pin), 1)
+	if !strings.Contains(s, pin) || !strings.Contains(s, "tls_cert") {
+		t.Fatalf("could not rewrite the configuration:\n%s", s)
+	}
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := e.startEngine(t, "-config", path, "-need", "cpus=1", "-timeout", "2m")
+	code := p.wait(t, 3*time.Minute)
+	exitedAt := time.Now()
+	if code != 0 || !strings.Contains(p.stdout.String(), "all 1 need(s) served") {
+		t.Fatalf("exit %d, want 0 with the need served\nstory:\n%s\nstderr:\n%s", code, p.stdout, p.stderr)
+	}
+	if !strings.Contains(p.stderr.String(), "tls=true") {
+		t.Errorf("the engine did not say it listens with TLS")
+	}
+	e.assertCleanedUp(t, exitedAt)
+}
+
 // relayProcesses lists the pids of relay processes running on this
 // machine (the login node of the sandbox), read from /proc.
 func relayProcesses(t *testing.T) []int {
