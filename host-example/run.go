@@ -103,6 +103,7 @@ type daemon struct {
 	story  *story
 
 	engine  *Engine
+	obs     *observer
 	srv     *http.Server
 	serving sync.WaitGroup // the HTTP server's goroutine
 	placer  *Placer
@@ -110,6 +111,8 @@ type daemon struct {
 	// wake holds at most one pending wake-up for the run loop: an event
 	// from a plugin, or a plugin up again.
 	wake chan struct{}
+	// addr is where the engine listens, as the listener says.
+	addr string
 }
 
 // newDaemon sets up the engine for cfg and starts listening. An error is
@@ -144,28 +147,14 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 	}
 	gate := newConnGate(cfg.Engine.MaxConnections, logger.Named("http"), loglimit.New(refusalLogBurst, refusalLogWindow))
 	tlsConfig := cfg.Engine.serverTLSConfig()
-	d.srv = newHTTPServer(d.engine.Handler(), gate, d.engine.pollWait(), tlsConfig)
-	d.serving.Add(1)
-	go func() {
-		defer d.serving.Done()
-		var err error
-		if tlsConfig != nil {
-			err = d.srv.ServeTLS(ln, "", "")
-		} else {
-			err = d.srv.Serve(ln)
-		}
-		if err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error("http server stopped", "error", err)
-		}
-	}()
-	logger.Info("listening for workers", "addr", ln.Addr().String(), "tls", tlsConfig != nil, "max_connections", gate.max)
-	if plainBeyondLoopback(ln.Addr(), tlsConfig != nil) {
-		logger.Warn("listening beyond loopback in plain HTTP: worker credentials cross the network in the clear; set tls_cert and tls_key in the engine block, or terminate TLS in front of the engine",
-			"addr", ln.Addr().String())
-	}
+
+	state := &stateCollector{health: d.health, status: d.engine.provisionerStatus, workers: d.workerCounts, tasks: d.taskCounts}
+	d.obs = newObserver(newEngineMetrics(state))
+	d.engine.OnActivity = d.obs.activity
 
 	d.placer = NewPlacer(logger.Named("placer"), d.engine, nil)
 	d.placer.OnBurst = func(target string, pd shared.ProfileDemand) {
+		d.obs.burst(target, pd)
 		if pd.Requested > 0 {
 			story.say("%s: asked for %d %q machine(s) in %d submission(s) (wanted %d, on the way %d, attached %d)",
 				target, pd.Requested, pd.Profile, pd.Submissions, pd.Wanted, pd.OnTheWay, pd.Attached)
@@ -195,6 +184,7 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 				// The engine learns each worker's job, and which names
 				// to revoke, from the events (stamped by the host).
 				d.engine.ObserveEvent(ev)
+				d.obs.pluginEvent(ev)
 				story.event(ev)
 				plog.Info("event", "kind", ev.Kind, "profile", ev.Profile, "job", ev.Job, "worker", ev.Worker, "detail", ev.Detail)
 				d.poke()
@@ -203,9 +193,13 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 		s.OnUp = func(c host.Configured) {
 			d.placer.SetTarget(Target{Name: c.Name, P: c.Provisioner, Shapes: c.Shapes})
 			d.placer.SetDown(name, false)
+			d.obs.plugin("plugin_up", name, fmt.Sprintf("configured, %d shape(s)", len(c.Shapes)))
 			d.poke()
 		}
-		s.OnDown = func(string) { d.placer.SetDown(name, true) }
+		s.OnDown = func(string) {
+			d.placer.SetDown(name, true)
+			d.obs.plugin("plugin_down", name, "the plugin exited; restarting it")
+		}
 		d.sups = append(d.sups, s)
 		supByName[name] = s
 	}
@@ -216,7 +210,74 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 		}
 		return out
 	}
+
+	// Served only now that everything a handler reads is in place.
+	d.srv = newHTTPServer(d.handler(), gate, d.engine.pollWait(), tlsConfig)
+	d.serving.Add(1)
+	go func() {
+		defer d.serving.Done()
+		var err error
+		if tlsConfig != nil {
+			err = d.srv.ServeTLS(ln, "", "")
+		} else {
+			err = d.srv.Serve(ln)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("http server stopped", "error", err)
+		}
+	}()
+	logger.Info("listening for workers", "addr", ln.Addr().String(), "tls", tlsConfig != nil, "max_connections", gate.max)
+	if plainBeyondLoopback(ln.Addr(), tlsConfig != nil) {
+		logger.Warn("listening beyond loopback in plain HTTP: worker credentials cross the network in the clear; set tls_cert and tls_key in the engine block, or terminate TLS in front of the engine",
+			"addr", ln.Addr().String())
+	}
+	d.addr = ln.Addr().String()
 	return d, nil
+}
+
+// handler routes every endpoint: the workers' (the Engine's), the
+// operator's and the monitoring ones.
+func (d *daemon) handler() http.Handler {
+	mux := http.NewServeMux()
+	engine := d.engine.Handler()
+	mux.Handle("/v1/", engine)
+	mux.Handle("GET /status", engine)
+	mux.HandleFunc("GET /v1/events", d.obs.hub.serveEvents)
+	mux.Handle("GET /metrics", d.obs.metrics.handler())
+	mux.HandleFunc("GET /health", health)
+	mux.HandleFunc("GET /ready", ready(d.health))
+	return mux
+}
+
+// health reads every provisioner's plugin state from its Supervisor.
+func (d *daemon) health() []provHealth {
+	out := make([]provHealth, 0, len(d.sups))
+	for _, s := range d.sups {
+		up, restarts := s.Health()
+		out = append(out, provHealth{name: s.Name(), kind: s.Kind(), up: up, restarts: restarts})
+	}
+	return out
+}
+
+// workerCounts is the attached workers per configured provisioner.
+func (d *daemon) workerCounts() map[string]workerCounts {
+	out := map[string]workerCounts{}
+	for _, s := range d.sups {
+		out[s.Name()] = workerCounts{}
+	}
+	for owner, n := range d.engine.workerCounts() {
+		out[owner] = n
+	}
+	return out
+}
+
+// taskCounts is the placer's needs by state.
+func (d *daemon) taskCounts() map[string]int {
+	out := map[string]int{}
+	for _, n := range d.placer.Needs() {
+		out[n.State]++
+	}
+	return out
 }
 
 // poke wakes the run loop; wake-ups that arrive while one is pending are
@@ -331,6 +392,7 @@ func (d *daemon) stop() {
 	wg.Wait()
 	d.placer.Close()
 	d.engine.Close()
+	d.obs.hub.close()
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer scancel()
 	_ = d.srv.Shutdown(sctx)

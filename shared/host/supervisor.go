@@ -270,6 +270,16 @@ func (s *Supervisor) Provisioner() shared.Provisioner {
 	return s.current.Provisioner()
 }
 
+// Health says whether the plugin is up (running and configured, so that
+// calls to it can succeed) and how many times it has been restarted
+// after exiting on its own, for an engine's metrics and readiness. It
+// takes the lock only to read, never crosses to the plugin.
+func (s *Supervisor) Health() (up bool, restarts int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.current != nil && s.state == "running", s.restarts
+}
+
 // Status is this provisioner's process and its plugin's own report. The
 // plugin is asked with a deadline of two seconds, without the lock.
 func (s *Supervisor) Status(ctx context.Context) ProvisionerStatus {
