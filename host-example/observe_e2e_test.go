@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -208,4 +212,164 @@ func TestE2EMetricsMove(t *testing.T) {
 		}
 	}
 	r.stop(t)
+}
+
+// sseClient reads GET /v1/events into a list as the events arrive.
+type sseClient struct {
+	mu     sync.Mutex
+	events []engineEvent
+	done   chan struct{}
+	cancel context.CancelFunc
+}
+
+func openEvents(t *testing.T, url string, header http.Header) *sseClient {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		cancel()
+		resp.Body.Close()
+		t.Fatalf("GET %s: %s, %s", url, resp.Status, resp.Header.Get("Content-Type"))
+	}
+	c := &sseClient{done: make(chan struct{}), cancel: cancel}
+	go func() {
+		defer close(c.done)
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		var id string
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, "id: "):
+				id = strings.TrimPrefix(line, "id: ")
+			case strings.HasPrefix(line, "data: "):
+				var ev engineEvent
+				if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &ev); err != nil || fmt.Sprint(ev.Seq) != id {
+					t.Errorf("a bad event (id %q): %q: %v", id, line, err)
+					continue
+				}
+				c.mu.Lock()
+				c.events = append(c.events, ev)
+				c.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-c.done })
+	return c
+}
+
+func (c *sseClient) all() []engineEvent {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.events)
+}
+
+// kindsOf lists the kinds of the events about worker, in stream order.
+func kindsOf(evs []engineEvent, worker string) []string {
+	var out []string
+	for _, ev := range evs {
+		if ev.Worker == worker {
+			out = append(out, ev.Kind)
+		}
+	}
+	return out
+}
+
+// TestE2EEventStream follows GET /v1/events through a real run: the cpu
+// machine's events arrive in the order they happened (submitted,
+// attached, given its task, done), the broken one's failure arrives with
+// Slurm's reason, sequence numbers rise, and a client that connects late
+// gets the same events from the history, as does one resuming with
+// Last-Event-ID from where it left off.
+func TestE2EEventStream(t *testing.T) {
+	r := startObservedRun(t, "e2e-events")
+	live := openEvents(t, r.base+"/v1/events", nil)
+
+	var cpuWorker string
+	var evs []engineEvent
+	poll(t, 2*time.Minute, "the cpu worker's task done and a broken machine failed", func() bool {
+		if r.p.exited() {
+			t.Fatalf("the engine exited early\nstdout:\n%s\nstderr:\n%s", r.p.stdout, r.p.stderr)
+		}
+		evs = live.all()
+		done, failed := false, false
+		for _, ev := range evs {
+			done = done || ev.Kind == "task_done"
+			failed = failed || (ev.Kind == "worker_provision_failed" && ev.Profile == "broken")
+			if ev.Kind == "task_done" {
+				cpuWorker = ev.Worker
+			}
+		}
+		return done && failed
+	})
+	for i := 1; i < len(evs); i++ {
+		if evs[i].Seq <= evs[i-1].Seq || evs[i].Time.Before(evs[i-1].Time) {
+			t.Errorf("event %d (seq %d, %s) came after seq %d (%s)", i, evs[i].Seq, evs[i].Time, evs[i-1].Seq, evs[i-1].Time)
+		}
+	}
+	kinds := kindsOf(evs, cpuWorker)
+	if want := []string{"worker_provisioned", "worker_attached", "task_assigned", "task_done"}; !slices.Equal(kinds, want) {
+		t.Errorf("the cpu worker's events: %v, want %v", kinds, want)
+	}
+	var failure engineEvent
+	for _, ev := range evs {
+		if ev.Kind == "worker_provision_failed" {
+			failure = ev
+			break
+		}
+	}
+	if failure.Provisioner != r.e.name || failure.Job == "" || failure.Worker == "" || !strings.Contains(failure.Detail, "ended FAILED") {
+		t.Errorf("the failure event %+v lacks its provisioner, job, worker or Slurm's reason", failure)
+	}
+	if k := kindsOf(evs, failure.Worker); len(k) != 2 || k[0] != "worker_provisioned" {
+		t.Errorf("the failed worker's events: %v, want worker_provisioned then worker_provision_failed", k)
+	}
+	for _, ev := range evs {
+		if ev.Kind == "worker_attached" && (ev.Profile != "cpu" || ev.Job == "") {
+			t.Errorf("the attach event %+v lacks its profile or Slurm job", ev)
+		}
+	}
+
+	// A late client gets the history: the same events, same numbers.
+	late := openEvents(t, r.base+"/v1/events", nil)
+	poll(t, 10*time.Second, "the late client to get the history", func() bool { return len(late.all()) >= len(evs) })
+	for i, ev := range late.all()[:len(evs)] {
+		if ev.Seq != evs[i].Seq || ev.Kind != evs[i].Kind || ev.Worker != evs[i].Worker {
+			t.Errorf("history event %d is %+v, the live client saw %+v", i, ev, evs[i])
+			break
+		}
+	}
+	// One resuming after the attach gets what came after it, alone.
+	var attachSeq uint64
+	for _, ev := range evs {
+		if ev.Kind == "worker_attached" {
+			attachSeq = ev.Seq
+		}
+	}
+	resumed := openEvents(t, r.base+"/v1/events", http.Header{"Last-Event-ID": {fmt.Sprint(attachSeq)}})
+	poll(t, 10*time.Second, "the resumed client to get what followed", func() bool { return len(resumed.all()) > 0 })
+	if got := resumed.all()[0].Seq; got != attachSeq+1 {
+		t.Errorf("resuming after seq %d began at seq %d", attachSeq, got)
+	}
+	r.stop(t)
+	// The engine ends its streams as it stops.
+	for _, c := range []*sseClient{live, late, resumed} {
+		select {
+		case <-c.done:
+		case <-time.After(10 * time.Second):
+			t.Errorf("a stream stayed open after the engine exited")
+		}
+	}
+	t.Logf("%d events on the live stream; the last: %+v", len(live.all()), live.all()[len(live.all())-1])
 }
