@@ -22,7 +22,9 @@ import (
 // Slurm, the real plugin, and two profiles. "cpu" gets a worker that
 // attaches and does its work; "broken" runs a payload that exits at once
 // (its prerun is `exit 3`), so its job ends FAILED before any worker
-// attaches, and is asked for again after its backoff. The run keeps going
+// attaches, and is asked for again after its backoff. A third, "slow",
+// is for needs the test adds: its jobs wait in the queue, PENDING, for
+// ten seconds (sbatch --begin) before they start. The run keeps going
 // until the test stops it.
 type observedRun struct {
 	e    *e2e
@@ -30,7 +32,7 @@ type observedRun struct {
 	base string
 }
 
-func startObservedRun(t *testing.T, prefix string) *observedRun {
+func startObservedRun(t *testing.T, prefix string, needs ...string) *observedRun {
 	t.Helper()
 	e := newE2E(t, prefix)
 	e.killPluginsAtEnd(t)
@@ -41,8 +43,18 @@ func startObservedRun(t *testing.T, prefix string) *observedRun {
     prerun = ["echo 'this payload exits at once' >&2", "exit 3"]
     sbatch = ["--partition=`+e.env.Partition+`", "--time=00:10:00"]
   }
+  profile "slow" {
+    cpus   = 1
+    ram_mb = 200
+    labels = ["slow"]
+    sbatch = ["--partition=`+e.env.Partition+`", "--time=00:10:00", "--begin=now+10"]
+  }
 `, e.host, "worker")
-	p := e.startEngine(t, "-config", cfg, "-need", "cpus=2,work=2s", "-need", "cpus=1,label=broken", "-timeout", "5m")
+	args := []string{"-config", cfg, "-need", "cpus=2,work=2s", "-need", "cpus=1,label=broken", "-timeout", "5m"}
+	for _, n := range needs {
+		args = append(args, "-need", n)
+	}
+	p := e.startEngine(t, args...)
 	r := &observedRun{e: e, p: p, base: fmt.Sprintf("http://127.0.0.1:%d", e.port)}
 	poll(t, 60*time.Second, "the engine to answer GET /health", func() bool {
 		if p.exited() {

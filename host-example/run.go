@@ -246,6 +246,10 @@ func (d *daemon) handler() http.Handler {
 	mux.Handle("GET /metrics", d.obs.metrics.handler())
 	mux.HandleFunc("GET /health", health)
 	mux.HandleFunc("GET /ready", ready(d.health))
+	page := pageHandler()
+	for _, path := range []string{"GET /{$}", "GET /app.js", "GET /style.css", "GET /favicon.svg"} {
+		mux.Handle(path, page)
+	}
 	return mux
 }
 
