@@ -44,12 +44,13 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	var needs needList
 	fs.Var(&needs, "need", "nodes to place: cpus=N[,gpus=N][,ram_mb=N][,label=L][,count=N][,work=DURATION] (repeatable)")
 	timeout := fs.Duration("timeout", 0, "give up on the needs after this long (0: never)")
+	linger := fs.Duration("linger", 0, "once the needs are served or -timeout passes, keep the engine up this long, so that its status page can be looked at")
 	level := fs.String("log-level", "info", "trace, debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *configPath == "" || fs.NArg() != 0 {
-		fmt.Fprintln(stderr, "usage: host-example run -config FILE [-need SPEC]... [-timeout DURATION]")
+		fmt.Fprintln(stderr, "usage: host-example run -config FILE [-need SPEC]... [-timeout DURATION] [-linger DURATION]")
 		return 2
 	}
 
@@ -85,7 +86,15 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		d.stop()
 		return 1
 	}
+	d.story.say("status page: %s (metrics at /metrics, events at /v1/events)", d.pageURL())
+	d.lingering = *linger > 0
 	code := d.run(ctx, needs, *timeout)
+	if *linger > 0 && ctx.Err() == nil {
+		d.story.say("lingering for %s so the status page can be looked at: %s (Ctrl-C stops it now)", *linger, d.pageURL())
+		lctx, cancel := context.WithTimeoutCause(ctx, *linger, errLingered)
+		d.run(lctx, nil, 0)
+		cancel()
+	}
 	stopSignals()
 	d.stop()
 	return code
@@ -102,17 +111,20 @@ type daemon struct {
 	logger hclog.Logger
 	story  *story
 
-	engine  *Engine
-	obs     *observer
-	srv     *http.Server
-	serving sync.WaitGroup // the HTTP server's goroutine
-	placer  *Placer
-	sups    []*host.Supervisor
+	engine   *Engine
+	operator *operatorAuth
+	obs      *observer
+	srv      *http.Server
+	serving  sync.WaitGroup // the HTTP server's goroutine
+	placer   *Placer
+	sups     []*host.Supervisor
 	// wake holds at most one pending wake-up for the run loop: an event
 	// from a plugin, or a plugin up again.
 	wake chan struct{}
 	// addr is where the engine listens, as the listener says.
 	addr string
+	// lingering is set when run is followed by -linger.
+	lingering bool
 }
 
 // newDaemon sets up the engine for cfg and starts listening. An error is
@@ -127,12 +139,17 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 	if err != nil {
 		return nil, err
 	}
+	opToken, err := operatorToken(cfg.Engine.OperatorTokenEnv)
+	if err != nil {
+		return nil, err
+	}
 	engineID, epoch := host.EngineIdentity(cfg.Engine.ID, cfg.Path), host.CredentialEpoch(secret)
 	logger.Info("worker credentials", "secret", map[bool]string{true: "from $" + cfg.Engine.SecretEnv, false: "random, this run only"}[fromEnv],
 		"engine_id", engineID, "credential_epoch", epoch)
 	signer := host.NewSigner(secret)
 	d := &daemon{cfg: cfg, logger: logger, story: story, wake: make(chan struct{}, 1)}
 	d.engine = NewEngine(logger.Named("http"), signer, time.Now)
+	d.operator = newOperatorAuth(opToken, signer, logger.Named("http"))
 	d.engine.ID = engineID
 	d.engine.OnAttach = func(w WorkerInfo) {
 		story.say("worker %s attached from %s (Slurm job %s, %d cpus, %d gpus)", w.Name, w.Hostname, orDash(w.SlurmJobID), w.CPUs, w.GPUs)
@@ -179,7 +196,7 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 			EngineID:        engineID,
 			CredentialEpoch: epoch,
 			EngineAddress:   engineAddress,
-			DropEnv:         []string{cfg.Engine.SecretEnv},
+			DropEnv:         []string{cfg.Engine.SecretEnv, cfg.Engine.OperatorTokenEnv},
 			OnEvent: func(ev shared.Event) {
 				// The engine learns each worker's job, and which names
 				// to revoke, from the events (stamped by the host).
@@ -240,13 +257,18 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 func (d *daemon) handler() http.Handler {
 	mux := http.NewServeMux()
 	engine := d.engine.Handler()
+	op := d.operator.wrap
 	mux.Handle("/v1/", engine)
-	mux.Handle("GET /status", engine)
-	mux.HandleFunc("GET /v1/events", d.obs.hub.serveEvents)
-	mux.Handle("GET /metrics", d.obs.metrics.handler())
+	mux.Handle("GET /status", op(engine))
+	mux.Handle("GET /v1/events", op(http.HandlerFunc(d.obs.hub.serveEvents)))
+	metrics := d.obs.metrics.handler()
+	if !d.cfg.Engine.OpenMetrics {
+		metrics = op(metrics)
+	}
+	mux.Handle("GET /metrics", metrics)
 	mux.HandleFunc("GET /health", health)
 	mux.HandleFunc("GET /ready", ready(d.health))
-	page := pageHandler()
+	page := op(pageHandler())
 	for _, path := range []string{"GET /{$}", "GET /app.js", "GET /style.css", "GET /favicon.svg"} {
 		mux.Handle(path, page)
 	}
@@ -282,6 +304,18 @@ func (d *daemon) taskCounts() map[string]int {
 		out[n.State]++
 	}
 	return out
+}
+
+// errLingered ends the run loop after -linger.
+var errLingered = errors.New("lingered")
+
+// pageURL is the status page's address, as the listener has it.
+func (d *daemon) pageURL() string {
+	scheme := "http"
+	if d.cfg.Engine.tlsCert != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + d.addr + "/"
 }
 
 // poke wakes the run loop; wake-ups that arrive while one is pending are
@@ -347,11 +381,19 @@ func (d *daemon) run(ctx context.Context, specs []needSpec, timeout time.Duratio
 	d.placer.Pass(ctx)
 	for {
 		if needs > 0 && d.placer.Served() {
-			d.story.say("all %d need(s) served; shutting down", needs)
+			if d.lingering {
+				d.story.say("all %d need(s) served", needs)
+			} else {
+				d.story.say("all %d need(s) served; shutting down", needs)
+			}
 			return 0
 		}
 		select {
 		case <-ctx.Done():
+			if context.Cause(ctx) == errLingered {
+				d.story.say("lingered; shutting down")
+				return 0
+			}
 			d.story.say("signal received; shutting down")
 			if needs > 0 {
 				return 1

@@ -51,8 +51,10 @@ const (
 // attached, what each was given and what came back; deciding who gets what
 // is the Placer's job, and the Engine never calls a provisioner.
 //
-// Every request but GET /status carries "Authorization: Bearer <token>",
-// and the worker's name is the one in the token, never one in the body.
+// Every worker's request carries "Authorization: Bearer <token>", and
+// the worker's name is the one in the token, never one in the body. GET
+// /status is the operator's: the daemon serves it behind operatorAuth
+// (operator.go).
 type Engine struct {
 	// PollWait is the longest GET /v1/work holds a request before
 	// answering 204. A worker may ask for less with ?wait=SECONDS. Set it
