@@ -4,11 +4,14 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,9 +27,15 @@ import (
 // engine's listener is, by design, reachable from every compute node. So
 // they answer only:
 //
-//   - a request from loopback that came through no proxy (it carries no
-//     Forwarded, X-Forwarded-For or X-Real-IP header): someone on the
-//     engine's own machine, who could read its log anyway; or
+//   - a request from loopback (TCP; never a unix socket) that came
+//     through no proxy (it carries no Forwarded, X-Forwarded-For or
+//     X-Real-IP header) and not from a plugin: someone on the engine's
+//     own machine, who could read its log anyway. A plugin in relay mode
+//     dials the engine on loopback for every worker connection it
+//     carries from the login node, so a connection whose other end is a
+//     plugin process (found in /proc: the socket's inode among the
+//     plugin's descriptors) is not trusted, and where /proc cannot say,
+//     neither is the connection; or
 //   - a request with the operator's token, from anywhere: as a bearer
 //     token ("Authorization: Bearer TOKEN", for curl and Prometheus), or
 //     as the password of HTTP Basic authentication (any user name), which
@@ -62,6 +71,9 @@ type operatorAuth struct {
 	signer   *host.Signer
 	logger   hclog.Logger
 	refusals *loglimit.Limiter
+	// plugins lists the plugin processes' ids, whose loopback
+	// connections are relayed workers'; nil for none.
+	plugins func() []int
 }
 
 // minOperatorToken: a token is typed or pasted once into a browser; 16
@@ -124,7 +136,7 @@ func (a *operatorAuth) check(r *http.Request) (int, string) {
 		}
 		return http.StatusUnauthorized, "not the operator's token"
 	}
-	if trustedLoopback(r) {
+	if trustedLoopback(r) && !a.fromPlugin(r) {
 		return 0, ""
 	}
 	if a.tokenSum == nil {
@@ -187,6 +199,76 @@ func (a *operatorAuth) refuse(w http.ResponseWriter, r *http.Request, status int
 		w.Header().Set("WWW-Authenticate", `Basic realm="fluksio operator", charset="UTF-8"`)
 	}
 	writeError(w, status, why)
+}
+
+// fromPlugin reports whether r's connection was opened by a plugin
+// process, or cannot be told not to have been.
+func (a *operatorAuth) fromPlugin(r *http.Request) bool {
+	if a.plugins == nil {
+		return false
+	}
+	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if !ok {
+		return true
+	}
+	owned, err := peerOwnedBy(r.RemoteAddr, local.String(), a.plugins())
+	return owned || err != nil
+}
+
+// peerOwnedBy reports whether the TCP connection from remote to local,
+// both on this machine, was opened by one of pids: /proc/net/tcp{,6}
+// names the inode of the socket whose local port is remote's and whose
+// peer port is local's, and a process holding that socket has
+// "socket:[inode]" among its descriptors.
+func peerOwnedBy(remote, local string, pids []int) (bool, error) {
+	_, rport, err := net.SplitHostPort(remote)
+	if err != nil {
+		return false, err
+	}
+	_, lport, err := net.SplitHostPort(local)
+	if err != nil {
+		return false, err
+	}
+	want := func(hexAddr, port string) bool {
+		_, h, ok := strings.Cut(hexAddr, ":")
+		n, err := strconv.ParseUint(h, 16, 16)
+		return ok && err == nil && strconv.FormatUint(n, 10) == port
+	}
+	var inodes []string
+	found := false
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(table)
+		if err != nil {
+			continue
+		}
+		found = true
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) > 9 && want(f[1], rport) && want(f[2], lport) {
+				inodes = append(inodes, "socket:["+f[9]+"]")
+			}
+		}
+	}
+	if !found {
+		return false, errors.New("/proc/net/tcp cannot be read")
+	}
+	for _, pid := range pids {
+		if pid <= 0 {
+			continue
+		}
+		dir := "/proc/" + strconv.Itoa(pid) + "/fd"
+		fds, err := os.ReadDir(dir)
+		if err != nil {
+			continue // gone: it holds nothing
+		}
+		for _, fd := range fds {
+			link, err := os.Readlink(dir + "/" + fd.Name())
+			if err == nil && slices.Contains(inodes, link) {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
 }
 
 var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

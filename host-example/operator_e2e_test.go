@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -114,5 +115,74 @@ func TestE2EOperatorAccess(t *testing.T) {
 	if code := p.wait(t, 90*time.Second); code != 0 {
 		t.Errorf("exit %d after SIGTERM with no needs", code)
 	}
+	e.assertCleanedUp(t, time.Now())
+}
+
+// TestE2EOperatorNotThroughRelay runs the engine on TCP loopback with
+// the provisioner in relay mode: a worker's connection reaches the engine
+// from the plugin, on loopback. A request without a credential through
+// the relay's port on the login node (what anyone on the cluster's
+// network can reach) must not see the operator's endpoints, while the
+// same request made on this machine does.
+func TestE2EOperatorNotThroughRelay(t *testing.T) {
+	e := newE2E(t, "e2e-op-relay")
+	e.killPluginsAtEnd(t)
+	cfg := e.config(t, e.host, "worker")
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.Replace(string(b), fmt.Sprintf(`engine_url     = "http://127.0.0.1:%d"`, e.port), `reach          = "relay"
+  relay_host     = "127.0.0.1"`, 1)
+	if !strings.Contains(s, "reach") {
+		t.Fatalf("could not rewrite the configuration:\n%s", s)
+	}
+	if err := os.WriteFile(cfg, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := e.startEngine(t, "-config", cfg)
+	dialRe := regexp.MustCompile(`the relay is up: .*workers_dial=(\S+)`)
+	var relayAddr string
+	poll(t, 60*time.Second, "the relay to be up", func() bool {
+		if p.exited() {
+			t.Fatalf("the engine exited early\nstdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)
+		}
+		if m := dialRe.FindStringSubmatch(p.stderr.String()); m != nil {
+			relayAddr = m[1]
+		}
+		return relayAddr != ""
+	})
+	client := &http.Client{Timeout: 10 * time.Second}
+	for _, path := range []string{"/status", "/v1/events", "/", "/metrics"} {
+		resp, err := client.Get("http://" + relayAddr + path)
+		if err != nil {
+			t.Fatalf("GET %s through the relay: %v", path, err)
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("GET %s through the relay (%s): %s %s, want 403", path, relayAddr, resp.Status, body)
+		}
+	}
+	resp, err := client.Get("http://" + relayAddr + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /health through the relay: %s; the relay itself is not carrying requests, so the 403s above prove nothing", resp.Status)
+	}
+	resp, err = client.Get(fmt.Sprintf("http://127.0.0.1:%d/status", e.port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /status on this machine: %s, want 200", resp.Status)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t, 90*time.Second)
 	e.assertCleanedUp(t, time.Now())
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/base64"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -96,5 +97,43 @@ func TestOperatorConfig(t *testing.T) {
 	t.Setenv("FLUKSIO_TEST_OP", "0123456789abcdef0123")
 	if tok, err := operatorToken("FLUKSIO_TEST_OP"); err != nil || tok != "0123456789abcdef0123" || os.Getenv("FLUKSIO_TEST_OP") != "" {
 		t.Errorf("token %q, %v; the variable is %q after reading", tok, err, os.Getenv("FLUKSIO_TEST_OP"))
+	}
+}
+
+// A loopback connection is told by its owner: this process holds the
+// client end of a connection it opened, and init (pid 1) does not.
+func TestPeerOwnedBy(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c
+		}
+		close(accepted)
+	}()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	server := <-accepted
+	if server == nil {
+		t.Fatal("no connection accepted")
+	}
+	defer server.Close()
+	remote, local := server.RemoteAddr().String(), server.LocalAddr().String()
+	if own, err := peerOwnedBy(remote, local, []int{os.Getpid()}); err != nil || !own {
+		t.Errorf("this process's own connection: owned %v, %v", own, err)
+	}
+	if own, err := peerOwnedBy(remote, local, []int{1}); err != nil || own {
+		t.Errorf("pid 1 said to own this process's connection: %v, %v", own, err)
+	}
+	if _, err := peerOwnedBy("@", local, []int{os.Getpid()}); err == nil {
+		t.Errorf("a unix socket's peer was judged")
 	}
 }

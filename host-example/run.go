@@ -150,6 +150,7 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 	d := &daemon{cfg: cfg, logger: logger, story: story, wake: make(chan struct{}, 1)}
 	d.engine = NewEngine(logger.Named("http"), signer, time.Now)
 	d.operator = newOperatorAuth(opToken, signer, logger.Named("http"))
+	d.operator.plugins = d.pluginPIDs
 	d.engine.ID = engineID
 	d.engine.OnAttach = func(w WorkerInfo) {
 		story.say("worker %s attached from %s (Slurm job %s, %d cpus, %d gpus)", w.Name, w.Hostname, orDash(w.SlurmJobID), w.CPUs, w.GPUs)
@@ -281,6 +282,17 @@ func (d *daemon) health() []provHealth {
 	for _, s := range d.sups {
 		up, restarts := s.Health()
 		out = append(out, provHealth{name: s.Name(), kind: s.Kind(), up: up, restarts: restarts})
+	}
+	return out
+}
+
+// pluginPIDs lists the running plugin processes.
+func (d *daemon) pluginPIDs() []int {
+	var out []int
+	for _, s := range d.sups {
+		if pid := s.Pid(); pid > 0 {
+			out = append(out, pid)
+		}
 	}
 	return out
 }

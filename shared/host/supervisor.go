@@ -280,6 +280,18 @@ func (s *Supervisor) Health() (up bool, restarts int) {
 	return s.current != nil && s.state == "running", s.restarts
 }
 
+// Pid is the plugin process's id while one runs, else 0: an engine that
+// trusts loopback tells a plugin's connections (a relay carrying a
+// worker's) from a person's with it.
+func (s *Supervisor) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.current == nil {
+		return 0
+	}
+	return s.current.Pid()
+}
+
 // Status is this provisioner's process and its plugin's own report. The
 // plugin is asked with a deadline of two seconds, without the lock.
 func (s *Supervisor) Status(ctx context.Context) ProvisionerStatus {
