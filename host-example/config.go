@@ -24,6 +24,8 @@ import (
 //	  tls_cert   = "engine.crt"              # optional, with tls_key
 //	  tls_key    = "engine.key"
 //	  max_connections = 4096                 # optional
+//	  operator_token_env = "FLUKSIO_OPERATOR_TOKEN"  # optional
+//	  open_metrics = false                   # optional
 //	}
 //	provisioner "slurm" "hpc" {
 //	  plugin = "/opt/fluksio/provisioner-slurm"   # optional
@@ -54,6 +56,11 @@ type engineConfig struct {
 	MaxConnections int `hcl:"max_connections,optional"`
 	// ID is the engine's identity (identity.go); empty means derived.
 	ID string `hcl:"id,optional"`
+	// OperatorTokenEnv names the variable holding the operator's token
+	// (operator.go); empty means operators on loopback alone.
+	OperatorTokenEnv string `hcl:"operator_token_env,optional"`
+	// OpenMetrics serves GET /metrics to anyone, without the token.
+	OpenMetrics bool `hcl:"open_metrics,optional"`
 
 	// tlsCert is the loaded pair, nil for plain HTTP.
 	tlsCert *tls.Certificate
@@ -107,6 +114,7 @@ func loadConfig(path string) (*config, hcl.Diagnostics) {
 				diags = append(diags, checkEngineTLS(block, &cfg.Engine, filepath.Dir(path))...)
 				diags = append(diags, checkEngineID(block, cfg.Engine.ID)...)
 				diags = append(diags, checkEngineListen(block, cfg.Engine.Listen)...)
+				diags = append(diags, checkOperatorConfig(block, &cfg.Engine)...)
 			}
 		case "provisioner":
 			p, pdiags := host.DecodeBlock(block, filepath.Dir(path))

@@ -44,12 +44,13 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	var needs needList
 	fs.Var(&needs, "need", "nodes to place: cpus=N[,gpus=N][,ram_mb=N][,label=L][,count=N][,work=DURATION] (repeatable)")
 	timeout := fs.Duration("timeout", 0, "give up on the needs after this long (0: never)")
+	linger := fs.Duration("linger", 0, "once the needs are served or -timeout passes, keep the engine up this long, so that its status page can be looked at")
 	level := fs.String("log-level", "info", "trace, debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *configPath == "" || fs.NArg() != 0 {
-		fmt.Fprintln(stderr, "usage: host-example run -config FILE [-need SPEC]... [-timeout DURATION]")
+		fmt.Fprintln(stderr, "usage: host-example run -config FILE [-need SPEC]... [-timeout DURATION] [-linger DURATION]")
 		return 2
 	}
 
@@ -85,7 +86,15 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		d.stop()
 		return 1
 	}
+	d.story.say("status page: %s (metrics at /metrics, events at /v1/events)", d.pageURL())
+	d.lingering = *linger > 0
 	code := d.run(ctx, needs, *timeout)
+	if *linger > 0 && ctx.Err() == nil {
+		d.story.say("lingering for %s so the status page can be looked at: %s (Ctrl-C stops it now)", *linger, d.pageURL())
+		lctx, cancel := context.WithTimeoutCause(ctx, *linger, errLingered)
+		d.run(lctx, nil, 0)
+		cancel()
+	}
 	stopSignals()
 	d.stop()
 	return code
@@ -102,14 +111,20 @@ type daemon struct {
 	logger hclog.Logger
 	story  *story
 
-	engine  *Engine
-	srv     *http.Server
-	serving sync.WaitGroup // the HTTP server's goroutine
-	placer  *Placer
-	sups    []*host.Supervisor
+	engine   *Engine
+	operator *operatorAuth
+	obs      *observer
+	srv      *http.Server
+	serving  sync.WaitGroup // the HTTP server's goroutine
+	placer   *Placer
+	sups     []*host.Supervisor
 	// wake holds at most one pending wake-up for the run loop: an event
 	// from a plugin, or a plugin up again.
 	wake chan struct{}
+	// addr is where the engine listens, as the listener says.
+	addr string
+	// lingering is set when run is followed by -linger.
+	lingering bool
 }
 
 // newDaemon sets up the engine for cfg and starts listening. An error is
@@ -124,12 +139,18 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 	if err != nil {
 		return nil, err
 	}
+	opToken, err := operatorToken(cfg.Engine.OperatorTokenEnv)
+	if err != nil {
+		return nil, err
+	}
 	engineID, epoch := host.EngineIdentity(cfg.Engine.ID, cfg.Path), host.CredentialEpoch(secret)
 	logger.Info("worker credentials", "secret", map[bool]string{true: "from $" + cfg.Engine.SecretEnv, false: "random, this run only"}[fromEnv],
 		"engine_id", engineID, "credential_epoch", epoch)
 	signer := host.NewSigner(secret)
 	d := &daemon{cfg: cfg, logger: logger, story: story, wake: make(chan struct{}, 1)}
 	d.engine = NewEngine(logger.Named("http"), signer, time.Now)
+	d.operator = newOperatorAuth(opToken, signer, logger.Named("http"))
+	d.operator.plugins = d.pluginPIDs
 	d.engine.ID = engineID
 	d.engine.OnAttach = func(w WorkerInfo) {
 		story.say("worker %s attached from %s (Slurm job %s, %d cpus, %d gpus)", w.Name, w.Hostname, orDash(w.SlurmJobID), w.CPUs, w.GPUs)
@@ -144,28 +165,14 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 	}
 	gate := newConnGate(cfg.Engine.MaxConnections, logger.Named("http"), loglimit.New(refusalLogBurst, refusalLogWindow))
 	tlsConfig := cfg.Engine.serverTLSConfig()
-	d.srv = newHTTPServer(d.engine.Handler(), gate, d.engine.pollWait(), tlsConfig)
-	d.serving.Add(1)
-	go func() {
-		defer d.serving.Done()
-		var err error
-		if tlsConfig != nil {
-			err = d.srv.ServeTLS(ln, "", "")
-		} else {
-			err = d.srv.Serve(ln)
-		}
-		if err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error("http server stopped", "error", err)
-		}
-	}()
-	logger.Info("listening for workers", "addr", ln.Addr().String(), "tls", tlsConfig != nil, "max_connections", gate.max)
-	if plainBeyondLoopback(ln.Addr(), tlsConfig != nil) {
-		logger.Warn("listening beyond loopback in plain HTTP: worker credentials cross the network in the clear; set tls_cert and tls_key in the engine block, or terminate TLS in front of the engine",
-			"addr", ln.Addr().String())
-	}
+
+	state := &stateCollector{health: d.health, status: d.engine.provisionerStatus, workers: d.workerCounts, tasks: d.taskCounts}
+	d.obs = newObserver(newEngineMetrics(state))
+	d.engine.OnActivity = d.obs.activity
 
 	d.placer = NewPlacer(logger.Named("placer"), d.engine, nil)
 	d.placer.OnBurst = func(target string, pd shared.ProfileDemand) {
+		d.obs.burst(target, pd)
 		if pd.Requested > 0 {
 			story.say("%s: asked for %d %q machine(s) in %d submission(s) (wanted %d, on the way %d, attached %d)",
 				target, pd.Requested, pd.Profile, pd.Submissions, pd.Wanted, pd.OnTheWay, pd.Attached)
@@ -190,11 +197,12 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 			EngineID:        engineID,
 			CredentialEpoch: epoch,
 			EngineAddress:   engineAddress,
-			DropEnv:         []string{cfg.Engine.SecretEnv},
+			DropEnv:         []string{cfg.Engine.SecretEnv, cfg.Engine.OperatorTokenEnv},
 			OnEvent: func(ev shared.Event) {
 				// The engine learns each worker's job, and which names
 				// to revoke, from the events (stamped by the host).
 				d.engine.ObserveEvent(ev)
+				d.obs.pluginEvent(ev)
 				story.event(ev)
 				plog.Info("event", "kind", ev.Kind, "profile", ev.Profile, "job", ev.Job, "worker", ev.Worker, "detail", ev.Detail)
 				d.poke()
@@ -203,9 +211,13 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 		s.OnUp = func(c host.Configured) {
 			d.placer.SetTarget(Target{Name: c.Name, P: c.Provisioner, Shapes: c.Shapes})
 			d.placer.SetDown(name, false)
+			d.obs.plugin("plugin_up", name, fmt.Sprintf("configured, %d shape(s)", len(c.Shapes)))
 			d.poke()
 		}
-		s.OnDown = func(string) { d.placer.SetDown(name, true) }
+		s.OnDown = func(string) {
+			d.placer.SetDown(name, true)
+			d.obs.plugin("plugin_down", name, "the plugin exited; restarting it")
+		}
 		d.sups = append(d.sups, s)
 		supByName[name] = s
 	}
@@ -216,7 +228,106 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 		}
 		return out
 	}
+
+	// Served only now that everything a handler reads is in place.
+	d.srv = newHTTPServer(d.handler(), gate, d.engine.pollWait(), tlsConfig)
+	d.serving.Add(1)
+	go func() {
+		defer d.serving.Done()
+		var err error
+		if tlsConfig != nil {
+			err = d.srv.ServeTLS(ln, "", "")
+		} else {
+			err = d.srv.Serve(ln)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("http server stopped", "error", err)
+		}
+	}()
+	logger.Info("listening for workers", "addr", ln.Addr().String(), "tls", tlsConfig != nil, "max_connections", gate.max)
+	if plainBeyondLoopback(ln.Addr(), tlsConfig != nil) {
+		logger.Warn("listening beyond loopback in plain HTTP: worker credentials cross the network in the clear; set tls_cert and tls_key in the engine block, or terminate TLS in front of the engine",
+			"addr", ln.Addr().String())
+	}
+	d.addr = ln.Addr().String()
 	return d, nil
+}
+
+// handler routes every endpoint: the workers' (the Engine's), the
+// operator's and the monitoring ones.
+func (d *daemon) handler() http.Handler {
+	mux := http.NewServeMux()
+	engine := d.engine.Handler()
+	op := d.operator.wrap
+	mux.Handle("/v1/", engine)
+	mux.Handle("GET /status", op(engine))
+	mux.Handle("GET /v1/events", op(http.HandlerFunc(d.obs.hub.serveEvents)))
+	metrics := d.obs.metrics.handler()
+	if !d.cfg.Engine.OpenMetrics {
+		metrics = op(metrics)
+	}
+	mux.Handle("GET /metrics", metrics)
+	mux.HandleFunc("GET /health", health)
+	mux.HandleFunc("GET /ready", ready(d.health))
+	page := op(pageHandler())
+	for _, path := range []string{"GET /{$}", "GET /app.js", "GET /style.css", "GET /favicon.svg"} {
+		mux.Handle(path, page)
+	}
+	return mux
+}
+
+// health reads every provisioner's plugin state from its Supervisor.
+func (d *daemon) health() []provHealth {
+	out := make([]provHealth, 0, len(d.sups))
+	for _, s := range d.sups {
+		up, restarts := s.Health()
+		out = append(out, provHealth{name: s.Name(), kind: s.Kind(), up: up, restarts: restarts})
+	}
+	return out
+}
+
+// pluginPIDs lists the running plugin processes.
+func (d *daemon) pluginPIDs() []int {
+	var out []int
+	for _, s := range d.sups {
+		if pid := s.Pid(); pid > 0 {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// workerCounts is the attached workers per configured provisioner.
+func (d *daemon) workerCounts() map[string]workerCounts {
+	out := map[string]workerCounts{}
+	for _, s := range d.sups {
+		out[s.Name()] = workerCounts{}
+	}
+	for owner, n := range d.engine.workerCounts() {
+		out[owner] = n
+	}
+	return out
+}
+
+// taskCounts is the placer's needs by state.
+func (d *daemon) taskCounts() map[string]int {
+	out := map[string]int{}
+	for _, n := range d.placer.Needs() {
+		out[n.State]++
+	}
+	return out
+}
+
+// errLingered ends the run loop after -linger.
+var errLingered = errors.New("lingered")
+
+// pageURL is the status page's address, as the listener has it.
+func (d *daemon) pageURL() string {
+	scheme := "http"
+	if d.cfg.Engine.tlsCert != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + d.addr + "/"
 }
 
 // poke wakes the run loop; wake-ups that arrive while one is pending are
@@ -282,11 +393,19 @@ func (d *daemon) run(ctx context.Context, specs []needSpec, timeout time.Duratio
 	d.placer.Pass(ctx)
 	for {
 		if needs > 0 && d.placer.Served() {
-			d.story.say("all %d need(s) served; shutting down", needs)
+			if d.lingering {
+				d.story.say("all %d need(s) served", needs)
+			} else {
+				d.story.say("all %d need(s) served; shutting down", needs)
+			}
 			return 0
 		}
 		select {
 		case <-ctx.Done():
+			if context.Cause(ctx) == errLingered {
+				d.story.say("lingered; shutting down")
+				return 0
+			}
 			d.story.say("signal received; shutting down")
 			if needs > 0 {
 				return 1
@@ -331,6 +450,7 @@ func (d *daemon) stop() {
 	wg.Wait()
 	d.placer.Close()
 	d.engine.Close()
+	d.obs.hub.close()
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer scancel()
 	_ = d.srv.Shutdown(sctx)

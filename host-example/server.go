@@ -51,8 +51,10 @@ const (
 // attached, what each was given and what came back; deciding who gets what
 // is the Placer's job, and the Engine never calls a provisioner.
 //
-// Every request but GET /status carries "Authorization: Bearer <token>",
-// and the worker's name is the one in the token, never one in the body.
+// Every worker's request carries "Authorization: Bearer <token>", and
+// the worker's name is the one in the token, never one in the body. GET
+// /status is the operator's: the daemon serves it behind operatorAuth
+// (operator.go).
 type Engine struct {
 	// PollWait is the longest GET /v1/work holds a request before
 	// answering 204. A worker may ask for less with ?wait=SECONDS. Set it
@@ -77,6 +79,10 @@ type Engine struct {
 	// run command tells its story with them. Set before serving.
 	OnAttach func(WorkerInfo)
 	OnResult func(Result)
+	// OnActivity, when set, hears of what happens to workers and tasks
+	// (attached, detached, gone, dropped, task assigned, task done), for
+	// the event stream and the metrics; without e.mu. Set before serving.
+	OnActivity func(Activity)
 
 	logger hclog.Logger
 	signer *host.Signer
@@ -278,7 +284,7 @@ func (e *Engine) ObserveEvent(ev shared.Event) {
 	revoke, err := e.admission.Observe(ev)
 	var dropped *goneWorker
 	if ws := e.workers[ev.Worker]; revoke && ws != nil && ws.owner == ev.Provisioner {
-		dropped = &goneWorker{name: ev.Worker, lastSeen: ws.lastSeen}
+		dropped = &goneWorker{name: ev.Worker, owner: ws.owner, job: ws.info.SlurmJobID, lastSeen: ws.lastSeen}
 		if ws.task != nil {
 			dropped.task = ws.task.ID
 		}
@@ -291,6 +297,8 @@ func (e *Engine) ObserveEvent(ev shared.Event) {
 	}
 	if dropped != nil {
 		e.logger.Info("worker dropped: its request was cancelled", "worker", dropped.name, "task_left", dropped.task)
+		e.activity(Activity{Kind: "worker_dropped", Provisioner: dropped.owner, Worker: dropped.name, Job: dropped.job, Task: dropped.task,
+			Detail: "its request was cancelled (" + string(ev.Kind) + ")"})
 		e.notify()
 	}
 }
@@ -366,12 +374,13 @@ func (e *Engine) idleAndAttached() ([]WorkerInfo, map[string][]string) {
 // one in progress).
 func (e *Engine) assign(worker string, t Task) error {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	ws := e.workers[worker]
 	if ws == nil {
+		e.mu.Unlock()
 		return errNotAttached
 	}
 	if ws.task != nil {
+		e.mu.Unlock()
 		return errWorkerBusy
 	}
 	ws.task = &t
@@ -379,6 +388,9 @@ func (e *Engine) assign(worker string, t Task) error {
 	case ws.wake <- struct{}{}:
 	default:
 	}
+	a := Activity{Kind: "task_assigned", Provisioner: ws.owner, Worker: worker, Job: ws.info.SlurmJobID, Task: t.ID}
+	e.mu.Unlock()
+	e.activity(a)
 	return nil
 }
 
@@ -412,8 +424,30 @@ func (e *Engine) taskOutcome(worker, id string) (Result, taskState) {
 // lock is released.
 type goneWorker struct {
 	name     string
+	owner    string
+	job      string
 	lastSeen time.Time
 	task     string
+}
+
+// Activity is something that happened to a worker or a task, as
+// Engine.OnActivity hears it.
+type Activity struct {
+	// Kind is worker_attached, worker_detached, worker_gone,
+	// worker_dropped, task_assigned or task_done.
+	Kind        string
+	Provisioner string
+	Worker      string
+	// Job is the scheduler's id the worker reported (Slurm's job id).
+	Job    string
+	Task   string
+	Detail string
+}
+
+func (e *Engine) activity(a Activity) {
+	if e.OnActivity != nil {
+		e.OnActivity(a)
+	}
 }
 
 // sweepLocked drops workers that are gone, and revokes their names: a
@@ -438,7 +472,7 @@ func (e *Engine) sweepLocked() []goneWorker {
 			limit = busyLimit
 		}
 		if now.Sub(ws.lastSeen) > limit {
-			g := goneWorker{name: name, lastSeen: ws.lastSeen}
+			g := goneWorker{name: name, owner: ws.owner, job: ws.info.SlurmJobID, lastSeen: ws.lastSeen}
 			if ws.task != nil {
 				g.task = ws.task.ID
 			}
@@ -454,6 +488,8 @@ func (e *Engine) sweepLocked() []goneWorker {
 func (e *Engine) logGone(gone []goneWorker) {
 	for _, g := range gone {
 		e.logger.Warn("worker gone", "worker", g.name, "last_seen", g.lastSeen, "task", g.task)
+		e.activity(Activity{Kind: "worker_gone", Provisioner: g.owner, Worker: g.name, Job: g.job, Task: g.task,
+			Detail: "silent since " + g.lastSeen.UTC().Format(time.RFC3339)})
 	}
 	if len(gone) > 0 {
 		e.notify()
@@ -590,6 +626,8 @@ func (e *Engine) handleAttach(w http.ResponseWriter, r *http.Request) {
 	if e.OnAttach != nil {
 		e.OnAttach(info)
 	}
+	e.activity(Activity{Kind: "worker_attached", Provisioner: info.Provisioner, Worker: name, Job: info.SlurmJobID,
+		Detail: fmt.Sprintf("from %s, %d cpus, %d gpus", info.Hostname, info.CPUs, info.GPUs)})
 	e.notify()
 	writeJSON(w, http.StatusOK, attachResponse{Worker: name})
 }
@@ -773,6 +811,7 @@ func (e *Engine) handleResult(w http.ResponseWriter, r *http.Request) {
 	if e.OnResult != nil {
 		e.OnResult(res)
 	}
+	e.activity(Activity{Kind: "task_done", Provisioner: cred.Provisioner, Worker: name, Job: res.SlurmJobID, Task: res.TaskID, Detail: res.Output})
 	e.notify()
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -785,11 +824,12 @@ func (e *Engine) handleDetach(w http.ResponseWriter, r *http.Request) {
 	name := cred.Worker
 	e.mu.Lock()
 	ws := e.ownedLocked(cred)
-	var task string
+	var task, job string
 	if ws != nil {
 		if ws.task != nil {
 			task = ws.task.ID
 		}
+		job = ws.info.SlurmJobID
 		delete(e.workers, name)
 	}
 	// Whether or not it got as far as attaching, this credential's job
@@ -804,6 +844,7 @@ func (e *Engine) handleDetach(w http.ResponseWriter, r *http.Request) {
 		// A task left behind is noticed by the placer, which places it
 		// again; nothing to do here but say so.
 		e.logger.Info("worker detached", "worker", name, "task_left", task)
+		e.activity(Activity{Kind: "worker_detached", Provisioner: cred.Provisioner, Worker: name, Job: job, Task: task})
 		e.notify()
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -904,4 +945,34 @@ func dontReadBody(w http.ResponseWriter) {
 	// Fails only where there is no connection to close (a recorder in a
 	// test), which is fine.
 	_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
+}
+
+// provisionerStatus is the provisioners' status through the engine's
+// cache (at most one Status call per plugin a second), for GET /status
+// and the metrics alike.
+func (e *Engine) provisionerStatus(ctx context.Context) []host.ProvisionerStatus {
+	if e.StatusFunc == nil {
+		return nil
+	}
+	return e.status.Get(ctx, e.StatusFunc)
+}
+
+// workerCounts is the attached workers by the provisioner that asked for
+// them, idle or busy.
+func (e *Engine) workerCounts() map[string]workerCounts {
+	e.mu.Lock()
+	gone := e.sweepLocked()
+	out := map[string]workerCounts{}
+	for _, ws := range e.workers {
+		n := out[ws.owner]
+		if ws.task != nil {
+			n.busy++
+		} else {
+			n.idle++
+		}
+		out[ws.owner] = n
+	}
+	e.mu.Unlock()
+	e.logGone(gone)
+	return out
 }

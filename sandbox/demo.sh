@@ -80,10 +80,14 @@ sed 's/^/    /' "$work/config.hcl"
 say "checking it: host-example validate"
 bin/host-example validate "$work/config.hcl" | sed 's/^/    /'
 
+# DEMO_LINGER keeps the engine up after the work, so that a person can
+# look at its status page; DEMO_LINGER=0 ends the demo at once.
+linger="${DEMO_LINGER:-30s}"
 say "running the engine with a burst of needs: three of 2 cpus (2 s of work each, asked for as one job array), and 1 gpu labelled cuda (its log: $work/engine.log)"
+say "watch it live: open http://127.0.0.1:$port/ in a browser on this machine (the engine stays up $linger after the work; Ctrl-C ends it)"
 t0=$(date +%s.%N)
 set +e
-bin/host-example run -config "$work/config.hcl" -need cpus=2,count=3,work=2s -need gpus=1,label=cuda -timeout 3m 2>"$work/engine.log" | sed 's/^/    /'
+bin/host-example run -config "$work/config.hcl" -need cpus=2,count=3,work=2s -need gpus=1,label=cuda -timeout 3m -linger "$linger" 2>"$work/engine.log" | sed 's/^/    /'
 rc=${PIPESTATUS[0]}
 set -e
 t1=$(date +%s.%N)

@@ -12,8 +12,9 @@ import (
 //
 // 2.0 changed Provision from one machine per call to the engine's whole
 // demand per call (ProvisionRequest.Demand), which a 1.x plugin cannot
-// read; the handshake's protocol version changed with it.
-const ContractVersion = "2.0"
+// read; the handshake's protocol version changed with it. 2.1 added
+// StatusResponse.Counters, which a 2.0 plugin leaves empty.
+const ContractVersion = "2.1"
 
 // Provisioner is somewhere machines can be asked for.
 //
@@ -364,6 +365,69 @@ type StatusResponse struct {
 	// Notes are conditions an operator should know of that are not
 	// errors, such as a cluster that refuses job arrays.
 	Notes []string
+	// Counters are the provisioner's own counts since its process
+	// started, for the engine's metrics; nil if it keeps none. They
+	// reset when the process restarts, as a Prometheus counter may.
+	Counters *Counters
+}
+
+// Counters are what only the provisioner can count: why its machines
+// failed and how its calls to the cluster went. They ride on Status, so
+// an engine needs no port and no scrape per plugin. Every label they
+// give is bounded: profiles are the configuration's, classes are the
+// four below, commands are the few the provisioner runs; never a job or
+// a worker.
+type Counters struct {
+	Failures []FailureCount
+	Commands []CommandStats
+}
+
+// FailureClass says why a machine asked for ended without a worker.
+type FailureClass string
+
+const (
+	// FailureTransient: the request did not reach the cluster, or its
+	// answer was lost, for a reason that may clear by itself (ssh down,
+	// a timeout, the controller unreachable).
+	FailureTransient FailureClass = "transient"
+	// FailureMisconfigured: the cluster refused it as asked (sbatch
+	// rejected the script, or the job pends for a reason waiting does
+	// not clear): the configuration needs a person.
+	FailureMisconfigured FailureClass = "misconfigured"
+	// FailureDiedBeforeAttach: the job ran or ended before its worker
+	// attached (the payload exited, the node failed).
+	FailureDiedBeforeAttach FailureClass = "died_before_attach"
+	// FailureTimedOut: the worker did not attach in time
+	// (provision_timeout, attach_timeout).
+	FailureTimedOut FailureClass = "timed_out"
+)
+
+// FailureClasses are the classes a host shows; a class outside them is
+// shown as "other".
+var FailureClasses = []FailureClass{FailureTransient, FailureMisconfigured, FailureDiedBeforeAttach, FailureTimedOut}
+
+// FailureCount is how many machines of a profile failed for one class.
+type FailureCount struct {
+	Profile string
+	Class   FailureClass
+	Count   int64
+}
+
+// CommandStats is one kind of call to the cluster (for Slurm: sbatch,
+// squeue, scancel, scontrol over ssh): how many, how they ended, and how
+// long they took as a cumulative histogram.
+type CommandStats struct {
+	Command string
+	// Calls counts every call; Errors those that ran and failed,
+	// SSHErrors those the transport could not run (ssh exit 255), and
+	// Timeouts those cut off by their deadline.
+	Calls, Errors, SSHErrors, Timeouts int64
+	// Buckets are the histogram's upper bounds in seconds, ascending,
+	// and BucketCounts how many calls took at most each (cumulative).
+	Buckets      []float64
+	BucketCounts []int64
+	// DurationSum is the calls' total time.
+	DurationSum time.Duration
 }
 
 // ProfileCounts is one profile's machines.

@@ -119,6 +119,7 @@ func parseRows(out []byte) []jobRow {
 // through here and then ssh, so that tests can count them.
 func (p *Provisioner) call(ctx context.Context, stdin []byte, remote ...string) (stdout, stderr []byte, err error) {
 	p.slurmCalls.Add(1)
+	defer p.metrics.command(remote, time.Now(), &err)
 	return p.ssh(ctx, stdin, remote...)
 }
 
@@ -427,6 +428,7 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 	// counted once at the end.
 	failed := map[string]string{}
 	forget := func(r *request, detail string) {
+		p.metrics.failed(r.profile, judgedFailureClass(r))
 		delete(p.outstanding, r.worker)
 		r.phase = phaseFailed
 		p.lastErr = detail
@@ -471,6 +473,7 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 			delete(p.outstanding, r.worker)
 			r.phase = phaseFailed
 			why := fmt.Sprintf("pending for %s, which waiting does not clear", row.reason)
+			p.metrics.failed(r.profile, shared.FailureMisconfigured)
 			p.lastErr = "job " + r.job + " was " + why
 			failed[r.profile] = p.lastErr
 			cancels = append(cancels, jobRef{job: r.job, profile: r.profile, worker: r.worker, age: now.Sub(r.since), why: why})

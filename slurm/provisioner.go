@@ -71,6 +71,8 @@ type Provisioner struct {
 	// slurmCalls counts the commands run on the login node, so that tests
 	// can see how many a poll cycle costs.
 	slurmCalls atomic.Int64
+	// metrics counts failures and commands for Status (metrics.go).
+	metrics metrics
 	// conn is the ssh connection to the login node and its session cap
 	// (ssh.go); it has its own lock.
 	conn sshConn
@@ -463,6 +465,7 @@ func (p *Provisioner) submissionFailed(cfg *settings, host shared.Host, live []*
 	}
 	// One failed sbatch is one failure, however many machines it was for.
 	p.countFailureLocked(live[0].profile, detail)
+	p.metrics.failedMachines(live[0].profile, submitFailureClass(err), len(live))
 	p.mu.Unlock()
 	args := []any{"profile", live[0].profile, "worker", live[0].tag, "machines", len(live), "error", err}
 	if detail != err.Error() {
@@ -521,6 +524,7 @@ func (p *Provisioner) Reconcile(ctx context.Context, req *shared.ReconcileReques
 			r.phase = phaseFailed
 			expired = append(expired, jobRef{job: r.job, profile: r.profile, worker: r.worker, age: now.Sub(r.since),
 				why: fmt.Sprintf("did not attach within %s", cfg.provisionTimeout)})
+			p.metrics.failed(r.profile, shared.FailureTimedOut)
 		case r.phase == phaseQueued && !r.running.IsZero() && now.Sub(r.running) > cfg.attachTimeout:
 			// It got a machine and its worker never dialled in: the
 			// next one from this profile would likely do the same.
@@ -528,6 +532,7 @@ func (p *Provisioner) Reconcile(ctx context.Context, req *shared.ReconcileReques
 			r.phase = phaseFailed
 			why := fmt.Sprintf("ran for %s without its worker attaching (attach_timeout %s)", now.Sub(r.running).Round(time.Second), cfg.attachTimeout)
 			p.countFailureLocked(r.profile, "job "+r.job+" "+why)
+			p.metrics.failed(r.profile, shared.FailureTimedOut)
 			expired = append(expired, jobRef{job: r.job, profile: r.profile, worker: r.worker, age: now.Sub(r.since), why: why})
 		case r.phase == phaseAnswerLost && now.Sub(r.since) > cfg.provisionTimeout:
 			delete(p.outstanding, r.worker)
@@ -535,6 +540,7 @@ func (p *Provisioner) Reconcile(ctx context.Context, req *shared.ReconcileReques
 			detail := fmt.Sprintf("the answer to worker %s's sbatch was lost, and no job for it was found within %s", r.worker, cfg.provisionTimeout)
 			p.lastErr = detail
 			p.countFailureLocked(r.profile, detail)
+			p.metrics.failed(r.profile, shared.FailureTransient)
 			gaveUp = append(gaveUp, shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Worker: r.worker, Detail: detail})
 		}
 	}
@@ -826,7 +832,7 @@ func (p *Provisioner) Status(context.Context, *shared.StatusRequest) (*shared.St
 	now := p.now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	resp := &shared.StatusResponse{Kind: kind, LastError: p.lastErr}
+	resp := &shared.StatusResponse{Kind: kind, LastError: p.lastErr, Counters: p.metrics.counters()}
 	if p.cfg == nil {
 		return resp, nil
 	}

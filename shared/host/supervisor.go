@@ -270,6 +270,28 @@ func (s *Supervisor) Provisioner() shared.Provisioner {
 	return s.current.Provisioner()
 }
 
+// Health says whether the plugin is up (running and configured, so that
+// calls to it can succeed) and how many times it has been restarted
+// after exiting on its own, for an engine's metrics and readiness. It
+// takes the lock only to read, never crosses to the plugin.
+func (s *Supervisor) Health() (up bool, restarts int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.current != nil && s.state == "running", s.restarts
+}
+
+// Pid is the plugin process's id while one runs, else 0: an engine that
+// trusts loopback tells a plugin's connections (a relay carrying a
+// worker's) from a person's with it.
+func (s *Supervisor) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.current == nil {
+		return 0
+	}
+	return s.current.Pid()
+}
+
 // Status is this provisioner's process and its plugin's own report. The
 // plugin is asked with a deadline of two seconds, without the lock.
 func (s *Supervisor) Status(ctx context.Context) ProvisionerStatus {

@@ -1667,7 +1667,9 @@ type StatusResponse struct {
 	// Where each profile's machines stand.
 	Counts []*ProfileCounts `protobuf:"bytes,7,rep,name=counts,proto3" json:"counts,omitempty"`
 	// Conditions that are not errors, such as a cluster refusing job arrays.
-	Notes         []string `protobuf:"bytes,8,rep,name=notes,proto3" json:"notes,omitempty"`
+	Notes []string `protobuf:"bytes,8,rep,name=notes,proto3" json:"notes,omitempty"`
+	// The provisioner's own counts since its process started (contract 2.1).
+	Counters      *Counters `protobuf:"bytes,9,opt,name=counters,proto3" json:"counters,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1758,6 +1760,227 @@ func (x *StatusResponse) GetNotes() []string {
 	return nil
 }
 
+func (x *StatusResponse) GetCounters() *Counters {
+	if x != nil {
+		return x.Counters
+	}
+	return nil
+}
+
+type Counters struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Failures      []*FailureCount        `protobuf:"bytes,1,rep,name=failures,proto3" json:"failures,omitempty"`
+	Commands      []*CommandStats        `protobuf:"bytes,2,rep,name=commands,proto3" json:"commands,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Counters) Reset() {
+	*x = Counters{}
+	mi := &file_provisioner_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Counters) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Counters) ProtoMessage() {}
+
+func (x *Counters) ProtoReflect() protoreflect.Message {
+	mi := &file_provisioner_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Counters.ProtoReflect.Descriptor instead.
+func (*Counters) Descriptor() ([]byte, []int) {
+	return file_provisioner_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *Counters) GetFailures() []*FailureCount {
+	if x != nil {
+		return x.Failures
+	}
+	return nil
+}
+
+func (x *Counters) GetCommands() []*CommandStats {
+	if x != nil {
+		return x.Commands
+	}
+	return nil
+}
+
+type FailureCount struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Profile string                 `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
+	// transient, misconfigured, died_before_attach or timed_out.
+	Class         string `protobuf:"bytes,2,opt,name=class,proto3" json:"class,omitempty"`
+	Count         int64  `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FailureCount) Reset() {
+	*x = FailureCount{}
+	mi := &file_provisioner_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FailureCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FailureCount) ProtoMessage() {}
+
+func (x *FailureCount) ProtoReflect() protoreflect.Message {
+	mi := &file_provisioner_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FailureCount.ProtoReflect.Descriptor instead.
+func (*FailureCount) Descriptor() ([]byte, []int) {
+	return file_provisioner_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *FailureCount) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *FailureCount) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *FailureCount) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+type CommandStats struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Command   string                 `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	Calls     int64                  `protobuf:"varint,2,opt,name=calls,proto3" json:"calls,omitempty"`
+	Errors    int64                  `protobuf:"varint,3,opt,name=errors,proto3" json:"errors,omitempty"`
+	SshErrors int64                  `protobuf:"varint,4,opt,name=ssh_errors,json=sshErrors,proto3" json:"ssh_errors,omitempty"`
+	Timeouts  int64                  `protobuf:"varint,5,opt,name=timeouts,proto3" json:"timeouts,omitempty"`
+	// Upper bounds in seconds, ascending, and the cumulative count at each.
+	Buckets            []float64 `protobuf:"fixed64,6,rep,packed,name=buckets,proto3" json:"buckets,omitempty"`
+	BucketCounts       []int64   `protobuf:"varint,7,rep,packed,name=bucket_counts,json=bucketCounts,proto3" json:"bucket_counts,omitempty"`
+	DurationSumSeconds float64   `protobuf:"fixed64,8,opt,name=duration_sum_seconds,json=durationSumSeconds,proto3" json:"duration_sum_seconds,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *CommandStats) Reset() {
+	*x = CommandStats{}
+	mi := &file_provisioner_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandStats) ProtoMessage() {}
+
+func (x *CommandStats) ProtoReflect() protoreflect.Message {
+	mi := &file_provisioner_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandStats.ProtoReflect.Descriptor instead.
+func (*CommandStats) Descriptor() ([]byte, []int) {
+	return file_provisioner_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *CommandStats) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
+func (x *CommandStats) GetCalls() int64 {
+	if x != nil {
+		return x.Calls
+	}
+	return 0
+}
+
+func (x *CommandStats) GetErrors() int64 {
+	if x != nil {
+		return x.Errors
+	}
+	return 0
+}
+
+func (x *CommandStats) GetSshErrors() int64 {
+	if x != nil {
+		return x.SshErrors
+	}
+	return 0
+}
+
+func (x *CommandStats) GetTimeouts() int64 {
+	if x != nil {
+		return x.Timeouts
+	}
+	return 0
+}
+
+func (x *CommandStats) GetBuckets() []float64 {
+	if x != nil {
+		return x.Buckets
+	}
+	return nil
+}
+
+func (x *CommandStats) GetBucketCounts() []int64 {
+	if x != nil {
+		return x.BucketCounts
+	}
+	return nil
+}
+
+func (x *CommandStats) GetDurationSumSeconds() float64 {
+	if x != nil {
+		return x.DurationSumSeconds
+	}
+	return 0
+}
+
 type ProfileCounts struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Profile string                 `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
@@ -1774,7 +1997,7 @@ type ProfileCounts struct {
 
 func (x *ProfileCounts) Reset() {
 	*x = ProfileCounts{}
-	mi := &file_provisioner_proto_msgTypes[27]
+	mi := &file_provisioner_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1786,7 +2009,7 @@ func (x *ProfileCounts) String() string {
 func (*ProfileCounts) ProtoMessage() {}
 
 func (x *ProfileCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[27]
+	mi := &file_provisioner_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1799,7 +2022,7 @@ func (x *ProfileCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProfileCounts.ProtoReflect.Descriptor instead.
 func (*ProfileCounts) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{27}
+	return file_provisioner_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ProfileCounts) GetProfile() string {
@@ -1849,7 +2072,7 @@ type Submission struct {
 
 func (x *Submission) Reset() {
 	*x = Submission{}
-	mi := &file_provisioner_proto_msgTypes[28]
+	mi := &file_provisioner_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1861,7 +2084,7 @@ func (x *Submission) String() string {
 func (*Submission) ProtoMessage() {}
 
 func (x *Submission) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[28]
+	mi := &file_provisioner_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1874,7 +2097,7 @@ func (x *Submission) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Submission.ProtoReflect.Descriptor instead.
 func (*Submission) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{28}
+	return file_provisioner_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Submission) GetJob() string {
@@ -1919,7 +2142,7 @@ type Backoff struct {
 
 func (x *Backoff) Reset() {
 	*x = Backoff{}
-	mi := &file_provisioner_proto_msgTypes[29]
+	mi := &file_provisioner_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1931,7 +2154,7 @@ func (x *Backoff) String() string {
 func (*Backoff) ProtoMessage() {}
 
 func (x *Backoff) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[29]
+	mi := &file_provisioner_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1944,7 +2167,7 @@ func (x *Backoff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backoff.ProtoReflect.Descriptor instead.
 func (*Backoff) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{29}
+	return file_provisioner_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Backoff) GetProfile() string {
@@ -1988,7 +2211,7 @@ type Outstanding struct {
 
 func (x *Outstanding) Reset() {
 	*x = Outstanding{}
-	mi := &file_provisioner_proto_msgTypes[30]
+	mi := &file_provisioner_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2000,7 +2223,7 @@ func (x *Outstanding) String() string {
 func (*Outstanding) ProtoMessage() {}
 
 func (x *Outstanding) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[30]
+	mi := &file_provisioner_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2013,7 +2236,7 @@ func (x *Outstanding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Outstanding.ProtoReflect.Descriptor instead.
 func (*Outstanding) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{30}
+	return file_provisioner_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Outstanding) GetProfile() string {
@@ -2061,7 +2284,7 @@ type ShutdownRequest struct {
 
 func (x *ShutdownRequest) Reset() {
 	*x = ShutdownRequest{}
-	mi := &file_provisioner_proto_msgTypes[31]
+	mi := &file_provisioner_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2073,7 +2296,7 @@ func (x *ShutdownRequest) String() string {
 func (*ShutdownRequest) ProtoMessage() {}
 
 func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[31]
+	mi := &file_provisioner_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2086,7 +2309,7 @@ func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownRequest) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{31}
+	return file_provisioner_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ShutdownRequest) GetDeadlineUnixNano() int64 {
@@ -2105,7 +2328,7 @@ type ShutdownResponse struct {
 
 func (x *ShutdownResponse) Reset() {
 	*x = ShutdownResponse{}
-	mi := &file_provisioner_proto_msgTypes[32]
+	mi := &file_provisioner_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2117,7 +2340,7 @@ func (x *ShutdownResponse) String() string {
 func (*ShutdownResponse) ProtoMessage() {}
 
 func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[32]
+	mi := &file_provisioner_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2130,7 +2353,7 @@ func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownResponse.ProtoReflect.Descriptor instead.
 func (*ShutdownResponse) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{32}
+	return file_provisioner_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ShutdownResponse) GetCancelled() []string {
@@ -2155,7 +2378,7 @@ type HostMessage struct {
 
 func (x *HostMessage) Reset() {
 	*x = HostMessage{}
-	mi := &file_provisioner_proto_msgTypes[33]
+	mi := &file_provisioner_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2167,7 +2390,7 @@ func (x *HostMessage) String() string {
 func (*HostMessage) ProtoMessage() {}
 
 func (x *HostMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[33]
+	mi := &file_provisioner_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2180,7 +2403,7 @@ func (x *HostMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostMessage.ProtoReflect.Descriptor instead.
 func (*HostMessage) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{33}
+	return file_provisioner_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *HostMessage) GetMsg() isHostMessage_Msg {
@@ -2254,7 +2477,7 @@ type PluginMessage struct {
 
 func (x *PluginMessage) Reset() {
 	*x = PluginMessage{}
-	mi := &file_provisioner_proto_msgTypes[34]
+	mi := &file_provisioner_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2266,7 +2489,7 @@ func (x *PluginMessage) String() string {
 func (*PluginMessage) ProtoMessage() {}
 
 func (x *PluginMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[34]
+	mi := &file_provisioner_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2279,7 +2502,7 @@ func (x *PluginMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginMessage.ProtoReflect.Descriptor instead.
 func (*PluginMessage) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{34}
+	return file_provisioner_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PluginMessage) GetMsg() isPluginMessage_Msg {
@@ -2349,7 +2572,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_provisioner_proto_msgTypes[35]
+	mi := &file_provisioner_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2361,7 +2584,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[35]
+	mi := &file_provisioner_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2374,7 +2597,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{35}
+	return file_provisioner_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Hello) GetName() string {
@@ -2393,7 +2616,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_provisioner_proto_msgTypes[36]
+	mi := &file_provisioner_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2405,7 +2628,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[36]
+	mi := &file_provisioner_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2418,7 +2641,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{36}
+	return file_provisioner_proto_rawDescGZIP(), []int{39}
 }
 
 type Event struct {
@@ -2440,7 +2663,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_provisioner_proto_msgTypes[37]
+	mi := &file_provisioner_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2675,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[37]
+	mi := &file_provisioner_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2688,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{37}
+	return file_provisioner_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -2533,7 +2756,7 @@ type EventAck struct {
 
 func (x *EventAck) Reset() {
 	*x = EventAck{}
-	mi := &file_provisioner_proto_msgTypes[38]
+	mi := &file_provisioner_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2545,7 +2768,7 @@ func (x *EventAck) String() string {
 func (*EventAck) ProtoMessage() {}
 
 func (x *EventAck) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[38]
+	mi := &file_provisioner_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2558,7 +2781,7 @@ func (x *EventAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventAck.ProtoReflect.Descriptor instead.
 func (*EventAck) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{38}
+	return file_provisioner_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *EventAck) GetSeq() uint64 {
@@ -2585,7 +2808,7 @@ type MintCredential struct {
 
 func (x *MintCredential) Reset() {
 	*x = MintCredential{}
-	mi := &file_provisioner_proto_msgTypes[39]
+	mi := &file_provisioner_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2597,7 +2820,7 @@ func (x *MintCredential) String() string {
 func (*MintCredential) ProtoMessage() {}
 
 func (x *MintCredential) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[39]
+	mi := &file_provisioner_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2610,7 +2833,7 @@ func (x *MintCredential) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MintCredential.ProtoReflect.Descriptor instead.
 func (*MintCredential) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{39}
+	return file_provisioner_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *MintCredential) GetRequestId() uint64 {
@@ -2677,7 +2900,7 @@ type Credential struct {
 
 func (x *Credential) Reset() {
 	*x = Credential{}
-	mi := &file_provisioner_proto_msgTypes[40]
+	mi := &file_provisioner_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2689,7 +2912,7 @@ func (x *Credential) String() string {
 func (*Credential) ProtoMessage() {}
 
 func (x *Credential) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[40]
+	mi := &file_provisioner_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2702,7 +2925,7 @@ func (x *Credential) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credential.ProtoReflect.Descriptor instead.
 func (*Credential) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{40}
+	return file_provisioner_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Credential) GetRequestId() uint64 {
@@ -2854,7 +3077,7 @@ const file_provisioner_proto_rawDesc = "" +
 	"\x11ReconcileResponse\x12\x18\n" +
 	"\aarrived\x18\x01 \x03(\tR\aarrived\x12\x18\n" +
 	"\aexpired\x18\x02 \x03(\tR\aexpired\"\x0f\n" +
-	"\rStatusRequest\"\xcb\x02\n" +
+	"\rStatusRequest\"\x87\x03\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1a\n" +
@@ -2865,7 +3088,25 @@ const file_provisioner_proto_rawDesc = "" +
 	"\vbacking_off\x18\x06 \x03(\v2\x1d.fluksio.provision.v1.BackoffR\n" +
 	"backingOff\x12;\n" +
 	"\x06counts\x18\a \x03(\v2#.fluksio.provision.v1.ProfileCountsR\x06counts\x12\x14\n" +
-	"\x05notes\x18\b \x03(\tR\x05notes\"\xbf\x01\n" +
+	"\x05notes\x18\b \x03(\tR\x05notes\x12:\n" +
+	"\bcounters\x18\t \x01(\v2\x1e.fluksio.provision.v1.CountersR\bcounters\"\x8a\x01\n" +
+	"\bCounters\x12>\n" +
+	"\bfailures\x18\x01 \x03(\v2\".fluksio.provision.v1.FailureCountR\bfailures\x12>\n" +
+	"\bcommands\x18\x02 \x03(\v2\".fluksio.provision.v1.CommandStatsR\bcommands\"T\n" +
+	"\fFailureCount\x12\x18\n" +
+	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x14\n" +
+	"\x05class\x18\x02 \x01(\tR\x05class\x12\x14\n" +
+	"\x05count\x18\x03 \x01(\x03R\x05count\"\x82\x02\n" +
+	"\fCommandStats\x12\x18\n" +
+	"\acommand\x18\x01 \x01(\tR\acommand\x12\x14\n" +
+	"\x05calls\x18\x02 \x01(\x03R\x05calls\x12\x16\n" +
+	"\x06errors\x18\x03 \x01(\x03R\x06errors\x12\x1d\n" +
+	"\n" +
+	"ssh_errors\x18\x04 \x01(\x03R\tsshErrors\x12\x1a\n" +
+	"\btimeouts\x18\x05 \x01(\x03R\btimeouts\x12\x18\n" +
+	"\abuckets\x18\x06 \x03(\x01R\abuckets\x12#\n" +
+	"\rbucket_counts\x18\a \x03(\x03R\fbucketCounts\x120\n" +
+	"\x14duration_sum_seconds\x18\b \x01(\x01R\x12durationSumSeconds\"\xbf\x01\n" +
 	"\rProfileCounts\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x18\n" +
 	"\apending\x18\x02 \x01(\x03R\apending\x12\x1a\n" +
@@ -2968,7 +3209,7 @@ func file_provisioner_proto_rawDescGZIP() []byte {
 }
 
 var file_provisioner_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_provisioner_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_provisioner_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_provisioner_proto_goTypes = []any{
 	(Diagnostic_Severity)(0),       // 0: fluksio.provision.v1.Diagnostic.Severity
 	(ProvisionResponse_Outcome)(0), // 1: fluksio.provision.v1.ProvisionResponse.Outcome
@@ -2999,20 +3240,23 @@ var file_provisioner_proto_goTypes = []any{
 	(*ReconcileResponse)(nil),      // 26: fluksio.provision.v1.ReconcileResponse
 	(*StatusRequest)(nil),          // 27: fluksio.provision.v1.StatusRequest
 	(*StatusResponse)(nil),         // 28: fluksio.provision.v1.StatusResponse
-	(*ProfileCounts)(nil),          // 29: fluksio.provision.v1.ProfileCounts
-	(*Submission)(nil),             // 30: fluksio.provision.v1.Submission
-	(*Backoff)(nil),                // 31: fluksio.provision.v1.Backoff
-	(*Outstanding)(nil),            // 32: fluksio.provision.v1.Outstanding
-	(*ShutdownRequest)(nil),        // 33: fluksio.provision.v1.ShutdownRequest
-	(*ShutdownResponse)(nil),       // 34: fluksio.provision.v1.ShutdownResponse
-	(*HostMessage)(nil),            // 35: fluksio.provision.v1.HostMessage
-	(*PluginMessage)(nil),          // 36: fluksio.provision.v1.PluginMessage
-	(*Hello)(nil),                  // 37: fluksio.provision.v1.Hello
-	(*Ready)(nil),                  // 38: fluksio.provision.v1.Ready
-	(*Event)(nil),                  // 39: fluksio.provision.v1.Event
-	(*EventAck)(nil),               // 40: fluksio.provision.v1.EventAck
-	(*MintCredential)(nil),         // 41: fluksio.provision.v1.MintCredential
-	(*Credential)(nil),             // 42: fluksio.provision.v1.Credential
+	(*Counters)(nil),               // 29: fluksio.provision.v1.Counters
+	(*FailureCount)(nil),           // 30: fluksio.provision.v1.FailureCount
+	(*CommandStats)(nil),           // 31: fluksio.provision.v1.CommandStats
+	(*ProfileCounts)(nil),          // 32: fluksio.provision.v1.ProfileCounts
+	(*Submission)(nil),             // 33: fluksio.provision.v1.Submission
+	(*Backoff)(nil),                // 34: fluksio.provision.v1.Backoff
+	(*Outstanding)(nil),            // 35: fluksio.provision.v1.Outstanding
+	(*ShutdownRequest)(nil),        // 36: fluksio.provision.v1.ShutdownRequest
+	(*ShutdownResponse)(nil),       // 37: fluksio.provision.v1.ShutdownResponse
+	(*HostMessage)(nil),            // 38: fluksio.provision.v1.HostMessage
+	(*PluginMessage)(nil),          // 39: fluksio.provision.v1.PluginMessage
+	(*Hello)(nil),                  // 40: fluksio.provision.v1.Hello
+	(*Ready)(nil),                  // 41: fluksio.provision.v1.Ready
+	(*Event)(nil),                  // 42: fluksio.provision.v1.Event
+	(*EventAck)(nil),               // 43: fluksio.provision.v1.EventAck
+	(*MintCredential)(nil),         // 44: fluksio.provision.v1.MintCredential
+	(*Credential)(nil),             // 45: fluksio.provision.v1.Credential
 }
 var file_provisioner_proto_depIdxs = []int32{
 	6,  // 0: fluksio.provision.v1.SchemaResponse.schema:type_name -> fluksio.provision.v1.Schema
@@ -3029,43 +3273,46 @@ var file_provisioner_proto_depIdxs = []int32{
 	23, // 11: fluksio.provision.v1.ProvisionResponse.outcomes:type_name -> fluksio.provision.v1.DemandOutcome
 	24, // 12: fluksio.provision.v1.ProvisionResponse.profiles:type_name -> fluksio.provision.v1.ProfileDemand
 	1,  // 13: fluksio.provision.v1.DemandOutcome.outcome:type_name -> fluksio.provision.v1.ProvisionResponse.Outcome
-	32, // 14: fluksio.provision.v1.StatusResponse.outstanding:type_name -> fluksio.provision.v1.Outstanding
-	31, // 15: fluksio.provision.v1.StatusResponse.backing_off:type_name -> fluksio.provision.v1.Backoff
-	29, // 16: fluksio.provision.v1.StatusResponse.counts:type_name -> fluksio.provision.v1.ProfileCounts
-	30, // 17: fluksio.provision.v1.ProfileCounts.submissions:type_name -> fluksio.provision.v1.Submission
-	37, // 18: fluksio.provision.v1.HostMessage.hello:type_name -> fluksio.provision.v1.Hello
-	40, // 19: fluksio.provision.v1.HostMessage.event_ack:type_name -> fluksio.provision.v1.EventAck
-	42, // 20: fluksio.provision.v1.HostMessage.credential:type_name -> fluksio.provision.v1.Credential
-	38, // 21: fluksio.provision.v1.PluginMessage.ready:type_name -> fluksio.provision.v1.Ready
-	39, // 22: fluksio.provision.v1.PluginMessage.event:type_name -> fluksio.provision.v1.Event
-	41, // 23: fluksio.provision.v1.PluginMessage.mint_credential:type_name -> fluksio.provision.v1.MintCredential
-	2,  // 24: fluksio.provision.v1.Provisioner.Info:input_type -> fluksio.provision.v1.InfoRequest
-	4,  // 25: fluksio.provision.v1.Provisioner.Schema:input_type -> fluksio.provision.v1.SchemaRequest
-	10, // 26: fluksio.provision.v1.Provisioner.ValidateConfig:input_type -> fluksio.provision.v1.ValidateConfigRequest
-	12, // 27: fluksio.provision.v1.Provisioner.Configure:input_type -> fluksio.provision.v1.ConfigureRequest
-	16, // 28: fluksio.provision.v1.Provisioner.Shapes:input_type -> fluksio.provision.v1.ShapesRequest
-	18, // 29: fluksio.provision.v1.Provisioner.Covers:input_type -> fluksio.provision.v1.CoversRequest
-	20, // 30: fluksio.provision.v1.Provisioner.Provision:input_type -> fluksio.provision.v1.ProvisionRequest
-	25, // 31: fluksio.provision.v1.Provisioner.Reconcile:input_type -> fluksio.provision.v1.ReconcileRequest
-	27, // 32: fluksio.provision.v1.Provisioner.Status:input_type -> fluksio.provision.v1.StatusRequest
-	33, // 33: fluksio.provision.v1.Provisioner.Shutdown:input_type -> fluksio.provision.v1.ShutdownRequest
-	35, // 34: fluksio.provision.v1.Provisioner.HostChannel:input_type -> fluksio.provision.v1.HostMessage
-	3,  // 35: fluksio.provision.v1.Provisioner.Info:output_type -> fluksio.provision.v1.InfoResponse
-	5,  // 36: fluksio.provision.v1.Provisioner.Schema:output_type -> fluksio.provision.v1.SchemaResponse
-	11, // 37: fluksio.provision.v1.Provisioner.ValidateConfig:output_type -> fluksio.provision.v1.ValidateConfigResponse
-	13, // 38: fluksio.provision.v1.Provisioner.Configure:output_type -> fluksio.provision.v1.ConfigureResponse
-	17, // 39: fluksio.provision.v1.Provisioner.Shapes:output_type -> fluksio.provision.v1.ShapesResponse
-	19, // 40: fluksio.provision.v1.Provisioner.Covers:output_type -> fluksio.provision.v1.CoversResponse
-	22, // 41: fluksio.provision.v1.Provisioner.Provision:output_type -> fluksio.provision.v1.ProvisionResponse
-	26, // 42: fluksio.provision.v1.Provisioner.Reconcile:output_type -> fluksio.provision.v1.ReconcileResponse
-	28, // 43: fluksio.provision.v1.Provisioner.Status:output_type -> fluksio.provision.v1.StatusResponse
-	34, // 44: fluksio.provision.v1.Provisioner.Shutdown:output_type -> fluksio.provision.v1.ShutdownResponse
-	36, // 45: fluksio.provision.v1.Provisioner.HostChannel:output_type -> fluksio.provision.v1.PluginMessage
-	35, // [35:46] is the sub-list for method output_type
-	24, // [24:35] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	35, // 14: fluksio.provision.v1.StatusResponse.outstanding:type_name -> fluksio.provision.v1.Outstanding
+	34, // 15: fluksio.provision.v1.StatusResponse.backing_off:type_name -> fluksio.provision.v1.Backoff
+	32, // 16: fluksio.provision.v1.StatusResponse.counts:type_name -> fluksio.provision.v1.ProfileCounts
+	29, // 17: fluksio.provision.v1.StatusResponse.counters:type_name -> fluksio.provision.v1.Counters
+	30, // 18: fluksio.provision.v1.Counters.failures:type_name -> fluksio.provision.v1.FailureCount
+	31, // 19: fluksio.provision.v1.Counters.commands:type_name -> fluksio.provision.v1.CommandStats
+	33, // 20: fluksio.provision.v1.ProfileCounts.submissions:type_name -> fluksio.provision.v1.Submission
+	40, // 21: fluksio.provision.v1.HostMessage.hello:type_name -> fluksio.provision.v1.Hello
+	43, // 22: fluksio.provision.v1.HostMessage.event_ack:type_name -> fluksio.provision.v1.EventAck
+	45, // 23: fluksio.provision.v1.HostMessage.credential:type_name -> fluksio.provision.v1.Credential
+	41, // 24: fluksio.provision.v1.PluginMessage.ready:type_name -> fluksio.provision.v1.Ready
+	42, // 25: fluksio.provision.v1.PluginMessage.event:type_name -> fluksio.provision.v1.Event
+	44, // 26: fluksio.provision.v1.PluginMessage.mint_credential:type_name -> fluksio.provision.v1.MintCredential
+	2,  // 27: fluksio.provision.v1.Provisioner.Info:input_type -> fluksio.provision.v1.InfoRequest
+	4,  // 28: fluksio.provision.v1.Provisioner.Schema:input_type -> fluksio.provision.v1.SchemaRequest
+	10, // 29: fluksio.provision.v1.Provisioner.ValidateConfig:input_type -> fluksio.provision.v1.ValidateConfigRequest
+	12, // 30: fluksio.provision.v1.Provisioner.Configure:input_type -> fluksio.provision.v1.ConfigureRequest
+	16, // 31: fluksio.provision.v1.Provisioner.Shapes:input_type -> fluksio.provision.v1.ShapesRequest
+	18, // 32: fluksio.provision.v1.Provisioner.Covers:input_type -> fluksio.provision.v1.CoversRequest
+	20, // 33: fluksio.provision.v1.Provisioner.Provision:input_type -> fluksio.provision.v1.ProvisionRequest
+	25, // 34: fluksio.provision.v1.Provisioner.Reconcile:input_type -> fluksio.provision.v1.ReconcileRequest
+	27, // 35: fluksio.provision.v1.Provisioner.Status:input_type -> fluksio.provision.v1.StatusRequest
+	36, // 36: fluksio.provision.v1.Provisioner.Shutdown:input_type -> fluksio.provision.v1.ShutdownRequest
+	38, // 37: fluksio.provision.v1.Provisioner.HostChannel:input_type -> fluksio.provision.v1.HostMessage
+	3,  // 38: fluksio.provision.v1.Provisioner.Info:output_type -> fluksio.provision.v1.InfoResponse
+	5,  // 39: fluksio.provision.v1.Provisioner.Schema:output_type -> fluksio.provision.v1.SchemaResponse
+	11, // 40: fluksio.provision.v1.Provisioner.ValidateConfig:output_type -> fluksio.provision.v1.ValidateConfigResponse
+	13, // 41: fluksio.provision.v1.Provisioner.Configure:output_type -> fluksio.provision.v1.ConfigureResponse
+	17, // 42: fluksio.provision.v1.Provisioner.Shapes:output_type -> fluksio.provision.v1.ShapesResponse
+	19, // 43: fluksio.provision.v1.Provisioner.Covers:output_type -> fluksio.provision.v1.CoversResponse
+	22, // 44: fluksio.provision.v1.Provisioner.Provision:output_type -> fluksio.provision.v1.ProvisionResponse
+	26, // 45: fluksio.provision.v1.Provisioner.Reconcile:output_type -> fluksio.provision.v1.ReconcileResponse
+	28, // 46: fluksio.provision.v1.Provisioner.Status:output_type -> fluksio.provision.v1.StatusResponse
+	37, // 47: fluksio.provision.v1.Provisioner.Shutdown:output_type -> fluksio.provision.v1.ShutdownResponse
+	39, // 48: fluksio.provision.v1.Provisioner.HostChannel:output_type -> fluksio.provision.v1.PluginMessage
+	38, // [38:49] is the sub-list for method output_type
+	27, // [27:38] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_provisioner_proto_init() }
@@ -3073,12 +3320,12 @@ func file_provisioner_proto_init() {
 	if File_provisioner_proto != nil {
 		return
 	}
-	file_provisioner_proto_msgTypes[33].OneofWrappers = []any{
+	file_provisioner_proto_msgTypes[36].OneofWrappers = []any{
 		(*HostMessage_Hello)(nil),
 		(*HostMessage_EventAck)(nil),
 		(*HostMessage_Credential)(nil),
 	}
-	file_provisioner_proto_msgTypes[34].OneofWrappers = []any{
+	file_provisioner_proto_msgTypes[37].OneofWrappers = []any{
 		(*PluginMessage_Ready)(nil),
 		(*PluginMessage_Event)(nil),
 		(*PluginMessage_MintCredential)(nil),
@@ -3089,7 +3336,7 @@ func file_provisioner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_provisioner_proto_rawDesc), len(file_provisioner_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   41,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -223,6 +223,39 @@ func statusToProto(s *shared.StatusResponse) *pb.StatusResponse {
 		out.Counts = append(out.Counts, pc)
 	}
 	out.Notes = s.Notes
+	out.Counters = countersToProto(s.Counters)
+	return out
+}
+
+func countersToProto(c *shared.Counters) *pb.Counters {
+	if c == nil {
+		return nil
+	}
+	out := &pb.Counters{}
+	for _, f := range c.Failures {
+		out.Failures = append(out.Failures, &pb.FailureCount{Profile: f.Profile, Class: string(f.Class), Count: f.Count})
+	}
+	for _, cs := range c.Commands {
+		out.Commands = append(out.Commands, &pb.CommandStats{Command: cs.Command, Calls: cs.Calls, Errors: cs.Errors,
+			SshErrors: cs.SSHErrors, Timeouts: cs.Timeouts, Buckets: cs.Buckets, BucketCounts: cs.BucketCounts,
+			DurationSumSeconds: cs.DurationSum.Seconds()})
+	}
+	return out
+}
+
+func countersFromProto(c *pb.Counters) *shared.Counters {
+	if c == nil {
+		return nil
+	}
+	out := &shared.Counters{}
+	for _, f := range c.GetFailures() {
+		out.Failures = append(out.Failures, shared.FailureCount{Profile: f.GetProfile(), Class: shared.FailureClass(f.GetClass()), Count: f.GetCount()})
+	}
+	for _, cs := range c.GetCommands() {
+		out.Commands = append(out.Commands, shared.CommandStats{Command: cs.GetCommand(), Calls: cs.GetCalls(), Errors: cs.GetErrors(),
+			SSHErrors: cs.GetSshErrors(), Timeouts: cs.GetTimeouts(), Buckets: cs.GetBuckets(), BucketCounts: cs.GetBucketCounts(),
+			DurationSum: seconds(cs.GetDurationSumSeconds())})
+	}
 	return out
 }
 
@@ -248,6 +281,7 @@ func statusFromProto(s *pb.StatusResponse) *shared.StatusResponse {
 		out.Counts = append(out.Counts, pc)
 	}
 	out.Notes = s.GetNotes()
+	out.Counters = countersFromProto(s.GetCounters())
 	return out
 }
 

@@ -48,7 +48,12 @@ func TestRoundTripEveryMethod(t *testing.T) {
 		BackingOff:  []shared.Backoff{{Profile: "b", Failures: 3, Until: time.Unix(1700000000, 5), LastError: "sbatch: nope"}},
 		Counts: []shared.ProfileCounts{{Profile: "a", Pending: 1, Starting: 2, Attached: 3,
 			Submissions: []shared.Submission{{Job: "12", Machines: 40, OnTheWay: 3, Age: 2500 * time.Millisecond}}}},
-		Notes: []string{"job arrays refused"}}
+		Notes: []string{"job arrays refused"},
+		Counters: &shared.Counters{
+			Failures: []shared.FailureCount{{Profile: "a", Class: shared.FailureDiedBeforeAttach, Count: 2}},
+			Commands: []shared.CommandStats{{Command: "sbatch", Calls: 5, Errors: 1, SSHErrors: 2, Timeouts: 1,
+				Buckets: []float64{0.1, 1}, BucketCounts: []int64{3, 4}, DurationSum: 2500 * time.Millisecond}},
+		}}
 	need := shared.Need{CPUs: 3, GPUs: 1, RAMMB: 2048, Label: "x"}
 	// Every field of the answer set, so that a converter that drops one
 	// fails the round trip.

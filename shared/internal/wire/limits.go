@@ -2,6 +2,8 @@ package wire
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -90,7 +92,72 @@ func clipStatus(s *shared.StatusResponse) *shared.StatusResponse {
 		s.Notes[i] = clip(n, MaxEventDetail)
 	}
 	s.LastError = clip(s.LastError, MaxEventDetail)
+	s.Counters = clipCounters(s.Counters)
 	return s
+}
+
+// Bounds on StatusResponse.Counters. They become metric labels in the
+// engine, where every distinct value is a time series kept for the
+// process's life: a plugin that sent a worker's name as a "command" would
+// grow the engine without end. So the counts per profile and class are
+// capped, commands are few, a histogram has few buckets, label values are
+// short, and a class outside the contract's is "other".
+const (
+	maxCounterFailures = 1024
+	maxCounterCommands = 16
+	maxCounterBuckets  = 32
+	maxCounterLabel    = 64
+)
+
+func clipCounters(c *shared.Counters) *shared.Counters {
+	if c == nil {
+		return nil
+	}
+	if len(c.Failures) > maxCounterFailures {
+		c.Failures = c.Failures[:maxCounterFailures:maxCounterFailures]
+	}
+	for i := range c.Failures {
+		f := &c.Failures[i]
+		f.Profile = clipLabel(f.Profile)
+		f.Count = max(0, f.Count)
+		if !slices.Contains(shared.FailureClasses, f.Class) {
+			f.Class = "other"
+		}
+	}
+	if len(c.Commands) > maxCounterCommands {
+		c.Commands = c.Commands[:maxCounterCommands:maxCounterCommands]
+	}
+	for i := range c.Commands {
+		cs := &c.Commands[i]
+		cs.Command = clipLabel(cs.Command)
+		cs.Calls, cs.Errors, cs.SSHErrors, cs.Timeouts = max(0, cs.Calls), max(0, cs.Errors), max(0, cs.SSHErrors), max(0, cs.Timeouts)
+		cs.DurationSum = max(0, cs.DurationSum)
+		// A histogram that does not make sense (too many buckets, bounds
+		// out of order, counts that are not cumulative) is dropped, not
+		// repaired: the calls and errors still count.
+		ok := len(cs.Buckets) == len(cs.BucketCounts) && len(cs.Buckets) <= maxCounterBuckets
+		for j := 0; ok && j < len(cs.Buckets); j++ {
+			ok = !math.IsNaN(cs.Buckets[j]) && cs.BucketCounts[j] >= 0 && cs.BucketCounts[j] <= cs.Calls &&
+				(j == 0 || (cs.Buckets[j] > cs.Buckets[j-1] && cs.BucketCounts[j] >= cs.BucketCounts[j-1]))
+		}
+		if !ok {
+			cs.Buckets, cs.BucketCounts = nil, nil
+		}
+	}
+	return c
+}
+
+// clipLabel cuts a label value to maxCounterLabel bytes, without the
+// note clip adds (a label is an identifier, not prose).
+func clipLabel(s string) string {
+	if len(s) <= maxCounterLabel {
+		return s
+	}
+	cut := maxCounterLabel
+	for cut > 0 && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return s[:cut]
 }
 
 // limitedLogger is a logger whose lines are budgeted and clipped. It

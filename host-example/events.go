@@ -1,0 +1,245 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// The event stream, GET /v1/events, is the engine's events as they
+// happen, in Server-Sent Events: what the provisioners published
+// (worker_provisioned, worker_provision_failed, worker_cancelled), what
+// happened to workers and tasks here (worker_attached, worker_detached,
+// worker_gone, worker_dropped, task_assigned, task_done) and to the
+// plugins (plugin_down, plugin_up). Each carries its time, provisioner,
+// profile, job and worker where it has them, and a sequence number that
+// is the SSE id, so a client that reconnects with Last-Event-ID misses
+// nothing the history still holds. A client that connects late gets the
+// history first (the last historySize events).
+//
+// Rejected alternative: a WebSocket. The stream goes one way, browsers'
+// EventSource reconnects by itself and resumes from Last-Event-ID, and
+// SSE is plain HTTP that curl can read; a WebSocket would need a library
+// and a protocol of our own for all of that.
+//
+// What it won't do: keep events across restarts, or hold a slow client
+// up. A client that does not keep up (its buffer of subscriberBuffer
+// events is full) is disconnected; EventSource reconnects and resumes
+// from the history.
+
+const (
+	historySize      = 1000
+	subscriberBuffer = 256
+	// keepAlive is how often an idle stream gets a comment line, so
+	// that proxies do not take it for dead.
+	keepAlive = 15 * time.Second
+)
+
+// engineEvent is one event on the stream.
+type engineEvent struct {
+	Seq         uint64    `json:"seq"`
+	Time        time.Time `json:"time"`
+	Kind        string    `json:"kind"`
+	Provisioner string    `json:"provisioner,omitempty"`
+	Profile     string    `json:"profile,omitempty"`
+	Job         string    `json:"job,omitempty"`
+	Worker      string    `json:"worker,omitempty"`
+	Task        string    `json:"task,omitempty"`
+	Detail      string    `json:"detail,omitempty"`
+}
+
+// eventHub numbers events, keeps the last historySize and hands each to
+// every subscriber. Publish never blocks on a subscriber.
+type eventHub struct {
+	// mu guards every field below; held only to append and to copy,
+	// never while writing to a client.
+	mu      sync.Mutex
+	seq     uint64
+	history []engineEvent // a ring, oldest at start once full
+	start   int
+	subs    map[*subscriber]bool
+	closed  bool
+}
+
+type subscriber struct {
+	ch chan engineEvent
+	// dropped is closed when the hub let go of the subscriber, because
+	// it fell behind or the hub closed.
+	dropped chan struct{}
+}
+
+func newEventHub() *eventHub {
+	return &eventHub{subs: map[*subscriber]bool{}}
+}
+
+// publish stamps ev with the next sequence number (and the time, if it
+// has none) and delivers it.
+func (h *eventHub) publish(ev engineEvent) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return
+	}
+	h.seq++
+	ev.Seq = h.seq
+	if ev.Time.IsZero() {
+		ev.Time = time.Now()
+	}
+	if len(h.history) < historySize {
+		h.history = append(h.history, ev)
+	} else {
+		h.history[h.start] = ev
+		h.start = (h.start + 1) % historySize
+	}
+	for s := range h.subs {
+		select {
+		case s.ch <- ev:
+		default:
+			delete(h.subs, s)
+			close(s.dropped)
+		}
+	}
+}
+
+// subscribe returns the history after seq after (all of it for 0) and a
+// subscriber that gets every event after that, in order.
+func (h *eventHub) subscribe(after uint64) ([]engineEvent, *subscriber) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := &subscriber{ch: make(chan engineEvent, subscriberBuffer), dropped: make(chan struct{})}
+	var past []engineEvent
+	for i := range h.history {
+		ev := h.history[(h.start+i)%len(h.history)]
+		if ev.Seq > after {
+			past = append(past, ev)
+		}
+	}
+	if h.closed {
+		close(s.dropped)
+		return past, s
+	}
+	h.subs[s] = true
+	return past, s
+}
+
+func (h *eventHub) unsubscribe(s *subscriber) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.subs[s] {
+		delete(h.subs, s)
+		close(s.dropped)
+	}
+}
+
+// close ends every stream, so that the server's Shutdown need not wait
+// for them.
+func (h *eventHub) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return
+	}
+	h.closed = true
+	for s := range h.subs {
+		delete(h.subs, s)
+		close(s.dropped)
+	}
+}
+
+// serveEvents is GET /v1/events.
+func (h *eventHub) serveEvents(w http.ResponseWriter, r *http.Request) {
+	var after uint64
+	for _, v := range []string{r.Header.Get("Last-Event-ID"), r.URL.Query().Get("after")} {
+		if v == "" {
+			continue
+		}
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "Last-Event-ID and after are event sequence numbers")
+			return
+		}
+		after = n
+	}
+	rc := http.NewResponseController(w)
+	// The server's WriteTimeout bounds a worker's answer; a stream is
+	// meant to stay open, so this request has none.
+	if err := rc.SetWriteDeadline(time.Time{}); err != nil {
+		writeError(w, http.StatusInternalServerError, "this connection cannot stream")
+		return
+	}
+	past, sub := h.subscribe(after)
+	defer h.unsubscribe(sub)
+
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	// How long EventSource waits before it reconnects.
+	fmt.Fprint(w, "retry: 2000\n\n")
+	for _, ev := range past {
+		if writeSSE(w, ev) != nil {
+			return
+		}
+	}
+	if rc.Flush() != nil {
+		return
+	}
+	tick := time.NewTicker(keepAlive)
+	defer tick.Stop()
+	for {
+		select {
+		case ev := <-sub.ch:
+			if writeSSE(w, ev) != nil {
+				return
+			}
+			// Drain what else is queued before flushing once.
+			for more := true; more; {
+				select {
+				case ev := <-sub.ch:
+					if writeSSE(w, ev) != nil {
+						return
+					}
+				default:
+					more = false
+				}
+			}
+		case <-tick.C:
+			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+				return
+			}
+		case <-sub.dropped:
+			// Fell behind, or the engine is stopping; what is queued
+			// still goes out, and a reconnect resumes after it.
+			for {
+				select {
+				case ev := <-sub.ch:
+					if writeSSE(w, ev) != nil {
+						return
+					}
+				default:
+					rc.Flush()
+					return
+				}
+			}
+		case <-r.Context().Done():
+			return
+		}
+		if rc.Flush() != nil {
+			return
+		}
+	}
+}
+
+// writeSSE writes one event. The data is one line of JSON: encoding/json
+// escapes newlines inside strings, so no field can end the event early.
+func writeSSE(w http.ResponseWriter, ev engineEvent) error {
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "id: %d\ndata: %s\n\n", ev.Seq, b)
+	return err
+}

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/host"
+)
+
+// GET /metrics serves the engine's metrics in Prometheus' text format,
+// made with client_golang. Two kinds:
+//
+//   - Counted here as things happen: machines requested and submissions
+//     per provisioner and profile (the Provision answers), events per
+//     kind, workers attaching and leaving, tasks, and the time from a
+//     machine's submission to its worker attaching (a histogram).
+//   - Read at scrape time (stateCollector): plugin up and restarts (the
+//     Supervisor), machines by state and the plugins' own counters
+//     (failures by class, command latency and errors), from Status
+//     through the same StatusCache as GET /status, so a scrape costs at
+//     most one Status call per plugin a second; and the engine's workers
+//     and tasks, from its own books.
+//
+// Labels are bounded: provisioner names are the configuration's, profile
+// names come from plugins and at most maxProfileLabels distinct pairs are
+// kept (the rest are "other"), classes and commands are bounded by the
+// wire (shared/internal/wire), and no worker, job or task id is ever a
+// label: those are for the event stream.
+//
+// Rejected alternative: the default registry. It is global, so two
+// daemons in one test process would share counters; a registry per
+// daemon also keeps the Go runtime's collectors explicit.
+
+const maxProfileLabels = 256
+
+type engineMetrics struct {
+	reg *prometheus.Registry
+
+	requested    *prometheus.CounterVec   // provisioner, profile
+	submissions  *prometheus.CounterVec   // provisioner, profile
+	cancelled    *prometheus.CounterVec   // provisioner, profile
+	events       *prometheus.CounterVec   // provisioner, kind
+	workerEvents *prometheus.CounterVec   // provisioner, kind
+	tasks        *prometheus.CounterVec   // kind
+	timeToAttach *prometheus.HistogramVec // provisioner, profile
+
+	// mu guards profiles, the distinct (provisioner, profile) label
+	// pairs seen; held only to look up and add.
+	mu       sync.Mutex
+	profiles map[[2]string]bool
+}
+
+func newEngineMetrics(state *stateCollector) *engineMetrics {
+	m := &engineMetrics{reg: prometheus.NewRegistry(), profiles: map[[2]string]bool{}}
+	pp := []string{"provisioner", "profile"}
+	m.requested = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fluksio_machines_requested_total",
+		Help: "Machines the provisioners asked their clusters for, as their Provision answers said."}, pp)
+	m.submissions = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fluksio_submissions_total",
+		Help: "Submissions (sbatch calls, one per burst) the provisioners made for those machines."}, pp)
+	m.cancelled = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fluksio_machines_given_up_total",
+		Help: "Pending machines given up because the demand fell."}, pp)
+	m.events = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fluksio_provisioner_events_total",
+		Help: "Events the provisioners published, by kind (worker_provisioned, worker_provision_failed, worker_cancelled)."},
+		[]string{"provisioner", "kind"})
+	m.workerEvents = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fluksio_worker_events_total",
+		Help: "Workers attaching and leaving, by kind (attached, detached, gone, dropped)."}, []string{"provisioner", "kind"})
+	m.tasks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fluksio_tasks_total",
+		Help: "Tasks handed to workers (assigned) and finished (done)."}, []string{"kind"})
+	m.timeToAttach = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fluksio_time_to_attach_seconds",
+		Help:    "From a machine's submission (the provisioner's worker_provisioned event) to its worker attaching.",
+		Buckets: []float64{1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 3600}}, pp)
+	m.reg.MustRegister(m.requested, m.submissions, m.cancelled, m.events, m.workerEvents, m.tasks, m.timeToAttach,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if state != nil {
+		state.profile = m.profileLabel
+		m.reg.MustRegister(state)
+	}
+	return m
+}
+
+// profileLabel is profile, or "other" once maxProfileLabels distinct
+// pairs have been seen.
+func (m *engineMetrics) profileLabel(provisioner, profile string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := [2]string{provisioner, profile}
+	if m.profiles[k] {
+		return profile
+	}
+	if len(m.profiles) >= maxProfileLabels {
+		return "other"
+	}
+	m.profiles[k] = true
+	return profile
+}
+
+func (m *engineMetrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// provHealth is one provisioner's plugin, as stateCollector reads it.
+type provHealth struct {
+	name, kind string
+	up         bool
+	restarts   int
+}
+
+// stateCollector reads, at each scrape, what is a level rather than a
+// count of happenings. Its functions are set before it is registered
+// and never changed.
+type stateCollector struct {
+	health  func() []provHealth
+	status  func(context.Context) []host.ProvisionerStatus
+	workers func() map[string]workerCounts
+	tasks   func() map[string]int
+	profile func(provisioner, profile string) string
+}
+
+type workerCounts struct{ idle, busy int }
+
+var (
+	descUp = prometheus.NewDesc("fluksio_plugin_up",
+		"1 while the provisioner's plugin is running and configured, 0 while it is down or restarting.", []string{"provisioner", "kind"}, nil)
+	descRestarts = prometheus.NewDesc("fluksio_plugin_restarts_total",
+		"Times the provisioner's plugin was restarted after it exited on its own or was killed as wedged.", []string{"provisioner"}, nil)
+	descMachines = prometheus.NewDesc("fluksio_machines",
+		"Machines by state, as the provisioner reports them: pending (queued or being submitted), starting (running, worker not attached), attached.",
+		[]string{"provisioner", "profile", "state"}, nil)
+	descFailures = prometheus.NewDesc("fluksio_provision_failures_total",
+		"Machines that ended without a worker, by class: transient, misconfigured, died_before_attach, timed_out. Counted by the plugin since its process started.",
+		[]string{"provisioner", "profile", "class"}, nil)
+	descCommandSeconds = prometheus.NewDesc("fluksio_cluster_command_duration_seconds",
+		"How long the provisioner's commands on the cluster took (for Slurm: sbatch, squeue, scancel, scontrol over ssh).",
+		[]string{"provisioner", "command"}, nil)
+	descCommandErrors = prometheus.NewDesc("fluksio_cluster_command_errors_total",
+		"Cluster commands that failed, by kind: error (the command failed), ssh (ssh could not run it), timeout.",
+		[]string{"provisioner", "command", "kind"}, nil)
+	descStatusUp = prometheus.NewDesc("fluksio_plugin_status_ok",
+		"1 if the provisioner answered Status at this scrape, 0 if not (its machines and counters are then missing).", []string{"provisioner"}, nil)
+	descWorkers = prometheus.NewDesc("fluksio_workers",
+		"Workers attached to the engine now, idle or busy with a task.", []string{"provisioner", "state"}, nil)
+	descTasks = prometheus.NewDesc("fluksio_tasks",
+		"The engine's tasks (needs) by state: waiting, assigned, served.", []string{"state"}, nil)
+)
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descUp, descRestarts, descMachines, descFailures, descCommandSeconds, descCommandErrors, descStatusUp, descWorkers, descTasks} {
+		ch <- d
+	}
+}
+
+// statusScrapeTimeout bounds the Status part of a scrape; Prometheus'
+// default scrape timeout is 10 s.
+const statusScrapeTimeout = 5 * time.Second
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, h := range c.health() {
+		ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, b2f(h.up), h.name, h.kind)
+		ch <- prometheus.MustNewConstMetric(descRestarts, prometheus.CounterValue, float64(h.restarts), h.name)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), statusScrapeTimeout)
+	defer cancel()
+	for _, ps := range c.status(ctx) {
+		ch <- prometheus.MustNewConstMetric(descStatusUp, prometheus.GaugeValue, b2f(ps.Status != nil), ps.Name)
+		if ps.Status == nil {
+			continue
+		}
+		c.collectStatus(ch, ps.Name, ps.Status)
+	}
+	// The registry sorts what it gathers; maps can be walked in any order.
+	for name, n := range c.workers() {
+		ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(n.idle), name, "idle")
+		ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(n.busy), name, "busy")
+	}
+	tasks := c.tasks()
+	for _, state := range []string{needWaiting, needAssigned, needServed} {
+		ch <- prometheus.MustNewConstMetric(descTasks, prometheus.GaugeValue, float64(tasks[state]), state)
+	}
+}
+
+func (c *stateCollector) collectStatus(ch chan<- prometheus.Metric, name string, st *shared.StatusResponse) {
+	// Two entries for one label set would fail the whole scrape, and a
+	// plugin may repeat itself: each label set is summed first.
+	machines := map[[2]string]float64{}
+	for _, pc := range st.Counts {
+		prof := c.profile(name, pc.Profile)
+		machines[[2]string{prof, "pending"}] += float64(pc.Pending)
+		machines[[2]string{prof, "starting"}] += float64(pc.Starting)
+		machines[[2]string{prof, "attached"}] += float64(pc.Attached)
+	}
+	for k, n := range machines {
+		ch <- prometheus.MustNewConstMetric(descMachines, prometheus.GaugeValue, n, name, k[0], k[1])
+	}
+	if st.Counters == nil {
+		return
+	}
+	failures := map[[2]string]float64{}
+	for _, f := range st.Counters.Failures {
+		failures[[2]string{c.profile(name, f.Profile), string(f.Class)}] += float64(f.Count)
+	}
+	for k, n := range failures {
+		ch <- prometheus.MustNewConstMetric(descFailures, prometheus.CounterValue, n, name, k[0], k[1])
+	}
+	seen := map[string]bool{}
+	for _, cs := range st.Counters.Commands {
+		if seen[cs.Command] {
+			continue
+		}
+		seen[cs.Command] = true
+		buckets := make(map[float64]uint64, len(cs.Buckets))
+		for i, b := range cs.Buckets {
+			buckets[b] = uint64(cs.BucketCounts[i])
+		}
+		ch <- prometheus.MustNewConstHistogram(descCommandSeconds, uint64(cs.Calls), cs.DurationSum.Seconds(), buckets, name, cs.Command)
+		ch <- prometheus.MustNewConstMetric(descCommandErrors, prometheus.CounterValue, float64(cs.Errors), name, cs.Command, "error")
+		ch <- prometheus.MustNewConstMetric(descCommandErrors, prometheus.CounterValue, float64(cs.SSHErrors), name, cs.Command, "ssh")
+		ch <- prometheus.MustNewConstMetric(descCommandErrors, prometheus.CounterValue, float64(cs.Timeouts), name, cs.Command, "timeout")
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

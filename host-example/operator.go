@@ -1,0 +1,298 @@
+package main
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/fluksio/provision/internal/loglimit"
+	"github.com/fluksio/provision/shared/host"
+)
+
+// The operator's endpoints (GET /status, GET /v1/events and the page at
+// /) show job ids, host names, error text and task output, and the
+// engine's listener is, by design, reachable from every compute node. So
+// they answer only:
+//
+//   - a request from loopback (TCP; never a unix socket) that came
+//     through no proxy (it carries no Forwarded, X-Forwarded-For or
+//     X-Real-IP header) and not from a plugin: someone on the engine's
+//     own machine, who could read its log anyway. A plugin in relay mode
+//     dials the engine on loopback for every worker connection it
+//     carries from the login node, so a connection whose other end is a
+//     plugin process (found in /proc: the socket's inode among the
+//     plugin's descriptors) is not trusted, and where /proc cannot say,
+//     neither is the connection; or
+//   - a request with the operator's token, from anywhere: as a bearer
+//     token ("Authorization: Bearer TOKEN", for curl and Prometheus), or
+//     as the password of HTTP Basic authentication (any user name), which
+//     a browser asks for by itself and then sends with the page's own
+//     requests, the event stream included. The token comes from the
+//     environment variable engine.operator_token_env names, which the
+//     engine unsets once read, as it does the signing secret.
+//
+// A worker's credential never opens them: a request whose Authorization
+// is a credential the engine signed is refused (403), from loopback too,
+// because every compute node holds one. GET /metrics is an operator
+// endpoint too unless engine.open_metrics is set (it names provisioners
+// and profiles, never a job or a worker); GET /health and GET /ready are
+// open to all (they say "ok" and which provisioners are up, for load
+// balancers and probes).
+//
+// Rejected alternative: a second listener for operators. It would be a
+// second address to configure, firewall and put TLS on, and loopback
+// plus a token covers the same cases on the one the engine has.
+//
+// What it won't do: users and roles. One token opens everything an
+// operator sees; a site that wants more puts a proxy in front (whose
+// requests then need the token, since they are no longer trusted as
+// loopback).
+
+// operatorAuth decides who may see the operator's endpoints. Its fields
+// are fixed after newOperatorAuth.
+type operatorAuth struct {
+	// tokenSum is the SHA-256 of the operator's token, nil if none is
+	// configured. Comparing sums in constant time does not leak the
+	// token's length either.
+	tokenSum []byte
+	signer   *host.Signer
+	logger   hclog.Logger
+	refusals *loglimit.Limiter
+	// plugins lists the plugin processes' ids, whose loopback
+	// connections are relayed workers'; nil for none.
+	plugins func() []int
+}
+
+// minOperatorToken: a token is typed or pasted once into a browser; 16
+// bytes of it is beyond guessing at the rate the listener allows.
+const minOperatorToken = 16
+
+func newOperatorAuth(token string, signer *host.Signer, logger hclog.Logger) *operatorAuth {
+	a := &operatorAuth{signer: signer, logger: logger, refusals: loglimit.New(refusalLogBurst, refusalLogWindow)}
+	if token != "" {
+		sum := sha256.Sum256([]byte(token))
+		a.tokenSum = sum[:]
+	}
+	return a
+}
+
+// operatorToken reads the operator's token from the variable name and
+// unsets it, so nothing the engine starts inherits it.
+func operatorToken(name string) (string, error) {
+	if name == "" {
+		return "", nil
+	}
+	token := strings.TrimSpace(os.Getenv(name))
+	os.Unsetenv(name)
+	if token == "" {
+		return "", fmt.Errorf("engine.operator_token_env names %s, which is not set; export it (at least %d characters) or remove operator_token_env", name, minOperatorToken)
+	}
+	if len(token) < minOperatorToken {
+		return "", fmt.Errorf("the operator token in $%s is %d characters; use at least %d (for example: openssl rand -hex 16)", name, len(token), minOperatorToken)
+	}
+	return token, nil
+}
+
+// wrap lets h answer only the operator.
+func (a *operatorAuth) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if status, why := a.check(r); status != 0 {
+			a.refuse(w, r, status, why)
+			return
+		}
+		// An operator's connection (the event stream holds one open) is
+		// no stranger's: it does not count against their share.
+		markCredentialed(r.Context())
+		h.ServeHTTP(w, r)
+	})
+}
+
+// check returns 0 for a request the operator may make, else the status
+// to refuse it with and why.
+func (a *operatorAuth) check(r *http.Request) (int, string) {
+	if header := r.Header.Get("Authorization"); header != "" {
+		token, ok := presented(header)
+		switch {
+		case !ok:
+			return http.StatusUnauthorized, "unreadable Authorization header"
+		case a.tokenSum != nil && a.matches(token):
+			return 0, ""
+		}
+		if _, err := a.signer.Verify(token, time.Now()); err == nil {
+			return http.StatusForbidden, "a worker's credential does not open the operator's endpoints"
+		}
+		return http.StatusUnauthorized, "not the operator's token"
+	}
+	if trustedLoopback(r) && !a.fromPlugin(r) {
+		return 0, ""
+	}
+	if a.tokenSum == nil {
+		return http.StatusForbidden, "the operator's endpoints answer only on loopback; set engine.operator_token_env to open them to others with a token"
+	}
+	return http.StatusUnauthorized, "the operator's token is required from beyond loopback"
+}
+
+func (a *operatorAuth) matches(token string) bool {
+	sum := sha256.Sum256([]byte(token))
+	return subtle.ConstantTimeCompare(sum[:], a.tokenSum) == 1
+}
+
+// presented is the token of a Bearer or Basic Authorization header (for
+// Basic, the password; the user name is ignored).
+func presented(header string) (string, bool) {
+	if token, ok := bearer(header); ok {
+		return token, true
+	}
+	scheme, rest, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Basic") {
+		return "", false
+	}
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(rest))
+	if err != nil {
+		return "", false
+	}
+	_, password, ok := strings.Cut(string(raw), ":")
+	return password, ok && password != ""
+}
+
+// trustedLoopback reports whether r came from this machine and not
+// through a proxy.
+func trustedLoopback(r *http.Request) bool {
+	for _, h := range []string{"Forwarded", "X-Forwarded-For", "X-Real-Ip"} {
+		if r.Header.Get(h) != "" {
+			return false
+		}
+	}
+	hostPart, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(hostPart)
+	return ip != nil && ip.IsLoopback()
+}
+
+// refuse answers status, asks a browser for the token on a 401, and logs
+// at a bounded rate; never the header itself.
+func (a *operatorAuth) refuse(w http.ResponseWriter, r *http.Request, status int, why string) {
+	if ok, leftOut := a.refusals.Allow(time.Now()); ok {
+		kv := []any{"reason", why, "path", r.URL.Path, "remote", r.RemoteAddr}
+		if leftOut > 0 {
+			kv = append(kv, "refusals_not_logged_before", leftOut)
+		}
+		a.logger.Warn("refused an operator request", kv...)
+	}
+	dontReadBody(w)
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Basic realm="fluksio operator", charset="UTF-8"`)
+	}
+	writeError(w, status, why)
+}
+
+// fromPlugin reports whether r's connection was opened by a plugin
+// process, or cannot be told not to have been.
+func (a *operatorAuth) fromPlugin(r *http.Request) bool {
+	if a.plugins == nil {
+		return false
+	}
+	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if !ok {
+		return true
+	}
+	owned, err := peerOwnedBy(r.RemoteAddr, local.String(), a.plugins())
+	return owned || err != nil
+}
+
+// peerOwnedBy reports whether the TCP connection from remote to local,
+// both on this machine, was opened by one of pids: /proc/net/tcp{,6}
+// names the inode of the socket whose local port is remote's and whose
+// peer port is local's, and a process holding that socket has
+// "socket:[inode]" among its descriptors.
+func peerOwnedBy(remote, local string, pids []int) (bool, error) {
+	_, rport, err := net.SplitHostPort(remote)
+	if err != nil {
+		return false, err
+	}
+	_, lport, err := net.SplitHostPort(local)
+	if err != nil {
+		return false, err
+	}
+	want := func(hexAddr, port string) bool {
+		_, h, ok := strings.Cut(hexAddr, ":")
+		n, err := strconv.ParseUint(h, 16, 16)
+		return ok && err == nil && strconv.FormatUint(n, 10) == port
+	}
+	var inodes []string
+	found := false
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(table)
+		if err != nil {
+			continue
+		}
+		found = true
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) > 9 && want(f[1], rport) && want(f[2], lport) {
+				inodes = append(inodes, "socket:["+f[9]+"]")
+			}
+		}
+	}
+	if !found {
+		return false, errors.New("/proc/net/tcp cannot be read")
+	}
+	for _, pid := range pids {
+		if pid <= 0 {
+			continue
+		}
+		dir := "/proc/" + strconv.Itoa(pid) + "/fd"
+		fds, err := os.ReadDir(dir)
+		if err != nil {
+			continue // gone: it holds nothing
+		}
+		for _, fd := range fds {
+			link, err := os.Readlink(dir + "/" + fd.Name())
+			if err == nil && slices.Contains(inodes, link) {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
+
+var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// checkOperatorConfig validates operator_token_env.
+func checkOperatorConfig(block *hcl.Block, e *engineConfig) hcl.Diagnostics {
+	if e.OperatorTokenEnv == "" {
+		return nil
+	}
+	attrs, _ := block.Body.JustAttributes()
+	subject := block.DefRange.Ptr()
+	if a, ok := attrs["operator_token_env"]; ok {
+		subject = a.Expr.Range().Ptr()
+	}
+	switch {
+	case !envNameRe.MatchString(e.OperatorTokenEnv):
+		return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Invalid operator_token_env",
+			Detail: fmt.Sprintf("%q is not an environment variable name. Name the variable that holds the operator's token, such as \"FLUKSIO_OPERATOR_TOKEN\"; the token itself never goes in this file.",
+				e.OperatorTokenEnv),
+			Subject: subject}}
+	case e.OperatorTokenEnv == e.SecretEnv:
+		return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "operator_token_env is secret_env",
+			Detail:  fmt.Sprintf("Both name %s. The operator's token opens the status page; the signing secret mints worker credentials. Use two variables.", e.SecretEnv),
+			Subject: subject}}
+	}
+	return nil
+}

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+)
+
+// browser starts Debian's chromium, headless, for one test. Without
+// chromium the test skips, and fails in CI, where .ci/run installs it.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		msg := "chromium is not installed (apt-get install chromium)"
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg + " (in CI this is a failure, not a skip)")
+		}
+		t.Skip(msg)
+	}
+	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]),
+		chromedp.ExecPath(path),
+		// As root (the sandbox needs it), chromium refuses to start
+		// with its own sandbox.
+		chromedp.NoSandbox,
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	return ctx
+}
+
+// pageView is what the test reads off the page.
+type pageView struct {
+	Mark  int      `json:"mark"`
+	Provs []string `json:"provs"`
+	Jobs  []struct {
+		Job     string `json:"job"`
+		Profile string `json:"profile"`
+		State   string `json:"state"`
+	} `json:"jobs"`
+	Workers  []string `json:"workers"`
+	Failures []string `json:"failures"`
+	Bars     int      `json:"bars"`
+	Timeline int      `json:"timeline"`
+}
+
+const readPage = `JSON.stringify({
+  mark: window.__loadMark || 0,
+  provs: [...document.querySelectorAll('#provisioners [data-provisioner]')].map(e => e.dataset.provisioner),
+  jobs: [...document.querySelectorAll('#jobs tbody tr')].map(r => ({job: r.dataset.job, profile: r.children[2].textContent, state: r.children[4].textContent})),
+  workers: [...document.querySelectorAll('#workers tbody tr')].map(r => r.dataset.job),
+  failures: [...document.querySelectorAll('#failures li')].map(l => l.textContent),
+  bars: document.querySelectorAll('#tta-chart rect').length,
+  timeline: document.querySelectorAll('#timeline li').length,
+})`
+
+// TestE2EStatusPage loads the status page in a real headless chromium
+// during a real run and watches it without reloading: it shows the
+// provisioner; the slow profile's job appears PENDING (Slurm's word) and
+// turns attached when its worker arrives, which then shows among the
+// attached workers; the broken profile's failure shows with Slurm's
+// reason; a time-to-attach bar is drawn. Nothing is logged as an error
+// in the console, and no request leaves the engine's origin.
+func TestE2EStatusPage(t *testing.T) {
+	ctx := browser(t)
+	r := startObservedRun(t, "e2e-page", "cpus=1,label=slow,work=1s")
+
+	// Subscribed before the page loads, so nothing is missed; read on
+	// goroutines of their own, which end when the browser is closed.
+	var mu sync.Mutex
+	var consoleErrors, requests []string
+	var readers sync.WaitGroup
+	console := chromedp.Console(ctx)
+	sent := chromedp.Events(ctx, network.RequestWillBeSent)
+	readers.Add(2)
+	go func() {
+		defer readers.Done()
+		for m, err := range console {
+			if err != nil {
+				return
+			}
+			if m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleWarning || m.Type == chromedp.ConsoleException {
+				mu.Lock()
+				consoleErrors = append(consoleErrors, m.String()+" "+m.URL)
+				mu.Unlock()
+			}
+		}
+	}()
+	go func() {
+		defer readers.Done()
+		for ev, err := range sent {
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			requests = append(requests, ev.Request.URL)
+			mu.Unlock()
+		}
+	}()
+	if err := chromedp.Do(ctx, chromedp.Navigate(r.base+"/")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[int](`window.__loadMark = 42`)); err != nil {
+		t.Fatal(err)
+	}
+
+	var view pageView
+	read := func() {
+		raw, err := chromedp.Run(ctx, chromedp.Evaluate[string](readPage))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal([]byte(raw), &view); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The slow job's states as the page showed them, in order, without
+	// repeats.
+	var slowJob string
+	var states []string
+	seenFailure := ""
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if r.p.exited() {
+			t.Fatalf("the engine exited early\nstdout:\n%s\nstderr:\n%s", r.p.stdout, r.p.stderr)
+		}
+		read()
+		for _, j := range view.Jobs {
+			if j.Profile == "slow" && (slowJob == "" || j.Job == slowJob) {
+				slowJob = j.Job
+				if len(states) == 0 || states[len(states)-1] != j.State {
+					states = append(states, j.State)
+				}
+			}
+		}
+		for _, f := range view.Failures {
+			if strings.Contains(f, "broken") && strings.Contains(f, "ended FAILED") {
+				seenFailure = f
+			}
+		}
+		attachedShown := slowJob != "" && slices.Contains(view.Workers, slowJob)
+		if slices.Contains(states, "attached") && attachedShown && seenFailure != "" && view.Bars > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 2m the page shows: %+v\nslow job %q went through %v; failure %q\nstory:\n%s", view, slowJob, states, seenFailure, r.p.stdout)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Logf("slow job %s on the page: %v; failure: %q; %d timeline entries, %d time-to-attach bars", slowJob, states, seenFailure, view.Timeline, view.Bars)
+	if !slices.Contains(view.Provs, r.e.name) {
+		t.Errorf("the page does not show the provisioner %s: %v", r.e.name, view.Provs)
+	}
+	if i, j := slices.Index(states, "PENDING"), slices.Index(states, "attached"); i < 0 || j < i {
+		t.Errorf("the slow job went through %v on the page; want PENDING, then attached", states)
+	}
+	if view.Mark != 42 {
+		t.Errorf("the page was reloaded (its mark is gone)")
+	}
+	// Closed before the engine stops, whose end the page would rightly
+	// report as a lost connection.
+	if err := chromedp.Cancel(ctx); err != nil {
+		t.Logf("closing the browser: %v", err)
+	}
+	readers.Wait()
+	mu.Lock()
+	for _, e := range consoleErrors {
+		t.Errorf("console: %s", e)
+	}
+	for _, u := range requests {
+		if !strings.HasPrefix(u, r.base+"/") {
+			t.Errorf("a request left the engine's origin: %s", u)
+		}
+	}
+	t.Logf("%d requests, all to %s", len(requests), r.base)
+	mu.Unlock()
+	r.stop(t)
+}
