@@ -322,10 +322,20 @@ func (r *relay) session(ctx context.Context) error {
 // greeting reads the relay's first line, the address workers dial, within
 // submit_timeout; the relay's own words, if it failed, are in the error.
 func (r *relay) greeting(ctx context.Context, out *bufio.Reader, exited chan error, stderr *tailBuffer) (string, error) {
+	// A login shell's start-up files may print to stdout before the
+	// relay does: such lines are skipped, and kept for the error. The
+	// reader stops right after the greeting, which yamux reads on from.
 	line := make(chan string, 1)
 	go func() {
-		s, _ := out.ReadString('\n')
-		line <- s
+		for range 100 {
+			s, err := out.ReadString('\n')
+			if strings.HasPrefix(s, relayGreeting) || err != nil {
+				line <- s
+				return
+			}
+			stderr.Write([]byte("stdout: " + s))
+		}
+		line <- ""
 	}()
 	t := time.NewTimer(r.cfg.submitTimeout)
 	defer t.Stop()
@@ -336,9 +346,13 @@ func (r *relay) greeting(ctx context.Context, out *bufio.Reader, exited chan err
 				return addr, nil
 			}
 		}
-		werr := <-exited
-		exited <- werr
-		return "", fmt.Errorf("the relay did not start (%v): %s", werr, strings.TrimSpace(stderr.String()))
+		select {
+		case werr := <-exited:
+			exited <- werr
+			return "", fmt.Errorf("the relay did not start (%v): %s", werr, strings.TrimSpace(stderr.String()))
+		case <-t.C:
+			return "", fmt.Errorf("the relay did not say where it listens: %s", strings.TrimSpace(stderr.String()))
+		}
 	case <-t.C:
 		return "", fmt.Errorf("the relay did not say where it listens within %s: %s", r.cfg.submitTimeout, strings.TrimSpace(stderr.String()))
 	case <-ctx.Done():
