@@ -65,6 +65,10 @@ const (
 	exitWrongPlatform = 90
 	exitNoBinary      = 91
 
+	// relayUploadTimeout bounds the copy of the plugin binary to the
+	// login node: 25 MB at 50 kB/s.
+	relayUploadTimeout = 10 * time.Minute
+
 	// relayRetryFirst and relayRetryMax bound the pause between restarts
 	// of a relay that failed or died.
 	relayRetryFirst = time.Second
@@ -403,7 +407,9 @@ func (r *relay) command(ctx context.Context) ([]string, error) {
 			return nil, fmt.Errorf("reading the plugin binary to copy it to the login node: %w", rerr)
 		}
 		cfg.log.Info("copying the relay to the login node", "path", "~/"+relayCacheDir+"/"+relayFile(sum), "bytes", len(data))
-		if _, stderr, err := r.p.call(ctx, data, "sh", "-c", relayUploadScript(sum)); err != nil {
+		// Tens of megabytes: more than submit_timeout may allow over a
+		// slow link, and it happens once per version.
+		if _, stderr, err := r.p.sshWithin(ctx, max(cfg.submitTimeout, relayUploadTimeout), data, "sh", "-c", relayUploadScript(sum)); err != nil {
 			return nil, fmt.Errorf("copying the relay to %s: %w", cfg.host(), withStderr(err, stderr))
 		}
 	default:

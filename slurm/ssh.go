@@ -115,6 +115,16 @@ func (p *Provisioner) ssh(ctx context.Context, stdin []byte, remote ...string) (
 	if cfg == nil {
 		return nil, nil, shared.ErrNotConfigured
 	}
+	return p.sshWithin(ctx, cfg.submitTimeout, stdin, remote...)
+}
+
+// sshWithin is ssh bounded by limit instead of submit_timeout, for the one
+// call that moves more than a script: the relay's binary.
+func (p *Provisioner) sshWithin(ctx context.Context, limit time.Duration, stdin []byte, remote ...string) (stdout, stderr []byte, err error) {
+	cfg := p.settings()
+	if cfg == nil {
+		return nil, nil, shared.ErrNotConfigured
+	}
 	if len(remote) == 0 {
 		return nil, nil, fmt.Errorf("ssh to %s: no remote command: %w", cfg.host(), shared.ErrInvalidArgument)
 	}
@@ -123,7 +133,7 @@ func (p *Provisioner) ssh(ctx context.Context, stdin []byte, remote ...string) (
 	}
 	defer p.conn.release()
 
-	ctx, cancel := context.WithTimeout(ctx, cfg.submitTimeout)
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 
 	socket := p.controlSocket(cfg)
@@ -147,7 +157,7 @@ func (p *Provisioner) ssh(ctx context.Context, stdin []byte, remote ...string) (
 	switch {
 	case err == nil:
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
-		err = fmt.Errorf("%s on %s: no answer within %s: %w", remote[0], cfg.host(), cfg.submitTimeout, ctx.Err())
+		err = fmt.Errorf("%s on %s: no answer within %s: %w", remote[0], cfg.host(), limit, ctx.Err())
 	case ctx.Err() != nil:
 		err = fmt.Errorf("%s on %s: %w", remote[0], cfg.host(), ctx.Err())
 	default:
