@@ -7,6 +7,10 @@ BIN         := $(CURDIR)/bin
 TOOLS       := $(BIN)/tools
 SANDBOX_DIR ?= /tmp/pvsb
 export SANDBOX_DIR
+# Binaries say which commit they were built from (--version). The Go
+# toolchain stamps that only where git can read the checkout, and a
+# machine's GOFLAGS may turn it off; ask for it explicitly when it works.
+BUILDVCS    ?= $(shell git rev-parse --is-inside-work-tree >/dev/null 2>&1 && echo true || echo false)
 
 # Code generators and linters are pinned here and installed into bin/tools,
 # so `make proto` gives the same bytes on every machine. protoc itself comes
@@ -17,16 +21,22 @@ PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 STATICCHECK        := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .PHONY: help
-help: ## list the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+help: ## list the targets and the variables they use, with their values now
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | \
+	awk -F':.*## ' -v sb='$(SANDBOX_DIR)' -v ft='$(FUZZTIME)' \
+		'{d=$$2; gsub(/\$$\(SANDBOX_DIR\)/, sb, d); gsub(/\$$\(FUZZTIME\)/, ft, d); printf "  %-19s %s\n", $$1, d}'
+	@printf '\nvariables (set as make VAR=value):\n'
+	@printf '  %-19s %s\n' 'GO' '$(GO) ($(shell $(GO) env GOVERSION 2>/dev/null || echo "not found"))' \
+		'SANDBOX_DIR' '$(SANDBOX_DIR)' 'FUZZTIME' '$(FUZZTIME)' 'BUILDVCS' '$(BUILDVCS)'
+	@printf '  the sandbox'"'"'s own (SANDBOX_SSH_PORT and others) are listed in README.md, "The sandbox"\n'
 
 .PHONY: build
 build: ## build bin/provisioner-slurm, bin/host-example, bin/testplugin and bin/provisioner-conformance
 	@echo "==> building"
-	$(GO) build -o $(BIN)/provisioner-slurm ./plugin
-	$(GO) build -o $(BIN)/host-example ./host-example
-	$(GO) build -o $(BIN)/testplugin ./examples/testplugin
-	$(GO) build -o $(BIN)/provisioner-conformance ./shared/conformance/provisioner-conformance
+	$(GO) build -buildvcs=$(BUILDVCS) -o $(BIN)/provisioner-slurm ./plugin
+	$(GO) build -buildvcs=$(BUILDVCS) -o $(BIN)/host-example ./host-example
+	$(GO) build -buildvcs=$(BUILDVCS) -o $(BIN)/testplugin ./examples/testplugin
+	$(GO) build -buildvcs=$(BUILDVCS) -o $(BIN)/provisioner-conformance ./shared/conformance/provisioner-conformance
 
 $(TOOLS)/protoc-gen-go:
 	GOBIN=$(TOOLS) $(GO) install $(PROTOC_GEN_GO)
@@ -110,7 +120,7 @@ sandbox-up: ## start the throwaway Slurm and sshd in $(SANDBOX_DIR) (root)
 	bash sandbox/up.sh $(SANDBOX_DIR)
 
 .PHONY: sandbox-down
-sandbox-down: ## stop the sandbox and delete its state
+sandbox-down: ## stop the sandbox in $(SANDBOX_DIR) and delete its state
 	bash sandbox/down.sh $(SANDBOX_DIR) --purge
 
 .PHONY: test
@@ -122,7 +132,7 @@ test: build lint fuzz ## lint, a short fuzz, then every test with -race, with th
 FUZZTIME ?= 5s
 FUZZ_TARGETS := shared/hclconfig:FuzzDecodeConfig slurm:FuzzParseJobID slurm:FuzzSqueueID slurm:FuzzConfigAndScript shared/host:FuzzVerify
 .PHONY: fuzz
-fuzz: ## run each fuzz target for FUZZTIME (default 5s)
+fuzz: ## run each fuzz target for $(FUZZTIME) (FUZZTIME=10m make fuzz for longer)
 	@log=$$(mktemp); trap 'rm -f $$log' EXIT; \
 	for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
 		echo "==> fuzz $$fn ($$pkg, $(FUZZTIME))"; \

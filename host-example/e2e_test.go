@@ -314,7 +314,7 @@ func TestE2ERunServesNeeds(t *testing.T) {
 	e := newE2E(t, "e2e-serve")
 	cfg := e.config(t, e.host, "worker")
 
-	p := e.startEngine(t, "-config", cfg, "-need", "cpus=2", "-need", "gpus=1,label=cuda", "-timeout", "2m")
+	p := e.startEngine(t, "-config", cfg, "-need", "cpus=2", "-need", "gpus=1,label=cuda", "-timeout", "2m", "-log-level", "debug")
 	code := p.wait(t, 3*time.Minute)
 	exitedAt := time.Now()
 	story := p.stdout.String()
@@ -322,6 +322,7 @@ func TestE2ERunServesNeeds(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d, want 0\nstderr:\n%s", code, p.stderr)
 	}
+	assertQuietLog(t, p.stderr.String(), e.name)
 
 	byProfile := map[string][]string{}
 	for _, m := range workDoneRe.FindAllStringSubmatch(story, -1) {
@@ -360,6 +361,43 @@ func TestE2ERunServesNeeds(t *testing.T) {
 	}
 
 	e.assertCleanedUp(t, exitedAt)
+}
+
+// assertQuietLog checks the engine's log of a run that went well, at
+// -log-level debug: the plugin logged at the engine's level (go-plugin's
+// "plugin address" is a debug line of the plugin's), every line has one
+// timestamp (the engine's), nothing was a warning or an error (a clean
+// shutdown included), and a need waiting for its machine was logged when
+// its state changed, not on every pass of the placer.
+func assertQuietLog(t *testing.T, log, provisioner string) {
+	t.Helper()
+	pluginDebug := false
+	asked := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
+		if strings.Contains(line, "[WARN]") || strings.Contains(line, "[ERROR]") {
+			t.Errorf("a run that went well logged a warning or an error: %s", line)
+		}
+		if strings.Contains(line, "timestamp=") {
+			t.Errorf("a plugin line carries a second timestamp: %s", line)
+		}
+		if strings.Contains(line, "[DEBUG]") && strings.Contains(line, "plugin."+provisioner+".provisioner-slurm: plugin address") {
+			pluginDebug = true
+		}
+		if _, rest, ok := strings.Cut(line, "asked for a machine: need="); ok {
+			need, _, _ := strings.Cut(rest, " ")
+			asked[need]++
+		}
+	}
+	if !pluginDebug {
+		t.Errorf("no debug line of the plugin's in the log of an engine run with -log-level debug: the level did not reach the plugin\n%s", log)
+	}
+	for need, n := range asked {
+		// requested, then submitting, then queued, then perhaps running:
+		// a handful of changes, where a line a pass would be dozens.
+		if n > 5 {
+			t.Errorf("need %s: %d \"asked for a machine\" lines; want one per change of state", need, n)
+		}
+	}
 }
 
 // TestE2EForgedTokenRefused attaches with credentials the engine never

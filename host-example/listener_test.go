@@ -406,7 +406,7 @@ func TestWorkerVerifiesTheEngine(t *testing.T) {
 		out := &lockedBuffer{}
 		exited := make(chan int, 1)
 		go func() {
-			exited <- runWorker(ctx, append([]string{"--url", url, "--cpus", "1", "--max-idle", "600"}, extra...), env, out)
+			exited <- runWorker(ctx, append([]string{"--url", url, "--cpus", "1", "--max-idle", "600"}, extra...), env, io.Discard, out)
 		}()
 		deadline := time.Now().Add(20 * time.Second)
 		for {

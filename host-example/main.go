@@ -23,35 +23,74 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/fluksio/provision/internal/buildinfo"
 )
 
+// commands are host-example's subcommands, in the order help lists them.
+// Each takes its arguments and its output streams and returns the exit
+// code: 0 done, 1 the work failed, 2 the command line was wrong.
+var commands = []struct {
+	name, synopsis string
+	main           func(args []string, stdout, stderr io.Writer) int
+}{
+	{"run", "run the engine: host-example run -config FILE [-need SPEC]... [-timeout D]", runMain},
+	{"validate", "check a configuration: host-example validate [-check] [-json] FILE", validateMain},
+	{"worker", "run a worker: attach to an engine and take work until idle", workerMain},
+	{"version", "print the version and the build's revision", versionMain},
+}
+
 func main() {
-	if len(os.Args) < 2 {
-		usage(os.Stderr)
-		os.Exit(2)
+	os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// cli runs the command args name. Help, asked for, goes to stdout and
+// exits 0; a mistake goes to stderr with the usage and exits 2.
+func cli(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
 	}
-	switch os.Args[1] {
-	case "worker":
-		os.Exit(workerMain(os.Args[2:]))
-	case "run":
-		os.Exit(runMain(os.Args[2:], os.Stdout, os.Stderr))
-	case "validate":
-		os.Exit(validateMain(os.Args[2:], os.Stdout, os.Stderr))
+	switch args[0] {
 	case "help", "-h", "-help", "--help":
-		usage(os.Stdout)
-	default:
-		fmt.Fprintf(os.Stderr, "host-example: unknown command %q\n", os.Args[1])
-		usage(os.Stderr)
-		os.Exit(2)
+		if len(args) > 1 {
+			// "help run" is "run -h".
+			return cli([]string{args[1], "-h"}, stdout, stderr)
+		}
+		usage(stdout)
+		return 0
+	case "-version", "--version":
+		return versionMain(nil, stdout, stderr)
 	}
+	for _, c := range commands {
+		if c.name == args[0] {
+			return c.main(args[1:], stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "host-example: unknown command %q\n", args[0])
+	usage(stderr)
+	return 2
 }
 
 func usage(w io.Writer) {
-	fmt.Fprint(w, `usage: host-example <command> [flags]
+	fmt.Fprint(w, "usage: host-example <command> [flags]\n\ncommands:\n")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-9s  %s\n", c.name, c.synopsis)
+	}
+	fmt.Fprint(w, "\nEvery command takes -h. host-example --version is host-example version.\n")
+}
 
-commands:
-  run        run the engine: host-example run -config FILE [-need SPEC]... [-timeout D]
-  validate   check a configuration: host-example validate [-json] FILE
-  worker     run a worker: attach to an engine and take work until idle
-`)
+// versionMain prints which build this is: the module's version and the
+// VCS revision the toolchain stamped into the binary.
+func versionMain(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		if args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
+			fmt.Fprintln(stdout, "usage: host-example version\n\nPrints the module version, the VCS revision and the Go toolchain this binary was built with.")
+			return 0
+		}
+		fmt.Fprintf(stderr, "version: takes no arguments, got %q\n", args)
+		return 2
+	}
+	fmt.Fprintln(stdout, buildinfo.Read().Line("host-example"))
+	return 0
 }

@@ -39,19 +39,28 @@ var (
 // every provisioner down, so nothing it asked for is left in a queue.
 func runMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: host-example run -config FILE [-need SPEC]... [-timeout DURATION] [-linger DURATION] [-log-level LEVEL]")
+		fs.PrintDefaults()
+	}
 	configPath := fs.String("config", "", "the configuration `file` (required)")
 	var needs needList
 	fs.Var(&needs, "need", "nodes to place: cpus=N[,gpus=N][,ram_mb=N][,label=L][,count=N][,work=DURATION] (repeatable)")
 	timeout := fs.Duration("timeout", 0, "give up on the needs after this long (0: never)")
 	linger := fs.Duration("linger", 0, "once the needs are served or -timeout passes, keep the engine up this long, so that its status page can be looked at")
-	level := fs.String("log-level", "info", "trace, debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	level := fs.String("log-level", "info", "trace, debug, info, warn or error; the plugins log at the same level")
+	rest, code, done := parseArgs(fs, args, stdout, stderr)
+	if done {
+		return code
 	}
-	if *configPath == "" || fs.NArg() != 0 {
-		fmt.Fprintln(stderr, "usage: host-example run -config FILE [-need SPEC]... [-timeout DURATION] [-linger DURATION]")
-		return 2
+	if len(rest) != 0 {
+		return usageError(fs, stderr, "takes no arguments, got %q (the configuration is -config FILE)", rest)
+	}
+	if *configPath == "" {
+		return usageError(fs, stderr, "-config FILE is required")
+	}
+	if hclog.LevelFromString(*level) == hclog.NoLevel {
+		return usageError(fs, stderr, "-log-level %q: want trace, debug, info, warn or error", *level)
 	}
 
 	logger := hclog.New(&hclog.LoggerOptions{Name: "engine", Output: stderr, Level: hclog.LevelFromString(*level)})
@@ -88,7 +97,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	}
 	d.story.say("status page: %s (metrics at /metrics, events at /v1/events)", d.pageURL())
 	d.lingering = *linger > 0
-	code := d.run(ctx, needs, *timeout)
+	code = d.run(ctx, needs, *timeout)
 	if *linger > 0 && ctx.Err() == nil {
 		d.story.say("lingering for %s so the status page can be looked at: %s (Ctrl-C stops it now)", *linger, d.pageURL())
 		lctx, cancel := context.WithTimeoutCause(ctx, *linger, errLingered)

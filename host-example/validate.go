@@ -16,20 +16,20 @@ import (
 // plugin validate it. Exit 0 when valid, 1 when not, 2 on bad usage.
 func validateMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: host-example validate [-json] FILE")
+		fmt.Fprintln(fs.Output(), "usage: host-example validate [-json] FILE")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	files, code, done := parseArgs(fs, args, stdout, stderr)
+	if done {
+		return code
 	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return 2
+	if len(files) != 1 {
+		return usageError(fs, stderr, "want one configuration file, got %d", len(files))
 	}
-	cfg, diags := loadConfig(fs.Arg(0))
+	file := files[0]
+	cfg, diags := loadConfig(file)
 	if !diags.HasErrors() {
 		for _, p := range cfg.Provisioners {
 			diags = append(diags, host.Validate(context.Background(), p)...)
@@ -48,7 +48,7 @@ func validateMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if !*asJSON {
-		fmt.Fprintf(stdout, "%s: valid (%d provisioner(s))\n", fs.Arg(0), len(cfg.Provisioners))
+		fmt.Fprintf(stdout, "%s: valid (%d provisioner(s))\n", file, len(cfg.Provisioners))
 	}
 	return 0
 }

@@ -63,19 +63,23 @@ type workerConfig struct {
 // warning) or SIGINT makes it detach and exit 0 at once. It exits 1 when
 // the engine refuses it or cannot be reached for engineGoneAfter: the job
 // then shows as failed, which is what happened to it.
-func workerMain(args []string) int {
+func workerMain(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return runWorker(ctx, args, os.Getenv, os.Stderr)
+	return runWorker(ctx, args, os.Getenv, stdout, stderr)
 }
 
 // runWorker is workerMain with its environment and output passed in, so
-// that tests can run several workers in one process.
-func runWorker(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
+// that tests can run several workers in one process. stdout is only for
+// -h.
+func runWorker(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	logger := log.New(stderr, "worker: ", log.LstdFlags)
-	cfg, err := parseWorkerArgs(args, getenv, stderr)
+	cfg, err := parseWorkerArgs(args, getenv, stdout, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
+	}
+	if errors.Is(err, errUsage) {
+		return 2
 	}
 	if err != nil {
 		logger.Print(err)
@@ -89,11 +93,14 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	return (&workerClient{cfg: cfg, log: logger, http: &http.Client{Transport: transport}}).run(ctx)
 }
 
-func parseWorkerArgs(args []string, getenv func(string) string, stderr io.Writer) (workerConfig, error) {
+// errUsage is a mistake on the command line that parseArgs has already
+// reported, with the usage.
+var errUsage = errors.New("usage")
+
+func parseWorkerArgs(args []string, getenv func(string) string, stdout, stderr io.Writer) (workerConfig, error) {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: host-example worker --url URL --cpus N --gpus N --max-idle SECONDS [--ram-mb N] [--labels a,b] [--artifact-url URL] [--engine-ca FILE | --engine-cert-sha256 HEX]\n"+
+		fmt.Fprintf(fs.Output(), "usage: host-example worker --url URL --cpus N --gpus N --max-idle SECONDS [--ram-mb N] [--labels a,b] [--artifact-url URL] [--engine-ca FILE | --engine-cert-sha256 HEX]\n"+
 			"The credential is read from $%s.\n", tokenEnv)
 		fs.PrintDefaults()
 	}
@@ -108,11 +115,14 @@ func parseWorkerArgs(args []string, getenv func(string) string, stderr io.Writer
 		ca      = fs.String("engine-ca", "", "PEM `file` of the CA(s) to verify an https engine with, instead of the system's")
 		pin     = fs.String("engine-cert-sha256", "", "verify an https engine by the SHA-256 of its certificate, in `hex`")
 	)
-	if err := fs.Parse(args); err != nil {
-		return workerConfig{}, err
-	}
-	if fs.NArg() > 0 {
-		return workerConfig{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	rest, code, done := parseArgs(fs, args, stdout, stderr)
+	switch {
+	case done && code == 0:
+		return workerConfig{}, flag.ErrHelp
+	case done:
+		return workerConfig{}, errUsage
+	case len(rest) > 0:
+		return workerConfig{}, fmt.Errorf("unexpected arguments: %q", rest)
 	}
 	if *rawURL == "" {
 		return workerConfig{}, errors.New("--url is required")

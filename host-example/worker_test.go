@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"log"
 	"net/http/httptest"
 	"strings"
@@ -75,7 +76,7 @@ func TestFullLoop(t *testing.T) {
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
-			exited <- runWorker(ctx, args, env, workerLog)
+			exited <- runWorker(ctx, args, env, io.Discard, workerLog)
 		}()
 		return answer(shared.OutcomeRequested), nil
 	}
@@ -144,7 +145,7 @@ func TestWorkerLeavesWhenEngineGoes(t *testing.T) {
 	provisioned(e, "w", "")
 	stderr := &lockedBuffer{}
 	cfg, err := parseWorkerArgs([]string{"--url", srv.URL, "--cpus", "1", "--gpus", "0", "--max-idle", "600"},
-		envMap(map[string]string{tokenEnv: token}), stderr)
+		envMap(map[string]string{tokenEnv: token}), io.Discard, stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +189,7 @@ func TestWorkerStopsOnSignal(t *testing.T) {
 	provisioned(e, "w", "")
 	exited := make(chan int, 1)
 	go func() {
-		exited <- runWorker(ctx, []string{"--url", srv.URL, "--cpus", "2", "--gpus", "0", "--max-idle", "600"}, env, &lockedBuffer{})
+		exited <- runWorker(ctx, []string{"--url", srv.URL, "--cpus", "2", "--gpus", "0", "--max-idle", "600"}, env, io.Discard, &lockedBuffer{})
 	}()
 	waitFor(t, "the worker to attach", func() bool { return len(e.Attached()) == 1 })
 	cancel()
@@ -224,11 +225,11 @@ func TestWorkerArgs(t *testing.T) {
 	}
 	for _, tc := range tests {
 		stderr := &lockedBuffer{}
-		_, err := parseWorkerArgs(tc.args, tc.env, stderr)
+		_, err := parseWorkerArgs(tc.args, tc.env, io.Discard, stderr)
 		switch {
 		case tc.wantErr == "" && err != nil:
 			t.Errorf("%q: %v", tc.args, err)
-		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error()+stderr.String(), tc.wantErr)):
 			t.Errorf("%q: err %v; want one containing %q", tc.args, err, tc.wantErr)
 		}
 		if strings.Contains(stderr.String(), "secret-token-value") {
@@ -241,7 +242,7 @@ func TestWorkerWithoutCredential(t *testing.T) {
 	t.Parallel()
 	stderr := &lockedBuffer{}
 	args := []string{"--url", "http://127.0.0.1:1", "--cpus", "1", "--gpus", "0", "--max-idle", "5"}
-	if code := runWorker(context.Background(), args, envMap(nil), stderr); code != 2 {
+	if code := runWorker(context.Background(), args, envMap(nil), io.Discard, stderr); code != 2 {
 		t.Errorf("exit %d; want 2", code)
 	}
 	if !strings.Contains(stderr.String(), "$"+tokenEnv+" is not set") {

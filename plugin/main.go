@@ -20,5 +20,6 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "relay" {
 		os.Exit(slurm.RelayMain(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
 	}
-	plugin.Serve(func(log hclog.Logger) shared.Provisioner { return slurm.New(log) })
+	plugin.Serve(func(log hclog.Logger) shared.Provisioner { return slurm.New(log) },
+		plugin.WithUsage(slurm.RelayUsage))
 }

@@ -185,7 +185,14 @@ func (p *Provisioner) onTheWayDetailLocked(profile string, now time.Time) string
 		}
 		switch r.phase {
 		case phaseQueued:
-			return fmt.Sprintf("job %s (worker %s) was asked for %s ago and has not attached", r.job, r.worker, now.Sub(r.since).Round(time.Second))
+			// The same words for as long as nothing changes: the engine
+			// logs an answer when it differs from the last, so an age
+			// in here would make a log line a second per waiting need.
+			state := r.shownState()
+			if state == "" {
+				state = "queued"
+			}
+			return fmt.Sprintf("job %s (worker %s), asked for at %s, is %s and its worker has not attached", r.job, r.worker, r.since.UTC().Format(time.TimeOnly), strings.ToLower(state))
 		case phaseAnswerLost:
 			return fmt.Sprintf("the answer to worker %s's sbatch was lost; its job is being looked for in the queue", r.worker)
 		default:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fluksio/provision/shared"
 )
@@ -139,5 +140,24 @@ func TestNoArrays(t *testing.T) {
 				t.Errorf("notes %q", st.Notes)
 			}
 		})
+	}
+}
+
+// TestWaitingDetailIsSteady: while a machine waits in the queue, the same
+// demand gets the same answer, word for word, however much time passes.
+// The engine logs an answer when it differs from the last one; an age in
+// the detail made that a log line per need per second.
+func TestWaitingDetailIsSteady(t *testing.T) {
+	h := newHarness(t, "sbatch=ok,squeue=rows,scancel=ok", nil)
+	h.provisionN(t, cpuNeed, 1)
+	h.submitted(t)
+	first, _ := h.provisionN(t, cpuNeed, 1)
+	if first.Outcome != shared.OutcomeOutstanding || !strings.Contains(first.Detail, "has not attached") {
+		t.Fatalf("the same demand again: %+v; want outstanding, waiting to attach", first)
+	}
+	h.clock.Advance(47 * time.Second)
+	again, _ := h.provisionN(t, cpuNeed, 1)
+	if *again != *first {
+		t.Errorf("47 s later the answer changed without anything happening:\n  %+v\n  %+v", first, again)
 	}
 }

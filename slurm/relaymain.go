@@ -19,6 +19,12 @@ import (
 // workers dial.
 const relayGreeting = "fluksio-relay "
 
+// RelayUsage is what the plugin binary's --help says of relay mode.
+const RelayUsage = `  provisioner-slurm relay [-listen HOST:PORT] [-host NAME]
+                     the relay, as the plugin runs it on a login node
+                     for reach = "relay"; not for running by hand either
+`
+
 // RelayMain is the relay program: the plugin binary run on the login node
 // as "provisioner-slurm relay -listen ADDR -host NAME". It listens where
 // compute nodes can reach it, says where on its first line of standard
@@ -34,7 +40,9 @@ func RelayMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", ":0", "`host:port` to listen on for workers")
 	host := fs.String("host", "", "the `name` workers dial (default: this host's name)")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return 0
+	} else if err != nil {
 		return 2
 	}
 	if *host == "" {

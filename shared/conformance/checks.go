@@ -380,7 +380,7 @@ func launch(ctx context.Context, cfg Config, out *output, onEvent func(shared.Ev
 
 // logLevelEnv is shared/plugin.LogLevelEnv, which this package may not
 // import (a host need not link the plugin SDK).
-const logLevelEnv = "FLUKSIO_PLUGIN_LOG_LEVEL"
+const logLevelEnv = wire.LogLevelEnv
 
 // output is what a plugin wrote besides the handshake.
 type output struct {

@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -129,6 +130,9 @@ type Plugin struct {
 	prov   *wire.Client
 	stderr *tailWriter
 	exited chan struct{}
+	// stopping is set once Kill begins: from then on the host channel's
+	// end is the expected end of a plugin the engine let go, not news.
+	stopping atomic.Bool
 
 	mu   sync.Mutex // guards exit
 	exit *ExitStatus
@@ -177,6 +181,12 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 		cmd.ExtraFiles = []*os.File{f}
 	}
 	cmd.Env = append(environWithout(os.Environ(), cfg.DropEnv), cfg.Env...)
+	// The plugin logs at the engine's level unless told otherwise, so an
+	// operator's one setting (-log-level) reaches every plugin; below
+	// the engine's level its lines would be dropped on arrival anyway.
+	if level := pluginLogLevel(cfg.Logger); level != "" && !hasVar(cmd.Env, wire.LogLevelEnv) {
+		cmd.Env = append(cmd.Env, wire.LogLevelEnv+"="+level)
+	}
 	setParentDeathSignal(cmd)
 	stderr := newTailWriter(20)
 	var stderrCopy io.Writer = stderr
@@ -245,7 +255,13 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 	if guard.maxTTL <= 0 {
 		guard.maxTTL = DefaultMaxCredentialTTL
 	}
-	onError := func(err error) { logger.Warn("host channel closed", "error", err) }
+	onError := func(err error) {
+		if p.stopping.Load() {
+			logger.Debug("host channel closed", "error", err)
+			return
+		}
+		logger.Warn("host channel closed", "error", err)
+	}
 	if err := p.prov.OpenHostChannel(ctx, cfg.Name, guard, onError); err != nil {
 		p.Kill()
 		return nil, fmt.Errorf("provisioner %q: opening the host channel: %w", cfg.Name, err)
@@ -314,6 +330,7 @@ func (p *Plugin) Stop(ctx context.Context) (*shared.ShutdownResponse, error) {
 // Kill ends the process without asking the provisioner to cancel
 // anything, and waits for it to be gone.
 func (p *Plugin) Kill() {
+	p.stopping.Store(true)
 	p.client.Kill()
 	if p.prov != nil {
 		<-p.exited
@@ -554,6 +571,31 @@ func (w *tailWriter) Lines() []string {
 		out = append(out, string(w.partial))
 	}
 	return out
+}
+
+// pluginLogLevel is the level a plugin should log at for logger, empty
+// when logger says nothing (nil, or a logger without a level).
+func pluginLogLevel(logger hclog.Logger) string {
+	if logger == nil {
+		return ""
+	}
+	switch l := logger.GetLevel(); l {
+	case hclog.Trace, hclog.Debug, hclog.Info, hclog.Warn, hclog.Error:
+		return l.String()
+	case hclog.Off:
+		return "off"
+	}
+	return ""
+}
+
+// hasVar reports whether env sets the variable name.
+func hasVar(env []string, name string) bool {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, name+"=") {
+			return true
+		}
+	}
+	return false
 }
 
 // environWithout is env without the variables named in drop.

@@ -2,23 +2,29 @@ package plugin
 
 import (
 	"context"
-	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/internal/wire"
+	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
+
+	"github.com/fluksio/provision/internal/buildinfo"
+	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/internal/wire"
 )
 
 // LogLevelEnv names the environment variable a host sets to choose how
-// much a plugin logs ("trace", "debug", "info", "warn", "error"). The
+// much a plugin logs (shared/host sets it to the level of the logger it
+// is given) ("trace", "debug", "info", "warn", "error"). The
 // default is info: the pipe to the host should not carry trace lines
 // nobody asked for.
-const LogLevelEnv = "FLUKSIO_PLUGIN_LOG_LEVEL"
+const LogLevelEnv = wire.LogLevelEnv
 
 // orphanShutdownTimeout bounds the Shutdown a plugin runs when its host
 // has died or asked it to stop with a signal. It is short because the
@@ -42,7 +48,14 @@ var parentPollInterval = 500 * time.Millisecond
 // A plugin whose host dies, or that receives SIGTERM or SIGINT, shuts the
 // provisioner down (cancelling what is outstanding, within a few seconds)
 // and exits, so it never outlives its engine.
-func Serve(factory func(hclog.Logger) shared.Provisioner) {
+//
+// Run by hand (without the handshake's cookie in its environment), the
+// binary does not serve: it answers --version and --help, and otherwise
+// says what it is and how an engine uses it, and exits 1.
+func Serve(factory func(hclog.Logger) shared.Provisioner, opts ...Option) {
+	if os.Getenv(wire.Handshake.MagicCookieKey) != wire.Handshake.MagicCookieValue {
+		os.Exit(byHand(os.Args, factory, opts, os.Stdout, os.Stderr))
+	}
 	logger := hclog.New(&hclog.LoggerOptions{
 		Level:      hclog.LevelFromString(os.Getenv(LogLevelEnv)),
 		Output:     os.Stderr,
@@ -85,6 +98,76 @@ func Serve(factory func(hclog.Logger) shared.Provisioner) {
 		GRPCServer:       goplugin.DefaultGRPCServer,
 		Logger:           logger,
 	})
+}
+
+// An Option changes what Serve does.
+type Option func(*options)
+
+type options struct {
+	usage string
+}
+
+// WithUsage adds text to what the binary prints when it is run by hand
+// with --help, such as other modes its main handles before calling Serve.
+func WithUsage(text string) Option {
+	return func(o *options) { o.usage = text }
+}
+
+// byHand is the binary run by a person: go-plugin alone would print that
+// it is a plugin and exit 1, which tells nobody which plugin, which
+// version, or what to do with it.
+func byHand(args []string, factory func(hclog.Logger) shared.Provisioner, opts []Option, stdout, stderr io.Writer) int {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	prog := "provisioner"
+	if len(args) > 0 {
+		prog = filepath.Base(args[0])
+	}
+	info, err := factory(hclog.NewNullLogger()).Info(context.Background(), &shared.InfoRequest{})
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: a provisioner plugin whose Info fails: %v\n", prog, err)
+		return 1
+	}
+	what := fmt.Sprintf("kind %q, plugin version %s, contract %s", info.Kind, info.Version, info.ContractVersion)
+	help := func(w io.Writer) {
+		fmt.Fprintf(w, `%[1]s is a provisioner plugin (%[2]s).
+
+An engine runs it, not a person: the engine launches it and speaks the
+Provisioner contract to it over gRPC (HashiCorp go-plugin). To use it,
+name it in a provisioner block of the engine's configuration,
+
+  provisioner %[3]q "NAME" {
+    plugin = "/path/to/%[1]s"   # or put it in the engine's plugin_dir
+    ...
+  }
+
+and check that configuration with "host-example validate [-check] FILE".
+
+usage:
+  %[1]s --version   print the version and the build's revision
+  %[1]s --help      print this
+`, prog, what, info.Kind)
+		if o.usage != "" {
+			fmt.Fprint(w, o.usage)
+		}
+	}
+	if len(args) < 2 {
+		help(stderr)
+		return 1
+	}
+	switch args[1] {
+	case "-version", "--version", "version":
+		fmt.Fprintln(stdout, buildinfo.Read().Line(prog, fmt.Sprintf("(kind %s, plugin %s, contract %s)", info.Kind, info.Version, info.ContractVersion)))
+		return 0
+	case "-h", "-help", "--help", "help":
+		help(stdout)
+		return 0
+	}
+	fmt.Fprintf(stderr, "%s: unknown argument %q\n\n", prog, args[1])
+	help(stderr)
+	return 2
 }
 
 // watchParent calls leave when the process that started this one exits

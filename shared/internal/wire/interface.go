@@ -18,6 +18,11 @@ const ProtocolVersion = 2
 // PluginName is the name under which the provisioner is dispensed.
 const PluginName = "provisioner"
 
+// LogLevelEnv names the environment variable that sets how much a plugin
+// logs. The SDK (shared/plugin) reads it; a host sets it from its own
+// level, so that one setting reaches the plugins too.
+const LogLevelEnv = "FLUKSIO_PLUGIN_LOG_LEVEL"
+
 // Handshake is the go-plugin handshake hosts and plugins share. The magic
 // cookie is not a security measure; it stops somebody running a plugin
 // binary by hand and getting a screen of gibberish, and stops a host

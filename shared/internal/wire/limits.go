@@ -180,6 +180,12 @@ func (l *limitedLogger) Log(level hclog.Level, msg string, args ...any) {
 	if dropped > 0 {
 		l.Logger.Warn("plugin output over the log budget; lines dropped", "dropped", dropped, "lines_per_second", logLinesPerSecond)
 	}
+	// go-plugin appends the plugin's own timestamp to each line it
+	// relays; the engine's logger stamps the line again, milliseconds
+	// later. One timestamp a line is enough, and it is the engine's.
+	if n := len(args); n >= 2 && args[n-2] == "timestamp" {
+		args = args[:n-2]
+	}
 	for i := range args {
 		if s, isString := args[i].(string); isString {
 			args[i] = clip(s, maxLogLine)
