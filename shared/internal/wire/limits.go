@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -165,26 +166,70 @@ func clipLabel(s string) string {
 // plugin's stderr, and the host's own lines about the plugin.
 type limitedLogger struct {
 	hclog.Logger
-	budget *loglimit.Limiter
+	budget  *loglimit.Limiter
+	repeats *repeats
 }
 
+// repeatWindow is how long the same line, word for word, is held back
+// after it was last let through. A plugin that says the same thing every
+// poll (the queue still cannot be read, a job still pends) is worth a line
+// a minute, with a count, not a line a poll.
+const repeatWindow = time.Minute
+
+// repeats remembers the last line let through, across every copy of one
+// LimitLogger (With and Named share it).
+type repeats struct {
+	mu   sync.Mutex // guards the fields below
+	key  string
+	msg  string
+	at   time.Time
+	held int
+}
+
+// LimitLogger wraps l so that a plugin's output costs a bounded number of
+// lines: a budget a second, lines clipped, and a line identical to the
+// previous one held back for repeatWindow and counted.
 func LimitLogger(l hclog.Logger) hclog.Logger {
-	return &limitedLogger{Logger: l, budget: loglimit.New(logLinesPerSecond, time.Second)}
+	return &limitedLogger{Logger: l, budget: loglimit.New(logLinesPerSecond, time.Second), repeats: &repeats{}}
+}
+
+// repeated says whether the line is the one last let through, within
+// repeatWindow; if not, it becomes the last one, and held is how many
+// copies of the previous one were held back.
+func (r *repeats) repeated(key, msg string, now time.Time) (yes bool, held int, heldMsg string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if key == r.key && now.Sub(r.at) < repeatWindow {
+		r.held++
+		return true, 0, ""
+	}
+	held, heldMsg = r.held, r.msg
+	r.key, r.msg, r.at, r.held = key, msg, now, 0
+	return false, held, heldMsg
 }
 
 func (l *limitedLogger) Log(level hclog.Level, msg string, args ...any) {
-	ok, dropped := l.budget.Allow(time.Now())
-	if !ok {
-		return
-	}
-	if dropped > 0 {
-		l.Logger.Warn("plugin output over the log budget; lines dropped", "dropped", dropped, "lines_per_second", logLinesPerSecond)
-	}
+	now := time.Now()
 	// go-plugin appends the plugin's own timestamp to each line it
 	// relays; the engine's logger stamps the line again, milliseconds
 	// later. One timestamp a line is enough, and it is the engine's.
 	if n := len(args); n >= 2 && args[n-2] == "timestamp" {
 		args = args[:n-2]
+	}
+	key := l.Logger.Name() + "\x00" + level.String() + "\x00" + msg + "\x00" + fmt.Sprint(args...)
+	same, held, heldMsg := l.repeats.repeated(key, msg, now)
+	if same {
+		return
+	}
+	ok, dropped := l.budget.Allow(now)
+	if !ok {
+		return
+	}
+	if held > 0 {
+		l.Logger.Info("the line before was repeated; copies held back", "line", clip(heldMsg, maxLogLine), "copies", held)
+	}
+	if dropped > 0 {
+		l.Logger.Warn("plugin output over the log budget; lines dropped", "dropped", dropped, "lines_per_second", logLinesPerSecond)
 	}
 	for i := range args {
 		if s, isString := args[i].(string); isString {
@@ -201,13 +246,13 @@ func (l *limitedLogger) Warn(msg string, args ...any)  { l.Log(hclog.Warn, msg, 
 func (l *limitedLogger) Error(msg string, args ...any) { l.Log(hclog.Error, msg, args...) }
 
 func (l *limitedLogger) With(args ...any) hclog.Logger {
-	return &limitedLogger{Logger: l.Logger.With(args...), budget: l.budget}
+	return &limitedLogger{Logger: l.Logger.With(args...), budget: l.budget, repeats: l.repeats}
 }
 
 func (l *limitedLogger) Named(name string) hclog.Logger {
-	return &limitedLogger{Logger: l.Logger.Named(name), budget: l.budget}
+	return &limitedLogger{Logger: l.Logger.Named(name), budget: l.budget, repeats: l.repeats}
 }
 
 func (l *limitedLogger) ResetNamed(name string) hclog.Logger {
-	return &limitedLogger{Logger: l.Logger.ResetNamed(name), budget: l.budget}
+	return &limitedLogger{Logger: l.Logger.ResetNamed(name), budget: l.budget, repeats: l.repeats}
 }

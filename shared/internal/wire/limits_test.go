@@ -1,6 +1,8 @@
 package wire
 
 import (
+	"bytes"
+	"github.com/hashicorp/go-hclog"
 	"strings"
 	"testing"
 
@@ -42,5 +44,28 @@ func TestClipCounters(t *testing.T) {
 	}
 	if cs := c.Commands[2]; cs.Buckets != nil {
 		t.Errorf("a histogram counting more calls than were made was kept: %+v", cs)
+	}
+}
+
+// TestRepeatedLinesHeldBack: the same line a hundred times is one line;
+// the next different line is preceded by a count of the copies held back;
+// the same words with other values are different lines.
+func TestRepeatedLinesHeldBack(t *testing.T) {
+	var buf bytes.Buffer
+	l := LimitLogger(hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Trace})).Named("p")
+	for range 100 {
+		l.Info("job still pending", "job", "7", "timestamp", "2026-12-03T00:00:00Z")
+	}
+	l.Info("job still pending", "job", "8")
+	l.Named("other").Info("job still pending", "job", "8")
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("%d lines, want 4 (the line, the count, a line of another job, the same from another logger):\n%s", len(lines), buf.String())
+	}
+	if !strings.Contains(lines[1], "copies held back") || !strings.Contains(lines[1], "copies=99") {
+		t.Errorf("no count of the 99 copies held back: %s", lines[1])
+	}
+	if strings.Contains(buf.String(), "timestamp=") {
+		t.Errorf("a relayed line kept the plugin's own timestamp:\n%s", buf.String())
 	}
 }
