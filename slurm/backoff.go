@@ -1,6 +1,7 @@
 package slurm
 
 import (
+	"fmt"
 	"strconv"
 	"time"
 
@@ -38,6 +39,9 @@ type backoff struct {
 	// until is when the profile may be asked for again.
 	until   time.Time
 	lastErr string
+	// misconfigured is set when Slurm refused the profile for good
+	// (refusal.go): until is then misconfiguredHold away, not a doubling.
+	misconfigured bool
 }
 
 // backoffDelay is the wait after the given number of failures in a row.
@@ -55,6 +59,24 @@ func (p *Provisioner) countFailureLocked(profile, detail string) {
 	b.failures++
 	b.until = p.now().Add(backoffDelay(b.failures))
 	b.lastErr = truncate(detail)
+	b.misconfigured = false
+}
+
+// markMisconfiguredLocked holds the profile back for misconfiguredHold:
+// Slurm refused it for something waiting does not change. p.mu must be
+// held.
+func (p *Provisioner) markMisconfiguredLocked(profile, said string) {
+	p.countFailureLocked(profile, said)
+	b := p.backoff[profile]
+	b.until = p.now().Add(misconfiguredHold)
+	b.misconfigured = true
+}
+
+// misconfiguredDetail is what a misconfigured profile's answers and notes
+// say: Slurm's words, until when, and what to do.
+func misconfiguredDetail(profile string, b *backoff) string {
+	return fmt.Sprintf("profile %s is misconfigured: Slurm refused it for a reason waiting will not change (%s); not asking for it again until %s. Fix the profile (host-example validate -check shows Slurm's verdict) and restart the engine",
+		profile, b.lastErr, b.until.UTC().Format(time.RFC3339))
 }
 
 func failures(n int) string {

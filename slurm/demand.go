@@ -98,6 +98,9 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 				// Asking again now would fail the same way.
 				a = answer{shared.OutcomeBackingOff, fmt.Sprintf("%s in a row; not asking again until %s. Last: %s",
 					failures(b.failures), b.until.Format(time.RFC3339), b.lastErr)}
+				if b.misconfigured {
+					a.detail = misconfiguredDetail(prof.Name, b)
+				}
 				break
 			}
 			if c.inFlight > 0 {

@@ -808,6 +808,10 @@ func TestIntegrationShutdownInFlight(t *testing.T) {
 	waitQueueEmpty(t, r.env, r.name)
 }
 
+// TestIntegrationRejectedSbatch: profiles the real Slurm refuses for good
+// (a partition that does not exist, more GPUs than any node has) fail
+// with Slurm's words in the event and in Status, are marked misconfigured
+// after one attempt, and are not submitted again.
 func TestIntegrationRejectedSbatch(t *testing.T) {
 	r := newRig(t, "rejected", func(r *rig) map[string]any {
 		return r.config(
@@ -836,6 +840,54 @@ func TestIntegrationRejectedSbatch(t *testing.T) {
 	}
 	if evs := r.events.all(); slices.ContainsFunc(evs, func(ev shared.Event) bool { return ev.Kind == shared.EventWorkerProvisioned }) {
 		t.Errorf("a rejected submission was reported provisioned: %+v", evs)
+	}
+
+	// Both refusals are verdicts: each profile is marked misconfigured
+	// after its one attempt, with Slurm's words in Status and in one loud
+	// log line, and asking again submits nothing.
+	sbatches := func() int64 {
+		for _, c := range r.status(t).Counters.Commands {
+			if c.Command == "sbatch" {
+				return c.Calls
+			}
+		}
+		return 0
+	}
+	before := sbatches()
+	if before != 2 {
+		t.Errorf("%d sbatch calls for two refused profiles, want 2", before)
+	}
+	st := r.status(t)
+	for _, c := range cases {
+		held := false
+		for _, n := range st.Notes {
+			held = held || (strings.Contains(n, "profile "+c.profile+" is misconfigured") && strings.Contains(n, c.want))
+		}
+		if !held {
+			t.Errorf("%s: no note in Status that it is misconfigured, with Slurm's %q: %q", c.profile, c.want, st.Notes)
+		}
+		for _, b := range st.BackingOff {
+			// misconfiguredHold is an hour; the doubling backoff's cap
+			// is five minutes.
+			if b.Profile == c.profile && time.Until(b.Until) < 50*time.Minute {
+				t.Errorf("%s: held back only until %s, want about an hour", c.profile, b.Until)
+			}
+		}
+		for range 3 {
+			resp, _, err := r.wants.Ask(context.Background(), r.prov, shared.Need{Label: c.profile}, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Outcome != shared.OutcomeBackingOff || !strings.Contains(resp.Detail, "misconfigured") || !strings.Contains(resp.Detail, c.want) {
+				t.Errorf("%s asked for again: %+v; want backing_off, misconfigured, with Slurm's words", c.profile, resp)
+			}
+		}
+	}
+	if n := strings.Count(r.logs.String(), "profile misconfigured; Slurm refused it for good"); n != 2 {
+		t.Errorf("%d \"profile misconfigured\" log lines for two profiles, want 2 (one each)", n)
+	}
+	if after := sbatches(); after != before {
+		t.Errorf("%d more sbatch calls after the profiles were marked misconfigured, want none", after-before)
 	}
 }
 

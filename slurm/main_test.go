@@ -120,6 +120,10 @@ func fakeSSH(spec, dir string, args []string) int {
 		fmt.Fprintln(os.Stderr, "sbatch: error: invalid partition specified: nope")
 		fmt.Fprintln(os.Stderr, "sbatch: error: Batch job submission failed: Invalid partition name specified")
 		return 1
+	case "sbatch=busy":
+		// Weather: the same exit code as a refusal, other words.
+		fmt.Fprintln(os.Stderr, "sbatch: error: Batch job submission failed: Resource temporarily unavailable")
+		return 1
 	case "sbatch=long":
 		fmt.Fprintln(os.Stderr, "sbatch: error: "+strings.Repeat("x", 2000))
 		return 1

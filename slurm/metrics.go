@@ -144,15 +144,3 @@ func cmpString(a, b string) int {
 	}
 	return 0
 }
-
-// submitFailureClass says whether a failed submission is the cluster
-// refusing what was asked (sbatch ran and said no) or something that may
-// clear by itself (ssh, a timeout, a lost answer, a credential the
-// engine did not mint).
-func submitFailureClass(err error) shared.FailureClass {
-	var ee *exec.ExitError
-	if errors.As(err, &ee) && ee.ExitCode() != 255 && !errors.Is(err, context.DeadlineExceeded) {
-		return shared.FailureMisconfigured
-	}
-	return shared.FailureTransient
-}

@@ -31,7 +31,7 @@ func TestMetricsCommandOutcomes(t *testing.T) {
 		err := run(c.script, c.timeout)
 		m.command([]string{"squeue", "-h"}, start, &err)
 	}
-	m.failedMachines("cpu", submitFailureClass(&exec.ExitError{}), 3)
+	m.failedMachines("cpu", submitFailureClass(&exec.ExitError{}, "sbatch: error: invalid partition specified: nope"), 3)
 	m.failed("cpu", shared.FailureTimedOut)
 	got := m.counters()
 	if len(got.Commands) != 1 {

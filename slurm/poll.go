@@ -427,6 +427,10 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 	// profile, not one per task: failed holds each profile's last detail,
 	// counted once at the end.
 	failed := map[string]string{}
+	// neverStarts holds the profiles with a job pending for a reason
+	// that never clears: the same verdict as an sbatch refusal, given
+	// later (refusal.go).
+	neverStarts := map[string]string{}
 	forget := func(r *request, detail string) {
 		p.metrics.failed(r.profile, judgedFailureClass(r))
 		delete(p.outstanding, r.worker)
@@ -475,7 +479,7 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 			why := fmt.Sprintf("pending for %s, which waiting does not clear", row.reason)
 			p.metrics.failed(r.profile, shared.FailureMisconfigured)
 			p.lastErr = "job " + r.job + " was " + why
-			failed[r.profile] = p.lastErr
+			neverStarts[r.profile] = p.lastErr
 			cancels = append(cancels, jobRef{job: r.job, profile: r.profile, worker: r.worker, age: now.Sub(r.since), why: why})
 		default:
 			r.slurmState = row.state
@@ -485,9 +489,19 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 		}
 	}
 	for profile, detail := range failed {
-		p.countFailureLocked(profile, detail)
+		if neverStarts[profile] == "" {
+			p.countFailureLocked(profile, detail)
+		}
+	}
+	var held []string
+	for profile, detail := range neverStarts {
+		p.markMisconfiguredLocked(profile, detail)
+		held = append(held, misconfiguredDetail(profile, p.backoff[profile]))
 	}
 	p.mu.Unlock()
+	for _, h := range held {
+		cfg.log.Error("profile misconfigured; its job can never start", "hold", h)
+	}
 
 	for _, rep := range reports {
 		ev := rep.ev

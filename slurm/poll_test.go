@@ -405,8 +405,8 @@ func TestAttachTimeout(t *testing.T) {
 }
 
 func TestBackoff(t *testing.T) {
-	h := newHarness(t, "sbatch=fail", nil)
-	const said = "Invalid partition name specified"
+	h := newHarness(t, "sbatch=busy", nil)
+	const said = "Resource temporarily unavailable"
 	delays := []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second, 80 * time.Second, 160 * time.Second, 5 * time.Minute, 5 * time.Minute}
 	for i, d := range delays {
 		if r := h.provision(t, cpuNeed); r.Outcome != shared.OutcomeRequested {
@@ -451,7 +451,7 @@ func TestBackoff(t *testing.T) {
 	if _, err := h.p.Reconcile(context.Background(), &shared.ReconcileRequest{Attached: []string{ev.Worker}}); err != nil {
 		t.Fatal(err)
 	}
-	h.fake.setSpec(t, "sbatch=fail")
+	h.fake.setSpec(t, "sbatch=busy")
 	n := len(h.host.Events())
 	h.provision(t, cpuNeed)
 	waitEvents(t, h.host, n+1)
@@ -459,6 +459,40 @@ func TestBackoff(t *testing.T) {
 	if st := h.status(t); len(st.BackingOff) != 2 || st.BackingOff[0].Failures != 1 || !st.BackingOff[0].Until.Equal(h.clock.Now().Add(backoffBase)) {
 		t.Errorf("BackingOff after a worker attached and a new failure = %+v", st.BackingOff)
 	}
+}
+
+// TestMisconfiguredProfile: a refusal for good holds the profile back for
+// misconfiguredHold after one attempt, says so with Slurm's words, runs no
+// Slurm command while it lasts, and tries once more after it.
+func TestMisconfiguredProfile(t *testing.T) {
+	h := newHarness(t, "sbatch=fail", nil)
+	const said = "Invalid partition name specified"
+	h.provision(t, cpuNeed)
+	waitEvents(t, h.host, 1)
+	h.submitted(t)
+	st := h.status(t)
+	if len(st.BackingOff) != 1 || !st.BackingOff[0].Until.Equal(h.clock.Now().Add(misconfiguredHold)) {
+		t.Fatalf("BackingOff = %+v, want cpu held for %s", st.BackingOff, misconfiguredHold)
+	}
+	if len(st.Notes) != 1 || !strings.Contains(st.Notes[0], "profile cpu is misconfigured") || !strings.Contains(st.Notes[0], said) {
+		t.Errorf("Notes = %q, want cpu misconfigured with Slurm's words", st.Notes)
+	}
+	if !strings.Contains(h.logs.String(), "[ERROR] profile misconfigured; Slurm refused it for good") {
+		t.Errorf("no loud log line:\n%s", h.logs.String())
+	}
+	calls := h.calls()
+	h.clock.Advance(misconfiguredHold - time.Second)
+	if r := h.provision(t, cpuNeed); r.Outcome != shared.OutcomeBackingOff || !strings.Contains(r.Detail, "misconfigured") || !strings.Contains(r.Detail, said) {
+		t.Errorf("just before the hold ends: Provision = %+v", r)
+	}
+	if h.calls() != calls {
+		t.Errorf("%d Slurm calls while the profile was held back", h.calls()-calls)
+	}
+	h.clock.Advance(time.Second)
+	if r := h.provision(t, cpuNeed); r.Outcome != shared.OutcomeRequested {
+		t.Errorf("after the hold: Provision = %+v, want requested", r)
+	}
+	waitEvents(t, h.host, 2)
 }
 
 func TestBackoffDelay(t *testing.T) {

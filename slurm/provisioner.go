@@ -464,14 +464,27 @@ func (p *Provisioner) submissionFailed(cfg *settings, host shared.Host, live []*
 		}
 	}
 	// One failed sbatch is one failure, however many machines it was for.
-	p.countFailureLocked(live[0].profile, detail)
-	p.metrics.failedMachines(live[0].profile, submitFailureClass(err), len(live))
+	class := submitFailureClass(err, detail)
+	var held string
+	if class == shared.FailureMisconfigured {
+		p.markMisconfiguredLocked(live[0].profile, detail)
+		held = misconfiguredDetail(live[0].profile, p.backoff[live[0].profile])
+	} else {
+		p.countFailureLocked(live[0].profile, detail)
+	}
+	p.metrics.failedMachines(live[0].profile, class, len(live))
 	p.mu.Unlock()
 	args := []any{"profile", live[0].profile, "worker", live[0].tag, "machines", len(live), "error", err}
 	if detail != err.Error() {
 		args = append(args, "output", detail)
 	}
-	cfg.log.Error("could not ask for a machine", args...)
+	if held != "" {
+		// The one loud line: the profile is not asked for again, so
+		// this is said once, not once a retry.
+		cfg.log.Error("profile misconfigured; Slurm refused it for good", append(args, "hold", held)...)
+	} else {
+		cfg.log.Error("could not ask for a machine", args...)
+	}
 	for _, r := range live {
 		p.publish(p.life, cfg, host, shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Worker: r.worker, Detail: detail})
 	}
@@ -845,6 +858,9 @@ func (p *Provisioner) Status(context.Context, *shared.StatusRequest) (*shared.St
 		resp.Profiles = append(resp.Profiles, prof.Name)
 		if b := p.backoff[prof.Name]; b != nil && now.Before(b.until) {
 			resp.BackingOff = append(resp.BackingOff, shared.Backoff{Profile: prof.Name, Failures: b.failures, Until: b.until, LastError: b.lastErr})
+			if b.misconfigured {
+				resp.Notes = append(resp.Notes, misconfiguredDetail(prof.Name, b))
+			}
 		}
 		c := counts[prof.Name]
 		pc := shared.ProfileCounts{Profile: prof.Name, Pending: c.pending, Starting: c.starting, Attached: p.attached[prof.Name]}

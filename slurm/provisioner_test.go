@@ -182,11 +182,11 @@ func TestNotConfiguredAndShutdown(t *testing.T) {
 }
 
 func TestSubmissionFailure(t *testing.T) {
-	h := newHarness(t, "sbatch=fail", nil)
+	h := newHarness(t, "sbatch=busy", nil)
 
 	h.provision(t, cpuNeed)
 	ev := waitEvents(t, h.host, 1)[0]
-	wantDetail := "sbatch: error: invalid partition specified: nope\nsbatch: error: Batch job submission failed: Invalid partition name specified"
+	wantDetail := "sbatch: error: Batch job submission failed: Resource temporarily unavailable"
 	if ev.Kind != shared.EventWorkerProvisionFailed || ev.Profile != "cpu" || ev.Detail != wantDetail {
 		t.Fatalf("event = %+v", ev)
 	}

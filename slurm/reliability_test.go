@@ -269,6 +269,16 @@ func TestReliabilityLoginNodeDown(t *testing.T) {
 		t.Fatalf("b is not backing off after a failed submission: %+v", st)
 	}
 	t.Logf("b backs off until %s (%d failure(s)): %s", backoff.Until.Format(time.RFC3339Nano), backoff.Failures, backoff.LastError)
+	// Weather, not a verdict: a short backoff, and no profile marked
+	// misconfigured.
+	if wait := time.Until(backoff.Until); wait > 5*time.Minute {
+		t.Errorf("a login node that is down holds b back for %s, longer than the backoff's cap of 5 minutes: taken for a verdict", wait)
+	}
+	for _, n := range st.Notes {
+		if strings.Contains(n, "misconfigured") {
+			t.Errorf("a login node that is down marked a profile misconfigured: %s", n)
+		}
+	}
 	if got := outstandingJobs(st); got["a"] != jobA {
 		t.Errorf("a's request was forgotten while the login node was down: %+v", st.Outstanding)
 	}
