@@ -93,6 +93,9 @@ type Config struct {
 	PollInterval     string   `json:"poll_interval"`
 	AttachTimeout    string   `json:"attach_timeout"`
 	WorkerCommand    []string `json:"worker_command"`
+	// LogDir is where jobs write their output on the cluster
+	// (joblog.go); empty means defaultLogDir.
+	LogDir string `json:"log_dir"`
 	// Multiplex and MaxSessions are pointers so that absent can be told
 	// from false and 0; fillDefaults fills them in (see ssh.go).
 	Multiplex   *bool `json:"multiplex"`
@@ -201,6 +204,8 @@ func schema() *shared.Schema {
 				Description: "How long a worker's credential is good for. Unset: as long as its job can live (provision_timeout plus the profile's --time plus 10 minutes; without a --time, the engine's cap). The engine caps every credential (12 hours by default)."},
 			{Name: "worker_command", Type: shared.TypeListString, Default: []string{defaultWorker},
 				Description: "The worker program and any leading arguments, as installed on the compute nodes."},
+			{Name: "log_dir", Type: shared.TypeString, Default: "",
+				Description: "Where jobs write their output (stdout and stderr, one file per job: JOBID.out, or ARRAYID_TASK.out), on the cluster's shared filesystem as the login node sees it. Relative paths and ~/ are under the login user's home; made on first use. A job that ends before its worker attaches is reported with the last lines of its file. Empty: ~/.local/state/fluksio/<provisioner name>. A profile that sets --output keeps its own."},
 			{Name: "max_workers", Type: shared.TypeInt, Default: defaultMaxWorkers,
 				Description: "The most machines this provisioner keeps alive at once, pending, starting and attached, over all profiles."},
 			{Name: "max_pending", Type: shared.TypeInt, Default: defaultMaxPending,
@@ -410,6 +415,11 @@ func validate(s *settings) shared.Diagnostics {
 	case !loginRE.MatchString(s.Login):
 		add(shared.Errorf(at("login"), "Invalid login",
 			"%q is not user@host: the user may use letters, digits, '.', '_' and '-', and the host letters, digits, '.', '-' and ':'.", s.Login))
+	}
+
+	if s.LogDir != "" && !validLogDir(s.LogDir) {
+		add(shared.Errorf(at("log_dir"), "Invalid log_dir",
+			"%q cannot be used: sbatch reads white space, quotes, backslashes and '#' in an #SBATCH line itself, and '%%' starts one of its file name patterns. Choose a path without them; ~/ and relative paths are under the login user's home.", s.LogDir))
 	}
 
 	if s.SSHPort < 0 || s.SSHPort > 65535 {

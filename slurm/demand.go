@@ -616,6 +616,9 @@ func (p *Provisioner) ask(ctx context.Context, cfg *settings, host shared.Host, 
 			return "", failure(err, err.Error(), false, keep)
 		}
 	}
+	if _, err := p.ensureLogDir(ctx, cfg); err != nil {
+		return "", failure(err, err.Error(), false, keep)
+	}
 	tokens := make([]string, len(live))
 	for i, r := range live {
 		mctx, cancel := context.WithTimeout(ctx, cfg.submitTimeout)

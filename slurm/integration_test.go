@@ -1295,3 +1295,58 @@ func TestIntegrationCapsHold(t *testing.T) {
 	r.stop(t)
 	waitQueueEmpty(t, r.env, r.name)
 }
+
+// TestIntegrationJobFailsWithItsWords: a payload that prints a line and
+// exits 2 at once, on the real Slurm, with output left to log_dir. The
+// failure event, Status and the log carry the exit code, the output's
+// path (in log_dir, named by the job) and its last line, which is really
+// in that file.
+func TestIntegrationJobFailsWithItsWords(t *testing.T) {
+	dir, err := os.MkdirTemp("", "fluksio-it-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	failing := filepath.Join(dir, "failing-worker.sh")
+	body := "#!/bin/sh\necho 'loading the worker'\necho \"fluksio-worker: cannot start: \\033[31mno such module\\033[0m\" >&2\nexit 2\n"
+	if err := os.WriteFile(failing, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{dir, failing} {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := newRig(t, "exits2", func(r *rig) map[string]any {
+		c := r.config(profile("small", 1, 0, 100, nil, []string{"--partition=" + r.env.Partition, "--time=00:05:00"}))
+		c["worker_command"] = []string{failing}
+		c["poll_interval"] = "2s"
+		return c
+	})
+	r.provision(t, shared.Need{CPUs: 1}, "small")
+	job := r.provisioned(t, "small").Job
+	ev := r.events.wait(t, "worker_provision_failed", jobTimeout, kindIs(shared.EventWorkerProvisionFailed, "small"))
+	t.Logf("worker_provision_failed: %s", ev.Detail)
+
+	out := "/home/" + strings.Split(r.env.Login, "@")[0] + "/.local/state/fluksio/" + r.name + "/" + job + ".out"
+	for _, want := range []string{"job " + job + " ended FAILED", "exit code 2", "output " + out,
+		"its last lines: loading the worker | fluksio-worker: cannot start: no such module"} {
+		if !strings.Contains(ev.Detail, want) {
+			t.Errorf("the event's detail does not say %q: %q", want, ev.Detail)
+		}
+		if st := r.status(t); !strings.Contains(st.LastError, want) {
+			t.Errorf("LastError does not say %q: %q", want, st.LastError)
+		}
+		if !strings.Contains(r.logs.String(), want) {
+			t.Errorf("the log does not say %q", want)
+		}
+	}
+	// The file is where the event says, and holds what it quotes.
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatalf("the job's output is not in log_dir: %v", err)
+	}
+	if !strings.Contains(string(b), "loading the worker") {
+		t.Errorf("%s holds %q", out, b)
+	}
+}

@@ -183,6 +183,20 @@ func fakeSSH(spec, dir string, args []string) int {
 	case "squeue=drop":
 		fmt.Fprintln(os.Stderr, "Connection to login.example.org closed by remote host.")
 		return 255
+	case "sh=ok":
+		// The two shell snippets the plugin runs (joblog.go): making
+		// log_dir, and reading back a failed job.
+		switch {
+		case len(remote) == 5 && strings.Contains(remote[2], "mkdir -p"):
+			fmt.Println("/home/alice/.local/state/fluksio/" + strings.TrimPrefix(strings.Trim(remote[4], "'"), "~/.local/state/fluksio/"))
+		case len(remote) == 6 && strings.Contains(remote[2], "scontrol show job"):
+			job := strings.Trim(remote[4], "'")
+			fmt.Printf("JobId=%s JobName=fluksio-hpc\n   JobState=FAILED Reason=NonZeroExitCode Dependency=(null)\n   Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=2:0\n", job)
+			fmt.Printf("--- fluksio: output\n/home/alice/.local/state/fluksio/hpc/%s.out\nloading modules\n\x1b[31m/usr/bin/env: 'fluksio-worker': No such file or directory\x1b[0m\n", job)
+		default:
+			fmt.Fprintln(os.Stderr, "fake ssh: an unknown shell snippet")
+			return 2
+		}
 	case "scancel=ok", "squeue=ok":
 	case "scancel=fail":
 		fmt.Fprintln(os.Stderr, "scancel: error: Unable to contact slurm controller (connect failure)")

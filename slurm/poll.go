@@ -413,6 +413,9 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 	type report struct {
 		ev  shared.Event
 		msg string
+		// ended is set for a job that ended before its worker
+		// attached: the cluster is asked why (joblog.go).
+		ended bool
 	}
 	var reports []report
 	var cancels []jobRef
@@ -431,15 +434,16 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 	// that never clears: the same verdict as an sbatch refusal, given
 	// later (refusal.go).
 	neverStarts := map[string]string{}
-	forget := func(r *request, detail string) {
+	forget := func(r *request, detail string, ended bool) {
 		p.metrics.failed(r.profile, judgedFailureClass(r))
 		delete(p.outstanding, r.worker)
 		r.phase = phaseFailed
 		p.lastErr = detail
 		failed[r.profile] = detail
 		reports = append(reports, report{
-			ev:  shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Job: r.job, Worker: r.worker, Detail: detail},
-			msg: "a request failed before its worker attached",
+			ev:    shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Job: r.job, Worker: r.worker, Detail: detail},
+			msg:   "a request failed before its worker attached",
+			ended: ended,
 		})
 	}
 	for _, w := range watched {
@@ -450,7 +454,7 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 		row, listed := byID[r.job]
 		if r.phase == phaseAnswerLost {
 			if row, listed = taskRow(byComment[cfg.comment(r.tag)], r.task); !listed {
-				forget(r, fmt.Sprintf("the answer to worker %s's sbatch was lost, and the queue has no job for it: it was not submitted", r.worker))
+				forget(r, fmt.Sprintf("the answer to worker %s's sbatch was lost, and the queue has no job for it: it was not submitted", r.worker), false)
 				p.watchUntil = now.Add(cfg.provisionTimeout)
 				continue
 			}
@@ -466,13 +470,17 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 		}
 		switch {
 		case !listed:
-			forget(r, fmt.Sprintf("job %s left the queue before its worker attached", r.job))
+			forget(r, fmt.Sprintf("job %s left the queue before its worker attached", r.job), true)
 		case endedStates[row.state]:
 			state := row.state
 			if row.reason != "" && row.reason != "None" {
 				state += " (" + row.reason + ")"
 			}
-			forget(r, fmt.Sprintf("job %s ended %s before its worker attached", r.job, state))
+			// A job cancelled (by us, an administrator, or its
+			// deadline) has nothing to say for itself; one that ran
+			// and ended may have.
+			said := row.state != "CANCELLED" && row.state != "DEADLINE" && row.state != "PREEMPTED"
+			forget(r, fmt.Sprintf("job %s ended %s before its worker attached", r.job, state), said)
 		case row.state == "PENDING" && reasonNeverClears(row.reason):
 			delete(p.outstanding, r.worker)
 			r.phase = phaseFailed
@@ -503,6 +511,25 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 		cfg.log.Error("profile misconfigured; its job can never start", "hold", h)
 	}
 
+	explained := 0
+	for i := range reports {
+		rep := &reports[i]
+		if !rep.ended {
+			continue
+		}
+		prof, _ := cfg.profile(rep.ev.Profile)
+		var why string
+		if explained < explainPerPoll {
+			explained++
+			why = p.explain(p.polling, prof, rep.ev.Job)
+		} else if out := p.outputOf(prof, rep.ev.Job); out != "" {
+			why = "output " + out
+		}
+		if why != "" {
+			rep.ev.Detail = truncateTo(rep.ev.Detail+": "+why, maxDetail*2)
+			p.setLastErr(rep.ev.Detail)
+		}
+	}
 	for _, rep := range reports {
 		ev := rep.ev
 		if ev.Kind == shared.EventWorkerProvisioned {

@@ -165,15 +165,16 @@ func TestPoller(t *testing.T) {
 
 func TestPollForgetsEndedJob(t *testing.T) {
 	tests := []struct {
-		row    string // state|reason|start, or "" for a job squeue no longer lists
-		detail string
+		row       string // state|reason|start, or "" for a job squeue no longer lists
+		detail    string
+		explained bool
 	}{
-		{"FAILED|NonZeroExitCode|2026-12-02T10:00:01", "job 4242 ended FAILED (NonZeroExitCode) before its worker attached"},
-		{"TIMEOUT|TimeLimit|2026-12-02T10:00:01", "job 4242 ended TIMEOUT (TimeLimit) before its worker attached"},
-		{"CANCELLED|None|2026-12-02T10:00:01", "job 4242 ended CANCELLED before its worker attached"},
-		{"DEADLINE|DeadLine|N/A", "job 4242 ended DEADLINE (DeadLine) before its worker attached"},
-		{"COMPLETED|None|2026-12-02T10:00:01", "job 4242 ended COMPLETED before its worker attached"},
-		{"", "job 4242 left the queue before its worker attached"},
+		{"FAILED|NonZeroExitCode|2026-12-02T10:00:01", "job 4242 ended FAILED (NonZeroExitCode) before its worker attached", true},
+		{"TIMEOUT|TimeLimit|2026-12-02T10:00:01", "job 4242 ended TIMEOUT (TimeLimit) before its worker attached", true},
+		{"CANCELLED|None|2026-12-02T10:00:01", "job 4242 ended CANCELLED before its worker attached", false},
+		{"DEADLINE|DeadLine|N/A", "job 4242 ended DEADLINE (DeadLine) before its worker attached", false},
+		{"COMPLETED|None|2026-12-02T10:00:01", "job 4242 ended COMPLETED before its worker attached", true},
+		{"", "job 4242 left the queue before its worker attached", true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.detail, func(t *testing.T) {
@@ -185,12 +186,22 @@ func TestPollForgetsEndedJob(t *testing.T) {
 			h.p.pollOnce(context.Background())
 
 			evs := waitEvents(t, h.host, 2)
-			if got := evs[1]; got.Kind != shared.EventWorkerProvisionFailed || got.Job != "4242" || got.Worker != ev.Worker || got.Detail != tc.detail {
-				t.Errorf("event = %+v, want failed with %q", got, tc.detail)
+			want := tc.detail
+			if tc.explained {
+				// The cluster's answer to why (the fake's, in
+				// main_test.go), escape sequences taken out.
+				want += ": exit code 2, reason NonZeroExitCode, output /home/alice/.local/state/fluksio/hpc/4242.out," +
+					" its last lines: loading modules | /usr/bin/env: 'fluksio-worker': No such file or directory"
+			}
+			if got := evs[1]; got.Kind != shared.EventWorkerProvisionFailed || got.Job != "4242" || got.Worker != ev.Worker || got.Detail != want {
+				t.Errorf("event = %+v, want failed with %q", got, want)
 			}
 			st := h.status(t)
-			if len(st.Outstanding) != 0 || st.LastError != tc.detail {
+			if len(st.Outstanding) != 0 || st.LastError != want {
 				t.Errorf("Status = %+v", st)
+			}
+			if n := len(h.fake.callsTo("sh")); n != 1+map[bool]int{true: 1}[tc.explained] {
+				t.Errorf("%d shell calls, want log_dir's and, for a job that ran, one to ask why", n)
 			}
 			if len(st.BackingOff) != 1 || st.BackingOff[0].Failures != 1 {
 				t.Errorf("BackingOff = %+v", st.BackingOff)

@@ -104,6 +104,9 @@ type Provisioner struct {
 	inflight map[*request]bool
 	lastErr  string
 	shut     bool
+	// logDirAbs is log_dir as the login node resolved it, empty until
+	// the first submission made it (joblog.go).
+	logDirAbs string
 	// backoff holds, by profile, the failures since a worker of the
 	// profile last attached (backoff.go).
 	backoff map[string]*backoff

@@ -69,6 +69,7 @@ var verdicts = []string{
 	"invalid license",                               //
 	"not permitted to use this partition",           // User's group not permitted to use this partition
 	"node count specification invalid",              //
+	"mkdir: cannot create directory",                // log_dir where the login user may not write
 }
 
 // weather are phrases that say a refusal is passing even when a verdict's

@@ -24,6 +24,10 @@ var (
 	cpuOptions = family{long: []string{"--cpus-per-task", "--cpus-per-gpu"}, short: "c"}
 	memOptions = family{long: []string{"--mem", "--mem-per-cpu", "--mem-per-gpu"}}
 	gpuOptions = family{long: []string{"--gres", "--gpus", "--gpus-per-node", "--gpus-per-task", "--gpus-per-socket"}, short: "G"}
+	// A profile that sends its output somewhere itself keeps it there;
+	// otherwise it goes to log_dir (joblog.go).
+	outputOptions = family{long: []string{"--output"}, short: "o"}
+	errorOptions  = family{long: []string{"--error"}, short: "e"}
 	// deadlineOptions and signalOptions have no short forms.
 	deadlineOptions = family{long: []string{"--deadline"}}
 	signalOptions   = family{long: []string{"--signal"}}
@@ -119,6 +123,17 @@ func (p *Provisioner) script(prof Profile, url, tag string, tasks []int, tokens 
 	// compute; see the package documentation.
 	if limit, ok := timeLimit(prof.Sbatch); ok && !deadlineOptions.setBy(prof.Sbatch) {
 		line("#SBATCH --deadline=now+", strconv.FormatInt(seconds(cfg.provisionTimeout+limit), 10), "seconds")
+	}
+	// Output to log_dir, one file per job (or array task), stdout and
+	// stderr together: what a failed job said is then in one place the
+	// plugin knows, and can read back (joblog.go).
+	if dir := p.outputDir(cfg); dir != "" {
+		if !outputOptions.setBy(prof.Sbatch) {
+			line("#SBATCH --output=", outputPattern(dir, tasks != nil))
+		}
+		if !errorOptions.setBy(prof.Sbatch) {
+			line("#SBATCH --error=", outputPattern(dir, tasks != nil))
+		}
 	}
 	// B: signals only the batch shell, which the script replaces with the
 	// worker (exec), so the worker alone hears it.

@@ -1,6 +1,8 @@
 #!/bin/bash
 #SBATCH --job-name=fluksio-hpc
 #SBATCH --comment=fluksio:v2:prod:4f3c2b1a:hpc-gpu-own-0123abcd
+#SBATCH --output=~/.local/state/fluksio/hpc/%j.out
+#SBATCH --error=~/.local/state/fluksio/hpc/%j.out
 #SBATCH --signal=B:TERM@60
 #SBATCH --gres=gpu:a100:2
 #SBATCH --mem-per-cpu=4G

@@ -4,6 +4,8 @@
 #SBATCH --cpus-per-task=8
 #SBATCH --mem=32000M
 #SBATCH --gres=gpu:2
+#SBATCH --output=~/.local/state/fluksio/hpc/%j.out
+#SBATCH --error=~/.local/state/fluksio/hpc/%j.out
 #SBATCH --signal=B:TERM@60
 
 : end of sbatch directives

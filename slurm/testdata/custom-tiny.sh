@@ -2,6 +2,8 @@
 #SBATCH --job-name=fluksio-hpc
 #SBATCH --comment=fluksio:v2:prod:4f3c2b1a:hpc-tiny-0123abcd
 #SBATCH --cpus-per-task=1
+#SBATCH --output=~/.local/state/fluksio/hpc/%j.out
+#SBATCH --error=~/.local/state/fluksio/hpc/%j.out
 #SBATCH --signal=B:TERM@60
 
 : end of sbatch directives

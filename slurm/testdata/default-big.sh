@@ -4,6 +4,8 @@
 #SBATCH --cpus-per-task=16
 #SBATCH --mem=64000M
 #SBATCH --deadline=now+15300seconds
+#SBATCH --output=~/.local/state/fluksio/hpc/%j.out
+#SBATCH --error=~/.local/state/fluksio/hpc/%j.out
 #SBATCH --signal=B:TERM@60
 #SBATCH --partition=debug
 #SBATCH --time=04:00:00

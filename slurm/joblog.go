@@ -1,0 +1,221 @@
+package slurm
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+	"unicode"
+)
+
+// Why a job failed. A job that ends before its worker attaches used to be
+// reported as its state alone ("ended FAILED (NonZeroExitCode)"), and an
+// operator then had to find the job's output on the cluster to learn that
+// the worker was not installed, or its module did not load. Every job's
+// output now goes to log_dir on the cluster (unless a profile sets
+// --output itself), and such a job is reported with its exit code, its
+// reason, the output's path and its last lines, read over the same ssh
+// connection, bounded in size and time.
+//
+// Rejected: copying job output back as a matter of course. It costs an
+// ssh call per job, and the output of a job that worked is the worker's
+// business, not the engine's.
+
+const (
+	// defaultLogDir is log_dir when the configuration leaves it out,
+	// under the login user's home: XDG's state directory, the place for
+	// logs a program keeps for its user. %s is the provisioner's name, so
+	// that two provisioners (or engines) do not mix their files.
+	defaultLogDir = "~/.local/state/fluksio/%s"
+
+	// tailBytes is how much of a failed job's output is read back, and
+	// tailLines how many of its last lines are reported: enough for a
+	// "command not found" or a Python traceback's last frame, not a page.
+	tailBytes = 2048
+	tailLines = 5
+	// explainPerPoll caps the failed jobs explained per poll: a burst of
+	// 64 tasks failing at once is one cause, and 64 ssh calls would say it
+	// 64 times. The others are reported with their output's path.
+	explainPerPoll = 2
+)
+
+// logDir is log_dir as configured, or its default.
+func (s *settings) logDir() string {
+	if s.LogDir != "" {
+		return s.LogDir
+	}
+	return fmt.Sprintf(defaultLogDir, s.name)
+}
+
+// logDirScript makes log_dir on the login node and prints it as an
+// absolute path. "~/" is the login user's home; a relative path is
+// relative to it too, since that is where ssh starts. Slurm opens --output
+// before the job runs, in a directory that must exist, or the job fails
+// with no output at all.
+const logDirScript = `d=$1
+case $d in "~") d=$HOME ;; "~/"*) d=$HOME/${d#"~/"} ;; /*) ;; *) d=$HOME/$d ;; esac
+mkdir -p -m 700 -- "$d" && cd -- "$d" && pwd -P`
+
+// ensureLogDir makes log_dir on the login node once per process and
+// returns its absolute path; the script's --output names it. A profile
+// that sets its own --output needs none, but one call per process is
+// cheaper than deciding.
+func (p *Provisioner) ensureLogDir(ctx context.Context, cfg *settings) (string, error) {
+	p.mu.Lock()
+	dir := p.logDirAbs
+	p.mu.Unlock()
+	if dir != "" {
+		return dir, nil
+	}
+	stdout, stderr, err := p.call(ctx, nil, "sh", "-c", logDirScript, "sh", cfg.logDir())
+	if err != nil {
+		return "", fmt.Errorf("log_dir %s: cannot create it on the login node: %w", cfg.logDir(), withStderr(err, stderr))
+	}
+	lines := strings.Split(strings.TrimSpace(string(stdout)), "\n")
+	dir = strings.TrimSpace(lines[len(lines)-1])
+	if !path.IsAbs(dir) || !validLogDir(dir) {
+		return "", fmt.Errorf("log_dir %s: the login node gave %q as its path, which cannot be used", cfg.logDir(), truncateTo(dir, 200))
+	}
+	p.mu.Lock()
+	p.logDirAbs = dir
+	p.mu.Unlock()
+	return dir, nil
+}
+
+// validLogDir reports whether dir can go into an #SBATCH line as it is:
+// sbatch splits those lines at white space and reads quotes, backslashes
+// and '#' itself, and '%' starts one of its file name patterns.
+func validLogDir(dir string) bool {
+	return dir != "" && !strings.ContainsFunc(dir, func(r rune) bool {
+		return unicode.IsSpace(r) || unicode.IsControl(r) || strings.ContainsRune(`"'\#%`, r)
+	})
+}
+
+// outputDir is the directory the script sends output to: log_dir as the
+// login node resolved it, or, before it has (a preview), as configured.
+func (p *Provisioner) outputDir(cfg *settings) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.logDirAbs != "" {
+		return p.logDirAbs
+	}
+	return cfg.logDir()
+}
+
+// outputPattern is --output for a job in dir: one file per job, or per
+// array task, named by its id as squeue shows it (4242, 4242_3).
+func outputPattern(dir string, array bool) string {
+	if array {
+		return dir + "/%A_%a.out"
+	}
+	return dir + "/%j.out"
+}
+
+// outputOf is where job (an id as squeue shows it) wrote its output when
+// its profile left --output to log_dir; empty when unknown.
+func (p *Provisioner) outputOf(prof Profile, job string) string {
+	p.mu.Lock()
+	dir := p.logDirAbs
+	p.mu.Unlock()
+	if dir == "" || outputOptions.setBy(prof.Sbatch) || !isJobRef(job) {
+		return ""
+	}
+	return dir + "/" + job + ".out"
+}
+
+// explainScript prints what Slurm still knows of job $1 and the last
+// tailBytes of the file $2 (or of the job's StdOut, when $2 is empty),
+// separated by a line of its own.
+const explainScript = `scontrol show job "$1" 2>&1
+echo "--- fluksio: output"
+f=$2
+if [ -z "$f" ]; then f=$(scontrol show job "$1" 2>/dev/null | sed -n 's/^ *StdOut=//p' | head -n 1); fi
+echo "$f"
+[ -n "$f" ] && tail -c ` + "2048" + ` -- "$f" 2>&1
+true`
+
+// explain asks the cluster why job ended before its worker attached: its
+// exit code and reason as scontrol has them, and the last lines of its
+// output. It is one ssh call, bounded by submit_timeout; what it cannot
+// learn it leaves out. The answer is meant to be appended to an event.
+func (p *Provisioner) explain(ctx context.Context, prof Profile, job string) string {
+	known := p.outputOf(prof, job)
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	stdout, _, err := p.call(ctx, nil, "sh", "-c", explainScript, "sh", job, known)
+	if err != nil {
+		if known != "" {
+			return "output " + known
+		}
+		return ""
+	}
+	info, rest, _ := strings.Cut(string(stdout), "--- fluksio: output\n")
+	file, tail, _ := strings.Cut(rest, "\n")
+	var parts []string
+	if code := field(info, "ExitCode="); code != "" {
+		parts = append(parts, "exit code "+exitCode(code))
+	}
+	if reason := field(info, "Reason="); reason != "" && reason != "None" {
+		parts = append(parts, "reason "+reason)
+	}
+	if file = strings.TrimSpace(file); file != "" {
+		parts = append(parts, "output "+file)
+	}
+	if last := lastLines(tail, tailLines); last != "" {
+		parts = append(parts, "its last lines: "+last)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// field is the value of key (such as "ExitCode=") in scontrol's output.
+func field(info, key string) string {
+	i := strings.Index(info, " "+key)
+	if i < 0 {
+		if !strings.HasPrefix(info, key) {
+			return ""
+		}
+		i = -1
+	}
+	v := info[i+1+len(key):]
+	if j := strings.IndexAny(v, " \n"); j >= 0 {
+		v = v[:j]
+	}
+	return v
+}
+
+// exitCode reads scontrol's ExitCode=code:signal: "2", or "0 (signal 9)".
+func exitCode(v string) string {
+	code, sig, _ := strings.Cut(v, ":")
+	if sig != "" && sig != "0" {
+		return code + " (signal " + sig + ")"
+	}
+	return code
+}
+
+// ansiEscape matches a terminal's colour and cursor sequences, which
+// programs print even into files.
+var ansiEscape = regexp.MustCompile("\x1b\\[[0-9;?]*[ -/]*[@-~]")
+
+// lastLines is the last n non-empty lines of s, each cleaned of control
+// characters (a job's output may hold anything), joined with " | ".
+func lastLines(s string, n int) string {
+	var out []string
+	s = ansiEscape.ReplaceAllString(s, "")
+	for _, l := range strings.Split(s, "\n") {
+		l = strings.TrimSpace(strings.Map(func(r rune) rune {
+			if unicode.IsControl(r) {
+				return -1
+			}
+			return r
+		}, l))
+		if l != "" {
+			out = append(out, l)
+		}
+	}
+	if len(out) > n {
+		out = out[len(out)-n:]
+	}
+	return truncateTo(strings.Join(out, " | "), 600)
+}
