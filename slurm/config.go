@@ -648,6 +648,22 @@ func validateProfile(i string, p Profile, seen map[string]bool) shared.Diagnosti
 				if opt, why := reservedOption(opts); opt != "" {
 					add(shared.Errorf(path, "Reserved sbatch option", "%s cannot be set in a profile: %s.", opt, why))
 				}
+				for _, o := range opts {
+					if o.is("--begin", 'b') && o.hasValue {
+						if _, relative := relativeBegin(strings.TrimSpace(o.value)); !relative {
+							add(shared.Diagnostic{Severity: shared.SeverityWarning, Path: path, Summary: "A begin time the provisioner cannot count from",
+								Detail: fmt.Sprintf("--begin=%s is a time on the cluster's clock, so the provisioner cannot tell when its jobs may start: they get no --deadline (a pending job is not dropped by Slurm if the engine is gone), and provision_timeout counts from the request, so a begin later than it is cancelled first. Write it as now+DURATION (now+2hours) to have both counted from the begin.", o.value)})
+						}
+					}
+					summary, detail := contradiction(p, o)
+					switch {
+					case summary == "":
+					case strings.HasPrefix(summary, "Contradictory"):
+						add(shared.Errorf(path, summary, "%s", detail))
+					default:
+						add(shared.Diagnostic{Severity: shared.SeverityWarning, Path: path, Summary: summary, Detail: detail})
+					}
+				}
 			}
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -1348,5 +1349,45 @@ func TestIntegrationJobFailsWithItsWords(t *testing.T) {
 	}
 	if !strings.Contains(string(b), "loading the worker") {
 		t.Errorf("%s holds %q", out, b)
+	}
+}
+
+// TestIntegrationBegin: a profile that starts its machines an hour after
+// they are asked for is accepted by the real Slurm (its automatic
+// --deadline no longer clashes with the begin), and Slurm records the
+// begin an hour out and the deadline provision_timeout plus the time
+// limit after it; the plugin does not give the job up at
+// provision_timeout from the request.
+func TestIntegrationBegin(t *testing.T) {
+	r := newRig(t, "begin", func(r *rig) map[string]any {
+		return r.config(profile("later", 1, 0, 100, nil, r.sbatch("--begin=now+1hour")))
+	})
+	asked := time.Now()
+	r.provision(t, shared.Need{CPUs: 1}, "later")
+	job := r.provisioned(t, "later").Job
+	show := r.env.Slurm(t, "scontrol", "show", "job", job)
+	at := func(key string) time.Time {
+		m := regexp.MustCompile(`\b` + key + `=(\S+)`).FindStringSubmatch(show)
+		if m == nil {
+			t.Fatalf("scontrol show job %s has no %s:\n%s", job, key, show)
+		}
+		v, err := time.ParseInLocation("2006-01-02T15:04:05", m[1], time.Local)
+		if err != nil {
+			t.Fatalf("%s=%s: %v", key, m[1], err)
+		}
+		return v
+	}
+	// scontrol calls the begin time EligibleTime.
+	begin, deadline := at("EligibleTime"), at("Deadline")
+	t.Logf("asked at %s; Slurm has EligibleTime=%s Deadline=%s", asked.Format(time.TimeOnly), begin.Format(time.TimeOnly), deadline.Format(time.TimeOnly))
+	if d := begin.Sub(asked); d < 59*time.Minute || d > 61*time.Minute {
+		t.Errorf("EligibleTime is %s after the request, want an hour", d)
+	}
+	// provision_timeout (15m by the rig's default) + --time=00:05:00.
+	if d := deadline.Sub(begin); d < 19*time.Minute || d > 21*time.Minute {
+		t.Errorf("Deadline is %s after EligibleTime, want provision_timeout + the time limit, 20m", d)
+	}
+	if !strings.Contains(show, "JobState=PENDING") || !strings.Contains(show, "Reason=BeginTime") {
+		t.Errorf("the job is not pending for its begin time:\n%s", show)
 	}
 }

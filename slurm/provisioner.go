@@ -535,11 +535,13 @@ func (p *Provisioner) Reconcile(ctx context.Context, req *shared.ReconcileReques
 	for _, r := range p.sortedLocked() {
 		switch {
 		case !r.finished():
-		case r.phase == phaseQueued && now.Sub(r.since) > cfg.provisionTimeout:
+		case r.phase == phaseQueued && now.Sub(r.since) > cfg.provisionTimeout+cfg.beginDelayOf(r.profile):
+			// provision_timeout counts from when the job may first
+			// start: after its --begin, if the profile sets one.
 			delete(p.outstanding, r.worker)
 			r.phase = phaseFailed
 			expired = append(expired, jobRef{job: r.job, profile: r.profile, worker: r.worker, age: now.Sub(r.since),
-				why: fmt.Sprintf("did not attach within %s", cfg.provisionTimeout)})
+				why: fmt.Sprintf("did not attach within %s", cfg.provisionTimeout+cfg.beginDelayOf(r.profile))})
 			p.metrics.failed(r.profile, shared.FailureTimedOut)
 		case r.phase == phaseQueued && !r.running.IsZero() && now.Sub(r.running) > cfg.attachTimeout:
 			// It got a machine and its worker never dialled in: the

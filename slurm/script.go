@@ -121,8 +121,12 @@ func (p *Provisioner) script(prof Profile, url, tag string, tasks []int, tokens 
 	// end by this deadline, and Slurm removes it (state DEADLINE) even if
 	// nobody is left to cancel it. Without a time limit there is no end to
 	// compute; see the package documentation.
+	// A --begin moves the deadline by its delay; one at a wall-clock
+	// time leaves it out (begin.go).
 	if limit, ok := timeLimit(prof.Sbatch); ok && !deadlineOptions.setBy(prof.Sbatch) {
-		line("#SBATCH --deadline=now+", strconv.FormatInt(seconds(cfg.provisionTimeout+limit), 10), "seconds")
+		if delay, relative := beginDelay(prof.Sbatch); relative {
+			line("#SBATCH --deadline=now+", strconv.FormatInt(seconds(delay+cfg.provisionTimeout+limit), 10), "seconds")
+		}
 	}
 	// Output to log_dir, one file per job (or array task), stdout and
 	// stderr together: what a failed job said is then in one place the
@@ -131,7 +135,9 @@ func (p *Provisioner) script(prof Profile, url, tag string, tasks []int, tokens 
 		if !outputOptions.setBy(prof.Sbatch) {
 			line("#SBATCH --output=", outputPattern(dir, tasks != nil))
 		}
-		if !errorOptions.setBy(prof.Sbatch) {
+		// A profile that sends its output elsewhere gets its errors
+		// there too, as sbatch does when --error is not given.
+		if !errorOptions.setBy(prof.Sbatch) && !outputOptions.setBy(prof.Sbatch) {
 			line("#SBATCH --error=", outputPattern(dir, tasks != nil))
 		}
 	}
@@ -339,5 +345,6 @@ func (s *settings) credentialTTL(prof Profile) time.Duration {
 	if !ok {
 		return noLimitTTL
 	}
-	return s.provisionTimeout + limit + tokenMargin
+	delay, _ := beginDelay(prof.Sbatch)
+	return delay + s.provisionTimeout + limit + tokenMargin
 }

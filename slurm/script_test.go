@@ -25,7 +25,7 @@ var scriptProfiles = []Profile{
 		Sbatch: []string{"--partition=debug", "--time=04:00:00", "--account=proj-42"},
 		Prerun: []string{"module load python/3.12", "source ~/venvs/fluksio/bin/activate"}},
 	{Name: "gpu", CPUs: 8, GPUs: 2, RAMMB: 32000, Labels: []string{"cuda"}},
-	{Name: "gpu-own", CPUs: 8, GPUs: 2, RAMMB: 32000,
+	{Name: "gpu-own", CPUs: 8, GPUs: 2, RAMMB: 32768,
 		Sbatch: []string{"--gres=gpu:a100:2", "--mem-per-cpu=4G", "-c 8", "--partition=gpu"}},
 }
 

@@ -10,4 +10,4 @@
 #SBATCH --partition=gpu
 
 : end of sbatch directives
-FLUKSIO_WORKER_TOKEN='tok'\''en$(id)`x`"y" z' exec '/opt/fluksio env/bin/fluksio-worker' --log-level=debug --url 'http://10.0.0.5:8765/?a=b&c=d' --cpus 8 --gpus 2 --max-idle 90 --ram-mb 32000 --artifact-url https://artifacts.example.org/store
+FLUKSIO_WORKER_TOKEN='tok'\''en$(id)`x`"y" z' exec '/opt/fluksio env/bin/fluksio-worker' --log-level=debug --url 'http://10.0.0.5:8765/?a=b&c=d' --cpus 8 --gpus 2 --max-idle 90 --ram-mb 32768 --artifact-url https://artifacts.example.org/store

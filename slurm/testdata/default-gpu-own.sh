@@ -10,4 +10,4 @@
 #SBATCH --partition=gpu
 
 : end of sbatch directives
-FLUKSIO_WORKER_TOKEN='tok'\''en$(id)`x`"y" z' exec fluksio-worker --url https://engine.example.org:8765 --cpus 8 --gpus 2 --max-idle 300 --ram-mb 32000
+FLUKSIO_WORKER_TOKEN='tok'\''en$(id)`x`"y" z' exec fluksio-worker --url https://engine.example.org:8765 --cpus 8 --gpus 2 --max-idle 300 --ram-mb 32768

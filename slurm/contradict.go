@@ -1,0 +1,166 @@
+package slurm
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// A profile's numbers (cpus, gpus, ram_mb, nodes) are what the engine is
+// promised: it matches needs against them and mints each worker's
+// credential for exactly them. An sbatch line may say the same again, but
+// an sbatch line that says something else makes Slurm give one machine
+// while the engine believes in another: --mem=1G under ram_mb = 500 wastes
+// half a gigabyte of every allocation, --mem=250M under ram_mb = 500 gets
+// the worker killed for memory the engine thought it had. So an option
+// that restates a number must restate it exactly, and one that
+// contradicts it is refused at validation, with both values and what to
+// write instead. Never both silently.
+//
+// Rejected: taking the sbatch line's number over the profile's. The
+// profile's is the one the engine, the status page and the credentials
+// use; a second source of truth is a bug waiting for its day.
+//
+// --nodes, --ntasks and --ntasks-per-node are not restated at all: they
+// are reserved (config.go), nodes = N says it.
+
+// contradiction says which of the profile's numbers the option o
+// contradicts, and how, or "" when it agrees (or says nothing about
+// them).
+func contradiction(p Profile, o sbatchOpt) (summary, detail string) {
+	name := o.long
+	if name == "" {
+		name = "-" + string(o.short)
+	}
+	write := func(attr string, v int64) string {
+		return fmt.Sprintf("Remove %s (the provisioner asks for the profile's %s itself) or set %s = %d.", name, attr, attr, v)
+	}
+	switch {
+	case o.is("--cpus-per-task", 'c'):
+		n, ok := count(o.value)
+		if ok && n != int64(p.CPUs) {
+			return "Contradictory sbatch option", fmt.Sprintf("%s=%s asks Slurm for %d CPUs a machine, but cpus = %d is what the engine places work for. %s",
+				name, o.value, n, p.CPUs, write("cpus", n))
+		}
+	case o.is("--cpus-per-gpu", 0):
+		n, ok := count(o.value)
+		switch {
+		case ok && p.GPUs == 0:
+			return "Contradictory sbatch option", fmt.Sprintf("%s=%s asks for CPUs per GPU, but the profile has gpus = 0. Remove it, or set gpus.", name, o.value)
+		case ok && n*int64(p.GPUs) != int64(p.CPUs):
+			return "Contradictory sbatch option", fmt.Sprintf("%s=%s with gpus = %d asks Slurm for %d CPUs a machine, but cpus = %d. %s",
+				name, o.value, p.GPUs, n*int64(p.GPUs), p.CPUs, write("cpus", n*int64(p.GPUs)))
+		}
+	case o.is("--mem", 0), o.is("--mem-per-cpu", 0), o.is("--mem-per-gpu", 0):
+		mb, ok := megabytes(o.value)
+		if !ok {
+			return "", ""
+		}
+		per, of := int64(1), ""
+		switch {
+		case o.is("--mem-per-cpu", 0) && !o.is("--mem", 0):
+			per, of = int64(p.CPUs), fmt.Sprintf(" (× cpus = %d)", p.CPUs)
+		case o.is("--mem-per-gpu", 0) && !o.is("--mem", 0):
+			per, of = int64(p.GPUs), fmt.Sprintf(" (× gpus = %d)", p.GPUs)
+		}
+		total := mb * per
+		switch {
+		case mb == 0 && p.RAMMB > 0:
+			return "Contradictory sbatch option", fmt.Sprintf("%s=0 asks Slurm for all of a node's memory, which ram_mb = %d cannot say. Remove %s and keep ram_mb, or set ram_mb = 0 (unknown).", name, p.RAMMB, name)
+		case mb > 0 && p.RAMMB > 0 && total != p.RAMMB:
+			return "Contradictory sbatch option", fmt.Sprintf("%s=%s asks Slurm for %d MB a machine%s, but ram_mb = %d is what the engine places work for. %s",
+				name, o.value, total, of, p.RAMMB, write("ram_mb", total))
+		case mb > 0 && p.RAMMB == 0:
+			return "Memory asked for but not said", fmt.Sprintf("%s=%s asks Slurm for %d MB a machine%s, but ram_mb = 0 tells the engine the machine's memory is unknown, so a need for any amount would be sent to it. Set ram_mb = %d and remove %s.",
+				name, o.value, total, of, total, name)
+		}
+	case o.is("--gres", 0):
+		n, ok := gresGPUs(o.value)
+		if ok && n != int64(p.GPUs) {
+			return "Contradictory sbatch option", fmt.Sprintf("%s=%s asks Slurm for %d GPUs a machine, but gpus = %d is what the engine places work for. %s",
+				name, o.value, n, p.GPUs, write("gpus", n))
+		}
+	case o.is("--gpus", 'G'), o.is("--gpus-per-node", 0), o.is("--gpus-per-task", 0):
+		// One task a node (nodes = N), so per node and per task are per
+		// machine too.
+		_, c, _ := cutLast(o.value, ":")
+		n, ok := count(c)
+		if ok && n != int64(p.GPUs) {
+			return "Contradictory sbatch option", fmt.Sprintf("%s=%s asks Slurm for %d GPUs a machine, but gpus = %d is what the engine places work for. %s",
+				name, o.value, n, p.GPUs, write("gpus", n))
+		}
+	}
+	return "", ""
+}
+
+// count reads a non-negative count; false when v is not one (Slurm will
+// say what is wrong with it).
+func count(v string) (int64, bool) {
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	return n, err == nil && n >= 0
+}
+
+// megabytes reads a Slurm memory size: a number with an optional unit (K,
+// M, G or T; M when none), in MB.
+func megabytes(v string) (int64, bool) {
+	v = strings.ToUpper(strings.TrimSpace(v))
+	unit := int64(1)
+	div := int64(1)
+	if v != "" {
+		switch v[len(v)-1] {
+		case 'K':
+			div = 1024
+		case 'M':
+		case 'G':
+			unit = 1024
+		case 'T':
+			unit = 1024 * 1024
+		default:
+			return count(v)
+		}
+		v = v[:len(v)-1]
+	}
+	n, ok := count(v)
+	if !ok {
+		return 0, false
+	}
+	return n * unit / div, true
+}
+
+// gresGPUs is how many GPUs a --gres list asks for ("gpu:2",
+// "gpu:a100:2", "gpu" for one, "gpu:2,lustre:1"); false when it names no
+// gpu.
+func gresGPUs(list string) (int64, bool) {
+	var total int64
+	found := false
+	for _, g := range strings.Split(list, ",") {
+		name, rest, _ := strings.Cut(strings.TrimSpace(g), ":")
+		if name != "gpu" {
+			continue
+		}
+		found = true
+		if rest == "" {
+			total++
+			continue
+		}
+		// gpu:type:N or gpu:N; a type alone is one.
+		_, c, _ := cutLast(rest, ":")
+		if n, ok := count(c); ok {
+			total += n
+		} else if !strings.Contains(rest, ":") {
+			total++
+		} else {
+			return 0, false
+		}
+	}
+	return total, found
+}
+
+// cutLast splits s at its last sep: ("a100", "2") from "a100:2", ("", "2")
+// from "2".
+func cutLast(s, sep string) (before, after string, found bool) {
+	if i := strings.LastIndex(s, sep); i >= 0 {
+		return s[:i], s[i+len(sep):], true
+	}
+	return "", s, false
+}

@@ -1,0 +1,102 @@
+package slurm
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluksio/provision/shared"
+)
+
+// TestProfilesMeanWhatTheySay: an sbatch option that restates one of the
+// profile's numbers must agree with it; one that contradicts it is an
+// error at its line, naming both values and what to write; memory asked
+// for under ram_mb = 0 is a warning.
+func TestProfilesMeanWhatTheySay(t *testing.T) {
+	for _, c := range []struct {
+		cpus, gpus int
+		ramMB      int64
+		line       string
+		severity   shared.Severity // 0: no diagnostic
+		says       string
+	}{
+		{4, 0, 0, "--cpus-per-task=4", 0, ""},
+		{4, 0, 0, "-c 4", 0, ""},
+		{4, 0, 0, "-c8", shared.SeverityError, "asks Slurm for 8 CPUs a machine, but cpus = 4"},
+		{4, 0, 0, "--cpus-per=2", shared.SeverityError, "set cpus = 2"},
+		{8, 2, 0, "--cpus-per-gpu=4", 0, ""},
+		{8, 2, 0, "--cpus-per-gpu=2", shared.SeverityError, "asks Slurm for 4 CPUs a machine, but cpus = 8"},
+		{8, 0, 0, "--cpus-per-gpu=2", shared.SeverityError, "gpus = 0"},
+		{1, 0, 500, "--mem=500M", 0, ""},
+		{1, 0, 1024, "--mem=1G", 0, ""},
+		{1, 0, 500, "--mem=1G", shared.SeverityError, "asks Slurm for 1024 MB a machine, but ram_mb = 500"},
+		{1, 0, 500, "--mem=0", shared.SeverityError, "all of a node's memory"},
+		{4, 0, 4096, "--mem-per-cpu=1G", 0, ""},
+		{4, 0, 1000, "--mem-per-cpu=1G", shared.SeverityError, "4096 MB a machine (× cpus = 4), but ram_mb = 1000"},
+		{1, 0, 0, "--mem=2G", shared.SeverityWarning, "Set ram_mb = 2048"},
+		{1, 2, 0, "--gres=gpu:2", 0, ""},
+		{1, 2, 0, "--gres=gpu:a100:2,lustre:1", 0, ""},
+		{1, 1, 0, "--gres=gpu", 0, ""},
+		{1, 1, 0, "--gres=gpu:2", shared.SeverityError, "asks Slurm for 2 GPUs a machine, but gpus = 1"},
+		{1, 0, 0, "--gres=gpu:a100:2", shared.SeverityError, "set gpus = 2"},
+		{1, 0, 0, "--gres=lustre:1", 0, ""},
+		{1, 2, 0, "-G 2", 0, ""},
+		{1, 2, 0, "--gpus=a100:1", shared.SeverityError, "1 GPUs a machine, but gpus = 2"},
+		{1, 2, 0, "--gpus-per-node=4", shared.SeverityError, "4 GPUs a machine, but gpus = 2"},
+		{1, 0, 0, "--partition=debug --mem=1G", shared.SeverityWarning, "ram_mb = 0"},
+	} {
+		cfg := baseConfig()
+		cfg["profile"] = []any{map[string]any{"name": "p", "cpus": c.cpus, "gpus": c.gpus, "ram_mb": c.ramMB, "labels": nil,
+			"sbatch": []string{"--partition=debug", c.line}, "prerun": nil}}
+		_, diags := parseConfig("hpc", mustJSON(t, cfg))
+		switch {
+		case c.severity == 0 && len(diags) > 0:
+			t.Errorf("cpus=%d gpus=%d ram_mb=%d %q: %v; want none", c.cpus, c.gpus, c.ramMB, c.line, diags)
+		case c.severity != 0 && (len(diags) != 1 || diags[0].Severity != c.severity ||
+			strings.Join(diags[0].Path, ".") != "profile.0.sbatch.1" || !strings.Contains(diags[0].Detail, c.says)):
+			t.Errorf("cpus=%d gpus=%d ram_mb=%d %q: %v; want one %v at profile.0.sbatch.1 saying %q", c.cpus, c.gpus, c.ramMB, c.line, diags, c.severity, c.says)
+		}
+	}
+}
+
+// TestBegin: a --begin relative to submission moves the deadline, the
+// credential's lifetime and provision_timeout by its delay; one at a
+// wall-clock time leaves the deadline out, with a warning saying so.
+func TestBegin(t *testing.T) {
+	for _, c := range []struct {
+		v     string
+		delay time.Duration
+		ok    bool
+	}{
+		{"now", 0, true}, {"now+60", time.Minute, true}, {"now+90minutes", 90 * time.Minute, true},
+		{"now+1hour", time.Hour, true}, {"now+2days", 48 * time.Hour, true}, {"now+1week", 7 * 24 * time.Hour, true},
+		{"now+5min", 5 * time.Minute, true}, {"16:00", 0, false}, {"2027-01-10T08:00", 0, false}, {"tomorrow", 0, false},
+		{"now+1fortnight", 0, false}, {"now-5", 0, false},
+	} {
+		if d, ok := relativeBegin(c.v); d != c.delay || ok != c.ok {
+			t.Errorf("relativeBegin(%q) = %s, %v; want %s, %v", c.v, d, ok, c.delay, c.ok)
+		}
+	}
+	s := &settings{provisionTimeout: 15 * time.Minute}
+	prof := Profile{Name: "later", CPUs: 1, Sbatch: []string{"--time=00:10:00", "--begin=now+1hour"}}
+	p := New(nil)
+	p.cfg = s
+	script := string(p.script(prof, "http://e", "w", nil, [][]string{{"t"}}))
+	if want := "#SBATCH --deadline=now+" + strconv.Itoa(int((time.Hour + 25*time.Minute).Seconds())) + "seconds\n"; !strings.Contains(script, want) {
+		t.Errorf("the script has no %q:\n%s", want, script)
+	}
+	if ttl := s.credentialTTL(prof); ttl != time.Hour+25*time.Minute+tokenMargin {
+		t.Errorf("credential TTL %s, want the begin's hour more", ttl)
+	}
+	prof.Sbatch[1] = "--begin=16:00"
+	if script := string(p.script(prof, "http://e", "w", nil, [][]string{{"t"}})); strings.Contains(script, "--deadline") {
+		t.Errorf("a wall-clock begin got a deadline:\n%s", script)
+	}
+	cfg := baseConfig()
+	cfg["profile"] = []any{map[string]any{"name": "p", "cpus": 1, "gpus": 0, "ram_mb": 0, "labels": nil,
+		"sbatch": []string{"--partition=debug", "--begin=16:00"}, "prerun": nil}}
+	if _, diags := parseConfig("hpc", mustJSON(t, cfg)); len(diags) != 1 || diags[0].Severity != shared.SeverityWarning || !strings.Contains(diags[0].Detail, "now+DURATION") {
+		t.Errorf("a wall-clock begin: %v; want one warning suggesting now+DURATION", diags)
+	}
+}
