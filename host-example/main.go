@@ -36,6 +36,7 @@ var commands = []struct {
 }{
 	{"run", "run the engine: host-example run -config FILE [-need SPEC]... [-timeout D]", runMain},
 	{"validate", "check a configuration: host-example validate [-check] [-json] FILE", validateMain},
+	{"script", "print the batch script a profile would submit: host-example script -config FILE [-provisioner NAME] -profile P", scriptMain},
 	{"worker", "run a worker: attach to an engine and take work until idle", workerMain},
 	{"version", "print the version and the build's revision", versionMain},
 }

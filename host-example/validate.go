@@ -5,6 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
+	"time"
+
+	"github.com/fluksio/provision/shared"
 
 	"github.com/fluksio/provision/shared/hclconfig"
 	"github.com/fluksio/provision/shared/host"
@@ -13,12 +17,21 @@ import (
 // validateMain checks a configuration the way run would read it, without
 // asking for anything: it parses the file, launches each plugin, decodes
 // the plugin's part of its block against the plugin's schema and lets the
-// plugin validate it. Exit 0 when valid, 1 when not, 2 on bad usage.
+// plugin validate it. That has no side effects: no network, no jobs.
+//
+// With -check it then runs each plugin's preflight (shared.Checker)
+// against the system the block names, over the block's real settings and
+// bounded by -check-timeout: for Slurm, the login, the Slurm version and
+// MaxArraySize, the worker command, and sbatch --test-only for every
+// profile. Still nothing is submitted. Exit 0 when valid, 1 when not, 2
+// on bad usage.
 func validateMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the result as JSON")
+	preflight := fs.Bool("check", false, "also check each provisioner against its real system (login, versions, sbatch --test-only); submits nothing")
+	timeout := fs.Duration("check-timeout", 2*time.Minute, "bound on each provisioner's -check")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: host-example validate [-json] FILE")
+		fmt.Fprintln(fs.Output(), "usage: host-example validate [-check] [-json] FILE")
 		fs.PrintDefaults()
 	}
 	files, code, done := parseArgs(fs, args, stdout, stderr)
@@ -30,25 +43,73 @@ func validateMain(args []string, stdout, stderr io.Writer) int {
 	}
 	file := files[0]
 	cfg, diags := loadConfig(file)
+	// found is what each provisioner's preflight learned, by name.
+	var found []provisionerFacts
 	if !diags.HasErrors() {
 		for _, p := range cfg.Provisioners {
-			diags = append(diags, host.Validate(context.Background(), p)...)
+			if !*preflight {
+				diags = append(diags, host.Validate(context.Background(), p)...)
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+			facts, d := host.Check(ctx, p, "")
+			cancel()
+			diags = append(diags, d...)
+			found = append(found, provisionerFacts{Provisioner: p.Name, Kind: p.Kind, Facts: jsonFacts(facts)})
 		}
 	}
 	hclconfig.SortDiagnostics(diags)
 	if *asJSON {
-		if err := hclconfig.WriteDiagnosticsJSON(stdout, diags); err != nil {
+		var extra any
+		if *preflight {
+			extra = found
+		}
+		if err := hclconfig.WritePreflightJSON(stdout, diags, extra); err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
 		}
-	} else if len(diags) > 0 {
-		hclconfig.WriteDiagnostics(stderr, cfg.Files, diags)
+	} else {
+		for _, pf := range found {
+			fmt.Fprintf(stdout, "%s: provisioner %q (%s):\n", file, pf.Provisioner, pf.Kind)
+			for _, f := range pf.Facts {
+				fmt.Fprintf(stdout, "  %s: %s\n", f.Name, f.Value)
+			}
+		}
+		if len(diags) > 0 {
+			hclconfig.WriteDiagnostics(stderr, cfg.Files, diags)
+		}
 	}
 	if diags.HasErrors() {
 		return 1
 	}
 	if !*asJSON {
-		fmt.Fprintf(stdout, "%s: valid (%d provisioner(s))\n", file, len(cfg.Provisioners))
+		what := "valid"
+		if *preflight {
+			what = "valid, and the preflight passed"
+		}
+		fmt.Fprintf(stdout, "%s: %s (%d provisioner(s))\n", file, what, len(cfg.Provisioners))
 	}
 	return 0
+}
+
+// provisionerFacts is one provisioner's preflight findings, as -json
+// prints them.
+type provisionerFacts struct {
+	Provisioner string     `json:"provisioner"`
+	Kind        string     `json:"kind"`
+	Facts       []jsonFact `json:"facts"`
+}
+
+type jsonFact struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+	Path  string `json:"path,omitempty"`
+}
+
+func jsonFacts(facts []shared.Fact) []jsonFact {
+	out := []jsonFact{}
+	for _, f := range facts {
+		out = append(out, jsonFact{Name: f.Name, Value: f.Value, Path: strings.Join(f.Path, ".")})
+	}
+	return out
 }

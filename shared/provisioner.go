@@ -13,8 +13,10 @@ import (
 // 2.0 changed Provision from one machine per call to the engine's whole
 // demand per call (ProvisionRequest.Demand), which a 1.x plugin cannot
 // read; the handshake's protocol version changed with it. 2.1 added
-// StatusResponse.Counters, which a 2.0 plugin leaves empty.
-const ContractVersion = "2.1"
+// StatusResponse.Counters, which a 2.0 plugin leaves empty. 2.2 added
+// the optional Checker and Previewer, which an older plugin answers with
+// ErrUnimplemented.
+const ContractVersion = "2.2"
 
 // Provisioner is somewhere machines can be asked for.
 //
@@ -78,6 +80,67 @@ type Provisioner interface {
 	// flight, and returns by the request's deadline. Afterwards Provision
 	// fails with ErrShutdown.
 	Shutdown(context.Context, *ShutdownRequest) (*ShutdownResponse, error)
+}
+
+// Checker is a Provisioner that can check a configuration against the
+// real system it names before anything is asked of it: a preflight, as
+// Terraform's plan or a dry run is. It is optional: the host type-asserts
+// for it, and over the wire a plugin without it answers ErrUnimplemented.
+//
+// A check is read-only and bounded: it may log in, read versions and
+// limits, and ask a scheduler whether it would accept a job (sbatch
+// --test-only), but it asks for nothing, starts nothing that outlives it,
+// and returns by the context's deadline. It does not need Configure and
+// does not configure.
+type Checker interface {
+	Check(context.Context, *CheckRequest) (*CheckResponse, error)
+}
+
+// Previewer is a Provisioner that can show what it would submit for one
+// profile, such as the batch script, without submitting it or touching
+// the network. Optional, like Checker.
+type Previewer interface {
+	Preview(context.Context, *PreviewRequest) (*PreviewResponse, error)
+}
+
+// CheckRequest carries a configuration to check against the real system.
+type CheckRequest struct {
+	// Name, Config and EngineID are as in ConfigureRequest.
+	Name     string
+	Config   json.RawMessage
+	EngineID string
+}
+
+// CheckResponse says what is wrong, if anything, and what was learned.
+type CheckResponse struct {
+	// Diagnostics point into the configuration, as ValidateConfig's do,
+	// and quote the system's own words.
+	Diagnostics Diagnostics
+	// Facts are what the check learned that an operator should see
+	// (versions, limits, where it logged in), in the order found.
+	Facts []Fact
+}
+
+// Fact is one thing a check learned.
+type Fact struct {
+	Name, Value string
+	// Path is where in the configuration it is about; nil for the
+	// provisioner as a whole.
+	Path []string
+}
+
+// PreviewRequest asks what would be submitted for a profile.
+type PreviewRequest struct {
+	Name    string
+	Config  json.RawMessage
+	Profile string
+}
+
+// PreviewResponse is what would be submitted. Text holds no credential:
+// where one would be, there is a placeholder.
+type PreviewResponse struct {
+	Diagnostics Diagnostics
+	Text        string
 }
 
 // Host is what a provisioner may ask of the engine that launched it. The

@@ -162,6 +162,27 @@ func (r *run) all(ctx context.Context) {
 		return found
 	})
 
+	// Preview is optional (contract 2.2): a plugin without it answers
+	// UNIMPLEMENTED, and one with it answers an unknown profile with an
+	// error diagnostic, not a failed call. Check is not called: it
+	// reaches the real system, which a conformance run need not have.
+	r.check(checkPreview, false, func() problems {
+		pv, ok := r.p.(shared.Previewer)
+		if !ok {
+			return nil
+		}
+		prev, err := pv.Preview(ctx, &shared.PreviewRequest{Name: cfg.Name, Config: r.good, Profile: "no-such-profile-conformance"})
+		switch {
+		case errors.Is(err, shared.ErrUnimplemented):
+			return nil
+		case err != nil:
+			return problems{"Preview of an unknown profile failed as a call, not with a diagnostic: " + err.Error()}
+		case !prev.Diagnostics.HasErrors():
+			return problems{"Preview of a profile the configuration does not have answered without an error diagnostic"}
+		}
+		return nil
+	})
+
 	r.check(checkNotConfigured, false, func() problems {
 		_, err := r.p.Provision(ctx, &shared.ProvisionRequest{Demand: []shared.Demand{{Need: shared.Need{CPUs: 1}, Count: 1}}})
 		return wantReason(err, shared.ErrNotConfigured, "NOT_CONFIGURED", "Provision before Configure")

@@ -105,7 +105,7 @@ type Result struct {
 // Checks names the checks in the order they run.
 var Checks = []string{
 	checkCookie, checkHandshake, checkInfo, checkContract, checkSchema, checkValidate,
-	checkNotConfigured, checkConfigure, checkShapes, checkProvision, checkReconcile,
+	checkPreview, checkNotConfigured, checkConfigure, checkShapes, checkProvision, checkReconcile,
 	checkStatus, checkShutdown, checkShutDownDetail, checkController, checkStdout,
 	checkLogLines, checkSIGTERM, checkParentDeath,
 }
@@ -117,6 +117,7 @@ const (
 	checkContract       = "contract version"
 	checkSchema         = "schema"
 	checkValidate       = "validate"
+	checkPreview        = "preview answers, or is UNIMPLEMENTED"
 	checkNotConfigured  = "error details: NOT_CONFIGURED"
 	checkConfigure      = "configure"
 	checkShapes         = "shapes and covers agree"

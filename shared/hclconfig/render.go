@@ -45,10 +45,17 @@ type jsonDiagnostic struct {
 // WriteDiagnosticsJSON prints diags as one JSON object: valid, and each
 // diagnostic with its severity, summary, detail and range.
 func WriteDiagnosticsJSON(w io.Writer, diags hcl.Diagnostics) error {
+	return WritePreflightJSON(w, diags, nil)
+}
+
+// WritePreflightJSON is WriteDiagnosticsJSON with a preflight's findings
+// (validate -check) as one more member, "preflight", when not nil.
+func WritePreflightJSON(w io.Writer, diags hcl.Diagnostics, preflight any) error {
 	out := struct {
 		Valid       bool             `json:"valid"`
 		Diagnostics []jsonDiagnostic `json:"diagnostics"`
-	}{Valid: !diags.HasErrors(), Diagnostics: []jsonDiagnostic{}}
+		Preflight   any              `json:"preflight,omitempty"`
+	}{Valid: !diags.HasErrors(), Diagnostics: []jsonDiagnostic{}, Preflight: preflight}
 	for _, d := range diags {
 		j := jsonDiagnostic{Severity: "error", Summary: d.Summary, Detail: d.Detail}
 		if d.Severity == hcl.DiagWarning {

@@ -64,6 +64,16 @@ class ProvisionerStub(object):
                 request_serializer=provisioner__pb2.ShutdownRequest.SerializeToString,
                 response_deserializer=provisioner__pb2.ShutdownResponse.FromString,
                 )
+        self.Check = channel.unary_unary(
+                '/fluksio.provision.v1.Provisioner/Check',
+                request_serializer=provisioner__pb2.CheckRequest.SerializeToString,
+                response_deserializer=provisioner__pb2.CheckResponse.FromString,
+                )
+        self.Preview = channel.unary_unary(
+                '/fluksio.provision.v1.Provisioner/Preview',
+                request_serializer=provisioner__pb2.PreviewRequest.SerializeToString,
+                response_deserializer=provisioner__pb2.PreviewResponse.FromString,
+                )
         self.HostChannel = channel.stream_stream(
                 '/fluksio.provision.v1.Provisioner/HostChannel',
                 request_serializer=provisioner__pb2.HostMessage.SerializeToString,
@@ -145,6 +155,25 @@ class ProvisionerServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Check(self, request, context):
+        """Contract 2.2, optional (UNIMPLEMENTED if not offered):
+        Check a configuration against the real system it names, read-only and
+        bounded in time: a preflight. Works before, and without, Configure;
+        must ask for nothing (no job, no VM) and leave nothing running.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Preview(self, request, context):
+        """What the plugin would submit for one profile of a configuration (for
+        Slurm, the batch script), with credentials as placeholders. No
+        network.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def HostChannel(self, request_iterator, context):
         """The plugin's way back to the host. The host opens it once, before
         Configure, and sends Hello; the plugin answers Ready. After that the
@@ -209,6 +238,16 @@ def add_ProvisionerServicer_to_server(servicer, server):
                     servicer.Shutdown,
                     request_deserializer=provisioner__pb2.ShutdownRequest.FromString,
                     response_serializer=provisioner__pb2.ShutdownResponse.SerializeToString,
+            ),
+            'Check': grpc.unary_unary_rpc_method_handler(
+                    servicer.Check,
+                    request_deserializer=provisioner__pb2.CheckRequest.FromString,
+                    response_serializer=provisioner__pb2.CheckResponse.SerializeToString,
+            ),
+            'Preview': grpc.unary_unary_rpc_method_handler(
+                    servicer.Preview,
+                    request_deserializer=provisioner__pb2.PreviewRequest.FromString,
+                    response_serializer=provisioner__pb2.PreviewResponse.SerializeToString,
             ),
             'HostChannel': grpc.stream_stream_rpc_method_handler(
                     servicer.HostChannel,
@@ -392,6 +431,40 @@ class Provisioner(object):
         return grpc.experimental.unary_unary(request, target, '/fluksio.provision.v1.Provisioner/Shutdown',
             provisioner__pb2.ShutdownRequest.SerializeToString,
             provisioner__pb2.ShutdownResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Check(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/fluksio.provision.v1.Provisioner/Check',
+            provisioner__pb2.CheckRequest.SerializeToString,
+            provisioner__pb2.CheckResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Preview(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/fluksio.provision.v1.Provisioner/Preview',
+            provisioner__pb2.PreviewRequest.SerializeToString,
+            provisioner__pb2.PreviewResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

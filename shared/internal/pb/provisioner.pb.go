@@ -160,7 +160,7 @@ func (x ProvisionResponse_Outcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ProvisionResponse_Outcome.Descriptor instead.
 func (ProvisionResponse_Outcome) EnumDescriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{20, 0}
+	return file_provisioner_proto_rawDescGZIP(), []int{25, 0}
 }
 
 type InfoRequest struct {
@@ -738,6 +738,299 @@ func (x *ValidateConfigResponse) GetDiagnostics() []*Diagnostic {
 	return nil
 }
 
+type CheckRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Name       string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	ConfigJson []byte                 `protobuf:"bytes,2,opt,name=config_json,json=configJson,proto3" json:"config_json,omitempty"`
+	// As in ConfigureRequest, so the check sees what a run would. The
+	// check's bound in time is the RPC's deadline, which gRPC carries.
+	EngineId      string `protobuf:"bytes,3,opt,name=engine_id,json=engineId,proto3" json:"engine_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckRequest) Reset() {
+	*x = CheckRequest{}
+	mi := &file_provisioner_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckRequest) ProtoMessage() {}
+
+func (x *CheckRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_provisioner_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
+func (*CheckRequest) Descriptor() ([]byte, []int) {
+	return file_provisioner_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *CheckRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CheckRequest) GetConfigJson() []byte {
+	if x != nil {
+		return x.ConfigJson
+	}
+	return nil
+}
+
+func (x *CheckRequest) GetEngineId() string {
+	if x != nil {
+		return x.EngineId
+	}
+	return ""
+}
+
+type CheckResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What is wrong, at paths into the configuration, in the system's own
+	// words.
+	Diagnostics []*Diagnostic `protobuf:"bytes,1,rep,name=diagnostics,proto3" json:"diagnostics,omitempty"`
+	// What the check learned that an operator should see, in order.
+	Facts         []*Fact `protobuf:"bytes,2,rep,name=facts,proto3" json:"facts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckResponse) Reset() {
+	*x = CheckResponse{}
+	mi := &file_provisioner_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckResponse) ProtoMessage() {}
+
+func (x *CheckResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_provisioner_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
+func (*CheckResponse) Descriptor() ([]byte, []int) {
+	return file_provisioner_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *CheckResponse) GetDiagnostics() []*Diagnostic {
+	if x != nil {
+		return x.Diagnostics
+	}
+	return nil
+}
+
+func (x *CheckResponse) GetFacts() []*Fact {
+	if x != nil {
+		return x.Facts
+	}
+	return nil
+}
+
+// One thing a check learned ("slurm version": "22.05.8").
+type Fact struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Value string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// Where in the configuration it is about, if anywhere.
+	Path          []string `protobuf:"bytes,3,rep,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Fact) Reset() {
+	*x = Fact{}
+	mi := &file_provisioner_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Fact) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Fact) ProtoMessage() {}
+
+func (x *Fact) ProtoReflect() protoreflect.Message {
+	mi := &file_provisioner_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Fact.ProtoReflect.Descriptor instead.
+func (*Fact) Descriptor() ([]byte, []int) {
+	return file_provisioner_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Fact) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Fact) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *Fact) GetPath() []string {
+	if x != nil {
+		return x.Path
+	}
+	return nil
+}
+
+type PreviewRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Name       string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	ConfigJson []byte                 `protobuf:"bytes,2,opt,name=config_json,json=configJson,proto3" json:"config_json,omitempty"`
+	// The profile (or whatever the plugin calls one kind of machine).
+	Profile       string `protobuf:"bytes,3,opt,name=profile,proto3" json:"profile,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewRequest) Reset() {
+	*x = PreviewRequest{}
+	mi := &file_provisioner_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewRequest) ProtoMessage() {}
+
+func (x *PreviewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_provisioner_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewRequest.ProtoReflect.Descriptor instead.
+func (*PreviewRequest) Descriptor() ([]byte, []int) {
+	return file_provisioner_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *PreviewRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PreviewRequest) GetConfigJson() []byte {
+	if x != nil {
+		return x.ConfigJson
+	}
+	return nil
+}
+
+func (x *PreviewRequest) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+type PreviewResponse struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Diagnostics []*Diagnostic          `protobuf:"bytes,1,rep,name=diagnostics,proto3" json:"diagnostics,omitempty"`
+	// What would be submitted, credentials replaced by a placeholder.
+	Text          string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewResponse) Reset() {
+	*x = PreviewResponse{}
+	mi := &file_provisioner_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewResponse) ProtoMessage() {}
+
+func (x *PreviewResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_provisioner_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewResponse.ProtoReflect.Descriptor instead.
+func (*PreviewResponse) Descriptor() ([]byte, []int) {
+	return file_provisioner_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *PreviewResponse) GetDiagnostics() []*Diagnostic {
+	if x != nil {
+		return x.Diagnostics
+	}
+	return nil
+}
+
+func (x *PreviewResponse) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
 type ConfigureRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The provisioner's name; its workers' names must start with it and "-".
@@ -761,7 +1054,7 @@ type ConfigureRequest struct {
 
 func (x *ConfigureRequest) Reset() {
 	*x = ConfigureRequest{}
-	mi := &file_provisioner_proto_msgTypes[10]
+	mi := &file_provisioner_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -773,7 +1066,7 @@ func (x *ConfigureRequest) String() string {
 func (*ConfigureRequest) ProtoMessage() {}
 
 func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[10]
+	mi := &file_provisioner_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -786,7 +1079,7 @@ func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureRequest.ProtoReflect.Descriptor instead.
 func (*ConfigureRequest) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{10}
+	return file_provisioner_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ConfigureRequest) GetName() string {
@@ -833,7 +1126,7 @@ type ConfigureResponse struct {
 
 func (x *ConfigureResponse) Reset() {
 	*x = ConfigureResponse{}
-	mi := &file_provisioner_proto_msgTypes[11]
+	mi := &file_provisioner_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -845,7 +1138,7 @@ func (x *ConfigureResponse) String() string {
 func (*ConfigureResponse) ProtoMessage() {}
 
 func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[11]
+	mi := &file_provisioner_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -858,7 +1151,7 @@ func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureResponse.ProtoReflect.Descriptor instead.
 func (*ConfigureResponse) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{11}
+	return file_provisioner_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ConfigureResponse) GetDiagnostics() []*Diagnostic {
@@ -882,7 +1175,7 @@ type Need struct {
 
 func (x *Need) Reset() {
 	*x = Need{}
-	mi := &file_provisioner_proto_msgTypes[12]
+	mi := &file_provisioner_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -894,7 +1187,7 @@ func (x *Need) String() string {
 func (*Need) ProtoMessage() {}
 
 func (x *Need) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[12]
+	mi := &file_provisioner_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -907,7 +1200,7 @@ func (x *Need) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Need.ProtoReflect.Descriptor instead.
 func (*Need) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{12}
+	return file_provisioner_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Need) GetCpus() int64 {
@@ -951,7 +1244,7 @@ type Shape struct {
 
 func (x *Shape) Reset() {
 	*x = Shape{}
-	mi := &file_provisioner_proto_msgTypes[13]
+	mi := &file_provisioner_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -963,7 +1256,7 @@ func (x *Shape) String() string {
 func (*Shape) ProtoMessage() {}
 
 func (x *Shape) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[13]
+	mi := &file_provisioner_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -976,7 +1269,7 @@ func (x *Shape) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shape.ProtoReflect.Descriptor instead.
 func (*Shape) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{13}
+	return file_provisioner_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Shape) GetProfile() string {
@@ -1023,7 +1316,7 @@ type ShapesRequest struct {
 
 func (x *ShapesRequest) Reset() {
 	*x = ShapesRequest{}
-	mi := &file_provisioner_proto_msgTypes[14]
+	mi := &file_provisioner_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1328,7 @@ func (x *ShapesRequest) String() string {
 func (*ShapesRequest) ProtoMessage() {}
 
 func (x *ShapesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[14]
+	mi := &file_provisioner_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1341,7 @@ func (x *ShapesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShapesRequest.ProtoReflect.Descriptor instead.
 func (*ShapesRequest) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{14}
+	return file_provisioner_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ShapesRequest) GetLabel() string {
@@ -1067,7 +1360,7 @@ type ShapesResponse struct {
 
 func (x *ShapesResponse) Reset() {
 	*x = ShapesResponse{}
-	mi := &file_provisioner_proto_msgTypes[15]
+	mi := &file_provisioner_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1079,7 +1372,7 @@ func (x *ShapesResponse) String() string {
 func (*ShapesResponse) ProtoMessage() {}
 
 func (x *ShapesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[15]
+	mi := &file_provisioner_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1092,7 +1385,7 @@ func (x *ShapesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShapesResponse.ProtoReflect.Descriptor instead.
 func (*ShapesResponse) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{15}
+	return file_provisioner_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ShapesResponse) GetShapes() []*Shape {
@@ -1111,7 +1404,7 @@ type CoversRequest struct {
 
 func (x *CoversRequest) Reset() {
 	*x = CoversRequest{}
-	mi := &file_provisioner_proto_msgTypes[16]
+	mi := &file_provisioner_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1123,7 +1416,7 @@ func (x *CoversRequest) String() string {
 func (*CoversRequest) ProtoMessage() {}
 
 func (x *CoversRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[16]
+	mi := &file_provisioner_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1136,7 +1429,7 @@ func (x *CoversRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoversRequest.ProtoReflect.Descriptor instead.
 func (*CoversRequest) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{16}
+	return file_provisioner_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CoversRequest) GetNeed() *Need {
@@ -1156,7 +1449,7 @@ type CoversResponse struct {
 
 func (x *CoversResponse) Reset() {
 	*x = CoversResponse{}
-	mi := &file_provisioner_proto_msgTypes[17]
+	mi := &file_provisioner_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1168,7 +1461,7 @@ func (x *CoversResponse) String() string {
 func (*CoversResponse) ProtoMessage() {}
 
 func (x *CoversResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[17]
+	mi := &file_provisioner_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1181,7 +1474,7 @@ func (x *CoversResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoversResponse.ProtoReflect.Descriptor instead.
 func (*CoversResponse) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{17}
+	return file_provisioner_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CoversResponse) GetCovered() bool {
@@ -1216,7 +1509,7 @@ type ProvisionRequest struct {
 
 func (x *ProvisionRequest) Reset() {
 	*x = ProvisionRequest{}
-	mi := &file_provisioner_proto_msgTypes[18]
+	mi := &file_provisioner_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1521,7 @@ func (x *ProvisionRequest) String() string {
 func (*ProvisionRequest) ProtoMessage() {}
 
 func (x *ProvisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[18]
+	mi := &file_provisioner_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1534,7 @@ func (x *ProvisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvisionRequest.ProtoReflect.Descriptor instead.
 func (*ProvisionRequest) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{18}
+	return file_provisioner_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ProvisionRequest) GetDemand() []*Demand {
@@ -1269,7 +1562,7 @@ type Demand struct {
 
 func (x *Demand) Reset() {
 	*x = Demand{}
-	mi := &file_provisioner_proto_msgTypes[19]
+	mi := &file_provisioner_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1281,7 +1574,7 @@ func (x *Demand) String() string {
 func (*Demand) ProtoMessage() {}
 
 func (x *Demand) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[19]
+	mi := &file_provisioner_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1294,7 +1587,7 @@ func (x *Demand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Demand.ProtoReflect.Descriptor instead.
 func (*Demand) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{19}
+	return file_provisioner_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Demand) GetNeed() *Need {
@@ -1323,7 +1616,7 @@ type ProvisionResponse struct {
 
 func (x *ProvisionResponse) Reset() {
 	*x = ProvisionResponse{}
-	mi := &file_provisioner_proto_msgTypes[20]
+	mi := &file_provisioner_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1335,7 +1628,7 @@ func (x *ProvisionResponse) String() string {
 func (*ProvisionResponse) ProtoMessage() {}
 
 func (x *ProvisionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[20]
+	mi := &file_provisioner_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1348,7 +1641,7 @@ func (x *ProvisionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvisionResponse.ProtoReflect.Descriptor instead.
 func (*ProvisionResponse) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{20}
+	return file_provisioner_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ProvisionResponse) GetOutcomes() []*DemandOutcome {
@@ -1378,7 +1671,7 @@ type DemandOutcome struct {
 
 func (x *DemandOutcome) Reset() {
 	*x = DemandOutcome{}
-	mi := &file_provisioner_proto_msgTypes[21]
+	mi := &file_provisioner_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +1683,7 @@ func (x *DemandOutcome) String() string {
 func (*DemandOutcome) ProtoMessage() {}
 
 func (x *DemandOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[21]
+	mi := &file_provisioner_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +1696,7 @@ func (x *DemandOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DemandOutcome.ProtoReflect.Descriptor instead.
 func (*DemandOutcome) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{21}
+	return file_provisioner_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DemandOutcome) GetOutcome() ProvisionResponse_Outcome {
@@ -1446,7 +1739,7 @@ type ProfileDemand struct {
 
 func (x *ProfileDemand) Reset() {
 	*x = ProfileDemand{}
-	mi := &file_provisioner_proto_msgTypes[22]
+	mi := &file_provisioner_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1751,7 @@ func (x *ProfileDemand) String() string {
 func (*ProfileDemand) ProtoMessage() {}
 
 func (x *ProfileDemand) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[22]
+	mi := &file_provisioner_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1764,7 @@ func (x *ProfileDemand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProfileDemand.ProtoReflect.Descriptor instead.
 func (*ProfileDemand) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{22}
+	return file_provisioner_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ProfileDemand) GetProfile() string {
@@ -1532,7 +1825,7 @@ type ReconcileRequest struct {
 
 func (x *ReconcileRequest) Reset() {
 	*x = ReconcileRequest{}
-	mi := &file_provisioner_proto_msgTypes[23]
+	mi := &file_provisioner_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1544,7 +1837,7 @@ func (x *ReconcileRequest) String() string {
 func (*ReconcileRequest) ProtoMessage() {}
 
 func (x *ReconcileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[23]
+	mi := &file_provisioner_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1557,7 +1850,7 @@ func (x *ReconcileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileRequest) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{23}
+	return file_provisioner_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReconcileRequest) GetAttached() []string {
@@ -1577,7 +1870,7 @@ type ReconcileResponse struct {
 
 func (x *ReconcileResponse) Reset() {
 	*x = ReconcileResponse{}
-	mi := &file_provisioner_proto_msgTypes[24]
+	mi := &file_provisioner_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1589,7 +1882,7 @@ func (x *ReconcileResponse) String() string {
 func (*ReconcileResponse) ProtoMessage() {}
 
 func (x *ReconcileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[24]
+	mi := &file_provisioner_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1602,7 +1895,7 @@ func (x *ReconcileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileResponse) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{24}
+	return file_provisioner_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReconcileResponse) GetArrived() []string {
@@ -1627,7 +1920,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_provisioner_proto_msgTypes[25]
+	mi := &file_provisioner_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1639,7 +1932,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[25]
+	mi := &file_provisioner_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1652,7 +1945,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{25}
+	return file_provisioner_proto_rawDescGZIP(), []int{30}
 }
 
 type StatusResponse struct {
@@ -1676,7 +1969,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_provisioner_proto_msgTypes[26]
+	mi := &file_provisioner_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1688,7 +1981,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[26]
+	mi := &file_provisioner_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1701,7 +1994,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{26}
+	return file_provisioner_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StatusResponse) GetName() string {
@@ -1777,7 +2070,7 @@ type Counters struct {
 
 func (x *Counters) Reset() {
 	*x = Counters{}
-	mi := &file_provisioner_proto_msgTypes[27]
+	mi := &file_provisioner_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1789,7 +2082,7 @@ func (x *Counters) String() string {
 func (*Counters) ProtoMessage() {}
 
 func (x *Counters) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[27]
+	mi := &file_provisioner_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1802,7 +2095,7 @@ func (x *Counters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counters.ProtoReflect.Descriptor instead.
 func (*Counters) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{27}
+	return file_provisioner_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Counters) GetFailures() []*FailureCount {
@@ -1831,7 +2124,7 @@ type FailureCount struct {
 
 func (x *FailureCount) Reset() {
 	*x = FailureCount{}
-	mi := &file_provisioner_proto_msgTypes[28]
+	mi := &file_provisioner_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1843,7 +2136,7 @@ func (x *FailureCount) String() string {
 func (*FailureCount) ProtoMessage() {}
 
 func (x *FailureCount) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[28]
+	mi := &file_provisioner_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1856,7 +2149,7 @@ func (x *FailureCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailureCount.ProtoReflect.Descriptor instead.
 func (*FailureCount) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{28}
+	return file_provisioner_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *FailureCount) GetProfile() string {
@@ -1897,7 +2190,7 @@ type CommandStats struct {
 
 func (x *CommandStats) Reset() {
 	*x = CommandStats{}
-	mi := &file_provisioner_proto_msgTypes[29]
+	mi := &file_provisioner_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1909,7 +2202,7 @@ func (x *CommandStats) String() string {
 func (*CommandStats) ProtoMessage() {}
 
 func (x *CommandStats) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[29]
+	mi := &file_provisioner_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1922,7 +2215,7 @@ func (x *CommandStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandStats.ProtoReflect.Descriptor instead.
 func (*CommandStats) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{29}
+	return file_provisioner_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CommandStats) GetCommand() string {
@@ -1997,7 +2290,7 @@ type ProfileCounts struct {
 
 func (x *ProfileCounts) Reset() {
 	*x = ProfileCounts{}
-	mi := &file_provisioner_proto_msgTypes[30]
+	mi := &file_provisioner_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2009,7 +2302,7 @@ func (x *ProfileCounts) String() string {
 func (*ProfileCounts) ProtoMessage() {}
 
 func (x *ProfileCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[30]
+	mi := &file_provisioner_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2022,7 +2315,7 @@ func (x *ProfileCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProfileCounts.ProtoReflect.Descriptor instead.
 func (*ProfileCounts) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{30}
+	return file_provisioner_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ProfileCounts) GetProfile() string {
@@ -2072,7 +2365,7 @@ type Submission struct {
 
 func (x *Submission) Reset() {
 	*x = Submission{}
-	mi := &file_provisioner_proto_msgTypes[31]
+	mi := &file_provisioner_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2084,7 +2377,7 @@ func (x *Submission) String() string {
 func (*Submission) ProtoMessage() {}
 
 func (x *Submission) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[31]
+	mi := &file_provisioner_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2097,7 +2390,7 @@ func (x *Submission) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Submission.ProtoReflect.Descriptor instead.
 func (*Submission) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{31}
+	return file_provisioner_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Submission) GetJob() string {
@@ -2142,7 +2435,7 @@ type Backoff struct {
 
 func (x *Backoff) Reset() {
 	*x = Backoff{}
-	mi := &file_provisioner_proto_msgTypes[32]
+	mi := &file_provisioner_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2154,7 +2447,7 @@ func (x *Backoff) String() string {
 func (*Backoff) ProtoMessage() {}
 
 func (x *Backoff) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[32]
+	mi := &file_provisioner_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2167,7 +2460,7 @@ func (x *Backoff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backoff.ProtoReflect.Descriptor instead.
 func (*Backoff) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{32}
+	return file_provisioner_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Backoff) GetProfile() string {
@@ -2211,7 +2504,7 @@ type Outstanding struct {
 
 func (x *Outstanding) Reset() {
 	*x = Outstanding{}
-	mi := &file_provisioner_proto_msgTypes[33]
+	mi := &file_provisioner_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2223,7 +2516,7 @@ func (x *Outstanding) String() string {
 func (*Outstanding) ProtoMessage() {}
 
 func (x *Outstanding) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[33]
+	mi := &file_provisioner_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2236,7 +2529,7 @@ func (x *Outstanding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Outstanding.ProtoReflect.Descriptor instead.
 func (*Outstanding) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{33}
+	return file_provisioner_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Outstanding) GetProfile() string {
@@ -2284,7 +2577,7 @@ type ShutdownRequest struct {
 
 func (x *ShutdownRequest) Reset() {
 	*x = ShutdownRequest{}
-	mi := &file_provisioner_proto_msgTypes[34]
+	mi := &file_provisioner_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2296,7 +2589,7 @@ func (x *ShutdownRequest) String() string {
 func (*ShutdownRequest) ProtoMessage() {}
 
 func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[34]
+	mi := &file_provisioner_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2309,7 +2602,7 @@ func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownRequest) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{34}
+	return file_provisioner_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ShutdownRequest) GetDeadlineUnixNano() int64 {
@@ -2328,7 +2621,7 @@ type ShutdownResponse struct {
 
 func (x *ShutdownResponse) Reset() {
 	*x = ShutdownResponse{}
-	mi := &file_provisioner_proto_msgTypes[35]
+	mi := &file_provisioner_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2340,7 +2633,7 @@ func (x *ShutdownResponse) String() string {
 func (*ShutdownResponse) ProtoMessage() {}
 
 func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[35]
+	mi := &file_provisioner_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2353,7 +2646,7 @@ func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownResponse.ProtoReflect.Descriptor instead.
 func (*ShutdownResponse) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{35}
+	return file_provisioner_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ShutdownResponse) GetCancelled() []string {
@@ -2378,7 +2671,7 @@ type HostMessage struct {
 
 func (x *HostMessage) Reset() {
 	*x = HostMessage{}
-	mi := &file_provisioner_proto_msgTypes[36]
+	mi := &file_provisioner_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2390,7 +2683,7 @@ func (x *HostMessage) String() string {
 func (*HostMessage) ProtoMessage() {}
 
 func (x *HostMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[36]
+	mi := &file_provisioner_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2403,7 +2696,7 @@ func (x *HostMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostMessage.ProtoReflect.Descriptor instead.
 func (*HostMessage) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{36}
+	return file_provisioner_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *HostMessage) GetMsg() isHostMessage_Msg {
@@ -2477,7 +2770,7 @@ type PluginMessage struct {
 
 func (x *PluginMessage) Reset() {
 	*x = PluginMessage{}
-	mi := &file_provisioner_proto_msgTypes[37]
+	mi := &file_provisioner_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2489,7 +2782,7 @@ func (x *PluginMessage) String() string {
 func (*PluginMessage) ProtoMessage() {}
 
 func (x *PluginMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[37]
+	mi := &file_provisioner_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2502,7 +2795,7 @@ func (x *PluginMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginMessage.ProtoReflect.Descriptor instead.
 func (*PluginMessage) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{37}
+	return file_provisioner_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PluginMessage) GetMsg() isPluginMessage_Msg {
@@ -2572,7 +2865,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_provisioner_proto_msgTypes[38]
+	mi := &file_provisioner_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2584,7 +2877,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[38]
+	mi := &file_provisioner_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2597,7 +2890,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{38}
+	return file_provisioner_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Hello) GetName() string {
@@ -2616,7 +2909,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_provisioner_proto_msgTypes[39]
+	mi := &file_provisioner_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2628,7 +2921,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[39]
+	mi := &file_provisioner_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2641,7 +2934,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{39}
+	return file_provisioner_proto_rawDescGZIP(), []int{44}
 }
 
 type Event struct {
@@ -2663,7 +2956,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_provisioner_proto_msgTypes[40]
+	mi := &file_provisioner_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2675,7 +2968,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[40]
+	mi := &file_provisioner_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2688,7 +2981,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{40}
+	return file_provisioner_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -2756,7 +3049,7 @@ type EventAck struct {
 
 func (x *EventAck) Reset() {
 	*x = EventAck{}
-	mi := &file_provisioner_proto_msgTypes[41]
+	mi := &file_provisioner_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2768,7 +3061,7 @@ func (x *EventAck) String() string {
 func (*EventAck) ProtoMessage() {}
 
 func (x *EventAck) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[41]
+	mi := &file_provisioner_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2781,7 +3074,7 @@ func (x *EventAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventAck.ProtoReflect.Descriptor instead.
 func (*EventAck) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{41}
+	return file_provisioner_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *EventAck) GetSeq() uint64 {
@@ -2808,7 +3101,7 @@ type MintCredential struct {
 
 func (x *MintCredential) Reset() {
 	*x = MintCredential{}
-	mi := &file_provisioner_proto_msgTypes[42]
+	mi := &file_provisioner_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2820,7 +3113,7 @@ func (x *MintCredential) String() string {
 func (*MintCredential) ProtoMessage() {}
 
 func (x *MintCredential) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[42]
+	mi := &file_provisioner_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2833,7 +3126,7 @@ func (x *MintCredential) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MintCredential.ProtoReflect.Descriptor instead.
 func (*MintCredential) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{42}
+	return file_provisioner_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *MintCredential) GetRequestId() uint64 {
@@ -2900,7 +3193,7 @@ type Credential struct {
 
 func (x *Credential) Reset() {
 	*x = Credential{}
-	mi := &file_provisioner_proto_msgTypes[43]
+	mi := &file_provisioner_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2912,7 +3205,7 @@ func (x *Credential) String() string {
 func (*Credential) ProtoMessage() {}
 
 func (x *Credential) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[43]
+	mi := &file_provisioner_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2925,7 +3218,7 @@ func (x *Credential) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credential.ProtoReflect.Descriptor instead.
 func (*Credential) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{43}
+	return file_provisioner_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Credential) GetRequestId() uint64 {
@@ -3011,7 +3304,27 @@ const file_provisioner_proto_rawDesc = "" +
 	"\vconfig_json\x18\x02 \x01(\fR\n" +
 	"configJson\"\\\n" +
 	"\x16ValidateConfigResponse\x12B\n" +
-	"\vdiagnostics\x18\x01 \x03(\v2 .fluksio.provision.v1.DiagnosticR\vdiagnostics\"\xb6\x01\n" +
+	"\vdiagnostics\x18\x01 \x03(\v2 .fluksio.provision.v1.DiagnosticR\vdiagnostics\"`\n" +
+	"\fCheckRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
+	"\vconfig_json\x18\x02 \x01(\fR\n" +
+	"configJson\x12\x1b\n" +
+	"\tengine_id\x18\x03 \x01(\tR\bengineId\"\x85\x01\n" +
+	"\rCheckResponse\x12B\n" +
+	"\vdiagnostics\x18\x01 \x03(\v2 .fluksio.provision.v1.DiagnosticR\vdiagnostics\x120\n" +
+	"\x05facts\x18\x02 \x03(\v2\x1a.fluksio.provision.v1.FactR\x05facts\"D\n" +
+	"\x04Fact\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\x12\x12\n" +
+	"\x04path\x18\x03 \x03(\tR\x04path\"_\n" +
+	"\x0ePreviewRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
+	"\vconfig_json\x18\x02 \x01(\fR\n" +
+	"configJson\x12\x18\n" +
+	"\aprofile\x18\x03 \x01(\tR\aprofile\"i\n" +
+	"\x0fPreviewResponse\x12B\n" +
+	"\vdiagnostics\x18\x01 \x03(\v2 .fluksio.provision.v1.DiagnosticR\vdiagnostics\x12\x12\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\"\xb6\x01\n" +
 	"\x10ConfigureRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vconfig_json\x18\x02 \x01(\fR\n" +
@@ -3182,7 +3495,7 @@ const file_provisioner_proto_rawDesc = "" +
 	"\x11expires_unix_nano\x18\x03 \x01(\x03R\x0fexpiresUnixNano\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x04 \x01(\x05R\terrorCode\x12#\n" +
-	"\rerror_message\x18\x05 \x01(\tR\ferrorMessage2\xed\a\n" +
+	"\rerror_message\x18\x05 \x01(\tR\ferrorMessage2\x97\t\n" +
 	"\vProvisioner\x12M\n" +
 	"\x04Info\x12!.fluksio.provision.v1.InfoRequest\x1a\".fluksio.provision.v1.InfoResponse\x12S\n" +
 	"\x06Schema\x12#.fluksio.provision.v1.SchemaRequest\x1a$.fluksio.provision.v1.SchemaResponse\x12k\n" +
@@ -3193,7 +3506,9 @@ const file_provisioner_proto_rawDesc = "" +
 	"\tProvision\x12&.fluksio.provision.v1.ProvisionRequest\x1a'.fluksio.provision.v1.ProvisionResponse\x12\\\n" +
 	"\tReconcile\x12&.fluksio.provision.v1.ReconcileRequest\x1a'.fluksio.provision.v1.ReconcileResponse\x12S\n" +
 	"\x06Status\x12#.fluksio.provision.v1.StatusRequest\x1a$.fluksio.provision.v1.StatusResponse\x12Y\n" +
-	"\bShutdown\x12%.fluksio.provision.v1.ShutdownRequest\x1a&.fluksio.provision.v1.ShutdownResponse\x12Y\n" +
+	"\bShutdown\x12%.fluksio.provision.v1.ShutdownRequest\x1a&.fluksio.provision.v1.ShutdownResponse\x12P\n" +
+	"\x05Check\x12\".fluksio.provision.v1.CheckRequest\x1a#.fluksio.provision.v1.CheckResponse\x12V\n" +
+	"\aPreview\x12$.fluksio.provision.v1.PreviewRequest\x1a%.fluksio.provision.v1.PreviewResponse\x12Y\n" +
 	"\vHostChannel\x12!.fluksio.provision.v1.HostMessage\x1a#.fluksio.provision.v1.PluginMessage(\x010\x01B1Z/github.com/fluksio/provision/shared/internal/pbb\x06proto3"
 
 var (
@@ -3209,7 +3524,7 @@ func file_provisioner_proto_rawDescGZIP() []byte {
 }
 
 var file_provisioner_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_provisioner_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_provisioner_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_provisioner_proto_goTypes = []any{
 	(Diagnostic_Severity)(0),       // 0: fluksio.provision.v1.Diagnostic.Severity
 	(ProvisionResponse_Outcome)(0), // 1: fluksio.provision.v1.ProvisionResponse.Outcome
@@ -3223,40 +3538,45 @@ var file_provisioner_proto_goTypes = []any{
 	(*Diagnostic)(nil),             // 9: fluksio.provision.v1.Diagnostic
 	(*ValidateConfigRequest)(nil),  // 10: fluksio.provision.v1.ValidateConfigRequest
 	(*ValidateConfigResponse)(nil), // 11: fluksio.provision.v1.ValidateConfigResponse
-	(*ConfigureRequest)(nil),       // 12: fluksio.provision.v1.ConfigureRequest
-	(*ConfigureResponse)(nil),      // 13: fluksio.provision.v1.ConfigureResponse
-	(*Need)(nil),                   // 14: fluksio.provision.v1.Need
-	(*Shape)(nil),                  // 15: fluksio.provision.v1.Shape
-	(*ShapesRequest)(nil),          // 16: fluksio.provision.v1.ShapesRequest
-	(*ShapesResponse)(nil),         // 17: fluksio.provision.v1.ShapesResponse
-	(*CoversRequest)(nil),          // 18: fluksio.provision.v1.CoversRequest
-	(*CoversResponse)(nil),         // 19: fluksio.provision.v1.CoversResponse
-	(*ProvisionRequest)(nil),       // 20: fluksio.provision.v1.ProvisionRequest
-	(*Demand)(nil),                 // 21: fluksio.provision.v1.Demand
-	(*ProvisionResponse)(nil),      // 22: fluksio.provision.v1.ProvisionResponse
-	(*DemandOutcome)(nil),          // 23: fluksio.provision.v1.DemandOutcome
-	(*ProfileDemand)(nil),          // 24: fluksio.provision.v1.ProfileDemand
-	(*ReconcileRequest)(nil),       // 25: fluksio.provision.v1.ReconcileRequest
-	(*ReconcileResponse)(nil),      // 26: fluksio.provision.v1.ReconcileResponse
-	(*StatusRequest)(nil),          // 27: fluksio.provision.v1.StatusRequest
-	(*StatusResponse)(nil),         // 28: fluksio.provision.v1.StatusResponse
-	(*Counters)(nil),               // 29: fluksio.provision.v1.Counters
-	(*FailureCount)(nil),           // 30: fluksio.provision.v1.FailureCount
-	(*CommandStats)(nil),           // 31: fluksio.provision.v1.CommandStats
-	(*ProfileCounts)(nil),          // 32: fluksio.provision.v1.ProfileCounts
-	(*Submission)(nil),             // 33: fluksio.provision.v1.Submission
-	(*Backoff)(nil),                // 34: fluksio.provision.v1.Backoff
-	(*Outstanding)(nil),            // 35: fluksio.provision.v1.Outstanding
-	(*ShutdownRequest)(nil),        // 36: fluksio.provision.v1.ShutdownRequest
-	(*ShutdownResponse)(nil),       // 37: fluksio.provision.v1.ShutdownResponse
-	(*HostMessage)(nil),            // 38: fluksio.provision.v1.HostMessage
-	(*PluginMessage)(nil),          // 39: fluksio.provision.v1.PluginMessage
-	(*Hello)(nil),                  // 40: fluksio.provision.v1.Hello
-	(*Ready)(nil),                  // 41: fluksio.provision.v1.Ready
-	(*Event)(nil),                  // 42: fluksio.provision.v1.Event
-	(*EventAck)(nil),               // 43: fluksio.provision.v1.EventAck
-	(*MintCredential)(nil),         // 44: fluksio.provision.v1.MintCredential
-	(*Credential)(nil),             // 45: fluksio.provision.v1.Credential
+	(*CheckRequest)(nil),           // 12: fluksio.provision.v1.CheckRequest
+	(*CheckResponse)(nil),          // 13: fluksio.provision.v1.CheckResponse
+	(*Fact)(nil),                   // 14: fluksio.provision.v1.Fact
+	(*PreviewRequest)(nil),         // 15: fluksio.provision.v1.PreviewRequest
+	(*PreviewResponse)(nil),        // 16: fluksio.provision.v1.PreviewResponse
+	(*ConfigureRequest)(nil),       // 17: fluksio.provision.v1.ConfigureRequest
+	(*ConfigureResponse)(nil),      // 18: fluksio.provision.v1.ConfigureResponse
+	(*Need)(nil),                   // 19: fluksio.provision.v1.Need
+	(*Shape)(nil),                  // 20: fluksio.provision.v1.Shape
+	(*ShapesRequest)(nil),          // 21: fluksio.provision.v1.ShapesRequest
+	(*ShapesResponse)(nil),         // 22: fluksio.provision.v1.ShapesResponse
+	(*CoversRequest)(nil),          // 23: fluksio.provision.v1.CoversRequest
+	(*CoversResponse)(nil),         // 24: fluksio.provision.v1.CoversResponse
+	(*ProvisionRequest)(nil),       // 25: fluksio.provision.v1.ProvisionRequest
+	(*Demand)(nil),                 // 26: fluksio.provision.v1.Demand
+	(*ProvisionResponse)(nil),      // 27: fluksio.provision.v1.ProvisionResponse
+	(*DemandOutcome)(nil),          // 28: fluksio.provision.v1.DemandOutcome
+	(*ProfileDemand)(nil),          // 29: fluksio.provision.v1.ProfileDemand
+	(*ReconcileRequest)(nil),       // 30: fluksio.provision.v1.ReconcileRequest
+	(*ReconcileResponse)(nil),      // 31: fluksio.provision.v1.ReconcileResponse
+	(*StatusRequest)(nil),          // 32: fluksio.provision.v1.StatusRequest
+	(*StatusResponse)(nil),         // 33: fluksio.provision.v1.StatusResponse
+	(*Counters)(nil),               // 34: fluksio.provision.v1.Counters
+	(*FailureCount)(nil),           // 35: fluksio.provision.v1.FailureCount
+	(*CommandStats)(nil),           // 36: fluksio.provision.v1.CommandStats
+	(*ProfileCounts)(nil),          // 37: fluksio.provision.v1.ProfileCounts
+	(*Submission)(nil),             // 38: fluksio.provision.v1.Submission
+	(*Backoff)(nil),                // 39: fluksio.provision.v1.Backoff
+	(*Outstanding)(nil),            // 40: fluksio.provision.v1.Outstanding
+	(*ShutdownRequest)(nil),        // 41: fluksio.provision.v1.ShutdownRequest
+	(*ShutdownResponse)(nil),       // 42: fluksio.provision.v1.ShutdownResponse
+	(*HostMessage)(nil),            // 43: fluksio.provision.v1.HostMessage
+	(*PluginMessage)(nil),          // 44: fluksio.provision.v1.PluginMessage
+	(*Hello)(nil),                  // 45: fluksio.provision.v1.Hello
+	(*Ready)(nil),                  // 46: fluksio.provision.v1.Ready
+	(*Event)(nil),                  // 47: fluksio.provision.v1.Event
+	(*EventAck)(nil),               // 48: fluksio.provision.v1.EventAck
+	(*MintCredential)(nil),         // 49: fluksio.provision.v1.MintCredential
+	(*Credential)(nil),             // 50: fluksio.provision.v1.Credential
 }
 var file_provisioner_proto_depIdxs = []int32{
 	6,  // 0: fluksio.provision.v1.SchemaResponse.schema:type_name -> fluksio.provision.v1.Schema
@@ -3265,54 +3585,61 @@ var file_provisioner_proto_depIdxs = []int32{
 	6,  // 3: fluksio.provision.v1.BlockType.body:type_name -> fluksio.provision.v1.Schema
 	0,  // 4: fluksio.provision.v1.Diagnostic.severity:type_name -> fluksio.provision.v1.Diagnostic.Severity
 	9,  // 5: fluksio.provision.v1.ValidateConfigResponse.diagnostics:type_name -> fluksio.provision.v1.Diagnostic
-	9,  // 6: fluksio.provision.v1.ConfigureResponse.diagnostics:type_name -> fluksio.provision.v1.Diagnostic
-	15, // 7: fluksio.provision.v1.ShapesResponse.shapes:type_name -> fluksio.provision.v1.Shape
-	14, // 8: fluksio.provision.v1.CoversRequest.need:type_name -> fluksio.provision.v1.Need
-	21, // 9: fluksio.provision.v1.ProvisionRequest.demand:type_name -> fluksio.provision.v1.Demand
-	14, // 10: fluksio.provision.v1.Demand.need:type_name -> fluksio.provision.v1.Need
-	23, // 11: fluksio.provision.v1.ProvisionResponse.outcomes:type_name -> fluksio.provision.v1.DemandOutcome
-	24, // 12: fluksio.provision.v1.ProvisionResponse.profiles:type_name -> fluksio.provision.v1.ProfileDemand
-	1,  // 13: fluksio.provision.v1.DemandOutcome.outcome:type_name -> fluksio.provision.v1.ProvisionResponse.Outcome
-	35, // 14: fluksio.provision.v1.StatusResponse.outstanding:type_name -> fluksio.provision.v1.Outstanding
-	34, // 15: fluksio.provision.v1.StatusResponse.backing_off:type_name -> fluksio.provision.v1.Backoff
-	32, // 16: fluksio.provision.v1.StatusResponse.counts:type_name -> fluksio.provision.v1.ProfileCounts
-	29, // 17: fluksio.provision.v1.StatusResponse.counters:type_name -> fluksio.provision.v1.Counters
-	30, // 18: fluksio.provision.v1.Counters.failures:type_name -> fluksio.provision.v1.FailureCount
-	31, // 19: fluksio.provision.v1.Counters.commands:type_name -> fluksio.provision.v1.CommandStats
-	33, // 20: fluksio.provision.v1.ProfileCounts.submissions:type_name -> fluksio.provision.v1.Submission
-	40, // 21: fluksio.provision.v1.HostMessage.hello:type_name -> fluksio.provision.v1.Hello
-	43, // 22: fluksio.provision.v1.HostMessage.event_ack:type_name -> fluksio.provision.v1.EventAck
-	45, // 23: fluksio.provision.v1.HostMessage.credential:type_name -> fluksio.provision.v1.Credential
-	41, // 24: fluksio.provision.v1.PluginMessage.ready:type_name -> fluksio.provision.v1.Ready
-	42, // 25: fluksio.provision.v1.PluginMessage.event:type_name -> fluksio.provision.v1.Event
-	44, // 26: fluksio.provision.v1.PluginMessage.mint_credential:type_name -> fluksio.provision.v1.MintCredential
-	2,  // 27: fluksio.provision.v1.Provisioner.Info:input_type -> fluksio.provision.v1.InfoRequest
-	4,  // 28: fluksio.provision.v1.Provisioner.Schema:input_type -> fluksio.provision.v1.SchemaRequest
-	10, // 29: fluksio.provision.v1.Provisioner.ValidateConfig:input_type -> fluksio.provision.v1.ValidateConfigRequest
-	12, // 30: fluksio.provision.v1.Provisioner.Configure:input_type -> fluksio.provision.v1.ConfigureRequest
-	16, // 31: fluksio.provision.v1.Provisioner.Shapes:input_type -> fluksio.provision.v1.ShapesRequest
-	18, // 32: fluksio.provision.v1.Provisioner.Covers:input_type -> fluksio.provision.v1.CoversRequest
-	20, // 33: fluksio.provision.v1.Provisioner.Provision:input_type -> fluksio.provision.v1.ProvisionRequest
-	25, // 34: fluksio.provision.v1.Provisioner.Reconcile:input_type -> fluksio.provision.v1.ReconcileRequest
-	27, // 35: fluksio.provision.v1.Provisioner.Status:input_type -> fluksio.provision.v1.StatusRequest
-	36, // 36: fluksio.provision.v1.Provisioner.Shutdown:input_type -> fluksio.provision.v1.ShutdownRequest
-	38, // 37: fluksio.provision.v1.Provisioner.HostChannel:input_type -> fluksio.provision.v1.HostMessage
-	3,  // 38: fluksio.provision.v1.Provisioner.Info:output_type -> fluksio.provision.v1.InfoResponse
-	5,  // 39: fluksio.provision.v1.Provisioner.Schema:output_type -> fluksio.provision.v1.SchemaResponse
-	11, // 40: fluksio.provision.v1.Provisioner.ValidateConfig:output_type -> fluksio.provision.v1.ValidateConfigResponse
-	13, // 41: fluksio.provision.v1.Provisioner.Configure:output_type -> fluksio.provision.v1.ConfigureResponse
-	17, // 42: fluksio.provision.v1.Provisioner.Shapes:output_type -> fluksio.provision.v1.ShapesResponse
-	19, // 43: fluksio.provision.v1.Provisioner.Covers:output_type -> fluksio.provision.v1.CoversResponse
-	22, // 44: fluksio.provision.v1.Provisioner.Provision:output_type -> fluksio.provision.v1.ProvisionResponse
-	26, // 45: fluksio.provision.v1.Provisioner.Reconcile:output_type -> fluksio.provision.v1.ReconcileResponse
-	28, // 46: fluksio.provision.v1.Provisioner.Status:output_type -> fluksio.provision.v1.StatusResponse
-	37, // 47: fluksio.provision.v1.Provisioner.Shutdown:output_type -> fluksio.provision.v1.ShutdownResponse
-	39, // 48: fluksio.provision.v1.Provisioner.HostChannel:output_type -> fluksio.provision.v1.PluginMessage
-	38, // [38:49] is the sub-list for method output_type
-	27, // [27:38] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	9,  // 6: fluksio.provision.v1.CheckResponse.diagnostics:type_name -> fluksio.provision.v1.Diagnostic
+	14, // 7: fluksio.provision.v1.CheckResponse.facts:type_name -> fluksio.provision.v1.Fact
+	9,  // 8: fluksio.provision.v1.PreviewResponse.diagnostics:type_name -> fluksio.provision.v1.Diagnostic
+	9,  // 9: fluksio.provision.v1.ConfigureResponse.diagnostics:type_name -> fluksio.provision.v1.Diagnostic
+	20, // 10: fluksio.provision.v1.ShapesResponse.shapes:type_name -> fluksio.provision.v1.Shape
+	19, // 11: fluksio.provision.v1.CoversRequest.need:type_name -> fluksio.provision.v1.Need
+	26, // 12: fluksio.provision.v1.ProvisionRequest.demand:type_name -> fluksio.provision.v1.Demand
+	19, // 13: fluksio.provision.v1.Demand.need:type_name -> fluksio.provision.v1.Need
+	28, // 14: fluksio.provision.v1.ProvisionResponse.outcomes:type_name -> fluksio.provision.v1.DemandOutcome
+	29, // 15: fluksio.provision.v1.ProvisionResponse.profiles:type_name -> fluksio.provision.v1.ProfileDemand
+	1,  // 16: fluksio.provision.v1.DemandOutcome.outcome:type_name -> fluksio.provision.v1.ProvisionResponse.Outcome
+	40, // 17: fluksio.provision.v1.StatusResponse.outstanding:type_name -> fluksio.provision.v1.Outstanding
+	39, // 18: fluksio.provision.v1.StatusResponse.backing_off:type_name -> fluksio.provision.v1.Backoff
+	37, // 19: fluksio.provision.v1.StatusResponse.counts:type_name -> fluksio.provision.v1.ProfileCounts
+	34, // 20: fluksio.provision.v1.StatusResponse.counters:type_name -> fluksio.provision.v1.Counters
+	35, // 21: fluksio.provision.v1.Counters.failures:type_name -> fluksio.provision.v1.FailureCount
+	36, // 22: fluksio.provision.v1.Counters.commands:type_name -> fluksio.provision.v1.CommandStats
+	38, // 23: fluksio.provision.v1.ProfileCounts.submissions:type_name -> fluksio.provision.v1.Submission
+	45, // 24: fluksio.provision.v1.HostMessage.hello:type_name -> fluksio.provision.v1.Hello
+	48, // 25: fluksio.provision.v1.HostMessage.event_ack:type_name -> fluksio.provision.v1.EventAck
+	50, // 26: fluksio.provision.v1.HostMessage.credential:type_name -> fluksio.provision.v1.Credential
+	46, // 27: fluksio.provision.v1.PluginMessage.ready:type_name -> fluksio.provision.v1.Ready
+	47, // 28: fluksio.provision.v1.PluginMessage.event:type_name -> fluksio.provision.v1.Event
+	49, // 29: fluksio.provision.v1.PluginMessage.mint_credential:type_name -> fluksio.provision.v1.MintCredential
+	2,  // 30: fluksio.provision.v1.Provisioner.Info:input_type -> fluksio.provision.v1.InfoRequest
+	4,  // 31: fluksio.provision.v1.Provisioner.Schema:input_type -> fluksio.provision.v1.SchemaRequest
+	10, // 32: fluksio.provision.v1.Provisioner.ValidateConfig:input_type -> fluksio.provision.v1.ValidateConfigRequest
+	17, // 33: fluksio.provision.v1.Provisioner.Configure:input_type -> fluksio.provision.v1.ConfigureRequest
+	21, // 34: fluksio.provision.v1.Provisioner.Shapes:input_type -> fluksio.provision.v1.ShapesRequest
+	23, // 35: fluksio.provision.v1.Provisioner.Covers:input_type -> fluksio.provision.v1.CoversRequest
+	25, // 36: fluksio.provision.v1.Provisioner.Provision:input_type -> fluksio.provision.v1.ProvisionRequest
+	30, // 37: fluksio.provision.v1.Provisioner.Reconcile:input_type -> fluksio.provision.v1.ReconcileRequest
+	32, // 38: fluksio.provision.v1.Provisioner.Status:input_type -> fluksio.provision.v1.StatusRequest
+	41, // 39: fluksio.provision.v1.Provisioner.Shutdown:input_type -> fluksio.provision.v1.ShutdownRequest
+	12, // 40: fluksio.provision.v1.Provisioner.Check:input_type -> fluksio.provision.v1.CheckRequest
+	15, // 41: fluksio.provision.v1.Provisioner.Preview:input_type -> fluksio.provision.v1.PreviewRequest
+	43, // 42: fluksio.provision.v1.Provisioner.HostChannel:input_type -> fluksio.provision.v1.HostMessage
+	3,  // 43: fluksio.provision.v1.Provisioner.Info:output_type -> fluksio.provision.v1.InfoResponse
+	5,  // 44: fluksio.provision.v1.Provisioner.Schema:output_type -> fluksio.provision.v1.SchemaResponse
+	11, // 45: fluksio.provision.v1.Provisioner.ValidateConfig:output_type -> fluksio.provision.v1.ValidateConfigResponse
+	18, // 46: fluksio.provision.v1.Provisioner.Configure:output_type -> fluksio.provision.v1.ConfigureResponse
+	22, // 47: fluksio.provision.v1.Provisioner.Shapes:output_type -> fluksio.provision.v1.ShapesResponse
+	24, // 48: fluksio.provision.v1.Provisioner.Covers:output_type -> fluksio.provision.v1.CoversResponse
+	27, // 49: fluksio.provision.v1.Provisioner.Provision:output_type -> fluksio.provision.v1.ProvisionResponse
+	31, // 50: fluksio.provision.v1.Provisioner.Reconcile:output_type -> fluksio.provision.v1.ReconcileResponse
+	33, // 51: fluksio.provision.v1.Provisioner.Status:output_type -> fluksio.provision.v1.StatusResponse
+	42, // 52: fluksio.provision.v1.Provisioner.Shutdown:output_type -> fluksio.provision.v1.ShutdownResponse
+	13, // 53: fluksio.provision.v1.Provisioner.Check:output_type -> fluksio.provision.v1.CheckResponse
+	16, // 54: fluksio.provision.v1.Provisioner.Preview:output_type -> fluksio.provision.v1.PreviewResponse
+	44, // 55: fluksio.provision.v1.Provisioner.HostChannel:output_type -> fluksio.provision.v1.PluginMessage
+	43, // [43:56] is the sub-list for method output_type
+	30, // [30:43] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_provisioner_proto_init() }
@@ -3320,12 +3647,12 @@ func file_provisioner_proto_init() {
 	if File_provisioner_proto != nil {
 		return
 	}
-	file_provisioner_proto_msgTypes[36].OneofWrappers = []any{
+	file_provisioner_proto_msgTypes[41].OneofWrappers = []any{
 		(*HostMessage_Hello)(nil),
 		(*HostMessage_EventAck)(nil),
 		(*HostMessage_Credential)(nil),
 	}
-	file_provisioner_proto_msgTypes[37].OneofWrappers = []any{
+	file_provisioner_proto_msgTypes[42].OneofWrappers = []any{
 		(*PluginMessage_Ready)(nil),
 		(*PluginMessage_Event)(nil),
 		(*PluginMessage_MintCredential)(nil),
@@ -3336,7 +3663,7 @@ func file_provisioner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_provisioner_proto_rawDesc), len(file_provisioner_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   44,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -58,6 +58,8 @@ const (
 	Provisioner_Reconcile_FullMethodName      = "/fluksio.provision.v1.Provisioner/Reconcile"
 	Provisioner_Status_FullMethodName         = "/fluksio.provision.v1.Provisioner/Status"
 	Provisioner_Shutdown_FullMethodName       = "/fluksio.provision.v1.Provisioner/Shutdown"
+	Provisioner_Check_FullMethodName          = "/fluksio.provision.v1.Provisioner/Check"
+	Provisioner_Preview_FullMethodName        = "/fluksio.provision.v1.Provisioner/Preview"
 	Provisioner_HostChannel_FullMethodName    = "/fluksio.provision.v1.Provisioner/HostChannel"
 )
 
@@ -86,6 +88,15 @@ type ProvisionerClient interface {
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 	// Cancel whatever is outstanding, by the deadline.
 	Shutdown(ctx context.Context, in *ShutdownRequest, opts ...grpc.CallOption) (*ShutdownResponse, error)
+	// Contract 2.2, optional (UNIMPLEMENTED if not offered):
+	// Check a configuration against the real system it names, read-only and
+	// bounded in time: a preflight. Works before, and without, Configure;
+	// must ask for nothing (no job, no VM) and leave nothing running.
+	Check(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (*CheckResponse, error)
+	// What the plugin would submit for one profile of a configuration (for
+	// Slurm, the batch script), with credentials as placeholders. No
+	// network.
+	Preview(ctx context.Context, in *PreviewRequest, opts ...grpc.CallOption) (*PreviewResponse, error)
 	// The plugin's way back to the host. The host opens it once, before
 	// Configure, and sends Hello; the plugin answers Ready. After that the
 	// plugin sends events and credential requests, and the host answers each
@@ -203,6 +214,26 @@ func (c *provisionerClient) Shutdown(ctx context.Context, in *ShutdownRequest, o
 	return out, nil
 }
 
+func (c *provisionerClient) Check(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (*CheckResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckResponse)
+	err := c.cc.Invoke(ctx, Provisioner_Check_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *provisionerClient) Preview(ctx context.Context, in *PreviewRequest, opts ...grpc.CallOption) (*PreviewResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PreviewResponse)
+	err := c.cc.Invoke(ctx, Provisioner_Preview_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *provisionerClient) HostChannel(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[HostMessage, PluginMessage], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &Provisioner_ServiceDesc.Streams[0], Provisioner_HostChannel_FullMethodName, cOpts...)
@@ -241,6 +272,15 @@ type ProvisionerServer interface {
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
 	// Cancel whatever is outstanding, by the deadline.
 	Shutdown(context.Context, *ShutdownRequest) (*ShutdownResponse, error)
+	// Contract 2.2, optional (UNIMPLEMENTED if not offered):
+	// Check a configuration against the real system it names, read-only and
+	// bounded in time: a preflight. Works before, and without, Configure;
+	// must ask for nothing (no job, no VM) and leave nothing running.
+	Check(context.Context, *CheckRequest) (*CheckResponse, error)
+	// What the plugin would submit for one profile of a configuration (for
+	// Slurm, the batch script), with credentials as placeholders. No
+	// network.
+	Preview(context.Context, *PreviewRequest) (*PreviewResponse, error)
 	// The plugin's way back to the host. The host opens it once, before
 	// Configure, and sends Hello; the plugin answers Ready. After that the
 	// plugin sends events and credential requests, and the host answers each
@@ -287,6 +327,12 @@ func (UnimplementedProvisionerServer) Status(context.Context, *StatusRequest) (*
 }
 func (UnimplementedProvisionerServer) Shutdown(context.Context, *ShutdownRequest) (*ShutdownResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Shutdown not implemented")
+}
+func (UnimplementedProvisionerServer) Check(context.Context, *CheckRequest) (*CheckResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Check not implemented")
+}
+func (UnimplementedProvisionerServer) Preview(context.Context, *PreviewRequest) (*PreviewResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Preview not implemented")
 }
 func (UnimplementedProvisionerServer) HostChannel(grpc.BidiStreamingServer[HostMessage, PluginMessage]) error {
 	return status.Error(codes.Unimplemented, "method HostChannel not implemented")
@@ -492,6 +538,42 @@ func _Provisioner_Shutdown_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Provisioner_Check_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ProvisionerServer).Check(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Provisioner_Check_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ProvisionerServer).Check(ctx, req.(*CheckRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Provisioner_Preview_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PreviewRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ProvisionerServer).Preview(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Provisioner_Preview_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ProvisionerServer).Preview(ctx, req.(*PreviewRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Provisioner_HostChannel_Handler(srv interface{}, stream grpc.ServerStream) error {
 	return srv.(ProvisionerServer).HostChannel(&grpc.GenericServerStream[HostMessage, PluginMessage]{ServerStream: stream})
 }
@@ -545,6 +627,14 @@ var Provisioner_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Shutdown",
 			Handler:    _Provisioner_Shutdown_Handler,
+		},
+		{
+			MethodName: "Check",
+			Handler:    _Provisioner_Check_Handler,
+		},
+		{
+			MethodName: "Preview",
+			Handler:    _Provisioner_Preview_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

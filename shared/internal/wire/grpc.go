@@ -80,6 +80,29 @@ func (c *Client) ValidateConfig(ctx context.Context, req *shared.ValidateConfigR
 	return &shared.ValidateConfigResponse{Diagnostics: diagsFromProto(r.GetDiagnostics())}, nil
 }
 
+// Check is the optional Checker: a plugin that does not offer it answers
+// UNIMPLEMENTED, which comes back as shared.ErrUnimplemented.
+func (c *Client) Check(ctx context.Context, req *shared.CheckRequest) (*shared.CheckResponse, error) {
+	r, err := call(c, ctx, &pb.CheckRequest{Name: req.Name, ConfigJson: req.Config, EngineId: req.EngineID}, c.rpc.Check)
+	if err != nil {
+		return nil, err
+	}
+	resp := &shared.CheckResponse{Diagnostics: diagsFromProto(r.GetDiagnostics())}
+	for _, f := range r.GetFacts() {
+		resp.Facts = append(resp.Facts, shared.Fact{Name: f.GetName(), Value: f.GetValue(), Path: f.GetPath()})
+	}
+	return resp, nil
+}
+
+// Preview is the optional Previewer, as Check is.
+func (c *Client) Preview(ctx context.Context, req *shared.PreviewRequest) (*shared.PreviewResponse, error) {
+	r, err := call(c, ctx, &pb.PreviewRequest{Name: req.Name, ConfigJson: req.Config, Profile: req.Profile}, c.rpc.Preview)
+	if err != nil {
+		return nil, err
+	}
+	return &shared.PreviewResponse{Diagnostics: diagsFromProto(r.GetDiagnostics()), Text: r.GetText()}, nil
+}
+
 // Configure opens the host channel first when the request carries a Host
 // and none is open yet, so the plugin can publish and mint from the moment
 // it is configured.
@@ -179,6 +202,36 @@ func (s *grpcServer) Schema(ctx context.Context, _ *pb.SchemaRequest) (*pb.Schem
 		return nil, toStatus(fmt.Errorf("the schema has a default that does not encode as JSON: %w", err))
 	}
 	return &pb.SchemaResponse{Schema: schema}, nil
+}
+
+// Check serves the optional Checker, or UNIMPLEMENTED.
+func (s *grpcServer) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
+	checker, ok := s.impl.(shared.Checker)
+	if !ok {
+		return nil, toStatus(shared.ErrUnimplemented)
+	}
+	r, err := checker.Check(ctx, &shared.CheckRequest{Name: req.GetName(), Config: req.GetConfigJson(), EngineID: req.GetEngineId()})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &pb.CheckResponse{Diagnostics: diagsToProto(r.Diagnostics)}
+	for _, f := range r.Facts {
+		resp.Facts = append(resp.Facts, &pb.Fact{Name: f.Name, Value: f.Value, Path: f.Path})
+	}
+	return resp, nil
+}
+
+// Preview serves the optional Previewer, or UNIMPLEMENTED.
+func (s *grpcServer) Preview(ctx context.Context, req *pb.PreviewRequest) (*pb.PreviewResponse, error) {
+	previewer, ok := s.impl.(shared.Previewer)
+	if !ok {
+		return nil, toStatus(shared.ErrUnimplemented)
+	}
+	r, err := previewer.Preview(ctx, &shared.PreviewRequest{Name: req.GetName(), Config: req.GetConfigJson(), Profile: req.GetProfile()})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.PreviewResponse{Diagnostics: diagsToProto(r.Diagnostics), Text: r.Text}, nil
 }
 
 func (s *grpcServer) ValidateConfig(ctx context.Context, req *pb.ValidateConfigRequest) (*pb.ValidateConfigResponse, error) {

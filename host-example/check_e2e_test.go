@@ -1,0 +1,241 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/fluksio/provision/internal/sandboxtest"
+)
+
+// preflightConfig is a configuration against the sandbox, with hooks for
+// breaking it one way at a time: the worker command, the key, the known
+// hosts, and each profile's sbatch lines.
+type preflightConfig struct {
+	worker, key, knownHosts string
+	cpuSbatch, gpuSbatch    string
+}
+
+func (c preflightConfig) write(t *testing.T, env sandboxtest.Env, dir string) string {
+	t.Helper()
+	src := fmt.Sprintf(`engine {
+  listen     = "127.0.0.1:1"
+  plugin_dir = %q
+}
+
+provisioner "slurm" "preflight" {
+  login          = %q
+  ssh_port       = %d
+  ssh_key        = %q
+  known_hosts    = %q
+  engine_url     = "http://127.0.0.1:1"
+  worker_command = [%q, "worker"]
+
+  profile "cpu" {
+    cpus   = 2
+    sbatch = [%s]
+  }
+  profile "gpu" {
+    cpus   = 1
+    gpus   = 1
+    sbatch = [%s]
+  }
+}
+`, pluginDir(t), env.Login, env.Port, c.key, c.knownHosts, c.worker, c.cpuSbatch, c.gpuSbatch)
+	path := filepath.Join(dir, "preflight.hcl")
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// lineOf is the 1-based line and column of the first match of text in the
+// file at path.
+func lineOf(t *testing.T, path, text string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range strings.Split(string(b), "\n") {
+		if j := strings.Index(l, text); j >= 0 {
+			return fmt.Sprintf("%s:%d:%d", path, i+1, j+1)
+		}
+	}
+	t.Fatalf("%q is not in %s", text, path)
+	return ""
+}
+
+// TestValidateCheck runs validate -check against the sandbox Slurm: a good
+// configuration passes and says what it found; each way of breaking it
+// fails at the line that is wrong, in the words of the part that refused
+// (Slurm, ssh); and nothing is ever submitted.
+func TestValidateCheck(t *testing.T) {
+	env := sandboxtest.Require(t)
+	worker := sandboxtest.Binary(t, "host-example", "host-example")
+	part := fmt.Sprintf("%q, %q", "--partition="+env.Partition, "--time=00:10:00")
+	good := preflightConfig{worker: worker, key: env.Key, knownHosts: env.KnownHosts, cpuSbatch: part, gpuSbatch: part}
+	queue := func() string { return env.Slurm(t, "squeue", "-h", "-t", "all", "-o", "%i") }
+	before := queue()
+
+	dir := t.TempDir()
+	path := good.write(t, env, dir)
+	var stdout, stderr bytes.Buffer
+	if code := validateMain([]string{"-check", path}, &stdout, &stderr); code != 0 {
+		t.Fatalf("a good configuration: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	t.Logf("validate -check on a good configuration:\n%s", stdout.String())
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^  login: ok, as \S+@\S+`),
+		regexp.MustCompile(`(?m)^  slurm version: \d+\.\d+\.\d+$`),
+		regexp.MustCompile(`(?m)^  MaxArraySize: \d+`),
+		regexp.MustCompile(`(?m)^  worker command: ` + regexp.QuoteMeta(worker) + `$`),
+		regexp.MustCompile(`(?m)^  profile cpu: sbatch --test-only: Job \d+ to start at .* in partition ` + env.Partition + `$`),
+		regexp.MustCompile(`(?m)^  profile gpu: sbatch --test-only: `),
+		regexp.MustCompile(`(?m)valid, and the preflight passed \(1 provisioner\(s\)\)$`),
+	} {
+		if !want.MatchString(stdout.String()) {
+			t.Errorf("the good configuration's report has no line matching %s", want)
+		}
+	}
+	// -json: the same, as data.
+	stdout.Reset()
+	if code := validateMain([]string{"-check", "-json", path}, &stdout, &stderr); code != 0 {
+		t.Fatalf("-check -json: exit %d\n%s", code, stdout.String())
+	}
+	var got struct {
+		Valid     bool
+		Preflight []struct {
+			Provisioner string
+			Facts       []struct{ Name, Value, Path string }
+		}
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil || !got.Valid || len(got.Preflight) != 1 || len(got.Preflight[0].Facts) < 6 {
+		t.Errorf("-check -json: %v %+v\n%s", err, got, stdout.String())
+	}
+
+	emptyKnownHosts := filepath.Join(dir, "known_hosts.empty")
+	if err := os.WriteFile(emptyKnownHosts, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name   string
+		break_ func(*preflightConfig)
+		at     string // the text the diagnostic's position starts at
+		says   []string
+	}{
+		{"unknown partition", func(c *preflightConfig) { c.cpuSbatch = `"--partition=nosuchpart", "--time=00:10:00"` },
+			`"--partition=nosuchpart"`, []string{"Slurm refuses profile cpu", "invalid partition specified: nosuchpart"}},
+		{"impossible time limit", func(c *preflightConfig) {
+			c.gpuSbatch = fmt.Sprintf("%q, %q", "--partition="+env.Partition, "--time=100000-00:00:00")
+		},
+			`"--time=100000-00:00:00"`, []string{"Slurm refuses profile gpu", "Requested time limit is invalid"}},
+		{"missing key file", func(c *preflightConfig) { c.key = filepath.Join(dir, "no-such-key") },
+			`"` + filepath.Join(dir, "no-such-key"), []string{"ssh key not found", "no-such-key not accessible"}},
+		{"unknown host key", func(c *preflightConfig) { c.knownHosts = emptyKnownHosts },
+			`"` + emptyKnownHosts, []string{"host key not trusted", "Host key verification failed"}},
+		{"missing worker command", func(c *preflightConfig) { c.worker = "/opt/nowhere/fluksio-worker" },
+			`["/opt/nowhere/fluksio-worker"`, []string{"Worker not found", "/opt/nowhere/fluksio-worker"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := good
+			c.break_(&cfg)
+			path := cfg.write(t, env, t.TempDir())
+			var stdout, stderr bytes.Buffer
+			code := validateMain([]string{"-check", path}, &stdout, &stderr)
+			t.Logf("validate -check (%s): exit %d\n%s%s", c.name, code, stdout.String(), stderr.String())
+			if code != 1 {
+				t.Errorf("exit %d, want 1", code)
+			}
+			at := lineOf(t, path, c.at)
+			if !strings.Contains(stderr.String(), at+": error: ") {
+				t.Errorf("no error at %s", at)
+			}
+			for _, s := range c.says {
+				if !strings.Contains(squash(stderr.String()), s) {
+					t.Errorf("the report does not say %q", s)
+				}
+			}
+		})
+	}
+	if after := queue(); after != before {
+		t.Errorf("the preflight changed the queue:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+}
+
+// TestScriptCommand prints the batch script a profile would submit: it is
+// valid bash, carries the placeholder and no credential, asks for the
+// profile's numbers, and an unknown profile or provisioner is named with
+// what exists.
+func TestScriptCommand(t *testing.T) {
+	env := sandboxtest.Require(t)
+	part := fmt.Sprintf("%q, %q", "--partition="+env.Partition, "--time=00:10:00")
+	path := preflightConfig{worker: "fluksio-worker", key: env.Key, knownHosts: env.KnownHosts, cpuSbatch: part, gpuSbatch: part}.write(t, env, t.TempDir())
+
+	var stdout, stderr bytes.Buffer
+	if code := scriptMain([]string{"-config", path, "-provisioner", "preflight", "-profile", "gpu"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr.String())
+	}
+	script := stdout.String()
+	t.Logf("script:\n%s", script)
+	cmd := exec.Command("bash", "-n")
+	cmd.Stdin = strings.NewReader(script)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("bash -n refuses the script: %v\n%s", err, out)
+	}
+	for _, want := range []string{"#!/bin/bash\n", "#SBATCH --gres=gpu:1\n", "#SBATCH --partition=" + env.Partition + "\n",
+		"FLUKSIO_WORKER_TOKEN='<credential: minted by the engine for each worker when it is submitted>' exec fluksio-worker worker --url http://127.0.0.1:1"} {
+		if !strings.Contains(script, want) {
+			t.Errorf("the script has no %q", want)
+		}
+	}
+	// A credential is three base64url parts; none is in a preview.
+	if m := regexp.MustCompile(`[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}`).FindString(script); m != "" {
+		t.Errorf("the script carries something like a credential: %q", m)
+	}
+	// One provisioner in the file: -provisioner may be left out.
+	stdout.Reset()
+	if code := scriptMain([]string{"-config", path, "-profile", "cpu"}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "#SBATCH --cpus-per-task=2\n") {
+		t.Errorf("without -provisioner: exit %d\n%s", code, stdout.String())
+	}
+
+	stderr.Reset()
+	if code := scriptMain([]string{"-config", path, "-profile", "huge"}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), `no profile "huge"; it has cpu, gpu`) {
+		t.Errorf("an unknown profile: exit %d, stderr %q", code, stderr.String())
+	}
+	stderr.Reset()
+	if code := scriptMain([]string{"-config", path, "-provisioner", "other", "-profile", "cpu"}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), `no provisioner "other"; it has [preflight]`) {
+		t.Errorf("an unknown provisioner: exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+// TestCheckWithoutPreflight: a plugin that offers no preflight (the
+// testplugin, as any plugin of contract 2.1 or before) is validated as
+// before, and validate -check says, at its block, that it has no check,
+// as a warning: the configuration is not wrong. script says it cannot
+// preview, as an error.
+func TestCheckWithoutPreflight(t *testing.T) {
+	bin := buildTestPlugin(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "memory.hcl")
+	src := fmt.Sprintf("engine {\n  listen = \"127.0.0.1:1\"\n}\n\nprovisioner \"memory\" \"mem\" {\n  plugin   = %q\n  greeting = \"hello\"\n}\n", bin)
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := validateMain([]string{"-check", path}, &stdout, &stderr)
+	t.Logf("exit %d\n%s%s", code, stdout.String(), stderr.String())
+	if code != 0 || !strings.Contains(stderr.String(), path+":5:13: warning: No preflight for this kind") {
+		t.Errorf("validate -check on a plugin without Check: exit %d, want 0 and a warning at the kind label", code)
+	}
+	stderr.Reset()
+	if code := scriptMain([]string{"-config", path, "-profile", "any"}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "No preview for this kind") {
+		t.Errorf("script on a plugin without Preview: exit %d, stderr %q", code, stderr.String())
+	}
+}

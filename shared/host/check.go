@@ -1,0 +1,85 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/hclconfig"
+)
+
+// Check is Validate and then the plugin's preflight (shared.Checker): the
+// configuration against the real system it names, read-only and bounded
+// by ctx. Diagnostics carry the block's ranges, as Validate's do; facts
+// are what the check learned. A plugin of a contract before 2.2, or one
+// that offers no preflight, gets a warning saying so, not an error: its
+// configuration is as valid as Validate says.
+func Check(ctx context.Context, b *Block, engineID string) ([]shared.Fact, hcl.Diagnostics) {
+	l, diags := resolve(ctx, b, Options{}, false)
+	if l != nil {
+		defer l.plugin.Kill()
+	}
+	if diags.HasErrors() {
+		return nil, diags
+	}
+	checker, ok := l.plugin.Provisioner().(shared.Checker)
+	if !ok {
+		return nil, append(diags, noPreflight(b))
+	}
+	resp, err := checker.Check(ctx, &shared.CheckRequest{Name: b.Name, Config: l.json, EngineID: engineID})
+	switch {
+	case errors.Is(err, shared.ErrUnimplemented):
+		return nil, append(diags, noPreflight(b))
+	case err != nil:
+		return nil, append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Preflight failed",
+			Detail:  fmt.Sprintf("The %s plugin could not run its check: %v.", b.Kind, err),
+			Subject: b.DefRange.Ptr()})
+	}
+	return resp.Facts, append(diags, hclconfig.ConfigDiagnostics(b.Body, l.schema, resp.Diagnostics)...)
+}
+
+func noPreflight(b *Block) *hcl.Diagnostic {
+	return &hcl.Diagnostic{Severity: hcl.DiagWarning, Summary: "No preflight for this kind",
+		Detail:  fmt.Sprintf("The %q plugin does not offer a check against its system (contract 2.2's Check); only the static validation above was done.", b.Kind),
+		Subject: b.KindRange.Ptr()}
+}
+
+// Preview asks the plugin what it would submit for profile (shared.Previewer),
+// without submitting or touching the network. An unknown profile, or any
+// other problem, comes back as diagnostics.
+func Preview(ctx context.Context, b *Block, profile string) (string, hcl.Diagnostics) {
+	l, diags := resolve(ctx, b, Options{}, false)
+	if l != nil {
+		defer l.plugin.Kill()
+	}
+	if diags.HasErrors() {
+		return "", diags
+	}
+	previewer, ok := l.plugin.Provisioner().(shared.Previewer)
+	var resp *shared.PreviewResponse
+	var err error
+	if ok {
+		resp, err = previewer.Preview(ctx, &shared.PreviewRequest{Name: b.Name, Config: l.json, Profile: profile})
+	}
+	switch {
+	case !ok || errors.Is(err, shared.ErrUnimplemented):
+		return "", append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "No preview for this kind",
+			Detail:  fmt.Sprintf("The %q plugin cannot show what it would submit (contract 2.2's Preview).", b.Kind),
+			Subject: b.KindRange.Ptr()})
+	case err != nil:
+		return "", append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Preview failed",
+			Detail: fmt.Sprintf("The %s plugin could not preview profile %q: %v.", b.Kind, profile, err), Subject: b.DefRange.Ptr()})
+	}
+	mapped := hclconfig.ConfigDiagnostics(b.Body, l.schema, resp.Diagnostics)
+	for i, d := range resp.Diagnostics {
+		// One about the request (an unknown profile) is about no line
+		// of the block: its header says which block, not its whole body.
+		if len(d.Path) == 0 {
+			mapped[i].Subject = b.DefRange.Ptr()
+		}
+	}
+	return resp.Text, append(diags, mapped...)
+}

@@ -1,0 +1,358 @@
+package slurm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fluksio/provision/shared"
+)
+
+// The preflight (shared.Checker) and the preview (shared.Previewer).
+//
+// Everything that depends on the cluster used to be found at run time
+// and then retried: a wrong partition, a time limit beyond the
+// partition's, a key file that is not there, a worker that is not
+// installed. Check asks the cluster itself, before the first request,
+// over the very ssh settings a run uses, and answers in its words at the
+// configuration's line. It is read-only: sbatch --test-only accepts or
+// refuses a script without queueing it, and nothing else it runs changes
+// anything. It runs in a provisioner of its own, never configured, so no
+// poller, relay or adoption starts, and its ssh ControlMaster is stopped
+// before it returns.
+//
+// What it does not check: whether compute nodes can reach the engine
+// (only a job could tell, and a check submits none), and whether the
+// worker exists on the compute nodes rather than the login node (the
+// usual shared filesystem makes them the same; prerun lines, which may
+// put it on PATH there, are not run).
+
+// credentialPlaceholder stands where a worker's credential goes in a
+// previewed or test-only script: none is minted for a script that is not
+// submitted.
+const credentialPlaceholder = "<credential: minted by the engine for each worker when it is submitted>"
+
+// relayURLPlaceholder stands for the relay's address in a preview: it is
+// known only once the relay runs on the login node.
+const relayURLPlaceholder = "http://RELAY-HOST:RELAY-PORT"
+
+// checkTimeout bounds a whole check when the caller's context does not:
+// a login, scontrol, one command lookup and one sbatch --test-only per
+// profile, each also bounded by submit_timeout.
+const checkTimeout = 2 * time.Minute
+
+// Check checks a configuration against the cluster it names.
+func (p *Provisioner) Check(ctx context.Context, req *shared.CheckRequest) (*shared.CheckResponse, error) {
+	if req == nil {
+		return nil, shared.ErrInvalidArgument
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, checkTimeout)
+		defer cancel()
+	}
+	q, diags := p.scratch(ctx, req.Name, req.Config, req.EngineID)
+	if diags.HasErrors() {
+		return &shared.CheckResponse{Diagnostics: diags}, nil
+	}
+	defer q.closeSSH(context.WithoutCancel(ctx))
+	c := &check{q: q, cfg: q.settings(), resp: &shared.CheckResponse{Diagnostics: diags}, index: profileIndex(req.Config)}
+	if c.login(ctx) {
+		c.cluster(ctx)
+		c.worker(ctx)
+		c.profiles(ctx)
+	}
+	return c.resp, nil
+}
+
+// Preview returns the batch script a profile would submit.
+func (p *Provisioner) Preview(ctx context.Context, req *shared.PreviewRequest) (*shared.PreviewResponse, error) {
+	if req == nil {
+		return nil, shared.ErrInvalidArgument
+	}
+	q, diags := p.scratch(ctx, req.Name, req.Config, "")
+	if diags.HasErrors() {
+		return &shared.PreviewResponse{Diagnostics: diags}, nil
+	}
+	cfg := q.settings()
+	prof, ok := cfg.profile(req.Profile)
+	if !ok {
+		names := make([]string, len(cfg.Profiles))
+		for i, pr := range cfg.Profiles {
+			names[i] = pr.Name
+		}
+		return &shared.PreviewResponse{Diagnostics: append(diags, shared.Errorf(nil, "No such profile",
+			"This provisioner has no profile %q; it has %s.", req.Profile, strings.Join(names, ", ")))}, nil
+	}
+	return &shared.PreviewResponse{Diagnostics: diags, Text: string(q.previewScript(prof))}, nil
+}
+
+// scratch is a provisioner for one check or preview: the configuration
+// parsed and validated as Configure would, held by a Provisioner of its
+// own that is never configured, so nothing starts.
+func (p *Provisioner) scratch(ctx context.Context, name string, raw json.RawMessage, engineID string) (*Provisioner, shared.Diagnostics) {
+	cfg, diags := parseConfig(name, raw)
+	if !diags.HasErrors() {
+		diags = append(diags, checkEffectiveSSH(ctx, p.sshPath, cfg)...)
+	}
+	if diags.HasErrors() {
+		return nil, diags
+	}
+	cfg.log = p.logger.With("provisioner", cfg.name, "check", true)
+	if err := cfg.identity(engineID, ""); err != nil {
+		return nil, append(diags, shared.Errorf(nil, "Invalid engine id", "%v.", err))
+	}
+	q := New(p.logger)
+	q.sshPath, q.now = p.sshPath, p.now
+	q.cfg = cfg
+	return q, diags
+}
+
+// previewScript is the script a single machine of prof would be submitted
+// with, credentials as placeholders.
+func (p *Provisioner) previewScript(prof Profile) []byte {
+	cfg := p.settings()
+	url := cfg.EngineURL
+	if cfg.Reach == reachRelay {
+		url = relayURLPlaceholder
+	}
+	tokens := make([]string, max(1, prof.Nodes))
+	for i := range tokens {
+		tokens[i] = credentialPlaceholder
+	}
+	return p.script(prof, url, workerName(cfg.name, prof.Name), nil, [][]string{tokens})
+}
+
+// profileIndex maps each profile's name to its place in the
+// configuration as written, which diagnostics' paths use; settings hold
+// the profiles in match order.
+func profileIndex(raw json.RawMessage) map[string]int {
+	c, _ := decodeConfig(raw)
+	idx := map[string]int{}
+	if c != nil {
+		for i, pr := range c.Profiles {
+			idx[pr.Name] = i
+		}
+	}
+	return idx
+}
+
+// check is one preflight under way.
+type check struct {
+	q     *Provisioner
+	cfg   *settings
+	resp  *shared.CheckResponse
+	index map[string]int
+}
+
+func (c *check) fact(name, value string, path ...string) {
+	c.resp.Facts = append(c.resp.Facts, shared.Fact{Name: name, Value: value, Path: path})
+}
+
+func (c *check) fail(path []string, summary, format string, args ...any) {
+	c.resp.Diagnostics = append(c.resp.Diagnostics, shared.Errorf(path, summary, format, args...))
+}
+
+// login runs one command over the configured ssh settings. When it fails
+// nothing else can run, and ssh's words say which setting is wrong.
+func (c *check) login(ctx context.Context) bool {
+	stdout, stderr, err := c.q.call(ctx, nil, "sh", "-c", `echo "$(id -un)@$(hostname)"`)
+	if err == nil {
+		c.fact("login", fmt.Sprintf("ok, as %s (ssh %s)", strings.TrimSpace(lastLine(stdout)), c.cfg.Login))
+		return true
+	}
+	said := strings.TrimSpace(string(stderr))
+	if said == "" {
+		said = err.Error()
+	}
+	said = truncate(said)
+	path, summary, fix := sshBlame(c.cfg, said)
+	c.fail(path, summary, "ssh to %s failed: %s. %s", c.cfg.Login, quoteLines(said), fix)
+	return false
+}
+
+// sshBlame says which setting an ssh failure is about, and what to do.
+func sshBlame(cfg *settings, said string) (path []string, summary, fix string) {
+	s := strings.ToLower(said)
+	keyPath := []string{"ssh_key"}
+	if cfg.SSHKey == "" {
+		keyPath = []string{"login"}
+	}
+	hostPath := []string{"known_hosts"}
+	if cfg.KnownHosts == "" {
+		hostPath = []string{"login"}
+	}
+	switch {
+	case strings.Contains(s, "identity file") && strings.Contains(s, "not accessible"),
+		strings.Contains(s, "no such identity"):
+		return keyPath, "ssh key not found", "Check that ssh_key names an existing private key file readable by the engine's user."
+	case strings.Contains(s, "load key") || strings.Contains(s, "bad permissions") || strings.Contains(s, "invalid format"):
+		return keyPath, "ssh key unusable", "Check that ssh_key is a private key without a passphrase, readable by the engine's user only (chmod 600)."
+	case strings.Contains(s, "host key verification failed") || strings.Contains(s, "host identification has changed") ||
+		strings.Contains(s, "no ") && strings.Contains(s, "host key is known"):
+		return hostPath, "Login node's host key not trusted", "Add the login node's host key to known_hosts (ssh-keyscan, checked against the site's published fingerprint)."
+	case strings.Contains(s, "permission denied"):
+		return keyPath, "Login refused", "The login node did not accept the key: check ssh_key and that its public half is in the user's authorized_keys."
+	case strings.Contains(s, "connection refused") || strings.Contains(s, "no route to host") ||
+		strings.Contains(s, "timed out") || strings.Contains(s, "could not resolve"):
+		if cfg.SSHPort != 0 && strings.Contains(s, "connection refused") {
+			return []string{"ssh_port"}, "Login node unreachable", "Check login and ssh_port."
+		}
+		return []string{"login"}, "Login node unreachable", "Check login (and ssh_port), and that the engine's host can reach it."
+	}
+	return []string{"login"}, "ssh failed", "Check login and the ssh settings."
+}
+
+var (
+	slurmVersionRE = regexp.MustCompile(`(?m)^SLURM_VERSION\s*=\s*(\S+)`)
+	clusterNameRE  = regexp.MustCompile(`(?m)^ClusterName\s*=\s*(\S+)`)
+)
+
+// cluster reads what the provisioner adapts to: the Slurm version and
+// MaxArraySize, from scontrol show config.
+func (c *check) cluster(ctx context.Context) {
+	stdout, stderr, err := c.q.call(ctx, nil, "scontrol", "show", "config")
+	if err != nil {
+		c.fail([]string{"login"}, "Slurm not reachable from the login node",
+			"scontrol show config failed on %s: %s. The login node must have Slurm's client commands and reach slurmctld.", c.cfg.Login, quoteLines(truncate(firstNonEmpty(string(stderr), err.Error()))))
+		return
+	}
+	if m := slurmVersionRE.FindSubmatch(stdout); m != nil {
+		c.fact("slurm version", string(m[1]))
+	}
+	if m := clusterNameRE.FindSubmatch(stdout); m != nil {
+		c.fact("cluster", string(m[1]))
+	}
+	size := "1001 (Slurm's default; not set)"
+	if m := maxArraySizeRE.FindSubmatch(stdout); m != nil {
+		size = string(m[1])
+		if n, err := strconv.Atoi(size); err == nil && n <= 1 {
+			size += " (job arrays off: a burst is one sbatch per machine)"
+		}
+	}
+	c.fact("MaxArraySize", size)
+}
+
+// worker looks for the worker command on the login node.
+func (c *check) worker(ctx context.Context) {
+	if len(c.cfg.WorkerCommand) == 0 {
+		return
+	}
+	cmd := c.cfg.WorkerCommand[0]
+	stdout, _, err := c.q.call(ctx, nil, "sh", "-c", `command -v -- "$1"`, "sh", cmd)
+	if err == nil {
+		c.fact("worker command", strings.TrimSpace(lastLine(stdout)), "worker_command")
+		return
+	}
+	prerun := false
+	for _, pr := range c.cfg.Profiles {
+		prerun = prerun || len(pr.Prerun) > 0
+	}
+	detail := fmt.Sprintf("%q is not on the login node's PATH (command -v found nothing), and a job would fail at once with \"command not found\". Install the worker where the compute nodes see it, or give its full path.", cmd)
+	if prerun {
+		// Prerun lines may put it on PATH (module load, a venv); they
+		// run on the compute node only, so this is a warning.
+		c.resp.Diagnostics = append(c.resp.Diagnostics, shared.Diagnostic{Severity: shared.SeverityWarning, Path: []string{"worker_command"},
+			Summary: "Worker not found on the login node", Detail: detail + " (Profiles with prerun lines may put it on PATH on the compute nodes; this check does not run them.)"})
+		return
+	}
+	c.fail([]string{"worker_command"}, "Worker not found", "%s", detail)
+}
+
+// profiles asks sbatch --test-only about each profile's script, the very
+// script a run would submit for one machine of it.
+func (c *check) profiles(ctx context.Context) {
+	for _, prof := range c.cfg.Profiles {
+		i := c.index[prof.Name]
+		path := []string{"profile", strconv.Itoa(i)}
+		stdout, stderr, err := c.q.call(ctx, c.q.previewScript(prof), "sbatch", "--test-only")
+		said := strings.TrimSpace(string(stderr) + "\n" + string(stdout))
+		if err != nil {
+			var ee *exec.ExitError
+			unanswered := answerLost(err, stderr) || !errors.As(err, &ee) || (ee.ExitCode() == 255 && !strings.Contains(said, "sbatch:"))
+			if unanswered {
+				c.fail(path, "Slurm did not answer", "sbatch --test-only for profile %s did not get an answer: %s. Try again; if it persists, check the login node.", prof.Name, quoteLines(truncate(firstNonEmpty(said, err.Error()))))
+				continue
+			}
+			c.fail(sbatchBlame(prof, path, said), "Slurm refuses profile "+prof.Name,
+				"sbatch --test-only says: %s. Fix the profile's sbatch lines (or the cluster side) and check again.", quoteLines(truncate(said)))
+			continue
+		}
+		c.fact("profile "+prof.Name, "sbatch --test-only: "+strings.TrimPrefix(lastLine([]byte(said)), "sbatch: "), path...)
+	}
+}
+
+// sbatchBlame points a refusal at the sbatch line it is about, when
+// Slurm's words name the option's subject, else at the profile.
+func sbatchBlame(prof Profile, path []string, said string) []string {
+	s := strings.ToLower(said)
+	for _, c := range []struct {
+		words []string
+		long  string
+		short byte
+	}{
+		{[]string{"partition"}, "--partition", 'p'},
+		{[]string{"time limit", "--time"}, "--time", 't'},
+		{[]string{"gres", "generic resource"}, "--gres", 0},
+		{[]string{"account"}, "--account", 'A'},
+		{[]string{"qos"}, "--qos", 'q'},
+		{[]string{"feature"}, "--constraint", 'C'},
+		{[]string{"reservation"}, "--reservation", 0},
+		{[]string{"begin and deadline"}, "--begin", 'b'},
+		{[]string{"memory"}, "--mem", 0},
+	} {
+		if !slicesContainsAny(s, c.words) {
+			continue
+		}
+		for j, line := range prof.Sbatch {
+			opts, _ := parseSbatchLine(line)
+			for _, o := range opts {
+				if o.is(c.long, c.short) {
+					return append(path, "sbatch", strconv.Itoa(j))
+				}
+			}
+		}
+	}
+	if strings.Contains(s, "unrecognized option") || strings.Contains(s, "invalid option") {
+		for j, line := range prof.Sbatch {
+			for _, w := range sbatchWords(line) {
+				if strings.Contains(said, strings.SplitN(w, "=", 2)[0]+"'") {
+					return append(path, "sbatch", strconv.Itoa(j))
+				}
+			}
+		}
+	}
+	return path
+}
+
+func slicesContainsAny(s string, words []string) bool {
+	for _, w := range words {
+		if strings.Contains(s, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// lastLine is the last non-empty line of b.
+func lastLine(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// quoteLines puts what a program said in quotes, its lines joined, so a
+// diagnostic reads as one sentence that quotes it.
+func quoteLines(s string) string {
+	return strconv.Quote(strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " / ")), " "))
+}
+
+var (
+	_ shared.Checker   = (*Provisioner)(nil)
+	_ shared.Previewer = (*Provisioner)(nil)
+)
