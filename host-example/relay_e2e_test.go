@@ -197,7 +197,8 @@ func (e *e2e) jobOutputs(t *testing.T) string {
 	var b strings.Builder
 	out := e.env.Slurm(t, "squeue", "-h", "-t", "all", "--name="+e.jobName(), "-o", "%i")
 	for _, id := range strings.Fields(out) {
-		data, err := os.ReadFile(filepath.Join("/home/slurmuser", "slurm-"+id+".out"))
+		// The plugin's default log_dir, under the job user's home.
+		data, err := os.ReadFile(filepath.Join("/home/slurmuser/.local/state/fluksio", e.name, id+".out"))
 		if err == nil {
 			b.Write(data)
 		}

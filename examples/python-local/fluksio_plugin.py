@@ -266,6 +266,22 @@ class _Provisioner(provisioner_pb2_grpc.ProvisionerServicer):
     def HostChannel(self, request_iterator, context):
         return self._host.serve(request_iterator, context)
 
+    # Contract 2.2's optional RPCs: answered by the plugin's check and
+    # preview methods if it has them, else UNIMPLEMENTED, which a host
+    # reads as "this kind offers none". Said explicitly: the generated
+    # base class's NotImplementedError left the call unanswered (grpcio
+    # 1.51), and the host waited out its deadline.
+    def Check(self, request, context):
+        return self._optional("Check", request, context)
+
+    def Preview(self, request, context):
+        return self._optional("Preview", request, context)
+
+    def _optional(self, rpc, request, context):
+        if not hasattr(self._impl, rpc.lower()):
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "%s is not offered by this plugin" % rpc)
+        return _method(rpc)(self, request, context)
+
 
 def _method(rpc):
     name = "".join("_" + c.lower() if c.isupper() else c for c in rpc).lstrip("_")
