@@ -77,8 +77,10 @@ HCL
 say "the configuration ($work/config.hcl):"
 sed 's/^/    /' "$work/config.hcl"
 
-say "checking it: host-example validate"
-bin/host-example validate "$work/config.hcl" | sed 's/^/    /'
+say "checking it against the cluster, submitting nothing: host-example validate -check"
+bin/host-example validate -check "$work/config.hcl" | sed 's/^/    /'
+say "the batch script the cpu profile submits (host-example script; the credential is a placeholder):"
+bin/host-example script -config "$work/config.hcl" -profile cpu | sed 's/^/    /'
 
 # DEMO_LINGER keeps the engine up after the work, so that a person can
 # look at its status page; DEMO_LINGER=0 ends the demo at once.
