@@ -61,6 +61,7 @@ func (p *Provisioner) Check(ctx context.Context, req *shared.CheckRequest) (*sha
 	if diags.HasErrors() {
 		return &shared.CheckResponse{Diagnostics: diags}, nil
 	}
+	defer q.stop()
 	defer q.closeSSH(context.WithoutCancel(ctx))
 	c := &check{q: q, cfg: q.settings(), resp: &shared.CheckResponse{Diagnostics: diags}, index: profileIndex(req.Config)}
 	if c.login(ctx) {
@@ -80,6 +81,7 @@ func (p *Provisioner) Preview(ctx context.Context, req *shared.PreviewRequest) (
 	if diags.HasErrors() {
 		return &shared.PreviewResponse{Diagnostics: diags}, nil
 	}
+	defer q.stop()
 	cfg := q.settings()
 	prof, ok := cfg.profile(req.Profile)
 	if !ok {
