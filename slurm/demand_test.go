@@ -161,3 +161,23 @@ func TestWaitingDetailIsSteady(t *testing.T) {
 		t.Errorf("47 s later the answer changed without anything happening:\n  %+v\n  %+v", first, again)
 	}
 }
+
+// TestLogDirMadeOnce: the first submissions of two profiles, made at once,
+// make log_dir with one ssh call between them, not one each: a burst of
+// a thousand first submissions would otherwise be a thousand more calls
+// on the login node, and submissions timed out waiting for a session.
+func TestLogDirMadeOnce(t *testing.T) {
+	h := newHarness(t, "sbatch=ok,squeue=rows,scancel=ok", nil)
+	h.wants.Set(gpuNeed, 3)
+	h.provisionN(t, cpuNeed, 3)
+	h.submitted(t)
+	mkdirs := 0
+	for _, c := range h.fake.callsTo("sh") {
+		if strings.Contains(strings.Join(c.remote(), " "), "mkdir -p") {
+			mkdirs++
+		}
+	}
+	if n := len(h.fake.callsTo("sbatch")); n != 2 || mkdirs != 1 {
+		t.Errorf("%d sbatch calls and %d calls making log_dir; want 2 and 1", n, mkdirs)
+	}
+}

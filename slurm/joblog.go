@@ -63,10 +63,22 @@ mkdir -p -m 700 -- "$d" && cd -- "$d" && pwd -P`
 // that sets its own --output needs none, but one call per process is
 // cheaper than deciding.
 func (p *Provisioner) ensureLogDir(ctx context.Context, cfg *settings) (string, error) {
-	p.mu.Lock()
-	dir := p.logDirAbs
-	p.mu.Unlock()
-	if dir != "" {
+	resolved := func() string {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.logDirAbs
+	}
+	if dir := resolved(); dir != "" {
+		return dir, nil
+	}
+	select {
+	case p.makingLogDir <- struct{}{}:
+		defer func() { <-p.makingLogDir }()
+	case <-ctx.Done():
+		return "", fmt.Errorf("log_dir %s: waiting for it to be made: %w", cfg.logDir(), ctx.Err())
+	}
+	// Made while this call waited for its turn.
+	if dir := resolved(); dir != "" {
 		return dir, nil
 	}
 	stdout, stderr, err := p.call(ctx, nil, "sh", "-c", logDirScript, "sh", cfg.logDir())
@@ -74,7 +86,7 @@ func (p *Provisioner) ensureLogDir(ctx context.Context, cfg *settings) (string, 
 		return "", fmt.Errorf("log_dir %s: cannot create it on the login node: %w", cfg.logDir(), withStderr(err, stderr))
 	}
 	lines := strings.Split(strings.TrimSpace(string(stdout)), "\n")
-	dir = strings.TrimSpace(lines[len(lines)-1])
+	dir := strings.TrimSpace(lines[len(lines)-1])
 	if !path.IsAbs(dir) || !validLogDir(dir) {
 		return "", fmt.Errorf("log_dir %s: the login node gave %q as its path, which cannot be used", cfg.logDir(), truncateTo(dir, 200))
 	}

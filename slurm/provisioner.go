@@ -76,6 +76,10 @@ type Provisioner struct {
 	// conn is the ssh connection to the login node and its session cap
 	// (ssh.go); it has its own lock.
 	conn sshConn
+	// makingLogDir holds one token while log_dir is being made, so that
+	// a burst of first submissions makes it once, not once each; it is
+	// taken with the caller's context, across that one ssh call.
+	makingLogDir chan struct{}
 
 	// mu guards every field below, and the fields of each request from job
 	// on. It is held only to read or change them: never across ssh, a Host
@@ -264,6 +268,8 @@ func New(logger hclog.Logger) *Provisioner {
 		adoptTried:  make(chan struct{}),
 		backoff:     map[string]*backoff{},
 		cancelling:  map[string]*jobRef{},
+
+		makingLogDir: make(chan struct{}, 1),
 	}
 }
 
