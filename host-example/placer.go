@@ -106,9 +106,11 @@ type needState struct {
 	task, worker string
 	served       bool
 	result       Result
-	// asked is the last outcome logged per target, so a pass logs only
-	// what changed and an idle engine's log stays quiet.
-	asked map[string]string
+	// asked is the last outcome per target, as the status page shows
+	// it; logged is the last one logged, so a pass logs only what
+	// changed and an idle engine's log stays quiet.
+	asked  map[string]string
+	logged map[string]loggedOutcome
 	// uncovered is set once "nothing covers this" has been logged.
 	uncovered bool
 	// failover is, per target, the last route around a backing-off
@@ -145,7 +147,7 @@ func (p *Placer) AddWork(n shared.Need, work time.Duration) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	id := "need-" + strconv.Itoa(len(p.needs)+1)
-	p.needs = append(p.needs, &needState{id: id, need: n, work: work, asked: map[string]string{}, failover: map[string]string{},
+	p.needs = append(p.needs, &needState{id: id, need: n, work: work, asked: map[string]string{}, logged: map[string]loggedOutcome{}, failover: map[string]string{},
 		route: map[string]shared.Need{}, tried: map[string]map[string]bool{}, refused: map[string]bool{}})
 	return id
 }
@@ -424,6 +426,7 @@ func (p *Placer) route(ns *needState, targets []targetState) (targetState, bool)
 		for _, t := range covering {
 			if t.down {
 				ns.asked[t.Name] = "down"
+				ns.logged[t.Name] = loggedOutcome{kind: "down", desc: "down"}
 				continue
 			}
 			if !ns.refused[t.Name] {
@@ -572,12 +575,33 @@ func (p *Placer) Close() {
 	p.rounds.Wait()
 }
 
-// noteOutcome records what a target said about a need and logs it if it
-// differs from what it said last time.
+// relogDetail is how often a need is logged again when only a
+// provisioner's free-text detail changed, not its outcome or profile. A
+// detail is the plugin's to word, and one that carries an age or a count
+// changes every pass; the outcome is what an operator follows.
+const relogDetail = time.Minute
+
+// loggedOutcome is what was last logged of a need at a target: its kind
+// (the outcome and profile, desc up to the detail), desc, and when.
+type loggedOutcome struct {
+	kind, desc string
+	at         time.Time
+}
+
+// noteOutcome records what a target said about a need and logs it when
+// it says something new: another outcome or profile at once, an error at
+// once, a new detail of the same outcome at most every relogDetail.
 func (p *Placer) noteOutcome(ns *needState, target, desc string, kv []any) {
+	kind, _, _ := strings.Cut(desc, ": ")
+	now := time.Now()
 	p.mu.Lock()
-	changed := ns.asked[target] != desc
 	ns.asked[target] = desc
+	last := ns.logged[target]
+	changed := desc != last.desc &&
+		(kind != last.kind || strings.HasPrefix(desc, "error: ") || now.Sub(last.at) >= relogDetail)
+	if changed {
+		ns.logged[target] = loggedOutcome{kind: kind, desc: desc, at: now}
+	}
 	p.mu.Unlock()
 	if !changed {
 		return

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -434,5 +435,42 @@ func TestDemandLeavesOutWhatIdleWorkersCover(t *testing.T) {
 	p.Close()
 	if d := prov.LastDemand(); len(d) != 1 || d[0].Count != 1 {
 		t.Errorf("demand %+v; want one machine, the idle worker covering the other need", d)
+	}
+}
+
+// TestPassLogsOutcomesNotTheirWording: a provisioner whose detail changes
+// every pass (an age, a count) while its outcome stays the same is logged
+// once, not once a pass; a change of outcome is logged at once.
+func TestPassLogsOutcomesNotTheirWording(t *testing.T) {
+	t.Parallel()
+	logger, logs := testLogger(t)
+	var mu sync.Mutex
+	pass, outcome := 0, shared.OutcomeOutstanding
+	chatty := &sharedtest.Provisioner{Name: "chatty", ShapeList: []shared.Shape{{Profile: "small", CPUs: 4}},
+		OnProvision: func(r *shared.ProvisionRequest) (*shared.ProvisionResponse, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			pass++
+			resp := &shared.ProvisionResponse{}
+			for range r.Demand {
+				resp.Outcomes = append(resp.Outcomes, shared.DemandOutcome{Outcome: outcome, Profile: "small",
+					Detail: fmt.Sprintf("job 7 was asked for %ds ago", pass)})
+			}
+			return resp, nil
+		}}
+	p := NewPlacer(logger, NewEngine(nil, host.NewSigner(testSecret), nil), []Target{{Name: "chatty", P: chatty, Shapes: chatty.ShapeList}})
+	p.Add(shared.Need{CPUs: 1})
+	for range 10 {
+		p.Pass(context.Background())
+	}
+	if c := strings.Count(logs.String(), "asked for a machine"); c != 1 {
+		t.Errorf("10 passes with the same outcome and a new detail each: %d lines; want 1:\n%s", c, logs)
+	}
+	mu.Lock()
+	outcome = shared.OutcomeCapped
+	mu.Unlock()
+	p.Pass(context.Background())
+	if c := strings.Count(logs.String(), "outcome=capped"); c != 1 {
+		t.Errorf("a new outcome was logged %d times; want 1:\n%s", c, logs)
 	}
 }

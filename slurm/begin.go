@@ -84,13 +84,8 @@ func relativeBegin(v string) (time.Duration, bool) {
 	return time.Duration(n) * unit, true
 }
 
-// beginDelayOf is beginDelay for a profile by name, 0 when it has none or
-// it is not relative.
+// beginDelayOf is the delay of profile's --begin, 0 when it has none or
+// it is not relative; parseConfig worked it out.
 func (s *settings) beginDelayOf(profile string) time.Duration {
-	prof, ok := s.profile(profile)
-	if !ok {
-		return 0
-	}
-	d, _ := beginDelay(prof.Sbatch)
-	return d
+	return s.beginDelays[profile]
 }

@@ -261,6 +261,10 @@ type settings struct {
 	log         hclog.Logger
 	// engineID and epoch tag every job (tag.go); set by Configure.
 	engineID, epoch string
+	// beginDelays is each profile's --begin delay (begin.go), read from
+	// its sbatch lines once here, since Reconcile asks it of every
+	// outstanding request on every call.
+	beginDelays map[string]time.Duration
 }
 
 // host is the login node without its user, for error messages.
@@ -284,6 +288,10 @@ func parseConfig(name string, raw json.RawMessage) (*settings, shared.Diagnostic
 		return nil, diags
 	}
 	sortProfiles(s.Profiles)
+	s.beginDelays = map[string]time.Duration{}
+	for _, pr := range s.Profiles {
+		s.beginDelays[pr.Name], _ = beginDelay(pr.Sbatch)
+	}
 	return s, diags
 }
 
