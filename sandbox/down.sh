@@ -7,6 +7,7 @@
 # 2. stops sshd (and its session processes), slurmd, slurmctld and munged by
 #    the pids in STATE_DIR/pid - never by name - with TERM, up to 15 s each
 #    (a zombie counts as gone), then KILL.
+# 3. unmounts what up.sh bound into a newer Slurm's root (root.sh).
 # --purge also removes STATE_DIR. Without it the state is kept, and up.sh
 # brings the same cluster back (job ids, keys, ports).
 # Idempotent: when already down it exits 0 at once.
@@ -15,6 +16,8 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$HERE/lib.sh"
+# shellcheck source-path=SCRIPTDIR source=root.sh
+. "$HERE/root.sh"
 
 T0="$(sb_now)"
 PURGE=0
@@ -86,8 +89,17 @@ for d in "${daemons[@]}"; do
   sb_stop "$d"
 done
 
+# 3. A newer Slurm's root has /tmp and the job user's home bound into it:
+# unmount them, or removing the state dir would remove those too.
+sb_root_umount "$SB_DIR/root"
+
 if ((PURGE)); then
-  rm -rf -- "$SB_DIR"
+  # rm's --one-file-system does not see a bind mount of the same file
+  # system: nothing may be mounted under the state dir at all.
+  if awk -v r="$(cd "$SB_DIR" && pwd -P)/" 'index($2 "/", r) == 1 { f = 1 } END { exit !f }' /proc/self/mounts; then
+    sb_die "something is still mounted under $SB_DIR; not removing it (see /proc/self/mounts)"
+  fi
+  rm -rf --one-file-system -- "$SB_DIR"
   echo "sandbox $SB_DIR: stopped (${alive[*]:-nothing was running}) and purged in $(sb_elapsed "$T0") s"
 else
   echo "sandbox $SB_DIR: stopped (${alive[*]:-nothing was running}) in $(sb_elapsed "$T0") s; state kept"

@@ -48,6 +48,9 @@ sb_resolve_dir() {
     / | /tmp | /root | /home | /usr | /etc | /var | /run) sb_die "refusing state dir '$d'" ;;
   esac
   SB_DIR="$d"
+  # A sandbox of a newer Slurm (root.sh) runs its own clients: a client of
+  # another release cannot talk to its controller.
+  if [[ -d "$SB_DIR/bin" ]]; then PATH="$SB_DIR/bin:$PATH"; fi
 }
 
 # sb_proc_live PID: true if PID exists and is not a zombie/dead (Z or X).

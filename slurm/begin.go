@@ -1,6 +1,7 @@
 package slurm
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -88,4 +89,42 @@ func relativeBegin(v string) (time.Duration, bool) {
 // it is not relative; parseConfig worked it out.
 func (s *settings) beginDelayOf(profile string) time.Duration {
 	return s.beginDelays[profile]
+}
+
+// deadlineTooSoon says what is wrong with a profile's own --deadline=v
+// that comes before its job could end: a relative deadline shorter than
+// the begin's delay plus the time limit. Slurm 24.11 and later refuse
+// such a job at submission ("Requested time limit is invalid (missing or
+// exceeds some limit)", which names neither option); 22.05 takes it and
+// the job ends DEADLINE without running (testdata/slurm-versions). Either
+// way no machine comes of it, so it is refused here on every version. A
+// wall-clock deadline is the cluster's clock, which validation cannot
+// read; `validate -check` asks the cluster.
+func deadlineTooSoon(lines []string, v string) string {
+	d, relative := relativeBegin(strings.TrimSpace(v))
+	limit, hasLimit := timeLimit(lines)
+	if !relative || !hasLimit {
+		return ""
+	}
+	delay, _ := beginDelay(lines)
+	if d >= delay+limit {
+		return ""
+	}
+	what := "the time limit (" + limit.String() + ")"
+	if delay > 0 {
+		what = "the begin's delay (" + delay.String() + ") plus " + what
+	}
+	return fmt.Sprintf("--deadline=%s is %s after submission, sooner than %s: Slurm 24.11 and later refuse such a job (\"Requested time limit is invalid\"), and 22.05 ends it DEADLINE before it runs. "+
+		"Give a deadline of at least now+%d seconds, shorten --time, or leave --deadline out and the provisioner sets one from provision_timeout.", v, d, what, int64((delay+limit)/time.Second))
+}
+
+// deadlineHint is what to add to Slurm's words when a profile with its
+// own --deadline is refused with "Requested time limit is invalid": on
+// 24.11 and later that is also the answer to a deadline sooner than the
+// time limit, and the words name neither option.
+func deadlineHint(prof Profile, said string) string {
+	if !strings.Contains(strings.ToLower(said), "requested time limit is invalid") || !deadlineOptions.setBy(prof.Sbatch) {
+		return ""
+	}
+	return " (Slurm 24.11 and later say this too of a --deadline sooner than now + --time: check the profile's --deadline against its time limit.)"
 }

@@ -221,8 +221,17 @@ var (
 func (c *check) cluster(ctx context.Context) {
 	stdout, stderr, err := c.q.call(ctx, nil, "scontrol", "show", "config")
 	if err != nil {
-		c.fail([]string{"login"}, "Slurm not reachable from the login node",
-			"scontrol show config failed on %s: %s. The login node must have Slurm's client commands and reach slurmctld.", c.cfg.Login, quoteLines(truncate(firstNonEmpty(string(stderr), err.Error()))))
+		said := truncate(firstNonEmpty(string(stderr), err.Error()))
+		switch {
+		case releaseMismatch(said):
+			c.fail([]string{"login"}, "Slurm client and controller are different releases", "%s.", mismatchDetail(c.cfg.Login, quoteLines(said)))
+		case saidZeroBytes(said):
+			c.fail([]string{"login"}, "Slurm client and controller are different releases",
+				"%s. (A controller that dropped one connection says the same: if `sbatch --version` on the login node matches the cluster, check again.)", mismatchDetail(c.cfg.Login, quoteLines(said)))
+		default:
+			c.fail([]string{"login"}, "Slurm not reachable from the login node",
+				"scontrol show config failed on %s: %s. The login node must have Slurm's client commands and reach slurmctld.", c.cfg.Login, quoteLines(said))
+		}
 		return
 	}
 	if m := slurmVersionRE.FindSubmatch(stdout); m != nil {
@@ -283,7 +292,7 @@ func (c *check) profiles(ctx context.Context) {
 				continue
 			}
 			c.fail(sbatchBlame(prof, path, said), "Slurm refuses profile "+prof.Name,
-				"sbatch --test-only says: %s. Fix the profile's sbatch lines (or the cluster side) and check again.", quoteLines(truncate(said)))
+				"sbatch --test-only says: %s.%s Fix the profile's sbatch lines (or the cluster side) and check again.", quoteLines(truncate(said)), deadlineHint(prof, said))
 			continue
 		}
 		c.fact("profile "+prof.Name, "sbatch --test-only: "+strings.TrimPrefix(lastLine([]byte(said)), "sbatch: "), path...)
@@ -300,6 +309,10 @@ func sbatchBlame(prof Profile, path []string, said string) []string {
 		short byte
 	}{
 		{[]string{"partition"}, "--partition", 'p'},
+		// 24.11+ say this of a --deadline too soon for the time limit
+		// (deadlineHint): a profile with its own --deadline is blamed
+		// there, one without at its --time.
+		{[]string{"requested time limit is invalid"}, "--deadline", 0},
 		{[]string{"time limit", "--time"}, "--time", 't'},
 		{[]string{"gres", "generic resource"}, "--gres", 0},
 		{[]string{"account"}, "--account", 'A'},

@@ -663,6 +663,11 @@ func validateProfile(i string, p Profile, seen map[string]bool) shared.Diagnosti
 								Detail: fmt.Sprintf("--begin=%s is a time on the cluster's clock, so the provisioner cannot tell when its jobs may start: they get no --deadline (a pending job is not dropped by Slurm if the engine is gone), and provision_timeout counts from the request, so a begin later than it is cancelled first. Write it as now+DURATION (now+2hours) to have both counted from the begin.", o.value)})
 						}
 					}
+					if o.is("--deadline", 0) && o.hasValue {
+						if d := deadlineTooSoon(p.Sbatch, o.value); d != "" {
+							add(shared.Errorf(path, "A --deadline before the job can end", "%s", d))
+						}
+					}
 					summary, detail := contradiction(p, o)
 					switch {
 					case summary == "":

@@ -147,6 +147,7 @@ func TestValidation(t *testing.T) {
 		{name: "sbatch -J", edit: setProf(1, "sbatch", []string{"-J x"}), path: "profile.1.sbatch.0", summary: "Reserved sbatch option"},
 		{name: "sbatch -J bundled", edit: setProf(1, "sbatch", []string{"-vJx"}), path: "profile.1.sbatch.0", summary: "Reserved sbatch option"},
 		{name: "sbatch comment", edit: setProf(1, "sbatch", []string{"--comment x"}), path: "profile.1.sbatch.0", summary: "Reserved sbatch option"},
+		{name: "sbatch deadline sooner than the time limit", edit: setProf(1, "sbatch", []string{"--time=10", "--deadline=now+5minutes"}), path: "profile.1.sbatch.1", summary: "A --deadline before the job can end"},
 		{name: "sbatch parsable", edit: setProf(1, "sbatch", []string{"--parsable"}), path: "profile.1.sbatch.0", summary: "Reserved sbatch option"},
 		{name: "sbatch array", edit: setProf(1, "sbatch", []string{"-a 1-4"}), path: "profile.1.sbatch.0", summary: "Reserved sbatch option"},
 		{name: "sbatch wait", edit: setProf(1, "sbatch", []string{"--wait"}), path: "profile.1.sbatch.0", summary: "Reserved sbatch option"},

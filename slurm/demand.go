@@ -550,6 +550,12 @@ func (p *Provisioner) submitOne(ctx context.Context, cfg *settings, host shared.
 		// one. Its comment names the batch: look.
 		found, lerr := p.lookup(ctx, cfg, live[0].tag)
 		switch {
+		case lerr != nil && saidZeroBytes(detail) && (saidZeroBytes(lerr.Error()) || releaseMismatch(lerr.Error())):
+			// Twice the same words from two commands: not a dropped
+			// connection but a client of another release, which
+			// submitted nothing (refusal.go).
+			detail = mismatchDetail(cfg.host(), detail)
+			err = fmt.Errorf("%w: %s", errReleaseMismatch, detail)
 		case lerr != nil:
 			p.outcomeUnknown(cfg, live, detail, lerr)
 			return true
@@ -659,6 +665,10 @@ func (p *Provisioner) ask(ctx context.Context, cfg *settings, host shared.Host, 
 	}
 	if err != nil {
 		said := firstNonEmpty(string(stderr), string(stdout), err.Error())
+		if releaseMismatch(said) {
+			said = mismatchDetail(cfg.host(), said)
+		}
+		said += deadlineHint(prof, said)
 		return "", failure(err, said, answerLost(err, stderr), redact)
 	}
 	job, err := parseJobID(string(stdout))

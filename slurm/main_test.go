@@ -120,6 +120,21 @@ func fakeSSH(spec, dir string, args []string) int {
 		fmt.Fprintln(os.Stderr, "sbatch: error: invalid partition specified: nope")
 		fmt.Fprintln(os.Stderr, "sbatch: error: Batch job submission failed: Invalid partition name specified")
 		return 1
+	case "sbatch=newclient", "squeue=newclient", "sbatch=oldclient", "squeue=oldclient":
+		// A login node whose Slurm client is another release than the
+		// controller, in the words each real pair printed
+		// (testdata/slurm-versions/mismatch).
+		file := "24.11-client-22.05-controller.txt"
+		if behaviour == "oldclient" {
+			file = "22.05-client-24.11-controller.txt"
+		}
+		sbatchSaid, squeueSaid := mismatchFixture(file)
+		if remote[0] == "sbatch" {
+			fmt.Fprint(os.Stderr, sbatchSaid)
+		} else {
+			fmt.Fprint(os.Stderr, squeueSaid)
+		}
+		return 1
 	case "sbatch=busy":
 		// Weather: the same exit code as a refusal, other words.
 		fmt.Fprintln(os.Stderr, "sbatch: error: Batch job submission failed: Resource temporarily unavailable")

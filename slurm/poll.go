@@ -366,14 +366,32 @@ func (p *Provisioner) pollOnce(ctx context.Context) {
 // controller that does not answer says nothing about its jobs. An outage
 // is logged once, when it begins.
 func (p *Provisioner) queueUnreadable(cfg *settings, err error) {
+	msg := err.Error()
 	p.mu.Lock()
 	first := !p.queueDown
 	p.queueDown = true
-	p.lastErr = truncate("reading the queue: " + err.Error())
-	p.mu.Unlock()
-	if first {
-		cfg.log.Warn("cannot read the queue; keeping every request as it is until it can", "error", err)
+	if saidZeroBytes(msg) {
+		p.queueZeroBytes++
 	} else {
+		p.queueZeroBytes = 0
+	}
+	// A client of another release fails every poll the same way; say what
+	// it is once it is clear, and loudly, since waiting will not fix it.
+	mismatch := releaseMismatch(msg) || p.queueZeroBytes > 1
+	told := mismatch && !p.queueMismatchTold
+	p.queueMismatchTold = p.queueMismatchTold || mismatch
+	if mismatch {
+		p.lastErr = truncate("reading the queue: " + mismatchDetail(cfg.host(), msg))
+	} else {
+		p.lastErr = truncate("reading the queue: " + msg)
+	}
+	p.mu.Unlock()
+	switch {
+	case told:
+		cfg.log.Error("cannot read the queue: the login node's Slurm client is another release than the controller", "login", cfg.host(), "error", err)
+	case first:
+		cfg.log.Warn("cannot read the queue; keeping every request as it is until it can", "error", err)
+	default:
 		cfg.log.Debug("still cannot read the queue", "error", err)
 	}
 }
@@ -382,6 +400,8 @@ func (p *Provisioner) queueReadable(cfg *settings) {
 	p.mu.Lock()
 	was := p.queueDown
 	p.queueDown = false
+	p.queueZeroBytes = 0
+	p.queueMismatchTold = false
 	p.mu.Unlock()
 	if was {
 		cfg.log.Debug("the queue can be read again")
@@ -451,7 +471,7 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 		if p.outstanding[r.worker] != r || r.job != w.job {
 			continue
 		}
-		row, listed := byID[r.job]
+		row, listed := rowOf(byID, r.job, cfg.comment(r.tag))
 		if r.phase == phaseAnswerLost {
 			if row, listed = taskRow(byComment[cfg.comment(r.tag)], r.task); !listed {
 				forget(r, fmt.Sprintf("the answer to worker %s's sbatch was lost, and the queue has no job for it: it was not submitted", r.worker), false)
@@ -542,15 +562,49 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 	p.cancelJobs(p.life, cfg, host, cancels, "cancelled a job that can never start")
 }
 
-// taskRow is the row among rows (the rows of one comment) for array task
-// task, or for the job itself when task is -1.
-func taskRow(rows []jobRow, task int) (jobRow, bool) {
-	for _, row := range rows {
-		if _, t := splitTask(row.id); t == task {
-			return row, true
-		}
+// rowOf is job's row among byID: its own, or, for an array task that has
+// none, its array's bare id when that row carries the task's comment.
+// Slurm prints the bare id for a pending record cancelled while it still
+// held several tasks, and 26.05 does it for a pending task cancelled
+// alone too ("J CANCELLED" where 22.05 and 24.11 print "J_0 CANCELLED";
+// testdata/slurm-versions): the row then stands for every task it held,
+// and its state is theirs.
+func rowOf(byID map[string]jobRow, job, comment string) (jobRow, bool) {
+	if row, ok := byID[job]; ok {
+		return row, true
+	}
+	array, task := splitTask(job)
+	if task < 0 {
+		return jobRow{}, false
+	}
+	if row, ok := byID[array]; ok && row.comment == comment {
+		return row, true
 	}
 	return jobRow{}, false
+}
+
+// taskRow is the row among rows (the rows of one comment) for array task
+// task, or for the job itself when task is -1.
+//
+// An array task with no row of its own is stood for by its array's bare
+// row, as in rowOf; the row returned then carries the task's own id, so
+// that nothing later takes the whole array for the task.
+func taskRow(rows []jobRow, task int) (jobRow, bool) {
+	var bare jobRow
+	hasBare := false
+	for _, row := range rows {
+		_, t := splitTask(row.id)
+		if t == task {
+			return row, true
+		}
+		if t < 0 && task >= 0 && !hasBare {
+			bare, hasBare = row, true
+		}
+	}
+	if hasBare {
+		bare.id += "_" + strconv.Itoa(task)
+	}
+	return bare, hasBare
 }
 
 // adoptAtStart is Configure's adoption: one squeue for the jobs still

@@ -124,6 +124,13 @@ type Provisioner struct {
 	// queueDown is set while reading the queue fails, so that an outage
 	// is logged once.
 	queueDown bool
+	// queueZeroBytes counts the polls in a row whose squeue got "Zero
+	// Bytes were transmitted or received": more than one is a client of
+	// another release, not a dropped connection (refusal.go).
+	queueZeroBytes int
+	// queueMismatchTold is set once that has been logged, until the
+	// queue can be read again.
+	queueMismatchTold bool
 	// cancelling holds, by job id, the jobs this provisioner has decided
 	// to cancel and Slurm has not yet confirmed gone: a scancel that
 	// failed (controller down, a timeout) loses nothing. Each poll cycle

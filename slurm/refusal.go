@@ -3,6 +3,7 @@ package slurm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"strings"
 	"time"
@@ -70,6 +71,9 @@ var verdicts = []string{
 	"not permitted to use this partition",           // User's group not permitted to use this partition
 	"node count specification invalid",              //
 	"mkdir: cannot create directory",                // log_dir where the login user may not write
+	"invalid protocol version",                      // a client older than the controller (releaseMismatch)
+	"incompatible versions of client and server code",
+	"insane message length",
 }
 
 // weather are phrases that say a refusal is passing even when a verdict's
@@ -110,6 +114,9 @@ func refusedForGood(said string) bool {
 // for everything else (ssh, a timeout, a lost answer, a credential the
 // engine did not mint, a refusal that may pass).
 func submitFailureClass(err error, said string) shared.FailureClass {
+	if errors.Is(err, errReleaseMismatch) {
+		return shared.FailureMisconfigured
+	}
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || errors.Is(err, context.DeadlineExceeded) {
 		return shared.FailureTransient
@@ -124,4 +131,66 @@ func submitFailureClass(err error, said string) shared.FailureClass {
 		return shared.FailureMisconfigured
 	}
 	return shared.FailureTransient
+}
+
+// A login node whose Slurm client is another release than the controller
+// cannot submit or read anything, and says so in words that depend on
+// which side is newer (measured with 22.05, 24.11 and 26.05):
+//
+//   - an older client: "Invalid Protocol Version 10752 ... Incompatible
+//     versions of client and server code", or "Insane message length";
+//   - a newer client: "Zero Bytes were transmitted or received", which is
+//     also what a controller that drops a connection once says.
+//
+// The first kind is a verdict at once. The second is read as weather (the
+// answer may have been lost) until the look for the job that follows it
+// gets the same words: a dropped connection does not drop every one
+// after it, a client of another release does. Either way the operator
+// reads that the login node's client is the wrong release, not that the
+// controller is slow.
+
+// errReleaseMismatch marks a submission that failed because the login
+// node's client cannot talk to the controller at all.
+var errReleaseMismatch = errors.New("the login node's Slurm client is another release than slurmctld")
+
+// mismatchWords are the words only a client of another release prints.
+var mismatchWords = []string{
+	"invalid protocol version",
+	"incompatible versions of client and server code",
+	"insane message length",
+}
+
+// zeroBytes is the newer client's word, ambiguous on its own.
+const zeroBytes = "zero bytes were transmitted or received"
+
+// releaseMismatch reports whether said can only come from a client of
+// another release than the controller.
+func releaseMismatch(said string) bool {
+	s := strings.ToLower(said)
+	for _, w := range mismatchWords {
+		if strings.Contains(s, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// saidZeroBytes reports whether said has the newer client's word.
+func saidZeroBytes(said string) bool {
+	return strings.Contains(strings.ToLower(said), zeroBytes)
+}
+
+// mismatchDetail is what an operator reads for a client of the wrong
+// release: what Slurm said, what it means and what to do.
+// Of what Slurm said, only the line with the telling words is quoted:
+// an older client prints four lines, the first of them misleading.
+func mismatchDetail(host, said string) string {
+	for _, l := range strings.Split(said, "\n") {
+		if releaseMismatch(l) || saidZeroBytes(l) {
+			said = l
+			break
+		}
+	}
+	return fmt.Sprintf("the Slurm client on %s cannot talk to the controller (%s): the login node's sbatch and squeue are another Slurm release than slurmctld, and Slurm's client and controller must be the same release. "+
+		"Compare `sbatch --version` on the login node with the cluster's Slurm, and point login at a node whose client matches", host, strings.TrimSpace(said))
 }

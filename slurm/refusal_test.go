@@ -1,8 +1,6 @@
 package slurm
 
 import (
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -65,11 +63,10 @@ func TestRefusalsFromSlurm(t *testing.T) {
 		{"--reservation=nope"},
 		{"--begin=now+1hour", "--deadline=now+600seconds"},
 	} {
-		cmd := exec.Command("sbatch", append([]string{"--test-only", "--partition=" + env.Partition, "--time=5"}, args...)...)
+		cmd := env.Command("sbatch", append([]string{"--test-only", "--partition=" + env.Partition, "--time=5"}, args...)...)
 		if args[0] == "--partition=nope" {
 			cmd.Args = append([]string{"sbatch", "--test-only", "--time=5"}, args...)
 		}
-		cmd.Env = append(os.Environ(), "SLURM_CONF="+env.SlurmConf)
 		cmd.Stdin = strings.NewReader("#!/bin/bash\ntrue\n")
 		out, err := cmd.CombinedOutput()
 		if err == nil {

@@ -2,8 +2,6 @@ package slurm
 
 import (
 	"encoding/json"
-	"os"
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -46,8 +44,7 @@ func TestSbatchReadsWhatValidationReads(t *testing.T) {
 		}
 
 		script := "#!/bin/sh\n#SBATCH " + line + "\ntrue\n"
-		cmd := exec.Command("sbatch", "--parsable", "--hold", "--output=/dev/null")
-		cmd.Env = append(os.Environ(), "SLURM_CONF="+env.SlurmConf)
+		cmd := env.Command("sbatch", "--parsable", "--hold", "--output=/dev/null")
 		cmd.Stdin = strings.NewReader(script)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
@@ -89,8 +86,7 @@ func TestSbatchReadsWhatValidationReads(t *testing.T) {
 // submitHeld submits script held and returns what scontrol shows of it.
 func submitHeld(t *testing.T, env sandboxtest.Env, script string) string {
 	t.Helper()
-	cmd := exec.Command("sbatch", "--parsable", "--hold", "--output=/dev/null", "--partition="+env.Partition)
-	cmd.Env = append(os.Environ(), "SLURM_CONF="+env.SlurmConf)
+	cmd := env.Command("sbatch", "--parsable", "--hold", "--output=/dev/null", "--partition="+env.Partition)
 	cmd.Stdin = strings.NewReader(script)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -107,8 +103,7 @@ func submitHeld(t *testing.T, env sandboxtest.Env, script string) string {
 }
 
 func slurmCmd(env sandboxtest.Env, name string, args ...string) (string, error) {
-	cmd := exec.Command(name, args...)
-	cmd.Env = append(os.Environ(), "SLURM_CONF="+env.SlurmConf)
+	cmd := env.Command(name, args...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,6 +75,9 @@ func Private(t testing.TB, name string) Env {
 	ports := freePorts(t, 3)
 	env := cleanEnv()
 	env = append(env,
+		// The same Slurm as the shared sandbox: tests run on the
+		// version CI asked for.
+		"SANDBOX_SLURM="+Suite(),
 		"SANDBOX_SSH_PORT="+strconv.Itoa(ports[0]),
 		"SANDBOX_CTLD_PORT="+strconv.Itoa(ports[1]),
 		"SANDBOX_SLURMD_PORT="+strconv.Itoa(ports[2]),
@@ -201,9 +205,14 @@ func sandboxScript(script string, env []string, args ...string) ([]byte, error) 
 func cleanEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
+		k, v, _ := strings.Cut(kv, "=")
 		if strings.HasPrefix(k, "SANDBOX_") || k == "SLURM_CONF" {
 			continue
+		}
+		if k == "PATH" && os.Getenv("SANDBOX_BIN") != "" {
+			// The shared sandbox's client wrappers are its own.
+			parts := strings.Split(v, ":")
+			kv = "PATH=" + strings.Join(slices.DeleteFunc(parts, func(p string) bool { return p == os.Getenv("SANDBOX_BIN") }), ":")
 		}
 		env = append(env, kv)
 	}
@@ -262,6 +271,8 @@ func readEnvSh(t testing.TB, path string) Env {
 		SSHConfig:  vars["SANDBOX_SSH_CONFIG"],
 		Partition:  vars["SANDBOX_PARTITION"],
 		SlurmConf:  vars["SLURM_CONF"],
+		Bin:        vars["SANDBOX_BIN"],
+		Version:    vars["SANDBOX_SLURM_VERSION"],
 	}
 	fmt.Sscan(vars["SANDBOX_SSH_PORT"], &e.Port)
 	fmt.Sscan(vars["SANDBOX_CPUS"], &e.CPUs)

@@ -34,6 +34,40 @@ type Env struct {
 	// Nodes is how many nodes the partition has (SANDBOX_NODES); a
 	// sandbox from before it was a setting has one.
 	Nodes int
+	// Bin holds the sandbox's own Slurm client commands when it runs a
+	// newer Slurm from its root (SANDBOX_SLURM=trixie or sid); empty for
+	// the machine's own. A client must be the controller's release.
+	Bin string
+	// Version is the Slurm release the sandbox runs, such as 24.11.5.
+	Version string
+}
+
+// Suite is the Debian suite whose Slurm the sandbox runs (SANDBOX_SLURM):
+// bookworm, trixie or sid.
+func Suite() string {
+	if s := os.Getenv("SANDBOX_SLURM"); s != "" {
+		return s
+	}
+	return "bookworm"
+}
+
+// Command is a Slurm client command against this sandbox's controller,
+// run locally as root: the sandbox's own client (Bin) when it has one,
+// with SLURM_CONF set.
+func (e Env) Command(name string, args ...string) *exec.Cmd {
+	if e.Bin != "" {
+		if p := filepath.Join(e.Bin, name); fileExists(p) {
+			name = p
+		}
+	}
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), "SLURM_CONF="+e.SlurmConf)
+	return cmd
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // Require returns the sandbox, or skips (fails in CI) when there is none.
@@ -60,6 +94,8 @@ func Require(t testing.TB) Env {
 	fmt.Sscan(os.Getenv("SANDBOX_GPUS"), &e.GPUs)
 	e.Nodes = 1
 	fmt.Sscan(os.Getenv("SANDBOX_NODES"), &e.Nodes)
+	e.Bin = os.Getenv("SANDBOX_BIN")
+	e.Version = os.Getenv("SANDBOX_SLURM_VERSION")
 	return e
 }
 
@@ -68,9 +104,7 @@ func Require(t testing.TB) Env {
 // the queue without going through the code under test.
 func (e Env) Slurm(t testing.TB, name string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(name, args...)
-	cmd.Env = append(os.Environ(), "SLURM_CONF="+e.SlurmConf)
-	out, err := cmd.CombinedOutput()
+	out, err := e.Command(name, args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
