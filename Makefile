@@ -5,8 +5,12 @@ SHELL := /bin/bash
 GO          ?= go
 BIN         := $(CURDIR)/bin
 TOOLS       := $(BIN)/tools
-SANDBOX_DIR ?= /tmp/pvsb
-export SANDBOX_DIR
+# Which Debian's Slurm the sandbox runs: bookworm (22.05, this machine's
+# own), trixie (24.11) or sid (26.05); see sandbox/root.sh. Each has its
+# own state dir and ports by default, so they can be up side by side.
+SANDBOX_SLURM ?= bookworm
+SANDBOX_DIR ?= $(if $(filter bookworm,$(SANDBOX_SLURM)),/tmp/pvsb,/tmp/pvsb-$(SANDBOX_SLURM))
+export SANDBOX_DIR SANDBOX_SLURM
 # Binaries say which commit they were built from (--version). The Go
 # toolchain stamps that only where git can read the checkout, and a
 # machine's GOFLAGS may turn it off; ask for it explicitly when it works.
@@ -27,7 +31,7 @@ help: ## list the targets and the variables they use, with their values now
 		'{d=$$2; gsub(/\$$\(SANDBOX_DIR\)/, sb, d); gsub(/\$$\(FUZZTIME\)/, ft, d); printf "  %-19s %s\n", $$1, d}'
 	@printf '\nvariables (set as make VAR=value):\n'
 	@printf '  %-19s %s\n' 'GO' '$(GO) ($(shell $(GO) env GOVERSION 2>/dev/null || echo "not found"))' \
-		'SANDBOX_DIR' '$(SANDBOX_DIR)' 'FUZZTIME' '$(FUZZTIME)' 'BUILDVCS' '$(BUILDVCS)'
+		'SANDBOX_SLURM' '$(SANDBOX_SLURM)' 'SANDBOX_DIR' '$(SANDBOX_DIR)' 'FUZZTIME' '$(FUZZTIME)' 'BUILDVCS' '$(BUILDVCS)'
 	@printf '  the sandbox'"'"'s own (SANDBOX_SSH_PORT and others) are listed in README.md, "The sandbox"\n'
 
 .PHONY: build
@@ -126,6 +130,26 @@ sandbox-down: ## stop the sandbox in $(SANDBOX_DIR) and delete its state
 .PHONY: test
 test: build lint fuzz ## lint, a short fuzz, then every test with -race, with the sandbox up when possible
 	@bash sandbox/with-sandbox.sh $(SANDBOX_DIR) -- $(GO) test -race -count=1 -timeout 20m ./...
+
+# The tests that talk to Slurm, run again on each newer Slurm: the
+# plugin's integration, refusal, reliability and version tests, the
+# engine's runs (a need, a burst, multi-node, the relay), its preflight
+# and its reliability, and the demo. Unit tests do not change with the
+# Slurm a sandbox runs, and run once, in make test.
+SLURM_TESTS_PLUGIN := Integration|Refus|Reliability|SSHSandbox|SbatchReads|BareArray|Deadline|ReleaseMismatch
+SLURM_TESTS_ENGINE := TestE2ERunServesNeeds|TestE2EBurstOneSubmission|TestE2EMultiNode|TestE2ERelay$$|TestE2ERelayRecovers|TestValidateCheck|TestScriptCommand|TestReliability|TestE2ESigtermCancelsJobs
+.PHONY: test-slurm
+test-slurm: build ## the Slurm-facing tests and the demo against SANDBOX_SLURM's sandbox (no -race)
+	@bash sandbox/with-sandbox.sh $(SANDBOX_DIR) -- bash -c 'set -e; t0=$$SECONDS; \
+		echo "==> Slurm-facing tests on Slurm $${SANDBOX_SLURM_VERSION:-?} ($(SANDBOX_SLURM))"; \
+		$(GO) test -count=1 -timeout 30m -run "$(SLURM_TESTS_PLUGIN)" ./slurm/; \
+		$(GO) test -count=1 -timeout 30m -run "$(SLURM_TESTS_ENGINE)" ./host-example/; \
+		DEMO_LINGER=0 bash sandbox/demo.sh; \
+		echo "==> Slurm $${SANDBOX_SLURM_VERSION:-?} ($(SANDBOX_SLURM)): passed in $$((SECONDS - t0)) s"'
+
+.PHONY: test-versions
+test-versions: ## test-slurm on Slurm 24.11 (trixie) and 26.05 (sid), one after the other
+	@for s in trixie sid; do $(MAKE) --no-print-directory test-slurm SANDBOX_SLURM=$$s SANDBOX_DIR=/tmp/pvsb-$$s || exit 1; done
 
 # Each fuzz target runs briefly on every `make test`, from its committed
 # seeds; run one for longer with e.g. FUZZTIME=10m make fuzz.

@@ -9,7 +9,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
-dir="${SANDBOX_DIR:-/tmp/pvsb}"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. sandbox/lib.sh
+sb_resolve_dir "${SANDBOX_DIR:-}"
+sb_check_suite
+dir="$SB_DIR"
 
 say() { printf '\n==> %s\n' "$*"; }
 die() { printf 'demo: %s\n' "$*" >&2; exit 1; }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # down.sh [STATE_DIR] [--purge] - stop the sandbox started by up.sh.
 #
-# STATE_DIR: first non-option argument, else $SANDBOX_DIR, else /tmp/pvsb.
+# STATE_DIR: first non-option argument, else $SANDBOX_DIR, else /tmp/pvsb
+# (/tmp/pvsb-SUITE for SANDBOX_SLURM=SUITE).
 # 1. cancels every job (stopping slurmd would leave running jobs' slurmstepd
 #    alive) and waits up to 20 s for the queue to empty;
 # 2. stops sshd (and its session processes), slurmd, slurmctld and munged by

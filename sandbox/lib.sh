@@ -32,11 +32,33 @@ sb_elapsed() { # START -> "1.23"
   awk -v s="$1" -v e="$(sb_now)" 'BEGIN { printf "%.2f", e - s }'
 }
 
+# sb_default_dir: /tmp/pvsb for this machine's own Slurm, /tmp/pvsb-SUITE
+# for SANDBOX_SLURM=trixie or sid, so that sandboxes of different Slurm
+# releases never share a state dir (a controller's state does not move
+# between releases) and can be up side by side.
+sb_default_dir() {
+  case "${SANDBOX_SLURM:-bookworm}" in
+    bookworm) printf '/tmp/pvsb\n' ;;
+    *) printf '/tmp/pvsb-%s\n' "$SANDBOX_SLURM" ;;
+  esac
+}
+
+# sb_check_suite: fail when SANDBOX_SLURM asks for another Slurm than the
+# sandbox in SB_DIR runs, rather than test one release believing it is
+# another.
+sb_check_suite() {
+  local want="${SANDBOX_SLURM:-}" have=""
+  [[ -n "$want" && -r "$SB_DIR/settings" ]] || return 0
+  have="$(sed -n 's/^SANDBOX_SLURM=//p' "$SB_DIR/settings")"
+  [[ -z "$have" || "$have" == "$want" ]] && return 0
+  sb_die "SANDBOX_SLURM=$want, but the sandbox in $SB_DIR runs SANDBOX_SLURM=$have; unset SANDBOX_DIR (each Slurm has its own default), or take that one down (bash sandbox/down.sh $SB_DIR --purge)"
+}
+
 # sb_resolve_dir [DIR] -> sets SB_DIR (absolute, no trailing slash).
-# Order: argument, $SANDBOX_DIR, /tmp/pvsb. Refuses characters that would
-# break ssh_config (%, spaces), slurm.conf or the heredoc templates.
+# Order: argument, $SANDBOX_DIR, sb_default_dir. Refuses characters that
+# would break ssh_config (%, spaces), slurm.conf or the heredoc templates.
 sb_resolve_dir() {
-  local d="${1:-${SANDBOX_DIR:-/tmp/pvsb}}"
+  local d="${1:-${SANDBOX_DIR:-$(sb_default_dir)}}"
   case "$d" in
     *[[:space:]]*) sb_die "state dir '$d' contains whitespace; choose a path without spaces" ;;
   esac

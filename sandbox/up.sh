@@ -3,12 +3,14 @@
 # SANDBOX_NODES slurmd daemons, each a node of its own) with an sshd "login
 # node" on 127.0.0.1, for tests and demos. Run as root.
 #
-# STATE_DIR: first argument, else $SANDBOX_DIR, else /tmp/pvsb. Everything
+# STATE_DIR: first argument, else $SANDBOX_DIR, else /tmp/pvsb (for
+# SANDBOX_SLURM=trixie or sid, /tmp/pvsb-trixie or /tmp/pvsb-sid). Everything
 # lives there. Keep it short: ssh ControlPath sockets made under it must stay
 # below 108 bytes.
 #
 # Settings (environment; remembered in STATE_DIR/settings for later runs):
 #   SANDBOX_SSH_PORT=2222 SANDBOX_CTLD_PORT=6817 SANDBOX_SLURMD_PORT=6818
+#   (100 more each for trixie, 200 more for sid)
 #   SANDBOX_NODE=$(hostname -s) SANDBOX_CPUS=50 SANDBOX_MEM_MB=16000
 #   SANDBOX_GPUS=2 (fake: /dev/null symlinks, on the first node only)
 #   SANDBOX_NODES=2 (nodes NODE, NODE2, ...; node i's slurmd listens on
@@ -74,8 +76,15 @@ SSH_CONFIG="$SSHD/ssh_config"
 
 # ---------------------------------------------------------------- settings
 # Precedence: environment > STATE_DIR/settings > default.
+# Each Slurm's ports are 100 apart by default, so the three can be up at
+# once (trixie 2322/6917/6918, sid 2422/7017/7018).
+case "${SANDBOX_SLURM:-$(sed -n 's/^SANDBOX_SLURM=//p' "$SB_DIR/settings" 2>/dev/null)}" in
+  trixie) PORT_OFFSET=100 ;;
+  sid) PORT_OFFSET=200 ;;
+  *) PORT_OFFSET=0 ;;
+esac
 declare -A SET=(
-  [SANDBOX_SSH_PORT]=2222 [SANDBOX_CTLD_PORT]=6817 [SANDBOX_SLURMD_PORT]=6818
+  [SANDBOX_SSH_PORT]=$((2222 + PORT_OFFSET)) [SANDBOX_CTLD_PORT]=$((6817 + PORT_OFFSET)) [SANDBOX_SLURMD_PORT]=$((6818 + PORT_OFFSET))
   [SANDBOX_NODE]="$(hostname -s)" [SANDBOX_CPUS]=50 [SANDBOX_MEM_MB]=16000 [SANDBOX_GPUS]=2
   [SANDBOX_NODES]=2 [SANDBOX_SLURM]=bookworm
 )

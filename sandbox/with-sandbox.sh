@@ -11,6 +11,10 @@ dir="${1:?usage: with-sandbox.sh STATE_DIR -- COMMAND...}"
 shift
 [[ "${1:-}" == "--" ]] && shift
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$here/lib.sh"
+sb_resolve_dir "$dir"
+sb_check_suite
 
 started=0
 if bash "$here/status.sh" "$dir" >/dev/null 2>&1; then
