@@ -231,3 +231,34 @@ func TestOlderClientIsMisconfiguredLogin(t *testing.T) {
 		t.Errorf("Notes = %q", st.Notes)
 	}
 }
+
+// TestExplainReadsStdOutOnEveryVersion: the failure explanation finds a
+// job's output file from `scontrol show job` as each version prints it
+// (26.05 leaves StdErr= empty when stderr goes to stdout; StdOut is what
+// is read). The script runs in a real sh, with scontrol printing the
+// recorded answer.
+func TestExplainReadsStdOutOnEveryVersion(t *testing.T) {
+	for _, dir := range versionDirs(t) {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			show, err := filepath.Abs(filepath.Join(dir, "scontrol-show-job.txt"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			bin := t.TempDir()
+			if err := os.WriteFile(filepath.Join(bin, "scontrol"), []byte("#!/bin/sh\ncat "+show+"\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command("sh", "-c", explainScript, "sh", "9", "")
+			cmd.Env = append(os.Environ(), "PATH="+bin+":/usr/bin:/bin")
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, after, ok := strings.Cut(string(out), "--- fluksio: output\n")
+			file, _, _ := strings.Cut(after, "\n")
+			if !ok || !strings.HasPrefix(file, "/home/slurmuser/slurm-") || !strings.HasSuffix(file, "_1.out") {
+				t.Errorf("output file %q; want the job's StdOut", file)
+			}
+		})
+	}
+}
