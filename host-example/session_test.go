@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"io"
+	"log"
 	"net/http"
 	"strings"
 	"sync"
@@ -183,5 +186,59 @@ func TestOnePollAtATime(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the first poll never got the task")
+	}
+}
+
+// TestWorkerWaitsOutAnOpenPoll: the worker's side of one poll at a time.
+// A poll of its session still open on the engine's side (its answer was
+// lost, or the worker gave up on it first) makes the next one 409
+// poll_open; the worker waits for it to end and polls again, rather than
+// attaching again (which would be refused: it is attached) and exiting.
+func TestWorkerWaitsOutAnOpenPoll(t *testing.T) {
+	t.Parallel()
+	e, srv, signer, _ := serveEngine(t, 400*time.Millisecond)
+	token := sign(t, signer, "w", time.Hour)
+	provisioned(e, "w", "")
+	stderr := &lockedBuffer{}
+	cfg, err := parseWorkerArgs([]string{"--url", srv.URL, "--cpus", "1", "--gpus", "0", "--max-idle", "600"},
+		envMap(map[string]string{tokenEnv: token}), io.Discard, stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.retryFirst = 20 * time.Millisecond
+	w := &workerClient{cfg: cfg, log: log.New(stderr, "worker: ", 0), http: srv.Client()}
+	ctx := context.Background()
+	if err := w.attach(ctx); err != nil || w.session == "" {
+		t.Fatalf("attach: %v, session %q", err, w.session)
+	}
+
+	// The poll left open: the engine holds it for its PollWait.
+	left := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest("GET", srv.URL+"/v1/work", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set(sessionHeader, w.session)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			left <- 0
+			return
+		}
+		resp.Body.Close()
+		left <- resp.StatusCode
+	}()
+	waitFor(t, "the earlier poll to be open", func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.workers["w"] != nil && e.workers["w"].polling == 1
+	})
+	task, err := w.poll(ctx, time.Second)
+	if err != nil || task != nil {
+		t.Errorf("the worker's poll behind an open one: %v, %v; want none and no error", task, err)
+	}
+	if code := <-left; code != http.StatusNoContent {
+		t.Errorf("the earlier poll: %d; want 204 when its wait ran out", code)
+	}
+	if got := e.Attached(); len(got) != 1 {
+		t.Errorf("attached = %q; want the worker still", got)
 	}
 }
