@@ -177,19 +177,21 @@ func (p *Provisioner) explain(ctx context.Context, prof Profile, job string, sec
 	if file = strings.TrimSpace(file); file != "" {
 		parts = append(parts, "output "+file)
 	}
-	if len(tail) >= tailBytes {
-		// tail -c cut the first line anywhere, perhaps inside a
-		// credential, whose rest no pattern would know: it goes.
-		if _, after, found := strings.Cut(tail, "\n"); found {
-			tail = after
-		} else {
-			tail = ""
-		}
-	}
-	if last := lastLines(redactSecrets(tail, secrets), tailLines); last != "" {
+	if last := quoteTail(tail, secrets); last != "" {
 		parts = append(parts, "its last lines: "+last)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// quoteTail is what explain quotes of the last tailBytes of a job's
+// output: its last lines, redacted of secrets and credentials. A tail of
+// tailBytes was cut by tail -c, anywhere in its first line, perhaps
+// inside a credential whose rest no pattern would know: that line goes.
+func quoteTail(tail string, secrets []string) string {
+	if len(tail) >= tailBytes {
+		_, tail, _ = strings.Cut(tail, "\n")
+	}
+	return lastLines(redactSecrets(tail, secrets), tailLines)
 }
 
 // field is the value of key (such as "ExitCode=") in scontrol's output.

@@ -40,3 +40,21 @@ func TestRedactSecrets(t *testing.T) {
 		}
 	}
 }
+
+// TestQuoteTailDropsACutLine: tail -c 2048 may begin inside a credential,
+// whose last bytes match no pattern; a full tail's first line is left
+// out, a shorter one (the whole file) is quoted from its start.
+func TestQuoteTailDropsACutLine(t *testing.T) {
+	cut := "Xk3_9fQ2-LmZ8pR4tYw1" // the end of a signature, cut by tail -c
+	rest := "\n+ exec fluksio-worker --url http://e:1\nfluksio-worker: cannot start\n"
+	full := cut + strings.Repeat("y", tailBytes-len(cut)-len(rest)) + rest
+	if len(full) != tailBytes {
+		t.Fatalf("the test's tail is %d bytes", len(full))
+	}
+	if got := quoteTail(full, nil); strings.Contains(got, cut) || !strings.HasPrefix(got, "+ exec fluksio-worker") {
+		t.Errorf("a full tail quoted as %q; want its cut first line left out", got)
+	}
+	if got := quoteTail(cut+rest, nil); !strings.HasPrefix(got, cut) {
+		t.Errorf("a whole file quoted as %q; want it from its first line", got)
+	}
+}
