@@ -224,15 +224,24 @@ func TestListenerConnectionCap(t *testing.T) {
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
 	token := sign(t, signer, "hpc-cpu-1", time.Hour)
 	provisioned(e, "hpc-cpu-1", "77")
+	var session string
 	req := func(method, path, body string) int {
 		r, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
 		r.Header.Set("Authorization", "Bearer "+token)
+		if session != "" {
+			r.Header.Set(sessionHeader, session)
+		}
 		resp, err := client.Do(r)
 		if err != nil {
 			t.Fatalf("%s %s during the flood: %v", method, path, err)
 		}
+		defer resp.Body.Close()
+		if path == "/v1/attach" && resp.StatusCode == http.StatusOK {
+			var a attachResponse
+			json.NewDecoder(resp.Body).Decode(&a)
+			session = a.Session
+		}
 		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
 		return resp.StatusCode
 	}
 	if code := req("POST", "/v1/attach", attachBody); code != http.StatusOK {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -192,6 +193,10 @@ type workerState struct {
 	delivered bool
 	// wake holds at most one pending signal that task was set.
 	wake chan struct{}
+	// session is the digest of the session secret its attach was
+	// answered with (session.go): work, result and detach must carry
+	// the secret.
+	session [sha256.Size]byte
 }
 
 // NewEngine returns an Engine that trusts credentials signer verifies.
@@ -575,6 +580,9 @@ type attachRequest struct {
 
 type attachResponse struct {
 	Worker string `json:"worker"`
+	// Session is the secret work, result and detach must carry in the
+	// Fluksio-Session header (session.go).
+	Session string `json:"session"`
 }
 
 func (e *Engine) handleAttach(w http.ResponseWriter, r *http.Request) {
@@ -607,11 +615,12 @@ func (e *Engine) handleAttach(w http.ResponseWriter, r *http.Request) {
 	e.mu.Lock()
 	gone := e.sweepLocked()
 	status, refusal := e.admitLocked(cred, info)
-	var ws *workerState
+	var session string
 	if refusal == "" {
 		info.Profile = e.admission.ProfileOf(name)
-		ws = &workerState{owner: cred.Provisioner, expires: cred.Expires, attached: now, lastSeen: now,
+		ws := &workerState{owner: cred.Provisioner, expires: cred.Expires, attached: now, lastSeen: now,
 			info: info, wake: make(chan struct{}, 1)}
+		session, ws.session = newSession()
 		e.workers[name] = ws
 	}
 	e.mu.Unlock()
@@ -629,7 +638,7 @@ func (e *Engine) handleAttach(w http.ResponseWriter, r *http.Request) {
 	e.activity(Activity{Kind: "worker_attached", Provisioner: info.Provisioner, Worker: name, Job: info.SlurmJobID,
 		Detail: fmt.Sprintf("from %s, %d cpus, %d gpus", info.Hostname, info.CPUs, info.GPUs)})
 	e.notify()
-	writeJSON(w, http.StatusOK, attachResponse{Worker: name})
+	writeJSON(w, http.StatusOK, attachResponse{Worker: name, Session: session})
 }
 
 // admitLocked decides whether a worker with a valid credential may attach
@@ -695,32 +704,46 @@ func (e *Engine) handleWork(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	task, status := e.nextTask(r.Context(), cred, wait)
+	task, status, reason := e.nextTask(r, cred, wait)
 	switch status {
 	case http.StatusOK:
 		writeJSON(w, status, task)
 	case http.StatusNoContent:
 		w.WriteHeader(status)
+	case http.StatusUnauthorized, http.StatusForbidden:
+		e.refuseSession(w, r, status, cred.Worker, reason)
 	case http.StatusConflict:
-		writeError(w, status, errNotAttached.Error())
+		if reason == pollOpen {
+			writeJSON(w, status, errorResponse{Error: "a poll is already open for worker " + cred.Worker + "; poll again when it ends", Code: pollOpen})
+			return
+		}
+		writeError(w, status, reason)
 	default:
 		writeError(w, status, "engine is shutting down")
 	}
 }
 
-// nextTask waits up to wait for a task for worker, and says how to answer:
-// 200 with the task, 204 for none yet, 409 if the worker is not attached
-// (it should attach again), 503 if the engine is closing.
-func (e *Engine) nextTask(ctx context.Context, cred host.Credential, wait time.Duration) (Task, int) {
+// nextTask waits up to wait for a task for the worker r's credential and
+// session speak for, and says how to answer: 200 with the task, 204 for
+// none yet, 409 if the worker is not attached (it should attach again)
+// or, with reason pollOpen, has a poll open already, 401 or 403 when the
+// session is missing or another's (sessionLocked), 503 if the engine is
+// closing.
+func (e *Engine) nextTask(r *http.Request, cred host.Credential, wait time.Duration) (Task, int, string) {
+	ctx := r.Context()
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 
 	worker := cred.Worker
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	ws := e.ownedLocked(cred)
+	ws, status, reason := e.sessionLocked(r, cred)
 	if ws == nil {
-		return Task{}, http.StatusConflict
+		return Task{}, status, reason
+	}
+	if ws.polling > 0 {
+		// The first keeps its place: a task goes out in one answer.
+		return Task{}, http.StatusConflict, pollOpen
 	}
 	ws.polling++
 	ws.lastSeen = e.now()
@@ -734,11 +757,11 @@ func (e *Engine) nextTask(ctx context.Context, cred host.Credential, wait time.D
 			// task: it stays undelivered, so the worker's silence is
 			// noticed in deadAfter rather than goneFactor poll periods.
 			ws.delivered = ctx.Err() == nil
-			return *ws.task, http.StatusOK
+			return *ws.task, http.StatusOK, ""
 		}
 		if e.workers[worker] != ws {
 			// Detached (or attached afresh) while we waited.
-			return Task{}, http.StatusConflict
+			return Task{}, http.StatusConflict, errNotAttached.Error()
 		}
 		e.mu.Unlock()
 		var status int
@@ -754,7 +777,7 @@ func (e *Engine) nextTask(ctx context.Context, cred host.Credential, wait time.D
 		}
 		e.mu.Lock()
 		if status != 0 && ws.task == nil {
-			return Task{}, status
+			return Task{}, status, ""
 		}
 	}
 }
@@ -786,11 +809,14 @@ func (e *Engine) handleResult(w http.ResponseWriter, r *http.Request) {
 	}
 
 	e.mu.Lock()
-	ws := e.ownedLocked(cred)
-	var refusal string
+	ws, status, refusal := e.sessionLocked(r, cred)
 	switch {
+	case ws == nil && status != http.StatusConflict:
+		// A copied credential: the result is not this process's to give.
+		e.mu.Unlock()
+		e.refuseSession(w, r, status, name, refusal)
+		return
 	case ws == nil:
-		refusal = errNotAttached.Error()
 	case ws.task == nil || ws.task.ID != req.TaskID:
 		// Most likely a retry of a result already recorded.
 		refusal = "no such task for this worker"
@@ -823,7 +849,14 @@ func (e *Engine) handleDetach(w http.ResponseWriter, r *http.Request) {
 	}
 	name := cred.Worker
 	e.mu.Lock()
-	ws := e.ownedLocked(cred)
+	ws, status, refusal := e.sessionLocked(r, cred)
+	if ws == nil && status != http.StatusConflict {
+		// Attached, in a session this request does not hold: a copied
+		// credential does not end its owner's.
+		e.mu.Unlock()
+		e.refuseSession(w, r, status, name, refusal)
+		return
+	}
 	var task, job string
 	if ws != nil {
 		if ws.task != nil {
@@ -898,6 +931,9 @@ func (e *Engine) handleStatus(w http.ResponseWriter, r *http.Request) {
 
 type errorResponse struct {
 	Error string `json:"error"`
+	// Code tells apart refusals a worker answers differently under one
+	// status: pollOpen under 409.
+	Code string `json:"code,omitempty"`
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {

@@ -32,16 +32,45 @@ func (c *fakeClock) advance(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
-// do sends one request straight to the engine's handler.
+// sessions remembers the session each credential's last attach was
+// answered with, so that do sends it as the worker would.
+var sessions sync.Map // token -> session
+
+// do sends one request straight to the engine's handler, as the worker
+// holding token would: with the session its last attach was given.
 func do(t *testing.T, e *Engine, method, path, token, body string) *httptest.ResponseRecorder {
+	t.Helper()
+	rec := doSession(t, e, method, path, token, sessionOf(token), body)
+	if path == "/v1/attach" && rec.Code == http.StatusOK {
+		var resp attachResponse
+		if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil || resp.Session == "" {
+			t.Fatalf("attach answered %s: no session", rec.Body)
+		}
+		sessions.Store(token, resp.Session)
+	}
+	return rec
+}
+
+// doSession sends one request with the session given ("" for none).
+func doSession(t *testing.T, e *Engine, method, path, token, session, body string) *httptest.ResponseRecorder {
 	t.Helper()
 	req := httptest.NewRequest(method, path, strings.NewReader(body))
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	if session != "" && path != "/v1/attach" {
+		req.Header.Set(sessionHeader, session)
+	}
 	rec := httptest.NewRecorder()
 	e.Handler().ServeHTTP(rec, req)
 	return rec
+}
+
+// sessionOf is the session do remembers for token.
+func sessionOf(token string) string {
+	s, _ := sessions.Load(token)
+	session, _ := s.(string)
+	return session
 }
 
 func sign(t *testing.T, s *host.Signer, worker string, ttl time.Duration) string {
@@ -163,6 +192,7 @@ func TestWorkResultDetach(t *testing.T) {
 		for {
 			req, _ := http.NewRequest("GET", srv.URL+"/v1/work", nil)
 			req.Header.Set("Authorization", "Bearer "+token)
+			req.Header.Set(sessionHeader, sessionOf(token))
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				return

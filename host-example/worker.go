@@ -32,6 +32,12 @@ const tokenEnv = "FLUKSIO_WORKER_TOKEN"
 // gives its allocation back within seconds.
 const engineGoneAfter = 10 * time.Second
 
+// pollOpenFor is how long a worker keeps polling again while the engine
+// says its previous poll is still open (409 poll_open): longer than the
+// engine holds a poll (defaultPollWait), so a poll the engine still
+// holds has ended by then.
+const pollOpenFor = 3 * defaultPollWait
+
 // workerConfig is everything a worker run depends on, gathered before it
 // starts so that a bad flag or a missing credential fails at once.
 type workerConfig struct {
@@ -176,6 +182,9 @@ type workerClient struct {
 	log  *log.Logger
 	http *http.Client
 	name string // as the engine knows us, from the attach response
+	// session is the secret the attach was answered with; work, result
+	// and detach carry it (session.go). Empty before the first attach.
+	session string
 }
 
 // Why a request to the engine did not get an answer worth having.
@@ -260,7 +269,10 @@ func (w *workerClient) attach(ctx context.Context) error {
 	if _, err := w.call(ctx, http.MethodPost, "/v1/attach", nil, req, &resp, 0); err != nil {
 		return err
 	}
-	w.name = resp.Worker
+	if resp.Session == "" {
+		return errors.New("POST /v1/attach: the engine answered without a session; it is older than this worker")
+	}
+	w.name, w.session = resp.Worker, resp.Session
 	return nil
 }
 
@@ -353,13 +365,39 @@ func (w *workerClient) call(ctx context.Context, method, path string, q url.Valu
 			return 0, err
 		}
 	}
-	var firstFailure time.Time
+	var firstFailure, openSince time.Time
 	pause := w.cfg.retryFirst
+	wait := func(d time.Duration) bool {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		}
+	}
 	for {
-		status, msg, err := w.once(ctx, method, path, q, payload, out, timeout)
+		status, answer, err := w.once(ctx, method, path, q, payload, out, timeout)
+		msg := answer.Error
 		switch {
 		case ctx.Err() != nil:
 			return 0, ctx.Err()
+		case err == nil && status == http.StatusConflict && answer.Code == pollOpen:
+			// Our previous poll is still open on the engine's side (its
+			// answer was lost, or we gave up on it first): it ends
+			// within the engine's poll wait, so wait, and poll again.
+			if openSince.IsZero() {
+				openSince = time.Now()
+			}
+			if time.Since(openSince) >= pollOpenFor {
+				return status, fmt.Errorf("%s %s: %s, for %s", method, path, msg, pollOpenFor)
+			}
+			if !wait(pause) {
+				return 0, ctx.Err()
+			}
+			pause = backoff.Next(pause, 2*time.Second)
+			continue
 		case err == nil && status == http.StatusConflict && path != "/v1/attach":
 			if path == "/v1/work" {
 				return status, errNotAttachedRemote
@@ -387,44 +425,39 @@ func (w *workerClient) call(ctx context.Context, method, path string, q url.Valu
 			return 0, fmt.Errorf("%w for %s: %v", errEngineGone, w.cfg.goneAfter, err)
 		}
 		w.log.Printf("%s %s failed, retrying in %s: %v", method, path, pause, err)
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !wait(pause) {
 			return 0, ctx.Err()
-		case <-t.C:
 		}
 		pause = backoff.Next(pause, 2*time.Second)
 	}
 }
 
 // once makes one attempt. err is set only when no response came back.
-func (w *workerClient) once(ctx context.Context, method, path string, q url.Values, payload []byte, out any, timeout time.Duration) (status int, msg string, err error) {
+func (w *workerClient) once(ctx context.Context, method, path string, q url.Values, payload []byte, out any, timeout time.Duration) (status int, answer errorResponse, err error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := w.newRequest(ctx, method, path, q, payload)
 	if err != nil {
-		return 0, "", err
+		return 0, answer, err
 	}
 	resp, err := w.http.Do(req)
 	if err != nil {
-		return 0, "", err
+		return 0, answer, err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResultBody))
 	if err != nil {
-		return 0, "", err
+		return 0, answer, err
 	}
 	if resp.StatusCode == http.StatusOK && out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
-			return 0, "", fmt.Errorf("%s %s: bad response: %w", method, path, err)
+			return 0, answer, fmt.Errorf("%s %s: bad response: %w", method, path, err)
 		}
 	}
-	var e errorResponse
-	if json.Unmarshal(data, &e) == nil && e.Error != "" {
-		msg = e.Error
+	if resp.StatusCode != http.StatusOK {
+		_ = json.Unmarshal(data, &answer)
 	}
-	return resp.StatusCode, msg, nil
+	return resp.StatusCode, answer, nil
 }
 
 func (w *workerClient) newRequest(ctx context.Context, method, path string, q url.Values, payload []byte) (*http.Request, error) {
@@ -440,6 +473,9 @@ func (w *workerClient) newRequest(ctx context.Context, method, path string, q ur
 		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+w.cfg.token)
+	if w.session != "" && path != "/v1/attach" {
+		req.Header.Set(sessionHeader, w.session)
+	}
 	if payload != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

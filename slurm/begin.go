@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fluksio/provision/shared"
 )
 
 // --begin in a profile: "do not start this machine before ...". The
@@ -21,6 +23,74 @@ import (
 // and time zone, not the engine's. Such a profile gets no --deadline and
 // its requests are held for provision_timeout from the request; validation
 // says both (beginWarning).
+
+// A credential is minted when its job is submitted, not when it may
+// start, and the engine caps its lifetime (credentialCap) counted from
+// then. A begin far enough out leaves a worker that can never attach: its
+// credential has expired before its job may start (issue 24: a
+// --begin=now+2days validated, and its worker was refused for ever). Such
+// a profile is refused at validate, at its --begin line, rather than
+// minted a credential that lasts from the begin.
+//
+// Rejected: a credential with a not-before time, good for 12 hours from
+// the begin. It would need a new token version and a second clock in the
+// engine's check, and would leave a credential that opens nothing for days
+// in the spool, to be used the moment it does; a machine wanted two days
+// from now is better asked for then.
+
+// credentialCap is the longest the engine lets a credential live
+// (host.DefaultMaxCredentialTTL; TestCredentialCapIsTheEngines keeps the
+// two equal). The plugin cannot ask the engine for it, so it is the
+// contract's number.
+const credentialCap = 12 * time.Hour
+
+// validateBegin refuses a profile whose relative --begin, plus the wait
+// in the queue (provision_timeout), its time limit and tokenMargin, comes
+// to more than its credential will last: the engine's cap, or token_ttl
+// if that is shorter. A wall-clock begin cannot be counted here; its
+// warning (validateProfile) says what it risks.
+func validateBegin(s *settings, i string, p Profile) shared.Diagnostics {
+	delay, relative := beginDelay(p.Sbatch)
+	if !relative || delay <= 0 {
+		return nil
+	}
+	limit, hasLimit := timeLimit(p.Sbatch)
+	need := delay + s.provisionTimeout + limit + tokenMargin
+	lasts, bound := credentialCap, "the credential's "+fmtHours(credentialCap)+" cap (the engine's)"
+	if s.tokenTTL > 0 && s.tokenTTL < lasts {
+		lasts, bound = s.tokenTTL, "token_ttl ("+fmtHours(s.tokenTTL)+")"
+	}
+	if need <= lasts {
+		return nil
+	}
+	// The last --begin is the one sbatch keeps, so the error is there.
+	line := 0
+	for j, l := range p.Sbatch {
+		if _, ok := beginOf([]string{l}); ok {
+			line = j
+		}
+	}
+	v, _ := beginOf(p.Sbatch)
+	limitText := "no --time (set one)"
+	if hasLimit {
+		limitText = "--time " + fmtHours(limit)
+	}
+	return shared.Diagnostics{shared.Errorf([]string{"profile", i, "sbatch", strconv.Itoa(line)}, "Begin later than a credential lasts",
+		"--begin=%s: the begin plus the time limit must fit %s. A worker's credential is minted when its job is submitted and lasts %s from then; this profile's jobs need it for %s (the begin's %s, provision_timeout %s, %s, and %s for the worker's last report), so its worker could never attach, or would be refused before its job ends. Bring the begin closer or shorten --time.",
+		v, bound, fmtHours(lasts), fmtHours(need), fmtHours(delay), fmtHours(s.provisionTimeout), limitText, fmtHours(tokenMargin))}
+}
+
+// fmtHours writes d as Go does, without a trailing "0s" or "0m0s".
+func fmtHours(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
 
 // beginOf is the profile's --begin value, if it sets one.
 func beginOf(lines []string) (string, bool) {

@@ -530,6 +530,7 @@ func validate(s *settings) shared.Diagnostics {
 	seen := map[string]bool{}
 	for i, p := range s.Profiles {
 		diags = append(diags, validateProfile(strconv.Itoa(i), p, seen)...)
+		diags = append(diags, validateBegin(s, strconv.Itoa(i), p)...)
 	}
 	diags = append(diags, validateCaps(s)...)
 	return diags
@@ -660,7 +661,7 @@ func validateProfile(i string, p Profile, seen map[string]bool) shared.Diagnosti
 					if o.is("--begin", 'b') && o.hasValue {
 						if _, relative := relativeBegin(strings.TrimSpace(o.value)); !relative {
 							add(shared.Diagnostic{Severity: shared.SeverityWarning, Path: path, Summary: "A begin time the provisioner cannot count from",
-								Detail: fmt.Sprintf("--begin=%s is a time on the cluster's clock, so the provisioner cannot tell when its jobs may start: they get no --deadline (a pending job is not dropped by Slurm if the engine is gone), and provision_timeout counts from the request, so a begin later than it is cancelled first. Write it as now+DURATION (now+2hours) to have both counted from the begin.", o.value)})
+								Detail: fmt.Sprintf("--begin=%s is a time on the cluster's clock, so the provisioner cannot tell when its jobs may start: they get no --deadline (a pending job is not dropped by Slurm if the engine is gone), and provision_timeout counts from the request, so a begin later than it is cancelled first; the worker's credential, minted at submission, lasts at most 12h from then. Write it as now+DURATION (now+2hours) to have all three counted from the begin.", o.value)})
 						}
 					}
 					if o.is("--deadline", 0) && o.hasValue {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/host"
 )
 
 // TestProfilesMeanWhatTheySay: an sbatch option that restates one of the
@@ -61,7 +62,8 @@ func TestProfilesMeanWhatTheySay(t *testing.T) {
 }
 
 // TestBegin: a --begin relative to submission moves the deadline, the
-// credential's lifetime and provision_timeout by its delay; one at a
+// credential's lifetime and provision_timeout by its delay, and one that
+// cannot fit in the credential's cap is an error at its line; one at a
 // wall-clock time leaves the deadline out, with a warning saying so.
 func TestBegin(t *testing.T) {
 	for _, c := range []struct {
@@ -89,6 +91,46 @@ func TestBegin(t *testing.T) {
 	if ttl := s.credentialTTL(prof); ttl != time.Hour+25*time.Minute+tokenMargin {
 		t.Errorf("credential TTL %s, want the begin's hour more", ttl)
 	}
+	// The attack's figure: a begin two days out validated, and its worker
+	// could never attach (issue 24, item 7). Refused at its line, and so
+	// is any begin that, with the queue wait and time limit, outlasts the
+	// credential's cap or a shorter token_ttl.
+	for _, c := range []struct {
+		sbatch   []string
+		tokenTTL string
+		at       string // "" for no error
+		says     string
+	}{
+		{[]string{"--time=01:00:00", "--begin=now+2days"}, "", "profile.0.sbatch.1", "must fit the credential's 12h cap"},
+		{[]string{"--begin=now+2days", "--partition=debug"}, "", "profile.0.sbatch.0", "no --time"},
+		{[]string{"--time=02:00:00", "--begin now+11hours"}, "", "profile.0.sbatch.1", "need it for 13h25m"},
+		{[]string{"--time=02:00:00", "--begin=now+9hours"}, "", "", ""},
+		{[]string{"--time=02:00:00", "--begin=now+1hour"}, "", "", ""},
+		{[]string{"--time=12:00:00"}, "", "", ""}, // no begin: capped as before, not refused
+		{[]string{"--time=00:10:00", "--begin=now+1hour"}, "30m", "profile.0.sbatch.1", "must fit token_ttl (30m)"},
+		{[]string{"--begin=tomorrow", "--time=01:00:00"}, "", "", ""}, // a warning, below
+	} {
+		cfg := baseConfig()
+		cfg["token_ttl"] = c.tokenTTL
+		cfg["profile"] = []any{map[string]any{"name": "p", "cpus": 1, "gpus": 0, "ram_mb": 0, "labels": nil, "sbatch": c.sbatch, "prerun": nil}}
+		_, diags := parseConfig("hpc", mustJSON(t, cfg))
+		var errs shared.Diagnostics
+		for _, d := range diags {
+			if d.Severity == shared.SeverityError {
+				errs = append(errs, d)
+			}
+		}
+		switch {
+		case c.at == "" && len(errs) != 0:
+			t.Errorf("%q token_ttl %q: %v; want no error", c.sbatch, c.tokenTTL, errs)
+		case c.at != "" && (len(errs) != 1 || strings.Join(errs[0].Path, ".") != c.at || !strings.Contains(errs[0].Detail, c.says)):
+			t.Errorf("%q token_ttl %q: %v; want one error at %s saying %q", c.sbatch, c.tokenTTL, errs, c.at, c.says)
+		}
+	}
+	if credentialCap != host.DefaultMaxCredentialTTL {
+		t.Errorf("the plugin's credentialCap %s is not the engine's cap %s", credentialCap, host.DefaultMaxCredentialTTL)
+	}
+
 	prof.Sbatch[1] = "--begin=16:00"
 	if script := string(p.script(prof, "http://e", "w", nil, [][]string{{"t"}})); strings.Contains(script, "--deadline") {
 		t.Errorf("a wall-clock begin got a deadline:\n%s", script)

@@ -641,6 +641,14 @@ func (p *Provisioner) ask(ctx context.Context, cfg *settings, host shared.Host, 
 		}
 		tokens[i] = cred.Token
 	}
+	// Every credential of the script, its siblings' too, for explain to
+	// redact from the job's output: a prerun's set -x, or a cat "$0",
+	// prints them (issue 24, item 6).
+	p.mu.Lock()
+	for _, r := range live {
+		r.secrets = tokens
+	}
+	p.mu.Unlock()
 
 	// The machines come in allocation order, an allocation's nodes
 	// together (reserveLocked), so the tokens group by task.

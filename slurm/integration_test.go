@@ -1353,6 +1353,63 @@ func TestIntegrationJobFailsWithItsWords(t *testing.T) {
 	}
 }
 
+// TestIntegrationSetXLeaksNoCredential: the attack of issue 24, item 6,
+// on the real Slurm. A profile whose prerun is `set -x` traces the
+// assignment that hands the worker its credential into the job's output
+// ("+ FLUKSIO_WORKER_TOKEN=…"), and a worker that fails before attaching
+// prints its own; the failure report quotes the output's last lines in
+// the event, Status's last_error and the log. Each shows [redacted] and
+// not one 8-byte run of the token.
+func TestIntegrationSetXLeaksNoCredential(t *testing.T) {
+	dir, err := os.MkdirTemp("", "fluksio-it-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	failing := filepath.Join(dir, "failing-worker.sh")
+	body := "#!/bin/sh\necho \"my credential is $FLUKSIO_WORKER_TOKEN\"\necho 'fluksio-worker: cannot start' >&2\nexit 2\n"
+	if err := os.WriteFile(failing, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{dir, failing} {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := newRig(t, "setx", func(r *rig) map[string]any {
+		prof := profile("small", 1, 0, 100, nil, []string{"--partition=" + r.env.Partition, "--time=00:05:00"})
+		prof["prerun"] = []string{"set -x"}
+		c := r.config(prof)
+		c["worker_command"] = []string{failing}
+		c["poll_interval"] = "2s"
+		return c
+	})
+	r.provision(t, shared.Need{CPUs: 1}, "small")
+	prov := r.provisioned(t, "small")
+	token := r.signer.token(prov.Worker)
+	ev := r.events.wait(t, "worker_provision_failed", jobTimeout, kindIs(shared.EventWorkerProvisionFailed, "small"))
+	t.Logf("worker_provision_failed: %s", ev.Detail)
+
+	// The output file really holds the token: the attack is real.
+	out := "/home/" + strings.Split(r.env.Login, "@")[0] + "/.local/state/fluksio/" + r.name + "/" + prov.Job + ".out"
+	if b, err := os.ReadFile(out); err != nil || !strings.Contains(string(b), "+ FLUKSIO_WORKER_TOKEN="+token) {
+		t.Fatalf("%s does not trace the credential (%v):\n%s", out, err, b)
+	}
+	for what, text := range map[string]string{"the event": ev.Detail, "last_error": r.status(t).LastError, "the log": r.logs.String()} {
+		for _, want := range []string{"+ FLUKSIO_WORKER_TOKEN=[redacted]", "my credential is [redacted]"} {
+			if !strings.Contains(text, want) {
+				t.Errorf("%s does not say %q", what, want)
+			}
+		}
+		for i := 0; i+8 <= len(token); i++ {
+			if strings.Contains(text, token[i:i+8]) {
+				t.Errorf("%s holds bytes %d-%d of the token (%q)", what, i, i+8, token[i:i+8])
+				break
+			}
+		}
+	}
+}
+
 // TestIntegrationBegin: a profile that starts its machines an hour after
 // they are asked for is accepted by the real Slurm (its automatic
 // --deadline no longer clashes with the begin), and Slurm records the

@@ -150,9 +150,11 @@ true`
 
 // explain asks the cluster why job ended before its worker attached: its
 // exit code and reason as scontrol has them, and the last lines of its
-// output. It is one ssh call, bounded by submit_timeout; what it cannot
-// learn it leaves out. The answer is meant to be appended to an event.
-func (p *Provisioner) explain(ctx context.Context, prof Profile, job string) string {
+// output, redacted of credentials (redactSecrets; secrets are those the
+// job's script held). It is one ssh call, bounded by submit_timeout; what
+// it cannot learn it leaves out. The answer is meant to be appended to an
+// event.
+func (p *Provisioner) explain(ctx context.Context, prof Profile, job string, secrets []string) string {
 	known := p.outputOf(prof, job)
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
@@ -175,10 +177,21 @@ func (p *Provisioner) explain(ctx context.Context, prof Profile, job string) str
 	if file = strings.TrimSpace(file); file != "" {
 		parts = append(parts, "output "+file)
 	}
-	if last := lastLines(tail, tailLines); last != "" {
+	if last := quoteTail(tail, secrets); last != "" {
 		parts = append(parts, "its last lines: "+last)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// quoteTail is what explain quotes of the last tailBytes of a job's
+// output: its last lines, redacted of secrets and credentials. A tail of
+// tailBytes was cut by tail -c, anywhere in its first line, perhaps
+// inside a credential whose rest no pattern would know: that line goes.
+func quoteTail(tail string, secrets []string) string {
+	if len(tail) >= tailBytes {
+		_, tail, _ = strings.Cut(tail, "\n")
+	}
+	return lastLines(redactSecrets(tail, secrets), tailLines)
 }
 
 // field is the value of key (such as "ExitCode=") in scontrol's output.
@@ -204,6 +217,55 @@ func exitCode(v string) string {
 		return code + " (signal " + sig + ")"
 	}
 	return code
+}
+
+// A job's output is the job's to write, and a profile's prerun may print
+// the script's credentials: set -x shows the assignment that gives the
+// worker its own ("+ FLUKSIO_WORKER_TOKEN=…"), cat "$0" shows every
+// task's. Output is quoted in an event, the log, last_error and the page,
+// where the promise is that nothing secret appears (docs/security.md), so
+// what explain quotes is redacted three ways, each for what the others
+// miss:
+//
+//   - the exact credentials the plugin put in that job's script, however
+//     they are printed (echo "$FLUKSIO_WORKER_TOKEN");
+//   - anything after a name with TOKEN in it and '=' or ':', and after
+//     "Bearer ", however it is spelt: a job adopted from an earlier run,
+//     whose credentials this process never saw;
+//   - anything shaped like an engine credential, two base64url fields
+//     with a 43-character signature (shared/host/credential.go): a
+//     credential printed bare by a job adopted from an earlier run.
+//
+// Rejected: not quoting job output at all. "exit code 2" without the
+// worker's "no such module" sends the operator to the cluster for the
+// one line that says why.
+const redacted = "[redacted]"
+
+// secretForm matches a value after a TOKEN-named variable or a Bearer;
+// group 1 is what stays (the name, the '=', an opening quote).
+var secretForm = regexp.MustCompile(`(?i)(\b[a-z0-9_]*token[a-z0-9_]*['"]?\s*[=:]\s*['"]?|\bbearer\s+['"]?)[^\s'"|]+`)
+
+// credentialShape matches what may be an engine credential: a payload
+// and a signature of 43 base64url characters (32 bytes), the payload
+// possibly cut short by tail -c.
+var credentialShape = regexp.MustCompile(`[A-Za-z0-9_-]*\.[A-Za-z0-9_-]{43,}`)
+
+// redactSecrets returns s with every credential in secrets, every value
+// after a TOKEN= or a Bearer, and everything shaped like a credential
+// replaced with [redacted].
+func redactSecrets(s string, secrets []string) string {
+	for _, t := range secrets {
+		if t != "" {
+			s = strings.ReplaceAll(s, t, redacted)
+		}
+	}
+	s = secretForm.ReplaceAllString(s, "${1}"+redacted)
+	return credentialShape.ReplaceAllStringFunc(s, func(m string) string {
+		if i := strings.LastIndexByte(m, '.'); len(m)-i-1 == 43 {
+			return redacted
+		}
+		return m
+	})
 }
 
 // ansiEscape matches a terminal's colour and cursor sequences, which

@@ -436,6 +436,9 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 		// ended is set for a job that ended before its worker
 		// attached: the cluster is asked why (joblog.go).
 		ended bool
+		// secrets are the credentials the job's script held, to be
+		// redacted from what its output says.
+		secrets []string
 	}
 	var reports []report
 	var cancels []jobRef
@@ -461,9 +464,10 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 		p.lastErr = detail
 		failed[r.profile] = detail
 		reports = append(reports, report{
-			ev:    shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Job: r.job, Worker: r.worker, Detail: detail},
-			msg:   "a request failed before its worker attached",
-			ended: ended,
+			ev:      shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Job: r.job, Worker: r.worker, Detail: detail},
+			msg:     "a request failed before its worker attached",
+			ended:   ended,
+			secrets: r.secrets,
 		})
 	}
 	for _, w := range watched {
@@ -541,7 +545,7 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 		var why string
 		if explained < explainPerPoll {
 			explained++
-			why = p.explain(p.polling, prof, rep.ev.Job)
+			why = p.explain(p.polling, prof, rep.ev.Job, rep.secrets)
 		} else if out := p.outputOf(prof, rep.ev.Job); out != "" {
 			why = "output " + out
 		}

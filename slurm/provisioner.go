@@ -195,6 +195,12 @@ type request struct {
 	// running is when a poll first saw the job running: attach_timeout
 	// counts from here.
 	running time.Time
+	// secrets are the credentials its job's script holds, its own and
+	// those of the other machines of its submission, never changed once
+	// set: what a job's output is redacted of before it is reported
+	// (explain). Empty for a job adopted from an earlier run, whose
+	// output is redacted by form alone.
+	secrets []string
 }
 
 // phase is where a request is in its life:
