@@ -95,8 +95,9 @@ func operatorToken(name string) (string, error) {
 	if name == "" {
 		return "", nil
 	}
-	token := strings.TrimSpace(os.Getenv(name))
-	os.Unsetenv(name)
+	v, _ := lookupSecret(name)
+	token := strings.TrimSpace(v)
+	forgetSecret(name)
 	if token == "" {
 		return "", fmt.Errorf("engine.operator_token_env names %s, which is not set; export it (at least %d characters) or remove operator_token_env", name, minOperatorToken)
 	}

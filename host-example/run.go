@@ -63,10 +63,20 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		return usageError(fs, stderr, "-log-level %q: want trace, debug, info, warn or error", *level)
 	}
 
+	if err := receiveSecrets(); err != nil {
+		fmt.Fprintf(stderr, "host-example: %v\n", err)
+		return 1
+	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "engine", Output: stderr, Level: hclog.LevelFromString(*level)})
 	cfg, diags := loadConfig(*configPath)
 	if diags.HasErrors() {
 		hclconfig.WriteDiagnostics(stderr, cfg.Files, diags)
+		return 1
+	}
+	// Before anything starts: the secrets leave the initial environment
+	// (see secrets.go). This returns only when there is nothing to move.
+	if err := reexecWithoutSecrets([]string{cfg.Engine.SecretEnv, cfg.Engine.OperatorTokenEnv}); err != nil {
+		fmt.Fprintf(stderr, "host-example: %v\n", err)
 		return 1
 	}
 
@@ -139,7 +149,7 @@ type daemon struct {
 // newDaemon sets up the engine for cfg and starts listening. An error is
 // the operator's to fix (the secret, the address), and says how.
 func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) {
-	if v := cfg.Engine.SecretEnv; v != "" && os.Getenv(v) == "" {
+	if v := cfg.Engine.SecretEnv; v != "" && !nonEmpty(lookupSecret(v)) {
 		// A configured secret that is missing would silently become a
 		// random one, and workers from an earlier run would be refused.
 		return nil, fmt.Errorf("engine.secret_env names %s, which is not set; export it (32+ bytes, or 64+ hex digits) or remove secret_env", v)
@@ -507,12 +517,22 @@ func orDash(s string) string {
 //
 // Once read, the variable is removed from this process's environment, so
 // nothing the engine starts inherits it; plugins are started without it
-// besides (LaunchConfig.DropEnv), in case another path put it back.
+// besides (LaunchConfig.DropEnv), in case another path put it back. When
+// run was started with it, the value arrived by descriptor instead and
+// the variable was never in this image's environment (secrets.go).
 func engineSecret(name string) (secret []byte, fromEnv bool, err error) {
-	if name == "" || os.Getenv(name) == "" {
+	if name == "" || !nonEmpty(lookupSecret(name)) {
 		return host.RandomSecret(), false, nil
 	}
-	secret, err = host.SecretFromEnv(name)
-	os.Unsetenv(name)
-	return secret, err == nil, err
+	v, _ := lookupSecret(name)
+	forgetSecret(name)
+	secret, err = host.ParseSecret(v)
+	if err != nil {
+		// The value itself is never part of the message: it is the secret.
+		return nil, false, fmt.Errorf("%s: %w", name, err)
+	}
+	return secret, true, nil
 }
+
+// nonEmpty says a looked-up value is set and not empty.
+func nonEmpty(v string, ok bool) bool { return ok && v != "" }
