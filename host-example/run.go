@@ -144,6 +144,64 @@ type daemon struct {
 	addr string
 	// lingering is set when run is followed by -linger.
 	lingering bool
+	// eventLogs bounds, per provisioner, how many of its events are told
+	// in the story and the log; fixed after newDaemon.
+	eventLogs []pluginEventLog
+}
+
+// pluginEventLog is one provisioner's budget of event lines.
+type pluginEventLog struct {
+	name   string
+	logger hclog.Logger
+	limit  *loglimit.Limiter
+}
+
+// A plugin's events are told in the story and the log at most
+// eventLogBurst per eventLogWindow each; the rest are counted, and the
+// first line after them, or the engine's stop, says how many were not
+// told. They still all reach the engine's books, the event stream and
+// the metrics: only the telling is bounded. A plugin that flooded small
+// well-formed events made 48,355 log lines in 40 s. A hundred in ten
+// seconds is a burst of a hundred machines told one by one, which is as
+// many as a person reads.
+const (
+	eventLogBurst  = 100
+	eventLogWindow = 10 * time.Second
+)
+
+// pluginEvent is what the engine does with an event a provisioner's
+// plugin sent (stamped by the host), at now: the engine learns each
+// worker's job, and which names to revoke; the observer streams and
+// counts it; the story and the log tell it, within logs' budget.
+func (d *daemon) pluginEvent(plog hclog.Logger, logs *loglimit.Limiter, ev shared.Event, now time.Time) {
+	d.engine.ObserveEvent(ev)
+	d.obs.pluginEvent(ev)
+	if ok, leftOut := logs.Allow(now); ok {
+		if leftOut > 0 {
+			d.eventsNotTold(plog, ev.Provisioner, leftOut)
+		}
+		d.story.event(ev)
+		plog.Info("event", "kind", ev.Kind, "profile", ev.Profile, "job", ev.Job, "worker", ev.Worker, "detail", ev.Detail)
+	}
+	d.poke()
+}
+
+// flushEventLogs tells, for each provisioner, how many of its events
+// the current window left out, which no later event will.
+func (d *daemon) flushEventLogs() {
+	for _, l := range d.eventLogs {
+		if n := l.limit.Flush(); n > 0 {
+			d.eventsNotTold(l.logger, l.name, n)
+		}
+	}
+}
+
+// eventsNotTold is the summary of n events of provisioner left out of
+// the story and the log.
+func (d *daemon) eventsNotTold(plog hclog.Logger, provisioner string, n int) {
+	plog.Warn("events not logged: the plugin sent more than the log takes", "not_logged", n,
+		"max", eventLogBurst, "per", eventLogWindow.String())
+	d.story.say("%s: %d more event(s) not told here (more than %d in %s); GET /v1/events has them all", provisioner, n, eventLogBurst, eventLogWindow)
 }
 
 // newDaemon sets up the engine for cfg and starts listening. An error is
@@ -210,6 +268,8 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 	for _, pc := range cfg.Provisioners {
 		plog := logger.Named(pc.Name)
 		name := pc.Name
+		evLogs := loglimit.New(eventLogBurst, eventLogWindow)
+		d.eventLogs = append(d.eventLogs, pluginEventLog{name: name, logger: plog, limit: evLogs})
 		s := host.NewSupervisor(pc, plog, host.Options{
 			Logger:          logger.Named("plugin"),
 			Signer:          signer,
@@ -217,15 +277,7 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 			CredentialEpoch: epoch,
 			EngineAddress:   engineAddress,
 			DropEnv:         []string{cfg.Engine.SecretEnv, cfg.Engine.OperatorTokenEnv},
-			OnEvent: func(ev shared.Event) {
-				// The engine learns each worker's job, and which names
-				// to revoke, from the events (stamped by the host).
-				d.engine.ObserveEvent(ev)
-				d.obs.pluginEvent(ev)
-				story.event(ev)
-				plog.Info("event", "kind", ev.Kind, "profile", ev.Profile, "job", ev.Job, "worker", ev.Worker, "detail", ev.Detail)
-				d.poke()
-			},
+			OnEvent: func(ev shared.Event) { d.pluginEvent(plog, evLogs, ev, time.Now()) },
 		})
 		s.OnUp = func(c host.Configured) {
 			d.placer.SetTarget(Target{Name: c.Name, P: c.Provisioner, Shapes: c.Shapes})
@@ -467,6 +519,7 @@ func (d *daemon) stop() {
 		}()
 	}
 	wg.Wait()
+	d.flushEventLogs()
 	d.placer.Close()
 	d.engine.Close()
 	d.obs.hub.close()
