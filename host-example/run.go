@@ -277,7 +277,7 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 			CredentialEpoch: epoch,
 			EngineAddress:   engineAddress,
 			DropEnv:         []string{cfg.Engine.SecretEnv, cfg.Engine.OperatorTokenEnv},
-			OnEvent: func(ev shared.Event) { d.pluginEvent(plog, evLogs, ev, time.Now()) },
+			OnEvent:         func(ev shared.Event) { d.pluginEvent(plog, evLogs, ev, time.Now()) },
 		})
 		s.OnUp = func(c host.Configured) {
 			d.placer.SetTarget(Target{Name: c.Name, P: c.Provisioner, Shapes: c.Shapes})
