@@ -1,6 +1,7 @@
 package slurm
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared"
 )
 
@@ -364,5 +366,33 @@ func TestTrustFilesOthersCanWrite(t *testing.T) {
 				t.Errorf("got %v %q %q (%q), want error at %q saying %q and chmod go-w", d.Severity, strings.Join(d.Path, "."), d.Summary, d.Detail, tc.path, tc.why)
 			}
 		})
+	}
+}
+
+// TestTrustFilesInSSHConfig: an ssh_config whose UserKnownHostsFile or
+// GlobalKnownHostsFile others can write is refused at ssh_config, as
+// ssh -G reads the file.
+func TestTrustFilesInSSHConfig(t *testing.T) {
+	testutil.LookPath(t, "ssh")
+	dir := t.TempDir()
+	anyone := filepath.Join(dir, "anyone")
+	if err := os.WriteFile(anyone, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(anyone, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"UserKnownHostsFile", "GlobalKnownHostsFile"} {
+		conf := filepath.Join(dir, key+"_config")
+		if err := os.WriteFile(conf, []byte("Host *\n  "+key+" "+anyone+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c := baseConfig()
+		c["ssh_config"] = conf
+		resp, err := New(nil).ValidateConfig(context.Background(), &shared.ValidateConfigRequest{Name: "hpc", Config: mustJSON(t, c)})
+		if err != nil || len(resp.Diagnostics) != 1 || strings.Join(resp.Diagnostics[0].Path, ".") != "ssh_config" ||
+			resp.Diagnostics[0].Summary != "File others can write" || !strings.Contains(resp.Diagnostics[0].Detail, "mode 0666") {
+			t.Errorf("%s naming a 0666 file: %+v, %v", key, resp, err)
+		}
 	}
 }

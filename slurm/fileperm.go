@@ -28,8 +28,10 @@ import (
 // Rejected: a warning. A plugin binary others can write is run with a
 // warning because its sha256 pin still holds; nothing pins a known_hosts
 // file's content. Cost: a stat per file and directory at validation.
-// Not done: files named inside ssh_config are not followed (ssh -G prints
-// them; a later change could check those too).
+// The known-hosts files an ssh_config names are checked the same way,
+// as `ssh -G` reads them (checkEffectiveSSH). Not followed: a
+// KnownHostsCommand (refused anyway) and files an Include'd config
+// names other than these.
 
 // sharedWritable says who besides the engine's user can change the file
 // at path, as ssh would open it; "" if nobody can.
