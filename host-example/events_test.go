@@ -103,9 +103,19 @@ func TestPluginEventFloodLogged(t *testing.T) {
 	if !strings.Contains(logs.String(), want) || !strings.Contains(out.String(), fmt.Sprintf("%d more event(s) not told", flood-eventLogBurst)) {
 		t.Errorf("no summary with %s:\n%s", want, tail(logs.String(), 400))
 	}
+	// Events about another provisioner's workers, ignored, are logged
+	// at a bounded rate too.
+	before := strings.Count(logs.String(), "ignored an event")
+	for range 10_000 {
+		d.pluginEvent(plog, limit, shared.Event{Kind: shared.EventWorkerCancelled, Provisioner: testProvisioner, Worker: "other-cpu-1"}, start.Add(2*eventLogWindow))
+	}
+	if n := strings.Count(logs.String(), "ignored an event") - before; n > refusalLogBurst {
+		t.Errorf("10,000 events about another provisioner's worker made %d log lines; want at most %d", n, refusalLogBurst)
+	}
 	// And the engine's stop tells what the last window left out: 5.
+	d.pluginEvent(plog, limit, shared.Event{Kind: shared.EventWorkerCancelled, Provisioner: testProvisioner, Worker: "y"}, start.Add(3*eventLogWindow))
 	for range eventLogBurst + 4 {
-		d.pluginEvent(plog, limit, shared.Event{Kind: shared.EventWorkerCancelled, Provisioner: testProvisioner, Worker: "y"}, start.Add(eventLogWindow))
+		d.pluginEvent(plog, limit, shared.Event{Kind: shared.EventWorkerCancelled, Provisioner: testProvisioner, Worker: "y"}, start.Add(3*eventLogWindow))
 	}
 	d.flushEventLogs()
 	if !strings.HasSuffix(out.String(), "5 more event(s) not told here (more than 100 in 10s); GET /v1/events has them all\n") ||
