@@ -293,7 +293,7 @@ const peerURLVar = "FLUKSIO_TEST_OPERATOR_PEER_URL"
 // engine's own uid or root. The test binary asks /status, the event
 // stream and the page as itself (200), then again as uid 65534 (nobody),
 // started with syscall.Credential, which gets 403 on IPv4 and IPv6
-// loopback. Before, nobody and the job's user got 200.
+// loopback and on IPv4 through an IPv6 socket. Before, nobody and the job's user got 200.
 func TestOperatorLoopbackUID(t *testing.T) {
 	if url := os.Getenv(peerURLVar); url != "" {
 		// The other user's side: print each status, one a line.
@@ -311,11 +311,16 @@ func TestOperatorLoopbackUID(t *testing.T) {
 	}
 	logger, logs := testLogger(t)
 	signer := host.NewSigner(testSecret)
-	for _, listen := range []string{"127.0.0.1:0", "[::1]:0"} {
+	// ":0" listens on every address, IPv6 and IPv4 at once, so that a
+	// client of 127.0.0.1 is found in /proc/net/tcp6 as ::ffff:127.0.0.1.
+	for _, listen := range []string{"127.0.0.1:0", "[::1]:0", ":0"} {
 		e := NewEngine(logger, signer, nil)
 		op := newOperatorAuth("", signer, logger)
 		addr, _ := serveOperator(t, e, op, 40, listen)
 		url := "http://" + addr
+		if listen == ":0" {
+			url = fmt.Sprintf("http://127.0.0.1:%d", portOf(t, addr))
+		}
 		client := &http.Client{Timeout: 5 * time.Second}
 		for _, path := range []string{"/status", "/"} {
 			resp, err := client.Get(url + path)
