@@ -1,7 +1,14 @@
 package main
 
 import (
+	"fmt"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/fluksio/provision/internal/loglimit"
+	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/host"
 )
 
 // The history is bounded and a subscriber that does not keep up is let
@@ -47,3 +54,74 @@ func TestEventHubBoundsAndSlowSubscribers(t *testing.T) {
 		t.Error("close left a subscriber open")
 	}
 }
+
+// TestPluginEventFloodLogged, with the attack's figure: a plugin sends
+// 48,355 small well-formed events in one window (before: 48,355 engine
+// log lines in 40 s). The log and the story tell eventLogBurst of them,
+// and one summary line each counts the rest, in the next window and at
+// the engine's stop; every event still reaches the event stream and the
+// engine's books.
+func TestPluginEventFloodLogged(t *testing.T) {
+	logger, logs := testLogger(t)
+	var out lockedBuffer
+	d := &daemon{logger: logger, story: newStory(&out), wake: make(chan struct{}, 1),
+		engine: NewEngine(logger, host.NewSigner(testSecret), nil),
+		obs:    newObserver(newEngineMetrics(&stateCollector{}))}
+	defer d.engine.Close()
+	plog := logger.Named(testProvisioner)
+	limit := loglimit.New(eventLogBurst, eventLogWindow)
+	d.eventLogs = []pluginEventLog{{name: testProvisioner, logger: plog, limit: limit}}
+	const flood = 48_355
+	start := time.Now()
+	for i := range flood {
+		d.pluginEvent(plog, limit, shared.Event{Kind: shared.EventWorkerProvisioned, Provisioner: testProvisioner,
+			Profile: "cpu", Worker: fmt.Sprintf("%s-cpu-%d", testProvisioner, i), Job: fmt.Sprint(i)}, start)
+	}
+	lines := func(s string) int { return strings.Count(s, "\n") }
+	if n := lines(logs.String()); n != eventLogBurst {
+		t.Errorf("%d events in one window made %d log lines; want %d", flood, n, eventLogBurst)
+	}
+	if n := lines(out.String()); n != eventLogBurst {
+		t.Errorf("%d events in one window made %d story lines; want %d", flood, n, eventLogBurst)
+	}
+	// All of them reached the stream and the books.
+	d.obs.hub.mu.Lock()
+	seq := d.obs.hub.seq
+	d.obs.hub.mu.Unlock()
+	if seq != flood {
+		t.Errorf("the event stream got %d events; want %d", seq, flood)
+	}
+	d.obs.mu.Lock()
+	waiting := len(d.obs.waiting)
+	d.obs.mu.Unlock()
+	if waiting != flood {
+		t.Errorf("the engine's books hold %d machines on their way; want %d", waiting, flood)
+	}
+	// The next window opens with the summary of the first.
+	d.pluginEvent(plog, limit, shared.Event{Kind: shared.EventWorkerCancelled, Provisioner: testProvisioner, Worker: "x"}, start.Add(eventLogWindow))
+	want := fmt.Sprintf("not_logged=%d", flood-eventLogBurst)
+	if !strings.Contains(logs.String(), want) || !strings.Contains(out.String(), fmt.Sprintf("%d more event(s) not told", flood-eventLogBurst)) {
+		t.Errorf("no summary with %s:\n%s", want, tail(logs.String(), 400))
+	}
+	// Events about another provisioner's workers, ignored, are logged
+	// at a bounded rate too.
+	before := strings.Count(logs.String(), "ignored an event")
+	for range 10_000 {
+		d.pluginEvent(plog, limit, shared.Event{Kind: shared.EventWorkerCancelled, Provisioner: testProvisioner, Worker: "other-cpu-1"}, start.Add(2*eventLogWindow))
+	}
+	if n := strings.Count(logs.String(), "ignored an event") - before; n > refusalLogBurst {
+		t.Errorf("10,000 events about another provisioner's worker made %d log lines; want at most %d", n, refusalLogBurst)
+	}
+	// And the engine's stop tells what the last window left out: 5.
+	d.pluginEvent(plog, limit, shared.Event{Kind: shared.EventWorkerCancelled, Provisioner: testProvisioner, Worker: "y"}, start.Add(3*eventLogWindow))
+	for range eventLogBurst + 4 {
+		d.pluginEvent(plog, limit, shared.Event{Kind: shared.EventWorkerCancelled, Provisioner: testProvisioner, Worker: "y"}, start.Add(3*eventLogWindow))
+	}
+	d.flushEventLogs()
+	if !strings.HasSuffix(out.String(), "5 more event(s) not told here (more than 100 in 10s); GET /v1/events has them all\n") ||
+		!strings.Contains(logs.String(), "not_logged=5 ") {
+		t.Errorf("no summary of 5 at stop:\n%s", tail(out.String(), 400))
+	}
+}
+
+func tail(s string, n int) string { return s[max(0, len(s)-n):] }

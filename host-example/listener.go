@@ -36,6 +36,14 @@ import (
 //     workers. When the part for strangers is full, the stranger that has
 //     been idle longest is dropped to make room, so a flood of idle
 //     connections churns itself instead of locking workers out.
+//   - The operator's requests (the event stream, /status, the page,
+//     /metrics unless open) have a room of their own: at most
+//     maxOperatorRequests in progress (operatorAuth), and a connection
+//     carrying one counts neither against the cap nor among strangers
+//     while it does (markOperator), and goes back to the strangers' share
+//     when it ends, so an idle one is evicted like any stranger's.
+//     Before, an operator's connection counted as a worker's: 40 event
+//     streams against max_connections = 40 reset both workers' attaches.
 //   - Refusals are logged at a bounded rate (internal/loglimit), so a flood of bad
 //     requests costs a line every few seconds, not a line per request.
 //
@@ -110,8 +118,9 @@ type connGate struct {
 	// dropped, which does not block.
 	mu    sync.Mutex
 	conns map[net.Conn]*connEntry
-	// nGuests counts conns entries that are not credentialed.
-	nGuests int
+	// nGuests counts conns entries that are neither credentialed nor
+	// operator; nOperators those that are operator.
+	nGuests, nOperators int
 	// dropped counts connections refused or evicted, for tests and status.
 	dropped int
 }
@@ -125,6 +134,10 @@ type connEntry struct {
 	// request on it authenticated. Both are guarded by gate.mu.
 	state        http.ConnState
 	credentialed bool
+	// operator says an operator's request is in progress on it (and it
+	// is not credentialed): it is outside the cap and the strangers'
+	// share until the request ends. Guarded by gate.mu.
+	operator bool
 }
 
 type connEntryKey struct{}
@@ -168,7 +181,7 @@ func (g *connGate) connState(c net.Conn, st http.ConnState) {
 		// Admission. The new connection is a stranger; make room for it
 		// by dropping the stranger idle longest, or refuse it.
 		var victims []net.Conn
-		for len(g.conns) > g.max || g.nGuests > g.guests {
+		for len(g.conns)-g.nOperators > g.max || g.nGuests > g.guests {
 			v := g.oldestIdleGuestLocked(e)
 			if v == nil {
 				v = e
@@ -218,7 +231,10 @@ func (g *connGate) removeLocked(e *connEntry) {
 		return
 	}
 	delete(g.conns, e.conn)
-	if !e.credentialed {
+	switch {
+	case e.operator:
+		g.nOperators--
+	case !e.credentialed:
 		g.nGuests--
 	}
 }
@@ -236,7 +252,42 @@ func markCredentialed(ctx context.Context) {
 	defer g.mu.Unlock()
 	if _, open := g.conns[e.conn]; open && !e.credentialed {
 		e.credentialed = true
-		g.nGuests--
+		if e.operator {
+			e.operator = false
+			g.nOperators--
+		} else {
+			g.nGuests--
+		}
+	}
+}
+
+// markOperator takes the connection ctx belongs to out of the cap and
+// the strangers' share while an operator's request is in progress on it;
+// the function it returns puts it back, and is called when the request
+// ends. The number of such requests is bounded by operatorAuth, not here.
+// A worker's connection stays a worker's.
+func markOperator(ctx context.Context) (done func()) {
+	e, _ := ctx.Value(connEntryKey{}).(*connEntry)
+	if e == nil {
+		return func() {}
+	}
+	g := e.gate
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, open := g.conns[e.conn]; !open || e.credentialed || e.operator {
+		return func() {}
+	}
+	e.operator = true
+	g.nGuests--
+	g.nOperators++
+	return func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if _, open := g.conns[e.conn]; open && e.operator {
+			e.operator = false
+			g.nOperators--
+			g.nGuests++
+		}
 	}
 }
 

@@ -17,6 +17,12 @@
 //
 // the payload a provisioner's job runs on the machine it was given (see
 // workerMain), and the engine's own commands, which launch plugins.
+//
+// run started with the signing secret or the operator's token in its
+// environment re-executes itself once, before anything starts, without
+// them, and takes their values from an inherited pipe: the kernel keeps
+// a process's initial environment readable in /proc/PID/environ however
+// the process unsets a variable (secrets.go says why and what it costs).
 package main
 
 import (
@@ -42,6 +48,7 @@ var commands = []struct {
 }
 
 func main() {
+	reexecAllowed = true // see secrets.go
 	os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr))
 }
 

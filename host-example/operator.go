@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -29,8 +31,13 @@ import (
 //
 //   - a request from loopback (TCP; never a unix socket) that came
 //     through no proxy (it carries no Forwarded, X-Forwarded-For or
-//     X-Real-IP header) and not from a plugin: someone on the engine's
-//     own machine, who could read its log anyway. A plugin in relay mode
+//     X-Real-IP header), whose other end runs as the engine's own uid or
+//     root, and not from a plugin: the engine's user on its own machine,
+//     who could read its log anyway. The peer's uid is the socket's owner
+//     in /proc/net/tcp or tcp6 (the line whose local address and port are
+//     the request's remote ones, and whose peer is the listener's); any
+//     other uid (nobody, the job's user, another login) is answered 403,
+//     and so is a peer /proc cannot name. A plugin in relay mode
 //     dials the engine on loopback for every worker connection it
 //     carries from the login node, so a connection whose other end is a
 //     plugin process (found in /proc: the socket's inode among the
@@ -51,6 +58,18 @@ import (
 // and profiles, never a job or a worker); GET /health and GET /ready are
 // open to all (they say "ok" and which provisioners are up, for load
 // balancers and probes).
+//
+// The operator's requests have a room of their own, apart from the
+// workers': at most maxOperatorRequests in progress at once (an event
+// stream is one for as long as it is open), and a request beyond that is
+// answered 503 at once, before its handler runs; while one is in
+// progress its connection counts neither against max_connections nor
+// among strangers (markOperator). Before, 40 event streams against
+// max_connections = 40 reset both workers' attaches, and 2,496 streams at
+// the default cap took the engine to 405 MB. Sixteen is a browser's
+// page, a curl or two and a Prometheus; it is a constant, not a setting,
+// because nothing an operator does needs more, and a knob would be one
+// more way to give the workers' room away.
 //
 // Rejected alternative: a second listener for operators. It would be a
 // second address to configure, firewall and put TLS on, and loopback
@@ -74,14 +93,29 @@ type operatorAuth struct {
 	// plugins lists the plugin processes' ids, whose loopback
 	// connections are relayed workers'; nil for none.
 	plugins func() []int
+	// peerUID is the uid of the process at the other end of r's loopback
+	// connection; peerUIDFromProc unless a test that has no socket stands
+	// in for it.
+	peerUID func(r *http.Request) (int, error)
+	// slots holds one token per operator request in progress.
+	slots chan struct{}
+	// busyLogs bounds the log lines about operator requests refused for
+	// want of a slot.
+	busyLogs *loglimit.Limiter
 }
+
+// maxOperatorRequests bounds the operator's requests in progress (event
+// streams included), apart from the workers' connections.
+const maxOperatorRequests = 16
 
 // minOperatorToken: a token is typed or pasted once into a browser; 16
 // bytes of it is beyond guessing at the rate the listener allows.
 const minOperatorToken = 16
 
 func newOperatorAuth(token string, signer *host.Signer, logger hclog.Logger) *operatorAuth {
-	a := &operatorAuth{signer: signer, logger: logger, refusals: loglimit.New(refusalLogBurst, refusalLogWindow)}
+	a := &operatorAuth{signer: signer, logger: logger, refusals: loglimit.New(refusalLogBurst, refusalLogWindow),
+		peerUID: peerUIDFromProc, slots: make(chan struct{}, maxOperatorRequests),
+		busyLogs: loglimit.New(refusalLogBurst, refusalLogWindow)}
 	if token != "" {
 		sum := sha256.Sum256([]byte(token))
 		a.tokenSum = sum[:]
@@ -95,8 +129,9 @@ func operatorToken(name string) (string, error) {
 	if name == "" {
 		return "", nil
 	}
-	token := strings.TrimSpace(os.Getenv(name))
-	os.Unsetenv(name)
+	v, _ := lookupSecret(name)
+	token := strings.TrimSpace(v)
+	forgetSecret(name)
 	if token == "" {
 		return "", fmt.Errorf("engine.operator_token_env names %s, which is not set; export it (at least %d characters) or remove operator_token_env", name, minOperatorToken)
 	}
@@ -113,11 +148,35 @@ func (a *operatorAuth) wrap(h http.Handler) http.Handler {
 			a.refuse(w, r, status, why)
 			return
 		}
-		// An operator's connection (the event stream holds one open) is
-		// no stranger's: it does not count against their share.
-		markCredentialed(r.Context())
+		select {
+		case a.slots <- struct{}{}:
+			defer func() { <-a.slots }()
+		default:
+			a.busy(w, r)
+			return
+		}
+		// While it is served (an event stream for as long as it is
+		// open), the connection is in the operator's room, not the
+		// workers' and not the strangers'.
+		defer markOperator(r.Context())()
 		h.ServeHTTP(w, r)
 	})
+}
+
+// busy answers an operator's request that found no slot: 503 at once,
+// the connection closed after, and a log line at a bounded rate.
+func (a *operatorAuth) busy(w http.ResponseWriter, r *http.Request) {
+	if ok, leftOut := a.busyLogs.Allow(time.Now()); ok {
+		kv := []any{"max", maxOperatorRequests, "path", r.URL.Path, "remote", r.RemoteAddr}
+		if leftOut > 0 {
+			kv = append(kv, "not_logged_before", leftOut)
+		}
+		a.logger.Warn("operator requests at their cap: refused one (close an event stream or a page)", kv...)
+	}
+	dontReadBody(w)
+	w.Header().Set("Retry-After", "5")
+	writeError(w, http.StatusServiceUnavailable, fmt.Sprintf(
+		"%d operator requests (event streams, pages, /status) are in progress, the most the engine serves at once; close one and retry", maxOperatorRequests))
 }
 
 // check returns 0 for a request the operator may make, else the status
@@ -137,6 +196,13 @@ func (a *operatorAuth) check(r *http.Request) (int, string) {
 		return http.StatusUnauthorized, "not the operator's token"
 	}
 	if trustedLoopback(r) && !a.fromPlugin(r) {
+		uid, err := a.peerUID(r)
+		switch {
+		case err != nil:
+			return http.StatusForbidden, "loopback, but whose process is at the other end cannot be told (" + err.Error() + "); use the operator's token"
+		case uid != os.Getuid() && uid != 0:
+			return http.StatusForbidden, fmt.Sprintf("loopback, but from uid %d, not the engine's user (uid %d) or root; use the operator's token", uid, os.Getuid())
+		}
 		return 0, ""
 	}
 	if a.tokenSum == nil {
@@ -215,42 +281,34 @@ func (a *operatorAuth) fromPlugin(r *http.Request) bool {
 	return owned || err != nil
 }
 
+// peerUIDFromProc is the uid of the process at the other end of r's
+// TCP connection, both ends on this machine (peerSockets).
+func peerUIDFromProc(r *http.Request) (int, error) {
+	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if !ok {
+		return 0, errors.New("the request has no local address")
+	}
+	socks, err := peerSockets(r.RemoteAddr, local.String())
+	if err != nil {
+		return 0, err
+	}
+	if len(socks) != 1 {
+		return 0, fmt.Errorf("%d sockets in /proc/net/tcp match %s to %s", len(socks), r.RemoteAddr, local)
+	}
+	return socks[0].uid, nil
+}
+
 // peerOwnedBy reports whether the TCP connection from remote to local,
-// both on this machine, was opened by one of pids: /proc/net/tcp{,6}
-// names the inode of the socket whose local port is remote's and whose
-// peer port is local's, and a process holding that socket has
-// "socket:[inode]" among its descriptors.
+// both on this machine, was opened by one of pids: a process holding the
+// peer's socket (peerSockets) has "socket:[inode]" among its descriptors.
 func peerOwnedBy(remote, local string, pids []int) (bool, error) {
-	_, rport, err := net.SplitHostPort(remote)
+	socks, err := peerSockets(remote, local)
 	if err != nil {
 		return false, err
-	}
-	_, lport, err := net.SplitHostPort(local)
-	if err != nil {
-		return false, err
-	}
-	want := func(hexAddr, port string) bool {
-		_, h, ok := strings.Cut(hexAddr, ":")
-		n, err := strconv.ParseUint(h, 16, 16)
-		return ok && err == nil && strconv.FormatUint(n, 10) == port
 	}
 	var inodes []string
-	found := false
-	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		b, err := os.ReadFile(table)
-		if err != nil {
-			continue
-		}
-		found = true
-		for _, line := range strings.Split(string(b), "\n")[1:] {
-			f := strings.Fields(line)
-			if len(f) > 9 && want(f[1], rport) && want(f[2], lport) {
-				inodes = append(inodes, "socket:["+f[9]+"]")
-			}
-		}
-	}
-	if !found {
-		return false, errors.New("/proc/net/tcp cannot be read")
+	for _, s := range socks {
+		inodes = append(inodes, "socket:["+s.inode+"]")
 	}
 	for _, pid := range pids {
 		if pid <= 0 {
@@ -269,6 +327,87 @@ func peerOwnedBy(remote, local string, pids []int) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// peerSocket is the other end of a loopback connection, as
+// /proc/net/tcp lists it: the socket's owner and inode.
+type peerSocket struct {
+	uid   int
+	inode string
+}
+
+// peerSockets finds, in /proc/net/tcp and /proc/net/tcp6, the socket
+// whose local address and port are remote's and whose peer is local: the
+// other end of the connection the engine accepted from remote.
+func peerSockets(remote, local string) ([]peerSocket, error) {
+	rip, rport, err := splitIPPort(remote)
+	if err != nil {
+		return nil, err
+	}
+	lip, lport, err := splitIPPort(local)
+	if err != nil {
+		return nil, err
+	}
+	var out []peerSocket
+	found := false
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(table)
+		if err != nil {
+			continue
+		}
+		found = true
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) < 10 || !procAddrIs(f[1], rip, rport) || !procAddrIs(f[2], lip, lport) {
+				continue
+			}
+			uid, err := strconv.Atoi(f[7])
+			if err != nil {
+				continue
+			}
+			out = append(out, peerSocket{uid: uid, inode: f[9]})
+		}
+	}
+	if !found {
+		return nil, errors.New("/proc/net/tcp cannot be read")
+	}
+	return out, nil
+}
+
+func splitIPPort(addr string) (net.IP, uint64, error) {
+	h, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, 0, err
+	}
+	ip := net.ParseIP(h)
+	port, err := strconv.ParseUint(p, 10, 16)
+	if ip == nil || err != nil {
+		return nil, 0, fmt.Errorf("%q is not an IP address and port", addr)
+	}
+	return ip, port, nil
+}
+
+// procAddrIs says the address of /proc/net/tcp{,6} (hex, each 32-bit
+// word in the host's byte order, then ":" and the hex port) is ip:port;
+// an IPv4 address matches its IPv6-mapped form.
+func procAddrIs(hexAddr string, ip net.IP, port uint64) bool {
+	h, p, ok := strings.Cut(hexAddr, ":")
+	if !ok {
+		return false
+	}
+	if n, err := strconv.ParseUint(p, 16, 16); err != nil || n != port {
+		return false
+	}
+	raw, err := hex.DecodeString(h)
+	if err != nil || (len(raw) != 4 && len(raw) != 16) {
+		return false
+	}
+	got := make(net.IP, len(raw))
+	for i := 0; i < len(raw); i += 4 {
+		w := binary.NativeEndian.Uint32(raw[i : i+4])
+		binary.BigEndian.PutUint32(got[i:i+4], w)
+	}
+	return got.Equal(ip)
 }
 
 var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

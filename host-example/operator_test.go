@@ -2,15 +2,21 @@ package main
 
 import (
 	"encoding/base64"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/fluksio/provision/internal/loglimit"
 	"github.com/fluksio/provision/shared/host"
 )
 
@@ -50,6 +56,10 @@ func TestOperatorAccess(t *testing.T) {
 		{"loopback, a worker's credential, no token configured", "", "127.0.0.1:5000", map[string]string{"Authorization": "Bearer " + worker}, 403, false},
 	} {
 		a := newOperatorAuth(c.token, signer, logger)
+		// These requests are built, not sent: no socket to look up, so
+		// the peer is this process's uid. TestOperatorLoopbackUID asks
+		// through real sockets.
+		a.peerUID = func(*http.Request) (int, error) { return os.Getuid(), nil }
 		h := a.wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
 		for _, path := range []string{"/status", "/v1/events", "/"} {
 			r := httptest.NewRequest(http.MethodGet, path, nil)
@@ -136,4 +146,234 @@ func TestPeerOwnedBy(t *testing.T) {
 	if _, err := peerOwnedBy("@", local, []int{os.Getpid()}); err == nil {
 		t.Errorf("a unix socket's peer was judged")
 	}
+}
+
+// serveOperator serves e's worker endpoints and, as run does, the
+// operator's /status, event stream and page behind op.wrap, through a
+// gate of max connections on a loopback port; it returns the address.
+func serveOperator(t *testing.T, e *Engine, op *operatorAuth, max int, listen string) (string, *connGate) {
+	t.Helper()
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		t.Skipf("cannot listen on %s: %v", listen, err)
+	}
+	hub := newEventHub()
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", e.Handler())
+	mux.Handle("GET /status", op.wrap(e.Handler()))
+	mux.Handle("GET /v1/events", op.wrap(http.HandlerFunc(hub.serveEvents)))
+	mux.Handle("GET /{$}", op.wrap(pageHandler()))
+	gate := newConnGate(max, e.logger, loglimit.New(refusalLogBurst, refusalLogWindow))
+	srv := newHTTPServer(mux, gate, e.pollWait(), nil)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		e.Close()
+		hub.close()
+		srv.Close()
+		<-done
+	})
+	return ln.Addr().String(), gate
+}
+
+// TestOperatorStreamsLeaveWorkersRoom, with the attack's figures: 40
+// event streams from loopback against max_connections = 40. Sixteen are
+// served and 24 answered 503 at once; two workers then attach, take a
+// task each, report it and detach, while the 16 streams stay open.
+// Before, the streams took the workers' room and both attaches were
+// reset.
+func TestOperatorStreamsLeaveWorkersRoom(t *testing.T) {
+	t.Parallel()
+	logger, logs := testLogger(t)
+	signer := host.NewSigner(testSecret)
+	e := NewEngine(logger, signer, nil)
+	e.PollWait = 10 * time.Second
+	op := newOperatorAuth("", signer, logger)
+	const max = 40
+	addr, gate := serveOperator(t, e, op, max, "127.0.0.1:0")
+
+	type stream struct {
+		code int
+		took time.Duration
+		body io.ReadCloser
+	}
+	// One after the other, as a loop of curl would: 40 at once mostly
+	// meet the strangers' share first (a quarter of the cap), which drops
+	// them before they are read.
+	streams := make([]stream, 40)
+	for i := range streams {
+		// Each stream on a connection of its own, as 40 browsers.
+		client := &http.Client{Transport: &http.Transport{}}
+		start := time.Now()
+		resp, err := client.Get("http://" + addr + "/v1/events")
+		if err != nil {
+			t.Fatalf("event stream %d: %v", i, err)
+		}
+		streams[i] = stream{code: resp.StatusCode, took: time.Since(start), body: resp.Body}
+	}
+	served, busy := 0, 0
+	for _, s := range streams {
+		switch s.code {
+		case http.StatusOK:
+			served++
+			defer s.body.Close()
+		case http.StatusServiceUnavailable:
+			busy++
+			if s.took > time.Second {
+				t.Errorf("a 503 took %v", s.took)
+			}
+			s.body.Close()
+		default:
+			t.Errorf("an event stream got %d", s.code)
+		}
+	}
+	if served != maxOperatorRequests || busy != 40-maxOperatorRequests {
+		t.Errorf("of 40 event streams %d served and %d refused; want %d and %d", served, busy, maxOperatorRequests, 40-maxOperatorRequests)
+	}
+
+	// Both workers get in and finish, the 16 streams open all along.
+	var workers sync.WaitGroup
+	for i, job := range []string{"77", "78"} {
+		name := fmt.Sprintf("slurm-cpu-%d", i+1)
+		token := sign(t, signer, name, time.Hour)
+		provisioned(e, name, job)
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+			req := func(method, path, body string) (int, string) {
+				r, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
+				r.Header.Set("Authorization", "Bearer "+token)
+				resp, err := client.Do(r)
+				if err != nil {
+					t.Errorf("%s: %s %s: %v", name, method, path, err)
+					return 0, ""
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				return resp.StatusCode, string(b)
+			}
+			if code, body := req("POST", "/v1/attach", strings.Replace(attachBody, `"77"`, `"`+job+`"`, 1)); code != http.StatusOK {
+				t.Errorf("%s: attach: %d %s", name, code, body)
+				return
+			}
+			if err := e.assign(name, Task{ID: "task-" + name}); err != nil {
+				t.Errorf("%s: assign: %v", name, err)
+				return
+			}
+			if code, body := req("GET", "/v1/work", ""); code != http.StatusOK || !strings.Contains(body, "task-"+name) {
+				t.Errorf("%s: poll: %d %s", name, code, body)
+				return
+			}
+			result := fmt.Sprintf(`{"task_id":"task-%s","hostname":"n01","slurm_job_id":"%s","cpus":4,"output":"done"}`, name, job)
+			if code, body := req("POST", "/v1/result", result); code != http.StatusNoContent {
+				t.Errorf("%s: result: %d %s", name, code, body)
+			}
+			if code, body := req("POST", "/v1/detach", ""); code/100 != 2 {
+				t.Errorf("%s: detach: %d %s", name, code, body)
+			}
+		}()
+	}
+	workers.Wait()
+	open, guests, dropped := gate.counts()
+	t.Logf("gate: %d open, %d strangers, %d dropped; log:\n%s", open, guests, dropped, logs)
+	if n := strings.Count(logs.String(), "operator requests at their cap"); n > refusalLogBurst {
+		t.Errorf("%d log lines about the operator's cap; want at most %d", n, refusalLogBurst)
+	}
+}
+
+// peerURLVar tells the test binary, started again as another user, to
+// ask this URL and print the status (TestOperatorLoopbackUID).
+const peerURLVar = "FLUKSIO_TEST_OPERATOR_PEER_URL"
+
+// TestOperatorLoopbackUID: loopback is the operator's only from the
+// engine's own uid or root. The test binary asks /status, the event
+// stream and the page as itself (200), then again as uid 65534 (nobody),
+// started with syscall.Credential, which gets 403 on IPv4 and IPv6
+// loopback and on IPv4 through an IPv6 socket. Before, nobody and the job's user got 200.
+func TestOperatorLoopbackUID(t *testing.T) {
+	if url := os.Getenv(peerURLVar); url != "" {
+		// The other user's side: print each status, one a line.
+		client := &http.Client{Timeout: 5 * time.Second}
+		for _, path := range []string{"/status", "/v1/events", "/"} {
+			resp, err := client.Get(url + path)
+			if err != nil {
+				fmt.Printf("%s error %v\n", path, err)
+				continue
+			}
+			resp.Body.Close()
+			fmt.Printf("%s %d\n", path, resp.StatusCode)
+		}
+		return
+	}
+	logger, logs := testLogger(t)
+	signer := host.NewSigner(testSecret)
+	// ":0" listens on every address, IPv6 and IPv4 at once, so that a
+	// client of 127.0.0.1 is found in /proc/net/tcp6 as ::ffff:127.0.0.1.
+	for _, listen := range []string{"127.0.0.1:0", "[::1]:0", ":0"} {
+		e := NewEngine(logger, signer, nil)
+		op := newOperatorAuth("", signer, logger)
+		addr, _ := serveOperator(t, e, op, 40, listen)
+		url := "http://" + addr
+		if listen == ":0" {
+			url = fmt.Sprintf("http://127.0.0.1:%d", portOf(t, addr))
+		}
+		client := &http.Client{Timeout: 5 * time.Second}
+		for _, path := range []string{"/status", "/"} {
+			resp, err := client.Get(url + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("%s: GET %s as the engine's own uid: %d, want 200", listen, path, resp.StatusCode)
+			}
+		}
+		if os.Getuid() != 0 {
+			t.Skip("asking as another uid needs root to start the process")
+		}
+		out := runAsNobody(t, url)
+		for _, path := range []string{"/status", "/v1/events", "/"} {
+			if !strings.Contains(out, path+" 403\n") {
+				t.Errorf("%s: GET %s as uid 65534: want 403; the other user saw:\n%s", listen, path, out)
+			}
+		}
+	}
+	if !strings.Contains(logs.String(), "from uid 65534") {
+		t.Errorf("the refusal does not name the uid:\n%s", logs)
+	}
+}
+
+// runAsNobody runs this test binary as uid and gid 65534, from a copy
+// that user can read, with peerURLVar set to url, and returns its output.
+func runAsNobody(t *testing.T, url string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "fluksio-peer-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.ReadFile("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "peer.test")
+	if err := os.WriteFile(bin, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run=^TestOperatorLoopbackUID$")
+	cmd.Env = []string{peerURLVar + "=" + url, "HOME=" + dir, "PATH=/usr/bin:/bin"}
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the test binary as uid 65534: %v\n%s", err, out)
+	}
+	return string(out)
 }

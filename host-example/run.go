@@ -63,10 +63,20 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		return usageError(fs, stderr, "-log-level %q: want trace, debug, info, warn or error", *level)
 	}
 
+	if err := receiveSecrets(); err != nil {
+		fmt.Fprintf(stderr, "host-example: %v\n", err)
+		return 1
+	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "engine", Output: stderr, Level: hclog.LevelFromString(*level)})
 	cfg, diags := loadConfig(*configPath)
 	if diags.HasErrors() {
 		hclconfig.WriteDiagnostics(stderr, cfg.Files, diags)
+		return 1
+	}
+	// Before anything starts: the secrets leave the initial environment
+	// (see secrets.go). This returns only when there is nothing to move.
+	if err := reexecWithoutSecrets([]string{cfg.Engine.SecretEnv, cfg.Engine.OperatorTokenEnv}); err != nil {
+		fmt.Fprintf(stderr, "host-example: %v\n", err)
 		return 1
 	}
 
@@ -134,12 +144,70 @@ type daemon struct {
 	addr string
 	// lingering is set when run is followed by -linger.
 	lingering bool
+	// eventLogs bounds, per provisioner, how many of its events are told
+	// in the story and the log; fixed after newDaemon.
+	eventLogs []pluginEventLog
+}
+
+// pluginEventLog is one provisioner's budget of event lines.
+type pluginEventLog struct {
+	name   string
+	logger hclog.Logger
+	limit  *loglimit.Limiter
+}
+
+// A plugin's events are told in the story and the log at most
+// eventLogBurst per eventLogWindow each; the rest are counted, and the
+// first line after them, or the engine's stop, says how many were not
+// told. They still all reach the engine's books, the event stream and
+// the metrics: only the telling is bounded. A plugin that flooded small
+// well-formed events made 48,355 log lines in 40 s. A hundred in ten
+// seconds is a burst of a hundred machines told one by one, which is as
+// many as a person reads.
+const (
+	eventLogBurst  = 100
+	eventLogWindow = 10 * time.Second
+)
+
+// pluginEvent is what the engine does with an event a provisioner's
+// plugin sent (stamped by the host), at now: the engine learns each
+// worker's job, and which names to revoke; the observer streams and
+// counts it; the story and the log tell it, within logs' budget.
+func (d *daemon) pluginEvent(plog hclog.Logger, logs *loglimit.Limiter, ev shared.Event, now time.Time) {
+	d.engine.ObserveEvent(ev)
+	d.obs.pluginEvent(ev)
+	if ok, leftOut := logs.Allow(now); ok {
+		if leftOut > 0 {
+			d.eventsNotTold(plog, ev.Provisioner, leftOut)
+		}
+		d.story.event(ev)
+		plog.Info("event", "kind", ev.Kind, "profile", ev.Profile, "job", ev.Job, "worker", ev.Worker, "detail", ev.Detail)
+	}
+	d.poke()
+}
+
+// flushEventLogs tells, for each provisioner, how many of its events
+// the current window left out, which no later event will.
+func (d *daemon) flushEventLogs() {
+	for _, l := range d.eventLogs {
+		if n := l.limit.Flush(); n > 0 {
+			d.eventsNotTold(l.logger, l.name, n)
+		}
+	}
+}
+
+// eventsNotTold is the summary of n events of provisioner left out of
+// the story and the log.
+func (d *daemon) eventsNotTold(plog hclog.Logger, provisioner string, n int) {
+	plog.Warn("events not logged: the plugin sent more than the log takes", "not_logged", n,
+		"max", eventLogBurst, "per", eventLogWindow.String())
+	d.story.say("%s: %d more event(s) not told here (more than %d in %s); GET /v1/events has them all", provisioner, n, eventLogBurst, eventLogWindow)
 }
 
 // newDaemon sets up the engine for cfg and starts listening. An error is
 // the operator's to fix (the secret, the address), and says how.
 func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) {
-	if v := cfg.Engine.SecretEnv; v != "" && os.Getenv(v) == "" {
+	if v := cfg.Engine.SecretEnv; v != "" && !nonEmpty(lookupSecret(v)) {
 		// A configured secret that is missing would silently become a
 		// random one, and workers from an earlier run would be refused.
 		return nil, fmt.Errorf("engine.secret_env names %s, which is not set; export it (32+ bytes, or 64+ hex digits) or remove secret_env", v)
@@ -200,6 +268,8 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 	for _, pc := range cfg.Provisioners {
 		plog := logger.Named(pc.Name)
 		name := pc.Name
+		evLogs := loglimit.New(eventLogBurst, eventLogWindow)
+		d.eventLogs = append(d.eventLogs, pluginEventLog{name: name, logger: plog, limit: evLogs})
 		s := host.NewSupervisor(pc, plog, host.Options{
 			Logger:          logger.Named("plugin"),
 			Signer:          signer,
@@ -207,15 +277,7 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 			CredentialEpoch: epoch,
 			EngineAddress:   engineAddress,
 			DropEnv:         []string{cfg.Engine.SecretEnv, cfg.Engine.OperatorTokenEnv},
-			OnEvent: func(ev shared.Event) {
-				// The engine learns each worker's job, and which names
-				// to revoke, from the events (stamped by the host).
-				d.engine.ObserveEvent(ev)
-				d.obs.pluginEvent(ev)
-				story.event(ev)
-				plog.Info("event", "kind", ev.Kind, "profile", ev.Profile, "job", ev.Job, "worker", ev.Worker, "detail", ev.Detail)
-				d.poke()
-			},
+			OnEvent:         func(ev shared.Event) { d.pluginEvent(plog, evLogs, ev, time.Now()) },
 		})
 		s.OnUp = func(c host.Configured) {
 			d.placer.SetTarget(Target{Name: c.Name, P: c.Provisioner, Shapes: c.Shapes})
@@ -457,6 +519,7 @@ func (d *daemon) stop() {
 		}()
 	}
 	wg.Wait()
+	d.flushEventLogs()
 	d.placer.Close()
 	d.engine.Close()
 	d.obs.hub.close()
@@ -507,12 +570,22 @@ func orDash(s string) string {
 //
 // Once read, the variable is removed from this process's environment, so
 // nothing the engine starts inherits it; plugins are started without it
-// besides (LaunchConfig.DropEnv), in case another path put it back.
+// besides (LaunchConfig.DropEnv), in case another path put it back. When
+// run was started with it, the value arrived by descriptor instead and
+// the variable was never in this image's environment (secrets.go).
 func engineSecret(name string) (secret []byte, fromEnv bool, err error) {
-	if name == "" || os.Getenv(name) == "" {
+	if name == "" || !nonEmpty(lookupSecret(name)) {
 		return host.RandomSecret(), false, nil
 	}
-	secret, err = host.SecretFromEnv(name)
-	os.Unsetenv(name)
-	return secret, err == nil, err
+	v, _ := lookupSecret(name)
+	forgetSecret(name)
+	secret, err = host.ParseSecret(v)
+	if err != nil {
+		// The value itself is never part of the message: it is the secret.
+		return nil, false, fmt.Errorf("%s: %w", name, err)
+	}
+	return secret, true, nil
 }
+
+// nonEmpty says a looked-up value is set and not empty.
+func nonEmpty(v string, ok bool) bool { return ok && v != "" }

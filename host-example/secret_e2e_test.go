@@ -14,17 +14,24 @@ import (
 )
 
 // TestE2ESecretStaysHome runs the engine with its signing secret in the
-// variable secret_env names, and reads the environment of every process
-// the test's engine started, as the kernel has it (/proc/PID/environ): the
-// plugin and the ssh processes it runs. None has the variable. Before,
-// every plugin inherited it, and so did everything it started, so a
-// plugin could sign credentials for any provisioner's workers.
+// variable secret_env names and the operator's token in the one
+// operator_token_env names, and reads the environment of the engine and
+// of every process it started, as the kernel has it (/proc/PID/environ):
+// the engine itself, the plugin and the ssh processes it runs. None has
+// either variable or value. Before, every plugin inherited the secret, and
+// so did everything it started, so a plugin could sign credentials for
+// any provisioner's workers; then the engine's own initial environment
+// still held both after os.Unsetenv, and a plugin read them from
+// /proc/<getppid()>/environ.
 func TestE2ESecretStaysHome(t *testing.T) {
 	e := newE2E(t, "e2e-secret")
 	const secretVar = "FLUKSIO_E2E_SECRET"
 	secret := strings.Repeat("5ec7", 16)
 	cfgPath := e.config(t, e.host, "worker")
 	withSecretEnv(t, cfgPath, secretVar, secret)
+	const tokenVar = "FLUKSIO_E2E_OP_TOKEN"
+	token := strings.Repeat("70ce", 8)
+	withOperatorTokenEnv(t, cfgPath, tokenVar, token)
 	p := e.startEngine(t, "-config", cfgPath)
 	poll(t, 60*time.Second, "the provisioner to be ready and to have run ssh", func() bool {
 		if p.exited() {
@@ -38,9 +45,22 @@ func TestE2ESecretStaysHome(t *testing.T) {
 		exe, _ := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "exe"))
 		sawPlugin = sawPlugin || strings.HasSuffix(exe, "provisioner-slurm")
 		sawSSH = sawSSH || filepath.Base(exe) == "ssh"
-		if bytes.Contains(environ, []byte(secretVar+"=")) || bytes.Contains(environ, []byte(secret)) {
-			t.Errorf("process %d (%s) has the signing secret in its environment", pid, exe)
-		}
+		hasSecret(t, pid, exe, environ)
+	}
+	// The engine itself: the kernel's copy of its initial environment.
+	pid := p.cmd.Process.Pid
+	environ, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "environ"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(environ, []byte(e.mark)) {
+		t.Fatalf("the engine's environ (%d bytes) lacks the test's mark: not the engine's", len(environ))
+	}
+	hasSecret(t, pid, "the engine", environ)
+	// And the engine has the secret all the same: it signs with it.
+	raw, _ := host.ParseSecret(secret)
+	if epoch := host.CredentialEpoch(raw); !strings.Contains(p.stderr.String(), "credential_epoch="+epoch) {
+		t.Errorf("the engine does not sign with the secret it was given (want credential_epoch=%s):\n%s", epoch, p.stderr)
 	}
 	if !sawPlugin || !sawSSH {
 		t.Fatalf("saw the plugin: %v, an ssh of it: %v, among %d processes; the check proves nothing", sawPlugin, sawSSH, len(procs))
@@ -49,6 +69,37 @@ func TestE2ESecretStaysHome(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.wait(t, 90*time.Second)
+}
+
+// hasSecret fails t if environ holds the signing secret or the
+// operator's token, by name or by value.
+func hasSecret(t *testing.T, pid int, exe string, environ []byte) {
+	t.Helper()
+	for _, s := range []string{"FLUKSIO_E2E_SECRET=", strings.Repeat("5ec7", 16)} {
+		if bytes.Contains(environ, []byte(s)) {
+			t.Errorf("process %d (%s) has the signing secret in its environment (%q)", pid, exe, s[:10])
+		}
+	}
+	for _, s := range []string{"FLUKSIO_E2E_OP_TOKEN=", strings.Repeat("70ce", 8)} {
+		if bytes.Contains(environ, []byte(s)) {
+			t.Errorf("process %d (%s) has the operator's token in its environment (%q)", pid, exe, s[:10])
+		}
+	}
+}
+
+// withOperatorTokenEnv sets operator_token_env in the engine block of the
+// configuration file cfg to name, and name to value for the test.
+func withOperatorTokenEnv(t *testing.T, cfg, name, value string) {
+	t.Helper()
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = bytes.Replace(b, []byte("engine {\n"), []byte("engine {\n  operator_token_env = \""+name+"\"\n"), 1)
+	if err := os.WriteFile(cfg, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(name, value)
 }
 
 // markedProcs maps the pid of every process but the engine itself that

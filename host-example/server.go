@@ -91,6 +91,10 @@ type Engine struct {
 	// refusals bounds how often a refused request is logged: a flood of
 	// bad credentials must not become a flood of log lines.
 	refusals *loglimit.Limiter
+	// ignoredEvents bounds how often an event about another
+	// provisioner's worker is logged: a plugin can send them by the
+	// thousand.
+	ignoredEvents *loglimit.Limiter
 	// status serves GET /status from a short-lived cache.
 	status host.StatusCache
 
@@ -209,15 +213,16 @@ func NewEngine(logger hclog.Logger, signer *host.Signer, now func() time.Time) *
 		now = time.Now
 	}
 	return &Engine{
-		logger:    logger,
-		signer:    signer,
-		now:       now,
-		refusals:  loglimit.New(refusalLogBurst, refusalLogWindow),
-		changed:   make(chan struct{}, 1),
-		done:      make(chan struct{}),
-		workers:   make(map[string]*workerState),
-		results:   make(map[string]Result),
-		admission: host.NewAdmission(now),
+		logger:        logger,
+		signer:        signer,
+		now:           now,
+		refusals:      loglimit.New(refusalLogBurst, refusalLogWindow),
+		ignoredEvents: loglimit.New(refusalLogBurst, refusalLogWindow),
+		changed:       make(chan struct{}, 1),
+		done:          make(chan struct{}),
+		workers:       make(map[string]*workerState),
+		results:       make(map[string]Result),
+		admission:     host.NewAdmission(now),
 	}
 }
 
@@ -297,8 +302,10 @@ func (e *Engine) ObserveEvent(ev shared.Event) {
 	}
 	e.mu.Unlock()
 	if err != nil {
-		e.logger.Warn("ignored an event about another provisioner's worker", "provisioner", ev.Provisioner,
-			"worker", ev.Worker, "kind", ev.Kind, "error", err)
+		if ok, leftOut := e.ignoredEvents.Allow(time.Now()); ok {
+			e.logger.Warn("ignored an event about another provisioner's worker", "provisioner", ev.Provisioner,
+				"worker", ev.Worker, "kind", ev.Kind, "error", err, "not_logged_before", leftOut)
+		}
 	}
 	if dropped != nil {
 		e.logger.Info("worker dropped: its request was cancelled", "worker", dropped.name, "task_left", dropped.task)

@@ -462,6 +462,7 @@ func validate(s *settings) shared.Diagnostics {
 	}
 
 	diags = append(diags, validateSSH(s)...)
+	diags = append(diags, validateTrustFiles(s)...)
 
 	checkURL := func(name, v string, required bool) {
 		if v == "" {

@@ -1,12 +1,16 @@
 package slurm
 
 import (
+	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared"
 )
 
@@ -275,5 +279,121 @@ func TestFrequentPollingWarns(t *testing.T) {
 	}
 	if s.pollInterval != 2*time.Second {
 		t.Errorf("poll_interval = %s", s.pollInterval)
+	}
+}
+
+// TestTrustFilesOthersCanWrite: a known_hosts, ssh_config or ssh_options
+// known-hosts file that someone other than the engine's user or root can
+// change is refused at the attribute that names it, with what to do
+// (chmod go-w); the attack was ssh_options =
+// ["UserKnownHostsFile=<a file anyone can write>"], accepted without a
+// word.
+func TestTrustFilesOthersCanWrite(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("# hosts\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := file("good", 0o644)
+	anyone := file("anyone", 0o666)
+	group := file("group", 0o664)
+	open := filepath.Join(dir, "open")
+	if err := os.Mkdir(open, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	inOpen := filepath.Join(open, "kh")
+	if err := os.WriteFile(inOpen, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	foreign := file("foreign", 0o644)
+	if os.Getuid() == 0 {
+		if err := os.Chown(foreign, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		foreign = "" // only root can give a file away
+	}
+	missingInTmp := filepath.Join(os.TempDir(), "fluksio-test-no-such-known-hosts")
+
+	set := func(k string, v any) func(map[string]any) { return func(c map[string]any) { c[k] = v } }
+	tests := []struct {
+		name string
+		edit func(map[string]any)
+		path string // "-": valid
+		why  string
+	}{
+		{"own file", set("known_hosts", good), "-", ""},
+		{"own ssh_config", set("ssh_config", good), "-", ""},
+		{"known_hosts anyone", set("known_hosts", anyone), "known_hosts", "mode 0666"},
+		{"known_hosts group", set("known_hosts", group), "known_hosts", "mode 0664"},
+		{"known_hosts in open dir", set("known_hosts", inOpen), "known_hosts", "its directory " + open},
+		{"known_hosts missing in /tmp", set("known_hosts", missingInTmp), "known_hosts", "does not exist"},
+		{"ssh_config anyone", set("ssh_config", anyone), "ssh_config", "mode 0666"},
+		{"ssh_options UserKnownHostsFile", set("ssh_options", []string{"ConnectTimeout=5", "UserKnownHostsFile=" + anyone}), "ssh_options.1", "mode 0666"},
+		{"ssh_options two files", set("ssh_options", []string{"UserKnownHostsFile=" + good + " " + inOpen}), "ssh_options.0", "its directory"},
+		{"ssh_options GlobalKnownHostsFile", set("ssh_options", []string{"GlobalKnownHostsFile=" + anyone}), "ssh_options.0", "mode 0666"},
+		{"ssh_options own file", set("ssh_options", []string{"UserKnownHostsFile=" + good}), "-", ""},
+		{"foreign owner", set("known_hosts", foreign), "known_hosts", "owned by uid 65534"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.why == "owned by uid 65534" && foreign == "" {
+				t.Skip("needs root to give a file away")
+			}
+			cfg := baseConfig()
+			tc.edit(cfg)
+			_, diags := parseConfig("hpc", mustJSON(t, cfg))
+			if tc.path == "-" {
+				if len(diags) != 0 {
+					t.Fatalf("want no diagnostics, got:\n%v", diags)
+				}
+				return
+			}
+			if len(diags) != 1 {
+				t.Fatalf("want one diagnostic at %q, got %d:\n%v", tc.path, len(diags), diags)
+			}
+			d := diags[0]
+			if d.Severity != shared.SeverityError || strings.Join(d.Path, ".") != tc.path || d.Summary != "File others can write" ||
+				!strings.Contains(d.Detail, tc.why) || !strings.Contains(d.Detail, "chmod go-w") {
+				t.Errorf("got %v %q %q (%q), want error at %q saying %q and chmod go-w", d.Severity, strings.Join(d.Path, "."), d.Summary, d.Detail, tc.path, tc.why)
+			}
+		})
+	}
+}
+
+// TestTrustFilesInSSHConfig: an ssh_config whose UserKnownHostsFile or
+// GlobalKnownHostsFile others can write is refused at ssh_config, as
+// ssh -G reads the file.
+func TestTrustFilesInSSHConfig(t *testing.T) {
+	testutil.LookPath(t, "ssh")
+	dir := t.TempDir()
+	anyone := filepath.Join(dir, "anyone")
+	if err := os.WriteFile(anyone, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(anyone, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"UserKnownHostsFile", "GlobalKnownHostsFile"} {
+		conf := filepath.Join(dir, key+"_config")
+		if err := os.WriteFile(conf, []byte("Host *\n  "+key+" "+anyone+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c := baseConfig()
+		c["ssh_config"] = conf
+		resp, err := New(nil).ValidateConfig(context.Background(), &shared.ValidateConfigRequest{Name: "hpc", Config: mustJSON(t, c)})
+		if err != nil || len(resp.Diagnostics) != 1 || strings.Join(resp.Diagnostics[0].Path, ".") != "ssh_config" ||
+			resp.Diagnostics[0].Summary != "File others can write" || !strings.Contains(resp.Diagnostics[0].Detail, "mode 0666") {
+			t.Errorf("%s naming a 0666 file: %+v, %v", key, resp, err)
+		}
 	}
 }

@@ -98,6 +98,18 @@ func checkEffectiveSSH(ctx context.Context, sshPath string, s *settings) shared.
 			diags = append(diags, shared.Errorf([]string{"ssh_config"}, "ssh_config weakens host-key checking",
 				"With %s, ssh would use %s %s: %s, and a worker's credential travels in the batch script. Remove it from the file (or from the Host or Match block that applies to %s), or set known_hosts.",
 				s.SSHConfig, key, value, why, s.Login))
+			continue
+		}
+		// The known-hosts files the file names are as trusted as the
+		// file (fileperm.go); with known_hosts set, the user's is ours.
+		if key == "globalknownhostsfile" || (key == "userknownhostsfile" && s.KnownHosts == "") {
+			for _, f := range strings.Fields(value) {
+				if why := sharedWritable(f); why != "" {
+					diags = append(diags, shared.Errorf([]string{"ssh_config"}, "File others can write",
+						"With %s, ssh would read the login node's key from %s, but %s. Whoever can change it chooses which host key ssh trusts for the login node, where worker credentials go. Run chmod go-w on the file and its directory, or set known_hosts to a file only the engine's user can write.",
+						s.SSHConfig, f, why))
+				}
+			}
 		}
 	}
 	return diags

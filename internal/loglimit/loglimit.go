@@ -43,3 +43,14 @@ func (l *Limiter) Allow(now time.Time) (ok bool, leftOut int) {
 	leftOut, l.dropped = l.dropped, 0
 	return true, leftOut
 }
+
+// Flush returns how many lines were left out since the last one let
+// through, and forgets them: for a summary when the source goes quiet or
+// stops, which no later Allow would report.
+func (l *Limiter) Flush() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.dropped
+	l.dropped = 0
+	return n
+}

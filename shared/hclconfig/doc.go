@@ -13,9 +13,10 @@
 // It owns: decoding against a shared.Schema, the diagnostics for what
 // does not fit (with a detail that says how to fix it), the mapping of
 // plugin diagnostics to source ranges, and the bounds on what a parser is
-// given at all (CheckConfigSource: size and nesting, checked before
-// parsing, because the parsers recurse and a deep file overflows the
-// stack). It may not touch plugins, processes or the network: it is pure
+// given at all (CheckConfigSource: size, nesting and expression chains,
+// checked before parsing, because the parsers recurse and a deep file
+// overflows the stack), and the text rendering of diagnostics (bounded:
+// 50 printed, each costing its own lines). It may not touch plugins, processes or the network: it is pure
 // functions over parsed bodies, so a validate command can use it with no
 // side effect.
 package hclconfig

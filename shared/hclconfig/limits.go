@@ -1,6 +1,7 @@
 package hclconfig
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,24 +16,44 @@ import (
 // A configuration file is input too, and the parsers are recursive: a
 // 200 KB file of nested brackets crashed `validate` with a fatal stack
 // overflow (which no recover catches), and a 35 MB list took 65 s and
-// 8.3 GB. CheckConfigSource bounds both before a parser sees the file:
-// its size, and how deeply brackets, braces, parentheses and template
-// interpolations nest. The depth is counted on the lexer's tokens (HCL's
-// lexer is a state machine, not recursive) or, for JSON, by a scan that
-// skips strings, so a bracket inside a string counts for nothing.
+// 8.3 GB. Brackets are not the only way down: HCL parses a unary
+// operator by calling itself for its operand, and builds a splat, an
+// index or a binary operator around the expression before it, which
+// evaluation then walks recursively; 300,000 `!`, 500,000 `-` or 300,000
+// `[*]` in a row crashed validate, run and script the same way at
+// 1.1-1.3 GB. CheckConfigSource bounds all of it before a parser sees the
+// file: its size, how deeply brackets, braces, parentheses and template
+// interpolations nest, and how long a chain one expression makes at one
+// nesting level (operators, splats, indexes and attribute steps, counted
+// until a comma, an `=`, or a newline where the parser ends an
+// expression there). Both are counted on the lexer's tokens (HCL's lexer
+// is a state machine, not recursive) or, for JSON, by a scan that skips
+// strings, so a bracket inside a string counts for nothing; a JSON string
+// is an HCL template when the file is decoded, so a string holding `${`
+// or `%{` is lexed as one and checked the same way.
+//
+// Rejected: counting the parser's recursion itself (a fork of hclsyntax),
+// or recovering from the overflow (Go's stack overflow is fatal, not a
+// panic). Cost: one extra pass of the lexer over at most 1 MiB.
 //
 // The limits are far above any real configuration: a provisioner block
-// nests three or four deep.
+// nests three or four deep, and an expression is a value or a reference a
+// few steps long.
 const (
 	// MaxConfigBytes is the largest configuration file read.
 	MaxConfigBytes = 1 << 20
 	// MaxConfigDepth is the deepest nesting accepted.
 	MaxConfigDepth = 64
+	// MaxConfigChain is the longest chain of operators, splats, indexes
+	// and attribute steps accepted in one expression at one nesting
+	// level. With MaxConfigDepth it bounds the parser's and evaluator's
+	// recursion at 64 × 256 frames.
+	MaxConfigChain = 256
 )
 
 // CheckConfigSource returns an error diagnostic, at the place it found
-// it, if src is too large or nests too deeply to parse safely; json says
-// the file is HCL's JSON syntax.
+// it, if src is too large, nests too deeply or chains too long to parse
+// safely; json says the file is HCL's JSON syntax.
 func CheckConfigSource(src []byte, filename string, json bool) hcl.Diagnostics {
 	if len(src) > MaxConfigBytes {
 		return hcl.Diagnostics{{
@@ -43,48 +64,116 @@ func CheckConfigSource(src []byte, filename string, json bool) hcl.Diagnostics {
 			Subject: &hcl.Range{Filename: filename, Start: hcl.InitialPos, End: hcl.InitialPos},
 		}}
 	}
-	var at *hcl.Range
+	var p *tooDeep
 	if json {
-		at = jsonTooDeep(src, filename)
+		p = jsonTooDeep(src, filename)
 	} else {
-		at = hclTooDeep(src, filename)
+		tokens, _ := hclsyntax.LexConfig(src, filename, hcl.InitialPos)
+		p = tokensTooDeep(tokens)
 	}
-	if at == nil {
+	if p == nil {
 		return nil
+	}
+	if p.chain {
+		return hcl.Diagnostics{{
+			Severity: hcl.DiagError,
+			Summary:  "Expression chained too long",
+			Detail: fmt.Sprintf("One expression here chains more than %d operators, splats, indexes or attribute steps (such as a run of `!`, `-` or `[*]`). A configuration's expression is a value or a reference a few steps long: shorten this one, or look for a character repeated by mistake.",
+				MaxConfigChain),
+			Subject: &p.at,
+		}}
 	}
 	return hcl.Diagnostics{{
 		Severity: hcl.DiagError,
 		Summary:  "Configuration nested too deeply",
 		Detail:   fmt.Sprintf("Brackets, braces and parentheses nest more than %d deep here. A configuration nests a few levels; look for an unclosed bracket.", MaxConfigDepth),
-		Subject:  at,
+		Subject:  &p.at,
 	}}
 }
 
-func hclTooDeep(src []byte, filename string) *hcl.Range {
-	tokens, _ := hclsyntax.LexConfig(src, filename, hcl.InitialPos)
-	depth := 0
-	for _, tok := range tokens {
+// tooDeep is where a source went past a limit, and which.
+type tooDeep struct {
+	at    hcl.Range
+	chain bool // MaxConfigChain, else MaxConfigDepth
+}
+
+// level is one open bracket of tokensTooDeep: its kind, and how long a
+// chain the expression being read at this level has made so far.
+type level struct {
+	// newlineEnds says the parser ends an expression at a newline here:
+	// at the top, in a block's body and in an object constructor, but not
+	// inside (), [], ${} or a {for ...}, where newlines are ignored (so
+	// 300,000 lines of one `!` each are still one chain).
+	newlineEnds bool
+	chain       int
+}
+
+// chainTokens are the tokens that add one step to an expression's
+// recursion: each unary or binary operator, the `?` of a conditional, an
+// attribute step, an index or splat's `[`, and a splat's `*`.
+var chainTokens = map[hclsyntax.TokenType]bool{
+	hclsyntax.TokenBang: true, hclsyntax.TokenMinus: true, hclsyntax.TokenPlus: true,
+	hclsyntax.TokenStar: true, hclsyntax.TokenSlash: true, hclsyntax.TokenPercent: true,
+	hclsyntax.TokenAnd: true, hclsyntax.TokenOr: true,
+	hclsyntax.TokenEqualOp: true, hclsyntax.TokenNotEqual: true,
+	hclsyntax.TokenLessThan: true, hclsyntax.TokenLessThanEq: true,
+	hclsyntax.TokenGreaterThan: true, hclsyntax.TokenGreaterThanEq: true,
+	hclsyntax.TokenQuestion: true, hclsyntax.TokenDot: true, hclsyntax.TokenOBrack: true,
+	hclsyntax.TokenEllipsis: true,
+}
+
+func tokensTooDeep(tokens hclsyntax.Tokens) *tooDeep {
+	stack := []level{{newlineEnds: true}}
+	for i, tok := range tokens {
+		top := &stack[len(stack)-1]
+		if chainTokens[tok.Type] {
+			top.chain++
+			if top.chain > MaxConfigChain {
+				return &tooDeep{at: tok.Range, chain: true}
+			}
+		}
 		switch tok.Type {
+		case hclsyntax.TokenComma, hclsyntax.TokenEqual, hclsyntax.TokenFatArrow:
+			top.chain = 0
+		case hclsyntax.TokenNewline:
+			if top.newlineEnds {
+				top.chain = 0
+			}
 		case hclsyntax.TokenOBrace, hclsyntax.TokenOBrack, hclsyntax.TokenOParen,
 			hclsyntax.TokenTemplateInterp, hclsyntax.TokenTemplateControl:
-			depth++
-			if depth > MaxConfigDepth {
-				r := tok.Range
-				return &r
+			if len(stack) > MaxConfigDepth {
+				return &tooDeep{at: tok.Range}
 			}
+			stack = append(stack, level{newlineEnds: tok.Type == hclsyntax.TokenOBrace && !forNext(tokens[i+1:])})
 		case hclsyntax.TokenCBrace, hclsyntax.TokenCBrack, hclsyntax.TokenCParen, hclsyntax.TokenTemplateSeqEnd:
-			if depth > 0 {
-				depth--
+			if len(stack) > 1 {
+				stack = stack[:len(stack)-1]
 			}
 		}
 	}
 	return nil
 }
 
-func jsonTooDeep(src []byte, filename string) *hcl.Range {
+// forNext says the next token after newlines is the keyword `for`: a
+// brace that opens a for expression, not an object or a body.
+func forNext(rest hclsyntax.Tokens) bool {
+	for _, t := range rest {
+		if t.Type != hclsyntax.TokenNewline {
+			return t.Type == hclsyntax.TokenIdent && string(t.Bytes) == "for"
+		}
+	}
+	return false
+}
+
+func jsonTooDeep(src []byte, filename string) *tooDeep {
 	depth, line, col := 0, 1, 1
 	inString, escaped := false, false
+	// strStart is where the string being read began, and templ says it
+	// holds a `${` or `%{`.
+	var strStart hcl.Pos
+	templ := false
 	for i, c := range src {
+		pos := hcl.Pos{Line: line, Column: col, Byte: i}
 		if c == '\n' {
 			line, col = line+1, 1
 		} else {
@@ -97,16 +186,22 @@ func jsonTooDeep(src []byte, filename string) *hcl.Range {
 				escaped = false
 			case c == '\\':
 				escaped = true
+			case c == '{' && i > 0 && (src[i-1] == '$' || src[i-1] == '%'):
+				templ = true
 			case c == '"':
 				inString = false
+				if templ {
+					if p := jsonTemplateTooDeep(src[strStart.Byte:i+1], filename, strStart); p != nil {
+						return p
+					}
+				}
 			}
 		case c == '"':
-			inString = true
+			inString, templ, strStart = true, false, pos
 		case c == '[' || c == '{':
 			depth++
 			if depth > MaxConfigDepth {
-				pos := hcl.Pos{Line: line, Column: col - 1, Byte: i}
-				return &hcl.Range{Filename: filename, Start: pos, End: hcl.Pos{Line: line, Column: col, Byte: i + 1}}
+				return &tooDeep{at: hcl.Range{Filename: filename, Start: pos, End: hcl.Pos{Line: line, Column: col, Byte: i + 1}}}
 			}
 		case c == ']' || c == '}':
 			if depth > 0 {
@@ -115,6 +210,24 @@ func jsonTooDeep(src []byte, filename string) *hcl.Range {
 		}
 	}
 	return nil
+}
+
+// jsonTemplateTooDeep checks one JSON string, quotes included, as the
+// HCL template it becomes when decoded. A string that is not valid JSON
+// is left to the parser, which says so.
+func jsonTemplateTooDeep(quoted []byte, filename string, at hcl.Pos) *tooDeep {
+	var s string
+	if err := json.Unmarshal(quoted, &s); err != nil {
+		return nil
+	}
+	tokens, _ := hclsyntax.LexTemplate([]byte(s), filename, at)
+	p := tokensTooDeep(tokens)
+	if p != nil {
+		// Escapes make the template's positions drift from the file's:
+		// point at the string itself.
+		p.at = hcl.Range{Filename: filename, Start: at, End: hcl.Pos{Line: at.Line, Column: at.Column + 1, Byte: at.Byte + 1}}
+	}
+	return p
 }
 
 // ParseFile reads the configuration file at path with parser, bounded as
