@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -244,9 +245,13 @@ func TestOperatorStreamsLeaveWorkersRoom(t *testing.T) {
 		go func() {
 			defer workers.Done()
 			client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+			var session string
 			req := func(method, path, body string) (int, string) {
 				r, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
 				r.Header.Set("Authorization", "Bearer "+token)
+				if session != "" {
+					r.Header.Set(sessionHeader, session)
+				}
 				resp, err := client.Do(r)
 				if err != nil {
 					t.Errorf("%s: %s %s: %v", name, method, path, err)
@@ -256,10 +261,17 @@ func TestOperatorStreamsLeaveWorkersRoom(t *testing.T) {
 				b, _ := io.ReadAll(resp.Body)
 				return resp.StatusCode, string(b)
 			}
-			if code, body := req("POST", "/v1/attach", strings.Replace(attachBody, `"77"`, `"`+job+`"`, 1)); code != http.StatusOK {
+			code, body := req("POST", "/v1/attach", strings.Replace(attachBody, `"77"`, `"`+job+`"`, 1))
+			if code != http.StatusOK {
 				t.Errorf("%s: attach: %d %s", name, code, body)
 				return
 			}
+			var attached struct{ Session string }
+			if err := json.Unmarshal([]byte(body), &attached); err != nil || attached.Session == "" {
+				t.Errorf("%s: attach answered %q: no session", name, body)
+				return
+			}
+			session = attached.Session
 			if err := e.assign(name, Task{ID: "task-" + name}); err != nil {
 				t.Errorf("%s: assign: %v", name, err)
 				return
