@@ -79,9 +79,15 @@ type LaunchConfig struct {
 	// DefaultMaxCredentialTTL.
 	MaxCredentialTTL time.Duration
 	// OnEvent receives the plugin's events, one at a time and in order,
-	// from a goroutine of the launcher's. Keep it quick: the plugin waits
-	// for each event to be taken before it publishes the next.
+	// from a goroutine of this plugin's own (events.go). A slow OnEvent
+	// delays only this plugin's later events: the host channel keeps
+	// reading, so the plugin's Publish and MintCredential go on. Events
+	// that find EventQueue full are dropped and counted
+	// (Plugin.DroppedEvents), with a warning.
 	OnEvent func(shared.Event)
+	// EventQueue is how many of the plugin's events may wait for OnEvent;
+	// zero means DefaultEventQueue.
+	EventQueue int
 	// Env is added to the plugin's environment, after this process's own,
 	// so it may override a variable such as PATH.
 	Env []string
