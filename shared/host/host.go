@@ -83,7 +83,8 @@ type LaunchConfig struct {
 	// DefaultMaxCredentialTTL.
 	MaxCredentialTTL time.Duration
 	// OnEvent receives the plugin's events, one at a time and in order,
-	// from a goroutine of this plugin's own (events.go). A slow OnEvent
+	// from a goroutine of this plugin's own (the host channel's
+	// dispatcher, shared/internal/wire/hostchannel.go). A slow OnEvent
 	// delays only this plugin's later events: the host channel keeps
 	// reading, so the plugin's Publish and MintCredential go on. Events
 	// that find EventQueue full are dropped and counted
