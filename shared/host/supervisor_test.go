@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/hcl/v2/hclparse"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/internal/wire"
 )
 
 // parseBlock parses src, a file with one provisioner block, the way an
@@ -392,9 +393,9 @@ func TestSupervisorDoesNotRestartAWrongPin(t *testing.T) {
 	}
 }
 
-// TestUnfixableLaunches: a plugin of another kind is marked as a failure
-// a restart cannot fix; a missing binary (which a deploy may put back) is
-// not.
+// TestUnfixableLaunches: a plugin of another kind or another protocol is
+// marked as a failure a restart cannot fix; a missing binary (which a
+// deploy may put back) is not.
 func TestUnfixableLaunches(t *testing.T) {
 	t.Parallel()
 	b, diags := parseBlock(t, fmt.Sprintf("provisioner \"slurm\" \"m\" {\n  plugin = %q\n  greeting = \"hi\"\n}\n", testPlugin(t)))
@@ -404,7 +405,19 @@ func TestUnfixableLaunches(t *testing.T) {
 	if u := unfixable("m", Validate(context.Background(), b)); u == nil || !errors.Is(u, ErrKindMismatch) {
 		t.Errorf("another kind: %v; want ErrKindMismatch", u)
 	}
-	b.Path = filepath.Join(t.TempDir(), "gone")
+	// A stand-in that answers the handshake with a protocol this host
+	// does not speak, as in TestProtocolMismatchSaysWhichSideToUpgrade.
+	dir := t.TempDir()
+	newer := filepath.Join(dir, "newer")
+	body := fmt.Sprintf("#!/bin/sh\necho '1|%d|unix|%s/none.sock|grpc|'\nexec sleep 5\n", wire.ProtocolVersion+1, dir)
+	if err := os.WriteFile(newer, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b.Path, b.Kind = newer, "memory"
+	if u := unfixable("m", Validate(context.Background(), b)); u == nil || !errors.Is(u, shared.ErrIncompatible) || !strings.Contains(u.Error(), "upgrade the host") {
+		t.Errorf("another protocol: %v; want ErrIncompatible saying which side to upgrade", u)
+	}
+	b.Path = filepath.Join(dir, "gone")
 	if u := unfixable("m", Validate(context.Background(), b)); u != nil {
 		t.Errorf("a missing binary: %v; want a failure worth retrying", u)
 	}
