@@ -15,8 +15,9 @@ import (
 // read; the handshake's protocol version changed with it. 2.1 added
 // StatusResponse.Counters, which a 2.0 plugin leaves empty. 2.2 added
 // the optional Checker and Previewer, which an older plugin answers with
-// ErrUnimplemented.
-const ContractVersion = "2.2"
+// ErrUnimplemented. 2.3 added Event.Class, which an older plugin leaves
+// empty.
+const ContractVersion = "2.3"
 
 // Provisioner is somewhere machines can be asked for.
 //
@@ -597,6 +598,12 @@ type Event struct {
 	Worker      string
 	Time        time.Time
 	Detail      string
+	// Class says why, for EventWorkerProvisionFailed: one of
+	// FailureClasses, so that an engine can tell weather (transient)
+	// from a configuration a person must fix without reading Detail.
+	// Empty from a plugin of a contract before 2.3, or when the plugin
+	// cannot tell: unclassified, not transient.
+	Class FailureClass
 	// Seq numbers the events of one plugin process from 1; the SDK sets
 	// it so the host can tell a gap from a reorder.
 	Seq uint64

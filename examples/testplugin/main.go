@@ -19,6 +19,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -227,6 +228,7 @@ func (m *memory) Provision(ctx context.Context, req *shared.ProvisionRequest) (*
 			// As a submission the cluster rejects: the request stays
 			// outstanding until Reconcile, and the event says why.
 			ev.Kind, ev.Job, ev.Detail = shared.EventWorkerProvisionFailed, "", "sbatch: error: invalid partition specified: nope"
+			ev.Class = shared.FailureMisconfigured
 		} else if _, err := host.MintCredential(ctx, &shared.MintCredentialRequest{
 			Worker: o.Worker, TTL: time.Hour, CPUs: s.CPUs, GPUs: s.GPUs, RAMMB: s.RAMMB, Labels: s.Labels,
 		}); err != nil {
@@ -234,6 +236,12 @@ func (m *memory) Provision(ctx context.Context, req *shared.ProvisionRequest) (*
 			delete(m.outstanding, o.Worker)
 			m.mu.Unlock()
 			ev.Kind, ev.Detail = shared.EventWorkerProvisionFailed, err.Error()
+			// A refusal is this plugin's mistake; anything else (the
+			// host gone, a deadline) may clear by itself.
+			ev.Class = shared.FailureTransient
+			if errors.Is(err, shared.ErrPermissionDenied) || errors.Is(err, shared.ErrInvalidArgument) {
+				ev.Class = shared.FailureMisconfigured
+			}
 		}
 		m.publish(ctx, host, ev)
 	}

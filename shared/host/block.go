@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -142,22 +143,49 @@ type launched struct {
 	json   json.RawMessage
 }
 
-// Options are what an engine adds to a plugin's launch. Validate needs
-// none of them, because it never configures anything.
+// Options are what an engine adds to a plugin's launch: every field of
+// LaunchConfig but those the block gives (Name, Path, SHA256), so that an
+// engine using the Supervisor can set whatever one using Launch can
+// (TestOptionsCoverLaunchConfig keeps them in step). Validate needs none
+// of them, because it never configures anything.
 type Options struct {
 	// Logger receives the plugin's own log lines; nil discards them.
 	Logger hclog.Logger
+	// Args are the plugin's command-line arguments.
+	Args []string
 	// Signer mints the credentials the plugin asks for (LaunchConfig).
 	Signer CredentialSigner
-	// OnEvent hears the plugin's events, stamped with its name.
-	OnEvent func(shared.Event)
+	// MaxCredentialTTL caps what the plugin may ask for; zero means
+	// DefaultMaxCredentialTTL.
+	MaxCredentialTTL time.Duration
+	// OnEvent hears the plugin's events, stamped with its name, as
+	// LaunchConfig.OnEvent does; EventQueue bounds what waits for it.
+	OnEvent    func(shared.Event)
+	EventQueue int
 	// EngineID and CredentialEpoch go to every Configure (identity.go).
 	EngineID, CredentialEpoch string
 	// EngineAddress goes to every Configure: where the engine listens,
 	// as network:address, for plugins that carry workers' connections.
 	EngineAddress string
+	// Env is added to the plugin's environment (LaunchConfig.Env).
+	Env []string
 	// DropEnv names variables the plugin must not inherit (the secret's).
 	DropEnv []string
+	// StartTimeout bounds the handshake; zero means 30 seconds.
+	StartTimeout time.Duration
+	// OnStdout and Stderr are as in LaunchConfig.
+	OnStdout func(line string)
+	Stderr   io.Writer
+}
+
+// launchTimeout bounds a launch with Info and Schema: the handshake's own
+// bound, and 30 seconds for the rest.
+func (o Options) launchTimeout() time.Duration {
+	start := o.StartTimeout
+	if start <= 0 {
+		start = 30 * time.Second
+	}
+	return start + 30*time.Second
 }
 
 // Validate launches a provisioner's plugin, decodes the block against the
@@ -196,18 +224,23 @@ func resolve(ctx context.Context, p *Block, opts Options, configure bool) (*laun
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	lctx, cancel := context.WithTimeout(ctx, opts.launchTimeout())
 	defer cancel()
 	plugin, err := Launch(lctx, LaunchConfig{
-		Name: p.Name, Path: p.Path, SHA256: p.SHA256, Logger: logger,
-		Signer: opts.Signer, OnEvent: opts.OnEvent, DropEnv: opts.DropEnv,
+		Name: p.Name, Path: p.Path, SHA256: p.SHA256, Logger: logger, Args: opts.Args,
+		Signer: opts.Signer, MaxCredentialTTL: opts.MaxCredentialTTL,
+		OnEvent: opts.OnEvent, EventQueue: opts.EventQueue,
+		Env: opts.Env, DropEnv: opts.DropEnv, StartTimeout: opts.StartTimeout,
+		OnStdout: opts.OnStdout, Stderr: opts.Stderr,
 	})
 	if err != nil {
 		summary := "Plugin did not start"
 		if errors.Is(err, shared.ErrChecksumMismatch) {
 			summary, at = "Plugin does not match its sha256 pin", p.SHA256Range
 		}
-		return nil, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: summary, Detail: err.Error() + ".", Subject: at.Ptr()}}
+		// Extra carries the error, so that a Supervisor can tell a pin
+		// or a protocol mismatch (which no restart fixes) from a crash.
+		return nil, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: summary, Detail: err.Error() + ".", Subject: at.Ptr(), Extra: err}}
 	}
 	l := &launched{cfg: p, plugin: plugin}
 	fail := func(summary string, err error) (*launched, hcl.Diagnostics) {
@@ -221,7 +254,7 @@ func resolve(ctx context.Context, p *Block, opts Options, configure bool) (*laun
 	if info.Kind != p.Kind {
 		return l, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Plugin is of another kind",
 			Detail:  fmt.Sprintf("%s says it is a %q provisioner, but this block asks for %q. Fix the block's first label or the plugin path.", p.Path, info.Kind, p.Kind),
-			Subject: p.KindRange.Ptr()}}
+			Subject: p.KindRange.Ptr(), Extra: ErrKindMismatch}}
 	}
 	sr, err := plugin.Provisioner().Schema(lctx, &shared.SchemaRequest{})
 	if err != nil {

@@ -24,6 +24,17 @@
 // an exit that says what the plugin did (ExitStatus, with its last stderr
 // lines).
 //
+// A plugin cannot be stalled by the engine: its events wait for
+// LaunchConfig.OnEvent in a bounded queue with a dispatcher of their own,
+// so a slow handler holds up only that plugin's later events, never its
+// credential requests, its calls or another plugin; a full queue drops
+// and counts (Plugin.DroppedEvents) rather than make the plugin wait,
+// because waiting would need an unbounded backlog or flow control in the
+// contract. The Supervisor's state is a Phase, not text: an engine
+// switches on it, and ProvisionerStatus.Process is rendered from it. A
+// launch that no restart can fix (the pin, the protocol, the kind) ends in
+// PhaseFailed with one UnfixableError, not a restart every two minutes.
+//
 // Rejected alternative: linking provisioners into the engine. A site could
 // not add its own without rebuilding, and a plugin that panics would take
 // the engine with it. The cost is a process and a socket per provisioner.

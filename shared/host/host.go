@@ -35,6 +35,10 @@ import (
 // wait and a long walltime without leaving a stolen token good for days.
 const DefaultMaxCredentialTTL = 12 * time.Hour
 
+// DefaultEventQueue is how many events of one plugin may wait for
+// LaunchConfig.OnEvent before more are dropped.
+const DefaultEventQueue = wire.DefaultEventQueue
+
 // DefaultCredentialTTL is the lifetime of a credential whose plugin did
 // not say how long its job may take.
 const DefaultCredentialTTL = time.Hour
@@ -79,9 +83,16 @@ type LaunchConfig struct {
 	// DefaultMaxCredentialTTL.
 	MaxCredentialTTL time.Duration
 	// OnEvent receives the plugin's events, one at a time and in order,
-	// from a goroutine of the launcher's. Keep it quick: the plugin waits
-	// for each event to be taken before it publishes the next.
+	// from a goroutine of this plugin's own (the host channel's
+	// dispatcher, shared/internal/wire/hostchannel.go). A slow OnEvent
+	// delays only this plugin's later events: the host channel keeps
+	// reading, so the plugin's Publish and MintCredential go on. Events
+	// that find EventQueue full are dropped and counted
+	// (Plugin.DroppedEvents), with a warning.
 	OnEvent func(shared.Event)
+	// EventQueue is how many of the plugin's events may wait for OnEvent;
+	// zero means DefaultEventQueue.
+	EventQueue int
 	// Env is added to the plugin's environment, after this process's own,
 	// so it may override a variable such as PATH.
 	Env []string
@@ -262,7 +273,19 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 		}
 		logger.Warn("host channel closed", "error", err)
 	}
-	if err := p.prov.OpenHostChannel(ctx, cfg.Name, guard, onError); err != nil {
+	onDrop := func(ev shared.Event, dropped int64) {
+		// At the 1st, 2nd, 4th, 8th… drop: a handler stuck for an hour
+		// says so a few dozen times, not once an event.
+		if dropped&(dropped-1) == 0 {
+			logger.Warn("dropped an event of the plugin's: the engine's event handler is behind and the queue is full",
+				"kind", ev.Kind, "worker", ev.Worker, "dropped_total", dropped, "queue", cfg.EventQueue)
+		}
+	}
+	if cfg.EventQueue <= 0 {
+		cfg.EventQueue = DefaultEventQueue
+	}
+	hc := wire.HostChannel{Name: cfg.Name, Host: guard, Queue: cfg.EventQueue, OnError: onError, OnDrop: onDrop}
+	if err := p.prov.OpenHostChannel(ctx, hc); err != nil {
 		p.Kill()
 		return nil, fmt.Errorf("provisioner %q: opening the host channel: %w", cfg.Name, err)
 	}
@@ -300,6 +323,10 @@ func (p *Plugin) Pid() int {
 	return p.cmd.Process.Pid
 }
 
+// DroppedEvents is how many of the plugin's events were dropped because
+// LaunchConfig.OnEvent was behind by a whole EventQueue.
+func (p *Plugin) DroppedEvents() int64 { return p.prov.DroppedEvents() }
+
 // Exited is closed when the plugin process has ended.
 func (p *Plugin) Exited() <-chan struct{} { return p.exited }
 
@@ -328,7 +355,9 @@ func (p *Plugin) Stop(ctx context.Context) (*shared.ShutdownResponse, error) {
 }
 
 // Kill ends the process without asking the provisioner to cancel
-// anything, and waits for it to be gone.
+// anything, and waits for it to be gone and for the events it published
+// to be handed to OnEvent: a stalled OnEvent stalls Kill, and nothing
+// else.
 func (p *Plugin) Kill() {
 	p.stopping.Store(true)
 	p.client.Kill()

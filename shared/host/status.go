@@ -2,6 +2,7 @@ package host
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/fluksio/provision/shared"
@@ -13,8 +14,18 @@ type ProvisionerStatus struct {
 	Name string
 	// Kind is its plugin's kind, such as "slurm".
 	Kind string
-	// Process is the plugin process's state: "running",
-	// "exited: signal: killed", "restarting".
+	// Phase is where the plugin stands; Restarts counts restarts after
+	// it exited on its own; LastExit says how it last exited ("" if it
+	// never did); Wedged says why it was last killed for missing its
+	// deadlines; Failure why the phase is PhaseFailed.
+	Phase    Phase
+	Restarts int
+	LastExit string
+	Wedged   string
+	Failure  string
+	// Process is the line an operator reads, rendered from the fields
+	// above ("running", "running (restarts: 1, last exit: killed by
+	// signal killed)", "failed: …"). Read Phase, not this.
 	Process string
 	// Status is the plugin's own report, nil if it could not be had.
 	Status *shared.StatusResponse
@@ -27,6 +38,21 @@ type ProvisionerStatus struct {
 	// for an engine that lists only some of them; the Supervisor leaves
 	// it zero.
 	OutstandingTotal int
+}
+
+// processText renders the phase and its history as one line.
+func (p ProvisionerStatus) processText() string {
+	text := p.Phase.String()
+	if p.Phase == PhaseFailed && p.Failure != "" {
+		text += ": " + p.Failure
+	}
+	if p.LastExit != "" {
+		text = fmt.Sprintf("%s (restarts: %d, last exit: %s)", text, p.Restarts, p.LastExit)
+	}
+	if p.Wedged != "" {
+		text += "; last " + p.Wedged
+	}
+	return text
 }
 
 // MarshalJSON renders the status in snake_case. shared's types carry no
@@ -72,13 +98,18 @@ func (p ProvisionerStatus) MarshalJSON() ([]byte, error) {
 	out := struct {
 		Name           string   `json:"name"`
 		Kind           string   `json:"kind"`
+		Phase          *Phase   `json:"phase,omitempty"`
+		Restarts       int      `json:"restarts"`
 		Process        string   `json:"process"`
 		LastExitStderr []string `json:"last_exit_stderr,omitempty"`
 		Status         *status  `json:"status"`
 		Error          string   `json:"error,omitempty"`
 		// Total counts outstanding jobs, listed or not.
 		OutstandingTotal int `json:"outstanding_total"`
-	}{Name: p.Name, Kind: p.Kind, Process: p.Process, LastExitStderr: p.LastExitStderr, Error: p.Error, OutstandingTotal: p.OutstandingTotal}
+	}{Name: p.Name, Kind: p.Kind, Restarts: p.Restarts, Process: p.Process, LastExitStderr: p.LastExitStderr, Error: p.Error, OutstandingTotal: p.OutstandingTotal}
+	if p.Phase != 0 {
+		out.Phase = &p.Phase
+	}
 	if s := p.Status; s != nil {
 		out.Status = &status{
 			Name: s.Name, Kind: s.Kind, LastError: s.LastError,

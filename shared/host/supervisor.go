@@ -35,25 +35,34 @@ const (
 // fails. Calls fail for many reasons, and a plugin that died between
 // calls would stay dead until the next one; the process's exit is the
 // one certain signal, and only the Supervisor waits on it.
+//
+// What it will not restart: a launch that fails for a reason another
+// launch cannot fix (UnfixableError: the binary no longer matches its
+// pin, speaks another protocol version, or is of another kind). It logs
+// one error that says which and what to do, and the phase becomes
+// PhaseFailed; retrying every two minutes would only bury that line. A
+// crash, a hang or a configuration the plugin refuses is retried: a
+// node's disk may come back, and only the plugin knows its own words.
 type Supervisor struct {
 	// WedgeAfter is how many calls in a row may miss their deadline
 	// before the plugin is restarted; NewSupervisor sets the default.
 	// OnUp hears of a (re)started plugin that is configured and ready,
 	// with its shapes; OnDown hears that the plugin exited, so calls
-	// would fail. Both are called without the Supervisor's lock, from the
-	// goroutine that starts or watches the plugin. Set all three before
-	// Start.
+	// would fail; OnFailed that it failed for good (PhaseFailed, with Err)
+	// after a restart, where no caller is waiting to hear it. All three are
+	// called without the Supervisor's lock, from the goroutine that
+	// starts or watches the plugin. Set them before Start.
 	WedgeAfter int
 	OnUp       func(Configured)
 	OnDown     func(name string)
+	OnFailed   func(name string, err error)
 	// ReconcileTimeout bounds one Reconcile call; NewSupervisor sets
 	// the default.
 	ReconcileTimeout time.Duration
 
-	cfg     *Block
-	logger  hclog.Logger
-	opts    Options
-	restart bool // restart after an unexpected exit
+	cfg    *Block
+	logger hclog.Logger
+	opts   Options
 
 	mu       sync.Mutex // guards everything below
 	current  *Plugin
@@ -66,7 +75,13 @@ type Supervisor struct {
 	stopping bool
 	// reconciling says a Reconcile call is under way; the next waits.
 	reconciling bool
-	state       string // "running", "restarting", "stopped", "failed: …"
+	phase       Phase
+	// failure is why the phase is PhaseFailed (an *UnfixableError, or a
+	// first start's diagnostics); nil otherwise.
+	failure error
+	// launches counts launch attempts, for tests that a failure is not
+	// retried in a loop.
+	launches int
 
 	// shutResp and shutErr are the outcome of the one shutdown; shutDone
 	// is closed once they are set, so that a second caller waits for the
@@ -100,19 +115,25 @@ func NewSupervisor(b *Block, logger hclog.Logger, opts Options) *Supervisor {
 		logger = hclog.NewNullLogger()
 	}
 	life, cancel := context.WithCancel(context.Background())
-	return &Supervisor{WedgeAfter: defaultWedgeAfter, ReconcileTimeout: defaultReconcileTimeout, OnUp: func(Configured) {}, OnDown: func(string) {}, cfg: b, logger: logger, opts: opts, restart: true, stop: make(chan struct{}), state: "starting",
+	return &Supervisor{WedgeAfter: defaultWedgeAfter, ReconcileTimeout: defaultReconcileTimeout, OnUp: func(Configured) {}, OnDown: func(string) {}, OnFailed: func(string, error) {}, cfg: b, logger: logger, opts: opts, stop: make(chan struct{}), phase: PhaseStarting,
 		shutDone: make(chan struct{}), life: life, cancelLife: cancel}
 }
 
 // Start launches and configures the plugin the first time. Configuration
 // problems come back as diagnostics against the config file; a first
-// start that fails is not retried, because the operator is watching.
+// start that fails is not retried, because the operator is watching, and
+// the phase becomes PhaseFailed with the diagnostics as Err.
 func (s *Supervisor) Start(ctx context.Context) hcl.Diagnostics {
 	l, diags := s.launch(ctx, true)
 	if diags.HasErrors() {
 		if l != nil {
 			l.plugin.Kill()
 		}
+		var err error = diags
+		if u := unfixable(s.cfg.Name, diags); u != nil {
+			err = u
+		}
+		s.fail(err)
 		return diags
 	}
 	s.mu.Lock()
@@ -135,6 +156,9 @@ func (s *Supervisor) Start(ctx context.Context) hcl.Diagnostics {
 // its shapes to the placer. A launch made only to cancel at shutdown does
 // not publish, so that nothing new is asked of it.
 func (s *Supervisor) launch(ctx context.Context, publish bool) (*launched, hcl.Diagnostics) {
+	s.mu.Lock()
+	s.launches++
+	s.mu.Unlock()
 	l, diags := resolve(ctx, s.cfg, s.opts, true)
 	if diags.HasErrors() {
 		return l, diags
@@ -158,7 +182,7 @@ func (s *Supervisor) launch(ctx context.Context, publish bool) (*launched, hcl.D
 			Detail: err.Error() + ".", Subject: s.cfg.DefRange.Ptr()}}
 	}
 	s.mu.Lock()
-	s.current, s.state = l.plugin, "running"
+	s.current, s.phase = l.plugin, PhaseRunning
 	if publish && s.lastExit != nil {
 		// A restart, counted before OnUp hears of it, so that whoever
 		// OnUp wakes reads a Status that says so.
@@ -189,14 +213,10 @@ func (s *Supervisor) watch(p *Plugin) {
 			s.mu.Unlock()
 			return
 		}
-		s.lastExit, s.state = exit, "restarting"
+		s.lastExit, s.phase = exit, PhaseRestarting
 		s.mu.Unlock()
 		s.OnDown(s.cfg.Name)
 		s.logger.Error("plugin exited unexpectedly", "status", exit.String(), "stderr_tail", tail(exit.Stderr, 5))
-		if !s.restart {
-			s.setState("failed: " + exit.String())
-			return
-		}
 		if time.Since(started) >= stableAfter {
 			backoff = restartMin
 		}
@@ -208,7 +228,7 @@ func (s *Supervisor) watch(p *Plugin) {
 				return
 			}
 			backoff = doubling.Next(backoff, restartMax)
-			ctx, cancel := context.WithTimeout(s.life, time.Minute)
+			ctx, cancel := context.WithTimeout(s.life, s.opts.launchTimeout()+30*time.Second)
 			l, diags := s.launch(ctx, true)
 			cancel()
 			if !diags.HasErrors() {
@@ -218,6 +238,15 @@ func (s *Supervisor) watch(p *Plugin) {
 			}
 			if l != nil {
 				l.plugin.Kill()
+			}
+			if u := unfixable(s.cfg.Name, diags); u != nil {
+				// One line, at the one moment it became true; the
+				// engine reads the rest from Phase and Err.
+				s.logger.Error("plugin failed for good; not restarting it", "error", u.Error())
+				if s.fail(u) {
+					s.OnFailed(s.cfg.Name, u)
+				}
+				return
 			}
 			s.logger.Error("restart failed", "error", diags.Error())
 		}
@@ -239,13 +268,13 @@ func (s *Supervisor) Deadline(call string, missed bool) {
 		return
 	}
 	s.misses++
-	if s.misses < s.WedgeAfter || s.state != "running" || s.stopping || s.current == nil {
+	if s.misses < s.WedgeAfter || s.phase != PhaseRunning || s.stopping || s.current == nil {
 		s.mu.Unlock()
 		return
 	}
 	s.misses = 0
 	s.wedged = fmt.Sprintf("wedged: %d calls in a row missed their deadline, the last a %s; killed to restart it", s.WedgeAfter, call)
-	s.state = "wedged"
+	s.phase = PhaseWedged
 	cur := s.current
 	s.mu.Unlock()
 	s.logger.Error("plugin wedged; killing it so that it restarts", "missed_calls", s.WedgeAfter, "last", call)
@@ -254,17 +283,43 @@ func (s *Supervisor) Deadline(call string, missed bool) {
 	cur.Kill()
 }
 
-func (s *Supervisor) setState(st string) {
+// fail records a failure no restart will fix, unless a shutdown came
+// first (stopped says more than failed then); it says whether it did.
+func (s *Supervisor) fail(err error) bool {
 	s.mu.Lock()
-	s.state = st
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	if s.stopping {
+		return false
+	}
+	s.phase, s.failure = PhaseFailed, err
+	return true
+}
+
+// Phase is where the plugin stands; it takes the lock only to read.
+func (s *Supervisor) Phase() Phase {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.phase
+}
+
+// Err is why the phase is PhaseFailed: an *UnfixableError (errors.Is
+// finds shared.ErrChecksumMismatch, shared.ErrIncompatible or
+// ErrKindMismatch), or the first start's diagnostics. Nil in any other
+// phase.
+func (s *Supervisor) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.phase != PhaseFailed {
+		return nil
+	}
+	return s.failure
 }
 
 // Provisioner is the current plugin's client, or nil while it is down.
 func (s *Supervisor) Provisioner() shared.Provisioner {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.current == nil || s.state != "running" {
+	if s.current == nil || s.phase != PhaseRunning {
 		return nil
 	}
 	return s.current.Provisioner()
@@ -277,7 +332,7 @@ func (s *Supervisor) Provisioner() shared.Provisioner {
 func (s *Supervisor) Health() (up bool, restarts int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.current != nil && s.state == "running", s.restarts
+	return s.current != nil && s.phase == PhaseRunning, s.restarts
 }
 
 // Pid is the plugin process's id while one runs, else 0: an engine that
@@ -296,19 +351,24 @@ func (s *Supervisor) Pid() int {
 // plugin is asked with a deadline of two seconds, without the lock.
 func (s *Supervisor) Status(ctx context.Context) ProvisionerStatus {
 	s.mu.Lock()
-	ps := ProvisionerStatus{Name: s.cfg.Name, Kind: s.cfg.Kind, Process: s.state}
+	ps := ProvisionerStatus{Name: s.cfg.Name, Kind: s.cfg.Kind, Phase: s.phase, Restarts: s.restarts}
+	if s.phase == PhaseFailed && s.failure != nil {
+		ps.Failure = s.failure.Error()
+	}
 	if s.lastExit != nil {
-		ps.Process = fmt.Sprintf("%s (restarts: %d, last exit: %s)", s.state, s.restarts, s.lastExit)
+		ps.LastExit = s.lastExit.String()
 		ps.LastExitStderr = tail(s.lastExit.Stderr, 10)
 	}
-	if s.wedged != "" {
-		ps.Process += "; last " + s.wedged
-	}
+	ps.Wedged = s.wedged
+	ps.Process = ps.processText()
 	cur := s.current
-	running := s.state == "running"
+	running := s.phase == PhaseRunning
 	s.mu.Unlock()
 	if cur == nil || !running {
 		ps.Error = "the plugin is not running"
+		if ps.Failure != "" {
+			ps.Error = ps.Failure
+		}
 		return ps
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -344,7 +404,7 @@ func (s *Supervisor) Shutdown(ctx context.Context) (*shared.ShutdownResponse, er
 	s.mu.Unlock()
 	resp, err := s.shutdownOnce(ctx)
 	s.mu.Lock()
-	s.shutResp, s.shutErr, s.state = resp, err, "stopped"
+	s.shutResp, s.shutErr, s.phase = resp, err, PhaseStopped
 	s.mu.Unlock()
 	close(s.shutDone)
 	return resp, err
@@ -432,7 +492,7 @@ const defaultReconcileTimeout = 30 * time.Second
 // ReconcileTimeout counts towards WedgeAfter.
 func (s *Supervisor) Reconcile(ctx context.Context, attached []string) {
 	s.mu.Lock()
-	if s.reconciling || s.stopping || s.current == nil || s.state != "running" {
+	if s.reconciling || s.stopping || s.current == nil || s.phase != PhaseRunning {
 		s.mu.Unlock()
 		return
 	}

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,10 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/internal/wire"
 )
 
 // parseBlock parses src, a file with one provisioner block, the way an
@@ -291,4 +296,155 @@ func TestProvisionerStatusJSON(t *testing.T) {
 			t.Errorf("status JSON lacks %s:\n%s", want, b)
 		}
 	}
+}
+
+// TestSupervisorDoesNotRestartAWrongPin: a pinned plugin whose binary is
+// replaced while it runs, then killed, is launched once more, refused by
+// its pin, and left failed with one error that says so and what to do:
+// not restarted every two minutes for ever. Counted in launches.
+func TestSupervisorDoesNotRestartAWrongPin(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "provisioner-memory")
+	orig, err := os.ReadFile(testPlugin(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, orig, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := FileSHA256(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, diags := parseBlock(t, fmt.Sprintf("provisioner \"memory\" \"mem\" {\n  plugin = %q\n  sha256 = %q\n  greeting = \"hi\"\n}\n", bin, sum))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	logs := &syncBuffer{}
+	s := NewSupervisor(b, hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Info}), Options{Signer: signerFunc(nil)})
+	failed := make(chan error, 4)
+	s.OnFailed = func(_ string, err error) { failed <- err }
+	if diags := s.Start(context.Background()); diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_, _ = s.Shutdown(ctx) // cannot relaunch it to cancel: expected
+	})
+	if p := s.Phase(); p != PhaseRunning {
+		t.Fatalf("phase %v after Start; want running", p)
+	}
+
+	// A rebuild lands beside it (renamed over, as an install does: the
+	// running file cannot be written), then the process dies.
+	next := bin + ".new"
+	if err := os.WriteFile(next, append(orig, "rebuilt"...), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(next, bin); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	pid := s.current.Pid()
+	s.mu.Unlock()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+
+	var got error
+	select {
+	case got = <-failed:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no failure within 30s; phase %v, %d launches\n%s", s.Phase(), s.launchCount(), logs)
+	}
+	// The watch goroutine has nothing left to do: it must end, where a
+	// loop would wait out its backoff and launch again.
+	watched := make(chan struct{})
+	go func() { s.wg.Wait(); close(watched) }()
+	select {
+	case <-watched:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the supervisor is still restarting after the failure: %d launches\n%s", s.launchCount(), logs)
+	}
+	if n := s.launchCount(); n != 2 {
+		t.Errorf("%d launches; want 2 (the start and the one restart the pin refused)", n)
+	}
+	var u *UnfixableError
+	if !errors.As(got, &u) || !errors.Is(got, shared.ErrChecksumMismatch) || !errors.Is(s.Err(), shared.ErrChecksumMismatch) {
+		t.Fatalf("failure %v (Err %v); want an UnfixableError for the pin", got, s.Err())
+	}
+	for _, want := range []string{`"mem"`, "will not be restarted", "sha256", "does not match its sha256 pin", "update the pin", "Restart the engine"} {
+		if !strings.Contains(got.Error(), want) {
+			t.Errorf("the error does not say %q: %v", want, got)
+		}
+	}
+	st := s.Status(context.Background())
+	if st.Phase != PhaseFailed || !strings.HasPrefix(st.Process, "failed: ") || st.Error != got.Error() {
+		t.Errorf("status: phase %v, process %q, error %q", st.Phase, st.Process, st.Error)
+	}
+	if n := strings.Count(logs.String(), "plugin failed for good"); n != 1 {
+		t.Errorf("%d 'failed for good' lines; want 1\n%s", n, logs)
+	}
+	js, err := st.MarshalJSON()
+	if err != nil || !strings.Contains(string(js), `"phase":"failed"`) {
+		t.Errorf("status JSON %s %v; want phase failed", js, err)
+	}
+}
+
+// TestUnfixableLaunches: a plugin of another kind or another protocol is
+// marked as a failure a restart cannot fix; a missing binary (which a
+// deploy may put back) is not.
+func TestUnfixableLaunches(t *testing.T) {
+	t.Parallel()
+	b, diags := parseBlock(t, fmt.Sprintf("provisioner \"slurm\" \"m\" {\n  plugin = %q\n  greeting = \"hi\"\n}\n", testPlugin(t)))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	if u := unfixable("m", Validate(context.Background(), b)); u == nil || !errors.Is(u, ErrKindMismatch) {
+		t.Errorf("another kind: %v; want ErrKindMismatch", u)
+	}
+	// A stand-in that answers the handshake with a protocol this host
+	// does not speak, as in TestProtocolMismatchSaysWhichSideToUpgrade.
+	dir := t.TempDir()
+	newer := filepath.Join(dir, "newer")
+	body := fmt.Sprintf("#!/bin/sh\necho '1|%d|unix|%s/none.sock|grpc|'\nexec sleep 5\n", wire.ProtocolVersion+1, dir)
+	if err := os.WriteFile(newer, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b.Path, b.Kind = newer, "memory"
+	if u := unfixable("m", Validate(context.Background(), b)); u == nil || !errors.Is(u, shared.ErrIncompatible) || !strings.Contains(u.Error(), "upgrade the host") {
+		t.Errorf("another protocol: %v; want ErrIncompatible saying which side to upgrade", u)
+	}
+	b.Path = filepath.Join(dir, "gone")
+	if u := unfixable("m", Validate(context.Background(), b)); u != nil {
+		t.Errorf("a missing binary: %v; want a failure worth retrying", u)
+	}
+}
+
+// TestOptionsCoverLaunchConfig: every LaunchConfig field a block does not
+// give has its Options field, of the same type, so that an engine using
+// the Supervisor can set what one using Launch can.
+func TestOptionsCoverLaunchConfig(t *testing.T) {
+	t.Parallel()
+	opts := reflect.TypeOf(Options{})
+	lc := reflect.TypeOf(LaunchConfig{})
+	for i := range lc.NumField() {
+		f := lc.Field(i)
+		if f.Name == "Name" || f.Name == "Path" || f.Name == "SHA256" {
+			continue
+		}
+		o, ok := opts.FieldByName(f.Name)
+		if !ok || o.Type != f.Type {
+			t.Errorf("Options has no %s %v (LaunchConfig does)", f.Name, f.Type)
+		}
+	}
+}
+
+// launchCount is how many launches were tried.
+func (s *Supervisor) launchCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.launches
 }

@@ -12,6 +12,7 @@ package sharedtest
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -163,9 +164,12 @@ type Host struct {
 	Token func(worker string) string
 	MintF func(context.Context, *shared.MintCredentialRequest) (*shared.MintCredentialResponse, error)
 
-	mu     sync.Mutex // guards events and minted
+	mu     sync.Mutex // guards events, minted and arrived
 	events []shared.Event
 	minted []shared.MintCredentialRequest
+	// arrived is closed at the next Publish, for WaitEvents; nil until
+	// someone waits.
+	arrived chan struct{}
 }
 
 var _ shared.Host = (*Host)(nil)
@@ -174,7 +178,35 @@ func (h *Host) Publish(_ context.Context, ev shared.Event) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.events = append(h.events, ev)
+	if h.arrived != nil {
+		close(h.arrived)
+		h.arrived = nil
+	}
 	return nil
+}
+
+// WaitEvents waits until n events have been published, or ctx ends, and
+// returns those published so far. Over the wire a plugin's Publish
+// returns once the host has queued the event, before the host's Publish
+// has run, so a test reads Events through this.
+func (h *Host) WaitEvents(ctx context.Context, n int) ([]shared.Event, error) {
+	for {
+		h.mu.Lock()
+		if len(h.events) >= n {
+			defer h.mu.Unlock()
+			return slices.Clone(h.events), nil
+		}
+		if h.arrived == nil {
+			h.arrived = make(chan struct{})
+		}
+		arrived := h.arrived
+		h.mu.Unlock()
+		select {
+		case <-arrived:
+		case <-ctx.Done():
+			return h.Events(), fmt.Errorf("%w waiting for %d events", ctx.Err(), n)
+		}
+	}
 }
 
 func (h *Host) MintCredential(ctx context.Context, r *shared.MintCredentialRequest) (*shared.MintCredentialResponse, error) {

@@ -2943,13 +2943,18 @@ type Event struct {
 	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
 	// worker_provisioned, worker_provision_failed, worker_cancelled, or a
 	// kind of the plugin's own.
-	Kind          string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
-	Provisioner   string `protobuf:"bytes,3,opt,name=provisioner,proto3" json:"provisioner,omitempty"`
-	Profile       string `protobuf:"bytes,4,opt,name=profile,proto3" json:"profile,omitempty"`
-	Job           string `protobuf:"bytes,5,opt,name=job,proto3" json:"job,omitempty"`
-	Worker        string `protobuf:"bytes,6,opt,name=worker,proto3" json:"worker,omitempty"`
-	TimeUnixNano  int64  `protobuf:"varint,7,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
-	Detail        string `protobuf:"bytes,8,opt,name=detail,proto3" json:"detail,omitempty"`
+	Kind         string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Provisioner  string `protobuf:"bytes,3,opt,name=provisioner,proto3" json:"provisioner,omitempty"`
+	Profile      string `protobuf:"bytes,4,opt,name=profile,proto3" json:"profile,omitempty"`
+	Job          string `protobuf:"bytes,5,opt,name=job,proto3" json:"job,omitempty"`
+	Worker       string `protobuf:"bytes,6,opt,name=worker,proto3" json:"worker,omitempty"`
+	TimeUnixNano int64  `protobuf:"varint,7,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	Detail       string `protobuf:"bytes,8,opt,name=detail,proto3" json:"detail,omitempty"`
+	// Why a worker_provision_failed machine ended without a worker (contract
+	// 2.3): transient, misconfigured, died_before_attach or timed_out, the
+	// classes of FailureCount. Empty from an older plugin, or for other
+	// kinds: the host then treats the failure as unclassified.
+	FailureClass  string `protobuf:"bytes,9,opt,name=failure_class,json=failureClass,proto3" json:"failure_class,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3036,6 +3041,13 @@ func (x *Event) GetTimeUnixNano() int64 {
 func (x *Event) GetDetail() string {
 	if x != nil {
 		return x.Detail
+	}
+	return ""
+}
+
+func (x *Event) GetFailureClass() string {
+	if x != nil {
+		return x.FailureClass
 	}
 	return ""
 }
@@ -3465,7 +3477,7 @@ const file_provisioner_proto_rawDesc = "" +
 	"\x03msg\"\x1b\n" +
 	"\x05Hello\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\a\n" +
-	"\x05Ready\"\xd1\x01\n" +
+	"\x05Ready\"\xf6\x01\n" +
 	"\x05Event\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12 \n" +
@@ -3474,7 +3486,8 @@ const file_provisioner_proto_rawDesc = "" +
 	"\x03job\x18\x05 \x01(\tR\x03job\x12\x16\n" +
 	"\x06worker\x18\x06 \x01(\tR\x06worker\x12$\n" +
 	"\x0etime_unix_nano\x18\a \x01(\x03R\ftimeUnixNano\x12\x16\n" +
-	"\x06detail\x18\b \x01(\tR\x06detail\"\x1c\n" +
+	"\x06detail\x18\b \x01(\tR\x06detail\x12#\n" +
+	"\rfailure_class\x18\t \x01(\tR\ffailureClass\"\x1c\n" +
 	"\bEventAck\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\"\xbf\x01\n" +
 	"\x0eMintCredential\x12\x1d\n" +

@@ -289,6 +289,7 @@ func eventToProto(e shared.Event) *pb.Event {
 	return &pb.Event{
 		Seq: e.Seq, Kind: string(e.Kind), Provisioner: e.Provisioner, Profile: e.Profile,
 		Job: e.Job, Worker: e.Worker, TimeUnixNano: unixNano(e.Time), Detail: e.Detail,
+		FailureClass: string(e.Class),
 	}
 }
 
@@ -296,6 +297,7 @@ func eventFromProto(e *pb.Event) shared.Event {
 	return shared.Event{
 		Seq: e.GetSeq(), Kind: shared.EventKind(e.GetKind()), Provisioner: e.GetProvisioner(), Profile: e.GetProfile(),
 		Job: e.GetJob(), Worker: e.GetWorker(), Time: fromUnixNano(e.GetTimeUnixNano()), Detail: e.GetDetail(),
+		Class: shared.FailureClass(e.GetFailureClass()),
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -22,6 +23,9 @@ type Client struct {
 
 	mu   sync.Mutex // guards link
 	link *hostLink  // the host's end of HostChannel, once opened
+
+	// dropped counts the plugin's events that found the queue full.
+	dropped atomic.Int64
 }
 
 var _ shared.Provisioner = (*Client)(nil)
@@ -108,7 +112,7 @@ func (c *Client) Preview(ctx context.Context, req *shared.PreviewRequest) (*shar
 // it is configured.
 func (c *Client) Configure(ctx context.Context, req *shared.ConfigureRequest) (*shared.ConfigureResponse, error) {
 	if req.Host != nil {
-		if err := c.OpenHostChannel(ctx, req.Name, req.Host, nil); err != nil {
+		if err := c.OpenHostChannel(ctx, HostChannel{Name: req.Name, Host: req.Host}); err != nil {
 			return nil, err
 		}
 	}

@@ -240,14 +240,29 @@ func TestHostChannelInMemory(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	events := host.Events()
-	if len(events) != 50 {
-		t.Fatalf("host saw %d events, want 50", len(events))
+	// A failure's class crosses (contract 2.3); an event without one,
+	// as an older plugin sends, arrives unclassified.
+	for _, class := range []shared.FailureClass{shared.FailureMisconfigured, ""} {
+		if err := pluginHost.Publish(ctx, shared.Event{Kind: shared.EventWorkerProvisionFailed, Class: class}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	events, err := host.WaitEvents(wctx, 52)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events) != 52 {
+		t.Fatalf("host saw %d events, want 52", len(events))
 	}
 	for i, ev := range events {
 		if ev.Seq != uint64(i+1) {
 			t.Fatalf("event %d has seq %d", i, ev.Seq)
 		}
+	}
+	if events[50].Class != shared.FailureMisconfigured || events[51].Class != "" {
+		t.Errorf("classes crossed as %q and %q", events[50].Class, events[51].Class)
 	}
 
 	cred, err := pluginHost.MintCredential(ctx, &shared.MintCredentialRequest{Worker: "n-a-1", TTL: time.Minute, CPUs: 4, GPUs: 1, RAMMB: 16000, Labels: []string{"cuda"}})

@@ -21,6 +21,33 @@ import (
 // gRPC, so a plugin in any language can implement it; go-plugin's broker
 // would have done the same for Go only, at the cost of a second listener
 // and a five-second dial timeout nobody outside Go can see.
+//
+// Neither end may be stalled by the other's slowness. On the host, one
+// goroutine reads the stream and answers at once: an event goes into a
+// bounded queue that a dispatcher of this channel's own drains into the
+// engine's handler, and is acknowledged when queued, so an engine's slow
+// handler holds up only that plugin's later events, never its credential
+// requests nor any other plugin. On the plugin, one sender goroutine per
+// stream owns Send (which gRPC serialises and which ignores contexts),
+// and Publish and MintCredential hand their message to it and wait for
+// the answer within their own context.
+//
+// A full queue drops the event, counts it (Client.DroppedEvents) and
+// acknowledges it all the same. Rejected alternative: withholding the
+// acknowledgement, so that the plugin's Publish blocks within its context
+// until there is room. The reader cannot wait for room (it would stop
+// answering credential requests), so the held events would have to wait
+// somewhere else, unbounded, or the plugin would have to be told a window
+// to stay within: flow control in the contract, for every language. The
+// cost of dropping: an engine whose handler is stuck for more than a
+// queue's worth of events loses the excess, and says so in its log and
+// its count; the events a plugin sends are reports, and its Status still
+// tells what is outstanding.
+
+// DefaultEventQueue is how many events of one plugin may wait for the
+// engine's handler: a burst of submissions a thousand strong, each with
+// its event, fits.
+const DefaultEventQueue = 1024
 
 // helloTimeout bounds how long the host waits for a plugin to answer
 // Hello. A plugin that takes longer is broken, not busy.
@@ -30,15 +57,17 @@ const helloTimeout = 10 * time.Second
 // SDK hands to the implementation. It survives the stream: before the
 // host connects, and after it disconnects, calls fail with ErrNoHost.
 type pluginLink struct {
-	// sendMu serialises Send on the stream, which gRPC requires, and keeps
-	// event numbers in the order the events go out. It is held across a
-	// Send, which is a local buffer write, never across a wait for the
-	// host's answer.
-	sendMu sync.Mutex
+	// turn is a lock taken with a context (a one-slot channel): it keeps
+	// event numbers in the order the events reach the sender. It is held
+	// across the handoff to the sender, which a stalled stream can hold
+	// up, so it is taken and waited on within the caller's context;
+	// never across a Send or a wait for the host's answer.
+	turn chan struct{}
 
 	mu      sync.Mutex // guards everything below
 	stream  pb.Provisioner_HostChannelServer
-	gone    chan struct{} // closed when the current stream ends
+	out     chan *pb.PluginMessage // the current stream's sender takes from it
+	gone    chan struct{}          // closed when the current stream ends
 	seq     uint64
 	nextID  uint64
 	acks    map[uint64]chan struct{}
@@ -48,7 +77,7 @@ type pluginLink struct {
 var _ shared.Host = (*pluginLink)(nil)
 
 func newPluginLink() *pluginLink {
-	return &pluginLink{acks: map[uint64]chan struct{}{}, credits: map[uint64]chan *pb.Credential{}}
+	return &pluginLink{turn: make(chan struct{}, 1), acks: map[uint64]chan struct{}{}, credits: map[uint64]chan *pb.Credential{}}
 }
 
 // HostChannel serves the stream for as long as the host keeps it open.
@@ -60,9 +89,31 @@ func (s *grpcServer) HostChannel(stream pb.Provisioner_HostChannelServer) error 
 	if first.GetHello() == nil {
 		return status.Error(codes.InvalidArgument, "the host channel must start with Hello")
 	}
-	gone := s.link.attach(stream)
-	defer s.link.detach(stream, gone)
-	if err := s.link.send(&pb.PluginMessage{Msg: &pb.PluginMessage_Ready{Ready: &pb.Ready{}}}); err != nil {
+	out := make(chan *pb.PluginMessage)
+	gone := s.link.attach(stream, out)
+	sent := make(chan struct{})
+	// The sender is the stream's only caller of Send. It ends when the
+	// stream does (gone), or when a Send fails, which it does once the
+	// stream's context ends; this handler waits for it.
+	go func() {
+		defer close(sent)
+		for {
+			select {
+			case msg := <-out:
+				if stream.Send(msg) != nil {
+					return
+				}
+			case <-gone:
+				return
+			}
+		}
+	}()
+	defer func() {
+		s.link.detach(stream, gone)
+		<-sent
+	}()
+	ready := &pb.PluginMessage{Msg: &pb.PluginMessage_Ready{Ready: &pb.Ready{}}}
+	if err := handoff(stream.Context(), out, gone, ready); err != nil {
 		return err
 	}
 	for {
@@ -82,10 +133,10 @@ func (s *grpcServer) HostChannel(stream pb.Provisioner_HostChannelServer) error 
 	}
 }
 
-func (l *pluginLink) attach(stream pb.Provisioner_HostChannelServer) chan struct{} {
+func (l *pluginLink) attach(stream pb.Provisioner_HostChannelServer, out chan *pb.PluginMessage) chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.stream = stream
+	l.stream, l.out = stream, out
 	l.gone = make(chan struct{})
 	return l.gone
 }
@@ -96,19 +147,22 @@ func (l *pluginLink) detach(stream pb.Provisioner_HostChannelServer, gone chan s
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.stream == stream {
-		l.stream = nil
+		l.stream, l.out = nil, nil
 	}
 	close(gone)
 }
 
-func (l *pluginLink) send(msg *pb.PluginMessage) error {
-	l.mu.Lock()
-	stream := l.stream
-	l.mu.Unlock()
-	if stream == nil {
-		return shared.ErrNoHost
+// handoff gives msg to a stream's sender, waiting for it no longer than
+// ctx allows or the stream lasts.
+func handoff(ctx context.Context, out chan<- *pb.PluginMessage, gone <-chan struct{}, msg *pb.PluginMessage) error {
+	select {
+	case out <- msg:
+		return nil
+	case <-gone:
+		return fmt.Errorf("%w: the host went away", shared.ErrNoHost)
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	return stream.Send(msg)
 }
 
 func (l *pluginLink) deliverAck(seq uint64) {
@@ -132,26 +186,40 @@ func (l *pluginLink) deliverCredential(c *pb.Credential) {
 }
 
 // Publish sends an event and waits for the host to acknowledge it, so a
-// plugin that returns from Publish knows the engine has it.
+// plugin that returns from Publish knows the engine has it (queued for
+// its handler; see the top of this file for a full queue). It returns
+// ctx's error once ctx ends, whatever the stream is doing; an event
+// handed over before then may still arrive.
 func (l *pluginLink) Publish(ctx context.Context, ev shared.Event) error {
-	l.sendMu.Lock()
+	select {
+	case l.turn <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("waiting to publish %s: %w", ev.Kind, ctx.Err())
+	}
 	l.mu.Lock()
 	if l.stream == nil {
 		l.mu.Unlock()
-		l.sendMu.Unlock()
+		<-l.turn
 		return fmt.Errorf("%w: cannot publish %s", shared.ErrNoHost, ev.Kind)
 	}
 	l.seq++
 	ev.Seq = l.seq
 	acked := make(chan struct{})
 	l.acks[ev.Seq] = acked
-	stream, gone := l.stream, l.gone
+	out, gone := l.out, l.gone
 	l.mu.Unlock()
-	err := stream.Send(&pb.PluginMessage{Msg: &pb.PluginMessage_Event{Event: eventToProto(ev)}})
-	l.sendMu.Unlock()
+	err := handoff(ctx, out, gone, &pb.PluginMessage{Msg: &pb.PluginMessage_Event{Event: eventToProto(ev)}})
 	if err != nil {
-		l.forgetAck(ev.Seq)
-		return fmt.Errorf("%w: %v", shared.ErrNoHost, err)
+		// Never sent: the number is given back (no one else took one,
+		// as this caller holds the turn), so the host sees no gap.
+		l.mu.Lock()
+		delete(l.acks, ev.Seq)
+		l.seq--
+		l.mu.Unlock()
+	}
+	<-l.turn
+	if err != nil {
+		return fmt.Errorf("publishing %s: %w", ev.Kind, err)
 	}
 	select {
 	case <-acked:
@@ -171,7 +239,8 @@ func (l *pluginLink) forgetAck(seq uint64) {
 	l.mu.Unlock()
 }
 
-// MintCredential asks the host to sign a credential and waits for it.
+// MintCredential asks the host to sign a credential and waits for it,
+// no longer than ctx allows.
 func (l *pluginLink) MintCredential(ctx context.Context, req *shared.MintCredentialRequest) (*shared.MintCredentialResponse, error) {
 	l.mu.Lock()
 	if l.stream == nil {
@@ -182,7 +251,7 @@ func (l *pluginLink) MintCredential(ctx context.Context, req *shared.MintCredent
 	id := l.nextID
 	answer := make(chan *pb.Credential, 1)
 	l.credits[id] = answer
-	gone := l.gone
+	out, gone := l.out, l.gone
 	l.mu.Unlock()
 	defer func() {
 		l.mu.Lock()
@@ -190,14 +259,12 @@ func (l *pluginLink) MintCredential(ctx context.Context, req *shared.MintCredent
 		l.mu.Unlock()
 	}()
 
-	l.sendMu.Lock()
-	err := l.send(&pb.PluginMessage{Msg: &pb.PluginMessage_MintCredential{MintCredential: &pb.MintCredential{
+	err := handoff(ctx, out, gone, &pb.PluginMessage{Msg: &pb.PluginMessage_MintCredential{MintCredential: &pb.MintCredential{
 		RequestId: id, Worker: req.Worker, TtlSeconds: req.TTL.Seconds(),
 		Cpus: int32(req.CPUs), Gpus: int32(req.GPUs), RamMb: req.RAMMB, Labels: req.Labels,
 	}}})
-	l.sendMu.Unlock()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("asking for a credential: %w", err)
 	}
 	select {
 	case c := <-answer:
@@ -213,19 +280,43 @@ func (l *pluginLink) MintCredential(ctx context.Context, req *shared.MintCredent
 }
 
 // hostLink is the host's end of the channel: one goroutine that reads what
-// the plugin sends and answers it through a Host, in order.
+// the plugin sends and answers it, and one that hands its events to the
+// Host, in order.
 type hostLink struct {
-	done chan struct{} // closed when the serving goroutine returns
+	done chan struct{} // closed when both have returned
 }
 
-// OpenHostChannel opens the channel and starts serving it with h. It
-// returns once the plugin has answered Hello. A plugin that does not
-// implement the channel is tolerated: it simply cannot publish or mint.
-func (c *Client) OpenHostChannel(ctx context.Context, name string, h shared.Host, onError func(error)) error {
+// HostChannel is what the host's end of the channel serves.
+type HostChannel struct {
+	// Name is the provisioner's name, sent in Hello.
+	Name string
+	// Host answers the plugin. Its Publish is called from the channel's
+	// dispatcher, one event at a time and in order; its MintCredential
+	// from the reader, so it must be quick (a signature, not a network
+	// call).
+	Host shared.Host
+	// Queue bounds the events waiting for Host.Publish; zero means
+	// DefaultEventQueue.
+	Queue int
+	// OnError hears why the channel ended, unless the plugin exited.
+	OnError func(error)
+	// OnDrop hears of each event dropped for a full queue, with how many
+	// have been dropped in all. It is called from the reader: keep it
+	// quick.
+	OnDrop func(ev shared.Event, dropped int64)
+}
+
+// OpenHostChannel opens the channel and starts serving it. It returns
+// once the plugin has answered Hello. A plugin that does not implement
+// the channel is tolerated: it simply cannot publish or mint.
+func (c *Client) OpenHostChannel(ctx context.Context, hc HostChannel) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.link != nil {
 		return nil
+	}
+	if hc.Queue <= 0 {
+		hc.Queue = DefaultEventQueue
 	}
 	// The stream lives as long as the plugin process, not as long as the
 	// call that happened to open it.
@@ -237,7 +328,7 @@ func (c *Client) OpenHostChannel(ctx context.Context, name string, h shared.Host
 		cancel()
 		return fromStatus(err, c.done.Err() != nil)
 	}
-	if err := stream.Send(&pb.HostMessage{Msg: &pb.HostMessage_Hello{Hello: &pb.Hello{Name: name}}}); err != nil {
+	if err := stream.Send(&pb.HostMessage{Msg: &pb.HostMessage_Hello{Hello: &pb.Hello{Name: hc.Name}}}); err != nil {
 		stop()
 		cancel()
 		return fromStatus(err, c.done.Err() != nil)
@@ -278,18 +369,39 @@ func (c *Client) OpenHostChannel(ctx context.Context, name string, h shared.Host
 		defer close(link.done)
 		defer stop()
 		defer cancel()
-		err := serveHostChannel(stream, h)
-		if err != nil && onError != nil && c.done.Err() == nil {
-			onError(err)
+		err := c.serveHostChannel(stream, hc)
+		if err != nil && hc.OnError != nil && c.done.Err() == nil {
+			hc.OnError(err)
 		}
 	}()
 	return nil
 }
 
-// serveHostChannel answers the plugin until the stream ends. Events are
-// handed to the Host one at a time, in the order the plugin sent them.
-func serveHostChannel(stream pb.Provisioner_HostChannelClient, h shared.Host) error {
+// DroppedEvents is how many of the plugin's events found the queue full.
+func (c *Client) DroppedEvents() int64 { return c.dropped.Load() }
+
+// serveHostChannel answers the plugin until the stream ends, then waits
+// for the dispatcher to hand every queued event to the Host: they were
+// acknowledged, so they are delivered even after the plugin is gone.
+func (c *Client) serveHostChannel(stream pb.Provisioner_HostChannelClient, hc HostChannel) error {
 	ctx := stream.Context()
+	queue := make(chan shared.Event, hc.Queue)
+	dispatched := make(chan struct{})
+	go func() {
+		defer close(dispatched)
+		// Not the stream's context: it ends with the stream, and the
+		// events still queued then are owed all the same.
+		dctx := context.WithoutCancel(ctx)
+		for ev := range queue {
+			// The event is acknowledged even when the host's handler
+			// fails: the plugin cannot do better by sending it again.
+			_ = hc.Host.Publish(dctx, ev)
+		}
+	}()
+	defer func() {
+		close(queue)
+		<-dispatched
+	}()
 	for {
 		msg, err := stream.Recv()
 		if err != nil {
@@ -301,13 +413,23 @@ func serveHostChannel(stream pb.Provisioner_HostChannelClient, h shared.Host) er
 		var reply *pb.HostMessage
 		switch m := msg.GetMsg().(type) {
 		case *pb.PluginMessage_Event:
-			// The event is acknowledged even when the host's handler fails:
-			// the plugin cannot do better by sending it again.
-			_ = h.Publish(ctx, eventFromProto(m.Event))
+			ev := eventFromProto(m.Event)
+			if ev.Time.IsZero() {
+				// Stamped on arrival, not when the handler gets to it.
+				ev.Time = time.Now()
+			}
+			select {
+			case queue <- ev:
+			default:
+				n := c.dropped.Add(1)
+				if hc.OnDrop != nil {
+					hc.OnDrop(ev, n)
+				}
+			}
 			reply = &pb.HostMessage{Msg: &pb.HostMessage_EventAck{EventAck: &pb.EventAck{Seq: m.Event.GetSeq()}}}
 		case *pb.PluginMessage_MintCredential:
 			cred := &pb.Credential{RequestId: m.MintCredential.GetRequestId()}
-			r, err := h.MintCredential(ctx, &shared.MintCredentialRequest{
+			r, err := hc.Host.MintCredential(ctx, &shared.MintCredentialRequest{
 				Worker: m.MintCredential.GetWorker(),
 				TTL:    secondsToDuration(m.MintCredential.GetTtlSeconds()),
 				CPUs:   int(m.MintCredential.GetCpus()),

@@ -58,6 +58,11 @@ func ClipEvent(ev shared.Event) shared.Event {
 	ev.Job = clip(ev.Job, maxEventField)
 	ev.Worker = clip(ev.Worker, maxEventField)
 	ev.Detail = clip(ev.Detail, MaxEventDetail)
+	// A class may become a metric label in the engine, so one outside
+	// the contract's is "other", as in the counters; none stays none.
+	if ev.Class != "" && !slices.Contains(shared.FailureClasses, ev.Class) {
+		ev.Class = "other"
+	}
 	return ev
 }
 

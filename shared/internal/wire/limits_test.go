@@ -69,3 +69,16 @@ func TestRepeatedLinesHeldBack(t *testing.T) {
 		t.Errorf("a relayed line kept the plugin's own timestamp:\n%s", buf.String())
 	}
 }
+
+// TestClipEventClass: a failure class outside the contract's reaches the
+// engine as "other" (it may become a metric label); none stays none.
+func TestClipEventClass(t *testing.T) {
+	for in, want := range map[shared.FailureClass]shared.FailureClass{
+		"": "", shared.FailureTransient: shared.FailureTransient, shared.FailureDiedBeforeAttach: shared.FailureDiedBeforeAttach,
+		"worker-abc123": "other", shared.FailureClass(strings.Repeat("x", 1<<20)): "other",
+	} {
+		if got := ClipEvent(shared.Event{Class: in}).Class; got != want {
+			t.Errorf("class %.20q came through as %.20q; want %q", in, got, want)
+		}
+	}
+}
