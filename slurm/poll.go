@@ -458,13 +458,14 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 	// later (refusal.go).
 	neverStarts := map[string]string{}
 	forget := func(r *request, detail string, ended bool) {
-		p.metrics.failed(r.profile, judgedFailureClass(r))
+		class := judgedFailureClass(r)
+		p.metrics.failed(r.profile, class)
 		delete(p.outstanding, r.worker)
 		r.phase = phaseFailed
 		p.lastErr = detail
 		failed[r.profile] = detail
 		reports = append(reports, report{
-			ev:      shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Job: r.job, Worker: r.worker, Detail: detail},
+			ev:      shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Job: r.job, Worker: r.worker, Detail: detail, Class: class},
 			msg:     "a request failed before its worker attached",
 			ended:   ended,
 			secrets: r.secrets,

@@ -508,7 +508,7 @@ func (p *Provisioner) submissionFailed(cfg *settings, host shared.Host, live []*
 		cfg.log.Error("could not ask for a machine", args...)
 	}
 	for _, r := range live {
-		p.publish(p.life, cfg, host, shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Worker: r.worker, Detail: detail})
+		p.publish(p.life, cfg, host, shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Worker: r.worker, Detail: detail, Class: class})
 	}
 }
 
@@ -578,7 +578,7 @@ func (p *Provisioner) Reconcile(ctx context.Context, req *shared.ReconcileReques
 			p.lastErr = detail
 			p.countFailureLocked(r.profile, detail)
 			p.metrics.failed(r.profile, shared.FailureTransient)
-			gaveUp = append(gaveUp, shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Worker: r.worker, Detail: detail})
+			gaveUp = append(gaveUp, shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Worker: r.worker, Detail: detail, Class: shared.FailureTransient})
 		}
 	}
 	p.mu.Unlock()

@@ -195,7 +195,7 @@ func TestNewerClientIsMisconfiguredLogin(t *testing.T) {
 	h := newHarness(t, "sbatch=newclient,squeue=newclient", nil)
 	h.provision(t, cpuNeed)
 	ev := waitEvents(t, h.host, 1)[0]
-	if ev.Kind != shared.EventWorkerProvisionFailed || !strings.Contains(ev.Detail, "another Slurm release than slurmctld") {
+	if ev.Kind != shared.EventWorkerProvisionFailed || !strings.Contains(ev.Detail, "another Slurm release than slurmctld") || ev.Class != shared.FailureMisconfigured {
 		t.Fatalf("event = %+v", ev)
 	}
 	st := h.status(t)
@@ -210,7 +210,7 @@ func TestNewerClientIsMisconfiguredLogin(t *testing.T) {
 	h2 := newHarness(t, "sbatch=newclient,squeue=ok", nil)
 	h2.provision(t, cpuNeed)
 	ev = waitEvents(t, h2.host, 1)[0]
-	if strings.Contains(ev.Detail, "another Slurm release") {
+	if strings.Contains(ev.Detail, "another Slurm release") || ev.Class != shared.FailureTransient {
 		t.Errorf("a single Zero Bytes was taken for a release mismatch: %+v", ev)
 	}
 	if st := h2.status(t); len(st.Notes) != 0 {
