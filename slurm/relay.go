@@ -21,8 +21,9 @@ package slurm
 // forwarded port on a login node listens on loopback unless GatewayPorts
 // is set, which compute nodes cannot reach. The cost of the choice made:
 // a program of ours on the login node, copied there once per version and
-// checked by sha256 before each start (or installed by the site:
-// relay_command), and every worker's bytes pass through the plugin.
+// run from a private copy checked by sha256 at each start (or installed by
+// the site: relay_command), and every worker's bytes pass through the
+// plugin.
 //
 // The seam: the relay is one session of the plugin's ssh connection
 // (sshArgv), so multiplexing, host-key pinning and ssh_config apply to it
@@ -464,23 +465,51 @@ func uname() string {
 	return map[string]string{"linux": "Linux", "darwin": "Darwin", "freebsd": "FreeBSD"}[runtime.GOOS] + " " + arch
 }
 
-// relayCheckScript exits exitWrongPlatform when the login node is not a
-// machine this binary runs on, exitNoBinary when the cached binary is
-// missing or not this version, 0 otherwise.
-func relayCheckScript(sum string) string {
-	return fmt.Sprintf(`have="$(uname -sm)"; if [ "$have" != %s ]; then echo "the login node is $have, and the plugin binary is for %s" >&2; exit %d; fi; `+
-		`f="$HOME/%s/%s"; printf '%%s  %%s\n' %s "$f" | sha256sum -c --status 2>/dev/null || exit %d`,
-		shellQuote(uname()), uname(), exitWrongPlatform, relayCacheDir, relayFile(sum), sum, exitNoBinary)
+// relayPlatformScript exits exitWrongPlatform, saying why, when the
+// login node is not a machine this binary runs on.
+func relayPlatformScript() string {
+	return fmt.Sprintf(`have="$(uname -sm)"; if [ "$have" != %s ]; then echo "the login node is $have, and the plugin binary is for %s" >&2; exit %d; fi; `,
+		shellQuote(uname()), uname(), exitWrongPlatform)
 }
 
-// relayStartScript checks the cached binary by its sha256 again, and
-// execs it as the relay, so that what runs is what was checked.
+// relayCheckScript exits exitWrongPlatform when the login node is not a
+// machine this binary runs on, exitNoBinary when the cached binary is
+// missing or not this version, 0 otherwise. It decides whether to copy
+// the binary; it guards nothing that runs (relayStartScript does).
+func relayCheckScript(sum string) string {
+	return relayPlatformScript() + fmt.Sprintf(`f="$HOME/%s/%s"; printf '%%s  %%s\n' %s "$f" | sha256sum -c --status 2>/dev/null || exit %d`,
+		relayCacheDir, relayFile(sum), sum, exitNoBinary)
+}
+
+// relayPrivateName is the relay's name in its private directory; it
+// starts like the cached file's, so that ps shows what it is.
+const relayPrivateName = "provisioner-slurm"
+
+// relayStartScript runs the relay from a private copy of the cached
+// binary: a directory of its own (mktemp -d, mode 0700, a name nobody
+// knows in advance) holds the copy, which is checked by its sha256 after
+// it is written and executed from there, so that what runs is what was
+// checked. Checking the cached file and then executing it, as it once
+// did, left a window in which the file could be swapped (18 starts of
+// 150 ran a swapped binary). A copy that does not match exits
+// exitNoBinary, which copies the binary again. The relay removes its
+// private copy once it runs (-private). The start also removes cached
+// binaries of other versions, and private directories an hour old (left
+// by a start killed between mktemp and exec). The cost: two plugin
+// versions sharing one login account copy their binary again after each
+// other's relay starts; a copy is once per restart, not per job.
 func relayStartScript(sum string, flags []string) string {
 	var q []string
 	for _, f := range flags {
 		q = append(q, shellQuote(f))
 	}
-	return relayCheckScript(sum) + fmt.Sprintf(`; exec "$HOME/%s/%s" %s`, relayCacheDir, relayFile(sum), strings.Join(q, " "))
+	return relayPlatformScript() + fmt.Sprintf(`umask 077; c="$HOME/%[1]s"; f="$c/%[2]s"; `+
+		`t="$(mktemp -d "$c/run.XXXXXXXX" 2>/dev/null)" || exit %[3]d; `+
+		`if ! cp "$f" "$t/%[4]s" 2>/dev/null || ! printf '%%s  %%s\n' %[5]s "$t/%[4]s" | sha256sum -c --status 2>/dev/null; then rm -rf "$t"; exit %[3]d; fi; `+
+		`for o in "$c"/provisioner-slurm-*; do [ "$o" = "$f" ] || rm -f "$o"; done; `+
+		`find "$c" -maxdepth 1 -name 'run.*' -mmin +60 -exec rm -rf {} + 2>/dev/null; `+
+		`exec "$t/%[4]s" %[6]s -private "$t"`,
+		relayCacheDir, relayFile(sum), exitNoBinary, relayPrivateName, sum, strings.Join(q, " "))
 }
 
 // relayUploadScript writes standard input to the cache, private to the

@@ -2,12 +2,18 @@ package slurm
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/fluksio/provision/internal/sandboxtest"
+	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared"
 )
 
@@ -60,6 +66,154 @@ func TestRelayNeedsTheEngineAddress(t *testing.T) {
 	for _, bad := range []string{"127.0.0.1:8470", "udp:127.0.0.1:1", "unix:"} {
 		if _, _, err := engineAddress(bad); err == nil {
 			t.Errorf("engineAddress(%q) accepted", bad)
+		}
+	}
+}
+
+// TestRelayPrivateCopy starts the relay for real, over ssh to the
+// sandbox's login node, from a cache that holds two binaries of other
+// versions: they are gone after the first start, and so is the private
+// copy the relay ran from. Then it starts the relay 150 times while a
+// goroutine flips the cached file between the real binary and another
+// program, as an attacker with the login account could: the flip lands
+// in the cache often enough to be copied (those starts refuse, exit
+// exitNoBinary), and no start runs the other program (0 of 150). The
+// start script that checked the cached file and then executed it ran the
+// other program in 18 of 150.
+func TestRelayPrivateCopy(t *testing.T) {
+	env := sandboxtest.Require(t)
+	p := configureSSH(t, testutil.LookPath(t, "ssh"), func(c map[string]any) {
+		c["login"], c["ssh_port"], c["ssh_key"], c["known_hosts"] = env.Login, env.Port, env.Key, env.KnownHosts
+		c["submit_timeout"] = "2m"
+	})
+	cfg := p.settings()
+	ctx := context.Background()
+	sh := func(script string) string {
+		t.Helper()
+		out, stderr, err := p.call(ctx, nil, "sh", "-c", script)
+		if err != nil {
+			t.Fatalf("%s: %v: %s", script, err, stderr)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	// The login node is this machine, so its cache can be reached
+	// directly too, as the attacker would.
+	var home string
+	var uid, gid int
+	fmt.Sscan(sh(`echo "$HOME" "$(id -u)" "$(id -g)"`), &home, &uid, &gid)
+	cache := filepath.Join(home, relayCacheDir)
+	stale := []string{"provisioner-slurm-0000000000000000", "provisioner-slurm-1111111111111111"}
+	sh(`umask 077; mkdir -p ~/` + relayCacheDir + ` && cd ~/` + relayCacheDir + ` && printf stale > ` + stale[0] + ` && printf stale > ` + stale[1])
+
+	r := newRelay(p, cfg, "tcp", "127.0.0.1:1")
+	remote, err := r.command(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func() (stdout string, code int) {
+		out, _, err := p.call(ctx, nil, remote...)
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+		case errors.As(err, &ee):
+			code = ee.ExitCode()
+		default:
+			t.Fatalf("starting the relay: %v", err)
+		}
+		return string(out), code
+	}
+	// The relay runs (its stdin, the session, ends at once, and so does
+	// it) and says where it listens.
+	if out, code := start(); code != 0 || !strings.Contains(out, relayGreeting) {
+		t.Fatalf("the relay's start: exit %d, said %q", code, out)
+	}
+	entries := func() []string {
+		es, err := os.ReadDir(cache)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, e := range es {
+			names = append(names, e.Name())
+		}
+		return names
+	}
+	_, sum, _ := ownBinary()
+	cached := filepath.Join(cache, relayFile(sum))
+	if got := entries(); !slices.Equal(got, []string{relayFile(sum)}) {
+		t.Errorf("left in the cache after a start: %v; want only %s (the stale binaries and the private copy gone)", got, relayFile(sum))
+	}
+
+	// The other program says so on stdout, where the start's output is
+	// read; it is the account's, as the cached binary is.
+	real, evil, tmp := filepath.Join(cache, ".real"), filepath.Join(cache, ".evil"), filepath.Join(cache, ".flip")
+	if err := os.Link(cached, real); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(evil, []byte("#!/bin/sh\necho SWAPPED-BINARY-RAN\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(evil, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		os.Remove(real)
+		os.Remove(evil)
+		os.Remove(tmp)
+	})
+	stop := make(chan struct{})
+	flipped := make(chan int)
+	go func() {
+		n := 0
+		defer func() { flipped <- n }()
+		for {
+			for _, from := range []string{evil, real} {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// Atomic: the cached name always names a whole file,
+				// one or the other.
+				os.Remove(tmp)
+				if err := os.Link(from, tmp); err == nil && os.Rename(tmp, cached) == nil {
+					n++
+				}
+				// A pause to share the machine's cores with the
+				// starts, not to wait for anything.
+				time.Sleep(500 * time.Microsecond)
+			}
+		}
+	}()
+	const n = 150
+	var ran, refused, swapped int
+	for range n {
+		out, code := start()
+		switch {
+		case strings.Contains(out, "SWAPPED-BINARY-RAN"):
+			swapped++
+		case code == 0 && strings.Contains(out, relayGreeting):
+			ran++
+		case code == exitNoBinary:
+			refused++
+		default:
+			t.Errorf("a start exited %d and said %q", code, out)
+		}
+	}
+	close(stop)
+	flips := <-flipped
+	os.Link(real, tmp)
+	os.Rename(tmp, cached)
+	t.Logf("%d starts while the cached file flipped %d times: %d ran the relay, %d refused a copy that did not match, %d ran the swapped binary", n, flips, ran, refused, swapped)
+	if swapped != 0 {
+		t.Errorf("%d of %d starts ran the swapped binary; want 0", swapped, n)
+	}
+	if refused == 0 || ran == 0 {
+		t.Errorf("%d refused, %d ran: the flips never reached a start, or no start got through; the test proves nothing", refused, ran)
+	}
+	for _, name := range entries() {
+		if strings.HasPrefix(name, "run.") {
+			t.Errorf("a private directory was left in the cache: %s", name)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -20,7 +21,7 @@ import (
 const relayGreeting = "fluksio-relay "
 
 // RelayUsage is what the plugin binary's --help says of relay mode.
-const RelayUsage = `  provisioner-slurm relay [-listen HOST:PORT] [-host NAME]
+const RelayUsage = `  provisioner-slurm relay [-listen HOST:PORT] [-host NAME] [-private DIR]
                      the relay, as the plugin runs it on a login node
                      for reach = "relay"; not for running by hand either
 `
@@ -40,10 +41,22 @@ func RelayMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", ":0", "`host:port` to listen on for workers")
 	host := fs.String("host", "", "the `name` workers dial (default: this host's name)")
+	private := fs.String("private", "", "the private `directory` this binary was copied to and run from, removed once it runs")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return 0
 	} else if err != nil {
 		return 2
+	}
+	if *private != "" {
+		// The copy is ours alone and already running: the kernel keeps
+		// its file while the process lives, and nothing is left behind
+		// when it ends, however it ends. Only this file and then the
+		// directory, if empty: never a tree.
+		if err := os.Remove(filepath.Join(*private, relayPrivateName)); err != nil {
+			fmt.Fprintf(stderr, "fluksio-relay: removing the private copy: %v\n", err)
+		} else if err := os.Remove(*private); err != nil {
+			fmt.Fprintf(stderr, "fluksio-relay: removing the private directory: %v\n", err)
+		}
 	}
 	if *host == "" {
 		h, err := os.Hostname()
