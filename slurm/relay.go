@@ -145,50 +145,73 @@ type relay struct {
 	p                     *Provisioner
 	cfg                   *settings
 	engineNet, engineAddr string
+	// tls is the relay's certificate when it serves workers TLS itself
+	// (an engine without TLS); nil when the engine's TLS runs end to
+	// end. It never changes: jobs already submitted carry its pin.
+	tls *relayTLS
 
 	// mu guards the fields below; it is never held across ssh.
 	mu sync.Mutex
 	// addr is the host:port workers dial, "" until the relay first says.
 	// A restarted relay asks for the same port, so that the jobs already
-	// submitted with it still reach it.
+	// submitted with it still reach it; if it comes back elsewhere, those
+	// jobs are cancelled (moved).
 	addr string
 	// state is "starting", "up" or "down: <why>"; since is when it began.
 	state    string
 	since    time.Time
 	restarts int
 	streams  int64
-	// reuse asks the next start for the port of the last relay that came
-	// up, once: jobs already submitted dial it.
-	reuse bool
+	// want is the port the next start asks for: the last one the relay
+	// had, since jobs already submitted dial it, until a relay says it
+	// is taken ("" then: a free one).
+	want string
 	// ready is closed and replaced each time the relay comes up, so that
 	// a submission can wait for it.
 	ready chan struct{}
 }
 
-func newRelay(p *Provisioner, cfg *settings, engineNet, engineAddr string) *relay {
-	return &relay{p: p, cfg: cfg, engineNet: engineNet, engineAddr: engineAddr, state: "starting", since: p.now(), ready: make(chan struct{})}
+func newRelay(p *Provisioner, cfg *settings, engineNet, engineAddr string, tls *relayTLS) *relay {
+	return &relay{p: p, cfg: cfg, engineNet: engineNet, engineAddr: engineAddr, tls: tls, state: "starting", since: p.now(), ready: make(chan struct{})}
 }
 
-// url is what workers are given to dial: the engine_url's scheme (http
-// unless it says https) and the relay's address.
-func (r *relay) url(ctx context.Context) (string, error) {
+// relayDial is what a job's workers are given: the URL to dial and the
+// certificate to expect there, and the relay's address it was made with.
+type relayDial struct {
+	url, pin, addr string
+}
+
+// dial waits for the relay to be up and says how workers reach it:
+// https and the relay's pin when the relay speaks TLS, else the
+// engine_url's scheme (https: TLS end to end to the engine).
+func (r *relay) dial(ctx context.Context) (relayDial, error) {
 	for {
 		r.mu.Lock()
 		addr, state, ready := r.addr, r.state, r.ready
 		r.mu.Unlock()
 		if state == "up" {
-			scheme := "http"
-			if strings.HasPrefix(r.cfg.EngineURL, "https:") {
-				scheme = "https"
+			switch {
+			case r.tls != nil:
+				return relayDial{url: "https://" + addr, pin: r.tls.pin, addr: addr}, nil
+			case strings.HasPrefix(r.cfg.EngineURL, "https:"):
+				return relayDial{url: "https://" + addr, addr: addr}, nil
 			}
-			return scheme + "://" + addr, nil
+			return relayDial{url: "http://" + addr, addr: addr}, nil
 		}
 		select {
 		case <-ready:
 		case <-ctx.Done():
-			return "", fmt.Errorf("the relay on %s is not up (%s): %w", r.cfg.host(), state, ctx.Err())
+			return relayDial{}, fmt.Errorf("the relay on %s is not up (%s): %w", r.cfg.host(), state, ctx.Err())
 		}
 	}
+}
+
+// left reports whether the relay has moved from addr, where a job's
+// workers dial: the job is then to be cancelled (moved).
+func (r *relay) left(addr string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return addr != "" && r.addr != addr
 }
 
 // note is the relay's line in Status.
@@ -222,8 +245,18 @@ func (r *relay) run(ctx context.Context) {
 		r.setState("down: " + truncate(err.Error()))
 		r.mu.Lock()
 		r.restarts++
+		taken := errors.Is(err, errRelayPortTaken) && r.want != ""
+		if taken {
+			r.want = ""
+		}
 		r.mu.Unlock()
-		r.cfg.log.Error("the relay stopped; starting it again", "error", err, "in", pause)
+		if taken {
+			// Somebody else holds the port the jobs dial: the next
+			// start takes another, and the jobs are cancelled then.
+			r.cfg.log.Error("the relay's port is taken on the login node; starting it on another port, and cancelling the jobs that dial the old one", "error", err, "in", pause)
+		} else {
+			r.cfg.log.Error("the relay stopped; starting it again", "error", err, "in", pause)
+		}
 		if time.Since(began) > time.Minute {
 			pause = relayRetryFirst // it ran a good while: a new failure
 		}
@@ -267,6 +300,15 @@ func (r *relay) session(ctx context.Context) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting ssh for the relay: %w", err)
 	}
+	if r.tls != nil {
+		// The key goes over the session, as the relay's first line of
+		// input: never in argv, nor in a file on the login node.
+		if _, err := io.WriteString(stdin, r.tls.line); err != nil {
+			stdin.Close()
+			cmd.Wait()
+			return fmt.Errorf("sending the relay its certificate: %w", err)
+		}
+	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	// However the session ends, ssh is gone before session returns.
@@ -287,7 +329,19 @@ func (r *relay) session(ctx context.Context) error {
 	}
 	defer sess.Close()
 	r.mu.Lock()
-	r.addr, r.state, r.since, r.reuse = addr, "up", r.p.now(), true
+	old := r.addr
+	r.addr = addr
+	if _, port, _ := net.SplitHostPort(cmpOr(cfg.RelayListen, ":0")); port == "0" {
+		_, r.want, _ = net.SplitHostPort(addr)
+	}
+	r.mu.Unlock()
+	if old != "" && old != addr {
+		// Before the relay is up, so that no job is given the new
+		// address until those with the old one are listed.
+		r.moved(ctx, old, addr)
+	}
+	r.mu.Lock()
+	r.state, r.since = "up", r.p.now()
 	close(r.ready)
 	r.ready = make(chan struct{})
 	r.mu.Unlock()
@@ -354,6 +408,10 @@ func (r *relay) greeting(ctx context.Context, out *bufio.Reader, exited chan err
 		select {
 		case werr := <-exited:
 			exited <- werr
+			var ee *exec.ExitError
+			if errors.As(werr, &ee) && ee.ExitCode() == exitPortTaken {
+				return "", fmt.Errorf("%w: %s", errRelayPortTaken, strings.TrimSpace(stderr.String()))
+			}
 			return "", fmt.Errorf("the relay did not start (%v): %s", werr, strings.TrimSpace(stderr.String()))
 		case <-t.C:
 			return "", fmt.Errorf("the relay did not say where it listens: %s", strings.TrimSpace(stderr.String()))
@@ -372,17 +430,17 @@ func (r *relay) command(ctx context.Context) ([]string, error) {
 	cfg := r.cfg
 	listen := cmpOr(cfg.RelayListen, ":0")
 	r.mu.Lock()
-	if h, port, _ := net.SplitHostPort(listen); port == "0" && r.reuse {
+	if h, port, _ := net.SplitHostPort(listen); port == "0" && r.want != "" {
 		// The same port as before, so that jobs already submitted with
-		// it reach the new relay. Once: if it is taken, the next start
-		// takes a free one.
-		if _, last, err := net.SplitHostPort(r.addr); err == nil {
-			listen = net.JoinHostPort(h, last)
-		}
+		// it reach the new relay, until a relay finds it taken
+		// (errRelayPortTaken, in run).
+		listen = net.JoinHostPort(h, r.want)
 	}
-	r.reuse = false
 	r.mu.Unlock()
 	flags := []string{"relay", "-listen", listen}
+	if r.tls != nil {
+		flags = append(flags, "-tls")
+	}
 	if cfg.RelayHost != "" {
 		flags = append(flags, "-host", cfg.RelayHost)
 	}
