@@ -13,8 +13,10 @@ package slurm
 // connection into a stream of one yamux session that runs over its ssh
 // session's standard input and output; the plugin accepts the streams and
 // dials, for each, the address the host said the engine listens on
-// (ConfigureRequest.EngineAddress), and nothing else. Credentials and
-// TLS are end to end: the relay and the plugin carry bytes.
+// (ConfigureRequest.EngineAddress), and nothing else. The workers' leg is
+// TLS: the engine's end to end, or the relay's own, pinned in each job
+// script (relaytls.go), since the relay's port is one anybody on the
+// login node can try to take.
 //
 // Rejected alternative: ssh remote forwarding (-R). It needs
 // AllowTcpForwarding on the login node, which sites turn off, and a

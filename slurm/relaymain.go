@@ -38,7 +38,11 @@ const RelayUsage = `  provisioner-slurm relay [-listen HOST:PORT] [-host NAME] [
 // compute nodes can reach it, says where on its first line of standard
 // output, and then carries every connection it accepts as a stream of a
 // yamux session over its standard input and output, which is the ssh
-// session the plugin holds. It dials nothing itself: where a stream goes
+// session the plugin holds. With -tls it first reads its certificate and
+// key from standard input (relaytls.go) and carries a connection only once
+// its TLS handshake is done, as plaintext: a connection that is not TLS,
+// or whose client does not accept the certificate, is closed unread. It
+// dials nothing itself: where a stream goes
 // is the plugin's business, and the plugin sends each to the engine and
 // nowhere else. It exits when the session ends, that is when the plugin
 // closes it or its ssh connection goes, so nothing of it outlives the
