@@ -195,7 +195,7 @@ func (r *relay) dial(ctx context.Context) (relayDial, error) {
 			switch {
 			case r.tls != nil:
 				return relayDial{url: "https://" + addr, pin: r.tls.pin, addr: addr}, nil
-			case strings.HasPrefix(r.cfg.EngineURL, "https:"):
+			case hasHTTPS(r.cfg.EngineURL):
 				return relayDial{url: "https://" + addr, addr: addr}, nil
 			}
 			return relayDial{url: "http://" + addr, addr: addr}, nil
