@@ -113,6 +113,14 @@ func validateReach(s *settings) shared.Diagnostics {
 					"Each word of relay_command must be non-empty and on one line."))
 			}
 		}
+		if !hasHTTPS(s.EngineURL) {
+			for i, w := range s.WorkerCommand {
+				if f, _, _ := strings.Cut(w, "="); f == "--engine-ca" || f == "--engine-cert-sha256" {
+					add(shared.Diagnostic{Severity: shared.SeverityWarning, Path: []string{"worker_command", strconv.Itoa(i)}, Summary: "A pin or CA the relay will not match",
+						Detail: fmt.Sprintf("With reach = \"relay\" and an engine without TLS, the relay serves TLS with a certificate of its own and the plugin gives each worker its pin; %s in worker_command would have workers check the relay against something else. Remove it, or set engine_url to https:// if the engine serves TLS (its TLS then runs end to end).", f)})
+				}
+			}
+		}
 		// The relay holds one session of the shared connection beside
 		// max_sessions; at the usual sshd limit of 10, commands beyond
 		// it open connections of their own (ssh.go), which costs a

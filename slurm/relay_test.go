@@ -326,3 +326,21 @@ func TestRelayMainTLSAndPort(t *testing.T) {
 		t.Errorf("on a taken port: exit %d after %s, said %q; want %d after %s, saying %q", code, time.Since(began), stderr.String(), exitPortTaken, relayPortWait, relayPortTaken)
 	}
 }
+
+// TestRelayWarnsOfAnotherPin: with an engine without TLS the relay pins
+// its own certificate, so a pin or CA in worker_command is warned about.
+func TestRelayWarnsOfAnotherPin(t *testing.T) {
+	for _, flag := range []string{"--engine-cert-sha256", "--engine-ca=/etc/ca.pem"} {
+		cfg := baseConfig()
+		cfg["reach"], cfg["engine_url"] = "relay", "http://engine.invalid"
+		cfg["worker_command"] = []string{"/opt/worker", flag, "ab"}
+		_, diags := parseConfig("hpc", mustJSON(t, cfg))
+		if len(diags) != 1 || diags[0].Severity != shared.SeverityWarning || strings.Join(diags[0].Path, ".") != "worker_command.1" {
+			t.Errorf("%s: %v; want one warning at worker_command.1", flag, diags)
+		}
+		cfg["engine_url"] = "https://engine.invalid"
+		if _, diags := parseConfig("hpc", mustJSON(t, cfg)); len(diags) != 0 {
+			t.Errorf("%s with an https engine: %v; want none", flag, diags)
+		}
+	}
+}
