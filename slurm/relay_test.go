@@ -344,3 +344,33 @@ func TestRelayWarnsOfAnotherPin(t *testing.T) {
 		}
 	}
 }
+
+// TestRelayAdoptionCancelsAnEarlierRelaysJobs: in relay mode with the
+// relay's own certificate, the jobs an earlier run left pin that run's
+// relay, so Configure cancels them instead of adopting them, saying why.
+func TestRelayAdoptionCancelsAnEarlierRelaysJobs(t *testing.T) {
+	h := newUnconfigured(t, "squeue=rows,scancel=ok")
+	h.fake.setRows(t,
+		"500|PENDING|Priority|N/A|fluksio:v2:hpc:0:hpc-cpu-0000000a",
+		"499|RUNNING|None|2026-12-02T09:00:00|fluksio:v2:hpc:0:hpc-cpu-00000009",
+	)
+	cfg := baseConfig()
+	cfg["reach"], cfg["engine_url"] = "relay", ""
+	resp, err := h.p.Configure(context.Background(), &shared.ConfigureRequest{Name: "hpc", Config: mustJSON(t, cfg), Host: h.host, EngineAddress: "tcp:127.0.0.1:1"})
+	if err != nil || resp.Diagnostics.HasErrors() {
+		t.Fatalf("Configure: %v %v", err, resp.Diagnostics)
+	}
+	<-h.p.adoptTried
+	scancels := h.fake.callsTo("scancel")
+	if len(scancels) != 1 || !slices.Equal(slices.Sorted(slices.Values(scancels[0].remote()[1:])), []string{"499", "500"}) {
+		t.Fatalf("scancel calls %+v; want one for 499 and 500", scancels)
+	}
+	for _, ev := range h.host.Events() {
+		if ev.Kind != shared.EventWorkerCancelled || !strings.Contains(ev.Detail, "relay of an earlier run") {
+			t.Errorf("event %+v; want worker_cancelled, saying why", ev)
+		}
+	}
+	if st := h.status(t); len(st.Outstanding) != 0 {
+		t.Errorf("outstanding %v; want nothing adopted", st.Outstanding)
+	}
+}
