@@ -33,7 +33,7 @@ package slurm
 // memory on the login node, which the job's own account can read (as it
 // can read the job's credential), and a relay restarted by a new plugin
 // process has a new certificate, so jobs an earlier run left cannot reach
-// it. What it will not do: keep a port somebody else holds, or hand a
+// it: Configure cancels them rather than adopt them (adopt, in poll.go). What it will not do: keep a port somebody else holds, or hand a
 // job's workers to a relay whose certificate they were not given.
 
 import (
