@@ -55,6 +55,9 @@ func squat(port string) int {
 			say("bound after %d tries", tries)
 			break
 		}
+		if tries == 1 {
+			say("the port is held; looping bind()")
+		}
 		if time.Now().After(deadline) {
 			say("never bound: %v", err)
 			return 1
@@ -246,6 +249,9 @@ func TestE2ERelayPortSquatted(t *testing.T) {
 	}
 
 	sq := e.startSquatter(t, port)
+	// As the attack: the squatter is already looping when the relay
+	// goes.
+	poll(t, 30*time.Second, "the squatter looping bind() on the relay's port", func() bool { return strings.Contains(sq.String(), "looping bind()") })
 	relays := relayProcesses(t)
 	if len(relays) != 1 {
 		t.Fatalf("relay processes %v, want one", relays)
@@ -254,6 +260,7 @@ func TestE2ERelayPortSquatted(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll(t, 30*time.Second, "the squatter holding the relay's port", func() bool { return strings.Contains(sq.String(), "bound after") })
+	t.Logf("the squatter: %s", regexp.MustCompile(`bound after \d+ tries`).FindString(sq.String()))
 	poll(t, 90*time.Second, "the relay up again, on another port", func() bool {
 		all := addrRE.FindAllStringSubmatch(p.stderr.String(), -1)
 		return len(all) >= 2 && all[len(all)-1][1] != first[1]
