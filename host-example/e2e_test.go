@@ -30,6 +30,11 @@ import (
 // sandbox (sandbox/up.sh) and skip without it, except in CI.
 
 func TestMain(m *testing.M) {
+	// Re-executed as another user, the test binary is the squatter of
+	// TestE2ERelayPortSquatted.
+	if port := os.Getenv(squatPortEnv); port != "" {
+		os.Exit(squat(port))
+	}
 	code := m.Run()
 	sandboxtest.Cleanup()
 	os.Exit(code)

@@ -39,8 +39,12 @@ import (
 const credentialPlaceholder = "<credential: minted by the engine for each worker when it is submitted>"
 
 // relayURLPlaceholder stands for the relay's address in a preview: it is
-// known only once the relay runs on the login node.
-const relayURLPlaceholder = "http://RELAY-HOST:RELAY-PORT"
+// known only once the relay runs on the login node; relayPinPlaceholder
+// for its certificate's SHA-256, made when the plugin is configured.
+const (
+	relayURLPlaceholder = "https://RELAY-HOST:RELAY-PORT"
+	relayPinPlaceholder = "RELAY-CERT-SHA256"
+)
 
 // checkTimeout bounds a whole check when the caller's context does not:
 // a login, scontrol, one command lookup and one sbatch --test-only per
@@ -120,15 +124,18 @@ func (p *Provisioner) scratch(ctx context.Context, name string, raw json.RawMess
 // with, credentials as placeholders.
 func (p *Provisioner) previewScript(prof Profile) []byte {
 	cfg := p.settings()
-	url := cfg.EngineURL
+	url, pin := cfg.EngineURL, ""
 	if cfg.Reach == reachRelay {
 		url = relayURLPlaceholder
+		if cfg.relayServesTLS() {
+			pin = relayPinPlaceholder
+		}
 	}
 	tokens := make([]string, max(1, prof.Nodes))
 	for i := range tokens {
 		tokens[i] = credentialPlaceholder
 	}
-	return p.script(prof, url, workerName(cfg.name, prof.Name), nil, [][]string{tokens})
+	return p.script(prof, url, pin, workerName(cfg.name, prof.Name), nil, [][]string{tokens})
 }
 
 // profileIndex maps each profile's name to its place in the

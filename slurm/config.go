@@ -187,7 +187,7 @@ func schema() *shared.Schema {
 			{Name: "relay_host", Type: shared.TypeString, Default: "",
 				Description: "With reach = \"relay\": the login node's name or address as compute nodes reach it. Empty: the login node's own host name."},
 			{Name: "relay_command", Type: shared.TypeListString,
-				Description: "With reach = \"relay\": the plugin binary as the site installed it on the login node, and any words before its own; the plugin adds \"relay -listen ADDR [-host NAME]\". Unset: the plugin copies its own binary to ~/.cache/fluksio on the login node, once per version, and checks its sha256 before each start."},
+				Description: "With reach = \"relay\": the plugin binary as the site installed it on the login node, and any words before its own; the plugin adds \"relay -listen ADDR [-host NAME] [-tls]\" (with -tls, the relay's certificate and key follow on its standard input, so the relay must be this plugin's version). Unset: the plugin copies its own binary to ~/.cache/fluksio on the login node, once per version, and runs the relay from a private copy checked by its sha256 at each start."},
 			{Name: "artifact_url", Type: shared.TypeString, Default: "",
 				Description: "Where the worker fetches and stores artifacts, if not through the engine."},
 			{Name: "max_idle", Type: shared.TypeDuration, Default: defaultMaxIdle,

@@ -84,7 +84,7 @@ func TestBegin(t *testing.T) {
 	prof := Profile{Name: "later", CPUs: 1, Sbatch: []string{"--time=00:10:00", "--begin=now+1hour"}}
 	p := New(nil)
 	p.cfg = s
-	script := string(p.script(prof, "http://e", "w", nil, [][]string{{"t"}}))
+	script := string(p.script(prof, "http://e", "", "w", nil, [][]string{{"t"}}))
 	if want := "#SBATCH --deadline=now+" + strconv.Itoa(int((time.Hour + 25*time.Minute).Seconds())) + "seconds\n"; !strings.Contains(script, want) {
 		t.Errorf("the script has no %q:\n%s", want, script)
 	}
@@ -132,7 +132,7 @@ func TestBegin(t *testing.T) {
 	}
 
 	prof.Sbatch[1] = "--begin=16:00"
-	if script := string(p.script(prof, "http://e", "w", nil, [][]string{{"t"}})); strings.Contains(script, "--deadline") {
+	if script := string(p.script(prof, "http://e", "", "w", nil, [][]string{{"t"}})); strings.Contains(script, "--deadline") {
 		t.Errorf("a wall-clock begin got a deadline:\n%s", script)
 	}
 	cfg := baseConfig()

@@ -593,6 +593,29 @@ func (p *Provisioner) submitOne(ctx context.Context, cfg *settings, host shared.
 	for _, r := range live {
 		p.publish(p.life, cfg, host, shared.Event{Kind: shared.EventWorkerProvisioned, Profile: prof.Name, Job: r.job, Worker: r.worker})
 	}
+	p.mu.Lock()
+	via := live[0].via
+	p.mu.Unlock()
+	if p.relay != nil && p.relay.left(via) {
+		// The relay moved while this was being submitted: its workers
+		// would dial a port somebody else holds (relaytls.go).
+		p.mu.Lock()
+		var refs []jobRef
+		seen := map[string]bool{}
+		for _, r := range live {
+			p.dropLocked(r.worker)
+			if !seen[r.job] {
+				seen[r.job] = true
+				refs = append(refs, jobRef{job: r.job, profile: r.profile, worker: r.worker,
+					why: "the relay moved from " + via + ", where this job's workers dial, while it was submitted; it is cancelled and their credentials revoked"})
+			} else {
+				refs[len(refs)-1].others = append(refs[len(refs)-1].others, r.worker)
+			}
+		}
+		p.mu.Unlock()
+		cfg.log.Error("a job was submitted with the relay's old address: cancelling it", "profile", prof.Name, "job", job, "old", via)
+		p.cancelJobs(p.life, cfg, host, refs, "cancelled a job whose workers dial the relay's old address")
+	}
 	return true
 }
 
@@ -612,15 +635,21 @@ func (p *Provisioner) ask(ctx context.Context, cfg *settings, host shared.Host, 
 		err := fmt.Errorf("cannot mint a credential for worker %s: %w", live[0].worker, shared.ErrNoHost)
 		return "", failure(err, err.Error(), false, keep)
 	}
-	url := cfg.EngineURL
+	url, pin := cfg.EngineURL, ""
 	if p.relay != nil {
 		// Workers dial the relay, which must be up for them to; nothing
 		// is minted or submitted until it is.
-		var err error
-		if url, err = p.relay.url(ctx); err != nil {
+		d, err := p.relay.dial(ctx)
+		if err != nil {
 			err = fmt.Errorf("not submitted: %w", err)
 			return "", failure(err, err.Error(), false, keep)
 		}
+		url, pin = d.url, d.pin
+		p.mu.Lock()
+		for _, r := range live {
+			r.via = d.addr
+		}
+		p.mu.Unlock()
 	}
 	if _, err := p.ensureLogDir(ctx, cfg); err != nil {
 		return "", failure(err, err.Error(), false, keep)
@@ -661,7 +690,7 @@ func (p *Provisioner) ask(ctx context.Context, cfg *settings, host shared.Host, 
 	if live[0].task >= 0 {
 		tasks = tasksOf(live)
 	}
-	script := p.script(prof, url, live[0].tag, tasks, perAlloc)
+	script := p.script(prof, url, pin, live[0].tag, tasks, perAlloc)
 	stdout, stderr, err := p.call(ctx, script, "sbatch", "--parsable")
 	// sbatch does not echo the script, but a wrapper on the login node
 	// might, and no token may reach a log or an event.

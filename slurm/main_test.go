@@ -51,6 +51,11 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	// Started as the relay from the login node's cache, the test binary
+	// is the relay, as the plugin binary would be (TestRelayPrivateCopy).
+	if len(os.Args) > 1 && os.Args[1] == "relay" {
+		os.Exit(RelayMain(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	}
 	if spec, ok := os.LookupEnv(fakeSSHEnv); ok {
 		os.Exit(fakeSSH(spec, os.Getenv(fakeDirEnv), os.Args[1:]))
 	}

@@ -666,7 +666,9 @@ var closedDone = func() chan struct{} {
 // Jobs nobody would ever use are cancelled, with one scancel: a pending
 // job whose tag names no worker of a configured profile, and any job of
 // this engine from another credential epoch, running or not, because its
-// worker cannot attach. Jobs without this engine's tag are never touched
+// worker cannot attach; and at Configure, in relay mode with the relay's
+// own certificate, every job an earlier run left, since its workers pin
+// that run's relay. Jobs without this engine's tag are never touched
 // (tag.go).
 func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host, rows []jobRow) {
 	p.mu.Lock()
@@ -690,6 +692,7 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 			ours[w] = true
 		}
 	}
+	relayPinned := p.relay != nil && p.relay.tls != nil
 	var strays []jobRef
 	var leftAlone []jobRow
 	var adopted []*request
@@ -718,6 +721,13 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 		case tag.epoch != cfg.epoch:
 			strays = append(strays, jobRef{job: row.id, profile: profile, worker: worker,
 				why: "its worker holds a credential signed with an earlier secret of the engine (epoch " + tag.epoch + ") and can never attach"})
+			continue
+		case first && relayPinned:
+			// An earlier run's relay made its own certificate, which
+			// died with it: this job's workers pin that one, and no
+			// relay of this run can be it (relaytls.go).
+			strays = append(strays, jobRef{job: row.id, profile: profile, worker: worker,
+				why: "its workers dial the relay of an earlier run of the plugin, whose certificate they pin went with it, and can never attach"})
 			continue
 		case !first && row.state != "PENDING":
 			continue // Its worker arrived, or will leave by itself.

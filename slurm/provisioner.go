@@ -201,6 +201,9 @@ type request struct {
 	// (explain). Empty for a job adopted from an earlier run, whose
 	// output is redacted by form alone.
 	secrets []string
+	// via is the relay's address the job's workers were given, in relay
+	// mode: if the relay moves from it, the job is cancelled (relaytls.go).
+	via string
 }
 
 // phase is where a request is in its life:
@@ -338,11 +341,17 @@ func (p *Provisioner) Configure(ctx context.Context, req *shared.ConfigureReques
 		return nil, err
 	}
 	var engineNet, engineAddr string
+	var relayCert *relayTLS
 	if cfg.Reach == reachRelay {
 		var err error
 		if engineNet, engineAddr, err = engineAddress(req.EngineAddress); err != nil {
 			diags = append(diags, shared.Errorf([]string{"reach"}, "Relay without an engine address", "%s.", err))
 			return &shared.ConfigureResponse{Diagnostics: diags}, nil
+		}
+		if cfg.relayServesTLS() {
+			if relayCert, err = newRelayTLS(cfg.RelayHost, p.now()); err != nil {
+				return nil, err
+			}
 		}
 	}
 
@@ -364,7 +373,7 @@ func (p *Provisioner) Configure(ctx context.Context, req *shared.ConfigureReques
 	// if any, has one of its own, and stops when the poller does.
 	p.wg.Add(1)
 	if engineNet != "" {
-		p.relay = newRelay(p, cfg, engineNet, engineAddr)
+		p.relay = newRelay(p, cfg, engineNet, engineAddr, relayCert)
 		p.wg.Add(1)
 		go p.relay.run(p.polling)
 	}

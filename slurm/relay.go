@@ -13,16 +13,19 @@ package slurm
 // connection into a stream of one yamux session that runs over its ssh
 // session's standard input and output; the plugin accepts the streams and
 // dials, for each, the address the host said the engine listens on
-// (ConfigureRequest.EngineAddress), and nothing else. Credentials and
-// TLS are end to end: the relay and the plugin carry bytes.
+// (ConfigureRequest.EngineAddress), and nothing else. The workers' leg is
+// TLS: the engine's end to end, or the relay's own, pinned in each job
+// script (relaytls.go), since the relay's port is one anybody on the
+// login node can try to take.
 //
 // Rejected alternative: ssh remote forwarding (-R). It needs
 // AllowTcpForwarding on the login node, which sites turn off, and a
 // forwarded port on a login node listens on loopback unless GatewayPorts
 // is set, which compute nodes cannot reach. The cost of the choice made:
 // a program of ours on the login node, copied there once per version and
-// checked by sha256 before each start (or installed by the site:
-// relay_command), and every worker's bytes pass through the plugin.
+// run from a private copy checked by sha256 at each start (or installed by
+// the site: relay_command), and every worker's bytes pass through the
+// plugin.
 //
 // The seam: the relay is one session of the plugin's ssh connection
 // (sshArgv), so multiplexing, host-key pinning and ssh_config apply to it
@@ -110,6 +113,14 @@ func validateReach(s *settings) shared.Diagnostics {
 					"Each word of relay_command must be non-empty and on one line."))
 			}
 		}
+		if !hasHTTPS(s.EngineURL) {
+			for i, w := range s.WorkerCommand {
+				if f, _, _ := strings.Cut(w, "="); f == "--engine-ca" || f == "--engine-cert-sha256" {
+					add(shared.Diagnostic{Severity: shared.SeverityWarning, Path: []string{"worker_command", strconv.Itoa(i)}, Summary: "A pin or CA the relay will not match",
+						Detail: fmt.Sprintf("With reach = \"relay\" and an engine without TLS, the relay serves TLS with a certificate of its own and the plugin gives each worker its pin; %s in worker_command would have workers check the relay against something else. Remove it, or set engine_url to https:// if the engine serves TLS (its TLS then runs end to end).", f)})
+				}
+			}
+		}
 		// The relay holds one session of the shared connection beside
 		// max_sessions; at the usual sshd limit of 10, commands beyond
 		// it open connections of their own (ssh.go), which costs a
@@ -144,50 +155,73 @@ type relay struct {
 	p                     *Provisioner
 	cfg                   *settings
 	engineNet, engineAddr string
+	// tls is the relay's certificate when it serves workers TLS itself
+	// (an engine without TLS); nil when the engine's TLS runs end to
+	// end. It never changes: jobs already submitted carry its pin.
+	tls *relayTLS
 
 	// mu guards the fields below; it is never held across ssh.
 	mu sync.Mutex
 	// addr is the host:port workers dial, "" until the relay first says.
 	// A restarted relay asks for the same port, so that the jobs already
-	// submitted with it still reach it.
+	// submitted with it still reach it; if it comes back elsewhere, those
+	// jobs are cancelled (moved).
 	addr string
 	// state is "starting", "up" or "down: <why>"; since is when it began.
 	state    string
 	since    time.Time
 	restarts int
 	streams  int64
-	// reuse asks the next start for the port of the last relay that came
-	// up, once: jobs already submitted dial it.
-	reuse bool
+	// want is the port the next start asks for: the last one the relay
+	// had, since jobs already submitted dial it, until a relay says it
+	// is taken ("" then: a free one).
+	want string
 	// ready is closed and replaced each time the relay comes up, so that
 	// a submission can wait for it.
 	ready chan struct{}
 }
 
-func newRelay(p *Provisioner, cfg *settings, engineNet, engineAddr string) *relay {
-	return &relay{p: p, cfg: cfg, engineNet: engineNet, engineAddr: engineAddr, state: "starting", since: p.now(), ready: make(chan struct{})}
+func newRelay(p *Provisioner, cfg *settings, engineNet, engineAddr string, tls *relayTLS) *relay {
+	return &relay{p: p, cfg: cfg, engineNet: engineNet, engineAddr: engineAddr, tls: tls, state: "starting", since: p.now(), ready: make(chan struct{})}
 }
 
-// url is what workers are given to dial: the engine_url's scheme (http
-// unless it says https) and the relay's address.
-func (r *relay) url(ctx context.Context) (string, error) {
+// relayDial is what a job's workers are given: the URL to dial and the
+// certificate to expect there, and the relay's address it was made with.
+type relayDial struct {
+	url, pin, addr string
+}
+
+// dial waits for the relay to be up and says how workers reach it:
+// https and the relay's pin when the relay speaks TLS, else the
+// engine_url's scheme (https: TLS end to end to the engine).
+func (r *relay) dial(ctx context.Context) (relayDial, error) {
 	for {
 		r.mu.Lock()
 		addr, state, ready := r.addr, r.state, r.ready
 		r.mu.Unlock()
 		if state == "up" {
-			scheme := "http"
-			if strings.HasPrefix(r.cfg.EngineURL, "https:") {
-				scheme = "https"
+			switch {
+			case r.tls != nil:
+				return relayDial{url: "https://" + addr, pin: r.tls.pin, addr: addr}, nil
+			case hasHTTPS(r.cfg.EngineURL):
+				return relayDial{url: "https://" + addr, addr: addr}, nil
 			}
-			return scheme + "://" + addr, nil
+			return relayDial{url: "http://" + addr, addr: addr}, nil
 		}
 		select {
 		case <-ready:
 		case <-ctx.Done():
-			return "", fmt.Errorf("the relay on %s is not up (%s): %w", r.cfg.host(), state, ctx.Err())
+			return relayDial{}, fmt.Errorf("the relay on %s is not up (%s): %w", r.cfg.host(), state, ctx.Err())
 		}
 	}
+}
+
+// left reports whether the relay has moved from addr, where a job's
+// workers dial: the job is then to be cancelled (moved).
+func (r *relay) left(addr string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return addr != "" && r.addr != addr
 }
 
 // note is the relay's line in Status.
@@ -221,8 +255,18 @@ func (r *relay) run(ctx context.Context) {
 		r.setState("down: " + truncate(err.Error()))
 		r.mu.Lock()
 		r.restarts++
+		taken := errors.Is(err, errRelayPortTaken) && r.want != ""
+		if taken {
+			r.want = ""
+		}
 		r.mu.Unlock()
-		r.cfg.log.Error("the relay stopped; starting it again", "error", err, "in", pause)
+		if taken {
+			// Somebody else holds the port the jobs dial: the next
+			// start takes another, and the jobs are cancelled then.
+			r.cfg.log.Error("the relay's port is taken on the login node; starting it on another port, and cancelling the jobs that dial the old one", "error", err, "in", pause)
+		} else {
+			r.cfg.log.Error("the relay stopped; starting it again", "error", err, "in", pause)
+		}
 		if time.Since(began) > time.Minute {
 			pause = relayRetryFirst // it ran a good while: a new failure
 		}
@@ -266,6 +310,15 @@ func (r *relay) session(ctx context.Context) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting ssh for the relay: %w", err)
 	}
+	if r.tls != nil {
+		// The key goes over the session, as the relay's first line of
+		// input: never in argv, nor in a file on the login node.
+		if _, err := io.WriteString(stdin, r.tls.line); err != nil {
+			stdin.Close()
+			cmd.Wait()
+			return fmt.Errorf("sending the relay its certificate: %w", err)
+		}
+	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	// However the session ends, ssh is gone before session returns.
@@ -286,7 +339,19 @@ func (r *relay) session(ctx context.Context) error {
 	}
 	defer sess.Close()
 	r.mu.Lock()
-	r.addr, r.state, r.since, r.reuse = addr, "up", r.p.now(), true
+	old := r.addr
+	r.addr = addr
+	if _, port, _ := net.SplitHostPort(cmpOr(cfg.RelayListen, ":0")); port == "0" {
+		_, r.want, _ = net.SplitHostPort(addr)
+	}
+	r.mu.Unlock()
+	if old != "" && old != addr {
+		// Before the relay is up, so that no job is given the new
+		// address until those with the old one are listed.
+		r.moved(ctx, old, addr)
+	}
+	r.mu.Lock()
+	r.state, r.since = "up", r.p.now()
 	close(r.ready)
 	r.ready = make(chan struct{})
 	r.mu.Unlock()
@@ -353,6 +418,10 @@ func (r *relay) greeting(ctx context.Context, out *bufio.Reader, exited chan err
 		select {
 		case werr := <-exited:
 			exited <- werr
+			var ee *exec.ExitError
+			if errors.As(werr, &ee) && ee.ExitCode() == exitPortTaken {
+				return "", fmt.Errorf("%w: %s", errRelayPortTaken, strings.TrimSpace(stderr.String()))
+			}
 			return "", fmt.Errorf("the relay did not start (%v): %s", werr, strings.TrimSpace(stderr.String()))
 		case <-t.C:
 			return "", fmt.Errorf("the relay did not say where it listens: %s", strings.TrimSpace(stderr.String()))
@@ -371,17 +440,17 @@ func (r *relay) command(ctx context.Context) ([]string, error) {
 	cfg := r.cfg
 	listen := cmpOr(cfg.RelayListen, ":0")
 	r.mu.Lock()
-	if h, port, _ := net.SplitHostPort(listen); port == "0" && r.reuse {
+	if h, port, _ := net.SplitHostPort(listen); port == "0" && r.want != "" {
 		// The same port as before, so that jobs already submitted with
-		// it reach the new relay. Once: if it is taken, the next start
-		// takes a free one.
-		if _, last, err := net.SplitHostPort(r.addr); err == nil {
-			listen = net.JoinHostPort(h, last)
-		}
+		// it reach the new relay, until a relay finds it taken
+		// (errRelayPortTaken, in run).
+		listen = net.JoinHostPort(h, r.want)
 	}
-	r.reuse = false
 	r.mu.Unlock()
 	flags := []string{"relay", "-listen", listen}
+	if r.tls != nil {
+		flags = append(flags, "-tls")
+	}
 	if cfg.RelayHost != "" {
 		flags = append(flags, "-host", cfg.RelayHost)
 	}
@@ -464,23 +533,51 @@ func uname() string {
 	return map[string]string{"linux": "Linux", "darwin": "Darwin", "freebsd": "FreeBSD"}[runtime.GOOS] + " " + arch
 }
 
-// relayCheckScript exits exitWrongPlatform when the login node is not a
-// machine this binary runs on, exitNoBinary when the cached binary is
-// missing or not this version, 0 otherwise.
-func relayCheckScript(sum string) string {
-	return fmt.Sprintf(`have="$(uname -sm)"; if [ "$have" != %s ]; then echo "the login node is $have, and the plugin binary is for %s" >&2; exit %d; fi; `+
-		`f="$HOME/%s/%s"; printf '%%s  %%s\n' %s "$f" | sha256sum -c --status 2>/dev/null || exit %d`,
-		shellQuote(uname()), uname(), exitWrongPlatform, relayCacheDir, relayFile(sum), sum, exitNoBinary)
+// relayPlatformScript exits exitWrongPlatform, saying why, when the
+// login node is not a machine this binary runs on.
+func relayPlatformScript() string {
+	return fmt.Sprintf(`have="$(uname -sm)"; if [ "$have" != %s ]; then echo "the login node is $have, and the plugin binary is for %s" >&2; exit %d; fi; `,
+		shellQuote(uname()), uname(), exitWrongPlatform)
 }
 
-// relayStartScript checks the cached binary by its sha256 again, and
-// execs it as the relay, so that what runs is what was checked.
+// relayCheckScript exits exitWrongPlatform when the login node is not a
+// machine this binary runs on, exitNoBinary when the cached binary is
+// missing or not this version, 0 otherwise. It decides whether to copy
+// the binary; it guards nothing that runs (relayStartScript does).
+func relayCheckScript(sum string) string {
+	return relayPlatformScript() + fmt.Sprintf(`f="$HOME/%s/%s"; printf '%%s  %%s\n' %s "$f" | sha256sum -c --status 2>/dev/null || exit %d`,
+		relayCacheDir, relayFile(sum), sum, exitNoBinary)
+}
+
+// relayPrivateName is the relay's name in its private directory; it
+// starts like the cached file's, so that ps shows what it is.
+const relayPrivateName = "provisioner-slurm"
+
+// relayStartScript runs the relay from a private copy of the cached
+// binary: a directory of its own (mktemp -d, mode 0700, a name nobody
+// knows in advance) holds the copy, which is checked by its sha256 after
+// it is written and executed from there, so that what runs is what was
+// checked. Checking the cached file and then executing it, as it once
+// did, left a window in which the file could be swapped (18 starts of
+// 150 ran a swapped binary). A copy that does not match exits
+// exitNoBinary, which copies the binary again. The relay removes its
+// private copy once it runs (-private). The start also removes cached
+// binaries of other versions, and private directories an hour old (left
+// by a start killed between mktemp and exec). The cost: two plugin
+// versions sharing one login account copy their binary again after each
+// other's relay starts; a copy is once per restart, not per job.
 func relayStartScript(sum string, flags []string) string {
 	var q []string
 	for _, f := range flags {
 		q = append(q, shellQuote(f))
 	}
-	return relayCheckScript(sum) + fmt.Sprintf(`; exec "$HOME/%s/%s" %s`, relayCacheDir, relayFile(sum), strings.Join(q, " "))
+	return relayPlatformScript() + fmt.Sprintf(`umask 077; c="$HOME/%[1]s"; f="$c/%[2]s"; `+
+		`t="$(mktemp -d "$c/run.XXXXXXXX" 2>/dev/null)" || exit %[3]d; `+
+		`if ! cp "$f" "$t/%[4]s" 2>/dev/null || ! printf '%%s  %%s\n' %[5]s "$t/%[4]s" | sha256sum -c --status 2>/dev/null; then rm -rf "$t"; exit %[3]d; fi; `+
+		`for o in "$c"/provisioner-slurm-*; do [ "$o" = "$f" ] || rm -f "$o"; done; `+
+		`find "$c" -maxdepth 1 -name 'run.*' -mmin +60 -exec rm -rf {} + 2>/dev/null; `+
+		`exec "$t/%[4]s" %[6]s -private "$t"`,
+		relayCacheDir, relayFile(sum), exitNoBinary, relayPrivateName, sum, strings.Join(q, " "))
 }
 
 // relayUploadScript writes standard input to the cache, private to the

@@ -1,13 +1,28 @@
 package slurm
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/hashicorp/yamux"
+
+	"github.com/fluksio/provision/internal/sandboxtest"
+	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared"
 )
 
@@ -61,5 +76,301 @@ func TestRelayNeedsTheEngineAddress(t *testing.T) {
 		if _, _, err := engineAddress(bad); err == nil {
 			t.Errorf("engineAddress(%q) accepted", bad)
 		}
+	}
+}
+
+// TestRelayPrivateCopy starts the relay for real, over ssh to the
+// sandbox's login node, from a cache that holds two binaries of other
+// versions: they are gone after the first start, and so is the private
+// copy the relay ran from. Then it starts the relay 150 times while a
+// goroutine flips the cached file between the real binary and another
+// program, as an attacker with the login account could: the flip lands
+// in the cache often enough to be copied (those starts refuse, exit
+// exitNoBinary), and no start runs the other program (0 of 150). The
+// start script that checked the cached file and then executed it ran the
+// other program in 18 of 150.
+func TestRelayPrivateCopy(t *testing.T) {
+	env := sandboxtest.Require(t)
+	p := configureSSH(t, testutil.LookPath(t, "ssh"), func(c map[string]any) {
+		c["login"], c["ssh_port"], c["ssh_key"], c["known_hosts"] = env.Login, env.Port, env.Key, env.KnownHosts
+		c["submit_timeout"] = "2m"
+	})
+	cfg := p.settings()
+	ctx := context.Background()
+	sh := func(script string) string {
+		t.Helper()
+		out, stderr, err := p.call(ctx, nil, "sh", "-c", script)
+		if err != nil {
+			t.Fatalf("%s: %v: %s", script, err, stderr)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	// The login node is this machine, so its cache can be reached
+	// directly too, as the attacker would.
+	var home string
+	var uid, gid int
+	fmt.Sscan(sh(`echo "$HOME" "$(id -u)" "$(id -g)"`), &home, &uid, &gid)
+	cache := filepath.Join(home, relayCacheDir)
+	stale := []string{"provisioner-slurm-0000000000000000", "provisioner-slurm-1111111111111111"}
+	sh(`umask 077; mkdir -p ~/` + relayCacheDir + ` && cd ~/` + relayCacheDir + ` && printf stale > ` + stale[0] + ` && printf stale > ` + stale[1])
+
+	r := newRelay(p, cfg, "tcp", "127.0.0.1:1", nil)
+	remote, err := r.command(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func() (stdout string, code int) {
+		out, _, err := p.call(ctx, nil, remote...)
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+		case errors.As(err, &ee):
+			code = ee.ExitCode()
+		default:
+			t.Fatalf("starting the relay: %v", err)
+		}
+		return string(out), code
+	}
+	// The relay runs (its stdin, the session, ends at once, and so does
+	// it) and says where it listens.
+	if out, code := start(); code != 0 || !strings.Contains(out, relayGreeting) {
+		t.Fatalf("the relay's start: exit %d, said %q", code, out)
+	}
+	entries := func() []string {
+		es, err := os.ReadDir(cache)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, e := range es {
+			names = append(names, e.Name())
+		}
+		return names
+	}
+	_, sum, _ := ownBinary()
+	cached := filepath.Join(cache, relayFile(sum))
+	if got := entries(); !slices.Equal(got, []string{relayFile(sum)}) {
+		t.Errorf("left in the cache after a start: %v; want only %s (the stale binaries and the private copy gone)", got, relayFile(sum))
+	}
+
+	// The other program says so on stdout, where the start's output is
+	// read; it is the account's, as the cached binary is.
+	real, evil, tmp := filepath.Join(cache, ".real"), filepath.Join(cache, ".evil"), filepath.Join(cache, ".flip")
+	if err := os.Link(cached, real); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(evil, []byte("#!/bin/sh\necho SWAPPED-BINARY-RAN\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(evil, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		os.Remove(real)
+		os.Remove(evil)
+		os.Remove(tmp)
+	})
+	stop := make(chan struct{})
+	flipped := make(chan int)
+	go func() {
+		n := 0
+		defer func() { flipped <- n }()
+		for {
+			for _, from := range []string{evil, real} {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// Atomic: the cached name always names a whole file,
+				// one or the other.
+				os.Remove(tmp)
+				if err := os.Link(from, tmp); err == nil && os.Rename(tmp, cached) == nil {
+					n++
+				}
+				// A pause to share the machine's cores with the
+				// starts, not to wait for anything.
+				time.Sleep(500 * time.Microsecond)
+			}
+		}
+	}()
+	const n = 150
+	var ran, refused, swapped int
+	for range n {
+		out, code := start()
+		switch {
+		case strings.Contains(out, "SWAPPED-BINARY-RAN"):
+			swapped++
+		case code == 0 && strings.Contains(out, relayGreeting):
+			ran++
+		case code == exitNoBinary:
+			refused++
+		default:
+			t.Errorf("a start exited %d and said %q", code, out)
+		}
+	}
+	close(stop)
+	flips := <-flipped
+	os.Link(real, tmp)
+	os.Rename(tmp, cached)
+	t.Logf("%d starts while the cached file flipped %d times: %d ran the relay, %d refused a copy that did not match, %d ran the swapped binary", n, flips, ran, refused, swapped)
+	if swapped != 0 {
+		t.Errorf("%d of %d starts ran the swapped binary; want 0", swapped, n)
+	}
+	if refused == 0 || ran == 0 {
+		t.Errorf("%d refused, %d ran: the flips never reached a start, or no start got through; the test proves nothing", refused, ran)
+	}
+	for _, name := range entries() {
+		if strings.HasPrefix(name, "run.") {
+			t.Errorf("a private directory was left in the cache: %s", name)
+		}
+	}
+}
+
+// TestRelayMainTLSAndPort runs the relay in process. With -tls it reads
+// its certificate from standard input, and a connection to it is carried
+// as a stream only once the client has finished a TLS handshake, which
+// a client that pins its certificate does and a plain one cannot: the
+// plain client's bytes never reach a stream. Asked for a port somebody
+// holds, it tries for relayPortWait and exits exitPortTaken, saying so.
+func TestRelayMainTLSAndPort(t *testing.T) {
+	cert, err := newRelayTLS("127.0.0.1", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	var stderr tailBuffer
+	stderr.max = 4096
+	exited := make(chan int, 1)
+	go func() {
+		exited <- RelayMain([]string{"-listen", "127.0.0.1:0", "-host", "127.0.0.1", "-tls"}, inR, outW, &stderr)
+		outW.Close()
+	}()
+	if _, err := io.WriteString(inW, cert.line); err != nil {
+		t.Fatal(err)
+	}
+	out := bufio.NewReader(outR)
+	greeting, err := out.ReadString('\n')
+	if err != nil {
+		t.Fatalf("greeting: %v (stderr %s)", err, stderr.String())
+	}
+	addr := strings.TrimSpace(strings.TrimPrefix(greeting, relayGreeting))
+	sess, err := yamux.Server(stdio{out, inW}, relayYamuxConfig(&stderr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	streams := make(chan []byte, 4)
+	go func() {
+		for {
+			s, err := sess.AcceptStream()
+			if err != nil {
+				close(streams)
+				return
+			}
+			b := make([]byte, 64)
+			n, _ := s.Read(b)
+			s.Write([]byte("ok"))
+			streams <- b[:n]
+			s.Close()
+		}
+	}()
+
+	// A plain client: its bytes go nowhere, and it is cut off.
+	plain, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain.Write([]byte("POST /v1/attach HTTP/1.1\r\nAuthorization: Bearer secret\r\n\r\n"))
+	plain.SetReadDeadline(time.Now().Add(relayHandshakeTimeout + 5*time.Second))
+	if n, _ := io.Copy(io.Discard, plain); n > 0 {
+		t.Errorf("the plain client got %d bytes back", n)
+	}
+	plain.Close()
+
+	// A client that pins the relay's certificate gets through.
+	want, _ := hex.DecodeString(cert.pin)
+	tc, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, VerifyConnection: func(cs tls.ConnectionState) error {
+		if got := sha256.Sum256(cs.PeerCertificates[0].Raw); !bytes.Equal(got[:], want) {
+			return fmt.Errorf("certificate %x, pinned %x", got, want)
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatalf("a client pinning the relay's certificate: %v", err)
+	}
+	tc.Write([]byte("Bearer through"))
+	if b, err := io.ReadAll(tc); err != nil || string(b) != "ok" {
+		t.Errorf("the pinned client got %q, %v", b, err)
+	}
+	tc.Close()
+	if got := <-streams; string(got) != "Bearer through" {
+		t.Errorf("the first stream carried %q; want the pinned client's bytes, and nothing of the plain one's", got)
+	}
+	sess.Close()
+	inW.Close()
+	if code := <-exited; code != 0 {
+		t.Errorf("the relay exited %d when its session ended", code)
+	}
+
+	// Its port, held by somebody else.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	stderr = tailBuffer{max: 4096}
+	began := time.Now()
+	code := RelayMain([]string{"-listen", ln.Addr().String(), "-host", "127.0.0.1"}, strings.NewReader(""), io.Discard, &stderr)
+	if code != exitPortTaken || !strings.Contains(stderr.String(), relayPortTaken) || time.Since(began) < relayPortWait {
+		t.Errorf("on a taken port: exit %d after %s, said %q; want %d after %s, saying %q", code, time.Since(began), stderr.String(), exitPortTaken, relayPortWait, relayPortTaken)
+	}
+}
+
+// TestRelayWarnsOfAnotherPin: with an engine without TLS the relay pins
+// its own certificate, so a pin or CA in worker_command is warned about.
+func TestRelayWarnsOfAnotherPin(t *testing.T) {
+	for _, flag := range []string{"--engine-cert-sha256", "--engine-ca=/etc/ca.pem"} {
+		cfg := baseConfig()
+		cfg["reach"], cfg["engine_url"] = "relay", "http://engine.invalid"
+		cfg["worker_command"] = []string{"/opt/worker", flag, "ab"}
+		_, diags := parseConfig("hpc", mustJSON(t, cfg))
+		if len(diags) != 1 || diags[0].Severity != shared.SeverityWarning || strings.Join(diags[0].Path, ".") != "worker_command.1" {
+			t.Errorf("%s: %v; want one warning at worker_command.1", flag, diags)
+		}
+		cfg["engine_url"] = "https://engine.invalid"
+		if _, diags := parseConfig("hpc", mustJSON(t, cfg)); len(diags) != 0 {
+			t.Errorf("%s with an https engine: %v; want none", flag, diags)
+		}
+	}
+}
+
+// TestRelayAdoptionCancelsAnEarlierRelaysJobs: in relay mode with the
+// relay's own certificate, the jobs an earlier run left pin that run's
+// relay, so Configure cancels them instead of adopting them, saying why.
+func TestRelayAdoptionCancelsAnEarlierRelaysJobs(t *testing.T) {
+	h := newUnconfigured(t, "squeue=rows,scancel=ok")
+	h.fake.setRows(t,
+		"500|PENDING|Priority|N/A|fluksio:v2:hpc:0:hpc-cpu-0000000a",
+		"499|RUNNING|None|2026-12-02T09:00:00|fluksio:v2:hpc:0:hpc-cpu-00000009",
+	)
+	cfg := baseConfig()
+	cfg["reach"], cfg["engine_url"] = "relay", ""
+	resp, err := h.p.Configure(context.Background(), &shared.ConfigureRequest{Name: "hpc", Config: mustJSON(t, cfg), Host: h.host, EngineAddress: "tcp:127.0.0.1:1"})
+	if err != nil || resp.Diagnostics.HasErrors() {
+		t.Fatalf("Configure: %v %v", err, resp.Diagnostics)
+	}
+	<-h.p.adoptTried
+	scancels := h.fake.callsTo("scancel")
+	if len(scancels) != 1 || !slices.Equal(slices.Sorted(slices.Values(scancels[0].remote()[1:])), []string{"499", "500"}) {
+		t.Fatalf("scancel calls %+v; want one for 499 and 500", scancels)
+	}
+	for _, ev := range h.host.Events() {
+		if ev.Kind != shared.EventWorkerCancelled || !strings.Contains(ev.Detail, "relay of an earlier run") {
+			t.Errorf("event %+v; want worker_cancelled, saying why", ev)
+		}
+	}
+	if st := h.status(t); len(st.Outstanding) != 0 {
+		t.Errorf("outstanding %v; want nothing adopted", st.Outstanding)
 	}
 }

@@ -1,14 +1,22 @@
 package slurm
 
 import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -20,7 +28,7 @@ import (
 const relayGreeting = "fluksio-relay "
 
 // RelayUsage is what the plugin binary's --help says of relay mode.
-const RelayUsage = `  provisioner-slurm relay [-listen HOST:PORT] [-host NAME]
+const RelayUsage = `  provisioner-slurm relay [-listen HOST:PORT] [-host NAME] [-tls] [-private DIR]
                      the relay, as the plugin runs it on a login node
                      for reach = "relay"; not for running by hand either
 `
@@ -30,7 +38,11 @@ const RelayUsage = `  provisioner-slurm relay [-listen HOST:PORT] [-host NAME]
 // compute nodes can reach it, says where on its first line of standard
 // output, and then carries every connection it accepts as a stream of a
 // yamux session over its standard input and output, which is the ssh
-// session the plugin holds. It dials nothing itself: where a stream goes
+// session the plugin holds. With -tls it first reads its certificate and
+// key from standard input (relaytls.go) and carries a connection only once
+// its TLS handshake is done, as plaintext: a connection that is not TLS,
+// or whose client does not accept the certificate, is closed unread. It
+// dials nothing itself: where a stream goes
 // is the plugin's business, and the plugin sends each to the engine and
 // nowhere else. It exits when the session ends, that is when the plugin
 // closes it or its ssh connection goes, so nothing of it outlives the
@@ -40,10 +52,23 @@ func RelayMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", ":0", "`host:port` to listen on for workers")
 	host := fs.String("host", "", "the `name` workers dial (default: this host's name)")
+	useTLS := fs.Bool("tls", false, "serve workers TLS with the certificate and key read first from standard input")
+	private := fs.String("private", "", "the private `directory` this binary was copied to and run from, removed once it runs")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return 0
 	} else if err != nil {
 		return 2
+	}
+	if *private != "" {
+		// The copy is ours alone and already running: the kernel keeps
+		// its file while the process lives, and nothing is left behind
+		// when it ends, however it ends. Only this file and then the
+		// directory, if empty: never a tree.
+		if err := os.Remove(filepath.Join(*private, relayPrivateName)); err != nil {
+			fmt.Fprintf(stderr, "fluksio-relay: removing the private copy: %v\n", err)
+		} else if err := os.Remove(*private); err != nil {
+			fmt.Fprintf(stderr, "fluksio-relay: removing the private directory: %v\n", err)
+		}
 	}
 	if *host == "" {
 		h, err := os.Hostname()
@@ -53,7 +78,23 @@ func RelayMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		*host = h
 	}
-	ln, err := net.Listen("tcp", *listen)
+	// The certificate and key come first on standard input, never in
+	// argv or a file: what crosses the session after them is yamux.
+	in := bufio.NewReader(stdin)
+	var tlsCfg *tls.Config
+	if *useTLS {
+		cert, err := readRelayTLS(in)
+		if err != nil {
+			fmt.Fprintf(stderr, "fluksio-relay: reading the certificate from standard input: %v\n", err)
+			return 1
+		}
+		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	ln, err := listenAgain(*listen, relayPortWait)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		fmt.Fprintf(stderr, "fluksio-relay: %s: %v\n", relayPortTaken, err)
+		return exitPortTaken
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "fluksio-relay: %v\n", err)
 		return 1
@@ -63,7 +104,7 @@ func RelayMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if _, err := fmt.Fprintf(stdout, "%s%s\n", relayGreeting, net.JoinHostPort(*host, strconv.Itoa(port))); err != nil {
 		return 1
 	}
-	sess, err := yamux.Client(stdio{stdin, stdout}, relayYamuxConfig(stderr))
+	sess, err := yamux.Client(stdio{in, stdout}, relayYamuxConfig(stderr))
 	if err != nil {
 		fmt.Fprintf(stderr, "fluksio-relay: %v\n", err)
 		return 1
@@ -90,6 +131,19 @@ func RelayMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if tlsCfg != nil {
+				// Whoever cannot finish a handshake in time is not
+				// a worker, and gets no stream.
+				tc := tls.Server(c, tlsCfg)
+				ctx, cancel := context.WithTimeout(context.Background(), relayHandshakeTimeout)
+				err := tc.HandshakeContext(ctx)
+				cancel()
+				if err != nil {
+					c.Close()
+					return
+				}
+				c = tc
+			}
 			s, err := sess.OpenStream()
 			if err != nil {
 				c.Close()
@@ -97,6 +151,65 @@ func RelayMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			}
 			splice(c, s)
 		}()
+	}
+}
+
+const (
+	// relayTLSPrefix starts the line the plugin writes first on the
+	// relay's standard input with -tls: the certificate and its key,
+	// each DER in base64.
+	relayTLSPrefix = "fluksio-relay-tls "
+
+	// relayPortWait is how long a relay asked for a port keeps trying
+	// to bind it: the relay it replaces may be a moment from exiting
+	// (its ssh session just closed). Longer than that, the port is
+	// somebody else's.
+	relayPortWait = 5 * time.Second
+
+	// relayHandshakeTimeout bounds a worker's TLS handshake with the
+	// relay.
+	relayHandshakeTimeout = 10 * time.Second
+
+	// exitPortTaken is the relay's exit code when the port it was asked
+	// for stays taken; relayPortTaken is what it says.
+	exitPortTaken  = 92
+	relayPortTaken = "the port asked for is taken"
+)
+
+// readRelayTLS reads the line relayTLSLine wrote.
+func readRelayTLS(in *bufio.Reader) (tls.Certificate, error) {
+	line, err := in.ReadString('\n')
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	rest, ok := strings.CutPrefix(strings.TrimSpace(line), relayTLSPrefix)
+	certB64, keyB64, ok2 := strings.Cut(rest, " ")
+	if !ok || !ok2 {
+		return tls.Certificate{}, errors.New("not a certificate line")
+	}
+	certDER, err1 := base64.StdEncoding.DecodeString(certB64)
+	keyDER, err2 := base64.StdEncoding.DecodeString(keyB64)
+	if err := errors.Join(err1, err2); err != nil {
+		return tls.Certificate{}, err
+	}
+	key, err := x509.ParsePKCS8PrivateKey(keyDER)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.Certificate{Certificate: [][]byte{certDER}, PrivateKey: key}, nil
+}
+
+// listenAgain listens on addr, trying again for up to wait while its
+// port is in use: polling, since nothing tells a process when another
+// lets go of a port.
+func listenAgain(addr string, wait time.Duration) (net.Listener, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		ln, err := net.Listen("tcp", addr)
+		if err == nil || !errors.Is(err, syscall.EADDRINUSE) || time.Now().After(deadline) {
+			return ln, err
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

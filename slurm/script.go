@@ -73,7 +73,7 @@ func (f family) setBy(lines []string) bool {
 // which is what they are for, and validation has made sure each stays on
 // its own line.
 func (p *Provisioner) payload(prof Profile, worker, token string) []byte {
-	return p.script(prof, p.settings().EngineURL, worker, nil, [][]string{{token}})
+	return p.script(prof, p.settings().EngineURL, "", worker, nil, [][]string{{token}})
 }
 
 // script writes the batch script for tag's job: one allocation with
@@ -81,8 +81,10 @@ func (p *Provisioner) payload(prof Profile, worker, token string) []byte {
 // allocation with tokens[i]. An allocation's tokens are its nodes'
 // credentials, one per node (prof.Nodes, multinode.go).
 //
-// url is what the worker dials: engine_url, or the relay's address.
-func (p *Provisioner) script(prof Profile, url, tag string, tasks []int, tokens [][]string) []byte {
+// url is what the worker dials: engine_url, or the relay's address; pin,
+// when set, is the SHA-256 of the certificate the worker must find there
+// (the relay's own, relaytls.go).
+func (p *Provisioner) script(prof Profile, url, pin, tag string, tasks []int, tokens [][]string) []byte {
 	cfg := p.settings()
 	worker := tag
 	var b bytes.Buffer
@@ -170,6 +172,11 @@ func (p *Provisioner) script(prof Profile, url, tag string, tasks []int, tokens 
 	}
 	argv = append(argv,
 		"--url", shellQuote(url),
+	)
+	if pin != "" {
+		argv = append(argv, "--engine-cert-sha256", shellQuote(pin))
+	}
+	argv = append(argv,
 		"--cpus", strconv.Itoa(prof.CPUs),
 		"--gpus", strconv.Itoa(prof.GPUs),
 		"--max-idle", strconv.FormatInt(seconds(cfg.maxIdle), 10),

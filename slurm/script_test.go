@@ -308,3 +308,26 @@ func TestCredentialTTL(t *testing.T) {
 		t.Errorf("token_ttl set: %s", got)
 	}
 }
+
+// TestScriptPinsTheRelay: in relay mode the worker is given the relay's
+// https address and the SHA-256 of the relay's certificate, which it
+// verifies before it sends its credential (relaytls.go).
+func TestScriptPinsTheRelay(t *testing.T) {
+	c := scriptConfigs["custom"]
+	c.WorkerCommand = []string{"/bin/sh", "-c", `printf '%s\n' "$@"`, "worker"}
+	p := scriptProvisioner(t, c)
+	prof := Profile{Name: "run", CPUs: 1}
+	pin := strings.Repeat("ab", 32)
+	script := p.script(prof, "https://login1:7000", pin, "hpc-run-0123abcd", nil, [][]string{{goldenToken}})
+	checkScript(t, script)
+	cmd := exec.Command("bash")
+	cmd.Stdin = bytes.NewReader(script)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("bash: %v\n%s", err, script)
+	}
+	if !strings.HasPrefix(string(out), "--url\nhttps://login1:7000\n--engine-cert-sha256\n"+pin+"\n") {
+		t.Errorf("worker saw:\n%s\nwant --url https://login1:7000 --engine-cert-sha256 %s first", out, pin)
+	}
+}

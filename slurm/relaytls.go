@@ -1,0 +1,189 @@
+package slurm
+
+// The relay's port is the one thing on the login node that another user
+// can take: when the relay restarts (its ssh session dropped), anybody
+// who loops bind() on its port may get it first, and the workers already
+// submitted dial whoever holds it. So the relay's traffic is TLS, and
+// each job's script pins the certificate its workers must find there.
+//
+// The claim: with an engine that does not serve TLS itself, the plugin
+// makes a key and a self-signed certificate per relay (per Configure, in
+// memory), sends them to the relay as the first line of its ssh session's
+// standard input (never argv, never a file others could read), and the
+// relay terminates TLS; the batch script gives the worker https://RELAY
+// and --engine-cert-sha256 with the certificate's SHA-256. With an engine
+// that serves TLS (engine_url https://), the relay carries its TLS end to
+// end as before, and the worker_command's own pin or CA verifies it.
+// Either way a squatter on the port sees a ClientHello and nothing else:
+// no credential crosses a connection before the certificate is checked.
+//
+// And when a restarted relay cannot get its port back (it tries for
+// relayPortWait, then exits exitPortTaken), it starts on a free port,
+// and before it is up every job of this provisioner still in the queue,
+// whose workers dial the old address, is cancelled and its workers'
+// credentials revoked (worker_cancelled), saying why; a submission that
+// was made with the old address and lands after that is cancelled as it
+// lands (relay.left).
+//
+// Rejected alternatives: TLS between the plugin and the engine only (the
+// relay's leg, worker to login node, is the one in the clear); requiring
+// the engine to serve TLS in relay mode (a certificate and key to manage
+// for every engine, where the plugin can make one that lives exactly as
+// long as the relay's jobs need it). The cost: the relay holds the key in
+// memory on the login node, which the job's own account can read (as it
+// can read the job's credential), and a relay restarted by a new plugin
+// process has a new certificate, so jobs an earlier run left cannot reach
+// it: Configure cancels them rather than adopt them (adopt, in poll.go). What it will not do: keep a port somebody else holds, or hand a
+// job's workers to a relay whose certificate they were not given.
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"time"
+
+	"github.com/fluksio/provision/shared"
+)
+
+// errRelayPortTaken is a relay that could not bind the port it was asked
+// for: somebody else holds it.
+var errRelayPortTaken = errors.New("the relay's port is taken on the login node")
+
+// relayTLS is the relay's certificate and key as the relay reads them,
+// and the pin the job scripts carry.
+type relayTLS struct {
+	// line is relayTLSPrefix, the certificate and the key, and a
+	// newline: secret, written only to the relay's standard input.
+	line string
+	// pin is the certificate's SHA-256, in hex.
+	pin string
+}
+
+// newRelayTLS makes a P-256 key and a self-signed certificate for it. The
+// certificate's name is the relay's host when known; workers check the
+// pin, not the name.
+func newRelayTLS(host string, now time.Time) (*relayTLS, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("making the relay's TLS key: %w", err)
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: "fluksio relay"},
+		NotBefore:    now.Add(-time.Hour),
+		// Longer than any job: the pin is what is checked.
+		NotAfter:    now.Add(10 * 365 * 24 * time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		tmpl.IPAddresses = []net.IP{ip}
+	} else if host != "" {
+		tmpl.DNSNames = []string{host}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, fmt.Errorf("making the relay's certificate: %w", err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(der)
+	return &relayTLS{
+		line: relayTLSPrefix + base64.StdEncoding.EncodeToString(der) + " " + base64.StdEncoding.EncodeToString(keyDER) + "\n",
+		pin:  hex.EncodeToString(sum[:]),
+	}, nil
+}
+
+// relayServesTLS reports whether the relay terminates TLS itself: in relay
+// mode, for an engine that does not serve TLS (engine_url not https).
+func (s *settings) relayServesTLS() bool {
+	return s.Reach == reachRelay && !hasHTTPS(s.EngineURL)
+}
+
+func hasHTTPS(url string) bool { return len(url) >= 6 && url[:6] == "https:" }
+
+// moved cancels the jobs whose workers dial old, where the relay no
+// longer listens: every job of this provisioner in the queue, since none
+// has been given the new address yet (the relay is not up until this
+// returns). Their requests leave the books; cancelJobs tells the engine
+// worker_cancelled for each machine, which revokes its credential. If the
+// queue cannot be read, the books' own jobs with the old address are
+// cancelled, and the rest meet their attach_timeout.
+func (r *relay) moved(ctx context.Context, old, now string) {
+	p, cfg := r.p, r.cfg
+	why := fmt.Sprintf("the relay's port at %s was taken by somebody else while the relay restarted, and the relay now listens at %s; "+
+		"this job's workers dial %s, so it is cancelled and their credentials revoked", old, now, old)
+	// All, ended too: a worker that found the squatter's certificate
+	// wrong has exited, and its job with it, but its credential is
+	// still to be revoked.
+	rows, err := p.listJobs(ctx, cfg, true)
+	if err != nil {
+		cfg.log.Error("could not read the queue for the jobs that dial the relay's old address; cancelling those the books hold", "old", old, "error", err)
+	}
+	var refs, ended []jobRef
+	seen := map[string]bool{}
+	p.mu.Lock()
+	host := p.host
+	for _, row := range rows {
+		tag, mine := cfg.ours(row.comment)
+		if !mine || seen[row.id] {
+			continue
+		}
+		seen[row.id] = true
+		worker := machineWorker(tag.worker, row.id)
+		profile, _ := cfg.profileOf(tag.worker)
+		machines := cfg.machinesOf(profile, worker)
+		for _, m := range machines {
+			p.dropLocked(m)
+		}
+		ref := jobRef{job: row.id, profile: profile, worker: machines[0], others: machines[1:], why: why}
+		if endedStates[row.state] {
+			ended = append(ended, ref)
+		} else {
+			refs = append(refs, ref)
+		}
+	}
+	for _, rq := range p.sortedLocked() {
+		if rq.via == old && rq.job != "" && !seen[rq.job] && rq.finished() {
+			seen[rq.job] = true
+			p.dropLocked(rq.worker)
+			refs = append(refs, jobRef{job: rq.job, profile: rq.profile, worker: rq.worker, why: why})
+		}
+	}
+	p.mu.Unlock()
+	cfg.log.Error("the relay could not get its port back: cancelling the jobs whose workers dial the old address and revoking their credentials",
+		"old", old, "new", now, "jobs", jobIDs(refs), "ended", jobIDs(ended))
+	for _, j := range ended {
+		for _, w := range j.workers() {
+			p.publish(ctx, cfg, host, shared.Event{Kind: shared.EventWorkerCancelled, Profile: j.profile, Job: j.job, Worker: w, Detail: j.why})
+		}
+	}
+	p.cancelJobs(ctx, cfg, host, refs, "cancelled a job whose workers dial the relay's old address")
+}
+
+// dropLocked takes worker's request out of the books, failed, if it is
+// there and its worker has not arrived.
+func (p *Provisioner) dropLocked(worker string) {
+	if rq := p.outstanding[worker]; rq != nil {
+		delete(p.outstanding, worker)
+		if rq.phase != phaseArrived {
+			rq.phase = phaseFailed
+		}
+	}
+}
