@@ -325,9 +325,13 @@ func (r *rig) config(profiles ...map[string]any) map[string]any {
 		"max_idle":          "1m30s",
 		"provision_timeout": "15m",
 		"submit_timeout":    "30s",
-		"token_ttl":         "1h",
-		"worker_command":    []string{r.worker.script},
-		"profile":           profiles,
+		// Long enough for the profiles that wait an hour for their
+		// --begin (validation refuses a begin the credential would not
+		// outlast); short of the engine's 12 h cap, so the cap is not
+		// what is tested.
+		"token_ttl":      "4h",
+		"worker_command": []string{r.worker.script},
+		"profile":        profiles,
 	}
 }
 
