@@ -216,21 +216,7 @@ func TestE2ERelayRecovers(t *testing.T) {
 	e.killPluginsAtEnd(t)
 	// The engine on TCP here, so that the test can read /status; the
 	// workers still go through the relay, which is what is killed.
-	path := e.relConfig(t, "", `  profile "small" {
-    cpus   = 1
-    ram_mb = 100
-    sbatch = ["--partition=`+e.env.Partition+`", "--time=00:10:00"]
-  }
-`, e.host, "worker")
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := strings.Replace(string(b), fmt.Sprintf(`engine_url     = "http://127.0.0.1:%d"`, e.port), `reach          = "relay"
-  relay_host     = "127.0.0.1"`, 1)
-	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := e.relayConfigOnTCP(t)
 	t.Setenv(plugin.LogLevelEnv, "debug")
 	p := e.startEngine(t, "-config", path, "-log-level", "debug", "-need", "cpus=1,count=2,work=25s", "-timeout", "3m")
 	reapMasters(t, p)
@@ -346,4 +332,27 @@ func TestE2ERelayHundred(t *testing.T) {
 		t.Errorf("want one relay, up once, for all %d workers", n)
 	}
 	e.assertCleanedUp(t, exitedAt)
+}
+
+// relayConfigOnTCP is a configuration with one small profile whose workers
+// reach the engine through the relay while the engine itself listens on
+// TCP, so that a test can read /status or try a credential on it.
+func (e *e2e) relayConfigOnTCP(t *testing.T) string {
+	t.Helper()
+	path := e.relConfig(t, "", `  profile "small" {
+    cpus   = 1
+    ram_mb = 100
+    sbatch = ["--partition=`+e.env.Partition+`", "--time=00:10:00"]
+  }
+`, e.host, "worker")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.Replace(string(b), fmt.Sprintf(`engine_url     = "http://127.0.0.1:%d"`, e.port), `reach          = "relay"
+  relay_host     = "127.0.0.1"`, 1)
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -206,23 +206,9 @@ func (e *e2e) workerCredentials(t *testing.T) []stolenCredential {
 func TestE2ERelayPortSquatted(t *testing.T) {
 	e := newE2E(t, "e2e-relay-squat")
 	e.killPluginsAtEnd(t)
-	path := e.relConfig(t, "", `  profile "small" {
-    cpus   = 1
-    ram_mb = 100
-    sbatch = ["--partition=`+e.env.Partition+`", "--time=00:10:00"]
-  }
-`, e.host, "worker")
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The engine on TCP, so that a stolen credential can be tried on it;
 	// the workers go through the relay.
-	s := strings.Replace(string(b), fmt.Sprintf(`engine_url     = "http://127.0.0.1:%d"`, e.port), `reach          = "relay"
-  relay_host     = "127.0.0.1"`, 1)
-	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := e.relayConfigOnTCP(t)
 	p := e.startEngine(t, "-config", path, "-need", "cpus=1,count=2,work=40s", "-timeout", "4m")
 	poll(t, 2*time.Minute, "two workers attached through the relay", func() bool {
 		if p.exited() {
