@@ -16,7 +16,10 @@ if [[ ! -e "$SB_DIR/$SB_MARKER" ]]; then
 fi
 
 up=0 want=0
-for d in munged slurmctld $(sb_slurmds) sshd; do
+daemons=(munged)
+# With accounting, its database and slurmdbd are part of the cluster.
+if grep -q '^SANDBOX_ACCOUNTING=1' "$SB_DIR/settings" 2>/dev/null; then daemons+=(mariadbd slurmdbd); fi
+for d in "${daemons[@]}" slurmctld $(sb_slurmds) sshd; do
   want=$((want + 1))
   if pid="$(sb_pid_of "$d")"; then
     printf '%-10s up   pid %s\n' "$d" "$pid"

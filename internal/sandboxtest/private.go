@@ -54,6 +54,20 @@ var (
 // needs root, as up.sh does. Bringing one up takes a few seconds.
 func Private(t testing.TB, name string) Env {
 	t.Helper()
+	return PrivateWith(t, name, Options{})
+}
+
+// Options are what a private sandbox has beyond the defaults.
+type Options struct {
+	// Accounting brings up MariaDB and slurmdbd with it
+	// (SANDBOX_ACCOUNTING=1): limits enforced, the job user in account
+	// "proj". A test sets its limits with sacctmgr as root (Env.Slurm).
+	Accounting bool
+}
+
+// PrivateWith is Private with opts.
+func PrivateWith(t testing.TB, name string, opts Options) Env {
+	t.Helper()
 	Require(t)
 	if os.Geteuid() != 0 {
 		msg := "a private sandbox needs root (up.sh starts slurmd and sshd)"
@@ -72,7 +86,7 @@ func Private(t testing.TB, name string) Env {
 		t.Fatalf("private sandbox %s would be the shared one", dir)
 	}
 
-	ports := freePorts(t, 3)
+	ports := freePorts(t, 5)
 	env := cleanEnv()
 	env = append(env,
 		// The same Slurm as the shared sandbox: tests run on the
@@ -88,6 +102,11 @@ func Private(t testing.TB, name string) Env {
 		// private sandbox is for daemons a test kills, not for width.
 		"SANDBOX_NODES=1",
 	)
+	if opts.Accounting {
+		env = append(env, "SANDBOX_ACCOUNTING=1",
+			"SANDBOX_DBD_PORT="+strconv.Itoa(ports[3]),
+			"SANDBOX_DB_PORT="+strconv.Itoa(ports[4]))
+	}
 	privMu.Lock()
 	privates[dir] = env
 	privMu.Unlock()
@@ -273,6 +292,7 @@ func readEnvSh(t testing.TB, path string) Env {
 		SlurmConf:  vars["SLURM_CONF"],
 		Bin:        vars["SANDBOX_BIN"],
 		Version:    vars["SANDBOX_SLURM_VERSION"],
+		Accounting: vars["SANDBOX_ACCOUNTING"] == "1",
 	}
 	fmt.Sscan(vars["SANDBOX_SSH_PORT"], &e.Port)
 	fmt.Sscan(vars["SANDBOX_CPUS"], &e.CPUs)
