@@ -135,6 +135,32 @@ func fakeSSH(spec, dir string, args []string) int {
 			fmt.Fprint(os.Stderr, squeueSaid)
 		}
 		return 1
+	case "sbatch=overlimit":
+		// A user under MaxSubmitJobs = 5, as 22.05 refuses a larger
+		// array (testdata/slurm-accounting/limit.txt).
+		if m := regexp.MustCompile(`(?m)^#SBATCH --array=0-(\d+)$`).FindStringSubmatch(c.Stdin); m != nil {
+			if n, _ := strconv.Atoi(m[1]); n+1 > 5 {
+				fmt.Fprintln(os.Stderr, "sbatch: error: AssocMaxSubmitJobLimit")
+				fmt.Fprintln(os.Stderr, "sbatch: error: Batch job submission failed: Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)")
+				return 1
+			}
+		}
+		fmt.Println(newJobID(dir))
+	case "sacctmgr=ok":
+		// Accounting with no limits for the user.
+	case "sacctmgr=limit5":
+		if slices.Contains(remote, "assoc") {
+			fmt.Println("cluster1|proj||5|||||normal")
+			fmt.Println("othercluster|proj||1|||||normal")
+		} else {
+			fmt.Println("normal||8|cpu=64")
+		}
+	case "sacctmgr=none":
+		fmt.Fprintln(os.Stderr, "You are not running a supported accounting_storage plugin")
+		fmt.Fprintln(os.Stderr, "Only 'accounting_storage/slurmdbd' is supported.")
+		return 1
+	case "scontrol=cluster1":
+		fmt.Println("Configuration data as of 2026-12-02T10:00:00\nClusterName             = cluster1\nMaxArraySize            = 1001")
 	case "sbatch=busy":
 		// Weather: the same exit code as a refusal, other words.
 		fmt.Fprintln(os.Stderr, "sbatch: error: Batch job submission failed: Resource temporarily unavailable")

@@ -622,6 +622,8 @@ func (p *Provisioner) adoptAtStart(ctx context.Context, cfg *settings, host shar
 		}
 	}
 	p.mu.Unlock()
+	// The limits the user has are read before any submission, too.
+	p.refreshLimits(ctx, cfg)
 	rows, err := p.listJobs(ctx, cfg, false)
 	if err != nil {
 		if p.polling.Err() != nil {

@@ -1,0 +1,100 @@
+package slurm
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/fluksio/provision/shared"
+)
+
+// TestBurstTrimmedToSubmitLimit: under MaxSubmitJobs = 5 with 2 other jobs
+// of the user's in the queue, a burst of 10 is one array of 3; the rest
+// waits, answered capped with the limit's name, and nothing backs off.
+func TestBurstTrimmedToSubmitLimit(t *testing.T) {
+	h := newHarness(t, "sbatch=ok,squeue=rows,sacctmgr=limit5,scontrol=cluster1", nil)
+	h.fake.setRows(t, "77|RUNNING|None|N/A|not-ours", "78|PENDING|Priority|N/A|not-ours")
+	o, resp := h.provisionN(t, cpuNeed, 10)
+	if o.Outcome != shared.OutcomeRequested || !strings.Contains(o.Detail, "MaxSubmitJobs = 5") {
+		t.Errorf("10 wanted under MaxSubmitJobs 5: %+v; want requested, the limit named", o)
+	}
+	if pd := profileDemand(resp, "cpu"); pd.Requested != 5 {
+		t.Errorf("cpu: %+v, want 5 requested by the books (nothing counted yet)", pd)
+	}
+	h.submitted(t)
+	sb := h.fake.callsTo("sbatch")
+	if len(sb) != 1 || !strings.Contains(sb[0].Stdin, "#SBATCH --array=0-2\n") {
+		t.Fatalf("%d sbatch calls; want one array of 3 (5 less the 2 queued):\n%.300s", len(sb), sb[0].Stdin)
+	}
+	o, _ = h.provisionN(t, cpuNeed, 10)
+	if o.Outcome != shared.OutcomeCapped || !strings.HasPrefix(o.Detail, limitReached) || !strings.Contains(o.Detail, "association proj/alice MaxSubmitJobs = 5") {
+		t.Errorf("the same demand again: %+v; want capped by the limit, named", o)
+	}
+	if n := len(h.fake.callsTo("sbatch")); n != 1 {
+		t.Errorf("%d sbatch calls with the limit reached, want still 1", n)
+	}
+	st := h.status(t)
+	if len(st.BackingOff) != 0 {
+		t.Errorf("backing off under a limit: %+v", st.BackingOff)
+	}
+	notes := strings.Join(st.Notes, "\n")
+	if !strings.Contains(notes, limitReached) || !strings.Contains(notes, "running QOS normal MaxJobsPerUser = 8") || !strings.Contains(notes, "cpus QOS normal MaxTRESPerUser cpu = 64") {
+		t.Errorf("Status notes do not show the limits:\n%s", notes)
+	}
+}
+
+// TestLimitRefusalIsWeather: where the limits cannot be read, a burst
+// Slurm refuses for a limit is weather: no backoff (the placer would fail
+// over), counted as limit_reached, and the next ask is half the size,
+// which fits.
+func TestLimitRefusalIsWeather(t *testing.T) {
+	h := newHarness(t, "sbatch=overlimit,sacctmgr=none", nil)
+	if o, _ := h.provisionN(t, cpuNeed, 10); o.Outcome != shared.OutcomeRequested {
+		t.Fatalf("10 wanted, limits unknown: %+v", o)
+	}
+	h.submitted(t)
+	o, resp := h.provisionN(t, cpuNeed, 10)
+	if o.Outcome == shared.OutcomeBackingOff {
+		t.Fatalf("after a refusal for a limit: %+v; want no backoff", o)
+	}
+	if pd := profileDemand(resp, "cpu"); pd.Requested != 5 || !strings.Contains(o.Detail, "AssocMaxSubmitJobLimit") {
+		t.Errorf("after refusing 10: %+v %+v; want 5 asked for, the refusal named", pd, o)
+	}
+	h.submitted(t)
+	sb := h.fake.callsTo("sbatch")
+	if len(sb) != 2 || !strings.Contains(sb[1].Stdin, "#SBATCH --array=0-4\n") {
+		t.Fatalf("%d sbatch calls, want the second an array of 5", len(sb))
+	}
+	st := h.status(t)
+	if len(st.BackingOff) != 0 {
+		t.Errorf("backing off after a refusal for a limit: %+v", st.BackingOff)
+	}
+	var counted int64
+	for _, f := range st.Counters.Failures {
+		if f.Class == shared.FailureLimitReached {
+			counted += f.Count
+		}
+	}
+	if counted != 10 {
+		t.Errorf("%d machines counted limit_reached, want 10: %+v", counted, st.Counters.Failures)
+	}
+	if notes := strings.Join(st.Notes, "\n"); !strings.Contains(notes, "accounting limits unknown") {
+		t.Errorf("Status does not say the limits are unknown:\n%s", notes)
+	}
+	if n := strings.Count(h.logs.String(), "cannot read the accounting limits"); n != 1 {
+		t.Errorf("said %d times that the limits cannot be read, want once", n)
+	}
+}
+
+func TestLimitRefusalWords(t *testing.T) {
+	for said, want := range map[string]string{
+		"sbatch: error: AssocMaxSubmitJobLimit\nsbatch: error: Batch job submission failed: Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)": "AssocMaxSubmitJobLimit",
+		"sbatch: error: QOSMaxSubmitJobPerUserLimit\nsbatch: error: Batch job submission failed: Job violates accounting/QOS policy":                                               "QOSMaxSubmitJobPerUserLimit",
+		"sbatch: error: Batch job submission failed: Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)":                                        "Job violates accounting/QOS policy",
+		"sbatch: error: Batch job submission failed: Invalid partition name specified":                                                                                             "",
+	} {
+		got, ok := limitRefusal(said)
+		if got != want || ok != (want != "") {
+			t.Errorf("limitRefusal(%q) = %q, %v; want %q", said, got, ok, want)
+		}
+	}
+}
