@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -21,26 +23,36 @@ import (
 // behind the same login. Now every need is served, the user never has
 // more than 5 jobs or array tasks in the queue (sampled as it runs),
 // sbatch never refuses (the limits are read, not learned), nothing backs
-// off or fails over, and GET /status names the limit.
+// off or fails over, and GET /status names the limit. Before the run,
+// validate -check names the limit and warns that max_pending = 64 is
+// above it.
 func TestE2EBurstWithinSubmitLimit(t *testing.T) {
 	env := sandboxtest.PrivateWith(t, "limits", sandboxtest.Options{Accounting: true})
 	env.Slurm(t, "sacctmgr", "-i", "modify", "user", "slurmuser", "set", "maxsubmitjobs=5")
 	e := newE2EOn(t, "e2e-limit", env)
 	e.killPluginsAtEnd(t)
-	// Two profiles behind the one login: the larger is where the placer
-	// would fail over to, which the same limit would refuse.
-	sbatch := `["--partition=` + env.Partition + `", "--time=00:10:00"]`
+	// The configuration's cpu profile (2 CPUs) behind the same login is
+	// where the placer would fail over to, and the same limit refuse.
 	cfg := e.relConfig(t, "", `  profile "small" {
     cpus   = 1
     ram_mb = 200
-    sbatch = `+sbatch+`
-  }
-  profile "large" {
-    cpus   = 2
-    ram_mb = 200
-    sbatch = `+sbatch+`
+    sbatch = ["--partition=`+env.Partition+`", "--time=00:10:00"]
   }
 `, e.host, "worker")
+
+	// The preflight names the limit and warns that the default
+	// max_pending, 64, is above it.
+	var out, errOut bytes.Buffer
+	code := validateMain([]string{"-check", cfg}, &out, &errOut)
+	t.Logf("validate -check (exit %d):\n%s%s", code, out.String(), errOut.String())
+	report := out.String() + errOut.String()
+	if !strings.Contains(report, "limit on jobs in the queue: association proj/slurmuser MaxSubmitJobs = 5") {
+		t.Errorf("validate -check does not name the limit")
+	}
+	if !regexp.MustCompile(`(?s)warning.*max_pending above the site's limit.*max_pending = 64`).MatchString(report) {
+		t.Errorf("validate -check does not warn that max_pending = 64 is above the limit")
+	}
+
 	p := e.startEngine(t, "-config", cfg, "-need", "cpus=1,count=10,work=2s", "-timeout", "3m", "-log-level", "debug")
 
 	// Sample the user's queue, every job and array task of slurmuser's
@@ -59,7 +71,7 @@ func TestE2EBurstWithinSubmitLimit(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond) // a sampling rate, not a wait for anything
 	}
-	code := p.wait(t, time.Minute)
+	code = p.wait(t, time.Minute)
 	story, log := p.stdout.String(), p.stderr.String()
 	t.Logf("story:\n%s", story)
 	refusals := strings.Count(log, "sbatch refused for an accounting limit")

@@ -401,13 +401,13 @@ func (p *Provisioner) recountLaterLocked(cfg *settings, now time.Time) {
 // fitToLimit is called by a submission before its sbatch, holding
 // limitTurn when a limit is known: it counts the user's queue and returns
 // how many allocations of live fit, all of them when no limit is known.
-func (p *Provisioner) fitToLimit(ctx context.Context, cfg *settings, allocs int) (fit, queued int, detail string) {
+func (p *Provisioner) fitToLimit(ctx context.Context, cfg *settings, allocs int) (fit, queued int, c aLimit) {
 	p.refreshLimits(ctx, cfg)
 	p.mu.Lock()
 	c, ok := p.ceilingLocked(p.now())
 	p.mu.Unlock()
 	if !ok {
-		return allocs, -1, ""
+		return allocs, -1, c
 	}
 	n, err := p.recount(ctx, cfg)
 	if err != nil {
@@ -415,12 +415,11 @@ func (p *Provisioner) fitToLimit(ctx context.Context, cfg *settings, allocs int)
 		// what does not fit, and that is learned from.
 		cfg.log.Debug("could not count the user's jobs before a submission", "error", err)
 		p.mu.Lock()
-		room, d, _ := p.limitRoomLocked(cfg, p.now())
+		room, _, _ := p.limitRoomLocked(cfg, p.now())
 		p.mu.Unlock()
-		return min(allocs, room+allocs), -1, d
+		return min(allocs, room+allocs), -1, c
 	}
-	room := max(0, c.n-n)
-	return min(allocs, room), n, fmt.Sprintf("%s: %s; the user has %d jobs or array tasks in the queue", limitReached, c, n)
+	return min(allocs, max(0, c.n-n)), n, c
 }
 
 // limitWords are sbatch's words for a refusal by an accounting limit
@@ -535,7 +534,7 @@ func (p *Provisioner) trimToLimit(ctx context.Context, cfg *settings, live []*re
 	}
 	release = func() { <-p.limitTurn }
 	allocs := groupAllocations(live)
-	fit, queued, detail := p.fitToLimit(ctx, cfg, len(allocs))
+	fit, queued, c := p.fitToLimit(ctx, cfg, len(allocs))
 	if fit >= len(allocs) {
 		return live, release
 	}
@@ -559,6 +558,8 @@ func (p *Provisioner) trimToLimit(ctx context.Context, cfg *settings, live []*re
 	for _, r := range kept {
 		r.batch = len(kept)
 	}
+	detail := fmt.Sprintf("%s: %s; the user had %d jobs or array tasks in the queue, so %d of %d machines were asked for; the rest are asked for as jobs end",
+		limitReached, c, queued, len(kept), len(live))
 	p.limits.binding = detail
 	p.mu.Unlock()
 	cfg.log.Info("trimmed a burst to the room the user's accounting limit leaves; the rest is asked for as jobs end",

@@ -1,6 +1,7 @@
 package slurm
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -96,5 +97,39 @@ func TestLimitRefusalWords(t *testing.T) {
 		if got != want || ok != (want != "") {
 			t.Errorf("limitRefusal(%q) = %q, %v; want %q", said, got, ok, want)
 		}
+	}
+}
+
+// TestCheckShowsLimits: validate -check's preflight names the limits that
+// apply to the login user in this cluster (not another cluster's
+// smaller one) and warns that max_pending 64 and max_workers 256 are
+// above MaxSubmitJobs = 5.
+func TestCheckShowsLimits(t *testing.T) {
+	h := newUnconfigured(t, "sacctmgr=limit5,scontrol=cluster1,sbatch=ok,sh=ok")
+	resp, err := h.p.Check(context.Background(), &shared.CheckRequest{Name: "hpc", Config: mustJSON(t, baseConfig())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	facts := map[string]string{}
+	for _, f := range resp.Facts {
+		facts[f.Name] = f.Value
+	}
+	if got := facts["limit on jobs in the queue"]; got != "association proj/alice MaxSubmitJobs = 5" {
+		t.Errorf("the submit limit shown: %q; facts %v", got, facts)
+	}
+	if got := facts["limit on jobs running"]; got != "QOS normal MaxJobsPerUser = 8" {
+		t.Errorf("the running limit shown: %q", got)
+	}
+	warned := map[string]string{}
+	for _, d := range resp.Diagnostics {
+		if d.Severity == shared.SeverityWarning && len(d.Path) > 0 {
+			warned[strings.Join(d.Path, ".")] = d.Detail
+		}
+	}
+	if w := warned["max_pending"]; !strings.Contains(w, "max_pending = 64") || !strings.Contains(w, "MaxSubmitJobs = 5") {
+		t.Errorf("no warning at max_pending naming 64 and the limit: %q (all: %v)", w, resp.Diagnostics)
+	}
+	if w := warned["max_workers"]; !strings.Contains(w, "max_workers = 256") || !strings.Contains(w, "at most 5") {
+		t.Errorf("no warning at max_workers: %q", w)
 	}
 }

@@ -228,6 +228,11 @@ func fakeSSH(spec, dir string, args []string) int {
 		// The two shell snippets the plugin runs (joblog.go): making
 		// log_dir, and reading back a failed job.
 		switch {
+		case len(remote) == 3 && strings.Contains(remote[2], "id -un"):
+			// Check's login.
+			fmt.Println("alice@login")
+		case len(remote) == 5 && strings.Contains(remote[2], "command -v"):
+			fmt.Println("/usr/bin/" + strings.Trim(remote[4], "'"))
 		case len(remote) == 5 && strings.Contains(remote[2], "mkdir -p"):
 			fmt.Println("/home/alice/.local/state/fluksio/" + strings.TrimPrefix(strings.Trim(remote[4], "'"), "~/.local/state/fluksio/"))
 		case len(remote) == 6 && strings.Contains(remote[2], "scontrol show job"):
