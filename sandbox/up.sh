@@ -29,6 +29,8 @@
 #   as root, e.g. `sacctmgr -i modify user slurmuser set maxsubmitjobs=5`.
 #   SANDBOX_DBD_PORT=6831 SANDBOX_DB_PORT=6832 (100 more for trixie, 200
 #   for sid; past the slurmd ports of 8 nodes).
+#   SANDBOX_MIN_JOB_AGE=300: slurm.conf's MinJobAge, how many seconds the
+#   controller keeps a finished job; a test of jobs it has forgotten sets 2.
 # Not remembered: SANDBOX_SMOKE=auto|1|0 - submit a test job over ssh: auto
 #   does it only when a daemon was (re)started, else it runs `sbatch
 #   --test-only` over ssh, which uses no resources.
@@ -103,7 +105,7 @@ declare -A SET=(
   [SANDBOX_SSH_PORT]=$((2222 + PORT_OFFSET)) [SANDBOX_CTLD_PORT]=$((6817 + PORT_OFFSET)) [SANDBOX_SLURMD_PORT]=$((6818 + PORT_OFFSET))
   [SANDBOX_NODE]="$(hostname -s)" [SANDBOX_CPUS]=50 [SANDBOX_MEM_MB]=16000 [SANDBOX_GPUS]=2
   [SANDBOX_NODES]=2 [SANDBOX_SLURM]=bookworm
-  [SANDBOX_ACCOUNTING]=0 [SANDBOX_DBD_PORT]=$((6831 + PORT_OFFSET)) [SANDBOX_DB_PORT]=$((6832 + PORT_OFFSET))
+  [SANDBOX_ACCOUNTING]=0 [SANDBOX_MIN_JOB_AGE]=300 [SANDBOX_DBD_PORT]=$((6831 + PORT_OFFSET)) [SANDBOX_DB_PORT]=$((6832 + PORT_OFFSET))
 )
 if [[ -r "$SB_DIR/settings" ]]; then
   while IFS='=' read -r k v; do
@@ -118,7 +120,7 @@ for k in SANDBOX_SSH_PORT SANDBOX_CTLD_PORT SANDBOX_SLURMD_PORT SANDBOX_DBD_PORT
     sb_die "$k='${SET[$k]}' is not a port number"
   fi
 done
-for k in SANDBOX_CPUS SANDBOX_MEM_MB SANDBOX_GPUS SANDBOX_NODES; do
+for k in SANDBOX_CPUS SANDBOX_MEM_MB SANDBOX_GPUS SANDBOX_NODES SANDBOX_MIN_JOB_AGE; do
   [[ "${SET[$k]}" =~ ^[0-9]+$ ]] || sb_die "$k='${SET[$k]}' is not a number"
 done
 ((SET[SANDBOX_CPUS] >= 1 && SET[SANDBOX_MEM_MB] >= 100)) || sb_die "need SANDBOX_CPUS >= 1 and SANDBOX_MEM_MB >= 100"
@@ -166,7 +168,7 @@ chmod 0755 "$SB_DIR" "$ETC" "$SSHD" "$SSHD/authorized_keys" "$LOG" "$PIDS" "$MUN
 touch "$SB_DIR/$SB_MARKER"
 {
   for k in SANDBOX_SSH_PORT SANDBOX_CTLD_PORT SANDBOX_SLURMD_PORT SANDBOX_NODE SANDBOX_CPUS SANDBOX_MEM_MB SANDBOX_GPUS SANDBOX_NODES SANDBOX_SLURM \
-    SANDBOX_ACCOUNTING SANDBOX_DBD_PORT SANDBOX_DB_PORT; do
+    SANDBOX_ACCOUNTING SANDBOX_MIN_JOB_AGE SANDBOX_DBD_PORT SANDBOX_DB_PORT; do
     printf '%s=%s\n' "$k" "${SET[$k]}"
   done
 } >"$SB_DIR/settings"
@@ -354,7 +356,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=100
 EnforcePartLimits=ALL
-MinJobAge=300
+MinJobAge=${SET[SANDBOX_MIN_JOB_AGE]}
 $(if ((ACCOUNTING)); then
   cat <<ACCT
 AccountingStorageType=accounting_storage/slurmdbd

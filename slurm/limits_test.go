@@ -133,3 +133,18 @@ func TestCheckShowsLimits(t *testing.T) {
 		t.Errorf("no warning at max_workers: %q", w)
 	}
 }
+
+// TestExplainFromSacct: a job that failed before its worker attached and
+// that the controller has already forgotten (MinJobAge) is explained from
+// sacct: its state, exit code and last lines reach the event.
+func TestExplainFromSacct(t *testing.T) {
+	h := newHarness(t, "sbatch=ok,squeue=rows,sh=forgot", nil)
+	ev := h.provisioned(t)
+	h.p.pollOnce(context.Background()) // the queue no longer lists it
+	evs := waitEvents(t, h.host, 2)
+	want := "job 4242 left the queue before its worker attached: state FAILED (from sacct: the controller no longer knows the job), exit code 7," +
+		" output /home/alice/.local/state/fluksio/hpc/4242.out, its last lines: fluksio-worker: cannot start: no such module"
+	if got := evs[1]; got.Kind != shared.EventWorkerProvisionFailed || got.Worker != ev.Worker || got.Detail != want {
+		t.Errorf("event = %+v\nwant detail %q", got, want)
+	}
+}

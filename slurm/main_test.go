@@ -243,6 +243,20 @@ func fakeSSH(spec, dir string, args []string) int {
 			fmt.Fprintln(os.Stderr, "fake ssh: an unknown shell snippet")
 			return 2
 		}
+	case "sh=forgot":
+		// A cluster whose controller has forgotten a failed job
+		// (MinJobAge) and whose accounting still has it.
+		switch {
+		case len(remote) == 5 && strings.Contains(remote[2], "mkdir -p"):
+			fmt.Println("/home/alice/.local/state/fluksio/" + strings.TrimPrefix(strings.Trim(remote[4], "'"), "~/.local/state/fluksio/"))
+		case len(remote) == 6 && strings.Contains(remote[2], "sacct"):
+			job := strings.Trim(remote[4], "'")
+			fmt.Printf("--- fluksio: sacct\n%s|FAILED|7:0|None\n", job)
+			fmt.Printf("--- fluksio: output\n/home/alice/.local/state/fluksio/hpc/%s.out\nfluksio-worker: cannot start: no such module\n", job)
+		default:
+			fmt.Fprintln(os.Stderr, "fake ssh: an unknown shell snippet")
+			return 2
+		}
 	case "scancel=ok", "squeue=ok":
 	case "scancel=fail":
 		fmt.Fprintln(os.Stderr, "scancel: error: Unable to contact slurm controller (connect failure)")

@@ -63,6 +63,9 @@ type Options struct {
 	// (SANDBOX_ACCOUNTING=1): limits enforced, the job user in account
 	// "proj". A test sets its limits with sacctmgr as root (Env.Slurm).
 	Accounting bool
+	// MinJobAge, when not zero, is how many seconds the controller
+	// keeps a finished job (SANDBOX_MIN_JOB_AGE; Slurm's default is 300).
+	MinJobAge int
 }
 
 // PrivateWith is Private with opts.
@@ -106,6 +109,9 @@ func PrivateWith(t testing.TB, name string, opts Options) Env {
 		env = append(env, "SANDBOX_ACCOUNTING=1",
 			"SANDBOX_DBD_PORT="+strconv.Itoa(ports[3]),
 			"SANDBOX_DB_PORT="+strconv.Itoa(ports[4]))
+	}
+	if opts.MinJobAge > 0 {
+		env = append(env, "SANDBOX_MIN_JOB_AGE="+strconv.Itoa(opts.MinJobAge))
 	}
 	privMu.Lock()
 	privates[dir] = env
