@@ -355,7 +355,9 @@ func (p *Provisioner) refreshLimits(ctx context.Context, cfg *settings) {
 	p.mu.Unlock()
 	switch {
 	case tell:
-		cfg.log.Warn("cannot read the accounting limits of the login user; the room a limit leaves is learned from sbatch's refusals instead", "error", err)
+		// Info, not a warning: many clusters run without accounting,
+		// and a provisioner that learns from refusals works there.
+		cfg.log.Info("cannot read the accounting limits of the login user; the room a limit leaves is learned from sbatch's refusals instead", "error", err)
 	case err == nil && (lim.submit != was.submit || lim.jobs != was.jobs || lim.cpus != was.cpus):
 		cfg.log.Info("accounting limits of the login user", "submit", lim.submit.String(), "running", lim.jobs.String(), "cpus", lim.cpus.String())
 	}
