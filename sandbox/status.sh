@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # status.sh [STATE_DIR] - show the sandbox daemons, node and queue.
-# Exit 0 if munged, slurmctld, sshd and every node's slurmd run, 1 otherwise.
+# Exit 0 if munged, slurmctld, sshd and every node's slurmd run (and, with
+# SANDBOX_ACCOUNTING=1, mariadbd and slurmdbd), 1 otherwise.
 # Read-only.
 set -euo pipefail
 

@@ -51,7 +51,8 @@ var (
 // for sshd, slurmctld and slurmd, 4 CPUs and 1 GPU. It is purged (down.sh
 // --purge: jobs cancelled, daemons stopped by pid, state removed) when
 // the test ends. It skips, or fails in CI, where Require would; it also
-// needs root, as up.sh does. Bringing one up takes a few seconds.
+// needs root, as up.sh does. Bringing one up takes a few seconds (with
+// accounting, PrivateWith, about 10 s more the first time, for apt).
 func Private(t testing.TB, name string) Env {
 	t.Helper()
 	return PrivateWith(t, name, Options{})
