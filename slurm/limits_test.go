@@ -148,3 +148,30 @@ func TestExplainFromSacct(t *testing.T) {
 		t.Errorf("event = %+v\nwant detail %q", got, want)
 	}
 }
+
+// TestLimitRoomComesBackAsOthersEnd: held back by MaxSubmitJobs = 5 with 2
+// jobs of the user's that are not this provisioner's, the room comes back
+// when they end: a capped demand counts the queue again once the count is
+// limitRecount old, and the next ask takes the room.
+func TestLimitRoomComesBackAsOthersEnd(t *testing.T) {
+	h := newHarness(t, "sbatch=ok,squeue=rows,sacctmgr=limit5,scontrol=cluster1", nil)
+	h.fake.setRows(t, "77|RUNNING|None|N/A|not-ours", "78|PENDING|Priority|N/A|not-ours")
+	h.provisionN(t, cpuNeed, 10)
+	h.submitted(t)
+	if o, _ := h.provisionN(t, cpuNeed, 10); o.Outcome != shared.OutcomeCapped {
+		t.Fatalf("with the limit reached: %+v", o)
+	}
+	// The other two end; ours (4242, an array of 3) are still queued.
+	h.fake.setRows(t, "4242_0|PENDING|Priority|N/A|x", "4242_1|PENDING|Priority|N/A|x", "4242_2|PENDING|Priority|N/A|x")
+	h.clock.Advance(limitRecount)
+	h.provisionN(t, cpuNeed, 10) // capped still, and counts again
+	eventually(t, "the queue counted again", func() bool {
+		h.p.mu.Lock()
+		defer h.p.mu.Unlock()
+		return h.p.limits.queued == 3 && !h.p.limits.counting
+	})
+	o, resp := h.provisionN(t, cpuNeed, 10)
+	if pd := profileDemand(resp, "cpu"); o.Outcome != shared.OutcomeRequested || pd.Requested != 2 {
+		t.Errorf("after the others ended: %+v %+v; want the 2 machines of room asked for", o, pd)
+	}
+}
