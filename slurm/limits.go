@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"os/exec"
 	"strconv"
 	"strings"
 	"time"
@@ -76,6 +78,12 @@ const (
 	// jobs of the user, which the books do not see end, are counted again
 	// at most this often.
 	limitRecount = 20 * time.Second
+	// limitsRetry is how soon limits are asked for again when the login
+	// node did not answer (sacctmgr never ran): sooner than
+	// limitsRefresh, so that an outage at start does not leave the limits
+	// unknown for minutes, and not on every submission, each of which
+	// would wait for the same timeout.
+	limitsRetry = 30 * time.Second
 	// limitLearnedFor is how long a ceiling learned from a refusal holds.
 	// Long enough not to be refused again and again, short enough that a
 	// limit the site raises is found again.
@@ -328,6 +336,12 @@ func (p *Provisioner) countQueued(ctx context.Context) (int, error) {
 // refreshLimits reads the limits again when they are older than
 // limitsRefresh (or never read), and says once when they cannot be.
 func (p *Provisioner) refreshLimits(ctx context.Context, cfg *settings) {
+	select {
+	case p.readingLimits <- struct{}{}:
+		defer func() { <-p.readingLimits }()
+	case <-ctx.Done():
+		return
+	}
 	p.mu.Lock()
 	due := p.limits.readAt.IsZero() || p.now().Sub(p.limits.readAt) >= limitsRefresh
 	cluster := p.cluster
@@ -341,6 +355,9 @@ func (p *Provisioner) refreshLimits(ctx context.Context, cfg *settings) {
 	}
 	p.mu.Lock()
 	p.limits.readAt = p.now()
+	if err != nil && !sacctmgrAnswered(err) {
+		p.limits.readAt = p.now().Add(limitsRetry - limitsRefresh)
+	}
 	tell := false
 	var was userLimits
 	if err != nil {
@@ -361,6 +378,14 @@ func (p *Provisioner) refreshLimits(ctx context.Context, cfg *settings) {
 	case err == nil && (lim.submit != was.submit || lim.jobs != was.jobs || lim.cpus != was.cpus):
 		cfg.log.Info("accounting limits of the login user", "submit", lim.submit.String(), "running", lim.jobs.String(), "cpus", lim.cpus.String())
 	}
+}
+
+// sacctmgrAnswered reports whether a failed read of the limits got an
+// answer from sacctmgr (no accounting, a refusal), which will not change
+// soon, rather than from ssh or a timeout.
+func sacctmgrAnswered(err error) bool {
+	var ee *exec.ExitError
+	return errors.As(err, &ee) && ee.ExitCode() != 255 && !errors.Is(err, context.DeadlineExceeded)
 }
 
 // recount counts the user's queue and records it beside this

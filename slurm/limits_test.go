@@ -175,3 +175,14 @@ func TestLimitRoomComesBackAsOthersEnd(t *testing.T) {
 		t.Errorf("after the others ended: %+v %+v; want the 2 machines of room asked for", o, pd)
 	}
 }
+
+// limitsRead waits for the poller's read of the limits at start, which
+// follows adoption.
+func (h *harness) limitsRead(t *testing.T) {
+	t.Helper()
+	eventually(t, "the limits read at start", func() bool {
+		h.p.mu.Lock()
+		defer h.p.mu.Unlock()
+		return !h.p.limits.readAt.IsZero()
+	})
+}

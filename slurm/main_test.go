@@ -548,8 +548,10 @@ func (h *harness) configure(t *testing.T, edit func(map[string]any)) {
 		t.Fatalf("Configure: %v %v", err, resp.Diagnostics)
 	}
 	// Adoption runs on the poller's goroutine; the tests reason about
-	// what follows it, so they start from where it has been tried.
+	// what follows it, so they start from where it has been tried, and
+	// the read of the accounting limits after it has been made.
 	<-h.p.adoptTried
+	h.limitsRead(t)
 }
 
 func (h *harness) provision(t *testing.T, need shared.Need) *shared.DemandOutcome {

@@ -281,6 +281,13 @@ func (p *Provisioner) pollLoop(cfg *settings, host shared.Host) {
 	p.adoptAtStart(actx, cfg, host)
 	cancel()
 	close(p.adoptTried)
+	// The accounting limits, once at start (limits.go). After adoption,
+	// so that a slow sacctmgr does not hold the first submissions back:
+	// a submission that comes first reads them itself, and this one
+	// then finds them read.
+	lctx, cancel := context.WithTimeout(ctx, cfg.submitTimeout)
+	p.refreshLimits(lctx, cfg)
+	cancel()
 	for {
 		if !p.pollWanted() {
 			select {
@@ -622,8 +629,6 @@ func (p *Provisioner) adoptAtStart(ctx context.Context, cfg *settings, host shar
 		}
 	}
 	p.mu.Unlock()
-	// The limits the user has are read before any submission, too.
-	p.refreshLimits(ctx, cfg)
 	rows, err := p.listJobs(ctx, cfg, false)
 	if err != nil {
 		if p.polling.Err() != nil {

@@ -84,6 +84,10 @@ type Provisioner struct {
 	// limit counts the user's queue and submits, so that two profiles'
 	// bursts do not both take the same room (limits.go).
 	limitTurn chan struct{}
+	// readingLimits holds one token while sacctmgr is being asked, so
+	// that the poller's read at start and a first submission's do not
+	// both ask.
+	readingLimits chan struct{}
 
 	// mu guards every field below, and the fields of each request from job
 	// on. It is held only to read or change them: never across ssh, a Host
@@ -288,6 +292,8 @@ func New(logger hclog.Logger) *Provisioner {
 
 		makingLogDir: make(chan struct{}, 1),
 		limitTurn:    make(chan struct{}, 1),
+
+		readingLimits: make(chan struct{}, 1),
 	}
 }
 
