@@ -199,7 +199,8 @@ func (p *Provisioner) limitRoomLocked(cfg *settings, now time.Time) (room int, d
 	return room, detail, true
 }
 
-// limitsCmd is the sacctmgr that reads the user's associations.
+// assocArgs is the sacctmgr that reads the user's associations; qosArgs
+// the one that reads the QOSes.
 func assocArgs(user string) []string {
 	return []string{"sacctmgr", "-nP", "show", "assoc", "where", "user=" + user,
 		"format=cluster,account,partition,maxsubmit,maxjobs,grpsubmit,grpjobs,grptres,qos"}
@@ -401,7 +402,7 @@ func (p *Provisioner) recount(ctx context.Context, cfg *settings) (int, error) {
 	return n, nil
 }
 
-// recountLater counts the user's queue again on a goroutine of its own,
+// recountLaterLocked counts the user's queue again on a goroutine of its own,
 // when a limit holds the demand back and the count is older than
 // limitRecount: jobs of the user's that are not this provisioner's end
 // without the books seeing it. p.mu must be held.
@@ -427,9 +428,9 @@ func (p *Provisioner) recountLaterLocked(cfg *settings, now time.Time) {
 
 // fitToLimit is called by a submission before its sbatch, holding
 // limitTurn when a limit is known: it counts the user's queue and returns
-// how many allocations of live fit, all of them when no limit is known.
+// how many of its allocs allocations fit, all of them when no limit is
+// known, with the count (-1 when it failed) and the ceiling.
 func (p *Provisioner) fitToLimit(ctx context.Context, cfg *settings, allocs int) (fit, queued int, c aLimit) {
-	p.refreshLimits(ctx, cfg)
 	p.mu.Lock()
 	c, ok := p.ceilingLocked(p.now())
 	p.mu.Unlock()
@@ -444,6 +445,7 @@ func (p *Provisioner) fitToLimit(ctx context.Context, cfg *settings, allocs int)
 		p.mu.Lock()
 		room, _, _ := p.limitRoomLocked(cfg, p.now())
 		p.mu.Unlock()
+		// The books count this submission's own machines already.
 		return min(allocs, room+allocs), -1, c
 	}
 	return min(allocs, max(0, c.n-n)), n, c
