@@ -56,7 +56,12 @@ type e2e struct {
 
 func newE2E(t *testing.T, prefix string) *e2e {
 	t.Helper()
-	env := sandboxtest.Require(t)
+	return newE2EOn(t, prefix, sandboxtest.Require(t))
+}
+
+// newE2EOn is newE2E against env, such as a private sandbox.
+func newE2EOn(t *testing.T, prefix string, env sandboxtest.Env) *e2e {
+	t.Helper()
 	host := sandboxtest.Binary(t, "host-example", "host-example")
 	plugin := sandboxtest.Binary(t, "plugin", "provisioner-slurm")
 	if filepath.Dir(host) != filepath.Dir(plugin) {

@@ -134,7 +134,7 @@ var (
 		"Machines by state, as the provisioner reports them: pending (queued or being submitted), starting (running, worker not attached), attached.",
 		[]string{"provisioner", "profile", "state"}, nil)
 	descFailures = prometheus.NewDesc("fluksio_provision_failures_total",
-		"Machines that ended without a worker, by class: transient, misconfigured, died_before_attach, timed_out. Counted by the plugin since its process started.",
+		"Machines that ended without a worker, by class: transient, misconfigured, died_before_attach, timed_out, limit_reached. Counted by the plugin since its process started.",
 		[]string{"provisioner", "profile", "class"}, nil)
 	descCommandSeconds = prometheus.NewDesc("fluksio_cluster_command_duration_seconds",
 		"How long the provisioner's commands on the cluster took (for Slurm: sbatch, squeue, scancel, scontrol over ssh).",

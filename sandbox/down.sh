@@ -5,7 +5,8 @@
 # (/tmp/pvsb-SUITE for SANDBOX_SLURM=SUITE).
 # 1. cancels every job (stopping slurmd would leave running jobs' slurmstepd
 #    alive) and waits up to 20 s for the queue to empty;
-# 2. stops sshd (and its session processes), slurmd, slurmctld and munged by
+# 2. stops sshd (and its session processes), slurmd, slurmctld, slurmdbd,
+#    mariadbd (with SANDBOX_ACCOUNTING=1) and munged by
 #    the pids in STATE_DIR/pid - never by name - with TERM, up to 15 s each
 #    (a zombie counts as gone), then KILL.
 # 3. unmounts what up.sh bound into a newer Slurm's root (root.sh).
@@ -45,7 +46,9 @@ if [[ ! -d "$SB_DIR" ]]; then
 fi
 [[ -e "$SB_DIR/$SB_MARKER" ]] || sb_die "$SB_DIR is not a sandbox state dir (no $SB_MARKER); not touching it"
 
-daemons=(sshd $(sb_slurmds) slurmctld munged)
+# slurmdbd after slurmctld, which sends it what it has not yet; the
+# database after slurmdbd, which writes to it.
+daemons=(sshd $(sb_slurmds) slurmctld slurmdbd mariadbd munged)
 alive=()
 for d in "${daemons[@]}"; do
   if sb_pid_of "$d" >/dev/null; then alive+=("$d"); fi

@@ -76,7 +76,7 @@ sb_root_build() {
   mirror="$(sb_mirror)"
   sb_log "making a $suite root with Slurm from $mirror (about a minute, once; log: $log)"
   rm -rf --one-file-system -- "$dest"
-  debootstrap --variant=minbase --include=slurmctld,slurmd,slurm-client,munge,openssh-server \
+  debootstrap --variant=minbase --include=slurmctld,slurmd,slurmdbd,slurm-client,munge,openssh-server \
     "$suite" "$dest" "$mirror" >>"$log" 2>&1 || {
     tail -n 15 "$log" >&2
     sb_die "debootstrap $suite failed (log: $log)"
@@ -105,6 +105,33 @@ sb_root_ensure() {
     tar -C "$root" -xzf "$tarball" || sb_die "could not unpack $tarball into $root"
   fi
   touch "$root/.suite-$suite"
+}
+
+# sb_root_add ROOT LOG PACKAGE...: install packages a root from an older
+# cache lacks (slurmdbd came into the root with accounting), with the
+# root's own apt from the mirror it was made from, and no service
+# started. The root's /proc and /dev are mounted for dpkg's scripts.
+sb_root_add() {
+  local root="$1" log="$2" missing=() p
+  shift 2
+  for p in "$@"; do
+    chroot "$root" dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  ((${#missing[@]})) || return 0
+  sb_log "installing ${missing[*]} into $root (log: $log)"
+  mkdir -p "$root/proc" "$root/dev"
+  mountpoint -q "$root/proc" || mount -t proc proc "$root/proc"
+  mountpoint -q "$root/dev" || mount --bind /dev "$root/dev"
+  printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
+  chmod 0755 "$root/usr/sbin/policy-rc.d"
+  { chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >>"$log" 2>&1 ||
+    { chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get update -q >>"$log" 2>&1 &&
+      chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >>"$log" 2>&1; }; } || {
+    rm -f "$root/usr/sbin/policy-rc.d"
+    tail -n 15 "$log" >&2
+    sb_die "could not install ${missing[*]} into the root $root (log: $log)"
+  }
+  rm -f "$root/usr/sbin/policy-rc.d"
 }
 
 # sb_root_user ROOT USER: the job user inside the root, with the host's
@@ -169,7 +196,7 @@ sb_root_wrappers() {
   local root="$1" bin="$2" c path
   mkdir -p "$bin"
   chmod 0755 "$bin"
-  for c in slurmctld slurmd sbatch squeue sinfo scontrol scancel sacct srun salloc sprio sshare \
+  for c in slurmctld slurmd slurmdbd sbatch squeue sinfo scontrol scancel sacct sacctmgr srun salloc sprio sshare \
     munged munge unmunge mungekey sshd; do
     path=""
     for d in /usr/sbin /usr/bin /sbin /bin; do

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # status.sh [STATE_DIR] - show the sandbox daemons, node and queue.
-# Exit 0 if munged, slurmctld, sshd and every node's slurmd run, 1 otherwise.
+# Exit 0 if munged, slurmctld, sshd and every node's slurmd run (and, with
+# SANDBOX_ACCOUNTING=1, mariadbd and slurmdbd), 1 otherwise.
 # Read-only.
 set -euo pipefail
 
@@ -16,7 +17,10 @@ if [[ ! -e "$SB_DIR/$SB_MARKER" ]]; then
 fi
 
 up=0 want=0
-for d in munged slurmctld $(sb_slurmds) sshd; do
+daemons=(munged)
+# With accounting, its database and slurmdbd are part of the cluster.
+if grep -q '^SANDBOX_ACCOUNTING=1' "$SB_DIR/settings" 2>/dev/null; then daemons+=(mariadbd slurmdbd); fi
+for d in "${daemons[@]}" slurmctld $(sb_slurmds) sshd; do
   want=$((want + 1))
   if pid="$(sb_pid_of "$d")"; then
     printf '%-10s up   pid %s\n' "$d" "$pid"

@@ -20,6 +20,17 @@
 #   bookworm is this machine's own (22.05); trixie (24.11) and sid (26.05)
 #   run from a root that debootstrap makes once and a cache keeps
 #   (sandbox/root.sh). A state dir keeps the Slurm it was made with.
+#   SANDBOX_ACCOUNTING=0|1: 1 adds accounting as a real site has it: a
+#   MariaDB of the sandbox's own (this machine's mariadb-server, its data,
+#   socket and pid under STATE_DIR/db, on 127.0.0.1:SANDBOX_DB_PORT) and
+#   slurmdbd (from the root for trixie and sid) on SANDBOX_DBD_PORT, with
+#   AccountingStorageEnforce=associations,limits,qos, and the job user in
+#   account "proj" of cluster "sandbox". Limits are then set with sacctmgr
+#   as root, e.g. `sacctmgr -i modify user slurmuser set maxsubmitjobs=5`.
+#   SANDBOX_DBD_PORT=6831 SANDBOX_DB_PORT=6832 (100 more for trixie, 200
+#   for sid; past the slurmd ports of 8 nodes).
+#   SANDBOX_MIN_JOB_AGE=300: slurm.conf's MinJobAge, how many seconds the
+#   controller keeps a finished job; a test of jobs it has forgotten sets 2.
 # Not remembered: SANDBOX_SMOKE=auto|1|0 - submit a test job over ssh: auto
 #   does it only when a daemon was (re)started, else it runs `sbatch
 #   --test-only` over ssh, which uses no resources.
@@ -48,6 +59,13 @@ JOB_USER=slurmuser
 PARTITION=debug
 PACKAGES=(slurmctld slurmd slurm-client munge openssh-server openssh-client)
 NEEDED_CMDS=(slurmctld slurmd sbatch squeue sinfo scontrol scancel munged munge unmunge sshd ssh ssh-keygen runuser)
+# With SANDBOX_ACCOUNTING=1: the database and slurmdbd (added below).
+DB_PACKAGES=(mariadb-server)
+DB_CMDS=(mariadbd mariadb-install-db mariadb)
+DBD_PACKAGES=(slurmdbd)
+DBD_CMDS=(slurmdbd sacctmgr sacct)
+# The account every job of the job user is charged to, with accounting.
+ACCOUNT=proj
 
 case "${1:-}" in
   -h | --help)
@@ -87,6 +105,7 @@ declare -A SET=(
   [SANDBOX_SSH_PORT]=$((2222 + PORT_OFFSET)) [SANDBOX_CTLD_PORT]=$((6817 + PORT_OFFSET)) [SANDBOX_SLURMD_PORT]=$((6818 + PORT_OFFSET))
   [SANDBOX_NODE]="$(hostname -s)" [SANDBOX_CPUS]=50 [SANDBOX_MEM_MB]=16000 [SANDBOX_GPUS]=2
   [SANDBOX_NODES]=2 [SANDBOX_SLURM]=bookworm
+  [SANDBOX_ACCOUNTING]=0 [SANDBOX_MIN_JOB_AGE]=300 [SANDBOX_DBD_PORT]=$((6831 + PORT_OFFSET)) [SANDBOX_DB_PORT]=$((6832 + PORT_OFFSET))
 )
 if [[ -r "$SB_DIR/settings" ]]; then
   while IFS='=' read -r k v; do
@@ -96,12 +115,12 @@ fi
 for k in "${!SET[@]}"; do
   if [[ -n "${!k:-}" ]]; then SET[$k]="${!k}"; fi
 done
-for k in SANDBOX_SSH_PORT SANDBOX_CTLD_PORT SANDBOX_SLURMD_PORT; do
+for k in SANDBOX_SSH_PORT SANDBOX_CTLD_PORT SANDBOX_SLURMD_PORT SANDBOX_DBD_PORT SANDBOX_DB_PORT; do
   if ! [[ "${SET[$k]}" =~ ^[0-9]+$ ]] || ((SET[$k] < 1 || SET[$k] > 65535)); then
     sb_die "$k='${SET[$k]}' is not a port number"
   fi
 done
-for k in SANDBOX_CPUS SANDBOX_MEM_MB SANDBOX_GPUS SANDBOX_NODES; do
+for k in SANDBOX_CPUS SANDBOX_MEM_MB SANDBOX_GPUS SANDBOX_NODES SANDBOX_MIN_JOB_AGE; do
   [[ "${SET[$k]}" =~ ^[0-9]+$ ]] || sb_die "$k='${SET[$k]}' is not a number"
 done
 ((SET[SANDBOX_CPUS] >= 1 && SET[SANDBOX_MEM_MB] >= 100)) || sb_die "need SANDBOX_CPUS >= 1 and SANDBOX_MEM_MB >= 100"
@@ -111,6 +130,8 @@ done
 SSH_PORT="${SET[SANDBOX_SSH_PORT]}" CTLD_PORT="${SET[SANDBOX_CTLD_PORT]}" SLURMD_PORT="${SET[SANDBOX_SLURMD_PORT]}"
 NODE="${SET[SANDBOX_NODE]}" CPUS="${SET[SANDBOX_CPUS]}" MEM_MB="${SET[SANDBOX_MEM_MB]}" GPUS="${SET[SANDBOX_GPUS]}"
 NNODES="${SET[SANDBOX_NODES]}"
+ACCOUNTING="${SET[SANDBOX_ACCOUNTING]}" DBD_PORT="${SET[SANDBOX_DBD_PORT]}" DB_PORT="${SET[SANDBOX_DB_PORT]}"
+[[ "$ACCOUNTING" == 0 || "$ACCOUNTING" == 1 ]] || sb_die "SANDBOX_ACCOUNTING must be 0 or 1, not '$ACCOUNTING'"
 NODES=("$NODE")
 for ((i = 2; i <= NNODES; i++)); do NODES+=("$NODE$i"); done
 NODE_LIST="$(
@@ -123,6 +144,13 @@ for ((i = 0; i < NNODES; i++)); do
     sb_die "SANDBOX_SSH_PORT and SANDBOX_CTLD_PORT must differ from the slurmd ports $SLURMD_PORT..$((SLURMD_PORT + NNODES - 1))"
 done
 ((SSH_PORT != CTLD_PORT)) || sb_die "SANDBOX_SSH_PORT and SANDBOX_CTLD_PORT must differ"
+if ((ACCOUNTING)); then
+  for port in "$SSH_PORT" "$CTLD_PORT" $(seq "$SLURMD_PORT" $((SLURMD_PORT + NNODES - 1))); do
+    ((DBD_PORT != port && DB_PORT != port)) ||
+      sb_die "SANDBOX_DBD_PORT and SANDBOX_DB_PORT must differ from the ssh, slurmctld and slurmd ports (port $port)"
+  done
+  ((DBD_PORT != DB_PORT)) || sb_die "SANDBOX_DBD_PORT and SANDBOX_DB_PORT must differ"
+fi
 SUITE="${SET[SANDBOX_SLURM]}"
 [[ " $SB_SUITES " == *" $SUITE "* ]] || sb_die "SANDBOX_SLURM='$SUITE' is not one of: $SB_SUITES"
 if [[ -r "$SB_DIR/settings" ]]; then
@@ -139,7 +167,8 @@ mkdir -p "$SB_DIR" "$ETC" "$SSHD/authorized_keys" "$LOG" "$PIDS" "$MUNGE" \
 chmod 0755 "$SB_DIR" "$ETC" "$SSHD" "$SSHD/authorized_keys" "$LOG" "$PIDS" "$MUNGE" "$SB_DIR/dev"
 touch "$SB_DIR/$SB_MARKER"
 {
-  for k in SANDBOX_SSH_PORT SANDBOX_CTLD_PORT SANDBOX_SLURMD_PORT SANDBOX_NODE SANDBOX_CPUS SANDBOX_MEM_MB SANDBOX_GPUS SANDBOX_NODES SANDBOX_SLURM; do
+  for k in SANDBOX_SSH_PORT SANDBOX_CTLD_PORT SANDBOX_SLURMD_PORT SANDBOX_NODE SANDBOX_CPUS SANDBOX_MEM_MB SANDBOX_GPUS SANDBOX_NODES SANDBOX_SLURM \
+    SANDBOX_ACCOUNTING SANDBOX_MIN_JOB_AGE SANDBOX_DBD_PORT SANDBOX_DB_PORT; do
     printf '%s=%s\n' "$k" "${SET[$k]}"
   done
 } >"$SB_DIR/settings"
@@ -213,6 +242,17 @@ if ! sb_suite_native "$SUITE"; then
   PACKAGES=(openssh-client)
   NEEDED_CMDS=(ssh ssh-keygen runuser chroot mount mountpoint tar)
 fi
+if ((ACCOUNTING)); then
+  # MariaDB runs from this machine for every Slurm: slurmdbd speaks to it
+  # over loopback, whatever release it is. slurmdbd must be the
+  # controller's release, so for a newer Slurm it comes from the root.
+  PACKAGES+=("${DB_PACKAGES[@]}")
+  NEEDED_CMDS+=("${DB_CMDS[@]}")
+  if sb_suite_native "$SUITE"; then
+    PACKAGES+=("${DBD_PACKAGES[@]}")
+    NEEDED_CMDS+=("${DBD_CMDS[@]}")
+  fi
+fi
 missing=()
 for c in "${NEEDED_CMDS[@]}"; do
   command -v "$c" >/dev/null 2>&1 || missing+=("$c")
@@ -257,6 +297,7 @@ if ! sb_suite_native "$SUITE"; then
   sb_root_user "$SB_DIR/root" "$JOB_USER"
   mkdir -p "/home/$JOB_USER"
   sb_root_mount "$SB_DIR/root" "$JOB_USER" "$SB_DIR"
+  if ((ACCOUNTING)); then sb_root_add "$SB_DIR/root" "$LOG/root.log" slurmdbd; fi
   sb_root_wrappers "$SB_DIR/root" "$SB_DIR/bin"
   PATH="$SB_DIR/bin:$PATH"
   SSHD_BIN="$SB_DIR/bin/sshd"
@@ -315,9 +356,22 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=100
 EnforcePartLimits=ALL
-MinJobAge=300
-AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
+MinJobAge=${SET[SANDBOX_MIN_JOB_AGE]}
+$(if ((ACCOUNTING)); then
+  cat <<ACCT
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort=$DBD_PORT
+# slurmctld's connection to slurmdbd ignores AuthInfo: this is how it
+# finds a munged that is not at the default socket.
+AccountingStoragePass=$MUNGE_SOCKET
+AccountingStorageEnforce=associations,limits,qos
+JobAcctGatherType=jobacct_gather/linux
+ACCT
+else
+  echo "AccountingStorageType=accounting_storage/none"
+  echo "JobAcctGatherType=jobacct_gather/none"
+fi)
 JobCompType=jobcomp/filetxt
 JobCompLoc=$LOG/jobcomp.txt
 GresTypes=gpu
@@ -347,6 +401,41 @@ write_if_changed "$ETC/cgroup.conf" <<EOF && SLURM_CHANGED=1
 # Generated by sandbox/up.sh - edits are overwritten.
 $cgroup_conf
 EOF
+
+DB="$SB_DIR/db"
+DB_SOCKET="$DB/mysqld.sock"
+DBD_CHANGED=0
+if ((ACCOUNTING)); then
+  mkdir -p "$DB"
+  chmod 0700 "$DB"
+  # slurmdbd's password for the database: the database listens on
+  # loopback only, and the file that holds it is root's alone.
+  [[ -s "$DB/password" ]] || (umask 077 && od -An -N12 -tx1 /dev/urandom | tr -d ' \n' >"$DB/password")
+  DB_PASS="$(cat "$DB/password")"
+  # slurmdbd reads slurmdbd.conf from SLURM_CONF's directory and refuses
+  # one that anybody but SlurmUser (root) can read.
+  write_if_changed "$ETC/slurmdbd.conf" <<EOF && DBD_CHANGED=1
+# Generated by sandbox/up.sh - edits are overwritten.
+DbdHost=$(hostname -s)
+DbdAddr=127.0.0.1
+DbdPort=$DBD_PORT
+SlurmUser=root
+AuthType=auth/munge
+AuthInfo=socket=$MUNGE_SOCKET
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$DB_PORT
+StorageUser=slurm
+StoragePass=$DB_PASS
+StorageLoc=slurm_acct_db
+PidFile=$PIDS/slurmdbd.pid
+LogFile=$LOG/slurmdbd.log
+DebugLevel=info
+EOF
+  chmod 0600 "$ETC/slurmdbd.conf"
+else
+  rm -f "$ETC/slurmdbd.conf"
+fi
 
 [[ -s "$SSHD/host_ed25519_key" ]] ||
   ssh-keygen -q -t ed25519 -N '' -C sandbox-host -f "$SSHD/host_ed25519_key"
@@ -417,6 +506,15 @@ if ((SLURM_CHANGED)); then
     for d in $(sb_slurmds) slurmctld; do sb_stop "$d"; done
   fi
 fi
+if ((DBD_CHANGED || SLURM_CHANGED)) && sb_pid_of slurmdbd >/dev/null; then
+  sb_log "slurmdbd.conf/slurm.conf changed: restarting slurmdbd"
+  sb_stop slurmdbd
+fi
+if ((!ACCOUNTING)); then
+  # Accounting switched off: its daemons have no business running.
+  sb_stop slurmdbd
+  sb_stop mariadbd
+fi
 if ((SSHD_CHANGED)) && sb_pid_of sshd >/dev/null; then
   sb_log "sshd_config changed: restarting sshd"
   sb_stop sshd
@@ -425,6 +523,7 @@ fi
 # Refuse before starting anything if a port we need is taken by a stranger.
 specs=("slurmctld $CTLD_PORT SANDBOX_CTLD_PORT" "sshd $SSH_PORT SANDBOX_SSH_PORT")
 for ((i = 0; i < NNODES; i++)); do specs+=("slurmd-${NODES[i]} $((SLURMD_PORT + i)) SANDBOX_SLURMD_PORT"); done
+if ((ACCOUNTING)); then specs+=("slurmdbd $DBD_PORT SANDBOX_DBD_PORT" "mariadbd $DB_PORT SANDBOX_DB_PORT"); fi
 for spec in "${specs[@]}"; do
   read -r name port var <<<"$spec"
   if ! sb_pid_of "$name" >/dev/null && port_listening "$port"; then
@@ -459,6 +558,70 @@ pidfile_ok() {
   daemon_died "$1" && return 2
   return 1
 }
+
+# ---------------------------------------------------------------- accounting
+# MariaDB and slurmdbd come before slurmctld, which registers with
+# slurmdbd as it starts, and the cluster, account and user must exist
+# before it does: with associations enforced, a user without one cannot
+# submit at all.
+if ((ACCOUNTING)); then
+  db_ok() {
+    mariadb --no-defaults -S "$DB_SOCKET" -u root -e 'SELECT 1' >/dev/null 2>&1 && return 0
+    daemon_died mariadbd && return 2
+    return 1
+  }
+  if ! sb_pid_of mariadbd >/dev/null; then
+    if [[ ! -d "$DB/data/mysql" ]]; then
+      rm -rf --one-file-system -- "$DB/data"
+      mariadb-install-db --no-defaults --user=root --datadir="$DB/data" --auth-root-authentication-method=socket \
+        --skip-test-db >>"$LOG/mariadbd.log" 2>&1 || fail "mariadb-install-db failed" mariadbd
+    fi
+    rm -f "$PIDS/mariadbd.pid"
+    # mariadbd does not fork: setsid puts it in a session of its own, and
+    # its pid file is how down.sh finds it, as for every other daemon.
+    setsid mariadbd --no-defaults --user=root --datadir="$DB/data" --socket="$DB_SOCKET" \
+      --pid-file="$PIDS/mariadbd.pid" --bind-address=127.0.0.1 --port="$DB_PORT" \
+      --innodb-buffer-pool-size=128M --innodb-log-file-size=16M --log-error="$LOG/mariadbd.log" \
+      </dev/null >>"$LOG/mariadbd.log" 2>&1 &
+    poll 30 pidfile_ok mariadbd || fail "mariadbd did not stay up" mariadbd
+    STARTED+=(mariadbd)
+  fi
+  poll 30 db_ok || fail "mariadbd does not answer on $DB_SOCKET" mariadbd
+  mariadb --no-defaults -S "$DB_SOCKET" -u root >>"$LOG/mariadbd.log" 2>&1 <<EOF || fail "could not create slurmdbd's database and user" mariadbd
+CREATE DATABASE IF NOT EXISTS slurm_acct_db;
+CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '$DB_PASS';
+CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '$DB_PASS';
+ALTER USER 'slurm'@'localhost' IDENTIFIED BY '$DB_PASS';
+ALTER USER 'slurm'@'127.0.0.1' IDENTIFIED BY '$DB_PASS';
+GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';
+GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';
+EOF
+
+  dbd_ok() {
+    timeout 5 sacctmgr -nP show cluster format=cluster >/dev/null 2>&1 && return 0
+    sb_pid_of slurmdbd >/dev/null || return 2
+    return 1
+  }
+  if ! sb_pid_of slurmdbd >/dev/null; then
+    rm -f "$PIDS/slurmdbd.pid"
+    slurmdbd </dev/null >>"$LOG/slurmdbd.log" 2>&1 || fail "slurmdbd failed to start" slurmdbd mariadbd
+    poll 30 pidfile_ok slurmdbd || fail "slurmdbd did not stay up" slurmdbd mariadbd
+    STARTED+=(slurmdbd)
+  fi
+  # slurmdbd makes its tables on its first start, which takes seconds.
+  poll 60 dbd_ok || fail "slurmdbd does not answer sacctmgr" slurmdbd mariadbd
+  if [[ -z "$(timeout 10 sacctmgr -nP show cluster where cluster=sandbox format=cluster 2>/dev/null)" ]]; then
+    timeout 10 sacctmgr -i add cluster sandbox >>"$LOG/sacctmgr.log" 2>&1 || fail "sacctmgr add cluster sandbox failed" sacctmgr slurmdbd
+  fi
+  if [[ -z "$(timeout 10 sacctmgr -nP show account where name=$ACCOUNT format=account 2>/dev/null)" ]]; then
+    timeout 10 sacctmgr -i add account "$ACCOUNT" cluster=sandbox description=sandbox organization=sandbox >>"$LOG/sacctmgr.log" 2>&1 ||
+      fail "sacctmgr add account $ACCOUNT failed" sacctmgr slurmdbd
+  fi
+  if [[ -z "$(timeout 10 sacctmgr -nP show assoc where user=$JOB_USER account=$ACCOUNT format=user 2>/dev/null)" ]]; then
+    timeout 10 sacctmgr -i add user "$JOB_USER" account="$ACCOUNT" cluster=sandbox >>"$LOG/sacctmgr.log" 2>&1 ||
+      fail "sacctmgr add user $JOB_USER failed" sacctmgr slurmdbd
+  fi
+fi
 
 if ! sb_pid_of slurmctld >/dev/null; then
   rm -f "$PIDS/slurmctld.pid"
@@ -555,6 +718,7 @@ export SANDBOX_GPUS=$GPUS
 export SANDBOX_NODES=$NNODES
 export SANDBOX_SLURM=$SUITE
 export SANDBOX_SLURM_VERSION=$SLURM_VERSION
+export SANDBOX_ACCOUNTING=$ACCOUNTING
 $(if ! sb_suite_native "$SUITE"; then
   echo "# The sandbox's own Slurm clients first: a client of another release cannot talk to its controller."
   echo "export SANDBOX_BIN=$SB_DIR/bin"
@@ -605,6 +769,7 @@ started="${STARTED[*]:-none}"
 cat <<EOF
 Slurm $SLURM_VERSION ($SUITE) sandbox up in $(sb_elapsed "$T0") s: $SMOKE_MSG; started: $started
   state   $SB_DIR   (logs in $LOG)
+$(if ((ACCOUNTING)); then echo "  acct    slurmdbd on 127.0.0.1:$DBD_PORT, MariaDB on 127.0.0.1:$DB_PORT; $JOB_USER in account $ACCOUNT; enforced: associations,limits,qos"; fi)
   nodes   $NODE_LIST  partition $PARTITION  cpus $CPUS  mem ${MEM_MB}M per node  gpus $GPUS on $NODE  (jobs run as $JOB_USER)
   use     source $SB_DIR/env.sh
           ssh -F \$SANDBOX_SSH_CONFIG sandbox sbatch --parsable < job.sh

@@ -439,7 +439,7 @@ type StatusResponse struct {
 // failed and how its calls to the cluster went. They ride on Status, so
 // an engine needs no port and no scrape per plugin. Every label they
 // give is bounded: profiles are the configuration's, classes are the
-// four below, commands are the few the provisioner runs; never a job or
+// five below, commands are the few the provisioner runs; never a job or
 // a worker.
 type Counters struct {
 	Failures []FailureCount
@@ -464,11 +464,15 @@ const (
 	// FailureTimedOut: the worker did not attach in time
 	// (provision_timeout, attach_timeout).
 	FailureTimedOut FailureClass = "timed_out"
+	// FailureLimitReached: the cluster refused it for an accounting
+	// limit of the user's (MaxSubmitJobs and the like) that clears as
+	// jobs end: weather, not a fault of the configuration.
+	FailureLimitReached FailureClass = "limit_reached"
 )
 
 // FailureClasses are the classes a host shows; a class outside them is
 // shown as "other".
-var FailureClasses = []FailureClass{FailureTransient, FailureMisconfigured, FailureDiedBeforeAttach, FailureTimedOut}
+var FailureClasses = []FailureClass{FailureTransient, FailureMisconfigured, FailureDiedBeforeAttach, FailureTimedOut, FailureLimitReached}
 
 // FailureCount is how many machines of a profile failed for one class.
 type FailureCount struct {

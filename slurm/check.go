@@ -70,6 +70,7 @@ func (p *Provisioner) Check(ctx context.Context, req *shared.CheckRequest) (*sha
 	c := &check{q: q, cfg: q.settings(), resp: &shared.CheckResponse{Diagnostics: diags}, index: profileIndex(req.Config)}
 	if c.login(ctx) {
 		c.cluster(ctx)
+		c.limits(ctx)
 		c.worker(ctx)
 		c.profiles(ctx)
 	}
@@ -158,6 +159,9 @@ type check struct {
 	cfg   *settings
 	resp  *shared.CheckResponse
 	index map[string]int
+	// clusterName is ClusterName from scontrol show config, "" if unread:
+	// the user's associations of other clusters are not its limits.
+	clusterName string
 }
 
 func (c *check) fact(name, value string, path ...string) {
@@ -246,6 +250,7 @@ func (c *check) cluster(ctx context.Context) {
 	}
 	if m := clusterNameRE.FindSubmatch(stdout); m != nil {
 		c.fact("cluster", string(m[1]))
+		c.clusterName = string(m[1])
 	}
 	size := "1001 (Slurm's default; not set)"
 	if m := maxArraySizeRE.FindSubmatch(stdout); m != nil {
@@ -255,6 +260,51 @@ func (c *check) cluster(ctx context.Context) {
 		}
 	}
 	c.fact("MaxArraySize", size)
+}
+
+// limits shows the accounting limits of the login user (limits.go), and
+// warns where the provisioner's caps are above them: the limit then binds
+// first, and a reader of the configuration would expect bursts the site
+// never allows.
+func (c *check) limits(ctx context.Context) {
+	lim, err := c.q.readLimits(ctx, c.cfg, c.clusterName)
+	if err != nil {
+		c.fact("accounting limits", "unknown ("+strings.TrimSpace(truncateTo(err.Error(), 300))+"); bursts are fitted to the limits a refusal shows")
+		return
+	}
+	if !lim.submit.set() && !lim.jobs.set() && !lim.cpus.set() {
+		c.fact("accounting limits", "none for "+strings.Join(lim.rows, ", "))
+		return
+	}
+	c.fact("limit on jobs in the queue", lim.submit.String())
+	c.fact("limit on jobs running", lim.jobs.String())
+	c.fact("limit on CPUs running", lim.cpus.String())
+	warn := func(path []string, summary, format string, args ...any) {
+		c.resp.Diagnostics = append(c.resp.Diagnostics, shared.Diagnostic{Severity: shared.SeverityWarning, Path: path,
+			Summary: summary, Detail: fmt.Sprintf(format, args...)})
+	}
+	if l := lim.submit; l.set() && *c.cfg.MaxPending > l.n {
+		warn([]string{"max_pending"}, "max_pending above the site's limit",
+			"max_pending = %d, but the login user may have at most %d jobs or array tasks in the queue (%s). Bursts are trimmed to the room the limit leaves and the rest waits; set max_pending = %d or less to plan with what the site allows.",
+			*c.cfg.MaxPending, l.n, l, l.n)
+	}
+	// A worker's job counts against the submit limit while it runs, and
+	// against MaxJobs: the smaller caps the machines alive at once.
+	alive := lim.submit
+	alive.lower(lim.jobs.n, lim.jobs.what)
+	if alive.set() && *c.cfg.MaxWorkers > alive.n {
+		warn([]string{"max_workers"}, "max_workers above the site's limit",
+			"max_workers = %d, but the login user may have at most %d jobs running (%s): more machines than that are never alive at once, and the rest pend. Set max_workers = %d or less to plan with what the site allows.",
+			*c.cfg.MaxWorkers, alive.n, alive, alive.n)
+	}
+	if l := lim.cpus; l.set() {
+		for _, prof := range c.cfg.Profiles {
+			if prof.CPUs > l.n {
+				warn([]string{"profile", strconv.Itoa(c.index[prof.Name]), "cpus"}, "Profile larger than the site's CPU limit",
+					"Profile %s asks for %d CPUs a machine, but the login user may have at most %d running (%s): its jobs would pend for ever.", prof.Name, prof.CPUs, l.n, l)
+			}
+		}
+	}
 }
 
 // worker looks for the worker command on the login node.

@@ -65,6 +65,9 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 		detail  string
 	}
 	answers := map[string]answer{}
+	// limited is the words of an accounting limit that held a profile
+	// back on this call, for Status; empty when none did.
+	var limited string
 	var batches [][]*request
 	var cancels []jobRef
 	now := p.now()
@@ -111,6 +114,9 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 			// two-node profile asks for two.
 			short, _ = roundToAllocations(short, max(1, prof.Nodes))
 			n, capDetail := p.roomLocked(cfg, prof, short, pd.OnTheWay+pd.Attached, c.pending, alive, pending)
+			if strings.HasPrefix(capDetail, limitReached) {
+				limited = capDetail
+			}
 			if n == 0 {
 				a = answer{shared.OutcomeCapped, capDetail}
 				break
@@ -143,6 +149,14 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 		if pd.Wanted > 0 || pd.OnTheWay > 0 || pd.Attached > 0 || pd.Cancelled > 0 {
 			resp.Profiles = append(resp.Profiles, pd)
 		}
+	}
+	if limited != "" {
+		p.limits.binding = limited
+		p.recountLaterLocked(cfg, now)
+	} else if len(batches) > 0 || len(wanted) == 0 {
+		// Asked for what was short, or nothing is wanted: no limit
+		// holds anything back now.
+		p.limits.binding = ""
 	}
 	slices.SortFunc(resp.Profiles, func(a, b shared.ProfileDemand) int { return rank[a.Profile] - rank[b.Profile] })
 	for i, o := range resp.Outcomes {
@@ -250,6 +264,11 @@ func (p *Provisioner) roomLocked(cfg *settings, prof Profile, short, profAlive, 
 		if c.room < n {
 			n, detail = max(0, c.room), c.what
 		}
+	}
+	if room, d, ok := p.limitRoomLocked(cfg, p.now()); ok && room*nodes < n {
+		// The user's accounting limit, in jobs and array tasks: one per
+		// allocation.
+		n, detail = room*nodes, d
 	}
 	if _, whole := roundToAllocations(n, nodes); whole < n {
 		n = whole
@@ -470,6 +489,14 @@ func (p *Provisioner) submit(ctx context.Context, cfg *settings, host shared.Hos
 	p.mu.Unlock()
 	if len(live) == 0 {
 		return
+	}
+	if !shut {
+		var release func()
+		live, release = p.trimToLimit(ctx, cfg, live)
+		defer release()
+		if len(live) == 0 {
+			return
+		}
 	}
 	if shut {
 		// Shutdown began while this batch waited: submitting now would

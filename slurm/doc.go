@@ -34,7 +34,8 @@
 // that many machines of each profile on their way, within max_workers,
 // max_pending and min_workers (demand.go). A profile's shortfall is one
 // submission, a job array for more than one machine, each task one machine
-// with its own worker name and credential (array.go). The seed kept one
+// with its own worker name and credential (array.go), trimmed to the room
+// the login user's accounting limits leave (limits.go). The seed kept one
 // request per profile; that was a simplification, and reaching twenty
 // nodes cost twenty queue waits. A machine is forgotten when its worker
 // attaches, cancelled when it has waited too long or the demand falls

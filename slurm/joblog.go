@@ -139,21 +139,35 @@ func (p *Provisioner) outputOf(prof Profile, job string) string {
 
 // explainScript prints what Slurm still knows of job $1 and the last
 // tailBytes of the file $2 (or of the job's StdOut, when $2 is empty),
-// separated by a line of its own.
-const explainScript = `scontrol show job "$1" 2>&1
+// separated by a line of its own. The controller forgets a finished job
+// after MinJobAge (300 s by default, often less on a busy cluster), and
+// then scontrol says only "Invalid job id specified"; accounting
+// (slurmdbd) still has it, so sacct's row stands in, after a line of its
+// own. Where there is no accounting, sacct fails and scontrol's words
+// stay.
+const explainScript = `info=$(scontrol show job "$1" 2>&1)
+case $info in
+*JobState=*) printf '%s\n' "$info" ;;
+*)
+  a=$(sacct -n -X -P -o jobid,state,exitcode,reason -j "$1" 2>/dev/null | head -n 1)
+  if [ -n "$a" ]; then echo "--- fluksio: sacct"; printf '%s\n' "$a"; else printf '%s\n' "$info"; fi ;;
+esac
 echo "--- fluksio: output"
 f=$2
-if [ -z "$f" ]; then f=$(scontrol show job "$1" 2>/dev/null | sed -n 's/^ *StdOut=//p' | head -n 1); fi
+if [ -z "$f" ]; then f=$(printf '%s\n' "$info" | sed -n 's/^ *StdOut=//p' | head -n 1); fi
 echo "$f"
 [ -n "$f" ] && tail -c ` + "2048" + ` -- "$f" 2>&1
 true`
 
+// sacctMark starts sacct's row in explainScript's output.
+const sacctMark = "--- fluksio: sacct\n"
+
 // explain asks the cluster why job ended before its worker attached: its
-// exit code and reason as scontrol has them, and the last lines of its
-// output, redacted of credentials (redactSecrets; secrets are those the
-// job's script held). It is one ssh call, bounded by submit_timeout; what
-// it cannot learn it leaves out. The answer is meant to be appended to an
-// event.
+// exit code and reason as scontrol has them (sacct, once the controller
+// has forgotten the job), and the last lines of its output, redacted of
+// credentials (redactSecrets; secrets are those the job's script held).
+// It is one ssh call, bounded by submit_timeout; what it cannot learn it
+// leaves out. The answer is meant to be appended to an event.
 func (p *Provisioner) explain(ctx context.Context, prof Profile, job string, secrets []string) string {
 	known := p.outputOf(prof, job)
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
@@ -168,11 +182,25 @@ func (p *Provisioner) explain(ctx context.Context, prof Profile, job string, sec
 	info, rest, _ := strings.Cut(string(stdout), "--- fluksio: output\n")
 	file, tail, _ := strings.Cut(rest, "\n")
 	var parts []string
-	if code := field(info, "ExitCode="); code != "" {
-		parts = append(parts, "exit code "+exitCode(code))
-	}
-	if reason := field(info, "Reason="); reason != "" && reason != "None" {
-		parts = append(parts, "reason "+reason)
+	if _, row, ok := strings.Cut(info, sacctMark); ok {
+		// jobid|state|exitcode|reason, as accounting keeps it.
+		f := strings.Split(strings.TrimSpace(row), "|")
+		if len(f) == 4 {
+			parts = append(parts, "state "+f[1]+" (from sacct: the controller no longer knows the job)")
+			if f[2] != "" {
+				parts = append(parts, "exit code "+exitCode(f[2]))
+			}
+			if f[3] != "" && f[3] != "None" {
+				parts = append(parts, "reason "+f[3])
+			}
+		}
+	} else {
+		if code := field(info, "ExitCode="); code != "" {
+			parts = append(parts, "exit code "+exitCode(code))
+		}
+		if reason := field(info, "Reason="); reason != "" && reason != "None" {
+			parts = append(parts, "reason "+reason)
+		}
 	}
 	if file = strings.TrimSpace(file); file != "" {
 		parts = append(parts, "output "+file)

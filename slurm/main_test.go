@@ -140,6 +140,32 @@ func fakeSSH(spec, dir string, args []string) int {
 			fmt.Fprint(os.Stderr, squeueSaid)
 		}
 		return 1
+	case "sbatch=overlimit":
+		// A user under MaxSubmitJobs = 5, as 22.05 refuses a larger
+		// array (testdata/slurm-accounting/limit.txt).
+		if m := regexp.MustCompile(`(?m)^#SBATCH --array=0-(\d+)$`).FindStringSubmatch(c.Stdin); m != nil {
+			if n, _ := strconv.Atoi(m[1]); n+1 > 5 {
+				fmt.Fprintln(os.Stderr, "sbatch: error: AssocMaxSubmitJobLimit")
+				fmt.Fprintln(os.Stderr, "sbatch: error: Batch job submission failed: Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)")
+				return 1
+			}
+		}
+		fmt.Println(newJobID(dir))
+	case "sacctmgr=ok":
+		// Accounting with no limits for the user.
+	case "sacctmgr=limit5":
+		if slices.Contains(remote, "assoc") {
+			fmt.Println("cluster1|proj||5|||||normal")
+			fmt.Println("othercluster|proj||1|||||normal")
+		} else {
+			fmt.Println("normal||8|cpu=64")
+		}
+	case "sacctmgr=none":
+		fmt.Fprintln(os.Stderr, "You are not running a supported accounting_storage plugin")
+		fmt.Fprintln(os.Stderr, "Only 'accounting_storage/slurmdbd' is supported.")
+		return 1
+	case "scontrol=cluster1":
+		fmt.Println("Configuration data as of 2026-12-02T10:00:00\nClusterName             = cluster1\nMaxArraySize            = 1001")
 	case "sbatch=busy":
 		// Weather: the same exit code as a refusal, other words.
 		fmt.Fprintln(os.Stderr, "sbatch: error: Batch job submission failed: Resource temporarily unavailable")
@@ -207,12 +233,31 @@ func fakeSSH(spec, dir string, args []string) int {
 		// The two shell snippets the plugin runs (joblog.go): making
 		// log_dir, and reading back a failed job.
 		switch {
+		case len(remote) == 3 && strings.Contains(remote[2], "id -un"):
+			// Check's login.
+			fmt.Println("alice@login")
+		case len(remote) == 5 && strings.Contains(remote[2], "command -v"):
+			fmt.Println("/usr/bin/" + strings.Trim(remote[4], "'"))
 		case len(remote) == 5 && strings.Contains(remote[2], "mkdir -p"):
 			fmt.Println("/home/alice/.local/state/fluksio/" + strings.TrimPrefix(strings.Trim(remote[4], "'"), "~/.local/state/fluksio/"))
 		case len(remote) == 6 && strings.Contains(remote[2], "scontrol show job"):
 			job := strings.Trim(remote[4], "'")
 			fmt.Printf("JobId=%s JobName=fluksio-hpc\n   JobState=FAILED Reason=NonZeroExitCode Dependency=(null)\n   Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=2:0\n", job)
 			fmt.Printf("--- fluksio: output\n/home/alice/.local/state/fluksio/hpc/%s.out\nloading modules\n\x1b[31m/usr/bin/env: 'fluksio-worker': No such file or directory\x1b[0m\n", job)
+		default:
+			fmt.Fprintln(os.Stderr, "fake ssh: an unknown shell snippet")
+			return 2
+		}
+	case "sh=forgot":
+		// A cluster whose controller has forgotten a failed job
+		// (MinJobAge) and whose accounting still has it.
+		switch {
+		case len(remote) == 5 && strings.Contains(remote[2], "mkdir -p"):
+			fmt.Println("/home/alice/.local/state/fluksio/" + strings.TrimPrefix(strings.Trim(remote[4], "'"), "~/.local/state/fluksio/"))
+		case len(remote) == 6 && strings.Contains(remote[2], "sacct"):
+			job := strings.Trim(remote[4], "'")
+			fmt.Printf("--- fluksio: sacct\n%s|FAILED|7:0|None\n", job)
+			fmt.Printf("--- fluksio: output\n/home/alice/.local/state/fluksio/hpc/%s.out\nfluksio-worker: cannot start: no such module\n", job)
 		default:
 			fmt.Fprintln(os.Stderr, "fake ssh: an unknown shell snippet")
 			return 2
@@ -508,8 +553,10 @@ func (h *harness) configure(t *testing.T, edit func(map[string]any)) {
 		t.Fatalf("Configure: %v %v", err, resp.Diagnostics)
 	}
 	// Adoption runs on the poller's goroutine; the tests reason about
-	// what follows it, so they start from where it has been tried.
+	// what follows it, so they start from where it has been tried, and
+	// the read of the accounting limits after it has been made.
 	<-h.p.adoptTried
+	h.limitsRead(t)
 }
 
 func (h *harness) provision(t *testing.T, need shared.Need) *shared.DemandOutcome {

@@ -281,6 +281,13 @@ func (p *Provisioner) pollLoop(cfg *settings, host shared.Host) {
 	p.adoptAtStart(actx, cfg, host)
 	cancel()
 	close(p.adoptTried)
+	// The accounting limits, once at start (limits.go). After adoption,
+	// so that a slow sacctmgr does not hold the first submissions back:
+	// a submission that comes first reads them itself, and this one
+	// then finds them read.
+	lctx, cancel := context.WithTimeout(ctx, cfg.submitTimeout)
+	p.refreshLimits(lctx, cfg)
+	cancel()
 	for {
 		if !p.pollWanted() {
 			select {

@@ -80,6 +80,14 @@ type Provisioner struct {
 	// a burst of first submissions makes it once, not once each; it is
 	// taken with the caller's context, across that one ssh call.
 	makingLogDir chan struct{}
+	// limitTurn holds one token while a submission under an accounting
+	// limit counts the user's queue and submits, so that two profiles'
+	// bursts do not both take the same room (limits.go).
+	limitTurn chan struct{}
+	// readingLimits holds one token while sacctmgr is being asked, so
+	// that the poller's read at start and a first submission's do not
+	// both ask.
+	readingLimits chan struct{}
 
 	// mu guards every field below, and the fields of each request from job
 	// on. It is held only to read or change them: never across ssh, a Host
@@ -146,6 +154,12 @@ type Provisioner struct {
 	// login node may still land, and the level-triggered books should
 	// find it while somebody is looking, not only at the next demand.
 	watchUntil time.Time
+	// cluster is the cluster's name (ClusterName), read with MaxArraySize;
+	// the user's associations of other clusters are not its limits.
+	cluster string
+	// limits are the accounting limits of the login user and the room
+	// they leave (limits.go).
+	limits limitState
 	// idleAdoptFailures counts poll cycles in a row that could not read
 	// the queue for adoption while nothing else was outstanding; after
 	// maxIdleAdoptFailures the poller rests until there is demand.
@@ -286,6 +300,9 @@ func New(logger hclog.Logger) *Provisioner {
 		cancelling:  map[string]*jobRef{},
 
 		makingLogDir: make(chan struct{}, 1),
+		limitTurn:    make(chan struct{}, 1),
+
+		readingLimits: make(chan struct{}, 1),
 	}
 }
 
@@ -493,6 +510,23 @@ func (p *Provisioner) submissionFailed(cfg *settings, host shared.Host, live []*
 		if r.phase != phaseArrived {
 			r.phase = phaseFailed
 		}
+	}
+	if which, ok := limitRefusal(detail); ok && !errors.Is(err, errReleaseMismatch) {
+		// Weather that clears as jobs end: no backoff, and a smaller
+		// burst next time (limits.go).
+		now := p.now()
+		p.learnFromRefusalLocked(cfg, allocationsOf(live), -1, which, now)
+		p.limits.binding = fmt.Sprintf("%s: Slurm refused a submission of %d machine(s) (%s); at most %d of the user's jobs or array tasks in the queue until %s",
+			limitReached, len(live), which, p.limits.learned, p.limits.learnedUntil.UTC().Format(time.RFC3339))
+		p.metrics.failedMachines(live[0].profile, shared.FailureLimitReached, len(live))
+		p.mu.Unlock()
+		cfg.log.Warn("sbatch refused for an accounting limit; asking for fewer machines as the user's jobs end", "profile", live[0].profile,
+			"worker", live[0].tag, "machines", len(live), "limit", which, "output", detail)
+		for _, r := range live {
+			p.publish(p.life, cfg, host, shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Worker: r.worker, Detail: limitReached + ": " + detail})
+		}
+		p.wakePoller()
+		return
 	}
 	// One failed sbatch is one failure, however many machines it was for.
 	class := submitFailureClass(err, detail)
@@ -903,6 +937,7 @@ func (p *Provisioner) Status(context.Context, *shared.StatusRequest) (*shared.St
 	if p.arrayNote != "" {
 		resp.Notes = append(resp.Notes, p.arrayNote)
 	}
+	resp.Notes = append(resp.Notes, p.limitNotesLocked(now)...)
 	if p.relay != nil {
 		resp.Notes = append(resp.Notes, p.relay.note())
 	}

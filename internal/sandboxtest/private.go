@@ -51,8 +51,26 @@ var (
 // for sshd, slurmctld and slurmd, 4 CPUs and 1 GPU. It is purged (down.sh
 // --purge: jobs cancelled, daemons stopped by pid, state removed) when
 // the test ends. It skips, or fails in CI, where Require would; it also
-// needs root, as up.sh does. Bringing one up takes a few seconds.
+// needs root, as up.sh does. Bringing one up takes a few seconds (with
+// accounting, PrivateWith, about 10 s more the first time, for apt).
 func Private(t testing.TB, name string) Env {
+	t.Helper()
+	return PrivateWith(t, name, Options{})
+}
+
+// Options are what a private sandbox has beyond the defaults.
+type Options struct {
+	// Accounting brings up MariaDB and slurmdbd with it
+	// (SANDBOX_ACCOUNTING=1): limits enforced, the job user in account
+	// "proj". A test sets its limits with sacctmgr as root (Env.Slurm).
+	Accounting bool
+	// MinJobAge, when not zero, is how many seconds the controller
+	// keeps a finished job (SANDBOX_MIN_JOB_AGE; Slurm's default is 300).
+	MinJobAge int
+}
+
+// PrivateWith is Private with opts.
+func PrivateWith(t testing.TB, name string, opts Options) Env {
 	t.Helper()
 	Require(t)
 	if os.Geteuid() != 0 {
@@ -72,7 +90,7 @@ func Private(t testing.TB, name string) Env {
 		t.Fatalf("private sandbox %s would be the shared one", dir)
 	}
 
-	ports := freePorts(t, 3)
+	ports := freePorts(t, 5)
 	env := cleanEnv()
 	env = append(env,
 		// The same Slurm as the shared sandbox: tests run on the
@@ -88,6 +106,14 @@ func Private(t testing.TB, name string) Env {
 		// private sandbox is for daemons a test kills, not for width.
 		"SANDBOX_NODES=1",
 	)
+	if opts.Accounting {
+		env = append(env, "SANDBOX_ACCOUNTING=1",
+			"SANDBOX_DBD_PORT="+strconv.Itoa(ports[3]),
+			"SANDBOX_DB_PORT="+strconv.Itoa(ports[4]))
+	}
+	if opts.MinJobAge > 0 {
+		env = append(env, "SANDBOX_MIN_JOB_AGE="+strconv.Itoa(opts.MinJobAge))
+	}
 	privMu.Lock()
 	privates[dir] = env
 	privMu.Unlock()
@@ -273,6 +299,7 @@ func readEnvSh(t testing.TB, path string) Env {
 		SlurmConf:  vars["SLURM_CONF"],
 		Bin:        vars["SANDBOX_BIN"],
 		Version:    vars["SANDBOX_SLURM_VERSION"],
+		Accounting: vars["SANDBOX_ACCOUNTING"] == "1",
 	}
 	fmt.Sscan(vars["SANDBOX_SSH_PORT"], &e.Port)
 	fmt.Sscan(vars["SANDBOX_CPUS"], &e.CPUs)

@@ -40,6 +40,9 @@ type Env struct {
 	Bin string
 	// Version is the Slurm release the sandbox runs, such as 24.11.5.
 	Version string
+	// Accounting is set when the sandbox runs slurmdbd with limits
+	// enforced (SANDBOX_ACCOUNTING=1).
+	Accounting bool
 }
 
 // Suite is the Debian suite whose Slurm the sandbox runs (SANDBOX_SLURM):
@@ -96,6 +99,7 @@ func Require(t testing.TB) Env {
 	fmt.Sscan(os.Getenv("SANDBOX_NODES"), &e.Nodes)
 	e.Bin = os.Getenv("SANDBOX_BIN")
 	e.Version = os.Getenv("SANDBOX_SLURM_VERSION")
+	e.Accounting = os.Getenv("SANDBOX_ACCOUNTING") == "1"
 	return e
 }
 

@@ -2115,7 +2115,8 @@ func (x *Counters) GetCommands() []*CommandStats {
 type FailureCount struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Profile string                 `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
-	// transient, misconfigured, died_before_attach or timed_out.
+	// transient, misconfigured, died_before_attach, timed_out or
+	// limit_reached (the cluster's accounting limit: weather, no backoff).
 	Class         string `protobuf:"bytes,2,opt,name=class,proto3" json:"class,omitempty"`
 	Count         int64  `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -2951,8 +2952,8 @@ type Event struct {
 	TimeUnixNano int64  `protobuf:"varint,7,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
 	Detail       string `protobuf:"bytes,8,opt,name=detail,proto3" json:"detail,omitempty"`
 	// Why a worker_provision_failed machine ended without a worker (contract
-	// 2.3): transient, misconfigured, died_before_attach or timed_out, the
-	// classes of FailureCount. Empty from an older plugin, or for other
+	// 2.3): transient, misconfigured, died_before_attach, timed_out or
+	// limit_reached, the classes of FailureCount. Empty from an older plugin, or for other
 	// kinds: the host then treats the failure as unclassified.
 	FailureClass  string `protobuf:"bytes,9,opt,name=failure_class,json=failureClass,proto3" json:"failure_class,omitempty"`
 	unknownFields protoimpl.UnknownFields

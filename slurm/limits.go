@@ -1,0 +1,597 @@
+package slurm
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Accounting limits: what a site allows the login user, and bursts that
+// fit it.
+//
+// Real sites account every job in slurmdbd and cap each user, with
+// AccountingStorageEnforce=associations,limits,qos. The cap that bites a
+// burst is MaxSubmitJobs (of the user's association, or MaxSubmitJobsPU
+// of its QOS): how many jobs the user may have in the queue, pending or
+// running, each array task counting as one. Slurm refuses an array whole
+// when its tasks would pass it ("AssocMaxSubmitJobLimit", "Job violates
+// accounting/QOS policy"), so a provisioner that asks for the whole
+// shortfall in one array gets nothing at all where asking for the room
+// left would have got that much. Measured before this file: a burst of 10
+// under MaxSubmitJobs = 5 got 0 machines in 40 s, the profile backed off
+// and the placer failed over to another profile behind the same login,
+// which the same limit refused.
+//
+// So the provisioner reads the limits that apply to its user, and never
+// asks for more than fits:
+//
+//   - The limits are read with sacctmgr, as the login user, over the same
+//     ssh as everything else: `show assoc where user=U` (MaxSubmitJobs,
+//     MaxJobs, GrpSubmitJobs, GrpJobs, GrpTRES cpu) and `show qos` for
+//     the QOSes those associations name (MaxSubmitJobsPU, MaxJobsPU,
+//     MaxTRESPU cpu). Where several rows apply (accounts, partitions),
+//     the smallest wins: a provisioner cannot tell which account a site's
+//     defaults put a job in, and asking for too little costs a wait,
+//     asking for too much costs the whole burst. They are read at
+//     Configure, by every Check (validate -check shows them), and again
+//     when older than limitsRefresh, so a site that raises a limit is
+//     heard within minutes without a restart.
+//   - The room is the submit limit less the user's jobs and array tasks in
+//     the queue: all of them, not only this provisioner's, since the limit
+//     is the user's. They are counted with one squeue --me just before
+//     each submission, while submissions under a limit run one at a time
+//     (limitTurn), and in between estimated from the books: the others'
+//     jobs as last counted plus this provisioner's as they stand now. A
+//     burst is trimmed to the room; the rest of the demand waits, answered
+//     "capped" with the limit's name, which the engine's placer does not
+//     fail over on (a profile behind the same login meets the same
+//     limit). Nothing backs off: the room comes back as jobs end.
+//   - MaxJobs and cpu limits do not refuse a submission: jobs beyond them
+//     pend until others end (AssocMaxJobsLimit and the like, which
+//     poll.go knows clear by themselves). They are shown, and validate
+//     warns when max_workers is above them, but bursts are not trimmed to
+//     them: a pending job is a place in the queue.
+//   - A refusal for a limit all the same (an account's group limit shared
+//     with other users, a QOS the site changed, a cluster whose limits
+//     cannot be read) is "limit reached": weather, without backoff or
+//     failover. The provisioner learns a ceiling from it: half the refused
+//     burst above what the user had queued, or nothing more than that for
+//     a single job, held for limitLearnedFor. A burst of 10 under an
+//     unknown limit of 5 is refused once and then asks for 5.
+//   - Where accounting is absent or sacctmgr refuses the user, that is
+//     said once (a log line and a Status note), and the room is learned
+//     from refusals alone.
+
+const (
+	// limitsRefresh is how old the limits read may get before they are
+	// read again; a read costs one ssh call, made only when a submission
+	// or a capped demand needs the room.
+	limitsRefresh = 5 * time.Minute
+	// limitRecount is how old the user's queue count may get while a
+	// limit holds the demand back and nothing is submitted: the other
+	// jobs of the user, which the books do not see end, are counted again
+	// at most this often.
+	limitRecount = 20 * time.Second
+	// limitsRetry is how soon limits are asked for again when the login
+	// node did not answer (sacctmgr never ran): sooner than
+	// limitsRefresh, so that an outage at start does not leave the limits
+	// unknown for minutes, and not on every submission, each of which
+	// would wait for the same timeout.
+	limitsRetry = 30 * time.Second
+	// limitLearnedFor is how long a ceiling learned from a refusal holds.
+	// Long enough not to be refused again and again, short enough that a
+	// limit the site raises is found again.
+	limitLearnedFor = 10 * time.Minute
+	// limitReached starts every answer and note about a limit that binds,
+	// so that an operator (and a test) can find them.
+	limitReached = "limit reached"
+)
+
+// aLimit is one number a site sets, and where it comes from ("association
+// proj/alice MaxSubmitJobs"). The zero value is no limit.
+type aLimit struct {
+	n    int
+	what string
+}
+
+func (l aLimit) set() bool { return l.what != "" }
+
+// lower keeps the smaller of l and n (n < 0 is none), naming what.
+func (l *aLimit) lower(n int, what string) {
+	if n >= 0 && (!l.set() || n < l.n) {
+		l.n, l.what = n, what
+	}
+}
+
+func (l aLimit) String() string {
+	if !l.set() {
+		return "none"
+	}
+	return fmt.Sprintf("%s = %d", l.what, l.n)
+}
+
+// userLimits are the limits that apply to the login user, as sacctmgr
+// shows them.
+type userLimits struct {
+	// submit caps the user's jobs and array tasks in the queue; jobs
+	// caps those running; cpus the CPUs of the user's running jobs.
+	submit, jobs, cpus aLimit
+	// rows are the associations read, for validate ("proj/alice").
+	rows []string
+}
+
+// limitState is what the provisioner knows of the limits. Guarded by
+// Provisioner.mu.
+type limitState struct {
+	// readAt is when sacctmgr was last asked; lim is what it said,
+	// unavailable why it could not say (accounting absent, refused).
+	readAt      time.Time
+	lim         userLimits
+	unavailable string
+	// told is set once unavailable has been logged.
+	told bool
+	// queued is the user's jobs and array tasks in the queue at
+	// countedAt, ours how many of them were this provisioner's.
+	queued, ours int
+	countedAt    time.Time
+	// learned is a ceiling on the user's queue learned from a refusal for
+	// a limit, held until learnedUntil; learnedWhat is Slurm's words.
+	learned      int
+	learnedUntil time.Time
+	learnedWhat  string
+	// binding is the detail of the limit that last held the demand back,
+	// for Status; empty when none did.
+	binding string
+	// counting is set while a recount runs on a goroutine of its own.
+	counting bool
+}
+
+// ceilingLocked is the most jobs and array tasks the user may have in the
+// queue, and what says so; ok is false when nothing is known to cap it.
+// p.mu must be held.
+func (p *Provisioner) ceilingLocked(now time.Time) (aLimit, bool) {
+	c := p.limits.lim.submit
+	if now.Before(p.limits.learnedUntil) {
+		c.lower(p.limits.learned, "what Slurm last refused ("+p.limits.learnedWhat+")")
+	}
+	return c, c.set()
+}
+
+// oursLocked is how many jobs and array tasks of this provisioner are in
+// the queue or on their way to it: each allocation on its way, and each
+// attached worker's (a running job counts against a submit limit until
+// it ends). p.mu must be held.
+func (p *Provisioner) oursLocked(cfg *settings, queuedOnly bool) int {
+	n := 0
+	for _, prof := range cfg.Profiles {
+		machines := p.attached[prof.Name]
+		for _, r := range p.outstanding {
+			if r.profile == prof.Name && (!queuedOnly || r.phase == phaseQueued) {
+				machines++
+			}
+		}
+		n += ceilDiv(machines, max(1, prof.Nodes))
+	}
+	return n
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// limitRoomLocked is how many more jobs and array tasks the user may put
+// in the queue by the books, and the words that say why; ok is false when
+// no limit is known. p.mu must be held.
+func (p *Provisioner) limitRoomLocked(cfg *settings, now time.Time) (room int, detail string, ok bool) {
+	c, ok := p.ceilingLocked(now)
+	if !ok {
+		return 0, "", false
+	}
+	others := max(0, p.limits.queued-p.limits.ours)
+	ours := p.oursLocked(cfg, false)
+	room = max(0, c.n-others-ours)
+	detail = fmt.Sprintf("%s: %s; the user has %d jobs or array tasks in the queue or on their way (%d of them this provisioner's); the rest are asked for as they end",
+		limitReached, c, others+ours, ours)
+	return room, detail, true
+}
+
+// assocArgs is the sacctmgr that reads the user's associations; qosArgs
+// the one that reads the QOSes.
+func assocArgs(user string) []string {
+	return []string{"sacctmgr", "-nP", "show", "assoc", "where", "user=" + user,
+		"format=cluster,account,partition,maxsubmit,maxjobs,grpsubmit,grpjobs,grptres,qos"}
+}
+
+func qosArgs() []string {
+	return []string{"sacctmgr", "-nP", "show", "qos", "format=name,maxsubmitpu,maxjobspu,maxtrespu"}
+}
+
+// loginUser is the user the provisioner logs in as: login's user part,
+// or what the login node says (an ssh_config may name it).
+func (p *Provisioner) loginUser(ctx context.Context, cfg *settings) (string, error) {
+	if u, _, ok := strings.Cut(cfg.Login, "@"); ok && u != "" {
+		return u, nil
+	}
+	stdout, stderr, err := p.call(ctx, nil, "id", "-un")
+	if err != nil {
+		return "", withStderr(err, stderr)
+	}
+	u := lastLine(stdout)
+	if u == "" {
+		return "", fmt.Errorf("id -un on %s printed nothing", cfg.host())
+	}
+	return u, nil
+}
+
+// readLimits asks sacctmgr, as the login user, for the limits that apply
+// to it in cluster (every cluster's when empty). An error says why they
+// could not be read: no accounting, sacctmgr refused, ssh.
+func (p *Provisioner) readLimits(ctx context.Context, cfg *settings, cluster string) (userLimits, error) {
+	user, err := p.loginUser(ctx, cfg)
+	if err != nil {
+		return userLimits{}, fmt.Errorf("finding the login user: %w", err)
+	}
+	stdout, stderr, err := p.call(ctx, nil, assocArgs(user)...)
+	if err != nil {
+		return userLimits{}, fmt.Errorf("sacctmgr show assoc on %s: %w", cfg.host(), withStderr(err, stderr))
+	}
+	lim, qoses := parseAssocs(stdout, user, cluster)
+	if len(qoses) > 0 {
+		stdout, stderr, err = p.call(ctx, nil, qosArgs()...)
+		if err != nil {
+			return userLimits{}, fmt.Errorf("sacctmgr show qos on %s: %w", cfg.host(), withStderr(err, stderr))
+		}
+		parseQOS(stdout, qoses, &lim)
+	}
+	return lim, nil
+}
+
+// parseAssocs reads the user's association rows (assocArgs's format) of
+// cluster, or of every cluster when it is empty, and returns the QOSes
+// they name.
+func parseAssocs(out []byte, user, cluster string) (userLimits, map[string]bool) {
+	var lim userLimits
+	qoses := map[string]bool{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		f := strings.Split(strings.TrimSpace(sc.Text()), "|")
+		if len(f) != 9 || (cluster != "" && f[0] != cluster) {
+			continue // a banner, or another cluster's
+		}
+		name := "association " + f[1] + "/" + user
+		if f[2] != "" {
+			name += " (partition " + f[2] + ")"
+		}
+		lim.rows = append(lim.rows, strings.TrimPrefix(name, "association "))
+		lim.submit.lower(atoiOr(f[3]), name+" MaxSubmitJobs")
+		lim.jobs.lower(atoiOr(f[4]), name+" MaxJobs")
+		lim.submit.lower(atoiOr(f[5]), name+" GrpSubmitJobs")
+		lim.jobs.lower(atoiOr(f[6]), name+" GrpJobs")
+		lim.cpus.lower(tresCPU(f[7]), name+" GrpTRES cpu")
+		for _, q := range strings.Split(f[8], ",") {
+			if q = strings.TrimSpace(q); q != "" {
+				qoses[q] = true
+			}
+		}
+	}
+	return lim, qoses
+}
+
+// parseQOS lowers lim by the per-user limits of the QOSes named.
+func parseQOS(out []byte, qoses map[string]bool, lim *userLimits) {
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		f := strings.Split(strings.TrimSpace(sc.Text()), "|")
+		if len(f) != 4 || !qoses[f[0]] {
+			continue
+		}
+		name := "QOS " + f[0]
+		lim.submit.lower(atoiOr(f[1]), name+" MaxSubmitJobsPerUser")
+		lim.jobs.lower(atoiOr(f[2]), name+" MaxJobsPerUser")
+		lim.cpus.lower(tresCPU(f[3]), name+" MaxTRESPerUser cpu")
+	}
+}
+
+// atoiOr is a limit's number, -1 for none (empty) or anything else.
+func atoiOr(s string) int {
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
+}
+
+// tresCPU is the cpu count of a TRES list ("cpu=8,mem=16G"), -1 for none.
+func tresCPU(s string) int {
+	for _, kv := range strings.Split(s, ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == "cpu" {
+			return atoiOr(v)
+		}
+	}
+	return -1
+}
+
+// countQueued counts the user's jobs and array tasks in the queue with
+// one squeue --me (-r: a pending array's tasks one by one).
+func (p *Provisioner) countQueued(ctx context.Context) (int, error) {
+	stdout, stderr, err := p.call(ctx, nil, "squeue", "-h", "-r", "--me", "-o", "%i")
+	if err != nil {
+		return 0, withStderr(err, stderr)
+	}
+	n := 0
+	sc := bufio.NewScanner(bytes.NewReader(stdout))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		// A line that is not a job id (a login banner) is not a job.
+		n += len(expandJobID(strings.TrimSpace(sc.Text())))
+	}
+	return n, nil
+}
+
+// refreshLimits reads the limits again when they are older than
+// limitsRefresh (or never read), and says once when they cannot be.
+func (p *Provisioner) refreshLimits(ctx context.Context, cfg *settings) {
+	select {
+	case p.readingLimits <- struct{}{}:
+		defer func() { <-p.readingLimits }()
+	case <-ctx.Done():
+		return
+	}
+	p.mu.Lock()
+	due := p.limits.readAt.IsZero() || p.now().Sub(p.limits.readAt) >= limitsRefresh
+	cluster := p.cluster
+	p.mu.Unlock()
+	if !due {
+		return
+	}
+	lim, err := p.readLimits(ctx, cfg, cluster)
+	if ctx.Err() != nil {
+		return
+	}
+	p.mu.Lock()
+	p.limits.readAt = p.now()
+	if err != nil && !sacctmgrAnswered(err) {
+		p.limits.readAt = p.now().Add(limitsRetry - limitsRefresh)
+	}
+	tell := false
+	var was userLimits
+	if err != nil {
+		p.limits.unavailable = truncate(err.Error())
+		tell = !p.limits.told
+		p.limits.told = true
+		// The limits last read stay: a failed read says nothing new.
+	} else {
+		was = p.limits.lim
+		p.limits.lim, p.limits.unavailable, p.limits.told = lim, "", false
+	}
+	p.mu.Unlock()
+	switch {
+	case tell:
+		// Info, not a warning: many clusters run without accounting,
+		// and a provisioner that learns from refusals works there.
+		cfg.log.Info("cannot read the accounting limits of the login user; the room a limit leaves is learned from sbatch's refusals instead", "error", err)
+	case err == nil && (lim.submit != was.submit || lim.jobs != was.jobs || lim.cpus != was.cpus):
+		cfg.log.Info("accounting limits of the login user", "submit", lim.submit.String(), "running", lim.jobs.String(), "cpus", lim.cpus.String())
+	}
+}
+
+// sacctmgrAnswered reports whether a failed read of the limits got an
+// answer from sacctmgr (no accounting, a refusal), which will not change
+// soon, rather than from ssh or a timeout.
+func sacctmgrAnswered(err error) bool {
+	var ee *exec.ExitError
+	return errors.As(err, &ee) && ee.ExitCode() != 255 && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// recount counts the user's queue and records it beside this
+// provisioner's share of it.
+func (p *Provisioner) recount(ctx context.Context, cfg *settings) (int, error) {
+	n, err := p.countQueued(ctx)
+	if err != nil {
+		return 0, err
+	}
+	p.mu.Lock()
+	p.limits.queued, p.limits.ours, p.limits.countedAt = n, p.oursLocked(cfg, true), p.now()
+	p.mu.Unlock()
+	return n, nil
+}
+
+// recountLaterLocked counts the user's queue again on a goroutine of its own,
+// when a limit holds the demand back and the count is older than
+// limitRecount: jobs of the user's that are not this provisioner's end
+// without the books seeing it. p.mu must be held.
+func (p *Provisioner) recountLaterLocked(cfg *settings, now time.Time) {
+	if p.limits.counting || p.shut || now.Sub(p.limits.countedAt) < limitRecount {
+		return
+	}
+	p.limits.counting = true
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		ctx, cancel := context.WithTimeout(p.life, cfg.submitTimeout)
+		defer cancel()
+		p.refreshLimits(ctx, cfg)
+		if _, err := p.recount(ctx, cfg); err != nil {
+			cfg.log.Debug("could not count the user's jobs for a limit", "error", err)
+		}
+		p.mu.Lock()
+		p.limits.counting = false
+		p.mu.Unlock()
+	}()
+}
+
+// fitToLimit is called by a submission before its sbatch, holding
+// limitTurn when a limit is known: it counts the user's queue and returns
+// how many of its allocs allocations fit, all of them when no limit is
+// known, with the count (-1 when it failed) and the ceiling.
+func (p *Provisioner) fitToLimit(ctx context.Context, cfg *settings, allocs int) (fit, queued int, c aLimit) {
+	p.mu.Lock()
+	c, ok := p.ceilingLocked(p.now())
+	p.mu.Unlock()
+	if !ok {
+		return allocs, -1, c
+	}
+	n, err := p.recount(ctx, cfg)
+	if err != nil {
+		// Without a count the books' estimate stands; sbatch refuses
+		// what does not fit, and that is learned from.
+		cfg.log.Debug("could not count the user's jobs before a submission", "error", err)
+		p.mu.Lock()
+		room, _, _ := p.limitRoomLocked(cfg, p.now())
+		p.mu.Unlock()
+		// The books count this submission's own machines already.
+		return min(allocs, room+allocs), -1, c
+	}
+	return min(allocs, max(0, c.n-n)), n, c
+}
+
+// limitWords are sbatch's words for a refusal by an accounting limit
+// that clears as jobs end, lower case (Slurm 22.05 to 26.05).
+var limitWords = []string{
+	"job violates accounting/qos policy",
+	"assocmaxsubmitjob",
+	"qosmaxsubmitjob",
+	"assocgrpsubmitjob",
+	"qosgrpsubmitjob",
+	"assocmaxjobs",
+	"qosmaxjobs",
+	"assocgrp",
+	"qosgrp",
+	"job submit limit",
+}
+
+// limitRefusal reports whether sbatch refused for a limit that clears as
+// jobs end, and names it: the reason word Slurm prints (such as
+// AssocMaxSubmitJobLimit) when there is one.
+func limitRefusal(said string) (string, bool) {
+	s := strings.ToLower(said)
+	hit := false
+	for _, w := range limitWords {
+		hit = hit || strings.Contains(s, w)
+	}
+	if !hit {
+		return "", false
+	}
+	for _, f := range strings.FieldsFunc(said, func(r rune) bool {
+		return r == ' ' || r == '\n' || r == ':' || r == '(' || r == ')' || r == ','
+	}) {
+		if (strings.HasPrefix(f, "Assoc") || strings.HasPrefix(f, "QOS")) && strings.HasSuffix(f, "Limit") {
+			return f, true
+		}
+	}
+	return "Job violates accounting/QOS policy", true
+}
+
+// learnFromRefusalLocked lowers the ceiling after sbatch refused allocs
+// allocations for a limit while the user had queued in the queue (-1:
+// not counted, then the books' estimate). p.mu must be held.
+func (p *Provisioner) learnFromRefusalLocked(cfg *settings, allocs, queued int, which string, now time.Time) {
+	if queued < 0 {
+		queued = max(0, p.limits.queued-p.limits.ours) + p.oursLocked(cfg, true)
+	}
+	learned := queued + allocs/2
+	if allocs <= 1 {
+		learned = queued
+	}
+	if now.Before(p.limits.learnedUntil) && p.limits.learned < learned {
+		learned = p.limits.learned
+	}
+	p.limits.learned, p.limits.learnedUntil, p.limits.learnedWhat = learned, now.Add(limitLearnedFor), which
+	p.limits.queued, p.limits.ours, p.limits.countedAt = queued, p.oursLocked(cfg, true), now
+}
+
+// limitNotesLocked are Status's notes about limits. p.mu must be held.
+func (p *Provisioner) limitNotesLocked(now time.Time) []string {
+	var notes []string
+	l := p.limits
+	switch {
+	case l.unavailable != "":
+		notes = append(notes, "accounting limits unknown ("+l.unavailable+"); the room a limit leaves is learned from sbatch's refusals")
+	case l.lim.submit.set() || l.lim.jobs.set() || l.lim.cpus.set():
+		notes = append(notes, fmt.Sprintf("accounting limits of the login user: in the queue %s; running %s; cpus %s", l.lim.submit, l.lim.jobs, l.lim.cpus))
+	}
+	if l.binding != "" {
+		notes = append(notes, l.binding)
+	} else if now.Before(l.learnedUntil) {
+		notes = append(notes, fmt.Sprintf("%s: Slurm refused a submission (%s); at most %d of the user's jobs or array tasks in the queue until %s",
+			limitReached, l.learnedWhat, l.learned, l.learnedUntil.UTC().Format(time.RFC3339)))
+	}
+	return notes
+}
+
+// groupAllocations splits live into its allocations, in order: the
+// machines of one array task (or of the one job) together.
+func groupAllocations(live []*request) [][]*request {
+	var out [][]*request
+	for i, r := range live {
+		if i > 0 && r.task == live[i-1].task {
+			out[len(out)-1] = append(out[len(out)-1], r)
+			continue
+		}
+		out = append(out, []*request{r})
+	}
+	return out
+}
+
+func allocationsOf(live []*request) int { return len(groupAllocations(live)) }
+
+// trimToLimit fits a submission to the room an accounting limit leaves:
+// with a limit known, it takes limitTurn (release gives it back, once
+// the submission is over), counts the user's queue, and takes the
+// allocations that do not fit out of the books, unsubmitted and
+// unannounced, so that the demand asks for them again as room comes
+// back. Without a limit it changes nothing.
+func (p *Provisioner) trimToLimit(ctx context.Context, cfg *settings, live []*request) (kept []*request, release func()) {
+	p.refreshLimits(ctx, cfg)
+	p.mu.Lock()
+	_, limited := p.ceilingLocked(p.now())
+	p.mu.Unlock()
+	if !limited {
+		return live, func() {}
+	}
+	select {
+	case p.limitTurn <- struct{}{}:
+	case <-ctx.Done():
+		// The submission fails on its context anyway.
+		return live, func() {}
+	}
+	release = func() { <-p.limitTurn }
+	allocs := groupAllocations(live)
+	fit, queued, c := p.fitToLimit(ctx, cfg, len(allocs))
+	if fit >= len(allocs) {
+		return live, release
+	}
+	var drop []*request
+	for i, a := range allocs {
+		if i < fit {
+			kept = append(kept, a...)
+		} else {
+			drop = append(drop, a...)
+		}
+	}
+	p.mu.Lock()
+	for _, r := range drop {
+		if r.phase == phaseSubmitting {
+			r.phase = phaseSuperseded
+		}
+		if p.outstanding[r.worker] == r {
+			delete(p.outstanding, r.worker)
+		}
+	}
+	for _, r := range kept {
+		r.batch = len(kept)
+	}
+	detail := fmt.Sprintf("%s: %s; the user had %d jobs or array tasks in the queue, so %d of %d machines were asked for; the rest are asked for as jobs end",
+		limitReached, c, queued, len(kept), len(live))
+	p.limits.binding = detail
+	p.mu.Unlock()
+	cfg.log.Info("trimmed a burst to the room the user's accounting limit leaves; the rest is asked for as jobs end",
+		"profile", live[0].profile, "machines", len(live), "submitting", len(kept), "queued", queued, "limit", detail)
+	return kept, release
+}
