@@ -362,7 +362,11 @@ func peerSockets(remote, local string) ([]peerSocket, error) {
 				continue
 			}
 			uid, err := strconv.Atoi(f[7])
-			if err != nil {
+			if err != nil || f[9] == "0" {
+				// Inode 0 is a socket no process holds any more: an
+				// earlier connection between the same ports in
+				// TIME_WAIT, which a busy machine reuses within
+				// seconds. It is nobody's, and never the peer.
 				continue
 			}
 			out = append(out, peerSocket{uid: uid, inode: f[9]})

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluksio/provision/internal/sandboxtest"
 	"github.com/fluksio/provision/shared/host"
 )
 
@@ -126,6 +127,7 @@ func TestE2EOperatorAccess(t *testing.T) {
 // network can reach) must not see the operator's endpoints, while the
 // same request made on this machine does.
 func TestE2EOperatorNotThroughRelay(t *testing.T) {
+	sandboxtest.RelayCache(t)
 	e := newE2E(t, "e2e-op-relay")
 	e.killPluginsAtEnd(t)
 	cfg := e.config(t, e.host, "worker")

@@ -24,6 +24,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fluksio/provision/internal/sandboxtest"
 )
 
 // squatPortEnv names the port the squatter takes: the test binary,
@@ -204,6 +206,7 @@ func (e *e2e) workerCredentials(t *testing.T) []stolenCredential {
 // Before the relay spoke TLS the squatter read 18 requests with a bearer
 // credential.
 func TestE2ERelayPortSquatted(t *testing.T) {
+	sandboxtest.RelayCache(t)
 	e := newE2E(t, "e2e-relay-squat")
 	e.killPluginsAtEnd(t)
 	// The engine on TCP, so that a stolen credential can be tried on it;

@@ -188,10 +188,14 @@ func TestWorkerStopsOnSignal(t *testing.T) {
 	env := envMap(map[string]string{tokenEnv: sign(t, signer, "w", time.Hour)})
 	provisioned(e, "w", "")
 	exited := make(chan int, 1)
+	workerLog := &lockedBuffer{}
 	go func() {
-		exited <- runWorker(ctx, []string{"--url", srv.URL, "--cpus", "2", "--gpus", "0", "--max-idle", "600"}, env, io.Discard, &lockedBuffer{})
+		exited <- runWorker(ctx, []string{"--url", srv.URL, "--cpus", "2", "--gpus", "0", "--max-idle", "600"}, env, io.Discard, workerLog)
 	}()
-	waitFor(t, "the worker to attach", func() bool { return len(e.Attached()) == 1 })
+	// The worker's own word that it attached, not the engine's: only once
+	// it has read the attach's answer does it hold the session its detach
+	// must carry (session.go).
+	waitFor(t, "the worker to attach", func() bool { return strings.Contains(workerLog.String(), "attached to") })
 	cancel()
 	select {
 	case code := <-exited:

@@ -561,11 +561,13 @@ const relayPrivateName = "provisioner-slurm"
 // did, left a window in which the file could be swapped (18 starts of
 // 150 ran a swapped binary). A copy that does not match exits
 // exitNoBinary, which copies the binary again. The relay removes its
-// private copy once it runs (-private). The start also removes cached
-// binaries of other versions, and private directories an hour old (left
-// by a start killed between mktemp and exec). The cost: two plugin
-// versions sharing one login account copy their binary again after each
-// other's relay starts; a copy is once per restart, not per job.
+// private copy once it runs (-private). The start also marks its binary
+// as used (touch) and removes cached binaries of other versions unused
+// for an hour, and private directories an hour old (left by a start
+// killed between mktemp and exec). An hour, not at once: two plugin
+// versions sharing one login account (an upgrade, two engines) would
+// otherwise delete each other's binary at every start and copy theirs
+// again each time.
 func relayStartScript(sum string, flags []string) string {
 	var q []string
 	for _, f := range flags {
@@ -574,10 +576,10 @@ func relayStartScript(sum string, flags []string) string {
 	return relayPlatformScript() + fmt.Sprintf(`umask 077; c="$HOME/%[1]s"; f="$c/%[2]s"; `+
 		`t="$(mktemp -d "$c/run.XXXXXXXX" 2>/dev/null)" || exit %[3]d; `+
 		`if ! cp "$f" "$t/%[4]s" 2>/dev/null || ! printf '%%s  %%s\n' %[5]s "$t/%[4]s" | sha256sum -c --status 2>/dev/null; then rm -rf "$t"; exit %[3]d; fi; `+
-		`for o in "$c"/provisioner-slurm-*; do [ "$o" = "$f" ] || rm -f "$o"; done; `+
+		`touch "$f"; find "$c" -maxdepth 1 -name 'provisioner-slurm-*' ! -name %[7]s -mmin +60 -exec rm -f {} + 2>/dev/null; `+
 		`find "$c" -maxdepth 1 -name 'run.*' -mmin +60 -exec rm -rf {} + 2>/dev/null; `+
 		`exec "$t/%[4]s" %[6]s -private "$t"`,
-		relayCacheDir, relayFile(sum), exitNoBinary, relayPrivateName, sum, strings.Join(q, " "))
+		relayCacheDir, relayFile(sum), exitNoBinary, relayPrivateName, sum, strings.Join(q, " "), shellQuote(relayFile(sum)))
 }
 
 // relayUploadScript writes standard input to the cache, private to the

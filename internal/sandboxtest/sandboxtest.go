@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -197,4 +198,26 @@ provisioner "slurm" %[3]q {
 
 %[9]s}
 `, port, pluginDir, name, e.Login, e.Port, e.Key, e.KnownHosts, strings.Join(quoted, ", "), profiles)
+}
+
+// RelayCache takes, until the test ends, the lock of the relay's cache on
+// the sandbox's login node (~/.cache/fluksio of its job user): every test
+// that starts a relay there, or looks into the cache, holds it, so that a
+// test of one package does not find another package's relay half started
+// in it, or empty it under another's feet. go test runs packages at once;
+// the lock is a file, taken with flock, so it holds across them.
+func RelayCache(t testing.TB) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "fluksio-relay-cache.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	})
 }
