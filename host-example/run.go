@@ -175,6 +175,7 @@ const (
 // counts it; the story and the log tell it, within logs' budget.
 func (d *daemon) pluginEvent(plog hclog.Logger, logs *loglimit.Limiter, ev shared.Event, now time.Time) {
 	d.engine.ObserveEvent(ev)
+	d.placer.ObserveEvent(ev)
 	d.obs.pluginEvent(ev)
 	if ok, leftOut := logs.Allow(now); ok {
 		if leftOut > 0 {
@@ -230,6 +231,7 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 	d.operator.plugins = d.pluginPIDs
 	d.engine.ID = engineID
 	d.engine.OnAttach = func(w WorkerInfo) {
+		d.placer.WorkerAttached(w.Provisioner, w.Profile)
 		story.say("worker %s attached from %s (Slurm job %s, %d cpus, %d gpus)", w.Name, w.Hostname, orDash(w.SlurmJobID), w.CPUs, w.GPUs)
 	}
 	d.engine.OnResult = func(r Result) {
@@ -243,7 +245,8 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 	gate := newConnGate(cfg.Engine.MaxConnections, logger.Named("http"), loglimit.New(refusalLogBurst, refusalLogWindow))
 	tlsConfig := cfg.Engine.serverTLSConfig()
 
-	state := &stateCollector{health: d.health, status: d.engine.provisionerStatus, workers: d.workerCounts, tasks: d.taskCounts}
+	state := &stateCollector{health: d.health, status: d.engine.provisionerStatus, workers: d.workerCounts, tasks: d.taskCounts,
+		held: func() []heldProfile { return d.placer.Held() }}
 	d.obs = newObserver(newEngineMetrics(state))
 	d.engine.OnActivity = d.obs.activity
 
@@ -265,6 +268,7 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 		}
 	}
 	d.engine.NeedsFunc = d.placer.Needs
+	d.engine.HeldFunc = d.placer.Held
 	for _, pc := range cfg.Provisioners {
 		plog := logger.Named(pc.Name)
 		name := pc.Name

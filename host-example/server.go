@@ -70,6 +70,9 @@ type Engine struct {
 	// NeedsFunc supplies the needs in GET /status, normally Placer.Needs.
 	// Nil lists none. Set before serving.
 	NeedsFunc func() []NeedStatus
+	// HeldFunc supplies the profiles the engine holds back in GET
+	// /status, normally Placer.Held.
+	HeldFunc func() []heldProfile
 
 	// ID is the engine's identity (identity.go), shown in GET /status.
 	// Set before serving.
@@ -905,11 +908,17 @@ type statusReport struct {
 	Provisioners []host.ProvisionerStatus `json:"provisioners"`
 	Workers      []workerStatus           `json:"workers"`
 	Needs        []NeedStatus             `json:"needs"`
+	// HeldBack is the engine's own backoff (backoff.go): profiles whose
+	// machines failed in a row, whatever their plugin does about it.
+	HeldBack []heldProfile `json:"held_back"`
 }
 
 func (e *Engine) handleStatus(w http.ResponseWriter, r *http.Request) {
 	// Empty lists, not null: a status page reads .length without asking.
-	report := statusReport{EngineID: e.ID, Provisioners: []host.ProvisionerStatus{}, Workers: []workerStatus{}, Needs: []NeedStatus{}}
+	report := statusReport{EngineID: e.ID, Provisioners: []host.ProvisionerStatus{}, Workers: []workerStatus{}, Needs: []NeedStatus{}, HeldBack: []heldProfile{}}
+	if e.HeldFunc != nil {
+		report.HeldBack = e.HeldFunc()
+	}
 	if e.StatusFunc != nil {
 		report.Provisioners = e.status.Get(r.Context(), e.StatusFunc)
 	}

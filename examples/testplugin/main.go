@@ -55,6 +55,9 @@ type memory struct {
 	outstanding map[string]shared.Outstanding // by worker
 	n           int
 	shut        bool
+	// failed counts, per profile, the machines that failed at once in
+	// the storm mode (broken.go).
+	failed map[string]int64
 }
 
 func (m *memory) Info(context.Context, *shared.InfoRequest) (*shared.InfoResponse, error) {
@@ -224,7 +227,19 @@ func (m *memory) Provision(ctx context.Context, req *shared.ProvisionRequest) (*
 	for _, o := range add {
 		s, _ := fit(shared.Need{Label: o.Profile})
 		ev := shared.Event{Kind: shared.EventWorkerProvisioned, Profile: o.Profile, Job: o.Job, Worker: o.Worker, Time: time.Now()}
-		if failProvision {
+		if storming() {
+			// Started, and dead at once: announced, failed, and forgotten,
+			// so that the next Provision asks again.
+			m.publish(ctx, host, ev)
+			m.mu.Lock()
+			delete(m.outstanding, o.Worker)
+			if m.failed == nil {
+				m.failed = map[string]int64{}
+			}
+			m.failed[o.Profile]++
+			m.mu.Unlock()
+			ev.Kind, ev.Detail, ev.Class = shared.EventWorkerProvisionFailed, "the worker exited with status 1 before it attached", shared.FailureDiedBeforeAttach
+		} else if failProvision {
 			// As a submission the cluster rejects: the request stays
 			// outstanding until Reconcile, and the event says why.
 			ev.Kind, ev.Job, ev.Detail = shared.EventWorkerProvisionFailed, "", "sbatch: error: invalid partition specified: nope"
@@ -280,6 +295,14 @@ func (m *memory) Status(context.Context, *shared.StatusRequest) (*shared.StatusR
 	}
 	if abuse("status") {
 		abusiveStatus(st)
+	}
+	if len(m.failed) > 0 {
+		st.Counters = &shared.Counters{}
+		for _, s := range shapes {
+			if n := m.failed[s.Profile]; n > 0 {
+				st.Counters.Failures = append(st.Counters.Failures, shared.FailureCount{Profile: s.Profile, Class: shared.FailureDiedBeforeAttach, Count: n})
+			}
+		}
 	}
 	return st, nil
 }

@@ -49,7 +49,7 @@ async function refreshStatus() {
     return; // the engine is away; the event stream says so
   }
   document.getElementById("engine-id").textContent = st.engine_id || "";
-  renderProvisioners(st.provisioners || []);
+  renderProvisioners(st.provisioners || [], st.held_back || []);
   const now = Date.now();
   const seen = new Set();
   for (const p of st.provisioners || []) {
@@ -72,7 +72,7 @@ function scheduleStatus() {
   statusTimer = setTimeout(() => { statusTimer = null; refreshStatus(); }, 200);
 }
 
-function renderProvisioners(provs) {
+function renderProvisioners(provs, heldBack) {
   const box = document.getElementById("provisioners");
   box.replaceChildren();
   if (provs.length === 0) box.append(el("p", { class: "empty" }, "none configured"));
@@ -97,6 +97,11 @@ function renderProvisioners(provs) {
       t.append(tb);
       div.append(t);
       if (s.last_error) div.append(el("div", { class: "hint" }, "last error: " + s.last_error));
+      // The engine's own backoff, whatever the plugin does about it.
+      for (const h of heldBack.filter((x) => x.provisioner === p.name && x.held)) {
+        div.append(el("div", { class: "down", "data-held": h.profile },
+          "engine holds " + h.profile + " back: " + h.failures + " failure(s) in a row, until " + clock(h.until) + " (" + h.last_error + ")"));
+      }
       for (const n of s.notes || []) div.append(el("div", { class: "hint" }, n));
     }
     box.append(div);
