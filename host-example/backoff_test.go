@@ -79,44 +79,9 @@ func TestEngineHoldsAPluginThatNeverBacksOff(t *testing.T) {
 	}
 	t.Setenv("TESTPLUGIN_BREAK", "storm")
 	t.Setenv("TESTPLUGIN_STORM_FILE", storm)
-	cfgPath := filepath.Join(dir, "engine.hcl")
 	body := fmt.Sprintf("engine {\n  listen = \"127.0.0.1:0\"\n}\nprovisioner \"memory\" \"storm\" {\n  plugin = %q\n  greeting = \"hi\"\n}\n", bin)
-	if err := os.WriteFile(cfgPath, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, diags := loadConfig(cfgPath)
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	logger, logs := testLogger(t)
-	story := &lockedBuffer{}
-	d, err := newDaemon(cfg, logger, newStory(story))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if diags := d.start(ctx); diags.HasErrors() {
-		d.stop()
-		t.Fatal(diags)
-	}
-	started := func() int64 {
-		st := d.sups[0].Status(ctx)
-		var n int64
-		if st.Status != nil && st.Status.Counters != nil {
-			for _, f := range st.Status.Counters.Failures {
-				n += f.Count
-			}
-		}
-		return n
-	}
-	runDone := make(chan int, 1)
-	go func() { runDone <- d.run(ctx, []needSpec{{Need: shared.Need{CPUs: 1}, Count: 1}}, 0) }()
-	defer func() {
-		cancel()
-		<-runDone
-		d.stop()
-	}()
+	d, runDone, story, logs := runDaemon(t, body, shared.Need{CPUs: 1})
+	ctx := context.Background()
 
 	// The window is measured, not waited on for anything: what the plugin
 	// started in the first 10 s is the figure.
@@ -125,7 +90,7 @@ func TestEngineHoldsAPluginThatNeverBacksOff(t *testing.T) {
 		t.Fatalf("run returned %d during the storm\n%s", code, story)
 	case <-time.After(10 * time.Second):
 	}
-	inTen := started()
+	inTen := failedMachines(d)
 	held := d.placer.Held()
 	t.Logf("machines the plugin started in the first 10 s, all failing at once: %d; held back: %+v", inTen, held)
 	if inTen > 15 {
@@ -190,14 +155,62 @@ func TestEngineHoldsAPluginThatNeverBacksOff(t *testing.T) {
 		t.Fatalf("the need was not served within 30 s of the %s machine %s starting\n%s", o.Profile, o.Worker, story)
 	}
 	t.Logf("failures stopped -> need served by %s (%s): %.1fs; machines started in all: %d",
-		o.Worker, o.Profile, time.Since(stopped).Seconds(), started())
+		o.Worker, o.Profile, time.Since(stopped).Seconds(), failedMachines(d))
 	for _, h := range d.placer.Held() {
 		if h.Profile == o.Profile {
 			t.Errorf("%s still held back after its worker attached: %+v", o.Profile, h)
 		}
 	}
-	cancel()
 	<-workerDone
+}
+
+// runDaemon runs the engine with the configuration body as the run
+// command does (newDaemon, start, run) for one need, until the test ends.
+// runDone gets run's exit code; a reader must put it back, for the
+// cleanup to see.
+func runDaemon(t *testing.T, body string, need shared.Need) (d *daemon, runDone chan int, story, logs *lockedBuffer) {
+	t.Helper()
+	cfgPath := filepath.Join(t.TempDir(), "engine.hcl")
+	if err := os.WriteFile(cfgPath, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, diags := loadConfig(cfgPath)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	logger, logs := testLogger(t)
+	story = &lockedBuffer{}
+	d, err := newDaemon(cfg, logger, newStory(story))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if diags := d.start(ctx); diags.HasErrors() {
+		cancel()
+		d.stop()
+		t.Fatal(diags)
+	}
+	runDone = make(chan int, 1)
+	go func() { runDone <- d.run(ctx, []needSpec{{Need: need, Count: 1}}, 0) }()
+	t.Cleanup(func() {
+		cancel()
+		<-runDone
+		d.stop()
+	})
+	return d, runDone, story, logs
+}
+
+// failedMachines is the plugin's own count of machines that failed, from
+// its Status counters.
+func failedMachines(d *daemon) int64 {
+	st := d.sups[0].Status(context.Background())
+	var n int64
+	if st.Status != nil && st.Status.Counters != nil {
+		for _, f := range st.Status.Counters.Failures {
+			n += f.Count
+		}
+	}
+	return n
 }
 
 // waitForLong is waitFor with its own deadline.

@@ -21,6 +21,11 @@ package main
 //	            TESTPLUGIN_STORM_FILE set, only while that file exists.
 //	            Status counts the machines started, per profile, as
 //	            died_before_attach failures.
+//	dies        after announcing the machines of a Provision, it reports
+//	            each dead before it attached, as a worker that exits at
+//	            once does (the profile backs off)
+//	diagpath    ValidateConfig reports its error at the configuration's
+//	            root, not at the attribute that is wrong
 //
 // A plugin of yours needs none of this.
 
