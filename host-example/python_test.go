@@ -209,3 +209,33 @@ provisioner "local" "py" {
 		t.Errorf("the plugin's counters = %+v, want died_before_attach failures of small", st.Status.Counters)
 	}
 }
+
+// TestPythonPluginByHand runs the Python plugin as a person would, with no
+// cookie: --version and --help answer on stdout with exit 0, as the doc
+// asks of every plugin (it exited 1 on both), --version names the
+// contract the Go SDK speaks, and no argument says what it is on stderr
+// with exit 1.
+func TestPythonPluginByHand(t *testing.T) {
+	plugin := pythonPlugin(t)
+	run := func(args ...string) (stdout, stderr string, code int) {
+		cmd := exec.Command(plugin, args...)
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		if exit, ok := err.(*exec.ExitError); ok {
+			code = exit.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return out.String(), errOut.String(), code
+	}
+	if out, _, code := run("--version"); code != 0 || !strings.Contains(out, "contract "+shared.ContractVersion) {
+		t.Errorf("--version: exit %d, %q; want 0 and contract %s", code, out, shared.ContractVersion)
+	}
+	if out, _, code := run("--help"); code != 0 || !strings.Contains(out, "provisioner plugin") {
+		t.Errorf("--help: exit %d, %q; want 0 and the usage", code, out)
+	}
+	if out, errOut, code := run(); code != 1 || out != "" || !strings.Contains(errOut, "An engine runs it") {
+		t.Errorf("no argument: exit %d, stdout %q, stderr %q; want 1 and the usage on stderr alone", code, out, errOut)
+	}
+}

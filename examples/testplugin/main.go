@@ -410,6 +410,17 @@ func (m *memory) Shutdown(ctx context.Context, _ *shared.ShutdownRequest) (*shar
 }
 
 func main() {
+	// For the host's tests of what every command tells a plugin: the log
+	// level it was started with, in the file TESTPLUGIN_LOG_LEVEL_FILE
+	// names (a plugin of yours reads FLUKSIO_PLUGIN_LOG_LEVEL, which
+	// plugin.Serve does for it).
+	if f := os.Getenv("TESTPLUGIN_LOG_LEVEL_FILE"); f != "" {
+		level, ok := os.LookupEnv(plugin.LogLevelEnv)
+		if !ok {
+			level = "(unset)"
+		}
+		_ = os.WriteFile(f, []byte(level), 0o644)
+	}
 	if os.Getenv("TESTPLUGIN_STDOUT") != "" {
 		fmt.Println("hello from a plugin that forgot stdout is the handshake")
 	}
