@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/fluksio/provision/shared/plugin"
@@ -14,7 +15,8 @@ import (
 // plugin, with the Go reference plugin writing down the
 // FLUKSIO_PLUGIN_LOG_LEVEL it was started with: every one must set it
 // (docs/plugin-protocol.md, section 1). validate, validate -check and
-// script left it unset, though the doc said it was set.
+// script left it unset, though the doc said it was set. The port range
+// it gets must be the one the doc states (it said 0).
 func TestEveryCommandSetsThePluginLogLevel(t *testing.T) {
 	bin := buildTestPlugin(t)
 	dir := t.TempDir()
@@ -39,16 +41,27 @@ func TestEveryCommandSetsThePluginLogLevel(t *testing.T) {
 		{"run", runMain, []string{"-config", cfg, "-log-level", "debug", "-need", "cpus=1", "-timeout", "1s"}, "debug"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			file := filepath.Join(t.TempDir(), "level")
-			t.Setenv("TESTPLUGIN_LOG_LEVEL_FILE", file)
+			file := filepath.Join(t.TempDir(), "env")
+			t.Setenv("TESTPLUGIN_ENV_FILE", file)
 			tc.main(tc.args, io.Discard, io.Discard) // its outcome is not the point
-			got, err := os.ReadFile(file)
+			b, err := os.ReadFile(file)
 			if err != nil {
 				t.Fatalf("the plugin wrote nothing: was it started? %v", err)
 			}
-			if string(got) != tc.want {
-				t.Errorf("%s started the plugin with %s=%s, want %s", tc.name, plugin.LogLevelEnv, got, tc.want)
+			got := string(b)
+			if want := plugin.LogLevelEnv + "=" + tc.want + "\n"; !strings.Contains(got, want) {
+				t.Errorf("%s started the plugin with %q, want %s", tc.name, got, strings.TrimSpace(want))
+			}
+			if !strings.Contains(got, "PLUGIN_MIN_PORT=10000\nPLUGIN_MAX_PORT=25000\n") {
+				t.Errorf("%s started the plugin with %q, want the ports the doc states", tc.name, got)
 			}
 		})
+	}
+	doc, err := os.ReadFile("../docs/plugin-protocol.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), "| `PLUGIN_MIN_PORT`, `PLUGIN_MAX_PORT` | `10000` and `25000`") {
+		t.Error("docs/plugin-protocol.md does not state the port range the host sets")
 	}
 }

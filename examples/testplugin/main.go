@@ -410,16 +410,21 @@ func (m *memory) Shutdown(ctx context.Context, _ *shared.ShutdownRequest) (*shar
 }
 
 func main() {
-	// For the host's tests of what every command tells a plugin: the log
-	// level it was started with, in the file TESTPLUGIN_LOG_LEVEL_FILE
-	// names (a plugin of yours reads FLUKSIO_PLUGIN_LOG_LEVEL, which
-	// plugin.Serve does for it).
-	if f := os.Getenv("TESTPLUGIN_LOG_LEVEL_FILE"); f != "" {
-		level, ok := os.LookupEnv(plugin.LogLevelEnv)
-		if !ok {
-			level = "(unset)"
+	// For the host's tests of what every command tells a plugin: the
+	// variables it was started with, as NAME=VALUE lines in the file
+	// TESTPLUGIN_ENV_FILE names ("(unset)" for one that is not set). A
+	// plugin of yours reads FLUKSIO_PLUGIN_LOG_LEVEL, which plugin.Serve
+	// does for it.
+	if f := os.Getenv("TESTPLUGIN_ENV_FILE"); f != "" {
+		var b strings.Builder
+		for _, name := range []string{plugin.LogLevelEnv, "PLUGIN_MIN_PORT", "PLUGIN_MAX_PORT"} {
+			v, ok := os.LookupEnv(name)
+			if !ok {
+				v = "(unset)"
+			}
+			fmt.Fprintf(&b, "%s=%s\n", name, v)
 		}
-		_ = os.WriteFile(f, []byte(level), 0o644)
+		_ = os.WriteFile(f, []byte(b.String()), 0o644)
 	}
 	if os.Getenv("TESTPLUGIN_STDOUT") != "" {
 		fmt.Println("hello from a plugin that forgot stdout is the handshake")
