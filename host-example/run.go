@@ -232,10 +232,10 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 	d.engine.ID = engineID
 	d.engine.OnAttach = func(w WorkerInfo) {
 		d.placer.WorkerAttached(w.Provisioner, w.Profile)
-		story.say("worker %s attached from %s (Slurm job %s, %d cpus, %d gpus)", w.Name, w.Hostname, orDash(w.SlurmJobID), w.CPUs, w.GPUs)
+		story.say("worker %s attached from %s (job %s, %d cpus, %d gpus)", w.Name, w.Hostname, orDash(w.JobID), w.CPUs, w.GPUs)
 	}
 	d.engine.OnResult = func(r Result) {
-		story.say("work done by %s: host %s, SLURM_JOB_ID=%s, cpus %d: %s", r.Worker, r.Hostname, orDash(r.SlurmJobID), r.CPUs, r.Output)
+		story.say("work done by %s: host %s, job %s, cpus %d: %s", r.Worker, r.Hostname, orDash(r.JobID), r.CPUs, r.Output)
 	}
 
 	ln, engineAddress, err := listenEngine(cfg.Engine.Listen)
@@ -516,7 +516,7 @@ func (d *daemon) stop() {
 			case err != nil:
 				d.story.say("%s: shutdown failed: %v", s.Name(), err)
 			case len(resp.Cancelled) > 0:
-				d.story.say("%s: shut down, cancelled Slurm job(s) %s", s.Name(), strings.Join(resp.Cancelled, ", "))
+				d.story.say("%s: shut down, cancelled job(s) %s", s.Name(), strings.Join(resp.Cancelled, ", "))
 			default:
 				d.story.say("%s: shut down, nothing outstanding", s.Name())
 			}
@@ -552,11 +552,11 @@ func (s *story) say(format string, args ...any) {
 func (s *story) event(ev shared.Event) {
 	switch ev.Kind {
 	case shared.EventWorkerProvisioned:
-		s.say("%s: asked for a %q machine: Slurm job %s, worker %s", ev.Provisioner, ev.Profile, ev.Job, ev.Worker)
+		s.say("%s: asked for a %q machine: job %s, worker %s", ev.Provisioner, ev.Profile, ev.Job, ev.Worker)
 	case shared.EventWorkerProvisionFailed:
 		s.say("%s: could not get a %q machine: %s", ev.Provisioner, ev.Profile, ev.Detail)
 	case shared.EventWorkerCancelled:
-		s.say("%s: cancelled Slurm job %s (%s) %s", ev.Provisioner, ev.Job, ev.Worker, ev.Detail)
+		s.say("%s: cancelled job %s (%s) %s", ev.Provisioner, ev.Job, ev.Worker, ev.Detail)
 	default:
 		s.say("%s: %s %s %s", ev.Provisioner, ev.Kind, ev.Job, ev.Detail)
 	}

@@ -126,8 +126,8 @@ function renderWorkers(workers) {
   const tb = document.querySelector("#workers tbody");
   tb.replaceChildren();
   for (const w of workers) {
-    tb.append(el("tr", { "data-worker": w.name, "data-job": w.slurm_job_id || "" },
-      el("td", {}, w.name), el("td", {}, w.provisioner), el("td", {}, w.hostname), el("td", {}, w.slurm_job_id),
+    tb.append(el("tr", { "data-worker": w.name, "data-job": w.job_id || "" },
+      el("td", {}, w.name), el("td", {}, w.provisioner), el("td", {}, w.hostname), el("td", {}, w.job_id),
       el("td", {}, w.cpus), el("td", {}, w.gpus), el("td", {}, w.task || "idle"), el("td", {}, clock(w.attached_at))));
   }
 }
