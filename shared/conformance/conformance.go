@@ -4,7 +4,8 @@
 // the checker binary built from provisioner-conformance/ (`make build`
 // puts it in bin/); from a Go test, call Run.
 //
-//	bin/provisioner-conformance -plugin ./provisioner-mykind -config mykind.hcl
+//	bin/provisioner-conformance -plugin ./provisioner-mykind -config mykind.hcl \
+//	    [-invalid broken.hcl]... [-failing failing.hcl]
 //
 //	func TestConformance(t *testing.T) {
 //		conformance.Run(t, conformance.Config{
@@ -26,12 +27,16 @@
 // configured"); Configure; Shapes and Covers agree; Provision answers a
 // demand promptly, entry by entry, asks for nothing new the second time
 // and is followed by an event per machine (a worker_provision_failed
-// event fails the check with what the plugin said); Reconcile is
+// event fails the check with what the plugin said); no machine fails in
+// the 2 s after (each that does is named by worker); Reconcile is
 // idempotent; Status; Shutdown returns before its deadline; the process
 // exits when go-plugin's GRPCController asks, without being killed;
 // nothing is written to stdout after the handshake; every stderr line is
 // a log line the host parses; and, with fresh processes, the plugin exits
-// within 3 s of SIGTERM and within 4 s of its parent's death.
+// within 3 s of SIGTERM and within 4 s of its parent's death, and, given
+// a configuration whose machines fail (Config.Failing), a profile whose
+// machine failed is answered BACKING_OFF when asked again and listed in
+// Status.backing_off.
 //
 // Provision really provisions: point the plugin at something it may use
 // (a sandbox cluster, a test account). The Shutdown near the end cancels
