@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,6 +113,17 @@ func TestEngineHoldsAPluginThatNeverBacksOff(t *testing.T) {
 	resp.Body.Close()
 	if err != nil || len(report.HeldBack) == 0 || report.HeldBack[0].Provisioner != "storm" {
 		t.Errorf("GET /status held_back = %+v (%v); want the storm provisioner's profiles", report.HeldBack, err)
+	}
+	// And in the metrics.
+	resp, err = http.Get("http://" + d.addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || !strings.Contains(string(metrics), `fluksio_profile_failures_in_a_row{profile="small",provisioner="storm"}`) ||
+		!strings.Contains(string(metrics), `fluksio_profile_held_back{profile="small",provisioner="storm"}`) {
+		t.Errorf("GET /metrics (%v, %s) lacks the hold of profile small", err, resp.Status)
 	}
 
 	// The failures stop: the next machine the plugin starts stays on its

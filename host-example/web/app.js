@@ -97,12 +97,12 @@ function renderProvisioners(provs, heldBack) {
       t.append(tb);
       div.append(t);
       if (s.last_error) div.append(el("div", { class: "hint" }, "last error: " + s.last_error));
-      // The engine's own backoff, whatever the plugin does about it.
-      for (const h of heldBack.filter((x) => x.provisioner === p.name && x.held)) {
-        div.append(el("div", { class: "down", "data-held": h.profile },
-          "engine holds " + h.profile + " back: " + h.failures + " failure(s) in a row, until " + clock(h.until) + " (" + h.last_error + ")"));
-      }
       for (const n of s.notes || []) div.append(el("div", { class: "hint" }, n));
+    }
+    // The engine's own backoff, whatever the plugin (or its status) says.
+    for (const h of heldBack.filter((x) => x.provisioner === p.name && x.held)) {
+      div.append(el("div", { class: "down", "data-held": h.profile },
+        "engine holds " + h.profile + " back: " + h.failures + " failure(s) in a row, until " + clock(h.until) + " (" + h.last_error + ")"));
     }
     box.append(div);
   }
