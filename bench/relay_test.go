@@ -42,7 +42,7 @@ func attachFlow(tb testing.TB, e benchEnv, relay bool) time.Duration {
 	h := startHostWith(tb, e, "reach", config, "-need", fmt.Sprintf("cpus=1,count=%d,work=5s", relayMachines), "-timeout", "5m")
 	// From sbatch's answer: the relay's start, once per provisioner and
 	// before its first submission, is not part of any one submission.
-	asked := h.wait(tb, `asked for a "cpu" machine: Slurm job`, 2*time.Minute)
+	asked := h.wait(tb, `asked for a "cpu" machine: job`, 2*time.Minute)
 	var last storyLine
 	for i := range relayMachines {
 		last = h.waitNth(tb, " attached from ", i+1, 2*time.Minute)

@@ -146,7 +146,7 @@ func TestE2EBurstOf40(t *testing.T) {
 	// The cpus=64 need fits no profile: the engine keeps running after
 	// the burst is served, for the replay, until the test stops it.
 	p := e.startEngine(t, "-config", cfg, "-need", fmt.Sprintf("cpus=1,count=%d,work=20s", burst), "-need", "cpus=64", "-timeout", "4m")
-	attachRE := regexp.MustCompile(`worker (\S+) attached from \S+ \(Slurm job (\S+),`)
+	attachRE := regexp.MustCompile(`worker (\S+) attached from \S+ \(job (\S+),`)
 	poll(t, 3*time.Minute, fmt.Sprintf("%d workers attached", burst), func() bool {
 		if p.exited() {
 			t.Fatalf("the engine exited early\nstdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)

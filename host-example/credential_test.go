@@ -238,22 +238,22 @@ func TestWorkerTextEscaped(t *testing.T) {
 	st := newStory(&out)
 	// As runMain wires them.
 	e.OnAttach = func(w WorkerInfo) {
-		st.say("worker %s attached from %s (Slurm job %s, %d cpus, %d gpus)", w.Name, w.Hostname, orDash(w.SlurmJobID), w.CPUs, w.GPUs)
+		st.say("worker %s attached from %s (job %s, %d cpus, %d gpus)", w.Name, w.Hostname, orDash(w.JobID), w.CPUs, w.GPUs)
 	}
 	e.OnResult = func(r Result) {
-		st.say("work done by %s: host %s, SLURM_JOB_ID=%s, cpus %d: %s", r.Worker, r.Hostname, orDash(r.SlurmJobID), r.CPUs, r.Output)
+		st.say("work done by %s: host %s, job %s, cpus %d: %s", r.Worker, r.Hostname, orDash(r.JobID), r.CPUs, r.Output)
 	}
 	const forged = "x\n[   9.9s] all 1 need(s) served; shutting down\x1b[2J\u202e\xff"
 	tok := sign(t, signer, "slurm-cpu-1", time.Hour)
 	provisioned(e, "slurm-cpu-1", "77")
-	body, _ := json.Marshal(attachRequest{Hostname: forged, SlurmJobID: "77", CPUs: 1})
+	body, _ := json.Marshal(attachRequest{Hostname: forged, JobID: "77", CPUs: 1})
 	if code, msg := attachAs(t, e, tok, string(body)); code != http.StatusOK {
 		t.Fatalf("attach: %d %s", code, msg)
 	}
 	if err := e.assign("slurm-cpu-1", Task{ID: "t1"}); err != nil {
 		t.Fatal(err)
 	}
-	body, _ = json.Marshal(resultRequest{TaskID: "t1", Hostname: forged, SlurmJobID: "77", CPUs: 1, Output: forged})
+	body, _ = json.Marshal(resultRequest{TaskID: "t1", Hostname: forged, JobID: "77", CPUs: 1, Output: forged})
 	if rec := do(t, e, "POST", "/v1/result", tok, string(body)); rec.Code != http.StatusNoContent {
 		t.Fatalf("result: %d %s", rec.Code, rec.Body)
 	}

@@ -315,7 +315,7 @@ func (e *e2e) assertCleanedUp(t *testing.T, exitedAt time.Time) {
 	}
 }
 
-var workDoneRe = regexp.MustCompile(`work done by (\S+): host \S+, SLURM_JOB_ID=(\d+), `)
+var workDoneRe = regexp.MustCompile(`work done by (\S+): host \S+, job (\d+), `)
 
 // TestE2ERunServesNeeds runs the demo: two needs, one for a CPU machine
 // and one for a GPU machine with a label, each served by a worker that a
@@ -542,7 +542,7 @@ func TestE2ESigtermCancelsJobs(t *testing.T) {
 		t.Errorf("the story does not tell of the signal")
 	}
 	job, _, _ := strings.Cut(queued, " ")
-	if !regexp.MustCompile(`shut down, cancelled Slurm job\(s\) .*\b` + regexp.QuoteMeta(job) + `\b`).MatchString(story) {
+	if !regexp.MustCompile(`shut down, cancelled job\(s\) .*\b` + regexp.QuoteMeta(job) + `\b`).MatchString(story) {
 		t.Errorf("the story does not say Slurm job %s was cancelled", job)
 	}
 	e.assertCleanedUp(t, exitedAt)
@@ -637,7 +637,7 @@ func TestE2EBurstOneSubmission(t *testing.T) {
 		t.Errorf("%d tasks report their simulated work, want 8", n)
 	}
 	attached := map[string]string{} // worker -> the job it says it runs as
-	for _, m := range regexp.MustCompile(`worker (\S+) attached from \S+ \(Slurm job (\S+),`).FindAllStringSubmatch(story, -1) {
+	for _, m := range regexp.MustCompile(`worker (\S+) attached from \S+ \(job (\S+),`).FindAllStringSubmatch(story, -1) {
 		attached[m[1]] = m[2]
 	}
 	arrays := map[string]bool{}
@@ -684,7 +684,7 @@ func TestE2EMultiNode(t *testing.T) {
 		t.Errorf("the story does not say 2 machines were asked for in one submission")
 	}
 	attached := map[string]string{} // worker -> the job it says it runs as
-	for _, m := range regexp.MustCompile(`worker (\S+) attached from \S+ \(Slurm job (\S+),`).FindAllStringSubmatch(story, -1) {
+	for _, m := range regexp.MustCompile(`worker (\S+) attached from \S+ \(job (\S+),`).FindAllStringSubmatch(story, -1) {
 		attached[m[1]] = m[2]
 	}
 	jobs := map[string]bool{}

@@ -120,6 +120,8 @@ type stateCollector struct {
 	status  func(context.Context) []host.ProvisionerStatus
 	workers func() map[string]workerCounts
 	tasks   func() map[string]int
+	// held is the engine's own backoff (backoff.go); nil means none.
+	held    func() []heldProfile
 	profile func(provisioner, profile string) string
 }
 
@@ -146,12 +148,18 @@ var (
 		"1 if the provisioner answered Status at this scrape, 0 if not (its machines and counters are then missing).", []string{"provisioner"}, nil)
 	descWorkers = prometheus.NewDesc("fluksio_workers",
 		"Workers attached to the engine now, idle or busy with a task.", []string{"provisioner", "state"}, nil)
+	descHeld = prometheus.NewDesc("fluksio_profile_held_back",
+		"1 while the engine holds the profile back because its machines failed in a row (whatever the plugin does about it), 0 once the hold is over.",
+		[]string{"provisioner", "profile"}, nil)
+	descFailuresInARow = prometheus.NewDesc("fluksio_profile_failures_in_a_row",
+		"Machines of the profile that failed since one of its workers last attached, as the engine counts them for its hold.",
+		[]string{"provisioner", "profile"}, nil)
 	descTasks = prometheus.NewDesc("fluksio_tasks",
 		"The engine's tasks (needs) by state: waiting, assigned, served.", []string{"state"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUp, descRestarts, descMachines, descFailures, descCommandSeconds, descCommandErrors, descStatusUp, descWorkers, descTasks} {
+	for _, d := range []*prometheus.Desc{descUp, descRestarts, descMachines, descFailures, descCommandSeconds, descCommandErrors, descStatusUp, descWorkers, descTasks, descHeld, descFailuresInARow} {
 		ch <- d
 	}
 }
@@ -182,6 +190,20 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	tasks := c.tasks()
 	for _, state := range []string{needWaiting, needAssigned, needServed} {
 		ch <- prometheus.MustNewConstMetric(descTasks, prometheus.GaugeValue, float64(tasks[state]), state)
+	}
+	if c.held != nil {
+		// Summed per label set, as collectStatus does: profiles beyond
+		// maxProfileLabels share "other".
+		held, inARow := map[[2]string]float64{}, map[[2]string]float64{}
+		for _, h := range c.held() {
+			k := [2]string{h.Provisioner, c.profile(h.Provisioner, h.Profile)}
+			held[k] = max(held[k], b2f(h.Held))
+			inARow[k] += float64(h.Failures)
+		}
+		for k := range inARow {
+			ch <- prometheus.MustNewConstMetric(descHeld, prometheus.GaugeValue, held[k], k[0], k[1])
+			ch <- prometheus.MustNewConstMetric(descFailuresInARow, prometheus.GaugeValue, inARow[k], k[0], k[1])
+		}
 	}
 }
 

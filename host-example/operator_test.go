@@ -280,7 +280,7 @@ func TestOperatorStreamsLeaveWorkersRoom(t *testing.T) {
 				t.Errorf("%s: poll: %d %s", name, code, body)
 				return
 			}
-			result := fmt.Sprintf(`{"task_id":"task-%s","hostname":"n01","slurm_job_id":"%s","cpus":4,"output":"done"}`, name, job)
+			result := fmt.Sprintf(`{"task_id":"task-%s","hostname":"n01","job_id":"%s","cpus":4,"output":"done"}`, name, job)
 			if code, body := req("POST", "/v1/result", result); code != http.StatusNoContent {
 				t.Errorf("%s: result: %d %s", name, code, body)
 			}

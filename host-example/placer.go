@@ -88,6 +88,9 @@ type Placer struct {
 	// OnBurst, if set, hears of each Provision call that asked for or
 	// cancelled machines of a profile. Set it before the first Pass.
 	OnBurst func(target string, pd shared.ProfileDemand)
+
+	// holds is the engine's own backoff of failing profiles (backoff.go).
+	holds *holds
 }
 
 type targetState struct {
@@ -131,7 +134,7 @@ func NewPlacer(logger hclog.Logger, engine *Engine, targets []Target) *Placer {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	p := &Placer{ProvisionTimeout: defaultProvisionTimeout, logger: logger, engine: engine, busy: map[string]bool{}}
+	p := &Placer{ProvisionTimeout: defaultProvisionTimeout, logger: logger, engine: engine, busy: map[string]bool{}, holds: newHolds(nil)}
 	for _, t := range targets {
 		p.targets = append(p.targets, &targetState{Target: t})
 	}
@@ -315,6 +318,17 @@ func (p *Placer) provision(ctx context.Context, waiting []*needState) {
 	// pass after, when the demand falls back.
 	idle, attached := p.engine.idleAndAttached()
 	taken := make([]bool, len(idle))
+	// Needs whose profile the engine holds back (backoff.go): each held
+	// profile is asked for at most its allowance this pass, and the rest
+	// are answered BACKING_OFF here, without asking the plugin.
+	type heldNeed struct {
+		t    Target
+		ns   *needState
+		need shared.Need
+		o    shared.DemandOutcome
+	}
+	var held []heldNeed
+	routed := map[holdKey]int{}
 	for _, ns := range waiting {
 		covered := false
 		for i, w := range idle {
@@ -336,7 +350,18 @@ func (p *Placer) provision(ctx context.Context, waiting []*needState) {
 			need = r
 		}
 		p.mu.Unlock()
+		if profile, ok := profileFor(t.Shapes, need); ok {
+			k := holdKey{t.Name, profile}
+			if keep, st := p.holds.allowance(t.Name, profile); keep >= 0 && routed[k] >= keep {
+				held = append(held, heldNeed{t.Target, ns, need, shared.DemandOutcome{Outcome: shared.OutcomeBackingOff, Profile: profile, Detail: holdDetail(st)}})
+				continue
+			}
+			routed[k]++
+		}
 		rounds[t.Name].add(need, ns)
+	}
+	for _, h := range held {
+		p.noteDemand(h.t, h.ns, h.need, h.o)
 	}
 
 	var started sync.WaitGroup
@@ -466,6 +491,7 @@ func (p *Placer) askTarget(ctx context.Context, t Target, rd *round, attached []
 		}
 		return
 	}
+	p.holds.reported(t.Name, resp.Profiles)
 	p.noteProfiles(t.Name, resp.Profiles)
 	for i, o := range resp.Outcomes {
 		for _, ns := range rd.needs[i] {

@@ -193,7 +193,7 @@ func attachWorker(t *testing.T, e *Engine, s *host.Signer, name, body string) st
 	if err != nil {
 		t.Fatal(err)
 	}
-	provisioned(e, name, req.SlurmJobID)
+	provisioned(e, name, req.JobID)
 	if rec := do(t, e, "POST", "/v1/attach", token, body); rec.Code != 200 {
 		t.Fatalf("attach %s: %d %s", name, rec.Code, rec.Body)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/internal/sandboxtest"
+	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/shared/conformance"
 )
 
@@ -35,23 +37,29 @@ func pythonPlugin(t *testing.T) string {
 }
 
 // TestPythonPluginConforms runs the checker binary against the Python
-// plugin: every check must pass.
+// plugin: every check must pass, its diagnostics checked from files
+// (-invalid) and its backoff with workers that fail at once (-failing).
 func TestPythonPluginConforms(t *testing.T) {
 	plugin := pythonPlugin(t)
 	hostBin := sandboxtest.Binary(t, "host-example", "host-example")
 	checker := sandboxtest.Binary(t, "shared/conformance/provisioner-conformance", "provisioner-conformance")
-	cfg := filepath.Join(t.TempDir(), "local.hcl")
-	body := fmt.Sprintf(`engine_url     = "http://127.0.0.1:1"
-worker_command = [%q, "worker"]
-profile "small" {
-  cpus   = 1
-  labels = ["x86"]
-}
-`, hostBin)
-	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
 	}
-	out, err := exec.Command(checker, "-plugin", plugin, "-config", cfg).CombinedOutput()
+	config := func(command string, profile string) string {
+		return fmt.Sprintf("engine_url     = \"http://127.0.0.1:1\"\nworker_command = [%q, \"worker\"]\nprofile \"small\" {\n%s}\n", command, profile)
+	}
+	cfg := write("local.hcl", config(hostBin, "  cpus   = 1\n  labels = [\"x86\"]\n"))
+	args := []string{"-plugin", plugin, "-config", cfg,
+		"-invalid", write("cpus.hcl", "# path: profile.0.cpus\n"+config(hostBin, "  cpus = 0\n")),
+		"-invalid", write("label.hcl", "# path: profile.0.labels.1\n"+config(hostBin, "  cpus = 1\n  labels = [\"x86\", \"has space\"]\n")),
+		"-failing", write("false.hcl", config("/bin/false", "  cpus = 1\n"))}
+	out, err := exec.Command(checker, args...).CombinedOutput()
 	t.Logf("checker:\n%s", out)
 	if err != nil {
 		t.Fatalf("the checker failed the Python plugin: %v", err)
@@ -59,14 +67,21 @@ profile "small" {
 	if n := bytes.Count(out, []byte("\nPASS ")) + 1; n != len(conformance.Checks) || bytes.Contains(out, []byte("FAIL")) {
 		t.Errorf("%d checks passed, want %d", n, len(conformance.Checks))
 	}
+	if bytes.Contains(out, []byte("not run")) {
+		t.Errorf("a check was not run:\n%s", out)
+	}
 }
 
 // TestPythonPluginServesRun runs host-example with the Python plugin: a
 // need is served by a worker the plugin started as a local process; the
 // plugin, killed with SIGKILL while the work runs, is restarted by the
-// engine's supervisor; and the run completes.
+// engine's supervisor; and the run completes. The engine runs in a Slurm
+// job of its own (SLURM_JOB_ID set): a worker that inherited it would
+// report that job and be refused, so the plugin must strip SLURM_*.
 func TestPythonPluginServesRun(t *testing.T) {
 	plugin := pythonPlugin(t)
+	t.Setenv("SLURM_JOB_ID", "4242")
+	t.Setenv("SLURM_CPUS_ON_NODE", "2")
 	e := &e2e{host: sandboxtest.Binary(t, "host-example", "host-example"), name: "py", port: sandboxtest.FreePort(t)}
 	e.mark = "FLUKSIO_E2E_MARK=py-" + strconv.Itoa(os.Getpid())
 	cfg := filepath.Join(t.TempDir(), "config.hcl")
@@ -150,4 +165,77 @@ func processes(mark, word string) []int {
 		pids = append(pids, pid)
 	}
 	return pids
+}
+
+// TestPythonPluginStorm runs the engine with the Python plugin and a
+// worker command that fails at once (/bin/false), the storm an author
+// found: the project's own reference started 1,680 failing workers in
+// 6 s. It backs the profile off itself now (and the engine holds it
+// besides): at most 15 workers started in the first 10 s, by the
+// plugin's own counters.
+func TestPythonPluginStorm(t *testing.T) {
+	plugin := pythonPlugin(t)
+	body := fmt.Sprintf(`engine {
+  listen = "127.0.0.1:0"
+}
+
+provisioner "local" "py" {
+  plugin         = %q
+  engine_url     = "http://127.0.0.1:1"
+  worker_command = ["/bin/false"]
+  profile "small" {
+    cpus = 1
+  }
+}
+`, plugin)
+	d, runDone, story, _ := runDaemon(t, body, shared.Need{CPUs: 1})
+	// The window is the figure, not a wait for anything.
+	select {
+	case code := <-runDone:
+		runDone <- code
+		t.Fatalf("run returned %d during the storm\n%s", code, story)
+	case <-time.After(10 * time.Second):
+	}
+	n := failedMachines(d)
+	st := d.sups[0].Status(context.Background())
+	t.Logf("workers the Python plugin started in 10 s, all failing at once: %d; its backoff: %+v; the engine's: %+v", n, st.Status.BackingOff, d.placer.Held())
+	if n == 0 || n > 15 {
+		t.Errorf("the plugin started %d failing workers in 10 s; want 1 to 15", n)
+	}
+	if len(st.Status.BackingOff) != 1 || st.Status.BackingOff[0].Profile != "small" {
+		t.Errorf("the plugin's Status.backing_off = %+v, want profile small", st.Status.BackingOff)
+	}
+	if st.Status.Counters == nil || len(st.Status.Counters.Failures) != 1 || st.Status.Counters.Failures[0].Class != shared.FailureDiedBeforeAttach {
+		t.Errorf("the plugin's counters = %+v, want died_before_attach failures of small", st.Status.Counters)
+	}
+}
+
+// TestPythonPluginByHand runs the Python plugin as a person would, with no
+// cookie: --version and --help answer on stdout with exit 0, as the doc
+// asks of every plugin (it exited 1 on both), --version names the
+// contract the Go SDK speaks, and no argument says what it is on stderr
+// with exit 1.
+func TestPythonPluginByHand(t *testing.T) {
+	plugin := pythonPlugin(t)
+	run := func(args ...string) (stdout, stderr string, code int) {
+		cmd := exec.Command(plugin, args...)
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		if exit, ok := err.(*exec.ExitError); ok {
+			code = exit.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return out.String(), errOut.String(), code
+	}
+	if out, _, code := run("--version"); code != 0 || !strings.Contains(out, "contract "+shared.ContractVersion) {
+		t.Errorf("--version: exit %d, %q; want 0 and contract %s", code, out, shared.ContractVersion)
+	}
+	if out, _, code := run("--help"); code != 0 || !strings.Contains(out, "provisioner plugin") {
+		t.Errorf("--help: exit %d, %q; want 0 and the usage", code, out)
+	}
+	if out, errOut, code := run(); code != 1 || out != "" || !strings.Contains(errOut, "An engine runs it") {
+		t.Errorf("no argument: exit %d, stdout %q, stderr %q; want 1 and the usage on stderr alone", code, out, errOut)
+	}
 }

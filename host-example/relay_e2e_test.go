@@ -317,7 +317,7 @@ func TestE2ERelayHundred(t *testing.T) {
 		t.Fatalf("exit %d, want 0\nstory:\n%s\nstderr:\n%s", code, story, p.stderr)
 	}
 	attached := regexp.MustCompile(`worker (\S+) attached from `).FindAllStringSubmatch(story, -1)
-	results := regexp.MustCompile(`work done by (\S+): host \S+, SLURM_JOB_ID=(\S+), cpus 1: slept 30s \(simulated work\) on \S+ with 1 cpus\n`).FindAllStringSubmatch(story, -1)
+	results := regexp.MustCompile(`work done by (\S+): host \S+, job (\S+), cpus 1: slept 30s \(simulated work\) on \S+ with 1 cpus\n`).FindAllStringSubmatch(story, -1)
 	workers := map[string]bool{}
 	for _, m := range results {
 		workers[m[1]] = true

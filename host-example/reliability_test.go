@@ -624,7 +624,7 @@ func gatedWorker(t *testing.T, gate, host string) string {
 }
 
 var (
-	askedRe  = regexp.MustCompile(`asked for a "cpu" machine: Slurm job (\d+)`)
+	askedRe  = regexp.MustCompile(`asked for a "cpu" machine: job (\d+)`)
 	failedRe = regexp.MustCompile(`could not get a "cpu" machine: job (\d+) ended (FAILED\S*(?: \([^)]*\))?)`)
 )
 

@@ -175,6 +175,7 @@ const (
 // counts it; the story and the log tell it, within logs' budget.
 func (d *daemon) pluginEvent(plog hclog.Logger, logs *loglimit.Limiter, ev shared.Event, now time.Time) {
 	d.engine.ObserveEvent(ev)
+	d.placer.ObserveEvent(ev)
 	d.obs.pluginEvent(ev)
 	if ok, leftOut := logs.Allow(now); ok {
 		if leftOut > 0 {
@@ -230,10 +231,11 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 	d.operator.plugins = d.pluginPIDs
 	d.engine.ID = engineID
 	d.engine.OnAttach = func(w WorkerInfo) {
-		story.say("worker %s attached from %s (Slurm job %s, %d cpus, %d gpus)", w.Name, w.Hostname, orDash(w.SlurmJobID), w.CPUs, w.GPUs)
+		d.placer.WorkerAttached(w.Provisioner, w.Profile)
+		story.say("worker %s attached from %s (job %s, %d cpus, %d gpus)", w.Name, w.Hostname, orDash(w.JobID), w.CPUs, w.GPUs)
 	}
 	d.engine.OnResult = func(r Result) {
-		story.say("work done by %s: host %s, SLURM_JOB_ID=%s, cpus %d: %s", r.Worker, r.Hostname, orDash(r.SlurmJobID), r.CPUs, r.Output)
+		story.say("work done by %s: host %s, job %s, cpus %d: %s", r.Worker, r.Hostname, orDash(r.JobID), r.CPUs, r.Output)
 	}
 
 	ln, engineAddress, err := listenEngine(cfg.Engine.Listen)
@@ -243,7 +245,8 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 	gate := newConnGate(cfg.Engine.MaxConnections, logger.Named("http"), loglimit.New(refusalLogBurst, refusalLogWindow))
 	tlsConfig := cfg.Engine.serverTLSConfig()
 
-	state := &stateCollector{health: d.health, status: d.engine.provisionerStatus, workers: d.workerCounts, tasks: d.taskCounts}
+	state := &stateCollector{health: d.health, status: d.engine.provisionerStatus, workers: d.workerCounts, tasks: d.taskCounts,
+		held: func() []heldProfile { return d.placer.Held() }}
 	d.obs = newObserver(newEngineMetrics(state))
 	d.engine.OnActivity = d.obs.activity
 
@@ -265,6 +268,7 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 		}
 	}
 	d.engine.NeedsFunc = d.placer.Needs
+	d.engine.HeldFunc = d.placer.Held
 	for _, pc := range cfg.Provisioners {
 		plog := logger.Named(pc.Name)
 		name := pc.Name
@@ -512,7 +516,7 @@ func (d *daemon) stop() {
 			case err != nil:
 				d.story.say("%s: shutdown failed: %v", s.Name(), err)
 			case len(resp.Cancelled) > 0:
-				d.story.say("%s: shut down, cancelled Slurm job(s) %s", s.Name(), strings.Join(resp.Cancelled, ", "))
+				d.story.say("%s: shut down, cancelled job(s) %s", s.Name(), strings.Join(resp.Cancelled, ", "))
 			default:
 				d.story.say("%s: shut down, nothing outstanding", s.Name())
 			}
@@ -548,11 +552,11 @@ func (s *story) say(format string, args ...any) {
 func (s *story) event(ev shared.Event) {
 	switch ev.Kind {
 	case shared.EventWorkerProvisioned:
-		s.say("%s: asked for a %q machine: Slurm job %s, worker %s", ev.Provisioner, ev.Profile, ev.Job, ev.Worker)
+		s.say("%s: asked for a %q machine: job %s, worker %s", ev.Provisioner, ev.Profile, ev.Job, ev.Worker)
 	case shared.EventWorkerProvisionFailed:
 		s.say("%s: could not get a %q machine: %s", ev.Provisioner, ev.Profile, ev.Detail)
 	case shared.EventWorkerCancelled:
-		s.say("%s: cancelled Slurm job %s (%s) %s", ev.Provisioner, ev.Job, ev.Worker, ev.Detail)
+		s.say("%s: cancelled job %s (%s) %s", ev.Provisioner, ev.Job, ev.Worker, ev.Detail)
 	default:
 		s.say("%s: %s %s %s", ev.Provisioner, ev.Kind, ev.Job, ev.Detail)
 	}

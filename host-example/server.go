@@ -70,6 +70,9 @@ type Engine struct {
 	// NeedsFunc supplies the needs in GET /status, normally Placer.Needs.
 	// Nil lists none. Set before serving.
 	NeedsFunc func() []NeedStatus
+	// HeldFunc supplies the profiles the engine holds back in GET
+	// /status, normally Placer.Held.
+	HeldFunc func() []heldProfile
 
 	// ID is the engine's identity (identity.go), shown in GET /status.
 	// Set before serving.
@@ -128,7 +131,7 @@ type WorkerInfo struct {
 	// its owner, whatever its name suggests.
 	Provisioner string   `json:"provisioner"`
 	Hostname    string   `json:"hostname"`
-	SlurmJobID  string   `json:"slurm_job_id"`
+	JobID       string   `json:"job_id"`
 	CPUs        int      `json:"cpus"`
 	GPUs        int      `json:"gpus"`
 	RAMMB       int64    `json:"ram_mb"`
@@ -167,13 +170,13 @@ func toNeedJSON(n shared.Need) needJSON {
 
 // Result is what a worker reported for a task.
 type Result struct {
-	TaskID     string    `json:"task_id"`
-	Worker     string    `json:"worker"`
-	Hostname   string    `json:"hostname"`
-	SlurmJobID string    `json:"slurm_job_id"`
-	CPUs       int       `json:"cpus"`
-	Output     string    `json:"output"`
-	At         time.Time `json:"at"`
+	TaskID   string    `json:"task_id"`
+	Worker   string    `json:"worker"`
+	Hostname string    `json:"hostname"`
+	JobID    string    `json:"job_id"`
+	CPUs     int       `json:"cpus"`
+	Output   string    `json:"output"`
+	At       time.Time `json:"at"`
 }
 
 // workerState is one attached worker. Every field is guarded by Engine.mu.
@@ -294,7 +297,7 @@ func (e *Engine) ObserveEvent(ev shared.Event) {
 	revoke, err := e.admission.Observe(ev)
 	var dropped *goneWorker
 	if ws := e.workers[ev.Worker]; revoke && ws != nil && ws.owner == ev.Provisioner {
-		dropped = &goneWorker{name: ev.Worker, owner: ws.owner, job: ws.info.SlurmJobID, lastSeen: ws.lastSeen}
+		dropped = &goneWorker{name: ev.Worker, owner: ws.owner, job: ws.info.JobID, lastSeen: ws.lastSeen}
 		if ws.task != nil {
 			dropped.task = ws.task.ID
 		}
@@ -400,7 +403,7 @@ func (e *Engine) assign(worker string, t Task) error {
 	case ws.wake <- struct{}{}:
 	default:
 	}
-	a := Activity{Kind: "task_assigned", Provisioner: ws.owner, Worker: worker, Job: ws.info.SlurmJobID, Task: t.ID}
+	a := Activity{Kind: "task_assigned", Provisioner: ws.owner, Worker: worker, Job: ws.info.JobID, Task: t.ID}
 	e.mu.Unlock()
 	e.activity(a)
 	return nil
@@ -484,7 +487,7 @@ func (e *Engine) sweepLocked() []goneWorker {
 			limit = busyLimit
 		}
 		if now.Sub(ws.lastSeen) > limit {
-			g := goneWorker{name: name, owner: ws.owner, job: ws.info.SlurmJobID, lastSeen: ws.lastSeen}
+			g := goneWorker{name: name, owner: ws.owner, job: ws.info.JobID, lastSeen: ws.lastSeen}
 			if ws.task != nil {
 				g.task = ws.task.ID
 			}
@@ -577,12 +580,12 @@ func (e *Engine) refuse(w http.ResponseWriter, r *http.Request, reason string) {
 }
 
 type attachRequest struct {
-	Hostname   string   `json:"hostname"`
-	SlurmJobID string   `json:"job_id"`
-	CPUs       int      `json:"cpus"`
-	GPUs       int      `json:"gpus"`
-	RAMMB      int64    `json:"ram_mb"`
-	Labels     []string `json:"labels"`
+	Hostname string   `json:"hostname"`
+	JobID    string   `json:"job_id"`
+	CPUs     int      `json:"cpus"`
+	GPUs     int      `json:"gpus"`
+	RAMMB    int64    `json:"ram_mb"`
+	Labels   []string `json:"labels"`
 }
 
 type attachResponse struct {
@@ -610,7 +613,7 @@ func (e *Engine) handleAttach(w http.ResponseWriter, r *http.Request) {
 	// What a worker says about itself is printed in the story and the
 	// log: no control character of its survives.
 	info := WorkerInfo{
-		Name: name, Provisioner: cred.Provisioner, Hostname: host.Printable(req.Hostname), SlurmJobID: host.Printable(req.SlurmJobID),
+		Name: name, Provisioner: cred.Provisioner, Hostname: host.Printable(req.Hostname), JobID: host.Printable(req.JobID),
 		CPUs: req.CPUs, GPUs: req.GPUs, RAMMB: req.RAMMB, Labels: slices.Clone(req.Labels),
 	}
 	if err := host.Allows(cred.CredentialClaims, info.CPUs, info.GPUs, info.RAMMB, info.Labels); err != nil {
@@ -638,11 +641,11 @@ func (e *Engine) handleAttach(w http.ResponseWriter, r *http.Request) {
 	}
 
 	e.logger.Info("worker attached", "worker", name, "provisioner", cred.Provisioner, "host", info.Hostname,
-		"slurm_job_id", info.SlurmJobID, "cpus", info.CPUs, "gpus", info.GPUs, "ram_mb", info.RAMMB, "labels", info.Labels)
+		"job_id", info.JobID, "cpus", info.CPUs, "gpus", info.GPUs, "ram_mb", info.RAMMB, "labels", info.Labels)
 	if e.OnAttach != nil {
 		e.OnAttach(info)
 	}
-	e.activity(Activity{Kind: "worker_attached", Provisioner: info.Provisioner, Worker: name, Job: info.SlurmJobID,
+	e.activity(Activity{Kind: "worker_attached", Provisioner: info.Provisioner, Worker: name, Job: info.JobID,
 		Detail: fmt.Sprintf("from %s, %d cpus, %d gpus", info.Hostname, info.CPUs, info.GPUs)})
 	e.notify()
 	writeJSON(w, http.StatusOK, attachResponse{Worker: name, Session: session})
@@ -652,7 +655,7 @@ func (e *Engine) handleAttach(w http.ResponseWriter, r *http.Request) {
 // as info, and if not, with which status and why. e.mu must be held.
 func (e *Engine) admitLocked(cred host.Credential, info WorkerInfo) (int, string) {
 	var refusal *host.AdmitError
-	if err := e.admission.Admit(cred, info.SlurmJobID); errors.As(err, &refusal) {
+	if err := e.admission.Admit(cred, info.JobID); errors.As(err, &refusal) {
 		status := map[host.Refusal]int{
 			host.RefusedRevoked:  http.StatusUnauthorized,
 			host.RefusedNotYet:   http.StatusServiceUnavailable,
@@ -679,7 +682,7 @@ func (req attachRequest) check() error {
 		return fmt.Errorf("cpus is %d; a worker has at least 1", req.CPUs)
 	case req.GPUs < 0 || req.RAMMB < 0:
 		return errors.New("gpus and ram_mb may not be negative")
-	case len(req.Hostname) > 255 || len(req.SlurmJobID) > 64:
+	case len(req.Hostname) > 255 || len(req.JobID) > 64:
 		return errors.New("hostname or job_id is too long")
 	case len(req.Labels) > 64:
 		return fmt.Errorf("%d labels; at most 64", len(req.Labels))
@@ -790,11 +793,11 @@ func (e *Engine) nextTask(r *http.Request, cred host.Credential, wait time.Durat
 }
 
 type resultRequest struct {
-	TaskID     string `json:"task_id"`
-	Hostname   string `json:"hostname"`
-	SlurmJobID string `json:"slurm_job_id"`
-	CPUs       int    `json:"cpus"`
-	Output     string `json:"output"`
+	TaskID   string `json:"task_id"`
+	Hostname string `json:"hostname"`
+	JobID    string `json:"job_id"`
+	CPUs     int    `json:"cpus"`
+	Output   string `json:"output"`
 }
 
 func (e *Engine) handleResult(w http.ResponseWriter, r *http.Request) {
@@ -812,7 +815,7 @@ func (e *Engine) handleResult(w http.ResponseWriter, r *http.Request) {
 	// books all see the same harmless text.
 	res := Result{
 		TaskID: host.Printable(req.TaskID), Worker: name, Hostname: host.Printable(req.Hostname),
-		SlurmJobID: host.Printable(req.SlurmJobID), CPUs: req.CPUs, Output: host.Printable(req.Output), At: e.now(),
+		JobID: host.Printable(req.JobID), CPUs: req.CPUs, Output: host.Printable(req.Output), At: e.now(),
 	}
 
 	e.mu.Lock()
@@ -840,11 +843,11 @@ func (e *Engine) handleResult(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	e.logger.Info("work done", "task", res.TaskID, "worker", name, "host", res.Hostname,
-		"slurm_job_id", res.SlurmJobID, "cpus", res.CPUs, "output", res.Output)
+		"job_id", res.JobID, "cpus", res.CPUs, "output", res.Output)
 	if e.OnResult != nil {
 		e.OnResult(res)
 	}
-	e.activity(Activity{Kind: "task_done", Provisioner: cred.Provisioner, Worker: name, Job: res.SlurmJobID, Task: res.TaskID, Detail: res.Output})
+	e.activity(Activity{Kind: "task_done", Provisioner: cred.Provisioner, Worker: name, Job: res.JobID, Task: res.TaskID, Detail: res.Output})
 	e.notify()
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -869,7 +872,7 @@ func (e *Engine) handleDetach(w http.ResponseWriter, r *http.Request) {
 		if ws.task != nil {
 			task = ws.task.ID
 		}
-		job = ws.info.SlurmJobID
+		job = ws.info.JobID
 		delete(e.workers, name)
 	}
 	// Whether or not it got as far as attaching, this credential's job
@@ -905,11 +908,17 @@ type statusReport struct {
 	Provisioners []host.ProvisionerStatus `json:"provisioners"`
 	Workers      []workerStatus           `json:"workers"`
 	Needs        []NeedStatus             `json:"needs"`
+	// HeldBack is the engine's own backoff (backoff.go): profiles whose
+	// machines failed in a row, whatever their plugin does about it.
+	HeldBack []heldProfile `json:"held_back"`
 }
 
 func (e *Engine) handleStatus(w http.ResponseWriter, r *http.Request) {
 	// Empty lists, not null: a status page reads .length without asking.
-	report := statusReport{EngineID: e.ID, Provisioners: []host.ProvisionerStatus{}, Workers: []workerStatus{}, Needs: []NeedStatus{}}
+	report := statusReport{EngineID: e.ID, Provisioners: []host.ProvisionerStatus{}, Workers: []workerStatus{}, Needs: []NeedStatus{}, HeldBack: []heldProfile{}}
+	if e.HeldFunc != nil {
+		report.HeldBack = e.HeldFunc()
+	}
 	if e.StatusFunc != nil {
 		report.Provisioners = e.status.Get(r.Context(), e.StatusFunc)
 	}

@@ -233,15 +233,15 @@ func TestWorkResultDetach(t *testing.T) {
 	if _, st := e.taskOutcome("w1", "task-9"); st != taskPending {
 		t.Errorf("task state %v; want pending", st)
 	}
-	body := `{"task_id":"task-9","hostname":"n01","slurm_job_id":"77","cpus":4,"output":"done"}`
+	body := `{"task_id":"task-9","hostname":"n01","job_id":"77","cpus":4,"output":"done"}`
 	if rec := do(t, e, "POST", "/v1/result", token, body); rec.Code != http.StatusNoContent {
 		t.Errorf("result: %d %s", rec.Code, rec.Body)
 	}
 	res, st := e.taskOutcome("w1", "task-9")
-	if st != taskDone || res.Worker != "w1" || res.Output != "done" || res.SlurmJobID != "77" {
+	if st != taskDone || res.Worker != "w1" || res.Output != "done" || res.JobID != "77" {
 		t.Errorf("outcome %v %+v", st, res)
 	}
-	if l := logs.String(); !strings.Contains(l, "work done") || !strings.Contains(l, "slurm_job_id=77") {
+	if l := logs.String(); !strings.Contains(l, "work done") || !strings.Contains(l, "job_id=77") {
 		t.Errorf("result not logged:\n%s", l)
 	}
 
@@ -387,7 +387,7 @@ func TestStatus(t *testing.T) {
 	if got.Provisioners[1]["process"] != "exited: signal: killed" || got.Provisioners[1]["status"] != nil {
 		t.Errorf("exited provisioner rendered as %v", got.Provisioners[1])
 	}
-	if got.Workers[0]["name"] != "hpc-cpu-1" || got.Workers[0]["slurm_job_id"] != "77" || got.Workers[0]["provisioner"] != testProvisioner {
+	if got.Workers[0]["name"] != "hpc-cpu-1" || got.Workers[0]["job_id"] != "77" || got.Workers[0]["provisioner"] != testProvisioner {
 		t.Errorf("worker rendered as %v", got.Workers[0])
 	}
 	if got.Needs[0]["spec"] != "cpus=2" || got.Needs[0]["state"] != "waiting" {

@@ -100,7 +100,7 @@ mv $out/attack.tmp $out/attack
 	// came from the prerun.
 	poll(t, 2*time.Minute, "both tasks done", func() bool { return strings.Count(p.stdout.String(), "(simulated work)") >= 2 })
 	story := p.stdout.String()
-	done := regexp.MustCompile(`work done by (\S+): host \S+, SLURM_JOB_ID=(\S+),`).FindAllStringSubmatch(story, -1)
+	done := regexp.MustCompile(`work done by (\S+): host \S+, job (\S+),`).FindAllStringSubmatch(story, -1)
 	if len(done) != 2 || strings.Contains(story, "forged") {
 		t.Errorf("results: %q; want two, none forged\n%s", done, story)
 	}

@@ -262,7 +262,7 @@ var errNotAttachedRemote = errors.New("engine does not know this worker")
 
 func (w *workerClient) attach(ctx context.Context) error {
 	req := attachRequest{
-		Hostname: w.cfg.hostname, SlurmJobID: w.cfg.slurmJobID,
+		Hostname: w.cfg.hostname, JobID: w.cfg.slurmJobID,
 		CPUs: w.cfg.cpus, GPUs: w.cfg.gpus, RAMMB: w.cfg.ramMB, Labels: w.cfg.labels,
 	}
 	var resp attachResponse
@@ -300,7 +300,7 @@ func (w *workerClient) work(ctx context.Context, t Task) resultRequest {
 	if n, err := strconv.Atoi(w.cfg.slurmCPUs); err == nil && n > 0 {
 		cpus = n
 	}
-	res := resultRequest{TaskID: t.ID, Hostname: w.cfg.hostname, SlurmJobID: w.cfg.slurmJobID, CPUs: cpus}
+	res := resultRequest{TaskID: t.ID, Hostname: w.cfg.hostname, JobID: w.cfg.slurmJobID, CPUs: cpus}
 	if t.WorkSeconds > 0 {
 		d := time.Duration(min(t.WorkSeconds, 24*3600) * float64(time.Second))
 		timer := time.NewTimer(d)

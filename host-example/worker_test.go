@@ -101,7 +101,7 @@ func TestFullLoop(t *testing.T) {
 	}
 
 	res := p.Needs()[0].Result
-	if res == nil || res.Worker != "hpc-gpu-0001" || res.SlurmJobID != "4242" || res.CPUs != 8 ||
+	if res == nil || res.Worker != "hpc-gpu-0001" || res.JobID != "4242" || res.CPUs != 8 ||
 		!strings.Contains(res.Output, "9592 primes below 100000") {
 		t.Errorf("result %+v", res)
 	}

@@ -29,6 +29,11 @@ const ContractVersion = "2.3"
 // Methods may be called concurrently. A method that fails returns an error;
 // a provisioner that answers "no" (no profile fits, one is already asked
 // for) says so in its response, not as an error.
+//
+// The contract's meaning, for a plugin in any language, is
+// docs/plugin-protocol.md ("Method by method", "Failures and backoff")
+// with the comments of shared/proto/provisioner.proto; the comments below
+// summarise it, and where they differ the document is right.
 type Provisioner interface {
 	// Info says what kind of provisioner this is and which contract it
 	// speaks. It must work before Configure. An error means the plugin

@@ -84,6 +84,9 @@ func TestIntegrationConformance(t *testing.T) {
 		Name:         name,
 		HCL:          body(nil, nil),
 		EventTimeout: 45 * time.Second,
+		// sbatch refuses a partition that does not exist: the profile
+		// must back off.
+		Failing: body(nil, map[string]string{"sbatch": hclList("--partition=no-such-partition", "--time=00:05:00")}),
 		Invalid: []conformance.Invalid{
 			{HCL: body(nil, map[string]string{"sbatch": hclList("--partition="+env.Partition, "--job-name=x")}),
 				Path: []string{"profile", "0", "sbatch", "1"}},
@@ -150,20 +153,30 @@ profile "small" {
 }
 `, hclString(env.Login), env.Port, hclString(env.Key), hclString(env.KnownHosts), hclString(engineURL),
 		hclList(w.script), hclList("--partition="+env.Partition, "--time=00:05:00", w.outputOption()))
-	config := filepath.Join(t.TempDir(), "slurm.hcl")
-	if err := os.WriteFile(config, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
+	dir := t.TempDir()
+	write := func(file, body string) string {
+		path := filepath.Join(dir, file)
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
 	}
+	config := write("slurm.hcl", body)
+	partition := hclList("--partition="+env.Partition, "--time=00:05:00", w.outputOption())
+	// A diagnostic checked from a file, as an author in any language
+	// checks theirs, and a profile sbatch refuses, for the backoff check.
+	invalid := write("url.hcl", "# path: engine_url\n"+strings.Replace(body, hclString(engineURL), hclString("not a url"), 1))
+	failing := write("failing.hcl", strings.Replace(body, partition, hclList("--partition=no-such-partition", "--time=00:05:00"), 1))
 	checker := sandboxtest.Binary(t, "shared/conformance/provisioner-conformance", "provisioner-conformance")
 	cmd := exec.Command(checker, "-plugin", sandboxtest.Binary(t, "plugin", "provisioner-slurm"),
-		"-config", config, "-name", name, "-event-timeout", "45s")
+		"-config", config, "-name", name, "-event-timeout", "45s", "-invalid", invalid, "-failing", failing)
 	out, err := cmd.CombinedOutput()
 	t.Logf("checker:\n%s", out)
 	if err != nil {
 		t.Fatalf("the checker failed the Slurm plugin: %v", err)
 	}
-	if n := strings.Count(string(out), "PASS  "); n != len(conformance.Checks) {
-		t.Errorf("%d checks passed, want %d", n, len(conformance.Checks))
+	if n := strings.Count(string(out), "PASS  "); n != len(conformance.Checks) || strings.Contains(string(out), "not run") {
+		t.Errorf("%d checks passed, want %d, all run", n, len(conformance.Checks))
 	}
 	poll(t, "the checker's jobs to be CANCELLED", jobTimeout, func() (bool, string) {
 		out, err := slurm(env, "squeue", "-h", "-t", "all", "--name=fluksio-"+name, "-o", "%T")

@@ -50,7 +50,7 @@ import rpc_status_pb2  # noqa: E402
 COOKIE_KEY = "FLUKSIO_PROVISIONER_PLUGIN"
 COOKIE_VALUE = "b5f1c3a2-provisioner"
 PROTOCOL_VERSION = 2
-CONTRACT_VERSION = "2.0"
+CONTRACT_VERSION = "2.3"
 LOG_LEVEL_ENV = "FLUKSIO_PLUGIN_LOG_LEVEL"
 ERROR_DOMAIN = "provision.fluksio"
 
@@ -161,7 +161,7 @@ class Host:
         self._next_id = 0
         self._waiting = {}             # ("ack", seq) or ("cred", id) -> [threading.Event, answer]
 
-    def publish(self, kind, profile="", job="", worker="", detail="", timeout=10):
+    def publish(self, kind, profile="", job="", worker="", detail="", failure_class="", timeout=10):
         with self._lock:
             if self._out is None:
                 raise NoHost("no host channel: cannot publish " + kind)
@@ -170,7 +170,7 @@ class Host:
             waiter = self._waiting[("ack", seq)] = [threading.Event(), None]
             self._out.put(pb.PluginMessage(event=pb.Event(
                 seq=seq, kind=kind, profile=profile, job=job, worker=worker, detail=detail,
-                time_unix_nano=time.time_ns())))
+                failure_class=failure_class, time_unix_nano=time.time_ns())))
         self._wait(("ack", seq), waiter, timeout)
 
     def mint_credential(self, worker, ttl_seconds, cpus, gpus=0, ram_mb=0, labels=(), timeout=10):
@@ -344,14 +344,53 @@ def _server_credentials():
     return creds, base64.b64encode(der).decode().rstrip("=")
 
 
-def serve(factory):
+_USAGE = """%(prog)s is a provisioner plugin (kind "%(kind)s", plugin version %(version)s, contract %(contract)s).
+
+An engine runs it, not a person: the engine launches it and speaks the
+Provisioner contract to it over gRPC (HashiCorp go-plugin). To use it,
+name it in a provisioner block of the engine's configuration,
+
+  provisioner "%(kind)s" "NAME" {
+    plugin = "/path/to/%(prog)s"
+    ...
+  }
+
+and check that configuration with "host-example validate [-check] FILE".
+
+usage:
+  %(prog)s --version   print the version
+  %(prog)s --help      print this
+"""
+
+
+def _by_hand(kind, version):
+    """The plugin run by a person (no cookie): --version and --help answer
+    on stdout with exit 0, as docs/plugin-protocol.md section 1 asks;
+    anything else says what this is on stderr and exits 1 (2 for an
+    unknown argument)."""
+    prog = os.path.basename(sys.argv[0])
+    usage = _USAGE % {"prog": prog, "kind": kind, "version": version, "contract": CONTRACT_VERSION}
+    args = sys.argv[1:]
+    if args[:1] in (["--version"], ["-version"], ["version"]):
+        sys.stdout.write("%s (kind %s, plugin %s, contract %s)\n" % (prog, kind, version, CONTRACT_VERSION))
+        return 0
+    if args[:1] in (["--help"], ["-help"], ["-h"], ["help"]):
+        sys.stdout.write(usage)
+        return 0
+    if args:
+        sys.stderr.write("%s: unknown argument %r\n\n%s" % (prog, args[0], usage))
+        return 2
+    sys.stderr.write(usage)
+    return 1
+
+
+def serve(factory, kind="", version=""):
     """Runs a plugin: factory(log, host) returns the object whose methods
-    answer the RPCs. Returns never; the process exits when the host is
-    done with it, on SIGTERM, or when the host dies."""
+    answer the RPCs; kind and version are what --version says. Returns
+    never; the process exits when the host is done with it, on SIGTERM, or
+    when the host dies."""
     if os.environ.get(COOKIE_KEY) != COOKIE_VALUE:
-        sys.stderr.write("This is a provisioner plugin: an engine runs it, with $%s set. "
-                         "It is not meant to be run by hand.\n" % COOKIE_KEY)
-        sys.exit(1)
+        sys.exit(_by_hand(kind, version))
     offered = [v for v in os.environ.get("PLUGIN_PROTOCOL_VERSIONS", "").split(",") if v]
     if offered and str(PROTOCOL_VERSION) not in offered:
         sys.stderr.write("the host offers protocol versions %s; this plugin speaks %d\n" % (offered, PROTOCOL_VERSION))

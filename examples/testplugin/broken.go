@@ -14,6 +14,18 @@ package main
 //	cookie      the plugin expects another magic cookie value
 //	badlog      Configure writes a JSON log line whose @message, @level
 //	            and @timestamp are not strings to stderr
+//	storm       every machine it starts fails at once (worker_provision_failed,
+//	            died_before_attach) and is forgotten, so the next Provision
+//	            asks again: a plugin that never backs off, as an author's
+//	            first one with worker_command = ["/bin/false"]. With
+//	            TESTPLUGIN_STORM_FILE set, only while that file exists.
+//	            Status counts the machines started, per profile, as
+//	            died_before_attach failures.
+//	dies        after announcing the machines of a Provision, it reports
+//	            each dead before it attached, as a worker that exits at
+//	            once does (the profile backs off)
+//	diagpath    ValidateConfig reports its error at the configuration's
+//	            root, not at the attribute that is wrong
 //
 // A plugin of yours needs none of this.
 
@@ -74,4 +86,21 @@ func brokenCookie() {
 		const key = "FLUKSIO_PROVISIONER_PLUGIN"
 		os.Setenv(key, "not-"+os.Getenv(key))
 	}
+}
+
+// stormEnv names the file whose existence makes the storm mode's machines
+// fail; unset, they always do.
+const stormEnv = "TESTPLUGIN_STORM_FILE"
+
+// storming reports whether a machine started now fails at once.
+func storming() bool {
+	if !broken("storm") {
+		return false
+	}
+	f := os.Getenv(stormEnv)
+	if f == "" {
+		return true
+	}
+	_, err := os.Stat(f)
+	return err == nil
 }

@@ -13,7 +13,12 @@
 //	greeting       = "hi"     # required, echoed in Info's capabilities
 //	foreign_worker = false    # mint credentials for another provisioner's name
 //	block_covers   = false    # Covers waits until its context ends
-//	fail_provision = false    # every Provision ends in worker_provision_failed
+//	fail_provision = false    # every machine fails: worker_provision_failed
+//
+// A profile whose machines fail backs off, as docs/plugin-protocol.md asks
+// of every plugin: not asked for again for a second, doubled with each
+// failure in a row up to a minute, Provision answering BACKING_OFF and
+// Status listing it meanwhile; a worker of it attaching ends that.
 package main
 
 import (
@@ -55,6 +60,44 @@ type memory struct {
 	outstanding map[string]shared.Outstanding // by worker
 	n           int
 	shut        bool
+	// failed counts, per profile, the machines that failed; backoff
+	// holds the profiles backing off.
+	failed  map[string]int64
+	backoff map[string]*shared.Backoff
+}
+
+// Backoff of a profile whose machines fail: backoffBase doubled with each
+// failure in a row, up to backoffMax.
+const (
+	backoffBase = time.Second
+	backoffMax  = time.Minute
+)
+
+// failedLocked counts a machine of profile that failed and backs the
+// profile off. m.mu must be held.
+func (m *memory) failedLocked(profile, detail string) {
+	if m.failed == nil {
+		m.failed, m.backoff = map[string]int64{}, map[string]*shared.Backoff{}
+	}
+	m.failed[profile]++
+	b := m.backoff[profile]
+	if b == nil {
+		b = &shared.Backoff{Profile: profile}
+		m.backoff[profile] = b
+	}
+	b.Failures++
+	d := backoffBase
+	for i := 1; i < b.Failures && d < backoffMax; i++ {
+		d *= 2
+	}
+	b.Until, b.LastError = time.Now().Add(min(d, backoffMax)), detail
+}
+
+// backingOffLocked reports whether profile is backing off now. m.mu must
+// be held.
+func (m *memory) backingOffLocked(profile string) (*shared.Backoff, bool) {
+	b := m.backoff[profile]
+	return b, b != nil && time.Now().Before(b.Until)
 }
 
 func (m *memory) Info(context.Context, *shared.InfoRequest) (*shared.InfoResponse, error) {
@@ -78,7 +121,11 @@ func validate(raw json.RawMessage) (*config, shared.Diagnostics) {
 		return nil, shared.Diagnostics{shared.Errorf(nil, "Malformed configuration", "%v", err)}
 	}
 	if c.Greeting == "" || c.Greeting == "boom" {
-		return nil, shared.Diagnostics{shared.Errorf([]string{"greeting"}, "Invalid greeting", "Say something other than %q.", c.Greeting)}
+		path := []string{"greeting"}
+		if broken("diagpath") {
+			path = nil
+		}
+		return nil, shared.Diagnostics{shared.Errorf(path, "Invalid greeting", "Say something other than %q.", c.Greeting)}
 	}
 	return &c, nil
 }
@@ -157,9 +204,10 @@ func (m *memory) Provision(ctx context.Context, req *shared.ProvisionRequest) (*
 	for _, w := range req.Attached {
 		attached[w] = true
 	}
-	for w := range m.outstanding {
+	for w, o := range m.outstanding {
 		if attached[w] {
 			delete(m.outstanding, w)
+			delete(m.backoff, o.Profile)
 		}
 	}
 	resp := &shared.ProvisionResponse{}
@@ -184,7 +232,18 @@ func (m *memory) Provision(ctx context.Context, req *shared.ProvisionRequest) (*
 		}
 		slices.SortFunc(mine, func(a, b shared.Outstanding) int { return strings.Compare(a.Job, b.Job) })
 		pd := shared.ProfileDemand{Profile: s.Profile, Wanted: wanted[s.Profile], OnTheWay: len(mine)}
-		for n := len(mine); n < pd.Wanted; n++ {
+		// The storm mode (broken.go) never backs off.
+		upTo := pd.Wanted
+		if b, ok := m.backingOffLocked(s.Profile); ok && !broken("storm") && len(mine) < pd.Wanted {
+			for i := range resp.Outcomes {
+				if resp.Outcomes[i].Profile == s.Profile {
+					resp.Outcomes[i].Outcome = shared.OutcomeBackingOff
+					resp.Outcomes[i].Detail = fmt.Sprintf("%d failure(s) in a row, until %s: %s", b.Failures, b.Until.Format(time.TimeOnly), b.LastError)
+				}
+			}
+			upTo = len(mine)
+		}
+		for n := len(mine); n < upTo; n++ {
 			m.n++
 			owner := m.name
 			if m.cfg.ForeignWorker {
@@ -224,11 +283,25 @@ func (m *memory) Provision(ctx context.Context, req *shared.ProvisionRequest) (*
 	for _, o := range add {
 		s, _ := fit(shared.Need{Label: o.Profile})
 		ev := shared.Event{Kind: shared.EventWorkerProvisioned, Profile: o.Profile, Job: o.Job, Worker: o.Worker, Time: time.Now()}
-		if failProvision {
-			// As a submission the cluster rejects: the request stays
-			// outstanding until Reconcile, and the event says why.
+		if storming() {
+			// Started, and dead at once: announced, failed, and forgotten,
+			// so that the next Provision asks again.
+			m.publish(ctx, host, ev)
+			ev.Kind, ev.Detail, ev.Class = shared.EventWorkerProvisionFailed, "the worker exited with status 1 before it attached", shared.FailureDiedBeforeAttach
+			m.mu.Lock()
+			delete(m.outstanding, o.Worker)
+			m.failedLocked(o.Profile, ev.Detail)
+			m.mu.Unlock()
+		} else if failProvision {
+			// As a submission the cluster rejects: forgotten, the profile
+			// backing off (before the event, so that an engine asking
+			// again on hearing it is told so), and the event says why.
 			ev.Kind, ev.Job, ev.Detail = shared.EventWorkerProvisionFailed, "", "sbatch: error: invalid partition specified: nope"
 			ev.Class = shared.FailureMisconfigured
+			m.mu.Lock()
+			delete(m.outstanding, o.Worker)
+			m.failedLocked(o.Profile, ev.Detail)
+			m.mu.Unlock()
 		} else if _, err := host.MintCredential(ctx, &shared.MintCredentialRequest{
 			Worker: o.Worker, TTL: time.Hour, CPUs: s.CPUs, GPUs: s.GPUs, RAMMB: s.RAMMB, Labels: s.Labels,
 		}); err != nil {
@@ -244,6 +317,22 @@ func (m *memory) Provision(ctx context.Context, req *shared.ProvisionRequest) (*
 			}
 		}
 		m.publish(ctx, host, ev)
+	}
+	if broken("dies") {
+		for _, o := range add {
+			ev := shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: o.Profile, Job: o.Job, Worker: o.Worker, Time: time.Now(),
+				Detail: "the worker exited with status 1 before it attached", Class: shared.FailureDiedBeforeAttach}
+			m.mu.Lock()
+			_, ours := m.outstanding[o.Worker]
+			if ours {
+				delete(m.outstanding, o.Worker)
+				m.failedLocked(o.Profile, ev.Detail)
+			}
+			m.mu.Unlock()
+			if ours {
+				m.publish(ctx, host, ev)
+			}
+		}
 	}
 	return resp, nil
 }
@@ -262,9 +351,10 @@ func (m *memory) Reconcile(_ context.Context, req *shared.ReconcileRequest) (*sh
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	resp := &shared.ReconcileResponse{}
-	for w := range m.outstanding {
+	for w, o := range m.outstanding {
 		if attached[w] {
 			delete(m.outstanding, w)
+			delete(m.backoff, o.Profile)
 			resp.Arrived = append(resp.Arrived, w)
 		}
 	}
@@ -280,6 +370,21 @@ func (m *memory) Status(context.Context, *shared.StatusRequest) (*shared.StatusR
 	}
 	if abuse("status") {
 		abusiveStatus(st)
+	}
+	if len(m.failed) > 0 {
+		class := shared.FailureMisconfigured
+		if broken("storm") {
+			class = shared.FailureDiedBeforeAttach
+		}
+		st.Counters = &shared.Counters{}
+		for _, s := range shapes {
+			if n := m.failed[s.Profile]; n > 0 {
+				st.Counters.Failures = append(st.Counters.Failures, shared.FailureCount{Profile: s.Profile, Class: class, Count: n})
+			}
+			if b, ok := m.backingOffLocked(s.Profile); ok {
+				st.BackingOff = append(st.BackingOff, *b)
+			}
+		}
 	}
 	return st, nil
 }
@@ -305,6 +410,22 @@ func (m *memory) Shutdown(ctx context.Context, _ *shared.ShutdownRequest) (*shar
 }
 
 func main() {
+	// For the host's tests of what every command tells a plugin: the
+	// variables it was started with, as NAME=VALUE lines in the file
+	// TESTPLUGIN_ENV_FILE names ("(unset)" for one that is not set). A
+	// plugin of yours reads FLUKSIO_PLUGIN_LOG_LEVEL, which plugin.Serve
+	// does for it.
+	if f := os.Getenv("TESTPLUGIN_ENV_FILE"); f != "" {
+		var b strings.Builder
+		for _, name := range []string{plugin.LogLevelEnv, "PLUGIN_MIN_PORT", "PLUGIN_MAX_PORT"} {
+			v, ok := os.LookupEnv(name)
+			if !ok {
+				v = "(unset)"
+			}
+			fmt.Fprintf(&b, "%s=%s\n", name, v)
+		}
+		_ = os.WriteFile(f, []byte(b.String()), 0o644)
+	}
 	if os.Getenv("TESTPLUGIN_STDOUT") != "" {
 		fmt.Println("hello from a plugin that forgot stdout is the handshake")
 	}

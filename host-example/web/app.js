@@ -49,7 +49,7 @@ async function refreshStatus() {
     return; // the engine is away; the event stream says so
   }
   document.getElementById("engine-id").textContent = st.engine_id || "";
-  renderProvisioners(st.provisioners || []);
+  renderProvisioners(st.provisioners || [], st.held_back || []);
   const now = Date.now();
   const seen = new Set();
   for (const p of st.provisioners || []) {
@@ -72,7 +72,7 @@ function scheduleStatus() {
   statusTimer = setTimeout(() => { statusTimer = null; refreshStatus(); }, 200);
 }
 
-function renderProvisioners(provs) {
+function renderProvisioners(provs, heldBack) {
   const box = document.getElementById("provisioners");
   box.replaceChildren();
   if (provs.length === 0) box.append(el("p", { class: "empty" }, "none configured"));
@@ -99,6 +99,11 @@ function renderProvisioners(provs) {
       if (s.last_error) div.append(el("div", { class: "hint" }, "last error: " + s.last_error));
       for (const n of s.notes || []) div.append(el("div", { class: "hint" }, n));
     }
+    // The engine's own backoff, whatever the plugin (or its status) says.
+    for (const h of heldBack.filter((x) => x.provisioner === p.name && x.held)) {
+      div.append(el("div", { class: "down", "data-held": h.profile },
+        "engine holds " + h.profile + " back: " + h.failures + " failure(s) in a row, until " + clock(h.until) + " (" + h.last_error + ")"));
+    }
     box.append(div);
   }
 }
@@ -121,8 +126,8 @@ function renderWorkers(workers) {
   const tb = document.querySelector("#workers tbody");
   tb.replaceChildren();
   for (const w of workers) {
-    tb.append(el("tr", { "data-worker": w.name, "data-job": w.slurm_job_id || "" },
-      el("td", {}, w.name), el("td", {}, w.provisioner), el("td", {}, w.hostname), el("td", {}, w.slurm_job_id),
+    tb.append(el("tr", { "data-worker": w.name, "data-job": w.job_id || "" },
+      el("td", {}, w.name), el("td", {}, w.provisioner), el("td", {}, w.hostname), el("td", {}, w.job_id),
       el("td", {}, w.cpus), el("td", {}, w.gpus), el("td", {}, w.task || "idle"), el("td", {}, clock(w.attached_at))));
   }
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -25,10 +26,10 @@ func buildChecker(t *testing.T, dir string) string {
 }
 
 // runChecker runs the checker binary with -json and returns its results
-// by check and its exit code.
-func runChecker(t *testing.T, checker, plugin, config string, env ...string) (map[string]conformance.Result, int) {
+// by check and its exit code. extra are more of the checker's arguments.
+func runChecker(t *testing.T, checker, plugin, config string, extra []string, env ...string) (map[string]conformance.Result, int) {
 	t.Helper()
-	cmd := exec.Command(checker, "-json", "-name", "mem", "-plugin", plugin, "-config", config)
+	cmd := exec.Command(checker, append([]string{"-json", "-name", "mem", "-plugin", plugin, "-config", config}, extra...)...)
 	cmd.Env = append(os.Environ(), env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -60,13 +61,21 @@ func runChecker(t *testing.T, checker, plugin, config string, env ...string) (ma
 func TestCheckerBinary(t *testing.T) {
 	dir := t.TempDir()
 	checker, plugin := buildChecker(t, dir), buildTestPlugin(t, dir)
-	config := filepath.Join(dir, "mem.hcl")
-	if err := os.WriteFile(config, []byte("greeting = \"hello\"\n"), 0o644); err != nil {
-		t.Fatal(err)
+	write := func(name, body string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
 	}
+	config := write("mem.hcl", "greeting = \"hello\"\n")
+	// The diagnostics of any plugin, from a file; and a configuration
+	// whose machines all fail, for the backoff check.
+	extra := []string{"-invalid", write("boom.hcl", "# path: greeting\ngreeting = \"boom\"\n"),
+		"-failing", write("failing.hcl", "greeting = \"hello\"\nfail_provision = true\n")}
 
 	t.Run("passes the reference plugin", func(t *testing.T) {
-		results, code := runChecker(t, checker, plugin, config)
+		results, code := runChecker(t, checker, plugin, config, extra)
 		for _, r := range results {
 			if !r.Pass {
 				t.Errorf("%s: %s", r.Check, r.Detail)
@@ -88,10 +97,13 @@ func TestCheckerBinary(t *testing.T) {
 		{"sigterm", []string{"exits within 3s of SIGTERM"}, "still running 3s after SIGTERM"},
 		{"contract", []string{"contract version"}, `"1.0"`},
 		{"cookie", []string{"handshake"}, "exited with status 1 before the plugin handshake"},
+		{"storm", []string{"provision", "machines do not fail right after Provision", "backs off a profile whose machines fail"}, "exited with status 1 before it attached"},
+		{"dies", []string{"machines do not fail right after Provision"}, "worker mem-small-00000001 (profile small) failed right after Provision (worker_provision_failed, died_before_attach)"},
+		{"diagpath", []string{"validate"}, "a broken configuration at greeting was not reported there"},
 	} {
 		t.Run("fails "+tc.broken, func(t *testing.T) {
 			t.Parallel()
-			results, code := runChecker(t, checker, plugin, config, "TESTPLUGIN_BREAK="+tc.broken)
+			results, code := runChecker(t, checker, plugin, config, extra, "TESTPLUGIN_BREAK="+tc.broken)
 			if code != 1 {
 				t.Errorf("exit code %d, want 1", code)
 			}
@@ -108,6 +120,38 @@ func TestCheckerBinary(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCheckerHelp: -h is an answer, on stdout with exit 0, as every
+// command of the project gives it.
+func TestCheckerHelp(t *testing.T) {
+	checker := buildChecker(t, t.TempDir())
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(checker, "-h")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Errorf("-h: %v, want exit 0", err)
+	}
+	if !strings.Contains(stdout.String(), "usage: provisioner-conformance") || !strings.Contains(stdout.String(), "-invalid") || stderr.Len() != 0 {
+		t.Errorf("-h wrote stdout %q, stderr %q; want the usage on stdout alone", stdout.String(), stderr.String())
+	}
+}
+
+func TestParseInvalid(t *testing.T) {
+	t.Parallel()
+	for body, want := range map[string][]string{
+		"# path: profile.0.cpus\nprofile \"a\" {\n  cpus = 0\n}\n": {"profile", "0", "cpus"},
+		"greeting = \"x\"\n  // path: [\"a.b\", \"0\"]\n":          {"a.b", "0"},
+		"# a broken one\n# path:\n":                                {},
+	} {
+		inv, err := conformance.ParseInvalid(body)
+		if err != nil || !slices.Equal(inv.Path, want) || inv.HCL != body {
+			t.Errorf("ParseInvalid(%q) = %+v, %v; want path %q", body, inv, err, want)
+		}
+	}
+	if _, err := conformance.ParseInvalid("greeting = \"boom\"\n"); err == nil || !strings.Contains(err.Error(), "# path:") {
+		t.Errorf("a file without a path comment: %v, want an error saying how to add one", err)
 	}
 }
 

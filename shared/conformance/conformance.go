@@ -4,7 +4,8 @@
 // the checker binary built from provisioner-conformance/ (`make build`
 // puts it in bin/); from a Go test, call Run.
 //
-//	bin/provisioner-conformance -plugin ./provisioner-mykind -config mykind.hcl
+//	bin/provisioner-conformance -plugin ./provisioner-mykind -config mykind.hcl \
+//	    [-invalid broken.hcl]... [-failing failing.hcl]
 //
 //	func TestConformance(t *testing.T) {
 //		conformance.Run(t, conformance.Config{
@@ -26,12 +27,16 @@
 // configured"); Configure; Shapes and Covers agree; Provision answers a
 // demand promptly, entry by entry, asks for nothing new the second time
 // and is followed by an event per machine (a worker_provision_failed
-// event fails the check with what the plugin said); Reconcile is
+// event fails the check with what the plugin said); no machine fails in
+// the 2 s after (each that does is named by worker); Reconcile is
 // idempotent; Status; Shutdown returns before its deadline; the process
 // exits when go-plugin's GRPCController asks, without being killed;
 // nothing is written to stdout after the handshake; every stderr line is
 // a log line the host parses; and, with fresh processes, the plugin exits
-// within 3 s of SIGTERM and within 4 s of its parent's death.
+// within 3 s of SIGTERM and within 4 s of its parent's death, and, given
+// a configuration whose machines fail (Config.Failing), a profile whose
+// machine failed is answered BACKING_OFF when asked again and listed in
+// Status.backing_off.
 //
 // Provision really provisions: point the plugin at something it may use
 // (a sandbox cluster, a test account). The Shutdown near the end cancels
@@ -48,6 +53,8 @@ package conformance
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -71,6 +78,12 @@ type Config struct {
 	HCL string
 	// Invalid lists broken configurations the plugin must reject.
 	Invalid []Invalid
+	// Failing is a configuration whose machines all fail at once (for a
+	// local plugin, worker_command = ["/bin/false"]; for Slurm, a
+	// partition that does not exist): the backoff check asks a fresh
+	// plugin with it for a machine, waits for the failure, asks again and
+	// wants BACKING_OFF. Empty: that check passes saying it was not run.
+	Failing string
 	// Need is what to Provision; the smallest shape if zero.
 	Need shared.Need
 	// EventTimeout bounds the wait for the event that follows a
@@ -105,9 +118,9 @@ type Result struct {
 // Checks names the checks in the order they run.
 var Checks = []string{
 	checkCookie, checkHandshake, checkInfo, checkContract, checkSchema, checkValidate,
-	checkPreview, checkNotConfigured, checkConfigure, checkShapes, checkProvision, checkReconcile,
+	checkPreview, checkNotConfigured, checkConfigure, checkShapes, checkProvision, checkSettled, checkReconcile,
 	checkStatus, checkShutdown, checkShutDownDetail, checkController, checkStdout,
-	checkLogLines, checkSIGTERM, checkParentDeath,
+	checkLogLines, checkSIGTERM, checkParentDeath, checkBackoff,
 }
 
 const (
@@ -122,6 +135,7 @@ const (
 	checkConfigure      = "configure"
 	checkShapes         = "shapes and covers agree"
 	checkProvision      = "provision"
+	checkSettled        = "machines do not fail right after Provision"
 	checkReconcile      = "reconcile is idempotent"
 	checkStatus         = "status"
 	checkShutdown       = "shutdown"
@@ -131,6 +145,7 @@ const (
 	checkLogLines       = "log lines the host parses"
 	checkSIGTERM        = "exits within 3s of SIGTERM"
 	checkParentDeath    = "exits within 4s of its parent's death"
+	checkBackoff        = "backs off a profile whose machines fail"
 )
 
 // Check runs every check against the plugin, calling report once per
@@ -199,4 +214,47 @@ func (w *testWriter) close() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.closed = true
+}
+
+// ParseInvalid reads an invalid configuration as the checker's -invalid
+// FILE holds it: the body of a provisioner block with a comment line that
+// names the path where the plugin must report it,
+//
+//	# path: profile.0.cpus
+//	profile "small" {
+//	  cpus = 0
+//	}
+//
+// The path is the diagnostic's path into the JSON configuration, its
+// elements joined with dots, or a JSON array of strings for keys that
+// hold dots (# path: ["a.b", "0"]); "# path:" alone is the whole
+// configuration. "//" works as the comment too.
+func ParseInvalid(body string) (Invalid, error) {
+	for _, line := range strings.Split(body, "\n") {
+		line = strings.TrimSpace(line)
+		rest, ok := strings.CutPrefix(line, "#")
+		if !ok {
+			rest, ok = strings.CutPrefix(line, "//")
+		}
+		if !ok {
+			continue
+		}
+		value, ok := strings.CutPrefix(strings.TrimSpace(rest), "path:")
+		if !ok {
+			continue
+		}
+		value = strings.TrimSpace(value)
+		inv := Invalid{HCL: body, Path: []string{}}
+		switch {
+		case value == "":
+		case strings.HasPrefix(value, "["):
+			if err := json.Unmarshal([]byte(value), &inv.Path); err != nil {
+				return Invalid{}, fmt.Errorf("the path comment %q is not a JSON array of strings: %v", line, err)
+			}
+		default:
+			inv.Path = strings.Split(value, ".")
+		}
+		return inv, nil
+	}
+	return Invalid{}, errors.New(`no comment names the path where the plugin must report the error; add a line such as "# path: profile.0.cpus"`)
 }

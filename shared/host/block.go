@@ -222,7 +222,11 @@ func resolve(ctx context.Context, p *Block, opts Options, configure bool) (*laun
 	}
 	logger := opts.Logger
 	if logger == nil {
-		logger = hclog.NewNullLogger()
+		// Discarded, but at info: the level is what Launch tells the
+		// plugin in FLUKSIO_PLUGIN_LOG_LEVEL, which every command that
+		// starts a plugin sets (validate, validate -check and script
+		// did not, with a null logger's no level).
+		logger = hclog.New(&hclog.LoggerOptions{Output: io.Discard, Level: hclog.Info})
 	}
 	lctx, cancel := context.WithTimeout(ctx, opts.launchTimeout())
 	defer cancel()

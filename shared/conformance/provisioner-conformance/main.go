@@ -2,14 +2,20 @@
 // against the contract, in any language, without writing Go:
 //
 //	provisioner-conformance -plugin ./provisioner-mykind -config mykind.hcl [-json]
+//	                        [-invalid FILE]... [-failing FILE]
 //
 // The configuration file holds the body of the plugin's provisioner block
 // (what goes between the braces of `provisioner "mykind" "name" { }`),
-// without the engine's own meta-arguments (plugin, sha256). It prints
+// without the engine's own meta-arguments (plugin, sha256). Each -invalid
+// FILE is such a body with a mistake, and a comment naming the path where
+// the plugin must report it ("# path: profile.0.cpus"); -failing FILE is
+// a valid one whose machines fail at once, for the backoff check. It prints
 // one line per check, PASS, FAIL or SKIP with the check's name and what
 // went wrong; with -json one JSON object a line instead
 // ({"check", "pass", "skipped", "detail", "seconds"}). It exits 0 only
-// when every check passed, 1 when one did not, 2 on a usage error.
+// when every check passed, 1 when one did not, 2 on a usage error; -h
+// prints the usage on stdout and exits 0, as every command of the
+// project does.
 //
 // Provision really provisions: point the plugin at something it may
 // use. It lives beside package conformance, whose checks it runs, so
@@ -19,6 +25,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -44,11 +51,25 @@ func run(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "one JSON object a line instead of text")
 	verbose := fs.Bool("v", false, "show the plugin's log, as the host logs it, on stderr")
 	eventTimeout := fs.Duration("event-timeout", time.Minute, "how long to wait for the events that follow Provision")
+	var invalidFiles fileList
+	fs.Var(&invalidFiles, "invalid", "a `file` holding a broken configuration body and a comment naming the path of the expected diagnostic, such as \"# path: profile.0.cpus\" (repeatable)")
+	failing := fs.String("failing", "", "a `file` holding a valid configuration body whose machines fail at once (for a local plugin, worker_command = [\"/bin/false\"]), for the backoff check")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: provisioner-conformance -plugin BINARY -config FILE [-json] [-name NAME] [-v]")
+		fmt.Fprintln(fs.Output(), "usage: provisioner-conformance -plugin BINARY -config FILE [-invalid FILE]... [-failing FILE] [-json] [-name NAME] [-v]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	// Parse writes its complaint, and the usage, before it returns: held
+	// here until it is known whether they answer -h (stdout, exit 0) or a
+	// mistake (stderr, exit 2).
+	var parseOut strings.Builder
+	fs.SetOutput(&parseOut)
+	err := fs.Parse(args)
+	fs.SetOutput(stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, parseOut.String())
+		return 0
+	} else if err != nil {
+		fmt.Fprint(stderr, parseOut.String())
 		return 2
 	}
 	if *bin == "" || *config == "" || fs.NArg() != 0 {
@@ -57,8 +78,31 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	body, err := os.ReadFile(*config)
 	if err != nil {
-		fmt.Fprintf(stderr, "provisioner-conformance: %v\n", err)
+		fmt.Fprintf(stderr, "provisioner-conformance: -config: %v\n", err)
 		return 2
+	}
+	var invalid []conformance.Invalid
+	for _, f := range invalidFiles {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			fmt.Fprintf(stderr, "provisioner-conformance: -invalid: %v\n", err)
+			return 2
+		}
+		inv, err := conformance.ParseInvalid(string(b))
+		if err != nil {
+			fmt.Fprintf(stderr, "provisioner-conformance: -invalid %s: %v\n", f, err)
+			return 2
+		}
+		invalid = append(invalid, inv)
+	}
+	var failingBody string
+	if *failing != "" {
+		b, err := os.ReadFile(*failing)
+		if err != nil {
+			fmt.Fprintf(stderr, "provisioner-conformance: -failing: %v\n", err)
+			return 2
+		}
+		failingBody = string(b)
 	}
 	logger := hclog.NewNullLogger()
 	if *verbose {
@@ -69,7 +113,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	enc := json.NewEncoder(stdout)
 	ok := conformance.Check(ctx, conformance.Config{
-		Binary: *bin, Name: *name, HCL: string(body), EventTimeout: *eventTimeout, Logger: logger,
+		Binary: *bin, Name: *name, HCL: string(body), Invalid: invalid, Failing: failingBody, EventTimeout: *eventTimeout, Logger: logger,
 	}, func(r conformance.Result) {
 		if *asJSON {
 			_ = enc.Encode(r)
@@ -93,3 +137,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// fileList collects a repeatable flag's values.
+type fileList []string
+
+func (l *fileList) String() string     { return strings.Join(*l, ",") }
+func (l *fileList) Set(s string) error { *l = append(*l, s); return nil }

@@ -1,0 +1,236 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fluksio/provision/shared"
+)
+
+// The engine's own backoff. The contract asks a plugin to back a profile
+// off when its machines keep failing (docs/plugin-protocol.md, "Failures
+// and backoff"), but a plugin is code of other people: one that does not
+// asks again on every pass, and every failure event wakes a pass. An
+// author's first plugin with worker_command = ["/bin/false"] started 1,541
+// failing workers in 6 s, and the Python reference 1,680. So the engine
+// holds a profile back itself: each worker_provision_failed a provisioner
+// reports for one of its profiles holds that profile for engineHoldBase,
+// doubled with each failure in a row, up to engineHoldMax; a worker of the
+// profile attaching ends it. While a profile is held, the placer asks for
+// none of it beyond what the plugin last said was on its way (so nothing
+// pending is given up, and nothing more is asked for): the rest of its
+// needs are treated as if the plugin had answered BACKING_OFF, and fail
+// over to the next fitting profile or provisioner.
+//
+// A failure without a profile holds nothing: the engine cannot tell which
+// of the provisioner's profiles to hold, and holding them all would stop a
+// provisioner for one bad event.
+//
+// Rejected: holding the whole provisioner (one bad profile would stop the
+// good ones), and counting a failure once per Provision call rather than
+// per event (a plugin may start machines outside the call, and the
+// engine cannot tell which call a failure belongs to).
+var (
+	engineHoldBase = time.Second
+	engineHoldMax  = 2 * time.Minute
+)
+
+type holdKey struct{ provisioner, profile string }
+
+type holdState struct {
+	// failures in a row since the last attach, the last one's detail,
+	// and the end of the hold they make.
+	failures  int
+	lastError string
+	until     time.Time
+	// onTheWay is what the plugin last said was on its way for the
+	// profile, less the failures since; keep is how many needs a held
+	// profile is still asked for: onTheWay when the hold began, never
+	// raised while it lasts.
+	onTheWay int
+	keep     int
+}
+
+// holds is the engine's backoff state per provisioner and profile. Its
+// methods may be called from any goroutine.
+type holds struct {
+	now func() time.Time
+
+	mu sync.Mutex // guards m
+	m  map[holdKey]*holdState
+}
+
+func newHolds(now func() time.Time) *holds {
+	if now == nil {
+		now = time.Now
+	}
+	return &holds{now: now, m: map[holdKey]*holdState{}}
+}
+
+// holdFor is how long the nth failure in a row holds a profile.
+func holdFor(n int) time.Duration {
+	d := engineHoldBase
+	for i := 1; i < n && d < engineHoldMax; i++ {
+		d *= 2
+	}
+	return min(d, engineHoldMax)
+}
+
+func (h *holds) get(k holdKey) *holdState {
+	st := h.m[k]
+	if st == nil {
+		st = &holdState{}
+		h.m[k] = st
+	}
+	return st
+}
+
+// failed records a failure of one of provisioner's machines of profile
+// and returns the hold it makes.
+func (h *holds) failed(provisioner, profile, detail string) (failures int, hold time.Duration) {
+	now := h.now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st := h.get(holdKey{provisioner, profile})
+	wasHeld := now.Before(st.until)
+	st.failures++
+	st.lastError = detail
+	hold = holdFor(st.failures)
+	st.until = now.Add(hold)
+	st.onTheWay = max(0, st.onTheWay-1)
+	if wasHeld {
+		st.keep = min(st.keep, st.onTheWay)
+	} else {
+		st.keep = st.onTheWay
+	}
+	return st.failures, hold
+}
+
+// attached ends provisioner's hold of profile, if any: a worker of it
+// came, so the profile works. It reports whether a hold was lifted.
+func (h *holds) attached(provisioner, profile string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st := h.m[holdKey{provisioner, profile}]
+	if st == nil {
+		return false
+	}
+	lifted := st.failures > 0
+	st.failures, st.until, st.lastError, st.keep = 0, time.Time{}, "", 0
+	st.onTheWay = max(0, st.onTheWay-1)
+	return lifted
+}
+
+// reported takes what a Provision answer said was on its way per profile.
+// A held profile's allowance only falls.
+func (h *holds) reported(provisioner string, profiles []shared.ProfileDemand) {
+	now := h.now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	seen := map[string]bool{}
+	for _, pd := range profiles {
+		seen[pd.Profile] = true
+		st := h.get(holdKey{provisioner, pd.Profile})
+		st.onTheWay = max(0, pd.OnTheWay)
+		if now.Before(st.until) {
+			st.keep = min(st.keep, st.onTheWay)
+		}
+	}
+	// A profile the answer leaves out has nothing wanted and nothing on
+	// its way.
+	for k, st := range h.m {
+		if k.provisioner == provisioner && !seen[k.profile] {
+			st.onTheWay, st.keep = 0, 0
+		}
+	}
+}
+
+// allowance is how many needs a pass may still route to provisioner's
+// profile: unlimited (-1) unless it is held.
+func (h *holds) allowance(provisioner, profile string) (keep int, st holdState) {
+	now := h.now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p := h.m[holdKey{provisioner, profile}]
+	if p == nil || !now.Before(p.until) {
+		return -1, holdState{}
+	}
+	return p.keep, *p
+}
+
+// heldProfile is one profile the engine holds back, as GET /status shows
+// it.
+type heldProfile struct {
+	Provisioner string `json:"provisioner"`
+	Profile     string `json:"profile"`
+	// Failures in a row since a worker of the profile last attached.
+	Failures int `json:"failures"`
+	// Until is when the hold ends; in the past once it has, until a
+	// worker attaches or another failure comes.
+	Until     time.Time `json:"until"`
+	Held      bool      `json:"held"`
+	LastError string    `json:"last_error"`
+}
+
+// list is every profile with failures in a row, held or not, sorted.
+func (h *holds) list() []heldProfile {
+	now := h.now()
+	h.mu.Lock()
+	out := []heldProfile{}
+	for k, st := range h.m {
+		if st.failures > 0 {
+			out = append(out, heldProfile{Provisioner: k.provisioner, Profile: k.profile, Failures: st.failures,
+				Until: st.until, Held: now.Before(st.until), LastError: st.lastError})
+		}
+	}
+	h.mu.Unlock()
+	slices.SortFunc(out, func(a, b heldProfile) int {
+		return strings.Compare(a.Provisioner+"\x00"+a.Profile, b.Provisioner+"\x00"+b.Profile)
+	})
+	return out
+}
+
+// holdDetail is the outcome's detail for a need the engine did not ask
+// for because its profile is held.
+func holdDetail(st holdState) string {
+	return fmt.Sprintf("held back by the engine: %d failure(s) in a row, until %s (last: %s)",
+		st.failures, st.until.Format("15:04:05"), st.lastError)
+}
+
+// profileFor is the profile a target's plugin would choose for n: the
+// first of its shapes, in its match order, that fits.
+func profileFor(shapes []shared.Shape, n shared.Need) (string, bool) {
+	for _, s := range shapes {
+		if s.Fits(n) {
+			return s.Profile, true
+		}
+	}
+	return "", false
+}
+
+// ObserveEvent holds back the profile of a machine a provisioner reports
+// failed. ev.Provisioner must be the host's stamp.
+func (p *Placer) ObserveEvent(ev shared.Event) {
+	if ev.Kind != shared.EventWorkerProvisionFailed || ev.Profile == "" {
+		return
+	}
+	n, hold := p.holds.failed(ev.Provisioner, ev.Profile, ev.Detail)
+	// Each failure is logged: the holds bound how many there are.
+	p.logger.Warn("profile held back: its machines keep failing", "provisioner", ev.Provisioner, "profile", ev.Profile,
+		"failures", n, "hold", hold.String(), "class", string(ev.Class), "detail", ev.Detail)
+}
+
+// WorkerAttached ends the hold of the profile a provisioner's worker was
+// started as: the profile works.
+func (p *Placer) WorkerAttached(provisioner, profile string) {
+	if profile != "" && p.holds.attached(provisioner, profile) {
+		p.logger.Info("profile no longer held back: a worker of it attached", "provisioner", provisioner, "profile", profile)
+	}
+}
+
+// Held lists the profiles with failures in a row, for GET /status, the
+// page and the metrics.
+func (p *Placer) Held() []heldProfile { return p.holds.list() }
