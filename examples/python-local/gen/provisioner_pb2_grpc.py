@@ -99,7 +99,8 @@ class ProvisionerServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def ValidateConfig(self, request, context):
-        """Check a configuration without side effects: no network, no jobs.
+        """Check a configuration without side effects: no network, no jobs, no
+        files written. Works before Configure.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -113,7 +114,9 @@ class ProvisionerServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def Shapes(self, request, context):
-        """The sizes of machine the plugin can start for a label, smallest first.
+        """The sizes of machine the plugin can start for a label, smallest
+        first: the order the engine matches needs in. NOT_CONFIGURED before
+        Configure, as are Covers and Provision.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -128,28 +131,36 @@ class ProvisionerServicer(object):
 
     def Provision(self, request, context):
         """The engine's whole demand: ask for the difference from what is on
-        its way, within caps. Returns at once; machines arrive by attaching.
+        its way, within caps. Returns at once (the engine allows 10 s, and
+        restarts a plugin that misses 3 deadlines in a row); machines arrive
+        by attaching. An empty demand means nothing is wanted now. A profile
+        whose machines keep failing must be answered BACKING_OFF; the engine
+        holds such a profile back itself too, as a guard, not a service.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Reconcile(self, request, context):
-        """Forget requests that arrived; give up on those that took too long.
+        """Forget requests that arrived; give up on those that took too long
+        (the engine allows 30 s).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Status(self, request, context):
-        """Name, kind, profiles, outstanding requests, last error.
+        """Name, kind, profiles, outstanding requests, last error. Never blocks:
+        it answers from what the plugin knows, without asking its system.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Shutdown(self, request, context):
-        """Cancel whatever is outstanding, by the deadline.
+        """Cancel whatever is outstanding, requests still in flight included, by
+        the deadline. Workers already attached are the engine's: neither
+        Shutdown nor the plugin's exit stops them.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -7,6 +7,9 @@
 // line and cookie, mutual TLS, the health and controller services, the
 // configuration JSON and its paths, log lines, the lifecycle duties and
 // the worker; bin/provisioner-conformance checks a plugin against both.
+// The rules each method carries are spelled out, with the tests that
+// check them, in its sections "Method by method" and "Failures and
+// backoff"; the comments below are their short form.
 //
 // Conventions:
 //   - Every RPC takes a request message and returns a response message, so
@@ -110,7 +113,10 @@ const (
 	ProvisionResponse_OUTSTANDING ProvisionResponse_Outcome = 2
 	// No profile fits.
 	ProvisionResponse_NO_FIT ProvisionResponse_Outcome = 3
-	// Recent submissions failed; the plugin will ask again later.
+	// The profile's machines failed (a submission refused, a machine dead
+	// before it attached); the plugin will ask again later. Required after
+	// a failure, until the backoff ends or a worker of the profile
+	// attaches.
 	ProvisionResponse_BACKING_OFF ProvisionResponse_Outcome = 4
 	// A cap (max_workers, max_pending) holds the profile below the demand.
 	ProvisionResponse_CAPPED ProvisionResponse_Outcome = 5
@@ -1861,9 +1867,13 @@ func (x *ReconcileRequest) GetAttached() []string {
 }
 
 type ReconcileResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Arrived       []string               `protobuf:"bytes,1,rep,name=arrived,proto3" json:"arrived,omitempty"`
-	Expired       []string               `protobuf:"bytes,2,rep,name=expired,proto3" json:"expired,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Arrived []string               `protobuf:"bytes,1,rep,name=arrived,proto3" json:"arrived,omitempty"`
+	// What this call gave up on: the plugin's own ids of what it cancelled
+	// (job ids where it has jobs, worker names where it has none). The
+	// engine only logs them; the plugin publishes worker_cancelled for each
+	// worker as well.
+	Expired       []string `protobuf:"bytes,2,rep,name=expired,proto3" json:"expired,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2425,7 +2435,8 @@ func (x *Submission) GetAgeSeconds() float64 {
 type Backoff struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Profile string                 `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
-	// Consecutive failed submissions.
+	// Failures in a row of the profile's machines: refused submissions and
+	// machines that ended before their worker attached.
 	Failures int32 `protobuf:"varint,2,opt,name=failures,proto3" json:"failures,omitempty"`
 	// Unix nanoseconds; Provision answers BACKING_OFF until then.
 	UntilUnixNano int64  `protobuf:"varint,3,opt,name=until_unix_nano,json=untilUnixNano,proto3" json:"until_unix_nano,omitempty"`
@@ -2943,7 +2954,9 @@ type Event struct {
 	// Numbers the plugin's events from 1.
 	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
 	// worker_provisioned, worker_provision_failed, worker_cancelled, or a
-	// kind of the plugin's own.
+	// kind of the plugin's own. worker_provisioned is published, and its
+	// acknowledgement awaited, before the worker is started: a worker that
+	// attaches before the engine knows it is told 503 and retries.
 	Kind         string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
 	Provisioner  string `protobuf:"bytes,3,opt,name=provisioner,proto3" json:"provisioner,omitempty"`
 	Profile      string `protobuf:"bytes,4,opt,name=profile,proto3" json:"profile,omitempty"`

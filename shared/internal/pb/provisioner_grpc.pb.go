@@ -7,6 +7,9 @@
 // line and cookie, mutual TLS, the health and controller services, the
 // configuration JSON and its paths, log lines, the lifecycle duties and
 // the worker; bin/provisioner-conformance checks a plugin against both.
+// The rules each method carries are spelled out, with the tests that
+// check them, in its sections "Method by method" and "Failures and
+// backoff"; the comments below are their short form.
 //
 // Conventions:
 //   - Every RPC takes a request message and returns a response message, so
@@ -71,22 +74,33 @@ type ProvisionerClient interface {
 	Info(ctx context.Context, in *InfoRequest, opts ...grpc.CallOption) (*InfoResponse, error)
 	// The configuration schema. Works before Configure; must not depend on it.
 	Schema(ctx context.Context, in *SchemaRequest, opts ...grpc.CallOption) (*SchemaResponse, error)
-	// Check a configuration without side effects: no network, no jobs.
+	// Check a configuration without side effects: no network, no jobs, no
+	// files written. Works before Configure.
 	ValidateConfig(ctx context.Context, in *ValidateConfigRequest, opts ...grpc.CallOption) (*ValidateConfigResponse, error)
 	// Check and apply a configuration. Called once.
 	Configure(ctx context.Context, in *ConfigureRequest, opts ...grpc.CallOption) (*ConfigureResponse, error)
-	// The sizes of machine the plugin can start for a label, smallest first.
+	// The sizes of machine the plugin can start for a label, smallest
+	// first: the order the engine matches needs in. NOT_CONFIGURED before
+	// Configure, as are Covers and Provision.
 	Shapes(ctx context.Context, in *ShapesRequest, opts ...grpc.CallOption) (*ShapesResponse, error)
 	// Whether a machine the plugin could start would fit a need.
 	Covers(ctx context.Context, in *CoversRequest, opts ...grpc.CallOption) (*CoversResponse, error)
 	// The engine's whole demand: ask for the difference from what is on
-	// its way, within caps. Returns at once; machines arrive by attaching.
+	// its way, within caps. Returns at once (the engine allows 10 s, and
+	// restarts a plugin that misses 3 deadlines in a row); machines arrive
+	// by attaching. An empty demand means nothing is wanted now. A profile
+	// whose machines keep failing must be answered BACKING_OFF; the engine
+	// holds such a profile back itself too, as a guard, not a service.
 	Provision(ctx context.Context, in *ProvisionRequest, opts ...grpc.CallOption) (*ProvisionResponse, error)
-	// Forget requests that arrived; give up on those that took too long.
+	// Forget requests that arrived; give up on those that took too long
+	// (the engine allows 30 s).
 	Reconcile(ctx context.Context, in *ReconcileRequest, opts ...grpc.CallOption) (*ReconcileResponse, error)
-	// Name, kind, profiles, outstanding requests, last error.
+	// Name, kind, profiles, outstanding requests, last error. Never blocks:
+	// it answers from what the plugin knows, without asking its system.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
-	// Cancel whatever is outstanding, by the deadline.
+	// Cancel whatever is outstanding, requests still in flight included, by
+	// the deadline. Workers already attached are the engine's: neither
+	// Shutdown nor the plugin's exit stops them.
 	Shutdown(ctx context.Context, in *ShutdownRequest, opts ...grpc.CallOption) (*ShutdownResponse, error)
 	// Contract 2.2, optional (UNIMPLEMENTED if not offered):
 	// Check a configuration against the real system it names, read-only and
@@ -255,22 +269,33 @@ type ProvisionerServer interface {
 	Info(context.Context, *InfoRequest) (*InfoResponse, error)
 	// The configuration schema. Works before Configure; must not depend on it.
 	Schema(context.Context, *SchemaRequest) (*SchemaResponse, error)
-	// Check a configuration without side effects: no network, no jobs.
+	// Check a configuration without side effects: no network, no jobs, no
+	// files written. Works before Configure.
 	ValidateConfig(context.Context, *ValidateConfigRequest) (*ValidateConfigResponse, error)
 	// Check and apply a configuration. Called once.
 	Configure(context.Context, *ConfigureRequest) (*ConfigureResponse, error)
-	// The sizes of machine the plugin can start for a label, smallest first.
+	// The sizes of machine the plugin can start for a label, smallest
+	// first: the order the engine matches needs in. NOT_CONFIGURED before
+	// Configure, as are Covers and Provision.
 	Shapes(context.Context, *ShapesRequest) (*ShapesResponse, error)
 	// Whether a machine the plugin could start would fit a need.
 	Covers(context.Context, *CoversRequest) (*CoversResponse, error)
 	// The engine's whole demand: ask for the difference from what is on
-	// its way, within caps. Returns at once; machines arrive by attaching.
+	// its way, within caps. Returns at once (the engine allows 10 s, and
+	// restarts a plugin that misses 3 deadlines in a row); machines arrive
+	// by attaching. An empty demand means nothing is wanted now. A profile
+	// whose machines keep failing must be answered BACKING_OFF; the engine
+	// holds such a profile back itself too, as a guard, not a service.
 	Provision(context.Context, *ProvisionRequest) (*ProvisionResponse, error)
-	// Forget requests that arrived; give up on those that took too long.
+	// Forget requests that arrived; give up on those that took too long
+	// (the engine allows 30 s).
 	Reconcile(context.Context, *ReconcileRequest) (*ReconcileResponse, error)
-	// Name, kind, profiles, outstanding requests, last error.
+	// Name, kind, profiles, outstanding requests, last error. Never blocks:
+	// it answers from what the plugin knows, without asking its system.
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
-	// Cancel whatever is outstanding, by the deadline.
+	// Cancel whatever is outstanding, requests still in flight included, by
+	// the deadline. Workers already attached are the engine's: neither
+	// Shutdown nor the plugin's exit stops them.
 	Shutdown(context.Context, *ShutdownRequest) (*ShutdownResponse, error)
 	// Contract 2.2, optional (UNIMPLEMENTED if not offered):
 	// Check a configuration against the real system it names, read-only and
