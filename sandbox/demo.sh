@@ -90,7 +90,11 @@ bin/host-example script -config "$work/config.hcl" -profile cpu | sed 's/^/    /
 # look at its status page; DEMO_LINGER=0 ends the demo at once.
 linger="${DEMO_LINGER:-30s}"
 say "running the engine with a burst of needs: three of 2 cpus (2 s of work each, asked for as one job array), and 1 gpu labelled cuda (its log: $work/engine.log)"
-say "watch it live: open http://127.0.0.1:$port/ in a browser on this machine (the engine stays up $linger after the work; Ctrl-C ends it)"
+if [[ "$linger" == 0 || "$linger" == 0s ]]; then
+  say "watch it live: open http://127.0.0.1:$port/ in a browser on this machine (the engine exits when the work is done; DEMO_LINGER=30s keeps it up after)"
+else
+  say "watch it live: open http://127.0.0.1:$port/ in a browser on this machine (the engine stays up $linger after the work; Ctrl-C ends it)"
+fi
 t0=$(date +%s.%N)
 set +e
 bin/host-example run -config "$work/config.hcl" -need cpus=2,count=3,work=2s -need gpus=1,label=cuda -timeout 3m -linger "$linger" 2>"$work/engine.log" | sed 's/^/    /'
