@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/fluksio/provision/internal/sandboxtest"
+	"github.com/fluksio/provision/internal/testutil"
 )
 
 // preflightConfig is a configuration against the sandbox, with hooks for
@@ -221,7 +222,7 @@ func TestScriptCommand(t *testing.T) {
 // as a warning: the configuration is not wrong. script says it cannot
 // preview, as an error.
 func TestCheckWithoutPreflight(t *testing.T) {
-	bin := buildTestPlugin(t)
+	bin := testutil.BuildTestPlugin(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "memory.hcl")
 	src := fmt.Sprintf("engine {\n  listen = \"127.0.0.1:1\"\n}\n\nprovisioner \"memory\" \"mem\" {\n  plugin   = %q\n  greeting = \"hello\"\n}\n", bin)

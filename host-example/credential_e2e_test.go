@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fluksio/provision/shared"
 )
 
 // TestE2ECredentialWorthOneJob runs the engine, the real Slurm plugin and
@@ -27,7 +29,7 @@ func TestE2ECredentialWorthOneJob(t *testing.T) {
 	wrapper := filepath.Join(dir, "keep-credential")
 	script := fmt.Sprintf("#!/bin/sh\n# Keeps the credential for the test to replay, then runs the worker.\n"+
 		"printf '%%s %%s\\n' \"$SLURM_JOB_ID\" \"$%s\" > %s/cred.tmp && mv %s/cred.tmp %s/cred\nexec %s worker \"$@\"\n",
-		tokenEnv, out, out, out, e.host)
+		shared.WorkerTokenEnv, out, out, out, e.host)
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +65,7 @@ func TestE2ECredentialWorthOneJob(t *testing.T) {
 		defer cancel()
 		args := append([]string{"worker", "--url", fmt.Sprintf("http://127.0.0.1:%d", e.port), "--cpus", "2", "--max-idle", "5"}, extra...)
 		cmd := exec.CommandContext(ctx, e.host, args...)
-		cmd.Env = append(os.Environ(), tokenEnv+"="+token, "SLURM_JOB_ID="+slurmJob)
+		cmd.Env = append(os.Environ(), shared.WorkerTokenEnv+"="+token, "SLURM_JOB_ID="+slurmJob)
 		outb, err := cmd.CombinedOutput()
 		code := 0
 		if err != nil {
@@ -133,7 +135,7 @@ func TestE2EBurstOf40(t *testing.T) {
 	script := fmt.Sprintf("#!/bin/sh\n# Keeps the task's credential for the test, then runs the worker.\n"+
 		"id=${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}\n"+
 		"printf '%%s\\n' \"$%s\" > %s/$id.tmp && mv %s/$id.tmp %s/$id\nexec %s worker \"$@\"\n",
-		tokenEnv, out, out, out, e.host)
+		shared.WorkerTokenEnv, out, out, out, e.host)
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +196,7 @@ func TestE2EBurstOf40(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, e.host, "worker", "--url", fmt.Sprintf("http://127.0.0.1:%d", e.port), "--cpus", "1", "--max-idle", "5")
-	cmd.Env = append(os.Environ(), tokenEnv+"="+strings.TrimSpace(string(b)), "SLURM_JOB_ID=9999", "SLURM_ARRAY_JOB_ID="+array, "SLURM_ARRAY_TASK_ID=4")
+	cmd.Env = append(os.Environ(), shared.WorkerTokenEnv+"="+strings.TrimSpace(string(b)), "SLURM_JOB_ID=9999", "SLURM_ARRAY_JOB_ID="+array, "SLURM_ARRAY_TASK_ID=4")
 	said, err := cmd.CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(said), fmt.Sprintf("its provisioner started it as job %q", array+"_3")) {
 		t.Errorf("task 3's credential as task 4: %v, said:\n%s\nwant exit 1, refused as not its job", err, said)

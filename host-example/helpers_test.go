@@ -2,71 +2,24 @@ package main
 
 import (
 	"bytes"
-	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/fluksio/provision/internal/testutil"
-	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/shared/host"
 )
 
 // lockedBuffer is a buffer goroutines write while the test reads it.
 type lockedBuffer = testutil.Buffer
 
-// testLogger returns a logger that writes to the returned buffer, so a
-// test can check what was (and was not) logged.
-func testLogger(t *testing.T) (hclog.Logger, *lockedBuffer) {
-	t.Helper()
-	buf := &lockedBuffer{}
-	return hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Debug, Output: buf}), buf
-}
+func testLogger(t *testing.T) (hclog.Logger, *lockedBuffer) { return testutil.Logger(t) }
 
 // testSecret is a fixed secret, so that failures reproduce.
 var testSecret = bytes.Repeat([]byte("0123456789abcdef"), 2)
 
-// testProvisioner is the provisioner the tests' credentials name.
-const testProvisioner = "slurm"
-
-// claims are what a test credential for worker binds: the test
-// provisioner and a shape roomy enough for attachBody.
+// claims are what a test credential for worker binds: provisioner
+// "slurm" and a roomy shape.
 func claims(worker string) host.CredentialClaims {
-	return host.CredentialClaims{Worker: worker, Provisioner: testProvisioner, CPUs: 4, GPUs: 1, RAMMB: 8000, Labels: []string{"gpu"}}
-}
-
-// provisioned tells e what the test provisioner's worker_provisioned
-// event would: worker was started as job.
-func provisioned(e *Engine, worker, job string) {
-	e.ObserveEvent(shared.Event{Kind: shared.EventWorkerProvisioned, Provisioner: testProvisioner, Worker: worker, Job: job})
-}
-
-// waitFor polls cond until it holds or the deadline passes. It is for
-// state that has no channel to wait on; the short pause only keeps it
-// from spinning.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// serveEngine starts an Engine over HTTP with a test signer and a log the
-// test can read. Cleanup closes the engine first, ending its long polls,
-// so the server's Close need not wait for them.
-func serveEngine(t *testing.T, pollWait time.Duration) (*Engine, *httptest.Server, *host.Signer, *lockedBuffer) {
-	t.Helper()
-	logger, logs := testLogger(t)
-	signer := host.NewSigner(testSecret)
-	e := NewEngine(logger, signer, nil)
-	e.PollWait = pollWait
-	srv := httptest.NewServer(e.Handler())
-	t.Cleanup(srv.Close)
-	t.Cleanup(e.Close)
-	return e, srv, signer, logs
+	return host.CredentialClaims{Worker: worker, Provisioner: "slurm", CPUs: 4, GPUs: 1, RAMMB: 8000, Labels: []string{"gpu"}}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared/plugin"
 )
 
@@ -18,7 +19,7 @@ import (
 // script left it unset, though the doc said it was set. The port range
 // it gets must be the one the doc states (it said 0).
 func TestEveryCommandSetsThePluginLogLevel(t *testing.T) {
-	bin := buildTestPlugin(t)
+	bin := testutil.BuildTestPlugin(t)
 	dir := t.TempDir()
 	// The engine's environment may set it for its plugins; here it must
 	// come from the command.

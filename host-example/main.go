@@ -16,7 +16,7 @@
 //	host-example worker --url URL --cpus N --gpus N --max-idle SECONDS ...
 //
 // the payload a provisioner's job runs on the machine it was given (see
-// workerMain), and the engine's own commands, which launch plugins.
+// worker.Main), and the engine's own commands, which launch plugins.
 //
 // run started with the signing secret or the operator's token in its
 // environment re-executes itself once, before anything starts, without
@@ -29,6 +29,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/fluksio/provision/shared/engine/worker"
 
 	"github.com/fluksio/provision/internal/buildinfo"
 )
@@ -43,7 +45,9 @@ var commands = []struct {
 	{"run", "run the engine: host-example run -config FILE [-need SPEC]... [-timeout D]", runMain},
 	{"validate", "check a configuration: host-example validate [-check] [-json] FILE", validateMain},
 	{"script", "print the batch script a profile would submit: host-example script -config FILE [-provisioner NAME] -profile P", scriptMain},
-	{"worker", "run a worker: attach to an engine and take work until idle", workerMain},
+	{"worker", "run a worker (as fluksio-worker): attach to an engine and take work until idle", func(args []string, stdout, stderr io.Writer) int {
+		return worker.Main("host-example worker", args, stdout, stderr)
+	}},
 	{"version", "print the version and the build's revision", versionMain},
 }
 

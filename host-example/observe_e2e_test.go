@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluksio/provision/shared/engine"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -192,7 +193,14 @@ func TestE2EMetricsMove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rd readiness
+	var rd struct {
+		Ready        bool
+		Provisioners []struct {
+			Name, Kind string
+			Up         bool
+			Restarts   int
+		}
+	}
 	if err := json.NewDecoder(resp.Body).Decode(&rd); err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +237,7 @@ func TestE2EMetricsMove(t *testing.T) {
 // sseClient reads GET /v1/events into a list as the events arrive.
 type sseClient struct {
 	mu     sync.Mutex
-	events []engineEvent
+	events []engine.Event
 	done   chan struct{}
 	cancel context.CancelFunc
 }
@@ -266,7 +274,7 @@ func openEvents(t *testing.T, url string, header http.Header) *sseClient {
 			case strings.HasPrefix(line, "id: "):
 				id = strings.TrimPrefix(line, "id: ")
 			case strings.HasPrefix(line, "data: "):
-				var ev engineEvent
+				var ev engine.Event
 				if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &ev); err != nil || fmt.Sprint(ev.Seq) != id {
 					t.Errorf("a bad event (id %q): %q: %v", id, line, err)
 					continue
@@ -281,18 +289,18 @@ func openEvents(t *testing.T, url string, header http.Header) *sseClient {
 	return c
 }
 
-func (c *sseClient) all() []engineEvent {
+func (c *sseClient) all() []engine.Event {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.events)
 }
 
 // kindsOf lists the kinds of the events about worker, in stream order.
-func kindsOf(evs []engineEvent, worker string) []string {
+func kindsOf(evs []engine.Event, worker string) []string {
 	var out []string
 	for _, ev := range evs {
 		if ev.Worker == worker {
-			out = append(out, ev.Kind)
+			out = append(out, string(ev.Kind))
 		}
 	}
 	return out
@@ -309,7 +317,7 @@ func TestE2EEventStream(t *testing.T) {
 	live := openEvents(t, r.base+"/v1/events", nil)
 
 	var cpuWorker string
-	var evs []engineEvent
+	var evs []engine.Event
 	poll(t, 2*time.Minute, "the cpu worker's task done and a broken machine failed", func() bool {
 		if r.p.exited() {
 			t.Fatalf("the engine exited early\nstdout:\n%s\nstderr:\n%s", r.p.stdout, r.p.stderr)
@@ -334,7 +342,7 @@ func TestE2EEventStream(t *testing.T) {
 	if want := []string{"worker_provisioned", "worker_attached", "task_assigned", "task_done"}; !slices.Equal(kinds, want) {
 		t.Errorf("the cpu worker's events: %v, want %v", kinds, want)
 	}
-	var failure engineEvent
+	var failure engine.Event
 	for _, ev := range evs {
 		if ev.Kind == "worker_provision_failed" {
 			failure = ev

@@ -11,14 +11,14 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/fluksio/provision/shared/engine"
+
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/hcl/v2"
 
 	"github.com/fluksio/provision/internal/loglimit"
 	"github.com/fluksio/provision/shared/host"
@@ -64,7 +64,7 @@ import (
 // stream is one for as long as it is open), and a request beyond that is
 // answered 503 at once, before its handler runs; while one is in
 // progress its connection counts neither against max_connections nor
-// among strangers (markOperator). Before, 40 event streams against
+// among strangers (engine.MarkOperator). Before, 40 event streams against
 // max_connections = 40 reset both workers' attaches, and 2,496 streams at
 // the default cap took the engine to 405 MB. Sixteen is a browser's
 // page, a curl or two and a Prometheus; it is a constant, not a setting,
@@ -113,9 +113,9 @@ const maxOperatorRequests = 16
 const minOperatorToken = 16
 
 func newOperatorAuth(token string, signer *host.Signer, logger hclog.Logger) *operatorAuth {
-	a := &operatorAuth{signer: signer, logger: logger, refusals: loglimit.New(refusalLogBurst, refusalLogWindow),
+	a := &operatorAuth{signer: signer, logger: logger, refusals: loglimit.New(operatorLogBurst, operatorLogWindow),
 		peerUID: peerUIDFromProc, slots: make(chan struct{}, maxOperatorRequests),
-		busyLogs: loglimit.New(refusalLogBurst, refusalLogWindow)}
+		busyLogs: loglimit.New(operatorLogBurst, operatorLogWindow)}
 	if token != "" {
 		sum := sha256.Sum256([]byte(token))
 		a.tokenSum = sum[:]
@@ -158,7 +158,7 @@ func (a *operatorAuth) wrap(h http.Handler) http.Handler {
 		// While it is served (an event stream for as long as it is
 		// open), the connection is in the operator's room, not the
 		// workers' and not the strangers'.
-		defer markOperator(r.Context())()
+		defer engine.MarkOperator(r.Context())()
 		h.ServeHTTP(w, r)
 	})
 }
@@ -173,9 +173,9 @@ func (a *operatorAuth) busy(w http.ResponseWriter, r *http.Request) {
 		}
 		a.logger.Warn("operator requests at their cap: refused one (close an event stream or a page)", kv...)
 	}
-	dontReadBody(w)
+	engine.DontReadBody(w)
 	w.Header().Set("Retry-After", "5")
-	writeError(w, http.StatusServiceUnavailable, fmt.Sprintf(
+	engine.WriteError(w, http.StatusServiceUnavailable, fmt.Sprintf(
 		"%d operator requests (event streams, pages, /status) are in progress, the most the engine serves at once; close one and retry", maxOperatorRequests))
 }
 
@@ -219,7 +219,7 @@ func (a *operatorAuth) matches(token string) bool {
 // presented is the token of a Bearer or Basic Authorization header (for
 // Basic, the password; the user name is ignored).
 func presented(header string) (string, bool) {
-	if token, ok := bearer(header); ok {
+	if token, ok := engine.Bearer(header); ok {
 		return token, true
 	}
 	scheme, rest, ok := strings.Cut(header, " ")
@@ -260,11 +260,11 @@ func (a *operatorAuth) refuse(w http.ResponseWriter, r *http.Request, status int
 		}
 		a.logger.Warn("refused an operator request", kv...)
 	}
-	dontReadBody(w)
+	engine.DontReadBody(w)
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Basic realm="fluksio operator", charset="UTF-8"`)
 	}
-	writeError(w, status, why)
+	engine.WriteError(w, status, why)
 }
 
 // fromPlugin reports whether r's connection was opened by a plugin
@@ -414,28 +414,9 @@ func procAddrIs(hexAddr string, ip net.IP, port uint64) bool {
 	return got.Equal(ip)
 }
 
-var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// checkOperatorConfig validates operator_token_env.
-func checkOperatorConfig(block *hcl.Block, e *engineConfig) hcl.Diagnostics {
-	if e.OperatorTokenEnv == "" {
-		return nil
-	}
-	attrs, _ := block.Body.JustAttributes()
-	subject := block.DefRange.Ptr()
-	if a, ok := attrs["operator_token_env"]; ok {
-		subject = a.Expr.Range().Ptr()
-	}
-	switch {
-	case !envNameRe.MatchString(e.OperatorTokenEnv):
-		return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Invalid operator_token_env",
-			Detail: fmt.Sprintf("%q is not an environment variable name. Name the variable that holds the operator's token, such as \"FLUKSIO_OPERATOR_TOKEN\"; the token itself never goes in this file.",
-				e.OperatorTokenEnv),
-			Subject: subject}}
-	case e.OperatorTokenEnv == e.SecretEnv:
-		return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "operator_token_env is secret_env",
-			Detail:  fmt.Sprintf("Both name %s. The operator's token opens the status page; the signing secret mints worker credentials. Use two variables.", e.SecretEnv),
-			Subject: subject}}
-	}
-	return nil
-}
+// Refused operator requests are logged at most operatorLogBurst per
+// operatorLogWindow; the next line logged says how many were left out.
+const (
+	operatorLogBurst  = 10
+	operatorLogWindow = 10 * time.Second
+)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -17,7 +18,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/provision/internal/loglimit"
+	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/engine"
+	"github.com/fluksio/provision/shared/engine/worker"
+
+	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared/host"
 )
 
@@ -96,7 +101,7 @@ func TestOperatorConfig(t *testing.T) {
 		if err := os.WriteFile(f, []byte(c.hcl), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		_, diags := loadConfig(f)
+		_, diags := engine.LoadConfig(f)
 		if !diags.HasErrors() || diags[0].Summary != c.summary || diags[0].Subject.Start.Line != c.line || diags[0].Subject.Start.Column != c.col {
 			t.Errorf("%q: %v, want %q at %d:%d", c.hcl, diags, c.summary, c.line, c.col)
 		}
@@ -149,36 +154,27 @@ func TestPeerOwnedBy(t *testing.T) {
 	}
 }
 
-// serveOperator serves e's worker endpoints and, as run does, the
-// operator's /status, event stream and page behind op.wrap, through a
-// gate of max connections on a loopback port; it returns the address.
-func serveOperator(t *testing.T, e *Engine, op *operatorAuth, max int, listen string) (string, *connGate) {
+// serveOperator runs an engine with no provisioners as run does: the
+// workers' endpoints, and the operator's /status, event stream and page
+// behind op.wrap, with a cap of max connections, on listen. pollWait is
+// the engine's long poll.
+func serveOperator(t *testing.T, op *operatorAuth, max int, listen string, pollWait time.Duration) *engine.Engine {
 	t.Helper()
-	ln, err := net.Listen("tcp", listen)
+	logger, _ := testLogger(t)
+	e, err := engine.New(engine.Config{Secret: testSecret, ID: "test", Listen: listen, MaxConnections: max, Logger: logger})
 	if err != nil {
 		t.Skipf("cannot listen on %s: %v", listen, err)
 	}
-	hub := newEventHub()
-	mux := http.NewServeMux()
-	mux.Handle("/v1/", e.Handler())
-	mux.Handle("GET /status", op.wrap(e.Handler()))
-	mux.Handle("GET /v1/events", op.wrap(http.HandlerFunc(hub.serveEvents)))
+	e.Books.PollWait = pollWait
+	mux := e.Mux(op.wrap, false)
 	mux.Handle("GET /{$}", op.wrap(pageHandler()))
-	gate := newConnGate(max, e.logger, loglimit.New(refusalLogBurst, refusalLogWindow))
-	srv := newHTTPServer(mux, gate, e.pollWait(), nil)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		srv.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		e.Close()
-		hub.close()
-		srv.Close()
-		<-done
-	})
-	return ln.Addr().String(), gate
+	e.Serve(mux)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+	return e
 }
+
+// attachBody is an attach that claims fits.
+const attachBody = `{"hostname":"n01","job_id":"77","cpus":4,"gpus":1,"ram_mb":8000,"labels":["gpu"]}`
 
 // TestOperatorStreamsLeaveWorkersRoom, with the attack's figures: 40
 // event streams from loopback against max_connections = 40. Sixteen are
@@ -190,11 +186,10 @@ func TestOperatorStreamsLeaveWorkersRoom(t *testing.T) {
 	t.Parallel()
 	logger, logs := testLogger(t)
 	signer := host.NewSigner(testSecret)
-	e := NewEngine(logger, signer, nil)
-	e.PollWait = 10 * time.Second
 	op := newOperatorAuth("", signer, logger)
 	const max = 40
-	addr, gate := serveOperator(t, e, op, max, "127.0.0.1:0")
+	e := serveOperator(t, op, max, "127.0.0.1:0", 10*time.Second)
+	addr := e.Addr()
 
 	type stream struct {
 		code int
@@ -239,8 +234,11 @@ func TestOperatorStreamsLeaveWorkersRoom(t *testing.T) {
 	var workers sync.WaitGroup
 	for i, job := range []string{"77", "78"} {
 		name := fmt.Sprintf("slurm-cpu-%d", i+1)
-		token := sign(t, signer, name, time.Hour)
-		provisioned(e, name, job)
+		token, _, err := signer.Sign(claims(name), time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Books.ObserveEvent(shared.Event{Kind: shared.EventWorkerProvisioned, Provisioner: "slurm", Worker: name, Job: job})
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
@@ -250,7 +248,7 @@ func TestOperatorStreamsLeaveWorkersRoom(t *testing.T) {
 				r, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
 				r.Header.Set("Authorization", "Bearer "+token)
 				if session != "" {
-					r.Header.Set(sessionHeader, session)
+					r.Header.Set(worker.SessionHeader, session)
 				}
 				resp, err := client.Do(r)
 				if err != nil {
@@ -272,7 +270,7 @@ func TestOperatorStreamsLeaveWorkersRoom(t *testing.T) {
 				return
 			}
 			session = attached.Session
-			if err := e.assign(name, Task{ID: "task-" + name}); err != nil {
+			if err := e.Books.Assign(name, engine.Task{ID: "task-" + name}); err != nil {
 				t.Errorf("%s: assign: %v", name, err)
 				return
 			}
@@ -290,10 +288,8 @@ func TestOperatorStreamsLeaveWorkersRoom(t *testing.T) {
 		}()
 	}
 	workers.Wait()
-	open, guests, dropped := gate.counts()
-	t.Logf("gate: %d open, %d strangers, %d dropped; log:\n%s", open, guests, dropped, logs)
-	if n := strings.Count(logs.String(), "operator requests at their cap"); n > refusalLogBurst {
-		t.Errorf("%d log lines about the operator's cap; want at most %d", n, refusalLogBurst)
+	if n := strings.Count(logs.String(), "operator requests at their cap"); n > operatorLogBurst {
+		t.Errorf("%d log lines about the operator's cap; want at most %d", n, operatorLogBurst)
 	}
 }
 
@@ -326,12 +322,11 @@ func TestOperatorLoopbackUID(t *testing.T) {
 	// ":0" listens on every address, IPv6 and IPv4 at once, so that a
 	// client of 127.0.0.1 is found in /proc/net/tcp6 as ::ffff:127.0.0.1.
 	for _, listen := range []string{"127.0.0.1:0", "[::1]:0", ":0"} {
-		e := NewEngine(logger, signer, nil)
 		op := newOperatorAuth("", signer, logger)
-		addr, _ := serveOperator(t, e, op, 40, listen)
+		addr := serveOperator(t, op, 40, listen, 0).Addr()
 		url := "http://" + addr
 		if listen == ":0" {
-			url = fmt.Sprintf("http://127.0.0.1:%d", portOf(t, addr))
+			url = fmt.Sprintf("http://127.0.0.1:%d", testutil.PortOf(t, addr))
 		}
 		client := &http.Client{Timeout: 5 * time.Second}
 		for _, path := range []string{"/status", "/"} {

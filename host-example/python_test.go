@@ -16,6 +16,7 @@ import (
 	"github.com/fluksio/provision/internal/sandboxtest"
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/shared/conformance"
+	"github.com/fluksio/provision/shared/engine"
 )
 
 // The Python reference plugin (examples/python-local) as an engine runs
@@ -196,9 +197,14 @@ provisioner "local" "py" {
 		t.Fatalf("run returned %d during the storm\n%s", code, story)
 	case <-time.After(10 * time.Second):
 	}
-	n := failedMachines(d)
-	st := d.sups[0].Status(context.Background())
-	t.Logf("workers the Python plugin started in 10 s, all failing at once: %d; its backoff: %+v; the engine's: %+v", n, st.Status.BackingOff, d.placer.Held())
+	st := d.eng.Fleet.Supervisors()[0].Status(context.Background())
+	var n int64
+	if st.Status != nil && st.Status.Counters != nil {
+		for _, f := range st.Status.Counters.Failures {
+			n += f.Count
+		}
+	}
+	t.Logf("workers the Python plugin started in 10 s, all failing at once: %d; its backoff: %+v; the engine's: %+v", n, st.Status.BackingOff, d.eng.Router.Held())
 	if n == 0 || n > 15 {
 		t.Errorf("the plugin started %d failing workers in 10 s; want 1 to 15", n)
 	}
@@ -238,4 +244,40 @@ func TestPythonPluginByHand(t *testing.T) {
 	if out, errOut, code := run(); code != 1 || out != "" || !strings.Contains(errOut, "An engine runs it") {
 		t.Errorf("no argument: exit %d, stdout %q, stderr %q; want 1 and the usage on stderr alone", code, out, errOut)
 	}
+}
+
+// runDaemon runs host-example's daemon with the configuration body as the
+// run command does (newDaemon, start, run) for one need, until the test
+// ends. runDone gets run's exit code; a reader must put it back, for the
+// cleanup to see.
+func runDaemon(t *testing.T, body string, need shared.Need) (d *daemon, runDone chan int, story, logs *lockedBuffer) {
+	t.Helper()
+	cfgPath := filepath.Join(t.TempDir(), "engine.hcl")
+	if err := os.WriteFile(cfgPath, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, diags := engine.LoadConfig(cfgPath)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	logger, logs := testLogger(t)
+	story = &lockedBuffer{}
+	d, err := newDaemon(cfg, logger, newStory(story))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if diags := d.start(ctx); diags.HasErrors() {
+		cancel()
+		d.stop()
+		t.Fatal(diags)
+	}
+	runDone = make(chan int, 1)
+	go func() { runDone <- d.run(ctx, []engine.NeedSpec{{Need: need, Count: 1}}, 0) }()
+	t.Cleanup(func() {
+		cancel()
+		<-runDone
+		d.stop()
+	})
+	return d, runDone, story, logs
 }

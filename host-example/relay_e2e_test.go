@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/internal/sandboxtest"
+	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared/plugin"
 )
 
@@ -151,7 +152,7 @@ func TestE2ERelayTLS(t *testing.T) {
 	e := newE2E(t, "e2e-relay-tls")
 	e.killPluginsAtEnd(t)
 	path := e.relConfig(t, "", "", e.host, "worker")
-	certFile, keyFile, pin := selfSigned(t, filepath.Dir(path))
+	certFile, keyFile, pin := testutil.SelfSigned(t, filepath.Dir(path))
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -14,23 +13,19 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fluksio/provision/shared/engine"
+
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/hcl/v2"
 
-	"github.com/fluksio/provision/internal/loglimit"
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/shared/hclconfig"
 	"github.com/fluksio/provision/shared/host"
 )
 
-// Intervals of the run loop. A placer pass is cheap (it answers "could
-// anything fit?" from cached shapes) so it runs often; Reconcile crosses
-// into every plugin, so it runs less.
-var (
-	passInterval      = time.Second
-	reconcileInterval = 3 * time.Second
-	shutdownTimeout   = time.Minute
-)
+// shutdownTimeout bounds a clean stop: the workers' leave, every
+// plugin's Shutdown and the listener's close.
+var shutdownTimeout = time.Minute
 
 // runMain is the run command: it reads the flags and the configuration,
 // and runs a daemon, the engine as a process. With needs it exits once
@@ -44,7 +39,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	configPath := fs.String("config", "", "the configuration `file` (required)")
-	var needs needList
+	var needs engine.NeedList
 	fs.Var(&needs, "need", "nodes to place: cpus=N[,gpus=N][,ram_mb=N][,label=L][,count=N][,work=DURATION] (repeatable)")
 	timeout := fs.Duration("timeout", 0, "give up on the needs after this long (0: never)")
 	linger := fs.Duration("linger", 0, "once the needs are served or -timeout passes, keep the engine up this long, so that its status page can be looked at")
@@ -68,7 +63,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "engine", Output: stderr, Level: hclog.LevelFromString(*level)})
-	cfg, diags := loadConfig(*configPath)
+	cfg, diags := engine.LoadConfig(*configPath)
 	if diags.HasErrors() {
 		hclconfig.WriteDiagnostics(stderr, cfg.Files, diags)
 		return 1
@@ -119,95 +114,24 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
-// daemon is the engine as a process: the HTTP engine workers attach to,
-// a supervised plugin per provisioner block (host.Supervisor) and the
-// placer, wired together. newDaemon builds it and listens; start
-// launches the plugins; run places needs until they are served, time runs
-// out or ctx ends; stop shuts it all down, provisioners first. Each is
-// called once, in that order, from one goroutine.
+// daemon is the engine as a process: the kit's engine (shared/engine),
+// the operator's auth and page in front of it, and the story on stdout.
+// newDaemon builds it and listens; start launches the plugins; run
+// places needs until they are served, time runs out or ctx ends; stop
+// lets the workers go and shuts it all down. Each is called once, in
+// that order, from one goroutine.
 type daemon struct {
-	cfg    *config
+	cfg    *engine.File
 	logger hclog.Logger
 	story  *story
-
-	engine   *Engine
-	operator *operatorAuth
-	obs      *observer
-	srv      *http.Server
-	serving  sync.WaitGroup // the HTTP server's goroutine
-	placer   *Placer
-	sups     []*host.Supervisor
-	// wake holds at most one pending wake-up for the run loop: an event
-	// from a plugin, or a plugin up again.
-	wake chan struct{}
-	// addr is where the engine listens, as the listener says.
-	addr string
+	eng    *engine.Engine
 	// lingering is set when run is followed by -linger.
 	lingering bool
-	// eventLogs bounds, per provisioner, how many of its events are told
-	// in the story and the log; fixed after newDaemon.
-	eventLogs []pluginEventLog
-}
-
-// pluginEventLog is one provisioner's budget of event lines.
-type pluginEventLog struct {
-	name   string
-	logger hclog.Logger
-	limit  *loglimit.Limiter
-}
-
-// A plugin's events are told in the story and the log at most
-// eventLogBurst per eventLogWindow each; the rest are counted, and the
-// first line after them, or the engine's stop, says how many were not
-// told. They still all reach the engine's books, the event stream and
-// the metrics: only the telling is bounded. A plugin that flooded small
-// well-formed events made 48,355 log lines in 40 s. A hundred in ten
-// seconds is a burst of a hundred machines told one by one, which is as
-// many as a person reads.
-const (
-	eventLogBurst  = 100
-	eventLogWindow = 10 * time.Second
-)
-
-// pluginEvent is what the engine does with an event a provisioner's
-// plugin sent (stamped by the host), at now: the engine learns each
-// worker's job, and which names to revoke; the observer streams and
-// counts it; the story and the log tell it, within logs' budget.
-func (d *daemon) pluginEvent(plog hclog.Logger, logs *loglimit.Limiter, ev shared.Event, now time.Time) {
-	d.engine.ObserveEvent(ev)
-	d.placer.ObserveEvent(ev)
-	d.obs.pluginEvent(ev)
-	if ok, leftOut := logs.Allow(now); ok {
-		if leftOut > 0 {
-			d.eventsNotTold(plog, ev.Provisioner, leftOut)
-		}
-		d.story.event(ev)
-		plog.Info("event", "kind", ev.Kind, "profile", ev.Profile, "job", ev.Job, "worker", ev.Worker, "detail", ev.Detail)
-	}
-	d.poke()
-}
-
-// flushEventLogs tells, for each provisioner, how many of its events
-// the current window left out, which no later event will.
-func (d *daemon) flushEventLogs() {
-	for _, l := range d.eventLogs {
-		if n := l.limit.Flush(); n > 0 {
-			d.eventsNotTold(l.logger, l.name, n)
-		}
-	}
-}
-
-// eventsNotTold is the summary of n events of provisioner left out of
-// the story and the log.
-func (d *daemon) eventsNotTold(plog hclog.Logger, provisioner string, n int) {
-	plog.Warn("events not logged: the plugin sent more than the log takes", "not_logged", n,
-		"max", eventLogBurst, "per", eventLogWindow.String())
-	d.story.say("%s: %d more event(s) not told here (more than %d in %s); GET /v1/events has them all", provisioner, n, eventLogBurst, eventLogWindow)
 }
 
 // newDaemon sets up the engine for cfg and starts listening. An error is
 // the operator's to fix (the secret, the address), and says how.
-func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) {
+func newDaemon(cfg *engine.File, logger hclog.Logger, story *story) (*daemon, error) {
 	if v := cfg.Engine.SecretEnv; v != "" && !nonEmpty(lookupSecret(v)) {
 		// A configured secret that is missing would silently become a
 		// random one, and workers from an earlier run would be refused.
@@ -221,210 +145,67 @@ func newDaemon(cfg *config, logger hclog.Logger, story *story) (*daemon, error) 
 	if err != nil {
 		return nil, err
 	}
-	engineID, epoch := host.EngineIdentity(cfg.Engine.ID, cfg.Path), host.CredentialEpoch(secret)
+	engineID := host.EngineIdentity(cfg.Engine.ID, cfg.Path)
 	logger.Info("worker credentials", "secret", map[bool]string{true: "from $" + cfg.Engine.SecretEnv, false: "random, this run only"}[fromEnv],
-		"engine_id", engineID, "credential_epoch", epoch)
-	signer := host.NewSigner(secret)
-	d := &daemon{cfg: cfg, logger: logger, story: story, wake: make(chan struct{}, 1)}
-	d.engine = NewEngine(logger.Named("http"), signer, time.Now)
-	d.operator = newOperatorAuth(opToken, signer, logger.Named("http"))
-	d.operator.plugins = d.pluginPIDs
-	d.engine.ID = engineID
-	d.engine.OnAttach = func(w WorkerInfo) {
-		d.placer.WorkerAttached(w.Provisioner, w.Profile)
-		story.say("worker %s attached from %s (job %s, %d cpus, %d gpus)", w.Name, w.Hostname, orDash(w.JobID), w.CPUs, w.GPUs)
-	}
-	d.engine.OnResult = func(r Result) {
-		story.say("work done by %s: host %s, job %s, cpus %d: %s", r.Worker, r.Hostname, orDash(r.JobID), r.CPUs, r.Output)
-	}
-
-	ln, engineAddress, err := listenEngine(cfg.Engine.Listen)
+		"engine_id", engineID, "credential_epoch", host.CredentialEpoch(secret))
+	d := &daemon{cfg: cfg, logger: logger, story: story}
+	d.eng, err = engine.New(engine.Config{
+		Provisioners:   cfg.Provisioners,
+		Secret:         secret,
+		ID:             engineID,
+		Listen:         cfg.Engine.Listen,
+		TLS:            cfg.Engine.ServerTLS(),
+		MaxConnections: cfg.Engine.MaxConnections,
+		DropEnv:        []string{cfg.Engine.SecretEnv, cfg.Engine.OperatorTokenEnv},
+		Logger:         logger,
+		Hooks: engine.Hooks{
+			PluginEvent: story.event,
+			EventsNotTold: func(provisioner string, n int) {
+				story.say("%s: %d more event(s) not told here; GET /v1/events has them all", provisioner, n)
+			},
+			Attach: func(w engine.WorkerInfo) {
+				story.say("worker %s attached from %s (job %s, %d cpus, %d gpus)", w.Name, w.Hostname, orDash(w.JobID), w.CPUs, w.GPUs)
+			},
+			Result: func(r engine.Result) {
+				story.say("work done by %s: host %s, job %s, cpus %d: %s", r.Worker, r.Hostname, orDash(r.JobID), r.CPUs, r.Output)
+			},
+			Burst: func(target string, pd shared.ProfileDemand) {
+				if pd.Requested > 0 {
+					story.say("%s: asked for %d %q machine(s) in %d submission(s) (wanted %d, on the way %d, attached %d)",
+						target, pd.Requested, pd.Profile, pd.Submissions, pd.Wanted, pd.OnTheWay, pd.Attached)
+				}
+				if pd.Cancelled > 0 {
+					story.say("%s: demand fell; gave up %d pending %q machine(s)", target, pd.Cancelled, pd.Profile)
+				}
+			},
+		},
+	})
 	if err != nil {
-		return nil, fmt.Errorf("cannot listen on %s (engine.listen): %w", cfg.Engine.Listen, err)
+		return nil, fmt.Errorf("%w (engine.listen)", err)
 	}
-	gate := newConnGate(cfg.Engine.MaxConnections, logger.Named("http"), loglimit.New(refusalLogBurst, refusalLogWindow))
-	tlsConfig := cfg.Engine.serverTLSConfig()
-
-	state := &stateCollector{health: d.health, status: d.engine.provisionerStatus, workers: d.workerCounts, tasks: d.taskCounts,
-		held: func() []heldProfile { return d.placer.Held() }}
-	d.obs = newObserver(newEngineMetrics(state))
-	d.engine.OnActivity = d.obs.activity
-
-	d.placer = NewPlacer(logger.Named("placer"), d.engine, nil)
-	d.placer.OnBurst = func(target string, pd shared.ProfileDemand) {
-		d.obs.burst(target, pd)
-		if pd.Requested > 0 {
-			story.say("%s: asked for %d %q machine(s) in %d submission(s) (wanted %d, on the way %d, attached %d)",
-				target, pd.Requested, pd.Profile, pd.Submissions, pd.Wanted, pd.OnTheWay, pd.Attached)
-		}
-		if pd.Cancelled > 0 {
-			story.say("%s: demand fell; gave up %d pending %q machine(s)", target, pd.Cancelled, pd.Profile)
-		}
-	}
-	supByName := map[string]*host.Supervisor{}
-	d.placer.OnDeadline = func(name string, missed bool) {
-		if s := supByName[name]; s != nil {
-			s.Deadline("Provision", missed)
-		}
-	}
-	d.engine.NeedsFunc = d.placer.Needs
-	d.engine.HeldFunc = d.placer.Held
-	for _, pc := range cfg.Provisioners {
-		plog := logger.Named(pc.Name)
-		name := pc.Name
-		evLogs := loglimit.New(eventLogBurst, eventLogWindow)
-		d.eventLogs = append(d.eventLogs, pluginEventLog{name: name, logger: plog, limit: evLogs})
-		s := host.NewSupervisor(pc, plog, host.Options{
-			Logger:          logger.Named("plugin"),
-			Signer:          signer,
-			EngineID:        engineID,
-			CredentialEpoch: epoch,
-			EngineAddress:   engineAddress,
-			DropEnv:         []string{cfg.Engine.SecretEnv, cfg.Engine.OperatorTokenEnv},
-			OnEvent:         func(ev shared.Event) { d.pluginEvent(plog, evLogs, ev, time.Now()) },
-		})
-		s.OnUp = func(c host.Configured) {
-			d.placer.SetTarget(Target{Name: c.Name, P: c.Provisioner, Shapes: c.Shapes})
-			d.placer.SetDown(name, false)
-			d.obs.plugin("plugin_up", name, fmt.Sprintf("configured, %d shape(s)", len(c.Shapes)))
-			d.poke()
-		}
-		s.OnDown = func(string) {
-			d.placer.SetDown(name, true)
-			d.obs.plugin("plugin_down", name, "the plugin exited; restarting it")
-		}
-		d.sups = append(d.sups, s)
-		supByName[name] = s
-	}
-	d.engine.StatusFunc = func(ctx context.Context) []host.ProvisionerStatus {
-		out := make([]host.ProvisionerStatus, 0, len(d.sups))
-		for _, s := range d.sups {
-			out = append(out, s.Status(ctx))
-		}
-		return out
-	}
-
-	// Served only now that everything a handler reads is in place.
-	d.srv = newHTTPServer(d.handler(), gate, d.engine.pollWait(), tlsConfig)
-	d.serving.Add(1)
-	go func() {
-		defer d.serving.Done()
-		var err error
-		if tlsConfig != nil {
-			err = d.srv.ServeTLS(ln, "", "")
-		} else {
-			err = d.srv.Serve(ln)
-		}
-		if err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error("http server stopped", "error", err)
-		}
-	}()
-	logger.Info("listening for workers", "addr", ln.Addr().String(), "tls", tlsConfig != nil, "max_connections", gate.max)
-	if plainBeyondLoopback(ln.Addr(), tlsConfig != nil) {
-		logger.Warn("listening beyond loopback in plain HTTP: worker credentials cross the network in the clear; set tls_cert and tls_key in the engine block, or terminate TLS in front of the engine",
-			"addr", ln.Addr().String())
-	}
-	d.addr = ln.Addr().String()
-	return d, nil
-}
-
-// handler routes every endpoint: the workers' (the Engine's), the
-// operator's and the monitoring ones.
-func (d *daemon) handler() http.Handler {
-	mux := http.NewServeMux()
-	engine := d.engine.Handler()
-	op := d.operator.wrap
-	mux.Handle("/v1/", engine)
-	mux.Handle("GET /status", op(engine))
-	mux.Handle("GET /v1/events", op(http.HandlerFunc(d.obs.hub.serveEvents)))
-	metrics := d.obs.metrics.handler()
-	if !d.cfg.Engine.OpenMetrics {
-		metrics = op(metrics)
-	}
-	mux.Handle("GET /metrics", metrics)
-	mux.HandleFunc("GET /health", health)
-	mux.HandleFunc("GET /ready", ready(d.health))
-	page := op(pageHandler())
+	operator := newOperatorAuth(opToken, host.NewSigner(secret), logger.Named("http"))
+	operator.plugins = d.eng.Fleet.PIDs
+	mux := d.eng.Mux(operator.wrap, cfg.Engine.OpenMetrics)
+	page := operator.wrap(pageHandler())
 	for _, path := range []string{"GET /{$}", "GET /app.js", "GET /style.css", "GET /favicon.svg"} {
 		mux.Handle(path, page)
 	}
-	return mux
-}
-
-// health reads every provisioner's plugin state from its Supervisor.
-func (d *daemon) health() []provHealth {
-	out := make([]provHealth, 0, len(d.sups))
-	for _, s := range d.sups {
-		up, restarts := s.Health()
-		out = append(out, provHealth{name: s.Name(), kind: s.Kind(), up: up, restarts: restarts})
-	}
-	return out
-}
-
-// pluginPIDs lists the running plugin processes.
-func (d *daemon) pluginPIDs() []int {
-	var out []int
-	for _, s := range d.sups {
-		if pid := s.Pid(); pid > 0 {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
-// workerCounts is the attached workers per configured provisioner.
-func (d *daemon) workerCounts() map[string]workerCounts {
-	out := map[string]workerCounts{}
-	for _, s := range d.sups {
-		out[s.Name()] = workerCounts{}
-	}
-	for owner, n := range d.engine.workerCounts() {
-		out[owner] = n
-	}
-	return out
-}
-
-// taskCounts is the placer's needs by state.
-func (d *daemon) taskCounts() map[string]int {
-	out := map[string]int{}
-	for _, n := range d.placer.Needs() {
-		out[n.State]++
-	}
-	return out
+	d.eng.Serve(mux)
+	return d, nil
 }
 
 // errLingered ends the run loop after -linger.
 var errLingered = errors.New("lingered")
 
 // pageURL is the status page's address, as the listener has it.
-func (d *daemon) pageURL() string {
-	scheme := "http"
-	if d.cfg.Engine.tlsCert != nil {
-		scheme = "https"
-	}
-	return scheme + "://" + d.addr + "/"
-}
+func (d *daemon) pageURL() string { return d.eng.URL() }
 
-// poke wakes the run loop; wake-ups that arrive while one is pending are
-// merged.
-func (d *daemon) poke() {
-	select {
-	case d.wake <- struct{}{}:
-	default:
-	}
-}
-
-// start launches and configures every provisioner's plugin, within two
-// minutes, and says which are ready.
+// start launches and configures every provisioner's plugin, and says
+// which are ready.
 func (d *daemon) start(ctx context.Context) hcl.Diagnostics {
-	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	var diags hcl.Diagnostics
-	for _, s := range d.sups {
-		diags = append(diags, s.Start(startCtx)...)
-	}
+	diags := d.eng.Start(ctx)
 	if ctx.Err() == nil && !diags.HasErrors() {
-		for _, s := range d.sups {
+		for _, s := range d.eng.Fleet.Supervisors() {
 			d.story.say("%s: %s provisioner ready", s.Name(), s.Kind())
 		}
 	}
@@ -433,18 +214,18 @@ func (d *daemon) start(ctx context.Context) hcl.Diagnostics {
 
 // run places needs until all are served (0), timeout passes (1, if not
 // zero) or ctx ends (0 without needs, 1 with).
-func (d *daemon) run(ctx context.Context, specs []needSpec, timeout time.Duration) int {
+func (d *daemon) run(ctx context.Context, specs []engine.NeedSpec, timeout time.Duration) int {
 	needs := 0
 	for _, spec := range specs {
 		var first, last string
 		for range spec.Count {
-			last = d.placer.AddWork(spec.Need, spec.Work)
+			last = d.eng.Add(spec.Need, spec.Work)
 			if first == "" {
 				first = last
 			}
 		}
 		needs += spec.Count
-		what := formatNeed(spec.Need)
+		what := engine.FormatNeed(spec.Need)
 		if spec.Work > 0 {
 			what += fmt.Sprintf(" for %s of work", spec.Work)
 		}
@@ -454,83 +235,43 @@ func (d *daemon) run(ctx context.Context, specs []needSpec, timeout time.Duratio
 			d.story.say("%s..%s: %d needs of %s: asking the provisioners that cover them", first, last, spec.Count, what)
 		}
 	}
-	var deadline <-chan time.Time
+	rctx := ctx
 	if timeout > 0 {
-		timer := time.NewTimer(timeout)
-		defer timer.Stop()
-		deadline = timer.C
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
 	}
-	passTick := time.NewTicker(passInterval)
-	defer passTick.Stop()
-	reconcileTick := time.NewTicker(reconcileInterval)
-	defer reconcileTick.Stop()
-
-	d.placer.Pass(ctx)
-	for {
-		if needs > 0 && d.placer.Served() {
-			if d.lingering {
-				d.story.say("all %d need(s) served", needs)
-			} else {
-				d.story.say("all %d need(s) served; shutting down", needs)
-			}
-			return 0
+	if d.eng.Run(rctx, func() bool { return needs > 0 && d.eng.Router.Served() }) {
+		if d.lingering {
+			d.story.say("all %d need(s) served", needs)
+		} else {
+			d.story.say("all %d need(s) served; shutting down", needs)
 		}
-		select {
-		case <-ctx.Done():
-			if context.Cause(ctx) == errLingered {
-				d.story.say("lingered; shutting down")
-				return 0
-			}
-			d.story.say("signal received; shutting down")
-			if needs > 0 {
-				return 1
-			}
-			return 0
-		case <-deadline:
-			d.story.say("timed out after %s; not served: %s", timeout, strings.Join(d.placer.Unserved(), "; "))
-			return 1
-		case <-passTick.C:
-		case <-d.wake:
-		case <-d.engine.Changed():
-		case <-reconcileTick.C:
-			for _, s := range d.sups {
-				s.Reconcile(ctx, d.engine.AttachedBy(s.Name()))
-			}
-		}
-		d.placer.Pass(ctx)
+		return 0
 	}
+	switch {
+	case ctx.Err() == nil:
+		d.story.say("timed out after %s; not served: %s", timeout, strings.Join(d.eng.Router.Unserved(), "; "))
+		return 1
+	case context.Cause(ctx) == errLingered:
+		d.story.say("lingered; shutting down")
+		return 0
+	}
+	d.story.say("signal received; shutting down")
+	if needs > 0 {
+		return 1
+	}
+	return 0
 }
 
-// stop shuts every provisioner down (each cancels what it asked for),
-// waits for the calls under way, then closes the engine and its listener.
+// stop lets the workers go, shuts every provisioner down (each cancels
+// what it asked for that has not arrived) and closes the engine.
 func (d *daemon) stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
-	var wg sync.WaitGroup
-	for _, s := range d.sups {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			resp, err := s.Shutdown(ctx)
-			switch {
-			case err != nil:
-				d.story.say("%s: shutdown failed: %v", s.Name(), err)
-			case len(resp.Cancelled) > 0:
-				d.story.say("%s: shut down, cancelled job(s) %s", s.Name(), strings.Join(resp.Cancelled, ", "))
-			default:
-				d.story.say("%s: shut down, nothing outstanding", s.Name())
-			}
-		}()
+	for _, r := range d.eng.Stop(ctx) {
+		d.story.say("%s", r)
 	}
-	wg.Wait()
-	d.flushEventLogs()
-	d.placer.Close()
-	d.engine.Close()
-	d.obs.hub.close()
-	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer scancel()
-	_ = d.srv.Shutdown(sctx)
-	d.serving.Wait()
 }
 
 // story prints what happens in words a person can follow, with the time

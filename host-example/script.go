@@ -8,6 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/fluksio/provision/shared/engine"
+
 	"github.com/fluksio/provision/shared/hclconfig"
 	"github.com/fluksio/provision/shared/host"
 )
@@ -38,7 +40,7 @@ func scriptMain(args []string, stdout, stderr io.Writer) int {
 	case *profile == "":
 		return usageError(fs, stderr, "-profile is required")
 	}
-	cfg, diags := loadConfig(*configPath)
+	cfg, diags := engine.LoadConfig(*configPath)
 	if diags.HasErrors() {
 		hclconfig.WriteDiagnostics(stderr, cfg.Files, diags)
 		return 1

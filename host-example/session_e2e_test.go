@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fluksio/provision/shared"
 )
 
 // TestE2ESiblingCredentialUseless is the attack of issue 24, item 2, on
@@ -30,7 +32,7 @@ func TestE2ESiblingCredentialUseless(t *testing.T) {
 # Task 1's prerun: task 0's credential, read from the job's own script.
 out=` + out + `
 url=` + url + `
-tok=$(sed -n "s/^0) ` + tokenEnv + `=\([^ ]*\) exec .*/\1/p" "$1" | tr -d "'")
+tok=$(sed -n "s/^0) ` + shared.WorkerTokenEnv + `=\([^ ]*\) exec .*/\1/p" "$1" | tr -d "'")
 if [ -z "$tok" ]; then echo "no credential for task 0 in $1" > $out/attack; exit 0; fi
 code() { curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $tok" "$@"; }
 # Before task 0 attaches, work answers 409 (not attached); after, 401.
@@ -45,7 +47,7 @@ fake=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA
   done
   echo "detach $(code -X POST "$url/v1/detach")"
   echo "detach-session $(code -X POST -H "Fluksio-Session: $fake" "$url/v1/detach")"
-  ` + tokenEnv + `=$tok SLURM_ARRAY_TASK_ID=0 ` + e.host + ` worker --url $url --cpus 1 --max-idle 5 > $out/attach.log 2>&1
+  ` + shared.WorkerTokenEnv + `=$tok SLURM_ARRAY_TASK_ID=0 ` + e.host + ` worker --url $url --cpus 1 --max-idle 5 > $out/attach.log 2>&1
   echo "attach-as-0 exit $?"
 } > $out/attack.tmp
 mv $out/attack.tmp $out/attack

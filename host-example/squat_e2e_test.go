@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/internal/sandboxtest"
+	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/engine/worker"
 )
 
 // squatPortEnv names the port the squatter takes: the test binary,
@@ -180,14 +182,14 @@ func (e *e2e) workerCredentials(t *testing.T) []stolenCredential {
 				env[k] = v
 			}
 		}
-		if env["SLURM_JOB_NAME"] != e.jobName() || env[tokenEnv] == "" {
+		if env["SLURM_JOB_NAME"] != e.jobName() || env[shared.WorkerTokenEnv] == "" {
 			continue
 		}
 		cmdline, _ := os.ReadFile(filepath.Join(filepath.Dir(f), "cmdline"))
 		if !strings.Contains(string(cmdline), "worker") {
 			continue
 		}
-		out = append(out, stolenCredential{token: env[tokenEnv], job: slurmJobID(func(k string) string { return env[k] })})
+		out = append(out, stolenCredential{token: env[shared.WorkerTokenEnv], job: worker.JobID(func(k string) string { return env[k] })})
 	}
 	return out
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fluksio/provision/shared/engine"
+
 	"github.com/fluksio/provision/shared"
 
 	"github.com/fluksio/provision/shared/hclconfig"
@@ -42,7 +44,7 @@ func validateMain(args []string, stdout, stderr io.Writer) int {
 		return usageError(fs, stderr, "want one configuration file, got %d", len(files))
 	}
 	file := files[0]
-	cfg, diags := loadConfig(file)
+	cfg, diags := engine.LoadConfig(file)
 	// found is what each provisioner's preflight learned, by name.
 	var found []provisionerFacts
 	if !diags.HasErrors() {

@@ -352,7 +352,7 @@ func TestValidateHostileChains(t *testing.T) {
 			{"run", runMain, []string{"-config", tc.file}},
 		} {
 			if i > 0 && cmd.name != "validate" {
-				continue // the three share loadConfig: one case each is enough
+				continue // the three share engine.LoadConfig: one case each is enough
 			}
 			start := time.Now()
 			var stdout, stderr bytes.Buffer

@@ -5,12 +5,14 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fluksio/provision/shared"
 )
 
 // tokenVar carries the worker's credential. The environment, not argv:
 // any user of a compute node can read every process's /proc/PID/cmdline,
 // but only the job's owner can read its environ.
-const tokenVar = "FLUKSIO_WORKER_TOKEN"
+const tokenVar = shared.WorkerTokenEnv
 
 // jobName is what every job of a provisioner is called, so that its jobs
 // can be found with squeue --name.
@@ -170,25 +172,10 @@ func (p *Provisioner) script(prof Profile, url, pin, tag string, tasks []int, to
 	for _, w := range cfg.WorkerCommand {
 		argv = append(argv, shellQuote(w))
 	}
-	argv = append(argv,
-		"--url", shellQuote(url),
-	)
-	if pin != "" {
-		argv = append(argv, "--engine-cert-sha256", shellQuote(pin))
-	}
-	argv = append(argv,
-		"--cpus", strconv.Itoa(prof.CPUs),
-		"--gpus", strconv.Itoa(prof.GPUs),
-		"--max-idle", strconv.FormatInt(seconds(cfg.maxIdle), 10),
-	)
-	if prof.RAMMB > 0 {
-		argv = append(argv, "--ram-mb", strconv.FormatInt(prof.RAMMB, 10))
-	}
-	if len(prof.Labels) > 0 {
-		argv = append(argv, "--labels", shellQuote(strings.Join(prof.Labels, ",")))
-	}
-	if cfg.ArtifactURL != "" {
-		argv = append(argv, "--artifact-url", shellQuote(cfg.ArtifactURL))
+	wargs := shared.WorkerArgs{URL: url, EngineCertSHA256: pin, CPUs: prof.CPUs, GPUs: prof.GPUs, RAMMB: prof.RAMMB,
+		Labels: prof.Labels, MaxIdle: cfg.maxIdle, ArtifactURL: cfg.ArtifactURL}
+	for _, w := range wargs.Argv() {
+		argv = append(argv, shellQuote(w))
 	}
 	command := strings.Join(argv, " ")
 	// start is what runs the allocation with its credentials: the worker

@@ -1,9 +1,10 @@
-package main
+package engine
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,15 +15,16 @@ import (
 
 	"github.com/fluksio/provision/internal/sandboxtest"
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/engine/worker"
 	"github.com/fluksio/provision/shared/host"
 )
 
 // attachAs attaches with token and body and returns the status and the
 // engine's error message, if any.
-func attachAs(t *testing.T, e *Engine, token, body string) (int, string) {
+func attachAs(t *testing.T, e *Books, token, body string) (int, string) {
 	t.Helper()
 	rec := do(t, e, "POST", "/v1/attach", token, body)
-	var er errorResponse
+	var er worker.ErrorResponse
 	_ = json.Unmarshal(rec.Body.Bytes(), &er)
 	return rec.Code, er.Error
 }
@@ -34,9 +36,9 @@ func attachAs(t *testing.T, e *Engine, token, body string) (int, string) {
 func TestCredentialWorthOneJob(t *testing.T) {
 	t.Parallel()
 	signer := host.NewSigner(testSecret)
-	newEngine := func() (*Engine, *lockedBuffer) {
+	newEngine := func() (*Books, *lockedBuffer) {
 		logger, logs := testLogger(t)
-		return NewEngine(logger, signer, nil), logs
+		return NewBooks(logger, signer, nil), logs
 	}
 
 	t.Run("replay after detach", func(t *testing.T) {
@@ -136,7 +138,7 @@ func TestCredentialWorthOneJob(t *testing.T) {
 		if code, msg := attachAs(t, e, tok, attachBody); code != http.StatusOK {
 			t.Fatalf("attach: %d %s", code, msg)
 		}
-		if err := e.assign("slurm-cpu-live", Task{ID: "t1"}); err != nil {
+		if err := e.Assign("slurm-cpu-live", Task{ID: "t1"}); err != nil {
 			t.Fatal(err)
 		}
 		e.ObserveEvent(shared.Event{Kind: shared.EventWorkerCancelled, Provisioner: testProvisioner, Worker: "slurm-cpu-live"})
@@ -158,7 +160,7 @@ func TestOwnershipIsExact(t *testing.T) {
 	t.Parallel()
 	logger, logs := testLogger(t)
 	signer := host.NewSigner(testSecret)
-	e := NewEngine(logger, signer, nil)
+	e := NewBooks(logger, signer, nil)
 	// What each provisioner's host guard signs: its own name, and the
 	// shape of the profile the plugin asked for.
 	mint := func(prov, worker string, cpus, gpus int, labels ...string) string {
@@ -191,7 +193,7 @@ func TestOwnershipIsExact(t *testing.T) {
 		t.Errorf("bad's Reconcile is told %q; want [bad-gpu-x]", got)
 	}
 	// The GPU need waits: the squatter does not fit it.
-	p := NewPlacer(logger, e, nil)
+	p := NewRouter(logger, e, nil)
 	p.Add(shared.Need{CPUs: 1, GPUs: 1, Label: "cuda"})
 	p.Pass(context.Background())
 	if n := p.Needs()[0]; n.Worker != "" {
@@ -235,25 +237,25 @@ func TestWorkerTextEscaped(t *testing.T) {
 	t.Parallel()
 	e, _, signer, logs := serveEngine(t, time.Second)
 	var out bytes.Buffer
-	st := newStory(&out)
-	// As runMain wires them.
+	say := func(format string, args ...any) { fmt.Fprintf(&out, format+"\n", args...) }
+	// As host-example's story tells them.
 	e.OnAttach = func(w WorkerInfo) {
-		st.say("worker %s attached from %s (job %s, %d cpus, %d gpus)", w.Name, w.Hostname, orDash(w.JobID), w.CPUs, w.GPUs)
+		say("worker %s attached from %s (job %s, %d cpus, %d gpus)", w.Name, w.Hostname, w.JobID, w.CPUs, w.GPUs)
 	}
 	e.OnResult = func(r Result) {
-		st.say("work done by %s: host %s, job %s, cpus %d: %s", r.Worker, r.Hostname, orDash(r.JobID), r.CPUs, r.Output)
+		say("work done by %s: host %s, job %s, cpus %d: %s", r.Worker, r.Hostname, r.JobID, r.CPUs, r.Output)
 	}
 	const forged = "x\n[   9.9s] all 1 need(s) served; shutting down\x1b[2J\u202e\xff"
 	tok := sign(t, signer, "slurm-cpu-1", time.Hour)
 	provisioned(e, "slurm-cpu-1", "77")
-	body, _ := json.Marshal(attachRequest{Hostname: forged, JobID: "77", CPUs: 1})
+	body, _ := json.Marshal(worker.AttachRequest{Hostname: forged, JobID: "77", CPUs: 1})
 	if code, msg := attachAs(t, e, tok, string(body)); code != http.StatusOK {
 		t.Fatalf("attach: %d %s", code, msg)
 	}
-	if err := e.assign("slurm-cpu-1", Task{ID: "t1"}); err != nil {
+	if err := e.Assign("slurm-cpu-1", Task{ID: "t1"}); err != nil {
 		t.Fatal(err)
 	}
-	body, _ = json.Marshal(resultRequest{TaskID: "t1", Hostname: forged, JobID: "77", CPUs: 1, Output: forged})
+	body, _ = json.Marshal(worker.ResultRequest{TaskID: "t1", Hostname: forged, JobID: "77", CPUs: 1, Output: forged})
 	if rec := do(t, e, "POST", "/v1/result", tok, string(body)); rec.Code != http.StatusNoContent {
 		t.Fatalf("result: %d %s", rec.Code, rec.Body)
 	}
@@ -292,7 +294,7 @@ func TestDeadWorkerGoneInSeconds(t *testing.T) {
 		tok := sign(t, signer, name, time.Hour)
 		provisioned(e, name, job)
 		cmd := exec.Command(bin, "worker", "--url", srv.URL, "--cpus", "1", "--gpus", "0", "--max-idle", "600")
-		cmd.Env = append(os.Environ(), tokenEnv+"="+tok, "SLURM_JOB_ID="+job)
+		cmd.Env = append(os.Environ(), shared.WorkerTokenEnv+"="+tok, "SLURM_JOB_ID="+job)
 		out := &lockedBuffer{}
 		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
@@ -335,7 +337,7 @@ func TestDeadWorkerGoneInSeconds(t *testing.T) {
 
 	// The dead worker is still in the books for a moment, idle: the
 	// placer hands it the task, as it did for 61 s before.
-	p := NewPlacer(nil, e, nil)
+	p := NewRouter(nil, e, nil)
 	p.Add(shared.Need{CPUs: 1})
 	p.Pass(context.Background())
 	if w := p.Needs()[0].Worker; w != "slurm-cpu-a" {

@@ -1,4 +1,4 @@
-package main
+package engine
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/engine/worker"
 	"github.com/fluksio/provision/shared/host"
 )
 
@@ -38,11 +39,11 @@ var sessions sync.Map // token -> session
 
 // do sends one request straight to the engine's handler, as the worker
 // holding token would: with the session its last attach was given.
-func do(t *testing.T, e *Engine, method, path, token, body string) *httptest.ResponseRecorder {
+func do(t *testing.T, e *Books, method, path, token, body string) *httptest.ResponseRecorder {
 	t.Helper()
 	rec := doSession(t, e, method, path, token, sessionOf(token), body)
 	if path == "/v1/attach" && rec.Code == http.StatusOK {
-		var resp attachResponse
+		var resp worker.AttachResponse
 		if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil || resp.Session == "" {
 			t.Fatalf("attach answered %s: no session", rec.Body)
 		}
@@ -52,7 +53,7 @@ func do(t *testing.T, e *Engine, method, path, token, body string) *httptest.Res
 }
 
 // doSession sends one request with the session given ("" for none).
-func doSession(t *testing.T, e *Engine, method, path, token, session, body string) *httptest.ResponseRecorder {
+func doSession(t *testing.T, e *Books, method, path, token, session, body string) *httptest.ResponseRecorder {
 	t.Helper()
 	req := httptest.NewRequest(method, path, strings.NewReader(body))
 	if token != "" {
@@ -113,7 +114,7 @@ func TestAttach(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			logger, logs := testLogger(t)
-			e := NewEngine(logger, signer, tc.now)
+			e := NewBooks(logger, signer, tc.now)
 			provisioned(e, "slurm-gpu-1", "77")
 			req := httptest.NewRequest("POST", "/v1/attach", strings.NewReader(attachBody))
 			req.RemoteAddr = "10.1.2.3:4567"
@@ -132,7 +133,7 @@ func TestAttach(t *testing.T) {
 				}
 			}
 			if tc.want == http.StatusOK {
-				var resp attachResponse
+				var resp worker.AttachResponse
 				if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil || resp.Worker != "slurm-gpu-1" {
 					t.Errorf("response %s; want worker slurm-gpu-1", rec.Body)
 				}
@@ -141,7 +142,7 @@ func TestAttach(t *testing.T) {
 				}
 				return
 			}
-			var resp errorResponse
+			var resp worker.ErrorResponse
 			if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil || !strings.Contains(resp.Error, tc.reason) {
 				t.Errorf("response %s; want a JSON error mentioning %q", rec.Body, tc.reason)
 			}
@@ -158,7 +159,7 @@ func TestAttach(t *testing.T) {
 func TestAttachRefusesBadResources(t *testing.T) {
 	t.Parallel()
 	signer := host.NewSigner(testSecret)
-	e := NewEngine(nil, signer, nil)
+	e := NewBooks(nil, signer, nil)
 	token := sign(t, signer, "w", time.Hour)
 	for _, body := range []string{`{"cpus":0}`, `{"cpus":1,"gpus":-1}`, `not json`, `{"cpus":1,"labels":[""]}`} {
 		if rec := do(t, e, "POST", "/v1/attach", token, body); rec.Code != http.StatusBadRequest {
@@ -208,11 +209,11 @@ func TestWorkResultDetach(t *testing.T) {
 			}
 		}
 	}()
-	want := Task{ID: "task-9", Need: needJSON{CPUs: 2, GPUs: 1, Label: "gpu"}}
-	if err := e.assign("w1", want); err != nil {
+	want := Task{ID: "task-9", Need: worker.Need{CPUs: 2, GPUs: 1, Label: "gpu"}}
+	if err := e.Assign("w1", want); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.assign("w1", Task{ID: "task-10"}); err != errWorkerBusy {
+	if err := e.Assign("w1", Task{ID: "task-10"}); err != errWorkerBusy {
 		t.Errorf("second assign: %v; want errWorkerBusy", err)
 	}
 	select {
@@ -261,7 +262,7 @@ func TestSilentWorkerIsGone(t *testing.T) {
 	logger, logs := testLogger(t)
 	clock := &fakeClock{t: time.Now()}
 	signer := host.NewSigner(testSecret)
-	e := NewEngine(logger, signer, clock.now)
+	e := NewBooks(logger, signer, clock.now)
 	e.PollWait = 20 * time.Second
 	token := sign(t, signer, "quiet", 24*time.Hour)
 	busyToken := sign(t, signer, "busy", 24*time.Hour)
@@ -274,20 +275,30 @@ func TestSilentWorkerIsGone(t *testing.T) {
 	}
 	// "quiet" is handed a task it never picks up; "busy" picks its up,
 	// and is then running it, not polling.
-	if err := e.assign("quiet", Task{ID: "t1"}); err != nil {
+	if err := e.Assign("quiet", Task{ID: "t1"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.assign("busy", Task{ID: "t2"}); err != nil {
+	if err := e.Assign("busy", Task{ID: "t2"}); err != nil {
 		t.Fatal(err)
 	}
 	if rec := do(t, e, "GET", "/v1/work?wait=0", busyToken, ""); rec.Code != http.StatusOK {
 		t.Fatalf("busy's poll: %d", rec.Code)
 	}
 	clock.advance(deadAfter)
+	e.Sweep()
 	if len(e.Attached()) != 2 {
 		t.Fatal("gone at exactly the limit; want still attached")
 	}
 	clock.advance(time.Millisecond)
+	// Liveness is decided by Sweep (Watch) alone: reading the books,
+	// as GET /status and a metrics scrape do, changes nothing.
+	if len(e.Attached()) != 2 || len(e.AttachedBy(testProvisioner)) != 2 {
+		t.Fatal("a read dropped a silent worker; only Sweep may")
+	}
+	if rec := do(t, e, "GET", "/status", "", ""); rec.Code != http.StatusOK || len(e.Attached()) != 2 {
+		t.Fatalf("GET /status (%d) dropped a silent worker; only Sweep may", rec.Code)
+	}
+	e.Sweep()
 	if got := e.Attached(); len(got) != 1 || got[0] != "busy" {
 		t.Fatalf("Attached() = %q after %s of silence; want only the busy worker", got, deadAfter)
 	}
@@ -299,10 +310,12 @@ func TestSilentWorkerIsGone(t *testing.T) {
 	}
 	// A worker running a task it was handed has goneFactor poll periods.
 	clock.advance(goneFactor*e.PollWait - deadAfter - time.Millisecond)
+	e.Sweep()
 	if len(e.Attached()) != 1 {
 		t.Fatal("busy worker gone before goneFactor poll periods")
 	}
 	clock.advance(time.Millisecond)
+	e.Sweep()
 	if len(e.Attached()) != 0 {
 		t.Fatal("busy worker still attached after goneFactor poll periods")
 	}
@@ -319,7 +332,7 @@ func TestSilentWorkerIsGone(t *testing.T) {
 func TestCloseEndsPolls(t *testing.T) {
 	t.Parallel()
 	signer := host.NewSigner(testSecret)
-	e := NewEngine(nil, signer, nil)
+	e := NewBooks(nil, signer, nil)
 	e.PollWait = time.Hour
 	token := sign(t, signer, "w", time.Hour)
 	provisioned(e, "w", "77")
@@ -347,7 +360,7 @@ func TestCloseEndsPolls(t *testing.T) {
 func TestStatus(t *testing.T) {
 	t.Parallel()
 	signer := host.NewSigner(testSecret)
-	e := NewEngine(nil, signer, nil)
+	e := NewBooks(nil, signer, nil)
 	e.StatusFunc = func(context.Context) []host.ProvisionerStatus {
 		return []host.ProvisionerStatus{
 			{Name: "hpc", Kind: "slurm", Process: "running", Status: &shared.StatusResponse{
@@ -357,7 +370,7 @@ func TestStatus(t *testing.T) {
 			{Name: "old", Kind: "slurm", Process: "exited: signal: killed", Error: "plugin is gone"},
 		}
 	}
-	p := NewPlacer(nil, e, nil)
+	p := NewRouter(nil, e, nil)
 	p.Add(shared.Need{CPUs: 2})
 	e.NeedsFunc = p.Needs
 	provisioned(e, "hpc-cpu-1", "77")

@@ -1,4 +1,4 @@
-package main
+package engine
 
 import (
 	"context"
@@ -27,7 +27,7 @@ import (
 //     connection for a bounded time. WriteTimeout leaves room for the long
 //     poll of GET /v1/work.
 //   - A request that cannot be authorized is answered 401 before its body
-//     is read, and the connection is closed (see Engine.refuse): Go's server
+//     is read, and the connection is closed (see Books.refuse): Go's server
 //     would otherwise read up to 256 KiB of an unread body before writing the
 //     answer, and a client that announces a body and never sends it would
 //     hold the connection until ReadTimeout.
@@ -40,7 +40,7 @@ import (
 //     /metrics unless open) have a room of their own: at most
 //     maxOperatorRequests in progress (operatorAuth), and a connection
 //     carrying one counts neither against the cap nor among strangers
-//     while it does (markOperator), and goes back to the strangers' share
+//     while it does (MarkOperator), and goes back to the strangers' share
 //     when it ends, so an idle one is evicted like any stranger's.
 //     Before, an operator's connection counted as a worker's: 40 event
 //     streams against max_connections = 40 reset both workers' attaches.
@@ -261,12 +261,12 @@ func markCredentialed(ctx context.Context) {
 	}
 }
 
-// markOperator takes the connection ctx belongs to out of the cap and
+// MarkOperator takes the connection ctx belongs to out of the cap and
 // the strangers' share while an operator's request is in progress on it;
 // the function it returns puts it back, and is called when the request
 // ends. The number of such requests is bounded by operatorAuth, not here.
 // A worker's connection stays a worker's.
-func markOperator(ctx context.Context) (done func()) {
+func MarkOperator(ctx context.Context) (done func()) {
 	e, _ := ctx.Value(connEntryKey{}).(*connEntry)
 	if e == nil {
 		return func() {}
@@ -299,11 +299,11 @@ func (g *connGate) counts() (open, guests, dropped int) {
 	return len(g.conns), g.nGuests, g.dropped
 }
 
-// listenEngine listens where engine.listen says: host:port, or unix:PATH
+// Listen listens where engine.listen says: host:port, or unix:PATH
 // for a socket made 0600, which no other user can open, so that an
 // engine reachable only through a relaying plugin is a supported setup.
 // address is where it listens, as network:address, for the plugins.
-func listenEngine(listen string) (ln net.Listener, address string, err error) {
+func Listen(listen string) (ln net.Listener, address string, err error) {
 	path, unix := strings.CutPrefix(listen, "unix:")
 	if !unix {
 		if ln, err = net.Listen("tcp", listen); err != nil {

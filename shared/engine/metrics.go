@@ -1,4 +1,4 @@
-package main
+package engine
 
 import (
 	"context"
@@ -121,7 +121,7 @@ type stateCollector struct {
 	workers func() map[string]workerCounts
 	tasks   func() map[string]int
 	// held is the engine's own backoff (backoff.go); nil means none.
-	held    func() []heldProfile
+	held    func() []HeldProfile
 	profile func(provisioner, profile string) string
 }
 

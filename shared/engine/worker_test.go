@@ -1,4 +1,4 @@
-package main
+package engine
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/engine/worker"
 	"github.com/fluksio/provision/shared/host"
 	"github.com/fluksio/provision/shared/sharedtest"
 )
@@ -70,18 +71,18 @@ func TestFullLoop(t *testing.T) {
 		}
 		// And publish worker_provisioned, which the engine hears.
 		e.ObserveEvent(shared.Event{Kind: shared.EventWorkerProvisioned, Provisioner: "hpc", Worker: "hpc-gpu-0001", Job: "4242"})
-		env := envMap(map[string]string{tokenEnv: token, "SLURM_JOB_ID": "4242", "SLURM_CPUS_ON_NODE": "8"})
+		env := envMap(map[string]string{shared.WorkerTokenEnv: token, "SLURM_JOB_ID": "4242", "SLURM_CPUS_ON_NODE": "8"})
 		args := []string{"--url", srv.URL, "--cpus", "4", "--gpus", "1", "--ram-mb", "16000",
 			"--labels", "gpu,a100", "--max-idle", "1", "--artifact-url", "http://artifacts.example"}
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
-			exited <- runWorker(ctx, args, env, io.Discard, workerLog)
+			exited <- worker.Run(ctx, args, env, io.Discard, workerLog)
 		}()
 		return answer(shared.OutcomeRequested), nil
 	}
 
-	p := NewPlacer(e.logger, e, []Target{{Name: "hpc", P: prov, Shapes: prov.ShapeList}})
+	p := NewRouter(e.logger, e, []Target{{Name: "hpc", P: prov, Shapes: prov.ShapeList}})
 	e.NeedsFunc = p.Needs
 	p.Add(shared.Need{CPUs: 2, GPUs: 1, Label: "gpu"})
 
@@ -137,22 +138,22 @@ func TestFullLoop(t *testing.T) {
 func TestWorkerLeavesWhenEngineGoes(t *testing.T) {
 	t.Parallel()
 	signer := host.NewSigner(testSecret)
-	e := NewEngine(nil, signer, nil)
+	e := NewBooks(nil, signer, nil)
 	e.PollWait = 100 * time.Millisecond
 	srv := httptest.NewServer(e.Handler())
 
 	token := sign(t, signer, "w", time.Hour)
 	provisioned(e, "w", "")
 	stderr := &lockedBuffer{}
-	cfg, err := parseWorkerArgs([]string{"--url", srv.URL, "--cpus", "1", "--gpus", "0", "--max-idle", "600"},
-		envMap(map[string]string{tokenEnv: token}), io.Discard, stderr)
+	cfg, err := worker.ParseArgs([]string{"--url", srv.URL, "--cpus", "1", "--gpus", "0", "--max-idle", "600"},
+		envMap(map[string]string{shared.WorkerTokenEnv: token}), io.Discard, stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.goneAfter, cfg.retryFirst = 300*time.Millisecond, 20*time.Millisecond
-	w := &workerClient{cfg: cfg, log: log.New(stderr, "worker: ", 0), http: srv.Client()}
+	cfg.GoneAfter, cfg.RetryFirst = 300*time.Millisecond, 20*time.Millisecond
+	w := worker.NewClient(cfg, log.New(stderr, "worker: ", 0), srv.Client())
 	exited := make(chan int, 1)
-	go func() { exited <- w.run(context.Background()) }()
+	go func() { exited <- w.Work(context.Background()) }()
 
 	waitFor(t, "the worker to attach", func() bool { return len(e.Attached()) == 1 })
 	e.Close()
@@ -177,7 +178,7 @@ func TestWorkerStopsOnSignal(t *testing.T) {
 	t.Parallel()
 	logger, logs := testLogger(t)
 	signer := host.NewSigner(testSecret)
-	e := NewEngine(logger, signer, nil)
+	e := NewBooks(logger, signer, nil)
 	srv := httptest.NewServer(e.Handler())
 	defer srv.Close()
 	defer e.Close()
@@ -185,12 +186,12 @@ func TestWorkerStopsOnSignal(t *testing.T) {
 	// Cancelling ctx is what SIGTERM does in workerMain.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	env := envMap(map[string]string{tokenEnv: sign(t, signer, "w", time.Hour)})
+	env := envMap(map[string]string{shared.WorkerTokenEnv: sign(t, signer, "w", time.Hour)})
 	provisioned(e, "w", "")
 	exited := make(chan int, 1)
 	workerLog := &lockedBuffer{}
 	go func() {
-		exited <- runWorker(ctx, []string{"--url", srv.URL, "--cpus", "2", "--gpus", "0", "--max-idle", "600"}, env, io.Discard, workerLog)
+		exited <- worker.Run(ctx, []string{"--url", srv.URL, "--cpus", "2", "--gpus", "0", "--max-idle", "600"}, env, io.Discard, workerLog)
 	}()
 	// The worker's own word that it attached, not the engine's: only once
 	// it has read the attach's answer does it hold the session its detach
@@ -212,14 +213,14 @@ func TestWorkerStopsOnSignal(t *testing.T) {
 
 func TestWorkerArgs(t *testing.T) {
 	t.Parallel()
-	env := envMap(map[string]string{tokenEnv: "secret-token-value"})
+	env := envMap(map[string]string{shared.WorkerTokenEnv: "secret-token-value"})
 	tests := []struct {
 		args    []string
 		env     func(string) string
 		wantErr string
 	}{
 		{[]string{"--url", "http://e:8080", "--cpus", "2", "--gpus", "0", "--max-idle", "300"}, env, ""},
-		{[]string{"--url", "http://e:8080", "--cpus", "2", "--gpus", "0", "--max-idle", "300"}, envMap(nil), tokenEnv},
+		{[]string{"--url", "http://e:8080", "--cpus", "2", "--gpus", "0", "--max-idle", "300"}, envMap(nil), shared.WorkerTokenEnv},
 		{[]string{"--cpus", "2"}, env, "--url is required"},
 		{[]string{"--url", "ftp://e", "--cpus", "2"}, env, "not an http(s) URL"},
 		{[]string{"--url", "http://e", "--cpus", "0"}, env, "--cpus"},
@@ -229,7 +230,7 @@ func TestWorkerArgs(t *testing.T) {
 	}
 	for _, tc := range tests {
 		stderr := &lockedBuffer{}
-		_, err := parseWorkerArgs(tc.args, tc.env, io.Discard, stderr)
+		_, err := worker.ParseArgs(tc.args, tc.env, io.Discard, stderr)
 		switch {
 		case tc.wantErr == "" && err != nil:
 			t.Errorf("%q: %v", tc.args, err)
@@ -246,10 +247,10 @@ func TestWorkerWithoutCredential(t *testing.T) {
 	t.Parallel()
 	stderr := &lockedBuffer{}
 	args := []string{"--url", "http://127.0.0.1:1", "--cpus", "1", "--gpus", "0", "--max-idle", "5"}
-	if code := runWorker(context.Background(), args, envMap(nil), io.Discard, stderr); code != 2 {
+	if code := worker.Run(context.Background(), args, envMap(nil), io.Discard, stderr); code != 2 {
 		t.Errorf("exit %d; want 2", code)
 	}
-	if !strings.Contains(stderr.String(), "$"+tokenEnv+" is not set") {
+	if !strings.Contains(stderr.String(), "$"+shared.WorkerTokenEnv+" is not set") {
 		t.Errorf("message does not name the variable:\n%s", stderr)
 	}
 }

@@ -1,10 +1,11 @@
-package main
+package engine
 
 import (
 	"crypto/tls"
 	"fmt"
 	"net"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
@@ -43,8 +44,8 @@ const (
 	defaultPluginDir = "bin"
 )
 
-// engineConfig is the engine block.
-type engineConfig struct {
+// EngineBlock is the engine block.
+type EngineBlock struct {
 	Listen    string `hcl:"listen,optional"`
 	PluginDir string `hcl:"plugin_dir,optional"`
 	SecretEnv string `hcl:"secret_env,optional"`
@@ -62,24 +63,24 @@ type engineConfig struct {
 	// OpenMetrics serves GET /metrics to anyone, without the token.
 	OpenMetrics bool `hcl:"open_metrics,optional"`
 
-	// tlsCert is the loaded pair, nil for plain HTTP.
-	tlsCert *tls.Certificate
+	// loadedCert is the loaded pair, nil for plain HTTP.
+	loadedCert *tls.Certificate
 }
 
-// config is a whole file.
-type config struct {
+// File is a whole file.
+type File struct {
 	Path         string
-	Engine       engineConfig
+	Engine       EngineBlock
 	Provisioners []*host.Block
 	// Files holds the parsed sources, so diagnostics can show snippets.
 	Files map[string]*hcl.File
 }
 
-// loadConfig reads and checks everything the engine itself owns. It runs
+// LoadConfig reads and checks everything the engine itself owns. It runs
 // no plugin; see resolveProvisioners for that.
-func loadConfig(path string) (*config, hcl.Diagnostics) {
+func LoadConfig(path string) (*File, hcl.Diagnostics) {
 	parser := hclparse.NewParser()
-	cfg := &config{Path: path, Files: parser.Files(), Engine: engineConfig{Listen: defaultListen, PluginDir: defaultPluginDir}}
+	cfg := &File{Path: path, Files: parser.Files(), Engine: EngineBlock{Listen: defaultListen, PluginDir: defaultPluginDir}}
 	file, diags := hclconfig.ParseFile(parser, path)
 	if diags.HasErrors() {
 		if file == nil && len(diags) == 1 && diags[0].Summary == "Configuration file not found" {
@@ -196,4 +197,30 @@ func checkEngineListen(block *hcl.Block, listen string) hcl.Diagnostics {
 		subject = attrs["listen"].Expr.Range().Ptr()
 	}
 	return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Invalid engine listen", Detail: detail, Subject: subject}}
+}
+
+var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// checkOperatorConfig validates operator_token_env.
+func checkOperatorConfig(block *hcl.Block, e *EngineBlock) hcl.Diagnostics {
+	if e.OperatorTokenEnv == "" {
+		return nil
+	}
+	attrs, _ := block.Body.JustAttributes()
+	subject := block.DefRange.Ptr()
+	if a, ok := attrs["operator_token_env"]; ok {
+		subject = a.Expr.Range().Ptr()
+	}
+	switch {
+	case !envNameRe.MatchString(e.OperatorTokenEnv):
+		return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Invalid operator_token_env",
+			Detail: fmt.Sprintf("%q is not an environment variable name. Name the variable that holds the operator's token, such as \"FLUKSIO_OPERATOR_TOKEN\"; the token itself never goes in this file.",
+				e.OperatorTokenEnv),
+			Subject: subject}}
+	case e.OperatorTokenEnv == e.SecretEnv:
+		return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "operator_token_env is secret_env",
+			Detail:  fmt.Sprintf("Both name %s. The operator's token opens the status page; the signing secret mints worker credentials. Use two variables.", e.SecretEnv),
+			Subject: subject}}
+	}
+	return nil
 }

@@ -1,4 +1,4 @@
-package main
+package engine
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/fluksio/provision/internal/loglimit"
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/engine/worker"
 	"github.com/fluksio/provision/shared/host"
 )
 
@@ -39,24 +40,17 @@ const goneFactor = 3
 // not a slow network.
 const deadAfter = 5 * time.Second
 
-// Request bodies are small JSON; anything bigger is not a worker.
-const (
-	maxRequestBody = 64 << 10
-	// maxResultBody leaves room for a task's output.
-	maxResultBody = 1 << 20
-)
-
-// Engine is where workers meet the engine, over plain HTTP: they attach
+// Books is where workers meet the engine, over plain HTTP: they attach
 // with a credential the engine signed, long-poll for a task, report its
 // result and detach when they leave. It keeps the books on who is
 // attached, what each was given and what came back; deciding who gets what
-// is the Placer's job, and the Engine never calls a provisioner.
+// is the Router's job, and the Books never calls a provisioner.
 //
 // Every worker's request carries "Authorization: Bearer <token>", and
 // the worker's name is the one in the token, never one in the body. GET
 // /status is the operator's: the daemon serves it behind operatorAuth
 // (operator.go).
-type Engine struct {
+type Books struct {
 	// PollWait is the longest GET /v1/work holds a request before
 	// answering 204. A worker may ask for less with ?wait=SECONDS. Set it
 	// before serving; zero means defaultPollWait.
@@ -67,12 +61,12 @@ type Engine struct {
 	// plugin boundary. Nil lists none. Set before serving.
 	StatusFunc func(context.Context) []host.ProvisionerStatus
 
-	// NeedsFunc supplies the needs in GET /status, normally Placer.Needs.
+	// NeedsFunc supplies the needs in GET /status, normally Router.Needs.
 	// Nil lists none. Set before serving.
 	NeedsFunc func() []NeedStatus
 	// HeldFunc supplies the profiles the engine holds back in GET
-	// /status, normally Placer.Held.
-	HeldFunc func() []heldProfile
+	// /status, normally Router.Held.
+	HeldFunc func() []HeldProfile
 
 	// ID is the engine's identity (identity.go), shown in GET /status.
 	// Set before serving.
@@ -108,6 +102,9 @@ type Engine struct {
 	// done is closed by Close; long polls return at once after it.
 	done      chan struct{}
 	closeOnce sync.Once
+	// leave is closed by Dismiss: polls answer CodeLeave from then on.
+	leave       chan struct{}
+	dismissOnce sync.Once
 
 	// mu guards workers, results, admission and every field of every
 	// workerState. It is never held while writing a response, logging, or
@@ -148,24 +145,10 @@ func (w WorkerInfo) shape() shared.Shape {
 }
 
 // Task is one piece of work for one worker, as GET /v1/work sends it.
-type Task struct {
-	ID   string   `json:"id"`
-	Need needJSON `json:"need"`
-	// WorkSeconds is how long the task takes; zero means the worker's
-	// stand-in computation.
-	WorkSeconds float64 `json:"work_seconds,omitempty"`
-}
+type Task = worker.Task
 
-// needJSON is a shared.Need on the wire.
-type needJSON struct {
-	CPUs  int    `json:"cpus"`
-	GPUs  int    `json:"gpus"`
-	RAMMB int64  `json:"ram_mb"`
-	Label string `json:"label,omitempty"`
-}
-
-func toNeedJSON(n shared.Need) needJSON {
-	return needJSON{CPUs: n.CPUs, GPUs: n.GPUs, RAMMB: n.RAMMB, Label: n.Label}
+func toNeedJSON(n shared.Need) worker.Need {
+	return worker.Need{CPUs: n.CPUs, GPUs: n.GPUs, RAMMB: n.RAMMB, Label: n.Label}
 }
 
 // Result is what a worker reported for a task.
@@ -179,7 +162,7 @@ type Result struct {
 	At       time.Time `json:"at"`
 }
 
-// workerState is one attached worker. Every field is guarded by Engine.mu.
+// workerState is one attached worker. Every field is guarded by Books.mu.
 type workerState struct {
 	info WorkerInfo
 	// owner is the provisioner named in the worker's credential, and
@@ -206,16 +189,16 @@ type workerState struct {
 	session [sha256.Size]byte
 }
 
-// NewEngine returns an Engine that trusts credentials signer verifies.
+// NewBooks returns an Books that trusts credentials signer verifies.
 // now is its clock (nil means time.Now); tests pass their own.
-func NewEngine(logger hclog.Logger, signer *host.Signer, now func() time.Time) *Engine {
+func NewBooks(logger hclog.Logger, signer *host.Signer, now func() time.Time) *Books {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
 	if now == nil {
 		now = time.Now
 	}
-	return &Engine{
+	return &Books{
 		logger:        logger,
 		signer:        signer,
 		now:           now,
@@ -223,6 +206,7 @@ func NewEngine(logger hclog.Logger, signer *host.Signer, now func() time.Time) *
 		ignoredEvents: loglimit.New(refusalLogBurst, refusalLogWindow),
 		changed:       make(chan struct{}, 1),
 		done:          make(chan struct{}),
+		leave:         make(chan struct{}),
 		workers:       make(map[string]*workerState),
 		results:       make(map[string]Result),
 		admission:     host.NewAdmission(now),
@@ -230,7 +214,7 @@ func NewEngine(logger hclog.Logger, signer *host.Signer, now func() time.Time) *
 }
 
 // Handler routes the engine's endpoints.
-func (e *Engine) Handler() http.Handler {
+func (e *Books) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/attach", e.handleAttach)
 	mux.HandleFunc("GET /v1/work", e.handleWork)
@@ -243,25 +227,23 @@ func (e *Engine) Handler() http.Handler {
 // Changed delivers a value after a worker attaches, reports a result or
 // detaches, so the run loop can pass at once instead of on its next tick.
 // Wake-ups that arrive while one is pending are merged.
-func (e *Engine) Changed() <-chan struct{} { return e.changed }
+func (e *Books) Changed() <-chan struct{} { return e.changed }
 
 // Close ends the long polls in progress and refuses new ones, so that an
 // http.Server's Shutdown need not wait out PollWait. It is idempotent.
-func (e *Engine) Close() {
+func (e *Books) Close() {
 	e.closeOnce.Do(func() { close(e.done) })
 }
 
 // Attached lists the workers attached now, by name, for Reconcile.
 // Workers not seen for goneFactor poll periods are dropped first.
-func (e *Engine) Attached() []string {
+func (e *Books) Attached() []string {
 	e.mu.Lock()
-	gone := e.sweepLocked()
 	names := make([]string, 0, len(e.workers))
 	for name := range e.workers {
 		names = append(names, name)
 	}
 	e.mu.Unlock()
-	e.logGone(gone)
 	slices.Sort(names)
 	return names
 }
@@ -270,9 +252,8 @@ func (e *Engine) Attached() []string {
 // provisioner asked for, for that provisioner's Reconcile. Ownership comes
 // from the credential, not from the name: a provisioner "bad" that minted
 // "bad-gpu-x" does not make provisioner "bad-gpu" think its worker came.
-func (e *Engine) AttachedBy(provisioner string) []string {
+func (e *Books) AttachedBy(provisioner string) []string {
 	e.mu.Lock()
-	gone := e.sweepLocked()
 	var names []string
 	for name, ws := range e.workers {
 		if ws.owner == provisioner {
@@ -280,7 +261,6 @@ func (e *Engine) AttachedBy(provisioner string) []string {
 		}
 	}
 	e.mu.Unlock()
-	e.logGone(gone)
 	slices.Sort(names)
 	return names
 }
@@ -292,7 +272,7 @@ func (e *Engine) AttachedBy(provisioner string) []string {
 // its own workers: an event naming a worker another provisioner recorded
 // changes nothing. ev.Provisioner must be the host's stamp, never the
 // plugin's claim.
-func (e *Engine) ObserveEvent(ev shared.Event) {
+func (e *Books) ObserveEvent(ev shared.Event) {
 	e.mu.Lock()
 	revoke, err := e.admission.Observe(ev)
 	var dropped *goneWorker
@@ -312,20 +292,20 @@ func (e *Engine) ObserveEvent(ev shared.Event) {
 	}
 	if dropped != nil {
 		e.logger.Info("worker dropped: its request was cancelled", "worker", dropped.name, "task_left", dropped.task)
-		e.activity(Activity{Kind: "worker_dropped", Provisioner: dropped.owner, Worker: dropped.name, Job: dropped.job, Task: dropped.task,
+		e.activity(Activity{Kind: EventWorkerDropped, Provisioner: dropped.owner, Worker: dropped.name, Job: dropped.job, Task: dropped.task,
 			Detail: "its request was cancelled (" + string(ev.Kind) + ")"})
 		e.notify()
 	}
 }
 
-func (e *Engine) pollWait() time.Duration {
+func (e *Books) pollWait() time.Duration {
 	if e.PollWait > 0 {
 		return e.PollWait
 	}
 	return defaultPollWait
 }
 
-func (e *Engine) notify() {
+func (e *Books) notify() {
 	select {
 	case e.changed <- struct{}{}:
 	default:
@@ -342,7 +322,7 @@ var (
 // idleWorkers lists attached workers with no task, smallest first, so
 // that a small need takes a small machine and leaves the big ones for the
 // needs only they fit.
-func (e *Engine) idleWorkers() []WorkerInfo {
+func (e *Books) idleWorkers() []WorkerInfo {
 	idle, _ := e.idleAndAttached()
 	return idle
 }
@@ -351,9 +331,8 @@ func (e *Engine) idleWorkers() []WorkerInfo {
 // attached worker's name by its provisioner: a demand built from the one
 // and told with the other cannot count a worker that attached in between
 // as both arrived and still wanted.
-func (e *Engine) idleAndAttached() ([]WorkerInfo, map[string][]string) {
+func (e *Books) idleAndAttached() ([]WorkerInfo, map[string][]string) {
 	e.mu.Lock()
-	gone := e.sweepLocked()
 	var idle []WorkerInfo
 	attached := map[string][]string{}
 	for name, ws := range e.workers {
@@ -366,7 +345,6 @@ func (e *Engine) idleAndAttached() ([]WorkerInfo, map[string][]string) {
 	for _, names := range attached {
 		slices.Sort(names)
 	}
-	e.logGone(gone)
 	slices.SortFunc(idle, func(a, b WorkerInfo) int {
 		if c := a.GPUs - b.GPUs; c != 0 {
 			return c
@@ -385,9 +363,9 @@ func (e *Engine) idleAndAttached() ([]WorkerInfo, map[string][]string) {
 	return idle, attached
 }
 
-// assign gives t to worker, which hands it out on its next poll (or the
+// Assign gives t to worker, which hands it out on its next poll (or the
 // one in progress).
-func (e *Engine) assign(worker string, t Task) error {
+func (e *Books) Assign(worker string, t Task) error {
 	e.mu.Lock()
 	ws := e.workers[worker]
 	if ws == nil {
@@ -403,7 +381,7 @@ func (e *Engine) assign(worker string, t Task) error {
 	case ws.wake <- struct{}{}:
 	default:
 	}
-	a := Activity{Kind: "task_assigned", Provisioner: ws.owner, Worker: worker, Job: ws.info.JobID, Task: t.ID}
+	a := Activity{Kind: EventTaskAssigned, Provisioner: ws.owner, Worker: worker, Job: ws.info.JobID, Task: t.ID}
 	e.mu.Unlock()
 	e.activity(a)
 	return nil
@@ -420,7 +398,7 @@ const (
 
 // taskOutcome reports on task id given to worker. A result is handed over
 // once: the engine forgets it as it returns taskDone.
-func (e *Engine) taskOutcome(worker, id string) (Result, taskState) {
+func (e *Books) taskOutcome(worker, id string) (Result, taskState) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if res, ok := e.results[id]; ok {
@@ -446,11 +424,10 @@ type goneWorker struct {
 }
 
 // Activity is something that happened to a worker or a task, as
-// Engine.OnActivity hears it.
+// Books.OnActivity hears it.
 type Activity struct {
-	// Kind is worker_attached, worker_detached, worker_gone,
-	// worker_dropped, task_assigned or task_done.
-	Kind        string
+	// Kind is one of the worker and task kinds of EventKind.
+	Kind        EventKind
 	Provisioner string
 	Worker      string
 	// Job is the scheduler's id the worker reported (Slurm's job id).
@@ -459,7 +436,7 @@ type Activity struct {
 	Detail string
 }
 
-func (e *Engine) activity(a Activity) {
+func (e *Books) activity(a Activity) {
 	if e.OnActivity != nil {
 		e.OnActivity(a)
 	}
@@ -474,7 +451,7 @@ func (e *Engine) activity(a Activity) {
 // running a long task does not poll meanwhile; ours are short, and one
 // that needs longer should poll in between (a poll while holding a task
 // just hands the task back).
-func (e *Engine) sweepLocked() []goneWorker {
+func (e *Books) sweepLocked() []goneWorker {
 	now := e.now()
 	busyLimit := goneFactor * e.pollWait()
 	var gone []goneWorker
@@ -500,10 +477,74 @@ func (e *Engine) sweepLocked() []goneWorker {
 	return gone
 }
 
-func (e *Engine) logGone(gone []goneWorker) {
+// watchEvery is how often Watch looks for workers gone silent: a fifth
+// of deadAfter, so a dead worker is noticed at most a fifth late.
+const watchEvery = deadAfter / 5
+
+// Watch decides liveness until ctx ends: every watchEvery it drops the
+// workers gone silent and revokes their names (Sweep). It is the one
+// place that does: reading the books (GET /status, a metrics scrape,
+// Attached) never changes them. Engine runs it on a goroutine it owns.
+func (e *Books) Watch(ctx context.Context) {
+	t := time.NewTicker(watchEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			e.Sweep()
+		}
+	}
+}
+
+// Sweep drops the workers gone silent now, revokes their names, and
+// tells of each (log, OnActivity). Watch calls it; an engine that runs
+// no Watch, or a test with its own clock, calls it itself.
+func (e *Books) Sweep() {
+	e.mu.Lock()
+	gone := e.sweepLocked()
+	e.mu.Unlock()
+	e.logGone(gone)
+}
+
+// Dismiss lets the workers go, for a clean stop: every poll open now or
+// made from now on answers 410 with CodeLeave, on which a worker
+// detaches and exits 0, so its job ends completed instead of failing
+// when the engine is gone. A worker busy with a task hears it at its
+// next poll, after its result. Dismiss waits up to wait (or ctx) for
+// every worker to detach and returns how many had not. Attaches are
+// still taken: a worker that comes now is told to leave at its first
+// poll.
+func (e *Books) Dismiss(ctx context.Context, wait time.Duration) int {
+	e.dismissOnce.Do(func() { close(e.leave) })
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	// A poll with a deadline, not an event: detaches are rare here and
+	// the wait is seconds long at most.
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		e.mu.Lock()
+		n := len(e.workers)
+		e.mu.Unlock()
+		if n == 0 {
+			return 0
+		}
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			return n
+		case <-ctx.Done():
+			return n
+		}
+	}
+}
+
+func (e *Books) logGone(gone []goneWorker) {
 	for _, g := range gone {
 		e.logger.Warn("worker gone", "worker", g.name, "last_seen", g.lastSeen, "task", g.task)
-		e.activity(Activity{Kind: "worker_gone", Provisioner: g.owner, Worker: g.name, Job: g.job, Task: g.task,
+		e.activity(Activity{Kind: EventWorkerGone, Provisioner: g.owner, Worker: g.name, Job: g.job, Task: g.task,
 			Detail: "silent since " + g.lastSeen.UTC().Format(time.RFC3339)})
 	}
 	if len(gone) > 0 {
@@ -515,8 +556,8 @@ func (e *Engine) logGone(gone []goneWorker) {
 
 // authenticate returns what a request's credential says. On failure it
 // has already answered 401 and logged why, without the token.
-func (e *Engine) authenticate(w http.ResponseWriter, r *http.Request) (host.Credential, bool) {
-	token, ok := bearer(r.Header.Get("Authorization"))
+func (e *Books) authenticate(w http.ResponseWriter, r *http.Request) (host.Credential, bool) {
+	token, ok := Bearer(r.Header.Get("Authorization"))
 	if !ok {
 		e.refuse(w, r, "missing credential")
 		return host.Credential{}, false
@@ -535,7 +576,7 @@ func (e *Engine) authenticate(w http.ResponseWriter, r *http.Request) (host.Cred
 // ownedLocked returns the attached worker a credential names, or nil if
 // there is none or it was attached under another provisioner's
 // credential for the same name. e.mu must be held.
-func (e *Engine) ownedLocked(cred host.Credential) *workerState {
+func (e *Books) ownedLocked(cred host.Credential) *workerState {
 	ws := e.workers[cred.Worker]
 	if ws == nil || ws.owner != cred.Provisioner {
 		return nil
@@ -545,7 +586,7 @@ func (e *Engine) ownedLocked(cred host.Credential) *workerState {
 
 // bearer extracts the token from an Authorization header. The scheme is
 // case-insensitive, as RFC 9110 says.
-func bearer(header string) (string, bool) {
+func Bearer(header string) (string, bool) {
 	scheme, token, ok := strings.Cut(header, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return "", false
@@ -566,7 +607,7 @@ const (
 // nowhere.
 //
 // The body is never read (see dontReadBody).
-func (e *Engine) refuse(w http.ResponseWriter, r *http.Request, reason string) {
+func (e *Books) refuse(w http.ResponseWriter, r *http.Request, reason string) {
 	if ok, leftOut := e.refusals.Allow(time.Now()); ok {
 		kv := []any{"reason", reason, "path", r.URL.Path, "remote", r.RemoteAddr}
 		if leftOut > 0 {
@@ -574,40 +615,24 @@ func (e *Engine) refuse(w http.ResponseWriter, r *http.Request, reason string) {
 		}
 		e.logger.Warn("refused a worker", kv...)
 	}
-	dontReadBody(w)
+	DontReadBody(w)
 	w.Header().Set("WWW-Authenticate", `Bearer realm="fluksio"`)
-	writeError(w, http.StatusUnauthorized, reason)
+	WriteError(w, http.StatusUnauthorized, reason)
 }
 
-type attachRequest struct {
-	Hostname string   `json:"hostname"`
-	JobID    string   `json:"job_id"`
-	CPUs     int      `json:"cpus"`
-	GPUs     int      `json:"gpus"`
-	RAMMB    int64    `json:"ram_mb"`
-	Labels   []string `json:"labels"`
-}
-
-type attachResponse struct {
-	Worker string `json:"worker"`
-	// Session is the secret work, result and detach must carry in the
-	// Fluksio-Session header (session.go).
-	Session string `json:"session"`
-}
-
-func (e *Engine) handleAttach(w http.ResponseWriter, r *http.Request) {
+func (e *Books) handleAttach(w http.ResponseWriter, r *http.Request) {
 	cred, ok := e.authenticate(w, r)
 	if !ok {
 		return
 	}
 	name := cred.Worker
-	var req attachRequest
-	if err := decodeBody(w, r, maxRequestBody, &req); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+	var req worker.AttachRequest
+	if err := decodeBody(w, r, worker.MaxRequestBody, &req); err != nil {
+		WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if err := req.check(); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+	if err := checkAttach(req); err != nil {
+		WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	// What a worker says about itself is printed in the story and the
@@ -623,7 +648,6 @@ func (e *Engine) handleAttach(w http.ResponseWriter, r *http.Request) {
 
 	now := e.now()
 	e.mu.Lock()
-	gone := e.sweepLocked()
 	status, refusal := e.admitLocked(cred, info)
 	var session string
 	if refusal == "" {
@@ -634,7 +658,6 @@ func (e *Engine) handleAttach(w http.ResponseWriter, r *http.Request) {
 		e.workers[name] = ws
 	}
 	e.mu.Unlock()
-	e.logGone(gone)
 	if refusal != "" {
 		e.refuseAttach(w, r, status, name, refusal)
 		return
@@ -645,15 +668,15 @@ func (e *Engine) handleAttach(w http.ResponseWriter, r *http.Request) {
 	if e.OnAttach != nil {
 		e.OnAttach(info)
 	}
-	e.activity(Activity{Kind: "worker_attached", Provisioner: info.Provisioner, Worker: name, Job: info.JobID,
+	e.activity(Activity{Kind: EventWorkerAttached, Provisioner: info.Provisioner, Worker: name, Job: info.JobID,
 		Detail: fmt.Sprintf("from %s, %d cpus, %d gpus", info.Hostname, info.CPUs, info.GPUs)})
 	e.notify()
-	writeJSON(w, http.StatusOK, attachResponse{Worker: name, Session: session})
+	writeJSON(w, http.StatusOK, worker.AttachResponse{Worker: name, Session: session})
 }
 
 // admitLocked decides whether a worker with a valid credential may attach
 // as info, and if not, with which status and why. e.mu must be held.
-func (e *Engine) admitLocked(cred host.Credential, info WorkerInfo) (int, string) {
+func (e *Books) admitLocked(cred host.Credential, info WorkerInfo) (int, string) {
 	var refusal *host.AdmitError
 	if err := e.admission.Admit(cred, info.JobID); errors.As(err, &refusal) {
 		status := map[host.Refusal]int{
@@ -671,12 +694,12 @@ func (e *Engine) admitLocked(cred host.Credential, info WorkerInfo) (int, string
 
 // refuseAttach answers an attach with a valid credential that may not
 // attach, and logs why.
-func (e *Engine) refuseAttach(w http.ResponseWriter, r *http.Request, status int, worker, reason string) {
+func (e *Books) refuseAttach(w http.ResponseWriter, r *http.Request, status int, worker, reason string) {
 	e.logger.Warn("refused an attach", "worker", worker, "reason", reason, "remote", r.RemoteAddr)
-	writeError(w, status, reason)
+	WriteError(w, status, reason)
 }
 
-func (req attachRequest) check() error {
+func checkAttach(req worker.AttachRequest) error {
 	switch {
 	case req.CPUs < 1:
 		return fmt.Errorf("cpus is %d; a worker has at least 1", req.CPUs)
@@ -695,7 +718,7 @@ func (req attachRequest) check() error {
 	return nil
 }
 
-func (e *Engine) handleWork(w http.ResponseWriter, r *http.Request) {
+func (e *Books) handleWork(w http.ResponseWriter, r *http.Request) {
 	cred, ok := e.authenticate(w, r)
 	if !ok {
 		return
@@ -706,7 +729,7 @@ func (e *Engine) handleWork(w http.ResponseWriter, r *http.Request) {
 		// can leave on time rather than a poll period late.
 		secs, err := strconv.ParseFloat(s, 64)
 		if err != nil || secs < 0 {
-			writeError(w, http.StatusBadRequest, "wait must be a number of seconds")
+			WriteError(w, http.StatusBadRequest, "wait must be a number of seconds")
 			return
 		}
 		if d := time.Duration(secs * float64(time.Second)); d < wait {
@@ -722,14 +745,16 @@ func (e *Engine) handleWork(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(status)
 	case http.StatusUnauthorized, http.StatusForbidden:
 		e.refuseSession(w, r, status, cred.Worker, reason)
+	case http.StatusGone:
+		writeJSON(w, status, worker.ErrorResponse{Error: "the engine is stopping and lets its workers go: detach and exit", Code: worker.CodeLeave})
 	case http.StatusConflict:
 		if reason == pollOpen {
-			writeJSON(w, status, errorResponse{Error: "a poll is already open for worker " + cred.Worker + "; poll again when it ends", Code: pollOpen})
+			writeJSON(w, status, worker.ErrorResponse{Error: "a poll is already open for worker " + cred.Worker + "; poll again when it ends", Code: worker.CodePollOpen})
 			return
 		}
-		writeError(w, status, reason)
+		WriteError(w, status, reason)
 	default:
-		writeError(w, status, "engine is shutting down")
+		WriteError(w, status, "engine is shutting down")
 	}
 }
 
@@ -739,12 +764,12 @@ func (e *Engine) handleWork(w http.ResponseWriter, r *http.Request) {
 // or, with reason pollOpen, has a poll open already, 401 or 403 when the
 // session is missing or another's (sessionLocked), 503 if the engine is
 // closing.
-func (e *Engine) nextTask(r *http.Request, cred host.Credential, wait time.Duration) (Task, int, string) {
+func (e *Books) nextTask(r *http.Request, cred host.Credential, wait time.Duration) (Task, int, string) {
 	ctx := r.Context()
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 
-	worker := cred.Worker
+	name := cred.Worker
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	ws, status, reason := e.sessionLocked(r, cred)
@@ -754,6 +779,14 @@ func (e *Engine) nextTask(r *http.Request, cred host.Credential, wait time.Durat
 	if ws.polling > 0 {
 		// The first keeps its place: a task goes out in one answer.
 		return Task{}, http.StatusConflict, pollOpen
+	}
+	select {
+	case <-e.leave:
+		// Dismissed: a task in hand was reported or is lost with the
+		// engine anyway.
+		ws.lastSeen = e.now()
+		return Task{}, http.StatusGone, worker.CodeLeave
+	default:
 	}
 	ws.polling++
 	ws.lastSeen = e.now()
@@ -769,7 +802,7 @@ func (e *Engine) nextTask(r *http.Request, cred host.Credential, wait time.Durat
 			ws.delivered = ctx.Err() == nil
 			return *ws.task, http.StatusOK, ""
 		}
-		if e.workers[worker] != ws {
+		if e.workers[name] != ws {
 			// Detached (or attached afresh) while we waited.
 			return Task{}, http.StatusConflict, errNotAttached.Error()
 		}
@@ -782,33 +815,30 @@ func (e *Engine) nextTask(r *http.Request, cred host.Credential, wait time.Durat
 		case <-ctx.Done():
 			// The worker hung up; nobody reads the answer.
 			status = http.StatusNoContent
+		case <-e.leave:
+			status = http.StatusGone
 		case <-e.done:
 			status = http.StatusServiceUnavailable
 		}
 		e.mu.Lock()
+		if status == http.StatusGone {
+			return Task{}, status, worker.CodeLeave
+		}
 		if status != 0 && ws.task == nil {
 			return Task{}, status, ""
 		}
 	}
 }
 
-type resultRequest struct {
-	TaskID   string `json:"task_id"`
-	Hostname string `json:"hostname"`
-	JobID    string `json:"job_id"`
-	CPUs     int    `json:"cpus"`
-	Output   string `json:"output"`
-}
-
-func (e *Engine) handleResult(w http.ResponseWriter, r *http.Request) {
+func (e *Books) handleResult(w http.ResponseWriter, r *http.Request) {
 	cred, ok := e.authenticate(w, r)
 	if !ok {
 		return
 	}
 	name := cred.Worker
-	var req resultRequest
-	if err := decodeBody(w, r, maxResultBody, &req); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+	var req worker.ResultRequest
+	if err := decodeBody(w, r, worker.MaxResultBody, &req); err != nil {
+		WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	// Escaped here, once, so that the story, the log and the placer's
@@ -839,7 +869,7 @@ func (e *Engine) handleResult(w http.ResponseWriter, r *http.Request) {
 
 	if refusal != "" {
 		e.logger.Warn("refused a result", "worker", name, "task", res.TaskID, "reason", refusal)
-		writeError(w, http.StatusConflict, refusal)
+		WriteError(w, http.StatusConflict, refusal)
 		return
 	}
 	e.logger.Info("work done", "task", res.TaskID, "worker", name, "host", res.Hostname,
@@ -847,12 +877,12 @@ func (e *Engine) handleResult(w http.ResponseWriter, r *http.Request) {
 	if e.OnResult != nil {
 		e.OnResult(res)
 	}
-	e.activity(Activity{Kind: "task_done", Provisioner: cred.Provisioner, Worker: name, Job: res.JobID, Task: res.TaskID, Detail: res.Output})
+	e.activity(Activity{Kind: EventTaskDone, Provisioner: cred.Provisioner, Worker: name, Job: res.JobID, Task: res.TaskID, Detail: res.Output})
 	e.notify()
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (e *Engine) handleDetach(w http.ResponseWriter, r *http.Request) {
+func (e *Books) handleDetach(w http.ResponseWriter, r *http.Request) {
 	cred, ok := e.authenticate(w, r)
 	if !ok {
 		return
@@ -887,7 +917,7 @@ func (e *Engine) handleDetach(w http.ResponseWriter, r *http.Request) {
 		// A task left behind is noticed by the placer, which places it
 		// again; nothing to do here but say so.
 		e.logger.Info("worker detached", "worker", name, "task_left", task)
-		e.activity(Activity{Kind: "worker_detached", Provisioner: cred.Provisioner, Worker: name, Job: job, Task: task})
+		e.activity(Activity{Kind: EventWorkerDetached, Provisioner: cred.Provisioner, Worker: name, Job: job, Task: task})
 		e.notify()
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -910,12 +940,12 @@ type statusReport struct {
 	Needs        []NeedStatus             `json:"needs"`
 	// HeldBack is the engine's own backoff (backoff.go): profiles whose
 	// machines failed in a row, whatever their plugin does about it.
-	HeldBack []heldProfile `json:"held_back"`
+	HeldBack []HeldProfile `json:"held_back"`
 }
 
-func (e *Engine) handleStatus(w http.ResponseWriter, r *http.Request) {
+func (e *Books) handleStatus(w http.ResponseWriter, r *http.Request) {
 	// Empty lists, not null: a status page reads .length without asking.
-	report := statusReport{EngineID: e.ID, Provisioners: []host.ProvisionerStatus{}, Workers: []workerStatus{}, Needs: []NeedStatus{}, HeldBack: []heldProfile{}}
+	report := statusReport{EngineID: e.ID, Provisioners: []host.ProvisionerStatus{}, Workers: []workerStatus{}, Needs: []NeedStatus{}, HeldBack: []HeldProfile{}}
 	if e.HeldFunc != nil {
 		report.HeldBack = e.HeldFunc()
 	}
@@ -927,7 +957,6 @@ func (e *Engine) handleStatus(w http.ResponseWriter, r *http.Request) {
 	}
 
 	e.mu.Lock()
-	gone := e.sweepLocked()
 	for _, ws := range e.workers {
 		st := workerStatus{WorkerInfo: ws.info, AttachedAt: ws.attached, LastSeen: ws.lastSeen, Polling: ws.polling > 0}
 		st.Labels = slices.Clone(st.Labels)
@@ -937,7 +966,6 @@ func (e *Engine) handleStatus(w http.ResponseWriter, r *http.Request) {
 		report.Workers = append(report.Workers, st)
 	}
 	e.mu.Unlock()
-	e.logGone(gone)
 
 	slices.SortFunc(report.Workers, func(a, b workerStatus) int { return strings.Compare(a.Name, b.Name) })
 	writeJSON(w, http.StatusOK, report)
@@ -945,15 +973,8 @@ func (e *Engine) handleStatus(w http.ResponseWriter, r *http.Request) {
 
 // -- plumbing ------------------------------------------------------------
 
-type errorResponse struct {
-	Error string `json:"error"`
-	// Code tells apart refusals a worker answers differently under one
-	// status: pollOpen under 409.
-	Code string `json:"code,omitempty"`
-}
-
-func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, errorResponse{Error: msg})
+func WriteError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, worker.ErrorResponse{Error: msg})
 }
 
 // writeJSON encodes v before writing anything, so that an encoding failure
@@ -975,7 +996,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	if r.ContentLength > limit {
 		// Said up front: refuse without reading a byte of it.
-		dontReadBody(w)
+		DontReadBody(w)
 		return fmt.Errorf("bad request body: %d bytes; at most %d", r.ContentLength, limit)
 	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
@@ -992,7 +1013,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any) erro
 // a client that announces a body and never sends it would hold the
 // connection until ReadTimeout. A read deadline in the past ends that
 // read at once.
-func dontReadBody(w http.ResponseWriter) {
+func DontReadBody(w http.ResponseWriter) {
 	w.Header().Set("Connection", "close")
 	// Fails only where there is no connection to close (a recorder in a
 	// test), which is fine.
@@ -1002,7 +1023,7 @@ func dontReadBody(w http.ResponseWriter) {
 // provisionerStatus is the provisioners' status through the engine's
 // cache (at most one Status call per plugin a second), for GET /status
 // and the metrics alike.
-func (e *Engine) provisionerStatus(ctx context.Context) []host.ProvisionerStatus {
+func (e *Books) provisionerStatus(ctx context.Context) []host.ProvisionerStatus {
 	if e.StatusFunc == nil {
 		return nil
 	}
@@ -1011,9 +1032,8 @@ func (e *Engine) provisionerStatus(ctx context.Context) []host.ProvisionerStatus
 
 // workerCounts is the attached workers by the provisioner that asked for
 // them, idle or busy.
-func (e *Engine) workerCounts() map[string]workerCounts {
+func (e *Books) workerCounts() map[string]workerCounts {
 	e.mu.Lock()
-	gone := e.sweepLocked()
 	out := map[string]workerCounts{}
 	for _, ws := range e.workers {
 		n := out[ws.owner]
@@ -1025,6 +1045,5 @@ func (e *Engine) workerCounts() map[string]workerCounts {
 		out[ws.owner] = n
 	}
 	e.mu.Unlock()
-	e.logGone(gone)
 	return out
 }

@@ -1,4 +1,4 @@
-package main
+package engine
 
 import (
 	"fmt"
@@ -161,9 +161,9 @@ func (h *holds) allowance(provisioner, profile string) (keep int, st holdState) 
 	return p.keep, *p
 }
 
-// heldProfile is one profile the engine holds back, as GET /status shows
+// HeldProfile is one profile the engine holds back, as GET /status shows
 // it.
-type heldProfile struct {
+type HeldProfile struct {
 	Provisioner string `json:"provisioner"`
 	Profile     string `json:"profile"`
 	// Failures in a row since a worker of the profile last attached.
@@ -176,18 +176,18 @@ type heldProfile struct {
 }
 
 // list is every profile with failures in a row, held or not, sorted.
-func (h *holds) list() []heldProfile {
+func (h *holds) list() []HeldProfile {
 	now := h.now()
 	h.mu.Lock()
-	out := []heldProfile{}
+	out := []HeldProfile{}
 	for k, st := range h.m {
 		if st.failures > 0 {
-			out = append(out, heldProfile{Provisioner: k.provisioner, Profile: k.profile, Failures: st.failures,
+			out = append(out, HeldProfile{Provisioner: k.provisioner, Profile: k.profile, Failures: st.failures,
 				Until: st.until, Held: now.Before(st.until), LastError: st.lastError})
 		}
 	}
 	h.mu.Unlock()
-	slices.SortFunc(out, func(a, b heldProfile) int {
+	slices.SortFunc(out, func(a, b HeldProfile) int {
 		return strings.Compare(a.Provisioner+"\x00"+a.Profile, b.Provisioner+"\x00"+b.Profile)
 	})
 	return out
@@ -213,7 +213,7 @@ func profileFor(shapes []shared.Shape, n shared.Need) (string, bool) {
 
 // ObserveEvent holds back the profile of a machine a provisioner reports
 // failed. ev.Provisioner must be the host's stamp.
-func (p *Placer) ObserveEvent(ev shared.Event) {
+func (p *Router) ObserveEvent(ev shared.Event) {
 	if ev.Kind != shared.EventWorkerProvisionFailed || ev.Profile == "" {
 		return
 	}
@@ -225,7 +225,7 @@ func (p *Placer) ObserveEvent(ev shared.Event) {
 
 // WorkerAttached ends the hold of the profile a provisioner's worker was
 // started as: the profile works.
-func (p *Placer) WorkerAttached(provisioner, profile string) {
+func (p *Router) WorkerAttached(provisioner, profile string) {
 	if profile != "" && p.holds.attached(provisioner, profile) {
 		p.logger.Info("profile no longer held back: a worker of it attached", "provisioner", provisioner, "profile", profile)
 	}
@@ -233,4 +233,4 @@ func (p *Placer) WorkerAttached(provisioner, profile string) {
 
 // Held lists the profiles with failures in a row, for GET /status, the
 // page and the metrics.
-func (p *Placer) Held() []heldProfile { return p.holds.list() }
+func (p *Router) Held() []HeldProfile { return p.holds.list() }

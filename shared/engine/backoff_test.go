@@ -1,4 +1,4 @@
-package main
+package engine
 
 import (
 	"context"
@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/engine/worker"
 	"github.com/fluksio/provision/shared/host"
 )
 
@@ -72,7 +74,7 @@ func TestHoldKeepsWhatIsOnItsWay(t *testing.T) {
 // by the next machine. Without the engine's hold the plugin started
 // thousands in those 10 s (each failure wakes a pass).
 func TestEngineHoldsAPluginThatNeverBacksOff(t *testing.T) {
-	bin := buildTestPlugin(t)
+	bin := testutil.BuildTestPlugin(t)
 	dir := t.TempDir()
 	storm := filepath.Join(dir, "storm")
 	if err := os.WriteFile(storm, nil, 0o644); err != nil {
@@ -88,11 +90,11 @@ func TestEngineHoldsAPluginThatNeverBacksOff(t *testing.T) {
 	// started in the first 10 s is the figure.
 	select {
 	case code := <-runDone:
-		t.Fatalf("run returned %d during the storm\n%s", code, story)
+		t.Fatalf("Run returned (served %v) during the storm\n%s", code, story)
 	case <-time.After(10 * time.Second):
 	}
 	inTen := failedMachines(d)
-	held := d.placer.Held()
+	held := d.Router.Held()
 	t.Logf("machines the plugin started in the first 10 s, all failing at once: %d; held back: %+v", inTen, held)
 	if inTen > 15 {
 		t.Errorf("the plugin started %d machines in 10 s; want at most 15\n%s", inTen, logs)
@@ -107,7 +109,7 @@ func TestEngineHoldsAPluginThatNeverBacksOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	var report struct {
-		HeldBack []heldProfile `json:"held_back"`
+		HeldBack []HeldProfile `json:"held_back"`
 	}
 	err = json.NewDecoder(resp.Body).Decode(&report)
 	resp.Body.Close()
@@ -135,7 +137,7 @@ func TestEngineHoldsAPluginThatNeverBacksOff(t *testing.T) {
 	stopped := time.Now()
 	var o shared.Outstanding
 	waitForLong(t, 3*engineHoldMax, "a machine that does not fail", func() bool {
-		st := d.sups[0].Status(ctx)
+		st := d.Fleet.sups[0].Status(ctx)
 		if st.Status == nil || len(st.Status.Outstanding) == 0 {
 			return false
 		}
@@ -145,7 +147,7 @@ func TestEngineHoldsAPluginThatNeverBacksOff(t *testing.T) {
 	shape := map[string]host.CredentialClaims{"small": {CPUs: 1, RAMMB: 1000}, "gpu": {CPUs: 4, GPUs: 1, RAMMB: 16000, Labels: []string{"cuda"}}}[o.Profile]
 	claims := shape
 	claims.Worker, claims.Provisioner = o.Worker, "storm"
-	token, _, err := d.engine.signer.Sign(claims, time.Hour)
+	token, _, err := d.Books.signer.Sign(claims, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,21 +156,21 @@ func TestEngineHoldsAPluginThatNeverBacksOff(t *testing.T) {
 	if len(shape.Labels) > 0 {
 		args = append(args, "--labels", shape.Labels[0])
 	}
-	env := envMap(map[string]string{tokenEnv: token, "SLURM_JOB_ID": o.Job})
+	env := envMap(map[string]string{shared.WorkerTokenEnv: token, "SLURM_JOB_ID": o.Job})
 	workerDone := make(chan int, 1)
-	go func() { workerDone <- runWorker(ctx, args, env, io.Discard, io.Discard) }()
+	go func() { workerDone <- worker.Run(ctx, args, env, io.Discard, io.Discard) }()
 	select {
-	case code := <-runDone:
-		runDone <- code // for the deferred stop
-		if code != 0 {
-			t.Fatalf("run returned %d, want 0 (served)\n%s", code, story)
+	case served := <-runDone:
+		runDone <- served // for the deferred stop
+		if !served {
+			t.Fatalf("Run returned before the need was served\n%s", story)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("the need was not served within 30 s of the %s machine %s starting\n%s", o.Profile, o.Worker, story)
 	}
 	t.Logf("failures stopped -> need served by %s (%s): %.1fs; machines started in all: %d",
 		o.Worker, o.Profile, time.Since(stopped).Seconds(), failedMachines(d))
-	for _, h := range d.placer.Held() {
+	for _, h := range d.Router.Held() {
 		if h.Profile == o.Profile {
 			t.Errorf("%s still held back after its worker attached: %+v", o.Profile, h)
 		}
@@ -176,46 +178,48 @@ func TestEngineHoldsAPluginThatNeverBacksOff(t *testing.T) {
 	<-workerDone
 }
 
-// runDaemon runs the engine with the configuration body as the run
-// command does (newDaemon, start, run) for one need, until the test ends.
-// runDone gets run's exit code; a reader must put it back, for the
-// cleanup to see.
-func runDaemon(t *testing.T, body string, need shared.Need) (d *daemon, runDone chan int, story, logs *lockedBuffer) {
+// runDaemon runs the engine with the configuration body as an embedder
+// does (New, Serve, Start, Run) for one need, until the test ends.
+// runDone gets whether Run saw the need served; a reader must put it
+// back, for the cleanup to see.
+func runDaemon(t *testing.T, body string, need shared.Need) (d *Engine, runDone chan bool, story, logs *lockedBuffer) {
 	t.Helper()
 	cfgPath := filepath.Join(t.TempDir(), "engine.hcl")
 	if err := os.WriteFile(cfgPath, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, diags := loadConfig(cfgPath)
+	cfg, diags := LoadConfig(cfgPath)
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
 	logger, logs := testLogger(t)
 	story = &lockedBuffer{}
-	d, err := newDaemon(cfg, logger, newStory(story))
+	d, err := New(Config{Provisioners: cfg.Provisioners, Secret: testSecret, ID: "test", Listen: cfg.Engine.Listen, Logger: logger, Hooks: storyHooks(story)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	d.Serve(d.Mux(nil, false))
 	ctx, cancel := context.WithCancel(context.Background())
-	if diags := d.start(ctx); diags.HasErrors() {
+	if diags := d.Start(ctx); diags.HasErrors() {
 		cancel()
-		d.stop()
+		d.Stop(context.Background())
 		t.Fatal(diags)
 	}
-	runDone = make(chan int, 1)
-	go func() { runDone <- d.run(ctx, []needSpec{{Need: need, Count: 1}}, 0) }()
+	d.Add(need, 0)
+	runDone = make(chan bool, 1)
+	go func() { runDone <- d.Run(ctx, d.Router.Served) }()
 	t.Cleanup(func() {
 		cancel()
 		<-runDone
-		d.stop()
+		d.Stop(context.Background())
 	})
 	return d, runDone, story, logs
 }
 
 // failedMachines is the plugin's own count of machines that failed, from
 // its Status counters.
-func failedMachines(d *daemon) int64 {
-	st := d.sups[0].Status(context.Background())
+func failedMachines(d *Engine) int64 {
+	st := d.Fleet.sups[0].Status(context.Background())
 	var n int64
 	if st.Status != nil && st.Status.Counters != nil {
 		for _, f := range st.Status.Counters.Failures {

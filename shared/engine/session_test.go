@@ -1,4 +1,4 @@
-package main
+package engine
 
 import (
 	"context"
@@ -10,6 +10,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/engine/worker"
 )
 
 // TestCopiedCredentialGetsNothing: the attack of issue 24, item 2. A
@@ -42,7 +45,7 @@ func TestCopiedCredentialGetsNothing(t *testing.T) {
 		t.Fatal("a refused attach changed the session")
 	}
 
-	if err := e.assign("slurm-cpu-b-0", Task{ID: "task-1"}); err != nil {
+	if err := e.Assign("slurm-cpu-b-0", Task{ID: "task-1"}); err != nil {
 		t.Fatal(err)
 	}
 	// With no session, with a guessed one, and with a session of its
@@ -119,17 +122,17 @@ func TestOnePollAtATime(t *testing.T) {
 	if rec := do(t, e, "POST", "/v1/attach", token, attachBody); rec.Code != http.StatusOK {
 		t.Fatalf("attach: %d %s", rec.Code, rec.Body)
 	}
-	poll := func() (int, errorResponse, Task) {
+	poll := func() (int, worker.ErrorResponse, Task) {
 		req, _ := http.NewRequest("GET", srv.URL+"/v1/work", nil)
 		req.Header.Set("Authorization", "Bearer "+token)
 		req.Header.Set(sessionHeader, sessionOf(token))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Error(err)
-			return 0, errorResponse{}, Task{}
+			return 0, worker.ErrorResponse{}, Task{}
 		}
 		defer resp.Body.Close()
-		var er errorResponse
+		var er worker.ErrorResponse
 		var task Task
 		if resp.StatusCode == http.StatusOK {
 			json.NewDecoder(resp.Body).Decode(&task)
@@ -149,7 +152,7 @@ func TestOnePollAtATime(t *testing.T) {
 
 	type answer struct {
 		code int
-		er   errorResponse
+		er   worker.ErrorResponse
 		task Task
 	}
 	first := make(chan answer, 1)
@@ -181,7 +184,7 @@ func TestOnePollAtATime(t *testing.T) {
 	if n := polling(); n != 1 {
 		t.Errorf("%d polls open after the two refusals; want the first, still waiting", n)
 	}
-	if err := e.assign("slurm-cpu-1", Task{ID: "task-7"}); err != nil {
+	if err := e.Assign("slurm-cpu-1", Task{ID: "task-7"}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -206,16 +209,16 @@ func TestWorkerWaitsOutAnOpenPoll(t *testing.T) {
 	token := sign(t, signer, "w", time.Hour)
 	provisioned(e, "w", "")
 	stderr := &lockedBuffer{}
-	cfg, err := parseWorkerArgs([]string{"--url", srv.URL, "--cpus", "1", "--gpus", "0", "--max-idle", "600"},
-		envMap(map[string]string{tokenEnv: token}), io.Discard, stderr)
+	cfg, err := worker.ParseArgs([]string{"--url", srv.URL, "--cpus", "1", "--gpus", "0", "--max-idle", "600"},
+		envMap(map[string]string{shared.WorkerTokenEnv: token}), io.Discard, stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.retryFirst = 20 * time.Millisecond
-	w := &workerClient{cfg: cfg, log: log.New(stderr, "worker: ", 0), http: srv.Client()}
+	cfg.RetryFirst = 20 * time.Millisecond
+	w := worker.NewClient(cfg, log.New(stderr, "worker: ", 0), srv.Client())
 	ctx := context.Background()
-	if err := w.attach(ctx); err != nil || w.session == "" {
-		t.Fatalf("attach: %v, session %q", err, w.session)
+	if err := w.Attach(ctx); err != nil || w.Session() == "" {
+		t.Fatalf("attach: %v, session %q", err, w.Session())
 	}
 
 	// The poll left open: the engine holds it for its PollWait.
@@ -223,7 +226,7 @@ func TestWorkerWaitsOutAnOpenPoll(t *testing.T) {
 	go func() {
 		req, _ := http.NewRequest("GET", srv.URL+"/v1/work", nil)
 		req.Header.Set("Authorization", "Bearer "+token)
-		req.Header.Set(sessionHeader, w.session)
+		req.Header.Set(sessionHeader, w.Session())
 		resp, err := srv.Client().Do(req)
 		if err != nil {
 			left <- 0
@@ -237,7 +240,7 @@ func TestWorkerWaitsOutAnOpenPoll(t *testing.T) {
 		defer e.mu.Unlock()
 		return e.workers["w"] != nil && e.workers["w"].polling == 1
 	})
-	task, err := w.poll(ctx, time.Second)
+	task, err := w.Poll(ctx, time.Second)
 	if err != nil || task != nil {
 		t.Errorf("the worker's poll behind an open one: %v, %v; want none and no error", task, err)
 	}

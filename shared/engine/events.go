@@ -1,4 +1,4 @@
-package main
+package engine
 
 import (
 	"encoding/json"
@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/fluksio/provision/shared"
 )
 
 // The event stream, GET /v1/events, is the engine's events as they
@@ -38,11 +40,44 @@ const (
 	keepAlive = 15 * time.Second
 )
 
-// engineEvent is one event on the stream.
-type engineEvent struct {
+// EventKind is what an event on the stream is about: one vocabulary for
+// the plugins' events, the workers', the tasks' and the plugins' own
+// lifecycle. Label says what a metric calls it.
+type EventKind string
+
+const (
+	// What a provisioner published, as shared.EventKind says it.
+	EventWorkerProvisioned     = EventKind(shared.EventWorkerProvisioned)
+	EventWorkerProvisionFailed = EventKind(shared.EventWorkerProvisionFailed)
+	EventWorkerCancelled       = EventKind(shared.EventWorkerCancelled)
+	// What happened to a worker here.
+	EventWorkerAttached EventKind = "worker_attached"
+	EventWorkerDetached EventKind = "worker_detached"
+	// EventWorkerGone: silent past its time (Books.Watch).
+	EventWorkerGone EventKind = "worker_gone"
+	// EventWorkerDropped: its provisioner cancelled its request.
+	EventWorkerDropped EventKind = "worker_dropped"
+	// What happened to a task.
+	EventTaskAssigned EventKind = "task_assigned"
+	EventTaskDone     EventKind = "task_done"
+	// What happened to a plugin: up (configured, again after a restart),
+	// down (exited; being restarted), failed (not restarted: a restart
+	// cannot fix what it hit).
+	EventPluginUp     EventKind = "plugin_up"
+	EventPluginDown   EventKind = "plugin_down"
+	EventPluginFailed EventKind = "plugin_failed"
+)
+
+// workerLeft reports whether k is a worker leaving the books.
+func (k EventKind) workerLeft() bool {
+	return k == EventWorkerDetached || k == EventWorkerGone || k == EventWorkerDropped
+}
+
+// Event is one event on the stream.
+type Event struct {
 	Seq         uint64    `json:"seq"`
 	Time        time.Time `json:"time"`
-	Kind        string    `json:"kind"`
+	Kind        EventKind `json:"kind"`
 	Provisioner string    `json:"provisioner,omitempty"`
 	Profile     string    `json:"profile,omitempty"`
 	Job         string    `json:"job,omitempty"`
@@ -51,33 +86,33 @@ type engineEvent struct {
 	Detail      string    `json:"detail,omitempty"`
 }
 
-// eventHub numbers events, keeps the last historySize and hands each to
+// Hub numbers events, keeps the last historySize and hands each to
 // every subscriber. Publish never blocks on a subscriber.
-type eventHub struct {
+type Hub struct {
 	// mu guards every field below; held only to append and to copy,
 	// never while writing to a client.
 	mu      sync.Mutex
 	seq     uint64
-	history []engineEvent // a ring, oldest at start once full
+	history []Event // a ring, oldest at start once full
 	start   int
 	subs    map[*subscriber]bool
 	closed  bool
 }
 
 type subscriber struct {
-	ch chan engineEvent
+	ch chan Event
 	// dropped is closed when the hub let go of the subscriber, because
 	// it fell behind or the hub closed.
 	dropped chan struct{}
 }
 
-func newEventHub() *eventHub {
-	return &eventHub{subs: map[*subscriber]bool{}}
+func NewHub() *Hub {
+	return &Hub{subs: map[*subscriber]bool{}}
 }
 
 // publish stamps ev with the next sequence number (and the time, if it
 // has none) and delivers it.
-func (h *eventHub) publish(ev engineEvent) {
+func (h *Hub) Publish(ev Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -106,11 +141,11 @@ func (h *eventHub) publish(ev engineEvent) {
 
 // subscribe returns the history after seq after (all of it for 0) and a
 // subscriber that gets every event after that, in order.
-func (h *eventHub) subscribe(after uint64) ([]engineEvent, *subscriber) {
+func (h *Hub) subscribe(after uint64) ([]Event, *subscriber) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s := &subscriber{ch: make(chan engineEvent, subscriberBuffer), dropped: make(chan struct{})}
-	var past []engineEvent
+	s := &subscriber{ch: make(chan Event, subscriberBuffer), dropped: make(chan struct{})}
+	var past []Event
 	for i := range h.history {
 		ev := h.history[(h.start+i)%len(h.history)]
 		if ev.Seq > after {
@@ -125,7 +160,7 @@ func (h *eventHub) subscribe(after uint64) ([]engineEvent, *subscriber) {
 	return past, s
 }
 
-func (h *eventHub) unsubscribe(s *subscriber) {
+func (h *Hub) unsubscribe(s *subscriber) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.subs[s] {
@@ -136,7 +171,7 @@ func (h *eventHub) unsubscribe(s *subscriber) {
 
 // close ends every stream, so that the server's Shutdown need not wait
 // for them.
-func (h *eventHub) close() {
+func (h *Hub) Close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -149,8 +184,8 @@ func (h *eventHub) close() {
 	}
 }
 
-// serveEvents is GET /v1/events.
-func (h *eventHub) serveEvents(w http.ResponseWriter, r *http.Request) {
+// ServeHTTP is GET /v1/events.
+func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var after uint64
 	for _, v := range []string{r.Header.Get("Last-Event-ID"), r.URL.Query().Get("after")} {
 		if v == "" {
@@ -158,7 +193,7 @@ func (h *eventHub) serveEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, "Last-Event-ID and after are event sequence numbers")
+			WriteError(w, http.StatusBadRequest, "Last-Event-ID and after are event sequence numbers")
 			return
 		}
 		after = n
@@ -167,7 +202,7 @@ func (h *eventHub) serveEvents(w http.ResponseWriter, r *http.Request) {
 	// The server's WriteTimeout bounds a worker's answer; a stream is
 	// meant to stay open, so this request has none.
 	if err := rc.SetWriteDeadline(time.Time{}); err != nil {
-		writeError(w, http.StatusInternalServerError, "this connection cannot stream")
+		WriteError(w, http.StatusInternalServerError, "this connection cannot stream")
 		return
 	}
 	past, sub := h.subscribe(after)
@@ -235,7 +270,7 @@ func (h *eventHub) serveEvents(w http.ResponseWriter, r *http.Request) {
 
 // writeSSE writes one event. The data is one line of JSON: encoding/json
 // escapes newlines inside strings, so no field can end the event early.
-func writeSSE(w http.ResponseWriter, ev engineEvent) error {
+func writeSSE(w http.ResponseWriter, ev Event) error {
 	b, err := json.Marshal(ev)
 	if err != nil {
 		return err

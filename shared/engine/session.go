@@ -1,4 +1,4 @@
-package main
+package engine
 
 import (
 	"crypto/rand"
@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/fluksio/provision/shared/engine/worker"
 	"github.com/fluksio/provision/shared/host"
 )
 
@@ -43,7 +44,7 @@ import (
 // can and cannot see.
 
 // sessionHeader carries the session secret on work, result and detach.
-const sessionHeader = "Fluksio-Session"
+const sessionHeader = worker.SessionHeader
 
 // sessionBytes is the secret's length: as long as the signing secret's
 // minimum, more than enough against guessing.
@@ -51,7 +52,7 @@ const sessionBytes = 32
 
 // pollOpen is the code of the 409 a second concurrent poll gets: the
 // worker should wait a moment and poll again, not attach again.
-const pollOpen = "poll_open"
+const pollOpen = worker.CodePollOpen
 
 // newSession returns a fresh session secret, as the worker will send it,
 // and the digest the engine keeps instead of the secret.
@@ -75,7 +76,7 @@ func sessionMatches(header string, want [sha256.Size]byte) bool {
 // and reason to refuse it with: 409 when the credential's worker is not
 // attached (it should attach), 401 without a session, 403 with another.
 // e.mu must be held.
-func (e *Engine) sessionLocked(r *http.Request, cred host.Credential) (*workerState, int, string) {
+func (e *Books) sessionLocked(r *http.Request, cred host.Credential) (*workerState, int, string) {
 	ws := e.ownedLocked(cred)
 	if ws == nil {
 		return nil, http.StatusConflict, errNotAttached.Error()
@@ -93,7 +94,7 @@ func (e *Engine) sessionLocked(r *http.Request, cred host.Credential) (*workerSt
 // refuseSession answers a request whose session does not hold, and logs
 // it at the rate refusals are logged: a sibling trying a copied
 // credential in a loop must not flood the log.
-func (e *Engine) refuseSession(w http.ResponseWriter, r *http.Request, status int, worker, reason string) {
+func (e *Books) refuseSession(w http.ResponseWriter, r *http.Request, status int, worker, reason string) {
 	if ok, leftOut := e.refusals.Allow(time.Now()); ok {
 		kv := []any{"worker", worker, "reason", reason, "path", r.URL.Path, "remote", r.RemoteAddr}
 		if leftOut > 0 {
@@ -101,5 +102,5 @@ func (e *Engine) refuseSession(w http.ResponseWriter, r *http.Request, status in
 		}
 		e.logger.Warn("refused a worker's request", kv...)
 	}
-	writeError(w, status, reason)
+	WriteError(w, status, reason)
 }

@@ -1,11 +1,10 @@
-package main
+package engine
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/engine/worker"
 	"github.com/fluksio/provision/shared/host"
 	"github.com/fluksio/provision/shared/sharedtest"
 )
@@ -47,27 +48,27 @@ var badNeedTests = []struct {
 func TestParseNeed(t *testing.T) {
 	t.Parallel()
 	for _, tc := range goodNeedTests {
-		got, err := parseNeed(tc.in)
+		got, err := ParseNeed(tc.in)
 		if err != nil || got != tc.want {
-			t.Errorf("parseNeed(%q) = %+v, %v; want %+v", tc.in, got, err, tc.want)
+			t.Errorf("ParseNeed(%q) = %+v, %v; want %+v", tc.in, got, err, tc.want)
 			continue
 		}
-		// What formatNeed writes, parseNeed reads back.
-		if again, err := parseNeed(formatNeed(got)); err != nil || again != got {
-			t.Errorf("formatNeed(%+v) = %q, which reads back as %+v, %v", got, formatNeed(got), again, err)
+		// What FormatNeed writes, ParseNeed reads back.
+		if again, err := ParseNeed(FormatNeed(got)); err != nil || again != got {
+			t.Errorf("FormatNeed(%+v) = %q, which reads back as %+v, %v", got, FormatNeed(got), again, err)
 		}
 	}
 	for _, tc := range badNeedTests {
-		got, err := parseNeed(tc.in)
+		got, err := ParseNeed(tc.in)
 		if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-			t.Errorf("parseNeed(%q) = %+v, %v; want an error containing %q", tc.in, got, err, tc.wantErr)
+			t.Errorf("ParseNeed(%q) = %+v, %v; want an error containing %q", tc.in, got, err, tc.wantErr)
 		}
 	}
 }
 
 func TestNeedList(t *testing.T) {
 	t.Parallel()
-	var l needList
+	var l NeedList
 	for _, s := range []string{"cpus=2", "gpus=1,label=gpu"} {
 		if err := l.Set(s); err != nil {
 			t.Fatal(err)
@@ -95,7 +96,7 @@ func TestPassNeverAsksATargetThatCannotCover(t *testing.T) {
 	logger, logs := testLogger(t)
 	small := &sharedtest.Provisioner{Name: "small", ShapeList: []shared.Shape{{Profile: "small", CPUs: 4}}, OnProvision: requested}
 	gpu := &sharedtest.Provisioner{Name: "gpu", ShapeList: []shared.Shape{{Profile: "v100", CPUs: 8, GPUs: 1, Labels: []string{"cuda"}}}, OnProvision: requested}
-	p := NewPlacer(logger, NewEngine(nil, host.NewSigner(testSecret), nil), []Target{
+	p := NewRouter(logger, NewBooks(nil, host.NewSigner(testSecret), nil), []Target{
 		{Name: "small", P: small, Shapes: small.ShapeList},
 		{Name: "gpu", P: gpu, Shapes: gpu.ShapeList},
 	})
@@ -124,7 +125,7 @@ func TestPassAsksOnlyCoveringTargets(t *testing.T) {
 	logger, logs := testLogger(t)
 	small := &sharedtest.Provisioner{Name: "small", ShapeList: []shared.Shape{{Profile: "small", CPUs: 4}}, OnProvision: requested}
 	gpu := &sharedtest.Provisioner{Name: "gpu", ShapeList: []shared.Shape{{Profile: "v100", CPUs: 8, GPUs: 1}}, OnProvision: requested}
-	p := NewPlacer(logger, NewEngine(nil, host.NewSigner(testSecret), nil), []Target{
+	p := NewRouter(logger, NewBooks(nil, host.NewSigner(testSecret), nil), []Target{
 		{Name: "small", P: small, Shapes: small.ShapeList},
 		{Name: "gpu", P: gpu, Shapes: gpu.ShapeList},
 	})
@@ -149,7 +150,7 @@ func TestPassSkipsErrorsAndDownTargets(t *testing.T) {
 	broken := &sharedtest.Provisioner{Name: "broken", ShapeList: []shared.Shape{{Profile: "p", CPUs: 4}},
 		OnProvision: func(*shared.ProvisionRequest) (*shared.ProvisionResponse, error) { return nil, shared.ErrPluginGone }}
 	fine := &sharedtest.Provisioner{Name: "fine", ShapeList: []shared.Shape{{Profile: "p", CPUs: 4}}, OnProvision: requested}
-	p := NewPlacer(logger, NewEngine(nil, host.NewSigner(testSecret), nil), []Target{
+	p := NewRouter(logger, NewBooks(nil, host.NewSigner(testSecret), nil), []Target{
 		{Name: "broken", P: broken, Shapes: broken.ShapeList},
 		{Name: "fine", P: fine, Shapes: fine.ShapeList},
 	})
@@ -180,11 +181,11 @@ func TestPassSkipsErrorsAndDownTargets(t *testing.T) {
 }
 
 // attachWorker attaches a worker straight through the handler.
-func attachWorker(t *testing.T, e *Engine, s *host.Signer, name, body string) string {
+func attachWorker(t *testing.T, e *Books, s *host.Signer, name, body string) string {
 	t.Helper()
 	// Minted for exactly what the worker claims, and recorded as its
 	// provisioner's, as a real provisioner's worker would be.
-	var req attachRequest
+	var req worker.AttachRequest
 	if err := json.Unmarshal([]byte(body), &req); err != nil {
 		t.Fatal(err)
 	}
@@ -203,9 +204,9 @@ func attachWorker(t *testing.T, e *Engine, s *host.Signer, name, body string) st
 func TestPassPrefersAnIdleWorker(t *testing.T) {
 	t.Parallel()
 	signer := host.NewSigner(testSecret)
-	e := NewEngine(nil, signer, nil)
+	e := NewBooks(nil, signer, nil)
 	prov := &sharedtest.Provisioner{Name: "hpc", ShapeList: []shared.Shape{{Profile: "big", CPUs: 64, GPUs: 4, Labels: []string{"gpu"}}}, OnProvision: requested}
-	p := NewPlacer(nil, e, []Target{{Name: "hpc", P: prov, Shapes: prov.ShapeList}})
+	p := NewRouter(nil, e, []Target{{Name: "hpc", P: prov, Shapes: prov.ShapeList}})
 
 	attachWorker(t, e, signer, "big", `{"cpus":32,"gpus":2,"labels":["gpu"]}`)
 	smallTok := attachWorker(t, e, signer, "small", `{"cpus":4,"gpus":1,"labels":["gpu"]}`)
@@ -238,7 +239,7 @@ func TestSetTargetReplaces(t *testing.T) {
 	t.Parallel()
 	old := &sharedtest.Provisioner{ShapeList: []shared.Shape{{CPUs: 1}}, OnProvision: requested}
 	fresh := &sharedtest.Provisioner{ShapeList: []shared.Shape{{CPUs: 1}}, OnProvision: requested}
-	p := NewPlacer(nil, NewEngine(nil, host.NewSigner(testSecret), nil), []Target{{Name: "a", P: old, Shapes: old.ShapeList}})
+	p := NewRouter(nil, NewBooks(nil, host.NewSigner(testSecret), nil), []Target{{Name: "a", P: old, Shapes: old.ShapeList}})
 	p.SetDown("a", true)
 	p.SetTarget(Target{Name: "a", P: fresh, Shapes: fresh.ShapeList})
 	p.Add(shared.Need{CPUs: 1})
@@ -254,7 +255,7 @@ func TestSetTargetReplaces(t *testing.T) {
 func TestPassSendsTheWholeDemand(t *testing.T) {
 	t.Parallel()
 	prov := &sharedtest.Provisioner{Name: "hpc", ShapeList: []shared.Shape{{Profile: "cpu", CPUs: 4}, {Profile: "gpu", CPUs: 8, GPUs: 1}}, OnProvision: requested}
-	p := NewPlacer(nil, NewEngine(nil, host.NewSigner(testSecret), nil), []Target{{Name: "hpc", P: prov, Shapes: prov.ShapeList}})
+	p := NewRouter(nil, NewBooks(nil, host.NewSigner(testSecret), nil), []Target{{Name: "hpc", P: prov, Shapes: prov.ShapeList}})
 	for range 40 {
 		p.Add(shared.Need{CPUs: 1})
 	}
@@ -271,17 +272,6 @@ func TestPassSendsTheWholeDemand(t *testing.T) {
 	}
 }
 
-// buildTestPlugin builds examples/testplugin, a real plugin
-// process, once per call.
-func buildTestPlugin(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "testplugin")
-	if out, err := exec.Command("go", "build", "-o", bin, "../examples/testplugin").CombinedOutput(); err != nil {
-		t.Fatalf("building the test plugin: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // TestHungPluginDelaysOnlyItself runs two real plugin processes, one of
 // which never answers Provision or Reconcile (TESTPLUGIN_HANG), with the
 // placer and reconciler wired as the run command wires them. A worker of
@@ -289,7 +279,7 @@ func buildTestPlugin(t *testing.T) string {
 // far below what the hung one costs, and the hung plugin must be shown as
 // wedged in the supervisor's status and restarted.
 func TestHungPluginDelaysOnlyItself(t *testing.T) {
-	bin := buildTestPlugin(t)
+	bin := testutil.BuildTestPlugin(t)
 	t.Setenv("TESTPLUGIN_HANG", "hung")
 
 	cfgPath := filepath.Join(t.TempDir(), "engine.hcl")
@@ -300,15 +290,15 @@ func TestHungPluginDelaysOnlyItself(t *testing.T) {
 	if err := os.WriteFile(cfgPath, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, diags := loadConfig(cfgPath)
+	cfg, diags := LoadConfig(cfgPath)
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
 
 	logger, logs := testLogger(t)
 	signer := host.NewSigner(testSecret)
-	engine := NewEngine(nil, signer, nil)
-	placer := NewPlacer(logger.Named("placer"), engine, nil)
+	engine := NewBooks(nil, signer, nil)
+	placer := NewRouter(logger.Named("placer"), engine, nil)
 	placer.ProvisionTimeout = 2 * time.Second
 	sups := map[string]*host.Supervisor{}
 	placer.OnDeadline = func(name string, missed bool) { sups[name].Deadline("Provision", missed) }
@@ -421,9 +411,9 @@ func TestHungPluginDelaysOnlyItself(t *testing.T) {
 func TestDemandLeavesOutWhatIdleWorkersCover(t *testing.T) {
 	t.Parallel()
 	signer := host.NewSigner(testSecret)
-	e := NewEngine(nil, signer, nil)
+	e := NewBooks(nil, signer, nil)
 	prov := &sharedtest.Provisioner{Name: "hpc", ShapeList: []shared.Shape{{Profile: "cpu", CPUs: 4}}, OnProvision: requested}
-	p := NewPlacer(nil, e, []Target{{Name: testProvisioner, P: prov, Shapes: prov.ShapeList}})
+	p := NewRouter(nil, e, []Target{{Name: testProvisioner, P: prov, Shapes: prov.ShapeList}})
 	p.Add(shared.Need{CPUs: 1})
 	p.Add(shared.Need{CPUs: 1})
 	attachWorker(t, e, signer, "slurm-cpu-1", `{"cpus":4,"job_id":"1"}`)
@@ -458,7 +448,7 @@ func TestPassLogsOutcomesNotTheirWording(t *testing.T) {
 			}
 			return resp, nil
 		}}
-	p := NewPlacer(logger, NewEngine(nil, host.NewSigner(testSecret), nil), []Target{{Name: "chatty", P: chatty, Shapes: chatty.ShapeList}})
+	p := NewRouter(logger, NewBooks(nil, host.NewSigner(testSecret), nil), []Target{{Name: "chatty", P: chatty, Shapes: chatty.ShapeList}})
 	p.Add(shared.Need{CPUs: 1})
 	for range 10 {
 		p.Pass(context.Background())

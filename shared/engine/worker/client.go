@@ -1,4 +1,4 @@
-package main
+package worker
 
 import (
 	"bytes"
@@ -19,12 +19,8 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/internal/backoff"
+	"github.com/fluksio/provision/shared"
 )
-
-// tokenEnv carries the worker's credential. An environment variable and
-// not a flag: a command line is readable by every user on the node (ps),
-// the environment only by the job's owner.
-const tokenEnv = "FLUKSIO_WORKER_TOKEN"
 
 // engineGoneAfter is how long the engine may be unreachable before the
 // worker stops trying. Long enough to ride out an engine restart's
@@ -36,11 +32,11 @@ const engineGoneAfter = 10 * time.Second
 // says its previous poll is still open (409 poll_open): longer than the
 // engine holds a poll (defaultPollWait), so a poll the engine still
 // holds has ended by then.
-const pollOpenFor = 3 * defaultPollWait
+const pollOpenFor = 3 * 20 * time.Second
 
-// workerConfig is everything a worker run depends on, gathered before it
+// Config is everything a worker run depends on, gathered before it
 // starts so that a bad flag or a missing credential fails at once.
-type workerConfig struct {
+type Config struct {
 	url         *url.URL
 	cpus, gpus  int
 	ramMB       int64
@@ -58,29 +54,38 @@ type workerConfig struct {
 	// which may be more than --cpus asked for.
 	slurmCPUs string
 
-	// goneAfter and retryFirst shape the retries; tests shorten them.
-	goneAfter  time.Duration
-	retryFirst time.Duration
+	// GoneAfter is how long the engine may be unreachable before the
+	// worker gives up; RetryFirst its first pause between tries. ParseArgs
+	// sets the defaults; tests shorten them.
+	GoneAfter  time.Duration
+	RetryFirst time.Duration
 }
 
-// workerMain is the "worker" subcommand: the payload a provisioner's job
-// runs. It attaches to the engine, runs tasks until it has been idle for
-// --max-idle seconds, detaches and exits 0. SIGTERM (Slurm's walltime
-// warning) or SIGINT makes it detach and exit 0 at once. It exits 1 when
-// the engine refuses it or cannot be reached for engineGoneAfter: the job
-// then shows as failed, which is what happened to it.
-func workerMain(args []string, stdout, stderr io.Writer) int {
+// Main is the worker as a program (fluksio-worker, or host-example
+// worker): the payload a provisioner's job runs. It attaches to the
+// engine, runs tasks until it has been idle for --max-idle seconds,
+// detaches and exits 0. SIGTERM (Slurm's walltime warning) or SIGINT
+// makes it detach and exit 0 at once, and so does an engine that stops
+// cleanly and says so (CodeLeave). It exits 1 when the engine refuses it
+// or cannot be reached for engineGoneAfter: the job then shows as
+// failed, which is what happened to it; 2 on a bad command line.
+// prog is how its usage names the command ("fluksio-worker", or
+// "host-example worker").
+func Main(prog string, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return runWorker(ctx, args, os.Getenv, stdout, stderr)
+	return run(ctx, prog, args, os.Getenv, stdout, stderr)
 }
 
-// runWorker is workerMain with its environment and output passed in, so
-// that tests can run several workers in one process. stdout is only for
-// -h.
-func runWorker(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+// Run is Main with its environment and output passed in, so that tests
+// can run several workers in one process. stdout is only for -h.
+func Run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	return run(ctx, "fluksio-worker", args, getenv, stdout, stderr)
+}
+
+func run(ctx context.Context, prog string, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	logger := log.New(stderr, "worker: ", log.LstdFlags)
-	cfg, err := parseWorkerArgs(args, getenv, stdout, stderr)
+	cfg, err := parseArgs(prog, args, getenv, stdout, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
@@ -96,18 +101,25 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 		logger.Print(err)
 		return 2
 	}
-	return (&workerClient{cfg: cfg, log: logger, http: &http.Client{Transport: transport}}).run(ctx)
+	return NewClient(cfg, logger, &http.Client{Transport: transport}).Work(ctx)
 }
 
 // errUsage is a mistake on the command line that parseArgs has already
 // reported, with the usage.
 var errUsage = errors.New("usage")
 
-func parseWorkerArgs(args []string, getenv func(string) string, stdout, stderr io.Writer) (workerConfig, error) {
+// ParseArgs reads a worker's command line (shared.WorkerArgs) and its
+// credential from getenv. -h writes the usage to stdout and returns
+// flag.ErrHelp.
+func ParseArgs(args []string, getenv func(string) string, stdout, stderr io.Writer) (Config, error) {
+	return parseArgs("fluksio-worker", args, getenv, stdout, stderr)
+}
+
+func parseArgs(prog string, args []string, getenv func(string) string, stdout, stderr io.Writer) (Config, error) {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: host-example worker --url URL --cpus N --gpus N --max-idle SECONDS [--ram-mb N] [--labels a,b] [--artifact-url URL] [--engine-ca FILE | --engine-cert-sha256 HEX]\n"+
-			"The credential is read from $%s.\n", tokenEnv)
+		fmt.Fprintf(fs.Output(), "usage: "+prog+" --url URL --cpus N --gpus N --max-idle SECONDS [--ram-mb N] [--labels a,b] [--artifact-url URL] [--engine-ca FILE | --engine-cert-sha256 HEX]\n"+
+			"The credential is read from $%s.\n", shared.WorkerTokenEnv)
 		fs.PrintDefaults()
 	}
 	var (
@@ -121,51 +133,57 @@ func parseWorkerArgs(args []string, getenv func(string) string, stdout, stderr i
 		ca      = fs.String("engine-ca", "", "PEM `file` of the CA(s) to verify an https engine with, instead of the system's")
 		pin     = fs.String("engine-cert-sha256", "", "verify an https engine by the SHA-256 of its certificate, in `hex`")
 	)
-	rest, code, done := parseArgs(fs, args, stdout, stderr)
+	// The flag package writes its usage before it returns; buffered, so
+	// that help goes to stdout and a mistake to stderr.
+	var buf bytes.Buffer
+	fs.SetOutput(&buf)
+	err := fs.Parse(args)
 	switch {
-	case done && code == 0:
-		return workerConfig{}, flag.ErrHelp
-	case done:
-		return workerConfig{}, errUsage
-	case len(rest) > 0:
-		return workerConfig{}, fmt.Errorf("unexpected arguments: %q", rest)
+	case errors.Is(err, flag.ErrHelp):
+		stdout.Write(buf.Bytes())
+		return Config{}, flag.ErrHelp
+	case err != nil:
+		stderr.Write(buf.Bytes())
+		return Config{}, errUsage
+	case fs.NArg() > 0:
+		return Config{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
 	if *rawURL == "" {
-		return workerConfig{}, errors.New("--url is required")
+		return Config{}, errors.New("--url is required")
 	}
 	u, err := url.Parse(*rawURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return workerConfig{}, fmt.Errorf("--url %q is not an http(s) URL", *rawURL)
+		return Config{}, fmt.Errorf("--url %q is not an http(s) URL", *rawURL)
 	}
 	switch {
 	case *cpus < 1:
-		return workerConfig{}, errors.New("--cpus must be at least 1")
+		return Config{}, errors.New("--cpus must be at least 1")
 	case *gpus < 0 || *ramMB < 0:
-		return workerConfig{}, errors.New("--gpus and --ram-mb may not be negative")
+		return Config{}, errors.New("--gpus and --ram-mb may not be negative")
 	case !(*maxIdle > 0):
-		return workerConfig{}, errors.New("--max-idle must be a positive number of seconds")
+		return Config{}, errors.New("--max-idle must be a positive number of seconds")
 	}
 	if (*ca != "" || *pin != "") && u.Scheme != "https" {
-		return workerConfig{}, errors.New("--engine-ca and --engine-cert-sha256 need an https --url")
+		return Config{}, errors.New("--engine-ca and --engine-cert-sha256 need an https --url")
 	}
-	token := strings.TrimSpace(getenv(tokenEnv))
+	token := strings.TrimSpace(getenv(shared.WorkerTokenEnv))
 	if token == "" {
-		return workerConfig{}, fmt.Errorf("no credential: $%s is not set (the provisioner that started this job sets it)", tokenEnv)
+		return Config{}, fmt.Errorf("no credential: $%s is not set (the provisioner that started this job sets it)", shared.WorkerTokenEnv)
 	}
 	host, err := os.Hostname()
 	if err != nil {
 		host = "unknown"
 	}
-	cfg := workerConfig{
+	cfg := Config{
 		engineCA: *ca, engineCertSHA256: *pin,
 		url: u, cpus: *cpus, gpus: *gpus, ramMB: *ramMB, artifactURL: *art,
 		maxIdle:    time.Duration(*maxIdle * float64(time.Second)),
 		token:      token,
 		hostname:   host,
-		slurmJobID: slurmJobID(getenv),
+		slurmJobID: JobID(getenv),
 		slurmCPUs:  getenv("SLURM_CPUS_ON_NODE"),
-		goneAfter:  engineGoneAfter,
-		retryFirst: 250 * time.Millisecond,
+		GoneAfter:  engineGoneAfter,
+		RetryFirst: 250 * time.Millisecond,
 	}
 	for _, l := range strings.Split(*labels, ",") {
 		if l = strings.TrimSpace(l); l != "" {
@@ -175,10 +193,10 @@ func parseWorkerArgs(args []string, getenv func(string) string, stdout, stderr i
 	return cfg, nil
 }
 
-// workerClient is one worker's conversation with the engine. It is used
+// Client is one worker's conversation with the engine. It is used
 // by one goroutine, the one that calls run.
-type workerClient struct {
-	cfg  workerConfig
+type Client struct {
+	cfg  Config
 	log  *log.Logger
 	http *http.Client
 	name string // as the engine knows us, from the attach response
@@ -193,8 +211,20 @@ var (
 	errRefused    = errors.New("engine refused the credential")
 )
 
-func (w *workerClient) run(ctx context.Context) int {
-	if err := w.attach(ctx); err != nil {
+// NewClient returns a worker that talks to the engine cfg names through
+// hc, logging to logger.
+func NewClient(cfg Config, logger *log.Logger, hc *http.Client) *Client {
+	return &Client{cfg: cfg, log: logger, http: hc}
+}
+
+// Session is the session secret of the last attach; empty before one.
+func (w *Client) Session() string { return w.session }
+
+// Work attaches, runs tasks until the worker has been idle for its
+// MaxIdle, the engine lets it go or ctx ends, and detaches; it returns
+// the exit code Main would.
+func (w *Client) Work(ctx context.Context) int {
+	if err := w.Attach(ctx); err != nil {
 		if ctx.Err() != nil {
 			// Stopped mid-attach. The engine may have heard us, so say
 			// goodbye all the same.
@@ -221,12 +251,17 @@ func (w *workerClient) run(ctx context.Context) int {
 			w.detach(ctx)
 			return 0
 		}
-		task, err := w.poll(ctx, left)
+		task, err := w.Poll(ctx, left)
 		switch {
+		case errors.Is(err, errLeave):
+			// The engine is stopping cleanly: our job ends now, completed.
+			w.log.Printf("the engine lets us go; leaving")
+			w.detach(ctx)
+			return 0
 		case errors.Is(err, errNotAttachedRemote):
 			// The engine restarted or gave up on us; say hello again.
 			w.log.Printf("engine does not know us; attaching again")
-			if err := w.attach(ctx); err != nil && ctx.Err() == nil {
+			if err := w.Attach(ctx); err != nil && ctx.Err() == nil {
 				w.log.Printf("could not attach again: %v", err)
 				return 1
 			}
@@ -260,12 +295,17 @@ func (w *workerClient) run(ctx context.Context) int {
 // errNotAttachedRemote is the engine's 409: it does not know this worker.
 var errNotAttachedRemote = errors.New("engine does not know this worker")
 
-func (w *workerClient) attach(ctx context.Context) error {
-	req := attachRequest{
+// errLeave is the engine's 410 with CodeLeave: it is stopping cleanly.
+var errLeave = errors.New("the engine lets its workers go")
+
+// Attach attaches to the engine (again, after a 409), and keeps the
+// session it answers with.
+func (w *Client) Attach(ctx context.Context) error {
+	req := AttachRequest{
 		Hostname: w.cfg.hostname, JobID: w.cfg.slurmJobID,
 		CPUs: w.cfg.cpus, GPUs: w.cfg.gpus, RAMMB: w.cfg.ramMB, Labels: w.cfg.labels,
 	}
-	var resp attachResponse
+	var resp AttachResponse
 	if _, err := w.call(ctx, http.MethodPost, "/v1/attach", nil, req, &resp, 0); err != nil {
 		return err
 	}
@@ -276,9 +316,9 @@ func (w *workerClient) attach(ctx context.Context) error {
 	return nil
 }
 
-// poll long-polls for a task, asking the engine to wait no longer than
+// Poll long-polls for a task, asking the engine to wait no longer than
 // the time left before we would leave anyway.
-func (w *workerClient) poll(ctx context.Context, left time.Duration) (*Task, error) {
+func (w *Client) Poll(ctx context.Context, left time.Duration) (*Task, error) {
 	q := url.Values{"wait": {strconv.FormatFloat(left.Seconds(), 'f', 3, 64)}}
 	var t Task
 	// The engine answers within left (or its own shorter PollWait); the
@@ -295,12 +335,12 @@ func (w *workerClient) poll(ctx context.Context, left time.Duration) (*Task, err
 // WorkSeconds sleeps that long instead, and says so: it stands for work
 // that takes time, so that a burst's parallelism shows, without loading
 // a machine the sandbox shares with every other worker.
-func (w *workerClient) work(ctx context.Context, t Task) resultRequest {
+func (w *Client) work(ctx context.Context, t Task) ResultRequest {
 	cpus := w.cfg.cpus
 	if n, err := strconv.Atoi(w.cfg.slurmCPUs); err == nil && n > 0 {
 		cpus = n
 	}
-	res := resultRequest{TaskID: t.ID, Hostname: w.cfg.hostname, JobID: w.cfg.slurmJobID, CPUs: cpus}
+	res := ResultRequest{TaskID: t.ID, Hostname: w.cfg.hostname, JobID: w.cfg.slurmJobID, CPUs: cpus}
 	if t.WorkSeconds > 0 {
 		d := time.Duration(min(t.WorkSeconds, 24*3600) * float64(time.Second))
 		timer := time.NewTimer(d)
@@ -318,7 +358,7 @@ func (w *workerClient) work(ctx context.Context, t Task) resultRequest {
 	return res
 }
 
-func (w *workerClient) report(ctx context.Context, res resultRequest) error {
+func (w *Client) report(ctx context.Context, res ResultRequest) error {
 	status, err := w.call(ctx, http.MethodPost, "/v1/result", nil, res, nil, 0)
 	if err == nil && status == http.StatusConflict {
 		// Already recorded (our retry after a lost response) or taken
@@ -331,7 +371,7 @@ func (w *workerClient) report(ctx context.Context, res resultRequest) error {
 // detach tells the engine we are leaving. It is a courtesy: an engine
 // that does not hear it notices our silence soon enough, so it is tried
 // once, briefly, even when ctx is already cancelled.
-func (w *workerClient) detach(ctx context.Context) {
+func (w *Client) detach(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	req, err := w.newRequest(ctx, http.MethodPost, "/v1/detach", nil, nil)
@@ -349,12 +389,12 @@ func (w *workerClient) detach(ctx context.Context) {
 }
 
 // call makes one request to the engine, retrying while the engine is
-// unreachable or says it is unavailable, for up to cfg.goneAfter since the
+// unreachable or says it is unavailable, for up to cfg.GoneAfter since the
 // first failure, with doubling pauses. It returns the status for 2xx and
 // 409 (and decodes a 200 body into out); 401 is errRefused; anything
 // else is an error with the engine's message. timeout bounds each attempt
 // (0: 30 s).
-func (w *workerClient) call(ctx context.Context, method, path string, q url.Values, body, out any, timeout time.Duration) (int, error) {
+func (w *Client) call(ctx context.Context, method, path string, q url.Values, body, out any, timeout time.Duration) (int, error) {
 	if timeout == 0 {
 		timeout = 30 * time.Second
 	}
@@ -366,7 +406,7 @@ func (w *workerClient) call(ctx context.Context, method, path string, q url.Valu
 		}
 	}
 	var firstFailure, openSince time.Time
-	pause := w.cfg.retryFirst
+	pause := w.cfg.RetryFirst
 	wait := func(d time.Duration) bool {
 		t := time.NewTimer(d)
 		defer t.Stop()
@@ -383,7 +423,7 @@ func (w *workerClient) call(ctx context.Context, method, path string, q url.Valu
 		switch {
 		case ctx.Err() != nil:
 			return 0, ctx.Err()
-		case err == nil && status == http.StatusConflict && answer.Code == pollOpen:
+		case err == nil && status == http.StatusConflict && answer.Code == CodePollOpen:
 			// Our previous poll is still open on the engine's side (its
 			// answer was lost, or we gave up on it first): it ends
 			// within the engine's poll wait, so wait, and poll again.
@@ -398,6 +438,8 @@ func (w *workerClient) call(ctx context.Context, method, path string, q url.Valu
 			}
 			pause = backoff.Next(pause, 2*time.Second)
 			continue
+		case err == nil && status == http.StatusGone && answer.Code == CodeLeave:
+			return status, errLeave
 		case err == nil && status == http.StatusConflict && path != "/v1/attach":
 			if path == "/v1/work" {
 				return status, errNotAttachedRemote
@@ -405,7 +447,7 @@ func (w *workerClient) call(ctx context.Context, method, path string, q url.Valu
 			return status, nil
 		case err != nil && engineUnverified(err):
 			// A certificate that does not verify will not verify on the
-			// next try either: say so now, not after goneAfter.
+			// next try either: say so now, not after GoneAfter.
 			return 0, err
 		case err == nil && status == http.StatusUnauthorized:
 			return status, fmt.Errorf("%w: %s", errRefused, msg)
@@ -421,8 +463,8 @@ func (w *workerClient) call(ctx context.Context, method, path string, q url.Valu
 		if firstFailure.IsZero() {
 			firstFailure = time.Now()
 		}
-		if time.Since(firstFailure) >= w.cfg.goneAfter {
-			return 0, fmt.Errorf("%w for %s: %v", errEngineGone, w.cfg.goneAfter, err)
+		if time.Since(firstFailure) >= w.cfg.GoneAfter {
+			return 0, fmt.Errorf("%w for %s: %v", errEngineGone, w.cfg.GoneAfter, err)
 		}
 		w.log.Printf("%s %s failed, retrying in %s: %v", method, path, pause, err)
 		if !wait(pause) {
@@ -433,7 +475,7 @@ func (w *workerClient) call(ctx context.Context, method, path string, q url.Valu
 }
 
 // once makes one attempt. err is set only when no response came back.
-func (w *workerClient) once(ctx context.Context, method, path string, q url.Values, payload []byte, out any, timeout time.Duration) (status int, answer errorResponse, err error) {
+func (w *Client) once(ctx context.Context, method, path string, q url.Values, payload []byte, out any, timeout time.Duration) (status int, answer ErrorResponse, err error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := w.newRequest(ctx, method, path, q, payload)
@@ -445,7 +487,7 @@ func (w *workerClient) once(ctx context.Context, method, path string, q url.Valu
 		return 0, answer, err
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResultBody))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxResultBody))
 	if err != nil {
 		return 0, answer, err
 	}
@@ -460,7 +502,7 @@ func (w *workerClient) once(ctx context.Context, method, path string, q url.Valu
 	return resp.StatusCode, answer, nil
 }
 
-func (w *workerClient) newRequest(ctx context.Context, method, path string, q url.Values, payload []byte) (*http.Request, error) {
+func (w *Client) newRequest(ctx context.Context, method, path string, q url.Values, payload []byte) (*http.Request, error) {
 	u := *w.cfg.url
 	u.Path = strings.TrimSuffix(u.Path, "/") + path
 	u.RawQuery = q.Encode()
@@ -474,7 +516,7 @@ func (w *workerClient) newRequest(ctx context.Context, method, path string, q ur
 	}
 	req.Header.Set("Authorization", "Bearer "+w.cfg.token)
 	if w.session != "" && path != "/v1/attach" {
-		req.Header.Set(sessionHeader, w.session)
+		req.Header.Set(SessionHeader, w.session)
 	}
 	if payload != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -502,10 +544,10 @@ func countPrimes(n int) int {
 	return count
 }
 
-// slurmJobID is the job this worker runs as, the way its provisioner
-// recorded it: <array job>_<task> for an array task (a burst's machine),
-// else SLURM_JOB_ID.
-func slurmJobID(getenv func(string) string) string {
+// JobID is the job a worker runs as, the way its provisioner recorded it
+// and the attach's job_id must name it: <array job>_<task> for a Slurm
+// array task (a burst's machine), else SLURM_JOB_ID.
+func JobID(getenv func(string) string) string {
 	if job, task := getenv("SLURM_ARRAY_JOB_ID"), getenv("SLURM_ARRAY_TASK_ID"); job != "" && task != "" {
 		return job + "_" + task
 	}

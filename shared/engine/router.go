@@ -1,4 +1,4 @@
-package main
+package engine
 
 import (
 	"cmp"
@@ -13,10 +13,11 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/engine/worker"
 )
 
 // defaultProvisionTimeout bounds one Provision call unless
-// Placer.ProvisionTimeout says otherwise. The contract says Provision
+// Router.ProvisionTimeout says otherwise. The contract says Provision
 // returns at once; this is for a plugin that does not. Each target is
 // asked on its own goroutine, so a stuck one delays only itself.
 const defaultProvisionTimeout = 10 * time.Second
@@ -47,21 +48,21 @@ func (t Target) covers(n shared.Need) bool {
 	return false
 }
 
-// Placer matches needs to workers. A need goes to an idle attached worker
+// Router matches needs to workers. A need goes to an idle attached worker
 // that fits it if there is one; if there is none, every provisioner that
 // could start one is asked to. Nothing is ever taken away from a worker,
 // and a worker has one task at a time.
 //
 // Pass does the work and is meant to be called by the run loop, every
-// second or so and whenever Engine.Changed fires. The other methods are
+// second or so and whenever Books.Changed fires. The other methods are
 // reports and may be called from anywhere.
-type Placer struct {
+type Router struct {
 	// ProvisionTimeout bounds one Provision call; set before the first
-	// Pass. NewPlacer sets defaultProvisionTimeout.
+	// Pass. NewRouter sets defaultProvisionTimeout.
 	ProvisionTimeout time.Duration
 
 	logger hclog.Logger
-	engine *Engine
+	engine *Books
 
 	// pass serialises Pass. It is held across provisioner calls, so
 	// nothing but Pass may take it: the reports use mu alone.
@@ -128,13 +129,13 @@ type needState struct {
 	refused map[string]bool
 }
 
-// NewPlacer returns a Placer that hands tasks out through engine and asks
+// NewRouter returns a Router that hands tasks out through engine and asks
 // targets for machines.
-func NewPlacer(logger hclog.Logger, engine *Engine, targets []Target) *Placer {
+func NewRouter(logger hclog.Logger, engine *Books, targets []Target) *Router {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	p := &Placer{ProvisionTimeout: defaultProvisionTimeout, logger: logger, engine: engine, busy: map[string]bool{}, holds: newHolds(nil)}
+	p := &Router{ProvisionTimeout: defaultProvisionTimeout, logger: logger, engine: engine, busy: map[string]bool{}, holds: newHolds(nil)}
 	for _, t := range targets {
 		p.targets = append(p.targets, &targetState{Target: t})
 	}
@@ -142,11 +143,11 @@ func NewPlacer(logger hclog.Logger, engine *Engine, targets []Target) *Placer {
 }
 
 // Add records a need to be served and returns its id.
-func (p *Placer) Add(n shared.Need) string { return p.AddWork(n, 0) }
+func (p *Router) Add(n shared.Need) string { return p.AddWork(n, 0) }
 
 // AddWork records a need whose task takes work (zero: the worker's
 // stand-in computation) and returns its id.
-func (p *Placer) AddWork(n shared.Need, work time.Duration) string {
+func (p *Router) AddWork(n shared.Need, work time.Duration) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	id := "need-" + strconv.Itoa(len(p.needs)+1)
@@ -158,7 +159,7 @@ func (p *Placer) AddWork(n shared.Need, work time.Duration) string {
 // SetTarget adds a target, or replaces the one of the same name: after a
 // plugin restarts it has a new client and possibly new shapes. Replacing
 // a target clears its down mark.
-func (p *Placer) SetTarget(t Target) {
+func (p *Router) SetTarget(t Target) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, ts := range p.targets {
@@ -171,7 +172,7 @@ func (p *Placer) SetTarget(t Target) {
 }
 
 // SetDown marks a target down (skipped by Pass) or up again.
-func (p *Placer) SetDown(name string, down bool) {
+func (p *Router) SetDown(name string, down bool) {
 	p.mu.Lock()
 	changed := false
 	for _, ts := range p.targets {
@@ -187,7 +188,7 @@ func (p *Placer) SetDown(name string, down bool) {
 
 // Pass settles finished and lost tasks, gives waiting needs to idle
 // workers, and asks for machines for the needs still waiting.
-func (p *Placer) Pass(ctx context.Context) {
+func (p *Router) Pass(ctx context.Context) {
 	p.pass.Lock()
 	defer p.pass.Unlock()
 	p.settle()
@@ -196,7 +197,7 @@ func (p *Placer) Pass(ctx context.Context) {
 }
 
 // settle asks the engine about every task out and records what it says.
-func (p *Placer) settle() {
+func (p *Router) settle() {
 	p.mu.Lock()
 	var out []*needState
 	type ref struct{ worker, task string }
@@ -230,7 +231,7 @@ func (p *Placer) settle() {
 
 // match gives each waiting need the smallest idle worker that fits it and
 // returns the needs left waiting.
-func (p *Placer) match() []*needState {
+func (p *Router) match() []*needState {
 	idle := p.engine.idleWorkers()
 
 	type plan struct {
@@ -274,7 +275,7 @@ func (p *Placer) match() []*needState {
 	p.mu.Unlock()
 
 	for _, pl := range plans {
-		if err := p.engine.assign(pl.worker, pl.task); err != nil {
+		if err := p.engine.Assign(pl.worker, pl.task); err != nil {
 			// It left (or was given up on) since idleWorkers; try
 			// elsewhere this very pass.
 			waiting = append(waiting, pl.ns)
@@ -298,7 +299,7 @@ func (p *Placer) match() []*needState {
 // on a goroutine of its own, and the pass waits at most passWait for them:
 // a target that hangs delays only itself, and is not asked again while its
 // round lasts.
-func (p *Placer) provision(ctx context.Context, waiting []*needState) {
+func (p *Router) provision(ctx context.Context, waiting []*needState) {
 	p.mu.Lock()
 	targets := make([]targetState, 0, len(p.targets))
 	for _, ts := range p.targets {
@@ -425,14 +426,14 @@ func (r *round) add(n shared.Need, ns *needState) {
 // that is up, covers it and has not refused it. When every covering target
 // has refused it, the refusals are forgotten and the first is asked
 // again: what refused may have changed (a restart, a backoff over).
-func (p *Placer) route(ns *needState, targets []targetState) (targetState, bool) {
+func (p *Router) route(ns *needState, targets []targetState) (targetState, bool) {
 	p.mu.Lock()
 	uncovered := false
 	defer func() {
 		p.mu.Unlock()
 		// Logged after p.mu is released: the log may be slow.
 		if uncovered {
-			p.logger.Warn("no provisioner can start a machine for this need", "need", ns.id, "spec", formatNeed(ns.need))
+			p.logger.Warn("no provisioner can start a machine for this need", "need", ns.id, "spec", FormatNeed(ns.need))
 		}
 	}()
 	var covering []targetState
@@ -468,7 +469,7 @@ func (p *Placer) route(ns *needState, targets []targetState) (targetState, bool)
 // shape from the next pass on, so that a larger profile that works serves
 // them instead of their waiting on the broken one; a need the target
 // cannot fit, or a call that fails, is routed to the next covering target.
-func (p *Placer) askTarget(ctx context.Context, t Target, rd *round, attached []string) {
+func (p *Router) askTarget(ctx context.Context, t Target, rd *round, attached []string) {
 	callCtx, cancel := context.WithTimeout(ctx, p.ProvisionTimeout)
 	resp, err := t.P.Provision(callCtx, &shared.ProvisionRequest{Demand: rd.demand, Attached: attached})
 	missed := callCtx.Err() == context.DeadlineExceeded && ctx.Err() == nil
@@ -501,7 +502,7 @@ func (p *Placer) askTarget(ctx context.Context, t Target, rd *round, attached []
 }
 
 // noteDemand records what a target did about one need.
-func (p *Placer) noteDemand(t Target, ns *needState, asked shared.Need, o shared.DemandOutcome) {
+func (p *Router) noteDemand(t Target, ns *needState, asked shared.Need, o shared.DemandOutcome) {
 	desc := o.Outcome.String()
 	if o.Profile != "" {
 		desc += " " + o.Profile
@@ -556,7 +557,7 @@ func (p *Placer) noteDemand(t Target, ns *needState, asked shared.Need, o shared
 
 // refuse routes ns away from target until every covering target has
 // refused it.
-func (p *Placer) refuse(ns *needState, target string) {
+func (p *Router) refuse(ns *needState, target string) {
 	p.mu.Lock()
 	ns.refused[target] = true
 	p.mu.Unlock()
@@ -564,7 +565,7 @@ func (p *Placer) refuse(ns *needState, target string) {
 
 // noteProfiles keeps what a target said about its profiles, for the
 // story and GET /status, and logs a burst when one was asked for.
-func (p *Placer) noteProfiles(target string, profiles []shared.ProfileDemand) {
+func (p *Router) noteProfiles(target string, profiles []shared.ProfileDemand) {
 	for _, pd := range profiles {
 		if pd.Requested > 0 || pd.Cancelled > 0 {
 			p.logger.Info("provisioner asked for machines", "provisioner", target, "profile", pd.Profile, "wanted", pd.Wanted,
@@ -589,7 +590,7 @@ func nextShape(shapes []shared.Shape, n shared.Need, tried map[string]bool) (sha
 
 // busyWith reports whether a round of Provision calls to target is under
 // way.
-func (p *Placer) busyWith(target string) bool {
+func (p *Router) busyWith(target string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.busy[target]
@@ -597,7 +598,7 @@ func (p *Placer) busyWith(target string) bool {
 
 // Close waits for the rounds of Provision calls still under way, each
 // bounded by ProvisionTimeout.
-func (p *Placer) Close() {
+func (p *Router) Close() {
 	p.rounds.Wait()
 }
 
@@ -617,7 +618,7 @@ type loggedOutcome struct {
 // noteOutcome records what a target said about a need and logs it when
 // it says something new: another outcome or profile at once, an error at
 // once, a new detail of the same outcome at most every relogDetail.
-func (p *Placer) noteOutcome(ns *needState, target, desc string, kv []any) {
+func (p *Router) noteOutcome(ns *needState, target, desc string, kv []any) {
 	kind, _, _ := strings.Cut(desc, ": ")
 	now := time.Now()
 	p.mu.Lock()
@@ -645,7 +646,7 @@ func (p *Placer) noteOutcome(ns *needState, target, desc string, kv []any) {
 
 // Served reports whether every need has been served. With no needs, it
 // is trivially true.
-func (p *Placer) Served() bool {
+func (p *Router) Served() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, ns := range p.needs {
@@ -658,7 +659,7 @@ func (p *Placer) Served() bool {
 
 // Unserved describes each need not yet served, one line each, for a
 // person wondering why the engine is still waiting.
-func (p *Placer) Unserved() []string {
+func (p *Router) Unserved() []string {
 	var lines []string
 	for _, st := range p.Needs() {
 		if st.State != needServed {
@@ -679,9 +680,9 @@ const (
 type NeedStatus struct {
 	ID string `json:"id"`
 	// Spec is the need as -need takes it.
-	Spec  string   `json:"spec"`
-	Need  needJSON `json:"need"`
-	State string   `json:"state"`
+	Spec  string      `json:"spec"`
+	Need  worker.Need `json:"need"`
+	State string      `json:"state"`
 	// Worker and Task are set while assigned and once served.
 	Worker string `json:"worker,omitempty"`
 	Task   string `json:"task,omitempty"`
@@ -691,12 +692,12 @@ type NeedStatus struct {
 }
 
 // Needs reports every need, in the order they were added.
-func (p *Placer) Needs() []NeedStatus {
+func (p *Router) Needs() []NeedStatus {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := make([]NeedStatus, 0, len(p.needs))
 	for _, ns := range p.needs {
-		st := NeedStatus{ID: ns.id, Spec: formatNeed(ns.need), Need: toNeedJSON(ns.need), Worker: ns.worker, Task: ns.task}
+		st := NeedStatus{ID: ns.id, Spec: FormatNeed(ns.need), Need: toNeedJSON(ns.need), Worker: ns.worker, Task: ns.task}
 		switch {
 		case ns.served:
 			res := ns.result
@@ -717,7 +718,7 @@ func (p *Placer) Needs() []NeedStatus {
 
 // waitingDetailLocked says what a waiting need waits for. p.mu must be
 // held.
-func (p *Placer) waitingDetailLocked(ns *needState) string {
+func (p *Router) waitingDetailLocked(ns *needState) string {
 	var asked []string
 	for _, ts := range p.targets {
 		if desc, ok := ns.asked[ts.Name]; ok && ts.covers(ns.need) {
@@ -735,13 +736,13 @@ func (p *Placer) waitingDetailLocked(ns *needState) string {
 	return "waiting; no provisioner can start a machine this big"
 }
 
-// parseNeed reads a need as -need takes it:
+// ParseNeed reads a need as -need takes it:
 //
 //	cpus=N[,gpus=N][,ram_mb=N][,label=L]
 //
 // in any order. cpus defaults to 1 and may not be less; the others default
 // to zero (no constraint) and empty (any machine).
-func parseNeed(s string) (shared.Need, error) {
+func ParseNeed(s string) (shared.Need, error) {
 	const form = "cpus=N[,gpus=N][,ram_mb=N][,label=L]"
 	n := shared.Need{CPUs: 1}
 	if strings.TrimSpace(s) == "" {
@@ -787,9 +788,9 @@ func parseNeed(s string) (shared.Need, error) {
 	return n, nil
 }
 
-// formatNeed writes a need the way parseNeed reads it, leaving out what
+// FormatNeed writes a need the way ParseNeed reads it, leaving out what
 // is at its default.
-func formatNeed(n shared.Need) string {
+func FormatNeed(n shared.Need) string {
 	parts := []string{"cpus=" + strconv.Itoa(n.CPUs)}
 	if n.GPUs != 0 {
 		parts = append(parts, "gpus="+strconv.Itoa(n.GPUs))
@@ -807,19 +808,19 @@ func formatNeed(n shared.Need) string {
 // or a test makes.
 const maxNeedCount = 100000
 
-// needSpec is one -need flag: Count needs of one shape, each a task that
+// NeedSpec is one -need flag: Count needs of one shape, each a task that
 // takes Work (zero: the worker's stand-in computation).
-type needSpec struct {
+type NeedSpec struct {
 	Need  shared.Need
 	Count int
 	Work  time.Duration
 }
 
-// parseNeedSpec reads a -need flag: a need as parseNeed takes it, with
+// ParseNeedSpec reads a -need flag: a need as ParseNeed takes it, with
 // count=N (how many such needs, default 1) and work=DURATION (how long
 // each task takes, such as 5s) anywhere among its keys.
-func parseNeedSpec(s string) (needSpec, error) {
-	spec := needSpec{Count: 1}
+func ParseNeedSpec(s string) (NeedSpec, error) {
+	spec := NeedSpec{Count: 1}
 	var rest []string
 	for _, item := range strings.Split(s, ",") {
 		key, value, _ := strings.Cut(strings.TrimSpace(item), "=")
@@ -827,34 +828,34 @@ func parseNeedSpec(s string) (needSpec, error) {
 		case "count":
 			n, err := strconv.Atoi(strings.TrimSpace(value))
 			if err != nil || n < 1 || n > maxNeedCount {
-				return needSpec{}, fmt.Errorf("need %q: count=%q is not a whole number from 1 to %d", s, value, maxNeedCount)
+				return NeedSpec{}, fmt.Errorf("need %q: count=%q is not a whole number from 1 to %d", s, value, maxNeedCount)
 			}
 			spec.Count = n
 		case "work":
 			d, err := time.ParseDuration(strings.TrimSpace(value))
 			if err != nil || d <= 0 || d > 24*time.Hour {
-				return needSpec{}, fmt.Errorf("need %q: work=%q is not a duration such as 5s (more than 0, at most 24h)", s, value)
+				return NeedSpec{}, fmt.Errorf("need %q: work=%q is not a duration such as 5s (more than 0, at most 24h)", s, value)
 			}
 			spec.Work = d
 		default:
 			rest = append(rest, item)
 		}
 	}
-	n, err := parseNeed(strings.Join(rest, ","))
+	n, err := ParseNeed(strings.Join(rest, ","))
 	if err != nil {
-		return needSpec{}, err
+		return NeedSpec{}, err
 	}
 	spec.Need = n
 	return spec, nil
 }
 
-// needList collects repeated -need flags: fs.Var(&needs, "need", ...).
-type needList []needSpec
+// NeedList collects repeated -need flags: fs.Var(&needs, "need", ...).
+type NeedList []NeedSpec
 
-func (l *needList) String() string {
+func (l *NeedList) String() string {
 	parts := make([]string, len(*l))
 	for i, n := range *l {
-		parts[i] = formatNeed(n.Need)
+		parts[i] = FormatNeed(n.Need)
 		if n.Count != 1 {
 			parts[i] += ",count=" + strconv.Itoa(n.Count)
 		}
@@ -865,8 +866,8 @@ func (l *needList) String() string {
 	return strings.Join(parts, " ")
 }
 
-func (l *needList) Set(s string) error {
-	n, err := parseNeedSpec(s)
+func (l *NeedList) Set(s string) error {
+	n, err := ParseNeedSpec(s)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package main
+package engine
 
 import (
 	"fmt"
@@ -15,10 +15,10 @@ import (
 // go rather than holding the publisher up; what it was sent stays in
 // order, and the history still has what it missed.
 func TestEventHubBoundsAndSlowSubscribers(t *testing.T) {
-	h := newEventHub()
+	h := NewHub()
 	_, slow := h.subscribe(0)
 	for i := range historySize + subscriberBuffer + 10 {
-		h.publish(engineEvent{Kind: "k", Detail: string(rune('a' + i%26))})
+		h.Publish(Event{Kind: "k", Detail: string(rune('a' + i%26))})
 	}
 	select {
 	case <-slow.dropped:
@@ -47,7 +47,7 @@ func TestEventHubBoundsAndSlowSubscribers(t *testing.T) {
 	} else {
 		h.unsubscribe(s)
 	}
-	h.close()
+	h.Close()
 	select {
 	case <-sub.dropped:
 	default:
@@ -64,10 +64,10 @@ func TestEventHubBoundsAndSlowSubscribers(t *testing.T) {
 func TestPluginEventFloodLogged(t *testing.T) {
 	logger, logs := testLogger(t)
 	var out lockedBuffer
-	d := &daemon{logger: logger, story: newStory(&out), wake: make(chan struct{}, 1),
-		engine: NewEngine(logger, host.NewSigner(testSecret), nil),
-		obs:    newObserver(newEngineMetrics(&stateCollector{}))}
-	defer d.engine.Close()
+	books := NewBooks(logger, host.NewSigner(testSecret), nil)
+	d := &Engine{logger: logger, wake: make(chan struct{}, 1), Books: books, Router: NewRouter(logger, books, nil),
+		obs: newObserver(newEngineMetrics(&stateCollector{})), cfg: Config{Hooks: storyHooks(&out)}}
+	defer d.Books.Close()
 	plog := logger.Named(testProvisioner)
 	limit := loglimit.New(eventLogBurst, eventLogWindow)
 	d.eventLogs = []pluginEventLog{{name: testProvisioner, logger: plog, limit: limit}}
@@ -118,7 +118,7 @@ func TestPluginEventFloodLogged(t *testing.T) {
 		d.pluginEvent(plog, limit, shared.Event{Kind: shared.EventWorkerCancelled, Provisioner: testProvisioner, Worker: "y"}, start.Add(3*eventLogWindow))
 	}
 	d.flushEventLogs()
-	if !strings.HasSuffix(out.String(), "5 more event(s) not told here (more than 100 in 10s); GET /v1/events has them all\n") ||
+	if !strings.HasSuffix(out.String(), "5 more event(s) not told\n") ||
 		!strings.Contains(logs.String(), "not_logged=5 ") {
 		t.Errorf("no summary of 5 at stop:\n%s", tail(out.String(), 400))
 	}

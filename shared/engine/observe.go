@@ -1,8 +1,7 @@
-package main
+package engine
 
 import (
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,7 +16,7 @@ import (
 // needed when it attaches, for the time-to-attach histogram and for the
 // attach event's profile.
 type observer struct {
-	hub     *eventHub
+	hub     *Hub
 	metrics *engineMetrics
 
 	// mu guards waiting; held only to read or change it.
@@ -39,7 +38,7 @@ type submitted struct {
 const maxWaiting = 100_000
 
 func newObserver(m *engineMetrics) *observer {
-	return &observer{hub: newEventHub(), metrics: m, waiting: map[string]submitted{}}
+	return &observer{hub: NewHub(), metrics: m, waiting: map[string]submitted{}}
 }
 
 // pluginEvent is an event a provisioner published (stamped by the host).
@@ -57,17 +56,17 @@ func (o *observer) pluginEvent(ev shared.Event) {
 		delete(o.waiting, ev.Worker)
 	}
 	o.mu.Unlock()
-	o.hub.publish(engineEvent{Time: now, Kind: string(ev.Kind), Provisioner: ev.Provisioner, Profile: ev.Profile,
+	o.hub.Publish(Event{Time: now, Kind: EventKind(ev.Kind), Provisioner: ev.Provisioner, Profile: ev.Profile,
 		Job: ev.Job, Worker: ev.Worker, Detail: ev.Detail})
 }
 
 // activity is what happened to a worker or task in the engine.
 func (o *observer) activity(a Activity) {
 	now := time.Now()
-	ev := engineEvent{Time: now, Kind: a.Kind, Provisioner: a.Provisioner, Worker: a.Worker, Job: a.Job, Task: a.Task, Detail: a.Detail}
+	ev := Event{Time: now, Kind: a.Kind, Provisioner: a.Provisioner, Worker: a.Worker, Job: a.Job, Task: a.Task, Detail: a.Detail}
 	o.mu.Lock()
 	sub, known := o.waiting[a.Worker]
-	if strings.HasPrefix(a.Kind, "worker_") {
+	if a.Kind == EventWorkerAttached || a.Kind.workerLeft() {
 		// Attached, or gone before it did: no longer on its way.
 		delete(o.waiting, a.Worker)
 	}
@@ -76,19 +75,23 @@ func (o *observer) activity(a Activity) {
 		ev.Profile = sub.profile
 	}
 	switch a.Kind {
-	case "worker_attached":
+	case EventWorkerAttached:
 		o.metrics.workerEvents.WithLabelValues(a.Provisioner, "attached").Inc()
 		if known && sub.provisioner == a.Provisioner {
 			o.metrics.timeToAttach.WithLabelValues(a.Provisioner, sub.profile).Observe(now.Sub(sub.at).Seconds())
 		}
-	case "worker_detached", "worker_gone", "worker_dropped":
-		o.metrics.workerEvents.WithLabelValues(a.Provisioner, strings.TrimPrefix(a.Kind, "worker_")).Inc()
-	case "task_assigned":
+	case EventWorkerDetached:
+		o.metrics.workerEvents.WithLabelValues(a.Provisioner, "detached").Inc()
+	case EventWorkerGone:
+		o.metrics.workerEvents.WithLabelValues(a.Provisioner, "gone").Inc()
+	case EventWorkerDropped:
+		o.metrics.workerEvents.WithLabelValues(a.Provisioner, "dropped").Inc()
+	case EventTaskAssigned:
 		o.metrics.tasks.WithLabelValues("assigned").Inc()
-	case "task_done":
+	case EventTaskDone:
 		o.metrics.tasks.WithLabelValues("done").Inc()
 	}
-	o.hub.publish(ev)
+	o.hub.Publish(ev)
 }
 
 // burst is a Provision answer that asked for machines or gave some up.
@@ -101,8 +104,8 @@ func (o *observer) burst(target string, pd shared.ProfileDemand) {
 
 // plugin is a plugin going down (kind plugin_down) or coming up again
 // (plugin_up).
-func (o *observer) plugin(kind, name, detail string) {
-	o.hub.publish(engineEvent{Kind: kind, Provisioner: name, Detail: detail})
+func (o *observer) plugin(kind EventKind, name, detail string) {
+	o.hub.Publish(Event{Kind: kind, Provisioner: name, Detail: detail})
 }
 
 // health is GET /health: the engine is alive and serving.

@@ -1,22 +1,13 @@
-package main
+package engine
 
 import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -29,14 +20,16 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/internal/loglimit"
+	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/engine/worker"
 	"github.com/fluksio/provision/shared/hclconfig"
 	"github.com/fluksio/provision/shared/host"
 )
 
 // startListener serves e the way runMain does, with a gate of max
 // connections, on a loopback port; it returns the address.
-func startListener(t *testing.T, e *Engine, max int, tlsConfig *tls.Config) (string, *connGate) {
+func startListener(t *testing.T, e *Books, max int, tlsConfig *tls.Config) (string, *connGate) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -82,22 +75,13 @@ func establishedTo(t *testing.T, port int) int {
 	return n
 }
 
-func portOf(t *testing.T, addr string) int {
-	_, p, _ := net.SplitHostPort(addr)
-	n, err := strconv.Atoi(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 // TestListenerRefusesBeforeReadingTheBody: a POST without a credential
 // that announces a body and never sends it gets its 401 at once and loses
 // its connection. Before, the server waited for the body to drain it and
 // held the connection until the client gave up (75 s and more).
 func TestListenerRefusesBeforeReadingTheBody(t *testing.T) {
 	t.Parallel()
-	e := NewEngine(nil, host.NewSigner(testSecret), nil)
+	e := NewBooks(nil, host.NewSigner(testSecret), nil)
 	addr, _ := startListener(t, e, 0, nil)
 
 	c, err := net.Dial("tcp", addr)
@@ -177,11 +161,11 @@ func TestListenerConnectionCap(t *testing.T) {
 	t.Parallel()
 	logger, logs := testLogger(t)
 	signer := host.NewSigner(testSecret)
-	e := NewEngine(logger, signer, nil)
+	e := NewBooks(logger, signer, nil)
 	e.PollWait = 200 * time.Millisecond
 	const max = 40
 	addr, gate := startListener(t, e, max, nil)
-	port := portOf(t, addr)
+	port := testutil.PortOf(t, addr)
 
 	var idle []net.Conn
 	defer func() {
@@ -237,7 +221,7 @@ func TestListenerConnectionCap(t *testing.T) {
 		}
 		defer resp.Body.Close()
 		if path == "/v1/attach" && resp.StatusCode == http.StatusOK {
-			var a attachResponse
+			var a worker.AttachResponse
 			json.NewDecoder(resp.Body).Decode(&a)
 			session = a.Session
 		}
@@ -340,39 +324,6 @@ func TestStatusFetchedOnceAndBounded(t *testing.T) {
 	t.Logf("each answer %d bytes", sizes[0])
 }
 
-// selfSigned writes a certificate for 127.0.0.1 and its key into dir and
-// returns their paths and the certificate's SHA-256.
-func selfSigned(t *testing.T, dir string) (certFile, keyFile, sum string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "engine"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, "engine.crt"), filepath.Join(dir, "engine.key")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s := sha256.Sum256(der)
-	return certFile, keyFile, hex.EncodeToString(s[:])
-}
-
 // TestWorkerVerifiesTheEngine: an engine configured with tls_cert and
 // tls_key serves TLS; a worker attaches when it trusts the engine's CA or
 // pins its certificate, and refuses at once (not after minutes of
@@ -380,21 +331,21 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile, sum string) {
 func TestWorkerVerifiesTheEngine(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	certFile, keyFile, sum := selfSigned(t, dir)
+	certFile, keyFile, sum := testutil.SelfSigned(t, dir)
 	cfgFile := filepath.Join(dir, "engine.hcl")
 	os.WriteFile(cfgFile, []byte(`engine {
   tls_cert = "engine.crt"
   tls_key  = "engine.key"
 }
 `), 0o644)
-	cfg, diags := loadConfig(cfgFile)
+	cfg, diags := LoadConfig(cfgFile)
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
 	_ = keyFile
 	signer := host.NewSigner(testSecret)
-	e := NewEngine(nil, signer, nil)
-	addr, _ := startListener(t, e, 0, cfg.Engine.serverTLSConfig())
+	e := NewBooks(nil, signer, nil)
+	addr, _ := startListener(t, e, 0, cfg.Engine.ServerTLS())
 	url := "https://" + addr
 
 	isAttached := func(name string) bool {
@@ -410,12 +361,12 @@ func TestWorkerVerifiesTheEngine(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		env := envMap(map[string]string{tokenEnv: sign(t, signer, name, time.Hour), "SLURM_JOB_ID": "5"})
+		env := envMap(map[string]string{shared.WorkerTokenEnv: sign(t, signer, name, time.Hour), "SLURM_JOB_ID": "5"})
 		provisioned(e, name, "5")
 		out := &lockedBuffer{}
 		exited := make(chan int, 1)
 		go func() {
-			exited <- runWorker(ctx, append([]string{"--url", url, "--cpus", "1", "--max-idle", "600"}, extra...), env, io.Discard, out)
+			exited <- worker.Run(ctx, append([]string{"--url", url, "--cpus", "1", "--max-idle", "600"}, extra...), env, io.Discard, out)
 		}()
 		deadline := time.Now().Add(20 * time.Second)
 		for {
@@ -452,7 +403,7 @@ func TestWorkerVerifiesTheEngine(t *testing.T) {
 func TestEngineTLSConfigErrors(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	selfSigned(t, dir)
+	testutil.SelfSigned(t, dir)
 	os.WriteFile(filepath.Join(dir, "junk.crt"), []byte("not a certificate"), 0o644)
 	tests := []struct{ body, summary, at string }{
 		{"engine {\n  tls_cert = \"engine.crt\"\n}\n", "Incomplete TLS settings", ":2:14"},
@@ -463,7 +414,7 @@ func TestEngineTLSConfigErrors(t *testing.T) {
 	for i, tc := range tests {
 		f := filepath.Join(dir, fmt.Sprintf("c%d.hcl", i))
 		os.WriteFile(f, []byte(tc.body), 0o644)
-		_, diags := loadConfig(f)
+		_, diags := LoadConfig(f)
 		var b strings.Builder
 		hclconfig.WriteDiagnostics(&b, nil, diags)
 		if !diags.HasErrors() || diags[0].Summary != tc.summary || diags[0].Subject == nil ||
@@ -494,7 +445,7 @@ func TestEngineIdentity(t *testing.T) {
 	dir := t.TempDir()
 	f := filepath.Join(dir, "e.hcl")
 	os.WriteFile(f, []byte("engine {\n  id = \"prod:eu\"\n}\n"), 0o644)
-	_, diags := loadConfig(f)
+	_, diags := LoadConfig(f)
 	if !diags.HasErrors() || diags[0].Summary != "Invalid engine id" || diags[0].Subject.Start.Line != 2 || diags[0].Subject.Start.Column != 8 {
 		t.Errorf("diags: %v", diags)
 	}

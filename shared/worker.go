@@ -1,0 +1,71 @@
+package shared
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The worker contract: how a provisioner starts the engine's worker on a
+// machine it got. A provisioner runs WorkerCommand (from its
+// configuration) followed by WorkerArgs.Argv(), with the worker's
+// credential in the environment variable WorkerTokenEnv and nowhere else.
+// The worker (shared/engine/worker) parses exactly these flags; a test
+// there round-trips Argv through its parser, so the two cannot drift.
+// Plugins in other languages follow the same list, documented in
+// docs/worker-protocol.md.
+//
+// Rejected: passing the credential as a flag. Any user of a compute node
+// can read every process's /proc/PID/cmdline; only the job's owner can
+// read its environ.
+
+// WorkerTokenEnv carries the worker's credential.
+const WorkerTokenEnv = "FLUKSIO_WORKER_TOKEN"
+
+// WorkerArgs is the worker's command line past its command.
+type WorkerArgs struct {
+	// URL is what the worker dials: the engine's address, or a relay's.
+	URL string
+	// EngineCertSHA256, when set, is the SHA-256 (hex) of the certificate
+	// the worker must find at an https URL; EngineCA a PEM file of CAs
+	// to verify it with instead of the system's.
+	EngineCertSHA256 string
+	EngineCA         string
+	// What the machine offers, as the provisioner asked for it.
+	CPUs, GPUs int
+	RAMMB      int64
+	Labels     []string
+	// MaxIdle is how long the worker waits for work before it leaves;
+	// whole seconds on the command line, at least one.
+	MaxIdle     time.Duration
+	ArtifactURL string
+}
+
+// Argv is the flags, each value its own word: a provisioner that builds a
+// shell line quotes each word itself.
+func (a WorkerArgs) Argv() []string {
+	argv := []string{"--url", a.URL}
+	if a.EngineCertSHA256 != "" {
+		argv = append(argv, "--engine-cert-sha256", a.EngineCertSHA256)
+	}
+	if a.EngineCA != "" {
+		argv = append(argv, "--engine-ca", a.EngineCA)
+	}
+	// Rounded up: a worker never leaves sooner than it was asked to stay.
+	idle := max(1, int64((a.MaxIdle+time.Second-1)/time.Second))
+	argv = append(argv,
+		"--cpus", strconv.Itoa(a.CPUs),
+		"--gpus", strconv.Itoa(a.GPUs),
+		"--max-idle", strconv.FormatInt(idle, 10),
+	)
+	if a.RAMMB > 0 {
+		argv = append(argv, "--ram-mb", strconv.FormatInt(a.RAMMB, 10))
+	}
+	if len(a.Labels) > 0 {
+		argv = append(argv, "--labels", strings.Join(a.Labels, ","))
+	}
+	if a.ArtifactURL != "" {
+		argv = append(argv, "--artifact-url", a.ArtifactURL)
+	}
+	return argv
+}
