@@ -13,6 +13,8 @@ import (
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+
+	"github.com/fluksio/provision/shared/engine"
 )
 
 // browser starts Debian's chromium, headless, for one test. Without
@@ -53,6 +55,7 @@ type pageView struct {
 	Workers  []string `json:"workers"`
 	Failures []string `json:"failures"`
 	Bars     int      `json:"bars"`
+	Needs    []string `json:"needs"`
 	Timeline int      `json:"timeline"`
 }
 
@@ -63,6 +66,7 @@ const readPage = `JSON.stringify({
   workers: [...document.querySelectorAll('#workers tbody tr')].map(r => r.dataset.job),
   failures: [...document.querySelectorAll('#failures li')].map(l => l.textContent),
   bars: document.querySelectorAll('#tta-chart rect').length,
+  needs: [...document.querySelectorAll('#needs tbody tr')].map(r => r.dataset.reason),
   timeline: document.querySelectorAll('#timeline li').length,
 })`
 
@@ -131,12 +135,17 @@ func TestE2EStatusPage(t *testing.T) {
 	var slowJob string
 	var states []string
 	seenFailure := ""
+	// The reasons the page gave for a waiting need, as it showed them.
+	reasons := map[string]bool{}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		if r.p.exited() {
 			t.Fatalf("the engine exited early\nstdout:\n%s\nstderr:\n%s", r.p.stdout, r.p.stderr)
 		}
 		read()
+		for _, r := range view.Needs {
+			reasons[r] = true
+		}
 		for _, j := range view.Jobs {
 			if j.Profile == "slow" && (slowJob == "" || j.Job == slowJob) {
 				slowJob = j.Job
@@ -165,6 +174,11 @@ func TestE2EStatusPage(t *testing.T) {
 	}
 	if i, j := slices.Index(states, "PENDING"), slices.Index(states, "attached"); i < 0 || j < i {
 		t.Errorf("the slow job went through %v on the page; want PENDING, then attached", states)
+	}
+	// While its job waited in Slurm's queue, the need said so, from the
+	// engine's typed reason.
+	if !reasons[string(engine.ReasonQueued)] {
+		t.Errorf("the page never showed a need waiting because %q; it showed %v", engine.ReasonQueued, reasons)
 	}
 	if view.Mark != 42 {
 		t.Errorf("the page was reloaded (its mark is gone)")

@@ -9,6 +9,7 @@ const MAX_TIMELINE = 500;
 const MAX_FAILURES = 20;
 const MAX_JOBS = 200;
 const MAX_BARS = 30;
+const MAX_NEEDS = 200;
 
 const jobs = new Map();        // job id -> {job, provisioner, profile, worker, state, slurm, since}
 const provisionedAt = new Map(); // worker -> Date of worker_provisioned
@@ -64,6 +65,34 @@ async function refreshStatus() {
   }
   renderJobs();
   renderWorkers(st.workers || []);
+  renderNeeds(st.needs || []);
+}
+
+// renderNeeds lists the needs not yet served, each with why it waits
+// (the engine's typed reason) and the provisioners' own words; a count
+// by reason heads the list, so a thousand waiting needs read as one line.
+function renderNeeds(needs) {
+  const open = needs.filter((n) => n.state !== "served");
+  const byReason = new Map();
+  for (const n of open) {
+    const r = n.state === "waiting" ? (n.reason || "unknown") : n.state;
+    byReason.set(r, (byReason.get(r) || 0) + 1);
+  }
+  const summary = document.getElementById("needs-summary");
+  summary.replaceChildren();
+  const served = needs.length - open.length;
+  summary.append(el("span", {}, served + " served"));
+  for (const [r, n] of [...byReason.entries()].sort()) {
+    summary.append(" · ", el("span", { class: "reason reason-" + r, "data-reason": r }, n + " " + r.replace(/_/g, " ")));
+  }
+  const tb = document.querySelector("#needs tbody");
+  tb.replaceChildren();
+  for (const n of open.slice(0, MAX_NEEDS)) {
+    const r = n.state === "waiting" ? (n.reason || "") : "";
+    tb.append(el("tr", { "data-need": n.id, "data-reason": r },
+      el("td", {}, n.id), el("td", {}, n.spec), el("td", {}, n.state),
+      el("td", { class: "reason reason-" + r }, r.replace(/_/g, " ")), el("td", {}, n.detail || "")));
+  }
 }
 
 // scheduleStatus refreshes soon, once however many events ask for it.
@@ -77,7 +106,7 @@ function renderProvisioners(provs, heldBack) {
   box.replaceChildren();
   if (provs.length === 0) box.append(el("p", { class: "empty" }, "none configured"));
   for (const p of provs) {
-    const up = p.process && p.process.startsWith("running");
+    const up = p.phase === "running";
     const div = el("div", { class: "prov", "data-provisioner": p.name },
       el("strong", {}, p.name), " (" + p.kind + ") ",
       el("span", { class: up ? "up" : "down" }, p.process || "unknown"));

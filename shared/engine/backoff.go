@@ -45,7 +45,10 @@ type holdState struct {
 	// and the end of the hold they make.
 	failures  int
 	lastError string
-	until     time.Time
+	// class is the last failure's class, as its plugin said it (empty
+	// from a plugin older than contract 2.3).
+	class shared.FailureClass
+	until time.Time
 	// onTheWay is what the plugin last said was on its way for the
 	// profile, less the failures since; keep is how many needs a held
 	// profile is still asked for: onTheWay when the hold began, never
@@ -90,14 +93,14 @@ func (h *holds) get(k holdKey) *holdState {
 
 // failed records a failure of one of provisioner's machines of profile
 // and returns the hold it makes.
-func (h *holds) failed(provisioner, profile, detail string) (failures int, hold time.Duration) {
+func (h *holds) failed(provisioner, profile, detail string, class shared.FailureClass) (failures int, hold time.Duration) {
 	now := h.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	st := h.get(holdKey{provisioner, profile})
 	wasHeld := now.Before(st.until)
 	st.failures++
-	st.lastError = detail
+	st.lastError, st.class = detail, class
 	hold = holdFor(st.failures)
 	st.until = now.Add(hold)
 	st.onTheWay = max(0, st.onTheWay-1)
@@ -193,6 +196,16 @@ func (h *holds) list() []HeldProfile {
 	return out
 }
 
+// holdReason is why a need waits on a held profile: misconfigured when
+// its machines' last failure was the configuration's (a restart of the
+// same job will not help: the operator must fix it), else backing off.
+func holdReason(st holdState) WaitReason {
+	if st.class == shared.FailureMisconfigured {
+		return ReasonMisconfigured
+	}
+	return ReasonBackingOff
+}
+
 // holdDetail is the outcome's detail for a need the engine did not ask
 // for because its profile is held.
 func holdDetail(st holdState) string {
@@ -217,7 +230,7 @@ func (p *Router) ObserveEvent(ev shared.Event) {
 	if ev.Kind != shared.EventWorkerProvisionFailed || ev.Profile == "" {
 		return
 	}
-	n, hold := p.holds.failed(ev.Provisioner, ev.Profile, ev.Detail)
+	n, hold := p.holds.failed(ev.Provisioner, ev.Profile, ev.Detail, ev.Class)
 	// Each failure is logged: the holds bound how many there are.
 	p.logger.Warn("profile held back: its machines keep failing", "provisioner", ev.Provisioner, "profile", ev.Profile,
 		"failures", n, "hold", hold.String(), "class", string(ev.Class), "detail", ev.Detail)

@@ -40,7 +40,7 @@ func TestHoldKeepsWhatIsOnItsWay(t *testing.T) {
 	if keep, _ := h.allowance("p", "cpu"); keep != -1 {
 		t.Fatalf("allowance before any failure = %d, want -1 (not held)", keep)
 	}
-	h.failed("p", "cpu", "died")
+	h.failed("p", "cpu", "died", "")
 	if keep, _ := h.allowance("p", "cpu"); keep != 49 {
 		t.Errorf("allowance after one failure among 50 on the way = %d, want 49", keep)
 	}
@@ -53,7 +53,7 @@ func TestHoldKeepsWhatIsOnItsWay(t *testing.T) {
 	if keep, _ := h.allowance("p", "cpu"); keep != -1 {
 		t.Errorf("allowance after the 1 s hold = %d, want -1", keep)
 	}
-	h.failed("p", "cpu", "died again")
+	h.failed("p", "cpu", "died again", "")
 	if l := h.list(); len(l) != 1 || l[0].Failures != 2 || !l[0].Held || l[0].Until != now.Add(2*time.Second) {
 		t.Errorf("list after a second failure = %+v, want 2 failures held 2 s", l)
 	}

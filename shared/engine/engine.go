@@ -166,7 +166,7 @@ func New(cfg Config) (*Engine, error) {
 
 	e.Router = NewRouter(logger.Named("router"), e.Books, nil)
 	e.Fleet = newFleet(cfg, signer, address, logger, e)
-	state := &stateCollector{health: e.Fleet.health, status: e.Books.provisionerStatus, workers: e.workerCounts, tasks: e.taskCounts,
+	state := &stateCollector{health: e.Fleet.health, status: e.Books.provisionerStatus, workers: e.workerCounts, needs: func() []NeedStatus { return e.Router.Needs() },
 		held: func() []HeldProfile { return e.Router.Held() }}
 	e.obs = newObserver(newEngineMetrics(state))
 	e.Hub = e.obs.hub
@@ -365,15 +365,6 @@ func (e *Engine) workerCounts() map[string]workerCounts {
 	return out
 }
 
-// taskCounts is the router's needs by phase.
-func (e *Engine) taskCounts() map[string]int {
-	out := map[string]int{}
-	for _, n := range e.Router.Needs() {
-		out[string(n.State)]++
-	}
-	return out
-}
-
 // Stop ends the engine cleanly, within ctx: the workers are let go first
 // (each open poll answers CodeLeave, and each worker detaches and exits
 // 0, so its job ends completed), then every provisioner is shut down
@@ -381,6 +372,10 @@ func (e *Engine) taskCounts() map[string]int {
 // server and the liveness watch stop. It returns a result per
 // provisioner.
 func (e *Engine) Stop(ctx context.Context) []StopResult {
+	// Each plugin hears first who is attached, so that it counts their
+	// jobs as arrived: a plugin's Shutdown cancels what has not arrived,
+	// and must not race the workers about to leave on their own.
+	e.Fleet.reconcile(ctx, e.Books)
 	if n := e.Books.Dismiss(ctx, dismissWait); n > 0 {
 		e.logger.Warn("workers still attached when the engine stopped; their provisioners let them go", "workers", n)
 	}

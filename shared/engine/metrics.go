@@ -119,7 +119,7 @@ type stateCollector struct {
 	health  func() []provHealth
 	status  func(context.Context) []host.ProvisionerStatus
 	workers func() map[string]workerCounts
-	tasks   func() map[string]int
+	needs   func() []NeedStatus
 	// held is the engine's own backoff (backoff.go); nil means none.
 	held    func() []HeldProfile
 	profile func(provisioner, profile string) string
@@ -156,10 +156,15 @@ var (
 		[]string{"provisioner", "profile"}, nil)
 	descTasks = prometheus.NewDesc("fluksio_tasks",
 		"The engine's tasks (needs) by state: waiting, assigned, served.", []string{"state"}, nil)
+	descWaiting = prometheus.NewDesc("fluksio_needs_waiting",
+		"Needs waiting for a worker, by why: not_asked, no_fit, queued, capped, backing_off, misconfigured, provisioner_down, error.", []string{"reason"}, nil)
 )
 
+// waitReasons are the reasons the waiting gauge always has, zero or not.
+var waitReasons = []WaitReason{ReasonNotAsked, ReasonNoFit, ReasonQueued, ReasonCapped, ReasonBackingOff, ReasonMisconfigured, ReasonProvisionerDown, ReasonError}
+
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUp, descRestarts, descMachines, descFailures, descCommandSeconds, descCommandErrors, descStatusUp, descWorkers, descTasks, descHeld, descFailuresInARow} {
+	for _, d := range []*prometheus.Desc{descUp, descRestarts, descMachines, descFailures, descCommandSeconds, descCommandErrors, descStatusUp, descWorkers, descTasks, descWaiting, descHeld, descFailuresInARow} {
 		ch <- d
 	}
 }
@@ -187,9 +192,18 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(n.idle), name, "idle")
 		ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(n.busy), name, "busy")
 	}
-	tasks := c.tasks()
-	for _, state := range []string{needWaiting, needAssigned, needServed} {
-		ch <- prometheus.MustNewConstMetric(descTasks, prometheus.GaugeValue, float64(tasks[state]), state)
+	phases, reasons := map[NeedPhase]int{}, map[WaitReason]int{}
+	for _, n := range c.needs() {
+		phases[n.State]++
+		if n.State == NeedWaiting {
+			reasons[n.Reason]++
+		}
+	}
+	for _, phase := range []NeedPhase{NeedWaiting, NeedAssigned, NeedServed} {
+		ch <- prometheus.MustNewConstMetric(descTasks, prometheus.GaugeValue, float64(phases[phase]), string(phase))
+	}
+	for _, r := range waitReasons {
+		ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, float64(reasons[r]), string(r))
 	}
 	if c.held != nil {
 		// Summed per label set, as collectStatus does: profiles beyond

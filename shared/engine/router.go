@@ -113,7 +113,7 @@ type needState struct {
 	// asked is the last outcome per target, as the status page shows
 	// it; logged is the last one logged, so a pass logs only what
 	// changed and an idle engine's log stays quiet.
-	asked  map[string]string
+	asked  map[string]asked
 	logged map[string]loggedOutcome
 	// uncovered is set once "nothing covers this" has been logged.
 	uncovered bool
@@ -151,7 +151,7 @@ func (p *Router) AddWork(n shared.Need, work time.Duration) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	id := "need-" + strconv.Itoa(len(p.needs)+1)
-	p.needs = append(p.needs, &needState{id: id, need: n, work: work, asked: map[string]string{}, logged: map[string]loggedOutcome{}, failover: map[string]string{},
+	p.needs = append(p.needs, &needState{id: id, need: n, work: work, asked: map[string]asked{}, logged: map[string]loggedOutcome{}, failover: map[string]string{},
 		route: map[string]shared.Need{}, tried: map[string]map[string]bool{}, refused: map[string]bool{}})
 	return id
 }
@@ -323,10 +323,11 @@ func (p *Router) provision(ctx context.Context, waiting []*needState) {
 	// profile is asked for at most its allowance this pass, and the rest
 	// are answered BACKING_OFF here, without asking the plugin.
 	type heldNeed struct {
-		t    Target
-		ns   *needState
-		need shared.Need
-		o    shared.DemandOutcome
+		t      Target
+		ns     *needState
+		need   shared.Need
+		o      shared.DemandOutcome
+		reason WaitReason
 	}
 	var held []heldNeed
 	routed := map[holdKey]int{}
@@ -354,7 +355,7 @@ func (p *Router) provision(ctx context.Context, waiting []*needState) {
 		if profile, ok := profileFor(t.Shapes, need); ok {
 			k := holdKey{t.Name, profile}
 			if keep, st := p.holds.allowance(t.Name, profile); keep >= 0 && routed[k] >= keep {
-				held = append(held, heldNeed{t.Target, ns, need, shared.DemandOutcome{Outcome: shared.OutcomeBackingOff, Profile: profile, Detail: holdDetail(st)}})
+				held = append(held, heldNeed{t.Target, ns, need, shared.DemandOutcome{Outcome: shared.OutcomeBackingOff, Profile: profile, Detail: holdDetail(st)}, holdReason(st)})
 				continue
 			}
 			routed[k]++
@@ -362,7 +363,7 @@ func (p *Router) provision(ctx context.Context, waiting []*needState) {
 		rounds[t.Name].add(need, ns)
 	}
 	for _, h := range held {
-		p.noteDemand(h.t, h.ns, h.need, h.o)
+		p.noteDemand(h.t, h.ns, h.need, h.o, h.reason)
 	}
 
 	var started sync.WaitGroup
@@ -451,7 +452,7 @@ func (p *Router) route(ns *needState, targets []targetState) (targetState, bool)
 	for pass := 0; pass < 2; pass++ {
 		for _, t := range covering {
 			if t.down {
-				ns.asked[t.Name] = "down"
+				ns.asked[t.Name] = asked{reason: ReasonProvisionerDown, desc: "down"}
 				ns.logged[t.Name] = loggedOutcome{kind: "down", desc: "down"}
 				continue
 			}
@@ -487,7 +488,7 @@ func (p *Router) askTarget(ctx context.Context, t Target, rd *round, attached []
 		for _, needs := range rd.needs {
 			for _, ns := range needs {
 				p.refuse(ns, t.Name)
-				p.noteOutcome(ns, t.Name, "error: "+err.Error(), []any{"error", err})
+				p.noteOutcome(ns, t.Name, ReasonError, "error: "+err.Error(), []any{"error", err})
 			}
 		}
 		return
@@ -496,13 +497,13 @@ func (p *Router) askTarget(ctx context.Context, t Target, rd *round, attached []
 	p.noteProfiles(t.Name, resp.Profiles)
 	for i, o := range resp.Outcomes {
 		for _, ns := range rd.needs[i] {
-			p.noteDemand(t, ns, rd.demand[i].Need, o)
+			p.noteDemand(t, ns, rd.demand[i].Need, o, reasonOf(o))
 		}
 	}
 }
 
 // noteDemand records what a target did about one need.
-func (p *Router) noteDemand(t Target, ns *needState, asked shared.Need, o shared.DemandOutcome) {
+func (p *Router) noteDemand(t Target, ns *needState, asked shared.Need, o shared.DemandOutcome, reason WaitReason) {
 	desc := o.Outcome.String()
 	if o.Profile != "" {
 		desc += " " + o.Profile
@@ -552,7 +553,7 @@ func (p *Router) noteDemand(t Target, ns *needState, asked shared.Need, o shared
 		desc = "failed over (" + route + "): " + desc
 	}
 	p.mu.Unlock()
-	p.noteOutcome(ns, t.Name, desc, []any{"outcome", o.Outcome.String(), "profile", o.Profile, "detail", o.Detail})
+	p.noteOutcome(ns, t.Name, reason, desc, []any{"outcome", o.Outcome.String(), "profile", o.Profile, "detail", o.Detail})
 }
 
 // refuse routes ns away from target until every covering target has
@@ -618,14 +619,14 @@ type loggedOutcome struct {
 // noteOutcome records what a target said about a need and logs it when
 // it says something new: another outcome or profile at once, an error at
 // once, a new detail of the same outcome at most every relogDetail.
-func (p *Router) noteOutcome(ns *needState, target, desc string, kv []any) {
+func (p *Router) noteOutcome(ns *needState, target string, reason WaitReason, desc string, kv []any) {
 	kind, _, _ := strings.Cut(desc, ": ")
 	now := time.Now()
 	p.mu.Lock()
-	ns.asked[target] = desc
+	ns.asked[target] = asked{reason: reason, desc: desc}
 	last := ns.logged[target]
 	changed := desc != last.desc &&
-		(kind != last.kind || strings.HasPrefix(desc, "error: ") || now.Sub(last.at) >= relogDetail)
+		(kind != last.kind || reason == ReasonError || now.Sub(last.at) >= relogDetail)
 	if changed {
 		ns.logged[target] = loggedOutcome{kind: kind, desc: desc, at: now}
 	}
@@ -634,14 +635,11 @@ func (p *Router) noteOutcome(ns *needState, target, desc string, kv []any) {
 		return
 	}
 	args := append([]any{"need", ns.id, "provisioner", target}, kv...)
-	switch {
-	case desc == "down":
-		p.logger.Info("skipping provisioner that is down", args...)
-	case strings.HasPrefix(desc, "error: "):
+	if reason == ReasonError {
 		p.logger.Error("could not ask for a machine", args...)
-	default:
-		p.logger.Info("asked for a machine", args...)
+		return
 	}
+	p.logger.Info("asked for a machine", args...)
 }
 
 // Served reports whether every need has been served. With no needs, it
@@ -662,19 +660,67 @@ func (p *Router) Served() bool {
 func (p *Router) Unserved() []string {
 	var lines []string
 	for _, st := range p.Needs() {
-		if st.State != needServed {
+		if st.State != NeedServed {
 			lines = append(lines, fmt.Sprintf("%s (%s): %s", st.ID, st.Spec, st.Detail))
 		}
 	}
 	return lines
 }
 
-// Where a need stands.
+// NeedPhase is where a need stands.
+type NeedPhase string
+
 const (
-	needWaiting  = "waiting"
-	needAssigned = "assigned"
-	needServed   = "served"
+	NeedWaiting  NeedPhase = "waiting"
+	NeedAssigned NeedPhase = "assigned"
+	NeedServed   NeedPhase = "served"
 )
+
+// WaitReason is why a waiting need waits, as the page, GET /status and
+// a metric show it; Detail says it in words.
+type WaitReason string
+
+const (
+	// ReasonNotAsked: a provisioner covers it, but none was asked yet.
+	ReasonNotAsked WaitReason = "not_asked"
+	// ReasonNoFit: no provisioner can start a machine this big.
+	ReasonNoFit WaitReason = "no_fit"
+	// ReasonQueued: asked for; its machine is on its way (queued in the
+	// scheduler, or starting).
+	ReasonQueued WaitReason = "queued"
+	// ReasonCapped: a cap (max_workers, max_pending, a site's limit)
+	// holds the provisioner below the demand.
+	ReasonCapped WaitReason = "capped"
+	// ReasonBackingOff: the profile's machines failed in a row.
+	ReasonBackingOff WaitReason = "backing_off"
+	// ReasonMisconfigured: the profile's machines failed for its
+	// configuration; the operator must fix it.
+	ReasonMisconfigured WaitReason = "misconfigured"
+	// ReasonProvisionerDown: the provisioners that cover it are
+	// restarting or failed.
+	ReasonProvisionerDown WaitReason = "provisioner_down"
+	// ReasonError: asking failed (the plugin answered an error).
+	ReasonError WaitReason = "error"
+)
+
+// asked is what a target last said about a need.
+type asked struct {
+	reason WaitReason
+	desc   string
+}
+
+// reasonOf is what a Provision outcome makes a need wait for.
+func reasonOf(o shared.DemandOutcome) WaitReason {
+	switch o.Outcome {
+	case shared.OutcomeNoFit:
+		return ReasonNoFit
+	case shared.OutcomeBackingOff:
+		return ReasonBackingOff
+	case shared.OutcomeCapped:
+		return ReasonCapped
+	}
+	return ReasonQueued
+}
 
 // NeedStatus is one need as GET /status shows it.
 type NeedStatus struct {
@@ -682,7 +728,9 @@ type NeedStatus struct {
 	// Spec is the need as -need takes it.
 	Spec  string      `json:"spec"`
 	Need  worker.Need `json:"need"`
-	State string      `json:"state"`
+	State NeedPhase   `json:"state"`
+	// Reason is why it waits, while it does.
+	Reason WaitReason `json:"reason,omitempty"`
 	// Worker and Task are set while assigned and once served.
 	Worker string `json:"worker,omitempty"`
 	Task   string `json:"task,omitempty"`
@@ -701,39 +749,47 @@ func (p *Router) Needs() []NeedStatus {
 		switch {
 		case ns.served:
 			res := ns.result
-			st.State, st.Result = needServed, &res
+			st.State, st.Result = NeedServed, &res
 			st.Worker, st.Task = res.Worker, res.TaskID
 			st.Detail = fmt.Sprintf("served by %s on %s", res.Worker, res.Hostname)
 		case ns.task != "":
-			st.State = needAssigned
+			st.State = NeedAssigned
 			st.Detail = fmt.Sprintf("running as %s on %s", ns.task, ns.worker)
 		default:
-			st.State = needWaiting
-			st.Detail = p.waitingDetailLocked(ns)
+			st.State = NeedWaiting
+			st.Reason, st.Detail = p.waitingLocked(ns)
 		}
 		out = append(out, st)
 	}
 	return out
 }
 
-// waitingDetailLocked says what a waiting need waits for. p.mu must be
-// held.
-func (p *Router) waitingDetailLocked(ns *needState) string {
-	var asked []string
+// waitingLocked says why a waiting need waits, and in words: the first
+// covering target's reason (the one it is routed to first), and every
+// covering target's answer. p.mu must be held.
+func (p *Router) waitingLocked(ns *needState) (WaitReason, string) {
+	var said []string
+	var reason WaitReason
+	covered := false
 	for _, ts := range p.targets {
-		if desc, ok := ns.asked[ts.Name]; ok && ts.covers(ns.need) {
-			asked = append(asked, ts.Name+" "+desc)
+		if !ts.covers(ns.need) {
+			continue
+		}
+		covered = true
+		if a, ok := ns.asked[ts.Name]; ok {
+			said = append(said, ts.Name+" "+a.desc)
+			if reason == "" {
+				reason = a.reason
+			}
 		}
 	}
-	if len(asked) > 0 {
-		return "waiting for a worker; " + strings.Join(asked, "; ")
+	switch {
+	case len(said) > 0:
+		return reason, "waiting for a worker; " + strings.Join(said, "; ")
+	case covered:
+		return ReasonNotAsked, "waiting for a worker; no provisioner asked yet"
 	}
-	for _, ts := range p.targets {
-		if ts.covers(ns.need) {
-			return "waiting for a worker; no provisioner asked yet"
-		}
-	}
-	return "waiting; no provisioner can start a machine this big"
+	return ReasonNoFit, "waiting; no provisioner can start a machine this big"
 }
 
 // ParseNeed reads a need as -need takes it:

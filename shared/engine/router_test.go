@@ -217,7 +217,7 @@ func TestPassPrefersAnIdleWorker(t *testing.T) {
 	p.Pass(context.Background())
 
 	needs := p.Needs()
-	if needs[0].Worker != "small" || needs[1].Worker != "big" || needs[2].State != needWaiting {
+	if needs[0].Worker != "small" || needs[1].Worker != "big" || needs[2].State != NeedWaiting {
 		t.Fatalf("assignments %+v; want small, big, then waiting", needs)
 	}
 	if d := prov.LastDemand(); prov.ProvisionCalls() != 1 || len(d) != 1 || d[0].Count != 1 {
@@ -229,7 +229,7 @@ func TestPassPrefersAnIdleWorker(t *testing.T) {
 	do(t, e, "POST", "/v1/detach", smallTok, "")
 	p.Pass(context.Background())
 	for _, st := range p.Needs() {
-		if st.ID == gpuNeed && st.State != needWaiting {
+		if st.ID == gpuNeed && st.State != NeedWaiting {
 			t.Errorf("need of a departed worker is %s; want waiting", st.State)
 		}
 	}

@@ -1,0 +1,49 @@
+// Package engine is the engine kit: what every engine that launches
+// provisioner plugins needs, as a library it imports. An engine gets the
+// whole provisioning loop, observable and safe, in one import and a page
+// of code (examples/embed is one in under 150 lines).
+//
+// The claim: provisioning is the same loop in every engine. Launch and
+// supervise a plugin per provisioner block (Fleet, over shared/host's
+// Supervisor); turn needs nobody serves into per-provisioner demand, with
+// failover to the next fitting shape or provisioner when one cannot fit,
+// is backing off, misconfigured or capped (Router); admit the workers
+// that dial back with the credentials the engine signed, once each, and
+// notice when they go silent (Books, with its HTTP side for the worker
+// protocol of docs/worker-protocol.md); tell what happened as typed
+// events (Hub, with its Server-Sent Events handler) and as Prometheus
+// metrics. Engine wires them together: New, Serve, Start, Run, Stop.
+//
+// Rejected: leaving this in an example engine's package main, as it was
+// (host-example). Every engine author copied or rewrote it (a minimal
+// engine took 450 lines of Go, 320 of them glue), and a fix reached only
+// the example. The cost of a library is an API to keep: the exported
+// surface here is small on purpose, and what is an engine's own choice
+// stays out (its CLI, its operator authentication, its page, its story).
+//
+// The seams:
+//   - Needs are shared.Need. An engine with its own task model adds needs
+//     (Router.AddWork), reads each need's typed phase and reason
+//     (Router.Needs), and hands tasks to the workers the Books list as
+//     idle (Books.Assign), or lets the Router do it with the project's
+//     task model, as host-example does.
+//   - Hooks hear attaches, results, bursts and the plugins' events, for
+//     an engine's own story or UI; they are called without any lock.
+//   - Mux takes the engine's operator authentication as a wrapper, and
+//     the embedder adds its own routes beside the kit's.
+//
+// What it owns, and what it may not touch: it owns the books (who is
+// attached, with which credential and session, what each was given) and
+// the decision of what to ask each provisioner for. It never talks to a
+// cluster (only plugins do), never reads or writes a plugin's own
+// configuration (shared/host decodes a block against the plugin's
+// schema), and never holds a lock across a plugin call or a worker's
+// request: a slow plugin delays only itself, a slow worker only its own
+// answer. Liveness is decided by one goroutine (Books.Watch), never on a
+// read: a GET /status or a metrics scrape changes nothing.
+//
+// What it won't do: keep state across restarts (the plugins adopt their
+// jobs, and the workers attach again); schedule real work (a Task is the
+// project's stand-in; bring your own); authenticate operators (the
+// embedder's wrapper does).
+package engine
