@@ -373,6 +373,80 @@ func TestE2ERunServesNeeds(t *testing.T) {
 	e.assertCleanedUp(t, exitedAt)
 }
 
+var workDoneJobRe = regexp.MustCompile(`work done by \S+: host \S+, job (\S+), `)
+
+// TestE2ECleanStopLetsWorkersGo: a run of three needs ends with a clean
+// stop that lets its workers go. Each worker hears "leave" on its poll,
+// detaches and exits 0, so Slurm records each job COMPLETED with exit
+// code 0:0, and squeue holds none of ours 2 s after the engine exits.
+// Before, the workers' polls got 503, they retried for 10 s and exited
+// 1: every job of a clean stop ended FAILED and lingered 10-11 s.
+func TestE2ECleanStopLetsWorkersGo(t *testing.T) {
+	e := newE2E(t, "e2e-leave")
+	cfg := e.config(t, e.host, "worker")
+	// Five seconds of work each, so the three tasks run at once, on
+	// three machines.
+	p := e.startEngine(t, "-config", cfg, "-need", "cpus=1,count=3,work=5s", "-timeout", "2m")
+	code := p.wait(t, 3*time.Minute)
+	exitedAt := time.Now()
+	story := p.stdout.String()
+	if code != 0 {
+		t.Fatalf("exit %d, want 0\nstory:\n%s\nstderr:\n%s", code, story, p.stderr)
+	}
+	var jobs []string
+	for _, m := range workDoneJobRe.FindAllStringSubmatch(story, -1) {
+		jobs = append(jobs, m[1])
+	}
+	if len(jobs) != 3 {
+		t.Fatalf("want 3 tasks done in Slurm jobs, got %q\n%s", jobs, story)
+	}
+	var q string
+	for {
+		if q = e.queue(t); q == "" {
+			break
+		}
+		if time.Since(exitedAt) > 2*time.Second {
+			t.Fatalf("2 s after a clean exit squeue still holds:\n%s\nstory:\n%s", q, story)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("queue empty %.2fs after the engine exited", time.Since(exitedAt).Seconds())
+	// Every job the run submitted, as Slurm recorded it: scontrol shows
+	// a whole array (one line per task) from any of its tasks.
+	arrays := map[string]bool{}
+	for _, job := range jobs {
+		array, _, _ := strings.Cut(job, "_")
+		arrays[array] = true
+	}
+	records := 0
+	for array := range arrays {
+		for _, rec := range strings.Split(strings.TrimSpace(e.env.Slurm(t, "scontrol", "-o", "show", "job", array)), "\n") {
+			records++
+			id, state, exit := field(rec, "JobId"), field(rec, "JobState"), field(rec, "ExitCode")
+			if task := field(rec, "ArrayTaskId"); task != "" {
+				id = field(rec, "ArrayJobId") + "_" + task
+			}
+			t.Logf("job %s: JobState=%s ExitCode=%s", id, state, exit)
+			if state != "COMPLETED" || exit != "0:0" {
+				t.Errorf("job %s ended JobState=%s ExitCode=%s; want COMPLETED and 0:0", id, state, exit)
+			}
+		}
+	}
+	if records < 3 {
+		t.Errorf("Slurm recorded %d job(s) of the run; want the 3 machines asked for", records)
+	}
+}
+
+// field is the value of key=value in scontrol's output.
+func field(show, key string) string {
+	for _, w := range strings.Fields(show) {
+		if v, ok := strings.CutPrefix(w, key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
 // assertQuietLog checks the engine's log of a run that went well, at
 // -log-level debug: the plugin logged at the engine's level (go-plugin's
 // "plugin address" is a debug line of the plugin's), every line has one

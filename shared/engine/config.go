@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"net/url"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclparse"
+	"github.com/zclconf/go-cty/cty"
 
 	"github.com/fluksio/provision/shared/hclconfig"
 	"github.com/fluksio/provision/shared/host"
@@ -143,6 +145,11 @@ func LoadConfig(path string) (*File, hcl.Diagnostics) {
 			Subject: file.Body.MissingItemRange().Ptr(),
 		})
 	}
+	if !diags.HasErrors() {
+		for _, p := range cfg.Provisioners {
+			diags = append(diags, checkEngineURL(p, cfg.Engine.Listen)...)
+		}
+	}
 	// plugin_dir may come after the provisioner blocks that use it; the
 	// default paths are settled once the whole file has been read.
 	for _, p := range cfg.Provisioners {
@@ -223,4 +230,53 @@ func checkOperatorConfig(block *hcl.Block, e *EngineBlock) hcl.Diagnostics {
 			Subject: subject}}
 	}
 	return nil
+}
+
+// checkEngineURL warns when a provisioner's engine_url, the address its
+// workers dial, names this machine on another port than engine.listen:
+// the two are set in two places, and a worker that dials the wrong one
+// never attaches (its job ends "died before attach" after minutes). Only
+// a literal engine_url of loopback or the listen host is compared: one
+// naming another host may be a proxy, a relay's or a load balancer's,
+// which the engine cannot see through. The attribute is the plugins'
+// convention (the Slurm and the Python plugin both take it), read here
+// without decoding the rest of the block, which is the plugin's.
+func checkEngineURL(p *host.Block, listen string) hcl.Diagnostics {
+	if strings.HasPrefix(listen, "unix:") || p.Body == nil {
+		return nil
+	}
+	content, _, _ := p.Body.PartialContent(&hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "engine_url"}}})
+	attr := content.Attributes["engine_url"]
+	if attr == nil {
+		return nil
+	}
+	v, d := attr.Expr.Value(nil)
+	if d.HasErrors() || !v.IsKnown() || v.IsNull() || v.Type() != cty.String {
+		return nil
+	}
+	u, err := url.Parse(v.AsString())
+	if err != nil || u.Host == "" {
+		return nil
+	}
+	lhost, lport, err := net.SplitHostPort(listen)
+	if err != nil {
+		return nil
+	}
+	uport := u.Port()
+	if uport == "" {
+		uport = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	local := u.Hostname() == "localhost" || u.Hostname() == lhost
+	if ip := net.ParseIP(u.Hostname()); ip != nil && ip.IsLoopback() {
+		local = true
+	}
+	if !local || uport == lport || lport == "0" {
+		return nil
+	}
+	return hcl.Diagnostics{{
+		Severity: hcl.DiagWarning, Summary: "engine_url does not reach the engine",
+		Detail: fmt.Sprintf("Provisioner %q's workers dial %s, but the engine listens on %s (engine.listen): port %s, not %s. Make them agree, or its workers never attach.",
+			p.Name, v.AsString(), listen, lport, uport),
+		Subject: attr.Expr.Range().Ptr(),
+	}}
 }

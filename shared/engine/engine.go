@@ -410,7 +410,7 @@ func (r StopResult) String() string {
 	case r.Err != nil:
 		return fmt.Sprintf("%s: shutdown failed: %v", r.Provisioner, r.Err)
 	case len(r.Cancelled) > 0:
-		return fmt.Sprintf("%s: shut down, cancelled %s", r.Provisioner, strings.Join(r.Cancelled, ", "))
+		return fmt.Sprintf("%s: shut down, cancelled job(s) %s", r.Provisioner, strings.Join(r.Cancelled, ", "))
 	}
 	return r.Provisioner + ": shut down, nothing outstanding"
 }

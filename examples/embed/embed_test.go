@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluksio/provision/internal/sandboxtest"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	sandboxtest.Cleanup()
+	os.Exit(code)
+}
+
+var doneRe = regexp.MustCompile(`(?m)^done: \S+ by \S+ \(job (\S+)\)`)
+
+// TestEmbedServesNeeds runs the one-page engine against the sandbox's
+// real Slurm: two needs, each served by the project's worker
+// (fluksio-worker) in a Slurm job the Slurm plugin submitted; then the
+// clean stop: no job of ours in squeue, and each job COMPLETED with exit
+// code 0, as Slurm recorded it.
+func TestEmbedServesNeeds(t *testing.T) {
+	env := sandboxtest.Require(t)
+	embed := sandboxtest.Binary(t, "examples/embed", "embed")
+	plugin := sandboxtest.Binary(t, "plugin", "provisioner-slurm")
+	worker := sandboxtest.Binary(t, "shared/engine/worker/fluksio-worker", "fluksio-worker")
+	var b [4]byte
+	rand.Read(b[:])
+	name := "embed-" + hex.EncodeToString(b[:])
+	jobName := "fluksio-" + name
+	t.Cleanup(func() {
+		if q := strings.TrimSpace(env.Slurm(t, "squeue", "-h", "--name="+jobName)); q != "" {
+			t.Logf("cancelling what the test left:\n%s", q)
+			env.Slurm(t, "scancel", "--name="+jobName)
+		}
+	})
+	cfg := env.EngineConfig(sandboxtest.FreePort(t), filepath.Dir(plugin), name, []string{worker}, fmt.Sprintf(`  profile "cpu" {
+    cpus   = 1
+    ram_mb = 200
+    sbatch = ["--partition=%s", "--time=00:10:00"]
+  }
+`, env.Partition))
+	path := filepath.Join(t.TempDir(), "config.hcl")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	cmd := exec.Command(embed, "-config", path, "-need", "cpus=1,count=2", "-timeout", "2m")
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	cmd.WaitDelay = 10 * time.Second
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("embed: %v\nstdout:\n%s\nstderr:\n%s", err, &out, &errOut)
+	}
+	exited := time.Now()
+	t.Logf("embed said:\n%s", &out)
+	if !strings.Contains(out.String(), "all needs served") {
+		t.Fatalf("embed did not serve its needs:\n%s\n%s", &out, &errOut)
+	}
+	var jobs []string
+	for _, m := range doneRe.FindAllStringSubmatch(out.String(), -1) {
+		jobs = append(jobs, m[1])
+	}
+	if len(jobs) != 2 {
+		t.Fatalf("want 2 tasks done in Slurm jobs, got %q", jobs)
+	}
+
+	// The queue empties as the workers leave: they were let go.
+	deadline := exited.Add(10 * time.Second)
+	for strings.TrimSpace(env.Slurm(t, "squeue", "-h", "--name="+jobName)) != "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s after embed exited squeue still has:\n%s", env.Slurm(t, "squeue", "--name="+jobName))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("queue empty %.1fs after embed exited", time.Since(exited).Seconds())
+	for _, job := range jobs {
+		show := env.Slurm(t, "scontrol", "show", "job", job)
+		if !strings.Contains(show, "JobState=COMPLETED") || !strings.Contains(show, "ExitCode=0:0") {
+			t.Errorf("job %s did not end COMPLETED with exit code 0:\n%s", job, show)
+		}
+	}
+}
