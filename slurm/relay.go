@@ -167,8 +167,10 @@ type relay struct {
 	// submitted with it still reach it; if it comes back elsewhere, those
 	// jobs are cancelled (moved).
 	addr string
-	// state is "starting", "up" or "down: <why>"; since is when it began.
-	state    string
+	// phase is where the relay stands, why says why it is down, and
+	// since is when the phase began.
+	phase    relayPhase
+	why      string
 	since    time.Time
 	restarts int
 	streams  int64
@@ -181,8 +183,30 @@ type relay struct {
 	ready chan struct{}
 }
 
+// relayPhase is where a relay stands.
+type relayPhase int
+
+const (
+	relayStarting relayPhase = iota
+	relayUp
+	relayDown
+)
+
+func (ph relayPhase) String() string {
+	return [...]string{"starting", "up", "down"}[ph]
+}
+
+// stateLocked is the relay's phase as Status says it: "starting", "up"
+// or "down: <why>". r.mu must be held.
+func (r *relay) stateLocked() string {
+	if r.phase == relayDown {
+		return "down: " + r.why
+	}
+	return r.phase.String()
+}
+
 func newRelay(p *Provisioner, cfg *settings, engineNet, engineAddr string, tls *relayTLS) *relay {
-	return &relay{p: p, cfg: cfg, engineNet: engineNet, engineAddr: engineAddr, tls: tls, state: "starting", since: p.now(), ready: make(chan struct{})}
+	return &relay{p: p, cfg: cfg, engineNet: engineNet, engineAddr: engineAddr, tls: tls, phase: relayStarting, since: p.now(), ready: make(chan struct{})}
 }
 
 // relayDial is what a job's workers are given: the URL to dial and the
@@ -197,9 +221,9 @@ type relayDial struct {
 func (r *relay) dial(ctx context.Context) (relayDial, error) {
 	for {
 		r.mu.Lock()
-		addr, state, ready := r.addr, r.state, r.ready
+		addr, phase, state, ready := r.addr, r.phase, r.stateLocked(), r.ready
 		r.mu.Unlock()
-		if state == "up" {
+		if phase == relayUp {
 			switch {
 			case r.tls != nil:
 				return relayDial{url: "https://" + addr, pin: r.tls.pin, addr: addr}, nil
@@ -228,17 +252,18 @@ func (r *relay) left(addr string) bool {
 func (r *relay) note() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := fmt.Sprintf("relay %s since %s", r.state, r.since.UTC().Format(time.RFC3339))
+	s := fmt.Sprintf("relay %s since %s", r.stateLocked(), r.since.UTC().Format(time.RFC3339))
 	if r.addr != "" {
 		s += ", workers dial " + r.addr
 	}
 	return s + fmt.Sprintf(", engine at %s:%s, %d connection(s) carried, %d restart(s)", r.engineNet, r.engineAddr, r.streams, r.restarts)
 }
 
-func (r *relay) setState(state string) {
+// down records that the relay went down, and why.
+func (r *relay) down(why string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.state, r.since = state, r.p.now()
+	r.phase, r.why, r.since = relayDown, why, r.p.now()
 }
 
 // run keeps the relay up until ctx ends, restarting it with a growing
@@ -252,7 +277,7 @@ func (r *relay) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		r.setState("down: " + truncate(err.Error()))
+		r.down(truncate(err.Error()))
 		r.mu.Lock()
 		r.restarts++
 		taken := errors.Is(err, errRelayPortTaken) && r.want != ""
@@ -351,7 +376,7 @@ func (r *relay) session(ctx context.Context) error {
 		r.moved(ctx, old, addr)
 	}
 	r.mu.Lock()
-	r.state, r.since = "up", r.p.now()
+	r.phase, r.why, r.since = relayUp, "", r.p.now()
 	close(r.ready)
 	r.ready = make(chan struct{})
 	r.mu.Unlock()

@@ -448,8 +448,8 @@ func (s *Supervisor) shutdownOnce(ctx context.Context) (*shared.ShutdownResponse
 			if lastExit != nil {
 				why = "it exited (" + lastExit.String() + ")"
 			}
-			return nil, fmt.Errorf("provisioner %s could not cancel its jobs: %s and could not be started again to cancel them (%s); look for its jobs with squeue and cancel them with scancel",
-				s.cfg.Name, why, diags.Error())
+			return nil, fmt.Errorf("provisioner %s could not cancel its jobs: %s and could not be started again to cancel them (%s); what it asked for may still be in its cluster: look for what is tagged with engine id %s there and cancel it",
+				s.cfg.Name, why, diags.Error(), s.opts.EngineID)
 		}
 		cur = l.plugin
 	}
