@@ -28,10 +28,14 @@ import (
 // machine the provisioner never started, and take its work.
 //
 // Admission keeps no lock of its own: its answers must be atomic with the
-// engine's own books (who is attached now), so the engine calls it under
-// the lock that guards those. It owns the job records and revocations and
-// nothing else; who is attached, and what to answer a worker, are the
-// engine's.
+// engine's own books (who is attached now), so the engine calls every
+// method, Observe included, under the lock that guards those. It owns the
+// job records and revocations and nothing else; who is attached, and what
+// to answer a worker, are the engine's. Nothing here happens by itself:
+// the engine calls Revoke when a worker detaches or goes silent (Observe
+// revokes on the provisioner's cancel and failure events), and Sweep now
+// and then to forget what has expired. shared/engine's Books does all of
+// that; an engine using Admission directly must too.
 type Admission struct {
 	now func() time.Time
 	// jobs is the provisioners' word on which job each worker was started
@@ -155,14 +159,14 @@ func (a *Admission) Admit(cred Credential, job string) error {
 	return nil
 }
 
-// OwnedBy reports whether provisioner may speak for name: no other
-// provisioner recorded a job for it. A credential of another provisioner
-// for the same name revokes nothing of the owner's.
 // ProfileOf is the profile the provisioner said name was started as
 // (worker_provisioned), "" if it did not say or is not known.
 func (a *Admission) ProfileOf(name string) string { return a.jobs[name].profile }
 
-// OwnedBy reports whether name is unknown or recorded by provisioner.
+// OwnedBy reports whether provisioner may speak for name: name is
+// unknown, or no other provisioner recorded a job for it. A credential
+// of another provisioner for the same name revokes nothing of the
+// owner's.
 func (a *Admission) OwnedBy(name, provisioner string) bool {
 	rec, known := a.jobs[name]
 	return !known || rec.provisioner == provisioner
