@@ -61,7 +61,9 @@ func run() int {
 		Logger:       logger,
 		Hooks: engine.Hooks{
 			Attach: func(w engine.WorkerInfo) { fmt.Printf("attached: %s (job %s)\n", w.Name, w.JobID) },
-			Result: func(r engine.Result) { fmt.Printf("done: %s by %s (job %s): %s\n", r.TaskID, r.Worker, r.JobID, r.Output) },
+			Result: func(r engine.Result) {
+				fmt.Printf("done: %s by %s (job %s): %s\n", r.TaskID, r.Worker, r.JobID, r.Output)
+			},
 		},
 	})
 	if err != nil {
