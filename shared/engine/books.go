@@ -319,19 +319,19 @@ var (
 	errWorkerBusy  = errors.New("worker already has a task")
 )
 
-// idleWorkers lists attached workers with no task, smallest first, so
+// IdleWorkers lists attached workers with no task, smallest first, so
 // that a small need takes a small machine and leaves the big ones for the
 // needs only they fit.
-func (e *Books) idleWorkers() []WorkerInfo {
-	idle, _ := e.idleAndAttached()
+func (e *Books) IdleWorkers() []WorkerInfo {
+	idle, _ := e.IdleAndAttached()
 	return idle
 }
 
-// idleAndAttached is idleWorkers and, from the same moment, every
+// IdleAndAttached is IdleWorkers and, from the same moment, every
 // attached worker's name by its provisioner: a demand built from the one
 // and told with the other cannot count a worker that attached in between
 // as both arrived and still wanted.
-func (e *Books) idleAndAttached() ([]WorkerInfo, map[string][]string) {
+func (e *Books) IdleAndAttached() ([]WorkerInfo, map[string][]string) {
 	e.mu.Lock()
 	var idle []WorkerInfo
 	attached := map[string][]string{}
@@ -387,30 +387,30 @@ func (e *Books) Assign(worker string, t Task) error {
 	return nil
 }
 
-// taskState is where a task stands, as taskOutcome sees it.
-type taskState int
+// TaskState is where a task stands, as TaskOutcome sees it.
+type TaskState int
 
 const (
-	taskPending taskState = iota // assigned, no result yet
-	taskDone                     // result arrived (and is now the caller's)
-	taskLost                     // its worker left or was given up on first
+	TaskPending TaskState = iota // assigned, no result yet
+	TaskDone                     // result arrived (and is now the caller's)
+	TaskLost                     // its worker left or was given up on first
 )
 
-// taskOutcome reports on task id given to worker. A result is handed over
-// once: the engine forgets it as it returns taskDone.
-func (e *Books) taskOutcome(worker, id string) (Result, taskState) {
+// TaskOutcome reports on task id given to worker. A result is handed over
+// once: the engine forgets it as it returns TaskDone.
+func (e *Books) TaskOutcome(worker, id string) (Result, TaskState) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if res, ok := e.results[id]; ok {
 		delete(e.results, id)
-		return res, taskDone
+		return res, TaskDone
 	}
 	// Not swept here: goneness is decided where it is logged. A worker
-	// past its time is dropped by the idleWorkers call in the same pass.
+	// past its time is dropped by the IdleWorkers call in the same pass.
 	if ws := e.workers[worker]; ws != nil && ws.task != nil && ws.task.ID == id {
-		return Result{}, taskPending
+		return Result{}, TaskPending
 	}
-	return Result{}, taskLost
+	return Result{}, TaskLost
 }
 
 // goneWorker is a worker dropped for silence, kept to be logged once the
@@ -446,7 +446,7 @@ func (e *Books) activity(a Activity) {
 // worker with no poll open and no task in hand for deadAfter, or running
 // a task it was handed and unseen for goneFactor poll periods. A task that
 // was assigned to a dead worker and never picked up goes back to the
-// placer (taskOutcome says taskLost). It also forgets revocations and job
+// placer (TaskOutcome says TaskLost). It also forgets revocations and job
 // records older than any credential can live. e.mu must be held. A worker
 // running a long task does not poll meanwhile; ours are short, and one
 // that needs longer should poll in between (a poll while holding a task

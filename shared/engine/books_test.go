@@ -224,22 +224,22 @@ func TestWorkResultDetach(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("poll never returned the task")
 	}
-	if idle := e.idleWorkers(); len(idle) != 0 {
+	if idle := e.IdleWorkers(); len(idle) != 0 {
 		t.Errorf("busy worker counted idle: %+v", idle)
 	}
 
 	if rec := do(t, e, "POST", "/v1/result", token, `{"task_id":"task-8","output":"x"}`); rec.Code != http.StatusConflict {
 		t.Errorf("result for another task: %d; want 409", rec.Code)
 	}
-	if _, st := e.taskOutcome("w1", "task-9"); st != taskPending {
+	if _, st := e.TaskOutcome("w1", "task-9"); st != TaskPending {
 		t.Errorf("task state %v; want pending", st)
 	}
 	body := `{"task_id":"task-9","hostname":"n01","job_id":"77","cpus":4,"output":"done"}`
 	if rec := do(t, e, "POST", "/v1/result", token, body); rec.Code != http.StatusNoContent {
 		t.Errorf("result: %d %s", rec.Code, rec.Body)
 	}
-	res, st := e.taskOutcome("w1", "task-9")
-	if st != taskDone || res.Worker != "w1" || res.Output != "done" || res.JobID != "77" {
+	res, st := e.TaskOutcome("w1", "task-9")
+	if st != TaskDone || res.Worker != "w1" || res.Output != "done" || res.JobID != "77" {
 		t.Errorf("outcome %v %+v", st, res)
 	}
 	if l := logs.String(); !strings.Contains(l, "work done") || !strings.Contains(l, "job_id=77") {
@@ -302,7 +302,7 @@ func TestSilentWorkerIsGone(t *testing.T) {
 	if got := e.Attached(); len(got) != 1 || got[0] != "busy" {
 		t.Fatalf("Attached() = %q after %s of silence; want only the busy worker", got, deadAfter)
 	}
-	if _, st := e.taskOutcome("quiet", "t1"); st != taskLost {
+	if _, st := e.TaskOutcome("quiet", "t1"); st != TaskLost {
 		t.Errorf("task of a gone worker: %v; want lost", st)
 	}
 	if !strings.Contains(logs.String(), "worker gone") {

@@ -73,7 +73,7 @@ func TestCredentialWorthOneJob(t *testing.T) {
 			t.Errorf("second attach: %d %q; want 409 already attached", code, msg)
 		}
 		// The first attach stands, as it was.
-		if w := e.idleWorkers(); len(w) != 1 || w[0].Hostname != "n01" {
+		if w := e.IdleWorkers(); len(w) != 1 || w[0].Hostname != "n01" {
 			t.Errorf("workers after the second attach: %+v", w)
 		}
 	})
@@ -142,7 +142,7 @@ func TestCredentialWorthOneJob(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.ObserveEvent(shared.Event{Kind: shared.EventWorkerCancelled, Provisioner: testProvisioner, Worker: "slurm-cpu-live"})
-		if _, st := e.taskOutcome("slurm-cpu-live", "t1"); st != taskLost || len(e.Attached()) != 0 {
+		if _, st := e.TaskOutcome("slurm-cpu-live", "t1"); st != TaskLost || len(e.Attached()) != 0 {
 			t.Errorf("after cancel: task %v, attached %q; want lost, none", st, e.Attached())
 		}
 		if rec := do(t, e, "GET", "/v1/work?wait=0", tok, ""); rec.Code != http.StatusConflict {

@@ -29,7 +29,29 @@ const defaultProvisionTimeout = 10 * time.Second
 // ends) while the placer serves the rest.
 const passWait = 100 * time.Millisecond
 
-// Target is a provisioner as the placer sees it. Shapes are fetched once,
+// Pool is the workers as the Router sees them: which are idle and what
+// each fits (their shape), who is attached by provisioner, and a way to
+// hand one a task and learn how it went. Books is the Pool of the
+// project's worker protocol; an engine with its own workers and
+// scheduler implements it over its own books, and the Router asks
+// provisioners for machines for exactly the needs its idle workers do not
+// cover.
+type Pool interface {
+	// IdleAndAttached lists the idle workers, smallest first, and from
+	// the same moment every attached worker's name by its provisioner.
+	IdleAndAttached() ([]WorkerInfo, map[string][]string)
+	// IdleWorkers is IdleAndAttached's first half.
+	IdleWorkers() []WorkerInfo
+	// Assign gives worker a task, or fails if it left or is busy.
+	Assign(worker string, t Task) error
+	// TaskOutcome says how task id given to worker stands; a result is
+	// handed over once.
+	TaskOutcome(worker, id string) (Result, TaskState)
+}
+
+var _ Pool = (*Books)(nil)
+
+// Target is a provisioner as the Router sees it. Shapes are fetched once,
 // when the target is set up, so that asking "could it fit this?" is a
 // loop over a slice and never a call across the plugin boundary.
 type Target struct {
@@ -62,7 +84,7 @@ type Router struct {
 	ProvisionTimeout time.Duration
 
 	logger hclog.Logger
-	engine *Books
+	engine Pool
 
 	// pass serialises Pass. It is held across provisioner calls, so
 	// nothing but Pass may take it: the reports use mu alone.
@@ -131,7 +153,7 @@ type needState struct {
 
 // NewRouter returns a Router that hands tasks out through engine and asks
 // targets for machines.
-func NewRouter(logger hclog.Logger, engine *Books, targets []Target) *Router {
+func NewRouter(logger hclog.Logger, engine Pool, targets []Target) *Router {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
@@ -211,14 +233,14 @@ func (p *Router) settle() {
 	p.mu.Unlock()
 
 	for i, ns := range out {
-		res, state := p.engine.taskOutcome(refs[i].worker, refs[i].task)
+		res, state := p.engine.TaskOutcome(refs[i].worker, refs[i].task)
 		switch state {
-		case taskDone:
+		case TaskDone:
 			p.mu.Lock()
 			ns.served, ns.result, ns.task = true, res, ""
 			p.mu.Unlock()
 			p.logger.Info("need served", "need", ns.id, "task", res.TaskID, "worker", res.Worker, "host", res.Hostname)
-		case taskLost:
+		case TaskLost:
 			p.mu.Lock()
 			ns.task, ns.worker = "", ""
 			p.mu.Unlock()
@@ -232,7 +254,7 @@ func (p *Router) settle() {
 // match gives each waiting need the smallest idle worker that fits it and
 // returns the needs left waiting.
 func (p *Router) match() []*needState {
-	idle := p.engine.idleWorkers()
+	idle := p.engine.IdleWorkers()
 
 	type plan struct {
 		ns     *needState
@@ -276,7 +298,7 @@ func (p *Router) match() []*needState {
 
 	for _, pl := range plans {
 		if err := p.engine.Assign(pl.worker, pl.task); err != nil {
-			// It left (or was given up on) since idleWorkers; try
+			// It left (or was given up on) since IdleWorkers; try
 			// elsewhere this very pass.
 			waiting = append(waiting, pl.ns)
 			continue
@@ -317,7 +339,7 @@ func (p *Router) provision(ctx context.Context, waiting []*needState) {
 	// take a waiting need on the next pass. That need is covered, not
 	// wanted; counting it would ask for a machine now and give one up the
 	// pass after, when the demand falls back.
-	idle, attached := p.engine.idleAndAttached()
+	idle, attached := p.engine.IdleAndAttached()
 	taken := make([]bool, len(idle))
 	// Needs whose profile the engine holds back (backoff.go): each held
 	// profile is asked for at most its allowance this pass, and the rest
