@@ -1,13 +1,14 @@
-// Host-example is an engine built on shared/host, to run and to copy: it
-// launches provisioner plugins (host.Supervisor), keeps the books on the
-// workers that attach to it, and hands them work.
+// Host-example is an engine built on the engine kit (shared/engine), to
+// run and to copy: a thin layer over it, as examples/embed is a thinner
+// one.
 //
-// It owns what is really an engine's choice: the placer (which
-// provisioner is asked for what, and when), the HTTP endpoint workers dial
-// back to (listener limits, TLS, GET /status), the worker itself, and the
-// CLI with its engine block. What every engine needs (launching,
-// supervision, decoding a provisioner block, credentials and admission)
-// it takes from shared/host and shared/hclconfig and may not copy: a fix
+// It owns what is an engine's own choice: the CLI (run, validate,
+// script, worker, version), the operator's authentication in front of
+// the kit's /status, event stream and metrics, the status page, the
+// story told on stdout, and keeping the signing secret out of its own
+// environment. What every engine needs (the plugins' supervision, the
+// demand routing, the worker books and protocol, events, metrics, the
+// configuration file) it takes from shared/engine and may not copy: a fix
 // there must reach every engine. It never talks to a cluster; only
 // plugins do.
 //

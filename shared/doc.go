@@ -23,12 +23,12 @@
 // written down in docs/plugin-protocol.md, bin/provisioner-conformance
 // checks a plugin against it, and examples/python-local is a plugin in
 // Python. The price is a process and a socket per provisioner and a few
-// hundred microseconds a call; the placer's hot path (does anything cover
+// hundred microseconds a call; the router's hot path (does anything cover
 // this node?) is answered from shapes the engine caches, so it never pays
 // it.
 //
 // The contract is small on purpose. Asking is not scheduling: the engine's
-// placer decides what runs where, and a provisioner only says what sizes it
+// router decides what runs where, and a provisioner only says what sizes it
 // can start, starts one when asked, and forgets or gives up on what it
 // asked for. Every method takes a context and a request struct and returns
 // a response struct and an error, so that fields can be added to either

@@ -22,7 +22,7 @@ const ContractVersion = "2.3"
 // Provisioner is somewhere machines can be asked for.
 //
 // The shape is deliberately small: asking is not scheduling, and the
-// engine's placer already does the scheduling. Every method takes a request
+// engine's router already does the scheduling. Every method takes a request
 // struct and returns a response struct, so that fields can be added to
 // either without breaking anybody who implements or calls it.
 //

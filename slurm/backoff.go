@@ -8,7 +8,7 @@ import (
 	doubling "github.com/fluksio/provision/internal/backoff"
 )
 
-// Backoff for a profile whose requests keep failing. The placer asks on
+// Backoff for a profile whose requests keep failing. The router asks on
 // every pass of its wait, so without it a profile that sbatch refuses, or
 // whose job dies at once, would be submitted to again and again, as fast
 // as the engine asks. Each failure doubles the wait before the profile is
@@ -25,7 +25,7 @@ import (
 // provisioner's clock instead.
 const (
 	// backoffBase is the wait after one failure: long enough that the
-	// placer's next pass does not submit again, short enough that a
+	// router's next pass does not submit again, short enough that a
 	// passing hiccup costs little.
 	backoffBase = 5 * time.Second
 	// backoffMax caps the wait, so that a profile that was fixed on the

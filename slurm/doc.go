@@ -71,7 +71,7 @@
 // A profile whose requests keep failing (sbatch refuses them, or their
 // jobs die before their workers attach) backs off: 5 s after the first
 // failure, doubling to at most 5 minutes, and Provision answers
-// backing_off until then without touching the cluster. The placer asks on
+// backing_off until then without touching the cluster. The router asks on
 // every pass, and without this a broken profile would be submitted as
 // fast as it asks. A worker of the profile attaching resets it.
 //

@@ -25,7 +25,7 @@ import (
 // shortfall in one array gets nothing at all where asking for the room
 // left would have got that much. Measured before this file: a burst of 10
 // under MaxSubmitJobs = 5 got 0 machines in 40 s, the profile backed off
-// and the placer failed over to another profile behind the same login,
+// and the router failed over to another profile behind the same login,
 // which the same limit refused.
 //
 // So the provisioner reads the limits that apply to its user, and never
@@ -49,7 +49,7 @@ import (
 //     (limitTurn), and in between estimated from the books: the others'
 //     jobs as last counted plus this provisioner's as they stand now. A
 //     burst is trimmed to the room; the rest of the demand waits, answered
-//     "capped" with the limit's name, which the engine's placer does not
+//     "capped" with the limit's name, which the engine's router does not
 //     fail over on (a profile behind the same login meets the same
 //     limit). Nothing backs off: the room comes back as jobs end.
 //   - MaxJobs and cpu limits do not refuse a submission: jobs beyond them

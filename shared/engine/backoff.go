@@ -19,7 +19,7 @@ import (
 // holds a profile back itself: each worker_provision_failed a provisioner
 // reports for one of its profiles holds that profile for engineHoldBase,
 // doubled with each failure in a row, up to engineHoldMax; a worker of the
-// profile attaching ends it. While a profile is held, the placer asks for
+// profile attaching ends it. While a profile is held, the router asks for
 // none of it beyond what the plugin last said was on its way (so nothing
 // pending is given up, and nothing more is asked for): the rest of its
 // needs are treated as if the plugin had answered BACKING_OFF, and fail

@@ -96,7 +96,7 @@ type Books struct {
 	status host.StatusCache
 
 	// changed holds at most one pending wake-up for the run loop: a
-	// worker attached, finished or left, so a placer pass now would find
+	// worker attached, finished or left, so a router pass now would find
 	// something new.
 	changed chan struct{}
 	// done is closed by Close; long polls return at once after it.
@@ -112,7 +112,7 @@ type Books struct {
 	// must not stall every other worker.
 	mu      sync.Mutex
 	workers map[string]*workerState
-	// results are finished tasks by id, kept until the placer takes them.
+	// results are finished tasks by id, kept until the router takes them.
 	results map[string]Result
 	// admission is the provisioners' word on which job each worker was
 	// started as, from their events, and the names that may never attach
@@ -138,7 +138,7 @@ type WorkerInfo struct {
 	Profile string `json:"profile,omitempty"`
 }
 
-// shape is the worker as a machine, so that the placer matches workers
+// shape is the worker as a machine, so that the router matches workers
 // with the same rule (shared.Shape.Fits) that provisioners' shapes use.
 func (w WorkerInfo) shape() shared.Shape {
 	return shared.Shape{Profile: w.Profile, CPUs: w.CPUs, GPUs: w.GPUs, RAMMB: w.RAMMB, Labels: w.Labels}
@@ -312,7 +312,7 @@ func (e *Books) notify() {
 	}
 }
 
-// -- the placer's side ---------------------------------------------------
+// -- the router's side ---------------------------------------------------
 
 var (
 	errNotAttached = errors.New("worker is not attached")
@@ -446,7 +446,7 @@ func (e *Books) activity(a Activity) {
 // worker with no poll open and no task in hand for deadAfter, or running
 // a task it was handed and unseen for goneFactor poll periods. A task that
 // was assigned to a dead worker and never picked up goes back to the
-// placer (TaskOutcome says TaskLost). It also forgets revocations and job
+// router (TaskOutcome says TaskLost). It also forgets revocations and job
 // records older than any credential can live. e.mu must be held. A worker
 // running a long task does not poll meanwhile; ours are short, and one
 // that needs longer should poll in between (a poll while holding a task
@@ -841,7 +841,7 @@ func (e *Books) handleResult(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	// Escaped here, once, so that the story, the log and the placer's
+	// Escaped here, once, so that the story, the log and the router's
 	// books all see the same harmless text.
 	res := Result{
 		TaskID: host.Printable(req.TaskID), Worker: name, Hostname: host.Printable(req.Hostname),
@@ -914,7 +914,7 @@ func (e *Books) handleDetach(w http.ResponseWriter, r *http.Request) {
 	e.mu.Unlock()
 
 	if ws != nil {
-		// A task left behind is noticed by the placer, which places it
+		// A task left behind is noticed by the router, which places it
 		// again; nothing to do here but say so.
 		e.logger.Info("worker detached", "worker", name, "task_left", task)
 		e.activity(Activity{Kind: EventWorkerDetached, Provisioner: cred.Provisioner, Worker: name, Job: job, Task: task})

@@ -26,7 +26,7 @@ const defaultProvisionTimeout = 10 * time.Second
 // goes on: long enough for a plugin that answers at once, as the contract
 // asks, so that its outcome is logged in this pass. A target still
 // answering after that keeps its round (and is not asked again until it
-// ends) while the placer serves the rest.
+// ends) while the router serves the rest.
 const passWait = 100 * time.Millisecond
 
 // Pool is the workers as the Router sees them: which are idle and what

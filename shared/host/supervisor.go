@@ -31,7 +31,7 @@ const (
 // configures it again. go-plugin never restarts anything, and a dead
 // plugin that nobody notices is the failure its users complain of most.
 //
-// Rejected alternative: restarting from the engine's placer when a call
+// Rejected alternative: restarting from the engine's router when a call
 // fails. Calls fail for many reasons, and a plugin that died between
 // calls would stay dead until the next one; the process's exit is the
 // one certain signal, and only the Supervisor waits on it.
@@ -153,7 +153,7 @@ func (s *Supervisor) Start(ctx context.Context) hcl.Diagnostics {
 }
 
 // launch starts a process, configures it and, with publish, publishes
-// its shapes to the placer. A launch made only to cancel at shutdown does
+// its shapes to the router. A launch made only to cancel at shutdown does
 // not publish, so that nothing new is asked of it.
 func (s *Supervisor) launch(ctx context.Context, publish bool) (*launched, hcl.Diagnostics) {
 	s.mu.Lock()

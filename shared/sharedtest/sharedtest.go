@@ -1,7 +1,7 @@
 // Package sharedtest has the one fake provisioner and the one fake host
 // that tests of every package use, instead of a copy each.
 //
-// They are fakes for the other side of what a test exercises: a placer or
+// They are fakes for the other side of what a test exercises: a router or
 // a wire adapter needs a Provisioner that answers plausibly, a provisioner
 // needs a Host that records its events and mints tokens that are easy to
 // look for. Neither talks to anything; the real plugin and the real host
