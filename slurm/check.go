@@ -235,10 +235,10 @@ func (c *check) cluster(ctx context.Context) {
 		said := truncate(firstNonEmpty(string(stderr), err.Error()))
 		switch {
 		case releaseMismatch(said):
-			c.fail([]string{"login"}, "Slurm client and controller are different releases", "%s.", mismatchDetail(c.cfg.Login, quoteLines(said)))
+			c.fail([]string{"login"}, "Slurm client and controller are different releases", "%s.", mismatchDetail(c.cfg.Login.String(), quoteLines(said)))
 		case saidZeroBytes(said):
 			c.fail([]string{"login"}, "Slurm client and controller are different releases",
-				"%s. (A controller that dropped one connection says the same: if `sbatch --version` on the login node matches the cluster, check again.)", mismatchDetail(c.cfg.Login, quoteLines(said)))
+				"%s. (A controller that dropped one connection says the same: if `sbatch --version` on the login node matches the cluster, check again.)", mismatchDetail(c.cfg.Login.String(), quoteLines(said)))
 		default:
 			c.fail([]string{"login"}, "Slurm not reachable from the login node",
 				"scontrol show config failed on %s: %s. The login node must have Slurm's client commands and reach slurmctld.", c.cfg.Login, quoteLines(said))

@@ -106,6 +106,12 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 				}
 				break
 			}
+			if needed, detail := p.loginNeeded(cfg); needed {
+				// Weather a person clears: nothing is asked for, and
+				// nothing backs off (logins.go).
+				a = answer{shared.OutcomeCapped, detail}
+				break
+			}
 			if c.inFlight > 0 {
 				a.detail = fmt.Sprintf("a submission of %d machine(s) is in flight; the other %d are asked for when it ends", c.inFlight, max(0, short-c.inFlight))
 				break
@@ -593,6 +599,9 @@ func (p *Provisioner) submitOne(ctx context.Context, cfg *settings, host shared.
 			detail = truncate(detail + " (the queue has no job for worker " + live[0].tag + ")")
 			p.watchLate(cfg)
 		}
+	}
+	if err != nil && !lost && p.withdrawForLogin(cfg, live, detail+" "+err.Error()) {
+		return true
 	}
 	if err != nil {
 		p.submissionFailed(cfg, host, live, detail, err)

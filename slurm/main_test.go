@@ -98,6 +98,21 @@ func fakeSSH(spec, dir string, args []string) int {
 		return 255
 	}
 
+	// A login node listed in the file "down" does not answer, one in
+	// "refuse" refuses the login, in ssh's words; nothing runs on either.
+	dest := args[slices.Index(args, "--")+1]
+	if port := slices.Index(args, "-p"); port >= 0 && port < slices.Index(args, "--") {
+		dest += ":" + args[port+1]
+	}
+	for _, f := range []struct{ file, said string }{
+		{"down", "ssh: connect to host " + dest + " port 22: Connection refused"},
+		{"refuse", dest + ": Permission denied (publickey)."},
+	} {
+		if b, err := os.ReadFile(filepath.Join(dir, f.file)); err == nil && slices.Contains(strings.Fields(string(b)), dest) {
+			fmt.Fprintln(os.Stderr, f.said)
+			return 255
+		}
+	}
 	if b, err := os.ReadFile(filepath.Join(dir, "spec")); err == nil {
 		spec = strings.TrimSpace(string(b))
 	}

@@ -76,6 +76,9 @@ type Provisioner struct {
 	// conn is the ssh connection to the login node and its session cap
 	// (ssh.go); it has its own lock.
 	conn sshConn
+	// logins is where each login node stands, which one is in use, and
+	// whether a login is needed (logins.go); it has its own lock.
+	logins loginBook
 	// makingLogDir holds one token while log_dir is being made, so that
 	// a burst of first submissions makes it once, not once each; it is
 	// taken with the caller's context, across that one ssh call.
@@ -938,6 +941,7 @@ func (p *Provisioner) Status(context.Context, *shared.StatusRequest) (*shared.St
 		resp.Notes = append(resp.Notes, p.arrayNote)
 	}
 	resp.Notes = append(resp.Notes, p.limitNotesLocked(now)...)
+	resp.Notes = append(resp.Notes, p.loginNotes(p.cfg)...)
 	if p.relay != nil {
 		resp.Notes = append(resp.Notes, p.relay.note())
 	}
