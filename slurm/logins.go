@@ -219,8 +219,8 @@ func validateLogins(s *settings) shared.Diagnostics {
 type loginPhase int
 
 const (
-	// loginUntried: nothing has been sent to it yet.
-	loginUntried loginPhase = iota
+	// loginUntried (the zero value): nothing has been sent to it yet.
+	_ loginPhase = iota
 	// loginAnswering: the last command got through (whatever it said).
 	loginAnswering
 	// loginSilent: it did not answer; skipped until retryAt.
@@ -423,7 +423,7 @@ func (b *loginBook) note(n, i int, out loginOutcome, said string, now time.Time,
 	default:
 		return ch
 	}
-	access := b.access
+	var access accessPhase
 	switch {
 	case out == outcomeGotThrough:
 		access = accessOpen
