@@ -31,6 +31,12 @@
 #   for sid; past the slurmd ports of 8 nodes).
 #   SANDBOX_MIN_JOB_AGE=300: slurm.conf's MinJobAge, how many seconds the
 #   controller keeps a finished job; a test of jobs it has forgotten sets 2.
+#   SANDBOX_JOB_SUBMIT=: the site's submit rules, slurm.conf's
+#   JobSubmitPlugins: empty (none), or a comma list of require_timelimit
+#   (a job without --time is refused) and throttle (at most
+#   SANDBOX_JOBS_PER_HOUR=5 submissions per user an hour, as
+#   SchedulerParameters=jobs_per_user_per_hour). Each Debian's Slurm has
+#   both (job_submit_*.so in bookworm's, trixie's and sid's).
 #   SANDBOX_BASTION_PORT=0: a port starts a second sshd there, a jump host
 #   in front of the login node (same users and keys), and adds the Host
 #   "sandbox-via-bastion" to the sandbox's ssh_config, which reaches the
@@ -111,7 +117,7 @@ declare -A SET=(
   [SANDBOX_NODE]="$(hostname -s)" [SANDBOX_CPUS]=50 [SANDBOX_MEM_MB]=16000 [SANDBOX_GPUS]=2
   [SANDBOX_NODES]=2 [SANDBOX_SLURM]=bookworm
   [SANDBOX_ACCOUNTING]=0 [SANDBOX_MIN_JOB_AGE]=300 [SANDBOX_DBD_PORT]=$((6831 + PORT_OFFSET)) [SANDBOX_DB_PORT]=$((6832 + PORT_OFFSET))
-  [SANDBOX_BASTION_PORT]=0
+  [SANDBOX_BASTION_PORT]=0 [SANDBOX_JOB_SUBMIT]= [SANDBOX_JOBS_PER_HOUR]=5
 )
 if [[ -r "$SB_DIR/settings" ]]; then
   while IFS='=' read -r k v; do
@@ -126,7 +132,7 @@ for k in SANDBOX_SSH_PORT SANDBOX_CTLD_PORT SANDBOX_SLURMD_PORT SANDBOX_DBD_PORT
     sb_die "$k='${SET[$k]}' is not a port number"
   fi
 done
-for k in SANDBOX_CPUS SANDBOX_MEM_MB SANDBOX_GPUS SANDBOX_NODES SANDBOX_MIN_JOB_AGE SANDBOX_BASTION_PORT; do
+for k in SANDBOX_CPUS SANDBOX_MEM_MB SANDBOX_GPUS SANDBOX_NODES SANDBOX_MIN_JOB_AGE SANDBOX_BASTION_PORT SANDBOX_JOBS_PER_HOUR; do
   [[ "${SET[$k]}" =~ ^[0-9]+$ ]] || sb_die "$k='${SET[$k]}' is not a number"
 done
 ((SET[SANDBOX_CPUS] >= 1 && SET[SANDBOX_MEM_MB] >= 100)) || sb_die "need SANDBOX_CPUS >= 1 and SANDBOX_MEM_MB >= 100"
@@ -138,6 +144,14 @@ NODE="${SET[SANDBOX_NODE]}" CPUS="${SET[SANDBOX_CPUS]}" MEM_MB="${SET[SANDBOX_ME
 NNODES="${SET[SANDBOX_NODES]}"
 ACCOUNTING="${SET[SANDBOX_ACCOUNTING]}" DBD_PORT="${SET[SANDBOX_DBD_PORT]}" DB_PORT="${SET[SANDBOX_DB_PORT]}"
 BASTION_PORT="${SET[SANDBOX_BASTION_PORT]}"
+JOB_SUBMIT="${SET[SANDBOX_JOB_SUBMIT]}"
+# "none" clears a remembered list (an empty value keeps it).
+[[ "$JOB_SUBMIT" == none ]] && JOB_SUBMIT=""
+SET[SANDBOX_JOB_SUBMIT]="$JOB_SUBMIT"
+[[ -z "$JOB_SUBMIT" || "$JOB_SUBMIT" =~ ^(require_timelimit|throttle)(,(require_timelimit|throttle))?$ ]] ||
+  sb_die "SANDBOX_JOB_SUBMIT='$JOB_SUBMIT' is not a comma list of require_timelimit and throttle (or none)"
+JOBS_PER_HOUR="${SET[SANDBOX_JOBS_PER_HOUR]}"
+((JOBS_PER_HOUR >= 1)) || sb_die "SANDBOX_JOBS_PER_HOUR must be 1 or more"
 ((BASTION_PORT <= 65535)) || sb_die "SANDBOX_BASTION_PORT='$BASTION_PORT' is not a port number (0: no bastion)"
 ((BASTION_PORT == 0 || BASTION_PORT != SSH_PORT)) || sb_die "SANDBOX_BASTION_PORT must differ from SANDBOX_SSH_PORT"
 [[ "$ACCOUNTING" == 0 || "$ACCOUNTING" == 1 ]] || sb_die "SANDBOX_ACCOUNTING must be 0 or 1, not '$ACCOUNTING'"
@@ -177,7 +191,8 @@ chmod 0755 "$SB_DIR" "$ETC" "$SSHD" "$SSHD/authorized_keys" "$LOG" "$PIDS" "$MUN
 touch "$SB_DIR/$SB_MARKER"
 {
   for k in SANDBOX_SSH_PORT SANDBOX_CTLD_PORT SANDBOX_SLURMD_PORT SANDBOX_NODE SANDBOX_CPUS SANDBOX_MEM_MB SANDBOX_GPUS SANDBOX_NODES SANDBOX_SLURM \
-    SANDBOX_ACCOUNTING SANDBOX_MIN_JOB_AGE SANDBOX_DBD_PORT SANDBOX_DB_PORT SANDBOX_BASTION_PORT; do
+    SANDBOX_ACCOUNTING SANDBOX_MIN_JOB_AGE SANDBOX_DBD_PORT SANDBOX_DB_PORT SANDBOX_BASTION_PORT \
+    SANDBOX_JOB_SUBMIT SANDBOX_JOBS_PER_HOUR; do
     printf '%s=%s\n' "$k" "${SET[$k]}"
   done
 } >"$SB_DIR/settings"
@@ -360,7 +375,9 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 ReturnToService=2
 SchedulerType=sched/backfill
-SchedulerParameters=batch_sched_delay=0
+SchedulerParameters=batch_sched_delay=0$(if [[ ",$JOB_SUBMIT," == *,throttle,* ]]; then echo ",jobs_per_user_per_hour=$JOBS_PER_HOUR"; fi)$(
+  if [[ -n "$JOB_SUBMIT" ]]; then printf '\nJobSubmitPlugins=%s' "$JOB_SUBMIT"; fi
+)
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=100
@@ -782,6 +799,7 @@ export SANDBOX_SLURM=$SUITE
 export SANDBOX_SLURM_VERSION=$SLURM_VERSION
 export SANDBOX_ACCOUNTING=$ACCOUNTING
 export SANDBOX_BASTION_PORT=$BASTION_PORT
+export SANDBOX_JOB_SUBMIT=$JOB_SUBMIT
 $(if ! sb_suite_native "$SUITE"; then
   echo "# The sandbox's own Slurm clients first: a client of another release cannot talk to its controller."
   echo "export SANDBOX_BIN=$SB_DIR/bin"

@@ -348,8 +348,16 @@ func (c *check) profiles(ctx context.Context) {
 				c.fail(path, "Slurm did not answer", "sbatch --test-only for profile %s did not get an answer: %s. Try again; if it persists, check the login node.", prof.Name, quoteLines(truncate(firstNonEmpty(said, err.Error()))))
 				continue
 			}
+			if throttled(said) {
+				// Weather, not the profile: the site's throttle
+				// counted this very --test-only.
+				c.resp.Diagnostics = append(c.resp.Diagnostics, shared.Diagnostic{Severity: shared.SeverityWarning, Path: path,
+					Summary: "The site throttles submissions",
+					Detail:  fmt.Sprintf("sbatch --test-only for profile %s says: %s.%s", prof.Name, quoteLines(truncate(said)), submitRuleHint(said))})
+				continue
+			}
 			c.fail(sbatchBlame(prof, path, said), "Slurm refuses profile "+prof.Name,
-				"sbatch --test-only says: %s.%s Fix the profile's sbatch lines (or the cluster side) and check again.", quoteLines(truncate(said)), deadlineHint(prof, said))
+				"sbatch --test-only says: %s.%s%s Fix the profile's sbatch lines (or the cluster side) and check again.", quoteLines(truncate(said)), deadlineHint(prof, said), submitRuleHint(said))
 			continue
 		}
 		c.fact("profile "+prof.Name, "sbatch --test-only: "+strings.TrimPrefix(lastLine([]byte(said)), "sbatch: "), path...)

@@ -106,6 +106,12 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 				}
 				break
 			}
+			if now.Before(p.throttleUntil) {
+				// The site's throttle gives a submission back in its
+				// own time; asking before that is refused again.
+				a = answer{shared.OutcomeCapped, throttleDetail(p.throttleSaid, p.throttleUntil)}
+				break
+			}
 			if needed, detail := p.loginNeeded(cfg); needed {
 				// Weather a person clears: nothing is asked for, and
 				// nothing backs off (logins.go).
@@ -741,7 +747,7 @@ func (p *Provisioner) ask(ctx context.Context, cfg *settings, host shared.Host, 
 		if releaseMismatch(said) {
 			said = mismatchDetail(cfg.host(), said)
 		}
-		said += deadlineHint(prof, said)
+		said += deadlineHint(prof, said) + submitRuleHint(said)
 		return "", failure(err, said, answerLost(err, stderr), redact)
 	}
 	job, err := parseJobID(string(stdout))

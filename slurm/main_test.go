@@ -136,6 +136,17 @@ func fakeSSH(spec, dir string, args []string) int {
 		fmt.Println(newJobID(dir))
 	case "scontrol=noarrays":
 		fmt.Println("Configuration data as of 2026-12-02T10:00:00\nMaxArraySize            = 0\nMaxJobCount             = 10000")
+	case "sbatch=throttle", "sbatch=notime":
+		// A site's submit rule, in the words 22.05 printed
+		// (testdata/slurm-versions/*/submit-rule-*.txt).
+		name := "submit-rule-throttle-sbatch.txt"
+		if behaviour == "notime" {
+			name = "submit-rule-timelimit-sbatch.txt"
+		}
+		b, _ := os.ReadFile(filepath.Join("testdata", "slurm-versions", "22.05.8", name))
+		said, _, _ := strings.Cut(string(b), "exit ")
+		fmt.Fprint(os.Stderr, said)
+		return 1
 	case "sbatch=fail":
 		fmt.Fprintln(os.Stderr, "sbatch: error: invalid partition specified: nope")
 		fmt.Fprintln(os.Stderr, "sbatch: error: Batch job submission failed: Invalid partition name specified")

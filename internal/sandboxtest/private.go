@@ -71,6 +71,13 @@ type Options struct {
 	// (SANDBOX_BASTION_PORT, a free port): Env.SSHConfig then has the
 	// Host "sandbox-via-bastion", the login node reached through it.
 	Bastion bool
+	// JobSubmit is the site's submit rules, slurm.conf's
+	// JobSubmitPlugins (SANDBOX_JOB_SUBMIT): "require_timelimit",
+	// "throttle" or both, comma-separated; "" for none. JobsPerHour is
+	// throttle's jobs_per_user_per_hour (SANDBOX_JOBS_PER_HOUR), 0 for
+	// up.sh's default.
+	JobSubmit   string
+	JobsPerHour int
 }
 
 // PrivateWith is Private with opts.
@@ -117,6 +124,12 @@ func PrivateWith(t testing.TB, name string, opts Options) Env {
 	}
 	if opts.Bastion {
 		env = append(env, "SANDBOX_BASTION_PORT="+strconv.Itoa(ports[5]))
+	}
+	if opts.JobSubmit != "" {
+		env = append(env, "SANDBOX_JOB_SUBMIT="+opts.JobSubmit)
+	}
+	if opts.JobsPerHour > 0 {
+		env = append(env, "SANDBOX_JOBS_PER_HOUR="+strconv.Itoa(opts.JobsPerHour))
 	}
 	if opts.MinJobAge > 0 {
 		env = append(env, "SANDBOX_MIN_JOB_AGE="+strconv.Itoa(opts.MinJobAge))
