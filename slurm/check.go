@@ -210,6 +210,9 @@ func sshBlame(cfg *settings, said string) (path []string, summary, fix string) {
 	case strings.Contains(s, "host key verification failed") || strings.Contains(s, "host identification has changed") ||
 		strings.Contains(s, "no ") && strings.Contains(s, "host key is known"):
 		return hostPath, "Login node's host key not trusted", "Add the login node's host key to known_hosts (ssh-keyscan, checked against the site's published fingerprint)."
+	case strings.Contains(s, "permission denied") && !cfg.multiplex:
+		return []string{"login"}, "Login refused", "Where the plugin runs through an operator's ssh master (multiplex = false, ssh_config's ControlPath, the MFA recipe), the master is not open: run `" +
+			masterCommand(cfg) + "` as the engine's user and answer its prompts. Otherwise check ssh_key and that its public half is in the user's authorized_keys."
 	case strings.Contains(s, "permission denied"):
 		return keyPath, "Login refused", "The login node did not accept the key: check ssh_key and that its public half is in the user's authorized_keys."
 	case strings.Contains(s, "connection refused") || strings.Contains(s, "no route to host") ||

@@ -459,9 +459,23 @@ func (p *Provisioner) loginNeeded(cfg *settings) (bool, string) {
 }
 
 // loginNeededDetail says that a login is needed, since when, and what to
-// run: the operator's ssh, with the plugin's ssh_config, opening the
-// master that ssh_config's ControlPath names.
+// do: with multiplex off (the MFA recipe), the operator's ssh that opens
+// the master ssh_config's ControlPath names; with the plugin's own
+// connections, the key and authorized_keys to check.
 func loginNeededDetail(cfg *settings, said string, since time.Time) string {
+	head := fmt.Sprintf("%s: the login node refused the login (%s) since %s; nothing is asked for until a login gets through",
+		loginNeededPrefix, strings.TrimSpace(said), since.UTC().Format(time.RFC3339))
+	const tail = "; the provisioner tries again every poll_interval and carries on by itself"
+	if cfg.multiplex {
+		return head + ". Check ssh_key and that its public half is in the user's authorized_keys (host-example validate -check tries the login)" + tail
+	}
+	return head + ". Log in as the operator to open the shared connection again (run `" + masterCommand(cfg) +
+		"` and answer its prompts; ssh_config's ControlPath names the socket)" + tail
+}
+
+// masterCommand is the ssh that opens an operator's master to the first
+// login node with the plugin's ssh settings.
+func masterCommand(cfg *settings) string {
 	run := "ssh"
 	if cfg.SSHConfig != "" {
 		run += " -F " + cfg.SSHConfig
@@ -472,11 +486,7 @@ func loginNeededDetail(cfg *settings, said string, since time.Time) string {
 	} else if cfg.SSHPort != 0 {
 		run += " -p " + strconv.Itoa(cfg.SSHPort)
 	}
-	run += " -o ControlMaster=yes -o ControlPersist=yes -fN " + a.dest
-	return fmt.Sprintf("%s: the login node refused the login (%s) since %s; nothing is asked for until a login gets through. "+
-		"Log in as the operator to open the shared connection again (run `%s` and answer its prompts; ssh_config's ControlPath names the socket); "+
-		"the provisioner tries again every poll_interval and carries on by itself",
-		loginNeededPrefix, strings.TrimSpace(said), since.UTC().Format(time.RFC3339), run)
+	return run + " -o ControlMaster=yes -o ControlPersist=yes -fN " + a.dest
 }
 
 // loginNotes are the logins' lines in Status: which login is in use, and

@@ -88,7 +88,7 @@ func TestLoginsInOrder(t *testing.T) {
 // once a poll (one log line for the whole outage), and the first command
 // that gets through ends it.
 func TestLoginNeeded(t *testing.T) {
-	h := newHarness(t, "", nil)
+	h := newHarness(t, "", func(c map[string]any) { c["multiplex"] = false })
 	ev := h.provisioned(t)
 	h.fake.setSpec(t, "squeue=rows")
 	h.fake.setRows(t, ev.Job+"|PENDING|Priority|N/A|"+tagOf(ev.Worker))
@@ -180,5 +180,23 @@ func TestLoginListEntries(t *testing.T) {
 	argv := sshArgvAt(cfg, cfg.logins[0], nil, []string{"true"})
 	if i := slices.Index(argv, "-p"); i < 0 || argv[i+1] != "2222" || slices.Contains(argv, "22") {
 		t.Errorf("argv %q: want the entry's port alone", argv)
+	}
+}
+
+// TestLoginNeededWords: with the plugin's own connections a refused login
+// is about the key; through an operator's master (multiplex off) it says
+// how to open the master again.
+func TestLoginNeededWords(t *testing.T) {
+	since := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	own := &settings{Config: Config{SSHPort: 2222}, multiplex: true, logins: []loginAddr{{dest: "u@h"}}}
+	if d := loginNeededDetail(own, "Permission denied (publickey).", since); !strings.Contains(d, "ssh_key") || strings.Contains(d, "ControlMaster") {
+		t.Errorf("own connections: %s", d)
+	}
+	master := &settings{Config: Config{SSHConfig: "/c"}, logins: []loginAddr{{dest: "u@h", port: 2200}}}
+	if d := loginNeededDetail(master, "Permission denied (publickey).", since); !strings.Contains(d, "`ssh -F /c -p 2200 -o ControlMaster=yes -o ControlPersist=yes -fN u@h`") {
+		t.Errorf("operator's master: %s", d)
+	}
+	if _, _, fix := sshBlame(master, "u@h: Permission denied (publickey)."); !strings.Contains(fix, "-fN u@h") {
+		t.Errorf("validate -check's fix through a master: %s", fix)
 	}
 }
