@@ -377,6 +377,9 @@ func classifyLogin(err error, stdout, stderr []byte) loginOutcome {
 	return outcomeUnknown
 }
 
+// outcomePhase is the phase each outcome puts its login in.
+var outcomePhase = map[loginOutcome]loginPhase{outcomeGotThrough: loginAnswering, outcomeSilent: loginSilent, outcomeRefused: loginRefusing}
+
 // loginChange is what a command's outcome changed, for the one log line
 // each change gets.
 type loginChange struct {
@@ -392,12 +395,21 @@ type loginChange struct {
 // note records what one command found at login i. tried and last say
 // whether this was the last login the command could try; access is
 // judged on the last one, or on a login that got through.
-func (b *loginBook) note(n, i int, out loginOutcome, said string, now time.Time, last bool) loginChange {
+//
+// started is when the command began: one that began before the login's or
+// the whole's phase last changed cannot change it back. A command that
+// was running through an operator's master as it closed succeeds after
+// the first refusal; without this the phase would flap, with a log line
+// each way.
+func (b *loginBook) note(n, i int, out loginOutcome, said string, started, now time.Time, last bool) loginChange {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.initLocked(n)
 	st := &b.state[i]
 	var ch loginChange
+	if phase, ok := outcomePhase[out]; ok && phase != st.phase && started.Before(st.since) {
+		return ch
+	}
 	switch out {
 	case outcomeGotThrough:
 		ch.back = st.phase == loginSilent || st.phase == loginRefusing
@@ -438,6 +450,9 @@ func (b *loginBook) note(n, i int, out loginOutcome, said string, now time.Time,
 				b.refusedSaid = s.said
 			}
 		}
+	}
+	if access != b.access && started.Before(b.accessSince) {
+		return ch
 	}
 	if access != b.access {
 		ch.accessChanged, ch.access, ch.was, ch.since = true, access, b.access, b.accessSince

@@ -200,3 +200,21 @@ func TestLoginNeededWords(t *testing.T) {
 		t.Errorf("validate -check's fix through a master: %s", fix)
 	}
 }
+
+// TestLoginStaleOutcomeChangesNothing: a command that began before the
+// phase changed (one running through the operator's master as it closed)
+// cannot change it back; one begun after can.
+func TestLoginStaleOutcomeChangesNothing(t *testing.T) {
+	var b loginBook
+	t0 := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	b.note(1, 0, outcomeGotThrough, "", t0, t0, true)
+	if ch := b.note(1, 0, outcomeRefused, "Permission denied (publickey).", t0.Add(time.Second), t0.Add(2*time.Second), true); ch.access != accessLoginNeeded {
+		t.Fatalf("a refusal: %+v, want login needed", ch)
+	}
+	if ch := b.note(1, 0, outcomeGotThrough, "", t0, t0.Add(3*time.Second), true); ch != (loginChange{}) || b.access != accessLoginNeeded {
+		t.Errorf("a command begun before the refusal, through after it, changed %+v (access %v)", ch, b.access)
+	}
+	if ch := b.note(1, 0, outcomeGotThrough, "", t0.Add(4*time.Second), t0.Add(5*time.Second), true); !ch.accessChanged || ch.access != accessOpen {
+		t.Errorf("a command begun after the refusal got through: %+v, want the login open again", ch)
+	}
+}

@@ -143,13 +143,14 @@ func (p *Provisioner) sshWithin(ctx context.Context, limit time.Duration, stdin 
 	var at loginAddr
 	for n, i := range order {
 		at = logins[i]
+		started := p.now()
 		stdout, stderr, err = p.sshAt(ctx, cfg, i, stdin, remote)
 		out := classifyLogin(err, stdout, stderr)
 		if ctx.Err() != nil && out != outcomeGotThrough {
 			out = outcomeUnknown
 		}
 		last := n == len(order)-1 || (out != outcomeSilent && out != outcomeRefused)
-		if ch := p.logins.note(len(logins), i, out, string(stderr), p.now(), last); ch != (loginChange{}) {
+		if ch := p.logins.note(len(logins), i, out, string(stderr), started, p.now(), last); ch != (loginChange{}) {
 			p.logLoginChange(cfg, i, ch, string(stderr))
 		}
 		if last {
