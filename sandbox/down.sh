@@ -5,7 +5,7 @@
 # (/tmp/pvsb-SUITE for SANDBOX_SLURM=SUITE).
 # 1. cancels every job (stopping slurmd would leave running jobs' slurmstepd
 #    alive) and waits up to 20 s for the queue to empty;
-# 2. stops sshd (and its session processes), slurmd, slurmctld, slurmdbd,
+# 2. stops sshd and the bastion's (and their session processes), slurmd, slurmctld, slurmdbd,
 #    mariadbd (with SANDBOX_ACCOUNTING=1) and munged by
 #    the pids in STATE_DIR/pid - never by name - with TERM, up to 15 s each
 #    (a zombie counts as gone), then KILL.
@@ -48,7 +48,7 @@ fi
 
 # slurmdbd after slurmctld, which sends it what it has not yet; the
 # database after slurmdbd, which writes to it.
-daemons=(sshd $(sb_slurmds) slurmctld slurmdbd mariadbd munged)
+daemons=(sshd sshd-bastion $(sb_slurmds) slurmctld slurmdbd mariadbd munged)
 alive=()
 for d in "${daemons[@]}"; do
   if sb_pid_of "$d" >/dev/null; then alive+=("$d"); fi
@@ -79,16 +79,17 @@ fi
 
 # 2. Stop the daemons by pid. sshd's per-connection children survive their
 # parent (e.g. a client's ControlMaster session), so stop those too.
-if sshd_pid="$(sb_pid_of sshd)"; then
+for d in sshd sshd-bastion; do
+  sshd_pid="$(sb_pid_of "$d")" || continue
   children="$(sb_children "$sshd_pid")"
-  sb_stop sshd
+  sb_stop "$d"
   for c in $children; do
     if sb_proc_live "$c"; then kill -TERM "$c" 2>/dev/null || true; fi
   done
   for c in $children; do
     if ! sb_wait_gone "$c" 15; then kill -KILL "$c" 2>/dev/null || true; fi
   done
-fi
+done
 for d in "${daemons[@]}"; do
   sb_stop "$d"
 done

@@ -31,6 +31,17 @@
 #   for sid; past the slurmd ports of 8 nodes).
 #   SANDBOX_MIN_JOB_AGE=300: slurm.conf's MinJobAge, how many seconds the
 #   controller keeps a finished job; a test of jobs it has forgotten sets 2.
+#   SANDBOX_JOB_SUBMIT=: the site's submit rules, slurm.conf's
+#   JobSubmitPlugins: empty (none), or a comma list of require_timelimit
+#   (a job without --time is refused) and throttle (at most
+#   SANDBOX_JOBS_PER_HOUR=5 submissions per user an hour, as
+#   SchedulerParameters=jobs_per_user_per_hour). Each Debian's Slurm has
+#   both (job_submit_*.so in bookworm's, trixie's and sid's).
+#   SANDBOX_BASTION_PORT=0: a port starts a second sshd there, a jump host
+#   in front of the login node (same users and keys), and adds the Host
+#   "sandbox-via-bastion" to the sandbox's ssh_config, which reaches the
+#   login node through it (ProxyJump), as a site behind a bastion is
+#   reached; its log is STATE_DIR/log/sshd-bastion.log. 0: none.
 # Not remembered: SANDBOX_SMOKE=auto|1|0 - submit a test job over ssh: auto
 #   does it only when a daemon was (re)started, else it runs `sbatch
 #   --test-only` over ssh, which uses no resources.
@@ -106,6 +117,7 @@ declare -A SET=(
   [SANDBOX_NODE]="$(hostname -s)" [SANDBOX_CPUS]=50 [SANDBOX_MEM_MB]=16000 [SANDBOX_GPUS]=2
   [SANDBOX_NODES]=2 [SANDBOX_SLURM]=bookworm
   [SANDBOX_ACCOUNTING]=0 [SANDBOX_MIN_JOB_AGE]=300 [SANDBOX_DBD_PORT]=$((6831 + PORT_OFFSET)) [SANDBOX_DB_PORT]=$((6832 + PORT_OFFSET))
+  [SANDBOX_BASTION_PORT]=0 [SANDBOX_JOB_SUBMIT]= [SANDBOX_JOBS_PER_HOUR]=5
 )
 if [[ -r "$SB_DIR/settings" ]]; then
   while IFS='=' read -r k v; do
@@ -120,7 +132,7 @@ for k in SANDBOX_SSH_PORT SANDBOX_CTLD_PORT SANDBOX_SLURMD_PORT SANDBOX_DBD_PORT
     sb_die "$k='${SET[$k]}' is not a port number"
   fi
 done
-for k in SANDBOX_CPUS SANDBOX_MEM_MB SANDBOX_GPUS SANDBOX_NODES SANDBOX_MIN_JOB_AGE; do
+for k in SANDBOX_CPUS SANDBOX_MEM_MB SANDBOX_GPUS SANDBOX_NODES SANDBOX_MIN_JOB_AGE SANDBOX_BASTION_PORT SANDBOX_JOBS_PER_HOUR; do
   [[ "${SET[$k]}" =~ ^[0-9]+$ ]] || sb_die "$k='${SET[$k]}' is not a number"
 done
 ((SET[SANDBOX_CPUS] >= 1 && SET[SANDBOX_MEM_MB] >= 100)) || sb_die "need SANDBOX_CPUS >= 1 and SANDBOX_MEM_MB >= 100"
@@ -131,6 +143,17 @@ SSH_PORT="${SET[SANDBOX_SSH_PORT]}" CTLD_PORT="${SET[SANDBOX_CTLD_PORT]}" SLURMD
 NODE="${SET[SANDBOX_NODE]}" CPUS="${SET[SANDBOX_CPUS]}" MEM_MB="${SET[SANDBOX_MEM_MB]}" GPUS="${SET[SANDBOX_GPUS]}"
 NNODES="${SET[SANDBOX_NODES]}"
 ACCOUNTING="${SET[SANDBOX_ACCOUNTING]}" DBD_PORT="${SET[SANDBOX_DBD_PORT]}" DB_PORT="${SET[SANDBOX_DB_PORT]}"
+BASTION_PORT="${SET[SANDBOX_BASTION_PORT]}"
+JOB_SUBMIT="${SET[SANDBOX_JOB_SUBMIT]}"
+# "none" clears a remembered list (an empty value keeps it).
+[[ "$JOB_SUBMIT" == none ]] && JOB_SUBMIT=""
+SET[SANDBOX_JOB_SUBMIT]="$JOB_SUBMIT"
+[[ -z "$JOB_SUBMIT" || "$JOB_SUBMIT" =~ ^(require_timelimit|throttle)(,(require_timelimit|throttle))?$ ]] ||
+  sb_die "SANDBOX_JOB_SUBMIT='$JOB_SUBMIT' is not a comma list of require_timelimit and throttle (or none)"
+JOBS_PER_HOUR="${SET[SANDBOX_JOBS_PER_HOUR]}"
+((JOBS_PER_HOUR >= 1)) || sb_die "SANDBOX_JOBS_PER_HOUR must be 1 or more"
+((BASTION_PORT <= 65535)) || sb_die "SANDBOX_BASTION_PORT='$BASTION_PORT' is not a port number (0: no bastion)"
+((BASTION_PORT == 0 || BASTION_PORT != SSH_PORT)) || sb_die "SANDBOX_BASTION_PORT must differ from SANDBOX_SSH_PORT"
 [[ "$ACCOUNTING" == 0 || "$ACCOUNTING" == 1 ]] || sb_die "SANDBOX_ACCOUNTING must be 0 or 1, not '$ACCOUNTING'"
 NODES=("$NODE")
 for ((i = 2; i <= NNODES; i++)); do NODES+=("$NODE$i"); done
@@ -168,7 +191,8 @@ chmod 0755 "$SB_DIR" "$ETC" "$SSHD" "$SSHD/authorized_keys" "$LOG" "$PIDS" "$MUN
 touch "$SB_DIR/$SB_MARKER"
 {
   for k in SANDBOX_SSH_PORT SANDBOX_CTLD_PORT SANDBOX_SLURMD_PORT SANDBOX_NODE SANDBOX_CPUS SANDBOX_MEM_MB SANDBOX_GPUS SANDBOX_NODES SANDBOX_SLURM \
-    SANDBOX_ACCOUNTING SANDBOX_MIN_JOB_AGE SANDBOX_DBD_PORT SANDBOX_DB_PORT; do
+    SANDBOX_ACCOUNTING SANDBOX_MIN_JOB_AGE SANDBOX_DBD_PORT SANDBOX_DB_PORT SANDBOX_BASTION_PORT \
+    SANDBOX_JOB_SUBMIT SANDBOX_JOBS_PER_HOUR; do
     printf '%s=%s\n' "$k" "${SET[$k]}"
   done
 } >"$SB_DIR/settings"
@@ -351,7 +375,9 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 ReturnToService=2
 SchedulerType=sched/backfill
-SchedulerParameters=batch_sched_delay=0
+SchedulerParameters=batch_sched_delay=0$(if [[ ",$JOB_SUBMIT," == *,throttle,* ]]; then echo ",jobs_per_user_per_hour=$JOBS_PER_HOUR"; fi)$(
+  if [[ -n "$JOB_SUBMIT" ]]; then printf '\nJobSubmitPlugins=%s' "$JOB_SUBMIT"; fi
+)
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=100
@@ -471,6 +497,15 @@ EOF
 host_pub="$(cut -d' ' -f1,2 "$SSHD/host_ed25519_key.pub")"
 if ((SSH_PORT == 22)); then kh_host="127.0.0.1"; else kh_host="[127.0.0.1]:$SSH_PORT"; fi
 printf '%s %s\n' "$kh_host" "$host_pub" >"$SSHD/known_hosts"
+# The bastion: the login node's sshd_config on another port, with the
+# same host key (one machine), so one known_hosts line more.
+BASTION_CHANGED=0
+if ((BASTION_PORT)); then
+  sed -e "s/^Port .*/Port $BASTION_PORT/" -e "s|^PidFile .*|PidFile $PIDS/sshd-bastion.pid|" \
+    -e "1s/.*/# Generated by sandbox\/up.sh (the bastion: SANDBOX_BASTION_PORT) - edits are overwritten./" \
+    "$SSHD/sshd_config" | write_if_changed "$SSHD/sshd_bastion_config" && BASTION_CHANGED=1
+  printf '[127.0.0.1]:%s %s\n' "$BASTION_PORT" "$host_pub" >>"$SSHD/known_hosts"
+fi
 # No ControlMaster/ControlPath here: callers do their own multiplexing.
 cat >"$SSH_CONFIG" <<EOF
 # Generated by sandbox/up.sh. Use: ssh -F $SSH_CONFIG sandbox CMD
@@ -486,6 +521,34 @@ Host sandbox
   BatchMode yes
   ConnectTimeout 10
 EOF
+if ((BASTION_PORT)); then
+  # The login node as a site behind a bastion has it: reached only
+  # through the jump host. README's "Real sites" has the same recipe.
+  # No GlobalKnownHostsFile /dev/null here: the plugin refuses a
+  # known-hosts file others can write, and /dev/null is one.
+  cat >>"$SSH_CONFIG" <<EOF
+Host sandbox-bastion
+  HostName 127.0.0.1
+  Port $BASTION_PORT
+  User $JOB_USER
+  IdentityFile $SSHD/client_key
+  IdentitiesOnly yes
+  UserKnownHostsFile $SSHD/known_hosts
+  StrictHostKeyChecking yes
+  BatchMode yes
+Host sandbox-via-bastion
+  HostName 127.0.0.1
+  Port $SSH_PORT
+  ProxyJump sandbox-bastion
+  User $JOB_USER
+  IdentityFile $SSHD/client_key
+  IdentitiesOnly yes
+  UserKnownHostsFile $SSHD/known_hosts
+  StrictHostKeyChecking yes
+  BatchMode yes
+  ConnectTimeout 10
+EOF
+fi
 
 # A job user who cannot read slurm.conf cannot run sbatch over ssh.
 runuser -u "$JOB_USER" -- test -r "$ETC/slurm.conf" ||
@@ -515,6 +578,10 @@ if ((!ACCOUNTING)); then
   sb_stop slurmdbd
   sb_stop mariadbd
 fi
+if ((BASTION_CHANGED || !BASTION_PORT)) && sb_pid_of sshd-bastion >/dev/null; then
+  sb_log "the bastion's settings changed: stopping its sshd"
+  sb_stop sshd-bastion
+fi
 if ((SSHD_CHANGED)) && sb_pid_of sshd >/dev/null; then
   sb_log "sshd_config changed: restarting sshd"
   sb_stop sshd
@@ -524,6 +591,7 @@ fi
 specs=("slurmctld $CTLD_PORT SANDBOX_CTLD_PORT" "sshd $SSH_PORT SANDBOX_SSH_PORT")
 for ((i = 0; i < NNODES; i++)); do specs+=("slurmd-${NODES[i]} $((SLURMD_PORT + i)) SANDBOX_SLURMD_PORT"); done
 if ((ACCOUNTING)); then specs+=("slurmdbd $DBD_PORT SANDBOX_DBD_PORT" "mariadbd $DB_PORT SANDBOX_DB_PORT"); fi
+if ((BASTION_PORT)); then specs+=("sshd-bastion $BASTION_PORT SANDBOX_BASTION_PORT"); fi
 for spec in "${specs[@]}"; do
   read -r name port var <<<"$spec"
   if ! sb_pid_of "$name" >/dev/null && port_listening "$port"; then
@@ -693,6 +761,17 @@ if ! sb_pid_of sshd >/dev/null; then
   poll 10 pidfile_ok sshd || fail "sshd did not stay up" sshd
   STARTED+=(sshd)
 fi
+if ((BASTION_PORT)) && ! sb_pid_of sshd-bastion >/dev/null; then
+  "$SSHD_BIN" -t -f "$SSHD/sshd_bastion_config" >>"$LOG/sshd-bastion.log" 2>&1 || fail "sshd_bastion_config is invalid" sshd-bastion
+  rm -f "$PIDS/sshd-bastion.pid"
+  # shellcheck disable=SC2094 # sshd appends to its -E log; so do we.
+  "$SSHD_BIN" -f "$SSHD/sshd_bastion_config" -E "$LOG/sshd-bastion.log" </dev/null >>"$LOG/sshd-bastion.log" 2>&1 ||
+    fail "the bastion's sshd failed to start" sshd-bastion
+  poll 10 pidfile_ok sshd-bastion || fail "the bastion's sshd did not stay up" sshd-bastion
+  STARTED+=(sshd-bastion)
+  bastion_ok() { ssh -F "$SSH_CONFIG" sandbox-via-bastion true </dev/null >>"$LOG/ssh-client.log" 2>&1; }
+  poll 15 bastion_ok || fail "ssh to the login node through the bastion (sandbox-via-bastion) fails" ssh-client sshd-bastion
+fi
 # When sshd was already up, the smoke test / --test-only below covers ssh.
 if [[ " ${STARTED[*]} " == *" sshd "* || "$SMOKE" == 0 ]]; then
   poll 15 ssh_ok || fail "ssh to $JOB_USER@127.0.0.1:$SSH_PORT fails" ssh-client sshd
@@ -719,6 +798,8 @@ export SANDBOX_NODES=$NNODES
 export SANDBOX_SLURM=$SUITE
 export SANDBOX_SLURM_VERSION=$SLURM_VERSION
 export SANDBOX_ACCOUNTING=$ACCOUNTING
+export SANDBOX_BASTION_PORT=$BASTION_PORT
+export SANDBOX_JOB_SUBMIT=$JOB_SUBMIT
 $(if ! sb_suite_native "$SUITE"; then
   echo "# The sandbox's own Slurm clients first: a client of another release cannot talk to its controller."
   echo "export SANDBOX_BIN=$SB_DIR/bin"

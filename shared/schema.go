@@ -24,6 +24,12 @@ const (
 	TypeInt        Type = "int"
 	TypeNumber     Type = "number"
 	TypeListString Type = "list(string)"
+	// TypeStringOrList is a string or a list of strings, for a setting
+	// that usually has one value and may have several (the Slurm
+	// plugin's login). The host passes on what was written: a JSON
+	// string or a JSON array of strings; a list's elements are checked
+	// one by one, each at its own position.
+	TypeStringOrList Type = "string|list(string)"
 	// TypeDuration is a string in Go's duration syntax ("90s", "5m",
 	// "1h30m"). The host checks it, so a bad one is reported at its
 	// position, and it must be positive.
@@ -88,7 +94,7 @@ func (s *Schema) validate(at string, seen map[string]bool) error {
 			return err
 		}
 		switch a.Type {
-		case TypeString, TypeBool, TypeInt, TypeNumber, TypeListString, TypeDuration:
+		case TypeString, TypeBool, TypeInt, TypeNumber, TypeListString, TypeStringOrList, TypeDuration:
 		default:
 			return fmt.Errorf("schema%s: attribute %q has unknown type %q", at, a.Name, a.Type)
 		}

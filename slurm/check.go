@@ -210,6 +210,9 @@ func sshBlame(cfg *settings, said string) (path []string, summary, fix string) {
 	case strings.Contains(s, "host key verification failed") || strings.Contains(s, "host identification has changed") ||
 		strings.Contains(s, "no ") && strings.Contains(s, "host key is known"):
 		return hostPath, "Login node's host key not trusted", "Add the login node's host key to known_hosts (ssh-keyscan, checked against the site's published fingerprint)."
+	case strings.Contains(s, "permission denied") && !cfg.multiplex:
+		return []string{"login"}, "Login refused", "Where the plugin runs through an operator's ssh master (multiplex = false, ssh_config's ControlPath, the MFA recipe), the master is not open: run `" +
+			masterCommand(cfg) + "` as the engine's user and answer its prompts. Otherwise check ssh_key and that its public half is in the user's authorized_keys."
 	case strings.Contains(s, "permission denied"):
 		return keyPath, "Login refused", "The login node did not accept the key: check ssh_key and that its public half is in the user's authorized_keys."
 	case strings.Contains(s, "connection refused") || strings.Contains(s, "no route to host") ||
@@ -235,10 +238,10 @@ func (c *check) cluster(ctx context.Context) {
 		said := truncate(firstNonEmpty(string(stderr), err.Error()))
 		switch {
 		case releaseMismatch(said):
-			c.fail([]string{"login"}, "Slurm client and controller are different releases", "%s.", mismatchDetail(c.cfg.Login, quoteLines(said)))
+			c.fail([]string{"login"}, "Slurm client and controller are different releases", "%s.", mismatchDetail(c.cfg.Login.String(), quoteLines(said)))
 		case saidZeroBytes(said):
 			c.fail([]string{"login"}, "Slurm client and controller are different releases",
-				"%s. (A controller that dropped one connection says the same: if `sbatch --version` on the login node matches the cluster, check again.)", mismatchDetail(c.cfg.Login, quoteLines(said)))
+				"%s. (A controller that dropped one connection says the same: if `sbatch --version` on the login node matches the cluster, check again.)", mismatchDetail(c.cfg.Login.String(), quoteLines(said)))
 		default:
 			c.fail([]string{"login"}, "Slurm not reachable from the login node",
 				"scontrol show config failed on %s: %s. The login node must have Slurm's client commands and reach slurmctld.", c.cfg.Login, quoteLines(said))
@@ -348,8 +351,16 @@ func (c *check) profiles(ctx context.Context) {
 				c.fail(path, "Slurm did not answer", "sbatch --test-only for profile %s did not get an answer: %s. Try again; if it persists, check the login node.", prof.Name, quoteLines(truncate(firstNonEmpty(said, err.Error()))))
 				continue
 			}
+			if throttled(said) {
+				// Weather, not the profile: the site's throttle
+				// counted this very --test-only.
+				c.resp.Diagnostics = append(c.resp.Diagnostics, shared.Diagnostic{Severity: shared.SeverityWarning, Path: path,
+					Summary: "The site throttles submissions",
+					Detail:  fmt.Sprintf("sbatch --test-only for profile %s says: %s.%s", prof.Name, quoteLines(truncate(said)), submitRuleHint(said))})
+				continue
+			}
 			c.fail(sbatchBlame(prof, path, said), "Slurm refuses profile "+prof.Name,
-				"sbatch --test-only says: %s.%s Fix the profile's sbatch lines (or the cluster side) and check again.", quoteLines(truncate(said)), deadlineHint(prof, said))
+				"sbatch --test-only says: %s.%s%s Fix the profile's sbatch lines (or the cluster side) and check again.", quoteLines(truncate(said)), deadlineHint(prof, said), submitRuleHint(said))
 			continue
 		}
 		c.fact("profile "+prof.Name, "sbatch --test-only: "+strings.TrimPrefix(lastLine([]byte(said)), "sbatch: "), path...)

@@ -78,7 +78,7 @@ const minPollInterval = 10 * time.Second
 // stay strings here; they are parsed during validation so that a bad one
 // is reported at its path.
 type Config struct {
-	Login            string   `json:"login"`
+	Login            Logins   `json:"login"`
 	SSHPort          int      `json:"ssh_port"`
 	SSHKey           string   `json:"ssh_key"`
 	KnownHosts       string   `json:"known_hosts"`
@@ -162,8 +162,8 @@ func (p *Profile) UnmarshalJSON(b []byte) error {
 func schema() *shared.Schema {
 	return &shared.Schema{
 		Attributes: []shared.Attribute{
-			{Name: "login", Type: shared.TypeString, Required: true,
-				Description: "The login node as user@host (or a Host alias from ssh_config). Every cluster command runs there over ssh."},
+			{Name: "login", Type: shared.TypeStringOrList, Required: true,
+				Description: "The login node as user@host or user@host:port (or a Host alias from ssh_config), or a list of them, tried in order: one that does not answer is skipped until it answers again. Every cluster command runs there over ssh."},
 			{Name: "ssh_port", Type: shared.TypeInt, Default: 0,
 				Description: "The login node's ssh port; 0 leaves it to ssh and its config."},
 			{Name: "ssh_key", Type: shared.TypeString, Default: "",
@@ -254,6 +254,9 @@ type settings struct {
 	tokenTTL         time.Duration
 	pollInterval     time.Duration
 	attachTimeout    time.Duration
+	// logins are the login nodes of Login, in the order they are tried
+	// (logins.go).
+	logins []loginAddr
 	// multiplex and maxSessions are Multiplex and MaxSessions resolved;
 	// see ssh.go.
 	multiplex   bool
@@ -267,12 +270,38 @@ type settings struct {
 	beginDelays map[string]time.Duration
 }
 
-// host is the login node without its user, for error messages.
+// host is the login node without its user, for error messages: the
+// first, or all of them when there are several.
 func (s *settings) host() string {
-	if i := strings.LastIndexByte(s.Login, '@'); i >= 0 {
-		return s.Login[i+1:]
+	if len(s.logins) == 0 {
+		return s.Login.String()
 	}
-	return s.Login
+	hosts := make([]string, len(s.logins))
+	for i, a := range s.logins {
+		hosts[i] = a.host()
+	}
+	return strings.Join(hosts, " or ")
+}
+
+// firstLogin is the first login node, or Login as written before
+// validation has resolved it (a test's settings).
+func (s *settings) firstLogin() loginAddr {
+	if len(s.logins) > 0 {
+		return s.logins[0]
+	}
+	if len(s.Login.Entries) > 0 {
+		return loginAddr{dest: s.Login.Entries[0]}
+	}
+	return loginAddr{}
+}
+
+// loginList is the login nodes in order: logins, or the first login as
+// written when validation has not resolved them (a test's settings).
+func (s *settings) loginList() []loginAddr {
+	if len(s.logins) > 0 {
+		return s.logins
+	}
+	return []loginAddr{s.firstLogin()}
 }
 
 // parseConfig decodes and validates a configuration. It has no side
@@ -413,17 +442,7 @@ func validate(s *settings) shared.Diagnostics {
 			"The name %q may use only letters, digits, '.', '_' and '-': it goes into Slurm job names and worker names.", s.name))
 	}
 
-	switch {
-	case s.Login == "":
-		add(shared.Errorf(at("login"), "Missing login", `Set login to the cluster's login node as "user@host".`))
-	case strings.ContainsFunc(s.Login, isSpaceOrControl):
-		add(shared.Errorf(at("login"), "Invalid login", "The login must not contain whitespace or control characters; write it as user@host."))
-	case strings.HasPrefix(s.Login, "-"):
-		add(shared.Errorf(at("login"), "Invalid login", "The login must not start with '-': ssh would read it as an option. Write it as user@host."))
-	case !loginRE.MatchString(s.Login):
-		add(shared.Errorf(at("login"), "Invalid login",
-			"%q is not user@host: the user may use letters, digits, '.', '_' and '-', and the host letters, digits, '.', '-' and ':'.", s.Login))
-	}
+	diags = append(diags, validateLogins(s)...)
 
 	if s.LogDir != "" && !validLogDir(s.LogDir) {
 		add(shared.Errorf(at("log_dir"), "Invalid log_dir",

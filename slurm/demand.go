@@ -106,6 +106,18 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 				}
 				break
 			}
+			if now.Before(p.throttleUntil) {
+				// The site's throttle gives a submission back in its
+				// own time; asking before that is refused again.
+				a = answer{shared.OutcomeCapped, throttleDetail(p.throttleSaid, p.throttleUntil)}
+				break
+			}
+			if needed, detail := p.loginNeeded(cfg); needed {
+				// Weather a person clears: nothing is asked for, and
+				// nothing backs off (logins.go).
+				a = answer{shared.OutcomeCapped, detail}
+				break
+			}
 			if c.inFlight > 0 {
 				a.detail = fmt.Sprintf("a submission of %d machine(s) is in flight; the other %d are asked for when it ends", c.inFlight, max(0, short-c.inFlight))
 				break
@@ -594,6 +606,9 @@ func (p *Provisioner) submitOne(ctx context.Context, cfg *settings, host shared.
 			p.watchLate(cfg)
 		}
 	}
+	if err != nil && !lost && p.withdrawForLogin(cfg, live, detail+" "+err.Error()) {
+		return true
+	}
 	if err != nil {
 		p.submissionFailed(cfg, host, live, detail, err)
 		return true
@@ -732,7 +747,7 @@ func (p *Provisioner) ask(ctx context.Context, cfg *settings, host shared.Host, 
 		if releaseMismatch(said) {
 			said = mismatchDetail(cfg.host(), said)
 		}
-		said += deadlineHint(prof, said)
+		said += deadlineHint(prof, said) + submitRuleHint(said)
 		return "", failure(err, said, answerLost(err, stderr), redact)
 	}
 	job, err := parseJobID(string(stdout))

@@ -98,6 +98,21 @@ func fakeSSH(spec, dir string, args []string) int {
 		return 255
 	}
 
+	// A login node listed in the file "down" does not answer, one in
+	// "refuse" refuses the login, in ssh's words; nothing runs on either.
+	dest := args[slices.Index(args, "--")+1]
+	if port := slices.Index(args, "-p"); port >= 0 && port < slices.Index(args, "--") {
+		dest += ":" + args[port+1]
+	}
+	for _, f := range []struct{ file, said string }{
+		{"down", "ssh: connect to host " + dest + " port 22: Connection refused"},
+		{"refuse", dest + ": Permission denied (publickey)."},
+	} {
+		if b, err := os.ReadFile(filepath.Join(dir, f.file)); err == nil && slices.Contains(strings.Fields(string(b)), dest) {
+			fmt.Fprintln(os.Stderr, f.said)
+			return 255
+		}
+	}
 	if b, err := os.ReadFile(filepath.Join(dir, "spec")); err == nil {
 		spec = strings.TrimSpace(string(b))
 	}
@@ -121,6 +136,17 @@ func fakeSSH(spec, dir string, args []string) int {
 		fmt.Println(newJobID(dir))
 	case "scontrol=noarrays":
 		fmt.Println("Configuration data as of 2026-12-02T10:00:00\nMaxArraySize            = 0\nMaxJobCount             = 10000")
+	case "sbatch=throttle", "sbatch=notime":
+		// A site's submit rule, in the words 22.05 printed
+		// (testdata/slurm-versions/*/submit-rule-*.txt).
+		name := "submit-rule-throttle-sbatch.txt"
+		if behaviour == "notime" {
+			name = "submit-rule-timelimit-sbatch.txt"
+		}
+		b, _ := os.ReadFile(filepath.Join("testdata", "slurm-versions", "22.05.8", name))
+		said, _, _ := strings.Cut(string(b), "exit ")
+		fmt.Fprint(os.Stderr, said)
+		return 1
 	case "sbatch=fail":
 		fmt.Fprintln(os.Stderr, "sbatch: error: invalid partition specified: nope")
 		fmt.Fprintln(os.Stderr, "sbatch: error: Batch job submission failed: Invalid partition name specified")

@@ -260,6 +260,13 @@ func (p *Provisioner) pollWanted() bool {
 	if len(p.outstanding) > 0 || len(p.cancelling) > 0 || p.now().Before(p.watchUntil) {
 		return true
 	}
+	if p.cfg != nil {
+		// A login a person has to open is tried once a poll, so that
+		// the provisioner carries on by itself when it is back.
+		if needed, _ := p.loginNeeded(p.cfg); needed {
+			return true
+		}
+	}
 	return p.adoptPending && p.idleAdoptFailures < maxIdleAdoptFailures
 }
 
@@ -338,7 +345,8 @@ func (p *Provisioner) pollOnce(ctx context.Context) {
 		}
 	}
 	p.mu.Unlock()
-	if !adopting && !cancelling && !watchingLate && len(watched) == 0 {
+	needLogin, _ := p.loginNeeded(cfg)
+	if !adopting && !cancelling && !watchingLate && len(watched) == 0 && !needLogin {
 		return
 	}
 

@@ -76,6 +76,9 @@ type Provisioner struct {
 	// conn is the ssh connection to the login node and its session cap
 	// (ssh.go); it has its own lock.
 	conn sshConn
+	// logins is where each login node stands, which one is in use, and
+	// whether a login is needed (logins.go); it has its own lock.
+	logins loginBook
 	// makingLogDir holds one token while log_dir is being made, so that
 	// a burst of first submissions makes it once, not once each; it is
 	// taken with the caller's context, across that one ssh call.
@@ -160,6 +163,11 @@ type Provisioner struct {
 	// limits are the accounting limits of the login user and the room
 	// they leave (limits.go).
 	limits limitState
+	// throttleUntil is when a site's throttle (job_submit/throttle) lets
+	// the provisioner submit again, and throttleSaid its words; zero when
+	// none held it back (submitrules.go).
+	throttleUntil time.Time
+	throttleSaid  string
 	// idleAdoptFailures counts poll cycles in a row that could not read
 	// the queue for adoption while nothing else was outstanding; after
 	// maxIdleAdoptFailures the poller rests until there is demand.
@@ -510,6 +518,25 @@ func (p *Provisioner) submissionFailed(cfg *settings, host shared.Host, live []*
 		if r.phase != phaseArrived {
 			r.phase = phaseFailed
 		}
+	}
+	if throttled(detail) && !errors.Is(err, errReleaseMismatch) {
+		// Weather for the whole provisioner, with its wait: no backoff,
+		// no limit learnt (submitrules.go).
+		now := p.now()
+		first := !now.Before(p.throttleUntil)
+		p.throttleUntil, p.throttleSaid = now.Add(throttleWait), detail
+		held := throttleDetail(detail, p.throttleUntil)
+		p.lastErr = truncate(held)
+		p.metrics.failedMachines(live[0].profile, shared.FailureLimitReached, len(live))
+		p.mu.Unlock()
+		if first {
+			cfg.log.Warn("the site's submit rule throttles submissions; asking again when it gives one back", "profile", live[0].profile,
+				"machines", len(live), "until", p.throttleUntilString(), "output", detail)
+		}
+		for _, r := range live {
+			p.publish(p.life, cfg, host, shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Worker: r.worker, Detail: held, Class: shared.FailureLimitReached})
+		}
+		return
 	}
 	if which, ok := limitRefusal(detail); ok && !errors.Is(err, errReleaseMismatch) {
 		// Weather that clears as jobs end: no backoff, and a smaller
@@ -938,6 +965,10 @@ func (p *Provisioner) Status(context.Context, *shared.StatusRequest) (*shared.St
 		resp.Notes = append(resp.Notes, p.arrayNote)
 	}
 	resp.Notes = append(resp.Notes, p.limitNotesLocked(now)...)
+	resp.Notes = append(resp.Notes, p.loginNotes(p.cfg)...)
+	if now.Before(p.throttleUntil) {
+		resp.Notes = append(resp.Notes, throttleDetail(p.throttleSaid, p.throttleUntil))
+	}
 	if p.relay != nil {
 		resp.Notes = append(resp.Notes, p.relay.note())
 	}

@@ -71,6 +71,7 @@ var verdicts = []string{
 	"not permitted to use this partition",           // User's group not permitted to use this partition
 	"node count specification invalid",              //
 	"mkdir: cannot create directory",                // log_dir where the login user may not write
+	"time limit specification required",             // job_submit/require_timelimit: a profile without --time
 	"invalid protocol version",                      // a client older than the controller (releaseMismatch)
 	"incompatible versions of client and server code",
 	"insane message length",

@@ -316,11 +316,15 @@ func (r *relay) session(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cfg := r.cfg
+	// The login the last command got through (r.command's, just now):
+	// with several logins, the relay moves with them (logins.go).
+	logins := cfg.loginList()
+	login := r.p.logins.current(len(logins), r.p.now())
 	var mux []string
-	if socket := r.p.controlSocket(cfg); socket != "" {
+	if socket := r.p.controlSocket(cfg, login); socket != "" {
 		mux = []string{"-o", "ControlMaster=auto", "-o", "ControlPath=" + socket, "-o", "ControlPersist=" + controlPersist}
 	}
-	cmd := exec.CommandContext(ctx, r.p.sshPath, sshArgv(cfg, mux, remote)...)
+	cmd := exec.CommandContext(ctx, r.p.sshPath, sshArgvAt(cfg, logins[login], mux, remote)...)
 	cmd.WaitDelay = sshWaitDelay
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -31,13 +31,13 @@ var scriptProfiles = []Profile{
 
 var scriptConfigs = map[string]Config{
 	"default": {
-		Login:         "alice@login.example.org",
+		Login:         Logins{Entries: []string{"alice@login.example.org"}},
 		EngineURL:     "https://engine.example.org:8765",
 		MaxIdle:       "5m",
 		WorkerCommand: []string{"fluksio-worker"},
 	},
 	"custom": {
-		Login:         "alice@login.example.org",
+		Login:         Logins{Entries: []string{"alice@login.example.org"}},
 		EngineURL:     "http://10.0.0.5:8765/?a=b&c=d",
 		ArtifactURL:   "https://artifacts.example.org/store",
 		MaxIdle:       "90s",

@@ -76,11 +76,11 @@ type sshConn struct {
 	// dir is the private directory (0700) the control sockets live in,
 	// made on the first multiplexed call; "" before that and after close.
 	dir string
-	// gen numbers the current master's socket, cm<gen>. Retiring a master
-	// moves on to the next number rather than renaming its socket: a
-	// master removes its own ControlPath when it exits, and a renamed one
-	// would remove its successor's.
-	gen int
+	// gen numbers each login's current master's socket, cm<gen>[.<login>]
+	// (socket). Retiring a master moves on to the next number rather
+	// than renaming its socket: a master removes its own ControlPath when
+	// it exits, and a renamed one would remove its successor's.
+	gen map[int]int
 	// closed is set by closeSSH: later calls do not multiplex.
 	closed bool
 	// unusable is set when no directory short and plain enough for a
@@ -136,32 +136,62 @@ func (p *Provisioner) sshWithin(ctx context.Context, limit time.Duration, stdin 
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 
-	socket := p.controlSocket(cfg)
+	// Each login in turn, until one lets the command in (logins.go):
+	// with one login, that one.
+	logins := cfg.loginList()
+	order := p.logins.order(len(logins), p.now())
+	var at loginAddr
+	for n, i := range order {
+		at = logins[i]
+		started := p.now()
+		stdout, stderr, err = p.sshAt(ctx, cfg, i, stdin, remote)
+		out := classifyLogin(err, stdout, stderr)
+		if ctx.Err() != nil && out != outcomeGotThrough {
+			out = outcomeUnknown
+		}
+		last := n == len(order)-1 || (out != outcomeSilent && out != outcomeRefused)
+		if ch := p.logins.note(len(logins), i, out, string(stderr), started, p.now(), last); ch != (loginChange{}) {
+			p.logLoginChange(cfg, i, ch, string(stderr))
+		}
+		if last {
+			break
+		}
+		// Nothing ran there: the next login may take it.
+	}
+	stderr = quietMux(stderr, err != nil)
+	host := at.host()
+	switch {
+	case err == nil:
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		err = fmt.Errorf("%s on %s: no answer within %s: %w", remote[0], host, limit, ctx.Err())
+	case ctx.Err() != nil:
+		err = fmt.Errorf("%s on %s: %w", remote[0], host, ctx.Err())
+	default:
+		err = fmt.Errorf("%s on %s: %w", remote[0], host, err)
+	}
+	return stdout, stderr, err
+}
+
+// sshAt runs the command once on login i, through its shared connection
+// when multiplexing.
+func (p *Provisioner) sshAt(ctx context.Context, cfg *settings, i int, stdin []byte, remote []string) (stdout, stderr []byte, err error) {
+	at := cfg.loginList()[i]
+	socket := p.controlSocket(cfg, i)
 	var mux []string
 	if socket != "" {
 		mux = []string{"-o", "ControlMaster=auto", "-o", "ControlPath=" + socket, "-o", "ControlPersist=" + controlPersist}
 	}
-	stdout, stderr, err = p.run(ctx, sshArgv(cfg, mux, remote), stdin)
+	stdout, stderr, err = p.run(ctx, sshArgvAt(cfg, at, mux, remote), stdin)
 	if socket != "" {
-		p.checkMux(ctx, cfg, socket, err, stdout, stderr)
+		p.checkMux(ctx, cfg, i, socket, err, stdout, stderr)
 		if ctx.Err() == nil && muxFailed(err, stdout, stderr) {
 			// ssh gave up on the master before asking it for a
 			// session, and did not log in on its own either (it would
 			// have said so: the socket exists), so the command never
 			// ran: run it once more on a plain connection.
-			p.sshLog(cfg).Warn("the shared ssh connection failed; retrying on a connection of its own", "stderr", truncate(string(stderr)))
-			stdout, stderr, err = p.run(ctx, sshArgv(cfg, []string{"-o", "ControlPath=none"}, remote), stdin)
+			p.sshLog(cfg).Warn("the shared ssh connection failed; retrying on a connection of its own", "login", at.String(), "stderr", truncate(string(stderr)))
+			stdout, stderr, err = p.run(ctx, sshArgvAt(cfg, at, []string{"-o", "ControlPath=none"}, remote), stdin)
 		}
-	}
-	stderr = quietMux(stderr, err != nil)
-	switch {
-	case err == nil:
-	case errors.Is(ctx.Err(), context.DeadlineExceeded):
-		err = fmt.Errorf("%s on %s: no answer within %s: %w", remote[0], cfg.host(), limit, ctx.Err())
-	case ctx.Err() != nil:
-		err = fmt.Errorf("%s on %s: %w", remote[0], cfg.host(), ctx.Err())
-	default:
-		err = fmt.Errorf("%s on %s: %w", remote[0], cfg.host(), err)
 	}
 	return stdout, stderr, err
 }
@@ -201,12 +231,20 @@ func sshArgs(cfg *settings, remote []string) []string {
 // ConnectTimeout is half of submit_timeout (connectTimeout). "--" ends
 // ssh's options, so nothing after it is read as one.
 func sshArgv(cfg *settings, extra, remote []string) []string {
+	return sshArgvAt(cfg, cfg.firstLogin(), extra, remote)
+}
+
+// sshArgvAt is sshArgv for one login node of several: its port, when the
+// entry names one, comes before ssh_port's, and ssh keeps the first.
+func sshArgvAt(cfg *settings, at loginAddr, extra, remote []string) []string {
 	args := []string{"-o", "BatchMode=yes"}
 	args = append(args, extra...)
 	if cfg.SSHConfig != "" {
 		args = append(args, "-F", cfg.SSHConfig)
 	}
-	if cfg.SSHPort != 0 {
+	if at.port != 0 {
+		args = append(args, "-p", strconv.Itoa(at.port))
+	} else if cfg.SSHPort != 0 {
 		args = append(args, "-p", strconv.Itoa(cfg.SSHPort))
 	}
 	if cfg.SSHKey != "" {
@@ -223,7 +261,7 @@ func sshArgv(cfg *settings, extra, remote []string) []string {
 	}) {
 		args = append(args, "-o", "ConnectTimeout="+strconv.FormatInt(connectTimeout(cfg.submitTimeout), 10))
 	}
-	args = append(args, "--", cfg.Login)
+	args = append(args, "--", at.dest)
 	for _, r := range remote {
 		args = append(args, shellQuote(r))
 	}
@@ -268,7 +306,7 @@ func (c *sshConn) release() { <-c.slots }
 // after closeSSH, or when no usable directory could be made. The directory
 // is made on first use, private to this Provisioner, and made again should
 // something have removed it.
-func (p *Provisioner) controlSocket(cfg *settings) string {
+func (p *Provisioner) controlSocket(cfg *settings, login int) string {
 	if !cfg.multiplex {
 		return ""
 	}
@@ -280,7 +318,7 @@ func (p *Provisioner) controlSocket(cfg *settings) string {
 	}
 	if c.dir != "" {
 		if _, err := os.Stat(c.dir); err == nil {
-			return c.socket()
+			return c.socket(login)
 		}
 		c.dir = ""
 	}
@@ -291,13 +329,20 @@ func (p *Provisioner) controlSocket(cfg *settings) string {
 		return ""
 	}
 	c.dir = dir
-	p.sshLog(cfg).Debug("sharing one ssh connection", "control_path", c.socket())
-	return c.socket()
+	p.sshLog(cfg).Debug("sharing one ssh connection", "control_path", c.socket(login))
+	return c.socket(login)
 }
 
-// socket is the current master's ControlPath. c.mu must be held.
-func (c *sshConn) socket() string {
-	return filepath.Join(c.dir, controlName+strconv.Itoa(c.gen))
+// socket is the current master's ControlPath to login (its index in
+// the configured order): cm<gen> for the first, cm<gen>.<login> for the
+// others, so that each login node has a master of its own. c.mu must be
+// held.
+func (c *sshConn) socket(login int) string {
+	name := controlName + strconv.Itoa(c.gen[login])
+	if login > 0 {
+		name += "." + strconv.Itoa(login)
+	}
+	return filepath.Join(c.dir, name)
 }
 
 // plainPath is what may go into a ControlPath unchanged: ssh expands % and
@@ -322,7 +367,7 @@ func makeControlDir() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if socket := filepath.Join(dir, controlName+"999999"); len(socket) > maxControlPath || !plainPath.MatchString(socket) {
+	if socket := filepath.Join(dir, controlName+"999999.99"); len(socket) > maxControlPath || !plainPath.MatchString(socket) {
 		os.Remove(dir)
 		return "", fmt.Errorf("the temporary directory %q makes too long or too odd a ControlPath", base)
 	}
@@ -334,12 +379,15 @@ func makeControlDir() (string, error) {
 // it exits by itself once idle for ControlPersist, and closeSSH still
 // finds its socket to tell it to exit. Nothing here waits on the master,
 // which may be wedged.
-func (p *Provisioner) retire(socket string) {
+func (p *Provisioner) retire(login int, socket string) {
 	c := &p.conn
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.dir != "" && socket == c.socket() {
-		c.gen++
+	if c.dir != "" && socket == c.socket(login) {
+		if c.gen == nil {
+			c.gen = map[int]int{}
+		}
+		c.gen[login]++
 	}
 }
 
@@ -390,7 +438,7 @@ func (p *Provisioner) closeSSH(ctx context.Context) {
 // up), or when the call ran out of time, since the master may be what
 // hangs (a connection that died without a word). Commands still running
 // through a retired master go on.
-func (p *Provisioner) checkMux(ctx context.Context, cfg *settings, socket string, err error, stdout, stderr []byte) {
+func (p *Provisioner) checkMux(ctx context.Context, cfg *settings, login int, socket string, err error, stdout, stderr []byte) {
 	if muxRefused.Match(stderr) && p.conn.refusedOnce.CompareAndSwap(false, true) {
 		p.sshLog(cfg).Warn("the login node refused a session on the shared ssh connection; set max_sessions below its sshd's MaxSessions",
 			"max_sessions", cap(p.conn.slots))
@@ -398,10 +446,10 @@ func (p *Provisioner) checkMux(ctx context.Context, cfg *settings, socket string
 	switch {
 	case muxTrouble.Match(muxRefused.ReplaceAll(stderr, nil)):
 		p.sshLog(cfg).Debug("retiring the shared ssh connection: ssh could not use it", "stderr", truncate(string(stderr)))
-		p.retire(socket)
+		p.retire(login, socket)
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		p.sshLog(cfg).Debug("retiring the shared ssh connection after a call ran out of time")
-		p.retire(socket)
+		p.retire(login, socket)
 	}
 }
 

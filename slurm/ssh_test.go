@@ -30,10 +30,10 @@ func TestSSHArgs(t *testing.T) {
 		cfg  Config
 		want []string
 	}{
-		{"plain", Config{Login: "u@h"},
+		{"plain", Config{Login: Logins{Entries: []string{"u@h"}}},
 			[]string{"-o", "BatchMode=yes", "--", "u@h", "squeue", "-h", "-o", "'%i %k'", "--name=fluksio-hpc"}},
 		{"everything", Config{
-			Login: "u@h", SSHConfig: "/etc/ssh cfg", SSHPort: 2222, SSHKey: "/k", KnownHosts: "/kh",
+			Login: Logins{Entries: []string{"u@h"}}, SSHConfig: "/etc/ssh cfg", SSHPort: 2222, SSHKey: "/k", KnownHosts: "/kh",
 			SSHOptions: []string{"ControlMaster=auto", "ConnectTimeout=5"},
 		}, []string{"-o", "BatchMode=yes", "-F", "/etc/ssh cfg", "-p", "2222", "-i", "/k",
 			"-o", "UserKnownHostsFile=/kh", "-o", "StrictHostKeyChecking=yes",
@@ -51,7 +51,7 @@ func TestSSHErrors(t *testing.T) {
 	newFakeCluster(t, "scancel=fail")
 	p := New(nil)
 	p.sshPath = os.Args[0]
-	p.cfg = &settings{Config: Config{Login: "alice@login.example.org"}, submitTimeout: 10 * time.Second}
+	p.cfg = &settings{Config: Config{Login: Logins{Entries: []string{"alice@login.example.org"}}}, submitTimeout: 10 * time.Second}
 
 	_, stderr, err := p.ssh(context.Background(), nil, "scancel", "1")
 	if err == nil || !strings.HasPrefix(err.Error(), "scancel on login.example.org: exit status 8") {
@@ -184,7 +184,7 @@ func configureSSH(t *testing.T, sshPath string, edit func(map[string]any)) *Prov
 }
 
 // currentSocket is the ControlPath the next call would use.
-func currentSocket(p *Provisioner) string { return p.controlSocket(p.settings()) }
+func currentSocket(p *Provisioner) string { return p.controlSocket(p.settings(), 0) }
 
 // controlDir is the Provisioner's control directory, "" if none.
 func controlDir(p *Provisioner) string {
@@ -676,7 +676,7 @@ func TestSSHSandboxMultiplex(t *testing.T) {
 		if err := call(pj); err != nil {
 			t.Fatal(err)
 		}
-		pj.retire(currentSocket(pj))
+		pj.retire(0, currentSocket(pj))
 		start := time.Now()
 		if err := call(pj); err != nil {
 			t.Fatal(err)

@@ -67,6 +67,17 @@ type Options struct {
 	// MinJobAge, when not zero, is how many seconds the controller
 	// keeps a finished job (SANDBOX_MIN_JOB_AGE; Slurm's default is 300).
 	MinJobAge int
+	// Bastion starts a jump host in front of the login node
+	// (SANDBOX_BASTION_PORT, a free port): Env.SSHConfig then has the
+	// Host "sandbox-via-bastion", the login node reached through it.
+	Bastion bool
+	// JobSubmit is the site's submit rules, slurm.conf's
+	// JobSubmitPlugins (SANDBOX_JOB_SUBMIT): "require_timelimit",
+	// "throttle" or both, comma-separated; "" for none. JobsPerHour is
+	// throttle's jobs_per_user_per_hour (SANDBOX_JOBS_PER_HOUR), 0 for
+	// up.sh's default.
+	JobSubmit   string
+	JobsPerHour int
 }
 
 // PrivateWith is Private with opts.
@@ -90,7 +101,7 @@ func PrivateWith(t testing.TB, name string, opts Options) Env {
 		t.Fatalf("private sandbox %s would be the shared one", dir)
 	}
 
-	ports := freePorts(t, 5)
+	ports := freePorts(t, 6)
 	env := cleanEnv()
 	env = append(env,
 		// The same Slurm as the shared sandbox: tests run on the
@@ -110,6 +121,15 @@ func PrivateWith(t testing.TB, name string, opts Options) Env {
 		env = append(env, "SANDBOX_ACCOUNTING=1",
 			"SANDBOX_DBD_PORT="+strconv.Itoa(ports[3]),
 			"SANDBOX_DB_PORT="+strconv.Itoa(ports[4]))
+	}
+	if opts.Bastion {
+		env = append(env, "SANDBOX_BASTION_PORT="+strconv.Itoa(ports[5]))
+	}
+	if opts.JobSubmit != "" {
+		env = append(env, "SANDBOX_JOB_SUBMIT="+opts.JobSubmit)
+	}
+	if opts.JobsPerHour > 0 {
+		env = append(env, "SANDBOX_JOBS_PER_HOUR="+strconv.Itoa(opts.JobsPerHour))
 	}
 	if opts.MinJobAge > 0 {
 		env = append(env, "SANDBOX_MIN_JOB_AGE="+strconv.Itoa(opts.MinJobAge))
@@ -304,6 +324,7 @@ func readEnvSh(t testing.TB, path string) Env {
 	fmt.Sscan(vars["SANDBOX_SSH_PORT"], &e.Port)
 	fmt.Sscan(vars["SANDBOX_CPUS"], &e.CPUs)
 	fmt.Sscan(vars["SANDBOX_GPUS"], &e.GPUs)
+	fmt.Sscan(vars["SANDBOX_BASTION_PORT"], &e.BastionPort)
 	e.Nodes = 1
 	fmt.Sscan(vars["SANDBOX_NODES"], &e.Nodes)
 	if e.Dir == "" || e.Login == "" || e.Port == 0 || e.SlurmConf == "" {

@@ -44,6 +44,10 @@ type Env struct {
 	// Accounting is set when the sandbox runs slurmdbd with limits
 	// enforced (SANDBOX_ACCOUNTING=1).
 	Accounting bool
+	// BastionPort is the jump host's port when the sandbox has one
+	// (SANDBOX_BASTION_PORT), else 0; its ssh_config's Host
+	// "sandbox-via-bastion" reaches the login node through it.
+	BastionPort int
 }
 
 // Suite is the Debian suite whose Slurm the sandbox runs (SANDBOX_SLURM):

@@ -230,6 +230,8 @@ func example(t shared.Type) string {
 		return "1.5"
 	case shared.TypeListString:
 		return `["a", "b"]`
+	case shared.TypeStringOrList:
+		return `"a" or ["a", "b"]`
 	case shared.TypeDuration:
 		return `"5m"`
 	default:
@@ -249,6 +251,8 @@ func expectation(t shared.Type) string {
 		return "Use a number, such as 1.5."
 	case shared.TypeListString:
 		return `Use a list of strings, such as ["a", "b"].`
+	case shared.TypeStringOrList:
+		return `Use a quoted string, such as "a", or a list of strings, such as ["a", "b"].`
 	case shared.TypeDuration:
 		return durationHint
 	default:
@@ -313,6 +317,13 @@ func decodeAttribute(attr *hcl.Attribute, a shared.Attribute, ctx *hcl.EvalConte
 	if a.Type == shared.TypeListString {
 		return decodeStringList(attr, v, a, invalid, diags)
 	}
+	if a.Type == shared.TypeStringOrList {
+		// A string stays a string; anything list-like is a list,
+		// its elements checked where they are written.
+		if ty := v.Type(); ty.IsTupleType() || ty.IsListType() || ty.IsSetType() {
+			return decodeStringList(attr, v, a, invalid, diags)
+		}
+	}
 	cv, err := convert.Convert(v, ctyType(a.Type))
 	if err != nil {
 		// cty's conversion messages name types, never values, so they
@@ -324,7 +335,7 @@ func decodeAttribute(attr *hcl.Attribute, a shared.Attribute, ctx *hcl.EvalConte
 	switch a.Type {
 	case shared.TypeBool:
 		return cv.True(), diags
-	case shared.TypeString:
+	case shared.TypeString, shared.TypeStringOrList:
 		return cv.AsString(), diags
 	case shared.TypeNumber:
 		bf := cv.AsBigFloat()

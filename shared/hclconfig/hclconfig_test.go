@@ -436,3 +436,29 @@ func TestConfigRemainBody(t *testing.T) {
 	_, diags = DecodeConfig(root.Provisioners[0].Rest, testConfigSchema(), nil)
 	checkDiags(t, diags, []wantDiag{{"Unsupported argument", `"colour"`, 4, 3}})
 }
+
+// TestStringOrList: a string or a list of strings, passed on as written;
+// a bad element is reported at its own position, and the plugin's path
+// to an element comes back to that element.
+func TestStringOrList(t *testing.T) {
+	s := &shared.Schema{Attributes: []shared.Attribute{{Name: "login", Type: shared.TypeStringOrList, Required: true}}}
+	for _, tc := range []struct{ src, want string }{
+		{`login = "a@h"`, `{"login":"a@h"}`},
+		{`login = ["a@h", "b@g:2222"]`, `{"login":["a@h","b@g:2222"]}`},
+	} {
+		raw, diags := DecodeConfig(parseConfig(t, "c.hcl", []byte(tc.src)), s, nil)
+		if diags.HasErrors() || string(raw) != tc.want {
+			t.Errorf("%s: got %s %v, want %s", tc.src, raw, diags, tc.want)
+		}
+	}
+	body := parseConfig(t, "c.hcl", []byte("login = [\"a@h\",\n  true,\n  {}]\n"))
+	_, diags := DecodeConfig(body, s, nil)
+	if !diags.HasErrors() || diags[0].Subject.Start.Line != 3 {
+		t.Errorf("an object in the list: %v, want an error at line 3", diags)
+	}
+	body = parseConfig(t, "c.hcl", []byte("login = [\"a@h\",\n  \"-b\"]\n"))
+	got := ConfigDiagnostics(body, s, shared.Diagnostics{shared.Errorf([]string{"login", "1"}, "Invalid login", "no")})
+	if got[0].Subject.Start.Line != 2 || got[0].Subject.Start.Column != 3 {
+		t.Errorf("the path login.1 went to %v, want line 2 column 3", got[0].Subject)
+	}
+}

@@ -408,7 +408,8 @@ func (x *Schema) GetBlocks() []*BlockType {
 type Attribute struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// One of: string, bool, int, number, list(string), duration.
+	// One of: string, bool, int, number, list(string), string|list(string),
+	// duration.
 	Type        string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
 	Required    bool   `protobuf:"varint,3,opt,name=required,proto3" json:"required,omitempty"`
 	Description string `protobuf:"bytes,4,opt,name=description,proto3" json:"description,omitempty"`

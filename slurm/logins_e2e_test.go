@@ -1,0 +1,302 @@
+package slurm_test
+
+// Login paths against the sandbox, with real sshd and the real ssh
+// client: several login nodes, an operator's ControlMaster (the way
+// through MFA), and a bastion (ProxyJump).
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluksio/provision/internal/sandboxtest"
+	"github.com/fluksio/provision/shared"
+)
+
+// served waits for the profile's worker_provisioned event and for its job
+// to start the worker: the need is served.
+func (r *rig) served(t *testing.T, profile string) string {
+	t.Helper()
+	job := r.provisioned(t, profile).Job
+	r.worker.recording(t, job)
+	return job
+}
+
+// jobsByComment is the rig's jobs in the queue (any state squeue still
+// shows), each comment with how many jobs carry it.
+func jobsByComment(t *testing.T, r *rig) map[string]int {
+	t.Helper()
+	out, err := slurm(r.env, "squeue", "-h", "-t", "all", "--name=fluksio-"+r.name, "-o", "%i|%k")
+	if err != nil {
+		t.Fatalf("squeue: %v %s", err, out)
+	}
+	m := map[string]int{}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if _, c, ok := strings.Cut(l, "|"); ok {
+			m[c]++
+		}
+	}
+	return m
+}
+
+// noteWith is the first Status note that starts with prefix, "" if none.
+func noteWith(st *shared.StatusResponse, prefix string) string {
+	for _, n := range st.Notes {
+		if strings.HasPrefix(n, prefix) {
+			return n
+		}
+	}
+	return ""
+}
+
+// TestLoginPathTwoNodes: two login nodes of one cluster, the first
+// stopped mid-run (its sshd and every connection it had): the machine
+// asked for before is kept, the next needs are served through the
+// second, and no job is submitted twice.
+func TestLoginPathTwoNodes(t *testing.T) {
+	env := sandboxtest.Private(t, "logins")
+	second := env.ExtraSSHD(t)
+	first := fmt.Sprintf("%s:%d", env.Login, env.Port)
+	r := newPrivateRig(t, env, "logins", func(r *rig) map[string]any {
+		c := r.config(
+			profile("a", 1, 0, 100, nil, r.sbatch()),
+			profile("b", 1, 0, 150, nil, r.sbatch()),
+			profile("c", 1, 0, 200, nil, r.sbatch()),
+		)
+		c["login"] = []string{first, fmt.Sprintf("%s:%d", env.Login, second.Port)}
+		c["ssh_port"] = 0
+		c["known_hosts"] = second.KnownHosts
+		c["poll_interval"] = "2s"
+		c["submit_timeout"] = "10s"
+		return c
+	})
+	r.provision(t, shared.Need{Label: "a"}, "a")
+	jobA := r.served(t, "a")
+	if n := noteWith(r.status(t), "login: using "+first+" (entry 1 of 2)"); n == "" {
+		t.Errorf("with the first login answering, Status notes %q do not say it is in use", r.status(t).Notes)
+	}
+
+	env.StopDaemon(t, "sshd")
+	down := time.Now()
+	r.provision(t, shared.Need{Label: "b"}, "b")
+	jobB := r.served(t, "b")
+	t.Logf("with the first login node down, b was served %.1fs later, through the second", time.Since(down).Seconds())
+	asked := time.Now()
+	r.provision(t, shared.Need{Label: "c"}, "c")
+	r.provisioned(t, "c")
+	t.Logf("c (first login still skipped) was asked for in %.2fs", time.Since(asked).Seconds())
+
+	st := r.status(t)
+	using := noteWith(st, "login: using "+env.Login+":"+fmt.Sprint(second.Port))
+	silent := noteWith(st, "login: "+first+" not answering")
+	if using == "" || silent == "" {
+		t.Errorf("Status notes %q: want the second login in use and the first not answering", st.Notes)
+	}
+	t.Logf("Status: %q; %q", using, silent)
+	if got := outstandingJobs(st); got["a"] != jobA || got["b"] != jobB {
+		t.Errorf("outstanding %+v: want a's job %s kept and b's %s", st.Outstanding, jobA, jobB)
+	}
+	for _, ev := range r.events.all() {
+		if ev.Kind == shared.EventWorkerProvisionFailed {
+			t.Errorf("a machine failed although the second login answered: %+v", ev)
+		}
+	}
+	byComment := jobsByComment(t, r)
+	for c, n := range byComment {
+		if n != 1 {
+			t.Errorf("%d jobs carry the comment %s: submitted twice", n, c)
+		}
+	}
+	if len(byComment) != 3 {
+		t.Errorf("%d jobs in the queue, want 3 (a, b, c): %v", len(byComment), byComment)
+	}
+	logs := r.logs.String()
+	if n := strings.Count(logs, "a login node does not answer"); n != 1 {
+		t.Errorf("%d log lines say the first login does not answer, want 1", n)
+	}
+}
+
+// operatorSSH is the operator's side of an MFA site: an ssh_config whose
+// ControlPath the plugin shares, and the master the operator opens after
+// answering the site's prompts (here: with the key the plugin does not
+// have, since the plugin's own logins offer no key at all).
+type operatorSSH struct {
+	env    sandboxtest.Env
+	config string
+	host   string
+}
+
+func newOperatorSSH(t *testing.T, env sandboxtest.Env) *operatorSSH {
+	t.Helper()
+	// Short: the socket's path must stay under 108 bytes.
+	dir, err := os.MkdirTemp("/tmp", "mfa")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	o := &operatorSSH{env: env, config: filepath.Join(dir, "ssh_config"), host: "login-mfa"}
+	user, _, _ := strings.Cut(env.Login, "@")
+	conf := fmt.Sprintf(`# The recipe of README's "Real sites": the plugin's logins use the
+# operator's master; without it they offer nothing the site accepts.
+Host %s
+  HostName 127.0.0.1
+  Port %d
+  User %s
+  UserKnownHostsFile %s
+  StrictHostKeyChecking yes
+  PubkeyAuthentication no
+  ControlMaster no
+  ControlPath %s/cm-%%C
+`, o.host, env.Port, user, env.KnownHosts, dir)
+	if err := os.WriteFile(o.config, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { o.ssh("-O", "exit", o.host) })
+	return o
+}
+
+func (o *operatorSSH) ssh(args ...string) (string, error) {
+	cmd := exec.Command("ssh", append([]string{"-F", o.config}, args...)...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// open is the operator logging in: the master, in the background.
+func (o *operatorSSH) open(t *testing.T) {
+	t.Helper()
+	if out, err := o.ssh("-o", "PubkeyAuthentication=yes", "-o", "IdentitiesOnly=yes", "-i", o.env.Key,
+		"-o", "ControlMaster=yes", "-o", "ControlPersist=yes", "-fN", o.host); err != nil {
+		t.Fatalf("opening the operator's master: %v %s", err, out)
+	}
+	if out, err := o.ssh("-O", "check", o.host); err != nil {
+		t.Fatalf("the operator's master is not up: %v %s", err, out)
+	}
+}
+
+func (o *operatorSSH) close(t *testing.T) {
+	t.Helper()
+	if out, err := o.ssh("-O", "exit", o.host); err != nil {
+		t.Fatalf("closing the operator's master: %v %s", err, out)
+	}
+}
+
+// TestLoginPathMFAMaster: an MFA site, where the plugin reuses the
+// operator's ControlMaster (multiplex = false). With the master gone the
+// provisioner is "login needed", asks for nothing, fails no machine and
+// backs off no profile, says so in one log line; the master back, the
+// need waiting is served within one poll.
+func TestLoginPathMFAMaster(t *testing.T) {
+	const pollInterval = 2 * time.Second
+	env := sandboxtest.Private(t, "mfa")
+	op := newOperatorSSH(t, env)
+	op.open(t)
+	r := newPrivateRig(t, env, "mfa", func(r *rig) map[string]any {
+		c := r.config(
+			profile("a", 1, 0, 100, nil, r.sbatch()),
+			profile("b", 1, 0, 150, nil, r.sbatch()),
+		)
+		c["login"] = op.host
+		c["ssh_port"], c["ssh_key"], c["known_hosts"] = 0, "", ""
+		c["ssh_config"] = op.config
+		c["multiplex"] = false
+		c["poll_interval"] = pollInterval.String()
+		c["submit_timeout"] = "10s"
+		return c
+	})
+	r.provision(t, shared.Need{Label: "a"}, "a")
+	r.served(t, "a")
+
+	op.close(t)
+	closed := time.Now()
+	need := shared.Need{Label: "b"}
+	r.ask(t, need)
+	var detail string
+	poll(t, "Provision to answer login needed", 30*time.Second, func() (bool, string) {
+		o := r.ask(t, need)
+		detail = o.Detail
+		return o.Outcome == shared.OutcomeCapped && strings.HasPrefix(o.Detail, "login needed:"), fmt.Sprintf("%+v", o)
+	})
+	t.Logf("login needed %.1fs after the master closed: %s", time.Since(closed).Seconds(), detail)
+	for _, want := range []string{"Permission denied (publickey)", "ssh -F " + op.config + " -o ControlMaster=yes -o ControlPersist=yes -fN " + op.host} {
+		if !strings.Contains(detail, want) {
+			t.Errorf("the answer does not say %q: %s", want, detail)
+		}
+	}
+	// The poller keeps trying, once a poll, and says nothing more.
+	poll(t, "two tries of the login", 30*time.Second, func() (bool, string) {
+		n := strings.Count(r.logs.String(), "still cannot read the queue")
+		return n >= 2, fmt.Sprint(n)
+	})
+	st := r.status(t)
+	if len(st.BackingOff) != 0 {
+		t.Errorf("the master gone backs off %+v, want no profile held", st.BackingOff)
+	}
+	if noteWith(st, "login needed:") == "" {
+		t.Errorf("Status notes %q do not say login needed", st.Notes)
+	}
+
+	op.open(t)
+	back := time.Now()
+	poll(t, "Provision to ask for b again", 3*pollInterval+10*time.Second, func() (bool, string) {
+		o := r.ask(t, need)
+		return o.Outcome != shared.OutcomeCapped, fmt.Sprintf("%+v", o)
+	})
+	asked := time.Since(back)
+	r.served(t, "b")
+	t.Logf("the master back: b asked for %.1fs later (poll_interval %s), served %.1fs later", asked.Seconds(), pollInterval, time.Since(back).Seconds())
+	if asked > pollInterval+pollInterval/10+5*time.Second {
+		t.Errorf("b was asked for %s after the master came back, more than one poll (%s) and a margin", asked, pollInterval)
+	}
+	for _, ev := range r.events.all() {
+		if ev.Kind == shared.EventWorkerProvisionFailed {
+			t.Errorf("a machine failed for the master being gone: %+v", ev)
+		}
+	}
+	logs := r.logs.String()
+	if n := strings.Count(logs, "asking for nothing until a login gets through"); n != 1 {
+		t.Errorf("%d log lines say the login is needed, want 1", n)
+	}
+	if n := strings.Count(logs, "logged in again"); n != 1 {
+		t.Errorf("%d log lines say logged in again, want 1", n)
+	}
+}
+
+// TestLoginPathBastion: the login node reached through a jump host, the
+// sandbox's own (SANDBOX_BASTION_PORT), with the ssh_config up.sh writes,
+// the recipe of README's "Real sites" (ProxyJump): a need is served, and
+// the bastion's sshd saw the logins.
+func TestLoginPathBastion(t *testing.T) {
+	env := sandboxtest.PrivateWith(t, "bastion", sandboxtest.Options{Bastion: true})
+	if env.BastionPort == 0 {
+		t.Fatal("the sandbox has no bastion: env.sh has no SANDBOX_BASTION_PORT")
+	}
+	user, _, _ := strings.Cut(env.Login, "@")
+	bastionLog := filepath.Join(env.Dir, "log", "sshd-bastion.log")
+	logins := func() int {
+		b, err := os.ReadFile(bastionLog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Count(string(b), "Accepted publickey for "+user)
+	}
+	before := logins()
+	r := newPrivateRig(t, env, "bastion", func(r *rig) map[string]any {
+		c := r.config(profile("a", 1, 0, 100, nil, r.sbatch()))
+		c["login"] = "sandbox-via-bastion"
+		c["ssh_port"], c["ssh_key"], c["known_hosts"] = 0, "", ""
+		c["ssh_config"] = env.SSHConfig
+		return c
+	})
+	start := time.Now()
+	r.provision(t, shared.Need{Label: "a"}, "a")
+	r.served(t, "a")
+	t.Logf("served through the bastion in %.1fs; %d login(s) through it", time.Since(start).Seconds(), logins()-before)
+	if logins() == before {
+		b, _ := os.ReadFile(bastionLog)
+		t.Errorf("the bastion's sshd saw no login of the plugin's; its log:\n%s", b)
+	}
+}

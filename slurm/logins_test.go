@@ -1,0 +1,220 @@
+package slurm
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluksio/provision/shared"
+)
+
+// dests are the login nodes the calls went to, in order.
+func dests(calls []call) []string {
+	var out []string
+	for _, c := range calls {
+		out = append(out, c.Argv[slices.Index(c.Argv, "--")+1])
+	}
+	return out
+}
+
+// TestLoginsInOrder: with two login nodes and the first not answering,
+// the submission goes through the second at once, the first is skipped
+// until its retry is due, tried first again then, and used again once it
+// answers; each change is one log line, and Status says which login is
+// in use.
+func TestLoginsInOrder(t *testing.T) {
+	h := newHarness(t, "", func(c map[string]any) { c["login"] = []string{"alice@l1", "alice@l2"} })
+	// The fake lists a job per recorded sbatch, so the record is kept:
+	// since(n) is the calls after the first n.
+	since := func(n int) []call { return h.fake.calls()[n:] }
+	h.fake.write(t, "down", "alice@l1")
+
+	ev := h.provisioned(t)
+	h.fake.setSpec(t, "squeue=rows")
+	h.fake.setRows(t, ev.Job+"|PENDING|Priority|N/A|"+tagOf(ev.Worker))
+	// The first command found l1 silent; everything since went to l2.
+	if got := dests(h.fake.calls()); len(got) < 2 || got[0] != "alice@l1" || slices.Contains(got[1:], "alice@l1") {
+		t.Fatalf("the submission's commands went to %v, want l1 once, then l2 alone", got)
+	}
+	st := h.status(t)
+	if !slices.ContainsFunc(st.Notes, func(n string) bool { return strings.HasPrefix(n, "login: using alice@l2 (entry 2 of 2)") }) ||
+		!slices.ContainsFunc(st.Notes, func(n string) bool {
+			return strings.HasPrefix(n, "login: alice@l1 not answering") && strings.Contains(n, "Connection refused")
+		}) {
+		t.Errorf("Status notes = %q, want l2 in use and l1 not answering in ssh's words", st.Notes)
+	}
+	for _, ev := range h.host.Events() {
+		if ev.Kind != shared.EventWorkerProvisioned {
+			t.Errorf("event %+v: a login node that does not answer failed a machine that another login could ask for", ev)
+		}
+	}
+
+	// Skipped: the next commands go to l2 alone.
+	n := len(h.fake.calls())
+	h.p.pollOnce(context.Background())
+	if got := dests(since(n)); len(got) == 0 || slices.Contains(got, "alice@l1") {
+		t.Errorf("with l1 skipped, a poll went to %v, want l2 alone", got)
+	}
+	// Its retry due: l1 is tried first again, and, still down, l2 serves.
+	h.clock.Advance(loginRetryFirst + time.Second)
+	n = len(h.fake.calls())
+	h.p.pollOnce(context.Background())
+	if got := dests(since(n)); !slices.Equal(got, []string{"alice@l1", "alice@l2"}) {
+		t.Errorf("with l1's retry due, a poll went to %v, want l1 then l2", got)
+	}
+	// Back: l1 is used again.
+	h.fake.write(t, "down", "")
+	h.clock.Advance(loginRetryMax)
+	n = len(h.fake.calls())
+	h.p.pollOnce(context.Background())
+	if got := dests(since(n)); !slices.Equal(got, []string{"alice@l1"}) {
+		t.Errorf("with l1 back, a poll went to %v, want l1", got)
+	}
+	logs := h.logs.String()
+	if n := strings.Count(logs, "a login node does not answer"); n != 1 {
+		t.Errorf("%d lines say l1 does not answer, want 1 (one per change, not per attempt):\n%s", n, logs)
+	}
+	if n := strings.Count(logs, "a login node answers again"); n != 1 {
+		t.Errorf("%d lines say l1 answers again, want 1", n)
+	}
+}
+
+// TestLoginNeeded: a login node that refuses the login (an operator's
+// MFA master gone) stops nothing for good: the submission it stopped is
+// taken back without a failure, no profile backs off, Provision answers
+// "login needed" with what to run and asks for nothing, the poller tries
+// once a poll (one log line for the whole outage), and the first command
+// that gets through ends it.
+func TestLoginNeeded(t *testing.T) {
+	h := newHarness(t, "", func(c map[string]any) { c["multiplex"] = false })
+	ev := h.provisioned(t)
+	h.fake.setSpec(t, "squeue=rows")
+	h.fake.setRows(t, ev.Job+"|PENDING|Priority|N/A|"+tagOf(ev.Worker))
+	h.fake.write(t, "refuse", "alice@login.example.org")
+	events := len(h.host.Events())
+
+	o, _ := h.provisionN(t, cpuNeed, 2)
+	if o.Outcome != shared.OutcomeRequested {
+		t.Fatalf("Provision = %+v, want requested (nothing is known to be wrong yet)", o)
+	}
+	h.submitted(t)
+	if evs := h.host.Events()[events:]; len(evs) != 0 {
+		t.Errorf("events after the login was refused: %+v, want none (nothing was asked of the cluster)", evs)
+	}
+	st := h.status(t)
+	if len(st.BackingOff) != 0 {
+		t.Errorf("a refused login backs off %+v, want no profile held", st.BackingOff)
+	}
+	if len(st.Outstanding) != 1 {
+		t.Errorf("outstanding = %+v, want the first machine alone (the second taken back)", st.Outstanding)
+	}
+	note := ""
+	for _, n := range st.Notes {
+		if strings.HasPrefix(n, loginNeededPrefix+":") {
+			note = n
+		}
+	}
+	for _, want := range []string{"Permission denied (publickey)", "ssh -o ControlMaster=yes -o ControlPersist=yes -fN alice@login.example.org"} {
+		if !strings.Contains(note, want) {
+			t.Errorf("Status note %q does not say %q", note, want)
+		}
+	}
+
+	sbatches := len(h.fake.callsTo("sbatch"))
+	o, _ = h.provisionN(t, cpuNeed, 2)
+	if o.Outcome != shared.OutcomeCapped || !strings.HasPrefix(o.Detail, loginNeededPrefix+":") {
+		t.Errorf("Provision while the login is needed = %+v, want capped, login needed", o)
+	}
+	h.submitted(t)
+	if n := len(h.fake.callsTo("sbatch")) - sbatches; n != 0 {
+		t.Errorf("%d sbatch while the login is needed, want none", n)
+	}
+	if !h.p.pollWanted() {
+		t.Error("the poller rests while the login is needed: nothing would notice it back")
+	}
+	h.p.pollOnce(context.Background())
+	h.p.pollOnce(context.Background())
+
+	h.fake.write(t, "refuse", "")
+	h.p.pollOnce(context.Background())
+	if needed, _ := h.p.loginNeeded(h.p.settings()); needed {
+		t.Fatal("a poll that got through left the login needed")
+	}
+	o, _ = h.provisionN(t, cpuNeed, 2)
+	if o.Outcome != shared.OutcomeRequested {
+		t.Errorf("Provision after the login is back = %+v, want requested", o)
+	}
+	h.submitted(t)
+	logs := h.logs.String()
+	if n := strings.Count(logs, "asking for nothing until a login gets through"); n != 1 {
+		t.Errorf("%d lines say the login is needed, want 1 for the whole outage:\n%s", n, logs)
+	}
+	if n := strings.Count(logs, "logged in again"); n != 1 {
+		t.Errorf("%d lines say logged in again, want 1", n)
+	}
+}
+
+// TestLoginListEntries: what parseLogin makes of each form of entry, and
+// the ssh argv it gives.
+func TestLoginListEntries(t *testing.T) {
+	for _, tc := range []struct {
+		entry, dest string
+		port        int
+	}{
+		{"u@h", "u@h", 0},
+		{"u@h:2222", "u@h", 2222},
+		{"sandbox", "sandbox", 0},
+		{"h:22", "h", 22},
+		{"u@::1", "u@::1", 0},
+		{"u@[::1]:2222", "u@::1", 2222},
+		{"[fe80::1]:22", "fe80::1", 22},
+	} {
+		a, why := parseLogin(tc.entry)
+		if why != "" || a.dest != tc.dest || a.port != tc.port {
+			t.Errorf("parseLogin(%q) = %+v %q, want %s port %d", tc.entry, a, why, tc.dest, tc.port)
+		}
+	}
+	cfg := &settings{Config: Config{SSHPort: 22}, logins: []loginAddr{{dest: "u@h", port: 2222}}}
+	argv := sshArgvAt(cfg, cfg.logins[0], nil, []string{"true"})
+	if i := slices.Index(argv, "-p"); i < 0 || argv[i+1] != "2222" || slices.Contains(argv, "22") {
+		t.Errorf("argv %q: want the entry's port alone", argv)
+	}
+}
+
+// TestLoginNeededWords: with the plugin's own connections a refused login
+// is about the key; through an operator's master (multiplex off) it says
+// how to open the master again.
+func TestLoginNeededWords(t *testing.T) {
+	since := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	own := &settings{Config: Config{SSHPort: 2222}, multiplex: true, logins: []loginAddr{{dest: "u@h"}}}
+	if d := loginNeededDetail(own, "Permission denied (publickey).", since); !strings.Contains(d, "ssh_key") || strings.Contains(d, "ControlMaster") {
+		t.Errorf("own connections: %s", d)
+	}
+	master := &settings{Config: Config{SSHConfig: "/c"}, logins: []loginAddr{{dest: "u@h", port: 2200}}}
+	if d := loginNeededDetail(master, "Permission denied (publickey).", since); !strings.Contains(d, "`ssh -F /c -p 2200 -o ControlMaster=yes -o ControlPersist=yes -fN u@h`") {
+		t.Errorf("operator's master: %s", d)
+	}
+	if _, _, fix := sshBlame(master, "u@h: Permission denied (publickey)."); !strings.Contains(fix, "-fN u@h") {
+		t.Errorf("validate -check's fix through a master: %s", fix)
+	}
+}
+
+// TestLoginStaleOutcomeChangesNothing: a command that began before the
+// phase changed (one running through the operator's master as it closed)
+// cannot change it back; one begun after can.
+func TestLoginStaleOutcomeChangesNothing(t *testing.T) {
+	var b loginBook
+	t0 := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	b.note(1, 0, outcomeGotThrough, "", t0, t0, true)
+	if ch := b.note(1, 0, outcomeRefused, "Permission denied (publickey).", t0.Add(time.Second), t0.Add(2*time.Second), true); ch.access != accessLoginNeeded {
+		t.Fatalf("a refusal: %+v, want login needed", ch)
+	}
+	if ch := b.note(1, 0, outcomeGotThrough, "", t0, t0.Add(3*time.Second), true); ch != (loginChange{}) || b.access != accessLoginNeeded {
+		t.Errorf("a command begun before the refusal, through after it, changed %+v (access %v)", ch, b.access)
+	}
+	if ch := b.note(1, 0, outcomeGotThrough, "", t0.Add(4*time.Second), t0.Add(5*time.Second), true); !ch.accessChanged || ch.access != accessOpen {
+		t.Errorf("a command begun after the refusal got through: %+v, want the login open again", ch)
+	}
+}
