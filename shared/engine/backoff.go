@@ -226,8 +226,13 @@ func profileFor(shapes []shared.Shape, n shared.Need) (string, bool) {
 
 // ObserveEvent holds back the profile of a machine a provisioner reports
 // failed. ev.Provisioner must be the host's stamp.
+//
+// A machine refused for a limit (class limit_reached: an association's
+// MaxSubmitJobs, a site's submit throttle) is not held: the profile is
+// not broken, the room comes back as jobs end, and holding it would fail
+// the need over to another profile behind the same limit.
 func (p *Router) ObserveEvent(ev shared.Event) {
-	if ev.Kind != shared.EventWorkerProvisionFailed || ev.Profile == "" {
+	if ev.Kind != shared.EventWorkerProvisionFailed || ev.Profile == "" || ev.Class == shared.FailureLimitReached {
 		return
 	}
 	n, hold := p.holds.failed(ev.Provisioner, ev.Profile, ev.Detail, ev.Class)

@@ -32,6 +32,21 @@ func TestHoldFor(t *testing.T) {
 // plugin last said was on its way, less the failures since, so a failure
 // among many pending machines gives none of them up; and an attach of its
 // worker lifts the hold.
+// TestLimitReachedIsNotHeld: a machine refused for a site's limit does
+// not hold its profile back (the room comes back as jobs end, and every
+// profile of the login shares the limit); any other failure does.
+func TestLimitReachedIsNotHeld(t *testing.T) {
+	p := NewRouter(nil, NewBooks(nil, host.NewSigner(testSecret), nil), nil)
+	p.ObserveEvent(shared.Event{Kind: shared.EventWorkerProvisionFailed, Provisioner: "hpc", Profile: "cpu", Class: shared.FailureLimitReached, Detail: "AssocMaxSubmitJobLimit"})
+	if held := p.Held(); len(held) != 0 {
+		t.Errorf("a limit_reached failure held %+v; want nothing held", held)
+	}
+	p.ObserveEvent(shared.Event{Kind: shared.EventWorkerProvisionFailed, Provisioner: "hpc", Profile: "cpu", Class: shared.FailureDiedBeforeAttach})
+	if held := p.Held(); len(held) != 1 || !held[0].Held {
+		t.Errorf("a died_before_attach failure held %+v; want cpu held", held)
+	}
+}
+
 func TestHoldKeepsWhatIsOnItsWay(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1000, 0)
