@@ -696,13 +696,28 @@ func (p *Provisioner) ask(ctx context.Context, cfg *settings, host shared.Host, 
 	if _, err := p.ensureLogDir(ctx, cfg); err != nil {
 		return "", failure(err, err.Error(), false, keep)
 	}
+	// One credential a task, asked for in one round trip a thousand
+	// (contract 2.4; a host before it is asked one at a time, which at a
+	// thousand tasks took longer than the sbatch itself).
+	mreq := &shared.MintCredentialsRequest{Items: make([]*shared.MintCredentialRequest, len(live))}
+	for i, r := range live {
+		mreq.Items[i] = &shared.MintCredentialRequest{
+			Worker: r.worker, TTL: cfg.credentialTTL(prof), CPUs: prof.CPUs, GPUs: prof.GPUs, RAMMB: prof.RAMMB, Labels: prof.Labels,
+		}
+	}
+	mctx, cancel := context.WithTimeout(ctx, cfg.submitTimeout)
+	minted, err := shared.MintCredentials(mctx, host, mreq)
+	cancel()
+	if err == nil && len(minted.Items) != len(live) {
+		err = fmt.Errorf("asked for %d credentials, the host answered %d", len(live), len(minted.Items))
+	}
+	if err != nil {
+		err = fmt.Errorf("minting credentials for %d workers from %s: %w", len(live), live[0].worker, err)
+		return "", failure(err, err.Error(), false, keep)
+	}
 	tokens := make([]string, len(live))
 	for i, r := range live {
-		mctx, cancel := context.WithTimeout(ctx, cfg.submitTimeout)
-		cred, err := host.MintCredential(mctx, &shared.MintCredentialRequest{
-			Worker: r.worker, TTL: cfg.credentialTTL(prof), CPUs: prof.CPUs, GPUs: prof.GPUs, RAMMB: prof.RAMMB, Labels: prof.Labels,
-		})
-		cancel()
+		cred, err := minted.Items[i].Credential, minted.Items[i].Err
 		if err == nil && (cred == nil || cred.Token == "") {
 			err = errors.New("the host returned an empty credential")
 		}

@@ -280,10 +280,38 @@ func (m *memory) Provision(ctx context.Context, req *shared.ProvisionRequest) (*
 	for _, o := range cancelled {
 		m.publish(ctx, host, shared.Event{Kind: shared.EventWorkerCancelled, Profile: o.Profile, Job: o.Job, Worker: o.Worker, Detail: "demand fell"})
 	}
-	for _, o := range add {
-		s, _ := fit(shared.Need{Label: o.Profile})
+	// Whether each machine storms is drawn first, so that the credentials
+	// of those that will be started are asked for in one batch (contract
+	// 2.4; one at a time from an older host): a credential is worth one
+	// worker, and none is minted for a machine that dies unstarted.
+	storms := make([]bool, len(add))
+	mint := &shared.MintCredentialsRequest{}
+	for i, o := range add {
+		storms[i] = storming()
+		if !storms[i] && !failProvision {
+			s, _ := fit(shared.Need{Label: o.Profile})
+			mint.Items = append(mint.Items, &shared.MintCredentialRequest{
+				Worker: o.Worker, TTL: time.Hour, CPUs: s.CPUs, GPUs: s.GPUs, RAMMB: s.RAMMB, Labels: s.Labels,
+			})
+		}
+	}
+	minted := map[string]error{}
+	if len(mint.Items) > 0 {
+		r, err := shared.MintCredentials(ctx, host, mint)
+		for i, it := range mint.Items {
+			switch {
+			case err != nil:
+				minted[it.Worker] = err
+			case i >= len(r.Items):
+				minted[it.Worker] = errors.New("the host answered fewer credentials than asked for")
+			default:
+				minted[it.Worker] = r.Items[i].Err
+			}
+		}
+	}
+	for i, o := range add {
 		ev := shared.Event{Kind: shared.EventWorkerProvisioned, Profile: o.Profile, Job: o.Job, Worker: o.Worker, Time: time.Now()}
-		if storming() {
+		if storms[i] {
 			// Started, and dead at once: announced, failed, and forgotten,
 			// so that the next Provision asks again.
 			m.publish(ctx, host, ev)
@@ -302,9 +330,7 @@ func (m *memory) Provision(ctx context.Context, req *shared.ProvisionRequest) (*
 			delete(m.outstanding, o.Worker)
 			m.failedLocked(o.Profile, ev.Detail)
 			m.mu.Unlock()
-		} else if _, err := host.MintCredential(ctx, &shared.MintCredentialRequest{
-			Worker: o.Worker, TTL: time.Hour, CPUs: s.CPUs, GPUs: s.GPUs, RAMMB: s.RAMMB, Labels: s.Labels,
-		}); err != nil {
+		} else if err := minted[o.Worker]; err != nil {
 			m.mu.Lock()
 			delete(m.outstanding, o.Worker)
 			m.mu.Unlock()

@@ -2677,6 +2677,7 @@ type HostMessage struct {
 	//	*HostMessage_Hello
 	//	*HostMessage_EventAck
 	//	*HostMessage_Credential
+	//	*HostMessage_Credentials
 	Msg           isHostMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2746,6 +2747,15 @@ func (x *HostMessage) GetCredential() *Credential {
 	return nil
 }
 
+func (x *HostMessage) GetCredentials() *Credentials {
+	if x != nil {
+		if x, ok := x.Msg.(*HostMessage_Credentials); ok {
+			return x.Credentials
+		}
+	}
+	return nil
+}
+
 type isHostMessage_Msg interface {
 	isHostMessage_Msg()
 }
@@ -2762,11 +2772,18 @@ type HostMessage_Credential struct {
 	Credential *Credential `protobuf:"bytes,3,opt,name=credential,proto3,oneof"`
 }
 
+type HostMessage_Credentials struct {
+	// Contract 2.4: the answer to a MintCredentials.
+	Credentials *Credentials `protobuf:"bytes,4,opt,name=credentials,proto3,oneof"`
+}
+
 func (*HostMessage_Hello) isHostMessage_Msg() {}
 
 func (*HostMessage_EventAck) isHostMessage_Msg() {}
 
 func (*HostMessage_Credential) isHostMessage_Msg() {}
+
+func (*HostMessage_Credentials) isHostMessage_Msg() {}
 
 // Plugin to host, on HostChannel.
 type PluginMessage struct {
@@ -2776,6 +2793,7 @@ type PluginMessage struct {
 	//	*PluginMessage_Ready
 	//	*PluginMessage_Event
 	//	*PluginMessage_MintCredential
+	//	*PluginMessage_MintCredentials
 	Msg           isPluginMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2845,6 +2863,15 @@ func (x *PluginMessage) GetMintCredential() *MintCredential {
 	return nil
 }
 
+func (x *PluginMessage) GetMintCredentials() *MintCredentials {
+	if x != nil {
+		if x, ok := x.Msg.(*PluginMessage_MintCredentials); ok {
+			return x.MintCredentials
+		}
+	}
+	return nil
+}
+
 type isPluginMessage_Msg interface {
 	isPluginMessage_Msg()
 }
@@ -2861,19 +2888,31 @@ type PluginMessage_MintCredential struct {
 	MintCredential *MintCredential `protobuf:"bytes,3,opt,name=mint_credential,json=mintCredential,proto3,oneof"`
 }
 
+type PluginMessage_MintCredentials struct {
+	// Contract 2.4, only to a host whose Hello says 2.4 or later: many
+	// credentials in one round trip. An older host ignores it, and the
+	// plugin would wait for an answer that never comes.
+	MintCredentials *MintCredentials `protobuf:"bytes,4,opt,name=mint_credentials,json=mintCredentials,proto3,oneof"`
+}
+
 func (*PluginMessage_Ready) isPluginMessage_Msg() {}
 
 func (*PluginMessage_Event) isPluginMessage_Msg() {}
 
 func (*PluginMessage_MintCredential) isPluginMessage_Msg() {}
 
+func (*PluginMessage_MintCredentials) isPluginMessage_Msg() {}
+
 // First message from the host.
 type Hello struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The provisioner's name, as Configure will give it.
-	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The host's contract version (2.4 and later; empty from an older
+	// host). A plugin sends MintCredentials only when it is 2.4 or later.
+	ContractVersion string `protobuf:"bytes,2,opt,name=contract_version,json=contractVersion,proto3" json:"contract_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
@@ -2909,6 +2948,13 @@ func (*Hello) Descriptor() ([]byte, []int) {
 func (x *Hello) GetName() string {
 	if x != nil {
 		return x.Name
+	}
+	return ""
+}
+
+func (x *Hello) GetContractVersion() string {
+	if x != nil {
+		return x.ContractVersion
 	}
 	return ""
 }
@@ -3283,6 +3329,137 @@ func (x *Credential) GetErrorMessage() string {
 	return ""
 }
 
+// Contract 2.4: credentials for up to 1000 workers in one request, each
+// guarded as a MintCredential is (the name must be the provisioner's own,
+// the shape must be given, the TTL is capped). The host answers with one
+// Credentials carrying one Credential per item, in the same order, each
+// refused or signed on its own; a batch of more than 1000, of none, or
+// naming a worker twice is refused whole (Credentials.error_code).
+type MintCredentials struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// request_id of the items is not used.
+	Items         []*MintCredential `protobuf:"bytes,2,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MintCredentials) Reset() {
+	*x = MintCredentials{}
+	mi := &file_provisioner_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MintCredentials) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MintCredentials) ProtoMessage() {}
+
+func (x *MintCredentials) ProtoReflect() protoreflect.Message {
+	mi := &file_provisioner_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MintCredentials.ProtoReflect.Descriptor instead.
+func (*MintCredentials) Descriptor() ([]byte, []int) {
+	return file_provisioner_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *MintCredentials) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *MintCredentials) GetItems() []*MintCredential {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type Credentials struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// One per item, in order; empty when the batch was refused whole.
+	// request_id of the items is not used.
+	Items []*Credential `protobuf:"bytes,2,rep,name=items,proto3" json:"items,omitempty"`
+	// Set when the batch was refused whole: a gRPC code number and a
+	// message.
+	ErrorCode     int32  `protobuf:"varint,3,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorMessage  string `protobuf:"bytes,4,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Credentials) Reset() {
+	*x = Credentials{}
+	mi := &file_provisioner_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Credentials) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Credentials) ProtoMessage() {}
+
+func (x *Credentials) ProtoReflect() protoreflect.Message {
+	mi := &file_provisioner_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Credentials.ProtoReflect.Descriptor instead.
+func (*Credentials) Descriptor() ([]byte, []int) {
+	return file_provisioner_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *Credentials) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *Credentials) GetItems() []*Credential {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *Credentials) GetErrorCode() int32 {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return 0
+}
+
+func (x *Credentials) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
 var File_provisioner_proto protoreflect.FileDescriptor
 
 const file_provisioner_proto_rawDesc = "" +
@@ -3477,21 +3654,24 @@ const file_provisioner_proto_rawDesc = "" +
 	"\x0fShutdownRequest\x12,\n" +
 	"\x12deadline_unix_nano\x18\x01 \x01(\x03R\x10deadlineUnixNano\"0\n" +
 	"\x10ShutdownResponse\x12\x1c\n" +
-	"\tcancelled\x18\x01 \x03(\tR\tcancelled\"\xcc\x01\n" +
+	"\tcancelled\x18\x01 \x03(\tR\tcancelled\"\x93\x02\n" +
 	"\vHostMessage\x123\n" +
 	"\x05hello\x18\x01 \x01(\v2\x1b.fluksio.provision.v1.HelloH\x00R\x05hello\x12=\n" +
 	"\tevent_ack\x18\x02 \x01(\v2\x1e.fluksio.provision.v1.EventAckH\x00R\beventAck\x12B\n" +
 	"\n" +
 	"credential\x18\x03 \x01(\v2 .fluksio.provision.v1.CredentialH\x00R\n" +
-	"credentialB\x05\n" +
-	"\x03msg\"\xd1\x01\n" +
+	"credential\x12E\n" +
+	"\vcredentials\x18\x04 \x01(\v2!.fluksio.provision.v1.CredentialsH\x00R\vcredentialsB\x05\n" +
+	"\x03msg\"\xa5\x02\n" +
 	"\rPluginMessage\x123\n" +
 	"\x05ready\x18\x01 \x01(\v2\x1b.fluksio.provision.v1.ReadyH\x00R\x05ready\x123\n" +
 	"\x05event\x18\x02 \x01(\v2\x1b.fluksio.provision.v1.EventH\x00R\x05event\x12O\n" +
-	"\x0fmint_credential\x18\x03 \x01(\v2$.fluksio.provision.v1.MintCredentialH\x00R\x0emintCredentialB\x05\n" +
-	"\x03msg\"\x1b\n" +
+	"\x0fmint_credential\x18\x03 \x01(\v2$.fluksio.provision.v1.MintCredentialH\x00R\x0emintCredential\x12R\n" +
+	"\x10mint_credentials\x18\x04 \x01(\v2%.fluksio.provision.v1.MintCredentialsH\x00R\x0fmintCredentialsB\x05\n" +
+	"\x03msg\"F\n" +
 	"\x05Hello\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\a\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12)\n" +
+	"\x10contract_version\x18\x02 \x01(\tR\x0fcontractVersion\"\a\n" +
 	"\x05Ready\"\xf6\x01\n" +
 	"\x05Event\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
@@ -3523,7 +3703,18 @@ const file_provisioner_proto_rawDesc = "" +
 	"\x11expires_unix_nano\x18\x03 \x01(\x03R\x0fexpiresUnixNano\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x04 \x01(\x05R\terrorCode\x12#\n" +
-	"\rerror_message\x18\x05 \x01(\tR\ferrorMessage2\x97\t\n" +
+	"\rerror_message\x18\x05 \x01(\tR\ferrorMessage\"l\n" +
+	"\x0fMintCredentials\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12:\n" +
+	"\x05items\x18\x02 \x03(\v2$.fluksio.provision.v1.MintCredentialR\x05items\"\xa8\x01\n" +
+	"\vCredentials\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x126\n" +
+	"\x05items\x18\x02 \x03(\v2 .fluksio.provision.v1.CredentialR\x05items\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x03 \x01(\x05R\terrorCode\x12#\n" +
+	"\rerror_message\x18\x04 \x01(\tR\ferrorMessage2\x97\t\n" +
 	"\vProvisioner\x12M\n" +
 	"\x04Info\x12!.fluksio.provision.v1.InfoRequest\x1a\".fluksio.provision.v1.InfoResponse\x12S\n" +
 	"\x06Schema\x12#.fluksio.provision.v1.SchemaRequest\x1a$.fluksio.provision.v1.SchemaResponse\x12k\n" +
@@ -3552,7 +3743,7 @@ func file_provisioner_proto_rawDescGZIP() []byte {
 }
 
 var file_provisioner_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_provisioner_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_provisioner_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_provisioner_proto_goTypes = []any{
 	(Diagnostic_Severity)(0),       // 0: fluksio.provision.v1.Diagnostic.Severity
 	(ProvisionResponse_Outcome)(0), // 1: fluksio.provision.v1.ProvisionResponse.Outcome
@@ -3605,6 +3796,8 @@ var file_provisioner_proto_goTypes = []any{
 	(*EventAck)(nil),               // 48: fluksio.provision.v1.EventAck
 	(*MintCredential)(nil),         // 49: fluksio.provision.v1.MintCredential
 	(*Credential)(nil),             // 50: fluksio.provision.v1.Credential
+	(*MintCredentials)(nil),        // 51: fluksio.provision.v1.MintCredentials
+	(*Credentials)(nil),            // 52: fluksio.provision.v1.Credentials
 }
 var file_provisioner_proto_depIdxs = []int32{
 	6,  // 0: fluksio.provision.v1.SchemaResponse.schema:type_name -> fluksio.provision.v1.Schema
@@ -3634,40 +3827,44 @@ var file_provisioner_proto_depIdxs = []int32{
 	45, // 24: fluksio.provision.v1.HostMessage.hello:type_name -> fluksio.provision.v1.Hello
 	48, // 25: fluksio.provision.v1.HostMessage.event_ack:type_name -> fluksio.provision.v1.EventAck
 	50, // 26: fluksio.provision.v1.HostMessage.credential:type_name -> fluksio.provision.v1.Credential
-	46, // 27: fluksio.provision.v1.PluginMessage.ready:type_name -> fluksio.provision.v1.Ready
-	47, // 28: fluksio.provision.v1.PluginMessage.event:type_name -> fluksio.provision.v1.Event
-	49, // 29: fluksio.provision.v1.PluginMessage.mint_credential:type_name -> fluksio.provision.v1.MintCredential
-	2,  // 30: fluksio.provision.v1.Provisioner.Info:input_type -> fluksio.provision.v1.InfoRequest
-	4,  // 31: fluksio.provision.v1.Provisioner.Schema:input_type -> fluksio.provision.v1.SchemaRequest
-	10, // 32: fluksio.provision.v1.Provisioner.ValidateConfig:input_type -> fluksio.provision.v1.ValidateConfigRequest
-	17, // 33: fluksio.provision.v1.Provisioner.Configure:input_type -> fluksio.provision.v1.ConfigureRequest
-	21, // 34: fluksio.provision.v1.Provisioner.Shapes:input_type -> fluksio.provision.v1.ShapesRequest
-	23, // 35: fluksio.provision.v1.Provisioner.Covers:input_type -> fluksio.provision.v1.CoversRequest
-	25, // 36: fluksio.provision.v1.Provisioner.Provision:input_type -> fluksio.provision.v1.ProvisionRequest
-	30, // 37: fluksio.provision.v1.Provisioner.Reconcile:input_type -> fluksio.provision.v1.ReconcileRequest
-	32, // 38: fluksio.provision.v1.Provisioner.Status:input_type -> fluksio.provision.v1.StatusRequest
-	41, // 39: fluksio.provision.v1.Provisioner.Shutdown:input_type -> fluksio.provision.v1.ShutdownRequest
-	12, // 40: fluksio.provision.v1.Provisioner.Check:input_type -> fluksio.provision.v1.CheckRequest
-	15, // 41: fluksio.provision.v1.Provisioner.Preview:input_type -> fluksio.provision.v1.PreviewRequest
-	43, // 42: fluksio.provision.v1.Provisioner.HostChannel:input_type -> fluksio.provision.v1.HostMessage
-	3,  // 43: fluksio.provision.v1.Provisioner.Info:output_type -> fluksio.provision.v1.InfoResponse
-	5,  // 44: fluksio.provision.v1.Provisioner.Schema:output_type -> fluksio.provision.v1.SchemaResponse
-	11, // 45: fluksio.provision.v1.Provisioner.ValidateConfig:output_type -> fluksio.provision.v1.ValidateConfigResponse
-	18, // 46: fluksio.provision.v1.Provisioner.Configure:output_type -> fluksio.provision.v1.ConfigureResponse
-	22, // 47: fluksio.provision.v1.Provisioner.Shapes:output_type -> fluksio.provision.v1.ShapesResponse
-	24, // 48: fluksio.provision.v1.Provisioner.Covers:output_type -> fluksio.provision.v1.CoversResponse
-	27, // 49: fluksio.provision.v1.Provisioner.Provision:output_type -> fluksio.provision.v1.ProvisionResponse
-	31, // 50: fluksio.provision.v1.Provisioner.Reconcile:output_type -> fluksio.provision.v1.ReconcileResponse
-	33, // 51: fluksio.provision.v1.Provisioner.Status:output_type -> fluksio.provision.v1.StatusResponse
-	42, // 52: fluksio.provision.v1.Provisioner.Shutdown:output_type -> fluksio.provision.v1.ShutdownResponse
-	13, // 53: fluksio.provision.v1.Provisioner.Check:output_type -> fluksio.provision.v1.CheckResponse
-	16, // 54: fluksio.provision.v1.Provisioner.Preview:output_type -> fluksio.provision.v1.PreviewResponse
-	44, // 55: fluksio.provision.v1.Provisioner.HostChannel:output_type -> fluksio.provision.v1.PluginMessage
-	43, // [43:56] is the sub-list for method output_type
-	30, // [30:43] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	52, // 27: fluksio.provision.v1.HostMessage.credentials:type_name -> fluksio.provision.v1.Credentials
+	46, // 28: fluksio.provision.v1.PluginMessage.ready:type_name -> fluksio.provision.v1.Ready
+	47, // 29: fluksio.provision.v1.PluginMessage.event:type_name -> fluksio.provision.v1.Event
+	49, // 30: fluksio.provision.v1.PluginMessage.mint_credential:type_name -> fluksio.provision.v1.MintCredential
+	51, // 31: fluksio.provision.v1.PluginMessage.mint_credentials:type_name -> fluksio.provision.v1.MintCredentials
+	49, // 32: fluksio.provision.v1.MintCredentials.items:type_name -> fluksio.provision.v1.MintCredential
+	50, // 33: fluksio.provision.v1.Credentials.items:type_name -> fluksio.provision.v1.Credential
+	2,  // 34: fluksio.provision.v1.Provisioner.Info:input_type -> fluksio.provision.v1.InfoRequest
+	4,  // 35: fluksio.provision.v1.Provisioner.Schema:input_type -> fluksio.provision.v1.SchemaRequest
+	10, // 36: fluksio.provision.v1.Provisioner.ValidateConfig:input_type -> fluksio.provision.v1.ValidateConfigRequest
+	17, // 37: fluksio.provision.v1.Provisioner.Configure:input_type -> fluksio.provision.v1.ConfigureRequest
+	21, // 38: fluksio.provision.v1.Provisioner.Shapes:input_type -> fluksio.provision.v1.ShapesRequest
+	23, // 39: fluksio.provision.v1.Provisioner.Covers:input_type -> fluksio.provision.v1.CoversRequest
+	25, // 40: fluksio.provision.v1.Provisioner.Provision:input_type -> fluksio.provision.v1.ProvisionRequest
+	30, // 41: fluksio.provision.v1.Provisioner.Reconcile:input_type -> fluksio.provision.v1.ReconcileRequest
+	32, // 42: fluksio.provision.v1.Provisioner.Status:input_type -> fluksio.provision.v1.StatusRequest
+	41, // 43: fluksio.provision.v1.Provisioner.Shutdown:input_type -> fluksio.provision.v1.ShutdownRequest
+	12, // 44: fluksio.provision.v1.Provisioner.Check:input_type -> fluksio.provision.v1.CheckRequest
+	15, // 45: fluksio.provision.v1.Provisioner.Preview:input_type -> fluksio.provision.v1.PreviewRequest
+	43, // 46: fluksio.provision.v1.Provisioner.HostChannel:input_type -> fluksio.provision.v1.HostMessage
+	3,  // 47: fluksio.provision.v1.Provisioner.Info:output_type -> fluksio.provision.v1.InfoResponse
+	5,  // 48: fluksio.provision.v1.Provisioner.Schema:output_type -> fluksio.provision.v1.SchemaResponse
+	11, // 49: fluksio.provision.v1.Provisioner.ValidateConfig:output_type -> fluksio.provision.v1.ValidateConfigResponse
+	18, // 50: fluksio.provision.v1.Provisioner.Configure:output_type -> fluksio.provision.v1.ConfigureResponse
+	22, // 51: fluksio.provision.v1.Provisioner.Shapes:output_type -> fluksio.provision.v1.ShapesResponse
+	24, // 52: fluksio.provision.v1.Provisioner.Covers:output_type -> fluksio.provision.v1.CoversResponse
+	27, // 53: fluksio.provision.v1.Provisioner.Provision:output_type -> fluksio.provision.v1.ProvisionResponse
+	31, // 54: fluksio.provision.v1.Provisioner.Reconcile:output_type -> fluksio.provision.v1.ReconcileResponse
+	33, // 55: fluksio.provision.v1.Provisioner.Status:output_type -> fluksio.provision.v1.StatusResponse
+	42, // 56: fluksio.provision.v1.Provisioner.Shutdown:output_type -> fluksio.provision.v1.ShutdownResponse
+	13, // 57: fluksio.provision.v1.Provisioner.Check:output_type -> fluksio.provision.v1.CheckResponse
+	16, // 58: fluksio.provision.v1.Provisioner.Preview:output_type -> fluksio.provision.v1.PreviewResponse
+	44, // 59: fluksio.provision.v1.Provisioner.HostChannel:output_type -> fluksio.provision.v1.PluginMessage
+	47, // [47:60] is the sub-list for method output_type
+	34, // [34:47] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_provisioner_proto_init() }
@@ -3679,11 +3876,13 @@ func file_provisioner_proto_init() {
 		(*HostMessage_Hello)(nil),
 		(*HostMessage_EventAck)(nil),
 		(*HostMessage_Credential)(nil),
+		(*HostMessage_Credentials)(nil),
 	}
 	file_provisioner_proto_msgTypes[42].OneofWrappers = []any{
 		(*PluginMessage_Ready)(nil),
 		(*PluginMessage_Event)(nil),
 		(*PluginMessage_MintCredential)(nil),
+		(*PluginMessage_MintCredentials)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3691,7 +3890,7 @@ func file_provisioner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_provisioner_proto_rawDesc), len(file_provisioner_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   49,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

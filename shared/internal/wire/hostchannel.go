@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -72,12 +74,21 @@ type pluginLink struct {
 	nextID  uint64
 	acks    map[uint64]chan struct{}
 	credits map[uint64]chan *pb.Credential
+	batches map[uint64]chan *pb.Credentials
+	// hostContract is the contract version the current stream's host
+	// said in Hello: empty from a host before 2.4, which would not
+	// answer a batch mint.
+	hostContract string
 }
 
-var _ shared.Host = (*pluginLink)(nil)
+var (
+	_ shared.Host        = (*pluginLink)(nil)
+	_ shared.BatchMinter = (*pluginLink)(nil)
+)
 
 func newPluginLink() *pluginLink {
-	return &pluginLink{turn: make(chan struct{}, 1), acks: map[uint64]chan struct{}{}, credits: map[uint64]chan *pb.Credential{}}
+	return &pluginLink{turn: make(chan struct{}, 1), acks: map[uint64]chan struct{}{}, credits: map[uint64]chan *pb.Credential{},
+		batches: map[uint64]chan *pb.Credentials{}}
 }
 
 // HostChannel serves the stream for as long as the host keeps it open.
@@ -90,7 +101,7 @@ func (s *grpcServer) HostChannel(stream pb.Provisioner_HostChannelServer) error 
 		return status.Error(codes.InvalidArgument, "the host channel must start with Hello")
 	}
 	out := make(chan *pb.PluginMessage)
-	gone := s.link.attach(stream, out)
+	gone := s.link.attach(stream, out, first.GetHello().GetContractVersion())
 	sent := make(chan struct{})
 	// The sender is the stream's only caller of Send. It ends when the
 	// stream does (gone), or when a Send fails, which it does once the
@@ -129,14 +140,16 @@ func (s *grpcServer) HostChannel(stream pb.Provisioner_HostChannelServer) error 
 			s.link.deliverAck(m.EventAck.GetSeq())
 		case *pb.HostMessage_Credential:
 			s.link.deliverCredential(m.Credential)
+		case *pb.HostMessage_Credentials:
+			s.link.deliverCredentials(m.Credentials)
 		}
 	}
 }
 
-func (l *pluginLink) attach(stream pb.Provisioner_HostChannelServer, out chan *pb.PluginMessage) chan struct{} {
+func (l *pluginLink) attach(stream pb.Provisioner_HostChannelServer, out chan *pb.PluginMessage, hostContract string) chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.stream, l.out = stream, out
+	l.stream, l.out, l.hostContract = stream, out, hostContract
 	l.gone = make(chan struct{})
 	return l.gone
 }
@@ -147,7 +160,7 @@ func (l *pluginLink) detach(stream pb.Provisioner_HostChannelServer, gone chan s
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.stream == stream {
-		l.stream, l.out = nil, nil
+		l.stream, l.out, l.hostContract = nil, nil, ""
 	}
 	close(gone)
 }
@@ -179,6 +192,16 @@ func (l *pluginLink) deliverCredential(c *pb.Credential) {
 	l.mu.Lock()
 	ch, ok := l.credits[c.GetRequestId()]
 	delete(l.credits, c.GetRequestId())
+	l.mu.Unlock()
+	if ok {
+		ch <- c // buffered: the waiter may have given up
+	}
+}
+
+func (l *pluginLink) deliverCredentials(c *pb.Credentials) {
+	l.mu.Lock()
+	ch, ok := l.batches[c.GetRequestId()]
+	delete(l.batches, c.GetRequestId())
 	l.mu.Unlock()
 	if ok {
 		ch <- c // buffered: the waiter may have given up
@@ -259,24 +282,153 @@ func (l *pluginLink) MintCredential(ctx context.Context, req *shared.MintCredent
 		l.mu.Unlock()
 	}()
 
-	err := handoff(ctx, out, gone, &pb.PluginMessage{Msg: &pb.PluginMessage_MintCredential{MintCredential: &pb.MintCredential{
-		RequestId: id, Worker: req.Worker, TtlSeconds: req.TTL.Seconds(),
-		Cpus: int32(req.CPUs), Gpus: int32(req.GPUs), RamMb: req.RAMMB, Labels: req.Labels,
-	}}})
+	m := mintToProto(req)
+	m.RequestId = id
+	err := handoff(ctx, out, gone, &pb.PluginMessage{Msg: &pb.PluginMessage_MintCredential{MintCredential: m}})
 	if err != nil {
 		return nil, fmt.Errorf("asking for a credential: %w", err)
+	}
+	select {
+	case c := <-answer:
+		return credentialFromProto(c)
+	case <-gone:
+		return nil, fmt.Errorf("%w: the host went away before answering", shared.ErrNoHost)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func mintToProto(req *shared.MintCredentialRequest) *pb.MintCredential {
+	return &pb.MintCredential{
+		Worker: req.Worker, TtlSeconds: req.TTL.Seconds(),
+		Cpus: int32(req.CPUs), Gpus: int32(req.GPUs), RamMb: req.RAMMB, Labels: req.Labels,
+	}
+}
+
+func mintFromProto(m *pb.MintCredential) *shared.MintCredentialRequest {
+	return &shared.MintCredentialRequest{
+		Worker: m.GetWorker(),
+		TTL:    secondsToDuration(m.GetTtlSeconds()),
+		CPUs:   int(m.GetCpus()),
+		GPUs:   int(m.GetGpus()),
+		RAMMB:  m.GetRamMb(),
+		Labels: m.GetLabels(),
+	}
+}
+
+func credentialFromProto(c *pb.Credential) (*shared.MintCredentialResponse, error) {
+	if c.GetErrorCode() != 0 {
+		return nil, fromStatus(status.Error(codes.Code(c.GetErrorCode()), c.GetErrorMessage()), false)
+	}
+	return &shared.MintCredentialResponse{Token: c.GetToken(), Expires: fromUnixNano(c.GetExpiresUnixNano())}, nil
+}
+
+// batchContract is the first contract whose hosts answer MintCredentials.
+const batchContract = "2.4"
+
+// MintCredentials asks the host for many credentials in one round trip
+// when the host's Hello said it can (contract 2.4), and one
+// MintCredential at a time otherwise: a host before 2.4 ignores a message
+// it does not know, and the plugin would wait for an answer that never
+// comes. Callers chunk at shared.MaxMintBatch (shared.MintCredentials
+// does); a larger batch is sent as it is, and refused by the host.
+func (l *pluginLink) MintCredentials(ctx context.Context, req *shared.MintCredentialsRequest) (*shared.MintCredentialsResponse, error) {
+	l.mu.Lock()
+	if l.stream == nil {
+		l.mu.Unlock()
+		return nil, fmt.Errorf("%w: cannot mint credentials", shared.ErrNoHost)
+	}
+	if !contractAtLeast(l.hostContract, batchContract) {
+		l.mu.Unlock()
+		return shared.MintCredentials(ctx, oneAtATime{l}, req)
+	}
+	l.nextID++
+	id := l.nextID
+	answer := make(chan *pb.Credentials, 1)
+	l.batches[id] = answer
+	out, gone := l.out, l.gone
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		delete(l.batches, id)
+		l.mu.Unlock()
+	}()
+
+	items := make([]*pb.MintCredential, len(req.Items))
+	for i, r := range req.Items {
+		items[i] = mintToProto(r)
+	}
+	err := handoff(ctx, out, gone, &pb.PluginMessage{Msg: &pb.PluginMessage_MintCredentials{MintCredentials: &pb.MintCredentials{
+		RequestId: id, Items: items,
+	}}})
+	if err != nil {
+		return nil, fmt.Errorf("asking for %d credentials: %w", len(req.Items), err)
 	}
 	select {
 	case c := <-answer:
 		if c.GetErrorCode() != 0 {
 			return nil, fromStatus(status.Error(codes.Code(c.GetErrorCode()), c.GetErrorMessage()), false)
 		}
-		return &shared.MintCredentialResponse{Token: c.GetToken(), Expires: fromUnixNano(c.GetExpiresUnixNano())}, nil
+		if len(c.GetItems()) != len(req.Items) {
+			return nil, fmt.Errorf("asked for %d credentials, the host answered %d", len(req.Items), len(c.GetItems()))
+		}
+		resp := &shared.MintCredentialsResponse{Items: make([]shared.MintCredentialResult, len(req.Items))}
+		for i, item := range c.GetItems() {
+			resp.Items[i].Credential, resp.Items[i].Err = credentialFromProto(item)
+		}
+		return resp, nil
 	case <-gone:
 		return nil, fmt.Errorf("%w: the host went away before answering", shared.ErrNoHost)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// oneAtATime hides a link's MintCredentials, so that shared.MintCredentials
+// falls back to one MintCredential an item.
+type oneAtATime struct{ l *pluginLink }
+
+func (o oneAtATime) Publish(ctx context.Context, ev shared.Event) error { return o.l.Publish(ctx, ev) }
+func (o oneAtATime) MintCredential(ctx context.Context, r *shared.MintCredentialRequest) (*shared.MintCredentialResponse, error) {
+	return o.l.MintCredential(ctx, r)
+}
+
+// contractAtLeast reports whether contract version v (major.minor) is
+// want or later within want's major. An empty or unreadable v is older
+// than anything.
+func contractAtLeast(v, want string) bool {
+	vm, vn, ok1 := splitContract(v)
+	wm, wn, ok2 := splitContract(want)
+	return ok1 && ok2 && vm == wm && vn >= wn
+}
+
+func splitContract(v string) (major, minor int, ok bool) {
+	a, b, found := strings.Cut(v, ".")
+	if !found {
+		return 0, 0, false
+	}
+	major, err1 := strconv.Atoi(a)
+	minor, err2 := strconv.Atoi(b)
+	return major, minor, err1 == nil && err2 == nil
+}
+
+// batchRefusal says why a batch mint is refused whole, or "" if it is
+// not: the guard judges each item, this only bounds the batch.
+func batchRefusal(items []*pb.MintCredential) string {
+	if len(items) == 0 {
+		return "a batch mint names no worker"
+	}
+	if len(items) > shared.MaxMintBatch {
+		return fmt.Sprintf("a batch mint names %d workers, more than %d: ask in batches of at most %d", len(items), shared.MaxMintBatch, shared.MaxMintBatch)
+	}
+	seen := make(map[string]struct{}, len(items))
+	for _, it := range items {
+		if _, dup := seen[it.GetWorker()]; dup {
+			return fmt.Sprintf("a batch mint names worker %q twice: a credential is worth one worker", clip(it.GetWorker(), maxEventField))
+		}
+		seen[it.GetWorker()] = struct{}{}
+	}
+	return ""
 }
 
 // hostLink is the host's end of the channel: one goroutine that reads what
@@ -290,6 +442,10 @@ type hostLink struct {
 type HostChannel struct {
 	// Name is the provisioner's name, sent in Hello.
 	Name string
+	// Contract is the contract version sent in Hello; empty means
+	// shared.ContractVersion. A host of a contract before 2.4 does not
+	// answer batch mints; tests set it to act as one.
+	Contract string
 	// Host answers the plugin. Its Publish is called from the channel's
 	// dispatcher, one event at a time and in order; its MintCredential
 	// from the reader, so it must be quick (a signature, not a network
@@ -328,7 +484,14 @@ func (c *Client) OpenHostChannel(ctx context.Context, hc HostChannel) error {
 		cancel()
 		return fromStatus(err, c.done.Err() != nil)
 	}
-	if err := stream.Send(&pb.HostMessage{Msg: &pb.HostMessage_Hello{Hello: &pb.Hello{Name: hc.Name}}}); err != nil {
+	if hc.Contract == "" {
+		hc.Contract = shared.ContractVersion
+	}
+	contract := hc.Contract
+	if !contractAtLeast(contract, batchContract) {
+		contract = "" // a host before 2.4 said nothing
+	}
+	if err := stream.Send(&pb.HostMessage{Msg: &pb.HostMessage_Hello{Hello: &pb.Hello{Name: hc.Name, ContractVersion: contract}}}); err != nil {
 		stop()
 		cancel()
 		return fromStatus(err, c.done.Err() != nil)
@@ -428,22 +591,26 @@ func (c *Client) serveHostChannel(stream pb.Provisioner_HostChannelClient, hc Ho
 			}
 			reply = &pb.HostMessage{Msg: &pb.HostMessage_EventAck{EventAck: &pb.EventAck{Seq: m.Event.GetSeq()}}}
 		case *pb.PluginMessage_MintCredential:
-			cred := &pb.Credential{RequestId: m.MintCredential.GetRequestId()}
-			r, err := hc.Host.MintCredential(ctx, &shared.MintCredentialRequest{
-				Worker: m.MintCredential.GetWorker(),
-				TTL:    secondsToDuration(m.MintCredential.GetTtlSeconds()),
-				CPUs:   int(m.MintCredential.GetCpus()),
-				GPUs:   int(m.MintCredential.GetGpus()),
-				RAMMB:  m.MintCredential.GetRamMb(),
-				Labels: m.MintCredential.GetLabels(),
-			})
-			if err != nil {
-				st, _ := status.FromError(toStatus(err))
-				cred.ErrorCode, cred.ErrorMessage = int32(st.Code()), st.Message()
-			} else {
-				cred.Token, cred.ExpiresUnixNano = r.Token, unixNano(r.Expires)
-			}
+			cred := mintOne(ctx, hc.Host, m.MintCredential)
+			cred.RequestId = m.MintCredential.GetRequestId()
 			reply = &pb.HostMessage{Msg: &pb.HostMessage_Credential{Credential: cred}}
+		case *pb.PluginMessage_MintCredentials:
+			if !contractAtLeast(hc.Contract, batchContract) {
+				continue // as a host before 2.4 does: it does not know the message
+			}
+			// Each item goes through the same Host.MintCredential, and so
+			// the same guard, as a single mint: the batch saves round
+			// trips and nothing else.
+			creds := &pb.Credentials{RequestId: m.MintCredentials.GetRequestId()}
+			if why := batchRefusal(m.MintCredentials.GetItems()); why != "" {
+				creds.ErrorCode, creds.ErrorMessage = int32(codes.InvalidArgument), why
+			} else {
+				creds.Items = make([]*pb.Credential, len(m.MintCredentials.GetItems()))
+				for i, it := range m.MintCredentials.GetItems() {
+					creds.Items[i] = mintOne(ctx, hc.Host, it)
+				}
+			}
+			reply = &pb.HostMessage{Msg: &pb.HostMessage_Credentials{Credentials: creds}}
 		default:
 			continue
 		}
@@ -451,4 +618,18 @@ func (c *Client) serveHostChannel(stream pb.Provisioner_HostChannelClient, hc Ho
 			return err
 		}
 	}
+}
+
+// mintOne asks host for one credential and puts its answer, or its
+// refusal, on the wire.
+func mintOne(ctx context.Context, host shared.Host, m *pb.MintCredential) *pb.Credential {
+	cred := &pb.Credential{}
+	r, err := host.MintCredential(ctx, mintFromProto(m))
+	if err != nil {
+		st, _ := status.FromError(toStatus(err))
+		cred.ErrorCode, cred.ErrorMessage = int32(st.Code()), st.Message()
+	} else {
+		cred.Token, cred.ExpiresUnixNano = r.Token, unixNano(r.Expires)
+	}
+	return cred
 }

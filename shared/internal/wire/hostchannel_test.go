@@ -266,3 +266,155 @@ func (h *blockingHost) Publish(_ context.Context, ev shared.Event) error {
 func (h *blockingHost) MintCredential(context.Context, *shared.MintCredentialRequest) (*shared.MintCredentialResponse, error) {
 	return &shared.MintCredentialResponse{Token: "t", Expires: time.Now().Add(time.Hour)}, nil
 }
+
+// guardingHost mints for workers named "n-…" only, as the engine's guard
+// does for provisioner n, and counts the mints it was asked for.
+type guardingHost struct {
+	mu    sync.Mutex // guards asked
+	asked []string
+}
+
+func (h *guardingHost) Publish(context.Context, shared.Event) error { return nil }
+
+func (h *guardingHost) MintCredential(_ context.Context, r *shared.MintCredentialRequest) (*shared.MintCredentialResponse, error) {
+	h.mu.Lock()
+	h.asked = append(h.asked, r.Worker)
+	h.mu.Unlock()
+	if len(r.Worker) < 3 || r.Worker[:2] != "n-" {
+		return nil, fmt.Errorf("%w: worker %q is not provisioner n's", shared.ErrPermissionDenied, r.Worker)
+	}
+	return &shared.MintCredentialResponse{Token: "token-of-" + r.Worker, Expires: time.Unix(1700000000, 0)}, nil
+}
+
+// hostChannelPair opens a host channel to an in-memory plugin with host
+// as the engine's end, saying contract in Hello, and returns the Host the
+// plugin was handed.
+func hostChannelPair(t *testing.T, host shared.Host, contract string) shared.Host {
+	t.Helper()
+	var pluginHost shared.Host
+	var c *Client
+	t.Cleanup(func() { c.WaitHostChannel() })
+	c = inMemory(t, &sharedtest.Provisioner{ConfigureF: func(_ context.Context, r *shared.ConfigureRequest) (*shared.ConfigureResponse, error) {
+		pluginHost = r.Host
+		return &shared.ConfigureResponse{}, nil
+	}})
+	if err := c.OpenHostChannel(context.Background(), HostChannel{Name: "n", Host: host, Contract: contract}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Configure(context.Background(), &shared.ConfigureRequest{Name: "n"}); err != nil {
+		t.Fatal(err)
+	}
+	return pluginHost
+}
+
+func mintItems(names ...string) *shared.MintCredentialsRequest {
+	req := &shared.MintCredentialsRequest{}
+	for _, n := range names {
+		req.Items = append(req.Items, &shared.MintCredentialRequest{Worker: n, TTL: time.Hour, CPUs: 1})
+	}
+	return req
+}
+
+// TestBatchMint: one request names several workers and one answer
+// carries a credential for each, in order; a name that is not the
+// provisioner's is refused on its own (its neighbours are signed), and
+// every item went through the host's guard. A batch over the cap, an
+// empty one and one naming a worker twice are refused whole, before the
+// guard signs anything.
+func TestBatchMint(t *testing.T) {
+	host := &guardingHost{}
+	ph := hostChannelPair(t, host, "")
+	bm, ok := ph.(shared.BatchMinter)
+	if !ok {
+		t.Fatal("the plugin's Host is not a BatchMinter")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r, err := bm.MintCredentials(ctx, mintItems("n-a", "other-b", "n-c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Items) != 3 {
+		t.Fatalf("%d answers for 3 items", len(r.Items))
+	}
+	for i, want := range []string{"token-of-n-a", "", "token-of-n-c"} {
+		it := r.Items[i]
+		if want == "" {
+			if !errors.Is(it.Err, shared.ErrPermissionDenied) || it.Credential != nil {
+				t.Errorf("item %d: %+v, %v; want refused with permission denied", i, it.Credential, it.Err)
+			}
+			continue
+		}
+		if it.Err != nil || it.Credential == nil || it.Credential.Token != want || !it.Credential.Expires.Equal(time.Unix(1700000000, 0)) {
+			t.Errorf("item %d: %+v, %v; want token %s", i, it.Credential, it.Err, want)
+		}
+	}
+	host.mu.Lock()
+	asked := fmt.Sprint(host.asked)
+	host.asked = nil
+	host.mu.Unlock()
+	if asked != "[n-a other-b n-c]" {
+		t.Errorf("the guard was asked %s; want every item, in order", asked)
+	}
+
+	names := make([]string, shared.MaxMintBatch+1)
+	for i := range names {
+		names[i] = fmt.Sprintf("n-w%d", i)
+	}
+	for _, tc := range []struct {
+		what string
+		req  *shared.MintCredentialsRequest
+	}{
+		{"over the cap", mintItems(names...)},
+		{"empty", mintItems()},
+		{"a worker twice", mintItems("n-a", "n-b", "n-a")},
+	} {
+		if _, err := bm.MintCredentials(ctx, tc.req); !errors.Is(err, shared.ErrInvalidArgument) {
+			t.Errorf("%s: %v; want invalid argument", tc.what, err)
+		}
+	}
+	host.mu.Lock()
+	if len(host.asked) != 0 {
+		t.Errorf("a batch refused whole had %d items signed", len(host.asked))
+	}
+	host.mu.Unlock()
+	// At the cap exactly, all are signed; shared.MintCredentials chunks a
+	// larger burst at the cap.
+	r, err = shared.MintCredentials(ctx, ph, mintItems(names...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Items) != len(names) || r.Items[len(names)-1].Credential.Token != "token-of-"+names[len(names)-1] {
+		t.Errorf("%d answers for %d items", len(r.Items), len(names))
+	}
+}
+
+// TestBatchMintFallsBackOnAnOlderHost: a host of contract 2.3 does not
+// answer a batch (it does not know the message, and this one ignores it
+// as such a host does), so a plugin that sent one would wait for its
+// deadline; the plugin reads the host's contract from Hello and mints one
+// at a time instead.
+func TestBatchMintFallsBackOnAnOlderHost(t *testing.T) {
+	host := &guardingHost{}
+	ph := hostChannelPair(t, host, "2.3")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r, err := shared.MintCredentials(ctx, ph, mintItems("n-a", "other-b", "n-c"))
+	if err != nil {
+		t.Fatalf("against a 2.3 host: %v", err)
+	}
+	if len(r.Items) != 3 || r.Items[0].Credential.Token != "token-of-n-a" || !errors.Is(r.Items[1].Err, shared.ErrPermissionDenied) || r.Items[2].Credential.Token != "token-of-n-c" {
+		t.Errorf("answers %+v", r.Items)
+	}
+}
+
+func TestContractAtLeast(t *testing.T) {
+	for _, tc := range []struct {
+		v    string
+		want bool
+	}{{"2.4", true}, {"2.10", true}, {"2.3", false}, {"", false}, {"3.0", false}, {"1.9", false}, {"2", false}, {"x.y", false}} {
+		if got := contractAtLeast(tc.v, "2.4"); got != tc.want {
+			t.Errorf("contractAtLeast(%q, 2.4) = %v", tc.v, got)
+		}
+	}
+}
