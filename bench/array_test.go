@@ -13,6 +13,7 @@ import (
 	"os"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,6 +31,11 @@ type arrayResult struct {
 	// squeuePerCycle is the squeue calls the plugin made per poll cycle
 	// with the thousand outstanding.
 	squeuePerCycle float64
+	// rawArray is one sbatch --array=0-999 of a script of the plugin's
+	// size through the plugin's own ControlMaster, from the call to its
+	// job id (P9b's baseline); rawBytes is that script's size.
+	rawArray time.Duration
+	rawBytes int
 }
 
 var maxArrayRE = regexp.MustCompile(`(?m)^MaxArraySize\s*=\s*([0-9]+)`)
@@ -95,6 +101,9 @@ func measureArray(tb testing.TB, e benchEnv) arrayResult {
 	if q, err := e.queued(name); err != nil || q < arrayBurst {
 		tb.Fatalf("squeue lists %d of the %d machines (%v)", q, arrayBurst, err)
 	}
+	// P9b's baseline: the same thousand as one raw sbatch --array through
+	// the plugin's own ControlMaster, while it is up.
+	res.rawArray, res.rawBytes = rawArray(tb, e, log, name+"raw")
 	// The poller over a window of whole cycles, the thousand outstanding.
 	before := wrapperCalls(log, " squeue")
 	time.Sleep(pollCycles * pollInterval)
@@ -107,6 +116,51 @@ func measureArray(tb testing.TB, e benchEnv) arrayResult {
 		tb.Fatalf("the per-job loop submitted %d of %d", res.loop.ok, arrayBurst)
 	}
 	return res
+}
+
+var controlPathRE = regexp.MustCompile(`ControlPath=(\S+)`)
+
+// rawArray submits one array of arrayBurst tasks, a script shaped as the
+// plugin's (a case of one credential a task), with ssh through the
+// ControlMaster the plugin's calls in log used, and returns how long the
+// call took to give the job id back and the script's size. All the
+// array's tasks must be in squeue after it.
+func rawArray(tb testing.TB, e benchEnv, log, name string) (time.Duration, int) {
+	tb.Helper()
+	tb.Cleanup(func() { e.cancelJobs(tb, name) })
+	b, _ := os.ReadFile(log)
+	var sock string
+	for _, m := range controlPathRE.FindAllStringSubmatch(string(b), -1) {
+		if m[1] != "none" {
+			sock = m[1]
+		}
+	}
+	if sock == "" {
+		tb.Fatal("the plugin's ssh calls name no ControlPath: it does not multiplex, so there is no ControlMaster to share")
+	}
+	mux := []string{"-o", "ControlMaster=no", "-o", "ControlPath=" + sock}
+	var script strings.Builder
+	script.WriteString("#!/bin/bash\n")
+	fmt.Fprintf(&script, "#SBATCH --job-name=fluksio-%s\n#SBATCH --comment=fluksio:%s\n#SBATCH --cpus-per-task=1\n#SBATCH --array=0-%d\n", name, name, arrayBurst-1)
+	for _, a := range e.pendingSbatch() {
+		fmt.Fprintf(&script, "#SBATCH %s\n", a)
+	}
+	script.WriteString(`case "${SLURM_ARRAY_TASK_ID:-}" in` + "\n")
+	for i := range arrayBurst {
+		fmt.Fprintf(&script, "%d) FLUKSIO_WORKER_TOKEN='tok-%s' exec /bin/true --url http://127.0.0.1:9/ --name %s-arr-%08x --cpus 1 --gpus 0 --max-idle 60 ;;\n", i, randHex(16), name, i)
+	}
+	script.WriteString("*) exit 1 ;;\nesac\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	if _, err := e.sbatch(ctx, mux, []byte(script.String())); err != nil {
+		tb.Fatalf("the raw sbatch --array through the plugin's ControlMaster: %v", err)
+	}
+	took := time.Since(t0)
+	if q, err := e.queued(name); err != nil || q < arrayBurst {
+		tb.Fatalf("squeue lists %d of the raw array's %d tasks (%v)", q, arrayBurst, err)
+	}
+	return took, script.Len()
 }
 
 // arrayRows are the table's rows for measurement 9.
@@ -124,6 +178,11 @@ func arrayRows(rep *report, a arrayResult) {
 	v, rt := ratio(float64(a.elapsed), float64(a.loop.elapsed))
 	rep.add(row{fmt.Sprintf("%d machines → every job id back: plugin (one array) vs a per-job sbatch loop through a ControlMaster", arrayBurst),
 		dur(a.elapsed), dur(a.loop.elapsed), rt, "≤ 0.05×", verdict(v, 0.05, true, "×")})
+	if a.rawArray > 0 {
+		v, rt := ratio(float64(a.elapsed), float64(a.rawArray))
+		rep.add(row{fmt.Sprintf("P9b: %d machines of one profile asked for → all in squeue: plugin (Provision → every job id, credentials minted in batches) vs one raw sbatch --array=0-%d of a %d-byte script through the plugin's ControlMaster", arrayBurst, arrayBurst-1, a.rawBytes),
+			dur(a.elapsed), dur(a.rawArray), rt, "≤ 3×", verdict(v, 3, true, "×")})
+	}
 	rep.add(row{fmt.Sprintf("squeue calls per poll cycle, %d array tasks outstanding (poll_interval %s, %d cycles)", arrayBurst, pollInterval, pollCycles),
 		fmt.Sprintf("%.1f", a.squeuePerCycle), "—", "—", "1 per cycle", verdict(a.squeuePerCycle, 1+1.0/pollCycles, true, "calls")})
 	rep.add(row{fmt.Sprintf("plugin RSS with %d machines outstanding", arrayBurst),

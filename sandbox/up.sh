@@ -42,6 +42,10 @@
 #   "sandbox-via-bastion" to the sandbox's ssh_config, which reaches the
 #   login node through it (ProxyJump), as a site behind a bastion is
 #   reached; its log is STATE_DIR/log/sshd-bastion.log. 0: none.
+#   SANDBOX_MAX_ARRAY_SIZE=10001 SANDBOX_MAX_JOB_COUNT=50000: slurm.conf's
+#   MaxArraySize and MaxJobCount, high enough for a burst of 10,000 pending
+#   array tasks (bench row P9b asks for 1,000 as one array; Slurm's own
+#   defaults, 1001 and 10000, fit one such burst and nothing beside it).
 # Not remembered: SANDBOX_SMOKE=auto|1|0 - submit a test job over ssh: auto
 #   does it only when a daemon was (re)started, else it runs `sbatch
 #   --test-only` over ssh, which uses no resources.
@@ -118,6 +122,7 @@ declare -A SET=(
   [SANDBOX_NODES]=2 [SANDBOX_SLURM]=bookworm
   [SANDBOX_ACCOUNTING]=0 [SANDBOX_MIN_JOB_AGE]=300 [SANDBOX_DBD_PORT]=$((6831 + PORT_OFFSET)) [SANDBOX_DB_PORT]=$((6832 + PORT_OFFSET))
   [SANDBOX_BASTION_PORT]=0 [SANDBOX_JOB_SUBMIT]= [SANDBOX_JOBS_PER_HOUR]=5
+  [SANDBOX_MAX_ARRAY_SIZE]=10001 [SANDBOX_MAX_JOB_COUNT]=50000
 )
 if [[ -r "$SB_DIR/settings" ]]; then
   while IFS='=' read -r k v; do
@@ -132,7 +137,7 @@ for k in SANDBOX_SSH_PORT SANDBOX_CTLD_PORT SANDBOX_SLURMD_PORT SANDBOX_DBD_PORT
     sb_die "$k='${SET[$k]}' is not a port number"
   fi
 done
-for k in SANDBOX_CPUS SANDBOX_MEM_MB SANDBOX_GPUS SANDBOX_NODES SANDBOX_MIN_JOB_AGE SANDBOX_BASTION_PORT SANDBOX_JOBS_PER_HOUR; do
+for k in SANDBOX_CPUS SANDBOX_MEM_MB SANDBOX_GPUS SANDBOX_NODES SANDBOX_MIN_JOB_AGE SANDBOX_BASTION_PORT SANDBOX_JOBS_PER_HOUR SANDBOX_MAX_ARRAY_SIZE SANDBOX_MAX_JOB_COUNT; do
   [[ "${SET[$k]}" =~ ^[0-9]+$ ]] || sb_die "$k='${SET[$k]}' is not a number"
 done
 ((SET[SANDBOX_CPUS] >= 1 && SET[SANDBOX_MEM_MB] >= 100)) || sb_die "need SANDBOX_CPUS >= 1 and SANDBOX_MEM_MB >= 100"
@@ -383,6 +388,8 @@ SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=100
 EnforcePartLimits=ALL
 MinJobAge=${SET[SANDBOX_MIN_JOB_AGE]}
+MaxArraySize=${SET[SANDBOX_MAX_ARRAY_SIZE]}
+MaxJobCount=${SET[SANDBOX_MAX_JOB_COUNT]}
 $(if ((ACCOUNTING)); then
   cat <<ACCT
 AccountingStorageType=accounting_storage/slurmdbd
