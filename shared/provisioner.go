@@ -19,7 +19,8 @@ import (
 // empty. 2.4 added the batch mint (BatchMinter, MintCredentials on the
 // host channel), which a plugin uses only against a host that says 2.4
 // or later in its Hello, and falls back to one MintCredential a worker
-// otherwise.
+// otherwise; and Reconcile by change (ReconcileRequest.Delta), which the
+// engine sends only to a plugin whose Info says 2.4 or later.
 const ContractVersion = "2.4"
 
 // Provisioner is somewhere machines can be asked for.
@@ -466,9 +467,22 @@ type ProfileDemand struct {
 	Cancelled int
 }
 
-// ReconcileRequest carries the names of the workers attached right now.
+// ReconcileRequest carries the names of the workers attached right now:
+// the whole list (Attached), or since contract 2.4 what changed since the
+// last call this plugin process answered (Delta, Joined, Left).
+//
+// The engine sends a delta only to a plugin whose Info says 2.4 or later,
+// and the whole list on the first call to a plugin process, after a call
+// that failed (the plugin may or may not have applied it), and at least
+// every minute, so that a plugin that missed something is set right
+// within a bounded time. A plugin of 2.4 keeps the set: Attached replaces
+// it when Delta is false; otherwise Joined are added and Left removed.
 type ReconcileRequest struct {
 	Attached []string
+	// Delta says Attached is empty and Joined and Left carry the change.
+	Delta  bool
+	Joined []string
+	Left   []string
 }
 
 // ReconcileResponse says what Reconcile changed.

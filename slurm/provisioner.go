@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -114,6 +115,12 @@ type Provisioner struct {
 	// attached counts each profile's attached workers, as the engine
 	// last said (Provision, Reconcile).
 	attached map[string]int
+	// reconciled is the set of attached workers Reconcile last heard of,
+	// and reconciledBy its count by profile: a Reconcile by change
+	// (contract 2.4) applies its joined and left to them, one carrying the
+	// whole list replaces them. Both are nil until the first Reconcile.
+	reconciled   map[string]struct{}
+	reconciledBy map[string]int
 	// inflight holds the requests whose submission goroutine has not yet
 	// finished, including any Reconcile has already forgotten.
 	inflight map[*request]bool
@@ -605,9 +612,8 @@ func (p *Provisioner) publish(ctx context.Context, cfg *settings, host shared.Ho
 // is not known yet. One whose submission's answer was lost and whose job
 // was never found is forgotten after provision_timeout.
 func (p *Provisioner) Reconcile(ctx context.Context, req *shared.ReconcileRequest) (*shared.ReconcileResponse, error) {
-	var attached []string
-	if req != nil {
-		attached = req.Attached
+	if req == nil {
+		req = &shared.ReconcileRequest{}
 	}
 	now := p.now()
 
@@ -617,8 +623,7 @@ func (p *Provisioner) Reconcile(ctx context.Context, req *shared.ReconcileReques
 		p.mu.Unlock()
 		return nil, shared.ErrNotConfigured
 	}
-	resp := &shared.ReconcileResponse{Arrived: p.arrivedLocked(attached)}
-	p.attached = cfg.attachedByProfile(attached)
+	resp := &shared.ReconcileResponse{Arrived: p.reconcileAttachedLocked(cfg, req)}
 	var expired []jobRef
 	var gaveUp []shared.Event
 	for _, r := range p.sortedLocked() {
@@ -661,6 +666,50 @@ func (p *Provisioner) Reconcile(ctx context.Context, req *shared.ReconcileReques
 	// tried again.
 	resp.Expired = p.cancelJobs(ctx, cfg, host, expired, "gave up on a machine that never attached")
 	return resp, nil
+}
+
+// reconcileAttachedLocked takes in what a Reconcile says is attached,
+// the whole list or the change since the last call (contract 2.4), and
+// forgets the requests whose worker arrived. Arrivals in a change are
+// among those that joined: a request's worker cannot have attached
+// before the last call without being in it.
+func (p *Provisioner) reconcileAttachedLocked(cfg *settings, req *shared.ReconcileRequest) []string {
+	if !req.Delta || p.reconciled == nil {
+		// A change with nothing to apply it to cannot come from an engine
+		// that keeps the contract; taken as the whole list, it is the
+		// best this process knows.
+		names := req.Attached
+		if req.Delta {
+			names = req.Joined
+		}
+		p.reconciled = make(map[string]struct{}, len(names))
+		for _, w := range names {
+			p.reconciled[w] = struct{}{}
+		}
+		p.reconciledBy = cfg.attachedByProfile(names)
+		p.attached = maps.Clone(p.reconciledBy)
+		return p.arrivedLocked(names)
+	}
+	for _, w := range req.Left {
+		if _, ok := p.reconciled[w]; !ok {
+			continue
+		}
+		delete(p.reconciled, w)
+		if profile, why := cfg.profileOf(w); why == "" {
+			p.reconciledBy[profile]--
+		}
+	}
+	for _, w := range req.Joined {
+		if _, ok := p.reconciled[w]; ok {
+			continue
+		}
+		p.reconciled[w] = struct{}{}
+		if profile, why := cfg.profileOf(w); why == "" {
+			p.reconciledBy[profile]++
+		}
+	}
+	p.attached = maps.Clone(p.reconciledBy)
+	return p.arrivedLocked(req.Joined)
 }
 
 // jobRef is a job on its way to being cancelled, with what the event for

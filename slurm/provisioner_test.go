@@ -816,3 +816,50 @@ func (h *harness) shutdownBegun(t *testing.T) {
 		return h.p.shutdownDone != nil
 	})
 }
+
+// TestReconcileByChange: a Reconcile by change (contract 2.4) is applied
+// to what the last one said: a worker that joined arrives, and counts as
+// attached to its profile (Status) until a later change says it left; a
+// call with the whole list replaces the set.
+func TestReconcileByChange(t *testing.T) {
+	h := newHarness(t, "sbatch=ok,scancel=ok", nil)
+	ctx := context.Background()
+	h.provision(t, cpuNeed)
+	h.provision(t, gpuNeed)
+	workers := map[string]shared.Event{}
+	for _, e := range waitEvents(t, h.host, 2) {
+		workers[e.Profile] = e
+	}
+	cpu, gpu := workers["cpu"].Worker, workers["gpu"].Worker
+	attachedTo := func(profile string) int {
+		for _, c := range h.status(t).Counts {
+			if c.Profile == profile {
+				return c.Attached
+			}
+		}
+		return 0
+	}
+	steps := []struct {
+		req        shared.ReconcileRequest
+		arrived    []string
+		cpuN, gpuN int
+	}{
+		{shared.ReconcileRequest{Attached: []string{"someone-else"}}, nil, 0, 0},
+		{shared.ReconcileRequest{Delta: true, Joined: []string{cpu}}, []string{cpu}, 1, 0},
+		// Nothing changed: nothing arrives again, the count stays.
+		{shared.ReconcileRequest{Delta: true}, nil, 1, 0},
+		{shared.ReconcileRequest{Delta: true, Joined: []string{gpu}, Left: []string{cpu, "someone-else"}}, []string{gpu}, 0, 1},
+		// A name that left twice, or joined twice, counts once.
+		{shared.ReconcileRequest{Delta: true, Joined: []string{gpu}, Left: []string{cpu}}, nil, 0, 1},
+		{shared.ReconcileRequest{Attached: []string{cpu}}, nil, 1, 0},
+	}
+	for i, s := range steps {
+		resp, err := h.p.Reconcile(ctx, &s.req)
+		if err != nil || !slices.Equal(resp.Arrived, s.arrived) {
+			t.Fatalf("step %d: Reconcile = %+v, %v; want arrived %v", i, resp, err, s.arrived)
+		}
+		if c, g := attachedTo("cpu"), attachedTo("gpu"); c != s.cpuN || g != s.gpuN {
+			t.Errorf("step %d: attached cpu %d gpu %d; want %d and %d", i, c, g, s.cpuN, s.gpuN)
+		}
+	}
+}

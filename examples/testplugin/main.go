@@ -370,8 +370,14 @@ func (m *memory) publish(ctx context.Context, host shared.Host, ev shared.Event)
 }
 
 func (m *memory) Reconcile(_ context.Context, req *shared.ReconcileRequest) (*shared.ReconcileResponse, error) {
+	// Arrivals are among the whole list, or, in a delta (contract 2.4),
+	// among those that joined: an outstanding worker cannot have
+	// attached before the last call without being in it.
 	attached := map[string]bool{}
 	for _, w := range req.Attached {
+		attached[w] = true
+	}
+	for _, w := range req.Joined {
 		attached[w] = true
 	}
 	m.mu.Lock()

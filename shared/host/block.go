@@ -141,6 +141,8 @@ type launched struct {
 	plugin *Plugin
 	schema *shared.Schema
 	json   json.RawMessage
+	// contract is the contract version the plugin's Info said.
+	contract string
 }
 
 // Options are what an engine adds to a plugin's launch: every field of
@@ -255,6 +257,7 @@ func resolve(ctx context.Context, p *Block, opts Options, configure bool) (*laun
 	if err != nil {
 		return fail("Plugin did not answer Info", err)
 	}
+	l.contract = info.ContractVersion
 	if info.Kind != p.Kind {
 		return l, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Plugin is of another kind",
 			Detail:  fmt.Sprintf("%s says it is a %q provisioner, but this block asks for %q. Fix the block's first label or the plugin path.", p.Path, info.Kind, p.Kind),

@@ -59,6 +59,10 @@ type Supervisor struct {
 	// ReconcileTimeout bounds one Reconcile call; NewSupervisor sets
 	// the default.
 	ReconcileTimeout time.Duration
+	// ReconcileResync bounds the time between two Reconciles that carry
+	// the whole attached list to a plugin that takes changes (contract
+	// 2.4); zero means DefaultReconcileResync. Set it before Start.
+	ReconcileResync time.Duration
 
 	cfg    *Block
 	logger hclog.Logger
@@ -75,6 +79,10 @@ type Supervisor struct {
 	stopping bool
 	// reconciling says a Reconcile call is under way; the next waits.
 	reconciling bool
+	// tracker is what the current plugin process was last told of the
+	// attached workers (reconcile.go); a new process gets a new one, so
+	// its first Reconcile carries the whole list.
+	tracker *AttachedTracker
 	phase       Phase
 	// failure is why the phase is PhaseFailed (an *UnfixableError, or a
 	// first start's diagnostics); nil otherwise.
@@ -183,6 +191,7 @@ func (s *Supervisor) launch(ctx context.Context, publish bool) (*launched, hcl.D
 	}
 	s.mu.Lock()
 	s.current, s.phase = l.plugin, PhaseRunning
+	s.tracker = NewAttachedTracker(l.contract, s.ReconcileResync)
 	if publish && s.lastExit != nil {
 		// A restart, counted before OnUp hears of it, so that whoever
 		// OnUp wakes reads a Status that says so.
@@ -497,22 +506,24 @@ func (s *Supervisor) Reconcile(ctx context.Context, attached []string) {
 		return
 	}
 	s.reconciling = true
-	p := s.current.Provisioner()
+	p, tracker := s.current.Provisioner(), s.tracker
 	s.calls.Add(1)
 	s.mu.Unlock()
 	go func() {
 		defer s.calls.Done()
-		s.reconcileOnce(ctx, p, attached)
+		s.reconcileOnce(ctx, p, tracker, attached)
 		s.mu.Lock()
 		s.reconciling = false
 		s.mu.Unlock()
 	}()
 }
 
-func (s *Supervisor) reconcileOnce(ctx context.Context, p shared.Provisioner, attached []string) {
+func (s *Supervisor) reconcileOnce(ctx context.Context, p shared.Provisioner, tracker *AttachedTracker, attached []string) {
 	rctx, cancel := context.WithTimeout(ctx, s.ReconcileTimeout)
 	defer cancel()
-	resp, err := p.Reconcile(rctx, &shared.ReconcileRequest{Attached: attached})
+	req := tracker.Request(attached, time.Now())
+	resp, err := p.Reconcile(rctx, req)
+	tracker.Answered(req, err == nil, time.Now())
 	s.Deadline("Reconcile", rctx.Err() == context.DeadlineExceeded && ctx.Err() == nil)
 	if err != nil {
 		s.logger.Warn("reconcile failed", "error", err)

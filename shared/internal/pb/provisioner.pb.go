@@ -1824,8 +1824,19 @@ func (x *ProfileDemand) GetCancelled() int64 {
 }
 
 type ReconcileRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Attached      []string               `protobuf:"bytes,1,rep,name=attached,proto3" json:"attached,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Every worker of this provisioner attached now, unless delta is set.
+	Attached []string `protobuf:"bytes,1,rep,name=attached,proto3" json:"attached,omitempty"`
+	// Contract 2.4, sent only to a plugin whose Info said 2.4 or later: the
+	// call carries the change since the engine's last call that this
+	// plugin process answered, not the whole list (attached is then
+	// empty). joined attached since then, left went away since then. The
+	// first call to a plugin process, the first after a call that failed,
+	// and one at least every minute carry the whole list, delta unset: the
+	// plugin replaces what it holds with it.
+	Delta         bool     `protobuf:"varint,2,opt,name=delta,proto3" json:"delta,omitempty"`
+	Joined        []string `protobuf:"bytes,3,rep,name=joined,proto3" json:"joined,omitempty"`
+	Left          []string `protobuf:"bytes,4,rep,name=left,proto3" json:"left,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1863,6 +1874,27 @@ func (*ReconcileRequest) Descriptor() ([]byte, []int) {
 func (x *ReconcileRequest) GetAttached() []string {
 	if x != nil {
 		return x.Attached
+	}
+	return nil
+}
+
+func (x *ReconcileRequest) GetDelta() bool {
+	if x != nil {
+		return x.Delta
+	}
+	return false
+}
+
+func (x *ReconcileRequest) GetJoined() []string {
+	if x != nil {
+		return x.Joined
+	}
+	return nil
+}
+
+func (x *ReconcileRequest) GetLeft() []string {
+	if x != nil {
+		return x.Left
 	}
 	return nil
 }
@@ -3588,9 +3620,12 @@ const file_provisioner_proto_rawDesc = "" +
 	"\battached\x18\x04 \x01(\x03R\battached\x12\x1c\n" +
 	"\trequested\x18\x05 \x01(\x03R\trequested\x12 \n" +
 	"\vsubmissions\x18\x06 \x01(\x03R\vsubmissions\x12\x1c\n" +
-	"\tcancelled\x18\a \x01(\x03R\tcancelled\".\n" +
+	"\tcancelled\x18\a \x01(\x03R\tcancelled\"p\n" +
 	"\x10ReconcileRequest\x12\x1a\n" +
-	"\battached\x18\x01 \x03(\tR\battached\"G\n" +
+	"\battached\x18\x01 \x03(\tR\battached\x12\x14\n" +
+	"\x05delta\x18\x02 \x01(\bR\x05delta\x12\x16\n" +
+	"\x06joined\x18\x03 \x03(\tR\x06joined\x12\x12\n" +
+	"\x04left\x18\x04 \x03(\tR\x04left\"G\n" +
 	"\x11ReconcileResponse\x12\x18\n" +
 	"\aarrived\x18\x01 \x03(\tR\aarrived\x12\x18\n" +
 	"\aexpired\x18\x02 \x03(\tR\aexpired\"\x0f\n" +

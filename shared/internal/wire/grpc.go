@@ -148,7 +148,7 @@ func (c *Client) Provision(ctx context.Context, req *shared.ProvisionRequest) (*
 }
 
 func (c *Client) Reconcile(ctx context.Context, req *shared.ReconcileRequest) (*shared.ReconcileResponse, error) {
-	r, err := call(c, ctx, &pb.ReconcileRequest{Attached: req.Attached}, c.rpc.Reconcile)
+	r, err := call(c, ctx, &pb.ReconcileRequest{Attached: req.Attached, Delta: req.Delta, Joined: req.Joined, Left: req.Left}, c.rpc.Reconcile)
 	if err != nil {
 		return nil, err
 	}
@@ -279,7 +279,7 @@ func (s *grpcServer) Provision(ctx context.Context, req *pb.ProvisionRequest) (*
 }
 
 func (s *grpcServer) Reconcile(ctx context.Context, req *pb.ReconcileRequest) (*pb.ReconcileResponse, error) {
-	r, err := s.impl.Reconcile(ctx, &shared.ReconcileRequest{Attached: req.GetAttached()})
+	r, err := s.impl.Reconcile(ctx, &shared.ReconcileRequest{Attached: req.GetAttached(), Delta: req.GetDelta(), Joined: req.GetJoined(), Left: req.GetLeft()})
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -338,7 +338,7 @@ func (l *pluginLink) MintCredentials(ctx context.Context, req *shared.MintCreden
 		l.mu.Unlock()
 		return nil, fmt.Errorf("%w: cannot mint credentials", shared.ErrNoHost)
 	}
-	if !contractAtLeast(l.hostContract, batchContract) {
+	if !ContractAtLeast(l.hostContract, batchContract) {
 		l.mu.Unlock()
 		return shared.MintCredentials(ctx, oneAtATime{l}, req)
 	}
@@ -393,10 +393,10 @@ func (o oneAtATime) MintCredential(ctx context.Context, r *shared.MintCredential
 	return o.l.MintCredential(ctx, r)
 }
 
-// contractAtLeast reports whether contract version v (major.minor) is
+// ContractAtLeast reports whether contract version v (major.minor) is
 // want or later within want's major. An empty or unreadable v is older
 // than anything.
-func contractAtLeast(v, want string) bool {
+func ContractAtLeast(v, want string) bool {
 	vm, vn, ok1 := splitContract(v)
 	wm, wn, ok2 := splitContract(want)
 	return ok1 && ok2 && vm == wm && vn >= wn
@@ -488,7 +488,7 @@ func (c *Client) OpenHostChannel(ctx context.Context, hc HostChannel) error {
 		hc.Contract = shared.ContractVersion
 	}
 	contract := hc.Contract
-	if !contractAtLeast(contract, batchContract) {
+	if !ContractAtLeast(contract, batchContract) {
 		contract = "" // a host before 2.4 said nothing
 	}
 	if err := stream.Send(&pb.HostMessage{Msg: &pb.HostMessage_Hello{Hello: &pb.Hello{Name: hc.Name, ContractVersion: contract}}}); err != nil {
@@ -595,7 +595,7 @@ func (c *Client) serveHostChannel(stream pb.Provisioner_HostChannelClient, hc Ho
 			cred.RequestId = m.MintCredential.GetRequestId()
 			reply = &pb.HostMessage{Msg: &pb.HostMessage_Credential{Credential: cred}}
 		case *pb.PluginMessage_MintCredentials:
-			if !contractAtLeast(hc.Contract, batchContract) {
+			if !ContractAtLeast(hc.Contract, batchContract) {
 				continue // as a host before 2.4 does: it does not know the message
 			}
 			// Each item goes through the same Host.MintCredential, and so

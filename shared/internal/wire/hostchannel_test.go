@@ -413,8 +413,8 @@ func TestContractAtLeast(t *testing.T) {
 		v    string
 		want bool
 	}{{"2.4", true}, {"2.10", true}, {"2.3", false}, {"", false}, {"3.0", false}, {"1.9", false}, {"2", false}, {"x.y", false}} {
-		if got := contractAtLeast(tc.v, "2.4"); got != tc.want {
-			t.Errorf("contractAtLeast(%q, 2.4) = %v", tc.v, got)
+		if got := ContractAtLeast(tc.v, "2.4"); got != tc.want {
+			t.Errorf("ContractAtLeast(%q, 2.4) = %v", tc.v, got)
 		}
 	}
 }

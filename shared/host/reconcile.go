@@ -1,0 +1,112 @@
+package host
+
+import (
+	"slices"
+	"time"
+
+	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/internal/wire"
+)
+
+// DefaultReconcileResync is the longest a plugin of contract 2.4 goes
+// without hearing the whole attached list.
+const DefaultReconcileResync = time.Minute
+
+// deltaContract is the first contract whose plugins take a Reconcile by
+// change.
+const deltaContract = "2.4"
+
+// AttachedTracker turns the engine's list of one provisioner's attached
+// workers into what each Reconcile to one plugin process sends: the
+// change since the last call the plugin answered, for a plugin of
+// contract 2.4 or later, or the whole list.
+//
+// The claim: with 10,000 workers attached and a handful changing between
+// calls, a Reconcile by change carries a handful of names, where the
+// whole list cost 10 to 16 ms a call over the RPC (bench row P5). The
+// engine's side is a merge of two sorted lists, no hashing.
+//
+// Rejected: the plugin asking for what it misses (a sequence number on
+// each delta, and a "resend" answer). It needs no less state here, and
+// every plugin would have to implement the asking; instead the engine
+// sends the whole list whenever it cannot be sure what the plugin holds:
+// the first call to a plugin process (a restarted plugin is a new
+// tracker), the first after a call that failed or timed out (the plugin
+// may or may not have applied it), and at least every Resync. The cost:
+// one full list a minute, and one after each failure.
+//
+// It holds no lock: the Supervisor makes one Reconcile at a time per
+// plugin process, and calls Request and Answered from that call.
+type AttachedTracker struct {
+	delta  bool
+	resync time.Duration
+	// sent is the sorted list the plugin holds, valid when synced.
+	sent     []string
+	synced   bool
+	lastFull time.Time
+	// pending is the list the last Request was made from.
+	pending []string
+}
+
+// NewAttachedTracker is a tracker for a plugin process whose Info said
+// contract. resync bounds the time between whole lists; zero means
+// DefaultReconcileResync.
+func NewAttachedTracker(contract string, resync time.Duration) *AttachedTracker {
+	if resync <= 0 {
+		resync = DefaultReconcileResync
+	}
+	return &AttachedTracker{delta: wire.ContractAtLeast(contract, deltaContract), resync: resync}
+}
+
+// Request is the ReconcileRequest for the workers attached now. attached
+// is kept (not copied) until the next Request; it is sorted here if it is
+// not already (Books.AttachedBy sorts).
+func (t *AttachedTracker) Request(attached []string, now time.Time) *shared.ReconcileRequest {
+	if !slices.IsSorted(attached) {
+		attached = slices.Clone(attached)
+		slices.Sort(attached)
+	}
+	t.pending = attached
+	if !t.delta || !t.synced || now.Sub(t.lastFull) >= t.resync {
+		return &shared.ReconcileRequest{Attached: attached}
+	}
+	req := &shared.ReconcileRequest{Delta: true}
+	req.Joined, req.Left = diffSorted(t.sent, attached)
+	return req
+}
+
+// Answered records how the call made with req ended: answered, the
+// plugin holds the list req was made from; failed, nobody knows what it
+// holds, so the next call carries the whole list.
+func (t *AttachedTracker) Answered(req *shared.ReconcileRequest, ok bool, now time.Time) {
+	if !ok {
+		t.synced, t.sent = false, nil
+		return
+	}
+	t.sent, t.synced = t.pending, true
+	if !req.Delta {
+		t.lastFull = now
+	}
+}
+
+// diffSorted is what is in b and not in a (joined) and in a and not in b
+// (left), for sorted a and b with no repeats.
+func diffSorted(a, b []string) (joined, left []string) {
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		switch {
+		case a[i] == b[j]:
+			i++
+			j++
+		case a[i] < b[j]:
+			left = append(left, a[i])
+			i++
+		default:
+			joined = append(joined, b[j])
+			j++
+		}
+	}
+	left = append(left, a[i:]...)
+	joined = append(joined, b[j:]...)
+	return joined, left
+}
