@@ -83,7 +83,7 @@ type Supervisor struct {
 	// attached workers (reconcile.go); a new process gets a new one, so
 	// its first Reconcile carries the whole list.
 	tracker *AttachedTracker
-	phase       Phase
+	phase   Phase
 	// failure is why the phase is PhaseFailed (an *UnfixableError, or a
 	// first start's diagnostics); nil otherwise.
 	failure error
