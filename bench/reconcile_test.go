@@ -11,10 +11,12 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/host"
 )
 
 // otherWorkers are n attached names that are not this plugin's.
@@ -39,6 +41,40 @@ func reconcileLoop(p *plug, attached []string) func(*testing.B) {
 			if len(resp.Arrived)+len(resp.Expired) != 0 {
 				b.Fatalf("Reconcile changed something: %+v", resp)
 			}
+		}
+	}
+}
+
+// reconcileByChangeLoop is the benchmark body of Reconcile as the engine
+// makes it (host.AttachedTracker, contract 2.4): b.N calls, each with
+// one worker joining and one leaving among the attached, so each carries
+// a change of two names and the tracker diffs the whole list. The first
+// call, which carries the whole list, is made before the timing.
+func reconcileByChangeLoop(p *plug, attached []string) func(*testing.B) {
+	return func(b *testing.B) {
+		ctx := context.Background()
+		info, err := p.prov.Info(ctx, &shared.InfoRequest{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		tr := host.NewAttachedTracker(info.ContractVersion, time.Hour)
+		// Two lists a name apart, taken in turn.
+		lists := [2][]string{attached, append(slices.Clone(attached[1:]), "elsewhere-zzz-joined")}
+		call := func(list []string) {
+			req := tr.Request(list, time.Now())
+			resp, err := p.prov.Reconcile(ctx, req)
+			tr.Answered(req, err == nil, time.Now())
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(resp.Arrived)+len(resp.Expired) != 0 {
+				b.Fatalf("Reconcile changed something: %+v", resp)
+			}
+		}
+		call(lists[1])
+		b.ResetTimer()
+		for i := range b.N {
+			call(lists[i%2])
 		}
 	}
 }
