@@ -24,7 +24,10 @@
 // that says cpus = 4 is matched as a four-CPU machine, so the scheduler
 // should be asked for four CPUs.
 //
-// The worker's credential is minted by the engine per worker, reaches the
+// The worker's credential is minted by the engine per worker (a
+// submission's credentials in one host-channel round trip a thousand
+// where the host speaks contract 2.4; one round trip each before, which
+// for a thousand-task array took longer than its sbatch), reaches the
 // job inside the script, which only the job's owner and root can read from
 // the spool, and reaches the worker through the environment, never argv,
 // because every user of a compute node can read every process's command
