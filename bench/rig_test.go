@@ -169,10 +169,12 @@ func (e benchEnv) slurmConfig(extra map[string]any, profiles []map[string]any) m
 		"max_idle":          "1m",
 		"provision_timeout": "1h",
 		"submit_timeout":    "60s",
-		"token_ttl":         "1h",
-		"worker_command":    []string{"/bin/true"},
-		"multiplex":         true,
-		"max_sessions":      8,
+		// Above --begin=now+1hour + provision_timeout + --time and the
+		// worker's last report (2h15m), which the plugin requires.
+		"token_ttl":      "3h",
+		"worker_command": []string{"/bin/true"},
+		"multiplex":      true,
+		"max_sessions":   8,
 		// The measurements ask for up to a thousand machines at once;
 		// the default caps (256 alive, 64 pending) would hold them back.
 		"max_workers": 10000,
