@@ -168,6 +168,30 @@ type Host interface {
 	MintCredential(context.Context, *MintCredentialRequest) (*MintCredentialResponse, error)
 }
 
+// BatchPublisher is a Host that sends many events back to back and then
+// waits for their acknowledgements, instead of a round trip each. The
+// events are the same messages, numbered and acknowledged in order as
+// Publish's; only the waiting is pipelined, so it needs nothing of the
+// other end and no contract version. The Go SDK's Host is one.
+type BatchPublisher interface {
+	PublishAll(context.Context, []Event) error
+}
+
+// PublishAll publishes evs in order: pipelined when h is a
+// BatchPublisher, one Publish at a time otherwise. It returns the first
+// error; events before it were delivered.
+func PublishAll(ctx context.Context, h Host, evs []Event) error {
+	if b, ok := h.(BatchPublisher); ok {
+		return b.PublishAll(ctx, evs)
+	}
+	for _, ev := range evs {
+		if err := h.Publish(ctx, ev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // MaxMintBatch is the most credentials one batch mint may ask for. A
 // thousand credentials are about half a megabyte on the wire, well within
 // the host channel's message bound, and take the host a few milliseconds

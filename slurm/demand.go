@@ -632,9 +632,13 @@ func (p *Provisioner) submitOne(ctx context.Context, cfg *settings, host shared.
 		msg = "asked for the machines of one multi-node allocation"
 	}
 	cfg.log.Info(msg, "profile", prof.Name, "job", job, "machines", len(live), "worker", live[0].tag)
-	for _, r := range live {
-		p.publish(p.life, cfg, host, shared.Event{Kind: shared.EventWorkerProvisioned, Profile: prof.Name, Job: r.job, Worker: r.worker})
+	// Back to back, then every acknowledgement: one round trip for the
+	// array, where one each cost a thousand-task burst most of a second.
+	evs := make([]shared.Event, len(live))
+	for i, r := range live {
+		evs[i] = shared.Event{Kind: shared.EventWorkerProvisioned, Profile: prof.Name, Job: r.job, Worker: r.worker}
 	}
+	p.publishAll(p.life, cfg, host, evs)
 	p.mu.Lock()
 	via := live[0].via
 	p.mu.Unlock()

@@ -605,6 +605,22 @@ func (p *Provisioner) publish(ctx context.Context, cfg *settings, host shared.Ho
 	}
 }
 
+// publishAll is publish for many events, pipelined (shared.PublishAll).
+func (p *Provisioner) publishAll(ctx context.Context, cfg *settings, host shared.Host, evs []shared.Event) {
+	if host == nil || len(evs) == 0 {
+		return
+	}
+	now := p.now()
+	for i := range evs {
+		evs[i].Provisioner, evs[i].Time = cfg.name, now
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.submitTimeout)
+	defer cancel()
+	if err := shared.PublishAll(ctx, host, evs); err != nil {
+		cfg.log.Warn("could not publish every event", "event", string(evs[0].Kind), "events", len(evs), "first_worker", evs[0].Worker, "error", err)
+	}
+}
+
 // Reconcile forgets requests whose worker has attached and cancels those
 // that have waited too long: longer than provision_timeout since they were
 // asked for, or longer than attach_timeout since their job was first seen
