@@ -7,6 +7,10 @@
 // TestBenchReport, which runs only when BENCH_REPORT=1 (make bench sets
 // it), takes every measurement once, prints one table of figures beside
 // their baselines and targets, and writes docs/benchmarks.md.
+// BENCH_ONLY=array,reconcile (step names, report_test.go's benchOnly)
+// takes only those measurements, prints their rows and leaves
+// docs/benchmarks.md as it was: a table of some rows would pass for the
+// whole.
 //
 // Nothing here asserts a timing: a missed target is reported as MISS, and
 // only a measurement that could not be taken fails.
