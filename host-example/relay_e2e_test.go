@@ -368,3 +368,73 @@ func (e *e2e) relayConfigOnTCP(t *testing.T) string {
 	}
 	return path
 }
+
+// TestE2ERelayTwoLogins: with two login nodes, the relay runs on the
+// first; when that login node goes down (its sshd and every connection
+// it had, the relay's with them) the relay comes back on the second, the
+// workers dial it there, and every need is served. Nothing is left on
+// either login node.
+func TestE2ERelayTwoLogins(t *testing.T) {
+	sandboxtest.RelayCache(t)
+	env := sandboxtest.Private(t, "relay2")
+	second := env.ExtraSSHD(t)
+	e := newE2EOn(t, "e2e-relay-2", env)
+	e.killPluginsAtEnd(t)
+	path := e.relayConfigOnTCP(t)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := fmt.Sprintf("%s:%d", env.Login, env.Port)
+	secondLogin := fmt.Sprintf("%s:%d", env.Login, second.Port)
+	s := string(b)
+	for _, r := range [][2]string{
+		{fmt.Sprintf("login          = %q", env.Login), fmt.Sprintf("login          = [%q, %q]", first, secondLogin)},
+		{fmt.Sprintf("ssh_port       = %d", env.Port), "ssh_port       = 0"},
+		{fmt.Sprintf("known_hosts    = %q", env.KnownHosts), fmt.Sprintf("known_hosts    = %q\n  poll_interval  = \"2s\"", second.KnownHosts)},
+	} {
+		if !strings.Contains(s, r[0]) {
+			t.Fatalf("the configuration has no %q to rewrite:\n%s", r[0], s)
+		}
+		s = strings.Replace(s, r[0], r[1], 1)
+	}
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(plugin.LogLevelEnv, "debug")
+	p := e.startEngine(t, "-config", path, "-log-level", "debug", "-need", "cpus=1,count=2,work=20s", "-timeout", "3m")
+	reapMasters(t, p)
+	upRE := regexp.MustCompile(`the relay is up:.*login=(\S+)`)
+	ups := func() [][]string { return upRE.FindAllStringSubmatch(p.stderr.String(), -1) }
+	poll(t, 2*time.Minute, "two workers attached through the relay on the first login", func() bool {
+		if p.exited() {
+			t.Fatalf("the engine exited early\nstdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)
+		}
+		return strings.Count(p.stdout.String(), " attached from ") == 2
+	})
+	if u := ups(); len(u) != 1 || u[0][1] != first {
+		t.Fatalf("relay up lines %v; want one, on %s", u, first)
+	}
+
+	env.StopDaemon(t, "sshd")
+	down := time.Now()
+	poll(t, time.Minute, "the relay up again on the second login", func() bool {
+		u := ups()
+		return len(u) >= 2 && u[len(u)-1][1] == secondLogin
+	})
+	t.Logf("the relay was up on the second login %.1fs after the first went down", time.Since(down).Seconds())
+
+	code := p.wait(t, 3*time.Minute)
+	exitedAt := time.Now()
+	t.Logf("story:\n%s", p.stdout)
+	if code != 0 || !strings.Contains(p.stdout.String(), "all 2 need(s) served") {
+		t.Fatalf("exit %d, want 0 with both needs served\nstderr:\n%s", code, p.stderr)
+	}
+	for _, u := range ups()[1:] {
+		if u[1] != secondLogin {
+			t.Errorf("the relay came up on %s with the first login down", u[1])
+		}
+	}
+	e.assertCleanedUp(t, exitedAt)
+	poll(t, 30*time.Second, "no relay process left on either login node", func() bool { return len(relayProcesses(t)) == 0 })
+}

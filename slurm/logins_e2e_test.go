@@ -5,6 +5,8 @@ package slurm_test
 // through MFA), and a bastion (ProxyJump).
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -75,6 +77,7 @@ func TestLoginPathTwoNodes(t *testing.T) {
 	env := sandboxtest.Private(t, "logins")
 	second := env.ExtraSSHD(t)
 	first := fmt.Sprintf("%s:%d", env.Login, env.Port)
+	var cfg map[string]any
 	r := newPrivateRig(t, env, "logins", func(r *rig) map[string]any {
 		c := r.config(
 			profile("a", 1, 0, 100, nil, r.sbatch()),
@@ -86,6 +89,7 @@ func TestLoginPathTwoNodes(t *testing.T) {
 		c["known_hosts"] = second.KnownHosts
 		c["poll_interval"] = "2s"
 		c["submit_timeout"] = "10s"
+		cfg = c
 		return c
 	})
 	r.provision(t, shared.Need{Label: "a"}, "a")
@@ -131,6 +135,43 @@ func TestLoginPathTwoNodes(t *testing.T) {
 	logs := r.logs.String()
 	if n := strings.Count(logs, "a login node does not answer"); n != 1 {
 		t.Errorf("%d log lines say the first login does not answer, want 1", n)
+	}
+
+	// validate -check tries every login, not only the first that
+	// answers: the one down is a warning with ssh's words, the check
+	// goes on through the other.
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	resp, err := r.prov.(shared.Checker).Check(ctx, &shared.CheckRequest{Name: r.name, Config: raw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	facts := map[string]string{}
+	for _, f := range resp.Facts {
+		facts[f.Name] = f.Value
+	}
+	t.Logf("check: login 1 of 2: %s; login 2 of 2: %s", facts["login 1 of 2"], facts["login 2 of 2"])
+	if !strings.HasPrefix(facts["login 1 of 2"], "failed (ssh "+first+"): ") || !strings.HasPrefix(facts["login 2 of 2"], "ok, as ") {
+		t.Errorf("check facts %+v: want login 1 failed and login 2 ok", resp.Facts)
+	}
+	warned := false
+	for _, d := range resp.Diagnostics {
+		if d.Severity == shared.SeverityError {
+			t.Errorf("check with one login of two down: error %+v", d)
+		}
+		if d.Severity == shared.SeverityWarning && strings.Join(d.Path, ".") == "login" && strings.Contains(d.Summary, "(login 1 of 2)") && strings.Contains(d.Detail, "Connection refused") {
+			warned = true
+		}
+	}
+	if !warned {
+		t.Errorf("check does not warn that login 1 of 2 refuses connections: %v", resp.Diagnostics)
+	}
+	if _, ok := facts["slurm version"]; !ok {
+		t.Errorf("check did not go on through the second login: facts %+v", resp.Facts)
 	}
 }
 
