@@ -59,7 +59,7 @@ func (s *soak) inject(f fault) string {
 		s.startEngine()
 		return fmt.Sprintf("engine stopped in %s, started again", took)
 	case faultSSHDStop:
-		d, err := s.findDaemon("sshd", filepath.Join(s.env.Dir, ""))
+		d, err := s.findDaemon("sshd", filepath.Join(s.env.Dir, "ssh", "sshd_config"))
 		if err != nil {
 			return err.Error()
 		}
