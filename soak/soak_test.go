@@ -55,7 +55,8 @@ type need struct {
 	added    time.Time
 	gen      int // the engine generation it was added to; 0: none yet
 	engID    string
-	adds     int // how many engines it was added to
+	adds     int       // how many engines it was added to
+	reg      time.Time // when the engine generation gen took it
 	servedAt time.Time
 	state    string // the engine's phase, last seen
 	reason   string
@@ -320,7 +321,11 @@ func (s *soak) startEngine() {
 	s.gen++
 	gen := s.gen
 	cmd := exec.Command(s.engineBin, "-config", s.cfg)
-	cmd.Env = append(os.Environ(), "SOAK_ENGINE_SECRET="+s.secret, "GORACE=halt_on_error=0")
+	cmd.Env = append(os.Environ(), "SOAK_ENGINE_SECRET="+s.secret,
+		// Race reports of the engine and of the plugins (which inherit
+		// it) go to files of their own: a plugin's stderr reaches the
+		// engine's log only at debug level.
+		"GORACE=halt_on_error=0 log_path="+filepath.Join(s.dir, "race"))
 	fmt.Fprintf(s.engineLog, "==== engine generation %d at %s\n", gen, s.since())
 	cmd.Stdout, cmd.Stderr = s.engineLog, s.engineLog
 	cmd.WaitDelay = 10 * time.Second
@@ -523,7 +528,7 @@ func (s *soak) feeder(ctx context.Context) {
 				s.byGen[gen] = map[string]*need{}
 			}
 			for i, n := range ns {
-				n.gen, n.engID, n.adds = gen, ids[i], n.adds+1
+				n.gen, n.engID, n.adds, n.reg = gen, ids[i], n.adds+1, time.Now()
 				n.state, n.reason = "waiting", ""
 				s.byGen[gen][ids[i]] = n
 			}
@@ -571,6 +576,7 @@ func (s *soak) checkOnce(client *http.Client) {
 	smp := sample{at: s.since()}
 	gen, pid := s.currentGen()
 	var st *status
+	asked := time.Now()
 	if gen != 0 {
 		smp.engineRSS = rssOf(pid)
 		for _, p := range pidsOf(s.pluginBin) {
@@ -584,6 +590,9 @@ func (s *soak) checkOnce(client *http.Client) {
 			resp.Body.Close()
 		}
 		smp.goroutines = goroutines(client, s.url("/metrics"))
+		if g, _ := s.currentGen(); g != gen {
+			st = nil // the engine was restarted meanwhile: not its needs
+		}
 	}
 	q := s.queue()
 	smp.ctldUp = q != nil
@@ -628,7 +637,7 @@ func (s *soak) checkOnce(client *http.Client) {
 		}
 		smp.waiting = waiting
 		for id, n := range s.byGen[gen] {
-			if !seen[id] && n.gen == gen {
+			if !seen[id] && n.gen == gen && n.reg.Before(asked) {
 				s.violateLocked("every need served or failed with a reason, none lost", "need %d (%s), engine id %s of generation %d, is not in /status", n.n, n.spec, id, gen)
 			}
 		}
@@ -750,6 +759,11 @@ func (s *soak) checkLog() {
 		s.t.Errorf("reading the engine's log: %v", err)
 		return
 	}
+	races, _ := filepath.Glob(filepath.Join(s.dir, "race.*"))
+	for _, r := range races {
+		rb, _ := os.ReadFile(r)
+		b = append(b, rb...)
+	}
 	for _, marker := range []string{"WARNING: DATA RACE", "panic:", "fatal error:"} {
 		if i := bytes.Index(b, []byte(marker)); i >= 0 {
 			end := min(len(b), i+3000)
@@ -767,4 +781,3 @@ func (s *soak) checkLog() {
 func pick(seed uint64, n int) int {
 	return rand.New(rand.NewPCG(seed, 7)).IntN(n)
 }
-
