@@ -158,6 +158,19 @@ func (s *soak) findDaemons(name, mark string) []*daemon {
 			continue
 		}
 		d := &daemon{pid: pid, exe: exe, argv: strings.Split(strings.TrimRight(string(cl), "\x00"), "\x00")}
+		if len(d.argv) == 1 {
+			// A title set by the daemon (sshd's "sshd: /usr/sbin/sshd -f
+			// FILE -E LOG [listener] ..."): its argv, space-separated,
+			// between the name and the bracket.
+			title := d.argv[0]
+			if _, rest, ok := strings.Cut(title, ": "); ok {
+				title = rest
+			}
+			if i := strings.Index(title, " ["); i >= 0 {
+				title = title[:i]
+			}
+			d.argv = strings.Fields(title)
+		}
 		if env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid)); err == nil {
 			d.env = strings.Split(strings.TrimRight(string(env), "\x00"), "\x00")
 		}

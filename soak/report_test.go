@@ -26,7 +26,7 @@ started again; the login node's sshd stopped for 5 to 30 s; ssh slowed by
 the sshd, where ssh_port points); slurmctld restarted; a slurmd SIGKILLed
 and started again; a job scancelled by hand; a worker SIGKILLed inside its
 job. The invariants are checked every second from squeue, the engine's
-/status and /metrics and /proc (soak/doc in soak/schedule.go says how).
+/status and /metrics and /proc (the package doc, soak/schedule.go, says why this way).
 
 Run it, and reproduce a run from its seed:
 
