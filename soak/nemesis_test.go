@@ -150,7 +150,13 @@ func (s *soak) findDaemons(name, mark string) []*daemon {
 			continue
 		}
 		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-		if err != nil || filepath.Base(exe) != name {
+		if err != nil {
+			continue
+		}
+		// The name it was started by: Debian's slurmd is
+		// /usr/sbin/slurmd-wlm behind an alternatives link.
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if filepath.Base(exe) != name && strings.TrimSpace(string(comm)) != name {
 			continue
 		}
 		cl, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
