@@ -34,8 +34,8 @@ func TestMain(m *testing.M) {
 
 // The soak's caps and timings, in its config; the invariants read them.
 const (
-	maxWorkers       = 16
-	maxPending       = 6
+	maxWorkers       = 40
+	maxPending       = 10
 	pollInterval     = 2 * time.Second
 	provisionTimeout = 90 * time.Second
 	maxIdle          = 20 * time.Second
