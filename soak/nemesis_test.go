@@ -214,7 +214,14 @@ func (d *daemon) stop(sig syscall.Signal) {
 // restart starts the daemon as it was started; it forks into the
 // background itself, so this returns once it has.
 func (d *daemon) restart() error {
-	argv := append([]string{d.exe}, d.argv[1:]...)
+	// Started by the name it was started by (slurmd, not the
+	// slurmd-wlm it resolves to), so that its comm, which
+	// sandbox/status.sh checks, is what it was.
+	path := d.exe
+	if p, err := exec.LookPath(d.argv[0]); err == nil && filepath.IsAbs(p) {
+		path = p
+	}
+	argv := append([]string{path}, d.argv[1:]...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Args = argv
 	cmd.Env, cmd.Dir = d.env, d.cwd
