@@ -183,6 +183,16 @@ demo: build ## the whole loop against a throwaway local Slurm, told as a story
 bench: build ## benchmarks beside their baselines; writes docs/benchmarks.md
 	@bash sandbox/with-sandbox.sh $(SANDBOX_DIR) -- env BENCH_REPORT=1 $(GO) -C bench test -count=1 -run '^TestBenchReport$$' -timeout 25m
 
+# The soak (soak/): SOAK of bursts and a seeded nemesis against the
+# sandbox, invariants checked every second; SOAK_SEED=N replays a run's
+# schedule. Writes docs/soak.md; fails on any invariant's violation.
+SOAK ?= 3m
+SOAK_SEED ?=
+.PHONY: soak
+soak: build ## the seeded soak: SOAK (3m) of bursts and faults against the sandbox; writes docs/soak.md
+	@bash sandbox/with-sandbox.sh $(SANDBOX_DIR) -- env SOAK_RUN=1 SOAK_REPORT=1 SOAK=$(SOAK) SOAK_SEED=$(SOAK_SEED) \
+		$(GO) test -count=1 -v -run '^TestSoak$$' -timeout 3h ./soak/
+
 .PHONY: clean
 clean: ## remove bin/
 	rm -rf $(BIN)

@@ -1,0 +1,783 @@
+package soak
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fluksio/provision/internal/sandboxtest"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	sandboxtest.Cleanup()
+	os.Exit(code)
+}
+
+// The soak's caps and timings, in its config; the invariants read them.
+const (
+	maxWorkers       = 40
+	maxPending       = 10
+	pollInterval     = 2 * time.Second
+	provisionTimeout = 90 * time.Second
+	maxIdle          = 20 * time.Second
+	// drainFor is how long after SOAK the workload may take to finish.
+	drainFor = 4 * time.Minute
+	// livenessBound: a need must be served this soon after a fault ends
+	// while needs wait.
+	livenessBound = 3 * time.Minute
+)
+
+// need is one need of the workload, in the soak's books: which engine
+// (generation) has it under which id, and when it was served.
+type need struct {
+	n        int
+	spec     string // the need with its work, as POST /soak/need takes it
+	burst    int
+	added    time.Time
+	gen      int // the engine generation it was added to; 0: none yet
+	engID    string
+	adds     int       // how many engines it was added to
+	reg      time.Time // when the engine generation gen took it
+	servedAt time.Time
+	state    string // the engine's phase, last seen
+	reason   string
+}
+
+// violation is an invariant's first breach.
+type violation struct {
+	at   time.Duration
+	what string
+}
+
+// faultRun is a fault as it happened.
+type faultRun struct {
+	fault
+	start, end time.Time
+	note       string
+	recovered  time.Duration // from end to the next need served; <0: none
+}
+
+// sample is one second's readings.
+type sample struct {
+	at                 time.Duration
+	engineRSS          int64 // kB
+	pluginRSS          int64 // kB, sum over the plugin processes
+	goroutines         int
+	alive, pending     int
+	engineUp, ctldUp   bool
+	workers, waiting   int
+	servedSoFar, needs int
+}
+
+type soak struct {
+	t     *testing.T
+	env   sandboxtest.Env
+	plan  plan
+	dur   time.Duration
+	start time.Time
+	dir   string
+	name  string // provisioner name; its jobs are fluksio-<name>
+	cfg   string
+	port  int
+	px    *proxy
+
+	engineBin, pluginBin, workerBin string
+	secret                          string
+	engineLog                       *os.File
+
+	// engMu guards eng, gen and engDone: the engine process now.
+	engMu   sync.Mutex
+	eng     *exec.Cmd
+	gen     int
+	engDone chan struct{}
+
+	// mu guards everything below.
+	mu         sync.Mutex
+	needs      []*need
+	byGen      map[int]map[string]*need
+	served     []time.Time
+	violated   map[string]violation
+	faults     []*faultRun
+	samples    []sample
+	workerJob  map[string]string          // worker name -> its job, as first seen
+	jobWorkers map[string]map[string]bool // job -> worker names seen on it
+	jobSeen    map[string]time.Time       // our job -> since when it has no need behind it
+	inFault    int
+}
+
+func (s *soak) since() time.Duration { return time.Since(s.start).Round(100 * time.Millisecond) }
+
+// violate records an invariant's first breach.
+func (s *soak) violate(invariant, format string, args ...any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.violateLocked(invariant, format, args...)
+}
+
+func (s *soak) violateLocked(invariant, format string, args ...any) {
+	if _, ok := s.violated[invariant]; ok {
+		return
+	}
+	v := violation{at: s.since(), what: fmt.Sprintf(format, args...)}
+	s.violated[invariant] = v
+	s.t.Logf("VIOLATION %s at %s: %s", invariant, v.at, v.what)
+}
+
+// The invariants, by name, in the report's order.
+var invariants = []string{
+	"no job left after the final stop",
+	"no job without a need behind it",
+	"no machine attached twice, no credential for a second job",
+	"every need served or failed with a reason, none lost",
+	"a need served after every fault",
+	"alive <= max_workers, pending <= max_pending",
+	"engine and plugin RSS bounded",
+	"engine goroutines bounded",
+	"no panic, no data race",
+	"no orphan process after the end",
+	"the engine stops cleanly",
+}
+
+func TestSoak(t *testing.T) {
+	if os.Getenv("SOAK_RUN") == "" {
+		t.Skip("the soak runs with make soak (SOAK_RUN=1)")
+	}
+	dur := 3 * time.Minute
+	if v := os.Getenv("SOAK"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 30*time.Second {
+			t.Fatalf("SOAK=%q: want a duration of at least 30s, such as 3m or 30m", v)
+		}
+		dur = d
+	}
+	var seed uint64
+	if v := os.Getenv("SOAK_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("SOAK_SEED=%q: want a whole number, such as the seed a report printed", v)
+		}
+		seed = n
+	} else {
+		var b [4]byte
+		crand.Read(b[:])
+		seed = uint64(b[0])<<24 | uint64(b[1])<<16 | uint64(b[2])<<8 | uint64(b[3])
+	}
+	env := sandboxtest.Require(t)
+	p := newPlan(seed, dur)
+	t.Logf("SOAK_SEED=%d SOAK=%s schedule digest %s\n%s", seed, dur, p.Digest(), p)
+
+	s := &soak{t: t, env: env, plan: p, dur: dur,
+		byGen: map[int]map[string]*need{}, violated: map[string]violation{},
+		workerJob: map[string]string{}, jobWorkers: map[string]map[string]bool{}, jobSeen: map[string]time.Time{}}
+	s.setup()
+	s.run()
+	s.report()
+	if len(s.violated) > 0 {
+		t.Errorf("%d invariant(s) violated; reproduce with SOAK_SEED=%d SOAK=%s make soak", len(s.violated), seed, dur)
+	}
+}
+
+// setup builds the binaries (the engine and the plugin with -race), the
+// proxy and the config.
+func (s *soak) setup() {
+	t := s.t
+	dir, err := os.MkdirTemp("", "fluksio-soak-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	s.dir = dir
+	build := func(pkg, name string, race bool) string {
+		out := filepath.Join(dir, name)
+		args := []string{"build", "-o", out}
+		if race {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command("go", append(args, "github.com/fluksio/provision/"+pkg)...)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+		}
+		return out
+	}
+	s.engineBin = build("soak/soakengine", "soakengine", true)
+	s.pluginBin = build("plugin", "provisioner-slurm", true)
+	s.workerBin = build("shared/engine/worker/fluksio-worker", "fluksio-worker", false)
+
+	var b [4]byte
+	crand.Read(b[:])
+	s.name = "soak-" + hex.EncodeToString(b[:])
+	var sec [32]byte
+	crand.Read(sec[:])
+	s.secret = hex.EncodeToString(sec[:])
+
+	s.px, err = newProxy(fmt.Sprintf("127.0.0.1:%d", s.env.Port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.px.close)
+	// The sandbox's known_hosts names its sshd by its port; the proxy's
+	// port gets the same key.
+	kh, err := os.ReadFile(s.env.KnownHosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	khProxy := strings.ReplaceAll(string(kh), fmt.Sprintf("]:%d ", s.env.Port), fmt.Sprintf("]:%d ", s.px.port()))
+	khPath := filepath.Join(dir, "known_hosts")
+	if err := os.WriteFile(khPath, []byte(khProxy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	s.port = sandboxtest.FreePort(t)
+	profile := func(name string, cpus int) string {
+		return fmt.Sprintf(`  profile %q {
+    cpus   = %d
+    ram_mb = 200
+    sbatch = ["--partition=%s", "--time=00:15:00"]
+  }
+`, name, cpus, s.env.Partition)
+	}
+	cfg := fmt.Sprintf(`engine {
+  listen     = "127.0.0.1:%[1]d"
+  plugin_dir = %[2]q
+  secret_env = "SOAK_ENGINE_SECRET"
+}
+
+provisioner "slurm" %[3]q {
+  login             = %[4]q
+  ssh_port          = %[5]d
+  ssh_key           = %[6]q
+  known_hosts       = %[7]q
+  engine_url        = "http://127.0.0.1:%[1]d"
+  worker_command    = [%[8]q]
+  max_idle          = %[9]q
+  poll_interval     = %[10]q
+  provision_timeout = %[11]q
+  max_workers       = %[12]d
+  max_pending       = %[13]d
+
+%[14]s%[15]s}
+`, s.port, dir, s.name, s.env.Login, s.px.port(), s.env.Key, khPath, s.workerBin,
+		maxIdle.String(), pollInterval.String(), provisionTimeout.String(), maxWorkers, maxPending,
+		profile("one", 1), profile("two", 2))
+	s.cfg = filepath.Join(dir, "config.hcl")
+	if err := os.WriteFile(s.cfg, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.engineLog, err = os.Create(filepath.Join(dir, "engine.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Whatever happened, nothing of ours stays in a shared queue.
+		if q := s.queue(); len(q) > 0 {
+			t.Logf("cancelling %d job(s) the soak left", len(q))
+			s.env.Command("scancel", "--name="+s.jobName()).Run()
+		}
+		s.engineLog.Close()
+	})
+}
+
+func (s *soak) jobName() string { return "fluksio-" + s.name }
+
+// queue is squeue's view of our jobs: id -> state; nil when squeue fails
+// (the controller is down).
+func (s *soak) queue() map[string]string {
+	out, err := s.env.Command("squeue", "-h", "--name="+s.jobName(), "-o", "%i %T").Output()
+	if err != nil {
+		return nil
+	}
+	q := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if id, state, ok := strings.Cut(line, " "); ok {
+			q[id] = state
+		}
+	}
+	return q
+}
+
+// startEngine starts a new engine generation and waits until it is ready.
+func (s *soak) startEngine() {
+	s.engMu.Lock()
+	s.gen++
+	gen := s.gen
+	cmd := exec.Command(s.engineBin, "-config", s.cfg)
+	cmd.Env = append(os.Environ(), "SOAK_ENGINE_SECRET="+s.secret,
+		// Race reports of the engine and of the plugins (which inherit
+		// it) go to files of their own: a plugin's stderr reaches the
+		// engine's log only at debug level.
+		"GORACE=halt_on_error=0 log_path="+filepath.Join(s.dir, "race"))
+	fmt.Fprintf(s.engineLog, "==== engine generation %d at %s\n", gen, s.since())
+	cmd.Stdout, cmd.Stderr = s.engineLog, s.engineLog
+	cmd.WaitDelay = 10 * time.Second
+	if err := cmd.Start(); err != nil {
+		s.engMu.Unlock()
+		s.t.Fatalf("starting the engine: %v", err)
+	}
+	done := make(chan struct{})
+	s.eng, s.engDone = cmd, done
+	s.engMu.Unlock()
+	go func() {
+		cmd.Wait()
+		close(done)
+	}()
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(s.url("/ready"))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case <-done:
+			s.violate("the engine stops cleanly", "engine generation %d exited while starting (see its log)", gen)
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	s.violate("the engine stops cleanly", "engine generation %d not ready in 2 minutes", gen)
+}
+
+// stopEngine signals the engine and waits for it; it reports whether the
+// engine exited within the minute a clean stop is given.
+func (s *soak) stopEngine(sig syscall.Signal) bool {
+	s.engMu.Lock()
+	cmd, done := s.eng, s.engDone
+	s.eng = nil
+	s.engMu.Unlock()
+	if cmd == nil {
+		return true
+	}
+	cmd.Process.Signal(sig)
+	select {
+	case <-done:
+		return true
+	case <-time.After(90 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		return false
+	}
+}
+
+func (s *soak) url(path string) string { return fmt.Sprintf("http://127.0.0.1:%d%s", s.port, path) }
+
+// currentGen is the engine generation up now, or 0.
+func (s *soak) currentGen() (int, int) {
+	s.engMu.Lock()
+	defer s.engMu.Unlock()
+	if s.eng == nil {
+		return 0, 0
+	}
+	return s.gen, s.eng.Process.Pid
+}
+
+// run is the soak: the engine up, the workload, the nemesis and the
+// checker, for SOAK; then the drain, the final stop and its checks.
+func (s *soak) run() {
+	s.start = time.Now()
+	s.startEngine()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { defer wg.Done(); s.workload(ctx) }()
+	go func() { defer wg.Done(); s.feeder(ctx) }()
+	go func() { defer wg.Done(); s.checker(ctx) }()
+	s.nemesis()
+	s.t.Logf("%s: the soak's faults are over; draining (at most %s)", s.since(), drainFor)
+	// Drain: every need served, or the bound.
+	drainEnd := s.start.Add(s.dur + drainFor)
+	for time.Now().Before(drainEnd) {
+		if time.Since(s.start) > s.dur && s.allServed() {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	cancel()
+	wg.Wait()
+	s.t.Logf("%s: stopping the engine", s.since())
+	stopped := time.Now()
+	if !s.stopEngine(syscall.SIGTERM) {
+		s.violate("the engine stops cleanly", "the final SIGTERM did not stop the engine in 90 s")
+	}
+	// No job of ours 10 s after the final stop.
+	deadline := stopped.Add(10 * time.Second)
+	for {
+		q := s.queue()
+		if q != nil && len(q) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			s.violate("no job left after the final stop", "10 s after the final stop squeue still shows %v", q)
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	// No process of ours left.
+	time.Sleep(2 * time.Second)
+	for _, bin := range []string{s.engineBin, s.pluginBin, s.workerBin} {
+		if pids := pidsOf(bin); len(pids) > 0 {
+			s.violate("no orphan process after the end", "%s still runs as pid %v", filepath.Base(bin), pids)
+			for _, pid := range pids {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
+	s.checkLog()
+}
+
+func (s *soak) allServed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range s.needs {
+		if n.servedAt.IsZero() {
+			return false
+		}
+	}
+	return true
+}
+
+// workload adds the plan's bursts to the books at their times; the
+// feeder gives them to the engine.
+func (s *soak) workload(ctx context.Context) {
+	for i, b := range s.plan.Bursts {
+		if !sleepUntil(ctx, s.start.Add(b.At)) {
+			return
+		}
+		now := time.Now()
+		s.mu.Lock()
+		for range b.Count {
+			s.needs = append(s.needs, &need{n: len(s.needs), spec: fmt.Sprintf("%s,work=%s", b.Shape, b.Work), burst: i, added: now})
+		}
+		s.mu.Unlock()
+	}
+}
+
+func sleepUntil(ctx context.Context, at time.Time) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(time.Until(at)):
+		return true
+	}
+}
+
+// feeder gives the engine up now every need it does not have and that is
+// not served: new ones, and, after a restart, the ones the last engine
+// had not served (an engine keeps nothing across a restart).
+func (s *soak) feeder(ctx context.Context) {
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		gen, _ := s.currentGen()
+		if gen == 0 {
+			continue
+		}
+		s.mu.Lock()
+		bySpec := map[string][]*need{}
+		var specs []string
+		for _, n := range s.needs {
+			if n.servedAt.IsZero() && n.gen != gen {
+				if bySpec[n.spec] == nil {
+					specs = append(specs, n.spec)
+				}
+				bySpec[n.spec] = append(bySpec[n.spec], n)
+			}
+		}
+		s.mu.Unlock()
+		for _, spec := range specs {
+			ns := bySpec[spec]
+			resp, err := http.PostForm(s.url("/soak/need"), url.Values{"spec": {fmt.Sprintf("%s,count=%d", spec, len(ns))}})
+			if err != nil {
+				break // the engine is going down; next tick
+			}
+			var ids []string
+			err = json.NewDecoder(resp.Body).Decode(&ids)
+			resp.Body.Close()
+			if err != nil || len(ids) != len(ns) {
+				s.t.Logf("adding %d x %s: %v (%d ids)", len(ns), spec, err, len(ids))
+				break
+			}
+			s.mu.Lock()
+			if s.byGen[gen] == nil {
+				s.byGen[gen] = map[string]*need{}
+			}
+			for i, n := range ns {
+				n.gen, n.engID, n.adds, n.reg = gen, ids[i], n.adds+1, time.Now()
+				n.state, n.reason = "waiting", ""
+				s.byGen[gen][ids[i]] = n
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+// status is the part of GET /status the soak reads.
+type status struct {
+	Provisioners []struct {
+		Name  string `json:"name"`
+		Phase string `json:"phase"`
+	} `json:"provisioners"`
+	Workers []struct {
+		Name  string `json:"name"`
+		JobID string `json:"job_id"`
+	} `json:"workers"`
+	Needs []struct {
+		ID     string `json:"id"`
+		State  string `json:"state"`
+		Reason string `json:"reason"`
+		Detail string `json:"detail"`
+	} `json:"needs"`
+}
+
+// checker reads the system every second and checks what can be checked
+// while it runs.
+func (s *soak) checker(ctx context.Context) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	client := &http.Client{Timeout: 5 * time.Second}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		s.checkOnce(client)
+	}
+}
+
+func (s *soak) checkOnce(client *http.Client) {
+	now := time.Now()
+	smp := sample{at: s.since()}
+	gen, pid := s.currentGen()
+	var st *status
+	asked := time.Now()
+	if gen != 0 {
+		smp.engineRSS = rssOf(pid)
+		for _, p := range pidsOf(s.pluginBin) {
+			smp.pluginRSS += rssOf(p)
+		}
+		if resp, err := client.Get(s.url("/status")); err == nil {
+			var v status
+			if json.NewDecoder(resp.Body).Decode(&v) == nil && resp.StatusCode == http.StatusOK {
+				st = &v
+			}
+			resp.Body.Close()
+		}
+		smp.goroutines = goroutines(client, s.url("/metrics"))
+		if g, _ := s.currentGen(); g != gen {
+			st = nil // the engine was restarted meanwhile: not its needs
+		}
+	}
+	q := s.queue()
+	smp.ctldUp = q != nil
+	for _, state := range q {
+		switch state {
+		case "PENDING":
+			smp.pending++
+			smp.alive++
+		case "RUNNING", "CONFIGURING":
+			smp.alive++
+		}
+	}
+	if smp.alive > maxWorkers || smp.pending > maxPending {
+		s.violate("alive <= max_workers, pending <= max_pending", "squeue shows %d alive (max_workers %d), %d pending (max_pending %d)", smp.alive, maxWorkers, smp.pending, maxPending)
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st != nil {
+		smp.engineUp = true
+		smp.workers = len(st.Workers)
+		// Needs: each the engine has is where the books say, and what it
+		// says of it is recorded; one of this generation it lacks is lost.
+		seen := map[string]bool{}
+		waiting := 0
+		for _, sn := range st.Needs {
+			seen[sn.ID] = true
+			n := s.byGen[gen][sn.ID]
+			if n == nil {
+				continue // added a moment ago: the feeder records it next
+			}
+			n.state, n.reason = sn.State, sn.Reason
+			if sn.State != "served" {
+				waiting++
+				if sn.Reason == "" {
+					n.reason = sn.Detail
+				}
+			} else if n.servedAt.IsZero() {
+				n.servedAt = now
+				s.served = append(s.served, now)
+			}
+		}
+		smp.waiting = waiting
+		for id, n := range s.byGen[gen] {
+			if !seen[id] && n.gen == gen && n.reg.Before(asked) {
+				s.violateLocked("every need served or failed with a reason, none lost", "need %d (%s), engine id %s of generation %d, is not in /status", n.n, n.spec, id, gen)
+			}
+		}
+		// Workers: one name, one job; one job, one name.
+		attached := map[string]bool{}
+		for _, w := range st.Workers {
+			attached[w.JobID] = true
+			if j, ok := s.workerJob[w.Name]; ok && j != w.JobID {
+				s.violateLocked("no machine attached twice, no credential for a second job", "worker %s attached for job %s and later for job %s", w.Name, j, w.JobID)
+			}
+			s.workerJob[w.Name] = w.JobID
+			if s.jobWorkers[w.JobID] == nil {
+				s.jobWorkers[w.JobID] = map[string]bool{}
+			}
+			s.jobWorkers[w.JobID][w.Name] = true
+			if len(s.jobWorkers[w.JobID]) > 1 {
+				s.violateLocked("no machine attached twice, no credential for a second job", "job %s has had workers %v", w.JobID, keys(s.jobWorkers[w.JobID]))
+			}
+		}
+		// Jobs without a need: while the engine has nothing waiting, a
+		// job of ours that no worker is attached from is there for no
+		// need; within a poll, the provision timeout and the worker's
+		// max_idle it must be gone.
+		for id, state := range q {
+			if waiting > 0 || attached[id] || state == "COMPLETING" {
+				delete(s.jobSeen, id)
+				continue
+			}
+			first, ok := s.jobSeen[id]
+			if !ok {
+				s.jobSeen[id] = now
+				continue
+			}
+			if limit := pollInterval + provisionTimeout + maxIdle + 30*time.Second; now.Sub(first) > limit && s.inFault == 0 {
+				s.violateLocked("no job without a need behind it", "job %s (%s) has had no need behind it for %s (limit %s)", id, state, now.Sub(first).Round(time.Second), limit)
+			}
+		}
+		for id := range s.jobSeen {
+			if _, ok := q[id]; !ok && q != nil {
+				delete(s.jobSeen, id)
+			}
+		}
+	}
+	smp.needs = len(s.needs)
+	smp.servedSoFar = len(s.served)
+	s.samples = append(s.samples, smp)
+}
+
+func keys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// pidsOf lists the processes whose executable is exe, from /proc.
+func pidsOf(exe string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if p, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil && p == exe {
+			if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+				if i := bytes.LastIndexByte(st, ')'); i > 0 && len(st) > i+2 && st[i+2] == 'Z' {
+					continue // a zombie is dead
+				}
+			}
+			pids = append(pids, pid)
+		}
+	}
+	sort.Ints(pids)
+	return pids
+}
+
+// rssOf is a process's VmRSS in kB, or 0.
+func rssOf(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// goroutines is the engine's go_goroutines from /metrics, or 0.
+func goroutines(client *http.Client, u string) int {
+	resp, err := client.Get(u)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "go_goroutines "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return int(f)
+		}
+	}
+	io.Copy(io.Discard, resp.Body)
+	return 0
+}
+
+// checkLog reads the engine's log (its plugins' stderr comes through it)
+// for panics and race reports.
+func (s *soak) checkLog() {
+	b, err := os.ReadFile(s.engineLog.Name())
+	if err != nil {
+		s.t.Errorf("reading the engine's log: %v", err)
+		return
+	}
+	races, _ := filepath.Glob(filepath.Join(s.dir, "race.*"))
+	for _, r := range races {
+		rb, _ := os.ReadFile(r)
+		b = append(b, rb...)
+	}
+	for _, marker := range []string{"WARNING: DATA RACE", "panic:", "fatal error:"} {
+		if i := bytes.Index(b, []byte(marker)); i >= 0 {
+			end := min(len(b), i+3000)
+			s.violate("no panic, no data race", "the engine's log has %q:\n%s", marker, b[i:end])
+		}
+	}
+	if os.Getenv("SOAK_KEEP_LOG") != "" {
+		dst := os.Getenv("SOAK_KEEP_LOG")
+		os.WriteFile(dst, b, 0o644)
+		s.t.Logf("the engine's log is in %s", dst)
+	}
+}
+
+// pick chooses one of n things from a fault's seed.
+func pick(seed uint64, n int) int {
+	return rand.New(rand.NewPCG(seed, 7)).IntN(n)
+}
