@@ -384,7 +384,7 @@ func (r *relay) session(ctx context.Context) error {
 	close(r.ready)
 	r.ready = make(chan struct{})
 	r.mu.Unlock()
-	cfg.log.Info("the relay is up", "workers_dial", addr, "login", logins[login], "engine", r.engineNet+":"+r.engineAddr)
+	cfg.log.Info("the relay is up", "workers_dial", addr, "login", logins[login].String(), "engine", r.engineNet+":"+r.engineAddr)
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
