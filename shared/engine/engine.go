@@ -166,7 +166,7 @@ func New(cfg Config) (*Engine, error) {
 
 	e.Router = NewRouter(logger.Named("router"), e.Books, nil)
 	e.Fleet = newFleet(cfg, signer, address, logger, e)
-	state := &stateCollector{health: e.Fleet.health, status: e.Books.provisionerStatus, workers: e.workerCounts, needs: func() []NeedStatus { return e.Router.Needs() },
+	state := &stateCollector{health: e.Fleet.health, status: e.Books.provisionerStatus, workers: e.workerCounts, needs: func() []NeedStatus { return e.Router.Needs() }, forgotten: func() int { return e.Router.Forgotten() },
 		held: func() []HeldProfile { return e.Router.Held() }}
 	e.obs = newObserver(newEngineMetrics(state))
 	e.Hub = e.obs.hub

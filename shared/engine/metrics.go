@@ -120,6 +120,8 @@ type stateCollector struct {
 	status  func(context.Context) []host.ProvisionerStatus
 	workers func() map[string]workerCounts
 	needs   func() []NeedStatus
+	// forgotten counts served needs the router no longer lists; nil: none.
+	forgotten func() int
 	// held is the engine's own backoff (backoff.go); nil means none.
 	held    func() []HeldProfile
 	profile func(provisioner, profile string) string
@@ -198,6 +200,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		if n.State == NeedWaiting {
 			reasons[n.Reason]++
 		}
+	}
+	if c.forgotten != nil {
+		phases[NeedServed] += c.forgotten()
 	}
 	for _, phase := range []NeedPhase{NeedWaiting, NeedAssigned, NeedServed} {
 		ch <- prometheus.MustNewConstMetric(descTasks, prometheus.GaugeValue, float64(phases[phase]), string(phase))

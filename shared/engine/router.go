@@ -93,10 +93,15 @@ type Router struct {
 	// mu guards needs (and every field of every needState), targets,
 	// nextTask and busy. It is never held while calling a provisioner or
 	// the engine.
-	mu       sync.Mutex
-	needs    []*needState
-	targets  []*targetState
-	nextTask int
+	mu    sync.Mutex
+	needs []*needState
+	// added counts every need ever added, for their ids; needs holds only
+	// the last keepServed served ones beside those not served yet.
+	added int
+	// forgotten counts the served needs dropped from needs.
+	forgotten int
+	targets   []*targetState
+	nextTask  int
 	// busy names the targets with a round of Provision calls under way.
 	busy map[string]bool
 
@@ -172,7 +177,8 @@ func (p *Router) Add(n shared.Need) string { return p.AddWork(n, 0) }
 func (p *Router) AddWork(n shared.Need, work time.Duration) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	id := "need-" + strconv.Itoa(len(p.needs)+1)
+	p.added++
+	id := "need-" + strconv.Itoa(p.added)
 	p.needs = append(p.needs, &needState{id: id, need: n, work: work, asked: map[string]asked{}, logged: map[string]loggedOutcome{}, failover: map[string]string{},
 		route: map[string]shared.Need{}, tried: map[string]map[string]bool{}, refused: map[string]bool{}})
 	return id
@@ -249,6 +255,50 @@ func (p *Router) settle() {
 			p.logger.Warn("task lost with its worker", "need", ns.id, "task", refs[i].task, "worker", refs[i].worker)
 		}
 	}
+	p.mu.Lock()
+	p.forgetServedLocked(keepServed)
+	p.mu.Unlock()
+}
+
+// keepServed is how many served needs the router remembers, for /status
+// and the page. An engine that runs for weeks adds needs without end;
+// keeping every one served made its memory and every /status answer grow
+// with its age, without bound.
+const keepServed = 1000
+
+// forgetServedLocked drops the oldest served needs beyond keep; those not
+// yet served are never dropped. p.mu must be held.
+func (p *Router) forgetServedLocked(keep int) {
+	served := 0
+	for _, ns := range p.needs {
+		if ns.served {
+			served++
+		}
+	}
+	drop := served - keep
+	if drop <= 0 {
+		return
+	}
+	kept := p.needs[:0]
+	for _, ns := range p.needs {
+		if ns.served && drop > 0 {
+			drop--
+			p.forgotten++
+			continue
+		}
+		kept = append(kept, ns)
+	}
+	clear(p.needs[len(kept):])
+	p.needs = kept
+}
+
+// Forgotten is how many served needs the router no longer lists (beyond
+// the last keepServed): a count of served needs is Forgotten plus the
+// served ones Needs lists.
+func (p *Router) Forgotten() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.forgotten
 }
 
 // match gives each waiting need the smallest idle worker that fits it and
