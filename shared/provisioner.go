@@ -3,6 +3,7 @@ package shared
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -231,7 +232,10 @@ type MintCredentialResult struct {
 // MintCredentials mints one credential per item of req: in batches of at
 // most MaxMintBatch when h is a BatchMinter, one call an item otherwise.
 // An error means no answer for the whole (the host went away, ctx ended,
-// the batch was refused); an item's refusal is in its result.
+// the batch was refused); an item's refusal is in its result. Without an
+// error the response has exactly one result per item, in order: a
+// BatchMinter that answers another count is an error here, so that no
+// caller has to check.
 func MintCredentials(ctx context.Context, h Host, req *MintCredentialsRequest) (*MintCredentialsResponse, error) {
 	out := &MintCredentialsResponse{Items: make([]MintCredentialResult, 0, len(req.Items))}
 	if b, ok := h.(BatchMinter); ok {
@@ -240,6 +244,9 @@ func MintCredentials(ctx context.Context, h Host, req *MintCredentialsRequest) (
 			r, err := b.MintCredentials(ctx, &MintCredentialsRequest{Items: chunk})
 			if err != nil {
 				return nil, err
+			}
+			if len(r.Items) != len(chunk) {
+				return nil, fmt.Errorf("asked for %d credentials, the host answered %d", len(chunk), len(r.Items))
 			}
 			out.Items = append(out.Items, r.Items...)
 		}

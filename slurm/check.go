@@ -172,44 +172,30 @@ func (c *check) fail(path []string, summary, format string, args ...any) {
 	c.resp.Diagnostics = append(c.resp.Diagnostics, shared.Errorf(path, summary, format, args...))
 }
 
-// login runs one command over the configured ssh settings. When it fails
-// nothing else can run, and ssh's words say which setting is wrong.
+// login runs one command over the configured ssh settings, on every
+// login of a list, not only the first that answers: the provisioner would
+// skip a broken one in silence until the others fail too, which is the
+// moment an operator least wants to learn of it. With one login, its
+// failure ends the check, and ssh's words say which setting is wrong;
+// with several, each that fails is a warning and one that answers is
+// enough to go on.
 func (c *check) login(ctx context.Context) bool {
-	if logins := c.cfg.loginList(); len(logins) > 1 {
-		return c.eachLogin(ctx, logins)
-	}
-	stdout, stderr, err := c.q.call(ctx, nil, "sh", "-c", `echo "$(id -un)@$(hostname)"`)
-	if err == nil {
-		c.fact("login", fmt.Sprintf("ok, as %s (ssh %s)", strings.TrimSpace(lastLine(stdout)), c.cfg.Login))
-		return true
-	}
-	said := strings.TrimSpace(string(stderr))
-	if said == "" {
-		said = err.Error()
-	}
-	said = truncate(said)
-	path, summary, fix := sshBlame(c.cfg, said)
-	c.fail(path, summary, "ssh to %s failed: %s. %s", c.cfg.Login, quoteLines(said), fix)
-	return false
-}
-
-// eachLogin tries every login of a list, not only the first that
-// answers: the provisioner would skip a broken one in silence until the
-// others fail too, which is the moment an operator least wants to learn
-// of it. One that answers is enough to go on; each that does not is a
-// warning with ssh's words and what to do.
-func (c *check) eachLogin(ctx context.Context, logins []loginAddr) bool {
+	logins := c.cfg.loginList()
 	remote := []string{"sh", "-c", `echo "$(id -un)@$(hostname)"`}
-	ok := 0
+	answered := 0
 	var firstSaid string
-	for i, at := range logins {
-		name := fmt.Sprintf("login %d of %d", i+1, len(logins))
+	for i := range logins {
+		entry := c.cfg.Login.Entries[i]
+		name := "login"
+		if len(logins) > 1 {
+			name = fmt.Sprintf("login %d of %d", i+1, len(logins))
+		}
 		cctx, cancel := context.WithTimeout(ctx, c.cfg.submitTimeout)
 		stdout, stderr, err := c.q.sshAt(cctx, c.cfg, i, nil, remote)
 		cancel()
 		if err == nil {
-			ok++
-			c.fact(name, fmt.Sprintf("ok, as %s (ssh %s)", strings.TrimSpace(lastLine(stdout)), at), "login")
+			answered++
+			c.fact(name, fmt.Sprintf("ok, as %s (ssh %s)", strings.TrimSpace(lastLine(stdout)), entry))
 			continue
 		}
 		said := strings.TrimSpace(string(quietMux(stderr, true)))
@@ -217,17 +203,21 @@ func (c *check) eachLogin(ctx context.Context, logins []loginAddr) bool {
 			said = err.Error()
 		}
 		said = truncate(said)
+		path, summary, fix := sshBlame(c.cfg, said)
+		if len(logins) == 1 {
+			c.fail(path, summary, "ssh to %s failed: %s. %s", entry, quoteLines(said), fix)
+			return false
+		}
 		if firstSaid == "" {
 			firstSaid = said
 		}
-		c.fact(name, fmt.Sprintf("failed (ssh %s): %s", at, said), "login")
-		_, summary, fix := sshBlame(c.cfg, said)
+		c.fact(name, fmt.Sprintf("failed (ssh %s): %s", entry, said))
 		c.resp.Diagnostics = append(c.resp.Diagnostics, shared.Diagnostic{Severity: shared.SeverityWarning, Path: []string{"login"},
-			Summary: summary + " (login " + fmt.Sprint(i+1) + " of " + fmt.Sprint(len(logins)) + ")",
+			Summary: fmt.Sprintf("%s (%s)", summary, name),
 			Detail: fmt.Sprintf("ssh to %s failed: %s. The provisioner skips it while it does not answer and goes through the others; %s Or take it out of login.",
-				at, quoteLines(said), fix)})
+				entry, quoteLines(said), fix)})
 	}
-	if ok == 0 {
+	if answered == 0 {
 		path, summary, fix := sshBlame(c.cfg, firstSaid)
 		c.fail(path, summary, "ssh to every login (%s) failed; the first said: %s. %s", c.cfg.Login, quoteLines(firstSaid), fix)
 		return false

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/fluksio/provision/internal/sandboxtest"
 )
 
 // nemesis injects the plan's faults at their times, one after another: a
@@ -59,45 +61,39 @@ func (s *soak) inject(f fault) string {
 		s.startEngine()
 		return fmt.Sprintf("engine stopped in %s, started again", took)
 	case faultSSHDStop:
-		d, err := s.findDaemon("sshd", filepath.Join(s.env.Dir, "ssh", "sshd_config"))
+		pid, err := s.stopDaemon("sshd", syscall.SIGTERM)
 		if err != nil {
 			return err.Error()
 		}
-		d.stop(syscall.SIGTERM)
 		time.Sleep(f.For)
-		if err := d.restart(); err != nil {
-			s.violate("a need served after every fault", "restarting sshd: %v", err)
-		}
-		return fmt.Sprintf("sshd pid %d stopped for %s", d.pid, f.For)
+		s.restartSandbox("sshd")
+		return fmt.Sprintf("sshd pid %d stopped for %s", pid, f.For)
 	case faultSSHSlow:
 		s.px.setDelay(f.Latency)
 		time.Sleep(f.For)
 		s.px.setDelay(0)
 		return fmt.Sprintf("+%s each way for %s", f.Latency, f.For)
 	case faultCtldRestart:
-		d, err := s.findDaemon("slurmctld", s.env.SlurmConf)
+		pid, err := s.stopDaemon("slurmctld", syscall.SIGTERM)
 		if err != nil {
 			return err.Error()
 		}
-		d.stop(syscall.SIGTERM)
-		if err := d.restart(); err != nil {
-			s.violate("a need served after every fault", "restarting slurmctld: %v", err)
-		}
-		for deadline := time.Now().Add(time.Minute); s.queue() == nil && time.Now().Before(deadline); {
-			time.Sleep(200 * time.Millisecond)
-		}
-		return fmt.Sprintf("slurmctld pid %d restarted", d.pid)
+		// up.sh returns once the controller answers.
+		s.restartSandbox("slurmctld")
+		return fmt.Sprintf("slurmctld pid %d restarted", pid)
 	case faultSlurmdKill:
-		all := s.findDaemons("slurmd", s.env.SlurmConf)
-		if len(all) == 0 {
+		nodes, _ := filepath.Glob(filepath.Join(s.env.Dir, "pid", "slurmd-*.pid"))
+		if len(nodes) == 0 {
 			return "no slurmd found"
 		}
-		d := all[pick(f.Pick, len(all))]
-		d.stop(syscall.SIGKILL)
-		if err := d.restart(); err != nil {
-			s.violate("a need served after every fault", "restarting slurmd: %v", err)
+		sort.Strings(nodes)
+		name := strings.TrimSuffix(filepath.Base(nodes[pick(f.Pick, len(nodes))]), ".pid")
+		pid, err := s.stopDaemon(name, syscall.SIGKILL)
+		if err != nil {
+			return err.Error()
 		}
-		return fmt.Sprintf("slurmd pid %d (%s) killed and restarted", d.pid, strings.Join(d.argv[1:], " "))
+		s.restartSandbox(name)
+		return fmt.Sprintf("%s pid %d killed and restarted", name, pid)
 	case faultScancel:
 		q := s.queue()
 		var ids []string
@@ -125,122 +121,44 @@ func (s *soak) inject(f fault) string {
 	return "unknown fault"
 }
 
-// daemon is a sandbox daemon as /proc shows it, enough to start it again
-// the way sandbox/up.sh did: its executable, argv, environment, working
-// directory and the log its stderr went to.
-type daemon struct {
-	pid  int
-	exe  string
-	argv []string
-	env  []string
-	cwd  string
-	log  string
-}
-
-// findDaemons lists the processes whose executable is named name and
-// whose command line mentions mark (the sandbox's slurm.conf or its dir),
-// so that another sandbox's daemons are never touched. Children sshd
-// forks for sessions rename themselves and do not match.
-func (s *soak) findDaemons(name, mark string) []*daemon {
-	ents, _ := os.ReadDir("/proc")
-	var out []*daemon
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-		if err != nil {
-			continue
-		}
-		// The name it was started by: Debian's slurmd is
-		// /usr/sbin/slurmd-wlm behind an alternatives link.
-		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-		if filepath.Base(exe) != name && strings.TrimSpace(string(comm)) != name {
-			continue
-		}
-		cl, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err != nil || !bytes.Contains(cl, []byte(mark)) {
-			continue
-		}
-		d := &daemon{pid: pid, exe: exe, argv: strings.Split(strings.TrimRight(string(cl), "\x00"), "\x00")}
-		if len(d.argv) == 1 {
-			// A title set by the daemon (sshd's "sshd: /usr/sbin/sshd -f
-			// FILE -E LOG [listener] ..."): its argv, space-separated,
-			// between the name and the bracket.
-			title := d.argv[0]
-			if _, rest, ok := strings.Cut(title, ": "); ok {
-				title = rest
-			}
-			if i := strings.Index(title, " ["); i >= 0 {
-				title = title[:i]
-			}
-			d.argv = strings.Fields(title)
-		}
-		if env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid)); err == nil {
-			d.env = strings.Split(strings.TrimRight(string(env), "\x00"), "\x00")
-		}
-		d.cwd, _ = os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid))
-		d.log, _ = os.Readlink(fmt.Sprintf("/proc/%d/fd/2", pid))
-		out = append(out, d)
+// stopDaemon signals one of the sandbox's daemons, found by the pid file
+// up.sh wrote for it (sshd, slurmctld, slurmd-<node>), never by name, so
+// that another sandbox's daemons are never touched, and waits (up to
+// 30 s) until it is gone or a zombie.
+func (s *soak) stopDaemon(name string, sig syscall.Signal) (int, error) {
+	b, err := os.ReadFile(filepath.Join(s.env.Dir, "pid", name+".pid"))
+	if err != nil {
+		return 0, fmt.Errorf("no %s of the sandbox: %v", name, err)
 	}
-	sort.Slice(out, func(i, j int) bool { return strings.Join(out[i].argv, " ") < strings.Join(out[j].argv, " ") })
-	return out
-}
-
-func (s *soak) findDaemon(name, mark string) (*daemon, error) {
-	all := s.findDaemons(name, mark)
-	if len(all) == 0 {
-		return nil, fmt.Errorf("no %s of the sandbox found", name)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 1 {
+		return 0, fmt.Errorf("%s's pid file holds %q, not a pid", name, b)
 	}
-	return all[0], nil
-}
-
-// stop signals the daemon and waits (up to 30 s) until it is gone.
-func (d *daemon) stop(sig syscall.Signal) {
-	syscall.Kill(d.pid, sig)
+	syscall.Kill(pid, sig)
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
-		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.pid))
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
-			return
+			return pid, nil
 		}
 		if i := bytes.LastIndexByte(st, ')'); i > 0 && len(st) > i+2 && st[i+2] == 'Z' {
-			return
+			return pid, nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	return pid, fmt.Errorf("%s pid %d still running 30 s after signal %d", name, pid, sig)
 }
 
-// restart starts the daemon as it was started; it forks into the
-// background itself, so this returns once it has.
-func (d *daemon) restart() error {
-	// Started by the name it was started by (slurmd, not the
-	// slurmd-wlm it resolves to), so that its comm, which
-	// sandbox/status.sh checks, is what it was.
-	path := d.exe
-	if p, err := exec.LookPath(d.argv[0]); err == nil && filepath.IsAbs(p) {
-		path = p
-	}
-	argv := append([]string{path}, d.argv[1:]...)
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Args = argv
-	cmd.Env, cmd.Dir = d.env, d.cwd
-	if d.log != "" && strings.HasPrefix(d.log, "/") {
-		if f, err := os.OpenFile(d.log, os.O_WRONLY|os.O_APPEND, 0); err == nil {
-			defer f.Close()
-			cmd.Stdout, cmd.Stderr = f, f
-		}
-	}
+// restartSandbox runs sandbox/up.sh on the sandbox again, with the
+// settings make gave it (SANDBOX_DIR, SANDBOX_SLURM in the environment):
+// it starts whatever daemon is not running, as it started it the first
+// time, writes its pid file (so that down.sh stops it), and returns once
+// the cluster answers. A restart that fails is a violation: the faults
+// after it would test a broken sandbox.
+func (s *soak) restartSandbox(after string) {
+	cmd := exec.Command("bash", filepath.Join(sandboxtest.ModuleRoot(), "sandbox", "up.sh"), s.env.Dir)
+	cmd.Env = os.Environ()
 	cmd.WaitDelay = 10 * time.Second
-	var out []byte
-	var err error
-	if cmd.Stdout != nil {
-		err = cmd.Run()
-	} else {
-		out, err = cmd.CombinedOutput()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		s.violate("a need served after every fault", "sandbox/up.sh after stopping %s: %v\n%s", after, err, out)
 	}
-	if err != nil {
-		return fmt.Errorf("%s: %v %s", strings.Join(argv, " "), err, out)
-	}
-	return nil
 }

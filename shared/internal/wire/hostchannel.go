@@ -215,67 +215,34 @@ func (l *pluginLink) deliverCredentials(c *pb.Credentials) {
 // ctx's error once ctx ends, whatever the stream is doing; an event
 // handed over before then may still arrive.
 func (l *pluginLink) Publish(ctx context.Context, ev shared.Event) error {
-	select {
-	case l.turn <- struct{}{}:
-	case <-ctx.Done():
-		return fmt.Errorf("waiting to publish %s: %w", ev.Kind, ctx.Err())
-	}
-	l.mu.Lock()
-	if l.stream == nil {
-		l.mu.Unlock()
-		<-l.turn
-		return fmt.Errorf("%w: cannot publish %s", shared.ErrNoHost, ev.Kind)
-	}
-	l.seq++
-	ev.Seq = l.seq
-	acked := make(chan struct{})
-	l.acks[ev.Seq] = acked
-	out, gone := l.out, l.gone
-	l.mu.Unlock()
-	err := handoff(ctx, out, gone, &pb.PluginMessage{Msg: &pb.PluginMessage_Event{Event: eventToProto(ev)}})
-	if err != nil {
-		// Never sent: the number is given back (no one else took one,
-		// as this caller holds the turn), so the host sees no gap.
-		l.mu.Lock()
-		delete(l.acks, ev.Seq)
-		l.seq--
-		l.mu.Unlock()
-	}
-	<-l.turn
-	if err != nil {
-		return fmt.Errorf("publishing %s: %w", ev.Kind, err)
-	}
-	select {
-	case <-acked:
-		return nil
-	case <-gone:
-		l.forgetAck(ev.Seq)
-		return fmt.Errorf("%w: the host went away before acknowledging %s", shared.ErrNoHost, ev.Kind)
-	case <-ctx.Done():
-		l.forgetAck(ev.Seq)
-		return ctx.Err()
-	}
+	return l.publish(ctx, []shared.Event{ev}, string(ev.Kind))
 }
 
 // PublishAll hands evs to the sender in order, numbered as Publish
 // numbers them, without waiting between them, and then waits for every
 // acknowledgement: a thousand events cost about one round trip, not a
-// thousand. The turn is held across the handoffs only, as Publish holds
-// it, so no other event is numbered in between.
+// thousand.
 func (l *pluginLink) PublishAll(ctx context.Context, evs []shared.Event) error {
 	if len(evs) == 0 {
 		return nil
 	}
+	return l.publish(ctx, evs, fmt.Sprintf("%d events", len(evs)))
+}
+
+// publish is Publish and PublishAll: what names the events in errors.
+// The turn is held across the handoffs only, so no other event is
+// numbered in between, and not while waiting for the acknowledgements.
+func (l *pluginLink) publish(ctx context.Context, evs []shared.Event, what string) error {
 	select {
 	case l.turn <- struct{}{}:
 	case <-ctx.Done():
-		return fmt.Errorf("waiting to publish %d events: %w", len(evs), ctx.Err())
+		return fmt.Errorf("waiting to publish %s: %w", what, ctx.Err())
 	}
 	l.mu.Lock()
 	if l.stream == nil {
 		l.mu.Unlock()
 		<-l.turn
-		return fmt.Errorf("%w: cannot publish %d events", shared.ErrNoHost, len(evs))
+		return fmt.Errorf("%w: cannot publish %s", shared.ErrNoHost, what)
 	}
 	out, gone := l.out, l.gone
 	l.mu.Unlock()
@@ -290,7 +257,9 @@ func (l *pluginLink) PublishAll(ctx context.Context, evs []shared.Event) error {
 		l.acks[ev.Seq] = acked
 		l.mu.Unlock()
 		if err := handoff(ctx, out, gone, &pb.PluginMessage{Msg: &pb.PluginMessage_Event{Event: eventToProto(ev)}}); err != nil {
-			// Never sent: its number is given back, as Publish does.
+			// Never sent: the number is given back (no one else took
+			// one, as this caller holds the turn), so the host sees no
+			// gap. Those handed over before it are still waited for.
 			l.mu.Lock()
 			delete(l.acks, ev.Seq)
 			l.seq--
@@ -313,19 +282,13 @@ func (l *pluginLink) PublishAll(ctx context.Context, evs []shared.Event) error {
 		case <-acked:
 		case <-gone:
 			forget()
-			return fmt.Errorf("%w: the host went away before acknowledging every event", shared.ErrNoHost)
+			return fmt.Errorf("%w: the host went away before acknowledging %s", shared.ErrNoHost, what)
 		case <-ctx.Done():
 			forget()
 			return ctx.Err()
 		}
 	}
 	return sendErr
-}
-
-func (l *pluginLink) forgetAck(seq uint64) {
-	l.mu.Lock()
-	delete(l.acks, seq)
-	l.mu.Unlock()
 }
 
 // MintCredential asks the host to sign a credential and waits for it,
@@ -435,10 +398,8 @@ func (l *pluginLink) MintCredentials(ctx context.Context, req *shared.MintCreden
 		if c.GetErrorCode() != 0 {
 			return nil, fromStatus(status.Error(codes.Code(c.GetErrorCode()), c.GetErrorMessage()), false)
 		}
-		if len(c.GetItems()) != len(req.Items) {
-			return nil, fmt.Errorf("asked for %d credentials, the host answered %d", len(req.Items), len(c.GetItems()))
-		}
-		resp := &shared.MintCredentialsResponse{Items: make([]shared.MintCredentialResult, len(req.Items))}
+		// shared.MintCredentials checks the count against what it asked.
+		resp := &shared.MintCredentialsResponse{Items: make([]shared.MintCredentialResult, len(c.GetItems()))}
 		for i, item := range c.GetItems() {
 			resp.Items[i].Credential, resp.Items[i].Err = credentialFromProto(item)
 		}
