@@ -42,7 +42,7 @@ func (s *soak) nemesis() {
 func (s *soak) inject(f fault) string {
 	switch f.Kind {
 	case faultPluginKill:
-		pids := pidsOf(s.pluginBin)
+		pids := sandboxtest.PIDsOf(s.pluginBin)
 		for _, pid := range pids {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
@@ -110,7 +110,7 @@ func (s *soak) inject(f fault) string {
 		out, err := s.env.Command("scancel", id).CombinedOutput()
 		return fmt.Sprintf("scancel %s (%s): %v %s", id, q[id], err, bytes.TrimSpace(out))
 	case faultWorkerKill:
-		pids := pidsOf(s.workerBin)
+		pids := sandboxtest.PIDsOf(s.workerBin)
 		if len(pids) == 0 {
 			return "no worker to kill"
 		}
@@ -135,17 +135,10 @@ func (s *soak) stopDaemon(name string, sig syscall.Signal) (int, error) {
 		return 0, fmt.Errorf("%s's pid file holds %q, not a pid", name, b)
 	}
 	syscall.Kill(pid, sig)
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
-		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return pid, nil
-		}
-		if i := bytes.LastIndexByte(st, ')'); i > 0 && len(st) > i+2 && st[i+2] == 'Z' {
-			return pid, nil
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !sandboxtest.WaitGone(pid, 30*time.Second) {
+		return pid, fmt.Errorf("%s pid %d still running 30 s after signal %d", name, pid, sig)
 	}
-	return pid, fmt.Errorf("%s pid %d still running 30 s after signal %d", name, pid, sig)
+	return pid, nil
 }
 
 // restartSandbox runs sandbox/up.sh on the sandbox again, with the

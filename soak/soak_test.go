@@ -436,7 +436,7 @@ func (s *soak) run() {
 	// No process of ours left.
 	time.Sleep(2 * time.Second)
 	for _, bin := range []string{s.engineBin, s.pluginBin, s.workerBin} {
-		if pids := pidsOf(bin); len(pids) > 0 {
+		if pids := sandboxtest.PIDsOf(bin); len(pids) > 0 {
 			s.violate("no orphan process after the end", "%s still runs as pid %v", filepath.Base(bin), pids)
 			for _, pid := range pids {
 				syscall.Kill(pid, syscall.SIGKILL)
@@ -579,7 +579,7 @@ func (s *soak) checkOnce(client *http.Client) {
 	asked := time.Now()
 	if gen != 0 {
 		smp.engineRSS = rssOf(pid)
-		for _, p := range pidsOf(s.pluginBin) {
+		for _, p := range sandboxtest.PIDsOf(s.pluginBin) {
 			smp.pluginRSS += rssOf(p)
 		}
 		if resp, err := client.Get(s.url("/status")); err == nil {
@@ -693,28 +693,6 @@ func keys(m map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// pidsOf lists the processes whose executable is exe, from /proc.
-func pidsOf(exe string) []int {
-	ents, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if p, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil && p == exe {
-			if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-				if i := bytes.LastIndexByte(st, ')'); i > 0 && len(st) > i+2 && st[i+2] == 'Z' {
-					continue // a zombie is dead
-				}
-			}
-			pids = append(pids, pid)
-		}
-	}
-	sort.Ints(pids)
-	return pids
 }
 
 // rssOf is a process's VmRSS in kB, or 0.

@@ -199,7 +199,7 @@ func (e Env) StopDaemon(t testing.TB, daemon string) {
 	if err != nil || pid <= 1 {
 		t.Fatalf("StopDaemon %s: %s holds %q, not a pid", daemon, pidFile, b)
 	}
-	if !procLive(pid) {
+	if !ProcLive(pid) {
 		t.Fatalf("StopDaemon %s: pid %d from %s is not running", daemon, pid, pidFile)
 	}
 	if comm := procComm(pid); comm != daemon {
@@ -214,10 +214,10 @@ func (e Env) StopDaemon(t testing.TB, daemon string) {
 		_ = syscall.Kill(p, syscall.SIGTERM)
 	}
 	for _, p := range append([]int{pid}, children...) {
-		if !waitGone(p, 15*time.Second) {
+		if !WaitGone(p, 15*time.Second) {
 			t.Logf("StopDaemon %s: pid %d ignored SIGTERM for 15s; sending SIGKILL", daemon, p)
 			_ = syscall.Kill(p, syscall.SIGKILL)
-			if !waitGone(p, 5*time.Second) {
+			if !WaitGone(p, 5*time.Second) {
 				t.Fatalf("StopDaemon %s: pid %d still alive after SIGKILL", daemon, p)
 			}
 		}
@@ -348,11 +348,27 @@ func procState(pid int) string {
 	return string(b[i+2])
 }
 
-// procLive reports whether pid is a process that is neither gone nor a
+// ProcLive reports whether pid is a process that is neither gone nor a
 // zombie.
-func procLive(pid int) bool {
+func ProcLive(pid int) bool {
 	s := procState(pid)
 	return s != "" && s != "Z" && s != "X"
+}
+
+// PIDsOf lists the live processes whose executable is exe, ascending.
+func PIDsOf(exe string) []int {
+	exes, _ := filepath.Glob("/proc/[0-9]*/exe")
+	var pids []int
+	for _, f := range exes {
+		if p, err := os.Readlink(f); err != nil || p != exe {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(f))); err == nil && ProcLive(pid) {
+			pids = append(pids, pid)
+		}
+	}
+	slices.Sort(pids)
+	return pids
 }
 
 func procComm(pid int) string {
@@ -380,16 +396,16 @@ func procChildren(pid int) []int {
 		if len(fields) < 2 || fields[1] != strconv.Itoa(pid) {
 			continue
 		}
-		if child, err := strconv.Atoi(filepath.Base(filepath.Dir(f))); err == nil && procLive(child) {
+		if child, err := strconv.Atoi(filepath.Base(filepath.Dir(f))); err == nil && ProcLive(child) {
 			out = append(out, child)
 		}
 	}
 	return out
 }
 
-// waitGone polls until pid is gone or a zombie, up to limit.
-func waitGone(pid int, limit time.Duration) bool {
-	for end := time.Now().Add(limit); procLive(pid); {
+// WaitGone polls until pid is gone or a zombie, up to limit.
+func WaitGone(pid int, limit time.Duration) bool {
+	for end := time.Now().Add(limit); ProcLive(pid); {
 		if time.Now().After(end) {
 			return false
 		}

@@ -145,7 +145,7 @@ func (s *SSHD) stop() error {
 		_ = syscall.Kill(p, syscall.SIGTERM)
 	}
 	for _, p := range children {
-		if !waitGone(p, 5*time.Second) {
+		if !WaitGone(p, 5*time.Second) {
 			_ = syscall.Kill(p, syscall.SIGKILL)
 		}
 	}
