@@ -437,6 +437,55 @@ func TestE2ECleanStopLetsWorkersGo(t *testing.T) {
 	}
 }
 
+// TestE2ECleanStopLetsABusyWorkerGo: SIGTERM while a worker is in the
+// middle of a task of ten minutes. The worker hears it on its watch (GET
+// /v1/watch), drops the task and leaves, so its job ends COMPLETED and
+// leaves the queue with the engine; before, it ran on until its task
+// ended and its report had failed for 10 s (found by make soak).
+func TestE2ECleanStopLetsABusyWorkerGo(t *testing.T) {
+	e := newE2E(t, "e2e-busy-leave")
+	cfg := e.config(t, e.host, "worker")
+	p := e.startEngine(t, "-config", cfg, "-need", "cpus=1,work=10m", "-timeout", "5m")
+	poll(t, 90*time.Second, "the worker to start its task", func() bool {
+		return strings.Contains(e.jobOutputs(t), "running task-")
+	})
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code := p.wait(t, 90*time.Second)
+	exitedAt := time.Now()
+	story := p.stdout.String()
+	if code != 1 {
+		t.Errorf("exit %d after SIGTERM with the need under way, want 1\nstory:\n%s\nstderr:\n%s", code, story, p.stderr)
+	}
+	var q string
+	for {
+		if q = e.queue(t); q == "" {
+			break
+		}
+		if time.Since(exitedAt) > 3*time.Second {
+			t.Fatalf("3 s after the engine exited squeue still holds the busy worker's job:\n%s\nstory:\n%s", q, story)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("queue empty %.2fs after the engine exited", time.Since(exitedAt).Seconds())
+	job := workerAttachedJobRe.FindStringSubmatch(story)
+	if job == nil {
+		t.Fatalf("no worker attached in the story:\n%s", story)
+	}
+	rec := e.env.Slurm(t, "scontrol", "-o", "show", "job", job[1])
+	if state, exit := field(rec, "JobState"), field(rec, "ExitCode"); state != "COMPLETED" || exit != "0:0" {
+		t.Errorf("job %s ended JobState=%s ExitCode=%s; want COMPLETED and 0:0", job[1], state, exit)
+	}
+	if out := e.jobOutputs(t); !strings.Contains(out, "dropping task-") {
+		t.Errorf("the worker's output does not say it dropped its task:\n%s", out)
+	}
+}
+
+// workerAttachedJobRe finds the Slurm job of an attached worker in the
+// story.
+var workerAttachedJobRe = regexp.MustCompile(`worker \S+ attached from \S+ \(job (\S+),`)
+
 // field is the value of key=value in scontrol's output.
 func field(show, key string) string {
 	for _, w := range strings.Fields(show) {

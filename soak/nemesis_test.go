@@ -2,7 +2,10 @@ package soak
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -97,8 +100,8 @@ func (s *soak) inject(f fault) string {
 	case faultScancel:
 		q := s.queue()
 		var ids []string
-		for id, state := range q {
-			if state == "RUNNING" || state == "PENDING" {
+		for id, j := range q {
+			if j.state == "RUNNING" || j.state == "PENDING" {
 				ids = append(ids, id)
 			}
 		}
@@ -108,7 +111,9 @@ func (s *soak) inject(f fault) string {
 		sort.Strings(ids)
 		id := ids[pick(f.Pick, len(ids))]
 		out, err := s.env.Command("scancel", id).CombinedOutput()
-		return fmt.Sprintf("scancel %s (%s): %v %s", id, q[id], err, bytes.TrimSpace(out))
+		return fmt.Sprintf("scancel %s (%s): %v %s", id, q[id].state, err, bytes.TrimSpace(out))
+	case faultDemandDrop:
+		return s.dropDemand(f)
 	case faultWorkerKill:
 		pids := sandboxtest.PIDsOf(s.workerBin)
 		if len(pids) == 0 {
@@ -154,4 +159,127 @@ func (s *soak) restartSandbox(after string) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		s.violate("a need served after every fault", "sandbox/up.sh after stopping %s: %v\n%s", after, err, out)
 	}
+}
+
+// dropDemand withdraws every need of one burst that still waits (the
+// burst picked from the fault's seed among those with needs waiting in
+// the engine up now), as a user who cancels the rest of a burst does.
+// Then what was queued for them must go: within two polls and a margin,
+// squeue must show no more of our jobs pending than the engine has needs
+// waiting; else the invariant "no job without a need behind it" fails.
+func (s *soak) dropDemand(f fault) string {
+	gen, _ := s.currentGen()
+	if gen == 0 {
+		return "no engine up"
+	}
+	s.mu.Lock()
+	byBurst := map[int][]*need{}
+	var bursts []int
+	for _, n := range s.needs {
+		if n.gen == gen && n.servedAt.IsZero() && !n.withdrawn && n.state == "waiting" {
+			if byBurst[n.burst] == nil {
+				bursts = append(bursts, n.burst)
+			}
+			byBurst[n.burst] = append(byBurst[n.burst], n)
+		}
+	}
+	s.mu.Unlock()
+	if len(bursts) == 0 {
+		return "no burst with needs waiting"
+	}
+	sort.Ints(bursts)
+	b := bursts[pick(f.Pick, len(bursts))]
+	ns := byBurst[b]
+	took := s.withdraw(gen, ns)
+
+	// What was queued for them goes.
+	deadline := time.Now().Add(2*pollInterval + 15*time.Second)
+	var pending, waiting int
+	for {
+		pending, waiting = 0, s.waitingNow()
+		for _, j := range s.queue() {
+			if j.state == "PENDING" {
+				pending++
+			}
+		}
+		if waiting < 0 || pending <= waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			s.violate("no job without a need behind it", "after a burst's demand was dropped, %d of our jobs still pend for %d needs waiting, %s later", pending, waiting, 2*pollInterval+15*time.Second)
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return fmt.Sprintf("burst %d: %d of %d needs withdrawn (the rest under way); then %d pending for %d waiting", b, took, len(ns), pending, waiting)
+}
+
+// withdraw asks the engine of generation gen to take ns back, and marks
+// in the books those it took; it returns how many. A need whose task went
+// out meanwhile is not taken back, and stays a need like any other.
+func (s *soak) withdraw(gen int, ns []*need) int {
+	// Marked before asking, so that the checker, which may read /status
+	// between the engine's answer and the books below, does not count
+	// them lost.
+	s.mu.Lock()
+	for _, n := range ns {
+		n.withdrawing = true
+	}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		for _, n := range ns {
+			n.withdrawing = false
+		}
+		s.mu.Unlock()
+	}()
+	form := url.Values{}
+	for _, n := range ns {
+		form.Add("id", n.engID)
+	}
+	resp, err := http.PostForm(s.url("/soak/withdraw"), form)
+	if err != nil {
+		s.t.Logf("withdrawing %d needs: %v", len(ns), err)
+		return 0
+	}
+	var answers map[string]string
+	err = json.NewDecoder(resp.Body).Decode(&answers)
+	resp.Body.Close()
+	if err != nil {
+		s.t.Logf("withdrawing %d needs: %v", len(ns), err)
+		return 0
+	}
+	took := 0
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range ns {
+		if answers[n.engID] == "withdrawn" && n.gen == gen {
+			n.withdrawn = true
+			delete(s.byGen[gen], n.engID)
+			took++
+		}
+	}
+	s.withdrawn += took
+	return took
+}
+
+// waitingNow is how many needs the engine up now says wait, from
+// /status; -1 when it does not answer.
+func (s *soak) waitingNow() int {
+	resp, err := http.Get(s.url("/status"))
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	var st status
+	if json.NewDecoder(resp.Body).Decode(&st) != nil {
+		return -1
+	}
+	n := 0
+	for _, x := range st.Needs {
+		if x.State == "waiting" {
+			n++
+		}
+	}
+	return n
 }

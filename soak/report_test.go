@@ -16,16 +16,20 @@ import (
 const intro = `# Soak: faults together, for a long time
 
 ` + "`make soak`" + ` runs the engine (soak/soakengine, the engine kit with a
-route to add needs while it runs, built with -race) and the Slurm plugin
-(built with -race) against the sandbox's real Slurm for SOAK (default 3m),
-while a workload of bursts (1 to 200 needs of one of two profiles' shapes,
-tasks of 1 to 20 s of work) arrives and a nemesis injects faults: the
+route to add and withdraw needs while it runs, built with -race) and the
+Slurm plugin (built with -race) against the sandbox's real Slurm for SOAK
+(default 3m), with two provisioners: a direct one (two profiles) and a
+relay one (reach = "relay", a third profile). A workload of bursts (a
+first two that fill both provisioners' max_workers, then 1 to 200
+needs of one of the three shapes every 3 to 10 s, tasks of 1 to 20 s of
+work) arrives while a nemesis injects faults: the
 plugin SIGKILLed; the engine SIGKILLed, or stopped with SIGTERM, and
 started again; the login node's sshd stopped for 5 to 30 s; ssh slowed by
 200 to 2,000 ms each way (a TCP proxy in Go between the plugin's ssh and
 the sshd, where ssh_port points); slurmctld restarted; a slurmd SIGKILLed
 and started again; a job scancelled by hand; a worker SIGKILLed inside its
-job. The invariants are checked every second from squeue, the engine's
+job; a burst's demand dropped to 0 while its needs wait (withdrawn from
+the engine, which must then cancel what was queued for them). The invariants are checked every second from squeue, the engine's
 /status and /metrics and /proc (the package doc, soak/schedule.go, says why this way).
 
 Run it, and reproduce a run from its seed:
@@ -40,10 +44,6 @@ there at that moment (which job, which worker) and how the system answers
 depend on timing. The run fails (non-zero) on any invariant's violation
 and names the seed. SOAK_KEEP_LOG=FILE keeps the engine's log.
 
-Not injected yet: a burst's demand dropped to 0 while its tasks pend (the
-engine kit has no way to withdraw a need); a relay provisioner beside the
-direct one.
-
 `
 
 // report writes the run's figures to the log and, under make soak
@@ -56,15 +56,18 @@ func (s *soak) report() {
 	fmt.Fprintf(&b, "## The last run\n\n")
 	fmt.Fprintf(&b, "- when: %s; commit %s; Slurm %s\n", s.start.UTC().Format(time.RFC3339), strings.TrimSpace(string(commit)), orDash(s.env.Version))
 	fmt.Fprintf(&b, "- `SOAK_SEED=%d SOAK=%s`, schedule digest %s: %d faults, %d bursts planned\n", s.plan.Seed, s.dur, s.plan.Digest(), len(s.plan.Faults), len(s.plan.Bursts))
-	fmt.Fprintf(&b, "- caps: max_workers %d, max_pending %d; poll_interval %s, provision_timeout %s, max_idle %s\n\n", maxWorkers, maxPending, pollInterval, provisionTimeout, maxIdle)
+	fmt.Fprintf(&b, "- caps: max_workers %d, max_pending %d (direct), %d and %d (relay); poll_interval %s, provision_timeout %s, max_idle %s\n\n", maxWorkers, maxPending, relayMaxWorkers, relayMaxPending, pollInterval, provisionTimeout, maxIdle)
 
 	// Needs.
-	served, unserved, readded := 0, 0, 0
+	served, unserved, readded, withdrawn := 0, 0, 0, 0
 	reasons := map[string]int{}
 	for _, n := range s.needs {
-		if !n.servedAt.IsZero() {
+		switch {
+		case !n.servedAt.IsZero():
 			served++
-		} else {
+		case n.withdrawn:
+			withdrawn++
+		default:
 			unserved++
 			reasons[orDash(n.state)+": "+orDash(n.reason)]++
 			if n.reason == "" {
@@ -75,7 +78,7 @@ func (s *soak) report() {
 			readded++
 		}
 	}
-	fmt.Fprintf(&b, "### Needs\n\n%d needs in %d bursts: %d served, %d not served at the end of the drain (%s); %d added again to a restarted engine.\n\n", len(s.needs), len(s.plan.Bursts), served, unserved, reasonList(reasons), readded)
+	fmt.Fprintf(&b, "### Needs\n\n%d needs in %d bursts: %d served, %d withdrawn while they waited (%d by demand-drop faults, %d when the workflow ended after the drain), %d not served (%s); %d added again to a restarted engine.\n\n", len(s.needs), len(s.plan.Bursts), served, withdrawn, withdrawn-s.withdrawnAtEnd, s.withdrawnAtEnd, unserved, reasonList(reasons), readded)
 
 	// Faults and recovery.
 	byKind := map[faultKind]int{}
@@ -85,7 +88,7 @@ func (s *soak) report() {
 		byKind[f.Kind]++
 		waitingAtEnd := false
 		for _, n := range s.needs {
-			if !n.added.After(f.end) && (n.servedAt.IsZero() || n.servedAt.After(f.end)) {
+			if !n.added.After(f.end) && !n.withdrawn && (n.servedAt.IsZero() || n.servedAt.After(f.end)) {
 				waitingAtEnd = true
 				break
 			}
@@ -150,6 +153,7 @@ func (s *soak) report() {
 		floor           float64
 	}{
 		{"engine RSS (MB)", "engine and plugin RSS bounded", func(x sample) float64 { return float64(x.engineRSS) / 1024 }, 8},
+		{"engine Go heap in use (MB)", "", func(x sample) float64 { return float64(x.engineHeap) / 1024 }, 0},
 		{"plugin RSS (MB)", "engine and plugin RSS bounded", func(x sample) float64 { return float64(x.pluginRSS) / 1024 }, 8},
 		{"engine goroutines", "engine goroutines bounded", func(x sample) float64 { return float64(x.goroutines) }, 40},
 		{"workers attached", "", func(x sample) float64 { return float64(x.workers) }, 0},
@@ -169,7 +173,7 @@ func (s *soak) report() {
 	for _, smp := range s.samples {
 		maxAlive, maxPend = max(maxAlive, smp.alive), max(maxPend, smp.pending)
 	}
-	fmt.Fprintf(&b, "\nsqueue, sampled every second: at most %d alive (max_workers %d), %d pending (max_pending %d); %d samples.\n", maxAlive, maxWorkers, maxPend, maxPending, len(s.samples))
+	fmt.Fprintf(&b, "\nsqueue, sampled every second (both provisioners together): at most %d alive, %d pending; %d samples.\n", maxAlive, maxPend, len(s.samples))
 
 	// Invariants.
 	fmt.Fprintf(&b, "\n### Invariants\n\n| invariant | held? |\n|---|---|\n")

@@ -20,9 +20,23 @@
 // (which job to cancel, which worker to kill) is drawn from the seed too,
 // among what is there then, which depends on timing.
 //
-// What it will not do: drop a burst's demand to 0 while its tasks pend.
-// The engine kit has no way to withdraw a need (Router has Add, not
-// Remove), so that fault waits for one.
+// The workload fills the caps first. The resource invariants compare the
+// second fifth of the run with the last, which says something about leaks
+// only if the load is the same in both: a workload that ramped up through
+// the run (as the first one did: 17 workers attached on average in the
+// second fifth, 40 in the last) makes a growing RSS of a growing fleet
+// look like a leak. So the plan opens with a burst that keeps the direct
+// provisioner at max_workers for its first minute, and the bursts after it
+// come often enough to keep it near there.
+//
+// Two provisioners: a direct one (workers dial the engine) with two
+// profiles, and a relay one (reach = "relay": workers dial a relay the
+// plugin runs on the login node, carried over its ssh) with a third shape
+// only it covers, so that every fault also lands on a relay path.
+//
+// What it will not do: take the login node away for good, or change the
+// configuration while it runs. Those are operators' acts, not faults, and
+// the reliability tests cover them one at a time.
 package soak
 
 import (
@@ -33,6 +47,28 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
+)
+
+// The soak's caps and timings, in its config; the invariants read them.
+// The direct provisioner has maxWorkers and maxPending, the relay one
+// relayMaxWorkers and relayMaxPending.
+const (
+	maxWorkers       = 40
+	maxPending       = 10
+	relayMaxWorkers  = 10
+	relayMaxPending  = 5
+	pollInterval     = 2 * time.Second
+	provisionTimeout = 90 * time.Second
+	maxIdle          = 20 * time.Second
+	// drainFor is how long after SOAK the workload may take to finish
+	// before what still waits is withdrawn (the workflow is over).
+	drainFor = time.Minute
+	// livenessBound: a need must be served this soon after a fault ends
+	// while needs wait.
+	livenessBound = 3 * time.Minute
+	// orphanBound: a plugin seen without its engine for longer than
+	// this is an orphan (its own shutdown is bounded by 3 s).
+	orphanBound = 15 * time.Second
 )
 
 // faultKind is one kind of fault the nemesis injects.
@@ -48,6 +84,7 @@ const (
 	faultSlurmdKill  faultKind = "slurmd SIGKILL + restart"
 	faultScancel     faultKind = "job scancelled by hand"
 	faultWorkerKill  faultKind = "worker SIGKILL in its job"
+	faultDemandDrop  faultKind = "a burst's demand dropped to 0"
 )
 
 // faultWeights are the kinds and how often each is drawn: the first ones
@@ -59,7 +96,7 @@ var faultWeights = []struct {
 	{faultPluginKill, 3}, {faultEngineKill, 3}, {faultEngineTerm, 2},
 	{faultSSHDStop, 2}, {faultSSHSlow, 2},
 	{faultCtldRestart, 1}, {faultSlurmdKill, 1},
-	{faultScancel, 2}, {faultWorkerKill, 2},
+	{faultScancel, 2}, {faultWorkerKill, 2}, {faultDemandDrop, 2},
 }
 
 // fault is one planned fault: when (from the start), what, for how long
@@ -104,14 +141,25 @@ type plan struct {
 	Bursts []burst
 }
 
-// shapes are the needs' shapes, one per profile of the soak's config.
-var shapes = []string{"cpus=1", "cpus=2"}
+// shapes are the needs' shapes, one per profile of the soak's config:
+// cpus=1 and cpus=2 of the direct provisioner, cpus=3 of the relay one.
+var shapes = []string{"cpus=1", "cpus=2", "cpus=3"}
+
+// fill are the bursts the plan opens with: more needs than each
+// provisioner's max_workers, of the longest work, so that both are at
+// their caps within the first fifth (see the package doc).
+var fill = []burst{
+	{At: 0, Count: maxWorkers * 3 / 2, Shape: "cpus=1", Work: 20 * time.Second},
+	{At: 0, Count: relayMaxWorkers * 3 / 2, Shape: "cpus=3", Work: 20 * time.Second},
+}
 
 // newPlan draws the schedule for a run of length d from seed. Faults come
 // every 8 to 25 s after the first 15 s and stop 10 s before the end, so
-// that the last one's recovery is inside the run; bursts every 4 to 20 s,
-// of 1 to 200 needs (log-uniform, so small bursts are common and a big one
-// rare), tasks of 1 to 20 s.
+// that the last one's recovery is inside the run; after the fill burst,
+// bursts every 3 to 10 s, of 1 to 200 needs (log-uniform, so small bursts
+// are common and a big one rare; about 22 on average, some 3 needs a
+// second, about what 40 workers with tasks of 1 to 20 s get through),
+// tasks of 1 to 20 s.
 func newPlan(seed uint64, d time.Duration) plan {
 	r := rand.New(rand.NewPCG(seed, 0x50a4))
 	p := plan{Seed: seed}
@@ -139,7 +187,8 @@ func newPlan(seed uint64, d time.Duration) plan {
 		}
 		p.Faults = append(p.Faults, f)
 	}
-	for at := time.Duration(0); at < d; at += time.Duration(4+r.IntN(17)) * time.Second {
+	p.Bursts = append(p.Bursts, fill...)
+	for at := 3 * time.Second; at < d; at += time.Duration(3+r.IntN(8)) * time.Second {
 		// Log-uniform on [1, 200], squared toward the small end.
 		u := r.Float64()
 		count := int(math.Round(math.Exp(u * u * math.Log(200))))

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,20 +33,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// The soak's caps and timings, in its config; the invariants read them.
-const (
-	maxWorkers       = 40
-	maxPending       = 10
-	pollInterval     = 2 * time.Second
-	provisionTimeout = 90 * time.Second
-	maxIdle          = 20 * time.Second
-	// drainFor is how long after SOAK the workload may take to finish.
-	drainFor = 4 * time.Minute
-	// livenessBound: a need must be served this soon after a fault ends
-	// while needs wait.
-	livenessBound = 3 * time.Minute
-)
-
 // need is one need of the workload, in the soak's books: which engine
 // (generation) has it under which id, and when it was served.
 type need struct {
@@ -60,6 +47,12 @@ type need struct {
 	servedAt time.Time
 	state    string // the engine's phase, last seen
 	reason   string
+	// withdrawn: a demand-drop fault took it back while it waited; it
+	// counts as settled and is never added again.
+	withdrawn bool
+	// withdrawing: a demand-drop fault is asking the engine to take it
+	// back; the checker does not count it lost meanwhile.
+	withdrawing bool
 }
 
 // violation is an invariant's first breach.
@@ -81,6 +74,7 @@ type sample struct {
 	at                 time.Duration
 	engineRSS          int64 // kB
 	pluginRSS          int64 // kB, sum over the plugin processes
+	engineHeap         int64 // kB, the Go heap in use (go_memstats_heap_inuse_bytes)
 	goroutines         int
 	alive, pending     int
 	engineUp, ctldUp   bool
@@ -95,7 +89,8 @@ type soak struct {
 	dur   time.Duration
 	start time.Time
 	dir   string
-	name  string // provisioner name; its jobs are fluksio-<name>
+	name  string // the direct provisioner's name; its jobs are fluksio-<name>
+	relay string // the relay provisioner's name
 	cfg   string
 	port  int
 	px    *proxy
@@ -121,7 +116,14 @@ type soak struct {
 	workerJob  map[string]string          // worker name -> its job, as first seen
 	jobWorkers map[string]map[string]bool // job -> worker names seen on it
 	jobSeen    map[string]time.Time       // our job -> since when it has no need behind it
-	inFault    int
+	// orphanSeen: a plugin process whose parent is not the engine up
+	// now -> since when it has been seen so.
+	orphanSeen map[int]time.Time
+	withdrawn  int
+	// withdrawnAtEnd: of withdrawn, those taken back when the workflow
+	// ended, after the drain.
+	withdrawnAtEnd int
+	inFault        int
 }
 
 func (s *soak) since() time.Duration { return time.Since(s.start).Round(100 * time.Millisecond) }
@@ -187,7 +189,7 @@ func TestSoak(t *testing.T) {
 
 	s := &soak{t: t, env: env, plan: p, dur: dur,
 		byGen: map[int]map[string]*need{}, violated: map[string]violation{},
-		workerJob: map[string]string{}, jobWorkers: map[string]map[string]bool{}, jobSeen: map[string]time.Time{}}
+		workerJob: map[string]string{}, jobWorkers: map[string]map[string]bool{}, jobSeen: map[string]time.Time{}, orphanSeen: map[int]time.Time{}}
 	s.setup()
 	s.run()
 	s.report()
@@ -226,6 +228,7 @@ func (s *soak) setup() {
 	var b [4]byte
 	crand.Read(b[:])
 	s.name = "soak-" + hex.EncodeToString(b[:])
+	s.relay = s.name + "-relay"
 	var sec [32]byte
 	crand.Read(sec[:])
 	s.secret = hex.EncodeToString(sec[:])
@@ -276,9 +279,25 @@ provisioner "slurm" %[3]q {
   max_pending       = %[13]d
 
 %[14]s%[15]s}
+
+provisioner "slurm" %[16]q {
+  login             = %[4]q
+  ssh_port          = %[5]d
+  ssh_key           = %[6]q
+  known_hosts       = %[7]q
+  reach             = "relay"
+  relay_host        = "127.0.0.1"
+  worker_command    = [%[8]q]
+  max_idle          = %[9]q
+  poll_interval     = %[10]q
+  provision_timeout = %[11]q
+  max_workers       = %[17]d
+  max_pending       = %[18]d
+
+%[19]s}
 `, s.port, dir, s.name, s.env.Login, s.px.port(), s.env.Key, khPath, s.workerBin,
 		maxIdle.String(), pollInterval.String(), provisionTimeout.String(), maxWorkers, maxPending,
-		profile("one", 1), profile("two", 2))
+		profile("one", 1), profile("two", 2), s.relay, relayMaxWorkers, relayMaxPending, profile("three", 3))
 	s.cfg = filepath.Join(dir, "config.hcl")
 	if err := os.WriteFile(s.cfg, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -291,25 +310,33 @@ provisioner "slurm" %[3]q {
 		// Whatever happened, nothing of ours stays in a shared queue.
 		if q := s.queue(); len(q) > 0 {
 			t.Logf("cancelling %d job(s) the soak left", len(q))
-			s.env.Command("scancel", "--name="+s.jobName()).Run()
+			s.env.Command("scancel", "--name="+s.jobNames()).Run()
 		}
 		s.engineLog.Close()
 	})
 }
 
-func (s *soak) jobName() string { return "fluksio-" + s.name }
+// jobNames are both provisioners' job names, as squeue --name takes a
+// list.
+func (s *soak) jobNames() string { return "fluksio-" + s.name + ",fluksio-" + s.relay }
 
-// queue is squeue's view of our jobs: id -> state; nil when squeue fails
+// job is one of our jobs as squeue shows it.
+type job struct {
+	state string
+	relay bool // the relay provisioner's
+}
+
+// queue is squeue's view of our jobs: id -> job; nil when squeue fails
 // (the controller is down).
-func (s *soak) queue() map[string]string {
-	out, err := s.env.Command("squeue", "-h", "--name="+s.jobName(), "-o", "%i %T").Output()
+func (s *soak) queue() map[string]job {
+	out, err := s.env.Command("squeue", "-h", "--name="+s.jobNames(), "-o", "%i %T %j").Output()
 	if err != nil {
 		return nil
 	}
-	q := map[string]string{}
+	q := map[string]job{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if id, state, ok := strings.Cut(line, " "); ok {
-			q[id] = state
+		if f := strings.Fields(line); len(f) == 3 {
+			q[f[0]] = job{state: f[1], relay: f[2] == "fluksio-"+s.relay}
 		}
 	}
 	return q
@@ -405,13 +432,33 @@ func (s *soak) run() {
 	go func() { defer wg.Done(); s.checker(ctx) }()
 	s.nemesis()
 	s.t.Logf("%s: the soak's faults are over; draining (at most %s)", s.since(), drainFor)
-	// Drain: every need served, or the bound.
+	// Drain: every need served, or the bound; then the workflow is over,
+	// and what still waits is withdrawn (its queued jobs must go), while
+	// tasks under way finish, for at most their longest work and a
+	// margin.
 	drainEnd := s.start.Add(s.dur + drainFor)
-	for time.Now().Before(drainEnd) {
-		if time.Since(s.start) > s.dur && s.allServed() {
-			break
-		}
+	for time.Now().Before(drainEnd) && !s.allServed() {
 		time.Sleep(time.Second)
+	}
+	if gen, _ := s.currentGen(); gen != 0 {
+		s.mu.Lock()
+		var rest []*need
+		for _, n := range s.needs {
+			if n.gen == gen && n.servedAt.IsZero() && !n.withdrawn && n.state != "assigned" {
+				rest = append(rest, n)
+			}
+		}
+		s.mu.Unlock()
+		if len(rest) > 0 {
+			took := s.withdraw(gen, rest)
+			s.mu.Lock()
+			s.withdrawnAtEnd = took
+			s.mu.Unlock()
+			s.t.Logf("%s: the workflow is over: %d needs still waiting withdrawn", s.since(), took)
+		}
+	}
+	for end := time.Now().Add(40 * time.Second); time.Now().Before(end) && !s.allServed(); {
+		time.Sleep(500 * time.Millisecond)
 	}
 	cancel()
 	wg.Wait()
@@ -433,14 +480,33 @@ func (s *soak) run() {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	// No process of ours left.
-	time.Sleep(2 * time.Second)
+	// No process of ours left: the plugins go with the engine, the relay
+	// with the plugin's ssh session, the workers with their jobs. Each is
+	// given 10 s (a relay's session takes a moment to close), then
+	// counted.
+	gone := func() bool {
+		for _, bin := range []string{s.engineBin, s.pluginBin, s.workerBin} {
+			if len(sandboxtest.PIDsOf(bin)) > 0 {
+				return false
+			}
+		}
+		return len(relayPIDs()) == 0
+	}
+	for deadline := time.Now().Add(10 * time.Second); !gone() && time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond)
+	}
 	for _, bin := range []string{s.engineBin, s.pluginBin, s.workerBin} {
 		if pids := sandboxtest.PIDsOf(bin); len(pids) > 0 {
 			s.violate("no orphan process after the end", "%s still runs as pid %v", filepath.Base(bin), pids)
 			for _, pid := range pids {
 				syscall.Kill(pid, syscall.SIGKILL)
 			}
+		}
+	}
+	if pids := relayPIDs(); len(pids) > 0 {
+		s.violate("no orphan process after the end", "a relay still runs on the login node as pid %v", pids)
+		for _, pid := range pids {
+			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
 	s.checkLog()
@@ -450,11 +516,53 @@ func (s *soak) allServed() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, n := range s.needs {
-		if n.servedAt.IsZero() {
+		if n.servedAt.IsZero() && !n.withdrawn {
 			return false
 		}
 	}
 	return true
+}
+
+// relayPIDs lists the relay processes on this machine (the sandbox's
+// login node): the plugin runs its relay as "BINARY relay ... -private
+// DIR" from a copy in the login user's cache, so it is found by its
+// arguments, not by its binary's path.
+func relayPIDs() []int {
+	var pids []int
+	files, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) > 2 && args[1] == "relay" && slices.Contains(args, "-private") {
+			if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(f))); err == nil && sandboxtest.ProcLive(pid) {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
+
+// parentOf is a process's parent pid from /proc, or 0.
+func parentOf(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name, in parentheses, may hold spaces: the fields
+	// after its closing one are "state ppid ...".
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
 }
 
 // workload adds the plan's bursts to the books at their times; the
@@ -502,7 +610,7 @@ func (s *soak) feeder(ctx context.Context) {
 		bySpec := map[string][]*need{}
 		var specs []string
 		for _, n := range s.needs {
-			if n.servedAt.IsZero() && n.gen != gen {
+			if n.servedAt.IsZero() && !n.withdrawn && n.gen != gen {
 				if bySpec[n.spec] == nil {
 					specs = append(specs, n.spec)
 				}
@@ -577,10 +685,14 @@ func (s *soak) checkOnce(client *http.Client) {
 	gen, pid := s.currentGen()
 	var st *status
 	asked := time.Now()
+	var orphans []int
 	if gen != 0 {
 		smp.engineRSS = rssOf(pid)
 		for _, p := range sandboxtest.PIDsOf(s.pluginBin) {
 			smp.pluginRSS += rssOf(p)
+			if parentOf(p) != pid {
+				orphans = append(orphans, p)
+			}
 		}
 		if resp, err := client.Get(s.url("/status")); err == nil {
 			var v status
@@ -589,28 +701,55 @@ func (s *soak) checkOnce(client *http.Client) {
 			}
 			resp.Body.Close()
 		}
-		smp.goroutines = goroutines(client, s.url("/metrics"))
+		smp.goroutines, smp.engineHeap = runtimeOf(client, s.url("/metrics"))
 		if g, _ := s.currentGen(); g != gen {
 			st = nil // the engine was restarted meanwhile: not its needs
 		}
 	}
 	q := s.queue()
 	smp.ctldUp = q != nil
-	for _, state := range q {
-		switch state {
+	var alive, pending [2]int // direct, relay
+	for _, j := range q {
+		k := 0
+		if j.relay {
+			k = 1
+		}
+		switch j.state {
 		case "PENDING":
-			smp.pending++
-			smp.alive++
+			pending[k]++
+			alive[k]++
 		case "RUNNING", "CONFIGURING":
-			smp.alive++
+			alive[k]++
 		}
 	}
-	if smp.alive > maxWorkers || smp.pending > maxPending {
-		s.violate("alive <= max_workers, pending <= max_pending", "squeue shows %d alive (max_workers %d), %d pending (max_pending %d)", smp.alive, maxWorkers, smp.pending, maxPending)
+	smp.alive, smp.pending = alive[0]+alive[1], pending[0]+pending[1]
+	if alive[0] > maxWorkers || pending[0] > maxPending {
+		s.violate("alive <= max_workers, pending <= max_pending", "squeue shows %d alive (max_workers %d), %d pending (max_pending %d) of %s", alive[0], maxWorkers, pending[0], maxPending, s.name)
+	}
+	if alive[1] > relayMaxWorkers || pending[1] > relayMaxPending {
+		s.violate("alive <= max_workers, pending <= max_pending", "squeue shows %d alive (max_workers %d), %d pending (max_pending %d) of %s", alive[1], relayMaxWorkers, pending[1], relayMaxPending, s.relay)
 	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// A plugin whose engine is gone shuts down within its orphan
+	// timeout (3 s; shared/plugin); one still there well after that is
+	// an orphan.
+	live := map[int]bool{}
+	for _, p := range orphans {
+		live[p] = true
+		first, ok := s.orphanSeen[p]
+		if !ok {
+			s.orphanSeen[p] = now
+		} else if now.Sub(first) > orphanBound {
+			s.violateLocked("no orphan process after the end", "plugin pid %d has outlived its engine by %s (its parent is pid %d, the engine is pid %d)", p, now.Sub(first).Round(time.Second), parentOf(p), pid)
+		}
+	}
+	for p := range s.orphanSeen {
+		if !live[p] {
+			delete(s.orphanSeen, p)
+		}
+	}
 	if st != nil {
 		smp.engineUp = true
 		smp.workers = len(st.Workers)
@@ -637,7 +776,7 @@ func (s *soak) checkOnce(client *http.Client) {
 		}
 		smp.waiting = waiting
 		for id, n := range s.byGen[gen] {
-			if !seen[id] && n.gen == gen && n.reg.Before(asked) {
+			if !seen[id] && n.gen == gen && n.reg.Before(asked) && !n.withdrawing {
 				s.violateLocked("every need served or failed with a reason, none lost", "need %d (%s), engine id %s of generation %d, is not in /status", n.n, n.spec, id, gen)
 			}
 		}
@@ -661,7 +800,8 @@ func (s *soak) checkOnce(client *http.Client) {
 		// job of ours that no worker is attached from is there for no
 		// need; within a poll, the provision timeout and the worker's
 		// max_idle it must be gone.
-		for id, state := range q {
+		for id, j := range q {
+			state := j.state
 			if waiting > 0 || attached[id] || state == "COMPLETING" {
 				delete(s.jobSeen, id)
 				continue
@@ -710,11 +850,13 @@ func rssOf(pid int) int64 {
 	return 0
 }
 
-// goroutines is the engine's go_goroutines from /metrics, or 0.
-func goroutines(client *http.Client, u string) int {
+// runtimeOf reads the engine's go_goroutines and
+// go_memstats_heap_inuse_bytes (in kB) from /metrics; 0 for what it
+// cannot read.
+func runtimeOf(client *http.Client, u string) (goroutines int, heapKB int64) {
 	resp, err := client.Get(u)
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
@@ -722,11 +864,15 @@ func goroutines(client *http.Client, u string) int {
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), "go_goroutines "); ok {
 			f, _ := strconv.ParseFloat(v, 64)
-			return int(f)
+			goroutines = int(f)
+		}
+		if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_heap_inuse_bytes "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			heapKB = int64(f / 1024)
 		}
 	}
 	io.Copy(io.Discard, resp.Body)
-	return 0
+	return goroutines, heapKB
 }
 
 // checkLog reads the engine's log (its plugins' stderr comes through it)

@@ -218,6 +218,7 @@ func (e *Books) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/attach", e.handleAttach)
 	mux.HandleFunc("GET /v1/work", e.handleWork)
+	mux.HandleFunc("GET /v1/watch", e.handleWatch)
 	mux.HandleFunc("POST /v1/result", e.handleResult)
 	mux.HandleFunc("POST /v1/detach", e.handleDetach)
 	mux.HandleFunc("GET /status", e.handleStatus)
@@ -511,8 +512,9 @@ func (e *Books) Sweep() {
 // Dismiss lets the workers go, for a clean stop: every poll open now or
 // made from now on answers 410 with CodeLeave, on which a worker
 // detaches and exits 0, so its job ends completed instead of failing
-// when the engine is gone. A worker busy with a task hears it at its
-// next poll, after its result. Dismiss waits up to wait (or ctx) for
+// when the engine is gone. A worker busy with a task hears it on its
+// watch (GET /v1/watch) and drops the task; one too old to watch hears
+// it at its next poll, after its result. Dismiss waits up to wait (or ctx) for
 // every worker to detach and returns how many had not. Attaches are
 // still taken: a worker that comes now is told to leave at its first
 // poll.
@@ -755,6 +757,63 @@ func (e *Books) handleWork(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, status, reason)
 	default:
 		WriteError(w, status, "engine is shutting down")
+	}
+}
+
+// handleWatch holds GET /v1/watch, which a worker keeps open while it runs
+// a task (it has no poll open then). It answers 410 with CodeLeave as soon
+// as Dismiss lets the workers go, and the worker drops its task and
+// leaves: without it, a worker busy when the engine stopped cleanly heard
+// nothing until its task ended and its report had failed for its give-up
+// time, and its job outlived the stop by both (the soak found jobs running
+// 20 s after the engine had exited). Else it answers 204 after the poll
+// period, and the worker opens another. The task is not taken back: a
+// stopping engine has no use for its result. Each watch counts as the
+// worker being seen.
+func (e *Books) handleWatch(w http.ResponseWriter, r *http.Request) {
+	cred, ok := e.authenticate(w, r)
+	if !ok {
+		return
+	}
+	e.mu.Lock()
+	ws, status, reason := e.sessionLocked(r, cred)
+	if ws != nil {
+		ws.lastSeen = e.now()
+	}
+	e.mu.Unlock()
+	switch status {
+	case 0:
+	case http.StatusUnauthorized, http.StatusForbidden:
+		e.refuseSession(w, r, status, cred.Worker, reason)
+		return
+	default:
+		WriteError(w, status, reason)
+		return
+	}
+	timer := time.NewTimer(e.pollWait())
+	defer timer.Stop()
+	answer := 0
+	select {
+	case <-e.leave:
+		answer = http.StatusGone
+	case <-timer.C:
+		answer = http.StatusNoContent
+	case <-e.done:
+		answer = http.StatusServiceUnavailable
+	case <-r.Context().Done():
+	}
+	e.mu.Lock()
+	if e.workers[cred.Worker] == ws {
+		ws.lastSeen = e.now()
+	}
+	e.mu.Unlock()
+	switch answer {
+	case http.StatusGone:
+		writeJSON(w, answer, worker.ErrorResponse{Error: "the engine is stopping and lets its workers go: drop the task, detach and exit", Code: worker.CodeLeave})
+	case http.StatusNoContent:
+		w.WriteHeader(answer)
+	case http.StatusServiceUnavailable:
+		WriteError(w, answer, "engine is shutting down")
 	}
 }
 

@@ -23,7 +23,9 @@
 //
 // The seams:
 //   - Needs are shared.Need. An engine with its own task model adds needs
-//     (Router.AddWork), reads each need's typed phase and reason
+//     (Router.AddWork) and takes back those still waiting when its
+//     demand drops (Router.Withdraw: the provisioner then cancels what
+//     was queued for them), reads each need's typed phase and reason
 //     (Router.Needs), and hands tasks to the workers the Books list as
 //     idle (Books.Assign), or lets the Router do it with the project's
 //     task model, as host-example does.

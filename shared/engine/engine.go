@@ -223,7 +223,7 @@ func (e *Engine) URL() string {
 }
 
 // Mux routes the engine's endpoints: the workers' (/v1/attach, /v1/work,
-// /v1/result, /v1/detach), which their credentials guard, and the
+// /v1/watch, /v1/result, /v1/detach), which their credentials guard, and the
 // operator's (GET /status, GET /v1/events, GET /metrics), which protect
 // wraps (nil: served to anyone who can connect; metricsOpen leaves
 // /metrics unwrapped), and GET /health and GET /ready, open. The embedder
@@ -277,6 +277,17 @@ func (e *Engine) Start(ctx context.Context) hcl.Diagnostics {
 // Add records a need whose task takes work (zero: the worker's stand-in
 // computation) and returns its id.
 func (e *Engine) Add(n shared.Need, work time.Duration) string { return e.Router.AddWork(n, work) }
+
+// Withdraw takes back a need that still waits (Router.Withdraw) and wakes
+// the run loop, so that its provisioner hears the smaller demand at once
+// rather than at the next tick.
+func (e *Engine) Withdraw(id string) error {
+	if err := e.Router.Withdraw(id); err != nil {
+		return err
+	}
+	e.poke()
+	return nil
+}
 
 // Run passes until ctx ends or done, checked after each pass, says
 // to stop; it reports whether done did.

@@ -3,6 +3,7 @@ package engine
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -100,6 +101,8 @@ type Router struct {
 	added int
 	// forgotten counts the served needs dropped from needs.
 	forgotten int
+	// withdrawn counts the needs Withdraw took back.
+	withdrawn int
 	targets   []*targetState
 	nextTask  int
 	// busy names the targets with a round of Provision calls under way.
@@ -182,6 +185,47 @@ func (p *Router) AddWork(n shared.Need, work time.Duration) string {
 	p.needs = append(p.needs, &needState{id: id, need: n, work: work, asked: map[string]asked{}, logged: map[string]loggedOutcome{}, failover: map[string]string{},
 		route: map[string]shared.Need{}, tried: map[string]map[string]bool{}, refused: map[string]bool{}})
 	return id
+}
+
+// Why Withdraw did not take a need back.
+var (
+	ErrNoSuchNeed = errors.New("no such need (or it was served long ago and forgotten)")
+	ErrNeedServed = errors.New("the need is served already")
+	// ErrNeedUnderWay: a worker runs its task. Nothing is taken from a
+	// worker; the need will be served.
+	ErrNeedUnderWay = errors.New("the need's task is under way on a worker")
+)
+
+// Withdraw takes back a need that still waits: it leaves the books, and
+// the next pass tells its provisioner the smaller demand, which cancels
+// what is still queued for it beyond the rest (demand is level-triggered:
+// a need that is not counted is not wanted). A need whose task is out, or
+// that is served, is not withdrawn, and the error says which.
+func (p *Router) Withdraw(id string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, ns := range p.needs {
+		if ns.id != id {
+			continue
+		}
+		switch {
+		case ns.served:
+			return ErrNeedServed
+		case ns.task != "":
+			return ErrNeedUnderWay
+		}
+		p.needs = slices.Delete(p.needs, i, i+1)
+		p.withdrawn++
+		return nil
+	}
+	return ErrNoSuchNeed
+}
+
+// Withdrawn is how many needs Withdraw has taken back.
+func (p *Router) Withdrawn() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.withdrawn
 }
 
 // SetTarget adds a target, or replaces the one of the same name: after a
@@ -337,6 +381,10 @@ func (p *Router) match() []*needState {
 				p.nextTask++
 				t := Task{ID: "task-" + strconv.Itoa(p.nextTask), Need: toNeedJSON(ns.need), WorkSeconds: ns.work.Seconds()}
 				plans = append(plans, plan{ns, w.Name, t})
+				// Reserved now, under mu, so that Withdraw cannot take
+				// the need back between here and Assign: a task would
+				// then run for a need nobody tracks.
+				ns.task, ns.worker = t.ID, w.Name
 				break
 			}
 		}
@@ -350,12 +398,12 @@ func (p *Router) match() []*needState {
 		if err := p.engine.Assign(pl.worker, pl.task); err != nil {
 			// It left (or was given up on) since IdleWorkers; try
 			// elsewhere this very pass.
+			p.mu.Lock()
+			pl.ns.task, pl.ns.worker = "", ""
+			p.mu.Unlock()
 			waiting = append(waiting, pl.ns)
 			continue
 		}
-		p.mu.Lock()
-		pl.ns.task, pl.ns.worker = pl.task.ID, pl.worker
-		p.mu.Unlock()
 		p.logger.Info("task assigned", "need", pl.ns.id, "task", pl.task.ID, "worker", pl.worker)
 	}
 	return waiting

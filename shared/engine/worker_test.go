@@ -254,3 +254,48 @@ func TestWorkerWithoutCredential(t *testing.T) {
 		t.Errorf("message does not name the variable:\n%s", stderr)
 	}
 }
+
+// TestDismissLetsABusyWorkerGo: a worker in the middle of a long task
+// when the engine stops cleanly hears it on its watch, drops the task,
+// detaches and exits 0 within Dismiss's wait, rather than after its task
+// and its give-up time (its job outlived a clean stop by both before).
+func TestDismissLetsABusyWorkerGo(t *testing.T) {
+	t.Parallel()
+	signer := host.NewSigner(testSecret)
+	e := NewBooks(nil, signer, nil)
+	srv := httptest.NewServer(e.Handler())
+	defer srv.Close()
+	defer e.Close()
+
+	token := sign(t, signer, "w", time.Hour)
+	provisioned(e, "w", "")
+	stderr := &lockedBuffer{}
+	cfg, err := worker.ParseArgs([]string{"--url", srv.URL, "--cpus", "1", "--gpus", "0", "--max-idle", "600"},
+		envMap(map[string]string{shared.WorkerTokenEnv: token}), io.Discard, stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := worker.NewClient(cfg, log.New(stderr, "worker: ", 0), srv.Client())
+	exited := make(chan int, 1)
+	go func() { exited <- w.Work(context.Background()) }()
+
+	waitFor(t, "the worker to attach", func() bool { return len(e.IdleWorkers()) == 1 })
+	if err := e.Assign("w", Task{ID: "task-1", WorkSeconds: 3600}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the worker to start its task", func() bool { return strings.Contains(stderr.String(), "running task-1") })
+	if n := e.Dismiss(context.Background(), 10*time.Second); n != 0 {
+		t.Fatalf("%d worker(s) still attached 10 s after Dismiss, with a task of an hour under way:\n%s", n, stderr)
+	}
+	select {
+	case code := <-exited:
+		if code != 0 {
+			t.Errorf("exit %d; want 0 (the engine let it go):\n%s", code, stderr)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("worker detached but still running:\n%s", stderr)
+	}
+	if !strings.Contains(stderr.String(), "dropping task-1 and leaving") {
+		t.Errorf("the worker's log does not say it dropped its task:\n%s", stderr)
+	}
+}

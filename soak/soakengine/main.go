@@ -1,6 +1,7 @@
 // Soakengine is the engine the soak (make soak, ../soak_test.go) drives:
-// examples/embed's page of engine kit, with one route more, POST
-// /soak/need, through which the soak adds demand while the engine runs.
+// examples/embed's page of engine kit, with two routes more, POST
+// /soak/need and POST /soak/withdraw, through which the soak adds demand
+// while the engine runs and takes some back.
 // host-example takes its needs on the command line only, and a soak's
 // workload changes over time, so the soak runs this instead; it is the
 // same kit (shared/engine) host-example is a thin layer over, so what the
@@ -91,6 +92,23 @@ func run() int {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(ids)
+	})
+	// POST /soak/withdraw takes needs back by id (id=..., repeated) and
+	// answers, per id, "withdrawn" or why not.
+	mux.HandleFunc("POST /soak/withdraw", func(w http.ResponseWriter, r *http.Request) {
+		if err := r.ParseForm(); err != nil {
+			engine.WriteError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		answers := map[string]string{}
+		for _, id := range r.PostForm["id"] {
+			answers[id] = "withdrawn"
+			if err := eng.Withdraw(id); err != nil {
+				answers[id] = err.Error()
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(answers)
 	})
 	eng.Serve(mux)
 

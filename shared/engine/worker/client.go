@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -276,7 +277,18 @@ func (w *Client) Work(ctx context.Context) int {
 		}
 
 		w.log.Printf("running %s", task.ID)
-		res := w.work(ctx, *task)
+		taskCtx, dropTask := context.WithCancel(ctx)
+		stopWatch := w.watch(taskCtx, dropTask)
+		res := w.work(taskCtx, *task)
+		dismissed := stopWatch()
+		dropTask()
+		if dismissed {
+			// The engine is stopping cleanly and has no use for the
+			// result: our job ends now, completed, not after the task.
+			w.log.Printf("the engine lets us go; dropping %s and leaving", task.ID)
+			w.detach(ctx)
+			return 0
+		}
 		if err := w.report(ctx, res); err != nil {
 			if ctx.Err() != nil {
 				continue
@@ -328,6 +340,43 @@ func (w *Client) Poll(ctx context.Context, left time.Duration) (*Task, error) {
 		return nil, err
 	}
 	return &t, nil
+}
+
+// watchTimeout bounds one GET /v1/watch: the engine answers within its
+// poll wait (20 s unless an embedder changed it); the rest is slack.
+const watchTimeout = 90 * time.Second
+
+// watch keeps GET /v1/watch open while a task runs, so that an engine
+// stopping cleanly can let this worker go in the middle of its task
+// (Books.handleWatch). On the engine's word to leave it calls drop, which
+// ends the task. The stop it returns ends the watch, waits for its
+// goroutine, and says whether the engine said to leave. An engine that
+// does not answer the watch (it is older than it, or has gone away, which
+// the report will find) is not watched further; the task goes on.
+func (w *Client) watch(ctx context.Context, drop context.CancelFunc) (stop func() bool) {
+	ctx, cancel := context.WithCancel(ctx)
+	var left atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			status, err := w.call(ctx, http.MethodGet, "/v1/watch", nil, nil, nil, watchTimeout)
+			switch {
+			case errors.Is(err, errLeave):
+				left.Store(true)
+				drop()
+				return
+			case err == nil && status == http.StatusNoContent:
+			default:
+				return
+			}
+		}
+	}()
+	return func() bool {
+		cancel()
+		<-done
+		return left.Load()
+	}
 }
 
 // work runs a task. The work itself is a stand-in: say where it ran and
