@@ -63,6 +63,28 @@ func (s *soak) inject(f fault) string {
 		took := time.Since(t0).Round(100 * time.Millisecond)
 		s.startEngine()
 		return fmt.Sprintf("engine stopped in %s, started again", took)
+	case faultEngineTermKill:
+		// SIGTERM, then SIGKILL 0.5 to 3 s into the stop: workers are
+		// being let go, plugins shutting down, when the engine dies.
+		_, pid := s.currentGen()
+		s.engMu.Lock()
+		cmd, done := s.eng, s.engDone
+		s.engMu.Unlock()
+		if cmd == nil {
+			return "no engine up"
+		}
+		after := time.Duration(500+pick(f.Pick, 2501)) * time.Millisecond
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+			s.stopEngine(syscall.SIGKILL)
+			s.startEngine()
+			return fmt.Sprintf("engine pid %d stopped before its SIGKILL was due (%s), started again", pid, after)
+		case <-time.After(after):
+		}
+		s.stopEngine(syscall.SIGKILL)
+		s.startEngine()
+		return fmt.Sprintf("engine pid %d SIGKILLed %s into its stop, started again", pid, after)
 	case faultSSHDStop:
 		pid, err := s.stopDaemon("sshd", syscall.SIGTERM)
 		if err != nil {

@@ -75,16 +75,17 @@ const (
 type faultKind string
 
 const (
-	faultPluginKill  faultKind = "plugin SIGKILL"
-	faultEngineKill  faultKind = "engine SIGKILL + restart"
-	faultEngineTerm  faultKind = "engine SIGTERM + restart"
-	faultSSHDStop    faultKind = "login sshd stopped"
-	faultSSHSlow     faultKind = "ssh slow (proxy latency)"
-	faultCtldRestart faultKind = "slurmctld restarted"
-	faultSlurmdKill  faultKind = "slurmd SIGKILL + restart"
-	faultScancel     faultKind = "job scancelled by hand"
-	faultWorkerKill  faultKind = "worker SIGKILL in its job"
-	faultDemandDrop  faultKind = "a burst's demand dropped to 0"
+	faultPluginKill     faultKind = "plugin SIGKILL"
+	faultEngineKill     faultKind = "engine SIGKILL + restart"
+	faultEngineTerm     faultKind = "engine SIGTERM + restart"
+	faultEngineTermKill faultKind = "engine SIGKILL during its SIGTERM stop + restart"
+	faultSSHDStop       faultKind = "login sshd stopped"
+	faultSSHSlow        faultKind = "ssh slow (proxy latency)"
+	faultCtldRestart    faultKind = "slurmctld restarted"
+	faultSlurmdKill     faultKind = "slurmd SIGKILL + restart"
+	faultScancel        faultKind = "job scancelled by hand"
+	faultWorkerKill     faultKind = "worker SIGKILL in its job"
+	faultDemandDrop     faultKind = "a burst's demand dropped to 0"
 )
 
 // faultWeights are the kinds and how often each is drawn: the first ones
@@ -93,7 +94,7 @@ var faultWeights = []struct {
 	kind   faultKind
 	weight int
 }{
-	{faultPluginKill, 3}, {faultEngineKill, 3}, {faultEngineTerm, 2},
+	{faultPluginKill, 3}, {faultEngineKill, 3}, {faultEngineTerm, 2}, {faultEngineTermKill, 1},
 	{faultSSHDStop, 2}, {faultSSHSlow, 2},
 	{faultCtldRestart, 1}, {faultSlurmdKill, 1},
 	{faultScancel, 2}, {faultWorkerKill, 2}, {faultDemandDrop, 2},
