@@ -400,17 +400,7 @@ func TestE2ECleanStopLetsWorkersGo(t *testing.T) {
 	if len(jobs) != 3 {
 		t.Fatalf("want 3 tasks done in Slurm jobs, got %q\n%s", jobs, story)
 	}
-	var q string
-	for {
-		if q = e.queue(t); q == "" {
-			break
-		}
-		if time.Since(exitedAt) > 2*time.Second {
-			t.Fatalf("2 s after a clean exit squeue still holds:\n%s\nstory:\n%s", q, story)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Logf("queue empty %.2fs after the engine exited", time.Since(exitedAt).Seconds())
+	e.waitQueueEmpty(t, exitedAt, 2*time.Second, "a clean exit", story)
 	// Every job the run submitted, as Slurm recorded it: scontrol shows
 	// a whole array (one line per task) from any of its tasks.
 	arrays := map[string]bool{}
@@ -458,17 +448,7 @@ func TestE2ECleanStopLetsABusyWorkerGo(t *testing.T) {
 	if code != 1 {
 		t.Errorf("exit %d after SIGTERM with the need under way, want 1\nstory:\n%s\nstderr:\n%s", code, story, p.stderr)
 	}
-	var q string
-	for {
-		if q = e.queue(t); q == "" {
-			break
-		}
-		if time.Since(exitedAt) > 3*time.Second {
-			t.Fatalf("3 s after the engine exited squeue still holds the busy worker's job:\n%s\nstory:\n%s", q, story)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Logf("queue empty %.2fs after the engine exited", time.Since(exitedAt).Seconds())
+	e.waitQueueEmpty(t, exitedAt, 3*time.Second, "the engine exited with a worker busy", story)
 	job := workerAttachedJobRe.FindStringSubmatch(story)
 	if job == nil {
 		t.Fatalf("no worker attached in the story:\n%s", story)
@@ -480,6 +460,23 @@ func TestE2ECleanStopLetsABusyWorkerGo(t *testing.T) {
 	if out := e.jobOutputs(t); !strings.Contains(out, "dropping task-") {
 		t.Errorf("the worker's output does not say it dropped its task:\n%s", out)
 	}
+}
+
+// waitQueueEmpty polls squeue until none of the test's jobs is left,
+// failing if one still is limit after since (after what).
+func (e *e2e) waitQueueEmpty(t *testing.T, since time.Time, limit time.Duration, after, story string) {
+	t.Helper()
+	for {
+		q := e.queue(t)
+		if q == "" {
+			break
+		}
+		if time.Since(since) > limit {
+			t.Fatalf("%s after %s squeue still holds:\n%s\nstory:\n%s", limit, after, q, story)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("queue empty %.2fs after %s", time.Since(since).Seconds(), after)
 }
 
 // workerAttachedJobRe finds the Slurm job of an attached worker in the

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -181,24 +180,8 @@ func TestE2ERelayTLS(t *testing.T) {
 }
 
 // relayProcesses lists the pids of relay processes running on this
-// machine (the login node of the sandbox), read from /proc.
-func relayProcesses(t *testing.T) []int {
-	t.Helper()
-	var pids []int
-	files, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(b), "\x00")
-		if len(args) > 2 && strings.Contains(args[0], "provisioner-slurm") && args[1] == "relay" {
-			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(f)))
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
+// machine (the login node of the sandbox).
+func relayProcesses(*testing.T) []int { return sandboxtest.RelayPIDs() }
 
 // jobOutputs is what this test's jobs wrote to their output files, which
 // Slurm puts in the job user's home by default.

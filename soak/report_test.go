@@ -3,7 +3,6 @@ package soak
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -61,9 +60,8 @@ func (s *soak) report() {
 	var b strings.Builder
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	commit, _ := exec.Command("git", "-C", sandboxtest.ModuleRoot(), "describe", "--always", "--dirty").Output()
 	fmt.Fprintf(&b, "## The last run\n\n")
-	fmt.Fprintf(&b, "- when: %s; commit %s; Slurm %s\n", s.start.UTC().Format(time.RFC3339), strings.TrimSpace(string(commit)), orDash(s.env.Version))
+	fmt.Fprintf(&b, "- when: %s; commit %s; Slurm %s\n", s.start.UTC().Format(time.RFC3339), orDash(s.commit), orDash(s.env.Version))
 	fmt.Fprintf(&b, "- `SOAK_SEED=%d SOAK=%s`, schedule digest %s: %d faults, %d bursts planned\n", s.plan.Seed, s.dur, s.plan.Digest(), len(s.plan.Faults), len(s.plan.Bursts))
 	fmt.Fprintf(&b, "- caps: max_workers %d, max_pending %d (direct), %d and %d (relay); poll_interval %s, provision_timeout %s, max_idle %s\n\n", maxWorkers, maxPending, relayMaxWorkers, relayMaxPending, pollInterval, provisionTimeout, maxIdle)
 

@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -91,6 +90,8 @@ type soak struct {
 	dir   string
 	name  string // the direct provisioner's name; its jobs are fluksio-<name>
 	relay string // the relay provisioner's name
+	// commit is the module's git describe when the run began.
+	commit string
 	cfg   string
 	port  int
 	px    *proxy
@@ -190,6 +191,11 @@ func TestSoak(t *testing.T) {
 	s := &soak{t: t, env: env, plan: p, dur: dur,
 		byGen: map[int]map[string]*need{}, violated: map[string]violation{},
 		workerJob: map[string]string{}, jobWorkers: map[string]map[string]bool{}, jobSeen: map[string]time.Time{}, orphanSeen: map[int]time.Time{}}
+	// The commit the binaries are built from, read before the build:
+	// the tree may move on while a long soak runs.
+	if out, err := exec.Command("git", "-C", sandboxtest.ModuleRoot(), "describe", "--always", "--dirty").Output(); err == nil {
+		s.commit = strings.TrimSpace(string(out))
+	}
 	s.setup()
 	s.run()
 	s.report()
@@ -251,53 +257,7 @@ func (s *soak) setup() {
 	}
 
 	s.port = sandboxtest.FreePort(t)
-	profile := func(name string, cpus int) string {
-		return fmt.Sprintf(`  profile %q {
-    cpus   = %d
-    ram_mb = 200
-    sbatch = ["--partition=%s", "--time=00:15:00"]
-  }
-`, name, cpus, s.env.Partition)
-	}
-	cfg := fmt.Sprintf(`engine {
-  listen     = "127.0.0.1:%[1]d"
-  plugin_dir = %[2]q
-  secret_env = "SOAK_ENGINE_SECRET"
-}
-
-provisioner "slurm" %[3]q {
-  login             = %[4]q
-  ssh_port          = %[5]d
-  ssh_key           = %[6]q
-  known_hosts       = %[7]q
-  engine_url        = "http://127.0.0.1:%[1]d"
-  worker_command    = [%[8]q]
-  max_idle          = %[9]q
-  poll_interval     = %[10]q
-  provision_timeout = %[11]q
-  max_workers       = %[12]d
-  max_pending       = %[13]d
-
-%[14]s%[15]s}
-
-provisioner "slurm" %[16]q {
-  login             = %[4]q
-  ssh_port          = %[5]d
-  ssh_key           = %[6]q
-  known_hosts       = %[7]q
-  reach             = "relay"
-  relay_host        = "127.0.0.1"
-  worker_command    = [%[8]q]
-  max_idle          = %[9]q
-  poll_interval     = %[10]q
-  provision_timeout = %[11]q
-  max_workers       = %[17]d
-  max_pending       = %[18]d
-
-%[19]s}
-`, s.port, dir, s.name, s.env.Login, s.px.port(), s.env.Key, khPath, s.workerBin,
-		maxIdle.String(), pollInterval.String(), provisionTimeout.String(), maxWorkers, maxPending,
-		profile("one", 1), profile("two", 2), s.relay, relayMaxWorkers, relayMaxPending, profile("three", 3))
+	cfg := s.config(khPath, s.px.port())
 	s.cfg = filepath.Join(dir, "config.hcl")
 	if err := os.WriteFile(s.cfg, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -314,6 +274,48 @@ provisioner "slurm" %[16]q {
 		}
 		s.engineLog.Close()
 	})
+}
+
+// config is the soak's configuration: the engine, and two provisioners
+// that reach the login node on sshPort (the proxy's) with known_hosts.
+func (s *soak) config(knownHosts string, sshPort int) string {
+	profile := func(name string, cpus int) string {
+		return fmt.Sprintf(`  profile %q {
+    cpus   = %d
+    ram_mb = 200
+    sbatch = ["--partition=%s", "--time=00:15:00"]
+  }
+`, name, cpus, s.env.Partition)
+	}
+	// Both provisioners reach the login node through the proxy; the
+	// direct one's workers dial the engine, the relay one's a relay the
+	// plugin runs on the login node.
+	provisioner := func(name, reach string, maxW, maxP int, profiles ...string) string {
+		return fmt.Sprintf(`provisioner "slurm" %q {
+  login             = %q
+  ssh_port          = %d
+  ssh_key           = %q
+  known_hosts       = %q
+%s  worker_command    = [%q]
+  max_idle          = %q
+  poll_interval     = %q
+  provision_timeout = %q
+  max_workers       = %d
+  max_pending       = %d
+
+%s}
+`, name, s.env.Login, sshPort, s.env.Key, knownHosts, reach, s.workerBin,
+			maxIdle.String(), pollInterval.String(), provisionTimeout.String(), maxW, maxP, strings.Join(profiles, ""))
+	}
+	return fmt.Sprintf(`engine {
+  listen     = "127.0.0.1:%d"
+  plugin_dir = %q
+  secret_env = "SOAK_ENGINE_SECRET"
+}
+
+`, s.port, s.dir) +
+		provisioner(s.name, fmt.Sprintf("  engine_url        = \"http://127.0.0.1:%d\"\n", s.port), maxWorkers, maxPending, profile("one", 1), profile("two", 2)) + "\n" +
+		provisioner(s.relay, "  reach             = \"relay\"\n  relay_host        = \"127.0.0.1\"\n", relayMaxWorkers, relayMaxPending, profile("three", 3))
 }
 
 // jobNames are both provisioners' job names, as squeue --name takes a
@@ -490,7 +492,7 @@ func (s *soak) run() {
 				return false
 			}
 		}
-		return len(relayPIDs()) == 0
+		return len(sandboxtest.RelayPIDs()) == 0
 	}
 	for deadline := time.Now().Add(10 * time.Second); !gone() && time.Now().Before(deadline); {
 		time.Sleep(200 * time.Millisecond)
@@ -503,7 +505,7 @@ func (s *soak) run() {
 			}
 		}
 	}
-	if pids := relayPIDs(); len(pids) > 0 {
+	if pids := sandboxtest.RelayPIDs(); len(pids) > 0 {
 		s.violate("no orphan process after the end", "a relay still runs on the login node as pid %v", pids)
 		for _, pid := range pids {
 			syscall.Kill(pid, syscall.SIGKILL)
@@ -521,28 +523,6 @@ func (s *soak) allServed() bool {
 		}
 	}
 	return true
-}
-
-// relayPIDs lists the relay processes on this machine (the sandbox's
-// login node): the plugin runs its relay as "BINARY relay ... -private
-// DIR" from a copy in the login user's cache, so it is found by its
-// arguments, not by its binary's path.
-func relayPIDs() []int {
-	var pids []int
-	files, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(b), "\x00")
-		if len(args) > 2 && args[1] == "relay" && slices.Contains(args, "-private") {
-			if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(f))); err == nil && sandboxtest.ProcLive(pid) {
-				pids = append(pids, pid)
-			}
-		}
-	}
-	return pids
 }
 
 // parentOf is a process's parent pid from /proc, or 0.

@@ -371,6 +371,29 @@ func PIDsOf(exe string) []int {
 	return pids
 }
 
+// RelayPIDs lists the Slurm plugin's relay processes running on this
+// machine (the sandbox's login node), read from /proc: "…provisioner-slurm
+// relay …", whether run from the copy the plugin keeps in the login
+// user's cache or from a relay_command.
+func RelayPIDs() []int {
+	var pids []int
+	files, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) > 2 && strings.Contains(args[0], "provisioner-slurm") && args[1] == "relay" {
+			if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(f))); err == nil && ProcLive(pid) {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	slices.Sort(pids)
+	return pids
+}
+
 func procComm(pid int) string {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
 	if err != nil {

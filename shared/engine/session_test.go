@@ -3,15 +3,12 @@ package engine
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/shared/engine/worker"
 )
 
@@ -208,14 +205,7 @@ func TestWorkerWaitsOutAnOpenPoll(t *testing.T) {
 	e, srv, signer, _ := serveEngine(t, 400*time.Millisecond)
 	token := sign(t, signer, "w", time.Hour)
 	provisioned(e, "w", "")
-	stderr := &lockedBuffer{}
-	cfg, err := worker.ParseArgs([]string{"--url", srv.URL, "--cpus", "1", "--gpus", "0", "--max-idle", "600"},
-		envMap(map[string]string{shared.WorkerTokenEnv: token}), io.Discard, stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.RetryFirst = 20 * time.Millisecond
-	w := worker.NewClient(cfg, log.New(stderr, "worker: ", 0), srv.Client())
+	w, _ := newTestWorker(t, srv.URL, token, func(c *worker.Config) { c.RetryFirst = 20 * time.Millisecond })
 	ctx := context.Background()
 	if err := w.Attach(ctx); err != nil || w.Session() == "" {
 		t.Fatalf("attach: %v, session %q", err, w.Session())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -144,14 +145,9 @@ func TestWorkerLeavesWhenEngineGoes(t *testing.T) {
 
 	token := sign(t, signer, "w", time.Hour)
 	provisioned(e, "w", "")
-	stderr := &lockedBuffer{}
-	cfg, err := worker.ParseArgs([]string{"--url", srv.URL, "--cpus", "1", "--gpus", "0", "--max-idle", "600"},
-		envMap(map[string]string{shared.WorkerTokenEnv: token}), io.Discard, stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.GoneAfter, cfg.RetryFirst = 300*time.Millisecond, 20*time.Millisecond
-	w := worker.NewClient(cfg, log.New(stderr, "worker: ", 0), srv.Client())
+	w, stderr := newTestWorker(t, srv.URL, token, func(c *worker.Config) {
+		c.GoneAfter, c.RetryFirst = 300*time.Millisecond, 20*time.Millisecond
+	})
 	exited := make(chan int, 1)
 	go func() { exited <- w.Work(context.Background()) }()
 
@@ -269,13 +265,7 @@ func TestDismissLetsABusyWorkerGo(t *testing.T) {
 
 	token := sign(t, signer, "w", time.Hour)
 	provisioned(e, "w", "")
-	stderr := &lockedBuffer{}
-	cfg, err := worker.ParseArgs([]string{"--url", srv.URL, "--cpus", "1", "--gpus", "0", "--max-idle", "600"},
-		envMap(map[string]string{shared.WorkerTokenEnv: token}), io.Discard, stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := worker.NewClient(cfg, log.New(stderr, "worker: ", 0), srv.Client())
+	w, stderr := newTestWorker(t, srv.URL, token, nil)
 	exited := make(chan int, 1)
 	go func() { exited <- w.Work(context.Background()) }()
 
@@ -298,4 +288,21 @@ func TestDismissLetsABusyWorkerGo(t *testing.T) {
 	if !strings.Contains(stderr.String(), "dropping task-1 and leaving") {
 		t.Errorf("the worker's log does not say it dropped its task:\n%s", stderr)
 	}
+}
+
+// newTestWorker is a worker client for the engine at url, with a
+// credential for "w", a max-idle of ten minutes and its log in the
+// buffer it returns.
+func newTestWorker(t *testing.T, url, token string, tune func(*worker.Config)) (*worker.Client, *lockedBuffer) {
+	t.Helper()
+	stderr := &lockedBuffer{}
+	cfg, err := worker.ParseArgs([]string{"--url", url, "--cpus", "1", "--gpus", "0", "--max-idle", "600"},
+		envMap(map[string]string{shared.WorkerTokenEnv: token}), io.Discard, stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tune != nil {
+		tune(&cfg)
+	}
+	return worker.NewClient(cfg, log.New(stderr, "worker: ", 0), http.DefaultClient), stderr
 }
