@@ -92,9 +92,9 @@ type soak struct {
 	relay string // the relay provisioner's name
 	// commit is the module's git describe when the run began.
 	commit string
-	cfg   string
-	port  int
-	px    *proxy
+	cfg    string
+	port   int
+	px     *proxy
 
 	engineBin, pluginBin, workerBin string
 	secret                          string
