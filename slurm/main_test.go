@@ -38,7 +38,8 @@ import (
 // squeue: ok (prints nothing), gate (waits for the file "gate", then
 // as ok), list (one PENDING job per recorded sbatch,
 // 9001 and up, with the comment of its script), rows (the lines of the
-// file "squeue-rows", id|state|reason|start|comment), fail (slurmctld
+// file "squeue-rows", id|state|reason|start|comment), gaterows (waits
+// for the file "gate", then as rows), fail (slurmctld
 // down, exit 1), drop (the connection closes, exit 255). list and rows
 // print the fields -o asks for, and finished jobs only with -t all.
 // scancel: ok, fail.
@@ -245,6 +246,17 @@ func fakeSSH(spec, dir string, args []string) int {
 		// has not come back yet.
 		for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
 			if _, err := os.Stat(filepath.Join(dir, "gate")); err == nil {
+				return 0
+			}
+		}
+		return 1
+	case "squeue=gaterows":
+		// Waits for the gate, then as rows: a queue that holds an
+		// earlier run's jobs and answers late.
+		for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+			if _, err := os.Stat(filepath.Join(dir, "gate")); err == nil {
+				b, _ := os.ReadFile(filepath.Join(dir, "squeue-rows"))
+				printSqueue(remote, strings.Split(strings.TrimSpace(string(b)), "\n"))
 				return 0
 			}
 		}

@@ -778,6 +778,11 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 			}
 		}
 	}
+	// The caps are the provisioner's, not only the profile's: adopted
+	// machines of one profile beside this run's requests for another can
+	// put it over max_workers or max_pending, so requests still waiting
+	// to submit give way, newest first, until both hold.
+	p.yieldToCapsLocked(cfg)
 	p.adoptPending, p.mine = false, nil
 	p.mu.Unlock()
 
@@ -890,3 +895,29 @@ func truncateTo(s string, n int) string {
 }
 
 func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// yieldToCapsLocked supersedes requests that have not begun their
+// submission, newest first, while the provisioner is over its max_workers
+// or max_pending; it returns how many gave way. Adoption calls it: a
+// request made before the first look at the queue was counted without the
+// earlier run's jobs. p.mu must be held.
+func (p *Provisioner) yieldToCapsLocked(cfg *settings) int {
+	counts := p.countsLocked()
+	var alive, pending int
+	for _, prof := range cfg.Profiles {
+		c := counts[prof.Name]
+		alive += c.pending + c.starting + p.attached[prof.Name]
+		pending += c.pending
+	}
+	over := max(alive-*cfg.MaxWorkers, pending-*cfg.MaxPending)
+	yielded := 0
+	sorted := p.sortedLocked()
+	for i := len(sorted) - 1; i >= 0 && yielded < over; i-- {
+		if r := sorted[i]; r.phase == phaseAwaitingAdoption {
+			r.phase = phaseSuperseded
+			delete(p.outstanding, r.worker)
+			yielded++
+		}
+	}
+	return yielded
+}

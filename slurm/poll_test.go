@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -930,6 +931,54 @@ func TestProvisionBeforeAdoption(t *testing.T) {
 		// Adoption came first.
 	default:
 		t.Errorf("Provision = %+v", r)
+	}
+}
+
+// TestProvisionBeforeAdoptionKeepsTheCaps: a plugin restarted while an
+// earlier run's GPU jobs pend is asked for CPU machines up to max_workers
+// before its first look at the queue has answered. Adoption yields this
+// run's requests to the earlier run's jobs one for one within a profile;
+// the caps are the provisioner's, so requests of another profile must give
+// way too, or the provisioner holds more than max_workers (the soak saw 41
+// under 40, three seconds after a plugin was killed).
+func TestProvisionBeforeAdoptionKeepsTheCaps(t *testing.T) {
+	h := newUnconfigured(t, "sbatch=ok,squeue=gaterows,scancel=ok")
+	h.fake.setRows(t, "500|PENDING|Resources|N/A|fluksio:v2:hpc:0:hpc-gpu-0000000a\n"+
+		"501|PENDING|Resources|N/A|fluksio:v2:hpc:0:hpc-gpu-0000000b")
+	cfg := baseConfig()
+	cfg["max_workers"] = 4
+	resp, err := h.p.Configure(context.Background(), &shared.ConfigureRequest{Name: "hpc", Config: mustJSON(t, cfg), Host: h.host})
+	if err != nil || resp.Diagnostics.HasErrors() {
+		t.Fatalf("Configure: %v %v", err, resp.Diagnostics)
+	}
+	eventually(t, "the first look at the queue", func() bool { return len(h.fake.callsTo("squeue")) >= 1 })
+	if o, _ := h.provisionN(t, cpuNeed, 4); o.Outcome != shared.OutcomeRequested {
+		t.Fatalf("Provision = %+v, want requested before the queue answered", o)
+	}
+	h.fake.openGate(t)
+	<-h.p.adoptTried
+	h.submitted(t)
+	h.p.mu.Lock()
+	alive := map[string]int{}
+	for _, r := range h.p.outstanding {
+		alive[r.profile]++
+	}
+	h.p.mu.Unlock()
+	if total := alive["cpu"] + alive["gpu"]; total > 4 || alive["gpu"] != 2 {
+		t.Errorf("after adoption the books hold %v: %d machines under max_workers 4; want the 2 adopted GPU jobs and at most 2 CPU machines", alive, total)
+	}
+	submitted := 0
+	for _, c := range h.fake.callsTo("sbatch") {
+		// One machine a job, or an array's tasks.
+		n := 1
+		if m := regexp.MustCompile(`#SBATCH --array=0-(\d+)\n`).FindStringSubmatch(c.Stdin); m != nil {
+			n, _ = strconv.Atoi(m[1])
+			n++
+		}
+		submitted += n
+	}
+	if submitted > 2 {
+		t.Errorf("%d CPU machines submitted beside the 2 adopted under max_workers 4; want at most 2", submitted)
 	}
 }
 

@@ -20,7 +20,7 @@ Slurm plugin (built with -race) against the sandbox's real Slurm for SOAK
 (default 3m), with two provisioners: a direct one (two profiles) and a
 relay one (reach = "relay", a third profile). A workload of bursts (a
 first two that fill both provisioners' max_workers, then 1 to 200
-needs of one of the three shapes every 3 to 10 s, tasks of 1 to 20 s of
+needs of one of the three shapes every 4 to 12 s, tasks of 1 to 20 s of
 work) arrives while a nemesis injects faults: the
 plugin SIGKILLed; the engine SIGKILLed, or stopped with SIGTERM, or
 SIGKILLed in the middle of that stop, and started again; the login node's sshd stopped for 5 to 30 s; ssh slowed by

@@ -156,11 +156,13 @@ var fill = []burst{
 
 // newPlan draws the schedule for a run of length d from seed. Faults come
 // every 8 to 25 s after the first 15 s and stop 10 s before the end, so
-// that the last one's recovery is inside the run; after the fill burst,
-// bursts every 3 to 10 s, of 1 to 200 needs (log-uniform, so small bursts
-// are common and a big one rare; about 22 on average, some 3 needs a
-// second, about what 40 workers with tasks of 1 to 20 s get through),
-// tasks of 1 to 20 s.
+// that the last one's recovery is inside the run; after the fill bursts,
+// bursts every 4 to 12 s, of 1 to 200 needs (log-uniform, so small bursts
+// are common and a big one rare; about 22 on average, some 2.7 needs a
+// second, about what the two provisioners' 50 workers get through with
+// tasks of 1 to 20 s and the faults among them: more, and the backlog
+// grows through the run, which a 30-minute run showed as 700 needs
+// waiting after 14 minutes), tasks of 1 to 20 s.
 func newPlan(seed uint64, d time.Duration) plan {
 	r := rand.New(rand.NewPCG(seed, 0x50a4))
 	p := plan{Seed: seed}
@@ -189,7 +191,7 @@ func newPlan(seed uint64, d time.Duration) plan {
 		p.Faults = append(p.Faults, f)
 	}
 	p.Bursts = append(p.Bursts, fill...)
-	for at := 3 * time.Second; at < d; at += time.Duration(3+r.IntN(8)) * time.Second {
+	for at := 4 * time.Second; at < d; at += time.Duration(4+r.IntN(9)) * time.Second {
 		// Log-uniform on [1, 200], squared toward the small end.
 		u := r.Float64()
 		count := int(math.Round(math.Exp(u * u * math.Log(200))))
