@@ -900,7 +900,10 @@ func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
 // submission, newest first, while the provisioner is over its max_workers
 // or max_pending; it returns how many gave way. Adoption calls it: a
 // request made before the first look at the queue was counted without the
-// earlier run's jobs. p.mu must be held.
+// earlier run's jobs. An adopted job whose worker is attached counts
+// twice here (in the books and among the attached) until the next call
+// sees it arrive, which errs toward giving way: the next Provision asks
+// again for what is then missing. p.mu must be held.
 func (p *Provisioner) yieldToCapsLocked(cfg *settings) int {
 	counts := p.countsLocked()
 	var alive, pending int
