@@ -274,6 +274,10 @@ func fakeSSH(spec, dir string, args []string) int {
 			fmt.Fprintln(os.Stderr, "fake ssh: an unknown shell snippet")
 			return 2
 		}
+	case "sh=fail":
+		// A log_dir the login user may not make.
+		fmt.Fprintln(os.Stderr, "mkdir: cannot create directory '/home/alice/.local/state/fluksio/hpc': Permission denied")
+		return 1
 	case "sh=forgot":
 		// A cluster whose controller has forgotten a failed job
 		// (MinJobAge) and whose accounting still has it.

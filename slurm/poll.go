@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fluksio/provision/shared"
@@ -288,13 +289,6 @@ func (p *Provisioner) pollLoop(cfg *settings, host shared.Host) {
 	p.adoptAtStart(actx, cfg, host)
 	cancel()
 	close(p.adoptTried)
-	// The accounting limits, once at start (limits.go). After adoption,
-	// so that a slow sacctmgr does not hold the first submissions back:
-	// a submission that comes first reads them itself, and this one
-	// then finds them read.
-	lctx, cancel := context.WithTimeout(ctx, cfg.submitTimeout)
-	p.refreshLimits(lctx, cfg)
-	cancel()
 	for {
 		if !p.pollWanted() {
 			select {
@@ -632,7 +626,8 @@ func taskRow(rows []jobRow, task int) (jobRow, bool) {
 // on each cycle until it can.
 func (p *Provisioner) adoptAtStart(ctx context.Context, cfg *settings, host shared.Host) {
 	// How large a burst one sbatch may be is read before any submission
-	// begins: submissions wait for this first look.
+	// begins: submissions wait for this first look. It is also the first
+	// call, which makes the ssh master the others share.
 	n := p.readArraySize(ctx)
 	p.mu.Lock()
 	if p.arrayNote == "" {
@@ -642,6 +637,26 @@ func (p *Provisioner) adoptAtStart(ctx context.Context, cfg *settings, host shar
 		}
 	}
 	p.mu.Unlock()
+	// What every first submission needs besides the queue, read beside
+	// it rather than after: the accounting limits (limits.go) and log_dir
+	// made on the login node (joblog.go). A submission that starts before
+	// they are done waits for these reads (readingLimits, makingLogDir)
+	// instead of making its own, so the first burst pays one round trip
+	// for all three, not three in a row and then its sbatch.
+	p.startSide(cfg, func(ctx context.Context) {
+		defer close(p.startReads)
+		var both sync.WaitGroup
+		both.Add(1)
+		go func() {
+			defer both.Done()
+			p.refreshLimits(ctx, cfg)
+		}()
+		if _, err := p.ensureLogDir(ctx, cfg); err != nil && ctx.Err() == nil {
+			// The first submission tries again and reports it.
+			cfg.log.Debug("could not make log_dir at start", "error", err)
+		}
+		both.Wait()
+	})
 	rows, err := p.listJobs(ctx, cfg, false)
 	if err != nil {
 		if p.polling.Err() != nil {
@@ -652,6 +667,25 @@ func (p *Provisioner) adoptAtStart(ctx context.Context, cfg *settings, host shar
 		return
 	}
 	p.adopt(ctx, cfg, host, rows)
+}
+
+// startSide runs f on a goroutine of its own, counted by p.wg so that
+// Shutdown waits for it, with a context of submit_timeout that Shutdown's
+// start cancels; nothing is started once Shutdown has begun.
+func (p *Provisioner) startSide(cfg *settings, f func(ctx context.Context)) {
+	p.mu.Lock()
+	if p.shut {
+		p.mu.Unlock()
+		return
+	}
+	p.wg.Add(1)
+	p.mu.Unlock()
+	go func() {
+		defer p.wg.Done()
+		ctx, cancel := context.WithTimeout(p.polling, cfg.submitTimeout)
+		defer cancel()
+		f(ctx)
+	}()
 }
 
 // closedDone is the done channel of an adopted request, which has no

@@ -64,6 +64,11 @@ type Provisioner struct {
 	// something or not; tests wait on it. It is made by New and never
 	// replaced.
 	adoptTried chan struct{}
+	// startReads is closed once Configure's other reads at start (the
+	// accounting limits and log_dir, beside adoption) are over, done or
+	// not; tests wait on it. Made by New, never replaced; never closed
+	// when Shutdown comes before them.
+	startReads chan struct{}
 
 	// wg counts submission goroutines, and the adoption and poller that
 	// Configure starts. Add happens under mu and only while shut is false,
@@ -311,6 +316,7 @@ func New(logger hclog.Logger) *Provisioner {
 		maxArray:    defaultMaxArraySize,
 		inflight:    map[*request]bool{},
 		adoptTried:  make(chan struct{}),
+		startReads:  make(chan struct{}),
 		backoff:     map[string]*backoff{},
 		cancelling:  map[string]*jobRef{},
 
