@@ -158,11 +158,12 @@ func (p *Provisioner) readArraySize(ctx context.Context) int {
 	if err != nil {
 		return defaultMaxArraySize
 	}
+	p.mu.Lock()
 	if m := clusterNameRE.FindSubmatch(stdout); m != nil {
-		p.mu.Lock()
 		p.cluster = string(m[1])
-		p.mu.Unlock()
 	}
+	p.maxJobs = parseMaxJobCount(stdout)
+	p.mu.Unlock()
 	if m := maxArraySizeRE.FindSubmatch(stdout); m != nil {
 		if n, err := strconv.Atoi(string(m[1])); err == nil {
 			return max(1, min(n, maxTaskIndex))
