@@ -562,7 +562,7 @@ func wrappedPlugin(tb testing.TB, e benchEnv, log, errLog string) string {
 # BENCH_SSH_LOG; with BENCH_SSH_ERR, what ssh says on stderr is kept too.
 printf '%%s\n' "$*" >> "$BENCH_SSH_LOG"
 # and when each call began, for a timeline of a burst (P9b's note)
-echo "$(date +%%s.%%N) ${*##* -- }" | cut -c1-100 >> "$BENCH_SSH_LOG.t"
+echo "$(date +%%s.%%N) ${*##* -- }" >> "$BENCH_SSH_LOG.t"
 if [ -z "$BENCH_SSH_ERR" ]; then exec %[1]s "$@"; fi
 err="$BENCH_SSH_ERR.$$"
 %[1]s "$@" 2>"$err"
