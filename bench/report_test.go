@@ -308,6 +308,19 @@ func TestBenchReport(t *testing.T) {
 		makespanRows(rep, measureMakespan(t, e))
 	})
 
+	step(13, "scale", []string{"plugin at 100, 1,000 and 10,000 outstanding"}, func(t *testing.T) {
+		var rs []scaleResult
+		for _, n := range scaleSizes {
+			if n > scaleMax() {
+				rep.note("Scale: the %d row was left out (BENCH_SCALE_MAX=%d).", n, scaleMax())
+				continue
+			}
+			progress("scale: %d outstanding", n)
+			rs = append(rs, measureScale(t, e, n))
+		}
+		scaleRows(rep, rs)
+	})
+
 	step(12, "relay", []string{"submit → attached through the relay"}, func(t *testing.T) {
 		relayRows(rep, measureRelay(t, e))
 	})
@@ -396,7 +409,7 @@ func TestBenchReport(t *testing.T) {
 
 // benchOnly is the measurements BENCH_ONLY names (comma-separated step
 // names: start, covers, provision, attach, host-rss, poll, burst, array,
-// attach-1000, makespan, relay, reconcile), nil when it is unset. A
+// attach-1000, makespan, relay, reconcile, scale), nil when it is unset. A
 // partial run prints its rows and leaves docs/benchmarks.md alone.
 func benchOnly() map[string]bool {
 	v := os.Getenv("BENCH_ONLY")

@@ -223,14 +223,20 @@ func (r *recorder) len() int {
 func (r *recorder) waitN(from, n int, timeout time.Duration, match func(shared.Event) bool) ([]stamped, error) {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
+	// Each wake looks at the events that came since the last, not all of
+	// them again: at 10,000 events a scan from the start on every one
+	// held the lock long enough that add, the plugin's event handler,
+	// fell behind and the host channel's queue dropped events.
+	var got []stamped
+	pos := from
 	for {
 		r.mu.Lock()
-		var got []stamped
-		for _, s := range r.events[min(from, len(r.events)):] {
+		for _, s := range r.events[min(pos, len(r.events)):] {
 			if match(s.ev) {
 				got = append(got, s)
 			}
 		}
+		pos = max(pos, len(r.events))
 		changed := r.changed
 		r.mu.Unlock()
 		if len(got) >= n {
@@ -555,6 +561,8 @@ func wrappedPlugin(tb testing.TB, e benchEnv, log, errLog string) string {
 # ssh as the benchmark harness watches it: the argv of every call goes to
 # BENCH_SSH_LOG; with BENCH_SSH_ERR, what ssh says on stderr is kept too.
 printf '%%s\n' "$*" >> "$BENCH_SSH_LOG"
+# and when each call began, for a timeline of a burst (P9b's note)
+echo "$(date +%%s.%%N) ${*##* -- }" >> "$BENCH_SSH_LOG.t"
 if [ -z "$BENCH_SSH_ERR" ]; then exec %[1]s "$@"; fi
 err="$BENCH_SSH_ERR.$$"
 %[1]s "$@" 2>"$err"

@@ -106,6 +106,12 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 				}
 				break
 			}
+			if now.Before(p.jobsFullUntil) {
+				// slurmctld said it would take no job; asking before
+				// jobsFullWait waits out submit_timeout again.
+				a = answer{shared.OutcomeCapped, p.jobsFullSaid}
+				break
+			}
 			if now.Before(p.throttleUntil) {
 				// The site's throttle gives a submission back in its
 				// own time; asking before that is refused again.
@@ -507,6 +513,9 @@ func (p *Provisioner) submit(ctx context.Context, cfg *settings, host shared.Hos
 		live, release = p.trimToLimit(ctx, cfg, live)
 		defer release()
 		if len(live) == 0 {
+			return
+		}
+		if live = p.trimToJobCount(ctx, cfg, live); len(live) == 0 {
 			return
 		}
 	}

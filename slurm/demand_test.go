@@ -162,22 +162,68 @@ func TestWaitingDetailIsSteady(t *testing.T) {
 	}
 }
 
-// TestLogDirMadeOnce: the first submissions of two profiles, made at once,
-// make log_dir with one ssh call between them, not one each: a burst of
-// a thousand first submissions would otherwise be a thousand more calls
-// on the login node, and submissions timed out waiting for a session.
+// TestLogDirMadeOnce: log_dir is made at Configure, beside adoption, so
+// that a first burst pays only its sbatch; the first submissions of two
+// profiles, made at once, make no log_dir of their own.
 func TestLogDirMadeOnce(t *testing.T) {
-	h := newHarness(t, "sbatch=ok,squeue=rows,scancel=ok", nil)
+	h := newUnconfigured(t, "sbatch=ok,squeue=rows,scancel=ok")
+	h.configure(t, nil)
+	if n := mkdirCalls(h); n != 1 {
+		t.Fatalf("%d calls making log_dir at Configure, want 1", n)
+	}
 	h.wants.Set(gpuNeed, 3)
 	h.provisionN(t, cpuNeed, 3)
 	h.submitted(t)
-	mkdirs := 0
+	if n, mkdirs := len(h.fake.callsTo("sbatch")), mkdirCalls(h); n != 2 || mkdirs != 1 {
+		t.Errorf("%d sbatch calls and %d calls making log_dir in all; want 2 and 1", n, mkdirs)
+	}
+}
+
+// TestLogDirMadeOnceAfterStartFailed: when making log_dir at Configure
+// failed, the first submissions of two profiles, made at once, make it
+// with one ssh call between them, not one each: a burst of a thousand
+// first submissions would otherwise be a thousand more calls on the
+// login node, and submissions timed out waiting for a session.
+func TestLogDirMadeOnceAfterStartFailed(t *testing.T) {
+	h := newHarness(t, "sbatch=ok,squeue=rows,scancel=ok,sh=fail", nil)
+	h.fake.setSpec(t, "sbatch=ok,squeue=rows,scancel=ok")
+	h.wants.Set(gpuNeed, 3)
+	h.provisionN(t, cpuNeed, 3)
+	h.submitted(t)
+	if n, mkdirs := len(h.fake.callsTo("sbatch")), mkdirCalls(h); n != 2 || mkdirs != 1 {
+		t.Errorf("%d sbatch calls and %d calls making log_dir after Configure's failed; want 2 and 1", n, mkdirs)
+	}
+}
+
+func mkdirCalls(h *harness) int {
+	n := 0
 	for _, c := range h.fake.callsTo("sh") {
 		if strings.Contains(strings.Join(c.remote(), " "), "mkdir -p") {
-			mkdirs++
+			n++
 		}
 	}
-	if n := len(h.fake.callsTo("sbatch")); n != 2 || mkdirs != 1 {
-		t.Errorf("%d sbatch calls and %d calls making log_dir; want 2 and 1", n, mkdirs)
+	return n
+}
+
+// TestStartReadsBesideAdoption: the limits and log_dir are read at
+// Configure beside adoption's squeue, not after it, so a first burst
+// waits for one round trip of the three, not three in a row.
+func TestStartReadsBesideAdoption(t *testing.T) {
+	h := newUnconfigured(t, "sbatch=ok,squeue=gate,sacctmgr=ok")
+	cfg := baseConfig()
+	if _, err := h.p.Configure(context.Background(), &shared.ConfigureRequest{Name: "hpc", Config: mustJSON(t, cfg), Host: h.host}); err != nil {
+		t.Fatal(err)
 	}
+	// Adoption's squeue is held at the gate; the other reads finish.
+	h.limitsRead(t)
+	select {
+	case <-h.p.adoptTried:
+		t.Fatal("adoption was over with its squeue held at the gate")
+	default:
+	}
+	if n, s := mkdirCalls(h), len(h.fake.callsTo("sacctmgr")); n != 1 || s != 1 {
+		t.Errorf("with adoption's squeue held, %d calls made log_dir and %d read the limits; want 1 and 1", n, s)
+	}
+	h.fake.openGate(t)
+	<-h.p.adoptTried
 }

@@ -40,7 +40,9 @@
 // with its own worker name and credential (array.go), trimmed to the room
 // the login user's accounting limits leave (limits.go). The seed kept one
 // request per profile; that was a simplification, and reaching twenty
-// nodes cost twenty queue waits. A machine is forgotten when its worker
+// nodes cost twenty queue waits. A burst also stays under the cluster's
+// MaxJobCount, which slurmctld counts for every user and which sbatch
+// meets by retrying for two minutes (jobcount.go). A machine is forgotten when its worker
 // attaches, cancelled when it has waited too long or the demand falls
 // while it is still pending, and cancelled when the provisioner shuts
 // down. A submission still in flight at shutdown is waited for, or killed

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fluksio/provision/shared"
 )
@@ -176,13 +177,13 @@ func TestLimitRoomComesBackAsOthersEnd(t *testing.T) {
 	}
 }
 
-// limitsRead waits for the poller's read of the limits at start, which
-// follows adoption.
+// limitsRead waits for the poller's reads at start beside adoption (the
+// limits and log_dir), which the tests then count from.
 func (h *harness) limitsRead(t *testing.T) {
 	t.Helper()
-	eventually(t, "the limits read at start", func() bool {
-		h.p.mu.Lock()
-		defer h.p.mu.Unlock()
-		return !h.p.limits.readAt.IsZero()
-	})
+	select {
+	case <-h.p.startReads:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reads at start (limits, log_dir) were not over in 10 s")
+	}
 }

@@ -191,6 +191,14 @@ func fakeSSH(spec, dir string, args []string) int {
 		fmt.Fprintln(os.Stderr, "You are not running a supported accounting_storage plugin")
 		fmt.Fprintln(os.Stderr, "Only 'accounting_storage/slurmdbd' is supported.")
 		return 1
+	case "scontrol=jobs20":
+		// A cluster of MaxJobCount = 20 (jobcount.go).
+		fmt.Println("Configuration data as of 2026-12-02T10:00:00\nMaxArraySize            = 1001\nMaxJobCount             = 20\nMinJobAge               = 300 sec")
+	case "sbatch=full":
+		// slurmctld at MaxJobCount: sbatch says so once and retries
+		// for two minutes (jobcount.go); here, until it is killed.
+		fmt.Fprintln(os.Stderr, "sbatch: error: Slurm temporarily unable to accept job, sleeping and retrying")
+		time.Sleep(time.Hour)
 	case "scontrol=cluster1":
 		fmt.Println("Configuration data as of 2026-12-02T10:00:00\nClusterName             = cluster1\nMaxArraySize            = 1001")
 	case "sbatch=busy":
@@ -286,6 +294,10 @@ func fakeSSH(spec, dir string, args []string) int {
 			fmt.Fprintln(os.Stderr, "fake ssh: an unknown shell snippet")
 			return 2
 		}
+	case "sh=fail":
+		// A log_dir the login user may not make.
+		fmt.Fprintln(os.Stderr, "mkdir: cannot create directory '/home/alice/.local/state/fluksio/hpc': Permission denied")
+		return 1
 	case "sh=forgot":
 		// A cluster whose controller has forgotten a failed job
 		// (MinJobAge) and whose accounting still has it.

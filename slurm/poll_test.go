@@ -201,8 +201,8 @@ func TestPollForgetsEndedJob(t *testing.T) {
 			if len(st.Outstanding) != 0 || st.LastError != want {
 				t.Errorf("Status = %+v", st)
 			}
-			if n := len(h.fake.callsTo("sh")); n != 1+map[bool]int{true: 1}[tc.explained] {
-				t.Errorf("%d shell calls, want log_dir's and, for a job that ran, one to ask why", n)
+			if n := len(h.fake.callsTo("sh")); n != map[bool]int{true: 1}[tc.explained] {
+				t.Errorf("%d shell calls, want (log_dir being made at Configure) one to ask why for a job that ran, none else", n)
 			}
 			if len(st.BackingOff) != 1 || st.BackingOff[0].Failures != 1 {
 				t.Errorf("BackingOff = %+v", st.BackingOff)

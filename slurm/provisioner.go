@@ -64,6 +64,11 @@ type Provisioner struct {
 	// something or not; tests wait on it. It is made by New and never
 	// replaced.
 	adoptTried chan struct{}
+	// startReads is closed once Configure's other reads at start (the
+	// accounting limits and log_dir, beside adoption) are over, done or
+	// not; tests wait on it. Made by New, never replaced; never closed
+	// when Shutdown comes before them.
+	startReads chan struct{}
 
 	// wg counts submission goroutines, and the adoption and poller that
 	// Configure starts. Add happens under mu and only while shut is false,
@@ -175,6 +180,14 @@ type Provisioner struct {
 	// none held it back (submitrules.go).
 	throttleUntil time.Time
 	throttleSaid  string
+	// maxJobs is the cluster's MaxJobCount, read with MaxArraySize; 0
+	// until read (jobcount.go).
+	maxJobs int
+	// jobsFullUntil is when submissions may be tried again after sbatch
+	// said slurmctld would not take a job, and jobsFullSaid the words
+	// for Provision and Status (jobcount.go); zero when none held it.
+	jobsFullUntil time.Time
+	jobsFullSaid  string
 	// idleAdoptFailures counts poll cycles in a row that could not read
 	// the queue for adoption while nothing else was outstanding; after
 	// maxIdleAdoptFailures the poller rests until there is demand.
@@ -311,6 +324,7 @@ func New(logger hclog.Logger) *Provisioner {
 		maxArray:    defaultMaxArraySize,
 		inflight:    map[*request]bool{},
 		adoptTried:  make(chan struct{}),
+		startReads:  make(chan struct{}),
 		backoff:     map[string]*backoff{},
 		cancelling:  map[string]*jobRef{},
 
@@ -525,6 +539,27 @@ func (p *Provisioner) submissionFailed(cfg *settings, host shared.Host, live []*
 		if r.phase != phaseArrived {
 			r.phase = phaseFailed
 		}
+	}
+	if jobsFull(detail) && !errors.Is(err, errReleaseMismatch) {
+		// Weather for the whole cluster: no backoff; held for
+		// jobsFullWait, so the next submission does not wait out
+		// submit_timeout into the same wall at once (jobcount.go).
+		now := p.now()
+		p.jobsFullUntil = now.Add(jobsFullWait)
+		p.jobsFullSaid = jobsFullDetail(p.maxJobs, detail, p.jobsFullUntil)
+		p.limits.binding = p.jobsFullSaid
+		p.lastErr = truncate(p.jobsFullSaid)
+		held := p.jobsFullSaid
+		p.metrics.failedMachines(live[0].profile, shared.FailureLimitReached, len(live))
+		p.mu.Unlock()
+		cfg.log.Warn("slurmctld would not take the job (MaxJobCount, or busy); asking again as jobs leave", "profile", live[0].profile,
+			"machines", len(live), "output", detail)
+		evs := make([]shared.Event, len(live))
+		for i, r := range live {
+			evs[i] = shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Worker: r.worker, Detail: held, Class: shared.FailureLimitReached}
+		}
+		p.publishAll(p.life, cfg, host, evs)
+		return
 	}
 	if throttled(detail) && !errors.Is(err, errReleaseMismatch) {
 		// Weather for the whole provisioner, with its wait: no backoff,
@@ -1033,6 +1068,9 @@ func (p *Provisioner) Status(context.Context, *shared.StatusRequest) (*shared.St
 	resp.Notes = append(resp.Notes, p.loginNotes(p.cfg)...)
 	if now.Before(p.throttleUntil) {
 		resp.Notes = append(resp.Notes, throttleDetail(p.throttleSaid, p.throttleUntil))
+	}
+	if now.Before(p.jobsFullUntil) && p.jobsFullSaid != p.limits.binding {
+		resp.Notes = append(resp.Notes, p.jobsFullSaid)
 	}
 	if p.relay != nil {
 		resp.Notes = append(resp.Notes, p.relay.note())

@@ -67,6 +67,10 @@ type Options struct {
 	// MinJobAge, when not zero, is how many seconds the controller
 	// keeps a finished job (SANDBOX_MIN_JOB_AGE; Slurm's default is 300).
 	MinJobAge int
+	// MaxJobCount, when not zero, is slurm.conf's MaxJobCount
+	// (SANDBOX_MAX_JOB_COUNT): how many jobs, array tasks and finished
+	// jobs within MinJobAge slurmctld holds before sbatch retries.
+	MaxJobCount int
 	// Bastion starts a jump host in front of the login node
 	// (SANDBOX_BASTION_PORT, a free port): Env.SSHConfig then has the
 	// Host "sandbox-via-bastion", the login node reached through it.
@@ -133,6 +137,9 @@ func PrivateWith(t testing.TB, name string, opts Options) Env {
 	}
 	if opts.MinJobAge > 0 {
 		env = append(env, "SANDBOX_MIN_JOB_AGE="+strconv.Itoa(opts.MinJobAge))
+	}
+	if opts.MaxJobCount > 0 {
+		env = append(env, "SANDBOX_MAX_JOB_COUNT="+strconv.Itoa(opts.MaxJobCount))
 	}
 	privMu.Lock()
 	privates[dir] = env

@@ -474,3 +474,62 @@ func TestPublishAll(t *testing.T) {
 		}
 	}
 }
+
+// TestBurstOfTenThousandKept: a plugin's burst of 10,000 events, sent
+// back to back (PublishAll) while the engine's handler is stuck, is kept
+// whole by the default queue and handed on in order once the handler
+// moves: a burst of 10,000 array tasks has one event each (issue 30).
+func TestBurstOfTenThousandKept(t *testing.T) {
+	const n = 10000
+	var pluginHost shared.Host
+	c := inMemory(t, &sharedtest.Provisioner{ConfigureF: func(_ context.Context, r *shared.ConfigureRequest) (*shared.ConfigureResponse, error) {
+		pluginHost = r.Host
+		return &shared.ConfigureResponse{}, nil
+	}})
+	release := make(chan struct{})
+	unblock := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(unblock)
+	all := make(chan struct{})
+	var mu sync.Mutex // guards got
+	var got []string
+	host := &blockingHost{publish: func(ev shared.Event) {
+		<-release
+		mu.Lock()
+		got = append(got, ev.Job)
+		if len(got) == n {
+			close(all)
+		}
+		mu.Unlock()
+	}}
+	if err := c.OpenHostChannel(context.Background(), HostChannel{Name: "n", Host: host}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Configure(context.Background(), &shared.ConfigureRequest{Name: "n"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	evs := make([]shared.Event, n)
+	for i := range evs {
+		evs[i] = shared.Event{Kind: "k", Job: fmt.Sprint(i)}
+	}
+	if err := shared.PublishAll(ctx, pluginHost, evs); err != nil {
+		t.Fatal(err)
+	}
+	if d := c.DroppedEvents(); d != 0 {
+		t.Fatalf("%d of a burst of %d dropped with the handler stuck", d, n)
+	}
+	unblock()
+	select {
+	case <-all:
+	case <-ctx.Done():
+		t.Fatal("the burst did not reach the handler")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, j := range got {
+		if j != fmt.Sprint(i) {
+			t.Fatalf("event %d handed on as job %s: out of order", i, j)
+		}
+	}
+}

@@ -1,0 +1,170 @@
+package slurm
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The controller's own ceiling: MaxJobCount.
+//
+// slurmctld holds at most MaxJobCount jobs (slurm.conf; 10,000 by
+// default), each array task counting as one, and a finished job counts
+// until MinJobAge has passed (300 s by default), cancelled ones too. An
+// array that would take it past the ceiling is refused whole, and not
+// with a refusal: sbatch prints "Slurm temporarily unable to accept job,
+// sleeping and retrying" and retries for up to two minutes (1 + 2 + … +
+// 15 s) before it gives up with "Resource temporarily unavailable". A
+// burst of 10,000 on a cluster of Slurm's defaults is exactly that.
+//
+// So the provisioner reads MaxJobCount with MaxArraySize (scontrol show
+// config, at Configure), and a submission that the books alone bring
+// within half of it first counts the controller's jobs, every user's and
+// every state's (one squeue -r -t all, without --me), and asks for no
+// more than fits; the rest waits jobsFullWait, answered "capped" with
+// the limit's name, and is asked for again then. Below half, nothing is counted:
+// the count costs an ssh call, and a burst far from the ceiling should
+// pay only its sbatch. Where the count misses (other users' jobs hidden
+// by PrivateData, or arriving between the count and the sbatch), the
+// submission is bounded by submit_timeout like any other (three
+// quarters of it for sbatch), not by sbatch's two minutes; sbatch's
+// words then say which limit bit, and the provisioner holds its
+// submissions for jobsFullWait, answering "capped" with them, instead of
+// asking again into the same wall or backing the profile off for
+// weather.
+//
+// Rejected alternative: running sbatch under timeout(1) on the login
+// node, so that it stops retrying by itself. It changes the command every
+// site's wrappers and logs see, for the one case the count did not
+// prevent, and the ssh's own deadline bounds it as well.
+
+const (
+	// jobsFullWait is how long submissions are held after sbatch said the
+	// controller would not take a job: long enough not to wait out
+	// submit_timeout again at once, short enough that MinJobAge's purge
+	// is soon noticed.
+	jobsFullWait = 30 * time.Second
+	// defaultMaxJobCount is Slurm's own default.
+	defaultMaxJobCount = 10000
+)
+
+// maxJobCountRE finds MaxJobCount in scontrol show config.
+var maxJobCountRE = regexp.MustCompile(`(?m)^MaxJobCount\s*=\s*([0-9]+)\s*$`)
+
+// parseMaxJobCount reads MaxJobCount from scontrol show config's output;
+// Slurm's default when it is not there.
+func parseMaxJobCount(out []byte) int {
+	if m := maxJobCountRE.FindSubmatch(out); m != nil {
+		if n, err := strconv.Atoi(string(m[1])); err == nil && n > 0 {
+			return n
+		}
+	}
+	return defaultMaxJobCount
+}
+
+// jobsFullWords are sbatch's words when slurmctld will not take a job
+// for now (EAGAIN: MaxJobCount reached, or the controller busy), lower
+// case.
+var jobsFullWords = []string{
+	"temporarily unable to accept job",
+	"job queue full",
+}
+
+// jobsFull reports whether sbatch said the controller would not take a
+// job for now.
+func jobsFull(said string) bool {
+	s := strings.ToLower(said)
+	for _, w := range jobsFullWords {
+		if strings.Contains(s, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// countAllJobs counts every job and array task slurmctld holds, every
+// user's and every state's: what MaxJobCount counts.
+func (p *Provisioner) countAllJobs(ctx context.Context) (int, error) {
+	stdout, stderr, err := p.call(ctx, nil, "squeue", "-h", "-r", "-t", "all", "-o", "%i")
+	if err != nil {
+		return 0, withStderr(err, stderr)
+	}
+	n := 0
+	sc := bufio.NewScanner(bytes.NewReader(stdout))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		n += len(expandJobID(strings.TrimSpace(sc.Text())))
+	}
+	return n, nil
+}
+
+// trimToJobCount fits a submission under the cluster's MaxJobCount: when
+// the books bring it within half of the ceiling, it counts the
+// controller's jobs and takes the allocations that do not fit out of the
+// books, unsubmitted and unannounced, so that the demand asks for them
+// again as jobs leave.
+func (p *Provisioner) trimToJobCount(ctx context.Context, cfg *settings, live []*request) []*request {
+	p.mu.Lock()
+	ceiling := p.maxJobs
+	ours := p.oursLocked(cfg, false)
+	p.mu.Unlock()
+	allocs := groupAllocations(live)
+	if ceiling <= 0 || 2*ours < ceiling {
+		return live
+	}
+	n, err := p.countAllJobs(ctx)
+	if err != nil {
+		// Without a count, sbatch says, within submit_timeout.
+		cfg.log.Debug("could not count the controller's jobs before a submission", "error", err)
+		return live
+	}
+	// slurmctld refuses when its jobs and the new ones would reach the
+	// ceiling.
+	fit := max(0, ceiling-1-n)
+	if fit >= len(allocs) {
+		return live
+	}
+	var kept, drop []*request
+	for i, a := range allocs {
+		if i < fit {
+			kept = append(kept, a...)
+		} else {
+			drop = append(drop, a...)
+		}
+	}
+	p.mu.Lock()
+	for _, r := range drop {
+		if r.phase == phaseSubmitting {
+			r.phase = phaseSuperseded
+		}
+		if p.outstanding[r.worker] == r {
+			delete(p.outstanding, r.worker)
+		}
+	}
+	for _, r := range kept {
+		r.batch = len(kept)
+	}
+	detail := fmt.Sprintf("%s: the cluster's MaxJobCount = %d; slurmctld holds %d jobs and array tasks (every user's, finished ones until MinJobAge), so %d of %d machines were asked for; the rest are asked for as jobs leave",
+		limitReached, ceiling, n, len(kept), len(live))
+	p.limits.binding = detail
+	// The rest would be asked for at once, counted again and trimmed
+	// again: held for jobsFullWait instead, as after sbatch's own words.
+	p.jobsFullUntil, p.jobsFullSaid = p.now().Add(jobsFullWait), detail
+	p.mu.Unlock()
+	cfg.log.Info("trimmed a burst to the room the cluster's MaxJobCount leaves; the rest is asked for as jobs leave",
+		"profile", live[0].profile, "machines", len(live), "submitting", len(kept), "jobs", n, "max_job_count", ceiling)
+	return kept
+}
+
+// jobsFullDetail is the words for a submission sbatch could not place
+// because the controller would not take a job, and until when
+// submissions are held.
+func jobsFullDetail(ceiling int, said string, until time.Time) string {
+	return fmt.Sprintf("%s: slurmctld would not take a job (its MaxJobCount = %d, counting finished jobs until MinJobAge; or the controller is busy): sbatch said %q; not asking again until %s",
+		limitReached, ceiling, truncateTo(strings.TrimSpace(said), 200), until.UTC().Format(time.RFC3339))
+}
