@@ -604,6 +604,12 @@ func (p *Provisioner) submitOne(ctx context.Context, cfg *settings, host shared.
 			// submitted nothing (refusal.go).
 			detail = mismatchDetail(cfg.host(), detail)
 			err = fmt.Errorf("%w: %s", errReleaseMismatch, detail)
+		case lerr != nil && jobsFull(detail):
+			// sbatch was retrying into a controller that would take no
+			// job when it was cut off, so it had none; the look used
+			// what submit_timeout left. Reported as that limit, and a
+			// late landing is still looked for (jobcount.go).
+			p.watchLate(cfg)
 		case lerr != nil:
 			p.outcomeUnknown(cfg, live, detail, lerr)
 			return true
