@@ -129,26 +129,8 @@ func (p *Provisioner) trimToJobCount(ctx context.Context, cfg *settings, live []
 	if fit >= len(allocs) {
 		return live
 	}
-	var kept, drop []*request
-	for i, a := range allocs {
-		if i < fit {
-			kept = append(kept, a...)
-		} else {
-			drop = append(drop, a...)
-		}
-	}
 	p.mu.Lock()
-	for _, r := range drop {
-		if r.phase == phaseSubmitting {
-			r.phase = phaseSuperseded
-		}
-		if p.outstanding[r.worker] == r {
-			delete(p.outstanding, r.worker)
-		}
-	}
-	for _, r := range kept {
-		r.batch = len(kept)
-	}
+	kept := p.keepAllocationsLocked(allocs, fit)
 	detail := fmt.Sprintf("%s: the cluster's MaxJobCount = %d; slurmctld holds %d jobs and array tasks (every user's, finished ones until MinJobAge), so %d of %d machines were asked for; the rest are asked for as jobs leave",
 		limitReached, ceiling, n, len(kept), len(live))
 	p.limits.binding = detail

@@ -567,26 +567,8 @@ func (p *Provisioner) trimToLimit(ctx context.Context, cfg *settings, live []*re
 	if fit >= len(allocs) {
 		return live, release
 	}
-	var drop []*request
-	for i, a := range allocs {
-		if i < fit {
-			kept = append(kept, a...)
-		} else {
-			drop = append(drop, a...)
-		}
-	}
 	p.mu.Lock()
-	for _, r := range drop {
-		if r.phase == phaseSubmitting {
-			r.phase = phaseSuperseded
-		}
-		if p.outstanding[r.worker] == r {
-			delete(p.outstanding, r.worker)
-		}
-	}
-	for _, r := range kept {
-		r.batch = len(kept)
-	}
+	kept = p.keepAllocationsLocked(allocs, fit)
 	detail := fmt.Sprintf("%s: %s; the user had %d jobs or array tasks in the queue, so %d of %d machines were asked for; the rest are asked for as jobs end",
 		limitReached, c, queued, len(kept), len(live))
 	p.limits.binding = detail
@@ -594,4 +576,32 @@ func (p *Provisioner) trimToLimit(ctx context.Context, cfg *settings, live []*re
 	cfg.log.Info("trimmed a burst to the room the user's accounting limit leaves; the rest is asked for as jobs end",
 		"profile", live[0].profile, "machines", len(live), "submitting", len(kept), "queued", queued, "limit", detail)
 	return kept, release
+}
+
+// keepAllocationsLocked keeps the first fit allocations of a submission
+// and takes the others out of the books (superseded: they were never
+// asked for, and the next Provision asks again for what is missing); the
+// kept machines are the submission's batch. A limit that trims a burst
+// (the user's accounting limit, the cluster's MaxJobCount) calls it.
+// p.mu must be held.
+func (p *Provisioner) keepAllocationsLocked(allocs [][]*request, fit int) []*request {
+	var kept []*request
+	for i, a := range allocs {
+		if i < fit {
+			kept = append(kept, a...)
+			continue
+		}
+		for _, r := range a {
+			if r.phase == phaseSubmitting {
+				r.phase = phaseSuperseded
+			}
+			if p.outstanding[r.worker] == r {
+				delete(p.outstanding, r.worker)
+			}
+		}
+	}
+	for _, r := range kept {
+		r.batch = len(kept)
+	}
+	return kept
 }
