@@ -13,8 +13,10 @@
 // whole.
 //
 // Measurement 13 (scale) takes the plugin to 100, 1,000 and 10,000
-// machines outstanding; the 10,000 row adds about half a minute, and
-// BENCH_SCALE_MAX=1000 leaves it out where the sandbox cannot hold it.
+// machines outstanding, and measurement 10 (attach-scale) the engine to
+// as many workers attached, each holding a long poll; the 10,000 rows add
+// about a minute, and BENCH_SCALE_MAX=1000 leaves them out where the
+// machine cannot hold them.
 //
 // Nothing here asserts a timing: a missed target is reported as MISS, and
 // only a measurement that could not be taken fails.

@@ -300,8 +300,17 @@ func TestBenchReport(t *testing.T) {
 		arrayRows(rep, measureArray(t, e))
 	})
 
-	step(10, "attach-1000", []string{"engine with 1000 workers attached"}, func(t *testing.T) {
-		attachRows(rep, measureAttach(t, e))
+	step(10, "attach-scale", []string{"engine with 100, 1,000 and 10,000 workers attached"}, func(t *testing.T) {
+		var rs []attachResult
+		for _, n := range attachSizes {
+			if n > scaleMax() {
+				rep.note("Attach: the %d row was left out (BENCH_SCALE_MAX=%d).", n, scaleMax())
+				continue
+			}
+			progress("attach: %d workers", n)
+			rs = append(rs, measureAttach(t, e, n))
+		}
+		attachRows(rep, rs)
 	})
 
 	step(11, "makespan", []string{"makespan of 100 tasks"}, func(t *testing.T) {
@@ -409,7 +418,7 @@ func TestBenchReport(t *testing.T) {
 
 // benchOnly is the measurements BENCH_ONLY names (comma-separated step
 // names: start, covers, provision, attach, host-rss, poll, burst, array,
-// attach-1000, makespan, relay, reconcile, scale), nil when it is unset. A
+// attach-scale, makespan, relay, reconcile, scale), nil when it is unset. A
 // partial run prints its rows and leaves docs/benchmarks.md alone.
 func benchOnly() map[string]bool {
 	v := os.Getenv("BENCH_ONLY")
