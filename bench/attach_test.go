@@ -39,6 +39,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/fluksio/provision/internal/sandboxtest"
 	"github.com/fluksio/provision/shared/host"
 )
@@ -54,6 +56,15 @@ type attachResult struct {
 	// status is the median of three GET /status with every worker
 	// polling.
 	status time.Duration
+	// heap, stacks and goroutines are the engine's own account of its
+	// memory (its /metrics), read beside the RSS: they say where the
+	// resident set of a held connection goes.
+	heapKB, stackKB int64
+	goroutines      int
+	// page is the status page's first render in chromium: from the
+	// navigation's start to the frame after the page drew GET /status
+	// (the page's own performance mark).
+	page time.Duration
 }
 
 func (a attachResult) rate() float64 { return float64(a.attached) / max(a.elapsed.Seconds(), 1e-9) }
@@ -288,6 +299,8 @@ provisioner "memory" "mem" {
 	if res.rssKB, err = rssKB(cmd.Process.Pid); err != nil {
 		tb.Fatal(err)
 	}
+	res.heapKB, res.stackKB, res.goroutines = engineMemory(tb, base)
+	res.page = measurePage(tb, base, n)
 	if err := pollErr.Load(); err != nil {
 		tb.Fatalf("a worker stopped polling: %v", err)
 	}
@@ -299,12 +312,13 @@ var attachSizes = []int{100, 1000, 10000}
 
 func attachRows(rep *report, rs []attachResult) {
 	by := map[int]attachResult{}
-	var sizes, rss, status []string
+	var sizes, rss, status, page []string
 	for _, r := range rs {
 		by[r.n] = r
 		sizes = append(sizes, strconv.Itoa(r.n))
 		rss = append(rss, fmt.Sprintf("%.1f MB", mb(r.rssKB)))
 		status = append(status, dur(r.status))
+		page = append(page, dur(r.page))
 	}
 	at := strings.Join(sizes, " / ")
 	big, mid := by[10000], by[1000]
@@ -327,9 +341,98 @@ func attachRows(rep *report, rs []attachResult) {
 		rep.add(row{fmt.Sprintf("engine attach handling, %d credentialed attaches %d at a time", r.n, attachParallel),
 			fmt.Sprintf("%.0f/s (%s)", r.rate(), dur(r.elapsed)), "—", "—", "≥ 2000/s", verdict(r.rate(), 2000, false, "/s")})
 	}
+	for _, r := range rs {
+		rep.note("Attach, %d workers: the engine's RSS %.1f MB, of which its Go heap in use %.1f MB and goroutine stacks %.1f MB (%d goroutines): %.1f KB of RSS a worker.",
+			r.n, mb(r.rssKB), mb(r.heapKB), mb(r.stackKB), r.goroutines, float64(r.rssKB)/float64(r.n))
+	}
 	rt, gv = grows(float64(big.status), float64(mid.status))
 	rep.add(row{fmt.Sprintf("GET /status with %s workers polling (median of 3)", at), strings.Join(status, " / "), "1,000", rt, "10,000/1,000 ≤ 12×", gv})
 	if big.n > 0 {
 		rep.add(row{"GET /status with 10,000 workers polling", dur(big.status), "—", "—", "≤ 100 ms", verdict(ms(big.status), 100, true, "ms")})
+	}
+	rt, gv = grows(float64(big.page), float64(mid.page))
+	rep.add(row{fmt.Sprintf("status page's first render in chromium (chromedp), %s workers: navigation to the frame after /status is drawn", at), strings.Join(page, " / "), "1,000", rt, "10,000/1,000 ≤ 12×", gv})
+	if big.n > 0 {
+		rep.add(row{"status page's first render in chromium, 10,000 workers", dur(big.page), "—", "—", "≤ 2 s", verdict(ms(big.page), 2000, true, "ms")})
+	}
+}
+
+// engineMemory reads the Go runtime's figures from the engine's /metrics
+// (open on loopback): heap in use and goroutine stacks, in KB, and the
+// number of goroutines.
+func engineMemory(tb testing.TB, base string) (heapKB, stackKB int64, goroutines int) {
+	tb.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		name, v, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case "go_memstats_heap_inuse_bytes":
+			heapKB = int64(f / 1024)
+		case "go_memstats_stack_inuse_bytes":
+			stackKB = int64(f / 1024)
+		case "go_goroutines":
+			goroutines = int(f)
+		}
+	}
+	if heapKB == 0 || stackKB == 0 || goroutines == 0 {
+		tb.Fatalf("the engine's /metrics has no go_memstats_heap_inuse_bytes, go_memstats_stack_inuse_bytes or go_goroutines")
+	}
+	return heapKB, stackKB, goroutines
+}
+
+// measurePage loads the status page in headless chromium and reads how
+// long, from the navigation's start, the page took to show GET /status:
+// the time of its "fluksio-status-shown" mark, which it sets in the frame
+// after the one that drew the first answer. The count of workers it shows
+// must be n.
+func measurePage(tb testing.TB, base string, n int) time.Duration {
+	tb.Helper()
+	ctx := sandboxtest.Browser(tb)
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/")); err != nil {
+		tb.Fatalf("loading the status page: %v", err)
+	}
+	const read = `JSON.stringify({shown: (performance.getEntriesByName("fluksio-status-shown")[0] || {startTime: 0}).startTime,
+  count: Number(document.getElementById("workers-summary").dataset.count || -1)})`
+	deadline := time.Now().Add(time.Minute)
+	for {
+		raw, err := chromedp.Run(ctx, chromedp.Evaluate[string](read))
+		if err != nil {
+			tb.Fatalf("reading the status page: %v", err)
+		}
+		var v struct {
+			Shown float64 `json:"shown"`
+			Count int     `json:"count"`
+		}
+		if err := json.Unmarshal([]byte(raw), &v); err != nil {
+			tb.Fatal(err)
+		}
+		if v.Shown > 0 {
+			// Closed now, not when the benchmark ends: a page left open
+			// asks for /status every 2 s and would load the next size.
+			_ = chromedp.Cancel(ctx)
+			if v.Count != n {
+				tb.Fatalf("the status page shows %d workers attached, not %d", v.Count, n)
+			}
+			return time.Duration(v.Shown * float64(time.Millisecond))
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("the status page did not show /status within a minute (%s)", raw)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -119,30 +119,7 @@ func TestOperatorConfig(t *testing.T) {
 // A loopback connection is told by its owner: this process holds the
 // client end of a connection it opened, and init (pid 1) does not.
 func TestPeerOwnedBy(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			accepted <- c
-		}
-		close(accepted)
-	}()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	server := <-accepted
-	if server == nil {
-		t.Fatal("no connection accepted")
-	}
-	defer server.Close()
-	remote, local := server.RemoteAddr().String(), server.LocalAddr().String()
+	remote, local := loopbackPair(t, "127.0.0.1:0")
 	if own, err := peerOwnedBy(remote, local, []int{os.Getpid()}); err != nil || !own {
 		t.Errorf("this process's own connection: owned %v, %v", own, err)
 	}
@@ -152,6 +129,73 @@ func TestPeerOwnedBy(t *testing.T) {
 	if _, err := peerOwnedBy("@", local, []int{os.Getpid()}); err == nil {
 		t.Errorf("a unix socket's peer was judged")
 	}
+}
+
+// The kernel's answer for one socket (netlink) is the one /proc/net/tcp
+// gives: the client end's owner and inode, on IPv4, IPv6 and IPv4 through
+// a socket listening on both.
+func TestPeerSocketByNetlink(t *testing.T) {
+	for _, listen := range []string{"127.0.0.1:0", "[::1]:0", ":0"} {
+		remote, local := loopbackPair(t, listen)
+		rip, rport, err := splitIPPort(remote)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lip, lport, err := splitIPPort(local)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := peerSocketByNetlink(rip, rport, lip, lport)
+		if !ok {
+			t.Fatalf("%s: netlink did not find the socket from %s to %s", listen, remote, local)
+		}
+		want, err := peerSocketsFromProc(rip, rport, lip, lport)
+		if err != nil || len(want) != 1 {
+			t.Fatalf("%s: /proc/net/tcp: %v, %v", listen, want, err)
+		}
+		if got != want[0] || got.uid != os.Getuid() {
+			t.Errorf("%s: netlink says %+v, /proc/net/tcp %+v (this process's uid %d)", listen, got, want[0], os.Getuid())
+		}
+		// A port nobody uses is not found, and the caller reads /proc.
+		if s, ok := peerSocketByNetlink(rip, 1, lip, lport); ok {
+			t.Errorf("%s: netlink found a socket from port 1: %+v", listen, s)
+		}
+	}
+}
+
+// loopbackPair opens a connection to a listener on listen, both in this
+// process, and returns the accepted end's remote and local addresses, as
+// the engine sees a request's.
+func loopbackPair(t *testing.T, listen string) (remote, local string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		t.Skipf("cannot listen on %s: %v", listen, err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c
+		}
+		close(accepted)
+	}()
+	dial := ln.Addr().String()
+	if listen == ":0" {
+		dial = fmt.Sprintf("127.0.0.1:%d", testutil.PortOf(t, dial))
+	}
+	client, err := net.Dial("tcp", dial)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	server := <-accepted
+	if server == nil {
+		t.Fatal("no connection accepted")
+	}
+	t.Cleanup(func() { server.Close() })
+	return server.RemoteAddr().String(), server.LocalAddr().String()
 }
 
 // serveOperator runs an engine with no provisioners as run does: the

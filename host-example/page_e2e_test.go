@@ -1,10 +1,7 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -14,34 +11,9 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
+	"github.com/fluksio/provision/internal/sandboxtest"
 	"github.com/fluksio/provision/shared/engine"
 )
-
-// browser starts Debian's chromium, headless, for one test. Without
-// chromium the test skips, and fails in CI, where .ci/run installs it.
-func browser(t *testing.T) context.Context {
-	t.Helper()
-	path, err := exec.LookPath("chromium")
-	if err != nil {
-		msg := "chromium is not installed (apt-get install chromium)"
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg + " (in CI this is a failure, not a skip)")
-		}
-		t.Skip(msg)
-	}
-	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]),
-		chromedp.ExecPath(path),
-		// As root (the sandbox needs it), chromium refuses to start
-		// with its own sandbox.
-		chromedp.NoSandbox,
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
-	return ctx
-}
 
 // pageView is what the test reads off the page.
 type pageView struct {
@@ -78,7 +50,7 @@ const readPage = `JSON.stringify({
 // reason; a time-to-attach bar is drawn. Nothing is logged as an error
 // in the console, and no request leaves the engine's origin.
 func TestE2EStatusPage(t *testing.T) {
-	ctx := browser(t)
+	ctx := sandboxtest.Browser(t)
 	r := startObservedRun(t, "e2e-page", "cpus=1,label=slow,work=1s")
 
 	// Subscribed before the page loads, so nothing is missed; read on
