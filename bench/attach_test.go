@@ -362,44 +362,25 @@ func attachRows(rep *report, rs []attachResult) {
 // number of goroutines.
 func engineMemory(tb testing.TB, base string) (heapKB, stackKB int64, goroutines int) {
 	tb.Helper()
-	resp, err := http.Get(base + "/metrics")
+	const heap, stack, gs = "go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes", "go_goroutines"
+	v, err := sandboxtest.Metrics(http.DefaultClient, base+"/metrics", heap, stack, gs)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		tb.Fatal(err)
+	if len(v) != 3 {
+		tb.Fatalf("the engine's /metrics lacks some of %s, %s and %s: %v", heap, stack, gs, v)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		name, v, ok := strings.Cut(line, " ")
-		if !ok {
-			continue
-		}
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			continue
-		}
-		switch name {
-		case "go_memstats_heap_inuse_bytes":
-			heapKB = int64(f / 1024)
-		case "go_memstats_stack_inuse_bytes":
-			stackKB = int64(f / 1024)
-		case "go_goroutines":
-			goroutines = int(f)
-		}
-	}
-	if heapKB == 0 || stackKB == 0 || goroutines == 0 {
-		tb.Fatalf("the engine's /metrics has no go_memstats_heap_inuse_bytes, go_memstats_stack_inuse_bytes or go_goroutines")
-	}
-	return heapKB, stackKB, goroutines
+	return int64(v[heap] / 1024), int64(v[stack] / 1024), int(v[gs])
 }
+
+// maxPageWorkers is the status page's MAX_WORKERS (host-example/web/app.js).
+const maxPageWorkers = 200
 
 // measurePage loads the status page in headless chromium and reads how
 // long, from the navigation's start, the page took to show GET /status:
 // the time of its "fluksio-status-shown" mark, which it sets in the frame
 // after the one that drew the first answer. The count of workers it shows
-// must be n.
+// must be n, and its table at most maxPageWorkers rows.
 func measurePage(tb testing.TB, base string, n int) time.Duration {
 	tb.Helper()
 	ctx := sandboxtest.Browser(tb)
@@ -407,7 +388,8 @@ func measurePage(tb testing.TB, base string, n int) time.Duration {
 		tb.Fatalf("loading the status page: %v", err)
 	}
 	const read = `JSON.stringify({shown: (performance.getEntriesByName("fluksio-status-shown")[0] || {startTime: 0}).startTime,
-  count: Number(document.getElementById("workers-summary").dataset.count || -1)})`
+  count: Number(document.getElementById("workers-summary").dataset.count || -1),
+  rows: document.querySelectorAll("#workers tbody tr").length})`
 	deadline := time.Now().Add(time.Minute)
 	for {
 		raw, err := chromedp.Run(ctx, chromedp.Evaluate[string](read))
@@ -417,6 +399,7 @@ func measurePage(tb testing.TB, base string, n int) time.Duration {
 		var v struct {
 			Shown float64 `json:"shown"`
 			Count int     `json:"count"`
+			Rows  int     `json:"rows"`
 		}
 		if err := json.Unmarshal([]byte(raw), &v); err != nil {
 			tb.Fatal(err)
@@ -425,8 +408,10 @@ func measurePage(tb testing.TB, base string, n int) time.Duration {
 			// Closed now, not when the benchmark ends: a page left open
 			// asks for /status every 2 s and would load the next size.
 			_ = chromedp.Cancel(ctx)
-			if v.Count != n {
-				tb.Fatalf("the status page shows %d workers attached, not %d", v.Count, n)
+			// The page counts them all and lists a bounded few: the
+			// time above holds only while the table does not grow with n.
+			if v.Count != n || v.Rows != min(n, maxPageWorkers) {
+				tb.Fatalf("the status page counts %d workers attached and lists %d; want %d and %d", v.Count, v.Rows, n, min(n, maxPageWorkers))
 			}
 			return time.Duration(v.Shown * float64(time.Millisecond))
 		}

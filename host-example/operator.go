@@ -93,10 +93,9 @@ type operatorAuth struct {
 	// plugins lists the plugin processes' ids, whose loopback
 	// connections are relayed workers'; nil for none.
 	plugins func() []int
-	// peerUID is the uid of the process at the other end of r's loopback
-	// connection; peerUIDFromProc unless a test that has no socket stands
-	// in for it.
-	peerUID func(r *http.Request) (int, error)
+	// peer finds the socket at the other end of r's loopback connection;
+	// requestPeer unless a test that has no socket stands in for it.
+	peer func(r *http.Request) ([]peerSocket, error)
 	// slots holds one token per operator request in progress.
 	slots chan struct{}
 	// busyLogs bounds the log lines about operator requests refused for
@@ -114,7 +113,7 @@ const minOperatorToken = 16
 
 func newOperatorAuth(token string, signer *host.Signer, logger hclog.Logger) *operatorAuth {
 	a := &operatorAuth{signer: signer, logger: logger, refusals: loglimit.New(operatorLogBurst, operatorLogWindow),
-		peerUID: peerUIDFromProc, slots: make(chan struct{}, maxOperatorRequests),
+		peer: requestPeer, slots: make(chan struct{}, maxOperatorRequests),
 		busyLogs: loglimit.New(operatorLogBurst, operatorLogWindow)}
 	if token != "" {
 		sum := sha256.Sum256([]byte(token))
@@ -195,15 +194,22 @@ func (a *operatorAuth) check(r *http.Request) (int, string) {
 		}
 		return http.StatusUnauthorized, "not the operator's token"
 	}
-	if trustedLoopback(r) && !a.fromPlugin(r) {
-		uid, err := a.peerUID(r)
-		switch {
-		case err != nil:
-			return http.StatusForbidden, "loopback, but whose process is at the other end cannot be told (" + err.Error() + "); use the operator's token"
-		case uid != os.Getuid() && uid != 0:
-			return http.StatusForbidden, fmt.Sprintf("loopback, but from uid %d, not the engine's user (uid %d) or root; use the operator's token", uid, os.Getuid())
+	if trustedLoopback(r) {
+		// One lookup of the peer's socket serves both questions: whose
+		// process it is, and whether a plugin's (a relayed worker's).
+		socks, err := a.peer(r)
+		if !a.fromPlugin(socks, err) {
+			if err == nil && len(socks) != 1 {
+				err = fmt.Errorf("%d sockets match %s to the engine", len(socks), r.RemoteAddr)
+			}
+			switch {
+			case err != nil:
+				return http.StatusForbidden, "loopback, but whose process is at the other end cannot be told (" + err.Error() + "); use the operator's token"
+			case socks[0].uid != os.Getuid() && socks[0].uid != 0:
+				return http.StatusForbidden, fmt.Sprintf("loopback, but from uid %d, not the engine's user (uid %d) or root; use the operator's token", socks[0].uid, os.Getuid())
+			}
+			return 0, ""
 		}
-		return 0, ""
 	}
 	if a.tokenSum == nil {
 		return http.StatusForbidden, "the operator's endpoints answer only on loopback; set engine.operator_token_env to open them to others with a token"
@@ -267,45 +273,28 @@ func (a *operatorAuth) refuse(w http.ResponseWriter, r *http.Request, status int
 	engine.WriteError(w, status, why)
 }
 
-// fromPlugin reports whether r's connection was opened by a plugin
-// process, or cannot be told not to have been.
-func (a *operatorAuth) fromPlugin(r *http.Request) bool {
+// fromPlugin reports whether the peer's socket (socks, found with err)
+// is held by a plugin process, or cannot be told not to be.
+func (a *operatorAuth) fromPlugin(socks []peerSocket, err error) bool {
 	if a.plugins == nil {
 		return false
 	}
-	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
-	if !ok {
-		return true
-	}
-	owned, err := peerOwnedBy(r.RemoteAddr, local.String(), a.plugins())
-	return owned || err != nil
+	return err != nil || peerOwnedBy(socks, a.plugins())
 }
 
-// peerUIDFromProc is the uid of the process at the other end of r's
-// TCP connection, both ends on this machine (peerSockets).
-func peerUIDFromProc(r *http.Request) (int, error) {
+// requestPeer finds the socket at the other end of r's TCP connection,
+// both ends on this machine (peerSockets).
+func requestPeer(r *http.Request) ([]peerSocket, error) {
 	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
 	if !ok {
-		return 0, errors.New("the request has no local address")
+		return nil, errors.New("the request has no local address")
 	}
-	socks, err := peerSockets(r.RemoteAddr, local.String())
-	if err != nil {
-		return 0, err
-	}
-	if len(socks) != 1 {
-		return 0, fmt.Errorf("%d sockets in /proc/net/tcp match %s to %s", len(socks), r.RemoteAddr, local)
-	}
-	return socks[0].uid, nil
+	return peerSockets(r.RemoteAddr, local.String())
 }
 
-// peerOwnedBy reports whether the TCP connection from remote to local,
-// both on this machine, was opened by one of pids: a process holding the
-// peer's socket (peerSockets) has "socket:[inode]" among its descriptors.
-func peerOwnedBy(remote, local string, pids []int) (bool, error) {
-	socks, err := peerSockets(remote, local)
-	if err != nil {
-		return false, err
-	}
+// peerOwnedBy reports whether one of pids holds one of socks: a process
+// holding a socket has "socket:[inode]" among its descriptors.
+func peerOwnedBy(socks []peerSocket, pids []int) bool {
 	var inodes []string
 	for _, s := range socks {
 		inodes = append(inodes, "socket:["+s.inode+"]")
@@ -322,11 +311,11 @@ func peerOwnedBy(remote, local string, pids []int) (bool, error) {
 		for _, fd := range fds {
 			link, err := os.Readlink(dir + "/" + fd.Name())
 			if err == nil && slices.Contains(inodes, link) {
-				return true, nil
+				return true
 			}
 		}
 	}
-	return false, nil
+	return false
 }
 
 // peerSocket is the other end of a loopback connection, as

@@ -65,7 +65,7 @@ func TestOperatorAccess(t *testing.T) {
 		// These requests are built, not sent: no socket to look up, so
 		// the peer is this process's uid. TestOperatorLoopbackUID asks
 		// through real sockets.
-		a.peerUID = func(*http.Request) (int, error) { return os.Getuid(), nil }
+		a.peer = func(*http.Request) ([]peerSocket, error) { return []peerSocket{{uid: os.Getuid()}}, nil }
 		h := a.wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
 		for _, path := range []string{"/status", "/v1/events", "/"} {
 			r := httptest.NewRequest(http.MethodGet, path, nil)
@@ -120,13 +120,17 @@ func TestOperatorConfig(t *testing.T) {
 // client end of a connection it opened, and init (pid 1) does not.
 func TestPeerOwnedBy(t *testing.T) {
 	remote, local := loopbackPair(t, "127.0.0.1:0")
-	if own, err := peerOwnedBy(remote, local, []int{os.Getpid()}); err != nil || !own {
-		t.Errorf("this process's own connection: owned %v, %v", own, err)
+	socks, err := peerSockets(remote, local)
+	if err != nil || len(socks) != 1 {
+		t.Fatalf("the peer of %s: %v, %v", remote, socks, err)
 	}
-	if own, err := peerOwnedBy(remote, local, []int{1}); err != nil || own {
-		t.Errorf("pid 1 said to own this process's connection: %v, %v", own, err)
+	if !peerOwnedBy(socks, []int{os.Getpid()}) {
+		t.Errorf("this process's own connection is not said to be its own")
 	}
-	if _, err := peerOwnedBy("@", local, []int{os.Getpid()}); err == nil {
+	if peerOwnedBy(socks, []int{1}) {
+		t.Errorf("pid 1 said to own this process's connection")
+	}
+	if _, err := peerSockets("@", local); err == nil {
 		t.Errorf("a unix socket's peer was judged")
 	}
 }

@@ -24,11 +24,13 @@ type pageView struct {
 		Profile string `json:"profile"`
 		State   string `json:"state"`
 	} `json:"jobs"`
-	Workers  []string `json:"workers"`
-	Failures []string `json:"failures"`
-	Bars     int      `json:"bars"`
-	Needs    []string `json:"needs"`
-	Timeline int      `json:"timeline"`
+	Workers []string `json:"workers"`
+	// WorkerCount is the count above the workers' table.
+	WorkerCount int      `json:"workerCount"`
+	Failures    []string `json:"failures"`
+	Bars        int      `json:"bars"`
+	Needs       []string `json:"needs"`
+	Timeline    int      `json:"timeline"`
 }
 
 const readPage = `JSON.stringify({
@@ -36,6 +38,7 @@ const readPage = `JSON.stringify({
   provs: [...document.querySelectorAll('#provisioners [data-provisioner]')].map(e => e.dataset.provisioner),
   jobs: [...document.querySelectorAll('#jobs tbody tr')].map(r => ({job: r.dataset.job, profile: r.children[2].textContent, state: r.children[4].textContent})),
   workers: [...document.querySelectorAll('#workers tbody tr')].map(r => r.dataset.job),
+  workerCount: Number(document.getElementById('workers-summary').dataset.count || -1),
   failures: [...document.querySelectorAll('#failures li')].map(l => l.textContent),
   bars: document.querySelectorAll('#tta-chart rect').length,
   needs: [...document.querySelectorAll('#needs tbody tr')].map(r => r.dataset.reason),
@@ -141,6 +144,9 @@ func TestE2EStatusPage(t *testing.T) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	t.Logf("slow job %s on the page: %v; failure: %q; %d timeline entries, %d time-to-attach bars", slowJob, states, seenFailure, view.Timeline, view.Bars)
+	if view.WorkerCount != len(view.Workers) {
+		t.Errorf("the page counts %d workers attached above a table of %d", view.WorkerCount, len(view.Workers))
+	}
 	if !slices.Contains(view.Provs, r.e.name) {
 		t.Errorf("the page does not show the provisioner %s: %v", r.e.name, view.Provs)
 	}

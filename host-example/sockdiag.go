@@ -6,8 +6,8 @@ package main
 // hash. It costs the same however many connections the machine holds,
 // where /proc/net/tcp lists them all as text, and where a sock_diag dump
 // (what netlink libraries offer: vishvananda/netlink's SocketGet) walks
-// them all in the kernel: with 10,000 workers connected, each took 10 to
-// 40 ms a lookup, and an operator's request does two.
+// them all in the kernel: with 10,000 workers connected, about 9 ms a
+// lookup, for every operator request.
 
 import (
 	"encoding/binary"
@@ -29,9 +29,6 @@ const (
 	diagNoCookie    = ^uint32(0)
 	sockDiagTimeout = time.Second
 )
-
-// errNoSuchSocket is the kernel saying no socket has that four-tuple.
-var errNoSuchSocket = errors.New("no such socket")
 
 // diagSocket asks the kernel for the TCP socket whose local end is
 // src:sport and whose peer is dst:dport, and returns its owner's uid and
@@ -76,9 +73,8 @@ func diagSocket(src net.IP, sport uint16, dst net.IP, dport uint16) (uid, inode 
 	switch typ := ne.Uint16(buf[4:]); {
 	case typ == unix.NLMSG_ERROR:
 		if len(buf) >= nlmsgHeaderLen+4 {
-			if errno := -int32(ne.Uint32(buf[nlmsgHeaderLen:])); errno == int32(unix.ENOENT) {
-				return 0, 0, errNoSuchSocket
-			} else if errno != 0 {
+			// ENOENT: no socket has that four-tuple.
+			if errno := -int32(ne.Uint32(buf[nlmsgHeaderLen:])); errno != 0 {
 				return 0, 0, fmt.Errorf("netlink: %w", unix.Errno(errno))
 			}
 		}

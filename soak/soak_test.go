@@ -1,14 +1,12 @@
 package soak
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -836,25 +834,11 @@ func rssOf(pid int) int64 {
 // go_memstats_heap_inuse_bytes (in kB) from /metrics; 0 for what it
 // cannot read.
 func runtimeOf(client *http.Client, u string) (goroutines int, heapKB int64) {
-	resp, err := client.Get(u)
+	v, err := sandboxtest.Metrics(client, u, "go_goroutines", "go_memstats_heap_inuse_bytes")
 	if err != nil {
 		return 0, 0
 	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "go_goroutines "); ok {
-			f, _ := strconv.ParseFloat(v, 64)
-			goroutines = int(f)
-		}
-		if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_heap_inuse_bytes "); ok {
-			f, _ := strconv.ParseFloat(v, 64)
-			heapKB = int64(f / 1024)
-		}
-	}
-	io.Copy(io.Discard, resp.Body)
-	return goroutines, heapKB
+	return int(v["go_goroutines"]), int64(v["go_memstats_heap_inuse_bytes"] / 1024)
 }
 
 // checkLog reads the engine's log (its plugins' stderr comes through it)

@@ -3,8 +3,12 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -405,5 +409,37 @@ func TestStatus(t *testing.T) {
 	}
 	if got.Needs[0]["spec"] != "cpus=2" || got.Needs[0]["state"] != "waiting" {
 		t.Errorf("need rendered as %v", got.Needs[0])
+	}
+}
+
+// GET /status lists every attached worker once, in order of name (the
+// map they are kept in has none), and says its length.
+func TestStatusListsWorkersByName(t *testing.T) {
+	t.Parallel()
+	signer := host.NewSigner(testSecret)
+	e := NewBooks(nil, signer, nil)
+	var want []string
+	for _, i := range rand.Perm(40) {
+		name := fmt.Sprintf("hpc-cpu-%02d", i)
+		want = append(want, name)
+		attachWorker(t, e, signer, name, fmt.Sprintf(`{"hostname":"n%d","job_id":"%d","cpus":1}`, i, 100+i))
+	}
+	slices.Sort(want)
+	rec := do(t, e, "GET", "/status", "", "")
+	var got struct {
+		Workers []struct{ Name string } `json:"workers"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, w := range got.Workers {
+		names = append(names, w.Name)
+	}
+	if !slices.Equal(names, want) {
+		t.Errorf("GET /status lists the workers %v; want %v", names, want)
+	}
+	if cl := rec.Header().Get("Content-Length"); cl != strconv.Itoa(rec.Body.Len()) {
+		t.Errorf("Content-Length %q for a body of %d bytes", cl, rec.Body.Len())
 	}
 }
