@@ -328,7 +328,7 @@ type peerSocket struct {
 // peerSockets finds the socket whose local address and port are
 // remote's and whose peer is local: the other end of the connection the
 // engine accepted from remote. It asks the kernel for that socket alone
-// (sockdiag.go), which costs the same however many connections the
+// (sockdiag_linux.go), which costs the same however many connections the
 // machine holds. /proc/net/tcp, read where the kernel does not answer,
 // lists every socket as text: with 10,000 workers connected, reading it
 // for each operator request made GET /status take 214 ms.

@@ -106,6 +106,9 @@ type Books struct {
 	// leave is closed by Dismiss: polls answer CodeLeave from then on.
 	leave       chan struct{}
 	dismissOnce sync.Once
+	// parker parks long polls (park.go); nil holds each on its
+	// goroutine. Engine.Serve sets it before serving.
+	parker *parker
 
 	// mu guards workers, results, admission and every field of every
 	// workerState. It is never held while writing a response, logging, or
@@ -182,8 +185,11 @@ type workerState struct {
 	// delivered is set once task went out in a poll's answer: from then
 	// the worker is busy with it and not expected to poll.
 	delivered bool
-	// wake holds at most one pending signal that task was set.
-	wake chan struct{}
+	// wake holds at most one pending signal that task was set, for a
+	// poll held on its goroutine; parked is the poll parked now, fired
+	// instead.
+	wake   chan struct{}
+	parked *parkedPoll
 	// session is the digest of the session secret its attach was
 	// answered with (session.go): work, result and detach must carry
 	// the secret.
@@ -235,6 +241,7 @@ func (e *Books) Changed() <-chan struct{} { return e.changed }
 // http.Server's Shutdown need not wait out PollWait. It is idempotent.
 func (e *Books) Close() {
 	e.closeOnce.Do(func() { close(e.done) })
+	e.parker.end(wakeDone)
 }
 
 // Attached lists the workers attached now, by name, for Reconcile.
@@ -383,6 +390,9 @@ func (e *Books) Assign(worker string, t Task) error {
 	case ws.wake <- struct{}{}:
 	default:
 	}
+	if ws.parked != nil {
+		ws.parked.fire(wakeTask)
+	}
 	a := Activity{Kind: EventTaskAssigned, Provisioner: ws.owner, Worker: worker, Job: ws.info.JobID, Task: t.ID}
 	e.mu.Unlock()
 	e.activity(a)
@@ -521,6 +531,7 @@ func (e *Books) Sweep() {
 // poll.
 func (e *Books) Dismiss(ctx context.Context, wait time.Duration) int {
 	e.dismissOnce.Do(func() { close(e.leave) })
+	e.parker.end(wakeLeave)
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	// A poll with a deadline, not an event: detaches are rare here and
@@ -740,24 +751,121 @@ func (e *Books) handleWork(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
+	if e.parker.canPark(r) && e.parkWork(w, r, cred, wait) {
+		return
+	}
 	task, status, reason := e.nextTask(r, cred, wait)
 	switch status {
-	case http.StatusOK:
-		writeJSON(w, status, task)
-	case http.StatusNoContent:
-		w.WriteHeader(status)
 	case http.StatusUnauthorized, http.StatusForbidden:
 		e.refuseSession(w, r, status, cred.Worker, reason)
+		return
+	}
+	status, body := workAnswer(status, reason, cred.Worker, task)
+	if body == nil {
+		w.WriteHeader(status)
+		return
+	}
+	writeJSON(w, status, body)
+}
+
+// workAnswer is the answer to GET /v1/work for what nextTask said (not
+// 401 or 403), as a status and a value to encode (nil: none), for the
+// poll held on its goroutine and the parked one alike.
+func workAnswer(status int, reason, name string, task Task) (int, any) {
+	switch status {
+	case http.StatusOK:
+		return status, task
+	case http.StatusNoContent:
+		return status, nil
 	case http.StatusGone:
-		writeJSON(w, status, worker.ErrorResponse{Error: "the engine is stopping and lets its workers go: detach and exit", Code: worker.CodeLeave})
+		return status, worker.ErrorResponse{Error: "the engine is stopping and lets its workers go: detach and exit", Code: worker.CodeLeave}
 	case http.StatusConflict:
 		if reason == pollOpen {
-			writeJSON(w, status, worker.ErrorResponse{Error: "a poll is already open for worker " + cred.Worker + "; poll again when it ends", Code: worker.CodePollOpen})
-			return
+			return status, worker.ErrorResponse{Error: "a poll is already open for worker " + name + "; poll again when it ends", Code: worker.CodePollOpen}
 		}
-		WriteError(w, status, reason)
+		return status, worker.ErrorResponse{Error: reason}
+	}
+	return http.StatusServiceUnavailable, worker.ErrorResponse{Error: "engine is shutting down"}
+}
+
+// parkWork parks a poll that would wait (park.go) and reports whether it
+// did; on false nothing was written and the caller holds the poll as
+// before. The books may change between the look before the hijack and
+// the one after; the second decides, and a poll with its answer ready
+// then is answered at once.
+func (e *Books) parkWork(w http.ResponseWriter, r *http.Request, cred host.Credential, wait time.Duration) bool {
+	name := cred.Worker
+	e.mu.Lock()
+	ws, _, _ := e.sessionLocked(r, cred)
+	waits := ws != nil && ws.polling == 0 && ws.task == nil && !isClosed(e.leave) && !isClosed(e.done)
+	e.mu.Unlock()
+	if !waits {
+		return false
+	}
+	pp, ok := e.parker.hijack(w, r)
+	if !ok {
+		return false
+	}
+	if pp == nil {
+		return true
+	}
+	e.mu.Lock()
+	counted := e.workers[name] == ws && ws.polling == 0
+	if counted {
+		ws.polling++
+		ws.lastSeen = e.now()
+		ws.parked = pp
+	}
+	now := !counted || ws.task != nil
+	pp.answer = func(why wakeReason) parkedAnswer {
+		e.mu.Lock()
+		status, reason, task := e.parkedWorkLocked(ws, name, counted, why)
+		e.mu.Unlock()
+		if why == wakeHangup {
+			return parkedAnswer{none: true}
+		}
+		status, body := workAnswer(status, reason, name, task)
+		return parkedAnswer{status: status, body: body}
+	}
+	e.mu.Unlock()
+	e.parker.hold(pp, wait, now)
+	return true
+}
+
+// parkedWorkLocked decides a parked poll's answer, as nextTask's loop
+// decides a held one's: counted says the poll was counted in ws.polling.
+// e.mu must be held.
+func (e *Books) parkedWorkLocked(ws *workerState, name string, counted bool, why wakeReason) (int, string, Task) {
+	if counted {
+		ws.polling--
+		ws.lastSeen = e.now()
+		ws.parked = nil
+	}
+	switch {
+	case why == wakeLeave:
+		return http.StatusGone, worker.CodeLeave, Task{}
+	case e.workers[name] != ws:
+		return http.StatusConflict, errNotAttached.Error(), Task{}
+	case !counted && ws.polling > 0:
+		return http.StatusConflict, pollOpen, Task{}
+	case ws.task != nil:
+		// A worker that hung up never reads the task: it stays
+		// undelivered, as in nextTask.
+		ws.delivered = why != wakeHangup
+		return http.StatusOK, "", *ws.task
+	case why == wakeDone:
+		return http.StatusServiceUnavailable, "", Task{}
+	}
+	return http.StatusNoContent, "", Task{}
+}
+
+// isClosed reports whether ch, closed once and never sent on, is closed.
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
 	default:
-		WriteError(w, status, "engine is shutting down")
+		return false
 	}
 }
 
@@ -791,31 +899,62 @@ func (e *Books) handleWatch(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, status, reason)
 		return
 	}
+	if e.parker.canPark(r) {
+		if pp, ok := e.parker.hijack(w, r); ok {
+			if pp != nil {
+				pp.answer = func(why wakeReason) parkedAnswer {
+					e.mu.Lock()
+					if e.workers[cred.Worker] == ws {
+						ws.lastSeen = e.now()
+					}
+					e.mu.Unlock()
+					status, body := watchAnswer(why)
+					return parkedAnswer{status: status, body: body, none: status == 0}
+				}
+				e.parker.hold(pp, e.pollWait(), false)
+			}
+			return
+		}
+	}
 	timer := time.NewTimer(e.pollWait())
 	defer timer.Stop()
-	answer := 0
+	var why wakeReason
 	select {
 	case <-e.leave:
-		answer = http.StatusGone
+		why = wakeLeave
 	case <-timer.C:
-		answer = http.StatusNoContent
+		why = wakeTimer
 	case <-e.done:
-		answer = http.StatusServiceUnavailable
+		why = wakeDone
 	case <-r.Context().Done():
+		why = wakeHangup
 	}
 	e.mu.Lock()
 	if e.workers[cred.Worker] == ws {
 		ws.lastSeen = e.now()
 	}
 	e.mu.Unlock()
-	switch answer {
-	case http.StatusGone:
-		writeJSON(w, answer, worker.ErrorResponse{Error: "the engine is stopping and lets its workers go: drop the task, detach and exit", Code: worker.CodeLeave})
-	case http.StatusNoContent:
-		w.WriteHeader(answer)
-	case http.StatusServiceUnavailable:
-		WriteError(w, answer, "engine is shutting down")
+	switch status, body := watchAnswer(why); {
+	case status == 0:
+	case body == nil:
+		w.WriteHeader(status)
+	default:
+		writeJSON(w, status, body)
 	}
+}
+
+// watchAnswer is the answer to GET /v1/watch when why ended it: a status
+// and a value to encode (nil: none), or 0 when the worker hung up.
+func watchAnswer(why wakeReason) (int, any) {
+	switch why {
+	case wakeLeave:
+		return http.StatusGone, worker.ErrorResponse{Error: "the engine is stopping and lets its workers go: drop the task, detach and exit", Code: worker.CodeLeave}
+	case wakeDone:
+		return http.StatusServiceUnavailable, worker.ErrorResponse{Error: "engine is shutting down"}
+	case wakeHangup:
+		return 0, nil
+	}
+	return http.StatusNoContent, nil
 }
 
 // nextTask waits up to wait for a task for the worker r's credential and

@@ -98,6 +98,9 @@ type Engine struct {
 	ln     net.Listener
 	gate   *connGate
 	srv    *http.Server
+	// parker holds the long polls Serve's server parks; nil before
+	// Serve, or where polls cannot be parked.
+	parker *parker
 	// serving and watching are the HTTP server's and the books'
 	// liveness goroutines; Stop waits for both.
 	serving  sync.WaitGroup
@@ -251,15 +254,13 @@ func (e *Engine) Mux(protect func(http.Handler) http.Handler, metricsOpen bool) 
 // every timeout set and the connection cap, until Stop.
 func (e *Engine) Serve(handler http.Handler) {
 	e.srv = newHTTPServer(handler, e.gate, e.Books.pollWait(), e.cfg.TLS)
+	rl := serverListener(e.ln, e.cfg.TLS)
+	e.parker = newParker(e.gate, rl)
+	e.Books.parker = e.parker
 	e.serving.Add(1)
 	go func() {
 		defer e.serving.Done()
-		var err error
-		if e.cfg.TLS != nil {
-			err = e.srv.ServeTLS(e.ln, "", "")
-		} else {
-			err = e.srv.Serve(e.ln)
-		}
+		err := e.srv.Serve(rl)
 		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			e.logger.Error("http server stopped", "error", err)
 		}
@@ -429,6 +430,9 @@ func (e *Engine) Stop(ctx context.Context) []StopResult {
 		e.ln.Close()
 	}
 	e.serving.Wait()
+	// Hijacked connections are not the server's to wait for: the
+	// parked polls' are answered and closed here.
+	e.parker.close()
 	e.stopLive()
 	e.watching.Wait()
 	return results

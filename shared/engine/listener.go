@@ -138,6 +138,11 @@ type connEntry struct {
 	// is not credentialed): it is outside the cap and the strangers'
 	// share until the request ends. Guarded by gate.mu.
 	operator bool
+	// parked says a worker's poll has taken the connection from the
+	// server (park.go): it stays counted, as the worker's, while the
+	// server has no word of it, and comes back to the server as the same
+	// entry. Guarded by gate.mu.
+	parked bool
 }
 
 type connEntryKey struct{}
@@ -156,11 +161,19 @@ func newConnGate(max int, logger hclog.Logger, logs *loglimit.Limiter) *connGate
 }
 
 // connContext registers c; the server calls it before connState(StateNew).
+// A connection a parked poll gives back keeps its entry, and stays the
+// worker's.
 func (g *connGate) connContext(ctx context.Context, c net.Conn) context.Context {
-	e := &connEntry{gate: g, conn: c, since: time.Now()}
 	g.mu.Lock()
-	g.conns[c] = e
-	g.nGuests++
+	e := g.conns[c]
+	if e != nil && e.parked {
+		e.parked = false
+		e.since = time.Now()
+	} else {
+		e = &connEntry{gate: g, conn: c, since: time.Now()}
+		g.conns[c] = e
+		g.nGuests++
+	}
 	g.mu.Unlock()
 	return context.WithValue(ctx, connEntryKey{}, e)
 }
@@ -173,7 +186,16 @@ func (g *connGate) connState(c net.Conn, st http.ConnState) {
 		return
 	}
 	switch st {
-	case http.StateClosed, http.StateHijacked:
+	case http.StateHijacked:
+		if e.parked {
+			e.state = st
+			g.mu.Unlock()
+			return
+		}
+		g.removeLocked(e)
+		g.mu.Unlock()
+		return
+	case http.StateClosed:
 		g.removeLocked(e)
 		g.mu.Unlock()
 		return
@@ -289,6 +311,45 @@ func MarkOperator(ctx context.Context) (done func()) {
 			g.nGuests++
 		}
 	}
+}
+
+// park marks the connection of ctx's request as about to be taken by a
+// parked poll; false if the gate does not know it (the poll is held as
+// before). Only a worker's connection is parked.
+func (g *connGate) park(ctx context.Context) bool {
+	e, _ := ctx.Value(connEntryKey{}).(*connEntry)
+	if e == nil || e.gate != g {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, open := g.conns[e.conn]; !open || !e.credentialed {
+		return false
+	}
+	e.parked = true
+	return true
+}
+
+// unpark undoes park when the hijack failed: the server still has the
+// connection.
+func (g *connGate) unpark(ctx context.Context) {
+	e, _ := ctx.Value(connEntryKey{}).(*connEntry)
+	if e == nil {
+		return
+	}
+	g.mu.Lock()
+	e.parked = false
+	g.mu.Unlock()
+}
+
+// forget removes c, a parked poll's connection closed without going back
+// to the server.
+func (g *connGate) forget(c net.Conn) {
+	g.mu.Lock()
+	if e := g.conns[c]; e != nil {
+		g.removeLocked(e)
+	}
+	g.mu.Unlock()
 }
 
 // counts reports open connections, strangers among them, and connections

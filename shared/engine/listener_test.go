@@ -27,7 +27,7 @@ import (
 	"github.com/fluksio/provision/shared/host"
 )
 
-// startListener serves e the way runMain does, with a gate of max
+// startListener serves e the way Engine.Serve does (polls parked), with a gate of max
 // connections, on a loopback port; it returns the address.
 func startListener(t *testing.T, e *Books, max int, tlsConfig *tls.Config) (string, *connGate) {
 	t.Helper()
@@ -37,19 +37,19 @@ func startListener(t *testing.T, e *Books, max int, tlsConfig *tls.Config) (stri
 	}
 	gate := newConnGate(max, e.logger, loglimit.New(refusalLogBurst, refusalLogWindow))
 	srv := newHTTPServer(e.Handler(), gate, e.pollWait(), tlsConfig)
+	rl := serverListener(ln, tlsConfig)
+	p := newParker(gate, rl)
+	e.parker = p
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if tlsConfig != nil {
-			srv.ServeTLS(ln, "", "")
-		} else {
-			srv.Serve(ln)
-		}
+		srv.Serve(rl)
 	}()
 	t.Cleanup(func() {
 		e.Close()
 		srv.Close()
 		<-done
+		p.close()
 	})
 	return ln.Addr().String(), gate
 }

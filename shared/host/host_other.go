@@ -1,6 +1,6 @@
 //go:build !linux
 
-package shared
+package host
 
 import "os/exec"
 
