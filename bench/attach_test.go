@@ -61,6 +61,9 @@ type attachResult struct {
 	// resident set of a held connection goes.
 	heapKB, stackKB int64
 	goroutines      int
+	// idleKB is heap the collector freed and the runtime has not yet
+	// given back to the kernel: resident, but nobody's.
+	idleKB int64
 	// page is the status page's first render in chromium: from the
 	// navigation's start to the frame after the page drew GET /status
 	// (the page's own performance mark).
@@ -299,7 +302,7 @@ provisioner "memory" "mem" {
 	if res.rssKB, err = rssKB(cmd.Process.Pid); err != nil {
 		tb.Fatal(err)
 	}
-	res.heapKB, res.stackKB, res.goroutines = engineMemory(tb, base)
+	res.heapKB, res.stackKB, res.idleKB, res.goroutines = engineMemory(tb, base)
 	res.page = measurePage(tb, base, n)
 	if err := pollErr.Load(); err != nil {
 		tb.Fatalf("a worker stopped polling: %v", err)
@@ -342,8 +345,8 @@ func attachRows(rep *report, rs []attachResult) {
 			fmt.Sprintf("%.0f/s (%s)", r.rate(), dur(r.elapsed)), "—", "—", "≥ 2000/s", verdict(r.rate(), 2000, false, "/s")})
 	}
 	for _, r := range rs {
-		rep.note("Attach, %d workers: the engine's RSS %.1f MB, of which its Go heap in use %.1f MB and goroutine stacks %.1f MB (%d goroutines): %.1f KB of RSS a worker.",
-			r.n, mb(r.rssKB), mb(r.heapKB), mb(r.stackKB), r.goroutines, float64(r.rssKB)/float64(r.n))
+		rep.note("Attach, %d workers: the engine's RSS %.1f MB, of which its Go heap in use %.1f MB, freed heap not yet returned to the kernel %.1f MB and goroutine stacks %.1f MB (%d goroutines): %.1f KB of RSS a worker.",
+			r.n, mb(r.rssKB), mb(r.heapKB), mb(r.idleKB), mb(r.stackKB), r.goroutines, float64(r.rssKB)/float64(r.n))
 	}
 	rt, gv = grows(float64(big.status), float64(mid.status))
 	rep.add(row{fmt.Sprintf("GET /status with %s workers polling (median of 3)", at), strings.Join(status, " / "), "1,000", rt, "10,000/1,000 ≤ 12×", gv})
@@ -358,19 +361,20 @@ func attachRows(rep *report, rs []attachResult) {
 }
 
 // engineMemory reads the Go runtime's figures from the engine's /metrics
-// (open on loopback): heap in use and goroutine stacks, in KB, and the
-// number of goroutines.
-func engineMemory(tb testing.TB, base string) (heapKB, stackKB int64, goroutines int) {
+// (open on loopback): heap in use, goroutine stacks and idle heap not
+// yet released, in KB, and the number of goroutines.
+func engineMemory(tb testing.TB, base string) (heapKB, stackKB, idleKB int64, goroutines int) {
 	tb.Helper()
-	const heap, stack, gs = "go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes", "go_goroutines"
-	v, err := sandboxtest.Metrics(http.DefaultClient, base+"/metrics", heap, stack, gs)
+	const heap, stack, idle, released, gs = "go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes",
+		"go_memstats_heap_idle_bytes", "go_memstats_heap_released_bytes", "go_goroutines"
+	v, err := sandboxtest.Metrics(http.DefaultClient, base+"/metrics", heap, stack, idle, released, gs)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if len(v) != 3 {
-		tb.Fatalf("the engine's /metrics lacks some of %s, %s and %s: %v", heap, stack, gs, v)
+	if len(v) != 5 {
+		tb.Fatalf("the engine's /metrics lacks some of %s, %s, %s, %s and %s: %v", heap, stack, idle, released, gs, v)
 	}
-	return int64(v[heap] / 1024), int64(v[stack] / 1024), int(v[gs])
+	return int64(v[heap] / 1024), int64(v[stack] / 1024), int64((v[idle] - v[released]) / 1024), int(v[gs])
 }
 
 // maxPageWorkers is the status page's MAX_WORKERS (host-example/web/app.js).

@@ -1,12 +1,14 @@
 package engine
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -1182,7 +1184,84 @@ func (e *Books) handleStatus(w http.ResponseWriter, r *http.Request) {
 	for k, i := range order {
 		report.Workers[k] = all[i]
 	}
-	writeJSON(w, http.StatusOK, report)
+	report.stream(w)
+}
+
+// stream writes the report as statusReport's JSON, its two long lists
+// (a worker and a need each of 10,000 machines) one element at a time,
+// each on a line of its own, so that the answer is never whole in
+// memory. Encoded whole, a 5 MB answer at 10,000 workers left two 8 MB
+// buffers behind it (encoding/json keeps its own in a pool, and
+// writeJSON kept the other): a third of the engine's heap. The cost: no
+// Content-Length (the body is chunked), and an encoding error found part
+// way through cannot become a 500; the connection is then cut, so that a
+// reader sees a broken answer rather than a short one.
+func (report statusReport) stream(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	js := newJSONStream(w)
+	js.raw(`{"engine_id":`)
+	js.value(report.EngineID)
+	js.raw(",\n\"provisioners\":")
+	js.value(report.Provisioners)
+	js.raw(",\n\"workers\":[")
+	for i := range report.Workers {
+		js.element(i, &report.Workers[i])
+	}
+	js.raw("\n],\n\"needs\":[")
+	for i := range report.Needs {
+		js.element(i, &report.Needs[i])
+	}
+	js.raw("\n],\n\"held_back\":")
+	js.value(report.HeldBack)
+	js.raw("}\n")
+	if js.err == nil {
+		js.err = js.w.Flush()
+	}
+	if js.err != nil {
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// jsonStream writes a JSON document in parts, each value encoded into a
+// buffer of its own size; the first error stops it.
+type jsonStream struct {
+	w   *bufio.Writer
+	buf bytes.Buffer
+	enc *json.Encoder
+	err error
+}
+
+func newJSONStream(w io.Writer) *jsonStream {
+	js := &jsonStream{w: bufio.NewWriterSize(w, 32<<10)}
+	js.enc = json.NewEncoder(&js.buf)
+	return js
+}
+
+func (js *jsonStream) raw(s string) {
+	if js.err == nil {
+		_, js.err = js.w.WriteString(s)
+	}
+}
+
+// value writes v without the newline json.Encoder ends it with.
+func (js *jsonStream) value(v any) {
+	if js.err != nil {
+		return
+	}
+	js.buf.Reset()
+	if js.err = js.enc.Encode(v); js.err == nil {
+		_, js.err = js.w.Write(bytes.TrimSuffix(js.buf.Bytes(), []byte("\n")))
+	}
+}
+
+// element writes v as the i-th element of a list, on a line of its own.
+func (js *jsonStream) element(i int, v any) {
+	if i > 0 {
+		js.raw(",")
+	}
+	js.raw("\n")
+	js.value(v)
 }
 
 // -- plumbing ------------------------------------------------------------
@@ -1193,15 +1272,14 @@ func WriteError(w http.ResponseWriter, status int, msg string) {
 
 // writeJSON encodes v before writing anything, so that an encoding failure
 // can still become a 500 rather than half a body. The encoding goes into
-// a pooled buffer: GET /status of 10,000 workers is 5 MB, and
-// json.Marshal's own result, copied again to add the newline, made
-// 10 MB of garbage an answer.
+// a pooled buffer, to spare a small answer json.Marshal's copy; a long
+// answer is streamed instead (statusReport.stream).
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	buf := jsonBuffers.Get().(*bytes.Buffer)
 	defer func() {
-		// A buffer grown by a rare huge answer is left to the collector
-		// rather than kept for every small one.
-		if buf.Cap() <= 16<<20 {
+		// A buffer grown by a rare large answer is left to the
+		// collector rather than kept for every small one.
+		if buf.Cap() <= 64<<10 {
 			buf.Reset()
 			jsonBuffers.Put(buf)
 		}

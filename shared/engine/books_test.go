@@ -1,14 +1,15 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -439,7 +440,74 @@ func TestStatusListsWorkersByName(t *testing.T) {
 	if !slices.Equal(names, want) {
 		t.Errorf("GET /status lists the workers %v; want %v", names, want)
 	}
-	if cl := rec.Header().Get("Content-Length"); cl != strconv.Itoa(rec.Body.Len()) {
-		t.Errorf("Content-Length %q for a body of %d bytes", cl, rec.Body.Len())
+	// Streamed, one worker a line: an operator's grep finds a worker's
+	// whole entry.
+	for _, name := range want {
+		if !slices.ContainsFunc(strings.Split(rec.Body.String(), "\n"), func(line string) bool {
+			return strings.HasPrefix(line, `{"name":"`+name+`"`)
+		}) {
+			t.Errorf("no line of GET /status starts with worker %s:\n%s", name, rec.Body)
+		}
+	}
+}
+
+// TestStatusCutWhenEncodingFails: GET /status is streamed, so an
+// encoding error part way through cannot become a 500; the connection
+// is cut instead, and the reader sees a broken answer, never a short
+// one that parses.
+func TestStatusCutWhenEncodingFails(t *testing.T) {
+	t.Parallel()
+	s := host.NewSigner(testSecret)
+	e := NewBooks(nil, s, nil)
+	for i := range 300 {
+		attachWorker(t, e, s, fmt.Sprintf("hpc-cut-%03d", i), fmt.Sprintf(`{"hostname":"n%d","job_id":"%d","cpus":1}`, i, 100+i))
+	}
+	e.mu.Lock()
+	// encoding/json refuses a time past the year 9999.
+	e.workers["hpc-cut-299"].lastSeen = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+	e.mu.Unlock()
+	addr, _ := startListener(t, e, 0, nil)
+	resp, err := http.Get("http://" + addr + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil {
+		t.Errorf("GET /status with a worker it cannot encode read to its end (%d bytes, status %d); want the connection cut", len(body), resp.StatusCode)
+	}
+	if json.Valid(body) {
+		t.Errorf("the cut answer parses as JSON")
+	}
+}
+
+// TestStatusStreamIsTheReport: the streamed GET /status is, but for
+// whitespace, statusReport encoded whole: the same keys in the same
+// order, so that its struct tags stay the answer's schema.
+func TestStatusStreamIsTheReport(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 6, 1, 2, 3, 0, time.UTC)
+	report := statusReport{
+		EngineID:     "eng-1",
+		Provisioners: []host.ProvisionerStatus{{Name: "slurm"}},
+		Workers: []workerStatus{
+			{WorkerInfo: WorkerInfo{Name: "a", JobID: "1"}, AttachedAt: now, LastSeen: now, Polling: true},
+			{WorkerInfo: WorkerInfo{Name: "b", JobID: "2"}, AttachedAt: now, LastSeen: now, Task: "t-1"},
+		},
+		Needs:    []NeedStatus{{ID: "need-1", Spec: "cpus=1", State: NeedWaiting, Detail: "waiting"}},
+		HeldBack: []HeldProfile{},
+	}
+	rec := httptest.NewRecorder()
+	report.stream(rec)
+	var got bytes.Buffer
+	if err := json.Compact(&got, rec.Body.Bytes()); err != nil {
+		t.Fatalf("the stream is not JSON: %v\n%s", err, rec.Body)
+	}
+	want, err := json.Marshal(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.String() != string(want) {
+		t.Errorf("streamed:\n%s\nwhole:\n%s", got.String(), want)
 	}
 }

@@ -140,23 +140,55 @@ type needState struct {
 	task, worker string
 	served       bool
 	result       Result
-	// asked is the last outcome per target, as the status page shows
-	// it; logged is the last one logged, so a pass logs only what
-	// changed and an idle engine's log stays quiet.
-	asked  map[string]asked
-	logged map[string]loggedOutcome
 	// uncovered is set once "nothing covers this" has been logged.
 	uncovered bool
-	// failover is, per target, the last route around a backing-off
-	// profile that was logged ("small -> cpu"); route is the need asked
-	// for instead of need at that target, and tried the profiles tried on
-	// the way there.
-	failover map[string]string
-	route    map[string]shared.Need
-	tried    map[string]map[string]bool
-	// refused names the targets that could not fit the need or failed:
-	// it is asked of the next covering target instead.
-	refused map[string]bool
+	// at is what each target asked has said about the need, in the
+	// order they were first asked. A list, not a map per kind of fact:
+	// a need is asked of one target or a few, and six maps a need were a
+	// third of the engine's heap with 10,000 needs waiting.
+	at []*needAt
+}
+
+// needAt is what one target has said about one need.
+type needAt struct {
+	target string
+	// asked is the target's last outcome, as the status page shows it
+	// (hasAsked: there is one); logged is the last one logged, so a pass
+	// logs only what changed and an idle engine's log stays quiet.
+	asked    asked
+	hasAsked bool
+	logged   loggedOutcome
+	// failover is the last route around a backing-off profile that was
+	// logged ("small -> cpu"); route, when set, is the need asked for
+	// instead of need at the target, and tried the profiles tried on the
+	// way there.
+	failover string
+	route    *shared.Need
+	tried    map[string]bool
+	// refused: the target could not fit the need or failed, and it is
+	// asked of the next covering target instead.
+	refused bool
+}
+
+// atTarget is what target has said about ns, made when it has said
+// nothing yet. p.mu must be held.
+func (ns *needState) atTarget(target string) *needAt {
+	if a := ns.seen(target); a != nil {
+		return a
+	}
+	a := &needAt{target: target}
+	ns.at = append(ns.at, a)
+	return a
+}
+
+// seen is what target has said about ns, or nil. p.mu must be held.
+func (ns *needState) seen(target string) *needAt {
+	for _, a := range ns.at {
+		if a.target == target {
+			return a
+		}
+	}
+	return nil
 }
 
 // NewRouter returns a Router that hands tasks out through engine and asks
@@ -182,8 +214,7 @@ func (p *Router) AddWork(n shared.Need, work time.Duration) string {
 	defer p.mu.Unlock()
 	p.added++
 	id := "need-" + strconv.Itoa(p.added)
-	p.needs = append(p.needs, &needState{id: id, need: n, work: work, asked: map[string]asked{}, logged: map[string]loggedOutcome{}, failover: map[string]string{},
-		route: map[string]shared.Need{}, tried: map[string]map[string]bool{}, refused: map[string]bool{}})
+	p.needs = append(p.needs, &needState{id: id, need: n, work: work})
 	return id
 }
 
@@ -468,8 +499,8 @@ func (p *Router) provision(ctx context.Context, waiting []*needState) {
 		}
 		p.mu.Lock()
 		need := ns.need
-		if r, ok := ns.route[t.Name]; ok {
-			need = r
+		if a := ns.seen(t.Name); a != nil && a.route != nil {
+			need = *a.route
 		}
 		p.mu.Unlock()
 		if profile, ok := profileFor(t.Shapes, need); ok {
@@ -483,7 +514,7 @@ func (p *Router) provision(ctx context.Context, waiting []*needState) {
 		rounds[t.Name].add(need, ns)
 	}
 	for _, h := range held {
-		p.noteDemand(h.t, h.ns, h.need, h.o, h.reason)
+		p.noteDemand(h.t, h.ns, h.need, h.o, wordsOf(h.o), h.reason)
 	}
 
 	var started sync.WaitGroup
@@ -572,15 +603,18 @@ func (p *Router) route(ns *needState, targets []targetState) (targetState, bool)
 	for pass := 0; pass < 2; pass++ {
 		for _, t := range covering {
 			if t.down {
-				ns.asked[t.Name] = asked{reason: ReasonProvisionerDown, desc: "down"}
-				ns.logged[t.Name] = loggedOutcome{kind: "down", desc: "down"}
+				a := ns.atTarget(t.Name)
+				a.asked, a.hasAsked = asked{reason: ReasonProvisionerDown, desc: "down"}, true
+				a.logged = loggedOutcome{kind: "down", desc: "down"}
 				continue
 			}
-			if !ns.refused[t.Name] {
+			if a := ns.seen(t.Name); a == nil || !a.refused {
 				return t, true
 			}
 		}
-		clear(ns.refused)
+		for _, a := range ns.at {
+			a.refused = false
+		}
 	}
 	return targetState{}, false
 }
@@ -616,14 +650,23 @@ func (p *Router) askTarget(ctx context.Context, t Target, rd *round, attached []
 	p.holds.reported(t.Name, resp.Profiles)
 	p.noteProfiles(t.Name, resp.Profiles)
 	for i, o := range resp.Outcomes {
+		// One description an outcome, shared by its needs: a burst of
+		// 10,000 is one outcome.
+		words := wordsOf(o)
 		for _, ns := range rd.needs[i] {
-			p.noteDemand(t, ns, rd.demand[i].Need, o, reasonOf(o))
+			p.noteDemand(t, ns, rd.demand[i].Need, o, words, reasonOf(o))
 		}
 	}
 }
 
-// noteDemand records what a target did about one need.
-func (p *Router) noteDemand(t Target, ns *needState, asked shared.Need, o shared.DemandOutcome, reason WaitReason) {
+// outcomeWords is an outcome as the status page says it (desc) and as
+// the log records it (kv).
+type outcomeWords struct {
+	desc string
+	kv   []any
+}
+
+func wordsOf(o shared.DemandOutcome) outcomeWords {
 	desc := o.Outcome.String()
 	if o.Profile != "" {
 		desc += " " + o.Profile
@@ -631,6 +674,12 @@ func (p *Router) noteDemand(t Target, ns *needState, asked shared.Need, o shared
 	if o.Detail != "" {
 		desc += ": " + o.Detail
 	}
+	return outcomeWords{desc, []any{"outcome", o.Outcome.String(), "profile", o.Profile, "detail", o.Detail}}
+}
+
+// noteDemand records what a target did about one need: o, in words.
+func (p *Router) noteDemand(t Target, ns *needState, asked shared.Need, o shared.DemandOutcome, words outcomeWords, reason WaitReason) {
+	desc := words.desc
 	switch o.Outcome {
 	case shared.OutcomeNoFit:
 		p.refuse(ns, t.Name)
@@ -639,28 +688,26 @@ func (p *Router) noteDemand(t Target, ns *needState, asked shared.Need, o shared
 		// smallest profile that fits it is its own, unless one that fits
 		// it is tried already; then a later pass tries the one after.
 		p.mu.Lock()
-		if ns.tried[t.Name] == nil {
-			ns.tried[t.Name] = map[string]bool{}
+		at := ns.atTarget(t.Name)
+		if at.tried == nil {
+			at.tried = map[string]bool{}
 		}
-		tried := ns.tried[t.Name]
-		tried[o.Profile] = true
-		next, ok := nextShape(t.Shapes, ns.need, tried)
+		at.tried[o.Profile] = true
+		next, ok := nextShape(t.Shapes, ns.need, at.tried)
 		var route string
 		if ok {
-			tried[next.Profile] = true
-			ns.route[t.Name] = shared.Need{CPUs: max(asked.CPUs, next.CPUs), GPUs: max(asked.GPUs, next.GPUs),
+			at.tried[next.Profile] = true
+			at.route = &shared.Need{CPUs: max(asked.CPUs, next.CPUs), GPUs: max(asked.GPUs, next.GPUs),
 				RAMMB: max(asked.RAMMB, next.RAMMB), Label: ns.need.Label}
 			route = o.Profile + " -> " + next.Profile
 		} else {
 			// Every shape backs off: back to the smallest, and let the
 			// other targets have a go.
-			delete(ns.route, t.Name)
-			delete(ns.tried, t.Name)
-			ns.refused[t.Name] = true
+			at.route, at.tried, at.refused = nil, nil, true
 		}
-		changed := route != "" && ns.failover[t.Name] != route
+		changed := route != "" && at.failover != route
 		if route != "" {
-			ns.failover[t.Name] = route
+			at.failover = route
 		}
 		p.mu.Unlock()
 		if changed {
@@ -669,18 +716,18 @@ func (p *Router) noteDemand(t Target, ns *needState, asked shared.Need, o shared
 		}
 	}
 	p.mu.Lock()
-	if route := ns.failover[t.Name]; route != "" && o.Outcome != shared.OutcomeBackingOff {
-		desc = "failed over (" + route + "): " + desc
+	if a := ns.seen(t.Name); a != nil && a.failover != "" && o.Outcome != shared.OutcomeBackingOff {
+		desc = "failed over (" + a.failover + "): " + desc
 	}
 	p.mu.Unlock()
-	p.noteOutcome(ns, t.Name, reason, desc, []any{"outcome", o.Outcome.String(), "profile", o.Profile, "detail", o.Detail})
+	p.noteOutcome(ns, t.Name, reason, desc, words.kv)
 }
 
 // refuse routes ns away from target until every covering target has
 // refused it.
 func (p *Router) refuse(ns *needState, target string) {
 	p.mu.Lock()
-	ns.refused[target] = true
+	ns.atTarget(target).refused = true
 	p.mu.Unlock()
 }
 
@@ -743,12 +790,13 @@ func (p *Router) noteOutcome(ns *needState, target string, reason WaitReason, de
 	kind, _, _ := strings.Cut(desc, ": ")
 	now := time.Now()
 	p.mu.Lock()
-	ns.asked[target] = asked{reason: reason, desc: desc}
-	last := ns.logged[target]
+	at := ns.atTarget(target)
+	at.asked, at.hasAsked = asked{reason: reason, desc: desc}, true
+	last := at.logged
 	changed := desc != last.desc &&
 		(kind != last.kind || reason == ReasonError || now.Sub(last.at) >= relogDetail)
 	if changed {
-		ns.logged[target] = loggedOutcome{kind: kind, desc: desc, at: now}
+		at.logged = loggedOutcome{kind: kind, desc: desc, at: now}
 	}
 	p.mu.Unlock()
 	if !changed {
@@ -896,10 +944,10 @@ func (p *Router) waitingLocked(ns *needState) (WaitReason, string) {
 			continue
 		}
 		covered = true
-		if a, ok := ns.asked[ts.Name]; ok {
-			said = append(said, ts.Name+" "+a.desc)
+		if a := ns.seen(ts.Name); a != nil && a.hasAsked {
+			said = append(said, ts.Name+" "+a.asked.desc)
 			if reason == "" {
-				reason = a.reason
+				reason = a.asked.reason
 			}
 		}
 	}

@@ -464,3 +464,64 @@ func TestPassLogsOutcomesNotTheirWording(t *testing.T) {
 		t.Errorf("a new outcome was logged %d times; want 1:\n%s", c, logs)
 	}
 }
+
+// TestPassFailsOverABackingOffProfile: a need whose profile backs off is
+// asked next pass for the next fitting shape of the same target, and says
+// so; once every shape of that target backs off, it is asked of the next
+// covering target.
+func TestPassFailsOverABackingOffProfile(t *testing.T) {
+	t.Parallel()
+	logger, _ := testLogger(t)
+	var mu sync.Mutex
+	cpuBacksOff := false
+	shapes := []shared.Shape{{Profile: "small", CPUs: 2}, {Profile: "cpu", CPUs: 8}}
+	flaky := &sharedtest.Provisioner{Name: "flaky", ShapeList: shapes,
+		OnProvision: func(r *shared.ProvisionRequest) (*shared.ProvisionResponse, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			resp := &shared.ProvisionResponse{}
+			for _, d := range r.Demand {
+				o := shared.DemandOutcome{Outcome: shared.OutcomeBackingOff, Profile: "small"}
+				if d.Need.CPUs > 2 {
+					o.Profile = "cpu"
+					if !cpuBacksOff {
+						o.Outcome = shared.OutcomeRequested
+					}
+				}
+				resp.Outcomes = append(resp.Outcomes, o)
+			}
+			return resp, nil
+		}}
+	other := &sharedtest.Provisioner{Name: "other", ShapeList: []shared.Shape{{Profile: "p", CPUs: 4}}, OnProvision: requested}
+	p := NewRouter(logger, NewBooks(nil, host.NewSigner(testSecret), nil), []Target{
+		{Name: "flaky", P: flaky, Shapes: flaky.ShapeList},
+		{Name: "other", P: other, Shapes: other.ShapeList},
+	})
+	p.Add(shared.Need{CPUs: 1})
+	p.Pass(context.Background())
+	if d := flaky.LastDemand(); len(d) != 1 || d[0].Need.CPUs != 1 {
+		t.Fatalf("first pass asked flaky for %+v; want the need as it is", d)
+	}
+	p.Pass(context.Background())
+	if d := flaky.LastDemand(); len(d) != 1 || d[0].Need.CPUs != 8 {
+		t.Fatalf("after small backed off, flaky was asked for %+v; want the need at cpu's size (8 CPUs)", d)
+	}
+	if st := p.Needs(); len(st) != 1 || !strings.Contains(st[0].Detail, "failed over (small -> cpu): requested cpu") {
+		t.Errorf("the need says %+v; want it to name the route around small", st)
+	}
+	if len(other.LastDemand()) != 0 {
+		t.Errorf("other was asked for %+v while flaky had a shape left", other.LastDemand())
+	}
+
+	mu.Lock()
+	cpuBacksOff = true
+	mu.Unlock()
+	p.Pass(context.Background()) // cpu backs off too: flaky has nothing left
+	p.Pass(context.Background())
+	if d := other.LastDemand(); len(d) != 1 || d[0].Need.CPUs != 1 {
+		t.Errorf("with every shape of flaky backing off, other was asked for %+v; want the need as it is", d)
+	}
+	if d := flaky.LastDemand(); len(d) != 0 {
+		t.Errorf("flaky is still asked for %+v with every shape backing off", d)
+	}
+}
