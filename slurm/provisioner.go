@@ -49,6 +49,9 @@ type Provisioner struct {
 	sshPath string
 	now     func() time.Time
 
+	// outHint sizes the buffer each command's output is read into.
+	outHint outputSizes
+
 	// life is cancelled when Shutdown returns; every submission's context
 	// derives from it, so no goroutine outlives the Provisioner's use.
 	life context.Context
@@ -960,6 +963,12 @@ func (p *Provisioner) settleCancels(ctx context.Context, cfg *settings, host sha
 // said so (scancel fails on an id it has already forgotten). It returns
 // the ids still to cancel.
 func (p *Provisioner) goneFromQueue(ctx context.Context, cfg *settings, host shared.Host, rows []jobRow) []string {
+	p.mu.Lock()
+	none := len(p.cancelling) == 0
+	p.mu.Unlock()
+	if none {
+		return nil // Nothing being cancelled: no index of the queue to make.
+	}
 	active := map[string]string{}
 	for _, row := range rows {
 		if !endedStates[row.state] {

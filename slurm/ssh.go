@@ -181,7 +181,8 @@ func (p *Provisioner) sshAt(ctx context.Context, cfg *settings, i int, stdin []b
 	if socket != "" {
 		mux = []string{"-o", "ControlMaster=auto", "-o", "ControlPath=" + socket, "-o", "ControlPersist=" + controlPersist}
 	}
-	stdout, stderr, err = p.run(ctx, sshArgvAt(cfg, at, mux, remote), stdin)
+	stdout, stderr, err = p.run(ctx, sshArgvAt(cfg, at, mux, remote), stdin, p.outHint.get(remote[0]))
+	p.outHint.note(remote[0], len(stdout))
 	if socket != "" {
 		p.checkMux(ctx, cfg, i, socket, err, stdout, stderr)
 		if ctx.Err() == nil && muxFailed(err, stdout, stderr) {
@@ -190,20 +191,22 @@ func (p *Provisioner) sshAt(ctx context.Context, cfg *settings, i int, stdin []b
 			// have said so: the socket exists), so the command never
 			// ran: run it once more on a plain connection.
 			p.sshLog(cfg).Warn("the shared ssh connection failed; retrying on a connection of its own", "login", at.String(), "stderr", truncate(string(stderr)))
-			stdout, stderr, err = p.run(ctx, sshArgvAt(cfg, at, []string{"-o", "ControlPath=none"}, remote), stdin)
+			stdout, stderr, err = p.run(ctx, sshArgvAt(cfg, at, []string{"-o", "ControlPath=none"}, remote), stdin, p.outHint.get(remote[0]))
 		}
 	}
 	return stdout, stderr, err
 }
 
-// run runs ssh once with args.
-func (p *Provisioner) run(ctx context.Context, args []string, stdin []byte) (stdout, stderr []byte, err error) {
+// run runs ssh once with args; its output is read into a buffer made
+// for about outSize bytes.
+func (p *Provisioner) run(ctx context.Context, args []string, stdin []byte, outSize int) (stdout, stderr []byte, err error) {
 	cmd := exec.CommandContext(ctx, p.sshPath, args...)
 	cmd.WaitDelay = sshWaitDelay
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}
 	var out, errOut bytes.Buffer
+	out.Grow(outSize)
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err = cmd.Run()
 	if errors.Is(err, exec.ErrWaitDelay) && cmd.ProcessState != nil && cmd.ProcessState.Success() {
@@ -560,4 +563,33 @@ func (p *Provisioner) stopMasters(ctx context.Context, cfg *settings, dir string
 		}()
 	}
 	wg.Wait()
+}
+
+// outputSizes remembers how much each command printed last, so that the
+// next call reads it into a buffer of that size at once: squeue prints a
+// megabyte at 10,000 jobs, and a buffer grown to it by doubling cost two
+// megabytes and a copy of each a poll cycle.
+type outputSizes struct {
+	mu   sync.Mutex     // guards last
+	last map[string]int // by command name
+}
+
+// maxOutputHint bounds a hint, so that one huge answer does not make
+// every later call of the command allocate as much.
+const maxOutputHint = 16 << 20
+
+func (o *outputSizes) get(command string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := o.last[command]
+	return n + n/8 // room for a little growth
+}
+
+func (o *outputSizes) note(command string, n int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.last == nil {
+		o.last = map[string]int{}
+	}
+	o.last[command] = min(n, maxOutputHint)
 }

@@ -54,10 +54,9 @@ func TestBareArrayRowStandsForItsTask(t *testing.T) {
 	for _, dir := range versionDirs(t) {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
 			rows := parseRows([]byte(fixture(t, dir, "array-one-cancelled.squeue")))
-			byID := map[string]jobRow{}
+			byID := indexRows(rows)
 			array := ""
 			for _, r := range rows {
-				byID[r.id] = r
 				if r.state == "RUNNING" {
 					array, _ = splitTask(r.id)
 				}
