@@ -401,8 +401,18 @@ func (p *Router) match() []*needState {
 	slices.SortStableFunc(order, func(a, b *needState) int {
 		return cmp.Or(cmp.Compare(b.need.GPUs, a.need.GPUs), cmp.Compare(b.need.CPUs, a.need.CPUs), cmp.Compare(b.need.RAMMB, a.need.RAMMB))
 	})
+	// unfit holds the needs no idle worker left fits. Workers are only
+	// taken as the pass goes on, so such a need stays unfit to its end,
+	// and the needs like it (a burst's are all alike) skip the scan:
+	// with 10,000 needs waiting and workers attaching, scanning the idle
+	// list for each made a pass cost needs × idle workers.
+	unfit := map[shared.Need]bool{}
 	for _, ns := range order {
 		if ns.served || ns.task != "" {
+			continue
+		}
+		if unfit[ns.need] {
+			waiting = append(waiting, ns)
 			continue
 		}
 		found := false
@@ -420,6 +430,7 @@ func (p *Router) match() []*needState {
 			}
 		}
 		if !found {
+			unfit[ns.need] = true
 			waiting = append(waiting, ns)
 		}
 	}

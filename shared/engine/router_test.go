@@ -525,3 +525,29 @@ func TestPassFailsOverABackingOffProfile(t *testing.T) {
 		t.Errorf("flaky is still asked for %+v with every shape backing off", d)
 	}
 }
+
+// TestPassGivesASmallNeedTheWorkerABigOneCannotUse: the most demanding
+// needs choose first, and once no idle worker fits one, the needs like
+// it skip the scan; a smaller need after them still gets the worker
+// that fits it, in the same pass.
+func TestPassGivesASmallNeedTheWorkerABigOneCannotUse(t *testing.T) {
+	t.Parallel()
+	signer := host.NewSigner(testSecret)
+	e := NewBooks(nil, signer, nil)
+	prov := &sharedtest.Provisioner{Name: "hpc", ShapeList: []shared.Shape{{Profile: "big", CPUs: 64, GPUs: 4}}, OnProvision: requested}
+	p := NewRouter(nil, e, []Target{{Name: "hpc", P: prov, Shapes: prov.ShapeList}})
+	attachWorker(t, e, signer, "cpu-only", `{"cpus":4}`)
+	for range 3 {
+		p.Add(shared.Need{CPUs: 2, GPUs: 1}) // no GPU worker: each waits
+	}
+	small := p.Add(shared.Need{CPUs: 2})
+	p.Pass(context.Background())
+	for _, st := range p.Needs() {
+		switch {
+		case st.ID == small && st.Worker != "cpu-only":
+			t.Errorf("the CPU need is %s on %q; want it on cpu-only in the first pass", st.State, st.Worker)
+		case st.ID != small && st.State != NeedWaiting:
+			t.Errorf("a GPU need is %s; want waiting", st.State)
+		}
+	}
+}
