@@ -44,6 +44,13 @@
 // answer. Liveness is decided by one goroutine (Books.Watch), never on a
 // read: a GET /status or a metrics scrape changes nothing.
 //
+// Ten thousand workers each hold a long poll open. A poll with nothing to
+// say is parked (park.go): its connection is taken from net/http, watched
+// for a hang-up in one epoll set, and answered from a timer or the books,
+// so a waiting worker costs a few hundred bytes, not a goroutine and a
+// request (9 KB of resident set a worker at 10,000, docs/benchmarks.md).
+// That is Linux's; elsewhere the server holds the poll as before.
+//
 // What it won't do: keep state across restarts (the plugins adopt their
 // jobs, and the workers attach again); schedule real work (a Task is the
 // project's stand-in; bring your own); authenticate operators (the
