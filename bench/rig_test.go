@@ -41,9 +41,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	sandboxtest.Cleanup()
-	os.Exit(code)
+	os.Exit(sandboxtest.Run(m))
 }
 
 // reportRequested says whether TestBenchReport should run.

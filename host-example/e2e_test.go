@@ -35,9 +35,7 @@ func TestMain(m *testing.M) {
 	if port := os.Getenv(squatPortEnv); port != "" {
 		os.Exit(squat(port))
 	}
-	code := m.Run()
-	sandboxtest.Cleanup()
-	os.Exit(code)
+	os.Exit(sandboxtest.Run(m))
 }
 
 // e2e is what every end-to-end test starts from.

@@ -63,9 +63,7 @@ func TestMain(m *testing.M) {
 	// The integration tests (package slurm_test, which cannot have a
 	// TestMain of its own beside this one) build the plugin with
 	// sandboxtest.Binary; remove what they built.
-	code := m.Run()
-	sandboxtest.Cleanup()
-	os.Exit(code)
+	os.Exit(sandboxtest.Run(m))
 }
 
 // call is one recorded invocation of the fake ssh.

@@ -25,9 +25,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	sandboxtest.Cleanup()
-	os.Exit(code)
+	os.Exit(sandboxtest.Run(m))
 }
 
 // need is one need of the workload, in the soak's books: which engine

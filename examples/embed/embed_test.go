@@ -17,9 +17,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	sandboxtest.Cleanup()
-	os.Exit(code)
+	os.Exit(sandboxtest.Run(m))
 }
 
 var doneRe = regexp.MustCompile(`(?m)^done: \S+ by \S+ \(job (\S+)\)`)

@@ -163,11 +163,22 @@ func ModuleRoot() string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
-// Cleanup removes the binaries Binary built; call it from TestMain.
+// Cleanup removes the binaries Binary built; call it from TestMain, or
+// let Run do it.
 func Cleanup() {
 	if rootDir != "" {
 		os.RemoveAll(rootDir)
 	}
+}
+
+// Run runs a package's tests and then Cleanup, and returns their exit
+// code: a TestMain of a package that builds binaries is
+// os.Exit(sandboxtest.Run(m)). The binaries outlive any one test, so no
+// test's Cleanup can remove them.
+func Run(m *testing.M) int {
+	code := m.Run()
+	Cleanup()
+	return code
 }
 
 // FreePort returns a loopback port that was free a moment ago.

@@ -442,8 +442,9 @@ func TestStatusListsWorkersByName(t *testing.T) {
 	}
 	// Streamed, one worker a line: an operator's grep finds a worker's
 	// whole entry.
+	lines := strings.Split(rec.Body.String(), "\n")
 	for _, name := range want {
-		if !slices.ContainsFunc(strings.Split(rec.Body.String(), "\n"), func(line string) bool {
+		if !slices.ContainsFunc(lines, func(line string) bool {
 			return strings.HasPrefix(line, `{"name":"`+name+`"`)
 		}) {
 			t.Errorf("no line of GET /status starts with worker %s:\n%s", name, rec.Body)

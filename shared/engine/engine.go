@@ -253,7 +253,7 @@ func (e *Engine) Mux(protect func(http.Handler) http.Handler, metricsOpen bool) 
 // Serve serves handler (normally Mux's) on the engine's listener, with
 // every timeout set and the connection cap, until Stop.
 func (e *Engine) Serve(handler http.Handler) {
-	e.srv = newHTTPServer(handler, e.gate, e.Books.pollWait(), e.cfg.TLS)
+	e.srv = newHTTPServer(handler, e.gate, e.Books.pollWait())
 	rl := serverListener(e.ln, e.cfg.TLS)
 	e.parker = newParker(e.gate, rl)
 	e.Books.parker = e.parker

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -80,8 +79,9 @@ const (
 
 // newHTTPServer returns the engine's http.Server with every timeout set and
 // gate, if not nil, watching its connections. pollWait is the longest long
-// poll the engine holds.
-func newHTTPServer(handler http.Handler, gate *connGate, pollWait time.Duration, tlsConfig *tls.Config) *http.Server {
+// poll the engine holds. TLS, when configured, is its listener's
+// (serverListener), not the server's.
+func newHTTPServer(handler http.Handler, gate *connGate, pollWait time.Duration) *http.Server {
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: readHeaderTimeout,
@@ -89,7 +89,6 @@ func newHTTPServer(handler http.Handler, gate *connGate, pollWait time.Duration,
 		WriteTimeout:      pollWait + writeSlack,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
-		TLSConfig:         tlsConfig,
 		// The server's own complaints (TLS handshakes failing, bad
 		// requests) are what a flood is made of; they go nowhere rather
 		// than to stderr unbounded.

@@ -36,7 +36,7 @@ func startListener(t *testing.T, e *Books, max int, tlsConfig *tls.Config) (stri
 		t.Fatal(err)
 	}
 	gate := newConnGate(max, e.logger, loglimit.New(refusalLogBurst, refusalLogWindow))
-	srv := newHTTPServer(e.Handler(), gate, e.pollWait(), tlsConfig)
+	srv := newHTTPServer(e.Handler(), gate, e.pollWait())
 	rl := serverListener(ln, tlsConfig)
 	p := newParker(gate, rl)
 	e.parker = p
@@ -112,7 +112,7 @@ func TestListenerRefusesBeforeReadingTheBody(t *testing.T) {
 // set, and the write timeout leaves room for the long poll.
 func TestListenerServerTimeouts(t *testing.T) {
 	t.Parallel()
-	srv := newHTTPServer(http.NotFoundHandler(), nil, defaultPollWait, nil)
+	srv := newHTTPServer(http.NotFoundHandler(), nil, defaultPollWait)
 	for name, d := range map[string]time.Duration{
 		"ReadHeaderTimeout": srv.ReadHeaderTimeout, "ReadTimeout": srv.ReadTimeout,
 		"WriteTimeout": srv.WriteTimeout, "IdleTimeout": srv.IdleTimeout,
@@ -133,7 +133,7 @@ func TestListenerServerTimeouts(t *testing.T) {
 // and stops loses its connection after ReadHeaderTimeout.
 func TestListenerSlowHeadersCutOff(t *testing.T) {
 	t.Parallel()
-	srv := newHTTPServer(http.NotFoundHandler(), nil, time.Second, nil)
+	srv := newHTTPServer(http.NotFoundHandler(), nil, time.Second)
 	srv.ReadHeaderTimeout = 300 * time.Millisecond
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

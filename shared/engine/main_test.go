@@ -11,7 +11,5 @@ import (
 // package's tests (the engine a credential test runs), which outlive
 // any one test.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	sandboxtest.Cleanup()
-	os.Exit(code)
+	os.Exit(sandboxtest.Run(m))
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
@@ -90,6 +91,20 @@ func (p *parker) parked() int {
 	return len(p.byFD)
 }
 
+// parkingBooks serves books whose polls last a minute, as Engine.Serve
+// does (startListener), and fails the test where polls cannot be parked.
+func parkingBooks(t *testing.T, tlsConfig *tls.Config) (*Books, *host.Signer, string, *connGate) {
+	t.Helper()
+	signer := host.NewSigner(testSecret)
+	e := NewBooks(nil, signer, nil)
+	e.PollWait = time.Minute
+	addr, gate := startListener(t, e, 0, tlsConfig)
+	if e.parker == nil {
+		t.Fatal("no parker: epoll unavailable")
+	}
+	return e, signer, addr, gate
+}
+
 // TestParkedPolls: 100 workers long-polling hold no goroutine of the
 // server (held by net/http, each held two); a task assigned reaches its
 // worker's parked poll, and the period's end answers 204, each on the
@@ -98,13 +113,7 @@ func (p *parker) parked() int {
 // parked poll and watch 410 leave.
 func TestParkedPolls(t *testing.T) {
 	t.Parallel()
-	signer := host.NewSigner(testSecret)
-	e := NewBooks(nil, signer, nil)
-	e.PollWait = time.Minute
-	addr, gate := startListener(t, e, 0, nil)
-	if e.parker == nil {
-		t.Fatal("no parker: epoll unavailable")
-	}
+	e, signer, addr, gate := parkingBooks(t, nil)
 	dial := func() (net.Conn, error) { return net.Dial("tcp", addr) }
 
 	const n = 100
@@ -189,10 +198,7 @@ func TestParkedPolls(t *testing.T) {
 // deadAfter), and a task assigned to it then is not taken as delivered.
 func TestParkedPollHangUp(t *testing.T) {
 	t.Parallel()
-	signer := host.NewSigner(testSecret)
-	e := NewBooks(nil, signer, nil)
-	e.PollWait = time.Minute
-	addr, _ := startListener(t, e, 0, nil)
+	e, signer, addr, _ := parkingBooks(t, nil)
 	w := attachRaw(t, e, signer, func() (net.Conn, error) { return net.Dial("tcp", addr) }, "hpc-hangup-1")
 	w.send(t, "/v1/work")
 	waitFor(t, "the poll parked", func() bool { return e.parker.parked() == 1 })
@@ -229,10 +235,7 @@ func TestParkedPollTLS(t *testing.T) {
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
-	signer := host.NewSigner(testSecret)
-	e := NewBooks(nil, signer, nil)
-	e.PollWait = time.Minute
-	addr, _ := startListener(t, e, 0, cfg.Engine.ServerTLS())
+	e, signer, addr, _ := parkingBooks(t, cfg.Engine.ServerTLS())
 	var proto string
 	dial := func() (net.Conn, error) {
 		c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2", "http/1.1"}})
@@ -259,5 +262,31 @@ func TestParkedPollTLS(t *testing.T) {
 	resp := w.read(t, "the parked watch at Close")
 	if resp.StatusCode != http.StatusServiceUnavailable || !resp.Close {
 		t.Fatalf("parked watch at Close: %d, close %v; want 503 and the connection closed", resp.StatusCode, resp.Close)
+	}
+}
+
+// TestParkedPollPipelined: a client that sent its next request behind a
+// parked poll (pipelining) has those bytes in the server's buffer, which
+// a connection given back would lose; the poll is answered with
+// "Connection: close" and the connection closed, so the client sends the
+// request again on a new one, as HTTP/1.1 has it do.
+func TestParkedPollPipelined(t *testing.T) {
+	t.Parallel()
+	e, signer, addr, _ := parkingBooks(t, nil)
+	w := attachRaw(t, e, signer, func() (net.Conn, error) { return net.Dial("tcp", addr) }, "hpc-pipe-1")
+	var two bytes.Buffer
+	for range 2 {
+		fmt.Fprintf(&two, "GET /v1/work?wait=0.2 HTTP/1.1\r\nHost: engine\r\nAuthorization: Bearer %s\r\n%s: %s\r\n\r\n", w.token, sessionHeader, w.session)
+	}
+	if _, err := w.conn.Write(two.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	resp := w.read(t, "the first of two pipelined polls")
+	if resp.StatusCode != http.StatusNoContent || !resp.Close {
+		t.Fatalf("first poll: %d, Connection: %q; want 204 and close", resp.StatusCode, resp.Header.Get("Connection"))
+	}
+	w.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if b, err := w.r.ReadByte(); err != io.EOF {
+		t.Errorf("after the answer the connection gave %q, %v; want it closed (EOF)", b, err)
 	}
 }
