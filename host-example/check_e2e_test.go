@@ -82,7 +82,13 @@ func TestValidateCheck(t *testing.T) {
 	worker := sandboxtest.Binary(t, "host-example", "host-example")
 	part := fmt.Sprintf("%q, %q", "--partition="+env.Partition, "--time=00:10:00")
 	good := preflightConfig{worker: worker, key: env.Key, knownHosts: env.KnownHosts, cpuSbatch: part, gpuSbatch: part}
-	queue := func() string { return env.Slurm(t, "squeue", "-h", "-t", "all", "-o", "%i") }
+	// The preflight's jobs, ended ones too: every job the plugin submits
+	// carries its provisioner's job name. Not the whole queue, which the
+	// tests of other packages, run at the same time, add to (a burst of
+	// the Slurm plugin's tests landed between the two reads once).
+	queue := func() string {
+		return env.Slurm(t, "squeue", "-h", "-t", "all", "--name=fluksio-preflight", "-o", "%i")
+	}
 	before := queue()
 
 	dir := t.TempDir()
