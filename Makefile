@@ -39,7 +39,7 @@ build: ## build bin/provisioner-slurm, bin/host-example, bin/fluksio-worker, bin
 	@echo "==> building"
 	$(GO) build -buildvcs=$(BUILDVCS) -o $(BIN)/provisioner-slurm ./plugin
 	$(GO) build -buildvcs=$(BUILDVCS) -o $(BIN)/host-example ./host-example
-	$(GO) build -buildvcs=$(BUILDVCS) -o $(BIN)/fluksio-worker ./shared/engine/worker/fluksio-worker
+	$(GO) build -buildvcs=$(BUILDVCS) -o $(BIN)/fluksio-worker ./worker/fluksio-worker
 	$(GO) build -buildvcs=$(BUILDVCS) -o $(BIN)/testplugin ./examples/testplugin
 	$(GO) build -buildvcs=$(BUILDVCS) -o $(BIN)/provisioner-conformance ./shared/conformance/provisioner-conformance
 
@@ -99,7 +99,7 @@ check-shared: ## fail if shared/ imports slurm/, plugin/ or host-example/
 check-plugin-deps: ## fail if the plugin binary or the contract package links an HCL parser, the host or the engine kit
 	@bad=$$($(GO) list -deps ./plugin ./shared ./examples/testplugin | grep -E '^github.com/(hashicorp/hcl/|zclconf/go-cty)|^github.com/fluksio/provision/(host-example|shared/engine)' || true); \
 	if [ -n "$$bad" ]; then echo "a plugin must not link these (they belong to the host):"; echo "$$bad" | sed 's/^/  /'; exit 1; fi; \
-	bad=$$($(GO) list -deps ./shared/engine/worker/fluksio-worker | grep -E '^(google.golang.org/(grpc|protobuf)|github.com/hashicorp/(go-plugin|hcl/))|^github.com/fluksio/provision/shared/(engine|host|plugin)$$' || true); \
+	bad=$$($(GO) list -deps ./worker/fluksio-worker | grep -E '^(google.golang.org/(grpc|protobuf)|github.com/hashicorp/(go-plugin|hcl/))|^github.com/fluksio/provision/shared/(engine|host|plugin)$$' || true); \
 	if [ -n "$$bad" ]; then echo "the worker runs on compute nodes and must not link the engine, the host, the plugin SDK or the wire:"; echo "$$bad" | sed 's/^/  /'; exit 1; fi; \
 	bad=$$($(GO) list -deps ./shared | grep -E '^(google.golang.org/(grpc|protobuf)|github.com/hashicorp/(go-plugin|hcl/))' || true); \
 	if [ -n "$$bad" ]; then echo "the contract package (shared) must not import the wire or HCL:"; echo "$$bad" | sed 's/^/  /'; exit 1; fi; \

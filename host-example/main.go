@@ -31,7 +31,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/fluksio/provision/shared/engine/worker"
+	"github.com/fluksio/provision/worker"
 
 	"github.com/fluksio/provision/internal/buildinfo"
 )

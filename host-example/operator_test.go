@@ -20,7 +20,7 @@ import (
 
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/shared/engine"
-	"github.com/fluksio/provision/shared/engine/worker"
+	"github.com/fluksio/provision/worker"
 
 	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared/host"

@@ -27,7 +27,7 @@ import (
 
 	"github.com/fluksio/provision/internal/sandboxtest"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/engine/worker"
+	"github.com/fluksio/provision/worker"
 )
 
 // squatPortEnv names the port the squatter takes: the test binary,

@@ -10,7 +10,7 @@ import (
 // machine it got. A provisioner runs WorkerCommand (from its
 // configuration) followed by WorkerArgs.Argv(), with the worker's
 // credential in the environment variable WorkerTokenEnv and nowhere else.
-// The worker (shared/engine/worker) parses exactly these flags; a test
+// The worker (worker) parses exactly these flags; a test
 // there round-trips Argv through its parser, so the two cannot drift.
 // Plugins in other languages follow the same list, documented in
 // docs/worker-protocol.md.

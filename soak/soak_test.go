@@ -225,7 +225,7 @@ func (s *soak) setup() {
 	}
 	s.engineBin = build("soak/soakengine", "soakengine", true)
 	s.pluginBin = build("plugin", "provisioner-slurm", true)
-	s.workerBin = build("shared/engine/worker/fluksio-worker", "fluksio-worker", false)
+	s.workerBin = build("worker/fluksio-worker", "fluksio-worker", false)
 
 	var b [4]byte
 	crand.Read(b[:])

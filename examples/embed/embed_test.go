@@ -31,7 +31,7 @@ func TestEmbedServesNeeds(t *testing.T) {
 	env := sandboxtest.Require(t)
 	embed := sandboxtest.Binary(t, "examples/embed", "embed")
 	plugin := sandboxtest.Binary(t, "plugin", "provisioner-slurm")
-	worker := sandboxtest.Binary(t, "shared/engine/worker/fluksio-worker", "fluksio-worker")
+	worker := sandboxtest.Binary(t, "worker/fluksio-worker", "fluksio-worker")
 	var b [4]byte
 	rand.Read(b[:])
 	name := "embed-" + hex.EncodeToString(b[:])

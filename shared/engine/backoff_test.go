@@ -15,8 +15,8 @@ import (
 
 	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/engine/worker"
 	"github.com/fluksio/provision/shared/host"
+	"github.com/fluksio/provision/worker"
 )
 
 func TestHoldFor(t *testing.T) {

@@ -20,8 +20,8 @@ import (
 
 	"github.com/fluksio/provision/internal/loglimit"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/engine/worker"
 	"github.com/fluksio/provision/shared/host"
+	"github.com/fluksio/provision/worker"
 )
 
 // defaultPollWait is how long GET /v1/work holds a request open. Long

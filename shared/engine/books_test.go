@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/engine/worker"
 	"github.com/fluksio/provision/shared/host"
+	"github.com/fluksio/provision/worker"
 )
 
 // fakeClock is a clock a test moves by hand.

@@ -22,9 +22,9 @@ import (
 	"github.com/fluksio/provision/internal/loglimit"
 	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/engine/worker"
 	"github.com/fluksio/provision/shared/hclconfig"
 	"github.com/fluksio/provision/shared/host"
+	"github.com/fluksio/provision/worker"
 )
 
 // startListener serves e the way Engine.Serve does (polls parked), with a gate of max

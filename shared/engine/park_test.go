@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/internal/testutil"
-	"github.com/fluksio/provision/shared/engine/worker"
 	"github.com/fluksio/provision/shared/host"
+	"github.com/fluksio/provision/worker"
 )
 
 // rawWorker is a worker's connection driven by hand: the test holds no

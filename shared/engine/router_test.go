@@ -14,9 +14,9 @@ import (
 
 	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/engine/worker"
 	"github.com/fluksio/provision/shared/host"
 	"github.com/fluksio/provision/shared/sharedtest"
+	"github.com/fluksio/provision/worker"
 )
 
 var goodNeedTests = []struct {

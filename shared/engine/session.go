@@ -8,8 +8,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/fluksio/provision/shared/engine/worker"
 	"github.com/fluksio/provision/shared/host"
+	"github.com/fluksio/provision/worker"
 )
 
 // A worker's session binds what it does after attaching to the attach

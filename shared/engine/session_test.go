@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/provision/shared/engine/worker"
+	"github.com/fluksio/provision/worker"
 )
 
 // TestCopiedCredentialGetsNothing: the attack of issue 24, item 2. A

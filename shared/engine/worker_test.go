@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/engine/worker"
 	"github.com/fluksio/provision/shared/host"
 	"github.com/fluksio/provision/shared/sharedtest"
+	"github.com/fluksio/provision/worker"
 )
 
 // envMap is a worker's environment, so that each test worker has its own

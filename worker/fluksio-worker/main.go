@@ -8,7 +8,7 @@ package main
 import (
 	"os"
 
-	"github.com/fluksio/provision/shared/engine/worker"
+	"github.com/fluksio/provision/worker"
 )
 
 func main() {
