@@ -97,13 +97,13 @@ check-shared: ## fail if shared/ imports slurm/, plugin/ or host-example/
 
 .PHONY: check-plugin-deps
 check-plugin-deps: ## fail if the plugin binary or the contract package links an HCL parser, the host or the engine kit
-	@bad=$$($(GO) list -deps ./plugin ./shared ./examples/testplugin | grep -E '^github.com/(hashicorp/hcl/|zclconf/go-cty)|^github.com/fluksio/provision/(host-example|shared/engine)' || true); \
+	@bad=$$($(GO) list -deps ./plugin ./shared ./examples/testplugin | grep -E '^github.com/(hashicorp/hcl/|zclconf/go-cty)|^github.com/fluksio/provision/(host-example|engine)' || true); \
 	if [ -n "$$bad" ]; then echo "a plugin must not link these (they belong to the host):"; echo "$$bad" | sed 's/^/  /'; exit 1; fi; \
 	bad=$$($(GO) list -deps ./worker/fluksio-worker | grep -E '^(google.golang.org/(grpc|protobuf)|github.com/hashicorp/(go-plugin|hcl/))|^github.com/fluksio/provision/shared/(engine|host|plugin)$$' || true); \
 	if [ -n "$$bad" ]; then echo "the worker runs on compute nodes and must not link the engine, the host, the plugin SDK or the wire:"; echo "$$bad" | sed 's/^/  /'; exit 1; fi; \
 	bad=$$($(GO) list -deps ./shared | grep -E '^(google.golang.org/(grpc|protobuf)|github.com/hashicorp/(go-plugin|hcl/))' || true); \
 	if [ -n "$$bad" ]; then echo "the contract package (shared) must not import the wire or HCL:"; echo "$$bad" | sed 's/^/  /'; exit 1; fi; \
-	bad=$$($(GO) list -deps ./plugin ./host-example ./slurm ./shared ./shared/host ./shared/plugin ./shared/hclconfig ./shared/conformance ./shared/engine/... | grep -E '^github.com/fluksio/provision/shared/sharedtest$$' || true); \
+	bad=$$($(GO) list -deps ./plugin ./host-example ./slurm ./shared ./shared/host ./shared/plugin ./shared/hclconfig ./shared/conformance ./engine/... | grep -E '^github.com/fluksio/provision/shared/sharedtest$$' || true); \
 	if [ -n "$$bad" ]; then echo "shared/sharedtest is for tests only; non-test code imports it"; exit 1; fi; \
 	echo "==> the plugin links no HCL and nothing of the host or the engine kit; the worker nothing of the engine; the contract imports no grpc or hcl"
 

@@ -1,4 +1,4 @@
-// Host-example is an engine built on the engine kit (shared/engine), to
+// Host-example is an engine built on the engine kit (engine), to
 // run and to copy: a thin layer over it, as examples/embed is a thinner
 // one.
 //
@@ -8,7 +8,7 @@
 // story told on stdout, and keeping the signing secret out of its own
 // environment. What every engine needs (the plugins' supervision, the
 // demand routing, the worker books and protocol, events, metrics, the
-// configuration file) it takes from shared/engine and may not copy: a fix
+// configuration file) it takes from engine and may not copy: a fix
 // there must reach every engine. It never talks to a cluster; only
 // plugins do.
 //

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/provision/shared/engine"
+	"github.com/fluksio/provision/engine"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"

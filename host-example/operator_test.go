@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluksio/provision/engine"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/engine"
 	"github.com/fluksio/provision/worker"
 
 	"github.com/fluksio/provision/internal/testutil"

@@ -11,8 +11,8 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
+	"github.com/fluksio/provision/engine"
 	"github.com/fluksio/provision/internal/sandboxtest"
-	"github.com/fluksio/provision/shared/engine"
 )
 
 // pageView is what the test reads off the page.

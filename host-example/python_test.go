@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluksio/provision/engine"
 	"github.com/fluksio/provision/internal/sandboxtest"
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/shared/conformance"
-	"github.com/fluksio/provision/shared/engine"
 )
 
 // The Python reference plugin (examples/python-local) as an engine runs

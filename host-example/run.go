@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fluksio/provision/shared/engine"
+	"github.com/fluksio/provision/engine"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/hcl/v2"
@@ -114,7 +114,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
-// daemon is the engine as a process: the kit's engine (shared/engine),
+// daemon is the engine as a process: the kit's engine (engine),
 // the operator's auth and page in front of it, and the story on stdout.
 // newDaemon builds it and listens; start launches the plugins; run
 // places needs until they are served, time runs out or ctx ends; stop

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/fluksio/provision/shared/engine"
+	"github.com/fluksio/provision/engine"
 
 	"github.com/fluksio/provision/shared/hclconfig"
 	"github.com/fluksio/provision/shared/host"

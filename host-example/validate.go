@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fluksio/provision/shared/engine"
+	"github.com/fluksio/provision/engine"
 
 	"github.com/fluksio/provision/shared"
 

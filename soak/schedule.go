@@ -11,7 +11,7 @@
 //
 // The engine it drives is soakengine (soakengine/), the engine kit with a
 // route to add needs while it runs; host-example takes its needs on the
-// command line only. Rejected: driving shared/engine in this test's own
+// command line only. Rejected: driving engine in this test's own
 // process. The nemesis kills and restarts the engine, which must then be
 // a process of its own, as an operator's is.
 //

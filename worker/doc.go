@@ -15,9 +15,9 @@
 // compute nodes, next to the user's work; what it needs is net/http and
 // the protocol's types, which live here so that the engine imports them
 // from its worker and never the other way. The cost: the engine's HTTP
-// side (shared/engine's Books) and this client are two halves of one
+// side (engine's Books) and this client are two halves of one
 // protocol in two packages, held together by the types here and by
-// shared/engine's tests, which run this client against the real Books.
+// engine's tests, which run this client against the real Books.
 //
 // The seam: shared.WorkerArgs is the command line every provisioner
 // builds (the Slurm plugin, the Go test plugin and, by the doc, the

@@ -1,6 +1,6 @@
 package worker
 
-// The worker protocol's messages, as the engine (shared/engine) and the
+// The worker protocol's messages, as the engine (engine) and the
 // worker (this package's Run) exchange them over HTTP; docs/worker-protocol.md
 // says what each request and answer means and what a worker does on each
 // status. They live here, beside the client, and not in the engine,

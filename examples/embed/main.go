@@ -1,5 +1,5 @@
 // Embed is an engine in one page: it imports the engine kit
-// (shared/engine), reads the provisioner blocks of a configuration file,
+// (engine), reads the provisioner blocks of a configuration file,
 // and serves the needs given on its command line through the configured
 // plugins, with the project's worker (fluksio-worker), then stops cleanly:
 // its workers are let go and end their jobs as completed.
@@ -21,7 +21,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/fluksio/provision/shared/engine"
+	"github.com/fluksio/provision/engine"
 	"github.com/fluksio/provision/shared/hclconfig"
 	"github.com/fluksio/provision/shared/host"
 )

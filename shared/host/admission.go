@@ -34,7 +34,7 @@ import (
 // to answer a worker, are the engine's. Nothing here happens by itself:
 // the engine calls Revoke when a worker detaches or goes silent (Observe
 // revokes on the provisioner's cancel and failure events), and Sweep now
-// and then to forget what has expired. shared/engine's Books does all of
+// and then to forget what has expired. engine's Books does all of
 // that; an engine using Admission directly must too.
 type Admission struct {
 	now func() time.Time

@@ -4,7 +4,7 @@
 // while the engine runs and takes some back.
 // host-example takes its needs on the command line only, and a soak's
 // workload changes over time, so the soak runs this instead; it is the
-// same kit (shared/engine) host-example is a thin layer over, so what the
+// same kit (engine) host-example is a thin layer over, so what the
 // soak finds is the engine's, not this file's.
 //
 //	soakengine -config FILE
@@ -27,7 +27,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/fluksio/provision/shared/engine"
+	"github.com/fluksio/provision/engine"
 	"github.com/fluksio/provision/shared/hclconfig"
 	"github.com/fluksio/provision/shared/host"
 )

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fluksio/provision/engine"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/engine"
 	"github.com/fluksio/provision/shared/host"
 	"github.com/fluksio/provision/shared/sharedtest"
 )
