@@ -51,20 +51,20 @@ $(TOOLS)/staticcheck:
 	GOBIN=$(TOOLS) $(GO) install $(STATICCHECK)
 
 .PHONY: proto
-proto: $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc ## regenerate shared/internal/pb from shared/proto
+proto: $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc ## regenerate internal/pb from shared/proto
 	@command -v protoc >/dev/null || { echo "protoc is missing: apt-get install protobuf-compiler"; exit 1; }
 	PATH=$(TOOLS):$$PATH protoc -I shared/proto \
-		--go_out=shared/internal/pb --go_opt=paths=source_relative \
-		--go-grpc_out=shared/internal/pb --go-grpc_opt=paths=source_relative \
+		--go_out=internal/pb --go_opt=paths=source_relative \
+		--go-grpc_out=internal/pb --go-grpc_opt=paths=source_relative \
 		shared/proto/provisioner.proto
 
 .PHONY: check-proto
 check-proto: ## fail if the generated code is not what `make proto` makes
-	@tmp=$$(mktemp -d) && cp -r shared/internal/pb $$tmp/ && \
+	@tmp=$$(mktemp -d) && cp -r internal/pb $$tmp/ && \
 	$(MAKE) -s proto && \
-	if ! diff -r $$tmp/pb shared/internal/pb >/dev/null; then \
-		diff -r $$tmp/pb shared/internal/pb | head -20; cp -r $$tmp/pb/. shared/internal/pb/; rm -rf $$tmp; \
-		echo "shared/internal/pb is stale: run make proto and commit it"; exit 1; fi; \
+	if ! diff -r $$tmp/pb internal/pb >/dev/null; then \
+		diff -r $$tmp/pb internal/pb | head -20; cp -r $$tmp/pb/. internal/pb/; rm -rf $$tmp; \
+		echo "internal/pb is stale: run make proto and commit it"; exit 1; fi; \
 	rm -rf $$tmp; echo "==> generated code is current"
 
 # The Python reference plugin's stubs: Debian's protoc and the gRPC plugin

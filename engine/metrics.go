@@ -31,7 +31,7 @@ import (
 // Labels are bounded: provisioner names are the configuration's, profile
 // names come from plugins and at most maxProfileLabels distinct pairs are
 // kept (the rest are "other"), classes and commands are bounded by the
-// wire (shared/internal/wire), and no worker, job or task id is ever a
+// wire (internal/wire), and no worker, job or task id is ever a
 // label: those are for the event stream.
 //
 // Rejected alternative: the default registry. It is global, so two

@@ -19,8 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fluksio/provision/internal/wire"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/internal/wire"
 )
 
 // The checks in this file start the plugin outside the host, because

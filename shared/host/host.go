@@ -7,8 +7,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/fluksio/provision/internal/wire"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/internal/wire"
 	"io"
 	"os"
 	"os/exec"
@@ -84,7 +84,7 @@ type LaunchConfig struct {
 	MaxCredentialTTL time.Duration
 	// OnEvent receives the plugin's events, one at a time and in order,
 	// from a goroutine of this plugin's own (the host channel's
-	// dispatcher, shared/internal/wire/hostchannel.go). A slow OnEvent
+	// dispatcher, internal/wire/hostchannel.go). A slow OnEvent
 	// delays only this plugin's later events: the host channel keeps
 	// reading, so the plugin's Publish and MintCredential go on. Events
 	// that find EventQueue full are dropped and counted

@@ -20,8 +20,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/fluksio/provision/internal/testutil"
+	"github.com/fluksio/provision/internal/wire"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/internal/wire"
 )
 
 var (

@@ -4,8 +4,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/fluksio/provision/internal/wire"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/internal/wire"
 )
 
 // DefaultReconcileResync is the longest a plugin of contract 2.4 goes

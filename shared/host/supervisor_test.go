@@ -18,8 +18,8 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
 
+	"github.com/fluksio/provision/internal/wire"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/internal/wire"
 )
 
 // parseBlock parses src, a file with one provisioner block, the way an

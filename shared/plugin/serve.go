@@ -15,8 +15,8 @@ import (
 	goplugin "github.com/hashicorp/go-plugin"
 
 	"github.com/fluksio/provision/internal/buildinfo"
+	"github.com/fluksio/provision/internal/wire"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/internal/wire"
 )
 
 // LogLevelEnv names the environment variable a host sets to choose how

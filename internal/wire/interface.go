@@ -6,8 +6,8 @@ import (
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
 
+	"github.com/fluksio/provision/internal/pb"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/internal/pb"
 )
 
 // ProtocolVersion is the go-plugin protocol version of the wire contract

@@ -9,8 +9,8 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/fluksio/provision/internal/pb"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/internal/pb"
 )
 
 // Client is the host's view of a plugin: a Provisioner whose methods

@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/fluksio/provision/internal/pb"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/internal/pb"
 )
 
 // The converters below are the only code that knows both the domain types

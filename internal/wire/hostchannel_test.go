@@ -10,8 +10,8 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/fluksio/provision/internal/pb"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/internal/pb"
 	"github.com/fluksio/provision/shared/sharedtest"
 )
 

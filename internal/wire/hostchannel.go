@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fluksio/provision/internal/pb"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/internal/pb"
 )
 
 // The host channel is the plugin's way back to the engine: one

@@ -3763,7 +3763,7 @@ const file_provisioner_proto_rawDesc = "" +
 	"\bShutdown\x12%.fluksio.provision.v1.ShutdownRequest\x1a&.fluksio.provision.v1.ShutdownResponse\x12P\n" +
 	"\x05Check\x12\".fluksio.provision.v1.CheckRequest\x1a#.fluksio.provision.v1.CheckResponse\x12V\n" +
 	"\aPreview\x12$.fluksio.provision.v1.PreviewRequest\x1a%.fluksio.provision.v1.PreviewResponse\x12Y\n" +
-	"\vHostChannel\x12!.fluksio.provision.v1.HostMessage\x1a#.fluksio.provision.v1.PluginMessage(\x010\x01B1Z/github.com/fluksio/provision/shared/internal/pbb\x06proto3"
+	"\vHostChannel\x12!.fluksio.provision.v1.HostMessage\x1a#.fluksio.provision.v1.PluginMessage(\x010\x01B*Z(github.com/fluksio/provision/internal/pbb\x06proto3"
 
 var (
 	file_provisioner_proto_rawDescOnce sync.Once
