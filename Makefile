@@ -91,19 +91,22 @@ check-python-proto: ## fail if examples/python-local/gen is not what `make pytho
 	rm -rf $$tmp; echo "==> the Python stubs are current"
 
 .PHONY: check-shared
-check-shared: ## fail if shared/ imports slurm/, plugin/ or host-example/
+check-shared: ## fail if shared/ imports slurm/, plugin/ or host-example/, or the contract and the plugin SDK import engine/
 	@bad=$$($(GO) list -deps ./shared/... | grep -E '^github.com/fluksio/provision/(slurm|plugin|host-example)' || true); \
-	if [ -n "$$bad" ]; then echo "shared/ must not import: $$bad"; exit 1; fi; echo "==> shared/ stands alone"
+	if [ -n "$$bad" ]; then echo "shared/ must not import: $$bad"; exit 1; fi; \
+	bad=$$($(GO) list -deps ./shared ./shared/plugin ./shared/sharedtest | grep -E '^github.com/fluksio/provision/(engine|worker)(/|$$)' || true); \
+	if [ -n "$$bad" ]; then echo "the contract and the plugin SDK must not import the engine side: $$bad"; exit 1; fi; \
+	echo "==> shared/ stands alone"
 
 .PHONY: check-plugin-deps
 check-plugin-deps: ## fail if the plugin binary or the contract package links an HCL parser, the host or the engine kit
-	@bad=$$($(GO) list -deps ./plugin ./shared ./examples/testplugin | grep -E '^github.com/(hashicorp/hcl/|zclconf/go-cty)|^github.com/fluksio/provision/(host-example|engine)' || true); \
+	@bad=$$($(GO) list -deps ./plugin ./shared ./examples/testplugin | grep -E '^github.com/(hashicorp/hcl/|zclconf/go-cty)|^github.com/fluksio/provision/(host-example|engine)(/|$$)' || true); \
 	if [ -n "$$bad" ]; then echo "a plugin must not link these (they belong to the host):"; echo "$$bad" | sed 's/^/  /'; exit 1; fi; \
-	bad=$$($(GO) list -deps ./worker/fluksio-worker | grep -E '^(google.golang.org/(grpc|protobuf)|github.com/hashicorp/(go-plugin|hcl/))|^github.com/fluksio/provision/shared/(engine|host|plugin)$$' || true); \
+	bad=$$($(GO) list -deps ./worker/fluksio-worker | grep -E '^(google.golang.org/(grpc|protobuf)|github.com/hashicorp/(go-plugin|hcl/))|^github.com/fluksio/provision/(engine|shared/plugin|internal/(wire|pb))(/|$$)' || true); \
 	if [ -n "$$bad" ]; then echo "the worker runs on compute nodes and must not link the engine, the host, the plugin SDK or the wire:"; echo "$$bad" | sed 's/^/  /'; exit 1; fi; \
 	bad=$$($(GO) list -deps ./shared | grep -E '^(google.golang.org/(grpc|protobuf)|github.com/hashicorp/(go-plugin|hcl/))' || true); \
 	if [ -n "$$bad" ]; then echo "the contract package (shared) must not import the wire or HCL:"; echo "$$bad" | sed 's/^/  /'; exit 1; fi; \
-	bad=$$($(GO) list -deps ./plugin ./host-example ./slurm ./shared ./shared/host ./shared/plugin ./shared/hclconfig ./shared/conformance ./engine/... | grep -E '^github.com/fluksio/provision/shared/sharedtest$$' || true); \
+	bad=$$($(GO) list -deps ./plugin ./host-example ./slurm ./shared ./shared/plugin ./shared/conformance ./engine/... ./worker/... | grep -E '^github.com/fluksio/provision/shared/sharedtest$$' || true); \
 	if [ -n "$$bad" ]; then echo "shared/sharedtest is for tests only; non-test code imports it"; exit 1; fi; \
 	echo "==> the plugin links no HCL and nothing of the host or the engine kit; the worker nothing of the engine; the contract imports no grpc or hcl"
 
@@ -159,7 +162,7 @@ test-versions: ## test-slurm on Slurm 24.11 (trixie) and 26.05 (sid), one after 
 # Each fuzz target runs briefly on every `make test`, from its committed
 # seeds; run one for longer with e.g. FUZZTIME=10m make fuzz.
 FUZZTIME ?= 5s
-FUZZ_TARGETS := shared/hclconfig:FuzzDecodeConfig slurm:FuzzParseJobID slurm:FuzzSqueueID slurm:FuzzConfigAndScript shared/host:FuzzVerify
+FUZZ_TARGETS := engine/hclconfig:FuzzDecodeConfig slurm:FuzzParseJobID slurm:FuzzSqueueID slurm:FuzzConfigAndScript engine/host:FuzzVerify
 .PHONY: fuzz
 fuzz: ## run each fuzz target for $(FUZZTIME) (FUZZTIME=10m make fuzz for longer)
 	@log=$$(mktemp); trap 'rm -f $$log' EXIT; \

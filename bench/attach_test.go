@@ -44,8 +44,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/fluksio/provision/engine/host"
 	"github.com/fluksio/provision/internal/sandboxtest"
-	"github.com/fluksio/provision/shared/host"
 )
 
 // attachParallel is how many attaches are in flight at once.

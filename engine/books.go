@@ -18,9 +18,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/fluksio/provision/engine/host"
 	"github.com/fluksio/provision/internal/loglimit"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/host"
 	"github.com/fluksio/provision/worker"
 )
 

@@ -4,7 +4,7 @@
 // of code (examples/embed is one in under 150 lines).
 //
 // The claim: provisioning is the same loop in every engine. Launch and
-// supervise a plugin per provisioner block (Fleet, over shared/host's
+// supervise a plugin per provisioner block (Fleet, over engine/host's
 // Supervisor); turn needs nobody serves into per-provisioner demand, with
 // failover to the next fitting shape or provisioner when one cannot fit,
 // is backing off, misconfigured or capped (Router); admit the workers
@@ -38,7 +38,7 @@
 // attached, with which credential and session, what each was given) and
 // the decision of what to ask each provisioner for. It never talks to a
 // cluster (only plugins do), never reads or writes a plugin's own
-// configuration (shared/host decodes a block against the plugin's
+// configuration (engine/host decodes a block against the plugin's
 // schema), and never holds a lock across a plugin call or a worker's
 // request: a slow plugin delays only itself, a slow worker only its own
 // answer. Liveness is decided by one goroutine (Books.Watch), never on a

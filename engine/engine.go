@@ -14,9 +14,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/hcl/v2"
 
+	"github.com/fluksio/provision/engine/host"
 	"github.com/fluksio/provision/internal/loglimit"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/host"
 )
 
 // Intervals of the run loop. A router pass is cheap (it answers "could

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluksio/provision/engine/host"
 	"github.com/fluksio/provision/internal/loglimit"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/host"
 )
 
 // The history is bounded and a subscriber that does not keep up is let

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/engine"
+	"github.com/fluksio/provision/engine/host"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/host"
 	"github.com/fluksio/provision/shared/sharedtest"
 )
 

@@ -10,9 +10,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/fluksio/provision/engine/host"
 	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/host"
 )
 
 // lockedBuffer is a buffer goroutines write while the test reads it.

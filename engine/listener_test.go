@@ -19,11 +19,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluksio/provision/engine/hclconfig"
+	"github.com/fluksio/provision/engine/host"
 	"github.com/fluksio/provision/internal/loglimit"
 	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/hclconfig"
-	"github.com/fluksio/provision/shared/host"
 	"github.com/fluksio/provision/worker"
 )
 

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluksio/provision/engine/host"
 	"github.com/fluksio/provision/internal/testutil"
-	"github.com/fluksio/provision/shared/host"
 	"github.com/fluksio/provision/worker"
 )
 

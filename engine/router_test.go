@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluksio/provision/engine/host"
 	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/host"
 	"github.com/fluksio/provision/shared/sharedtest"
 	"github.com/fluksio/provision/worker"
 )

@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/fluksio/provision/shared/host"
+	"github.com/fluksio/provision/engine/host"
 	"github.com/fluksio/provision/worker"
 )
 

@@ -6,8 +6,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/fluksio/provision/engine/host"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/host"
 	"github.com/fluksio/provision/shared/sharedtest"
 )
 

@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluksio/provision/engine/host"
 	"github.com/fluksio/provision/internal/sandboxtest"
-	"github.com/fluksio/provision/shared/host"
 )
 
 // The end-to-end tests run the host-example binary against the sandbox

@@ -20,8 +20,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/fluksio/provision/engine/host"
 	"github.com/fluksio/provision/internal/loglimit"
-	"github.com/fluksio/provision/shared/host"
 )
 
 // The operator's endpoints (GET /status, GET /v1/events and the page at

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluksio/provision/engine/host"
 	"github.com/fluksio/provision/internal/sandboxtest"
-	"github.com/fluksio/provision/shared/host"
 )
 
 // TestE2EOperatorAccess runs the engine with an operator token and a

@@ -22,8 +22,8 @@ import (
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/worker"
 
+	"github.com/fluksio/provision/engine/host"
 	"github.com/fluksio/provision/internal/testutil"
-	"github.com/fluksio/provision/shared/host"
 )
 
 // Who may see the operator's endpoints. The remote addresses are set on

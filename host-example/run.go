@@ -18,9 +18,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/hcl/v2"
 
+	"github.com/fluksio/provision/engine/hclconfig"
+	"github.com/fluksio/provision/engine/host"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/hclconfig"
-	"github.com/fluksio/provision/shared/host"
 )
 
 // shutdownTimeout bounds a clean stop: the workers' leave, every

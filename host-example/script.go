@@ -10,8 +10,8 @@ import (
 
 	"github.com/fluksio/provision/engine"
 
-	"github.com/fluksio/provision/shared/hclconfig"
-	"github.com/fluksio/provision/shared/host"
+	"github.com/fluksio/provision/engine/hclconfig"
+	"github.com/fluksio/provision/engine/host"
 )
 
 // scriptMain is the script command: what a provisioner would submit for

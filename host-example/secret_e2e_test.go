@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/provision/shared/host"
+	"github.com/fluksio/provision/engine/host"
 )
 
 // TestE2ESecretStaysHome runs the engine with its signing secret in the

@@ -12,8 +12,8 @@ import (
 
 	"github.com/fluksio/provision/shared"
 
-	"github.com/fluksio/provision/shared/hclconfig"
-	"github.com/fluksio/provision/shared/host"
+	"github.com/fluksio/provision/engine/hclconfig"
+	"github.com/fluksio/provision/engine/host"
 )
 
 // validateMain checks a configuration the way run would read it, without

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluksio/provision/engine/hclconfig"
 	"github.com/fluksio/provision/internal/sandboxtest"
-	"github.com/fluksio/provision/shared/hclconfig"
 )
 
 // The broken configurations live in testdata/configs, one mistake per

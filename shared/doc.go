@@ -4,15 +4,24 @@
 // HCL (`make check-plugin-deps` keeps it so), because everybody reads it:
 // plugin authors, engine authors, and the two SDKs.
 //
-// The rooms, one per audience:
+// The rooms, one per audience. What both sides link is under shared/:
 //
 //	shared             the contract (this package)
+//	shared/proto       the wire contract, normative: provisioner.proto
 //	shared/plugin      what a plugin's main needs: Serve
-//	shared/host        what an engine needs: Launch, Plugin, the credential guard
-//	shared/hclconfig   the host's configuration decoding, HCL to the plugin's JSON
 //	shared/conformance the kit a plugin's tests run
 //	shared/sharedtest  one fake provisioner and one fake host, for tests only
-//	shared/internal    the wire: generated protobuf (pb) and the gRPC adapters (wire)
+//
+// What only an engine links is under engine/, and a plugin never links it
+// (make check-plugin-deps):
+//
+//	engine             the engine kit: Fleet, Router, Books, Hub, metrics
+//	engine/host        the plugin host: Launch, Supervisor, the credential guard
+//	engine/hclconfig   configuration decoding, HCL to the plugin's JSON
+//
+// The worker, which runs on compute nodes, is worker/ and links nothing of
+// the engine; the wire both SDKs speak (generated protobuf and the gRPC
+// adapters) is the module's internal/pb and internal/wire.
 //
 // A provisioner is somewhere machines can be asked for. An engine does not
 // link one in: it starts each configured kind as its own executable and
@@ -44,7 +53,7 @@
 // the plugin receives plain JSON and answers with diagnostics that carry a
 // path into it, which the host turns back into file:line:col. A plugin
 // never needs an HCL parser, and an operator sees every mistake where it
-// was made. The decoding lives in shared/hclconfig, so that neither this
+// was made. The decoding lives in engine/hclconfig, so that neither this
 // package nor a plugin links HCL (`make check-plugin-deps`).
 //
 // The plugin talks back over one stream the host opens (HostChannel):

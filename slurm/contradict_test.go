@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluksio/provision/engine/host"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/host"
 )
 
 // TestProfilesMeanWhatTheySay: an sbatch option that restates one of the

@@ -261,7 +261,7 @@ func exitCode(v string) string {
 //     "Bearer ", however it is spelt: a job adopted from an earlier run,
 //     whose credentials this process never saw;
 //   - anything shaped like an engine credential, two base64url fields
-//     with a 43-character signature (shared/host/credential.go): a
+//     with a 43-character signature (engine/host/credential.go): a
 //     credential printed bare by a job adopted from an earlier run.
 //
 // Rejected: not quoting job output at all. "exit code 2" without the

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/provision/shared/host"
+	"github.com/fluksio/provision/engine/host"
 )
 
 // TestRedactSecrets: what a job's output may say about its credentials,

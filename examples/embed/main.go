@@ -22,8 +22,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/fluksio/provision/engine"
-	"github.com/fluksio/provision/shared/hclconfig"
-	"github.com/fluksio/provision/shared/host"
+	"github.com/fluksio/provision/engine/hclconfig"
+	"github.com/fluksio/provision/engine/host"
 )
 
 func main() {

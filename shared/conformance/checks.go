@@ -14,10 +14,10 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 
+	"github.com/fluksio/provision/engine/hclconfig"
+	"github.com/fluksio/provision/engine/host"
 	"github.com/fluksio/provision/internal/wire"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/hclconfig"
-	"github.com/fluksio/provision/shared/host"
 )
 
 // run is one pass of the checks over one plugin. Its fields are set by

@@ -46,7 +46,7 @@
 // An author in Python could not run them without writing Go, and they
 // missed what such plugins get wrong most (no controller, codes without
 // details), because a Go plugin gets those from the SDK. The checks
-// therefore drive the real host (shared/host.Launch) and look at what it
+// therefore drive the real host (engine/host.Launch) and look at what it
 // sees, plus the two raw processes the host cannot show: one launched
 // without the cookie, and one whose parent is killed.
 package conformance

@@ -20,7 +20,7 @@ import (
 )
 
 // LogLevelEnv names the environment variable a host sets to choose how
-// much a plugin logs (shared/host sets it to the level of the logger it
+// much a plugin logs (engine/host sets it to the level of the logger it
 // is given) ("trace", "debug", "info", "warn", "error"). The
 // default is info: the pipe to the host should not carry trace lines
 // nobody asked for.

@@ -7,8 +7,8 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 
+	"github.com/fluksio/provision/engine/hclconfig"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/hclconfig"
 )
 
 // Check is Validate and then the plugin's preflight (shared.Checker): the

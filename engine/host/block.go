@@ -16,8 +16,8 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
 
+	"github.com/fluksio/provision/engine/hclconfig"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/hclconfig"
 )
 
 // A provisioner block is the one place where the engine's configuration

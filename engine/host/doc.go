@@ -7,7 +7,7 @@
 // a plugin that is configured and supervised, with its shapes:
 // DecodeBlock reads the block's labels and meta-arguments, and a
 // Supervisor launches the plugin, decodes the rest of the block against
-// the plugin's schema (shared/hclconfig), configures it, publishes its
+// the plugin's schema (engine/hclconfig), configures it, publishes its
 // shapes (OnUp), and restarts it with backoff when its process exits or
 // it misses its deadlines (Deadline); Validate does the checks alone.
 // For the workers that come back, Signer mints and verifies credentials

@@ -10,9 +10,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/hcl/v2"
 
+	"github.com/fluksio/provision/engine/hclconfig"
 	doubling "github.com/fluksio/provision/internal/backoff"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/hclconfig"
 )
 
 // Restart backoff for a plugin that exits on its own: the first restart
