@@ -15,7 +15,7 @@ import (
 	"github.com/fluksio/provision/slurm"
 )
 
-// hostCovers is host-example's Target.covers (host-example/placer.go),
+// hostCovers is host-example's Target.covers (engine/router.go),
 // replicated here because host-example is package main and cannot be
 // imported: any cached shape that fits the need.
 func hostCovers(shapes []shared.Shape, n shared.Need) bool {

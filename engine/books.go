@@ -52,7 +52,7 @@ const deadAfter = 5 * time.Second
 // Every worker's request carries "Authorization: Bearer <token>", and
 // the worker's name is the one in the token, never one in the body. GET
 // /status is the operator's: the daemon serves it behind operatorAuth
-// (operator.go).
+// (host-example/operator.go).
 type Books struct {
 	// PollWait is the longest GET /v1/work holds a request before
 	// answering 204. A worker may ask for less with ?wait=SECONDS. Set it
@@ -71,7 +71,7 @@ type Books struct {
 	// /status, normally Router.Held.
 	HeldFunc func() []HeldProfile
 
-	// ID is the engine's identity (identity.go), shown in GET /status.
+	// ID is the engine's identity (Config.ID), shown in GET /status.
 	// Set before serving.
 	ID string
 
@@ -600,7 +600,7 @@ func (e *Books) ownedLocked(cred host.Credential) *workerState {
 	return ws
 }
 
-// bearer extracts the token from an Authorization header. The scheme is
+// Bearer extracts the token from an Authorization header. The scheme is
 // case-insensitive, as RFC 9110 says.
 func Bearer(header string) (string, bool) {
 	scheme, token, ok := strings.Cut(header, " ")
@@ -1313,7 +1313,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any) erro
 	return nil
 }
 
-// dontReadBody makes sure the request body is never read and the
+// DontReadBody makes sure the request body is never read and the
 // connection is closed after the answer. Go's server reads up to 256 KiB
 // of a body the handler left unread, to keep the connection for the next
 // request, and it does so even when the answer says "Connection: close";

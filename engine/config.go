@@ -51,16 +51,16 @@ type EngineBlock struct {
 	Listen    string `hcl:"listen,optional"`
 	PluginDir string `hcl:"plugin_dir,optional"`
 	SecretEnv string `hcl:"secret_env,optional"`
-	// TLSCert and TLSKey are PEM files; both or neither (enginetls.go).
+	// TLSCert and TLSKey are PEM files; both or neither (tlsconfig.go).
 	TLSCert string `hcl:"tls_cert,optional"`
 	TLSKey  string `hcl:"tls_key,optional"`
 	// MaxConnections caps the listener's open connections (listener.go);
 	// zero means defaultMaxConnections.
 	MaxConnections int `hcl:"max_connections,optional"`
-	// ID is the engine's identity (identity.go); empty means derived.
+	// ID is the engine's identity; empty means derived (host.EngineIdentity).
 	ID string `hcl:"id,optional"`
 	// OperatorTokenEnv names the variable holding the operator's token
-	// (operator.go); empty means operators on loopback alone.
+	// (host-example/operator.go); empty means operators on loopback alone.
 	OperatorTokenEnv string `hcl:"operator_token_env,optional"`
 	// OpenMetrics serves GET /metrics to anyone, without the token.
 	OpenMetrics bool `hcl:"open_metrics,optional"`

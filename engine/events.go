@@ -110,7 +110,7 @@ func NewHub() *Hub {
 	return &Hub{subs: map[*subscriber]bool{}}
 }
 
-// publish stamps ev with the next sequence number (and the time, if it
+// Publish stamps ev with the next sequence number (and the time, if it
 // has none) and delivers it.
 func (h *Hub) Publish(ev Event) {
 	h.mu.Lock()
@@ -169,7 +169,7 @@ func (h *Hub) unsubscribe(s *subscriber) {
 	}
 }
 
-// close ends every stream, so that the server's Shutdown need not wait
+// Close ends every stream, so that the server's Shutdown need not wait
 // for them.
 func (h *Hub) Close() {
 	h.mu.Lock()

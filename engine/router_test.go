@@ -322,7 +322,7 @@ func TestHungPluginDelaysOnlyItself(t *testing.T) {
 		}
 	}
 
-	// The run loop, as run.go has it: a pass every 100 ms, a reconcile
+	// The run loop, as Engine.Run has it: a pass every 100 ms, a reconcile
 	// every 300 ms. It is stopped and waited for before the plugins.
 	ctx, cancel := context.WithCancel(context.Background())
 	loopDone := make(chan struct{})

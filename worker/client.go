@@ -45,7 +45,7 @@ type Config struct {
 	artifactURL string
 	maxIdle     time.Duration
 	// engineCA and engineCertSHA256 say how to verify an https engine
-	// (enginetls.go); empty means the system's roots.
+	// (tls.go); empty means the system's roots.
 	engineCA, engineCertSHA256 string
 
 	token      string
@@ -202,7 +202,7 @@ type Client struct {
 	http *http.Client
 	name string // as the engine knows us, from the attach response
 	// session is the secret the attach was answered with; work, result
-	// and detach carry it (session.go). Empty before the first attach.
+	// and detach carry it (engine/session.go). Empty before the first attach.
 	session string
 }
 

@@ -13,10 +13,11 @@ import (
 	"github.com/fluksio/provision/shared"
 )
 
+// Admission is the rest of the proof a verified credential leaves open.
 // A verified credential proves that the engine minted it, not that the
 // machine presenting it is the one it was minted for: a credential can be
 // copied out of a job's environment and replayed from anywhere, or
-// presented twice. Admission is the rest of the proof. A worker attaches
+// presented twice. A worker attaches
 // only as the job its provisioner said it started it as (the
 // worker_provisioned event, stamped by the host), a credential is good for
 // one job (a name that detached, went silent or was cancelled is revoked

@@ -42,7 +42,7 @@ const tokenVersion = "v2"
 // tokenFields is how many newline-separated fields a v2 payload has.
 const tokenFields = 8
 
-// The secret must be at least this long: HMAC-SHA256 gains nothing from
+// MinSecretLen is the shortest secret taken: HMAC-SHA256 gains nothing from
 // more and loses a lot from less.
 const MinSecretLen = 32
 

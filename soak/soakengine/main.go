@@ -1,4 +1,4 @@
-// Soakengine is the engine the soak (make soak, ../soak_test.go) drives:
+// Soakengine is the engine the soak (make soak, soak/soak_test.go) drives:
 // examples/embed's page of engine kit, with two routes more, POST
 // /soak/need and POST /soak/withdraw, through which the soak adds demand
 // while the engine runs and takes some back.
