@@ -14,12 +14,13 @@ import (
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/shared/plugin"
 	"github.com/fluksio/provision/slurm"
+	"github.com/fluksio/provision/slurm/relay"
 )
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "relay" {
-		os.Exit(slurm.RelayMain(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+		os.Exit(relay.Main(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
 	}
 	plugin.Serve(func(log hclog.Logger) shared.Provisioner { return slurm.New(log) },
-		plugin.WithUsage(slurm.RelayUsage))
+		plugin.WithUsage(relay.Usage))
 }

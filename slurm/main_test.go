@@ -16,11 +16,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/fluksio/provision/internal/sandboxtest"
 	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/shared/sharedtest"
-	"github.com/hashicorp/go-hclog"
+
+	relayd "github.com/fluksio/provision/slurm/relay"
 )
 
 // The test binary impersonates ssh when fakeSSHEnv is set: it records its
@@ -55,7 +58,7 @@ func TestMain(m *testing.M) {
 	// Started as the relay from the login node's cache, the test binary
 	// is the relay, as the plugin binary would be (TestRelayPrivateCopy).
 	if len(os.Args) > 1 && os.Args[1] == "relay" {
-		os.Exit(RelayMain(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+		os.Exit(relayd.Main(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
 	}
 	if spec, ok := os.LookupEnv(fakeSSHEnv); ok {
 		os.Exit(fakeSSH(spec, os.Getenv(fakeDirEnv), os.Args[1:]))

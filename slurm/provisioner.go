@@ -18,6 +18,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/fluksio/provision/shared"
+
+	relayd "github.com/fluksio/provision/slurm/relay"
 )
 
 const (
@@ -390,7 +392,7 @@ func (p *Provisioner) Configure(ctx context.Context, req *shared.ConfigureReques
 		return nil, err
 	}
 	var engineNet, engineAddr string
-	var relayCert *relayTLS
+	var relayCert *relayd.Cert
 	if cfg.Reach == reachRelay {
 		var err error
 		if engineNet, engineAddr, err = engineAddress(req.EngineAddress); err != nil {
@@ -398,7 +400,7 @@ func (p *Provisioner) Configure(ctx context.Context, req *shared.ConfigureReques
 			return &shared.ConfigureResponse{Diagnostics: diags}, nil
 		}
 		if cfg.relayServesTLS() {
-			if relayCert, err = newRelayTLS(cfg.RelayHost, p.now()); err != nil {
+			if relayCert, err = relayd.NewCert(cfg.RelayHost, p.now()); err != nil {
 				return nil, err
 			}
 		}

@@ -9,7 +9,7 @@ package slurm
 // provisioner already holds an authenticated ssh connection to it, so a
 // process of the user's on the login node (as sbatch is) is enough. No
 // port forwarding, no GatewayPorts, nothing for the site's admins to do.
-// The relay (RelayMain, relaymain.go) listens for workers and turns each
+// The relay (package slurm/relay) listens for workers and turns each
 // connection into a stream of one yamux session that runs over its ssh
 // session's standard input and output; the plugin accepts the streams and
 // dials, for each, the address the host said the engine listens on
@@ -53,6 +53,8 @@ import (
 	"github.com/hashicorp/yamux"
 
 	"github.com/fluksio/provision/shared"
+
+	relayd "github.com/fluksio/provision/slurm/relay"
 )
 
 const (
@@ -158,7 +160,7 @@ type relay struct {
 	// tls is the relay's certificate when it serves workers TLS itself
 	// (an engine without TLS); nil when the engine's TLS runs end to
 	// end. It never changes: jobs already submitted carry its pin.
-	tls *relayTLS
+	tls *relayd.Cert
 
 	// mu guards the fields below; it is never held across ssh.
 	mu sync.Mutex
@@ -205,7 +207,7 @@ func (r *relay) stateLocked() string {
 	return r.phase.String()
 }
 
-func newRelay(p *Provisioner, cfg *settings, engineNet, engineAddr string, tls *relayTLS) *relay {
+func newRelay(p *Provisioner, cfg *settings, engineNet, engineAddr string, tls *relayd.Cert) *relay {
 	return &relay{p: p, cfg: cfg, engineNet: engineNet, engineAddr: engineAddr, tls: tls, phase: relayStarting, since: p.now(), ready: make(chan struct{})}
 }
 
@@ -226,7 +228,7 @@ func (r *relay) dial(ctx context.Context) (relayDial, error) {
 		if phase == relayUp {
 			switch {
 			case r.tls != nil:
-				return relayDial{url: "https://" + addr, pin: r.tls.pin, addr: addr}, nil
+				return relayDial{url: "https://" + addr, pin: r.tls.Pin, addr: addr}, nil
 			case hasHTTPS(r.cfg.EngineURL):
 				return relayDial{url: "https://" + addr, addr: addr}, nil
 			}
@@ -342,7 +344,7 @@ func (r *relay) session(ctx context.Context) error {
 	if r.tls != nil {
 		// The key goes over the session, as the relay's first line of
 		// input: never in argv, nor in a file on the login node.
-		if _, err := io.WriteString(stdin, r.tls.line); err != nil {
+		if _, err := io.WriteString(stdin, r.tls.Line); err != nil {
 			stdin.Close()
 			cmd.Wait()
 			return fmt.Errorf("sending the relay its certificate: %w", err)
@@ -362,7 +364,7 @@ func (r *relay) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	sess, err := yamux.Server(stdio{out, stdin}, relayYamuxConfig(stderr))
+	sess, err := yamux.Server(relayd.Stdio{Reader: out, Writer: stdin}, relayd.YamuxConfig(stderr))
 	if err != nil {
 		return err
 	}
@@ -412,7 +414,7 @@ func (r *relay) session(ctx context.Context) error {
 				s.Close()
 				return
 			}
-			splice(s, c)
+			relayd.Splice(s, c)
 		}()
 	}
 }
@@ -427,7 +429,7 @@ func (r *relay) greeting(ctx context.Context, out *bufio.Reader, exited chan err
 	go func() {
 		for range 100 {
 			s, err := out.ReadString('\n')
-			if strings.HasPrefix(s, relayGreeting) || err != nil {
+			if strings.HasPrefix(s, relayd.Greeting) || err != nil {
 				line <- s
 				return
 			}
@@ -439,7 +441,7 @@ func (r *relay) greeting(ctx context.Context, out *bufio.Reader, exited chan err
 	defer t.Stop()
 	select {
 	case s := <-line:
-		if addr, ok := strings.CutPrefix(strings.TrimSpace(s), strings.TrimSpace(relayGreeting)+" "); ok {
+		if addr, ok := strings.CutPrefix(strings.TrimSpace(s), strings.TrimSpace(relayd.Greeting)+" "); ok {
 			if _, _, err := net.SplitHostPort(addr); err == nil {
 				return addr, nil
 			}
@@ -448,7 +450,7 @@ func (r *relay) greeting(ctx context.Context, out *bufio.Reader, exited chan err
 		case werr := <-exited:
 			exited <- werr
 			var ee *exec.ExitError
-			if errors.As(werr, &ee) && ee.ExitCode() == exitPortTaken {
+			if errors.As(werr, &ee) && ee.ExitCode() == relayd.ExitPortTaken {
 				return "", fmt.Errorf("%w: %s", errRelayPortTaken, strings.TrimSpace(stderr.String()))
 			}
 			return "", fmt.Errorf("the relay did not start (%v): %s", werr, strings.TrimSpace(stderr.String()))
@@ -578,10 +580,6 @@ func relayCheckScript(sum string) string {
 		relayCacheDir, relayFile(sum), sum, exitNoBinary)
 }
 
-// relayPrivateName is the relay's name in its private directory; it
-// starts like the cached file's, so that ps shows what it is.
-const relayPrivateName = "provisioner-slurm"
-
 // relayStartScript runs the relay from a private copy of the cached
 // binary: a directory of its own (mktemp -d, mode 0700, a name nobody
 // knows in advance) holds the copy, which is checked by its sha256 after
@@ -608,7 +606,7 @@ func relayStartScript(sum string, flags []string) string {
 		`touch "$f"; find "$c" -maxdepth 1 -name 'provisioner-slurm-*' ! -name %[7]s -mmin +60 -exec rm -f {} + 2>/dev/null; `+
 		`find "$c" -maxdepth 1 -name 'run.*' -mmin +60 -exec rm -rf {} + 2>/dev/null; `+
 		`exec "$t/%[4]s" %[6]s -private "$t"`,
-		relayCacheDir, relayFile(sum), exitNoBinary, relayPrivateName, sum, strings.Join(q, " "), shellQuote(relayFile(sum)))
+		relayCacheDir, relayFile(sum), exitNoBinary, relayd.PrivateName, sum, strings.Join(q, " "), shellQuote(relayFile(sum)))
 }
 
 // relayUploadScript writes standard input to the cache, private to the

@@ -1,16 +1,9 @@
 package slurm
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,11 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/yamux"
-
 	"github.com/fluksio/provision/internal/sandboxtest"
 	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared"
+
+	relayd "github.com/fluksio/provision/slurm/relay"
 )
 
 // TestRelayRefusesAnotherPlatform runs the relay's check script, as the
@@ -138,7 +131,7 @@ func TestRelayPrivateCopy(t *testing.T) {
 	}
 	// The relay runs (its stdin, the session, ends at once, and so does
 	// it) and says where it listens.
-	if out, code := start(); code != 0 || !strings.Contains(out, relayGreeting) {
+	if out, code := start(); code != 0 || !strings.Contains(out, relayd.Greeting) {
 		t.Fatalf("the relay's start: exit %d, said %q", code, out)
 	}
 	entries := func() []string {
@@ -212,7 +205,7 @@ func TestRelayPrivateCopy(t *testing.T) {
 		switch {
 		case strings.Contains(out, "SWAPPED-BINARY-RAN"):
 			swapped++
-		case code == 0 && strings.Contains(out, relayGreeting):
+		case code == 0 && strings.Contains(out, relayd.Greeting):
 			ran++
 		case code == exitNoBinary:
 			refused++
@@ -235,106 +228,6 @@ func TestRelayPrivateCopy(t *testing.T) {
 		if strings.HasPrefix(name, "run.") {
 			t.Errorf("a private directory was left in the cache: %s", name)
 		}
-	}
-}
-
-// TestRelayMainTLSAndPort runs the relay in process. With -tls it reads
-// its certificate from standard input, and a connection to it is carried
-// as a stream only once the client has finished a TLS handshake, which
-// a client that pins its certificate does and a plain one cannot: the
-// plain client's bytes never reach a stream. Asked for a port somebody
-// holds, it tries for relayPortWait and exits exitPortTaken, saying so.
-func TestRelayMainTLSAndPort(t *testing.T) {
-	cert, err := newRelayTLS("127.0.0.1", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	var stderr tailBuffer
-	stderr.max = 4096
-	exited := make(chan int, 1)
-	go func() {
-		exited <- RelayMain([]string{"-listen", "127.0.0.1:0", "-host", "127.0.0.1", "-tls"}, inR, outW, &stderr)
-		outW.Close()
-	}()
-	if _, err := io.WriteString(inW, cert.line); err != nil {
-		t.Fatal(err)
-	}
-	out := bufio.NewReader(outR)
-	greeting, err := out.ReadString('\n')
-	if err != nil {
-		t.Fatalf("greeting: %v (stderr %s)", err, stderr.String())
-	}
-	addr := strings.TrimSpace(strings.TrimPrefix(greeting, relayGreeting))
-	sess, err := yamux.Server(stdio{out, inW}, relayYamuxConfig(&stderr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	streams := make(chan []byte, 4)
-	go func() {
-		for {
-			s, err := sess.AcceptStream()
-			if err != nil {
-				close(streams)
-				return
-			}
-			b := make([]byte, 64)
-			n, _ := s.Read(b)
-			s.Write([]byte("ok"))
-			streams <- b[:n]
-			s.Close()
-		}
-	}()
-
-	// A plain client: its bytes go nowhere, and it is cut off.
-	plain, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plain.Write([]byte("POST /v1/attach HTTP/1.1\r\nAuthorization: Bearer secret\r\n\r\n"))
-	plain.SetReadDeadline(time.Now().Add(relayHandshakeTimeout + 5*time.Second))
-	if n, _ := io.Copy(io.Discard, plain); n > 0 {
-		t.Errorf("the plain client got %d bytes back", n)
-	}
-	plain.Close()
-
-	// A client that pins the relay's certificate gets through.
-	want, _ := hex.DecodeString(cert.pin)
-	tc, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, VerifyConnection: func(cs tls.ConnectionState) error {
-		if got := sha256.Sum256(cs.PeerCertificates[0].Raw); !bytes.Equal(got[:], want) {
-			return fmt.Errorf("certificate %x, pinned %x", got, want)
-		}
-		return nil
-	}})
-	if err != nil {
-		t.Fatalf("a client pinning the relay's certificate: %v", err)
-	}
-	tc.Write([]byte("Bearer through"))
-	if b, err := io.ReadAll(tc); err != nil || string(b) != "ok" {
-		t.Errorf("the pinned client got %q, %v", b, err)
-	}
-	tc.Close()
-	if got := <-streams; string(got) != "Bearer through" {
-		t.Errorf("the first stream carried %q; want the pinned client's bytes, and nothing of the plain one's", got)
-	}
-	sess.Close()
-	inW.Close()
-	if code := <-exited; code != 0 {
-		t.Errorf("the relay exited %d when its session ended", code)
-	}
-
-	// Its port, held by somebody else.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	stderr = tailBuffer{max: 4096}
-	began := time.Now()
-	code := RelayMain([]string{"-listen", ln.Addr().String(), "-host", "127.0.0.1"}, strings.NewReader(""), io.Discard, &stderr)
-	if code != exitPortTaken || !strings.Contains(stderr.String(), relayPortTaken) || time.Since(began) < relayPortWait {
-		t.Errorf("on a taken port: exit %d after %s, said %q; want %d after %s, saying %q", code, time.Since(began), stderr.String(), exitPortTaken, relayPortWait, relayPortTaken)
 	}
 }
 

@@ -18,7 +18,7 @@ package slurm
 // no credential crosses a connection before the certificate is checked.
 //
 // And when a restarted relay cannot get its port back (it tries for
-// relayPortWait, then exits exitPortTaken), it starts on a free port,
+// relay.PortWait, then exits relay.ExitPortTaken), it starts on a free port,
 // and before it is up every job of this provisioner still in the queue,
 // whose workers dial the old address, is cancelled and its workers'
 // credentials revoked (worker_cancelled), saying why; a submission that
@@ -38,19 +38,8 @@ package slurm
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/big"
-	"net"
-	"time"
 
 	"github.com/fluksio/provision/shared"
 )
@@ -58,57 +47,6 @@ import (
 // errRelayPortTaken is a relay that could not bind the port it was asked
 // for: somebody else holds it.
 var errRelayPortTaken = errors.New("the relay's port is taken on the login node")
-
-// relayTLS is the relay's certificate and key as the relay reads them,
-// and the pin the job scripts carry.
-type relayTLS struct {
-	// line is relayTLSPrefix, the certificate and the key, and a
-	// newline: secret, written only to the relay's standard input.
-	line string
-	// pin is the certificate's SHA-256, in hex.
-	pin string
-}
-
-// newRelayTLS makes a P-256 key and a self-signed certificate for it. The
-// certificate's name is the relay's host when known; workers check the
-// pin, not the name.
-func newRelayTLS(host string, now time.Time) (*relayTLS, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("making the relay's TLS key: %w", err)
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: "fluksio relay"},
-		NotBefore:    now.Add(-time.Hour),
-		// Longer than any job: the pin is what is checked.
-		NotAfter:    now.Add(10 * 365 * 24 * time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	if ip := net.ParseIP(host); ip != nil {
-		tmpl.IPAddresses = []net.IP{ip}
-	} else if host != "" {
-		tmpl.DNSNames = []string{host}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, fmt.Errorf("making the relay's certificate: %w", err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, err
-	}
-	sum := sha256.Sum256(der)
-	return &relayTLS{
-		line: relayTLSPrefix + base64.StdEncoding.EncodeToString(der) + " " + base64.StdEncoding.EncodeToString(keyDER) + "\n",
-		pin:  hex.EncodeToString(sum[:]),
-	}, nil
-}
 
 // relayServesTLS reports whether the relay terminates TLS itself: in relay
 // mode, for an engine that does not serve TLS (engine_url not https).

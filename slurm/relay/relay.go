@@ -1,4 +1,4 @@
-package slurm
+package relay
 
 import (
 	"bufio"
@@ -22,24 +22,24 @@ import (
 	"github.com/hashicorp/yamux"
 )
 
-// relayGreeting starts the one line the relay writes on its standard
+// Greeting starts the one line the relay writes on its standard
 // output before the multiplexed session takes it over: the address
 // workers dial.
-const relayGreeting = "fluksio-relay "
+const Greeting = "fluksio-relay "
 
-// RelayUsage is what the plugin binary's --help says of relay mode.
-const RelayUsage = `  provisioner-slurm relay [-listen HOST:PORT] [-host NAME] [-tls] [-private DIR]
+// Usage is what the plugin binary's --help says of relay mode.
+const Usage = `  provisioner-slurm relay [-listen HOST:PORT] [-host NAME] [-tls] [-private DIR]
                      the relay, as the plugin runs it on a login node
                      for reach = "relay"; not for running by hand either
 `
 
-// RelayMain is the relay program: the plugin binary run on the login node
+// Main is the relay program: the plugin binary run on the login node
 // as "provisioner-slurm relay -listen ADDR -host NAME". It listens where
 // compute nodes can reach it, says where on its first line of standard
 // output, and then carries every connection it accepts as a stream of a
 // yamux session over its standard input and output, which is the ssh
 // session the plugin holds. With -tls it first reads its certificate and
-// key from standard input (relaytls.go) and carries a connection only once
+// key from standard input (Cert) and carries a connection only once
 // its TLS handshake is done, as plaintext: a connection that is not TLS,
 // or whose client does not accept the certificate, is closed unread. It
 // dials nothing itself: where a stream goes
@@ -47,7 +47,7 @@ const RelayUsage = `  provisioner-slurm relay [-listen HOST:PORT] [-host NAME] [
 // nowhere else. It exits when the session ends, that is when the plugin
 // closes it or its ssh connection goes, so nothing of it outlives the
 // plugin's hold on the login node.
-func RelayMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("relay", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", ":0", "`host:port` to listen on for workers")
@@ -64,7 +64,7 @@ func RelayMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		// its file while the process lives, and nothing is left behind
 		// when it ends, however it ends. Only this file and then the
 		// directory, if empty: never a tree.
-		if err := os.Remove(filepath.Join(*private, relayPrivateName)); err != nil {
+		if err := os.Remove(filepath.Join(*private, PrivateName)); err != nil {
 			fmt.Fprintf(stderr, "fluksio-relay: removing the private copy: %v\n", err)
 		} else if err := os.Remove(*private); err != nil {
 			fmt.Fprintf(stderr, "fluksio-relay: removing the private directory: %v\n", err)
@@ -83,17 +83,17 @@ func RelayMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	in := bufio.NewReader(stdin)
 	var tlsCfg *tls.Config
 	if *useTLS {
-		cert, err := readRelayTLS(in)
+		cert, err := readTLS(in)
 		if err != nil {
 			fmt.Fprintf(stderr, "fluksio-relay: reading the certificate from standard input: %v\n", err)
 			return 1
 		}
 		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
-	ln, err := listenAgain(*listen, relayPortWait)
+	ln, err := listenAgain(*listen, PortWait)
 	if errors.Is(err, syscall.EADDRINUSE) {
-		fmt.Fprintf(stderr, "fluksio-relay: %s: %v\n", relayPortTaken, err)
-		return exitPortTaken
+		fmt.Fprintf(stderr, "fluksio-relay: %s: %v\n", PortTakenWords, err)
+		return ExitPortTaken
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "fluksio-relay: %v\n", err)
@@ -101,10 +101,10 @@ func RelayMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	defer ln.Close()
 	port := ln.Addr().(*net.TCPAddr).Port
-	if _, err := fmt.Fprintf(stdout, "%s%s\n", relayGreeting, net.JoinHostPort(*host, strconv.Itoa(port))); err != nil {
+	if _, err := fmt.Fprintf(stdout, "%s%s\n", Greeting, net.JoinHostPort(*host, strconv.Itoa(port))); err != nil {
 		return 1
 	}
-	sess, err := yamux.Client(stdio{in, stdout}, relayYamuxConfig(stderr))
+	sess, err := yamux.Client(Stdio{in, stdout}, YamuxConfig(stderr))
 	if err != nil {
 		fmt.Fprintf(stderr, "fluksio-relay: %v\n", err)
 		return 1
@@ -135,7 +135,7 @@ func RelayMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 				// Whoever cannot finish a handshake in time is not
 				// a worker, and gets no stream.
 				tc := tls.Server(c, tlsCfg)
-				ctx, cancel := context.WithTimeout(context.Background(), relayHandshakeTimeout)
+				ctx, cancel := context.WithTimeout(context.Background(), HandshakeTimeout)
 				err := tc.HandshakeContext(ctx)
 				cancel()
 				if err != nil {
@@ -149,40 +149,44 @@ func RelayMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 				c.Close()
 				return
 			}
-			splice(c, s)
+			Splice(c, s)
 		}()
 	}
 }
 
+// PrivateName is the relay's name in its private directory; it starts
+// like the cached file's name, so that ps shows what it is.
+const PrivateName = "provisioner-slurm"
+
 const (
-	// relayTLSPrefix starts the line the plugin writes first on the
+	// tlsPrefix starts the line the plugin writes first on the
 	// relay's standard input with -tls: the certificate and its key,
 	// each DER in base64.
-	relayTLSPrefix = "fluksio-relay-tls "
+	tlsPrefix = "fluksio-relay-tls "
 
-	// relayPortWait is how long a relay asked for a port keeps trying
+	// PortWait is how long a relay asked for a port keeps trying
 	// to bind it: the relay it replaces may be a moment from exiting
 	// (its ssh session just closed). Longer than that, the port is
 	// somebody else's.
-	relayPortWait = 5 * time.Second
+	PortWait = 5 * time.Second
 
-	// relayHandshakeTimeout bounds a worker's TLS handshake with the
+	// HandshakeTimeout bounds a worker's TLS handshake with the
 	// relay.
-	relayHandshakeTimeout = 10 * time.Second
+	HandshakeTimeout = 10 * time.Second
 
-	// exitPortTaken is the relay's exit code when the port it was asked
-	// for stays taken; relayPortTaken is what it says.
-	exitPortTaken  = 92
-	relayPortTaken = "the port asked for is taken"
+	// ExitPortTaken is the relay's exit code when the port it was asked
+	// for stays taken; PortTakenWords is what it says.
+	ExitPortTaken  = 92
+	PortTakenWords = "the port asked for is taken"
 )
 
-// readRelayTLS reads the line relayTLSLine wrote.
-func readRelayTLS(in *bufio.Reader) (tls.Certificate, error) {
+// readTLS reads the line Cert.Line is.
+func readTLS(in *bufio.Reader) (tls.Certificate, error) {
 	line, err := in.ReadString('\n')
 	if err != nil {
 		return tls.Certificate{}, err
 	}
-	rest, ok := strings.CutPrefix(strings.TrimSpace(line), relayTLSPrefix)
+	rest, ok := strings.CutPrefix(strings.TrimSpace(line), tlsPrefix)
 	certB64, keyB64, ok2 := strings.Cut(rest, " ")
 	if !ok || !ok2 {
 		return tls.Certificate{}, errors.New("not a certificate line")
@@ -213,9 +217,9 @@ func listenAgain(addr string, wait time.Duration) (net.Listener, error) {
 	}
 }
 
-// relayYamuxConfig keeps the session alive and notices a dead one within
+// YamuxConfig keeps the session alive and notices a dead one within
 // half a minute: a relay whose plugin has gone must not linger.
-func relayYamuxConfig(logs io.Writer) *yamux.Config {
+func YamuxConfig(logs io.Writer) *yamux.Config {
 	c := yamux.DefaultConfig()
 	c.EnableKeepAlive = true
 	c.KeepAliveInterval = 10 * time.Second
@@ -226,13 +230,14 @@ func relayYamuxConfig(logs io.Writer) *yamux.Config {
 	return c
 }
 
-// stdio is standard input and output as one connection for yamux.
-type stdio struct {
+// Stdio is standard input and output as one connection for yamux.
+type Stdio struct {
 	io.Reader
 	io.Writer
 }
 
-func (s stdio) Close() error {
+// Close closes both sides that can be closed.
+func (s Stdio) Close() error {
 	var errs []error
 	if c, ok := s.Reader.(io.Closer); ok {
 		errs = append(errs, c.Close())
@@ -243,9 +248,9 @@ func (s stdio) Close() error {
 	return errors.Join(errs...)
 }
 
-// splice copies both ways between a and b until either side is done with
+// Splice copies both ways between a and b until either side is done with
 // it, then closes both.
-func splice(a, b io.ReadWriteCloser) {
+func Splice(a, b io.ReadWriteCloser) {
 	done := make(chan struct{}, 2)
 	cp := func(dst io.Writer, src io.Reader) {
 		io.Copy(dst, src)
