@@ -32,7 +32,7 @@ help: ## list the targets and the variables they use, with their values now
 	@printf '\nvariables (set as make VAR=value):\n'
 	@printf '  %-19s %s\n' 'GO' '$(GO) ($(shell $(GO) env GOVERSION 2>/dev/null || echo "not found"))' \
 		'SANDBOX_SLURM' '$(SANDBOX_SLURM)' 'SANDBOX_DIR' '$(SANDBOX_DIR)' 'FUZZTIME' '$(FUZZTIME)' 'BUILDVCS' '$(BUILDVCS)'
-	@printf '  the sandbox'"'"'s own (SANDBOX_SSH_PORT and others) are listed in README.md, "The sandbox"\n'
+	@printf '  the sandbox'"'"'s own (SANDBOX_SSH_PORT and others) are listed in docs/development.md, "The sandbox"\n'
 
 .PHONY: build
 build: ## build bin/provisioner-slurm, bin/host-example, bin/fluksio-worker, bin/testplugin and bin/provisioner-conformance

@@ -829,7 +829,7 @@ func TestE2EMultiNode(t *testing.T) {
 }
 
 // TestE2ENeedNamesProfile: a need whose label is a profile's name (which
-// the profile's shape carries, as the README says) is served by the
+// the profile's shape carries, as docs/operators.md says) is served by the
 // worker started from that profile, though the worker advertises no such
 // label itself: the engine knows its profile from the provisioner.
 func TestE2ENeedNamesProfile(t *testing.T) {

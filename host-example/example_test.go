@@ -10,8 +10,9 @@ import (
 	"github.com/fluksio/provision/internal/sandboxtest"
 )
 
-// TestConfigExampleIsValid keeps config.hcl.example honest: what the
-// README points operators at must pass validate against the real plugin.
+// TestConfigExampleIsValid keeps config.hcl.example honest: what
+// docs/operators.md points operators at must pass validate against the
+// real plugin.
 func TestConfigExampleIsValid(t *testing.T) {
 	src, err := os.ReadFile(filepath.Join(sandboxtest.ModuleRoot(), "config.hcl.example"))
 	if err != nil {

@@ -530,7 +530,7 @@ Host sandbox
 EOF
 if ((BASTION_PORT)); then
   # The login node as a site behind a bastion has it: reached only
-  # through the jump host. README's "Real sites" has the same recipe.
+  # through the jump host. docs/operators.md's "Real sites" has the same recipe.
   # No GlobalKnownHostsFile /dev/null here: the plugin refuses a
   # known-hosts file others can write, and /dev/null is one.
   cat >>"$SSH_CONFIG" <<EOF

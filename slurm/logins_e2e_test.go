@@ -195,7 +195,7 @@ func newOperatorSSH(t *testing.T, env sandboxtest.Env) *operatorSSH {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	o := &operatorSSH{env: env, config: filepath.Join(dir, "ssh_config"), host: "login-mfa"}
 	user, _, _ := strings.Cut(env.Login, "@")
-	conf := fmt.Sprintf(`# The recipe of README's "Real sites": the plugin's logins use the
+	conf := fmt.Sprintf(`# The recipe of docs/operators.md's "Real sites": the plugin's logins use the
 # operator's master; without it they offer nothing the site accepts.
 Host %s
   HostName 127.0.0.1
@@ -325,7 +325,7 @@ func TestLoginPathMFAMaster(t *testing.T) {
 
 // TestLoginPathBastion: the login node reached through a jump host, the
 // sandbox's own (SANDBOX_BASTION_PORT), with the ssh_config up.sh writes,
-// the recipe of README's "Real sites" (ProxyJump): a need is served, and
+// the recipe of docs/operators.md's "Real sites" (ProxyJump): a need is served, and
 // the bastion's sshd saw the logins.
 func TestLoginPathBastion(t *testing.T) {
 	env := sandboxtest.PrivateWith(t, "bastion", sandboxtest.Options{Bastion: true})

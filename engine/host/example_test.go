@@ -17,8 +17,8 @@ import (
 
 // An engine that embeds the host side: its own file, whose provisioner
 // blocks become configured, supervised provisioners with their shapes,
-// and a signer and admission for the workers that dial back. README's
-// "Embedding the host side" shows this code.
+// and a signer and admission for the workers that dial back.
+// docs/engine-kit.md says when an engine uses this layer directly.
 func Example() {
 	const path = "engine.hcl"
 	parser := hclparse.NewParser()

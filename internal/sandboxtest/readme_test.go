@@ -8,13 +8,13 @@ import (
 	"testing"
 )
 
-// TestReadmeDocumentsTheSandbox keeps README.md's sandbox table and its Go
-// version honest: every SANDBOX_ variable the sandbox scripts read or
-// export is named in the README, and the Go version the quick start asks
-// for is go.mod's.
+// TestReadmeDocumentsTheSandbox keeps docs/development.md's sandbox table
+// honest: every SANDBOX_ variable the sandbox scripts read or export is
+// named there. TestReadmeGoVersionIsGoMod keeps the Go version the
+// README's quick start asks for go.mod's.
 func TestReadmeDocumentsTheSandbox(t *testing.T) {
 	root := ModuleRoot()
-	readme := read(t, filepath.Join(root, "README.md"))
+	readme := read(t, filepath.Join(root, "docs/development.md"))
 	scripts, err := filepath.Glob(filepath.Join(root, "sandbox", "*.sh"))
 	if err != nil || len(scripts) == 0 {
 		t.Fatalf("no sandbox scripts: %v", err)
@@ -30,7 +30,7 @@ func TestReadmeDocumentsTheSandbox(t *testing.T) {
 	}
 	for v := range seen {
 		if !strings.Contains(readme, "`"+v+"`") {
-			t.Errorf("README.md does not document %s, which sandbox/ uses", v)
+			t.Errorf("docs/development.md does not document %s, which sandbox/ uses", v)
 		}
 	}
 }
