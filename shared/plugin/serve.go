@@ -143,7 +143,8 @@ name it in a provisioner block of the engine's configuration,
     ...
   }
 
-and check that configuration with "host-example validate [-check] FILE".
+and check that configuration with the engine's own validation (the
+example engine's is "host-example validate [-check] FILE").
 
 usage:
   %[1]s --version   print the version and the build's revision
