@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -273,9 +274,16 @@ func startPlugin(ctx context.Context, p *Block, opts Options) (l *launched, fail
 			if errors.Is(err, shared.ErrChecksumMismatch) {
 				summary, at = "Plugin does not match its sha256 pin", b.SHA256Range
 			}
+			// Launch's error names the block that started the binary; a
+			// Validator shows it for every block of that binary, each
+			// under its own name.
+			detail := err.Error()
+			if rest, ok := strings.CutPrefix(detail, fmt.Sprintf("provisioner %q: ", p.Name)); ok {
+				detail = fmt.Sprintf("provisioner %q: %s", b.Name, rest)
+			}
 			// Extra carries the error, so that a Supervisor can tell a pin
 			// or a protocol mismatch (which no restart fixes) from a crash.
-			return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: summary, Detail: err.Error() + ".", Subject: at.Ptr(), Extra: err}}
+			return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: summary, Detail: detail + ".", Subject: at.Ptr(), Extra: err}}
 		}
 	}
 	l = &launched{cfg: p, plugin: plugin}
