@@ -18,6 +18,9 @@
 // about a minute, and BENCH_SCALE_MAX=1000 leaves them out where the
 // machine cannot hold them.
 //
+// Measurement 14 (validate) asks nothing of Slurm: BenchmarkValidate
+// runs without the sandbox.
+//
 // Nothing here asserts a timing: a missed target is reported as MISS, and
 // only a measurement that could not be taken fails.
 package bench

@@ -334,6 +334,10 @@ func TestBenchReport(t *testing.T) {
 		relayRows(rep, measureRelay(t, e))
 	})
 
+	step(14, "validate", []string{"validate of 200 blocks"}, func(t *testing.T) {
+		validateRows(rep, measureValidate(t, e.HostBin, e.SlurmBin, nValidate))
+	})
+
 	step(5, "reconcile", []string{"Reconcile"}, func(t *testing.T) {
 		r := newBigRig(t, e)
 		rep.note("1,000 submissions through the plugin (max_sessions 8) took %s (%.0f/s); squeue showed %d of its jobs pending.", dur(r.submit), 1000/r.submit.Seconds(), r.queued)
@@ -418,8 +422,9 @@ func TestBenchReport(t *testing.T) {
 
 // benchOnly is the measurements BENCH_ONLY names (comma-separated step
 // names: start, covers, provision, attach, host-rss, poll, burst, array,
-// attach-scale, makespan, relay, reconcile, scale), nil when it is unset. A
-// partial run prints its rows and leaves docs/benchmarks.md alone.
+// attach-scale, makespan, relay, reconcile, scale, validate), nil when it
+// is unset. A partial run prints its rows and leaves docs/benchmarks.md
+// alone.
 func benchOnly() map[string]bool {
 	v := os.Getenv("BENCH_ONLY")
 	if v == "" {

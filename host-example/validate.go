@@ -17,9 +17,10 @@ import (
 )
 
 // validateMain checks a configuration the way run would read it, without
-// asking for anything: it parses the file, launches each plugin, decodes
-// the plugin's part of its block against the plugin's schema and lets the
-// plugin validate it. That has no side effects: no network, no jobs.
+// asking for anything: it parses the file, launches each plugin binary
+// once, decodes each block's part for the plugin against the plugin's
+// schema and lets the plugin validate it. That has no side effects: no
+// network, no jobs.
 //
 // With -check it then runs each plugin's preflight (shared.Checker)
 // against the system the block names, over the block's real settings and
@@ -48,17 +49,20 @@ func validateMain(args []string, stdout, stderr io.Writer) int {
 	// found is what each provisioner's preflight learned, by name.
 	var found []provisionerFacts
 	if !diags.HasErrors() {
+		// One plugin process per binary answers for all its blocks.
+		var v host.Validator
 		for _, p := range cfg.Provisioners {
 			if !*preflight {
-				diags = append(diags, host.Validate(context.Background(), p)...)
+				diags = append(diags, v.Validate(context.Background(), p)...)
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-			facts, d := host.Check(ctx, p, "")
+			facts, d := v.Check(ctx, p, "")
 			cancel()
 			diags = append(diags, d...)
 			found = append(found, provisionerFacts{Provisioner: p.Name, Kind: p.Kind, Facts: jsonFacts(facts)})
 		}
+		v.Close()
 	}
 	hclconfig.SortDiagnostics(diags)
 	if *asJSON {

@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -433,4 +435,182 @@ type jsonDiagnostic struct {
 	Column    int    `json:"column"`
 	EndLine   int    `json:"end_line"`
 	EndColumn int    `json:"end_column"`
+}
+
+// countingPlugin writes an executable at path that appends a line to
+// count each time it starts and then becomes the real plugin, so a test
+// counts real process starts.
+func countingPlugin(t *testing.T, path, real, count string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := fmt.Sprintf("#!/bin/sh\necho start >> %q\nexec %q \"$@\"\n", count, real)
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// starts is how many times a countingPlugin has started.
+func starts(t *testing.T, count string) int {
+	t.Helper()
+	b, err := os.ReadFile(count)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(b), "\n")
+}
+
+// manyBlocks writes a configuration of n Slurm provisioner blocks: those
+// whose index other says yes name the plugin at otherPath, the rest the
+// plugin in pluginDir. extra(i) is added to block i's body, as one line.
+// It returns the file and each block's first line (1-based).
+func manyBlocks(t *testing.T, dir, pluginDir, otherPath string, n, sshPort int, other func(int) bool, extra func(int) string) (string, []int) {
+	t.Helper()
+	var b strings.Builder
+	line := 1
+	write := func(s string) {
+		b.WriteString(s)
+		line += strings.Count(s, "\n")
+	}
+	write(fmt.Sprintf("engine {\n  listen     = \"127.0.0.1:0\"\n  plugin_dir = %q\n}\n", pluginDir))
+	first := make([]int, n)
+	for i := range n {
+		first[i] = line
+		write(fmt.Sprintf("provisioner \"slurm\" \"p%d\" {\n", i))
+		if other(i) {
+			write(fmt.Sprintf("  plugin         = %q\n", otherPath))
+		}
+		write(fmt.Sprintf("  login          = \"slurmuser@127.0.0.1\"\n  ssh_port       = %d\n", sshPort))
+		write("  engine_url     = \"http://127.0.0.1:8470\"\n  worker_command = [\"/opt/fluksio/host-example\", \"worker\"]\n")
+		write(extra(i) + "\n")
+		write("  profile \"cpu\" {\n    cpus   = 2\n    ram_mb = 500\n    sbatch = [\"--partition=debug\", \"--time=00:10:00\"]\n  }\n}\n")
+	}
+	path := filepath.Join(dir, "many.hcl")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path, first
+}
+
+// TestValidateManyBlocksOneStartPerPlugin: validate of 200 provisioner
+// blocks, 150 naming plugin_dir's plugin and 50 another binary by plugin =
+// "…", starts each binary once (before: once a block, 26 s for 200), and
+// still reports a bad block among them at its own line and column: one
+// the plugin's ValidateConfig refuses (block 137, of the first binary) and
+// one the schema refuses (block 171, of the other). With -check, whose
+// preflight is per block, 12 blocks still start each binary once, and
+// each block's failed login is reported at its own ssh_port.
+func TestValidateManyBlocksOneStartPerPlugin(t *testing.T) {
+	real := filepath.Join(pluginDir(t), "provisioner-slurm")
+	dir := t.TempDir()
+	countA, countB := filepath.Join(dir, "a.starts"), filepath.Join(dir, "b.starts")
+	countingPlugin(t, filepath.Join(dir, "a", "provisioner-slurm"), real, countA)
+	otherPath := filepath.Join(dir, "b", "other-slurm")
+	countingPlugin(t, otherPath, real, countB)
+	other := func(i int) bool { return i%4 == 3 }
+
+	const n, badPlugin, badSchema = 200, 137, 171
+	extra := func(i int) string {
+		switch i {
+		case badPlugin:
+			return `  max_idle       = "5 minutes"`
+		case badSchema:
+			return `  bogus_setting  = 1`
+		}
+		return `  max_idle       = "30s"`
+	}
+	// A block's extra line is its 7th, or its 6th without plugin = "…".
+	extraLine := func(first []int, i int) int {
+		if other(i) {
+			return first[i] + 6
+		}
+		return first[i] + 5
+	}
+	path, first := manyBlocks(t, filepath.Join(dir, "cfg"), filepath.Join(dir, "a"), otherPath, n, 2222, other, extra)
+	if other(badPlugin) || !other(badSchema) {
+		t.Fatal("the bad blocks must be one of each binary")
+	}
+
+	var stdout, stderr bytes.Buffer
+	code := validateMain([]string{"-json", path}, &stdout, &stderr)
+	var got struct{ Diagnostics []jsonDiagnostic }
+	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
+		t.Fatalf("-json output does not parse: %v\n%s\n%s", err, stdout.String(), stderr.String())
+	}
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	if a, b := starts(t, countA), starts(t, countB); a != 1 || b != 1 {
+		t.Errorf("validate of %d blocks started plugin_dir's plugin %d times and the other %d times; want once each", n, a, b)
+	}
+	want := map[string]bool{
+		fmt.Sprintf("%d:20 is not a duration", extraLine(first, badPlugin)):   false,
+		fmt.Sprintf("%d:3 Unsupported argument", extraLine(first, badSchema)): false,
+	}
+	for _, d := range got.Diagnostics {
+		if d.Severity != "error" {
+			continue
+		}
+		matched := false
+		for w := range want {
+			at, fragment, _ := strings.Cut(w, " ")
+			if fmt.Sprintf("%d:%d", d.Line, d.Column) == at && strings.Contains(d.Summary+" "+d.Detail, fragment) {
+				want[w], matched = true, true
+			}
+		}
+		if !matched {
+			t.Errorf("unexpected error at %d:%d: %s: %s", d.Line, d.Column, d.Summary, d.Detail)
+		}
+	}
+	for w, seen := range want {
+		if !seen {
+			t.Errorf("no error at %s in %+v", w, got.Diagnostics)
+		}
+	}
+
+	// -check: the preflight logs in for each block, to a port where
+	// nothing listens; the plugins are still started once.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	os.Remove(countA)
+	os.Remove(countB)
+	const m = 12
+	path, first = manyBlocks(t, filepath.Join(dir, "check"), filepath.Join(dir, "a"), otherPath, m, closed, other,
+		func(int) string { return `  max_idle       = "30s"` })
+	stdout.Reset()
+	stderr.Reset()
+	code = validateMain([]string{"-check", "-json", path}, &stdout, &stderr)
+	got.Diagnostics = nil
+	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
+		t.Fatalf("-check -json output does not parse: %v\n%s\n%s", err, stdout.String(), stderr.String())
+	}
+	if a, b := starts(t, countA), starts(t, countB); code != 1 || a != 1 || b != 1 {
+		t.Errorf("validate -check of %d blocks: exit %d, started plugin_dir's plugin %d times and the other %d times; want exit 1 and once each", m, code, a, b)
+	}
+	unreachable := map[int]bool{}
+	for _, d := range got.Diagnostics {
+		if d.Severity == "error" && d.Summary == "Login node unreachable" {
+			unreachable[d.Line] = true
+		}
+	}
+	for i := range m {
+		at := first[i] + 2 // the ssh_port line
+		if other(i) {
+			at++
+		}
+		if !unreachable[at] {
+			t.Errorf("block %d: no \"Login node unreachable\" at its ssh_port (line %d) in %+v", i, at, got.Diagnostics)
+		}
+	}
 }

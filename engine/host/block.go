@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -141,8 +142,8 @@ type launched struct {
 	plugin *Plugin
 	schema *shared.Schema
 	json   json.RawMessage
-	// contract is the contract version the plugin's Info said.
-	contract string
+	// contract and kind are what the plugin's Info said.
+	contract, kind string
 }
 
 // Options are what an engine adds to a plugin's launch: every field of
@@ -193,13 +194,12 @@ func (o Options) launchTimeout() time.Duration {
 // Validate launches a provisioner's plugin, decodes the block against the
 // plugin's schema, asks the plugin to validate it and stops the plugin. It
 // has no side effects beyond the plugin's process: ValidateConfig may not
-// touch the cluster.
+// touch the cluster. A Validator does the same for many blocks with one
+// process per plugin binary.
 func Validate(ctx context.Context, b *Block) hcl.Diagnostics {
-	l, diags := resolve(ctx, b, Options{}, false)
-	if l != nil {
-		l.plugin.Kill()
-	}
-	return diags
+	var v Validator
+	defer v.Close()
+	return v.Validate(ctx, b)
 }
 
 // resolve launches p's plugin and decodes p's body against its schema.
@@ -209,19 +209,50 @@ func Validate(ctx context.Context, b *Block) hcl.Diagnostics {
 // returned whenever it started, even with errors, so the caller can stop
 // it.
 func resolve(ctx context.Context, p *Block, opts Options, configure bool) (*launched, hcl.Diagnostics) {
-	at := p.DefRange
+	if diags := findPlugin(p); diags != nil {
+		return nil, diags
+	}
+	lctx, cancel := context.WithTimeout(ctx, opts.launchTimeout())
+	defer cancel()
+	l, failed := startPlugin(lctx, p, opts)
+	if failed != nil {
+		return l, failed(p)
+	}
+	return l, fitBlock(lctx, l, configure)
+}
+
+// pluginAt is where a diagnostic about p's plugin points: its plugin =
+// "…" when it has one, else its header.
+func pluginAt(p *Block) hcl.Range {
 	if p.PathExplicit {
-		at = p.PluginRange
+		return p.PluginRange
 	}
-	if _, err := os.Stat(p.Path); err != nil {
-		detail := fmt.Sprintf("No plugin for kind %q: looked for %s. Build it (make build), or set plugin = \"/path/to/binary\" in this block.", p.Kind, p.Path)
-		if p.PathExplicit {
-			detail = fmt.Sprintf("The plugin %s does not exist (%v). Check the path.", p.Path, errors.Unwrap(err))
-		} else {
-			at = p.KindRange
-		}
-		return nil, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Unknown provisioner kind " + strconv.Quote(p.Kind), Detail: detail, Subject: at.Ptr()}}
+	return p.DefRange
+}
+
+// findPlugin says, at p's own range, that p's plugin binary is not there;
+// nil when it is.
+func findPlugin(p *Block) hcl.Diagnostics {
+	_, err := os.Stat(p.Path)
+	if err == nil {
+		return nil
 	}
+	at := pluginAt(p)
+	detail := fmt.Sprintf("No plugin for kind %q: looked for %s. Build it (make build), or set plugin = \"/path/to/binary\" in this block.", p.Kind, p.Path)
+	if p.PathExplicit {
+		detail = fmt.Sprintf("The plugin %s does not exist (%v). Check the path.", p.Path, errors.Unwrap(err))
+	} else {
+		at = p.KindRange
+	}
+	return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Unknown provisioner kind " + strconv.Quote(p.Kind), Detail: detail, Subject: at.Ptr()}}
+}
+
+// startPlugin launches p's plugin and asks for its Info and Schema, which
+// depend on no block, so one start serves every block that names the
+// same binary. When that fails, failed renders the failure at the range of
+// any such block; the plugin is returned whenever it started, so the
+// caller can stop it.
+func startPlugin(ctx context.Context, p *Block, opts Options) (l *launched, failed func(*Block) hcl.Diagnostics) {
 	logger := opts.Logger
 	if logger == nil {
 		// Discarded, but at info: the level is what Launch tells the
@@ -230,9 +261,7 @@ func resolve(ctx context.Context, p *Block, opts Options, configure bool) (*laun
 		// did not, with a null logger's no level).
 		logger = hclog.New(&hclog.LoggerOptions{Output: io.Discard, Level: hclog.Info})
 	}
-	lctx, cancel := context.WithTimeout(ctx, opts.launchTimeout())
-	defer cancel()
-	plugin, err := Launch(lctx, LaunchConfig{
+	plugin, err := Launch(ctx, LaunchConfig{
 		Name: p.Name, Path: p.Path, SHA256: p.SHA256, Logger: logger, Args: opts.Args,
 		Signer: opts.Signer, MaxCredentialTTL: opts.MaxCredentialTTL,
 		OnEvent: opts.OnEvent, EventQueue: opts.EventQueue,
@@ -240,30 +269,34 @@ func resolve(ctx context.Context, p *Block, opts Options, configure bool) (*laun
 		OnStdout: opts.OnStdout, Stderr: opts.Stderr,
 	})
 	if err != nil {
-		summary := "Plugin did not start"
-		if errors.Is(err, shared.ErrChecksumMismatch) {
-			summary, at = "Plugin does not match its sha256 pin", p.SHA256Range
+		return nil, func(b *Block) hcl.Diagnostics {
+			summary, at := "Plugin did not start", pluginAt(b)
+			if errors.Is(err, shared.ErrChecksumMismatch) {
+				summary, at = "Plugin does not match its sha256 pin", b.SHA256Range
+			}
+			// Launch's error names the block that started the binary; a
+			// Validator shows it for every block of that binary, each
+			// under its own name.
+			detail := err.Error()
+			if rest, ok := strings.CutPrefix(detail, fmt.Sprintf("provisioner %q: ", p.Name)); ok {
+				detail = fmt.Sprintf("provisioner %q: %s", b.Name, rest)
+			}
+			// Extra carries the error, so that a Supervisor can tell a pin
+			// or a protocol mismatch (which no restart fixes) from a crash.
+			return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: summary, Detail: detail + ".", Subject: at.Ptr(), Extra: err}}
 		}
-		// Extra carries the error, so that a Supervisor can tell a pin
-		// or a protocol mismatch (which no restart fixes) from a crash.
-		return nil, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: summary, Detail: err.Error() + ".", Subject: at.Ptr(), Extra: err}}
 	}
-	l := &launched{cfg: p, plugin: plugin}
-	fail := func(summary string, err error) (*launched, hcl.Diagnostics) {
-		return l, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: summary,
-			Detail: fmt.Sprintf("%s (%s): %v.", p.Path, plugin.ExitStatus(), err), Subject: at.Ptr()}}
+	l = &launched{cfg: p, plugin: plugin}
+	fail := func(summary string, err error) (*launched, func(*Block) hcl.Diagnostics) {
+		status := plugin.ExitStatus().String() // as it was then, before anyone stops it
+		return l, func(b *Block) hcl.Diagnostics { return pluginFailed(b, status, summary, err) }
 	}
-	info, err := plugin.Provisioner().Info(lctx, &shared.InfoRequest{})
+	info, err := plugin.Provisioner().Info(ctx, &shared.InfoRequest{})
 	if err != nil {
 		return fail("Plugin did not answer Info", err)
 	}
-	l.contract = info.ContractVersion
-	if info.Kind != p.Kind {
-		return l, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Plugin is of another kind",
-			Detail:  fmt.Sprintf("%s says it is a %q provisioner, but this block asks for %q. Fix the block's first label or the plugin path.", p.Path, info.Kind, p.Kind),
-			Subject: p.KindRange.Ptr(), Extra: ErrKindMismatch}}
-	}
-	sr, err := plugin.Provisioner().Schema(lctx, &shared.SchemaRequest{})
+	l.contract, l.kind = info.ContractVersion, info.Kind
+	sr, err := plugin.Provisioner().Schema(ctx, &shared.SchemaRequest{})
 	if err != nil {
 		return fail("Plugin did not answer Schema", err)
 	}
@@ -271,17 +304,37 @@ func resolve(ctx context.Context, p *Block, opts Options, configure bool) (*laun
 		return fail("Plugin has an unusable schema", err)
 	}
 	l.schema = sr.Schema
-	raw, diags := hclconfig.DecodeConfig(p.Body, sr.Schema, nil)
+	return l, nil
+}
+
+// pluginFailed is a diagnostic at b's plugin range saying that its
+// plugin failed at summary, and how its process stood (ExitStatus).
+func pluginFailed(b *Block, status, summary string, err error) hcl.Diagnostics {
+	return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: summary,
+		Detail: fmt.Sprintf("%s (%s): %v.", b.Path, status, err), Subject: pluginAt(b).Ptr()}}
+}
+
+// fitBlock checks that l's plugin is of the kind l's block asks for,
+// decodes the block's body against the plugin's schema into l.json and,
+// unless the caller configures next, asks the plugin to validate it.
+func fitBlock(ctx context.Context, l *launched, configure bool) hcl.Diagnostics {
+	p := l.cfg
+	if l.kind != p.Kind {
+		return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Plugin is of another kind",
+			Detail:  fmt.Sprintf("%s says it is a %q provisioner, but this block asks for %q. Fix the block's first label or the plugin path.", p.Path, l.kind, p.Kind),
+			Subject: p.KindRange.Ptr(), Extra: ErrKindMismatch}}
+	}
+	raw, diags := hclconfig.DecodeConfig(p.Body, l.schema, nil)
 	if diags.HasErrors() {
-		return l, diags
+		return diags
 	}
 	l.json = raw
 	if configure {
-		return l, diags
+		return diags
 	}
-	vr, err := plugin.Provisioner().ValidateConfig(lctx, &shared.ValidateConfigRequest{Name: p.Name, Config: raw})
+	vr, err := l.plugin.Provisioner().ValidateConfig(ctx, &shared.ValidateConfigRequest{Name: p.Name, Config: raw})
 	if err != nil {
-		return fail("Plugin could not validate its configuration", err)
+		return pluginFailed(p, l.plugin.ExitStatus().String(), "Plugin could not validate its configuration", err)
 	}
-	return l, append(diags, hclconfig.ConfigDiagnostics(p.Body, sr.Schema, vr.Diagnostics)...)
+	return append(diags, hclconfig.ConfigDiagnostics(p.Body, l.schema, vr.Diagnostics)...)
 }

@@ -16,15 +16,18 @@ import (
 // by ctx. Diagnostics carry the block's ranges, as Validate's do; facts
 // are what the check learned. A plugin of a contract before 2.2, or one
 // that offers no preflight, gets a warning saying so, not an error: its
-// configuration is as valid as Validate says.
+// configuration is as valid as Validate says. A Validator does the same
+// for many blocks with one process per plugin binary.
 func Check(ctx context.Context, b *Block, engineID string) ([]shared.Fact, hcl.Diagnostics) {
-	l, diags := resolve(ctx, b, Options{}, false)
-	if l != nil {
-		defer l.plugin.Kill()
-	}
-	if diags.HasErrors() {
-		return nil, diags
-	}
+	var v Validator
+	defer v.Close()
+	return v.Check(ctx, b, engineID)
+}
+
+// check runs l's plugin's preflight over l's block, whose validation gave
+// diags.
+func check(ctx context.Context, l *launched, engineID string, diags hcl.Diagnostics) ([]shared.Fact, hcl.Diagnostics) {
+	b := l.cfg
 	checker, ok := l.plugin.Provisioner().(shared.Checker)
 	if !ok {
 		return nil, append(diags, noPreflight(b))
