@@ -382,9 +382,10 @@ func TestValidateHostileChains(t *testing.T) {
 }
 
 // TestValidateManyDiagnostics: 5,000 bad blocks (51 KB) and 10,000 (101 KB)
-// print 50 diagnostics in full and "and N more", well under a second
-// (before: 66 s and 211 s, the text writer scanning the whole file for
-// each), and -json still lists every one.
+// print 50 diagnostics in full and "and N more", and -json still lists
+// every one. The time bound is a guard against a writer that scans the
+// whole file for each diagnostic (minutes at these sizes), far above what
+// a loaded machine under -race takes; it is not a speed goal.
 func TestValidateManyDiagnostics(t *testing.T) {
 	dir := t.TempDir()
 	for _, n := range []int{5_000, 10_000} {
@@ -408,7 +409,7 @@ func TestValidateManyDiagnostics(t *testing.T) {
 		if code != 1 || heads != 50 || !strings.HasSuffix(out, fmt.Sprintf("and %d more (validate -json lists them all)\n", len(got.Diagnostics)-50)) {
 			t.Errorf("%d bad blocks: exit %d, %d diagnostics printed\n%s", n, code, heads, out[max(0, len(out)-600):])
 		}
-		if took > time.Second {
+		if took > 20*time.Second {
 			t.Errorf("%d bad blocks (%d KB): validate took %v", n, len(strings.Repeat("bogus_ {}\n", n))/1000, took)
 		}
 	}
