@@ -349,6 +349,19 @@ func (g *connGate) unpark(ctx context.Context) {
 	g.mu.Unlock()
 }
 
+// rekey has the entry of old, a parked poll's connection, stand for c,
+// which wraps it (pendingConn), and returns c.
+func (g *connGate) rekey(old net.Conn, c net.Conn) net.Conn {
+	g.mu.Lock()
+	if e := g.conns[old]; e != nil && old != c {
+		delete(g.conns, old)
+		e.conn = c
+		g.conns[c] = e
+	}
+	g.mu.Unlock()
+	return c
+}
+
 // forget removes c, a parked poll's connection closed without going back
 // to the server.
 func (g *connGate) forget(c net.Conn) {
