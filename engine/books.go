@@ -570,8 +570,17 @@ func (e *Books) logGone(gone []goneWorker) {
 
 // -- the workers' side ---------------------------------------------------
 
-// authenticate returns what a request's credential says. On failure it
-// has already answered 401 and logged why, without the token.
+// authenticate returns what a request's credential says: signed by the
+// engine, not expired, and not revoked. On failure it has already
+// answered 401, logged why, without the token, and closed the
+// connection.
+//
+// A credential that checks out does not yet make the connection a
+// worker's (connGate's share for workers): that takes an attach that
+// succeeds, or a session that holds (sessionLocked). A detached worker's
+// credential, or a failed job's, checks out for hours; had it made its
+// connection a worker's, 40 connections polling with one filled
+// max_connections = 40 and the real workers' attaches were reset.
 func (e *Books) authenticate(w http.ResponseWriter, r *http.Request) (host.Credential, bool) {
 	token, ok := Bearer(r.Header.Get("Authorization"))
 	if !ok {
@@ -579,15 +588,22 @@ func (e *Books) authenticate(w http.ResponseWriter, r *http.Request) (host.Crede
 		return host.Credential{}, false
 	}
 	cred, err := e.signer.Verify(token, e.now())
+	if err == nil {
+		e.mu.Lock()
+		err = e.admission.Revoked(cred.Worker)
+		e.mu.Unlock()
+	}
 	if err != nil {
 		e.refuse(w, r, err.Error())
 		return host.Credential{}, false
 	}
-	// The connection now belongs to a worker: it no longer counts
-	// against the share of connections strangers may hold.
-	markCredentialed(r.Context())
 	return cred, true
 }
+
+// closeAfter has the server close r's connection after its answer: the
+// request was refused for its credential or session, and its connection
+// is not a worker's to keep.
+func closeAfter(w http.ResponseWriter) { w.Header().Set("Connection", "close") }
 
 // ownedLocked returns the attached worker a credential names, or nil if
 // there is none or it was attached under another provisioner's
@@ -687,6 +703,9 @@ func (e *Books) handleAttach(w http.ResponseWriter, r *http.Request) {
 	e.activity(Activity{Kind: EventWorkerAttached, Provisioner: info.Provisioner, Worker: name, Job: info.JobID,
 		Detail: fmt.Sprintf("from %s, %d cpus, %d gpus", info.Hostname, info.CPUs, info.GPUs)})
 	e.notify()
+	// The connection is the attached worker's now: it leaves the share
+	// of connections that are no worker's.
+	markCredentialed(r.Context())
 	writeJSON(w, http.StatusOK, worker.AttachResponse{Worker: name, Session: session})
 }
 
@@ -709,9 +728,10 @@ func (e *Books) admitLocked(cred host.Credential, info WorkerInfo) (int, string)
 }
 
 // refuseAttach answers an attach with a valid credential that may not
-// attach, and logs why.
+// attach, logs why, and closes the connection.
 func (e *Books) refuseAttach(w http.ResponseWriter, r *http.Request, status int, worker, reason string) {
 	e.logger.Warn("refused an attach", "worker", worker, "reason", reason, "remote", r.RemoteAddr)
+	closeAfter(w)
 	WriteError(w, status, reason)
 }
 
@@ -761,6 +781,9 @@ func (e *Books) handleWork(w http.ResponseWriter, r *http.Request) {
 	case http.StatusUnauthorized, http.StatusForbidden:
 		e.refuseSession(w, r, status, cred.Worker, reason)
 		return
+	}
+	if status == http.StatusConflict && reason != pollOpen {
+		closeAfter(w)
 	}
 	status, body := workAnswer(status, reason, cred.Worker, task)
 	if body == nil {
@@ -898,6 +921,7 @@ func (e *Books) handleWatch(w http.ResponseWriter, r *http.Request) {
 		e.refuseSession(w, r, status, cred.Worker, reason)
 		return
 	default:
+		closeAfter(w)
 		WriteError(w, status, reason)
 		return
 	}
@@ -1058,6 +1082,7 @@ func (e *Books) handleResult(w http.ResponseWriter, r *http.Request) {
 		e.refuseSession(w, r, status, name, refusal)
 		return
 	case ws == nil:
+		closeAfter(w)
 	case ws.task == nil || ws.task.ID != req.TaskID:
 		// Most likely a retry of a result already recorded.
 		refusal = "no such task for this worker"
@@ -1114,6 +1139,8 @@ func (e *Books) handleDetach(w http.ResponseWriter, r *http.Request) {
 	}
 	e.mu.Unlock()
 
+	// Whoever asked, the connection is no attached worker's any more.
+	closeAfter(w)
 	if ws != nil {
 		// A task left behind is noticed by the router, which places it
 		// again; nothing to do here but say so.

@@ -324,10 +324,10 @@ func TestSilentWorkerIsGone(t *testing.T) {
 	if len(e.Attached()) != 0 {
 		t.Fatal("busy worker still attached after goneFactor poll periods")
 	}
-	// It comes back: it is told it is not attached, and its credential
-	// is spent: a worker given up on may not attach again.
-	if rec := do(t, e, "GET", "/v1/work", token, ""); rec.Code != http.StatusConflict {
-		t.Errorf("poll from a forgotten worker: %d; want 409", rec.Code)
+	// It comes back: its credential is spent, and refused before
+	// anything else: a worker given up on may not poll or attach again.
+	if rec := do(t, e, "GET", "/v1/work", token, ""); rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), "revoked") {
+		t.Errorf("poll from a forgotten worker: %d %s; want 401 revoked", rec.Code, rec.Body)
 	}
 	if rec := do(t, e, "POST", "/v1/attach", token, attachBody); rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), "revoked") {
 		t.Errorf("attach after being given up on: %d %s; want 401 revoked", rec.Code, rec.Body)

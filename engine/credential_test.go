@@ -145,8 +145,8 @@ func TestCredentialWorthOneJob(t *testing.T) {
 		if _, st := e.TaskOutcome("slurm-cpu-live", "t1"); st != TaskLost || len(e.Attached()) != 0 {
 			t.Errorf("after cancel: task %v, attached %q; want lost, none", st, e.Attached())
 		}
-		if rec := do(t, e, "GET", "/v1/work?wait=0", tok, ""); rec.Code != http.StatusConflict {
-			t.Errorf("poll after cancel: %d; want 409", rec.Code)
+		if rec := do(t, e, "GET", "/v1/work?wait=0", tok, ""); rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), "revoked") {
+			t.Errorf("poll after cancel: %d %s; want 401 revoked", rec.Code, rec.Body)
 		}
 	})
 }

@@ -25,16 +25,22 @@ import (
 //     request, or nothing, or reads its answer a byte a minute, holds its
 //     connection for a bounded time. WriteTimeout leaves room for the long
 //     poll of GET /v1/work.
-//   - A request that cannot be authorized is answered 401 before its body
-//     is read, and the connection is closed (see Books.refuse): Go's server
+//   - A request that cannot be authorized (no credential, a bad, expired
+//     or revoked one) is answered 401 before its body is read, and the
+//     connection is closed (see Books.refuse): Go's server
 //     would otherwise read up to 256 KiB of an unread body before writing the
 //     answer, and a client that announces a body and never sends it would
 //     hold the connection until ReadTimeout.
-//   - Connections are capped (connGate). Those that have not yet shown a
-//     valid credential may use only part of the cap; the rest is kept for
-//     workers. When the part for strangers is full, the stranger that has
-//     been idle longest is dropped to make room, so a flood of idle
-//     connections churns itself instead of locking workers out.
+//   - Connections are capped (connGate). Those that are not an attached
+//     worker's may use only part of the cap; the rest is kept for
+//     workers. A connection becomes a worker's when an attach on it
+//     succeeds or a request on it carries an attached worker's session
+//     (Books.sessionLocked), never for a credential that merely checks
+//     out: a detached worker's or a failed job's is good for hours, and
+//     is refused (401, 403 or 409) with its connection closed. When the
+//     part for strangers is full, the stranger that has been idle
+//     longest is dropped to make room, so a flood of idle connections
+//     churns itself instead of locking workers out.
 //   - The operator's requests (the event stream, /status, the page,
 //     /metrics unless open) have a room of their own: at most
 //     maxOperatorRequests in progress (operatorAuth), and a connection
@@ -103,11 +109,12 @@ func newHTTPServer(handler http.Handler, gate *connGate, pollWait time.Duration)
 
 // connGate caps the connections of one http.Server. Its hooks are the
 // server's ConnContext and ConnState; a handler marks a connection as a
-// worker's with markCredentialed once the request on it has authenticated.
+// worker's with markCredentialed once a worker attached on it or a
+// request on it holds an attached worker's session.
 type connGate struct {
 	// max is the cap on all connections; guests is the cap on those that
-	// have not (yet) carried a request with a valid credential. Both are
-	// fixed after newConnGate.
+	// are not (yet) an attached worker's. Both are fixed after
+	// newConnGate.
 	max, guests int
 	logger      hclog.Logger
 	logs        *loglimit.Limiter
@@ -129,8 +136,9 @@ type connEntry struct {
 	gate  *connGate
 	conn  net.Conn
 	since time.Time
-	// state is the last state the server reported; credentialed says a
-	// request on it authenticated. Both are guarded by gate.mu.
+	// state is the last state the server reported; credentialed says it
+	// is an attached worker's (markCredentialed). Both are guarded by
+	// gate.mu.
 	state        http.ConnState
 	credentialed bool
 	// operator says an operator's request is in progress on it (and it
@@ -339,6 +347,19 @@ func (g *connGate) unpark(ctx context.Context) {
 	g.mu.Lock()
 	e.parked = false
 	g.mu.Unlock()
+}
+
+// rekey has the entry of old, a parked poll's connection, stand for c,
+// which wraps it (pendingConn), and returns c.
+func (g *connGate) rekey(old net.Conn, c net.Conn) net.Conn {
+	g.mu.Lock()
+	if e := g.conns[old]; e != nil && old != c {
+		delete(g.conns, old)
+		e.conn = c
+		g.conns[c] = e
+	}
+	g.mu.Unlock()
+	return c
 }
 
 // forget removes c, a parked poll's connection closed without going back

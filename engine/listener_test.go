@@ -450,3 +450,127 @@ func TestEngineIdentity(t *testing.T) {
 		t.Errorf("diags: %v", diags)
 	}
 }
+
+// TestRevokedCredentialsHoldNoRoom: the attack of issue 38, item 2. 40
+// connections poll with a credential that checks out (signature, expiry)
+// but may not act for a worker: a detached worker's, a failed job's, an
+// expired one, one whose worker never attached, a live worker's without
+// its session or with another, an attach as a worker attached already.
+// Each is answered at once (401, 409 or 403 as docs/worker-protocol.md
+// says) and its connection closed by the engine, so none holds a
+// worker's room: against max_connections = 40 a real worker attaches on
+// its first try afterwards. An attach with a credential that checks out
+// and a bad body (400) keeps its connection, as a stranger's: the
+// strangers' share holds at most a quarter, the real worker's connection
+// takes the place of the one idle longest, and it attaches all the same. Before, a connection
+// counted as a worker's once its credential's signature and expiry
+// checked out, the 40 held every place, and the worker's attach was
+// reset until they left.
+func TestRevokedCredentialsHoldNoRoom(t *testing.T) {
+	t.Parallel()
+	signer := host.NewSigner(testSecret)
+	// The engine's clock runs ahead while the expired kind is tried.
+	var ahead atomic.Int64
+	e := NewBooks(nil, signer, func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) })
+	e.PollWait = time.Minute
+	const max = 40
+	addr, gate := startListener(t, e, max, nil)
+	dial := func() (net.Conn, error) { return net.Dial("tcp", addr) }
+
+	// A worker that attached and detached: its credential is revoked.
+	gone := attachRaw(t, e, signer, dial, "hpc-gone-1")
+	fmt.Fprintf(gone.conn, "POST /v1/detach HTTP/1.1\r\nHost: engine\r\nAuthorization: Bearer %s\r\n%s: %s\r\nContent-Length: 0\r\n\r\n", gone.token, sessionHeader, gone.session)
+	if resp := gone.read(t, "detach"); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("detach: %d", resp.StatusCode)
+	}
+	// A job that failed: its credential was never used, and is revoked.
+	failed := sign(t, signer, "hpc-failed-1", time.Hour)
+	provisioned(e, "hpc-failed-1", "78")
+	e.ObserveEvent(shared.Event{Kind: shared.EventWorkerProvisionFailed, Provisioner: testProvisioner, Worker: "hpc-failed-1", Job: "78"})
+	// A job that was recorded but whose worker never attached.
+	pending := sign(t, signer, "hpc-pending-1", time.Hour)
+	provisioned(e, "hpc-pending-1", "79")
+	// A live worker, whose credential a sibling copied.
+	live := attachRaw(t, e, signer, dial, "hpc-live-1")
+
+	kinds := []struct {
+		name, token, session string
+		// attach, if not empty, is the body of a POST /v1/attach sent
+		// instead of a poll.
+		attach  string
+		want    int
+		expired bool
+		// kept: the engine answers and keeps the connection, a
+		// stranger's.
+		kept bool
+	}{
+		{name: "detached", token: gone.token, session: gone.session, want: http.StatusUnauthorized},
+		{name: "failed job", token: failed, want: http.StatusUnauthorized},
+		{name: "expired", token: sign(t, signer, "hpc-old-1", time.Hour), want: http.StatusUnauthorized, expired: true},
+		{name: "never attached", token: pending, want: http.StatusConflict},
+		{name: "no session", token: live.token, want: http.StatusUnauthorized},
+		{name: "another session", token: live.token, session: strings.Repeat("x", 43), want: http.StatusForbidden},
+		{name: "attach of an attached worker", token: live.token, attach: attachBody, want: http.StatusConflict},
+		{name: "attach with a bad body", token: pending, attach: "{}", want: http.StatusBadRequest, kept: true},
+	}
+	for i, k := range kinds {
+		if k.expired {
+			ahead.Store(int64(2 * time.Hour))
+		}
+		hostile := make([]net.Conn, 0, max)
+		for n := range max {
+			c, err := dial()
+			if err != nil {
+				t.Fatal(err)
+			}
+			hostile = append(hostile, c)
+			session := ""
+			if k.session != "" {
+				session = sessionHeader + ": " + k.session + "\r\n"
+			}
+			if k.attach != "" {
+				fmt.Fprintf(c, "POST /v1/attach HTTP/1.1\r\nHost: engine\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n%s", k.token, len(k.attach), k.attach)
+			} else {
+				fmt.Fprintf(c, "GET /v1/work HTTP/1.1\r\nHost: engine\r\nAuthorization: Bearer %s\r\n%s\r\n", k.token, session)
+			}
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("%s: connection %d: no answer within 5 s: %v", k.name, n, err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != k.want {
+				t.Fatalf("%s: connection %d answered %d; want %d", k.name, n, resp.StatusCode, k.want)
+			}
+			if k.kept {
+				continue
+			}
+			// The engine closed it: the next read is EOF, not a timeout.
+			if b, err := br.ReadByte(); err != io.EOF {
+				t.Fatalf("%s: connection %d still open after its %d: read gave %q, %v; want EOF", k.name, n, k.want, b, err)
+			}
+		}
+		ahead.Store(0)
+		// The 40 are still open on the client's side; the real worker
+		// attaches on a connection of its own, on its first try (attachRaw
+		// fails the test on anything but 200 within its deadline), and
+		// its poll is served.
+		w := attachRaw(t, e, signer, dial, fmt.Sprintf("hpc-real-%d", i))
+		w.send(t, "/v1/work?wait=0")
+		if resp := w.read(t, "the real worker's poll"); resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("%s: the real worker's poll: %d; want 204", k.name, resp.StatusCode)
+		}
+		open, guests, dropped := gate.counts()
+		t.Logf("%s: 40 connections answered %d (closed: %v); the real worker attached; gate: %d open, %d without a worker, %d dropped", k.name, k.want, !k.kept, open, guests, dropped)
+		for _, c := range hostile {
+			c.Close()
+		}
+	}
+	// The live worker was not disturbed by its copied credential.
+	live.send(t, "/v1/work?wait=0")
+	if resp := live.read(t, "the live worker's poll"); resp.StatusCode != http.StatusNoContent {
+		t.Errorf("the live worker's poll after the siblings: %d; want 204", resp.StatusCode)
+	}
+}

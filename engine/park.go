@@ -5,9 +5,12 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -41,10 +44,18 @@ import (
 //
 // Its cost: answers to parked polls are written here, not by net/http,
 // so they are kept to what a poll answers (200 with JSON, 204, 409, 410,
-// 503); a hang-up is heard through epoll, so parking is Linux's (other
-// systems hold polls as before); and a connection that comes back is a
-// new connection to the server (its ConnState hooks run again, which
-// connGate expects: see connGate.park).
+// 503), and written as net/http writes them, byte for byte but the
+// Date: in the request's version (HTTP/1.0 or 1.1), keeping the
+// connection or closing it as net/http would (Connection: close, an
+// HTTP/1.0 request without keep-alive, the engine stopping), with the
+// headers in net/http's order (TestParkedAnswerAsNetHTTP). Bytes of the
+// client's next request that the server had read with the poll
+// (pipelining) go back to the server with the connection (pendingConn)
+// and are served from there, as net/http would serve them. A hang-up is
+// heard through epoll, so parking is Linux's (other systems hold polls
+// as before); and a connection that comes back is a new connection to
+// the server (its ConnState hooks run again, which connGate expects:
+// see connGate.park).
 //
 // What it won't do: park HTTP/2 (the engine's TLS offers HTTP/1.1 only:
 // a worker makes one request at a time, so multiplexing buys nothing),
@@ -105,10 +116,10 @@ type parkedPoll struct {
 	conn   net.Conn
 	fd     int
 	header http.Header
-	// closeAfter: bytes of another request were buffered with this one
-	// (a pipelining client), so the connection cannot be given back
-	// whole; it is closed after the answer.
-	closeAfter bool
+	// What the request says about its connection, as net/http reads it
+	// (see write): is11 is HTTP/1.1; keep10 an HTTP/1.0 request with
+	// Connection: keep-alive; wantsClose Connection: close (r.Close).
+	is11, keep10, wantsClose bool
 	// answer asks the books what to answer; called once, without p.mu.
 	answer func(wakeReason) parkedAnswer
 
@@ -143,6 +154,9 @@ func (p *parker) canPark(r *http.Request) bool {
 
 // connFD is c's descriptor, or -1 if it has none.
 func connFD(c net.Conn) int {
+	if pc, ok := c.(*pendingConn); ok {
+		c = pc.Conn
+	}
 	if t, ok := c.(*tls.Conn); ok {
 		c = t.NetConn()
 	}
@@ -182,9 +196,29 @@ func (p *parker) hijack(w http.ResponseWriter, r *http.Request) (*parkedPoll, bo
 		p.gate.forget(conn)
 		return nil, true
 	}
-	pp := &parkedPoll{p: p, conn: conn, fd: fd, header: header, closeAfter: brw.Reader.Buffered() > 0}
+	connection := r.Header.Get("Connection")
+	pp := &parkedPoll{p: p, conn: conn, fd: fd, header: header, is11: r.ProtoAtLeast(1, 1),
+		keep10:     r.ProtoMajor == 1 && r.ProtoMinor == 0 && hasToken(connection, "keep-alive"),
+		wantsClose: r.Close || hasToken(connection, "close")}
+	if n := brw.Reader.Buffered(); n > 0 {
+		// A pipelining client's next request, read with this one: it
+		// goes back to the server with the connection.
+		buffered, _ := brw.Reader.Peek(n)
+		pp.conn = p.gate.rekey(conn, withPending(conn, buffered))
+	}
 	p.wg.Add(1)
 	return pp, true
+}
+
+// hasToken reports whether the comma-separated header value v holds
+// token, in any case, as net/http reads Connection.
+func hasToken(v, token string) bool {
+	for _, t := range strings.Split(v, ",") {
+		if strings.EqualFold(strings.TrimSpace(t), token) {
+			return true
+		}
+	}
+	return false
 }
 
 // hold parks pp for at most wait, or answers it at once when now is set
@@ -262,9 +296,11 @@ func (pp *parkedPoll) finish(why wakeReason) {
 	p := pp.p
 	defer p.wg.Done()
 	a := pp.answer(why)
-	keep := !a.none && !pp.closeAfter && why != wakeDone
-	if !a.none && pp.write(a, !keep) == nil && keep {
-		if pp.conn.SetDeadline(time.Time{}) == nil && p.ln.give(pp.conn) {
+	if !a.none {
+		// A stopping engine keeps no connection, as net/http's server
+		// in Shutdown does not.
+		keep, err := pp.write(a, why != wakeDone)
+		if err == nil && keep && pp.conn.SetDeadline(time.Time{}) == nil && p.ln.give(pp.conn) {
 			return
 		}
 	}
@@ -272,9 +308,15 @@ func (pp *parkedPoll) finish(why wakeReason) {
 	p.gate.forget(pp.conn)
 }
 
-// write writes a as an HTTP/1.1 response, as writeJSON and WriteHeader
-// would have, within writeSlack.
-func (pp *parkedPoll) write(a parkedAnswer, closing bool) error {
+// write writes a, within writeSlack, as net/http writes what writeJSON
+// or WriteHeader answers (chunkWriter.writeHeader in net/http's
+// server.go): the status line in the request's version; the handler's
+// headers sorted, then Date, then Connection where net/http adds it;
+// keep-alive for HTTP/1.1 unless the request said close, and for
+// HTTP/1.0 only when it asked for keep-alive and the answer's length is
+// known. keepAlives false is a server that keeps no connection. keep
+// says whether the connection may carry the client's next request.
+func (pp *parkedPoll) write(a parkedAnswer, keepAlives bool) (keep bool, err error) {
 	var body []byte
 	if a.body != nil {
 		buf, err := encodeJSON(a.body)
@@ -285,28 +327,102 @@ func (pp *parkedPoll) write(a parkedAnswer, closing bool) error {
 		body = buf
 	}
 	h := pp.header
-	h.Set("Date", time.Now().UTC().Format(http.TimeFormat))
-	if body != nil {
+	hasLength := body != nil
+	if hasLength {
 		h.Set("Content-Type", "application/json")
-	}
-	if closing {
-		h.Set("Connection", "close")
-	}
-	var out bytes.Buffer
-	out.WriteString("HTTP/1.1 " + strconv.Itoa(a.status) + " " + http.StatusText(a.status) + "\r\n")
-	if a.status != http.StatusNoContent {
 		h.Set("Content-Length", strconv.Itoa(len(body)))
 	}
+	// 1xx, 204 and 304 carry no body, nor its headers.
+	bodyAllowed := a.status >= 200 && a.status != http.StatusNoContent && a.status != http.StatusNotModified
+	closeAfter := false
+	var connection string
+	if pp.keep10 && (hasLength || !bodyAllowed) {
+		if _, set := h["Connection"]; !set {
+			connection = "keep-alive"
+		}
+	} else if !pp.is11 || pp.wantsClose {
+		closeAfter = true
+	}
+	if h.Get("Connection") == "close" || !keepAlives {
+		closeAfter = true
+	}
+	if !bodyAllowed {
+		h.Del("Content-Type")
+		h.Del("Content-Length")
+		h.Del("Transfer-Encoding")
+		body = nil
+	}
+	_, hasDate := h["Date"]
+	if closeAfter && (!keepAlives || !hasToken(h.Get("Connection"), "close")) {
+		h.Del("Connection")
+		if pp.is11 {
+			connection = "close"
+		}
+	}
+
+	var out bytes.Buffer
+	if pp.is11 {
+		out.WriteString("HTTP/1.1 ")
+	} else {
+		out.WriteString("HTTP/1.0 ")
+	}
+	if text := http.StatusText(a.status); text != "" {
+		out.WriteString(strconv.Itoa(a.status) + " " + text + "\r\n")
+	} else {
+		fmt.Fprintf(&out, "%03d status code %d\r\n", a.status, a.status)
+	}
 	if err := h.Write(&out); err != nil {
-		return err
+		return false, err
+	}
+	if !hasDate {
+		out.WriteString("Date: " + time.Now().UTC().Format(http.TimeFormat) + "\r\n")
+	}
+	if connection != "" {
+		out.WriteString("Connection: " + connection + "\r\n")
 	}
 	out.WriteString("\r\n")
 	out.Write(body)
 	if err := pp.conn.SetWriteDeadline(time.Now().Add(writeSlack)); err != nil {
-		return err
+		return false, err
 	}
-	_, err := pp.conn.Write(out.Bytes())
-	return err
+	_, err = pp.conn.Write(out.Bytes())
+	return !closeAfter, err
+}
+
+// pendingConn is a parked poll's connection on its way back to the
+// server with bytes the server had read past the poll (a pipelining
+// client's next request): Read returns those first.
+type pendingConn struct {
+	net.Conn
+	// mu guards pending: the server reads it, a later parked poll of the
+	// connection adds to it.
+	mu      sync.Mutex
+	pending []byte
+}
+
+// withPending returns c with buffered to be read before what c has yet
+// to deliver. buffered is copied.
+func withPending(c net.Conn, buffered []byte) *pendingConn {
+	if pc, ok := c.(*pendingConn); ok {
+		// The server read buffered from pc before what pc still holds.
+		pc.mu.Lock()
+		pc.pending = append(slices.Clone(buffered), pc.pending...)
+		pc.mu.Unlock()
+		return pc
+	}
+	return &pendingConn{Conn: c, pending: slices.Clone(buffered)}
+}
+
+func (c *pendingConn) Read(b []byte) (int, error) {
+	c.mu.Lock()
+	if len(c.pending) > 0 {
+		n := copy(b, c.pending)
+		c.pending = c.pending[n:]
+		c.mu.Unlock()
+		return n, nil
+	}
+	c.mu.Unlock()
+	return c.Conn.Read(b)
 }
 
 // encodeJSON is v as writeJSON encodes it.

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -265,28 +266,183 @@ func TestParkedPollTLS(t *testing.T) {
 	}
 }
 
-// TestParkedPollPipelined: a client that sent its next request behind a
-// parked poll (pipelining) has those bytes in the server's buffer, which
-// a connection given back would lose; the poll is answered with
-// "Connection: close" and the connection closed, so the client sends the
-// request again on a new one, as HTTP/1.1 has it do.
-func TestParkedPollPipelined(t *testing.T) {
+// TestParkedAnswerAsNetHTTP: a parked poll's answer is what net/http
+// writes for the same answer of the same handler, byte for byte but the
+// Date's value, and its connection is kept or closed as net/http keeps
+// or closes it: for HTTP/1.1, HTTP/1.1 with Connection: close, HTTP/1.0
+// (answered HTTP/1.0 and closed; it was answered HTTP/1.1 and kept),
+// HTTP/1.0 with Connection: keep-alive, and two polls pipelined in one
+// write (both answered on the connection; the second was lost, and the
+// connection closed, before), each for a task (200) and for none (204),
+// over TCP and TLS. net/http's side is the same books behind a plain
+// http.Server, whose polls are held on their goroutine.
+func TestParkedAnswerAsNetHTTP(t *testing.T) {
 	t.Parallel()
-	e, signer, addr, _ := parkingBooks(t, nil)
-	w := attachRaw(t, e, signer, func() (net.Conn, error) { return net.Dial("tcp", addr) }, "hpc-pipe-1")
-	var two bytes.Buffer
-	for range 2 {
-		fmt.Fprintf(&two, "GET /v1/work?wait=0.2 HTTP/1.1\r\nHost: engine\r\nAuthorization: Bearer %s\r\n%s: %s\r\n\r\n", w.token, sessionHeader, w.session)
+	rows := []struct {
+		name    string
+		headers string // the request's own, beside Host and the credential
+		proto   string
+		// pipelined: a second poll (wait=0) in the same write.
+		pipelined bool
+	}{
+		{name: "HTTP/1.1 keep-alive", proto: "HTTP/1.1"},
+		{name: "HTTP/1.1 Connection: close", proto: "HTTP/1.1", headers: "Connection: close\r\n"},
+		{name: "HTTP/1.0", proto: "HTTP/1.0"},
+		{name: "HTTP/1.0 Connection: keep-alive", proto: "HTTP/1.0", headers: "Connection: keep-alive\r\n"},
+		{name: "HTTP/1.1 pipelined", proto: "HTTP/1.1", pipelined: true},
 	}
-	if _, err := w.conn.Write(two.Bytes()); err != nil {
-		t.Fatal(err)
-	}
-	resp := w.read(t, "the first of two pipelined polls")
-	if resp.StatusCode != http.StatusNoContent || !resp.Close {
-		t.Fatalf("first poll: %d, Connection: %q; want 204 and close", resp.StatusCode, resp.Header.Get("Connection"))
-	}
-	w.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if b, err := w.r.ReadByte(); err != io.EOF {
-		t.Errorf("after the answer the connection gave %q, %v; want it closed (EOF)", b, err)
+	dates := regexp.MustCompile("\r\nDate: [^\r]*\r\n")
+	for _, transport := range []string{"tcp", "tls"} {
+		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
+			var tlsConfig *tls.Config
+			if transport == "tls" {
+				dir := t.TempDir()
+				testutil.SelfSigned(t, dir)
+				os.WriteFile(filepath.Join(dir, "engine.hcl"), []byte("engine {\n  tls_cert = \"engine.crt\"\n  tls_key = \"engine.key\"\n}\n"), 0o644)
+				cfg, diags := LoadConfig(filepath.Join(dir, "engine.hcl"))
+				if diags.HasErrors() {
+					t.Fatal(diags)
+				}
+				tlsConfig = cfg.Engine.ServerTLS()
+			}
+			dialer := func(addr string) func() (net.Conn, error) {
+				return func() (net.Conn, error) {
+					if tlsConfig == nil {
+						return net.Dial("tcp", addr)
+					}
+					return tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
+				}
+			}
+			parked, signer, parkedAddr, _ := parkingBooks(t, tlsConfig)
+
+			held := NewBooks(nil, signer, nil)
+			held.PollWait = time.Minute
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := newHTTPServer(held.Handler(), nil, held.pollWait())
+			served := make(chan struct{})
+			go func() {
+				defer close(served)
+				srv.Serve(serverListener(ln, tlsConfig))
+			}()
+			t.Cleanup(func() {
+				held.Close()
+				srv.Close()
+				<-served
+			})
+
+			// exchange sends row's request(s) as w on e, with path the
+			// first poll's, has the answer come (answer), and returns
+			// the bytes of the answers and whether the connection then
+			// carries another request.
+			exchange := func(t *testing.T, e *Books, w *rawWorker, req string, n int, answer func()) (string, bool) {
+				t.Helper()
+				if w.r.Buffered() != 0 {
+					t.Fatal("bytes after the attach's answer")
+				}
+				var raw bytes.Buffer
+				br := bufio.NewReader(io.TeeReader(w.conn, &raw))
+				if _, err := io.WriteString(w.conn, req); err != nil {
+					t.Fatal(err)
+				}
+				answer()
+				w.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+				for i := range n {
+					resp, err := http.ReadResponse(br, nil)
+					if err != nil {
+						t.Fatalf("answer %d: %v", i+1, err)
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				got := raw.String()[:raw.Len()-br.Buffered()]
+				// Whether the connection is kept: a request without a
+				// credential is answered (401) on a kept one; a closed
+				// one reads EOF (or a reset).
+				if _, err := io.WriteString(w.conn, "GET /v1/work HTTP/1.1\r\nHost: engine\r\n\r\n"); err != nil {
+					return got, false
+				}
+				_, err := http.ReadResponse(br, nil)
+				return got, err == nil
+			}
+
+			n := 0
+			for _, row := range rows {
+				for _, task := range []bool{true, false} {
+					what := "204"
+					if task {
+						what = "200"
+					}
+					t.Run(row.name+" "+what, func(t *testing.T) {
+						n++
+						name := fmt.Sprintf("hpc-cmp-%d", n)
+						request := func(w *rawWorker, path string) string {
+							auth := fmt.Sprintf("Authorization: Bearer %s\r\n%s: %s\r\n", w.token, sessionHeader, w.session)
+							req := fmt.Sprintf("GET %s %s\r\nHost: engine\r\n%s%s\r\n", path, row.proto, row.headers, auth)
+							if row.pipelined {
+								req += fmt.Sprintf("GET /v1/work?wait=0 %s\r\nHost: engine\r\n%s%s\r\n", row.proto, row.headers, auth)
+							}
+							return req
+						}
+						responses := 1
+						if row.pipelined {
+							responses = 2
+						}
+
+						// net/http's answer: a task assigned to the held
+						// poll, or none at once (wait=0).
+						hw := attachRaw(t, held, signer, dialer(ln.Addr().String()), name)
+						path := "/v1/work?wait=0"
+						if task {
+							path = "/v1/work"
+						}
+						want, wantKept := exchange(t, held, hw, request(hw, path), responses, func() {
+							if !task {
+								return
+							}
+							waitFor(t, "the held poll", func() bool {
+								held.mu.Lock()
+								defer held.mu.Unlock()
+								return held.workers[name].polling == 1
+							})
+							if err := held.Assign(name, Task{ID: "t-" + name}); err != nil {
+								t.Fatal(err)
+							}
+						})
+
+						// The parked answer: a task assigned to the parked
+						// poll, or its period's end.
+						pw := attachRaw(t, parked, signer, dialer(parkedAddr), name)
+						got, gotKept := exchange(t, parked, pw, request(pw, "/v1/work"), responses, func() {
+							waitFor(t, "the poll parked", func() bool { return parked.parker.parked() == 1 })
+							if task {
+								if err := parked.Assign(name, Task{ID: "t-" + name}); err != nil {
+									t.Fatal(err)
+								}
+								return
+							}
+							parked.parker.mu.Lock()
+							var polls []*parkedPoll
+							for _, pp := range parked.parker.byFD {
+								polls = append(polls, pp)
+							}
+							parked.parker.mu.Unlock()
+							for _, pp := range polls {
+								pp.fire(wakeTimer)
+							}
+						})
+
+						want = dates.ReplaceAllString(want, "\r\nDate: (date)\r\n")
+						got = dates.ReplaceAllString(got, "\r\nDate: (date)\r\n")
+						if got != want || gotKept != wantKept {
+							t.Errorf("parked answer (connection kept: %v):\n%q\nnet/http's (kept: %v):\n%q", gotKept, got, wantKept, want)
+						}
+					})
+				}
+			}
+		})
 	}
 }

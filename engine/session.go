@@ -75,7 +75,8 @@ func sessionMatches(header string, want [sha256.Size]byte) bool {
 // speaks for, if its session header is that worker's; else the status
 // and reason to refuse it with: 409 when the credential's worker is not
 // attached (it should attach), 401 without a session, 403 with another.
-// e.mu must be held.
+// A session that holds makes the request's connection a worker's
+// (markCredentialed); nothing short of it does. e.mu must be held.
 func (e *Books) sessionLocked(r *http.Request, cred host.Credential) (*workerState, int, string) {
 	ws := e.ownedLocked(cred)
 	if ws == nil {
@@ -88,12 +89,13 @@ func (e *Books) sessionLocked(r *http.Request, cred host.Credential) (*workerSta
 	case !sessionMatches(header, ws.session):
 		return nil, http.StatusForbidden, "worker " + cred.Worker + " is attached in another session; a credential attaches once"
 	}
+	markCredentialed(r.Context())
 	return ws, 0, ""
 }
 
-// refuseSession answers a request whose session does not hold, and logs
-// it at the rate refusals are logged: a sibling trying a copied
-// credential in a loop must not flood the log.
+// refuseSession answers a request whose session does not hold, logs it
+// at the rate refusals are logged (a sibling trying a copied credential
+// in a loop must not flood the log), and closes the connection.
 func (e *Books) refuseSession(w http.ResponseWriter, r *http.Request, status int, worker, reason string) {
 	if ok, leftOut := e.refusals.Allow(time.Now()); ok {
 		kv := []any{"worker", worker, "reason", reason, "path", r.URL.Path, "remote", r.RemoteAddr}
@@ -102,5 +104,6 @@ func (e *Books) refuseSession(w http.ResponseWriter, r *http.Request, status int
 		}
 		e.logger.Warn("refused a worker's request", kv...)
 	}
+	closeAfter(w)
 	WriteError(w, status, reason)
 }

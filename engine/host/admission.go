@@ -145,8 +145,8 @@ func (a *Admission) Revoke(name, reason string, until time.Time) {
 // engine's to check. The error is an *AdmitError.
 func (a *Admission) Admit(cred Credential, job string) error {
 	name := cred.Worker
-	if rv, ok := a.revoked[name]; ok {
-		return refused(RefusedRevoked, "credential for worker %s is revoked (%s): a credential is good for one job", name, rv.reason)
+	if err := a.Revoked(name); err != nil {
+		return err
 	}
 	rec, ok := a.jobs[name]
 	switch {
@@ -156,6 +156,17 @@ func (a *Admission) Admit(cred Credential, job string) error {
 		return refused(RefusedMismatch, "worker %s was recorded by provisioner %s, not %s", name, rec.provisioner, cred.Provisioner)
 	case rec.job != job:
 		return refused(RefusedMismatch, "worker %s reports job %q; its provisioner started it as job %q", name, job, rec.job)
+	}
+	return nil
+}
+
+// Revoked refuses, with an *AdmitError of RefusedRevoked, a credential
+// for name once name is revoked; nil if it is not. An engine asks it
+// before it does anything else for a request, attach or not: a revoked
+// credential is refused first.
+func (a *Admission) Revoked(name string) error {
+	if rv, ok := a.revoked[name]; ok {
+		return refused(RefusedRevoked, "credential for worker %s is revoked (%s): a credential is good for one job", name, rv.reason)
 	}
 	return nil
 }
