@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/engine"
+	"github.com/fluksio/provision/internal/termsafe"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/hcl/v2"
@@ -62,7 +63,10 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "host-example: %v\n", err)
 		return 1
 	}
-	logger := hclog.New(&hclog.LoggerOptions{Name: "engine", Output: stderr, Level: hclog.LevelFromString(*level)})
+	// Names and values from the configuration and the plugins reach the
+	// operator's terminal through this logger: termsafe shows a control
+	// or bidi character as an escape instead of letting it act.
+	logger := hclog.New(&hclog.LoggerOptions{Name: "engine", Output: termsafe.Writer(stderr), Level: hclog.LevelFromString(*level)})
 	cfg, diags := engine.LoadConfig(*configPath)
 	if diags.HasErrors() {
 		hclconfig.WriteDiagnostics(stderr, cfg.Files, diags)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/engine"
+	"github.com/fluksio/provision/internal/termsafe"
 
 	"github.com/fluksio/provision/shared"
 
@@ -76,9 +77,11 @@ func validateMain(args []string, stdout, stderr io.Writer) int {
 		}
 	} else {
 		for _, pf := range found {
-			fmt.Fprintf(stdout, "%s: provisioner %q (%s):\n", file, pf.Provisioner, pf.Kind)
+			// A plugin's findings are shown escaped (termsafe), as its
+			// diagnostics are.
+			fmt.Fprintf(stdout, "%s: provisioner %q (%s):\n", termsafe.EscapeLine(file), pf.Provisioner, termsafe.EscapeLine(pf.Kind))
 			for _, f := range pf.Facts {
-				fmt.Fprintf(stdout, "  %s: %s\n", f.Name, f.Value)
+				fmt.Fprintf(stdout, "  %s: %s\n", termsafe.EscapeLine(f.Name), termsafe.EscapeLine(f.Value))
 			}
 		}
 		if len(diags) > 0 {
@@ -93,7 +96,7 @@ func validateMain(args []string, stdout, stderr io.Writer) int {
 		if *preflight {
 			what = "valid, and the preflight passed"
 		}
-		fmt.Fprintf(stdout, "%s: %s (%d provisioner(s))\n", file, what, len(cfg.Provisioners))
+		fmt.Fprintf(stdout, "%s: %s (%d provisioner(s))\n", termsafe.EscapeLine(file), what, len(cfg.Provisioners))
 	}
 	return 0
 }

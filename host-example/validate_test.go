@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode"
 	"time"
 
 	"github.com/fluksio/provision/engine/hclconfig"
@@ -613,5 +614,65 @@ func TestValidateManyBlocksOneStartPerPlugin(t *testing.T) {
 		if !unreachable[at] {
 			t.Errorf("block %d: no \"Login node unreachable\" at its ssh_port (line %d) in %+v", i, at, got.Diagnostics)
 		}
+	}
+}
+
+// TestValidateEscapesControlCharacters: a provisioner name with a bidi
+// override (refused by the engine) and a profile name with one, an ESC
+// sequence and a C1 character (refused by the real plugin) are reported
+// at their positions with each character as a visible escape: no byte of
+// validate's output, text or -json, is a control, bidi or zero-width
+// character.
+func TestValidateEscapesControlCharacters(t *testing.T) {
+	plugins := pluginDir(t)
+	dir := t.TempDir()
+	for _, c := range []struct {
+		name, block, at, escaped string
+	}{
+		{"provisioner", `provisioner "slurm" "hpc` + "\u202e" + `txt.exe" {
+  login      = "u@127.0.0.1"
+  engine_url = "http://127.0.0.1:8470"
+  profile "cpu" {}
+}
+
+`, ":5:21: error: Invalid provisioner name", `"hpc\u202etxt.exe"`},
+		{"profile", `provisioner "slurm" "hpc" {
+  login      = "u@127.0.0.1"
+  engine_url = "http://127.0.0.1:8470"
+  profile "c` + "\u202e" + `pu` + "\x1b[2J\u0085\u2066" + `" {}
+}
+
+`, ":8:11: error: Invalid profile name", `c\u202epu\u001b[2J\u0085\u2066`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(dir, c.name+".hcl")
+			src := "engine {\n  plugin_dir = \"" + plugins + "\"\n}\n\n" + c.block
+			if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for _, args := range [][]string{{path}, {"-json", path}} {
+				var stdout, stderr bytes.Buffer
+				if code := validateMain(args, &stdout, &stderr); code != 1 {
+					t.Fatalf("%v: exit %d, want 1\n%s%s", args, code, stdout.String(), stderr.String())
+				}
+				out := stdout.String() + stderr.String()
+				for _, r := range out {
+					if r != '\n' && r != '\t' && !unicode.IsGraphic(r) {
+						t.Errorf("%v: %U printed raw:\n%s", args, r, out)
+						break
+					}
+				}
+				if args[0] == "-json" {
+					var got struct{ Diagnostics []jsonDiagnostic }
+					if err := json.Unmarshal(stdout.Bytes(), &got); err != nil || len(got.Diagnostics) == 0 || !strings.Contains(got.Diagnostics[0].Detail, `\u202e`) {
+						t.Errorf("-json: %v, %+v; want a detail showing \\u202e", err, got.Diagnostics)
+					}
+					continue
+				}
+				if !strings.Contains(out, path+c.at) || !strings.Contains(out, c.escaped) {
+					t.Errorf("%v: want %q at %s%s:\n%s", args, c.escaped, path, c.at, out)
+				}
+			}
+		})
 	}
 }

@@ -264,10 +264,13 @@ type settings struct {
 	log         hclog.Logger
 	// engineID and epoch tag every job (tag.go); set by Configure.
 	engineID, epoch string
-	// beginDelays is each profile's --begin delay (begin.go), read from
-	// its sbatch lines once here, since Reconcile asks it of every
-	// outstanding request on every call.
-	beginDelays map[string]time.Duration
+	// begins is each profile's --begin (begin.go), read from its sbatch
+	// lines once here, since Reconcile asks it of every outstanding
+	// request on every call; nil for a profile without one.
+	begins map[string]*beginSpec
+	// now is the provisioner's clock when the configuration was read:
+	// validation counts a --begin from it (validateBegin).
+	now time.Time
 }
 
 // host is the login node without its user, for error messages: the
@@ -307,19 +310,24 @@ func (s *settings) loginList() []loginAddr {
 // parseConfig decodes and validates a configuration. It has no side
 // effects: ValidateConfig and Configure both call it.
 func parseConfig(name string, raw json.RawMessage) (*settings, shared.Diagnostics) {
+	return parseConfigAt(name, raw, time.Now())
+}
+
+// parseConfigAt is parseConfig with the provisioner's clock reading now.
+func parseConfigAt(name string, raw json.RawMessage, now time.Time) (*settings, shared.Diagnostics) {
 	c, diags := decodeConfig(raw)
 	if diags.HasErrors() {
 		return nil, diags
 	}
-	s := &settings{name: name, Config: *c}
+	s := &settings{name: name, Config: *c, now: now}
 	diags = append(diags, validate(s)...)
 	if diags.HasErrors() {
 		return nil, diags
 	}
 	sortProfiles(s.Profiles)
-	s.beginDelays = map[string]time.Duration{}
+	s.begins = map[string]*beginSpec{}
 	for _, pr := range s.Profiles {
-		s.beginDelays[pr.Name], _ = beginDelay(pr.Sbatch)
+		s.begins[pr.Name] = s.beginSpecOf(pr)
 	}
 	return s, diags
 }
@@ -679,9 +687,8 @@ func validateProfile(i string, p Profile, seen map[string]bool) shared.Diagnosti
 				}
 				for _, o := range opts {
 					if o.is("--begin", 'b') && o.hasValue {
-						if _, relative := relativeBegin(strings.TrimSpace(o.value)); !relative {
-							add(shared.Diagnostic{Severity: shared.SeverityWarning, Path: path, Summary: "A begin time the provisioner cannot count from",
-								Detail: fmt.Sprintf("--begin=%s is a time on the cluster's clock, so the provisioner cannot tell when its jobs may start: they get no --deadline (a pending job is not dropped by Slurm if the engine is gone), and provision_timeout counts from the request, so a begin later than it is cancelled first; the worker's credential, minted at submission, lasts at most 12h from then. Write it as now+DURATION (now+2hours) to have all three counted from the begin.", o.value)})
+						if _, err := parseBegin(strings.TrimSpace(o.value)); err != nil {
+							add(shared.Errorf(path, "Invalid --begin", "--begin=%s: %s, \"Invalid --begin specification\". Slurm reads now+N[seconds|minutes|hours|days|weeks], HH:MM[:SS] [AM|PM], midnight, noon, elevenses, fika, teatime, today, tomorrow, MM/DD[/YY], MMDD[YY], YYYY-MM-DD[THH:MM[:SS]] and uts<seconds>, or those combined (tomorrow 16:00).", o.value, err))
 						}
 					}
 					if o.is("--deadline", 0) && o.hasValue {

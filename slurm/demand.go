@@ -719,9 +719,10 @@ func (p *Provisioner) ask(ctx context.Context, cfg *settings, host shared.Host, 
 	// (contract 2.4; a host before it is asked one at a time, which at a
 	// thousand tasks took longer than the sbatch itself).
 	mreq := &shared.MintCredentialsRequest{Items: make([]*shared.MintCredentialRequest, len(live))}
+	ttl := cfg.credentialTTL(prof, p.now())
 	for i, r := range live {
 		mreq.Items[i] = &shared.MintCredentialRequest{
-			Worker: r.worker, TTL: cfg.credentialTTL(prof), CPUs: prof.CPUs, GPUs: prof.GPUs, RAMMB: prof.RAMMB, Labels: prof.Labels,
+			Worker: r.worker, TTL: ttl, CPUs: prof.CPUs, GPUs: prof.GPUs, RAMMB: prof.RAMMB, Labels: prof.Labels,
 		}
 	}
 	mctx, cancel := context.WithTimeout(ctx, cfg.submitTimeout)

@@ -363,7 +363,7 @@ func (p *Provisioner) ValidateConfig(ctx context.Context, req *shared.ValidateCo
 	if req == nil {
 		return nil, shared.ErrInvalidArgument
 	}
-	cfg, diags := parseConfig(req.Name, req.Config)
+	cfg, diags := parseConfigAt(req.Name, req.Config, p.now())
 	if !diags.HasErrors() {
 		// ssh -G reads files and connects to nothing.
 		diags = append(diags, checkEffectiveSSH(ctx, p.sshPath, cfg)...)
@@ -380,7 +380,7 @@ func (p *Provisioner) Configure(ctx context.Context, req *shared.ConfigureReques
 	if req == nil {
 		return nil, shared.ErrInvalidArgument
 	}
-	cfg, diags := parseConfig(req.Name, req.Config)
+	cfg, diags := parseConfigAt(req.Name, req.Config, p.now())
 	if !diags.HasErrors() {
 		diags = append(diags, checkEffectiveSSH(ctx, p.sshPath, cfg)...)
 	}
@@ -685,13 +685,13 @@ func (p *Provisioner) Reconcile(ctx context.Context, req *shared.ReconcileReques
 	for _, r := range p.sortedLocked() {
 		switch {
 		case !r.finished():
-		case r.phase == phaseQueued && now.Sub(r.since) > cfg.provisionTimeout+cfg.beginDelayOf(r.profile):
+		case r.phase == phaseQueued && now.Sub(r.since) > cfg.provisionTimeout+cfg.beginDelayOf(r.profile, r.since):
 			// provision_timeout counts from when the job may first
 			// start: after its --begin, if the profile sets one.
 			delete(p.outstanding, r.worker)
 			r.phase = phaseFailed
 			expired = append(expired, jobRef{job: r.job, profile: r.profile, worker: r.worker, age: now.Sub(r.since),
-				why: fmt.Sprintf("did not attach within %s", cfg.provisionTimeout+cfg.beginDelayOf(r.profile))})
+				why: fmt.Sprintf("did not attach within %s", cfg.provisionTimeout+cfg.beginDelayOf(r.profile, r.since))})
 			p.metrics.failed(r.profile, shared.FailureTimedOut)
 		case r.phase == phaseQueued && !r.running.IsZero() && now.Sub(r.running) > cfg.attachTimeout:
 			// It got a machine and its worker never dialled in: the

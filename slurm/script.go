@@ -125,12 +125,11 @@ func (p *Provisioner) script(prof Profile, url, pin, tag string, tasks []int, to
 	// end by this deadline, and Slurm removes it (state DEADLINE) even if
 	// nobody is left to cancel it. Without a time limit there is no end to
 	// compute; see the package documentation.
-	// A --begin moves the deadline by its delay; one at a wall-clock
-	// time leaves it out (begin.go).
+	// A --begin moves the deadline by its delay, worked out now for one
+	// at a wall-clock time (begin.go).
 	if limit, ok := timeLimit(prof.Sbatch); ok && !deadlineOptions.setBy(prof.Sbatch) {
-		if delay, relative := beginDelay(prof.Sbatch); relative {
-			line("#SBATCH --deadline=now+", strconv.FormatInt(seconds(delay+cfg.provisionTimeout+limit), 10), "seconds")
-		}
+		delay := cfg.beginDelayAt(prof, p.now())
+		line("#SBATCH --deadline=now+", strconv.FormatInt(seconds(delay+cfg.provisionTimeout+limit), 10), "seconds")
 	}
 	// Output to log_dir, one file per job (or array task), stdout and
 	// stderr together: what a failed job said is then in one place the
@@ -327,11 +326,12 @@ const tokenMargin = 10 * time.Minute
 // is refused and leaves. Such a profile should set --time.
 const noLimitTTL = 7 * 24 * time.Hour
 
-// credentialTTL is how long the credential of a job of prof should live:
-// token_ttl if set; else the job's longest life, its wait in the queue
+// credentialTTL is how long the credential of a job of prof submitted at
+// at should live: token_ttl if set; else the job's longest life, its
+// --begin's delay (begin.go), its wait in the queue
 // (provision_timeout) and its time limit, plus tokenMargin; without a
 // time limit, as long as the engine allows.
-func (s *settings) credentialTTL(prof Profile) time.Duration {
+func (s *settings) credentialTTL(prof Profile, at time.Time) time.Duration {
 	if s.tokenTTL > 0 {
 		return s.tokenTTL
 	}
@@ -339,6 +339,5 @@ func (s *settings) credentialTTL(prof Profile) time.Duration {
 	if !ok {
 		return noLimitTTL
 	}
-	delay, _ := beginDelay(prof.Sbatch)
-	return delay + s.provisionTimeout + limit + tokenMargin
+	return s.beginDelayAt(prof, at) + s.provisionTimeout + limit + tokenMargin
 }

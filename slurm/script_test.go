@@ -294,17 +294,17 @@ func TestParseTimeLimit(t *testing.T) {
 // token_ttl overrides; without a time limit the engine's cap decides.
 func TestCredentialTTL(t *testing.T) {
 	s := &settings{provisionTimeout: 15 * time.Minute}
-	if got := s.credentialTTL(Profile{Sbatch: []string{"--time=01:00:00"}}); got != 15*time.Minute+time.Hour+tokenMargin {
+	if got := s.credentialTTL(Profile{Sbatch: []string{"--time=01:00:00"}}, time.Now()); got != 15*time.Minute+time.Hour+tokenMargin {
 		t.Errorf("with --time=01:00:00: %s", got)
 	}
-	if got := s.credentialTTL(Profile{Sbatch: []string{"-t 30"}}); got != 15*time.Minute+30*time.Minute+tokenMargin {
+	if got := s.credentialTTL(Profile{Sbatch: []string{"-t 30"}}, time.Now()); got != 15*time.Minute+30*time.Minute+tokenMargin {
 		t.Errorf("with -t 30: %s", got)
 	}
-	if got := s.credentialTTL(Profile{}); got != noLimitTTL {
+	if got := s.credentialTTL(Profile{}, time.Now()); got != noLimitTTL {
 		t.Errorf("without a time limit: %s", got)
 	}
 	s.tokenTTL = 2 * time.Hour
-	if got := s.credentialTTL(Profile{Sbatch: []string{"--time=01:00:00"}}); got != 2*time.Hour {
+	if got := s.credentialTTL(Profile{Sbatch: []string{"--time=01:00:00"}}, time.Now()); got != 2*time.Hour {
 		t.Errorf("token_ttl set: %s", got)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
@@ -460,5 +461,51 @@ func TestStringOrList(t *testing.T) {
 	got := ConfigDiagnostics(body, s, shared.Diagnostics{shared.Errorf([]string{"login", "1"}, "Invalid login", "no")})
 	if got[0].Subject.Start.Line != 2 || got[0].Subject.Start.Column != 3 {
 		t.Errorf("the path login.1 went to %v, want line 2 column 3", got[0].Subject)
+	}
+}
+
+// TestWriteDiagnosticsEscapes: a diagnostic whose summary, detail, file
+// name and source line carry control and bidi characters (as a hostile
+// plugin's diagnostic or a crafted file would) is printed with each as a
+// visible escape, in text and in JSON; the JSON still decodes to the
+// text the diagnostic held, and the first line stays one line.
+func TestWriteDiagnosticsEscapes(t *testing.T) {
+	const evil = "\u202e\x1b[2J\u0085\u2066\x7f"
+	name := "cfg" + evil + "\n.hcl"
+	src := []byte("provisioner \"slurm\" \"hpc" + evil + "\" {}\n")
+	rng := &hcl.Range{Filename: name, Start: hcl.Pos{Line: 1, Column: 21, Byte: 20}, End: hcl.Pos{Line: 1, Column: 30, Byte: 29}}
+	diags := hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Bad " + evil + "\nforged:1:1: error: x", Detail: "detail " + evil, Subject: rng}}
+	raw := func(s string) (rune, bool) {
+		for _, r := range s {
+			if r != '\n' && r != '\t' && !unicode.IsGraphic(r) {
+				return r, true
+			}
+		}
+		return 0, false
+	}
+
+	var text bytes.Buffer
+	WriteDiagnostics(&text, map[string]*hcl.File{name: {Bytes: src}}, diags)
+	if r, ok := raw(text.String()); ok {
+		t.Errorf("text: %U printed raw:\n%s", r, text.String())
+	}
+	first, _, _ := strings.Cut(text.String(), "\n")
+	if want := `cfg\u202e\u001b[2J\u0085\u2066\u007f\u000a.hcl:1:21: error: Bad \u202e\u001b[2J\u0085\u2066\u007f\u000aforged:1:1: error: x`; first != want {
+		t.Errorf("first line %q; want %q", first, want)
+	}
+	if !strings.Contains(text.String(), `   1: provisioner "slurm" "hpc\u202e\u001b[2J\u0085\u2066\u007f" {}`) {
+		t.Errorf("the source line is not escaped:\n%s", text.String())
+	}
+
+	var js bytes.Buffer
+	if err := WriteDiagnosticsJSON(&js, diags); err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := raw(js.String()); ok {
+		t.Errorf("json: %U printed raw:\n%s", r, js.String())
+	}
+	var back struct{ Diagnostics []jsonDiagnostic }
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil || len(back.Diagnostics) != 1 || back.Diagnostics[0].Detail != diags[0].Detail || back.Diagnostics[0].Filename != name {
+		t.Errorf("json reads back %+v, %v; want the diagnostic as it was", back.Diagnostics, err)
 	}
 }

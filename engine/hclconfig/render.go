@@ -10,6 +10,8 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/mitchellh/go-wordwrap"
+
+	"github.com/fluksio/provision/internal/termsafe"
 )
 
 // One renderer for every command that reports on a configuration, so an
@@ -32,7 +34,10 @@ const MaxPrintedDiagnostics = 50
 // 211 s. Here each file's line starts are found once and a diagnostic
 // costs only its own lines.
 func WriteDiagnostics(w io.Writer, files map[string]*hcl.File, diags hcl.Diagnostics) {
-	bw := bufio.NewWriter(w)
+	// Every byte goes through termsafe: a name or value from the file or
+	// a plugin, the file's own lines and its name are shown escaped, not
+	// acted on by the terminal; the first line's are kept on it.
+	bw := bufio.NewWriter(termsafe.Writer(w))
 	defer bw.Flush()
 	lines := map[string][]int{}
 	for i, d := range diags {
@@ -44,12 +49,13 @@ func WriteDiagnostics(w io.Writer, files map[string]*hcl.File, diags hcl.Diagnos
 		if d.Severity == hcl.DiagWarning {
 			sev, title = "warning", "Warning"
 		}
+		summary := termsafe.EscapeLine(d.Summary)
 		if d.Subject != nil {
-			fmt.Fprintf(bw, "%s:%d:%d: %s: %s\n", d.Subject.Filename, d.Subject.Start.Line, d.Subject.Start.Column, sev, d.Summary)
+			fmt.Fprintf(bw, "%s:%d:%d: %s: %s\n", termsafe.EscapeLine(d.Subject.Filename), d.Subject.Start.Line, d.Subject.Start.Column, sev, summary)
 		} else {
-			fmt.Fprintf(bw, "%s: %s\n", sev, d.Summary)
+			fmt.Fprintf(bw, "%s: %s\n", sev, summary)
 		}
-		fmt.Fprintf(bw, "%s: %s\n\n", title, d.Summary)
+		fmt.Fprintf(bw, "%s: %s\n\n", title, summary)
 		if d.Subject != nil {
 			writeSnippet(bw, files[d.Subject.Filename], lines, d)
 		}
@@ -65,7 +71,7 @@ func WriteDiagnostics(w io.Writer, files map[string]*hcl.File, diags hcl.Diagnos
 func writeSnippet(w io.Writer, file *hcl.File, lines map[string][]int, d *hcl.Diagnostic) {
 	name := d.Subject.Filename
 	if file == nil || file.Bytes == nil {
-		fmt.Fprintf(w, "  on %s line %d:\n  (source code not available)\n\n", name, d.Subject.Start.Line)
+		fmt.Fprintf(w, "  on %s line %d:\n  (source code not available)\n\n", termsafe.EscapeLine(name), d.Subject.Start.Line)
 		return
 	}
 	in := ""
@@ -74,7 +80,7 @@ func writeSnippet(w io.Writer, file *hcl.File, lines map[string][]int, d *hcl.Di
 			in = ", in " + c
 		}
 	}
-	fmt.Fprintf(w, "  on %s line %d%s:\n", name, d.Subject.Start.Line, in)
+	fmt.Fprintf(w, "  on %s line %d%s:\n", termsafe.EscapeLine(name), d.Subject.Start.Line, in)
 	src := file.Bytes
 	starts, ok := lines[name]
 	if !ok {
@@ -152,7 +158,9 @@ func WritePreflightJSON(w io.Writer, diags hcl.Diagnostics, preflight any) error
 		}
 		out.Diagnostics = append(out.Diagnostics, j)
 	}
-	enc := json.NewEncoder(w)
+	// encoding/json leaves U+202E, C1 and DEL as they are; termsafe
+	// writes them as JSON escapes, which decode to the same text.
+	enc := json.NewEncoder(termsafe.Writer(w))
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/fluksio/provision/internal/loglimit"
+	"github.com/fluksio/provision/internal/termsafe"
 
 	"github.com/fluksio/provision/shared"
 )
@@ -236,12 +237,19 @@ func (l *limitedLogger) Log(level hclog.Level, msg string, args ...any) {
 	if dropped > 0 {
 		l.Logger.Warn("plugin output over the log budget; lines dropped", "dropped", dropped, "lines_per_second", logLinesPerSecond)
 	}
+	// What a plugin says is escaped (termsafe) before the engine's logger
+	// writes it: hclog writes a message and keys as they are, and a value
+	// in JSON as encoding/json leaves it (U+202E, C1 and DEL raw).
 	for i := range args {
-		if s, isString := args[i].(string); isString {
-			args[i] = clip(s, maxLogLine)
+		switch v := args[i].(type) {
+		case string:
+			args[i] = termsafe.Escape(clip(v, maxLogLine))
+		case nil, bool, int, int64, float64:
+		default:
+			args[i] = termsafe.Escape(clip(fmt.Sprint(v), maxLogLine))
 		}
 	}
-	l.Logger.Log(level, clip(msg, maxLogLine), args...)
+	l.Logger.Log(level, termsafe.Escape(clip(msg, maxLogLine)), args...)
 }
 
 func (l *limitedLogger) Trace(msg string, args ...any) { l.Log(hclog.Trace, msg, args...) }
@@ -255,9 +263,9 @@ func (l *limitedLogger) With(args ...any) hclog.Logger {
 }
 
 func (l *limitedLogger) Named(name string) hclog.Logger {
-	return &limitedLogger{Logger: l.Logger.Named(name), budget: l.budget, repeats: l.repeats}
+	return &limitedLogger{Logger: l.Logger.Named(termsafe.EscapeLine(name)), budget: l.budget, repeats: l.repeats}
 }
 
 func (l *limitedLogger) ResetNamed(name string) hclog.Logger {
-	return &limitedLogger{Logger: l.Logger.ResetNamed(name), budget: l.budget, repeats: l.repeats}
+	return &limitedLogger{Logger: l.Logger.ResetNamed(termsafe.EscapeLine(name)), budget: l.budget, repeats: l.repeats}
 }

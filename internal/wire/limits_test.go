@@ -5,6 +5,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/fluksio/provision/shared"
 )
@@ -79,6 +80,28 @@ func TestClipEventClass(t *testing.T) {
 	} {
 		if got := ClipEvent(shared.Event{Class: in}).Class; got != want {
 			t.Errorf("class %.20q came through as %.20q; want %q", in, got, want)
+		}
+	}
+}
+
+// TestLimitLoggerEscapes: a plugin's log line reaches the engine's
+// logger with every control and bidi character escaped, in its message,
+// its keys, its values and its logger's name, in text and in JSON.
+func TestLimitLoggerEscapes(t *testing.T) {
+	const evil = "hpc\u202etxt\x1b[2J\u0085\u2066"
+	for _, asJSON := range []bool{false, true} {
+		var buf bytes.Buffer
+		l := LimitLogger(hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Trace, JSONFormat: asJSON})).Named("p" + evil)
+		l.Warn("profile "+evil+" refused", "name"+evil, evil, "list", []any{evil})
+		out := buf.String()
+		for _, r := range out {
+			if r != '\n' && r != '\t' && !unicode.IsGraphic(r) {
+				t.Errorf("json %v: %U raw in %q", asJSON, r, out)
+				break
+			}
+		}
+		if !strings.Contains(out, `\u202e`) {
+			t.Errorf("json %v: no \\u202e in %q", asJSON, out)
 		}
 	}
 }
