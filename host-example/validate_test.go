@@ -14,8 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"unicode"
 	"time"
+	"unicode"
 
 	"github.com/fluksio/provision/engine/hclconfig"
 	"github.com/fluksio/provision/internal/sandboxtest"
