@@ -90,17 +90,20 @@ func TestOperatorEndpointsOwnUserOnly(t *testing.T) {
 		}
 	}
 
-	// A plugin's connection, as a relaying plugin's: refused.
-	e, err := New(Config{Secret: testSecret, ID: "test", Listen: "127.0.0.1:0", Logger: hclog.NewNullLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A plugin's connection, as a relaying plugin's, on loopback and on
+	// the unix socket: refused.
 	self := func() []int { return []int{os.Getpid()} }
-	e.Serve(e.Mux(ownUserOnly(self), false))
-	t.Cleanup(func() { e.Stop(context.Background()) })
-	for path, code := range getAll(t, &http.Client{Timeout: 5 * time.Second}, "http://"+e.Addr()) {
+	addr := serveKit(t, "127.0.0.1:0", ownUserOnly(self))
+	for path, code := range getAll(t, &http.Client{Timeout: 5 * time.Second}, "http://"+addr) {
 		if code != http.StatusForbidden {
-			t.Errorf("from a plugin's process: GET %s: %d, want 403", path, code)
+			t.Errorf("from a plugin's process on loopback: GET %s: %d, want 403", path, code)
+		}
+	}
+	sock = filepath.Join(t.TempDir(), "p.sock")
+	serveKit(t, "unix:"+sock, ownUserOnly(self))
+	for path, code := range getAll(t, unixClient, "http://engine") {
+		if code != http.StatusForbidden {
+			t.Errorf("from a plugin's process on the unix socket: GET %s: %d, want 403", path, code)
 		}
 	}
 }
