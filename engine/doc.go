@@ -31,8 +31,10 @@
 //     task model, as host-example does.
 //   - Hooks hear attaches, results, bursts and the plugins' events, for
 //     an engine's own story or UI; they are called without any lock.
-//   - Mux takes the engine's operator authentication as a wrapper, and
-//     the embedder adds its own routes beside the kit's.
+//   - Mux takes the engine's operator authentication as a wrapper;
+//     without one the operator's endpoints answer only the engine's own
+//     user and root on this machine (peer.go), and AllowAnyLocalUser
+//     opens them. The embedder adds its own routes beside the kit's.
 //
 // What it owns, and what it may not touch: it owns the books (who is
 // attached, with which credential and session, what each was given) and
@@ -53,6 +55,6 @@
 //
 // What it won't do: keep state across restarts (the plugins adopt their
 // jobs, and the workers attach again); schedule real work (a Task is the
-// project's stand-in; bring your own); authenticate operators (the
-// embedder's wrapper does).
+// project's stand-in; bring your own); authenticate operators by
+// anything but their uid on this machine (the embedder's wrapper does).
 package engine

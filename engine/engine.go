@@ -228,12 +228,14 @@ func (e *Engine) URL() string {
 // Mux routes the engine's endpoints: the workers' (/v1/attach, /v1/work,
 // /v1/watch, /v1/result, /v1/detach), which their credentials guard, and the
 // operator's (GET /status, GET /v1/events, GET /metrics), which protect
-// wraps (nil: served to anyone who can connect; metricsOpen leaves
-// /metrics unwrapped), and GET /health and GET /ready, open. The embedder
+// wraps (metricsOpen leaves /metrics unwrapped), and GET /health and
+// GET /ready, open. With protect nil, the operator's endpoints answer only
+// the engine's own user and root on this machine (LocalUser, peer.go);
+// AllowAnyLocalUser opens them to anyone who can connect. The embedder
 // adds its own routes (a page) to the mux before Serve.
 func (e *Engine) Mux(protect func(http.Handler) http.Handler, metricsOpen bool) *http.ServeMux {
 	if protect == nil {
-		protect = func(h http.Handler) http.Handler { return h }
+		protect = ownUserOnly(e.Fleet.PIDs)
 	}
 	mux := http.NewServeMux()
 	books := e.Books.Handler()

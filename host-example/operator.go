@@ -4,15 +4,8 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
-	"encoding/binary"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"os"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -29,20 +22,18 @@ import (
 // engine's listener is, by design, reachable from every compute node. So
 // they answer only:
 //
-//   - a request from loopback (TCP; never a unix socket) that came
-//     through no proxy (it carries no Forwarded, X-Forwarded-For or
-//     X-Real-IP header), whose other end runs as the engine's own uid or
-//     root, and not from a plugin: the engine's user on its own machine,
-//     who could read its log anyway. The peer's uid is the socket's owner
-//     in /proc/net/tcp or tcp6 (the line whose local address and port are
-//     the request's remote ones, and whose peer is the listener's); any
-//     other uid (nobody, the job's user, another login) is answered 403,
-//     and so is a peer /proc cannot name. A plugin in relay mode
-//     dials the engine on loopback for every worker connection it
-//     carries from the login node, so a connection whose other end is a
-//     plugin process (found in /proc: the socket's inode among the
-//     plugin's descriptors) is not trusted, and where /proc cannot say,
-//     neither is the connection; or
+//   - a request from this machine that came through no proxy, whose
+//     other end runs as the engine's own uid or root and is not a
+//     plugin: the engine's user on its own machine, who could read its
+//     log anyway. The check is the engine kit's (engine.LocalUser, the
+//     kit's default for Mux): the peer's uid is the kernel's, for
+//     loopback TCP the owner of the socket at the other end, for the
+//     unix socket SO_PEERCRED; any other uid (nobody, the job's user,
+//     another login) is answered 403, and so is a peer that cannot be
+//     told. A plugin in relay mode dials the engine for every worker
+//     connection it carries from the login node, so a connection whose
+//     other end is a plugin process is not trusted, and where that
+//     cannot be said, neither is the connection; or
 //   - a request with the operator's token, from anywhere: as a bearer
 //     token ("Authorization: Bearer TOKEN", for curl and Prometheus), or
 //     as the password of HTTP Basic authentication (any user name), which
@@ -93,9 +84,10 @@ type operatorAuth struct {
 	// plugins lists the plugin processes' ids, whose loopback
 	// connections are relayed workers'; nil for none.
 	plugins func() []int
-	// peer finds the socket at the other end of r's loopback connection;
-	// requestPeer unless a test that has no socket stands in for it.
-	peer func(r *http.Request) ([]peerSocket, error)
+	// local tells whether r came from the engine's own user on this
+	// machine (engine.LocalUser, with plugins), unless a test that has
+	// no socket stands in for it.
+	local func(r *http.Request) (bool, error)
 	// slots holds one token per operator request in progress.
 	slots chan struct{}
 	// busyLogs bounds the log lines about operator requests refused for
@@ -113,8 +105,8 @@ const minOperatorToken = 16
 
 func newOperatorAuth(token string, signer *host.Signer, logger hclog.Logger) *operatorAuth {
 	a := &operatorAuth{signer: signer, logger: logger, refusals: loglimit.New(operatorLogBurst, operatorLogWindow),
-		peer: requestPeer, slots: make(chan struct{}, maxOperatorRequests),
-		busyLogs: loglimit.New(operatorLogBurst, operatorLogWindow)}
+		slots: make(chan struct{}, maxOperatorRequests), busyLogs: loglimit.New(operatorLogBurst, operatorLogWindow)}
+	a.local = func(r *http.Request) (bool, error) { return engine.LocalUser(r, a.plugins) }
 	if token != "" {
 		sum := sha256.Sum256([]byte(token))
 		a.tokenSum = sum[:]
@@ -194,22 +186,11 @@ func (a *operatorAuth) check(r *http.Request) (int, string) {
 		}
 		return http.StatusUnauthorized, "not the operator's token"
 	}
-	if trustedLoopback(r) {
-		// One lookup of the peer's socket serves both questions: whose
-		// process it is, and whether a plugin's (a relayed worker's).
-		socks, err := a.peer(r)
-		if !a.fromPlugin(socks, err) {
-			if err == nil && len(socks) != 1 {
-				err = fmt.Errorf("%d sockets match %s to the engine", len(socks), r.RemoteAddr)
-			}
-			switch {
-			case err != nil:
-				return http.StatusForbidden, "loopback, but whose process is at the other end cannot be told (" + err.Error() + "); use the operator's token"
-			case socks[0].uid != os.Getuid() && socks[0].uid != 0:
-				return http.StatusForbidden, fmt.Sprintf("loopback, but from uid %d, not the engine's user (uid %d) or root; use the operator's token", socks[0].uid, os.Getuid())
-			}
-			return 0, ""
+	if local, err := a.local(r); local {
+		if err != nil {
+			return http.StatusForbidden, err.Error() + "; use the operator's token"
 		}
+		return 0, ""
 	}
 	if a.tokenSum == nil {
 		return http.StatusForbidden, "the operator's endpoints answer only on loopback; set engine.operator_token_env to open them to others with a token"
@@ -240,22 +221,6 @@ func presented(header string) (string, bool) {
 	return password, ok && password != ""
 }
 
-// trustedLoopback reports whether r came from this machine and not
-// through a proxy.
-func trustedLoopback(r *http.Request) bool {
-	for _, h := range []string{"Forwarded", "X-Forwarded-For", "X-Real-Ip"} {
-		if r.Header.Get(h) != "" {
-			return false
-		}
-	}
-	hostPart, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return false
-	}
-	ip := net.ParseIP(hostPart)
-	return ip != nil && ip.IsLoopback()
-}
-
 // refuse answers status, asks a browser for the token on a 401, and logs
 // at a bounded rate; never the header itself.
 func (a *operatorAuth) refuse(w http.ResponseWriter, r *http.Request, status int, why string) {
@@ -271,162 +236,6 @@ func (a *operatorAuth) refuse(w http.ResponseWriter, r *http.Request, status int
 		w.Header().Set("WWW-Authenticate", `Basic realm="fluksio operator", charset="UTF-8"`)
 	}
 	engine.WriteError(w, status, why)
-}
-
-// fromPlugin reports whether the peer's socket (socks, found with err)
-// is held by a plugin process, or cannot be told not to be.
-func (a *operatorAuth) fromPlugin(socks []peerSocket, err error) bool {
-	if a.plugins == nil {
-		return false
-	}
-	return err != nil || peerOwnedBy(socks, a.plugins())
-}
-
-// requestPeer finds the socket at the other end of r's TCP connection,
-// both ends on this machine (peerSockets).
-func requestPeer(r *http.Request) ([]peerSocket, error) {
-	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
-	if !ok {
-		return nil, errors.New("the request has no local address")
-	}
-	return peerSockets(r.RemoteAddr, local.String())
-}
-
-// peerOwnedBy reports whether one of pids holds one of socks: a process
-// holding a socket has "socket:[inode]" among its descriptors.
-func peerOwnedBy(socks []peerSocket, pids []int) bool {
-	var inodes []string
-	for _, s := range socks {
-		inodes = append(inodes, "socket:["+s.inode+"]")
-	}
-	for _, pid := range pids {
-		if pid <= 0 {
-			continue
-		}
-		dir := "/proc/" + strconv.Itoa(pid) + "/fd"
-		fds, err := os.ReadDir(dir)
-		if err != nil {
-			continue // gone: it holds nothing
-		}
-		for _, fd := range fds {
-			link, err := os.Readlink(dir + "/" + fd.Name())
-			if err == nil && slices.Contains(inodes, link) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// peerSocket is the other end of a loopback connection, as
-// /proc/net/tcp lists it: the socket's owner and inode.
-type peerSocket struct {
-	uid   int
-	inode string
-}
-
-// peerSockets finds the socket whose local address and port are
-// remote's and whose peer is local: the other end of the connection the
-// engine accepted from remote. It asks the kernel for that socket alone
-// (sockdiag_linux.go), which costs the same however many connections the
-// machine holds. /proc/net/tcp, read where the kernel does not answer,
-// lists every socket as text: with 10,000 workers connected, reading it
-// for each operator request made GET /status take 214 ms.
-func peerSockets(remote, local string) ([]peerSocket, error) {
-	rip, rport, err := splitIPPort(remote)
-	if err != nil {
-		return nil, err
-	}
-	lip, lport, err := splitIPPort(local)
-	if err != nil {
-		return nil, err
-	}
-	if s, ok := peerSocketByNetlink(rip, rport, lip, lport); ok {
-		return []peerSocket{s}, nil
-	}
-	return peerSocketsFromProc(rip, rport, lip, lport)
-}
-
-// peerSocketByNetlink asks the kernel for the TCP socket from rip:rport
-// to lip:lport (diagSocket). It says false when the kernel cannot answer
-// for one live socket (no netlink in a sandbox, or the connection is one
-// in TIME_WAIT), and the caller reads /proc instead, which lists every
-// socket the four-tuple matches.
-func peerSocketByNetlink(rip net.IP, rport uint64, lip net.IP, lport uint64) (peerSocket, bool) {
-	uid, inode, err := diagSocket(rip, uint16(rport), lip, uint16(lport))
-	if err != nil || inode == 0 {
-		return peerSocket{}, false
-	}
-	return peerSocket{uid: int(uid), inode: strconv.FormatUint(uint64(inode), 10)}, true
-}
-
-// peerSocketsFromProc finds the same socket in /proc/net/tcp and
-// /proc/net/tcp6.
-func peerSocketsFromProc(rip net.IP, rport uint64, lip net.IP, lport uint64) ([]peerSocket, error) {
-	var out []peerSocket
-	found := false
-	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		b, err := os.ReadFile(table)
-		if err != nil {
-			continue
-		}
-		found = true
-		for _, line := range strings.Split(string(b), "\n")[1:] {
-			f := strings.Fields(line)
-			if len(f) < 10 || !procAddrIs(f[1], rip, rport) || !procAddrIs(f[2], lip, lport) {
-				continue
-			}
-			uid, err := strconv.Atoi(f[7])
-			if err != nil || f[9] == "0" {
-				// Inode 0 is a socket no process holds any more: an
-				// earlier connection between the same ports in
-				// TIME_WAIT, which a busy machine reuses within
-				// seconds. It is nobody's, and never the peer.
-				continue
-			}
-			out = append(out, peerSocket{uid: uid, inode: f[9]})
-		}
-	}
-	if !found {
-		return nil, errors.New("/proc/net/tcp cannot be read")
-	}
-	return out, nil
-}
-
-func splitIPPort(addr string) (net.IP, uint64, error) {
-	h, p, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, 0, err
-	}
-	ip := net.ParseIP(h)
-	port, err := strconv.ParseUint(p, 10, 16)
-	if ip == nil || err != nil {
-		return nil, 0, fmt.Errorf("%q is not an IP address and port", addr)
-	}
-	return ip, port, nil
-}
-
-// procAddrIs says the address of /proc/net/tcp{,6} (hex, each 32-bit
-// word in the host's byte order, then ":" and the hex port) is ip:port;
-// an IPv4 address matches its IPv6-mapped form.
-func procAddrIs(hexAddr string, ip net.IP, port uint64) bool {
-	h, p, ok := strings.Cut(hexAddr, ":")
-	if !ok {
-		return false
-	}
-	if n, err := strconv.ParseUint(p, 16, 16); err != nil || n != port {
-		return false
-	}
-	raw, err := hex.DecodeString(h)
-	if err != nil || (len(raw) != 4 && len(raw) != 16) {
-		return false
-	}
-	got := make(net.IP, len(raw))
-	for i := 0; i < len(raw); i += 4 {
-		w := binary.NativeEndian.Uint32(raw[i : i+4])
-		binary.BigEndian.PutUint32(got[i:i+4], w)
-	}
-	return got.Equal(ip)
 }
 
 // Refused operator requests are logged at most operatorLogBurst per

@@ -63,9 +63,12 @@ func TestOperatorAccess(t *testing.T) {
 	} {
 		a := newOperatorAuth(c.token, signer, logger)
 		// These requests are built, not sent: no socket to look up, so
-		// the peer is this process's uid. TestOperatorLoopbackUID asks
-		// through real sockets.
-		a.peer = func(*http.Request) ([]peerSocket, error) { return []peerSocket{{uid: os.Getuid()}}, nil }
+		// a loopback peer through no proxy is this process's uid.
+		// TestOperatorLoopbackUID asks through real sockets.
+		a.local = func(r *http.Request) (bool, error) {
+			h, _, _ := net.SplitHostPort(r.RemoteAddr)
+			return net.ParseIP(h).IsLoopback() && r.Header.Get("X-Forwarded-For") == "", nil
+		}
 		h := a.wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
 		for _, path := range []string{"/status", "/v1/events", "/"} {
 			r := httptest.NewRequest(http.MethodGet, path, nil)
@@ -114,92 +117,6 @@ func TestOperatorConfig(t *testing.T) {
 	if tok, err := operatorToken("FLUKSIO_TEST_OP"); err != nil || tok != "0123456789abcdef0123" || os.Getenv("FLUKSIO_TEST_OP") != "" {
 		t.Errorf("token %q, %v; the variable is %q after reading", tok, err, os.Getenv("FLUKSIO_TEST_OP"))
 	}
-}
-
-// A loopback connection is told by its owner: this process holds the
-// client end of a connection it opened, and init (pid 1) does not.
-func TestPeerOwnedBy(t *testing.T) {
-	remote, local := loopbackPair(t, "127.0.0.1:0")
-	socks, err := peerSockets(remote, local)
-	if err != nil || len(socks) != 1 {
-		t.Fatalf("the peer of %s: %v, %v", remote, socks, err)
-	}
-	if !peerOwnedBy(socks, []int{os.Getpid()}) {
-		t.Errorf("this process's own connection is not said to be its own")
-	}
-	if peerOwnedBy(socks, []int{1}) {
-		t.Errorf("pid 1 said to own this process's connection")
-	}
-	if _, err := peerSockets("@", local); err == nil {
-		t.Errorf("a unix socket's peer was judged")
-	}
-}
-
-// The kernel's answer for one socket (netlink) is the one /proc/net/tcp
-// gives: the client end's owner and inode, on IPv4, IPv6 and IPv4 through
-// a socket listening on both.
-func TestPeerSocketByNetlink(t *testing.T) {
-	for _, listen := range []string{"127.0.0.1:0", "[::1]:0", ":0"} {
-		remote, local := loopbackPair(t, listen)
-		rip, rport, err := splitIPPort(remote)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lip, lport, err := splitIPPort(local)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, ok := peerSocketByNetlink(rip, rport, lip, lport)
-		if !ok {
-			t.Fatalf("%s: netlink did not find the socket from %s to %s", listen, remote, local)
-		}
-		want, err := peerSocketsFromProc(rip, rport, lip, lport)
-		if err != nil || len(want) != 1 {
-			t.Fatalf("%s: /proc/net/tcp: %v, %v", listen, want, err)
-		}
-		if got != want[0] || got.uid != os.Getuid() {
-			t.Errorf("%s: netlink says %+v, /proc/net/tcp %+v (this process's uid %d)", listen, got, want[0], os.Getuid())
-		}
-		// A port nobody uses is not found, and the caller reads /proc.
-		if s, ok := peerSocketByNetlink(rip, 1, lip, lport); ok {
-			t.Errorf("%s: netlink found a socket from port 1: %+v", listen, s)
-		}
-	}
-}
-
-// loopbackPair opens a connection to a listener on listen, both in this
-// process, and returns the accepted end's remote and local addresses, as
-// the engine sees a request's.
-func loopbackPair(t *testing.T, listen string) (remote, local string) {
-	t.Helper()
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		t.Skipf("cannot listen on %s: %v", listen, err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			accepted <- c
-		}
-		close(accepted)
-	}()
-	dial := ln.Addr().String()
-	if listen == ":0" {
-		dial = fmt.Sprintf("127.0.0.1:%d", testutil.PortOf(t, dial))
-	}
-	client, err := net.Dial("tcp", dial)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
-	server := <-accepted
-	if server == nil {
-		t.Fatal("no connection accepted")
-	}
-	t.Cleanup(func() { server.Close() })
-	return server.RemoteAddr().String(), server.LocalAddr().String()
 }
 
 // serveOperator runs an engine with no provisioners as run does: the

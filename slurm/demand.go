@@ -767,13 +767,8 @@ func (p *Provisioner) ask(ctx context.Context, cfg *settings, host shared.Host, 
 	script := p.script(prof, url, pin, live[0].tag, tasks, perAlloc)
 	stdout, stderr, err := p.call(ctx, script, "sbatch", "--parsable")
 	// sbatch does not echo the script, but a wrapper on the login node
-	// might, and no token may reach a log or an event.
-	redact := func(s string) string {
-		for _, t := range tokens {
-			s = strings.ReplaceAll(s, t, "[redacted]")
-		}
-		return s
-	}
+	// might, and no token may reach a log or an event (redact.go).
+	redact := newRedactor(tokens).scrub
 	if err != nil {
 		said := firstNonEmpty(string(stderr), string(stdout), err.Error())
 		if releaseMismatch(said) {

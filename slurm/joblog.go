@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path"
-	"regexp"
 	"strings"
 	"time"
 	"unicode"
@@ -165,7 +164,7 @@ const sacctMark = "--- fluksio: sacct\n"
 // explain asks the cluster why job ended before its worker attached: its
 // exit code and reason as scontrol has them (sacct, once the controller
 // has forgotten the job), and the last lines of its output, redacted of
-// credentials (redactSecrets; secrets are those the job's script held).
+// credentials (redactor; secrets are those the job's script held).
 // It is one ssh call, bounded by submit_timeout; what it cannot learn it
 // leaves out. The answer is meant to be appended to an event.
 func (p *Provisioner) explain(ctx context.Context, prof Profile, job string, secrets []string) string {
@@ -219,7 +218,7 @@ func quoteTail(tail string, secrets []string) string {
 	if len(tail) >= tailBytes {
 		_, tail, _ = strings.Cut(tail, "\n")
 	}
-	return lastLines(redactSecrets(tail, secrets), tailLines)
+	return lastLines(newRedactor(secrets).scrub(tail), tailLines)
 }
 
 // field is the value of key (such as "ExitCode=") in scontrol's output.
@@ -246,59 +245,6 @@ func exitCode(v string) string {
 	}
 	return code
 }
-
-// A job's output is the job's to write, and a profile's prerun may print
-// the script's credentials: set -x shows the assignment that gives the
-// worker its own ("+ FLUKSIO_WORKER_TOKEN=…"), cat "$0" shows every
-// task's. Output is quoted in an event, the log, last_error and the page,
-// where the promise is that nothing secret appears (docs/security.md), so
-// what explain quotes is redacted three ways, each for what the others
-// miss:
-//
-//   - the exact credentials the plugin put in that job's script, however
-//     they are printed (echo "$FLUKSIO_WORKER_TOKEN");
-//   - anything after a name with TOKEN in it and '=' or ':', and after
-//     "Bearer ", however it is spelt: a job adopted from an earlier run,
-//     whose credentials this process never saw;
-//   - anything shaped like an engine credential, two base64url fields
-//     with a 43-character signature (engine/host/credential.go): a
-//     credential printed bare by a job adopted from an earlier run.
-//
-// Rejected: not quoting job output at all. "exit code 2" without the
-// worker's "no such module" sends the operator to the cluster for the
-// one line that says why.
-const redacted = "[redacted]"
-
-// secretForm matches a value after a TOKEN-named variable or a Bearer;
-// group 1 is what stays (the name, the '=', an opening quote).
-var secretForm = regexp.MustCompile(`(?i)(\b[a-z0-9_]*token[a-z0-9_]*['"]?\s*[=:]\s*['"]?|\bbearer\s+['"]?)[^\s'"|]+`)
-
-// credentialShape matches what may be an engine credential: a payload
-// and a signature of 43 base64url characters (32 bytes), the payload
-// possibly cut short by tail -c.
-var credentialShape = regexp.MustCompile(`[A-Za-z0-9_-]*\.[A-Za-z0-9_-]{43,}`)
-
-// redactSecrets returns s with every credential in secrets, every value
-// after a TOKEN= or a Bearer, and everything shaped like a credential
-// replaced with [redacted].
-func redactSecrets(s string, secrets []string) string {
-	for _, t := range secrets {
-		if t != "" {
-			s = strings.ReplaceAll(s, t, redacted)
-		}
-	}
-	s = secretForm.ReplaceAllString(s, "${1}"+redacted)
-	return credentialShape.ReplaceAllStringFunc(s, func(m string) string {
-		if i := strings.LastIndexByte(m, '.'); len(m)-i-1 == 43 {
-			return redacted
-		}
-		return m
-	})
-}
-
-// ansiEscape matches a terminal's colour and cursor sequences, which
-// programs print even into files.
-var ansiEscape = regexp.MustCompile("\x1b\\[[0-9;?]*[ -/]*[@-~]")
 
 // lastLines is the last n non-empty lines of s, each cleaned of control
 // characters (a job's output may hold anything), joined with " | ".

@@ -35,8 +35,8 @@ func TestRedactSecrets(t *testing.T) {
 		{"/usr/bin/env: 'fluksio-worker': No such file or directory", []string{known}, "/usr/bin/env: 'fluksio-worker': No such file or directory"},
 		{"module load python/3.11.4 and numpy.linalg", nil, "module load python/3.11.4 and numpy.linalg"},
 	} {
-		if got := redactSecrets(c.in, c.secrets); got != c.want {
-			t.Errorf("redactSecrets(%q) = %q, want %q", c.in, got, c.want)
+		if got := newRedactor(c.secrets).scrub(c.in); got != c.want {
+			t.Errorf("scrub(%q) = %q, want %q", c.in, got, c.want)
 		}
 	}
 }

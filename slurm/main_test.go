@@ -295,6 +295,16 @@ func fakeSSH(spec, dir string, args []string) int {
 			fmt.Fprintln(os.Stderr, "fake ssh: an unknown shell snippet")
 			return 2
 		}
+	case "sh=here":
+		// A login node whose log_dir is the directory itself (for
+		// TestExplainRedactsEncodedCredentials, whose ssh runs the
+		// explain script in a real sh).
+		if len(remote) == 5 && strings.Contains(remote[2], "mkdir -p") {
+			fmt.Println(dir)
+			return 0
+		}
+		fmt.Fprintln(os.Stderr, "fake ssh: an unknown shell snippet")
+		return 2
 	case "sh=fail":
 		// A log_dir the login user may not make.
 		fmt.Fprintln(os.Stderr, "mkdir: cannot create directory '/home/alice/.local/state/fluksio/hpc': Permission denied")

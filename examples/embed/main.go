@@ -70,8 +70,11 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "embed:", err)
 		return 1
 	}
-	// No operator auth here: /status, /v1/events and /metrics are served
-	// to whoever can reach the listener. A real engine wraps them.
+	// The kit's default operator auth (nil): /status, /v1/events and
+	// /metrics answer only this engine's own user and root on this
+	// machine (engine.LocalUser), everyone else 403. Passing
+	// engine.AllowAnyLocalUser instead opens them to whoever can reach
+	// the listener; host-example passes its own, which adds a token.
 	eng.Serve(eng.Mux(nil, false))
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

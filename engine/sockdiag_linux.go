@@ -1,4 +1,4 @@
-package main
+package engine
 
 // The kernel's own answer to "whose socket is the other end of this
 // loopback connection": one sock_diag request (NETLINK_SOCK_DIAG) for
@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -106,4 +107,24 @@ func putSockID(b []byte, family uint8, src net.IP, sport uint16, dst net.IP, dpo
 	}
 	binary.NativeEndian.PutUint32(b[40:], diagNoCookie)
 	binary.NativeEndian.PutUint32(b[44:], diagNoCookie)
+}
+
+// unixPeer is the uid and pid of the process at the other end of a unix
+// socket, as the kernel recorded them when it connected (SO_PEERCRED).
+func unixPeer(c syscall.Conn) (uid, pid int, err error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, 0, err
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return 0, 0, err
+	}
+	if credErr != nil {
+		return 0, 0, fmt.Errorf("SO_PEERCRED: %w", credErr)
+	}
+	return int(cred.Uid), int(cred.Pid), nil
 }
