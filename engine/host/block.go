@@ -232,13 +232,15 @@ func resolve(ctx context.Context, p *Block, opts Options, configure bool) (*laun
 	}
 	lctx, cancel := context.WithTimeout(ctx, opts.launchTimeout())
 	defer cancel()
-	plugin, err := Launch(lctx, LaunchConfig{
+	// A configured plugin mints within its shapes, once it has listed
+	// them (Supervisor.launch).
+	plugin, err := launch(lctx, LaunchConfig{
 		Name: p.Name, Path: p.Path, SHA256: p.SHA256, Logger: logger, Args: opts.Args,
 		Signer: opts.Signer, MaxCredentialTTL: opts.MaxCredentialTTL,
 		OnEvent: opts.OnEvent, EventQueue: opts.EventQueue,
 		Env: opts.Env, DropEnv: opts.DropEnv, StartTimeout: opts.StartTimeout,
 		OnStdout: opts.OnStdout, Stderr: opts.Stderr,
-	})
+	}, configure)
 	if err != nil {
 		summary := "Plugin did not start"
 		if errors.Is(err, shared.ErrChecksumMismatch) {
