@@ -13,7 +13,7 @@ import (
 // builds from: the values it states that this package defines must be
 // the ones the host uses.
 func TestProtocolDocStatesTheValues(t *testing.T) {
-	b, err := os.ReadFile("../../../docs/plugin-protocol.md")
+	b, err := os.ReadFile("../../docs/plugin-protocol.md")
 	if err != nil {
 		t.Fatal(err)
 	}
