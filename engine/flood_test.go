@@ -86,8 +86,8 @@ func TestPluginFloodBounded(t *testing.T) {
 	waitForLong(t, 5*time.Minute, "the flood's last event", func() bool { return inHistory(d.Hub, "flood-flood-end") })
 	took := time.Since(start)
 	grew := int64(liveHeap()) - int64(before)
-	t.Logf("%d events in %s; live heap grew %d MB (bound %d MB); %d log lines",
-		n, took.Round(time.Millisecond), grew>>20, floodHeapBound>>20, logs.lines())
+	t.Logf("%d events in %s; live heap grew %d MB (bound %d MB); %d log lines; process %s",
+		n, took.Round(time.Millisecond), grew>>20, floodHeapBound>>20, logs.lines(), processMemory())
 
 	jobs, revoked := d.Books.records("flood")
 	if jobs != host.RecordBudget || revoked != host.RecordBudget {
@@ -143,6 +143,23 @@ func liveHeap() uint64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return ms.HeapAlloc
+}
+
+// processMemory is the process's resident set and its peak, where
+// /proc says them, for the log only: RSS depends on when the runtime
+// returns memory, so the test bounds the live heap instead.
+func processMemory() string {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return "(no /proc)"
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "VmRSS:") || strings.HasPrefix(l, "VmHWM:") {
+			out = append(out, strings.Join(strings.Fields(l), " "))
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // inHistory reports whether the hub's history holds an event for worker.
