@@ -62,15 +62,29 @@ type holdState struct {
 type holds struct {
 	now func() time.Time
 
-	mu sync.Mutex // guards m
+	mu sync.Mutex // guards m and per
 	m  map[holdKey]*holdState
+	// per counts each provisioner's profiles in m: at most
+	// maxHeldProfiles, so a plugin that names a new profile with each
+	// failure cannot grow m without end.
+	per map[string]int
 }
+
+// maxHeldProfiles bounds the profiles the engine keeps a hold state for,
+// per provisioner: a configuration's profiles number in the tens. A
+// failure of a profile past it holds nothing, and says so once
+// (errTooManyProfiles).
+const maxHeldProfiles = 256
+
+// errTooManyProfiles is ObserveEvent's answer to a failure of a profile
+// past maxHeldProfiles.
+var errTooManyProfiles = fmt.Errorf("the provisioner's failures name more than %d profiles; failures of further profiles hold nothing", maxHeldProfiles)
 
 func newHolds(now func() time.Time) *holds {
 	if now == nil {
 		now = time.Now
 	}
-	return &holds{now: now, m: map[holdKey]*holdState{}}
+	return &holds{now: now, m: map[holdKey]*holdState{}, per: map[string]int{}}
 }
 
 // holdFor is how long the nth failure in a row holds a profile.
@@ -82,22 +96,31 @@ func holdFor(n int) time.Duration {
 	return min(d, engineHoldMax)
 }
 
+// get is k's state, made if there is room; nil if there is none.
 func (h *holds) get(k holdKey) *holdState {
 	st := h.m[k]
 	if st == nil {
+		if h.per[k.provisioner] >= maxHeldProfiles {
+			return nil
+		}
 		st = &holdState{}
 		h.m[k] = st
+		h.per[k.provisioner]++
 	}
 	return st
 }
 
 // failed records a failure of one of provisioner's machines of profile
-// and returns the hold it makes.
-func (h *holds) failed(provisioner, profile, detail string, class shared.FailureClass) (failures int, hold time.Duration) {
+// and returns the hold it makes; ok is false when the provisioner has
+// maxHeldProfiles others already, and nothing is held.
+func (h *holds) failed(provisioner, profile, detail string, class shared.FailureClass) (failures int, hold time.Duration, ok bool) {
 	now := h.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	st := h.get(holdKey{provisioner, profile})
+	if st == nil {
+		return 0, 0, false
+	}
 	wasHeld := now.Before(st.until)
 	st.failures++
 	st.lastError, st.class = detail, class
@@ -109,7 +132,7 @@ func (h *holds) failed(provisioner, profile, detail string, class shared.Failure
 	} else {
 		st.keep = st.onTheWay
 	}
-	return st.failures, hold
+	return st.failures, hold, true
 }
 
 // attached ends provisioner's hold of profile, if any: a worker of it
@@ -137,6 +160,9 @@ func (h *holds) reported(provisioner string, profiles []shared.ProfileDemand) {
 	for _, pd := range profiles {
 		seen[pd.Profile] = true
 		st := h.get(holdKey{provisioner, pd.Profile})
+		if st == nil {
+			continue // past maxHeldProfiles: never held, so never limited
+		}
 		st.onTheWay = max(0, pd.OnTheWay)
 		if now.Before(st.until) {
 			st.keep = min(st.keep, st.onTheWay)
@@ -231,14 +257,22 @@ func profileFor(shapes []shared.Shape, n shared.Need) (string, bool) {
 // MaxSubmitJobs, a site's submit throttle) is not held: the profile is
 // not broken, the room comes back as jobs end, and holding it would fail
 // the need over to another profile behind the same limit.
-func (p *Router) ObserveEvent(ev shared.Event) {
+//
+// A failure of a profile past the provisioner's maxHeldProfiles holds
+// nothing, and the error says so (the caller counts it and says it
+// once).
+func (p *Router) ObserveEvent(ev shared.Event) error {
 	if ev.Kind != shared.EventWorkerProvisionFailed || ev.Profile == "" || ev.Class == shared.FailureLimitReached {
-		return
+		return nil
 	}
-	n, hold := p.holds.failed(ev.Provisioner, ev.Profile, ev.Detail, ev.Class)
+	n, hold, ok := p.holds.failed(ev.Provisioner, ev.Profile, ev.Detail, ev.Class)
+	if !ok {
+		return errTooManyProfiles
+	}
 	// Each failure is logged: the holds bound how many there are.
 	p.logger.Warn("profile held back: its machines keep failing", "provisioner", ev.Provisioner, "profile", ev.Profile,
 		"failures", n, "hold", hold.String(), "class", string(ev.Class), "detail", ev.Detail)
+	return nil
 }
 
 // WorkerAttached ends the hold of the profile a provisioner's worker was

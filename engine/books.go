@@ -282,8 +282,10 @@ func (e *Books) AttachedBy(provisioner string) []string {
 // and drop the worker if it is attached. A provisioner speaks only for
 // its own workers: an event naming a worker another provisioner recorded
 // changes nothing. ev.Provisioner must be the host's stamp, never the
-// plugin's claim.
-func (e *Books) ObserveEvent(ev shared.Event) {
+// plugin's claim. The error, which the caller counts, wraps
+// host.ErrOverBudget when the provisioner's events hold their budget of
+// records and this one's was not kept; nil otherwise.
+func (e *Books) ObserveEvent(ev shared.Event) error {
 	e.mu.Lock()
 	revoke, err := e.admission.Observe(ev)
 	var dropped *goneWorker
@@ -295,7 +297,8 @@ func (e *Books) ObserveEvent(ev shared.Event) {
 		delete(e.workers, ev.Worker)
 	}
 	e.mu.Unlock()
-	if err != nil {
+	overBudget := errors.Is(err, host.ErrOverBudget)
+	if err != nil && !overBudget {
 		if ok, leftOut := e.ignoredEvents.Allow(time.Now()); ok {
 			e.logger.Warn("ignored an event about another provisioner's worker", "provisioner", ev.Provisioner,
 				"worker", ev.Worker, "kind", ev.Kind, "error", err, "not_logged_before", leftOut)
@@ -307,6 +310,18 @@ func (e *Books) ObserveEvent(ev shared.Event) {
 			Detail: "its request was cancelled (" + string(ev.Kind) + ")"})
 		e.notify()
 	}
+	if overBudget {
+		return err
+	}
+	return nil
+}
+
+// records is how many job records and revocations provisioner's events
+// hold in the books' admission, each of host.RecordBudget.
+func (e *Books) records(provisioner string) (jobs, revoked int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.admission.Records(provisioner)
 }
 
 func (e *Books) pollWait() time.Duration {

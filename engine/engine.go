@@ -357,10 +357,28 @@ func (e *Engine) poke() {
 // worker's job and which names to revoke; the router its failures; the
 // hub and the metrics have it; the log and the hook, within logs'
 // budget.
+//
+// What the engine keeps for a plugin's events is bounded per
+// provisioner: the books' records (host.RecordBudget), the profiles it
+// holds back (maxHeldProfiles), the machines it times (maxWaiting); the
+// event stream's history and the metrics' labels are bounded for all.
+// An event past a bound is counted (fluksio_provisioner_events_unrecorded_total)
+// and said once; a plugin that floods costs its own workers, and the
+// engine's memory stays what the bounds allow.
 func (e *Engine) pluginEvent(plog hclog.Logger, logs *loglimit.Limiter, ev shared.Event, now time.Time) {
-	e.Books.ObserveEvent(ev)
-	e.Router.ObserveEvent(ev)
-	e.obs.pluginEvent(ev)
+	if err := e.Books.ObserveEvent(ev); err != nil {
+		why := unrecordedRevocation
+		if ev.Kind == shared.EventWorkerProvisioned {
+			why = unrecordedWorker
+		}
+		e.obs.unrecorded(plog, ev.Provisioner, why, err)
+	}
+	if err := e.Router.ObserveEvent(ev); err != nil {
+		e.obs.unrecorded(plog, ev.Provisioner, unrecordedProfile, err)
+	}
+	if !e.obs.pluginEvent(ev) {
+		e.obs.unrecorded(plog, ev.Provisioner, unrecordedTimed, fmt.Errorf("%d machines of the provisioner's are being timed already", maxWaiting))
+	}
 	if ok, leftOut := logs.Allow(now); ok {
 		if leftOut > 0 {
 			e.eventsNotTold(plog, ev.Provisioner, leftOut)

@@ -59,8 +59,9 @@ func TestEventHubBoundsAndSlowSubscribers(t *testing.T) {
 // 48,355 small well-formed events in one window (before: 48,355 engine
 // log lines in 40 s). The log and the story tell eventLogBurst of them,
 // and one summary line each counts the rest, in the next window and at
-// the engine's stop; every event still reaches the event stream and the
-// engine's books.
+// the engine's stop; every event still reaches the event stream, and the
+// engine's books up to their bound (host.RecordBudget, maxWaiting: the
+// two bounds passed are said once each, and the rest counted).
 func TestPluginEventFloodLogged(t *testing.T) {
 	logger, logs := testLogger(t)
 	var out lockedBuffer
@@ -78,13 +79,13 @@ func TestPluginEventFloodLogged(t *testing.T) {
 			Profile: "cpu", Worker: fmt.Sprintf("%s-cpu-%d", testProvisioner, i), Job: fmt.Sprint(i)}, start)
 	}
 	lines := func(s string) int { return strings.Count(s, "\n") }
-	if n := lines(logs.String()); n != eventLogBurst {
-		t.Errorf("%d events in one window made %d log lines; want %d", flood, n, eventLogBurst)
+	if n := lines(logs.String()); n != eventLogBurst+2 {
+		t.Errorf("%d events in one window made %d log lines; want %d and one for each of 2 bounds", flood, n, eventLogBurst)
 	}
 	if n := lines(out.String()); n != eventLogBurst {
 		t.Errorf("%d events in one window made %d story lines; want %d", flood, n, eventLogBurst)
 	}
-	// All of them reached the stream and the books.
+	// All of them reached the stream, and the books up to their bounds.
 	d.obs.hub.mu.Lock()
 	seq := d.obs.hub.seq
 	d.obs.hub.mu.Unlock()
@@ -94,8 +95,13 @@ func TestPluginEventFloodLogged(t *testing.T) {
 	d.obs.mu.Lock()
 	waiting := len(d.obs.waiting)
 	d.obs.mu.Unlock()
-	if waiting != flood {
-		t.Errorf("the engine's books hold %d machines on their way; want %d", waiting, flood)
+	jobs, _ := d.Books.records(testProvisioner)
+	if waiting != maxWaiting || jobs != host.RecordBudget {
+		t.Errorf("the engine's books hold %d machines on their way and %d job records; want %d and %d", waiting, jobs, maxWaiting, host.RecordBudget)
+	}
+	_, unrecorded := provisionerMetrics(t, d, testProvisioner)
+	if want := float64(flood - host.RecordBudget); unrecorded[unrecordedWorker] != want || unrecorded[unrecordedTimed] != want {
+		t.Errorf("unrecorded %v; want %v of each of %s and %s", unrecorded, want, unrecordedWorker, unrecordedTimed)
 	}
 	// The next window opens with the summary of the first.
 	d.pluginEvent(plog, limit, shared.Event{Kind: shared.EventWorkerCancelled, Provisioner: testProvisioner, Worker: "x"}, start.Add(eventLogWindow))

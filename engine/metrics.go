@@ -47,6 +47,7 @@ type engineMetrics struct {
 	submissions  *prometheus.CounterVec   // provisioner, profile
 	cancelled    *prometheus.CounterVec   // provisioner, profile
 	events       *prometheus.CounterVec   // provisioner, kind
+	unrecorded   *prometheus.CounterVec   // provisioner, bound
 	workerEvents *prometheus.CounterVec   // provisioner, kind
 	tasks        *prometheus.CounterVec   // kind
 	timeToAttach *prometheus.HistogramVec // provisioner, profile
@@ -67,8 +68,11 @@ func newEngineMetrics(state *stateCollector) *engineMetrics {
 	m.cancelled = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fluksio_machines_given_up_total",
 		Help: "Pending machines given up because the demand fell."}, pp)
 	m.events = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fluksio_provisioner_events_total",
-		Help: "Events the provisioners published, by kind (worker_provisioned, worker_provision_failed, worker_cancelled)."},
+		Help: "Events the provisioners published, by kind (worker_provisioned, worker_provision_failed, worker_cancelled, other)."},
 		[]string{"provisioner", "kind"})
+	m.unrecorded = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fluksio_provisioner_events_unrecorded_total",
+		Help: "Events a provisioner published past a bound of what the engine keeps for it, by bound (worker_records: the worker was not recorded and cannot attach; revocations: a revocation was not kept; attach_timing: its time to attach is not measured; held_profiles: the failure held no profile back)."},
+		[]string{"provisioner", "bound"})
 	m.workerEvents = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fluksio_worker_events_total",
 		Help: "Workers attaching and leaving, by kind (attached, detached, gone, dropped)."}, []string{"provisioner", "kind"})
 	m.tasks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fluksio_tasks_total",
@@ -76,7 +80,7 @@ func newEngineMetrics(state *stateCollector) *engineMetrics {
 	m.timeToAttach = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fluksio_time_to_attach_seconds",
 		Help:    "From a machine's submission (the provisioner's worker_provisioned event) to its worker attaching.",
 		Buckets: []float64{1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 3600}}, pp)
-	m.reg.MustRegister(m.requested, m.submissions, m.cancelled, m.events, m.workerEvents, m.tasks, m.timeToAttach,
+	m.reg.MustRegister(m.requested, m.submissions, m.cancelled, m.events, m.unrecorded, m.workerEvents, m.tasks, m.timeToAttach,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if state != nil {
 		state.profile = m.profileLabel

@@ -5,6 +5,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/fluksio/provision/engine/host"
 	"github.com/fluksio/provision/shared"
 )
 
@@ -19,13 +22,19 @@ type observer struct {
 	hub     *Hub
 	metrics *engineMetrics
 
-	// mu guards waiting; held only to read or change it.
+	// mu guards waiting, waitingBy and told; held only to read or
+	// change them.
 	mu sync.Mutex
 	// waiting holds, by worker name, the machines submitted whose worker
-	// has not attached: at most maxWaiting, so a plugin that reports
-	// machines nobody attaches cannot grow it without end (past the cap,
-	// new ones go untimed).
-	waiting map[string]submitted
+	// has not attached: at most maxWaiting of each provisioner's
+	// (waitingBy counts them), so a plugin that reports machines nobody
+	// attaches cannot grow it without end, nor take another's room
+	// (past the cap, its new ones go untimed).
+	waiting   map[string]submitted
+	waitingBy map[string]int
+	// told holds the (provisioner, reason) pairs whose first event past
+	// a bound has been logged: each is said once, and counted always.
+	told map[[2]string]bool
 }
 
 type submitted struct {
@@ -33,31 +42,87 @@ type submitted struct {
 	at                   time.Time
 }
 
-// maxWaiting is well past max_workers' default (256) times a few
-// provisioners.
-const maxWaiting = 100_000
+// maxWaiting is well past max_workers' default (256), and as many as a
+// provisioner's events may keep records in the books (RecordBudget).
+const maxWaiting = host.RecordBudget
+
+// Why an event of a plugin's was not fully kept: the label of
+// fluksio_provisioner_events_unrecorded_total.
+const (
+	unrecordedWorker     = "worker_records"
+	unrecordedRevocation = "revocations"
+	unrecordedTimed      = "attach_timing"
+	unrecordedProfile    = "held_profiles"
+)
 
 func newObserver(m *engineMetrics) *observer {
-	return &observer{hub: NewHub(), metrics: m, waiting: map[string]submitted{}}
+	return &observer{hub: NewHub(), metrics: m, waiting: map[string]submitted{}, waitingBy: map[string]int{},
+		told: map[[2]string]bool{}}
+}
+
+// unrecorded counts an event of provisioner's that a bound kept out of
+// the engine's books (why: one of the unrecorded reasons), and says so in
+// plog the first time for each provisioner and reason.
+func (o *observer) unrecorded(plog hclog.Logger, provisioner, why string, err error) {
+	o.metrics.unrecorded.WithLabelValues(provisioner, why).Inc()
+	o.mu.Lock()
+	first := !o.told[[2]string{provisioner, why}]
+	o.told[[2]string{provisioner, why}] = true
+	o.mu.Unlock()
+	if first {
+		plog.Warn("the plugin sends more than the engine keeps: its further events are counted and not recorded; said once, counted in fluksio_provisioner_events_unrecorded_total",
+			"provisioner", provisioner, "bound", why, "error", err)
+	}
 }
 
 // pluginEvent is an event a provisioner published (stamped by the host).
-func (o *observer) pluginEvent(ev shared.Event) {
+// It reports false when the event's machine goes untimed because its
+// provisioner has maxWaiting on their way already.
+func (o *observer) pluginEvent(ev shared.Event) (timed bool) {
 	now := time.Now()
 	prof := o.metrics.profileLabel(ev.Provisioner, ev.Profile)
-	o.metrics.events.WithLabelValues(ev.Provisioner, string(ev.Kind)).Inc()
+	o.metrics.events.WithLabelValues(ev.Provisioner, kindLabel(ev.Kind)).Inc()
+	timed = true
 	o.mu.Lock()
 	switch ev.Kind {
 	case shared.EventWorkerProvisioned:
-		if _, ok := o.waiting[ev.Worker]; ok || len(o.waiting) < maxWaiting {
+		if _, ok := o.waiting[ev.Worker]; ok {
 			o.waiting[ev.Worker] = submitted{provisioner: ev.Provisioner, profile: prof, at: now}
+		} else if o.waitingBy[ev.Provisioner] < maxWaiting {
+			o.waiting[ev.Worker] = submitted{provisioner: ev.Provisioner, profile: prof, at: now}
+			o.waitingBy[ev.Provisioner]++
+		} else {
+			timed = false
 		}
 	case shared.EventWorkerProvisionFailed, shared.EventWorkerCancelled:
-		delete(o.waiting, ev.Worker)
+		o.forgetLocked(ev.Worker)
 	}
 	o.mu.Unlock()
 	o.hub.Publish(Event{Time: now, Kind: EventKind(ev.Kind), Provisioner: ev.Provisioner, Profile: ev.Profile,
 		Job: ev.Job, Worker: ev.Worker, Detail: ev.Detail})
+	return timed
+}
+
+// forgetLocked takes worker off the machines on their way. o.mu must be
+// held.
+func (o *observer) forgetLocked(worker string) {
+	if sub, ok := o.waiting[worker]; ok {
+		delete(o.waiting, worker)
+		if o.waitingBy[sub.provisioner]--; o.waitingBy[sub.provisioner] <= 0 {
+			delete(o.waitingBy, sub.provisioner)
+		}
+	}
+}
+
+// kindLabel is an event kind as a metric label: the contract's kinds as
+// they are, any other a plugin makes up "other", so that a plugin cannot
+// add a series per event.
+func kindLabel(k shared.EventKind) string {
+	switch k {
+	case shared.EventWorkerProvisioned, shared.EventWorkerProvisionFailed, shared.EventWorkerCancelled:
+		return string(k)
+	}
+	return "other"
 }
 
 // activity is what happened to a worker or task in the engine.
@@ -68,7 +133,7 @@ func (o *observer) activity(a Activity) {
 	sub, known := o.waiting[a.Worker]
 	if a.Kind == EventWorkerAttached || a.Kind.workerLeft() {
 		// Attached, or gone before it did: no longer on its way.
-		delete(o.waiting, a.Worker)
+		o.forgetLocked(a.Worker)
 	}
 	o.mu.Unlock()
 	if known && sub.provisioner == a.Provisioner {

@@ -45,7 +45,34 @@ type Admission struct {
 	// revoked holds names that may not attach again, until their
 	// credential would have expired.
 	revoked map[string]revocation
+	// budget bounds, per provisioner, the job records its events made
+	// (jobsBy counts them) and, apart, the revocations they made
+	// (revokedBy), so that revocations piling up never cost a
+	// provisioner room for the workers on their way. The engine's own
+	// revocations (a worker that detached or went silent) are charged to
+	// nobody: they are bounded by the workers that attached.
+	budget    int
+	jobsBy    map[string]int
+	revokedBy map[string]int
 }
+
+// RecordBudget is how many job records one provisioner's events may keep
+// in an Admission at once (its workers on their way or attached), and,
+// apart, how many revocations (of names whose credentials may still be
+// out). A burst of 10,000 array tasks fits three times over. A plugin
+// that floods past it has its further events' records refused
+// (ErrOverBudget), which costs only its own workers, never another
+// provisioner's; a revocation refused costs nothing while the provisioner
+// does not name the worker again, as a name without a job record cannot
+// attach. At about 180 bytes a record, a provisioner at both budgets
+// holds some 12 MB.
+const RecordBudget = 32_768
+
+// ErrOverBudget is Observe's answer to an event whose record would take
+// its provisioner past RecordBudget: the record is not kept, so a worker
+// the event names as provisioned cannot attach until the provisioner's
+// older records are used up or expire.
+var ErrOverBudget = errors.New("the provisioner's events already hold their budget of records")
 
 // jobRecord is what a provisioner said about one of its workers.
 type jobRecord struct {
@@ -57,10 +84,13 @@ type jobRecord struct {
 	at      time.Time
 }
 
-// revocation is why and until when a worker name is refused.
+// revocation is why and until when a worker name is refused, and whose
+// budget it is charged to: the provisioner whose event made it, "" for
+// the engine's own.
 type revocation struct {
 	reason string
 	until  time.Time
+	charge string
 }
 
 // NewAdmission returns an Admission with no records; now is its clock
@@ -69,7 +99,24 @@ func NewAdmission(now func() time.Time) *Admission {
 	if now == nil {
 		now = time.Now
 	}
-	return &Admission{now: now, jobs: map[string]jobRecord{}, revoked: map[string]revocation{}}
+	return &Admission{now: now, jobs: map[string]jobRecord{}, revoked: map[string]revocation{},
+		budget: RecordBudget, jobsBy: map[string]int{}, revokedBy: map[string]int{}}
+}
+
+// Records is how many job records and revocations provisioner's events
+// hold now, each of RecordBudget.
+func (a *Admission) Records(provisioner string) (jobs, revoked int) {
+	return a.jobsBy[provisioner], a.revokedBy[provisioner]
+}
+
+// uncharge takes one record off provisioner's count in by.
+func uncharge(by map[string]int, provisioner string) {
+	if provisioner == "" {
+		return
+	}
+	if by[provisioner]--; by[provisioner] <= 0 {
+		delete(by, provisioner)
+	}
 }
 
 // Refusal says why Admit refused, so that an engine can answer each kind
@@ -109,7 +156,8 @@ var ErrOtherProvisioner = errors.New("the event names another provisioner's work
 // worker_cancelled and worker_provision_failed revoke the name, and
 // revoke is true so that the engine drops the worker if ev.Provisioner
 // attached it. ev.Provisioner must be the host's stamp, never the
-// plugin's claim.
+// plugin's claim. An event whose record would take its provisioner past
+// RecordBudget is not recorded, and the error wraps ErrOverBudget.
 func (a *Admission) Observe(ev shared.Event) (revoke bool, err error) {
 	if ev.Worker == "" || ev.Provisioner == "" {
 		return false, nil
@@ -119,9 +167,21 @@ func (a *Admission) Observe(ev shared.Event) (revoke bool, err error) {
 	}
 	switch ev.Kind {
 	case shared.EventWorkerProvisioned:
+		if _, recorded := a.jobs[ev.Worker]; !recorded {
+			if a.jobsBy[ev.Provisioner] >= a.budget {
+				return false, fmt.Errorf("%w (%d job records): worker %s not recorded, so it cannot attach", ErrOverBudget, a.budget, ev.Worker)
+			}
+			a.jobsBy[ev.Provisioner]++
+		}
 		a.jobs[ev.Worker] = jobRecord{provisioner: ev.Provisioner, job: ev.Job, profile: ev.Profile, at: a.now()}
 	case shared.EventWorkerCancelled, shared.EventWorkerProvisionFailed:
-		a.Revoke(ev.Worker, string(ev.Kind), time.Time{})
+		// revoke is true even when the revocation is not kept, so that a
+		// worker attached under the name is dropped; its job record goes
+		// either way, so the name cannot attach again unless the
+		// provisioner names it anew.
+		if !a.revoke(ev.Worker, string(ev.Kind), time.Time{}, ev.Provisioner) {
+			return true, fmt.Errorf("%w (%d revocations): revocation of worker %s not kept", ErrOverBudget, a.budget, ev.Worker)
+		}
 		return true, nil
 	}
 	return false, nil
@@ -130,14 +190,34 @@ func (a *Admission) Observe(ev shared.Event) (revoke bool, err error) {
 // Revoke refuses name from now on. until is when its credential expires;
 // zero means not known, so the longest a credential can live.
 func (a *Admission) Revoke(name, reason string, until time.Time) {
+	a.revoke(name, reason, until, "")
+}
+
+// revoke is Revoke, a revocation new to the name charged to charge ("":
+// nobody) and kept only while charge is within its budget; it reports
+// whether it was kept. The name's job record goes either way.
+func (a *Admission) revoke(name, reason string, until time.Time, charge string) bool {
 	if until.IsZero() {
 		until = a.now().Add(DefaultMaxCredentialTTL)
 	}
-	if old, ok := a.revoked[name]; ok && old.until.After(until) {
-		until = old.until
+	if rec, ok := a.jobs[name]; ok {
+		delete(a.jobs, name)
+		uncharge(a.jobsBy, rec.provisioner)
 	}
-	a.revoked[name] = revocation{reason: reason, until: until}
-	delete(a.jobs, name)
+	if old, ok := a.revoked[name]; ok {
+		// Charged once, to whoever revoked it first.
+		charge = old.charge
+		if old.until.After(until) {
+			until = old.until
+		}
+	} else if charge != "" {
+		if a.revokedBy[charge] >= a.budget {
+			return false
+		}
+		a.revokedBy[charge]++
+	}
+	a.revoked[name] = revocation{reason: reason, until: until, charge: charge}
+	return true
 }
 
 // Admit says whether the holder of cred, reporting that it runs as job,
@@ -191,11 +271,13 @@ func (a *Admission) Sweep() {
 	for name, r := range a.revoked {
 		if now.After(r.until) {
 			delete(a.revoked, name)
+			uncharge(a.revokedBy, r.charge)
 		}
 	}
 	for name, j := range a.jobs {
 		if now.Sub(j.at) > DefaultMaxCredentialTTL {
 			delete(a.jobs, name)
+			uncharge(a.jobsBy, j.provisioner)
 		}
 	}
 }

@@ -214,7 +214,7 @@ func resolve(ctx context.Context, p *Block, opts Options, configure bool) (*laun
 	}
 	lctx, cancel := context.WithTimeout(ctx, opts.launchTimeout())
 	defer cancel()
-	l, failed := startPlugin(lctx, p, opts)
+	l, failed := startPlugin(lctx, p, opts, configure)
 	if failed != nil {
 		return l, failed(p)
 	}
@@ -251,8 +251,10 @@ func findPlugin(p *Block) hcl.Diagnostics {
 // depend on no block, so one start serves every block that names the
 // same binary. When that fails, failed renders the failure at the range of
 // any such block; the plugin is returned whenever it started, so the
-// caller can stop it.
-func startPlugin(ctx context.Context, p *Block, opts Options) (l *launched, failed func(*Block) hcl.Diagnostics) {
+// caller can stop it. With shapesFirst the plugin may mint only once its
+// shapes are known (a block that is configured next); without, it only
+// validates.
+func startPlugin(ctx context.Context, p *Block, opts Options, shapesFirst bool) (l *launched, failed func(*Block) hcl.Diagnostics) {
 	logger := opts.Logger
 	if logger == nil {
 		// Discarded, but at info: the level is what Launch tells the
@@ -261,13 +263,16 @@ func startPlugin(ctx context.Context, p *Block, opts Options) (l *launched, fail
 		// did not, with a null logger's no level).
 		logger = hclog.New(&hclog.LoggerOptions{Output: io.Discard, Level: hclog.Info})
 	}
-	plugin, err := Launch(ctx, LaunchConfig{
+	// A plugin that is configured next mints within its shapes, once it
+	// has listed them (Supervisor.launch); one that only validates mints
+	// nothing.
+	plugin, err := launch(ctx, LaunchConfig{
 		Name: p.Name, Path: p.Path, SHA256: p.SHA256, Logger: logger, Args: opts.Args,
 		Signer: opts.Signer, MaxCredentialTTL: opts.MaxCredentialTTL,
 		OnEvent: opts.OnEvent, EventQueue: opts.EventQueue,
 		Env: opts.Env, DropEnv: opts.DropEnv, StartTimeout: opts.StartTimeout,
 		OnStdout: opts.OnStdout, Stderr: opts.Stderr,
-	})
+	}, shapesFirst)
 	if err != nil {
 		return nil, func(b *Block) hcl.Diagnostics {
 			summary, at := "Plugin did not start", pluginAt(b)

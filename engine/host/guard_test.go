@@ -3,12 +3,16 @@ package host
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared"
 )
 
@@ -80,3 +84,138 @@ func (f signerFunc) Sign(c CredentialClaims, ttl time.Duration) (string, time.Ti
 }
 
 func nullLogger() hclog.Logger { return hclog.NewNullLogger() }
+
+// TestHostGuardHoldsMintsToShapes: once the provisioner's shapes are
+// known, a credential larger than its largest shape in any dimension, or
+// with a label none of its shapes has, is refused with the provisioner's
+// name in the log; a profile's own shape, and anything within the
+// largest in every dimension, is signed. Before the shapes are known, a
+// supervised plugin's mint is refused.
+func TestHostGuardHoldsMintsToShapes(t *testing.T) {
+	var signed int
+	signer := signerFunc(func(c CredentialClaims, ttl time.Duration) (string, time.Time, error) {
+		signed++
+		return "signed:" + c.Worker, time.Unix(0, 0).Add(ttl), nil
+	})
+	logger, logs := testutil.Logger(t)
+	g := &hostGuard{name: "hpc", signer: signer, maxTTL: time.Hour, logger: logger, shapesFirst: true}
+	mint := func(cpus, gpus int, ram int64, labels ...string) error {
+		_, err := g.MintCredential(context.Background(), &shared.MintCredentialRequest{Worker: "hpc-x-1", TTL: time.Minute,
+			CPUs: cpus, GPUs: gpus, RAMMB: ram, Labels: labels})
+		return err
+	}
+	if err := mint(1, 0, 1000); !errors.Is(err, shared.ErrNotConfigured) || signed != 0 {
+		t.Fatalf("a mint before the shapes are known: %v, %d signed; want not configured, none", err, signed)
+	}
+	g.limitTo([]shared.Shape{
+		{Profile: "small", CPUs: 1, RAMMB: 1000},
+		{Profile: "gpu", CPUs: 4, GPUs: 1, RAMMB: 16000, Labels: []string{"cuda"}},
+	})
+	for _, tc := range []struct {
+		cpus, gpus int
+		ram        int64
+		labels     []string
+		ok         bool
+	}{
+		{1, 0, 1000, nil, true},
+		{4, 1, 16000, []string{"cuda"}, true},
+		{4, 1, 16000, []string{"gpu", "small"}, true}, // profile names are labels too
+		{2, 0, 0, nil, true},                          // within the largest in every dimension
+		{1 << 30, 1 << 30, 1000, nil, false},          // the attack's
+		{5, 1, 16000, nil, false},
+		{4, 2, 16000, nil, false},
+		{4, 1, 16001, nil, false},
+		{1, 0, 1000, []string{"a100"}, false},
+	} {
+		before := signed
+		err := mint(tc.cpus, tc.gpus, tc.ram, tc.labels...)
+		if tc.ok != (err == nil) || (!tc.ok && !errors.Is(err, shared.ErrPermissionDenied)) || (signed > before) != tc.ok {
+			t.Errorf("mint cpus %d gpus %d ram_mb %d labels %v: err %v, signed %v; want ok=%v", tc.cpus, tc.gpus, tc.ram, tc.labels, err, signed > before, tc.ok)
+		}
+	}
+	refusals := strings.Count(logs.String(), "no profile of the provisioner offers its shape")
+	if refusals != 5 || strings.Count(logs.String(), "provisioner=hpc") != 6 {
+		t.Errorf("the log has %d shape refusals; want 5, each naming provisioner hpc (and the one before the shapes):\n%s", refusals, logs.String())
+	}
+}
+
+// TestSupervisedPluginMintsWithinItsShapes, with the attack's figure: a
+// real plugin, supervised as an engine runs it, asks for credentials of
+// 2^30 cpus and gpus (testplugin's bigmint: machines 1 and 3 of four),
+// one alone and one in a batch. Both are refused, the plugin hears
+// permission denied and reports the machine failed, and the log names
+// the plugin and the worker; machines 2 and 4, minted the small
+// profile's shape alone and in the same batch, are signed.
+func TestSupervisedPluginMintsWithinItsShapes(t *testing.T) {
+	t.Parallel()
+	b, diags := parseBlock(t, fmt.Sprintf("provisioner \"memory\" \"mem\" {\n  plugin = %q\n  greeting = \"hi\"\n}\n", testPlugin(t)))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	real := NewSigner(RandomSecret())
+	var mu sync.Mutex // guards signed
+	var signed []CredentialClaims
+	signer := signerFunc(func(c CredentialClaims, ttl time.Duration) (string, time.Time, error) {
+		mu.Lock()
+		signed = append(signed, c)
+		mu.Unlock()
+		return real.Sign(c, ttl)
+	})
+	logger, logs := testutil.Logger(t)
+	events := make(chan shared.Event, 16)
+	s := NewSupervisor(b, nullLogger(), Options{Signer: signer, Logger: logger, Env: []string{"TESTPLUGIN_ABUSE=bigmint"},
+		OnEvent: func(ev shared.Event) { events <- ev }})
+	u := newUpDown(s)
+	if diags := s.Start(context.Background()); diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		s.Shutdown(ctx)
+	})
+	u.waitFor(t, 10*time.Second, "started", func(ups, _ int) bool { return ups == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.Provisioner().Provision(ctx, &shared.ProvisionRequest{Demand: []shared.Demand{{Need: shared.Need{CPUs: 1}, Count: 4}}}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]shared.Event{}
+	for len(got) < 4 {
+		select {
+		case ev := <-events:
+			got[ev.Worker] = ev
+		case <-ctx.Done():
+			t.Fatalf("%d of 4 machines' events within 10 s: %+v", len(got), got)
+		}
+	}
+	for i := 1; i <= 4; i++ {
+		w := fmt.Sprintf("mem-small-%08x", i)
+		ev := got[w]
+		if i%2 == 1 {
+			if ev.Kind != shared.EventWorkerProvisionFailed || !strings.Contains(ev.Detail, "permission denied") || !strings.Contains(ev.Detail, "cpus 1073741824") {
+				t.Errorf("machine %d (2^30 cpus): %s %q; want worker_provision_failed, permission denied for cpus 1073741824", i, ev.Kind, ev.Detail)
+			}
+			if line := logLine(logs.String(), w); !strings.Contains(line, "no profile of the provisioner offers its shape") || !strings.Contains(line, "provisioner=mem") {
+				t.Errorf("machine %d's refusal is not logged with the plugin's name: %q", i, line)
+			}
+		} else if ev.Kind != shared.EventWorkerProvisioned {
+			t.Errorf("machine %d (the small profile's shape): %s %q; want worker_provisioned", i, ev.Kind, ev.Detail)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(signed) != 2 || signed[0].CPUs != 1 || signed[1].CPUs != 1 {
+		t.Errorf("signed %+v; want the two machines of the small profile's shape", signed)
+	}
+}
+
+// logLine is the first line of logs that mentions s.
+func logLine(logs, s string) string {
+	for _, l := range strings.Split(logs, "\n") {
+		if strings.Contains(l, s) {
+			return l
+		}
+	}
+	return ""
+}

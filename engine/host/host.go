@@ -141,6 +141,8 @@ type Plugin struct {
 	prov   *wire.Client
 	stderr *tailWriter
 	exited chan struct{}
+	// guard is the Host the plugin talks to.
+	guard *hostGuard
 	// stopping is set once Kill begins: from then on the host channel's
 	// end is the expected end of a plugin the engine let go, not news.
 	stopping atomic.Bool
@@ -156,7 +158,18 @@ type Plugin struct {
 // stderr becomes log lines under the provisioner's name. It gets SIGTERM
 // if this process dies (on Linux), so an engine killed outright does not
 // leave plugins behind.
+//
+// Launch alone does not know the provisioner's shapes, so the credentials
+// it mints are bounded by their owner and lifetime only; a Supervisor
+// also refuses a shape no profile of the provisioner offers (hostGuard).
 func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
+	return launch(ctx, cfg, false)
+}
+
+// launch is Launch; with shapesFirst, the plugin's mints are refused
+// until its shapes are known (Plugin.limitMints), and from then on held
+// to them.
+func launch(ctx context.Context, cfg LaunchConfig, shapesFirst bool) (*Plugin, error) {
 	if cfg.Name == "" {
 		return nil, errors.New("launch: the provisioner has no name")
 	}
@@ -261,8 +274,9 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 
 	guard := &hostGuard{
 		name: cfg.Name, signer: cfg.Signer, maxTTL: cfg.MaxCredentialTTL,
-		onEvent: cfg.OnEvent, logger: logger,
+		onEvent: cfg.OnEvent, logger: logger, shapesFirst: shapesFirst,
 	}
+	p.guard = guard
 	if guard.maxTTL <= 0 {
 		guard.maxTTL = DefaultMaxCredentialTTL
 	}
@@ -322,6 +336,10 @@ func (p *Plugin) Pid() int {
 	}
 	return p.cmd.Process.Pid
 }
+
+// limitMints holds the plugin's mints to shapes from now on: a credential
+// is refused if it is larger, in any dimension, than the largest of them.
+func (p *Plugin) limitMints(shapes []shared.Shape) { p.guard.limitTo(shapes) }
 
 // DroppedEvents is how many of the plugin's events were dropped because
 // LaunchConfig.OnEvent was behind by a whole EventQueue.
@@ -491,18 +509,74 @@ func fileSHA256(path string) ([]byte, error) {
 
 // hostGuard is the Host a plugin talks to. It is where the engine's rules
 // for plugins live, so every engine gets them: a plugin may mint only for
-// its own workers, never for longer than the cap, and its events are
-// stamped with its own name whatever it claims.
+// its own workers, never for longer than the cap, and, once its shapes
+// are known, never for a machine larger than its largest shape in any
+// dimension (cpus, gpus, ram_mb) nor with a label none of them has; and
+// its events are stamped with its own name whatever it claims.
+//
+// The bound is per dimension, not per shape: a credential is what a
+// worker may claim at most, and a plugin that mints a profile's own
+// shape, as it should, is within it whatever its other profiles are.
 type hostGuard struct {
 	name    string
 	signer  CredentialSigner
 	maxTTL  time.Duration
 	onEvent func(shared.Event)
 	logger  hclog.Logger
+	// shapesFirst refuses mints while bound is nil: a supervised plugin
+	// has not yet listed its shapes.
+	shapesFirst bool
+
+	mu    sync.Mutex // guards bound
+	bound *shapeBound
+}
+
+// shapeBound is the most a provisioner's shapes offer, per dimension.
+type shapeBound struct {
+	cpus, gpus int
+	ramMB      int64
+	// labels are every shape's labels and profile name.
+	labels map[string]bool
+	// profiles is how many shapes made it, for the refusal's message.
+	profiles int
+}
+
+// limitTo holds the guard's mints to shapes from now on.
+func (g *hostGuard) limitTo(shapes []shared.Shape) {
+	b := &shapeBound{labels: map[string]bool{}, profiles: len(shapes)}
+	for _, s := range shapes {
+		b.cpus, b.gpus, b.ramMB = max(b.cpus, s.CPUs), max(b.gpus, s.GPUs), max(b.ramMB, s.RAMMB)
+		b.labels[s.Profile] = true
+		for _, l := range s.Labels {
+			b.labels[l] = true
+		}
+	}
+	g.mu.Lock()
+	g.bound = b
+	g.mu.Unlock()
+}
+
+// beyond says how req is larger than every shape b offers, or "" if it
+// is within them.
+func (b *shapeBound) beyond(req *shared.MintCredentialRequest) string {
+	switch {
+	case req.CPUs > b.cpus:
+		return fmt.Sprintf("cpus %d, and its largest shape has %d", req.CPUs, b.cpus)
+	case req.GPUs > b.gpus:
+		return fmt.Sprintf("gpus %d, and its largest shape has %d", req.GPUs, b.gpus)
+	case req.RAMMB > b.ramMB:
+		return fmt.Sprintf("ram_mb %d, and its largest shape has %d", req.RAMMB, b.ramMB)
+	}
+	for _, l := range req.Labels {
+		if !b.labels[l] {
+			return fmt.Sprintf("label %q, which none of its shapes has", l)
+		}
+	}
+	return ""
 }
 
 func (g *hostGuard) Publish(_ context.Context, ev shared.Event) error {
-	ev = wire.ClipEvent(ev)
+	// The host channel clipped the event's fields before it queued it.
 	ev.Provisioner = g.name
 	if ev.Time.IsZero() {
 		ev.Time = time.Now()
@@ -530,6 +604,22 @@ func (g *hostGuard) MintCredential(_ context.Context, req *shared.MintCredential
 	for _, l := range req.Labels {
 		if !shared.ValidName(l) {
 			return nil, fmt.Errorf("%w: credential for worker %q: label %q is not a valid name", shared.ErrInvalidArgument, req.Worker, l)
+		}
+	}
+	g.mu.Lock()
+	bound := g.bound
+	g.mu.Unlock()
+	if bound == nil && g.shapesFirst {
+		g.logger.Warn("refused to mint a credential", "provisioner", g.name, "worker", req.Worker, "reason", "its shapes are not known yet")
+		return nil, fmt.Errorf("%w: credential for worker %q: provisioner %q has not listed its shapes yet; mint once Configure has returned",
+			shared.ErrNotConfigured, req.Worker, g.name)
+	}
+	if bound != nil {
+		if why := bound.beyond(req); why != "" {
+			g.logger.Warn("refused to mint a credential: no profile of the provisioner offers its shape", "provisioner", g.name, "worker", req.Worker,
+				"cpus", req.CPUs, "gpus", req.GPUs, "ram_mb", req.RAMMB, "labels", req.Labels, "reason", why)
+			return nil, fmt.Errorf("%w: credential for worker %q asks for %s (%d profile(s)): mint the shape of the profile the worker is started as",
+				shared.ErrPermissionDenied, req.Worker, why, bound.profiles)
 		}
 	}
 	if g.signer == nil {

@@ -189,6 +189,9 @@ func (s *Supervisor) launch(ctx context.Context, publish bool) (*launched, hcl.D
 		return l, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Plugin did not list its shapes",
 			Detail: err.Error() + ".", Subject: s.cfg.DefRange.Ptr()}}
 	}
+	// The plugin mints within the shapes it listed, before anyone
+	// hears it is up and asks it for machines.
+	l.plugin.limitMints(sr.Shapes)
 	s.mu.Lock()
 	s.current, s.phase = l.plugin, PhaseRunning
 	s.tracker = NewAttachedTracker(l.contract, s.ReconcileResync)

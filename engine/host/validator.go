@@ -100,7 +100,7 @@ func (v *Validator) plugin(ctx context.Context, b *Block) (*launched, func(*Bloc
 		}
 		vp.l.plugin.Kill()
 	}
-	l, failed := startPlugin(ctx, b, Options{})
+	l, failed := startPlugin(ctx, b, Options{}, false)
 	if failed != nil && l != nil {
 		l.plugin.Kill()
 		l = nil

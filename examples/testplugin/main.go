@@ -148,6 +148,9 @@ func (m *memory) Configure(_ context.Context, req *shared.ConfigureRequest) (*sh
 	if abuse("event") && req.Host != nil {
 		go abusiveEvent(req.Host)
 	}
+	if abuse("flood") && req.Host != nil {
+		go abusiveFlood(req.Host, req.Name)
+	}
 	return &shared.ConfigureResponse{}, nil
 }
 
@@ -286,16 +289,22 @@ func (m *memory) Provision(ctx context.Context, req *shared.ProvisionRequest) (*
 	// worker, and none is minted for a machine that dies unstarted.
 	storms := make([]bool, len(add))
 	mint := &shared.MintCredentialsRequest{}
+	minted := map[string]error{}
 	for i, o := range add {
 		storms[i] = storming()
 		if !storms[i] && !failProvision {
 			s, _ := fit(shared.Need{Label: o.Profile})
-			mint.Items = append(mint.Items, &shared.MintCredentialRequest{
-				Worker: o.Worker, TTL: time.Hour, CPUs: s.CPUs, GPUs: s.GPUs, RAMMB: s.RAMMB, Labels: s.Labels,
-			})
+			cpus, gpus := mintShape(i, s)
+			req := &shared.MintCredentialRequest{
+				Worker: o.Worker, TTL: time.Hour, CPUs: cpus, GPUs: gpus, RAMMB: s.RAMMB, Labels: s.Labels,
+			}
+			if abuse("bigmint") && i < 2 {
+				_, minted[o.Worker] = host.MintCredential(ctx, req)
+				continue
+			}
+			mint.Items = append(mint.Items, req)
 		}
 	}
-	minted := map[string]error{}
 	if len(mint.Items) > 0 {
 		r, err := shared.MintCredentials(ctx, host, mint)
 		for i, it := range mint.Items {

@@ -34,7 +34,8 @@ import (
 // and Publish and MintCredential hand their message to it and wait for
 // the answer within their own context.
 //
-// A full queue drops the event, counts it (Client.DroppedEvents) and
+// A full queue (DefaultEventQueue events, or DefaultEventQueueBytes of
+// them) drops the event, counts it (Client.DroppedEvents) and
 // acknowledges it all the same. Rejected alternative: withholding the
 // acknowledgement, so that the plugin's Publish blocks within its context
 // until there is room. The reader cannot wait for room (it would stop
@@ -56,23 +57,40 @@ import (
 // while it is not needed.
 const DefaultEventQueue = 16384
 
+// DefaultEventQueueBytes bounds the same queue by the size of what waits
+// in it: 16,384 events of the largest a plugin may send (a 4 KB detail
+// and four 256-byte fields, once clipped) would hold 87 MB while the
+// handler is behind; 8 MiB holds the 10,000-task burst's events (some
+// 200 bytes each) four times over.
+const DefaultEventQueueBytes = 8 << 20
+
+// eventOverhead is what an event costs in the queue beyond its strings.
+const eventOverhead = 64
+
+// eventBytes is what ev costs in the queue.
+func eventBytes(ev shared.Event) int {
+	return eventOverhead + len(ev.Kind) + len(ev.Provisioner) + len(ev.Profile) + len(ev.Job) + len(ev.Worker) + len(ev.Detail) + len(ev.Class)
+}
+
 // eventQueue is the bounded queue between the host channel's reader and
 // its dispatcher. A buffered channel of DefaultEventQueue events would
 // hold its whole size in memory for every plugin from the start; this
 // holds what waits.
 type eventQueue struct {
-	limit int
+	limit    int
+	maxBytes int
 	// ready holds one token while there is something to take or the
 	// queue is closed; a put or close never blocks on it.
 	ready chan struct{}
-	// mu guards items and closed; it is held only to change them.
+	// mu guards items, bytes and closed; it is held only to change them.
 	mu     sync.Mutex
 	items  []shared.Event
+	bytes  int // eventBytes of items
 	closed bool
 }
 
-func newEventQueue(limit int) *eventQueue {
-	return &eventQueue{limit: limit, ready: make(chan struct{}, 1)}
+func newEventQueue(limit, maxBytes int) *eventQueue {
+	return &eventQueue{limit: limit, maxBytes: maxBytes, ready: make(chan struct{}, 1)}
 }
 
 func (q *eventQueue) signal() {
@@ -82,14 +100,16 @@ func (q *eventQueue) signal() {
 	}
 }
 
-// put queues ev; false when the queue is full.
+// put queues ev; false when the queue is full, by count or by bytes.
 func (q *eventQueue) put(ev shared.Event) bool {
+	size := eventBytes(ev)
 	q.mu.Lock()
-	if len(q.items) >= q.limit {
+	if len(q.items) >= q.limit || q.bytes+size > q.maxBytes {
 		q.mu.Unlock()
 		return false
 	}
 	q.items = append(q.items, ev)
+	q.bytes += size
 	q.mu.Unlock()
 	q.signal()
 	return true
@@ -112,6 +132,7 @@ func (q *eventQueue) take() (shared.Event, bool) {
 			ev := q.items[0]
 			q.items[0] = shared.Event{}
 			q.items = q.items[1:]
+			q.bytes -= eventBytes(ev)
 			if len(q.items) == 0 {
 				q.items = nil // the backing array goes with the burst
 			} else {
@@ -557,8 +578,10 @@ type HostChannel struct {
 	// call).
 	Host shared.Host
 	// Queue bounds the events waiting for Host.Publish; zero means
-	// DefaultEventQueue.
-	Queue int
+	// DefaultEventQueue. QueueBytes bounds their size (eventBytes);
+	// zero means DefaultEventQueueBytes.
+	Queue      int
+	QueueBytes int
 	// OnError hears why the channel ended, unless the plugin exited.
 	OnError func(error)
 	// OnDrop hears of each event dropped for a full queue, with how many
@@ -578,6 +601,9 @@ func (c *Client) OpenHostChannel(ctx context.Context, hc HostChannel) error {
 	}
 	if hc.Queue <= 0 {
 		hc.Queue = DefaultEventQueue
+	}
+	if hc.QueueBytes <= 0 {
+		hc.QueueBytes = DefaultEventQueueBytes
 	}
 	// The stream lives as long as the plugin process, not as long as the
 	// call that happened to open it.
@@ -653,7 +679,7 @@ func (c *Client) DroppedEvents() int64 { return c.dropped.Load() }
 // acknowledged, so they are delivered even after the plugin is gone.
 func (c *Client) serveHostChannel(stream pb.Provisioner_HostChannelClient, hc HostChannel) error {
 	ctx := stream.Context()
-	queue := newEventQueue(hc.Queue)
+	queue := newEventQueue(hc.Queue, hc.QueueBytes)
 	dispatched := make(chan struct{})
 	go func() {
 		defer close(dispatched)
@@ -685,7 +711,9 @@ func (c *Client) serveHostChannel(stream pb.Provisioner_HostChannelClient, hc Ho
 		var reply *pb.HostMessage
 		switch m := msg.GetMsg().(type) {
 		case *pb.PluginMessage_Event:
-			ev := eventFromProto(m.Event)
+			// Clipped before it waits, so that the queue holds what
+			// the engine will keep, not what the plugin sent.
+			ev := ClipEvent(eventFromProto(m.Event))
 			if ev.Time.IsZero() {
 				// Stamped on arrival, not when the handler gets to it.
 				ev.Time = time.Now()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -531,5 +532,63 @@ func TestBurstOfTenThousandKept(t *testing.T) {
 		if j != fmt.Sprint(i) {
 			t.Fatalf("event %d handed on as job %s: out of order", i, j)
 		}
+	}
+}
+
+// TestEventQueueBoundsBytes: the queue between the host channel's reader
+// and its dispatcher refuses an event that would take what waits past
+// its bytes, however few events wait, and takes room back as events
+// are taken: with room for 10 KB, two events of a 4 KB detail fit and a
+// third does not, and it fits once one is taken.
+func TestEventQueueBoundsBytes(t *testing.T) {
+	q := newEventQueue(DefaultEventQueue, 10<<10)
+	big := shared.Event{Kind: "k", Detail: strings.Repeat("x", MaxEventDetail)}
+	if !q.put(big) || !q.put(big) {
+		t.Fatal("two events of 4 KB did not fit in 10 KB")
+	}
+	if q.put(big) {
+		t.Fatalf("a third event of 4 KB fit: %d bytes wait; bound %d", q.bytes, q.maxBytes)
+	}
+	if _, ok := q.take(); !ok || !q.put(big) {
+		t.Fatalf("no room after a take: %d bytes wait", q.bytes)
+	}
+	for range 2 {
+		q.take()
+	}
+	if q.bytes != 0 {
+		t.Errorf("an empty queue counts %d bytes", q.bytes)
+	}
+}
+
+// TestHostChannelClipsBeforeQueueing: an event of 1 MB of detail, within
+// the message cap, reaches the Host cut to MaxEventDetail: the queue
+// holds what the engine keeps, not what the plugin sent.
+func TestHostChannelClipsBeforeQueueing(t *testing.T) {
+	var pluginHost shared.Host
+	var c *Client
+	t.Cleanup(func() { c.WaitHostChannel() })
+	c = inMemory(t, &sharedtest.Provisioner{ConfigureF: func(_ context.Context, r *shared.ConfigureRequest) (*shared.ConfigureResponse, error) {
+		pluginHost = r.Host
+		return &shared.ConfigureResponse{}, nil
+	}})
+	got := make(chan shared.Event, 1)
+	if err := c.OpenHostChannel(context.Background(), HostChannel{Name: "n", Host: &blockingHost{publish: func(ev shared.Event) { got <- ev }}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Configure(context.Background(), &shared.ConfigureRequest{Name: "n"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := pluginHost.Publish(ctx, shared.Event{Kind: "k", Detail: strings.Repeat("x", 1<<20)}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-got:
+		if len(ev.Detail) > MaxEventDetail+64 {
+			t.Errorf("the Host got %d bytes of detail; want at most %d and the note of the cut", len(ev.Detail), MaxEventDetail)
+		}
+	case <-ctx.Done():
+		t.Fatal("the event did not reach the Host within 20 s")
 	}
 }
