@@ -34,7 +34,7 @@ import (
 // the peer cannot be told (another system than Linux, no /proc), the
 // request is refused.
 
-// AllowAnyLocalUser, given to Mux as its auth function, serves the
+// AllowAnyLocalUser is an auth function for Mux that serves the
 // operator's endpoints to whoever can connect: every user of this
 // machine, and every machine that reaches the listener. It is for an
 // engine on a machine of its own user's, or behind a proxy that checks.
