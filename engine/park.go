@@ -309,8 +309,8 @@ func (pp *parkedPoll) finish(why wakeReason) {
 }
 
 // write writes a, within writeSlack, as net/http writes what writeJSON
-// or WriteHeader answers (chunkWriter.writeHeader in net/http's
-// server.go): the status line in the request's version; the handler's
+// or WriteHeader answers (net/http's chunkWriter.writeHeader):
+// the status line in the request's version; the handler's
 // headers sorted, then Date, then Connection where net/http adds it;
 // keep-alive for HTTP/1.1 unless the request said close, and for
 // HTTP/1.0 only when it asked for keep-alive and the answer's length is
