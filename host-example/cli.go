@@ -12,12 +12,6 @@ import (
 // the tools they know (terraform, nomad, go itself): single-dash long
 // flags, -h on every command exiting 0 with its usage on stdout, and
 // flags allowed after the positional arguments ("validate cfg.hcl -json").
-//
-// Rejected: a CLI library (cobra, urfave/cli, ff). Each would change the
-// flags scripts already call (-config, -need) to --config or to bundled
-// short options, and bring a help format of its own, for three commands
-// whose flags fit on a screen. What they would add over flag is the
-// interleaving below, which is twenty lines.
 
 // parseArgs parses args into fs, taking flags wherever they stand among the
 // positional arguments, which it returns in order. A "--" ends the flags:

@@ -377,8 +377,6 @@ var workDoneJobRe = regexp.MustCompile(`work done by \S+: host \S+, job (\S+), `
 // stop that lets its workers go. Each worker hears "leave" on its poll,
 // detaches and exits 0, so Slurm records each job COMPLETED with exit
 // code 0:0, and squeue holds none of ours 2 s after the engine exits.
-// Before, the workers' polls got 503, they retried for 10 s and exited
-// 1: every job of a clean stop ended FAILED and lingered 10-11 s.
 func TestE2ECleanStopLetsWorkersGo(t *testing.T) {
 	e := newE2E(t, "e2e-leave")
 	cfg := e.config(t, e.host, "worker")
@@ -428,8 +426,8 @@ func TestE2ECleanStopLetsWorkersGo(t *testing.T) {
 // TestE2ECleanStopLetsABusyWorkerGo: SIGTERM while a worker is in the
 // middle of a task of ten minutes. The worker hears it on its watch (GET
 // /v1/watch), drops the task and leaves, so its job ends COMPLETED and
-// leaves the queue with the engine; before, it ran on until its task
-// ended and its report had failed for 10 s (found by make soak).
+// leaves the queue with the engine, rather than run on until its task
+// ends and its report fails.
 func TestE2ECleanStopLetsABusyWorkerGo(t *testing.T) {
 	e := newE2E(t, "e2e-busy-leave")
 	cfg := e.config(t, e.host, "worker")

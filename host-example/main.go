@@ -1,29 +1,16 @@
-// Host-example is an engine built on the engine kit (engine), to
-// run and to copy: a thin layer over it, as examples/embed is a thinner
-// one.
+// Host-example is an engine built on the engine kit (engine), to run and
+// to copy. It owns what is an engine's own choice: the CLI (run, validate,
+// script, worker, version), the operator's authentication in front of the
+// kit's /status, event stream and metrics, the status page, the story
+// told on stdout, and keeping the signing secret out of its own
+// environment (run re-executes itself without it). What every engine
+// needs it takes from the kit and never copies, and it never talks to a
+// cluster; only plugins do. `host-example worker` is the payload a
+// provisioner's job runs (worker.Main).
 //
-// It owns what is an engine's own choice: the CLI (run, validate,
-// script, worker, version), the operator's authentication in front of
-// the kit's /status, event stream and metrics, the status page, the
-// story told on stdout, and keeping the signing secret out of its own
-// environment. What every engine needs (the plugins' supervision, the
-// demand routing, the worker books and protocol, events, metrics, the
-// configuration file) it takes from engine and may not copy: a fix
-// there must reach every engine. It never talks to a cluster; only
-// plugins do.
-//
-// Its subcommands are
-//
-//	host-example worker --url URL --cpus N --gpus N --max-idle SECONDS ...
-//
-// the payload a provisioner's job runs on the machine it was given (see
-// worker.Main), and the engine's own commands, which launch plugins.
-//
-// run started with the signing secret or the operator's token in its
-// environment re-executes itself once, before anything starts, without
-// them, and takes their values from an inherited pipe: the kernel keeps
-// a process's initial environment readable in /proc/PID/environ however
-// the process unsets a variable (secrets.go says why and what it costs).
+// Design records: docs/design/host-example-cli.md,
+// docs/design/host-example-page.md, docs/design/host-example-operator.md,
+// docs/design/host-example-secrets.md.
 package main
 
 import (

@@ -18,58 +18,17 @@ import (
 )
 
 // The operator's endpoints (GET /status, GET /v1/events and the page at
-// /) show job ids, host names, error text and task output, and the
-// engine's listener is, by design, reachable from every compute node. So
-// they answer only:
-//
-//   - a request from this machine that came through no proxy, whose
-//     other end runs as the engine's own uid or root and is not a
-//     plugin: the engine's user on its own machine, who could read its
-//     log anyway. The check is the engine kit's (engine.LocalUser, the
-//     kit's default for Mux): the peer's uid is the kernel's, for
-//     loopback TCP the owner of the socket at the other end, for the
-//     unix socket SO_PEERCRED; any other uid (nobody, the job's user,
-//     another login) is answered 403, and so is a peer that cannot be
-//     told. A plugin in relay mode dials the engine for every worker
-//     connection it carries from the login node, so a connection whose
-//     other end is a plugin process is not trusted, and where that
-//     cannot be said, neither is the connection; or
-//   - a request with the operator's token, from anywhere: as a bearer
-//     token ("Authorization: Bearer TOKEN", for curl and Prometheus), or
-//     as the password of HTTP Basic authentication (any user name), which
-//     a browser asks for by itself and then sends with the page's own
-//     requests, the event stream included. The token comes from the
-//     environment variable engine.operator_token_env names, which the
-//     engine unsets once read, as it does the signing secret.
-//
-// A worker's credential never opens them: a request whose Authorization
-// is a credential the engine signed is refused (403), from loopback too,
-// because every compute node holds one. GET /metrics is an operator
-// endpoint too unless engine.open_metrics is set (it names provisioners
-// and profiles, never a job or a worker); GET /health and GET /ready are
-// open to all (they say "ok" and which provisioners are up, for load
-// balancers and probes).
-//
-// The operator's requests have a room of their own, apart from the
-// workers': at most maxOperatorRequests in progress at once (an event
-// stream is one for as long as it is open), and a request beyond that is
-// answered 503 at once, before its handler runs; while one is in
-// progress its connection counts neither against max_connections nor
-// among strangers (engine.MarkOperator). Before, 40 event streams against
-// max_connections = 40 reset both workers' attaches, and 2,496 streams at
-// the default cap took the engine to 405 MB. Sixteen is a browser's
-// page, a curl or two and a Prometheus; it is a constant, not a setting,
-// because nothing an operator does needs more, and a knob would be one
-// more way to give the workers' room away.
-//
-// Rejected alternative: a second listener for operators. It would be a
-// second address to configure, firewall and put TLS on, and loopback
-// plus a token covers the same cases on the one the engine has.
-//
-// What it won't do: users and roles. One token opens everything an
-// operator sees; a site that wants more puts a proxy in front (whose
-// requests then need the token, since they are no longer trusted as
-// loopback).
+// /) show job ids, host names, error text and task output, on a listener
+// every compute node reaches. So they answer only a request from the
+// engine's own user on this machine, through no proxy and not from a
+// plugin (engine.LocalUser), or one with the operator's token, as a
+// bearer token or a Basic password; never one whose Authorization is a
+// worker credential. GET /metrics is an operator endpoint unless
+// engine.open_metrics is set; /health and /ready are open. Operators'
+// requests have a room of their own: at most maxOperatorRequests in
+// progress, the rest answered 503 at once, and while in progress they
+// count neither against max_connections nor among strangers
+// (engine.MarkOperator).
 
 // operatorAuth decides who may see the operator's endpoints. Its fields
 // are fixed after newOperatorAuth.

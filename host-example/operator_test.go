@@ -145,8 +145,6 @@ const attachBody = `{"hostname":"n01","job_id":"77","cpus":4,"gpus":1,"ram_mb":8
 // event streams from loopback against max_connections = 40. Sixteen are
 // served and 24 answered 503 at once; two workers then attach, take a
 // task each, report it and detach, while the 16 streams stay open.
-// Before, the streams took the workers' room and both attaches were
-// reset.
 func TestOperatorStreamsLeaveWorkersRoom(t *testing.T) {
 	t.Parallel()
 	logger, logs := testLogger(t)
@@ -266,7 +264,7 @@ const peerURLVar = "FLUKSIO_TEST_OPERATOR_PEER_URL"
 // engine's own uid or root. The test binary asks /status, the event
 // stream and the page as itself (200), then again as uid 65534 (nobody),
 // started with syscall.Credential, which gets 403 on IPv4 and IPv6
-// loopback and on IPv4 through an IPv6 socket. Before, nobody and the job's user got 200.
+// loopback and on IPv4 through an IPv6 socket.
 func TestOperatorLoopbackUID(t *testing.T) {
 	if url := os.Getenv(peerURLVar); url != "" {
 		// The other user's side: print each status, one a line.

@@ -739,7 +739,7 @@ func TestReliabilityShutdownDuringRestart(t *testing.T) {
 // the profile backs off) beside a larger fitting profile that works:
 // first in the same provisioner, then in a second provisioner. The need
 // must be served by the working one, by a real worker in a Slurm job,
-// within a bound; before, it waited on the broken profile forever.
+// within a bound, not wait on the broken profile.
 func TestReliabilityFailover(t *testing.T) {
 	for _, tc := range []struct{ name, second string }{
 		{"profile", ""},

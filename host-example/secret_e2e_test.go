@@ -18,11 +18,9 @@ import (
 // operator_token_env names, and reads the environment of the engine and
 // of every process it started, as the kernel has it (/proc/PID/environ):
 // the engine itself, the plugin and the ssh processes it runs. None has
-// either variable or value. Before, every plugin inherited the secret, and
-// so did everything it started, so a plugin could sign credentials for
-// any provisioner's workers; then the engine's own initial environment
-// still held both after os.Unsetenv, and a plugin read them from
-// /proc/<getppid()>/environ.
+// either variable or value: a plugin that could read the secret could
+// sign credentials for any provisioner's workers, and os.Unsetenv alone
+// leaves it in the engine's own /proc/PID/environ.
 func TestE2ESecretStaysHome(t *testing.T) {
 	e := newE2E(t, "e2e-secret")
 	const secretVar = "FLUKSIO_E2E_SECRET"

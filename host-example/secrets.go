@@ -11,34 +11,12 @@ import (
 
 // The signing secret (engine.secret_env) and the operator's token
 // (engine.operator_token_env) arrive in environment variables, and
-// os.Unsetenv does not take them out of the kernel's copy of the initial
-// environment: /proc/PID/environ stayed readable by the engine's uid, and
-// a plugin read the secret from /proc/<getppid()>/environ and forged a
-// credential for another provisioner. So run moves them out before
-// anything else starts: when either variable is set, it writes both
-// values into a pipe, and re-executes its own binary (/proc/self/exe)
-// once, with the same arguments, the variables removed from the
-// environment and the pipe's read end inherited; handoffFDVar carries
-// only the descriptor's number. The new image's initial environment, the
-// one /proc/PID/environ shows, never held them; it reads the pipe, closes
-// it, and keeps the values in memory (handedSecrets). The pid stays the
-// same, so whoever started the engine still waits for it.
-//
-// This is systemd's rule for credentials (by descriptor or file, never
-// environment), applied to a program started with an environment.
-//
-// Rejected: overwriting the initial environment in place (the strings sit
-// on the main thread's stack, which Go does not give a way to reach, and
-// prctl(PR_SET_MM_ENV) needs CAP_SYS_RESOURCE); and asking operators to
-// change how they pass the secret (secret_env and operator_token_env keep
-// working as before). Cost: the configuration is parsed twice, and an
-// exec, a few milliseconds at start. Seam: reexecWithoutSecrets runs only
-// from main (reexecAllowed), not when a test calls runMain in its own
-// process, where it would restart the test binary; those keep the old
-// read-and-unset. It will not protect from root, nor from a process of the
-// engine's uid that attaches to the engine with ptrace or reads its
-// memory: /proc/PID/mem is as readable as environ was, where ptrace is
-// allowed (kernel.yama.ptrace_scope 0).
+// os.Unsetenv does not take them out of /proc/PID/environ, which a plugin
+// of the same uid can read. So run, when either is set, writes both into
+// a pipe and re-executes its own binary once without them, the pipe's
+// read end inherited (handoffFDVar carries its number); the new image
+// reads the values into memory (handedSecrets). Only main may re-exec
+// (reexecAllowed); a test that calls runMain reads and unsets them.
 
 // handoffFDVar names the variable that carries, across the re-exec, the
 // number of the descriptor holding the secrets. Its value is a number,

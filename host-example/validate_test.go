@@ -281,8 +281,7 @@ func TestValidateUsage(t *testing.T) {
 // TestValidateHostileSizes: configuration as an attack. A 200 KB file of
 // nested brackets, or of nested blocks, or of nested JSON, is refused at
 // the place it gets too deep, before a parser can overflow its stack (a
-// fatal error no recover catches: before, validate crashed); a file over
-// 1 MiB is refused unread.
+// fatal error no recover catches); a file over 1 MiB is refused unread.
 func TestValidateHostileSizes(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name string, b []byte) string {
@@ -319,8 +318,8 @@ func TestValidateHostileSizes(t *testing.T) {
 // attribute steps, indexes and binary operators (also spread over lines
 // inside parentheses, where the parser ignores newlines, and inside a
 // JSON string, which is decoded as a template) are refused by validate,
-// script and run at the place the chain gets too long, fast; before,
-// each crashed with a fatal stack overflow at 1.1-1.3 GB.
+// script and run at the place the chain gets too long, fast, before a
+// parser or the evaluator can overflow its stack.
 func TestValidateHostileChains(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, s string) string {
@@ -503,7 +502,7 @@ func manyBlocks(t *testing.T, dir, pluginDir, otherPath string, n, sshPort int, 
 
 // TestValidateManyBlocksOneStartPerPlugin: validate of 200 provisioner
 // blocks, 150 naming plugin_dir's plugin and 50 another binary by plugin =
-// "…", starts each binary once (before: once a block, 26 s for 200), and
+// "…", starts each binary once, not once a block, and
 // still reports a bad block among them at its own line and column: one
 // the plugin's ValidateConfig refuses (block 137, of the first binary) and
 // one the schema refuses (block 171, of the other). With -check, whose

@@ -13,10 +13,6 @@ import (
 // workers, failures, a time-to-attach chart and a timeline; see
 // web/app.js.
 //
-// Rejected alternative: a JavaScript framework and a bundler. The page is
-// a few tables and a list; a build step would be a toolchain to keep for
-// a few hundred lines.
-//
 // The Content-Security-Policy lets the page load and connect to its own
 // origin alone, so even a value from a plugin that slipped into markup
 // could neither run nor send anything anywhere.

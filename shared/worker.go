@@ -15,9 +15,9 @@ import (
 // Plugins in other languages follow the same list, documented in
 // docs/worker-protocol.md.
 //
-// Rejected: passing the credential as a flag. Any user of a compute node
-// can read every process's /proc/PID/cmdline; only the job's owner can
-// read its environ.
+// The credential is never a flag, because any user of a compute node can
+// read every process's /proc/PID/cmdline, while only the job's owner can
+// read its environ. Design record: docs/design/shared-worker-credential.md.
 
 // WorkerTokenEnv carries the worker's credential.
 const WorkerTokenEnv = "FLUKSIO_WORKER_TOKEN"

@@ -31,7 +31,7 @@ the sshd, where ssh_port points); slurmctld restarted; a slurmd SIGKILLed
 and started again; a job scancelled by hand; a worker SIGKILLed inside its
 job; a burst's demand dropped to 0 while its needs wait (withdrawn from
 the engine, which must then cancel what was queued for them). The invariants are checked every second from squeue, the engine's
-/status and /metrics and /proc (the package doc, soak/schedule.go, says why this way).
+/status and /metrics and /proc (design/soak-engine-process.md says why this way).
 
 Run it, and reproduce a run from its seed:
 

@@ -1,42 +1,14 @@
 // Package soak is `make soak`: faults together, for a long time. A seeded
 // schedule of bursts (the workload) and of faults (the nemesis) runs
-// against the sandbox's real Slurm for SOAK (default 3m) while invariants
-// are checked every second from what the user's system shows: squeue, the
-// engine's /status and /metrics, /proc. The report goes to docs/soak.md.
+// against the sandbox's real Slurm for SOAK (default 3m), on two
+// provisioners (one direct, one relay), while invariants are checked every
+// second from what the user's system shows: squeue, the engine's /status
+// and /metrics, /proc. Same seed, same schedule. The workload keeps the
+// caps full from the start, so the resource invariants, which compare the
+// second fifth of the run with the last, see the same load in both. The
+// report goes to docs/soak.md.
 //
-// The claim: the engine and the Slurm plugin keep their promises (no job
-// left behind, caps kept, every need served or told why not, memory and
-// goroutines bounded) with faults arriving together and at random, not
-// only one at a time as the reliability tests inject them.
-//
-// The engine it drives is soakengine (soakengine/), the engine kit with a
-// route to add needs while it runs; host-example takes its needs on the
-// command line only. Rejected: driving engine in this test's own
-// process. The nemesis kills and restarts the engine, which must then be
-// a process of its own, as an operator's is.
-//
-// Same seed, same schedule: both schedules are drawn from SOAK_SEED before
-// the run starts and printed with a digest; what a fault picks at run time
-// (which job to cancel, which worker to kill) is drawn from the seed too,
-// among what is there then, which depends on timing.
-//
-// The workload fills the caps first. The resource invariants compare the
-// second fifth of the run with the last, which says something about leaks
-// only if the load is the same in both: a workload that ramped up through
-// the run (as the first one did: 17 workers attached on average in the
-// second fifth, 40 in the last) makes a growing RSS of a growing fleet
-// look like a leak. So the plan opens with a burst that keeps the direct
-// provisioner at max_workers for its first minute, and the bursts after it
-// come often enough to keep it near there.
-//
-// Two provisioners: a direct one (workers dial the engine) with two
-// profiles, and a relay one (reach = "relay": workers dial a relay the
-// plugin runs on the login node, carried over its ssh) with a third shape
-// only it covers, so that every fault also lands on a relay path.
-//
-// What it will not do: take the login node away for good, or change the
-// configuration while it runs. Those are operators' acts, not faults, and
-// the reliability tests cover them one at a time.
+// Design records: docs/design/soak-engine-process.md.
 package soak
 
 import (
@@ -158,11 +130,9 @@ var fill = []burst{
 // every 8 to 25 s after the first 15 s and stop 10 s before the end, so
 // that the last one's recovery is inside the run; after the fill bursts,
 // bursts every 4 to 12 s, of 1 to 200 needs (log-uniform, so small bursts
-// are common and a big one rare; about 22 on average, some 2.7 needs a
-// second, about what the two provisioners' 50 workers get through with
-// tasks of 1 to 20 s and the faults among them: more, and the backlog
-// grows through the run, which a 30-minute run showed as 700 needs
-// waiting after 14 minutes), tasks of 1 to 20 s.
+// are common and a big one rare; on average about what the two
+// provisioners' workers get through with the faults among them, so the
+// backlog does not grow through the run), tasks of 1 to 20 s.
 func newPlan(seed uint64, d time.Duration) plan {
 	r := rand.New(rand.NewPCG(seed, 0x50a4))
 	p := plan{Seed: seed}

@@ -19,17 +19,15 @@ import (
 )
 
 // DecodeConfig decodes the plugin-owned part of a provisioner block
-// against the plugin's schema and returns it as a JSON object, so that a
-// plugin in any language gets plain JSON and never needs an HCL parser.
-//
+// against the plugin's schema into a JSON object, so that a plugin in any
+// language never needs an HCL parser.
 // The object has every attribute of the schema by name (its default when
 // absent, null when absent without a default) and every block type as a
 // list of objects in source order, never null. Each block object holds
-// its labels as string fields named by shared.BlockType.Labels, next to the
-// block body's own attributes and blocks.
-//
-// Every problem is reported with a source range and a detail that says
-// how to fix it. The JSON is nil when any diagnostic is an error.
+// its labels as string fields named by shared.BlockType.Labels, next to
+// the block body's own attributes and blocks. Every problem is reported
+// with a source range and a detail that says how to fix it; the JSON is
+// nil when any diagnostic is an error.
 //
 // body may be the "remain" body gohcl leaves after the host took its
 // meta-arguments: those are hidden from Content and so are neither

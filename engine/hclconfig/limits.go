@@ -13,32 +13,16 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 )
 
-// A configuration file is input too, and the parsers are recursive: a
-// 200 KB file of nested brackets crashed `validate` with a fatal stack
-// overflow (which no recover catches), and a 35 MB list took 65 s and
-// 8.3 GB. Brackets are not the only way down: HCL parses a unary
-// operator by calling itself for its operand, and builds a splat, an
-// index or a binary operator around the expression before it, which
-// evaluation then walks recursively; 300,000 `!`, 500,000 `-` or 300,000
-// `[*]` in a row crashed validate, run and script the same way at
-// 1.1-1.3 GB. CheckConfigSource bounds all of it before a parser sees the
-// file: its size, how deeply brackets, braces, parentheses and template
+// A configuration file is input too, and HCL's parsers and evaluator are
+// recursive: a file nested deeply enough, or one expression chained long
+// enough, overflows the stack, which is fatal in Go (no recover catches
+// it). CheckConfigSource bounds the file before a parser sees it: its
+// size, how deeply brackets, braces, parentheses and template
 // interpolations nest, and how long a chain one expression makes at one
-// nesting level (operators, splats, indexes and attribute steps, counted
-// until a comma, an `=`, or a newline where the parser ends an
-// expression there). Both are counted on the lexer's tokens (HCL's lexer
-// is a state machine, not recursive) or, for JSON, by a scan that skips
-// strings, so a bracket inside a string counts for nothing; a JSON string
-// is an HCL template when the file is decoded, so a string holding `${`
-// or `%{` is lexed as one and checked the same way.
-//
-// Rejected: counting the parser's recursion itself (a fork of hclsyntax),
-// or recovering from the overflow (Go's stack overflow is fatal, not a
-// panic). Cost: one extra pass of the lexer over at most 1 MiB.
-//
-// The limits are far above any real configuration: a provisioner block
-// nests three or four deep, and an expression is a value or a reference a
-// few steps long.
+// nesting level (operators, splats, indexes and attribute steps). Both are
+// counted on the lexer's tokens (HCL's lexer is not recursive) or, for
+// JSON, by a scan that skips strings. The limits are far above any real
+// configuration.
 const (
 	// MaxConfigBytes is the largest configuration file read.
 	MaxConfigBytes = 1 << 20
@@ -103,7 +87,7 @@ type level struct {
 	// newlineEnds says the parser ends an expression at a newline here:
 	// at the top, in a block's body and in an object constructor, but not
 	// inside (), [], ${} or a {for ...}, where newlines are ignored (so
-	// 300,000 lines of one `!` each are still one chain).
+	// lines of one `!` each are still one chain).
 	newlineEnds bool
 	chain       int
 }

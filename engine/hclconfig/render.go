@@ -19,8 +19,9 @@ import (
 // and a script reads the same JSON.
 
 // MaxPrintedDiagnostics is how many problems WriteDiagnostics prints in
-// full; the rest are counted in one line. A file of 5,000 bad blocks is
-// not read by a person past the first screens, and -json prints them all.
+// full; the rest are counted in one line. A file of thousands of bad
+// blocks is not read by a person past the first screens, and -json prints
+// them all.
 const MaxPrintedDiagnostics = 50
 
 // WriteDiagnostics prints each problem as FILE:LINE:COL: summary, then
@@ -28,11 +29,10 @@ const MaxPrintedDiagnostics = 50
 // they are in, and the detail. At most MaxPrintedDiagnostics are printed,
 // then "and N more".
 //
-// Why not hcl.NewDiagnosticTextWriter: it scans the whole file from its
-// first byte for every diagnostic (columns by grapheme cluster), so a
-// 51 KB file of 5,000 bad blocks took 66 s to print and 101 KB took
-// 211 s. Here each file's line starts are found once and a diagnostic
-// costs only its own lines.
+// Not hcl.NewDiagnosticTextWriter: it scans the whole file from its first
+// byte for every diagnostic (columns by grapheme cluster), so printing
+// grows with diagnostics times file size. Here each file's line starts
+// are found once and a diagnostic costs only its own lines.
 func WriteDiagnostics(w io.Writer, files map[string]*hcl.File, diags hcl.Diagnostics) {
 	// Every byte goes through termsafe: a name or value from the file or
 	// a plugin, the file's own lines and its name are shown escaped, not

@@ -13,30 +13,20 @@ import (
 	"github.com/fluksio/provision/shared"
 )
 
-// Admission is the rest of the proof a verified credential leaves open.
-// A verified credential proves that the engine minted it, not that the
-// machine presenting it is the one it was minted for: a credential can be
-// copied out of a job's environment and replayed from anywhere, or
-// presented twice. A worker attaches
-// only as the job its provisioner said it started it as (the
-// worker_provisioned event, stamped by the host), a credential is good for
-// one job (a name that detached, went silent or was cancelled is revoked
-// until its credential would have expired anyway), and a worker may not
-// claim more than its credential was minted for (Allows).
+// Admission is the rest of the proof a verified credential leaves open:
+// a credential proves the engine minted it, not that the machine
+// presenting it is the one it was minted for (it can be copied out of a
+// job's environment, or presented twice). A worker attaches only as the
+// job its provisioner said it started it as (the worker_provisioned
+// event, stamped by the host), a credential is good for one job (a name
+// that detached, went silent or was cancelled is revoked until its
+// credential would have expired), and a worker may not claim more than
+// its credential was minted for (Allows).
 //
-// Rejected alternative: trusting the job id the worker reports without a
-// record to compare it with. Anyone who read a token could attach as a
-// machine the provisioner never started, and take its work.
-//
-// Admission keeps no lock of its own: its answers must be atomic with the
-// engine's own books (who is attached now), so the engine calls every
-// method, Observe included, under the lock that guards those. It owns the
-// job records and revocations and nothing else; who is attached, and what
-// to answer a worker, are the engine's. Nothing here happens by itself:
-// the engine calls Revoke when a worker detaches or goes silent (Observe
-// revokes on the provisioner's cancel and failure events), and Sweep now
-// and then to forget what has expired. engine's Books does all of
-// that; an engine using Admission directly must too.
+// Admission keeps no lock: the engine calls every method under the lock
+// of its own books, so the answers are atomic with who is attached. It
+// acts only when called: engine's Books calls Revoke when a worker
+// detaches or goes silent, and Sweep to forget what has expired.
 type Admission struct {
 	now func() time.Time
 	// jobs is the provisioners' word on which job each worker was started
@@ -64,8 +54,7 @@ type Admission struct {
 // (ErrOverBudget), which costs only its own workers, never another
 // provisioner's; a revocation refused costs nothing while the provisioner
 // does not name the worker again, as a name without a job record cannot
-// attach. At about 180 bytes a record, a provisioner at both budgets
-// holds some 12 MB.
+// attach. The two budgets bound the memory one provisioner's events hold.
 const RecordBudget = 32_768
 
 // ErrOverBudget is Observe's answer to an event whose record would take

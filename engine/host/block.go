@@ -32,10 +32,8 @@ import (
 //
 // The engine owns the labels and the meta-arguments; the rest is decoded
 // against the schema the plugin declares, so the engine never learns what
-// a Slurm login node is. This file takes a block to a plugin that runs,
-// has been checked against its schema and, for the Supervisor, is
-// configured and has listed its shapes. The rest of an engine's file (its
-// own blocks, where plugins live) is the engine's.
+// a Slurm login node is. The rest of an engine's file (its own blocks,
+// where plugins live) is the engine's.
 
 // metaArguments are the attributes of a provisioner block the engine
 // keeps for itself. A plugin's schema may not use these names.

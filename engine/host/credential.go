@@ -32,11 +32,8 @@ import (
 // more than it was minted for, and a v1 payload (name and expiry only) is
 // never read as a v2 one. The name comes last because it is the only
 // free-form field, and it may not contain a newline; labels are
-// shared.ValidName, so they hold no comma.
-//
-// It is not a JWT on purpose: there is one issuer, one audience and one
-// algorithm, and every choice a JWT library lets a token make about
-// itself ("alg") is a choice an attacker could make instead.
+// shared.ValidName, so they hold no comma. It is not a JWT: a token
+// makes no choice about itself ("alg") that an attacker could make.
 const tokenVersion = "v2"
 
 // tokenFields is how many newline-separated fields a v2 payload has.

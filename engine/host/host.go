@@ -235,7 +235,7 @@ func launch(ctx context.Context, cfg LaunchConfig, shapesFirst bool) (*Plugin, e
 		// those go onto ours. It also makes a directory for the plugin's
 		// socket, which only a Kill would remove: a plugin that dies is
 		// not killed, so the directory is dropped here and the plugin
-		// picks its own, as it did before the runner was ours.
+		// picks its own.
 		RunnerFunc: func(_ hclog.Logger, spec *exec.Cmd, socketDir string) (runner.Runner, error) {
 			_ = os.Remove(socketDir)
 			cmd.Env = append(cmd.Env, environWithout(spec.Env, []string{plugin.EnvUnixSocketDir})...)

@@ -13,27 +13,13 @@ import (
 
 // An engine has an identity that survives its restarts, and plugins mark
 // what they create with it (the Slurm plugin tags each job's comment), so
-// that an engine touches only what is its own. Two engines may share a
-// cluster account and even a provisioner name (staging beside
-// production); a person may name a job like ours. Without an identity the
-// first version adopted, and cancelled, both.
-//
-// The identity is engine { id = "..." } when the operator sets one, which
-// they should when the configuration file may move or the engine may run
-// on another host. Otherwise it is derived from the host name and the
-// configuration file's absolute path: stable across restarts of the same
-// engine, different for a second configuration or a second machine.
-// Rejected alternative: a random id stored in a state file. The engine
-// has no state directory, and a file that is lost or copied breaks the
-// promise silently; a derived id breaks it only when the file moves, and
-// the operator can pin it.
-//
-// The credential epoch travels beside the id. It is a short HMAC of a
-// constant under the signing secret, so it changes exactly when the
-// secret does (a per-run random secret, or a rotated one) and reveals
-// nothing about it. A plugin cancels, rather than adopts, a job of its
-// engine from another epoch: that job's worker holds a credential the
-// engine will refuse.
+// that an engine touches only what is its own, even beside another engine
+// on the same cluster account. It is engine { id = "..." } when the
+// operator sets one, else derived from the host name and the
+// configuration file's absolute path (EngineIdentity). The credential
+// epoch travels beside it (CredentialEpoch): a plugin cancels, rather
+// than adopts, a job of its engine from another epoch, as that job's
+// worker holds a credential the engine will refuse.
 
 // MaxEngineIDLen keeps the id short enough for a Slurm comment beside a
 // worker name.
@@ -72,7 +58,9 @@ func EngineIdentity(configured, path string) string {
 	return short + "-" + hex.EncodeToString(sum[:4])
 }
 
-// CredentialEpoch names the signing secret without revealing it.
+// CredentialEpoch names the signing secret without revealing it: a short
+// HMAC of a constant under the secret, so it changes exactly when the
+// secret does (a per-run random secret, or a rotated one).
 func CredentialEpoch(secret []byte) string {
 	m := hmac.New(sha256.New, secret)
 	m.Write([]byte("fluksio credential epoch v1"))

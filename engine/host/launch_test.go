@@ -435,8 +435,7 @@ func TestProtocolMismatchSaysWhichSideToUpgrade(t *testing.T) {
 
 // TestLaunchSaysWhatThePluginDid: a plugin that gives up at start is
 // reported with its exit status and its last stderr lines, not as a
-// fault of the SDK. Before, the error asked whether it was built with
-// this SDK, and the exit code was only in the log.
+// fault of the SDK: the exit code is in the error, not only in the log.
 func TestLaunchSaysWhatThePluginDid(t *testing.T) {
 	dir := t.TempDir()
 	plugin := filepath.Join(dir, "provisioner-broken")
@@ -464,8 +463,8 @@ func TestLaunchSaysWhatThePluginDid(t *testing.T) {
 // process flips, as fast as it can, between the pinned plugin and a
 // program that leaves a mark when it runs. Over 40 launches every one
 // either runs the pinned plugin or is refused as a mismatch; the other
-// program never runs. Before, the file was hashed by path and executed by
-// path again, and a flip between the two ran unpinned code.
+// program never runs: the file is hashed through the descriptor that is
+// executed, so no flip between hashing and running can slip code past.
 func TestSHA256PinCannotBeRaced(t *testing.T) {
 	good := testPlugin(t)
 	sum, err := FileSHA256(good)
@@ -588,7 +587,6 @@ func heapInUse() uint64 {
 // 200,000 outstanding machines, fetched 16 times at once. The host's log
 // stays small, the event arrives cut (or not at all), Status fails or is
 // cut, and the host's heap stays within 64 MB of where it started.
-// Before, all of it was taken whole: 3 GB for the Status alone.
 func TestHostHoldsAnAbusivePlugin(t *testing.T) {
 	before := heapInUse()
 	logs := &countingWriter{}
@@ -686,9 +684,10 @@ func TestDropEnvKeepsVariablesFromThePlugin(t *testing.T) {
 	}
 }
 
-// A plugin's JSON log line whose @message, @level and @timestamp are not
-// strings used to panic go-plugin's stderr reader, and the host with it.
-// The host stays up, the plugin keeps serving, and the line is logged.
+// TestHostileLogLineIsLogged: a plugin's JSON log line whose @message,
+// @level and @timestamp are not strings, which go-plugin's stderr reader
+// does not expect. The host stays up, the plugin keeps serving, and the
+// line is logged.
 func TestHostileLogLineIsLogged(t *testing.T) {
 	logs := &syncBuffer{}
 	p := launchTest(t, LaunchConfig{

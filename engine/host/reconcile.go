@@ -21,19 +21,11 @@ const deltaContract = "2.4"
 // change since the last call the plugin answered, for a plugin of
 // contract 2.4 or later, or the whole list.
 //
-// The claim: with 10,000 workers attached and a handful changing between
-// calls, a Reconcile by change carries a handful of names, where the
-// whole list cost 10 to 16 ms a call over the RPC (bench row P5). The
-// engine's side is a merge of two sorted lists, no hashing.
-//
-// Rejected: the plugin asking for what it misses (a sequence number on
-// each delta, and a "resend" answer). It needs no less state here, and
-// every plugin would have to implement the asking; instead the engine
-// sends the whole list whenever it cannot be sure what the plugin holds:
-// the first call to a plugin process (a restarted plugin is a new
-// tracker), the first after a call that failed or timed out (the plugin
-// may or may not have applied it), and at least every Resync. The cost:
-// one full list a minute, and one after each failure.
+// A plugin that holds many workers hears only the handful that changed;
+// whenever the engine cannot be sure what the plugin holds it sends the
+// whole list: on the first call to a plugin process (a restarted plugin
+// is a new tracker), on the first after a call that failed or timed out,
+// and at least every resync.
 //
 // It holds no lock: the Supervisor makes one Reconcile at a time per
 // plugin process, and calls Request and Answered from that call.

@@ -8,13 +8,12 @@ import (
 
 // An operator's status page is read by anyone who can reach it (a curl
 // has no worker credential), and it asks every plugin for its Status,
-// which crosses a process boundary and may be large. Served naively,
-// sixteen concurrent requests against a plugin reporting 200,000
-// outstanding jobs took host-example to 3 GB. So StatusCache fetches the
-// plugins' status at most once per statusMaxAge, by one caller while the
-// others wait for it, and keeps at most MaxStatusOutstanding entries per
-// provisioner (the total is still reported). What the engine holds in
-// memory itself it can read fresh.
+// which crosses a process boundary and may be large: served naively,
+// each concurrent request holds a copy of every plugin's whole status.
+// So StatusCache fetches the plugins' status at most once per
+// statusMaxAge, by one caller while the others wait for it, and keeps at
+// most MaxStatusOutstanding entries per provisioner (the total is still
+// reported). What the engine holds in memory itself it can read fresh.
 
 const (
 	// statusMaxAge is how stale the plugins' part of /status may be. An

@@ -28,13 +28,8 @@ const (
 // Supervisor keeps one provisioner's plugin running: it launches and
 // configures it, and when the process exits without being asked to, it
 // marks the provisioner down, starts a new process with backoff and
-// configures it again. go-plugin never restarts anything, and a dead
-// plugin that nobody notices is the failure its users complain of most.
-//
-// Rejected alternative: restarting from the engine's router when a call
-// fails. Calls fail for many reasons, and a plugin that died between
-// calls would stay dead until the next one; the process's exit is the
-// one certain signal, and only the Supervisor waits on it.
+// configures it again: go-plugin never restarts anything. It restarts on
+// the process's exit, the one certain signal that a plugin is gone.
 //
 // What it will not restart: a launch that fails for a reason another
 // launch cannot fix (UnfixableError: the binary no longer matches its

@@ -4,10 +4,7 @@
 // answer --version with it, so an operator can tell an old plugin from a
 // new engine without a release process of ours.
 //
-// Rejected: a version string set with -ldflags at build time. It is one
-// more step every builder (make, go install, a packager) must remember,
-// and a binary built without it says nothing true; the toolchain's own
-// stamp is always there when a binary is built from a checkout.
+// Design records: docs/design/buildinfo-version.md.
 package buildinfo
 
 import (

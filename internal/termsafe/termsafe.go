@@ -6,16 +6,11 @@
 // bytes that are not UTF-8. Each becomes a visible escape, \u202e for
 // U+202E, as Terraform's diagnostics and strconv.QuoteToGraphic show them.
 //
-// A name or value from a configuration file or a plugin reaches the
-// operator's terminal in a diagnostic (engine/hclconfig) or a log line
-// (the engine's logger, the plugin lines internal/wire relays): a
-// U+202E in a provisioner's name, printed raw, shows the rest of the
-// line reversed, and an ESC can recolour or rewrite the terminal. Those
-// writers escape here, once, rather than each place that quotes a name.
-//
-// The escapes are JSON's own (\u00XX, and a surrogate pair above
-// U+FFFF), so a JSON line passed through Writer stays JSON and decodes
-// to the text it held.
+// A name from a configuration file or a plugin reaches the operator's
+// terminal in a diagnostic or a log line, where a raw U+202E reverses the
+// rest of the line and an ESC can rewrite the terminal; those writers
+// escape here, once. The escapes are JSON's own (\u00XX, and a surrogate
+// pair above U+FFFF), so a JSON line through Writer stays JSON.
 package termsafe
 
 import (

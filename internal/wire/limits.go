@@ -15,11 +15,8 @@ import (
 	"github.com/fluksio/provision/shared"
 )
 
-// Whatever a plugin sends, the host holds: a plugin is code of other
-// people, and a buggy one is as likely as a hostile one. Measured before
-// these bounds: a Status with 200,000 entries fetched 16 times at once
-// took the engine to 3 GB; a 100 MB event was accepted and logged whole;
-// 100 MB of stderr went into the engine's log.
+// Whatever a plugin sends, the host holds, so it is bounded: a plugin is
+// code of other people, and a buggy one is as likely as a hostile one.
 //
 //   - Every message from a plugin is at most MaxMessageBytes on the wire
 //     (go-plugin's default is 2 GB). A larger one fails that call; on the

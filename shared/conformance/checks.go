@@ -420,9 +420,8 @@ const settleWindow = 2 * time.Second
 
 // settled watches the events after Provision for settleWindow: a
 // worker_provision_failed in it is a machine that failed right after
-// Provision, named with what the plugin said. Before, such a failure
-// surfaced in the next check as "reconcile is idempotent: 1 before, 0
-// after", which blamed the wrong thing.
+// Provision, named with what the plugin said, so that it is not blamed
+// on the next check (Reconcile would find one machine fewer).
 func (r *run) settled() problems {
 	return failuresWithin(r.events, settleWindow)
 }
@@ -453,7 +452,7 @@ func failuresWithin(events <-chan shared.Event, d time.Duration) problems {
 // for one machine, waits for that machine's failure and asks again: the
 // answer must be BACKING_OFF, asking for nothing, and Status must list
 // the profile as backing off. A plugin that asks again at once starts a
-// storm of doomed machines: 1,541 in 6 s in an author's first plugin.
+// storm of doomed machines.
 func (r *run) backsOff(ctx context.Context) problems {
 	cfg := r.cfg
 	if cfg.Failing == "" {

@@ -17,38 +17,13 @@
 //		})
 //	}
 //
-// Both run the same checks (Checks lists them), in order; the binary
-// prints one line per check and Run makes each a subtest. They cover the
-// handshake and the magic cookie; Info and the contract version; the
-// schema (valid, stable, able to decode the given HCL); ValidateConfig
-// (accepts the good configuration, rejects each broken one at the
-// expected path); the error details a plugin must send (NOT_CONFIGURED
-// before Configure, SHUT_DOWN after Shutdown: a bare code reads as "not
-// configured"); Configure; Shapes and Covers agree; Provision answers a
-// demand promptly, entry by entry, asks for nothing new the second time
-// and is followed by an event per machine (a worker_provision_failed
-// event fails the check with what the plugin said); no machine fails in
-// the 2 s after (each that does is named by worker); Reconcile is
-// idempotent; Status; Shutdown returns before its deadline; the process
-// exits when go-plugin's GRPCController asks, without being killed;
-// nothing is written to stdout after the handshake; every stderr line is
-// a log line the host parses; and, with fresh processes, the plugin exits
-// within 3 s of SIGTERM and within 4 s of its parent's death, and, given
-// a configuration whose machines fail (Config.Failing), a profile whose
-// machine failed is answered BACKING_OFF when asked again and listed in
-// Status.backing_off.
+// Both run the same checks, Checks in order; the binary prints one line
+// per check and Run makes each a subtest. docs/plugin-authors.md says what
+// each asserts. Provision really provisions: point the plugin at
+// something it may use (a sandbox cluster, a test account); the Shutdown
+// near the end cancels what the run asked for.
 //
-// Provision really provisions: point the plugin at something it may use
-// (a sandbox cluster, a test account). The Shutdown near the end cancels
-// what the run asked for.
-//
-// Rejected alternative: the checks as Go test code only, as they were.
-// An author in Python could not run them without writing Go, and they
-// missed what such plugins get wrong most (no controller, codes without
-// details), because a Go plugin gets those from the SDK. The checks
-// therefore drive the real host (engine/host.Launch) and look at what it
-// sees, plus the two raw processes the host cannot show: one launched
-// without the cookie, and one whose parent is killed.
+// Design records: docs/design/conformance-program.md.
 package conformance
 
 import (

@@ -42,7 +42,7 @@ func TestTestPluginConforms(t *testing.T) {
 
 // TestKitFailsAFailedProvision runs the kit, in a child test process,
 // against a plugin whose Provision fails (worker_provision_failed): the
-// kit must fail and say so. Before, it passed.
+// kit must fail and say so.
 func TestKitFailsAFailedProvision(t *testing.T) {
 	bin := buildTestPlugin(t, t.TempDir())
 	cmd := exec.Command(os.Args[0], "-test.run=^TestTestPluginConforms$", "-test.v")

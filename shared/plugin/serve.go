@@ -39,19 +39,16 @@ var parentPollInterval = 500 * time.Millisecond
 // handshake, serves the contract over gRPC and returns when the host is
 // done with it. A plugin's main is one call:
 //
-//	func main() { shared.Serve(mykind.New) }
+//	func main() { plugin.Serve(mykind.New) }
 //
-// The logger passed to the factory writes JSON lines to stderr, which the
-// host turns into its own log lines under the provisioner's name. Nothing
-// else may write to stdout: its first line is the handshake.
+// The factory's logger writes JSON lines to stderr, which the host logs
+// under the provisioner's name; stdout's first line is the handshake, and
+// nothing else may write to it.
 //
 // A plugin whose host dies, or that receives SIGTERM or SIGINT, shuts the
-// provisioner down (cancelling what is outstanding, within a few seconds)
-// and exits, so it never outlives its engine.
-//
-// Run by hand (without the handshake's cookie in its environment), the
-// binary does not serve: it answers --version and --help, and otherwise
-// says what it is and how an engine uses it, and exits 1.
+// provisioner down and exits, so it never outlives its engine. Run by
+// hand (no handshake cookie), it answers --version and --help, and
+// otherwise says what it is and exits 1.
 func Serve(factory func(hclog.Logger) shared.Provisioner, opts ...Option) {
 	if os.Getenv(wire.Handshake.MagicCookieKey) != wire.Handshake.MagicCookieValue {
 		os.Exit(byHand(os.Args, factory, opts, os.Stdout, os.Stderr))

@@ -1,25 +1,18 @@
-// Command provisioner-conformance checks a provisioner plugin binary
-// against the contract, in any language, without writing Go:
+// Command provisioner-conformance checks a provisioner plugin binary, in
+// any language, against the contract:
 //
 //	provisioner-conformance -plugin ./provisioner-mykind -config mykind.hcl [-json]
 //	                        [-invalid FILE]... [-failing FILE]
 //
 // The configuration file holds the body of the plugin's provisioner block
-// (what goes between the braces of `provisioner "mykind" "name" { }`),
-// without the engine's own meta-arguments (plugin, sha256). Each -invalid
-// FILE is such a body with a mistake, and a comment naming the path where
+// without the engine's meta-arguments (plugin, sha256). Each -invalid
+// FILE is such a body with a mistake and a comment naming the path where
 // the plugin must report it ("# path: profile.0.cpus"); -failing FILE is
 // a valid one whose machines fail at once, for the backoff check. It prints
 // one line per check, PASS, FAIL or SKIP with the check's name and what
-// went wrong; with -json one JSON object a line instead
-// ({"check", "pass", "skipped", "detail", "seconds"}). It exits 0 only
-// when every check passed, 1 when one did not, 2 on a usage error; -h
-// prints the usage on stdout and exits 0, as every command of the
-// project does.
-//
-// Provision really provisions: point the plugin at something it may
-// use. It lives beside package conformance, whose checks it runs, so
-// that the Go kit and this binary cannot drift apart.
+// went wrong (-json: one conformance.Result a line), and exits 0 when
+// every check passed, 1 when one did not, 2 on a usage error. Provision
+// really provisions: point the plugin at something it may use.
 package main
 
 import (
