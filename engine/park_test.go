@@ -86,11 +86,8 @@ func serveGoroutines() int {
 	return strings.Count(string(buf[:n]), "net/http.(*conn).serve(")
 }
 
-func (p *parker) parked() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.byFD)
-}
+// parked is how many of e's polls are parked now.
+func parked(e *Books) int { return apiOf(e).parker.Parked() }
 
 // parkingBooks serves books whose polls last a minute, as Engine.Serve
 // does (startListener), and fails the test where polls cannot be parked.
@@ -100,7 +97,7 @@ func parkingBooks(t *testing.T, tlsConfig *tls.Config) (*Books, *host.Signer, st
 	e := NewBooks(nil, signer, nil)
 	e.PollWait = time.Minute
 	addr, gate := startListener(t, e, 0, tlsConfig)
-	if e.parker == nil {
+	if apiOf(e).parker == nil {
 		t.Fatal("no parker: epoll unavailable")
 	}
 	return e, signer, addr, gate
@@ -140,7 +137,7 @@ func TestParkedPolls(t *testing.T) {
 			polling += ws.polling
 		}
 		e.mu.Unlock()
-		return polling == n-1 && e.parker.parked() == n && serveGoroutines() == 0
+		return polling == n-1 && parked(e) == n && serveGoroutines() == 0
 	})
 	if open, _, _ := gate.counts(); open != n {
 		t.Errorf("the gate counts %d connections; want %d (parked ones count)", open, n)
@@ -183,7 +180,7 @@ func TestParkedPolls(t *testing.T) {
 	}
 
 	// Dismiss answers the parked ones 410 leave.
-	go e.Dismiss(t.Context(), 0)
+	go e.dismiss(t.Context(), 0)
 	for _, w := range workers[2:] {
 		resp := w.read(t, "the parked poll at Dismiss")
 		var er worker.ErrorResponse
@@ -202,7 +199,7 @@ func TestParkedPollHangUp(t *testing.T) {
 	e, signer, addr, _ := parkingBooks(t, nil)
 	w := attachRaw(t, e, signer, func() (net.Conn, error) { return net.Dial("tcp", addr) }, "hpc-hangup-1")
 	w.send(t, "/v1/work")
-	waitFor(t, "the poll parked", func() bool { return e.parker.parked() == 1 })
+	waitFor(t, "the poll parked", func() bool { return parked(e) == 1 })
 	w.conn.Close()
 	start := time.Now()
 	waitFor(t, "the poll to end after the hang-up", func() bool {
@@ -220,7 +217,7 @@ func TestParkedPollHangUp(t *testing.T) {
 	if delivered {
 		t.Error("a task assigned after the hang-up counts as delivered")
 	}
-	if n := e.parker.parked(); n != 0 {
+	if n := parked(e); n != 0 {
 		t.Errorf("%d polls still parked", n)
 	}
 }
@@ -250,7 +247,7 @@ func TestParkedPollTLS(t *testing.T) {
 		t.Errorf("ALPN chose %q; want http/1.1", proto)
 	}
 	w.send(t, "/v1/work")
-	waitFor(t, "the poll parked", func() bool { return e.parker.parked() == 1 })
+	waitFor(t, "the poll parked", func() bool { return parked(e) == 1 })
 	if err := e.Assign(w.name, Task{ID: "t-tls"}); err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +255,7 @@ func TestParkedPollTLS(t *testing.T) {
 		t.Fatalf("parked poll over TLS: %d", resp.StatusCode)
 	}
 	w.send(t, "/v1/watch")
-	waitFor(t, "the watch parked", func() bool { return e.parker.parked() == 1 })
+	waitFor(t, "the watch parked", func() bool { return parked(e) == 1 })
 	e.Close()
 	resp := w.read(t, "the parked watch at Close")
 	if resp.StatusCode != http.StatusServiceUnavailable || !resp.Close {
@@ -292,8 +289,10 @@ func TestParkedAnswerAsNetHTTP(t *testing.T) {
 		{name: "HTTP/1.1 pipelined", proto: "HTTP/1.1", pipelined: true},
 	}
 	dates := regexp.MustCompile("\r\nDate: [^\r]*\r\n")
-	for _, transport := range []string{"tcp", "tls"} {
-		t.Run(transport, func(t *testing.T) {
+	for _, mode := range []string{"tcp", "tls", "tcp held", "tls held"} {
+		transport, how, _ := strings.Cut(mode, " ")
+		parkPolls := how == ""
+		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			var tlsConfig *tls.Config
 			if transport == "tls" {
@@ -314,7 +313,13 @@ func TestParkedAnswerAsNetHTTP(t *testing.T) {
 					return tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
 				}
 			}
-			parked, signer, parkedAddr, _ := parkingBooks(t, tlsConfig)
+			signer := host.NewSigner(testSecret)
+			parking := NewBooks(nil, signer, nil)
+			parking.PollWait = time.Minute
+			parkingAddr, _ := serveBooks(t, parking, 0, tlsConfig, parkPolls)
+			if parkPolls && apiOf(parking).parker == nil {
+				t.Fatal("no parker: epoll unavailable")
+			}
 
 			held := NewBooks(nil, signer, nil)
 			held.PollWait = time.Minute
@@ -322,7 +327,7 @@ func TestParkedAnswerAsNetHTTP(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv := newHTTPServer(held.Handler(), nil, held.pollWait())
+			srv := newHTTPServer(booksHandler(held), nil, held.pollWait())
 			served := make(chan struct{})
 			go func() {
 				defer close(served)
@@ -413,26 +418,37 @@ func TestParkedAnswerAsNetHTTP(t *testing.T) {
 							}
 						})
 
-						// The parked answer: a task assigned to the parked
-						// poll, or its period's end.
-						pw := attachRaw(t, parked, signer, dialer(parkedAddr), name)
-						got, gotKept := exchange(t, parked, pw, request(pw, "/v1/work"), responses, func() {
-							waitFor(t, "the poll parked", func() bool { return parked.parker.parked() == 1 })
+						// The engine's answer: a task assigned to the
+						// parked poll, or the poll woken with nothing to
+						// say; with parking off, as net/http's side.
+						pw := attachRaw(t, parking, signer, dialer(parkingAddr), name)
+						path = "/v1/work"
+						if !parkPolls && !task {
+							path = "/v1/work?wait=0"
+						}
+						got, gotKept := exchange(t, parking, pw, request(pw, path), responses, func() {
+							if !parkPolls && !task {
+								return
+							}
+							waitFor(t, "the poll open", func() bool {
+								parking.mu.Lock()
+								defer parking.mu.Unlock()
+								return parking.workers[name].polling == 1 && len(parking.waiting) == 1
+							})
+							if parkPolls && parked(parking) != 1 {
+								t.Fatalf("%d polls parked; want 1", parked(parking))
+							}
 							if task {
-								if err := parked.Assign(name, Task{ID: "t-" + name}); err != nil {
+								if err := parking.Assign(name, Task{ID: "t-" + name}); err != nil {
 									t.Fatal(err)
 								}
 								return
 							}
-							parked.parker.mu.Lock()
-							var polls []*parkedPoll
-							for _, pp := range parked.parker.byFD {
-								polls = append(polls, pp)
+							parking.mu.Lock()
+							for lp := range parking.waiting {
+								lp.fire()
 							}
-							parked.parker.mu.Unlock()
-							for _, pp := range polls {
-								pp.fire(wakeTimer)
-							}
+							parking.mu.Unlock()
 						})
 
 						want = dates.ReplaceAllString(want, "\r\nDate: (date)\r\n")
