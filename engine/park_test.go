@@ -3,6 +3,7 @@ package engine
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
@@ -458,6 +459,53 @@ func TestParkedAnswerAsNetHTTP(t *testing.T) {
 						}
 					})
 				}
+			}
+		})
+	}
+}
+
+// TestHoldPollsSwitch: an engine parks its workers' polls unless
+// Config.HoldPolls (park_polls = false) says to hold them; either way a
+// task assigned reaches the waiting poll on its connection.
+func TestHoldPollsSwitch(t *testing.T) {
+	t.Parallel()
+	for _, hold := range []bool{false, true} {
+		t.Run(fmt.Sprintf("HoldPolls=%v", hold), func(t *testing.T) {
+			t.Parallel()
+			e, err := New(Config{Secret: testSecret, ID: "test", Listen: "127.0.0.1:0", HoldPolls: hold})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.Books.PollWait = time.Minute
+			e.Serve(e.Mux(nil, false))
+			t.Cleanup(func() { e.Stop(context.Background()) })
+			if parking := e.api.parker != nil; parking == hold {
+				t.Fatalf("HoldPolls %v: parker set %v", hold, parking)
+			}
+			name := fmt.Sprintf("hpc-switch-%v", hold)
+			w := attachRaw(t, e.Books, host.NewSigner(testSecret), func() (net.Conn, error) { return net.Dial("tcp", e.Addr()) }, name)
+			w.send(t, "/v1/work")
+			waitFor(t, "the poll open", func() bool {
+				e.Books.mu.Lock()
+				defer e.Books.mu.Unlock()
+				return e.Books.workers[name].polling == 1 && len(e.Books.waiting) == 1
+			})
+			if !hold && e.api.parker.Parked() != 1 {
+				t.Errorf("%d polls parked; want 1", e.api.parker.Parked())
+			}
+			if err := e.Books.Assign(name, Task{ID: "t-switch"}); err != nil {
+				t.Fatal(err)
+			}
+			var task Task
+			resp := w.read(t, "the poll after Assign")
+			json.NewDecoder(resp.Body).Decode(&task)
+			if resp.StatusCode != http.StatusOK || task.ID != "t-switch" {
+				t.Fatalf("poll after Assign: %d %+v; want 200 t-switch", resp.StatusCode, task)
+			}
+			// Detached, the worker does not hold Stop for dismissWait.
+			fmt.Fprintf(w.conn, "POST /v1/detach HTTP/1.1\r\nHost: engine\r\nAuthorization: Bearer %s\r\n%s: %s\r\nContent-Length: 0\r\n\r\n", w.token, sessionHeader, w.session)
+			if resp := w.read(t, "the detach"); resp.StatusCode != http.StatusNoContent {
+				t.Fatalf("detach: %d", resp.StatusCode)
 			}
 		})
 	}

@@ -319,8 +319,8 @@ func (pp *Poll) finish(why Reason) {
 }
 
 // write writes a, within the parker's write timeout, as net/http writes
-// the same status and JSON body (chunkWriter.writeHeader in net/http's
-// server.go): the status line in the request's version; the handler's
+// the same status and JSON body (net/http's chunkWriter.writeHeader):
+// the status line in the request's version; the handler's
 // headers sorted, then Date, then Connection where net/http adds it;
 // keep-alive for HTTP/1.1 unless the request said close, and for
 // HTTP/1.0 only when it asked for keep-alive and the answer's length is
