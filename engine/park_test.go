@@ -510,3 +510,43 @@ func TestHoldPollsSwitch(t *testing.T) {
 		})
 	}
 }
+
+// TestDetachedWhileWaiting: a poll whose worker detached while it waited
+// answers 409 and closes its connection, parked or held alike.
+func TestDetachedWhileWaiting(t *testing.T) {
+	t.Parallel()
+	for _, parkPolls := range []bool{true, false} {
+		t.Run(fmt.Sprintf("parked=%v", parkPolls), func(t *testing.T) {
+			t.Parallel()
+			signer := host.NewSigner(testSecret)
+			e := NewBooks(nil, signer, nil)
+			addr, _ := serveBooks(t, e, 0, nil, parkPolls)
+			dial := func() (net.Conn, error) { return net.Dial("tcp", addr) }
+			w := attachRaw(t, e, signer, dial, fmt.Sprintf("hpc-detached-%v", parkPolls))
+			w.send(t, "/v1/work?wait=0.5")
+			waitFor(t, "the poll open", func() bool {
+				e.mu.Lock()
+				defer e.mu.Unlock()
+				return len(e.waiting) == 1
+			})
+			if parkPolls && parked(e) != 1 {
+				t.Fatalf("%d polls parked; want 1", parked(e))
+			}
+			// The same worker detaches on a connection of its own.
+			c, err := dial()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			other := &rawWorker{name: w.name, token: w.token, session: w.session, conn: c, r: bufio.NewReader(c)}
+			fmt.Fprintf(c, "POST /v1/detach HTTP/1.1\r\nHost: engine\r\nAuthorization: Bearer %s\r\n%s: %s\r\nContent-Length: 0\r\n\r\n", w.token, sessionHeader, w.session)
+			if resp := other.read(t, "the detach"); resp.StatusCode != http.StatusNoContent {
+				t.Fatalf("detach: %d", resp.StatusCode)
+			}
+			resp := w.read(t, "the poll after the detach")
+			if resp.StatusCode != http.StatusConflict || !resp.Close {
+				t.Fatalf("poll after its worker detached: %d, close %v; want 409 and the connection closed", resp.StatusCode, resp.Close)
+			}
+		})
+	}
+}

@@ -75,8 +75,10 @@ func (pk parkedWait) wait(w http.ResponseWriter, r *http.Request, lp *longPoll) 
 		if why == park.Hangup {
 			return park.Answer{}
 		}
+		// As writePollAnswer: a worker detached meanwhile keeps no
+		// connection, nor does a closing engine.
 		status, body := pollAnswerHTTP(lp, ans, task)
-		return park.Answer{Status: status, Body: body, Close: isClosed(lp.books.done)}
+		return park.Answer{Status: status, Body: body, Close: ans == answerNotAttached || isClosed(lp.books.done)}
 	})
 	switch {
 	case !ok:
