@@ -1,17 +1,11 @@
 package engine
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -43,79 +37,43 @@ const goneFactor = 3
 // not a slow network.
 const deadAfter = 5 * time.Second
 
-// Books is where workers meet the engine, over plain HTTP: they attach
-// with a credential the engine signed, long-poll for a task, report its
-// result and detach when they leave. It keeps the books on who is
-// attached, what each was given and what came back; deciding who gets what
-// is the Router's job, and the Books never calls a provisioner.
-//
-// Every worker's request carries "Authorization: Bearer <token>", and
-// the worker's name is the one in the token, never one in the body. GET
-// /status is the operator's: the daemon serves it behind operatorAuth
-// (host-example/operator.go).
+// Books keeps the workers' state: who may attach (admission), who is
+// attached and in which session, what each was given, what came back,
+// and who has gone silent. It speaks no HTTP: the worker protocol's
+// handlers (workerAPI, workerapi.go) ask it, and it decides; what a
+// long poll answers is decided here too (longPoll), however the poll
+// waits. Deciding who gets what is the Router's job, and the Books
+// never calls a provisioner.
 type Books struct {
 	// PollWait is the longest GET /v1/work holds a request before
 	// answering 204. A worker may ask for less with ?wait=SECONDS. Set it
 	// before serving; zero means defaultPollWait.
 	PollWait time.Duration
 
-	// StatusFunc supplies the provisioners in GET /status. It is called
-	// with the request's context and without e.mu, so it may cross the
-	// plugin boundary. Nil lists none. Set before serving.
-	StatusFunc func(context.Context) []host.ProvisionerStatus
-
-	// NeedsFunc supplies the needs in GET /status, normally Router.Needs.
-	// Nil lists none. Set before serving.
-	NeedsFunc func() []NeedStatus
-	// HeldFunc supplies the profiles the engine holds back in GET
-	// /status, normally Router.Held.
-	HeldFunc func() []HeldProfile
-
-	// ID is the engine's identity (Config.ID), shown in GET /status.
-	// Set before serving.
-	ID string
-
-	// OnAttach and OnResult, when set, hear of each first attach and each
-	// accepted result, after the books are updated and without e.mu; the
-	// run command tells its story with them. Set before serving.
-	OnAttach func(WorkerInfo)
-	OnResult func(Result)
-	// OnActivity, when set, hears of what happens to workers and tasks
-	// (attached, detached, gone, dropped, task assigned, task done), for
-	// the event stream and the metrics; without e.mu. Set before serving.
-	OnActivity func(Activity)
-
 	logger hclog.Logger
 	signer *host.Signer
 	now    func() time.Time
-	// refusals bounds how often a refused request is logged: a flood of
-	// bad credentials must not become a flood of log lines.
-	refusals *loglimit.Limiter
+	hooks  booksHooks
 	// ignoredEvents bounds how often an event about another
 	// provisioner's worker is logged: a plugin can send them by the
 	// thousand.
 	ignoredEvents *loglimit.Limiter
-	// status serves GET /status from a short-lived cache.
-	status host.StatusCache
 
 	// changed holds at most one pending wake-up for the run loop: a
 	// worker attached, finished or left, so a router pass now would find
 	// something new.
 	changed chan struct{}
-	// done is closed by Close; long polls return at once after it.
+	// done is closed by Close; long polls answer at once after it.
 	done      chan struct{}
 	closeOnce sync.Once
-	// leave is closed by Dismiss: polls answer CodeLeave from then on.
+	// leave is closed by dismiss: polls answer CodeLeave from then on.
 	leave       chan struct{}
 	dismissOnce sync.Once
-	// parker parks long polls (park.go); nil holds each on its
-	// goroutine. Engine.Serve sets it before serving.
-	parker *parker
 
-	// mu guards workers, results, admission and every field of every
-	// workerState. It is never held while writing a response, logging, or
-	// calling StatusFunc or NeedsFunc: a slow client or a slow plugin
-	// must not stall every other worker.
+	// mu guards workers, results, admission, waiting and every field of
+	// every workerState and longPoll. It is never held while writing a
+	// response, logging, or calling a hook: a slow client must not stall
+	// every other worker.
 	mu      sync.Mutex
 	workers map[string]*workerState
 	// results are finished tasks by id, kept until the router takes them.
@@ -125,6 +83,21 @@ type Books struct {
 	// again: their worker detached or was given up on, or their request
 	// was cancelled. A credential is worth one job.
 	admission *host.Admission
+	// waiting are the long polls armed to be woken (longPoll.arm):
+	// dismiss and Close wake them all.
+	waiting map[*longPoll]struct{}
+}
+
+// booksHooks hear what the books did, after the books are updated and
+// without b.mu; each may be nil.
+type booksHooks struct {
+	// attach hears each first attach, result each accepted result.
+	attach func(WorkerInfo)
+	result func(Result)
+	// activity hears what happens to workers and tasks (attached,
+	// detached, gone, dropped, task assigned, task done), for the event
+	// stream and the metrics.
+	activity func(Activity)
 }
 
 // WorkerInfo is what a worker advertised when it attached.
@@ -187,20 +160,22 @@ type workerState struct {
 	// delivered is set once task went out in a poll's answer: from then
 	// the worker is busy with it and not expected to poll.
 	delivered bool
-	// wake holds at most one pending signal that task was set, for a
-	// poll held on its goroutine; parked is the poll parked now, fired
-	// instead.
-	wake   chan struct{}
-	parked *parkedPoll
+	// poll is the worker's open GET /v1/work, which Assign wakes; nil
+	// when none is open.
+	poll *longPoll
 	// session is the digest of the session secret its attach was
 	// answered with (session.go): work, result and detach must carry
 	// the secret.
 	session [sha256.Size]byte
 }
 
-// NewBooks returns an Books that trusts credentials signer verifies.
-// now is its clock (nil means time.Now); tests pass their own.
+// NewBooks returns the books of workers whose credentials signer
+// verifies. now is its clock (nil means time.Now); tests pass their own.
 func NewBooks(logger hclog.Logger, signer *host.Signer, now func() time.Time) *Books {
+	return newBooks(logger, signer, now, booksHooks{})
+}
+
+func newBooks(logger hclog.Logger, signer *host.Signer, now func() time.Time, hooks booksHooks) *Books {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
@@ -211,7 +186,7 @@ func NewBooks(logger hclog.Logger, signer *host.Signer, now func() time.Time) *B
 		logger:        logger,
 		signer:        signer,
 		now:           now,
-		refusals:      loglimit.New(refusalLogBurst, refusalLogWindow),
+		hooks:         hooks,
 		ignoredEvents: loglimit.New(refusalLogBurst, refusalLogWindow),
 		changed:       make(chan struct{}, 1),
 		done:          make(chan struct{}),
@@ -219,59 +194,57 @@ func NewBooks(logger hclog.Logger, signer *host.Signer, now func() time.Time) *B
 		workers:       make(map[string]*workerState),
 		results:       make(map[string]Result),
 		admission:     host.NewAdmission(now),
+		waiting:       make(map[*longPoll]struct{}),
 	}
 }
 
-// Handler routes the engine's endpoints.
-func (e *Books) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/attach", e.handleAttach)
-	mux.HandleFunc("GET /v1/work", e.handleWork)
-	mux.HandleFunc("GET /v1/watch", e.handleWatch)
-	mux.HandleFunc("POST /v1/result", e.handleResult)
-	mux.HandleFunc("POST /v1/detach", e.handleDetach)
-	mux.HandleFunc("GET /status", e.handleStatus)
-	return mux
-}
-
-// Changed delivers a value after a worker attaches, reports a result or
+// changes delivers a value after a worker attaches, reports a result or
 // detaches, so the run loop can pass at once instead of on its next tick.
 // Wake-ups that arrive while one is pending are merged.
-func (e *Books) Changed() <-chan struct{} { return e.changed }
+func (b *Books) changes() <-chan struct{} { return b.changed }
 
 // Close ends the long polls in progress and refuses new ones, so that an
 // http.Server's Shutdown need not wait out PollWait. It is idempotent.
-func (e *Books) Close() {
-	e.closeOnce.Do(func() { close(e.done) })
-	e.parker.end(wakeDone)
+func (b *Books) Close() {
+	b.closeOnce.Do(func() { close(b.done) })
+	b.wakeAll()
 }
 
-// Attached lists the workers attached now, by name, for Reconcile.
-// Workers not seen for goneFactor poll periods are dropped first.
-func (e *Books) Attached() []string {
-	e.mu.Lock()
-	names := make([]string, 0, len(e.workers))
-	for name := range e.workers {
+// wakeAll wakes every armed long poll, to answer from the books as they
+// are now (leave, closing).
+func (b *Books) wakeAll() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for lp := range b.waiting {
+		lp.fire()
+	}
+}
+
+// attached lists the workers attached now, by name.
+func (b *Books) attached() []string {
+	b.mu.Lock()
+	names := make([]string, 0, len(b.workers))
+	for name := range b.workers {
 		names = append(names, name)
 	}
-	e.mu.Unlock()
+	b.mu.Unlock()
 	slices.Sort(names)
 	return names
 }
 
-// AttachedBy lists the workers attached now whose credential a given
+// attachedBy lists the workers attached now whose credential a given
 // provisioner asked for, for that provisioner's Reconcile. Ownership comes
 // from the credential, not from the name: a provisioner "bad" that minted
 // "bad-gpu-x" does not make provisioner "bad-gpu" think its worker came.
-func (e *Books) AttachedBy(provisioner string) []string {
-	e.mu.Lock()
+func (b *Books) attachedBy(provisioner string) []string {
+	b.mu.Lock()
 	var names []string
-	for name, ws := range e.workers {
+	for name, ws := range b.workers {
 		if ws.owner == provisioner {
 			names = append(names, name)
 		}
 	}
-	e.mu.Unlock()
+	b.mu.Unlock()
 	slices.Sort(names)
 	return names
 }
@@ -285,30 +258,30 @@ func (e *Books) AttachedBy(provisioner string) []string {
 // plugin's claim. The error, which the caller counts, wraps
 // host.ErrOverBudget when the provisioner's events hold their budget of
 // records and this one's was not kept; nil otherwise.
-func (e *Books) ObserveEvent(ev shared.Event) error {
-	e.mu.Lock()
-	revoke, err := e.admission.Observe(ev)
+func (b *Books) ObserveEvent(ev shared.Event) error {
+	b.mu.Lock()
+	revoke, err := b.admission.Observe(ev)
 	var dropped *goneWorker
-	if ws := e.workers[ev.Worker]; revoke && ws != nil && ws.owner == ev.Provisioner {
+	if ws := b.workers[ev.Worker]; revoke && ws != nil && ws.owner == ev.Provisioner {
 		dropped = &goneWorker{name: ev.Worker, owner: ws.owner, job: ws.info.JobID, lastSeen: ws.lastSeen}
 		if ws.task != nil {
 			dropped.task = ws.task.ID
 		}
-		delete(e.workers, ev.Worker)
+		delete(b.workers, ev.Worker)
 	}
-	e.mu.Unlock()
+	b.mu.Unlock()
 	overBudget := errors.Is(err, host.ErrOverBudget)
 	if err != nil && !overBudget {
-		if ok, leftOut := e.ignoredEvents.Allow(time.Now()); ok {
-			e.logger.Warn("ignored an event about another provisioner's worker", "provisioner", ev.Provisioner,
+		if ok, leftOut := b.ignoredEvents.Allow(time.Now()); ok {
+			b.logger.Warn("ignored an event about another provisioner's worker", "provisioner", ev.Provisioner,
 				"worker", ev.Worker, "kind", ev.Kind, "error", err, "not_logged_before", leftOut)
 		}
 	}
 	if dropped != nil {
-		e.logger.Info("worker dropped: its request was cancelled", "worker", dropped.name, "task_left", dropped.task)
-		e.activity(Activity{Kind: EventWorkerDropped, Provisioner: dropped.owner, Worker: dropped.name, Job: dropped.job, Task: dropped.task,
+		b.logger.Info("worker dropped: its request was cancelled", "worker", dropped.name, "task_left", dropped.task)
+		b.activity(Activity{Kind: EventWorkerDropped, Provisioner: dropped.owner, Worker: dropped.name, Job: dropped.job, Task: dropped.task,
 			Detail: "its request was cancelled (" + string(ev.Kind) + ")"})
-		e.notify()
+		b.notify()
 	}
 	if overBudget {
 		return err
@@ -318,23 +291,29 @@ func (e *Books) ObserveEvent(ev shared.Event) error {
 
 // records is how many job records and revocations provisioner's events
 // hold in the books' admission, each of host.RecordBudget.
-func (e *Books) records(provisioner string) (jobs, revoked int) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.admission.Records(provisioner)
+func (b *Books) records(provisioner string) (jobs, revoked int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.admission.Records(provisioner)
 }
 
-func (e *Books) pollWait() time.Duration {
-	if e.PollWait > 0 {
-		return e.PollWait
+func (b *Books) pollWait() time.Duration {
+	if b.PollWait > 0 {
+		return b.PollWait
 	}
 	return defaultPollWait
 }
 
-func (e *Books) notify() {
+func (b *Books) notify() {
 	select {
-	case e.changed <- struct{}{}:
+	case b.changed <- struct{}{}:
 	default:
+	}
+}
+
+func (b *Books) activity(a Activity) {
+	if b.hooks.activity != nil {
+		b.hooks.activity(a)
 	}
 }
 
@@ -348,8 +327,8 @@ var (
 // IdleWorkers lists attached workers with no task, smallest first, so
 // that a small need takes a small machine and leaves the big ones for the
 // needs only they fit.
-func (e *Books) IdleWorkers() []WorkerInfo {
-	idle, _ := e.IdleAndAttached()
+func (b *Books) IdleWorkers() []WorkerInfo {
+	idle, _ := b.IdleAndAttached()
 	return idle
 }
 
@@ -357,17 +336,17 @@ func (e *Books) IdleWorkers() []WorkerInfo {
 // attached worker's name by its provisioner: a demand built from the one
 // and told with the other cannot count a worker that attached in between
 // as both arrived and still wanted.
-func (e *Books) IdleAndAttached() ([]WorkerInfo, map[string][]string) {
-	e.mu.Lock()
+func (b *Books) IdleAndAttached() ([]WorkerInfo, map[string][]string) {
+	b.mu.Lock()
 	var idle []WorkerInfo
 	attached := map[string][]string{}
-	for name, ws := range e.workers {
+	for name, ws := range b.workers {
 		if ws.task == nil {
 			idle = append(idle, ws.info)
 		}
 		attached[ws.owner] = append(attached[ws.owner], name)
 	}
-	e.mu.Unlock()
+	b.mu.Unlock()
 	for _, names := range attached {
 		slices.Sort(names)
 	}
@@ -391,28 +370,24 @@ func (e *Books) IdleAndAttached() ([]WorkerInfo, map[string][]string) {
 
 // Assign gives t to worker, which hands it out on its next poll (or the
 // one in progress).
-func (e *Books) Assign(worker string, t Task) error {
-	e.mu.Lock()
-	ws := e.workers[worker]
+func (b *Books) Assign(worker string, t Task) error {
+	b.mu.Lock()
+	ws := b.workers[worker]
 	if ws == nil {
-		e.mu.Unlock()
+		b.mu.Unlock()
 		return errNotAttached
 	}
 	if ws.task != nil {
-		e.mu.Unlock()
+		b.mu.Unlock()
 		return errWorkerBusy
 	}
 	ws.task = &t
-	select {
-	case ws.wake <- struct{}{}:
-	default:
-	}
-	if ws.parked != nil {
-		ws.parked.fire(wakeTask)
+	if ws.poll != nil {
+		ws.poll.fire()
 	}
 	a := Activity{Kind: EventTaskAssigned, Provisioner: ws.owner, Worker: worker, Job: ws.info.JobID, Task: t.ID}
-	e.mu.Unlock()
-	e.activity(a)
+	b.mu.Unlock()
+	b.activity(a)
 	return nil
 }
 
@@ -427,16 +402,15 @@ const (
 
 // TaskOutcome reports on task id given to worker. A result is handed over
 // once: the engine forgets it as it returns TaskDone.
-func (e *Books) TaskOutcome(worker, id string) (Result, TaskState) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if res, ok := e.results[id]; ok {
-		delete(e.results, id)
+func (b *Books) TaskOutcome(worker, id string) (Result, TaskState) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if res, ok := b.results[id]; ok {
+		delete(b.results, id)
 		return res, TaskDone
 	}
-	// Not swept here: goneness is decided where it is logged. A worker
-	// past its time is dropped by the IdleWorkers call in the same pass.
-	if ws := e.workers[worker]; ws != nil && ws.task != nil && ws.task.ID == id {
+	// Not swept here: goneness is decided by watch alone.
+	if ws := b.workers[worker]; ws != nil && ws.task != nil && ws.task.ID == id {
 		return Result{}, TaskPending
 	}
 	return Result{}, TaskLost
@@ -452,8 +426,8 @@ type goneWorker struct {
 	task     string
 }
 
-// Activity is something that happened to a worker or a task, as
-// Books.OnActivity hears it.
+// Activity is something that happened to a worker or a task, as the
+// event stream and the metrics hear it.
 type Activity struct {
 	// Kind is one of the worker and task kinds of EventKind.
 	Kind        EventKind
@@ -465,26 +439,22 @@ type Activity struct {
 	Detail string
 }
 
-func (e *Books) activity(a Activity) {
-	if e.OnActivity != nil {
-		e.OnActivity(a)
-	}
-}
+// -- liveness ------------------------------------------------------------
 
 // sweepLocked drops workers that are gone, and revokes their names: a
 // worker with no poll open and no task in hand for deadAfter, or running
 // a task it was handed and unseen for goneFactor poll periods. A task that
 // was assigned to a dead worker and never picked up goes back to the
 // router (TaskOutcome says TaskLost). It also forgets revocations and job
-// records older than any credential can live. e.mu must be held. A worker
+// records older than any credential can live. b.mu must be held. A worker
 // running a long task does not poll meanwhile; ours are short, and one
 // that needs longer should poll in between (a poll while holding a task
 // just hands the task back).
-func (e *Books) sweepLocked() []goneWorker {
-	now := e.now()
-	busyLimit := goneFactor * e.pollWait()
+func (b *Books) sweepLocked() []goneWorker {
+	now := b.now()
+	busyLimit := goneFactor * b.pollWait()
 	var gone []goneWorker
-	for name, ws := range e.workers {
+	for name, ws := range b.workers {
 		if ws.polling > 0 {
 			continue
 		}
@@ -498,23 +468,23 @@ func (e *Books) sweepLocked() []goneWorker {
 				g.task = ws.task.ID
 			}
 			gone = append(gone, g)
-			delete(e.workers, name)
-			e.admission.Revoke(name, "gone silent", ws.expires)
+			delete(b.workers, name)
+			b.admission.Revoke(name, "gone silent", ws.expires)
 		}
 	}
-	e.admission.Sweep()
+	b.admission.Sweep()
 	return gone
 }
 
-// watchEvery is how often Watch looks for workers gone silent: a fifth
+// watchEvery is how often watch looks for workers gone silent: a fifth
 // of deadAfter, so a dead worker is noticed at most a fifth late.
 const watchEvery = deadAfter / 5
 
-// Watch decides liveness until ctx ends: every watchEvery it drops the
-// workers gone silent and revokes their names (Sweep). It is the one
+// watch decides liveness until ctx ends: every watchEvery it drops the
+// workers gone silent and revokes their names (sweep). It is the one
 // place that does: reading the books (GET /status, a metrics scrape,
-// Attached) never changes them. Engine runs it on a goroutine it owns.
-func (e *Books) Watch(ctx context.Context) {
+// attached) never changes them. Engine runs it on a goroutine it owns.
+func (b *Books) watch(ctx context.Context) {
 	t := time.NewTicker(watchEvery)
 	defer t.Stop()
 	for {
@@ -522,33 +492,33 @@ func (e *Books) Watch(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			e.Sweep()
+			b.sweep()
 		}
 	}
 }
 
-// Sweep drops the workers gone silent now, revokes their names, and
-// tells of each (log, OnActivity). Watch calls it; an engine that runs
-// no Watch, or a test with its own clock, calls it itself.
-func (e *Books) Sweep() {
-	e.mu.Lock()
-	gone := e.sweepLocked()
-	e.mu.Unlock()
-	e.logGone(gone)
+// sweep drops the workers gone silent now, revokes their names, and
+// tells of each (log, activity). watch calls it; a test with its own
+// clock calls it itself.
+func (b *Books) sweep() {
+	b.mu.Lock()
+	gone := b.sweepLocked()
+	b.mu.Unlock()
+	b.logGone(gone)
 }
 
-// Dismiss lets the workers go, for a clean stop: every poll open now or
+// dismiss lets the workers go, for a clean stop: every poll open now or
 // made from now on answers 410 with CodeLeave, on which a worker
 // detaches and exits 0, so its job ends completed instead of failing
 // when the engine is gone. A worker busy with a task hears it on its
 // watch (GET /v1/watch) and drops the task; one too old to watch hears
-// it at its next poll, after its result. Dismiss waits up to wait (or ctx) for
-// every worker to detach and returns how many had not. Attaches are
-// still taken: a worker that comes now is told to leave at its first
-// poll.
-func (e *Books) Dismiss(ctx context.Context, wait time.Duration) int {
-	e.dismissOnce.Do(func() { close(e.leave) })
-	e.parker.end(wakeLeave)
+// it at its next poll, after its result. dismiss waits up to wait (or
+// ctx) for every worker to detach and returns how many had not.
+// Attaches are still taken: a worker that comes now is told to leave at
+// its first poll.
+func (b *Books) dismiss(ctx context.Context, wait time.Duration) int {
+	b.dismissOnce.Do(func() { close(b.leave) })
+	b.wakeAll()
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	// A poll with a deadline, not an event: detaches are rare here and
@@ -556,9 +526,9 @@ func (e *Books) Dismiss(ctx context.Context, wait time.Duration) int {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		e.mu.Lock()
-		n := len(e.workers)
-		e.mu.Unlock()
+		b.mu.Lock()
+		n := len(b.workers)
+		b.mu.Unlock()
 		if n == 0 {
 			return 0
 		}
@@ -572,571 +542,151 @@ func (e *Books) Dismiss(ctx context.Context, wait time.Duration) int {
 	}
 }
 
-func (e *Books) logGone(gone []goneWorker) {
+func (b *Books) logGone(gone []goneWorker) {
 	for _, g := range gone {
-		e.logger.Warn("worker gone", "worker", g.name, "last_seen", g.lastSeen, "task", g.task)
-		e.activity(Activity{Kind: EventWorkerGone, Provisioner: g.owner, Worker: g.name, Job: g.job, Task: g.task,
+		b.logger.Warn("worker gone", "worker", g.name, "last_seen", g.lastSeen, "task", g.task)
+		b.activity(Activity{Kind: EventWorkerGone, Provisioner: g.owner, Worker: g.name, Job: g.job, Task: g.task,
 			Detail: "silent since " + g.lastSeen.UTC().Format(time.RFC3339)})
 	}
 	if len(gone) > 0 {
-		e.notify()
+		b.notify()
 	}
 }
 
-// -- the workers' side ---------------------------------------------------
+// -- the workers' requests -----------------------------------------------
 
-// authenticate returns what a request's credential says: signed by the
-// engine, not expired, and not revoked. On failure it has already
-// answered 401, logged why, without the token, and closed the
-// connection.
-//
-// A credential that checks out does not yet make the connection a
-// worker's (connGate's share for workers): that takes an attach that
-// succeeds, or a session that holds (sessionLocked). A detached worker's
-// credential, or a failed job's, checks out for hours; had it made its
-// connection a worker's, 40 connections polling with one filled
-// max_connections = 40 and the real workers' attaches were reset.
-func (e *Books) authenticate(w http.ResponseWriter, r *http.Request) (host.Credential, bool) {
-	token, ok := Bearer(r.Header.Get("Authorization"))
-	if !ok {
-		e.refuse(w, r, "missing credential")
-		return host.Credential{}, false
-	}
-	cred, err := e.signer.Verify(token, e.now())
+// A denial is why the books turn a worker's request down. The worker API
+// answers each with a status of its own (denial.status).
+type denial int
+
+const (
+	allowed         denial = iota
+	notAttached            // the credential's worker is not attached: attach (again)
+	noSession              // no session secret
+	otherSession           // the session secret of another attach
+	nameRevoked            // the name may never attach again
+	jobNotYet              // its provisioner has not said which job it is yet
+	jobMismatch            // not the job its provisioner started
+	attachedAlready        // attached: a credential attaches once
+	noSuchTask             // a result for a task the worker does not hold
+)
+
+// verify returns what a worker's token says: signed by the engine, not
+// expired, and not revoked.
+func (b *Books) verify(token string) (host.Credential, error) {
+	cred, err := b.signer.Verify(token, b.now())
 	if err == nil {
-		e.mu.Lock()
-		err = e.admission.Revoked(cred.Worker)
-		e.mu.Unlock()
+		b.mu.Lock()
+		err = b.admission.Revoked(cred.Worker)
+		b.mu.Unlock()
 	}
-	if err != nil {
-		e.refuse(w, r, err.Error())
-		return host.Credential{}, false
-	}
-	return cred, true
+	return cred, err
 }
-
-// closeAfter has the server close r's connection after its answer: the
-// request was refused for its credential or session, and its connection
-// is not a worker's to keep.
-func closeAfter(w http.ResponseWriter) { w.Header().Set("Connection", "close") }
 
 // ownedLocked returns the attached worker a credential names, or nil if
 // there is none or it was attached under another provisioner's
-// credential for the same name. e.mu must be held.
-func (e *Books) ownedLocked(cred host.Credential) *workerState {
-	ws := e.workers[cred.Worker]
+// credential for the same name. b.mu must be held.
+func (b *Books) ownedLocked(cred host.Credential) *workerState {
+	ws := b.workers[cred.Worker]
 	if ws == nil || ws.owner != cred.Provisioner {
 		return nil
 	}
 	return ws
 }
 
-// Bearer extracts the token from an Authorization header. The scheme is
-// case-insensitive, as RFC 9110 says.
-func Bearer(header string) (string, bool) {
-	scheme, token, ok := strings.Cut(header, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	token = strings.TrimSpace(token)
-	return token, token != ""
-}
-
-// Refused requests are logged at most refusalLogBurst per
-// refusalLogWindow; the next line logged says how many were left out.
-const (
-	refusalLogBurst  = 10
-	refusalLogWindow = 10 * time.Second
-)
-
-// refuse answers 401 and closes the connection. reason comes from
-// Verify's errors, which never contain the token; the header itself goes
-// nowhere.
-//
-// The body is never read (see dontReadBody).
-func (e *Books) refuse(w http.ResponseWriter, r *http.Request, reason string) {
-	if ok, leftOut := e.refusals.Allow(time.Now()); ok {
-		kv := []any{"reason", reason, "path", r.URL.Path, "remote", r.RemoteAddr}
-		if leftOut > 0 {
-			kv = append(kv, "refusals_not_logged_before", leftOut)
-		}
-		e.logger.Warn("refused a worker", kv...)
-	}
-	DontReadBody(w)
-	w.Header().Set("WWW-Authenticate", `Bearer realm="fluksio"`)
-	WriteError(w, http.StatusUnauthorized, reason)
-}
-
-func (e *Books) handleAttach(w http.ResponseWriter, r *http.Request) {
-	cred, ok := e.authenticate(w, r)
-	if !ok {
-		return
-	}
+// attach attaches the worker cred names as info (checked against cred's
+// claims by the caller), and returns the secret of its new session; or
+// the denial and why.
+func (b *Books) attach(cred host.Credential, info WorkerInfo) (string, denial, string) {
 	name := cred.Worker
-	var req worker.AttachRequest
-	if err := decodeBody(w, r, worker.MaxRequestBody, &req); err != nil {
-		WriteError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	if err := checkAttach(req); err != nil {
-		WriteError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	// What a worker says about itself is printed in the story and the
-	// log: no control character of its survives.
-	info := WorkerInfo{
-		Name: name, Provisioner: cred.Provisioner, Hostname: host.Printable(req.Hostname), JobID: host.Printable(req.JobID),
-		CPUs: req.CPUs, GPUs: req.GPUs, RAMMB: req.RAMMB, Labels: slices.Clone(req.Labels),
-	}
-	if err := host.Allows(cred.CredentialClaims, info.CPUs, info.GPUs, info.RAMMB, info.Labels); err != nil {
-		e.refuseAttach(w, r, http.StatusForbidden, name, err.Error())
-		return
-	}
-
-	now := e.now()
-	e.mu.Lock()
-	status, refusal := e.admitLocked(cred, info)
+	now := b.now()
+	b.mu.Lock()
+	d, refusal := b.admitLocked(cred, info)
 	var session string
-	if refusal == "" {
-		info.Profile = e.admission.ProfileOf(name)
-		ws := &workerState{owner: cred.Provisioner, expires: cred.Expires, attached: now, lastSeen: now,
-			info: info, wake: make(chan struct{}, 1)}
+	if d == allowed {
+		info.Profile = b.admission.ProfileOf(name)
+		ws := &workerState{owner: cred.Provisioner, expires: cred.Expires, attached: now, lastSeen: now, info: info}
 		session, ws.session = newSession()
-		e.workers[name] = ws
+		b.workers[name] = ws
 	}
-	e.mu.Unlock()
-	if refusal != "" {
-		e.refuseAttach(w, r, status, name, refusal)
-		return
+	b.mu.Unlock()
+	if d != allowed {
+		return "", d, refusal
 	}
 
-	e.logger.Info("worker attached", "worker", name, "provisioner", cred.Provisioner, "host", info.Hostname,
+	b.logger.Info("worker attached", "worker", name, "provisioner", cred.Provisioner, "host", info.Hostname,
 		"job_id", info.JobID, "cpus", info.CPUs, "gpus", info.GPUs, "ram_mb", info.RAMMB, "labels", info.Labels)
-	if e.OnAttach != nil {
-		e.OnAttach(info)
+	if b.hooks.attach != nil {
+		b.hooks.attach(info)
 	}
-	e.activity(Activity{Kind: EventWorkerAttached, Provisioner: info.Provisioner, Worker: name, Job: info.JobID,
+	b.activity(Activity{Kind: EventWorkerAttached, Provisioner: info.Provisioner, Worker: name, Job: info.JobID,
 		Detail: fmt.Sprintf("from %s, %d cpus, %d gpus", info.Hostname, info.CPUs, info.GPUs)})
-	e.notify()
-	// The connection is the attached worker's now: it leaves the share
-	// of connections that are no worker's.
-	markCredentialed(r.Context())
-	writeJSON(w, http.StatusOK, worker.AttachResponse{Worker: name, Session: session})
+	b.notify()
+	return session, allowed, ""
 }
 
 // admitLocked decides whether a worker with a valid credential may attach
-// as info, and if not, with which status and why. e.mu must be held.
-func (e *Books) admitLocked(cred host.Credential, info WorkerInfo) (int, string) {
+// as info, and if not, why. b.mu must be held.
+func (b *Books) admitLocked(cred host.Credential, info WorkerInfo) (denial, string) {
 	var refusal *host.AdmitError
-	if err := e.admission.Admit(cred, info.JobID); errors.As(err, &refusal) {
-		status := map[host.Refusal]int{
-			host.RefusedRevoked:  http.StatusUnauthorized,
-			host.RefusedNotYet:   http.StatusServiceUnavailable,
-			host.RefusedMismatch: http.StatusForbidden,
+	if err := b.admission.Admit(cred, info.JobID); errors.As(err, &refusal) {
+		d := map[host.Refusal]denial{
+			host.RefusedRevoked:  nameRevoked,
+			host.RefusedNotYet:   jobNotYet,
+			host.RefusedMismatch: jobMismatch,
 		}[refusal.Refusal]
-		return status, refusal.Error()
+		return d, refusal.Error()
 	}
-	if ws := e.workers[cred.Worker]; ws != nil {
-		return http.StatusConflict, fmt.Sprintf("worker %s is already attached (from host %s); a credential attaches once", cred.Worker, ws.info.Hostname)
+	if ws := b.workers[cred.Worker]; ws != nil {
+		return attachedAlready, fmt.Sprintf("worker %s is already attached (from host %s); a credential attaches once", cred.Worker, ws.info.Hostname)
 	}
-	return 0, ""
+	return allowed, ""
 }
 
-// refuseAttach answers an attach with a valid credential that may not
-// attach, logs why, and closes the connection.
-func (e *Books) refuseAttach(w http.ResponseWriter, r *http.Request, status int, worker, reason string) {
-	e.logger.Warn("refused an attach", "worker", worker, "reason", reason, "remote", r.RemoteAddr)
-	closeAfter(w)
-	WriteError(w, status, reason)
-}
-
-func checkAttach(req worker.AttachRequest) error {
-	switch {
-	case req.CPUs < 1:
-		return fmt.Errorf("cpus is %d; a worker has at least 1", req.CPUs)
-	case req.GPUs < 0 || req.RAMMB < 0:
-		return errors.New("gpus and ram_mb may not be negative")
-	case len(req.Hostname) > 255 || len(req.JobID) > 64:
-		return errors.New("hostname or job_id is too long")
-	case len(req.Labels) > 64:
-		return fmt.Errorf("%d labels; at most 64", len(req.Labels))
-	}
-	for _, l := range req.Labels {
-		if l == "" || len(l) > 128 {
-			return errors.New("a label is empty or longer than 128 bytes")
-		}
-	}
-	return nil
-}
-
-func (e *Books) handleWork(w http.ResponseWriter, r *http.Request) {
-	cred, ok := e.authenticate(w, r)
-	if !ok {
-		return
-	}
-	wait := e.pollWait()
-	if s := r.URL.Query().Get("wait"); s != "" {
-		// A worker about to reach its idle limit asks for less, so it
-		// can leave on time rather than a poll period late.
-		secs, err := strconv.ParseFloat(s, 64)
-		if err != nil || secs < 0 {
-			WriteError(w, http.StatusBadRequest, "wait must be a number of seconds")
-			return
-		}
-		if d := time.Duration(secs * float64(time.Second)); d < wait {
-			wait = d
-		}
-	}
-
-	if e.parker.canPark(r) && e.parkWork(w, r, cred, wait) {
-		return
-	}
-	task, status, reason := e.nextTask(r, cred, wait)
-	switch status {
-	case http.StatusUnauthorized, http.StatusForbidden:
-		e.refuseSession(w, r, status, cred.Worker, reason)
-		return
-	}
-	if status == http.StatusConflict && reason != pollOpen {
-		closeAfter(w)
-	}
-	status, body := workAnswer(status, reason, cred.Worker, task)
-	if body == nil {
-		w.WriteHeader(status)
-		return
-	}
-	writeJSON(w, status, body)
-}
-
-// workAnswer is the answer to GET /v1/work for what nextTask said (not
-// 401 or 403), as a status and a value to encode (nil: none), for the
-// poll held on its goroutine and the parked one alike.
-func workAnswer(status int, reason, name string, task Task) (int, any) {
-	switch status {
-	case http.StatusOK:
-		return status, task
-	case http.StatusNoContent:
-		return status, nil
-	case http.StatusGone:
-		return status, worker.ErrorResponse{Error: "the engine is stopping and lets its workers go: detach and exit", Code: worker.CodeLeave}
-	case http.StatusConflict:
-		if reason == pollOpen {
-			return status, worker.ErrorResponse{Error: "a poll is already open for worker " + name + "; poll again when it ends", Code: worker.CodePollOpen}
-		}
-		return status, worker.ErrorResponse{Error: reason}
-	}
-	return http.StatusServiceUnavailable, worker.ErrorResponse{Error: "engine is shutting down"}
-}
-
-// parkWork parks a poll that would wait (park.go) and reports whether it
-// did; on false nothing was written and the caller holds the poll as
-// before. The books may change between the look before the hijack and
-// the one after; the second decides, and a poll with its answer ready
-// then is answered at once.
-func (e *Books) parkWork(w http.ResponseWriter, r *http.Request, cred host.Credential, wait time.Duration) bool {
+// report records res for the worker cred names, in the session whose
+// secret is session; or says why not.
+func (b *Books) report(cred host.Credential, session string, res Result) (denial, string) {
 	name := cred.Worker
-	e.mu.Lock()
-	ws, _, _ := e.sessionLocked(r, cred)
-	waits := ws != nil && ws.polling == 0 && ws.task == nil && !isClosed(e.leave) && !isClosed(e.done)
-	e.mu.Unlock()
-	if !waits {
-		return false
-	}
-	pp, ok := e.parker.hijack(w, r)
-	if !ok {
-		return false
-	}
-	if pp == nil {
-		return true
-	}
-	e.mu.Lock()
-	counted := e.workers[name] == ws && ws.polling == 0
-	if counted {
-		ws.polling++
-		ws.lastSeen = e.now()
-		ws.parked = pp
-	}
-	now := !counted || ws.task != nil
-	pp.answer = func(why wakeReason) parkedAnswer {
-		e.mu.Lock()
-		status, reason, task := e.parkedWorkLocked(ws, name, counted, why)
-		e.mu.Unlock()
-		if why == wakeHangup {
-			return parkedAnswer{none: true}
-		}
-		status, body := workAnswer(status, reason, name, task)
-		return parkedAnswer{status: status, body: body}
-	}
-	e.mu.Unlock()
-	e.parker.hold(pp, wait, now)
-	return true
-}
-
-// parkedWorkLocked decides a parked poll's answer, as nextTask's loop
-// decides a held one's: counted says the poll was counted in ws.polling.
-// e.mu must be held.
-func (e *Books) parkedWorkLocked(ws *workerState, name string, counted bool, why wakeReason) (int, string, Task) {
-	if counted {
-		ws.polling--
-		ws.lastSeen = e.now()
-		ws.parked = nil
-	}
+	b.mu.Lock()
+	ws, d, refusal := b.sessionLocked(cred, session)
 	switch {
-	case why == wakeLeave:
-		return http.StatusGone, worker.CodeLeave, Task{}
-	case e.workers[name] != ws:
-		return http.StatusConflict, errNotAttached.Error(), Task{}
-	case !counted && ws.polling > 0:
-		return http.StatusConflict, pollOpen, Task{}
-	case ws.task != nil:
-		// A worker that hung up never reads the task: it stays
-		// undelivered, as in nextTask.
-		ws.delivered = why != wakeHangup
-		return http.StatusOK, "", *ws.task
-	case why == wakeDone:
-		return http.StatusServiceUnavailable, "", Task{}
-	}
-	return http.StatusNoContent, "", Task{}
-}
-
-// isClosed reports whether ch, closed once and never sent on, is closed.
-func isClosed(ch chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
-// handleWatch holds GET /v1/watch, which a worker keeps open while it runs
-// a task (it has no poll open then). It answers 410 with CodeLeave as soon
-// as Dismiss lets the workers go, and the worker drops its task and
-// leaves: without it, a worker busy when the engine stopped cleanly heard
-// nothing until its task ended and its report had failed for its give-up
-// time, and its job outlived the stop by both (the soak found jobs running
-// 20 s after the engine had exited). Else it answers 204 after the poll
-// period, and the worker opens another. The task is not taken back: a
-// stopping engine has no use for its result. Each watch counts as the
-// worker being seen.
-func (e *Books) handleWatch(w http.ResponseWriter, r *http.Request) {
-	cred, ok := e.authenticate(w, r)
-	if !ok {
-		return
-	}
-	e.mu.Lock()
-	ws, status, reason := e.sessionLocked(r, cred)
-	if ws != nil {
-		ws.lastSeen = e.now()
-	}
-	e.mu.Unlock()
-	switch status {
-	case 0:
-	case http.StatusUnauthorized, http.StatusForbidden:
-		e.refuseSession(w, r, status, cred.Worker, reason)
-		return
-	default:
-		closeAfter(w)
-		WriteError(w, status, reason)
-		return
-	}
-	if e.parker.canPark(r) {
-		if pp, ok := e.parker.hijack(w, r); ok {
-			if pp != nil {
-				pp.answer = func(why wakeReason) parkedAnswer {
-					e.mu.Lock()
-					if e.workers[cred.Worker] == ws {
-						ws.lastSeen = e.now()
-					}
-					e.mu.Unlock()
-					status, body := watchAnswer(why)
-					return parkedAnswer{status: status, body: body, none: status == 0}
-				}
-				e.parker.hold(pp, e.pollWait(), false)
-			}
-			return
-		}
-	}
-	timer := time.NewTimer(e.pollWait())
-	defer timer.Stop()
-	var why wakeReason
-	select {
-	case <-e.leave:
-		why = wakeLeave
-	case <-timer.C:
-		why = wakeTimer
-	case <-e.done:
-		why = wakeDone
-	case <-r.Context().Done():
-		why = wakeHangup
-	}
-	e.mu.Lock()
-	if e.workers[cred.Worker] == ws {
-		ws.lastSeen = e.now()
-	}
-	e.mu.Unlock()
-	switch status, body := watchAnswer(why); {
-	case status == 0:
-	case body == nil:
-		w.WriteHeader(status)
-	default:
-		writeJSON(w, status, body)
-	}
-}
-
-// watchAnswer is the answer to GET /v1/watch when why ended it: a status
-// and a value to encode (nil: none), or 0 when the worker hung up.
-func watchAnswer(why wakeReason) (int, any) {
-	switch why {
-	case wakeLeave:
-		return http.StatusGone, worker.ErrorResponse{Error: "the engine is stopping and lets its workers go: drop the task, detach and exit", Code: worker.CodeLeave}
-	case wakeDone:
-		return http.StatusServiceUnavailable, worker.ErrorResponse{Error: "engine is shutting down"}
-	case wakeHangup:
-		return 0, nil
-	}
-	return http.StatusNoContent, nil
-}
-
-// nextTask waits up to wait for a task for the worker r's credential and
-// session speak for, and says how to answer: 200 with the task, 204 for
-// none yet, 409 if the worker is not attached (it should attach again)
-// or, with reason pollOpen, has a poll open already, 401 or 403 when the
-// session is missing or another's (sessionLocked), 503 if the engine is
-// closing.
-func (e *Books) nextTask(r *http.Request, cred host.Credential, wait time.Duration) (Task, int, string) {
-	ctx := r.Context()
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-
-	name := cred.Worker
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	ws, status, reason := e.sessionLocked(r, cred)
-	if ws == nil {
-		return Task{}, status, reason
-	}
-	if ws.polling > 0 {
-		// The first keeps its place: a task goes out in one answer.
-		return Task{}, http.StatusConflict, pollOpen
-	}
-	select {
-	case <-e.leave:
-		// Dismissed: a task in hand was reported or is lost with the
-		// engine anyway.
-		ws.lastSeen = e.now()
-		return Task{}, http.StatusGone, worker.CodeLeave
-	default:
-	}
-	ws.polling++
-	ws.lastSeen = e.now()
-	defer func() {
-		ws.polling--
-		ws.lastSeen = e.now()
-	}()
-	for {
-		if ws.task != nil {
-			// A worker that hung up (it died mid-poll) never reads the
-			// task: it stays undelivered, so the worker's silence is
-			// noticed in deadAfter rather than goneFactor poll periods.
-			ws.delivered = ctx.Err() == nil
-			return *ws.task, http.StatusOK, ""
-		}
-		if e.workers[name] != ws {
-			// Detached (or attached afresh) while we waited.
-			return Task{}, http.StatusConflict, errNotAttached.Error()
-		}
-		e.mu.Unlock()
-		var status int
-		select {
-		case <-ws.wake:
-		case <-timer.C:
-			status = http.StatusNoContent
-		case <-ctx.Done():
-			// The worker hung up; nobody reads the answer.
-			status = http.StatusNoContent
-		case <-e.leave:
-			status = http.StatusGone
-		case <-e.done:
-			status = http.StatusServiceUnavailable
-		}
-		e.mu.Lock()
-		if status == http.StatusGone {
-			return Task{}, status, worker.CodeLeave
-		}
-		if status != 0 && ws.task == nil {
-			return Task{}, status, ""
-		}
-	}
-}
-
-func (e *Books) handleResult(w http.ResponseWriter, r *http.Request) {
-	cred, ok := e.authenticate(w, r)
-	if !ok {
-		return
-	}
-	name := cred.Worker
-	var req worker.ResultRequest
-	if err := decodeBody(w, r, worker.MaxResultBody, &req); err != nil {
-		WriteError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	// Escaped here, once, so that the story, the log and the router's
-	// books all see the same harmless text.
-	res := Result{
-		TaskID: host.Printable(req.TaskID), Worker: name, Hostname: host.Printable(req.Hostname),
-		JobID: host.Printable(req.JobID), CPUs: req.CPUs, Output: host.Printable(req.Output), At: e.now(),
-	}
-
-	e.mu.Lock()
-	ws, status, refusal := e.sessionLocked(r, cred)
-	switch {
-	case ws == nil && status != http.StatusConflict:
-		// A copied credential: the result is not this process's to give.
-		e.mu.Unlock()
-		e.refuseSession(w, r, status, name, refusal)
-		return
 	case ws == nil:
-		closeAfter(w)
-	case ws.task == nil || ws.task.ID != req.TaskID:
+	case ws.task == nil || ws.task.ID != res.TaskID:
 		// Most likely a retry of a result already recorded.
-		refusal = "no such task for this worker"
+		d, refusal = noSuchTask, "no such task for this worker"
 	default:
-		e.results[req.TaskID] = res
+		b.results[res.TaskID] = res
 		ws.task, ws.delivered = nil, false
 		ws.lastSeen = res.At
 	}
-	e.mu.Unlock()
-
-	if refusal != "" {
-		e.logger.Warn("refused a result", "worker", name, "task", res.TaskID, "reason", refusal)
-		WriteError(w, http.StatusConflict, refusal)
-		return
+	b.mu.Unlock()
+	if d != allowed {
+		return d, refusal
 	}
-	e.logger.Info("work done", "task", res.TaskID, "worker", name, "host", res.Hostname,
+	b.logger.Info("work done", "task", res.TaskID, "worker", name, "host", res.Hostname,
 		"job_id", res.JobID, "cpus", res.CPUs, "output", res.Output)
-	if e.OnResult != nil {
-		e.OnResult(res)
+	if b.hooks.result != nil {
+		b.hooks.result(res)
 	}
-	e.activity(Activity{Kind: EventTaskDone, Provisioner: cred.Provisioner, Worker: name, Job: res.JobID, Task: res.TaskID, Detail: res.Output})
-	e.notify()
-	w.WriteHeader(http.StatusNoContent)
+	b.activity(Activity{Kind: EventTaskDone, Provisioner: cred.Provisioner, Worker: name, Job: res.JobID, Task: res.TaskID, Detail: res.Output})
+	b.notify()
+	return allowed, ""
 }
 
-func (e *Books) handleDetach(w http.ResponseWriter, r *http.Request) {
-	cred, ok := e.authenticate(w, r)
-	if !ok {
-		return
-	}
+// detach ends the worker cred names, in the session whose secret is
+// session: it leaves the books, and its name may not attach again,
+// whether or not it got as far as attaching. Only a session that does
+// not hold is denied (not being attached is not: the credential's job
+// is over either way).
+func (b *Books) detach(cred host.Credential, session string) (denial, string) {
 	name := cred.Worker
-	e.mu.Lock()
-	ws, status, refusal := e.sessionLocked(r, cred)
-	if ws == nil && status != http.StatusConflict {
+	b.mu.Lock()
+	ws, d, refusal := b.sessionLocked(cred, session)
+	if ws == nil && d != notAttached {
 		// Attached, in a session this request does not hold: a copied
 		// credential does not end its owner's.
-		e.mu.Unlock()
-		e.refuseSession(w, r, status, name, refusal)
-		return
+		b.mu.Unlock()
+		return d, refusal
 	}
 	var task, job string
 	if ws != nil {
@@ -1144,247 +694,30 @@ func (e *Books) handleDetach(w http.ResponseWriter, r *http.Request) {
 			task = ws.task.ID
 		}
 		job = ws.info.JobID
-		delete(e.workers, name)
+		delete(b.workers, name)
 	}
-	// Whether or not it got as far as attaching, this credential's job
-	// is over: it may not attach again. A credential of another
-	// provisioner for the same name revokes nothing of the owner's.
-	if ws != nil || (e.workers[name] == nil && e.admission.OwnedBy(name, cred.Provisioner)) {
-		e.admission.Revoke(name, "detached", cred.Expires)
+	// A credential of another provisioner for the same name revokes
+	// nothing of the owner's.
+	if ws != nil || (b.workers[name] == nil && b.admission.OwnedBy(name, cred.Provisioner)) {
+		b.admission.Revoke(name, "detached", cred.Expires)
 	}
-	e.mu.Unlock()
-
-	// Whoever asked, the connection is no attached worker's any more.
-	closeAfter(w)
+	b.mu.Unlock()
 	if ws != nil {
 		// A task left behind is noticed by the router, which places it
 		// again; nothing to do here but say so.
-		e.logger.Info("worker detached", "worker", name, "task_left", task)
-		e.activity(Activity{Kind: EventWorkerDetached, Provisioner: cred.Provisioner, Worker: name, Job: job, Task: task})
-		e.notify()
+		b.logger.Info("worker detached", "worker", name, "task_left", task)
+		b.activity(Activity{Kind: EventWorkerDetached, Provisioner: cred.Provisioner, Worker: name, Job: job, Task: task})
+		b.notify()
 	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
-// -- status --------------------------------------------------------------
-
-type workerStatus struct {
-	WorkerInfo
-	AttachedAt time.Time `json:"attached_at"`
-	LastSeen   time.Time `json:"last_seen"`
-	Polling    bool      `json:"polling"`
-	Task       string    `json:"task,omitempty"`
-}
-
-type statusReport struct {
-	EngineID     string                   `json:"engine_id"`
-	Provisioners []host.ProvisionerStatus `json:"provisioners"`
-	Workers      []workerStatus           `json:"workers"`
-	Needs        []NeedStatus             `json:"needs"`
-	// HeldBack is the engine's own backoff (backoff.go): profiles whose
-	// machines failed in a row, whatever their plugin does about it.
-	HeldBack []HeldProfile `json:"held_back"`
-}
-
-func (e *Books) handleStatus(w http.ResponseWriter, r *http.Request) {
-	// Empty lists, not null: a status page reads .length without asking.
-	report := statusReport{EngineID: e.ID, Provisioners: []host.ProvisionerStatus{}, Workers: []workerStatus{}, Needs: []NeedStatus{}, HeldBack: []HeldProfile{}}
-	if e.HeldFunc != nil {
-		report.HeldBack = e.HeldFunc()
-	}
-	if e.StatusFunc != nil {
-		report.Provisioners = e.status.Get(r.Context(), e.StatusFunc)
-	}
-	if e.NeedsFunc != nil {
-		if needs := e.NeedsFunc(); needs != nil {
-			report.Needs = needs
-		}
-	}
-
-	// The workers are copied under the lock into a slice made to size,
-	// and put in order of name outside it by moving each once: a
-	// workerStatus is some 200 bytes, and with 10,000 workers growing
-	// the slice by appends and sorting it in place moved them enough to
-	// take half of GET /status's time.
-	e.mu.Lock()
-	all := make([]workerStatus, 0, len(e.workers))
-	for _, ws := range e.workers {
-		st := workerStatus{WorkerInfo: ws.info, AttachedAt: ws.attached, LastSeen: ws.lastSeen, Polling: ws.polling > 0}
-		st.Labels = slices.Clone(st.Labels)
-		if ws.task != nil {
-			st.Task = ws.task.ID
-		}
-		all = append(all, st)
-	}
-	e.mu.Unlock()
-	order := make([]int, len(all))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return strings.Compare(all[a].Name, all[b].Name) })
-	report.Workers = make([]workerStatus, len(all))
-	for k, i := range order {
-		report.Workers[k] = all[i]
-	}
-	report.stream(w)
-}
-
-// stream writes the report as statusReport's JSON, its two long lists
-// (a worker and a need each of 10,000 machines) one element at a time,
-// each on a line of its own, so that the answer is never whole in
-// memory. Encoded whole, a 5 MB answer at 10,000 workers left two 8 MB
-// buffers behind it (encoding/json keeps its own in a pool, and
-// writeJSON kept the other): a third of the engine's heap. The cost: no
-// Content-Length (the body is chunked), and an encoding error found part
-// way through cannot become a 500; the connection is then cut, so that a
-// reader sees a broken answer rather than a short one.
-func (report statusReport) stream(w http.ResponseWriter) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	js := newJSONStream(w)
-	js.raw(`{"engine_id":`)
-	js.value(report.EngineID)
-	js.raw(",\n\"provisioners\":")
-	js.value(report.Provisioners)
-	js.raw(",\n\"workers\":[")
-	for i := range report.Workers {
-		js.element(i, &report.Workers[i])
-	}
-	js.raw("\n],\n\"needs\":[")
-	for i := range report.Needs {
-		js.element(i, &report.Needs[i])
-	}
-	js.raw("\n],\n\"held_back\":")
-	js.value(report.HeldBack)
-	js.raw("}\n")
-	if js.err == nil {
-		js.err = js.w.Flush()
-	}
-	if js.err != nil {
-		panic(http.ErrAbortHandler)
-	}
-}
-
-// jsonStream writes a JSON document in parts, each value encoded into a
-// buffer of its own size; the first error stops it.
-type jsonStream struct {
-	w   *bufio.Writer
-	buf bytes.Buffer
-	enc *json.Encoder
-	err error
-}
-
-func newJSONStream(w io.Writer) *jsonStream {
-	js := &jsonStream{w: bufio.NewWriterSize(w, 32<<10)}
-	js.enc = json.NewEncoder(&js.buf)
-	return js
-}
-
-func (js *jsonStream) raw(s string) {
-	if js.err == nil {
-		_, js.err = js.w.WriteString(s)
-	}
-}
-
-// value writes v without the newline json.Encoder ends it with.
-func (js *jsonStream) value(v any) {
-	if js.err != nil {
-		return
-	}
-	js.buf.Reset()
-	if js.err = js.enc.Encode(v); js.err == nil {
-		_, js.err = js.w.Write(bytes.TrimSuffix(js.buf.Bytes(), []byte("\n")))
-	}
-}
-
-// element writes v as the i-th element of a list, on a line of its own.
-func (js *jsonStream) element(i int, v any) {
-	if i > 0 {
-		js.raw(",")
-	}
-	js.raw("\n")
-	js.value(v)
-}
-
-// -- plumbing ------------------------------------------------------------
-
-func WriteError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, worker.ErrorResponse{Error: msg})
-}
-
-// writeJSON encodes v before writing anything, so that an encoding failure
-// can still become a 500 rather than half a body. The encoding goes into
-// a pooled buffer, to spare a small answer json.Marshal's copy; a long
-// answer is streamed instead (statusReport.stream).
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	buf := jsonBuffers.Get().(*bytes.Buffer)
-	defer func() {
-		// A buffer grown by a rare large answer is left to the
-		// collector rather than kept for every small one.
-		if buf.Cap() <= 64<<10 {
-			buf.Reset()
-			jsonBuffers.Put(buf)
-		}
-	}()
-	if err := json.NewEncoder(buf).Encode(v); err != nil {
-		http.Error(w, `{"error":"could not encode response"}`, http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
-	w.WriteHeader(status)
-	w.Write(buf.Bytes())
-}
-
-// jsonBuffers are writeJSON's encoding buffers.
-var jsonBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-// decodeBody reads one JSON object of at most limit bytes into v.
-// Unknown fields are ignored, so that a newer worker can talk to an older
-// engine: fields are added, never repurposed.
-func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
-	if r.ContentLength > limit {
-		// Said up front: refuse without reading a byte of it.
-		DontReadBody(w)
-		return fmt.Errorf("bad request body: %d bytes; at most %d", r.ContentLength, limit)
-	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("bad request body: %w", err)
-	}
-	return nil
-}
-
-// DontReadBody makes sure the request body is never read and the
-// connection is closed after the answer. Go's server reads up to 256 KiB
-// of a body the handler left unread, to keep the connection for the next
-// request, and it does so even when the answer says "Connection: close";
-// a client that announces a body and never sends it would hold the
-// connection until ReadTimeout. A read deadline in the past ends that
-// read at once.
-func DontReadBody(w http.ResponseWriter) {
-	w.Header().Set("Connection", "close")
-	// Fails only where there is no connection to close (a recorder in a
-	// test), which is fine.
-	_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
-}
-
-// provisionerStatus is the provisioners' status through the engine's
-// cache (at most one Status call per plugin a second), for GET /status
-// and the metrics alike.
-func (e *Books) provisionerStatus(ctx context.Context) []host.ProvisionerStatus {
-	if e.StatusFunc == nil {
-		return nil
-	}
-	return e.status.Get(ctx, e.StatusFunc)
+	return allowed, ""
 }
 
 // workerCounts is the attached workers by the provisioner that asked for
 // them, idle or busy.
-func (e *Books) workerCounts() map[string]workerCounts {
-	e.mu.Lock()
+func (b *Books) workerCounts() map[string]workerCounts {
+	b.mu.Lock()
 	out := map[string]workerCounts{}
-	for _, ws := range e.workers {
+	for _, ws := range b.workers {
 		n := out[ws.owner]
 		if ws.task != nil {
 			n.busy++
@@ -1393,6 +726,43 @@ func (e *Books) workerCounts() map[string]workerCounts {
 		}
 		out[ws.owner] = n
 	}
-	e.mu.Unlock()
+	b.mu.Unlock()
 	return out
+}
+
+// workerStatus is one attached worker as GET /status lists it.
+type workerStatus struct {
+	WorkerInfo
+	AttachedAt time.Time `json:"attached_at"`
+	LastSeen   time.Time `json:"last_seen"`
+	Polling    bool      `json:"polling"`
+	Task       string    `json:"task,omitempty"`
+}
+
+// statuses lists the attached workers in order of name. They are copied
+// under the lock into a slice made to size, and ordered outside it by
+// moving each once: a workerStatus is a few hundred bytes, and sorting
+// the slice in place moves them many times over.
+func (b *Books) statuses() []workerStatus {
+	b.mu.Lock()
+	all := make([]workerStatus, 0, len(b.workers))
+	for _, ws := range b.workers {
+		st := workerStatus{WorkerInfo: ws.info, AttachedAt: ws.attached, LastSeen: ws.lastSeen, Polling: ws.polling > 0}
+		st.Labels = slices.Clone(st.Labels)
+		if ws.task != nil {
+			st.Task = ws.task.ID
+		}
+		all = append(all, st)
+	}
+	b.mu.Unlock()
+	order := make([]int, len(all))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(x, y int) int { return strings.Compare(all[x].Name, all[y].Name) })
+	sorted := make([]workerStatus, len(all))
+	for k, i := range order {
+		sorted[k] = all[i]
+	}
+	return sorted
 }

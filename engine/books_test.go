@@ -68,7 +68,7 @@ func doSession(t *testing.T, e *Books, method, path, token, session, body string
 		req.Header.Set(sessionHeader, session)
 	}
 	rec := httptest.NewRecorder()
-	e.Handler().ServeHTTP(rec, req)
+	booksHandler(e).ServeHTTP(rec, req)
 	return rec
 }
 
@@ -127,7 +127,7 @@ func TestAttach(t *testing.T) {
 				req.Header.Set("Authorization", tc.header)
 			}
 			rec := httptest.NewRecorder()
-			e.Handler().ServeHTTP(rec, req)
+			booksHandler(e).ServeHTTP(rec, req)
 
 			if rec.Code != tc.want {
 				t.Fatalf("status %d; want %d (body %s)", rec.Code, tc.want, rec.Body)
@@ -142,7 +142,7 @@ func TestAttach(t *testing.T) {
 				if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil || resp.Worker != "slurm-gpu-1" {
 					t.Errorf("response %s; want worker slurm-gpu-1", rec.Body)
 				}
-				if got := e.Attached(); len(got) != 1 || got[0] != "slurm-gpu-1" {
+				if got := e.attached(); len(got) != 1 || got[0] != "slurm-gpu-1" {
 					t.Errorf("Attached() = %q", got)
 				}
 				return
@@ -154,8 +154,8 @@ func TestAttach(t *testing.T) {
 			if l := logs.String(); !strings.Contains(l, "refused a worker") || !strings.Contains(l, "10.1.2.3:4567") {
 				t.Errorf("log does not record the refusal and its source:\n%s", l)
 			}
-			if len(e.Attached()) != 0 {
-				t.Errorf("refused worker is attached: %q", e.Attached())
+			if len(e.attached()) != 0 {
+				t.Errorf("refused worker is attached: %q", e.attached())
 			}
 		})
 	}
@@ -254,8 +254,8 @@ func TestWorkResultDetach(t *testing.T) {
 	if rec := do(t, e, "POST", "/v1/detach", token, ""); rec.Code != http.StatusNoContent {
 		t.Errorf("detach: %d", rec.Code)
 	}
-	if len(e.Attached()) != 0 {
-		t.Errorf("still attached after detach: %q", e.Attached())
+	if len(e.attached()) != 0 {
+		t.Errorf("still attached after detach: %q", e.attached())
 	}
 	if strings.Contains(logs.String(), token) {
 		t.Error("token in the log")
@@ -290,21 +290,21 @@ func TestSilentWorkerIsGone(t *testing.T) {
 		t.Fatalf("busy's poll: %d", rec.Code)
 	}
 	clock.advance(deadAfter)
-	e.Sweep()
-	if len(e.Attached()) != 2 {
+	e.sweep()
+	if len(e.attached()) != 2 {
 		t.Fatal("gone at exactly the limit; want still attached")
 	}
 	clock.advance(time.Millisecond)
 	// Liveness is decided by Sweep (Watch) alone: reading the books,
 	// as GET /status and a metrics scrape do, changes nothing.
-	if len(e.Attached()) != 2 || len(e.AttachedBy(testProvisioner)) != 2 {
+	if len(e.attached()) != 2 || len(e.attachedBy(testProvisioner)) != 2 {
 		t.Fatal("a read dropped a silent worker; only Sweep may")
 	}
-	if rec := do(t, e, "GET", "/status", "", ""); rec.Code != http.StatusOK || len(e.Attached()) != 2 {
+	if rec := do(t, e, "GET", "/status", "", ""); rec.Code != http.StatusOK || len(e.attached()) != 2 {
 		t.Fatalf("GET /status (%d) dropped a silent worker; only Sweep may", rec.Code)
 	}
-	e.Sweep()
-	if got := e.Attached(); len(got) != 1 || got[0] != "busy" {
+	e.sweep()
+	if got := e.attached(); len(got) != 1 || got[0] != "busy" {
 		t.Fatalf("Attached() = %q after %s of silence; want only the busy worker", got, deadAfter)
 	}
 	if _, st := e.TaskOutcome("quiet", "t1"); st != TaskLost {
@@ -315,13 +315,13 @@ func TestSilentWorkerIsGone(t *testing.T) {
 	}
 	// A worker running a task it was handed has goneFactor poll periods.
 	clock.advance(goneFactor*e.PollWait - deadAfter - time.Millisecond)
-	e.Sweep()
-	if len(e.Attached()) != 1 {
+	e.sweep()
+	if len(e.attached()) != 1 {
 		t.Fatal("busy worker gone before goneFactor poll periods")
 	}
 	clock.advance(time.Millisecond)
-	e.Sweep()
-	if len(e.Attached()) != 0 {
+	e.sweep()
+	if len(e.attached()) != 0 {
 		t.Fatal("busy worker still attached after goneFactor poll periods")
 	}
 	// It comes back: its credential is spent, and refused before
@@ -366,7 +366,7 @@ func TestStatus(t *testing.T) {
 	t.Parallel()
 	signer := host.NewSigner(testSecret)
 	e := NewBooks(nil, signer, nil)
-	e.StatusFunc = func(context.Context) []host.ProvisionerStatus {
+	statusOf(e).provisioners = func(context.Context) []host.ProvisionerStatus {
 		return []host.ProvisionerStatus{
 			{Name: "hpc", Kind: "slurm", Process: "running", Status: &shared.StatusResponse{
 				Name: "hpc", Kind: "slurm", Profiles: []string{"cpu"},
@@ -377,7 +377,7 @@ func TestStatus(t *testing.T) {
 	}
 	p := NewRouter(nil, e, nil)
 	p.Add(shared.Need{CPUs: 2})
-	e.NeedsFunc = p.Needs
+	statusOf(e).needs = p.Needs
 	provisioned(e, "hpc-cpu-1", "77")
 	if rec := do(t, e, "POST", "/v1/attach", sign(t, signer, "hpc-cpu-1", time.Hour), attachBody); rec.Code != http.StatusOK {
 		t.Fatalf("attach: %d %s", rec.Code, rec.Body)

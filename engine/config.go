@@ -29,6 +29,7 @@ import (
 //	  max_connections = 4096                 # optional
 //	  operator_token_env = "FLUKSIO_OPERATOR_TOKEN"  # optional
 //	  open_metrics = false                   # optional
+//	  park_polls = true                      # optional
 //	}
 //	provisioner "slurm" "hpc" {
 //	  plugin = "/opt/fluksio/provisioner-slurm"   # optional
@@ -64,6 +65,10 @@ type EngineBlock struct {
 	OperatorTokenEnv string `hcl:"operator_token_env,optional"`
 	// OpenMetrics serves GET /metrics to anyone, without the token.
 	OpenMetrics bool `hcl:"open_metrics,optional"`
+	// ParkPolls parks the workers' long polls (engine/internal/park);
+	// false holds each as a net/http handler (Config.HoldPolls). True
+	// unless the block says otherwise.
+	ParkPolls bool `hcl:"park_polls,optional"`
 
 	// loadedCert is the loaded pair, nil for plain HTTP.
 	loadedCert *tls.Certificate
@@ -82,7 +87,7 @@ type File struct {
 // no plugin; see resolveProvisioners for that.
 func LoadConfig(path string) (*File, hcl.Diagnostics) {
 	parser := hclparse.NewParser()
-	cfg := &File{Path: path, Files: parser.Files(), Engine: EngineBlock{Listen: defaultListen, PluginDir: defaultPluginDir}}
+	cfg := &File{Path: path, Files: parser.Files(), Engine: EngineBlock{Listen: defaultListen, PluginDir: defaultPluginDir, ParkPolls: true}}
 	file, diags := hclconfig.ParseFile(parser, path)
 	if diags.HasErrors() {
 		if file == nil && len(diags) == 1 && diags[0].Summary == "Configuration file not found" {

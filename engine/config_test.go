@@ -44,3 +44,26 @@ func TestEngineURLChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestParkPollsAttribute: the engine block parks polls unless it says
+// park_polls = false.
+func TestParkPollsAttribute(t *testing.T) {
+	dir := t.TempDir()
+	for body, want := range map[string]bool{
+		"engine {\n}\n":                       true,
+		"engine {\n  park_polls = true\n}\n":  true,
+		"engine {\n  park_polls = false\n}\n": false,
+	} {
+		path := filepath.Join(dir, "engine.hcl")
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cfg, diags := LoadConfig(path)
+		if diags.HasErrors() {
+			t.Fatal(diags)
+		}
+		if cfg.Engine.ParkPolls != want {
+			t.Errorf("%q: park_polls %v; want %v", body, cfg.Engine.ParkPolls, want)
+		}
+	}
+}

@@ -55,8 +55,8 @@ func TestCredentialWorthOneJob(t *testing.T) {
 		if code != http.StatusUnauthorized || !strings.Contains(msg, "revoked (detached)") {
 			t.Errorf("replay after detach: %d %q; want 401 revoked (detached)", code, msg)
 		}
-		if len(e.Attached()) != 0 {
-			t.Errorf("replayed credential attached: %q", e.Attached())
+		if len(e.attached()) != 0 {
+			t.Errorf("replayed credential attached: %q", e.attached())
 		}
 	})
 
@@ -93,8 +93,8 @@ func TestCredentialWorthOneJob(t *testing.T) {
 				t.Errorf("attach %s: %d %q; want 403 %q", tc.body, code, msg, tc.want)
 			}
 		}
-		if len(e.Attached()) != 0 {
-			t.Errorf("a worker claiming more than minted attached: %q", e.Attached())
+		if len(e.attached()) != 0 {
+			t.Errorf("a worker claiming more than minted attached: %q", e.attached())
 		}
 		if !strings.Contains(logs.String(), "refused an attach") {
 			t.Errorf("refusals not logged:\n%s", logs)
@@ -142,8 +142,8 @@ func TestCredentialWorthOneJob(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.ObserveEvent(shared.Event{Kind: shared.EventWorkerCancelled, Provisioner: testProvisioner, Worker: "slurm-cpu-live"})
-		if _, st := e.TaskOutcome("slurm-cpu-live", "t1"); st != TaskLost || len(e.Attached()) != 0 {
-			t.Errorf("after cancel: task %v, attached %q; want lost, none", st, e.Attached())
+		if _, st := e.TaskOutcome("slurm-cpu-live", "t1"); st != TaskLost || len(e.attached()) != 0 {
+			t.Errorf("after cancel: task %v, attached %q; want lost, none", st, e.attached())
 		}
 		if rec := do(t, e, "GET", "/v1/work?wait=0", tok, ""); rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), "revoked") {
 			t.Errorf("poll after cancel: %d %s; want 401 revoked", rec.Code, rec.Body)
@@ -186,10 +186,10 @@ func TestOwnershipIsExact(t *testing.T) {
 	if code, msg := attachAs(t, e, squat, `{"hostname":"n1","job_id":"10","cpus":1}`); code != http.StatusOK {
 		t.Fatalf("squatter with bad's shape: %d %q", code, msg)
 	}
-	if got := e.AttachedBy("bad-gpu"); len(got) != 0 {
+	if got := e.attachedBy("bad-gpu"); len(got) != 0 {
 		t.Errorf("bad-gpu's Reconcile would be told %q arrived", got)
 	}
-	if got := e.AttachedBy("bad"); !slices.Equal(got, []string{"bad-gpu-x"}) {
+	if got := e.attachedBy("bad"); !slices.Equal(got, []string{"bad-gpu-x"}) {
 		t.Errorf("bad's Reconcile is told %q; want [bad-gpu-x]", got)
 	}
 	// The GPU need waits: the squatter does not fit it.
@@ -212,7 +212,7 @@ func TestOwnershipIsExact(t *testing.T) {
 	if code, msg := attachAs(t, e, real, `{"hostname":"n2","job_id":"20","cpus":1,"gpus":1,"labels":["cuda"]}`); code != http.StatusOK {
 		t.Fatalf("bad-gpu's own worker: %d %q", code, msg)
 	}
-	if got := e.AttachedBy("bad-gpu"); !slices.Equal(got, []string{"bad-gpu-y"}) {
+	if got := e.attachedBy("bad-gpu"); !slices.Equal(got, []string{"bad-gpu-y"}) {
 		t.Errorf("bad-gpu's Reconcile is told %q; want [bad-gpu-y]", got)
 	}
 	// bad's credential for the name cannot poll its work or detach it.
@@ -239,10 +239,10 @@ func TestWorkerTextEscaped(t *testing.T) {
 	var out bytes.Buffer
 	say := func(format string, args ...any) { fmt.Fprintf(&out, format+"\n", args...) }
 	// As host-example's story tells them.
-	e.OnAttach = func(w WorkerInfo) {
+	e.hooks.attach = func(w WorkerInfo) {
 		say("worker %s attached from %s (job %s, %d cpus, %d gpus)", w.Name, w.Hostname, w.JobID, w.CPUs, w.GPUs)
 	}
-	e.OnResult = func(r Result) {
+	e.hooks.result = func(r Result) {
 		say("work done by %s: host %s, job %s, cpus %d: %s", r.Worker, r.Hostname, r.JobID, r.CPUs, r.Output)
 	}
 	const forged = "x\n[   9.9s] all 1 need(s) served; shutting down\x1b[2J\u202e\xff"
@@ -353,7 +353,7 @@ func TestDeadWorkerGoneInSeconds(t *testing.T) {
 				time.Since(killed).Round(time.Millisecond), goneAfter, servedAfter, deadAfter+10*time.Second, logs)
 		}
 		p.Pass(context.Background())
-		if goneAfter == 0 && !slices.Contains(e.Attached(), "slurm-cpu-a") {
+		if goneAfter == 0 && !slices.Contains(e.attached(), "slurm-cpu-a") {
 			goneAfter = time.Since(killed)
 		}
 		if servedAfter == 0 && p.Served() {

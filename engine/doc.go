@@ -9,8 +9,8 @@
 // failover to the next fitting shape or provisioner when one cannot fit,
 // is backing off, misconfigured or capped (Router); admit the workers
 // that dial back with the credentials the engine signed, once each, and
-// notice when they go silent (Books, with its HTTP side for the worker
-// protocol of docs/worker-protocol.md); tell what happened as typed
+// notice when they go silent (Books, and the worker API over it for the
+// worker protocol of docs/worker-protocol.md); tell what happened as typed
 // events (Hub, with its Server-Sent Events handler) and as Prometheus
 // metrics. Engine wires them together: New, Serve, Start, Run, Stop.
 //
@@ -43,15 +43,16 @@
 // configuration (engine/host decodes a block against the plugin's
 // schema), and never holds a lock across a plugin call or a worker's
 // request: a slow plugin delays only itself, a slow worker only its own
-// answer. Liveness is decided by one goroutine (Books.Watch), never on a
+// answer. Liveness is decided by one goroutine (Books.watch), never on a
 // read: a GET /status or a metrics scrape changes nothing.
 //
 // Ten thousand workers each hold a long poll open. A poll with nothing to
-// say is parked (park.go): its connection is taken from net/http, watched
-// for a hang-up in one epoll set, and answered from a timer or the books,
-// so a waiting worker costs a few hundred bytes, not a goroutine and a
-// request (9 KB of resident set a worker at 10,000, docs/benchmarks.md).
-// That is Linux's; elsewhere the server holds the poll as before.
+// say is parked (engine/internal/park): its connection is taken from
+// net/http, watched for a hang-up in one epoll set, and answered from a
+// timer or the books, so a waiting worker costs a few hundred bytes, not
+// a goroutine and a request (docs/benchmarks.md). That is Linux's;
+// elsewhere, and with Config.HoldPolls, the server holds the poll.
+// docs/design/engine-park.md says why parking and what it costs.
 //
 // What it won't do: keep state across restarts (the plugins adopt their
 // jobs, and the workers attach again); schedule real work (a Task is the

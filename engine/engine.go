@@ -51,6 +51,11 @@ type Config struct {
 	TLS *tls.Config
 	// MaxConnections caps the listener's connections (0: 4096).
 	MaxConnections int
+	// HoldPolls holds every long poll on its goroutine, as net/http
+	// holds any request, instead of parking it (engine/internal/park);
+	// the configuration's park_polls = false. Systems without epoll hold
+	// them anyway.
+	HoldPolls bool
 	// DropEnv names variables the plugins are started without (the
 	// secret's, a token's).
 	DropEnv []string
@@ -98,9 +103,10 @@ type Engine struct {
 	ln     net.Listener
 	gate   *connGate
 	srv    *http.Server
-	// parker holds the long polls Serve's server parks; nil before
-	// Serve, or where polls cannot be parked.
-	parker *parker
+	// api serves the workers' endpoints, status the operator's GET
+	// /status.
+	api    *workerAPI
+	status *statusPage
 	// serving and watching are the HTTP server's and the books'
 	// liveness goroutines; Stop waits for both.
 	serving  sync.WaitGroup
@@ -156,24 +162,26 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e.ln, e.addr = ln, ln.Addr().String()
 
-	e.Books = NewBooks(logger.Named("http"), signer, time.Now)
-	e.Books.ID = cfg.ID
-	e.Books.OnAttach = func(w WorkerInfo) {
-		e.Router.WorkerAttached(w.Provisioner, w.Profile)
-		if cfg.Hooks.Attach != nil {
-			cfg.Hooks.Attach(w)
-		}
-	}
-	e.Books.OnResult = cfg.Hooks.Result
+	e.Books = newBooks(logger.Named("http"), signer, time.Now, booksHooks{
+		attach: func(w WorkerInfo) {
+			e.Router.WorkerAttached(w.Provisioner, w.Profile)
+			if cfg.Hooks.Attach != nil {
+				cfg.Hooks.Attach(w)
+			}
+		},
+		result:   cfg.Hooks.Result,
+		activity: func(a Activity) { e.obs.activity(a) },
+	})
 	e.gate = newConnGate(cfg.MaxConnections, logger.Named("http"), loglimit.New(refusalLogBurst, refusalLogWindow))
 
 	e.Router = NewRouter(logger.Named("router"), e.Books, nil)
 	e.Fleet = newFleet(cfg, signer, address, logger, e)
-	state := &stateCollector{health: e.Fleet.health, status: e.Books.provisionerStatus, workers: e.workerCounts, needs: func() []NeedStatus { return e.Router.Needs() }, forgotten: func() int { return e.Router.Forgotten() },
+	e.api = newWorkerAPI(e.Books, nil)
+	e.status = &statusPage{id: cfg.ID, books: e.Books, provisioners: e.Fleet.Status, needs: e.Router.Needs, held: e.Router.Held}
+	state := &stateCollector{health: e.Fleet.health, status: e.status.provisionerStatus, workers: e.workerCounts, needs: func() []NeedStatus { return e.Router.Needs() }, forgotten: func() int { return e.Router.Forgotten() },
 		held: func() []HeldProfile { return e.Router.Held() }}
 	e.obs = newObserver(newEngineMetrics(state))
 	e.Hub = e.obs.hub
-	e.Books.OnActivity = e.obs.activity
 	e.Router.OnBurst = func(target string, pd shared.ProfileDemand) {
 		e.obs.burst(target, pd)
 		if cfg.Hooks.Burst != nil {
@@ -181,9 +189,6 @@ func New(cfg Config) (*Engine, error) {
 		}
 	}
 	e.Router.OnDeadline = e.Fleet.deadline
-	e.Books.NeedsFunc = e.Router.Needs
-	e.Books.HeldFunc = e.Router.Held
-	e.Books.StatusFunc = e.Fleet.Status
 
 	// Liveness is decided here, by one goroutine, never on a read.
 	lctx, cancel := context.WithCancel(context.Background())
@@ -191,7 +196,7 @@ func New(cfg Config) (*Engine, error) {
 	e.watching.Add(1)
 	go func() {
 		defer e.watching.Done()
-		e.Books.Watch(lctx)
+		e.Books.watch(lctx)
 	}()
 
 	logger.Info("listening for workers", "addr", e.addr, "tls", cfg.TLS != nil, "max_connections", e.gate.max)
@@ -238,9 +243,8 @@ func (e *Engine) Mux(protect func(http.Handler) http.Handler, metricsOpen bool) 
 		protect = ownUserOnly(e.Fleet.PIDs)
 	}
 	mux := http.NewServeMux()
-	books := e.Books.Handler()
-	mux.Handle("/v1/", books)
-	mux.Handle("GET /status", protect(books))
+	mux.Handle("/v1/", e.api.handler())
+	mux.Handle("GET /status", protect(e.status))
 	mux.Handle("GET /v1/events", protect(http.HandlerFunc(e.Hub.ServeHTTP)))
 	metrics := e.obs.metrics.handler()
 	if !metricsOpen {
@@ -257,8 +261,9 @@ func (e *Engine) Mux(protect func(http.Handler) http.Handler, metricsOpen bool) 
 func (e *Engine) Serve(handler http.Handler) {
 	e.srv = newHTTPServer(handler, e.gate, e.Books.pollWait())
 	rl := serverListener(e.ln, e.cfg.TLS)
-	e.parker = newParker(e.gate, rl)
-	e.Books.parker = e.parker
+	if !e.cfg.HoldPolls {
+		e.api.parker = newParker(e.gate, rl)
+	}
 	e.serving.Add(1)
 	go func() {
 		defer e.serving.Done()
@@ -326,7 +331,7 @@ func (e *Engine) Run(ctx context.Context, done func() bool) bool {
 			return false
 		case <-passTick.C:
 		case <-e.wake:
-		case <-e.Books.Changed():
+		case <-e.Books.changes():
 		case <-reconcileTick.C:
 			e.Fleet.reconcile(ctx, e.Books)
 		}
@@ -434,7 +439,7 @@ func (e *Engine) Stop(ctx context.Context) []StopResult {
 	// jobs as arrived: a plugin's Shutdown cancels what has not arrived,
 	// and must not race the workers about to leave on their own.
 	e.Fleet.reconcile(ctx, e.Books)
-	if n := e.Books.Dismiss(ctx, dismissWait); n > 0 {
+	if n := e.Books.dismiss(ctx, dismissWait); n > 0 {
 		e.logger.Warn("workers still attached when the engine stopped; their provisioners let them go", "workers", n)
 	}
 	results := e.Fleet.Shutdown(ctx)
@@ -452,7 +457,7 @@ func (e *Engine) Stop(ctx context.Context) []StopResult {
 	e.serving.Wait()
 	// Hijacked connections are not the server's to wait for: the
 	// parked polls' are answered and closed here.
-	e.parker.close()
+	e.api.parker.Close()
 	e.stopLive()
 	e.watching.Wait()
 	return results

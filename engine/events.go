@@ -53,7 +53,7 @@ const (
 	// What happened to a worker here.
 	EventWorkerAttached EventKind = "worker_attached"
 	EventWorkerDetached EventKind = "worker_detached"
-	// EventWorkerGone: silent past its time (Books.Watch).
+	// EventWorkerGone: silent past its time (Books.watch).
 	EventWorkerGone EventKind = "worker_gone"
 	// EventWorkerDropped: its provisioner cancelled its request.
 	EventWorkerDropped EventKind = "worker_dropped"

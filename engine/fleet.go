@@ -115,7 +115,7 @@ func (f *Fleet) deadline(name string, missed bool) {
 // reconcile tells each provisioner which of its workers are attached.
 func (f *Fleet) reconcile(ctx context.Context, books *Books) {
 	for _, s := range f.sups {
-		s.Reconcile(ctx, books.AttachedBy(s.Name()))
+		s.Reconcile(ctx, books.attachedBy(s.Name()))
 	}
 }
 

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -63,12 +65,12 @@ func serveEngine(t *testing.T, pollWait time.Duration) (*Books, *httptest.Server
 	signer := host.NewSigner(testSecret)
 	e := NewBooks(logger, signer, nil)
 	e.PollWait = pollWait
-	srv := httptest.NewServer(e.Handler())
+	srv := httptest.NewServer(booksHandler(e))
 	ctx, cancel := context.WithCancel(context.Background())
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		e.Watch(ctx)
+		e.watch(ctx)
 	}()
 	t.Cleanup(func() { cancel(); <-watched })
 	t.Cleanup(srv.Close)
@@ -90,4 +92,36 @@ func storyHooks(out *lockedBuffer) Hooks {
 		Attach: func(w WorkerInfo) { fmt.Fprintf(out, "worker %s attached\n", w.Name) },
 		Result: func(r Result) { fmt.Fprintf(out, "work done by %s: %s\n", r.Worker, r.Output) },
 	}
+}
+
+// testAPIs and testStatus are each test's books' worker API and status
+// page, made once per Books, as New makes them once per engine.
+var testAPIs, testStatus sync.Map // *Books -> *workerAPI, *statusPage
+
+// apiOf is e's worker API (its polls held unless the test parks them).
+func apiOf(e *Books) *workerAPI {
+	if a, ok := testAPIs.Load(e); ok {
+		return a.(*workerAPI)
+	}
+	a, _ := testAPIs.LoadOrStore(e, newWorkerAPI(e, nil))
+	return a.(*workerAPI)
+}
+
+// statusOf is e's GET /status, listing no provisioners, needs or held
+// profiles until the test sets where they come from.
+func statusOf(e *Books) *statusPage {
+	if s, ok := testStatus.Load(e); ok {
+		return s.(*statusPage)
+	}
+	s, _ := testStatus.LoadOrStore(e, &statusPage{id: "test", books: e})
+	return s.(*statusPage)
+}
+
+// booksHandler routes e's worker API and GET /status as Engine.Mux
+// routes them, without the operator's guard.
+func booksHandler(e *Books) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", apiOf(e).handler())
+	mux.Handle("GET /status", statusOf(e))
+	return mux
 }

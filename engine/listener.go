@@ -27,7 +27,7 @@ import (
 //     poll of GET /v1/work.
 //   - A request that cannot be authorized (no credential, a bad, expired
 //     or revoked one) is answered 401 before its body is read, and the
-//     connection is closed (see Books.refuse): Go's server
+//     connection is closed (see workerAPI.refuse): Go's server
 //     would otherwise read up to 256 KiB of an unread body before writing the
 //     answer, and a client that announces a body and never sends it would
 //     hold the connection until ReadTimeout.
@@ -35,7 +35,7 @@ import (
 //     worker's may use only part of the cap; the rest is kept for
 //     workers. A connection becomes a worker's when an attach on it
 //     succeeds or a request on it carries an attached worker's session
-//     (Books.sessionLocked), never for a credential that merely checks
+//     (Books.sessionLocked, sessionHolds), never for a credential that merely checks
 //     out: a detached worker's or a failed job's is good for hours, and
 //     is refused (401, 403 or 409) with its connection closed. When the
 //     part for strangers is full, the stranger that has been idle
@@ -146,9 +146,9 @@ type connEntry struct {
 	// share until the request ends. Guarded by gate.mu.
 	operator bool
 	// parked says a worker's poll has taken the connection from the
-	// server (park.go): it stays counted, as the worker's, while the
-	// server has no word of it, and comes back to the server as the same
-	// entry. Guarded by gate.mu.
+	// server (engine/internal/park): it stays counted, as the worker's,
+	// while the server has no word of it, and comes back to the server
+	// as the same entry. Guarded by gate.mu.
 	parked bool
 }
 
@@ -320,10 +320,10 @@ func MarkOperator(ctx context.Context) (done func()) {
 	}
 }
 
-// park marks the connection of ctx's request as about to be taken by a
-// parked poll; false if the gate does not know it (the poll is held as
-// before). Only a worker's connection is parked.
-func (g *connGate) park(ctx context.Context) bool {
+// Park marks the connection of ctx's request as about to be taken by a
+// parked poll; false if the gate does not know it (the poll is held).
+// Only a worker's connection is parked.
+func (g *connGate) Park(ctx context.Context) bool {
 	e, _ := ctx.Value(connEntryKey{}).(*connEntry)
 	if e == nil || e.gate != g {
 		return false
@@ -337,9 +337,9 @@ func (g *connGate) park(ctx context.Context) bool {
 	return true
 }
 
-// unpark undoes park when the hijack failed: the server still has the
+// Unpark undoes Park when the hijack failed: the server still has the
 // connection.
-func (g *connGate) unpark(ctx context.Context) {
+func (g *connGate) Unpark(ctx context.Context) {
 	e, _ := ctx.Value(connEntryKey{}).(*connEntry)
 	if e == nil {
 		return
@@ -349,9 +349,9 @@ func (g *connGate) unpark(ctx context.Context) {
 	g.mu.Unlock()
 }
 
-// rekey has the entry of old, a parked poll's connection, stand for c,
-// which wraps it (pendingConn), and returns c.
-func (g *connGate) rekey(old net.Conn, c net.Conn) net.Conn {
+// Rekey has the entry of old, a parked poll's connection, stand for c,
+// which wraps it (with the bytes the server had read past the poll).
+func (g *connGate) Rekey(old net.Conn, c net.Conn) {
 	g.mu.Lock()
 	if e := g.conns[old]; e != nil && old != c {
 		delete(g.conns, old)
@@ -359,12 +359,11 @@ func (g *connGate) rekey(old net.Conn, c net.Conn) net.Conn {
 		g.conns[c] = e
 	}
 	g.mu.Unlock()
-	return c
 }
 
-// forget removes c, a parked poll's connection closed without going back
+// Forget removes c, a parked poll's connection closed without going back
 // to the server.
-func (g *connGate) forget(c net.Conn) {
+func (g *connGate) Forget(c net.Conn) {
 	g.mu.Lock()
 	if e := g.conns[c]; e != nil {
 		g.removeLocked(e)

@@ -31,15 +31,24 @@ import (
 // connections, on a loopback port; it returns the address.
 func startListener(t *testing.T, e *Books, max int, tlsConfig *tls.Config) (string, *connGate) {
 	t.Helper()
+	return serveBooks(t, e, max, tlsConfig, true)
+}
+
+// serveBooks is startListener with parking on (parkPolls) or off
+// (Config.HoldPolls).
+func serveBooks(t *testing.T, e *Books, max int, tlsConfig *tls.Config, parkPolls bool) (string, *connGate) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	gate := newConnGate(max, e.logger, loglimit.New(refusalLogBurst, refusalLogWindow))
-	srv := newHTTPServer(e.Handler(), gate, e.pollWait())
+	srv := newHTTPServer(booksHandler(e), gate, e.pollWait())
 	rl := serverListener(ln, tlsConfig)
-	p := newParker(gate, rl)
-	e.parker = p
+	api := apiOf(e)
+	if parkPolls {
+		api.parker = newParker(gate, rl)
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -49,7 +58,7 @@ func startListener(t *testing.T, e *Books, max int, tlsConfig *tls.Config) (stri
 		e.Close()
 		srv.Close()
 		<-done
-		p.close()
+		api.parker.Close()
 	})
 	return ln.Addr().String(), gate
 }
@@ -277,7 +286,7 @@ func TestStatusFetchedOnceAndBounded(t *testing.T) {
 	for i := range big {
 		big[i] = shared.Outstanding{Profile: "cpu", Job: strconv.Itoa(i), Worker: "hpc-cpu-" + strconv.Itoa(i), State: "PENDING"}
 	}
-	e.StatusFunc = func(context.Context) []host.ProvisionerStatus {
+	statusOf(e).provisioners = func(context.Context) []host.ProvisionerStatus {
 		calls.Add(1)
 		<-release
 		return []host.ProvisionerStatus{{Name: "hpc", Kind: "slurm", Process: "running",
@@ -349,7 +358,7 @@ func TestWorkerVerifiesTheEngine(t *testing.T) {
 	url := "https://" + addr
 
 	isAttached := func(name string) bool {
-		for _, w := range e.Attached() {
+		for _, w := range e.attached() {
 			if w == name {
 				return true
 			}

@@ -3,6 +3,7 @@ package engine
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
@@ -86,11 +87,8 @@ func serveGoroutines() int {
 	return strings.Count(string(buf[:n]), "net/http.(*conn).serve(")
 }
 
-func (p *parker) parked() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.byFD)
-}
+// parked is how many of e's polls are parked now.
+func parked(e *Books) int { return apiOf(e).parker.Parked() }
 
 // parkingBooks serves books whose polls last a minute, as Engine.Serve
 // does (startListener), and fails the test where polls cannot be parked.
@@ -100,7 +98,7 @@ func parkingBooks(t *testing.T, tlsConfig *tls.Config) (*Books, *host.Signer, st
 	e := NewBooks(nil, signer, nil)
 	e.PollWait = time.Minute
 	addr, gate := startListener(t, e, 0, tlsConfig)
-	if e.parker == nil {
+	if apiOf(e).parker == nil {
 		t.Fatal("no parker: epoll unavailable")
 	}
 	return e, signer, addr, gate
@@ -140,7 +138,7 @@ func TestParkedPolls(t *testing.T) {
 			polling += ws.polling
 		}
 		e.mu.Unlock()
-		return polling == n-1 && e.parker.parked() == n && serveGoroutines() == 0
+		return polling == n-1 && parked(e) == n && serveGoroutines() == 0
 	})
 	if open, _, _ := gate.counts(); open != n {
 		t.Errorf("the gate counts %d connections; want %d (parked ones count)", open, n)
@@ -183,7 +181,7 @@ func TestParkedPolls(t *testing.T) {
 	}
 
 	// Dismiss answers the parked ones 410 leave.
-	go e.Dismiss(t.Context(), 0)
+	go e.dismiss(t.Context(), 0)
 	for _, w := range workers[2:] {
 		resp := w.read(t, "the parked poll at Dismiss")
 		var er worker.ErrorResponse
@@ -202,7 +200,7 @@ func TestParkedPollHangUp(t *testing.T) {
 	e, signer, addr, _ := parkingBooks(t, nil)
 	w := attachRaw(t, e, signer, func() (net.Conn, error) { return net.Dial("tcp", addr) }, "hpc-hangup-1")
 	w.send(t, "/v1/work")
-	waitFor(t, "the poll parked", func() bool { return e.parker.parked() == 1 })
+	waitFor(t, "the poll parked", func() bool { return parked(e) == 1 })
 	w.conn.Close()
 	start := time.Now()
 	waitFor(t, "the poll to end after the hang-up", func() bool {
@@ -220,7 +218,7 @@ func TestParkedPollHangUp(t *testing.T) {
 	if delivered {
 		t.Error("a task assigned after the hang-up counts as delivered")
 	}
-	if n := e.parker.parked(); n != 0 {
+	if n := parked(e); n != 0 {
 		t.Errorf("%d polls still parked", n)
 	}
 }
@@ -250,7 +248,7 @@ func TestParkedPollTLS(t *testing.T) {
 		t.Errorf("ALPN chose %q; want http/1.1", proto)
 	}
 	w.send(t, "/v1/work")
-	waitFor(t, "the poll parked", func() bool { return e.parker.parked() == 1 })
+	waitFor(t, "the poll parked", func() bool { return parked(e) == 1 })
 	if err := e.Assign(w.name, Task{ID: "t-tls"}); err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +256,7 @@ func TestParkedPollTLS(t *testing.T) {
 		t.Fatalf("parked poll over TLS: %d", resp.StatusCode)
 	}
 	w.send(t, "/v1/watch")
-	waitFor(t, "the watch parked", func() bool { return e.parker.parked() == 1 })
+	waitFor(t, "the watch parked", func() bool { return parked(e) == 1 })
 	e.Close()
 	resp := w.read(t, "the parked watch at Close")
 	if resp.StatusCode != http.StatusServiceUnavailable || !resp.Close {
@@ -292,8 +290,10 @@ func TestParkedAnswerAsNetHTTP(t *testing.T) {
 		{name: "HTTP/1.1 pipelined", proto: "HTTP/1.1", pipelined: true},
 	}
 	dates := regexp.MustCompile("\r\nDate: [^\r]*\r\n")
-	for _, transport := range []string{"tcp", "tls"} {
-		t.Run(transport, func(t *testing.T) {
+	for _, mode := range []string{"tcp", "tls", "tcp held", "tls held"} {
+		transport, how, _ := strings.Cut(mode, " ")
+		parkPolls := how == ""
+		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			var tlsConfig *tls.Config
 			if transport == "tls" {
@@ -314,7 +314,13 @@ func TestParkedAnswerAsNetHTTP(t *testing.T) {
 					return tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
 				}
 			}
-			parked, signer, parkedAddr, _ := parkingBooks(t, tlsConfig)
+			signer := host.NewSigner(testSecret)
+			parking := NewBooks(nil, signer, nil)
+			parking.PollWait = time.Minute
+			parkingAddr, _ := serveBooks(t, parking, 0, tlsConfig, parkPolls)
+			if parkPolls && apiOf(parking).parker == nil {
+				t.Fatal("no parker: epoll unavailable")
+			}
 
 			held := NewBooks(nil, signer, nil)
 			held.PollWait = time.Minute
@@ -322,7 +328,7 @@ func TestParkedAnswerAsNetHTTP(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv := newHTTPServer(held.Handler(), nil, held.pollWait())
+			srv := newHTTPServer(booksHandler(held), nil, held.pollWait())
 			served := make(chan struct{})
 			go func() {
 				defer close(served)
@@ -413,26 +419,37 @@ func TestParkedAnswerAsNetHTTP(t *testing.T) {
 							}
 						})
 
-						// The parked answer: a task assigned to the parked
-						// poll, or its period's end.
-						pw := attachRaw(t, parked, signer, dialer(parkedAddr), name)
-						got, gotKept := exchange(t, parked, pw, request(pw, "/v1/work"), responses, func() {
-							waitFor(t, "the poll parked", func() bool { return parked.parker.parked() == 1 })
+						// The engine's answer: a task assigned to the
+						// parked poll, or the poll woken with nothing to
+						// say; with parking off, as net/http's side.
+						pw := attachRaw(t, parking, signer, dialer(parkingAddr), name)
+						path = "/v1/work"
+						if !parkPolls && !task {
+							path = "/v1/work?wait=0"
+						}
+						got, gotKept := exchange(t, parking, pw, request(pw, path), responses, func() {
+							if !parkPolls && !task {
+								return
+							}
+							waitFor(t, "the poll open", func() bool {
+								parking.mu.Lock()
+								defer parking.mu.Unlock()
+								return parking.workers[name].polling == 1 && len(parking.waiting) == 1
+							})
+							if parkPolls && parked(parking) != 1 {
+								t.Fatalf("%d polls parked; want 1", parked(parking))
+							}
 							if task {
-								if err := parked.Assign(name, Task{ID: "t-" + name}); err != nil {
+								if err := parking.Assign(name, Task{ID: "t-" + name}); err != nil {
 									t.Fatal(err)
 								}
 								return
 							}
-							parked.parker.mu.Lock()
-							var polls []*parkedPoll
-							for _, pp := range parked.parker.byFD {
-								polls = append(polls, pp)
+							parking.mu.Lock()
+							for lp := range parking.waiting {
+								lp.fire()
 							}
-							parked.parker.mu.Unlock()
-							for _, pp := range polls {
-								pp.fire(wakeTimer)
-							}
+							parking.mu.Unlock()
 						})
 
 						want = dates.ReplaceAllString(want, "\r\nDate: (date)\r\n")
@@ -442,6 +459,93 @@ func TestParkedAnswerAsNetHTTP(t *testing.T) {
 						}
 					})
 				}
+			}
+		})
+	}
+}
+
+// TestHoldPollsSwitch: an engine parks its workers' polls unless
+// Config.HoldPolls (park_polls = false) says to hold them; either way a
+// task assigned reaches the waiting poll on its connection.
+func TestHoldPollsSwitch(t *testing.T) {
+	t.Parallel()
+	for _, hold := range []bool{false, true} {
+		t.Run(fmt.Sprintf("HoldPolls=%v", hold), func(t *testing.T) {
+			t.Parallel()
+			e, err := New(Config{Secret: testSecret, ID: "test", Listen: "127.0.0.1:0", HoldPolls: hold})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.Books.PollWait = time.Minute
+			e.Serve(e.Mux(nil, false))
+			t.Cleanup(func() { e.Stop(context.Background()) })
+			if parking := e.api.parker != nil; parking == hold {
+				t.Fatalf("HoldPolls %v: parker set %v", hold, parking)
+			}
+			name := fmt.Sprintf("hpc-switch-%v", hold)
+			w := attachRaw(t, e.Books, host.NewSigner(testSecret), func() (net.Conn, error) { return net.Dial("tcp", e.Addr()) }, name)
+			w.send(t, "/v1/work")
+			waitFor(t, "the poll open", func() bool {
+				e.Books.mu.Lock()
+				defer e.Books.mu.Unlock()
+				return e.Books.workers[name].polling == 1 && len(e.Books.waiting) == 1
+			})
+			if !hold && e.api.parker.Parked() != 1 {
+				t.Errorf("%d polls parked; want 1", e.api.parker.Parked())
+			}
+			if err := e.Books.Assign(name, Task{ID: "t-switch"}); err != nil {
+				t.Fatal(err)
+			}
+			var task Task
+			resp := w.read(t, "the poll after Assign")
+			json.NewDecoder(resp.Body).Decode(&task)
+			if resp.StatusCode != http.StatusOK || task.ID != "t-switch" {
+				t.Fatalf("poll after Assign: %d %+v; want 200 t-switch", resp.StatusCode, task)
+			}
+			// Detached, the worker does not hold Stop for dismissWait.
+			fmt.Fprintf(w.conn, "POST /v1/detach HTTP/1.1\r\nHost: engine\r\nAuthorization: Bearer %s\r\n%s: %s\r\nContent-Length: 0\r\n\r\n", w.token, sessionHeader, w.session)
+			if resp := w.read(t, "the detach"); resp.StatusCode != http.StatusNoContent {
+				t.Fatalf("detach: %d", resp.StatusCode)
+			}
+		})
+	}
+}
+
+// TestDetachedWhileWaiting: a poll whose worker detached while it waited
+// answers 409 and closes its connection, parked or held alike.
+func TestDetachedWhileWaiting(t *testing.T) {
+	t.Parallel()
+	for _, parkPolls := range []bool{true, false} {
+		t.Run(fmt.Sprintf("parked=%v", parkPolls), func(t *testing.T) {
+			t.Parallel()
+			signer := host.NewSigner(testSecret)
+			e := NewBooks(nil, signer, nil)
+			addr, _ := serveBooks(t, e, 0, nil, parkPolls)
+			dial := func() (net.Conn, error) { return net.Dial("tcp", addr) }
+			w := attachRaw(t, e, signer, dial, fmt.Sprintf("hpc-detached-%v", parkPolls))
+			w.send(t, "/v1/work?wait=0.5")
+			waitFor(t, "the poll open", func() bool {
+				e.mu.Lock()
+				defer e.mu.Unlock()
+				return len(e.waiting) == 1
+			})
+			if parkPolls && parked(e) != 1 {
+				t.Fatalf("%d polls parked; want 1", parked(e))
+			}
+			// The same worker detaches on a connection of its own.
+			c, err := dial()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			other := &rawWorker{name: w.name, token: w.token, session: w.session, conn: c, r: bufio.NewReader(c)}
+			fmt.Fprintf(c, "POST /v1/detach HTTP/1.1\r\nHost: engine\r\nAuthorization: Bearer %s\r\n%s: %s\r\nContent-Length: 0\r\n\r\n", w.token, sessionHeader, w.session)
+			if resp := other.read(t, "the detach"); resp.StatusCode != http.StatusNoContent {
+				t.Fatalf("detach: %d", resp.StatusCode)
+			}
+			resp := w.read(t, "the poll after the detach")
+			if resp.StatusCode != http.StatusConflict || !resp.Close {
+				t.Fatalf("poll after its worker detached: %d, close %v; want 409 and the connection closed", resp.StatusCode, resp.Close)
 			}
 		})
 	}

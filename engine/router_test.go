@@ -353,7 +353,7 @@ func TestHungPluginDelaysOnlyItself(t *testing.T) {
 				placer.Pass(ctx)
 			case <-recTick.C:
 				for _, s := range list {
-					s.Reconcile(ctx, engine.AttachedBy(s.Name()))
+					s.Reconcile(ctx, engine.attachedBy(s.Name()))
 				}
 			}
 		}

@@ -76,11 +76,11 @@ func TestCopiedCredentialGetsNothing(t *testing.T) {
 			t.Errorf("a sibling's detach with session %q: %d; want 401 or 403", s, rec.Code)
 		}
 	}
-	t.Logf("the sibling got %d tasks, %d results accepted; worker 0 attached: %v", tasks, results, e.Attached())
+	t.Logf("the sibling got %d tasks, %d results accepted; worker 0 attached: %v", tasks, results, e.attached())
 	if tasks != 0 || results != 0 {
 		t.Errorf("the sibling got %d tasks and %d results accepted; want 0 and 0", tasks, results)
 	}
-	if got := e.Attached(); len(got) != 1 || got[0] != "slurm-cpu-b-0" {
+	if got := e.attached(); len(got) != 1 || got[0] != "slurm-cpu-b-0" {
 		t.Fatalf("after the sibling's detach, attached = %q; want worker 0 still", got)
 	}
 	if _, st := e.TaskOutcome("slurm-cpu-b-0", "task-1"); st != TaskPending {
@@ -100,8 +100,8 @@ func TestCopiedCredentialGetsNothing(t *testing.T) {
 	if res, st := e.TaskOutcome("slurm-cpu-b-0", "task-1"); st != TaskDone || res.Output != "real" {
 		t.Errorf("outcome %v %q; want worker 0's", st, res.Output)
 	}
-	if rec := do(t, e, "POST", "/v1/detach", token0, ""); rec.Code != http.StatusNoContent || len(e.Attached()) != 0 {
-		t.Errorf("worker 0's detach: %d, attached %q", rec.Code, e.Attached())
+	if rec := do(t, e, "POST", "/v1/detach", token0, ""); rec.Code != http.StatusNoContent || len(e.attached()) != 0 {
+		t.Errorf("worker 0's detach: %d, attached %q", rec.Code, e.attached())
 	}
 	if strings.Contains(logs.String(), session0) || strings.Contains(logs.String(), token0) {
 		t.Error("a session or a credential is in the log")
@@ -237,7 +237,7 @@ func TestWorkerWaitsOutAnOpenPoll(t *testing.T) {
 	if code := <-left; code != http.StatusNoContent {
 		t.Errorf("the earlier poll: %d; want 204 when its wait ran out", code)
 	}
-	if got := e.Attached(); len(got) != 1 {
+	if got := e.attached(); len(got) != 1 {
 		t.Errorf("attached = %q; want the worker still", got)
 	}
 }

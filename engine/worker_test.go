@@ -84,7 +84,6 @@ func TestFullLoop(t *testing.T) {
 	}
 
 	p := NewRouter(e.logger, e, []Target{{Name: "hpc", P: prov, Shapes: prov.ShapeList}})
-	e.NeedsFunc = p.Needs
 	p.Add(shared.Need{CPUs: 2, GPUs: 1, Label: "gpu"})
 
 	// The run loop: a pass on every engine change, and on a tick.
@@ -93,7 +92,7 @@ func TestFullLoop(t *testing.T) {
 	deadline := time.After(20 * time.Second)
 	for p.Pass(ctx); !p.Served(); p.Pass(ctx) {
 		select {
-		case <-e.Changed():
+		case <-e.changes():
 		case <-tick.C:
 		case code := <-exited:
 			t.Fatalf("worker exited with %d before the need was served:\n%s", code, workerLog)
@@ -120,7 +119,7 @@ func TestFullLoop(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("worker did not leave when idle:\n%s", workerLog)
 	}
-	if got := e.Attached(); len(got) != 0 {
+	if got := e.attached(); len(got) != 0 {
 		t.Errorf("Attached() = %q after the worker left", got)
 	}
 	for _, want := range []string{"worker attached", "work done", "need served", "worker detached"} {
@@ -141,7 +140,7 @@ func TestWorkerLeavesWhenEngineGoes(t *testing.T) {
 	signer := host.NewSigner(testSecret)
 	e := NewBooks(nil, signer, nil)
 	e.PollWait = 100 * time.Millisecond
-	srv := httptest.NewServer(e.Handler())
+	srv := httptest.NewServer(booksHandler(e))
 
 	token := sign(t, signer, "w", time.Hour)
 	provisioned(e, "w", "")
@@ -151,7 +150,7 @@ func TestWorkerLeavesWhenEngineGoes(t *testing.T) {
 	exited := make(chan int, 1)
 	go func() { exited <- w.Work(context.Background()) }()
 
-	waitFor(t, "the worker to attach", func() bool { return len(e.Attached()) == 1 })
+	waitFor(t, "the worker to attach", func() bool { return len(e.attached()) == 1 })
 	e.Close()
 	srv.Close()
 	select {
@@ -175,7 +174,7 @@ func TestWorkerStopsOnSignal(t *testing.T) {
 	logger, logs := testLogger(t)
 	signer := host.NewSigner(testSecret)
 	e := NewBooks(logger, signer, nil)
-	srv := httptest.NewServer(e.Handler())
+	srv := httptest.NewServer(booksHandler(e))
 	defer srv.Close()
 	defer e.Close()
 
@@ -202,7 +201,7 @@ func TestWorkerStopsOnSignal(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("worker ignored cancellation")
 	}
-	if len(e.Attached()) != 0 || !strings.Contains(logs.String(), "worker detached") {
+	if len(e.attached()) != 0 || !strings.Contains(logs.String(), "worker detached") {
 		t.Errorf("worker did not detach on its way out:\n%s", logs)
 	}
 }
@@ -259,7 +258,7 @@ func TestDismissLetsABusyWorkerGo(t *testing.T) {
 	t.Parallel()
 	signer := host.NewSigner(testSecret)
 	e := NewBooks(nil, signer, nil)
-	srv := httptest.NewServer(e.Handler())
+	srv := httptest.NewServer(booksHandler(e))
 	defer srv.Close()
 	defer e.Close()
 
@@ -274,7 +273,7 @@ func TestDismissLetsABusyWorkerGo(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the worker to start its task", func() bool { return strings.Contains(stderr.String(), "running task-1") })
-	if n := e.Dismiss(context.Background(), 10*time.Second); n != 0 {
+	if n := e.dismiss(context.Background(), 10*time.Second); n != 0 {
 		t.Fatalf("%d worker(s) still attached 10 s after Dismiss, with a task of an hour under way:\n%s", n, stderr)
 	}
 	select {

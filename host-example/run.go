@@ -160,6 +160,7 @@ func newDaemon(cfg *engine.File, logger hclog.Logger, story *story) (*daemon, er
 		Listen:         cfg.Engine.Listen,
 		TLS:            cfg.Engine.ServerTLS(),
 		MaxConnections: cfg.Engine.MaxConnections,
+		HoldPolls:      !cfg.Engine.ParkPolls,
 		DropEnv:        []string{cfg.Engine.SecretEnv, cfg.Engine.OperatorTokenEnv},
 		Logger:         logger,
 		Hooks: engine.Hooks{

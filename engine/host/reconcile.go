@@ -52,7 +52,7 @@ func NewAttachedTracker(contract string, resync time.Duration) *AttachedTracker 
 
 // Request is the ReconcileRequest for the workers attached now. attached
 // is kept (not copied) until the next Request; it is sorted here if it is
-// not already (Books.AttachedBy sorts).
+// not already (Books.attachedBy sorts).
 func (t *AttachedTracker) Request(attached []string, now time.Time) *shared.ReconcileRequest {
 	if !slices.IsSorted(attached) {
 		attached = slices.Clone(attached)

@@ -1,0 +1,204 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/fluksio/provision/engine/host"
+)
+
+// A long poll is a worker's GET /v1/work, waiting for a task, or its GET
+// /v1/watch, held while it runs one. What either answers is decided here,
+// from the books alone (longPoll.decideLocked); how it waits is a waiter's
+// (waiter.go): held on the request's goroutine, or parked. Both ask the
+// same question at the same moments (when the poll opens, and each time
+// its wait ends), so a held poll and a parked one answer alike.
+
+// pollAnswer is what a long poll answers.
+type pollAnswer int
+
+const (
+	answerWait        pollAnswer = iota // nothing yet: keep waiting
+	answerTask                          // the worker's task (200)
+	answerNone                          // nothing this period (204)
+	answerNotAttached                   // the worker is not attached (409)
+	answerPollOpen                      // another poll of the worker's is open (409 poll_open)
+	answerLeave                         // the engine lets its workers go (410 leave)
+	answerStopping                      // the engine is closing (503)
+)
+
+// wakeReason is what ended a long poll's wait.
+type wakeReason int
+
+const (
+	wakeOpen   wakeReason = iota + 1 // the poll opens: nothing has waited yet
+	wakeBooks                        // the books changed (a task assigned, dismiss, Close)
+	wakeTimer                        // its period passed
+	wakeHangup                       // the worker hung up: nobody reads the answer
+	wakeDone                         // the server is closing
+)
+
+// longPoll is one open long poll. Its fields but fire's target are fixed
+// at opening; fire and the books' records of it are guarded by Books.mu.
+type longPoll struct {
+	books *Books
+	// watch: GET /v1/watch; else GET /v1/work.
+	watch bool
+	name  string
+	ws    *workerState
+	// wait is the longest the poll waits.
+	wait time.Duration
+	// counted: the poll is counted in ws.polling and is ws.poll.
+	counted bool
+	// wake is the waiter's, set by arm: it ends the wait, with no I/O.
+	wake func()
+	// settled: the poll was answered and closed.
+	settled bool
+}
+
+// openPoll opens a long poll for the worker cred names, in the session
+// whose secret is session, waiting at most wait. It returns the poll and
+// what it answers now; answerWait means the poll waits (the caller's
+// waiter arms it and settles it), anything else is the answer and the
+// poll is closed. A denial refuses the request and opens nothing.
+func (b *Books) openPoll(cred host.Credential, session string, watch bool, wait time.Duration) (*longPoll, pollAnswer, Task, denial, string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ws, d, refusal := b.sessionLocked(cred, session)
+	if ws == nil {
+		return nil, 0, Task{}, d, refusal
+	}
+	lp := &longPoll{books: b, watch: watch, name: cred.Worker, ws: ws, wait: wait}
+	if !watch && ws.polling > 0 {
+		// The first keeps its place: a task goes out in one answer.
+		return lp, answerPollOpen, Task{}, allowed, ""
+	}
+	ws.lastSeen = b.now()
+	if !watch {
+		ws.polling++
+		ws.poll = lp
+		lp.counted = true
+	}
+	a, task := lp.decideLocked(wakeOpen)
+	if a != answerWait {
+		lp.closeLocked(a, wakeOpen)
+	}
+	return lp, a, task, allowed, ""
+}
+
+// decideLocked is what the poll answers now, woken for why: the one
+// decision for a poll and a watch, however they wait. It changes
+// nothing. b.mu must be held.
+//
+// A poll answers, in order: 410 leave once the engine lets its workers
+// go; 409 if its worker is no longer attached (it detached, was dropped,
+// or attached afresh); its task if it has one; 503 once the engine is
+// closing; 204 when its period passed or its worker hung up; else it
+// waits. A watch answers 410 leave, 503, or 204 the same way.
+func (lp *longPoll) decideLocked(why wakeReason) (pollAnswer, Task) {
+	b := lp.books
+	switch {
+	case isClosed(b.leave):
+		return answerLeave, Task{}
+	case lp.watch:
+	case b.workers[lp.name] != lp.ws:
+		return answerNotAttached, Task{}
+	case lp.ws.task != nil:
+		return answerTask, *lp.ws.task
+	}
+	switch {
+	case why == wakeDone || isClosed(b.done):
+		return answerStopping, Task{}
+	case why == wakeTimer || why == wakeHangup:
+		return answerNone, Task{}
+	}
+	return answerWait, Task{}
+}
+
+// arm has wake end the poll's wait whenever the books change for it
+// (Assign, dismiss, Close), and calls it at once if they did since the
+// poll opened.
+func (lp *longPoll) arm(wake func()) {
+	b := lp.books
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if lp.settled {
+		return
+	}
+	lp.wake = wake
+	b.waiting[lp] = struct{}{}
+	if a, _ := lp.decideLocked(wakeOpen); a != answerWait {
+		wake()
+	}
+}
+
+// fire wakes the poll's waiter, if it is armed. b.mu must be held.
+func (lp *longPoll) fire() {
+	if lp.wake != nil {
+		lp.wake()
+	}
+}
+
+// settle decides the poll's answer for why and closes the poll, unless
+// the answer is answerWait (a held poll then waits on).
+func (lp *longPoll) settle(why wakeReason) (pollAnswer, Task) {
+	b := lp.books
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	a, task := lp.decideLocked(why)
+	if a != answerWait {
+		lp.closeLocked(a, why)
+	}
+	return a, task
+}
+
+// settleNow is settle for a waiter that cannot wait again: a parked
+// poll woken with nothing to say answers 204, and its worker polls
+// again.
+func (lp *longPoll) settleNow(why wakeReason) (pollAnswer, Task) {
+	b := lp.books
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	a, task := lp.decideLocked(why)
+	if a == answerWait {
+		a = answerNone
+	}
+	lp.closeLocked(a, why)
+	return a, task
+}
+
+// closeLocked ends the poll in the books as it answers a for why: the
+// worker was seen now, has one poll fewer open, and holds its task as
+// delivered if the answer carries it to a worker that reads it. A worker
+// that hung up (it died mid-poll) never reads the task: it stays
+// undelivered, so the worker's silence is noticed in deadAfter rather
+// than goneFactor poll periods. b.mu must be held.
+func (lp *longPoll) closeLocked(a pollAnswer, why wakeReason) {
+	b := lp.books
+	lp.settled = true
+	delete(b.waiting, lp)
+	ws := lp.ws
+	if a == answerTask {
+		ws.delivered = why != wakeHangup
+	}
+	if lp.counted {
+		ws.polling--
+		ws.lastSeen = b.now()
+		if ws.poll == lp {
+			ws.poll = nil
+		}
+		return
+	}
+	if b.workers[lp.name] == ws {
+		ws.lastSeen = b.now()
+	}
+}
+
+// isClosed reports whether ch, closed once and never sent on, is closed.
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
