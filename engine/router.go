@@ -969,13 +969,13 @@ func (p *router) waitingLocked(ns *needState) (WaitReason, string) {
 	return ReasonNoFit, "waiting; no provisioner can start a machine this big"
 }
 
-// ParseNeed reads a need as -need takes it:
+// parseNeed reads a need as -need takes it:
 //
 //	cpus=N[,gpus=N][,ram_mb=N][,label=L]
 //
 // in any order. cpus defaults to 1 and may not be less; the others default
 // to zero (no constraint) and empty (any machine).
-func ParseNeed(s string) (shared.Need, error) {
+func parseNeed(s string) (shared.Need, error) {
 	const form = "cpus=N[,gpus=N][,ram_mb=N][,label=L]"
 	n := shared.Need{CPUs: 1}
 	if strings.TrimSpace(s) == "" {
@@ -1021,7 +1021,7 @@ func ParseNeed(s string) (shared.Need, error) {
 	return n, nil
 }
 
-// FormatNeed writes a need the way ParseNeed reads it, leaving out what
+// FormatNeed writes a need the way parseNeed reads it, leaving out what
 // is at its default.
 func FormatNeed(n shared.Need) string {
 	parts := []string{"cpus=" + strconv.Itoa(n.CPUs)}
@@ -1049,7 +1049,7 @@ type NeedSpec struct {
 	Work  time.Duration
 }
 
-// ParseNeedSpec reads a -need flag: a need as ParseNeed takes it, with
+// ParseNeedSpec reads a -need flag: a need as parseNeed takes it, with
 // count=N (how many such needs, default 1) and work=DURATION (how long
 // each task takes, such as 5s) anywhere among its keys.
 func ParseNeedSpec(s string) (NeedSpec, error) {
@@ -1074,7 +1074,7 @@ func ParseNeedSpec(s string) (NeedSpec, error) {
 			rest = append(rest, item)
 		}
 	}
-	n, err := ParseNeed(strings.Join(rest, ","))
+	n, err := parseNeed(strings.Join(rest, ","))
 	if err != nil {
 		return NeedSpec{}, err
 	}

@@ -48,18 +48,18 @@ var badNeedTests = []struct {
 func TestParseNeed(t *testing.T) {
 	t.Parallel()
 	for _, tc := range goodNeedTests {
-		got, err := ParseNeed(tc.in)
+		got, err := parseNeed(tc.in)
 		if err != nil || got != tc.want {
 			t.Errorf("ParseNeed(%q) = %+v, %v; want %+v", tc.in, got, err, tc.want)
 			continue
 		}
 		// What FormatNeed writes, ParseNeed reads back.
-		if again, err := ParseNeed(FormatNeed(got)); err != nil || again != got {
+		if again, err := parseNeed(FormatNeed(got)); err != nil || again != got {
 			t.Errorf("FormatNeed(%+v) = %q, which reads back as %+v, %v", got, FormatNeed(got), again, err)
 		}
 	}
 	for _, tc := range badNeedTests {
-		got, err := ParseNeed(tc.in)
+		got, err := parseNeed(tc.in)
 		if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 			t.Errorf("ParseNeed(%q) = %+v, %v; want an error containing %q", tc.in, got, err, tc.wantErr)
 		}
