@@ -79,8 +79,9 @@ func TestStartListens(t *testing.T) {
 }
 
 // TestEngineEvents: a real plugin's events reach a subscriber in order of
-// sequence; a subscription resumes after the last seq read; cancelling
-// its context closes the channel, and so does Stop.
+// sequence; Status and PIDs have the plugin; a subscription resumes after
+// the last seq read; cancelling its context closes the channel, and so
+// does Stop.
 func TestEngineEvents(t *testing.T) {
 	bin := testutil.BuildTestPlugin(t)
 	body := fmt.Sprintf("engine {\n  listen = \"127.0.0.1:0\"\n}\nprovisioner \"memory\" \"mem\" {\n  plugin = %q\n  greeting = \"hi\"\n}\n", bin)
@@ -136,6 +137,13 @@ func TestEngineEvents(t *testing.T) {
 	}
 	if up.Provisioner != "mem" || provisioned.Provisioner != "mem" || provisioned.Worker == "" || up.Seq > provisioned.Seq {
 		t.Errorf("plugin_up %+v, then worker_provisioned %+v", up, provisioned)
+	}
+	st := e.Status(ctx)
+	if len(st.Provisioners) != 1 || st.Provisioners[0].Name != "mem" || st.Provisioners[0].Status == nil {
+		t.Errorf("Status: %+v; want provisioner mem with its plugin's report", st)
+	}
+	if pids := e.PIDs(); len(pids) != 1 {
+		t.Errorf("PIDs %v; want the one plugin's", pids)
 	}
 	resumed := e.Events(ctx, up.Seq)
 	if ev := <-resumed; ev.Seq != up.Seq+1 {
