@@ -76,7 +76,7 @@ type holds struct {
 // (errTooManyProfiles).
 const maxHeldProfiles = 256
 
-// errTooManyProfiles is ObserveEvent's answer to a failure of a profile
+// errTooManyProfiles is observeEvent's answer to a failure of a profile
 // past maxHeldProfiles.
 var errTooManyProfiles = fmt.Errorf("the provisioner's failures name more than %d profiles; failures of further profiles hold nothing", maxHeldProfiles)
 
@@ -250,7 +250,7 @@ func profileFor(shapes []shared.Shape, n shared.Need) (string, bool) {
 	return "", false
 }
 
-// ObserveEvent holds back the profile of a machine a provisioner reports
+// observeEvent holds back the profile of a machine a provisioner reports
 // failed. ev.Provisioner must be the host's stamp.
 //
 // A machine refused for a limit (class limit_reached: an association's
@@ -261,7 +261,7 @@ func profileFor(shapes []shared.Shape, n shared.Need) (string, bool) {
 // A failure of a profile past the provisioner's maxHeldProfiles holds
 // nothing, and the error says so (the caller counts it and says it
 // once).
-func (p *Router) ObserveEvent(ev shared.Event) error {
+func (p *router) observeEvent(ev shared.Event) error {
 	if ev.Kind != shared.EventWorkerProvisionFailed || ev.Profile == "" || ev.Class == shared.FailureLimitReached {
 		return nil
 	}
@@ -275,9 +275,9 @@ func (p *Router) ObserveEvent(ev shared.Event) error {
 	return nil
 }
 
-// WorkerAttached ends the hold of the profile a provisioner's worker was
+// workerAttached ends the hold of the profile a provisioner's worker was
 // started as: the profile works.
-func (p *Router) WorkerAttached(provisioner, profile string) {
+func (p *router) workerAttached(provisioner, profile string) {
 	if profile != "" && p.holds.attached(provisioner, profile) {
 		p.logger.Info("profile no longer held back: a worker of it attached", "provisioner", provisioner, "profile", profile)
 	}
@@ -285,4 +285,4 @@ func (p *Router) WorkerAttached(provisioner, profile string) {
 
 // Held lists the profiles with failures in a row, for GET /status, the
 // page and the metrics.
-func (p *Router) Held() []HeldProfile { return p.holds.list() }
+func (p *router) Held() []HeldProfile { return p.holds.list() }

@@ -36,12 +36,12 @@ func TestHoldFor(t *testing.T) {
 // not hold its profile back (the room comes back as jobs end, and every
 // profile of the login shares the limit); any other failure does.
 func TestLimitReachedIsNotHeld(t *testing.T) {
-	p := NewRouter(nil, NewBooks(nil, host.NewSigner(testSecret), nil), nil)
-	p.ObserveEvent(shared.Event{Kind: shared.EventWorkerProvisionFailed, Provisioner: "hpc", Profile: "cpu", Class: shared.FailureLimitReached, Detail: "AssocMaxSubmitJobLimit"})
+	p := newRouter(nil, NewBooks(nil, host.NewSigner(testSecret), nil), nil)
+	p.observeEvent(shared.Event{Kind: shared.EventWorkerProvisionFailed, Provisioner: "hpc", Profile: "cpu", Class: shared.FailureLimitReached, Detail: "AssocMaxSubmitJobLimit"})
 	if held := p.Held(); len(held) != 0 {
 		t.Errorf("a limit_reached failure held %+v; want nothing held", held)
 	}
-	p.ObserveEvent(shared.Event{Kind: shared.EventWorkerProvisionFailed, Provisioner: "hpc", Profile: "cpu", Class: shared.FailureDiedBeforeAttach})
+	p.observeEvent(shared.Event{Kind: shared.EventWorkerProvisionFailed, Provisioner: "hpc", Profile: "cpu", Class: shared.FailureDiedBeforeAttach})
 	if held := p.Held(); len(held) != 1 || !held[0].Held {
 		t.Errorf("a died_before_attach failure held %+v; want cpu held", held)
 	}
@@ -109,7 +109,7 @@ func TestEngineHoldsAPluginThatNeverBacksOff(t *testing.T) {
 	case <-time.After(10 * time.Second):
 	}
 	inTen := failedMachines(d)
-	held := d.Router.Held()
+	held := d.router.Held()
 	t.Logf("machines the plugin started in the first 10 s, all failing at once: %d; held back: %+v", inTen, held)
 	if inTen > 15 {
 		t.Errorf("the plugin started %d machines in 10 s; want at most 15\n%s", inTen, logs)
@@ -152,7 +152,7 @@ func TestEngineHoldsAPluginThatNeverBacksOff(t *testing.T) {
 	stopped := time.Now()
 	var o shared.Outstanding
 	waitForLong(t, 3*engineHoldMax, "a machine that does not fail", func() bool {
-		st := d.Fleet.sups[0].Status(ctx)
+		st := d.fleet.sups[0].Status(ctx)
 		if st.Status == nil || len(st.Status.Outstanding) == 0 {
 			return false
 		}
@@ -162,7 +162,7 @@ func TestEngineHoldsAPluginThatNeverBacksOff(t *testing.T) {
 	shape := map[string]host.CredentialClaims{"small": {CPUs: 1, RAMMB: 1000}, "gpu": {CPUs: 4, GPUs: 1, RAMMB: 16000, Labels: []string{"cuda"}}}[o.Profile]
 	claims := shape
 	claims.Worker, claims.Provisioner = o.Worker, "storm"
-	token, _, err := d.Books.signer.Sign(claims, time.Hour)
+	token, _, err := d.books.signer.Sign(claims, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func TestEngineHoldsAPluginThatNeverBacksOff(t *testing.T) {
 	}
 	t.Logf("failures stopped -> need served by %s (%s): %.1fs; machines started in all: %d",
 		o.Worker, o.Profile, time.Since(stopped).Seconds(), failedMachines(d))
-	for _, h := range d.Router.Held() {
+	for _, h := range d.router.Held() {
 		if h.Profile == o.Profile {
 			t.Errorf("%s still held back after its worker attached: %+v", o.Profile, h)
 		}
@@ -213,7 +213,9 @@ func runDaemon(t *testing.T, body string, need shared.Need) (d *Engine, runDone 
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.Serve(d.Mux(nil, false))
+	if err := d.Serve(d.Mux(nil, false)); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	if diags := d.Start(ctx); diags.HasErrors() {
 		cancel()
@@ -222,7 +224,7 @@ func runDaemon(t *testing.T, body string, need shared.Need) (d *Engine, runDone 
 	}
 	d.Add(need, 0)
 	runDone = make(chan bool, 1)
-	go func() { runDone <- d.Run(ctx, d.Router.Served) }()
+	go func() { runDone <- d.Run(ctx, d.Served) }()
 	t.Cleanup(func() {
 		cancel()
 		<-runDone
@@ -234,7 +236,7 @@ func runDaemon(t *testing.T, body string, need shared.Need) (d *Engine, runDone 
 // failedMachines is the plugin's own count of machines that failed, from
 // its Status counters.
 func failedMachines(d *Engine) int64 {
-	st := d.Fleet.sups[0].Status(context.Background())
+	st := d.fleet.sups[0].Status(context.Background())
 	var n int64
 	if st.Status != nil && st.Status.Counters != nil {
 		for _, f := range st.Status.Counters.Failures {

@@ -375,7 +375,7 @@ func TestStatus(t *testing.T) {
 			{Name: "old", Kind: "slurm", Process: "exited: signal: killed", Error: "plugin is gone"},
 		}
 	}
-	p := NewRouter(nil, e, nil)
+	p := newRouter(nil, e, nil)
 	p.Add(shared.Need{CPUs: 2})
 	statusOf(e).needs = p.Needs
 	provisioned(e, "hpc-cpu-1", "77")

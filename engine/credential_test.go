@@ -193,7 +193,7 @@ func TestOwnershipIsExact(t *testing.T) {
 		t.Errorf("bad's Reconcile is told %q; want [bad-gpu-x]", got)
 	}
 	// The GPU need waits: the squatter does not fit it.
-	p := NewRouter(logger, e, nil)
+	p := newRouter(logger, e, nil)
 	p.Add(shared.Need{CPUs: 1, GPUs: 1, Label: "cuda"})
 	p.Pass(context.Background())
 	if n := p.Needs()[0]; n.Worker != "" {
@@ -337,7 +337,7 @@ func TestDeadWorkerGoneInSeconds(t *testing.T) {
 
 	// The dead worker is still in the books for a moment, idle: the
 	// placer hands it the task, as it did for 61 s before.
-	p := NewRouter(nil, e, nil)
+	p := newRouter(nil, e, nil)
 	p.Add(shared.Need{CPUs: 1})
 	p.Pass(context.Background())
 	if w := p.Needs()[0].Worker; w != "slurm-cpu-a" {

@@ -4,15 +4,17 @@
 // of code (examples/embed is one in under 150 lines).
 //
 // The claim: provisioning is the same loop in every engine. Launch and
-// supervise a plugin per provisioner block (Fleet, over engine/host's
+// supervise a plugin per provisioner block (the fleet, over engine/host's
 // Supervisor); turn needs nobody serves into per-provisioner demand, with
 // failover to the next fitting shape or provisioner when one cannot fit,
-// is backing off, misconfigured or capped (Router); admit the workers
+// is backing off, misconfigured or capped (the router); admit the workers
 // that dial back with the credentials the engine signed, once each, and
-// notice when they go silent (Books, and the worker API over it for the
-// worker protocol of docs/worker-protocol.md); tell what happened as typed
-// events (Hub, with its Server-Sent Events handler) and as Prometheus
-// metrics. Engine wires them together: New, Serve, Start, Run, Stop.
+// notice when they go silent (Books, and the worker API over it for the worker
+// protocol of docs/worker-protocol.md); tell what happened as typed
+// events (Engine.Events, and a Server-Sent Events handler) and as
+// Prometheus metrics. Engine wires them together and is the one type an
+// embedder holds: New builds it and opens nothing, Serve listens, Start
+// launches the plugins, Run passes, Stop ends it all.
 //
 // Rejected: leaving this in an example engine's package main, as it was
 // (host-example). Every engine author copied or rewrote it (a minimal
@@ -22,13 +24,12 @@
 // stays out (its CLI, its operator authentication, its page, its story).
 //
 // The seams:
-//   - Needs are shared.Need. An engine with its own task model adds needs
-//     (Router.AddWork) and takes back those still waiting when its
-//     demand drops (Router.Withdraw: the provisioner then cancels what
-//     was queued for them), reads each need's typed phase and reason
-//     (Router.Needs), and hands tasks to the workers the Books list as
-//     idle (Books.Assign), or lets the Router do it with the project's
-//     task model, as host-example does.
+//   - Needs are shared.Need. An engine adds needs (Engine.Add), takes
+//     back those still waiting when its demand drops (Engine.Withdraw:
+//     the provisioner then cancels what was queued for them), and reads
+//     each need's typed phase and reason (Engine.Needs); the router hands
+//     each need's task to an idle worker that fits, with the project's
+//     task model.
 //   - Hooks hear attaches, results, bursts and the plugins' events, for
 //     an engine's own story or UI; they are called without any lock.
 //   - Mux takes the engine's operator authentication as a wrapper;

@@ -85,24 +85,39 @@ type Hooks struct {
 	Stopped func(StopResult)
 }
 
-// Engine is the whole provisioning loop: a Fleet of supervised plugins,
-// the Router that turns needs into demand, the Books workers attach to,
-// the Hub of events and the metrics, wired together. New builds it and
-// listens; Start launches the plugins; Serve serves HTTP; Run passes
-// until its context ends; Stop lets the workers go and shuts it all
-// down. Each is called once, in that order, from one goroutine.
+// Engine is the whole provisioning loop: the supervised plugins, the
+// router that turns needs into demand, the books workers attach to, the
+// event stream and the metrics, wired together. Its life cycle, each
+// step called once from one goroutine:
+//
+//   - New builds it from cfg; it opens nothing and starts no goroutine.
+//   - Serve listens and serves HTTP (normally Mux's routes).
+//   - Start launches the plugins, which are told where the engine
+//     listens; it listens first if Serve has not.
+//   - Run passes until its context ends or its done says so.
+//   - Stop lets the workers go and shuts it all down.
+//
+// Between Start and Stop, an embedder adds needs (Add), takes back those
+// still waiting (Withdraw), reads them (Needs, Served), the provisioners'
+// status (Status) and the events (Events); the operator's endpoints
+// (Mux) serve the same over HTTP.
 type Engine struct {
-	Fleet  *Fleet
-	Router *Router
-	Books  *Books
-	Hub    *Hub
-
 	cfg    Config
 	logger hclog.Logger
+	signer *host.Signer
+
+	fleet  *fleet
+	router *router
+	books  *Books
+	hub    *hub
 	obs    *observer
-	ln     net.Listener
-	gate   *connGate
-	srv    *http.Server
+
+	// ln, addr and gate are the listener, where it listens (as the
+	// listener says) and its connection cap; ln is nil until listen.
+	ln   net.Listener
+	addr string
+	gate *connGate
+	srv  *http.Server
 	// api serves the workers' endpoints, status the operator's GET
 	// /status.
 	api    *workerAPI
@@ -115,10 +130,8 @@ type Engine struct {
 	// wake holds at most one pending wake-up for the run loop: an event
 	// from a plugin, or a plugin up again.
 	wake chan struct{}
-	// addr is where the engine listens, as the listener says.
-	addr string
 	// eventLogs bounds, per provisioner, how many of its events are
-	// logged; fixed after New.
+	// logged; fixed by listen.
 	eventLogs []pluginEventLog
 }
 
@@ -141,8 +154,9 @@ const (
 	eventLogWindow = 10 * time.Second
 )
 
-// New builds an engine for cfg and starts listening. An error is the
-// operator's to fix (the address, the secret) and says how.
+// New builds an engine for cfg. It opens no listener, launches no
+// plugin and starts no goroutine: Serve and Start do. An error is the
+// operator's to fix (the secret) and says how.
 func New(cfg Config) (*Engine, error) {
 	logger := cfg.Logger
 	if logger == nil {
@@ -154,17 +168,10 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.ID == "" {
 		cfg.ID = host.EngineIdentity("", "")
 	}
-	signer := host.NewSigner(cfg.Secret)
-	e := &Engine{cfg: cfg, logger: logger, wake: make(chan struct{}, 1)}
-	ln, address, err := Listen(cfg.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("cannot listen on %s: %w", cfg.Listen, err)
-	}
-	e.ln, e.addr = ln, ln.Addr().String()
-
-	e.Books = newBooks(logger.Named("http"), signer, time.Now, booksHooks{
+	e := &Engine{cfg: cfg, logger: logger, signer: host.NewSigner(cfg.Secret), wake: make(chan struct{}, 1)}
+	e.books = newBooks(logger.Named("http"), e.signer, time.Now, booksHooks{
 		attach: func(w WorkerInfo) {
-			e.Router.WorkerAttached(w.Provisioner, w.Profile)
+			e.router.workerAttached(w.Provisioner, w.Profile)
 			if cfg.Hooks.Attach != nil {
 				cfg.Hooks.Attach(w)
 			}
@@ -172,39 +179,54 @@ func New(cfg Config) (*Engine, error) {
 		result:   cfg.Hooks.Result,
 		activity: func(a Activity) { e.obs.activity(a) },
 	})
+	e.router = newRouter(logger.Named("router"), e.books, nil)
+	e.fleet = &fleet{byName: map[string]*host.Supervisor{}}
 	e.gate = newConnGate(cfg.MaxConnections, logger.Named("http"), loglimit.New(refusalLogBurst, refusalLogWindow))
-
-	e.Router = NewRouter(logger.Named("router"), e.Books, nil)
-	e.Fleet = newFleet(cfg, signer, address, logger, e)
-	e.api = newWorkerAPI(e.Books, nil)
-	e.status = &statusPage{id: cfg.ID, books: e.Books, provisioners: e.Fleet.Status, needs: e.Router.Needs, held: e.Router.Held}
-	state := &stateCollector{health: e.Fleet.health, status: e.status.provisionerStatus, workers: e.workerCounts, needs: func() []NeedStatus { return e.Router.Needs() }, forgotten: func() int { return e.Router.Forgotten() },
-		held: func() []HeldProfile { return e.Router.Held() }}
+	e.api = newWorkerAPI(e.books, nil)
+	e.status = &statusPage{id: cfg.ID, books: e.books, provisioners: e.fleet.status, needs: e.router.Needs, held: e.router.Held}
+	state := &stateCollector{health: e.fleet.health, status: e.status.provisionerStatus, workers: e.workerCounts,
+		needs: e.router.Needs, forgotten: e.router.Forgotten, held: e.router.Held}
 	e.obs = newObserver(newEngineMetrics(state))
-	e.Hub = e.obs.hub
-	e.Router.OnBurst = func(target string, pd shared.ProfileDemand) {
+	e.hub = e.obs.hub
+	e.router.onBurst = func(target string, pd shared.ProfileDemand) {
 		e.obs.burst(target, pd)
 		if cfg.Hooks.Burst != nil {
 			cfg.Hooks.Burst(target, pd)
 		}
 	}
-	e.Router.OnDeadline = e.Fleet.deadline
+	e.router.onDeadline = e.fleet.deadline
+	return e, nil
+}
 
-	// Liveness is decided here, by one goroutine, never on a read.
+// listen opens the engine's listener, makes a supervisor per provisioner
+// (each plugin is told where the engine listens) and starts the books'
+// liveness watch, once: Serve and Start call it, whichever comes first.
+// Liveness is decided there, by one goroutine, never on a read.
+func (e *Engine) listen() error {
+	if e.ln != nil {
+		return nil
+	}
+	ln, address, err := Listen(e.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("cannot listen on %s: %w", e.cfg.Listen, err)
+	}
+	e.ln, e.addr = ln, ln.Addr().String()
+	e.fleet.supervise(e.cfg, e.signer, address, e.logger, e)
+
 	lctx, cancel := context.WithCancel(context.Background())
 	e.stopLive = cancel
 	e.watching.Add(1)
 	go func() {
 		defer e.watching.Done()
-		e.Books.watch(lctx)
+		e.books.watch(lctx)
 	}()
 
-	logger.Info("listening for workers", "addr", e.addr, "tls", cfg.TLS != nil, "max_connections", e.gate.max)
-	if plainBeyondLoopback(ln.Addr(), cfg.TLS != nil) {
-		logger.Warn("listening beyond loopback in plain HTTP: worker credentials cross the network in the clear; serve TLS, or terminate it in front of the engine",
+	e.logger.Info("listening for workers", "addr", e.addr, "tls", e.cfg.TLS != nil, "max_connections", e.gate.max)
+	if plainBeyondLoopback(ln.Addr(), e.cfg.TLS != nil) {
+		e.logger.Warn("listening beyond loopback in plain HTTP: worker credentials cross the network in the clear; serve TLS, or terminate it in front of the engine",
 			"addr", e.addr)
 	}
-	return e, nil
+	return nil
 }
 
 // plainBeyondLoopback reports whether addr (the listener's) accepts
@@ -217,11 +239,13 @@ func plainBeyondLoopback(addr net.Addr, tlsOn bool) bool {
 	return ok && !tcp.IP.IsLoopback()
 }
 
-// Addr is where the engine listens, as the listener has it.
+// Addr is where the engine listens, as the listener has it; empty
+// before Serve or Start.
 func (e *Engine) Addr() string { return e.addr }
 
 // URL is the engine's base URL on its own listener (http or https): what
-// a worker on this machine dials, and what engine_url should name.
+// a worker on this machine dials, and what engine_url should name. It is
+// meaningful after Serve or Start.
 func (e *Engine) URL() string {
 	scheme := "http"
 	if e.cfg.TLS != nil {
@@ -240,26 +264,31 @@ func (e *Engine) URL() string {
 // adds its own routes (a page) to the mux before Serve.
 func (e *Engine) Mux(protect func(http.Handler) http.Handler, metricsOpen bool) *http.ServeMux {
 	if protect == nil {
-		protect = ownUserOnly(e.Fleet.PIDs)
+		protect = ownUserOnly(e.fleet.pids)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", e.api.handler())
 	mux.Handle("GET /status", protect(e.status))
-	mux.Handle("GET /v1/events", protect(http.HandlerFunc(e.Hub.ServeHTTP)))
+	mux.Handle("GET /v1/events", protect(http.HandlerFunc(e.hub.ServeHTTP)))
 	metrics := e.obs.metrics.handler()
 	if !metricsOpen {
 		metrics = protect(metrics)
 	}
 	mux.Handle("GET /metrics", metrics)
 	mux.HandleFunc("GET /health", health)
-	mux.HandleFunc("GET /ready", ready(e.Fleet.health))
+	mux.HandleFunc("GET /ready", ready(e.fleet.health))
 	return mux
 }
 
-// Serve serves handler (normally Mux's) on the engine's listener, with
-// every timeout set and the connection cap, until Stop.
-func (e *Engine) Serve(handler http.Handler) {
-	e.srv = newHTTPServer(handler, e.gate, e.Books.pollWait())
+// Serve listens where Config.Listen says and serves handler (normally
+// Mux's) there, with every timeout set and the connection cap, until
+// Stop. An error says why it cannot listen; the operator fixes the
+// address.
+func (e *Engine) Serve(handler http.Handler) error {
+	if err := e.listen(); err != nil {
+		return err
+	}
+	e.srv = newHTTPServer(handler, e.gate, e.books.pollWait())
 	rl := serverListener(e.ln, e.cfg.TLS)
 	if !e.cfg.HoldPolls {
 		e.api.parker = newParker(e.gate, rl)
@@ -272,29 +301,118 @@ func (e *Engine) Serve(handler http.Handler) {
 			e.logger.Error("http server stopped", "error", err)
 		}
 	}()
+	return nil
 }
 
 // Start launches and configures every provisioner's plugin, within two
-// minutes. Diagnostics point at the configuration.
+// minutes, and listens first if Serve has not (the plugins are told
+// where). Diagnostics point at the configuration.
 func (e *Engine) Start(ctx context.Context) hcl.Diagnostics {
+	if err := e.listen(); err != nil {
+		return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Cannot listen for workers", Detail: err.Error() + "."}}
+	}
 	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	return e.Fleet.start(startCtx)
+	return e.fleet.start(startCtx)
 }
 
 // Add records a need whose task takes work (zero: the worker's stand-in
 // computation) and returns its id.
-func (e *Engine) Add(n shared.Need, work time.Duration) string { return e.Router.AddWork(n, work) }
+func (e *Engine) Add(n shared.Need, work time.Duration) string { return e.router.AddWork(n, work) }
 
-// Withdraw takes back a need that still waits (Router.Withdraw) and wakes
-// the run loop, so that its provisioner hears the smaller demand at once
-// rather than at the next tick.
+// Withdraw takes back a need that still waits and wakes the run loop,
+// so that its provisioner hears the smaller demand at once rather than
+// at the next tick, and cancels what is still queued for it beyond the
+// rest. A need whose task is out, or that is served, is not withdrawn:
+// the error is ErrNeedUnderWay, ErrNeedServed or ErrNoSuchNeed.
 func (e *Engine) Withdraw(id string) error {
-	if err := e.Router.Withdraw(id); err != nil {
+	if err := e.router.Withdraw(id); err != nil {
 		return err
 	}
 	e.poke()
 	return nil
+}
+
+// Needs reports every need, in the order they were added, with its
+// phase and, while it waits, why (Reason) and in words (Detail). The
+// last served ones are kept; older served needs are forgotten.
+func (e *Engine) Needs() []NeedStatus { return e.router.Needs() }
+
+// Served reports whether every need added has been served (trivially
+// true with none): a done for Run.
+func (e *Engine) Served() bool { return e.router.Served() }
+
+// Status is the provisioners and what the engine holds back, as GET
+// /status shows them.
+type Status struct {
+	// Provisioners is each provisioner's, in configuration order: its
+	// plugin's process and its own report.
+	Provisioners []host.ProvisionerStatus
+	// HeldBack is the profiles the engine does not ask for while their
+	// machines keep failing (its own backoff).
+	HeldBack []HeldProfile
+}
+
+// Status asks every provisioner's plugin for its status, within ctx, and
+// says which profiles the engine holds back. A plugin that cannot answer
+// has its Error set; one slow plugin delays the answer, not the engine.
+func (e *Engine) Status(ctx context.Context) Status {
+	return Status{Provisioners: e.fleet.status(ctx), HeldBack: e.router.Held()}
+}
+
+// PIDs lists the running plugin processes: the plugins argument of
+// LocalUser, for an embedder's own operator authentication.
+func (e *Engine) PIDs() []int { return e.fleet.pids() }
+
+// Events delivers the engine's events, as GET /v1/events streams them:
+// those the history still holds after sequence number after (all of it
+// for 0), then each as it happens. The channel closes when ctx ends, when
+// the engine stops, or when the reader falls behind by more than the
+// stream buffers (subscriberBuffer); then subscribe again with the last
+// Seq read, as the stream's client reconnects with Last-Event-ID.
+func (e *Engine) Events(ctx context.Context, after uint64) <-chan Event {
+	past, sub := e.hub.subscribe(after)
+	out := make(chan Event)
+	go func() {
+		defer close(out)
+		defer e.hub.unsubscribe(sub)
+		send := func(ev Event) bool {
+			select {
+			case out <- ev:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		for _, ev := range past {
+			if !send(ev) {
+				return
+			}
+		}
+		for {
+			select {
+			case ev := <-sub.ch:
+				if !send(ev) {
+					return
+				}
+			case <-sub.dropped:
+				// What is queued still goes out.
+				for {
+					select {
+					case ev := <-sub.ch:
+						if !send(ev) {
+							return
+						}
+					default:
+						return
+					}
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
 }
 
 // Run passes until ctx ends or done, checked after each pass, says
@@ -331,9 +449,9 @@ func (e *Engine) Run(ctx context.Context, done func() bool) bool {
 			return false
 		case <-passTick.C:
 		case <-e.wake:
-		case <-e.Books.changes():
+		case <-e.books.changes():
 		case <-reconcileTick.C:
-			e.Fleet.reconcile(ctx, e.Books)
+			e.fleet.reconcile(ctx, e.books)
 		}
 	}
 }
@@ -344,7 +462,7 @@ const maxPassRest = 100 * time.Millisecond
 // pass runs one router pass and says how long it took.
 func (e *Engine) pass(ctx context.Context) time.Duration {
 	start := time.Now()
-	e.Router.Pass(ctx)
+	e.router.Pass(ctx)
 	return time.Since(start)
 }
 
@@ -371,14 +489,14 @@ func (e *Engine) poke() {
 // and said once; a plugin that floods costs its own workers, and the
 // engine's memory stays what the bounds allow.
 func (e *Engine) pluginEvent(plog hclog.Logger, logs *loglimit.Limiter, ev shared.Event, now time.Time) {
-	if err := e.Books.ObserveEvent(ev); err != nil {
+	if err := e.books.ObserveEvent(ev); err != nil {
 		why := unrecordedRevocation
 		if ev.Kind == shared.EventWorkerProvisioned {
 			why = unrecordedWorker
 		}
 		e.obs.unrecorded(plog, ev.Provisioner, why, err)
 	}
-	if err := e.Router.ObserveEvent(ev); err != nil {
+	if err := e.router.observeEvent(ev); err != nil {
 		e.obs.unrecorded(plog, ev.Provisioner, unrecordedProfile, err)
 	}
 	if !e.obs.pluginEvent(ev) {
@@ -419,10 +537,10 @@ func (e *Engine) flushEventLogs() {
 // workerCounts is the attached workers per configured provisioner.
 func (e *Engine) workerCounts() map[string]workerCounts {
 	out := map[string]workerCounts{}
-	for _, s := range e.Fleet.sups {
+	for _, s := range e.fleet.sups {
 		out[s.Name()] = workerCounts{}
 	}
-	for owner, n := range e.Books.workerCounts() {
+	for owner, n := range e.books.workerCounts() {
 		out[owner] = n
 	}
 	return out
@@ -438,27 +556,30 @@ func (e *Engine) Stop(ctx context.Context) []StopResult {
 	// Each plugin hears first who is attached, so that it counts their
 	// jobs as arrived: a plugin's Shutdown cancels what has not arrived,
 	// and must not race the workers about to leave on their own.
-	e.Fleet.reconcile(ctx, e.Books)
-	if n := e.Books.dismiss(ctx, dismissWait); n > 0 {
+	e.fleet.reconcile(ctx, e.books)
+	if n := e.books.dismiss(ctx, dismissWait); n > 0 {
 		e.logger.Warn("workers still attached when the engine stopped; their provisioners let them go", "workers", n)
 	}
-	results := e.Fleet.Shutdown(ctx)
+	results := e.fleet.shutdown(ctx)
 	e.flushEventLogs()
-	e.Router.Close()
-	e.Books.Close()
-	e.Hub.Close()
+	e.router.Close()
+	e.books.Close()
+	e.hub.close()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if e.srv != nil {
+	switch {
+	case e.srv != nil:
 		_ = e.srv.Shutdown(sctx)
-	} else {
+	case e.ln != nil:
 		e.ln.Close()
 	}
 	e.serving.Wait()
 	// Hijacked connections are not the server's to wait for: the
 	// parked polls' are answered and closed here.
 	e.api.parker.Close()
-	e.stopLive()
+	if e.stopLive != nil {
+		e.stopLive()
+	}
 	e.watching.Wait()
 	return results
 }

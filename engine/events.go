@@ -87,8 +87,8 @@ type Event struct {
 }
 
 // Hub numbers events, keeps the last historySize and hands each to
-// every subscriber. Publish never blocks on a subscriber.
-type Hub struct {
+// every subscriber. publish never blocks on a subscriber.
+type hub struct {
 	// mu guards every field below; held only to append and to copy,
 	// never while writing to a client.
 	mu      sync.Mutex
@@ -106,13 +106,13 @@ type subscriber struct {
 	dropped chan struct{}
 }
 
-func NewHub() *Hub {
-	return &Hub{subs: map[*subscriber]bool{}}
+func newHub() *hub {
+	return &hub{subs: map[*subscriber]bool{}}
 }
 
-// Publish stamps ev with the next sequence number (and the time, if it
+// publish stamps ev with the next sequence number (and the time, if it
 // has none) and delivers it.
-func (h *Hub) Publish(ev Event) {
+func (h *hub) publish(ev Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -141,7 +141,7 @@ func (h *Hub) Publish(ev Event) {
 
 // subscribe returns the history after seq after (all of it for 0) and a
 // subscriber that gets every event after that, in order.
-func (h *Hub) subscribe(after uint64) ([]Event, *subscriber) {
+func (h *hub) subscribe(after uint64) ([]Event, *subscriber) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s := &subscriber{ch: make(chan Event, subscriberBuffer), dropped: make(chan struct{})}
@@ -160,7 +160,7 @@ func (h *Hub) subscribe(after uint64) ([]Event, *subscriber) {
 	return past, s
 }
 
-func (h *Hub) unsubscribe(s *subscriber) {
+func (h *hub) unsubscribe(s *subscriber) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.subs[s] {
@@ -169,9 +169,9 @@ func (h *Hub) unsubscribe(s *subscriber) {
 	}
 }
 
-// Close ends every stream, so that the server's Shutdown need not wait
+// close ends every stream, so that the server's Shutdown need not wait
 // for them.
-func (h *Hub) Close() {
+func (h *hub) close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -185,7 +185,7 @@ func (h *Hub) Close() {
 }
 
 // ServeHTTP is GET /v1/events.
-func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (h *hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var after uint64
 	for _, v := range []string{r.Header.Get("Last-Event-ID"), r.URL.Query().Get("after")} {
 		if v == "" {

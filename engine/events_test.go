@@ -15,10 +15,10 @@ import (
 // go rather than holding the publisher up; what it was sent stays in
 // order, and the history still has what it missed.
 func TestEventHubBoundsAndSlowSubscribers(t *testing.T) {
-	h := NewHub()
+	h := newHub()
 	_, slow := h.subscribe(0)
 	for i := range historySize + subscriberBuffer + 10 {
-		h.Publish(Event{Kind: "k", Detail: string(rune('a' + i%26))})
+		h.publish(Event{Kind: "k", Detail: string(rune('a' + i%26))})
 	}
 	select {
 	case <-slow.dropped:
@@ -47,7 +47,7 @@ func TestEventHubBoundsAndSlowSubscribers(t *testing.T) {
 	} else {
 		h.unsubscribe(s)
 	}
-	h.Close()
+	h.close()
 	select {
 	case <-sub.dropped:
 	default:
@@ -66,9 +66,9 @@ func TestPluginEventFloodLogged(t *testing.T) {
 	logger, logs := testLogger(t)
 	var out lockedBuffer
 	books := NewBooks(logger, host.NewSigner(testSecret), nil)
-	d := &Engine{logger: logger, wake: make(chan struct{}, 1), Books: books, Router: NewRouter(logger, books, nil),
+	d := &Engine{logger: logger, wake: make(chan struct{}, 1), books: books, router: newRouter(logger, books, nil),
 		obs: newObserver(newEngineMetrics(&stateCollector{})), cfg: Config{Hooks: storyHooks(&out)}}
-	defer d.Books.Close()
+	defer d.books.Close()
 	plog := logger.Named(testProvisioner)
 	limit := loglimit.New(eventLogBurst, eventLogWindow)
 	d.eventLogs = []pluginEventLog{{name: testProvisioner, logger: plog, limit: limit}}
@@ -95,7 +95,7 @@ func TestPluginEventFloodLogged(t *testing.T) {
 	d.obs.mu.Lock()
 	waiting := len(d.obs.waiting)
 	d.obs.mu.Unlock()
-	jobs, _ := d.Books.records(testProvisioner)
+	jobs, _ := d.books.records(testProvisioner)
 	if waiting != maxWaiting || jobs != host.RecordBudget {
 		t.Errorf("the engine's books hold %d machines on their way and %d job records; want %d and %d", waiting, jobs, maxWaiting, host.RecordBudget)
 	}

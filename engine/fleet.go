@@ -14,17 +14,19 @@ import (
 	"github.com/fluksio/provision/shared"
 )
 
-// Fleet is the provisioners of one engine: a host.Supervisor per
+// fleet is the provisioners of one engine: a host.Supervisor per
 // provisioner block, started together, asked for their status together
-// and shut down together with a result each. The supervisors are fixed
-// after New.
-type Fleet struct {
+// and shut down together with a result each. The supervisors are made
+// once, by supervise, when the engine listens.
+type fleet struct {
 	sups   []*host.Supervisor
 	byName map[string]*host.Supervisor
 }
 
-func newFleet(cfg Config, signer *host.Signer, address string, logger hclog.Logger, e *Engine) *Fleet {
-	f := &Fleet{byName: map[string]*host.Supervisor{}}
+// supervise makes a supervisor per provisioner block of cfg, each told
+// that the engine listens at address and wired to e: its events, its
+// plugin up, down or failed.
+func (f *fleet) supervise(cfg Config, signer *host.Signer, address string, logger hclog.Logger, e *Engine) {
 	epoch := host.CredentialEpoch(cfg.Secret)
 	for _, pc := range cfg.Provisioners {
 		plog := logger.Named(pc.Name)
@@ -41,31 +43,26 @@ func newFleet(cfg Config, signer *host.Signer, address string, logger hclog.Logg
 			OnEvent:         func(ev shared.Event) { e.pluginEvent(plog, evLogs, ev, time.Now()) },
 		})
 		s.OnUp = func(c host.Configured) {
-			e.Router.SetTarget(Target{Name: c.Name, P: c.Provisioner, Shapes: c.Shapes})
-			e.Router.SetDown(name, false)
+			e.router.setTarget(target{Name: c.Name, P: c.Provisioner, Shapes: c.Shapes})
+			e.router.setDown(name, false)
 			e.obs.plugin(EventPluginUp, name, fmt.Sprintf("configured, %d shape(s)", len(c.Shapes)))
 			e.poke()
 		}
 		s.OnDown = func(string) {
-			e.Router.SetDown(name, true)
+			e.router.setDown(name, true)
 			e.obs.plugin(EventPluginDown, name, "the plugin exited; restarting it")
 		}
 		s.OnFailed = func(_ string, err error) {
-			e.Router.SetDown(name, true)
+			e.router.setDown(name, true)
 			e.obs.plugin(EventPluginFailed, name, err.Error())
 		}
 		f.sups = append(f.sups, s)
 		f.byName[name] = s
 	}
-	return f
 }
 
-// Supervisors lists the provisioners' supervisors, in configuration
-// order.
-func (f *Fleet) Supervisors() []*host.Supervisor { return f.sups }
-
 // start launches and configures every plugin.
-func (f *Fleet) start(ctx context.Context) hcl.Diagnostics {
+func (f *fleet) start(ctx context.Context) hcl.Diagnostics {
 	var diags hcl.Diagnostics
 	for _, s := range f.sups {
 		diags = append(diags, s.Start(ctx)...)
@@ -73,9 +70,9 @@ func (f *Fleet) start(ctx context.Context) hcl.Diagnostics {
 	return diags
 }
 
-// Status is every provisioner's status, in configuration order; it may
+// status is every provisioner's status, in configuration order; it may
 // cross into each plugin.
-func (f *Fleet) Status(ctx context.Context) []host.ProvisionerStatus {
+func (f *fleet) status(ctx context.Context) []host.ProvisionerStatus {
 	out := make([]host.ProvisionerStatus, 0, len(f.sups))
 	for _, s := range f.sups {
 		out = append(out, s.Status(ctx))
@@ -83,8 +80,8 @@ func (f *Fleet) Status(ctx context.Context) []host.ProvisionerStatus {
 	return out
 }
 
-// PIDs lists the running plugin processes.
-func (f *Fleet) PIDs() []int {
+// pids lists the running plugin processes.
+func (f *fleet) pids() []int {
 	var out []int
 	for _, s := range f.sups {
 		if pid := s.Pid(); pid > 0 {
@@ -95,7 +92,7 @@ func (f *Fleet) PIDs() []int {
 }
 
 // health reads every provisioner's plugin state from its Supervisor.
-func (f *Fleet) health() []provHealth {
+func (f *fleet) health() []provHealth {
 	out := make([]provHealth, 0, len(f.sups))
 	for _, s := range f.sups {
 		up, restarts := s.Health()
@@ -106,22 +103,22 @@ func (f *Fleet) health() []provHealth {
 
 // deadline tells a provisioner's supervisor whether its Provision call
 // answered in time, so that one that keeps missing is restarted.
-func (f *Fleet) deadline(name string, missed bool) {
+func (f *fleet) deadline(name string, missed bool) {
 	if s := f.byName[name]; s != nil {
 		s.Deadline("Provision", missed)
 	}
 }
 
 // reconcile tells each provisioner which of its workers are attached.
-func (f *Fleet) reconcile(ctx context.Context, books *Books) {
+func (f *fleet) reconcile(ctx context.Context, books *Books) {
 	for _, s := range f.sups {
 		s.Reconcile(ctx, books.attachedBy(s.Name()))
 	}
 }
 
-// Shutdown shuts every provisioner down at once (each cancels what it
+// shutdown shuts every provisioner down at once (each cancels what it
 // asked for that has not arrived) and waits for all, within ctx.
-func (f *Fleet) Shutdown(ctx context.Context) []StopResult {
+func (f *fleet) shutdown(ctx context.Context) []StopResult {
 	results := make([]StopResult, len(f.sups))
 	var wg sync.WaitGroup
 	for i, s := range f.sups {

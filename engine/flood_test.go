@@ -83,19 +83,19 @@ func TestPluginFloodBounded(t *testing.T) {
 	}
 	// The plugin's last event follows the flood, and the host hands
 	// events on in order: once it is in the history, so is the rest.
-	waitForLong(t, 5*time.Minute, "the flood's last event", func() bool { return inHistory(d.Hub, "flood-flood-end") })
+	waitForLong(t, 5*time.Minute, "the flood's last event", func() bool { return inHistory(d.hub, "flood-flood-end") })
 	took := time.Since(start)
 	grew := int64(liveHeap()) - int64(before)
 	t.Logf("%d events in %s; live heap grew %d MB (bound %d MB); %d log lines; process %s",
 		n, took.Round(time.Millisecond), grew>>20, floodHeapBound>>20, logs.lines(), processMemory())
 
-	jobs, revoked := d.Books.records("flood")
+	jobs, revoked := d.books.records("flood")
 	if jobs != host.RecordBudget || revoked != host.RecordBudget {
 		t.Errorf("the books hold %d job records and %d revocations of the plugin's; want %d each", jobs, revoked, host.RecordBudget)
 	}
-	d.Router.holds.mu.Lock()
-	held, heldAll := d.Router.holds.per["flood"], len(d.Router.holds.m)
-	d.Router.holds.mu.Unlock()
+	d.router.holds.mu.Lock()
+	held, heldAll := d.router.holds.per["flood"], len(d.router.holds.m)
+	d.router.holds.mu.Unlock()
 	if held != maxHeldProfiles || heldAll != maxHeldProfiles {
 		t.Errorf("the router keeps %d profiles of the plugin's (%d in all); want %d", held, heldAll, maxHeldProfiles)
 	}
@@ -105,9 +105,9 @@ func TestPluginFloodBounded(t *testing.T) {
 	if timed != maxWaiting || timedAll != maxWaiting {
 		t.Errorf("the observer times %d machines of the plugin's (%d in all); want %d", timed, timedAll, maxWaiting)
 	}
-	d.Hub.mu.Lock()
-	history := len(d.Hub.history)
-	d.Hub.mu.Unlock()
+	d.hub.mu.Lock()
+	history := len(d.hub.history)
+	d.hub.mu.Unlock()
 	if history != historySize {
 		t.Errorf("the history holds %d events; want %d", history, historySize)
 	}
@@ -163,7 +163,7 @@ func processMemory() string {
 }
 
 // inHistory reports whether the hub's history holds an event for worker.
-func inHistory(h *Hub, worker string) bool {
+func inHistory(h *hub, worker string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, ev := range h.history {

@@ -10,7 +10,7 @@ import (
 // needs and every need not yet served, whatever its age; ids keep
 // counting; Forgotten counts what it dropped.
 func TestRouterForgetsOldServedNeeds(t *testing.T) {
-	r := NewRouter(nil, nil, nil)
+	r := newRouter(nil, nil, nil)
 	for range 10 {
 		r.Add(shared.Need{CPUs: 1})
 	}

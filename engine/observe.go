@@ -19,7 +19,7 @@ import (
 // needed when it attaches, for the time-to-attach histogram and for the
 // attach event's profile.
 type observer struct {
-	hub     *Hub
+	hub     *hub
 	metrics *engineMetrics
 
 	// mu guards waiting, waitingBy and told; held only to read or
@@ -56,7 +56,7 @@ const (
 )
 
 func newObserver(m *engineMetrics) *observer {
-	return &observer{hub: NewHub(), metrics: m, waiting: map[string]submitted{}, waitingBy: map[string]int{},
+	return &observer{hub: newHub(), metrics: m, waiting: map[string]submitted{}, waitingBy: map[string]int{},
 		told: map[[2]string]bool{}}
 }
 
@@ -98,7 +98,7 @@ func (o *observer) pluginEvent(ev shared.Event) (timed bool) {
 		o.forgetLocked(ev.Worker)
 	}
 	o.mu.Unlock()
-	o.hub.Publish(Event{Time: now, Kind: EventKind(ev.Kind), Provisioner: ev.Provisioner, Profile: ev.Profile,
+	o.hub.publish(Event{Time: now, Kind: EventKind(ev.Kind), Provisioner: ev.Provisioner, Profile: ev.Profile,
 		Job: ev.Job, Worker: ev.Worker, Detail: ev.Detail})
 	return timed
 }
@@ -156,7 +156,7 @@ func (o *observer) activity(a Activity) {
 	case EventTaskDone:
 		o.metrics.tasks.WithLabelValues("done").Inc()
 	}
-	o.hub.Publish(ev)
+	o.hub.publish(ev)
 }
 
 // burst is a Provision answer that asked for machines or gave some up.
@@ -170,7 +170,7 @@ func (o *observer) burst(target string, pd shared.ProfileDemand) {
 // plugin is a plugin going down (kind plugin_down) or coming up again
 // (plugin_up).
 func (o *observer) plugin(kind EventKind, name, detail string) {
-	o.hub.Publish(Event{Kind: kind, Provisioner: name, Detail: detail})
+	o.hub.publish(Event{Kind: kind, Provisioner: name, Detail: detail})
 }
 
 // health is GET /health: the engine is alive and serving.

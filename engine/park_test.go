@@ -476,24 +476,26 @@ func TestHoldPollsSwitch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			e.Books.PollWait = time.Minute
-			e.Serve(e.Mux(nil, false))
+			e.books.PollWait = time.Minute
+			if err := e.Serve(e.Mux(nil, false)); err != nil {
+				t.Fatal(err)
+			}
 			t.Cleanup(func() { e.Stop(context.Background()) })
 			if parking := e.api.parker != nil; parking == hold {
 				t.Fatalf("HoldPolls %v: parker set %v", hold, parking)
 			}
 			name := fmt.Sprintf("hpc-switch-%v", hold)
-			w := attachRaw(t, e.Books, host.NewSigner(testSecret), func() (net.Conn, error) { return net.Dial("tcp", e.Addr()) }, name)
+			w := attachRaw(t, e.books, host.NewSigner(testSecret), func() (net.Conn, error) { return net.Dial("tcp", e.Addr()) }, name)
 			w.send(t, "/v1/work")
 			waitFor(t, "the poll open", func() bool {
-				e.Books.mu.Lock()
-				defer e.Books.mu.Unlock()
-				return e.Books.workers[name].polling == 1 && len(e.Books.waiting) == 1
+				e.books.mu.Lock()
+				defer e.books.mu.Unlock()
+				return e.books.workers[name].polling == 1 && len(e.books.waiting) == 1
 			})
 			if !hold && e.api.parker.Parked() != 1 {
 				t.Errorf("%d polls parked; want 1", e.api.parker.Parked())
 			}
-			if err := e.Books.Assign(name, Task{ID: "t-switch"}); err != nil {
+			if err := e.books.Assign(name, Task{ID: "t-switch"}); err != nil {
 				t.Fatal(err)
 			}
 			var task Task

@@ -115,10 +115,12 @@ func serveKit(t *testing.T, listen string, protect func(http.Handler) http.Handl
 	t.Helper()
 	e, err := New(Config{Secret: testSecret, ID: "test", Listen: listen, Logger: hclog.NewNullLogger()})
 	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Stop(context.Background()) })
+	if err := e.Serve(e.Mux(protect, false)); err != nil {
 		t.Skipf("cannot listen on %s: %v", listen, err)
 	}
-	e.Serve(e.Mux(protect, false))
-	t.Cleanup(func() { e.Stop(context.Background()) })
 	return e.Addr()
 }
 

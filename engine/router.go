@@ -18,7 +18,7 @@ import (
 )
 
 // defaultProvisionTimeout bounds one Provision call unless
-// Router.ProvisionTimeout says otherwise. The contract says Provision
+// router.provisionTimeout says otherwise. The contract says Provision
 // returns at once; this is for a plugin that does not. Each target is
 // asked on its own goroutine, so a stuck one delays only itself.
 const defaultProvisionTimeout = 10 * time.Second
@@ -30,14 +30,12 @@ const defaultProvisionTimeout = 10 * time.Second
 // ends) while the router serves the rest.
 const passWait = 100 * time.Millisecond
 
-// Pool is the workers as the Router sees them: which are idle and what
+// pool is the workers as the router sees them: which are idle and what
 // each fits (their shape), who is attached by provisioner, and a way to
-// hand one a task and learn how it went. Books is the Pool of the
-// project's worker protocol; an engine with its own workers and
-// scheduler implements it over its own books, and the Router asks
-// provisioners for machines for exactly the needs its idle workers do not
-// cover.
-type Pool interface {
+// hand one a task and learn how it went. Books is the pool of the
+// project's worker protocol; the router asks provisioners for machines
+// for exactly the needs its idle workers do not cover.
+type pool interface {
 	// IdleAndAttached lists the idle workers, smallest first, and from
 	// the same moment every attached worker's name by its provisioner.
 	IdleAndAttached() ([]WorkerInfo, map[string][]string)
@@ -50,19 +48,19 @@ type Pool interface {
 	TaskOutcome(worker, id string) (Result, TaskState)
 }
 
-var _ Pool = (*Books)(nil)
+var _ pool = (*Books)(nil)
 
-// Target is a provisioner as the Router sees it. Shapes are fetched once,
+// target is a provisioner as the router sees it. Shapes are fetched once,
 // when the target is set up, so that asking "could it fit this?" is a
 // loop over a slice and never a call across the plugin boundary.
-type Target struct {
+type target struct {
 	Name   string
 	P      shared.Provisioner
 	Shapes []shared.Shape
 }
 
 // covers reports whether any shape the target can start fits n.
-func (t Target) covers(n shared.Need) bool {
+func (t target) covers(n shared.Need) bool {
 	for _, s := range t.Shapes {
 		if s.Fits(n) {
 			return true
@@ -71,7 +69,7 @@ func (t Target) covers(n shared.Need) bool {
 	return false
 }
 
-// Router matches needs to workers. A need goes to an idle attached worker
+// router matches needs to workers. A need goes to an idle attached worker
 // that fits it if there is one; if there is none, every provisioner that
 // could start one is asked to. Nothing is ever taken away from a worker,
 // and a worker has one task at a time.
@@ -79,13 +77,13 @@ func (t Target) covers(n shared.Need) bool {
 // Pass does the work and is meant to be called by the run loop, every
 // second or so and whenever Books.Changed fires. The other methods are
 // reports and may be called from anywhere.
-type Router struct {
-	// ProvisionTimeout bounds one Provision call; set before the first
-	// Pass. NewRouter sets defaultProvisionTimeout.
-	ProvisionTimeout time.Duration
+type router struct {
+	// provisionTimeout bounds one Provision call; set before the first
+	// Pass. newRouter sets defaultProvisionTimeout.
+	provisionTimeout time.Duration
 
 	logger hclog.Logger
-	engine Pool
+	engine pool
 
 	// pass serialises Pass. It is held across provisioner calls, so
 	// nothing but Pass may take it: the reports use mu alone.
@@ -111,22 +109,22 @@ type Router struct {
 	// rounds counts the goroutines asking targets; Close waits for them.
 	rounds sync.WaitGroup
 
-	// OnDeadline, if set, is told after each Provision call whether the
-	// target answered within ProvisionTimeout (missed true if not), so
+	// onDeadline, if set, is told after each Provision call whether the
+	// target answered within provisionTimeout (missed true if not), so
 	// that a plugin that keeps missing deadlines can be restarted. Set it
 	// before the first Pass.
-	OnDeadline func(target string, missed bool)
-	// OnBurst, if set, hears of each Provision call that asked for or
+	onDeadline func(target string, missed bool)
+	// onBurst, if set, hears of each Provision call that asked for or
 	// cancelled machines of a profile. Set it before the first Pass.
-	OnBurst func(target string, pd shared.ProfileDemand)
+	onBurst func(target string, pd shared.ProfileDemand)
 
 	// holds is the engine's own backoff of failing profiles (backoff.go).
 	holds *holds
 }
 
 type targetState struct {
-	Target
-	// down is set by SetDown: the plugin is restarting or has failed,
+	target
+	// down is set by setDown: the plugin is restarting or has failed,
 	// and asking it would only produce errors.
 	down bool
 }
@@ -191,25 +189,25 @@ func (ns *needState) seen(target string) *needAt {
 	return nil
 }
 
-// NewRouter returns a Router that hands tasks out through engine and asks
+// newRouter returns a router that hands tasks out through engine and asks
 // targets for machines.
-func NewRouter(logger hclog.Logger, engine Pool, targets []Target) *Router {
+func newRouter(logger hclog.Logger, engine pool, targets []target) *router {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	p := &Router{ProvisionTimeout: defaultProvisionTimeout, logger: logger, engine: engine, busy: map[string]bool{}, holds: newHolds(nil)}
+	p := &router{provisionTimeout: defaultProvisionTimeout, logger: logger, engine: engine, busy: map[string]bool{}, holds: newHolds(nil)}
 	for _, t := range targets {
-		p.targets = append(p.targets, &targetState{Target: t})
+		p.targets = append(p.targets, &targetState{target: t})
 	}
 	return p
 }
 
 // Add records a need to be served and returns its id.
-func (p *Router) Add(n shared.Need) string { return p.AddWork(n, 0) }
+func (p *router) Add(n shared.Need) string { return p.AddWork(n, 0) }
 
 // AddWork records a need whose task takes work (zero: the worker's
 // stand-in computation) and returns its id.
-func (p *Router) AddWork(n shared.Need, work time.Duration) string {
+func (p *router) AddWork(n shared.Need, work time.Duration) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.added++
@@ -232,7 +230,7 @@ var (
 // what is still queued for it beyond the rest (demand is level-triggered:
 // a need that is not counted is not wanted). A need whose task is out, or
 // that is served, is not withdrawn, and the error says which.
-func (p *Router) Withdraw(id string) error {
+func (p *router) Withdraw(id string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, ns := range p.needs {
@@ -253,29 +251,29 @@ func (p *Router) Withdraw(id string) error {
 }
 
 // Withdrawn is how many needs Withdraw has taken back.
-func (p *Router) Withdrawn() int {
+func (p *router) Withdrawn() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.withdrawn
 }
 
-// SetTarget adds a target, or replaces the one of the same name: after a
+// setTarget adds a target, or replaces the one of the same name: after a
 // plugin restarts it has a new client and possibly new shapes. Replacing
 // a target clears its down mark.
-func (p *Router) SetTarget(t Target) {
+func (p *router) setTarget(t target) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, ts := range p.targets {
 		if ts.Name == t.Name {
-			p.targets[i] = &targetState{Target: t}
+			p.targets[i] = &targetState{target: t}
 			return
 		}
 	}
-	p.targets = append(p.targets, &targetState{Target: t})
+	p.targets = append(p.targets, &targetState{target: t})
 }
 
-// SetDown marks a target down (skipped by Pass) or up again.
-func (p *Router) SetDown(name string, down bool) {
+// setDown marks a target down (skipped by Pass) or up again.
+func (p *router) setDown(name string, down bool) {
 	p.mu.Lock()
 	changed := false
 	for _, ts := range p.targets {
@@ -291,7 +289,7 @@ func (p *Router) SetDown(name string, down bool) {
 
 // Pass settles finished and lost tasks, gives waiting needs to idle
 // workers, and asks for machines for the needs still waiting.
-func (p *Router) Pass(ctx context.Context) {
+func (p *router) Pass(ctx context.Context) {
 	p.pass.Lock()
 	defer p.pass.Unlock()
 	p.settle()
@@ -300,7 +298,7 @@ func (p *Router) Pass(ctx context.Context) {
 }
 
 // settle asks the engine about every task out and records what it says.
-func (p *Router) settle() {
+func (p *router) settle() {
 	p.mu.Lock()
 	var out []*needState
 	type ref struct{ worker, task string }
@@ -343,7 +341,7 @@ const keepServed = 1000
 
 // forgetServedLocked drops the oldest served needs beyond keep; those not
 // yet served are never dropped. p.mu must be held.
-func (p *Router) forgetServedLocked(keep int) {
+func (p *router) forgetServedLocked(keep int) {
 	served := 0
 	for _, ns := range p.needs {
 		if ns.served {
@@ -370,7 +368,7 @@ func (p *Router) forgetServedLocked(keep int) {
 // Forgotten is how many served needs the router no longer lists (beyond
 // the last keepServed): a count of served needs is Forgotten plus the
 // served ones Needs lists.
-func (p *Router) Forgotten() int {
+func (p *router) Forgotten() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.forgotten
@@ -378,7 +376,7 @@ func (p *Router) Forgotten() int {
 
 // match gives each waiting need the smallest idle worker that fits it and
 // returns the needs left waiting.
-func (p *Router) match() []*needState {
+func (p *router) match() []*needState {
 	idle := p.engine.IdleWorkers()
 
 	type plan struct {
@@ -461,7 +459,7 @@ func (p *Router) match() []*needState {
 // on a goroutine of its own, and the pass waits at most passWait for them:
 // a target that hangs delays only itself, and is not asked again while its
 // round lasts.
-func (p *Router) provision(ctx context.Context, waiting []*needState) {
+func (p *router) provision(ctx context.Context, waiting []*needState) {
 	p.mu.Lock()
 	targets := make([]targetState, 0, len(p.targets))
 	for _, ts := range p.targets {
@@ -485,7 +483,7 @@ func (p *Router) provision(ctx context.Context, waiting []*needState) {
 	// profile is asked for at most its allowance this pass, and the rest
 	// are answered BACKING_OFF here, without asking the plugin.
 	type heldNeed struct {
-		t      Target
+		t      target
 		ns     *needState
 		need   shared.Need
 		o      shared.DemandOutcome
@@ -517,7 +515,7 @@ func (p *Router) provision(ctx context.Context, waiting []*needState) {
 		if profile, ok := profileFor(t.Shapes, need); ok {
 			k := holdKey{t.Name, profile}
 			if keep, st := p.holds.allowance(t.Name, profile); keep >= 0 && routed[k] >= keep {
-				held = append(held, heldNeed{t.Target, ns, need, shared.DemandOutcome{Outcome: shared.OutcomeBackingOff, Profile: profile, Detail: holdDetail(st)}, holdReason(st)})
+				held = append(held, heldNeed{t.target, ns, need, shared.DemandOutcome{Outcome: shared.OutcomeBackingOff, Profile: profile, Detail: holdDetail(st)}, holdReason(st)})
 				continue
 			}
 			routed[k]++
@@ -546,7 +544,7 @@ func (p *Router) provision(ctx context.Context, waiting []*needState) {
 		go func() {
 			defer p.rounds.Done()
 			defer started.Done()
-			p.askTarget(ctx, t.Target, rd, attached[t.Name])
+			p.askTarget(ctx, t.target, rd, attached[t.Name])
 			p.mu.Lock()
 			delete(p.busy, t.Name)
 			p.mu.Unlock()
@@ -589,7 +587,7 @@ func (r *round) add(n shared.Need, ns *needState) {
 // that is up, covers it and has not refused it. When every covering target
 // has refused it, the refusals are forgotten and the first is asked
 // again: what refused may have changed (a restart, a backoff over).
-func (p *Router) route(ns *needState, targets []targetState) (targetState, bool) {
+func (p *router) route(ns *needState, targets []targetState) (targetState, bool) {
 	p.mu.Lock()
 	uncovered := false
 	defer func() {
@@ -635,16 +633,16 @@ func (p *Router) route(ns *needState, targets []targetState) (targetState, bool)
 // shape from the next pass on, so that a larger profile that works serves
 // them instead of their waiting on the broken one; a need the target
 // cannot fit, or a call that fails, is routed to the next covering target.
-func (p *Router) askTarget(ctx context.Context, t Target, rd *round, attached []string) {
-	callCtx, cancel := context.WithTimeout(ctx, p.ProvisionTimeout)
+func (p *router) askTarget(ctx context.Context, t target, rd *round, attached []string) {
+	callCtx, cancel := context.WithTimeout(ctx, p.provisionTimeout)
 	resp, err := t.P.Provision(callCtx, &shared.ProvisionRequest{Demand: rd.demand, Attached: attached})
 	missed := callCtx.Err() == context.DeadlineExceeded && ctx.Err() == nil
 	cancel()
-	if p.OnDeadline != nil {
-		p.OnDeadline(t.Name, missed)
+	if p.onDeadline != nil {
+		p.onDeadline(t.Name, missed)
 	}
 	if missed {
-		err = fmt.Errorf("no answer within %s", p.ProvisionTimeout)
+		err = fmt.Errorf("no answer within %s", p.provisionTimeout)
 	}
 	if err == nil && len(resp.Outcomes) != len(rd.demand) {
 		err = fmt.Errorf("%d outcomes for %d demand entries", len(resp.Outcomes), len(rd.demand))
@@ -689,7 +687,7 @@ func wordsOf(o shared.DemandOutcome) outcomeWords {
 }
 
 // noteDemand records what a target did about one need: o, in words.
-func (p *Router) noteDemand(t Target, ns *needState, asked shared.Need, o shared.DemandOutcome, words outcomeWords, reason WaitReason) {
+func (p *router) noteDemand(t target, ns *needState, asked shared.Need, o shared.DemandOutcome, words outcomeWords, reason WaitReason) {
 	desc := words.desc
 	switch o.Outcome {
 	case shared.OutcomeNoFit:
@@ -736,7 +734,7 @@ func (p *Router) noteDemand(t Target, ns *needState, asked shared.Need, o shared
 
 // refuse routes ns away from target until every covering target has
 // refused it.
-func (p *Router) refuse(ns *needState, target string) {
+func (p *router) refuse(ns *needState, target string) {
 	p.mu.Lock()
 	ns.atTarget(target).refused = true
 	p.mu.Unlock()
@@ -744,13 +742,13 @@ func (p *Router) refuse(ns *needState, target string) {
 
 // noteProfiles keeps what a target said about its profiles, for the
 // story and GET /status, and logs a burst when one was asked for.
-func (p *Router) noteProfiles(target string, profiles []shared.ProfileDemand) {
+func (p *router) noteProfiles(target string, profiles []shared.ProfileDemand) {
 	for _, pd := range profiles {
 		if pd.Requested > 0 || pd.Cancelled > 0 {
 			p.logger.Info("provisioner asked for machines", "provisioner", target, "profile", pd.Profile, "wanted", pd.Wanted,
 				"requested", pd.Requested, "submissions", pd.Submissions, "cancelled", pd.Cancelled, "on_the_way", pd.OnTheWay, "attached", pd.Attached)
-			if p.OnBurst != nil {
-				p.OnBurst(target, pd)
+			if p.onBurst != nil {
+				p.onBurst(target, pd)
 			}
 		}
 	}
@@ -769,15 +767,15 @@ func nextShape(shapes []shared.Shape, n shared.Need, tried map[string]bool) (sha
 
 // busyWith reports whether a round of Provision calls to target is under
 // way.
-func (p *Router) busyWith(target string) bool {
+func (p *router) busyWith(target string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.busy[target]
 }
 
 // Close waits for the rounds of Provision calls still under way, each
-// bounded by ProvisionTimeout.
-func (p *Router) Close() {
+// bounded by provisionTimeout.
+func (p *router) Close() {
 	p.rounds.Wait()
 }
 
@@ -797,7 +795,7 @@ type loggedOutcome struct {
 // noteOutcome records what a target said about a need and logs it when
 // it says something new: another outcome or profile at once, an error at
 // once, a new detail of the same outcome at most every relogDetail.
-func (p *Router) noteOutcome(ns *needState, target string, reason WaitReason, desc string, kv []any) {
+func (p *router) noteOutcome(ns *needState, target string, reason WaitReason, desc string, kv []any) {
 	kind, _, _ := strings.Cut(desc, ": ")
 	now := time.Now()
 	p.mu.Lock()
@@ -823,7 +821,7 @@ func (p *Router) noteOutcome(ns *needState, target string, reason WaitReason, de
 
 // Served reports whether every need has been served. With no needs, it
 // is trivially true.
-func (p *Router) Served() bool {
+func (p *router) Served() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, ns := range p.needs {
@@ -836,7 +834,7 @@ func (p *Router) Served() bool {
 
 // Unserved describes each need not yet served, one line each, for a
 // person wondering why the engine is still waiting.
-func (p *Router) Unserved() []string {
+func (p *router) Unserved() []string {
 	var lines []string
 	for _, st := range p.Needs() {
 		if st.State != NeedServed {
@@ -919,7 +917,7 @@ type NeedStatus struct {
 }
 
 // Needs reports every need, in the order they were added.
-func (p *Router) Needs() []NeedStatus {
+func (p *router) Needs() []NeedStatus {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := make([]NeedStatus, 0, len(p.needs))
@@ -946,7 +944,7 @@ func (p *Router) Needs() []NeedStatus {
 // waitingLocked says why a waiting need waits, and in words: the first
 // covering target's reason (the one it is routed to first), and every
 // covering target's answer. p.mu must be held.
-func (p *Router) waitingLocked(ns *needState) (WaitReason, string) {
+func (p *router) waitingLocked(ns *needState) (WaitReason, string) {
 	var said []string
 	var reason WaitReason
 	covered := false
@@ -971,13 +969,13 @@ func (p *Router) waitingLocked(ns *needState) (WaitReason, string) {
 	return ReasonNoFit, "waiting; no provisioner can start a machine this big"
 }
 
-// ParseNeed reads a need as -need takes it:
+// parseNeed reads a need as -need takes it:
 //
 //	cpus=N[,gpus=N][,ram_mb=N][,label=L]
 //
 // in any order. cpus defaults to 1 and may not be less; the others default
 // to zero (no constraint) and empty (any machine).
-func ParseNeed(s string) (shared.Need, error) {
+func parseNeed(s string) (shared.Need, error) {
 	const form = "cpus=N[,gpus=N][,ram_mb=N][,label=L]"
 	n := shared.Need{CPUs: 1}
 	if strings.TrimSpace(s) == "" {
@@ -1023,7 +1021,7 @@ func ParseNeed(s string) (shared.Need, error) {
 	return n, nil
 }
 
-// FormatNeed writes a need the way ParseNeed reads it, leaving out what
+// FormatNeed writes a need the way parseNeed reads it, leaving out what
 // is at its default.
 func FormatNeed(n shared.Need) string {
 	parts := []string{"cpus=" + strconv.Itoa(n.CPUs)}
@@ -1051,7 +1049,7 @@ type NeedSpec struct {
 	Work  time.Duration
 }
 
-// ParseNeedSpec reads a -need flag: a need as ParseNeed takes it, with
+// ParseNeedSpec reads a -need flag: a need as parseNeed takes it, with
 // count=N (how many such needs, default 1) and work=DURATION (how long
 // each task takes, such as 5s) anywhere among its keys.
 func ParseNeedSpec(s string) (NeedSpec, error) {
@@ -1076,7 +1074,7 @@ func ParseNeedSpec(s string) (NeedSpec, error) {
 			rest = append(rest, item)
 		}
 	}
-	n, err := ParseNeed(strings.Join(rest, ","))
+	n, err := parseNeed(strings.Join(rest, ","))
 	if err != nil {
 		return NeedSpec{}, err
 	}

@@ -48,18 +48,18 @@ var badNeedTests = []struct {
 func TestParseNeed(t *testing.T) {
 	t.Parallel()
 	for _, tc := range goodNeedTests {
-		got, err := ParseNeed(tc.in)
+		got, err := parseNeed(tc.in)
 		if err != nil || got != tc.want {
 			t.Errorf("ParseNeed(%q) = %+v, %v; want %+v", tc.in, got, err, tc.want)
 			continue
 		}
 		// What FormatNeed writes, ParseNeed reads back.
-		if again, err := ParseNeed(FormatNeed(got)); err != nil || again != got {
+		if again, err := parseNeed(FormatNeed(got)); err != nil || again != got {
 			t.Errorf("FormatNeed(%+v) = %q, which reads back as %+v, %v", got, FormatNeed(got), again, err)
 		}
 	}
 	for _, tc := range badNeedTests {
-		got, err := ParseNeed(tc.in)
+		got, err := parseNeed(tc.in)
 		if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 			t.Errorf("ParseNeed(%q) = %+v, %v; want an error containing %q", tc.in, got, err, tc.wantErr)
 		}
@@ -96,7 +96,7 @@ func TestPassNeverAsksATargetThatCannotCover(t *testing.T) {
 	logger, logs := testLogger(t)
 	small := &sharedtest.Provisioner{Name: "small", ShapeList: []shared.Shape{{Profile: "small", CPUs: 4}}, OnProvision: requested}
 	gpu := &sharedtest.Provisioner{Name: "gpu", ShapeList: []shared.Shape{{Profile: "v100", CPUs: 8, GPUs: 1, Labels: []string{"cuda"}}}, OnProvision: requested}
-	p := NewRouter(logger, NewBooks(nil, host.NewSigner(testSecret), nil), []Target{
+	p := newRouter(logger, NewBooks(nil, host.NewSigner(testSecret), nil), []target{
 		{Name: "small", P: small, Shapes: small.ShapeList},
 		{Name: "gpu", P: gpu, Shapes: gpu.ShapeList},
 	})
@@ -125,7 +125,7 @@ func TestPassAsksOnlyCoveringTargets(t *testing.T) {
 	logger, logs := testLogger(t)
 	small := &sharedtest.Provisioner{Name: "small", ShapeList: []shared.Shape{{Profile: "small", CPUs: 4}}, OnProvision: requested}
 	gpu := &sharedtest.Provisioner{Name: "gpu", ShapeList: []shared.Shape{{Profile: "v100", CPUs: 8, GPUs: 1}}, OnProvision: requested}
-	p := NewRouter(logger, NewBooks(nil, host.NewSigner(testSecret), nil), []Target{
+	p := newRouter(logger, NewBooks(nil, host.NewSigner(testSecret), nil), []target{
 		{Name: "small", P: small, Shapes: small.ShapeList},
 		{Name: "gpu", P: gpu, Shapes: gpu.ShapeList},
 	})
@@ -150,7 +150,7 @@ func TestPassSkipsErrorsAndDownTargets(t *testing.T) {
 	broken := &sharedtest.Provisioner{Name: "broken", ShapeList: []shared.Shape{{Profile: "p", CPUs: 4}},
 		OnProvision: func(*shared.ProvisionRequest) (*shared.ProvisionResponse, error) { return nil, shared.ErrPluginGone }}
 	fine := &sharedtest.Provisioner{Name: "fine", ShapeList: []shared.Shape{{Profile: "p", CPUs: 4}}, OnProvision: requested}
-	p := NewRouter(logger, NewBooks(nil, host.NewSigner(testSecret), nil), []Target{
+	p := newRouter(logger, NewBooks(nil, host.NewSigner(testSecret), nil), []target{
 		{Name: "broken", P: broken, Shapes: broken.ShapeList},
 		{Name: "fine", P: fine, Shapes: fine.ShapeList},
 	})
@@ -168,12 +168,12 @@ func TestPassSkipsErrorsAndDownTargets(t *testing.T) {
 		t.Errorf("error logged %d times; want once per change:\n%s", c, logs)
 	}
 
-	p.SetDown("broken", true)
+	p.setDown("broken", true)
 	p.Pass(context.Background())
 	if broken.ProvisionCalls() != 2 {
 		t.Error("a target marked down was asked")
 	}
-	p.SetDown("broken", false)
+	p.setDown("broken", false)
 	p.Pass(context.Background())
 	if broken.ProvisionCalls() != 3 {
 		t.Error("a target marked up again was not asked")
@@ -206,7 +206,7 @@ func TestPassPrefersAnIdleWorker(t *testing.T) {
 	signer := host.NewSigner(testSecret)
 	e := NewBooks(nil, signer, nil)
 	prov := &sharedtest.Provisioner{Name: "hpc", ShapeList: []shared.Shape{{Profile: "big", CPUs: 64, GPUs: 4, Labels: []string{"gpu"}}}, OnProvision: requested}
-	p := NewRouter(nil, e, []Target{{Name: "hpc", P: prov, Shapes: prov.ShapeList}})
+	p := newRouter(nil, e, []target{{Name: "hpc", P: prov, Shapes: prov.ShapeList}})
 
 	attachWorker(t, e, signer, "big", `{"cpus":32,"gpus":2,"labels":["gpu"]}`)
 	smallTok := attachWorker(t, e, signer, "small", `{"cpus":4,"gpus":1,"labels":["gpu"]}`)
@@ -239,9 +239,9 @@ func TestSetTargetReplaces(t *testing.T) {
 	t.Parallel()
 	old := &sharedtest.Provisioner{ShapeList: []shared.Shape{{CPUs: 1}}, OnProvision: requested}
 	fresh := &sharedtest.Provisioner{ShapeList: []shared.Shape{{CPUs: 1}}, OnProvision: requested}
-	p := NewRouter(nil, NewBooks(nil, host.NewSigner(testSecret), nil), []Target{{Name: "a", P: old, Shapes: old.ShapeList}})
-	p.SetDown("a", true)
-	p.SetTarget(Target{Name: "a", P: fresh, Shapes: fresh.ShapeList})
+	p := newRouter(nil, NewBooks(nil, host.NewSigner(testSecret), nil), []target{{Name: "a", P: old, Shapes: old.ShapeList}})
+	p.setDown("a", true)
+	p.setTarget(target{Name: "a", P: fresh, Shapes: fresh.ShapeList})
 	p.Add(shared.Need{CPUs: 1})
 	p.Pass(context.Background())
 	if old.ProvisionCalls() != 0 || fresh.ProvisionCalls() != 1 {
@@ -255,7 +255,7 @@ func TestSetTargetReplaces(t *testing.T) {
 func TestPassSendsTheWholeDemand(t *testing.T) {
 	t.Parallel()
 	prov := &sharedtest.Provisioner{Name: "hpc", ShapeList: []shared.Shape{{Profile: "cpu", CPUs: 4}, {Profile: "gpu", CPUs: 8, GPUs: 1}}, OnProvision: requested}
-	p := NewRouter(nil, NewBooks(nil, host.NewSigner(testSecret), nil), []Target{{Name: "hpc", P: prov, Shapes: prov.ShapeList}})
+	p := newRouter(nil, NewBooks(nil, host.NewSigner(testSecret), nil), []target{{Name: "hpc", P: prov, Shapes: prov.ShapeList}})
 	for range 40 {
 		p.Add(shared.Need{CPUs: 1})
 	}
@@ -298,10 +298,10 @@ func TestHungPluginDelaysOnlyItself(t *testing.T) {
 	logger, logs := testLogger(t)
 	signer := host.NewSigner(testSecret)
 	engine := NewBooks(nil, signer, nil)
-	placer := NewRouter(logger.Named("placer"), engine, nil)
-	placer.ProvisionTimeout = 2 * time.Second
+	placer := newRouter(logger.Named("placer"), engine, nil)
+	placer.provisionTimeout = 2 * time.Second
 	sups := map[string]*host.Supervisor{}
-	placer.OnDeadline = func(name string, missed bool) { sups[name].Deadline("Provision", missed) }
+	placer.onDeadline = func(name string, missed bool) { sups[name].Deadline("Provision", missed) }
 	var list []*host.Supervisor
 	for _, pc := range cfg.Provisioners {
 		name := pc.Name
@@ -309,10 +309,10 @@ func TestHungPluginDelaysOnlyItself(t *testing.T) {
 		s.WedgeAfter = 2
 		s.ReconcileTimeout = 2 * time.Second
 		s.OnUp = func(c host.Configured) {
-			placer.SetTarget(Target{Name: c.Name, P: c.Provisioner, Shapes: c.Shapes})
-			placer.SetDown(name, false)
+			placer.setTarget(target{Name: c.Name, P: c.Provisioner, Shapes: c.Shapes})
+			placer.setDown(name, false)
 		}
-		s.OnDown = func(string) { placer.SetDown(name, true) }
+		s.OnDown = func(string) { placer.setDown(name, true) }
 		sups[name] = s
 		list = append(list, s)
 	}
@@ -380,7 +380,7 @@ func TestHungPluginDelaysOnlyItself(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Logf("idle worker of the healthy provisioner got its task %s after attaching (hang deadline %s)", took.Round(time.Millisecond), placer.ProvisionTimeout)
+	t.Logf("idle worker of the healthy provisioner got its task %s after attaching (hang deadline %s)", took.Round(time.Millisecond), placer.provisionTimeout)
 	if took > time.Second {
 		t.Errorf("the idle worker waited %s for its task; want under 1s while the other plugin hangs", took)
 	}
@@ -413,7 +413,7 @@ func TestDemandLeavesOutWhatIdleWorkersCover(t *testing.T) {
 	signer := host.NewSigner(testSecret)
 	e := NewBooks(nil, signer, nil)
 	prov := &sharedtest.Provisioner{Name: "hpc", ShapeList: []shared.Shape{{Profile: "cpu", CPUs: 4}}, OnProvision: requested}
-	p := NewRouter(nil, e, []Target{{Name: testProvisioner, P: prov, Shapes: prov.ShapeList}})
+	p := newRouter(nil, e, []target{{Name: testProvisioner, P: prov, Shapes: prov.ShapeList}})
 	p.Add(shared.Need{CPUs: 1})
 	p.Add(shared.Need{CPUs: 1})
 	attachWorker(t, e, signer, "slurm-cpu-1", `{"cpus":4,"job_id":"1"}`)
@@ -448,7 +448,7 @@ func TestPassLogsOutcomesNotTheirWording(t *testing.T) {
 			}
 			return resp, nil
 		}}
-	p := NewRouter(logger, NewBooks(nil, host.NewSigner(testSecret), nil), []Target{{Name: "chatty", P: chatty, Shapes: chatty.ShapeList}})
+	p := newRouter(logger, NewBooks(nil, host.NewSigner(testSecret), nil), []target{{Name: "chatty", P: chatty, Shapes: chatty.ShapeList}})
 	p.Add(shared.Need{CPUs: 1})
 	for range 10 {
 		p.Pass(context.Background())
@@ -493,7 +493,7 @@ func TestPassFailsOverABackingOffProfile(t *testing.T) {
 			return resp, nil
 		}}
 	other := &sharedtest.Provisioner{Name: "other", ShapeList: []shared.Shape{{Profile: "p", CPUs: 4}}, OnProvision: requested}
-	p := NewRouter(logger, NewBooks(nil, host.NewSigner(testSecret), nil), []Target{
+	p := newRouter(logger, NewBooks(nil, host.NewSigner(testSecret), nil), []target{
 		{Name: "flaky", P: flaky, Shapes: flaky.ShapeList},
 		{Name: "other", P: other, Shapes: other.ShapeList},
 	})
@@ -535,7 +535,7 @@ func TestPassGivesASmallNeedTheWorkerABigOneCannotUse(t *testing.T) {
 	signer := host.NewSigner(testSecret)
 	e := NewBooks(nil, signer, nil)
 	prov := &sharedtest.Provisioner{Name: "hpc", ShapeList: []shared.Shape{{Profile: "big", CPUs: 64, GPUs: 4}}, OnProvision: requested}
-	p := NewRouter(nil, e, []Target{{Name: "hpc", P: prov, Shapes: prov.ShapeList}})
+	p := newRouter(nil, e, []target{{Name: "hpc", P: prov, Shapes: prov.ShapeList}})
 	attachWorker(t, e, signer, "cpu-only", `{"cpus":4}`)
 	for range 3 {
 		p.Add(shared.Need{CPUs: 2, GPUs: 1}) // no GPU worker: each waits
@@ -549,5 +549,42 @@ func TestPassGivesASmallNeedTheWorkerABigOneCannotUse(t *testing.T) {
 		case st.ID != small && st.State != NeedWaiting:
 			t.Errorf("a GPU need is %s; want waiting", st.State)
 		}
+	}
+}
+
+// TestRouterAsksWhatFits: the router turns needs nobody serves into
+// demand on the provisioners that cover them, and says, typed, why each
+// need waits. One provisioner (a stand-in for a plugin) has a small
+// profile only: the need it fits is asked for and waits queued; the one
+// nothing fits waits for no fit, and is asked of nobody.
+func TestRouterAsksWhatFits(t *testing.T) {
+	books := NewBooks(nil, host.NewSigner(testSecret), nil)
+	defer books.Close()
+	hpc := &sharedtest.Provisioner{
+		Name:      "hpc",
+		ShapeList: []shared.Shape{{Profile: "small", CPUs: 4}},
+		OnProvision: func(r *shared.ProvisionRequest) (*shared.ProvisionResponse, error) {
+			resp := &shared.ProvisionResponse{}
+			for range r.Demand {
+				resp.Outcomes = append(resp.Outcomes, shared.DemandOutcome{Outcome: shared.OutcomeRequested, Profile: "small"})
+			}
+			return resp, nil
+		},
+	}
+	r := newRouter(nil, books, []target{{Name: "hpc", P: hpc, Shapes: hpc.ShapeList}})
+	defer r.Close()
+	r.AddWork(shared.Need{CPUs: 2}, 0)
+	r.AddWork(shared.Need{CPUs: 64}, time.Second)
+	r.Pass(context.Background())
+	var got []string
+	for _, n := range r.Needs() {
+		got = append(got, fmt.Sprint(n.ID, " ", n.Spec, " ", n.State, " ", n.Reason))
+	}
+	want := []string{"need-1 cpus=2 waiting queued", "need-2 cpus=64 waiting no_fit"}
+	if !slices.Equal(got, want) {
+		t.Errorf("needs %q, want %q", got, want)
+	}
+	if asked := fmt.Sprint(hpc.LastDemand()); asked != "[{{2 0 0 } 1}]" {
+		t.Errorf("asked of hpc: %s, want [{{2 0 0 } 1}]", asked)
 	}
 }

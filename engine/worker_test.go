@@ -83,7 +83,7 @@ func TestFullLoop(t *testing.T) {
 		return answer(shared.OutcomeRequested), nil
 	}
 
-	p := NewRouter(e.logger, e, []Target{{Name: "hpc", P: prov, Shapes: prov.ShapeList}})
+	p := newRouter(e.logger, e, []target{{Name: "hpc", P: prov, Shapes: prov.ShapeList}})
 	p.Add(shared.Need{CPUs: 2, GPUs: 1, Label: "gpu"})
 
 	// The run loop: a pass on every engine change, and on a tick.

@@ -119,23 +119,57 @@ func TestOperatorConfig(t *testing.T) {
 	}
 }
 
-// serveOperator runs an engine with no provisioners as run does: the
-// workers' endpoints, and the operator's /status, event stream and page
-// behind op.wrap, with a cap of max connections, on listen. pollWait is
-// the engine's long poll.
-func serveOperator(t *testing.T, op *operatorAuth, max int, listen string, pollWait time.Duration) *engine.Engine {
+// serveOperator runs an engine as run does: the workers' endpoints, and
+// the operator's /status, event stream and page behind op.wrap, with a
+// cap of max connections, on listen; with provisioners, their plugins
+// started and the run loop passing, until the test ends.
+func serveOperator(t *testing.T, op *operatorAuth, max int, listen string, provisioners []*host.Block, hooks engine.Hooks) *engine.Engine {
 	t.Helper()
 	logger, _ := testLogger(t)
-	e, err := engine.New(engine.Config{Secret: testSecret, ID: "test", Listen: listen, MaxConnections: max, Logger: logger})
+	e, err := engine.New(engine.Config{Provisioners: provisioners, Secret: testSecret, ID: "test", Listen: listen, MaxConnections: max, Logger: logger, Hooks: hooks})
 	if err != nil {
-		t.Skipf("cannot listen on %s: %v", listen, err)
+		t.Fatal(err)
 	}
-	e.Books.PollWait = pollWait
+	t.Cleanup(func() { e.Stop(context.Background()) })
 	mux := e.Mux(op.wrap, false)
 	mux.Handle("GET /{$}", op.wrap(pageHandler()))
-	e.Serve(mux)
-	t.Cleanup(func() { e.Stop(context.Background()) })
+	if err := e.Serve(mux); err != nil {
+		t.Skipf("cannot listen on %s: %v", listen, err)
+	}
+	if len(provisioners) == 0 {
+		return e
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if diags := e.Start(ctx); diags.HasErrors() {
+		cancel()
+		t.Fatal(diags)
+	}
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		e.Run(ctx, nil)
+	}()
+	// Cleanups run last first: the loop ends before Stop.
+	t.Cleanup(func() { cancel(); <-ran })
 	return e
+}
+
+// memoryProvisioner is examples/testplugin as provisioner "slurm", the
+// name claims binds: a real plugin that reports each machine it is asked
+// for as provisioned (worker_provisioned, with a job), and starts none.
+func memoryProvisioner(t *testing.T) []*host.Block {
+	t.Helper()
+	bin := testutil.BuildTestPlugin(t)
+	file := filepath.Join(t.TempDir(), "engine.hcl")
+	body := fmt.Sprintf("provisioner \"memory\" \"slurm\" {\n  plugin = %q\n  greeting = \"hi\"\n}\n", bin)
+	if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, diags := engine.LoadConfig(file)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	return cfg.Provisioners
 }
 
 // attachBody is an attach that claims fits.
@@ -143,15 +177,22 @@ const attachBody = `{"hostname":"n01","job_id":"77","cpus":4,"gpus":1,"ram_mb":8
 
 // TestOperatorStreamsLeaveWorkersRoom, with the attack's figures: 40
 // event streams from loopback against max_connections = 40. Sixteen are
-// served and 24 answered 503 at once; two workers then attach, take a
-// task each, report it and detach, while the 16 streams stay open.
+// served and 24 answered 503 at once; two needs are then added, the
+// plugin reports a machine for each, and their two workers attach, take
+// a task each, report it and detach, while the 16 streams stay open.
 func TestOperatorStreamsLeaveWorkersRoom(t *testing.T) {
 	t.Parallel()
 	logger, logs := testLogger(t)
 	signer := host.NewSigner(testSecret)
 	op := newOperatorAuth("", signer, logger)
 	const max = 40
-	e := serveOperator(t, op, max, "127.0.0.1:0", 10*time.Second)
+	provisioned := make(chan shared.Event, 2)
+	hooks := engine.Hooks{PluginEvent: func(ev shared.Event) {
+		if ev.Kind == shared.EventWorkerProvisioned {
+			provisioned <- ev
+		}
+	}}
+	e := serveOperator(t, op, max, "127.0.0.1:0", memoryProvisioner(t), hooks)
 	addr := e.Addr()
 
 	type stream struct {
@@ -194,14 +235,21 @@ func TestOperatorStreamsLeaveWorkersRoom(t *testing.T) {
 	}
 
 	// Both workers get in and finish, the 16 streams open all along.
+	e.Add(shared.Need{CPUs: 1}, 0)
+	e.Add(shared.Need{CPUs: 1}, 0)
 	var workers sync.WaitGroup
-	for i, job := range []string{"77", "78"} {
-		name := fmt.Sprintf("slurm-cpu-%d", i+1)
+	for range 2 {
+		var ev shared.Event
+		select {
+		case ev = <-provisioned:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the plugin reported no machine for a need within 30 s")
+		}
+		name, job := ev.Worker, ev.Job
 		token, _, err := signer.Sign(claims(name), time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
-		e.Books.ObserveEvent(shared.Event{Kind: shared.EventWorkerProvisioned, Provisioner: "slurm", Worker: name, Job: job})
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
@@ -233,15 +281,14 @@ func TestOperatorStreamsLeaveWorkersRoom(t *testing.T) {
 				return
 			}
 			session = attached.Session
-			if err := e.Books.Assign(name, engine.Task{ID: "task-" + name}); err != nil {
-				t.Errorf("%s: assign: %v", name, err)
-				return
-			}
-			if code, body := req("GET", "/v1/work", ""); code != http.StatusOK || !strings.Contains(body, "task-"+name) {
+			// The router hands the worker a need's task on its next pass.
+			code, body = req("GET", "/v1/work", "")
+			var task engine.Task
+			if code != http.StatusOK || json.Unmarshal([]byte(body), &task) != nil || task.ID == "" {
 				t.Errorf("%s: poll: %d %s", name, code, body)
 				return
 			}
-			result := fmt.Sprintf(`{"task_id":"task-%s","hostname":"n01","job_id":"%s","cpus":4,"output":"done"}`, name, job)
+			result := fmt.Sprintf(`{"task_id":%q,"hostname":"n01","job_id":"%s","cpus":4,"output":"done"}`, task.ID, job)
 			if code, body := req("POST", "/v1/result", result); code != http.StatusNoContent {
 				t.Errorf("%s: result: %d %s", name, code, body)
 			}
@@ -251,6 +298,11 @@ func TestOperatorStreamsLeaveWorkersRoom(t *testing.T) {
 		}()
 	}
 	workers.Wait()
+	for deadline := time.Now().Add(10 * time.Second); !e.Served(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("needs not served after both workers reported: %+v", e.Needs())
+		}
+	}
 	if n := strings.Count(logs.String(), "operator requests at their cap"); n > operatorLogBurst {
 		t.Errorf("%d log lines about the operator's cap; want at most %d", n, operatorLogBurst)
 	}
@@ -286,7 +338,7 @@ func TestOperatorLoopbackUID(t *testing.T) {
 	// client of 127.0.0.1 is found in /proc/net/tcp6 as ::ffff:127.0.0.1.
 	for _, listen := range []string{"127.0.0.1:0", "[::1]:0", ":0"} {
 		op := newOperatorAuth("", signer, logger)
-		addr := serveOperator(t, op, 40, listen, 0).Addr()
+		addr := serveOperator(t, op, 40, listen, nil, engine.Hooks{}).Addr()
 		url := "http://" + addr
 		if listen == ":0" {
 			url = fmt.Sprintf("http://127.0.0.1:%d", testutil.PortOf(t, addr))

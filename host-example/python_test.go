@@ -197,14 +197,15 @@ provisioner "local" "py" {
 		t.Fatalf("run returned %d during the storm\n%s", code, story)
 	case <-time.After(10 * time.Second):
 	}
-	st := d.eng.Fleet.Supervisors()[0].Status(context.Background())
+	status := d.eng.Status(context.Background())
+	st := status.Provisioners[0]
 	var n int64
 	if st.Status != nil && st.Status.Counters != nil {
 		for _, f := range st.Status.Counters.Failures {
 			n += f.Count
 		}
 	}
-	t.Logf("workers the Python plugin started in 10 s, all failing at once: %d; its backoff: %+v; the engine's: %+v", n, st.Status.BackingOff, d.eng.Router.Held())
+	t.Logf("workers the Python plugin started in 10 s, all failing at once: %d; its backoff: %+v; the engine's: %+v", n, st.Status.BackingOff, status.HeldBack)
 	if n == 0 || n > 15 {
 		t.Errorf("the plugin started %d failing workers in 10 s; want 1 to 15", n)
 	}

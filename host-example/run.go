@@ -186,16 +186,19 @@ func newDaemon(cfg *engine.File, logger hclog.Logger, story *story) (*daemon, er
 		},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w (engine.listen)", err)
+		return nil, err
 	}
 	operator := newOperatorAuth(opToken, host.NewSigner(secret), logger.Named("http"))
-	operator.plugins = d.eng.Fleet.PIDs
+	operator.plugins = d.eng.PIDs
 	mux := d.eng.Mux(operator.wrap, cfg.Engine.OpenMetrics)
 	page := operator.wrap(pageHandler())
 	for _, path := range []string{"GET /{$}", "GET /app.js", "GET /style.css", "GET /favicon.svg"} {
 		mux.Handle(path, page)
 	}
-	d.eng.Serve(mux)
+	if err := d.eng.Serve(mux); err != nil {
+		d.eng.Stop(context.Background())
+		return nil, fmt.Errorf("%w (engine.listen)", err)
+	}
 	return d, nil
 }
 
@@ -210,8 +213,8 @@ func (d *daemon) pageURL() string { return d.eng.URL() }
 func (d *daemon) start(ctx context.Context) hcl.Diagnostics {
 	diags := d.eng.Start(ctx)
 	if ctx.Err() == nil && !diags.HasErrors() {
-		for _, s := range d.eng.Fleet.Supervisors() {
-			d.story.say("%s: %s provisioner ready", s.Name(), s.Kind())
+		for _, b := range d.cfg.Provisioners {
+			d.story.say("%s: %s provisioner ready", b.Name, b.Kind)
 		}
 	}
 	return diags
@@ -246,7 +249,7 @@ func (d *daemon) run(ctx context.Context, specs []engine.NeedSpec, timeout time.
 		rctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	if d.eng.Run(rctx, func() bool { return needs > 0 && d.eng.Router.Served() }) {
+	if d.eng.Run(rctx, func() bool { return needs > 0 && d.eng.Served() }) {
 		if d.lingering {
 			d.story.say("all %d need(s) served", needs)
 		} else {
@@ -256,7 +259,13 @@ func (d *daemon) run(ctx context.Context, specs []engine.NeedSpec, timeout time.
 	}
 	switch {
 	case ctx.Err() == nil:
-		d.story.say("timed out after %s; not served: %s", timeout, strings.Join(d.eng.Router.Unserved(), "; "))
+		var unserved []string
+		for _, n := range d.eng.Needs() {
+			if n.State != engine.NeedServed {
+				unserved = append(unserved, fmt.Sprintf("%s (%s): %s", n.ID, n.Spec, n.Detail))
+			}
+		}
+		d.story.say("timed out after %s; not served: %s", timeout, strings.Join(unserved, "; "))
 		return 1
 	case context.Cause(ctx) == errLingered:
 		d.story.say("lingered; shutting down")

@@ -50,8 +50,8 @@ func run() int {
 	}
 
 	// The engine: a fresh signing secret (credentials of this run only),
-	// listening where the engine block says, which is what the plugins'
-	// engine_url must name.
+	// to listen where the engine block says, which is what the plugins'
+	// engine_url must name. New opens nothing; Serve listens.
 	logger := hclog.New(&hclog.LoggerOptions{Name: "embed", Level: hclog.Warn})
 	eng, err := engine.New(engine.Config{
 		Provisioners: cfg.Provisioners,
@@ -75,7 +75,11 @@ func run() int {
 	// machine (engine.LocalUser), everyone else 403. Passing
 	// engine.AllowAnyLocalUser instead opens them to whoever can reach
 	// the listener; host-example passes its own, which adds a token.
-	eng.Serve(eng.Mux(nil, false))
+	if err := eng.Serve(eng.Mux(nil, false)); err != nil {
+		fmt.Fprintln(os.Stderr, "embed:", err)
+		eng.Stop(context.Background())
+		return 1
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -105,11 +109,11 @@ func serve(ctx context.Context, eng *engine.Engine, needs engine.NeedList, timeo
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if eng.Run(rctx, eng.Router.Served) {
+	if eng.Run(rctx, eng.Served) {
 		fmt.Println("all needs served")
 		return 0
 	}
-	for _, n := range eng.Router.Needs() {
+	for _, n := range eng.Needs() {
 		if n.State != engine.NeedServed {
 			fmt.Printf("not served: %s (%s): %s\n", n.ID, n.Spec, n.Detail)
 		}

@@ -110,7 +110,10 @@ func run() int {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(answers)
 	})
-	eng.Serve(mux)
+	if err := eng.Serve(mux); err != nil {
+		fmt.Fprintln(os.Stderr, "soakengine:", err)
+		return 1
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
