@@ -36,12 +36,13 @@
 // PhaseFailed with one UnfixableError, not a restart every two minutes.
 //
 // At ten thousand workers the contract carries changes, not wholes, where
-// the other end says it can (contract 2.4): a burst's credentials come in
-// one host-channel round trip a thousand (MintCredentials, each item
-// through the same guard as a single mint), and Reconcile tells a plugin
-// what attached and left since its last answered call (AttachedTracker),
-// with the whole list on a new process, after a failure and once a
-// minute. A plugin or a host of 2.3 gets what it always got.
+// the other end offers it (its capabilities, shared.HasCapability): a
+// burst's credentials come in one host-channel round trip a thousand
+// (MintCredentials, each item through the same guard as a single mint),
+// and Reconcile tells a plugin what attached and left since its last
+// answered call (AttachedTracker), with the whole list on a new process,
+// after a failure and once a minute. A plugin or a host that offers
+// neither gets what it always got.
 //
 // Rejected alternative: linking provisioners into the engine. A site could
 // not add its own without rebuilding, and a plugin that panics would take

@@ -24,7 +24,8 @@
 // (accepts the good configuration, rejects each broken one at the
 // expected path); the error details a plugin must send (NOT_CONFIGURED
 // before Configure, SHUT_DOWN after Shutdown: a bare code reads as "not
-// configured"); Configure; Shapes and Covers agree; Provision answers a
+// configured"); Configure; Shapes, and Covers where the plugin offers it
+// (deprecated since contract 2.5), agree; Provision answers a
 // demand promptly, entry by entry, asks for nothing new the second time
 // and is followed by an event per machine (a worker_provision_failed
 // event fails the check with what the plugin said); no machine fails in
