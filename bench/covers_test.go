@@ -1,5 +1,7 @@
 package bench
 
+//lint:file-ignore SA1019 the measurement compares the deprecated Covers with the cached shapes that replace it
+
 // Measurement 2: "could this provisioner start a machine for the need?"
 // asked three ways: the way the host's placer asks (a loop over shapes it
 // cached at start-up), the Slurm matcher called in-process, and Covers

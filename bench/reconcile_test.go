@@ -57,7 +57,7 @@ func reconcileByChangeLoop(p *plug, attached []string) func(*testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		tr := host.NewAttachedTracker(info.ContractVersion, time.Hour)
+		tr := host.NewAttachedTracker(info, time.Hour)
 		// Two lists a name apart, taken in turn.
 		lists := [2][]string{attached, append(slices.Clone(attached[1:]), "elsewhere-zzz-joined")}
 		call := func(list []string) {

@@ -865,9 +865,21 @@ const (
 	// ReasonQueued: asked for; its machine is on its way (queued in the
 	// scheduler, or starting).
 	ReasonQueued WaitReason = "queued"
-	// ReasonCapped: a cap (max_workers, max_pending, a site's limit)
-	// holds the provisioner below the demand.
+	// ReasonCapped: a cap of the provisioner's configuration
+	// (max_workers, max_pending) holds it below the demand; also a
+	// provisioner's CAPPED that names no condition (before contract 2.5).
 	ReasonCapped WaitReason = "capped"
+	// ReasonSiteLimit: an accounting limit of the site's holds it;
+	// weather that clears as jobs end.
+	ReasonSiteLimit WaitReason = "site_limit"
+	// ReasonThrottled: the site's submit throttle gives submissions back
+	// in its own time; weather.
+	ReasonThrottled WaitReason = "throttled"
+	// ReasonClusterFull: the cluster takes no new job; weather.
+	ReasonClusterFull WaitReason = "cluster_full"
+	// ReasonLoginNeeded: a person must log in before the provisioner
+	// asks for anything.
+	ReasonLoginNeeded WaitReason = "login_needed"
 	// ReasonBackingOff: the profile's machines failed in a row.
 	ReasonBackingOff WaitReason = "backing_off"
 	// ReasonMisconfigured: the profile's machines failed for its
@@ -886,14 +898,32 @@ type asked struct {
 	desc   string
 }
 
-// reasonOf is what a Provision outcome makes a need wait for.
+// conditionReasons are the reasons a CAPPED or BACKING_OFF outcome's
+// condition makes a need wait for.
+var conditionReasons = map[shared.Condition]WaitReason{
+	shared.ConditionCap:           ReasonCapped,
+	shared.ConditionSiteLimit:     ReasonSiteLimit,
+	shared.ConditionThrottled:     ReasonThrottled,
+	shared.ConditionClusterFull:   ReasonClusterFull,
+	shared.ConditionLoginNeeded:   ReasonLoginNeeded,
+	shared.ConditionBackingOff:    ReasonBackingOff,
+	shared.ConditionMisconfigured: ReasonMisconfigured,
+}
+
+// reasonOf is what a Provision outcome makes a need wait for: its
+// condition, where a held-back outcome names one, else the outcome alone
+// (a plugin before contract 2.5 names none).
 func reasonOf(o shared.DemandOutcome) WaitReason {
 	switch o.Outcome {
 	case shared.OutcomeNoFit:
 		return ReasonNoFit
-	case shared.OutcomeBackingOff:
-		return ReasonBackingOff
-	case shared.OutcomeCapped:
+	case shared.OutcomeBackingOff, shared.OutcomeCapped:
+		if r, ok := conditionReasons[o.Condition]; ok {
+			return r
+		}
+		if o.Outcome == shared.OutcomeBackingOff {
+			return ReasonBackingOff
+		}
 		return ReasonCapped
 	}
 	return ReasonQueued

@@ -9,7 +9,7 @@ import (
 
 // ContractVersion is the version of the Provisioner contract this package
 // speaks, reported by Info. Minor versions only add fields and methods;
-// a plugin built against 1.x keeps working with any 1.y host.
+// a plugin built against 2.x keeps working with any 2.y host.
 //
 // 2.0 changed Provision from one machine per call to the engine's whole
 // demand per call (ProvisionRequest.Demand), which a 1.x plugin cannot
@@ -18,11 +18,15 @@ import (
 // the optional Checker and Previewer, which an older plugin answers with
 // ErrUnimplemented. 2.3 added Event.Class, which an older plugin leaves
 // empty. 2.4 added the batch mint (BatchMinter, MintCredentials on the
-// host channel), which a plugin uses only against a host that says 2.4
-// or later in its Hello, and falls back to one MintCredential a worker
+// host channel), which a plugin uses only against a host that offers
+// CapabilityBatchMint, and falls back to one MintCredential a worker
 // otherwise; and Reconcile by change (ReconcileRequest.Delta), which the
-// engine sends only to a plugin whose Info says 2.4 or later.
-const ContractVersion = "2.4"
+// engine sends only to a plugin that offers CapabilityReconcileDelta.
+// 2.5 added DemandOutcome.Condition, which an older plugin leaves
+// ConditionNone, and the capabilities each side declares
+// (InfoResponse.Capabilities, the host's Hello), read by HasCapability;
+// it deprecated Covers and ShapesRequest.Label.
+const ContractVersion = "2.5"
 
 // Provisioner is somewhere machines can be asked for.
 //
@@ -35,10 +39,10 @@ const ContractVersion = "2.4"
 // a provisioner that answers "no" (no profile fits, one is already asked
 // for) says so in its response, not as an error.
 //
-// The contract's meaning, for a plugin in any language, is
-// docs/plugin-protocol.md ("Method by method", "Failures and backoff")
-// with the comments of shared/proto/provisioner.proto; the comments below
-// summarise it, and where they differ the document is right.
+// The contract's rules are stated in shared/proto/provisioner.proto,
+// which is normative; the comments below summarise it (see
+// provisioner.proto for each method's rule), and docs/plugin-protocol.md
+// adds the handshake, the lifecycle duties and the tests that keep them.
 type Provisioner interface {
 	// Info says what kind of provisioner this is and which contract it
 	// speaks. It must work before Configure. An error means the plugin
@@ -61,12 +65,16 @@ type Provisioner interface {
 	// the provisioner stays unconfigured.
 	Configure(context.Context, *ConfigureRequest) (*ConfigureResponse, error)
 
-	// Shapes lists the sizes of machine the provisioner can start for a
-	// label, smallest first. An empty label means any.
+	// Shapes lists the sizes of machine the provisioner can start,
+	// smallest first: the order the engine matches needs in.
 	Shapes(context.Context, *ShapesRequest) (*ShapesResponse, error)
 
 	// Covers says whether a machine the provisioner could start would fit
 	// the need. It never asks for anything.
+	//
+	// Deprecated: no host calls Covers; the engine answers it from the
+	// cached Shapes. It stays in the interface so that no plugin breaks;
+	// a new plugin may return ErrUnimplemented (see provisioner.proto).
 	Covers(context.Context, *CoversRequest) (*CoversResponse, error)
 
 	// Provision tells the provisioner the engine's whole demand on it:
@@ -200,11 +208,12 @@ func PublishAll(ctx context.Context, h Host, evs []Event) error {
 const MaxMintBatch = 1000
 
 // BatchMinter is a Host that mints many credentials in one round trip
-// (contract 2.4). Each item is guarded exactly as a MintCredential is, and
-// answered on its own: one refused name does not refuse its neighbours. A
-// batch of more than MaxMintBatch items, of none, or naming a worker
-// twice is refused whole with ErrInvalidArgument. A credential is still
-// worth one worker: the batch only saves the round trips.
+// (contract 2.4, CapabilityBatchMint). Each item is guarded exactly as a
+// MintCredential is, and answered on its own: one refused name does not
+// refuse its neighbours. A batch of more than MaxMintBatch items, of
+// none, or naming a worker twice is refused whole with
+// ErrInvalidArgument. A credential is still worth one worker: the batch
+// only saves the round trips.
 //
 // Call it through MintCredentials, which falls back to one MintCredential
 // per item for a Host that is not a BatchMinter.
@@ -273,9 +282,10 @@ type InfoResponse struct {
 	Version string
 	// ContractVersion is the ContractVersion the plugin was built with.
 	ContractVersion string
-	// Capabilities lists optional behaviour by name, so a host can adapt
-	// without a protocol change.
-	Capabilities []string
+	// Capabilities are what the plugin offers beyond the required
+	// methods (CapabilityReconcileDelta); a host reads them with
+	// HasCapability.
+	Capabilities []Capability
 }
 
 // SchemaRequest is empty; it exists so that it can grow.
@@ -384,8 +394,12 @@ func (s Shape) HasLabel(label string) bool {
 	return false
 }
 
-// ShapesRequest asks for the shapes that carry a label.
+// ShapesRequest asks for the provisioner's shapes.
 type ShapesRequest struct {
+	// Label asks for the shapes that carry it; empty means every shape.
+	//
+	// Deprecated: hosts send it empty (see provisioner.proto). A plugin
+	// still honours it, for an older caller.
 	Label string
 }
 
@@ -394,7 +408,8 @@ type ShapesResponse struct {
 	Shapes []Shape
 }
 
-// CoversRequest asks whether a need could be met.
+// CoversRequest asks whether a need could be met. Deprecated with
+// Provisioner.Covers.
 type CoversRequest struct {
 	Need Need
 }
@@ -440,8 +455,10 @@ const (
 	OutcomeNoFit
 	// OutcomeBackingOff: recent submissions failed; asking again later.
 	OutcomeBackingOff
-	// OutcomeCapped: a cap (max_workers, max_pending) holds the profile
-	// or the provisioner below the demand; Detail says which.
+	// OutcomeCapped: something other than failures holds the profile
+	// below the demand: a cap of the configuration, a limit of the
+	// system's, a person who must act. Condition says which, Detail in
+	// words.
 	OutcomeCapped
 )
 
@@ -477,6 +494,57 @@ type DemandOutcome struct {
 	Profile string
 	// Detail says why, for anything but OutcomeRequested.
 	Detail string
+	// Condition says what holds the need back, with OutcomeCapped and
+	// OutcomeBackingOff (contract 2.5); ConditionNone otherwise, and
+	// from an older plugin, whose outcome is then read alone.
+	Condition Condition
+}
+
+// Condition is what holds a need below the demand: a cap, weather, or a
+// person who must act. See provisioner.proto's Condition for each value.
+type Condition int
+
+const (
+	// ConditionNone: nothing, or the plugin does not say.
+	ConditionNone Condition = iota
+	// ConditionCap: a cap of the provisioner's configuration.
+	ConditionCap
+	// ConditionSiteLimit: an accounting limit of the system's; weather.
+	ConditionSiteLimit
+	// ConditionThrottled: the system's submit throttle; weather.
+	ConditionThrottled
+	// ConditionClusterFull: the system takes no new job; weather.
+	ConditionClusterFull
+	// ConditionLoginNeeded: a person must log in before anything is
+	// asked for.
+	ConditionLoginNeeded
+	// ConditionBackingOff: the profile's machines failed in a row.
+	ConditionBackingOff
+	// ConditionMisconfigured: the profile's machines failed for its
+	// configuration; a person must fix it.
+	ConditionMisconfigured
+)
+
+func (c Condition) String() string {
+	switch c {
+	case ConditionNone:
+		return "none"
+	case ConditionCap:
+		return "cap"
+	case ConditionSiteLimit:
+		return "site_limit"
+	case ConditionThrottled:
+		return "throttled"
+	case ConditionClusterFull:
+		return "cluster_full"
+	case ConditionLoginNeeded:
+		return "login_needed"
+	case ConditionBackingOff:
+		return "backing_off"
+	case ConditionMisconfigured:
+		return "misconfigured"
+	}
+	return "unknown"
 }
 
 // ProfileDemand is one profile's machines after a Provision call.
@@ -502,11 +570,10 @@ type ProfileDemand struct {
 // the whole list (Attached), or since contract 2.4 what changed since the
 // last call this plugin process answered (Delta, Joined, Left).
 //
-// The engine sends a delta only to a plugin whose Info says 2.4 or later,
-// and the whole list on the first call to a plugin process, after a call
-// that failed (the plugin may or may not have applied it), and at least
-// every minute, so that a plugin that missed something is set right
-// within a bounded time. A plugin of 2.4 keeps the set: Attached replaces
+// The engine sends a delta only to a plugin that offers
+// CapabilityReconcileDelta, and the whole list on the first call to a
+// plugin process, after a call that failed, and at least every minute
+// (see provisioner.proto). Such a plugin keeps the set: Attached replaces
 // it when Delta is false; otherwise Joined are added and Left removed.
 type ReconcileRequest struct {
 	Attached []string

@@ -63,6 +63,7 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 	type answer struct {
 		outcome shared.ProvisionOutcome
 		detail  string
+		cond    shared.Condition
 	}
 	answers := map[string]answer{}
 	// limited is the words of an accounting limit that held a profile
@@ -100,28 +101,28 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 			if b := p.backoff[prof.Name]; b != nil && now.Before(b.until) {
 				// Asking again now would fail the same way.
 				a = answer{shared.OutcomeBackingOff, fmt.Sprintf("%s in a row; not asking again until %s. Last: %s",
-					failures(b.failures), b.until.Format(time.RFC3339), b.lastErr)}
+					failures(b.failures), b.until.Format(time.RFC3339), b.lastErr), shared.ConditionBackingOff}
 				if b.misconfigured {
-					a.detail = misconfiguredDetail(prof.Name, b)
+					a.detail, a.cond = misconfiguredDetail(prof.Name, b), shared.ConditionMisconfigured
 				}
 				break
 			}
 			if now.Before(p.jobsFullUntil) {
 				// slurmctld said it would take no job; asking before
 				// jobsFullWait waits out submit_timeout again.
-				a = answer{shared.OutcomeCapped, p.jobsFullSaid}
+				a = answer{shared.OutcomeCapped, p.jobsFullSaid, shared.ConditionClusterFull}
 				break
 			}
 			if now.Before(p.throttleUntil) {
 				// The site's throttle gives a submission back in its
 				// own time; asking before that is refused again.
-				a = answer{shared.OutcomeCapped, throttleDetail(p.throttleSaid, p.throttleUntil)}
+				a = answer{shared.OutcomeCapped, throttleDetail(p.throttleSaid, p.throttleUntil), shared.ConditionThrottled}
 				break
 			}
 			if needed, detail := p.loginNeeded(cfg); needed {
 				// Weather a person clears: nothing is asked for, and
 				// nothing backs off (logins.go).
-				a = answer{shared.OutcomeCapped, detail}
+				a = answer{shared.OutcomeCapped, detail, shared.ConditionLoginNeeded}
 				break
 			}
 			if c.inFlight > 0 {
@@ -132,11 +133,12 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 			// two-node profile asks for two.
 			short, _ = roundToAllocations(short, max(1, prof.Nodes))
 			n, capDetail := p.roomLocked(cfg, prof, short, pd.OnTheWay+pd.Attached, c.pending, alive, pending)
+			capCond := shared.ConditionCap
 			if strings.HasPrefix(capDetail, limitReached) {
-				limited = capDetail
+				limited, capCond = capDetail, shared.ConditionSiteLimit
 			}
 			if n == 0 {
-				a = answer{shared.OutcomeCapped, capDetail}
+				a = answer{shared.OutcomeCapped, capDetail, capCond}
 				break
 			}
 			batch := p.reserveLocked(cfg, prof, n, now)
@@ -182,7 +184,7 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 			continue
 		}
 		a := answers[o.Profile]
-		resp.Outcomes[i].Outcome, resp.Outcomes[i].Detail = a.outcome, a.detail
+		resp.Outcomes[i].Outcome, resp.Outcomes[i].Detail, resp.Outcomes[i].Condition = a.outcome, a.detail, a.cond
 	}
 
 	// The reservations are made before the goroutines start, so a second

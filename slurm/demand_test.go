@@ -56,7 +56,7 @@ func TestBurstWithinCaps(t *testing.T) {
 	}
 	// Pending, the burst fills the cap: the same demand asks for nothing.
 	o, resp = h.provisionN(t, cpuNeed, 200)
-	if o.Outcome != shared.OutcomeCapped || profileDemand(resp, "cpu").Requested != 0 || len(h.fake.callsTo("sbatch")) != 1 {
+	if o.Outcome != shared.OutcomeCapped || o.Condition != shared.ConditionCap || profileDemand(resp, "cpu").Requested != 0 || len(h.fake.callsTo("sbatch")) != 1 {
 		t.Errorf("the same demand again: %+v %+v", o, resp.Profiles)
 	}
 }

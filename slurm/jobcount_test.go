@@ -34,7 +34,7 @@ func TestBurstTrimmedToMaxJobCount(t *testing.T) {
 		t.Error("no squeue counted every user's jobs before the submission")
 	}
 	o, _ := h.provisionN(t, cpuNeed, 10)
-	if o.Outcome != shared.OutcomeCapped || !strings.Contains(o.Detail, "MaxJobCount = 20") {
+	if o.Outcome != shared.OutcomeCapped || o.Condition != shared.ConditionClusterFull || !strings.Contains(o.Detail, "MaxJobCount = 20") {
 		t.Errorf("the rest of the demand: %+v; want capped, naming MaxJobCount", o)
 	}
 	if n := len(h.fake.callsTo("sbatch")); n != 1 {

@@ -28,7 +28,7 @@ func TestBurstTrimmedToSubmitLimit(t *testing.T) {
 		t.Fatalf("%d sbatch calls; want one array of 3 (5 less the 2 queued):\n%.300s", len(sb), sb[0].Stdin)
 	}
 	o, _ = h.provisionN(t, cpuNeed, 10)
-	if o.Outcome != shared.OutcomeCapped || !strings.HasPrefix(o.Detail, limitReached) || !strings.Contains(o.Detail, "association proj/alice MaxSubmitJobs = 5") {
+	if o.Outcome != shared.OutcomeCapped || o.Condition != shared.ConditionSiteLimit || !strings.HasPrefix(o.Detail, limitReached) || !strings.Contains(o.Detail, "association proj/alice MaxSubmitJobs = 5") {
 		t.Errorf("the same demand again: %+v; want capped by the limit, named", o)
 	}
 	if n := len(h.fake.callsTo("sbatch")); n != 1 {

@@ -124,7 +124,7 @@ func TestLoginNeeded(t *testing.T) {
 
 	sbatches := len(h.fake.callsTo("sbatch"))
 	o, _ = h.provisionN(t, cpuNeed, 2)
-	if o.Outcome != shared.OutcomeCapped || !strings.HasPrefix(o.Detail, loginNeededPrefix+":") {
+	if o.Outcome != shared.OutcomeCapped || o.Condition != shared.ConditionLoginNeeded || !strings.HasPrefix(o.Detail, loginNeededPrefix+":") {
 		t.Errorf("Provision while the login is needed = %+v, want capped, login needed", o)
 	}
 	h.submitted(t)

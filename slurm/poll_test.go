@@ -436,7 +436,7 @@ func TestBackoff(t *testing.T) {
 		for _, at := range []time.Duration{0, d - time.Second} {
 			h.clock.Advance(at)
 			r := h.provision(t, cpuNeed)
-			if r.Outcome != shared.OutcomeBackingOff || r.Profile != "cpu" || !strings.Contains(r.Detail, until.Format(time.RFC3339)) || !strings.Contains(r.Detail, said) {
+			if r.Outcome != shared.OutcomeBackingOff || r.Condition != shared.ConditionBackingOff || r.Profile != "cpu" || !strings.Contains(r.Detail, until.Format(time.RFC3339)) || !strings.Contains(r.Detail, said) {
 				t.Fatalf("failure %d, %s later: Provision = %+v", i+1, at, r)
 			}
 		}

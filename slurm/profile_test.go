@@ -1,5 +1,7 @@
 package slurm
 
+//lint:file-ignore SA1019 the plugin still honours the deprecated Covers and ShapesRequest.Label
+
 import (
 	"context"
 	"slices"

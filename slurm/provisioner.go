@@ -349,7 +349,8 @@ func (p *Provisioner) settings() *settings {
 
 // Info says what kind of provisioner this is.
 func (p *Provisioner) Info(context.Context, *shared.InfoRequest) (*shared.InfoResponse, error) {
-	return &shared.InfoResponse{Kind: kind, Version: version, ContractVersion: shared.ContractVersion}, nil
+	return &shared.InfoResponse{Kind: kind, Version: version, ContractVersion: shared.ContractVersion,
+		Capabilities: []shared.Capability{shared.CapabilityReconcileDelta}}, nil
 }
 
 // Schema describes the configuration.
@@ -453,6 +454,7 @@ func (p *Provisioner) Shapes(_ context.Context, req *shared.ShapesRequest) (*sha
 	}
 	var label string
 	if req != nil {
+		//lint:ignore SA1019 honoured for a caller that still sets it; hosts send it empty
 		label = req.Label
 	}
 	return &shared.ShapesResponse{Shapes: cfg.shapes(label)}, nil

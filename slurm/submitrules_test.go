@@ -61,7 +61,7 @@ func TestSubmitRuleThrottleWaits(t *testing.T) {
 		t.Errorf("Status notes %q do not say the throttle holds", st.Notes)
 	}
 	n := len(h.fake.callsTo("sbatch"))
-	if o := h.provision(t, cpuNeed); o.Outcome != shared.OutcomeCapped || !strings.Contains(o.Detail, "job_submit/throttle") {
+	if o := h.provision(t, cpuNeed); o.Outcome != shared.OutcomeCapped || o.Condition != shared.ConditionThrottled || !strings.Contains(o.Detail, "job_submit/throttle") {
 		t.Errorf("Provision while throttled = %+v, want capped until the throttle gives one back", o)
 	}
 	h.submitted(t)
@@ -90,7 +90,7 @@ func TestSubmitRuleTimelimitIsMisconfigured(t *testing.T) {
 		!strings.Contains(ev.Detail, `add a line such as "--time=01:00:00"`) {
 		t.Errorf("event = %+v, want misconfigured, Slurm's words and the fix", ev)
 	}
-	if o := h.provision(t, cpuNeed); o.Outcome != shared.OutcomeBackingOff || !strings.Contains(o.Detail, "misconfigured") {
+	if o := h.provision(t, cpuNeed); o.Outcome != shared.OutcomeBackingOff || o.Condition != shared.ConditionMisconfigured || !strings.Contains(o.Detail, "misconfigured") {
 		t.Errorf("Provision after = %+v, want the profile held as misconfigured", o)
 	}
 }

@@ -140,8 +140,9 @@ type launched struct {
 	plugin *Plugin
 	schema *shared.Schema
 	json   json.RawMessage
-	// contract and kind are what the plugin's Info said.
-	contract, kind string
+	// info is what the plugin's Info said; kind is its Kind.
+	info *shared.InfoResponse
+	kind string
 }
 
 // Options are what an engine adds to a plugin's launch: every field of
@@ -298,7 +299,7 @@ func startPlugin(ctx context.Context, p *Block, opts Options, shapesFirst bool) 
 	if err != nil {
 		return fail("Plugin did not answer Info", err)
 	}
-	l.contract, l.kind = info.ContractVersion, info.Kind
+	l.info, l.kind = info, info.Kind
 	sr, err := plugin.Provisioner().Schema(ctx, &shared.SchemaRequest{})
 	if err != nil {
 		return fail("Plugin did not answer Schema", err)

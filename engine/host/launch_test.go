@@ -1,5 +1,7 @@
 package host
 
+//lint:file-ignore SA1019 Covers is the deprecated call these tests use as one a plugin can hold open
+
 import (
 	"context"
 	"encoding/json"

@@ -4,22 +4,17 @@ import (
 	"slices"
 	"time"
 
-	"github.com/fluksio/provision/internal/wire"
 	"github.com/fluksio/provision/shared"
 )
 
-// DefaultReconcileResync is the longest a plugin of contract 2.4 goes
+// DefaultReconcileResync is the longest a plugin that takes changes goes
 // without hearing the whole attached list.
 const DefaultReconcileResync = time.Minute
 
-// deltaContract is the first contract whose plugins take a Reconcile by
-// change.
-const deltaContract = "2.4"
-
 // AttachedTracker turns the engine's list of one provisioner's attached
 // workers into what each Reconcile to one plugin process sends: the
-// change since the last call the plugin answered, for a plugin of
-// contract 2.4 or later, or the whole list.
+// change since the last call the plugin answered, for a plugin that
+// offers shared.CapabilityReconcileDelta, or the whole list.
 //
 // A plugin that holds many workers hears only the handful that changed;
 // whenever the engine cannot be sure what the plugin holds it sends the
@@ -41,13 +36,14 @@ type AttachedTracker struct {
 }
 
 // NewAttachedTracker is a tracker for a plugin process whose Info said
-// contract. resync bounds the time between whole lists; zero means
+// info. resync bounds the time between whole lists; zero means
 // DefaultReconcileResync.
-func NewAttachedTracker(contract string, resync time.Duration) *AttachedTracker {
+func NewAttachedTracker(info *shared.InfoResponse, resync time.Duration) *AttachedTracker {
 	if resync <= 0 {
 		resync = DefaultReconcileResync
 	}
-	return &AttachedTracker{delta: wire.ContractAtLeast(contract, deltaContract), resync: resync}
+	delta := shared.HasCapability(info.ContractVersion, info.Capabilities, shared.CapabilityReconcileDelta)
+	return &AttachedTracker{delta: delta, resync: resync}
 }
 
 // Request is the ReconcileRequest for the workers attached now. attached

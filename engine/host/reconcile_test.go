@@ -15,13 +15,18 @@ func reqString(r *shared.ReconcileRequest) string {
 	return fmt.Sprintf("full %v", r.Attached)
 }
 
-// TestAttachedTracker: a plugin of 2.4 hears the whole list first, then
-// only what joined and left; again the whole list after a call that
-// failed, after the resync interval, and from a new tracker (a restarted
-// plugin process). A plugin of 2.3 always hears the whole list.
+func infoOf(contract string, caps ...shared.Capability) *shared.InfoResponse {
+	return &shared.InfoResponse{ContractVersion: contract, Capabilities: caps}
+}
+
+// TestAttachedTracker: a plugin that offers reconcile_delta hears the
+// whole list first, then only what joined and left; again the whole list
+// after a call that failed, after the resync interval, and from a new
+// tracker (a restarted plugin process). A plugin that does not offer it
+// always hears the whole list.
 func TestAttachedTracker(t *testing.T) {
 	t0 := time.Unix(1700000000, 0)
-	tr := NewAttachedTracker("2.4", time.Minute)
+	tr := NewAttachedTracker(infoOf(shared.ContractVersion, shared.CapabilityReconcileDelta), time.Minute)
 	steps := []struct {
 		attached []string
 		at       time.Duration
@@ -47,15 +52,30 @@ func TestAttachedTracker(t *testing.T) {
 		tr.Answered(req, s.ok, t0.Add(s.at))
 	}
 	// A restarted plugin is a new tracker: the whole list first.
-	if got := reqString(NewAttachedTracker("2.4", 0).Request([]string{"x"}, t0)); got != "full [x]" {
+	if got := reqString(NewAttachedTracker(infoOf("2.4"), 0).Request([]string{"x"}, t0)); got != "full [x]" {
 		t.Errorf("a new tracker's first request: %s", got)
 	}
-	old := NewAttachedTracker("2.3", time.Minute)
-	for i := range 3 {
-		req := old.Request([]string{"a", "b"}, t0.Add(time.Duration(i)*time.Second))
-		if got := reqString(req); got != "full [a b]" {
-			t.Errorf("a 2.3 plugin, call %d: %s; want the whole list", i, got)
+	// Who gets changes: what a plugin declares, and a 2.4 plugin that
+	// declares nothing (it could not); not a 2.3 plugin, and not a 2.5
+	// plugin that declares nothing.
+	for _, tc := range []struct {
+		info  *shared.InfoResponse
+		delta bool
+	}{
+		{infoOf("2.4"), true},
+		{infoOf("2.5", shared.CapabilityReconcileDelta), true},
+		{infoOf("2.3", shared.CapabilityReconcileDelta), true},
+		{infoOf("2.3"), false},
+		{infoOf("2.5"), false},
+		{infoOf("2.5", shared.CapabilityBatchMint), false},
+	} {
+		tr := NewAttachedTracker(tc.info, time.Minute)
+		for i := range 3 {
+			req := tr.Request([]string{"a", "b"}, t0.Add(time.Duration(i)*time.Second))
+			if req.Delta != (tc.delta && i > 0) {
+				t.Errorf("a plugin of %s declaring %v, call %d: %s; want delta %v after the first", tc.info.ContractVersion, tc.info.Capabilities, i, reqString(req), tc.delta)
+			}
+			tr.Answered(req, true, t0)
 		}
-		old.Answered(req, true, t0)
 	}
 }

@@ -55,8 +55,9 @@ type Supervisor struct {
 	// the default.
 	ReconcileTimeout time.Duration
 	// ReconcileResync bounds the time between two Reconciles that carry
-	// the whole attached list to a plugin that takes changes (contract
-	// 2.4); zero means DefaultReconcileResync. Set it before Start.
+	// the whole attached list to a plugin that takes changes
+	// (shared.CapabilityReconcileDelta); zero means
+	// DefaultReconcileResync. Set it before Start.
 	ReconcileResync time.Duration
 
 	cfg    *Block
@@ -189,7 +190,7 @@ func (s *Supervisor) launch(ctx context.Context, publish bool) (*launched, hcl.D
 	l.plugin.limitMints(sr.Shapes)
 	s.mu.Lock()
 	s.current, s.phase = l.plugin, PhaseRunning
-	s.tracker = NewAttachedTracker(l.contract, s.ReconcileResync)
+	s.tracker = NewAttachedTracker(l.info, s.ReconcileResync)
 	if publish && s.lastExit != nil {
 		// A restart, counted before OnUp hears of it, so that whoever
 		// OnUp wakes reads a Status that says so.

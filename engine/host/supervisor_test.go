@@ -107,6 +107,13 @@ func TestSupervisorRestartsAndShutsDown(t *testing.T) {
 	if st := s.Status(context.Background()); st.Process != "running" || st.Status == nil || st.Status.Kind != "memory" {
 		t.Fatalf("status %+v", st)
 	}
+	// The plugin's Info lists reconcile_delta: its Reconciles carry changes.
+	s.mu.Lock()
+	delta := s.tracker.delta
+	s.mu.Unlock()
+	if !delta {
+		t.Error("the test plugin offers reconcile_delta, and its tracker sends whole lists")
+	}
 	first := s.current.Pid()
 	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
 		t.Fatal(err)

@@ -50,7 +50,11 @@ import rpc_status_pb2  # noqa: E402
 COOKIE_KEY = "FLUKSIO_PROVISIONER_PLUGIN"
 COOKIE_VALUE = "b5f1c3a2-provisioner"
 PROTOCOL_VERSION = 2
-CONTRACT_VERSION = "2.3"
+CONTRACT_VERSION = "2.5"
+# Capabilities (contract 2.5): a plugin lists those it offers in
+# InfoResponse.capabilities; a host lists its own in Hello.capabilities.
+CAPABILITY_RECONCILE_DELTA = "reconcile_delta"  # the plugin takes Reconcile by change
+CAPABILITY_BATCH_MINT = "batch_mint"            # the host answers MintCredentials
 LOG_LEVEL_ENV = "FLUKSIO_PLUGIN_LOG_LEVEL"
 ERROR_DOMAIN = "provision.fluksio"
 
@@ -252,7 +256,7 @@ class Host:
 
 # -- the services --------------------------------------------------------------
 
-_RPCS = ["Info", "Schema", "ValidateConfig", "Configure", "Shapes", "Covers",
+_RPCS = ["Info", "Schema", "ValidateConfig", "Configure", "Shapes",
          "Provision", "Reconcile", "Status", "Shutdown"]
 
 
@@ -276,6 +280,11 @@ class _Provisioner(provisioner_pb2_grpc.ProvisionerServicer):
 
     def Preview(self, request, context):
         return self._optional("Preview", request, context)
+
+    # Deprecated since contract 2.5 (no host calls it): answered by the
+    # plugin's covers method if it has one, else UNIMPLEMENTED.
+    def Covers(self, request, context):
+        return self._optional("Covers", request, context)
 
     def _optional(self, rpc, request, context):
         if not hasattr(self._impl, rpc.lower()):

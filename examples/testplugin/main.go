@@ -10,7 +10,7 @@
 //
 // Its configuration:
 //
-//	greeting       = "hi"     # required, echoed in Info's capabilities
+//	greeting       = "hi"     # required
 //	foreign_worker = false    # mint credentials for another provisioner's name
 //	block_covers   = false    # Covers waits until its context ends
 //	fail_provision = false    # every machine fails: worker_provision_failed
@@ -101,7 +101,8 @@ func (m *memory) backingOffLocked(profile string) (*shared.Backoff, bool) {
 }
 
 func (m *memory) Info(context.Context, *shared.InfoRequest) (*shared.InfoResponse, error) {
-	info := &shared.InfoResponse{Kind: "memory", Version: "0.1.0", ContractVersion: shared.ContractVersion}
+	info := &shared.InfoResponse{Kind: "memory", Version: "0.1.0", ContractVersion: shared.ContractVersion,
+		Capabilities: []shared.Capability{shared.CapabilityReconcileDelta}}
 	brokenInfo(info)
 	return info, nil
 }
@@ -165,6 +166,7 @@ func matching(label string) []shared.Shape {
 }
 
 func (m *memory) Shapes(_ context.Context, req *shared.ShapesRequest) (*shared.ShapesResponse, error) {
+	//lint:ignore SA1019 honoured for a caller that still sets it; hosts send it empty
 	return &shared.ShapesResponse{Shapes: matching(req.Label)}, nil
 }
 
@@ -240,7 +242,7 @@ func (m *memory) Provision(ctx context.Context, req *shared.ProvisionRequest) (*
 		if b, ok := m.backingOffLocked(s.Profile); ok && !broken("storm") && len(mine) < pd.Wanted {
 			for i := range resp.Outcomes {
 				if resp.Outcomes[i].Profile == s.Profile {
-					resp.Outcomes[i].Outcome = shared.OutcomeBackingOff
+					resp.Outcomes[i].Outcome, resp.Outcomes[i].Condition = shared.OutcomeBackingOff, shared.ConditionBackingOff
 					resp.Outcomes[i].Detail = fmt.Sprintf("%d failure(s) in a row, until %s: %s", b.Failures, b.Until.Format(time.TimeOnly), b.LastError)
 				}
 			}

@@ -156,6 +156,63 @@ func outcomeFromProto(o pb.ProvisionResponse_Outcome) shared.ProvisionOutcome {
 	return 0
 }
 
+// conditions pairs each shared.Condition with its wire value.
+var conditions = []struct {
+	c shared.Condition
+	p pb.Condition
+}{
+	{shared.ConditionNone, pb.Condition_CONDITION_NONE},
+	{shared.ConditionCap, pb.Condition_CONDITION_CAP},
+	{shared.ConditionSiteLimit, pb.Condition_CONDITION_SITE_LIMIT},
+	{shared.ConditionThrottled, pb.Condition_CONDITION_THROTTLED},
+	{shared.ConditionClusterFull, pb.Condition_CONDITION_CLUSTER_FULL},
+	{shared.ConditionLoginNeeded, pb.Condition_CONDITION_LOGIN_NEEDED},
+	{shared.ConditionBackingOff, pb.Condition_CONDITION_BACKING_OFF},
+	{shared.ConditionMisconfigured, pb.Condition_CONDITION_MISCONFIGURED},
+}
+
+func conditionToProto(c shared.Condition) pb.Condition {
+	for _, m := range conditions {
+		if m.c == c {
+			return m.p
+		}
+	}
+	return pb.Condition_CONDITION_NONE
+}
+
+// conditionFromProto reads a condition off the wire; one this host does
+// not know (a newer plugin's) is ConditionNone: the outcome is read alone.
+func conditionFromProto(c pb.Condition) shared.Condition {
+	for _, m := range conditions {
+		if m.p == c {
+			return m.c
+		}
+	}
+	return shared.ConditionNone
+}
+
+func capabilitiesToProto(cs []shared.Capability) []string {
+	if cs == nil {
+		return nil
+	}
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = string(c)
+	}
+	return out
+}
+
+func capabilitiesFromProto(cs []string) []shared.Capability {
+	if cs == nil {
+		return nil
+	}
+	out := make([]shared.Capability, len(cs))
+	for i, c := range cs {
+		out[i] = shared.Capability(c)
+	}
+	return out
+}
+
 func provisionRequestToProto(r *shared.ProvisionRequest) *pb.ProvisionRequest {
 	out := &pb.ProvisionRequest{Attached: r.Attached}
 	for _, d := range r.Demand {
@@ -175,7 +232,8 @@ func provisionRequestFromProto(r *pb.ProvisionRequest) *shared.ProvisionRequest 
 func provisionResponseToProto(r *shared.ProvisionResponse) *pb.ProvisionResponse {
 	out := &pb.ProvisionResponse{}
 	for _, o := range r.Outcomes {
-		out.Outcomes = append(out.Outcomes, &pb.DemandOutcome{Outcome: outcomeToProto(o.Outcome), Profile: o.Profile, Detail: o.Detail})
+		out.Outcomes = append(out.Outcomes, &pb.DemandOutcome{Outcome: outcomeToProto(o.Outcome), Profile: o.Profile, Detail: o.Detail,
+			Condition: conditionToProto(o.Condition)})
 	}
 	for _, p := range r.Profiles {
 		out.Profiles = append(out.Profiles, &pb.ProfileDemand{Profile: p.Profile, Wanted: int64(p.Wanted), OnTheWay: int64(p.OnTheWay),
@@ -187,7 +245,8 @@ func provisionResponseToProto(r *shared.ProvisionResponse) *pb.ProvisionResponse
 func provisionResponseFromProto(r *pb.ProvisionResponse) *shared.ProvisionResponse {
 	out := &shared.ProvisionResponse{}
 	for _, o := range r.GetOutcomes() {
-		out.Outcomes = append(out.Outcomes, shared.DemandOutcome{Outcome: outcomeFromProto(o.GetOutcome()), Profile: o.GetProfile(), Detail: clip(o.GetDetail(), MaxEventDetail)})
+		out.Outcomes = append(out.Outcomes, shared.DemandOutcome{Outcome: outcomeFromProto(o.GetOutcome()), Profile: o.GetProfile(), Detail: clip(o.GetDetail(), MaxEventDetail),
+			Condition: conditionFromProto(o.GetCondition())})
 	}
 	for _, p := range r.GetProfiles() {
 		out.Profiles = append(out.Profiles, shared.ProfileDemand{Profile: p.GetProfile(), Wanted: clampInt(p.GetWanted()),

@@ -61,7 +61,7 @@ func (c *Client) Info(ctx context.Context, _ *shared.InfoRequest) (*shared.InfoR
 	if err != nil {
 		return nil, err
 	}
-	return &shared.InfoResponse{Kind: r.GetKind(), Version: r.GetVersion(), ContractVersion: r.GetContractVersion(), Capabilities: r.GetCapabilities()}, nil
+	return &shared.InfoResponse{Kind: r.GetKind(), Version: r.GetVersion(), ContractVersion: r.GetContractVersion(), Capabilities: capabilitiesFromProto(r.GetCapabilities())}, nil
 }
 
 func (c *Client) Schema(ctx context.Context, _ *shared.SchemaRequest) (*shared.SchemaResponse, error) {
@@ -124,6 +124,7 @@ func (c *Client) Configure(ctx context.Context, req *shared.ConfigureRequest) (*
 }
 
 func (c *Client) Shapes(ctx context.Context, req *shared.ShapesRequest) (*shared.ShapesResponse, error) {
+	//lint:ignore SA1019 the wire carries the deprecated label for a caller that still sets it
 	r, err := call(c, ctx, &pb.ShapesRequest{Label: req.Label}, c.rpc.Shapes)
 	if err != nil {
 		return nil, err
@@ -132,6 +133,7 @@ func (c *Client) Shapes(ctx context.Context, req *shared.ShapesRequest) (*shared
 }
 
 func (c *Client) Covers(ctx context.Context, req *shared.CoversRequest) (*shared.CoversResponse, error) {
+	//lint:ignore SA1019 the wire carries the deprecated Covers for a caller that still asks
 	r, err := call(c, ctx, &pb.CoversRequest{Need: needToProto(req.Need)}, c.rpc.Covers)
 	if err != nil {
 		return nil, err
@@ -193,7 +195,7 @@ func (s *grpcServer) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoRespo
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.InfoResponse{Kind: r.Kind, Version: r.Version, ContractVersion: r.ContractVersion, Capabilities: r.Capabilities}, nil
+	return &pb.InfoResponse{Kind: r.Kind, Version: r.Version, ContractVersion: r.ContractVersion, Capabilities: capabilitiesToProto(r.Capabilities)}, nil
 }
 
 func (s *grpcServer) Schema(ctx context.Context, _ *pb.SchemaRequest) (*pb.SchemaResponse, error) {
@@ -255,6 +257,7 @@ func (s *grpcServer) Configure(ctx context.Context, req *pb.ConfigureRequest) (*
 }
 
 func (s *grpcServer) Shapes(ctx context.Context, req *pb.ShapesRequest) (*pb.ShapesResponse, error) {
+	//lint:ignore SA1019 the wire carries the deprecated label for a caller that still sets it
 	r, err := s.impl.Shapes(ctx, &shared.ShapesRequest{Label: req.GetLabel()})
 	if err != nil {
 		return nil, toStatus(err)
@@ -263,6 +266,7 @@ func (s *grpcServer) Shapes(ctx context.Context, req *pb.ShapesRequest) (*pb.Sha
 }
 
 func (s *grpcServer) Covers(ctx context.Context, req *pb.CoversRequest) (*pb.CoversResponse, error) {
+	//lint:ignore SA1019 the wire carries the deprecated Covers for a caller that still asks
 	r, err := s.impl.Covers(ctx, &shared.CoversRequest{Need: needFromProto(req.GetNeed())})
 	if err != nil {
 		return nil, toStatus(err)

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -174,10 +172,10 @@ type pluginLink struct {
 	acks    map[uint64]chan struct{}
 	credits map[uint64]chan *pb.Credential
 	batches map[uint64]chan *pb.Credentials
-	// hostContract is the contract version the current stream's host
-	// said in Hello: empty from a host before 2.4, which would not
-	// answer a batch mint.
-	hostContract string
+	// hostBatch says the current stream's host offers
+	// CapabilityBatchMint (its Hello): another host would not answer a
+	// batch mint.
+	hostBatch bool
 }
 
 var (
@@ -201,7 +199,9 @@ func (s *grpcServer) HostChannel(stream pb.Provisioner_HostChannelServer) error 
 		return status.Error(codes.InvalidArgument, "the host channel must start with Hello")
 	}
 	out := make(chan *pb.PluginMessage)
-	gone := s.link.attach(stream, out, first.GetHello().GetContractVersion())
+	hello := first.GetHello()
+	batch := shared.HasCapability(hello.GetContractVersion(), capabilitiesFromProto(hello.GetCapabilities()), shared.CapabilityBatchMint)
+	gone := s.link.attach(stream, out, batch)
 	sent := make(chan struct{})
 	// The sender is the stream's only caller of Send. It ends when the
 	// stream does (gone), or when a Send fails, which it does once the
@@ -246,10 +246,10 @@ func (s *grpcServer) HostChannel(stream pb.Provisioner_HostChannelServer) error 
 	}
 }
 
-func (l *pluginLink) attach(stream pb.Provisioner_HostChannelServer, out chan *pb.PluginMessage, hostContract string) chan struct{} {
+func (l *pluginLink) attach(stream pb.Provisioner_HostChannelServer, out chan *pb.PluginMessage, hostBatch bool) chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.stream, l.out, l.hostContract = stream, out, hostContract
+	l.stream, l.out, l.hostBatch = stream, out, hostBatch
 	l.gone = make(chan struct{})
 	return l.gone
 }
@@ -260,7 +260,7 @@ func (l *pluginLink) detach(stream pb.Provisioner_HostChannelServer, gone chan s
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.stream == stream {
-		l.stream, l.out, l.hostContract = nil, nil, ""
+		l.stream, l.out, l.hostBatch = nil, nil, false
 	}
 	close(gone)
 }
@@ -451,13 +451,10 @@ func credentialFromProto(c *pb.Credential) (*shared.MintCredentialResponse, erro
 	return &shared.MintCredentialResponse{Token: c.GetToken(), Expires: fromUnixNano(c.GetExpiresUnixNano())}, nil
 }
 
-// batchContract is the first contract whose hosts answer MintCredentials.
-const batchContract = "2.4"
-
 // MintCredentials asks the host for many credentials in one round trip
-// when the host's Hello said it can (contract 2.4), and one
-// MintCredential at a time otherwise: a host before 2.4 ignores a message
-// it does not know, and the plugin would wait for an answer that never
+// when the host's Hello offers CapabilityBatchMint, and one
+// MintCredential at a time otherwise: another host ignores a message it
+// does not know, and the plugin would wait for an answer that never
 // comes. Callers chunk at shared.MaxMintBatch (shared.MintCredentials
 // does); a larger batch is sent as it is, and refused by the host.
 func (l *pluginLink) MintCredentials(ctx context.Context, req *shared.MintCredentialsRequest) (*shared.MintCredentialsResponse, error) {
@@ -466,7 +463,7 @@ func (l *pluginLink) MintCredentials(ctx context.Context, req *shared.MintCreden
 		l.mu.Unlock()
 		return nil, fmt.Errorf("%w: cannot mint credentials", shared.ErrNoHost)
 	}
-	if !ContractAtLeast(l.hostContract, batchContract) {
+	if !l.hostBatch {
 		l.mu.Unlock()
 		return shared.MintCredentials(ctx, oneAtATime{l}, req)
 	}
@@ -519,25 +516,6 @@ func (o oneAtATime) MintCredential(ctx context.Context, r *shared.MintCredential
 	return o.l.MintCredential(ctx, r)
 }
 
-// ContractAtLeast reports whether contract version v (major.minor) is
-// want or later within want's major. An empty or unreadable v is older
-// than anything.
-func ContractAtLeast(v, want string) bool {
-	vm, vn, ok1 := splitContract(v)
-	wm, wn, ok2 := splitContract(want)
-	return ok1 && ok2 && vm == wm && vn >= wn
-}
-
-func splitContract(v string) (major, minor int, ok bool) {
-	a, b, found := strings.Cut(v, ".")
-	if !found {
-		return 0, 0, false
-	}
-	major, err1 := strconv.Atoi(a)
-	minor, err2 := strconv.Atoi(b)
-	return major, minor, err1 == nil && err2 == nil
-}
-
 // batchRefusal says why a batch mint is refused whole, or "" if it is
 // not: the guard judges each item, this only bounds the batch.
 func batchRefusal(items []*pb.MintCredential) string {
@@ -557,6 +535,10 @@ func batchRefusal(items []*pb.MintCredential) string {
 	return ""
 }
 
+// hostCapabilities are what the host's end of the channel offers a
+// plugin, said in its Hello.
+var hostCapabilities = []shared.Capability{shared.CapabilityBatchMint}
+
 // hostLink is the host's end of the channel: one goroutine that reads what
 // the plugin sends and answers it, and one that hands its events to the
 // Host, in order.
@@ -568,10 +550,13 @@ type hostLink struct {
 type HostChannel struct {
 	// Name is the provisioner's name, sent in Hello.
 	Name string
-	// Contract is the contract version sent in Hello; empty means
-	// shared.ContractVersion. A host of a contract before 2.4 does not
-	// answer batch mints; tests set it to act as one.
-	Contract string
+	// Contract and Capabilities are what the host says of itself in
+	// Hello. An empty Contract means shared.ContractVersion with
+	// hostCapabilities; a test that acts as another host sets both. The
+	// host answers MintCredentials only when they offer
+	// CapabilityBatchMint (shared.HasCapability), as it says.
+	Contract     string
+	Capabilities []shared.Capability
 	// Host answers the plugin. Its Publish is called from the channel's
 	// dispatcher, one event at a time and in order; its MintCredential
 	// from the reader, so it must be quick (a signature, not a network
@@ -616,13 +601,10 @@ func (c *Client) OpenHostChannel(ctx context.Context, hc HostChannel) error {
 		return fromStatus(err, c.done.Err() != nil)
 	}
 	if hc.Contract == "" {
-		hc.Contract = shared.ContractVersion
+		hc.Contract, hc.Capabilities = shared.ContractVersion, hostCapabilities
 	}
-	contract := hc.Contract
-	if !ContractAtLeast(contract, batchContract) {
-		contract = "" // a host before 2.4 said nothing
-	}
-	if err := stream.Send(&pb.HostMessage{Msg: &pb.HostMessage_Hello{Hello: &pb.Hello{Name: hc.Name, ContractVersion: contract}}}); err != nil {
+	hello := &pb.Hello{Name: hc.Name, ContractVersion: hc.Contract, Capabilities: capabilitiesToProto(hc.Capabilities)}
+	if err := stream.Send(&pb.HostMessage{Msg: &pb.HostMessage_Hello{Hello: hello}}); err != nil {
 		stop()
 		cancel()
 		return fromStatus(err, c.done.Err() != nil)
@@ -679,6 +661,7 @@ func (c *Client) DroppedEvents() int64 { return c.dropped.Load() }
 // acknowledged, so they are delivered even after the plugin is gone.
 func (c *Client) serveHostChannel(stream pb.Provisioner_HostChannelClient, hc HostChannel) error {
 	ctx := stream.Context()
+	batch := shared.HasCapability(hc.Contract, hc.Capabilities, shared.CapabilityBatchMint)
 	queue := newEventQueue(hc.Queue, hc.QueueBytes)
 	dispatched := make(chan struct{})
 	go func() {
@@ -730,8 +713,8 @@ func (c *Client) serveHostChannel(stream pb.Provisioner_HostChannelClient, hc Ho
 			cred.RequestId = m.MintCredential.GetRequestId()
 			reply = &pb.HostMessage{Msg: &pb.HostMessage_Credential{Credential: cred}}
 		case *pb.PluginMessage_MintCredentials:
-			if !ContractAtLeast(hc.Contract, batchContract) {
-				continue // as a host before 2.4 does: it does not know the message
+			if !batch {
+				continue // as a host without batch mint does: it does not know the message
 			}
 			// Each item goes through the same Host.MintCredential, and so
 			// the same guard, as a single mint: the batch saves round

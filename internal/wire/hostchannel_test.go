@@ -288,9 +288,9 @@ func (h *guardingHost) MintCredential(_ context.Context, r *shared.MintCredentia
 }
 
 // hostChannelPair opens a host channel to an in-memory plugin with host
-// as the engine's end, saying contract in Hello, and returns the Host the
-// plugin was handed.
-func hostChannelPair(t *testing.T, host shared.Host, contract string) shared.Host {
+// as the engine's end, saying contract and caps in Hello (this package's
+// own for an empty contract), and returns the Host the plugin was handed.
+func hostChannelPair(t *testing.T, host shared.Host, contract string, caps ...shared.Capability) shared.Host {
 	t.Helper()
 	var pluginHost shared.Host
 	var c *Client
@@ -299,7 +299,7 @@ func hostChannelPair(t *testing.T, host shared.Host, contract string) shared.Hos
 		pluginHost = r.Host
 		return &shared.ConfigureResponse{}, nil
 	}})
-	if err := c.OpenHostChannel(context.Background(), HostChannel{Name: "n", Host: host, Contract: contract}); err != nil {
+	if err := c.OpenHostChannel(context.Background(), HostChannel{Name: "n", Host: host, Contract: contract, Capabilities: caps}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Configure(context.Background(), &shared.ConfigureRequest{Name: "n"}); err != nil {
@@ -390,32 +390,43 @@ func TestBatchMint(t *testing.T) {
 	}
 }
 
-// TestBatchMintFallsBackOnAnOlderHost: a host of contract 2.3 does not
-// answer a batch (it does not know the message, and this one ignores it
-// as such a host does), so a plugin that sent one would wait for its
-// deadline; the plugin reads the host's contract from Hello and mints one
-// at a time instead.
+// TestBatchMintFallsBackOnAnOlderHost: a host that does not offer
+// batch_mint does not answer a batch (it does not know the message, and
+// this one ignores it as such a host does), so a plugin that sent one
+// would wait for its deadline; the plugin reads the host's capabilities
+// from Hello and mints one at a time instead. A host of 2.4, which could
+// not declare, offers it; one of 2.3 or 2.5 offers what it declares.
 func TestBatchMintFallsBackOnAnOlderHost(t *testing.T) {
-	host := &guardingHost{}
-	ph := hostChannelPair(t, host, "2.3")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	r, err := shared.MintCredentials(ctx, ph, mintItems("n-a", "other-b", "n-c"))
-	if err != nil {
-		t.Fatalf("against a 2.3 host: %v", err)
-	}
-	if len(r.Items) != 3 || r.Items[0].Credential.Token != "token-of-n-a" || !errors.Is(r.Items[1].Err, shared.ErrPermissionDenied) || r.Items[2].Credential.Token != "token-of-n-c" {
-		t.Errorf("answers %+v", r.Items)
-	}
-}
-
-func TestContractAtLeast(t *testing.T) {
 	for _, tc := range []struct {
-		v    string
-		want bool
-	}{{"2.4", true}, {"2.10", true}, {"2.3", false}, {"", false}, {"3.0", false}, {"1.9", false}, {"2", false}, {"x.y", false}} {
-		if got := ContractAtLeast(tc.v, "2.4"); got != tc.want {
-			t.Errorf("ContractAtLeast(%q, 2.4) = %v", tc.v, got)
+		contract string
+		caps     []shared.Capability
+		batch    bool
+	}{
+		{"", nil, true}, // this package's own Hello
+		{"2.3", nil, false},
+		{"2.3", []shared.Capability{shared.CapabilityBatchMint}, true},
+		{"2.4", nil, true},
+		{"2.5", nil, false},
+		{"2.5", []shared.Capability{shared.CapabilityReconcileDelta}, false},
+		{"2.5", []shared.Capability{"something_new", shared.CapabilityBatchMint}, true},
+	} {
+		host := &guardingHost{}
+		ph := hostChannelPair(t, host, tc.contract, tc.caps...)
+		link := ph.(*pluginLink)
+		link.mu.Lock()
+		batch := link.hostBatch
+		link.mu.Unlock()
+		if batch != tc.batch {
+			t.Errorf("a host of %q declaring %v: the plugin batch-mints %v; want %v", tc.contract, tc.caps, batch, tc.batch)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		r, err := shared.MintCredentials(ctx, ph, mintItems("n-a", "other-b", "n-c"))
+		cancel()
+		if err != nil {
+			t.Fatalf("against a host of %q declaring %v: %v", tc.contract, tc.caps, err)
+		}
+		if len(r.Items) != 3 || r.Items[0].Credential.Token != "token-of-n-a" || !errors.Is(r.Items[1].Err, shared.ErrPermissionDenied) || r.Items[2].Credential.Token != "token-of-n-c" {
+			t.Errorf("answers %+v", r.Items)
 		}
 	}
 }

@@ -291,6 +291,10 @@ func wantReason(err, want error, reason, what string) problems {
 	return nil
 }
 
+// shapesAndCovers checks Shapes and, where the plugin offers it, Covers.
+// Covers is deprecated (contract 2.5: no host calls it) and optional: a
+// plugin may answer UNIMPLEMENTED, and one that answers must agree with
+// its Shapes, for a caller that still asks.
 func (r *run) shapesAndCovers(ctx context.Context) problems {
 	var found problems
 	sr, err := r.p.Shapes(ctx, &shared.ShapesRequest{})
@@ -301,18 +305,30 @@ func (r *run) shapesAndCovers(ctx context.Context) problems {
 	if len(r.shapes) == 0 {
 		return problems{"a configured provisioner offers no shapes"}
 	}
+	// One ask tells whether the plugin offers Covers at all.
+	covers := true
+	//lint:ignore SA1019 Covers is checked for callers that still ask
+	if _, err := r.p.Covers(ctx, &shared.CoversRequest{Need: shared.Need{CPUs: r.shapes[0].CPUs}}); errors.Is(err, shared.ErrUnimplemented) {
+		covers = false
+		r.note = "Covers is not offered (UNIMPLEMENTED): it is deprecated and optional since contract 2.5"
+	}
 	biggest := shared.Need{}
 	for _, s := range r.shapes {
 		for _, need := range []shared.Need{
 			{CPUs: s.CPUs, GPUs: s.GPUs, RAMMB: s.RAMMB},
 			{CPUs: s.CPUs, GPUs: s.GPUs, RAMMB: s.RAMMB, Label: s.Profile},
 		} {
+			if !covers {
+				break
+			}
+			//lint:ignore SA1019 Covers is checked for callers that still ask
 			c, err := r.p.Covers(ctx, &shared.CoversRequest{Need: need})
 			if err != nil || !c.Covered {
-				found.add("Shapes offers %+v but Covers(%+v) says %+v (%v)", s, need, c, err)
+				found.add("Shapes offers %+v but Covers(%+v) says %+v (%v); Covers is optional (deprecated since contract 2.5): agree with Shapes or answer UNIMPLEMENTED", s, need, c, err)
 			}
 		}
 		for _, l := range s.Labels {
+			//lint:ignore SA1019 a plugin that reads the label must honour it
 			lr, err := r.p.Shapes(ctx, &shared.ShapesRequest{Label: l})
 			if err != nil || !containsProfile(lr.Shapes, s.Profile) {
 				found.add("Shapes(%q) leaves out %q, which carries that label", l, s.Profile)
@@ -322,6 +338,10 @@ func (r *run) shapesAndCovers(ctx context.Context) problems {
 		biggest.GPUs = max(biggest.GPUs, s.GPUs)
 	}
 	biggest.CPUs++
+	if !covers {
+		return found
+	}
+	//lint:ignore SA1019 Covers is checked for callers that still ask
 	if c, err := r.p.Covers(ctx, &shared.CoversRequest{Need: biggest}); err != nil || c.Covered {
 		found.add("Covers(%+v), more than any shape, says %+v (%v)", biggest, c, err)
 	}

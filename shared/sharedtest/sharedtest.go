@@ -99,6 +99,7 @@ func (p *Provisioner) Shapes(ctx context.Context, r *shared.ShapesRequest) (*sha
 	}
 	var out []shared.Shape
 	for _, s := range p.ShapeList {
+		//lint:ignore SA1019 the fake honours the deprecated label, as a plugin may
 		if r.Label == "" || s.HasLabel(r.Label) {
 			out = append(out, s)
 		}

@@ -85,14 +85,17 @@ class ProvisionerServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def Info(self, request, context):
-        """What the plugin is. Works before Configure.
+        """What the plugin is: its kind, version, contract version and the
+        capabilities it offers. Works before Configure; an error means the
+        plugin is unusable.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Schema(self, request, context):
-        """The configuration schema. Works before Configure; must not depend on it.
+        """The configuration schema. Works before Configure; must not depend on
+        the configuration. An error means the plugin is unusable.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -100,30 +103,36 @@ class ProvisionerServicer(object):
 
     def ValidateConfig(self, request, context):
         """Check a configuration without side effects: no network, no jobs, no
-        files written. Works before Configure.
+        files written. Works before Configure, takes the whole configuration
+        in each request and keeps nothing between calls. Problems are
+        diagnostics with paths; an error means the check could not run.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Configure(self, request, context):
-        """Check and apply a configuration. Called once.
+        """Check and apply a configuration. Called once per process, before any
+        method below; error diagnostics leave the plugin unconfigured.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Shapes(self, request, context):
-        """The sizes of machine the plugin can start for a label, smallest
-        first: the order the engine matches needs in. NOT_CONFIGURED before
-        Configure, as are Covers and Provision.
+        """The sizes of machine the plugin can start, smallest first: the order
+        the engine matches needs in (a need goes to the first shape that fits
+        it). NOT_CONFIGURED before Configure, as are Covers and Provision.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Covers(self, request, context):
-        """Whether a machine the plugin could start would fit a need.
+        """Deprecated since 2.5: no host calls it; the engine answers "covers?"
+        from the shapes it cached. Whether a machine the plugin could start
+        would fit a need; it never asks for anything. A plugin may answer
+        UNIMPLEMENTED; one that answers must agree with Shapes.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -136,14 +145,16 @@ class ProvisionerServicer(object):
         by attaching. An empty demand means nothing is wanted now. A profile
         whose machines keep failing must be answered BACKING_OFF; the engine
         holds such a profile back itself too, as a guard, not a service.
+        After Shutdown it fails with SHUT_DOWN.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Reconcile(self, request, context):
-        """Forget requests that arrived; give up on those that took too long
-        (the engine allows 30 s).
+        """Forget requests that arrived; give up on (and cancel) those that took
+        too long (the engine allows 30 s). Idempotent: the same list twice
+        changes nothing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

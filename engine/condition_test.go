@@ -1,0 +1,105 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fluksio/provision/engine/host"
+	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/sharedtest"
+)
+
+// TestConditionIsTheReason: a provisioner's CAPPED or BACKING_OFF that
+// names a condition makes the need wait for that condition, so /status
+// and fluksio_needs_waiting tell a cap from weather from "a person must
+// act"; one that names none (a plugin before contract 2.5) is read by its
+// outcome alone, as before.
+func TestConditionIsTheReason(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var answer shared.DemandOutcome
+	prov := &sharedtest.Provisioner{Name: "hpc", ShapeList: []shared.Shape{{Profile: "small", CPUs: 4}},
+		OnProvision: func(r *shared.ProvisionRequest) (*shared.ProvisionResponse, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			resp := &shared.ProvisionResponse{}
+			for range r.Demand {
+				resp.Outcomes = append(resp.Outcomes, answer)
+			}
+			return resp, nil
+		}}
+	p := newRouter(nil, NewBooks(nil, host.NewSigner(testSecret), nil), []target{{Name: "hpc", P: prov, Shapes: prov.ShapeList}})
+	defer p.Close()
+	p.Add(shared.Need{CPUs: 1})
+	state := &stateCollector{
+		health:  func() []provHealth { return nil },
+		status:  func(context.Context) []host.ProvisionerStatus { return nil },
+		workers: func() map[string]workerCounts { return nil },
+		needs:   p.Needs,
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(state)
+
+	for _, tc := range []struct {
+		outcome   shared.ProvisionOutcome
+		condition shared.Condition
+		want      WaitReason
+	}{
+		{shared.OutcomeCapped, shared.ConditionLoginNeeded, ReasonLoginNeeded},
+		{shared.OutcomeCapped, shared.ConditionCap, ReasonCapped},
+		{shared.OutcomeCapped, shared.ConditionSiteLimit, ReasonSiteLimit},
+		{shared.OutcomeCapped, shared.ConditionThrottled, ReasonThrottled},
+		{shared.OutcomeCapped, shared.ConditionClusterFull, ReasonClusterFull},
+		{shared.OutcomeBackingOff, shared.ConditionMisconfigured, ReasonMisconfigured},
+		{shared.OutcomeBackingOff, shared.ConditionBackingOff, ReasonBackingOff},
+		// A plugin before 2.5 names no condition.
+		{shared.OutcomeCapped, shared.ConditionNone, ReasonCapped},
+		{shared.OutcomeBackingOff, shared.ConditionNone, ReasonBackingOff},
+	} {
+		mu.Lock()
+		answer = shared.DemandOutcome{Outcome: tc.outcome, Profile: "small", Detail: "said in words", Condition: tc.condition}
+		mu.Unlock()
+		p.Pass(context.Background())
+		st := p.Needs()
+		if len(st) != 1 || st[0].State != NeedWaiting || st[0].Reason != tc.want {
+			t.Errorf("%s with condition %s: the need is %+v; want it waiting for %s", tc.outcome, tc.condition, st, tc.want)
+		}
+		if got := waiting(t, reg); got[string(tc.want)] != 1 || sum(got) != 1 {
+			t.Errorf("%s with condition %s: fluksio_needs_waiting %v; want 1 for %s alone", tc.outcome, tc.condition, got, tc.want)
+		}
+	}
+}
+
+// waiting is fluksio_needs_waiting by reason, as a scrape gathers it.
+func waiting(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "fluksio_needs_waiting" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" {
+					out[l.GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
+
+func sum(m map[string]float64) float64 {
+	var s float64
+	for _, v := range m {
+		s += v
+	}
+	return s
+}

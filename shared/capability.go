@@ -1,0 +1,49 @@
+package shared
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Capability names something one side of the contract offers the other
+// beyond the required methods. A plugin lists its own in
+// InfoResponse.Capabilities, a host in the Hello of the host channel; the
+// other side reads them with HasCapability, and ignores names it does not
+// know. See provisioner.proto's InfoResponse and Hello.
+type Capability string
+
+const (
+	// CapabilityBatchMint: the host answers MintCredentials, many
+	// credentials in one round trip (contract 2.4). A host offers it.
+	CapabilityBatchMint Capability = "batch_mint"
+	// CapabilityReconcileDelta: the plugin takes a Reconcile by change
+	// (ReconcileRequest.Delta, contract 2.4). A plugin offers it.
+	CapabilityReconcileDelta Capability = "reconcile_delta"
+)
+
+// contract24 is what a peer of contract 2.4 offers without saying so:
+// it spoke before capabilities were declared, and its version was how it
+// said them.
+var contract24 = []Capability{CapabilityBatchMint, CapabilityReconcileDelta}
+
+// HasCapability reports whether a peer that says contract and declares
+// declared offers c. From contract 2.5 on only what it declares counts:
+// a peer that declares nothing offers nothing. A peer of 2.4, which could
+// not declare, offers the 2.4 set (CapabilityBatchMint for a host,
+// CapabilityReconcileDelta for a plugin) and whatever it does declare; an
+// older or unreadable version offers only what it declares.
+//
+// It is the one place a contract version is read to decide what a peer
+// can do: no feature is gated on a version anywhere else.
+func HasCapability(contract string, declared []Capability, c Capability) bool {
+	if slices.Contains(declared, c) {
+		return true
+	}
+	major, minor, ok := strings.Cut(contract, ".")
+	if !ok || major != "2" {
+		return false
+	}
+	n, err := strconv.Atoi(minor)
+	return err == nil && n == 4 && slices.Contains(contract24, c)
+}
