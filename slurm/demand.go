@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/slurm/sbatch"
 )
 
 // Provision reads the engine's whole demand and keeps, per profile, as
@@ -802,7 +803,7 @@ func tasksOf(live []*request) []int {
 // of cancelled: they are on their way again, their attach_timeout
 // counting from now.
 func (p *Provisioner) keepStartedLocked(j jobRef, state string, now time.Time) {
-	_, task := splitTask(j.job)
+	_, task := sbatch.SplitTask(j.job)
 	workers := j.workers()
 	slices.Sort(workers)
 	for _, w := range workers {

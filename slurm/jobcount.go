@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fluksio/provision/slurm/sbatch"
 )
 
 // The controller's own ceiling: MaxJobCount.
@@ -98,7 +100,7 @@ func (p *Provisioner) countAllJobs(ctx context.Context) (int, error) {
 	sc := bufio.NewScanner(bytes.NewReader(stdout))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
-		n += len(expandJobID(strings.TrimSpace(sc.Text())))
+		n += len(sbatch.ExpandJobID(strings.TrimSpace(sc.Text())))
 	}
 	return n, nil
 }

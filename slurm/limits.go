@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fluksio/provision/slurm/sbatch"
 )
 
 // Accounting limits: what a site allows the login user, and bursts that
@@ -329,7 +331,7 @@ func (p *Provisioner) countQueued(ctx context.Context) (int, error) {
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		// A line that is not a job id (a login banner) is not a job.
-		n += len(expandJobID(strings.TrimSpace(sc.Text())))
+		n += len(sbatch.ExpandJobID(strings.TrimSpace(sc.Text())))
 	}
 	return n, nil
 }

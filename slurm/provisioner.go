@@ -20,6 +20,7 @@ import (
 	"github.com/fluksio/provision/shared"
 
 	relayd "github.com/fluksio/provision/slurm/relay"
+	"github.com/fluksio/provision/slurm/sbatch"
 )
 
 const (
@@ -510,15 +511,11 @@ func parseJobID(stdout string) (string, error) {
 		}
 	}
 	id, _, _ := strings.Cut(last, ";")
-	if !isJobID(id) {
+	if !sbatch.IsJobID(id) {
 		return "", fmt.Errorf("sbatch printed %q, not a job id", truncate(strings.TrimSpace(stdout)))
 	}
 	return id, nil
 }
-
-// isJobID reports whether s is a Slurm job id: digits, and not so many
-// that it is something else.
-func isJobID(s string) bool { return isDigits(s, 20) }
 
 // submissionFailed is where every failed submission ends: it records the error,
 // drops the reservation so the profile can be asked for again, logs, and
@@ -1019,14 +1016,14 @@ const scancelBatch = 100
 // cancel workers that have attached.)
 func (p *Provisioner) scancel(ctx context.Context, ids []string) error {
 	for _, id := range ids {
-		if !isJobRef(id) {
+		if !sbatch.IsJobRef(id) {
 			return fmt.Errorf("refusing to cancel %q: not a job id: %w", id, shared.ErrInvalidArgument)
 		}
 	}
 	var errs []error
 	// An array's tasks go as ranges ("123_[5-9]"): a burst given up is
 	// a short command line.
-	for batch := range slices.Chunk(compactIDs(ids), scancelBatch) {
+	for batch := range slices.Chunk(sbatch.CompactIDs(ids), scancelBatch) {
 		_, stderr, err := p.call(ctx, nil, append([]string{"scancel"}, batch...)...)
 		if err != nil && len(bytes.TrimSpace(stderr)) > 0 {
 			err = fmt.Errorf("%w: %s", err, truncate(string(stderr)))
@@ -1100,7 +1097,7 @@ func (p *Provisioner) submissionsLocked(profile string, now time.Time) []shared.
 		}
 		sub := byTag[r.tag]
 		if sub == nil {
-			job, _ := splitTask(r.job)
+			job, _ := sbatch.SplitTask(r.job)
 			sub = &shared.Submission{Job: job, Age: now.Sub(r.since)}
 			byTag[r.tag] = sub
 			order = append(order, r.tag)
@@ -1347,13 +1344,13 @@ func (p *Provisioner) sweepQueue(ctx context.Context, cfg *settings, lost []*req
 		if !mine {
 			continue
 		}
-		worker := machineWorker(tag.worker, row.id)
-		profile, _ := cfg.profileOf(tag.worker)
+		worker := machineWorker(tag.Worker, row.id)
+		profile, _ := cfg.profileOf(tag.Worker)
 		machines := cfg.machinesOf(profile, worker)
 		if endedStates[row.state] || slices.ContainsFunc(machines, func(m string) bool { return arrived[m] }) {
 			continue
 		}
-		if i := slices.IndexFunc(machines, func(m string) bool { return lostBy[m] != nil }); i >= 0 && tag.epoch == cfg.epoch {
+		if i := slices.IndexFunc(machines, func(m string) bool { return lostBy[m] != nil }); i >= 0 && tag.Epoch == cfg.epoch {
 			r := lostBy[machines[i]]
 			found = append(found, jobRef{job: row.id, profile: r.profile, worker: r.worker})
 			continue
