@@ -66,9 +66,9 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 		detail  string
 	}
 	answers := map[string]answer{}
-	// limited is the words of an accounting limit that held a profile
-	// back on this call, for Status; empty when none did.
-	var limited string
+	// limited is the accounting limit that held a profile back on this
+	// call, for Status; holdNone when none did.
+	var limited hold
 	var batches [][]*request
 	var cancels []jobRef
 	now := p.now()
@@ -98,31 +98,26 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 		a := answer{outcome: shared.OutcomeOutstanding}
 		switch short := want - pd.OnTheWay; {
 		case short > 0:
-			if b := p.backoff[prof.Name]; b != nil && now.Before(b.until) {
-				// Asking again now would fail the same way.
-				a = answer{shared.OutcomeBackingOff, fmt.Sprintf("%s in a row; not asking again until %s. Last: %s",
-					failures(b.failures), b.until.Format(time.RFC3339), b.lastErr)}
-				if b.misconfigured {
-					a.detail = misconfiguredDetail(prof.Name, b)
+			if h := p.holdLocked(cfg, prof.Name, now); h.kind != holdNone {
+				switch h.kind {
+				case holdBackoff:
+					// Asking again now would fail the same way.
+					a = answer{shared.OutcomeBackingOff, backoffDetail(p.backoff[prof.Name])}
+				case holdMisconfigured:
+					a = answer{shared.OutcomeBackingOff, misconfiguredDetail(prof.Name, p.backoff[prof.Name])}
+				case holdClusterFull:
+					// slurmctld said it would take no job; asking before
+					// jobsFullWait waits out submit_timeout again.
+					a = answer{shared.OutcomeCapped, h.reason}
+				case holdThrottled:
+					// The site's throttle gives a submission back in its
+					// own time; asking before that is refused again.
+					a = answer{shared.OutcomeCapped, h.reason}
+				case holdLoginNeeded:
+					// Weather a person clears: nothing is asked for, and
+					// nothing backs off (logins.go).
+					a = answer{shared.OutcomeCapped, h.reason}
 				}
-				break
-			}
-			if now.Before(p.jobsFullUntil) {
-				// slurmctld said it would take no job; asking before
-				// jobsFullWait waits out submit_timeout again.
-				a = answer{shared.OutcomeCapped, p.jobsFullSaid}
-				break
-			}
-			if now.Before(p.throttleUntil) {
-				// The site's throttle gives a submission back in its
-				// own time; asking before that is refused again.
-				a = answer{shared.OutcomeCapped, throttleDetail(p.throttleSaid, p.throttleUntil)}
-				break
-			}
-			if needed, detail := p.loginNeeded(cfg); needed {
-				// Weather a person clears: nothing is asked for, and
-				// nothing backs off (logins.go).
-				a = answer{shared.OutcomeCapped, detail}
 				break
 			}
 			if c.inFlight > 0 {
@@ -132,9 +127,9 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 			// Whole allocations: a shortfall of one machine of a
 			// two-node profile asks for two.
 			short, _ = roundToAllocations(short, max(1, prof.Nodes))
-			n, capDetail := p.roomLocked(cfg, prof, short, pd.OnTheWay+pd.Attached, c.pending, alive, pending)
-			if strings.HasPrefix(capDetail, limitReached) {
-				limited = capDetail
+			n, capDetail, byLimit := p.roomLocked(cfg, prof, short, pd.OnTheWay+pd.Attached, c.pending, alive, pending)
+			if byLimit {
+				limited = hold{kind: holdLimitReached, reason: capDetail}
 			}
 			if n == 0 {
 				a = answer{shared.OutcomeCapped, capDetail}
@@ -169,13 +164,13 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 			resp.Profiles = append(resp.Profiles, pd)
 		}
 	}
-	if limited != "" {
-		p.limits.binding = limited
+	if limited.kind != holdNone {
+		p.holds.binding = limited
 		p.recountLaterLocked(cfg, now)
 	} else if len(batches) > 0 || len(wanted) == 0 {
 		// Asked for what was short, or nothing is wanted: no limit
 		// holds anything back now.
-		p.limits.binding = ""
+		p.holds.binding = hold{}
 	}
 	slices.SortFunc(resp.Profiles, func(a, b shared.ProfileDemand) int { return rank[a.Profile] - rank[b.Profile] })
 	for i, o := range resp.Outcomes {
@@ -266,9 +261,10 @@ func (p *Provisioner) countsLocked() map[string]profileCounts {
 
 // roomLocked is how many of short machines of prof may be asked for now,
 // within the profile's and the provisioner's max_workers and max_pending
-// and the cluster's array size; detail names the cap that binds.
-func (p *Provisioner) roomLocked(cfg *settings, prof Profile, short, profAlive, profPending, alive, pending int) (int, string) {
-	n, detail := short, ""
+// and the cluster's array size; detail names the cap that binds, and
+// byLimit is set when that is the login user's accounting limit.
+func (p *Provisioner) roomLocked(cfg *settings, prof Profile, short, profAlive, profPending, alive, pending int) (n int, detail string, byLimit bool) {
+	n = short
 	nodes := max(1, prof.Nodes)
 	for _, c := range []struct {
 		room int
@@ -287,13 +283,13 @@ func (p *Provisioner) roomLocked(cfg *settings, prof Profile, short, profAlive, 
 	if room, d, ok := p.limitRoomLocked(cfg, p.now()); ok && room*nodes < n {
 		// The user's accounting limit, in jobs and array tasks: one per
 		// allocation.
-		n, detail = room*nodes, d
+		n, detail, byLimit = room*nodes, d, true
 	}
 	if _, whole := roundToAllocations(n, nodes); whole < n {
 		n = whole
 		detail = fmt.Sprintf("%s; an allocation of profile %s is %d machines (nodes = %d)", cmp.Or(detail, "room"), prof.Name, nodes, nodes)
 	}
-	return n, detail
+	return n, detail, byLimit
 }
 
 // maxSerialBatch is how many machines one submission asks for where the

@@ -181,19 +181,12 @@ type Provisioner struct {
 	// limits are the accounting limits of the login user and the room
 	// they leave (limits.go).
 	limits limitState
-	// throttleUntil is when a site's throttle (job_submit/throttle) lets
-	// the provisioner submit again, and throttleSaid its words; zero when
-	// none held it back (submitrules.go).
-	throttleUntil time.Time
-	throttleSaid  string
 	// maxJobs is the cluster's MaxJobCount, read with MaxArraySize; 0
 	// until read (jobcount.go).
 	maxJobs int
-	// jobsFullUntil is when submissions may be tried again after sbatch
-	// said slurmctld would not take a job, and jobsFullSaid the words
-	// for Provision and Status (jobcount.go); zero when none held it.
-	jobsFullUntil time.Time
-	jobsFullSaid  string
+	// holds are the cluster's, the site's throttle's and the limits'
+	// holds on every profile (hold.go).
+	holds holds
 	// idleAdoptFailures counts poll cycles in a row that could not read
 	// the queue for adoption while nothing else was outstanding; after
 	// maxIdleAdoptFailures the poller rests until there is demand.
@@ -546,12 +539,11 @@ func (p *Provisioner) submissionFailed(cfg *settings, host shared.Host, live []*
 		// Weather for the whole cluster: no backoff; held for
 		// jobsFullWait, so the next submission does not wait out
 		// submit_timeout into the same wall at once (jobcount.go).
-		now := p.now()
-		p.jobsFullUntil = now.Add(jobsFullWait)
-		p.jobsFullSaid = jobsFullDetail(p.maxJobs, detail, p.jobsFullUntil)
-		p.limits.binding = p.jobsFullSaid
-		p.lastErr = truncate(p.jobsFullSaid)
-		held := p.jobsFullSaid
+		until := p.now().Add(jobsFullWait)
+		p.holds.clusterFull = hold{kind: holdClusterFull, until: until, reason: jobsFullDetail(p.maxJobs, detail, until)}
+		held := p.holds.clusterFull.reason
+		p.holds.binding = hold{kind: holdClusterFull, reason: held}
+		p.lastErr = truncate(held)
 		p.metrics.failedMachines(live[0].profile, shared.FailureLimitReached, len(live))
 		p.mu.Unlock()
 		cfg.log.Warn("slurmctld would not take the job (MaxJobCount, or busy); asking again as jobs leave", "profile", live[0].profile,
@@ -567,15 +559,16 @@ func (p *Provisioner) submissionFailed(cfg *settings, host shared.Host, live []*
 		// Weather for the whole provisioner, with its wait: no backoff,
 		// no limit learnt (submitrules.go).
 		now := p.now()
-		first := !now.Before(p.throttleUntil)
-		p.throttleUntil, p.throttleSaid = now.Add(throttleWait), detail
-		held := throttleDetail(detail, p.throttleUntil)
+		first := !p.holds.throttled.on(now)
+		until := now.Add(throttleWait)
+		held := throttleDetail(detail, until)
+		p.holds.throttled = hold{kind: holdThrottled, until: until, reason: held}
 		p.lastErr = truncate(held)
 		p.metrics.failedMachines(live[0].profile, shared.FailureLimitReached, len(live))
 		p.mu.Unlock()
 		if first {
 			cfg.log.Warn("the site's submit rule throttles submissions; asking again when it gives one back", "profile", live[0].profile,
-				"machines", len(live), "until", p.throttleUntilString(), "output", detail)
+				"machines", len(live), "until", until.UTC().Format(time.RFC3339), "output", detail)
 		}
 		for _, r := range live {
 			p.publish(p.life, cfg, host, shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Worker: r.worker, Detail: held, Class: shared.FailureLimitReached})
@@ -587,8 +580,8 @@ func (p *Provisioner) submissionFailed(cfg *settings, host shared.Host, live []*
 		// burst next time (limits.go).
 		now := p.now()
 		p.learnFromRefusalLocked(cfg, allocationsOf(live), -1, which, now)
-		p.limits.binding = fmt.Sprintf("%s: Slurm refused a submission of %d machine(s) (%s); at most %d of the user's jobs or array tasks in the queue until %s",
-			limitReached, len(live), which, p.limits.learned, p.limits.learnedUntil.UTC().Format(time.RFC3339))
+		p.holds.binding = hold{kind: holdLimitReached, reason: fmt.Sprintf("%s: Slurm refused a submission of %d machine(s) (%s); at most %d of the user's jobs or array tasks in the queue until %s",
+			limitReached, len(live), which, p.limits.learned, p.limits.learnedUntil.UTC().Format(time.RFC3339))}
 		p.metrics.failedMachines(live[0].profile, shared.FailureLimitReached, len(live))
 		p.mu.Unlock()
 		cfg.log.Warn("sbatch refused for an accounting limit; asking for fewer machines as the user's jobs end", "profile", live[0].profile,
@@ -1058,9 +1051,9 @@ func (p *Provisioner) Status(context.Context, *shared.StatusRequest) (*shared.St
 	counts := p.countsLocked()
 	for _, prof := range p.cfg.Profiles {
 		resp.Profiles = append(resp.Profiles, prof.Name)
-		if b := p.backoff[prof.Name]; b != nil && now.Before(b.until) {
-			resp.BackingOff = append(resp.BackingOff, shared.Backoff{Profile: prof.Name, Failures: b.failures, Until: b.until, LastError: b.lastErr})
-			if b.misconfigured {
+		if b := p.backoff[prof.Name]; b != nil && b.hold.on(now) {
+			resp.BackingOff = append(resp.BackingOff, shared.Backoff{Profile: prof.Name, Failures: b.failures, Until: b.hold.until, LastError: b.hold.reason})
+			if b.hold.kind == holdMisconfigured {
 				resp.Notes = append(resp.Notes, misconfiguredDetail(prof.Name, b))
 			}
 		}
@@ -1074,11 +1067,13 @@ func (p *Provisioner) Status(context.Context, *shared.StatusRequest) (*shared.St
 	}
 	resp.Notes = append(resp.Notes, p.limitNotesLocked(now)...)
 	resp.Notes = append(resp.Notes, p.loginNotes(p.cfg)...)
-	if now.Before(p.throttleUntil) {
-		resp.Notes = append(resp.Notes, throttleDetail(p.throttleSaid, p.throttleUntil))
+	if p.holds.throttled.on(now) {
+		resp.Notes = append(resp.Notes, p.holds.throttled.reason)
 	}
-	if now.Before(p.jobsFullUntil) && p.jobsFullSaid != p.limits.binding {
-		resp.Notes = append(resp.Notes, p.jobsFullSaid)
+	// The cluster's hold is a note of its own unless it is the binding
+	// one, which the limits' notes already say.
+	if p.holds.clusterFull.on(now) && p.holds.binding.kind != holdClusterFull {
+		resp.Notes = append(resp.Notes, p.holds.clusterFull.reason)
 	}
 	if p.relay != nil {
 		resp.Notes = append(resp.Notes, p.relay.note())
