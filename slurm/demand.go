@@ -43,16 +43,7 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 	p.attached = attached
 
 	resp := &shared.ProvisionResponse{Outcomes: make([]shared.DemandOutcome, len(req.Demand))}
-	wanted := map[string]int{}
-	for i, d := range req.Demand {
-		prof, ok := cfg.match(d.Need)
-		if !ok {
-			resp.Outcomes[i] = shared.DemandOutcome{Outcome: shared.OutcomeNoFit, Detail: noFitDetail(d.Need)}
-			continue
-		}
-		wanted[prof.Name] = min(maxCap, wanted[prof.Name]+max(0, d.Count))
-		resp.Outcomes[i].Profile = prof.Name
-	}
+	wanted := wantedByProfile(cfg, req.Demand, resp.Outcomes)
 
 	counts := p.countsLocked()
 	var alive, pending int
@@ -181,9 +172,33 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 		resp.Outcomes[i].Outcome, resp.Outcomes[i].Detail = a.outcome, a.detail
 	}
 
-	// The reservations are made before the goroutines start, so a second
-	// Provision sees them even before ssh has begun. wg.Add happens under
-	// mu while shut is false, so Shutdown's Wait cannot race it.
+	p.startLocked(cfg, batches, cancels)
+	return resp, nil
+}
+
+// wantedByProfile sums the demand by the profile each need maps to,
+// within maxCap, and fills in each outcome's profile; a need no profile
+// fits is answered no_fit in outcomes, which has one entry a need.
+func wantedByProfile(cfg *settings, demand []shared.Demand, outcomes []shared.DemandOutcome) map[string]int {
+	wanted := map[string]int{}
+	for i, d := range demand {
+		prof, ok := cfg.match(d.Need)
+		if !ok {
+			outcomes[i] = shared.DemandOutcome{Outcome: shared.OutcomeNoFit, Detail: noFitDetail(d.Need)}
+			continue
+		}
+		wanted[prof.Name] = min(maxCap, wanted[prof.Name]+max(0, d.Count))
+		outcomes[i].Profile = prof.Name
+	}
+	return wanted
+}
+
+// startLocked starts a goroutine for each submission of batches and one
+// for the scancel of cancels. The reservations are made before the
+// goroutines start, so a second Provision sees them even before ssh has
+// begun. wg.Add happens under mu while shut is false, so Shutdown's Wait
+// cannot race it. p.mu must be held.
+func (p *Provisioner) startLocked(cfg *settings, batches [][]*request, cancels []jobRef) {
 	host := p.host
 	for _, batch := range batches {
 		ctx, cancel := context.WithCancel(p.life)
@@ -204,7 +219,6 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 	if len(batches) > 0 {
 		p.wakePoller()
 	}
-	return resp, nil
 }
 
 // onTheWayDetailLocked says what the oldest machine of profile on its way
