@@ -163,7 +163,7 @@ test-versions: ## test-slurm on Slurm 24.11 (trixie) and 26.05 (sid), one after 
 # Each fuzz target runs briefly on every `make test`, from its committed
 # seeds; run one for longer with e.g. FUZZTIME=10m make fuzz.
 FUZZTIME ?= 5s
-FUZZ_TARGETS := engine/hclconfig:FuzzDecodeConfig slurm:FuzzParseJobID slurm:FuzzSqueueID slurm:FuzzConfigAndScript engine/host:FuzzVerify
+FUZZ_TARGETS := engine/hclconfig:FuzzDecodeConfig slurm:FuzzParseJobID slurm/sbatch:FuzzSqueueID slurm:FuzzConfigAndScript engine/host:FuzzVerify
 .PHONY: fuzz
 fuzz: ## run each fuzz target for $(FUZZTIME) (FUZZTIME=10m make fuzz for longer)
 	@log=$$(mktemp); trap 'rm -f $$log' EXIT; \

@@ -36,12 +36,10 @@ const (
 // backoff is a profile's failures since one of its workers last attached.
 type backoff struct {
 	failures int
-	// until is when the profile may be asked for again.
-	until   time.Time
-	lastErr string
-	// misconfigured is set when Slurm refused the profile for good
-	// (refusal.go): until is then misconfiguredHold away, not a doubling.
-	misconfigured bool
+	// hold is holdBackoff, or holdMisconfigured when Slurm refused the
+	// profile for good (refusal.go): its until is then misconfiguredHold
+	// away, not a doubling. Its reason is the last failure's words.
+	hold hold
 }
 
 // backoffDelay is the wait after the given number of failures in a row.
@@ -57,9 +55,7 @@ func (p *Provisioner) countFailureLocked(profile, detail string) {
 		p.backoff[profile] = b
 	}
 	b.failures++
-	b.until = p.now().Add(backoffDelay(b.failures))
-	b.lastErr = truncate(detail)
-	b.misconfigured = false
+	b.hold = hold{kind: holdBackoff, until: p.now().Add(backoffDelay(b.failures)), reason: truncate(detail)}
 }
 
 // markMisconfiguredLocked holds the profile back for misconfiguredHold:
@@ -68,15 +64,21 @@ func (p *Provisioner) countFailureLocked(profile, detail string) {
 func (p *Provisioner) markMisconfiguredLocked(profile, said string) {
 	p.countFailureLocked(profile, said)
 	b := p.backoff[profile]
-	b.until = p.now().Add(misconfiguredHold)
-	b.misconfigured = true
+	b.hold.kind, b.hold.until = holdMisconfigured, p.now().Add(misconfiguredHold)
 }
 
 // misconfiguredDetail is what a misconfigured profile's answers and notes
 // say: Slurm's words, until when, and what to do.
 func misconfiguredDetail(profile string, b *backoff) string {
 	return fmt.Sprintf("profile %s is misconfigured: Slurm refused it for a reason waiting will not change (%s); not asking for it again until %s. Fix the profile (host-example validate -check shows Slurm's verdict) and restart the engine",
-		profile, b.lastErr, b.until.UTC().Format(time.RFC3339))
+		profile, b.hold.reason, b.hold.until.UTC().Format(time.RFC3339))
+}
+
+// backoffDetail is what a profile backing off answers: its failures,
+// until when, and the last failure's words.
+func backoffDetail(b *backoff) string {
+	return fmt.Sprintf("%s in a row; not asking again until %s. Last: %s",
+		failures(b.failures), b.hold.until.Format(time.RFC3339), b.hold.reason)
 }
 
 func failures(n int) string {

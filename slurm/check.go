@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/slurm/sbatch"
 )
 
 // The preflight (shared.Checker) and the preview (shared.Previewer).
@@ -429,9 +430,9 @@ func sbatchBlame(prof Profile, path []string, said string) []string {
 			continue
 		}
 		for j, line := range prof.Sbatch {
-			opts, _ := parseSbatchLine(line)
+			opts, _ := sbatch.ParseLine(line)
 			for _, o := range opts {
-				if o.is(c.long, c.short) {
+				if o.Is(c.long, c.short) {
 					return append(path, "sbatch", strconv.Itoa(j))
 				}
 			}
@@ -439,7 +440,7 @@ func sbatchBlame(prof Profile, path []string, said string) []string {
 	}
 	if strings.Contains(s, "unrecognized option") || strings.Contains(s, "invalid option") {
 		for j, line := range prof.Sbatch {
-			for _, w := range sbatchWords(line) {
+			for _, w := range sbatch.Words(line) {
 				if strings.Contains(said, strings.SplitN(w, "=", 2)[0]+"'") {
 					return append(path, "sbatch", strconv.Itoa(j))
 				}

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/slurm/sbatch"
 )
 
 // Defaults, each with the reason for its value.
@@ -267,7 +268,7 @@ type settings struct {
 	// begins is each profile's --begin (begin.go), read from its sbatch
 	// lines once here, since Reconcile asks it of every outstanding
 	// request on every call; nil for a profile without one.
-	begins map[string]*beginSpec
+	begins map[string]*sbatch.Begin
 	// now is the provisioner's clock when the configuration was read:
 	// validation counts a --begin from it (validateBegin).
 	now time.Time
@@ -325,7 +326,7 @@ func parseConfigAt(name string, raw json.RawMessage, now time.Time) (*settings, 
 		return nil, diags
 	}
 	sortProfiles(s.Profiles)
-	s.begins = map[string]*beginSpec{}
+	s.begins = map[string]*sbatch.Begin{}
 	for _, pr := range s.Profiles {
 		s.begins[pr.Name] = s.beginSpecOf(pr)
 	}
@@ -673,9 +674,9 @@ func validateProfile(i string, p Profile, seen map[string]bool) shared.Diagnosti
 		case strings.ContainsAny(line, "\x00\n\r"):
 			add(shared.Errorf(path, "Invalid sbatch line", "An sbatch line must not contain a newline, carriage return or NUL: each becomes one #SBATCH line."))
 		default:
-			// sbatch reads every word of the line (sbatchopts.go), so
+			// sbatch reads every word of the line (sbatch.ParseLine), so
 			// every word is checked.
-			opts, err := parseSbatchLine(line)
+			opts, err := sbatch.ParseLine(line)
 			switch {
 			case err != nil:
 				add(shared.Errorf(path, "Invalid sbatch line", "%s.", err))
@@ -686,13 +687,13 @@ func validateProfile(i string, p Profile, seen map[string]bool) shared.Diagnosti
 					add(shared.Errorf(path, "Reserved sbatch option", "%s cannot be set in a profile: %s.", opt, why))
 				}
 				for _, o := range opts {
-					if o.is("--begin", 'b') && o.hasValue {
-						if _, err := parseBegin(strings.TrimSpace(o.value)); err != nil {
-							add(shared.Errorf(path, "Invalid --begin", "--begin=%s: %s, \"Invalid --begin specification\". Slurm reads now+N[seconds|minutes|hours|days|weeks], HH:MM[:SS] [AM|PM], midnight, noon, elevenses, fika, teatime, today, tomorrow, MM/DD[/YY], MMDD[YY], YYYY-MM-DD[THH:MM[:SS]] and uts<seconds>, or those combined (tomorrow 16:00).", o.value, err))
+					if o.Is("--begin", 'b') && o.HasValue {
+						if _, err := sbatch.ParseBegin(strings.TrimSpace(o.Value)); err != nil {
+							add(shared.Errorf(path, "Invalid --begin", "--begin=%s: %s, \"Invalid --begin specification\". Slurm reads now+N[seconds|minutes|hours|days|weeks], HH:MM[:SS] [AM|PM], midnight, noon, elevenses, fika, teatime, today, tomorrow, MM/DD[/YY], MMDD[YY], YYYY-MM-DD[THH:MM[:SS]] and uts<seconds>, or those combined (tomorrow 16:00).", o.Value, err))
 						}
 					}
-					if o.is("--deadline", 0) && o.hasValue {
-						if d := deadlineTooSoon(p.Sbatch, o.value); d != "" {
+					if o.Is("--deadline", 0) && o.HasValue {
+						if d := deadlineTooSoon(p.Sbatch, o.Value); d != "" {
 							add(shared.Errorf(path, "A --deadline before the job can end", "%s", d))
 						}
 					}
@@ -737,15 +738,15 @@ var reserved = []struct {
 
 // reservedOption returns the reserved option among opts, if any, and why
 // it is reserved.
-func reservedOption(opts []sbatchOpt) (option, why string) {
+func reservedOption(opts []sbatch.Opt) (option, why string) {
 	for _, o := range opts {
 		for _, r := range reserved {
 			var short byte
 			if r.short != "" {
 				short = r.short[0]
 			}
-			if o.is(r.long, short) {
-				if o.long != "" {
+			if o.Is(r.long, short) {
+				if o.Long != "" {
 					return r.long, r.why
 				}
 				return "-" + r.short, r.why

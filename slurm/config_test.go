@@ -12,6 +12,7 @@ import (
 
 	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/slurm/sbatch"
 )
 
 func TestSchemaIsValid(t *testing.T) {
@@ -249,19 +250,13 @@ func TestReservedOption(t *testing.T) {
 		{"--partition=x #--array=1-5", ""},
 	}
 	for _, tc := range tests {
-		opts, err := parseSbatchLine(tc.line)
+		opts, err := sbatch.ParseLine(tc.line)
 		if err != nil {
-			t.Errorf("parseSbatchLine(%q): %v", tc.line, err)
+			t.Errorf("sbatch.ParseLine(%q): %v", tc.line, err)
 			continue
 		}
 		if got, _ := reservedOption(opts); got != tc.want {
 			t.Errorf("reservedOption(%q) = %q, want %q", tc.line, got, tc.want)
-		}
-	}
-	// Words that are no option, and job components, are refused.
-	for _, line := range []string{"--", "partition=debug", "--partition=debug extra", "--hold hetjob", "-p x : packjob"} {
-		if _, err := parseSbatchLine(line); err == nil {
-			t.Errorf("parseSbatchLine(%q) accepted it", line)
 		}
 	}
 }
@@ -273,8 +268,8 @@ func TestOptionFamiliesInAnyWord(t *testing.T) {
 	if !memOptions.setBy(lines) {
 		t.Error("--mem in a line's second word was missed")
 	}
-	if limit, ok := timeLimit(lines); !ok || limit != 30*time.Minute {
-		t.Errorf("timeLimit = %s, %v; want 30m", limit, ok)
+	if limit, ok := sbatch.TimeLimit(lines); !ok || limit != 30*time.Minute {
+		t.Errorf("sbatch.TimeLimit = %s, %v; want 30m", limit, ok)
 	}
 	if gpuOptions.setBy(lines) {
 		t.Error("no GPU option was set")

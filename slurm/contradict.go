@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/fluksio/provision/slurm/sbatch"
 )
 
 // A profile's numbers (cpus, gpus, ram_mb, nodes) are what the engine is
@@ -27,40 +29,37 @@ import (
 // contradiction says which of the profile's numbers the option o
 // contradicts, and how, or "" when it agrees (or says nothing about
 // them).
-func contradiction(p Profile, o sbatchOpt) (summary, detail string) {
-	name := o.long
-	if name == "" {
-		name = "-" + string(o.short)
-	}
+func contradiction(p Profile, o sbatch.Opt) (summary, detail string) {
+	name := o.Name()
 	write := func(attr string, v int64) string {
 		return fmt.Sprintf("Remove %s (the provisioner asks for the profile's %s itself) or set %s = %d.", name, attr, attr, v)
 	}
 	switch {
-	case o.is("--cpus-per-task", 'c'):
-		n, ok := count(o.value)
+	case o.Is("--cpus-per-task", 'c'):
+		n, ok := count(o.Value)
 		if ok && n != int64(p.CPUs) {
 			return "Contradictory sbatch option", fmt.Sprintf("%s=%s asks Slurm for %d CPUs a machine, but cpus = %d is what the engine places work for. %s",
-				name, o.value, n, p.CPUs, write("cpus", n))
+				name, o.Value, n, p.CPUs, write("cpus", n))
 		}
-	case o.is("--cpus-per-gpu", 0):
-		n, ok := count(o.value)
+	case o.Is("--cpus-per-gpu", 0):
+		n, ok := count(o.Value)
 		switch {
 		case ok && p.GPUs == 0:
-			return "Contradictory sbatch option", fmt.Sprintf("%s=%s asks for CPUs per GPU, but the profile has gpus = 0. Remove it, or set gpus.", name, o.value)
+			return "Contradictory sbatch option", fmt.Sprintf("%s=%s asks for CPUs per GPU, but the profile has gpus = 0. Remove it, or set gpus.", name, o.Value)
 		case ok && n*int64(p.GPUs) != int64(p.CPUs):
 			return "Contradictory sbatch option", fmt.Sprintf("%s=%s with gpus = %d asks Slurm for %d CPUs a machine, but cpus = %d. %s",
-				name, o.value, p.GPUs, n*int64(p.GPUs), p.CPUs, write("cpus", n*int64(p.GPUs)))
+				name, o.Value, p.GPUs, n*int64(p.GPUs), p.CPUs, write("cpus", n*int64(p.GPUs)))
 		}
-	case o.is("--mem", 0), o.is("--mem-per-cpu", 0), o.is("--mem-per-gpu", 0):
-		mb, ok := megabytes(o.value)
+	case o.Is("--mem", 0), o.Is("--mem-per-cpu", 0), o.Is("--mem-per-gpu", 0):
+		mb, ok := megabytes(o.Value)
 		if !ok {
 			return "", ""
 		}
 		per, of := int64(1), ""
 		switch {
-		case o.is("--mem-per-cpu", 0) && !o.is("--mem", 0):
+		case o.Is("--mem-per-cpu", 0) && !o.Is("--mem", 0):
 			per, of = int64(p.CPUs), fmt.Sprintf(" (× cpus = %d)", p.CPUs)
-		case o.is("--mem-per-gpu", 0) && !o.is("--mem", 0):
+		case o.Is("--mem-per-gpu", 0) && !o.Is("--mem", 0):
 			per, of = int64(p.GPUs), fmt.Sprintf(" (× gpus = %d)", p.GPUs)
 		}
 		total := mb * per
@@ -69,25 +68,25 @@ func contradiction(p Profile, o sbatchOpt) (summary, detail string) {
 			return "Contradictory sbatch option", fmt.Sprintf("%s=0 asks Slurm for all of a node's memory, which ram_mb = %d cannot say. Remove %s and keep ram_mb, or set ram_mb = 0 (unknown).", name, p.RAMMB, name)
 		case mb > 0 && p.RAMMB > 0 && total != p.RAMMB:
 			return "Contradictory sbatch option", fmt.Sprintf("%s=%s asks Slurm for %d MB a machine%s, but ram_mb = %d is what the engine places work for. %s",
-				name, o.value, total, of, p.RAMMB, write("ram_mb", total))
+				name, o.Value, total, of, p.RAMMB, write("ram_mb", total))
 		case mb > 0 && p.RAMMB == 0:
 			return "Memory asked for but not said", fmt.Sprintf("%s=%s asks Slurm for %d MB a machine%s, but ram_mb = 0 tells the engine the machine's memory is unknown, so a need for any amount would be sent to it. Set ram_mb = %d and remove %s.",
-				name, o.value, total, of, total, name)
+				name, o.Value, total, of, total, name)
 		}
-	case o.is("--gres", 0):
-		n, ok := gresGPUs(o.value)
+	case o.Is("--gres", 0):
+		n, ok := gresGPUs(o.Value)
 		if ok && n != int64(p.GPUs) {
 			return "Contradictory sbatch option", fmt.Sprintf("%s=%s asks Slurm for %d GPUs a machine, but gpus = %d is what the engine places work for. %s",
-				name, o.value, n, p.GPUs, write("gpus", n))
+				name, o.Value, n, p.GPUs, write("gpus", n))
 		}
-	case o.is("--gpus", 'G'), o.is("--gpus-per-node", 0), o.is("--gpus-per-task", 0):
+	case o.Is("--gpus", 'G'), o.Is("--gpus-per-node", 0), o.Is("--gpus-per-task", 0):
 		// One task a node (nodes = N), so per node and per task are per
 		// machine too.
-		_, c, _ := cutLast(o.value, ":")
+		_, c, _ := cutLast(o.Value, ":")
 		n, ok := count(c)
 		if ok && n != int64(p.GPUs) {
 			return "Contradictory sbatch option", fmt.Sprintf("%s=%s asks Slurm for %d GPUs a machine, but gpus = %d is what the engine places work for. %s",
-				name, o.value, n, p.GPUs, write("gpus", n))
+				name, o.Value, n, p.GPUs, write("gpus", n))
 		}
 	}
 	return "", ""

@@ -64,22 +64,9 @@ func TestProfilesMeanWhatTheySay(t *testing.T) {
 // TestBegin: a --begin relative to submission moves the deadline, the
 // credential's lifetime and provision_timeout by its delay, and one that
 // cannot fit in the credential's cap is an error at its line; the
-// wall-clock forms are TestBeginForms'.
+// wall-clock forms are TestBeginForms', the relative ones
+// sbatch.TestRelativeBegin's.
 func TestBegin(t *testing.T) {
-	for _, c := range []struct {
-		v     string
-		delay time.Duration
-		ok    bool
-	}{
-		{"now", 0, true}, {"now+60", time.Minute, true}, {"now+90minutes", 90 * time.Minute, true},
-		{"now+1hour", time.Hour, true}, {"now+2days", 48 * time.Hour, true}, {"now+1week", 7 * 24 * time.Hour, true},
-		{"now+5min", 0, false}, {"16:00", 0, false}, {"2027-01-10T08:00", 0, false}, {"tomorrow", 0, false},
-		{"now+1fortnight", 0, false}, {"now-5", 0, true},
-	} {
-		if d, ok := relativeBegin(c.v); d != c.delay || ok != c.ok {
-			t.Errorf("relativeBegin(%q) = %s, %v; want %s, %v", c.v, d, ok, c.delay, c.ok)
-		}
-	}
 	s := &settings{provisionTimeout: 15 * time.Minute}
 	prof := Profile{Name: "later", CPUs: 1, Sbatch: []string{"--time=00:10:00", "--begin=now+1hour"}}
 	p := New(nil)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/slurm/sbatch"
 )
 
 // Provision reads the engine's whole demand and keeps, per profile, as
@@ -42,16 +43,7 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 	p.attached = attached
 
 	resp := &shared.ProvisionResponse{Outcomes: make([]shared.DemandOutcome, len(req.Demand))}
-	wanted := map[string]int{}
-	for i, d := range req.Demand {
-		prof, ok := cfg.match(d.Need)
-		if !ok {
-			resp.Outcomes[i] = shared.DemandOutcome{Outcome: shared.OutcomeNoFit, Detail: noFitDetail(d.Need)}
-			continue
-		}
-		wanted[prof.Name] = min(maxCap, wanted[prof.Name]+max(0, d.Count))
-		resp.Outcomes[i].Profile = prof.Name
-	}
+	wanted := wantedByProfile(cfg, req.Demand, resp.Outcomes)
 
 	counts := p.countsLocked()
 	var alive, pending int
@@ -66,9 +58,9 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 		cond    shared.Condition
 	}
 	answers := map[string]answer{}
-	// limited is the words of an accounting limit that held a profile
-	// back on this call, for Status; empty when none did.
-	var limited string
+	// limited is the accounting limit that held a profile back on this
+	// call, for Status; holdNone when none did.
+	var limited hold
 	var batches [][]*request
 	var cancels []jobRef
 	now := p.now()
@@ -98,31 +90,26 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 		a := answer{outcome: shared.OutcomeOutstanding}
 		switch short := want - pd.OnTheWay; {
 		case short > 0:
-			if b := p.backoff[prof.Name]; b != nil && now.Before(b.until) {
-				// Asking again now would fail the same way.
-				a = answer{shared.OutcomeBackingOff, fmt.Sprintf("%s in a row; not asking again until %s. Last: %s",
-					failures(b.failures), b.until.Format(time.RFC3339), b.lastErr), shared.ConditionBackingOff}
-				if b.misconfigured {
-					a.detail, a.cond = misconfiguredDetail(prof.Name, b), shared.ConditionMisconfigured
+			if h := p.holdLocked(cfg, prof.Name, now); h.kind != holdNone {
+				switch h.kind {
+				case holdBackoff:
+					// Asking again now would fail the same way.
+					a = answer{shared.OutcomeBackingOff, backoffDetail(p.backoff[prof.Name]), shared.ConditionBackingOff}
+				case holdMisconfigured:
+					a = answer{shared.OutcomeBackingOff, misconfiguredDetail(prof.Name, p.backoff[prof.Name]), shared.ConditionMisconfigured}
+				case holdClusterFull:
+					// slurmctld said it would take no job; asking before
+					// jobsFullWait waits out submit_timeout again.
+					a = answer{shared.OutcomeCapped, h.reason, shared.ConditionClusterFull}
+				case holdThrottled:
+					// The site's throttle gives a submission back in its
+					// own time; asking before that is refused again.
+					a = answer{shared.OutcomeCapped, h.reason, shared.ConditionThrottled}
+				case holdLoginNeeded:
+					// Weather a person clears: nothing is asked for, and
+					// nothing backs off (logins.go).
+					a = answer{shared.OutcomeCapped, h.reason, shared.ConditionLoginNeeded}
 				}
-				break
-			}
-			if now.Before(p.jobsFullUntil) {
-				// slurmctld said it would take no job; asking before
-				// jobsFullWait waits out submit_timeout again.
-				a = answer{shared.OutcomeCapped, p.jobsFullSaid, shared.ConditionClusterFull}
-				break
-			}
-			if now.Before(p.throttleUntil) {
-				// The site's throttle gives a submission back in its
-				// own time; asking before that is refused again.
-				a = answer{shared.OutcomeCapped, throttleDetail(p.throttleSaid, p.throttleUntil), shared.ConditionThrottled}
-				break
-			}
-			if needed, detail := p.loginNeeded(cfg); needed {
-				// Weather a person clears: nothing is asked for, and
-				// nothing backs off (logins.go).
-				a = answer{shared.OutcomeCapped, detail, shared.ConditionLoginNeeded}
 				break
 			}
 			if c.inFlight > 0 {
@@ -132,10 +119,10 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 			// Whole allocations: a shortfall of one machine of a
 			// two-node profile asks for two.
 			short, _ = roundToAllocations(short, max(1, prof.Nodes))
-			n, capDetail := p.roomLocked(cfg, prof, short, pd.OnTheWay+pd.Attached, c.pending, alive, pending)
+			n, capDetail, byLimit := p.roomLocked(cfg, prof, short, pd.OnTheWay+pd.Attached, c.pending, alive, pending)
 			capCond := shared.ConditionCap
-			if strings.HasPrefix(capDetail, limitReached) {
-				limited, capCond = capDetail, shared.ConditionSiteLimit
+			if byLimit {
+				limited, capCond = hold{kind: holdLimitReached, reason: capDetail}, shared.ConditionSiteLimit
 			}
 			if n == 0 {
 				a = answer{shared.OutcomeCapped, capDetail, capCond}
@@ -170,13 +157,13 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 			resp.Profiles = append(resp.Profiles, pd)
 		}
 	}
-	if limited != "" {
-		p.limits.binding = limited
+	if limited.kind != holdNone {
+		p.holds.binding = limited
 		p.recountLaterLocked(cfg, now)
 	} else if len(batches) > 0 || len(wanted) == 0 {
 		// Asked for what was short, or nothing is wanted: no limit
 		// holds anything back now.
-		p.limits.binding = ""
+		p.holds.binding = hold{}
 	}
 	slices.SortFunc(resp.Profiles, func(a, b shared.ProfileDemand) int { return rank[a.Profile] - rank[b.Profile] })
 	for i, o := range resp.Outcomes {
@@ -187,9 +174,33 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 		resp.Outcomes[i].Outcome, resp.Outcomes[i].Detail, resp.Outcomes[i].Condition = a.outcome, a.detail, a.cond
 	}
 
-	// The reservations are made before the goroutines start, so a second
-	// Provision sees them even before ssh has begun. wg.Add happens under
-	// mu while shut is false, so Shutdown's Wait cannot race it.
+	p.startLocked(cfg, batches, cancels)
+	return resp, nil
+}
+
+// wantedByProfile sums the demand by the profile each need maps to,
+// within maxCap, and fills in each outcome's profile; a need no profile
+// fits is answered no_fit in outcomes, which has one entry a need.
+func wantedByProfile(cfg *settings, demand []shared.Demand, outcomes []shared.DemandOutcome) map[string]int {
+	wanted := map[string]int{}
+	for i, d := range demand {
+		prof, ok := cfg.match(d.Need)
+		if !ok {
+			outcomes[i] = shared.DemandOutcome{Outcome: shared.OutcomeNoFit, Detail: noFitDetail(d.Need)}
+			continue
+		}
+		wanted[prof.Name] = min(maxCap, wanted[prof.Name]+max(0, d.Count))
+		outcomes[i].Profile = prof.Name
+	}
+	return wanted
+}
+
+// startLocked starts a goroutine for each submission of batches and one
+// for the scancel of cancels. The reservations are made before the
+// goroutines start, so a second Provision sees them even before ssh has
+// begun. wg.Add happens under mu while shut is false, so Shutdown's Wait
+// cannot race it. p.mu must be held.
+func (p *Provisioner) startLocked(cfg *settings, batches [][]*request, cancels []jobRef) {
 	host := p.host
 	for _, batch := range batches {
 		ctx, cancel := context.WithCancel(p.life)
@@ -210,7 +221,6 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 	if len(batches) > 0 {
 		p.wakePoller()
 	}
-	return resp, nil
 }
 
 // onTheWayDetailLocked says what the oldest machine of profile on its way
@@ -267,9 +277,10 @@ func (p *Provisioner) countsLocked() map[string]profileCounts {
 
 // roomLocked is how many of short machines of prof may be asked for now,
 // within the profile's and the provisioner's max_workers and max_pending
-// and the cluster's array size; detail names the cap that binds.
-func (p *Provisioner) roomLocked(cfg *settings, prof Profile, short, profAlive, profPending, alive, pending int) (int, string) {
-	n, detail := short, ""
+// and the cluster's array size; detail names the cap that binds, and
+// byLimit is set when that is the login user's accounting limit.
+func (p *Provisioner) roomLocked(cfg *settings, prof Profile, short, profAlive, profPending, alive, pending int) (n int, detail string, byLimit bool) {
+	n = short
 	nodes := max(1, prof.Nodes)
 	for _, c := range []struct {
 		room int
@@ -288,13 +299,13 @@ func (p *Provisioner) roomLocked(cfg *settings, prof Profile, short, profAlive, 
 	if room, d, ok := p.limitRoomLocked(cfg, p.now()); ok && room*nodes < n {
 		// The user's accounting limit, in jobs and array tasks: one per
 		// allocation.
-		n, detail = room*nodes, d
+		n, detail, byLimit = room*nodes, d, true
 	}
 	if _, whole := roundToAllocations(n, nodes); whole < n {
 		n = whole
 		detail = fmt.Sprintf("%s; an allocation of profile %s is %d machines (nodes = %d)", cmp.Or(detail, "room"), prof.Name, nodes, nodes)
 	}
-	return n, detail
+	return n, detail, byLimit
 }
 
 // maxSerialBatch is how many machines one submission asks for where the
@@ -804,7 +815,7 @@ func tasksOf(live []*request) []int {
 // of cancelled: they are on their way again, their attach_timeout
 // counting from now.
 func (p *Provisioner) keepStartedLocked(j jobRef, state string, now time.Time) {
-	_, task := splitTask(j.job)
+	_, task := sbatch.SplitTask(j.job)
 	workers := j.workers()
 	slices.Sort(workers)
 	for _, w := range workers {

@@ -123,4 +123,10 @@
 // may send it up to a minute earlier still) and the worker leaves the
 // engine cleanly instead of vanishing mid-node. A profile that sets --signal or --deadline itself
 // keeps its own.
+//
+// The sbatch language itself (options, --begin, time limits, job and
+// array task ids, the job tag) is package slurm/sbatch's, as pure
+// functions; the relay daemon that runs on a login node is slurm/relay's.
+// Design records: docs/design/slurm-arrays.md, docs/design/slurm-tags.md,
+// docs/design/slurm-begin.md.
 package slurm

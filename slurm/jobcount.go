@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fluksio/provision/slurm/sbatch"
 )
 
 // The controller's own ceiling: MaxJobCount.
@@ -98,7 +100,7 @@ func (p *Provisioner) countAllJobs(ctx context.Context) (int, error) {
 	sc := bufio.NewScanner(bytes.NewReader(stdout))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
-		n += len(expandJobID(strings.TrimSpace(sc.Text())))
+		n += len(sbatch.ExpandJobID(strings.TrimSpace(sc.Text())))
 	}
 	return n, nil
 }
@@ -133,10 +135,10 @@ func (p *Provisioner) trimToJobCount(ctx context.Context, cfg *settings, live []
 	kept := p.keepAllocationsLocked(allocs, fit)
 	detail := fmt.Sprintf("%s: the cluster's MaxJobCount = %d; slurmctld holds %d jobs and array tasks (every user's, finished ones until MinJobAge), so %d of %d machines were asked for; the rest are asked for as jobs leave",
 		limitReached, ceiling, n, len(kept), len(live))
-	p.limits.binding = detail
+	p.holds.binding = hold{kind: holdClusterFull, reason: detail}
 	// The rest would be asked for at once, counted again and trimmed
 	// again: held for jobsFullWait instead, as after sbatch's own words.
-	p.jobsFullUntil, p.jobsFullSaid = p.now().Add(jobsFullWait), detail
+	p.holds.clusterFull = hold{kind: holdClusterFull, until: p.now().Add(jobsFullWait), reason: detail}
 	p.mu.Unlock()
 	cfg.log.Info("trimmed a burst to the room the cluster's MaxJobCount leaves; the rest is asked for as jobs leave",
 		"profile", live[0].profile, "machines", len(live), "submitting", len(kept), "jobs", n, "max_job_count", ceiling)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/fluksio/provision/slurm/sbatch"
 )
 
 // Why a job failed. A job that ends before its worker attaches used to be
@@ -130,7 +132,7 @@ func (p *Provisioner) outputOf(prof Profile, job string) string {
 	p.mu.Lock()
 	dir := p.logDirAbs
 	p.mu.Unlock()
-	if dir == "" || outputOptions.setBy(prof.Sbatch) || !isJobRef(job) {
+	if dir == "" || outputOptions.setBy(prof.Sbatch) || !sbatch.IsJobRef(job) {
 		return ""
 	}
 	return dir + "/" + job + ".out"

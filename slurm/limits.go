@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fluksio/provision/slurm/sbatch"
 )
 
 // Accounting limits: what a site allows the login user, and bursts that
@@ -145,9 +147,6 @@ type limitState struct {
 	learned      int
 	learnedUntil time.Time
 	learnedWhat  string
-	// binding is the detail of the limit that last held the demand back,
-	// for Status; empty when none did.
-	binding string
 	// counting is set while a recount runs on a goroutine of its own.
 	counting bool
 }
@@ -329,7 +328,7 @@ func (p *Provisioner) countQueued(ctx context.Context) (int, error) {
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		// A line that is not a job id (a login banner) is not a job.
-		n += len(expandJobID(strings.TrimSpace(sc.Text())))
+		n += len(sbatch.ExpandJobID(strings.TrimSpace(sc.Text())))
 	}
 	return n, nil
 }
@@ -516,8 +515,8 @@ func (p *Provisioner) limitNotesLocked(now time.Time) []string {
 	case l.lim.submit.set() || l.lim.jobs.set() || l.lim.cpus.set():
 		notes = append(notes, fmt.Sprintf("accounting limits of the login user: in the queue %s; running %s; cpus %s", l.lim.submit, l.lim.jobs, l.lim.cpus))
 	}
-	if l.binding != "" {
-		notes = append(notes, l.binding)
+	if b := p.holds.binding; b.kind != holdNone {
+		notes = append(notes, b.reason)
 	} else if now.Before(l.learnedUntil) {
 		notes = append(notes, fmt.Sprintf("%s: Slurm refused a submission (%s); at most %d of the user's jobs or array tasks in the queue until %s",
 			limitReached, l.learnedWhat, l.learned, l.learnedUntil.UTC().Format(time.RFC3339)))
@@ -571,7 +570,7 @@ func (p *Provisioner) trimToLimit(ctx context.Context, cfg *settings, live []*re
 	kept = p.keepAllocationsLocked(allocs, fit)
 	detail := fmt.Sprintf("%s: %s; the user had %d jobs or array tasks in the queue, so %d of %d machines were asked for; the rest are asked for as jobs end",
 		limitReached, c, queued, len(kept), len(live))
-	p.limits.binding = detail
+	p.holds.binding = hold{kind: holdLimitReached, reason: detail}
 	p.mu.Unlock()
 	cfg.log.Info("trimmed a burst to the room the user's accounting limit leaves; the rest is asked for as jobs end",
 		"profile", live[0].profile, "machines", len(live), "submitting", len(kept), "queued", queued, "limit", detail)

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/slurm/sbatch"
 )
 
 const (
@@ -133,14 +134,14 @@ func parseRows(out []byte) []jobRow {
 			continue
 		}
 		row := jobRow{id: id, state: state, reason: reason, start: start, comment: strings.TrimSpace(comment)}
-		if isJobRef(id) {
+		if sbatch.IsJobRef(id) {
 			rows = append(rows, row)
 			continue
 		}
 		// squeue -r prints each array task on a line of its own
 		// ("123_7"); without it, or from an older squeue, a pending
 		// array is one line ("123_[4-9%2]"), which stands for each task.
-		for _, task := range expandJobID(id) {
+		for _, task := range sbatch.ExpandJobID(id) {
 			row.id = task
 			rows = append(rows, row)
 		}
@@ -202,8 +203,8 @@ func (p *Provisioner) jobsByComment(ctx context.Context, cfg *settings) (map[str
 			continue
 		}
 		// An array's tasks share its comment; the job is the array's.
-		if all := expandJobID(id); len(all) > 0 {
-			job, _ := splitTask(all[0])
+		if all := sbatch.ExpandJobID(id); len(all) > 0 {
+			job, _ := sbatch.SplitTask(all[0])
 			ids[strings.TrimSpace(comment)] = job
 		}
 	}
@@ -648,7 +649,7 @@ func rowOf(byID rowIndex, job, comment string) (jobRow, bool) {
 	if row, ok := byID.get(job); ok {
 		return row, true
 	}
-	array, task := splitTask(job)
+	array, task := sbatch.SplitTask(job)
 	if task < 0 {
 		return jobRow{}, false
 	}
@@ -692,7 +693,7 @@ func taskRow(rows []jobRow, task int) (jobRow, bool) {
 	var bare jobRow
 	hasBare := false
 	for _, row := range rows {
-		_, t := splitTask(row.id)
+		_, t := sbatch.SplitTask(row.id)
 		if t == task {
 			return row, true
 		}
@@ -832,7 +833,7 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 	foreign := 0
 	now := p.now()
 	type commented struct {
-		tag          jobTag
+		tag          sbatch.Tag
 		mine         bool
 		profile, why string
 	}
@@ -847,7 +848,7 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 		if !known {
 			c.tag, c.mine = cfg.ours(row.comment)
 			if c.mine {
-				c.profile, c.why = cfg.profileOf(c.tag.worker)
+				c.profile, c.why = cfg.profileOf(c.tag.Worker)
 			}
 			byComment[row.comment] = c
 		}
@@ -856,19 +857,19 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 			foreign++
 			continue
 		}
-		worker := machineWorker(tag.worker, row.id)
-		_, task := splitTask(row.id)
+		worker := machineWorker(tag.Worker, row.id)
+		_, task := sbatch.SplitTask(row.id)
 		machines := cfg.machinesOf(profile, worker)
 		nodes := len(machines)
 		switch {
-		case ours(worker) || ours(machines[0]) || (first && ours(tag.worker)):
+		case ours(worker) || ours(machines[0]) || (first && ours(tag.Worker)):
 			// This run's own: a machine in the books, or a task of an
 			// array submitted while adoption was pending (mine holds
 			// the array's tag).
 			continue
-		case tag.epoch != cfg.epoch:
+		case tag.Epoch != cfg.epoch:
 			strays = append(strays, jobRef{job: row.id, profile: profile, worker: worker,
-				why: "its worker holds a credential signed with an earlier secret of the engine (epoch " + tag.epoch + ") and can never attach"})
+				why: "its worker holds a credential signed with an earlier secret of the engine (epoch " + tag.Epoch + ") and can never attach"})
 			continue
 		case first && relayPinned:
 			// An earlier run's relay made its own certificate, which
@@ -887,7 +888,7 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 			continue
 		}
 		for j, m := range machines {
-			r := &request{profile: profile, worker: m, tag: tag.worker, task: task, node: -1, nodes: nodes, batch: len(machines),
+			r := &request{profile: profile, worker: m, tag: tag.Worker, task: task, node: -1, nodes: nodes, batch: len(machines),
 				since: now, cancel: func() {}, done: closedDone, job: row.id, slurmState: row.state, phase: phaseQueued}
 			if nodes > 1 {
 				r.node = j
@@ -999,7 +1000,7 @@ func (s *settings) profileOf(worker string) (profile, why string) {
 // worker its tag names for a job of its own, <tag>-<task> for an array
 // task.
 func machineWorker(tagWorker, rowID string) string {
-	if _, task := splitTask(rowID); task >= 0 {
+	if _, task := sbatch.SplitTask(rowID); task >= 0 {
 		return tagWorker + "-" + strconv.Itoa(task)
 	}
 	return tagWorker

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/slurm/sbatch"
 )
 
 // manyProfiles replaces the profiles with n of one CPU each, p000 and up.
@@ -1093,7 +1094,7 @@ func TestProfileOf(t *testing.T) {
 			t.Errorf("%q is not ours", tc.comment)
 			continue
 		}
-		profile, why := s.profileOf(tag.worker)
+		profile, why := s.profileOf(tag.Worker)
 		if profile != tc.profile || (why == "") != tc.ok {
 			t.Errorf("%q: profile %q, why %q", tc.comment, profile, why)
 		}
@@ -1116,7 +1117,7 @@ func TestTagsOfOthersAreNotOurs(t *testing.T) {
 			t.Errorf("%q taken for this engine's", c)
 		}
 	}
-	if tag, ok := s.ours("fluksio:v2:prod:e0:hpc-cpu-0123abcd"); !ok || tag.epoch != "e0" || tag.worker != "hpc-cpu-0123abcd" {
+	if tag, ok := s.ours("fluksio:v2:prod:e0:hpc-cpu-0123abcd"); !ok || tag.Epoch != "e0" || tag.Worker != "hpc-cpu-0123abcd" {
 		t.Errorf("another epoch of this engine: %+v %v", tag, ok)
 	}
 	if c := s.comment("hpc-cpu-0123abcd"); c != "fluksio:v2:prod:e1:hpc-cpu-0123abcd" {
@@ -1131,7 +1132,9 @@ func TestTagsOfOthersAreNotOurs(t *testing.T) {
 
 // tagOf is the tag of worker's job in the harness, whose engine says no
 // id: the id falls back to the provisioner's name, the epoch to "0".
-func tagOf(worker string) string { return jobComment("hpc", "0", worker) }
+func tagOf(worker string) string {
+	return sbatch.Tag{Engine: "hpc", Epoch: "0", Worker: worker}.Comment()
+}
 
 // TestLateLandingFoundWhileWatching: a submission whose answer was lost
 // and whose job the queue did not have is given up on, but the sbatch on

@@ -20,6 +20,7 @@ import (
 	"github.com/fluksio/provision/shared"
 
 	relayd "github.com/fluksio/provision/slurm/relay"
+	"github.com/fluksio/provision/slurm/sbatch"
 )
 
 const (
@@ -180,19 +181,12 @@ type Provisioner struct {
 	// limits are the accounting limits of the login user and the room
 	// they leave (limits.go).
 	limits limitState
-	// throttleUntil is when a site's throttle (job_submit/throttle) lets
-	// the provisioner submit again, and throttleSaid its words; zero when
-	// none held it back (submitrules.go).
-	throttleUntil time.Time
-	throttleSaid  string
 	// maxJobs is the cluster's MaxJobCount, read with MaxArraySize; 0
 	// until read (jobcount.go).
 	maxJobs int
-	// jobsFullUntil is when submissions may be tried again after sbatch
-	// said slurmctld would not take a job, and jobsFullSaid the words
-	// for Provision and Status (jobcount.go); zero when none held it.
-	jobsFullUntil time.Time
-	jobsFullSaid  string
+	// holds are the cluster's, the site's throttle's and the limits'
+	// holds on every profile (hold.go).
+	holds holds
 	// idleAdoptFailures counts poll cycles in a row that could not read
 	// the queue for adoption while nothing else was outstanding; after
 	// maxIdleAdoptFailures the poller rests until there is demand.
@@ -512,15 +506,11 @@ func parseJobID(stdout string) (string, error) {
 		}
 	}
 	id, _, _ := strings.Cut(last, ";")
-	if !isJobID(id) {
+	if !sbatch.IsJobID(id) {
 		return "", fmt.Errorf("sbatch printed %q, not a job id", truncate(strings.TrimSpace(stdout)))
 	}
 	return id, nil
 }
-
-// isJobID reports whether s is a Slurm job id: digits, and not so many
-// that it is something else.
-func isJobID(s string) bool { return isDigits(s, 20) }
 
 // submissionFailed is where every failed submission ends: it records the error,
 // drops the reservation so the profile can be asked for again, logs, and
@@ -551,12 +541,11 @@ func (p *Provisioner) submissionFailed(cfg *settings, host shared.Host, live []*
 		// Weather for the whole cluster: no backoff; held for
 		// jobsFullWait, so the next submission does not wait out
 		// submit_timeout into the same wall at once (jobcount.go).
-		now := p.now()
-		p.jobsFullUntil = now.Add(jobsFullWait)
-		p.jobsFullSaid = jobsFullDetail(p.maxJobs, detail, p.jobsFullUntil)
-		p.limits.binding = p.jobsFullSaid
-		p.lastErr = truncate(p.jobsFullSaid)
-		held := p.jobsFullSaid
+		until := p.now().Add(jobsFullWait)
+		p.holds.clusterFull = hold{kind: holdClusterFull, until: until, reason: jobsFullDetail(p.maxJobs, detail, until)}
+		held := p.holds.clusterFull.reason
+		p.holds.binding = hold{kind: holdClusterFull, reason: held}
+		p.lastErr = truncate(held)
 		p.metrics.failedMachines(live[0].profile, shared.FailureLimitReached, len(live))
 		p.mu.Unlock()
 		cfg.log.Warn("slurmctld would not take the job (MaxJobCount, or busy); asking again as jobs leave", "profile", live[0].profile,
@@ -572,15 +561,16 @@ func (p *Provisioner) submissionFailed(cfg *settings, host shared.Host, live []*
 		// Weather for the whole provisioner, with its wait: no backoff,
 		// no limit learnt (submitrules.go).
 		now := p.now()
-		first := !now.Before(p.throttleUntil)
-		p.throttleUntil, p.throttleSaid = now.Add(throttleWait), detail
-		held := throttleDetail(detail, p.throttleUntil)
+		first := !p.holds.throttled.on(now)
+		until := now.Add(throttleWait)
+		held := throttleDetail(detail, until)
+		p.holds.throttled = hold{kind: holdThrottled, until: until, reason: held}
 		p.lastErr = truncate(held)
 		p.metrics.failedMachines(live[0].profile, shared.FailureLimitReached, len(live))
 		p.mu.Unlock()
 		if first {
 			cfg.log.Warn("the site's submit rule throttles submissions; asking again when it gives one back", "profile", live[0].profile,
-				"machines", len(live), "until", p.throttleUntilString(), "output", detail)
+				"machines", len(live), "until", until.UTC().Format(time.RFC3339), "output", detail)
 		}
 		for _, r := range live {
 			p.publish(p.life, cfg, host, shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Worker: r.worker, Detail: held, Class: shared.FailureLimitReached})
@@ -592,8 +582,8 @@ func (p *Provisioner) submissionFailed(cfg *settings, host shared.Host, live []*
 		// burst next time (limits.go).
 		now := p.now()
 		p.learnFromRefusalLocked(cfg, allocationsOf(live), -1, which, now)
-		p.limits.binding = fmt.Sprintf("%s: Slurm refused a submission of %d machine(s) (%s); at most %d of the user's jobs or array tasks in the queue until %s",
-			limitReached, len(live), which, p.limits.learned, p.limits.learnedUntil.UTC().Format(time.RFC3339))
+		p.holds.binding = hold{kind: holdLimitReached, reason: fmt.Sprintf("%s: Slurm refused a submission of %d machine(s) (%s); at most %d of the user's jobs or array tasks in the queue until %s",
+			limitReached, len(live), which, p.limits.learned, p.limits.learnedUntil.UTC().Format(time.RFC3339))}
 		p.metrics.failedMachines(live[0].profile, shared.FailureLimitReached, len(live))
 		p.mu.Unlock()
 		cfg.log.Warn("sbatch refused for an accounting limit; asking for fewer machines as the user's jobs end", "profile", live[0].profile,
@@ -1021,14 +1011,14 @@ const scancelBatch = 100
 // cancel workers that have attached.)
 func (p *Provisioner) scancel(ctx context.Context, ids []string) error {
 	for _, id := range ids {
-		if !isJobRef(id) {
+		if !sbatch.IsJobRef(id) {
 			return fmt.Errorf("refusing to cancel %q: not a job id: %w", id, shared.ErrInvalidArgument)
 		}
 	}
 	var errs []error
 	// An array's tasks go as ranges ("123_[5-9]"): a burst given up is
 	// a short command line.
-	for batch := range slices.Chunk(compactIDs(ids), scancelBatch) {
+	for batch := range slices.Chunk(sbatch.CompactIDs(ids), scancelBatch) {
 		_, stderr, err := p.call(ctx, nil, append([]string{"scancel"}, batch...)...)
 		if err != nil && len(bytes.TrimSpace(stderr)) > 0 {
 			err = fmt.Errorf("%w: %s", err, truncate(string(stderr)))
@@ -1063,9 +1053,9 @@ func (p *Provisioner) Status(context.Context, *shared.StatusRequest) (*shared.St
 	counts := p.countsLocked()
 	for _, prof := range p.cfg.Profiles {
 		resp.Profiles = append(resp.Profiles, prof.Name)
-		if b := p.backoff[prof.Name]; b != nil && now.Before(b.until) {
-			resp.BackingOff = append(resp.BackingOff, shared.Backoff{Profile: prof.Name, Failures: b.failures, Until: b.until, LastError: b.lastErr})
-			if b.misconfigured {
+		if b := p.backoff[prof.Name]; b != nil && b.hold.on(now) {
+			resp.BackingOff = append(resp.BackingOff, shared.Backoff{Profile: prof.Name, Failures: b.failures, Until: b.hold.until, LastError: b.hold.reason})
+			if b.hold.kind == holdMisconfigured {
 				resp.Notes = append(resp.Notes, misconfiguredDetail(prof.Name, b))
 			}
 		}
@@ -1079,11 +1069,13 @@ func (p *Provisioner) Status(context.Context, *shared.StatusRequest) (*shared.St
 	}
 	resp.Notes = append(resp.Notes, p.limitNotesLocked(now)...)
 	resp.Notes = append(resp.Notes, p.loginNotes(p.cfg)...)
-	if now.Before(p.throttleUntil) {
-		resp.Notes = append(resp.Notes, throttleDetail(p.throttleSaid, p.throttleUntil))
+	if p.holds.throttled.on(now) {
+		resp.Notes = append(resp.Notes, p.holds.throttled.reason)
 	}
-	if now.Before(p.jobsFullUntil) && p.jobsFullSaid != p.limits.binding {
-		resp.Notes = append(resp.Notes, p.jobsFullSaid)
+	// The cluster's hold is a note of its own unless it is the binding
+	// one, which the limits' notes already say.
+	if p.holds.clusterFull.on(now) && p.holds.binding.kind != holdClusterFull {
+		resp.Notes = append(resp.Notes, p.holds.clusterFull.reason)
 	}
 	if p.relay != nil {
 		resp.Notes = append(resp.Notes, p.relay.note())
@@ -1102,7 +1094,7 @@ func (p *Provisioner) submissionsLocked(profile string, now time.Time) []shared.
 		}
 		sub := byTag[r.tag]
 		if sub == nil {
-			job, _ := splitTask(r.job)
+			job, _ := sbatch.SplitTask(r.job)
 			sub = &shared.Submission{Job: job, Age: now.Sub(r.since)}
 			byTag[r.tag] = sub
 			order = append(order, r.tag)
@@ -1349,13 +1341,13 @@ func (p *Provisioner) sweepQueue(ctx context.Context, cfg *settings, lost []*req
 		if !mine {
 			continue
 		}
-		worker := machineWorker(tag.worker, row.id)
-		profile, _ := cfg.profileOf(tag.worker)
+		worker := machineWorker(tag.Worker, row.id)
+		profile, _ := cfg.profileOf(tag.Worker)
 		machines := cfg.machinesOf(profile, worker)
 		if endedStates[row.state] || slices.ContainsFunc(machines, func(m string) bool { return arrived[m] }) {
 			continue
 		}
-		if i := slices.IndexFunc(machines, func(m string) bool { return lostBy[m] != nil }); i >= 0 && tag.epoch == cfg.epoch {
+		if i := slices.IndexFunc(machines, func(m string) bool { return lostBy[m] != nil }); i >= 0 && tag.Epoch == cfg.epoch {
 			r := lostBy[machines[i]]
 			found = append(found, jobRef{job: row.id, profile: r.profile, worker: r.worker})
 			continue

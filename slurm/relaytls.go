@@ -84,8 +84,8 @@ func (r *relay) moved(ctx context.Context, old, now string) {
 			continue
 		}
 		seen[row.id] = true
-		worker := machineWorker(tag.worker, row.id)
-		profile, _ := cfg.profileOf(tag.worker)
+		worker := machineWorker(tag.Worker, row.id)
+		profile, _ := cfg.profileOf(tag.Worker)
 		machines := cfg.machinesOf(profile, worker)
 		for _, m := range machines {
 			p.dropLocked(m)

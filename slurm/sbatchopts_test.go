@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/fluksio/provision/internal/sandboxtest"
+	"github.com/fluksio/provision/slurm/sbatch"
 )
 
 // TestSbatchReadsWhatValidationReads checks the parser against the real
@@ -33,14 +34,14 @@ func TestSbatchReadsWhatValidationReads(t *testing.T) {
 	}
 	nameRe := regexp.MustCompile(`JobName=(\S+)`)
 	for _, line := range lines {
-		opts, err := parseSbatchLine(line)
+		opts, err := sbatch.ParseLine(line)
 		if err != nil {
 			t.Errorf("%q: %v", line, err)
 			continue
 		}
 		found := false
 		for _, o := range opts {
-			found = found || o.is("--job-name", 'J')
+			found = found || o.Is("--job-name", 'J')
 		}
 
 		script := "#!/bin/sh\n#SBATCH " + line + "\ntrue\n"

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/slurm/sbatch"
 )
 
 // tokenVar carries the worker's credential. The environment, not argv:
@@ -49,13 +50,13 @@ type family struct {
 // setBy reports whether any of the sbatch lines sets an option of the
 // family, abbreviated or not, in any word of a line.
 func (f family) setBy(lines []string) bool {
-	for _, o := range sbatchOpts(lines) {
+	for _, o := range sbatch.Opts(lines) {
 		for _, l := range f.long {
-			if o.is(l, 0) {
+			if o.Is(l, 0) {
 				return true
 			}
 		}
-		if f.short != "" && o.short == f.short[0] {
+		if f.short != "" && o.Short == f.short[0] {
 			return true
 		}
 	}
@@ -101,8 +102,8 @@ func (p *Provisioner) script(prof Profile, url, pin, tag string, tasks []int, to
 	// that a submission whose answer was lost can still be found.
 	line("#SBATCH --comment=", cfg.comment(worker))
 	if tasks != nil {
-		// Not from the profile: sbatchopts reserves --array.
-		line("#SBATCH --array=", arraySpec(tasks))
+		// Not from the profile: validation reserves --array (reservedOption).
+		line("#SBATCH --array=", sbatch.ArraySpec(tasks))
 	}
 	nodes := max(1, prof.Nodes)
 	if nodes > 1 {
@@ -127,7 +128,7 @@ func (p *Provisioner) script(prof Profile, url, pin, tag string, tasks []int, to
 	// compute; see the package documentation.
 	// A --begin moves the deadline by its delay, worked out now for one
 	// at a wall-clock time (begin.go).
-	if limit, ok := timeLimit(prof.Sbatch); ok && !deadlineOptions.setBy(prof.Sbatch) {
+	if limit, ok := sbatch.TimeLimit(prof.Sbatch); ok && !deadlineOptions.setBy(prof.Sbatch) {
 		delay := cfg.beginDelayAt(prof, p.now())
 		line("#SBATCH --deadline=now+", strconv.FormatInt(seconds(delay+cfg.provisionTimeout+limit), 10), "seconds")
 	}
@@ -216,87 +217,6 @@ func srunCommand(prof Profile, nodes int, command string) string {
 		shellQuote(nodeScript(nodes, command))
 }
 
-// arraySpec writes tasks as --array takes them: ranges of consecutive
-// indexes, comma-separated ("0-39", "0,2-5").
-func arraySpec(tasks []int) string {
-	var parts []string
-	for i := 0; i < len(tasks); {
-		j := i
-		for j+1 < len(tasks) && tasks[j+1] == tasks[j]+1 {
-			j++
-		}
-		if i == j {
-			parts = append(parts, strconv.Itoa(tasks[i]))
-		} else {
-			parts = append(parts, strconv.Itoa(tasks[i])+"-"+strconv.Itoa(tasks[j]))
-		}
-		i = j + 1
-	}
-	return strings.Join(parts, ",")
-}
-
-// timeLimit returns the time limit the sbatch lines set with --time or
-// -t, the last one winning as it does for sbatch. It is false when none
-// is set, or the last is unlimited or not understood.
-func timeLimit(lines []string) (time.Duration, bool) {
-	var limit time.Duration
-	var ok bool
-	for _, o := range sbatchOpts(lines) {
-		if (o.short == 't' || o.long == "--time") && o.hasValue {
-			limit, ok = parseTimeLimit(strings.TrimSpace(o.value))
-		}
-	}
-	return limit, ok
-}
-
-// maxLimitDays bounds a time limit read from a profile, far above any
-// cluster's, so that the arithmetic cannot overflow.
-const maxLimitDays = 100 * 365
-
-// parseTimeLimit reads a time limit in one of Slurm's formats: minutes,
-// minutes:seconds, hours:minutes:seconds, days-hours,
-// days-hours:minutes and days-hours:minutes:seconds. 0, UNLIMITED and
-// INFINITE mean no limit, and are false like anything unreadable.
-func parseTimeLimit(s string) (time.Duration, bool) {
-	days := 0
-	rest := s
-	if d, r, found := strings.Cut(s, "-"); found {
-		n, err := strconv.Atoi(d)
-		if err != nil || n < 0 || d == "" || d[0] == '+' {
-			return 0, false
-		}
-		days, rest = n, r
-	}
-	var nums []int
-	for _, f := range strings.Split(rest, ":") {
-		n, err := strconv.Atoi(f)
-		if err != nil || n < 0 || f == "" || f[0] == '+' {
-			return 0, false
-		}
-		nums = append(nums, n)
-	}
-	var h, m, sec int
-	switch {
-	case strings.Contains(s, "-") && len(nums) == 1:
-		h = nums[0]
-	case strings.Contains(s, "-") && len(nums) == 2:
-		h, m = nums[0], nums[1]
-	case len(nums) == 1:
-		m = nums[0]
-	case len(nums) == 2:
-		m, sec = nums[0], nums[1]
-	case len(nums) == 3:
-		h, m, sec = nums[0], nums[1], nums[2]
-	default:
-		return 0, false
-	}
-	if days > maxLimitDays || h > maxLimitDays*24 || m > maxLimitDays*24*60 || sec > maxLimitDays*24*3600 {
-		return 0, false
-	}
-	d := time.Duration(days)*24*time.Hour + time.Duration(h)*time.Hour + time.Duration(m)*time.Minute + time.Duration(sec)*time.Second
-	return d, d > 0
-}
-
 // seconds rounds a duration up to whole seconds, so that a positive
 // max_idle never becomes 0.
 func seconds(d time.Duration) int64 {
@@ -335,7 +255,7 @@ func (s *settings) credentialTTL(prof Profile, at time.Time) time.Duration {
 	if s.tokenTTL > 0 {
 		return s.tokenTTL
 	}
-	limit, ok := timeLimit(prof.Sbatch)
+	limit, ok := sbatch.TimeLimit(prof.Sbatch)
 	if !ok {
 		return noLimitTTL
 	}

@@ -253,42 +253,6 @@ func TestScriptDeadlineAndSignal(t *testing.T) {
 	}
 }
 
-func TestParseTimeLimit(t *testing.T) {
-	tests := []struct {
-		in   string
-		want time.Duration // 0 for no limit or unreadable
-	}{
-		{"10", 10 * time.Minute},
-		{"10:30", 10*time.Minute + 30*time.Second},
-		{"04:00:00", 4 * time.Hour},
-		{"1:02:03", time.Hour + 2*time.Minute + 3*time.Second},
-		{"2-0", 48 * time.Hour},
-		{"2-12", 60 * time.Hour},
-		{"1-02:30", 26*time.Hour + 30*time.Minute},
-		{"1-02:03:04", 26*time.Hour + 3*time.Minute + 4*time.Second},
-		{"0", 0},
-		{"0:0:0", 0},
-		{"UNLIMITED", 0},
-		{"INFINITE", 0},
-		{"", 0},
-		{"foo", 0},
-		{"1:2:3:4", 0},
-		{"1-2:3:4:5", 0},
-		{"-5", 0},
-		{"+5", 0},
-		{"1-", 0},
-		{"5m", 0},
-		{"99999999999999999", 0},
-		{"100000000-0", 0},
-	}
-	for _, tc := range tests {
-		got, ok := parseTimeLimit(tc.in)
-		if got != tc.want || ok != (tc.want > 0) {
-			t.Errorf("parseTimeLimit(%q) = %s, %v, want %s", tc.in, got, ok, tc.want)
-		}
-	}
-}
-
 // TestCredentialTTL: a credential lives as long as its job can, not a
 // day: provision_timeout plus the profile's time limit plus a margin;
 // token_ttl overrides; without a time limit the engine's cap decides.

@@ -64,10 +64,3 @@ func throttleDetail(said string, until time.Time) string {
 	return fmt.Sprintf("%s: the site's submit rule refused a submission (%s); asking again at %s, when job_submit/throttle gives one back (every %s)",
 		limitReached, strings.TrimSpace(said), until.UTC().Format(time.RFC3339), throttleWait)
 }
-
-// throttleUntilString is throttleUntil for a log line.
-func (p *Provisioner) throttleUntilString() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.throttleUntil.UTC().Format(time.RFC3339)
-}

@@ -2,9 +2,9 @@ package slurm
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/slurm/sbatch"
 )
 
 // Every job this provisioner submits carries a tag in its comment:
@@ -23,52 +23,17 @@ import (
 // holds a credential the engine no longer accepts, so its worker can
 // never attach; it is cancelled rather than adopted, pending or running.
 //
-// Rejected alternative: the job name alone (the first version). Names
-// are what people copy, and the tag had to be in a form nobody writes by
-// accident. Its cost: jobs left by a version that wrote the v1 comment
-// (fluksio:<worker>) are no longer recognised; their --deadline or their
-// worker's max_idle ends them.
-const tagPrefix = "fluksio:v2:"
-
-// jobTag is a parsed tag.
-type jobTag struct {
-	engine, epoch, worker string
-}
-
-// jobComment is the comment that tags worker's job for this engine.
-func jobComment(engine, epoch, worker string) string {
-	return tagPrefix + engine + ":" + epoch + ":" + worker
-}
+// The tag's form is sbatch.Tag's; why a tag: docs/design/slurm-tags.md.
 
 // comment is the tag of worker's job under these settings.
 func (s *settings) comment(worker string) string {
-	return jobComment(s.engineID, s.epoch, worker)
-}
-
-// parseTag reads a job comment. ok is false for anything that is not a
-// v2 tag with three valid names: none of its parts may contain ':', since
-// shared.ValidName excludes it.
-func parseTag(comment string) (t jobTag, ok bool) {
-	rest, ok := strings.CutPrefix(comment, tagPrefix)
-	if !ok {
-		return jobTag{}, false
-	}
-	parts := strings.Split(rest, ":")
-	if len(parts) != 3 {
-		return jobTag{}, false
-	}
-	for _, p := range parts {
-		if !shared.ValidName(p) {
-			return jobTag{}, false
-		}
-	}
-	return jobTag{engine: parts[0], epoch: parts[1], worker: parts[2]}, true
+	return sbatch.Tag{Engine: s.engineID, Epoch: s.epoch, Worker: worker}.Comment()
 }
 
 // ours reports whether a job with this comment belongs to this engine.
-func (s *settings) ours(comment string) (jobTag, bool) {
-	t, ok := parseTag(comment)
-	return t, ok && t.engine == s.engineID
+func (s *settings) ours(comment string) (sbatch.Tag, bool) {
+	t, ok := sbatch.ParseTag(comment)
+	return t, ok && t.Engine == s.engineID
 }
 
 // identity fills in the engine id and epoch from Configure. An engine

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/slurm/sbatch"
 )
 
 // The fixtures in testdata/slurm-versions are what each real Slurm
@@ -58,7 +59,7 @@ func TestBareArrayRowStandsForItsTask(t *testing.T) {
 			array := ""
 			for _, r := range rows {
 				if r.state == "RUNNING" {
-					array, _ = splitTask(r.id)
+					array, _ = sbatch.SplitTask(r.id)
 				}
 			}
 			if array == "" {

@@ -1,34 +1,20 @@
-package slurm
+package sbatch
 
 import (
 	"fmt"
 	"strings"
 )
 
-// A profile's sbatch lines go into the script as "#SBATCH <line>", and
-// sbatch reads every word of such a line, not only the first: it splits
-// the line at white space (space, tab, newline, vertical tab, form feed,
-// carriage return), honours single and double quotes and backslash
-// escapes, stops at an unquoted '#', and hands the words to getopt_long
-// with its own option table (Slurm 22.05, src/sbatch/opt.c,
-// _get_argument). A line that also names "hetjob" or "packjob" starts a
-// heterogeneous job component. Validation reads each line the same way,
-// so that an option the provisioner owns cannot hide in a line's second
-// word ("--partition=x --array=1-100", "-p x -J y", "--time=5\v-J y").
-//
-// What it does not do: check that an option exists or that its value is
-// good. That is Slurm's to say (sbatch --test-only), not ours.
-
-// sbatchOpt is one option of a #SBATCH line as getopt would see it.
-type sbatchOpt struct {
-	// long is "--name" as written (getopt accepts unambiguous
-	// abbreviations, so "--par" may be --partition); short is the letter
+// Opt is one option of a #SBATCH line as getopt would see it.
+type Opt struct {
+	// Long is "--name" as written (getopt accepts unambiguous
+	// abbreviations, so "--par" may be --partition); Short is the letter
 	// for a short option. One of the two is set.
-	long  string
-	short byte
-	// value is the option's argument, when it has one.
-	value    string
-	hasValue bool
+	Long  string
+	Short byte
+	// Value is the option's argument, when it has one (HasValue).
+	Value    string
+	HasValue bool
 }
 
 // shortWithArg are sbatch's short options that take an argument; the
@@ -36,8 +22,10 @@ type sbatchOpt struct {
 // none. From sbatch's getopt string in Slurm 22.05.
 const shortWithArg = "aABcCdDeFGiJLmMnNopqStUwx"
 
-// sbatchWords splits a #SBATCH line into words as sbatch does.
-func sbatchWords(line string) []string {
+// Words splits a #SBATCH line into words as sbatch does: at C's white
+// space, with quotes, backslash escapes and an unquoted '#' starting a
+// comment. It is nil for a line whose quote is not closed.
+func Words(line string) []string {
 	var words []string
 	var cur strings.Builder
 	inWord, escaped := false, false
@@ -92,32 +80,32 @@ func isCSpace(c byte) bool {
 	return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
 }
 
-// parseSbatchLine reads the options of one #SBATCH line. A word that is
+// ParseLine reads the options of one #SBATCH line. A word that is
 // neither an option nor an option's argument is an error: sbatch would
 // take it for the script's name or ignore it, and neither is what the
 // profile meant.
-func parseSbatchLine(line string) ([]sbatchOpt, error) {
+func ParseLine(line string) ([]Opt, error) {
 	lower := strings.ToLower(line)
 	if strings.Contains(lower, "hetjob") || strings.Contains(lower, "packjob") {
 		return nil, fmt.Errorf("it names hetjob or packjob, which sbatch takes for the start of another job component")
 	}
-	words := sbatchWords(line)
+	words := Words(line)
 	if words == nil && strings.ContainsAny(line, `"'`) {
 		return nil, fmt.Errorf("a quote is not closed; sbatch would read the rest of the line as one word")
 	}
-	var opts []sbatchOpt
+	var opts []Opt
 	for i := 0; i < len(words); i++ {
 		w := words[i]
 		switch {
 		case strings.HasPrefix(w, "--") && len(w) > 2:
 			name, value, has := strings.Cut(w, "=")
-			o := sbatchOpt{long: name, value: value, hasValue: has}
+			o := Opt{Long: name, Value: value, HasValue: has}
 			// A long option's argument may be the next word. Whether
 			// this option takes one is sbatch's to know; taking the
 			// next word when it is not an option errs on the side of
 			// checking every word that starts with '-'.
 			if !has && i+1 < len(words) && !strings.HasPrefix(words[i+1], "-") {
-				o.value, o.hasValue = words[i+1], true
+				o.Value, o.HasValue = words[i+1], true
 				i++
 			}
 			opts = append(opts, o)
@@ -126,17 +114,17 @@ func parseSbatchLine(line string) ([]sbatchOpt, error) {
 			for j := 0; j < len(letters); j++ {
 				c := letters[j]
 				if !strings.ContainsRune(shortWithArg, rune(c)) {
-					opts = append(opts, sbatchOpt{short: c})
+					opts = append(opts, Opt{Short: c})
 					continue
 				}
-				o := sbatchOpt{short: c, hasValue: true}
+				o := Opt{Short: c, HasValue: true}
 				if rest := letters[j+1:]; rest != "" {
-					o.value = rest
+					o.Value = rest
 				} else if i+1 < len(words) {
-					o.value = words[i+1]
+					o.Value = words[i+1]
 					i++
 				} else {
-					o.hasValue = false
+					o.HasValue = false
 				}
 				opts = append(opts, o)
 				break
@@ -148,21 +136,31 @@ func parseSbatchLine(line string) ([]sbatchOpt, error) {
 	return opts, nil
 }
 
-// is reports whether o is the long option long (abbreviated or not: getopt
-// accepts any unambiguous prefix, so "--ar" is --array) or the short one.
-func (o sbatchOpt) is(long string, short byte) bool {
-	if o.long != "" {
-		return len(o.long) > 2 && strings.HasPrefix(long, o.long)
+// Is reports whether o is the long option long (abbreviated or not: getopt
+// accepts any unambiguous prefix, so "--ar" is --array) or the short one
+// (0 for none).
+func (o Opt) Is(long string, short byte) bool {
+	if o.Long != "" {
+		return len(o.Long) > 2 && strings.HasPrefix(long, o.Long)
 	}
-	return short != 0 && o.short == short
+	return short != 0 && o.Short == short
 }
 
-// sbatchOpts reads the options of all of a profile's lines; lines that do
-// not parse (validation refuses them) contribute none.
-func sbatchOpts(lines []string) []sbatchOpt {
-	var all []sbatchOpt
+// Name is the option as written: "--name" for a long one, "-x" for a
+// short one.
+func (o Opt) Name() string {
+	if o.Long != "" {
+		return o.Long
+	}
+	return "-" + string(o.Short)
+}
+
+// Opts reads the options of all of the lines; lines that do not parse
+// (validation refuses them) contribute none.
+func Opts(lines []string) []Opt {
+	var all []Opt
 	for _, l := range lines {
-		opts, err := parseSbatchLine(l)
+		opts, err := ParseLine(l)
 		if err == nil {
 			all = append(all, opts...)
 		}
