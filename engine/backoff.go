@@ -10,29 +10,13 @@ import (
 	"github.com/fluksio/provision/shared"
 )
 
-// The engine's own backoff. The contract asks a plugin to back a profile
-// off when its machines keep failing (docs/plugin-protocol.md, "Failures
-// and backoff"), but a plugin is code of other people: one that does not
-// asks again on every pass, and every failure event wakes a pass. An
-// author's first plugin with worker_command = ["/bin/false"] started 1,541
-// failing workers in 6 s, and the Python reference 1,680. So the engine
-// holds a profile back itself: each worker_provision_failed a provisioner
-// reports for one of its profiles holds that profile for engineHoldBase,
-// doubled with each failure in a row, up to engineHoldMax; a worker of the
-// profile attaching ends it. While a profile is held, the router asks for
-// none of it beyond what the plugin last said was on its way (so nothing
-// pending is given up, and nothing more is asked for): the rest of its
-// needs are treated as if the plugin had answered BACKING_OFF, and fail
-// over to the next fitting profile or provisioner.
-//
-// A failure without a profile holds nothing: the engine cannot tell which
-// of the provisioner's profiles to hold, and holding them all would stop a
-// provisioner for one bad event.
-//
-// Rejected: holding the whole provisioner (one bad profile would stop the
-// good ones), and counting a failure once per Provision call rather than
-// per event (a plugin may start machines outside the call, and the
-// engine cannot tell which call a failure belongs to).
+// The engine's own backoff, since a plugin may not back off itself: each
+// worker_provision_failed for a profile holds that profile for
+// engineHoldBase, doubled with each failure in a row up to engineHoldMax,
+// until a worker of it attaches. A held profile is asked for no more than
+// was on its way, and its other needs fail over as if it were BACKING_OFF.
+// A failure without a profile holds nothing. docs/design/engine-backoff.md
+// says why per profile and per event.
 var (
 	engineHoldBase = time.Second
 	engineHoldMax  = 2 * time.Minute

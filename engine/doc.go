@@ -16,12 +16,10 @@
 // embedder holds: New builds it and opens nothing, Serve listens, Start
 // launches the plugins, Run passes, Stop ends it all.
 //
-// Rejected: leaving this in an example engine's package main, as it was
-// (host-example). Every engine author copied or rewrote it (a minimal
-// engine took 450 lines of Go, 320 of them glue), and a fix reached only
-// the example. The cost of a library is an API to keep: the exported
-// surface here is small on purpose, and what is an engine's own choice
-// stays out (its CLI, its operator authentication, its page, its story).
+// It is a library so that every engine gets the same loop and a fix
+// reaches them all. Its exported surface is small on purpose, and what is
+// an engine's own choice stays out (its CLI, its operator authentication,
+// its page, its story).
 //
 // The seams:
 //   - Needs are shared.Need. An engine adds needs (Engine.Add), takes
@@ -59,4 +57,9 @@
 // jobs, and the workers attach again); schedule real work (a Task is the
 // project's stand-in; bring your own); authenticate operators by
 // anything but their uid on this machine (the embedder's wrapper does).
+//
+// Design records: docs/design/engine-kit.md, docs/design/engine-park.md,
+// docs/design/engine-sessions.md, docs/design/engine-backoff.md,
+// docs/design/engine-events-sse.md, docs/design/engine-listener.md,
+// docs/design/engine-metrics-registry.md.
 package engine

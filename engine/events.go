@@ -22,10 +22,9 @@ import (
 // nothing the history still holds. A client that connects late gets the
 // history first (the last historySize events).
 //
-// Rejected alternative: a WebSocket. The stream goes one way, browsers'
-// EventSource reconnects by itself and resumes from Last-Event-ID, and
-// SSE is plain HTTP that curl can read; a WebSocket would need a library
-// and a protocol of our own for all of that.
+// It is SSE, not a WebSocket: the stream goes one way, EventSource
+// reconnects and resumes from Last-Event-ID by itself, and it is plain
+// HTTP (docs/design/engine-events-sse.md).
 //
 // What it won't do: keep events across restarts, or hold a slow client
 // up. A client that does not keep up (its buffer of subscriberBuffer

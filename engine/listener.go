@@ -47,15 +47,12 @@ import (
 //     carrying one counts neither against the cap nor among strangers
 //     while it does (MarkOperator), and goes back to the strangers' share
 //     when it ends, so an idle one is evicted like any stranger's.
-//     Before, an operator's connection counted as a worker's: 40 event
-//     streams against max_connections = 40 reset both workers' attaches.
 //   - Refusals are logged at a bounded rate (internal/loglimit), so a flood of bad
 //     requests costs a line every few seconds, not a line per request.
 //
-// Rejected alternative: a per-address limit. Compute nodes of a large job
-// sit behind one NAT address often enough that it would lock out exactly
-// the workers the engine is for, and an attacker inside the cluster has
-// many addresses anyway.
+// There is no per-address limit: a large job's compute nodes often share
+// one NAT address, and an attacker inside the cluster has many
+// (docs/design/engine-listener.md).
 
 const (
 	// defaultMaxConnections caps open connections unless engine.max_connections

@@ -34,9 +34,9 @@ import (
 // wire (internal/wire), and no worker, job or task id is ever a
 // label: those are for the event stream.
 //
-// Rejected alternative: the default registry. It is global, so two
-// daemons in one test process would share counters; a registry per
-// daemon also keeps the Go runtime's collectors explicit.
+// The registry is the engine's own, not the global default, so that two
+// engines in one process keep their own counters and the Go runtime's
+// collectors are explicit (docs/design/engine-metrics-registry.md).
 
 const maxProfileLabels = 256
 
