@@ -8,4 +8,6 @@
 //
 // It decides nothing: no policy on names, lifetimes or restarts (that is
 // the host's), only faithful transport, bounded (limits.go).
+//
+// Design records: docs/design/wire-event-queue.md.
 package wire

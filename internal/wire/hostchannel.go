@@ -34,32 +34,20 @@ import (
 //
 // A full queue (DefaultEventQueue events, or DefaultEventQueueBytes of
 // them) drops the event, counts it (Client.DroppedEvents) and
-// acknowledges it all the same. Rejected alternative: withholding the
-// acknowledgement, so that the plugin's Publish blocks within its context
-// until there is room. The reader cannot wait for room (it would stop
-// answering credential requests), so the held events would have to wait
-// somewhere else, unbounded, or the plugin would have to be told a window
-// to stay within: flow control in the contract, for every language. The
-// cost of dropping: an engine whose handler is stuck for more than a
-// queue's worth of events loses the excess, and says so in its log and
-// its count; the events a plugin sends are reports, and its Status still
-// tells what is outstanding.
+// acknowledges it all the same: the reader cannot wait for room without
+// holding up credential requests, and a plugin's events are reports
+// (docs/design/wire-event-queue.md).
 
 // DefaultEventQueue is how many events of one plugin may wait for the
 // engine's handler: a burst of submissions ten thousand strong, each with
-// its event, fits. At 1,024, a burst of 10,000 array tasks, whose events
-// a plugin sends back to back (PublishAll), lost over a thousand of them
-// (bench, measurement 13): the reader takes them off the wire faster
-// than a handler, however quick, is handed them. The queue takes memory
-// only for what waits in it (eventQueue), so the bound costs nothing
-// while it is not needed.
+// its event, fits, since the reader takes them off the wire faster than a
+// handler is handed them. The queue takes memory only for what waits in
+// it (eventQueue).
 const DefaultEventQueue = 16384
 
 // DefaultEventQueueBytes bounds the same queue by the size of what waits
-// in it: 16,384 events of the largest a plugin may send (a 4 KB detail
-// and four 256-byte fields, once clipped) would hold 87 MB while the
-// handler is behind; 8 MiB holds the 10,000-task burst's events (some
-// 200 bytes each) four times over.
+// in it, so that a queue full of the largest events a plugin may send
+// stays small, while a burst of ten thousand ordinary ones still fits.
 const DefaultEventQueueBytes = 8 << 20
 
 // eventOverhead is what an event costs in the queue beyond its strings.
