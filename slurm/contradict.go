@@ -8,20 +8,11 @@ import (
 	"github.com/fluksio/provision/slurm/sbatch"
 )
 
-// A profile's numbers (cpus, gpus, ram_mb, nodes) are what the engine is
-// promised: it matches needs against them and mints each worker's
-// credential for exactly them. An sbatch line may say the same again, but
-// an sbatch line that says something else makes Slurm give one machine
-// while the engine believes in another: --mem=1G under ram_mb = 500 wastes
-// half a gigabyte of every allocation, --mem=250M under ram_mb = 500 gets
-// the worker killed for memory the engine thought it had. So an option
-// that restates a number must restate it exactly, and one that
+// A profile's numbers (cpus, gpus, ram_mb, nodes) are the one source of
+// truth: the engine matches needs and mints credentials for them. So an
+// sbatch option that restates one must restate it exactly, and one that
 // contradicts it is refused at validation, with both values and what to
-// write instead. Never both silently.
-//
-// Rejected: taking the sbatch line's number over the profile's. The
-// profile's is the one the engine, the status page and the credentials
-// use; a second source of truth is a bug waiting for its day.
+// write instead (docs/design/slurm-contradictions.md).
 //
 // --nodes, --ntasks and --ntasks-per-node are not restated at all: they
 // are reserved (config.go), nodes = N says it.

@@ -128,5 +128,10 @@
 // array task ids, the job tag) is package slurm/sbatch's, as pure
 // functions; the relay daemon that runs on a login node is slurm/relay's.
 // Design records: docs/design/slurm-arrays.md, docs/design/slurm-tags.md,
-// docs/design/slurm-begin.md.
+// docs/design/slurm-begin.md, docs/design/slurm-contradictions.md,
+// docs/design/slurm-known-hosts-perms.md, docs/design/slurm-job-count.md,
+// docs/design/slurm-job-log.md, docs/design/slurm-metrics.md,
+// docs/design/slurm-multinode.md, docs/design/slurm-cancel-pending.md,
+// docs/design/slurm-redaction.md, docs/design/slurm-relay.md,
+// docs/design/slurm-relay-tls.md.
 package slurm

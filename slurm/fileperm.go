@@ -25,13 +25,10 @@ import (
 // authorized_keys ("Bad owner or permissions"), applied here to files ssh
 // does not check.
 //
-// Rejected: a warning. A plugin binary others can write is run with a
-// warning because its sha256 pin still holds; nothing pins a known_hosts
-// file's content. Cost: a stat per file and directory at validation.
-// The known-hosts files an ssh_config names are checked the same way,
-// as `ssh -G` reads them (checkEffectiveSSH). Not followed: a
-// KnownHostsCommand (refused anyway) and files an Include'd config
-// names other than these.
+// It is a refusal, not a warning: nothing pins a known_hosts file's
+// content as a sha256 pins a plugin binary. The known-hosts files an
+// ssh_config names are checked the same way, as `ssh -G` reads them
+// (checkEffectiveSSH; docs/design/slurm-known-hosts-perms.md).
 
 // sharedWritable says who besides the engine's user can change the file
 // at path, as ssh would open it; "" if nobody can.

@@ -13,37 +13,12 @@ import (
 	"github.com/fluksio/provision/slurm/sbatch"
 )
 
-// The controller's own ceiling: MaxJobCount.
-//
-// slurmctld holds at most MaxJobCount jobs (slurm.conf; 10,000 by
-// default), each array task counting as one, and a finished job counts
-// until MinJobAge has passed (300 s by default), cancelled ones too. An
-// array that would take it past the ceiling is refused whole, and not
-// with a refusal: sbatch prints "Slurm temporarily unable to accept job,
-// sleeping and retrying" and retries for up to two minutes (1 + 2 + … +
-// 15 s) before it gives up with "Resource temporarily unavailable". A
-// burst of 10,000 on a cluster of Slurm's defaults is exactly that.
-//
-// So the provisioner reads MaxJobCount with MaxArraySize (scontrol show
-// config, at Configure), and a submission that the books alone bring
-// within half of it first counts the controller's jobs, every user's and
-// every state's (one squeue -r -t all, without --me), and asks for no
-// more than fits; the rest waits jobsFullWait, answered "capped" with
-// the limit's name, and is asked for again then. Below half, nothing is counted:
-// the count costs an ssh call, and a burst far from the ceiling should
-// pay only its sbatch. Where the count misses (other users' jobs hidden
-// by PrivateData, or arriving between the count and the sbatch), the
-// submission is bounded by submit_timeout like any other (three
-// quarters of it for sbatch), not by sbatch's two minutes; sbatch's
-// words then say which limit bit, and the provisioner holds its
-// submissions for jobsFullWait, answering "capped" with them, instead of
-// asking again into the same wall or backing the profile off for
-// weather.
-//
-// Rejected alternative: running sbatch under timeout(1) on the login
-// node, so that it stops retrying by itself. It changes the command every
-// site's wrappers and logs see, for the one case the count did not
-// prevent, and the ssh's own deadline bounds it as well.
+// The controller's own ceiling, MaxJobCount: sbatch does not refuse an
+// array that would pass it, but sleeps and retries. So a submission the
+// books bring within half of it first counts the controller's jobs and
+// asks for no more than fits; the rest waits jobsFullWait, answered
+// "capped". Where the count misses, submit_timeout bounds sbatch, and its
+// words hold submissions for jobsFullWait (docs/design/slurm-job-count.md).
 
 const (
 	// jobsFullWait is how long submissions are held after sbatch said the

@@ -11,18 +11,12 @@ import (
 	"github.com/fluksio/provision/slurm/sbatch"
 )
 
-// Why a job failed. A job that ends before its worker attaches used to be
-// reported as its state alone ("ended FAILED (NonZeroExitCode)"), and an
-// operator then had to find the job's output on the cluster to learn that
-// the worker was not installed, or its module did not load. Every job's
-// output now goes to log_dir on the cluster (unless a profile sets
-// --output itself), and such a job is reported with its exit code, its
-// reason, the output's path and its last lines, read over the same ssh
-// connection, bounded in size and time.
-//
-// Rejected: copying job output back as a matter of course. It costs an
-// ssh call per job, and the output of a job that worked is the worker's
-// business, not the engine's.
+// Why a job failed. Every job's output goes to log_dir on the cluster
+// (unless a profile sets --output itself), and a job that ends before its
+// worker attaches is reported with its exit code, its reason, the output's
+// path and its last lines, read over the same ssh connection, bounded in
+// size and time. Only a failed job's output is read: a working job's is
+// the worker's business (docs/design/slurm-job-log.md).
 
 const (
 	// defaultLogDir is log_dir when the configuration leaves it out,

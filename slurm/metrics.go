@@ -16,10 +16,9 @@ import (
 // command on the login node went and how long it took. The engine turns
 // them into Prometheus metrics; the plugin serves no port of its own.
 //
-// Rejected alternative: a Prometheus registry in the plugin, scraped
-// through the engine. It would link client_golang into every plugin and
-// make the engine a proxy for another text format; a few integers on a
-// call the engine already makes (and caches) cost nothing.
+// A few integers on a call the engine already makes cost nothing, where a
+// registry of its own would link client_golang into every plugin
+// (docs/design/slurm-metrics.md).
 //
 // It has its own lock, held only to add or copy, so it can be called
 // under p.mu or not, and never waits on ssh.

@@ -1,34 +1,10 @@
 package slurm
 
 // Multi-node profiles: nodes = N makes one allocation of N nodes, and the
-// job runs one worker on each with srun, each worker a machine of its own
-// with its own name and credential.
-//
-// The claim: a profile that needs N nodes at once (a tightly coupled stage,
-// a site that allocates whole nodes in sets) gets them as one job, from
-// one sbatch, and the engine still sees N ordinary workers, each matched,
-// counted and capped like any other machine. The caps and the demand count
-// machines, not jobs; the provisioner asks for whole allocations, so it
-// rounds a shortfall up to a multiple of N and gives up only whole
-// pending allocations when the demand falls.
-//
-// Rejected alternative: one worker per allocation that reports N nodes'
-// worth of CPUs. It is one connection instead of N, but the engine's
-// matcher would place a task on a "machine" spread over N hosts, and a
-// worker is one process on one host: it could use one node and hold the
-// rest idle. The cost of the choice made: N connections and N credentials
-// per allocation.
-//
-// The seam: the batch script (script.go) exports the allocation's
-// credentials as FLUKSIO_WORKER_TOKEN_<i> and execs srun with one task per
-// node; each task picks its own by SLURM_PROCID, unsets the others and
-// execs the worker, so no worker's environment holds a sibling's
-// credential, and no argv holds any.
-//
-// What it won't do: keep a node whose worker has left while its siblings
-// work. An allocation lives and dies as one: srun ends when its last task
-// does, a timeout of one machine cancels the job (and its siblings with
-// it), and a pending allocation is given up whole or not at all.
+// job runs one worker on each with srun, each a machine of its own with
+// its own name and credential, since a worker is one process on one host.
+// Caps and demand count machines; the provisioner asks for and gives up
+// whole allocations (docs/design/slurm-multinode.md).
 
 import (
 	"strconv"

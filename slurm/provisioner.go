@@ -869,12 +869,10 @@ func (p *Provisioner) retryCancels(ctx context.Context, cfg *settings, host shar
 // pending. One that started since the books last looked is kept
 // (goneFromQueue), since its worker is about to attach.
 //
-// Rejected alternative: scancel --state=PENDING, which would be atomic.
-// Slurm applies that filter to job records, and the pending tasks of an
-// array share one record until they are split, so it cancels every
-// pending task of the array, not just the ones named. The cost of the
-// choice made: a task that starts between this squeue and the scancel,
-// milliseconds apart, is cancelled anyway.
+// It cancels by id, not with scancel --state=PENDING: Slurm filters job
+// records, and an array's pending tasks share one, so that would cancel
+// them all. A task that starts between the squeue and the scancel is
+// cancelled anyway (docs/design/slurm-cancel-pending.md).
 func (p *Provisioner) cancelPending(ctx context.Context, cfg *settings, host shared.Host, ids []string, rows []jobRow) []string {
 	if rows == nil {
 		var err error

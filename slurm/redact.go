@@ -34,9 +34,9 @@ import (
 //     with a 43-character signature (engine/host/credential.go): a
 //     credential printed bare by a job adopted from an earlier run.
 //
-// Rejected: not quoting job output at all. "exit code 2" without the
-// worker's "no such module" sends the operator to the cluster for the
-// one line that says why.
+// Output is quoted, redacted, rather than left out, because an exit code
+// without the worker's own last line sends the operator to the cluster
+// for it (docs/design/slurm-redaction.md).
 const redacted = "[redacted]"
 
 // redactRun is the shortest run of a credential, or of an encoding of

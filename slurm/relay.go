@@ -5,32 +5,11 @@ package slurm
 // login node instead, and the plugin carries each of their connections to
 // the engine over the ssh connection it already holds.
 //
-// The claim: compute nodes nearly always reach their login node, and the
-// provisioner already holds an authenticated ssh connection to it, so a
-// process of the user's on the login node (as sbatch is) is enough. No
-// port forwarding, no GatewayPorts, nothing for the site's admins to do.
-// The relay (package slurm/relay) listens for workers and turns each
-// connection into a stream of one yamux session that runs over its ssh
-// session's standard input and output; the plugin accepts the streams and
-// dials, for each, the address the host said the engine listens on
-// (ConfigureRequest.EngineAddress), and nothing else. The workers' leg is
-// TLS: the engine's end to end, or the relay's own, pinned in each job
-// script (relaytls.go), since the relay's port is one anybody on the
-// login node can try to take.
-//
-// Rejected alternative: ssh remote forwarding (-R). It needs
-// AllowTcpForwarding on the login node, which sites turn off, and a
-// forwarded port on a login node listens on loopback unless GatewayPorts
-// is set, which compute nodes cannot reach. The cost of the choice made:
-// a program of ours on the login node, copied there once per version and
-// run from a private copy checked by sha256 at each start (or installed by
-// the site: relay_command), and every worker's bytes pass through the
-// plugin.
-//
-// The seam: the relay is one session of the plugin's ssh connection
-// (sshArgv), so multiplexing, host-key pinning and ssh_config apply to it
-// as to sbatch. What it won't do: relay anything but workers' connections
-// to the engine, or outlive its session.
+// The relay (package slurm/relay) runs as one session of the plugin's ssh
+// connection and carries each worker's connection as a yamux stream to the
+// engine's address and nothing else, so it needs no port forwarding, which
+// sites turn off. The workers' leg is TLS (relaytls.go;
+// docs/design/slurm-relay.md).
 
 import (
 	"bufio"

@@ -6,35 +6,11 @@ package slurm
 // submitted dial whoever holds it. So the relay's traffic is TLS, and
 // each job's script pins the certificate its workers must find there.
 //
-// The claim: with an engine that does not serve TLS itself, the plugin
-// makes a key and a self-signed certificate per relay (per Configure, in
-// memory), sends them to the relay as the first line of its ssh session's
-// standard input (never argv, never a file others could read), and the
-// relay terminates TLS; the batch script gives the worker https://RELAY
-// and --engine-cert-sha256 with the certificate's SHA-256. With an engine
-// that serves TLS (engine_url https://), the relay carries its TLS end to
-// end as before, and the worker_command's own pin or CA verifies it.
-// Either way a squatter on the port sees a ClientHello and nothing else:
-// no credential crosses a connection before the certificate is checked.
-//
-// And when a restarted relay cannot get its port back (it tries for
-// relay.PortWait, then exits relay.ExitPortTaken), it starts on a free port,
-// and before it is up every job of this provisioner still in the queue,
-// whose workers dial the old address, is cancelled and its workers'
-// credentials revoked (worker_cancelled), saying why; a submission that
-// was made with the old address and lands after that is cancelled as it
-// lands (relay.left).
-//
-// Rejected alternatives: TLS between the plugin and the engine only (the
-// relay's leg, worker to login node, is the one in the clear); requiring
-// the engine to serve TLS in relay mode (a certificate and key to manage
-// for every engine, where the plugin can make one that lives exactly as
-// long as the relay's jobs need it). The cost: the relay holds the key in
-// memory on the login node, which the job's own account can read (as it
-// can read the job's credential), and a relay restarted by a new plugin
-// process has a new certificate, so jobs an earlier run left cannot reach
-// it: Configure cancels them rather than adopt them (adopt, in poll.go). What it will not do: keep a port somebody else holds, or hand a
-// job's workers to a relay whose certificate they were not given.
+// With an engine that does not serve TLS, the plugin makes a certificate
+// per relay, hands it over the relay's ssh standard input, and each job's
+// script pins it; otherwise the engine's TLS runs end to end. A relay that
+// cannot get its port back moves, and the jobs that dial the old address
+// are cancelled (docs/design/slurm-relay-tls.md).
 
 import (
 	"context"
