@@ -6,10 +6,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -68,7 +66,7 @@ func TestOperatorEndpointsOwnUserOnly(t *testing.T) {
 				t.Skip("asking as another uid needs root to start the process")
 			}
 			want := map[bool]int{false: 403, true: 200}[open]
-			out := runAsNobody(t, url)
+			out := testutil.RunAsNobody(t, "TestOperatorEndpointsOwnUserOnly", peerURLVar+"="+url)
 			for _, path := range operatorPaths {
 				if !strings.Contains(out, fmt.Sprintf("%s %d\n", path, want)) {
 					t.Errorf("%s, open %v: GET %s as uid 65534: want %d; the other user saw:\n%s", listen, open, path, want, out)
@@ -137,37 +135,6 @@ func getAll(t *testing.T, client *http.Client, base string) map[string]int {
 		got[path] = resp.StatusCode
 	}
 	return got
-}
-
-// runAsNobody runs this test binary as uid and gid 65534, from a copy
-// that user can read, with peerURLVar set to url, and returns its output.
-func runAsNobody(t *testing.T, url string) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "fluksio-peer-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	self, err := os.ReadFile("/proc/self/exe")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "peer.test")
-	if err := os.WriteFile(bin, self, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-test.run=^TestOperatorEndpointsOwnUserOnly$")
-	cmd.Env = []string{peerURLVar + "=" + url, "HOME=" + dir, "PATH=/usr/bin:/bin", "GORACE=atexit_sleep_ms=0"}
-	cmd.Dir = dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("the test binary as uid 65534: %v\n%s", err, out)
-	}
-	return string(out)
 }
 
 // A loopback connection is told by its owner: this process holds the

@@ -10,11 +10,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -357,7 +355,7 @@ func TestOperatorLoopbackUID(t *testing.T) {
 		if os.Getuid() != 0 {
 			t.Skip("asking as another uid needs root to start the process")
 		}
-		out := runAsNobody(t, url)
+		out := testutil.RunAsNobody(t, "TestOperatorLoopbackUID", peerURLVar+"="+url)
 		for _, path := range []string{"/status", "/v1/events", "/"} {
 			if !strings.Contains(out, path+" 403\n") {
 				t.Errorf("%s: GET %s as uid 65534: want 403; the other user saw:\n%s", listen, path, out)
@@ -367,35 +365,4 @@ func TestOperatorLoopbackUID(t *testing.T) {
 	if !strings.Contains(logs.String(), "from uid 65534") {
 		t.Errorf("the refusal does not name the uid:\n%s", logs)
 	}
-}
-
-// runAsNobody runs this test binary as uid and gid 65534, from a copy
-// that user can read, with peerURLVar set to url, and returns its output.
-func runAsNobody(t *testing.T, url string) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "fluksio-peer-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	self, err := os.ReadFile("/proc/self/exe")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "peer.test")
-	if err := os.WriteFile(bin, self, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-test.run=^TestOperatorLoopbackUID$")
-	cmd.Env = []string{peerURLVar + "=" + url, "HOME=" + dir, "PATH=/usr/bin:/bin"}
-	cmd.Dir = dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("the test binary as uid 65534: %v\n%s", err, out)
-	}
-	return string(out)
 }

@@ -10,37 +10,13 @@ import (
 	"io"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/yamux"
+
+	"github.com/fluksio/provision/internal/testutil"
 )
-
-// syncBuffer is a bytes.Buffer that the relay's goroutines and the test
-// may use at once.
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (s *syncBuffer) Reset() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.b.Reset()
-}
 
 // TestMainTLSAndPort runs the relay in process. With -tls it reads
 // its certificate from standard input, and a connection to it is carried
@@ -55,7 +31,7 @@ func TestMainTLSAndPort(t *testing.T) {
 	}
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	var stderr syncBuffer
+	var stderr testutil.Buffer
 	exited := make(chan int, 1)
 	go func() {
 		exited <- Main([]string{"-listen", "127.0.0.1:0", "-host", "127.0.0.1", "-tls"}, inR, outW, &stderr)
@@ -133,10 +109,10 @@ func TestMainTLSAndPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	stderr.Reset()
+	var taken testutil.Buffer
 	began := time.Now()
-	code := Main([]string{"-listen", ln.Addr().String(), "-host", "127.0.0.1"}, strings.NewReader(""), io.Discard, &stderr)
-	if code != ExitPortTaken || !strings.Contains(stderr.String(), PortTakenWords) || time.Since(began) < PortWait {
-		t.Errorf("on a taken port: exit %d after %s, said %q; want %d after %s, saying %q", code, time.Since(began), stderr.String(), ExitPortTaken, PortWait, PortTakenWords)
+	code := Main([]string{"-listen", ln.Addr().String(), "-host", "127.0.0.1"}, strings.NewReader(""), io.Discard, &taken)
+	if code != ExitPortTaken || !strings.Contains(taken.String(), PortTakenWords) || time.Since(began) < PortWait {
+		t.Errorf("on a taken port: exit %d after %s, said %q; want %d after %s, saying %q", code, time.Since(began), taken.String(), ExitPortTaken, PortWait, PortTakenWords)
 	}
 }
