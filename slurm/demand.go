@@ -46,29 +46,67 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 	wanted := wantedByProfile(cfg, req.Demand, resp.Outcomes)
 
 	counts := p.countsLocked()
-	var alive, pending int
+	pass := &provisionPass{answers: map[string]demandAnswer{}, now: p.now()}
 	for _, prof := range cfg.Profiles {
 		c := counts[prof.Name]
-		alive += c.pending + c.starting + attached[prof.Name]
-		pending += c.pending
+		pass.alive += c.pending + c.starting + attached[prof.Name]
+		pass.pending += c.pending
 	}
-	type answer struct {
-		outcome shared.ProvisionOutcome
-		detail  string
-		cond    shared.Condition
+	for _, prof := range coldFirst(cfg.Profiles, counts, attached) {
+		c := counts[prof.Name]
+		want := max(wanted[prof.Name], prof.MinWorkers)
+		pd := shared.ProfileDemand{Profile: prof.Name, Wanted: want, OnTheWay: c.pending + c.starting, Attached: attached[prof.Name]}
+		a := demandAnswer{outcome: shared.OutcomeOutstanding}
+		switch short := want - pd.OnTheWay; {
+		case short > 0:
+			a = p.askLocked(cfg, prof, short, c, &pd, pass)
+		case short < 0 && !p.adoptPending:
+			// Until the first look at the queue the books may be short
+			// of what is there; nothing is given up on a partial count.
+			given := p.giveUpPendingLocked(prof.Name, -short, pass.now)
+			pass.cancels = append(pass.cancels, given...)
+			pd.Cancelled, pd.OnTheWay = len(given), pd.OnTheWay-len(given)
+		}
+		if a.outcome == shared.OutcomeOutstanding && a.detail == "" && wanted[prof.Name] > 0 {
+			// Only a profile the demand names is answered, so only its
+			// detail is worth the look through the books.
+			a.detail = p.onTheWayDetailLocked(prof.Name, pass.now)
+		}
+		pass.answers[prof.Name] = a
+		if pd.Wanted > 0 || pd.OnTheWay > 0 || pd.Attached > 0 || pd.Cancelled > 0 {
+			resp.Profiles = append(resp.Profiles, pd)
+		}
 	}
-	answers := map[string]answer{}
-	// limited is the accounting limit that held a profile back on this
-	// call, for Status; holdNone when none did.
-	var limited hold
-	var batches [][]*request
-	var cancels []jobRef
-	now := p.now()
-	// Profiles short of their min_workers go first, so that a burst of
-	// another profile cannot take the room under the provisioner's caps
-	// that keeps them warm. The answer lists profiles in the configured
-	// order all the same.
-	order := slices.Clone(cfg.Profiles)
+	if pass.limited.kind != holdNone {
+		p.holds.binding = pass.limited
+		p.recountLaterLocked(cfg, pass.now)
+	} else if len(pass.batches) > 0 || len(wanted) == 0 {
+		// Asked for what was short, or nothing is wanted: no limit
+		// holds anything back now.
+		p.holds.binding = hold{}
+	}
+	rank := map[string]int{}
+	for i, prof := range cfg.Profiles {
+		rank[prof.Name] = i
+	}
+	slices.SortFunc(resp.Profiles, func(a, b shared.ProfileDemand) int { return rank[a.Profile] - rank[b.Profile] })
+	for i, o := range resp.Outcomes {
+		if o.Outcome == shared.OutcomeNoFit {
+			continue
+		}
+		a := pass.answers[o.Profile]
+		resp.Outcomes[i].Outcome, resp.Outcomes[i].Detail, resp.Outcomes[i].Condition = a.outcome, a.detail, a.cond
+	}
+
+	p.startLocked(cfg, pass.batches, pass.cancels)
+	return resp, nil
+}
+
+// coldFirst orders profiles for a pass: those short of their min_workers
+// first, so that a burst of another profile cannot take the room under
+// the provisioner's caps that keeps them warm; otherwise as configured.
+func coldFirst(profiles []Profile, counts map[string]profileCounts, attached map[string]int) []Profile {
+	order := slices.Clone(profiles)
 	slices.SortStableFunc(order, func(a, b Profile) int {
 		cold := func(p Profile) int {
 			c := counts[p.Name]
@@ -79,103 +117,93 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 		}
 		return cold(a) - cold(b)
 	})
-	rank := map[string]int{}
-	for i, prof := range cfg.Profiles {
-		rank[prof.Name] = i
-	}
-	for _, prof := range order {
-		c := counts[prof.Name]
-		want := max(wanted[prof.Name], prof.MinWorkers)
-		pd := shared.ProfileDemand{Profile: prof.Name, Wanted: want, OnTheWay: c.pending + c.starting, Attached: attached[prof.Name]}
-		a := answer{outcome: shared.OutcomeOutstanding}
-		switch short := want - pd.OnTheWay; {
-		case short > 0:
-			if h := p.holdLocked(cfg, prof.Name, now); h.kind != holdNone {
-				switch h.kind {
-				case holdBackoff:
-					// Asking again now would fail the same way.
-					a = answer{shared.OutcomeBackingOff, backoffDetail(p.backoff[prof.Name]), shared.ConditionBackingOff}
-				case holdMisconfigured:
-					a = answer{shared.OutcomeBackingOff, misconfiguredDetail(prof.Name, p.backoff[prof.Name]), shared.ConditionMisconfigured}
-				case holdClusterFull:
-					// slurmctld said it would take no job; asking before
-					// jobsFullWait waits out submit_timeout again.
-					a = answer{shared.OutcomeCapped, h.reason, shared.ConditionClusterFull}
-				case holdThrottled:
-					// The site's throttle gives a submission back in its
-					// own time; asking before that is refused again.
-					a = answer{shared.OutcomeCapped, h.reason, shared.ConditionThrottled}
-				case holdLoginNeeded:
-					// Weather a person clears: nothing is asked for, and
-					// nothing backs off (logins.go).
-					a = answer{shared.OutcomeCapped, h.reason, shared.ConditionLoginNeeded}
-				}
-				break
-			}
-			if c.inFlight > 0 {
-				a.detail = fmt.Sprintf("a submission of %d machine(s) is in flight; the other %d are asked for when it ends", c.inFlight, max(0, short-c.inFlight))
-				break
-			}
-			// Whole allocations: a shortfall of one machine of a
-			// two-node profile asks for two.
-			short, _ = roundToAllocations(short, max(1, prof.Nodes))
-			n, capDetail, byLimit := p.roomLocked(cfg, prof, short, pd.OnTheWay+pd.Attached, c.pending, alive, pending)
-			capCond := shared.ConditionCap
-			if byLimit {
-				limited, capCond = hold{kind: holdLimitReached, reason: capDetail}, shared.ConditionSiteLimit
-			}
-			if n == 0 {
-				a = answer{shared.OutcomeCapped, capDetail, capCond}
-				break
-			}
-			batch := p.reserveLocked(cfg, prof, n, now)
-			batches = append(batches, batch)
-			alive, pending = alive+n, pending+n
-			pd.Requested, pd.OnTheWay = n, pd.OnTheWay+n
-			pd.Submissions = 1
-			if p.maxArray <= 1 {
-				pd.Submissions = n / max(1, prof.Nodes)
-			}
-			a = answer{outcome: shared.OutcomeRequested}
-			if n < short {
-				a.detail = fmt.Sprintf("asked for %d of the %d missing: %s", n, short, capDetail)
-			}
-		case short < 0 && !p.adoptPending:
-			// Until the first look at the queue the books may be short
-			// of what is there; nothing is given up on a partial count.
-			given := p.giveUpPendingLocked(prof.Name, -short, now)
-			cancels = append(cancels, given...)
-			pd.Cancelled, pd.OnTheWay = len(given), pd.OnTheWay-len(given)
-		}
-		if a.outcome == shared.OutcomeOutstanding && a.detail == "" && wanted[prof.Name] > 0 {
-			// Only a profile the demand names is answered, so only its
-			// detail is worth the look through the books.
-			a.detail = p.onTheWayDetailLocked(prof.Name, now)
-		}
-		answers[prof.Name] = a
-		if pd.Wanted > 0 || pd.OnTheWay > 0 || pd.Attached > 0 || pd.Cancelled > 0 {
-			resp.Profiles = append(resp.Profiles, pd)
-		}
-	}
-	if limited.kind != holdNone {
-		p.holds.binding = limited
-		p.recountLaterLocked(cfg, now)
-	} else if len(batches) > 0 || len(wanted) == 0 {
-		// Asked for what was short, or nothing is wanted: no limit
-		// holds anything back now.
-		p.holds.binding = hold{}
-	}
-	slices.SortFunc(resp.Profiles, func(a, b shared.ProfileDemand) int { return rank[a.Profile] - rank[b.Profile] })
-	for i, o := range resp.Outcomes {
-		if o.Outcome == shared.OutcomeNoFit {
-			continue
-		}
-		a := answers[o.Profile]
-		resp.Outcomes[i].Outcome, resp.Outcomes[i].Detail, resp.Outcomes[i].Condition = a.outcome, a.detail, a.cond
-	}
+	return order
+}
 
-	p.startLocked(cfg, batches, cancels)
-	return resp, nil
+// demandAnswer is what Provision says of one profile: the outcome, why,
+// and the condition a person or an engine acts on.
+type demandAnswer struct {
+	outcome shared.ProvisionOutcome
+	detail  string
+	cond    shared.Condition
+}
+
+// provisionPass is what one Provision call carries from profile to
+// profile: the answers so far, the machines alive and pending with what
+// it has asked for counted in, the submissions and scancels to start, and
+// the accounting limit that held a profile back (holdNone when none did).
+type provisionPass struct {
+	answers        map[string]demandAnswer
+	now            time.Time
+	alive, pending int
+	batches        [][]*request
+	cancels        []jobRef
+	limited        hold
+}
+
+// askLocked answers a profile short of short machines, in Provision's
+// steps: a hold asks for nothing; a submission in flight is waited for;
+// the room under the caps and the site's limits is how many may be asked
+// for now; those are reserved in the books, to be submitted once
+// Provision returns. pd is the profile's demand, updated with what is
+// asked for. p.mu must be held.
+func (p *Provisioner) askLocked(cfg *settings, prof Profile, short int, c profileCounts, pd *shared.ProfileDemand, pass *provisionPass) demandAnswer {
+	if h := p.holdLocked(cfg, prof.Name, pass.now); h.kind != holdNone {
+		return p.holdAnswer(h, prof.Name)
+	}
+	if c.inFlight > 0 {
+		return demandAnswer{outcome: shared.OutcomeOutstanding,
+			detail: fmt.Sprintf("a submission of %d machine(s) is in flight; the other %d are asked for when it ends", c.inFlight, max(0, short-c.inFlight))}
+	}
+	// Whole allocations: a shortfall of one machine of a two-node profile
+	// asks for two.
+	short, _ = roundToAllocations(short, max(1, prof.Nodes))
+	n, capDetail, byLimit := p.roomLocked(cfg, prof, short, pd.OnTheWay+pd.Attached, c.pending, pass.alive, pass.pending)
+	capCond := shared.ConditionCap
+	if byLimit {
+		pass.limited, capCond = hold{kind: holdLimitReached, reason: capDetail}, shared.ConditionSiteLimit
+	}
+	if n == 0 {
+		return demandAnswer{shared.OutcomeCapped, capDetail, capCond}
+	}
+	pass.batches = append(pass.batches, p.reserveLocked(cfg, prof, n, pass.now))
+	pass.alive, pass.pending = pass.alive+n, pass.pending+n
+	pd.Requested, pd.OnTheWay = n, pd.OnTheWay+n
+	pd.Submissions = 1
+	if p.maxArray <= 1 {
+		pd.Submissions = n / max(1, prof.Nodes)
+	}
+	a := demandAnswer{outcome: shared.OutcomeRequested}
+	if n < short {
+		a.detail = fmt.Sprintf("asked for %d of the %d missing: %s", n, short, capDetail)
+	}
+	return a
+}
+
+// holdAnswer is what a profile held by h is answered: a backoff or a
+// misconfiguration backs off; the cluster's, the site's and a person's
+// holds cap it, each with its own condition.
+func (p *Provisioner) holdAnswer(h hold, profile string) demandAnswer {
+	switch h.kind {
+	case holdBackoff:
+		// Asking again now would fail the same way.
+		return demandAnswer{shared.OutcomeBackingOff, backoffDetail(p.backoff[profile]), shared.ConditionBackingOff}
+	case holdMisconfigured:
+		return demandAnswer{shared.OutcomeBackingOff, misconfiguredDetail(profile, p.backoff[profile]), shared.ConditionMisconfigured}
+	case holdClusterFull:
+		// slurmctld said it would take no job; asking before
+		// jobsFullWait waits out submit_timeout again.
+		return demandAnswer{shared.OutcomeCapped, h.reason, shared.ConditionClusterFull}
+	case holdThrottled:
+		// The site's throttle gives a submission back in its own time;
+		// asking before that is refused again.
+		return demandAnswer{shared.OutcomeCapped, h.reason, shared.ConditionThrottled}
+	case holdLoginNeeded:
+		// Weather a person clears: nothing is asked for, and nothing
+		// backs off (logins.go).
+		return demandAnswer{shared.OutcomeCapped, h.reason, shared.ConditionLoginNeeded}
+	}
+	return demandAnswer{outcome: shared.OutcomeOutstanding}
 }
 
 // wantedByProfile sums the demand by the profile each need maps to,
