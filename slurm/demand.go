@@ -149,7 +149,7 @@ type provisionPass struct {
 // asked for. p.mu must be held.
 func (p *Provisioner) askLocked(cfg *settings, prof Profile, short int, c profileCounts, pd *shared.ProfileDemand, pass *provisionPass) demandAnswer {
 	if h := p.holdLocked(cfg, prof.Name, pass.now); h.kind != holdNone {
-		return p.holdAnswer(h, prof.Name)
+		return holdAnswer(h, prof.Name, p.backoff[prof.Name])
 	}
 	if c.inFlight > 0 {
 		return demandAnswer{outcome: shared.OutcomeOutstanding,
@@ -180,16 +180,16 @@ func (p *Provisioner) askLocked(cfg *settings, prof Profile, short int, c profil
 	return a
 }
 
-// holdAnswer is what a profile held by h is answered: a backoff or a
-// misconfiguration backs off; the cluster's, the site's and a person's
-// holds cap it, each with its own condition.
-func (p *Provisioner) holdAnswer(h hold, profile string) demandAnswer {
+// holdAnswer is what a profile held by h is answered (b is its backoff):
+// a backoff or a misconfiguration backs off; the cluster's, the site's
+// and a person's holds cap it, each with its own condition.
+func holdAnswer(h hold, profile string, b *backoff) demandAnswer {
 	switch h.kind {
 	case holdBackoff:
 		// Asking again now would fail the same way.
-		return demandAnswer{shared.OutcomeBackingOff, backoffDetail(p.backoff[profile]), shared.ConditionBackingOff}
+		return demandAnswer{shared.OutcomeBackingOff, backoffDetail(b), shared.ConditionBackingOff}
 	case holdMisconfigured:
-		return demandAnswer{shared.OutcomeBackingOff, misconfiguredDetail(profile, p.backoff[profile]), shared.ConditionMisconfigured}
+		return demandAnswer{shared.OutcomeBackingOff, misconfiguredDetail(profile, b), shared.ConditionMisconfigured}
 	case holdClusterFull:
 		// slurmctld said it would take no job; asking before
 		// jobsFullWait waits out submit_timeout again.
