@@ -36,7 +36,7 @@ func TestHoldFor(t *testing.T) {
 // not hold its profile back (the room comes back as jobs end, and every
 // profile of the login shares the limit); any other failure does.
 func TestLimitReachedIsNotHeld(t *testing.T) {
-	p := newRouter(nil, NewBooks(nil, host.NewSigner(testSecret), nil), nil)
+	p := newRouter(nil, newBareBooks(nil, host.NewSigner(testSecret), nil), nil)
 	p.observeEvent(shared.Event{Kind: shared.EventWorkerProvisionFailed, Provisioner: "hpc", Profile: "cpu", Class: shared.FailureLimitReached, Detail: "AssocMaxSubmitJobLimit"})
 	if held := p.Held(); len(held) != 0 {
 		t.Errorf("a limit_reached failure held %+v; want nothing held", held)

@@ -37,14 +37,14 @@ const goneFactor = 3
 // not a slow network.
 const deadAfter = 5 * time.Second
 
-// Books keeps the workers' state: who may attach (admission), who is
+// books keeps the workers' state: who may attach (admission), who is
 // attached and in which session, what each was given, what came back,
 // and who has gone silent. It speaks no HTTP: the worker protocol's
 // handlers (workerAPI, workerapi.go) ask it, and it decides; what a
 // long poll answers is decided here too (longPoll), however the poll
-// waits. Deciding who gets what is the Router's job, and the Books
-// never calls a provisioner.
-type Books struct {
+// waits. Deciding who gets what is the router's job, and the books
+// never call a provisioner.
+type books struct {
 	// PollWait is the longest GET /v1/work holds a request before
 	// answering 204. A worker may ask for less with ?wait=SECONDS. Set it
 	// before serving; zero means defaultPollWait.
@@ -141,7 +141,7 @@ type Result struct {
 	At       time.Time `json:"at"`
 }
 
-// workerState is one attached worker. Every field is guarded by Books.mu.
+// workerState is one attached worker. Every field is guarded by books.mu.
 type workerState struct {
 	info WorkerInfo
 	// owner is the provisioner named in the worker's credential, and
@@ -169,20 +169,21 @@ type workerState struct {
 	session [sha256.Size]byte
 }
 
-// NewBooks returns the books of workers whose credentials signer
-// verifies. now is its clock (nil means time.Now); tests pass their own.
-func NewBooks(logger hclog.Logger, signer *host.Signer, now func() time.Time) *Books {
+// newBareBooks returns the books of workers whose credentials signer
+// verifies, with no hooks. now is its clock (nil means time.Now); tests
+// pass their own.
+func newBareBooks(logger hclog.Logger, signer *host.Signer, now func() time.Time) *books {
 	return newBooks(logger, signer, now, booksHooks{})
 }
 
-func newBooks(logger hclog.Logger, signer *host.Signer, now func() time.Time, hooks booksHooks) *Books {
+func newBooks(logger hclog.Logger, signer *host.Signer, now func() time.Time, hooks booksHooks) *books {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
 	if now == nil {
 		now = time.Now
 	}
-	return &Books{
+	return &books{
 		logger:        logger,
 		signer:        signer,
 		now:           now,
@@ -201,18 +202,18 @@ func newBooks(logger hclog.Logger, signer *host.Signer, now func() time.Time, ho
 // changes delivers a value after a worker attaches, reports a result or
 // detaches, so the run loop can pass at once instead of on its next tick.
 // Wake-ups that arrive while one is pending are merged.
-func (b *Books) changes() <-chan struct{} { return b.changed }
+func (b *books) changes() <-chan struct{} { return b.changed }
 
 // Close ends the long polls in progress and refuses new ones, so that an
 // http.Server's Shutdown need not wait out PollWait. It is idempotent.
-func (b *Books) Close() {
+func (b *books) Close() {
 	b.closeOnce.Do(func() { close(b.done) })
 	b.wakeAll()
 }
 
 // wakeAll wakes every armed long poll, to answer from the books as they
 // are now (leave, closing).
-func (b *Books) wakeAll() {
+func (b *books) wakeAll() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for lp := range b.waiting {
@@ -221,7 +222,7 @@ func (b *Books) wakeAll() {
 }
 
 // attached lists the workers attached now, by name.
-func (b *Books) attached() []string {
+func (b *books) attached() []string {
 	b.mu.Lock()
 	names := make([]string, 0, len(b.workers))
 	for name := range b.workers {
@@ -236,7 +237,7 @@ func (b *Books) attached() []string {
 // provisioner asked for, for that provisioner's Reconcile. Ownership comes
 // from the credential, not from the name: a provisioner "bad" that minted
 // "bad-gpu-x" does not make provisioner "bad-gpu" think its worker came.
-func (b *Books) attachedBy(provisioner string) []string {
+func (b *books) attachedBy(provisioner string) []string {
 	b.mu.Lock()
 	var names []string
 	for name, ws := range b.workers {
@@ -258,7 +259,7 @@ func (b *Books) attachedBy(provisioner string) []string {
 // plugin's claim. The error, which the caller counts, wraps
 // host.ErrOverBudget when the provisioner's events hold their budget of
 // records and this one's was not kept; nil otherwise.
-func (b *Books) ObserveEvent(ev shared.Event) error {
+func (b *books) ObserveEvent(ev shared.Event) error {
 	b.mu.Lock()
 	revoke, err := b.admission.Observe(ev)
 	var dropped *goneWorker
@@ -291,27 +292,27 @@ func (b *Books) ObserveEvent(ev shared.Event) error {
 
 // records is how many job records and revocations provisioner's events
 // hold in the books' admission, each of host.RecordBudget.
-func (b *Books) records(provisioner string) (jobs, revoked int) {
+func (b *books) records(provisioner string) (jobs, revoked int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.admission.Records(provisioner)
 }
 
-func (b *Books) pollWait() time.Duration {
+func (b *books) pollWait() time.Duration {
 	if b.PollWait > 0 {
 		return b.PollWait
 	}
 	return defaultPollWait
 }
 
-func (b *Books) notify() {
+func (b *books) notify() {
 	select {
 	case b.changed <- struct{}{}:
 	default:
 	}
 }
 
-func (b *Books) activity(a Activity) {
+func (b *books) activity(a Activity) {
 	if b.hooks.activity != nil {
 		b.hooks.activity(a)
 	}
@@ -327,7 +328,7 @@ var (
 // IdleWorkers lists attached workers with no task, smallest first, so
 // that a small need takes a small machine and leaves the big ones for the
 // needs only they fit.
-func (b *Books) IdleWorkers() []WorkerInfo {
+func (b *books) IdleWorkers() []WorkerInfo {
 	idle, _ := b.IdleAndAttached()
 	return idle
 }
@@ -336,7 +337,7 @@ func (b *Books) IdleWorkers() []WorkerInfo {
 // attached worker's name by its provisioner: a demand built from the one
 // and told with the other cannot count a worker that attached in between
 // as both arrived and still wanted.
-func (b *Books) IdleAndAttached() ([]WorkerInfo, map[string][]string) {
+func (b *books) IdleAndAttached() ([]WorkerInfo, map[string][]string) {
 	b.mu.Lock()
 	var idle []WorkerInfo
 	attached := map[string][]string{}
@@ -370,7 +371,7 @@ func (b *Books) IdleAndAttached() ([]WorkerInfo, map[string][]string) {
 
 // Assign gives t to worker, which hands it out on its next poll (or the
 // one in progress).
-func (b *Books) Assign(worker string, t Task) error {
+func (b *books) Assign(worker string, t Task) error {
 	b.mu.Lock()
 	ws := b.workers[worker]
 	if ws == nil {
@@ -402,7 +403,7 @@ const (
 
 // TaskOutcome reports on task id given to worker. A result is handed over
 // once: the engine forgets it as it returns TaskDone.
-func (b *Books) TaskOutcome(worker, id string) (Result, TaskState) {
+func (b *books) TaskOutcome(worker, id string) (Result, TaskState) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if res, ok := b.results[id]; ok {
@@ -450,7 +451,7 @@ type Activity struct {
 // running a long task does not poll meanwhile; ours are short, and one
 // that needs longer should poll in between (a poll while holding a task
 // just hands the task back).
-func (b *Books) sweepLocked() []goneWorker {
+func (b *books) sweepLocked() []goneWorker {
 	now := b.now()
 	busyLimit := goneFactor * b.pollWait()
 	var gone []goneWorker
@@ -484,7 +485,7 @@ const watchEvery = deadAfter / 5
 // workers gone silent and revokes their names (sweep). It is the one
 // place that does: reading the books (GET /status, a metrics scrape,
 // attached) never changes them. Engine runs it on a goroutine it owns.
-func (b *Books) watch(ctx context.Context) {
+func (b *books) watch(ctx context.Context) {
 	t := time.NewTicker(watchEvery)
 	defer t.Stop()
 	for {
@@ -500,7 +501,7 @@ func (b *Books) watch(ctx context.Context) {
 // sweep drops the workers gone silent now, revokes their names, and
 // tells of each (log, activity). watch calls it; a test with its own
 // clock calls it itself.
-func (b *Books) sweep() {
+func (b *books) sweep() {
 	b.mu.Lock()
 	gone := b.sweepLocked()
 	b.mu.Unlock()
@@ -516,7 +517,7 @@ func (b *Books) sweep() {
 // ctx) for every worker to detach and returns how many had not.
 // Attaches are still taken: a worker that comes now is told to leave at
 // its first poll.
-func (b *Books) dismiss(ctx context.Context, wait time.Duration) int {
+func (b *books) dismiss(ctx context.Context, wait time.Duration) int {
 	b.dismissOnce.Do(func() { close(b.leave) })
 	b.wakeAll()
 	deadline := time.NewTimer(wait)
@@ -542,7 +543,7 @@ func (b *Books) dismiss(ctx context.Context, wait time.Duration) int {
 	}
 }
 
-func (b *Books) logGone(gone []goneWorker) {
+func (b *books) logGone(gone []goneWorker) {
 	for _, g := range gone {
 		b.logger.Warn("worker gone", "worker", g.name, "last_seen", g.lastSeen, "task", g.task)
 		b.activity(Activity{Kind: EventWorkerGone, Provisioner: g.owner, Worker: g.name, Job: g.job, Task: g.task,
@@ -573,7 +574,7 @@ const (
 
 // verify returns what a worker's token says: signed by the engine, not
 // expired, and not revoked.
-func (b *Books) verify(token string) (host.Credential, error) {
+func (b *books) verify(token string) (host.Credential, error) {
 	cred, err := b.signer.Verify(token, b.now())
 	if err == nil {
 		b.mu.Lock()
@@ -586,7 +587,7 @@ func (b *Books) verify(token string) (host.Credential, error) {
 // ownedLocked returns the attached worker a credential names, or nil if
 // there is none or it was attached under another provisioner's
 // credential for the same name. b.mu must be held.
-func (b *Books) ownedLocked(cred host.Credential) *workerState {
+func (b *books) ownedLocked(cred host.Credential) *workerState {
 	ws := b.workers[cred.Worker]
 	if ws == nil || ws.owner != cred.Provisioner {
 		return nil
@@ -597,7 +598,7 @@ func (b *Books) ownedLocked(cred host.Credential) *workerState {
 // attach attaches the worker cred names as info (checked against cred's
 // claims by the caller), and returns the secret of its new session; or
 // the denial and why.
-func (b *Books) attach(cred host.Credential, info WorkerInfo) (string, denial, string) {
+func (b *books) attach(cred host.Credential, info WorkerInfo) (string, denial, string) {
 	name := cred.Worker
 	now := b.now()
 	b.mu.Lock()
@@ -627,7 +628,7 @@ func (b *Books) attach(cred host.Credential, info WorkerInfo) (string, denial, s
 
 // admitLocked decides whether a worker with a valid credential may attach
 // as info, and if not, why. b.mu must be held.
-func (b *Books) admitLocked(cred host.Credential, info WorkerInfo) (denial, string) {
+func (b *books) admitLocked(cred host.Credential, info WorkerInfo) (denial, string) {
 	var refusal *host.AdmitError
 	if err := b.admission.Admit(cred, info.JobID); errors.As(err, &refusal) {
 		d := map[host.Refusal]denial{
@@ -645,7 +646,7 @@ func (b *Books) admitLocked(cred host.Credential, info WorkerInfo) (denial, stri
 
 // report records res for the worker cred names, in the session whose
 // secret is session; or says why not.
-func (b *Books) report(cred host.Credential, session string, res Result) (denial, string) {
+func (b *books) report(cred host.Credential, session string, res Result) (denial, string) {
 	name := cred.Worker
 	b.mu.Lock()
 	ws, d, refusal := b.sessionLocked(cred, session)
@@ -678,7 +679,7 @@ func (b *Books) report(cred host.Credential, session string, res Result) (denial
 // whether or not it got as far as attaching. Only a session that does
 // not hold is denied (not being attached is not: the credential's job
 // is over either way).
-func (b *Books) detach(cred host.Credential, session string) (denial, string) {
+func (b *books) detach(cred host.Credential, session string) (denial, string) {
 	name := cred.Worker
 	b.mu.Lock()
 	ws, d, refusal := b.sessionLocked(cred, session)
@@ -714,7 +715,7 @@ func (b *Books) detach(cred host.Credential, session string) (denial, string) {
 
 // workerCounts is the attached workers by the provisioner that asked for
 // them, idle or busy.
-func (b *Books) workerCounts() map[string]workerCounts {
+func (b *books) workerCounts() map[string]workerCounts {
 	b.mu.Lock()
 	out := map[string]workerCounts{}
 	for _, ws := range b.workers {
@@ -743,7 +744,7 @@ type workerStatus struct {
 // under the lock into a slice made to size, and ordered outside it by
 // moving each once: a workerStatus is a few hundred bytes, and sorting
 // the slice in place moves them many times over.
-func (b *Books) statuses() []workerStatus {
+func (b *books) statuses() []workerStatus {
 	b.mu.Lock()
 	all := make([]workerStatus, 0, len(b.workers))
 	for _, ws := range b.workers {

@@ -44,7 +44,7 @@ var sessions sync.Map // token -> session
 
 // do sends one request straight to the engine's handler, as the worker
 // holding token would: with the session its last attach was given.
-func do(t *testing.T, e *Books, method, path, token, body string) *httptest.ResponseRecorder {
+func do(t *testing.T, e *books, method, path, token, body string) *httptest.ResponseRecorder {
 	t.Helper()
 	rec := doSession(t, e, method, path, token, sessionOf(token), body)
 	if path == "/v1/attach" && rec.Code == http.StatusOK {
@@ -58,7 +58,7 @@ func do(t *testing.T, e *Books, method, path, token, body string) *httptest.Resp
 }
 
 // doSession sends one request with the session given ("" for none).
-func doSession(t *testing.T, e *Books, method, path, token, session, body string) *httptest.ResponseRecorder {
+func doSession(t *testing.T, e *books, method, path, token, session, body string) *httptest.ResponseRecorder {
 	t.Helper()
 	req := httptest.NewRequest(method, path, strings.NewReader(body))
 	if token != "" {
@@ -119,7 +119,7 @@ func TestAttach(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			logger, logs := testLogger(t)
-			e := NewBooks(logger, signer, tc.now)
+			e := newBareBooks(logger, signer, tc.now)
 			provisioned(e, "slurm-gpu-1", "77")
 			req := httptest.NewRequest("POST", "/v1/attach", strings.NewReader(attachBody))
 			req.RemoteAddr = "10.1.2.3:4567"
@@ -164,7 +164,7 @@ func TestAttach(t *testing.T) {
 func TestAttachRefusesBadResources(t *testing.T) {
 	t.Parallel()
 	signer := host.NewSigner(testSecret)
-	e := NewBooks(nil, signer, nil)
+	e := newBareBooks(nil, signer, nil)
 	token := sign(t, signer, "w", time.Hour)
 	for _, body := range []string{`{"cpus":0}`, `{"cpus":1,"gpus":-1}`, `not json`, `{"cpus":1,"labels":[""]}`} {
 		if rec := do(t, e, "POST", "/v1/attach", token, body); rec.Code != http.StatusBadRequest {
@@ -267,7 +267,7 @@ func TestSilentWorkerIsGone(t *testing.T) {
 	logger, logs := testLogger(t)
 	clock := &fakeClock{t: time.Now()}
 	signer := host.NewSigner(testSecret)
-	e := NewBooks(logger, signer, clock.now)
+	e := newBareBooks(logger, signer, clock.now)
 	e.PollWait = 20 * time.Second
 	token := sign(t, signer, "quiet", 24*time.Hour)
 	busyToken := sign(t, signer, "busy", 24*time.Hour)
@@ -337,7 +337,7 @@ func TestSilentWorkerIsGone(t *testing.T) {
 func TestCloseEndsPolls(t *testing.T) {
 	t.Parallel()
 	signer := host.NewSigner(testSecret)
-	e := NewBooks(nil, signer, nil)
+	e := newBareBooks(nil, signer, nil)
 	e.PollWait = time.Hour
 	token := sign(t, signer, "w", time.Hour)
 	provisioned(e, "w", "77")
@@ -365,7 +365,7 @@ func TestCloseEndsPolls(t *testing.T) {
 func TestStatus(t *testing.T) {
 	t.Parallel()
 	signer := host.NewSigner(testSecret)
-	e := NewBooks(nil, signer, nil)
+	e := newBareBooks(nil, signer, nil)
 	statusOf(e).provisioners = func(context.Context) []host.ProvisionerStatus {
 		return []host.ProvisionerStatus{
 			{Name: "hpc", Kind: "slurm", Process: "running", Status: &shared.StatusResponse{
@@ -418,7 +418,7 @@ func TestStatus(t *testing.T) {
 func TestStatusListsWorkersByName(t *testing.T) {
 	t.Parallel()
 	signer := host.NewSigner(testSecret)
-	e := NewBooks(nil, signer, nil)
+	e := newBareBooks(nil, signer, nil)
 	var want []string
 	for _, i := range rand.Perm(40) {
 		name := fmt.Sprintf("hpc-cpu-%02d", i)
@@ -459,7 +459,7 @@ func TestStatusListsWorkersByName(t *testing.T) {
 func TestStatusCutWhenEncodingFails(t *testing.T) {
 	t.Parallel()
 	s := host.NewSigner(testSecret)
-	e := NewBooks(nil, s, nil)
+	e := newBareBooks(nil, s, nil)
 	for i := range 300 {
 		attachWorker(t, e, s, fmt.Sprintf("hpc-cut-%03d", i), fmt.Sprintf(`{"hostname":"n%d","job_id":"%d","cpus":1}`, i, 100+i))
 	}

@@ -31,7 +31,7 @@ func TestConditionIsTheReason(t *testing.T) {
 			}
 			return resp, nil
 		}}
-	p := newRouter(nil, NewBooks(nil, host.NewSigner(testSecret), nil), []target{{Name: "hpc", P: prov, Shapes: prov.ShapeList}})
+	p := newRouter(nil, newBareBooks(nil, host.NewSigner(testSecret), nil), []target{{Name: "hpc", P: prov, Shapes: prov.ShapeList}})
 	defer p.Close()
 	p.Add(shared.Need{CPUs: 1})
 	state := &stateCollector{

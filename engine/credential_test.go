@@ -21,7 +21,7 @@ import (
 
 // attachAs attaches with token and body and returns the status and the
 // engine's error message, if any.
-func attachAs(t *testing.T, e *Books, token, body string) (int, string) {
+func attachAs(t *testing.T, e *books, token, body string) (int, string) {
 	t.Helper()
 	rec := do(t, e, "POST", "/v1/attach", token, body)
 	var er worker.ErrorResponse
@@ -36,9 +36,9 @@ func attachAs(t *testing.T, e *Books, token, body string) (int, string) {
 func TestCredentialWorthOneJob(t *testing.T) {
 	t.Parallel()
 	signer := host.NewSigner(testSecret)
-	newEngine := func() (*Books, *lockedBuffer) {
+	newEngine := func() (*books, *lockedBuffer) {
 		logger, logs := testLogger(t)
-		return NewBooks(logger, signer, nil), logs
+		return newBareBooks(logger, signer, nil), logs
 	}
 
 	t.Run("replay after detach", func(t *testing.T) {
@@ -160,7 +160,7 @@ func TestOwnershipIsExact(t *testing.T) {
 	t.Parallel()
 	logger, logs := testLogger(t)
 	signer := host.NewSigner(testSecret)
-	e := NewBooks(logger, signer, nil)
+	e := newBareBooks(logger, signer, nil)
 	// What each provisioner's host guard signs: its own name, and the
 	// shape of the profile the plugin asked for.
 	mint := func(prov, worker string, cpus, gpus int, labels ...string) string {

@@ -9,7 +9,7 @@
 // failover to the next fitting shape or provisioner when one cannot fit,
 // is backing off, misconfigured or capped (the router); admit the workers
 // that dial back with the credentials the engine signed, once each, and
-// notice when they go silent (Books, and the worker API over it for the worker
+// notice when they go silent (the books, and the worker API over it for the worker
 // protocol of docs/worker-protocol.md); tell what happened as typed
 // events (Engine.Events, and a Server-Sent Events handler) and as
 // Prometheus metrics. Engine wires them together and is the one type an
@@ -42,7 +42,7 @@
 // configuration (engine/host decodes a block against the plugin's
 // schema), and never holds a lock across a plugin call or a worker's
 // request: a slow plugin delays only itself, a slow worker only its own
-// answer. Liveness is decided by one goroutine (Books.watch), never on a
+// answer. Liveness is decided by one goroutine (books.watch), never on a
 // read: a GET /status or a metrics scrape changes nothing.
 //
 // Ten thousand workers each hold a long poll open. A poll with nothing to

@@ -108,7 +108,7 @@ type Engine struct {
 
 	fleet  *fleet
 	router *router
-	books  *Books
+	books  *books
 	hub    *hub
 	obs    *observer
 

@@ -52,7 +52,7 @@ const (
 	// What happened to a worker here.
 	EventWorkerAttached EventKind = "worker_attached"
 	EventWorkerDetached EventKind = "worker_detached"
-	// EventWorkerGone: silent past its time (Books.watch).
+	// EventWorkerGone: silent past its time (books.watch).
 	EventWorkerGone EventKind = "worker_gone"
 	// EventWorkerDropped: its provisioner cancelled its request.
 	EventWorkerDropped EventKind = "worker_dropped"

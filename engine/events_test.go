@@ -65,7 +65,7 @@ func TestEventHubBoundsAndSlowSubscribers(t *testing.T) {
 func TestPluginEventFloodLogged(t *testing.T) {
 	logger, logs := testLogger(t)
 	var out lockedBuffer
-	books := NewBooks(logger, host.NewSigner(testSecret), nil)
+	books := newBareBooks(logger, host.NewSigner(testSecret), nil)
 	d := &Engine{logger: logger, wake: make(chan struct{}, 1), books: books, router: newRouter(logger, books, nil),
 		obs: newObserver(newEngineMetrics(&stateCollector{})), cfg: Config{Hooks: storyHooks(&out)}}
 	defer d.books.Close()

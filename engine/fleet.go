@@ -110,7 +110,7 @@ func (f *fleet) deadline(name string, missed bool) {
 }
 
 // reconcile tells each provisioner which of its workers are attached.
-func (f *fleet) reconcile(ctx context.Context, books *Books) {
+func (f *fleet) reconcile(ctx context.Context, books *books) {
 	for _, s := range f.sups {
 		s.Reconcile(ctx, books.attachedBy(s.Name()))
 	}

@@ -38,7 +38,7 @@ func claims(worker string) host.CredentialClaims {
 
 // provisioned tells e what the test provisioner's worker_provisioned
 // event would: worker was started as job.
-func provisioned(e *Books, worker, job string) {
+func provisioned(e *books, worker, job string) {
 	e.ObserveEvent(shared.Event{Kind: shared.EventWorkerProvisioned, Provisioner: testProvisioner, Worker: worker, Job: job})
 }
 
@@ -59,11 +59,11 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // serveEngine starts an Engine over HTTP with a test signer and a log the
 // test can read. Cleanup closes the engine first, ending its long polls,
 // so the server's Close need not wait for them.
-func serveEngine(t *testing.T, pollWait time.Duration) (*Books, *httptest.Server, *host.Signer, *lockedBuffer) {
+func serveEngine(t *testing.T, pollWait time.Duration) (*books, *httptest.Server, *host.Signer, *lockedBuffer) {
 	t.Helper()
 	logger, logs := testLogger(t)
 	signer := host.NewSigner(testSecret)
-	e := NewBooks(logger, signer, nil)
+	e := newBareBooks(logger, signer, nil)
 	e.PollWait = pollWait
 	srv := httptest.NewServer(booksHandler(e))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -99,7 +99,7 @@ func storyHooks(out *lockedBuffer) Hooks {
 var testAPIs, testStatus sync.Map // *Books -> *workerAPI, *statusPage
 
 // apiOf is e's worker API (its polls held unless the test parks them).
-func apiOf(e *Books) *workerAPI {
+func apiOf(e *books) *workerAPI {
 	if a, ok := testAPIs.Load(e); ok {
 		return a.(*workerAPI)
 	}
@@ -109,7 +109,7 @@ func apiOf(e *Books) *workerAPI {
 
 // statusOf is e's GET /status, listing no provisioners, needs or held
 // profiles until the test sets where they come from.
-func statusOf(e *Books) *statusPage {
+func statusOf(e *books) *statusPage {
 	if s, ok := testStatus.Load(e); ok {
 		return s.(*statusPage)
 	}
@@ -119,7 +119,7 @@ func statusOf(e *Books) *statusPage {
 
 // booksHandler routes e's worker API and GET /status as Engine.Mux
 // routes them, without the operator's guard.
-func booksHandler(e *Books) http.Handler {
+func booksHandler(e *books) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", apiOf(e).handler())
 	mux.Handle("GET /status", statusOf(e))

@@ -35,7 +35,7 @@ import (
 //     worker's may use only part of the cap; the rest is kept for
 //     workers. A connection becomes a worker's when an attach on it
 //     succeeds or a request on it carries an attached worker's session
-//     (Books.sessionLocked, sessionHolds), never for a credential that merely checks
+//     (books.sessionLocked, sessionHolds), never for a credential that merely checks
 //     out: a detached worker's or a failed job's is good for hours, and
 //     is refused (401, 403 or 409) with its connection closed. When the
 //     part for strangers is full, the stranger that has been idle

@@ -29,14 +29,14 @@ import (
 
 // startListener serves e the way Engine.Serve does (polls parked), with a gate of max
 // connections, on a loopback port; it returns the address.
-func startListener(t *testing.T, e *Books, max int, tlsConfig *tls.Config) (string, *connGate) {
+func startListener(t *testing.T, e *books, max int, tlsConfig *tls.Config) (string, *connGate) {
 	t.Helper()
 	return serveBooks(t, e, max, tlsConfig, true)
 }
 
 // serveBooks is startListener with parking on (parkPolls) or off
 // (Config.HoldPolls).
-func serveBooks(t *testing.T, e *Books, max int, tlsConfig *tls.Config, parkPolls bool) (string, *connGate) {
+func serveBooks(t *testing.T, e *books, max int, tlsConfig *tls.Config, parkPolls bool) (string, *connGate) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -90,7 +90,7 @@ func establishedTo(t *testing.T, port int) int {
 // held the connection until the client gave up (75 s and more).
 func TestListenerRefusesBeforeReadingTheBody(t *testing.T) {
 	t.Parallel()
-	e := NewBooks(nil, host.NewSigner(testSecret), nil)
+	e := newBareBooks(nil, host.NewSigner(testSecret), nil)
 	addr, _ := startListener(t, e, 0, nil)
 
 	c, err := net.Dial("tcp", addr)
@@ -170,7 +170,7 @@ func TestListenerConnectionCap(t *testing.T) {
 	t.Parallel()
 	logger, logs := testLogger(t)
 	signer := host.NewSigner(testSecret)
-	e := NewBooks(logger, signer, nil)
+	e := newBareBooks(logger, signer, nil)
 	e.PollWait = 200 * time.Millisecond
 	const max = 40
 	addr, gate := startListener(t, e, max, nil)
@@ -353,7 +353,7 @@ func TestWorkerVerifiesTheEngine(t *testing.T) {
 	}
 	_ = keyFile
 	signer := host.NewSigner(testSecret)
-	e := NewBooks(nil, signer, nil)
+	e := newBareBooks(nil, signer, nil)
 	addr, _ := startListener(t, e, 0, cfg.Engine.ServerTLS())
 	url := "https://" + addr
 
@@ -480,7 +480,7 @@ func TestRevokedCredentialsHoldNoRoom(t *testing.T) {
 	signer := host.NewSigner(testSecret)
 	// The engine's clock runs ahead while the expired kind is tried.
 	var ahead atomic.Int64
-	e := NewBooks(nil, signer, func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) })
+	e := newBareBooks(nil, signer, func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) })
 	e.PollWait = time.Minute
 	const max = 40
 	addr, gate := startListener(t, e, max, nil)

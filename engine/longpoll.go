@@ -38,9 +38,9 @@ const (
 )
 
 // longPoll is one open long poll. Its fields but fire's target are fixed
-// at opening; fire and the books' records of it are guarded by Books.mu.
+// at opening; fire and the books' records of it are guarded by books.mu.
 type longPoll struct {
-	books *Books
+	books *books
 	// watch: GET /v1/watch; else GET /v1/work.
 	watch bool
 	name  string
@@ -60,7 +60,7 @@ type longPoll struct {
 // what it answers now; answerWait means the poll waits (the caller's
 // waiter arms it and settles it), anything else is the answer and the
 // poll is closed. A denial refuses the request and opens nothing.
-func (b *Books) openPoll(cred host.Credential, session string, watch bool, wait time.Duration) (*longPoll, pollAnswer, Task, denial, string) {
+func (b *books) openPoll(cred host.Credential, session string, watch bool, wait time.Duration) (*longPoll, pollAnswer, Task, denial, string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ws, d, refusal := b.sessionLocked(cred, session)

@@ -32,7 +32,7 @@ type rawWorker struct {
 }
 
 // attachRaw attaches name over a connection of its own and returns it.
-func attachRaw(t *testing.T, e *Books, signer *host.Signer, dial func() (net.Conn, error), name string) *rawWorker {
+func attachRaw(t *testing.T, e *books, signer *host.Signer, dial func() (net.Conn, error), name string) *rawWorker {
 	t.Helper()
 	c, err := dial()
 	if err != nil {
@@ -88,14 +88,14 @@ func serveGoroutines() int {
 }
 
 // parked is how many of e's polls are parked now.
-func parked(e *Books) int { return apiOf(e).parker.Parked() }
+func parked(e *books) int { return apiOf(e).parker.Parked() }
 
 // parkingBooks serves books whose polls last a minute, as Engine.Serve
 // does (startListener), and fails the test where polls cannot be parked.
-func parkingBooks(t *testing.T, tlsConfig *tls.Config) (*Books, *host.Signer, string, *connGate) {
+func parkingBooks(t *testing.T, tlsConfig *tls.Config) (*books, *host.Signer, string, *connGate) {
 	t.Helper()
 	signer := host.NewSigner(testSecret)
-	e := NewBooks(nil, signer, nil)
+	e := newBareBooks(nil, signer, nil)
 	e.PollWait = time.Minute
 	addr, gate := startListener(t, e, 0, tlsConfig)
 	if apiOf(e).parker == nil {
@@ -315,14 +315,14 @@ func TestParkedAnswerAsNetHTTP(t *testing.T) {
 				}
 			}
 			signer := host.NewSigner(testSecret)
-			parking := NewBooks(nil, signer, nil)
+			parking := newBareBooks(nil, signer, nil)
 			parking.PollWait = time.Minute
 			parkingAddr, _ := serveBooks(t, parking, 0, tlsConfig, parkPolls)
 			if parkPolls && apiOf(parking).parker == nil {
 				t.Fatal("no parker: epoll unavailable")
 			}
 
-			held := NewBooks(nil, signer, nil)
+			held := newBareBooks(nil, signer, nil)
 			held.PollWait = time.Minute
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
@@ -344,7 +344,7 @@ func TestParkedAnswerAsNetHTTP(t *testing.T) {
 			// first poll's, has the answer come (answer), and returns
 			// the bytes of the answers and whether the connection then
 			// carries another request.
-			exchange := func(t *testing.T, e *Books, w *rawWorker, req string, n int, answer func()) (string, bool) {
+			exchange := func(t *testing.T, e *books, w *rawWorker, req string, n int, answer func()) (string, bool) {
 				t.Helper()
 				if w.r.Buffered() != 0 {
 					t.Fatal("bytes after the attach's answer")
@@ -521,7 +521,7 @@ func TestDetachedWhileWaiting(t *testing.T) {
 		t.Run(fmt.Sprintf("parked=%v", parkPolls), func(t *testing.T) {
 			t.Parallel()
 			signer := host.NewSigner(testSecret)
-			e := NewBooks(nil, signer, nil)
+			e := newBareBooks(nil, signer, nil)
 			addr, _ := serveBooks(t, e, 0, nil, parkPolls)
 			dial := func() (net.Conn, error) { return net.Dial("tcp", addr) }
 			w := attachRaw(t, e, signer, dial, fmt.Sprintf("hpc-detached-%v", parkPolls))

@@ -32,7 +32,7 @@ const passWait = 100 * time.Millisecond
 
 // pool is the workers as the router sees them: which are idle and what
 // each fits (their shape), who is attached by provisioner, and a way to
-// hand one a task and learn how it went. Books is the pool of the
+// hand one a task and learn how it went. The books are the pool of the
 // project's worker protocol; the router asks provisioners for machines
 // for exactly the needs its idle workers do not cover.
 type pool interface {
@@ -48,7 +48,7 @@ type pool interface {
 	TaskOutcome(worker, id string) (Result, TaskState)
 }
 
-var _ pool = (*Books)(nil)
+var _ pool = (*books)(nil)
 
 // target is a provisioner as the router sees it. Shapes are fetched once,
 // when the target is set up, so that asking "could it fit this?" is a
@@ -75,7 +75,7 @@ func (t target) covers(n shared.Need) bool {
 // and a worker has one task at a time.
 //
 // Pass does the work and is meant to be called by the run loop, every
-// second or so and whenever Books.Changed fires. The other methods are
+// second or so and whenever the books change. The other methods are
 // reports and may be called from anywhere.
 type router struct {
 	// provisionTimeout bounds one Provision call; set before the first

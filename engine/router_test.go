@@ -96,7 +96,7 @@ func TestPassNeverAsksATargetThatCannotCover(t *testing.T) {
 	logger, logs := testLogger(t)
 	small := &sharedtest.Provisioner{Name: "small", ShapeList: []shared.Shape{{Profile: "small", CPUs: 4}}, OnProvision: requested}
 	gpu := &sharedtest.Provisioner{Name: "gpu", ShapeList: []shared.Shape{{Profile: "v100", CPUs: 8, GPUs: 1, Labels: []string{"cuda"}}}, OnProvision: requested}
-	p := newRouter(logger, NewBooks(nil, host.NewSigner(testSecret), nil), []target{
+	p := newRouter(logger, newBareBooks(nil, host.NewSigner(testSecret), nil), []target{
 		{Name: "small", P: small, Shapes: small.ShapeList},
 		{Name: "gpu", P: gpu, Shapes: gpu.ShapeList},
 	})
@@ -125,7 +125,7 @@ func TestPassAsksOnlyCoveringTargets(t *testing.T) {
 	logger, logs := testLogger(t)
 	small := &sharedtest.Provisioner{Name: "small", ShapeList: []shared.Shape{{Profile: "small", CPUs: 4}}, OnProvision: requested}
 	gpu := &sharedtest.Provisioner{Name: "gpu", ShapeList: []shared.Shape{{Profile: "v100", CPUs: 8, GPUs: 1}}, OnProvision: requested}
-	p := newRouter(logger, NewBooks(nil, host.NewSigner(testSecret), nil), []target{
+	p := newRouter(logger, newBareBooks(nil, host.NewSigner(testSecret), nil), []target{
 		{Name: "small", P: small, Shapes: small.ShapeList},
 		{Name: "gpu", P: gpu, Shapes: gpu.ShapeList},
 	})
@@ -150,7 +150,7 @@ func TestPassSkipsErrorsAndDownTargets(t *testing.T) {
 	broken := &sharedtest.Provisioner{Name: "broken", ShapeList: []shared.Shape{{Profile: "p", CPUs: 4}},
 		OnProvision: func(*shared.ProvisionRequest) (*shared.ProvisionResponse, error) { return nil, shared.ErrPluginGone }}
 	fine := &sharedtest.Provisioner{Name: "fine", ShapeList: []shared.Shape{{Profile: "p", CPUs: 4}}, OnProvision: requested}
-	p := newRouter(logger, NewBooks(nil, host.NewSigner(testSecret), nil), []target{
+	p := newRouter(logger, newBareBooks(nil, host.NewSigner(testSecret), nil), []target{
 		{Name: "broken", P: broken, Shapes: broken.ShapeList},
 		{Name: "fine", P: fine, Shapes: fine.ShapeList},
 	})
@@ -181,7 +181,7 @@ func TestPassSkipsErrorsAndDownTargets(t *testing.T) {
 }
 
 // attachWorker attaches a worker straight through the handler.
-func attachWorker(t *testing.T, e *Books, s *host.Signer, name, body string) string {
+func attachWorker(t *testing.T, e *books, s *host.Signer, name, body string) string {
 	t.Helper()
 	// Minted for exactly what the worker claims, and recorded as its
 	// provisioner's, as a real provisioner's worker would be.
@@ -204,7 +204,7 @@ func attachWorker(t *testing.T, e *Books, s *host.Signer, name, body string) str
 func TestPassPrefersAnIdleWorker(t *testing.T) {
 	t.Parallel()
 	signer := host.NewSigner(testSecret)
-	e := NewBooks(nil, signer, nil)
+	e := newBareBooks(nil, signer, nil)
 	prov := &sharedtest.Provisioner{Name: "hpc", ShapeList: []shared.Shape{{Profile: "big", CPUs: 64, GPUs: 4, Labels: []string{"gpu"}}}, OnProvision: requested}
 	p := newRouter(nil, e, []target{{Name: "hpc", P: prov, Shapes: prov.ShapeList}})
 
@@ -239,7 +239,7 @@ func TestSetTargetReplaces(t *testing.T) {
 	t.Parallel()
 	old := &sharedtest.Provisioner{ShapeList: []shared.Shape{{CPUs: 1}}, OnProvision: requested}
 	fresh := &sharedtest.Provisioner{ShapeList: []shared.Shape{{CPUs: 1}}, OnProvision: requested}
-	p := newRouter(nil, NewBooks(nil, host.NewSigner(testSecret), nil), []target{{Name: "a", P: old, Shapes: old.ShapeList}})
+	p := newRouter(nil, newBareBooks(nil, host.NewSigner(testSecret), nil), []target{{Name: "a", P: old, Shapes: old.ShapeList}})
 	p.setDown("a", true)
 	p.setTarget(target{Name: "a", P: fresh, Shapes: fresh.ShapeList})
 	p.Add(shared.Need{CPUs: 1})
@@ -255,7 +255,7 @@ func TestSetTargetReplaces(t *testing.T) {
 func TestPassSendsTheWholeDemand(t *testing.T) {
 	t.Parallel()
 	prov := &sharedtest.Provisioner{Name: "hpc", ShapeList: []shared.Shape{{Profile: "cpu", CPUs: 4}, {Profile: "gpu", CPUs: 8, GPUs: 1}}, OnProvision: requested}
-	p := newRouter(nil, NewBooks(nil, host.NewSigner(testSecret), nil), []target{{Name: "hpc", P: prov, Shapes: prov.ShapeList}})
+	p := newRouter(nil, newBareBooks(nil, host.NewSigner(testSecret), nil), []target{{Name: "hpc", P: prov, Shapes: prov.ShapeList}})
 	for range 40 {
 		p.Add(shared.Need{CPUs: 1})
 	}
@@ -297,7 +297,7 @@ func TestHungPluginDelaysOnlyItself(t *testing.T) {
 
 	logger, logs := testLogger(t)
 	signer := host.NewSigner(testSecret)
-	engine := NewBooks(nil, signer, nil)
+	engine := newBareBooks(nil, signer, nil)
 	placer := newRouter(logger.Named("placer"), engine, nil)
 	placer.provisionTimeout = 2 * time.Second
 	sups := map[string]*host.Supervisor{}
@@ -411,7 +411,7 @@ func TestHungPluginDelaysOnlyItself(t *testing.T) {
 func TestDemandLeavesOutWhatIdleWorkersCover(t *testing.T) {
 	t.Parallel()
 	signer := host.NewSigner(testSecret)
-	e := NewBooks(nil, signer, nil)
+	e := newBareBooks(nil, signer, nil)
 	prov := &sharedtest.Provisioner{Name: "hpc", ShapeList: []shared.Shape{{Profile: "cpu", CPUs: 4}}, OnProvision: requested}
 	p := newRouter(nil, e, []target{{Name: testProvisioner, P: prov, Shapes: prov.ShapeList}})
 	p.Add(shared.Need{CPUs: 1})
@@ -448,7 +448,7 @@ func TestPassLogsOutcomesNotTheirWording(t *testing.T) {
 			}
 			return resp, nil
 		}}
-	p := newRouter(logger, NewBooks(nil, host.NewSigner(testSecret), nil), []target{{Name: "chatty", P: chatty, Shapes: chatty.ShapeList}})
+	p := newRouter(logger, newBareBooks(nil, host.NewSigner(testSecret), nil), []target{{Name: "chatty", P: chatty, Shapes: chatty.ShapeList}})
 	p.Add(shared.Need{CPUs: 1})
 	for range 10 {
 		p.Pass(context.Background())
@@ -493,7 +493,7 @@ func TestPassFailsOverABackingOffProfile(t *testing.T) {
 			return resp, nil
 		}}
 	other := &sharedtest.Provisioner{Name: "other", ShapeList: []shared.Shape{{Profile: "p", CPUs: 4}}, OnProvision: requested}
-	p := newRouter(logger, NewBooks(nil, host.NewSigner(testSecret), nil), []target{
+	p := newRouter(logger, newBareBooks(nil, host.NewSigner(testSecret), nil), []target{
 		{Name: "flaky", P: flaky, Shapes: flaky.ShapeList},
 		{Name: "other", P: other, Shapes: other.ShapeList},
 	})
@@ -533,7 +533,7 @@ func TestPassFailsOverABackingOffProfile(t *testing.T) {
 func TestPassGivesASmallNeedTheWorkerABigOneCannotUse(t *testing.T) {
 	t.Parallel()
 	signer := host.NewSigner(testSecret)
-	e := NewBooks(nil, signer, nil)
+	e := newBareBooks(nil, signer, nil)
 	prov := &sharedtest.Provisioner{Name: "hpc", ShapeList: []shared.Shape{{Profile: "big", CPUs: 64, GPUs: 4}}, OnProvision: requested}
 	p := newRouter(nil, e, []target{{Name: "hpc", P: prov, Shapes: prov.ShapeList}})
 	attachWorker(t, e, signer, "cpu-only", `{"cpus":4}`)
@@ -558,7 +558,7 @@ func TestPassGivesASmallNeedTheWorkerABigOneCannotUse(t *testing.T) {
 // profile only: the need it fits is asked for and waits queued; the one
 // nothing fits waits for no fit, and is asked of nobody.
 func TestRouterAsksWhatFits(t *testing.T) {
-	books := NewBooks(nil, host.NewSigner(testSecret), nil)
+	books := newBareBooks(nil, host.NewSigner(testSecret), nil)
 	defer books.Close()
 	hpc := &sharedtest.Provisioner{
 		Name:      "hpc",

@@ -66,7 +66,7 @@ func sessionMatches(header string, want [sha256.Size]byte) bool {
 // denial and why: notAttached when the credential's worker is not
 // attached (it should attach), noSession without a session,
 // otherSession with another. b.mu must be held.
-func (b *Books) sessionLocked(cred host.Credential, session string) (*workerState, denial, string) {
+func (b *books) sessionLocked(cred host.Credential, session string) (*workerState, denial, string) {
 	ws := b.ownedLocked(cred)
 	if ws == nil {
 		return nil, notAttached, errNotAttached.Error()

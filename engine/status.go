@@ -18,7 +18,7 @@ import (
 // from the parts it reads; Mux routes it behind the operator's guard.
 type statusPage struct {
 	id    string
-	books *Books
+	books *books
 	// provisioners, needs and held read the fleet and the router; each
 	// may be nil, and lists none then. provisioners is called with the
 	// request's context and no lock of the books', so it may cross the

@@ -17,7 +17,7 @@ import (
 func TestRouterWithdraw(t *testing.T) {
 	t.Parallel()
 	hpc := &sharedtest.Provisioner{Name: "hpc", ShapeList: []shared.Shape{{Profile: "p", CPUs: 4}}, OnProvision: requested}
-	p := newRouter(nil, NewBooks(nil, host.NewSigner(testSecret), nil), []target{{Name: "hpc", P: hpc, Shapes: hpc.ShapeList}})
+	p := newRouter(nil, newBareBooks(nil, host.NewSigner(testSecret), nil), []target{{Name: "hpc", P: hpc, Shapes: hpc.ShapeList}})
 	var ids []string
 	for range 4 {
 		ids = append(ids, p.Add(shared.Need{CPUs: 1}))

@@ -138,7 +138,7 @@ func TestFullLoop(t *testing.T) {
 func TestWorkerLeavesWhenEngineGoes(t *testing.T) {
 	t.Parallel()
 	signer := host.NewSigner(testSecret)
-	e := NewBooks(nil, signer, nil)
+	e := newBareBooks(nil, signer, nil)
 	e.PollWait = 100 * time.Millisecond
 	srv := httptest.NewServer(booksHandler(e))
 
@@ -173,7 +173,7 @@ func TestWorkerStopsOnSignal(t *testing.T) {
 	t.Parallel()
 	logger, logs := testLogger(t)
 	signer := host.NewSigner(testSecret)
-	e := NewBooks(logger, signer, nil)
+	e := newBareBooks(logger, signer, nil)
 	srv := httptest.NewServer(booksHandler(e))
 	defer srv.Close()
 	defer e.Close()
@@ -257,7 +257,7 @@ func TestWorkerWithoutCredential(t *testing.T) {
 func TestDismissLetsABusyWorkerGo(t *testing.T) {
 	t.Parallel()
 	signer := host.NewSigner(testSecret)
-	e := NewBooks(nil, signer, nil)
+	e := newBareBooks(nil, signer, nil)
 	srv := httptest.NewServer(booksHandler(e))
 	defer srv.Close()
 	defer e.Close()

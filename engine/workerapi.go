@@ -27,7 +27,7 @@ import (
 // request carries "Authorization: Bearer <token>", and the worker's name
 // is the one in the token, never one in the body.
 type workerAPI struct {
-	books  *Books
+	books  *books
 	logger hclog.Logger
 	// refusals bounds how often a refused request is logged: a flood of
 	// bad credentials must not become a flood of log lines.
@@ -37,7 +37,7 @@ type workerAPI struct {
 	parker *park.Parker
 }
 
-func newWorkerAPI(books *Books, parker *park.Parker) *workerAPI {
+func newWorkerAPI(books *books, parker *park.Parker) *workerAPI {
 	return &workerAPI{books: books, logger: books.logger, refusals: loglimit.New(refusalLogBurst, refusalLogWindow), parker: parker}
 }
 
