@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/slurm/sbatch"
 )
 
 // Provision reads the engine's whole demand and keeps, per profile, as
@@ -251,56 +250,12 @@ func (p *Provisioner) startLocked(cfg *settings, batches [][]*request, cancels [
 	}
 }
 
-// onTheWayDetailLocked says what the oldest machine of profile on its way
-// is waiting for, for an answer that asks for nothing new.
-func (p *Provisioner) onTheWayDetailLocked(profile string, now time.Time) string {
-	for _, r := range p.sortedLocked() {
-		if r.profile != profile {
-			continue
-		}
-		switch r.phase {
-		case phaseQueued:
-			// The same words for as long as nothing changes: the engine
-			// logs an answer when it differs from the last, so an age
-			// in here would make a log line a second per waiting need.
-			state := r.shownState()
-			if state == "" {
-				state = "queued"
-			}
-			return fmt.Sprintf("job %s (worker %s), asked for at %s, is %s and its worker has not attached", r.job, r.worker, r.since.UTC().Format(time.TimeOnly), strings.ToLower(state))
-		case phaseAnswerLost:
-			return fmt.Sprintf("the answer to worker %s's sbatch was lost; its job is being looked for in the queue", r.worker)
-		default:
-			return fmt.Sprintf("worker %s is still being submitted", r.worker)
-		}
-	}
-	return ""
-}
-
 // profileCounts is where one profile's machines stand in the books.
 type profileCounts struct {
 	// pending are in the queue, being submitted or looked for; starting
 	// run without their worker attached yet; inFlight are being
 	// submitted (a submission goroutine holds them).
 	pending, starting, inFlight int
-}
-
-func (p *Provisioner) countsLocked() map[string]profileCounts {
-	counts := map[string]profileCounts{}
-	for _, r := range p.outstanding {
-		c := counts[r.profile]
-		switch {
-		case r.phase == phaseQueued && r.slurmState == "RUNNING":
-			c.starting++
-		default:
-			c.pending++
-		}
-		if r.phase == phaseAwaitingAdoption || r.phase == phaseSubmitting {
-			c.inFlight++
-		}
-		counts[r.profile] = c
-	}
-	return counts
 }
 
 // roomLocked is how many of short machines of prof may be asked for now,
@@ -391,45 +346,6 @@ func (p *Provisioner) reserveLocked(cfg *settings, prof Profile, n int, now time
 		p.mine[base] = true
 	}
 	return batch
-}
-
-// giveUpPendingLocked takes up to n machines of profile that are queued and
-// not running out of the books, newest first, and returns them to be
-// cancelled. Machines still being submitted are left: the next call sees
-// them queued.
-func (p *Provisioner) giveUpPendingLocked(profile string, n int, now time.Time) []jobRef {
-	// An allocation (a job, or one array task) is given up whole or not
-	// at all: its machines share the job, and one scancel ends them all.
-	allocs := map[string][]*request{}
-	for _, r := range p.outstanding {
-		if r.profile == profile && r.phase == phaseQueued && r.slurmState != "RUNNING" && r.finished() {
-			allocs[r.job] = append(allocs[r.job], r)
-		}
-	}
-	var cands [][]*request
-	for _, rs := range allocs {
-		slices.SortFunc(rs, func(a, b *request) int { return a.node - b.node })
-		if len(rs) == max(1, rs[0].nodes) {
-			cands = append(cands, rs)
-		}
-	}
-	slices.SortFunc(cands, func(a, b []*request) int {
-		return cmpNewest(a[0], b[0])
-	})
-	var out []jobRef
-	for _, rs := range cands {
-		if len(rs) > n {
-			continue
-		}
-		n -= len(rs)
-		for _, r := range rs {
-			delete(p.outstanding, r.worker)
-			r.phase = phaseFailed
-			out = append(out, jobRef{job: r.job, profile: r.profile, worker: r.worker, age: now.Sub(r.since), pendingOnly: true,
-				why: "the engine no longer wants it: the demand fell while it was pending"})
-		}
-	}
-	return out
 }
 
 // cmpNewest orders requests newest first: later submissions, then higher
@@ -836,28 +752,4 @@ func tasksOf(live []*request) []int {
 		}
 	}
 	return out
-}
-
-// keepStartedLocked puts back into the books the machines of j, a job
-// given up for falling demand that a poll found started (state) instead
-// of cancelled: they are on their way again, their attach_timeout
-// counting from now.
-func (p *Provisioner) keepStartedLocked(j jobRef, state string, now time.Time) {
-	_, task := sbatch.SplitTask(j.job)
-	workers := j.workers()
-	slices.Sort(workers)
-	for _, w := range workers {
-		alloc, node := cutNode(w)
-		nodes := 1
-		if node >= 0 {
-			nodes = len(workers)
-		} else {
-			alloc = w
-		}
-		p.outstanding[w] = &request{profile: j.profile, worker: w, tag: alloc, task: task, node: node, nodes: nodes, batch: len(workers),
-			since: now.Add(-j.age), cancel: func() {}, done: closedDone, job: j.job, slurmState: state, phase: phaseQueued}
-		if state == "RUNNING" {
-			p.outstanding[w].running = now
-		}
-	}
 }

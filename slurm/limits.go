@@ -576,31 +576,3 @@ func (p *Provisioner) trimToLimit(ctx context.Context, cfg *settings, live []*re
 		"profile", live[0].profile, "machines", len(live), "submitting", len(kept), "queued", queued, "limit", detail)
 	return kept, release
 }
-
-// keepAllocationsLocked keeps the first fit allocations of a submission
-// and takes the others out of the books (superseded: they were never
-// asked for, and the next Provision asks again for what is missing); the
-// kept machines are the submission's batch. A limit that trims a burst
-// (the user's accounting limit, the cluster's MaxJobCount) calls it.
-// p.mu must be held.
-func (p *Provisioner) keepAllocationsLocked(allocs [][]*request, fit int) []*request {
-	var kept []*request
-	for i, a := range allocs {
-		if i < fit {
-			kept = append(kept, a...)
-			continue
-		}
-		for _, r := range a {
-			if r.phase == phaseSubmitting {
-				r.phase = phaseSuperseded
-			}
-			if p.outstanding[r.worker] == r {
-				delete(p.outstanding, r.worker)
-			}
-		}
-	}
-	for _, r := range kept {
-		r.batch = len(kept)
-	}
-	return kept
-}

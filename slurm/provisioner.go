@@ -115,9 +115,8 @@ type Provisioner struct {
 	// relay is set by Configure with reach = "relay" and never changes
 	// after; it has its own lock.
 	relay *relay
-	// outstanding holds the machines asked for and not yet arrived, by
-	// worker name.
-	outstanding map[string]*request
+	// ledger is the machines asked for and not yet arrived (ledger.go).
+	ledger
 	// maxArray is the most machines one sbatch asks for: the cluster's
 	// MaxArraySize, read at Configure's adoption; 1 where arrays are
 	// refused, which arrayNote then explains for Status.
@@ -319,7 +318,7 @@ func New(logger hclog.Logger) *Provisioner {
 		polling:     polling,
 		stopPolling: stopPolling,
 		poke:        make(chan struct{}, 1),
-		outstanding: map[string]*request{},
+		ledger:      ledger{outstanding: map[string]*request{}},
 		maxArray:    defaultMaxArraySize,
 		inflight:    map[*request]bool{},
 		adoptTried:  make(chan struct{}),
@@ -512,20 +511,9 @@ func parseJobID(stdout string) (string, error) {
 	return id, nil
 }
 
-// submissionFailed is where every failed submission ends: it records the error,
-// drops the reservation so the profile can be asked for again, logs, and
-// tells the engine.
-// sortedLocked is the books in a stable order, oldest first, so that what
-// a pass over them does and logs does not change from run to run.
-func (p *Provisioner) sortedLocked() []*request {
-	out := make([]*request, 0, len(p.outstanding))
-	for _, r := range p.outstanding {
-		out = append(out, r)
-	}
-	slices.SortFunc(out, func(a, b *request) int { return cmpNewest(b, a) })
-	return out
-}
-
+// submissionFailed is where every failed submission ends: it records the
+// error, drops the reservation so the profile can be asked for again,
+// logs, and tells the engine.
 func (p *Provisioner) submissionFailed(cfg *settings, host shared.Host, live []*request, detail string, err error) {
 	p.mu.Lock()
 	p.lastErr = detail
@@ -1079,32 +1067,6 @@ func (p *Provisioner) Status(context.Context, *shared.StatusRequest) (*shared.St
 		resp.Notes = append(resp.Notes, p.relay.note())
 	}
 	return resp, nil
-}
-
-// submissionsLocked groups a profile's machines on their way by the
-// submission that made them (a job, or an array), oldest first.
-func (p *Provisioner) submissionsLocked(profile string, now time.Time) []shared.Submission {
-	byTag := map[string]*shared.Submission{}
-	var order []string
-	for _, r := range p.sortedLocked() {
-		if r.profile != profile {
-			continue
-		}
-		sub := byTag[r.tag]
-		if sub == nil {
-			job, _ := sbatch.SplitTask(r.job)
-			sub = &shared.Submission{Job: job, Age: now.Sub(r.since)}
-			byTag[r.tag] = sub
-			order = append(order, r.tag)
-		}
-		sub.OnTheWay++
-		sub.Machines = max(sub.Machines, r.batch, sub.OnTheWay)
-	}
-	out := make([]shared.Submission, 0, len(order))
-	for _, t := range order {
-		out = append(out, *byTag[t])
-	}
-	return out
 }
 
 // Shutdown cancels every job this provisioner asked for that has not

@@ -90,14 +90,3 @@ func (r *relay) moved(ctx context.Context, old, now string) {
 	}
 	p.cancelJobs(ctx, cfg, host, refs, "cancelled a job whose workers dial the relay's old address")
 }
-
-// dropLocked takes worker's request out of the books, failed, if it is
-// there and its worker has not arrived.
-func (p *Provisioner) dropLocked(worker string) {
-	if rq := p.outstanding[worker]; rq != nil {
-		delete(p.outstanding, worker)
-		if rq.phase != phaseArrived {
-			rq.phase = phaseFailed
-		}
-	}
-}

@@ -17,10 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/fluksio/provision/internal/sandboxtest"
 	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared"
-	"github.com/hashicorp/go-hclog"
 )
 
 func TestSSHArgs(t *testing.T) {
