@@ -323,6 +323,20 @@ func beginDate(v string, pos int) (beginTok, int, error) {
 	bad := func(why string) (beginTok, int, error) {
 		return beginTok{}, 0, fmt.Errorf("sbatch refuses it at position %d (%s)", off, why)
 	}
+	// field reads a month or a day at off, one digit or two, as
+	// _get_date does; out of lo..hi, off is put back where it began.
+	field := func(lo, hi int) (int, bool) {
+		n := num(off)
+		off++
+		if digit(off) {
+			n, off = n*10+num(off), off+1
+		}
+		if n < lo || n > hi {
+			off -= 2
+			return 0, false
+		}
+		return n, true
+	}
 	t := beginTok{kind: 'D', yr: -1}
 	if len(v) >= off+7 && at(off+4) == '-' && at(off+7) == '-' {
 		yr := 0
@@ -333,38 +347,23 @@ func beginDate(v string, pos int) (beginTok, int, error) {
 			yr, off = yr*10+num(off), off+1
 		}
 		off++
-		mon := num(off)
-		off++
-		if digit(off) {
-			mon, off = mon*10+num(off), off+1
-		}
-		if mon < 1 || mon > 12 {
-			off -= 2
+		mon, ok := field(1, 12)
+		if !ok {
 			return bad("a month is 1 to 12")
 		}
 		off++
 		if !digit(off) {
 			return bad("a day is a digit or two")
 		}
-		day := num(off)
-		off++
-		if digit(off) {
-			day, off = day*10+num(off), off+1
-		}
-		if day < 1 || day > 31 {
-			off -= 2
+		day, ok := field(1, 31)
+		if !ok {
 			return bad("a day is 1 to 31")
 		}
 		t.month, t.day, t.yr, t.hasYear = mon-1, day, yr-1900, true
 		return t, off - 1, nil
 	}
-	mon := num(off)
-	off++
-	if digit(off) {
-		mon, off = mon*10+num(off), off+1
-	}
-	if mon < 1 || mon > 12 {
-		off -= 2
+	mon, ok := field(1, 12)
+	if !ok {
 		return bad("a month is 1 to 12")
 	}
 	if at(off) == '.' || at(off) == '/' {
@@ -373,13 +372,8 @@ func beginDate(v string, pos int) (beginTok, int, error) {
 	if !digit(off) {
 		return bad("a day is a digit or two")
 	}
-	day := num(off)
-	off++
-	if digit(off) {
-		day, off = day*10+num(off), off+1
-	}
-	if day < 1 || day > 31 {
-		off -= 2
+	day, ok := field(1, 31)
+	if !ok {
 		return bad("a day is 1 to 31")
 	}
 	if at(off) == '.' || at(off) == '/' {
