@@ -470,7 +470,9 @@ func (f *fakeCluster) openGate(t *testing.T) {
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for end := time.Now().Add(10 * time.Second); !cond(); {
+	// The deadline only matters when cond never holds: long enough for
+	// a submit_timeout to run out on a loaded machine.
+	for end := time.Now().Add(30 * time.Second); !cond(); {
 		if time.Now().After(end) {
 			t.Fatalf("timed out waiting for %s", what)
 		}

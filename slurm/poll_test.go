@@ -525,8 +525,11 @@ func TestBackoffDelay(t *testing.T) {
 var lookupArgv = []string{"squeue", "-h", "--me", "--name=fluksio-hpc", "-o", "'%i|%k'"}
 
 func TestLostAnswerFoundInQueue(t *testing.T) {
+	// A hung sbatch is cut off at three quarters of submit_timeout; the
+	// look for its job has the last quarter, 2 s here, which a loaded
+	// machine's fake ssh (a -race test binary) needs.
 	for _, tc := range []struct{ name, sbatch, timeout string }{
-		{"timed out", "hang", "2s"},
+		{"timed out", "hang", "8s"},
 		{"connection dropped", "drop", "30s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
