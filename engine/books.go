@@ -392,29 +392,29 @@ func (b *books) Assign(worker string, t Task) error {
 	return nil
 }
 
-// TaskState is where a task stands, as TaskOutcome sees it.
-type TaskState int
+// assignState is where an assigned task stands, as TaskOutcome sees it.
+type assignState int
 
 const (
-	TaskPending TaskState = iota // assigned, no result yet
-	TaskDone                     // result arrived (and is now the caller's)
-	TaskLost                     // its worker left or was given up on first
+	assignPending assignState = iota // assigned, no result yet
+	assignDone                       // result arrived (and is now the caller's)
+	assignLost                       // its worker left or was given up on first
 )
 
 // TaskOutcome reports on task id given to worker. A result is handed over
-// once: the engine forgets it as it returns TaskDone.
-func (b *books) TaskOutcome(worker, id string) (Result, TaskState) {
+// once: the engine forgets it as it returns assignDone.
+func (b *books) TaskOutcome(worker, id string) (Result, assignState) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if res, ok := b.results[id]; ok {
 		delete(b.results, id)
-		return res, TaskDone
+		return res, assignDone
 	}
 	// Not swept here: goneness is decided by watch alone.
 	if ws := b.workers[worker]; ws != nil && ws.task != nil && ws.task.ID == id {
-		return Result{}, TaskPending
+		return Result{}, assignPending
 	}
-	return Result{}, TaskLost
+	return Result{}, assignLost
 }
 
 // goneWorker is a worker dropped for silence, kept to be logged once the
@@ -446,7 +446,7 @@ type Activity struct {
 // worker with no poll open and no task in hand for deadAfter, or running
 // a task it was handed and unseen for goneFactor poll periods. A task that
 // was assigned to a dead worker and never picked up goes back to the
-// router (TaskOutcome says TaskLost). It also forgets revocations and job
+// router (TaskOutcome says assignLost). It also forgets revocations and job
 // records older than any credential can live. b.mu must be held. A worker
 // running a long task does not poll meanwhile; ours are short, and one
 // that needs longer should poll in between (a poll while holding a task

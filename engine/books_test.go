@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -223,7 +224,7 @@ func TestWorkResultDetach(t *testing.T) {
 	}
 	select {
 	case task := <-got:
-		if task != want {
+		if !reflect.DeepEqual(task, want) {
 			t.Errorf("polled %+v; want %+v", task, want)
 		}
 	case <-time.After(10 * time.Second):
@@ -236,7 +237,7 @@ func TestWorkResultDetach(t *testing.T) {
 	if rec := do(t, e, "POST", "/v1/result", token, `{"task_id":"task-8","output":"x"}`); rec.Code != http.StatusConflict {
 		t.Errorf("result for another task: %d; want 409", rec.Code)
 	}
-	if _, st := e.TaskOutcome("w1", "task-9"); st != TaskPending {
+	if _, st := e.TaskOutcome("w1", "task-9"); st != assignPending {
 		t.Errorf("task state %v; want pending", st)
 	}
 	body := `{"task_id":"task-9","hostname":"n01","job_id":"77","cpus":4,"output":"done"}`
@@ -244,7 +245,7 @@ func TestWorkResultDetach(t *testing.T) {
 		t.Errorf("result: %d %s", rec.Code, rec.Body)
 	}
 	res, st := e.TaskOutcome("w1", "task-9")
-	if st != TaskDone || res.Worker != "w1" || res.Output != "done" || res.JobID != "77" {
+	if st != assignDone || res.Worker != "w1" || res.Output != "done" || res.JobID != "77" {
 		t.Errorf("outcome %v %+v", st, res)
 	}
 	if l := logs.String(); !strings.Contains(l, "work done") || !strings.Contains(l, "job_id=77") {
@@ -307,7 +308,7 @@ func TestSilentWorkerIsGone(t *testing.T) {
 	if got := e.attached(); len(got) != 1 || got[0] != "busy" {
 		t.Fatalf("Attached() = %q after %s of silence; want only the busy worker", got, deadAfter)
 	}
-	if _, st := e.TaskOutcome("quiet", "t1"); st != TaskLost {
+	if _, st := e.TaskOutcome("quiet", "t1"); st != assignLost {
 		t.Errorf("task of a gone worker: %v; want lost", st)
 	}
 	if !strings.Contains(logs.String(), "worker gone") {

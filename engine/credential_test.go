@@ -142,7 +142,7 @@ func TestCredentialWorthOneJob(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.ObserveEvent(shared.Event{Kind: shared.EventWorkerCancelled, Provisioner: testProvisioner, Worker: "slurm-cpu-live"})
-		if _, st := e.TaskOutcome("slurm-cpu-live", "t1"); st != TaskLost || len(e.attached()) != 0 {
+		if _, st := e.TaskOutcome("slurm-cpu-live", "t1"); st != assignLost || len(e.attached()) != 0 {
 			t.Errorf("after cancel: task %v, attached %q; want lost, none", st, e.attached())
 		}
 		if rec := do(t, e, "GET", "/v1/work?wait=0", tok, ""); rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), "revoked") {

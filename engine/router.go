@@ -45,7 +45,7 @@ type pool interface {
 	Assign(worker string, t Task) error
 	// TaskOutcome says how task id given to worker stands; a result is
 	// handed over once.
-	TaskOutcome(worker, id string) (Result, TaskState)
+	TaskOutcome(worker, id string) (Result, assignState)
 }
 
 var _ pool = (*books)(nil)
@@ -314,12 +314,12 @@ func (p *router) settle() {
 	for i, ns := range out {
 		res, state := p.engine.TaskOutcome(refs[i].worker, refs[i].task)
 		switch state {
-		case TaskDone:
+		case assignDone:
 			p.mu.Lock()
 			ns.served, ns.result, ns.task = true, res, ""
 			p.mu.Unlock()
 			p.logger.Info("need served", "need", ns.id, "task", res.TaskID, "worker", res.Worker, "host", res.Hostname)
-		case TaskLost:
+		case assignLost:
 			p.mu.Lock()
 			ns.task, ns.worker = "", ""
 			p.mu.Unlock()

@@ -83,7 +83,7 @@ func TestCopiedCredentialGetsNothing(t *testing.T) {
 	if got := e.attached(); len(got) != 1 || got[0] != "slurm-cpu-b-0" {
 		t.Fatalf("after the sibling's detach, attached = %q; want worker 0 still", got)
 	}
-	if _, st := e.TaskOutcome("slurm-cpu-b-0", "task-1"); st != TaskPending {
+	if _, st := e.TaskOutcome("slurm-cpu-b-0", "task-1"); st != assignPending {
 		t.Errorf("task-1 is %v after the sibling's forged result; want still pending", st)
 	}
 
@@ -97,7 +97,7 @@ func TestCopiedCredentialGetsNothing(t *testing.T) {
 	if rec := do(t, e, "POST", "/v1/result", token0, `{"task_id":"task-1","output":"real"}`); rec.Code != http.StatusNoContent {
 		t.Fatalf("worker 0's result: %d %s", rec.Code, rec.Body)
 	}
-	if res, st := e.TaskOutcome("slurm-cpu-b-0", "task-1"); st != TaskDone || res.Output != "real" {
+	if res, st := e.TaskOutcome("slurm-cpu-b-0", "task-1"); st != assignDone || res.Output != "real" {
 		t.Errorf("outcome %v %q; want worker 0's", st, res.Output)
 	}
 	if rec := do(t, e, "POST", "/v1/detach", token0, ""); rec.Code != http.StatusNoContent || len(e.attached()) != 0 {

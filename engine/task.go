@@ -1,0 +1,96 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/worker"
+)
+
+// TaskSpec is a piece of real work an engine submits (Engine.Submit): a
+// command with its inputs and outputs, run on a worker that fits Need.
+// docs/worker-protocol.md says how it travels to the worker and back.
+type TaskSpec struct {
+	// ID is the caller's name for the task, unique among the tasks the
+	// engine holds; empty means the engine names it.
+	ID   string
+	Need shared.Need
+	// Command is the argv the worker runs, with no shell unless it names
+	// one (["sh", "-c", "..."]). A task with no Command and no Payload
+	// is refused.
+	Command []string
+	// Env is added to the command's environment; it may not name the
+	// worker's credential variable.
+	Env map[string]string
+	// Inputs are placed in the task's directory before the command runs.
+	Inputs []Input
+	// Outputs are paths relative to the task's directory, brought back
+	// after the command ends.
+	Outputs []string
+	// Timeout bounds the command's run; zero means none.
+	Timeout time.Duration
+	// Retries is how many more times the task runs when its machine is
+	// lost under it (never when its command fails).
+	Retries int
+	// Payload is passed to the worker as it is, for engines whose own
+	// worker reads it (worker.Serve).
+	Payload []byte
+}
+
+// Input is one input file of a task: Name in the task's directory, its
+// bytes from Path on the engine's machine or from Data. Submit reads it
+// once for its size and digest; the worker's copy is checked against
+// both.
+type Input struct {
+	Name string
+	Path string
+	Data []byte
+}
+
+// TaskState is where a task stands: waiting or running, or how it ended.
+type TaskState = worker.TaskState
+
+// The states only the engine knows; worker.StateSucceeded, StateFailed,
+// StateCancelled and StateTimedOut are how a run ends.
+const (
+	TaskWaiting TaskState = "waiting" // not on a worker (first or again)
+	TaskRunning TaskState = "running" // on a worker
+	// TaskLostState: every attempt's machine was lost under it.
+	TaskLostState TaskState = "lost"
+)
+
+// TaskResult is a task as it stands, and its result once it ended: what
+// GET /v1/tasks/ID answers and host-example run writes as result.json.
+type TaskResult struct {
+	ID    string    `json:"id"`
+	State TaskState `json:"state"`
+	// ExitCode is the command's exit code, when it exited; Signal names
+	// the signal that ended it.
+	ExitCode *int   `json:"exit_code,omitempty"`
+	Signal   string `json:"signal,omitempty"`
+	// Error says why, in words, when it did not succeed.
+	Error string `json:"error,omitempty"`
+	// Stdout and Stderr are the streams' last bytes (at most
+	// tailBytes each); the whole streams are in the task's directory on
+	// the engine's side.
+	Stdout string `json:"stdout,omitempty"`
+	Stderr string `json:"stderr,omitempty"`
+	// Outputs are the outputs brought back, under the task's directory.
+	Outputs []worker.File `json:"outputs,omitempty"`
+	Started time.Time     `json:"started,omitzero"`
+	Ended   time.Time     `json:"ended,omitzero"`
+	// Attempts are every run of the task, the last one last.
+	Attempts []Attempt `json:"attempts"`
+}
+
+// Attempt is one run of a task on one worker.
+type Attempt struct {
+	Worker      string    `json:"worker"`
+	Provisioner string    `json:"provisioner"`
+	JobID       string    `json:"job_id"`
+	Hostname    string    `json:"hostname"`
+	State       TaskState `json:"state"`
+	Error       string    `json:"error,omitempty"`
+	Started     time.Time `json:"started,omitzero"`
+	Ended       time.Time `json:"ended,omitzero"`
+}
