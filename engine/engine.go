@@ -63,6 +63,12 @@ type Config struct {
 	Logger hclog.Logger
 	// Hooks hear what happens, for a story or a UI of the embedder's.
 	Hooks Hooks
+	// TaskDir is where tasks' stdout, stderr and outputs are kept, a
+	// directory per task (TaskDir/ID); empty means a directory of the
+	// engine's own under os.TempDir, made at Start and removed at Stop.
+	TaskDir string
+	// TaskLimits bound what one task moves.
+	TaskLimits TaskLimits
 }
 
 // Hooks are called without any of the engine's locks, from the
@@ -83,6 +89,16 @@ type Hooks struct {
 	Burst func(provisioner string, pd shared.ProfileDemand)
 	// Stopped hears each provisioner's shutdown result.
 	Stopped func(StopResult)
+	// TaskEnded hears each task that ended (succeeded, failed,
+	// cancelled, timed out, or lost after its last attempt).
+	TaskEnded func(TaskResult)
+	// TaskLost hears each attempt whose machine was lost under it: again
+	// says whether the task waits for another worker, or was given up
+	// (TaskEnded hears that too).
+	TaskLost func(r TaskResult, again bool)
+	// WorkerGone hears each worker that left (detached) or was given up
+	// on (silent, its job ended), with why in words.
+	WorkerGone func(w WorkerInfo, why string)
 }
 
 // Engine is the whole provisioning loop: the supervised plugins, the

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"errors"
+	"net/http"
 	"time"
 
 	"github.com/fluksio/provision/shared"
@@ -93,4 +95,45 @@ type Attempt struct {
 	Error       string    `json:"error,omitempty"`
 	Started     time.Time `json:"started,omitzero"`
 	Ended       time.Time `json:"ended,omitzero"`
+}
+
+// TaskLimits bound what one task moves, in bytes; zero takes the
+// default (defaultTaskLimits).
+type TaskLimits struct {
+	// Input bounds each input file.
+	Input int64
+	// Outputs bounds the total of one task's outputs.
+	Outputs int64
+	// Log bounds each of a task's stdout and stderr as the engine keeps
+	// them.
+	Log int64
+}
+
+// errTasksNotYet is what the task API answers until it is built.
+var errTasksNotYet = errors.New("command tasks are not implemented yet")
+
+// Submit adds a task and returns its id. The task waits for a worker
+// that fits its need and runs the command (FeatureCommand), or the
+// payload (FeaturePayload); its inputs are read now, for their sizes and
+// digests, and an error says which one and why, with nothing added.
+func (e *Engine) Submit(spec TaskSpec) (string, error) { return "", errTasksNotYet }
+
+// Cancel cancels a task: one still waiting is withdrawn, one running is
+// stopped on its worker (which stays for the next task). Its result's
+// state is then StateCancelled. A task that ended is not changed.
+func (e *Engine) Cancel(id string) error { return errTasksNotYet }
+
+// Task reports task id as it stands, and its result once it ended.
+func (e *Engine) Task(id string) (TaskResult, bool) { return TaskResult{}, false }
+
+// TaskDir is where the engine keeps task id's stdout, stderr and
+// outputs (under outputs/): Config.TaskDir/ID.
+func (e *Engine) TaskDir(id string) string { return "" }
+
+// Authenticate checks a request to an embedder's own route as the
+// workers' routes are checked: a credential the engine signed, of a
+// worker attached now, in the session its attach was answered with, not
+// revoked. It returns the worker.
+func (e *Engine) Authenticate(r *http.Request) (WorkerInfo, error) {
+	return WorkerInfo{}, errTasksNotYet
 }
