@@ -45,12 +45,34 @@ type Config struct {
 	// which may be more than --cpus asked for.
 	slurmCPUs string
 
+	// features are what the worker names at attach: FeatureCommand for
+	// fluksio-worker, FeaturePayload for a worker built on Serve.
+	features []string
+	// payload runs a payload task: Serve's run function; nil for
+	// fluksio-worker.
+	payload payloadFunc
+	// environ is the environment a task's command inherits, less the
+	// credential's variables (commandEnv): the process's own, whatever
+	// getenv the settings above were read with.
+	environ []string
+	// workDir is where task directories are made: $TMPDIR, else /tmp.
+	workDir string
+
 	// GoneAfter is how long the engine may be unreachable before the
 	// worker gives up; RetryFirst its first pause between tries. ParseArgs
 	// sets the defaults; tests shorten them.
 	GoneAfter  time.Duration
 	RetryFirst time.Duration
+	// KillGrace is how long a command that is stopped (cancelled, timed
+	// out, over a limit, or the worker leaving) has between SIGTERM and
+	// SIGKILL to its process group: killGrace, unless a test shortens it.
+	KillGrace time.Duration
 }
+
+// killGrace is the default Config.KillGrace: time for a command to
+// write out what it holds after SIGTERM, short beside Slurm's 60 s
+// between its walltime warning and the kill.
+const killGrace = 10 * time.Second
 
 // Main is the worker as a program (fluksio-worker, or host-example
 // worker): the payload a provisioner's job runs. It attaches to the
@@ -65,18 +87,24 @@ type Config struct {
 func Main(prog string, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return run(ctx, prog, args, os.Getenv, stdout, stderr)
+	return runWorker(ctx, prog, args, os.Getenv, stdout, stderr, nil)
 }
 
 // Run is Main with its environment and output passed in, so that tests
 // can run several workers in one process. stdout is only for -h.
 func Run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	return run(ctx, "fluksio-worker", args, getenv, stdout, stderr)
+	return runWorker(ctx, "fluksio-worker", args, getenv, stdout, stderr, nil)
 }
 
-func run(ctx context.Context, prog string, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+// runWorker is Main, Run and Serve: payload, when not nil, makes the worker
+// one that runs payload tasks with it (FeaturePayload) rather than
+// commands.
+func runWorker(ctx context.Context, prog string, args []string, getenv func(string) string, stdout, stderr io.Writer, payload payloadFunc) int {
 	logger := log.New(stderr, "worker: ", log.LstdFlags)
 	cfg, err := parseArgs(prog, args, getenv, stdout, stderr)
+	if err == nil && payload != nil {
+		cfg.features, cfg.payload = []string{FeaturePayload}, payload
+	}
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
@@ -161,6 +189,10 @@ func parseArgs(prog string, args []string, getenv func(string) string, stdout, s
 	if token == "" {
 		return Config{}, fmt.Errorf("no credential: $%s is not set (the provisioner that started this job sets it)", shared.WorkerTokenEnv)
 	}
+	workDir := getenv("TMPDIR")
+	if workDir == "" {
+		workDir = "/tmp"
+	}
 	host, err := os.Hostname()
 	if err != nil {
 		host = "unknown"
@@ -173,8 +205,12 @@ func parseArgs(prog string, args []string, getenv func(string) string, stdout, s
 		hostname:   host,
 		slurmJobID: JobID(getenv),
 		slurmCPUs:  getenv("SLURM_CPUS_ON_NODE"),
+		features:   []string{FeatureCommand},
+		environ:    os.Environ(),
+		workDir:    workDir,
 		GoneAfter:  engineGoneAfter,
 		RetryFirst: 250 * time.Millisecond,
+		KillGrace:  killGrace,
 	}
 	for _, l := range strings.Split(*labels, ",") {
 		if l = strings.TrimSpace(l); l != "" {
