@@ -77,6 +77,11 @@ func pidsOf(t *testing.T, e *testEngine, id string) (child, pgid int) {
 	if _, err := fmt.Sscan(line, &child, &pgid); err != nil {
 		t.Fatalf("stdout %q: %v", line, err)
 	}
+	// Should the worker fail to, the test kills what it started, by id.
+	t.Cleanup(func() {
+		syscall.Kill(-pgid, syscall.SIGKILL)
+		syscall.Kill(child, syscall.SIGKILL)
+	})
 	if !alive(child) || len(liveInGroup(pgid)) < 2 {
 		t.Fatalf("the command's group %d is not running: child %d alive %v, group %q", pgid, child, alive(child), liveInGroup(pgid))
 	}
@@ -84,11 +89,13 @@ func pidsOf(t *testing.T, e *testEngine, id string) (child, pgid int) {
 }
 
 // groupGone fails the test if anything of group pgid is alive, the
-// backgrounded child included.
+// backgrounded child included, and then kills what is, by its ids.
 func groupGone(t *testing.T, pgid, child int) {
 	t.Helper()
 	if live := liveInGroup(pgid); len(live) > 0 || alive(child) {
 		t.Errorf("the command's group %d outlived its task: %q (child %d alive: %v)", pgid, live, child, alive(child))
+		syscall.Kill(-pgid, syscall.SIGKILL)
+		syscall.Kill(child, syscall.SIGKILL)
 	}
 }
 
@@ -393,7 +400,8 @@ func TestCommandProcess(t *testing.T) {
 	cmd.Env = append(os.Environ(), asWorkerEnv+"=1", "TMPDIR="+tmp, "SLURM_CPUS_PER_TASK=2",
 		shared.WorkerTokenEnv+"="+testToken, shared.WorkerTokenEnv+"_1="+other, "COPY_OF_IT="+testToken)
 	var stderr syncBuffer
-	cmd.Stderr = &stderr
+	// The worker's stdin is a pipe; its command's must be /dev/null.
+	cmd.Stdin, cmd.Stderr = strings.NewReader("the worker's, not the command's"), &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -502,15 +510,17 @@ func TestCommandEscapee(t *testing.T) {
 	// said its pid through the fifo.
 	id := e.Add(Task{Requires: []string{FeatureCommand},
 		Command: []string{"sh", "-c", `mkfifo f; setsid sh -c 'echo $$ > f; exec sleep 600' & cat f`}}, nil)
-	res := e.Result(t, id)
+	e.waitFor(t, "the escapee's pid", func(e *testEngine) bool {
+		return bytes.IndexByte(e.tasks[id].logs[StreamStdout], '\n') >= 0
+	})
 	var pid int
 	if _, err := fmt.Sscan(string(e.task(id).logs[StreamStdout]), &pid); err != nil || pid <= 0 {
 		t.Fatalf("stdout %q: %v", e.task(id).logs[StreamStdout], err)
 	}
-	escaped := alive(pid)
 	// Not the worker's to kill: it left the group. The test's, then.
-	syscall.Kill(pid, syscall.SIGKILL)
-	if !escaped {
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	res := e.Result(t, id)
+	if !alive(pid) {
 		t.Fatalf("the escapee %d was not running when the result came", pid)
 	}
 	if res.State != StateSucceeded || res.Stdout != int64(len(e.task(id).logs[StreamStdout])) {
@@ -519,4 +529,23 @@ func TestCommandEscapee(t *testing.T) {
 	if !strings.Contains(tw.log.String(), "a process outside the command's group holds its stdout") {
 		t.Errorf("the worker's log does not say why it closed stdout:\n%s", tw.log)
 	}
+}
+
+// TestCommandLeftovers: what a command leaves running in its group when
+// it exits is stopped before the result is sent: nothing of a task
+// outlives it on the node.
+func TestCommandLeftovers(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t)
+	tw := startWorker(t, e, nil)
+	id := e.Add(Task{Requires: []string{FeatureCommand}, Command: []string{"sh", "-c", "sleep 600 & echo $! $$"}}, nil)
+	res := e.Result(t, id)
+	if res.State != StateSucceeded {
+		t.Errorf("result %+v\n%s", res, tw.log)
+	}
+	var child, pgid int
+	if _, err := fmt.Sscan(string(e.task(id).logs[StreamStdout]), &child, &pgid); err != nil {
+		t.Fatalf("stdout %q: %v", e.task(id).logs[StreamStdout], err)
+	}
+	groupGone(t, pgid, child)
 }
