@@ -549,3 +549,65 @@ func TestCommandLeftovers(t *testing.T) {
 	}
 	groupGone(t, pgid, child)
 }
+
+// TestCommandCannotReadTheWorker: a command runs as its worker's user,
+// and the worker's /proc/PID/environ holds the credential; the worker
+// makes itself undumpable, so the command cannot read it. Root reads
+// every process's environ, so when the test runs as root the worker
+// runs as nobody, as a job's worker runs as its job's user.
+func TestCommandCannotReadTheWorker(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t)
+	dir, err := os.MkdirTemp("", "worker-as-nobody-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	self, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, tmp := filepath.Join(dir, "worker"), filepath.Join(dir, "tmp")
+	if err := os.WriteFile(bin, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--url", e.URL(), "--cpus", "1", "--max-idle", "600")
+	cmd.Env = []string{asWorkerEnv + "=1", "PATH=" + os.Getenv("PATH"), "TMPDIR=" + tmp, shared.WorkerTokenEnv + "=" + testToken}
+	if os.Geteuid() == 0 {
+		const nobody = 65534
+		for _, p := range []string{dir, bin, tmp} {
+			if err := os.Chown(p, nobody, nobody); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	}
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+			t.Errorf("the worker did not exit on SIGTERM:\n%s", &stderr)
+		}
+	}()
+
+	id := e.Add(Task{Requires: []string{FeatureCommand},
+		Command: []string{"sh", "-c", "id -u; cat /proc/$PPID/environ >/dev/null 2>&1 && echo read || echo denied"}}, nil)
+	res := e.Result(t, id)
+	out := string(e.task(id).logs[StreamStdout])
+	if res.State != StateSucceeded || !strings.HasSuffix(out, "\ndenied\n") || strings.HasPrefix(out, "0\n") {
+		t.Errorf("the command (uid, then whether it read its worker's environ): %q; result %+v\n%s", out, res, &stderr)
+	}
+}

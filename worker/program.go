@@ -82,11 +82,17 @@ const killGrace = 10 * time.Second
 // cleanly and says so (CodeLeave). It exits 1 when the engine refuses it
 // or cannot be reached for engineGoneAfter: the job then shows as
 // failed, which is what happened to it; 2 on a bad command line.
-// prog is how its usage names the command ("fluksio-worker", or
-// "host-example worker").
+// First it closes its process to the commands it runs (protectProcess):
+// they are the same user's, and its /proc/PID/environ holds the
+// credential. prog is how its usage names the command
+// ("fluksio-worker", or "host-example worker").
 func Main(prog string, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if err := protectProcess(); err != nil {
+		fmt.Fprintf(stderr, "worker: could not close this process to its commands: %v\n", err)
+		return 1
+	}
 	return runWorker(ctx, prog, args, os.Getenv, stdout, stderr, nil)
 }
 

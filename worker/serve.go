@@ -46,6 +46,10 @@ func Serve(ctx context.Context, args []string, getenv func(string) string, run f
 		fmt.Fprintln(os.Stderr, "worker: Serve needs a function to run tasks with")
 		return 2
 	}
+	if err := protectProcess(); err != nil {
+		fmt.Fprintf(os.Stderr, "worker: could not close this process to its tasks: %v\n", err)
+		return 1
+	}
 	return runWorker(ctx, filepath.Base(os.Args[0]), args, getenv, os.Stdout, os.Stderr, run)
 }
 
