@@ -64,92 +64,25 @@ func (w *Client) runCommand(ctx context.Context, t Task, st *stopper) (res Resul
 		return res, dir
 	}
 
-	env := commandEnv(w.cfg.environ, w.cfg.token, t, dir)
-	argv0, err := lookPath(t.Command[0], env, dir)
+	cmd, streams, err := startCommand(t, commandEnv(w.cfg.environ, w.cfg.token, t, dir), dir)
 	if err != nil {
 		fail(err)
 		return res, dir
 	}
-	stdout, stdoutW, err := os.Pipe()
-	if err != nil {
-		fail(fmt.Errorf("could not run the command: %w", err))
-		return res, dir
-	}
-	stderr, stderrW, err := os.Pipe()
-	if err != nil {
-		stdout.Close()
-		stdoutW.Close()
-		fail(fmt.Errorf("could not run the command: %w", err))
-		return res, dir
-	}
-	cmd := &exec.Cmd{
-		Path: argv0, Args: t.Command, Env: env, Dir: dir,
-		// Stdin nil is /dev/null. The pipes' write ends are the
-		// command's alone once it has started.
-		Stdout: stdoutW, Stderr: stderrW,
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
-	}
-	err = cmd.Start()
-	stdoutW.Close()
-	stderrW.Close()
-	if err != nil {
-		stdout.Close()
-		stderr.Close()
-		fail(fmt.Errorf("could not run %q: %w", t.Command[0], err))
-		return res, dir
-	}
 	res.Started = time.Now()
-	grp := group{pgid: cmd.Process.Pid, grace: w.cfg.KillGrace}
-	w.log.Printf("%s: started %q as process group %d in %s", t.ID, t.Command[0], grp.pgid, dir)
-
-	streams := []*logStream{
-		{name: StreamStdout, r: stdout},
-		{name: StreamStderr, r: stderr},
-	}
+	w.log.Printf("%s: started %q as process group %d in %s", t.ID, t.Command[0], cmd.Process.Pid, dir)
 	var streaming sync.WaitGroup
 	for _, s := range streams {
 		streaming.Go(func() { w.stream(t, st, s) })
 	}
-
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	var timeout <-chan time.Time
-	limit := seconds(t.TimeoutSeconds)
-	if limit > 0 {
-		timer := time.NewTimer(limit)
-		defer timer.Stop()
-		timeout = timer.C
-	}
-	var waitErr error
-	for stopping, done := st.done(), false; !done; {
-		select {
-		case waitErr = <-exited:
-			done = true
-		case <-timeout:
-			timeout = nil
-			st.stop(stopTimeout, fmt.Sprintf("the command outlived its timeout of %s", limit))
-		case <-stopping:
-			stopping = nil
-			_, why := st.why()
-			w.log.Printf("%s: %s; stopping process group %d", t.ID, why, grp.pgid)
-			grp.terminate()
-		case <-grp.killC:
-			grp.kill()
-		}
-	}
+	waitErr := w.supervise(t, st, cmd)
 	res.Ended = time.Now()
-	// The command is gone; whatever it left running in its group goes
-	// too, so that nothing of this task outlives it on the node.
-	if left := grp.finish(); left {
-		w.log.Printf("%s: process group %d still has processes after SIGKILL", t.ID, grp.pgid)
-	}
-	grp.stop()
-
 	drained := make(chan struct{})
 	go func() { streaming.Wait(); close(drained) }()
 	w.drain(t.ID, streams, drained)
-	stdout.Close()
-	stderr.Close()
+	for _, s := range streams {
+		s.r.Close()
+	}
 	res.Stdout, res.Stderr = streams[0].sent, streams[1].sent
 
 	reason, why := st.why()
@@ -185,6 +118,81 @@ func (w *Client) runCommand(ctx context.Context, t Task, st *stopper) (res Resul
 		res.Error = joinErrors(res.Error, err.Error())
 	}
 	return res, dir
+}
+
+// startCommand starts t's command in dir with env, in a process group
+// of its own, stdin from /dev/null, and returns it with its stdout and
+// stderr to be read.
+func startCommand(t Task, env []string, dir string) (*exec.Cmd, []*logStream, error) {
+	argv0, err := lookPath(t.Command[0], env)
+	if err != nil {
+		return nil, nil, err
+	}
+	stdout, stdoutW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("could not run the command: %w", err)
+	}
+	stderr, stderrW, err := os.Pipe()
+	if err != nil {
+		stdout.Close()
+		stdoutW.Close()
+		return nil, nil, fmt.Errorf("could not run the command: %w", err)
+	}
+	cmd := &exec.Cmd{
+		Path: argv0, Args: t.Command, Env: env, Dir: dir,
+		// Stdin nil is /dev/null. The pipes' write ends are the
+		// command's alone once it has started.
+		Stdout: stdoutW, Stderr: stderrW,
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	err = cmd.Start()
+	stdoutW.Close()
+	stderrW.Close()
+	if err != nil {
+		stdout.Close()
+		stderr.Close()
+		return nil, nil, fmt.Errorf("could not run %q: %w", t.Command[0], err)
+	}
+	return cmd, []*logStream{{name: StreamStdout, r: stdout}, {name: StreamStderr, r: stderr}}, nil
+}
+
+// supervise waits for cmd to exit, stopping its group at st's stop or
+// at t's timeout (which is one), and then stops what it left running in
+// its group, so that nothing of the task outlives it on the node. It
+// returns cmd.Wait's error.
+func (w *Client) supervise(t Task, st *stopper, cmd *exec.Cmd) error {
+	grp := group{pgid: cmd.Process.Pid, grace: w.cfg.KillGrace}
+	defer grp.stop()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var timeout <-chan time.Time
+	limit := seconds(t.TimeoutSeconds)
+	if limit > 0 {
+		timer := time.NewTimer(limit)
+		defer timer.Stop()
+		timeout = timer.C
+	}
+	var waitErr error
+	for stopping, done := st.done(), false; !done; {
+		select {
+		case waitErr = <-exited:
+			done = true
+		case <-timeout:
+			timeout = nil
+			st.stop(stopTimeout, fmt.Sprintf("the command outlived its timeout of %s", limit))
+		case <-stopping:
+			stopping = nil
+			_, why := st.why()
+			w.log.Printf("%s: %s; stopping process group %d", t.ID, why, grp.pgid)
+			grp.terminate()
+		case <-grp.killC:
+			grp.kill()
+		}
+	}
+	if left := grp.finish(); left {
+		w.log.Printf("%s: process group %d still has processes after SIGKILL", t.ID, grp.pgid)
+	}
+	return waitErr
 }
 
 // joinErrors is a task's errors in words, one after the other.
@@ -368,7 +376,7 @@ func commandEnv(environ []string, token string, t Task, dir string) []string {
 // (relative to the task's directory), else in the PATH of the command's
 // own environment, whose relative entries are skipped, as the shell's
 // are not, so that nothing in the task's directory runs by a bare name.
-func lookPath(name string, env []string, dir string) (string, error) {
+func lookPath(name string, env []string) (string, error) {
 	if strings.Contains(name, "/") {
 		return name, nil
 	}
