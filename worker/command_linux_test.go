@@ -348,14 +348,14 @@ func TestCommandTimeout(t *testing.T) {
 	}
 
 	id = e.Add(Task{Requires: []string{FeatureCommand}, Command: []string{"sh", "-c", "trap '' TERM; sleep 600 & echo $! $$; wait"},
-		TimeoutSeconds: 2}, nil)
+		TimeoutSeconds: 3}, nil) // time for its pids to reach the engine (within 1 s) and be read
 	child, pgid := pidsOf(t, e, id)
 	res = e.Result(t, id)
 	if res.State != StateTimedOut || res.Signal != "SIGKILL" {
 		t.Errorf("a command that ignores SIGTERM: %+v\n%s", res, tw.log)
 	}
-	if took := res.Ended.Sub(res.Started); took < 2*time.Second+grace {
-		t.Errorf("killed after %s; the timeout and the grace are %s", took, 2*time.Second+grace)
+	if took := res.Ended.Sub(res.Started); took < 3*time.Second+grace {
+		t.Errorf("killed after %s; the timeout and the grace are %s", took, 3*time.Second+grace)
 	}
 	groupGone(t, pgid, child)
 }
