@@ -5,29 +5,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log"
 	"net/http"
 	"net/url"
-	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/fluksio/provision/internal/backoff"
-	"github.com/fluksio/provision/shared"
 )
-
-// engineGoneAfter is how long the engine may be unreachable before the
-// worker stops trying. Long enough to ride out an engine restart's
-// listener gap, short enough that a job whose engine has gone for good
-// gives its allocation back within seconds.
-const engineGoneAfter = 10 * time.Second
 
 // pollOpenFor is how long a worker keeps polling again while the engine
 // says its previous poll is still open (409 poll_open): longer than the
@@ -35,167 +23,10 @@ const engineGoneAfter = 10 * time.Second
 // holds has ended by then.
 const pollOpenFor = 3 * 20 * time.Second
 
-// Config is everything a worker run depends on, gathered before it
-// starts so that a bad flag or a missing credential fails at once.
-type Config struct {
-	url         *url.URL
-	cpus, gpus  int
-	ramMB       int64
-	labels      []string
-	artifactURL string
-	maxIdle     time.Duration
-	// engineCA and engineCertSHA256 say how to verify an https engine
-	// (tls.go); empty means the system's roots.
-	engineCA, engineCertSHA256 string
-
-	token      string
-	hostname   string
-	slurmJobID string
-	// slurmCPUs is SLURM_CPUS_ON_NODE: what the allocation actually got,
-	// which may be more than --cpus asked for.
-	slurmCPUs string
-
-	// GoneAfter is how long the engine may be unreachable before the
-	// worker gives up; RetryFirst its first pause between tries. ParseArgs
-	// sets the defaults; tests shorten them.
-	GoneAfter  time.Duration
-	RetryFirst time.Duration
-}
-
-// Main is the worker as a program (fluksio-worker, or host-example
-// worker): the payload a provisioner's job runs. It attaches to the
-// engine, runs tasks until it has been idle for --max-idle seconds,
-// detaches and exits 0. SIGTERM (Slurm's walltime warning) or SIGINT
-// makes it detach and exit 0 at once, and so does an engine that stops
-// cleanly and says so (CodeLeave). It exits 1 when the engine refuses it
-// or cannot be reached for engineGoneAfter: the job then shows as
-// failed, which is what happened to it; 2 on a bad command line.
-// prog is how its usage names the command ("fluksio-worker", or
-// "host-example worker").
-func Main(prog string, args []string, stdout, stderr io.Writer) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return run(ctx, prog, args, os.Getenv, stdout, stderr)
-}
-
-// Run is Main with its environment and output passed in, so that tests
-// can run several workers in one process. stdout is only for -h.
-func Run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	return run(ctx, "fluksio-worker", args, getenv, stdout, stderr)
-}
-
-func run(ctx context.Context, prog string, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	logger := log.New(stderr, "worker: ", log.LstdFlags)
-	cfg, err := parseArgs(prog, args, getenv, stdout, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if errors.Is(err, errUsage) {
-		return 2
-	}
-	if err != nil {
-		logger.Print(err)
-		return 2
-	}
-	transport, err := workerTransport(cfg.engineCA, cfg.engineCertSHA256)
-	if err != nil {
-		logger.Print(err)
-		return 2
-	}
-	return NewClient(cfg, logger, &http.Client{Transport: transport}).Work(ctx)
-}
-
-// errUsage is a mistake on the command line that parseArgs has already
-// reported, with the usage.
-var errUsage = errors.New("usage")
-
-// ParseArgs reads a worker's command line (shared.WorkerArgs) and its
-// credential from getenv. -h writes the usage to stdout and returns
-// flag.ErrHelp.
-func ParseArgs(args []string, getenv func(string) string, stdout, stderr io.Writer) (Config, error) {
-	return parseArgs("fluksio-worker", args, getenv, stdout, stderr)
-}
-
-func parseArgs(prog string, args []string, getenv func(string) string, stdout, stderr io.Writer) (Config, error) {
-	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: "+prog+" --url URL --cpus N --gpus N --max-idle SECONDS [--ram-mb N] [--labels a,b] [--artifact-url URL] [--engine-ca FILE | --engine-cert-sha256 HEX]\n"+
-			"The credential is read from $%s.\n", shared.WorkerTokenEnv)
-		fs.PrintDefaults()
-	}
-	var (
-		rawURL  = fs.String("url", "", "the engine's `URL`")
-		cpus    = fs.Int("cpus", 1, "CPUs this machine offers")
-		gpus    = fs.Int("gpus", 0, "GPUs this machine offers")
-		ramMB   = fs.Int64("ram-mb", 0, "memory this machine offers, in MB (0: not said)")
-		labels  = fs.String("labels", "", "comma-separated `labels` this machine advertises")
-		art     = fs.String("artifact-url", "", "where artifacts are fetched from (accepted; this example fetches none)")
-		maxIdle = fs.Float64("max-idle", 300, "leave after this many `seconds` without work")
-		ca      = fs.String("engine-ca", "", "PEM `file` of the CA(s) to verify an https engine with, instead of the system's")
-		pin     = fs.String("engine-cert-sha256", "", "verify an https engine by the SHA-256 of its certificate, in `hex`")
-	)
-	// The flag package writes its usage before it returns; buffered, so
-	// that help goes to stdout and a mistake to stderr.
-	var buf bytes.Buffer
-	fs.SetOutput(&buf)
-	err := fs.Parse(args)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		stdout.Write(buf.Bytes())
-		return Config{}, flag.ErrHelp
-	case err != nil:
-		stderr.Write(buf.Bytes())
-		return Config{}, errUsage
-	case fs.NArg() > 0:
-		return Config{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
-	}
-	if *rawURL == "" {
-		return Config{}, errors.New("--url is required")
-	}
-	u, err := url.Parse(*rawURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return Config{}, fmt.Errorf("--url %q is not an http(s) URL", *rawURL)
-	}
-	switch {
-	case *cpus < 1:
-		return Config{}, errors.New("--cpus must be at least 1")
-	case *gpus < 0 || *ramMB < 0:
-		return Config{}, errors.New("--gpus and --ram-mb may not be negative")
-	case !(*maxIdle > 0):
-		return Config{}, errors.New("--max-idle must be a positive number of seconds")
-	}
-	if (*ca != "" || *pin != "") && u.Scheme != "https" {
-		return Config{}, errors.New("--engine-ca and --engine-cert-sha256 need an https --url")
-	}
-	token := strings.TrimSpace(getenv(shared.WorkerTokenEnv))
-	if token == "" {
-		return Config{}, fmt.Errorf("no credential: $%s is not set (the provisioner that started this job sets it)", shared.WorkerTokenEnv)
-	}
-	host, err := os.Hostname()
-	if err != nil {
-		host = "unknown"
-	}
-	cfg := Config{
-		engineCA: *ca, engineCertSHA256: *pin,
-		url: u, cpus: *cpus, gpus: *gpus, ramMB: *ramMB, artifactURL: *art,
-		maxIdle:    time.Duration(*maxIdle * float64(time.Second)),
-		token:      token,
-		hostname:   host,
-		slurmJobID: JobID(getenv),
-		slurmCPUs:  getenv("SLURM_CPUS_ON_NODE"),
-		GoneAfter:  engineGoneAfter,
-		RetryFirst: 250 * time.Millisecond,
-	}
-	for _, l := range strings.Split(*labels, ",") {
-		if l = strings.TrimSpace(l); l != "" {
-			cfg.labels = append(cfg.labels, l)
-		}
-	}
-	return cfg, nil
-}
-
-// Client is one worker's conversation with the engine. It is used
-// by one goroutine, the one that calls run.
+// Client is one worker's conversation with the engine. Work runs it on
+// the goroutine that calls it; while a task runs, the task's own
+// goroutines (its watch, its command's streams) make requests too, and
+// read name and session, which only Attach writes, between tasks.
 type Client struct {
 	cfg  Config
 	log  *log.Logger
@@ -277,19 +108,31 @@ func (w *Client) Work(ctx context.Context) int {
 		}
 
 		w.log.Printf("running %s", task.ID)
-		taskCtx, dropTask := context.WithCancel(ctx)
-		stopWatch := w.watch(taskCtx, dropTask)
-		res := w.work(taskCtx, *task)
-		dismissed := stopWatch()
-		dropTask()
-		if dismissed {
+		st := newStopper(ctx)
+		stopWatch := w.watch(ctx, task.ID, st)
+		res, dir := w.runTask(ctx, *task, st)
+		stopWatch()
+		reason, why := st.why()
+		st.release()
+		if reason.dropsTask() {
 			// The engine is stopping cleanly and has no use for the
-			// result: our job ends now, completed, not after the task.
-			w.log.Printf("the engine lets us go; dropping %s and leaving", task.ID)
+			// result, or this worker is stopping (SIGTERM): the task is
+			// dropped unreported, its command's group already killed,
+			// and our job ends now, completed.
+			w.removeTaskDir(dir)
+			if reason == stopLeave {
+				w.log.Printf("the engine lets us go; dropping %s and leaving", task.ID)
+			} else {
+				w.log.Printf("%s; dropped %s", why, task.ID)
+			}
 			w.detach(ctx)
 			return 0
 		}
-		if err := w.report(ctx, res); err != nil {
+		err = w.report(ctx, res)
+		// Reported, or never will be: the directory has nothing more to
+		// give.
+		w.removeTaskDir(dir)
+		if err != nil {
 			if ctx.Err() != nil {
 				continue
 			}
@@ -298,7 +141,7 @@ func (w *Client) Work(ctx context.Context) int {
 				return 1
 			}
 		} else {
-			w.log.Printf("reported %s", task.ID)
+			w.log.Printf("reported %s: %s", task.ID, describe(res))
 		}
 		idleSince = time.Now()
 	}
@@ -316,6 +159,7 @@ func (w *Client) Attach(ctx context.Context) error {
 	req := AttachRequest{
 		Hostname: w.cfg.hostname, JobID: w.cfg.slurmJobID,
 		CPUs: w.cfg.cpus, GPUs: w.cfg.gpus, RAMMB: w.cfg.ramMB, Labels: w.cfg.labels,
+		Features: w.cfg.features,
 	}
 	var resp AttachResponse
 	if _, err := w.call(ctx, http.MethodPost, "/v1/attach", nil, req, &resp, 0); err != nil {
@@ -346,65 +190,44 @@ func (w *Client) Poll(ctx context.Context, left time.Duration) (*Task, error) {
 // poll wait (20 s unless an embedder changed it); the rest is slack.
 const watchTimeout = 90 * time.Second
 
-// watch keeps GET /v1/watch open while a task runs, so that an engine
-// stopping cleanly can let this worker go in the middle of its task
-// (Books.handleWatch). On the engine's word to leave it calls drop, which
-// ends the task. The stop it returns ends the watch, waits for its
-// goroutine, and says whether the engine said to leave. An engine that
-// does not answer the watch (it is older than it, or has gone away, which
-// the report will find) is not watched further; the task goes on.
-func (w *Client) watch(ctx context.Context, drop context.CancelFunc) (stop func() bool) {
+// watch keeps GET /v1/watch open while task id runs, so that the engine
+// can cancel it (200, WatchAnswer.Cancel naming it) and, when it stops
+// cleanly, let this worker go in the middle of it (410 leave;
+// Books.handleWatch). Either stops the task through st. The stop it
+// returns ends the watch and waits for its goroutine. A watch answered
+// anything else (an engine older than the watch, or one gone away, which
+// the report will find) is not opened again; the task goes on.
+func (w *Client) watch(ctx context.Context, id string, st *stopper) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
-	var left atomic.Bool
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for ctx.Err() == nil {
-			status, err := w.call(ctx, http.MethodGet, "/v1/watch", nil, nil, nil, watchTimeout)
+			var ans WatchAnswer
+			status, err := w.call(ctx, http.MethodGet, "/v1/watch", nil, nil, &ans, watchTimeout)
 			switch {
 			case errors.Is(err, errLeave):
-				left.Store(true)
-				drop()
+				st.stop(stopLeave, "the engine lets its workers go")
 				return
-			case err == nil && status == http.StatusNoContent:
+			case err == nil && status == http.StatusOK && ans.Cancel == id:
+				why := "cancelled by the engine"
+				if ans.Reason != "" {
+					why += ": " + ans.Reason
+				}
+				st.stop(stopCancel, why)
+				return
+			case err == nil && (status == http.StatusNoContent || status == http.StatusOK):
+				// Nothing yet, or the cancel of a task this worker has
+				// already reported: watch on.
 			default:
 				return
 			}
 		}
 	}()
-	return func() bool {
+	return func() {
 		cancel()
 		<-done
-		return left.Load()
 	}
-}
-
-// work runs a task. The work itself is a stand-in: say where it ran and
-// with how much, and prove it ran by computing something. A task with
-// WorkSeconds sleeps that long instead, and says so: it stands for work
-// that takes time, so that a burst's parallelism shows, without loading
-// a machine the sandbox shares with every other worker.
-func (w *Client) work(ctx context.Context, t Task) ResultRequest {
-	cpus := w.cfg.cpus
-	if n, err := strconv.Atoi(w.cfg.slurmCPUs); err == nil && n > 0 {
-		cpus = n
-	}
-	res := ResultRequest{TaskID: t.ID, Hostname: w.cfg.hostname, JobID: w.cfg.slurmJobID, CPUs: cpus}
-	if t.WorkSeconds > 0 {
-		d := time.Duration(min(t.WorkSeconds, 24*3600) * float64(time.Second))
-		timer := time.NewTimer(d)
-		defer timer.Stop()
-		select {
-		case <-timer.C:
-			res.Output = fmt.Sprintf("slept %s (simulated work) on %s with %d cpus", d, w.cfg.hostname, cpus)
-		case <-ctx.Done():
-			res.Output = fmt.Sprintf("interrupted after part of %s of simulated work on %s", d, w.cfg.hostname)
-		}
-		return res
-	}
-	const below = 100000
-	res.Output = fmt.Sprintf("%d primes below %d on %s with %d cpus", countPrimes(below), below, w.cfg.hostname, cpus)
-	return res
 }
 
 func (w *Client) report(ctx context.Context, res ResultRequest) error {
@@ -423,7 +246,7 @@ func (w *Client) report(ctx context.Context, res ResultRequest) error {
 func (w *Client) detach(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	req, err := w.newRequest(ctx, http.MethodPost, "/v1/detach", nil, nil)
+	req, err := w.newRequest(ctx, http.MethodPost, "/v1/detach", nil, nil, "")
 	if err != nil {
 		return
 	}
@@ -454,18 +277,8 @@ func (w *Client) call(ctx context.Context, method, path string, q url.Values, bo
 			return 0, err
 		}
 	}
-	var firstFailure, openSince time.Time
-	pause := w.cfg.RetryFirst
-	wait := func(d time.Duration) bool {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-			return true
-		}
-	}
+	var openSince time.Time
+	r := w.retrying()
 	for {
 		status, answer, err := w.once(ctx, method, path, q, payload, out, timeout)
 		msg := answer.Error
@@ -482,10 +295,9 @@ func (w *Client) call(ctx context.Context, method, path string, q url.Values, bo
 			if time.Since(openSince) >= pollOpenFor {
 				return status, fmt.Errorf("%s %s: %s, for %s", method, path, msg, pollOpenFor)
 			}
-			if !wait(pause) {
-				return 0, ctx.Err()
+			if err := r.pauseFor(ctx); err != nil {
+				return 0, err
 			}
-			pause = backoff.Next(pause, 2*time.Second)
 			continue
 		case err == nil && status == http.StatusGone && answer.Code == CodeLeave:
 			return status, errLeave
@@ -502,32 +314,74 @@ func (w *Client) call(ctx context.Context, method, path string, q url.Values, bo
 			return status, fmt.Errorf("%w: %s", errRefused, msg)
 		case err == nil && status >= 200 && status < 300:
 			return status, nil
-		case err == nil && status != http.StatusServiceUnavailable && status != http.StatusBadGateway && status != http.StatusGatewayTimeout:
+		case err == nil && !unavailable(status):
 			return status, fmt.Errorf("%s %s: %d %s", method, path, status, msg)
 		}
 		// Unreachable, or there but not taking requests: wait a little.
 		if err == nil {
 			err = fmt.Errorf("%d %s", status, msg)
 		}
-		if firstFailure.IsZero() {
-			firstFailure = time.Now()
+		if err := r.again(ctx, method, path, err); err != nil {
+			return 0, err
 		}
-		if time.Since(firstFailure) >= w.cfg.GoneAfter {
-			return 0, fmt.Errorf("%w for %s: %v", errEngineGone, w.cfg.GoneAfter, err)
-		}
-		w.log.Printf("%s %s failed, retrying in %s: %v", method, path, pause, err)
-		if !wait(pause) {
-			return 0, ctx.Err()
-		}
-		pause = backoff.Next(pause, 2*time.Second)
 	}
+}
+
+// unavailable reports whether status says the engine (or a proxy in
+// front of it) is there but not taking requests now, which a retry may
+// get past.
+func unavailable(status int) bool {
+	return status == http.StatusServiceUnavailable || status == http.StatusBadGateway || status == http.StatusGatewayTimeout
+}
+
+// retry is the pause between one request's tries while the engine is
+// unreachable or unavailable, and since when that has lasted.
+type retry struct {
+	w            *Client
+	firstFailure time.Time
+	pause        time.Duration
+}
+
+func (w *Client) retrying() *retry { return &retry{w: w, pause: w.cfg.RetryFirst} }
+
+// again pauses before the next try after err, which was the engine
+// unreachable or unavailable; it returns errEngineGone once that has
+// lasted cfg.GoneAfter, or ctx's error if ctx ends first.
+func (r *retry) again(ctx context.Context, method, path string, err error) error {
+	if r.firstFailure.IsZero() {
+		r.firstFailure = time.Now()
+	}
+	if time.Since(r.firstFailure) >= r.w.cfg.GoneAfter {
+		return fmt.Errorf("%w for %s: %v", errEngineGone, r.w.cfg.GoneAfter, err)
+	}
+	r.w.log.Printf("%s %s failed, retrying in %s: %v", method, path, r.pause, err)
+	return r.pauseFor(ctx)
+}
+
+// pauseFor waits the current pause, doubling the next (to 2 s at most);
+// it returns ctx's error if ctx ends first.
+func (r *retry) pauseFor(ctx context.Context) error {
+	t := time.NewTimer(r.pause)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+	}
+	r.pause = backoff.Next(r.pause, 2*time.Second)
+	return nil
 }
 
 // once makes one attempt. err is set only when no response came back.
 func (w *Client) once(ctx context.Context, method, path string, q url.Values, payload []byte, out any, timeout time.Duration) (status int, answer ErrorResponse, err error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := w.newRequest(ctx, method, path, q, payload)
+	var body io.Reader
+	contentType := ""
+	if payload != nil {
+		body, contentType = bytes.NewReader(payload), "application/json"
+	}
+	req, err := w.newRequest(ctx, method, path, q, body, contentType)
 	if err != nil {
 		return 0, answer, err
 	}
@@ -551,14 +405,19 @@ func (w *Client) once(ctx context.Context, method, path string, q url.Values, pa
 	return resp.StatusCode, answer, nil
 }
 
-func (w *Client) newRequest(ctx context.Context, method, path string, q url.Values, payload []byte) (*http.Request, error) {
+// newRequest is a request to the engine with the worker's credential
+// and session. path is escaped already (the transfers' paths hold
+// escaped names) and goes after the engine URL's own path; body, when
+// not nil, is sent as contentType.
+func (w *Client) newRequest(ctx context.Context, method, path string, q url.Values, body io.Reader, contentType string) (*http.Request, error) {
 	u := *w.cfg.url
-	u.Path = strings.TrimSuffix(u.Path, "/") + path
-	u.RawQuery = q.Encode()
-	var body io.Reader
-	if payload != nil {
-		body = bytes.NewReader(payload)
+	raw := strings.TrimSuffix(u.EscapedPath(), "/") + path
+	decoded, err := url.PathUnescape(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
+	u.Path, u.RawPath = decoded, raw
+	u.RawQuery = q.Encode()
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
 	if err != nil {
 		return nil, err
@@ -567,30 +426,10 @@ func (w *Client) newRequest(ctx context.Context, method, path string, q url.Valu
 	if w.session != "" && path != "/v1/attach" {
 		req.Header.Set(SessionHeader, w.session)
 	}
-	if payload != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
 	}
 	return req, nil
-}
-
-// countPrimes counts the primes below n with a sieve: small, exact, and
-// easy to check (9592 below 100000).
-func countPrimes(n int) int {
-	if n < 3 {
-		return 0
-	}
-	composite := make([]bool, n)
-	count := 0
-	for i := 2; i < n; i++ {
-		if composite[i] {
-			continue
-		}
-		count++
-		for j := i * i; j < n; j += i {
-			composite[j] = true
-		}
-	}
-	return count
 }
 
 // JobID is the job a worker runs as, the way its provisioner recorded it

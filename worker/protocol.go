@@ -17,6 +17,10 @@ import "time"
 // every later request of the worker (work, result, detach).
 const SessionHeader = "Fluksio-Session"
 
+// OffsetHeader is on every 2xx answer to POST /v1/work/ID/log/STREAM:
+// how many bytes of the stream the engine has now.
+const OffsetHeader = "Fluksio-Offset"
+
 // Codes tell apart answers a worker treats differently under one status.
 const (
 	// CodePollOpen comes with 409 on GET /v1/work: a poll of this worker

@@ -1,0 +1,227 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fluksio/provision/shared"
+)
+
+// engineGoneAfter is how long the engine may be unreachable before the
+// worker stops trying. Long enough to ride out an engine restart's
+// listener gap, short enough that a job whose engine has gone for good
+// gives its allocation back within seconds.
+const engineGoneAfter = 10 * time.Second
+
+// Config is everything a worker run depends on, gathered before it
+// starts so that a bad flag or a missing credential fails at once.
+type Config struct {
+	url         *url.URL
+	cpus, gpus  int
+	ramMB       int64
+	labels      []string
+	artifactURL string
+	maxIdle     time.Duration
+	// engineCA and engineCertSHA256 say how to verify an https engine
+	// (tls.go); empty means the system's roots.
+	engineCA, engineCertSHA256 string
+
+	token      string
+	hostname   string
+	slurmJobID string
+	// slurmCPUs is SLURM_CPUS_ON_NODE: what the allocation actually got,
+	// which may be more than --cpus asked for.
+	slurmCPUs string
+
+	// features are what the worker names at attach: FeatureCommand for
+	// fluksio-worker, FeaturePayload for a worker built on Serve.
+	features []string
+	// payload runs a payload task: Serve's run function; nil for
+	// fluksio-worker.
+	payload payloadFunc
+	// environ is the environment a task's command inherits, less the
+	// credential's variables (commandEnv): the process's own, whatever
+	// getenv the settings above were read with.
+	environ []string
+	// workDir is where task directories are made: $TMPDIR, else /tmp.
+	workDir string
+
+	// GoneAfter is how long the engine may be unreachable before the
+	// worker gives up; RetryFirst its first pause between tries. ParseArgs
+	// sets the defaults; tests shorten them.
+	GoneAfter  time.Duration
+	RetryFirst time.Duration
+	// KillGrace is how long a command that is stopped (cancelled, timed
+	// out, over a limit, or the worker leaving) has between SIGTERM and
+	// SIGKILL to its process group: killGrace, unless a test shortens it.
+	KillGrace time.Duration
+}
+
+// killGrace is the default Config.KillGrace: time for a command to
+// write out what it holds after SIGTERM, short beside Slurm's 60 s
+// between its walltime warning and the kill.
+const killGrace = 10 * time.Second
+
+// Main is the worker as a program (fluksio-worker, or host-example
+// worker): the payload a provisioner's job runs. It attaches to the
+// engine, runs tasks until it has been idle for --max-idle seconds,
+// detaches and exits 0. SIGTERM (Slurm's walltime warning) or SIGINT
+// makes it detach and exit 0 at once, and so does an engine that stops
+// cleanly and says so (CodeLeave). It exits 1 when the engine refuses it
+// or cannot be reached for engineGoneAfter: the job then shows as
+// failed, which is what happened to it; 2 on a bad command line.
+// First it closes its process to the commands it runs (protectProcess):
+// they are the same user's, and its /proc/PID/environ holds the
+// credential. prog is how its usage names the command
+// ("fluksio-worker", or "host-example worker").
+func Main(prog string, args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := protectProcess(); err != nil {
+		fmt.Fprintf(stderr, "worker: could not close this process to its commands: %v\n", err)
+		return 1
+	}
+	return runWorker(ctx, prog, args, os.Getenv, stdout, stderr, nil)
+}
+
+// Run is Main with its environment and output passed in, so that tests
+// can run several workers in one process. stdout is only for -h.
+func Run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	return runWorker(ctx, "fluksio-worker", args, getenv, stdout, stderr, nil)
+}
+
+// runWorker is Main, Run and Serve: payload, when not nil, makes the worker
+// one that runs payload tasks with it (FeaturePayload) rather than
+// commands.
+func runWorker(ctx context.Context, prog string, args []string, getenv func(string) string, stdout, stderr io.Writer, payload payloadFunc) int {
+	logger := log.New(stderr, "worker: ", log.LstdFlags)
+	cfg, err := parseArgs(prog, args, getenv, stdout, stderr)
+	if err == nil && payload != nil {
+		cfg.features, cfg.payload = []string{FeaturePayload}, payload
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if errors.Is(err, errUsage) {
+		return 2
+	}
+	if err != nil {
+		logger.Print(err)
+		return 2
+	}
+	transport, err := workerTransport(cfg.engineCA, cfg.engineCertSHA256)
+	if err != nil {
+		logger.Print(err)
+		return 2
+	}
+	return NewClient(cfg, logger, &http.Client{Transport: transport}).Work(ctx)
+}
+
+// errUsage is a mistake on the command line that parseArgs has already
+// reported, with the usage.
+var errUsage = errors.New("usage")
+
+// ParseArgs reads a worker's command line (shared.WorkerArgs) and its
+// credential from getenv. -h writes the usage to stdout and returns
+// flag.ErrHelp.
+func ParseArgs(args []string, getenv func(string) string, stdout, stderr io.Writer) (Config, error) {
+	return parseArgs("fluksio-worker", args, getenv, stdout, stderr)
+}
+
+func parseArgs(prog string, args []string, getenv func(string) string, stdout, stderr io.Writer) (Config, error) {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: "+prog+" --url URL --cpus N --gpus N --max-idle SECONDS [--ram-mb N] [--labels a,b] [--artifact-url URL] [--engine-ca FILE | --engine-cert-sha256 HEX]\n"+
+			"The credential is read from $%s.\n", shared.WorkerTokenEnv)
+		fs.PrintDefaults()
+	}
+	var (
+		rawURL  = fs.String("url", "", "the engine's `URL`")
+		cpus    = fs.Int("cpus", 1, "CPUs this machine offers")
+		gpus    = fs.Int("gpus", 0, "GPUs this machine offers")
+		ramMB   = fs.Int64("ram-mb", 0, "memory this machine offers, in MB (0: not said)")
+		labels  = fs.String("labels", "", "comma-separated `labels` this machine advertises")
+		art     = fs.String("artifact-url", "", "where artifacts are fetched from (accepted; this example fetches none)")
+		maxIdle = fs.Float64("max-idle", 300, "leave after this many `seconds` without work")
+		ca      = fs.String("engine-ca", "", "PEM `file` of the CA(s) to verify an https engine with, instead of the system's")
+		pin     = fs.String("engine-cert-sha256", "", "verify an https engine by the SHA-256 of its certificate, in `hex`")
+	)
+	// The flag package writes its usage before it returns; buffered, so
+	// that help goes to stdout and a mistake to stderr.
+	var buf bytes.Buffer
+	fs.SetOutput(&buf)
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		stdout.Write(buf.Bytes())
+		return Config{}, flag.ErrHelp
+	case err != nil:
+		stderr.Write(buf.Bytes())
+		return Config{}, errUsage
+	case fs.NArg() > 0:
+		return Config{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if *rawURL == "" {
+		return Config{}, errors.New("--url is required")
+	}
+	u, err := url.Parse(*rawURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return Config{}, fmt.Errorf("--url %q is not an http(s) URL", *rawURL)
+	}
+	switch {
+	case *cpus < 1:
+		return Config{}, errors.New("--cpus must be at least 1")
+	case *gpus < 0 || *ramMB < 0:
+		return Config{}, errors.New("--gpus and --ram-mb may not be negative")
+	case !(*maxIdle > 0):
+		return Config{}, errors.New("--max-idle must be a positive number of seconds")
+	}
+	if (*ca != "" || *pin != "") && u.Scheme != "https" {
+		return Config{}, errors.New("--engine-ca and --engine-cert-sha256 need an https --url")
+	}
+	token := strings.TrimSpace(getenv(shared.WorkerTokenEnv))
+	if token == "" {
+		return Config{}, fmt.Errorf("no credential: $%s is not set (the provisioner that started this job sets it)", shared.WorkerTokenEnv)
+	}
+	workDir := getenv("TMPDIR")
+	if workDir == "" {
+		workDir = "/tmp"
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	cfg := Config{
+		engineCA: *ca, engineCertSHA256: *pin,
+		url: u, cpus: *cpus, gpus: *gpus, ramMB: *ramMB, artifactURL: *art,
+		maxIdle:    time.Duration(*maxIdle * float64(time.Second)),
+		token:      token,
+		hostname:   host,
+		slurmJobID: JobID(getenv),
+		slurmCPUs:  getenv("SLURM_CPUS_ON_NODE"),
+		features:   []string{FeatureCommand},
+		environ:    os.Environ(),
+		workDir:    workDir,
+		GoneAfter:  engineGoneAfter,
+		RetryFirst: 250 * time.Millisecond,
+		KillGrace:  killGrace,
+	}
+	for _, l := range strings.Split(*labels, ",") {
+		if l = strings.TrimSpace(l); l != "" {
+			cfg.labels = append(cfg.labels, l)
+		}
+	}
+	return cfg, nil
+}
