@@ -499,7 +499,7 @@ func (p *router) match() ([]*needState, []taskNews) {
 		t := pl.task
 		if rec := pl.ns.rec; rec != nil {
 			var outcome beginOutcome
-			t, outcome = p.tasks.begin(rec, pl.task.ID, pl.worker)
+			t, outcome = p.tasks.begin(rec, pl.task, pl.worker)
 			if outcome != begun {
 				// Cancelled (or ended) before it began: it ends here.
 				p.mu.Lock()

@@ -103,21 +103,28 @@ type taskTable struct {
 	ended []*taskRec
 }
 
-// taskRec is one task. id, retries and sources' and wire's contents
-// are fixed at Submit; wire and sources are dropped (under mu) when the
-// task ends.
+// taskRec is one task. Its fields above state are fixed at Submit;
+// those that hold what the caller gave (command to sources) are
+// dropped, under taskTable.mu, when the task ends. A queued task costs
+// what it holds and little more: 100,000 of them are a test's
+// (TestTasksQueuedMemory), and its worker's wire task is built only
+// when an attempt begins.
 type taskRec struct {
 	id      string
 	retries int
 	// requires are the features a worker needs to run it, never
 	// dropped: the router reads them without the lock.
 	requires []string
-	// wire is the task as its worker is told it, but for the attempt's
-	// ID and number. The router reads it while the task waits, when
-	// nothing changes it.
-	wire *worker.Task
+	command  []string
+	// env is Env as "NAME=value" words, sorted: a slice, not a map, for
+	// a queued task's sake.
+	env     []string
+	files   []worker.File
+	outputs []string
+	timeout time.Duration
+	payload []byte
 	// sources are where each input's bytes come from, in the order of
-	// wire.Inputs: the caller's Path or Data, never a copy.
+	// files: the caller's Path or Data, never a copy.
 	sources []Input
 
 	// Guarded by taskTable.mu.
@@ -281,11 +288,13 @@ func (t *taskTable) submit(spec TaskSpec) (*taskRec, error) {
 	if len(spec.Command) == 0 {
 		requires = requiresPayload
 	}
-	rec := &taskRec{retries: spec.Retries, requires: requires, sources: slices.Clone(spec.Inputs), state: TaskWaiting, wire: &worker.Task{
-		Need: toNeedJSON(spec.Need), Requires: requires, Command: slices.Clone(spec.Command), Env: maps.Clone(spec.Env),
-		Inputs: files, Outputs: slices.Clone(spec.Outputs), TimeoutSeconds: spec.Timeout.Seconds(), Payload: spec.Payload,
-		Limits: worker.Limits{Outputs: t.limits.Outputs, Log: t.limits.Log},
-	}}
+	var env []string
+	for k, v := range spec.Env {
+		env = append(env, k+"="+v)
+	}
+	slices.Sort(env)
+	rec := &taskRec{retries: spec.Retries, requires: requires, command: slices.Clone(spec.Command), env: env, files: files,
+		outputs: slices.Clone(spec.Outputs), timeout: spec.Timeout, payload: spec.Payload, sources: slices.Clone(spec.Inputs), state: TaskWaiting}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	id := spec.ID
@@ -300,7 +309,7 @@ func (t *taskTable) submit(spec TaskSpec) (*taskRec, error) {
 	} else if _, dup := t.byID[id]; dup {
 		return nil, fmt.Errorf("task %s: the engine holds a task of that id already; give another id, or none and the engine names it", id)
 	}
-	rec.id, rec.wire.Name = id, id
+	rec.id = id
 	t.byID[id] = rec
 	return rec, nil
 }
@@ -455,12 +464,14 @@ const (
 	beginEnded                         // the task ended already: drop it
 )
 
-// begin starts an attempt of rec, attemptID, on w: the attempt is
-// recorded as running, the task's directory of an earlier attempt is
-// moved aside and removed (so that stdout and stderr start empty, and a
-// late request of the earlier attempt's worker writes nowhere that
-// counts), and the task to assign is returned.
-func (t *taskTable) begin(rec *taskRec, attemptID string, w WorkerInfo) (Task, beginOutcome) {
+// begin starts an attempt of rec on w, whose task is base (its ID and
+// need, the router's): the attempt is recorded as running, the task's
+// directory of an earlier attempt is moved aside and removed (so that
+// stdout and stderr start empty, and a late request of the earlier
+// attempt's worker writes nowhere that counts), and the task to assign
+// is returned.
+func (t *taskTable) begin(rec *taskRec, base Task, w WorkerInfo) (Task, beginOutcome) {
+	attemptID := base.ID
 	t.mu.Lock()
 	switch {
 	case rec.end != nil:
@@ -474,8 +485,18 @@ func (t *taskTable) begin(rec *taskRec, attemptID string, w WorkerInfo) (Task, b
 	rec.state = TaskRunning
 	rec.attempts = append(rec.attempts, Attempt{Worker: w.Name, Provisioner: w.Provisioner, JobID: w.JobID, Hostname: w.Hostname,
 		State: TaskRunning, Started: t.now()})
-	task := *rec.wire
-	task.ID, task.Attempt = attemptID, len(rec.attempts)
+	task := base
+	task.Name, task.Attempt, task.Requires = rec.id, len(rec.attempts), rec.requires
+	task.Command, task.Inputs, task.Outputs, task.Payload = rec.command, rec.files, rec.outputs, rec.payload
+	task.TimeoutSeconds = rec.timeout.Seconds()
+	task.Limits = worker.Limits{Outputs: t.limits.Outputs, Log: t.limits.Log}
+	if len(rec.env) > 0 {
+		task.Env = make(map[string]string, len(rec.env))
+		for _, kv := range rec.env {
+			k, v, _ := strings.Cut(kv, "=")
+			task.Env[k] = v
+		}
+	}
 	var aside string
 	if d := t.dirLocked(rec.id); d != "" {
 		if _, err := os.Lstat(d); err == nil {
@@ -701,7 +722,7 @@ func (t *taskTable) end(rec *taskRec, state TaskState, why string) (taskNews, bo
 // beyond keepEnded are forgotten. t.mu must be held.
 func (t *taskTable) endLocked(rec *taskRec, state TaskState, end *taskEnd) {
 	rec.state, rec.end, rec.run = state, end, nil
-	rec.wire, rec.sources = nil, nil
+	rec.command, rec.env, rec.files, rec.outputs, rec.payload, rec.sources = nil, nil, nil, nil, nil, nil
 	t.ended = append(t.ended, rec)
 	for len(t.ended) > keepEnded {
 		old := t.ended[0]

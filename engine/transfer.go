@@ -143,7 +143,7 @@ func (t *taskTable) input(task, attempt, name string) (Input, worker.File, error
 	if rec == nil || rec.run == nil || rec.run.id != attempt {
 		return Input{}, worker.File{}, stale(attempt)
 	}
-	for i, f := range rec.wire.Inputs {
+	for i, f := range rec.files {
 		if f.Name == name {
 			return rec.sources[i], f, nil
 		}
@@ -378,8 +378,8 @@ func (t *taskTable) outputOpen(task, attempt, p string, length int64) (outputOp,
 	if rec == nil || rec.run == nil || rec.run.id != attempt {
 		return outputOp{}, stale(attempt)
 	}
-	if !slices.ContainsFunc(rec.wire.Outputs, func(o string) bool { return p == o || strings.HasPrefix(p, o+"/") }) {
-		return outputOp{}, &transferError{http.StatusBadRequest, fmt.Sprintf("%q is not one of task %s's outputs (%s), nor under one", p, task, strings.Join(rec.wire.Outputs, ", "))}
+	if !slices.ContainsFunc(rec.outputs, func(o string) bool { return p == o || strings.HasPrefix(p, o+"/") }) {
+		return outputOp{}, &transferError{http.StatusBadRequest, fmt.Sprintf("%q is not one of task %s's outputs (%s), nor under one", p, task, strings.Join(rec.outputs, ", "))}
 	}
 	run := rec.run
 	room := t.limits.Outputs - (run.outputBytes - run.outputs[p].Size) - run.reserved
