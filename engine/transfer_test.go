@@ -253,7 +253,8 @@ func TestTaskResultRecorded(t *testing.T) {
 		!slices.Equal(res.Outputs, []worker.File{{Name: "out/x.bin", Size: 5000, SHA256: sha(out)}}) ||
 		a.Worker != "slurm-res" || a.Provisioner != testProvisioner || a.JobID != "77" || a.Hostname != "n-slurm-res" ||
 		a.State != worker.StateFailed || a.Started.IsZero() || a.Ended.IsZero() {
-		t.Errorf("result: %+v; want failed with exit 3, the last %d bytes of stdout, the output, one attempt on slurm-res", res, tailBytes)
+		t.Errorf("result: %s, exit %v, error %q, %d bytes of stdout tail, stderr %q, outputs %+v, attempts %+v; want failed with exit 3, the last %d bytes of stdout, the output, one attempt on slurm-res",
+			res.State, res.ExitCode, res.Error, len(res.Stdout), res.Stderr, res.Outputs, res.Attempts, tailBytes)
 	}
 	if status := w.report(worker.ResultRequest{TaskID: task.ID, State: worker.StateSucceeded}); status != http.StatusConflict {
 		t.Errorf("a second result for the attempt: %d; want 409", status)
