@@ -416,10 +416,9 @@ func (b *books) Assign(worker string, t Task) error {
 }
 
 // CancelTask cancels task id on worker, and reports whether the worker
-// held it. A task not yet handed out is taken back at once (TaskOutcome
-// then says assignLost, and the router ends it as cancelled); one the
-// worker has is marked, and the worker's watch answers the cancel
-// (longPoll.decideLocked) until it reports the task.
+// held it. A task not yet handed out is taken back at once, as reported
+// cancelled; one the worker has is marked, and the worker's watch
+// answers the cancel (longPoll.decideLocked) until it reports the task.
 func (b *books) CancelTask(worker, id string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -428,8 +427,7 @@ func (b *books) CancelTask(worker, id string) bool {
 		return false
 	}
 	if !ws.delivered {
-		ws.task, ws.cancel = nil, false
-		b.notify()
+		b.takeBackCancelledLocked(ws, "cancelled before its worker took it")
 		return true
 	}
 	ws.cancel = true

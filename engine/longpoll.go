@@ -76,7 +76,7 @@ func (b *books) openPoll(cred host.Credential, session string, watch bool, wait 
 	}
 	ws.lastSeen = b.now()
 	if !watch && ws.task != nil && ws.cancel {
-		b.takeBackCancelledLocked(ws)
+		b.takeBackCancelledLocked(ws, "cancelled; the worker polled for work again without reporting it")
 	}
 	if !watch {
 		ws.polling++
@@ -91,14 +91,14 @@ func (b *books) openPoll(cred host.Credential, session string, watch bool, wait 
 }
 
 // takeBackCancelledLocked ends the cancelled task ws holds as reported
-// cancelled: its worker polls for work again without having reported
-// it, so it does not run it (a worker reports a task before it polls;
-// the report was lost, or its answer to the worker was). b.mu must be
-// held.
-func (b *books) takeBackCancelledLocked(ws *workerState) {
+// cancelled, saying why: its worker never took it, or polls for work
+// again without having reported it, so it does not run it (a worker
+// reports a task before it polls; the report was lost, or its answer to
+// the worker was). b.mu must be held.
+func (b *books) takeBackCancelledLocked(ws *workerState, why string) {
 	id := ws.task.ID
 	b.results[id] = Result{TaskID: id, Worker: ws.info.Name, Hostname: ws.info.Hostname, JobID: ws.info.JobID, CPUs: ws.info.CPUs, At: b.now(),
-		run: &worker.ResultRequest{TaskID: id, State: worker.StateCancelled, Error: "cancelled; the worker polled for work again without reporting it"}}
+		run: &worker.ResultRequest{TaskID: id, State: worker.StateCancelled, Error: why}}
 	ws.task, ws.delivered, ws.cancel = nil, false, false
 	b.notify()
 }

@@ -277,6 +277,47 @@ func TestTaskCancelledWorkerLost(t *testing.T) {
 	}
 }
 
+// TestTaskCancelBeforeTaken: a task cancelled after it was assigned but
+// before its worker's poll took it is taken back at once and ends
+// cancelled; the worker's poll then has nothing for it. A worker that
+// took a cancelled task and polls again instead of reporting it does
+// not run it: the task ends cancelled all the same.
+func TestTaskCancelBeforeTaken(t *testing.T) {
+	t.Parallel()
+	e := taskEngine(t, Config{})
+	w := joinWorker(t, e, "slurm-cancel-early", worker.FeatureCommand)
+	id, err := e.Submit(commandTask("cancel-early"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitTask(t, e, id, "the task assigned", func(r TaskResult) bool { return r.State == TaskRunning })
+	if err := e.Cancel(id); err != nil {
+		t.Fatal(err)
+	}
+	res := waitTask(t, e, id, "the task's end", ended)
+	if res.State != worker.StateCancelled || res.Error != "cancelled before its worker took it" {
+		t.Errorf("result: %s %q; want cancelled before its worker took it", res.State, res.Error)
+	}
+	w.pollNone(0.2)
+
+	id, err = e.Submit(commandTask("cancel-repoll"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := w.take()
+	if err := e.Cancel(id); err != nil {
+		t.Fatal(err)
+	}
+	w.pollNone(0.2)
+	res = waitTask(t, e, id, "the task's end", ended)
+	if res.State != worker.StateCancelled || !strings.Contains(res.Error, "polled for work again without reporting it") {
+		t.Errorf("result: %s %q; want cancelled, the worker polled again", res.State, res.Error)
+	}
+	if status := w.report(worker.ResultRequest{TaskID: task.ID, State: worker.StateCancelled}); status != http.StatusConflict {
+		t.Errorf("a report after that: %d; want 409", status)
+	}
+}
+
 // TestAuthenticate: an embedder's route checks a worker's request as
 // the workers' routes do: an attached worker in its session passes; a
 // detached worker's credential, no session, another session, a forged

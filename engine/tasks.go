@@ -599,7 +599,11 @@ func (t *taskTable) finish(rec *taskRec, attemptID string, res Result) (taskNews
 		rep = &worker.ResultRequest{State: worker.StateFailed, Error: "the worker reported no state (a worker that runs only the stand-in)"}
 	}
 	state, why := rep.State, rep.Error
-	if problem := run.check(rep); problem != "" {
+	// A run stopped by its cancel is not held to its counts: what it
+	// sent before the stop is moot, and a run the books took back
+	// (books.takeBackCancelledLocked) counted nothing.
+	stopped := rec.cancel && rep.State == worker.StateCancelled
+	if problem := run.check(rep); problem != "" && !stopped {
 		state = worker.StateFailed
 		if why != "" {
 			problem += "; the worker said: " + why
