@@ -84,8 +84,10 @@ type Config struct {
 
 // Hooks are called without any of the engine's locks, from the
 // goroutine the thing happened on; each may be nil. A slow hook delays
-// only what called it (a plugin's event dispatcher, a worker's request),
-// never another plugin.
+// only what called it (a plugin's event dispatcher, a worker's request,
+// the run loop), never another plugin. They are the embedder's own:
+// the event stream and the metrics hear the same through the engine's
+// own wiring, set or not, and a hook replaces neither.
 type Hooks struct {
 	// PluginEvent hears a provisioner's event (stamped by the host)
 	// within the log's budget: at most eventLogBurst per eventLogWindow
@@ -107,8 +109,9 @@ type Hooks struct {
 	// says whether the task waits for another worker, or was given up
 	// (TaskEnded hears that too).
 	TaskLost func(r TaskResult, again bool)
-	// WorkerGone hears each worker that left (detached) or was given up
-	// on (silent, its job ended), with why in words.
+	// WorkerGone hears each worker that left the books: detached, given
+	// up on (silent), or dropped when its provisioner cancelled its
+	// request; why says which, in words.
 	WorkerGone func(w WorkerInfo, why string)
 }
 
@@ -124,10 +127,12 @@ type Hooks struct {
 //   - Run passes until its context ends or its done says so.
 //   - Stop lets the workers go and shuts it all down.
 //
-// Between Start and Stop, an embedder adds needs (Add), takes back those
-// still waiting (Withdraw), reads them (Needs, Served), the provisioners'
-// status (Status) and the events (Events); the operator's endpoints
-// (Mux) serve the same over HTTP.
+// Between Start and Stop, an embedder submits tasks (Submit), cancels
+// them (Cancel) and reads them (Task, TaskDir); adds needs for the
+// worker's stand-in (Add) and takes back those still waiting (Withdraw);
+// reads what waits (Needs, Served), the provisioners' status (Status)
+// and the events (Events); the operator's endpoints (Mux) serve the
+// same over HTTP.
 type Engine struct {
 	cfg    Config
 	logger hclog.Logger
@@ -369,7 +374,9 @@ func (e *Engine) Add(n shared.Need, work time.Duration) string { return e.router
 // so that its provisioner hears the smaller demand at once rather than
 // at the next tick, and cancels what is still queued for it beyond the
 // rest. A need whose task is out, or that is served, is not withdrawn:
-// the error is ErrNeedUnderWay, ErrNeedServed or ErrNoSuchNeed.
+// the error is ErrNeedUnderWay, ErrNeedServed or ErrNoSuchNeed. Given a
+// task's id (Submit), it cancels the task if it waits, and says the
+// same of one on a worker or ended.
 func (e *Engine) Withdraw(id string) error {
 	if err := e.withdrawTask(id); err != errNotATask {
 		return err
