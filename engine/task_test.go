@@ -254,6 +254,39 @@ func TestTaskCancelRunning(t *testing.T) {
 	}
 }
 
+// TestWithdrawTask: Withdraw given a task's id cancels it while it
+// waits, and says ErrNeedUnderWay of one on a worker and ErrNeedServed
+// of one ended, as of a need.
+func TestWithdrawTask(t *testing.T) {
+	t.Parallel()
+	e := taskEngine(t, Config{})
+	waiting, err := e.Submit(commandTask("withdraw-w"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Withdraw(waiting); err != nil {
+		t.Fatalf("Withdraw of a waiting task: %v", err)
+	}
+	if res, _ := e.Task(waiting); res.State != worker.StateCancelled {
+		t.Errorf("withdrawn: %s; want cancelled", res.State)
+	}
+	if err := e.Withdraw(waiting); !errors.Is(err, ErrNeedServed) {
+		t.Errorf("Withdraw of an ended task: %v; want ErrNeedServed", err)
+	}
+	running, err := e.Submit(commandTask("withdraw-r"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := joinWorker(t, e, "slurm-withdraw", worker.FeatureCommand)
+	w.take()
+	if err := e.Withdraw(running); !errors.Is(err, ErrNeedUnderWay) {
+		t.Errorf("Withdraw of a running task: %v; want ErrNeedUnderWay", err)
+	}
+	if res, _ := e.Task(running); res.State != TaskRunning {
+		t.Errorf("after a refused Withdraw: %s; want running still", res.State)
+	}
+}
+
 // TestTaskCancelledWorkerLost: a cancelled task whose worker is then
 // lost ends cancelled, and is not run again.
 func TestTaskCancelledWorkerLost(t *testing.T) {

@@ -38,7 +38,8 @@ func sha(b []byte) string {
 // attempt that is not the worker's 409.
 func TestTaskInputsOnlyToHolder(t *testing.T) {
 	t.Parallel()
-	e := taskEngine(t, Config{})
+	logger, logs := testLogger(t)
+	e := taskEngine(t, Config{Logger: logger})
 	big := randomBytes(3<<20+17, 1)
 	p := filepath.Join(t.TempDir(), "big.bin")
 	if err := os.WriteFile(p, big, 0o600); err != nil {
@@ -89,6 +90,12 @@ func TestTaskInputsOnlyToHolder(t *testing.T) {
 	}
 	if status, _ := holder.input("task-999", "small.txt"); status != http.StatusConflict {
 		t.Errorf("an attempt the worker does not hold: %d; want 409", status)
+	}
+	// The refusals are logged, and no credential or session with them.
+	for _, w := range []*testWorker{holder, other, gone} {
+		if l := logs.String(); strings.Contains(l, w.token) || strings.Contains(l, w.session) {
+			t.Errorf("%s's credential or session is in the log", w.name)
+		}
 	}
 }
 
