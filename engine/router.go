@@ -383,11 +383,15 @@ func (p *router) settle() []taskNews {
 
 	for i, ns := range out {
 		res, state := p.engine.TaskOutcome(refs[i].worker, refs[i].task)
+		// What the worker said of a task's run goes to the task table;
+		// the need keeps the report's header alone.
+		kept := res
+		kept.run = nil
 		switch {
 		case state == assignDone && ns.rec != nil:
 			n, ok := p.tasks.finish(ns.rec, refs[i].task, res)
 			p.mu.Lock()
-			ns.served, ns.result, ns.task = true, &res, ""
+			ns.served, ns.result, ns.task = true, &kept, ""
 			ns.ended = n.res.State
 			p.mu.Unlock()
 			if ok {
@@ -397,7 +401,7 @@ func (p *router) settle() []taskNews {
 				"state", n.res.State, "error", n.res.Error)
 		case state == assignDone:
 			p.mu.Lock()
-			ns.served, ns.result, ns.task = true, &res, ""
+			ns.served, ns.result, ns.task = true, &kept, ""
 			p.mu.Unlock()
 			p.logger.Info("need served", "need", ns.id, "task", res.TaskID, "worker", res.Worker, "host", res.Hostname)
 		case state == assignLost && ns.rec != nil:
@@ -507,12 +511,13 @@ func (p *router) match() ([]*needState, []taskNews) {
 				p.mu.Unlock()
 				if outcome == beginCancelled {
 					if n, ok := p.tasks.end(rec, worker.StateCancelled, "cancelled while it waited"); ok {
-						p.mu.Lock()
-						pl.ns.ended = n.res.State
-						p.mu.Unlock()
 						news = append(news, n)
 					}
 				}
+				state := p.tasks.stateOf(rec)
+				p.mu.Lock()
+				pl.ns.ended = state
+				p.mu.Unlock()
 				continue
 			}
 		}
@@ -1131,7 +1136,6 @@ func (p *router) Needs() []NeedStatus {
 		switch {
 		case ns.served && ns.result != nil:
 			res := *ns.result
-			res.run = nil
 			st.State, st.Result = NeedServed, &res
 			st.Worker, st.Task = res.Worker, res.TaskID
 			st.Detail = fmt.Sprintf("served by %s on %s", res.Worker, res.Hostname)

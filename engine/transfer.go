@@ -94,14 +94,18 @@ func (a *workerAPI) transferCaller(w http.ResponseWriter, r *http.Request) (call
 	return caller{}, false
 }
 
-// writeTransferError answers err: a transferError's status, else 500.
-func writeTransferError(w http.ResponseWriter, err error) {
+// writeTransferError answers err: a transferError's status and words,
+// else 500. Any other error is the engine's own file system's, logged
+// for the operator and not told to the worker (it names the engine's
+// paths).
+func (a *workerAPI) writeTransferError(w http.ResponseWriter, r *http.Request, err error) {
 	var te *transferError
 	if errors.As(err, &te) {
 		WriteError(w, te.status, te.msg)
 		return
 	}
-	WriteError(w, http.StatusInternalServerError, err.Error())
+	a.logger.Error("a task's transfer failed on the engine's side", "path", r.URL.Path, "error", err)
+	WriteError(w, http.StatusInternalServerError, "the engine could not keep or read the task's file; its log says why")
 }
 
 // -- inputs ----------------------------------------------------------------
@@ -115,7 +119,7 @@ func (a *workerAPI) handleInput(w http.ResponseWriter, r *http.Request) {
 	}
 	src, file, err := a.tasks.input(c.task, r.PathValue("id"), r.PathValue("name"))
 	if err != nil {
-		writeTransferError(w, err)
+		a.writeTransferError(w, r, err)
 		return
 	}
 	transferDeadline(w, file.Size)
@@ -126,7 +130,7 @@ func (a *workerAPI) handleInput(w http.ResponseWriter, r *http.Request) {
 	}
 	f, _, err := openInput(src.Path)
 	if err != nil {
-		WriteError(w, http.StatusInternalServerError, fmt.Sprintf("input %q: %v", file.Name, err))
+		a.writeTransferError(w, r, fmt.Errorf("input %q: %w", file.Name, err))
 		return
 	}
 	defer f.Close()
@@ -183,7 +187,7 @@ func (a *workerAPI) handleLog(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set(offsetHeader, strconv.FormatInt(op.size, 10))
 		}
 		DontReadBody(w)
-		writeTransferError(w, err)
+		a.writeTransferError(w, r, err)
 		return
 	}
 	transferDeadline(w, maxLogChunk)
@@ -226,7 +230,7 @@ func (a *workerAPI) handleLog(w http.ResponseWriter, r *http.Request) {
 	size := a.tasks.logDone(op, n, over)
 	w.Header().Set(offsetHeader, strconv.FormatInt(size, 10))
 	if refusal != nil {
-		writeTransferError(w, refusal)
+		a.writeTransferError(w, r, refusal)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -326,7 +330,7 @@ func (a *workerAPI) handleOutput(w http.ResponseWriter, r *http.Request) {
 	op, err := a.tasks.outputOpen(c.task, r.PathValue("id"), p, r.ContentLength)
 	if err != nil {
 		DontReadBody(w)
-		writeTransferError(w, err)
+		a.writeTransferError(w, r, err)
 		return
 	}
 	transferDeadline(w, op.want)
@@ -343,7 +347,7 @@ func (a *workerAPI) handleOutput(w http.ResponseWriter, r *http.Request) {
 	file := worker.File{Name: p, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}
 	a.tasks.outputDone(op, file, refusal)
 	if refusal != nil {
-		writeTransferError(w, refusal)
+		a.writeTransferError(w, r, refusal)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
