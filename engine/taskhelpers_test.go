@@ -64,8 +64,10 @@ func taskEngine(t *testing.T, cfg Config, routes ...func(*http.ServeMux)) *Engin
 
 // testWorker is one worker of a test, speaking the protocol by hand.
 type testWorker struct {
-	t       *testing.T
-	e       *Engine
+	t *testing.T
+	e *Engine
+	// base is the engine's URL, without the trailing "/".
+	base    string
 	name    string
 	token   string
 	session string
@@ -77,7 +79,14 @@ type testWorker struct {
 // allow; its cleanup detaches it.
 func joinWorker(t *testing.T, e *Engine, name string, features ...string) *testWorker {
 	t.Helper()
-	w := &testWorker{t: t, e: e, name: name, token: sign(t, host.NewSigner(testSecret), name, time.Hour),
+	return joinWorkerAt(t, e, strings.TrimSuffix(e.URL(), "/"), name, features...)
+}
+
+// joinWorkerAt is joinWorker for an engine served at base by a server
+// of the test's own.
+func joinWorkerAt(t *testing.T, e *Engine, base, name string, features ...string) *testWorker {
+	t.Helper()
+	w := &testWorker{t: t, e: e, base: base, name: name, token: sign(t, host.NewSigner(testSecret), name, time.Hour),
 		client: &http.Client{Transport: &http.Transport{}}}
 	provisioned(e.books, name, "77")
 	body, _ := json.Marshal(worker.AttachRequest{Hostname: "n-" + name, JobID: "77", CPUs: 4, GPUs: 1, RAMMB: 8000, Labels: []string{"gpu"}, Features: features})
@@ -101,7 +110,7 @@ func joinWorker(t *testing.T, e *Engine, name string, features ...string) *testW
 // reads the whole answer.
 func (w *testWorker) do(method, path string, body io.Reader, header http.Header) (*http.Response, []byte) {
 	w.t.Helper()
-	req, err := http.NewRequest(method, strings.TrimSuffix(w.e.URL(), "/")+path, body)
+	req, err := http.NewRequest(method, w.base+path, body)
 	if err != nil {
 		w.t.Fatal(err)
 	}

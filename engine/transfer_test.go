@@ -2,15 +2,20 @@ package engine
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/worker"
@@ -347,4 +352,120 @@ func TestTaskTransfersLarge(t *testing.T) {
 	if err != nil || fi.Size() != int64(len(data)) {
 		t.Errorf("output on the engine's side: %v %v; want %d bytes", fi, err, len(data))
 	}
+}
+
+// slowReader yields n bytes of b, chunk bytes every pause: a worker on a
+// slow link.
+type slowReader struct {
+	b     []byte
+	chunk int
+	pause time.Duration
+	timer func(time.Duration) <-chan time.Time
+}
+
+func (r *slowReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	<-r.timer(r.pause)
+	n := copy(p[:min(len(p), r.chunk)], r.b)
+	r.b = r.b[n:]
+	return n, nil
+}
+
+// TestTaskTransferOutlivesServerTimeouts: a transfer's deadlines are its
+// own, moved out for its size, not the server's, which are for small
+// requests: on a server whose ReadTimeout and WriteTimeout are 300 ms,
+// an output sent over a second and more and a 16 MiB input read as
+// slowly both go through whole.
+func TestTaskTransferOutlivesServerTimeouts(t *testing.T) {
+	t.Parallel()
+	e, err := New(Config{Secret: testSecret, ID: "test", Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.tasks.makeRoot(t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	srv := newHTTPServer(e.Mux(nil, false), nil, time.Second)
+	srv.ReadTimeout, srv.WriteTimeout = 300*time.Millisecond, 300*time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var served sync.WaitGroup
+	served.Add(1)
+	go func() {
+		defer served.Done()
+		srv.Serve(ln)
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	var run sync.WaitGroup
+	run.Add(1)
+	go func() {
+		defer run.Done()
+		e.Run(ctx, nil)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		run.Wait()
+		e.Stop(context.Background())
+		srv.Close()
+		served.Wait()
+	})
+
+	input := randomBytes(16<<20, 8)
+	spec := commandTask("slow-1")
+	spec.Inputs, spec.Outputs = []Input{{Name: "in", Data: input}}, []string{"out"}
+	id, err := e.Submit(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := joinWorkerAt(t, e, "http://"+ln.Addr().String(), "slurm-slow", worker.FeatureCommand)
+	task := w.take()
+
+	out := randomBytes(10<<16, 9)
+	start := time.Now()
+	req, _ := http.NewRequest("PUT", w.base+"/v1/work/"+task.ID+"/outputs/out", &slowReader{b: out, chunk: 1 << 16, pause: 100 * time.Millisecond, timer: time.After})
+	req.ContentLength = int64(len(out))
+	req.Header.Set("Authorization", "Bearer "+w.token)
+	req.Header.Set(worker.SessionHeader, w.session)
+	resp, err := w.client.Do(req)
+	if err != nil {
+		t.Fatalf("a slow output after %s: %v", time.Since(start), err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("a slow output: %d after %s", resp.StatusCode, time.Since(start))
+	}
+	if got, err := os.ReadFile(filepath.Join(e.TaskDir(id), "outputs", "out")); err != nil || !bytes.Equal(got, out) {
+		t.Errorf("the slow output on the engine's side: %d bytes, %v; want %d", len(got), err, len(out))
+	}
+	t.Logf("an output of %d bytes sent over %s", len(out), time.Since(start).Round(time.Millisecond))
+
+	// The input is larger than loopback's buffers: the server's write
+	// waits on this slow reader.
+	start = time.Now()
+	req, _ = http.NewRequest("GET", w.base+"/v1/work/"+task.ID+"/inputs/in", nil)
+	req.Header.Set("Authorization", "Bearer "+w.token)
+	req.Header.Set(worker.SessionHeader, w.session)
+	resp, err = w.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var got bytes.Buffer
+	buf := make([]byte, 1<<20)
+	for {
+		n, err := resp.Body.Read(buf)
+		got.Write(buf[:n])
+		if err != nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // a slow reader's pace, not synchronisation
+	}
+	if !bytes.Equal(got.Bytes(), input) {
+		t.Errorf("a slowly read input: %d bytes of %d after %s", got.Len(), len(input), time.Since(start))
+	}
+	t.Logf("an input of %d bytes read over %s", len(input), time.Since(start).Round(time.Millisecond))
 }
