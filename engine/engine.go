@@ -105,8 +105,9 @@ type Hooks struct {
 	// TaskEnded hears each task that ended (succeeded, failed,
 	// cancelled, timed out, or lost after its last attempt).
 	TaskEnded func(TaskResult)
-	// TaskLost hears each attempt whose machine was lost under it: again
-	// says whether the task waits for another worker, or was given up
+	// TaskLost hears each attempt whose machine was lost under it (of
+	// a task not cancelled: that one ends cancelled): again says
+	// whether the task waits for another worker, or was given up
 	// (TaskEnded hears that too).
 	TaskLost func(r TaskResult, again bool)
 	// WorkerGone hears each worker that left the books: detached, given
