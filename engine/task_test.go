@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -588,15 +589,13 @@ func TestOldWorkerNeverGetsCommandTask(t *testing.T) {
 }
 
 // TestTaskHooksBesideEvents: with every hook of the embedder's set, the
-// event stream still hears attaches, tasks and leaving workers, and the
-// hooks hear them too: neither replaces the other.
+// event stream (GET /v1/events) still has the attaches, the tasks and
+// the leaving workers, and the metrics (GET /metrics) the task's end,
+// and the hooks hear them too: neither replaces the other.
 func TestTaskHooksBesideEvents(t *testing.T) {
 	t.Parallel()
 	var h told
 	e := taskEngine(t, Config{Hooks: h.hooks()})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	events := e.Events(ctx, 0)
 	id, err := e.Submit(commandTask("hooked"))
 	if err != nil {
 		t.Fatal(err)
@@ -607,20 +606,40 @@ func TestTaskHooksBesideEvents(t *testing.T) {
 	w.report(worker.ResultRequest{TaskID: task.ID, State: worker.StateSucceeded, ExitCode: &zero})
 	waitTask(t, e, id, "the task's end", ended)
 	w.detach()
+
+	// The stream sends its history first, then waits for more.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", e.URL()+"v1/events", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
 	var kinds []EventKind
-	deadline := time.After(10 * time.Second)
-	for !slices.Contains(kinds, EventWorkerDetached) {
-		select {
-		case ev := <-events:
+	lines := bufio.NewScanner(resp.Body)
+	for !slices.Contains(kinds, EventWorkerDetached) && lines.Scan() {
+		if data, ok := strings.CutPrefix(lines.Text(), "data: "); ok {
+			var ev Event
+			if err := json.Unmarshal([]byte(data), &ev); err != nil {
+				t.Fatalf("an event: %q: %v", data, err)
+			}
 			kinds = append(kinds, ev.Kind)
-		case <-deadline:
-			t.Fatalf("events: %v; want through worker_detached", kinds)
 		}
 	}
 	for _, k := range []EventKind{EventWorkerAttached, EventTaskAssigned, EventTaskDone, EventTaskEnded, EventWorkerDetached} {
 		if !slices.Contains(kinds, k) {
-			t.Errorf("events %v lack %s", kinds, k)
+			t.Errorf("GET /v1/events: %v lacks %s", kinds, k)
 		}
+	}
+	mresp, err := http.Get(e.URL() + "metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	if !strings.Contains(string(metrics), `fluksio_tasks_ended_total{state="succeeded"} 1`) {
+		t.Errorf("GET /metrics has no task ended:\n%s", metrics)
 	}
 	waitFor(t, "the hooks", func() bool { return len(h.all()) == 4 })
 	want := []string{"attach slurm-hooked", "result " + task.ID + " by slurm-hooked", "ended hooked succeeded (1 attempts)", "gone slurm-hooked: detached"}
