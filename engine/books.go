@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -98,6 +99,9 @@ type booksHooks struct {
 	// detached, gone, dropped, task assigned, task done), for the event
 	// stream and the metrics.
 	activity func(Activity)
+	// gone hears each worker that left the books: detached, silent, or
+	// dropped when its request was cancelled; why says which, in words.
+	gone func(w WorkerInfo, why string)
 }
 
 // WorkerInfo is what a worker advertised when it attached.
@@ -115,6 +119,20 @@ type WorkerInfo struct {
 	// Profile is what its provisioner said it was started as: a need
 	// may name it as its label, as it may for the provisioner's shapes.
 	Profile string `json:"profile,omitempty"`
+	// Features are the kinds of task it runs (worker.FeatureCommand,
+	// worker.FeaturePayload), as its attach named them; none means the
+	// stand-in alone.
+	Features []string `json:"features,omitempty"`
+}
+
+// has reports whether the worker has every feature of requires.
+func (w WorkerInfo) has(requires []string) bool {
+	for _, f := range requires {
+		if !slices.Contains(w.Features, f) {
+			return false
+		}
+	}
+	return true
 }
 
 // shape is the worker as a machine, so that the router matches workers
@@ -139,6 +157,9 @@ type Result struct {
 	CPUs     int       `json:"cpus"`
 	Output   string    `json:"output"`
 	At       time.Time `json:"at"`
+	// run is what the worker said of a command or payload task's run
+	// (nil for the stand-in): the router's task record reads it.
+	run *worker.ResultRequest
 }
 
 // workerState is one attached worker. Every field is guarded by books.mu.
@@ -160,6 +181,10 @@ type workerState struct {
 	// delivered is set once task went out in a poll's answer: from then
 	// the worker is busy with it and not expected to poll.
 	delivered bool
+	// cancel is set when the engine cancels task after it went out: the
+	// worker's watch answers it (longPoll.decideLocked) until the
+	// worker reports the task.
+	cancel bool
 	// poll is the worker's open GET /v1/work, which Assign wakes; nil
 	// when none is open.
 	poll *longPoll
@@ -264,10 +289,7 @@ func (b *books) ObserveEvent(ev shared.Event) error {
 	revoke, err := b.admission.Observe(ev)
 	var dropped *goneWorker
 	if ws := b.workers[ev.Worker]; revoke && ws != nil && ws.owner == ev.Provisioner {
-		dropped = &goneWorker{name: ev.Worker, owner: ws.owner, job: ws.info.JobID, lastSeen: ws.lastSeen}
-		if ws.task != nil {
-			dropped.task = ws.task.ID
-		}
+		dropped = goneOf(ws, "its request was cancelled ("+string(ev.Kind)+")")
 		delete(b.workers, ev.Worker)
 	}
 	b.mu.Unlock()
@@ -279,9 +301,10 @@ func (b *books) ObserveEvent(ev shared.Event) error {
 		}
 	}
 	if dropped != nil {
-		b.logger.Info("worker dropped: its request was cancelled", "worker", dropped.name, "task_left", dropped.task)
-		b.activity(Activity{Kind: EventWorkerDropped, Provisioner: dropped.owner, Worker: dropped.name, Job: dropped.job, Task: dropped.task,
-			Detail: "its request was cancelled (" + string(ev.Kind) + ")"})
+		b.logger.Info("worker dropped: its request was cancelled", "worker", dropped.info.Name, "task_left", dropped.task)
+		b.activity(Activity{Kind: EventWorkerDropped, Provisioner: dropped.owner, Worker: dropped.info.Name, Job: dropped.info.JobID, Task: dropped.task,
+			Detail: dropped.why})
+		b.tellGone(dropped)
 		b.notify()
 	}
 	if overBudget {
@@ -382,7 +405,7 @@ func (b *books) Assign(worker string, t Task) error {
 		b.mu.Unlock()
 		return errWorkerBusy
 	}
-	ws.task = &t
+	ws.task, ws.delivered, ws.cancel = &t, false, false
 	if ws.poll != nil {
 		ws.poll.fire()
 	}
@@ -390,6 +413,32 @@ func (b *books) Assign(worker string, t Task) error {
 	b.mu.Unlock()
 	b.activity(a)
 	return nil
+}
+
+// CancelTask cancels task id on worker, and reports whether the worker
+// held it. A task not yet handed out is taken back at once, as reported
+// cancelled; one the worker has is marked, and the worker's watch
+// answers the cancel (longPoll.decideLocked) until it reports the task.
+func (b *books) CancelTask(worker, id string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ws := b.workers[worker]
+	if ws == nil || ws.task == nil || ws.task.ID != id {
+		return false
+	}
+	if !ws.delivered {
+		b.takeBackCancelledLocked(ws, "cancelled before its worker took it")
+		return true
+	}
+	ws.cancel = true
+	// A worker has one watch open at a time, or none between two; the
+	// waiting polls are few beside the workers, and a cancel is rare.
+	for lp := range b.waiting {
+		if lp.watch && lp.ws == ws {
+			lp.fire()
+		}
+	}
+	return true
 }
 
 // assignState is where an assigned task stands, as TaskOutcome sees it.
@@ -417,14 +466,31 @@ func (b *books) TaskOutcome(worker, id string) (Result, assignState) {
 	return Result{}, assignLost
 }
 
-// goneWorker is a worker dropped for silence, kept to be logged once the
-// lock is released.
+// goneWorker is a worker that left the books, kept to be told (log,
+// activity, the gone hook) once the lock is released.
 type goneWorker struct {
-	name     string
+	info     WorkerInfo
 	owner    string
-	job      string
 	lastSeen time.Time
-	task     string
+	// task is the task it held, if any; why says in words why it left.
+	task string
+	why  string
+}
+
+// goneOf is ws leaving the books for why. b.mu must be held.
+func goneOf(ws *workerState, why string) *goneWorker {
+	g := &goneWorker{info: ws.info, owner: ws.owner, lastSeen: ws.lastSeen, why: why}
+	if ws.task != nil {
+		g.task = ws.task.ID
+	}
+	return g
+}
+
+// tellGone calls the gone hook for g, without b.mu.
+func (b *books) tellGone(g *goneWorker) {
+	if b.hooks.gone != nil {
+		b.hooks.gone(g.info, g.why)
+	}
 }
 
 // Activity is something that happened to a worker or a task, as the
@@ -451,10 +517,10 @@ type Activity struct {
 // running a long task does not poll meanwhile; ours are short, and one
 // that needs longer should poll in between (a poll while holding a task
 // just hands the task back).
-func (b *books) sweepLocked() []goneWorker {
+func (b *books) sweepLocked() []*goneWorker {
 	now := b.now()
 	busyLimit := goneFactor * b.pollWait()
-	var gone []goneWorker
+	var gone []*goneWorker
 	for name, ws := range b.workers {
 		if ws.polling > 0 {
 			continue
@@ -464,11 +530,7 @@ func (b *books) sweepLocked() []goneWorker {
 			limit = busyLimit
 		}
 		if now.Sub(ws.lastSeen) > limit {
-			g := goneWorker{name: name, owner: ws.owner, job: ws.info.JobID, lastSeen: ws.lastSeen}
-			if ws.task != nil {
-				g.task = ws.task.ID
-			}
-			gone = append(gone, g)
+			gone = append(gone, goneOf(ws, "silent since "+ws.lastSeen.UTC().Format(time.RFC3339)))
 			delete(b.workers, name)
 			b.admission.Revoke(name, "gone silent", ws.expires)
 		}
@@ -543,11 +605,12 @@ func (b *books) dismiss(ctx context.Context, wait time.Duration) int {
 	}
 }
 
-func (b *books) logGone(gone []goneWorker) {
+func (b *books) logGone(gone []*goneWorker) {
 	for _, g := range gone {
-		b.logger.Warn("worker gone", "worker", g.name, "last_seen", g.lastSeen, "task", g.task)
-		b.activity(Activity{Kind: EventWorkerGone, Provisioner: g.owner, Worker: g.name, Job: g.job, Task: g.task,
-			Detail: "silent since " + g.lastSeen.UTC().Format(time.RFC3339)})
+		b.logger.Warn("worker gone", "worker", g.info.Name, "last_seen", g.lastSeen, "task", g.task)
+		b.activity(Activity{Kind: EventWorkerGone, Provisioner: g.owner, Worker: g.info.Name, Job: g.info.JobID, Task: g.task,
+			Detail: g.why})
+		b.tellGone(g)
 	}
 	if len(gone) > 0 {
 		b.notify()
@@ -569,8 +632,55 @@ const (
 	jobNotYet              // its provisioner has not said which job it is yet
 	jobMismatch            // not the job its provisioner started
 	attachedAlready        // attached: a credential attaches once
-	noSuchTask             // a result for a task the worker does not hold
+	noSuchTask             // a result or a transfer for a task the worker does not hold
+	badCredential          // no credential, or one the engine did not sign, expired or revoked
 )
+
+// caller is who sent a worker's request, as workerOf checked it.
+type caller struct {
+	cred host.Credential
+	info WorkerInfo
+	// task is the name (the engine's id) of the task whose attempt the
+	// request is about, which the worker holds; empty when none was
+	// asked about.
+	task string
+}
+
+// workerOf is the one check of a worker's request beyond its attach and
+// long polls, for the transfer routes and Engine.Authenticate alike: a
+// credential the engine signed, not expired and not revoked, of a worker
+// attached now, in the session its attach was answered with; and, when
+// attempt is not empty, the worker holds that attempt of a task now. It
+// returns the caller, or the denial and why.
+func (b *books) workerOf(r *http.Request, attempt string) (caller, denial, string) {
+	token, ok := Bearer(r.Header.Get("Authorization"))
+	if !ok {
+		return caller{}, badCredential, "missing credential"
+	}
+	cred, err := b.verify(token)
+	if err != nil {
+		return caller{}, badCredential, err.Error()
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ws, d, refusal := b.sessionLocked(cred, r.Header.Get(sessionHeader))
+	if ws == nil {
+		return caller{cred: cred}, d, refusal
+	}
+	// A worker moving a task's bytes is alive, however long the
+	// transfer keeps it from polling.
+	ws.lastSeen = b.now()
+	c := caller{cred: cred, info: ws.info}
+	c.info.Labels, c.info.Features = slices.Clone(c.info.Labels), slices.Clone(c.info.Features)
+	if attempt == "" {
+		return c, allowed, ""
+	}
+	if ws.task == nil || ws.task.ID != attempt || ws.task.Name == "" {
+		return c, noSuchTask, "worker " + cred.Worker + " does not hold task " + attempt
+	}
+	c.task = ws.task.Name
+	return c, allowed, ""
+}
 
 // verify returns what a worker's token says: signed by the engine, not
 // expired, and not revoked.
@@ -656,8 +766,12 @@ func (b *books) report(cred host.Credential, session string, res Result) (denial
 		// Most likely a retry of a result already recorded.
 		d, refusal = noSuchTask, "no such task for this worker"
 	default:
+		if ws.task.Name == "" {
+			// The stand-in's result is its output alone.
+			res.run = nil
+		}
 		b.results[res.TaskID] = res
-		ws.task, ws.delivered = nil, false
+		ws.task, ws.delivered, ws.cancel = nil, false, false
 		ws.lastSeen = res.At
 	}
 	b.mu.Unlock()
@@ -669,7 +783,11 @@ func (b *books) report(cred host.Credential, session string, res Result) (denial
 	if b.hooks.result != nil {
 		b.hooks.result(res)
 	}
-	b.activity(Activity{Kind: EventTaskDone, Provisioner: cred.Provisioner, Worker: name, Job: res.JobID, Task: res.TaskID, Detail: res.Output})
+	detail := res.Output
+	if res.run != nil {
+		detail = string(res.run.State)
+	}
+	b.activity(Activity{Kind: EventTaskDone, Provisioner: cred.Provisioner, Worker: name, Job: res.JobID, Task: res.TaskID, Detail: detail})
 	b.notify()
 	return allowed, ""
 }
@@ -689,12 +807,9 @@ func (b *books) detach(cred host.Credential, session string) (denial, string) {
 		b.mu.Unlock()
 		return d, refusal
 	}
-	var task, job string
+	var left *goneWorker
 	if ws != nil {
-		if ws.task != nil {
-			task = ws.task.ID
-		}
-		job = ws.info.JobID
+		left = goneOf(ws, "detached")
 		delete(b.workers, name)
 	}
 	// A credential of another provisioner for the same name revokes
@@ -703,11 +818,12 @@ func (b *books) detach(cred host.Credential, session string) (denial, string) {
 		b.admission.Revoke(name, "detached", cred.Expires)
 	}
 	b.mu.Unlock()
-	if ws != nil {
+	if left != nil {
 		// A task left behind is noticed by the router, which places it
 		// again; nothing to do here but say so.
-		b.logger.Info("worker detached", "worker", name, "task_left", task)
-		b.activity(Activity{Kind: EventWorkerDetached, Provisioner: cred.Provisioner, Worker: name, Job: job, Task: task})
+		b.logger.Info("worker detached", "worker", name, "task_left", left.task)
+		b.activity(Activity{Kind: EventWorkerDetached, Provisioner: cred.Provisioner, Worker: name, Job: left.info.JobID, Task: left.task})
+		b.tellGone(left)
 		b.notify()
 	}
 	return allowed, ""

@@ -22,27 +22,38 @@
 // its page, its story).
 //
 // The seams:
-//   - Needs are shared.Need. An engine adds needs (Engine.Add), takes
-//     back those still waiting when its demand drops (Engine.Withdraw:
-//     the provisioner then cancels what was queued for them), and reads
-//     each need's typed phase and reason (Engine.Needs); the router hands
-//     each need's task to an idle worker that fits, with the project's
-//     task model.
-//   - Hooks hear attaches, results, bursts and the plugins' events, for
-//     an engine's own story or UI; they are called without any lock.
+//   - Tasks are TaskSpec: a command (or a payload for an engine's own
+//     worker) with inputs, outputs, a timeout and retries. An engine
+//     submits them (Engine.Submit), cancels them (Engine.Cancel) and
+//     reads each as it stands (Engine.Task); the router places each on
+//     an idle worker that fits its need and runs its kind of task
+//     (WorkerInfo.Features), the task table (tasks.go) keeps its
+//     attempts, and the workers move its bytes over the transfer routes
+//     (transfer.go). Needs (Engine.Add, Engine.Withdraw, Engine.Needs)
+//     are the same placing without a command: the worker's stand-in.
+//   - Config.Place replaces the router's own rule for placing waiting
+//     tasks on idle workers, for an engine with a task model of its own
+//     (place.go).
+//   - Hooks hear attaches, results, tasks ended and lost, workers gone,
+//     bursts and the plugins' events, for an engine's own story or UI;
+//     they are called without any lock, beside the event stream and the
+//     metrics, never instead of them.
 //   - Mux takes the engine's operator authentication as a wrapper;
 //     without one the operator's endpoints answer only the engine's own
 //     user and root on this machine (peer.go), and AllowAnyLocalUser
 //     opens them. The embedder adds its own routes beside the kit's.
 //
 // What it owns, and what it may not touch: it owns the books (who is
-// attached, with which credential and session, what each was given) and
-// the decision of what to ask each provisioner for. It never talks to a
-// cluster (only plugins do), never reads or writes a plugin's own
-// configuration (engine/host decodes a block against the plugin's
-// schema), and never holds a lock across a plugin call or a worker's
-// request: a slow plugin delays only itself, a slow worker only its own
-// answer. Liveness is decided by one goroutine (books.watch), never on a
+// attached, with which credential and session, what each was given),
+// the decision of what to ask each provisioner for, and the tasks'
+// directory (Config.TaskDir, or its own under os.TempDir, removed at
+// Stop: each task's stdout, stderr and outputs). It reads a task's input
+// files and never writes them, and writes no path a worker names outside
+// the task's own directory. It never talks to a cluster (only plugins
+// do), never reads or writes a plugin's own configuration (engine/host
+// decodes a block against the plugin's schema), and never holds a lock
+// across a plugin call, a worker's request or a hook: a slow plugin
+// delays only itself, a slow worker only its own answer. Liveness is decided by one goroutine (books.watch), never on a
 // read: a GET /status or a metrics scrape changes nothing.
 //
 // Ten thousand workers each hold a long poll open. A poll with nothing to
@@ -54,9 +65,11 @@
 // docs/design/engine-park.md says why parking and what it costs.
 //
 // What it won't do: keep state across restarts (the plugins adopt their
-// jobs, and the workers attach again); schedule real work (a Task is the
-// project's stand-in; bring your own); authenticate operators by
-// anything but their uid on this machine (the embedder's wrapper does).
+// jobs, and the workers attach again; a task under way is not resumed);
+// run a task's command itself (the worker does, on its node); keep more
+// than the last ended tasks in memory (their directories stay);
+// authenticate operators by anything but their uid on this machine (the
+// embedder's wrapper does).
 //
 // Design records: docs/design/engine-kit.md, docs/design/engine-park.md,
 // docs/design/engine-sessions.md, docs/design/engine-backoff.md,

@@ -69,12 +69,25 @@ type Config struct {
 	TaskDir string
 	// TaskLimits bound what one task moves.
 	TaskLimits TaskLimits
+	// Place, when set, decides which waiting tasks (and needs) go to
+	// which idle workers, in place of the router's own rule (the most
+	// demanding first, each on the smallest idle worker that fits). It
+	// is called once a pass, from the run loop, without any of the
+	// engine's locks, with what waits in the order it was added and the
+	// idle workers smallest first, both copies it may keep. Each
+	// Placement that names a waiting task and an idle worker that fits
+	// it (its need, and every feature it requires) and that no earlier
+	// Placement took is assigned; the others are left out and logged.
+	// What stays waiting is asked of the provisioners as always.
+	Place func(waiting []WaitingTask, idle []WorkerInfo) []Placement
 }
 
 // Hooks are called without any of the engine's locks, from the
 // goroutine the thing happened on; each may be nil. A slow hook delays
-// only what called it (a plugin's event dispatcher, a worker's request),
-// never another plugin.
+// only what called it (a plugin's event dispatcher, a worker's request,
+// the run loop), never another plugin. They are the embedder's own:
+// the event stream and the metrics hear the same through the engine's
+// own wiring, set or not, and a hook replaces neither.
 type Hooks struct {
 	// PluginEvent hears a provisioner's event (stamped by the host)
 	// within the log's budget: at most eventLogBurst per eventLogWindow
@@ -92,12 +105,14 @@ type Hooks struct {
 	// TaskEnded hears each task that ended (succeeded, failed,
 	// cancelled, timed out, or lost after its last attempt).
 	TaskEnded func(TaskResult)
-	// TaskLost hears each attempt whose machine was lost under it: again
-	// says whether the task waits for another worker, or was given up
+	// TaskLost hears each attempt whose machine was lost under it (of
+	// a task not cancelled: that one ends cancelled): again says
+	// whether the task waits for another worker, or was given up
 	// (TaskEnded hears that too).
 	TaskLost func(r TaskResult, again bool)
-	// WorkerGone hears each worker that left (detached) or was given up
-	// on (silent, its job ended), with why in words.
+	// WorkerGone hears each worker that left the books: detached, given
+	// up on (silent), or dropped when its provisioner cancelled its
+	// request; why says which, in words.
 	WorkerGone func(w WorkerInfo, why string)
 }
 
@@ -113,10 +128,12 @@ type Hooks struct {
 //   - Run passes until its context ends or its done says so.
 //   - Stop lets the workers go and shuts it all down.
 //
-// Between Start and Stop, an embedder adds needs (Add), takes back those
-// still waiting (Withdraw), reads them (Needs, Served), the provisioners'
-// status (Status) and the events (Events); the operator's endpoints
-// (Mux) serve the same over HTTP.
+// Between Start and Stop, an embedder submits tasks (Submit), cancels
+// them (Cancel) and reads them (Task, TaskDir); adds needs for the
+// worker's stand-in (Add) and takes back those still waiting (Withdraw);
+// reads what waits (Needs, Served), the provisioners' status (Status)
+// and the events (Events); the operator's endpoints (Mux) serve the
+// same over HTTP.
 type Engine struct {
 	cfg    Config
 	logger hclog.Logger
@@ -125,6 +142,7 @@ type Engine struct {
 	fleet  *fleet
 	router *router
 	books  *books
+	tasks  *taskTable
 	hub    *hub
 	obs    *observer
 
@@ -185,6 +203,9 @@ func New(cfg Config) (*Engine, error) {
 		cfg.ID = host.EngineIdentity("", "")
 	}
 	e := &Engine{cfg: cfg, logger: logger, signer: host.NewSigner(cfg.Secret), wake: make(chan struct{}, 1)}
+	// Each of the books' hooks is the engine's own and calls the
+	// embedder's beside it: the event stream and the metrics hear
+	// everything whatever Hooks the embedder set, and Hooks hear it too.
 	e.books = newBooks(logger.Named("http"), e.signer, time.Now, booksHooks{
 		attach: func(w WorkerInfo) {
 			e.router.workerAttached(w.Provisioner, w.Profile)
@@ -194,11 +215,19 @@ func New(cfg Config) (*Engine, error) {
 		},
 		result:   cfg.Hooks.Result,
 		activity: func(a Activity) { e.obs.activity(a) },
+		gone: func(w WorkerInfo, why string) {
+			if cfg.Hooks.WorkerGone != nil {
+				cfg.Hooks.WorkerGone(w, why)
+			}
+		},
 	})
+	e.tasks = newTaskTable(cfg.TaskLimits, time.Now)
 	e.router = newRouter(logger.Named("router"), e.books, nil)
+	e.router.tasks, e.router.place, e.router.onTask = e.tasks, cfg.Place, e.taskNews
 	e.fleet = &fleet{byName: map[string]*host.Supervisor{}}
 	e.gate = newConnGate(cfg.MaxConnections, logger.Named("http"), loglimit.New(refusalLogBurst, refusalLogWindow))
 	e.api = newWorkerAPI(e.books, nil)
+	e.api.tasks = e.tasks
 	e.status = &statusPage{id: cfg.ID, books: e.books, provisioners: e.fleet.status, needs: e.router.Needs, held: e.router.Held}
 	state := &stateCollector{health: e.fleet.health, status: e.status.provisionerStatus, workers: e.workerCounts,
 		needs: e.router.Needs, forgotten: e.router.Forgotten, held: e.router.Held}
@@ -221,6 +250,9 @@ func New(cfg Config) (*Engine, error) {
 func (e *Engine) listen() error {
 	if e.ln != nil {
 		return nil
+	}
+	if err := e.tasks.makeRoot(e.cfg.TaskDir); err != nil {
+		return err
 	}
 	ln, address, err := Listen(e.cfg.Listen)
 	if err != nil {
@@ -271,10 +303,11 @@ func (e *Engine) URL() string {
 }
 
 // Mux routes the engine's endpoints: the workers' (/v1/attach, /v1/work,
-// /v1/watch, /v1/result, /v1/detach), which their credentials guard, and the
-// operator's (GET /status, GET /v1/events, GET /metrics), which protect
-// wraps (metricsOpen leaves /metrics unwrapped), and GET /health and
-// GET /ready, open. With protect nil, the operator's endpoints answer only
+// /v1/watch, /v1/result, /v1/detach, and a task's transfers under
+// /v1/work/ID/), which their credentials guard, and the operator's (GET
+// /status, GET /v1/events, GET /metrics, GET /v1/tasks/ID, POST
+// /v1/tasks/ID/cancel), which protect wraps (metricsOpen leaves /metrics
+// unwrapped), and GET /health and GET /ready, open. With protect nil, the operator's endpoints answer only
 // the engine's own user and root on this machine (LocalUser, peer.go);
 // AllowAnyLocalUser opens them to anyone who can connect. The embedder
 // adds its own routes (a page) to the mux before Serve.
@@ -286,6 +319,8 @@ func (e *Engine) Mux(protect func(http.Handler) http.Handler, metricsOpen bool) 
 	mux.Handle("/v1/", e.api.handler())
 	mux.Handle("GET /status", protect(e.status))
 	mux.Handle("GET /v1/events", protect(http.HandlerFunc(e.hub.ServeHTTP)))
+	mux.Handle("GET /v1/tasks/{id}", protect(http.HandlerFunc(e.serveTask)))
+	mux.Handle("POST /v1/tasks/{id}/cancel", protect(http.HandlerFunc(e.serveCancel)))
 	metrics := e.obs.metrics.handler()
 	if !metricsOpen {
 		metrics = protect(metrics)
@@ -340,8 +375,13 @@ func (e *Engine) Add(n shared.Need, work time.Duration) string { return e.router
 // so that its provisioner hears the smaller demand at once rather than
 // at the next tick, and cancels what is still queued for it beyond the
 // rest. A need whose task is out, or that is served, is not withdrawn:
-// the error is ErrNeedUnderWay, ErrNeedServed or ErrNoSuchNeed.
+// the error is ErrNeedUnderWay, ErrNeedServed or ErrNoSuchNeed. Given a
+// task's id (Submit), it cancels the task if it waits, and says the
+// same of one on a worker or ended.
 func (e *Engine) Withdraw(id string) error {
+	if err := e.withdrawTask(id); err != errNotATask {
+		return err
+	}
 	if err := e.router.Withdraw(id); err != nil {
 		return err
 	}
@@ -597,6 +637,8 @@ func (e *Engine) Stop(ctx context.Context) []StopResult {
 		e.stopLive()
 	}
 	e.watching.Wait()
+	// No transfer is under way once the server stopped.
+	e.tasks.removeRoot()
 	return results
 }
 

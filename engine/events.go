@@ -15,7 +15,8 @@ import (
 // happen, in Server-Sent Events: what the provisioners published
 // (worker_provisioned, worker_provision_failed, worker_cancelled), what
 // happened to workers and tasks here (worker_attached, worker_detached,
-// worker_gone, worker_dropped, task_assigned, task_done) and to the
+// worker_gone, worker_dropped, task_assigned, task_done, task_lost,
+// task_ended) and to the
 // plugins (plugin_down, plugin_up). Each carries its time, provisioner,
 // profile, job and worker where it has them, and a sequence number that
 // is the SSE id, so a client that reconnects with Last-Event-ID misses
@@ -56,9 +57,14 @@ const (
 	EventWorkerGone EventKind = "worker_gone"
 	// EventWorkerDropped: its provisioner cancelled its request.
 	EventWorkerDropped EventKind = "worker_dropped"
-	// What happened to a task.
+	// What happened to a task. EventTaskDone is a worker's report;
+	// EventTaskLost an attempt of a submitted task whose machine was
+	// lost (Detail says whether it waits again), EventTaskEnded a
+	// submitted task's end (Detail is its state, and why).
 	EventTaskAssigned EventKind = "task_assigned"
 	EventTaskDone     EventKind = "task_done"
+	EventTaskLost     EventKind = "task_lost"
+	EventTaskEnded    EventKind = "task_ended"
 	// What happened to a plugin: up (configured, again after a restart),
 	// down (exited; being restarted), failed (not restarted: a restart
 	// cannot fix what it hit).

@@ -1,9 +1,12 @@
 package engine_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/fluksio/provision/engine"
 	"github.com/fluksio/provision/engine/host"
@@ -103,4 +106,75 @@ func ExampleEngine_Events() {
 	eng.Run(ctx, eng.Served)
 	eng.Stop(ctx)
 	<-told
+}
+
+// An engine with a task model of its own places its tasks itself:
+// Config.Place is handed, once a pass, what waits (in the order it was
+// added) and the idle workers (smallest first), and says which task goes
+// on which worker; the engine assigns those, checking that each worker
+// fits and has the features the task requires, and asks the
+// provisioners for machines for the rest. This one runs urgent tasks
+// first, each on the largest idle worker that can run it. Here it is
+// shown the pass it would see with two workers idle.
+func ExampleConfig_place() {
+	urgentFirst := func(waiting []engine.WaitingTask, idle []engine.WorkerInfo) []engine.Placement {
+		slices.SortStableFunc(waiting, func(a, b engine.WaitingTask) int {
+			return cmp.Compare(urgency(b.ID), urgency(a.ID))
+		})
+		taken := make([]bool, len(idle))
+		var placed []engine.Placement
+		for _, t := range waiting {
+			for i := len(idle) - 1; i >= 0; i-- {
+				if !taken[i] && idle[i].CPUs >= t.Need.CPUs && hasAll(idle[i].Features, t.Requires) {
+					taken[i] = true
+					placed = append(placed, engine.Placement{Task: t.ID, Worker: idle[i].Name})
+					break
+				}
+			}
+		}
+		return placed
+	}
+	eng, err := engine.New(engine.Config{Secret: host.RandomSecret(), Listen: "127.0.0.1:0", Place: urgentFirst})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer eng.Stop(context.Background())
+	for _, id := range []string{"batch-1", "urgent-1", "batch-2"} {
+		if _, err := eng.Submit(engine.TaskSpec{ID: id, Need: shared.Need{CPUs: 2}, Command: []string{"make", id}}); err != nil {
+			fmt.Println(err)
+		}
+	}
+	var waiting []engine.WaitingTask
+	for _, n := range eng.Needs() {
+		waiting = append(waiting, engine.WaitingTask{ID: n.ID, Need: shared.Need{CPUs: n.Need.CPUs}, Requires: []string{"command"}})
+	}
+	idle := []engine.WorkerInfo{
+		{Name: "hpc-cpu-1", CPUs: 4, Features: []string{"command"}},
+		{Name: "hpc-cpu-2", CPUs: 8, Features: []string{"command"}},
+	}
+	for _, p := range urgentFirst(waiting, idle) {
+		fmt.Println(p.Task, "on", p.Worker)
+	}
+	// Output:
+	// urgent-1 on hpc-cpu-2
+	// batch-1 on hpc-cpu-1
+}
+
+// urgency ranks a task of the example's by its id.
+func urgency(id string) int {
+	if strings.HasPrefix(id, "urgent-") {
+		return 1
+	}
+	return 0
+}
+
+// hasAll reports whether have holds every one of want.
+func hasAll(have, want []string) bool {
+	for _, w := range want {
+		if !slices.Contains(have, w) {
+			return false
+		}
+	}
+	return true
 }

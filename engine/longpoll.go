@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/engine/host"
+	"github.com/fluksio/provision/worker"
 )
 
 // A long poll is a worker's GET /v1/work, waiting for a task, or its GET
@@ -19,6 +20,7 @@ type pollAnswer int
 const (
 	answerWait        pollAnswer = iota // nothing yet: keep waiting
 	answerTask                          // the worker's task (200)
+	answerCancel                        // on a watch: stop the task, the engine cancelled it (200 worker.WatchAnswer)
 	answerNone                          // nothing this period (204)
 	answerNotAttached                   // the worker is not attached (409)
 	answerPollOpen                      // another poll of the worker's is open (409 poll_open)
@@ -73,6 +75,9 @@ func (b *books) openPoll(cred host.Credential, session string, watch bool, wait 
 		return lp, answerPollOpen, Task{}, allowed, ""
 	}
 	ws.lastSeen = b.now()
+	if !watch && ws.task != nil && ws.cancel {
+		b.takeBackCancelledLocked(ws, "cancelled; the worker polled for work again without reporting it")
+	}
 	if !watch {
 		ws.polling++
 		ws.poll = lp
@@ -85,6 +90,19 @@ func (b *books) openPoll(cred host.Credential, session string, watch bool, wait 
 	return lp, a, task, allowed, ""
 }
 
+// takeBackCancelledLocked ends the cancelled task ws holds as reported
+// cancelled, saying why: its worker never took it, or polls for work
+// again without having reported it, so it does not run it (a worker
+// reports a task before it polls; the report was lost, or its answer to
+// the worker was). b.mu must be held.
+func (b *books) takeBackCancelledLocked(ws *workerState, why string) {
+	id := ws.task.ID
+	b.results[id] = Result{TaskID: id, Worker: ws.info.Name, Hostname: ws.info.Hostname, JobID: ws.info.JobID, CPUs: ws.info.CPUs, At: b.now(),
+		run: &worker.ResultRequest{TaskID: id, State: worker.StateCancelled, Error: why}}
+	ws.task, ws.delivered, ws.cancel = nil, false, false
+	b.notify()
+}
+
 // decideLocked is what the poll answers now, woken for why: the one
 // decision for a poll and a watch, however they wait. It changes
 // nothing. b.mu must be held.
@@ -93,13 +111,18 @@ func (b *books) openPoll(cred host.Credential, session string, watch bool, wait 
 // go; 409 if its worker is no longer attached (it detached, was dropped,
 // or attached afresh); its task if it has one; 503 once the engine is
 // closing; 204 when its period passed or its worker hung up; else it
-// waits. A watch answers 410 leave, 503, or 204 the same way.
+// waits. A watch answers 410 leave; the cancel of its worker's task
+// (with the task) once the engine cancelled it (books.CancelTask); 503,
+// or 204 the same way.
 func (lp *longPoll) decideLocked(why wakeReason) (pollAnswer, Task) {
 	b := lp.books
 	switch {
 	case isClosed(b.leave):
 		return answerLeave, Task{}
 	case lp.watch:
+		if b.workers[lp.name] == lp.ws && lp.ws.task != nil && lp.ws.cancel {
+			return answerCancel, *lp.ws.task
+		}
 	case b.workers[lp.name] != lp.ws:
 		return answerNotAttached, Task{}
 	case lp.ws.task != nil:

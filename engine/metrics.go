@@ -50,6 +50,7 @@ type engineMetrics struct {
 	unrecorded   *prometheus.CounterVec   // provisioner, bound
 	workerEvents *prometheus.CounterVec   // provisioner, kind
 	tasks        *prometheus.CounterVec   // kind
+	taskEnds     *prometheus.CounterVec   // state
 	timeToAttach *prometheus.HistogramVec // provisioner, profile
 
 	// mu guards profiles, the distinct (provisioner, profile) label
@@ -76,11 +77,13 @@ func newEngineMetrics(state *stateCollector) *engineMetrics {
 	m.workerEvents = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fluksio_worker_events_total",
 		Help: "Workers attaching and leaving, by kind (attached, detached, gone, dropped)."}, []string{"provisioner", "kind"})
 	m.tasks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fluksio_tasks_total",
-		Help: "Tasks handed to workers (assigned) and finished (done)."}, []string{"kind"})
+		Help: "Tasks handed to workers (assigned), finished (done), and attempts of submitted tasks whose machine was lost (lost)."}, []string{"kind"})
+	m.taskEnds = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fluksio_tasks_ended_total",
+		Help: "Submitted tasks ended, by state (succeeded, failed, cancelled, timed_out, lost)."}, []string{"state"})
 	m.timeToAttach = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fluksio_time_to_attach_seconds",
 		Help:    "From a machine's submission (the provisioner's worker_provisioned event) to its worker attaching.",
 		Buckets: []float64{1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 3600}}, pp)
-	m.reg.MustRegister(m.requested, m.submissions, m.cancelled, m.events, m.unrecorded, m.workerEvents, m.tasks, m.timeToAttach,
+	m.reg.MustRegister(m.requested, m.submissions, m.cancelled, m.events, m.unrecorded, m.workerEvents, m.tasks, m.taskEnds, m.timeToAttach,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if state != nil {
 		state.profile = m.profileLabel

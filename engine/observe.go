@@ -159,6 +159,27 @@ func (o *observer) activity(a Activity) {
 	o.hub.publish(ev)
 }
 
+// task is what became of a submitted task: an attempt lost, the task
+// ended.
+func (o *observer) task(n taskNews) {
+	if n.lost {
+		detail := "waits for another worker"
+		if !n.again {
+			detail = "given up: no retries left"
+		}
+		o.metrics.tasks.WithLabelValues("lost").Inc()
+		o.hub.publish(Event{Kind: EventTaskLost, Provisioner: n.provisioner, Worker: n.worker, Task: n.res.ID, Detail: detail})
+	}
+	if n.ended {
+		detail := string(n.res.State)
+		if n.res.Error != "" {
+			detail += ": " + n.res.Error
+		}
+		o.metrics.taskEnds.WithLabelValues(string(n.res.State)).Inc()
+		o.hub.publish(Event{Kind: EventTaskEnded, Provisioner: n.provisioner, Worker: n.worker, Task: n.res.ID, Detail: detail})
+	}
+}
+
 // burst is a Provision answer that asked for machines or gave some up.
 func (o *observer) burst(target string, pd shared.ProfileDemand) {
 	prof := o.metrics.profileLabel(target, pd.Profile)

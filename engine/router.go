@@ -46,6 +46,9 @@ type pool interface {
 	// TaskOutcome says how task id given to worker stands; a result is
 	// handed over once.
 	TaskOutcome(worker, id string) (Result, assignState)
+	// CancelTask stops task id on worker, and reports whether the
+	// worker held it.
+	CancelTask(worker, id string) bool
 }
 
 var _ pool = (*books)(nil)
@@ -120,6 +123,18 @@ type router struct {
 
 	// holds is the engine's own backoff of failing profiles (backoff.go).
 	holds *holds
+
+	// tasks is the task table of the needs that are tasks (Submit);
+	// nil for a router of stand-in needs alone. Set before the first
+	// Pass.
+	tasks *taskTable
+	// place, if set, places waiting needs on idle workers instead of
+	// match's own rule (Config.Place). Set before the first Pass.
+	place func([]WaitingTask, []WorkerInfo) []Placement
+	// onTask, if set, hears what became of a task (an attempt lost, the
+	// task ended), after Pass or Cancel released every lock. Set before
+	// the first Pass.
+	onTask func(taskNews)
 }
 
 type targetState struct {
@@ -134,10 +149,18 @@ type needState struct {
 	need shared.Need
 	// work is how long its task takes; zero for the stand-in.
 	work time.Duration
+	// rec is the task a need submitted with Submit is (nil for the
+	// stand-in's need); its id is the need's.
+	rec *taskRec
 	// task and worker are set while a task for the need is out.
 	task, worker string
 	served       bool
-	result       Result
+	// result is the worker's report, once served; ended is how a
+	// task's need's task ended.
+	result *Result
+	ended  TaskState
+	// lost counts the attempts of a task's need whose machine was lost.
+	lost int32
 	// uncovered is set once "nothing covers this" has been logged.
 	uncovered bool
 	// at is what each target asked has said about the need, in the
@@ -216,6 +239,35 @@ func (p *router) AddWork(n shared.Need, work time.Duration) string {
 	return id
 }
 
+// addTask records the need of a task Submit made; its id is the
+// task's.
+func (p *router) addTask(rec *taskRec, n shared.Need) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.needs = append(p.needs, &needState{id: rec.id, need: n, rec: rec})
+}
+
+// withdrawTask takes rec's need back if it waits: found says the router
+// has it; withdrawn that it waited and is gone. A need of rec's whose
+// task is reserved or out is not withdrawn (match, or the outcome, ends
+// it as cancelled).
+func (p *router) withdrawTask(rec *taskRec) (found, withdrawn bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, ns := range p.needs {
+		if ns.rec != rec {
+			continue
+		}
+		if ns.served || ns.task != "" {
+			return true, false
+		}
+		p.needs = slices.Delete(p.needs, i, i+1)
+		p.withdrawn++
+		return true, true
+	}
+	return false, false
+}
+
 // Why Withdraw did not take a need back.
 var (
 	ErrNoSuchNeed = errors.New("no such need (or it was served long ago and forgotten)")
@@ -290,15 +342,33 @@ func (p *router) setDown(name string, down bool) {
 // Pass settles finished and lost tasks, gives waiting needs to idle
 // workers, and asks for machines for the needs still waiting.
 func (p *router) Pass(ctx context.Context) {
+	for _, n := range p.passOnce(ctx) {
+		p.tell(n)
+	}
+}
+
+// passOnce is Pass but for telling what became of tasks, which Pass
+// does once every lock is released.
+func (p *router) passOnce(ctx context.Context) []taskNews {
 	p.pass.Lock()
 	defer p.pass.Unlock()
-	p.settle()
-	waiting := p.match()
+	news := p.settle()
+	waiting, more := p.match()
 	p.provision(ctx, waiting)
+	return append(news, more...)
+}
+
+// tell hands what became of a task to onTask; no lock may be held.
+func (p *router) tell(n taskNews) {
+	if p.onTask != nil {
+		p.onTask(n)
+	}
 }
 
 // settle asks the engine about every task out and records what it says.
-func (p *router) settle() {
+// What became of tasks is returned, to be told without the locks.
+func (p *router) settle() []taskNews {
+	var news []taskNews
 	p.mu.Lock()
 	var out []*needState
 	type ref struct{ worker, task string }
@@ -313,13 +383,43 @@ func (p *router) settle() {
 
 	for i, ns := range out {
 		res, state := p.engine.TaskOutcome(refs[i].worker, refs[i].task)
-		switch state {
-		case assignDone:
+		// What the worker said of a task's run goes to the task table;
+		// the need keeps the report's header alone.
+		kept := res
+		kept.run = nil
+		switch {
+		case state == assignDone && ns.rec != nil:
+			n, ok := p.tasks.finish(ns.rec, refs[i].task, res)
 			p.mu.Lock()
-			ns.served, ns.result, ns.task = true, res, ""
+			ns.served, ns.result, ns.task = true, &kept, ""
+			ns.ended = n.res.State
+			p.mu.Unlock()
+			if ok {
+				news = append(news, n)
+			}
+			p.logger.Info("task ended", "task", ns.id, "attempt", res.TaskID, "worker", res.Worker, "host", res.Hostname,
+				"state", n.res.State, "error", n.res.Error)
+		case state == assignDone:
+			p.mu.Lock()
+			ns.served, ns.result, ns.task = true, &kept, ""
 			p.mu.Unlock()
 			p.logger.Info("need served", "need", ns.id, "task", res.TaskID, "worker", res.Worker, "host", res.Hostname)
-		case assignLost:
+		case state == assignLost && ns.rec != nil:
+			n, ok := p.tasks.lost(ns.rec, refs[i].task, "its worker "+refs[i].worker+" left, or was given up on, without reporting it")
+			ended := n.ended || (!ok && p.tasks.hasEnded(ns.rec))
+			p.mu.Lock()
+			ns.task, ns.worker = "", ""
+			ns.lost++
+			if ended {
+				ns.served, ns.ended = true, n.res.State
+			}
+			p.mu.Unlock()
+			if ok {
+				news = append(news, n)
+			}
+			p.logger.Warn("task lost with its worker", "task", ns.id, "attempt", refs[i].task, "worker", refs[i].worker,
+				"again", n.again, "state", n.res.State)
+		case state == assignLost:
 			p.mu.Lock()
 			ns.task, ns.worker = "", ""
 			p.mu.Unlock()
@@ -331,6 +431,7 @@ func (p *router) settle() {
 	p.mu.Lock()
 	p.forgetServedLocked(keepServed)
 	p.mu.Unlock()
+	return news
 }
 
 // keepServed is how many served needs the router remembers, for /status
@@ -374,21 +475,112 @@ func (p *router) Forgotten() int {
 	return p.forgotten
 }
 
-// match gives each waiting need the smallest idle worker that fits it and
-// returns the needs left waiting.
-func (p *router) match() []*needState {
-	idle := p.engine.IdleWorkers()
+// plan is a waiting need placed on an idle worker, with the task it
+// is assigned.
+type plan struct {
+	ns     *needState
+	worker WorkerInfo
+	task   Task
+}
 
-	type plan struct {
-		ns     *needState
-		worker string
-		task   Task
+// match gives each waiting need an idle worker that fits it (its need,
+// and the features its task requires): the router's own rule
+// (matchOwn), or the embedder's (Config.Place). It returns the needs
+// left waiting, and what became of tasks that ended before they could
+// start (cancelled).
+func (p *router) match() ([]*needState, []taskNews) {
+	idle := p.engine.IdleWorkers()
+	var plans []plan
+	var waiting []*needState
+	if p.place != nil {
+		plans, waiting = p.matchPlaced(idle)
+	} else {
+		plans, waiting = p.matchOwn(idle)
 	}
+
+	var news []taskNews
+	for _, pl := range plans {
+		t := pl.task
+		if rec := pl.ns.rec; rec != nil {
+			var outcome beginOutcome
+			t, outcome = p.tasks.begin(rec, pl.task, pl.worker)
+			if outcome != begun {
+				// Cancelled (or ended) before it began: it ends here.
+				p.mu.Lock()
+				pl.ns.task, pl.ns.worker, pl.ns.served = "", "", true
+				p.mu.Unlock()
+				if outcome == beginCancelled {
+					if n, ok := p.tasks.end(rec, worker.StateCancelled, "cancelled while it waited"); ok {
+						news = append(news, n)
+					}
+				}
+				state := p.tasks.stateOf(rec)
+				p.mu.Lock()
+				pl.ns.ended = state
+				p.mu.Unlock()
+				continue
+			}
+		}
+		if err := p.engine.Assign(pl.worker.Name, t); err != nil {
+			// It left (or was given up on) since IdleWorkers; try
+			// elsewhere this very pass.
+			if pl.ns.rec != nil {
+				p.tasks.unbegin(pl.ns.rec, t.ID)
+			}
+			p.mu.Lock()
+			pl.ns.task, pl.ns.worker = "", ""
+			p.mu.Unlock()
+			waiting = append(waiting, pl.ns)
+			continue
+		}
+		// Cancel marks the task before it asks the books to stop it: a
+		// cancel that came between begin and Assign found nothing to
+		// stop, and is seen here.
+		if pl.ns.rec != nil && p.tasks.cancelled(pl.ns.rec) {
+			p.engine.CancelTask(pl.worker.Name, t.ID)
+		}
+		p.logger.Info("task assigned", "need", pl.ns.id, "task", t.ID, "worker", pl.worker.Name)
+	}
+	return waiting, news
+}
+
+// fits reports whether w can take ns's task: its shape fits the need,
+// and it has every feature the task requires.
+func (ns *needState) fits(w WorkerInfo) bool {
+	return w.shape().Fits(ns.need) && (ns.rec == nil || w.has(ns.rec.requires))
+}
+
+// waitsLocked reports whether ns waits for a worker. p.mu must be held.
+func (ns *needState) waitsLocked() bool { return !ns.served && ns.task == "" }
+
+// reserveLocked gives ns a task on w, reserved now, under p.mu, so that
+// Withdraw cannot take the need back between here and Assign: a task
+// would then run for a need nobody tracks. p.mu must be held.
+func (p *router) reserveLocked(ns *needState, w WorkerInfo) plan {
+	p.nextTask++
+	t := Task{ID: "task-" + strconv.Itoa(p.nextTask), Need: toNeedJSON(ns.need), WorkSeconds: ns.work.Seconds()}
+	ns.task, ns.worker = t.ID, w.Name
+	return plan{ns, w, t}
+}
+
+// requiresKey is a task's features as one string, without building one
+// for the one feature every task requires today.
+func requiresKey(requires []string) string {
+	if len(requires) == 1 {
+		return requires[0]
+	}
+	return strings.Join(requires, ",")
+}
+
+// matchOwn is the router's own rule: the most demanding needs choose
+// first, each taking the smallest idle worker that fits it.
+func (p *router) matchOwn(idle []WorkerInfo) ([]plan, []*needState) {
 	var plans []plan
 	var waiting []*needState
 	taken := make([]bool, len(idle))
 
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	// The most demanding needs choose first, each taking the smallest
 	// idle worker that fits it: a GPU worker that attaches while a GPU
 	// need and a CPU need both wait goes to the GPU need. An idle worker
@@ -399,54 +591,42 @@ func (p *router) match() []*needState {
 	slices.SortStableFunc(order, func(a, b *needState) int {
 		return cmp.Or(cmp.Compare(b.need.GPUs, a.need.GPUs), cmp.Compare(b.need.CPUs, a.need.CPUs), cmp.Compare(b.need.RAMMB, a.need.RAMMB))
 	})
-	// unfit holds the needs no idle worker left fits. Workers are only
-	// taken as the pass goes on, so such a need stays unfit to its end,
-	// and the needs like it (a burst's are all alike) skip the scan:
-	// with 10,000 needs waiting and workers attaching, scanning the idle
-	// list for each made a pass cost needs × idle workers.
-	unfit := map[shared.Need]bool{}
+	// unfit holds the kinds of need no idle worker left fits. Workers
+	// are only taken as the pass goes on, so such a need stays unfit to
+	// its end, and the needs like it (a burst's are all alike) skip the
+	// scan: with 10,000 needs waiting and workers attaching, scanning
+	// the idle list for each made a pass cost needs × idle workers.
+	type kind struct {
+		need     shared.Need
+		requires string
+	}
+	unfit := map[kind]bool{}
 	for _, ns := range order {
-		if ns.served || ns.task != "" {
+		if !ns.waitsLocked() {
 			continue
 		}
-		if unfit[ns.need] {
+		k := kind{need: ns.need}
+		if ns.rec != nil {
+			k.requires = requiresKey(ns.rec.requires)
+		}
+		if unfit[k] {
 			waiting = append(waiting, ns)
 			continue
 		}
 		found := false
 		for i, w := range idle {
-			if !taken[i] && w.shape().Fits(ns.need) {
+			if !taken[i] && ns.fits(w) {
 				taken[i], found = true, true
-				p.nextTask++
-				t := Task{ID: "task-" + strconv.Itoa(p.nextTask), Need: toNeedJSON(ns.need), WorkSeconds: ns.work.Seconds()}
-				plans = append(plans, plan{ns, w.Name, t})
-				// Reserved now, under mu, so that Withdraw cannot take
-				// the need back between here and Assign: a task would
-				// then run for a need nobody tracks.
-				ns.task, ns.worker = t.ID, w.Name
+				plans = append(plans, p.reserveLocked(ns, w))
 				break
 			}
 		}
 		if !found {
-			unfit[ns.need] = true
+			unfit[k] = true
 			waiting = append(waiting, ns)
 		}
 	}
-	p.mu.Unlock()
-
-	for _, pl := range plans {
-		if err := p.engine.Assign(pl.worker, pl.task); err != nil {
-			// It left (or was given up on) since IdleWorkers; try
-			// elsewhere this very pass.
-			p.mu.Lock()
-			pl.ns.task, pl.ns.worker = "", ""
-			p.mu.Unlock()
-			waiting = append(waiting, pl.ns)
-			continue
-		}
-		p.logger.Info("task assigned", "need", pl.ns.id, "task", pl.task.ID, "worker", pl.worker)
-	}
-	return waiting
+	return plans, waiting
 }
 
 // provision tells every target that is up its whole demand: the waiting
@@ -954,11 +1134,17 @@ func (p *router) Needs() []NeedStatus {
 	for _, ns := range p.needs {
 		st := NeedStatus{ID: ns.id, Spec: FormatNeed(ns.need), Need: toNeedJSON(ns.need), Worker: ns.worker, Task: ns.task}
 		switch {
-		case ns.served:
-			res := ns.result
+		case ns.served && ns.result != nil:
+			res := *ns.result
 			st.State, st.Result = NeedServed, &res
 			st.Worker, st.Task = res.Worker, res.TaskID
 			st.Detail = fmt.Sprintf("served by %s on %s", res.Worker, res.Hostname)
+			if ns.rec != nil {
+				st.Detail = fmt.Sprintf("task %s on %s (%s)", ns.ended, res.Worker, res.Hostname)
+			}
+		case ns.served:
+			st.State = NeedServed
+			st.Detail = fmt.Sprintf("task %s", ns.ended)
 		case ns.task != "":
 			st.State = NeedAssigned
 			st.Detail = fmt.Sprintf("running as %s on %s", ns.task, ns.worker)

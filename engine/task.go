@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -109,31 +110,132 @@ type TaskLimits struct {
 	Log int64
 }
 
-// errTasksNotYet is what the task API answers until it is built.
-var errTasksNotYet = errors.New("command tasks are not implemented yet")
-
 // Submit adds a task and returns its id. The task waits for a worker
 // that fits its need and runs the command (FeatureCommand), or the
 // payload (FeaturePayload); its inputs are read now, for their sizes and
 // digests, and an error says which one and why, with nothing added.
-func (e *Engine) Submit(spec TaskSpec) (string, error) { return "", errTasksNotYet }
+// The task holds the caller's input Data and Payload, not copies: they
+// must not change until it ends.
+func (e *Engine) Submit(spec TaskSpec) (string, error) {
+	rec, err := e.tasks.submit(spec)
+	if err != nil {
+		return "", err
+	}
+	e.router.addTask(rec, spec.Need)
+	e.poke()
+	return rec.id, nil
+}
 
 // Cancel cancels a task: one still waiting is withdrawn, one running is
 // stopped on its worker (which stays for the next task). Its result's
-// state is then StateCancelled. A task that ended is not changed.
-func (e *Engine) Cancel(id string) error { return errTasksNotYet }
+// state is then StateCancelled. A task that ended is not changed
+// (ErrTaskEnded); an id the engine does not hold is ErrNoSuchTask.
+func (e *Engine) Cancel(id string) error {
+	rec, run, err := e.tasks.markCancel(id)
+	if err != nil || rec == nil {
+		return err
+	}
+	if run.id != "" {
+		// On its worker: the worker's watch hears it, and the task ends
+		// when its result (or its worker's loss) comes.
+		e.books.CancelTask(run.worker, run.id)
+		e.poke()
+		return nil
+	}
+	found, withdrawn := e.router.withdrawTask(rec)
+	if found && !withdrawn {
+		// Placed on a worker this very moment: the router sees the
+		// cancel as it assigns it (taskTable.begin, or after Assign).
+		e.poke()
+		return nil
+	}
+	if n, ok := e.tasks.end(rec, worker.StateCancelled, "cancelled while it waited"); ok {
+		e.router.tell(n)
+	}
+	e.poke()
+	return nil
+}
+
+// errNotATask: Withdraw was given a need's id, not a task's.
+var errNotATask = errors.New("not a task")
+
+// withdrawTask is Withdraw for a task's id: one that waits is
+// cancelled; one on a worker is ErrNeedUnderWay and one ended
+// ErrNeedServed, as for a need. errNotATask for an id of no task.
+func (e *Engine) withdrawTask(id string) error {
+	rec, ok := e.tasks.holds(id)
+	if !ok {
+		return errNotATask
+	}
+	switch state := e.tasks.stateOf(rec); state {
+	case TaskRunning:
+		return ErrNeedUnderWay
+	case TaskWaiting:
+		if err := e.Cancel(id); errors.Is(err, ErrTaskEnded) {
+			return ErrNeedServed
+		}
+		return nil
+	}
+	return ErrNeedServed
+}
 
 // Task reports task id as it stands, and its result once it ended.
-func (e *Engine) Task(id string) (TaskResult, bool) { return TaskResult{}, false }
+func (e *Engine) Task(id string) (TaskResult, bool) { return e.tasks.result(id) }
 
 // TaskDir is where the engine keeps task id's stdout, stderr and
-// outputs (under outputs/): Config.TaskDir/ID.
-func (e *Engine) TaskDir(id string) string { return "" }
+// outputs (under outputs/): Config.TaskDir/ID, or the engine's own
+// directory's. It is empty before the engine listens (Serve or Start)
+// and for an id no task could have.
+func (e *Engine) TaskDir(id string) string { return e.tasks.dir(id) }
 
 // Authenticate checks a request to an embedder's own route as the
 // workers' routes are checked: a credential the engine signed, of a
 // worker attached now, in the session its attach was answered with, not
-// revoked. It returns the worker.
+// revoked. It returns the worker; an error says why not, and the
+// request is the worker protocol's 401 (or 403, for another's session).
 func (e *Engine) Authenticate(r *http.Request) (WorkerInfo, error) {
-	return WorkerInfo{}, errTasksNotYet
+	c, d, reason := e.books.workerOf(r, "")
+	if d != allowed {
+		return WorkerInfo{}, fmt.Errorf("not an attached worker's request: %s", reason)
+	}
+	return c.info, nil
+}
+
+// serveTask answers GET /v1/tasks/ID: the task as it stands (Task).
+func (e *Engine) serveTask(w http.ResponseWriter, r *http.Request) {
+	res, ok := e.Task(r.PathValue("id"))
+	if !ok {
+		WriteError(w, http.StatusNotFound, ErrNoSuchTask.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// serveCancel answers POST /v1/tasks/ID/cancel: 204 cancelled (or being
+// cancelled on its worker), 404 for no such task, 409 for one that
+// ended.
+func (e *Engine) serveCancel(w http.ResponseWriter, r *http.Request) {
+	switch err := e.Cancel(r.PathValue("id")); {
+	case err == nil:
+		w.WriteHeader(http.StatusNoContent)
+	case errors.Is(err, ErrNoSuchTask):
+		WriteError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, ErrTaskEnded):
+		WriteError(w, http.StatusConflict, err.Error())
+	default:
+		WriteError(w, http.StatusInternalServerError, err.Error())
+	}
+}
+
+// taskNews is what the engine does with what became of a task: the
+// event stream and the metrics have it, and then the embedder's hooks.
+// No lock is held.
+func (e *Engine) taskNews(n taskNews) {
+	e.obs.task(n)
+	if n.lost && e.cfg.Hooks.TaskLost != nil {
+		e.cfg.Hooks.TaskLost(n.res, n.again)
+	}
+	if n.ended && e.cfg.Hooks.TaskEnded != nil {
+		e.cfg.Hooks.TaskEnded(n.res)
+	}
 }

@@ -35,6 +35,10 @@ type workerAPI struct {
 	// parker parks long polls that wait (waiter.go); nil holds each on
 	// its goroutine. Fixed before the server serves.
 	parker *park.Parker
+	// tasks are the tasks whose bytes the transfer routes move
+	// (transfer.go); nil answers them 404. Fixed before the server
+	// serves.
+	tasks *taskTable
 }
 
 func newWorkerAPI(books *books, parker *park.Parker) *workerAPI {
@@ -49,13 +53,16 @@ func (a *workerAPI) handler() http.Handler {
 	mux.HandleFunc("GET /v1/watch", a.handleWatch)
 	mux.HandleFunc("POST /v1/result", a.handleResult)
 	mux.HandleFunc("POST /v1/detach", a.handleDetach)
+	mux.HandleFunc("GET /v1/work/{id}/inputs/{name...}", a.handleInput)
+	mux.HandleFunc("POST /v1/work/{id}/log/{stream}", a.handleLog)
+	mux.HandleFunc("PUT /v1/work/{id}/outputs/{path...}", a.handleOutput)
 	return mux
 }
 
 // status is the HTTP status a denial is answered with.
 func (d denial) status() int {
 	switch d {
-	case noSession, nameRevoked:
+	case noSession, nameRevoked, badCredential:
 		return http.StatusUnauthorized
 	case otherSession, jobMismatch:
 		return http.StatusForbidden
@@ -174,7 +181,7 @@ func (a *workerAPI) handleAttach(w http.ResponseWriter, r *http.Request) {
 	// log: no control character of its survives.
 	info := WorkerInfo{
 		Name: name, Provisioner: cred.Provisioner, Hostname: host.Printable(req.Hostname), JobID: host.Printable(req.JobID),
-		CPUs: req.CPUs, GPUs: req.GPUs, RAMMB: req.RAMMB, Labels: slices.Clone(req.Labels),
+		CPUs: req.CPUs, GPUs: req.GPUs, RAMMB: req.RAMMB, Labels: slices.Clone(req.Labels), Features: slices.Clone(req.Features),
 	}
 	if err := host.Allows(cred.CredentialClaims, info.CPUs, info.GPUs, info.RAMMB, info.Labels); err != nil {
 		a.refuseAttach(w, r, http.StatusForbidden, name, err.Error())
@@ -215,6 +222,14 @@ func checkAttach(req worker.AttachRequest) error {
 			return errors.New("a label is empty or longer than 128 bytes")
 		}
 	}
+	if len(req.Features) > 16 {
+		return fmt.Errorf("%d features; at most 16", len(req.Features))
+	}
+	for _, f := range req.Features {
+		if f == "" || len(f) > 64 || host.Printable(f) != f {
+			return errors.New("a feature is empty, longer than 64 bytes, or not printable")
+		}
+	}
 	return nil
 }
 
@@ -248,9 +263,11 @@ func (a *workerAPI) handleWork(w http.ResponseWriter, r *http.Request) {
 // runs a task (it has no poll open then): 410 with CodeLeave as soon as
 // the engine lets its workers go, on which the worker drops its task and
 // leaves, so that its job does not outlive a clean stop of the engine;
-// else 204 after the poll period, and the worker opens another. The
-// task is not taken back: a stopping engine has no use for its result.
-// Each watch counts as the worker being seen.
+// 200 with worker.WatchAnswer once the engine cancels the worker's task
+// (Engine.Cancel), on which the worker stops it, reports it cancelled
+// and stays; else 204 after the poll period, and the worker opens
+// another. On leave the task is not taken back: a stopping engine has
+// no use for its result. Each watch counts as the worker being seen.
 func (a *workerAPI) handleWatch(w http.ResponseWriter, r *http.Request) {
 	cred, ok := a.authenticate(w, r)
 	if !ok {
@@ -285,6 +302,8 @@ func pollAnswerHTTP(lp *longPoll, ans pollAnswer, task Task) (int, any) {
 	switch ans {
 	case answerTask:
 		return http.StatusOK, task
+	case answerCancel:
+		return http.StatusOK, worker.WatchAnswer{Cancel: task.ID, Reason: "the engine cancelled task " + task.Name}
 	case answerNone, answerWait:
 		return http.StatusNoContent, nil
 	case answerNotAttached:
@@ -332,6 +351,11 @@ func (a *workerAPI) handleResult(w http.ResponseWriter, r *http.Request) {
 		TaskID: host.Printable(req.TaskID), Worker: name, Hostname: host.Printable(req.Hostname),
 		JobID: host.Printable(req.JobID), CPUs: req.CPUs, Output: host.Printable(req.Output), At: a.books.now(),
 	}
+	// What a command or payload task's run came to (the books keep it
+	// for those alone); its words are the worker's, escaped as above.
+	run := req
+	run.Output, run.Error, run.Signal = "", host.Printable(req.Error), host.Printable(req.Signal)
+	res.run = &run
 	d, refusal := a.books.report(cred, r.Header.Get(sessionHeader), res)
 	switch d {
 	case allowed:

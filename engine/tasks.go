@@ -1,0 +1,812 @@
+package engine
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fluksio/provision/engine/host"
+	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/worker"
+)
+
+// The task table holds every task submitted (Engine.Submit) from its
+// spec to its result: what each attempt's worker is told (the wire
+// task), where each input's bytes come from, the attempts, and, while
+// an attempt runs, what its worker has sent (the streams' sizes, the
+// outputs received, whether it went beyond a limit). The router places
+// a task as it places any need (needState.rec points here) and tells
+// the table when an attempt begins, reports or is lost; the transfer
+// routes (transfer.go) ask it whether an attempt is current and where
+// its files go. It owns the tasks' directory (TaskDir/ID: stdout,
+// stderr, outputs/) and nothing else on disk: an input's Path is read,
+// never written.
+//
+// What it will not do: keep a task's input Data or Payload beyond the
+// caller's own copy (a task holds the caller's slices, and drops them
+// when it ends), read an input whole into memory, or keep more than
+// keepEnded ended tasks (their directories stay).
+
+// tailBytes is how much of each stream a TaskResult quotes (Stdout,
+// Stderr): its last bytes, read from the kept file.
+const tailBytes = 4 << 10
+
+// defaultTaskLimits bound what one task moves when Config.TaskLimits
+// leaves a bound zero: far above what a test or a demo moves, and far
+// below what fills a disk by accident.
+var defaultTaskLimits = TaskLimits{Input: 1 << 30, Outputs: 4 << 30, Log: 256 << 20}
+
+// keepEnded is how many ended tasks the table remembers (Engine.Task
+// answers them); the oldest beyond it are forgotten, their directories
+// kept. An engine that runs for weeks submits without end.
+const keepEnded = 10000
+
+// maxPathLen bounds an input's name or an output's path.
+const maxPathLen = 1024
+
+// taskIDRe is what a task's id may be: it names the task's directory
+// and a segment of /v1/tasks/ID, so it has no "/" and does not start
+// with ".".
+var taskIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// The features each kind of task requires, shared by every task of the
+// kind: a task holds the slice, not a copy.
+var (
+	requiresCommand = []string{worker.FeatureCommand}
+	requiresPayload = []string{worker.FeaturePayload}
+)
+
+// Why Cancel (or Task) could not do what it was asked.
+var (
+	// ErrNoSuchTask: no task has that id, or it ended long ago and is
+	// forgotten (keepEnded).
+	ErrNoSuchTask = errors.New("no such task (or it ended long ago and is forgotten)")
+	// ErrTaskEnded: the task ended already; nothing is changed.
+	ErrTaskEnded = errors.New("the task has ended already")
+)
+
+// taskTable is every task the engine holds.
+type taskTable struct {
+	// limits are Config.TaskLimits with the defaults filled in; fixed
+	// at New.
+	limits TaskLimits
+	now    func() time.Time
+
+	// mu guards root, own, byID, generated, ended and every field of
+	// every taskRec and taskRun that is not fixed at Submit. It is held
+	// for bookkeeping and for the local file system calls that must not
+	// race a new attempt (opening a transfer's file, moving an old
+	// attempt's directory aside), never across a request's body, a
+	// worker's answer or a hook.
+	mu sync.Mutex
+	// root is the directory of the tasks' directories; empty until
+	// makeRoot. own says it is the engine's to remove at Stop.
+	root string
+	own  bool
+	byID map[string]*taskRec
+	// generated counts the ids the engine made ("t-N").
+	generated int
+	// ended are the ended tasks, oldest first, for forgetting.
+	ended []*taskRec
+}
+
+// taskRec is one task. Its fields above state are fixed at Submit;
+// those that hold what the caller gave (command to sources) are
+// dropped, under taskTable.mu, when the task ends. A queued task costs
+// what it holds and little more: 100,000 of them are a test's
+// (TestTasksQueuedMemory), and its worker's wire task is built only
+// when an attempt begins.
+type taskRec struct {
+	id      string
+	retries int
+	// requires are the features a worker needs to run it, never
+	// dropped: the router reads them without the lock.
+	requires []string
+	command  []string
+	// env is Env as "NAME=value" words, sorted: a slice, not a map, for
+	// a queued task's sake.
+	env     []string
+	files   []worker.File
+	outputs []string
+	timeout time.Duration
+	payload []byte
+	// sources are where each input's bytes come from, in the order of
+	// files: the caller's Path or Data, never a copy.
+	sources []Input
+
+	// Guarded by taskTable.mu.
+	state TaskState
+	// cancel: Cancel asked for it; the task ends cancelled whatever
+	// its attempt comes to.
+	cancel   bool
+	attempts []Attempt
+	// run is the attempt under way; nil while the task waits or after
+	// it ended.
+	run *taskRun
+	// end is how it ended; nil until then.
+	end *taskEnd
+}
+
+// taskRun is what one attempt's worker has sent. Guarded by
+// taskTable.mu.
+type taskRun struct {
+	// id is the attempt's id ("task-N"), worker its worker's name.
+	id, worker string
+	streams    [2]streamState
+	// outputs are the outputs received, by path; outputBytes their
+	// total, reserved the bytes uploads in progress may still write.
+	outputs     map[string]worker.File
+	outputBytes int64
+	reserved    int64
+	// over says, when the worker sent beyond a limit, which and what
+	// the limit is; the task fails with it when its result comes.
+	over string
+}
+
+// streamState is one stream of an attempt: its size as the engine kept
+// it, and whether an append is being written (another is refused 409).
+type streamState struct {
+	size int64
+	busy bool
+}
+
+// taskEnd is how a task ended, beside its state.
+type taskEnd struct {
+	exitCode       *int
+	signal, err    string
+	outputs        []worker.File
+	stdout, stderr int64
+	started, ended time.Time
+}
+
+// streamIndex is the index in taskRun.streams of a stream's name.
+func streamIndex(name string) (int, bool) {
+	switch name {
+	case worker.StreamStdout:
+		return 0, true
+	case worker.StreamStderr:
+		return 1, true
+	}
+	return 0, false
+}
+
+// streamNames are the streams by index.
+var streamNames = [2]string{worker.StreamStdout, worker.StreamStderr}
+
+func newTaskTable(limits TaskLimits, now func() time.Time) *taskTable {
+	if limits.Input <= 0 {
+		limits.Input = defaultTaskLimits.Input
+	}
+	if limits.Outputs <= 0 {
+		limits.Outputs = defaultTaskLimits.Outputs
+	}
+	if limits.Log <= 0 {
+		limits.Log = defaultTaskLimits.Log
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &taskTable{limits: limits, now: now, byID: map[string]*taskRec{}}
+}
+
+// -- the directory ---------------------------------------------------------
+
+// makeRoot makes the directory the tasks' directories go in, once:
+// dir (Config.TaskDir), made if missing, or a directory of the
+// engine's own under os.TempDir, which removeRoot removes.
+func (t *taskTable) makeRoot(dir string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.root != "" {
+		return nil
+	}
+	if dir == "" {
+		d, err := os.MkdirTemp("", "fluksio-tasks-")
+		if err != nil {
+			return fmt.Errorf("cannot make a directory for the tasks' files: %w", err)
+		}
+		t.root, t.own = d, true
+		return nil
+	}
+	abs, err := filepath.Abs(dir)
+	if err == nil {
+		err = os.MkdirAll(abs, 0o700)
+	}
+	if err != nil {
+		return fmt.Errorf("task directory %s: %w", dir, err)
+	}
+	t.root = abs
+	return nil
+}
+
+// removeRoot removes the engine's own directory of tasks, at Stop; a
+// Config.TaskDir is the embedder's and stays.
+func (t *taskTable) removeRoot() {
+	t.mu.Lock()
+	root, own := t.root, t.own
+	t.root, t.own = "", false
+	t.mu.Unlock()
+	if own {
+		os.RemoveAll(root)
+	}
+}
+
+// dir is task id's directory; empty before makeRoot or for an id that
+// is none.
+func (t *taskTable) dir(id string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.dirLocked(id)
+}
+
+func (t *taskTable) dirLocked(id string) string {
+	if t.root == "" || !taskIDRe.MatchString(id) {
+		return ""
+	}
+	return filepath.Join(t.root, id)
+}
+
+// -- submitting ------------------------------------------------------------
+
+// submit checks spec, reads its inputs for their sizes and digests, and
+// adds the task; nothing is added when it returns an error, which says
+// what is wrong and what to do.
+func (t *taskTable) submit(spec TaskSpec) (*taskRec, error) {
+	if err := t.check(spec); err != nil {
+		return nil, err
+	}
+	if spec.ID != "" {
+		t.mu.Lock()
+		_, dup := t.byID[spec.ID]
+		t.mu.Unlock()
+		if dup {
+			return nil, fmt.Errorf("task %s: the engine holds a task of that id already; give another id, or none and the engine names it", spec.ID)
+		}
+	}
+	files := make([]worker.File, len(spec.Inputs))
+	for i, in := range spec.Inputs {
+		f, err := t.digest(in)
+		if err != nil {
+			return nil, err
+		}
+		files[i] = f
+	}
+	requires := requiresCommand
+	if len(spec.Command) == 0 {
+		requires = requiresPayload
+	}
+	var env []string
+	for k, v := range spec.Env {
+		env = append(env, k+"="+v)
+	}
+	slices.Sort(env)
+	rec := &taskRec{retries: spec.Retries, requires: requires, command: slices.Clone(spec.Command), env: env, files: files,
+		outputs: slices.Clone(spec.Outputs), timeout: spec.Timeout, payload: spec.Payload, sources: slices.Clone(spec.Inputs), state: TaskWaiting}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	id := spec.ID
+	if id == "" {
+		for {
+			t.generated++
+			id = "t-" + strconv.Itoa(t.generated)
+			if _, taken := t.byID[id]; !taken {
+				break
+			}
+		}
+	} else if _, dup := t.byID[id]; dup {
+		return nil, fmt.Errorf("task %s: the engine holds a task of that id already; give another id, or none and the engine names it", id)
+	}
+	rec.id = id
+	t.byID[id] = rec
+	return rec, nil
+}
+
+// check is every refusal of spec that reads nothing.
+func (t *taskTable) check(spec TaskSpec) error {
+	if spec.ID != "" && !taskIDRe.MatchString(spec.ID) {
+		return fmt.Errorf("task id %q: use 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit (it names the task's directory), or none and the engine names it", spec.ID)
+	}
+	if len(spec.Command) == 0 && len(spec.Payload) == 0 {
+		return errors.New(`the task has no command and no payload: give Command, an argv such as ["sh", "-c", "make test"], or a Payload for an engine's own worker`)
+	}
+	if len(spec.Command) > 0 && spec.Command[0] == "" {
+		return errors.New("the task's command starts with an empty word: Command[0] names the program to run")
+	}
+	for _, arg := range spec.Command {
+		if strings.IndexByte(arg, 0) >= 0 {
+			return errors.New("a word of the task's command holds a NUL byte, which no program can be given")
+		}
+	}
+	for k, v := range spec.Env {
+		switch {
+		case k == shared.WorkerTokenEnv || strings.HasPrefix(k, shared.WorkerTokenEnv+"_"):
+			return fmt.Errorf("the task's Env names %s, the worker's credential: a task may neither set nor see it; leave it out", k)
+		case k == "" || strings.ContainsAny(k, "=\x00"):
+			return fmt.Errorf("the task's Env names %q, which is no variable name (empty, or holding '=' or NUL)", k)
+		case strings.IndexByte(v, 0) >= 0:
+			return fmt.Errorf("the task's Env variable %s holds a NUL byte, which no environment can", k)
+		}
+	}
+	if spec.Timeout < 0 {
+		return fmt.Errorf("the task's Timeout is %s; zero means none, else give a positive duration", spec.Timeout)
+	}
+	if spec.Retries < 0 {
+		return fmt.Errorf("the task's Retries is %d; give 0 (run once) or more", spec.Retries)
+	}
+	names := map[string]bool{}
+	for _, in := range spec.Inputs {
+		if err := checkRelPath("input", in.Name); err != nil {
+			return err
+		}
+		if names[in.Name] {
+			return fmt.Errorf("input %q is given twice; each input names a file of its own", in.Name)
+		}
+		names[in.Name] = true
+		if in.Path != "" && in.Data != nil {
+			return fmt.Errorf("input %q has both a Path and Data; give one", in.Name)
+		}
+	}
+	for _, in := range spec.Inputs {
+		for d := path.Dir(in.Name); d != "."; d = path.Dir(d) {
+			if names[d] {
+				return fmt.Errorf("input %q is under input %q, which is a file: rename one", in.Name, d)
+			}
+		}
+	}
+	outs := map[string]bool{}
+	for _, o := range spec.Outputs {
+		if err := checkRelPath("output", o); err != nil {
+			return err
+		}
+		if outs[o] {
+			return fmt.Errorf("output %q is given twice", o)
+		}
+		outs[o] = true
+	}
+	return nil
+}
+
+// checkRelPath refuses a name that does not stay inside the task's
+// directory, or that is not written the one way it can be: relative,
+// cleaned, with no ".." element.
+func checkRelPath(kind, p string) error {
+	switch {
+	case p == "":
+		return fmt.Errorf("an %s's name is empty: name a file inside the task's directory, such as data/in.csv", kind)
+	case len(p) > maxPathLen:
+		return fmt.Errorf("%s %.40q...: longer than %d bytes", kind, p, maxPathLen)
+	case host.Printable(p) != p:
+		return fmt.Errorf("%s %q: holds a control character or invalid UTF-8; use a printable name", kind, p)
+	case strings.HasPrefix(p, "/"):
+		return fmt.Errorf("%s %q is absolute: name it relative to the task's directory", kind, p)
+	case slices.Contains(strings.Split(p, "/"), ".."):
+		return fmt.Errorf("%s %q has a \"..\" element, which leaves the task's directory: name a file inside it", kind, p)
+	case p == ".":
+		return fmt.Errorf("%s %q is the task's directory itself: name a file or directory inside it", kind, p)
+	case path.Clean(p) != p:
+		return fmt.Errorf("%s %q is not written plainly: write %q", kind, p, path.Clean(p))
+	}
+	return nil
+}
+
+// digest reads an input once, streaming, for its size and sha256; one
+// larger than the input limit is refused, with the limit.
+func (t *taskTable) digest(in Input) (worker.File, error) {
+	limit := t.limits.Input
+	if in.Path == "" {
+		if int64(len(in.Data)) > limit {
+			return worker.File{}, fmt.Errorf("input %q: %d bytes of Data; the engine takes at most %d bytes an input (TaskLimits.Input)", in.Name, len(in.Data), limit)
+		}
+		sum := sha256.Sum256(in.Data)
+		return worker.File{Name: in.Name, Size: int64(len(in.Data)), SHA256: hex.EncodeToString(sum[:])}, nil
+	}
+	f, size, err := openInput(in.Path)
+	if err != nil {
+		return worker.File{}, fmt.Errorf("input %q: %w", in.Name, err)
+	}
+	defer f.Close()
+	if size > limit {
+		return worker.File{}, fmt.Errorf("input %q: %s is %d bytes; the engine takes at most %d bytes an input (TaskLimits.Input)", in.Name, in.Path, size, limit)
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, io.LimitReader(f, size+1))
+	switch {
+	case err != nil:
+		return worker.File{}, fmt.Errorf("input %q: reading %s: %w", in.Name, in.Path, err)
+	case n != size:
+		return worker.File{}, fmt.Errorf("input %q: %s changed size while it was read (%d bytes, then %d); submit it when it is written", in.Name, in.Path, size, n)
+	}
+	return worker.File{Name: in.Name, Size: size, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+}
+
+// openInput opens an input's Path for reading, and says its size. A
+// path that is no regular file (a directory, a FIFO, a device) is
+// refused: it is opened without blocking, so a FIFO cannot hold the
+// caller.
+func openInput(p string) (*os.File, int64, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, 0, fmt.Errorf("cannot read it: %w", err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, fmt.Errorf("cannot read it: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, 0, fmt.Errorf("%s is not a regular file (%s); give a file", p, fi.Mode().Type())
+	}
+	return f, fi.Size(), nil
+}
+
+// -- attempts --------------------------------------------------------------
+
+// beginOutcome is what begin did.
+type beginOutcome int
+
+const (
+	begun          beginOutcome = iota // the attempt runs: assign its task
+	beginCancelled                     // Cancel asked for the task first: end it cancelled
+	beginEnded                         // the task ended already: drop it
+)
+
+// begin starts an attempt of rec on w, whose task is base (its ID and
+// need, the router's): the attempt is recorded as running, the task's
+// directory of an earlier attempt is moved aside and removed (so that
+// stdout and stderr start empty, and a late request of the earlier
+// attempt's worker writes nowhere that counts), and the task to assign
+// is returned.
+func (t *taskTable) begin(rec *taskRec, base Task, w WorkerInfo) (Task, beginOutcome) {
+	attemptID := base.ID
+	t.mu.Lock()
+	switch {
+	case rec.end != nil:
+		t.mu.Unlock()
+		return Task{}, beginEnded
+	case rec.cancel:
+		t.mu.Unlock()
+		return Task{}, beginCancelled
+	}
+	rec.run = &taskRun{id: attemptID, worker: w.Name, outputs: map[string]worker.File{}}
+	rec.state = TaskRunning
+	rec.attempts = append(rec.attempts, Attempt{Worker: w.Name, Provisioner: w.Provisioner, JobID: w.JobID, Hostname: w.Hostname,
+		State: TaskRunning, Started: t.now()})
+	task := base
+	task.Name, task.Attempt, task.Requires = rec.id, len(rec.attempts), rec.requires
+	task.Command, task.Inputs, task.Outputs, task.Payload = rec.command, rec.files, rec.outputs, rec.payload
+	task.TimeoutSeconds = rec.timeout.Seconds()
+	task.Limits = worker.Limits{Outputs: t.limits.Outputs, Log: t.limits.Log}
+	if len(rec.env) > 0 {
+		task.Env = make(map[string]string, len(rec.env))
+		for _, kv := range rec.env {
+			k, v, _ := strings.Cut(kv, "=")
+			task.Env[k] = v
+		}
+	}
+	var aside string
+	if d := t.dirLocked(rec.id); d != "" {
+		if _, err := os.Lstat(d); err == nil {
+			aside = filepath.Join(t.root, ".gone-"+rec.id+"-"+attemptID)
+			if err := os.Rename(d, aside); err != nil {
+				aside = ""
+			}
+		}
+	}
+	t.mu.Unlock()
+	if aside != "" {
+		os.RemoveAll(aside)
+	}
+	return task, begun
+}
+
+// unbegin takes back an attempt whose task could not be assigned (its
+// worker left meanwhile): the task waits again, as if it never began.
+func (t *taskTable) unbegin(rec *taskRec, attemptID string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if rec.run == nil || rec.run.id != attemptID {
+		return
+	}
+	rec.run = nil
+	rec.attempts = rec.attempts[:len(rec.attempts)-1]
+	rec.state = TaskWaiting
+}
+
+// markCancel marks task id cancelled and returns it with its attempt
+// under way (empty while it waits); nil and nil for a task cancelled
+// already, which nothing more is done for.
+func (t *taskTable) markCancel(id string) (*taskRec, taskRun, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	rec := t.byID[id]
+	switch {
+	case rec == nil:
+		return nil, taskRun{}, ErrNoSuchTask
+	case rec.end != nil:
+		return nil, taskRun{}, ErrTaskEnded
+	case rec.cancel:
+		return nil, taskRun{}, nil
+	}
+	rec.cancel = true
+	if rec.run == nil {
+		return rec, taskRun{}, nil
+	}
+	return rec, taskRun{id: rec.run.id, worker: rec.run.worker}, nil
+}
+
+// stateOf is rec's state now.
+func (t *taskTable) stateOf(rec *taskRec) TaskState {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return rec.state
+}
+
+// hasEnded reports whether rec ended.
+func (t *taskTable) hasEnded(rec *taskRec) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return rec.end != nil
+}
+
+// cancelled reports whether Cancel asked for rec.
+func (t *taskTable) cancelled(rec *taskRec) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return rec.cancel
+}
+
+// taskNews is what became of a task at a report or a loss, for the
+// hooks, the event stream and the metrics: told after every lock is
+// released.
+type taskNews struct {
+	res TaskResult
+	// lost: an attempt's machine was lost; again: the task waits for
+	// another worker; ended: the task ended (TaskEnded).
+	lost, again, ended bool
+	// worker and provisioner are the attempt's, for the event.
+	worker, provisioner string
+}
+
+// finish records the result of rec's attempt attemptID and ends the
+// task: a command's run ends its task, whatever it came to (a task is
+// retried only when its machine is lost). The state is the worker's,
+// unless the worker sent more than the limits allow or its byte counts
+// do not match what the engine received (failed, saying why), or the
+// task was cancelled (cancelled).
+func (t *taskTable) finish(rec *taskRec, attemptID string, res Result) (taskNews, bool) {
+	t.mu.Lock()
+	run := rec.run
+	if run == nil || run.id != attemptID || rec.end != nil {
+		t.mu.Unlock()
+		return taskNews{}, false
+	}
+	rep := res.run
+	if rep == nil {
+		rep = &worker.ResultRequest{State: worker.StateFailed, Error: "the worker reported no state (a worker that runs only the stand-in)"}
+	}
+	state, why := rep.State, rep.Error
+	// A run stopped by its cancel is not held to its counts: what it
+	// sent before the stop is moot, and a run the books took back
+	// (books.takeBackCancelledLocked) counted nothing.
+	stopped := rec.cancel && rep.State == worker.StateCancelled
+	if problem := run.check(rep); problem != "" && !stopped {
+		state = worker.StateFailed
+		if why != "" {
+			problem += "; the worker said: " + why
+		}
+		why = problem
+	}
+	a := &rec.attempts[len(rec.attempts)-1]
+	a.State, a.Error, a.Hostname, a.JobID = state, why, res.Hostname, res.JobID
+	if !rep.Started.IsZero() {
+		a.Started = rep.Started
+	}
+	a.Ended = rep.Ended
+	if a.Ended.IsZero() {
+		a.Ended = res.At
+	}
+	if rec.cancel {
+		state = worker.StateCancelled
+		if why == "" {
+			why = "cancelled"
+		}
+	}
+	outputs := slices.SortedFunc(maps.Values(run.outputs), func(x, y worker.File) int { return strings.Compare(x.Name, y.Name) })
+	end := &taskEnd{exitCode: rep.ExitCode, signal: rep.Signal, err: why, outputs: outputs,
+		stdout: run.streams[0].size, stderr: run.streams[1].size, started: a.Started, ended: a.Ended}
+	t.endLocked(rec, state, end)
+	news := taskNews{res: t.resultLocked(rec), ended: true, worker: run.worker, provisioner: a.Provisioner}
+	dir := t.dirLocked(rec.id)
+	t.mu.Unlock()
+	news.res.Stdout, news.res.Stderr = readTails(dir, end.stdout, end.stderr)
+	return news, true
+}
+
+// check compares what the worker says it sent with what the engine
+// received, and says the first difference in words; empty when they
+// agree and no limit was passed.
+func (run *taskRun) check(rep *worker.ResultRequest) string {
+	if run.over != "" {
+		return run.over
+	}
+	switch rep.State {
+	case worker.StateSucceeded, worker.StateFailed, worker.StateCancelled, worker.StateTimedOut:
+	default:
+		return fmt.Sprintf("the worker reported the state %q, which is none of succeeded, failed, cancelled, timed_out", rep.State)
+	}
+	for i, sent := range [2]int64{rep.Stdout, rep.Stderr} {
+		if got := run.streams[i].size; sent != got {
+			return fmt.Sprintf("the worker says it sent %d bytes of %s; the engine received %d", sent, streamNames[i], got)
+		}
+	}
+	listed := map[string]bool{}
+	for _, o := range rep.Outputs {
+		listed[o.Name] = true
+		got, ok := run.outputs[o.Name]
+		switch {
+		case !ok:
+			return fmt.Sprintf("the worker lists output %q, which the engine never received", o.Name)
+		case got.Size != o.Size || got.SHA256 != o.SHA256:
+			return fmt.Sprintf("output %q: the worker says %d bytes, sha256 %s; the engine received %d bytes, sha256 %s", o.Name, o.Size, o.SHA256, got.Size, got.SHA256)
+		}
+	}
+	for name := range run.outputs {
+		if !listed[name] {
+			return fmt.Sprintf("output %q was received but the worker's result does not list it", name)
+		}
+	}
+	return ""
+}
+
+// lost records that rec's attempt attemptID was lost with its worker:
+// the task waits again while its attempts are at most its Retries, else
+// it ends lost; a task Cancel asked for ends cancelled.
+func (t *taskTable) lost(rec *taskRec, attemptID, why string) (taskNews, bool) {
+	t.mu.Lock()
+	run := rec.run
+	if run == nil || run.id != attemptID || rec.end != nil {
+		t.mu.Unlock()
+		return taskNews{}, false
+	}
+	now := t.now()
+	a := &rec.attempts[len(rec.attempts)-1]
+	a.State, a.Error, a.Ended = TaskLostState, why, now
+	rec.run = nil
+	news := taskNews{worker: run.worker, provisioner: a.Provisioner}
+	end := &taskEnd{started: a.Started, ended: now}
+	switch {
+	case rec.cancel:
+		a.State = worker.StateCancelled
+		end.err = "cancelled; " + why
+		t.endLocked(rec, worker.StateCancelled, end)
+		news.ended = true
+	case len(rec.attempts) <= rec.retries:
+		rec.state = TaskWaiting
+		news.lost, news.again = true, true
+	default:
+		end.err = fmt.Sprintf("its machine was lost under it on every attempt (%d); the last: %s", len(rec.attempts), why)
+		t.endLocked(rec, TaskLostState, end)
+		news.lost, news.ended = true, true
+	}
+	news.res = t.resultLocked(rec)
+	t.mu.Unlock()
+	return news, true
+}
+
+// end ends rec as state, saying why, unless it ended already (false).
+// It is how a task that never ran to a result ends: cancelled while it
+// waited.
+func (t *taskTable) end(rec *taskRec, state TaskState, why string) (taskNews, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if rec.end != nil {
+		return taskNews{}, false
+	}
+	rec.run = nil
+	t.endLocked(rec, state, &taskEnd{err: why, ended: t.now()})
+	return taskNews{res: t.resultLocked(rec), ended: true}, true
+}
+
+// endLocked ends rec: its state and end are set, what it held of the
+// caller's (inputs, payload) is dropped, and the oldest ended tasks
+// beyond keepEnded are forgotten. t.mu must be held.
+func (t *taskTable) endLocked(rec *taskRec, state TaskState, end *taskEnd) {
+	rec.state, rec.end, rec.run = state, end, nil
+	rec.command, rec.env, rec.files, rec.outputs, rec.payload, rec.sources = nil, nil, nil, nil, nil, nil
+	t.ended = append(t.ended, rec)
+	for len(t.ended) > keepEnded {
+		old := t.ended[0]
+		t.ended[0] = nil
+		t.ended = t.ended[1:]
+		if t.byID[old.id] == old {
+			delete(t.byID, old.id)
+		}
+	}
+}
+
+// -- reading ---------------------------------------------------------------
+
+// result is task id as it stands, with its streams' tails.
+func (t *taskTable) result(id string) (TaskResult, bool) {
+	t.mu.Lock()
+	rec := t.byID[id]
+	if rec == nil {
+		t.mu.Unlock()
+		return TaskResult{}, false
+	}
+	res := t.resultLocked(rec)
+	var stdout, stderr int64
+	switch {
+	case rec.end != nil:
+		stdout, stderr = rec.end.stdout, rec.end.stderr
+	case rec.run != nil:
+		stdout, stderr = rec.run.streams[0].size, rec.run.streams[1].size
+	}
+	dir := t.dirLocked(id)
+	t.mu.Unlock()
+	res.Stdout, res.Stderr = readTails(dir, stdout, stderr)
+	return res, true
+}
+
+// resultLocked is rec as it stands, but for the streams' tails (read
+// from files, without the lock). t.mu must be held.
+func (t *taskTable) resultLocked(rec *taskRec) TaskResult {
+	res := TaskResult{ID: rec.id, State: rec.state, Attempts: slices.Clone(rec.attempts)}
+	if res.Attempts == nil {
+		res.Attempts = []Attempt{}
+	}
+	if e := rec.end; e != nil {
+		res.ExitCode, res.Signal, res.Error = e.exitCode, e.signal, e.err
+		res.Outputs, res.Started, res.Ended = slices.Clone(e.outputs), e.started, e.ended
+	} else if n := len(rec.attempts); n > 0 {
+		res.Started = rec.attempts[n-1].Started
+	}
+	return res
+}
+
+// readTails reads the last tailBytes of the kept stdout and stderr of
+// a task's directory dir, up to the sizes the engine accepted; a file
+// that cannot be read (its directory removed by its owner) reads empty.
+func readTails(dir string, stdout, stderr int64) (string, string) {
+	if dir == "" {
+		return "", ""
+	}
+	return readTail(filepath.Join(dir, worker.StreamStdout), stdout), readTail(filepath.Join(dir, worker.StreamStderr), stderr)
+}
+
+func readTail(p string, size int64) string {
+	if size <= 0 {
+		return ""
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	n := min(size, tailBytes)
+	buf := make([]byte, n)
+	got, _ := f.ReadAt(buf, size-n)
+	return string(buf[:got])
+}
+
+// holds reports whether the engine holds a task of id (ended or not).
+func (t *taskTable) holds(id string) (*taskRec, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	rec := t.byID[id]
+	return rec, rec != nil
+}

@@ -1,0 +1,451 @@
+package engine
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fluksio/provision/worker"
+)
+
+// The transfer routes move a task's bytes between the engine and the
+// worker that runs it (docs/worker-protocol.md): its inputs out, its
+// stdout and stderr and its outputs in. Each is checked as every
+// worker's request is (books.workerOf: credential, session, revocation)
+// and allowed only to the worker that holds the attempt named in the
+// path now; the task table (tasks.go) says whether the attempt is still
+// the task's current one and where its files go. Bodies are copied
+// between the connection and a file, never read whole; each transfer's
+// deadlines are moved out for its size (transferDeadline), since the
+// server's own are for small requests.
+
+// maxLogChunk is the most one log append may carry.
+const maxLogChunk = 1 << 20
+
+// offsetHeader carries a stream's size as the engine kept it, on every
+// answer to a log append.
+const offsetHeader = "Fluksio-Offset"
+
+// minTransferRate is the slowest a transfer may go, in bytes a second,
+// beyond readTimeout: a 100 MB input has readTimeout plus 100 s.
+const minTransferRate = 1 << 20
+
+// transferDeadline moves r's read and write deadlines out for a transfer
+// of n bytes: readTimeout, and a second for each minTransferRate bytes.
+// Where the connection cannot (a recorder in a test), nothing changes.
+func transferDeadline(w http.ResponseWriter, n int64) {
+	d := time.Now().Add(readTimeout + time.Duration(n/minTransferRate)*time.Second)
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(d)
+	_ = rc.SetWriteDeadline(d)
+}
+
+// transferError is a transfer refused: its status and why.
+type transferError struct {
+	status int
+	msg    string
+}
+
+func (e *transferError) Error() string { return e.msg }
+
+func stale(attempt string) error {
+	return &transferError{http.StatusConflict, "task " + attempt + " is not this worker's now"}
+}
+
+// transferCaller checks a transfer's request as every worker's request
+// is, and that the worker holds the attempt the path names; on a
+// refusal it has answered, without reading the body.
+func (a *workerAPI) transferCaller(w http.ResponseWriter, r *http.Request) (caller, bool) {
+	if a.tasks == nil {
+		DontReadBody(w)
+		WriteError(w, http.StatusNotFound, "this engine runs no tasks")
+		return caller{}, false
+	}
+	c, d, reason := a.books.workerOf(r, r.PathValue("id"))
+	switch d {
+	case allowed:
+		markCredentialed(r.Context())
+		return c, true
+	case badCredential:
+		a.refuse(w, r, reason)
+	case noSession, otherSession, nameRevoked:
+		DontReadBody(w)
+		a.refuseSession(w, r, d, c.cred.Worker, reason)
+	case noSuchTask:
+		// The session held: the connection is the worker's.
+		markCredentialed(r.Context())
+		DontReadBody(w)
+		WriteError(w, http.StatusConflict, reason)
+	default:
+		DontReadBody(w)
+		WriteError(w, d.status(), reason)
+	}
+	return caller{}, false
+}
+
+// writeTransferError answers err: a transferError's status and words,
+// else 500. Any other error is the engine's own file system's, logged
+// for the operator and not told to the worker (it names the engine's
+// paths).
+func (a *workerAPI) writeTransferError(w http.ResponseWriter, r *http.Request, err error) {
+	var te *transferError
+	if errors.As(err, &te) {
+		WriteError(w, te.status, te.msg)
+		return
+	}
+	a.logger.Error("a task's transfer failed on the engine's side", "path", r.URL.Path, "error", err)
+	WriteError(w, http.StatusInternalServerError, "the engine could not keep or read the task's file; its log says why")
+}
+
+// -- inputs ----------------------------------------------------------------
+
+// handleInput answers GET /v1/work/ID/inputs/NAME: the input's bytes,
+// with its Content-Length, as the caller gave them to Submit.
+func (a *workerAPI) handleInput(w http.ResponseWriter, r *http.Request) {
+	c, ok := a.transferCaller(w, r)
+	if !ok {
+		return
+	}
+	src, file, err := a.tasks.input(c.task, r.PathValue("id"), r.PathValue("name"))
+	if err != nil {
+		a.writeTransferError(w, r, err)
+		return
+	}
+	transferDeadline(w, file.Size)
+	w.Header().Set("Content-Type", "application/octet-stream")
+	if src.Path == "" {
+		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(src.Data[:file.Size]))
+		return
+	}
+	f, _, err := openInput(src.Path)
+	if err != nil {
+		a.writeTransferError(w, r, fmt.Errorf("input %q: %w", file.Name, err))
+		return
+	}
+	defer f.Close()
+	// What Submit read, no more: a file that grew since is cut, one that
+	// changed fails the worker's digest check.
+	http.ServeContent(w, r, "", time.Time{}, io.NewSectionReader(f, 0, file.Size))
+}
+
+// input is where the bytes of input name of task's attempt come from.
+func (t *taskTable) input(task, attempt, name string) (Input, worker.File, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	rec := t.byID[task]
+	if rec == nil || rec.run == nil || rec.run.id != attempt {
+		return Input{}, worker.File{}, stale(attempt)
+	}
+	for i, f := range rec.files {
+		if f.Name == name {
+			return rec.sources[i], f, nil
+		}
+	}
+	return Input{}, worker.File{}, &transferError{http.StatusNotFound, fmt.Sprintf("task %s has no input %q", task, name)}
+}
+
+// -- logs ------------------------------------------------------------------
+
+// handleLog answers POST /v1/work/ID/log/STREAM?offset=N: the body is
+// the stream's next bytes from offset N. The engine appends it when N is
+// the stream's size; a repeat of bytes it has (N+len at most its size)
+// is answered as if appended; anything else is 409. Every 2xx is 204
+// with offsetHeader, the size now. A stream beyond Limits.Log is
+// refused 413, and the task fails when its result comes.
+func (a *workerAPI) handleLog(w http.ResponseWriter, r *http.Request) {
+	s, ok := streamIndex(r.PathValue("stream"))
+	if !ok {
+		DontReadBody(w)
+		WriteError(w, http.StatusNotFound, fmt.Sprintf("no stream %q: stdout or stderr", r.PathValue("stream")))
+		return
+	}
+	offset, err := strconv.ParseInt(r.URL.Query().Get("offset"), 10, 64)
+	if err != nil || offset < 0 {
+		DontReadBody(w)
+		WriteError(w, http.StatusBadRequest, "offset must be the stream's size before this chunk, a whole number of bytes (?offset=N)")
+		return
+	}
+	c, ok := a.transferCaller(w, r)
+	if !ok {
+		return
+	}
+	attempt := r.PathValue("id")
+	op, err := a.tasks.logOpen(c.task, attempt, s, offset)
+	if err != nil {
+		if op.size >= 0 {
+			w.Header().Set(offsetHeader, strconv.FormatInt(op.size, 10))
+		}
+		DontReadBody(w)
+		a.writeTransferError(w, r, err)
+		return
+	}
+	transferDeadline(w, maxLogChunk)
+	if op.f == nil {
+		// A repeat, or bytes beyond the size that overlap it: which,
+		// the body's length says.
+		n, err := io.Copy(io.Discard, io.LimitReader(r.Body, maxLogChunk+1))
+		switch {
+		case err != nil:
+			WriteError(w, http.StatusBadRequest, "reading the chunk: "+err.Error())
+		case n > maxLogChunk:
+			WriteError(w, http.StatusBadRequest, fmt.Sprintf("a log chunk is at most %d bytes", maxLogChunk))
+		case offset+n <= op.size:
+			w.Header().Set(offsetHeader, strconv.FormatInt(op.size, 10))
+			w.WriteHeader(http.StatusNoContent)
+		default:
+			w.Header().Set(offsetHeader, strconv.FormatInt(op.size, 10))
+			WriteError(w, http.StatusConflict, fmt.Sprintf("%s is %d bytes; a chunk at %d of %d bytes overlaps its end: send what follows byte %d", streamNames[s], op.size, offset, n, op.size))
+		}
+		return
+	}
+	most := min(int64(maxLogChunk), op.room)
+	n, err := io.Copy(io.NewOffsetWriter(op.f, op.size), io.LimitReader(r.Body, most+1))
+	var over bool
+	var refusal *transferError
+	switch {
+	case err != nil:
+		refusal = &transferError{http.StatusBadRequest, "reading the chunk: " + err.Error()}
+	case n > op.room:
+		over = true
+		refusal = &transferError{http.StatusRequestEntityTooLarge, overLog(s, a.tasks.limits.Log)}
+	case n > maxLogChunk:
+		refusal = &transferError{http.StatusBadRequest, fmt.Sprintf("a log chunk is at most %d bytes", maxLogChunk)}
+	}
+	if refusal != nil {
+		op.f.Truncate(op.size)
+		n = 0
+	}
+	op.f.Close()
+	size := a.tasks.logDone(op, n, over)
+	w.Header().Set(offsetHeader, strconv.FormatInt(size, 10))
+	if refusal != nil {
+		a.writeTransferError(w, r, refusal)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// overLog is why a stream was refused beyond the limit.
+func overLog(s int, limit int64) string {
+	return fmt.Sprintf("%s beyond the engine's limit of %d bytes", streamNames[s], limit)
+}
+
+// logOp is one log append under way: the stream's size when it began,
+// the room left under the limit, and the file to append to (nil for a
+// chunk that is not at the end: a repeat, or an overlap).
+type logOp struct {
+	rec  *taskRec
+	run  *taskRun
+	s    int
+	size int64
+	room int64
+	f    *os.File
+}
+
+// logOpen begins an append to stream s of task's attempt at offset: the
+// stream is marked busy and its file opened (under t.mu, so that a new
+// attempt's directory cannot replace it between the check and the
+// open). An error is the refusal; its logOp's size is the stream's when
+// known (else -1).
+func (t *taskTable) logOpen(task, attempt string, s int, offset int64) (logOp, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	rec := t.byID[task]
+	if rec == nil || rec.run == nil || rec.run.id != attempt {
+		return logOp{size: -1}, stale(attempt)
+	}
+	st := &rec.run.streams[s]
+	op := logOp{rec: rec, run: rec.run, s: s, size: st.size, room: t.limits.Log - st.size}
+	switch {
+	case st.busy:
+		return op, &transferError{http.StatusConflict, streamNames[s] + " is being appended to already; send one chunk at a time"}
+	case offset > st.size:
+		return op, &transferError{http.StatusConflict, fmt.Sprintf("%s is %d bytes; a chunk at %d leaves a gap: send what follows byte %d", streamNames[s], st.size, offset, st.size)}
+	case offset < st.size:
+		return op, nil
+	}
+	dir := t.dirLocked(task)
+	if dir == "" {
+		return op, &transferError{http.StatusServiceUnavailable, "the engine has no directory for tasks yet"}
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return op, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, streamNames[s]), os.O_WRONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		return op, err
+	}
+	st.busy = true
+	op.f = f
+	return op, nil
+}
+
+// logDone ends an append that wrote n bytes (0 when refused; over when
+// refused beyond the limit) and returns the stream's size now.
+func (t *taskTable) logDone(op logOp, n int64, over bool) int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	st := &op.run.streams[op.s]
+	st.busy = false
+	if op.rec.run != op.run {
+		// The attempt ended meanwhile: its file is another's now.
+		return st.size
+	}
+	if over && op.run.over == "" {
+		op.run.over = overLog(op.s, t.limits.Log)
+	}
+	st.size += n
+	return st.size
+}
+
+// -- outputs ---------------------------------------------------------------
+
+// handleOutput answers PUT /v1/work/ID/outputs/PATH: the body is the
+// output's bytes, written under TaskDir(name)/outputs/PATH. PATH must be
+// one of the task's outputs or under one (a directory); one that is not
+// written plainly or leaves the directory is refused 400, and the
+// outputs together beyond Limits.Outputs 413 (the task then fails).
+func (a *workerAPI) handleOutput(w http.ResponseWriter, r *http.Request) {
+	p := r.PathValue("path")
+	if err := checkRelPath("output", p); err != nil {
+		DontReadBody(w)
+		WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	c, ok := a.transferCaller(w, r)
+	if !ok {
+		return
+	}
+	op, err := a.tasks.outputOpen(c.task, r.PathValue("id"), p, r.ContentLength)
+	if err != nil {
+		DontReadBody(w)
+		a.writeTransferError(w, r, err)
+		return
+	}
+	transferDeadline(w, op.want)
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(op.f, h), io.LimitReader(r.Body, op.want+1))
+	op.f.Close()
+	var refusal *transferError
+	switch {
+	case err != nil:
+		refusal = &transferError{http.StatusBadRequest, "reading the output: " + err.Error()}
+	case n > op.want:
+		refusal = &transferError{http.StatusRequestEntityTooLarge, overOutputs(a.tasks.limits.Outputs)}
+	}
+	file := worker.File{Name: p, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}
+	a.tasks.outputDone(op, file, refusal)
+	if refusal != nil {
+		a.writeTransferError(w, r, refusal)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// overOutputs is why an output was refused beyond the limit.
+func overOutputs(limit int64) string {
+	return fmt.Sprintf("outputs beyond the engine's limit of %d bytes for one task's outputs", limit)
+}
+
+// outputOp is one output upload under way: the bytes it reserved of the
+// outputs' limit and the file it writes.
+type outputOp struct {
+	rec  *taskRec
+	run  *taskRun
+	root *os.Root
+	path string
+	want int64
+	f    *os.File
+}
+
+// outputOpen begins an upload of output p of task's attempt, announced
+// as length bytes (-1: not said): p must be an output of the task's or
+// under one; the room it may use is reserved (all that is left when its
+// length is not said), and its file opened in the task's outputs
+// directory through an os.Root, which no path leaves (under t.mu, as
+// logOpen).
+func (t *taskTable) outputOpen(task, attempt, p string, length int64) (outputOp, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	rec := t.byID[task]
+	if rec == nil || rec.run == nil || rec.run.id != attempt {
+		return outputOp{}, stale(attempt)
+	}
+	if !slices.ContainsFunc(rec.outputs, func(o string) bool { return p == o || strings.HasPrefix(p, o+"/") }) {
+		return outputOp{}, &transferError{http.StatusBadRequest, fmt.Sprintf("%q is not one of task %s's outputs (%s), nor under one", p, task, strings.Join(rec.outputs, ", "))}
+	}
+	run := rec.run
+	room := t.limits.Outputs - (run.outputBytes - run.outputs[p].Size) - run.reserved
+	want := length
+	if want < 0 {
+		want = max(room, 0)
+	}
+	if want > room {
+		if run.over == "" {
+			run.over = overOutputs(t.limits.Outputs)
+		}
+		return outputOp{}, &transferError{http.StatusRequestEntityTooLarge, overOutputs(t.limits.Outputs)}
+	}
+	dir := t.dirLocked(task)
+	if dir == "" {
+		return outputOp{}, &transferError{http.StatusServiceUnavailable, "the engine has no directory for tasks yet"}
+	}
+	outDir := filepath.Join(dir, "outputs")
+	if err := os.MkdirAll(outDir, 0o700); err != nil {
+		return outputOp{}, err
+	}
+	root, err := os.OpenRoot(outDir)
+	if err != nil {
+		return outputOp{}, err
+	}
+	if d := path.Dir(p); d != "." {
+		if err := root.MkdirAll(d, 0o700); err != nil {
+			root.Close()
+			return outputOp{}, &transferError{http.StatusConflict, fmt.Sprintf("output %q: %v", p, err)}
+		}
+	}
+	f, err := root.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		root.Close()
+		return outputOp{}, &transferError{http.StatusConflict, fmt.Sprintf("output %q: %v", p, err)}
+	}
+	run.reserved += want
+	return outputOp{rec: rec, run: run, root: root, path: p, want: want, f: f}, nil
+}
+
+// outputDone ends an upload: its reservation is given back, and the
+// output is counted (refusal nil) or removed (beyond the limit marks the
+// attempt, so that its task fails).
+func (t *taskTable) outputDone(op outputOp, file worker.File, refusal *transferError) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	defer op.root.Close()
+	op.run.reserved -= op.want
+	if op.rec.run != op.run {
+		return
+	}
+	if refusal != nil {
+		op.root.Remove(op.path)
+		if old, ok := op.run.outputs[op.path]; ok {
+			op.run.outputBytes -= old.Size
+			delete(op.run.outputs, op.path)
+		}
+		if refusal.status == http.StatusRequestEntityTooLarge && op.run.over == "" {
+			op.run.over = refusal.msg
+		}
+		return
+	}
+	op.run.outputBytes += file.Size - op.run.outputs[op.path].Size
+	op.run.outputs[op.path] = file
+}
