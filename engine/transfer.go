@@ -33,9 +33,9 @@ import (
 // maxLogChunk is the most one log append may carry.
 const maxLogChunk = 1 << 20
 
-// offsetHeader carries a stream's size as the engine kept it, on every
+// offsetHeader (worker.OffsetHeader) carries a stream's size as the engine kept it, on every
 // answer to a log append.
-const offsetHeader = "Fluksio-Offset"
+const offsetHeader = worker.OffsetHeader
 
 // minTransferRate is the slowest a transfer may go, in bytes a second,
 // beyond readTimeout: a 100 MB input has readTimeout plus 100 s.
