@@ -36,13 +36,15 @@ var shutdownTimeout = time.Minute
 func runMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: host-example run -config FILE [-need SPEC]... [-timeout DURATION] [-linger DURATION] [-log-level LEVEL]")
+		fmt.Fprintln(fs.Output(), "usage: host-example run -config FILE [-need SPEC]... [-tasks FILE -results DIR] [-timeout DURATION] [-linger DURATION] [-log-level LEVEL]")
 		fs.PrintDefaults()
 	}
 	configPath := fs.String("config", "", "the configuration `file` (required)")
 	var needs engine.NeedList
 	fs.Var(&needs, "need", "nodes to place: cpus=N[,gpus=N][,ram_mb=N][,label=L][,count=N][,work=DURATION] (repeatable)")
-	timeout := fs.Duration("timeout", 0, "give up on the needs after this long (0: never)")
+	tasksFile := fs.String("tasks", "", "run the tasks of this `file`: JSON lines, one task a line, with id, command (argv), cpus, gpus, ram_mb, label, env, inputs (name: local path), outputs, timeout, attempts (docs/operators.md)")
+	results := fs.String("results", "", "with -tasks: each task's stdout, stderr, result.json and outputs go under `DIR`/ID/")
+	timeout := fs.Duration("timeout", 0, "give up on the needs and tasks after this long (0: never)")
 	linger := fs.Duration("linger", 0, "once the needs are served or -timeout passes, keep the engine up this long, so that its status page can be looked at")
 	level := fs.String("log-level", "info", "trace, debug, info, warn or error; the plugins log at the same level")
 	rest, code, done := parseArgs(fs, args, stdout, stderr)
@@ -55,10 +57,22 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	if *configPath == "" {
 		return usageError(fs, stderr, "-config FILE is required")
 	}
+	if (*tasksFile == "") != (*results == "") {
+		return usageError(fs, stderr, "-tasks FILE and -results DIR go together")
+	}
 	if hclog.LevelFromString(*level) == hclog.NoLevel {
 		return usageError(fs, stderr, "-log-level %q: want trace, debug, info, warn or error", *level)
 	}
 
+	var tasks []engine.TaskSpec
+	if *tasksFile != "" {
+		// The whole file is checked before anything is asked for.
+		var err error
+		if tasks, err = readTasks(*tasksFile, *results); err != nil {
+			fmt.Fprintf(stderr, "host-example: %v\n", err)
+			return 1
+		}
+	}
 	if err := receiveSecrets(); err != nil {
 		fmt.Fprintf(stderr, "host-example: %v\n", err)
 		return 1
@@ -84,7 +98,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	ctx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 
-	d, err := newDaemon(cfg, logger, newStory(stdout))
+	d, err := newDaemon(cfg, logger, newStory(stdout), *results)
 	if err != nil {
 		fmt.Fprintf(stderr, "host-example: %v\n", err)
 		return 1
@@ -106,11 +120,11 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	}
 	d.story.say("status page: %s (metrics at /metrics, events at /v1/events)", d.pageURL())
 	d.lingering = *linger > 0
-	code = d.run(ctx, needs, *timeout)
+	code = d.run(ctx, needs, tasks, *timeout)
 	if *linger > 0 && ctx.Err() == nil {
 		d.story.say("lingering for %s so the status page can be looked at: %s (Ctrl-C stops it now)", *linger, d.pageURL())
 		lctx, cancel := context.WithTimeoutCause(ctx, *linger, errLingered)
-		d.run(lctx, nil, 0)
+		d.run(lctx, nil, nil, 0)
 		cancel()
 	}
 	stopSignals()
@@ -131,11 +145,13 @@ type daemon struct {
 	eng    *engine.Engine
 	// lingering is set when run is followed by -linger.
 	lingering bool
+	// tasks is the run's tasks' side, with -tasks; nil without.
+	tasks *taskRun
 }
 
 // newDaemon sets up the engine for cfg and starts listening. An error is
 // the operator's to fix (the secret, the address), and says how.
-func newDaemon(cfg *engine.File, logger hclog.Logger, story *story) (*daemon, error) {
+func newDaemon(cfg *engine.File, logger hclog.Logger, story *story, results string) (*daemon, error) {
 	if v := cfg.Engine.SecretEnv; v != "" && !nonEmpty(lookupSecret(v)) {
 		// A configured secret that is missing would silently become a
 		// random one, and workers from an earlier run would be refused.
@@ -153,6 +169,12 @@ func newDaemon(cfg *engine.File, logger hclog.Logger, story *story) (*daemon, er
 	logger.Info("worker credentials", "secret", map[bool]string{true: "from $" + cfg.Engine.SecretEnv, false: "random, this run only"}[fromEnv],
 		"engine_id", engineID, "credential_epoch", host.CredentialEpoch(secret))
 	d := &daemon{cfg: cfg, logger: logger, story: story}
+	var taskEnded func(engine.TaskResult)
+	var taskLost func(engine.TaskResult, bool)
+	if results != "" {
+		d.tasks = newTaskRun(results, story)
+		taskEnded, taskLost = d.tasks.taskEnded, d.tasks.taskLost
+	}
 	d.eng, err = engine.New(engine.Config{
 		Provisioners:   cfg.Provisioners,
 		Secret:         secret,
@@ -163,7 +185,10 @@ func newDaemon(cfg *engine.File, logger hclog.Logger, story *story) (*daemon, er
 		HoldPolls:      !cfg.Engine.ParkPolls,
 		DropEnv:        []string{cfg.Engine.SecretEnv, cfg.Engine.OperatorTokenEnv},
 		Logger:         logger,
+		TaskDir:        results,
 		Hooks: engine.Hooks{
+			TaskEnded:   taskEnded,
+			TaskLost:    taskLost,
 			PluginEvent: story.event,
 			EventsNotTold: func(provisioner string, n int) {
 				story.say("%s: %d more event(s) not told here; GET /v1/events has them all", provisioner, n)
@@ -220,9 +245,10 @@ func (d *daemon) start(ctx context.Context) hcl.Diagnostics {
 	return diags
 }
 
-// run places needs until all are served (0), timeout passes (1, if not
-// zero) or ctx ends (0 without needs, 1 with).
-func (d *daemon) run(ctx context.Context, specs []engine.NeedSpec, timeout time.Duration) int {
+// run places needs and runs tasks until all are served and ended (0,
+// or 1 if a task did not succeed), timeout passes (1, if not zero) or
+// ctx ends (0 without needs or tasks, 1 with).
+func (d *daemon) run(ctx context.Context, specs []engine.NeedSpec, tasks []engine.TaskSpec, timeout time.Duration) int {
 	needs := 0
 	for _, spec := range specs {
 		var first, last string
@@ -243,16 +269,45 @@ func (d *daemon) run(ctx context.Context, specs []engine.NeedSpec, timeout time.
 			d.story.say("%s..%s: %d needs of %s: asking the provisioners that cover them", first, last, spec.Count, what)
 		}
 	}
+	submitted := 0
+	for _, t := range tasks {
+		if _, err := d.eng.Submit(t); err != nil {
+			// readTasks checked the file; what is left is the engine's
+			// word (an input that changed since, a limit).
+			d.story.say("task %s not submitted: %v", t.ID, err)
+			continue
+		}
+		submitted++
+	}
+	if d.tasks != nil {
+		d.tasks.mu.Lock()
+		d.tasks.total += submitted
+		d.tasks.mu.Unlock()
+		if submitted > 0 {
+			d.story.say("%d task(s) submitted; results under %s", submitted, d.tasks.results)
+		}
+	}
 	rctx := ctx
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		rctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	if d.eng.Run(rctx, func() bool { return needs > 0 && d.eng.Served() }) {
-		if d.lingering {
+	working := needs > 0 || len(tasks) > 0
+	done := func() bool {
+		return working && d.eng.Served() && (d.tasks == nil || d.tasks.allEnded())
+	}
+	if d.eng.Run(rctx, done) {
+		switch {
+		case len(tasks) > 0:
+			line, ok := d.tasks.summary()
+			d.story.say("%s", line)
+			if !ok || submitted < len(tasks) {
+				return 1
+			}
+		case d.lingering:
 			d.story.say("all %d need(s) served", needs)
-		} else {
+		default:
 			d.story.say("all %d need(s) served; shutting down", needs)
 		}
 		return 0
@@ -266,13 +321,21 @@ func (d *daemon) run(ctx context.Context, specs []engine.NeedSpec, timeout time.
 			}
 		}
 		d.story.say("timed out after %s; not served: %s", timeout, strings.Join(unserved, "; "))
+		if d.tasks != nil && len(tasks) > 0 {
+			line, _ := d.tasks.summary()
+			d.story.say("%s", line)
+		}
 		return 1
 	case context.Cause(ctx) == errLingered:
 		d.story.say("lingered; shutting down")
 		return 0
 	}
 	d.story.say("signal received; shutting down")
-	if needs > 0 {
+	if d.tasks != nil && len(tasks) > 0 {
+		line, _ := d.tasks.summary()
+		d.story.say("%s", line)
+	}
+	if working {
 		return 1
 	}
 	return 0
