@@ -147,6 +147,8 @@ type daemon struct {
 	lingering bool
 	// tasks is the run's tasks' side, with -tasks; nil without.
 	tasks *taskRun
+	// progress counts what the progress line and the summary tell.
+	progress *progress
 }
 
 // newDaemon sets up the engine for cfg and starts listening. An error is
@@ -168,7 +170,7 @@ func newDaemon(cfg *engine.File, logger hclog.Logger, story *story, results stri
 	engineID := host.EngineIdentity(cfg.Engine.ID, cfg.Path)
 	logger.Info("worker credentials", "secret", map[bool]string{true: "from $" + cfg.Engine.SecretEnv, false: "random, this run only"}[fromEnv],
 		"engine_id", engineID, "credential_epoch", host.CredentialEpoch(secret))
-	d := &daemon{cfg: cfg, logger: logger, story: story}
+	d := &daemon{cfg: cfg, logger: logger, story: story, progress: newProgress()}
 	var taskEnded func(engine.TaskResult)
 	var taskLost func(engine.TaskResult, bool)
 	if results != "" {
@@ -187,19 +189,25 @@ func newDaemon(cfg *engine.File, logger hclog.Logger, story *story, results stri
 		Logger:         logger,
 		TaskDir:        results,
 		Hooks: engine.Hooks{
-			TaskEnded:   taskEnded,
-			TaskLost:    taskLost,
-			PluginEvent: story.event,
+			TaskEnded: taskEnded,
+			TaskLost:  taskLost,
+			PluginEvent: func(ev shared.Event) {
+				d.progress.event(ev)
+				story.event(ev)
+			},
+			WorkerGone: d.progress.gone,
 			EventsNotTold: func(provisioner string, n int) {
 				story.say("%s: %d more event(s) not told here; GET /v1/events has them all", provisioner, n)
 			},
 			Attach: func(w engine.WorkerInfo) {
+				d.progress.attach(w)
 				story.say("worker %s attached from %s (job %s, %d cpus, %d gpus)", w.Name, w.Hostname, orDash(w.JobID), w.CPUs, w.GPUs)
 			},
 			Result: func(r engine.Result) {
 				story.say("work done by %s: host %s, job %s, cpus %d: %s", r.Worker, r.Hostname, orDash(r.JobID), r.CPUs, r.Output)
 			},
 			Burst: func(target string, pd shared.ProfileDemand) {
+				d.progress.burst(target, pd)
 				if pd.Requested > 0 {
 					story.say("%s: asked for %d %q machine(s) in %d submission(s) (wanted %d, on the way %d, attached %d)",
 						target, pd.Requested, pd.Profile, pd.Submissions, pd.Wanted, pd.OnTheWay, pd.Attached)
@@ -297,18 +305,26 @@ func (d *daemon) run(ctx context.Context, specs []engine.NeedSpec, tasks []engin
 	done := func() bool {
 		return working && d.eng.Served() && (d.tasks == nil || d.tasks.allEnded())
 	}
-	if d.eng.Run(rctx, done) {
+	stopProgress := func() {}
+	if working {
+		stopProgress = d.showProgress()
+	}
+	ok := d.eng.Run(rctx, done)
+	stopProgress()
+	if ok {
 		switch {
 		case len(tasks) > 0:
 			line, ok := d.tasks.summary()
-			d.story.say("%s", line)
+			d.story.say("%s; %s", line, d.progress.read(nil, nil).machinesLine())
 			if !ok || submitted < len(tasks) {
 				return 1
 			}
 		case d.lingering:
 			d.story.say("all %d need(s) served", needs)
+			d.story.say("%s", d.needsSummary(needs))
 		default:
 			d.story.say("all %d need(s) served; shutting down", needs)
+			d.story.say("%s", d.needsSummary(needs))
 		}
 		return 0
 	}
@@ -321,24 +337,81 @@ func (d *daemon) run(ctx context.Context, specs []engine.NeedSpec, tasks []engin
 			}
 		}
 		d.story.say("timed out after %s; not served: %s", timeout, strings.Join(unserved, "; "))
-		if d.tasks != nil && len(tasks) > 0 {
-			line, _ := d.tasks.summary()
-			d.story.say("%s", line)
-		}
+		d.story.say("%s", d.summary(needs, tasks))
 		return 1
 	case context.Cause(ctx) == errLingered:
 		d.story.say("lingered; shutting down")
 		return 0
 	}
 	d.story.say("signal received; shutting down")
-	if d.tasks != nil && len(tasks) > 0 {
-		line, _ := d.tasks.summary()
-		d.story.say("%s", line)
-	}
 	if working {
+		d.story.say("%s", d.summary(needs, tasks))
 		return 1
 	}
 	return 0
+}
+
+// summary is the run's last word when it did not finish: its tasks or
+// needs, and its machines.
+func (d *daemon) summary(needs int, tasks []engine.TaskSpec) string {
+	if len(tasks) > 0 {
+		line, _ := d.tasks.summary()
+		return line + "; " + d.progress.read(nil, nil).machinesLine()
+	}
+	return d.needsSummary(needs)
+}
+
+// needsSummary is the summary of a run with -need: how many were
+// served, by how many machines from how many submissions, what waits
+// and why, and what failed.
+func (d *daemon) needsSummary(needs int) string {
+	all := d.eng.Needs()
+	c := d.progress.read(all, nil)
+	// Served needs the engine no longer lists are served all the same.
+	served := needs - (c.needs - c.served)
+	line := fmt.Sprintf("summary: %d of %d need(s) served by %s", served, needs, c.machinesLine())
+	if c.machines > 0 && c.machines < served {
+		line += fmt.Sprintf("; machines were reused (%d needs, %d machines: a machine serves one need at a time, then the next)", served, c.machines)
+	}
+	if w := c.waiting(); w != "" {
+		line += "; still waiting: " + w
+	}
+	return line
+}
+
+// showProgress draws the progress line until the stop it returns is
+// called: every redrawEvery in place on a terminal, every progressEvery
+// as a story line elsewhere, and only when it changed.
+func (d *daemon) showProgress() (stop func()) {
+	every := progressEvery
+	if d.story.terminal {
+		every = redrawEvery
+	}
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		last := ""
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+			}
+			if line := d.progress.read(d.eng.Needs(), d.tasks).line(); line != last {
+				last = line
+				d.story.progress(line)
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		wg.Wait()
+		d.story.endProgress()
+	}
 }
 
 // stop lets the workers go, shuts every provisioner down (each cancels
@@ -352,19 +425,57 @@ func (d *daemon) stop() {
 }
 
 // story prints what happens in words a person can follow, with the time
-// since the engine started; the log on stderr has the details.
+// since the engine started; the log on stderr has the details. On a
+// terminal its last line is the progress line, redrawn in place; else
+// the progress is a story line of its own now and then.
 type story struct {
-	mu    sync.Mutex // guards w
+	mu    sync.Mutex // guards w and status
 	w     io.Writer
 	start time.Time
+	// terminal: w is a terminal, where status is drawn below the story
+	// and redrawn in place.
+	terminal bool
+	// status is the progress line drawn last on a terminal; empty when
+	// none is.
+	status string
 }
 
-func newStory(w io.Writer) *story { return &story{w: w, start: time.Now()} }
+func newStory(w io.Writer) *story { return &story{w: w, start: time.Now(), terminal: isTerminal(w)} }
 
 func (s *story) say(format string, args ...any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	fmt.Fprintf(s.w, "[%6.1fs] %s\n", time.Since(s.start).Seconds(), fmt.Sprintf(format, args...))
+	line := fmt.Sprintf("[%6.1fs] %s\n", time.Since(s.start).Seconds(), fmt.Sprintf(format, args...))
+	if s.status != "" {
+		// The story's line goes where the progress line was, and the
+		// progress line below it again.
+		line = "\r\x1b[K" + line + s.status
+	}
+	io.WriteString(s.w, line)
+}
+
+// progress shows line as the run's progress: in place on a terminal; as
+// a story line elsewhere.
+func (s *story) progress(line string) {
+	if !s.terminal {
+		s.say("%s", line)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.status = line
+	io.WriteString(s.w, "\r\x1b[K"+line)
+}
+
+// endProgress takes the progress line off a terminal, before the last
+// words.
+func (s *story) endProgress() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.status != "" {
+		io.WriteString(s.w, "\r\x1b[K")
+		s.status = ""
+	}
 }
 
 func (s *story) event(ev shared.Event) {
