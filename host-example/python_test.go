@@ -266,7 +266,7 @@ func runDaemon(t *testing.T, body string, need shared.Need) (d *daemon, runDone 
 	}
 	logger, logs := testLogger(t)
 	story = &lockedBuffer{}
-	d, err := newDaemon(cfg, logger, newStory(story))
+	d, err := newDaemon(cfg, logger, newStory(story), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +277,7 @@ func runDaemon(t *testing.T, body string, need shared.Need) (d *daemon, runDone 
 		t.Fatal(diags)
 	}
 	runDone = make(chan int, 1)
-	go func() { runDone <- d.run(ctx, []engine.NeedSpec{{Need: need, Count: 1}}, 0) }()
+	go func() { runDone <- d.run(ctx, []engine.NeedSpec{{Need: need, Count: 1}}, nil, 0) }()
 	t.Cleanup(func() {
 		cancel()
 		<-runDone

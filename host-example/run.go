@@ -36,13 +36,15 @@ var shutdownTimeout = time.Minute
 func runMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: host-example run -config FILE [-need SPEC]... [-timeout DURATION] [-linger DURATION] [-log-level LEVEL]")
+		fmt.Fprintln(fs.Output(), "usage: host-example run -config FILE [-need SPEC]... [-tasks FILE -results DIR] [-timeout DURATION] [-linger DURATION] [-log-level LEVEL]")
 		fs.PrintDefaults()
 	}
 	configPath := fs.String("config", "", "the configuration `file` (required)")
 	var needs engine.NeedList
 	fs.Var(&needs, "need", "nodes to place: cpus=N[,gpus=N][,ram_mb=N][,label=L][,count=N][,work=DURATION] (repeatable)")
-	timeout := fs.Duration("timeout", 0, "give up on the needs after this long (0: never)")
+	tasksFile := fs.String("tasks", "", "run the tasks of this `file`: JSON lines, one task a line, with id, command (argv), cpus, gpus, ram_mb, label, env, inputs (name: local path), outputs, timeout, attempts (docs/operators.md)")
+	results := fs.String("results", "", "with -tasks: each task's stdout, stderr, result.json and outputs go under `DIR`/ID/")
+	timeout := fs.Duration("timeout", 0, "give up on the needs and tasks after this long (0: never)")
 	linger := fs.Duration("linger", 0, "once the needs are served or -timeout passes, keep the engine up this long, so that its status page can be looked at")
 	level := fs.String("log-level", "info", "trace, debug, info, warn or error; the plugins log at the same level")
 	rest, code, done := parseArgs(fs, args, stdout, stderr)
@@ -55,10 +57,22 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	if *configPath == "" {
 		return usageError(fs, stderr, "-config FILE is required")
 	}
+	if (*tasksFile == "") != (*results == "") {
+		return usageError(fs, stderr, "-tasks FILE and -results DIR go together")
+	}
 	if hclog.LevelFromString(*level) == hclog.NoLevel {
 		return usageError(fs, stderr, "-log-level %q: want trace, debug, info, warn or error", *level)
 	}
 
+	var tasks []engine.TaskSpec
+	if *tasksFile != "" {
+		// The whole file is checked before anything is asked for.
+		var err error
+		if tasks, err = readTasks(*tasksFile, *results); err != nil {
+			fmt.Fprintf(stderr, "host-example: %v\n", err)
+			return 1
+		}
+	}
 	if err := receiveSecrets(); err != nil {
 		fmt.Fprintf(stderr, "host-example: %v\n", err)
 		return 1
@@ -84,7 +98,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	ctx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 
-	d, err := newDaemon(cfg, logger, newStory(stdout))
+	d, err := newDaemon(cfg, logger, newStory(stdout), *results)
 	if err != nil {
 		fmt.Fprintf(stderr, "host-example: %v\n", err)
 		return 1
@@ -106,11 +120,11 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	}
 	d.story.say("status page: %s (metrics at /metrics, events at /v1/events)", d.pageURL())
 	d.lingering = *linger > 0
-	code = d.run(ctx, needs, *timeout)
+	code = d.run(ctx, needs, tasks, *timeout)
 	if *linger > 0 && ctx.Err() == nil {
 		d.story.say("lingering for %s so the status page can be looked at: %s (Ctrl-C stops it now)", *linger, d.pageURL())
 		lctx, cancel := context.WithTimeoutCause(ctx, *linger, errLingered)
-		d.run(lctx, nil, 0)
+		d.run(lctx, nil, nil, 0)
 		cancel()
 	}
 	stopSignals()
@@ -131,11 +145,15 @@ type daemon struct {
 	eng    *engine.Engine
 	// lingering is set when run is followed by -linger.
 	lingering bool
+	// tasks is the run's tasks' side, with -tasks; nil without.
+	tasks *taskRun
+	// progress counts what the progress line and the summary tell.
+	progress *progress
 }
 
 // newDaemon sets up the engine for cfg and starts listening. An error is
 // the operator's to fix (the secret, the address), and says how.
-func newDaemon(cfg *engine.File, logger hclog.Logger, story *story) (*daemon, error) {
+func newDaemon(cfg *engine.File, logger hclog.Logger, story *story, results string) (*daemon, error) {
 	if v := cfg.Engine.SecretEnv; v != "" && !nonEmpty(lookupSecret(v)) {
 		// A configured secret that is missing would silently become a
 		// random one, and workers from an earlier run would be refused.
@@ -152,7 +170,13 @@ func newDaemon(cfg *engine.File, logger hclog.Logger, story *story) (*daemon, er
 	engineID := host.EngineIdentity(cfg.Engine.ID, cfg.Path)
 	logger.Info("worker credentials", "secret", map[bool]string{true: "from $" + cfg.Engine.SecretEnv, false: "random, this run only"}[fromEnv],
 		"engine_id", engineID, "credential_epoch", host.CredentialEpoch(secret))
-	d := &daemon{cfg: cfg, logger: logger, story: story}
+	d := &daemon{cfg: cfg, logger: logger, story: story, progress: newProgress()}
+	var taskEnded func(engine.TaskResult)
+	var taskLost func(engine.TaskResult, bool)
+	if results != "" {
+		d.tasks = newTaskRun(results, story)
+		taskEnded, taskLost = d.tasks.taskEnded, d.tasks.taskLost
+	}
 	d.eng, err = engine.New(engine.Config{
 		Provisioners:   cfg.Provisioners,
 		Secret:         secret,
@@ -163,18 +187,27 @@ func newDaemon(cfg *engine.File, logger hclog.Logger, story *story) (*daemon, er
 		HoldPolls:      !cfg.Engine.ParkPolls,
 		DropEnv:        []string{cfg.Engine.SecretEnv, cfg.Engine.OperatorTokenEnv},
 		Logger:         logger,
+		TaskDir:        results,
 		Hooks: engine.Hooks{
-			PluginEvent: story.event,
+			TaskEnded: taskEnded,
+			TaskLost:  taskLost,
+			PluginEvent: func(ev shared.Event) {
+				d.progress.event(ev)
+				story.event(ev)
+			},
+			WorkerGone: d.progress.gone,
 			EventsNotTold: func(provisioner string, n int) {
 				story.say("%s: %d more event(s) not told here; GET /v1/events has them all", provisioner, n)
 			},
 			Attach: func(w engine.WorkerInfo) {
+				d.progress.attach(w)
 				story.say("worker %s attached from %s (job %s, %d cpus, %d gpus)", w.Name, w.Hostname, orDash(w.JobID), w.CPUs, w.GPUs)
 			},
 			Result: func(r engine.Result) {
 				story.say("work done by %s: host %s, job %s, cpus %d: %s", r.Worker, r.Hostname, orDash(r.JobID), r.CPUs, r.Output)
 			},
 			Burst: func(target string, pd shared.ProfileDemand) {
+				d.progress.burst(target, pd)
 				if pd.Requested > 0 {
 					story.say("%s: asked for %d %q machine(s) in %d submission(s) (wanted %d, on the way %d, attached %d)",
 						target, pd.Requested, pd.Profile, pd.Submissions, pd.Wanted, pd.OnTheWay, pd.Attached)
@@ -220,9 +253,10 @@ func (d *daemon) start(ctx context.Context) hcl.Diagnostics {
 	return diags
 }
 
-// run places needs until all are served (0), timeout passes (1, if not
-// zero) or ctx ends (0 without needs, 1 with).
-func (d *daemon) run(ctx context.Context, specs []engine.NeedSpec, timeout time.Duration) int {
+// run places needs and runs tasks until all are served and ended (0,
+// or 1 if a task did not succeed), timeout passes (1, if not zero) or
+// ctx ends (0 without needs or tasks, 1 with).
+func (d *daemon) run(ctx context.Context, specs []engine.NeedSpec, tasks []engine.TaskSpec, timeout time.Duration) int {
 	needs := 0
 	for _, spec := range specs {
 		var first, last string
@@ -243,17 +277,54 @@ func (d *daemon) run(ctx context.Context, specs []engine.NeedSpec, timeout time.
 			d.story.say("%s..%s: %d needs of %s: asking the provisioners that cover them", first, last, spec.Count, what)
 		}
 	}
+	submitted := 0
+	for _, t := range tasks {
+		if _, err := d.eng.Submit(t); err != nil {
+			// readTasks checked the file; what is left is the engine's
+			// word (an input that changed since, a limit).
+			d.story.say("task %s not submitted: %v", t.ID, err)
+			continue
+		}
+		submitted++
+	}
+	if d.tasks != nil {
+		d.tasks.mu.Lock()
+		d.tasks.total += submitted
+		d.tasks.mu.Unlock()
+		if submitted > 0 {
+			d.story.say("%d task(s) submitted; results under %s", submitted, d.tasks.results)
+		}
+	}
 	rctx := ctx
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		rctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	if d.eng.Run(rctx, func() bool { return needs > 0 && d.eng.Served() }) {
-		if d.lingering {
+	working := needs > 0 || len(tasks) > 0
+	done := func() bool {
+		return working && d.eng.Served() && (d.tasks == nil || d.tasks.allEnded())
+	}
+	stopProgress := func() {}
+	if working {
+		stopProgress = d.showProgress()
+	}
+	ok := d.eng.Run(rctx, done)
+	stopProgress()
+	if ok {
+		switch {
+		case len(tasks) > 0:
+			line, ok := d.tasks.summary()
+			d.story.say("%s; %s", line, d.progress.read(nil, nil).machinesLine())
+			if !ok || submitted < len(tasks) {
+				return 1
+			}
+		case d.lingering:
 			d.story.say("all %d need(s) served", needs)
-		} else {
+			d.story.say("%s", d.needsSummary(needs))
+		default:
 			d.story.say("all %d need(s) served; shutting down", needs)
+			d.story.say("%s", d.needsSummary(needs))
 		}
 		return 0
 	}
@@ -266,16 +337,81 @@ func (d *daemon) run(ctx context.Context, specs []engine.NeedSpec, timeout time.
 			}
 		}
 		d.story.say("timed out after %s; not served: %s", timeout, strings.Join(unserved, "; "))
+		d.story.say("%s", d.summary(needs, tasks))
 		return 1
 	case context.Cause(ctx) == errLingered:
 		d.story.say("lingered; shutting down")
 		return 0
 	}
 	d.story.say("signal received; shutting down")
-	if needs > 0 {
+	if working {
+		d.story.say("%s", d.summary(needs, tasks))
 		return 1
 	}
 	return 0
+}
+
+// summary is the run's last word when it did not finish: its tasks or
+// needs, and its machines.
+func (d *daemon) summary(needs int, tasks []engine.TaskSpec) string {
+	if len(tasks) > 0 {
+		line, _ := d.tasks.summary()
+		return line + "; " + d.progress.read(nil, nil).machinesLine()
+	}
+	return d.needsSummary(needs)
+}
+
+// needsSummary is the summary of a run with -need: how many were
+// served, by how many machines from how many submissions, what waits
+// and why, and what failed.
+func (d *daemon) needsSummary(needs int) string {
+	all := d.eng.Needs()
+	c := d.progress.read(all, nil)
+	// Served needs the engine no longer lists are served all the same.
+	served := needs - (c.needs - c.served)
+	line := fmt.Sprintf("summary: %d of %d need(s) served by %s", served, needs, c.machinesLine())
+	if c.machines > 0 && c.machines < served {
+		line += fmt.Sprintf("; machines were reused (%d needs, %d machines: a machine serves one need at a time, then the next)", served, c.machines)
+	}
+	if w := c.waiting(); w != "" {
+		line += "; still waiting: " + w
+	}
+	return line
+}
+
+// showProgress draws the progress line until the stop it returns is
+// called: every redrawEvery in place on a terminal, every progressEvery
+// as a story line elsewhere, and only when it changed.
+func (d *daemon) showProgress() (stop func()) {
+	every := progressEvery
+	if d.story.terminal {
+		every = redrawEvery
+	}
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		last := ""
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+			}
+			if line := d.progress.read(d.eng.Needs(), d.tasks).line(); line != last {
+				last = line
+				d.story.progress(line)
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		wg.Wait()
+		d.story.endProgress()
+	}
 }
 
 // stop lets the workers go, shuts every provisioner down (each cancels
@@ -289,19 +425,57 @@ func (d *daemon) stop() {
 }
 
 // story prints what happens in words a person can follow, with the time
-// since the engine started; the log on stderr has the details.
+// since the engine started; the log on stderr has the details. On a
+// terminal its last line is the progress line, redrawn in place; else
+// the progress is a story line of its own now and then.
 type story struct {
-	mu    sync.Mutex // guards w
+	mu    sync.Mutex // guards w and status
 	w     io.Writer
 	start time.Time
+	// terminal: w is a terminal, where status is drawn below the story
+	// and redrawn in place.
+	terminal bool
+	// status is the progress line drawn last on a terminal; empty when
+	// none is.
+	status string
 }
 
-func newStory(w io.Writer) *story { return &story{w: w, start: time.Now()} }
+func newStory(w io.Writer) *story { return &story{w: w, start: time.Now(), terminal: isTerminal(w)} }
 
 func (s *story) say(format string, args ...any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	fmt.Fprintf(s.w, "[%6.1fs] %s\n", time.Since(s.start).Seconds(), fmt.Sprintf(format, args...))
+	line := fmt.Sprintf("[%6.1fs] %s\n", time.Since(s.start).Seconds(), fmt.Sprintf(format, args...))
+	if s.status != "" {
+		// The story's line goes where the progress line was, and the
+		// progress line below it again.
+		line = "\r\x1b[K" + line + s.status
+	}
+	io.WriteString(s.w, line)
+}
+
+// progress shows line as the run's progress: in place on a terminal; as
+// a story line elsewhere.
+func (s *story) progress(line string) {
+	if !s.terminal {
+		s.say("%s", line)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.status = line
+	io.WriteString(s.w, "\r\x1b[K"+line)
+}
+
+// endProgress takes the progress line off a terminal, before the last
+// words.
+func (s *story) endProgress() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.status != "" {
+		io.WriteString(s.w, "\r\x1b[K")
+		s.status = ""
+	}
 }
 
 func (s *story) event(ev shared.Event) {

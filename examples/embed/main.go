@@ -1,10 +1,11 @@
 // Embed is an engine in one page: it imports the engine kit
-// (engine), reads the provisioner blocks of a configuration file,
-// and serves the needs given on its command line through the configured
-// plugins, with the project's worker (fluksio-worker), then stops cleanly:
-// its workers are let go and end their jobs as completed.
+// (engine), reads the provisioner blocks of a configuration file, and
+// runs the command given on its command line as n tasks, each on a
+// machine of the configured plugins with the project's worker
+// (fluksio-worker), then stops cleanly: its workers are let go and end
+// their jobs as completed.
 //
-//	embed -config FILE -need cpus=2[,gpus=N][,ram_mb=N][,label=L][,count=N][,work=D] ...
+//	embed -config FILE [-n N] [-cpus N] -- COMMAND [ARG]...
 //
 // It is what an engine author starts from; host-example is the same loop
 // with a CLI, TLS, operator authentication, a status page and a story.
@@ -16,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -24,6 +26,8 @@ import (
 	"github.com/fluksio/provision/engine"
 	"github.com/fluksio/provision/engine/hclconfig"
 	"github.com/fluksio/provision/engine/host"
+	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/worker"
 )
 
 func main() {
@@ -32,12 +36,12 @@ func main() {
 
 func run() int {
 	configPath := flag.String("config", "", "the configuration `file` (engine and provisioner blocks)")
-	var needs engine.NeedList
-	flag.Var(&needs, "need", "a need, as host-example's -need (repeatable)")
+	n := flag.Int("n", 1, "run the command this many times, each a task")
+	cpus := flag.Int("cpus", 1, "CPUs each task needs")
 	timeout := flag.Duration("timeout", 5*time.Minute, "give up after this long")
 	flag.Parse()
-	if *configPath == "" || len(needs) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: embed -config FILE -need SPEC [-need SPEC]...")
+	if *configPath == "" || flag.NArg() == 0 || *n < 1 || *cpus < 1 {
+		fmt.Fprintln(os.Stderr, "usage: embed -config FILE [-n N] [-cpus N] -- COMMAND [ARG]...")
 		return 2
 	}
 
@@ -61,8 +65,11 @@ func run() int {
 		Logger:       logger,
 		Hooks: engine.Hooks{
 			Attach: func(w engine.WorkerInfo) { fmt.Printf("attached: %s (job %s)\n", w.Name, w.JobID) },
-			Result: func(r engine.Result) {
-				fmt.Printf("done: %s by %s (job %s): %s\n", r.TaskID, r.Worker, r.JobID, r.Output)
+			// Each task's end, with the last of its stdout; the whole
+			// streams are in eng.TaskDir(id).
+			TaskEnded: func(r engine.TaskResult) {
+				a := r.Attempts[len(r.Attempts)-1]
+				fmt.Printf("%s: %s by %s (job %s): %s\n", r.ID, r.State, a.Worker, a.JobID, strings.TrimSpace(r.Stdout))
 			},
 		},
 	})
@@ -83,7 +90,8 @@ func run() int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	code := serve(ctx, eng, needs, *timeout)
+	spec := engine.TaskSpec{Need: shared.Need{CPUs: *cpus}, Command: flag.Args(), Retries: 2}
+	code := serve(ctx, eng, spec, *n, *timeout)
 
 	// A clean stop, whatever happened: workers let go, plugins shut down
 	// (each cancels what has not arrived), the listener closed.
@@ -95,28 +103,39 @@ func run() int {
 	return code
 }
 
-// serve starts the plugins, adds the needs and runs the loop until every
-// need is served (0), or the timeout or a signal ends it (1).
-func serve(ctx context.Context, eng *engine.Engine, needs engine.NeedList, timeout time.Duration) int {
+// serve starts the plugins, submits n tasks of spec and runs the loop
+// until every one has ended (0 if all succeeded), or the timeout or a
+// signal ends it (1).
+func serve(ctx context.Context, eng *engine.Engine, spec engine.TaskSpec, n int, timeout time.Duration) int {
 	if diags := eng.Start(ctx); diags.HasErrors() {
 		fmt.Fprintln(os.Stderr, "embed: cannot start the provisioners:", diags.Error())
 		return 1
 	}
-	for _, spec := range needs {
-		for range spec.Count {
-			eng.Add(spec.Need, spec.Work)
+	ids := make([]string, n)
+	for i := range ids {
+		var err error
+		if ids[i], err = eng.Submit(spec); err != nil {
+			fmt.Fprintln(os.Stderr, "embed:", err)
+			return 1
 		}
+	}
+	ended := func() bool {
+		for _, id := range ids {
+			if r, _ := eng.Task(id); r.State == engine.TaskWaiting || r.State == engine.TaskRunning {
+				return false
+			}
+		}
+		return true
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if eng.Run(rctx, eng.Served) {
-		fmt.Println("all needs served")
-		return 0
-	}
-	for _, n := range eng.Needs() {
-		if n.State != engine.NeedServed {
-			fmt.Printf("not served: %s (%s): %s\n", n.ID, n.Spec, n.Detail)
+	eng.Run(rctx, ended)
+	code := 0
+	for _, id := range ids {
+		if r, _ := eng.Task(id); r.State != worker.StateSucceeded {
+			fmt.Printf("%s: %s %s\n", id, r.State, r.Error)
+			code = 1
 		}
 	}
-	return 1
+	return code
 }

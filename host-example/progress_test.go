@@ -1,0 +1,56 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/fluksio/provision/engine"
+	"github.com/fluksio/provision/shared"
+)
+
+// TestProgressCounts: the progress line and the summary's account of
+// the machines, from the hooks an engine calls: 12 needs served by 5
+// machines from 2 submissions, one failure, one machine gone.
+func TestProgressCounts(t *testing.T) {
+	p := newProgress()
+	p.burst("hpc", shared.ProfileDemand{Profile: "cpu", Requested: 4, Submissions: 1})
+	p.burst("hpc", shared.ProfileDemand{Profile: "cpu", Requested: 2, Submissions: 1})
+	p.event(shared.Event{Kind: shared.EventWorkerProvisionFailed, Detail: "sbatch: error: Batch job submission failed"})
+	for _, w := range []string{"a", "b", "c", "d", "e"} {
+		p.attach(engine.WorkerInfo{Name: w})
+	}
+	p.gone(engine.WorkerInfo{Name: "a"}, "detached")
+	var needs []engine.NeedStatus
+	for range 10 {
+		needs = append(needs, engine.NeedStatus{State: engine.NeedServed})
+	}
+	needs = append(needs, engine.NeedStatus{State: engine.NeedWaiting, Reason: engine.ReasonSiteLimit}, engine.NeedStatus{State: engine.NeedAssigned})
+	c := p.read(needs, nil)
+	if got, want := c.line(), "progress: needs 10/12 served; machines 4 alive, 0 on the way; 2 submission(s); 1 failure(s); waiting: 1 site_limit"; got != want {
+		t.Errorf("line = %q\nwant   %q", got, want)
+	}
+	if got := c.machinesLine(); !strings.HasPrefix(got, "5 machine(s) from 2 submission(s); 1 machine(s) could not be had (last: sbatch: error") {
+		t.Errorf("machines = %q", got)
+	}
+}
+
+// TestStoryProgressOnATerminal: on a terminal the progress line stays
+// the last line, redrawn in place, and a story line goes above it.
+func TestStoryProgressOnATerminal(t *testing.T) {
+	var b strings.Builder
+	s := &story{w: &b, terminal: true}
+	s.progress("progress: 1")
+	s.say("hello")
+	s.progress("progress: 2")
+	s.endProgress()
+	got := b.String()
+	if !strings.Contains(got, "\r\x1b[Kprogress: 1\r\x1b[K[") || !strings.Contains(got, "hello\nprogress: 1\r\x1b[Kprogress: 2\r\x1b[K") {
+		t.Errorf("drawn %q", got)
+	}
+	var plain strings.Builder
+	s = &story{w: &plain}
+	s.progress("progress: 1")
+	if strings.Contains(plain.String(), "\x1b") || !strings.HasSuffix(plain.String(), "] progress: 1\n") {
+		t.Errorf("not a terminal: %q", plain.String())
+	}
+}

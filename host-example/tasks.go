@@ -1,0 +1,423 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fluksio/provision/engine"
+	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/worker"
+)
+
+// taskLine is one line of a -tasks file, as an operator writes it:
+//
+//	{"id": "a1", "cpus": 2, "command": ["sha256sum", "in.bin"],
+//	 "inputs": {"in.bin": "/data/a1.bin"}, "outputs": ["out/"],
+//	 "timeout": "10m", "attempts": 2}
+//
+// Unknown fields are refused, so a misspelt one is not silently dropped.
+type taskLine struct {
+	ID      string            `json:"id"`
+	CPUs    *int              `json:"cpus"`
+	GPUs    int               `json:"gpus"`
+	RAMMB   int64             `json:"ram_mb"`
+	Label   string            `json:"label"`
+	Command []string          `json:"command"`
+	Env     map[string]string `json:"env"`
+	// Inputs maps a name in the task's directory to a file on this
+	// machine.
+	Inputs   map[string]string `json:"inputs"`
+	Outputs  []string          `json:"outputs"`
+	Timeout  jsonDuration      `json:"timeout"`
+	Attempts *int              `json:"attempts"`
+}
+
+// defaultAttempts is how many times a task runs at most when no line
+// says: once, and twice more if machines are lost under it. A command
+// that fails is never run again.
+const defaultAttempts = 3
+
+// jsonDuration is a timeout as a Go duration ("90s", "10m") or a number
+// of seconds.
+type jsonDuration time.Duration
+
+func (d *jsonDuration) UnmarshalJSON(b []byte) error {
+	var secs float64
+	if err := json.Unmarshal(b, &secs); err == nil {
+		if secs < 0 {
+			return errors.New("a negative timeout")
+		}
+		*d = jsonDuration(secs * float64(time.Second))
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return errors.New(`timeout is a duration ("90s", "10m") or a number of seconds`)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil || v < 0 {
+		return fmt.Errorf(`timeout %q is not a duration ("90s", "10m")`, s)
+	}
+	*d = jsonDuration(v)
+	return nil
+}
+
+// taskIDForm is what a task id may be: it names the task's directory
+// under -results, so nothing a path could make more of.
+var taskIDForm = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`)
+
+// maxTaskLine bounds one line of a tasks file.
+const maxTaskLine = 1 << 20
+
+// readTasks reads a -tasks file: JSON lines, one task a line (blank
+// lines and lines starting with # skipped). It checks the whole file
+// before anything is asked for, and an error names the file and the
+// line. Inputs are resolved against the file's directory when relative,
+// and must exist and be regular files; results is where each task's
+// directory will be, which must not hold one already.
+func readTasks(file, results string) ([]engine.TaskSpec, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, fmt.Errorf("-tasks: %w", err)
+	}
+	defer f.Close()
+	return parseTasks(f, file, filepath.Dir(file), results)
+}
+
+func parseTasks(r io.Reader, name, base, results string) ([]engine.TaskSpec, error) {
+	var specs []engine.TaskSpec
+	seen := map[string]int{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), maxTaskLine)
+	var errs []error
+	line := 0
+	for sc.Scan() {
+		line++
+		text := bytes.TrimSpace(sc.Bytes())
+		if len(text) == 0 || text[0] == '#' {
+			continue
+		}
+		spec, err := parseTaskLine(text, base)
+		if err == nil {
+			if first, dup := seen[spec.ID]; dup {
+				err = fmt.Errorf("task %q again (first on line %d): ids must be unique", spec.ID, first)
+			} else {
+				seen[spec.ID] = line
+				err = resultsFree(results, spec.ID)
+			}
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s:%d: %w", name, line, err))
+			if len(errs) == 20 {
+				errs = append(errs, errors.New("(more errors not shown)"))
+				break
+			}
+			continue
+		}
+		specs = append(specs, spec)
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			err = fmt.Errorf("a line longer than %d bytes", maxTaskLine)
+		}
+		return nil, fmt.Errorf("%s:%d: %w", name, line+1, err)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if len(specs) == 0 {
+		return nil, fmt.Errorf("%s: no tasks (one JSON object a line)", name)
+	}
+	return specs, nil
+}
+
+func parseTaskLine(text []byte, base string) (engine.TaskSpec, error) {
+	var tl taskLine
+	dec := json.NewDecoder(bytes.NewReader(text))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&tl); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return engine.TaskSpec{}, fmt.Errorf("not a JSON object: %v (col %d)", se, se.Offset)
+		}
+		// "json: unknown field \"cmd\"" and type errors say what.
+		return engine.TaskSpec{}, errors.New(strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if dec.More() {
+		return engine.TaskSpec{}, errors.New("more than one JSON value on the line; one task a line")
+	}
+	switch {
+	case tl.ID == "":
+		return engine.TaskSpec{}, errors.New(`no "id"`)
+	case !taskIDForm.MatchString(tl.ID):
+		return engine.TaskSpec{}, fmt.Errorf("id %q: use letters, digits, '.', '_' and '-' (at most 128, not starting with '.' or '-'): it names the task's directory", tl.ID)
+	case len(tl.Command) == 0 || tl.Command[0] == "":
+		return engine.TaskSpec{}, fmt.Errorf(`task %q: "command" is empty; give the argv, such as ["sha256sum", "in.bin"] (["sh", "-c", "..."] for a shell)`, tl.ID)
+	}
+	spec := engine.TaskSpec{
+		ID:      tl.ID,
+		Need:    shared.Need{CPUs: 1, GPUs: tl.GPUs, RAMMB: tl.RAMMB, Label: tl.Label},
+		Command: tl.Command,
+		Env:     tl.Env,
+		Outputs: tl.Outputs,
+		Timeout: time.Duration(tl.Timeout),
+		Retries: defaultAttempts - 1,
+	}
+	if tl.CPUs != nil {
+		spec.Need.CPUs = *tl.CPUs
+	}
+	switch {
+	case spec.Need.CPUs < 1:
+		return engine.TaskSpec{}, fmt.Errorf("task %q: cpus must be at least 1", tl.ID)
+	case tl.GPUs < 0 || tl.RAMMB < 0:
+		return engine.TaskSpec{}, fmt.Errorf("task %q: gpus and ram_mb may not be negative", tl.ID)
+	}
+	if tl.Attempts != nil {
+		if *tl.Attempts < 1 {
+			return engine.TaskSpec{}, fmt.Errorf("task %q: attempts must be at least 1 (how many times it may run when machines are lost under it)", tl.ID)
+		}
+		spec.Retries = *tl.Attempts - 1
+	}
+	for k := range tl.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return engine.TaskSpec{}, fmt.Errorf("task %q: env name %q is not a variable name", tl.ID, k)
+		}
+		if k == shared.WorkerTokenEnv {
+			return engine.TaskSpec{}, fmt.Errorf("task %q: env may not set %s, the worker's credential", tl.ID, k)
+		}
+	}
+	names := make([]string, 0, len(tl.Inputs))
+	for n := range tl.Inputs {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		if err := taskRelative(n); err != nil {
+			return engine.TaskSpec{}, fmt.Errorf("task %q: input %q: %w", tl.ID, n, err)
+		}
+		p := tl.Inputs[n]
+		if p == "" {
+			return engine.TaskSpec{}, fmt.Errorf("task %q: input %q names no file", tl.ID, n)
+		}
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(base, p)
+		}
+		st, err := os.Stat(p)
+		switch {
+		case err != nil:
+			return engine.TaskSpec{}, fmt.Errorf("task %q: input %q: %w", tl.ID, n, err)
+		case !st.Mode().IsRegular():
+			return engine.TaskSpec{}, fmt.Errorf("task %q: input %q: %s is not a regular file", tl.ID, n, p)
+		}
+		spec.Inputs = append(spec.Inputs, engine.Input{Name: n, Path: p})
+	}
+	for _, o := range tl.Outputs {
+		if err := taskRelative(strings.TrimSuffix(o, "/")); err != nil {
+			return engine.TaskSpec{}, fmt.Errorf("task %q: output %q: %w", tl.ID, o, err)
+		}
+	}
+	return spec, nil
+}
+
+// taskRelative checks a name in a task's directory: relative, with no
+// ".." element, as written (not cleaned into something else).
+func taskRelative(n string) error {
+	switch {
+	case n == "" || n == ".":
+		return errors.New("an empty name")
+	case strings.HasPrefix(n, "/"):
+		return errors.New("absolute; names are relative to the task's directory")
+	case strings.ContainsRune(n, 0) || strings.Contains(n, `\`):
+		return errors.New("a NUL or a backslash in the name")
+	case slices.Contains(strings.Split(n, "/"), ".."):
+		return errors.New(`a ".." element; names stay inside the task's directory`)
+	case path.Clean(n) != n:
+		return fmt.Errorf("not in its plain form (%q)", path.Clean(n))
+	}
+	return nil
+}
+
+// resultsFree checks that the task's directory under results holds no
+// earlier run's result, which this run would mix with its own.
+func resultsFree(results, id string) error {
+	if results == "" {
+		return nil
+	}
+	dir := filepath.Join(results, id)
+	entries, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("task %q: %w", id, err)
+	case len(entries) > 0:
+		return fmt.Errorf("task %q: %s holds an earlier run's results; remove it or choose another -results", id, dir)
+	}
+	return nil
+}
+
+// taskRun is run's side of the tasks of a -tasks file: each task's
+// result.json under results as it ends, a line per task, and the
+// summary.
+type taskRun struct {
+	results string
+	story   *story
+	// mu guards every field below.
+	mu    sync.Mutex
+	total int
+	ended map[string]engine.TaskResult
+	// lost counts attempts whose machine was lost under them.
+	lost int
+	// failedWrites are result.json files that could not be written.
+	failedWrites []error
+}
+
+func newTaskRun(results string, story *story) *taskRun {
+	return &taskRun{results: results, story: story, ended: map[string]engine.TaskResult{}}
+}
+
+// taskEnded is the engine's TaskEnded hook: the task's result.json, and
+// its line.
+func (t *taskRun) taskEnded(r engine.TaskResult) {
+	err := writeResult(filepath.Join(t.results, r.ID), r)
+	t.mu.Lock()
+	t.ended[r.ID] = r
+	if err != nil {
+		t.failedWrites = append(t.failedWrites, err)
+	}
+	t.mu.Unlock()
+	t.story.say("%s", endedLine(r))
+	if err != nil {
+		t.story.say("could not keep %s's result: %v", r.ID, err)
+	}
+}
+
+// taskLost is the engine's TaskLost hook.
+func (t *taskRun) taskLost(r engine.TaskResult, again bool) {
+	t.mu.Lock()
+	t.lost++
+	t.mu.Unlock()
+	a := lastAttempt(r)
+	if again {
+		t.story.say("task %s: its machine was lost (worker %s, job %s); running it again (attempt %d)", r.ID, orDash(a.Worker), orDash(a.JobID), len(r.Attempts)+1)
+	}
+}
+
+// allEnded reports whether every task submitted has ended.
+func (t *taskRun) allEnded() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.ended) >= t.total
+}
+
+// summary is the run's last word on its tasks, and whether every one
+// succeeded.
+func (t *taskRun) summary() (string, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	counts := map[engine.TaskState]int{}
+	for _, r := range t.ended {
+		counts[r.State]++
+	}
+	var parts []string
+	for _, s := range []engine.TaskState{worker.StateSucceeded, worker.StateFailed, worker.StateTimedOut, worker.StateCancelled, engine.TaskLostState} {
+		if counts[s] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
+		}
+	}
+	if n := t.total - len(t.ended); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d not ended", n))
+	}
+	line := fmt.Sprintf("summary: %d task(s): %s", t.total, strings.Join(parts, ", "))
+	if t.lost > 0 {
+		line += fmt.Sprintf("; %d attempt(s) lost with their machines", t.lost)
+	}
+	line += "; results in " + t.results
+	ok := counts[worker.StateSucceeded] == t.total && len(t.failedWrites) == 0
+	return line, ok
+}
+
+// endedLine is a task's line as it ends.
+func endedLine(r engine.TaskResult) string {
+	a := lastAttempt(r)
+	took := ""
+	if !r.Started.IsZero() && !r.Ended.IsZero() {
+		took = " after " + r.Ended.Sub(r.Started).Round(time.Millisecond).String()
+	}
+	where := ""
+	if a.Worker != "" {
+		where = fmt.Sprintf(" on %s (job %s)", a.Worker, orDash(a.JobID))
+	}
+	how := ""
+	switch {
+	case r.ExitCode != nil:
+		how = fmt.Sprintf(" (exit %d)", *r.ExitCode)
+	case r.Signal != "":
+		how = " (" + r.Signal + ")"
+	}
+	line := fmt.Sprintf("task %s %s%s%s%s", r.ID, r.State, how, took, where)
+	if r.Error != "" {
+		line += ": " + r.Error
+	} else if r.State != worker.StateSucceeded {
+		if last := lastLine(r.Stderr); last != "" {
+			line += "; stderr: " + last
+		}
+	}
+	return line
+}
+
+func lastAttempt(r engine.TaskResult) engine.Attempt {
+	if len(r.Attempts) == 0 {
+		return engine.Attempt{}
+	}
+	return r.Attempts[len(r.Attempts)-1]
+}
+
+func lastLine(s string) string {
+	s = strings.TrimRight(s, "\n")
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
+}
+
+// writeResult writes r as dir/result.json, whole or not at all.
+func writeResult(dir string, r engine.TaskResult) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, ".result-*.json")
+	if err != nil {
+		return err
+	}
+	_, werr := tmp.Write(append(b, '\n'))
+	cerr := tmp.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := os.Rename(tmp.Name(), filepath.Join(dir, "result.json")); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return nil
+}
