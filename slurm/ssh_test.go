@@ -46,7 +46,8 @@ func sshArgs(t *testing.T, cfg *settings, remote ...string) []string {
 }
 
 // TestSSHSettings: the transport gets the settings as configured, the
-// login entry's port, and ConnectTimeout from submit_timeout.
+// login entry's port, ConnectTimeout from submit_timeout, and sbatch's
+// words.
 func TestSSHSettings(t *testing.T) {
 	s, diags := parseConfig("hpc", mustJSON(t, func() map[string]any {
 		c := baseConfig()
@@ -62,6 +63,11 @@ func TestSSHSettings(t *testing.T) {
 		"--", "u@h", "squeue", "-h", "-o", "'%i %k'"}
 	if got := sshArgs(t, s, "squeue", "-h", "-o", "%i %k"); !slices.Equal(got, want) {
 		t.Errorf("argv = %q\nwant %q", got, want)
+	}
+	// sbatch exits 255 itself, which the transport must not take for a
+	// login that does not answer (sshrun's TestRemoteSaid).
+	if c := s.sshConfig(); c.RemoteSaid == nil || !c.RemoteSaid.Match([]byte("sbatch: error: Batch job submission failed: Connection refused")) {
+		t.Errorf("the transport is not told sbatch's words: %v", c.RemoteSaid)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -201,5 +202,25 @@ echo "$dest"`)
 		changes[1].Now != AccessOpen || changes[1].Was.Phase != AccessRefused || clk.Now().Sub(changes[1].Was.Since) != time.Minute ||
 		!LoginRefused(changes[0].Said) {
 		t.Errorf("AccessChanged heard %+v, want refused once, then open again after a minute", changes)
+	}
+}
+
+// TestRemoteSaid: a remote command that exits 255 by itself, ssh's own
+// failure status, with words that look like ssh's ("Connection refused"
+// from slurmctld), ran: it is not moved to the next login, which would
+// run it twice, and its login is not taken for silent.
+func TestRemoteSaid(t *testing.T) {
+	fake := newFakeSSH(t, `echo "sbatch: error: Batch job submission failed: Unable to contact slurm controller: Connection refused" >&2; exit 255`)
+	c := Config{Program: fake.path, Logins: []Login{{Dest: "alice@l1"}, {Dest: "alice@l2"}}, Timeout: 10 * time.Second,
+		RemoteSaid: regexp.MustCompile(`(?m)^sbatch: `)}
+	tr := newTransport(t, c)
+	if _, stderr, err := tr.Run(context.Background(), nil, "sbatch"); err == nil || !strings.Contains(string(stderr), "sbatch: error") {
+		t.Fatalf("err %v, stderr %q; want sbatch's failure", err, stderr)
+	}
+	if n := len(fake.argvs("sbatch")); n != 1 {
+		t.Errorf("sbatch ran %d times, want once: its own exit 255 was taken for a login that does not answer", n)
+	}
+	if notes := tr.Notes(); len(notes) != 0 {
+		t.Errorf("Notes = %q, want none", notes)
 	}
 }
