@@ -4,9 +4,9 @@
 // It is the system ssh, and no ssh library, so that whatever the user's
 // ssh already does (keys, agents, jump hosts, an operator's ControlMaster
 // opened with MFA) works here too. A Transport (New) holds one cluster's
-// ssh settings (Config) and runs one command at a time per call (Run,
-// RunWithin, RunOn), or leaves one running with its streams open (Start,
-// a Session: the relay's).
+// ssh settings (Config) and runs one command per call (Run, RunWithin,
+// RunOn), or leaves one running with its streams open (Start, a Session:
+// the relay's).
 //
 // It owns:
 //   - ssh's argv: BatchMode, the multiplexing options, then the user's
@@ -24,8 +24,9 @@
 //     removed by the next (CleanStale); a master ssh could not use, or
 //     that a call ran out of time on, is retired, so that the next call
 //     makes a new one;
-//   - the per-login connection slots: at most MaxSessions commands at
-//     once, below sshd's MaxSessions (10 by default);
+//   - the connection slots: at most MaxSessions commands at once, to
+//     stay below sshd's MaxSessions (10 by default) on a shared
+//     connection;
 //   - failing over between login nodes: one that does not answer is
 //     skipped until its retry is due, and one that refuses the login is
 //     noted; how each stands is Notes, the way in as a whole Access;
@@ -40,7 +41,8 @@
 // say, whether a login needing a person holds anything back, and how
 // failures back off are the caller's (package slurm). The only remote
 // words it is told of are Config.RemoteSaid's, a command that exits 255
-// (ssh's own failure status) by itself. It reads no configuration file
-// and owns no credential: the worker's credential travels in a remote
-// command's stdin, which it passes through and never logs.
+// (ssh's own failure status) by itself. It parses no configuration file
+// (ssh reads the user's) and owns no credential: the worker's credential
+// travels in a remote command's stdin, which it passes through and never
+// logs.
 package sshrun
