@@ -150,7 +150,7 @@ SLURM_TESTS_ENGINE := TestE2ERunServesNeeds|TestE2EBurstWithinSubmitLimit|TestE2
 test-slurm: build ## the Slurm-facing tests and the demo against SANDBOX_SLURM's sandbox (no -race)
 	@bash sandbox/with-sandbox.sh $(SANDBOX_DIR) -- bash -c 'set -e; t0=$$SECONDS; \
 		echo "==> Slurm-facing tests on Slurm $${SANDBOX_SLURM_VERSION:-?} ($(SANDBOX_SLURM))"; \
-		$(GO) test -count=1 -timeout 30m -run "$(SLURM_TESTS_PLUGIN)" ./slurm/; \
+		$(GO) test -count=1 -timeout 30m -run "$(SLURM_TESTS_PLUGIN)" ./slurm/ ./slurm/sshrun/; \
 		$(GO) test -count=1 -timeout 30m -run "$(SLURM_TESTS_ENGINE)" ./host-example/; \
 		$(GO) test -count=1 -timeout 10m ./examples/embed/; \
 		DEMO_LINGER=0 bash sandbox/demo.sh; \

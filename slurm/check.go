@@ -67,7 +67,7 @@ func (p *Provisioner) Check(ctx context.Context, req *shared.CheckRequest) (*sha
 		return &shared.CheckResponse{Diagnostics: diags}, nil
 	}
 	defer q.stop()
-	defer q.closeSSH(context.WithoutCancel(ctx))
+	defer q.ssh.Close(context.WithoutCancel(ctx))
 	c := &check{q: q, cfg: q.settings(), resp: &shared.CheckResponse{Diagnostics: diags}, index: profileIndex(req.Config)}
 	if c.login(ctx) {
 		c.cluster(ctx)
@@ -119,6 +119,7 @@ func (p *Provisioner) scratch(ctx context.Context, name string, raw json.RawMess
 	q := New(p.logger)
 	q.sshPath, q.now = p.sshPath, p.now
 	q.cfg = cfg
+	q.ssh = q.newTransport(cfg)
 	return q, diags
 }
 
@@ -191,15 +192,13 @@ func (c *check) login(ctx context.Context) bool {
 		if len(logins) > 1 {
 			name = fmt.Sprintf("login %d of %d", i+1, len(logins))
 		}
-		cctx, cancel := context.WithTimeout(ctx, c.cfg.submitTimeout)
-		stdout, stderr, err := c.q.sshAt(cctx, c.cfg, i, nil, remote)
-		cancel()
+		stdout, stderr, err := c.q.ssh.RunOn(ctx, i, nil, remote...)
 		if err == nil {
 			answered++
 			c.fact(name, fmt.Sprintf("ok, as %s (ssh %s)", strings.TrimSpace(lastLine(stdout)), entry))
 			continue
 		}
-		said := strings.TrimSpace(string(quietMux(stderr, true)))
+		said := strings.TrimSpace(string(stderr))
 		if said == "" {
 			said = err.Error()
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/slurm/sbatch"
+	"github.com/fluksio/provision/slurm/sshrun"
 )
 
 // Defaults, each with the reason for its value.
@@ -177,7 +178,7 @@ func schema() *shared.Schema {
 				Description: "More ssh options, each Key=Value, passed as -o Key=Value (for example ConnectTimeout=10)."},
 			{Name: "multiplex", Type: shared.TypeBool, Default: true,
 				Description: "Keep one ssh connection to the login node open and run every command through it (OpenSSH ControlMaster). While on, its ControlMaster, ControlPath and ControlPersist take precedence over ssh_config and ssh_options; off leaves multiplexing to them."},
-			{Name: "max_sessions", Type: shared.TypeInt, Default: defaultMaxSessions,
+			{Name: "max_sessions", Type: shared.TypeInt, Default: sshrun.DefaultMaxSessions,
 				Description: "How many ssh commands may run on the login node at once. Most sshd allow 10 sessions per connection (MaxSessions); stay below it."},
 			{Name: "engine_url", Type: shared.TypeString, Default: "",
 				Description: "The engine's URL as a compute node sees it: the worker dials it. Required with reach = \"direct\"; with reach = \"relay\" only its scheme counts (https when the engine serves TLS), since workers dial the relay."},
@@ -257,9 +258,9 @@ type settings struct {
 	attachTimeout    time.Duration
 	// logins are the login nodes of Login, in the order they are tried
 	// (logins.go).
-	logins []loginAddr
-	// multiplex and maxSessions are Multiplex and MaxSessions resolved;
-	// see ssh.go.
+	logins []sshrun.Login
+	// multiplex and maxSessions are Multiplex and MaxSessions resolved
+	// (validateSSH).
 	multiplex   bool
 	maxSessions int
 	log         hclog.Logger
@@ -282,30 +283,30 @@ func (s *settings) host() string {
 	}
 	hosts := make([]string, len(s.logins))
 	for i, a := range s.logins {
-		hosts[i] = a.host()
+		hosts[i] = a.Host()
 	}
 	return strings.Join(hosts, " or ")
 }
 
 // firstLogin is the first login node, or Login as written before
 // validation has resolved it (a test's settings).
-func (s *settings) firstLogin() loginAddr {
+func (s *settings) firstLogin() sshrun.Login {
 	if len(s.logins) > 0 {
 		return s.logins[0]
 	}
 	if len(s.Login.Entries) > 0 {
-		return loginAddr{dest: s.Login.Entries[0]}
+		return sshrun.Login{Dest: s.Login.Entries[0]}
 	}
-	return loginAddr{}
+	return sshrun.Login{}
 }
 
 // loginList is the login nodes in order: logins, or the first login as
 // written when validation has not resolved them (a test's settings).
-func (s *settings) loginList() []loginAddr {
+func (s *settings) loginList() []sshrun.Login {
 	if len(s.logins) > 0 {
 		return s.logins
 	}
-	return []loginAddr{s.firstLogin()}
+	return []sshrun.Login{s.firstLogin()}
 }
 
 // parseConfig decodes and validates a configuration. It has no side
@@ -418,9 +419,6 @@ func decodeError(at []string, err error) shared.Diagnostic {
 }
 
 var (
-	// loginRE is user@host or a bare host (an ssh_config alias). The host
-	// part allows the colons of an IPv6 address.
-	loginRE = regexp.MustCompile(`^([A-Za-z0-9._][A-Za-z0-9._-]*@)?[A-Za-z0-9._:][A-Za-z0-9._:-]*$`)
 	// sshKeyRE is an ssh option name: letters only, so that it cannot
 	// smuggle a second option or a value.
 	sshKeyRE = regexp.MustCompile(`^[A-Za-z]+$`)
@@ -480,9 +478,9 @@ func validate(s *settings) shared.Diagnostics {
 			add(shared.Errorf(path, "Invalid ssh option", "Write each option as Key=Value, such as ConnectTimeout=10, with a key of letters only; got %q.", o))
 		case refusedSSHOptions[strings.ToLower(key)] != "":
 			add(shared.Errorf(path, "Unsupported ssh option", "%s cannot be set here: %s.", key, refusedSSHOptions[strings.ToLower(key)]))
-		case weakHostKeyOption(key, value) != "":
+		case sshrun.WeakHostKey(key, value) != "":
 			add(shared.Errorf(path, "Host-key checking cannot be weakened",
-				"%s. A worker's credential travels to the login node in the batch script, so the login node's key must be checked: remove this option, and pin the key with known_hosts.", weakHostKeyOption(key, value)))
+				"%s. A worker's credential travels to the login node in the batch script, so the login node's key must be checked: remove this option, and pin the key with known_hosts.", sshrun.WeakHostKey(key, value)))
 		case s.KnownHosts != "" && (strings.EqualFold(key, "StrictHostKeyChecking") || strings.EqualFold(key, "UserKnownHostsFile")):
 			add(shared.Errorf(path, "Conflicting ssh option",
 				"known_hosts is set, so the provisioner passes %s itself; remove this option or known_hosts.", key))

@@ -126,7 +126,12 @@
 //
 // The sbatch language itself (options, --begin, time limits, job and
 // array task ids, the job tag) is package slurm/sbatch's, as pure
-// functions; the relay daemon that runs on a login node is slurm/relay's.
+// functions; the relay daemon that runs on a login node is slurm/relay's;
+// running ssh (its argv, the shared connection, the session cap, host
+// keys, failing over between login nodes, and every ssh process until it
+// has exited) is slurm/sshrun's, which knows ssh and not Slurm. This
+// package gives it its settings and decides what its words and its
+// Access mean: a lost sbatch answer, a login needed.
 // Design records: docs/design/slurm-arrays.md, docs/design/slurm-tags.md,
 // docs/design/slurm-begin.md, docs/design/slurm-contradictions.md,
 // docs/design/slurm-known-hosts-perms.md, docs/design/slurm-job-count.md,

@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/slurm/sshrun"
 )
 
 // The files that decide which host key ssh trusts for the login node
@@ -123,7 +124,7 @@ func validateTrustFiles(s *settings) shared.Diagnostics {
 	for i, o := range s.SSHOptions {
 		key, value, ok := strings.Cut(o, "=")
 		if !ok || !(strings.EqualFold(key, "UserKnownHostsFile") || strings.EqualFold(key, "GlobalKnownHostsFile")) ||
-			weakHostKeyOption(key, value) != "" || s.KnownHosts != "" {
+			sshrun.WeakHostKey(key, value) != "" || s.KnownHosts != "" {
 			continue // not a file of trusted keys, or refused already
 		}
 		// ssh reads several files from one value, split at white space.

@@ -236,7 +236,7 @@ func TestSSHArgsNeverWeakenHostKeyChecking(t *testing.T) {
 			if !ok {
 				t.Fatal("the base configuration was refused")
 			}
-			args := strings.Join(sshArgs(p.settings(), []string{"true"}), " ")
+			args := strings.Join(sshArgs(t, p.settings(), "squeue"), " ")
 			for _, bad := range []string{"StrictHostKeyChecking=no", "StrictHostKeyChecking=accept-new", "UserKnownHostsFile=/dev/null", "CheckHostIP=no"} {
 				if strings.Contains(args, bad) {
 					t.Errorf("ssh argv %q contains %s", args, bad)

@@ -56,8 +56,8 @@ func (h hold) on(now time.Time) bool {
 
 // holds are the holds on the whole provisioner. Guarded by
 // Provisioner.mu. A profile's own holds (backoff, misconfigured) are its
-// backoff's; whether a login is needed is the login book's (logins.go),
-// which has its own lock.
+// backoff's; whether a login is needed is the ssh transport's Access
+// (logins.go), which has its own lock.
 type holds struct {
 	// clusterFull holds every submission for jobsFullWait after slurmctld
 	// would not take a job or MaxJobCount trimmed a burst.

@@ -16,6 +16,30 @@ import (
 // Its methods read and change only the requests; what to ask the cluster
 // for, and when, is the Provisioner's. It is guarded by the Provisioner's
 // mu: every method named Locked is called with it held.
+//
+// It has no lock of its own because none of the Provisioner's decisions
+// about it reads or changes it alone:
+//   - Provision counts the books with the attached workers, the backoffs
+//     and the holds, and reserves what is short (reserveLocked) in the
+//     same step: two passes that counted apart would both take the same
+//     room under max_workers;
+//   - a reservation is recorded in the books, in inflight and, until
+//     adoption, in mine at once, and adoption tells this run's jobs from
+//     strays by all three in one look (adopt's ours): with the books
+//     under a lock of their own, that look is both locks at once, or a
+//     window in which a job just reserved is taken for a stray and
+//     cancelled;
+//   - an arrival leaves the books and ends its profile's backoff together
+//     (arrivedLocked), and a failure leaves them with lastErr set and its
+//     profile's backoff counted (submissionFailed, judge): a Provision in
+//     between would see the machine gone and its profile not backing
+//     off, and ask for it again at once;
+//   - a request's phase, job and state, which the poller and the
+//     submissions change, are read by those same steps.
+//
+// A lock of its own would be taken under mu at every one of them, an
+// order to keep for no concurrency gained. The ssh transport, which is
+// slow, has its own (slurm/sshrun), and mu is never held across it.
 type ledger struct {
 	// outstanding holds the machines asked for and not yet arrived, by
 	// worker name.

@@ -212,7 +212,7 @@ func qosArgs() []string {
 // loginUser is the user the provisioner logs in as: login's user part,
 // or what the login node says (an ssh_config may name it).
 func (p *Provisioner) loginUser(ctx context.Context, cfg *settings) (string, error) {
-	if u, _, ok := strings.Cut(cfg.firstLogin().dest, "@"); ok && u != "" {
+	if u, _, ok := strings.Cut(cfg.firstLogin().Dest, "@"); ok && u != "" {
 		return u, nil
 	}
 	stdout, stderr, err := p.call(ctx, nil, "id", "-un")

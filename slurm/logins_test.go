@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/slurm/sshrun"
 )
 
 // dests are the login nodes the calls went to, in order.
@@ -58,7 +59,7 @@ func TestLoginsInOrder(t *testing.T) {
 		t.Errorf("with l1 skipped, a poll went to %v, want l2 alone", got)
 	}
 	// Its retry due: l1 is tried first again, and, still down, l2 serves.
-	h.clock.Advance(loginRetryFirst + time.Second)
+	h.clock.Advance(11 * time.Second) // the transport's first retry is due after 10 s
 	n = len(h.fake.calls())
 	h.p.pollOnce(context.Background())
 	if got := dests(since(n)); !slices.Equal(got, []string{"alice@l1", "alice@l2"}) {
@@ -66,7 +67,7 @@ func TestLoginsInOrder(t *testing.T) {
 	}
 	// Back: l1 is used again.
 	h.fake.write(t, "down", "")
-	h.clock.Advance(loginRetryMax)
+	h.clock.Advance(5 * time.Minute) // the longest a retry waits
 	n = len(h.fake.calls())
 	h.p.pollOnce(context.Background())
 	if got := dests(since(n)); !slices.Equal(got, []string{"alice@l1"}) {
@@ -156,65 +157,20 @@ func TestLoginNeeded(t *testing.T) {
 	}
 }
 
-// TestLoginListEntries: what parseLogin makes of each form of entry, and
-// the ssh argv it gives.
-func TestLoginListEntries(t *testing.T) {
-	for _, tc := range []struct {
-		entry, dest string
-		port        int
-	}{
-		{"u@h", "u@h", 0},
-		{"u@h:2222", "u@h", 2222},
-		{"sandbox", "sandbox", 0},
-		{"h:22", "h", 22},
-		{"u@::1", "u@::1", 0},
-		{"u@[::1]:2222", "u@::1", 2222},
-		{"[fe80::1]:22", "fe80::1", 22},
-	} {
-		a, why := parseLogin(tc.entry)
-		if why != "" || a.dest != tc.dest || a.port != tc.port {
-			t.Errorf("parseLogin(%q) = %+v %q, want %s port %d", tc.entry, a, why, tc.dest, tc.port)
-		}
-	}
-	cfg := &settings{Config: Config{SSHPort: 22}, logins: []loginAddr{{dest: "u@h", port: 2222}}}
-	argv := sshArgvAt(cfg, cfg.logins[0], nil, []string{"true"})
-	if i := slices.Index(argv, "-p"); i < 0 || argv[i+1] != "2222" || slices.Contains(argv, "22") {
-		t.Errorf("argv %q: want the entry's port alone", argv)
-	}
-}
-
 // TestLoginNeededWords: with the plugin's own connections a refused login
 // is about the key; through an operator's master (multiplex off) it says
 // how to open the master again.
 func TestLoginNeededWords(t *testing.T) {
 	since := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
-	own := &settings{Config: Config{SSHPort: 2222}, multiplex: true, logins: []loginAddr{{dest: "u@h"}}}
+	own := &settings{Config: Config{SSHPort: 2222}, multiplex: true, logins: []sshrun.Login{{Dest: "u@h"}}}
 	if d := loginNeededDetail(own, "Permission denied (publickey).", since); !strings.Contains(d, "ssh_key") || strings.Contains(d, "ControlMaster") {
 		t.Errorf("own connections: %s", d)
 	}
-	master := &settings{Config: Config{SSHConfig: "/c"}, logins: []loginAddr{{dest: "u@h", port: 2200}}}
+	master := &settings{Config: Config{SSHConfig: "/c"}, logins: []sshrun.Login{{Dest: "u@h", Port: 2200}}}
 	if d := loginNeededDetail(master, "Permission denied (publickey).", since); !strings.Contains(d, "`ssh -F /c -p 2200 -o ControlMaster=yes -o ControlPersist=yes -fN u@h`") {
 		t.Errorf("operator's master: %s", d)
 	}
 	if _, _, fix := sshBlame(master, "u@h: Permission denied (publickey)."); !strings.Contains(fix, "-fN u@h") {
 		t.Errorf("validate -check's fix through a master: %s", fix)
-	}
-}
-
-// TestLoginStaleOutcomeChangesNothing: a command that began before the
-// phase changed (one running through the operator's master as it closed)
-// cannot change it back; one begun after can.
-func TestLoginStaleOutcomeChangesNothing(t *testing.T) {
-	var b loginBook
-	t0 := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
-	b.note(1, 0, outcomeGotThrough, "", t0, t0, true)
-	if ch := b.note(1, 0, outcomeRefused, "Permission denied (publickey).", t0.Add(time.Second), t0.Add(2*time.Second), true); ch.access != accessLoginNeeded {
-		t.Fatalf("a refusal: %+v, want login needed", ch)
-	}
-	if ch := b.note(1, 0, outcomeGotThrough, "", t0, t0.Add(3*time.Second), true); ch != (loginChange{}) || b.access != accessLoginNeeded {
-		t.Errorf("a command begun before the refusal, through after it, changed %+v (access %v)", ch, b.access)
-	}
-	if ch := b.note(1, 0, outcomeGotThrough, "", t0.Add(4*time.Second), t0.Add(5*time.Second), true); !ch.accessChanged || ch.access != accessOpen {
-		t.Errorf("a command begun after the refusal got through: %+v, want the login open again", ch)
 	}
 }

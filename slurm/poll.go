@@ -23,6 +23,7 @@ import (
 
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/slurm/sbatch"
+	"github.com/fluksio/provision/slurm/sshrun"
 )
 
 const (
@@ -149,12 +150,19 @@ func parseRows(out []byte) []jobRow {
 	return rows
 }
 
-// call runs one command on the login node. Every cluster command goes
-// through here and then ssh, so that tests can count them.
+// call runs one command on the login node, through the ssh transport
+// (slurm/sshrun), bounded by submit_timeout and ctx. Every cluster
+// command goes through here, so that tests can count them. The remote
+// command is handed to the login node's shell as one string, each word
+// shell-quoted; callers pass only constants, validated names and
+// validated job ids.
 func (p *Provisioner) call(ctx context.Context, stdin []byte, remote ...string) (stdout, stderr []byte, err error) {
 	p.slurmCalls.Add(1)
 	defer p.metrics.command(remote, time.Now(), &err)
-	return p.ssh(ctx, stdin, remote...)
+	if p.settings() == nil {
+		return nil, nil, shared.ErrNotConfigured
+	}
+	return p.ssh.Run(ctx, stdin, remote...)
 }
 
 // withStderr adds what a failed command printed to its error.
@@ -228,10 +236,6 @@ var (
 	// sbatchSaid is sbatch answering, which it does with exit status 255
 	// for an option it cannot parse.
 	sbatchSaid = regexp.MustCompile(`(?m)^sbatch: `)
-	// neverConnected is ssh failing before it could run anything.
-	neverConnected = regexp.MustCompile(`Connection refused|Could not resolve hostname|Host key verification failed|Permission denied \(|` +
-		`No route to host|Network is unreachable|port \d+: Connection timed out|Connection timed out during banner exchange|kex_exchange_identification|` +
-		`Too many authentication failures|ControlPath too long|Bad configuration option|Bad owner or permissions`)
 )
 
 // answerLost reports whether a failed sbatch may have submitted its job
@@ -247,7 +251,7 @@ func answerLost(err error, stderr []byte) bool {
 	if !errors.As(err, &ee) || ee.ExitCode() != 255 {
 		return false
 	}
-	return !sbatchSaid.Match(stderr) && !neverConnected.Match(stderr)
+	return !sbatchSaid.Match(stderr) && !sshrun.NeverRan(stderr)
 }
 
 // outcomeUnknown keeps a request whose sbatch's answer was lost and whose
@@ -317,7 +321,7 @@ func (p *Provisioner) pollLoop(cfg *settings, host shared.Host) {
 	ctx := p.polling
 	actx, cancel := context.WithTimeout(ctx, cfg.submitTimeout)
 	if cfg.multiplex {
-		p.cleanStaleControlDirs(actx, cfg)
+		p.ssh.CleanStale(actx)
 	}
 	p.adoptAtStart(actx, cfg, host)
 	cancel()

@@ -21,6 +21,7 @@ import (
 
 	relayd "github.com/fluksio/provision/slurm/relay"
 	"github.com/fluksio/provision/slurm/sbatch"
+	"github.com/fluksio/provision/slurm/sshrun"
 )
 
 const (
@@ -52,9 +53,6 @@ type Provisioner struct {
 	sshPath string
 	now     func() time.Time
 
-	// outHint sizes the buffer each command's output is read into.
-	outHint outputSizes
-
 	// life is cancelled when Shutdown returns; every submission's context
 	// derives from it, so no goroutine outlives the Provisioner's use.
 	life context.Context
@@ -85,12 +83,6 @@ type Provisioner struct {
 	slurmCalls atomic.Int64
 	// metrics counts failures and commands for Status (metrics.go).
 	metrics metrics
-	// conn is the ssh connection to the login node and its session cap
-	// (ssh.go); it has its own lock.
-	conn sshConn
-	// logins is where each login node stands, which one is in use, and
-	// whether a login is needed (logins.go); it has its own lock.
-	logins loginBook
 	// makingLogDir holds one token while log_dir is being made, so that
 	// a burst of first submissions makes it once, not once each; it is
 	// taken with the caller's context, across that one ssh call.
@@ -115,6 +107,13 @@ type Provisioner struct {
 	// relay is set by Configure with reach = "relay" and never changes
 	// after; it has its own lock.
 	relay *relay
+	// ssh runs every command on the login nodes, and knows how each
+	// stands (slurm/sshrun). Configure sets it with cfg and it never
+	// changes after, so whoever has read a non-nil cfg under mu may use
+	// it without mu (as the poller and submissions do). It has its own
+	// locks, which may be taken under mu (loginNeeded), never mu under
+	// them: it calls back (accessChanged) with none held.
+	ssh *sshrun.Transport
 	// ledger is the machines asked for and not yet arrived (ledger.go).
 	ledger
 	// maxArray is the most machines one sbatch asks for: the cluster's
@@ -400,6 +399,8 @@ func (p *Provisioner) Configure(ctx context.Context, req *shared.ConfigureReques
 		}
 	}
 
+	ssh := p.newTransport(cfg) // starts nothing until used
+
 	p.mu.Lock()
 	switch {
 	case p.shut:
@@ -411,7 +412,7 @@ func (p *Provisioner) Configure(ctx context.Context, req *shared.ConfigureReques
 		// swapping it under them would orphan their jobs.
 		return nil, fmt.Errorf("%w: already configured", shared.ErrInvalidArgument)
 	}
-	p.cfg, p.host = cfg, req.Host
+	p.cfg, p.host, p.ssh = cfg, req.Host, ssh
 	p.adoptPending, p.mine = true, map[string]bool{}
 	// One count for adoption and then the poller, taken while shut is
 	// false: Shutdown waits for both, and cancels them first. The relay,
@@ -1117,7 +1118,7 @@ func (p *Provisioner) Shutdown(ctx context.Context, req *shared.ShutdownRequest)
 // shutdown is the one Shutdown's work.
 func (p *Provisioner) shutdown(ctx context.Context, req *shared.ShutdownRequest) (*shared.ShutdownResponse, error) {
 	p.mu.Lock()
-	cfg, host := p.cfg, p.host
+	cfg, host, ssh := p.cfg, p.host, p.ssh
 	var inflight []*request
 	for r := range p.inflight {
 		inflight = append(inflight, r)
@@ -1127,7 +1128,9 @@ func (p *Provisioner) shutdown(ctx context.Context, req *shared.ShutdownRequest)
 	// queue is about to be emptied of this provisioner's jobs.
 	p.stopPolling()
 	defer p.stop()
-	defer p.closeSSH(ctx) // last of all, after squeue and scancel
+	if ssh != nil {
+		defer ssh.Close(ctx) // last of all, after squeue and scancel
+	}
 	if cfg == nil {
 		return &shared.ShutdownResponse{}, nil
 	}
@@ -1176,7 +1179,7 @@ func (p *Provisioner) shutdown(ctx context.Context, req *shared.ShutdownRequest)
 		p.mu.Lock()
 		p.suspect = true
 		p.mu.Unlock()
-		// Killing ssh returns within sshWaitDelay; then each goroutine
+		// Killing ssh returns within sshrun.WaitDelay; then each goroutine
 		// publishes its failure and finishes.
 		select {
 		case <-allDone:

@@ -34,6 +34,7 @@ import (
 	"github.com/fluksio/provision/shared"
 
 	relayd "github.com/fluksio/provision/slurm/relay"
+	"github.com/fluksio/provision/slurm/sshrun"
 )
 
 const (
@@ -104,7 +105,7 @@ func validateReach(s *settings) shared.Diagnostics {
 		}
 		// The relay holds one session of the shared connection beside
 		// max_sessions; at the usual sshd limit of 10, commands beyond
-		// it open connections of their own (ssh.go), which costs a
+		// it open connections of their own (slurm/sshrun), which costs a
 		// login each but loses nothing.
 	default:
 		add(shared.Errorf([]string{"reach"}, "Invalid reach",
@@ -297,53 +298,29 @@ func (r *relay) session(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cfg := r.cfg
-	// The login the last command got through (r.command's, just now):
-	// with several logins, the relay moves with them (logins.go).
-	logins := cfg.loginList()
-	login := r.p.logins.current(len(logins), r.p.now())
-	var mux []string
-	if socket := r.p.controlSocket(cfg, login); socket != "" {
-		mux = []string{"-o", "ControlMaster=auto", "-o", "ControlPath=" + socket, "-o", "ControlPersist=" + controlPersist}
-	}
-	cmd := exec.CommandContext(ctx, r.p.sshPath, sshArgvAt(cfg, logins[login], mux, remote)...)
-	cmd.WaitDelay = sshWaitDelay
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return err
-	}
+	// On the login the last command got through (r.command's, just now):
+	// with several logins, the relay moves with them (logins.go). However
+	// the session ends, ssh is gone before session returns.
 	stderr := &tailBuffer{max: 4096}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
+	ssh, err := r.p.ssh.Start(ctx, stderr, remote...)
+	if err != nil {
 		return fmt.Errorf("starting ssh for the relay: %w", err)
 	}
+	defer ssh.Close()
 	if r.tls != nil {
 		// The key goes over the session, as the relay's first line of
 		// input: never in argv, nor in a file on the login node.
-		if _, err := io.WriteString(stdin, r.tls.Line); err != nil {
-			stdin.Close()
-			cmd.Wait()
+		if _, err := io.WriteString(ssh.Stdin, r.tls.Line); err != nil {
 			return fmt.Errorf("sending the relay its certificate: %w", err)
 		}
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	// However the session ends, ssh is gone before session returns.
-	defer func() {
-		stdin.Close()
-		cancel()
-		<-exited
-	}()
 
-	out := bufio.NewReader(stdout)
-	addr, err := r.greeting(ctx, out, exited, stderr)
+	out := bufio.NewReader(ssh.Stdout)
+	addr, err := r.greeting(ctx, out, ssh, stderr)
 	if err != nil {
 		return err
 	}
-	sess, err := yamux.Server(relayd.Stdio{Reader: out, Writer: stdin}, relayd.YamuxConfig(stderr))
+	sess, err := yamux.Server(relayd.Stdio{Reader: out, Writer: ssh.Stdin}, relayd.YamuxConfig(stderr))
 	if err != nil {
 		return err
 	}
@@ -365,7 +342,7 @@ func (r *relay) session(ctx context.Context) error {
 	close(r.ready)
 	r.ready = make(chan struct{})
 	r.mu.Unlock()
-	cfg.log.Info("the relay is up", "workers_dial", addr, "login", logins[login].String(), "engine", r.engineNet+":"+r.engineAddr)
+	cfg.log.Info("the relay is up", "workers_dial", addr, "login", ssh.Login.String(), "engine", r.engineNet+":"+r.engineAddr)
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -373,9 +350,8 @@ func (r *relay) session(ctx context.Context) error {
 		s, err := sess.AcceptStream()
 		if err != nil {
 			select {
-			case werr := <-exited:
-				exited <- werr
-				return fmt.Errorf("its ssh session ended (%v): %s", werr, strings.TrimSpace(stderr.String()))
+			case <-ssh.Done():
+				return fmt.Errorf("its ssh session ended (%v): %s", ssh.Err(), strings.TrimSpace(stderr.String()))
 			default:
 			}
 			return fmt.Errorf("its session ended: %w", err)
@@ -400,7 +376,7 @@ func (r *relay) session(ctx context.Context) error {
 
 // greeting reads the relay's first line, the address workers dial, within
 // submit_timeout; the relay's own words, if it failed, are in the error.
-func (r *relay) greeting(ctx context.Context, out *bufio.Reader, exited chan error, stderr *tailBuffer) (string, error) {
+func (r *relay) greeting(ctx context.Context, out *bufio.Reader, ssh *sshrun.Session, stderr *tailBuffer) (string, error) {
 	// A login shell's start-up files may print to stdout before the
 	// relay does: such lines are skipped, and kept for the error. The
 	// reader stops right after the greeting, which yamux reads on from.
@@ -426,8 +402,8 @@ func (r *relay) greeting(ctx context.Context, out *bufio.Reader, exited chan err
 			}
 		}
 		select {
-		case werr := <-exited:
-			exited <- werr
+		case <-ssh.Done():
+			werr := ssh.Err()
 			var ee *exec.ExitError
 			if errors.As(werr, &ee) && ee.ExitCode() == relayd.ExitPortTaken {
 				return "", fmt.Errorf("%w: %s", errRelayPortTaken, strings.TrimSpace(stderr.String()))
@@ -488,7 +464,7 @@ func (r *relay) command(ctx context.Context) ([]string, error) {
 		cfg.log.Info("copying the relay to the login node", "path", "~/"+relayCacheDir+"/"+relayFile(sum), "bytes", len(data))
 		// Tens of megabytes: more than submit_timeout may allow over a
 		// slow link, and it happens once per version.
-		if _, stderr, err := r.p.sshWithin(ctx, max(cfg.submitTimeout, relayUploadTimeout), data, "sh", "-c", relayUploadScript(sum)); err != nil {
+		if _, stderr, err := r.p.ssh.RunWithin(ctx, max(cfg.submitTimeout, relayUploadTimeout), data, "sh", "-c", relayUploadScript(sum)); err != nil {
 			return nil, fmt.Errorf("copying the relay to %s: %w", cfg.host(), withStderr(err, stderr))
 		}
 	default:
