@@ -204,6 +204,10 @@ func newDaemon(cfg *engine.File, logger hclog.Logger, story *story, results stri
 				story.say("worker %s attached from %s (job %s, %d cpus, %d gpus)", w.Name, w.Hostname, orDash(w.JobID), w.CPUs, w.GPUs)
 			},
 			Result: func(r engine.Result) {
+				if r.Output == "" {
+					// A task's result: TaskEnded tells it.
+					return
+				}
 				story.say("work done by %s: host %s, job %s, cpus %d: %s", r.Worker, r.Hostname, orDash(r.JobID), r.CPUs, r.Output)
 			},
 			Burst: func(target string, pd shared.ProfileDemand) {

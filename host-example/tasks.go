@@ -171,7 +171,6 @@ func parseTaskLine(text []byte, base string) (engine.TaskSpec, error) {
 		Need:    shared.Need{CPUs: 1, GPUs: tl.GPUs, RAMMB: tl.RAMMB, Label: tl.Label},
 		Command: tl.Command,
 		Env:     tl.Env,
-		Outputs: tl.Outputs,
 		Timeout: time.Duration(tl.Timeout),
 		Retries: defaultAttempts - 1,
 	}
@@ -223,10 +222,15 @@ func parseTaskLine(text []byte, base string) (engine.TaskSpec, error) {
 		}
 		spec.Inputs = append(spec.Inputs, engine.Input{Name: n, Path: p})
 	}
+	spec.Outputs = make([]string, 0, len(tl.Outputs))
 	for _, o := range tl.Outputs {
-		if err := taskRelative(strings.TrimSuffix(o, "/")); err != nil {
+		// "out/" says out is a directory, as people write it; the
+		// worker brings a directory back file by file either way.
+		o = strings.TrimSuffix(o, "/")
+		if err := taskRelative(o); err != nil {
 			return engine.TaskSpec{}, fmt.Errorf("task %q: output %q: %w", tl.ID, o, err)
 		}
+		spec.Outputs = append(spec.Outputs, o)
 	}
 	return spec, nil
 }
