@@ -141,18 +141,18 @@ test: build lint fuzz ## lint, a short fuzz, then every test with -race, with th
 
 # The tests that talk to Slurm, run again on each newer Slurm: the
 # plugin's integration, refusal, reliability and version tests, the
-# engine's runs (a need, a burst, multi-node, the relay), its preflight
+# engine's runs (a need, a burst, multi-node, the relay, tasks), its preflight
 # and its reliability, and the demo. Unit tests do not change with the
 # Slurm a sandbox runs, and run once, in make test.
 SLURM_TESTS_PLUGIN := Integration|Accounting|Refus|Reliability|SSHSandbox|SbatchReads|BareArray|Deadline|ReleaseMismatch|LoginPath|SubmitRule
-SLURM_TESTS_ENGINE := TestE2ERunServesNeeds|TestE2EBurstWithinSubmitLimit|TestE2EBurstOneSubmission|TestE2EMultiNode|TestE2ERelay$$|TestE2ERelayRecovers|TestE2ERelayTwoLogins|TestValidateCheck|TestScriptCommand|TestReliability|TestE2ESigtermCancelsJobs|TestE2ECleanStop
+SLURM_TESTS_ENGINE := TestE2ERunServesNeeds|TestE2EBurstWithinSubmitLimit|TestE2EBurstOneSubmission|TestE2EMultiNode|TestE2ERelay$$|TestE2ERelayRecovers|TestE2ERelayTwoLogins|TestValidateCheck|TestScriptCommand|TestReliability|TestE2ESigtermCancelsJobs|TestE2ECleanStop|TestE2ERunTasks|TestE2ETaskRunsAgain
 .PHONY: test-slurm
 test-slurm: build ## the Slurm-facing tests and the demo against SANDBOX_SLURM's sandbox (no -race)
 	@bash sandbox/with-sandbox.sh $(SANDBOX_DIR) -- bash -c 'set -e; t0=$$SECONDS; \
 		echo "==> Slurm-facing tests on Slurm $${SANDBOX_SLURM_VERSION:-?} ($(SANDBOX_SLURM))"; \
 		$(GO) test -count=1 -timeout 30m -run "$(SLURM_TESTS_PLUGIN)" ./slurm/ ./slurm/sshrun/; \
 		$(GO) test -count=1 -timeout 30m -run "$(SLURM_TESTS_ENGINE)" ./host-example/; \
-		$(GO) test -count=1 -timeout 10m ./examples/embed/; \
+		$(GO) test -count=1 -timeout 10m ./examples/embed/ ./examples/authorjob/; \
 		DEMO_LINGER=0 bash sandbox/demo.sh; \
 		echo "==> Slurm $${SANDBOX_SLURM_VERSION:-?} ($(SANDBOX_SLURM)): passed in $$((SECONDS - t0)) s"'
 

@@ -89,7 +89,18 @@ bin/host-example script -config "$work/config.hcl" -profile cpu | sed 's/^/    /
 # DEMO_LINGER keeps the engine up after the work, so that a person can
 # look at its status page; DEMO_LINGER=0 ends the demo at once.
 linger="${DEMO_LINGER:-30s}"
-say "running the engine with a burst of needs: three of 2 cpus (2 s of work each, asked for as one job array), and 1 gpu labelled cuda (its log: $work/engine.log)"
+# The work: four tasks, each a command run on a machine of the cluster
+# with its input sent from here and its stdout brought back.
+for i in 1 2 3; do head -c 1048576 /dev/urandom >"$work/data-$i.bin"; done
+cat >"$work/tasks.jsonl" <<'JSON'
+{"id": "sum-1", "cpus": 2, "command": ["sh", "-c", "sha256sum data.bin; sleep 2"], "inputs": {"data.bin": "data-1.bin"}}
+{"id": "sum-2", "cpus": 2, "command": ["sh", "-c", "sha256sum data.bin; sleep 2"], "inputs": {"data.bin": "data-2.bin"}}
+{"id": "sum-3", "cpus": 2, "command": ["sh", "-c", "sha256sum data.bin; sleep 2"], "inputs": {"data.bin": "data-3.bin"}}
+{"id": "gpu", "gpus": 1, "label": "cuda", "command": ["sh", "-c", "echo a gpu task on $(hostname) in job $SLURM_JOB_ID"]}
+JSON
+say "the work ($work/tasks.jsonl): three digests of 1 MB inputs on machines of 2 cpus (asked for as one job array), and a task on a gpu labelled cuda"
+sed 's/^/    /' "$work/tasks.jsonl"
+say "running the engine with them: host-example run -tasks (its log: $work/engine.log)"
 if [[ "$linger" == 0 || "$linger" == 0s ]]; then
   say "watch it live: open http://127.0.0.1:$port/ in a browser on this machine (the engine exits when the work is done; DEMO_LINGER=30s keeps it up after)"
 else
@@ -97,7 +108,8 @@ else
 fi
 t0=$(date +%s.%N)
 set +e
-bin/host-example run -config "$work/config.hcl" -need cpus=2,count=3,work=2s -need gpus=1,label=cuda -timeout 3m -linger "$linger" 2>"$work/engine.log" | sed 's/^/    /'
+rm -rf "$work/results"
+bin/host-example run -config "$work/config.hcl" -tasks "$work/tasks.jsonl" -results "$work/results" -timeout 3m -linger "$linger" 2>"$work/engine.log" | sed 's/^/    /'
 rc=${PIPESTATUS[0]}
 set -e
 t1=$(date +%s.%N)
@@ -106,6 +118,12 @@ if ((rc != 0)); then
   echo "    the engine failed; the end of its log:"
   tail -20 "$work/engine.log" | sed 's/^/    /'
 fi
+
+say "what came back ($work/results/ID/: stdout, stderr, result.json)"
+for id in sum-1 sum-2 sum-3 gpu; do
+  printf '    %s: %s' "$id" "$(cat "$work/results/$id/stdout" 2>/dev/null || echo '(no stdout)')"; echo
+done
+(cd "$work" && sha256sum data-1.bin data-2.bin data-3.bin | sed 's/^/    here: /')
 
 say "what is left behind"
 # scancel returns before a job has ended: a cancelled job shows as
