@@ -28,47 +28,59 @@ import (
 // plugin's Shutdown and the listener's close.
 var shutdownTimeout = time.Minute
 
+// runFlags is run's command line.
+type runFlags struct {
+	config, tasks, results, level string
+	needs                         engine.NeedList
+	timeout, linger               time.Duration
+}
+
+// parseRunFlags reads run's command line; done says to exit with code
+// (help, or a usage error already written).
+func parseRunFlags(args []string, stdout, stderr io.Writer) (f runFlags, code int, done bool) {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: host-example run -config FILE [-need SPEC]... [-tasks FILE -results DIR] [-timeout DURATION] [-linger DURATION] [-log-level LEVEL]")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&f.config, "config", "", "the configuration `file` (required)")
+	fs.Var(&f.needs, "need", "nodes to place: cpus=N[,gpus=N][,ram_mb=N][,label=L][,count=N][,work=DURATION] (repeatable)")
+	fs.StringVar(&f.tasks, "tasks", "", "run the tasks of this `file`: JSON lines, one task a line, with id, command (argv), cpus, gpus, ram_mb, label, env, inputs (name: local path), outputs, timeout, attempts (docs/operators.md)")
+	fs.StringVar(&f.results, "results", "", "with -tasks: each task's stdout, stderr, result.json and outputs go under `DIR`/ID/")
+	fs.DurationVar(&f.timeout, "timeout", 0, "give up on the needs and tasks after this long (0: never)")
+	fs.DurationVar(&f.linger, "linger", 0, "once the needs are served or -timeout passes, keep the engine up this long, so that its status page can be looked at")
+	fs.StringVar(&f.level, "log-level", "info", "trace, debug, info, warn or error; the plugins log at the same level")
+	rest, code, done := parseArgs(fs, args, stdout, stderr)
+	switch {
+	case done:
+		return f, code, true
+	case len(rest) != 0:
+		return f, usageError(fs, stderr, "takes no arguments, got %q (the configuration is -config FILE)", rest), true
+	case f.config == "":
+		return f, usageError(fs, stderr, "-config FILE is required"), true
+	case (f.tasks == "") != (f.results == ""):
+		return f, usageError(fs, stderr, "-tasks FILE and -results DIR go together"), true
+	case hclog.LevelFromString(f.level) == hclog.NoLevel:
+		return f, usageError(fs, stderr, "-log-level %q: want trace, debug, info, warn or error", f.level), true
+	}
+	return f, 0, false
+}
+
 // runMain is the run command: it reads the flags and the configuration,
 // and runs a daemon, the engine as a process. With needs it exits once
 // all are served (0) or -timeout passes (1); without, it runs until
 // SIGINT or SIGTERM. Either way it stops the daemon first, which shuts
 // every provisioner down, so nothing it asked for is left in a queue.
 func runMain(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: host-example run -config FILE [-need SPEC]... [-tasks FILE -results DIR] [-timeout DURATION] [-linger DURATION] [-log-level LEVEL]")
-		fs.PrintDefaults()
-	}
-	configPath := fs.String("config", "", "the configuration `file` (required)")
-	var needs engine.NeedList
-	fs.Var(&needs, "need", "nodes to place: cpus=N[,gpus=N][,ram_mb=N][,label=L][,count=N][,work=DURATION] (repeatable)")
-	tasksFile := fs.String("tasks", "", "run the tasks of this `file`: JSON lines, one task a line, with id, command (argv), cpus, gpus, ram_mb, label, env, inputs (name: local path), outputs, timeout, attempts (docs/operators.md)")
-	results := fs.String("results", "", "with -tasks: each task's stdout, stderr, result.json and outputs go under `DIR`/ID/")
-	timeout := fs.Duration("timeout", 0, "give up on the needs and tasks after this long (0: never)")
-	linger := fs.Duration("linger", 0, "once the needs are served or -timeout passes, keep the engine up this long, so that its status page can be looked at")
-	level := fs.String("log-level", "info", "trace, debug, info, warn or error; the plugins log at the same level")
-	rest, code, done := parseArgs(fs, args, stdout, stderr)
+	f, code, done := parseRunFlags(args, stdout, stderr)
 	if done {
 		return code
 	}
-	if len(rest) != 0 {
-		return usageError(fs, stderr, "takes no arguments, got %q (the configuration is -config FILE)", rest)
-	}
-	if *configPath == "" {
-		return usageError(fs, stderr, "-config FILE is required")
-	}
-	if (*tasksFile == "") != (*results == "") {
-		return usageError(fs, stderr, "-tasks FILE and -results DIR go together")
-	}
-	if hclog.LevelFromString(*level) == hclog.NoLevel {
-		return usageError(fs, stderr, "-log-level %q: want trace, debug, info, warn or error", *level)
-	}
-
 	var tasks []engine.TaskSpec
-	if *tasksFile != "" {
+	if f.tasks != "" {
 		// The whole file is checked before anything is asked for.
 		var err error
-		if tasks, err = readTasks(*tasksFile, *results); err != nil {
+		if tasks, err = readTasks(f.tasks, f.results); err != nil {
 			fmt.Fprintf(stderr, "host-example: %v\n", err)
 			return 1
 		}
@@ -80,8 +92,8 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	// Names and values from the configuration and the plugins reach the
 	// operator's terminal through this logger: termsafe shows a control
 	// or bidi character as an escape instead of letting it act.
-	logger := hclog.New(&hclog.LoggerOptions{Name: "engine", Output: termsafe.Writer(stderr), Level: hclog.LevelFromString(*level)})
-	cfg, diags := engine.LoadConfig(*configPath)
+	logger := hclog.New(&hclog.LoggerOptions{Name: "engine", Output: termsafe.Writer(stderr), Level: hclog.LevelFromString(f.level)})
+	cfg, diags := engine.LoadConfig(f.config)
 	if diags.HasErrors() {
 		hclconfig.WriteDiagnostics(stderr, cfg.Files, diags)
 		return 1
@@ -98,7 +110,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	ctx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 
-	d, err := newDaemon(cfg, logger, newStory(stdout), *results)
+	d, err := newDaemon(cfg, logger, newStory(stdout), f.results)
 	if err != nil {
 		fmt.Fprintf(stderr, "host-example: %v\n", err)
 		return 1
@@ -108,7 +120,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		d.story.say("signal received while starting; shutting down")
 		stopSignals()
 		d.stop()
-		if len(needs) > 0 {
+		if len(f.needs) > 0 {
 			return 1
 		}
 		return 0
@@ -119,11 +131,11 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	d.story.say("status page: %s (metrics at /metrics, events at /v1/events)", d.pageURL())
-	d.lingering = *linger > 0
-	code = d.run(ctx, needs, tasks, *timeout)
-	if *linger > 0 && ctx.Err() == nil {
-		d.story.say("lingering for %s so the status page can be looked at: %s (Ctrl-C stops it now)", *linger, d.pageURL())
-		lctx, cancel := context.WithTimeoutCause(ctx, *linger, errLingered)
+	d.lingering = f.linger > 0
+	code = d.run(ctx, f.needs, tasks, f.timeout)
+	if f.linger > 0 && ctx.Err() == nil {
+		d.story.say("lingering for %s so the status page can be looked at: %s (Ctrl-C stops it now)", f.linger, d.pageURL())
+		lctx, cancel := context.WithTimeoutCause(ctx, f.linger, errLingered)
 		d.run(lctx, nil, nil, 0)
 		cancel()
 	}
@@ -171,11 +183,8 @@ func newDaemon(cfg *engine.File, logger hclog.Logger, story *story, results stri
 	logger.Info("worker credentials", "secret", map[bool]string{true: "from $" + cfg.Engine.SecretEnv, false: "random, this run only"}[fromEnv],
 		"engine_id", engineID, "credential_epoch", host.CredentialEpoch(secret))
 	d := &daemon{cfg: cfg, logger: logger, story: story, progress: newProgress()}
-	var taskEnded func(engine.TaskResult)
-	var taskLost func(engine.TaskResult, bool)
 	if results != "" {
 		d.tasks = newTaskRun(results, story)
-		taskEnded, taskLost = d.tasks.taskEnded, d.tasks.taskLost
 	}
 	d.eng, err = engine.New(engine.Config{
 		Provisioners:   cfg.Provisioners,
@@ -188,39 +197,7 @@ func newDaemon(cfg *engine.File, logger hclog.Logger, story *story, results stri
 		DropEnv:        []string{cfg.Engine.SecretEnv, cfg.Engine.OperatorTokenEnv},
 		Logger:         logger,
 		TaskDir:        results,
-		Hooks: engine.Hooks{
-			TaskEnded: taskEnded,
-			TaskLost:  taskLost,
-			PluginEvent: func(ev shared.Event) {
-				d.progress.event(ev)
-				story.event(ev)
-			},
-			WorkerGone: d.progress.gone,
-			EventsNotTold: func(provisioner string, n int) {
-				story.say("%s: %d more event(s) not told here; GET /v1/events has them all", provisioner, n)
-			},
-			Attach: func(w engine.WorkerInfo) {
-				d.progress.attach(w)
-				story.say("worker %s attached from %s (job %s, %d cpus, %d gpus)", w.Name, w.Hostname, orDash(w.JobID), w.CPUs, w.GPUs)
-			},
-			Result: func(r engine.Result) {
-				if r.Output == "" {
-					// A task's result: TaskEnded tells it.
-					return
-				}
-				story.say("work done by %s: host %s, job %s, cpus %d: %s", r.Worker, r.Hostname, orDash(r.JobID), r.CPUs, r.Output)
-			},
-			Burst: func(target string, pd shared.ProfileDemand) {
-				d.progress.burst(target, pd)
-				if pd.Requested > 0 {
-					story.say("%s: asked for %d %q machine(s) in %d submission(s) (wanted %d, on the way %d, attached %d)",
-						target, pd.Requested, pd.Profile, pd.Submissions, pd.Wanted, pd.OnTheWay, pd.Attached)
-				}
-				if pd.Cancelled > 0 {
-					story.say("%s: demand fell; gave up %d pending %q machine(s)", target, pd.Cancelled, pd.Profile)
-				}
-			},
-		},
+		Hooks:          d.hooks(results != ""),
 	})
 	if err != nil {
 		return nil, err
@@ -237,6 +214,47 @@ func newDaemon(cfg *engine.File, logger hclog.Logger, story *story, results stri
 		return nil, fmt.Errorf("%w (engine.listen)", err)
 	}
 	return d, nil
+}
+
+// hooks are the engine's hooks for run: the story, the progress, and,
+// with tasks, each task's result.json.
+func (d *daemon) hooks(tasks bool) engine.Hooks {
+	story := d.story
+	h := engine.Hooks{
+		PluginEvent: func(ev shared.Event) {
+			d.progress.event(ev)
+			story.event(ev)
+		},
+		WorkerGone: d.progress.gone,
+		EventsNotTold: func(provisioner string, n int) {
+			story.say("%s: %d more event(s) not told here; GET /v1/events has them all", provisioner, n)
+		},
+		Attach: func(w engine.WorkerInfo) {
+			d.progress.attach(w)
+			story.say("worker %s attached from %s (job %s, %d cpus, %d gpus)", w.Name, w.Hostname, orDash(w.JobID), w.CPUs, w.GPUs)
+		},
+		Result: func(r engine.Result) {
+			if r.Output == "" {
+				// A task's result: TaskEnded tells it.
+				return
+			}
+			story.say("work done by %s: host %s, job %s, cpus %d: %s", r.Worker, r.Hostname, orDash(r.JobID), r.CPUs, r.Output)
+		},
+		Burst: func(target string, pd shared.ProfileDemand) {
+			d.progress.burst(target, pd)
+			if pd.Requested > 0 {
+				story.say("%s: asked for %d %q machine(s) in %d submission(s) (wanted %d, on the way %d, attached %d)",
+					target, pd.Requested, pd.Profile, pd.Submissions, pd.Wanted, pd.OnTheWay, pd.Attached)
+			}
+			if pd.Cancelled > 0 {
+				story.say("%s: demand fell; gave up %d pending %q machine(s)", target, pd.Cancelled, pd.Profile)
+			}
+		},
+	}
+	if tasks {
+		h.TaskEnded, h.TaskLost = d.tasks.taskEnded, d.tasks.taskLost
+	}
+	return h
 }
 
 // errLingered ends the run loop after -linger.
@@ -261,44 +279,8 @@ func (d *daemon) start(ctx context.Context) hcl.Diagnostics {
 // or 1 if a task did not succeed), timeout passes (1, if not zero) or
 // ctx ends (0 without needs or tasks, 1 with).
 func (d *daemon) run(ctx context.Context, specs []engine.NeedSpec, tasks []engine.TaskSpec, timeout time.Duration) int {
-	needs := 0
-	for _, spec := range specs {
-		var first, last string
-		for range spec.Count {
-			last = d.eng.Add(spec.Need, spec.Work)
-			if first == "" {
-				first = last
-			}
-		}
-		needs += spec.Count
-		what := engine.FormatNeed(spec.Need)
-		if spec.Work > 0 {
-			what += fmt.Sprintf(" for %s of work", spec.Work)
-		}
-		if spec.Count == 1 {
-			d.story.say("%s needs %s: asking the provisioners that cover it", first, what)
-		} else {
-			d.story.say("%s..%s: %d needs of %s: asking the provisioners that cover them", first, last, spec.Count, what)
-		}
-	}
-	submitted := 0
-	for _, t := range tasks {
-		if _, err := d.eng.Submit(t); err != nil {
-			// readTasks checked the file; what is left is the engine's
-			// word (an input that changed since, a limit).
-			d.story.say("task %s not submitted: %v", t.ID, err)
-			continue
-		}
-		submitted++
-	}
-	if d.tasks != nil {
-		d.tasks.mu.Lock()
-		d.tasks.total += submitted
-		d.tasks.mu.Unlock()
-		if submitted > 0 {
-			d.story.say("%d task(s) submitted; results under %s", submitted, d.tasks.results)
-		}
-	}
+	needs := d.addNeeds(specs)
+	submitted := d.submitTasks(tasks)
 	rctx := ctx
 	if timeout > 0 {
 		var cancel context.CancelFunc
@@ -353,6 +335,55 @@ func (d *daemon) run(ctx context.Context, specs []engine.NeedSpec, tasks []engin
 		return 1
 	}
 	return 0
+}
+
+// addNeeds adds the -need specs' needs and says so; it returns how many.
+func (d *daemon) addNeeds(specs []engine.NeedSpec) int {
+	needs := 0
+	for _, spec := range specs {
+		var first, last string
+		for range spec.Count {
+			last = d.eng.Add(spec.Need, spec.Work)
+			if first == "" {
+				first = last
+			}
+		}
+		needs += spec.Count
+		what := engine.FormatNeed(spec.Need)
+		if spec.Work > 0 {
+			what += fmt.Sprintf(" for %s of work", spec.Work)
+		}
+		if spec.Count == 1 {
+			d.story.say("%s needs %s: asking the provisioners that cover it", first, what)
+		} else {
+			d.story.say("%s..%s: %d needs of %s: asking the provisioners that cover them", first, last, spec.Count, what)
+		}
+	}
+	return needs
+}
+
+// submitTasks submits the -tasks file's tasks and says so; it returns
+// how many the engine took.
+func (d *daemon) submitTasks(tasks []engine.TaskSpec) int {
+	submitted := 0
+	for _, t := range tasks {
+		if _, err := d.eng.Submit(t); err != nil {
+			// readTasks checked the file; what is left is the engine's
+			// word (an input that changed since, a limit).
+			d.story.say("task %s not submitted: %v", t.ID, err)
+			continue
+		}
+		submitted++
+	}
+	if d.tasks != nil {
+		d.tasks.mu.Lock()
+		d.tasks.total += submitted
+		d.tasks.mu.Unlock()
+		if submitted > 0 {
+			d.story.say("%d task(s) submitted; results under %s", submitted, d.tasks.results)
+		}
+	}
+	return submitted
 }
 
 // summary is the run's last word when it did not finish: its tasks or

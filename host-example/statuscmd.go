@@ -182,32 +182,8 @@ func fetchStatus(ctx context.Context, client *http.Client, u, token string) (str
 func formatStatus(st statusView, u string, now time.Time) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "engine %s at %s, %s\n", st.EngineID, strings.TrimSuffix(u, "/status"), now.Format(time.TimeOnly))
+	formatProvisioners(&b, st)
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "\nprovisioners\n")
-	for _, p := range st.Provisioners {
-		var counts []string
-		if p.Status != nil {
-			for _, c := range p.Status.Counts {
-				counts = append(counts, fmt.Sprintf("%s: %d pending, %d starting, %d attached", c.Profile, c.Pending, c.Starting, c.Attached))
-			}
-		}
-		if len(counts) == 0 {
-			counts = []string{"nothing asked for"}
-		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", p.Name, p.Kind, p.Process, strings.Join(counts, "; "))
-		if p.Error != "" {
-			fmt.Fprintf(tw, "  \t\t\terror: %s\n", p.Error)
-		}
-		if p.Status != nil {
-			if p.Status.LastError != "" {
-				fmt.Fprintf(tw, "  \t\t\tlast error: %s\n", p.Status.LastError)
-			}
-			for _, n := range p.Status.Notes {
-				fmt.Fprintf(tw, "  \t\t\tnote: %s\n", n)
-			}
-		}
-	}
-	tw.Flush()
 	busy := 0
 	for _, w := range st.Workers {
 		if w.Task != "" {
@@ -264,4 +240,34 @@ func formatStatus(st statusView, u string, now time.Time) string {
 		fmt.Fprintf(&b, "\nheld back: %s on %s after %d failure(s), until %s: %s\n", h.Profile, h.Provisioner, h.Failures, h.Until.Local().Format(time.TimeOnly), h.LastError)
 	}
 	return b.String()
+}
+
+// formatProvisioners writes the provisioners' part of the status.
+func formatProvisioners(b *strings.Builder, st statusView) {
+	tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "\nprovisioners\n")
+	for _, p := range st.Provisioners {
+		var counts []string
+		if p.Status != nil {
+			for _, c := range p.Status.Counts {
+				counts = append(counts, fmt.Sprintf("%s: %d pending, %d starting, %d attached", c.Profile, c.Pending, c.Starting, c.Attached))
+			}
+		}
+		if len(counts) == 0 {
+			counts = []string{"nothing asked for"}
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", p.Name, p.Kind, p.Process, strings.Join(counts, "; "))
+		if p.Error != "" {
+			fmt.Fprintf(tw, "  \t\t\terror: %s\n", p.Error)
+		}
+		if p.Status != nil {
+			if p.Status.LastError != "" {
+				fmt.Fprintf(tw, "  \t\t\tlast error: %s\n", p.Status.LastError)
+			}
+			for _, n := range p.Status.Notes {
+				fmt.Fprintf(tw, "  \t\t\tnote: %s\n", n)
+			}
+		}
+	}
+	tw.Flush()
 }

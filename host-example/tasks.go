@@ -197,18 +197,33 @@ func parseTaskLine(text []byte, base string) (engine.TaskSpec, error) {
 			return engine.TaskSpec{}, fmt.Errorf("task %q: env may not set %s, the worker's credential", tl.ID, k)
 		}
 	}
-	names := make([]string, 0, len(tl.Inputs))
-	for n := range tl.Inputs {
+	var err error
+	if spec.Inputs, err = taskInputs(tl.Inputs, base); err != nil {
+		return engine.TaskSpec{}, fmt.Errorf("task %q: %w", tl.ID, err)
+	}
+	if spec.Outputs, err = taskOutputs(tl.Outputs); err != nil {
+		return engine.TaskSpec{}, fmt.Errorf("task %q: %w", tl.ID, err)
+	}
+	return spec, nil
+}
+
+// taskInputs are a line's inputs, name to a path on this machine
+// (relative to base): each name plain and inside the task's directory,
+// each path a regular file.
+func taskInputs(inputs map[string]string, base string) ([]engine.Input, error) {
+	names := make([]string, 0, len(inputs))
+	for n := range inputs {
 		names = append(names, n)
 	}
 	slices.Sort(names)
+	var out []engine.Input
 	for _, n := range names {
 		if err := taskRelative(n); err != nil {
-			return engine.TaskSpec{}, fmt.Errorf("task %q: input %q: %w", tl.ID, n, err)
+			return nil, fmt.Errorf("input %q: %w", n, err)
 		}
-		p := tl.Inputs[n]
+		p := inputs[n]
 		if p == "" {
-			return engine.TaskSpec{}, fmt.Errorf("task %q: input %q names no file", tl.ID, n)
+			return nil, fmt.Errorf("input %q names no file", n)
 		}
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(base, p)
@@ -216,23 +231,28 @@ func parseTaskLine(text []byte, base string) (engine.TaskSpec, error) {
 		st, err := os.Stat(p)
 		switch {
 		case err != nil:
-			return engine.TaskSpec{}, fmt.Errorf("task %q: input %q: %w", tl.ID, n, err)
+			return nil, fmt.Errorf("input %q: %w", n, err)
 		case !st.Mode().IsRegular():
-			return engine.TaskSpec{}, fmt.Errorf("task %q: input %q: %s is not a regular file", tl.ID, n, p)
+			return nil, fmt.Errorf("input %q: %s is not a regular file", n, p)
 		}
-		spec.Inputs = append(spec.Inputs, engine.Input{Name: n, Path: p})
+		out = append(out, engine.Input{Name: n, Path: p})
 	}
-	spec.Outputs = make([]string, 0, len(tl.Outputs))
-	for _, o := range tl.Outputs {
-		// "out/" says out is a directory, as people write it; the
-		// worker brings a directory back file by file either way.
+	return out, nil
+}
+
+// taskOutputs are a line's outputs in their plain form: "out/" says
+// out is a directory, as people write it, and the worker brings a
+// directory back file by file either way.
+func taskOutputs(outputs []string) ([]string, error) {
+	out := make([]string, 0, len(outputs))
+	for _, o := range outputs {
 		o = strings.TrimSuffix(o, "/")
 		if err := taskRelative(o); err != nil {
-			return engine.TaskSpec{}, fmt.Errorf("task %q: output %q: %w", tl.ID, o, err)
+			return nil, fmt.Errorf("output %q: %w", o, err)
 		}
-		spec.Outputs = append(spec.Outputs, o)
+		out = append(out, o)
 	}
-	return spec, nil
+	return out, nil
 }
 
 // taskRelative checks a name in a task's directory: relative, with no

@@ -107,44 +107,52 @@ func (w *Client) Work(ctx context.Context) int {
 			continue
 		}
 
-		w.log.Printf("running %s", task.ID)
-		st := newStopper(ctx)
-		stopWatch := w.watch(ctx, task.ID, st)
-		res, dir := w.runTask(ctx, *task, st)
-		stopWatch()
-		reason, why := st.why()
-		st.release()
-		if reason.dropsTask() {
-			// The engine is stopping cleanly and has no use for the
-			// result, or this worker is stopping (SIGTERM): the task is
-			// dropped unreported, its command's group already killed,
-			// and our job ends now, completed.
-			w.removeTaskDir(dir)
-			if reason == stopLeave {
-				w.log.Printf("the engine lets us go; dropping %s and leaving", task.ID)
-			} else {
-				w.log.Printf("%s; dropped %s", why, task.ID)
-			}
-			w.detach(ctx)
-			return 0
-		}
-		err = w.report(ctx, res)
-		// Reported, or never will be: the directory has nothing more to
-		// give.
-		w.removeTaskDir(dir)
-		if err != nil {
-			if ctx.Err() != nil {
-				continue
-			}
-			w.log.Printf("could not report %s: %v", task.ID, err)
-			if errors.Is(err, errEngineGone) || errors.Is(err, errRefused) {
-				return 1
-			}
-		} else {
-			w.log.Printf("reported %s: %s", task.ID, describe(res))
+		if code, leave := w.take(ctx, *task); leave {
+			return code
 		}
 		idleSince = time.Now()
 	}
+}
+
+// take runs task and reports it. leave says the worker is done, with
+// code its exit code: the engine let it go or it was told to stop (the
+// task dropped unreported, its command's group already killed, the
+// worker detached), or the engine is gone or refuses it.
+func (w *Client) take(ctx context.Context, task Task) (code int, leave bool) {
+	w.log.Printf("running %s", task.ID)
+	st := newStopper(ctx)
+	stopWatch := w.watch(ctx, task.ID, st)
+	res, dir := w.runTask(ctx, task, st)
+	stopWatch()
+	reason, why := st.why()
+	st.release()
+	if reason.dropsTask() {
+		// The engine is stopping cleanly and has no use for the result,
+		// or this worker is stopping (SIGTERM): our job ends now,
+		// completed.
+		w.removeTaskDir(dir)
+		if reason == stopLeave {
+			w.log.Printf("the engine lets us go; dropping %s and leaving", task.ID)
+		} else {
+			w.log.Printf("%s; dropped %s", why, task.ID)
+		}
+		w.detach(ctx)
+		return 0, true
+	}
+	err := w.report(ctx, res)
+	// Reported, or never will be: the directory has nothing more to give.
+	w.removeTaskDir(dir)
+	switch {
+	case err == nil:
+		w.log.Printf("reported %s: %s", task.ID, describe(res))
+	case ctx.Err() != nil:
+	default:
+		w.log.Printf("could not report %s: %v", task.ID, err)
+		if errors.Is(err, errEngineGone) || errors.Is(err, errRefused) {
+			return 1, true
+		}
+	}
+	return 0, false
 }
 
 // errNotAttachedRemote is the engine's 409: it does not know this worker.

@@ -153,7 +153,7 @@ func parseArgs(prog string, args []string, getenv func(string) string, stdout, s
 		gpus    = fs.Int("gpus", 0, "GPUs this machine offers")
 		ramMB   = fs.Int64("ram-mb", 0, "memory this machine offers, in MB (0: not said)")
 		labels  = fs.String("labels", "", "comma-separated `labels` this machine advertises")
-		art     = fs.String("artifact-url", "", "where artifacts are fetched from (accepted; this example fetches none)")
+		art     = fs.String("artifact-url", "", "where artifacts are fetched from (accepted from older provisioners; a task's inputs come from the engine)")
 		maxIdle = fs.Float64("max-idle", 300, "leave after this many `seconds` without work")
 		ca      = fs.String("engine-ca", "", "PEM `file` of the CA(s) to verify an https engine with, instead of the system's")
 		pin     = fs.String("engine-cert-sha256", "", "verify an https engine by the SHA-256 of its certificate, in `hex`")
@@ -173,23 +173,9 @@ func parseArgs(prog string, args []string, getenv func(string) string, stdout, s
 	case fs.NArg() > 0:
 		return Config{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	if *rawURL == "" {
-		return Config{}, errors.New("--url is required")
-	}
-	u, err := url.Parse(*rawURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return Config{}, fmt.Errorf("--url %q is not an http(s) URL", *rawURL)
-	}
-	switch {
-	case *cpus < 1:
-		return Config{}, errors.New("--cpus must be at least 1")
-	case *gpus < 0 || *ramMB < 0:
-		return Config{}, errors.New("--gpus and --ram-mb may not be negative")
-	case !(*maxIdle > 0):
-		return Config{}, errors.New("--max-idle must be a positive number of seconds")
-	}
-	if (*ca != "" || *pin != "") && u.Scheme != "https" {
-		return Config{}, errors.New("--engine-ca and --engine-cert-sha256 need an https --url")
+	u, err := checkArgs(*rawURL, *cpus, *gpus, *ramMB, *maxIdle, *ca != "" || *pin != "")
+	if err != nil {
+		return Config{}, err
 	}
 	token := strings.TrimSpace(getenv(shared.WorkerTokenEnv))
 	if token == "" {
@@ -224,4 +210,26 @@ func parseArgs(prog string, args []string, getenv func(string) string, stdout, s
 		}
 	}
 	return cfg, nil
+}
+
+// checkArgs checks the flags' values and returns the engine's URL.
+func checkArgs(rawURL string, cpus, gpus int, ramMB int64, maxIdle float64, verifies bool) (*url.URL, error) {
+	if rawURL == "" {
+		return nil, errors.New("--url is required")
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("--url %q is not an http(s) URL", rawURL)
+	}
+	switch {
+	case cpus < 1:
+		return nil, errors.New("--cpus must be at least 1")
+	case gpus < 0 || ramMB < 0:
+		return nil, errors.New("--gpus and --ram-mb may not be negative")
+	case !(maxIdle > 0):
+		return nil, errors.New("--max-idle must be a positive number of seconds")
+	case verifies && u.Scheme != "https":
+		return nil, errors.New("--engine-ca and --engine-cert-sha256 need an https --url")
+	}
+	return u, nil
 }

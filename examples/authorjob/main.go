@@ -61,29 +61,9 @@ func run() int {
 		return 1
 	}
 
-	want := map[string]worker.TaskState{}
-	var refused error
-	submit := func(spec engine.TaskSpec, state worker.TaskState) {
-		if _, err := eng.Submit(spec); err != nil {
-			refused = err
-		}
-		want[spec.ID] = state
-	}
-	for i := range 30 {
-		submit(engine.TaskSpec{
-			ID:      fmt.Sprintf("sum-%02d", i),
-			Need:    shared.Need{CPUs: 1 + i/20},
-			Command: []string{"sha256sum", "in.bin"},
-			Inputs:  []engine.Input{{Name: "in.bin", Path: filepath.Join(*inputs, fmt.Sprintf("in-%02d.bin", i))}},
-			Retries: 2,
-		}, worker.StateSucceeded)
-	}
-	submit(engine.TaskSpec{ID: "exit3", Need: shared.Need{CPUs: 1}, Command: []string{"sh", "-c", "echo no >&2; exit 3"}}, worker.StateFailed)
-	submit(engine.TaskSpec{ID: "sleep", Need: shared.Need{CPUs: 1}, Command: []string{"sleep", "300"}}, worker.StateCancelled)
-	submit(engine.TaskSpec{ID: "long", Need: shared.Need{CPUs: 1}, Command: []string{"sleep", "15"}, Retries: 2}, worker.StateSucceeded)
-
-	if refused != nil {
-		fmt.Fprintln(os.Stderr, refused)
+	want, err := submitJob(eng, *inputs)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	told := map[string]bool{}
@@ -115,4 +95,29 @@ func run() int {
 		}
 	}
 	return code
+}
+
+// submitJob submits the job's tasks and returns how each must end.
+func submitJob(eng *engine.Engine, inputs string) (map[string]worker.TaskState, error) {
+	want := map[string]worker.TaskState{}
+	var refused error
+	submit := func(spec engine.TaskSpec, state worker.TaskState) {
+		if _, err := eng.Submit(spec); err != nil {
+			refused = err
+		}
+		want[spec.ID] = state
+	}
+	for i := range 30 {
+		submit(engine.TaskSpec{
+			ID:      fmt.Sprintf("sum-%02d", i),
+			Need:    shared.Need{CPUs: 1 + i/20},
+			Command: []string{"sha256sum", "in.bin"},
+			Inputs:  []engine.Input{{Name: "in.bin", Path: filepath.Join(inputs, fmt.Sprintf("in-%02d.bin", i))}},
+			Retries: 2,
+		}, worker.StateSucceeded)
+	}
+	submit(engine.TaskSpec{ID: "exit3", Need: shared.Need{CPUs: 1}, Command: []string{"sh", "-c", "echo no >&2; exit 3"}}, worker.StateFailed)
+	submit(engine.TaskSpec{ID: "sleep", Need: shared.Need{CPUs: 1}, Command: []string{"sleep", "300"}}, worker.StateCancelled)
+	submit(engine.TaskSpec{ID: "long", Need: shared.Need{CPUs: 1}, Command: []string{"sleep", "15"}, Retries: 2}, worker.StateSucceeded)
+	return want, refused
 }
