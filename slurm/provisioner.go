@@ -13,10 +13,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/fluksio/provision/internal/clip"
 	"github.com/fluksio/provision/shared"
 
 	relayd "github.com/fluksio/provision/slurm/relay"
@@ -1331,21 +1331,8 @@ func firstNonEmpty(ss ...string) string {
 	return ""
 }
 
-// truncate trims s and keeps at most maxDetail characters of it.
-func truncate(s string) string {
-	s = strings.TrimSpace(s)
-	if utf8.RuneCountInString(s) <= maxDetail {
-		return s
-	}
-	// Keep both ends: a tool's first line says what it was doing and its
-	// last says what went wrong (ssh's host-key banner runs for 700
-	// characters before "Host key verification failed.").
-	const gap = " … "
-	r := []rune(s)
-	head := (maxDetail - len([]rune(gap))) / 3
-	tail := maxDetail - len([]rune(gap)) - head
-	return string(r[:head]) + gap + string(r[len(r)-tail:])
-}
+// truncate keeps at most maxDetail runes of s, both ends (clip.Ends).
+func truncate(s string) string { return clip.Ends(s, maxDetail) }
 
 // watchLate keeps the poller going for provision_timeout, for a
 // submission that may still land.

@@ -13,8 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
+	"github.com/fluksio/provision/internal/clip"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -382,21 +382,8 @@ func isShellSafe(r rune) bool {
 	return 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune("@%+=:,./_-", r)
 }
 
-// shorten trims s and keeps at most maxSaid runes of it: both ends, since
-// a tool's first line says what it was doing and its last says what went
-// wrong (ssh's host-key banner runs for 700 characters before "Host key
-// verification failed.").
-func shorten(s string) string {
-	s = strings.TrimSpace(s)
-	if utf8.RuneCountInString(s) <= maxSaid {
-		return s
-	}
-	const gap = " … "
-	r := []rune(s)
-	head := (maxSaid - len([]rune(gap))) / 3
-	tail := maxSaid - len([]rune(gap)) - head
-	return string(r[:head]) + gap + string(r[len(r)-tail:])
-}
+// shorten keeps at most maxSaid runes of s, both ends (clip.Ends).
+func shorten(s string) string { return clip.Ends(s, maxSaid) }
 
 func cmpOr(a, b string) string {
 	if a != "" {
