@@ -51,7 +51,9 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 		pass.alive += c.pending + c.starting + attached[prof.Name]
 		pass.pending += c.pending
 	}
-	for _, prof := range coldFirst(cfg.Profiles, counts, attached) {
+	order := coldFirst(cfg.Profiles, counts, attached)
+	pass.shares = p.sharesLocked(cfg, order, wanted, counts, pass)
+	for _, prof := range order {
 		c := counts[prof.Name]
 		want := max(wanted[prof.Name], prof.MinWorkers)
 		pd := shared.ProfileDemand{Profile: prof.Name, Wanted: want, OnTheWay: c.pending + c.starting, Attached: attached[prof.Name]}
@@ -138,6 +140,10 @@ type provisionPass struct {
 	batches        [][]*request
 	cancels        []jobRef
 	limited        hold
+	// shares is each short profile's part of the provisioner's room
+	// when the room is less than they are short together (sharesLocked);
+	// nil when it covers them all.
+	shares map[string]int
 }
 
 // askLocked answers a profile short of short machines, in Provision's
@@ -158,6 +164,9 @@ func (p *Provisioner) askLocked(cfg *settings, prof Profile, short int, c profil
 	// asks for two.
 	short, _ = roundToAllocations(short, max(1, prof.Nodes))
 	n, capDetail, byLimit := p.roomLocked(cfg, prof, short, pd.OnTheWay+pd.Attached, c.pending, pass.alive, pass.pending)
+	if share, ok := pass.shares[prof.Name]; ok && share < n {
+		n, capDetail, byLimit = share, fmt.Sprintf("the provisioner's room under its max_workers and max_pending is shared among the profiles short of machines, by their demand; profile %s's share is %d", prof.Name, share), false
+	}
 	capCond := shared.ConditionCap
 	if byLimit {
 		pass.limited, capCond = hold{kind: holdLimitReached, reason: capDetail}, shared.ConditionSiteLimit
@@ -177,6 +186,74 @@ func (p *Provisioner) askLocked(cfg *settings, prof Profile, short int, c profil
 		a.detail = fmt.Sprintf("asked for %d of the %d missing: %s", n, short, capDetail)
 	}
 	return a
+}
+
+// sharesLocked divides the provisioner's room under its max_workers and
+// max_pending among the profiles short of machines (in order, those not
+// held and with no submission in flight) in proportion to their
+// shortfall, each at least one while the room lasts, so that a burst of
+// one shape cannot take every machine while another's demand waits. It
+// is nil when the room covers every shortfall. p.mu must be held.
+func (p *Provisioner) sharesLocked(cfg *settings, order []Profile, wanted map[string]int, counts map[string]profileCounts, pass *provisionPass) map[string]int {
+	room := min(*cfg.MaxWorkers-pass.alive, *cfg.MaxPending-pass.pending)
+	var names []string
+	var shorts []int
+	for _, prof := range order {
+		c := counts[prof.Name]
+		short := max(wanted[prof.Name], prof.MinWorkers) - (c.pending + c.starting)
+		if short <= 0 || c.inFlight > 0 || p.holdLocked(cfg, prof.Name, pass.now).kind != holdNone {
+			continue
+		}
+		short, _ = roundToAllocations(short, max(1, prof.Nodes))
+		names, shorts = append(names, prof.Name), append(shorts, short)
+	}
+	total := 0
+	for _, s := range shorts {
+		total += s
+	}
+	if len(names) < 2 || room <= 0 || total <= room {
+		return nil
+	}
+	shares := map[string]int{}
+	for i, n := range fairShares(room, shorts) {
+		shares[names[i]] = n
+	}
+	return shares
+}
+
+// fairShares divides room among shortfalls that together exceed it:
+// one each, in order, while the room lasts; the rest in proportion to
+// what each is still short, the remainders going to the largest
+// fractions (the earlier on a tie).
+func fairShares(room int, shorts []int) []int {
+	out := make([]int, len(shorts))
+	if room < len(shorts) {
+		for i := range max(0, room) {
+			out[i] = 1
+		}
+		return out
+	}
+	rest, restShort := room-len(shorts), 0
+	for _, s := range shorts {
+		restShort += s - 1
+	}
+	given := 0
+	frac := make([]int, len(shorts))
+	for i, s := range shorts {
+		extra := (s - 1) * rest / max(1, restShort)
+		frac[i] = (s - 1) * rest % max(1, restShort)
+		out[i] = 1 + extra
+		given += extra
+	}
+	order := make([]int, len(shorts))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return frac[b] - frac[a] })
+	for _, i := range order[:rest-given] {
+		out[i]++
+	}
+	return out
 }
 
 // holdAnswer is what a profile held by h is answered (b is its backoff):
