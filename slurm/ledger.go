@@ -88,11 +88,16 @@ func (l *ledger) onTheWayDetailLocked(profile string, now time.Time) string {
 			// The same words for as long as nothing changes: the engine
 			// logs an answer when it differs from the last, so an age
 			// in here would make a log line a second per waiting need.
-			state := r.shownState()
-			if state == "" {
+			state := strings.ToLower(r.slurmState)
+			switch {
+			case state == "":
 				state = "queued"
+			case r.pendingReason != "":
+				// Slurm's reason in its own word: the first thing an
+				// operator asks of a job that waits.
+				state += ", held by Slurm for " + r.pendingReason
 			}
-			return fmt.Sprintf("job %s (worker %s), asked for at %s, is %s and its worker has not attached", r.job, r.worker, r.since.UTC().Format(time.TimeOnly), strings.ToLower(state))
+			return fmt.Sprintf("job %s (worker %s), asked for at %s, is %s and its worker has not attached", r.job, r.worker, r.since.UTC().Format(time.TimeOnly), state)
 		case phaseAnswerLost:
 			return fmt.Sprintf("the answer to worker %s's sbatch was lost; its job is being looked for in the queue", r.worker)
 		default:

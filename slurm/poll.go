@@ -636,7 +636,10 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 // recordState keeps what squeue says of a queued request's job, row, and
 // starts its attach_timeout the first time it is seen running.
 func recordState(r *request, row jobRow, now time.Time) {
-	r.slurmState = row.state
+	r.slurmState, r.pendingReason = row.state, ""
+	if row.state == "PENDING" && row.reason != "None" {
+		r.pendingReason = row.reason
+	}
 	if row.state == "RUNNING" && r.running.IsZero() {
 		r.running = now
 	}

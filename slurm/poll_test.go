@@ -227,9 +227,18 @@ func TestPollKeepsRunningAndPendingJobs(t *testing.T) {
 	for _, row := range []string{"PENDING|Priority|N/A", "PENDING|Resources|2026-12-02T11:00:00", "PENDING|BeginTime|2026-12-02T11:00:00", "CONFIGURING|None|2026-12-02T10:00:01"} {
 		h.fake.setRows(t, "4242|"+row+"|"+tagOf(ev.Worker))
 		h.p.pollOnce(ctx)
-		state, _, _ := strings.Cut(row, "|")
+		state, rest, _ := strings.Cut(row, "|")
 		if o := h.outstanding(t)["cpu"]; o.Job != "4242" || o.State != state {
 			t.Errorf("%s: outstanding = %+v", row, o)
+		}
+		// The waiting need says why Slurm holds its job, in Slurm's word.
+		reason, _, _ := strings.Cut(rest, "|")
+		want := strings.ToLower(state)
+		if reason != "None" {
+			want += ", held by Slurm for " + reason
+		}
+		if o := h.provision(t, cpuNeed); !strings.Contains(o.Detail, "is "+want+" and its worker has not attached") {
+			t.Errorf("%s: the need is told %q; want it to say %q", row, o.Detail, want)
 		}
 	}
 	h.p.mu.Lock()

@@ -229,8 +229,11 @@ type request struct {
 	// request arrives or fails.
 	job string
 	// slurmState is the job's state as the last poll saw it ("PENDING",
-	// "RUNNING"); empty until a poll has seen the job.
-	slurmState string
+	// "RUNNING"); empty until a poll has seen the job. pendingReason is
+	// Slurm's reason a pending job waits, in its own word ("Priority",
+	// "Resources", "QOSMaxJobsPerUserLimit"); empty when it names none.
+	slurmState    string
+	pendingReason string
 	// running is when a poll first saw the job running: attach_timeout
 	// counts from here.
 	running time.Time
