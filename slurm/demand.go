@@ -52,7 +52,7 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 		pass.pending += c.pending
 	}
 	order := coldFirst(cfg.Profiles, counts, attached)
-	pass.shares = p.sharesLocked(cfg, order, wanted, counts, pass)
+	pass.shares = p.sharesLocked(cfg, order, wanted, attached, counts, pass)
 	for _, prof := range order {
 		c := counts[prof.Name]
 		want := max(wanted[prof.Name], prof.MinWorkers)
@@ -190,35 +190,61 @@ func (p *Provisioner) askLocked(cfg *settings, prof Profile, short int, c profil
 
 // sharesLocked divides the provisioner's room under its max_workers and
 // max_pending among the profiles short of machines (in order, those not
-// held and with no submission in flight) in proportion to their
-// shortfall, each at least one while the room lasts, so that a burst of
-// one shape cannot take every machine while another's demand waits. It
-// is nil when the room covers every shortfall. p.mu must be held.
-func (p *Provisioner) sharesLocked(cfg *settings, order []Profile, wanted map[string]int, counts map[string]profileCounts, pass *provisionPass) map[string]int {
+// held and with no submission in flight): first what each lacks of its
+// min_workers, as coldFirst keeps it warm; then the rest of the room in
+// proportion to what each is still short, each at least one while the
+// room lasts, so that a burst of one shape cannot take every machine
+// while another's demand waits. It is nil when the room covers every
+// shortfall, or only one profile shares it. p.mu must be held.
+func (p *Provisioner) sharesLocked(cfg *settings, order []Profile, wanted, attached map[string]int, counts map[string]profileCounts, pass *provisionPass) map[string]int {
 	room := min(*cfg.MaxWorkers-pass.alive, *cfg.MaxPending-pass.pending)
 	var names []string
-	var shorts []int
+	var bases, extras []int
+	total := 0
 	for _, prof := range order {
 		c := counts[prof.Name]
-		short := max(wanted[prof.Name], prof.MinWorkers) - (c.pending + c.starting)
+		onTheWay := c.pending + c.starting
+		short := max(wanted[prof.Name], prof.MinWorkers) - onTheWay
 		if short <= 0 || c.inFlight > 0 || p.holdLocked(cfg, prof.Name, pass.now).kind != holdNone {
 			continue
 		}
 		short, _ = roundToAllocations(short, max(1, prof.Nodes))
-		names, shorts = append(names, prof.Name), append(shorts, short)
+		base := min(short, max(0, prof.MinWorkers-onTheWay-attached[prof.Name]))
+		names, bases, extras = append(names, prof.Name), append(bases, base), append(extras, short-base)
+		total += short
+		room -= base
 	}
-	total := 0
-	for _, s := range shorts {
-		total += s
+	sharing := 0
+	for _, e := range extras {
+		if e > 0 {
+			sharing++
+		}
 	}
-	if len(names) < 2 || room <= 0 || total <= room {
+	if sharing < 2 || room <= 0 || total-sumOf(bases) <= room {
 		return nil
 	}
+	var idx, want []int
+	for i, e := range extras {
+		if e > 0 {
+			idx, want = append(idx, i), append(want, e)
+		}
+	}
 	shares := map[string]int{}
-	for i, n := range fairShares(room, shorts) {
-		shares[names[i]] = n
+	for i, n := range names {
+		shares[n] = bases[i]
+	}
+	for j, n := range fairShares(room, want) {
+		shares[names[idx[j]]] += n
 	}
 	return shares
+}
+
+func sumOf(ns []int) int {
+	s := 0
+	for _, n := range ns {
+		s += n
+	}
+	return s
 }
 
 // fairShares divides room among shortfalls that together exceed it:

@@ -66,3 +66,24 @@ func TestSharesUnderACap(t *testing.T) {
 		t.Errorf("%d sbatch calls, want one per profile", n)
 	}
 }
+
+// TestSharesKeepMinWorkers: a profile's min_workers comes before the
+// shares, as coldFirst keeps it warm: 200 wanted of one profile beside
+// another's min_workers = 2, under max_pending 64, ask for 62 and 2.
+func TestSharesKeepMinWorkers(t *testing.T) {
+	h := newHarness(t, "sbatch=ok,squeue=rows,scancel=ok", func(c map[string]any) {
+		c["max_pending"] = 64
+		c["profile"] = []any{
+			map[string]any{"name": "held", "cpus": 1, "gpus": 0, "ram_mb": 100, "labels": nil, "sbatch": []string{"--partition=debug"}, "prerun": nil},
+			map[string]any{"name": "warm", "cpus": 1, "gpus": 0, "ram_mb": 100, "labels": []string{"warm"}, "sbatch": []string{"--partition=debug"}, "prerun": nil, "min_workers": 2},
+		}
+	})
+	resp, err := h.p.Provision(context.Background(), &shared.ProvisionRequest{Demand: []shared.Demand{{Need: shared.Need{CPUs: 1}, Count: 200}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held, warm := profileDemand(resp, "held"), profileDemand(resp, "warm"); held.Requested != 62 || warm.Requested != 2 {
+		t.Errorf("held %+v, warm %+v; want 62 and 2", held, warm)
+	}
+	h.submitted(t)
+}
