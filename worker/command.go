@@ -85,8 +85,21 @@ func (w *Client) runCommand(ctx context.Context, t Task, st *stopper) (res Resul
 	}
 	res.Stdout, res.Stderr = streams[0].sent, streams[1].sent
 
-	reason, why := st.why()
 	res.ExitCode, res.Signal = exitOf(cmd.ProcessState)
+	if r, _ := st.why(); r == notStopped && res.Signal != "" {
+		// Killed by a signal the worker did not send: most often its job
+		// ending (scancel, the walltime), which signals every process of
+		// the job at once, the command sometimes first. The worker's own
+		// signal follows within moments, and then the task is its lost
+		// machine's, to run again, not a failure of its command.
+		t := time.NewTimer(outsideSignalWait)
+		select {
+		case <-st.done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	reason, why := st.why()
 	switch {
 	case reason != notStopped:
 		res.State, res.Error = stateFor(reason), why
@@ -222,6 +235,11 @@ func stateFor(r stopReason) TaskState {
 	}
 	return StateFailed
 }
+
+// outsideSignalWait is how long a worker whose command was killed by a
+// signal it did not send waits for a signal of its own before it
+// reports the task failed.
+const outsideSignalWait = 2 * time.Second
 
 // exitOf is how a command ended: its exit code, or the name of the
 // signal that killed it; neither when it was not waited for.
