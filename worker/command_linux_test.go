@@ -611,3 +611,65 @@ func TestCommandCannotReadTheWorker(t *testing.T) {
 		t.Errorf("the command (uid, then whether it read its worker's environ): %q; result %+v\n%s", out, res, &stderr)
 	}
 }
+
+// TestCommandKilledWithItsJob: Slurm ends a job (scancel, the walltime)
+// by signalling every process of it at once, the command sometimes
+// before the worker. A command killed by a signal the worker did not
+// send, with the worker's own stop right after, is the job's loss: the
+// task is dropped unreported, for the engine to run again, not reported
+// failed. Without the worker's stop it is a failure, with the signal.
+func TestCommandKilledWithItsJob(t *testing.T) {
+	t.Parallel()
+	t.Run("the worker stopped too", func(t *testing.T) {
+		t.Parallel()
+		e := newTestEngine(t)
+		tw := startWorker(t, e, nil)
+		id := e.Add(Task{Requires: []string{FeatureCommand}, Command: backgrounds}, nil)
+		child, pgid := pidsOf(t, e, id)
+		syscall.Kill(-pgid, syscall.SIGTERM)
+		// The worker's own signal, a moment later.
+		waitGroupGone(t, pgid, child)
+		tw.stop()
+		if code := tw.waitExit(t); code != 0 {
+			t.Errorf("exit %d\n%s", code, tw.log)
+		}
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.tasks[id].result != nil || e.detaches != 1 {
+			t.Errorf("result %+v, %d detach(es); want no result and a detach\n%s", e.tasks[id].result, e.detaches, tw.log)
+		}
+	})
+	t.Run("the command alone", func(t *testing.T) {
+		t.Parallel()
+		e := newTestEngine(t)
+		tw := startWorker(t, e, nil)
+		id := e.Add(Task{Requires: []string{FeatureCommand}, Command: backgrounds}, nil)
+		_, pgid := pidsOf(t, e, id)
+		syscall.Kill(-pgid, syscall.SIGTERM)
+		res := e.Result(t, id)
+		if res.State != StateFailed || res.Signal != "SIGTERM" {
+			t.Errorf("result %+v; want failed by SIGTERM\n%s", res, tw.log)
+		}
+	})
+}
+
+// waitGroupGone waits until the command's processes are gone.
+func waitGroupGone(t *testing.T, pids ...int) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		alive := false
+		for _, p := range pids {
+			if syscall.Kill(p, 0) == nil {
+				if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p)); err == nil && !strings.Contains(string(b), ") Z ") {
+					alive = true
+				}
+			}
+		}
+		if !alive {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("processes %v still alive", pids)
+		}
+	}
+}
