@@ -627,8 +627,11 @@ func TestCommandKilledWithItsJob(t *testing.T) {
 		id := e.Add(Task{Requires: []string{FeatureCommand}, Command: backgrounds}, nil)
 		child, pgid := pidsOf(t, e, id)
 		syscall.Kill(-pgid, syscall.SIGTERM)
-		// The worker's own signal, a moment later.
+		// The worker's own signal, half a second later: the pause
+		// stands for Slurm's order of signals (shorter than
+		// outsideSignalWait); it synchronises nothing.
 		waitGroupGone(t, pgid, child)
+		time.Sleep(500 * time.Millisecond)
 		tw.stop()
 		if code := tw.waitExit(t); code != 0 {
 			t.Errorf("exit %d\n%s", code, tw.log)
