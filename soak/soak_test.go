@@ -493,7 +493,9 @@ func (s *soak) run() {
 	// Drain: every task ended, or the bound; then the workflow is over,
 	// and what still waits is withdrawn (its queued jobs must go), while
 	// tasks under way finish, for at most their longest work and a
-	// margin.
+	// margin. Only what /status says waits is withdrawn: a task it says
+	// is served, whose end the journal never told, is lost, and a
+	// withdrawal must not hide it.
 	drainEnd := s.start.Add(s.dur + drainFor)
 	for time.Now().Before(drainEnd) && !s.settled(false) {
 		time.Sleep(time.Second)
@@ -502,7 +504,7 @@ func (s *soak) run() {
 		s.mu.Lock()
 		var rest []*task
 		for _, n := range s.tasks {
-			if n.gen == gen && n.result == nil && !n.withdrawn && n.state != "assigned" {
+			if n.gen == gen && n.result == nil && !n.withdrawn && n.state == "waiting" {
 				rest = append(rest, n)
 			}
 		}
