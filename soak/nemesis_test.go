@@ -132,6 +132,9 @@ func (s *soak) inject(f fault) string {
 		}
 		sort.Strings(ids)
 		id := ids[pick(f.Pick, len(ids))]
+		s.mu.Lock()
+		s.scancelled[id] = true
+		s.mu.Unlock()
 		out, err := s.env.Command("scancel", id).CombinedOutput()
 		return fmt.Sprintf("scancel %s (%s): %v %s", id, q[id].state, err, bytes.TrimSpace(out))
 	case faultDemandDrop:
@@ -187,8 +190,8 @@ func (s *soak) restartSandbox(after string) {
 	}
 }
 
-// dropDemand withdraws every need of one burst that still waits (the
-// burst picked from the fault's seed among those with needs waiting in
+// dropDemand withdraws every task of one burst that still waits (the
+// burst picked from the fault's seed among those with tasks waiting in
 // the engine up now), as a user who cancels the rest of a burst does.
 // Then what was queued for them must go: within two polls and a margin,
 // squeue must show no more of our jobs pending than the engine has needs
@@ -199,10 +202,10 @@ func (s *soak) dropDemand(f fault) string {
 		return "no engine up"
 	}
 	s.mu.Lock()
-	byBurst := map[int][]*need{}
+	byBurst := map[int][]*task{}
 	var bursts []int
-	for _, n := range s.needs {
-		if n.gen == gen && n.servedAt.IsZero() && !n.withdrawn && n.state == "waiting" {
+	for _, n := range s.tasks {
+		if n.gen == gen && n.result == nil && !n.withdrawn && n.state == "waiting" {
 			if byBurst[n.burst] == nil {
 				bursts = append(bursts, n.burst)
 			}
@@ -211,12 +214,12 @@ func (s *soak) dropDemand(f fault) string {
 	}
 	s.mu.Unlock()
 	if len(bursts) == 0 {
-		return "no burst with needs waiting"
+		return "no burst with tasks waiting"
 	}
 	sort.Ints(bursts)
 	b := bursts[pick(f.Pick, len(bursts))]
 	ns := byBurst[b]
-	took := s.withdraw(gen, ns)
+	took := s.withdraw(ns)
 
 	// What was queued for them goes.
 	deadline := time.Now().Add(2*pollInterval + 15*time.Second)
@@ -237,13 +240,16 @@ func (s *soak) dropDemand(f fault) string {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	return fmt.Sprintf("burst %d: %d of %d needs withdrawn (the rest under way); then %d pending for %d waiting", b, took, len(ns), pending, waiting)
+	return fmt.Sprintf("burst %d: %d of %d tasks withdrawn (the rest under way); then %d pending for %d waiting", b, took, len(ns), pending, waiting)
 }
 
-// withdraw asks the engine of generation gen to take ns back, and marks
-// in the books those it took; it returns how many. A need whose task went
-// out meanwhile is not taken back, and stays a need like any other.
-func (s *soak) withdraw(gen int, ns []*need) int {
+// withdraw asks the engine up now to take ns back (Withdraw, which
+// cancels a task that waits), and marks in the books those it took; it
+// returns how many. A task that went out on a worker meanwhile is not
+// taken back, and stays a task like any other. A task the engine
+// answers "withdrawn" for is withdrawn whichever generation answered:
+// that engine cancelled it, and the soak never submits it again.
+func (s *soak) withdraw(ns []*task) int {
 	// Marked before asking, so that the checker, which may read /status
 	// between the engine's answer and the books below, does not count
 	// them lost.
@@ -261,27 +267,27 @@ func (s *soak) withdraw(gen int, ns []*need) int {
 	}()
 	form := url.Values{}
 	for _, n := range ns {
-		form.Add("id", n.engID)
+		form.Add("id", n.id)
 	}
 	resp, err := http.PostForm(s.url("/soak/withdraw"), form)
 	if err != nil {
-		s.t.Logf("withdrawing %d needs: %v", len(ns), err)
+		s.t.Logf("withdrawing %d tasks: %v", len(ns), err)
 		return 0
 	}
 	var answers map[string]string
 	err = json.NewDecoder(resp.Body).Decode(&answers)
 	resp.Body.Close()
 	if err != nil {
-		s.t.Logf("withdrawing %d needs: %v", len(ns), err)
+		s.t.Logf("withdrawing %d tasks: %v", len(ns), err)
 		return 0
 	}
 	took := 0
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, n := range ns {
-		if answers[n.engID] == "withdrawn" && n.gen == gen {
+		if answers[n.id] == "withdrawn" {
 			n.withdrawn = true
-			delete(s.byGen[gen], n.engID)
+			delete(s.byGen[n.gen], n.id)
 			took++
 		}
 	}

@@ -1,9 +1,11 @@
 // Package soak is `make soak`: faults together, for a long time. A seeded
-// schedule of bursts (the workload) and of faults (the nemesis) runs
-// against the sandbox's real Slurm for SOAK (default 3m), on two
-// provisioners (one direct, one relay), while invariants are checked every
-// second from what the user's system shows: squeue, the engine's /status
-// and /metrics, /proc. Same seed, same schedule. The workload keeps the
+// schedule of bursts (the workload: command tasks, each on an input whose
+// digest it prints) and of faults (the nemesis) runs against the
+// sandbox's real Slurm for SOAK (default 3m), on two provisioners (one
+// direct, one relay), while invariants are checked every second from what
+// the user's system shows: squeue, the engine's /status and /metrics,
+// /proc, and the journal the engine's hooks write of each task's end.
+// Same seed, same schedule. The workload keeps the
 // caps full from the start, so the resource invariants, which compare the
 // second fifth of the run with the last, see the same load in both. The
 // report goes to docs/soak.md.
@@ -35,8 +37,8 @@ const (
 	// drainFor is how long after SOAK the workload may take to finish
 	// before what still waits is withdrawn (the workflow is over).
 	drainFor = time.Minute
-	// livenessBound: a need must be served this soon after a fault ends
-	// while needs wait.
+	// livenessBound: a task must succeed this soon after a fault ends
+	// while tasks wait.
 	livenessBound = 3 * time.Minute
 	// orphanBound: a plugin seen without its engine for longer than
 	// this is an orphan (its own shutdown is bounded by 3 s).
@@ -94,8 +96,8 @@ func (f fault) String() string {
 	return s
 }
 
-// burst is one planned burst of needs: count needs of one profile's
-// shape, each task work long.
+// burst is one planned burst of tasks: count tasks of one profile's
+// shape, each work long.
 type burst struct {
 	At    time.Duration
 	Count int

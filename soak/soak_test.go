@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluksio/provision/engine"
 	"github.com/fluksio/provision/internal/sandboxtest"
 )
 
@@ -28,22 +28,38 @@ func TestMain(m *testing.M) {
 	os.Exit(sandboxtest.Run(m))
 }
 
-// need is one need of the workload, in the soak's books: which engine
-// (generation) has it under which id, and when it was served.
-type need struct {
-	n        int
-	spec     string // the need with its work, as POST /soak/need takes it
-	burst    int
-	added    time.Time
-	gen      int // the engine generation it was added to; 0: none yet
-	engID    string
-	adds     int       // how many engines it was added to
-	reg      time.Time // when the engine generation gen took it
+// task is one task of the workload, in the soak's books: its input and
+// that input's digest, which engine (generation) has it, and what its
+// end was told as.
+type task struct {
+	n     int
+	id    string // its id on every engine it is submitted to: t<n>
+	shape string // its need, as POST /soak/tasks takes it: cpus=1
+	work  time.Duration
+	spec  string // shape and work, for the log and the report
+	burst int
+	added time.Time
+	// input is the path of its input file, in.bin in the task's
+	// directory; digest is that file's sha256, as the soak wrote it.
+	input, digest string
+	gen           int       // the engine generation it was submitted to; 0: none yet
+	adds          int       // how many engines it was submitted to
+	reg           time.Time // when the engine generation gen took it
+	// servedAt is when it ended succeeded, as its engine said.
 	servedAt time.Time
-	state    string // the engine's phase, last seen
+	state    string // the engine's phase of its need, last seen
 	reason   string
-	// withdrawn: a demand-drop fault took it back while it waited; it
-	// counts as settled and is never added again.
+	// result is its end as the TaskEnded hook told it, from the
+	// journal of generation resultGen; ends counts every telling.
+	result    *engine.TaskResult
+	resultGen int
+	ends      int
+	// missing is when /status was first seen without it while the
+	// books say its engine holds it; zero while it is listed.
+	missing time.Time
+	// withdrawn: a demand-drop fault (or the workflow's end) took it
+	// back while it waited; it counts as settled and is never submitted
+	// again.
 	withdrawn bool
 	// withdrawing: a demand-drop fault is asking the engine to take it
 	// back; the checker does not count it lost meanwhile.
@@ -96,16 +112,25 @@ type soak struct {
 	secret                          string
 	engineLog                       *os.File
 
-	// engMu guards eng, gen and engDone: the engine process now.
-	engMu   sync.Mutex
-	eng     *exec.Cmd
-	gen     int
-	engDone chan struct{}
+	// engMu guards eng, gen, engDone and genOfPID: the engine process
+	// now, and which generation each engine process was.
+	engMu    sync.Mutex
+	eng      *exec.Cmd
+	gen      int
+	engDone  chan struct{}
+	genOfPID map[int]int
+
+	// jmu guards journals: each generation's -results file (index gen)
+	// and how far it has been read. It is taken before mu, never after.
+	jmu      sync.Mutex
+	journals []*journalFile
 
 	// mu guards everything below.
-	mu         sync.Mutex
-	needs      []*need
-	byGen      map[int]map[string]*need
+	mu    sync.Mutex
+	tasks []*task
+	byID  map[string]*task
+	byGen map[int]map[string]*task
+	// served are when tasks ended succeeded, as their engines said.
 	served     []time.Time
 	violated   map[string]violation
 	faults     []*faultRun
@@ -121,6 +146,25 @@ type soak struct {
 	// ended, after the drain.
 	withdrawnAtEnd int
 	inFault        int
+	// submissions counts every task given to an engine, again after a
+	// restart included.
+	submissions int
+	// listed: generation -> worker -> when the last /status of that
+	// generation that listed it attached was asked for.
+	listed map[int]map[string]time.Time
+	// gone: generation -> worker -> why it left the books (WorkerGone).
+	gone map[int]map[string]string
+	// queueSeen are our jobs squeue has shown; queueGone when each was
+	// first seen no longer there.
+	queueSeen map[string]bool
+	queueGone map[string]time.Time
+	// scancelled are the jobs the nemesis scancelled.
+	scancelled map[string]bool
+	// lostAttempts are the attempts told lost, in the tasks' results.
+	lostAttempts []lostAttempt
+	// lostTold counts the TaskLost lines, again those after which the
+	// task waited for another worker.
+	lostTold, again int
 }
 
 func (s *soak) since() time.Duration { return time.Since(s.start).Round(100 * time.Millisecond) }
@@ -147,6 +191,9 @@ var invariants = []string{
 	"no job without a need behind it",
 	"no machine attached twice, no credential for a second job",
 	"every need served or failed with a reason, none lost",
+	"every task's result recorded once and right",
+	"no task lost",
+	"a task run again only after its machine was lost",
 	"a need served after every fault",
 	"alive <= max_workers, pending <= max_pending",
 	"engine and plugin RSS bounded",
@@ -184,9 +231,11 @@ func TestSoak(t *testing.T) {
 	p := newPlan(seed, dur)
 	t.Logf("SOAK_SEED=%d SOAK=%s schedule digest %s\n%s", seed, dur, p.Digest(), p)
 
-	s := &soak{t: t, env: env, plan: p, dur: dur,
-		byGen: map[int]map[string]*need{}, violated: map[string]violation{},
-		workerJob: map[string]string{}, jobWorkers: map[string]map[string]bool{}, jobSeen: map[string]time.Time{}, orphanSeen: map[int]time.Time{}}
+	s := &soak{t: t, env: env, plan: p, dur: dur, genOfPID: map[int]int{},
+		byID: map[string]*task{}, byGen: map[int]map[string]*task{}, violated: map[string]violation{},
+		workerJob: map[string]string{}, jobWorkers: map[string]map[string]bool{}, jobSeen: map[string]time.Time{}, orphanSeen: map[int]time.Time{},
+		listed: map[int]map[string]time.Time{}, gone: map[int]map[string]string{},
+		queueSeen: map[string]bool{}, queueGone: map[string]time.Time{}, scancelled: map[string]bool{}}
 	// The commit the binaries are built from, read before the build:
 	// the tree may move on while a long soak runs.
 	if out, err := exec.Command("git", "-C", sandboxtest.ModuleRoot(), "describe", "--always", "--dirty").Output(); err == nil {
@@ -345,7 +394,17 @@ func (s *soak) startEngine() {
 	s.engMu.Lock()
 	s.gen++
 	gen := s.gen
-	cmd := exec.Command(s.engineBin, "-config", s.cfg)
+	// Each generation has a journal and a task directory of its own: a
+	// restarted engine holds none of the last one's tasks, and the
+	// soak reads what each told apart.
+	results := filepath.Join(s.dir, fmt.Sprintf("results-%d.jsonl", gen))
+	s.jmu.Lock()
+	for len(s.journals) <= gen {
+		s.journals = append(s.journals, nil)
+	}
+	s.journals[gen] = &journalFile{path: results}
+	s.jmu.Unlock()
+	cmd := exec.Command(s.engineBin, "-config", s.cfg, "-results", results, "-task-dir", filepath.Join(s.dir, fmt.Sprintf("tasks-%d", gen)))
 	cmd.Env = append(os.Environ(), "SOAK_ENGINE_SECRET="+s.secret,
 		// Race reports of the engine and of the plugins (which inherit
 		// it) go to files of their own: a plugin's stderr reaches the
@@ -360,6 +419,7 @@ func (s *soak) startEngine() {
 	}
 	done := make(chan struct{})
 	s.eng, s.engDone = cmd, done
+	s.genOfPID[cmd.Process.Pid] = gen
 	s.engMu.Unlock()
 	go func() {
 		cmd.Wait()
@@ -430,32 +490,34 @@ func (s *soak) run() {
 	go func() { defer wg.Done(); s.checker(ctx) }()
 	s.nemesis()
 	s.t.Logf("%s: the soak's faults are over; draining (at most %s)", s.since(), drainFor)
-	// Drain: every need served, or the bound; then the workflow is over,
+	// Drain: every task ended, or the bound; then the workflow is over,
 	// and what still waits is withdrawn (its queued jobs must go), while
 	// tasks under way finish, for at most their longest work and a
-	// margin.
+	// margin. Only what /status says waits is withdrawn: a task it says
+	// is served, whose end the journal never told, is lost, and a
+	// withdrawal must not hide it.
 	drainEnd := s.start.Add(s.dur + drainFor)
-	for time.Now().Before(drainEnd) && !s.allServed() {
+	for time.Now().Before(drainEnd) && !s.settled(false) {
 		time.Sleep(time.Second)
 	}
 	if gen, _ := s.currentGen(); gen != 0 {
 		s.mu.Lock()
-		var rest []*need
-		for _, n := range s.needs {
-			if n.gen == gen && n.servedAt.IsZero() && !n.withdrawn && n.state != "assigned" {
+		var rest []*task
+		for _, n := range s.tasks {
+			if n.gen == gen && n.result == nil && !n.withdrawn && n.state == "waiting" {
 				rest = append(rest, n)
 			}
 		}
 		s.mu.Unlock()
 		if len(rest) > 0 {
-			took := s.withdraw(gen, rest)
+			took := s.withdraw(rest)
 			s.mu.Lock()
 			s.withdrawnAtEnd = took
 			s.mu.Unlock()
-			s.t.Logf("%s: the workflow is over: %d needs still waiting withdrawn", s.since(), took)
+			s.t.Logf("%s: the workflow is over: %d tasks still waiting withdrawn", s.since(), took)
 		}
 	}
-	for end := time.Now().Add(40 * time.Second); time.Now().Before(end) && !s.allServed(); {
+	for end := time.Now().Add(40 * time.Second); time.Now().Before(end) && !s.settled(true); {
 		time.Sleep(500 * time.Millisecond)
 	}
 	cancel()
@@ -508,13 +570,20 @@ func (s *soak) run() {
 		}
 	}
 	s.checkLog()
+	// Every journal is whole now: every engine has exited.
+	s.ingest()
+	s.checkTasks()
 }
 
-func (s *soak) allServed() bool {
+// settled reports whether every task ended or was withdrawn; with
+// waitingToo, a task that waits (none under way on a worker) counts as
+// settled too, as it does at the workflow's end.
+func (s *soak) settled(waitingToo bool) bool {
+	s.ingest()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, n := range s.needs {
-		if n.servedAt.IsZero() && !n.withdrawn {
+	for _, n := range s.tasks {
+		if n.result == nil && !n.withdrawn && (!waitingToo || n.state != "waiting") {
 			return false
 		}
 	}
@@ -541,8 +610,8 @@ func parentOf(pid int) int {
 	return ppid
 }
 
-// workload adds the plan's bursts to the books at their times; the
-// feeder gives them to the engine.
+// workload adds the plan's bursts to the books at their times, each
+// task with its input file written; the feeder gives them to the engine.
 func (s *soak) workload(ctx context.Context) {
 	for i, b := range s.plan.Bursts {
 		if !sleepUntil(ctx, s.start.Add(b.At)) {
@@ -550,8 +619,19 @@ func (s *soak) workload(ctx context.Context) {
 		}
 		now := time.Now()
 		s.mu.Lock()
-		for range b.Count {
-			s.needs = append(s.needs, &need{n: len(s.needs), spec: fmt.Sprintf("%s,work=%s", b.Shape, b.Work), burst: i, added: now})
+		first := len(s.tasks)
+		s.mu.Unlock()
+		batch := make([]*task, 0, b.Count)
+		for k := range b.Count {
+			n := &task{n: first + k, shape: b.Shape, work: b.Work, spec: fmt.Sprintf("%s,work=%s", b.Shape, b.Work), burst: i, added: now}
+			n.id = fmt.Sprintf("t%d", n.n)
+			n.input, n.digest = s.writeInput(n.n)
+			batch = append(batch, n)
+		}
+		s.mu.Lock()
+		for _, n := range batch {
+			s.tasks = append(s.tasks, n)
+			s.byID[n.id] = n
 		}
 		s.mu.Unlock()
 	}
@@ -566,9 +646,11 @@ func sleepUntil(ctx context.Context, at time.Time) bool {
 	}
 }
 
-// feeder gives the engine up now every need it does not have and that is
-// not served: new ones, and, after a restart, the ones the last engine
-// had not served (an engine keeps nothing across a restart).
+// feeder gives the engine up now every task it does not have and that
+// has not ended: new ones, and, after a restart, the ones the last
+// engine had not finished (an engine keeps nothing across a restart).
+// It reads the journals first: a dead engine's is whole, so a task it
+// finished is never submitted again.
 func (s *soak) feeder(ctx context.Context) {
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
@@ -582,43 +664,71 @@ func (s *soak) feeder(ctx context.Context) {
 		if gen == 0 {
 			continue
 		}
+		s.ingest()
 		s.mu.Lock()
-		bySpec := map[string][]*need{}
-		var specs []string
-		for _, n := range s.needs {
-			if n.servedAt.IsZero() && !n.withdrawn && n.gen != gen {
-				if bySpec[n.spec] == nil {
-					specs = append(specs, n.spec)
-				}
-				bySpec[n.spec] = append(bySpec[n.spec], n)
+		var todo []*task
+		for _, n := range s.tasks {
+			if n.result == nil && !n.withdrawn && n.gen != gen {
+				todo = append(todo, n)
 			}
 		}
 		s.mu.Unlock()
-		for _, spec := range specs {
-			ns := bySpec[spec]
-			resp, err := http.PostForm(s.url("/soak/need"), url.Values{"spec": {fmt.Sprintf("%s,count=%d", spec, len(ns))}})
-			if err != nil {
+		for len(todo) > 0 {
+			k := min(len(todo), 200)
+			if !s.submit(todo[:k]) {
 				break // the engine is going down; next tick
 			}
-			var ids []string
-			err = json.NewDecoder(resp.Body).Decode(&ids)
-			resp.Body.Close()
-			if err != nil || len(ids) != len(ns) {
-				s.t.Logf("adding %d x %s: %v (%d ids)", len(ns), spec, err, len(ids))
-				break
-			}
-			s.mu.Lock()
-			if s.byGen[gen] == nil {
-				s.byGen[gen] = map[string]*need{}
-			}
-			for i, n := range ns {
-				n.gen, n.engID, n.adds, n.reg = gen, ids[i], n.adds+1, time.Now()
-				n.state, n.reason = "waiting", ""
-				s.byGen[gen][ids[i]] = n
-			}
-			s.mu.Unlock()
+			todo = todo[k:]
 		}
 	}
+}
+
+// submit gives ns to the engine up now (POST /soak/tasks) and records
+// which generation took each, from the pid that answered; false when
+// the engine did not answer.
+func (s *soak) submit(ns []*task) bool {
+	reqs := make([]taskRequest, len(ns))
+	for i, n := range ns {
+		reqs[i] = n.request()
+	}
+	body, err := json.Marshal(reqs)
+	if err != nil {
+		s.t.Fatalf("encoding tasks: %v", err)
+	}
+	resp, err := http.Post(s.url("/soak/tasks"), "application/json", bytes.NewReader(body))
+	if err != nil {
+		return false
+	}
+	var answer struct {
+		PID     int               `json:"pid"`
+		Answers map[string]string `json:"answers"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&answer)
+	resp.Body.Close()
+	if err != nil {
+		s.t.Logf("submitting %d tasks: %v", len(ns), err)
+		return false
+	}
+	s.engMu.Lock()
+	gen := s.genOfPID[answer.PID]
+	s.engMu.Unlock()
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.byGen[gen] == nil {
+		s.byGen[gen] = map[string]*task{}
+	}
+	for _, n := range ns {
+		if a := answer.Answers[n.id]; a != "submitted" {
+			s.t.Logf("%s: engine generation %d did not take task %s: %q", s.since(), gen, n.id, a)
+			continue
+		}
+		n.gen, n.adds, n.reg = gen, n.adds+1, now
+		n.state, n.reason, n.missing = "waiting", "", time.Time{}
+		s.byGen[gen][n.id] = n
+		s.submissions++
+	}
+	return true
 }
 
 // status is the part of GET /status the soak reads.
@@ -682,6 +792,10 @@ func (s *soak) checkOnce(client *http.Client) {
 			st = nil // the engine was restarted meanwhile: not its needs
 		}
 	}
+	// The journals after /status: a task /status no longer lists (the
+	// router forgets the oldest served) has had its end told by then,
+	// or is told within the grace below.
+	s.ingest()
 	q := s.queue()
 	smp.ctldUp = q != nil
 	var alive, pending [2]int // direct, relay
@@ -745,23 +859,33 @@ func (s *soak) checkOnce(client *http.Client) {
 				if sn.Reason == "" {
 					n.reason = sn.Detail
 				}
-			} else if n.servedAt.IsZero() {
-				n.servedAt = now
-				s.served = append(s.served, now)
 			}
 		}
 		smp.waiting = waiting
 		for id, n := range s.byGen[gen] {
 			// A served need may be gone from /status: the router lists
 			// the last 1,000 served, and a long-lived engine serves more.
-			if !seen[id] && n.gen == gen && n.reg.Before(asked) && !n.withdrawing && n.servedAt.IsZero() {
-				s.violateLocked("every need served or failed with a reason, none lost", "need %d (%s), engine id %s of generation %d, is not in /status", n.n, n.spec, id, gen)
+			// One not listed whose end the journal has not told within
+			// missingGrace is lost.
+			if seen[id] || n.gen != gen || !n.reg.Before(asked) || n.withdrawing || n.withdrawn || n.result != nil {
+				n.missing = time.Time{}
+				continue
+			}
+			if n.missing.IsZero() {
+				n.missing = now
+			} else if now.Sub(n.missing) > missingGrace {
+				s.violateLocked("every need served or failed with a reason, none lost", "task %s (%s) of generation %d has not been in /status for %s, and its end was not told", id, n.spec, gen, now.Sub(n.missing).Round(time.Second))
 			}
 		}
-		// Workers: one name, one job; one job, one name.
+		// Workers: one name, one job; one job, one name. When each was
+		// last listed is kept, for the attempts told lost.
 		attached := map[string]bool{}
+		if s.listed[gen] == nil {
+			s.listed[gen] = map[string]time.Time{}
+		}
 		for _, w := range st.Workers {
 			attached[w.JobID] = true
+			s.listed[gen][w.Name] = asked
 			if j, ok := s.workerJob[w.Name]; ok && j != w.JobID {
 				s.violateLocked("no machine attached twice, no credential for a second job", "worker %s attached for job %s and later for job %s", w.Name, j, w.JobID)
 			}
@@ -799,7 +923,22 @@ func (s *soak) checkOnce(client *http.Client) {
 			}
 		}
 	}
-	smp.needs = len(s.needs)
+	// Our jobs' ends, as squeue shows them: a job seen once and then
+	// not listed has ended.
+	if q != nil {
+		for id := range q {
+			s.queueSeen[id] = true
+			delete(s.queueGone, id)
+		}
+		for id := range s.queueSeen {
+			if _, ok := q[id]; !ok {
+				if _, told := s.queueGone[id]; !told {
+					s.queueGone[id] = now
+				}
+			}
+		}
+	}
+	smp.needs = len(s.tasks)
 	smp.servedSoFar = len(s.served)
 	s.samples = append(s.samples, smp)
 }

@@ -1,17 +1,22 @@
 // Soakengine is the engine the soak (make soak, soak/soak_test.go) drives:
 // examples/embed's page of engine kit, with two routes more, POST
-// /soak/need and POST /soak/withdraw, through which the soak adds demand
-// while the engine runs and takes some back.
-// host-example takes its needs on the command line only, and a soak's
+// /soak/tasks and POST /soak/withdraw, through which the soak submits
+// command tasks while the engine runs and takes some back, and a
+// journal, -results FILE, where the kit's hooks write what became of
+// each task and worker, a JSON line each (journalLine), for the soak to
+// check every result against what it submitted.
+// host-example takes its tasks on the command line only, and a soak's
 // workload changes over time, so the soak runs this instead; it is the
 // same kit (engine) host-example is a thin layer over, so what the
 // soak finds is the engine's, not this file's.
 //
-//	soakengine -config FILE
+//	soakengine -config FILE -results FILE -task-dir DIR
 //
 // It serves until SIGTERM or SIGINT, then stops cleanly: workers let go,
 // plugins shut down. It keeps nothing across a restart (the kit does not);
-// the soak adds again what a killed engine had not served.
+// the soak submits again what a killed engine had not finished. The
+// journal is appended to with one write a line, so a line a SIGKILLed
+// engine wrote is whole and stays.
 package main
 
 import (
@@ -22,6 +27,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -39,17 +45,24 @@ func main() {
 func run() int {
 	configPath := flag.String("config", "", "the configuration `file` (engine and provisioner blocks)")
 	level := flag.String("log-level", "info", "the log's level (trace, debug, info, warn, error)")
+	resultsPath := flag.String("results", "", "append a JSON line to this `file` for each task ended, attempt lost and worker gone")
+	taskDir := flag.String("task-dir", "", "keep the tasks' stdout, stderr and outputs under this `directory` (default: the engine's own, removed at its stop)")
 	flag.Parse()
 	if *configPath == "" {
-		fmt.Fprintln(os.Stderr, "usage: soakengine -config FILE")
+		fmt.Fprintln(os.Stderr, "usage: soakengine -config FILE [-results FILE] [-task-dir DIR]")
 		return 2
 	}
+	j, err := openJournal(*resultsPath)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "soakengine:", err)
+		return 1
+	}
+	defer j.close()
 	cfg, diags := engine.LoadConfig(*configPath)
 	if diags.HasErrors() {
 		hclconfig.WriteDiagnostics(os.Stderr, cfg.Files, diags)
 		return 1
 	}
-	var err error
 	logger := hclog.New(&hclog.LoggerOptions{Name: "soakengine", Level: hclog.LevelFromString(*level), Output: os.Stderr})
 	// The secret comes from the variable secret_env names when there is
 	// one, so that a restarted engine accepts the credentials of the
@@ -71,30 +84,52 @@ func run() int {
 		// The identity comes from the configuration's path, so a
 		// restarted engine is the same engine to its plugins, which adopt
 		// the jobs the last one left.
-		ID:     host.EngineIdentity(cfg.Engine.ID, cfg.Path),
-		Listen: cfg.Engine.Listen,
-		Logger: logger,
+		ID:      host.EngineIdentity(cfg.Engine.ID, cfg.Path),
+		Listen:  cfg.Engine.Listen,
+		Logger:  logger,
+		TaskDir: *taskDir,
+		Hooks: engine.Hooks{
+			TaskEnded: func(r engine.TaskResult) { j.write(journalLine{Kind: "ended", Task: &r}) },
+			TaskLost: func(r engine.TaskResult, again bool) {
+				j.write(journalLine{Kind: "lost", Task: &r, Again: again})
+			},
+			WorkerGone: func(w engine.WorkerInfo, why string) {
+				j.write(journalLine{Kind: "gone", Worker: w.Name, JobID: w.JobID, Why: why})
+			},
+		},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "soakengine:", err)
 		return 1
 	}
 	mux := eng.Mux(nil, true)
-	mux.HandleFunc("POST /soak/need", func(w http.ResponseWriter, r *http.Request) {
-		spec, err := engine.ParseNeedSpec(r.FormValue("spec"))
-		if err != nil {
+	// POST /soak/tasks submits the tasks of its body, a JSON array of
+	// taskRequest, and answers with this process's pid (which engine
+	// took them, for a soak that restarts it) and, per id, "submitted"
+	// or why not.
+	mux.HandleFunc("POST /soak/tasks", func(w http.ResponseWriter, r *http.Request) {
+		var reqs []taskRequest
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<20)).Decode(&reqs); err != nil {
 			engine.WriteError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		ids := make([]string, 0, spec.Count)
-		for range spec.Count {
-			ids = append(ids, eng.Add(spec.Need, spec.Work))
+		answers := make(map[string]string, len(reqs))
+		for _, req := range reqs {
+			answers[req.ID] = "submitted"
+			spec, err := req.spec()
+			if err == nil {
+				_, err = eng.Submit(spec)
+			}
+			if err != nil {
+				answers[req.ID] = err.Error()
+			}
 		}
 		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(ids)
+		json.NewEncoder(w).Encode(map[string]any{"pid": os.Getpid(), "answers": answers})
 	})
-	// POST /soak/withdraw takes needs back by id (id=..., repeated) and
-	// answers, per id, "withdrawn" or why not.
+	// POST /soak/withdraw takes tasks back by id (id=..., repeated) and
+	// answers, per id, "withdrawn" or why not: Withdraw cancels a task
+	// that waits, and refuses one on a worker or ended.
 	mux.HandleFunc("POST /soak/withdraw", func(w http.ResponseWriter, r *http.Request) {
 		if err := r.ParseForm(); err != nil {
 			engine.WriteError(w, http.StatusBadRequest, err.Error())
@@ -129,4 +164,89 @@ func run() int {
 		fmt.Println(r)
 	}
 	return 0
+}
+
+// taskRequest is one task of POST /soak/tasks: engine.TaskSpec as JSON,
+// its need as -need takes it (without count or work).
+type taskRequest struct {
+	ID             string   `json:"id"`
+	Need           string   `json:"need"`
+	Command        []string `json:"command"`
+	Inputs         []input  `json:"inputs"`
+	Retries        int      `json:"retries"`
+	TimeoutSeconds float64  `json:"timeout_seconds"`
+}
+
+// input is an input file: its name in the task's directory and the path
+// its bytes are read from.
+type input struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
+}
+
+func (t taskRequest) spec() (engine.TaskSpec, error) {
+	n, err := engine.ParseNeedSpec(t.Need)
+	if err != nil {
+		return engine.TaskSpec{}, err
+	}
+	spec := engine.TaskSpec{ID: t.ID, Need: n.Need, Command: t.Command, Retries: t.Retries,
+		Timeout: time.Duration(t.TimeoutSeconds * float64(time.Second))}
+	for _, in := range t.Inputs {
+		spec.Inputs = append(spec.Inputs, engine.Input{Name: in.Name, Path: in.Path})
+	}
+	return spec, nil
+}
+
+// journalLine is one line of the journal: a task that ended (Kind
+// "ended", TaskEnded), an attempt whose machine was lost ("lost",
+// TaskLost; Again says whether the task waits for another worker), or a
+// worker that left the books ("gone", WorkerGone), when the hook heard
+// it.
+type journalLine struct {
+	Kind   string             `json:"kind"`
+	At     time.Time          `json:"at"`
+	Task   *engine.TaskResult `json:"task,omitempty"`
+	Again  bool               `json:"again,omitempty"`
+	Worker string             `json:"worker,omitempty"`
+	JobID  string             `json:"job_id,omitempty"`
+	Why    string             `json:"why,omitempty"`
+}
+
+// journal is the -results file; a nil one writes nothing.
+type journal struct {
+	mu sync.Mutex
+	f  *os.File
+}
+
+func openJournal(path string) (*journal, error) {
+	if path == "" {
+		return nil, nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("the results journal: %w", err)
+	}
+	return &journal{f: f}, nil
+}
+
+// write appends l as one line, in one write: the hooks call it from the
+// engine's goroutines, and a line is never interleaved or cut by a kill.
+func (j *journal) write(l journalLine) {
+	if j == nil {
+		return
+	}
+	l.At = time.Now()
+	b, err := json.Marshal(l)
+	if err != nil {
+		return
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.f.Write(append(b, '\n'))
+}
+
+func (j *journal) close() {
+	if j != nil {
+		j.f.Close()
+	}
 }
