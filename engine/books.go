@@ -79,6 +79,9 @@ type books struct {
 	workers map[string]*workerState
 	// results are finished tasks by id, kept until the router takes them.
 	results map[string]Result
+	// lost says why each task whose worker left the books holding it was
+	// lost, by task id, kept until the router takes it (TaskOutcome).
+	lost map[string]string
 	// admission is the provisioners' word on which job each worker was
 	// started as, from their events, and the names that may never attach
 	// again: their worker detached or was given up on, or their request
@@ -160,6 +163,9 @@ type Result struct {
 	// run is what the worker said of a command or payload task's run
 	// (nil for the stand-in): the router's task record reads it.
 	run *worker.ResultRequest
+	// lostWhy says why the worker left holding the task, for a task
+	// TaskOutcome reports lost; "" if the books do not know.
+	lostWhy string
 }
 
 // workerState is one attached worker. Every field is guarded by books.mu.
@@ -219,6 +225,7 @@ func newBooks(logger hclog.Logger, signer *host.Signer, now func() time.Time, ho
 		leave:         make(chan struct{}),
 		workers:       make(map[string]*workerState),
 		results:       make(map[string]Result),
+		lost:          make(map[string]string),
 		admission:     host.NewAdmission(now),
 		waiting:       make(map[*longPoll]struct{}),
 	}
@@ -277,8 +284,9 @@ func (b *books) attachedBy(provisioner string) []string {
 
 // ObserveEvent records what a provisioner's event says about a worker's
 // credential: worker_provisioned names the job the worker must attach as;
-// worker_cancelled and worker_provision_failed revoke the name for good,
-// and drop the worker if it is attached. A provisioner speaks only for
+// worker_cancelled, worker_provision_failed and worker_job_ended revoke
+// the name for good, and drop the worker if it is attached, so that its
+// task is placed again at once. A provisioner speaks only for
 // its own workers: an event naming a worker another provisioner recorded
 // changes nothing. ev.Provisioner must be the host's stamp, never the
 // plugin's claim. The error, which the caller counts, wraps
@@ -289,7 +297,11 @@ func (b *books) ObserveEvent(ev shared.Event) error {
 	revoke, err := b.admission.Observe(ev)
 	var dropped *goneWorker
 	if ws := b.workers[ev.Worker]; revoke && ws != nil && ws.owner == ev.Provisioner {
-		dropped = goneOf(ws, "its request was cancelled ("+string(ev.Kind)+")")
+		why := "its request was cancelled (" + string(ev.Kind) + ")"
+		if ev.Kind == shared.EventWorkerJobEnded {
+			why = "its job ended under it: " + ev.Detail
+		}
+		dropped = b.goneOf(ws, why)
 		delete(b.workers, ev.Worker)
 	}
 	b.mu.Unlock()
@@ -301,7 +313,7 @@ func (b *books) ObserveEvent(ev shared.Event) error {
 		}
 	}
 	if dropped != nil {
-		b.logger.Info("worker dropped: its request was cancelled", "worker", dropped.info.Name, "task_left", dropped.task)
+		b.logger.Info("worker dropped", "worker", dropped.info.Name, "why", dropped.why, "task_left", dropped.task)
 		b.activity(Activity{Kind: EventWorkerDropped, Provisioner: dropped.owner, Worker: dropped.info.Name, Job: dropped.info.JobID, Task: dropped.task,
 			Detail: dropped.why})
 		b.tellGone(dropped)
@@ -463,7 +475,9 @@ func (b *books) TaskOutcome(worker, id string) (Result, assignState) {
 	if ws := b.workers[worker]; ws != nil && ws.task != nil && ws.task.ID == id {
 		return Result{}, assignPending
 	}
-	return Result{}, assignLost
+	why := b.lost[id]
+	delete(b.lost, id)
+	return Result{lostWhy: why}, assignLost
 }
 
 // goneWorker is a worker that left the books, kept to be told (log,
@@ -478,10 +492,11 @@ type goneWorker struct {
 }
 
 // goneOf is ws leaving the books for why. b.mu must be held.
-func goneOf(ws *workerState, why string) *goneWorker {
+func (b *books) goneOf(ws *workerState, why string) *goneWorker {
 	g := &goneWorker{info: ws.info, owner: ws.owner, lastSeen: ws.lastSeen, why: why}
 	if ws.task != nil {
 		g.task = ws.task.ID
+		b.lost[ws.task.ID] = why
 	}
 	return g
 }
@@ -530,7 +545,7 @@ func (b *books) sweepLocked() []*goneWorker {
 			limit = busyLimit
 		}
 		if now.Sub(ws.lastSeen) > limit {
-			gone = append(gone, goneOf(ws, "silent since "+ws.lastSeen.UTC().Format(time.RFC3339)))
+			gone = append(gone, b.goneOf(ws, "silent since "+ws.lastSeen.UTC().Format(time.RFC3339)))
 			delete(b.workers, name)
 			b.admission.Revoke(name, "gone silent", ws.expires)
 		}
@@ -809,7 +824,7 @@ func (b *books) detach(cred host.Credential, session string) (denial, string) {
 	}
 	var left *goneWorker
 	if ws != nil {
-		left = goneOf(ws, "detached")
+		left = b.goneOf(ws, "detached")
 		delete(b.workers, name)
 	}
 	// A credential of another provisioner for the same name revokes

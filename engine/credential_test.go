@@ -120,8 +120,8 @@ func TestCredentialWorthOneJob(t *testing.T) {
 	})
 
 	t.Run("cancelled", func(t *testing.T) {
-		e, _ := newEngine()
-		for i, kind := range []shared.EventKind{shared.EventWorkerCancelled, shared.EventWorkerProvisionFailed} {
+		e, logs := newEngine()
+		for i, kind := range []shared.EventKind{shared.EventWorkerCancelled, shared.EventWorkerProvisionFailed, shared.EventWorkerJobEnded} {
 			name := "slurm-cpu-c" + string(rune('0'+i))
 			tok := sign(t, signer, name, time.Hour)
 			provisioned(e, name, "77")
@@ -147,6 +147,24 @@ func TestCredentialWorthOneJob(t *testing.T) {
 		}
 		if rec := do(t, e, "GET", "/v1/work?wait=0", tok, ""); rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), "revoked") {
 			t.Errorf("poll after cancel: %d %s; want 401 revoked", rec.Code, rec.Body)
+		}
+		// So is a busy worker whose job ended under it (contract 2.6),
+		// at once and saying why.
+		tok = sign(t, signer, "slurm-cpu-dead", time.Hour)
+		provisioned(e, "slurm-cpu-dead", "78")
+		if code, msg := attachAs(t, e, tok, strings.Replace(attachBody, `"77"`, `"78"`, 1)); code != http.StatusOK {
+			t.Fatalf("attach: %d %s", code, msg)
+		}
+		if err := e.Assign("slurm-cpu-dead", Task{ID: "t2"}); err != nil {
+			t.Fatal(err)
+		}
+		e.ObserveEvent(shared.Event{Kind: shared.EventWorkerJobEnded, Provisioner: testProvisioner, Worker: "slurm-cpu-dead", Job: "78",
+			JobState: "FAILED", Detail: "job 78 is FAILED (NonZeroExitCode)"})
+		if _, st := e.TaskOutcome("slurm-cpu-dead", "t2"); st != assignLost || len(e.attached()) != 0 {
+			t.Errorf("after its job ended: task %v, attached %q; want lost, none", st, e.attached())
+		}
+		if !strings.Contains(logs.String(), "its job ended under it: job 78 is FAILED (NonZeroExitCode)") {
+			t.Errorf("the drop does not say why:\n%s", logs.String())
 		}
 	})
 }

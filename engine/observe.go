@@ -94,7 +94,7 @@ func (o *observer) pluginEvent(ev shared.Event) (timed bool) {
 		} else {
 			timed = false
 		}
-	case shared.EventWorkerProvisionFailed, shared.EventWorkerCancelled:
+	case shared.EventWorkerProvisionFailed, shared.EventWorkerCancelled, shared.EventWorkerJobEnded:
 		o.forgetLocked(ev.Worker)
 	}
 	o.mu.Unlock()
@@ -119,7 +119,7 @@ func (o *observer) forgetLocked(worker string) {
 // add a series per event.
 func kindLabel(k shared.EventKind) string {
 	switch k {
-	case shared.EventWorkerProvisioned, shared.EventWorkerProvisionFailed, shared.EventWorkerCancelled:
+	case shared.EventWorkerProvisioned, shared.EventWorkerProvisionFailed, shared.EventWorkerCancelled, shared.EventWorkerJobEnded:
 		return string(k)
 	}
 	return "other"

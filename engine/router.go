@@ -405,7 +405,11 @@ func (p *router) settle() []taskNews {
 			p.mu.Unlock()
 			p.logger.Info("need served", "need", ns.id, "task", res.TaskID, "worker", res.Worker, "host", res.Hostname)
 		case state == assignLost && ns.rec != nil:
-			n, ok := p.tasks.lost(ns.rec, refs[i].task, "its worker "+refs[i].worker+" left, or was given up on, without reporting it")
+			why := "its worker " + refs[i].worker + " left, or was given up on, without reporting it"
+			if res.lostWhy != "" {
+				why = "its worker " + refs[i].worker + " is gone: " + res.lostWhy
+			}
+			n, ok := p.tasks.lost(ns.rec, refs[i].task, why)
 			ended := n.ended || (!ok && p.tasks.hasEnded(ns.rec))
 			p.mu.Lock()
 			ns.task, ns.worker = "", ""

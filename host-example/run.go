@@ -521,6 +521,10 @@ func (s *story) event(ev shared.Event) {
 		s.say("%s: could not get a %q machine: %s", ev.Provisioner, ev.Profile, ev.Detail)
 	case shared.EventWorkerCancelled:
 		s.say("%s: cancelled job %s (%s) %s", ev.Provisioner, ev.Job, ev.Worker, ev.Detail)
+	case shared.EventWorkerJobEnded:
+		if ev.JobState != "COMPLETED" && ev.JobState != "COMPLETING" {
+			s.say("%s: job %s ended under worker %s: %s", ev.Provisioner, ev.Job, ev.Worker, ev.Detail)
+		}
 	default:
 		s.say("%s: %s %s %s", ev.Provisioner, ev.Kind, ev.Job, ev.Detail)
 	}

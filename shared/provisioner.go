@@ -25,8 +25,10 @@ import (
 // 2.5 added DemandOutcome.Condition, which an older plugin leaves
 // ConditionNone, and the capabilities each side declares
 // (InfoResponse.Capabilities, the host's Hello), read by HasCapability;
-// it deprecated Covers and ShapesRequest.Label.
-const ContractVersion = "2.5"
+// it deprecated Covers and ShapesRequest.Label. 2.6 added
+// EventWorkerJobEnded and Event.JobState, which an older plugin never
+// sends and an older host takes for a kind of the plugin's own.
+const ContractVersion = "2.6"
 
 // Provisioner is somewhere machines can be asked for.
 //
@@ -774,6 +776,11 @@ const (
 	// EventWorkerCancelled: a request was given up on and its job
 	// cancelled.
 	EventWorkerCancelled EventKind = "worker_cancelled"
+	// EventWorkerJobEnded (contract 2.6): the job of an attached worker
+	// ended, or left its machine, under the worker; JobState says how
+	// and Detail why. The host drops the worker at once and revokes its
+	// name, as for EventWorkerCancelled.
+	EventWorkerJobEnded EventKind = "worker_job_ended"
 )
 
 // Event is something that happened to a request.
@@ -791,6 +798,9 @@ type Event struct {
 	// Empty from a plugin of a contract before 2.3, or when the plugin
 	// cannot tell: unclassified, not transient.
 	Class FailureClass
+	// JobState is the scheduler's word for the job's state, for
+	// EventWorkerJobEnded (FAILED, NODE_FAIL, ...).
+	JobState string
 	// Seq numbers the events of one plugin process from 1; the SDK sets
 	// it so the host can tell a gap from a reorder.
 	Seq uint64

@@ -468,14 +468,17 @@ func cmpNewest(a, b *request) int {
 // worker arrived is healthy, so its backoff ends.
 func (p *Provisioner) arrivedLocked(attached []string) []string {
 	var arrived []string
+	var reqs []*request
 	for _, w := range attached {
 		if r := p.outstanding[w]; r != nil {
 			r.phase = phaseArrived
 			delete(p.outstanding, w)
 			delete(p.backoff, r.profile)
 			arrived = append(arrived, w)
+			reqs = append(reqs, r)
 		}
 	}
+	p.keepAttachedLocked(reqs)
 	return arrived
 }
 

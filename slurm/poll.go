@@ -295,7 +295,7 @@ func (p *Provisioner) pollWanted() bool {
 	if p.shut {
 		return false
 	}
-	if len(p.outstanding) > 0 || len(p.cancelling) > 0 || p.now().Before(p.watchUntil) {
+	if len(p.outstanding) > 0 || len(p.cancelling) > 0 || len(p.attachedJobs) > 0 || p.now().Before(p.watchUntil) {
 		return true
 	}
 	if p.cfg != nil {
@@ -376,9 +376,10 @@ func (p *Provisioner) pollOnce(ctx context.Context) {
 			watched = append(watched, watch{r: r, job: r.job})
 		}
 	}
+	ends := p.endWatchesLocked()
 	p.mu.Unlock()
 	needLogin, _ := p.loginNeeded(cfg)
-	if !adopting && !cancelling && !watchingLate && len(watched) == 0 && !needLogin {
+	if !adopting && !cancelling && !watchingLate && len(watched) == 0 && len(ends) == 0 && !needLogin {
 		return
 	}
 
@@ -404,6 +405,7 @@ func (p *Provisioner) pollOnce(ctx context.Context) {
 	// lands late is found whenever it lands.
 	p.adopt(p.life, cfg, host, rows)
 	p.judge(cfg, host, watched, rows)
+	p.endedUnder(p.life, cfg, host, ends, rows)
 	if left := p.goneFromQueue(p.life, cfg, host, rows); len(left) > 0 {
 		p.retryCancels(p.life, cfg, host, left, rows)
 	}
@@ -832,7 +834,16 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 			held[w] = true
 		}
 	}
-	ours := func(w string) bool { return p.outstanding[w] != nil || p.mine[w] || held[w] }
+	// An attached worker's job is ours too: one pending again was
+	// requeued under its worker and is endedUnder's to cancel.
+	ours := func(w string) bool {
+		if p.outstanding[w] != nil || p.mine[w] || held[w] {
+			return true
+		}
+		_, attached := p.attachedJobs[w]
+		_, reconciled := p.reconciled[w]
+		return attached || reconciled
+	}
 	relayPinned := p.relay != nil && p.relay.tls != nil
 	var strays []jobRef
 	var leftAlone []jobRow

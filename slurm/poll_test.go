@@ -139,7 +139,7 @@ func TestPollSkipsSubmissionsInFlight(t *testing.T) {
 }
 
 // TestPoller runs the real poller: it reads the queue while something is
-// outstanding, and has nothing to do once nothing is.
+// outstanding or attached, and has nothing to do once nothing is.
 func TestPoller(t *testing.T) {
 	h := newHarness(t, "sbatch=gate,squeue=rows", func(c map[string]any) { c["poll_interval"] = "20ms" })
 	if h.p.pollWanted() {
@@ -155,8 +155,16 @@ func TestPoller(t *testing.T) {
 	if _, err := h.p.Reconcile(context.Background(), &shared.ReconcileRequest{Attached: []string{worker}}); err != nil {
 		t.Fatal(err)
 	}
+	// It reads the attached worker's job (ends.go), until the worker
+	// leaves.
+	if !h.p.pollWanted() {
+		t.Error("the poller rests while a worker is attached")
+	}
+	if _, err := h.p.Reconcile(context.Background(), &shared.ReconcileRequest{}); err != nil {
+		t.Fatal(err)
+	}
 	if h.p.pollWanted() {
-		t.Error("the poller wants to run after the worker attached")
+		t.Error("the poller wants to run after the worker left")
 	}
 	for _, c := range h.fake.callsTo("squeue") {
 		if !slices.Equal(c.remote(), pollArgv) {
@@ -1179,4 +1187,80 @@ func TestLateLandingFoundWhileWatching(t *testing.T) {
 	if h.p.pollWanted() {
 		t.Error("the poller still watches an hour later")
 	}
+}
+
+// TestPollHearsJobEndUnderWorker: the job of a worker the engine reports
+// attached is read in each poll cycle, and its end under the worker is
+// told once as worker_job_ended, in Slurm's word; a job requeued under
+// its worker is cancelled; a worker that left is no longer watched.
+func TestPollHearsJobEndUnderWorker(t *testing.T) {
+	tests := []struct {
+		row, state, detail string
+		cancels            int
+	}{
+		{"FAILED|NonZeroExitCode|2026-12-02T10:00:01", "FAILED", "job 4242 is FAILED (NonZeroExitCode)", 0},
+		{"NODE_FAIL|None|2026-12-02T10:00:01", "NODE_FAIL", "job 4242 is NODE_FAIL", 0},
+		{"COMPLETING|None|2026-12-02T10:00:01", "COMPLETING", "job 4242 is COMPLETING", 0},
+		{"", "GONE", "job 4242 has left the queue", 0},
+		{"PENDING|BeginTime|2026-12-02T10:02:00", "PENDING", "job 4242 is pending again (requeued, BeginTime): its worker's processes are gone", 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.state, func(t *testing.T) {
+			h := newHarness(t, "sbatch=ok,squeue=rows,scancel=ok", nil)
+			ev := h.provisioned(t)
+			ctx := context.Background()
+			if _, err := h.p.Reconcile(ctx, &shared.ReconcileRequest{Attached: []string{ev.Worker}}); err != nil {
+				t.Fatal(err)
+			}
+			if !h.p.pollWanted() {
+				t.Fatal("the poller rests with a worker attached")
+			}
+			h.fake.setRows(t, "4242|RUNNING|None|2026-12-02T10:00:01|"+tagOf(ev.Worker))
+			h.p.pollOnce(ctx)
+			if got := kinds(h.host.Events()); len(got) != 1 {
+				t.Fatalf("a running job told: %v", got)
+			}
+			if tc.row != "" {
+				h.fake.setRows(t, "4242|"+tc.row+"|"+tagOf(ev.Worker))
+			} else {
+				h.fake.setRows(t)
+			}
+			squeues := len(h.fake.callsTo("squeue"))
+			h.p.pollOnce(ctx)
+			if n := len(h.fake.callsTo("squeue")); n != squeues+1 {
+				t.Errorf("%d squeue calls for the cycle, want one", n-squeues)
+			}
+			evs := waitEvents(t, h.host, 2)
+			if got := evs[1]; got.Kind != shared.EventWorkerJobEnded || got.Job != "4242" || got.Worker != ev.Worker ||
+				got.JobState != tc.state || got.Detail != tc.detail || got.Profile != "cpu" {
+				t.Errorf("event = %+v; want worker_job_ended, job 4242, %s, %q", got, tc.state, tc.detail)
+			}
+			h.p.pollOnce(ctx)
+			if got := kinds(h.host.Events()); len(got) != 2+tc.cancels {
+				t.Errorf("events after another cycle = %v; want the end told once", got)
+			}
+			if n := len(h.fake.callsTo("scancel")); n != tc.cancels {
+				t.Errorf("%d scancel calls, want %d", n, tc.cancels)
+			}
+		})
+	}
+	t.Run("left", func(t *testing.T) {
+		h := newHarness(t, "sbatch=ok,squeue=rows", nil)
+		ev := h.provisioned(t)
+		ctx := context.Background()
+		if _, err := h.p.Reconcile(ctx, &shared.ReconcileRequest{Attached: []string{ev.Worker}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.p.Reconcile(ctx, &shared.ReconcileRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		h.fake.setRows(t, "4242|COMPLETED|None|2026-12-02T10:00:01|"+tagOf(ev.Worker))
+		h.p.pollOnce(ctx)
+		if got := kinds(h.host.Events()); len(got) != 1 {
+			t.Errorf("events = %v; a worker that left is not watched", got)
+		}
+		if h.p.pollWanted() {
+			t.Error("the poller works with nothing attached or outstanding")
+		}
+	})
 }

@@ -130,6 +130,10 @@ type Provisioner struct {
 	// whole list replaces them. Both are nil until the first Reconcile.
 	reconciled   map[string]struct{}
 	reconciledBy map[string]int
+	// attachedJobs holds the job of each attached worker whose request
+	// arrived in this process, until Reconcile says it left or a poll
+	// cycle finds its job ended under it (ends.go).
+	attachedJobs map[string]attachedJob
 	// inflight holds the requests whose submission goroutine has not yet
 	// finished, including any Reconcile has already forgotten.
 	inflight map[*request]bool
@@ -664,6 +668,11 @@ func (p *Provisioner) Reconcile(ctx context.Context, req *shared.ReconcileReques
 		return nil, shared.ErrNotConfigured
 	}
 	resp := &shared.ReconcileResponse{Arrived: p.reconcileAttachedLocked(cfg, req)}
+	if len(resp.Arrived) > 0 {
+		// The poller may be resting with nothing outstanding: it reads
+		// the queue while workers are attached (ends.go).
+		defer p.wakePoller()
+	}
 	var expired []jobRef
 	var gaveUp []shared.Event
 	for _, r := range p.sortedLocked() {
@@ -728,9 +737,15 @@ func (p *Provisioner) reconcileAttachedLocked(cfg *settings, req *shared.Reconci
 		}
 		p.reconciledBy = cfg.attachedByProfile(names)
 		p.attached = maps.Clone(p.reconciledBy)
+		for w := range p.attachedJobs {
+			if _, ok := p.reconciled[w]; !ok {
+				delete(p.attachedJobs, w)
+			}
+		}
 		return p.arrivedLocked(names)
 	}
 	for _, w := range req.Left {
+		delete(p.attachedJobs, w)
 		if _, ok := p.reconciled[w]; !ok {
 			continue
 		}

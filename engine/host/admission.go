@@ -142,8 +142,8 @@ var ErrOtherProvisioner = errors.New("the event names another provisioner's work
 
 // Observe records what a provisioner's event says about a worker:
 // worker_provisioned names the job the worker must attach as;
-// worker_cancelled and worker_provision_failed revoke the name, and
-// revoke is true so that the engine drops the worker if ev.Provisioner
+// worker_cancelled, worker_provision_failed and worker_job_ended revoke
+// the name, and revoke is true so that the engine drops the worker if ev.Provisioner
 // attached it. ev.Provisioner must be the host's stamp, never the
 // plugin's claim. An event whose record would take its provisioner past
 // RecordBudget is not recorded, and the error wraps ErrOverBudget.
@@ -163,7 +163,7 @@ func (a *Admission) Observe(ev shared.Event) (revoke bool, err error) {
 			a.jobsBy[ev.Provisioner]++
 		}
 		a.jobs[ev.Worker] = jobRecord{provisioner: ev.Provisioner, job: ev.Job, profile: ev.Profile, at: a.now()}
-	case shared.EventWorkerCancelled, shared.EventWorkerProvisionFailed:
+	case shared.EventWorkerCancelled, shared.EventWorkerProvisionFailed, shared.EventWorkerJobEnded:
 		// revoke is true even when the revocation is not kept, so that a
 		// worker attached under the name is dropped; its job record goes
 		// either way, so the name cannot attach again unless the

@@ -13,10 +13,11 @@
 // internal/wire/protocol_doc_test.go); bin/provisioner-conformance checks
 // a plugin against both.
 //
-// Versions: the contract is 2.5. 2.1 added StatusResponse.counters, 2.2
+// Versions: the contract is 2.6. 2.1 added StatusResponse.counters, 2.2
 // Check and Preview, 2.3 Event.failure_class, 2.4 the batch mint and
 // Reconcile by change, 2.5 DemandOutcome.condition and the capabilities
-// each side declares (InfoResponse.capabilities, Hello.capabilities).
+// each side declares (InfoResponse.capabilities, Hello.capabilities), 2.6
+// the worker_job_ended event and Event.job_state.
 // Every addition is one an older peer leaves unset or never sends.
 //
 // Conventions:
@@ -3164,10 +3165,18 @@ type Event struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Numbers the plugin's events from 1.
 	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
-	// worker_provisioned, worker_provision_failed, worker_cancelled, or a
-	// kind of the plugin's own. worker_provisioned is published, and its
-	// acknowledgement awaited, before the worker is started: a worker that
-	// attaches before the engine knows it is told 503 and retries.
+	// worker_provisioned, worker_provision_failed, worker_cancelled,
+	// worker_job_ended (contract 2.6), or a kind of the plugin's own.
+	// worker_provisioned is published, and its acknowledgement awaited,
+	// before the worker is started: a worker that attaches before the
+	// engine knows it is told 503 and retries. worker_job_ended says that
+	// the job of a worker the host reported attached (Reconcile) has ended
+	// or left the machine under it: the worker is dead, whatever the host
+	// last heard from it, so the host drops it at once, revokes its name
+	// and places its task again; job_state is the scheduler's word for the
+	// job's state and detail says why. A host before 2.6 treats it as a
+	// kind of the plugin's own and finds the worker gone by its liveness
+	// rule instead.
 	Kind         string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
 	Provisioner  string `protobuf:"bytes,3,opt,name=provisioner,proto3" json:"provisioner,omitempty"`
 	Profile      string `protobuf:"bytes,4,opt,name=profile,proto3" json:"profile,omitempty"`
@@ -3179,7 +3188,11 @@ type Event struct {
 	// 2.3): transient, misconfigured, died_before_attach, timed_out or
 	// limit_reached, the classes of FailureCount. Empty from an older plugin, or for other
 	// kinds: the host then treats the failure as unclassified.
-	FailureClass  string `protobuf:"bytes,9,opt,name=failure_class,json=failureClass,proto3" json:"failure_class,omitempty"`
+	FailureClass string `protobuf:"bytes,9,opt,name=failure_class,json=failureClass,proto3" json:"failure_class,omitempty"`
+	// The job's state as the scheduler says it, for worker_job_ended
+	// (contract 2.6): for Slurm FAILED, NODE_FAIL, CANCELLED, TIMEOUT,
+	// COMPLETING, or PENDING for a job requeued after its node failed.
+	JobState      string `protobuf:"bytes,10,opt,name=job_state,json=jobState,proto3" json:"job_state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3273,6 +3286,13 @@ func (x *Event) GetDetail() string {
 func (x *Event) GetFailureClass() string {
 	if x != nil {
 		return x.FailureClass
+	}
+	return ""
+}
+
+func (x *Event) GetJobState() string {
+	if x != nil {
+		return x.JobState
 	}
 	return ""
 }
@@ -3841,7 +3861,7 @@ const file_provisioner_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12)\n" +
 	"\x10contract_version\x18\x02 \x01(\tR\x0fcontractVersion\x12\"\n" +
 	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\"\a\n" +
-	"\x05Ready\"\xf6\x01\n" +
+	"\x05Ready\"\x93\x02\n" +
 	"\x05Event\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12 \n" +
@@ -3851,7 +3871,9 @@ const file_provisioner_proto_rawDesc = "" +
 	"\x06worker\x18\x06 \x01(\tR\x06worker\x12$\n" +
 	"\x0etime_unix_nano\x18\a \x01(\x03R\ftimeUnixNano\x12\x16\n" +
 	"\x06detail\x18\b \x01(\tR\x06detail\x12#\n" +
-	"\rfailure_class\x18\t \x01(\tR\ffailureClass\"\x1c\n" +
+	"\rfailure_class\x18\t \x01(\tR\ffailureClass\x12\x1b\n" +
+	"\tjob_state\x18\n" +
+	" \x01(\tR\bjobState\"\x1c\n" +
 	"\bEventAck\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\"\xbf\x01\n" +
 	"\x0eMintCredential\x12\x1d\n" +

@@ -13,10 +13,11 @@
 // internal/wire/protocol_doc_test.go); bin/provisioner-conformance checks
 // a plugin against both.
 //
-// Versions: the contract is 2.5. 2.1 added StatusResponse.counters, 2.2
+// Versions: the contract is 2.6. 2.1 added StatusResponse.counters, 2.2
 // Check and Preview, 2.3 Event.failure_class, 2.4 the batch mint and
 // Reconcile by change, 2.5 DemandOutcome.condition and the capabilities
-// each side declares (InfoResponse.capabilities, Hello.capabilities).
+// each side declares (InfoResponse.capabilities, Hello.capabilities), 2.6
+// the worker_job_ended event and Event.job_state.
 // Every addition is one an older peer leaves unset or never sends.
 //
 // Conventions:

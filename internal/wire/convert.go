@@ -348,7 +348,7 @@ func eventToProto(e shared.Event) *pb.Event {
 	return &pb.Event{
 		Seq: e.Seq, Kind: string(e.Kind), Provisioner: e.Provisioner, Profile: e.Profile,
 		Job: e.Job, Worker: e.Worker, TimeUnixNano: unixNano(e.Time), Detail: e.Detail,
-		FailureClass: string(e.Class),
+		FailureClass: string(e.Class), JobState: e.JobState,
 	}
 }
 
@@ -356,7 +356,7 @@ func eventFromProto(e *pb.Event) shared.Event {
 	return shared.Event{
 		Seq: e.GetSeq(), Kind: shared.EventKind(e.GetKind()), Provisioner: e.GetProvisioner(), Profile: e.GetProfile(),
 		Job: e.GetJob(), Worker: e.GetWorker(), Time: fromUnixNano(e.GetTimeUnixNano()), Detail: e.GetDetail(),
-		Class: shared.FailureClass(e.GetFailureClass()),
+		Class: shared.FailureClass(e.GetFailureClass()), JobState: e.GetJobState(),
 	}
 }
 

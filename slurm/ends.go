@@ -1,0 +1,132 @@
+package slurm
+
+// Hearing a job end under its worker. A worker's liveness is the engine's
+// to judge from its requests, and a busy worker may be silent for a
+// while, so the engine's rule waits three poll periods before it gives a
+// worker up; a job killed whole (a node crash, the OOM killer, scancel by
+// a person) would cost its task that long. The queue knows at once: the
+// provisioner keeps the job of every worker the engine reports attached
+// (Reconcile) and reads it in the squeue each poll cycle already makes
+// for its other jobs. A job no longer running under its worker is told
+// to the engine as worker_job_ended (contract 2.6), which drops the
+// worker and places its task again.
+//
+// Rejected: asking the worker. A worker whose processes were killed
+// cannot say so, and a node that went down takes its connections with
+// it without a word; only the scheduler's record is there in both cases.
+// The cost is a poll cycle, one squeue, every poll_interval while any
+// worker is attached, where before the poller rested once every machine
+// had arrived.
+//
+// What it will not do: judge a worker that is running. A job RUNNING
+// whose worker is silent is the engine's liveness rule's to judge, which
+// stays as the net under this; and a job requeued after its node failed
+// (PENDING again under the same id, as Slurm does with JobRequeue=1) is
+// cancelled here, since its worker's name is revoked and could never
+// attach again.
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/fluksio/provision/shared"
+)
+
+// attachedJob is the job of a worker the engine reports attached.
+type attachedJob struct {
+	job, tag, profile string
+}
+
+// endWatch is an attached worker's job as a poll cycle found it before
+// reading the queue.
+type endWatch struct {
+	worker string
+	attachedJob
+}
+
+// runningStates are the states of a job whose processes still run, or are
+// only stopped: its worker is alive as far as the scheduler knows.
+var runningStates = map[string]bool{
+	"RUNNING": true, "CONFIGURING": true, "SUSPENDED": true, "STOPPED": true,
+	"SIGNALING": true, "RESIZING": true, "STAGE_OUT": true,
+}
+
+// keepAttachedLocked starts watching the jobs of the workers whose
+// requests arrived. p.mu must be held.
+func (p *Provisioner) keepAttachedLocked(arrived []*request) {
+	if len(arrived) == 0 {
+		return
+	}
+	if p.attachedJobs == nil {
+		p.attachedJobs = map[string]attachedJob{}
+	}
+	for _, r := range arrived {
+		if r.job != "" {
+			p.attachedJobs[r.worker] = attachedJob{job: r.job, tag: r.tag, profile: r.profile}
+		}
+	}
+}
+
+// endWatchesLocked lists the attached workers' jobs for a poll cycle.
+// p.mu must be held.
+func (p *Provisioner) endWatchesLocked() []endWatch {
+	out := make([]endWatch, 0, len(p.attachedJobs))
+	for w, j := range p.attachedJobs {
+		out = append(out, endWatch{worker: w, attachedJob: j})
+	}
+	return out
+}
+
+// endedUnder tells the engine of each watched job that has ended or left
+// its machine under its attached worker (worker_job_ended), and stops
+// watching it. A job requeued (pending again) is cancelled too.
+func (p *Provisioner) endedUnder(ctx context.Context, cfg *settings, host shared.Host, watched []endWatch, rows []jobRow) {
+	if len(watched) == 0 {
+		return
+	}
+	byID := indexRows(rows)
+	var evs []shared.Event
+	var requeued []jobRef
+	p.mu.Lock()
+	for _, w := range watched {
+		row, listed := rowOf(byID, w.job, cfg.comment(w.tag))
+		if listed && runningStates[row.state] {
+			continue
+		}
+		if cur, ok := p.attachedJobs[w.worker]; !ok || cur != w.attachedJob {
+			continue // the worker left, or came back, while the queue was read
+		}
+		delete(p.attachedJobs, w.worker)
+		state, detail := row.state, ""
+		switch {
+		case !listed:
+			state = "GONE"
+			detail = fmt.Sprintf("job %s has left the queue", w.job)
+		case row.state == "PENDING":
+			detail = fmt.Sprintf("job %s is pending again (requeued, %s): its worker's processes are gone", w.job, row.reason)
+			requeued = append(requeued, jobRef{job: w.job, profile: w.profile, worker: w.worker,
+				why: "requeued under its attached worker, whose name is revoked"})
+		case row.reason != "" && row.reason != "None":
+			detail = fmt.Sprintf("job %s is %s (%s)", w.job, row.state, row.reason)
+		default:
+			detail = fmt.Sprintf("job %s is %s", w.job, row.state)
+		}
+		evs = append(evs, shared.Event{Kind: shared.EventWorkerJobEnded, Profile: w.profile, Job: w.job, Worker: w.worker,
+			JobState: state, Detail: detail})
+	}
+	p.mu.Unlock()
+	for _, ev := range evs {
+		// A worker that leaves ends its job COMPLETED, and the queue may
+		// say so before the engine's next Reconcile says it left: that
+		// end is no news.
+		if ev.JobState == "COMPLETED" || ev.JobState == "COMPLETING" {
+			cfg.log.Debug("the job of an attached worker ended", "worker", ev.Worker, "job", ev.Job, "state", ev.JobState)
+		} else {
+			cfg.log.Warn("a job ended under its attached worker", "worker", ev.Worker, "job", ev.Job, "state", ev.JobState, "detail", ev.Detail)
+		}
+	}
+	p.publishAll(ctx, cfg, host, evs)
+	if len(requeued) > 0 {
+		p.cancelJobs(ctx, cfg, host, requeued, "cancelled a job requeued under its attached worker")
+	}
+}
