@@ -103,3 +103,69 @@ func sum(m map[string]float64) float64 {
 	}
 	return s
 }
+
+// TestMachinesPendingByReason: fluksio_machines_pending counts a
+// provisioner's pending machines by the scheduler's word for why it
+// holds them (contract 2.6's Outstanding.Reason), with a bounded label
+// set whatever the plugin sends.
+func TestMachinesPendingByReason(t *testing.T) {
+	t.Parallel()
+	outstanding := []shared.Outstanding{
+		{State: "PENDING", Reason: "Priority"}, {State: "PENDING", Reason: "Priority"},
+		{State: "PENDING", Reason: "QOSMaxJobsPerUserLimit"}, {State: "PENDING"},
+		{State: "RUNNING"}, {State: "PENDING", Reason: `a "reason" of 1,000 words`},
+	}
+	state := &stateCollector{
+		health: func() []provHealth { return nil },
+		status: func(context.Context) []host.ProvisionerStatus {
+			return []host.ProvisionerStatus{{Name: "hpc", Status: &shared.StatusResponse{Outstanding: outstanding}}}
+		},
+		workers: func() map[string]workerCounts { return nil },
+		needs:   func() []NeedStatus { return nil },
+		profile: func(_, p string) string { return p },
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(state)
+	got := pendingByReason(t, reg)
+	want := map[string]float64{"Priority": 2, "QOSMaxJobsPerUserLimit": 1, "unknown": 1, "other": 1}
+	if len(got) != len(want) {
+		t.Errorf("fluksio_machines_pending = %v; want %v", got, want)
+	}
+	for r, n := range want {
+		if got[r] != n {
+			t.Errorf("fluksio_machines_pending{reason=%q} = %v; want %v (all: %v)", r, got[r], n, got)
+		}
+	}
+	// A plugin that sends a reason per machine gets at most
+	// maxPendingReasons label values.
+	outstanding = nil
+	for i := range 100 {
+		outstanding = append(outstanding, shared.Outstanding{State: "PENDING", Reason: "Reason" + string(rune('A'+i%26)) + string(rune('a'+i/26))})
+	}
+	got = pendingByReason(t, reg)
+	if len(got) > maxPendingReasons || sum(got) != 100 {
+		t.Errorf("%d reasons, %v machines; want at most %d reasons and all 100 counted", len(got), sum(got), maxPendingReasons)
+	}
+}
+
+func pendingByReason(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "fluksio_machines_pending" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" {
+					out[l.GetValue()] += m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}

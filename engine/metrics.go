@@ -144,6 +144,9 @@ var (
 	descMachines = prometheus.NewDesc("fluksio_machines",
 		"Machines by state, as the provisioner reports them: pending (queued or being submitted), starting (running, worker not attached), attached.",
 		[]string{"provisioner", "profile", "state"}, nil)
+	descPending = prometheus.NewDesc("fluksio_machines_pending",
+		"Machines pending in the scheduler's queue, by why it holds them, in its own word (Slurm's pending reason: Priority, Resources, QOSMaxJobsPerUserLimit...); unknown when the plugin does not say, other past the first few reasons of a provisioner.",
+		[]string{"provisioner", "reason"}, nil)
 	descFailures = prometheus.NewDesc("fluksio_provision_failures_total",
 		"Machines that ended without a worker, by class: transient, misconfigured, died_before_attach, timed_out, limit_reached. Counted by the plugin since its process started.",
 		[]string{"provisioner", "profile", "class"}, nil)
@@ -174,7 +177,7 @@ var waitReasons = []WaitReason{ReasonNotAsked, ReasonNoFit, ReasonQueued, Reason
 	ReasonBackingOff, ReasonMisconfigured, ReasonProvisionerDown, ReasonError}
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUp, descRestarts, descMachines, descFailures, descCommandSeconds, descCommandErrors, descStatusUp, descWorkers, descTasks, descWaiting, descHeld, descFailuresInARow} {
+	for _, d := range []*prometheus.Desc{descUp, descRestarts, descMachines, descPending, descFailures, descCommandSeconds, descCommandErrors, descStatusUp, descWorkers, descTasks, descWaiting, descHeld, descFailuresInARow} {
 		ch <- d
 	}
 }
@@ -247,6 +250,20 @@ func (c *stateCollector) collectStatus(ch chan<- prometheus.Metric, name string,
 	for k, n := range machines {
 		ch <- prometheus.MustNewConstMetric(descMachines, prometheus.GaugeValue, n, name, k[0], k[1])
 	}
+	pending := map[string]float64{}
+	for _, o := range st.Outstanding {
+		if o.State != "PENDING" {
+			continue
+		}
+		r := pendingReasonLabel(o.Reason)
+		if _, ok := pending[r]; !ok && len(pending) >= maxPendingReasons-1 {
+			r = "other" // the last of maxPendingReasons
+		}
+		pending[r]++
+	}
+	for r, n := range pending {
+		ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, n, name, r)
+	}
 	if st.Counters == nil {
 		return
 	}
@@ -279,4 +296,28 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// maxPendingReasons bounds the reasons fluksio_machines_pending has for
+// one provisioner: Slurm's words are a few dozen, but a plugin may send
+// anything, and a label value per string would grow without end.
+const maxPendingReasons = 16
+
+// pendingReasonLabel is a pending reason as a label value: the plugin's
+// word when it is one (letters, digits, '_', ':', '(' and ')', as
+// Slurm's are, at most 64 bytes), "unknown" when it gives none, and
+// "other" for anything else.
+func pendingReasonLabel(reason string) string {
+	if reason == "" || reason == "None" {
+		return "unknown"
+	}
+	if len(reason) > 64 {
+		return "other"
+	}
+	for _, c := range []byte(reason) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == ':' || c == '(' || c == ')') {
+			return "other"
+		}
+	}
+	return reason
 }

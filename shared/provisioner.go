@@ -27,7 +27,8 @@ import (
 // (InfoResponse.Capabilities, the host's Hello), read by HasCapability;
 // it deprecated Covers and ShapesRequest.Label. 2.6 added
 // EventWorkerJobEnded and Event.JobState, which an older plugin never
-// sends and an older host takes for a kind of the plugin's own.
+// sends and an older host takes for a kind of the plugin's own, and
+// Outstanding.Reason, which an older plugin leaves empty.
 const ContractVersion = "2.6"
 
 // Provisioner is somewhere machines can be asked for.
@@ -726,6 +727,10 @@ type Outstanding struct {
 	// State is the scheduler's view of the job, if the provisioner
 	// knows it ("PENDING", "RUNNING").
 	State string
+	// Reason is why the scheduler holds a pending job, in its own word
+	// (Slurm's "Priority", "Resources", "QOSMaxJobsPerUserLimit"); empty
+	// when not pending or not known (contract 2.6).
+	Reason string
 }
 
 // ShutdownRequest asks a provisioner to cancel what is outstanding.

@@ -239,8 +239,12 @@ func TestPollKeepsRunningAndPendingJobs(t *testing.T) {
 		if o := h.outstanding(t)["cpu"]; o.Job != "4242" || o.State != state {
 			t.Errorf("%s: outstanding = %+v", row, o)
 		}
-		// The waiting need says why Slurm holds its job, in Slurm's word.
+		// The waiting need says why Slurm holds its job, in Slurm's word,
+		// and so does Status (contract 2.6).
 		reason, _, _ := strings.Cut(rest, "|")
+		if o := h.outstanding(t)["cpu"]; state == "PENDING" && o.Reason != reason || state != "PENDING" && o.Reason != "" {
+			t.Errorf("%s: Status says the reason is %q", row, o.Reason)
+		}
 		want := strings.ToLower(state)
 		if reason != "None" {
 			want += ", held by Slurm for " + reason

@@ -1053,7 +1053,8 @@ func (p *Provisioner) Status(context.Context, *shared.StatusRequest) (*shared.St
 	}
 	resp.Name = p.cfg.name
 	for _, r := range p.sortedLocked() {
-		resp.Outstanding = append(resp.Outstanding, shared.Outstanding{Profile: r.profile, Job: r.job, Worker: r.worker, Age: now.Sub(r.since), State: r.shownState()})
+		resp.Outstanding = append(resp.Outstanding, shared.Outstanding{Profile: r.profile, Job: r.job, Worker: r.worker, Age: now.Sub(r.since), State: r.shownState(),
+			Reason: r.pendingReason})
 	}
 	counts := p.countsLocked()
 	for _, prof := range p.cfg.Profiles {

@@ -17,7 +17,7 @@
 // Check and Preview, 2.3 Event.failure_class, 2.4 the batch mint and
 // Reconcile by change, 2.5 DemandOutcome.condition and the capabilities
 // each side declares (InfoResponse.capabilities, Hello.capabilities), 2.6
-// the worker_job_ended event and Event.job_state.
+// the worker_job_ended event, Event.job_state and Outstanding.reason.
 // Every addition is one an older peer leaves unset or never sends.
 //
 // Conventions:
@@ -2658,12 +2658,18 @@ func (x *Backoff) GetLastError() string {
 }
 
 type Outstanding struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Profile       string                 `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
-	Job           string                 `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
-	Worker        string                 `protobuf:"bytes,3,opt,name=worker,proto3" json:"worker,omitempty"`
-	AgeSeconds    float64                `protobuf:"fixed64,4,opt,name=age_seconds,json=ageSeconds,proto3" json:"age_seconds,omitempty"`
-	State         string                 `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Profile    string                 `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
+	Job        string                 `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
+	Worker     string                 `protobuf:"bytes,3,opt,name=worker,proto3" json:"worker,omitempty"`
+	AgeSeconds float64                `protobuf:"fixed64,4,opt,name=age_seconds,json=ageSeconds,proto3" json:"age_seconds,omitempty"`
+	State      string                 `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	// Why the scheduler holds a pending job, in its own word (for Slurm
+	// the pending reason: Priority, Resources, QOSMaxJobsPerUserLimit,
+	// ReqNodeNotAvail, ...); empty when the job is not pending or the
+	// plugin does not know (contract 2.6). The host counts pending
+	// machines by it (fluksio_machines_pending{reason}).
+	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2729,6 +2735,13 @@ func (x *Outstanding) GetAgeSeconds() float64 {
 func (x *Outstanding) GetState() string {
 	if x != nil {
 		return x.State
+	}
+	return ""
+}
+
+func (x *Outstanding) GetReason() string {
+	if x != nil {
+		return x.Reason
 	}
 	return ""
 }
@@ -3831,14 +3844,15 @@ const file_provisioner_proto_rawDesc = "" +
 	"\bfailures\x18\x02 \x01(\x05R\bfailures\x12&\n" +
 	"\x0funtil_unix_nano\x18\x03 \x01(\x03R\runtilUnixNano\x12\x1d\n" +
 	"\n" +
-	"last_error\x18\x04 \x01(\tR\tlastError\"\x88\x01\n" +
+	"last_error\x18\x04 \x01(\tR\tlastError\"\xa0\x01\n" +
 	"\vOutstanding\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x10\n" +
 	"\x03job\x18\x02 \x01(\tR\x03job\x12\x16\n" +
 	"\x06worker\x18\x03 \x01(\tR\x06worker\x12\x1f\n" +
 	"\vage_seconds\x18\x04 \x01(\x01R\n" +
 	"ageSeconds\x12\x14\n" +
-	"\x05state\x18\x05 \x01(\tR\x05state\"?\n" +
+	"\x05state\x18\x05 \x01(\tR\x05state\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\"?\n" +
 	"\x0fShutdownRequest\x12,\n" +
 	"\x12deadline_unix_nano\x18\x01 \x01(\x03R\x10deadlineUnixNano\"0\n" +
 	"\x10ShutdownResponse\x12\x1c\n" +

@@ -17,7 +17,7 @@
 // Check and Preview, 2.3 Event.failure_class, 2.4 the batch mint and
 // Reconcile by change, 2.5 DemandOutcome.condition and the capabilities
 // each side declares (InfoResponse.capabilities, Hello.capabilities), 2.6
-// the worker_job_ended event and Event.job_state.
+// the worker_job_ended event, Event.job_state and Outstanding.reason.
 // Every addition is one an older peer leaves unset or never sends.
 //
 // Conventions:

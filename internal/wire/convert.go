@@ -266,7 +266,7 @@ func statusToProto(s *shared.StatusResponse) *pb.StatusResponse {
 	out := &pb.StatusResponse{Name: s.Name, Kind: s.Kind, Profiles: s.Profiles, LastError: s.LastError}
 	for _, o := range s.Outstanding {
 		out.Outstanding = append(out.Outstanding, &pb.Outstanding{
-			Profile: o.Profile, Job: o.Job, Worker: o.Worker, AgeSeconds: o.Age.Seconds(), State: o.State,
+			Profile: o.Profile, Job: o.Job, Worker: o.Worker, AgeSeconds: o.Age.Seconds(), State: o.State, Reason: o.Reason,
 		})
 	}
 	for _, b := range s.BackingOff {
@@ -323,7 +323,7 @@ func statusFromProto(s *pb.StatusResponse) *shared.StatusResponse {
 	for _, o := range s.GetOutstanding() {
 		out.Outstanding = append(out.Outstanding, shared.Outstanding{
 			Profile: o.GetProfile(), Job: o.GetJob(), Worker: o.GetWorker(),
-			Age: seconds(o.GetAgeSeconds()), State: o.GetState(),
+			Age: seconds(o.GetAgeSeconds()), State: o.GetState(), Reason: o.GetReason(),
 		})
 	}
 	for _, b := range s.GetBackingOff() {

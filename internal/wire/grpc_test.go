@@ -46,7 +46,7 @@ func TestRoundTripEveryMethod(t *testing.T) {
 	}
 	shapes := []shared.Shape{{Profile: "a", CPUs: 1}, {Profile: "b", CPUs: 4, GPUs: 2, RAMMB: 1 << 40, Labels: []string{"x", "y"}}}
 	status := &shared.StatusResponse{Name: "n", Kind: "k", Profiles: []string{"a", "b"}, LastError: "oops",
-		Outstanding: []shared.Outstanding{{Profile: "a", Job: "12", Worker: "n-a-1", Age: 1500 * time.Millisecond, State: "PENDING"}},
+		Outstanding: []shared.Outstanding{{Profile: "a", Job: "12", Worker: "n-a-1", Age: 1500 * time.Millisecond, State: "PENDING", Reason: "Priority"}},
 		BackingOff:  []shared.Backoff{{Profile: "b", Failures: 3, Until: time.Unix(1700000000, 5), LastError: "sbatch: nope"}},
 		Counts: []shared.ProfileCounts{{Profile: "a", Pending: 1, Starting: 2, Attached: 3,
 			Submissions: []shared.Submission{{Job: "12", Machines: 40, OnTheWay: 3, Age: 2500 * time.Millisecond}}}},
@@ -249,14 +249,21 @@ func TestHostChannelInMemory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// So does a job's state (contract 2.6).
+	if err := pluginHost.Publish(ctx, shared.Event{Kind: shared.EventWorkerJobEnded, JobState: "NODE_FAIL"}); err != nil {
+		t.Fatal(err)
+	}
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	events, err := host.WaitEvents(wctx, 52)
+	events, err := host.WaitEvents(wctx, 53)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(events) != 52 {
-		t.Fatalf("host saw %d events, want 52", len(events))
+	if len(events) != 53 {
+		t.Fatalf("host saw %d events, want 53", len(events))
+	}
+	if events[52].Kind != shared.EventWorkerJobEnded || events[52].JobState != "NODE_FAIL" {
+		t.Errorf("worker_job_ended crossed as %+v", events[52])
 	}
 	for i, ev := range events {
 		if ev.Seq != uint64(i+1) {
