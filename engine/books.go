@@ -126,6 +126,24 @@ type WorkerInfo struct {
 	// worker.FeaturePayload), as its attach named them; none means the
 	// stand-in alone.
 	Features []string `json:"features,omitempty"`
+	// EndsAt is when the worker's job must end, as the worker said at
+	// attach; zero if it did not say. The router gives it no task whose
+	// timeout would run past EndsAt less worker.EndMargin.
+	EndsAt time.Time `json:"ends_at,omitzero"`
+}
+
+// timeFor reports whether the worker has time, at now, for a task that
+// may run for timeout (0: no timeout): worker.EndMargin before its job's
+// end, after the timeout.
+func (w WorkerInfo) timeFor(timeout time.Duration, now time.Time) bool {
+	return w.EndsAt.IsZero() || !now.Add(timeout+worker.EndMargin).After(w.EndsAt)
+}
+
+// leavingSoon reports whether the worker's job ends within lead of now,
+// less worker.EndMargin: it will leave before a machine asked for now
+// could take its place.
+func (w WorkerInfo) leavingSoon(lead time.Duration, now time.Time) bool {
+	return !w.EndsAt.IsZero() && now.Add(lead+worker.EndMargin).After(w.EndsAt)
 }
 
 // has reports whether the worker has every feature of requires.
@@ -373,6 +391,7 @@ func (b *books) IdleWorkers() []WorkerInfo {
 // and told with the other cannot count a worker that attached in between
 // as both arrived and still wanted.
 func (b *books) IdleAndAttached() ([]WorkerInfo, map[string][]string) {
+	now := b.now()
 	b.mu.Lock()
 	var idle []WorkerInfo
 	attached := map[string][]string{}
@@ -380,7 +399,11 @@ func (b *books) IdleAndAttached() ([]WorkerInfo, map[string][]string) {
 		if ws.task == nil {
 			idle = append(idle, ws.info)
 		}
-		attached[ws.owner] = append(attached[ws.owner], name)
+		// A worker whose job ends within the margin is leaving: its
+		// provisioner may ask for its replacement under a cap now.
+		if !ws.info.leavingSoon(worker.EndMargin, now) {
+			attached[ws.owner] = append(attached[ws.owner], name)
+		}
 	}
 	b.mu.Unlock()
 	for _, names := range attached {
@@ -869,6 +892,9 @@ type workerStatus struct {
 	LastSeen   time.Time `json:"last_seen"`
 	Polling    bool      `json:"polling"`
 	Task       string    `json:"task,omitempty"`
+	// TimeLeft is how long until the worker's job must end, in whole
+	// seconds ("41s"); empty when its end is not known.
+	TimeLeft string `json:"time_left,omitempty"`
 }
 
 // statuses lists the attached workers in order of name. They are copied
@@ -876,10 +902,14 @@ type workerStatus struct {
 // moving each once: a workerStatus is a few hundred bytes, and sorting
 // the slice in place moves them many times over.
 func (b *books) statuses() []workerStatus {
+	now := b.now()
 	b.mu.Lock()
 	all := make([]workerStatus, 0, len(b.workers))
 	for _, ws := range b.workers {
 		st := workerStatus{WorkerInfo: ws.info, AttachedAt: ws.attached, LastSeen: ws.lastSeen, Polling: ws.polling > 0}
+		if !ws.info.EndsAt.IsZero() {
+			st.TimeLeft = max(0, ws.info.EndsAt.Sub(now)).Truncate(time.Second).String()
+		}
 		st.Labels = slices.Clone(st.Labels)
 		if ws.task != nil {
 			st.Task = ws.task.ID

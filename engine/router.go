@@ -37,7 +37,9 @@ const passWait = 100 * time.Millisecond
 // for exactly the needs its idle workers do not cover.
 type pool interface {
 	// IdleAndAttached lists the idle workers, smallest first, and from
-	// the same moment every attached worker's name by its provisioner.
+	// the same moment every attached worker's name by its provisioner,
+	// less those whose job ends within worker.EndMargin twice over: they
+	// are leaving, and a cap has room for their replacements.
 	IdleAndAttached() ([]WorkerInfo, map[string][]string)
 	// IdleWorkers is IdleAndAttached's first half.
 	IdleWorkers() []WorkerInfo
@@ -549,9 +551,19 @@ func (p *router) match() ([]*needState, []taskNews) {
 }
 
 // fits reports whether w can take ns's task: its shape fits the need,
-// and it has every feature the task requires.
+// it has every feature the task requires, and its job has time left for
+// the task's timeout.
 func (ns *needState) fits(w WorkerInfo) bool {
-	return w.shape().Fits(ns.need) && (ns.rec == nil || w.has(ns.rec.requires))
+	return w.shape().Fits(ns.need) && (ns.rec == nil || w.has(ns.rec.requires)) && ns.timeFits(w, time.Now())
+}
+
+// timeFits reports whether w's job has time for ns's task at now.
+func (ns *needState) timeFits(w WorkerInfo, now time.Time) bool {
+	var timeout time.Duration
+	if ns.rec != nil {
+		timeout = ns.rec.timeout
+	}
+	return w.timeFor(timeout, now)
 }
 
 // waitsLocked reports whether ns waits for a worker. p.mu must be held.
@@ -600,9 +612,12 @@ func (p *router) matchOwn(idle []WorkerInfo) ([]plan, []*needState) {
 	// its end, and the needs like it (a burst's are all alike) skip the
 	// scan: with 10,000 needs waiting and workers attaching, scanning
 	// the idle list for each made a pass cost needs × idle workers.
+	// A kind is the need, the features and the timeout: a worker whose
+	// job ends soon fits a short task and not a long one.
 	type kind struct {
 		need     shared.Need
 		requires string
+		timeout  time.Duration
 	}
 	unfit := map[kind]bool{}
 	for _, ns := range order {
@@ -611,7 +626,7 @@ func (p *router) matchOwn(idle []WorkerInfo) ([]plan, []*needState) {
 		}
 		k := kind{need: ns.need}
 		if ns.rec != nil {
-			k.requires = requiresKey(ns.rec.requires)
+			k.requires, k.timeout = requiresKey(ns.rec.requires), ns.rec.timeout
 		}
 		if unfit[k] {
 			waiting = append(waiting, ns)
@@ -662,6 +677,7 @@ func (p *router) provision(ctx context.Context, waiting []*needState) {
 	// wanted; counting it would ask for a machine now and give one up the
 	// pass after, when the demand falls back.
 	idle, attached := p.engine.IdleAndAttached()
+	now := time.Now()
 	taken := make([]bool, len(idle))
 	// Needs whose profile the engine holds back (backoff.go): each held
 	// profile is asked for at most its allowance this pass, and the rest
@@ -678,7 +694,7 @@ func (p *router) provision(ctx context.Context, waiting []*needState) {
 	for _, ns := range waiting {
 		covered := false
 		for i, w := range idle {
-			if !taken[i] && w.shape().Fits(ns.need) {
+			if !taken[i] && w.shape().Fits(ns.need) && ns.timeFits(w, now) {
 				taken[i], covered = true, true
 				break
 			}

@@ -691,3 +691,49 @@ func TestTaskDirOwn(t *testing.T) {
 		t.Errorf("Config.TaskDir after Stop: %v; it is the embedder's", err)
 	}
 }
+
+// TestTaskWaitsForAWorkerWithTime: a worker whose job ends in 40 s gets
+// no task of a 60 s timeout (40 < 60 + worker.EndMargin) but takes one of
+// 10 s; the longer task waits for a worker with the time, and is demand
+// meanwhile. /status shows the worker's time left.
+func TestTaskWaitsForAWorkerWithTime(t *testing.T) {
+	t.Parallel()
+	e := taskEngine(t, Config{})
+	long := commandTask("long-1")
+	long.Timeout = 60 * time.Second
+	longID, err := e.Submit(long)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short := joinWorkerEnding(t, e, strings.TrimSuffix(e.URL(), "/"), "slurm-short-a", time.Now().Add(40*time.Second), worker.FeatureCommand)
+	short.pollNone(0.5)
+	quick := commandTask("quick-1")
+	quick.Timeout = 10 * time.Second
+	quickID, err := e.Submit(quick)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := short.take(); got.Name != quickID {
+		t.Fatalf("the worker with 40 s left took %q; want %q", got.Name, quickID)
+	}
+	if r, _ := e.Task(longID); r.State != TaskWaiting {
+		t.Errorf("the 60 s task is %s; want waiting for a worker with the time", r.State)
+	}
+	var st statusReport
+	resp, err := http.Get(strings.TrimSuffix(e.URL(), "/") + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Workers) != 1 || !strings.HasSuffix(st.Workers[0].TimeLeft, "s") || st.Workers[0].EndsAt.IsZero() {
+		t.Errorf("/status workers = %+v; want the time left", st.Workers)
+	}
+	roomy := joinWorkerEnding(t, e, strings.TrimSuffix(e.URL(), "/"), "slurm-roomy-b", time.Now().Add(2*time.Minute), worker.FeatureCommand)
+	if got := roomy.take(); got.Name != longID {
+		t.Errorf("the worker with 2 min left took %q; want %q", got.Name, longID)
+	}
+}

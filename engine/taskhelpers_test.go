@@ -86,10 +86,21 @@ func joinWorker(t *testing.T, e *Engine, name string, features ...string) *testW
 // of the test's own.
 func joinWorkerAt(t *testing.T, e *Engine, base, name string, features ...string) *testWorker {
 	t.Helper()
+	return joinWorkerEnding(t, e, base, name, time.Time{}, features...)
+}
+
+// joinWorkerEnding is joinWorkerAt for a worker whose job ends at endsAt
+// (zero: not said).
+func joinWorkerEnding(t *testing.T, e *Engine, base, name string, endsAt time.Time, features ...string) *testWorker {
+	t.Helper()
 	w := &testWorker{t: t, e: e, base: base, name: name, token: sign(t, host.NewSigner(testSecret), name, time.Hour),
 		client: &http.Client{Transport: &http.Transport{}}}
 	provisioned(e.books, name, "77")
-	body, _ := json.Marshal(worker.AttachRequest{Hostname: "n-" + name, JobID: "77", CPUs: 4, GPUs: 1, RAMMB: 8000, Labels: []string{"gpu"}, Features: features})
+	req := worker.AttachRequest{Hostname: "n-" + name, JobID: "77", CPUs: 4, GPUs: 1, RAMMB: 8000, Labels: []string{"gpu"}, Features: features}
+	if !endsAt.IsZero() {
+		req.EndsAt = endsAt.Unix()
+	}
+	body, _ := json.Marshal(req)
 	resp, got := w.do("POST", "/v1/attach", bytes.NewReader(body), nil)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("%s: attach answered %d %s", name, resp.StatusCode, got)

@@ -183,6 +183,9 @@ func (a *workerAPI) handleAttach(w http.ResponseWriter, r *http.Request) {
 		Name: name, Provisioner: cred.Provisioner, Hostname: host.Printable(req.Hostname), JobID: host.Printable(req.JobID),
 		CPUs: req.CPUs, GPUs: req.GPUs, RAMMB: req.RAMMB, Labels: slices.Clone(req.Labels), Features: slices.Clone(req.Features),
 	}
+	if req.EndsAt > 0 {
+		info.EndsAt = time.Unix(req.EndsAt, 0)
+	}
 	if err := host.Allows(cred.CredentialClaims, info.CPUs, info.GPUs, info.RAMMB, info.Labels); err != nil {
 		a.refuseAttach(w, r, http.StatusForbidden, name, err.Error())
 		return
@@ -221,6 +224,9 @@ func checkAttach(req worker.AttachRequest) error {
 		if l == "" || len(l) > 128 {
 			return errors.New("a label is empty or longer than 128 bytes")
 		}
+	}
+	if req.EndsAt < 0 || req.EndsAt > 1<<40 {
+		return fmt.Errorf("ends_at %d is not a time in Unix seconds", req.EndsAt)
 	}
 	if len(req.Features) > 16 {
 		return fmt.Errorf("%d features; at most 16", len(req.Features))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -132,4 +133,88 @@ func TestE2EJobKilledUnderItsTask(t *testing.T) {
 		t.Errorf("the story does not tell the job's end")
 	}
 	e.assertCleanedUp(t, exitedAt)
+}
+
+// TestE2EWalltime: jobs of one minute (--time=00:01:00) and four tasks
+// that sleep 30 s with a 40 s timeout, under max_workers = 2. Each worker
+// knows its job's end (SLURM_JOB_END_TIME from 23.02, else the script's
+// start and FLUKSIO_WALLTIME), takes one task, is given no second (30 s
+// left is less than 40 s and worker.EndMargin) and leaves before the
+// walltime; while it runs its task, its provisioner is asked for its
+// replacement, which the cap would refuse if the leaving worker counted.
+// No task is killed by a walltime, and every job ends COMPLETED.
+func TestE2EWalltime(t *testing.T) {
+	e := newE2E(t, "e2e-wall")
+	cfg := e.env.EngineConfig(e.port, filepath.Dir(e.plugin), e.name, []string{e.host, "worker"}, fmt.Sprintf(`  max_workers = 2
+  profile "p1" {
+    cpus   = 1
+    ram_mb = 200
+    sbatch = ["--partition=%s", "--time=00:01:00"]
+  }
+`, e.env.Partition))
+	path := filepath.Join(t.TempDir(), "config.hcl")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	results := filepath.Join(t.TempDir(), "results")
+	tasks := filepath.Join(t.TempDir(), "tasks.jsonl")
+	var lines string
+	for i := range 4 {
+		lines += fmt.Sprintf(`{"id": "t%d", "cpus": 1, "command": ["sleep", "30"], "timeout": "40s"}`+"\n", i)
+	}
+	if err := os.WriteFile(tasks, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	p := e.startEngine(t, "-config", path, "-tasks", tasks, "-results", results, "-timeout", "5m")
+	code := p.wait(t, 5*time.Minute)
+	makespan := time.Since(start)
+	exitedAt := time.Now()
+	t.Logf("story:\n%s", p.stdout)
+	if code != 0 {
+		t.Errorf("exit %d\nstderr:\n%s", code, p.stderr)
+	}
+	for i := range 4 {
+		r := readResult(t, results, fmt.Sprintf("t%d", i))
+		if r.State != worker.StateSucceeded || len(r.Attempts) != 1 {
+			t.Errorf("t%d: %s after %d attempt(s) (%+v); want succeeded at once", i, r.State, len(r.Attempts), r.Attempts)
+		}
+	}
+	// The replacements were asked for while the first workers still
+	// ran their tasks: before any worker left.
+	var firstLeft, lastAsked time.Time
+	asked := 0
+	for _, l := range p.stdout.Lines() {
+		switch {
+		case strings.Contains(l.text, ": asked for a \"p1\" machine: job "):
+			asked++
+			lastAsked = l.at
+		case strings.Contains(l.text, " left (job ") && firstLeft.IsZero():
+			firstLeft = l.at
+		}
+	}
+	if asked != 4 || firstLeft.IsZero() || !lastAsked.Before(firstLeft) {
+		t.Errorf("%d machines asked for, the last at %s, the first worker left at %s; want 4, all asked for before any left",
+			asked, lastAsked.Format(time.StampMilli), firstLeft.Format(time.StampMilli))
+	}
+	e.waitQueueEmpty(t, exitedAt, 60*time.Second, "the run's end", p.stdout.String())
+	ids := map[string]bool{}
+	for _, m := range workerAttachedJobRe.FindAllStringSubmatch(p.stdout.String(), -1) {
+		array, _, _ := strings.Cut(m[1], "_")
+		ids[array] = true
+	}
+	timeouts := 0
+	for array := range ids {
+		for _, rec := range strings.Split(strings.TrimSpace(e.env.Slurm(t, "scontrol", "-o", "show", "job", array)), "\n") {
+			state := field(rec, "JobState")
+			t.Logf("job %s_%s: %s, RunTime=%s", field(rec, "ArrayJobId"), field(rec, "ArrayTaskId"), state, field(rec, "RunTime"))
+			if state == "TIMEOUT" {
+				timeouts++
+			}
+			if state != "COMPLETED" {
+				t.Errorf("job %s ended %s; want COMPLETED, before its walltime", field(rec, "JobId"), state)
+			}
+		}
+	}
+	t.Logf("4 tasks of 30 s in jobs of 1 minute under max_workers 2: makespan %.1f s, %d TIMEOUT jobs", makespan.Seconds(), timeouts)
 }

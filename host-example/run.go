@@ -225,13 +225,20 @@ func (d *daemon) hooks(tasks bool) engine.Hooks {
 			d.progress.event(ev)
 			story.event(ev)
 		},
-		WorkerGone: d.progress.gone,
+		WorkerGone: func(w engine.WorkerInfo, why string) {
+			d.progress.gone(w, why)
+			story.say("worker %s left (job %s): %s", w.Name, orDash(w.JobID), why)
+		},
 		EventsNotTold: func(provisioner string, n int) {
 			story.say("%s: %d more event(s) not told here; GET /v1/events has them all", provisioner, n)
 		},
 		Attach: func(w engine.WorkerInfo) {
 			d.progress.attach(w)
-			story.say("worker %s attached from %s (job %s, %d cpus, %d gpus)", w.Name, w.Hostname, orDash(w.JobID), w.CPUs, w.GPUs)
+			ends := ""
+			if !w.EndsAt.IsZero() {
+				ends = fmt.Sprintf(", its job ends in %s", time.Until(w.EndsAt).Round(time.Second))
+			}
+			story.say("worker %s attached from %s (job %s, %d cpus, %d gpus%s)", w.Name, w.Hostname, orDash(w.JobID), w.CPUs, w.GPUs, ends)
 		},
 		Result: func(r engine.Result) {
 			if r.Output == "" {

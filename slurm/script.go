@@ -146,8 +146,12 @@ func (p *Provisioner) script(prof Profile, url, pin, tag string, tasks []int, to
 		}
 	}
 	// B: signals only the batch shell, which the script replaces with the
-	// worker (exec), so the worker alone hears it.
-	if !signalOptions.setBy(prof.Sbatch) {
+	// worker (exec), so the worker alone hears it. A worker that is told
+	// its walltime leaves before it by itself and needs no warning, which
+	// Slurm may send a minute early: a job of a few minutes would lose
+	// most of them to it.
+	walltime, knowsWalltime := sbatch.TimeLimit(prof.Sbatch)
+	if !signalOptions.setBy(prof.Sbatch) && !knowsWalltime {
 		line("#SBATCH --signal=B:TERM@", strconv.Itoa(walltimeWarning))
 	}
 	for _, s := range prof.Sbatch {
@@ -159,6 +163,14 @@ func (p *Provisioner) script(prof Profile, url, pin, tag string, tasks []int, to
 	// nor a comment. This no-op is that line, so that a prerun line that
 	// starts with #SBATCH is a comment to sbatch too, not an option.
 	line(": end of sbatch directives")
+	if knowsWalltime {
+		// The job's start, before the prerun lines take their time, and
+		// its time limit: the worker reckons its end from them where
+		// Slurm does not say (SLURM_JOB_END_TIME, from 23.02). In the
+		// environment, which a worker of an earlier release ignores,
+		// not on its command line, which it would refuse.
+		line(`export FLUKSIO_JOB_START="$(date +%s)" FLUKSIO_WALLTIME=`, strconv.FormatInt(int64(walltime/time.Second), 10))
+	}
 	for _, s := range prof.Prerun {
 		line(s)
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -216,25 +217,32 @@ func TestScriptDeadlineAndSignal(t *testing.T) {
 	tests := []struct {
 		sbatch           []string
 		deadline, signal string // "" for none of ours
+		walltime         int    // FLUKSIO_WALLTIME's seconds, 0 for none
 	}{
-		{nil, "", "B:TERM@60"},
-		{[]string{"--time=10"}, "now+1500seconds", "B:TERM@60"},
-		{[]string{"--time 10"}, "now+1500seconds", "B:TERM@60"},
-		{[]string{"-t 10:30"}, "now+1530seconds", "B:TERM@60"},
-		{[]string{"-t10"}, "now+1500seconds", "B:TERM@60"},
-		{[]string{"-vt 04:00:00"}, "now+15300seconds", "B:TERM@60"},
-		{[]string{"--time=1-0"}, "now+87300seconds", "B:TERM@60"},
-		{[]string{"--time=1", "--time=2"}, "now+1020seconds", "B:TERM@60"},
-		{[]string{"--time=2", "--time=UNLIMITED"}, "", "B:TERM@60"},
-		{[]string{"--time=0"}, "", "B:TERM@60"},
-		{[]string{"--time-min=10"}, "", "B:TERM@60"},
-		{[]string{"--time=10", "--deadline=2030-01-01T00:00:00"}, "", "B:TERM@60"},
-		{[]string{"--time=10", "--signal=B:USR1@120"}, "now+1500seconds", ""},
+		{nil, "", "B:TERM@60", 0},
+		// A worker told its walltime leaves before it by itself: no
+		// warning, which Slurm may send a minute early.
+		{[]string{"--time=10"}, "now+1500seconds", "", 600},
+		{[]string{"--time 10"}, "now+1500seconds", "", 600},
+		{[]string{"-t 10:30"}, "now+1530seconds", "", 630},
+		{[]string{"-t10"}, "now+1500seconds", "", 600},
+		{[]string{"-vt 04:00:00"}, "now+15300seconds", "", 14400},
+		{[]string{"--time=1-0"}, "now+87300seconds", "", 86400},
+		{[]string{"--time=1", "--time=2"}, "now+1020seconds", "", 120},
+		{[]string{"--time=2", "--time=UNLIMITED"}, "", "B:TERM@60", 0},
+		{[]string{"--time=0"}, "", "B:TERM@60", 0},
+		{[]string{"--time-min=10"}, "", "B:TERM@60", 0},
+		{[]string{"--time=10", "--deadline=2030-01-01T00:00:00"}, "", "", 600},
+		{[]string{"--time=10", "--signal=B:USR1@120"}, "now+1500seconds", "", 600},
 	}
 	for _, tc := range tests {
 		b := p.payload(Profile{Name: "a", CPUs: 1, Sbatch: tc.sbatch}, "hpc-a-0123abcd", "t")
 		checkScript(t, b)
 		script := string(b)
+		wall := strings.Contains(script, "\nexport FLUKSIO_JOB_START=\"$(date +%s)\" FLUKSIO_WALLTIME="+strconv.Itoa(tc.walltime)+"\n")
+		if tc.walltime > 0 && !wall || tc.walltime == 0 && strings.Contains(script, "FLUKSIO_WALLTIME") {
+			t.Errorf("%q: want FLUKSIO_WALLTIME=%d exported (0: none):\n%s", tc.sbatch, tc.walltime, script)
+		}
 		for opt, want := range map[string]string{"--deadline": tc.deadline, "--signal": tc.signal} {
 			ours := regexp.MustCompile(`(?m)^#SBATCH `+opt+`=(\S+)$`).FindAllStringSubmatch(script, -1)
 			var got []string

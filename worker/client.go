@@ -83,6 +83,17 @@ func (w *Client) Work(ctx context.Context) int {
 			w.detach(ctx)
 			return 0
 		}
+		if !w.cfg.endsAt.IsZero() {
+			// Leave before the job's end, so that it ends COMPLETED and
+			// not killed with a task.
+			toEnd := time.Until(w.cfg.endsAt) - EndMargin
+			if toEnd <= 0 {
+				w.log.Printf("the job ends at %s; leaving %s before it", w.cfg.endsAt.UTC().Format(time.RFC3339), EndMargin)
+				w.detach(ctx)
+				return 0
+			}
+			left = min(left, toEnd)
+		}
 		task, err := w.Poll(ctx, left)
 		switch {
 		case errors.Is(err, errLeave):
@@ -168,6 +179,9 @@ func (w *Client) Attach(ctx context.Context) error {
 		Hostname: w.cfg.hostname, JobID: w.cfg.slurmJobID,
 		CPUs: w.cfg.cpus, GPUs: w.cfg.gpus, RAMMB: w.cfg.ramMB, Labels: w.cfg.labels,
 		Features: w.cfg.features,
+	}
+	if !w.cfg.endsAt.IsZero() {
+		req.EndsAt = w.cfg.endsAt.Unix()
 	}
 	var resp AttachResponse
 	if _, err := w.call(ctx, http.MethodPost, "/v1/attach", nil, req, &resp, 0); err != nil {

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -34,6 +35,8 @@ type Config struct {
 	labels      []string
 	artifactURL string
 	maxIdle     time.Duration
+	// endsAt is when the job must end, zero if not known (walltime.go).
+	endsAt time.Time
 	// engineCA and engineCertSHA256 say how to verify an https engine
 	// (tls.go); empty means the system's roots.
 	engineCA, engineCertSHA256 string
@@ -143,7 +146,7 @@ func ParseArgs(args []string, getenv func(string) string, stdout, stderr io.Writ
 func parseArgs(prog string, args []string, getenv func(string) string, stdout, stderr io.Writer) (Config, error) {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: "+prog+" --url URL --cpus N --gpus N --max-idle SECONDS [--ram-mb N] [--labels a,b] [--artifact-url URL] [--engine-ca FILE | --engine-cert-sha256 HEX]\n"+
+		fmt.Fprintf(fs.Output(), "usage: "+prog+" --url URL --cpus N --gpus N --max-idle SECONDS [--ram-mb N] [--labels a,b] [--artifact-url URL] [--walltime SECONDS] [--engine-ca FILE | --engine-cert-sha256 HEX]\n"+
 			"The credential is read from $%s.\n", shared.WorkerTokenEnv)
 		fs.PrintDefaults()
 	}
@@ -157,6 +160,7 @@ func parseArgs(prog string, args []string, getenv func(string) string, stdout, s
 		maxIdle = fs.Float64("max-idle", 300, "leave after this many `seconds` without work")
 		ca      = fs.String("engine-ca", "", "PEM `file` of the CA(s) to verify an https engine with, instead of the system's")
 		pin     = fs.String("engine-cert-sha256", "", "verify an https engine by the SHA-256 of its certificate, in `hex`")
+		wall    = fs.Int64("walltime", 0, "the job's time limit in `seconds` (0: $FLUKSIO_WALLTIME, else not known); the worker leaves before it")
 	)
 	// The flag package writes its usage before it returns; buffered, so
 	// that help goes to stdout and a mistake to stderr.
@@ -177,6 +181,16 @@ func parseArgs(prog string, args []string, getenv func(string) string, stdout, s
 	if err != nil {
 		return Config{}, err
 	}
+	if *wall < 0 {
+		return Config{}, errors.New("--walltime may not be negative")
+	}
+	if *wall == 0 {
+		// The Slurm provisioner's script exports it beside
+		// FLUKSIO_JOB_START.
+		if n, err := strconv.ParseInt(strings.TrimSpace(getenv("FLUKSIO_WALLTIME")), 10, 64); err == nil && n > 0 {
+			*wall = n
+		}
+	}
 	token := strings.TrimSpace(getenv(shared.WorkerTokenEnv))
 	if token == "" {
 		return Config{}, fmt.Errorf("no credential: $%s is not set (the provisioner that started this job sets it)", shared.WorkerTokenEnv)
@@ -193,6 +207,7 @@ func parseArgs(prog string, args []string, getenv func(string) string, stdout, s
 		engineCA: *ca, engineCertSHA256: *pin,
 		url: u, cpus: *cpus, gpus: *gpus, ramMB: *ramMB, artifactURL: *art,
 		maxIdle:    time.Duration(*maxIdle * float64(time.Second)),
+		endsAt:     jobEnd(getenv, time.Duration(*wall)*time.Second, time.Now()),
 		token:      token,
 		hostname:   host,
 		slurmJobID: JobID(getenv),

@@ -156,6 +156,10 @@ type AttachRequest struct {
 	// Features are the kinds of task the worker runs (FeatureCommand,
 	// FeaturePayload); none means the stand-in only.
 	Features []string `json:"features,omitempty"`
+	// EndsAt is when the worker's job must end, in Unix seconds; 0 if not
+	// known. The engine gives the worker no task whose timeout would run
+	// past EndsAt less EndMargin, and the worker leaves by then.
+	EndsAt int64 `json:"ends_at,omitempty"`
 }
 
 // AttachResponse is POST /v1/attach's 200 answer.

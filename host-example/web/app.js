@@ -197,7 +197,8 @@ function renderWorkers(workers) {
   for (const w of workers.slice(0, MAX_WORKERS)) {
     tb.append(el("tr", { "data-worker": w.name, "data-job": w.job_id || "" },
       el("td", {}, w.name), el("td", {}, w.provisioner), el("td", {}, w.hostname), el("td", {}, w.job_id),
-      el("td", {}, w.cpus), el("td", {}, w.gpus), el("td", {}, w.task || "idle"), el("td", {}, clock(w.attached_at))));
+      el("td", {}, w.cpus), el("td", {}, w.gpus), el("td", {}, w.task || "idle"), el("td", {}, clock(w.attached_at)),
+      el("td", { "class": "time-left" }, w.time_left || "")));
   }
 }
 

@@ -6,12 +6,12 @@
 #SBATCH --deadline=now+15300seconds
 #SBATCH --output=~/.local/state/fluksio/hpc/%j.out
 #SBATCH --error=~/.local/state/fluksio/hpc/%j.out
-#SBATCH --signal=B:TERM@60
 #SBATCH --partition=debug
 #SBATCH --time=04:00:00
 #SBATCH --account=proj-42
 
 : end of sbatch directives
+export FLUKSIO_JOB_START="$(date +%s)" FLUKSIO_WALLTIME=14400
 module load python/3.12
 source ~/venvs/fluksio/bin/activate
 FLUKSIO_WORKER_TOKEN='tok'\''en$(id)`x`"y" z' exec fluksio-worker --url https://engine.example.org:8765 --cpus 16 --gpus 0 --max-idle 300 --ram-mb 64000 --labels bigmem,x86
