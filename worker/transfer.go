@@ -194,7 +194,8 @@ func (w *Client) fetchInput(ctx context.Context, id, dir string, in File) error 
 	h := sha256.New()
 	// What comes past the size is digested, not written, so that the
 	// error can name its digest; within reason (inputSlack).
-	n, err := io.Copy(io.MultiWriter(&capped{w: f, left: in.Size}, h), io.LimitReader(moved(resp.Body), in.Size+inputSlack+1))
+	n, err := io.CopyBuffer(io.MultiWriter(&capped{w: f, left: in.Size}, h), io.LimitReader(moved(resp.Body), in.Size+inputSlack+1),
+		make([]byte, min(in.Size+1, fetchBuffer)))
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -215,6 +216,13 @@ func (w *Client) fetchInput(ctx context.Context, id, dir string, in File) error 
 	}
 	return nil
 }
+
+// fetchBuffer bounds the buffer an input is copied through, from the
+// connection to the file and the digest: a read takes what the
+// connection has, up to it, and each is one write and one digest
+// update. io.Copy's 32 KiB made up to eight times the calls; 1 MiB was no
+// faster than this (bench, measurement 16).
+const fetchBuffer = 256 << 10
 
 // inputSlack is how far past its size an input is read, to name the
 // digest of what came instead; past it, only that it is longer.
