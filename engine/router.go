@@ -1132,11 +1132,14 @@ func (p *router) noteOutcome(ns *needState, target string, reason WaitReason, de
 
 // noteOutcomes is noteOutcome for needs told the same outcome, under
 // one hold of p.mu; with failedOver, a need that was failed over to
-// another profile says so before desc.
+// another profile says so before desc. The needs it logs are one line:
+// the first need's, with how many and the last when there are more (a
+// queue of 100,000 alike tasks was 100,000 lines on its first pass).
 func (p *router) noteOutcomes(needs []*needState, target string, reason WaitReason, desc string, kv []any, failedOver bool) {
 	kind, _, _ := strings.Cut(desc, ": ")
 	now := time.Now()
-	var logs [][]any
+	var firstID, lastID string
+	logged := 0
 	p.mu.Lock()
 	for _, ns := range needs {
 		at := ns.atTarget(target)
@@ -1151,17 +1154,27 @@ func (p *router) noteOutcomes(needs []*needState, target string, reason WaitReas
 			(k != last.kind || reason == ReasonError || now.Sub(last.at) >= relogDetail)
 		if changed {
 			at.logged = loggedOutcome{kind: k, desc: d, at: now}
-			logs = append(logs, append([]any{"need", ns.id, "provisioner", target}, kv...))
+			if logged == 0 {
+				firstID = ns.id
+			}
+			lastID = ns.id
+			logged++
 		}
 	}
 	p.mu.Unlock()
-	for _, args := range logs {
-		if reason == ReasonError {
-			p.logger.Error("could not ask for a machine", args...)
-			continue
-		}
-		p.logger.Info("asked for a machine", args...)
+	if logged == 0 {
+		return
 	}
+	args := []any{"need", firstID}
+	if logged > 1 {
+		args = append(args, "needs", logged, "last_need", lastID)
+	}
+	args = append(append(args, "provisioner", target), kv...)
+	if reason == ReasonError {
+		p.logger.Error("could not ask for a machine", args...)
+		return
+	}
+	p.logger.Info("asked for a machine", args...)
 }
 
 // Served reports whether every need has been served. With no needs, it
