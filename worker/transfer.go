@@ -31,6 +31,8 @@ import (
 const (
 	// logChunk bounds one request of a stream's bytes.
 	logChunk = 1 << 20
+	// firstChunk is a stream's buffer until the command fills it.
+	firstChunk = 8 << 10
 	// logEvery is how long a stream's bytes wait to be sent, at most,
 	// while the command writes.
 	logEvery = time.Second
@@ -263,11 +265,18 @@ type logStream struct {
 // transfers, after a refusal, or at Limits.Log, which also stops the
 // command (stopLogLimit); it reads on all the same, so that the command
 // never blocks on a full pipe.
+//
+// Its buffer starts at firstChunk and doubles as the command fills it,
+// up to logChunk: a command that writes little (or nothing, as most do)
+// costs a small buffer, not two of logChunk zeroed for every task.
 func (w *Client) stream(t Task, st *stopper, s *logStream) {
-	buf := make([]byte, 0, logChunk)
+	buf := make([]byte, 0, firstChunk)
 	var oldest time.Time // when buf's first byte came
 	sending := true
 	for {
+		if len(buf) == cap(buf) && cap(buf) < logChunk {
+			buf = append(make([]byte, 0, min(2*cap(buf), logChunk)), buf...)
+		}
 		var deadline time.Time
 		if len(buf) > 0 {
 			deadline = oldest.Add(logEvery)
@@ -283,7 +292,7 @@ func (w *Client) stream(t Task, st *stopper, s *logStream) {
 		}
 		buf = buf[:len(buf)+n]
 		ended := err != nil && !errors.Is(err, os.ErrDeadlineExceeded)
-		if len(buf) > 0 && (ended || len(buf) == cap(buf) || !time.Now().Before(oldest.Add(logEvery))) {
+		if len(buf) > 0 && (ended || len(buf) == logChunk || !time.Now().Before(oldest.Add(logEvery))) {
 			if sending {
 				sending = w.sendLog(t, st, s, buf)
 			}
