@@ -19,7 +19,11 @@
 // machine cannot hold them.
 //
 // Measurement 14 (validate) asks nothing of Slurm: BenchmarkValidate
-// runs without the sandbox.
+// runs without the sandbox. Neither do measurements 15 to 17 (dispatch,
+// transfer, queued: tasks_test.go), which run the engine with the
+// reference plugin and real worker processes on this machine; they run
+// in make bench all the same, and take about five minutes;
+// BenchmarkTasks takes them without the sandbox.
 //
 // Nothing here asserts a timing: a missed target is reported as MISS, and
 // only a measurement that could not be taken fails.

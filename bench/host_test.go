@@ -36,6 +36,11 @@ type hostProc struct {
 	started time.Time
 	stderr  *syncBuffer
 	done    chan struct{}
+	// onLine, when set before run, is handed each story line as it
+	// arrives, on the reader's goroutine: a harness that waits on
+	// thousands of lines counts them there rather than rescanning the
+	// story for each.
+	onLine func(storyLine)
 
 	mu      sync.Mutex
 	lines   []storyLine
@@ -63,18 +68,37 @@ func startHost(tb testing.TB, e benchEnv, what string, args ...string) *hostProc
 // startHostWith is startHost with the configuration config writes.
 func startHostWith(tb testing.TB, e benchEnv, what string, config func(name string, port int) string, args ...string) *hostProc {
 	tb.Helper()
-	h := &hostProc{name: uniqueName(what), port: sandboxtest.FreePort(tb), stderr: &syncBuffer{}, done: make(chan struct{}), changed: make(chan struct{})}
+	h := newHostProc(tb, what)
 	tb.Cleanup(func() { e.cancelJobs(tb, h.name) })
+	h.run(tb, e.HostBin, config(h.name, h.port), nil, args...)
+	return h
+}
+
+// newHostProc is an engine not yet started, with a name of this run
+// and a free loopback port.
+func newHostProc(tb testing.TB, what string) *hostProc {
+	tb.Helper()
+	return &hostProc{name: uniqueName(what), port: sandboxtest.FreePort(tb), stderr: &syncBuffer{}, done: make(chan struct{}), changed: make(chan struct{})}
+}
+
+// run starts bin (host-example) as run -config with config and the given
+// extra arguments, env added to the harness's environment, and stops it
+// (SIGTERM, then a kill) when the test ends.
+func (h *hostProc) run(tb testing.TB, bin, config string, env []string, args ...string) {
+	tb.Helper()
 	dir, err := os.MkdirTemp("", "fxb-host-")
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { os.RemoveAll(dir) })
 	cfg := filepath.Join(dir, "config.hcl")
-	if err := os.WriteFile(cfg, []byte(config(h.name, h.port)), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
 		tb.Fatal(err)
 	}
-	h.cmd = exec.Command(e.HostBin, append([]string{"run", "-config", cfg}, args...)...)
+	h.cmd = exec.Command(bin, append([]string{"run", "-config", cfg}, args...)...)
+	if env != nil {
+		h.cmd.Env = append(os.Environ(), env...)
+	}
 	h.cmd.Stderr = h.stderr
 	h.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	stdout, err := h.cmd.StdoutPipe()
@@ -94,14 +118,16 @@ func startHostWith(tb testing.TB, e benchEnv, what string, config func(name stri
 		close(h.done)
 	}()
 	tb.Cleanup(func() { h.stop(tb) })
-	return h
 }
 
 func (h *hostProc) add(text string) {
-	at := time.Now()
+	l := storyLine{text, time.Now()}
+	if h.onLine != nil {
+		h.onLine(l)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.lines = append(h.lines, storyLine{text, at})
+	h.lines = append(h.lines, l)
 	close(h.changed)
 	h.changed = make(chan struct{})
 }

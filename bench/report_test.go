@@ -338,6 +338,18 @@ func TestBenchReport(t *testing.T) {
 		validateRows(rep, measureValidate(t, e.HostBin, e.SlurmBin, nValidate))
 	})
 
+	step(15, "dispatch", []string{"dispatch of 10,000 tasks"}, func(t *testing.T) {
+		dispatchRows(rep, measureDispatch(t, e))
+	})
+
+	step(16, "transfer", []string{"transfer of 1 GB of inputs"}, func(t *testing.T) {
+		transferRows(rep, measureTransfer(t, e))
+	})
+
+	step(17, "queued", []string{"engine RSS with 100,000 tasks queued"}, func(t *testing.T) {
+		queuedRows(rep, measureQueued(t, e))
+	})
+
 	step(5, "reconcile", []string{"Reconcile"}, func(t *testing.T) {
 		r := newBigRig(t, e)
 		rep.note("1,000 submissions through the plugin (max_sessions 8) took %s (%.0f/s); squeue showed %d of its jobs pending.", dur(r.submit), 1000/r.submit.Seconds(), r.queued)
@@ -422,9 +434,9 @@ func TestBenchReport(t *testing.T) {
 
 // benchOnly is the measurements BENCH_ONLY names (comma-separated step
 // names: start, covers, provision, attach, host-rss, poll, burst, array,
-// attach-scale, makespan, relay, reconcile, scale, validate), nil when it
-// is unset. A partial run prints its rows and leaves docs/benchmarks.md
-// alone.
+// attach-scale, makespan, relay, reconcile, scale, validate, dispatch,
+// transfer, queued), nil when it is unset. A partial run prints its rows
+// and leaves docs/benchmarks.md alone.
 func benchOnly() map[string]bool {
 	v := os.Getenv("BENCH_ONLY")
 	if v == "" {

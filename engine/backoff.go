@@ -253,6 +253,7 @@ func (p *router) observeEvent(ev shared.Event) error {
 	if !ok {
 		return errTooManyProfiles
 	}
+	p.demandMoved()
 	// Each failure is logged: the holds bound how many there are.
 	p.logger.Warn("profile held back: its machines keep failing", "provisioner", ev.Provisioner, "profile", ev.Profile,
 		"failures", n, "hold", hold.String(), "class", string(ev.Class), "detail", ev.Detail)
@@ -263,8 +264,17 @@ func (p *router) observeEvent(ev shared.Event) error {
 // started as: the profile works.
 func (p *router) workerAttached(provisioner, profile string) {
 	if profile != "" && p.holds.attached(provisioner, profile) {
+		p.demandMoved()
 		p.logger.Info("profile no longer held back: a worker of it attached", "provisioner", provisioner, "profile", profile)
 	}
+}
+
+// demandMoved has the next Step ask the provisioners: a profile's hold
+// changed, and with it where its needs are asked.
+func (p *router) demandMoved() {
+	p.mu.Lock()
+	p.rising = true
+	p.mu.Unlock()
 }
 
 // Held lists the profiles with failures in a row, for GET /status, the

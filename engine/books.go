@@ -816,8 +816,12 @@ func (b *books) report(cred host.Credential, session string, res Result) (denial
 	if d != allowed {
 		return d, refusal
 	}
-	b.logger.Info("work done", "task", res.TaskID, "worker", name, "host", res.Hostname,
-		"job_id", res.JobID, "cpus", res.CPUs, "output", res.Output)
+	if res.run == nil {
+		// A task's result is logged as the router settles it ("task
+		// ended", with its state): once a task, not twice.
+		b.logger.Info("work done", "task", res.TaskID, "worker", name, "host", res.Hostname,
+			"job_id", res.JobID, "cpus", res.CPUs, "output", res.Output)
+	}
 	if b.hooks.result != nil {
 		b.hooks.result(res)
 	}

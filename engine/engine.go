@@ -515,10 +515,10 @@ func (e *Engine) Run(ctx context.Context, done func() bool) bool {
 // maxPassRest bounds the rest after a pass (Run).
 const maxPassRest = 100 * time.Millisecond
 
-// pass runs one router pass and says how long it took.
+// pass runs one router pass (Step) and says how long it took.
 func (e *Engine) pass(ctx context.Context) time.Duration {
 	start := time.Now()
-	e.router.Pass(ctx)
+	e.router.Step(ctx)
 	return time.Since(start)
 }
 

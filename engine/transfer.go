@@ -134,9 +134,59 @@ func (a *workerAPI) handleInput(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer f.Close()
-	// What Submit read, no more: a file that grew since is cut, one that
-	// changed fails the worker's digest check.
-	http.ServeContent(w, r, "", time.Time{}, io.NewSectionReader(f, 0, file.Size))
+	http.ServeContent(w, r, "", time.Time{}, &inputFile{File: f, size: file.Size})
+}
+
+// inputFile is an input's file as Submit read it, for ServeContent:
+// what Submit read and no more (a file that grew since is cut; one that
+// changed fails the worker's digest check), read from its start. It is
+// the *os.File underneath (SyscallConn), so that net/http hands the
+// body to sendfile(2) from the page cache: copied through the engine
+// instead (io.SectionReader, which sendfile does not take), 1 GB of
+// inputs to 10 workers came at 0.72× of a plain http.FileServer's rate
+// (bench, measurement 16).
+type inputFile struct {
+	*os.File
+	size int64
+	// off is the offset Read and Seek work from; the file's own offset
+	// follows it, since sendfile reads from that.
+	off int64
+}
+
+func (f *inputFile) Read(p []byte) (int, error) {
+	if f.off >= f.size {
+		return 0, io.EOF
+	}
+	p = p[:min(int64(len(p)), f.size-f.off)]
+	n, err := f.File.Read(p)
+	f.off += int64(n)
+	if err == io.EOF && f.off < f.size {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+func (f *inputFile) Seek(offset int64, whence int) (int64, error) {
+	switch whence {
+	case io.SeekCurrent:
+		offset += f.off
+	case io.SeekEnd:
+		offset += f.size
+	}
+	if offset < 0 || offset > f.size {
+		return f.off, fmt.Errorf("seek to %d of an input of %d bytes", offset, f.size)
+	}
+	if _, err := f.File.Seek(offset, io.SeekStart); err != nil {
+		return f.off, err
+	}
+	f.off = offset
+	return offset, nil
+}
+
+// WriteTo is not the file's: ServeContent's copy must stop at size,
+// which the io.LimitReader it copies through says to sendfile.
+func (f *inputFile) WriteTo(w io.Writer) (int64, error) {
+	return io.Copy(w, struct{ io.Reader }{f})
 }
 
 // input is where the bytes of input name of task's attempt come from.

@@ -104,6 +104,43 @@ func TestTaskInputsOnlyToHolder(t *testing.T) {
 	}
 }
 
+// TestTaskInputAsSubmitted: an input file that grew since Submit is
+// served as Submit read it, its Content-Length that size (net/http sends
+// it with sendfile, which is told where to stop), and a range of it as
+// asked.
+func TestTaskInputAsSubmitted(t *testing.T) {
+	t.Parallel()
+	e := taskEngine(t, Config{})
+	want := randomBytes(1<<20+3, 2)
+	p := filepath.Join(t.TempDir(), "grows.bin")
+	if err := os.WriteFile(p, want, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Submit(TaskSpec{ID: "grows", Need: shared.Need{CPUs: 1}, Command: []string{"true"},
+		Inputs: []Input{{Name: "in.bin", Path: p}}}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("written after Submit")); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	w := joinWorker(t, e, "slurm-grows", worker.FeatureCommand)
+	task := w.take()
+	resp, got := w.do("GET", "/v1/work/"+task.ID+"/inputs/in.bin", nil, nil)
+	if resp.StatusCode != http.StatusOK || resp.ContentLength != int64(len(want)) || !bytes.Equal(got, want) {
+		t.Errorf("the input: %d, Content-Length %d, %d bytes (sha256 %s); want 200 and the %d bytes Submit read (%s)",
+			resp.StatusCode, resp.ContentLength, len(got), sha(got), len(want), sha(want))
+	}
+	resp, got = w.do("GET", "/v1/work/"+task.ID+"/inputs/in.bin", nil, http.Header{"Range": {"bytes=1000-"}})
+	if resp.StatusCode != http.StatusPartialContent || !bytes.Equal(got, want[1000:]) {
+		t.Errorf("bytes 1000- of the input: %d, %d bytes; want 206 and %d bytes", resp.StatusCode, len(got), len(want)-1000)
+	}
+}
+
 // TestTaskLogAppends: a stream is appended at its size; a repeat of
 // bytes the engine has is answered as if appended, a gap or an overlap
 // 409, each with the size now in Fluksio-Offset; a stream beyond

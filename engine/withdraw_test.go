@@ -29,7 +29,7 @@ func TestRouterWithdraw(t *testing.T) {
 	}
 	// ids[2] is under way on a worker, ids[3] served.
 	p.mu.Lock()
-	p.needs[2].task, p.needs[2].worker = "task-1", "w1"
+	p.reserveLocked(p.needs[2], WorkerInfo{Name: "w1"})
 	p.needs[3].served = true
 	p.mu.Unlock()
 

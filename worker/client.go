@@ -212,18 +212,28 @@ func (w *Client) Poll(ctx context.Context, left time.Duration) (*Task, error) {
 // poll wait (20 s unless an embedder changed it); the rest is slack.
 const watchTimeout = 90 * time.Second
 
-// watch keeps GET /v1/watch open while task id runs, so that the engine
-// can cancel it (200, WatchAnswer.Cancel naming it) and, when it stops
-// cleanly, let this worker go in the middle of it (410 leave;
-// Books.handleWatch). Either stops the task through st. The stop it
-// returns ends the watch and waits for its goroutine. A watch answered
-// anything else (an engine older than the watch, or one gone away, which
-// the report will find) is not opened again; the task goes on.
+// watch keeps GET /v1/watch open while task id runs, from cfg.WatchAfter
+// into it on, so that the engine can cancel it (200, WatchAnswer.Cancel
+// naming it) and, when it stops cleanly, let this worker go in the
+// middle of it (410 leave; Books.handleWatch). Either stops the task
+// through st. The stop it returns ends the watch and waits for its
+// goroutine. A watch answered anything else (an engine older than the
+// watch, or one gone away, which the report will find) is not opened
+// again; the task goes on.
 func (w *Client) watch(ctx context.Context, id string, st *stopper) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		if w.cfg.WatchAfter > 0 {
+			t := time.NewTimer(w.cfg.WatchAfter)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
 		for ctx.Err() == nil {
 			var ans WatchAnswer
 			status, err := w.call(ctx, http.MethodGet, "/v1/watch", nil, nil, &ans, watchTimeout)

@@ -188,6 +188,10 @@ func TestCommandLargeStdout(t *testing.T) {
 	if len(chunks) < 2 || slices.Max(chunks) > logChunk {
 		t.Errorf("sent in %d requests of %v bytes; want several of at most %d", len(chunks), chunks, logChunk)
 	}
+	// The stream's buffer starts at firstChunk and grows as seq fills it.
+	if slices.Max(chunks) <= firstChunk {
+		t.Errorf("sent in %d requests of at most %d bytes; the buffer never grew past %d", len(chunks), slices.Max(chunks), firstChunk)
+	}
 }
 
 // TestCommandLogLimit: a command whose stdout passes Limits.Log is

@@ -119,7 +119,7 @@ func TestLaunchedPluginRoundTrips(t *testing.T) {
 		t.Fatalf("Info: %+v %v", info, err)
 	}
 	sr, err := prov.Schema(ctx, &shared.SchemaRequest{})
-	if err != nil || len(sr.Schema.Attributes) != 4 || sr.Schema.Attributes[1].Default != false {
+	if err != nil || len(sr.Schema.Attributes) != 5 || sr.Schema.Attributes[1].Default != false {
 		t.Fatalf("Schema: %+v %v", sr, err)
 	}
 	if _, err := prov.Provision(ctx, &shared.ProvisionRequest{Demand: []shared.Demand{{Need: shared.Need{CPUs: 1}, Count: 1}}}); !errors.Is(err, shared.ErrNotConfigured) {

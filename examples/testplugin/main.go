@@ -14,6 +14,8 @@
 //	foreign_worker = false    # mint credentials for another provisioner's name
 //	block_covers   = false    # Covers waits until its context ends
 //	fail_provision = false    # every machine fails: worker_provision_failed
+//	max_workers    = 0        # the most machines alive at once (on their way
+//	                          # and attached); 0: as many as the demand
 //
 // A profile whose machines fail backs off, as docs/plugin-protocol.md asks
 // of every plugin: not asked for again for a second, doubled with each
@@ -43,6 +45,7 @@ type config struct {
 	ForeignWorker bool   `json:"foreign_worker"`
 	BlockCovers   bool   `json:"block_covers"`
 	FailProvision bool   `json:"fail_provision"`
+	MaxWorkers    int    `json:"max_workers"`
 }
 
 var shapes = []shared.Shape{
@@ -113,6 +116,7 @@ func (m *memory) Schema(context.Context, *shared.SchemaRequest) (*shared.SchemaR
 		{Name: "foreign_worker", Type: shared.TypeBool, Default: false, Description: "Mint for a worker that is not ours."},
 		{Name: "block_covers", Type: shared.TypeBool, Default: false, Description: "Make Covers hang."},
 		{Name: "fail_provision", Type: shared.TypeBool, Default: false, Description: "Make every Provision fail, as a rejected submission does."},
+		{Name: "max_workers", Type: shared.TypeInt, Default: 0, Description: "The most machines alive at once, on their way and attached; 0: as many as the demand."},
 	}}}, nil
 }
 
@@ -120,6 +124,9 @@ func validate(raw json.RawMessage) (*config, shared.Diagnostics) {
 	var c config
 	if err := json.Unmarshal(raw, &c); err != nil {
 		return nil, shared.Diagnostics{shared.Errorf(nil, "Malformed configuration", "%v", err)}
+	}
+	if c.MaxWorkers < 0 {
+		return nil, shared.Diagnostics{shared.Errorf([]string{"max_workers"}, "Invalid max_workers", "%d machines: give 0 (no cap) or more.", c.MaxWorkers)}
 	}
 	if c.Greeting == "" || c.Greeting == "boom" {
 		path := []string{"greeting"}
@@ -228,6 +235,12 @@ func (m *memory) Provision(ctx context.Context, req *shared.ProvisionRequest) (*
 	}
 	var add []shared.Outstanding
 	var cancelled []shared.Outstanding
+	// room is how many more machines max_workers allows alive, counting
+	// those on their way and those attached; -1: no cap.
+	room := -1
+	if m.cfg.MaxWorkers > 0 {
+		room = max(0, m.cfg.MaxWorkers-len(m.outstanding)-len(req.Attached))
+	}
 	for _, s := range shapes {
 		var mine []shared.Outstanding
 		for _, o := range m.outstanding {
@@ -248,7 +261,19 @@ func (m *memory) Provision(ctx context.Context, req *shared.ProvisionRequest) (*
 			}
 			upTo = len(mine)
 		}
+		if room >= 0 && upTo > len(mine)+room {
+			upTo = len(mine) + room
+			for i := range resp.Outcomes {
+				if resp.Outcomes[i].Profile == s.Profile && resp.Outcomes[i].Outcome == shared.OutcomeOutstanding {
+					resp.Outcomes[i].Outcome, resp.Outcomes[i].Condition = shared.OutcomeCapped, shared.ConditionCap
+					resp.Outcomes[i].Detail = fmt.Sprintf("max_workers %d: %d attached, %d on their way", m.cfg.MaxWorkers, len(req.Attached), len(m.outstanding))
+				}
+			}
+		}
 		for n := len(mine); n < upTo; n++ {
+			if room > 0 {
+				room--
+			}
 			m.n++
 			owner := m.name
 			if m.cfg.ForeignWorker {
