@@ -18,6 +18,11 @@ package slurm
 // worker is attached, where before the poller rested once every machine
 // had arrived.
 //
+// A worker that left (Reconcile) is kept among the departed while the
+// queue lists its job: if the job is requeued after the worker left
+// (its node failed as it went), adoption cancels it instead of taking
+// it for a machine on its way.
+//
 // What it will not do: judge a worker that is running. A job RUNNING
 // whose worker is silent is the engine's liveness rule's to judge, which
 // stays as the net under this; and a job requeued after its node failed
@@ -67,6 +72,31 @@ func (p *Provisioner) keepAttachedLocked(arrived []*request) {
 	}
 }
 
+// departLocked stops watching worker's job, which left with it, and
+// keeps it among the departed while the queue lists it. p.mu must be
+// held.
+func (p *Provisioner) departLocked(worker string) {
+	j, ok := p.attachedJobs[worker]
+	if !ok {
+		return
+	}
+	delete(p.attachedJobs, worker)
+	if p.departed == nil {
+		p.departed = map[string]attachedJob{}
+	}
+	p.departed[worker] = j
+}
+
+// forgetDepartedLocked drops the departed whose job the queue no longer
+// lists as queued or running: ended, or gone. p.mu must be held.
+func (p *Provisioner) forgetDepartedLocked(cfg *settings, byID rowIndex) {
+	for w, j := range p.departed {
+		if row, ok := rowOf(byID, j.job, cfg.comment(j.tag)); !ok || endedStates[row.state] {
+			delete(p.departed, w)
+		}
+	}
+}
+
 // endWatchesLocked lists the attached workers' jobs for a poll cycle.
 // p.mu must be held.
 func (p *Provisioner) endWatchesLocked() []endWatch {
@@ -81,13 +111,11 @@ func (p *Provisioner) endWatchesLocked() []endWatch {
 // its machine under its attached worker (worker_job_ended), and stops
 // watching it. A job requeued (pending again) is cancelled too.
 func (p *Provisioner) endedUnder(ctx context.Context, cfg *settings, host shared.Host, watched []endWatch, rows []jobRow) {
-	if len(watched) == 0 {
-		return
-	}
 	byID := indexRows(rows)
 	var evs []shared.Event
 	var requeued []jobRef
 	p.mu.Lock()
+	p.forgetDepartedLocked(cfg, byID)
 	for _, w := range watched {
 		row, listed := rowOf(byID, w.job, cfg.comment(w.tag))
 		if listed && runningStates[row.state] {
@@ -96,7 +124,7 @@ func (p *Provisioner) endedUnder(ctx context.Context, cfg *settings, host shared
 		if cur, ok := p.attachedJobs[w.worker]; !ok || cur != w.attachedJob {
 			continue // the worker left, or came back, while the queue was read
 		}
-		delete(p.attachedJobs, w.worker)
+		p.departLocked(w.worker)
 		state, detail := row.state, ""
 		switch {
 		case !listed:

@@ -295,7 +295,7 @@ func (p *Provisioner) pollWanted() bool {
 	if p.shut {
 		return false
 	}
-	if len(p.outstanding) > 0 || len(p.cancelling) > 0 || len(p.attachedJobs) > 0 || p.now().Before(p.watchUntil) {
+	if len(p.outstanding) > 0 || len(p.cancelling) > 0 || len(p.attachedJobs) > 0 || len(p.departed) > 0 || p.now().Before(p.watchUntil) {
 		return true
 	}
 	if p.cfg != nil {
@@ -377,9 +377,10 @@ func (p *Provisioner) pollOnce(ctx context.Context) {
 		}
 	}
 	ends := p.endWatchesLocked()
+	departed := len(p.departed) > 0
 	p.mu.Unlock()
 	needLogin, _ := p.loginNeeded(cfg)
-	if !adopting && !cancelling && !watchingLate && len(watched) == 0 && len(ends) == 0 && !needLogin {
+	if !adopting && !cancelling && !watchingLate && len(watched) == 0 && len(ends) == 0 && !departed && !needLogin {
 		return
 	}
 
@@ -487,7 +488,7 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 		secrets []string
 	}
 	var reports []report
-	var cancels []jobRef
+	var cancels, requeues []jobRef
 	now := p.now()
 
 	p.mu.Lock()
@@ -529,7 +530,8 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 			continue
 		}
 		if r.phase == phaseQueued {
-			if row, ok := byID.get(r.job); ok && !endedStates[row.state] && !(row.state == "PENDING" && reasonNeverClears(row.reason)) {
+			if row, ok := byID.get(r.job); ok && !endedStates[row.state] && !(row.state == "PENDING" && reasonNeverClears(row.reason)) &&
+				!requeued(r, row) {
 				recordState(r, row, now)
 				continue
 			}
@@ -577,6 +579,14 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 			// and ended may have.
 			said := row.state != "CANCELLED" && row.state != "DEADLINE" && row.state != "PREEMPTED"
 			forget(r, fmt.Sprintf("job %s ended %s before its worker attached", r.job, state), said)
+		case requeued(r, row):
+			// Its worker may have attached and left before the engine
+			// said so (its credential is then spent): the job is given
+			// up, not the profile, which did nothing wrong.
+			delete(p.outstanding, r.worker)
+			r.phase = phaseFailed
+			requeues = append(requeues, jobRef{job: r.job, profile: r.profile, worker: r.worker, age: now.Sub(r.since),
+				why: "requeued by Slurm (its node failed, or it was preempted) before its worker attached"})
 		case row.state == "PENDING" && reasonNeverClears(row.reason):
 			delete(p.outstanding, r.worker)
 			r.phase = phaseFailed
@@ -633,6 +643,18 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 		p.publish(p.life, cfg, host, ev)
 	}
 	p.cancelJobs(p.life, cfg, host, cancels, "cancelled a job that can never start")
+	p.cancelJobs(p.life, cfg, host, requeues, "cancelled a job Slurm requeued before its worker attached")
+}
+
+// requeued reports whether a queued request's job, seen running, is
+// pending again: Slurm requeues a batch job whose node fails
+// (JobRequeue=1, the default) or that is preempted. Its worker may have
+// attached and left meanwhile, spending its credential, and nothing in
+// the queue tells whether it did. A job requeued before any poll saw it
+// running looks like one never started (its reason, BeginTime, is also
+// what --begin or a site's submit rule gives), and is kept.
+func requeued(r *request, row jobRow) bool {
+	return row.state == "PENDING" && !r.running.IsZero()
 }
 
 // recordState keeps what squeue says of a queued request's job, row, and
@@ -884,6 +906,12 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 			// This run's own: a machine in the books, or a task of an
 			// array submitted while adoption was pending (mine holds
 			// the array's tag).
+			continue
+		case p.departed[worker] != (attachedJob{}) && row.state == "PENDING":
+			// Its worker attached in this process and left; the job was
+			// requeued, and the worker's name is spent (ends.go).
+			strays = append(strays, jobRef{job: row.id, profile: profile, worker: worker,
+				why: "requeued after its worker attached and left; its worker can never attach again"})
 			continue
 		case tag.Epoch != cfg.epoch:
 			strays = append(strays, jobRef{job: row.id, profile: profile, worker: worker,

@@ -156,16 +156,15 @@ func TestPoller(t *testing.T) {
 		t.Fatal(err)
 	}
 	// It reads the attached worker's job (ends.go), until the worker
-	// leaves.
+	// has left and the queue shows its job ended.
 	if !h.p.pollWanted() {
 		t.Error("the poller rests while a worker is attached")
 	}
+	h.fake.setRows(t, "4242|COMPLETED|None|2026-12-02T10:00:01|"+tagOf(worker))
 	if _, err := h.p.Reconcile(context.Background(), &shared.ReconcileRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	if h.p.pollWanted() {
-		t.Error("the poller wants to run after the worker left")
-	}
+	eventually(t, "the poller to rest once the job ended", func() bool { return !h.p.pollWanted() })
 	for _, c := range h.fake.callsTo("squeue") {
 		if !slices.Equal(c.remote(), pollArgv) {
 			t.Errorf("squeue = %q", c.remote())
@@ -1265,6 +1264,50 @@ func TestPollHearsJobEndUnderWorker(t *testing.T) {
 		}
 		if h.p.pollWanted() {
 			t.Error("the poller works with nothing attached or outstanding")
+		}
+	})
+	// A job seen running and pending again before the engine said its
+	// worker attached: requeued (its node failed); its worker may have
+	// attached and left, so it is cancelled and asked for anew.
+	t.Run("requeued before its worker attached", func(t *testing.T) {
+		h := newHarness(t, "sbatch=ok,squeue=rows,scancel=ok", nil)
+		ev := h.provisioned(t)
+		ctx := context.Background()
+		h.fake.setRows(t, "4242|RUNNING|None|2026-12-02T10:00:01|"+tagOf(ev.Worker))
+		h.p.pollOnce(ctx)
+		h.fake.setRows(t, "4242|PENDING|BeginTime|2026-12-02T10:02:00|"+tagOf(ev.Worker))
+		h.p.pollOnce(ctx)
+		if got := kinds(h.host.Events()); !slices.Equal(got, []shared.EventKind{shared.EventWorkerProvisioned, shared.EventWorkerCancelled}) {
+			t.Errorf("events = %v; want the requeued job cancelled", got)
+		}
+		if st := h.status(t); len(st.Outstanding) != 0 || len(st.BackingOff) != 0 {
+			t.Errorf("Outstanding = %+v, BackingOff = %+v; want nothing on its way and no backoff", st.Outstanding, st.BackingOff)
+		}
+	})
+	// A worker that left as its node failed: Slurm requeues its job,
+	// which must be cancelled, not adopted as a machine on its way.
+	t.Run("left, then requeued", func(t *testing.T) {
+		h := newHarness(t, "sbatch=ok,squeue=rows,scancel=ok", nil)
+		ev := h.provisioned(t)
+		ctx := context.Background()
+		if _, err := h.p.Reconcile(ctx, &shared.ReconcileRequest{Attached: []string{ev.Worker}}); err != nil {
+			t.Fatal(err)
+		}
+		h.fake.setRows(t, "4242|RUNNING|None|2026-12-02T10:00:01|"+tagOf(ev.Worker))
+		h.p.pollOnce(ctx)
+		if _, err := h.p.Reconcile(ctx, &shared.ReconcileRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		h.fake.setRows(t, "4242|PENDING|BeginTime|2026-12-02T10:02:00|"+tagOf(ev.Worker))
+		h.p.pollOnce(ctx)
+		if got := kinds(h.host.Events()); !slices.Equal(got, []shared.EventKind{shared.EventWorkerProvisioned, shared.EventWorkerCancelled}) {
+			t.Errorf("events = %v; want the requeued job cancelled, not adopted", got)
+		}
+		if n := len(h.fake.callsTo("scancel")); n != 1 {
+			t.Errorf("%d scancel calls, want 1", n)
+		}
+		if st := h.status(t); len(st.Outstanding) != 0 {
+			t.Errorf("Outstanding = %+v; want nothing on its way", st.Outstanding)
 		}
 	})
 }

@@ -134,6 +134,11 @@ type Provisioner struct {
 	// arrived in this process, until Reconcile says it left or a poll
 	// cycle finds its job ended under it (ends.go).
 	attachedJobs map[string]attachedJob
+	// departed holds the jobs of workers that attached in this process
+	// and left (Reconcile) or whose job ended under them, while the queue
+	// still lists the job: one pending again was requeued, and its
+	// worker's name is spent, so it is cancelled, never adopted (ends.go).
+	departed map[string]attachedJob
 	// inflight holds the requests whose submission goroutine has not yet
 	// finished, including any Reconcile has already forgotten.
 	inflight map[*request]bool
@@ -739,13 +744,13 @@ func (p *Provisioner) reconcileAttachedLocked(cfg *settings, req *shared.Reconci
 		p.attached = maps.Clone(p.reconciledBy)
 		for w := range p.attachedJobs {
 			if _, ok := p.reconciled[w]; !ok {
-				delete(p.attachedJobs, w)
+				p.departLocked(w)
 			}
 		}
 		return p.arrivedLocked(names)
 	}
 	for _, w := range req.Left {
-		delete(p.attachedJobs, w)
+		p.departLocked(w)
 		if _, ok := p.reconciled[w]; !ok {
 			continue
 		}

@@ -65,6 +65,8 @@ func (p ProvisionerStatus) MarshalJSON() ([]byte, error) {
 		Worker     string  `json:"worker"`
 		AgeSeconds float64 `json:"age_seconds"`
 		State      string  `json:"state,omitempty"`
+		// Reason is why the scheduler holds a pending job (contract 2.6).
+		Reason string `json:"reason,omitempty"`
 	}
 	type backoff struct {
 		Profile   string    `json:"profile"`
@@ -132,7 +134,7 @@ func (p ProvisionerStatus) MarshalJSON() ([]byte, error) {
 		}
 		for _, o := range s.Outstanding {
 			out.Status.Outstanding = append(out.Status.Outstanding, outstanding{
-				Profile: o.Profile, Job: o.Job, Worker: o.Worker, State: o.State,
+				Profile: o.Profile, Job: o.Job, Worker: o.Worker, State: o.State, Reason: Printable(o.Reason),
 				AgeSeconds: o.Age.Round(100 * time.Millisecond).Seconds(),
 			})
 		}
