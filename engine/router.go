@@ -990,6 +990,12 @@ func (p *router) askTarget(ctx context.Context, t target, rd *round, attached []
 	if missed {
 		err = fmt.Errorf("no answer within %s", p.provisionTimeout)
 	}
+	if err != nil && ctx.Err() != nil {
+		// The pass itself was cut short (the run is over, the engine
+		// stops): the provisioner said nothing, and each need keeps its
+		// last answer, such as "login needed", not the cut's words.
+		return
+	}
 	if err == nil && len(resp.Outcomes) != len(rd.demand) {
 		err = fmt.Errorf("%d outcomes for %d demand entries", len(resp.Outcomes), len(rd.demand))
 	}

@@ -588,3 +588,42 @@ func TestRouterAsksWhatFits(t *testing.T) {
 		t.Errorf("asked of hpc: %s, want [{{2 0 0 } 1}]", asked)
 	}
 }
+
+// TestPassCutShortKeepsTheAnswer: a pass whose context ends while a
+// provisioner is being asked (the run is over) records nothing for its
+// needs: each keeps the provisioner's last answer, here "login needed",
+// not the cut's "context deadline exceeded".
+func TestPassCutShortKeepsTheAnswer(t *testing.T) {
+	t.Parallel()
+	logger, logs := testLogger(t)
+	block := make(chan struct{})
+	prov := &sharedtest.Provisioner{Name: "hpc", ShapeList: []shared.Shape{{Profile: "small", CPUs: 4}}}
+	prov.ProvisionF = func(ctx context.Context, r *shared.ProvisionRequest) (*shared.ProvisionResponse, error) {
+		select {
+		case <-block:
+			<-ctx.Done()
+			return nil, ctx.Err()
+		default:
+		}
+		resp := &shared.ProvisionResponse{}
+		for range r.Demand {
+			resp.Outcomes = append(resp.Outcomes, shared.DemandOutcome{Outcome: shared.OutcomeCapped, Condition: shared.ConditionLoginNeeded,
+				Profile: "small", Detail: "login needed: the login node refused the login (Permission denied (publickey).)"})
+		}
+		return resp, nil
+	}
+	p := newRouter(logger, newBareBooks(nil, host.NewSigner(testSecret), nil), []target{{Name: "hpc", P: prov, Shapes: prov.ShapeList}})
+	p.Add(shared.Need{CPUs: 2})
+	p.Pass(context.Background())
+	close(block)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	p.Pass(ctx)
+	un := p.Unserved()
+	if len(un) != 1 || !strings.Contains(un[0], "Permission denied (publickey)") || strings.Contains(un[0], "deadline") {
+		t.Errorf("Unserved() after a pass cut short = %q, want the provisioner's last answer", un)
+	}
+	if strings.Contains(logs.String(), "could not ask for a machine") {
+		t.Errorf("the cut was logged as the provisioner's error:\n%s", logs)
+	}
+}

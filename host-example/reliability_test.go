@@ -7,10 +7,13 @@ package main
 
 import (
 	"bytes"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -905,4 +908,105 @@ func letWorkersGo(t *testing.T, gate string, p *engineProc) (servedBy []string, 
 		servedBy = append(servedBy, m[2])
 	}
 	return servedBy, opened, exitedAt
+}
+
+// TestReliabilityLoginRefused: a configuration whose ssh_key the login
+// node does not accept, run for two minutes with a need and a 10 s
+// poll_interval. The login is tried on the plugin's slow backoff (a
+// minute after the refusal), never once a poll: the sandbox sshd's log
+// holds at most 3 logins from the plugin's address in the run (the
+// plugin binds its ssh to an address of its own, so that its lines are
+// told from anybody else's). The need is reported "login needed" in the
+// first refusal's words to the end, the run exits 1 for the need that
+// timed out, and its shutdown, with nothing ever submitted, says so and
+// is not a failure.
+func TestReliabilityLoginRefused(t *testing.T) {
+	e := newE2E(t, "rel-refused")
+	dir := t.TempDir()
+	key := filepath.Join(dir, "not_authorized")
+	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "", "-f", key).CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen: %v\n%s", err, out)
+	}
+	var b [1]byte
+	rand.Read(b[:])
+	addr := fmt.Sprintf("127.0.0.%d", 2+int(b[0])%250)
+	cfg := e.config(t, e.host, "worker")
+	data, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Replace(string(data), fmt.Sprintf("ssh_key        = %q", e.env.Key), fmt.Sprintf(`ssh_key        = %q
+  ssh_options    = ["BindAddress=%s"]
+  poll_interval  = "10s"`, key, addr), 1)
+	if text == string(data) {
+		t.Fatalf("the configuration has no ssh_key line to replace:\n%s", data)
+	}
+	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sshdLog := filepath.Join(e.env.Dir, "log", "sshd.log")
+	st, err := os.Stat(sshdLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := st.Size()
+
+	p := e.startEngine(t, "-config", cfg, "-need", "cpus=1", "-timeout", "2m")
+	code := p.wait(t, 3*time.Minute)
+	story, logs := p.stdout.String(), p.stderr.String()
+	t.Logf("story:\n%s", story)
+
+	f, err := os.Open(sshdLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Seek(from, 0); err != nil {
+		t.Fatal(err)
+	}
+	tail, err := io.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One connection is one source port; sshd names it on each line.
+	ports := map[string]bool{}
+	refused := 0
+	fromAddr := regexp.MustCompile(` ` + regexp.QuoteMeta(addr) + ` port (\d+)`)
+	for _, l := range strings.Split(string(tail), "\n") {
+		if m := fromAddr.FindStringSubmatch(l); m != nil {
+			ports[m[1]] = true
+			if strings.Contains(l, "Connection closed by authenticating user") {
+				refused++
+			}
+		}
+	}
+	t.Logf("logins from %s in the sandbox sshd's log during the 2 min run: %d (%d refused)", addr, len(ports), refused)
+	if refused == 0 {
+		t.Errorf("the sshd's log has no refused login from %s: the test does not see the plugin's logins\n%s", addr, tail)
+	}
+	if len(ports) > 3 {
+		t.Errorf("%d logins in 2 minutes, want at most 3 (a minute after the refusal, then doubling)", len(ports))
+	}
+
+	if code != 1 || !strings.Contains(story, "timed out after 2m0s; not served: ") {
+		t.Errorf("exit %d, want 1 for the need that timed out", code)
+	}
+	const first = "Permission denied (publickey)"
+	for _, l := range strings.Split(story+logs, "\n") {
+		if strings.Contains(l, "login needed") && !strings.Contains(l, first) {
+			t.Errorf("a line says login needed without the first refusal's words: %s", l)
+		}
+		if strings.Contains(l, "kex_exchange_identification") || strings.Contains(l, "deadline exceeded") {
+			t.Errorf("a line has other words than the refusal's: %s", l)
+		}
+	}
+	if m := regexp.MustCompile(`timed out after .*`).FindString(story); !strings.Contains(m, "login needed") || !strings.Contains(m, first) {
+		t.Errorf("the need's last word is %q, want login needed, %s", m, first)
+	}
+	if strings.Contains(story, "shutdown failed") || strings.Contains(story, "may be left") {
+		t.Errorf("the shutdown of a provisioner that submitted nothing failed")
+	}
+	if !strings.Contains(story, e.name+": shut down, nothing outstanding") {
+		t.Errorf("the story does not say the shutdown left nothing outstanding")
+	}
 }

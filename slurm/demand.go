@@ -684,7 +684,7 @@ func (p *Provisioner) submitOne(ctx context.Context, cfg *settings, host shared.
 			p.watchLate(cfg)
 		}
 	}
-	if err != nil && !lost && p.withdrawForLogin(cfg, live, detail+" "+err.Error()) {
+	if err != nil && !lost && p.withdrawForLogin(cfg, live, err) {
 		return true
 	}
 	if err != nil {

@@ -942,9 +942,28 @@ func TestIntegrationSSHFailures(t *testing.T) {
 			c["submit_timeout"] = submitTimeout.String()
 			return c
 		})
-		r.provision(t, shared.Need{CPUs: 1}, "small")
-		ev := r.events.wait(t, "worker_provision_failed", deadline, kindIs(shared.EventWorkerProvisionFailed, "small"))
-		checkFailure(t, r, ev, "Host key verification failed", "REMOTE HOST IDENTIFICATION HAS CHANGED")
+		// A host key that is not the one known is a refusal: a person
+		// must check known_hosts. No machine fails and no profile backs
+		// off; the need is answered "login needed" in ssh's words.
+		need := shared.Need{CPUs: 1}
+		var o *shared.DemandOutcome
+		poll(t, "Provision to answer login needed", deadline, func() (bool, string) {
+			o = r.ask(t, need)
+			return o.Condition == shared.ConditionLoginNeeded, fmt.Sprintf("%+v", o)
+		})
+		for _, want := range []string{"Host key verification failed", "Check known_hosts"} {
+			if !strings.Contains(o.Detail, want) {
+				t.Errorf("the answer does not say %q: %s", want, o.Detail)
+			}
+		}
+		for _, ev := range r.events.all() {
+			if ev.Kind == shared.EventWorkerProvisionFailed {
+				t.Errorf("a machine failed for a host key: %+v", ev)
+			}
+		}
+		if st := r.status(t); len(st.BackingOff) != 0 || len(st.Outstanding) != 0 {
+			t.Errorf("backing off %+v, outstanding %+v; want neither", st.BackingOff, st.Outstanding)
+		}
 	})
 }
 

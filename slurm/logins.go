@@ -15,22 +15,34 @@ package slurm
 // answers.
 //
 // A login node that answers and refuses the login ("Permission denied
-// (publickey)") is a different thing: at a site with MFA the plugin
-// reuses an operator's ControlMaster (ssh_config's ControlPath, multiplex
-// = false), and when that master is gone ssh falls back to a key the site
-// refuses. Nothing the plugin can do brings it back: while the
-// transport's Access is refused, the provisioner is in the phase "login
-// needed" and says what to run. That is weather, not a fault of a
+// (publickey)", or a host key that is not the one known_hosts has) is a
+// different thing: a person has to act. At a site with MFA the plugin
+// reuses an operator's ControlMaster (ssh_config's ControlPath,
+// multiplex = false), and when that master is gone ssh falls back to a
+// key the site refuses; elsewhere the key or known_hosts is wrong. While
+// the transport's Access is refused, the provisioner is in the phase
+// "login needed" and says what to do. That is weather, not a fault of a
 // profile: no profile backs off, no machine is counted failed, and
 // Provision asks for nothing (it answers the demand capped, "login
 // needed: ..."), so the engine has no reason to try another profile
-// behind the same login. The poller tries the login once a poll_interval,
-// and the first command that gets through ends the phase; the next
-// Provision asks again. One log line says when the phase begins and one
-// when it ends, never one per attempt.
+// behind the same login.
+//
+// Every refused login knocks on the login node's sshd, which counts it
+// against the engine's address (PerSourcePenalties, fail2ban). So the
+// login is tried again on the transport's slow backoff alone (a minute
+// after the refusal, doubling to 15 minutes; slurm/sshrun owns it, for
+// every command: the poll, a submission, adoption, a cancel, the relay,
+// Shutdown's look at the queue), never at the poll's pace: until the try
+// is due the poller reads nothing, and every other command fails at once
+// without running ssh. The first try that gets through ends the phase,
+// whatever a person did (a new key, the master opened again), and the
+// next Provision asks again. The words are the first refusal's to the
+// end, with when the next try is; one log line says when the phase
+// begins and one when it ends, never one per attempt.
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -139,18 +151,23 @@ func (p *Provisioner) loginNeeded(cfg *settings) (bool, string) {
 	if a.Phase != sshrun.AccessRefused {
 		return false, ""
 	}
-	return true, loginNeededDetail(cfg, a.Said, a.Since)
+	return true, loginNeededDetail(cfg, a)
 }
 
-// loginNeededDetail says that a login is needed, since when, and what to
-// do: with multiplex off (the MFA recipe), the operator's ssh that opens
-// the master ssh_config's ControlPath names; with the plugin's own
+// loginNeededDetail says that a login is needed, since when, what to do
+// and when it is tried again: for a host key, known_hosts to check; with
+// multiplex off (the MFA recipe), the operator's ssh that opens the
+// master ssh_config's ControlPath names; with the plugin's own
 // connections, the key and authorized_keys to check.
-func loginNeededDetail(cfg *settings, said string, since time.Time) string {
+func loginNeededDetail(cfg *settings, a sshrun.Access) string {
 	head := fmt.Sprintf("%s: the login node refused the login (%s) since %s; nothing is asked for until a login gets through",
-		loginNeededPrefix, strings.TrimSpace(said), since.UTC().Format(time.RFC3339))
-	const tail = "; the provisioner tries again every poll_interval and carries on by itself"
-	if cfg.multiplex {
+		loginNeededPrefix, strings.TrimSpace(a.Said), a.Since.UTC().Format(time.RFC3339))
+	tail := "; the login is tried again at " + a.NextTry.UTC().Format(time.RFC3339) +
+		" (a minute after the refusal, doubling to 15 minutes, so that the login node's sshd does not penalise this address) and the provisioner carries on by itself once it gets through"
+	switch {
+	case a.Refusal == sshrun.RefusedHostKey:
+		return head + ". Check known_hosts: the login node's host key is not the one it has (compare `ssh-keyscan` of the login node with the site's published fingerprint before you trust it; host-example validate -check tries the login)" + tail
+	case cfg.multiplex:
 		return head + ". Check ssh_key and that its public half is in the user's authorized_keys (host-example validate -check tries the login)" + tail
 	}
 	return head + ". Log in as the operator to open the shared connection again (run `" + masterCommand(cfg) +
@@ -207,12 +224,13 @@ func (p *Provisioner) accessChanged(cfg *settings, ch sshrun.AccessChange) {
 }
 
 // withdrawForLogin takes back the machines of a submission that a login
-// refusal stopped before it reached the cluster, when a login is needed
-// now: they were never asked for and never announced, so nothing failed
-// and nothing backs off; the demand is answered "login needed" until a
-// login gets through. It reports whether it took them back.
-func (p *Provisioner) withdrawForLogin(cfg *settings, live []*request, said string) bool {
-	if !sshrun.LoginRefused(said) {
+// refusal stopped before it reached the cluster (err holds
+// sshrun.ErrLoginRefused), when a login is needed now: they were never
+// asked for and never announced, so nothing failed and nothing backs
+// off; the demand is answered "login needed" until a login gets through.
+// It reports whether it took them back.
+func (p *Provisioner) withdrawForLogin(cfg *settings, live []*request, err error) bool {
+	if !errors.Is(err, sshrun.ErrLoginRefused) {
 		return false
 	}
 	needed, detail := p.loginNeeded(cfg)

@@ -85,9 +85,10 @@ func TestLoginsInOrder(t *testing.T) {
 // TestLoginNeeded: a login node that refuses the login (an operator's
 // MFA master gone) stops nothing for good: the submission it stopped is
 // taken back without a failure, no profile backs off, Provision answers
-// "login needed" with what to run and asks for nothing, the poller tries
-// once a poll (one log line for the whole outage), and the first command
-// that gets through ends it.
+// "login needed" with what to run and when it tries again, and asks for
+// nothing; the poller tries on the transport's backoff (a minute, then
+// two), never at the poll's pace, one log line for the whole outage; and
+// the first try that gets through ends it.
 func TestLoginNeeded(t *testing.T) {
 	h := newHarness(t, "", func(c map[string]any) { c["multiplex"] = false })
 	ev := h.provisioned(t)
@@ -135,10 +136,37 @@ func TestLoginNeeded(t *testing.T) {
 	if !h.p.pollWanted() {
 		t.Error("the poller rests while the login is needed: nothing would notice it back")
 	}
+	// Polls before the try is due knock on nothing: no ssh at all.
+	next := h.p.ssh.Access().NextTry
+	if got := next.Sub(h.clock.Now()); got != time.Minute {
+		t.Errorf("the next try is %s away, want a minute", got)
+	}
+	if !strings.Contains(note, "tried again at "+next.UTC().Format(time.RFC3339)) {
+		t.Errorf("Status note %q does not say when the login is tried again (%s)", note, next.UTC().Format(time.RFC3339))
+	}
+	calls := len(h.fake.calls())
 	h.p.pollOnce(context.Background())
+	h.clock.Advance(next.Sub(h.clock.Now()) - time.Second)
 	h.p.pollOnce(context.Background())
+	if n := len(h.fake.calls()) - calls; n != 0 {
+		t.Errorf("%d ssh before the login's try is due, want none", n)
+	}
+	// Due: one try, refused again; the next a doubled wait away.
+	h.clock.Advance(time.Second)
+	h.p.pollOnce(context.Background())
+	if n := len(h.fake.calls()) - calls; n != 1 {
+		t.Errorf("%d ssh when the login's try is due, want 1", n)
+	}
+	if got := h.p.ssh.Access().NextTry.Sub(h.clock.Now()); got != 2*time.Minute {
+		t.Errorf("after a second refusal the next try is %s away, want 2m", got)
+	}
 
 	h.fake.write(t, "refuse", "")
+	h.p.pollOnce(context.Background())
+	if needed, _ := h.p.loginNeeded(h.p.settings()); !needed {
+		t.Fatal("a poll before the try was due ended the login needed: it knocked")
+	}
+	h.clock.Advance(2 * time.Minute)
 	h.p.pollOnce(context.Background())
 	if needed, _ := h.p.loginNeeded(h.p.settings()); needed {
 		t.Fatal("a poll that got through left the login needed")
@@ -162,15 +190,61 @@ func TestLoginNeeded(t *testing.T) {
 // how to open the master again.
 func TestLoginNeededWords(t *testing.T) {
 	since := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	auth := sshrun.Access{Phase: sshrun.AccessRefused, Since: since, Said: "Permission denied (publickey).", Refusal: sshrun.RefusedAuth, NextTry: since.Add(time.Minute)}
 	own := &settings{Config: Config{SSHPort: 2222}, multiplex: true, logins: []sshrun.Login{{Dest: "u@h"}}}
-	if d := loginNeededDetail(own, "Permission denied (publickey).", since); !strings.Contains(d, "ssh_key") || strings.Contains(d, "ControlMaster") {
+	if d := loginNeededDetail(own, auth); !strings.Contains(d, "ssh_key") || strings.Contains(d, "ControlMaster") || !strings.Contains(d, "tried again at 2026-12-02T10:01:00Z") {
 		t.Errorf("own connections: %s", d)
 	}
 	master := &settings{Config: Config{SSHConfig: "/c"}, logins: []sshrun.Login{{Dest: "u@h", Port: 2200}}}
-	if d := loginNeededDetail(master, "Permission denied (publickey).", since); !strings.Contains(d, "`ssh -F /c -p 2200 -o ControlMaster=yes -o ControlPersist=yes -fN u@h`") {
+	if d := loginNeededDetail(master, auth); !strings.Contains(d, "`ssh -F /c -p 2200 -o ControlMaster=yes -o ControlPersist=yes -fN u@h`") {
 		t.Errorf("operator's master: %s", d)
+	}
+	hostKey := auth
+	hostKey.Said, hostKey.Refusal = "Host key verification failed.", sshrun.RefusedHostKey
+	if d := loginNeededDetail(own, hostKey); !strings.Contains(d, "Check known_hosts") || strings.Contains(d, "ssh_key") || !strings.Contains(d, "Host key verification failed") {
+		t.Errorf("a host key: %s", d)
 	}
 	if _, _, fix := sshBlame(master, "u@h: Permission denied (publickey)."); !strings.Contains(fix, "-fN u@h") {
 		t.Errorf("validate -check's fix through a master: %s", fix)
 	}
+}
+
+// TestShutdownLoginNeeded: a provisioner whose login was refused from the
+// start never read the queue and submitted nothing; its shutdown says so
+// in the log, runs no ssh (the login's try is not due) and is not a
+// failure. One with a job in its books that it cannot cancel still fails,
+// naming the job.
+func TestShutdownLoginNeeded(t *testing.T) {
+	t.Run("nothing submitted", func(t *testing.T) {
+		h := newUnconfigured(t, "")
+		h.fake.write(t, "refuse", "alice@login.example.org")
+		h.configure(t, nil)
+		o, _ := h.provisionN(t, cpuNeed, 1)
+		if o.Outcome != shared.OutcomeCapped || o.Condition != shared.ConditionLoginNeeded {
+			t.Fatalf("Provision = %+v, want capped, login needed", o)
+		}
+		calls := len(h.fake.calls())
+		resp, err := h.p.Shutdown(context.Background(), &shared.ShutdownRequest{})
+		if err != nil || resp == nil || len(resp.Cancelled) != 0 {
+			t.Fatalf("Shutdown = %+v, %v; want nothing cancelled and no error", resp, err)
+		}
+		if n := len(h.fake.calls()) - calls; n != 0 {
+			t.Errorf("the shutdown ran ssh %d times before the login's try was due, want none", n)
+		}
+		if !strings.Contains(h.logs.String(), "this run left nothing there that it knows of") {
+			t.Errorf("the log does not say the run left nothing:\n%s", h.logs.String())
+		}
+	})
+	t.Run("a job left", func(t *testing.T) {
+		h := newHarness(t, "", nil)
+		ev := h.provisioned(t)
+		h.fake.write(t, "refuse", "alice@login.example.org")
+		h.fake.setSpec(t, "squeue=rows")
+		h.fake.setRows(t, ev.Job+"|PENDING|Priority|N/A|"+tagOf(ev.Worker))
+		h.p.pollOnce(context.Background())
+		_, err := h.p.Shutdown(context.Background(), &shared.ShutdownRequest{})
+		if err == nil || !strings.Contains(err.Error(), "may be left in the queue") || !strings.Contains(err.Error(), ev.Job) {
+			t.Errorf("Shutdown with job %s it could not cancel: %v, want it named as may be left", ev.Job, err)
+		}
+	})
 }

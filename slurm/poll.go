@@ -299,8 +299,9 @@ func (p *Provisioner) pollWanted() bool {
 		return true
 	}
 	if p.cfg != nil {
-		// A login a person has to open is tried once a poll, so that
-		// the provisioner carries on by itself when it is back.
+		// A login a person has to open is tried when the transport's
+		// backoff lets it (pollOnce), so that the provisioner carries on
+		// by itself when it is back.
 		if needed, _ := p.loginNeeded(p.cfg); needed {
 			return true
 		}
@@ -381,6 +382,11 @@ func (p *Provisioner) pollOnce(ctx context.Context) {
 	p.mu.Unlock()
 	needLogin, _ := p.loginNeeded(cfg)
 	if !adopting && !cancelling && !watchingLate && len(watched) == 0 && len(ends) == 0 && !departed && !needLogin {
+		return
+	}
+	if needLogin && p.now().Before(p.ssh.Access().NextTry) {
+		// The login refused, and its next try is not due: squeue would
+		// fail at once without ssh, and would say nothing new.
 		return
 	}
 

@@ -1112,7 +1112,13 @@ func (p *Provisioner) Status(context.Context, *shared.StatusRequest) (*shared.St
 // job of this engine, whatever the books say: an sbatch that went on on
 // the login node after its ssh died lands as a job nobody holds. Jobs
 // adopted at Configure, and jobs whose earlier scancel failed, are
-// cancelled like any other.
+// cancelled like any other. When that look is only for what an earlier
+// run may have left (the queue could never be read, a login refused
+// throughout, say) and nothing of this run's is in doubt, a queue that
+// cannot be read then either is said in the log and is not a failure:
+// this run left the queue as it found it, and the next run adopts what
+// is there. A shutdown with nothing outstanding cancels nothing and
+// succeeds.
 func (p *Provisioner) Shutdown(ctx context.Context, req *shared.ShutdownRequest) (*shared.ShutdownResponse, error) {
 	p.mu.Lock()
 	if done := p.shutdownDone; done != nil {
@@ -1244,19 +1250,26 @@ func (p *Provisioner) shutdown(ctx context.Context, req *shared.ShutdownRequest)
 			arrived[r.worker] = true
 		}
 	}
-	neverLooked := p.adoptPending
-	sweep := p.suspect || neverLooked || len(lost) > 0
+	neverLooked, suspect := p.adoptPending, p.suspect
+	sweep := suspect || neverLooked || len(lost) > 0
 	p.mu.Unlock()
 
 	if sweep {
 		found, err := p.sweepQueue(ctx, cfg, lost, arrived, neverLooked)
-		if err != nil {
+		switch {
+		case err != nil && !suspect && len(lost) == 0:
+			// Only a look for what an earlier run may have left, and the
+			// queue could never be read: this run put nothing there
+			// that is not in the books, and changed nothing of what it
+			// found, so the next run adopts it as this one would have.
+			// Not this shutdown's failure.
+			p.setLastErr(err.Error())
+			cfg.log.Warn("could not read the queue at shutdown, as at every look before; this run left nothing there that it knows of, and jobs an earlier run may have left are the next run's to adopt",
+				"error", err, "check", "squeue --me --name="+jobName(cfg.name))
+		case err != nil:
 			p.setLastErr(err.Error())
 			cfg.log.Error("could not read the queue for jobs whose submission was cut short", "error", err)
 			what := "any job of this engine that reached the queue after its submission was cut short"
-			if neverLooked {
-				what = "any job an earlier run of this engine left in the queue (the queue could never be read)"
-			}
 			if len(lost) > 0 {
 				var ws []string
 				for _, r := range lost {

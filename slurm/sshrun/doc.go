@@ -28,13 +28,18 @@
 //     stay below sshd's MaxSessions (10 by default) on a shared
 //     connection;
 //   - failing over between login nodes: one that does not answer is
-//     skipped until its retry is due, and one that refuses the login is
-//     noted; how each stands is Notes, the way in as a whole Access;
+//     skipped until its retry is due, and one that refuses the login (its
+//     authentication, or its host key: Refused) is left alone until its
+//     slow retry is due, a minute doubling to 15, tried by one command at
+//     a time, every other failing at once with ErrLoginRefused, so that
+//     no sshd penalty or fail2ban rule is tripped; how each stands is
+//     Notes, the way in as a whole Access, with the first refusal's words
+//     and the next try;
 //   - host keys: checking is never turned off from here (WeakHostKey,
 //     Effective read what the user's settings would do), and with
 //     KnownHosts set it is strict against that file alone;
 //   - ssh's words: which failures ssh says happened before anything ran
-//     (NeverRan, LoginRefused), and which lines of stderr are its
+//     (NeverRan, Refused), and which lines of stderr are its
 //     multiplexing noise rather than the remote command's.
 //
 // It knows ssh, not Slurm: what a remote command means, what its words

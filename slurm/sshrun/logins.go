@@ -27,12 +27,27 @@ import (
 // the connection dropped) is never moved.
 //
 // A login node that answers and refuses the login ("Permission denied
-// (publickey)") is a different thing: a person may have to log in (an
-// operator's MFA master is gone), and nothing the transport can do
-// brings it back. When no login let a command in and one refused it,
-// Access is AccessRefused until a command gets through; what that holds
-// back is the caller's. One log line says when a login stops answering
-// and one when it answers again, never one per attempt.
+// (publickey)", or a host key that is not the one known: "Host key
+// verification failed") is a different thing: a person has to act (a new
+// key, an operator's MFA master opened again, the known host key
+// checked), and nothing the transport can do brings it back. Knocking
+// again costs more than it learns: sshd counts each refused login against
+// the address (OpenSSH's PerSourcePenalties, a site's fail2ban), and once
+// it penalises the engine's host every later try is refused for that
+// instead, in other words. So a login that refused is not tried by any
+// command until its refusal's retry is due, refusalRetryFirst after the
+// refusal, doubling to refusalRetryMax; one command at a time makes that
+// try, whatever its caller (a poll, a submission, a cancel, the relay),
+// and a command with no other login to go to fails at once, with
+// ErrLoginRefused, without running ssh. A try that gets through ends the
+// refusal; one that is refused again or fails otherwise (the penalty's
+// "Connection closed", a timeout) keeps it, with the first refusal's
+// words and time. A timeout or a connection refused by itself is not a
+// refusal: that login is silent, above. When no login let a command in
+// and one refused it, Access is AccessRefused until a command gets
+// through; what that holds back is the caller's. One log line says when
+// a login stops answering and one when it answers again, never one per
+// attempt.
 
 const (
 	// loginRetryFirst and loginRetryMax bound how long a login node that
@@ -41,7 +56,51 @@ const (
 	// connection attempt every few minutes, not one per command.
 	loginRetryFirst = 10 * time.Second
 	loginRetryMax   = 5 * time.Minute
+	// refusalRetryFirst and refusalRetryMax bound how long a login node
+	// that refused the login is left alone before it is tried again:
+	// three tries in the first seven minutes, then one each quarter of an
+	// hour, below any sshd penalty or fail2ban rule's rate, and soon
+	// enough after a person's fix.
+	refusalRetryFirst = time.Minute
+	refusalRetryMax   = 15 * time.Minute
 )
+
+// ErrLoginRefused is in the error of a call that a refused login
+// stopped: ssh's own refusal, or a call not made because every login it
+// could go to refused and none's retry is due yet.
+var ErrLoginRefused = errors.New("the login node refused the login")
+
+// Refusal is what a login node's refusal was about, by ssh's words.
+type Refusal int
+
+const (
+	// NotRefused: ssh said nothing of a refusal.
+	NotRefused Refusal = iota
+	// RefusedAuth: sshd refused the authentication ("Permission denied
+	// (publickey)", "Too many authentication failures"): the key, or the
+	// lack of an operator's MFA master.
+	RefusedAuth
+	// RefusedHostKey: the login node's host key is not the one known
+	// ("Host key verification failed"): known_hosts is out of date, or
+	// another machine answers at its address.
+	RefusedHostKey
+)
+
+func (r Refusal) String() string {
+	switch r {
+	case RefusedAuth:
+		return "authentication refused"
+	case RefusedHostKey:
+		return "host key not the one known"
+	}
+	return "not refused"
+}
+
+// refusalError is a call's error when a refused login stopped it: its
+// words are the call's, and errors.Is finds ErrLoginRefused in it.
+type refusalError struct{ error }
+
+func (e refusalError) Is(target error) bool { return target == ErrLoginRefused }
 
 // Login is one login node: what ssh is given as its destination, and
 // the port when the entry names one (0: Config.Port, or ssh's own
@@ -184,8 +243,14 @@ type Access struct {
 	// Since is when Phase began; zero before any change.
 	Since time.Time
 	// Said is ssh's words from the login that refused, with
-	// AccessRefused.
+	// AccessRefused: its first refusal's, whatever later tries said.
 	Said string
+	// Refusal is what that refusal was about, with AccessRefused.
+	Refusal Refusal
+	// NextTry is when a command may next try a login that refused, with
+	// AccessRefused: the earliest retry due among them. Until then every
+	// command fails at once with ErrLoginRefused.
+	NextTry time.Time
 }
 
 // AccessChange is one change of Access, as Config.AccessChanged hears
@@ -206,12 +271,19 @@ type loginState struct {
 	phase loginPhase
 	// since is when the phase began.
 	since time.Time
-	// retryAt is when a silent login is tried again; fails counts its
-	// silences in a row, for the doubling.
+	// retryAt is when a silent or refusing login is tried again; fails
+	// counts its silences, or its tries since it refused, in a row, for
+	// the doubling.
 	retryAt time.Time
 	fails   int
-	// said is ssh's words when it last failed.
+	// trying is set while one command tries a refusing login whose
+	// retry was due, so that no other command knocks beside it.
+	trying bool
+	// said is ssh's words when it last failed; for a refusing login, its
+	// first refusal's.
 	said string
+	// refusal is what a refusing login's first refusal was about.
+	refusal Refusal
 }
 
 // loginBook is where each login node stands and which one is in use.
@@ -228,9 +300,10 @@ type loginBook struct {
 	// and accessSince when that began.
 	access      AccessPhase
 	accessSince time.Time
-	// refusedSaid is ssh's words from the login that refused, while
-	// access is AccessRefused.
+	// refusedSaid and refusal are the words and kind of the first
+	// refusal of the login that refused, while access is AccessRefused.
 	refusedSaid string
+	refusal     Refusal
 }
 
 // initLocked makes the book for n logins. b.mu must be held.
@@ -243,7 +316,8 @@ func (b *loginBook) initLocked(n int) {
 
 // order is the logins to try for one command, by index: in the
 // configured order, those skipped (silent, their retry not yet due) after
-// the rest, as a last resort.
+// the rest, as a last resort. A refusing login is left out until its
+// retry is due, and while another command tries it.
 func (b *loginBook) order(n int, now time.Time) []int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -251,18 +325,66 @@ func (b *loginBook) order(n int, now time.Time) []int {
 	out := make([]int, 0, n)
 	var later []int
 	for i, st := range b.state {
-		if st.phase == loginSilent && now.Before(st.retryAt) {
+		switch {
+		case st.phase == loginRefusing && (st.trying || now.Before(st.retryAt)):
+		case st.phase == loginSilent && now.Before(st.retryAt):
 			later = append(later, i)
-			continue
+		default:
+			out = append(out, i)
 		}
-		out = append(out, i)
 	}
 	return append(out, later...)
 }
 
+// take claims login i for one command at now: false for a refusing
+// login whose retry is not due or that another command is trying; a
+// refusing login it gives is marked trying until note hears how the try
+// went.
+func (b *loginBook) take(n, i int, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.initLocked(n)
+	st := &b.state[i]
+	if st.phase != loginRefusing {
+		return true
+	}
+	if st.trying || now.Before(st.retryAt) {
+		return false
+	}
+	st.trying = true
+	return true
+}
+
+// held is the error of a command that no login could take: each it could
+// go to refused, and none's retry is due.
+func (b *loginBook) held(what string, logins []Login) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	said, next := b.refusedSaid, time.Time{}
+	for _, st := range b.state {
+		if st.phase != loginRefusing {
+			continue
+		}
+		if said == "" {
+			said = st.said
+		}
+		if next.IsZero() || st.retryAt.Before(next) {
+			next = st.retryAt
+		}
+	}
+	hosts := make([]string, len(logins))
+	for i, a := range logins {
+		hosts[i] = a.Host()
+	}
+	return fmt.Errorf("%s on %s: not tried: %w (%s); the next login is tried at %s",
+		what, strings.Join(hosts, " or "), ErrLoginRefused, strings.TrimSpace(said), next.UTC().Format(time.RFC3339))
+}
+
 // current is the login to use for a long session (a Session): the one
 // the last command got through, unless it is skipped now; else the first
-// in order.
+// in order that has not refused the login; -1 when every login has. A
+// Session never tries a refused login: its ssh's end is not read for
+// what it says of the login, so the tries are Run's, one at a time.
 func (b *loginBook) current(n int, now time.Time) int {
 	order := b.order(n, now)
 	b.mu.Lock()
@@ -270,7 +392,12 @@ func (b *loginBook) current(n int, now time.Time) int {
 	if i := b.inUse; i >= 0 && i < n && b.state[i].phase == loginAnswering {
 		return i
 	}
-	return order[0]
+	for _, i := range order {
+		if b.state[i].phase != loginRefusing {
+			return i
+		}
+	}
+	return -1
 }
 
 // loginOutcome is what one ssh command said about its login node.
@@ -281,7 +408,8 @@ const (
 	outcomeGotThrough loginOutcome = iota
 	// outcomeSilent: the login node did not answer; nothing ran.
 	outcomeSilent
-	// outcomeRefused: it refused the login; nothing ran.
+	// outcomeRefused: it refused the login, or its host key is not the
+	// one known; nothing ran.
 	outcomeRefused
 	// outcomeUnknown: the command may have run (it ran out of time, or
 	// the connection dropped); nothing is learnt about the login.
@@ -289,26 +417,39 @@ const (
 )
 
 var (
-	// loginRefusedRE is sshd refusing the login: the key (or the lack of
+	// authRefusedRE is sshd refusing the login: the key (or the lack of
 	// an MFA master) is not enough.
-	loginRefusedRE = regexp.MustCompile(`Permission denied \(|Too many authentication failures`)
+	authRefusedRE = regexp.MustCompile(`Permission denied \(|Too many authentication failures`)
+	// hostKeyRefusedRE is ssh refusing the login node's host key: it is
+	// not the one known_hosts has for it, or there is none.
+	hostKeyRefusedRE = regexp.MustCompile(`Host key verification failed`)
 	// loginSilentRE is a login node that does not answer, in ssh's words,
 	// said before anything ran on it: the connection refused, timed out
-	// or dropped during the handshake, the name not resolving, the host
-	// unreachable, a jump host that could not reach it, or a host key
-	// that is not the one known (another machine answers at its address).
+	// or dropped during the handshake (as sshd's penalty of an address
+	// does), the name not resolving, the host unreachable, or a jump host
+	// that could not reach it.
 	loginSilentRE = regexp.MustCompile(`Connection refused|Could not resolve hostname|No route to host|Network is unreachable|` +
 		`port \d+: Connection timed out|Connection timed out during banner exchange|kex_exchange_identification|` +
-		`Connection closed by \S+ port \d+|Connection reset by \S+ port \d+|stdio forwarding failed|Host key verification failed`)
+		`Connection closed by \S+ port \d+|Connection reset by \S+ port \d+|stdio forwarding failed`)
 	// neverRanRE is ssh failing before it could run anything.
 	neverRanRE = regexp.MustCompile(`Connection refused|Could not resolve hostname|Host key verification failed|Permission denied \(|` +
 		`No route to host|Network is unreachable|port \d+: Connection timed out|Connection timed out during banner exchange|kex_exchange_identification|` +
 		`Too many authentication failures|ControlPath too long|Bad configuration option|Bad owner or permissions`)
 )
 
-// LoginRefused reports whether ssh's words say the login node refused
-// the login (the key, or the lack of an MFA master, was not enough).
-func LoginRefused(said string) bool { return loginRefusedRE.MatchString(said) }
+// Refused reads ssh's words for a refusal of the login: of the
+// authentication, or of the login node's host key. A host key that is
+// not the one known is checked before the authentication, so it is read
+// first.
+func Refused(said []byte) Refusal {
+	switch {
+	case hostKeyRefusedRE.Match(said):
+		return RefusedHostKey
+	case authRefusedRE.Match(said):
+		return RefusedAuth
+	}
+	return NotRefused
+}
 
 // NeverRan reports whether ssh's stderr says it failed before it could
 // run anything: it never connected, or was refused, or could not read
@@ -329,7 +470,7 @@ func (t *Transport) classify(err error, stdout, stderr []byte) loginOutcome {
 		return outcomeUnknown
 	}
 	switch {
-	case loginRefusedRE.Match(stderr):
+	case Refused(stderr) != NotRefused:
 		return outcomeRefused
 	case loginSilentRE.Match(stderr):
 		return outcomeSilent
@@ -361,14 +502,33 @@ type loginChange struct {
 // was running through an operator's master as it closed succeeds after
 // the first refusal; without this the phase would flap, with a log line
 // each way.
+//
+// A refusing login stays refusing, with its first refusal's words, until
+// a command gets through: a try refused again, or failing otherwise (an
+// sshd that penalises the address closes the connection before it says
+// why), only pushes its next try back.
 func (b *loginBook) note(n, i int, out loginOutcome, said string, started, now time.Time, last bool) loginChange {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.initLocked(n)
 	st := &b.state[i]
+	st.trying = false
 	var ch loginChange
 	if phase, ok := outcomePhase[out]; ok && phase != st.phase && started.Before(st.since) {
 		return ch
+	}
+	if st.phase == loginRefusing && out != outcomeGotThrough {
+		if started.Before(st.since) {
+			// In flight when the login first refused: not a try.
+			return ch
+		}
+		// A try of a refused login that did not get through.
+		st.fails++
+		st.retryAt = now.Add(doubling.Delay(refusalRetryFirst, refusalRetryMax, st.fails))
+		if out == outcomeUnknown {
+			return ch
+		}
+		out = outcomeRefused
 	}
 	switch out {
 	case outcomeGotThrough:
@@ -376,7 +536,7 @@ func (b *loginBook) note(n, i int, out loginOutcome, said string, started, now t
 		if st.phase != loginAnswering {
 			st.since = now
 		}
-		st.phase, st.fails, st.said = loginAnswering, 0, ""
+		st.phase, st.fails, st.said, st.refusal = loginAnswering, 0, "", NotRefused
 		b.inUse = i
 	case outcomeSilent:
 		ch.silent = st.phase != loginSilent
@@ -390,8 +550,9 @@ func (b *loginBook) note(n, i int, out loginOutcome, said string, started, now t
 	case outcomeRefused:
 		if st.phase != loginRefusing {
 			st.since = now
+			st.phase, st.fails, st.said, st.refusal = loginRefusing, 1, shorten(said), Refused([]byte(said))
+			st.retryAt = now.Add(doubling.Delay(refusalRetryFirst, refusalRetryMax, st.fails))
 		}
-		st.phase, st.fails, st.said = loginRefusing, 0, shorten(said)
 	default:
 		return ch
 	}
@@ -407,7 +568,10 @@ func (b *loginBook) note(n, i int, out loginOutcome, said string, started, now t
 		for _, s := range b.state {
 			if s.phase == loginRefusing {
 				access = AccessRefused
-				b.refusedSaid = s.said
+				if b.access != AccessRefused {
+					b.refusedSaid, b.refusal = s.said, s.refusal
+				}
+				break
 			}
 		}
 	}
@@ -444,7 +608,12 @@ func (t *Transport) Access() Access {
 	defer b.mu.Unlock()
 	a := Access{Phase: b.access, Since: b.accessSince}
 	if a.Phase == AccessRefused {
-		a.Said = b.refusedSaid
+		a.Said, a.Refusal = b.refusedSaid, b.refusal
+		for _, st := range b.state {
+			if st.phase == loginRefusing && (a.NextTry.IsZero() || st.retryAt.Before(a.NextTry)) {
+				a.NextTry = st.retryAt
+			}
+		}
 	}
 	return a
 }
@@ -468,7 +637,10 @@ func (t *Transport) Notes() []string {
 			continue
 		}
 		n := fmt.Sprintf("login: %s %s since %s (%s)", logins[i], st.phase, st.since.UTC().Format(time.RFC3339), st.said)
-		if st.phase == loginSilent && len(logins) > 1 {
+		switch {
+		case st.phase == loginRefusing:
+			n += "; tried again at " + st.retryAt.UTC().Format(time.RFC3339)
+		case len(logins) > 1:
 			n += "; skipped until " + st.retryAt.UTC().Format(time.RFC3339)
 		}
 		notes = append(notes, n)

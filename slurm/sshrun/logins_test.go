@@ -2,6 +2,8 @@ package sshrun
 
 import (
 	"context"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -200,7 +202,7 @@ echo "$dest"`)
 	defer mu.Unlock()
 	if len(changes) != 2 || changes[0].Now != AccessRefused || changes[0].Was.Phase != AccessOpen ||
 		changes[1].Now != AccessOpen || changes[1].Was.Phase != AccessRefused || clk.Now().Sub(changes[1].Was.Since) != time.Minute ||
-		!LoginRefused(changes[0].Said) {
+		Refused([]byte(changes[0].Said)) != RefusedAuth {
 		t.Errorf("AccessChanged heard %+v, want refused once, then open again after a minute", changes)
 	}
 }
@@ -222,5 +224,130 @@ func TestRemoteSaid(t *testing.T) {
 	}
 	if notes := tr.Notes(); len(notes) != 0 {
 		t.Errorf("Notes = %q, want none", notes)
+	}
+}
+
+// TestRefusalBackoff: a login that refuses is tried again a minute after
+// the refusal, then 2, 4, 8 and 15 minutes after each try, and 15 from
+// then on; no command runs ssh between tries: each fails at once with
+// ErrLoginRefused and the first refusal's words, as do Access and Notes,
+// though later tries are answered with an sshd's penalty of the address
+// ("Connection closed"). Once the key is accepted, the next due try gets
+// through and ends it all.
+func TestRefusalBackoff(t *testing.T) {
+	fake := newFakeSSH(t, `if [ -f "$d/penalty" ]; then echo "Connection closed by 10.0.0.1 port 22" >&2; exit 255; fi
+if [ -f "$d/refuse" ]; then echo "alice@l1: Permission denied (publickey)." >&2; exit 255; fi
+echo ok`)
+	touch := func(name string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(fake.dir, name), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	clk := &clock{now: start}
+	tr := newTransport(t, Config{Program: fake.path, Logins: []Login{{Dest: "alice@l1"}}, Timeout: 10 * time.Second, Now: clk.Now})
+	const first = "Permission denied (publickey)"
+	tries := func() int { return len(fake.argvs("probe")) }
+
+	touch("refuse")
+	_, _, err := tr.Run(context.Background(), nil, "probe")
+	if !errors.Is(err, ErrLoginRefused) || tries() != 1 {
+		t.Fatalf("the first refusal: err %v after %d ssh, want ErrLoginRefused after 1", err, tries())
+	}
+	// From now on the login node punishes the address, in other words.
+	touch("penalty")
+	var gaps []time.Duration
+	last := clk.Now()
+	for clk.Now().Sub(start) < 45*time.Minute {
+		a := tr.Access()
+		if a.Phase != AccessRefused || a.Refusal != RefusedAuth || !strings.Contains(a.Said, first) || !a.Since.Equal(start) {
+			t.Fatalf("Access %+v, want refused since %s in the first refusal's words", a, start)
+		}
+		if notes := tr.Notes(); len(notes) != 1 || !strings.Contains(notes[0], first) || !strings.Contains(notes[0], a.NextTry.Format(time.RFC3339)) {
+			t.Errorf("Notes %q, want the first refusal's words and the next try", notes)
+		}
+		// Up to a second before the try is due: nothing runs.
+		clk.Advance(a.NextTry.Sub(clk.Now()) - time.Second)
+		n := tries()
+		_, _, err := tr.Run(context.Background(), nil, "probe")
+		if !errors.Is(err, ErrLoginRefused) || !strings.Contains(err.Error(), first) || tries() != n {
+			t.Fatalf("before the try is due: err %v after %d more ssh, want ErrLoginRefused in the first words and no ssh", err, tries()-n)
+		}
+		clk.Advance(time.Second)
+		tr.Run(context.Background(), nil, "probe")
+		if tries() != n+1 {
+			t.Fatalf("the due try ran ssh %d times, want once", tries()-n)
+		}
+		gaps = append(gaps, clk.Now().Sub(last))
+		last = clk.Now()
+	}
+	want := []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute, 15 * time.Minute, 15 * time.Minute}
+	if !slices.Equal(gaps[:min(len(gaps), len(want))], want) {
+		t.Errorf("tries %v apart, want %v (a minute, doubling to 15)", gaps, want)
+	}
+
+	// A new key: the next due try gets through, and commands run again.
+	os.Remove(filepath.Join(fake.dir, "penalty"))
+	os.Remove(filepath.Join(fake.dir, "refuse"))
+	clk.Advance(tr.Access().NextTry.Sub(clk.Now()))
+	if out, _, err := tr.Run(context.Background(), nil, "probe"); err != nil || strings.TrimSpace(string(out)) != "ok" {
+		t.Fatalf("the try after the fix: %q, %v", out, err)
+	}
+	if a := tr.Access(); a.Phase != AccessOpen {
+		t.Errorf("Access %+v after a login got through, want open", a)
+	}
+	n := tries()
+	tr.Run(context.Background(), nil, "probe")
+	if tries() != n+1 {
+		t.Errorf("a command after the fix ran ssh %d times, want once", tries()-n)
+	}
+}
+
+// TestHostKeyRefused: a host key that is not the one known is a refusal,
+// not a login node that does not answer: Access is refused, what about
+// says so, and the login is left alone until its retry is due, Sessions
+// (the relay's) included.
+func TestHostKeyRefused(t *testing.T) {
+	fake := newFakeSSH(t, `echo "@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
+@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @
+Host key verification failed." >&2; exit 255`)
+	clk := &clock{now: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)}
+	tr := newTransport(t, Config{Program: fake.path, Logins: []Login{{Dest: "alice@l1"}}, Timeout: 10 * time.Second, Now: clk.Now})
+	if _, _, err := tr.Run(context.Background(), nil, "probe"); !errors.Is(err, ErrLoginRefused) {
+		t.Fatalf("err %v, want ErrLoginRefused", err)
+	}
+	a := tr.Access()
+	if a.Phase != AccessRefused || a.Refusal != RefusedHostKey || !strings.Contains(a.Said, "Host key verification failed") ||
+		!a.NextTry.Equal(clk.Now().Add(refusalRetryFirst)) {
+		t.Fatalf("Access %+v, want refused for the host key, tried again in a minute", a)
+	}
+	clk.Advance(30 * time.Second)
+	if _, _, err := tr.Run(context.Background(), nil, "probe"); !errors.Is(err, ErrLoginRefused) {
+		t.Errorf("a command before the retry: %v, want ErrLoginRefused", err)
+	}
+	if s, err := tr.Start(context.Background(), io.Discard, "relay"); !errors.Is(err, ErrLoginRefused) {
+		if s != nil {
+			s.Close()
+		}
+		t.Errorf("a Session while the login is refused: %v, want ErrLoginRefused", err)
+	}
+	if n := len(fake.argvs("probe")) + len(fake.argvs("relay")); n != 1 {
+		t.Errorf("ssh ran %d times, want once (the refusal)", n)
+	}
+	for _, tc := range []struct {
+		said string
+		want Refusal
+	}{
+		{"alice@l1: Permission denied (publickey,keyboard-interactive).", RefusedAuth},
+		{"Received disconnect from 10.0.0.1 port 22:2: Too many authentication failures", RefusedAuth},
+		{"Host key verification failed.", RefusedHostKey},
+		{"ssh: connect to host l1 port 22: Connection refused", NotRefused},
+		{"Connection timed out during banner exchange", NotRefused},
+		{"kex_exchange_identification: Connection closed by remote host", NotRefused},
+	} {
+		if got := Refused([]byte(tc.said)); got != tc.want {
+			t.Errorf("Refused(%q) = %s, want %s", tc.said, got, tc.want)
+		}
 	}
 }

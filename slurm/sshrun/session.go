@@ -50,6 +50,9 @@ func (t *Transport) Start(ctx context.Context, stderr io.Writer, remote ...strin
 	defer t.starting.Done()
 
 	i := t.logins.current(len(logins), t.cfg.Now())
+	if i < 0 {
+		return nil, t.logins.held(remote[0], logins)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	cmd := exec.CommandContext(ctx, t.program, t.argv(logins[i], muxOptions(t.controlSocket(i)), remote)...)
 	cmd.WaitDelay = WaitDelay

@@ -180,15 +180,22 @@ func (t *Transport) RunWithin(ctx context.Context, limit time.Duration, stdin []
 	defer cancel()
 
 	var at Login
-	for n, i := range t.logins.order(len(logins), t.cfg.Now()) {
-		at = logins[i]
+	order := t.logins.order(len(logins), t.cfg.Now())
+	tried, refused := false, false
+	for n, i := range order {
+		if !t.logins.take(len(logins), i, t.cfg.Now()) {
+			// Another command tries it, or its retry is no longer due.
+			continue
+		}
+		at, tried = logins[i], true
 		started := t.cfg.Now()
 		stdout, stderr, err = t.runAt(ctx, i, stdin, remote)
 		out := t.classify(err, stdout, stderr)
 		if ctx.Err() != nil && out != outcomeGotThrough {
 			out = outcomeUnknown
 		}
-		last := n == len(logins)-1 || (out != outcomeSilent && out != outcomeRefused)
+		refused = out == outcomeRefused
+		last := n == len(order)-1 || (out != outcomeSilent && out != outcomeRefused)
 		if ch := t.logins.note(len(logins), i, out, string(stderr), started, t.cfg.Now(), last); ch != (loginChange{}) {
 			t.changed(i, ch, string(stderr))
 		}
@@ -197,10 +204,17 @@ func (t *Transport) RunWithin(ctx context.Context, limit time.Duration, stdin []
 		}
 		// Nothing ran there: the next login may take it.
 	}
+	if !tried {
+		// Every login this command could go to refused the login, and
+		// none's retry is due: nothing knocks before it is.
+		return nil, nil, t.logins.held(remote[0], logins)
+	}
 	stderr = quietMux(stderr, err != nil)
 	host := at.Host()
 	switch {
 	case err == nil:
+	case refused:
+		err = refusalError{fmt.Errorf("%s on %s: %w", remote[0], host, err)}
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		err = fmt.Errorf("%s on %s: no answer within %s: %w", remote[0], host, limit, ctx.Err())
 	case ctx.Err() != nil:
