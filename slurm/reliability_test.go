@@ -448,13 +448,19 @@ func TestReliabilitySilentLoginNode(t *testing.T) {
 	}
 
 	// The queue could never be read, so the plugin cannot know whether an
-	// earlier run left jobs in it: Stop must say so, and promptly.
+	// earlier run left jobs in it; but this run submitted nothing, so its
+	// shutdown is not a failure (issue 43): it says so in the log, names
+	// what it could not look for, and stops promptly. A job of this run
+	// it could not cancel would still fail it (TestShutdownLoginNeeded).
 	stopped := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	_, err := r.plugin.Stop(ctx)
 	cancel()
-	if err == nil || !strings.Contains(err.Error(), "shutdown incomplete") || !strings.Contains(err.Error(), "earlier run") {
-		t.Errorf("Stop = %v; want an incomplete shutdown naming what it could not look for", err)
+	if err != nil {
+		t.Errorf("Stop = %v; want no failure from a run that submitted nothing", err)
+	}
+	if log := r.logs.String(); !strings.Contains(log, "could not read the queue at shutdown") || !strings.Contains(log, "an earlier run may have left") {
+		t.Errorf("the plugin's log does not say what it could not look for at shutdown")
 	}
 	t.Logf("Stop returned after %.2fs: %v", time.Since(stopped).Seconds(), err)
 	select {
