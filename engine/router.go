@@ -720,9 +720,8 @@ func (p *router) matchOwn(idle []WorkerInfo, wantWaiting bool) ([]plan, []*needS
 	// its end, and the needs like it (a burst's are all alike) skip the
 	// scan: with 10,000 needs waiting and workers attaching, scanning
 	// the idle list for each made a pass cost needs × idle workers. The
-	// last kind looked up is kept beside, since alike needs come in a
-	// row. A kind is the need, the features and the timeout: a worker
-	// whose job ends soon fits a short task and not a long one.
+	// last kind (need, features, timeout) is kept beside: alike needs
+	// come in a row.
 	type kind struct {
 		need     shared.Need
 		requires string

@@ -12,7 +12,6 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -195,13 +194,6 @@ func parseArgs(prog string, args []string, getenv func(string) string, stdout, s
 	}
 	if *wall < 0 {
 		return Config{}, errors.New("--walltime may not be negative")
-	}
-	if *wall == 0 {
-		// The Slurm provisioner's script exports it beside
-		// FLUKSIO_JOB_START.
-		if n, err := strconv.ParseInt(strings.TrimSpace(getenv("FLUKSIO_WALLTIME")), 10, 64); err == nil && n > 0 {
-			*wall = n
-		}
 	}
 	token := strings.TrimSpace(getenv(shared.WorkerTokenEnv))
 	if token == "" {

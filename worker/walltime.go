@@ -23,12 +23,18 @@ import (
 const EndMargin = 15 * time.Second
 
 // jobEnd is when the job must end: SLURM_JOB_END_TIME where Slurm sets it
-// (from 23.02), else the job's start plus walltime, the start being
-// SLURM_JOB_START_TIME, FLUKSIO_JOB_START (the provisioner's script sets
-// it before its prerun lines) or now; zero when walltime is not known.
+// (from 23.02), else the job's start plus walltime (--walltime, else
+// FLUKSIO_WALLTIME, which the Slurm provisioner's script exports), the
+// start being SLURM_JOB_START_TIME, FLUKSIO_JOB_START (the script sets it
+// before its prerun lines) or now; zero when no walltime is known.
 func jobEnd(getenv func(string) string, walltime time.Duration, now time.Time) time.Time {
 	if end := unixEnv(getenv, "SLURM_JOB_END_TIME"); !end.IsZero() {
 		return end
+	}
+	if walltime <= 0 {
+		if n, err := strconv.ParseInt(strings.TrimSpace(getenv("FLUKSIO_WALLTIME")), 10, 64); err == nil && n > 0 {
+			walltime = time.Duration(n) * time.Second
+		}
 	}
 	if walltime <= 0 {
 		return time.Time{}

@@ -28,6 +28,7 @@ func TestJobEnd(t *testing.T) {
 		{"the script's start", env("FLUKSIO_JOB_START", "1799999980"), time.Minute, time.Unix(1800000040, 0)},
 		{"now", env(), time.Minute, now.Add(time.Minute)},
 		{"a start in the future is now", env("FLUKSIO_JOB_START", "1800000100"), time.Minute, now.Add(time.Minute)},
+		{"the script's walltime", env("FLUKSIO_JOB_START", "1799999980", "FLUKSIO_WALLTIME", "60"), 0, time.Unix(1800000040, 0)},
 		{"not known", env("FLUKSIO_JOB_START", "1799999980"), 0, time.Time{}},
 		{"garbage", env("SLURM_JOB_END_TIME", "soon"), 0, time.Time{}},
 	} {
