@@ -981,7 +981,15 @@ func (p *router) routeLocked(ns *needState, covering []targetState) (targetState
 func (p *router) askTarget(ctx context.Context, t target, rd *round, attached []string) {
 	callCtx, cancel := context.WithTimeout(ctx, p.provisionTimeout)
 	resp, err := t.P.Provision(callCtx, &shared.ProvisionRequest{Demand: rd.demand, Attached: attached})
-	missed := callCtx.Err() == context.DeadlineExceeded && ctx.Err() == nil
+	// The pass's own end counts from its deadline, not only from ctx.Err:
+	// a call whose deadline is the pass's has a timer of its own, which
+	// may fire (or the plugin may answer DeadlineExceeded) a moment
+	// before ctx's does.
+	cutShort := ctx.Err() != nil
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		cutShort = true
+	}
+	missed := callCtx.Err() == context.DeadlineExceeded && !cutShort
 	cancel()
 	if p.onDeadline != nil {
 		p.onDeadline(t.Name, missed)
@@ -989,7 +997,7 @@ func (p *router) askTarget(ctx context.Context, t target, rd *round, attached []
 	if missed {
 		err = fmt.Errorf("no answer within %s", p.provisionTimeout)
 	}
-	if err != nil && ctx.Err() != nil {
+	if err != nil && cutShort {
 		// The pass itself was cut short (the run is over, the engine
 		// stops): the provisioner said nothing, and each need keeps its
 		// last answer, such as "login needed", not the cut's words.

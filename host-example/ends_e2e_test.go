@@ -258,7 +258,9 @@ func TestE2EPendingReasonShown(t *testing.T) {
 			t.Logf("the last /status:\n%s", last)
 		}
 	}()
-	poll(t, time.Minute, "/status saying why Slurm holds the job", func() bool {
+	// The provisioner's status says it from its next poll; the need's
+	// words from the router's next ask of it, up to a minute later.
+	poll(t, 2*time.Minute, "/status saying why Slurm holds the job", func() bool {
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/status", e.port))
 		if err != nil {
 			return false
@@ -272,7 +274,7 @@ func TestE2EPendingReasonShown(t *testing.T) {
 		}
 		o := st.Provisioners[0].Status.Outstanding[0]
 		reason, detail = o.Reason, st.Needs[0].Detail
-		return o.State == "PENDING" && reason != ""
+		return o.State == "PENDING" && reason != "" && strings.Contains(detail, "held by Slurm for "+reason)
 	})
 	squeueReason := strings.TrimSpace(e.env.Slurm(t, "squeue", "-h", "--name="+e.jobName(), "-o", "%r"))
 	t.Logf("/status: reason %q, the need: %q; squeue says %q", reason, detail, squeueReason)
