@@ -76,19 +76,26 @@ func TestConditionIsTheReason(t *testing.T) {
 // waiting is fluksio_needs_waiting by reason, as a scrape gathers it.
 func waiting(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	t.Helper()
+	return byReason(t, reg, "fluksio_needs_waiting")
+}
+
+// byReason is the gauge name summed by its reason label, as a scrape
+// gathers it.
+func byReason(t *testing.T, reg *prometheus.Registry, name string) map[string]float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]float64{}
 	for _, mf := range mfs {
-		if mf.GetName() != "fluksio_needs_waiting" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
 				if l.GetName() == "reason" {
-					out[l.GetValue()] = m.GetGauge().GetValue()
+					out[l.GetValue()] += m.GetGauge().GetValue()
 				}
 			}
 		}
@@ -150,22 +157,5 @@ func TestMachinesPendingByReason(t *testing.T) {
 
 func pendingByReason(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "fluksio_machines_pending" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" {
-					out[l.GetValue()] += m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	return out
+	return byReason(t, reg, "fluksio_machines_pending")
 }

@@ -149,17 +149,13 @@ func TestE2EJobKilledUnderItsTask(t *testing.T) {
 // No task is killed by a walltime, and every job ends COMPLETED.
 func TestE2EWalltime(t *testing.T) {
 	e := newE2E(t, "e2e-wall")
-	cfg := e.env.EngineConfig(e.port, filepath.Dir(e.plugin), e.name, []string{e.host, "worker"}, fmt.Sprintf(`  max_workers = 2
+	path := e.writeConfig(t, fmt.Sprintf(`  max_workers = 2
   profile "p1" {
     cpus   = 1
     ram_mb = 200
     sbatch = ["--partition=%s", "--time=00:01:00"]
   }
 `, e.env.Partition))
-	path := filepath.Join(t.TempDir(), "config.hcl")
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	results := filepath.Join(t.TempDir(), "results")
 	tasks := filepath.Join(t.TempDir(), "tasks.jsonl")
 	var lines string
@@ -393,7 +389,7 @@ func TestE2ENodeDownUnderATask(t *testing.T) {
 // and the 2-CPU needs waiting for it to drain.
 func TestE2ESharesUnderACap(t *testing.T) {
 	e := newE2E(t, "e2e-shares")
-	cfg := e.env.EngineConfig(e.port, filepath.Dir(e.plugin), e.name, []string{e.host, "worker"}, fmt.Sprintf(`  max_workers = 8
+	path := e.writeConfig(t, fmt.Sprintf(`  max_workers = 8
   profile "c1" {
     cpus   = 1
     ram_mb = 200
@@ -405,10 +401,6 @@ func TestE2ESharesUnderACap(t *testing.T) {
     sbatch = ["--partition=%[1]s", "--time=00:10:00"]
   }
 `, e.env.Partition))
-	path := filepath.Join(t.TempDir(), "config.hcl")
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	p := e.startEngine(t, "-config", path, "-need", "cpus=1,count=20,work=2s", "-need", "cpus=2,count=10,work=2s", "-timeout", "3m")
 	code := p.wait(t, 3*time.Minute)
 	exitedAt := time.Now()

@@ -21,13 +21,21 @@ import (
 // provisioner attributes extra.
 func (e *e2e) taskConfig(t *testing.T, cpus int, extra string) string {
 	t.Helper()
-	cfg := e.env.EngineConfig(e.port, filepath.Dir(e.plugin), e.name, []string{e.host, "worker"}, fmt.Sprintf(`%s
+	return e.writeConfig(t, fmt.Sprintf(`%s
   profile "p%[2]d" {
     cpus   = %[2]d
     ram_mb = 200
     sbatch = ["--partition=%[3]s", "--time=00:10:00"]
   }
 `, extra, cpus, e.env.Partition))
+}
+
+// writeConfig writes a configuration of the test's engine and one
+// provisioner of the sandbox with body (attributes and profiles) and
+// returns its path.
+func (e *e2e) writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	cfg := e.env.EngineConfig(e.port, filepath.Dir(e.plugin), e.name, []string{e.host, "worker"}, body)
 	path := filepath.Join(t.TempDir(), "config.hcl")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
