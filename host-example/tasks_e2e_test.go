@@ -205,6 +205,18 @@ func TestE2ETaskRunsAgainAfterItsJobIsCancelled(t *testing.T) {
 	})
 	job := first.Attempts[0].JobID
 	e.env.Slurm(t, "scancel", job)
+	_, exitedAt := e.ranAgain(t, p, results, job)
+	if out := readFile(t, filepath.Join(results, "victim", "stdout")); out != "cpus=2\n" {
+		t.Errorf("stdout = %q; want cpus=2", out)
+	}
+	e.assertCleanedUp(t, exitedAt)
+}
+
+// ranAgain waits for the run p to end and checks that its task "victim"
+// succeeded on its second attempt, in another job than job, after its
+// first was lost with job; it returns the result and when p exited.
+func (e *e2e) ranAgain(t *testing.T, p *engineProc, results, job string) (engine.TaskResult, time.Time) {
+	t.Helper()
 	code := p.wait(t, 4*time.Minute)
 	exitedAt := time.Now()
 	t.Logf("story:\n%s", p.stdout)
@@ -218,8 +230,5 @@ func TestE2ETaskRunsAgainAfterItsJobIsCancelled(t *testing.T) {
 	if a, b := r.Attempts[0], r.Attempts[1]; a.State != engine.TaskLostState || a.JobID != job || b.JobID == job || b.State != worker.StateSucceeded {
 		t.Errorf("attempts: %+v; want the first in job %s lost, the second in another job succeeded", r.Attempts, job)
 	}
-	if out := readFile(t, filepath.Join(results, "victim", "stdout")); out != "cpus=2\n" {
-		t.Errorf("stdout = %q; want cpus=2", out)
-	}
-	e.assertCleanedUp(t, exitedAt)
+	return r, exitedAt
 }
