@@ -64,6 +64,11 @@ type books struct {
 	// worker attached, finished or left, so a router pass now would find
 	// something new.
 	changed chan struct{}
+	// arrived holds at most one pending wake-up for the run loop: a
+	// worker attached, and its provisioner has not heard so (Run makes a
+	// Reconcile soon after, so that the plugin knows the job arrived
+	// before its poller can take the job's end for a failed start).
+	arrived chan struct{}
 	// done is closed by Close; long polls answer at once after it.
 	done      chan struct{}
 	closeOnce sync.Once
@@ -90,6 +95,12 @@ type books struct {
 	// waiting are the long polls armed to be woken (longPoll.arm):
 	// dismiss and Close wake them all.
 	waiting map[*longPoll]struct{}
+	// untold are workers, by provisioner, that attached and left before
+	// any attachedBy named them: attachedBy names them once, so that
+	// their plugin learns every job that arrived, however short its
+	// worker's stay (a job killed a second after its worker attached
+	// ended under a worker, not before one).
+	untold map[string][]string
 }
 
 // booksHooks hear what the books did, after the books are updated and
@@ -216,6 +227,9 @@ type workerState struct {
 	// answered with (session.go): work, result and detach must carry
 	// the secret.
 	session [sha256.Size]byte
+	// told is set once attachedBy named the worker: its plugin has heard
+	// (or is hearing) that its job arrived.
+	told bool
 }
 
 // newBareBooks returns the books of workers whose credentials signer
@@ -239,6 +253,7 @@ func newBooks(logger hclog.Logger, signer *host.Signer, now func() time.Time, ho
 		hooks:         hooks,
 		ignoredEvents: loglimit.New(refusalLogBurst, refusalLogWindow),
 		changed:       make(chan struct{}, 1),
+		arrived:       make(chan struct{}, 1),
 		done:          make(chan struct{}),
 		leave:         make(chan struct{}),
 		workers:       make(map[string]*workerState),
@@ -246,6 +261,7 @@ func newBooks(logger hclog.Logger, signer *host.Signer, now func() time.Time, ho
 		lost:          make(map[string]string),
 		admission:     host.NewAdmission(now),
 		waiting:       make(map[*longPoll]struct{}),
+		untold:        make(map[string][]string),
 	}
 }
 
@@ -253,6 +269,10 @@ func newBooks(logger hclog.Logger, signer *host.Signer, now func() time.Time, ho
 // detaches, so the run loop can pass at once instead of on its next tick.
 // Wake-ups that arrive while one is pending are merged.
 func (b *books) changes() <-chan struct{} { return b.changed }
+
+// arrivals delivers a value after a worker attaches, so that the run loop
+// tells its provisioner soon (Run). Wake-ups are merged as in changes.
+func (b *books) arrivals() <-chan struct{} { return b.arrived }
 
 // Close ends the long polls in progress and refuses new ones, so that an
 // http.Server's Shutdown need not wait out PollWait. It is idempotent.
@@ -287,18 +307,58 @@ func (b *books) attached() []string {
 // provisioner asked for, for that provisioner's Reconcile. Ownership comes
 // from the credential, not from the name: a provisioner "bad" that minted
 // "bad-gpu-x" does not make provisioner "bad-gpu" think its worker came.
+// The list also names, once, the workers that attached and left since
+// the last list (untold): to the plugin they are attached until the next
+// call says they left.
 func (b *books) attachedBy(provisioner string) []string {
 	b.mu.Lock()
 	var names []string
 	for name, ws := range b.workers {
 		if ws.owner == provisioner {
 			names = append(names, name)
+			ws.told = true
 		}
 	}
+	names = append(names, b.untold[provisioner]...)
+	delete(b.untold, provisioner)
 	b.mu.Unlock()
 	slices.Sort(names)
-	return names
+	return slices.Compact(names)
 }
+
+// retell puts back the workers of names, an attachedBy list of
+// provisioner's whose Reconcile was not made, that have left since: the
+// next list names them.
+func (b *books) retell(provisioner string, names []string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, name := range names {
+		if ws := b.workers[name]; ws == nil || ws.owner != provisioner {
+			b.tellLaterLocked(provisioner, name)
+		}
+	}
+}
+
+// forgetLocked takes the worker name, whose state is ws, off the books.
+// b.mu must be held.
+func (b *books) forgetLocked(name string, ws *workerState) {
+	delete(b.workers, name)
+	if !ws.told {
+		b.tellLaterLocked(ws.owner, name)
+	}
+}
+
+// tellLaterLocked keeps name for provisioner's next attachedBy, within
+// maxUntold a provisioner: past it (no Reconcile is being made) the
+// plugin learns of the job from its queue. b.mu must be held.
+func (b *books) tellLaterLocked(provisioner, name string) {
+	if len(b.untold[provisioner]) < maxUntold {
+		b.untold[provisioner] = append(b.untold[provisioner], name)
+	}
+}
+
+// maxUntold bounds books.untold per provisioner.
+const maxUntold = 10000
 
 // ObserveEvent records what a provisioner's event says about a worker's
 // credential: worker_provisioned names the job the worker must attach as;
@@ -316,11 +376,17 @@ func (b *books) ObserveEvent(ev shared.Event) error {
 	var dropped *goneWorker
 	if ws := b.workers[ev.Worker]; revoke && ws != nil && ws.owner == ev.Provisioner {
 		why := "its request was cancelled (" + string(ev.Kind) + ")"
-		if ev.Kind == shared.EventWorkerJobEnded {
+		switch {
+		case ev.Kind == shared.EventWorkerJobEnded:
 			why = "its job ended under it: " + ev.Detail
+		case ev.Detail != "":
+			// A plugin that had not heard the worker arrived speaks of
+			// its job as of one that failed to start: its words say
+			// what happened to the job.
+			why += ": " + ev.Detail
 		}
 		dropped = b.goneOf(ws, why)
-		delete(b.workers, ev.Worker)
+		b.forgetLocked(ev.Worker, ws)
 	}
 	b.mu.Unlock()
 	overBudget := errors.Is(err, host.ErrOverBudget)
@@ -569,7 +635,7 @@ func (b *books) sweepLocked() []*goneWorker {
 		}
 		if now.Sub(ws.lastSeen) > limit {
 			gone = append(gone, b.goneOf(ws, "silent since "+ws.lastSeen.UTC().Format(time.RFC3339)))
-			delete(b.workers, name)
+			b.forgetLocked(name, ws)
 			b.admission.Revoke(name, "gone silent", ws.expires)
 		}
 	}
@@ -771,6 +837,10 @@ func (b *books) attach(cred host.Credential, info WorkerInfo) (string, denial, s
 	b.activity(Activity{Kind: EventWorkerAttached, Provisioner: info.Provisioner, Worker: name, Job: info.JobID,
 		Detail: fmt.Sprintf("from %s, %d cpus, %d gpus", info.Hostname, info.CPUs, info.GPUs)})
 	b.notify()
+	select {
+	case b.arrived <- struct{}{}:
+	default:
+	}
 	return session, allowed, ""
 }
 
@@ -852,7 +922,7 @@ func (b *books) detach(cred host.Credential, session string) (denial, string) {
 	var left *goneWorker
 	if ws != nil {
 		left = b.goneOf(ws, "detached")
-		delete(b.workers, name)
+		b.forgetLocked(name, ws)
 	}
 	// A credential of another provisioner for the same name revokes
 	// nothing of the owner's.

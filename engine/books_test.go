@@ -335,6 +335,57 @@ func TestSilentWorkerIsGone(t *testing.T) {
 	}
 }
 
+// A worker that attached and left between two Reconciles is named in the
+// next one, once: its plugin must learn that its job arrived, or it
+// takes the job's end for a start that failed. A list whose call was not
+// made puts those back for the next.
+func TestAShortStayIsToldOnce(t *testing.T) {
+	t.Parallel()
+	signer := host.NewSigner(testSecret)
+	e := newBareBooks(nil, signer, nil)
+	tokens := map[string]string{}
+	for _, w := range []string{"brief", "killed", "stays", "listed"} {
+		tokens[w] = sign(t, signer, w, time.Hour)
+		provisioned(e, w, "77")
+	}
+	attach := func(w string) {
+		t.Helper()
+		if rec := do(t, e, "POST", "/v1/attach", tokens[w], attachBody); rec.Code != http.StatusOK {
+			t.Fatalf("attach %s: %d %s", w, rec.Code, rec.Body)
+		}
+	}
+	attach("listed")
+	if got := e.attachedBy(testProvisioner); !slices.Equal(got, []string{"listed"}) {
+		t.Fatalf("first list %q; want [listed]", got)
+	}
+	for _, w := range []string{"brief", "killed", "stays"} {
+		attach(w)
+	}
+	select {
+	case <-e.arrivals():
+	default:
+		t.Error("an attach did not ask the run loop for a Reconcile")
+	}
+	if rec := do(t, e, "POST", "/v1/detach", tokens["brief"], ""); rec.Code != http.StatusNoContent {
+		t.Fatalf("detach: %d", rec.Code)
+	}
+	e.ObserveEvent(shared.Event{Kind: shared.EventWorkerJobEnded, Provisioner: testProvisioner, Worker: "killed", Job: "77"})
+	if rec := do(t, e, "POST", "/v1/detach", tokens["listed"], ""); rec.Code != http.StatusNoContent {
+		t.Fatalf("detach: %d", rec.Code)
+	}
+	got := e.attachedBy(testProvisioner)
+	if want := []string{"brief", "killed", "stays"}; !slices.Equal(got, want) {
+		t.Fatalf("list after two short stays %q; want %q (listed was told, and has left)", got, want)
+	}
+	e.retell(testProvisioner, got)
+	if got := e.attachedBy(testProvisioner); !slices.Equal(got, []string{"brief", "killed", "stays"}) {
+		t.Fatalf("list after a call not made %q; want the short stays again", got)
+	}
+	if got := e.attachedBy(testProvisioner); !slices.Equal(got, []string{"stays"}) {
+		t.Fatalf("third list %q; want [stays]: a short stay is told once", got)
+	}
+}
+
 func TestCloseEndsPolls(t *testing.T) {
 	t.Parallel()
 	signer := host.NewSigner(testSecret)

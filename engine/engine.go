@@ -478,6 +478,9 @@ func (e *Engine) Run(ctx context.Context, done func() bool) bool {
 	defer passTick.Stop()
 	reconcileTick := time.NewTicker(reconcileInterval)
 	defer reconcileTick.Stop()
+	// soon fires arrivalReconcileDelay after a worker attached, for a
+	// Reconcile that tells its plugin; nil when none is due.
+	var soon <-chan time.Time
 	for {
 		took := e.pass(ctx)
 		if done != nil && done() {
@@ -506,11 +509,24 @@ func (e *Engine) Run(ctx context.Context, done func() bool) bool {
 		case <-passTick.C:
 		case <-e.wake:
 		case <-e.books.changes():
+		case <-e.books.arrivals():
+			if soon == nil {
+				soon = time.After(arrivalReconcileDelay)
+			}
+		case <-soon:
+			soon = nil
+			e.fleet.reconcile(ctx, e.books)
 		case <-reconcileTick.C:
 			e.fleet.reconcile(ctx, e.books)
 		}
 	}
 }
+
+// arrivalReconcileDelay is how long after a worker attaches its plugin
+// hears so: a plugin that has not heard takes the end of the job for a
+// start that failed (a job killed a second after its worker attached),
+// and the delay gathers a burst of attaches into one call.
+const arrivalReconcileDelay = 100 * time.Millisecond
 
 // maxPassRest bounds the rest after a pass (Run).
 const maxPassRest = 100 * time.Millisecond

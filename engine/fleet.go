@@ -109,10 +109,15 @@ func (f *fleet) deadline(name string, missed bool) {
 	}
 }
 
-// reconcile tells each provisioner which of its workers are attached.
+// reconcile tells each provisioner which of its workers are attached;
+// the workers that left since, of a list whose call was not made, go on
+// the next.
 func (f *fleet) reconcile(ctx context.Context, books *books) {
 	for _, s := range f.sups {
-		s.Reconcile(ctx, books.attachedBy(s.Name()))
+		names := books.attachedBy(s.Name())
+		if !s.Reconcile(ctx, names) {
+			books.retell(s.Name(), names)
+		}
 	}
 }
 

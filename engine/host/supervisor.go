@@ -497,12 +497,13 @@ const defaultReconcileTimeout = 30 * time.Second
 // runs on a goroutine of its own, so a plugin that hangs delays neither
 // the caller's loop nor other provisioners, and it is not made again
 // while one is under way; Reconcile returns at once. A call that misses
-// ReconcileTimeout counts towards WedgeAfter.
-func (s *Supervisor) Reconcile(ctx context.Context, attached []string) {
+// ReconcileTimeout counts towards WedgeAfter. It reports whether the call
+// is made: not while one is under way or the plugin is not running.
+func (s *Supervisor) Reconcile(ctx context.Context, attached []string) bool {
 	s.mu.Lock()
 	if s.reconciling || s.stopping || s.current == nil || s.phase != PhaseRunning {
 		s.mu.Unlock()
-		return
+		return false
 	}
 	s.reconciling = true
 	p, tracker := s.current.Provisioner(), s.tracker
@@ -515,6 +516,7 @@ func (s *Supervisor) Reconcile(ctx context.Context, attached []string) {
 		s.reconciling = false
 		s.mu.Unlock()
 	}()
+	return true
 }
 
 func (s *Supervisor) reconcileOnce(ctx context.Context, p shared.Provisioner, tracker *AttachedTracker, attached []string) {
