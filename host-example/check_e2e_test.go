@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -21,6 +23,9 @@ import (
 type preflightConfig struct {
 	worker, key, knownHosts string
 	cpuSbatch, gpuSbatch    string
+	// cpus and gpus are the profiles' figures ("" for 2 and 1); extra
+	// is more of the provisioner's attributes.
+	cpus, gpus, extra string
 }
 
 func (c preflightConfig) write(t *testing.T, env sandboxtest.Env, dir string) string {
@@ -37,18 +42,18 @@ provisioner "slurm" "preflight" {
   known_hosts    = %q
   engine_url     = "http://127.0.0.1:1"
   worker_command = [%q, "worker"]
-
+%s
   profile "cpu" {
-    cpus   = 2
+    cpus   = %s
     sbatch = [%s]
   }
   profile "gpu" {
     cpus   = 1
-    gpus   = 1
+    gpus   = %s
     sbatch = [%s]
   }
 }
-`, pluginDir(t), env.Login, env.Port, c.key, c.knownHosts, c.worker, c.cpuSbatch, c.gpuSbatch)
+`, pluginDir(t), env.Login, env.Port, c.key, c.knownHosts, c.worker, c.extra, cmp.Or(c.cpus, "2"), c.cpuSbatch, cmp.Or(c.gpus, "1"), c.gpuSbatch)
 	path := filepath.Join(dir, "preflight.hcl")
 	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
@@ -57,15 +62,22 @@ provisioner "slurm" "preflight" {
 }
 
 // lineOf is the 1-based line and column of the first match of text in the
-// file at path.
+// file at path; a "|" in text marks the column within it ("cpus = |64").
 func lineOf(t *testing.T, path, text string) string {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	before, after, marked := strings.Cut(text, "|")
+	if marked {
+		text = before + after
+	}
 	for i, l := range strings.Split(string(b), "\n") {
 		if j := strings.Index(l, text); j >= 0 {
+			if marked {
+				j += len(before)
+			}
 			return fmt.Sprintf("%s:%d:%d", path, i+1, j+1)
 		}
 	}
@@ -127,6 +139,13 @@ func TestValidateCheck(t *testing.T) {
 		t.Errorf("-check -json: %v %+v\n%s", err, got, stdout.String())
 	}
 
+	// The nodes' size as sinfo gives it, which a profile too large
+	// for them is told.
+	largest := 0
+	for _, f := range strings.Fields(env.Slurm(t, "sinfo", "-h", "-e", "-o", "%c")) {
+		n, _ := strconv.Atoi(f)
+		largest = max(largest, n)
+	}
 	emptyKnownHosts := filepath.Join(dir, "known_hosts.empty")
 	if err := os.WriteFile(emptyKnownHosts, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -136,19 +155,30 @@ func TestValidateCheck(t *testing.T) {
 		break_ func(*preflightConfig)
 		at     string // the text the diagnostic's position starts at
 		says   []string
+		// once are words the report says exactly once.
+		once []string
 	}{
-		{"unknown partition", func(c *preflightConfig) { c.cpuSbatch = `"--partition=nosuchpart", "--time=00:10:00"` },
-			`"--partition=nosuchpart"`, []string{"Slurm refuses profile cpu", "invalid partition specified: nosuchpart"}},
+		{"unknown partition", func(c *preflightConfig) {
+			c.cpuSbatch = `"--partition=nosuchpart", "--time=00:10:00"`
+			c.extra = `  poll_interval  = "1s"`
+		},
+			`"--partition=nosuchpart"`, []string{"Slurm refuses profile cpu", "invalid partition specified: nosuchpart",
+				"The partitions the login user sees: " + env.Partition + " (the default)"}, []string{"warning: Frequent polling"}},
+		{"more cpus than any node", func(c *preflightConfig) { c.cpus = strconv.Itoa(largest + 14) },
+			"cpus   = |" + strconv.Itoa(largest+14), []string{"Profile larger than any node",
+				fmt.Sprintf("asks for %d cpus a machine, but the largest node of partition %s has %d. Set cpus = %d or less", largest+14, env.Partition, largest, largest)}, nil},
+		{"more gpus than any node", func(c *preflightConfig) { c.gpus = "9" },
+			"gpus   = |9", []string{"Profile larger than any node", "asks for 9 gpus a machine, but the largest node of partition " + env.Partition + " has 2"}, nil},
 		{"impossible time limit", func(c *preflightConfig) {
 			c.gpuSbatch = fmt.Sprintf("%q, %q", "--partition="+env.Partition, "--time=100000-00:00:00")
 		},
-			`"--time=100000-00:00:00"`, []string{"Slurm refuses profile gpu", "Requested time limit is invalid"}},
+			`"--time=100000-00:00:00"`, []string{"Slurm refuses profile gpu", "Requested time limit is invalid"}, nil},
 		{"missing key file", func(c *preflightConfig) { c.key = filepath.Join(dir, "no-such-key") },
-			`"` + filepath.Join(dir, "no-such-key"), []string{"ssh key not found", "no-such-key not accessible"}},
+			`"` + filepath.Join(dir, "no-such-key"), []string{"ssh key not found", "no-such-key not accessible"}, nil},
 		{"unknown host key", func(c *preflightConfig) { c.knownHosts = emptyKnownHosts },
-			`"` + emptyKnownHosts, []string{"host key not trusted", "Host key verification failed"}},
+			`"` + emptyKnownHosts, []string{"host key not trusted", "Host key verification failed"}, nil},
 		{"missing worker command", func(c *preflightConfig) { c.worker = "/opt/nowhere/fluksio-worker" },
-			`["/opt/nowhere/fluksio-worker"`, []string{"Worker not found", "/opt/nowhere/fluksio-worker"}},
+			`["/opt/nowhere/fluksio-worker"`, []string{"Worker not found", "/opt/nowhere/fluksio-worker"}, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := good
@@ -167,6 +197,11 @@ func TestValidateCheck(t *testing.T) {
 			for _, s := range c.says {
 				if !strings.Contains(squash(stderr.String()), s) {
 					t.Errorf("the report does not say %q", s)
+				}
+			}
+			for _, s := range c.once {
+				if n := strings.Count(stderr.String(), s); n != 1 {
+					t.Errorf("the report says %q %d times, want once", s, n)
 				}
 			}
 		})

@@ -374,9 +374,13 @@ func (c *check) worker(ctx context.Context) {
 // profiles asks sbatch --test-only about each profile's script, the very
 // script a run would submit for one machine of it.
 func (c *check) profiles(ctx context.Context) {
+	shapes, measured := c.readShapes(ctx)
 	for _, prof := range c.cfg.Profiles {
 		i := c.index[prof.Name]
 		path := []string{"profile", strconv.Itoa(i)}
+		if measured && c.tooLarge(shapes, prof, path) {
+			continue
+		}
 		stdout, stderr, err := c.q.call(ctx, c.q.previewScript(prof), "sbatch", "--test-only")
 		said := strings.TrimSpace(string(stderr) + "\n" + string(stdout))
 		if err != nil {
@@ -395,7 +399,7 @@ func (c *check) profiles(ctx context.Context) {
 				continue
 			}
 			c.fail(sbatchBlame(prof, path, said), "Slurm refuses profile "+prof.Name,
-				"sbatch --test-only says: %s.%s%s Fix the profile's sbatch lines (or the cluster side) and check again.", quoteLines(truncate(said)), deadlineHint(prof, said), submitRuleHint(said))
+				"sbatch --test-only says: %s.%s%s%s Fix the profile's sbatch lines (or the cluster side) and check again.", quoteLines(truncate(said)), deadlineHint(prof, said), submitRuleHint(said), partitionHint(shapes, said))
 			continue
 		}
 		c.fact("profile "+prof.Name, "sbatch --test-only: "+strings.TrimPrefix(lastLine([]byte(said)), "sbatch: "), path...)

@@ -41,7 +41,36 @@ func check(ctx context.Context, l *launched, engineID string, diags hcl.Diagnost
 			Detail:  fmt.Sprintf("The %s plugin could not run its check: %v.", b.Kind, err),
 			Subject: b.DefRange.Ptr()})
 	}
-	return resp.Facts, append(diags, hclconfig.ConfigDiagnostics(b.Body, l.schema, resp.Diagnostics)...)
+	return resp.Facts, appendNew(diags, hclconfig.ConfigDiagnostics(b.Body, l.schema, resp.Diagnostics))
+}
+
+// appendNew appends to diags those of more it does not hold already: a
+// plugin's check validates the configuration again, and its warnings
+// are the ones its Validate gave, to be shown once.
+func appendNew(diags, more hcl.Diagnostics) hcl.Diagnostics {
+	type key struct {
+		sev             hcl.DiagnosticSeverity
+		summary, detail string
+		at              hcl.Range
+	}
+	keyOf := func(d *hcl.Diagnostic) key {
+		k := key{sev: d.Severity, summary: d.Summary, detail: d.Detail}
+		if d.Subject != nil {
+			k.at = *d.Subject
+		}
+		return k
+	}
+	seen := make(map[key]bool, len(diags))
+	for _, d := range diags {
+		seen[keyOf(d)] = true
+	}
+	for _, d := range more {
+		if k := keyOf(d); !seen[k] {
+			seen[k] = true
+			diags = append(diags, d)
+		}
+	}
+	return diags
 }
 
 func noPreflight(b *Block) *hcl.Diagnostic {
