@@ -105,7 +105,9 @@ provisioner "memory" "mem" {
 	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
 		tb.Fatal(err)
 	}
-	cmd := exec.Command(e.HostBin, "run", "-config", cfg, "-need", fmt.Sprintf("cpus=1,count=%d", n), "-linger", "10m")
+	// The router logs each task it hands out at debug, which the
+	// bench counts.
+	cmd := exec.Command(e.HostBin, "run", "-config", cfg, "-need", fmt.Sprintf("cpus=1,count=%d", n), "-linger", "10m", "-log-level", "debug")
 	cmd.Env = append(os.Environ(), "FLUKSIO_BENCH_SECRET="+hex.EncodeToString(secret))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, stdout := &syncBuffer{}, &syncBuffer{}

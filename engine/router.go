@@ -478,13 +478,13 @@ func (p *router) settle() []taskNews {
 			if ok {
 				news = append(news, n)
 			}
-			p.logger.Info("task ended", "task", ns.id, "attempt", res.TaskID, "worker", res.Worker, "host", res.Hostname,
+			p.logger.Debug("task ended", "task", ns.id, "attempt", res.TaskID, "worker", res.Worker, "host", res.Hostname,
 				"state", n.res.State, "error", n.res.Error)
 		case state == assignDone:
 			p.mu.Lock()
 			ns.served, ns.result, ns.task = true, &kept, ""
 			p.mu.Unlock()
-			p.logger.Info("need served", "need", ns.id, "task", res.TaskID, "worker", res.Worker, "host", res.Hostname)
+			p.logger.Debug("need served", "need", ns.id, "task", res.TaskID, "worker", res.Worker, "host", res.Hostname)
 		case state == assignLost && ns.rec != nil:
 			why := "its worker " + refs[i].worker + " left, or was given up on, without reporting it"
 			if res.lostWhy != "" {
@@ -640,7 +640,7 @@ func (p *router) match(wantWaiting bool) ([]*needState, []taskNews) {
 		if pl.ns.rec != nil && p.tasks.cancelled(pl.ns.rec) {
 			p.engine.CancelTask(pl.worker.Name, t.ID)
 		}
-		p.logger.Info("task assigned", "need", pl.ns.id, "task", t.ID, "worker", pl.worker.Name)
+		p.logger.Debug("task assigned", "need", pl.ns.id, "task", t.ID, "worker", pl.worker.Name)
 	}
 	return waiting, news
 }
@@ -1206,7 +1206,7 @@ func (p *router) noteOutcomes(needs []*needState, target string, reason WaitReas
 		p.logger.Error("could not ask for a machine", args...)
 		return
 	}
-	p.logger.Info("asked for a machine", args...)
+	p.logger.Debug("asked for a machine", args...)
 }
 
 // Served reports whether every need has been served. With no needs, it
