@@ -525,8 +525,20 @@ func (s *Supervisor) reconcileOnce(ctx context.Context, p shared.Provisioner, tr
 	req := tracker.Request(attached, time.Now())
 	resp, err := p.Reconcile(rctx, req)
 	tracker.Answered(req, err == nil, time.Now())
-	s.Deadline("Reconcile", rctx.Err() == context.DeadlineExceeded && ctx.Err() == nil)
+	// The caller's context ended (a run's -timeout, a stop): the call was
+	// cut short, and nothing failed. Its end counts from its deadline
+	// too: the call's own timer, of the same deadline, may fire a moment
+	// before ctx reports it.
+	cutShort := ctx.Err() != nil
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		cutShort = true
+	}
+	s.Deadline("Reconcile", rctx.Err() == context.DeadlineExceeded && !cutShort)
 	if err != nil {
+		if cutShort {
+			s.logger.Debug("reconcile cut short", "error", err)
+			return
+		}
 		s.logger.Warn("reconcile failed", "error", err)
 		return
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
 
+	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/internal/wire"
 	"github.com/fluksio/provision/shared"
 )
@@ -454,4 +455,63 @@ func (s *Supervisor) launchCount() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.launches
+}
+
+// TestReconcileCutByItsCallerIsQuiet: a Reconcile that the caller's
+// context ends (a run's -timeout, as the engine's loop passes it) failed
+// nothing, and is neither logged as a failure nor counted as a missed
+// deadline; one whose own ReconcileTimeout passes while the caller's
+// context lives is both.
+func TestReconcileCutByItsCallerIsQuiet(t *testing.T) {
+	t.Setenv("TESTPLUGIN_HANG", "mem")
+	b, diags := parseBlock(t, fmt.Sprintf("provisioner \"memory\" \"mem\" {\n  plugin = %q\n  greeting = \"hi\"\n}\n", testPlugin(t)))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	logger, logs := testutil.Logger(t)
+	s := NewSupervisor(b, logger, Options{Signer: signerFunc(nil)})
+	s.WedgeAfter = 1
+	u := newUpDown(s)
+	if diags := s.Start(context.Background()); diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_, _ = s.Shutdown(ctx)
+	})
+	u.waitFor(t, 10*time.Second, "started", func(ups, _ int) bool { return ups == 1 })
+	// reconciled makes one Reconcile and waits for it to end.
+	reconciled := func(ctx context.Context) {
+		t.Helper()
+		if !s.Reconcile(ctx, nil) {
+			t.Fatal("Reconcile was not made")
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			s.mu.Lock()
+			busy := s.reconciling
+			s.mu.Unlock()
+			if !busy {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the Reconcile did not end")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	s.ReconcileTimeout = 200 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	reconciled(ctx)
+	if strings.Contains(logs.String(), "reconcile failed") || s.Phase() != PhaseRunning {
+		t.Errorf("a Reconcile cut by its caller's deadline was taken for a failure (phase %s):\n%s", s.Phase(), logs)
+	}
+	// The control: the plugin misses its own deadline.
+	reconciled(context.Background())
+	if !strings.Contains(logs.String(), "reconcile failed") {
+		t.Errorf("a Reconcile that missed ReconcileTimeout was not logged as failed:\n%s", logs)
+	}
+	u.waitFor(t, 10*time.Second, "restarted as wedged", func(_, downs int) bool { return downs == 1 })
 }
