@@ -146,12 +146,17 @@ test: build lint fuzz ## lint, a short fuzz, then every test with -race, with th
 # Slurm a sandbox runs, and run once, in make test.
 SLURM_TESTS_PLUGIN := Integration|Accounting|Refus|Reliability|SSHSandbox|SbatchReads|BareArray|Deadline|ReleaseMismatch|LoginPath|SubmitRule
 SLURM_TESTS_ENGINE := TestE2ERunServesNeeds|TestE2EBurstWithinSubmitLimit|TestE2EBurstOneSubmission|TestE2EMultiNode|TestE2ERelay$$|TestE2ERelayRecovers|TestE2ERelayTwoLogins|TestValidateCheck|TestScriptCommand|TestReliability|TestE2ESigtermCancelsJobs|TestE2ECleanStop|TestE2ERunTasks|TestE2ETaskRunsAgain|TestE2EJobKilledUnderItsTask|TestE2EWalltime|TestE2ENodeDownUnderATask|TestE2EPendingReasonShown
+# One go test runs the plugin's and the engine's together, so that the
+# two packages share the run's wall time, as they do in make test. The
+# plugin's patterns also match these of the engine's, which need no
+# second Slurm: the login refusal is ssh's, the others use no Slurm.
+SLURM_TESTS_NOT_AGAIN := TestLoginRefusedStopsKnocking|TestE2EForgedTokenRefused|TestReadTasksRefuses
 .PHONY: test-slurm
 test-slurm: build ## the Slurm-facing tests and the demo against SANDBOX_SLURM's sandbox (no -race)
 	@bash sandbox/with-sandbox.sh $(SANDBOX_DIR) -- bash -c 'set -e; t0=$$SECONDS; \
 		echo "==> Slurm-facing tests on Slurm $${SANDBOX_SLURM_VERSION:-?} ($(SANDBOX_SLURM))"; \
-		$(GO) test -count=1 -timeout 30m -run "$(SLURM_TESTS_PLUGIN)" ./slurm/ ./slurm/sshrun/; \
-		$(GO) test -count=1 -timeout 30m -run "$(SLURM_TESTS_ENGINE)" ./host-example/; \
+		$(GO) test -count=1 -timeout 30m -run "$(SLURM_TESTS_PLUGIN)|$(SLURM_TESTS_ENGINE)" -skip "$(SLURM_TESTS_NOT_AGAIN)" \
+			./slurm/ ./slurm/sshrun/ ./host-example/; \
 		$(GO) test -count=1 -timeout 10m ./examples/embed/ ./examples/authorjob/; \
 		DEMO_LINGER=0 bash sandbox/demo.sh; \
 		echo "==> Slurm $${SANDBOX_SLURM_VERSION:-?} ($(SANDBOX_SLURM)): passed in $$((SECONDS - t0)) s"'

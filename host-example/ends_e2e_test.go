@@ -138,6 +138,9 @@ func TestE2EJobKilledUnderItsTask(t *testing.T) {
 // replacement, which the cap would refuse if the leaving worker counted.
 // No task is killed by a walltime, and every job ends COMPLETED.
 func TestE2EWalltime(t *testing.T) {
+	// Most of its minute is spent waiting out walltimes: it runs beside
+	// the package's other long waits.
+	t.Parallel()
 	e := newE2E(t, "e2e-wall")
 	path := e.writeConfig(t, fmt.Sprintf(`  max_workers = 2
   profile "p1" {

@@ -923,6 +923,9 @@ func letWorkersGo(t *testing.T, gate string, p *engineProc) (servedBy []string, 
 // timed out, and its shutdown, with nothing ever submitted, says so and
 // is not a failure.
 func TestLoginRefusedStopsKnocking(t *testing.T) {
+	// Its two minutes are a wait on a login that never gets through,
+	// which uses no Slurm: it runs beside the package's other long waits.
+	t.Parallel()
 	e := newE2E(t, "rel-refused")
 	dir := t.TempDir()
 	key := filepath.Join(dir, "not_authorized")
