@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/fluksio/provision/engine/host"
 	"github.com/fluksio/provision/internal/loglimit"
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/worker"
 )
 
 // Intervals of the run loop. A router pass is cheap (it answers "could
@@ -307,7 +309,7 @@ func (e *Engine) URL() string {
 // /v1/work/ID/), which their credentials guard, and the operator's (GET
 // /status, GET /v1/events, GET /metrics, GET /v1/tasks/ID, POST
 // /v1/tasks/ID/cancel), which protect wraps (metricsOpen leaves /metrics
-// unwrapped), and GET /health and GET /ready, open. With protect nil, the operator's endpoints answer only
+// unwrapped), and GET /health, GET /ready and GET /v1/probe, open. With protect nil, the operator's endpoints answer only
 // the engine's own user and root on this machine (LocalUser, peer.go);
 // AllowAnyLocalUser opens them to anyone who can connect. The embedder
 // adds its own routes (a page) to the mux before Serve.
@@ -328,7 +330,18 @@ func (e *Engine) Mux(protect func(http.Handler) http.Handler, metricsOpen bool) 
 	mux.Handle("GET /metrics", metrics)
 	mux.HandleFunc("GET /health", health)
 	mux.HandleFunc("GET /ready", ready(e.fleet.health))
+	mux.HandleFunc("GET "+worker.ProbePath, ServeProbe)
 	return mux
+}
+
+// ServeProbe answers a reach probe (worker.ProbePath), open to anyone: a
+// worker started with --probe on a compute node asks it to learn whether
+// the engine's URL is reachable there. The answer says only that an
+// engine is there. validate -check -probe serves it where the engine
+// would listen, when no engine runs there.
+func ServeProbe(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(w, worker.ProbeAnswer+"\n")
 }
 
 // Serve listens where Config.Listen says and serves handler (normally

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fluksio/provision/internal/sandboxtest"
 	"github.com/fluksio/provision/internal/testutil"
@@ -279,5 +281,102 @@ func TestCheckWithoutPreflight(t *testing.T) {
 	stderr.Reset()
 	if code := scriptMain([]string{"-config", path, "-profile", "any"}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "No preview for this kind") {
 		t.Errorf("script on a plugin without Preview: exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+// TestValidateProbe runs validate -check -probe against the sandbox: with
+// an engine_url the nodes reach (validate answers the probe where the
+// engine would listen), the probe's job says so; with one they cannot
+// dial, the check fails at engine_url and says to use the relay. Each
+// probe is one job that ends, and leaves neither a job nor its output
+// file behind.
+func TestValidateProbe(t *testing.T) {
+	env := sandboxtest.Require(t)
+	worker := sandboxtest.Binary(t, "host-example", "host-example")
+	name := fmt.Sprintf("probe-%d", time.Now().UnixNano()%1_000_000)
+	port := sandboxtest.FreePort(t)
+	write := func(engineURL string) string {
+		src := fmt.Sprintf(`engine {
+  listen     = "127.0.0.1:%d"
+  plugin_dir = %q
+}
+
+provisioner "slurm" %q {
+  login          = %q
+  ssh_port       = %d
+  ssh_key        = %q
+  known_hosts    = %q
+  engine_url     = %q
+  worker_command = [%q, "worker"]
+
+  profile "cpu" {
+    cpus   = 1
+    sbatch = ["--partition=%s", "--time=00:05:00"]
+  }
+}
+`, port, pluginDir(t), name, env.Login, env.Port, env.Key, env.KnownHosts, engineURL, worker, env.Partition)
+		path := filepath.Join(t.TempDir(), "probe.hcl")
+		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	jobs := func() []string {
+		return strings.Fields(env.Slurm(t, "squeue", "-h", "-t", "all", "--name=fluksio-"+name, "-o", "%i|%T"))
+	}
+
+	good := write(fmt.Sprintf("http://127.0.0.1:%d", port))
+	var stdout, stderr bytes.Buffer
+	code := validateMain([]string{"-check", "-probe", good}, &stdout, &stderr)
+	t.Logf("validate -check -probe, nodes reach the engine: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	if code != 0 {
+		t.Errorf("exit %d, want 0", code)
+	}
+	if !regexp.MustCompile(`(?m)^  reach probe: reached http://127\.0\.0\.1:\d+ from \S+ in \S+ \(job \d+ of profile cpu, after \d+s in the queue\)$`).MatchString(stdout.String()) {
+		t.Error("no reach probe fact saying the nodes reached the engine")
+	}
+	if !strings.Contains(stdout.String(), fmt.Sprintf("answering the reach probe at 127.0.0.1:%d", port)) {
+		t.Error("validate did not say it answers the probe")
+	}
+
+	bad := write("http://127.0.0.1:9")
+	stdout.Reset()
+	stderr.Reset()
+	code = validateMain([]string{"-check", "-probe", bad}, &stdout, &stderr)
+	t.Logf("validate -check -probe, an engine_url nodes cannot dial: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	at := lineOf(t, bad, `"http://127.0.0.1:9"`)
+	if !strings.Contains(stderr.String(), at+": error: Compute nodes cannot reach the engine") {
+		t.Errorf("no error at %s saying the nodes cannot reach the engine", at)
+	}
+	for _, want := range []string{"connection refused", `Set reach = "relay"`} {
+		if !strings.Contains(squash(stderr.String()), want) {
+			t.Errorf("the report does not say %q", want)
+		}
+	}
+
+	// Two probes, two jobs, both ended; no output file left in log_dir.
+	got := jobs()
+	if len(got) != 2 {
+		t.Errorf("the probes' jobs: %q, want 2", got)
+	}
+	for _, j := range got {
+		if _, state, _ := strings.Cut(j, "|"); state != "COMPLETED" && state != "FAILED" {
+			t.Errorf("probe job %s has not ended", j)
+		}
+	}
+	login, _, _ := strings.Cut(env.Login, "@")
+	u, err := user.Lookup(login)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logDir := filepath.Join(u.HomeDir, ".local/state/fluksio", name)
+	if _, err := os.Stat(logDir); err != nil {
+		t.Errorf("log_dir %s: %v", logDir, err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(logDir, "probe-*")); len(left) > 0 {
+		t.Errorf("probe output left in log_dir: %q", left)
 	}
 }

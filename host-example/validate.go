@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -27,15 +28,23 @@ import (
 // against the system the block names, over the block's real settings and
 // bounded by -check-timeout: for Slurm, the login, the Slurm version and
 // MaxArraySize, the worker command, and sbatch --test-only for every
-// profile. Still nothing is submitted. Exit 0 when valid, 1 when not, 2
-// on bad usage.
+// profile. Still nothing is submitted.
+//
+// -probe (with -check) adds the reach probe, the one check that submits a
+// job: a short job of each provisioner's first profile whose worker asks
+// engine_url, from a compute node, whether the engine answers there.
+// Meanwhile validate serves the engine's probe answer where the engine
+// block says it listens, unless something listens there already (a
+// running engine answers it too). Exit 0 when valid, 1 when not, 2 on
+// bad usage.
 func validateMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	preflight := fs.Bool("check", false, "also check each provisioner against its real system (login, versions, sbatch --test-only); submits nothing")
 	timeout := fs.Duration("check-timeout", 2*time.Minute, "bound on each provisioner's -check")
+	probe := fs.Bool("probe", false, "with -check: also submit one short job per provisioner whose worker checks, from a compute node, that engine_url reaches the engine (the only check that submits anything)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: host-example validate [-check] [-json] FILE")
+		fmt.Fprintln(fs.Output(), "usage: host-example validate [-check [-probe]] [-json] FILE")
 		fs.PrintDefaults()
 	}
 	files, code, done := parseArgs(fs, args, stdout, stderr)
@@ -45,10 +54,26 @@ func validateMain(args []string, stdout, stderr io.Writer) int {
 	if len(files) != 1 {
 		return usageError(fs, stderr, "want one configuration file, got %d", len(files))
 	}
+	if *probe && !*preflight {
+		return usageError(fs, stderr, "-probe goes with -check")
+	}
 	file := files[0]
 	cfg, diags := engine.LoadConfig(file)
 	// found is what each provisioner's preflight learned, by name.
 	var found []provisionerFacts
+	if !diags.HasErrors() && *probe {
+		stop, err := cfg.Engine.ServeProbe()
+		switch {
+		case errors.Is(err, engine.ErrEngineListening):
+			fmt.Fprintf(stdout, "%s: %s is in use, most likely by the engine, which answers the reach probe itself\n", termsafe.EscapeLine(file), cfg.Engine.Listen)
+		case err != nil:
+			fmt.Fprintf(stderr, "%s: cannot serve the reach probe's answer at %s: %v\n", termsafe.EscapeLine(file), cfg.Engine.Listen, err)
+			return 1
+		default:
+			fmt.Fprintf(stdout, "%s: answering the reach probe at %s while it runs; submitting one short job per provisioner\n", termsafe.EscapeLine(file), cfg.Engine.Listen)
+			defer stop()
+		}
+	}
 	if !diags.HasErrors() {
 		// One plugin process per binary answers for all its blocks.
 		var v host.Validator
@@ -58,7 +83,11 @@ func validateMain(args []string, stdout, stderr io.Writer) int {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-			facts, d := v.Check(ctx, p, "")
+			check := v.Check
+			if *probe {
+				check = v.Probe
+			}
+			facts, d := check(ctx, p, "")
 			cancel()
 			diags = append(diags, d...)
 			found = append(found, provisionerFacts{Provisioner: p.Name, Kind: p.Kind, Facts: jsonFacts(facts)})

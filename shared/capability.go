@@ -20,6 +20,9 @@ const (
 	// CapabilityReconcileDelta: the plugin takes a Reconcile by change
 	// (ReconcileRequest.Delta, contract 2.4). A plugin offers it.
 	CapabilityReconcileDelta Capability = "reconcile_delta"
+	// CapabilityReachProbe: the plugin's Check runs the reach probe
+	// when CheckRequest.Probe asks (contract 2.7).
+	CapabilityReachProbe Capability = "reach_probe"
 )
 
 // contract24 is what a peer of contract 2.4 offers without saying so:

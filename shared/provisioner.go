@@ -29,7 +29,7 @@ import (
 // EventWorkerJobEnded and Event.JobState, which an older plugin never
 // sends and an older host takes for a kind of the plugin's own, and
 // Outstanding.Reason, which an older plugin leaves empty.
-const ContractVersion = "2.6"
+const ContractVersion = "2.7"
 
 // Provisioner is somewhere machines can be asked for.
 //
@@ -131,6 +131,11 @@ type CheckRequest struct {
 	Name     string
 	Config   json.RawMessage
 	EngineID string
+	// Probe (contract 2.7, CapabilityReachProbe) asks for the reach
+	// probe: one short job whose worker asks the engine's URL, from a
+	// compute node, whether it is reachable there. It is the only part
+	// of a check that submits anything.
+	Probe bool
 }
 
 // CheckResponse says what is wrong, if anything, and what was learned.

@@ -39,12 +39,19 @@ type WorkerArgs struct {
 	// whole seconds on the command line, at least one.
 	MaxIdle     time.Duration
 	ArtifactURL string
+	// Probe makes the worker a reach probe (--probe): it asks the
+	// engine's URL whether it answers, says so, and exits, with no
+	// credential.
+	Probe bool
 }
 
 // Argv is the flags, each value its own word: a provisioner that builds a
 // shell line quotes each word itself.
 func (a WorkerArgs) Argv() []string {
 	argv := []string{"--url", a.URL}
+	if a.Probe {
+		argv = append(argv, "--probe")
+	}
 	if a.EngineCertSHA256 != "" {
 		argv = append(argv, "--engine-cert-sha256", a.EngineCertSHA256)
 	}

@@ -74,6 +74,9 @@ func (p *Provisioner) Check(ctx context.Context, req *shared.CheckRequest) (*sha
 		c.limits(ctx)
 		c.worker(ctx)
 		c.profiles(ctx)
+		if req.Probe {
+			c.probe(ctx)
+		}
 	}
 	return c.resp, nil
 }

@@ -354,7 +354,7 @@ func (p *Provisioner) settings() *settings {
 // Info says what kind of provisioner this is.
 func (p *Provisioner) Info(context.Context, *shared.InfoRequest) (*shared.InfoResponse, error) {
 	return &shared.InfoResponse{Kind: kind, Version: version, ContractVersion: shared.ContractVersion,
-		Capabilities: []shared.Capability{shared.CapabilityReconcileDelta}}, nil
+		Capabilities: []shared.Capability{shared.CapabilityReconcileDelta, shared.CapabilityReachProbe}}, nil
 }
 
 // Schema describes the configuration.

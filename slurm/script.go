@@ -88,6 +88,12 @@ func (p *Provisioner) payload(prof Profile, worker, token string) []byte {
 // when set, is the SHA-256 of the certificate the worker must find there
 // (the relay's own, relaytls.go).
 func (p *Provisioner) script(prof Profile, url, pin, tag string, tasks []int, tokens [][]string) []byte {
+	return p.scriptFor(prof, url, pin, tag, tasks, tokens, false)
+}
+
+// scriptFor is script; probe makes its worker a reach probe (probe.go)
+// rather than one that attaches.
+func (p *Provisioner) scriptFor(prof Profile, url, pin, tag string, tasks []int, tokens [][]string, probe bool) []byte {
 	cfg := p.settings()
 	worker := tag
 	var b bytes.Buffer
@@ -185,7 +191,7 @@ func (p *Provisioner) script(prof Profile, url, pin, tag string, tasks []int, to
 		argv = append(argv, shellQuote(w))
 	}
 	wargs := shared.WorkerArgs{URL: url, EngineCertSHA256: pin, CPUs: prof.CPUs, GPUs: prof.GPUs, RAMMB: prof.RAMMB,
-		Labels: prof.Labels, MaxIdle: cfg.maxIdle, ArtifactURL: cfg.ArtifactURL}
+		Labels: prof.Labels, MaxIdle: cfg.maxIdle, ArtifactURL: cfg.ArtifactURL, Probe: probe}
 	for _, w := range wargs.Argv() {
 		argv = append(argv, shellQuote(w))
 	}

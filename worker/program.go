@@ -57,6 +57,9 @@ type Config struct {
 	// credential's variables (commandEnv): the process's own, whatever
 	// getenv the settings above were read with.
 	environ []string
+	// probe makes the worker a reach probe (probe.go): it asks the
+	// engine's /v1/probe, says what came back, and exits.
+	probe bool
 	// workDir is where task directories are made: $TMPDIR, else /tmp.
 	workDir string
 
@@ -140,6 +143,9 @@ func runWorker(ctx context.Context, prog string, args []string, getenv func(stri
 		logger.Print(err)
 		return 2
 	}
+	if cfg.probe {
+		return probeEngine(ctx, cfg, &http.Client{Transport: transport, Timeout: probeTimeout}, stdout)
+	}
 	return NewClient(cfg, logger, &http.Client{Transport: transport}).Work(ctx)
 }
 
@@ -172,6 +178,7 @@ func parseArgs(prog string, args []string, getenv func(string) string, stdout, s
 		ca      = fs.String("engine-ca", "", "PEM `file` of the CA(s) to verify an https engine with, instead of the system's")
 		pin     = fs.String("engine-cert-sha256", "", "verify an https engine by the SHA-256 of its certificate, in `hex`")
 		wall    = fs.Int64("walltime", 0, "the job's time limit in `seconds` (0: $FLUKSIO_WALLTIME, else not known); the worker leaves before it")
+		probe   = fs.Bool("probe", false, "only check that the engine answers at --url (GET /v1/probe), say so, and exit: 0 when it does, 1 when not; needs no credential")
 	)
 	// The flag package writes its usage before it returns; buffered, so
 	// that help goes to stdout and a mistake to stderr.
@@ -196,7 +203,7 @@ func parseArgs(prog string, args []string, getenv func(string) string, stdout, s
 		return Config{}, errors.New("--walltime may not be negative")
 	}
 	token := strings.TrimSpace(getenv(shared.WorkerTokenEnv))
-	if token == "" {
+	if token == "" && !*probe {
 		return Config{}, fmt.Errorf("no credential: $%s is not set (the provisioner that started this job sets it)", shared.WorkerTokenEnv)
 	}
 	workDir := getenv("TMPDIR")
@@ -223,6 +230,7 @@ func parseArgs(prog string, args []string, getenv func(string) string, stdout, s
 		RetryFirst: 250 * time.Millisecond,
 		KillGrace:  killGrace,
 		WatchAfter: watchAfter,
+		probe:      *probe,
 	}
 	for _, l := range strings.Split(*labels, ",") {
 		if l = strings.TrimSpace(l); l != "" {

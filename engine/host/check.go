@@ -26,13 +26,19 @@ func Check(ctx context.Context, b *Block, engineID string) ([]shared.Fact, hcl.D
 
 // check runs l's plugin's preflight over l's block, whose validation gave
 // diags.
-func check(ctx context.Context, l *launched, engineID string, diags hcl.Diagnostics) ([]shared.Fact, hcl.Diagnostics) {
+func check(ctx context.Context, l *launched, engineID string, diags hcl.Diagnostics, probe bool) ([]shared.Fact, hcl.Diagnostics) {
 	b := l.cfg
 	checker, ok := l.plugin.Provisioner().(shared.Checker)
 	if !ok {
 		return nil, append(diags, noPreflight(b))
 	}
-	resp, err := checker.Check(ctx, &shared.CheckRequest{Name: b.Name, Config: l.json, EngineID: engineID})
+	if probe && !shared.HasCapability(l.info.ContractVersion, l.info.Capabilities, shared.CapabilityReachProbe) {
+		probe = false
+		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagWarning, Summary: "No reach probe for this kind",
+			Detail:  fmt.Sprintf("The %q plugin does not offer a reach probe (contract 2.7's reach_probe); only its check ran.", b.Kind),
+			Subject: b.KindRange.Ptr()})
+	}
+	resp, err := checker.Check(ctx, &shared.CheckRequest{Name: b.Name, Config: l.json, EngineID: engineID, Probe: probe})
 	switch {
 	case errors.Is(err, shared.ErrUnimplemented):
 		return nil, append(diags, noPreflight(b))

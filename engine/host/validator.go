@@ -54,7 +54,21 @@ func (v *Validator) Check(ctx context.Context, b *Block, engineID string) ([]sha
 	if diags.HasErrors() {
 		return nil, diags
 	}
-	return check(ctx, l, engineID, diags)
+	return check(ctx, l, engineID, diags, false)
+}
+
+// Probe is Check with the plugin's reach probe (contract 2.7,
+// shared.CapabilityReachProbe): the one part of a check that submits a
+// job, whose worker asks the engine's URL from a compute node whether it
+// is reachable there. The caller serves the engine's probe answer where
+// the engine listens (engine.File's ServeProbe) while it runs. A plugin
+// that offers no probe is checked as by Check, with a warning saying so.
+func (v *Validator) Probe(ctx context.Context, b *Block, engineID string) ([]shared.Fact, hcl.Diagnostics) {
+	l, diags := v.resolve(ctx, b)
+	if diags.HasErrors() {
+		return nil, diags
+	}
+	return check(ctx, l, engineID, diags, true)
 }
 
 // Close stops every plugin the Validator started and waits for them to

@@ -851,7 +851,14 @@ type CheckRequest struct {
 	ConfigJson []byte                 `protobuf:"bytes,2,opt,name=config_json,json=configJson,proto3" json:"config_json,omitempty"`
 	// As in ConfigureRequest, so the check sees what a run would. The
 	// check's bound in time is the RPC's deadline, which gRPC carries.
-	EngineId      string `protobuf:"bytes,3,opt,name=engine_id,json=engineId,proto3" json:"engine_id,omitempty"`
+	EngineId string `protobuf:"bytes,3,opt,name=engine_id,json=engineId,proto3" json:"engine_id,omitempty"`
+	// Since 2.7, for a plugin that offers "reach_probe": also submit the
+	// one short job the check may, whose worker (--probe) asks the
+	// engine's URL from a compute node whether it is reachable there,
+	// and say. The host serves the engine's probe answer at its listen
+	// address meanwhile, if no engine does. A plugin that does not offer
+	// it ignores the field.
+	Probe         bool `protobuf:"varint,4,opt,name=probe,proto3" json:"probe,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -905,6 +912,13 @@ func (x *CheckRequest) GetEngineId() string {
 		return x.EngineId
 	}
 	return ""
+}
+
+func (x *CheckRequest) GetProbe() bool {
+	if x != nil {
+		return x.Probe
+	}
+	return false
 }
 
 type CheckResponse struct {
@@ -3705,12 +3719,13 @@ const file_provisioner_proto_rawDesc = "" +
 	"\vconfig_json\x18\x02 \x01(\fR\n" +
 	"configJson\"\\\n" +
 	"\x16ValidateConfigResponse\x12B\n" +
-	"\vdiagnostics\x18\x01 \x03(\v2 .fluksio.provision.v1.DiagnosticR\vdiagnostics\"`\n" +
+	"\vdiagnostics\x18\x01 \x03(\v2 .fluksio.provision.v1.DiagnosticR\vdiagnostics\"v\n" +
 	"\fCheckRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vconfig_json\x18\x02 \x01(\fR\n" +
 	"configJson\x12\x1b\n" +
-	"\tengine_id\x18\x03 \x01(\tR\bengineId\"\x85\x01\n" +
+	"\tengine_id\x18\x03 \x01(\tR\bengineId\x12\x14\n" +
+	"\x05probe\x18\x04 \x01(\bR\x05probe\"\x85\x01\n" +
 	"\rCheckResponse\x12B\n" +
 	"\vdiagnostics\x18\x01 \x03(\v2 .fluksio.provision.v1.DiagnosticR\vdiagnostics\x120\n" +
 	"\x05facts\x18\x02 \x03(\v2\x1a.fluksio.provision.v1.FactR\x05facts\"D\n" +

@@ -87,7 +87,7 @@ func (c *Client) ValidateConfig(ctx context.Context, req *shared.ValidateConfigR
 // Check is the optional Checker: a plugin that does not offer it answers
 // UNIMPLEMENTED, which comes back as shared.ErrUnimplemented.
 func (c *Client) Check(ctx context.Context, req *shared.CheckRequest) (*shared.CheckResponse, error) {
-	r, err := call(c, ctx, &pb.CheckRequest{Name: req.Name, ConfigJson: req.Config, EngineId: req.EngineID}, c.rpc.Check)
+	r, err := call(c, ctx, &pb.CheckRequest{Name: req.Name, ConfigJson: req.Config, EngineId: req.EngineID, Probe: req.Probe}, c.rpc.Check)
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +216,7 @@ func (s *grpcServer) Check(ctx context.Context, req *pb.CheckRequest) (*pb.Check
 	if !ok {
 		return nil, toStatus(shared.ErrUnimplemented)
 	}
-	r, err := checker.Check(ctx, &shared.CheckRequest{Name: req.GetName(), Config: req.GetConfigJson(), EngineID: req.GetEngineId()})
+	r, err := checker.Check(ctx, &shared.CheckRequest{Name: req.GetName(), Config: req.GetConfigJson(), EngineID: req.GetEngineId(), Probe: req.GetProbe()})
 	if err != nil {
 		return nil, toStatus(err)
 	}
