@@ -2,6 +2,7 @@ package slurm
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -9,8 +10,15 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/fluksio/provision/internal/sandboxtest"
+	"github.com/fluksio/provision/internal/testutil"
+	"github.com/fluksio/provision/shared"
 )
 
 // runScript runs a login-node script with sh, as ssh's remote shell
@@ -235,5 +243,95 @@ func TestWorkerCommandUnsetShips(t *testing.T) {
 	cfg["worker_command"] = []string{}
 	if _, diags := parseConfig("hpc", mustJSON(t, cfg)); !diags.HasErrors() || !strings.Contains(diags.Error(), "leave it out") {
 		t.Errorf("worker_command = []: %v; want an error saying to set it or leave it out", diags)
+	}
+}
+
+// TestIntegrationWorkerRecheck ships a worker over ssh to the sandbox's
+// login node and counts the commands each submission's ensureWorker
+// costs: the first asks the login node and copies the worker; the next,
+// within workerRecheck, asks nothing; one after workerRecheck (a clock
+// moved on) checks again and marks the copy used; one after a job ended
+// before its worker attached (recheckWorkerLocked) checks again, and
+// copies the worker again when its copy has gone.
+func TestIntegrationWorkerRecheck(t *testing.T) {
+	sandboxtest.WorkerCopies(t)
+	env := sandboxtest.Require(t)
+	var mu sync.Mutex // guards now
+	now := time.Now()
+	clock := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return now
+	}
+	p := New(hclog.NewNullLogger())
+	p.sshPath = testutil.LookPath(t, "ssh")
+	p.now = clock
+	// A worker of its own, so that its version is this test's alone.
+	p.workerDir = t.TempDir()
+	data := []byte("#!/bin/sh\n# a worker shipped by TestIntegrationWorkerRecheck " + time.Now().String() + "\n")
+	if err := os.WriteFile(filepath.Join(p.workerDir, workerProgram), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := baseConfig()
+	cfg["login"], cfg["ssh_port"], cfg["ssh_key"], cfg["known_hosts"] = env.Login, env.Port, env.Key, env.KnownHosts
+	delete(cfg, "worker_command")
+	resp, err := p.Configure(context.Background(), &shared.ConfigureRequest{Name: "hpc", Config: mustJSON(t, cfg), Host: newFakeHost()})
+	if err != nil || resp.Diagnostics.HasErrors() {
+		t.Fatalf("Configure: %v %v", err, resp.Diagnostics)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		p.Shutdown(ctx, &shared.ShutdownRequest{})
+	})
+	// Configure's own reads at start go through the same count: they
+	// are over first, and nothing is polled while nothing is
+	// outstanding.
+	for _, ch := range []chan struct{}{p.adoptTried, p.startReads} {
+		select {
+		case <-ch:
+		case <-time.After(time.Minute):
+			t.Fatal("Configure's reads at start did not end within a minute")
+		}
+	}
+	ctx := context.Background()
+	s := p.settings()
+	ensure := func(what string, wantCalls int64) workerCopy {
+		t.Helper()
+		before := p.slurmCalls.Load()
+		c, err := p.ensureWorker(ctx, s)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if got := p.slurmCalls.Load() - before; got != wantCalls {
+			t.Errorf("%s: %d commands on the login node, want %d", what, got, wantCalls)
+		}
+		return c
+	}
+	c := ensure("the first submission", 2)
+	t.Cleanup(func() { os.Remove(c.path) })
+	if got, err := os.ReadFile(c.path); err != nil || !bytes.Equal(got, data) || c.sum != sha256Hex(data) || filepath.Base(c.path) != workerFile(c.sum) {
+		t.Fatalf("the copy %s holds %q (%v); want the worker beside the plugin", c.path, got, err)
+	}
+	ensure("a submission a moment later", 0)
+
+	old := time.Now().Add(-2 * time.Hour)
+	os.Chtimes(c.path, old, old)
+	mu.Lock()
+	now = now.Add(workerRecheck + time.Minute)
+	mu.Unlock()
+	ensure("a submission after workerRecheck", 2)
+	if st, err := os.Stat(c.path); err != nil || time.Since(st.ModTime()) > time.Hour {
+		t.Errorf("the check after workerRecheck did not mark the copy used: %v %v", st.ModTime(), err)
+	}
+	ensure("a submission after that", 0)
+
+	os.Remove(c.path)
+	p.mu.Lock()
+	p.recheckWorkerLocked()
+	p.mu.Unlock()
+	ensure("a submission after a job ended before its worker attached", 2)
+	if got, err := os.ReadFile(c.path); err != nil || !bytes.Equal(got, data) {
+		t.Errorf("the copy was not made again: %q %v", got, err)
 	}
 }
