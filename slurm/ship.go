@@ -128,7 +128,7 @@ func workerGuard(c workerCopy) string {
 func workerBinary(dir, platform string) (string, error) {
 	goos, goarch, ok := goPlatform(platform)
 	if !ok {
-		return "", fmt.Errorf("the login node is %q, which no Go port is known here as; install a worker built for it where the compute nodes see it and set worker_command", platform)
+		return "", fmt.Errorf("the login node says it is %q (uname -sm), a kind this plugin knows no Go build for; install a worker built for it where the compute nodes see it and set worker_command", strings.TrimSpace(platform))
 	}
 	tried := []string{filepath.Join(dir, workerProgram+"-"+goos+"-"+goarch)}
 	if goos == runtime.GOOS && goarch == runtime.GOARCH {
