@@ -34,7 +34,6 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -288,6 +287,6 @@ func (c *check) shippedWorker(ctx context.Context) {
 	c.q.mu.Lock()
 	c.q.shipped = plan.copy
 	c.q.mu.Unlock()
-	c.fact("worker", fmt.Sprintf("shipped by the plugin: %s (sha256 %s…, %s bytes) to %s on the login node, %s. Jobs run it from there, so the compute nodes must see the login user's home directory; where they do not, install a worker where they do and set worker_command",
-		plan.local, plan.copy.sum[:16], strconv.Itoa(len(plan.data)), plan.copy.path, state), "worker_command")
+	c.fact("worker", fmt.Sprintf("shipped by the plugin: %s (sha256 %s…, %d bytes) to %s on the login node, %s. Jobs run it from there, so the compute nodes must see the login user's home directory; where they do not, install a worker where they do and set worker_command",
+		plan.local, plan.copy.sum[:16], len(plan.data), plan.copy.path, state), "worker_command")
 }
