@@ -34,12 +34,16 @@ help: ## list the targets and the variables they use, with their values now
 		'SANDBOX_SLURM' '$(SANDBOX_SLURM)' 'SANDBOX_DIR' '$(SANDBOX_DIR)' 'FUZZTIME' '$(FUZZTIME)' 'BUILDVCS' '$(BUILDVCS)'
 	@printf '  the sandbox'"'"'s own (SANDBOX_SSH_PORT and others) are listed in docs/development.md, "The sandbox"\n'
 
+# The worker is built static (CGO_ENABLED=0): the plugin ships it to
+# the login node beside it (slurm/ship.go), and a compute node's libc is
+# not this machine's. For nodes of another kind, build
+# bin/fluksio-worker-<GOOS>-<GOARCH> the same way with GOOS and GOARCH.
 .PHONY: build
 build: ## build bin/provisioner-slurm, bin/host-example, bin/fluksio-worker, bin/testplugin and bin/provisioner-conformance
 	@echo "==> building"
 	$(GO) build -buildvcs=$(BUILDVCS) -o $(BIN)/provisioner-slurm ./plugin
 	$(GO) build -buildvcs=$(BUILDVCS) -o $(BIN)/host-example ./host-example
-	$(GO) build -buildvcs=$(BUILDVCS) -o $(BIN)/fluksio-worker ./worker/fluksio-worker
+	CGO_ENABLED=0 $(GO) build -buildvcs=$(BUILDVCS) -o $(BIN)/fluksio-worker ./worker/fluksio-worker
 	$(GO) build -buildvcs=$(BUILDVCS) -o $(BIN)/testplugin ./examples/testplugin
 	$(GO) build -buildvcs=$(BUILDVCS) -o $(BIN)/provisioner-conformance ./shared/conformance/provisioner-conformance
 

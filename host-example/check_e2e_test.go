@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -28,10 +30,21 @@ type preflightConfig struct {
 	// cpus and gpus are the profiles' figures ("" for 2 and 1); extra
 	// is more of the provisioner's attributes.
 	cpus, gpus, extra string
+	// plugins is plugin_dir; empty is the one the tests build into.
+	plugins string
 }
 
 func (c preflightConfig) write(t *testing.T, env sandboxtest.Env, dir string) string {
 	t.Helper()
+	plugins := c.plugins
+	if plugins == "" {
+		plugins = pluginDir(t)
+	}
+	// No worker: worker_command unset, and the plugin ships its own.
+	worker := ""
+	if c.worker != "" {
+		worker = fmt.Sprintf("worker_command = [%q, \"worker\"]", c.worker)
+	}
 	src := fmt.Sprintf(`engine {
   listen     = "127.0.0.1:1"
   plugin_dir = %q
@@ -43,7 +56,7 @@ provisioner "slurm" "preflight" {
   ssh_key        = %q
   known_hosts    = %q
   engine_url     = "http://127.0.0.1:1"
-  worker_command = [%q, "worker"]
+  %s
 %s
   profile "cpu" {
     cpus   = %s
@@ -55,7 +68,7 @@ provisioner "slurm" "preflight" {
     sbatch = [%s]
   }
 }
-`, pluginDir(t), env.Login, env.Port, c.key, c.knownHosts, c.worker, c.extra, cmp.Or(c.cpus, "2"), c.cpuSbatch, cmp.Or(c.gpus, "1"), c.gpuSbatch)
+`, plugins, env.Login, env.Port, c.key, c.knownHosts, worker, c.extra, cmp.Or(c.cpus, "2"), c.cpuSbatch, cmp.Or(c.gpus, "1"), c.gpuSbatch)
 	path := filepath.Join(dir, "preflight.hcl")
 	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
@@ -210,6 +223,70 @@ func TestValidateCheck(t *testing.T) {
 	}
 	if after := queue(); after != before {
 		t.Errorf("the preflight changed the queue:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+}
+
+// TestValidateCheckShippedWorker: with worker_command unset, validate
+// -check says where the plugin's copy of the worker goes on the login
+// node, and that the compute nodes must see that home or worker_command
+// be set, and copies nothing; with no worker beside the plugin, it fails
+// saying what to build or set.
+func TestValidateCheckShippedWorker(t *testing.T) {
+	sandboxtest.WorkerCopies(t)
+	env := sandboxtest.Require(t)
+	local := sandboxtest.Binary(t, "worker/fluksio-worker", "fluksio-worker")
+	data, err := os.ReadFile(local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.Sum256(data)
+	sum := hex.EncodeToString(h[:])
+	home := "/home/" + strings.Split(env.Login, "@")[0]
+	shipped := home + "/.local/share/fluksio/bin/fluksio-worker-" + sum[:16]
+	os.Remove(shipped)
+
+	part := fmt.Sprintf("%q, %q", "--partition="+env.Partition, "--time=00:10:00")
+	good := preflightConfig{key: env.Key, knownHosts: env.KnownHosts, cpuSbatch: part, gpuSbatch: part}
+	path := good.write(t, env, t.TempDir())
+	var stdout, stderr bytes.Buffer
+	if code := validateMain([]string{"-check", path}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	t.Logf("validate -check:\n%s", stdout.String())
+	report := squash(stdout.String())
+	for _, want := range []string{
+		"worker: shipped by the plugin: " + local + " (sha256 " + sum[:16] + "…, " + fmt.Sprint(len(data)) + " bytes) to " + shipped +
+			" on the login node, copied there at the first submission.",
+		"the compute nodes must see the login user's home directory; where they do not, install a worker where they do and set worker_command",
+		"valid, and the preflight passed",
+	} {
+		if !strings.Contains(report, want) {
+			t.Errorf("the report does not say %q", want)
+		}
+	}
+	if _, err := os.Stat(shipped); err == nil {
+		t.Errorf("the check copied the worker to %s; it copies nothing", shipped)
+	}
+
+	// A plugin directory with the plugin and no worker beside it.
+	bare := t.TempDir()
+	if b, err := os.ReadFile(filepath.Join(pluginDir(t), "provisioner-slurm")); err != nil || os.WriteFile(filepath.Join(bare, "provisioner-slurm"), b, 0o755) != nil {
+		t.Fatal(err)
+	}
+	cfg := good
+	cfg.plugins = bare
+	path = cfg.write(t, env, t.TempDir())
+	stdout.Reset()
+	stderr.Reset()
+	code := validateMain([]string{"-check", path}, &stdout, &stderr)
+	t.Logf("validate -check without a worker beside the plugin: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	for _, want := range []string{"No worker to ship", "looked for " + filepath.Join(bare, "fluksio-worker-linux-"), "set worker_command"} {
+		if !strings.Contains(squash(stderr.String()), want) {
+			t.Errorf("the report does not say %q", want)
+		}
+	}
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
 	}
 }
 

@@ -19,7 +19,7 @@ say() { printf '\n==> %s\n' "$*"; }
 die() { printf 'demo: %s\n' "$*" >&2; exit 1; }
 
 [[ "$(id -u)" == 0 ]] || die "the demo runs a real Slurm, which needs root (slurmd, a job user, packages). Run: sudo make demo. Without root, 'make test' still runs the tests that need no Slurm."
-[[ -x bin/host-example && -x bin/provisioner-slurm ]] || die "bin/ is not built; run it as 'make demo', which builds first"
+[[ -x bin/host-example && -x bin/provisioner-slurm && -x bin/fluksio-worker ]] || die "bin/ is not built; run it as 'make demo', which builds first"
 if ! command -v sbatch >/dev/null && ! command -v apt-get >/dev/null; then
   die "Slurm is not installed and there is no apt-get to install it. On another distribution install slurmctld, slurmd, slurm-client, munge and openssh-server, then run make demo again."
 fi
@@ -42,12 +42,12 @@ trap cleanup EXIT
 # shellcheck disable=SC1091
 . "$dir/env.sh"
 
-# Slurm runs jobs as $SANDBOX_SSH_USER, who must be able to execute the
-# worker: copy it out of a checkout that may sit in root's home.
+# The worker needs no installing: worker_command is left unset, so the
+# plugin ships bin/fluksio-worker, which sits beside it, to the login
+# user's ~/.local/share/fluksio/bin, and the jobs run that copy.
 work="$dir/demo"
 mkdir -p "$work"
 chmod 755 "$work"
-install -m 755 bin/host-example "$work/host-example"
 port=$((8470 + RANDOM % 500))
 cat >"$work/config.hcl" <<HCL
 engine {
@@ -61,7 +61,6 @@ provisioner "slurm" "sandbox" {
   ssh_key        = "$SANDBOX_SSH_KEY"
   known_hosts    = "$SANDBOX_SSH_KNOWN_HOSTS"
   engine_url     = "http://127.0.0.1:$port"
-  worker_command = ["$work/host-example", "worker"]
   max_idle       = "30s"
 
   profile "cpu" {

@@ -32,7 +32,9 @@ import (
 // (only a job could tell, and a check submits none), and whether the
 // worker exists on the compute nodes rather than the login node (the
 // usual shared filesystem makes them the same; prerun lines, which may
-// put it on PATH there, are not run).
+// put it on PATH there, are not run). With worker_command unset it says
+// where the plugin's copy of the worker is or will be, and copies
+// nothing.
 
 // credentialPlaceholder stands where a worker's credential goes in a
 // previewed or test-only script: none is minted for a script that is not
@@ -348,9 +350,11 @@ func (c *check) limits(ctx context.Context) {
 	}
 }
 
-// worker looks for the worker command on the login node.
+// worker looks for the worker command on the login node, or, with
+// worker_command unset, says where the shipped worker goes (ship.go).
 func (c *check) worker(ctx context.Context) {
-	if len(c.cfg.WorkerCommand) == 0 {
+	if c.cfg.WorkerCommand == nil {
+		c.shippedWorker(ctx)
 		return
 	}
 	cmd := c.cfg.WorkerCommand[0]

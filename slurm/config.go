@@ -40,8 +40,6 @@ const (
 	// scheduler's spool with the job, so it should not outlive it; and it
 	// must not expire under a worker that is still working.
 	defaultTokenTTL = ""
-	// defaultWorker is the worker as it is installed on the cluster.
-	defaultWorker = "fluksio-worker"
 	// defaultPollInterval is how often the queue is read while something
 	// is outstanding. Sites ask for minutes, not seconds, between
 	// squeues, and slurmctld itself updates its view every 30 to 60
@@ -204,8 +202,8 @@ func schema() *shared.Schema {
 				Description: "How long one ssh call to the login node may take. Connecting and the ssh handshake get half of it (ssh's ConnectTimeout), unless ssh_options sets ConnectTimeout."},
 			{Name: "token_ttl", Type: shared.TypeDuration, Default: defaultTokenTTL,
 				Description: "How long a worker's credential is good for. Unset: as long as its job can live (provision_timeout plus the profile's --time plus 10 minutes; without a --time, the engine's cap). The engine caps every credential (12 hours by default)."},
-			{Name: "worker_command", Type: shared.TypeListString, Default: []string{defaultWorker},
-				Description: "The worker program and any leading arguments, as installed on the compute nodes."},
+			{Name: "worker_command", Type: shared.TypeListString,
+				Description: "The worker program and any leading arguments, as the site installed it where the compute nodes see it. Unset: the plugin ships the fluksio-worker built with it (beside its own executable) to ~/.local/share/fluksio/bin on the login node, once per version, and each job checks it by its sha256 before running it; the compute nodes must then see the login user's home directory."},
 			{Name: "log_dir", Type: shared.TypeString, Default: "",
 				Description: "Where jobs write their output (stdout and stderr, one file per job: JOBID.out, or ARRAYID_TASK.out), on the cluster's shared filesystem as the login node sees it. Relative paths and ~/ are under the login user's home; made on first use. A job that ends before its worker attaches is reported with the last lines of its file. Empty: ~/.local/state/fluksio/<provisioner name>. A profile that sets --output keeps its own."},
 			{Name: "max_workers", Type: shared.TypeInt, Default: defaultMaxWorkers,
@@ -360,7 +358,8 @@ func decodeConfig(raw json.RawMessage) (*Config, shared.Diagnostics) {
 }
 
 // fillDefaults gives what is absent its default. An empty duration counts
-// as absent; an empty worker_command list does not, and fails validation.
+// as absent; an empty worker_command list does not, and fails validation,
+// while an absent one (nil) means the worker is shipped.
 func (c *Config) fillDefaults() {
 	for _, d := range []struct {
 		v   *string
@@ -385,9 +384,8 @@ func (c *Config) fillDefaults() {
 			*d.v = &v
 		}
 	}
-	if c.WorkerCommand == nil {
-		c.WorkerCommand = []string{defaultWorker}
-	}
+	// WorkerCommand stays nil when absent: the plugin ships its own
+	// worker then (ship.go).
 	if c.Reach == "" {
 		c.Reach = reachDirect
 	}
@@ -540,9 +538,9 @@ func validate(s *settings) shared.Diagnostics {
 			Detail: fmt.Sprintf("poll_interval %s reads the queue more often than most sites allow; slurmctld serves every user, and %s or more is kinder to it.", s.pollInterval, minPollInterval)})
 	}
 
-	if len(s.WorkerCommand) == 0 {
-		add(shared.Errorf(at("worker_command"), "Empty worker_command", `Set worker_command to the worker program, such as ["fluksio-worker"].`))
-	} else if s.WorkerCommand[0] == "" {
+	if s.WorkerCommand != nil && len(s.WorkerCommand) == 0 {
+		add(shared.Errorf(at("worker_command"), "Empty worker_command", `Set worker_command to the worker program, such as ["/shared/fluksio/bin/fluksio-worker"], or leave it out for the plugin to ship its own.`))
+	} else if len(s.WorkerCommand) > 0 && s.WorkerCommand[0] == "" {
 		add(shared.Errorf(at("worker_command", "0"), "Empty worker program", "The first element of worker_command is the program to run and must not be empty."))
 	}
 	for i, w := range s.WorkerCommand {

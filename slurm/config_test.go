@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -44,8 +43,9 @@ func TestDecodeFillsDefaults(t *testing.T) {
 	if s.pollInterval != 30*time.Second || s.attachTimeout != 10*time.Minute {
 		t.Errorf("poll_interval %s, attach_timeout %s", s.pollInterval, s.attachTimeout)
 	}
-	if !slices.Equal(s.WorkerCommand, []string{"fluksio-worker"}) {
-		t.Errorf("worker_command = %q", s.WorkerCommand)
+	// Absent is nil, not a default: the plugin ships its own worker.
+	if s.WorkerCommand != nil {
+		t.Errorf("worker_command = %q, want nil (shipped)", s.WorkerCommand)
 	}
 	for _, p := range s.Profiles {
 		if p.CPUs != 1 || p.GPUs != 0 || p.RAMMB != 0 {

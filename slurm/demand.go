@@ -778,6 +778,10 @@ func (p *Provisioner) ask(ctx context.Context, cfg *settings, host shared.Host, 
 	if _, err := p.ensureLogDir(ctx, cfg); err != nil {
 		return "", failure(err, err.Error(), false, keep)
 	}
+	if _, err := p.ensureWorker(ctx, cfg); err != nil {
+		err = fmt.Errorf("not submitted: %w", err)
+		return "", failure(err, err.Error(), false, keep)
+	}
 	// One credential a task, asked for in one round trip a thousand
 	// (contract 2.4; a host before it is asked one at a time, which at a
 	// thousand tasks took longer than the sbatch itself).

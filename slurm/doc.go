@@ -124,6 +124,13 @@
 // engine cleanly instead of vanishing mid-node. A profile that sets --signal or --deadline itself
 // keeps its own.
 //
+// Nothing has to be installed on the cluster: unless worker_command is
+// set, the worker a job runs is the fluksio-worker built with this
+// plugin, which it copies to the login user's home once per version and
+// each job checks by its sha256 before running it (ship.go), as it
+// copies its own binary there for the relay (relay.go). It owns that
+// directory's files of its naming, and touches nothing else there.
+//
 // The sbatch language itself (options, --begin, time limits, job and
 // array task ids, the job tag) is package slurm/sbatch's, as pure
 // functions; the relay daemon that runs on a login node is slurm/relay's;

@@ -517,6 +517,9 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 		r.phase = phaseFailed
 		p.lastErr = detail
 		failed[r.profile] = detail
+		if ended {
+			p.recheckWorkerLocked()
+		}
 		reports = append(reports, report{
 			ev:      shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Job: r.job, Worker: r.worker, Detail: detail, Class: class},
 			msg:     "a request failed before its worker attached",

@@ -13,8 +13,8 @@ import (
 // compute nodes can dial engine_url is the one thing a preflight cannot
 // learn from the login node, and the first thing a worker needs. The
 // probe submits one short job of the first profile, through the very
-// script a run submits (so the worker command, the partition and the
-// prerun lines are the run's), whose worker is started with --probe: it
+// script a run submits (so the worker command, or the copy a run ships,
+// the partition and the prerun lines are the run's), whose worker is started with --probe: it
 // asks the engine's URL for its probe answer, prints one line, and
 // exits. The host serves that answer at the engine's listen address
 // meanwhile, or a running engine does.
@@ -47,6 +47,12 @@ func (c *check) probe(ctx context.Context) {
 	dir, err := c.q.ensureLogDir(ctx, c.cfg)
 	if err != nil {
 		c.fail([]string{"log_dir"}, "Reach probe not run", "The probe's job writes its answer to log_dir: %v.", err)
+		return
+	}
+	// With worker_command unset the run ships the worker, and so does
+	// the probe, whose job runs the copy a run's jobs would.
+	if _, err := c.q.ensureWorker(ctx, c.cfg); err != nil {
+		c.fail([]string{"worker_command"}, "Reach probe not run", "The probe's job runs the worker a run ships, which could not be put on the login node: %v.", err)
 		return
 	}
 	url := c.cfg.EngineURL

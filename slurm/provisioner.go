@@ -87,6 +87,15 @@ type Provisioner struct {
 	// a burst of first submissions makes it once, not once each; it is
 	// taken with the caller's context, across that one ssh call.
 	makingLogDir chan struct{}
+	// shipping holds one token while the worker's copy on the login node
+	// is checked or copied (ship.go), so that a burst of submissions
+	// copies it once; taken with the caller's context, across those ssh
+	// calls.
+	shipping chan struct{}
+	// workerDir is where the worker binaries to ship are looked for
+	// (ship.go); empty means the directory of the plugin's own
+	// executable. Tests set it before Configure; it never changes after.
+	workerDir string
 	// limitTurn holds one token while a submission under an accounting
 	// limit counts the user's queue and submits, so that two profiles'
 	// bursts do not both take the same room (limits.go).
@@ -147,6 +156,12 @@ type Provisioner struct {
 	// logDirAbs is log_dir as the login node resolved it, empty until
 	// the first submission made it (joblog.go).
 	logDirAbs string
+	// shipped is the worker's copy on the login node when worker_command
+	// is unset, zero until a submission has checked it (ship.go), and
+	// shippedAt when it was last checked; a zero shippedAt has the next
+	// submission check it again.
+	shipped   workerCopy
+	shippedAt time.Time
 	// backoff holds, by profile, the failures since a worker of the
 	// profile last attached (backoff.go).
 	backoff map[string]*backoff
@@ -338,6 +353,7 @@ func New(logger hclog.Logger) *Provisioner {
 		cancelling:  map[string]*jobRef{},
 
 		makingLogDir: make(chan struct{}, 1),
+		shipping:     make(chan struct{}, 1),
 		limitTurn:    make(chan struct{}, 1),
 
 		readingLimits: make(chan struct{}, 1),

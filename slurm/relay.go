@@ -513,10 +513,36 @@ var ownBinaryOnce = sync.OnceValue(func() (b struct {
 // relayFile is the cached binary's name: the version is its sha256.
 func relayFile(sum string) string { return "provisioner-slurm-" + sum[:16] }
 
+// unameOS and unameArch are what uname -s and uname -m print for a Go
+// GOOS and GOARCH.
+var (
+	unameOS   = map[string]string{"linux": "Linux", "darwin": "Darwin", "freebsd": "FreeBSD"}
+	unameArch = map[string]string{"amd64": "x86_64", "arm64": "aarch64", "ppc64le": "ppc64le", "s390x": "s390x", "riscv64": "riscv64"}
+)
+
 // uname is what uname -sm prints on a machine of this binary's kind.
-func uname() string {
-	arch := map[string]string{"amd64": "x86_64", "arm64": "aarch64", "ppc64le": "ppc64le", "s390x": "s390x", "riscv64": "riscv64"}[runtime.GOARCH]
-	return map[string]string{"linux": "Linux", "darwin": "Darwin", "freebsd": "FreeBSD"}[runtime.GOOS] + " " + arch
+func uname() string { return unameOf(runtime.GOOS, runtime.GOARCH) }
+
+// unameOf is what uname -sm prints on a machine of GOOS goos and GOARCH
+// goarch.
+func unameOf(goos, goarch string) string { return unameOS[goos] + " " + unameArch[goarch] }
+
+// goPlatform reads what uname -sm printed as a GOOS and GOARCH; ok is
+// false for a machine no Go port here names. FreeBSD says amd64 where
+// Linux says x86_64, and macOS arm64 where Linux says aarch64.
+func goPlatform(u string) (goos, goarch string, ok bool) {
+	s, m, _ := strings.Cut(strings.TrimSpace(u), " ")
+	for o, name := range unameOS {
+		if name == s {
+			goos = o
+		}
+	}
+	for a, name := range unameArch {
+		if name == m || a == m {
+			goarch = a
+		}
+	}
+	return goos, goarch, goos != "" && goarch != ""
 }
 
 // relayPlatformScript exits exitWrongPlatform, saying why, when the
@@ -558,19 +584,40 @@ func relayStartScript(sum string, flags []string) string {
 	return relayPlatformScript() + fmt.Sprintf(`umask 077; c="$HOME/%[1]s"; f="$c/%[2]s"; `+
 		`t="$(mktemp -d "$c/run.XXXXXXXX" 2>/dev/null)" || exit %[3]d; `+
 		`if ! cp "$f" "$t/%[4]s" 2>/dev/null || ! printf '%%s  %%s\n' %[5]s "$t/%[4]s" | sha256sum -c --status 2>/dev/null; then rm -rf "$t"; exit %[3]d; fi; `+
-		`touch "$f"; find "$c" -maxdepth 1 -name 'provisioner-slurm-*' ! -name %[7]s -mmin +60 -exec rm -f {} + 2>/dev/null; `+
+		`touch "$f"; %[7]s`+
 		`find "$c" -maxdepth 1 -name 'run.*' -mmin +60 -exec rm -rf {} + 2>/dev/null; `+
 		`exec "$t/%[4]s" %[6]s -private "$t"`,
-		relayCacheDir, relayFile(sum), exitNoBinary, relayd.PrivateName, sum, strings.Join(q, " "), shellQuote(relayFile(sum)))
+		relayCacheDir, relayFile(sum), exitNoBinary, relayd.PrivateName, sum, strings.Join(q, " "), staleCopiesScript("c", "provisioner-slurm-*", relayFile(sum)))
 }
 
-// relayUploadScript writes standard input to the cache, private to the
-// user, under a temporary name first so that a cut-short copy is never
-// run; the temporary file goes either way.
+// staleCopiesScript removes, from the directory in the shell variable
+// dirVar, the files named like glob but not keep that nobody has used
+// (touched) for an hour: other versions' copies. An hour, not at once:
+// two plugin versions sharing one login account (an upgrade, two
+// engines) would otherwise delete each other's copy every time, and a
+// copy a job still waiting in the queue will run must outlive a newer
+// version's first submission.
+func staleCopiesScript(dirVar, glob, keep string) string {
+	return fmt.Sprintf(`find "$%s" -maxdepth 1 -type f -name %s ! -name %s -mmin +60 -exec rm -f {} + 2>/dev/null; `,
+		dirVar, shellQuote(glob), shellQuote(keep))
+}
+
+// relayUploadScript writes standard input to the relay's cache
+// (uploadScript).
 func relayUploadScript(sum string) string {
-	return fmt.Sprintf(`umask 077; d="$HOME/%s"; mkdir -p "$d" || exit 1; t="$d/.upload.$$"; trap 'rm -f "$t"' EXIT; `+
+	return uploadScript(relayCacheDir, relayFile(sum), sum)
+}
+
+// uploadScript writes standard input to dir/name under the login user's
+// home, private to the user (dir and the file mode 0700), under a
+// temporary name first, checked against sum and then renamed, so that a
+// cut-short or garbled copy is never run; the temporary file goes
+// either way, also when ssh's end hangs the script up. It leaves d set
+// to the directory, for what follows it.
+func uploadScript(dir, name, sum string) string {
+	return fmt.Sprintf(`umask 077; d="$HOME/%s"; mkdir -p "$d" && chmod 700 "$d" || exit 1; t="$d/.upload.$$"; trap 'rm -f "$t"' EXIT; trap 'exit 1' HUP INT TERM; `+
 		`cat > "$t" && printf '%%s  %%s\n' %s "$t" | sha256sum -c --status && chmod 700 "$t" && mv -f "$t" "$d/%s"`,
-		relayCacheDir, sum, relayFile(sum))
+		dir, sum, name)
 }
 
 // tailBuffer keeps the last max bytes written to it: ssh's and the

@@ -186,8 +186,18 @@ func (p *Provisioner) scriptFor(prof Profile, url, pin, tag string, tasks []int,
 	// inherits it. In the environment, not argv: any user of a compute
 	// node can read every process's /proc/PID/cmdline, but only the job's
 	// owner can read its environ.
+	//
+	// With worker_command unset, the worker is the plugin's copy on the
+	// login node (ship.go), checked by its sha256 first: a copy that is
+	// missing or replaced is refused, with a line in the job's output.
+	program := cfg.WorkerCommand
+	if program == nil {
+		ship := p.workerCopyFor()
+		program = []string{ship.path}
+		line(workerGuard(ship))
+	}
 	var argv []string
-	for _, w := range cfg.WorkerCommand {
+	for _, w := range program {
 		argv = append(argv, shellQuote(w))
 	}
 	wargs := shared.WorkerArgs{URL: url, EngineCertSHA256: pin, CPUs: prof.CPUs, GPUs: prof.GPUs, RAMMB: prof.RAMMB,

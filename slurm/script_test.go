@@ -44,6 +44,20 @@ var scriptConfigs = map[string]Config{
 		MaxIdle:       "90s",
 		WorkerCommand: []string{"/opt/fluksio env/bin/fluksio-worker", "--log-level=debug"},
 	},
+	// worker_command unset: the plugin's copy of the worker
+	// (goldenShipped), checked by its sha256 before it runs.
+	"shipped": {
+		Login:     Logins{Entries: []string{"alice@login.example.org"}},
+		EngineURL: "https://engine.example.org:8765",
+		MaxIdle:   "5m",
+	},
+}
+
+// goldenShipped is the shipped worker's copy in the golden scripts, in a
+// home whose name needs quoting.
+var goldenShipped = workerCopy{
+	path: "/home/o'neil x/" + workerShipDir + "/" + workerProgram + "-0123456789abcdef",
+	sum:  strings.Repeat("0123456789abcdef", 4),
 }
 
 // scriptProvisioner returns a configured Provisioner without going
@@ -61,6 +75,9 @@ func scriptProvisioner(t *testing.T, c Config) *Provisioner {
 	}
 	p := New(nil)
 	p.cfg = s
+	if c.WorkerCommand == nil {
+		p.shipped = goldenShipped
+	}
 	return p
 }
 

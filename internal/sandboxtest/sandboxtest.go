@@ -131,7 +131,10 @@ var (
 // Binary builds a main package of this module (such as "plugin" or
 // "host-example") once per test binary, into a directory every user can
 // read and execute, because Slurm runs jobs as the sandbox's job user and a
-// worker binary in a 0700 temp dir fails with "Permission denied".
+// worker binary in a 0700 temp dir fails with "Permission denied". All
+// share one directory, so the worker (worker/fluksio-worker, built
+// static as make build builds it) sits beside the plugin, where the
+// plugin looks for the worker it ships (slurm/ship.go).
 func Binary(t testing.TB, pkg, name string) string {
 	t.Helper()
 	buildMu.Lock()
@@ -150,6 +153,9 @@ func Binary(t testing.TB, pkg, name string) string {
 	}
 	out := filepath.Join(rootDir, name)
 	cmd := exec.Command("go", "build", "-o", out, "github.com/fluksio/provision/"+pkg)
+	if pkg == "worker/fluksio-worker" {
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	}
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
 	}
@@ -215,6 +221,17 @@ provisioner "slurm" %[3]q {
 `, port, pluginDir, name, e.Login, e.Port, e.Key, e.KnownHosts, strings.Join(quoted, ", "), profiles)
 }
 
+// WorkerCopies takes, until the test ends, the lock of the shipped
+// workers' directory on the sandbox's login node
+// (~/.local/share/fluksio/bin of its job user): every test that ships
+// the worker there, or looks into the directory, holds it, so that one
+// test's swapped or stale copy is not another's. A file, taken with
+// flock, so that it holds across packages.
+func WorkerCopies(t testing.TB) {
+	t.Helper()
+	lockFile(t, "fluksio-worker-copies.lock")
+}
+
 // RelayCache takes, until the test ends, the lock of the relay's cache on
 // the sandbox's login node (~/.cache/fluksio of its job user): every test
 // that starts a relay there, or looks into the cache, holds it, so that a
@@ -223,7 +240,14 @@ provisioner "slurm" %[3]q {
 // the lock is a file, taken with flock, so it holds across them.
 func RelayCache(t testing.TB) {
 	t.Helper()
-	f, err := os.OpenFile(filepath.Join(os.TempDir(), "fluksio-relay-cache.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	lockFile(t, "fluksio-relay-cache.lock")
+}
+
+// lockFile holds an exclusive flock on name in the temp directory until
+// the test ends.
+func lockFile(t testing.TB, name string) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), name), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
