@@ -363,7 +363,8 @@ func TestCheckWithoutPreflight(t *testing.T) {
 
 // TestValidateProbe runs validate -check -probe against the sandbox: with
 // an engine_url the nodes reach (validate answers the probe where the
-// engine would listen), the probe's job says so; with one they cannot
+// engine would listen), the probe's job, running the worker the plugin
+// ships, says so; with one they cannot
 // dial, the check fails at engine_url and says to use the relay. Each
 // probe is one job that ends, and leaves neither a job nor its output
 // file behind.
@@ -372,7 +373,11 @@ func TestValidateProbe(t *testing.T) {
 	worker := sandboxtest.Binary(t, "host-example", "host-example")
 	name := fmt.Sprintf("probe-%d", time.Now().UnixNano()%1_000_000)
 	port := sandboxtest.FreePort(t)
-	write := func(engineURL string) string {
+	// The first probe runs the worker a run ships (no worker_command),
+	// the copy another test may swap for a while.
+	sandboxtest.WorkerCopies(t)
+	sandboxtest.Binary(t, "worker/fluksio-worker", "fluksio-worker")
+	write := func(engineURL, workerCommand string) string {
 		src := fmt.Sprintf(`engine {
   listen     = "127.0.0.1:%d"
   plugin_dir = %q
@@ -384,14 +389,14 @@ provisioner "slurm" %q {
   ssh_key        = %q
   known_hosts    = %q
   engine_url     = %q
-  worker_command = [%q, "worker"]
+  %s
 
   profile "cpu" {
     cpus   = 1
     sbatch = ["--partition=%s", "--time=00:05:00"]
   }
 }
-`, port, pluginDir(t), name, env.Login, env.Port, env.Key, env.KnownHosts, engineURL, worker, env.Partition)
+`, port, pluginDir(t), name, env.Login, env.Port, env.Key, env.KnownHosts, engineURL, workerCommand, env.Partition)
 		path := filepath.Join(t.TempDir(), "probe.hcl")
 		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 			t.Fatal(err)
@@ -402,7 +407,7 @@ provisioner "slurm" %q {
 		return strings.Fields(env.Slurm(t, "squeue", "-h", "-t", "all", "--name=fluksio-"+name, "-o", "%i|%T"))
 	}
 
-	good := write(fmt.Sprintf("http://127.0.0.1:%d", port))
+	good := write(fmt.Sprintf("http://127.0.0.1:%d", port), "")
 	var stdout, stderr bytes.Buffer
 	code := validateMain([]string{"-check", "-probe", good}, &stdout, &stderr)
 	t.Logf("validate -check -probe, nodes reach the engine: exit %d\n%s%s", code, stdout.String(), stderr.String())
@@ -416,7 +421,7 @@ provisioner "slurm" %q {
 		t.Error("validate did not say it answers the probe")
 	}
 
-	bad := write("http://127.0.0.1:9")
+	bad := write("http://127.0.0.1:9", fmt.Sprintf("worker_command = [%q, \"worker\"]", worker))
 	stdout.Reset()
 	stderr.Reset()
 	code = validateMain([]string{"-check", "-probe", bad}, &stdout, &stderr)
