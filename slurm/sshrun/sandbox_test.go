@@ -116,7 +116,7 @@ func TestSSHSandboxMultiplex(t *testing.T) {
 	})
 
 	masterPid := func(p *Transport, socket string) int {
-		args := p.argv(p.firstLogin(), []string{"-O", "check", "-o", "ControlPath=" + socket}, nil)
+		args := p.argv(p.firstLogin(), []string{"-O", "check", "-o", "ControlPath=" + socket}, "", nil)
 		out, _ := exec.Command(sshPath, args...).CombinedOutput()
 		var pid int
 		fmt.Sscanf(string(bytes.TrimSpace(out)), "Master running (pid=%d)", &pid)
