@@ -2,6 +2,8 @@ package sshrun
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -74,7 +76,14 @@ func userConnectTimeout(options []string) string {
 // when there are any: the one in use first, then the others in order,
 // each next one only when the one before did not answer. It notes the
 // bastion that let ssh through to at (or refused it) as the one in use.
-func (t *Transport) runVia(ctx context.Context, at Login, extra []string, stdin []byte, remote []string) (stdout, stderr []byte, err error) {
+//
+// socket is the call's ControlPath, "" when it is not multiplexed. A
+// multiplexed ssh (ControlPersist) points its ProxyCommand's stderr at
+// /dev/null, so the hop's words, the ones that say why (its host key,
+// its refusal), would be lost: the hop's stderr then goes to a file of
+// the call's own in the control directory, read into stderr ahead of
+// the outer ssh's words when the call failed, and removed.
+func (t *Transport) runVia(ctx context.Context, at Login, extra []string, socket string, stdin []byte, remote []string) (stdout, stderr []byte, err error) {
 	hint := t.outHint.get(remote[0])
 	if len(t.proxies) == 0 {
 		return t.run(ctx, t.argv(at, extra, "", remote), stdin, hint)
@@ -87,7 +96,18 @@ func (t *Transport) runVia(ctx context.Context, at Login, extra []string, stdin 
 		}
 	}
 	for _, b := range order {
-		stdout, stderr, err = t.run(ctx, t.argv(at, extra, t.proxies[b], remote), stdin, hint)
+		proxy, hopSaid := t.proxies[b], ""
+		if socket != "" {
+			hopSaid = filepath.Join(filepath.Dir(socket), "hop"+strconv.FormatUint(t.hops.Add(1), 10))
+			proxy += " 2>" + strings.ReplaceAll(shellQuote(hopSaid), "%", "%%")
+		}
+		stdout, stderr, err = t.run(ctx, t.argv(at, extra, proxy, remote), stdin, hint)
+		if hopSaid != "" {
+			if said, _ := os.ReadFile(hopSaid); len(said) > 0 && err != nil {
+				stderr = append(said, stderr...)
+			}
+			os.Remove(hopSaid)
+		}
 		if t.classify(err, stdout, stderr) != outcomeSilent || ctx.Err() != nil {
 			if b != first && t.bastion.CompareAndSwap(int32(first), int32(b)) {
 				t.log.Warn("going through another bastion: the one in use did not answer",

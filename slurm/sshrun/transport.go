@@ -94,6 +94,9 @@ type Transport struct {
 	// bastion is the index of the bastion in use: the last that let ssh
 	// through or refused it (bastion.go).
 	bastion atomic.Int32
+	// hops numbers the files a multiplexed call's hop writes its stderr
+	// to (runVia).
+	hops atomic.Uint64
 
 	// slots caps the ssh commands running at once at MaxSessions; every
 	// call holds one from before ssh starts until it has exited. Through
@@ -290,7 +293,7 @@ func (t *Transport) sshFailed(err error, stdout, stderr []byte) bool {
 func (t *Transport) runMux(ctx context.Context, i int, stdin []byte, remote []string) (stdout, stderr []byte, err error) {
 	at := t.cfg.Logins[i]
 	socket := t.controlSocket(i)
-	stdout, stderr, err = t.runVia(ctx, at, muxOptions(socket), stdin, remote)
+	stdout, stderr, err = t.runVia(ctx, at, muxOptions(socket), socket, stdin, remote)
 	t.outHint.note(remote[0], len(stdout))
 	if socket != "" {
 		t.checkMux(ctx, i, socket, stderr)
@@ -300,7 +303,7 @@ func (t *Transport) runMux(ctx context.Context, i int, stdin []byte, remote []st
 			// have said so: the socket exists), so the command never
 			// ran: run it once more on a plain connection.
 			t.log.Warn("the shared ssh connection failed; retrying on a connection of its own", "login", at.String(), "stderr", shorten(string(stderr)))
-			stdout, stderr, err = t.runVia(ctx, at, []string{"-o", "ControlPath=none"}, stdin, remote)
+			stdout, stderr, err = t.runVia(ctx, at, []string{"-o", "ControlPath=none"}, "", stdin, remote)
 		}
 	}
 	return stdout, stderr, err
