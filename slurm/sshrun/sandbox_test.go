@@ -252,7 +252,7 @@ func processesMentioning(s string) []string {
 	return found
 }
 
-// TestSSHSandboxBastion: the sandbox's sshd as both the bastion and the
+// TestBastionOnRealSSHD: the sandbox's sshd as both the bastion and the
 // login node, with the real ssh. A bastion that does not answer (a port
 // where nothing listens) is skipped for the next, which stays the one in
 // use; the hop leaves no file behind. A bastion whose host key is not in
@@ -260,7 +260,7 @@ func processesMentioning(s string) []string {
 // refuses the login as the login node would: ErrLoginRefused,
 // RefusedHostKey, and ssh's words lead with the hop's own, which a
 // multiplexed ssh would otherwise send to /dev/null.
-func TestSSHSandboxBastion(t *testing.T) {
+func TestBastionOnRealSSHD(t *testing.T) {
 	env := sandboxtest.Require(t)
 	sshPath := testutil.LookPath(t, "ssh")
 	login, err := ParseLogin(env.Login)
@@ -315,12 +315,12 @@ func TestSSHSandboxBastion(t *testing.T) {
 	})
 }
 
-// TestSSHSandboxBastionKeyChanged: a bastion whose key in known_hosts is
+// TestBastionKeyChangedOnRealSSHD: a bastion whose key in known_hosts is
 // another (the real ssh's page of warning, its decisive lines in the
 // middle): the call's words lead with the line that names the host,
 // then "Host key verification failed.", and the login is refused for
 // its host key.
-func TestSSHSandboxBastionKeyChanged(t *testing.T) {
+func TestBastionKeyChangedOnRealSSHD(t *testing.T) {
 	env := sandboxtest.Require(t)
 	sshPath := testutil.LookPath(t, "ssh")
 	login, err := ParseLogin(env.Login)
