@@ -82,7 +82,7 @@ func userConnectTimeout(options []string) string {
 // /dev/null, so the hop's words, the ones that say why (its host key,
 // its refusal), would be lost: the hop's stderr then goes to a file of
 // the call's own in the control directory, read into stderr ahead of
-// the outer ssh's words when the call failed, and removed.
+// the outer ssh's words when ssh failed by itself, and removed.
 func (t *Transport) runVia(ctx context.Context, at Login, extra []string, socket string, stdin []byte, remote []string) (stdout, stderr []byte, err error) {
 	hint := t.outHint.get(remote[0])
 	if len(t.proxies) == 0 {
@@ -103,7 +103,7 @@ func (t *Transport) runVia(ctx context.Context, at Login, extra []string, socket
 		}
 		stdout, stderr, err = t.run(ctx, t.argv(at, extra, proxy, remote), stdin, hint)
 		if hopSaid != "" {
-			if said, _ := os.ReadFile(hopSaid); len(said) > 0 && err != nil {
+			if said, _ := os.ReadFile(hopSaid); len(said) > 0 && t.sshFailed(err, stdout, stderr) {
 				stderr = append(said, stderr...)
 			}
 			os.Remove(hopSaid)
