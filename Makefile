@@ -147,7 +147,8 @@ test: build lint fuzz ## lint, a short fuzz, then every test with -race, with th
 # plugin's integration, refusal, reliability and version tests, the
 # engine's runs (a need, a burst, multi-node, the relay, tasks), its preflight
 # and its reliability, and the demo. Unit tests do not change with the
-# Slurm a sandbox runs, and run once, in make test.
+# Slurm a sandbox runs, and run once, in make test; so do the bastion's
+# tests of ssh alone against the sandbox's sshd (TestBastionOnRealSSHD).
 SLURM_TESTS_PLUGIN := Integration|Accounting|Refus|Reliability|SSHSandbox|SbatchReads|BareArray|Deadline|ReleaseMismatch|LoginPath|SubmitRule
 SLURM_TESTS_ENGINE := TestE2ERunServesNeeds|TestE2EBurstWithinSubmitLimit|TestE2EBurstOneSubmission|TestE2EMultiNode|TestE2ERelay$$|TestE2ERelayRecovers|TestE2ERelayTwoLogins|TestValidateCheck|TestScriptCommand|TestReliability|TestE2ESigtermCancelsJobs|TestE2ECleanStop|TestE2ERunTasks|TestE2ETaskRunsAgain|TestE2EJobKilledUnderItsTask|TestE2EWalltime|TestE2ENodeDownUnderATask|TestE2EPendingReasonShown|TestValidateProbe
 # One go test runs the plugin's and the engine's together, so that the

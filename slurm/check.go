@@ -249,6 +249,9 @@ func sshBlame(cfg *settings, said string) (path []string, summary, fix string) {
 		return keyPath, "ssh key unusable", "Check that ssh_key is a private key without a passphrase, readable by the engine's user only (chmod 600)."
 	case strings.Contains(s, "host key verification failed") || strings.Contains(s, "host identification has changed") ||
 		strings.Contains(s, "no ") && strings.Contains(s, "host key is known"):
+		if len(cfg.bastions) > 0 {
+			return hostPath, "Host key not trusted", "ssh names the host whose key it does not trust: the bastion's or the login node's. Add it to known_hosts, which with bastion set holds both (ssh-keyscan -p PORT HOST, checked against the site's published fingerprints)."
+		}
 		return hostPath, "Login node's host key not trusted", "Add the login node's host key to known_hosts (ssh-keyscan, checked against the site's published fingerprint)."
 	case strings.Contains(s, "permission denied") && !cfg.multiplex:
 		return []string{"login"}, "Login refused", "Where the plugin runs through an operator's ssh master (multiplex = false, ssh_config's ControlPath, the MFA recipe), the master is not open: run `" +
@@ -259,6 +262,9 @@ func sshBlame(cfg *settings, said string) (path []string, summary, fix string) {
 		strings.Contains(s, "timed out") || strings.Contains(s, "could not resolve"):
 		if cfg.SSHPort != 0 && strings.Contains(s, "connection refused") {
 			return []string{"ssh_port"}, "Login node unreachable", "Check login and ssh_port."
+		}
+		if len(cfg.bastions) > 0 {
+			return []string{"login"}, "Login node unreachable", "Check bastion (that the engine's host reaches it) and login (and ssh_port; that the bastion reaches it): ssh's words above name the host that did not answer."
 		}
 		return []string{"login"}, "Login node unreachable", "Check login (and ssh_port), and that the engine's host can reach it."
 	}

@@ -78,7 +78,10 @@ const minPollInterval = 10 * time.Second
 // stay strings here; they are parsed during validation so that a bad one
 // is reported at its path.
 type Config struct {
-	Login            Logins   `json:"login"`
+	Login Logins `json:"login"`
+	// Bastion is the jump hosts the login nodes are reached through,
+	// tried in order (bastion.go); none when empty.
+	Bastion          Logins   `json:"bastion"`
 	SSHPort          int      `json:"ssh_port"`
 	SSHKey           string   `json:"ssh_key"`
 	KnownHosts       string   `json:"known_hosts"`
@@ -164,6 +167,8 @@ func schema() *shared.Schema {
 		Attributes: []shared.Attribute{
 			{Name: "login", Type: shared.TypeStringOrList, Required: true,
 				Description: "The login node as user@host or user@host:port (or a Host alias from ssh_config), or a list of them, tried in order: one that does not answer is skipped until it answers again. Every cluster command runs there over ssh."},
+			{Name: "bastion", Type: shared.TypeStringOrList,
+				Description: "A jump host the login node is reached through, as user@host or user@host:port, or a list of them, tried in order: the first that answers is used, and one that does not is skipped. The plugin's ssh reaches it with this provisioner's ssh_key and known_hosts (which then holds both the bastion's and the login node's keys). Not with a ProxyJump or ProxyCommand of ssh_config or ssh_options: one way through."},
 			{Name: "ssh_port", Type: shared.TypeInt, Default: 0,
 				Description: "The login node's ssh port; 0 leaves it to ssh and its config."},
 			{Name: "ssh_key", Type: shared.TypeString, Default: "",
@@ -257,6 +262,9 @@ type settings struct {
 	// logins are the login nodes of Login, in the order they are tried
 	// (logins.go).
 	logins []sshrun.Login
+	// bastions are the jump hosts of Bastion, in the order they are
+	// tried (bastion.go).
+	bastions []sshrun.Login
 	// multiplex and maxSessions are Multiplex and MaxSessions resolved
 	// (validateSSH).
 	multiplex   bool
@@ -448,6 +456,7 @@ func validate(s *settings) shared.Diagnostics {
 	}
 
 	diags = append(diags, validateLogins(s)...)
+	diags = append(diags, validateBastions(s)...)
 
 	if s.LogDir != "" && !validLogDir(s.LogDir) {
 		add(shared.Errorf(at("log_dir"), "Invalid log_dir",

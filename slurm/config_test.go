@@ -90,6 +90,27 @@ func TestValidation(t *testing.T) {
 		{name: "logins empty entry", edit: set("login", []string{"u@h1", ""}), path: "login.1", summary: "Invalid login"},
 		{name: "logins twice", edit: set("login", []string{"u@h1:22", "u@h2", "u@h1:22"}), path: "login.2", summary: "Login listed twice"},
 		{name: "logins wrong type", edit: set("login", []any{"u@h", 3}), path: "login", summary: "Wrong type"},
+		{name: "bastion", edit: set("bastion", "jump@bastion.example.org"), path: "-"},
+		{name: "bastion with port", edit: set("bastion", "jump@bastion.example.org:2200"), path: "-"},
+		{name: "bastions", edit: set("bastion", []string{"jump@b1", "jump@[::1]:2200"}), path: "-"},
+		{name: "bastion empty", edit: set("bastion", ""), path: "-"},
+		{name: "bastion no user", edit: set("bastion", "bastion.example.org"), path: "bastion", summary: "Invalid bastion"},
+		{name: "bastion port zero", edit: set("bastion", "u@b:0"), path: "bastion", summary: "Invalid bastion"},
+		{name: "bastion port high", edit: set("bastion", "u@b:65536"), path: "bastion", summary: "Invalid bastion"},
+		{name: "bastion port word", edit: set("bastion", "u@b:ssh"), path: "bastion", summary: "Invalid bastion"},
+		{name: "bastion option", edit: set("bastion", "-oProxyCommand=x"), path: "bastion", summary: "Invalid bastion"},
+		{name: "bastion space", edit: set("bastion", "u@b x"), path: "bastion", summary: "Invalid bastion"},
+		{name: "bastions bad entry", edit: set("bastion", []string{"u@b1", "u@b2;rm"}), path: "bastion.1", summary: "Invalid bastion"},
+		{name: "bastions twice", edit: set("bastion", []string{"u@b1:22", "u@b1:22"}), path: "bastion.1", summary: "Bastion listed twice"},
+		{name: "bastion wrong type", edit: set("bastion", 3), path: "bastion", summary: "Wrong type"},
+		{name: "bastion and ProxyJump", edit: func(c map[string]any) {
+			c["bastion"] = "u@b"
+			c["ssh_options"] = []string{"ConnectTimeout=5", "proxyjump=u@other"}
+		}, path: "ssh_options.1", summary: "Two ways through a bastion"},
+		{name: "bastion and ProxyCommand", edit: func(c map[string]any) {
+			c["bastion"] = []string{"u@b"}
+			c["ssh_options"] = []string{"ProxyCommand=ssh -W %h:%p jump"}
+		}, path: "ssh_options.0", summary: "Two ways through a bastion"},
 		{name: "port high", edit: set("ssh_port", 70000), path: "ssh_port", summary: "Invalid ssh_port"},
 		{name: "port negative", edit: set("ssh_port", -1), path: "ssh_port", summary: "Invalid ssh_port"},
 		{name: "port set", edit: set("ssh_port", 2222), path: "-"},

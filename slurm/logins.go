@@ -79,7 +79,8 @@ func (l *Logins) UnmarshalJSON(b []byte) error {
 	}
 	var many []string
 	if err := json.Unmarshal(b, &many); err != nil {
-		return &json.UnmarshalTypeError{Value: "something else", Type: reflect.TypeOf(""), Field: "login"}
+		// encoding/json names the field (login, bastion) itself.
+		return &json.UnmarshalTypeError{Value: "something else", Type: reflect.TypeOf("")}
 	}
 	l.Entries, l.List = many, true
 	return nil
@@ -165,6 +166,8 @@ func loginNeededDetail(cfg *settings, a sshrun.Access) string {
 	tail := "; the login is tried again at " + a.NextTry.UTC().Format(time.RFC3339) +
 		" (a minute after the refusal, doubling to 15 minutes, so that the login node's sshd does not penalise this address) and the provisioner carries on by itself once it gets through"
 	switch {
+	case a.Refusal == sshrun.RefusedHostKey && len(cfg.bastions) > 0:
+		return head + ". Check known_hosts: the host key of the host ssh names, the bastion or the login node, is not the one it has; with bastion set it holds both (compare `ssh-keyscan` of that host with the site's published fingerprint before you trust it; host-example validate -check tries the login)" + tail
 	case a.Refusal == sshrun.RefusedHostKey:
 		return head + ". Check known_hosts: the login node's host key is not the one it has (compare `ssh-keyscan` of the login node with the site's published fingerprint before you trust it; host-example validate -check tries the login)" + tail
 	case cfg.multiplex:

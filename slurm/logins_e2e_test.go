@@ -370,3 +370,139 @@ func TestLoginPathBastion(t *testing.T) {
 		t.Errorf("the bastion's sshd saw no login of the plugin's; its log:\n%s", b)
 	}
 }
+
+// TestLoginPathBastionAttribute: the login node reached through the
+// sandbox's jump host with the bastion attribute alone: no ssh_config,
+// the provisioner's own ssh_key, and one known_hosts with both hosts'
+// keys, made from the sandbox's. A need is served and the bastion's sshd
+// saw the plugin log in. Then, with the bastion's key left out of
+// known_hosts, validate -check's Check fails with ssh's own words, "Host
+// key verification failed.", ahead of the outer ssh's last line, and
+// the provisioner reads it as a refused login ("login needed"), as it
+// would one at the login node.
+func TestLoginPathBastionAttribute(t *testing.T) {
+	env := sandboxtest.PrivateWith(t, "bastattr", sandboxtest.Options{Bastion: true})
+	if env.BastionPort == 0 {
+		t.Fatal("the sandbox has no bastion: env.sh has no SANDBOX_BASTION_PORT")
+	}
+	user, host, _ := strings.Cut(env.Login, "@")
+	bastion := fmt.Sprintf("%s@%s:%d", user, host, env.BastionPort)
+	bastionLog := filepath.Join(env.Dir, "log", "sshd-bastion.log")
+	logins := func() int {
+		b, err := os.ReadFile(bastionLog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Count(string(b), "Accepted publickey for "+user)
+	}
+
+	// One known_hosts with both keys, and one with the login node's
+	// alone, from the sandbox's lines.
+	kh, err := os.ReadFile(env.KnownHosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loginKey := fmt.Sprintf("[%s]:%d ", host, env.Port)
+	bastionKey := fmt.Sprintf("[%s]:%d ", host, env.BastionPort)
+	var both, loginOnly []string
+	for _, l := range strings.Split(strings.TrimSpace(string(kh)), "\n") {
+		switch {
+		case strings.HasPrefix(l, loginKey):
+			both, loginOnly = append(both, l), append(loginOnly, l)
+		case strings.HasPrefix(l, bastionKey):
+			both = append(both, l)
+		}
+	}
+	if len(both) != 2 || len(loginOnly) != 1 {
+		t.Fatalf("the sandbox's known_hosts %s has not one key for the login node (%s) and one for the bastion (%s):\n%s", env.KnownHosts, loginKey, bastionKey, kh)
+	}
+	dir := t.TempDir()
+	write := func(name string, lines []string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	bothFile, loginOnlyFile := write("known_hosts", both), write("known_hosts_login_only", loginOnly)
+	through := func(knownHosts string) func(r *rig) map[string]any {
+		return func(r *rig) map[string]any {
+			c := r.config(profile("a", 1, 0, 100, nil, r.sbatch()))
+			c["bastion"] = bastion
+			c["known_hosts"] = knownHosts
+			return c
+		}
+	}
+
+	t.Run("served", func(t *testing.T) {
+		before := logins()
+		r := newPrivateRig(t, env, "bastattr", through(bothFile))
+		start := time.Now()
+		r.provision(t, shared.Need{Label: "a"}, "a")
+		r.served(t, "a")
+		t.Logf("served through bastion = %q in %.1fs; %d login(s) through it", bastion, time.Since(start).Seconds(), logins()-before)
+		if logins() == before {
+			b, _ := os.ReadFile(bastionLog)
+			t.Errorf("the bastion's sshd saw no login of the plugin's; its log:\n%s", b)
+		}
+	})
+
+	t.Run("bastion key unknown", func(t *testing.T) {
+		configure := through(loginOnlyFile)
+		r := newPrivateRig(t, env, "bastkey", configure)
+		raw, err := json.Marshal(configure(r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		resp, err := r.prov.(shared.Checker).Check(ctx, &shared.CheckRequest{Name: r.name, Config: raw})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var words string
+		for _, d := range resp.Diagnostics {
+			if d.Severity == shared.SeverityError {
+				words = d.Detail
+				t.Logf("check: %s: %s: %s", strings.Join(d.Path, "."), d.Summary, d.Detail)
+				if strings.Join(d.Path, ".") != "known_hosts" {
+					t.Errorf("the check blames %q, want known_hosts", strings.Join(d.Path, "."))
+				}
+				break
+			}
+		}
+		const decisive = "Host key verification failed."
+		i, kex := strings.Index(words, decisive), strings.Index(words, "kex_exchange_identification")
+		switch {
+		case words == "":
+			t.Fatalf("the check did not fail: %+v", resp)
+		case i < 0:
+			t.Errorf("the check's words do not say %q", decisive)
+		case kex >= 0 && kex < i:
+			t.Errorf("the check's words lead with the outer ssh's last line, not %q", decisive)
+		}
+		if !strings.Contains(words, bastionKey[:len(bastionKey)-1]) {
+			t.Errorf("the check's words do not name the bastion (%s) as the host whose key is unknown", bastionKey)
+		}
+
+		// The plugin's own calls: a refused login, "login needed".
+		need := shared.Need{Label: "a"}
+		var o *shared.DemandOutcome
+		poll(t, "Provision to answer login needed", 30*time.Second, func() (bool, string) {
+			o = r.ask(t, need)
+			return o.Outcome == shared.OutcomeCapped && o.Condition == shared.ConditionLoginNeeded, fmt.Sprintf("%+v", o)
+		})
+		t.Logf("Provision: %s", o.Detail)
+		if !strings.HasPrefix(o.Detail, "login needed:") || !strings.Contains(o.Detail, decisive) {
+			t.Errorf("the answer does not say login needed with %q: %s", decisive, o.Detail)
+		}
+		if n := noteWith(r.status(t), "login needed:"); !strings.Contains(n, decisive) {
+			t.Errorf("Status's login-needed note does not say %q: %q", decisive, n)
+		}
+		for _, ev := range r.events.all() {
+			if ev.Kind == shared.EventWorkerProvisionFailed {
+				t.Errorf("a machine failed for the bastion's key: %+v", ev)
+			}
+		}
+	})
+}

@@ -623,7 +623,7 @@ func uploadScript(dir, name, sum string) string {
 // tailBuffer keeps the last max bytes written to it: ssh's and the
 // relay's stderr, for the error that says why a relay stopped.
 type tailBuffer struct {
-	mu  sync.Mutex
+	mu  sync.Mutex // guards b
 	max int
 	b   []byte
 }
@@ -638,8 +638,10 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// String is what was written, ssh's decisive lines first (sshrun.Lead):
+// through a bastion, ssh's last line is seldom why it failed.
 func (t *tailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return string(t.b)
+	return string(sshrun.Lead(t.b))
 }

@@ -36,6 +36,7 @@ func (p *Provisioner) newTransport(cfg *settings) *sshrun.Transport {
 func (s *settings) sshConfig() sshrun.Config {
 	return sshrun.Config{
 		Logins:      s.loginList(),
+		Bastions:    s.bastions,
 		ConfigFile:  s.SSHConfig,
 		Port:        s.SSHPort,
 		Key:         s.SSHKey,

@@ -35,12 +35,17 @@
 //     no sshd penalty or fail2ban rule is tripped; how each stands is
 //     Notes, the way in as a whole Access, with the first refusal's words
 //     and the next try;
+//   - bastions (Config.Bastions): the ProxyCommand through each jump
+//     host, carrying the key, known_hosts and BatchMode to the hop, and
+//     which bastion is in use; one that does not answer is skipped for
+//     the next;
 //   - host keys: checking is never turned off from here (WeakHostKey,
 //     Effective read what the user's settings would do), and with
 //     KnownHosts set it is strict against that file alone;
 //   - ssh's words: which failures ssh says happened before anything ran
-//     (NeverRan, Refused), and which lines of stderr are its
-//     multiplexing noise rather than the remote command's.
+//     (NeverRan, Refused), which lines of stderr decide a failure
+//     (Decisive; a failed call's stderr leads with them, Lead), and which
+//     are its multiplexing noise rather than the remote command's.
 //
 // It knows ssh, not Slurm: what a remote command means, what its words
 // say, whether a login needing a person holds anything back, and how

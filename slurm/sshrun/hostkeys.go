@@ -85,7 +85,7 @@ func Effective(ctx context.Context, c Config) ([]Setting, error) {
 	t := New(c, nil)
 	ctx, cancel := context.WithTimeout(ctx, effectiveTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, t.program, append([]string{"-G"}, t.argv(t.firstLogin(), nil, nil)...)...)
+	cmd := exec.CommandContext(ctx, t.program, append([]string{"-G"}, t.argv(t.firstLogin(), nil, t.proxyInUse(), nil)...)...)
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	if err := cmd.Run(); err != nil {

@@ -263,7 +263,7 @@ func (t *Transport) stopMasters(ctx context.Context, dir string) {
 		go func() {
 			defer wg.Done()
 			socket := filepath.Join(dir, e.Name())
-			args := t.argv(t.firstLogin(), []string{"-O", "exit", "-o", "ControlPath=" + socket}, nil)
+			args := t.argv(t.firstLogin(), []string{"-O", "exit", "-o", "ControlPath=" + socket}, "", nil)
 			cmd := exec.CommandContext(ctx, t.program, args...)
 			cmd.WaitDelay = controlTimeout / 4
 			if out, err := cmd.CombinedOutput(); err != nil {

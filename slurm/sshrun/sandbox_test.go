@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -116,7 +117,7 @@ func TestSSHSandboxMultiplex(t *testing.T) {
 	})
 
 	masterPid := func(p *Transport, socket string) int {
-		args := p.argv(p.firstLogin(), []string{"-O", "check", "-o", "ControlPath=" + socket}, nil)
+		args := p.argv(p.firstLogin(), []string{"-O", "check", "-o", "ControlPath=" + socket}, "", nil)
 		out, _ := exec.Command(sshPath, args...).CombinedOutput()
 		var pid int
 		fmt.Sscanf(string(bytes.TrimSpace(out)), "Master running (pid=%d)", &pid)
@@ -249,4 +250,118 @@ func processesMentioning(s string) []string {
 		}
 	}
 	return found
+}
+
+// TestBastionOnRealSSHD: the sandbox's sshd as both the bastion and the
+// login node, with the real ssh. A bastion that does not answer (a port
+// where nothing listens) is skipped for the next, which stays the one in
+// use; the hop leaves no file behind. A bastion whose host key is not in
+// known_hosts (reached as localhost, which known_hosts does not name)
+// refuses the login as the login node would: ErrLoginRefused,
+// RefusedHostKey, and ssh's words lead with the hop's own, which a
+// multiplexed ssh would otherwise send to /dev/null.
+func TestBastionOnRealSSHD(t *testing.T) {
+	env := sandboxtest.Require(t)
+	sshPath := testutil.LookPath(t, "ssh")
+	login, err := ParseLogin(env.Login)
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, host, _ := strings.Cut(env.Login, "@")
+	if host != "127.0.0.1" {
+		t.Skipf("the sandbox's login is %s; this test reaches it as localhost too", env.Login)
+	}
+	dead := freePort(t)
+	transport := func(bastions ...Login) *Transport {
+		return newTransport(t, Config{Program: sshPath, Logins: []Login{login}, Bastions: bastions, Port: env.Port, Key: env.Key,
+			KnownHosts: env.KnownHosts, Timeout: 20 * time.Second, Multiplex: true})
+	}
+
+	t.Run("skips one that does not answer", func(t *testing.T) {
+		tr := transport(Login{Dest: user + "@" + host, Port: dead}, Login{Dest: user + "@" + host, Port: env.Port})
+		for range 2 {
+			if out, stderr, err := tr.Run(context.Background(), nil, "echo", "through"); err != nil || strings.TrimSpace(string(out)) != "through" {
+				t.Fatalf("through the second bastion: %v %q %s", err, out, stderr)
+			}
+		}
+		if b := tr.bastion.Load(); b != 1 {
+			t.Errorf("the bastion in use is %d, want 1 (the one that answered)", b)
+		}
+		tr.retire(0, currentSocket(tr))
+		dir := controlDir(tr)
+		if out, _, err := tr.Run(context.Background(), nil, "true"); err != nil {
+			t.Fatalf("a new master through the bastion in use: %v %s", err, out)
+		}
+		hops, _ := filepath.Glob(filepath.Join(dir, "hop*"))
+		if len(hops) > 0 {
+			t.Errorf("the hops' stderr files are left behind: %q", hops)
+		}
+	})
+
+	t.Run("its host key unknown", func(t *testing.T) {
+		tr := transport(Login{Dest: user + "@localhost", Port: env.Port})
+		_, stderr, err := tr.Run(context.Background(), nil, "true")
+		t.Logf("%v: %s", err, stderr)
+		if !errors.Is(err, ErrLoginRefused) {
+			t.Errorf("error %v, want ErrLoginRefused", err)
+		}
+		if a := tr.Access(); a.Phase != AccessRefused || a.Refusal != RefusedHostKey {
+			t.Errorf("Access %+v, want refused for its host key", a)
+		}
+		want := "No ED25519 host key is known for [localhost]:" + strconv.Itoa(env.Port)
+		if !strings.HasPrefix(string(stderr), want) || !strings.Contains(string(stderr), "\nHost key verification failed.\n") {
+			t.Errorf("stderr does not lead with the hop's words (%q, then Host key verification failed.):\n%s", want, stderr)
+		}
+	})
+}
+
+// TestBastionKeyChangedOnRealSSHD: a bastion whose key in known_hosts is
+// another (the real ssh's page of warning, its decisive lines in the
+// middle): the call's words lead with the line that names the host,
+// then "Host key verification failed.", and the login is refused for
+// its host key.
+func TestBastionKeyChangedOnRealSSHD(t *testing.T) {
+	env := sandboxtest.Require(t)
+	sshPath := testutil.LookPath(t, "ssh")
+	login, err := ParseLogin(env.Login)
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, host, _ := strings.Cut(env.Login, "@")
+	if host != "127.0.0.1" {
+		t.Skipf("the sandbox's login is %s; this test reaches it as localhost too", env.Login)
+	}
+	kh, err := os.ReadFile(env.KnownHosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another host's key (a public key, made with ssh-keygen -t ed25519)
+	// for the bastion, reached as localhost.
+	changed := filepath.Join(t.TempDir(), "known_hosts")
+	other := fmt.Sprintf("[localhost]:%d %s\n", env.Port, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGvlYHefIddk9EWuLaGj+vVKjOUW4DNo2fwooKb44+ej")
+	if err := os.WriteFile(changed, append(kh, other...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tr := newTransport(t, Config{Program: sshPath, Logins: []Login{login}, Bastions: []Login{{Dest: user + "@localhost", Port: env.Port}},
+		Port: env.Port, Key: env.Key, KnownHosts: changed, Timeout: 20 * time.Second, Multiplex: true})
+	_, stderr, err := tr.Run(context.Background(), nil, "true")
+	t.Logf("%v: %s", err, stderr)
+	want := fmt.Sprintf("Host key for [localhost]:%d has changed and you have requested strict checking.\nHost key verification failed.\n", env.Port)
+	if !strings.HasPrefix(string(stderr), want) {
+		t.Errorf("stderr does not lead with %q", want)
+	}
+	if a := tr.Access(); !errors.Is(err, ErrLoginRefused) || a.Refusal != RefusedHostKey {
+		t.Errorf("error %v, Access %+v: want refused for its host key", err, a)
+	}
+}
+
+// freePort is a loopback port where nothing listens.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }

@@ -54,7 +54,7 @@ func (t *Transport) Start(ctx context.Context, stderr io.Writer, remote ...strin
 		return nil, t.logins.held(remote[0], logins)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	cmd := exec.CommandContext(ctx, t.program, t.argv(logins[i], muxOptions(t.controlSocket(i)), remote)...)
+	cmd := exec.CommandContext(ctx, t.program, t.argv(logins[i], muxOptions(t.controlSocket(i)), t.proxyInUse(), remote)...)
 	cmd.WaitDelay = WaitDelay
 	cmd.Stderr = stderr
 	stdin, err := cmd.StdinPipe()

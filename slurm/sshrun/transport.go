@@ -41,6 +41,10 @@ type Config struct {
 	Program string
 	// Logins are the login nodes, tried in this order.
 	Logins []Login
+	// Bastions are the jump hosts every login node is reached through,
+	// tried in this order (bastion.go); none: ssh goes straight to the
+	// login node, or as the user's ssh configuration says.
+	Bastions []Login
 	// ConfigFile is ssh's -F; "" leaves the user's own configuration.
 	ConfigFile string
 	// Port is ssh's -p for a login that names no port; 0 leaves it to
@@ -84,6 +88,15 @@ type Transport struct {
 	cfg     Config
 	program string
 	log     hclog.Logger
+	// proxies are the ProxyCommands through each of cfg.Bastions
+	// (proxyCommand), made by New; they never change.
+	proxies []string
+	// bastion is the index of the bastion in use: the last that let ssh
+	// through or refused it (bastion.go).
+	bastion atomic.Int32
+	// hops numbers the files a multiplexed call's hop writes its stderr
+	// to (runVia).
+	hops atomic.Uint64
 
 	// slots caps the ssh commands running at once at MaxSessions; every
 	// call holds one from before ssh starts until it has exited. Through
@@ -139,9 +152,13 @@ func New(c Config, log hclog.Logger) *Transport {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	c.Logins = slices.Clone(c.Logins)
-	return &Transport{cfg: c, program: cmpOr(c.Program, "ssh"), log: log,
+	c.Logins, c.Bastions = slices.Clone(c.Logins), slices.Clone(c.Bastions)
+	t := &Transport{cfg: c, program: cmpOr(c.Program, "ssh"), log: log,
 		slots: make(chan struct{}, c.MaxSessions), sessions: map[*Session]struct{}{}}
+	for _, b := range c.Bastions {
+		t.proxies = append(t.proxies, proxyCommand(t.program, &t.cfg, b))
+	}
+	return t
 }
 
 // Run runs one command on a login node and returns what it printed,
@@ -253,11 +270,30 @@ func withLimit(ctx context.Context, limit time.Duration) (context.Context, conte
 }
 
 // runAt runs the command once on login i, through its shared connection
-// when multiplexing.
+// when multiplexing. When ssh failed by itself, its stderr comes back
+// with its decisive lines first (Lead), for every caller's words.
 func (t *Transport) runAt(ctx context.Context, i int, stdin []byte, remote []string) (stdout, stderr []byte, err error) {
+	stdout, stderr, err = t.runMux(ctx, i, stdin, remote)
+	if t.sshFailed(err, stdout, stderr) {
+		stderr = Lead(stderr)
+	}
+	return stdout, stderr, err
+}
+
+// sshFailed reports whether a call's end is ssh's own failure: its exit
+// status 255, nothing on stdout, and not a remote command's words
+// (RemoteSaid).
+func (t *Transport) sshFailed(err error, stdout, stderr []byte) bool {
+	var ee *exec.ExitError
+	return errors.As(err, &ee) && ee.ExitCode() == 255 && len(stdout) == 0 &&
+		(t.cfg.RemoteSaid == nil || !t.cfg.RemoteSaid.Match(stderr))
+}
+
+// runMux is runAt before the words are led.
+func (t *Transport) runMux(ctx context.Context, i int, stdin []byte, remote []string) (stdout, stderr []byte, err error) {
 	at := t.cfg.Logins[i]
 	socket := t.controlSocket(i)
-	stdout, stderr, err = t.run(ctx, t.argv(at, muxOptions(socket), remote), stdin, t.outHint.get(remote[0]))
+	stdout, stderr, err = t.runVia(ctx, at, muxOptions(socket), socket, stdin, remote)
 	t.outHint.note(remote[0], len(stdout))
 	if socket != "" {
 		t.checkMux(ctx, i, socket, stderr)
@@ -267,7 +303,7 @@ func (t *Transport) runAt(ctx context.Context, i int, stdin []byte, remote []str
 			// have said so: the socket exists), so the command never
 			// ran: run it once more on a plain connection.
 			t.log.Warn("the shared ssh connection failed; retrying on a connection of its own", "login", at.String(), "stderr", shorten(string(stderr)))
-			stdout, stderr, err = t.run(ctx, t.argv(at, []string{"-o", "ControlPath=none"}, remote), stdin, t.outHint.get(remote[0]))
+			stdout, stderr, err = t.runVia(ctx, at, []string{"-o", "ControlPath=none"}, "", stdin, remote)
 		}
 	}
 	return stdout, stderr, err
@@ -295,20 +331,24 @@ func (t *Transport) run(ctx context.Context, args []string, stdin []byte, outSiz
 	return out.Bytes(), errOut.Bytes(), err
 }
 
-// argv is ssh's argv after the program name, to login at. BatchMode
+// argv is ssh's argv after the program name, to login at, through the
+// ProxyCommand proxy unless it is "" (bastion.go). BatchMode
 // makes a prompt (a passphrase, an unknown host key) fail at once instead
 // of hanging. Host-key checking is never turned off here; KnownHosts
-// turns it fully on. extra (the multiplexing options) comes next, then
-// the user's options, and ssh keeps the first value it is given, so they
+// turns it fully on. extra (the multiplexing options) and proxy come
+// next, then the user's options, and ssh keeps the first value it is given, so they
 // cannot undo the transport's; the user's ssh_config still applies to
 // everything not set here, ProxyJump included. A login's own port comes
 // before Port. Unless the user's options set one, ConnectTimeout is half
 // of Timeout (connectTimeout). "--" ends ssh's options, so nothing after
 // it is read as one.
-func (t *Transport) argv(at Login, extra, remote []string) []string {
+func (t *Transport) argv(at Login, extra []string, proxy string, remote []string) []string {
 	c := &t.cfg
 	args := []string{"-o", "BatchMode=yes"}
 	args = append(args, extra...)
+	if proxy != "" {
+		args = append(args, "-o", "ProxyCommand="+proxy)
+	}
 	if c.ConfigFile != "" {
 		args = append(args, "-F", c.ConfigFile)
 	}
@@ -326,9 +366,7 @@ func (t *Transport) argv(at Login, extra, remote []string) []string {
 	for _, o := range c.Options {
 		args = append(args, "-o", o)
 	}
-	if c.Timeout > 0 && !slices.ContainsFunc(c.Options, func(o string) bool {
-		return strings.HasPrefix(strings.ToLower(o), "connecttimeout=")
-	}) {
+	if c.Timeout > 0 && userConnectTimeout(c.Options) == "" {
 		args = append(args, "-o", "ConnectTimeout="+strconv.FormatInt(connectTimeout(c.Timeout), 10))
 	}
 	args = append(args, "--", at.Dest)

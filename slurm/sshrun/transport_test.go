@@ -122,20 +122,29 @@ func TestSSHArgs(t *testing.T) {
 		// ConnectTimeout is half of Timeout, unless the options set one.
 		{"timeout", Config{Logins: []Login{{Dest: "u@h"}}, Timeout: 30 * time.Second},
 			[]string{"-o", "BatchMode=yes", "-o", "ConnectTimeout=15", "--", "u@h", "true"}},
+		// Through a bastion: a ProxyCommand that carries the key,
+		// known_hosts, BatchMode and ConnectTimeout to the hop, each word
+		// shell-quoted, each % doubled but -W's.
+		{"bastion", Config{Logins: []Login{{Dest: "u@h"}}, Bastions: []Login{{Dest: "j@jump", Port: 2200}},
+			ConfigFile: "/c", Key: "/k 100%", KnownHosts: "/kh", Timeout: 30 * time.Second},
+			[]string{"-o", "BatchMode=yes", "-o", "ProxyCommand=ssh -o BatchMode=yes -F /c -p 2200 -i '/k 100%%' -o IdentitiesOnly=yes" +
+				" -o UserKnownHostsFile=/kh -o StrictHostKeyChecking=yes -o ConnectTimeout=15 -W %h:%p -- j@jump",
+				"-F", "/c", "-i", "/k 100%", "-o", "UserKnownHostsFile=/kh", "-o", "StrictHostKeyChecking=yes",
+				"-o", "ConnectTimeout=15", "--", "u@h", "true"}},
 	}
 	for _, tc := range tests {
 		r := remote
-		if tc.name == "timeout" {
+		if tc.name == "timeout" || tc.name == "bastion" {
 			r = []string{"true"}
 		}
 		tr := New(tc.cfg, nil)
-		if got := tr.argv(tr.firstLogin(), nil, r); !slices.Equal(got, tc.want) {
+		if got := tr.argv(tr.firstLogin(), nil, tr.proxyInUse(), r); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: argv = %q\nwant %q", tc.name, got, tc.want)
 		}
 	}
 	// A login's own port comes before Port, and ssh keeps the first.
 	tr := New(Config{Port: 22, Logins: []Login{{Dest: "u@h", Port: 2222}}}, nil)
-	argv := tr.argv(tr.cfg.Logins[0], nil, []string{"true"})
+	argv := tr.argv(tr.cfg.Logins[0], nil, "", []string{"true"})
 	if i := slices.Index(argv, "-p"); i < 0 || argv[i+1] != "2222" || slices.Contains(argv, "22") {
 		t.Errorf("argv %q: want the entry's port alone", argv)
 	}
