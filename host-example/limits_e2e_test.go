@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,7 @@ import (
 // TestE2EBurstWithinSubmitLimit is a burst at a site that caps its users,
 // as issue 27 found it: a private sandbox with slurmdbd and
 // AccountingStorageEnforce=associations,limits,qos, the job user at
-// MaxSubmitJobs = 5, and ten needs of 2 s of work each. Before the plugin
+// MaxSubmitJobs = 5, and twelve needs of 4 s of work each. Before the plugin
 // read limits it got 0 machines in 40 s: the 10-task array was refused
 // whole, the profile backed off and the placer failed over to a profile
 // behind the same login. Now every need is served, the user never has
@@ -25,7 +26,8 @@ import (
 // sbatch never refuses (the limits are read, not learned), nothing backs
 // off or fails over, and GET /status names the limit. Before the run,
 // validate -check names the limit and warns that max_pending = 64 is
-// above it.
+// above it. The story has a progress line, and its summary says that 12
+// needs were served by at most 5 machines, reused.
 func TestE2EBurstWithinSubmitLimit(t *testing.T) {
 	env := sandboxtest.PrivateWith(t, "limits", sandboxtest.Options{Accounting: true})
 	env.Slurm(t, "sacctmgr", "-i", "modify", "user", "slurmuser", "set", "maxsubmitjobs=5")
@@ -53,7 +55,7 @@ func TestE2EBurstWithinSubmitLimit(t *testing.T) {
 		t.Errorf("validate -check does not warn that max_pending = 64 is above the limit")
 	}
 
-	p := e.startEngine(t, "-config", cfg, "-need", "cpus=1,count=10,work=2s", "-timeout", "3m", "-log-level", "debug")
+	p := e.startEngine(t, "-config", cfg, "-need", "cpus=1,count=12,work=4s", "-timeout", "3m", "-log-level", "debug")
 
 	// Sample the user's queue, every job and array task of slurmuser's
 	// (-r: a pending array's tasks one by one), and /status, until the
@@ -79,8 +81,16 @@ func TestE2EBurstWithinSubmitLimit(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d, want 0\nstderr:\n%s", code, log)
 	}
-	if !strings.Contains(story, "all 10 need(s) served") {
-		t.Errorf("the story does not say all 10 needs were served")
+	if !strings.Contains(story, "all 12 need(s) served") {
+		t.Errorf("the story does not say all 12 needs were served")
+	}
+	if !regexp.MustCompile(`(?m)\] progress: needs \d+/12 served; machines \d+ alive, \d+ on the way; \d+ submission\(s\)`).MatchString(story) {
+		t.Errorf("the story has no progress line")
+	}
+	if m := regexp.MustCompile(`(?m)\] summary: 12 of 12 need\(s\) served by (\d+) machine\(s\).*; machines were reused \(12 needs, (\d+) machines`).FindStringSubmatch(story); m == nil {
+		t.Errorf("the story has no summary line of 12 needs served by machines reused")
+	} else if n, _ := strconv.Atoi(m[1]); n > 5 || n < 1 {
+		t.Errorf("the summary says %s machines; MaxSubmitJobs is 5", m[1])
 	}
 	if most > 5 {
 		t.Errorf("the user had %d jobs or array tasks in the queue at once; MaxSubmitJobs is 5", most)
