@@ -25,8 +25,8 @@ import (
 // more than 5 jobs or array tasks in the queue (sampled as it runs),
 // sbatch never refuses (the limits are read, not learned), nothing backs
 // off or fails over, and GET /status names the limit. Before the run,
-// validate -check names the limit and warns that max_pending = 64 is
-// above it. The story has a progress line, and its summary says that 12
+// validate -check names the limit and warns that max_pending = 64 and
+// max_workers are above it. The story has a progress line, and its summary says that 12
 // needs were served by at most 5 machines, reused.
 func TestE2EBurstWithinSubmitLimit(t *testing.T) {
 	env := sandboxtest.PrivateWith(t, "limits", sandboxtest.Options{Accounting: true})
@@ -53,6 +53,10 @@ func TestE2EBurstWithinSubmitLimit(t *testing.T) {
 	}
 	if !regexp.MustCompile(`(?s)warning.*max_pending above the site's limit.*max_pending = 64`).MatchString(report) {
 		t.Errorf("validate -check does not warn that max_pending = 64 is above the limit")
+	}
+	// With no MaxJobs, MaxSubmitJobs alone caps the machines alive.
+	if !regexp.MustCompile(`(?s)warning: max_workers above the site's limit.*at most 5 jobs running \(association proj/slurmuser MaxSubmitJobs = 5\)`).MatchString(squash(report)) {
+		t.Errorf("validate -check does not warn that max_workers can never be reached under MaxSubmitJobs = 5")
 	}
 
 	p := e.startEngine(t, "-config", cfg, "-need", "cpus=1,count=12,work=4s", "-timeout", "3m", "-log-level", "debug")

@@ -340,7 +340,9 @@ func (c *check) limits(ctx context.Context) {
 	// A worker's job counts against the submit limit while it runs, and
 	// against MaxJobs: the smaller caps the machines alive at once.
 	alive := lim.submit
-	alive.lower(lim.jobs.n, lim.jobs.what)
+	if lim.jobs.set() {
+		alive.lower(lim.jobs.n, lim.jobs.what)
+	}
 	if alive.set() && *c.cfg.MaxWorkers > alive.n {
 		warn([]string{"max_workers"}, "max_workers above the site's limit",
 			"max_workers = %d, but the login user may have at most %d jobs running (%s): more machines than that are never alive at once, and the rest pend. Set max_workers = %d or less to plan with what the site allows.",
