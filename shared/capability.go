@@ -20,6 +20,12 @@ const (
 	// CapabilityReconcileDelta: the plugin takes a Reconcile by change
 	// (ReconcileRequest.Delta, contract 2.4). A plugin offers it.
 	CapabilityReconcileDelta Capability = "reconcile_delta"
+	// CapabilityReconfigure: a second Configure replaces the plugin's
+	// settings in place, keeping its outstanding requests and attached
+	// workers; one it refuses (error diagnostics) leaves the settings
+	// as they were. An engine reloads such a plugin's block without a
+	// new process. A plugin offers it.
+	CapabilityReconfigure Capability = "reconfigure"
 )
 
 // contract24 is what a peer of contract 2.4 offers without saying so:
