@@ -145,7 +145,7 @@ test: build lint fuzz ## lint, a short fuzz, then every test with -race, with th
 # and its reliability, and the demo. Unit tests do not change with the
 # Slurm a sandbox runs, and run once, in make test.
 SLURM_TESTS_PLUGIN := Integration|Accounting|Refus|Reliability|SSHSandbox|SbatchReads|BareArray|Deadline|ReleaseMismatch|LoginPath|SubmitRule
-SLURM_TESTS_ENGINE := TestE2ERunServesNeeds|TestE2EBurstWithinSubmitLimit|TestE2EBurstOneSubmission|TestE2EMultiNode|TestE2ERelay$$|TestE2ERelayRecovers|TestE2ERelayTwoLogins|TestValidateCheck|TestScriptCommand|TestReliability|TestE2ESigtermCancelsJobs|TestE2ECleanStop|TestE2ERunTasks|TestE2ETaskRunsAgain|TestE2EJobKilledUnderItsTask|TestE2EWalltime|TestE2ENodeDownUnderATask|TestE2EPendingReasonShown
+SLURM_TESTS_ENGINE := TestE2ERunServesNeeds|TestE2EBurstWithinSubmitLimit|TestE2EBurstOneSubmission|TestE2EMultiNode|TestE2ERelay$$|TestE2ERelayRecovers|TestE2ERelayTwoLogins|TestValidateCheck|TestScriptCommand|TestReliability|TestE2ESigtermCancelsJobs|TestE2ECleanStop|TestE2ERunTasks|TestE2ETaskRunsAgain|TestE2EJobKilledUnderItsTask|TestE2EWalltime|TestE2ENodeDownUnderATask|TestE2EPendingReasonShown|TestE2EReload
 .PHONY: test-slurm
 test-slurm: build ## the Slurm-facing tests and the demo against SANDBOX_SLURM's sandbox (no -race)
 	@bash sandbox/with-sandbox.sh $(SANDBOX_DIR) -- bash -c 'set -e; t0=$$SECONDS; \
