@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/engine/host"
+	"github.com/fluksio/provision/internal/sandboxtest"
 	"github.com/fluksio/provision/shared"
 )
 
@@ -182,5 +184,91 @@ func TestLetGoFinishesTheTask(t *testing.T) {
 	}
 	if strings.Contains(stderr.String(), "dropping task-1") {
 		t.Errorf("the worker let go dropped its task:\n%s", stderr)
+	}
+}
+
+// TestReloadProvisioners runs real plugin processes (examples/testplugin,
+// which does not take a second Configure): a reload that adds one
+// provisioner and removes another launches the one and shuts the other's
+// plugin down; one that changes a block of a plugin that cannot be
+// configured again is refused at the block, and a provisioner it would
+// have added is shut down again: the fleet and the generation are as
+// they were.
+func TestReloadProvisioners(t *testing.T) {
+	bin := sandboxtest.Binary(t, "examples/testplugin", "provisioner-memory")
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config.hcl")
+	write := func(blocks ...string) *File {
+		t.Helper()
+		body := "engine {\n  listen = \"127.0.0.1:0\"\n}\n"
+		for _, b := range blocks {
+			body += b
+		}
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		f, diags := LoadConfig(path)
+		if diags.HasErrors() {
+			t.Fatal(diags)
+		}
+		return f
+	}
+	block := func(name, greeting string) string {
+		return fmt.Sprintf("provisioner \"memory\" %q {\n  plugin   = %q\n  greeting = %q\n}\n", name, bin, greeting)
+	}
+	names := func(e *Engine) []string {
+		var out []string
+		for _, s := range e.fleet.list() {
+			out = append(out, s.Name())
+		}
+		return out
+	}
+	ctx := context.Background()
+	from := write(block("one", "hi"))
+	e, err := New(Config{Provisioners: from.Provisioners, Secret: testSecret, ID: "test", Listen: from.Engine.Listen, Digest: from.Digest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Stop(ctx)
+	if diags := e.Start(ctx); diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	one := e.fleet.get("one")
+
+	to := write(block("two", "hi"))
+	r, diags := e.Reload(ctx, from, to)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	want := []Change{{Kind: ChangeProvisionerAdded, Provisioner: "two"}, {Kind: ChangeProvisionerRemoved, Provisioner: "one"}}
+	if !slices.Equal(r.Changes, want) || r.Generation != 2 || r.Digest != to.Digest {
+		t.Errorf("reload: %+v; want generation 2, %s, %v", r, to.Digest, want)
+	}
+	if got := names(e); !slices.Equal(got, []string{"two"}) {
+		t.Errorf("provisioners after the reload: %v; want [two]", got)
+	}
+	if e.fleet.get("two").Phase() != host.PhaseRunning {
+		t.Errorf("the added provisioner's plugin is %s", e.fleet.get("two").Phase())
+	}
+	waitFor(t, "the removed provisioner's plugin to be shut down", func() bool { return one.Phase() == host.PhaseStopped })
+
+	// testplugin takes one Configure: a changed block is refused, and
+	// three, launched for the same reload, is shut down again.
+	refused := write(block("two", "hello"), block("three", "hi"))
+	_, diags = e.Reload(ctx, to, refused)
+	if !diags.HasErrors() || !strings.Contains(diags.Error(), "does not take a second Configure") {
+		t.Fatalf("a reload changing a block of a plugin without reconfigure: %v", diags)
+	}
+	if d := diags[0]; d.Subject == nil || d.Subject.Filename != path || d.Subject.Start.Line != 4 {
+		t.Errorf("the refusal points at %v; want %s:4, the block", d.Subject, path)
+	}
+	if got := names(e); !slices.Equal(got, []string{"two"}) {
+		t.Errorf("provisioners after a refused reload: %v; want [two]", got)
+	}
+	if v := e.Config(); v.Generation != 2 || v.Digest != to.Digest {
+		t.Errorf("after a refused reload the engine runs %+v; want generation 2, %s", v, to.Digest)
+	}
+	if shapes := e.router.shapesOf("three"); shapes != nil {
+		t.Errorf("the router still asks provisioner three, which a refused reload launched: %v", shapes)
 	}
 }
