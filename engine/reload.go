@@ -272,10 +272,14 @@ func (e *Engine) planReload(from, to *File) (*reloadPlan, hcl.Diagnostics) {
 func (e *Engine) applyReload(ctx context.Context, plan *reloadPlan) hcl.Diagnostics {
 	var started []*host.Supervisor
 	undoStarts := func() {
+		// The reload's own deadline may be what failed it: the undoing
+		// has a minute of its own.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
 		for _, s := range started {
 			e.fleet.remove(s.Name())
 			e.router.removeTarget(s.Name())
-			if _, err := s.Shutdown(ctx); err != nil {
+			if _, err := s.Shutdown(uctx); err != nil {
 				e.logger.Error("a provisioner launched by a refused reload did not shut down cleanly", "provisioner", s.Name(), "error", err)
 			}
 		}
@@ -299,8 +303,10 @@ func (e *Engine) applyReload(ctx context.Context, plan *reloadPlan) hcl.Diagnost
 		oldShapes := e.router.shapesOf(c.to.Name)
 		shapes, d := c.sup.Reconfigure(ctx, c.to)
 		if d.HasErrors() {
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
 			for _, dc := range slices.Backward(configured) {
-				if shapes, back := dc.c.sup.Reconfigure(ctx, dc.c.from); back.HasErrors() {
+				if shapes, back := dc.c.sup.Reconfigure(uctx, dc.c.from); back.HasErrors() {
 					e.logger.Error("a provisioner configured by a refused reload could not be put back", "provisioner", dc.c.to.Name, "error", back.Error())
 				} else {
 					e.retarget(dc.c.sup, shapes)
@@ -516,9 +522,9 @@ func engineAttrRange(f *File, attr string) *hcl.Range {
 }
 
 // retire shuts s down once the books hold none of its workers (each
-// was let go and leaves after its task), or at once when the engine
-// stops; shutdown waits for it and shuts it down too. Its goroutine is
-// the fleet's, waited for by shutdown.
+// was let go and leaves after its task), and takes it out of the fleet;
+// when the engine stops first, shutdown shuts it down with the others.
+// Its goroutine is the fleet's, waited for by shutdown.
 func (f *fleet) retire(s *host.Supervisor, books *books) {
 	f.mu.Lock()
 	f.retiring = append(f.retiring, s)
@@ -540,11 +546,18 @@ func (f *fleet) retire(s *host.Supervisor, books *books) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		r, err := s.Shutdown(ctx)
-		switch {
-		case err != nil:
+		if err != nil {
+			// It stays among the retiring: the engine's stop reports it.
 			f.logger.Error("removed provisioner's shutdown failed", "provisioner", s.Name(), "error", err)
-		case r != nil:
-			f.logger.Info("removed provisioner shut down", "provisioner", s.Name(), "cancelled", r.Cancelled)
+			return
 		}
+		var cancelled []string
+		if r != nil {
+			cancelled = r.Cancelled
+		}
+		f.logger.Info("removed provisioner shut down", "provisioner", s.Name(), "cancelled", cancelled)
+		f.mu.Lock()
+		f.retiring = slices.DeleteFunc(f.retiring, func(x *host.Supervisor) bool { return x == s })
+		f.mu.Unlock()
 	}()
 }

@@ -272,3 +272,28 @@ func TestReloadProvisioners(t *testing.T) {
 		t.Errorf("the router still asks provisioner three, which a refused reload launched: %v", shapes)
 	}
 }
+
+// TestReloadLiftsHolds: the engine's hold of a profile whose machines
+// failed for the configuration (misconfigured) is dropped when a reload
+// changes its provisioner, and another provisioner's stays.
+func TestReloadLiftsHolds(t *testing.T) {
+	logger, _ := testLogger(t)
+	books := newBareBooks(logger, host.NewSigner(testSecret), nil)
+	defer books.Close()
+	r := newRouter(logger, books, nil)
+	for _, prov := range []string{"hpc", "lab"} {
+		if err := r.observeEvent(shared.Event{Kind: shared.EventWorkerProvisionFailed, Provisioner: prov, Profile: "gpu",
+			Class: shared.FailureMisconfigured, Detail: "invalid partition"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if held := r.Held(); len(held) != 2 || !held[0].Held {
+		t.Fatalf("held before the reload: %+v", held)
+	}
+	if lifted := r.forgetHolds("hpc"); !slices.Equal(lifted, []string{"gpu"}) {
+		t.Errorf("forgetHolds lifted %v; want [gpu]", lifted)
+	}
+	if held := r.Held(); len(held) != 1 || held[0].Provisioner != "lab" {
+		t.Errorf("held after hpc's reload: %+v; want lab's alone", held)
+	}
+}
