@@ -170,8 +170,12 @@ type Engine struct {
 	wake chan struct{}
 	// reloads holds one token while a reload is under way (Reload), so
 	// that two are never applied at once; it is taken across the calls
-	// to the plugins a reload makes, and only by Reload.
-	reloads chan struct{}
+	// to the plugins a reload makes, by Reload, and by Stop for good
+	// once halted is closed, so that no reload launches a plugin after
+	// Stop began.
+	reloads  chan struct{}
+	halted   chan struct{}
+	haltOnce sync.Once
 	// version is the configuration's generation and digest (Reload).
 	version configVersion
 }
@@ -209,7 +213,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.ID == "" {
 		cfg.ID = host.EngineIdentity("", "")
 	}
-	e := &Engine{cfg: cfg, logger: logger, signer: host.NewSigner(cfg.Secret), wake: make(chan struct{}, 1), reloads: make(chan struct{}, 1)}
+	e := &Engine{cfg: cfg, logger: logger, signer: host.NewSigner(cfg.Secret), wake: make(chan struct{}, 1), reloads: make(chan struct{}, 1), halted: make(chan struct{})}
 	e.version.set(1, cfg.Digest)
 	// Each of the books' hooks is the engine's own and calls the
 	// embedder's beside it: the event stream and the metrics hear
@@ -633,6 +637,15 @@ func (e *Engine) workerCounts() map[string]workerCounts {
 // server and the liveness watch stop. It returns a result per
 // provisioner.
 func (e *Engine) Stop(ctx context.Context) []StopResult {
+	// A reload under way finishes first (what it launched is shut down
+	// with the rest); none begins after.
+	e.haltOnce.Do(func() {
+		close(e.halted)
+		select {
+		case e.reloads <- struct{}{}:
+		case <-ctx.Done():
+		}
+	})
 	// Each plugin hears first who is attached, so that it counts their
 	// jobs as arrived: a plugin's Shutdown cancels what has not arrived,
 	// and must not race the workers about to leave on their own.

@@ -160,10 +160,18 @@ func (e *Engine) Config() ConfigVersion { return e.version.get() }
 // from as before, and its generation stays. Applied, the generation is
 // one more and each change is logged, one line each.
 func (e *Engine) Reload(ctx context.Context, from, to *File) (Reloaded, hcl.Diagnostics) {
+	stopping := hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Reload not applied", Detail: "The engine is stopping."}}
 	select {
 	case e.reloads <- struct{}{}:
 	case <-ctx.Done():
 		return Reloaded{}, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Reload not applied", Detail: "Another reload was under way when this one's time ran out."}}
+	case <-e.halted:
+		return Reloaded{}, stopping
+	}
+	if isClosed(e.halted) {
+		// Stop began; it takes the token once this reload gives it back.
+		<-e.reloads
+		return Reloaded{}, stopping
 	}
 	defer func() { <-e.reloads }()
 	if e.ln == nil {

@@ -142,6 +142,10 @@ func TestReloadRefusesEngineBlock(t *testing.T) {
 	if diags.HasErrors() || r.Generation != 2 || len(r.Changes) != 0 {
 		t.Errorf("reloading the same file: %+v %v", r, diags)
 	}
+	e.Stop(context.Background())
+	if _, diags := e.Reload(context.Background(), from, from); !diags.HasErrors() || !strings.Contains(diags.Error(), "stopping") {
+		t.Errorf("a reload after Stop: %v; want it refused, the engine stopping", diags)
+	}
 }
 
 // TestLetGoFinishesTheTask: a real worker of a provisioner a reload
