@@ -61,6 +61,7 @@ var changeKindNames = [...]string{ChangeEngine: "engine", ChangeProvisionerAdded
 	ChangeProvisionerRemoved: "provisioner removed", ChangePlugin: "plugin", ChangeBlockAdded: "block added",
 	ChangeBlockRemoved: "block removed", ChangeSetting: "setting"}
 
+// String is the kind's name, for logs.
 func (k ChangeKind) String() string {
 	if k > 0 && int(k) < len(changeKindNames) {
 		return changeKindNames[k]

@@ -78,12 +78,15 @@ func (s *Supervisor) Reconfigure(ctx context.Context, b *Block) ([]shared.Shape,
 	if diags.HasErrors() {
 		return nil, diags
 	}
-	cur.limitMints(shapes)
 	s.mu.Lock()
-	s.cfg = b
-	if s.current == cur {
-		s.config = raw
+	if s.current != cur {
+		// The process restarted meanwhile, configured from the old
+		// block: the new one applied to a process that is gone.
+		s.mu.Unlock()
+		return refuse("Plugin restarted", "Provisioner "+s.name+"'s plugin restarted while it was being configured again, and runs the old configuration. Reload again.", b.DefRange)
 	}
+	s.cfg, s.config = b, raw
 	s.mu.Unlock()
+	cur.limitMints(shapes)
 	return shapes, diags
 }
