@@ -280,3 +280,26 @@ func (p *router) demandMoved() {
 // Held lists the profiles with failures in a row, for GET /status, the
 // page and the metrics.
 func (p *router) Held() []HeldProfile { return p.holds.list() }
+
+// forgetHolds drops the engine's holds of provisioner's profiles (a
+// reload changed or removed it: what failed may be fixed) and says which
+// profiles were held, sorted.
+func (p *router) forgetHolds(provisioner string) []string {
+	h := p.holds
+	h.mu.Lock()
+	var lifted []string
+	for k, st := range h.m {
+		if k.provisioner != provisioner {
+			continue
+		}
+		if st.failures > 0 {
+			lifted = append(lifted, k.profile)
+		}
+		delete(h.m, k)
+	}
+	delete(h.per, provisioner)
+	h.mu.Unlock()
+	slices.Sort(lifted)
+	p.demandMoved()
+	return lifted
+}

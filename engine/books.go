@@ -101,7 +101,15 @@ type books struct {
 	// worker's stay (a job killed a second after its worker attached
 	// ended under a worker, not before one).
 	untold map[string][]string
+	// unwanted are the provisioners (profile "") and profiles a reload
+	// removed (letGo): a worker of one that attaches later is leaving
+	// from the start.
+	unwanted map[ownedProfile]bool
 }
+
+// ownedProfile is a provisioner's profile; profile "" is the whole
+// provisioner.
+type ownedProfile struct{ provisioner, profile string }
 
 // booksHooks hear what the books did, after the books are updated and
 // without b.mu; each may be nil.
@@ -230,6 +238,10 @@ type workerState struct {
 	// told is set once attachedBy named the worker: its plugin has heard
 	// (or is hearing) that its job arrived.
 	told bool
+	// leaving is set when a reload removed its profile or provisioner
+	// (books.letGo): it is given no task, and its next poll with none
+	// answers CodeLeave, so a busy worker finishes its task first.
+	leaving bool
 }
 
 // newBareBooks returns the books of workers whose credentials signer
@@ -462,7 +474,7 @@ func (b *books) IdleAndAttached() ([]WorkerInfo, map[string][]string) {
 	var idle []WorkerInfo
 	attached := map[string][]string{}
 	for name, ws := range b.workers {
-		if ws.task == nil {
+		if ws.task == nil && !ws.leaving {
 			idle = append(idle, ws.info)
 		}
 		// A worker whose job ends within the margin is leaving: its
@@ -821,6 +833,7 @@ func (b *books) attach(cred host.Credential, info WorkerInfo) (string, denial, s
 	if d == allowed {
 		info.Profile = b.admission.ProfileOf(name)
 		ws := &workerState{owner: cred.Provisioner, expires: cred.Expires, attached: now, lastSeen: now, info: info}
+		ws.leaving = b.unwantedLocked(ws)
 		session, ws.session = newSession()
 		b.workers[name] = ws
 	}
@@ -1001,4 +1014,62 @@ func (b *books) statuses() []workerStatus {
 		sorted[k] = all[i]
 	}
 	return sorted
+}
+
+// letGo has the workers of the provisioners and profiles in gone (a
+// profile "" is the whole provisioner) leave: from now on, and for one
+// that attaches later, each is given no task and its next poll without
+// one answers CodeLeave; a busy one finishes its task first. It returns
+// how many attached workers it let go.
+func (b *books) letGo(gone []ownedProfile) int {
+	if len(gone) == 0 {
+		return 0
+	}
+	b.mu.Lock()
+	if b.unwanted == nil {
+		b.unwanted = map[ownedProfile]bool{}
+	}
+	for _, g := range gone {
+		b.unwanted[g] = true
+	}
+	n := 0
+	for _, ws := range b.workers {
+		if !ws.leaving && b.unwantedLocked(ws) {
+			ws.leaving = true
+			n++
+		}
+	}
+	b.mu.Unlock()
+	b.wakeAll()
+	return n
+}
+
+// unwantedLocked reports whether ws's provisioner or profile was
+// removed. b.mu must be held.
+func (b *books) unwantedLocked(ws *workerState) bool {
+	return b.unwanted[ownedProfile{ws.owner, ""}] || (ws.info.Profile != "" && b.unwanted[ownedProfile{ws.owner, ws.info.Profile}])
+}
+
+// wanted takes back letGo's word for the provisioners and profiles in
+// back, which a later reload added again; the workers already leaving
+// still leave.
+func (b *books) wanted(back []ownedProfile) {
+	b.mu.Lock()
+	for _, g := range back {
+		delete(b.unwanted, g)
+	}
+	b.mu.Unlock()
+}
+
+// countOf is how many workers of provisioner are attached.
+func (b *books) countOf(provisioner string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, ws := range b.workers {
+		if ws.owner == provisioner {
+			n++
+		}
+	}
+	return n
 }

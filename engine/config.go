@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"net/url"
@@ -76,7 +78,10 @@ type EngineBlock struct {
 
 // File is a whole file.
 type File struct {
-	Path         string
+	Path string
+	// Digest is the first 12 hex digits of the sha256 of the file's
+	// bytes: which configuration an engine runs, as GET /status says.
+	Digest       string
 	Engine       EngineBlock
 	Provisioners []*host.Block
 	// Files holds the parsed sources, so diagnostics can show snippets.
@@ -89,6 +94,10 @@ func LoadConfig(path string) (*File, hcl.Diagnostics) {
 	parser := hclparse.NewParser()
 	cfg := &File{Path: path, Files: parser.Files(), Engine: EngineBlock{Listen: defaultListen, PluginDir: defaultPluginDir, ParkPolls: true}}
 	file, diags := hclconfig.ParseFile(parser, path)
+	if file != nil {
+		sum := sha256.Sum256(file.Bytes)
+		cfg.Digest = hex.EncodeToString(sum[:])[:12]
+	}
 	if diags.HasErrors() {
 		if file == nil && len(diags) == 1 && diags[0].Summary == "Configuration file not found" {
 			diags[0].Detail += " To start one, copy config.hcl.example."

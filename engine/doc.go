@@ -14,7 +14,8 @@
 // events (Engine.Events, and a Server-Sent Events handler) and as
 // Prometheus metrics. Engine wires them together and is the one type an
 // embedder holds: New builds it and opens nothing, Serve listens, Start
-// launches the plugins, Run passes, Stop ends it all.
+// launches the plugins, Run passes, Reload applies a changed
+// configuration in place (reload.go), Stop ends it all.
 //
 // It is a library so that every engine gets the same loop and a fix
 // reaches them all. Its exported surface is small on purpose, and what is

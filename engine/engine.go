@@ -71,6 +71,10 @@ type Config struct {
 	TaskDir string
 	// TaskLimits bound what one task moves.
 	TaskLimits TaskLimits
+	// Digest names the configuration's content, as GET /status shows it
+	// beside its generation (1, and one more per reload applied): File's
+	// Digest for a configuration from a file; empty for none.
+	Digest string
 	// Place, when set, decides which waiting tasks (and needs) go to
 	// which idle workers, in place of the router's own rule (the most
 	// demanding first, each on the smallest idle worker that fits). It
@@ -166,9 +170,16 @@ type Engine struct {
 	// wake holds at most one pending wake-up for the run loop: an event
 	// from a plugin, or a plugin up again.
 	wake chan struct{}
-	// eventLogs bounds, per provisioner, how many of its events are
-	// logged; fixed by listen.
-	eventLogs []pluginEventLog
+	// reloads holds one token while a reload is under way (Reload), so
+	// that two are never applied at once; it is taken across the calls
+	// to the plugins a reload makes, by Reload, and by Stop for good
+	// once halted is closed, so that no reload launches a plugin after
+	// Stop began.
+	reloads  chan struct{}
+	halted   chan struct{}
+	haltOnce sync.Once
+	// version is the configuration's generation and digest (Reload).
+	version configVersion
 }
 
 // pluginEventLog is one provisioner's budget of event lines.
@@ -204,7 +215,8 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.ID == "" {
 		cfg.ID = host.EngineIdentity("", "")
 	}
-	e := &Engine{cfg: cfg, logger: logger, signer: host.NewSigner(cfg.Secret), wake: make(chan struct{}, 1)}
+	e := &Engine{cfg: cfg, logger: logger, signer: host.NewSigner(cfg.Secret), wake: make(chan struct{}, 1), reloads: make(chan struct{}, 1), halted: make(chan struct{})}
+	e.version.set(1, cfg.Digest)
 	// Each of the books' hooks is the engine's own and calls the
 	// embedder's beside it: the event stream and the metrics hear
 	// everything whatever Hooks the embedder set, and Hooks hear it too.
@@ -226,11 +238,11 @@ func New(cfg Config) (*Engine, error) {
 	e.tasks = newTaskTable(cfg.TaskLimits, time.Now)
 	e.router = newRouter(logger.Named("router"), e.books, nil)
 	e.router.tasks, e.router.place, e.router.onTask = e.tasks, cfg.Place, e.taskNews
-	e.fleet = &fleet{byName: map[string]*host.Supervisor{}}
+	e.fleet = &fleet{byName: map[string]*host.Supervisor{}, stopping: make(chan struct{})}
 	e.gate = newConnGate(cfg.MaxConnections, logger.Named("http"), loglimit.New(refusalLogBurst, refusalLogWindow))
 	e.api = newWorkerAPI(e.books, nil)
 	e.api.tasks = e.tasks
-	e.status = &statusPage{id: cfg.ID, books: e.books, provisioners: e.fleet.status, needs: e.router.Needs, held: e.router.Held}
+	e.status = &statusPage{id: cfg.ID, version: &e.version, books: e.books, provisioners: e.fleet.status, needs: e.router.Needs, held: e.router.Held}
 	state := &stateCollector{health: e.fleet.health, status: e.status.provisionerStatus, workers: e.workerCounts,
 		needs: e.router.Needs, forgotten: e.router.Forgotten, held: e.router.Held}
 	e.obs = newObserver(newEngineMetrics(state))
@@ -612,7 +624,7 @@ func (e *Engine) eventsNotTold(plog hclog.Logger, provisioner string, n int) {
 // flushEventLogs tells, for each provisioner, how many of its events
 // the current window left out, which no later event will.
 func (e *Engine) flushEventLogs() {
-	for _, l := range e.eventLogs {
+	for _, l := range e.fleet.eventLogs() {
 		if n := l.limit.Flush(); n > 0 {
 			e.eventsNotTold(l.logger, l.name, n)
 		}
@@ -622,7 +634,7 @@ func (e *Engine) flushEventLogs() {
 // workerCounts is the attached workers per configured provisioner.
 func (e *Engine) workerCounts() map[string]workerCounts {
 	out := map[string]workerCounts{}
-	for _, s := range e.fleet.sups {
+	for _, s := range e.fleet.list() {
 		out[s.Name()] = workerCounts{}
 	}
 	for owner, n := range e.books.workerCounts() {
@@ -638,6 +650,15 @@ func (e *Engine) workerCounts() map[string]workerCounts {
 // server and the liveness watch stop. It returns a result per
 // provisioner.
 func (e *Engine) Stop(ctx context.Context) []StopResult {
+	// A reload under way finishes first (what it launched is shut down
+	// with the rest); none begins after.
+	e.haltOnce.Do(func() {
+		close(e.halted)
+		select {
+		case e.reloads <- struct{}{}:
+		case <-ctx.Done():
+		}
+	})
 	// Each plugin hears first who is attached, so that it counts their
 	// jobs as arrived: a plugin's Shutdown cancels what has not arrived,
 	// and must not race the workers about to leave on their own.

@@ -71,7 +71,7 @@ func TestPluginEventFloodLogged(t *testing.T) {
 	defer d.books.Close()
 	plog := logger.Named(testProvisioner)
 	limit := loglimit.New(eventLogBurst, eventLogWindow)
-	d.eventLogs = []pluginEventLog{{name: testProvisioner, logger: plog, limit: limit}}
+	d.fleet = &fleet{byName: map[string]*host.Supervisor{}, stopping: make(chan struct{}), logs: []pluginEventLog{{name: testProvisioner, logger: plog, limit: limit}}}
 	const flood = 48_355
 	start := time.Now()
 	for i := range flood {

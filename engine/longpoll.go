@@ -109,7 +109,8 @@ func (b *books) takeBackCancelledLocked(ws *workerState, why string) {
 //
 // A poll answers, in order: 410 leave once the engine lets its workers
 // go; 409 if its worker is no longer attached (it detached, was dropped,
-// or attached afresh); its task if it has one; 503 once the engine is
+// or attached afresh); its task if it has one; 410 leave once a reload
+// removed its profile (books.letGo); 503 once the engine is
 // closing; 204 when its period passed or its worker hung up; else it
 // waits. A watch answers 410 leave; the cancel of its worker's task
 // (with the task) once the engine cancelled it (books.CancelTask); 503,
@@ -127,6 +128,8 @@ func (lp *longPoll) decideLocked(why wakeReason) (pollAnswer, Task) {
 		return answerNotAttached, Task{}
 	case lp.ws.task != nil:
 		return answerTask, *lp.ws.task
+	case lp.ws.leaving:
+		return answerLeave, Task{}
 	}
 	switch {
 	case why == wakeDone || isClosed(b.done):

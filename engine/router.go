@@ -365,6 +365,27 @@ func (p *router) setTarget(t target) {
 	p.targets = append(p.targets, &targetState{target: t})
 }
 
+// shapesOf is the named target's shapes, nil if there is none.
+func (p *router) shapesOf(name string) []shared.Shape {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, ts := range p.targets {
+		if ts.Name == name {
+			return slices.Clone(ts.Shapes)
+		}
+	}
+	return nil
+}
+
+// removeTarget takes the named target away: a reload removed its
+// provisioner. Needs it covered fail over to the others, or wait.
+func (p *router) removeTarget(name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.rising = true
+	p.targets = slices.DeleteFunc(p.targets, func(ts *targetState) bool { return ts.Name == name })
+}
+
 // setDown marks a target down (skipped by Pass) or up again.
 func (p *router) setDown(name string, down bool) {
 	p.mu.Lock()

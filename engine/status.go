@@ -17,8 +17,10 @@ import (
 // the needs and the profiles held back from the router. New builds it
 // from the parts it reads; Mux routes it behind the operator's guard.
 type statusPage struct {
-	id    string
-	books *books
+	id string
+	// version is the engine's configuration generation and digest.
+	version *configVersion
+	books   *books
 	// provisioners, needs and held read the fleet and the router; each
 	// may be nil, and lists none then. provisioners is called with the
 	// request's context and no lock of the books', so it may cross the
@@ -40,7 +42,9 @@ func (s *statusPage) provisionerStatus(ctx context.Context) []host.ProvisionerSt
 
 // statusReport is GET /status's answer.
 type statusReport struct {
-	EngineID     string                   `json:"engine_id"`
+	EngineID string `json:"engine_id"`
+	// Config is which configuration the engine runs.
+	Config       ConfigVersion            `json:"config"`
 	Provisioners []host.ProvisionerStatus `json:"provisioners"`
 	Workers      []workerStatus           `json:"workers"`
 	Needs        []NeedStatus             `json:"needs"`
@@ -52,6 +56,9 @@ type statusReport struct {
 func (s *statusPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Empty lists, not null: a status page reads .length without asking.
 	report := statusReport{EngineID: s.id, Provisioners: []host.ProvisionerStatus{}, Workers: []workerStatus{}, Needs: []NeedStatus{}, HeldBack: []HeldProfile{}}
+	if s.version != nil {
+		report.Config = s.version.get()
+	}
 	if s.held != nil {
 		report.HeldBack = s.held()
 	}
@@ -81,6 +88,8 @@ func (report statusReport) stream(w http.ResponseWriter) {
 	js := newJSONStream(w)
 	js.raw(`{"engine_id":`)
 	js.value(report.EngineID)
+	js.raw(`,"config":`)
+	js.value(report.Config)
 	js.raw(",\n\"provisioners\":")
 	js.value(report.Provisioners)
 	js.raw(",\n\"workers\":[")

@@ -109,6 +109,11 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	// plugins start still shuts them down rather than killing the engine.
 	ctx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
+	// SIGHUP reloads the configuration (reload.go); one that comes
+	// while the plugins start waits for them.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 
 	d, err := newDaemon(cfg, logger, newStory(stdout), f.results)
 	if err != nil {
@@ -131,6 +136,8 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	d.story.say("status page: %s (metrics at /metrics, events at /v1/events)", d.pageURL())
+	stopReloads := d.reloadOn(ctx, hup, stderr)
+	defer stopReloads()
 	d.lingering = f.linger > 0
 	code = d.run(ctx, f.needs, &tasks, f.timeout)
 	if f.linger > 0 && ctx.Err() == nil {
@@ -140,6 +147,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		cancel()
 	}
 	stopSignals()
+	stopReloads()
 	d.stop()
 	return code
 }
@@ -151,6 +159,8 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 // lets the workers go and shuts it all down. Each is called once, in
 // that order, from one goroutine.
 type daemon struct {
+	// cfg is the configuration the engine runs: set by newDaemon, and
+	// after start only by the reload goroutine (reloadOn).
 	cfg    *engine.File
 	logger hclog.Logger
 	story  *story
@@ -188,6 +198,7 @@ func newDaemon(cfg *engine.File, logger hclog.Logger, story *story, results stri
 	}
 	d.eng, err = engine.New(engine.Config{
 		Provisioners:   cfg.Provisioners,
+		Digest:         cfg.Digest,
 		Secret:         secret,
 		ID:             engineID,
 		Listen:         cfg.Engine.Listen,

@@ -104,7 +104,11 @@ func isTerminal(w io.Writer) bool {
 
 // statusView is the part of GET /status the command shows.
 type statusView struct {
-	EngineID     string `json:"engine_id"`
+	EngineID string `json:"engine_id"`
+	Config   struct {
+		Generation int    `json:"generation"`
+		Digest     string `json:"digest"`
+	} `json:"config"`
 	Provisioners []struct {
 		Name             string `json:"name"`
 		Kind             string `json:"kind"`
@@ -181,7 +185,8 @@ func fetchStatus(ctx context.Context, client *http.Client, u, token string) (str
 // formatStatus is the status as a terminal shows it.
 func formatStatus(st statusView, u string, now time.Time) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "engine %s at %s, %s\n", st.EngineID, strings.TrimSuffix(u, "/status"), now.Format(time.TimeOnly))
+	fmt.Fprintf(&b, "engine %s at %s, %s, configuration %d (%s)\n", st.EngineID, strings.TrimSuffix(u, "/status"), now.Format(time.TimeOnly),
+		st.Config.Generation, orDash(st.Config.Digest))
 	formatProvisioners(&b, st)
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	busy := 0

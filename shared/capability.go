@@ -23,6 +23,12 @@ const (
 	// CapabilityReachProbe: the plugin's Check runs the reach probe
 	// when CheckRequest.Probe asks (contract 2.7).
 	CapabilityReachProbe Capability = "reach_probe"
+	// CapabilityReconfigure: a second Configure replaces the plugin's
+	// settings in place, keeping its outstanding requests and attached
+	// workers; one it refuses (error diagnostics) leaves the settings
+	// as they were. An engine reloads such a plugin's block without a
+	// new process. A plugin offers it.
+	CapabilityReconfigure Capability = "reconfigure"
 )
 
 // contract24 is what a peer of contract 2.4 offers without saying so:

@@ -65,7 +65,9 @@ type Provisioner interface {
 
 	// Configure validates and applies a configuration. It is called once,
 	// before any of the methods below. Diagnostics of error severity mean
-	// the provisioner stays unconfigured.
+	// the provisioner stays unconfigured. A plugin that offers
+	// CapabilityReconfigure takes it again, for a reload: the new
+	// configuration replaces the old in place, or, refused, leaves it.
 	Configure(context.Context, *ConfigureRequest) (*ConfigureResponse, error)
 
 	// Shapes lists the sizes of machine the provisioner can start,

@@ -70,7 +70,7 @@ func (p *Provisioner) markMisconfiguredLocked(profile, said string) {
 // misconfiguredDetail is what a misconfigured profile's answers and notes
 // say: Slurm's words, until when, and what to do.
 func misconfiguredDetail(profile string, b *backoff) string {
-	return fmt.Sprintf("profile %s is misconfigured: Slurm refused it for a reason waiting will not change (%s); not asking for it again until %s. Fix the profile (host-example validate -check shows Slurm's verdict) and restart the engine",
+	return fmt.Sprintf("profile %s is misconfigured: Slurm refused it for a reason waiting will not change (%s); not asking for it again until %s. Fix the profile (host-example validate -check shows Slurm's verdict), then reload the engine's configuration (SIGHUP) or restart it",
 		profile, b.hold.reason, b.hold.until.UTC().Format(time.RFC3339))
 }
 

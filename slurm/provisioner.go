@@ -370,7 +370,7 @@ func (p *Provisioner) settings() *settings {
 // Info says what kind of provisioner this is.
 func (p *Provisioner) Info(context.Context, *shared.InfoRequest) (*shared.InfoResponse, error) {
 	return &shared.InfoResponse{Kind: kind, Version: version, ContractVersion: shared.ContractVersion,
-		Capabilities: []shared.Capability{shared.CapabilityReconcileDelta, shared.CapabilityReachProbe}}, nil
+		Capabilities: []shared.Capability{shared.CapabilityReconcileDelta, shared.CapabilityReachProbe, shared.CapabilityReconfigure}}, nil
 }
 
 // Schema describes the configuration.
@@ -436,9 +436,7 @@ func (p *Provisioner) Configure(ctx context.Context, req *shared.ConfigureReques
 		return nil, shared.ErrShutdown
 	case p.cfg != nil:
 		p.mu.Unlock()
-		// Outstanding requests belong to the old configuration, and
-		// swapping it under them would orphan their jobs.
-		return nil, fmt.Errorf("%w: already configured", shared.ErrInvalidArgument)
+		return p.reconfigure(cfg)
 	}
 	p.cfg, p.host, p.ssh = cfg, req.Host, ssh
 	p.adoptPending, p.mine = true, map[string]bool{}

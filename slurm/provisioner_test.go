@@ -171,8 +171,8 @@ func TestNotConfiguredAndShutdown(t *testing.T) {
 	}
 
 	h := newHarness(t, "sbatch=ok", nil)
-	if _, err := h.p.Configure(ctx, &shared.ConfigureRequest{Name: "hpc", Config: mustJSON(t, baseConfig())}); err == nil {
-		t.Error("a second Configure succeeded")
+	if _, err := h.p.Configure(ctx, &shared.ConfigureRequest{Name: "other", Config: mustJSON(t, baseConfig())}); err == nil {
+		t.Error("a second Configure under another name succeeded")
 	}
 	if _, err := h.p.Shutdown(ctx, &shared.ShutdownRequest{}); err != nil {
 		t.Fatal(err)

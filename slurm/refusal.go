@@ -26,7 +26,7 @@ import (
 // site's logs and in ours. Such a profile is marked misconfigured: one
 // loud log line and Slurm's words in Status, and it is not submitted
 // again for misconfiguredHold, or until the plugin is configured again
-// (the engine restarts it with a changed configuration). The placer
+// (a reload, reconfigure.go, or a restart). The placer
 // meanwhile tries the next profile that fits.
 //
 // They are told apart by Slurm's own words, because its exit codes do

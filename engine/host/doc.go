@@ -1,7 +1,8 @@
 // Package host is the engine's side of the contract: Launch starts a
 // provisioner plugin as its own process (go-plugin, mutual TLS, gRPC);
 // DecodeBlock reads a provisioner block's meta-arguments; a Supervisor
-// launches, configures and restarts a plugin, its state a Phase; Validate
+// launches, configures and restarts a plugin, its state a Phase, and
+// configures it again in place on a reload (Reconfigure); Validate
 // does the checks alone; Signer mints and verifies worker credentials and
 // Admission decides which verified worker may attach. The rules every
 // engine needs because a plugin is other people's code (the credential

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -10,7 +11,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/hcl/v2"
 
-	"github.com/fluksio/provision/engine/hclconfig"
 	doubling "github.com/fluksio/provision/internal/backoff"
 	"github.com/fluksio/provision/shared"
 )
@@ -60,11 +60,22 @@ type Supervisor struct {
 	// DefaultReconcileResync. Set it before Start.
 	ReconcileResync time.Duration
 
-	cfg    *Block
-	logger hclog.Logger
-	opts   Options
+	// name and kind are the block's labels, which a reload never
+	// changes.
+	name, kind string
+	logger     hclog.Logger
+	opts       Options
 
-	mu       sync.Mutex // guards everything below
+	mu sync.Mutex // guards everything below
+	// cfg is the block the plugin is configured from: the one given to
+	// NewSupervisor, or the last Reconfigure applied. A restart
+	// configures the new process from it.
+	cfg *Block
+	// schema and config are the current process's schema and the JSON
+	// it was configured with; info what its Info said.
+	schema   *shared.Schema
+	config   json.RawMessage
+	info     *shared.InfoResponse
 	current  *Plugin
 	lastExit *ExitStatus
 	restarts int
@@ -120,7 +131,7 @@ func NewSupervisor(b *Block, logger hclog.Logger, opts Options) *Supervisor {
 	}
 	life, cancel := context.WithCancel(context.Background())
 	return &Supervisor{WedgeAfter: defaultWedgeAfter, ReconcileTimeout: defaultReconcileTimeout, OnUp: func(Configured) {}, OnDown: func(string) {}, OnFailed: func(string, error) {}, cfg: b, logger: logger, opts: opts, stop: make(chan struct{}), phase: PhaseStarting,
-		shutDone: make(chan struct{}), life: life, cancelLife: cancel}
+		shutDone: make(chan struct{}), life: life, cancelLife: cancel, name: b.Name, kind: b.Kind}
 }
 
 // Start launches and configures the plugin the first time. Configuration
@@ -134,7 +145,7 @@ func (s *Supervisor) Start(ctx context.Context) hcl.Diagnostics {
 			l.plugin.Kill()
 		}
 		var err error = diags
-		if u := unfixable(s.cfg.Name, diags); u != nil {
+		if u := unfixable(s.name, diags); u != nil {
 			err = u
 		}
 		s.fail(err)
@@ -162,34 +173,24 @@ func (s *Supervisor) Start(ctx context.Context) hcl.Diagnostics {
 func (s *Supervisor) launch(ctx context.Context, publish bool) (*launched, hcl.Diagnostics) {
 	s.mu.Lock()
 	s.launches++
+	b := s.cfg
 	s.mu.Unlock()
-	l, diags := resolve(ctx, s.cfg, s.opts, true)
+	l, diags := resolve(ctx, b, s.opts, true)
 	if diags.HasErrors() {
 		return l, diags
 	}
 	p := l.plugin.Provisioner()
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	cr, err := p.Configure(cctx, &shared.ConfigureRequest{Name: s.cfg.Name, Config: l.json,
-		EngineID: s.opts.EngineID, CredentialEpoch: s.opts.CredentialEpoch, EngineAddress: s.opts.EngineAddress})
-	if err != nil {
-		return l, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Plugin could not be configured",
-			Detail: err.Error() + ".", Subject: s.cfg.DefRange.Ptr()}}
-	}
-	diags = append(diags, hclconfig.ConfigDiagnostics(s.cfg.Body, l.schema, cr.Diagnostics)...)
+	shapes, more := s.configure(ctx, p, b, l.schema, l.json)
+	diags = append(diags, more...)
 	if diags.HasErrors() {
 		return l, diags
 	}
-	sr, err := p.Shapes(cctx, &shared.ShapesRequest{})
-	if err != nil {
-		return l, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Plugin did not list its shapes",
-			Detail: err.Error() + ".", Subject: s.cfg.DefRange.Ptr()}}
-	}
 	// The plugin mints within the shapes it listed, before anyone
 	// hears it is up and asks it for machines.
-	l.plugin.limitMints(sr.Shapes)
+	l.plugin.limitMints(shapes)
 	s.mu.Lock()
 	s.current, s.phase = l.plugin, PhaseRunning
+	s.schema, s.config, s.info = l.schema, l.json, l.info
 	s.tracker = NewAttachedTracker(l.info, s.ReconcileResync)
 	if publish && s.lastExit != nil {
 		// A restart, counted before OnUp hears of it, so that whoever
@@ -198,7 +199,7 @@ func (s *Supervisor) launch(ctx context.Context, publish bool) (*launched, hcl.D
 	}
 	s.mu.Unlock()
 	if publish {
-		s.OnUp(Configured{Name: s.cfg.Name, Provisioner: p, Shapes: sr.Shapes})
+		s.OnUp(Configured{Name: s.name, Provisioner: p, Shapes: shapes})
 	}
 	return l, diags
 }
@@ -223,7 +224,7 @@ func (s *Supervisor) watch(p *Plugin) {
 		}
 		s.lastExit, s.phase = exit, PhaseRestarting
 		s.mu.Unlock()
-		s.OnDown(s.cfg.Name)
+		s.OnDown(s.name)
 		s.logger.Error("plugin exited unexpectedly", "status", exit.String(), "stderr_tail", tail(exit.Stderr, 5))
 		if time.Since(started) >= stableAfter {
 			backoff = restartMin
@@ -247,12 +248,12 @@ func (s *Supervisor) watch(p *Plugin) {
 			if l != nil {
 				l.plugin.Kill()
 			}
-			if u := unfixable(s.cfg.Name, diags); u != nil {
+			if u := unfixable(s.name, diags); u != nil {
 				// One line, at the one moment it became true; the
 				// engine reads the rest from Phase and Err.
 				s.logger.Error("plugin failed for good; not restarting it", "error", u.Error())
 				if s.fail(u) {
-					s.OnFailed(s.cfg.Name, u)
+					s.OnFailed(s.name, u)
 				}
 				return
 			}
@@ -359,7 +360,7 @@ func (s *Supervisor) Pid() int {
 // plugin is asked with a deadline of two seconds, without the lock.
 func (s *Supervisor) Status(ctx context.Context) ProvisionerStatus {
 	s.mu.Lock()
-	ps := ProvisionerStatus{Name: s.cfg.Name, Kind: s.cfg.Kind, Phase: s.phase, Restarts: s.restarts}
+	ps := ProvisionerStatus{Name: s.name, Kind: s.kind, Phase: s.phase, Restarts: s.restarts}
 	if s.phase == PhaseFailed && s.failure != nil {
 		ps.Failure = s.failure.Error()
 	}
@@ -405,7 +406,7 @@ func (s *Supervisor) Shutdown(ctx context.Context) (*shared.ShutdownResponse, er
 		case <-s.shutDone:
 			return s.shutResp, s.shutErr
 		case <-ctx.Done():
-			return nil, fmt.Errorf("provisioner %s: its shutdown was still under way when this caller's deadline passed", s.cfg.Name)
+			return nil, fmt.Errorf("provisioner %s: its shutdown was still under way when this caller's deadline passed", s.name)
 		}
 	}
 	s.stopping = true
@@ -457,7 +458,7 @@ func (s *Supervisor) shutdownOnce(ctx context.Context) (*shared.ShutdownResponse
 				why = "it exited (" + lastExit.String() + ")"
 			}
 			return nil, fmt.Errorf("provisioner %s could not cancel its jobs: %s and could not be started again to cancel them (%s); what it asked for may still be in its cluster: look for what is tagged with engine id %s there and cancel it",
-				s.cfg.Name, why, diags.Error(), s.opts.EngineID)
+				s.name, why, diags.Error(), s.opts.EngineID)
 		}
 		cur = l.plugin
 	}
@@ -486,8 +487,8 @@ func tail(lines []string, n int) []string {
 }
 
 // Name and Kind are the provisioner block's labels.
-func (s *Supervisor) Name() string { return s.cfg.Name }
-func (s *Supervisor) Kind() string { return s.cfg.Kind }
+func (s *Supervisor) Name() string { return s.name }
+func (s *Supervisor) Kind() string { return s.kind }
 
 // defaultReconcileTimeout bounds one Reconcile call.
 const defaultReconcileTimeout = 30 * time.Second

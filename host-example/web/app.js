@@ -65,6 +65,9 @@ async function refreshStatus() {
     return; // the engine is away; the event stream says so
   }
   document.getElementById("engine-id").textContent = st.engine_id || "";
+  const cv = st.config || {};
+  document.getElementById("config-version").textContent =
+    cv.generation ? "configuration " + cv.generation + (cv.digest ? " · " + cv.digest : "") : "";
   renderProvisioners(st.provisioners || [], st.held_back || []);
   const now = Date.now();
   const seen = new Set();

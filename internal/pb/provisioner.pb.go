@@ -306,7 +306,8 @@ type InfoResponse struct {
 	// accepts any 2.x.
 	ContractVersion string `protobuf:"bytes,3,opt,name=contract_version,json=contractVersion,proto3" json:"contract_version,omitempty"`
 	// What the plugin offers beyond its contract's required methods, by
-	// name (contract 2.5): "reconcile_delta" (it takes Reconcile by change).
+	// name (contract 2.5): "reconcile_delta" (it takes Reconcile by change),
+	// "reconfigure" (it takes a second Configure in place).
 	// A host ignores names it does not know. A plugin of 2.4 that lists
 	// none is read as offering reconcile_delta; from 2.5 on, what is not
 	// listed is not offered.

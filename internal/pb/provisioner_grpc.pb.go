@@ -92,7 +92,10 @@ type ProvisionerClient interface {
 	// diagnostics with paths; an error means the check could not run.
 	ValidateConfig(ctx context.Context, in *ValidateConfigRequest, opts ...grpc.CallOption) (*ValidateConfigResponse, error)
 	// Check and apply a configuration. Called once per process, before any
-	// method below; error diagnostics leave the plugin unconfigured.
+	// method below; error diagnostics leave the plugin unconfigured. A
+	// plugin offering "reconfigure" takes it again (an engine's reload):
+	// the new configuration replaces the old in place, keeping what is
+	// outstanding and attached, or, refused, leaves the old as it was.
 	Configure(ctx context.Context, in *ConfigureRequest, opts ...grpc.CallOption) (*ConfigureResponse, error)
 	// The sizes of machine the plugin can start, smallest first: the order
 	// the engine matches needs in (a need goes to the first shape that fits
@@ -300,7 +303,10 @@ type ProvisionerServer interface {
 	// diagnostics with paths; an error means the check could not run.
 	ValidateConfig(context.Context, *ValidateConfigRequest) (*ValidateConfigResponse, error)
 	// Check and apply a configuration. Called once per process, before any
-	// method below; error diagnostics leave the plugin unconfigured.
+	// method below; error diagnostics leave the plugin unconfigured. A
+	// plugin offering "reconfigure" takes it again (an engine's reload):
+	// the new configuration replaces the old in place, keeping what is
+	// outstanding and attached, or, refused, leaves the old as it was.
 	Configure(context.Context, *ConfigureRequest) (*ConfigureResponse, error)
 	// The sizes of machine the plugin can start, smallest first: the order
 	// the engine matches needs in (a need goes to the first shape that fits

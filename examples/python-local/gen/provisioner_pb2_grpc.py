@@ -113,7 +113,10 @@ class ProvisionerServicer(object):
 
     def Configure(self, request, context):
         """Check and apply a configuration. Called once per process, before any
-        method below; error diagnostics leave the plugin unconfigured.
+        method below; error diagnostics leave the plugin unconfigured. A
+        plugin offering "reconfigure" takes it again (an engine's reload):
+        the new configuration replaces the old in place, keeping what is
+        outstanding and attached, or, refused, leaves the old as it was.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
