@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/fluksio/provision/engine/host"
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/worker"
 )
@@ -1010,7 +1011,7 @@ func (p *router) askTarget(ctx context.Context, t target, rd *round, attached []
 	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
 		cutShort = true
 	}
-	missed := callCtx.Err() == context.DeadlineExceeded && !cutShort
+	missed := !cutShort && host.MissedDeadline(callCtx, err)
 	cancel()
 	if p.onDeadline != nil {
 		p.onDeadline(t.Name, missed)

@@ -520,6 +520,20 @@ func (s *Supervisor) Reconcile(ctx context.Context, attached []string) bool {
 	return true
 }
 
+// MissedDeadline reports whether a call to a plugin made with ctx, which
+// ended with err, ran out of ctx's time: gRPC's own timer for the
+// deadline may end the call a moment before ctx reports
+// DeadlineExceeded, so a failed call at or past the deadline counts as
+// well. The engine's Provision calls and the Supervisor's Reconciles
+// count misses with it.
+func MissedDeadline(ctx context.Context, err error) bool {
+	if ctx.Err() == context.DeadlineExceeded {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return err != nil && ok && !time.Now().Before(d)
+}
+
 func (s *Supervisor) reconcileOnce(ctx context.Context, p shared.Provisioner, tracker *AttachedTracker, attached []string) {
 	rctx, cancel := context.WithTimeout(ctx, s.ReconcileTimeout)
 	defer cancel()
@@ -534,7 +548,7 @@ func (s *Supervisor) reconcileOnce(ctx context.Context, p shared.Provisioner, tr
 	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
 		cutShort = true
 	}
-	s.Deadline("Reconcile", rctx.Err() == context.DeadlineExceeded && !cutShort)
+	s.Deadline("Reconcile", !cutShort && MissedDeadline(rctx, err))
 	if err != nil {
 		if cutShort {
 			s.logger.Debug("reconcile cut short", "error", err)
