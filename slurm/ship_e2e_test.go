@@ -88,15 +88,21 @@ func (a *attachSeen) waitAttached(t *testing.T, token string) {
 
 // processOf is the pid of the process of job whose executable is exe,
 // found the way an administrator would: /proc/PID/exe and the job id in
-// its environment. 0 when there is none.
+// its environment. 0 when there is none. The executable is compared as
+// a file, not as a path: the newer Slurms' sandboxes run their jobs in
+// a chroot, where the link reads as the path inside it.
 func processOf(job, exe string) int {
+	want, err := os.Stat(exe)
+	if err != nil {
+		return 0
+	}
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		if link, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err != nil || link != exe {
+		if got, err := os.Stat(fmt.Sprintf("/proc/%d/exe", pid)); err != nil || !os.SameFile(got, want) {
 			continue
 		}
 		environ, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
