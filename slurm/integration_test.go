@@ -1418,6 +1418,11 @@ func TestIntegrationSetXLeaksNoCredential(t *testing.T) {
 	if b, err := os.ReadFile(out); err != nil || !strings.Contains(string(b), "+ FLUKSIO_WORKER_TOKEN="+token) {
 		t.Fatalf("%s does not trace the credential (%v):\n%s", out, err, b)
 	}
+	// The plugin's log reaches the host through its stderr, which may
+	// come after the event: the failure's line is waited for.
+	poll(t, "the plugin's log line of the failure", 10*time.Second, func() (bool, string) {
+		return strings.Contains(r.logs.String(), "a request failed before its worker attached"), "not yet"
+	})
 	for what, text := range map[string]string{"the event": ev.Detail, "last_error": r.status(t).LastError, "the log": r.logs.String()} {
 		for _, want := range []string{"+ FLUKSIO_WORKER_TOKEN=[redacted]", "my credential is [redacted]"} {
 			if !strings.Contains(text, want) {
