@@ -1003,14 +1003,8 @@ func (p *router) routeLocked(ns *needState, covering []targetState) (targetState
 func (p *router) askTarget(ctx context.Context, t target, rd *round, attached []string) {
 	callCtx, cancel := context.WithTimeout(ctx, p.provisionTimeout)
 	resp, err := t.P.Provision(callCtx, &shared.ProvisionRequest{Demand: rd.demand, Attached: attached})
-	// The pass's own end counts from its deadline, not only from ctx.Err:
-	// a call whose deadline is the pass's has a timer of its own, which
-	// may fire (or the plugin may answer DeadlineExceeded) a moment
-	// before ctx's does.
-	cutShort := ctx.Err() != nil
-	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-		cutShort = true
-	}
+	// The pass's own end cuts the call short (host.Ended).
+	cutShort := host.Ended(ctx)
 	missed := !cutShort && host.MissedDeadline(callCtx, err)
 	cancel()
 	if p.onDeadline != nil {

@@ -30,7 +30,6 @@ type partShape struct {
 	name            string
 	cpus, gpus      int
 	memMB           int64
-	nodeGroups      int
 	unmeasuredShape bool
 }
 
@@ -63,7 +62,6 @@ func parseNodeShapes(out string) nodeShapes {
 			i = len(s.parts) - 1
 		}
 		p := &s.parts[i]
-		p.nodeGroups++
 		cpus, errC := strconv.Atoi(strings.TrimSuffix(f[1], "+"))
 		mem, errM := strconv.ParseInt(strings.TrimSuffix(f[2], "+"), 10, 64)
 		if errC != nil || errM != nil {

@@ -125,18 +125,17 @@ func (c *check) waitProbe(ctx context.Context, job string) (pended time.Duration
 		stdout, stderr, err := c.q.call(ctx, nil, "squeue", "-h", "-j", job, "-o", "%T|%r")
 		if err == nil {
 			state, why, _ := strings.Cut(strings.TrimSpace(string(stdout)), "|")
-			switch state {
-			case "", "COMPLETED", "COMPLETING", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED":
+			switch {
+			case state == "" || endedStates[state] || state == "COMPLETING":
+				// Ended (its output is written), or gone from the queue.
 				if running.IsZero() {
 					running = time.Now()
 				}
 				return running.Sub(start), "", nil
-			case "PENDING":
+			case state == "PENDING":
 				reason = why
-			default:
-				if running.IsZero() {
-					running = time.Now()
-				}
+			case running.IsZero():
+				running = time.Now()
 			}
 		} else if strings.Contains(string(stderr), "Invalid job id") {
 			// An ended job that squeue has already forgotten.

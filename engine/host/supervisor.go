@@ -520,6 +520,19 @@ func (s *Supervisor) Reconcile(ctx context.Context, attached []string) bool {
 	return true
 }
 
+// Ended reports whether ctx has ended, counting from its deadline too: a
+// call made under ctx has a timer of its own for the same deadline,
+// which may fire (or the plugin answer DeadlineExceeded) a moment before
+// ctx reports it. A call whose caller's context Ended was cut short, and
+// is neither a failure nor a missed deadline.
+func Ended(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
+}
+
 // MissedDeadline reports whether a call to a plugin made with ctx, which
 // ended with err, ran out of ctx's time: gRPC's own timer for the
 // deadline may end the call a moment before ctx reports
@@ -541,13 +554,8 @@ func (s *Supervisor) reconcileOnce(ctx context.Context, p shared.Provisioner, tr
 	resp, err := p.Reconcile(rctx, req)
 	tracker.Answered(req, err == nil, time.Now())
 	// The caller's context ended (a run's -timeout, a stop): the call was
-	// cut short, and nothing failed. Its end counts from its deadline
-	// too: the call's own timer, of the same deadline, may fire a moment
-	// before ctx reports it.
-	cutShort := ctx.Err() != nil
-	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-		cutShort = true
-	}
+	// cut short, and nothing failed.
+	cutShort := Ended(ctx)
 	s.Deadline("Reconcile", !cutShort && MissedDeadline(rctx, err))
 	if err != nil {
 		if cutShort {
