@@ -24,30 +24,17 @@ func validateBastions(s *settings) shared.Diagnostics {
 	if len(l.Entries) == 0 || !l.List && l.Entries[0] == "" {
 		return nil
 	}
-	seen := map[string]int{}
-	for i, e := range l.Entries {
-		path := []string{"bastion"}
-		if l.List {
-			path = append(path, strconv.Itoa(i))
-		}
-		b, err := sshrun.ParseLogin(e)
-		switch {
-		case err != nil:
-			diags = append(diags, shared.Errorf(path, "Invalid bastion", "%s.", strings.Replace(err.Error(), "the login node", "the bastion", 1)))
-			continue
-		case !strings.Contains(b.Dest, "@"):
-			diags = append(diags, shared.Errorf(path, "Invalid bastion",
-				"%q names no user. Write the jump host as \"user@host\" or \"user@host:port\": the plugin's ssh logs in there with ssh_key, as that user.", e))
-			continue
-		}
-		if j, dup := seen[b.String()]; dup {
-			diags = append(diags, shared.Errorf(path, "Bastion listed twice",
-				"%q is entry %d as well. Each bastion once: the list is the order they are tried in.", e, j+1))
-			continue
-		}
-		seen[b.String()] = i
-		s.bastions = append(s.bastions, b)
-	}
+	var more shared.Diagnostics
+	s.bastions, more = parseLoginList("bastion", l, loginWords{invalid: "Invalid bastion", twice: "Bastion listed twice", one: "bastion"},
+		func(path []string, e string, b sshrun.Login) *shared.Diagnostic {
+			if !strings.Contains(b.Dest, "@") {
+				d := shared.Errorf(path, "Invalid bastion",
+					"%q names no user. Write the jump host as \"user@host\" or \"user@host:port\": the plugin's ssh logs in there with ssh_key, as that user.", e)
+				return &d
+			}
+			return nil
+		})
+	diags = append(diags, more...)
 	if len(s.bastions) == 0 {
 		return diags
 	}

@@ -112,32 +112,57 @@ func validateLogins(s *settings) shared.Diagnostics {
 	if !l.List && l.Entries[0] == "" {
 		return shared.Diagnostics{shared.Errorf([]string{"login"}, "Missing login", `Set login to the cluster's login node as "user@host".`)}
 	}
+	var more shared.Diagnostics
+	s.logins, more = parseLoginList("login", l, loginWords{invalid: "Invalid login", twice: "Login listed twice", one: "login node"},
+		func(path []string, e string, a sshrun.Login) *shared.Diagnostic {
+			if a.Port != 0 && s.SSHPort != 0 && a.Port != s.SSHPort && len(l.Entries) == 1 {
+				d := shared.Errorf(path, "Two ports for the login node",
+					"%q names port %d and ssh_port says %d. Keep one: the port in the login, or ssh_port.", e, a.Port, s.SSHPort)
+				return &d
+			}
+			return nil
+		})
+	return append(diags, more...)
+}
+
+// loginWords are what a list of logins' diagnostics call it.
+type loginWords struct {
+	// invalid and twice are the summaries of an entry that does not
+	// parse and of one listed again; one names an entry ("login node").
+	invalid, twice, one string
+}
+
+// parseLoginList parses each entry of l, the attribute attr, in order,
+// with a diagnostic at the string or at each bad element of a list: one
+// that does not parse, one check refuses (nil for none), or one listed
+// twice. It returns the entries that passed.
+func parseLoginList(attr string, l Logins, w loginWords, check func(path []string, entry string, a sshrun.Login) *shared.Diagnostic) ([]sshrun.Login, shared.Diagnostics) {
+	var out []sshrun.Login
+	var diags shared.Diagnostics
 	seen := map[string]int{}
 	for i, e := range l.Entries {
-		path := []string{"login"}
+		path := []string{attr}
 		if l.List {
 			path = append(path, strconv.Itoa(i))
 		}
 		a, err := sshrun.ParseLogin(e)
 		if err != nil {
-			diags = append(diags, shared.Errorf(path, "Invalid login", "%v.", err))
+			diags = append(diags, shared.Errorf(path, w.invalid, "%s.", strings.Replace(err.Error(), "the login node", "the "+w.one, 1)))
 			continue
 		}
-		if a.Port != 0 && s.SSHPort != 0 && a.Port != s.SSHPort && len(l.Entries) == 1 {
-			diags = append(diags, shared.Errorf(path, "Two ports for the login node",
-				"%q names port %d and ssh_port says %d. Keep one: the port in the login, or ssh_port.", e, a.Port, s.SSHPort))
+		if d := check(path, e, a); d != nil {
+			diags = append(diags, *d)
 			continue
 		}
-		key := a.String()
-		if j, dup := seen[key]; dup {
-			diags = append(diags, shared.Errorf(path, "Login listed twice",
-				"%q is entry %d as well. Each login node once: the list is the order they are tried in.", e, j+1))
+		if j, dup := seen[a.String()]; dup {
+			diags = append(diags, shared.Errorf(path, w.twice,
+				"%q is entry %d as well. Each %s once: the list is the order they are tried in.", e, j+1, w.one))
 			continue
 		}
-		seen[key] = i
-		s.logins = append(s.logins, a)
+		seen[a.String()] = i
+		out = append(out, a)
 	}
-	return diags
+	return out, diags
 }
 
 // loginNeeded reports whether a person has to log in (the transport's
