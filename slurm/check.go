@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -271,16 +270,15 @@ func sshBlame(cfg *settings, said string) (path []string, summary, fix string) {
 	return []string{"login"}, "ssh failed", "Check login and the ssh settings."
 }
 
-var (
-	slurmVersionRE = regexp.MustCompile(`(?m)^SLURM_VERSION\s*=\s*(\S+)`)
-	clusterNameRE  = regexp.MustCompile(`(?m)^ClusterName\s*=\s*(\S+)`)
-)
-
 // cluster reads what the provisioner adapts to: the Slurm version and
 // MaxArraySize, from scontrol show config.
 func (c *check) cluster(ctx context.Context) {
 	stdout, stderr, err := c.q.call(ctx, nil, "scontrol", "show", "config")
-	if err != nil {
+	conf, ok := parseShowConfig(stdout)
+	if !ok {
+		if err == nil {
+			err = errors.New("it printed no configuration")
+		}
 		said := truncate(firstNonEmpty(string(stderr), err.Error()))
 		switch {
 		case releaseMismatch(said):
@@ -294,17 +292,17 @@ func (c *check) cluster(ctx context.Context) {
 		}
 		return
 	}
-	if m := slurmVersionRE.FindSubmatch(stdout); m != nil {
-		c.fact("slurm version", string(m[1]))
+	if conf.version != "" {
+		c.fact("slurm version", conf.version)
 	}
-	if m := clusterNameRE.FindSubmatch(stdout); m != nil {
-		c.fact("cluster", string(m[1]))
-		c.clusterName = string(m[1])
+	if conf.cluster != "" {
+		c.fact("cluster", conf.cluster)
+		c.clusterName = conf.cluster
 	}
 	size := "1001 (Slurm's default; not set)"
-	if m := maxArraySizeRE.FindSubmatch(stdout); m != nil {
-		size = string(m[1])
-		if n, err := strconv.Atoi(size); err == nil && n <= 1 {
+	if conf.maxArraySize >= 0 {
+		size = strconv.Itoa(conf.maxArraySize)
+		if conf.maxArraySize <= 1 {
 			size += " (job arrays off: a burst is one sbatch per machine)"
 		}
 	}

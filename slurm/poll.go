@@ -306,7 +306,7 @@ func (p *Provisioner) pollWanted() bool {
 			return true
 		}
 	}
-	return p.adoptPending && p.idleAdoptFailures < maxIdleAdoptFailures
+	return (p.adoptPending || p.facts == factsUnread) && p.idleAdoptFailures < maxIdleAdoptFailures
 }
 
 func jittered(d time.Duration) time.Duration {
@@ -379,8 +379,27 @@ func (p *Provisioner) pollOnce(ctx context.Context) {
 	}
 	ends := p.endWatchesLocked()
 	departed := len(p.departed) > 0
+	unread := p.facts == factsUnread
 	p.mu.Unlock()
 	needLogin, _ := p.loginNeeded(cfg)
+	if unread && !needLogin {
+		// The start-up facts, until read (facts.go).
+		err := p.readFacts(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			cfg.log.Info("read the cluster's MaxArraySize, MaxJobCount and name; bursts are sized by them from now on")
+			p.mu.Lock()
+			p.idleAdoptFailures = 0
+			p.mu.Unlock()
+		} else if idle && !adopting {
+			cfg.log.Debug("still cannot read the cluster's MaxArraySize, MaxJobCount and name", "error", err)
+			p.mu.Lock()
+			p.idleAdoptFailures++
+			p.mu.Unlock()
+		}
+	}
 	if !adopting && !cancelling && !watchingLate && len(watched) == 0 && len(ends) == 0 && !departed && !needLogin {
 		return
 	}
@@ -753,16 +772,12 @@ func taskRow(rows []jobRow, task int) (jobRow, bool) {
 func (p *Provisioner) adoptAtStart(ctx context.Context, cfg *settings, host shared.Host) {
 	// How large a burst one sbatch may be is read before any submission
 	// begins: submissions wait for this first look. It is also the first
-	// call, which makes the ssh master the others share.
-	n := p.readArraySize(ctx)
-	p.mu.Lock()
-	if p.arrayNote == "" {
-		p.maxArray = n
-		if n <= 1 {
-			p.arrayNote = "the cluster's MaxArraySize allows no job arrays; submitting one job per machine"
-		}
+	// call, which makes the ssh master the others share. When it fails,
+	// bursts are small until a poll cycle reads it (facts.go).
+	if err := p.readFacts(ctx); err != nil && p.polling.Err() == nil {
+		cfg.log.Warn("cannot read the cluster's MaxArraySize, MaxJobCount and name; bursts are small until they are read, which each poll tries again",
+			"max_burst", unknownFactsBurst, "error", err)
 	}
-	p.mu.Unlock()
 	// What every first submission needs besides the queue, read beside
 	// it rather than after: the accounting limits (limits.go) and log_dir
 	// made on the login node (joblog.go). A submission that starts before
