@@ -124,6 +124,7 @@ func (p *Provisioner) readFacts(ctx context.Context) error {
 	}
 	p.cluster = c.cluster
 	p.maxJobs = c.maxJobCount
+	p.rationing.limit = parseRateLimit(stdout)
 	p.facts, p.factsErr = factsRead, ""
 	if p.arrayNote == "" {
 		p.maxArray = arrayCap(c.maxArraySize)

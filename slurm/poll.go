@@ -158,11 +158,18 @@ func parseRows(out []byte) []jobRow {
 // validated job ids.
 func (p *Provisioner) call(ctx context.Context, stdin []byte, remote ...string) (stdout, stderr []byte, err error) {
 	p.slurmCalls.Add(1)
-	defer p.metrics.command(remote, time.Now(), &err)
+	start := time.Now()
+	rationed := false
+	defer p.metrics.command(remote, start, &err, &rationed)
 	if p.settings() == nil {
 		return nil, nil, shared.ErrNotConfigured
 	}
-	return p.ssh.Run(ctx, stdin, remote...)
+	stdout, stderr, err = p.ssh.Run(ctx, stdin, remote...)
+	if len(remote) > 0 {
+		// Whether slurmctld's rate limiter made it wait (ratelimit.go).
+		rationed = p.weigh(remote[0], time.Since(start), stdout, err)
+	}
+	return stdout, stderr, err
 }
 
 // withStderr adds what a failed command printed to its error.
@@ -414,6 +421,10 @@ func (p *Provisioner) pollOnce(ctx context.Context) {
 		return // Shutdown has begun.
 	}
 	if err != nil {
+		if p.waitingTurn(err) {
+			p.queueRationed(cfg, err)
+			return
+		}
 		p.queueUnreadable(cfg, err)
 		if adopting && idle {
 			p.mu.Lock()
@@ -469,6 +480,14 @@ func (p *Provisioner) queueUnreadable(cfg *settings, err error) {
 	default:
 		cfg.log.Debug("still cannot read the queue", "error", err)
 	}
+}
+
+// queueRationed records a poll whose squeue waited its turn at
+// slurmctld's rate limiter past its deadline: weather, not an outage, so
+// it is neither LastError nor "cannot read the queue"; Status's note on
+// the limiter says it. Nothing is concluded, as for any unread queue.
+func (p *Provisioner) queueRationed(cfg *settings, err error) {
+	cfg.log.Info("the queue's answer waits its turn at slurmctld's RPC rate limiter; keeping every request as it is and reading it again next poll", "error", err)
 }
 
 func (p *Provisioner) queueReadable(cfg *settings) {
@@ -802,6 +821,10 @@ func (p *Provisioner) adoptAtStart(ctx context.Context, cfg *settings, host shar
 	if err != nil {
 		if p.polling.Err() != nil {
 			return // Shutdown has begun.
+		}
+		if p.waitingTurn(err) {
+			cfg.log.Info("the queue's answer waits its turn at slurmctld's RPC rate limiter; the jobs an earlier run left are looked for again each poll", "error", err)
+			return
 		}
 		p.setLastErr("listing jobs left by an earlier run: " + err.Error())
 		cfg.log.Error("could not list jobs left by an earlier run; will try again on each poll", "error", err)

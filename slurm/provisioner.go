@@ -130,6 +130,10 @@ type Provisioner struct {
 	// are refused, which arrayNote then explains for Status.
 	maxArray  int
 	arrayNote string
+	// rationing is what is known of slurmctld's RPC rate limiter: its
+	// sizes, read with the facts, and the last command it made wait
+	// (ratelimit.go).
+	rationing rationing
 	// facts is whether maxArray, maxJobs and cluster have been read, and
 	// factsErr why the last read failed while they have not.
 	facts    factsState
@@ -1100,6 +1104,9 @@ func (p *Provisioner) Status(context.Context, *shared.StatusRequest) (*shared.St
 		resp.Notes = append(resp.Notes, p.arrayNote)
 	}
 	if note := p.factsNoteLocked(); note != "" {
+		resp.Notes = append(resp.Notes, note)
+	}
+	if note := p.rateNoteLocked(now); note != "" {
 		resp.Notes = append(resp.Notes, note)
 	}
 	resp.Notes = append(resp.Notes, p.limitNotesLocked(now)...)
