@@ -102,12 +102,16 @@ func (r rateLimit) String() string {
 	if !r.on {
 		return "off"
 	}
-	every := "a second"
-	if r.period != 1 {
-		every = fmt.Sprintf("every %d seconds", r.period)
-	}
 	return fmt.Sprintf("on (SlurmctldParameters rl_enable): each user may make %d RPCs at once, and gets %d back %s; a rationed command sleeps and tries again, so it is slow, not failed; each squeue costs about 3",
-		r.bucket, r.refill, every)
+		r.bucket, r.refill, r.every())
+}
+
+// every is how often the refill comes.
+func (r rateLimit) every() string {
+	if r.period == 1 {
+		return "a second"
+	}
+	return fmt.Sprintf("every %d seconds", r.period)
 }
 
 // pingRationed reports whether scontrol show config's output is a
@@ -203,9 +207,10 @@ func (p *Provisioner) rateNoteLocked(now time.Time) string {
 	return ""
 }
 
+// limitOrUnknown is the limiter's sizes in a few words.
 func limitOrUnknown(r rateLimit) string {
 	if !r.on {
 		return "its limiter's sizes are not known yet"
 	}
-	return fmt.Sprintf("bucket %d, %d back %s", r.bucket, r.refill, map[bool]string{true: "a second", false: fmt.Sprintf("every %d seconds", r.period)}[r.period == 1])
+	return fmt.Sprintf("bucket %d, %d back %s", r.bucket, r.refill, r.every())
 }
