@@ -156,6 +156,9 @@ var (
 	descCommandErrors = prometheus.NewDesc("fluksio_cluster_command_errors_total",
 		"Cluster commands that failed, by kind: error (the command failed), ssh (ssh could not run it), timeout.",
 		[]string{"provisioner", "command", "kind"}, nil)
+	descCommandRationed = prometheus.NewDesc("fluksio_cluster_command_rationed_total",
+		"Cluster commands that waited their turn at the cluster's own rate limit (Slurm's per-user RPC rate limiter) and answered late or ran out of their deadline for it: weather, not errors.",
+		[]string{"provisioner", "command"}, nil)
 	descStatusUp = prometheus.NewDesc("fluksio_plugin_status_ok",
 		"1 if the provisioner answered Status at this scrape, 0 if not (its machines and counters are then missing).", []string{"provisioner"}, nil)
 	descWorkers = prometheus.NewDesc("fluksio_workers",
@@ -177,7 +180,7 @@ var waitReasons = []WaitReason{ReasonNotAsked, ReasonNoFit, ReasonQueued, Reason
 	ReasonBackingOff, ReasonMisconfigured, ReasonProvisionerDown, ReasonError}
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUp, descRestarts, descMachines, descPending, descFailures, descCommandSeconds, descCommandErrors, descStatusUp, descWorkers, descTasks, descWaiting, descHeld, descFailuresInARow} {
+	for _, d := range []*prometheus.Desc{descUp, descRestarts, descMachines, descPending, descFailures, descCommandSeconds, descCommandErrors, descCommandRationed, descStatusUp, descWorkers, descTasks, descWaiting, descHeld, descFailuresInARow} {
 		ch <- d
 	}
 }
@@ -288,6 +291,7 @@ func (c *stateCollector) collectStatus(ch chan<- prometheus.Metric, name string,
 		ch <- prometheus.MustNewConstMetric(descCommandErrors, prometheus.CounterValue, float64(cs.Errors), name, cs.Command, "error")
 		ch <- prometheus.MustNewConstMetric(descCommandErrors, prometheus.CounterValue, float64(cs.SSHErrors), name, cs.Command, "ssh")
 		ch <- prometheus.MustNewConstMetric(descCommandErrors, prometheus.CounterValue, float64(cs.Timeouts), name, cs.Command, "timeout")
+		ch <- prometheus.MustNewConstMetric(descCommandRationed, prometheus.CounterValue, float64(cs.Rationed), name, cs.Command)
 	}
 }
 

@@ -46,6 +46,14 @@
 #   MaxArraySize and MaxJobCount, high enough for a burst of 10,000 pending
 #   array tasks (bench row P9b asks for 1,000 as one array; Slurm's own
 #   defaults, 1001 and 10000, fit one such burst and nothing beside it).
+#   SANDBOX_RATE_LIMIT=: slurmctld's per-user RPC rate limiter, as large
+#   sites turn it on: BUCKET,REFILL (e.g. 10,1) adds rl_enable,
+#   rl_bucket_size=BUCKET,rl_refill_rate=REFILL to SlurmctldParameters
+#   (each user may make BUCKET RPCs at once, and gets REFILL back each
+#   second; Slurm's defaults are 30 and 2). A rationed client command
+#   sleeps a second and tries again, and says so only with -v. Slurm 23.02
+#   and later (trixie, sid); bookworm's 22.05 has no limiter and is
+#   refused. Empty: off; "none" clears a remembered setting.
 # Not remembered: SANDBOX_SMOKE=auto|1|0 - submit a test job over ssh: auto
 #   does it only when a daemon was (re)started, else it runs `sbatch
 #   --test-only` over ssh, which uses no resources.
@@ -122,7 +130,7 @@ declare -A SET=(
   [SANDBOX_NODES]=2 [SANDBOX_SLURM]=bookworm
   [SANDBOX_ACCOUNTING]=0 [SANDBOX_MIN_JOB_AGE]=300 [SANDBOX_DBD_PORT]=$((6831 + PORT_OFFSET)) [SANDBOX_DB_PORT]=$((6832 + PORT_OFFSET))
   [SANDBOX_BASTION_PORT]=0 [SANDBOX_JOB_SUBMIT]= [SANDBOX_JOBS_PER_HOUR]=5
-  [SANDBOX_MAX_ARRAY_SIZE]=10001 [SANDBOX_MAX_JOB_COUNT]=50000
+  [SANDBOX_MAX_ARRAY_SIZE]=10001 [SANDBOX_MAX_JOB_COUNT]=50000 [SANDBOX_RATE_LIMIT]=
 )
 if [[ -r "$SB_DIR/settings" ]]; then
   while IFS='=' read -r k v; do
@@ -181,6 +189,17 @@ if ((ACCOUNTING)); then
 fi
 SUITE="${SET[SANDBOX_SLURM]}"
 [[ " $SB_SUITES " == *" $SUITE "* ]] || sb_die "SANDBOX_SLURM='$SUITE' is not one of: $SB_SUITES"
+RATE_LIMIT="${SET[SANDBOX_RATE_LIMIT]}"
+# "none" clears a remembered limiter (an empty value keeps it).
+[[ "$RATE_LIMIT" == none ]] && RATE_LIMIT=""
+SET[SANDBOX_RATE_LIMIT]="$RATE_LIMIT"
+if [[ -n "$RATE_LIMIT" ]]; then
+  RL_BUCKET="${RATE_LIMIT%%,*}" RL_REFILL="${RATE_LIMIT#*,}"
+  [[ "$RATE_LIMIT" =~ ^[0-9]{1,6},[0-9]{1,6}$ ]] && ((RL_BUCKET >= 1 && RL_REFILL >= 1)) ||
+    sb_die "SANDBOX_RATE_LIMIT='$RATE_LIMIT' is not BUCKET,REFILL (two whole numbers, 1 or more, such as 10,1; none turns the limiter off)"
+  ! sb_suite_native "$SUITE" ||
+    sb_die "SANDBOX_RATE_LIMIT needs Slurm 23.02 or later (SlurmctldParameters=rl_enable); SANDBOX_SLURM=$SUITE runs Slurm 22.05, which has no RPC rate limiter: use SANDBOX_SLURM=trixie or sid, or SANDBOX_RATE_LIMIT=none"
+fi
 if [[ -r "$SB_DIR/settings" ]]; then
   was="$(sed -n 's/^SANDBOX_SLURM=//p' "$SB_DIR/settings")"
   [[ -z "$was" || "$was" == "$SUITE" ]] ||
@@ -197,7 +216,7 @@ touch "$SB_DIR/$SB_MARKER"
 {
   for k in SANDBOX_SSH_PORT SANDBOX_CTLD_PORT SANDBOX_SLURMD_PORT SANDBOX_NODE SANDBOX_CPUS SANDBOX_MEM_MB SANDBOX_GPUS SANDBOX_NODES SANDBOX_SLURM \
     SANDBOX_ACCOUNTING SANDBOX_MIN_JOB_AGE SANDBOX_DBD_PORT SANDBOX_DB_PORT SANDBOX_BASTION_PORT \
-    SANDBOX_JOB_SUBMIT SANDBOX_JOBS_PER_HOUR; do
+    SANDBOX_JOB_SUBMIT SANDBOX_JOBS_PER_HOUR SANDBOX_RATE_LIMIT; do
     printf '%s=%s\n' "$k" "${SET[$k]}"
   done
 } >"$SB_DIR/settings"
@@ -390,6 +409,11 @@ EnforcePartLimits=ALL
 MinJobAge=${SET[SANDBOX_MIN_JOB_AGE]}
 MaxArraySize=${SET[SANDBOX_MAX_ARRAY_SIZE]}
 MaxJobCount=${SET[SANDBOX_MAX_JOB_COUNT]}
+$(if [[ -n "$RATE_LIMIT" ]]; then
+  echo "SlurmctldParameters=rl_enable,rl_bucket_size=$RL_BUCKET,rl_refill_rate=$RL_REFILL"
+else
+  echo "# no RPC rate limiter (SANDBOX_RATE_LIMIT)"
+fi)
 $(if ((ACCOUNTING)); then
   cat <<ACCT
 AccountingStorageType=accounting_storage/slurmdbd
@@ -807,6 +831,7 @@ export SANDBOX_SLURM_VERSION=$SLURM_VERSION
 export SANDBOX_ACCOUNTING=$ACCOUNTING
 export SANDBOX_BASTION_PORT=$BASTION_PORT
 export SANDBOX_JOB_SUBMIT=$JOB_SUBMIT
+export SANDBOX_RATE_LIMIT=$RATE_LIMIT
 $(if ! sb_suite_native "$SUITE"; then
   echo "# The sandbox's own Slurm clients first: a client of another release cannot talk to its controller."
   echo "export SANDBOX_BIN=$SB_DIR/bin"
@@ -858,6 +883,7 @@ cat <<EOF
 Slurm $SLURM_VERSION ($SUITE) sandbox up in $(sb_elapsed "$T0") s: $SMOKE_MSG; started: $started
   state   $SB_DIR   (logs in $LOG)
 $(if ((ACCOUNTING)); then echo "  acct    slurmdbd on 127.0.0.1:$DBD_PORT, MariaDB on 127.0.0.1:$DB_PORT; $JOB_USER in account $ACCOUNT; enforced: associations,limits,qos"; fi)
+$(if [[ -n "$RATE_LIMIT" ]]; then echo "  limit   slurmctld rations RPCs per user: bucket $RL_BUCKET, $RL_REFILL back a second (SANDBOX_RATE_LIMIT=$RATE_LIMIT)"; fi)
   nodes   $NODE_LIST  partition $PARTITION  cpus $CPUS  mem ${MEM_MB}M per node  gpus $GPUS on $NODE  (jobs run as $JOB_USER)
   use     source $SB_DIR/env.sh
           ssh -F \$SANDBOX_SSH_CONFIG sandbox sbatch --parsable < job.sh

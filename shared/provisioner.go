@@ -683,6 +683,11 @@ type CommandStats struct {
 	// SSHErrors those the transport could not run (ssh exit 255), and
 	// Timeouts those cut off by their deadline.
 	Calls, Errors, SSHErrors, Timeouts int64
+	// Rationed counts the calls that waited their turn at the
+	// cluster's own rate limit (Slurm's per-user RPC rate limiter), and
+	// answered late or ran out of their deadline for it: weather, not
+	// errors. 0 from a provisioner that does not tell.
+	Rationed int64
 	// Buckets are the histogram's upper bounds in seconds, ascending,
 	// and BucketCounts how many calls took at most each (cumulative).
 	Buckets      []float64

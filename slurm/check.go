@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -271,16 +270,18 @@ func sshBlame(cfg *settings, said string) (path []string, summary, fix string) {
 	return []string{"login"}, "ssh failed", "Check login and the ssh settings."
 }
 
-var (
-	slurmVersionRE = regexp.MustCompile(`(?m)^SLURM_VERSION\s*=\s*(\S+)`)
-	clusterNameRE  = regexp.MustCompile(`(?m)^ClusterName\s*=\s*(\S+)`)
-)
-
-// cluster reads what the provisioner adapts to: the Slurm version and
-// MaxArraySize, from scontrol show config.
+// cluster reads what the provisioner adapts to: the Slurm version,
+// MaxArraySize and the RPC rate limiter, from scontrol show config. A
+// configuration printed and then a DOWN from its closing ping is the
+// limiter refusing the ping (ratelimit.go): the check goes on and says
+// so, never "not reachable".
 func (c *check) cluster(ctx context.Context) {
 	stdout, stderr, err := c.q.call(ctx, nil, "scontrol", "show", "config")
-	if err != nil {
+	conf, ok := parseShowConfig(stdout)
+	if !ok {
+		if err == nil {
+			err = errors.New("it printed no configuration")
+		}
 		said := truncate(firstNonEmpty(string(stderr), err.Error()))
 		switch {
 		case releaseMismatch(said):
@@ -288,27 +289,47 @@ func (c *check) cluster(ctx context.Context) {
 		case saidZeroBytes(said):
 			c.fail([]string{"login"}, "Slurm client and controller are different releases",
 				"%s. (A controller that dropped one connection says the same: if `sbatch --version` on the login node matches the cluster, check again.)", mismatchDetail(c.cfg.Login.String(), quoteLines(said)))
+		case errors.Is(err, context.DeadlineExceeded):
+			c.fail([]string{"login"}, "Slurm did not answer in time",
+				"scontrol show config got no answer within submit_timeout (%s) on %s: slurmctld is down or slow, or it rations RPCs (SlurmctldParameters=rl_enable) and this user's other clients keep the bucket empty. Check again, or raise submit_timeout.", c.cfg.submitTimeout, c.cfg.Login)
 		default:
 			c.fail([]string{"login"}, "Slurm not reachable from the login node",
 				"scontrol show config failed on %s: %s. The login node must have Slurm's client commands and reach slurmctld.", c.cfg.Login, quoteLines(said))
 		}
 		return
 	}
-	if m := slurmVersionRE.FindSubmatch(stdout); m != nil {
-		c.fact("slurm version", string(m[1]))
+	if conf.version != "" {
+		c.fact("slurm version", conf.version)
 	}
-	if m := clusterNameRE.FindSubmatch(stdout); m != nil {
-		c.fact("cluster", string(m[1]))
-		c.clusterName = string(m[1])
+	if conf.cluster != "" {
+		c.fact("cluster", conf.cluster)
+		c.clusterName = conf.cluster
 	}
 	size := "1001 (Slurm's default; not set)"
-	if m := maxArraySizeRE.FindSubmatch(stdout); m != nil {
-		size = string(m[1])
-		if n, err := strconv.Atoi(size); err == nil && n <= 1 {
+	if conf.maxArraySize >= 0 {
+		size = strconv.Itoa(conf.maxArraySize)
+		if conf.maxArraySize <= 1 {
 			size += " (job arrays off: a burst is one sbatch per machine)"
 		}
 	}
 	c.fact("MaxArraySize", size)
+	c.fact("RPC rate limiter", c.rateFact(stdout))
+}
+
+// rateFact says what slurmctld's rate limiter allows and what this
+// provisioner's polling costs against it, and whether it rationed the
+// check itself.
+func (c *check) rateFact(out []byte) string {
+	limit := parseRateLimit(out)
+	if !limit.on {
+		return "off"
+	}
+	s := fmt.Sprintf("%s; this provisioner's poll costs about 3 every %s while it has jobs to watch (%.2f a second)",
+		limit, c.cfg.pollInterval, 3/c.cfg.pollInterval.Seconds())
+	if pingRationed(out) {
+		s = "rate limited: " + s + "; this user's bucket was empty during the check (scontrol's closing ping was refused, so it said DOWN right after slurmctld sent the configuration): commands wait their turn, which is not an outage"
+	}
+	return s
 }
 
 // limits shows the accounting limits of the login user (limits.go), and

@@ -401,10 +401,14 @@ const maxSerialBatch = 16
 
 // batchCap is the most machines one submission asks for: the cluster's
 // MaxArraySize, or maxSerialBatch jobs one by one where arrays are
-// refused. p.mu must be held.
+// refused, and at most unknownFactsBurst while the cluster's facts are
+// unread (facts.go). p.mu must be held.
 func (p *Provisioner) batchCap() int {
 	if p.maxArray <= 1 {
 		return maxSerialBatch
+	}
+	if p.facts == factsUnread {
+		return min(p.maxArray, unknownFactsBurst)
 	}
 	return p.maxArray
 }
@@ -412,6 +416,9 @@ func (p *Provisioner) batchCap() int {
 func (p *Provisioner) batchCapDetail() string {
 	if p.maxArray <= 1 {
 		return fmt.Sprintf("without job arrays, one submission asks for at most %d machines, one job each", maxSerialBatch)
+	}
+	if p.facts == factsUnread {
+		return fmt.Sprintf("one submission asks for at most %d until the cluster's MaxArraySize is read", p.batchCap())
 	}
 	return fmt.Sprintf("one submission asks for at most %d (the cluster's MaxArraySize)", p.maxArray)
 }

@@ -124,6 +124,14 @@
 // engine cleanly instead of vanishing mid-node. A profile that sets --signal or --deadline itself
 // keeps its own.
 //
+// The cluster's MaxArraySize, MaxJobCount and name are read, never
+// guessed: until scontrol show config answers, each poll reads them
+// again and bursts are small (facts.go). A controller that rations each
+// user's RPCs (slurmctld's rate limiter) makes commands slow, not failed:
+// the plugin reads the limiter from the same configuration and takes a
+// rationed command for weather, shown as "rate limited", never for an
+// outage (ratelimit.go).
+//
 // Nothing has to be installed on the cluster: unless worker_command is
 // set, the worker a job runs is the fluksio-worker built with this
 // plugin, which it copies to the login user's home once per version and

@@ -46,6 +46,9 @@ import (
 // down, exit 1), drop (the connection closes, exit 255). list and rows
 // print the fields -o asks for, and finished jobs only with -t all.
 // scancel: ok, fail.
+// scontrol (show config): ok (Slurm's defaults, cluster1), fail (slurmctld
+// does not answer), rationed (24.11.5's configuration with the limiter on,
+// its closing ping refused: DOWN, exit 1), noarrays, jobs20, cluster1.
 //
 // A file "spec" in the directory, if there is one, replaces the spec, so
 // a test can change the cluster's behaviour between calls.
@@ -136,6 +139,21 @@ func fakeSSH(spec, dir string, args []string) int {
 			return 1
 		}
 		fmt.Println(newJobID(dir))
+	case "scontrol=ok":
+		// A cluster of Slurm's defaults.
+		fmt.Println("Configuration data as of 2026-12-02T10:00:00\nClusterName             = cluster1\nMaxArraySize            = 1001\nMaxJobCount             = 10000")
+		fmt.Println("\nSlurmctld(primary) at ctl1 is UP")
+	case "scontrol=fail":
+		// slurmctld does not answer.
+		fmt.Fprintln(os.Stderr, "slurm_load_ctl_conf error: Unable to contact slurm controller (connect failure)")
+		return 1
+	case "scontrol=rationed":
+		// A controller whose rate limiter refused the closing ping, in
+		// 24.11.5's words: the configuration, then DOWN, exit 1.
+		b, _ := os.ReadFile(filepath.Join("testdata", "slurm-versions", "24.11.5", "ratelimit-show-config-drained.txt"))
+		said, _, _ := strings.Cut(string(b), "\nexit ")
+		fmt.Println(said)
+		return 1
 	case "scontrol=noarrays":
 		fmt.Println("Configuration data as of 2026-12-02T10:00:00\nMaxArraySize            = 0\nMaxJobCount             = 10000")
 	case "sbatch=throttle", "sbatch=notime":

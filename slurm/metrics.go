@@ -35,6 +35,9 @@ type failureKey struct {
 
 type commandStats struct {
 	calls, errors, sshErrors, timeouts int64
+	// rationed counts the calls slurmctld's rate limiter made wait
+	// (ratelimit.go).
+	rationed int64
 	// counts[i] is how many calls took at most commandBuckets[i].
 	counts []int64
 	sum    time.Duration
@@ -75,8 +78,10 @@ func judgedFailureClass(r *request) shared.FailureClass {
 // command records one call of remote[0] that began at start and ended
 // with *errp: ssh's exit status 255 (or no ssh at all) is the
 // transport's failure, a deadline a timeout, any other error the
-// command's own. It is deferred, so errp is read when the call returns.
-func (m *metrics) command(remote []string, start time.Time, errp *error) {
+// command's own; *rationedp says whether it waited its turn at
+// slurmctld's rate limiter. It is deferred, so both are read when the
+// call returns.
+func (m *metrics) command(remote []string, start time.Time, errp *error, rationedp *bool) {
 	took := time.Since(start)
 	command, err := "none", *errp
 	if len(remote) > 0 {
@@ -94,6 +99,9 @@ func (m *metrics) command(remote []string, start time.Time, errp *error) {
 	}
 	cs.calls++
 	cs.sum += took
+	if *rationedp {
+		cs.rationed++
+	}
 	for i, b := range commandBuckets {
 		if took.Seconds() <= b {
 			cs.counts[i]++
@@ -127,7 +135,7 @@ func (m *metrics) counters() *shared.Counters {
 	})
 	for name, cs := range m.commands {
 		out.Commands = append(out.Commands, shared.CommandStats{Command: name, Calls: cs.calls, Errors: cs.errors,
-			SSHErrors: cs.sshErrors, Timeouts: cs.timeouts, Buckets: slices.Clone(commandBuckets),
+			SSHErrors: cs.sshErrors, Timeouts: cs.timeouts, Rationed: cs.rationed, Buckets: slices.Clone(commandBuckets),
 			BucketCounts: slices.Clone(cs.counts), DurationSum: cs.sum})
 	}
 	slices.SortFunc(out.Commands, func(a, b shared.CommandStats) int { return cmpString(a.Command, b.Command) })

@@ -29,7 +29,8 @@ func TestMetricsCommandOutcomes(t *testing.T) {
 	}{{"exit 0", time.Minute}, {"exit 1", time.Minute}, {"exit 255", time.Minute}, {"sleep 5", 50 * time.Millisecond}} {
 		start := time.Now()
 		err := run(c.script, c.timeout)
-		m.command([]string{"squeue", "-h"}, start, &err)
+		rationed := false
+		m.command([]string{"squeue", "-h"}, start, &err, &rationed)
 	}
 	m.failedMachines("cpu", submitFailureClass(&exec.ExitError{}, "sbatch: error: invalid partition specified: nope"), 3)
 	m.failed("cpu", shared.FailureTimedOut)

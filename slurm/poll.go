@@ -158,11 +158,18 @@ func parseRows(out []byte) []jobRow {
 // validated job ids.
 func (p *Provisioner) call(ctx context.Context, stdin []byte, remote ...string) (stdout, stderr []byte, err error) {
 	p.slurmCalls.Add(1)
-	defer p.metrics.command(remote, time.Now(), &err)
+	start := time.Now()
+	rationed := false
+	defer p.metrics.command(remote, start, &err, &rationed)
 	if p.settings() == nil {
 		return nil, nil, shared.ErrNotConfigured
 	}
-	return p.ssh.Run(ctx, stdin, remote...)
+	stdout, stderr, err = p.ssh.Run(ctx, stdin, remote...)
+	if len(remote) > 0 {
+		// Whether slurmctld's rate limiter made it wait (ratelimit.go).
+		rationed = p.weigh(remote[0], time.Since(start), stdout, err)
+	}
+	return stdout, stderr, err
 }
 
 // withStderr adds what a failed command printed to its error.
@@ -306,7 +313,7 @@ func (p *Provisioner) pollWanted() bool {
 			return true
 		}
 	}
-	return p.adoptPending && p.idleAdoptFailures < maxIdleAdoptFailures
+	return (p.adoptPending || p.facts == factsUnread) && p.idleAdoptFailures < maxIdleAdoptFailures
 }
 
 func jittered(d time.Duration) time.Duration {
@@ -379,8 +386,27 @@ func (p *Provisioner) pollOnce(ctx context.Context) {
 	}
 	ends := p.endWatchesLocked()
 	departed := len(p.departed) > 0
+	unread := p.facts == factsUnread
 	p.mu.Unlock()
 	needLogin, _ := p.loginNeeded(cfg)
+	if unread && !needLogin {
+		// The start-up facts, until read (facts.go).
+		err := p.readFacts(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			cfg.log.Info("read the cluster's MaxArraySize, MaxJobCount and name; bursts are sized by them from now on")
+			p.mu.Lock()
+			p.idleAdoptFailures = 0
+			p.mu.Unlock()
+		} else if idle && !adopting {
+			cfg.log.Debug("still cannot read the cluster's MaxArraySize, MaxJobCount and name", "error", err)
+			p.mu.Lock()
+			p.idleAdoptFailures++
+			p.mu.Unlock()
+		}
+	}
 	if !adopting && !cancelling && !watchingLate && len(watched) == 0 && len(ends) == 0 && !departed && !needLogin {
 		return
 	}
@@ -395,6 +421,10 @@ func (p *Provisioner) pollOnce(ctx context.Context) {
 		return // Shutdown has begun.
 	}
 	if err != nil {
+		if p.waitingTurn(err) {
+			p.queueRationed(cfg, err)
+			return
+		}
 		p.queueUnreadable(cfg, err)
 		if adopting && idle {
 			p.mu.Lock()
@@ -450,6 +480,14 @@ func (p *Provisioner) queueUnreadable(cfg *settings, err error) {
 	default:
 		cfg.log.Debug("still cannot read the queue", "error", err)
 	}
+}
+
+// queueRationed records a poll whose squeue waited its turn at
+// slurmctld's rate limiter past its deadline: weather, not an outage, so
+// it is neither LastError nor "cannot read the queue"; Status's note on
+// the limiter says it. Nothing is concluded, as for any unread queue.
+func (p *Provisioner) queueRationed(cfg *settings, err error) {
+	cfg.log.Info("the queue's answer waits its turn at slurmctld's RPC rate limiter; keeping every request as it is and reading it again next poll", "error", err)
 }
 
 func (p *Provisioner) queueReadable(cfg *settings) {
@@ -753,16 +791,12 @@ func taskRow(rows []jobRow, task int) (jobRow, bool) {
 func (p *Provisioner) adoptAtStart(ctx context.Context, cfg *settings, host shared.Host) {
 	// How large a burst one sbatch may be is read before any submission
 	// begins: submissions wait for this first look. It is also the first
-	// call, which makes the ssh master the others share.
-	n := p.readArraySize(ctx)
-	p.mu.Lock()
-	if p.arrayNote == "" {
-		p.maxArray = n
-		if n <= 1 {
-			p.arrayNote = "the cluster's MaxArraySize allows no job arrays; submitting one job per machine"
-		}
+	// call, which makes the ssh master the others share. When it fails,
+	// bursts are small until a poll cycle reads it (facts.go).
+	if err := p.readFacts(ctx); err != nil && p.polling.Err() == nil {
+		cfg.log.Warn("cannot read the cluster's MaxArraySize, MaxJobCount and name; bursts are small until they are read, which each poll tries again",
+			"max_burst", unknownFactsBurst, "error", err)
 	}
-	p.mu.Unlock()
 	// What every first submission needs besides the queue, read beside
 	// it rather than after: the accounting limits (limits.go) and log_dir
 	// made on the login node (joblog.go). A submission that starts before
@@ -787,6 +821,10 @@ func (p *Provisioner) adoptAtStart(ctx context.Context, cfg *settings, host shar
 	if err != nil {
 		if p.polling.Err() != nil {
 			return // Shutdown has begun.
+		}
+		if p.waitingTurn(err) {
+			cfg.log.Info("the queue's answer waits its turn at slurmctld's RPC rate limiter; the jobs an earlier run left are looked for again each poll", "error", err)
+			return
 		}
 		p.setLastErr("listing jobs left by an earlier run: " + err.Error())
 		cfg.log.Error("could not list jobs left by an earlier run; will try again on each poll", "error", err)

@@ -126,10 +126,18 @@ type Provisioner struct {
 	// ledger is the machines asked for and not yet arrived (ledger.go).
 	ledger
 	// maxArray is the most machines one sbatch asks for: the cluster's
-	// MaxArraySize, read at Configure's adoption; 1 where arrays are
-	// refused, which arrayNote then explains for Status.
+	// MaxArraySize, once facts is factsRead (facts.go); 1 where arrays
+	// are refused, which arrayNote then explains for Status.
 	maxArray  int
 	arrayNote string
+	// rationing is what is known of slurmctld's RPC rate limiter: its
+	// sizes, read with the facts, and the last command it made wait
+	// (ratelimit.go).
+	rationing rationing
+	// facts is whether maxArray, maxJobs and cluster have been read, and
+	// factsErr why the last read failed while they have not.
+	facts    factsState
+	factsErr string
 	// attached counts each profile's attached workers, as the engine
 	// last said (Provision, Reconcile).
 	attached map[string]int
@@ -197,21 +205,22 @@ type Provisioner struct {
 	// login node may still land, and the level-triggered books should
 	// find it while somebody is looking, not only at the next demand.
 	watchUntil time.Time
-	// cluster is the cluster's name (ClusterName), read with MaxArraySize;
+	// cluster is the cluster's name (ClusterName), read with the facts;
 	// the user's associations of other clusters are not its limits.
 	cluster string
 	// limits are the accounting limits of the login user and the room
 	// they leave (limits.go).
 	limits limitState
-	// maxJobs is the cluster's MaxJobCount, read with MaxArraySize; 0
+	// maxJobs is the cluster's MaxJobCount, read with the facts; 0
 	// until read (jobcount.go).
 	maxJobs int
 	// holds are the cluster's, the site's throttle's and the limits'
 	// holds on every profile (hold.go).
 	holds holds
 	// idleAdoptFailures counts poll cycles in a row that could not read
-	// the queue for adoption while nothing else was outstanding; after
-	// maxIdleAdoptFailures the poller rests until there is demand.
+	// the queue for adoption, or the start-up facts, while nothing else
+	// was outstanding; after maxIdleAdoptFailures the poller rests until
+	// there is demand.
 	idleAdoptFailures int
 
 	// shutdownDone is closed when the one Shutdown has finished;
@@ -1091,6 +1100,12 @@ func (p *Provisioner) Status(context.Context, *shared.StatusRequest) (*shared.St
 	}
 	if p.arrayNote != "" {
 		resp.Notes = append(resp.Notes, p.arrayNote)
+	}
+	if note := p.factsNoteLocked(); note != "" {
+		resp.Notes = append(resp.Notes, note)
+	}
+	if note := p.rateNoteLocked(now); note != "" {
+		resp.Notes = append(resp.Notes, note)
 	}
 	resp.Notes = append(resp.Notes, p.limitNotesLocked(now)...)
 	resp.Notes = append(resp.Notes, p.loginNotes(p.cfg)...)

@@ -2364,8 +2364,11 @@ type CommandStats struct {
 	Buckets            []float64 `protobuf:"fixed64,6,rep,packed,name=buckets,proto3" json:"buckets,omitempty"`
 	BucketCounts       []int64   `protobuf:"varint,7,rep,packed,name=bucket_counts,json=bucketCounts,proto3" json:"bucket_counts,omitempty"`
 	DurationSumSeconds float64   `protobuf:"fixed64,8,opt,name=duration_sum_seconds,json=durationSumSeconds,proto3" json:"duration_sum_seconds,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Calls that waited their turn at the cluster's own rate limit (Slurm's
+	// per-user RPC rate limiter): weather, not errors. 0 when not told.
+	Rationed      int64 `protobuf:"varint,9,opt,name=rationed,proto3" json:"rationed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CommandStats) Reset() {
@@ -2450,6 +2453,13 @@ func (x *CommandStats) GetBucketCounts() []int64 {
 func (x *CommandStats) GetDurationSumSeconds() float64 {
 	if x != nil {
 		return x.DurationSumSeconds
+	}
+	return 0
+}
+
+func (x *CommandStats) GetRationed() int64 {
+	if x != nil {
+		return x.Rationed
 	}
 	return 0
 }
@@ -3830,7 +3840,7 @@ const file_provisioner_proto_rawDesc = "" +
 	"\fFailureCount\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x14\n" +
 	"\x05class\x18\x02 \x01(\tR\x05class\x12\x14\n" +
-	"\x05count\x18\x03 \x01(\x03R\x05count\"\x82\x02\n" +
+	"\x05count\x18\x03 \x01(\x03R\x05count\"\x9e\x02\n" +
 	"\fCommandStats\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\tR\acommand\x12\x14\n" +
 	"\x05calls\x18\x02 \x01(\x03R\x05calls\x12\x16\n" +
@@ -3840,7 +3850,8 @@ const file_provisioner_proto_rawDesc = "" +
 	"\btimeouts\x18\x05 \x01(\x03R\btimeouts\x12\x18\n" +
 	"\abuckets\x18\x06 \x03(\x01R\abuckets\x12#\n" +
 	"\rbucket_counts\x18\a \x03(\x03R\fbucketCounts\x120\n" +
-	"\x14duration_sum_seconds\x18\b \x01(\x01R\x12durationSumSeconds\"\xbf\x01\n" +
+	"\x14duration_sum_seconds\x18\b \x01(\x01R\x12durationSumSeconds\x12\x1a\n" +
+	"\brationed\x18\t \x01(\x03R\brationed\"\xbf\x01\n" +
 	"\rProfileCounts\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x18\n" +
 	"\apending\x18\x02 \x01(\x03R\apending\x12\x1a\n" +

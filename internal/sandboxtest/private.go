@@ -82,6 +82,11 @@ type Options struct {
 	// up.sh's default.
 	JobSubmit   string
 	JobsPerHour int
+	// RateLimit turns on slurmctld's per-user RPC rate limiter
+	// (SANDBOX_RATE_LIMIT): "BUCKET,REFILL", such as "10,1"; "" for
+	// none. Slurm 22.05 (bookworm) has no limiter, and up.sh refuses it
+	// there: a test checks Env.Version (or Suite) first.
+	RateLimit string
 }
 
 // PrivateWith is Private with opts.
@@ -134,6 +139,9 @@ func PrivateWith(t testing.TB, name string, opts Options) Env {
 	}
 	if opts.JobsPerHour > 0 {
 		env = append(env, "SANDBOX_JOBS_PER_HOUR="+strconv.Itoa(opts.JobsPerHour))
+	}
+	if opts.RateLimit != "" {
+		env = append(env, "SANDBOX_RATE_LIMIT="+opts.RateLimit)
 	}
 	if opts.MinJobAge > 0 {
 		env = append(env, "SANDBOX_MIN_JOB_AGE="+strconv.Itoa(opts.MinJobAge))
@@ -327,6 +335,7 @@ func readEnvSh(t testing.TB, path string) Env {
 		Bin:        vars["SANDBOX_BIN"],
 		Version:    vars["SANDBOX_SLURM_VERSION"],
 		Accounting: vars["SANDBOX_ACCOUNTING"] == "1",
+		RateLimit:  vars["SANDBOX_RATE_LIMIT"],
 	}
 	fmt.Sscan(vars["SANDBOX_SSH_PORT"], &e.Port)
 	fmt.Sscan(vars["SANDBOX_CPUS"], &e.CPUs)

@@ -48,6 +48,10 @@ type Env struct {
 	// (SANDBOX_BASTION_PORT), else 0; its ssh_config's Host
 	// "sandbox-via-bastion" reaches the login node through it.
 	BastionPort int
+	// RateLimit is slurmctld's per-user RPC rate limiter as
+	// SANDBOX_RATE_LIMIT set it, "BUCKET,REFILL" such as "10,1"; "" when
+	// it is off.
+	RateLimit string
 }
 
 // Suite is the Debian suite whose Slurm the sandbox runs (SANDBOX_SLURM):
@@ -105,6 +109,7 @@ func Require(t testing.TB) Env {
 	e.Bin = os.Getenv("SANDBOX_BIN")
 	e.Version = os.Getenv("SANDBOX_SLURM_VERSION")
 	e.Accounting = os.Getenv("SANDBOX_ACCOUNTING") == "1"
+	e.RateLimit = os.Getenv("SANDBOX_RATE_LIMIT")
 	return e
 }
 

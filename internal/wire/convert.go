@@ -296,7 +296,7 @@ func countersToProto(c *shared.Counters) *pb.Counters {
 	}
 	for _, cs := range c.Commands {
 		out.Commands = append(out.Commands, &pb.CommandStats{Command: cs.Command, Calls: cs.Calls, Errors: cs.Errors,
-			SshErrors: cs.SSHErrors, Timeouts: cs.Timeouts, Buckets: cs.Buckets, BucketCounts: cs.BucketCounts,
+			SshErrors: cs.SSHErrors, Timeouts: cs.Timeouts, Rationed: cs.Rationed, Buckets: cs.Buckets, BucketCounts: cs.BucketCounts,
 			DurationSumSeconds: cs.DurationSum.Seconds()})
 	}
 	return out
@@ -312,7 +312,7 @@ func countersFromProto(c *pb.Counters) *shared.Counters {
 	}
 	for _, cs := range c.GetCommands() {
 		out.Commands = append(out.Commands, shared.CommandStats{Command: cs.GetCommand(), Calls: cs.GetCalls(), Errors: cs.GetErrors(),
-			SSHErrors: cs.GetSshErrors(), Timeouts: cs.GetTimeouts(), Buckets: cs.GetBuckets(), BucketCounts: cs.GetBucketCounts(),
+			SSHErrors: cs.GetSshErrors(), Timeouts: cs.GetTimeouts(), Rationed: cs.GetRationed(), Buckets: cs.GetBuckets(), BucketCounts: cs.GetBucketCounts(),
 			DurationSum: seconds(cs.GetDurationSumSeconds())})
 	}
 	return out

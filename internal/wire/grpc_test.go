@@ -53,7 +53,7 @@ func TestRoundTripEveryMethod(t *testing.T) {
 		Notes: []string{"job arrays refused"},
 		Counters: &shared.Counters{
 			Failures: []shared.FailureCount{{Profile: "a", Class: shared.FailureDiedBeforeAttach, Count: 2}},
-			Commands: []shared.CommandStats{{Command: "sbatch", Calls: 5, Errors: 1, SSHErrors: 2, Timeouts: 1,
+			Commands: []shared.CommandStats{{Command: "sbatch", Calls: 5, Errors: 1, SSHErrors: 2, Timeouts: 1, Rationed: 3,
 				Buckets: []float64{0.1, 1}, BucketCounts: []int64{3, 4}, DurationSum: 2500 * time.Millisecond}},
 		}}
 	need := shared.Need{CPUs: 3, GPUs: 1, RAMMB: 2048, Label: "x"}

@@ -135,6 +135,7 @@ func clipCounters(c *shared.Counters) *shared.Counters {
 		cs := &c.Commands[i]
 		cs.Command = clipLabel(cs.Command)
 		cs.Calls, cs.Errors, cs.SSHErrors, cs.Timeouts = max(0, cs.Calls), max(0, cs.Errors), max(0, cs.SSHErrors), max(0, cs.Timeouts)
+		cs.Rationed = max(0, cs.Rationed)
 		cs.DurationSum = max(0, cs.DurationSum)
 		// A histogram that does not make sense (too many buckets, bounds
 		// out of order, counts that are not cumulative) is dropped, not

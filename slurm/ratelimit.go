@@ -1,0 +1,216 @@
+package slurm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// slurmctld's per-user RPC rate limiter, read as weather.
+//
+// Large sites turn it on (SlurmctldParameters=rl_enable, Slurm 23.02 and
+// later): each user has a bucket of rl_bucket_size RPCs (30 by default)
+// that gains rl_refill_rate (2) every rl_refill_period seconds (1). A
+// client whose RPC is refused does not fail: it sleeps a second, tries
+// again and exits 0 with nothing on stderr, so a rationed squeue (3 RPCs
+// on 24.11) is a slow squeue, never an error. The one exception is
+// scontrol show config, whose closing ping is not retried: it prints the
+// whole configuration, then "Slurmctld(primary) at HOST is DOWN", and
+// exits 1 (testdata/slurm-versions/24.11.5/ratelimit-*.txt).
+//
+// So the plugin learns the limiter from the configuration itself
+// (SlurmctldParameters, read with the start-up facts, facts.go), and a
+// command is rationed when, with the limiter on, it answered at least
+// rationedDelay slower than the fastest call of its kind, or ran out of
+// its deadline, or is that DOWN right after a configuration slurmctld
+// had just sent. Running the commands with -v would have said it in
+// Slurm's own words ("RPC rate limited 1 time(s)"), but squeue -v also
+// prints its options, a date and a header on stdout, which every parser
+// would have to step over; timing costs nothing. The slurmctld log, which
+// names the refusals, is not the login user's to read on a real site.
+//
+// A rationed command is waiting, not failing: the queue unread for it is
+// not an outage (no "cannot read the queue", no LastError), and Status,
+// the commands' metrics and validate -check say "rate limited" instead.
+
+// rateLimit is the limiter as SlurmctldParameters sets it.
+type rateLimit struct {
+	on bool
+	// bucket is how many RPCs a user may make at once, refill how many
+	// come back every period seconds.
+	bucket, refill, period int
+}
+
+// Slurm's defaults for a limiter turned on without its sizes
+// (slurm.conf(5), SlurmctldParameters).
+const (
+	defaultRLBucket = 30
+	defaultRLRefill = 2
+	defaultRLPeriod = 1
+)
+
+// rationedDelay is how much slower than the fastest call of its kind a
+// command must answer to count as rationed: the client sleeps a whole
+// second for each refusal.
+const rationedDelay = 900 * time.Millisecond
+
+// rationedRecent is how long a rationed command keeps Status saying
+// "rate limited".
+const rationedRecent = 5 * time.Minute
+
+var (
+	slurmctldParamsRE = regexp.MustCompile(`(?m)^SlurmctldParameters\s*=\s*(.*?)\s*$`)
+	// pingDownRE is the closing ping of scontrol show config finding a
+	// controller DOWN.
+	pingDownRE = regexp.MustCompile(`(?m)^Slurmctld\([a-z0-9]+\) at \S+ is DOWN\s*$`)
+)
+
+// parseRateLimit reads the limiter from scontrol show config's output.
+func parseRateLimit(out []byte) rateLimit {
+	m := slurmctldParamsRE.FindSubmatch(out)
+	if m == nil {
+		return rateLimit{}
+	}
+	r := rateLimit{bucket: defaultRLBucket, refill: defaultRLRefill, period: defaultRLPeriod}
+	for _, kv := range strings.Split(string(m[1]), ",") {
+		k, v, _ := strings.Cut(strings.TrimSpace(kv), "=")
+		n, err := strconv.Atoi(v)
+		switch {
+		case k == "rl_enable":
+			r.on = true
+		case err != nil || n < 1:
+		case k == "rl_bucket_size":
+			r.bucket = n
+		case k == "rl_refill_rate":
+			r.refill = n
+		case k == "rl_refill_period":
+			r.period = n
+		}
+	}
+	if !r.on {
+		return rateLimit{}
+	}
+	return r
+}
+
+// String says what the limiter allows, in an operator's words.
+func (r rateLimit) String() string {
+	if !r.on {
+		return "off"
+	}
+	return fmt.Sprintf("on (SlurmctldParameters rl_enable): each user may make %d RPCs at once, and gets %d back %s; a rationed command sleeps and tries again, so it is slow, not failed; each squeue costs about 3",
+		r.bucket, r.refill, r.every())
+}
+
+// every is how often the refill comes.
+func (r rateLimit) every() string {
+	if r.period == 1 {
+		return "a second"
+	}
+	return fmt.Sprintf("every %d seconds", r.period)
+}
+
+// pingRationed reports whether scontrol show config's output is a
+// configuration followed by its closing ping finding the controller
+// DOWN: the controller had just answered, so the ping was refused, not
+// unanswered.
+func pingRationed(out []byte) bool {
+	_, ok := parseShowConfig(out)
+	return ok && pingDownRE.Match(out)
+}
+
+// rationing is what this provisioner has learned of the limiter: what the
+// configuration says and which command last waited its turn. Guarded by
+// Provisioner.mu.
+type rationing struct {
+	limit rateLimit
+	// fastest is, by command, the quickest call that succeeded: what the
+	// login node takes for it when nothing waits.
+	fastest map[string]time.Duration
+	// lastAt, lastCommand and lastHow are the last rationed command,
+	// when and how it showed; count is how many have been.
+	lastAt      time.Time
+	lastCommand string
+	lastHow     string
+	count       int64
+}
+
+// weigh looks at a finished call of command for the limiter's marks, and
+// reports whether it was rationed. p.mu must not be held.
+func (p *Provisioner) weigh(command string, took time.Duration, stdout []byte, err error) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := &p.rationing
+	how := ""
+	switch {
+	case command == "scontrol" && pingRationed(stdout):
+		// Also before the limiter is known: the facts' own read.
+		how = "scontrol show config's closing ping was refused (it said DOWN right after the configuration)"
+	case !r.limit.on:
+	case errors.Is(err, context.DeadlineExceeded):
+		how = fmt.Sprintf("%s got no answer within %s", command, took.Round(100*time.Millisecond))
+	case err == nil:
+		if f, ok := r.fastest[command]; ok && took >= f+rationedDelay {
+			how = fmt.Sprintf("%s took %.1fs, %.1fs more than its fastest", command, took.Seconds(), (took - f).Seconds())
+		}
+	}
+	if err == nil {
+		if r.fastest == nil {
+			r.fastest = map[string]time.Duration{}
+		}
+		if f, ok := r.fastest[command]; !ok || took < f {
+			r.fastest[command] = took
+		}
+	}
+	if how == "" {
+		return false
+	}
+	r.lastAt, r.lastCommand, r.lastHow = p.now(), command, how
+	r.count++
+	return true
+}
+
+// rationedLocked reports whether a command was rationed within
+// rationedRecent. p.mu must be held.
+func (p *Provisioner) rationedLocked(now time.Time) bool {
+	return !p.rationing.lastAt.IsZero() && now.Sub(p.rationing.lastAt) < rationedRecent
+}
+
+// waitingTurn reports whether err, from a command that failed, is the
+// limiter's doing: the limiter is on and the command ran out of its
+// deadline, or was seen rationed lately. A command slurmctld rations
+// waits its turn; it is never an outage.
+func (p *Provisioner) waitingTurn(err error) bool {
+	if !errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.rationing.limit.on || p.rationedLocked(p.now())
+}
+
+// rateNoteLocked is Status's note on the limiter, "" when it is off or
+// unknown. p.mu must be held.
+func (p *Provisioner) rateNoteLocked(now time.Time) string {
+	r := p.rationing
+	switch {
+	case p.rationedLocked(now):
+		return fmt.Sprintf("rate limited: slurmctld rations this user's RPCs (%s); commands wait their turn, which is waiting, not an outage: %s at %s",
+			limitOrUnknown(r.limit), r.lastHow, r.lastAt.UTC().Format(time.TimeOnly))
+	case r.limit.on:
+		return fmt.Sprintf("slurmctld's RPC rate limiter is %s; no command has waited its turn lately", r.limit)
+	}
+	return ""
+}
+
+// limitOrUnknown is the limiter's sizes in a few words.
+func limitOrUnknown(r rateLimit) string {
+	if !r.on {
+		return "its limiter's sizes are not known yet"
+	}
+	return fmt.Sprintf("bucket %d, %d back %s", r.bucket, r.refill, r.every())
+}
