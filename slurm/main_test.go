@@ -84,7 +84,13 @@ func (c call) remote() []string {
 	if i < 0 || i+2 > len(c.Argv) {
 		return nil
 	}
-	return c.Argv[i+2:]
+	r := c.Argv[i+2:]
+	if len(r) > 4 && r[0] == "timeout" && r[1] == "-k" {
+		// The transport's remote deadline (sshrun/deadline.go): the
+		// command is what timeout runs.
+		r = r[4:]
+	}
+	return r
 }
 
 func fakeSSH(spec, dir string, args []string) int {

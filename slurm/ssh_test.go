@@ -28,6 +28,17 @@ func withoutMux(argv []string) []string {
 	return append(slices.Clone(argv[:2]), argv[8:]...)
 }
 
+// unbounded is argv without the remote timeout the transport runs each
+// command under (sshrun/deadline.go), and the seconds it gave: "" when
+// there is none.
+func unbounded(argv []string) ([]string, string) {
+	i := slices.Index(argv, "--")
+	if i < 0 || len(argv) < i+6 || argv[i+2] != "timeout" || argv[i+3] != "-k" {
+		return argv, ""
+	}
+	return append(slices.Clone(argv[:i+2]), argv[i+6:]...), argv[i+5]
+}
+
 // sshArgs is the argv a call of remote runs ssh with under cfg's
 // settings, without multiplexing, as the fake ssh records it.
 func sshArgs(t *testing.T, cfg *settings, remote ...string) []string {
@@ -61,8 +72,10 @@ func TestSSHSettings(t *testing.T) {
 	want := []string{"-o", "BatchMode=yes", "-F", "/etc/ssh cfg", "-p", "2222", "-i", "/k",
 		"-o", "UserKnownHostsFile=/kh", "-o", "StrictHostKeyChecking=yes", "-o", "ServerAliveInterval=5", "-o", "ConnectTimeout=10",
 		"--", "u@h", "squeue", "-h", "-o", "'%i %k'"}
-	if got := sshArgs(t, s, "squeue", "-h", "-o", "%i %k"); !slices.Equal(got, want) {
-		t.Errorf("argv = %q\nwant %q", got, want)
+	// The command runs under the login node's timeout, a little within
+	// submit_timeout.
+	if got, given := unbounded(sshArgs(t, s, "squeue", "-h", "-o", "%i %k")); !slices.Equal(got, want) || given != "18.0" {
+		t.Errorf("argv = %q under timeout %q\nwant %q under 18.0", got, given, want)
 	}
 	// sbatch exits 255 itself, which the transport must not take for a
 	// login that does not answer (sshrun's TestRemoteSaid).

@@ -116,6 +116,9 @@ type Transport struct {
 	// logins is where each login node stands (logins.go); it has its own
 	// lock.
 	logins loginBook
+	// noTimeout is set once a login node is found without coreutils'
+	// timeout: commands then run bare (deadline.go).
+	noTimeout atomic.Bool
 	// starting counts Starts under way. Add happens under mu and only
 	// while closed is false, so no Add races Close's Wait.
 	starting sync.WaitGroup
@@ -197,6 +200,7 @@ func (t *Transport) RunWithin(ctx context.Context, limit time.Duration, stdin []
 	defer cancel()
 
 	var at Login
+	stopped := false
 	order := t.logins.order(len(logins), t.cfg.Now())
 	tried, refused := false, false
 	for n, i := range order {
@@ -206,7 +210,7 @@ func (t *Transport) RunWithin(ctx context.Context, limit time.Duration, stdin []
 		}
 		at, tried = logins[i], true
 		started := t.cfg.Now()
-		stdout, stderr, err = t.runAt(ctx, i, stdin, remote)
+		stdout, stderr, stopped, err = t.runAt(ctx, i, stdin, remote)
 		out := t.classify(err, stdout, stderr)
 		if ctx.Err() != nil && out != outcomeGotThrough {
 			out = outcomeUnknown
@@ -230,6 +234,8 @@ func (t *Transport) RunWithin(ctx context.Context, limit time.Duration, stdin []
 	host := at.Host()
 	switch {
 	case err == nil:
+	case stopped:
+		err = fmt.Errorf("%s on %s: no answer within %s: %w: %w", remote[0], host, limit, ErrStoppedThere, context.DeadlineExceeded)
 	case refused:
 		err = refusalError{fmt.Errorf("%s on %s: %w", remote[0], host, err)}
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
@@ -257,7 +263,10 @@ func (t *Transport) RunOn(ctx context.Context, login int, stdin []byte, remote .
 	defer t.release()
 	ctx, cancel := withLimit(ctx, t.cfg.Timeout)
 	defer cancel()
-	stdout, stderr, err = t.runAt(ctx, login, stdin, remote)
+	stdout, stderr, stopped, err := t.runAt(ctx, login, stdin, remote)
+	if stopped {
+		err = fmt.Errorf("%w: %w", ErrStoppedThere, context.DeadlineExceeded)
+	}
 	return stdout, quietMux(stderr, err != nil), err
 }
 
@@ -272,12 +281,27 @@ func withLimit(ctx context.Context, limit time.Duration) (context.Context, conte
 // runAt runs the command once on login i, through its shared connection
 // when multiplexing. When ssh failed by itself, its stderr comes back
 // with its decisive lines first (Lead), for every caller's words.
-func (t *Transport) runAt(ctx context.Context, i int, stdin []byte, remote []string) (stdout, stderr []byte, err error) {
-	stdout, stderr, err = t.runMux(ctx, i, stdin, remote)
+//
+// With a deadline, the command runs under the login node's timeout
+// (deadline.go); stopped says that timeout ended it, err being then its
+// exit status. A login node without timeout has the command run once
+// more, bare: nothing ran the first time.
+func (t *Transport) runAt(ctx context.Context, i int, stdin []byte, remote []string) (stdout, stderr []byte, stopped bool, err error) {
+	bounded, given := t.bounded(ctx, remote)
+	started := time.Now()
+	stdout, stderr, err = t.runMux(ctx, i, stdin, bounded)
+	if given > 0 && lacksTimeout(err, stderr) {
+		if t.noTimeout.CompareAndSwap(false, true) {
+			t.log.Warn("the login node has no timeout command: a command cut off at its deadline may run on there",
+				"login", t.cfg.Logins[i].String(), "stderr", shorten(string(stderr)))
+		}
+		given = 0
+		stdout, stderr, err = t.runMux(ctx, i, stdin, remote)
+	}
 	if t.sshFailed(err, stdout, stderr) {
 		stderr = Lead(stderr)
 	}
-	return stdout, stderr, err
+	return stdout, stderr, stoppedThere(err, given, time.Since(started)), err
 }
 
 // sshFailed reports whether a call's end is ssh's own failure: its exit

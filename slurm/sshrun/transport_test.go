@@ -206,8 +206,13 @@ func TestSSHMultiplexArgv(t *testing.T) {
 	if err != nil || st.Mode().Perm() != 0o700 {
 		t.Fatalf("control directory: %v %v", st, err)
 	}
-	if !slices.Equal(withoutMux(argv), []string{"-o", "BatchMode=yes", "-o", "ControlMaster=no", "-o", "ConnectTimeout=5", "--", "alice@login.example.org", "scancel", "7"}) {
-		t.Errorf("withoutMux = %q", withoutMux(argv))
+	// The command runs under the login node's timeout, given a little
+	// less than the call's 30 s (deadline.go).
+	plain := withoutMux(argv)
+	given, _ := strconv.ParseFloat(plain[len(plain)-3], 64)
+	if !slices.Equal(plain, []string{"-o", "BatchMode=yes", "-o", "ControlMaster=no", "-o", "ConnectTimeout=5", "--", "alice@login.example.org",
+		"timeout", "-k", "1", plain[len(plain)-3], "scancel", "7"}) || given < 27 || given >= 30 {
+		t.Errorf("withoutMux = %q", plain)
 	}
 
 	// After Close the directory is gone, and calls go plain.
