@@ -659,7 +659,8 @@ const (
 	FailureTimedOut FailureClass = "timed_out"
 	// FailureLimitReached: the cluster refused it for an accounting
 	// limit of the user's (MaxSubmitJobs and the like) that clears as
-	// jobs end: weather, not a fault of the configuration.
+	// jobs end, or held it up at a rate limit of the controller's until
+	// it was cut off: weather, not a fault of the configuration.
 	FailureLimitReached FailureClass = "limit_reached"
 )
 

@@ -640,6 +640,7 @@ func (p *Provisioner) submitOne(ctx context.Context, cfg *settings, host shared.
 	ctx, cancel := context.WithTimeout(ctx, cfg.submitTimeout)
 	defer cancel()
 	askCtx, cancelAsk := context.WithTimeout(ctx, cfg.submitTimeout-cfg.submitTimeout/4)
+	askDeadline, _ := askCtx.Deadline()
 	job, err := p.ask(askCtx, cfg, host, prof, live)
 	cancelAsk()
 	var detail string
@@ -666,6 +667,8 @@ func (p *Provisioner) submitOne(ctx context.Context, cfg *settings, host shared.
 		// The connection went before sbatch's answer came back, so the
 		// job may well exist, and asking again would start a second
 		// one. Its comment names the batch: look.
+		landBy := p.landBy(cfg, time.Until(askDeadline), live[0].since)
+		rationed := p.waitingTurn(err)
 		found, lerr := p.lookup(ctx, cfg, live[0].tag)
 		switch {
 		case lerr != nil && saidZeroBytes(detail) && (saidZeroBytes(lerr.Error()) || releaseMismatch(lerr.Error())):
@@ -674,21 +677,19 @@ func (p *Provisioner) submitOne(ctx context.Context, cfg *settings, host shared.
 			// submitted nothing (refusal.go).
 			detail = mismatchDetail(cfg.host(), detail)
 			err = fmt.Errorf("%w: %s", errReleaseMismatch, detail)
-		case lerr != nil && jobsFull(detail):
+		case found == "" && jobsFull(detail):
 			// sbatch was retrying into a controller that would take no
 			// job when it was cut off, so it had none; the look used
 			// what submit_timeout left. Reported as that limit, and a
 			// late landing is still looked for (jobcount.go).
 			p.watchLate(cfg)
-		case lerr != nil:
-			p.outcomeUnknown(cfg, live, detail, lerr)
-			return true
 		case found != "":
 			cfg.log.Warn("sbatch's answer was lost, but its job is in the queue", "profile", prof.Name, "job", found, "worker", live[0].tag, "error", err)
 			job, err = found, nil
 		default:
-			detail = truncate(detail + " (the queue has no job for worker " + live[0].tag + ")")
-			p.watchLate(cfg)
+			// Not found, or not looked for: it may land yet (landing.go).
+			p.outcomeUnknown(cfg, live, detail, lerr, landBy, rationed)
+			return true
 		}
 	}
 	if err != nil && !lost && p.withdrawForLogin(cfg, live, err) {

@@ -69,6 +69,11 @@ func (m *metrics) failedMachines(profile string, class shared.FailureClass, n in
 // answer was lost and whose job is not in the queue never reached the
 // cluster; any other job left the queue before its worker attached.
 func judgedFailureClass(r *request) shared.FailureClass {
+	if r.rationed {
+		// Cut off waiting its turn at slurmctld's rate limiter: weather
+		// that clears by itself, which no profile is held for.
+		return shared.FailureLimitReached
+	}
 	if r.phase == phaseAnswerLost {
 		return shared.FailureTransient
 	}

@@ -262,20 +262,31 @@ func answerLost(err error, stderr []byte) bool {
 }
 
 // outcomeUnknown keeps a request whose sbatch's answer was lost and whose
-// job could not be looked for: it stays outstanding, so that the profile
-// is not asked for twice, until the poller finds its job or finds the
-// queue without it, or provision_timeout passes.
-func (p *Provisioner) outcomeUnknown(cfg *settings, live []*request, detail string, lookupErr error) {
+// job was not found, or could not be looked for: it stays outstanding, so
+// that the profile is not asked for twice, until the poller finds its job
+// or it can no longer land (landBy, landing.go).
+func (p *Provisioner) outcomeUnknown(cfg *settings, live []*request, detail string, lookupErr error, landBy time.Time, rationed bool) {
 	p.mu.Lock()
 	for _, r := range live {
 		if r.phase == phaseSubmitting {
-			r.phase = phaseAnswerLost
+			r.phase, r.landBy, r.rationed = phaseAnswerLost, landBy, rationed
 		}
 	}
-	p.lastErr = truncate(detail + "; then could not look for its job: " + lookupErr.Error())
+	switch {
+	case rationed:
+		// A rationed sbatch is waiting, not failing (ratelimit.go).
+	case lookupErr != nil:
+		p.lastErr = truncate(detail + "; then could not look for its job: " + lookupErr.Error())
+	default:
+		p.lastErr = truncate(detail + "; its job is not in the queue yet, and is looked for until it can no longer land")
+	}
 	p.mu.Unlock()
-	cfg.log.Warn("sbatch's answer was lost and the queue could not be read; will look for its job on the next poll",
-		"profile", live[0].profile, "worker", live[0].tag, "machines", len(live), "error", detail, "lookup_error", lookupErr)
+	args := []any{"profile", live[0].profile, "worker", live[0].tag, "machines", len(live), "error", detail,
+		"until", landBy.UTC().Format(time.RFC3339)}
+	if lookupErr != nil {
+		args = append(args, "lookup_error", lookupErr)
+	}
+	cfg.log.Warn("sbatch's answer was lost and its job is not in the queue yet; looking for it each poll until it can no longer land", args...)
 	p.wakePoller()
 }
 
@@ -553,8 +564,11 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 		p.metrics.failed(r.profile, class)
 		delete(p.outstanding, r.worker)
 		r.phase = phaseFailed
-		p.lastErr = detail
-		failed[r.profile] = detail
+		if !r.rationed {
+			// A submission the rate limiter held up is weather.
+			p.lastErr = detail
+			failed[r.profile] = detail
+		}
 		if ended {
 			p.recheckWorkerLocked()
 		}
@@ -599,7 +613,10 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 				}
 			}
 			if row, listed = taskRow(byComment[cfg.comment(r.tag)], r.task); !listed {
-				forget(r, fmt.Sprintf("the answer to worker %s's sbatch was lost, and the queue has no job for it: it was not submitted", r.worker), false)
+				if now.Before(r.landBy) {
+					continue // It may land yet (landing.go).
+				}
+				forget(r, fmt.Sprintf("the answer to worker %s's sbatch was lost, and the queue has no job for it now that it can no longer land: it was not submitted", r.worker), false)
 				p.watchUntil = now.Add(cfg.provisionTimeout)
 				continue
 			}

@@ -584,19 +584,47 @@ func TestLostAnswerFoundInQueue(t *testing.T) {
 	}
 }
 
+// TestLostAnswerNotInQueue: a submission whose answer was lost and whose
+// job the queue does not have yet is not "not submitted" until it can no
+// longer land (landing.go): it stays outstanding, UNKNOWN, and the
+// profile is not asked for twice; the poller's look after that says it
+// was not submitted, and only then.
 func TestLostAnswerNotInQueue(t *testing.T) {
+	ctx := context.Background()
 	h := newHarness(t, "sbatch=drop,squeue=ok", nil)
 	h.provision(t, cpuNeed)
+	h.submitted(t)
+	if n := len(h.fake.callsTo("squeue")); n != 1 {
+		t.Errorf("%d squeue calls", n)
+	}
+	o := h.outstanding(t)["cpu"]
+	if o.State != "UNKNOWN" || o.Job != "" || len(h.host.Events()) != 0 {
+		t.Fatalf("outstanding = %+v, events %+v; want it UNKNOWN and nothing said yet", o, h.host.Events())
+	}
+	if st := h.status(t); !strings.Contains(st.LastError, "closed by remote host") || !strings.Contains(st.LastError, "until it can no longer land") {
+		t.Errorf("LastError = %q", st.LastError)
+	}
+	if r := h.provision(t, cpuNeed); r.Outcome != shared.OutcomeOutstanding {
+		t.Errorf("Provision while it may land = %+v", r)
+	}
+	// Within the window a queue without it proves nothing.
+	h.clock.Advance(landingWindow)
+	h.p.pollOnce(ctx)
+	if n := len(h.host.Events()); n != 0 {
+		t.Fatalf("said %+v before it could no longer land", h.host.Events())
+	}
+	// submit_timeout's 30 s bound the sbatch on the login node.
+	h.clock.Advance(30 * time.Second)
+	h.p.pollOnce(ctx)
 	ev := waitEvents(t, h.host, 1)[0]
-	if ev.Kind != shared.EventWorkerProvisionFailed || !strings.Contains(ev.Detail, "closed by remote host") || !strings.Contains(ev.Detail, "the queue has no job for worker "+ev.Worker) {
+	if ev.Kind != shared.EventWorkerProvisionFailed || ev.Worker != o.Worker || !strings.Contains(ev.Detail, "can no longer land: it was not submitted") || ev.Class != shared.FailureTransient {
 		t.Fatalf("event = %+v", ev)
 	}
-	h.submitted(t)
 	if st := h.status(t); len(st.Outstanding) != 0 {
 		t.Errorf("Outstanding = %+v", st.Outstanding)
 	}
-	if n := len(h.fake.callsTo("squeue")); n != 1 {
-		t.Errorf("%d squeue calls", n)
+	if n := len(h.fake.callsTo("sbatch")); n != 1 {
+		t.Errorf("%d sbatch calls", n)
 	}
 }
 
@@ -698,6 +726,7 @@ func TestLostAnswerLookupFails(t *testing.T) {
 	t.Run("not in the queue", func(t *testing.T) {
 		h, worker := setup(t)
 		h.fake.setSpec(t, "squeue=rows")
+		h.clock.Advance(time.Minute) // past when it could land
 		h.p.pollOnce(ctx)
 		ev := waitEvents(t, h.host, 1)[0]
 		if ev.Kind != shared.EventWorkerProvisionFailed || ev.Worker != worker || !strings.Contains(ev.Detail, "was not submitted") {
@@ -1159,20 +1188,50 @@ func tagOf(worker string) string {
 	return sbatch.Tag{Engine: "hpc", Epoch: "0", Worker: worker}.Comment()
 }
 
+// TestLateLandingUsed: the job of a submission whose answer was lost,
+// landing after the first look found the queue without it, is the
+// request's: the one event the engine hears is worker_provisioned with
+// that job, for the worker whose credential the job holds; nothing was
+// said failed first, so the engine never revokes it (nextflow-io/nextflow#970
+// is this landing taken for a failure).
+func TestLateLandingUsed(t *testing.T) {
+	h := newHarness(t, "sbatch=drop,squeue=rows", nil)
+	h.fake.setRows(t)
+	h.provision(t, cpuNeed)
+	h.submitted(t)
+	worker := h.outstanding(t)["cpu"].Worker
+	h.clock.Advance(10 * time.Second)
+	h.fake.setRows(t, "4300|PENDING|Priority|N/A|"+tagOf(worker))
+	h.p.pollOnce(context.Background())
+	evs := waitEvents(t, h.host, 1)
+	if ev := evs[0]; len(evs) != 1 || ev.Kind != shared.EventWorkerProvisioned || ev.Job != "4300" || ev.Worker != worker {
+		t.Fatalf("events = %+v; want the landed job given to its worker, and nothing else", evs)
+	}
+	if o := h.outstanding(t)["cpu"]; o.Job != "4300" || o.State != "PENDING" {
+		t.Errorf("outstanding %+v", o)
+	}
+	if n := len(h.fake.callsTo("sbatch")); n != 1 {
+		t.Errorf("%d sbatch calls", n)
+	}
+}
+
 // TestLateLandingFoundWhileWatching: a submission whose answer was lost
-// and whose job the queue did not have is given up on, but the sbatch on
-// the login node may still land. The poller keeps reading the queue for
-// provision_timeout, and the job that lands is adopted on the next cycle.
-// Before, the idle poller stopped and the job sat in the queue.
+// is given up on once it can no longer land; should its sbatch have run
+// on all the same (a login node without timeout, a clock gone wrong),
+// the poller keeps reading the queue for provision_timeout, and the job
+// that lands is adopted on the next cycle. Before, the idle poller
+// stopped and the job sat in the queue.
 func TestLateLandingFoundWhileWatching(t *testing.T) {
 	h := newHarness(t, "sbatch=drop,squeue=rows", nil)
 	h.fake.setRows(t)
 	h.provision(t, cpuNeed)
+	h.submitted(t)
+	h.clock.Advance(time.Minute)
+	h.p.pollOnce(context.Background())
 	ev := waitEvents(t, h.host, 1)[0]
 	if ev.Kind != shared.EventWorkerProvisionFailed {
 		t.Fatalf("event = %+v", ev)
 	}
-	h.submitted(t)
 	if !h.p.pollWanted() {
 		t.Fatal("the poller rests although a submission may still land")
 	}

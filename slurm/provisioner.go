@@ -279,6 +279,14 @@ type request struct {
 	// via is the relay's address the job's workers were given, in relay
 	// mode: if the relay moves from it, the job is cancelled (relaytls.go).
 	via string
+	// landBy is, once its sbatch's answer was lost, when its job can no
+	// longer reach the queue (landing.go): until then a queue without it
+	// proves nothing.
+	landBy time.Time
+	// rationed says its sbatch was cut off waiting its turn at
+	// slurmctld's rate limiter: "not submitted" is then weather, not a
+	// failure of its profile.
+	rationed bool
 }
 
 // phase is where a request is in its life:
@@ -305,7 +313,7 @@ const (
 	phaseQueued
 	// phaseAnswerLost: sbatch may have run but its answer never came
 	// back, and its job has not been found; the poller looks for it by
-	// its comment until provision_timeout.
+	// its comment until it can no longer land (landBy).
 	phaseAnswerLost
 	// phaseSuperseded: adoption gave the profile a queued job instead;
 	// the submission returns without submitting.
@@ -727,10 +735,15 @@ func (p *Provisioner) Reconcile(ctx context.Context, req *shared.ReconcileReques
 			delete(p.outstanding, r.worker)
 			r.phase = phaseFailed
 			detail := fmt.Sprintf("the answer to worker %s's sbatch was lost, and no job for it was found within %s", r.worker, cfg.provisionTimeout)
-			p.lastErr = detail
-			p.countFailureLocked(r.profile, detail)
-			p.metrics.failed(r.profile, shared.FailureTransient)
-			gaveUp = append(gaveUp, shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Worker: r.worker, Detail: detail, Class: shared.FailureTransient})
+			class := shared.FailureTransient
+			if r.rationed {
+				class = shared.FailureLimitReached
+			} else {
+				p.lastErr = detail
+				p.countFailureLocked(r.profile, detail)
+			}
+			p.metrics.failed(r.profile, class)
+			gaveUp = append(gaveUp, shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Worker: r.worker, Detail: detail, Class: class})
 		}
 	}
 	p.mu.Unlock()

@@ -2,11 +2,13 @@ package slurm
 
 import (
 	"bufio"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/slurm/sbatch"
@@ -209,6 +211,9 @@ func TestNewerClientIsMisconfiguredLogin(t *testing.T) {
 	// The same words from sbatch, but a queue that answers: weather.
 	h2 := newHarness(t, "sbatch=newclient,squeue=ok", nil)
 	h2.provision(t, cpuNeed)
+	h2.submitted(t)
+	h2.clock.Advance(time.Minute) // past when it could land (landing.go)
+	h2.p.pollOnce(context.Background())
 	ev = waitEvents(t, h2.host, 1)[0]
 	if strings.Contains(ev.Detail, "another Slurm release") || ev.Class != shared.FailureTransient {
 		t.Errorf("a single Zero Bytes was taken for a release mismatch: %+v", ev)
