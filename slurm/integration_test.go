@@ -331,7 +331,11 @@ func (r *rig) config(profiles ...map[string]any) map[string]any {
 		// what is tested.
 		"token_ttl":      "4h",
 		"worker_command": []string{r.worker.script},
-		"profile":        profiles,
+		// The tests run side by side as the sandbox's one login user;
+		// the RPC budget they would share is not what most test (the
+		// limiter's tests read the site's, which caps it).
+		"max_rpc_rate": 200.0,
+		"profile":      profiles,
 	}
 }
 
@@ -1353,6 +1357,11 @@ func TestIntegrationJobFailsWithItsWords(t *testing.T) {
 	ev := r.events.wait(t, "worker_provision_failed", jobTimeout, kindIs(shared.EventWorkerProvisionFailed, "small"))
 	t.Logf("worker_provision_failed: %s", ev.Detail)
 
+	// The plugin's log reaches the host through its stderr, which may
+	// come after the event: the failure's line is waited for.
+	poll(t, "the plugin's log line of the failure", 10*time.Second, func() (bool, string) {
+		return strings.Contains(r.logs.String(), "a request failed before its worker attached"), "not yet"
+	})
 	out := "/home/" + strings.Split(r.env.Login, "@")[0] + "/.local/state/fluksio/" + r.name + "/" + job + ".out"
 	for _, want := range []string{"job " + job + " ended FAILED", "exit code 2", "output " + out,
 		"its last lines: loading the worker | fluksio-worker: cannot start: no such module"} {
