@@ -185,7 +185,10 @@ func (e benchEnv) slurmConfig(extra map[string]any, profiles []map[string]any) m
 		// the default caps (256 alive, 64 pending) would hold them back.
 		"max_workers": 10000,
 		"max_pending": 10000,
-		"profile":     profiles,
+		// The measurements are of the plugin's own cost, not of the
+		// login user's RPC budget (max_rpc_rate) pacing it.
+		"max_rpc_rate": 1000.0,
+		"profile":      profiles,
 	}
 	for k, v := range extra {
 		c[k] = v

@@ -103,6 +103,9 @@ type Config struct {
 	// from false and 0; fillDefaults fills them in (see ssh.go).
 	Multiplex   *bool `json:"multiplex"`
 	MaxSessions *int  `json:"max_sessions"`
+	// MaxRPCRate is the login user's RPC budget (budget.go); a pointer,
+	// so that absent can be told from 0.
+	MaxRPCRate *float64 `json:"max_rpc_rate"`
 	// MaxWorkers and MaxPending cap the whole provisioner (see
 	// defaultMaxWorkers); a profile may cap itself lower.
 	// Pointers, like Multiplex, so that absent can be told from 0.
@@ -201,6 +204,8 @@ func schema() *shared.Schema {
 				Description: "How long a request may go without its worker attaching before its job is cancelled, counted from the request. Jobs with a time limit also get an sbatch --deadline from it, so the queue drops them if the provisioner is gone."},
 			{Name: "attach_timeout", Type: shared.TypeDuration, Default: defaultAttachTimeout,
 				Description: "How long a job may run without its worker attaching before it is cancelled, counted from when it was first seen running. Waiting in the queue does not count."},
+			{Name: "max_rpc_rate", Type: shared.TypeNumber, Default: defaultMaxRPCRate,
+				Description: "How many RPCs a second the provisioners that log in as this user from this machine send slurmctld together, whatever engine or block they are in: each command waits its turn in one budget they share, and a poll that waits is a slower poll, said in the status. Once slurmctld's rate limiter is read from its configuration (SlurmctldParameters=rl_enable), at most three quarters of its refill. The default stays under Slurm's default refill of 2 a second."},
 			{Name: "poll_interval", Type: shared.TypeDuration, Default: defaultPollInterval,
 				Description: "How often the queue is read, with one squeue for all jobs, while anything is outstanding (10% jitter). Nothing is read while nothing is outstanding."},
 			{Name: "submit_timeout", Type: shared.TypeDuration, Default: defaultSubmitTimeout,
@@ -269,7 +274,9 @@ type settings struct {
 	// (validateSSH).
 	multiplex   bool
 	maxSessions int
-	log         hclog.Logger
+	// maxRPCRate is MaxRPCRate resolved (validateBudget).
+	maxRPCRate float64
+	log        hclog.Logger
 	// engineID and epoch tag every job (tag.go); set by Configure.
 	engineID, epoch string
 	// begins is each profile's --begin (begin.go), read from its sbatch
@@ -495,6 +502,7 @@ func validate(s *settings) shared.Diagnostics {
 	}
 
 	diags = append(diags, validateSSH(s)...)
+	diags = append(diags, validateBudget(s)...)
 	diags = append(diags, validateTrustFiles(s)...)
 
 	checkURL := func(name, v string, required bool) {

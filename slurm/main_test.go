@@ -566,6 +566,9 @@ func baseConfig() map[string]any {
 		"poll_interval":  "1h",
 		"attach_timeout": "10m",
 		"worker_command": []string{"fluksio-worker"},
+		// Every unit test's fake login is one login user: the budget
+		// they would share is budget_test.go's to test.
+		"max_rpc_rate": 1000.0,
 		"profile": []any{
 			map[string]any{"name": "gpu", "cpus": 8, "gpus": 1, "ram_mb": 32000, "labels": []string{"cuda"}, "sbatch": []string{"--partition=gpu"}, "prerun": nil},
 			map[string]any{"name": "cpu", "cpus": 4, "gpus": 0, "ram_mb": 0, "labels": nil, "sbatch": []string{"--partition=debug"}, "prerun": []string{"module load python"}},

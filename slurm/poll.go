@@ -164,6 +164,9 @@ func (p *Provisioner) call(ctx context.Context, stdin []byte, remote ...string) 
 	if p.settings() == nil {
 		return nil, nil, shared.ErrNotConfigured
 	}
+	if err := p.spend(ctx, remote); err != nil {
+		return nil, nil, err
+	}
 	stdout, stderr, err = p.ssh.Run(ctx, stdin, remote...)
 	if len(remote) > 0 {
 		// Whether slurmctld's rate limiter made it wait (ratelimit.go).

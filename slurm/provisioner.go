@@ -217,6 +217,8 @@ type Provisioner struct {
 	// holds are the cluster's, the site's throttle's and the limits'
 	// holds on every profile (hold.go).
 	holds holds
+	// budget is the login user's shared RPC budget (budget.go).
+	budget budget
 	// idleAdoptFailures counts poll cycles in a row that could not read
 	// the queue for adoption, or the start-up facts, while nothing else
 	// was outstanding; after maxIdleAdoptFailures the poller rests until
@@ -1118,6 +1120,9 @@ func (p *Provisioner) Status(context.Context, *shared.StatusRequest) (*shared.St
 		resp.Notes = append(resp.Notes, note)
 	}
 	if note := p.rateNoteLocked(now); note != "" {
+		resp.Notes = append(resp.Notes, note)
+	}
+	if note := p.budgetNoteLocked(now); note != "" {
 		resp.Notes = append(resp.Notes, note)
 	}
 	resp.Notes = append(resp.Notes, p.limitNotesLocked(now)...)

@@ -185,6 +185,10 @@ func (p *Provisioner) rationedLocked(now time.Time) bool {
 // deadline, or was seen rationed lately. A command slurmctld rations
 // waits its turn; it is never an outage.
 func (p *Provisioner) waitingTurn(err error) bool {
+	if errors.Is(err, errBudget) {
+		// It waited for the login user's own budget (budget.go).
+		return true
+	}
 	if !errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}

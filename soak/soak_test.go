@@ -347,6 +347,7 @@ func (s *soak) config(knownHosts string, sshPort int) string {
   provision_timeout = %q
   max_workers       = %d
   max_pending       = %d
+  max_rpc_rate      = 100
 
 %s}
 `, name, s.env.Login, sshPort, s.env.Key, knownHosts, reach, s.workerBin,

@@ -201,8 +201,9 @@ func FreePort(t testing.TB) int {
 // EngineConfig is a config.hcl for an engine listening on 127.0.0.1:port
 // with one Slurm provisioner, name, against this sandbox: plugins from
 // pluginDir, workers started as worker, and profiles, the HCL of its
-// profile blocks. It uses only attributes every version of the plugin
-// has.
+// profile blocks. The engines of a test run side by side as the
+// sandbox's one login user: max_rpc_rate lifts the RPC budget they would
+// share, which is not what they test.
 func (e Env) EngineConfig(port int, pluginDir, name string, worker []string, profiles string) string {
 	quoted := make([]string, len(worker))
 	for i, w := range worker {
@@ -221,6 +222,7 @@ provisioner "slurm" %[3]q {
   engine_url     = "http://127.0.0.1:%[1]d"
   worker_command = [%[8]s]
   max_idle       = "30s"
+  max_rpc_rate   = 100
 
 %[9]s}
 `, port, pluginDir, name, e.Login, e.Port, e.Key, e.KnownHosts, strings.Join(quoted, ", "), profiles)
