@@ -196,7 +196,7 @@ sb_root_wrappers() {
   local root="$1" bin="$2" c path
   mkdir -p "$bin"
   chmod 0755 "$bin"
-  for c in slurmctld slurmd slurmdbd sbatch squeue sinfo scontrol scancel sacct sacctmgr srun salloc sprio sshare \
+  for c in slurmctld slurmd slurmdbd sbatch squeue sinfo scontrol scancel sacct sacctmgr sdiag srun salloc sprio sshare \
     munged munge unmunge mungekey sshd; do
     path=""
     for d in /usr/sbin /usr/bin /sbin /bin; do

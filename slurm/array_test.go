@@ -11,7 +11,7 @@ import (
 // is read as each of its tasks; a line that is no row is skipped.
 func TestParseRowsExpandsArrays(t *testing.T) {
 	t.Parallel()
-	rows := parseRows([]byte("77_[0-2%1]|PENDING|JobArrayTaskLimit|N/A|tag\n78_4|RUNNING|None|now|tag\nbanner line\n"))
+	rows := parseRows([]byte("77_[0-2%1]|PENDING|JobArrayTaskLimit|N/A|tag\n78_4|RUNNING|None|now|tag\nbanner line\n"), "")
 	var ids []string
 	for _, r := range rows {
 		ids = append(ids, r.id+"="+r.state)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/fluksio/provision/shared"
@@ -62,10 +64,11 @@ type budget struct {
 }
 
 // rpcCost is how many RPCs remote costs slurmctld, as sdiag counted them
-// (Slurm 24.11.5, one command at a time): squeue 2 and 3 with --me (it
-// asks for the user's own record too), 1 with --only-job-state;
-// scontrol show config 2, sbatch 2, sinfo 2, scancel 1 a job; sacctmgr
-// none (slurmdbd answers it).
+// for the job user, one command at a time, the same on 22.05.1 and
+// 24.11.5: squeue 2, 3 with --me, -u or -j, 1 with --only-job-state
+// (24.05 and later); sbatch 1, 2 with --test-only; scontrol show config
+// 2, sinfo 2; scancel 1 a job, 2 by filters; sacctmgr none (slurmdbd
+// answers it).
 func rpcCost(remote []string) float64 {
 	if len(remote) == 0 {
 		return 0
@@ -74,15 +77,20 @@ func rpcCost(remote []string) float64 {
 	case "squeue":
 		cost := 2.0
 		for _, a := range remote[1:] {
-			switch a {
-			case "--me":
-				cost = 3
-			case "--only-job-state":
+			switch {
+			case a == "--only-job-state":
 				return 1
+			case a == "--me" || a == "-u" || a == "-j" || strings.HasPrefix(a, "--user=") || strings.HasPrefix(a, "--jobs="):
+				cost = 3
 			}
 		}
 		return cost
-	case "sbatch", "sinfo":
+	case "sbatch":
+		if slices.Contains(remote[1:], "--test-only") {
+			return 2
+		}
+		return 1
+	case "sinfo":
 		return 2
 	case "scontrol":
 		if len(remote) > 2 && remote[1] == "show" && remote[2] == "config" {
@@ -96,7 +104,10 @@ func rpcCost(remote []string) float64 {
 				n++
 			}
 		}
-		return float64(max(n, 1))
+		if n == 0 {
+			return 2 // by filters: --me, --name
+		}
+		return float64(n)
 	}
 	return 0
 }
@@ -118,7 +129,7 @@ func budgetRate(maxRate float64, limit rateLimit) (rate, burst float64) {
 func (p *Provisioner) spend(ctx context.Context, remote []string) error {
 	cost := rpcCost(remote)
 	cfg := p.settings()
-	if cost == 0 || cfg == nil {
+	if cost == 0 || cfg == nil || (remote[0] == "sbatch" && ctx.Value(prepaidKey{}) != nil) {
 		return nil
 	}
 	p.mu.Lock()
@@ -160,6 +171,15 @@ func (p *Provisioner) spend(ctx context.Context, remote []string) error {
 		p.mu.Unlock()
 	}
 	return nil
+}
+
+// prepaidKey marks a context whose sbatch has taken its cost from the
+// budget already (submitOne).
+type prepaidKey struct{}
+
+// prepaid is ctx with its sbatch paid for.
+func prepaid(ctx context.Context) context.Context {
+	return context.WithValue(ctx, prepaidKey{}, true)
 }
 
 // budgetNoteLocked is Status's note on the budget: "" unless a command

@@ -637,7 +637,11 @@ func (p *Provisioner) submitEach(ctx context.Context, cfg *settings, host shared
 // when the cluster refused the array as such: the caller submits the
 // machines one by one instead.
 func (p *Provisioner) submitOne(ctx context.Context, cfg *settings, host shared.Host, prof Profile, live []*request) bool {
-	ctx, cancel := context.WithTimeout(ctx, cfg.submitTimeout)
+	// The login user's RPC budget is waited for before submit_timeout
+	// starts, which bounds ssh and sbatch, not a turn (budget.go). A
+	// context ended meanwhile fails the ask below.
+	_ = p.spend(ctx, []string{"sbatch"})
+	ctx, cancel := context.WithTimeout(prepaid(ctx), cfg.submitTimeout)
 	defer cancel()
 	askCtx, cancelAsk := context.WithTimeout(ctx, cfg.submitTimeout-cfg.submitTimeout/4)
 	askDeadline, _ := askCtx.Deadline()

@@ -101,8 +101,10 @@
 // for more. A job that is already running is never cancelled on a guess:
 // its worker may be attached and busy, and one that is not leaves by
 // itself. If the queue cannot be read at Configure,
-// each poll tries again. Every squeue has --me, because another account's
-// engine may give its provisioner the same name. Every scancel of several
+// each poll tries again. Every squeue keeps to the login user's jobs,
+// because another account's engine may give its provisioner the same
+// name: squeue prints each job's user and the plugin leaves out the
+// others', which --me would do for one more RPC a poll. Every scancel of several
 // jobs is one call, for up to 100 ids.
 //
 // A provisioner can also die without cancelling anything. When a profile

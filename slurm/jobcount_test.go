@@ -28,7 +28,7 @@ func TestBurstTrimmedToMaxJobCount(t *testing.T) {
 	counted := false
 	for _, c := range h.fake.callsTo("squeue") {
 		r := strings.Join(c.remote(), " ")
-		counted = counted || (strings.Contains(r, "-t all") && !strings.Contains(r, "--me"))
+		counted = counted || (strings.Contains(r, "-t all") && !strings.Contains(r, "--name="))
 	}
 	if !counted {
 		t.Error("no squeue counted every user's jobs before the submission")

@@ -373,16 +373,21 @@ func printSqueue(remote []string, rows []string) {
 		}
 	}
 	for _, row := range rows {
-		f := strings.SplitN(row, "|", 5)
-		if len(f) != 5 {
+		// id|state|reason|start|comment[|user]: the fake login's user,
+		// alice, unless a row names another.
+		f := strings.SplitN(row, "|", 6)
+		if len(f) < 5 {
 			continue
+		}
+		if len(f) == 5 {
+			f = append(f, "alice")
 		}
 		if !all && slices.Contains([]string{"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "DEADLINE", "NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY", "PREEMPTED"}, f[1]) {
 			continue
 		}
 		var out []string
 		for _, spec := range strings.Split(format, "|") {
-			i := strings.Index("%i%T%r%S%k", spec)
+			i := strings.Index("%i%T%r%S%k%u", spec)
 			if len(spec) != 2 || i < 0 || i%2 != 0 {
 				out = append(out, "?")
 				continue

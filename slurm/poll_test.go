@@ -77,7 +77,9 @@ func (h *harness) outstanding(t *testing.T) map[string]shared.Outstanding {
 	return m
 }
 
-var pollArgv = []string{"squeue", "-h", "-r", "--me", "-t", "all", "--name=fluksio-hpc", "-o", "'%i|%T|%r|%S|%k'"}
+// pollArgv is the poll's squeue: no --me, which costs an RPC; squeue
+// prints each job's user instead (listJobs).
+var pollArgv = []string{"squeue", "-h", "-r", "-t", "all", "--name=fluksio-hpc", "-o", "'%i|%T|%r|%S|%k|%u'"}
 
 func TestPollOneQueryPerCycle(t *testing.T) {
 	for _, n := range []int{1, 10, 100} {
@@ -542,7 +544,7 @@ func TestBackoffDelay(t *testing.T) {
 	}
 }
 
-var lookupArgv = []string{"squeue", "-h", "--me", "--name=fluksio-hpc", "-o", "'%i|%k'"}
+var lookupArgv = []string{"squeue", "-h", "--name=fluksio-hpc", "-o", "'%i|%k|%u'"}
 
 func TestLostAnswerFoundInQueue(t *testing.T) {
 	// A hung sbatch is cut off at three quarters of submit_timeout; the
@@ -783,11 +785,16 @@ func TestAdoption(t *testing.T) {
 		// This engine's, under an earlier secret: its worker cannot
 		// attach, so it goes even though it runs.
 		"513|RUNNING|None|2026-12-02T09:00:00|fluksio:v2:hpc:e9:hpc-cpu-00000015",
+		// Another account's, of the same name and tag down to the
+		// secret (a copied configuration): not ours to adopt, nor
+		// to cancel (squeue has no --me; its user says so).
+		"514|PENDING|Priority|N/A|fluksio:v2:hpc:0:hpc-cpu-00000016|mallory",
+		"515|PENDING|Priority|N/A|fluksio:v2:hpc:e9:hpc-cpu-00000017|mallory",
 	)
 	h.configure(t, nil)
 
 	squeues := h.fake.callsTo("squeue")
-	if want := []string{"squeue", "-h", "-r", "--me", "--name=fluksio-hpc", "-o", "'%i|%T|%r|%S|%k'"}; len(squeues) != 1 || !slices.Equal(squeues[0].remote(), want) {
+	if want := []string{"squeue", "-h", "-r", "--name=fluksio-hpc", "-o", "'%i|%T|%r|%S|%k|%u'"}; len(squeues) != 1 || !slices.Equal(squeues[0].remote(), want) {
 		t.Fatalf("squeue calls = %+v, want one %q", squeues, want)
 	}
 	scancels := h.fake.callsTo("scancel")
@@ -821,7 +828,10 @@ func TestAdoption(t *testing.T) {
 			t.Errorf("job %s: detail %q, want %q", job, why[job], want)
 		}
 	}
-	for _, job := range []string{"505", "509", "510", "511", "512"} {
+	for _, job := range []string{"505", "509", "510", "511", "512", "514", "515"} {
+		if _, adopted := adoptedEvents[job]; adopted {
+			t.Errorf("job %s is not this engine's, and was adopted", job)
+		}
 		if _, touched := why[job]; touched {
 			t.Errorf("job %s is not this engine's, and was cancelled", job)
 		}
@@ -1109,7 +1119,7 @@ func TestParseRows(t *testing.T) {
 		"x|PENDING|Priority|N/A|c\n" +
 		"15_2|PENDING|Priority|N/A|c\n" +
 		"\n"
-	got := parseRows([]byte(out))
+	got := parseRows([]byte(out), "")
 	want := []jobRow{
 		{"12", "RUNNING", "None", "2026-12-02T10:00:00", "fluksio:v2:hpc:0:hpc-cpu-0000000a"},
 		{"13", "PENDING", "Priority", "N/A", "a|b c"},

@@ -601,7 +601,7 @@ func TestShutdownFindsJobOfKilledSubmission(t *testing.T) {
 		t.Fatalf("%d squeue calls", len(squeues))
 	}
 	// The format travels quoted, because the login node's shell reads it.
-	if want := []string{"squeue", "-h", "-r", "--me", "--name=fluksio-hpc", "-o", "'%i|%T|%r|%S|%k'"}; !slices.Equal(squeues[0].remote(), want) {
+	if want := []string{"squeue", "-h", "-r", "--name=fluksio-hpc", "-o", "'%i|%T|%r|%S|%k|%u'"}; !slices.Equal(squeues[0].remote(), want) {
 		t.Errorf("squeue = %q, want %q", squeues[0].remote(), want)
 	}
 	scancels := h.fake.callsTo("scancel")

@@ -56,7 +56,7 @@ func mismatchFixture(name string) (sbatch, squeue string) {
 func TestBareArrayRowStandsForItsTask(t *testing.T) {
 	for _, dir := range versionDirs(t) {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			rows := parseRows([]byte(fixture(t, dir, "array-one-cancelled.squeue")))
+			rows := parseRows([]byte(fixture(t, dir, "array-one-cancelled.squeue")), "")
 			byID := indexRows(rows)
 			array := ""
 			for _, r := range rows {
