@@ -7,9 +7,12 @@ package bench
 // has no poll_interval does not poll, and the measurement says so.
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -27,6 +30,30 @@ type pollResult struct {
 	// perCycle is squeue calls per poll cycle, by requests outstanding.
 	perCycle map[int]float64
 	calls    map[int]int
+	// rpcs is slurmctld's RPCs from the job user per poll cycle, by
+	// requests outstanding, as sdiag counts them; meRPCs is the same for
+	// one squeue --me of the poll's form before (the baseline), run by
+	// hand; rpcWhy says why they are not measured.
+	rpcs   map[int]float64
+	meRPCs float64
+	rpcWhy string
+}
+
+// userRPCs is how many RPCs slurmctld has taken from the sandbox's job
+// user, from sdiag's table by user; false when sdiag does not say.
+func (e benchEnv) userRPCs(tb testing.TB) (int, bool) {
+	tb.Helper()
+	out, err := e.slurmLocal(context.Background(), "sdiag")
+	if err != nil {
+		return 0, false
+	}
+	user, _, _ := strings.Cut(e.Login, "@")
+	m := regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(user) + `\s+\(\s*\d+\) count:(\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		return 0, false
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n, true
 }
 
 func measurePoll(tb testing.TB, e benchEnv) pollResult {
@@ -47,7 +74,7 @@ func measurePoll(tb testing.TB, e benchEnv) pollResult {
 	}
 
 	count := func() int { return wrapperCalls(log, " squeue") }
-	res := pollResult{perCycle: map[int]float64{}, calls: map[int]int{}}
+	res := pollResult{perCycle: map[int]float64{}, calls: map[int]int{}, rpcs: map[int]float64{}}
 	names := labels("s", most)
 	for _, level := range pollLevels {
 		if _, _, failed, detail := provisionAll(tb, p, names[:level], 2*time.Minute); failed > 0 {
@@ -61,10 +88,29 @@ func measurePoll(tb testing.TB, e benchEnv) pollResult {
 		// steady rhythm before counting.
 		time.Sleep(pollInterval * 3 / 2)
 		before := count()
+		rpcBefore, ok1 := e.userRPCs(tb)
 		time.Sleep(pollCycles * pollInterval)
 		res.calls[level] = count() - before
+		rpcAfter, ok2 := e.userRPCs(tb)
 		res.perCycle[level] = float64(res.calls[level]) / pollCycles
+		if ok1 && ok2 && res.calls[level] > 0 {
+			res.rpcs[level] = float64(rpcAfter-rpcBefore) / float64(res.calls[level])
+		} else {
+			res.rpcWhy = "sdiag gives no count for the job user"
+		}
 		progress("poll: %d outstanding: %d squeue calls in %d cycles", level, res.calls[level], pollCycles)
+	}
+	// The baseline: the poll's squeue as it was, with --me, by hand.
+	if res.rpcWhy == "" {
+		rpcBefore, _ := e.userRPCs(tb)
+		for range pollCycles {
+			if _, stderr, err := e.runSSH(context.Background(), e.sshArgv(plainSSH, "squeue", "-h", "-r", "--me", "-t", "all",
+				"--name=fluksio-"+name, "-o", "'%i|%T|%r|%S|%k'"), nil); err != nil {
+				tb.Fatalf("squeue --me: %v: %s", err, stderr)
+			}
+		}
+		rpcAfter, _ := e.userRPCs(tb)
+		res.meRPCs = float64(rpcAfter-rpcBefore) / pollCycles
 	}
 	return res
 }

@@ -258,6 +258,17 @@ func TestBenchReport(t *testing.T) {
 				fmt.Sprintf("%.1f", v), b, rt, "1 per cycle", res})
 		}
 		rep.note("squeue per cycle counts calls an ssh wrapper on the plugin's PATH logged over %d cycles of %s; one call more at the window's edge reads as %.1f.", pollCycles, pollInterval, 1+1.0/pollCycles)
+		if poll.rpcWhy != "" {
+			rep.add(row{"slurmctld RPCs per poll cycle (sdiag)", "—", "—", "—", "2 per cycle", "n/a (" + poll.rpcWhy + ")"})
+			return
+		}
+		for _, l := range pollLevels {
+			v := poll.rpcs[l]
+			_, rt := ratio(v, poll.meRPCs)
+			rep.add(row{fmt.Sprintf("slurmctld RPCs per poll cycle (sdiag, the job user's count), %d outstanding, Slurm %s", l, e.Version),
+				fmt.Sprintf("%.1f", v), fmt.Sprintf("%.1f: squeue --me, the poll before", poll.meRPCs), rt, "2 per cycle", verdict(v, 2, true, "RPCs")})
+		}
+		rep.note("RPCs per poll cycle are sdiag's count of the job user's RPCs over the same window, divided by the squeue calls in it: the poll keeps to the user's jobs by reading each job's user (%%u) rather than asking slurmctld with --me, which costs an RPC more.")
 	})
 
 	var smallReconcile time.Duration

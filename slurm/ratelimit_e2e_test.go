@@ -3,9 +3,14 @@ package slurm_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -49,14 +54,16 @@ func drain(t *testing.T, env sandboxtest.Env) {
 
 // keepDrained runs two loops of squeue as the job user until the
 // returned stop is called, which waits for them: another client of the
-// same user that keeps the bucket empty.
+// same user that keeps the bucket empty, each squeue an ssh of its own,
+// as a person's would be. A squeue cut off by stop ends on the login
+// node within 3 s (timeout), so that it stops spending the bucket.
 func keepDrained(env sandboxtest.Env) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for range 2 {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				_ = exec.CommandContext(ctx, "ssh", "-F", env.SSHConfig, "sandbox", "squeue", "-h").Run()
+				_ = exec.CommandContext(ctx, "ssh", "-F", env.SSHConfig, "sandbox", "timeout", "3", "squeue", "-h").Run()
 			}
 		})
 	}
@@ -64,6 +71,48 @@ func keepDrained(env sandboxtest.Env) (stop func()) {
 		cancel()
 		wg.Wait()
 	}
+}
+
+// drainers numbers the stop files of keepDrainedBy.
+var drainers atomic.Int64
+
+// keepDrainedBy is a harder client than keepDrained: n loops of squeue
+// on the login node, each in one ssh session, so that it asks again at
+// once (a new ssh a squeue leaves the bucket gaps a 1-RPC sbatch gets
+// through); stop makes the
+// file the loops look for, and waits for their sessions to end, which
+// they do after the squeue under way. timeout bounds them should the
+// test die first.
+func keepDrainedBy(env sandboxtest.Env, n int) (stop func()) {
+	file := filepath.Join(os.TempDir(), fmt.Sprintf("fluksio-drain-%d-%d", os.Getpid(), drainers.Add(1)))
+	loop := fmt.Sprintf("timeout 300 sh -c 'while [ ! -e %s ]; do squeue -h >/dev/null 2>&1; done'", file)
+	var wg sync.WaitGroup
+	for range n {
+		cmd := exec.Command("ssh", "-F", env.SSHConfig, "sandbox", loop)
+		if cmd.Start() != nil {
+			continue
+		}
+		wg.Go(func() { _ = cmd.Wait() })
+	}
+	return func() {
+		_ = os.WriteFile(file, nil, 0o644)
+		wg.Wait()
+		os.Remove(file)
+	}
+}
+
+// waitRationed waits, at most 30 s, until the job user's bucket is empty:
+// a squeue over ssh takes a second more than one that is not rationed.
+func waitRationed(t *testing.T, env sandboxtest.Env) {
+	t.Helper()
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); {
+		start := time.Now()
+		_ = exec.Command("ssh", "-F", env.SSHConfig, "sandbox", "timeout", "5", "squeue", "-h").Run()
+		if time.Since(start) > 1500*time.Millisecond {
+			return
+		}
+	}
+	t.Fatal("30 s of another client's squeues did not empty the bucket")
 }
 
 // TestIntegrationRateLimitedCheck: validate -check right after another
@@ -182,5 +231,86 @@ func TestIntegrationRateLimitedPoll(t *testing.T) {
 		if strings.Contains(logs, bad) {
 			t.Errorf("the plugin's log says %q for a rationed poll", bad)
 		}
+	}
+}
+
+// TestIntegrationRateLimitedSubmitCut: an sbatch that waits its turn at
+// the limiter past submit_timeout (another client of the login user
+// keeps the bucket empty) is stopped on the login node when the plugin
+// cuts it off: no sbatch of ours is left there. The request stays on the
+// way until its job can no longer land; then either the job that landed
+// is the worker's (worker_provisioned, its job in the queue under its
+// tag) or it did not land and is said so as weather (limit_reached, no
+// profile backing off), never both, and no second job for the worker.
+func TestIntegrationRateLimitedSubmitCut(t *testing.T) {
+	env := rateLimitedSandbox(t)
+	var r *rig
+	cut := false
+	for try := 1; try <= 3 && !cut; try++ {
+		r = newPrivateRig(t, env, "rlcut"+strconv.Itoa(try), func(r *rig) map[string]any {
+			c := r.config(profile("cpu", 1, 0, 100, nil, r.sbatch("--begin=now+1hour")))
+			c["submit_timeout"], c["poll_interval"] = "2s", "2s"
+			return c
+		})
+		// The start-up facts are read first.
+		poll(t, "the limiter read from the configuration", time.Minute, func() (bool, string) {
+			notes := strings.Join(r.status(t).Notes, "; ")
+			return strings.Contains(notes, "limiter is on") || strings.Contains(notes, "rate limited"), notes
+		})
+		stop := keepDrainedBy(env, 4)
+		waitRationed(t, env)
+		r.provision(t, shared.Need{CPUs: 1}, "cpu")
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) && !cut && len(r.events.all()) == 0 {
+			cut = strings.Contains(r.logs.String(), "sbatch's answer was lost")
+			time.Sleep(100 * time.Millisecond) // a poll of the log, not a wait for an event
+		}
+		if cut {
+			// The cut is logged after the look for its job: the
+			// sbatch was stopped on the login node by then.
+			for _, c := range env.LoginProcesses(t) {
+				if strings.Contains(c, "sbatch") {
+					t.Errorf("after the cut, still on the login node: %s", c)
+				}
+			}
+		} else {
+			t.Logf("try %d: the sbatch got through within submit_timeout: %+v", try, r.events.all())
+		}
+		stop()
+	}
+	if !cut {
+		t.Fatal("in 3 tries the sbatch was never cut off while rationed")
+	}
+	ev := r.events.wait(t, "the cut-off submission's outcome", 2*time.Minute, func(ev shared.Event) bool {
+		return ev.Kind == shared.EventWorkerProvisioned || ev.Kind == shared.EventWorkerProvisionFailed
+	})
+	t.Logf("outcome: %s %s job %q: %s", ev.Kind, ev.Class, ev.Job, ev.Detail)
+	for _, other := range r.events.all() {
+		if other.Worker == ev.Worker && other.Kind != ev.Kind {
+			t.Errorf("worker %s was said both %s and %s", ev.Worker, ev.Kind, other.Kind)
+		}
+	}
+	rows := env.Slurm(t, "squeue", "-h", "-r", "-u", "slurmuser", "-o", "%i|%k")
+	var jobs []string
+	for _, line := range strings.Split(strings.TrimSpace(rows), "\n") {
+		if id, comment, ok := strings.Cut(line, "|"); ok && strings.HasSuffix(comment, ":"+ev.Worker) {
+			jobs = append(jobs, id)
+		}
+	}
+	switch ev.Kind {
+	case shared.EventWorkerProvisioned:
+		if len(jobs) != 1 || jobs[0] != ev.Job {
+			t.Errorf("the landed job is %s; the queue has %v for its worker", ev.Job, jobs)
+		}
+	default:
+		if ev.Class != shared.FailureLimitReached || !strings.Contains(ev.Detail, "not submitted") {
+			t.Errorf("a rationed submission that did not land: %+v; want limit_reached, not submitted", ev)
+		}
+		if len(jobs) != 0 {
+			t.Errorf("said not submitted, and the queue has %v for its worker", jobs)
+		}
+	}
+	if st := r.status(t); len(st.BackingOff) > 0 {
+		t.Errorf("a profile backs off for the limiter: %+v", st.BackingOff)
 	}
 }

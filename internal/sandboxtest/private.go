@@ -9,6 +9,7 @@ package sandboxtest
 
 import (
 	"bufio"
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -82,6 +83,9 @@ type Options struct {
 	// up.sh's default.
 	JobSubmit   string
 	JobsPerHour int
+	// CPUs, when not zero, is the node's CPUs (SANDBOX_CPUS), for a
+	// test that needs a burst to run at once; else privateCPUs.
+	CPUs int
 	// RateLimit turns on slurmctld's per-user RPC rate limiter
 	// (SANDBOX_RATE_LIMIT): "BUCKET,REFILL", such as "10,1"; "" for
 	// none. Slurm 22.05 (bookworm) has no limiter, and up.sh refuses it
@@ -119,7 +123,7 @@ func PrivateWith(t testing.TB, name string, opts Options) Env {
 		"SANDBOX_SSH_PORT="+strconv.Itoa(ports[0]),
 		"SANDBOX_CTLD_PORT="+strconv.Itoa(ports[1]),
 		"SANDBOX_SLURMD_PORT="+strconv.Itoa(ports[2]),
-		"SANDBOX_CPUS="+strconv.Itoa(privateCPUs),
+		"SANDBOX_CPUS="+strconv.Itoa(cmp.Or(opts.CPUs, privateCPUs)),
 		"SANDBOX_GPUS="+strconv.Itoa(privateGPUs),
 		"SANDBOX_MEM_MB="+strconv.Itoa(privateMemMB),
 		// One node: freePorts found one free port for slurmd, and a

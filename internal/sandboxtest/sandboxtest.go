@@ -228,6 +228,41 @@ provisioner "slurm" %[3]q {
 `, port, pluginDir, name, e.Login, e.Port, e.Key, e.KnownHosts, strings.Join(quoted, ", "), profiles)
 }
 
+// LoginProcesses are the command lines of the processes that ssh
+// sessions to this sandbox's sshd run on its login node (this machine):
+// those whose SSH_CONNECTION ends with its port, sshd's own left out. A
+// test reads what is left running there after the plugin gave a command
+// up.
+func (e Env) LoginProcesses(t testing.TB) []string {
+	t.Helper()
+	envs, err := filepath.Glob("/proc/[0-9]*/environ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := " " + strconv.Itoa(e.Port)
+	var out []string
+	for _, f := range envs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // gone, or not ours to read
+		}
+		ok := false
+		for _, kv := range strings.Split(string(b), "\x00") {
+			if v, found := strings.CutPrefix(kv, "SSH_CONNECTION="); found && strings.HasSuffix(v, port) {
+				ok = true
+			}
+		}
+		if !ok {
+			continue
+		}
+		cmd, _ := os.ReadFile(filepath.Join(filepath.Dir(f), "cmdline"))
+		if c := strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " ")); c != "" && !strings.HasPrefix(c, "sshd") {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // WorkerCopies takes, until the test ends, the lock of the shipped
 // workers' directory on the sandbox's login node
 // (~/.local/share/fluksio/bin of its job user): every test that ships

@@ -18,9 +18,13 @@ import (
 // controller) goes on to the end, its answer read by nobody. An sbatch cut
 // off that way lands its job later, after the caller gave it up. So every
 // call with a deadline runs its command under coreutils' timeout on the
-// login node, set to end a little before the local deadline: the remote
-// process is gone by the time the caller stops waiting, and ssh brings
-// back timeout's exit status, which says so (ErrStoppedThere).
+// login node, set to end a little before the local deadline: through a
+// shared connection (Multiplex) the remote process is gone by the time
+// the caller stops waiting, and ssh brings back timeout's exit status,
+// which says so (ErrStoppedThere). On a connection of its own the
+// handshake comes out of that time, so the command may outlive the call
+// by as much as the handshake took (ConnectTimeout at most), and then
+// ends there all the same.
 //
 // Rejected: a terminal (ssh -tt), whose hangup would reach the command
 // when ssh goes, but which merges stderr into stdout, echoes stdin and
