@@ -66,6 +66,20 @@ func measurePoll(tb testing.TB, e benchEnv) pollResult {
 	}
 	tb.Cleanup(func() { os.RemoveAll(dir) })
 	log := filepath.Join(dir, "ssh.log")
+	var meRPCs float64
+	// The baseline: the poll's squeue as it was, with --me, by hand.
+	// Before the plugin starts, so that its polls are not counted.
+	if _, ok := e.userRPCs(tb); ok {
+		rpcBefore, _ := e.userRPCs(tb)
+		for range pollCycles {
+			if _, stderr, err := e.runSSH(context.Background(), e.sshArgv(plainSSH, "squeue", "-h", "-r", "--me", "-t", "all",
+				"--name=fluksio-"+name, "-o", "'%i|%T|%r|%S|%k'"), nil); err != nil {
+				tb.Fatalf("squeue --me: %v: %s", err, stderr)
+			}
+		}
+		rpcAfter, _ := e.userRPCs(tb)
+		meRPCs = float64(rpcAfter-rpcBefore) / pollCycles
+	}
 	p := launch(tb, wrappedPlugin(tb, e, log, ""), name, nil)
 	most := pollLevels[len(pollLevels)-1]
 	p.configure(tb, e.slurmConfig(map[string]any{"poll_interval": pollInterval.String()}, e.pendingProfiles("s", most)))
@@ -74,7 +88,7 @@ func measurePoll(tb testing.TB, e benchEnv) pollResult {
 	}
 
 	count := func() int { return wrapperCalls(log, " squeue") }
-	res := pollResult{perCycle: map[int]float64{}, calls: map[int]int{}, rpcs: map[int]float64{}}
+	res := pollResult{perCycle: map[int]float64{}, calls: map[int]int{}, rpcs: map[int]float64{}, meRPCs: meRPCs}
 	names := labels("s", most)
 	for _, level := range pollLevels {
 		if _, _, failed, detail := provisionAll(tb, p, names[:level], 2*time.Minute); failed > 0 {
@@ -99,18 +113,6 @@ func measurePoll(tb testing.TB, e benchEnv) pollResult {
 			res.rpcWhy = "sdiag gives no count for the job user"
 		}
 		progress("poll: %d outstanding: %d squeue calls in %d cycles", level, res.calls[level], pollCycles)
-	}
-	// The baseline: the poll's squeue as it was, with --me, by hand.
-	if res.rpcWhy == "" {
-		rpcBefore, _ := e.userRPCs(tb)
-		for range pollCycles {
-			if _, stderr, err := e.runSSH(context.Background(), e.sshArgv(plainSSH, "squeue", "-h", "-r", "--me", "-t", "all",
-				"--name=fluksio-"+name, "-o", "'%i|%T|%r|%S|%k'"), nil); err != nil {
-				tb.Fatalf("squeue --me: %v: %s", err, stderr)
-			}
-		}
-		rpcAfter, _ := e.userRPCs(tb)
-		res.meRPCs = float64(rpcAfter-rpcBefore) / pollCycles
 	}
 	return res
 }

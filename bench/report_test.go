@@ -230,7 +230,7 @@ func TestBenchReport(t *testing.T) {
 	})
 
 	var poll pollResult
-	step(6, "poll", []string{"squeue calls per poll cycle"}, func(t *testing.T) {
+	step(6, "poll", []string{"squeue calls per poll cycle", "slurmctld RPCs per poll cycle"}, func(t *testing.T) {
 		poll = measurePoll(t, e)
 		if poll.why != "" {
 			for _, l := range pollLevels {

@@ -131,7 +131,7 @@ func (p *Provisioner) endedUnder(ctx context.Context, cfg *settings, host shared
 			state = "GONE"
 			detail = fmt.Sprintf("job %s has left the queue", w.job)
 		case row.state == "PENDING":
-			detail = fmt.Sprintf("job %s is pending again (requeued, %s): its worker's processes are gone", w.job, row.reason)
+			detail = fmt.Sprintf("job %s is pending again (requeued%s): its worker's processes are gone", w.job, orBlank(", ", row.reason))
 			requeued = append(requeued, jobRef{job: w.job, profile: w.profile, worker: w.worker,
 				why: "requeued under its attached worker, whose name is revoked"})
 		case row.reason != "" && row.reason != "None":
@@ -157,4 +157,12 @@ func (p *Provisioner) endedUnder(ctx context.Context, cfg *settings, host shared
 	if len(requeued) > 0 {
 		p.cancelJobs(ctx, cfg, host, requeued, "cancelled a job requeued under its attached worker")
 	}
+}
+
+// orBlank is sep and s, or "" when s is.
+func orBlank(sep, s string) string {
+	if s == "" {
+		return ""
+	}
+	return sep + s
 }

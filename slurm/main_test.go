@@ -272,6 +272,12 @@ func fakeSSH(spec, dir string, args []string) int {
 		}
 		printSqueue(remote, rows)
 	case "squeue=rows":
+		if _, err := os.Stat(filepath.Join(dir, "no-only-job-state")); err == nil && slices.Contains(remote, "--only-job-state") {
+			// As Slurm before 24.05 says it.
+			fmt.Fprintln(os.Stderr, "squeue: unrecognized option '--only-job-state'")
+			fmt.Fprintln(os.Stderr, "Try \"squeue --help\" for more information")
+			return 1
+		}
 		b, _ := os.ReadFile(filepath.Join(dir, "squeue-rows"))
 		printSqueue(remote, strings.Split(strings.TrimSpace(string(b)), "\n"))
 	case "squeue=gate":

@@ -94,9 +94,12 @@ func reasonNeverClears(reason string) bool {
 	return strings.HasPrefix(reason, "QOSMin")
 }
 
-// jobRow is one job as squeue printed it with queueFormat.
+// jobRow is one job as squeue printed it with queueFormat; partial when
+// a light poll asked for its state alone (lightpoll.go), its reason,
+// start and comment then unknown.
 type jobRow struct {
 	id, state, reason, start, comment string
+	partial                           bool
 }
 
 // isState reports whether s is written as a job state is, ^[A-Z_]+$
@@ -437,6 +440,8 @@ func (p *Provisioner) pollOnce(ctx context.Context) {
 	ends := p.endWatchesLocked()
 	departed := len(p.departed) > 0
 	unread := p.facts == factsUnread
+	lightIDs, light := p.lightIDsLocked(watched, ends)
+	light = light && !adopting && !watchingLate
 	p.mu.Unlock()
 	needLogin, _ := p.loginNeeded(cfg)
 	if unread && !needLogin {
@@ -466,7 +471,24 @@ func (p *Provisioner) pollOnce(ctx context.Context) {
 		return
 	}
 
-	rows, err := p.listJobs(ctx, cfg, true)
+	var rows []jobRow
+	var err error
+	if light {
+		// Only the states of the jobs the books hold: one RPC.
+		if rows, err = p.listJobStates(ctx, lightIDs); err != nil && noStateOnly(err) {
+			cfg.log.Debug("squeue has no --only-job-state (Slurm before 24.05): every poll reads the queue in full", "error", err)
+			p.mu.Lock()
+			p.noLightPoll = true
+			p.mu.Unlock()
+			light = false
+		}
+		if err == nil && light && lightChanged(cfg, rows, watched, ends) {
+			light = false // something changed: its words come from a full poll
+		}
+	}
+	if !light {
+		rows, err = p.listJobs(ctx, cfg, true)
+	}
 	if ctx.Err() != nil {
 		return // Shutdown has begun.
 	}
@@ -486,11 +508,18 @@ func (p *Provisioner) pollOnce(ctx context.Context) {
 	p.queueReadable(cfg)
 	p.mu.Lock()
 	p.idleAdoptFailures = 0
+	p.cyclesSinceFull++
+	if !light {
+		p.cyclesSinceFull = 0
+	}
 	p.mu.Unlock()
-	// The books are level-triggered: every cycle, a job of this engine
-	// that they do not hold is adopted or cancelled, so a submission that
-	// lands late is found whenever it lands.
-	p.adopt(p.life, cfg, host, rows)
+	// The books are level-triggered: every full cycle, a job of this
+	// engine that they do not hold is adopted or cancelled, so a
+	// submission that lands late is found whenever it lands (within
+	// fullPollEvery cycles: a light cycle knows no comments).
+	if !light {
+		p.adopt(p.life, cfg, host, rows)
+	}
 	p.judge(cfg, host, watched, rows)
 	p.endedUnder(p.life, cfg, host, ends, rows)
 	if left := p.goneFromQueue(p.life, cfg, host, rows); len(left) > 0 {
@@ -763,10 +792,15 @@ func requeued(r *request, row jobRow) bool {
 // recordState keeps what squeue says of a queued request's job, row, and
 // starts its attach_timeout the first time it is seen running.
 func recordState(r *request, row jobRow, now time.Time) {
-	r.slurmState, r.pendingReason = row.state, ""
-	if row.state == "PENDING" && row.reason != "None" {
+	switch {
+	case row.partial && row.state == "PENDING":
+		// A light poll knows no reason: the last one stands.
+	case row.state == "PENDING" && row.reason != "None":
 		r.pendingReason = row.reason
+	default:
+		r.pendingReason = ""
 	}
+	r.slurmState = row.state
 	if row.state == "RUNNING" && r.running.IsZero() {
 		r.running = now
 	}
@@ -787,7 +821,8 @@ func rowOf(byID rowIndex, job, comment string) (jobRow, bool) {
 	if task < 0 {
 		return jobRow{}, false
 	}
-	if row, ok := byID.get(array); ok && row.comment == comment {
+	if row, ok := byID.get(array); ok && (row.comment == comment || row.partial) {
+		// A light poll's rows are of the ids it asked for alone.
 		return row, true
 	}
 	return jobRow{}, false

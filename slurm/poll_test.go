@@ -1121,9 +1121,9 @@ func TestParseRows(t *testing.T) {
 		"\n"
 	got := parseRows([]byte(out), "")
 	want := []jobRow{
-		{"12", "RUNNING", "None", "2026-12-02T10:00:00", "fluksio:v2:hpc:0:hpc-cpu-0000000a"},
-		{"13", "PENDING", "Priority", "N/A", "a|b c"},
-		{"15_2", "PENDING", "Priority", "N/A", "c"},
+		{id: "12", state: "RUNNING", reason: "None", start: "2026-12-02T10:00:00", comment: "fluksio:v2:hpc:0:hpc-cpu-0000000a"},
+		{id: "13", state: "PENDING", reason: "Priority", start: "N/A", comment: "a|b c"},
+		{id: "15_2", state: "PENDING", reason: "Priority", start: "N/A", comment: "c"},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("rows = %+v, want %+v", got, want)
@@ -1299,8 +1299,11 @@ func TestPollHearsJobEndUnderWorker(t *testing.T) {
 			}
 			squeues := len(h.fake.callsTo("squeue"))
 			h.p.pollOnce(ctx)
-			if n := len(h.fake.callsTo("squeue")); n != squeues+1 {
-				t.Errorf("%d squeue calls for the cycle, want one", n-squeues)
+			// The light look at the running job's state, then the full
+			// poll for the words of its change (lightpoll.go).
+			if calls := h.fake.callsTo("squeue"); len(calls) != squeues+2 || !slices.Contains(calls[squeues].remote(), "--only-job-state") ||
+				!slices.Equal(calls[squeues+1].remote(), pollArgv) {
+				t.Errorf("%d squeue calls for the cycle, want the light one and the full one", len(calls)-squeues)
 			}
 			evs := waitEvents(t, h.host, 2)
 			if got := evs[1]; got.Kind != shared.EventWorkerJobEnded || got.Job != "4242" || got.Worker != ev.Worker ||
@@ -1379,4 +1382,51 @@ func TestPollHearsJobEndUnderWorker(t *testing.T) {
 			t.Errorf("Outstanding = %+v; want nothing on its way", st.Outstanding)
 		}
 	})
+}
+
+// TestPollLightWhileRunning: with every watched job running (a worker
+// attached), a poll cycle reads only their states, with one RPC
+// (squeue --only-job-state -j); every fifth cycle is full, and so is one
+// whose light look shows a change. A squeue without the option (Slurm
+// before 24.05) gets full polls from then on, in the same cycle too.
+func TestPollLightWhileRunning(t *testing.T) {
+	ctx := context.Background()
+	for _, noOption := range []bool{false, true} {
+		t.Run(fmt.Sprintf("without the option %v", noOption), func(t *testing.T) {
+			h := newHarness(t, "sbatch=ok,squeue=rows,scancel=ok", nil)
+			if noOption {
+				h.fake.write(t, "no-only-job-state", "")
+			}
+			ev := h.provisioned(t)
+			if _, err := h.p.Reconcile(ctx, &shared.ReconcileRequest{Attached: []string{ev.Worker}}); err != nil {
+				t.Fatal(err)
+			}
+			h.fake.setRows(t, "4242|RUNNING|None|2026-12-02T10:00:01|"+tagOf(ev.Worker))
+			var forms []string
+			for range 7 {
+				before := len(h.fake.callsTo("squeue"))
+				h.p.pollOnce(ctx)
+				calls := h.fake.callsTo("squeue")[before:]
+				form := ""
+				for _, c := range calls {
+					switch {
+					case slices.Equal(c.remote(), []string{"squeue", "--only-job-state", "-h", "-r", "-t", "all", "-j", "4242", "-o", "'%i|%T'"}):
+						form += "L"
+					case slices.Equal(c.remote(), pollArgv):
+						form += "F"
+					default:
+						t.Fatalf("squeue %q", c.remote())
+					}
+				}
+				forms = append(forms, form)
+			}
+			want := "L L L L F L L"
+			if noOption {
+				want = "LF F F F F F F"
+			}
+			if got := strings.Join(forms, " "); got != want {
+				t.Errorf("poll cycles' squeues %q, want %q (L light, F full)", got, want)
+			}
+		})
+	}
 }

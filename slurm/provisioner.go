@@ -219,6 +219,11 @@ type Provisioner struct {
 	holds holds
 	// budget is the login user's shared RPC budget (budget.go).
 	budget budget
+	// noLightPoll is set once squeue refused --only-job-state; every poll
+	// is full from then on. cyclesSinceFull counts the light polls since
+	// the last full one (lightpoll.go).
+	noLightPoll     bool
+	cyclesSinceFull int
 	// idleAdoptFailures counts poll cycles in a row that could not read
 	// the queue for adoption, or the start-up facts, while nothing else
 	// was outstanding; after maxIdleAdoptFailures the poller rests until

@@ -160,14 +160,16 @@ func TestIntegrationRateLimitedCheck(t *testing.T) {
 	}
 }
 
-// TestIntegrationRateLimitedPoll: a plugin whose start meets an empty
+// TestIntegrationRateLimitedPoll: a plugin whose start meets a drained
 // bucket reads its facts all the same (the note "not yet known" goes, if
-// it ever came), and says it is rate limited; while another client keeps
-// the bucket empty, its
-// polls wait their turn and are not an outage: no "cannot read the
-// queue" in LastError or the log, no profile backs off, the machine it
-// asked for stays outstanding with its job, and the command metrics
-// count rationed calls.
+// it ever came) and knows the limiter is on (whether its first calls
+// were seen rationed depends on who got the bucket's tokens: a first
+// call of its kind has nothing to be slower than); while another client
+// keeps the bucket empty, its polls wait their turn and are not an
+// outage: no "cannot read the queue" in LastError or the log, no profile
+// backs off, the machine it asked for stays outstanding with its job,
+// Status says it is rate limited, and the command metrics count
+// rationed calls.
 func TestIntegrationRateLimitedPoll(t *testing.T) {
 	env := rateLimitedSandbox(t)
 	// Another client keeps the bucket empty while the plugin starts.
@@ -179,9 +181,9 @@ func TestIntegrationRateLimitedPoll(t *testing.T) {
 		c["poll_interval"], c["submit_timeout"] = "5s", "10s"
 		return c
 	})
-	poll(t, "a Status note saying the plugin is rate limited, its facts read", time.Minute, func() (bool, string) {
+	poll(t, "a Status note saying the limiter is on, the facts read", time.Minute, func() (bool, string) {
 		notes := strings.Join(r.status(t).Notes, "; ")
-		return strings.Contains(notes, "rate limited") && !strings.Contains(notes, "not yet known"), notes
+		return (strings.Contains(notes, "rate limited") || strings.Contains(notes, "limiter is on")) && !strings.Contains(notes, "not yet known"), notes
 	})
 	stop()
 	r.provision(t, shared.Need{CPUs: 1}, "cpu")
