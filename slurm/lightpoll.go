@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"strings"
-
-	"github.com/fluksio/provision/slurm/sbatch"
 )
 
 // The poll's fewest RPCs.
@@ -85,15 +83,7 @@ func (p *Provisioner) listJobStates(ctx context.Context, ids []string) ([]jobRow
 		if !ok || !isState(state) {
 			continue
 		}
-		row := jobRow{id: id, state: state, partial: true}
-		if sbatch.IsJobRef(id) {
-			rows = append(rows, row)
-			continue
-		}
-		for _, task := range sbatch.ExpandJobID(id) {
-			row.id = task
-			rows = append(rows, row)
-		}
+		rows = appendRow(rows, jobRow{id: id, state: state, partial: true})
 	}
 	return rows, nil
 }

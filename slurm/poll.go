@@ -148,18 +148,22 @@ func parseRows(out []byte, user string) []jobRow {
 		if !isState(state) {
 			continue
 		}
-		row := jobRow{id: id, state: state, reason: reason, start: start, comment: strings.TrimSpace(comment)}
-		if sbatch.IsJobRef(id) {
-			rows = append(rows, row)
-			continue
-		}
-		// squeue -r prints each array task on a line of its own
-		// ("123_7"); without it, or from an older squeue, a pending
-		// array is one line ("123_[4-9%2]"), which stands for each task.
-		for _, task := range sbatch.ExpandJobID(id) {
-			row.id = task
-			rows = append(rows, row)
-		}
+		rows = appendRow(rows, jobRow{id: id, state: state, reason: reason, start: start, comment: strings.TrimSpace(comment)})
+	}
+	return rows
+}
+
+// appendRow appends row to rows, once for each task its id stands for:
+// squeue -r prints each array task on a line of its own ("123_7");
+// without it, or from an older squeue, a pending array is one line
+// ("123_[4-9%2]"), which stands for each task.
+func appendRow(rows []jobRow, row jobRow) []jobRow {
+	if sbatch.IsJobRef(row.id) {
+		return append(rows, row)
+	}
+	for _, task := range sbatch.ExpandJobID(row.id) {
+		row.id = task
+		rows = append(rows, row)
 	}
 	return rows
 }
