@@ -88,6 +88,27 @@ func (p *Provisioner) listJobStates(ctx context.Context, ids []string) ([]jobRow
 	return rows, nil
 }
 
+// readStates is a light poll of ids: its rows, and whether they stand
+// for the cycle; false when squeue has no --only-job-state (remembered)
+// or a watched job is no longer running, whose words the cycle's full
+// poll then reads.
+func (p *Provisioner) readStates(ctx context.Context, cfg *settings, ids []string, watched []watch, ends []endWatch) ([]jobRow, bool, error) {
+	rows, err := p.listJobStates(ctx, ids)
+	switch {
+	case err != nil && noStateOnly(err):
+		cfg.log.Debug("squeue has no --only-job-state (Slurm before 24.05): every poll reads the queue in full", "error", err)
+		p.mu.Lock()
+		p.noLightPoll = true
+		p.mu.Unlock()
+		return nil, false, err
+	case err != nil:
+		return nil, true, err
+	case lightChanged(cfg, rows, watched, ends):
+		return nil, false, nil
+	}
+	return rows, true, nil
+}
+
 // noStateOnly reports whether squeue refused --only-job-state as an
 // option it does not know (Slurm before 24.05).
 func noStateOnly(err error) bool {

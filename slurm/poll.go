@@ -478,17 +478,7 @@ func (p *Provisioner) pollOnce(ctx context.Context) {
 	var rows []jobRow
 	var err error
 	if light {
-		// Only the states of the jobs the books hold: one RPC.
-		if rows, err = p.listJobStates(ctx, lightIDs); err != nil && noStateOnly(err) {
-			cfg.log.Debug("squeue has no --only-job-state (Slurm before 24.05): every poll reads the queue in full", "error", err)
-			p.mu.Lock()
-			p.noLightPoll = true
-			p.mu.Unlock()
-			light = false
-		}
-		if err == nil && light && lightChanged(cfg, rows, watched, ends) {
-			light = false // something changed: its words come from a full poll
-		}
+		rows, light, err = p.readStates(ctx, cfg, lightIDs, watched, ends)
 	}
 	if !light {
 		rows, err = p.listJobs(ctx, cfg, true)
