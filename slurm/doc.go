@@ -84,10 +84,12 @@
 // connection drops, as opposed to sbatch saying no) the job may well
 // exist, so before reporting a failure the provisioner looks for the
 // worker's comment in the queue, and if it is there, that is the job. If
-// the queue cannot be read either, the machines stay outstanding (phase
-// answerLost, shown as UNKNOWN), which keeps a second job from being
-// submitted for them, until a poll finds the job, finds the queue without
-// it, or provision_timeout passes.
+// it is not, or the queue cannot be read either, the machines stay
+// outstanding (phase answerLost, shown as UNKNOWN), which keeps a second
+// job from being submitted for them, until a poll finds the job or it can
+// no longer land: the sbatch was stopped on the login node at its
+// deadline (sshrun's remote timeout) and slurmctld has had landingWindow
+// to take what it sent (landing.go).
 //
 // Jobs outlive the process that submitted them. Configure lists the jobs
 // still queued under the provisioner's name and adopts each machine, so
@@ -155,5 +157,6 @@
 // docs/design/slurm-job-log.md, docs/design/slurm-metrics.md,
 // docs/design/slurm-multinode.md, docs/design/slurm-cancel-pending.md,
 // docs/design/slurm-redaction.md, docs/design/slurm-relay.md,
-// docs/design/slurm-relay-tls.md.
+// docs/design/slurm-relay-tls.md, docs/design/slurm-remote-deadline.md,
+// docs/design/slurm-rpc-budget.md.
 package slurm

@@ -22,7 +22,8 @@
 // The package knows nothing of Slurm: its caller says what a command
 // costs. It does not see RPCs other clients of the user make (a person's
 // squeue on the login node); the rate it keeps is kept below the site's
-// so that they have room.
+// so that they have room. Design record:
+// docs/design/slurm-rpc-budget.md.
 package rpcbudget
 
 import (

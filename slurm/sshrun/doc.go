@@ -45,7 +45,10 @@
 //   - ssh's words: which failures ssh says happened before anything ran
 //     (NeverRan, Refused), which lines of stderr decide a failure
 //     (Decisive; a failed call's stderr leads with them, Lead), and which
-//     are its multiplexing noise rather than the remote command's.
+//     are its multiplexing noise rather than the remote command's;
+//   - the remote deadline: a command with a deadline runs under timeout(1)
+//     on the login node, so that what the caller gave up on does not run
+//     on there (deadline.go; docs/design/slurm-remote-deadline.md).
 //
 // It knows ssh, not Slurm: what a remote command means, what its words
 // say, whether a login needing a person holds anything back, and how
