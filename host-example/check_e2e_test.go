@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"cmp"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -234,15 +232,8 @@ func TestValidateCheck(t *testing.T) {
 func TestValidateCheckShippedWorker(t *testing.T) {
 	sandboxtest.WorkerCopies(t)
 	env := sandboxtest.Require(t)
-	local := sandboxtest.Binary(t, "worker/fluksio-worker", "fluksio-worker")
-	data, err := os.ReadFile(local)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := sha256.Sum256(data)
-	sum := hex.EncodeToString(h[:])
-	home := "/home/" + strings.Split(env.Login, "@")[0]
-	shipped := home + "/.local/share/fluksio/bin/fluksio-worker-" + sum[:16]
+	w := env.ShippedWorker(t)
+	local, sum, shipped := w.Local, w.Sum, w.Path
 	os.Remove(shipped)
 
 	part := fmt.Sprintf("%q, %q", "--partition="+env.Partition, "--time=00:10:00")
@@ -255,7 +246,7 @@ func TestValidateCheckShippedWorker(t *testing.T) {
 	t.Logf("validate -check:\n%s", stdout.String())
 	report := squash(stdout.String())
 	for _, want := range []string{
-		"worker: shipped by the plugin: " + local + " (sha256 " + sum[:16] + "…, " + fmt.Sprint(len(data)) + " bytes) to " + shipped +
+		"worker: shipped by the plugin: " + local + " (sha256 " + sum[:16] + "…, " + fmt.Sprint(w.Size) + " bytes) to " + shipped +
 			" on the login node, copied there at the first submission.",
 		"the compute nodes must see the login user's home directory; where they do not, install a worker where they do and set worker_command",
 		"valid, and the preflight passed",

@@ -3,13 +3,11 @@ package slurm_test
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -136,26 +134,11 @@ func TestIntegrationWorkerShipped(t *testing.T) {
 	sandboxtest.WorkerCopies(t)
 	env := sandboxtest.Require(t)
 	// Built beside the plugin (one directory for every Binary), where
-	// the plugin looks for the worker to ship.
-	local := sandboxtest.Binary(t, "worker/fluksio-worker", "fluksio-worker")
-	data, err := os.ReadFile(local)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := sha256.Sum256(data)
-	sum := hex.EncodeToString(h[:])
-
-	// The login node is this machine: its user's home is reachable
-	// here, as an administrator would see it.
-	name := strings.Split(env.Login, "@")[0]
-	u, err := user.Lookup(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	dir := filepath.Join(u.HomeDir, ".local/share/fluksio/bin")
-	shipped := filepath.Join(dir, "fluksio-worker-"+sum[:16])
+	// the plugin looks for the worker to ship; the login node is this
+	// machine, its user's home reachable here.
+	w := env.ShippedWorker(t)
+	sum, uid, gid, dir, shipped := w.Sum, w.UID, w.GID, w.Dir, w.Path
+	name, _, _ := strings.Cut(env.Login, "@")
 	if out, err := sshAs(env, "command -v fluksio-worker"); err == nil {
 		t.Fatalf("the login node has a fluksio-worker on PATH (%s); the test needs one without", out)
 	}
@@ -167,7 +150,7 @@ func TestIntegrationWorkerShipped(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range []string{filepath.Join(u.HomeDir, ".local"), filepath.Join(u.HomeDir, ".local/share"), filepath.Dir(dir), dir} {
+	for _, d := range []string{filepath.Join(w.Home, ".local"), filepath.Join(w.Home, ".local/share"), filepath.Dir(dir), dir} {
 		os.Chown(d, uid, gid)
 	}
 	stale, recent, notOurs := filepath.Join(dir, "fluksio-worker-0000000000000000"), filepath.Join(dir, "fluksio-worker-1111111111111111"), filepath.Join(dir, "notes.txt")
@@ -204,8 +187,8 @@ func TestIntegrationWorkerShipped(t *testing.T) {
 	if dst, err := os.Stat(dir); err != nil || dst.Mode().Perm() != 0o700 {
 		t.Errorf("%s: %v %v; want mode 0700", dir, dst.Mode().Perm(), err)
 	}
-	if got, _ := os.ReadFile(shipped); sha256.Sum256(got) != h {
-		t.Errorf("%s is not the worker beside the plugin (%s)", shipped, local)
+	if got, _ := os.ReadFile(shipped); fmt.Sprintf("%x", sha256.Sum256(got)) != sum {
+		t.Errorf("%s is not the worker beside the plugin (%s)", shipped, w.Local)
 	}
 	if pid := processOf(first.Job, shipped); pid == 0 {
 		t.Errorf("no process of job %s runs %s", first.Job, shipped)
@@ -244,7 +227,7 @@ func TestIntegrationWorkerShipped(t *testing.T) {
 	if want := "fluksio: the worker " + shipped + " does not match its sha256 " + sum; !strings.Contains(failed.Detail, want) {
 		t.Errorf("the failure does not quote the job's line %q: %q", want, failed.Detail)
 	}
-	out := filepath.Join(u.HomeDir, ".local/state/fluksio", r.name, second.Job+".out")
+	out := filepath.Join(w.Home, ".local/state/fluksio", r.name, second.Job+".out")
 	if b, err := os.ReadFile(out); err != nil || !strings.Contains(string(b), "does not match its sha256") || strings.Contains(string(b), "SWAPPED-RAN") {
 		t.Errorf("the job's output %s (%v):\n%s\nwant the line saying the sha256 did not match, and nothing of the swapped program", out, err, b)
 	}
@@ -268,7 +251,7 @@ func TestIntegrationWorkerShipped(t *testing.T) {
 		return ev.Kind == shared.EventWorkerProvisioned && ev.Worker != first.Worker && ev.Worker != second.Worker
 	})
 	engine.waitAttached(t, r.signer.token(third.Worker))
-	if got, _ := os.ReadFile(shipped); sha256.Sum256(got) != h {
+	if got, _ := os.ReadFile(shipped); fmt.Sprintf("%x", sha256.Sum256(got)) != sum {
 		t.Errorf("%s was not copied again after the swap", shipped)
 	}
 	if pid := processOf(third.Job, shipped); pid == 0 {

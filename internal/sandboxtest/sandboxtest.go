@@ -9,9 +9,12 @@
 package sandboxtest
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -226,6 +229,47 @@ provisioner "slurm" %[3]q {
 
 %[9]s}
 `, port, pluginDir, name, e.Login, e.Port, e.Key, e.KnownHosts, strings.Join(quoted, ", "), profiles)
+}
+
+// ShippedWorker is the worker as the plugin ships it to this sandbox's
+// login node (slurm/ship.go): the binary built beside the plugin, its
+// size and sha256, and where its copy goes in the job user's home, which
+// is on this machine, as an administrator would see it.
+type ShippedWorker struct {
+	// Local is the binary beside the plugin; Size and Sum (hex sha256)
+	// are its.
+	Local string
+	Size  int
+	Sum   string
+	// Home is the job user's home, UID and GID its owner; Dir is
+	// ~/.local/share/fluksio/bin there, and Path the copy's file in it,
+	// fluksio-worker-<the first 16 hex digits of Sum>.
+	Home, Dir, Path string
+	UID, GID        int
+}
+
+// ShippedWorker builds the worker beside the plugin and says where the
+// plugin ships it. A test that looks at the copy holds WorkerCopies.
+func (e Env) ShippedWorker(t testing.TB) ShippedWorker {
+	t.Helper()
+	w := ShippedWorker{Local: Binary(t, "worker/fluksio-worker", "fluksio-worker")}
+	data, err := os.ReadFile(w.Local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.Sum256(data)
+	w.Size, w.Sum = len(data), hex.EncodeToString(h[:])
+	name, _, _ := strings.Cut(e.Login, "@")
+	u, err := user.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.UID, _ = strconv.Atoi(u.Uid)
+	w.GID, _ = strconv.Atoi(u.Gid)
+	w.Home = u.HomeDir
+	w.Dir = filepath.Join(u.HomeDir, ".local/share/fluksio/bin")
+	w.Path = filepath.Join(w.Dir, "fluksio-worker-"+w.Sum[:16])
+	return w
 }
 
 // LoginProcesses are the command lines of the processes that ssh
