@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -97,19 +96,8 @@ func TestDiffEngine(t *testing.T) {
 // refused with a diagnostic at the attribute (file:line:col), and the
 // engine's generation and digest stay.
 func TestReloadRefusesEngineBlock(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "config.hcl")
-	write := func(body string) *File {
-		t.Helper()
-		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		f, diags := LoadConfig(path)
-		if diags.HasErrors() {
-			t.Fatal(diags)
-		}
-		return f
-	}
+	path := filepath.Join(t.TempDir(), "config.hcl")
+	write := func(body string) *File { return writeLoaded(t, path, body) }
 	from := write("engine {\n  listen = \"127.0.0.1:0\"\n}\n")
 	e, err := New(Config{Secret: testSecret, ID: "test", Listen: from.Engine.Listen, Digest: from.Digest})
 	if err != nil {
@@ -154,21 +142,7 @@ func TestReloadRefusesEngineBlock(t *testing.T) {
 // detaches and exits 0.
 func TestLetGoFinishesTheTask(t *testing.T) {
 	t.Parallel()
-	signer := host.NewSigner(testSecret)
-	e := newBareBooks(nil, signer, nil)
-	srv := httptest.NewServer(booksHandler(e))
-	defer srv.Close()
-	defer e.Close()
-
-	provisioned(e, "w", "")
-	w, stderr := newTestWorker(t, srv.URL, sign(t, signer, "w", time.Hour), nil)
-	exited := make(chan int, 1)
-	go func() { exited <- w.Work(context.Background()) }()
-	waitFor(t, "the worker to attach", func() bool { return len(e.IdleWorkers()) == 1 })
-	if err := e.Assign("w", Task{ID: "task-1", WorkSeconds: 1}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the worker to start its task", func() bool { return strings.Contains(stderr.String(), "running task-1") })
+	e, stderr, exited := busyWorker(t, 1)
 	if n := e.letGo([]ownedProfile{{testProvisioner, ""}}); n != 1 {
 		t.Fatalf("letGo let %d worker(s) go; want 1", n)
 	}
@@ -200,22 +174,10 @@ func TestLetGoFinishesTheTask(t *testing.T) {
 // they were.
 func TestReloadProvisioners(t *testing.T) {
 	bin := sandboxtest.Binary(t, "examples/testplugin", "provisioner-memory")
-	dir := t.TempDir()
-	path := filepath.Join(dir, "config.hcl")
+	path := filepath.Join(t.TempDir(), "config.hcl")
 	write := func(blocks ...string) *File {
 		t.Helper()
-		body := "engine {\n  listen = \"127.0.0.1:0\"\n}\n"
-		for _, b := range blocks {
-			body += b
-		}
-		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		f, diags := LoadConfig(path)
-		if diags.HasErrors() {
-			t.Fatal(diags)
-		}
-		return f
+		return writeLoaded(t, path, "engine {\n  listen = \"127.0.0.1:0\"\n}\n"+strings.Join(blocks, ""))
 	}
 	block := func(name, greeting string) string {
 		return fmt.Sprintf("provisioner \"memory\" %q {\n  plugin   = %q\n  greeting = %q\n}\n", name, bin, greeting)
@@ -300,4 +262,18 @@ func TestReloadLiftsHolds(t *testing.T) {
 	if held := r.Held(); len(held) != 1 || held[0].Provisioner != "lab" {
 		t.Errorf("held after hpc's reload: %+v; want lab's alone", held)
 	}
+}
+
+// writeLoaded writes body to path and loads it, failing the test on
+// any error: a configuration file as a reload reads it.
+func writeLoaded(t *testing.T, path, body string) *File {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, diags := LoadConfig(path)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	return f
 }

@@ -256,23 +256,7 @@ func TestWorkerWithoutCredential(t *testing.T) {
 // and its give-up time (its job outlived a clean stop by both before).
 func TestDismissLetsABusyWorkerGo(t *testing.T) {
 	t.Parallel()
-	signer := host.NewSigner(testSecret)
-	e := newBareBooks(nil, signer, nil)
-	srv := httptest.NewServer(booksHandler(e))
-	defer srv.Close()
-	defer e.Close()
-
-	token := sign(t, signer, "w", time.Hour)
-	provisioned(e, "w", "")
-	w, stderr := newTestWorker(t, srv.URL, token, nil)
-	exited := make(chan int, 1)
-	go func() { exited <- w.Work(context.Background()) }()
-
-	waitFor(t, "the worker to attach", func() bool { return len(e.IdleWorkers()) == 1 })
-	if err := e.Assign("w", Task{ID: "task-1", WorkSeconds: 3600}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the worker to start its task", func() bool { return strings.Contains(stderr.String(), "running task-1") })
+	e, stderr, exited := busyWorker(t, 3600)
 	if n := e.dismiss(context.Background(), 10*time.Second); n != 0 {
 		t.Fatalf("%d worker(s) still attached 10 s after Dismiss, with a task of an hour under way:\n%s", n, stderr)
 	}
@@ -287,6 +271,29 @@ func TestDismissLetsABusyWorkerGo(t *testing.T) {
 	if !strings.Contains(stderr.String(), "dropping task-1 and leaving") {
 		t.Errorf("the worker's log does not say it dropped its task:\n%s", stderr)
 	}
+}
+
+// busyWorker is a real worker "w" attached over HTTP to bare books,
+// running task-1, a task of seconds: the books, the worker's log, and
+// the channel its exit code comes on. The books and their server close
+// when the test ends.
+func busyWorker(t *testing.T, seconds float64) (*books, *lockedBuffer, <-chan int) {
+	t.Helper()
+	signer := host.NewSigner(testSecret)
+	e := newBareBooks(nil, signer, nil)
+	srv := httptest.NewServer(booksHandler(e))
+	t.Cleanup(srv.Close)
+	t.Cleanup(e.Close)
+	provisioned(e, "w", "")
+	w, stderr := newTestWorker(t, srv.URL, sign(t, signer, "w", time.Hour), nil)
+	exited := make(chan int, 1)
+	go func() { exited <- w.Work(context.Background()) }()
+	waitFor(t, "the worker to attach", func() bool { return len(e.IdleWorkers()) == 1 })
+	if err := e.Assign("w", Task{ID: "task-1", WorkSeconds: seconds}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the worker to start its task", func() bool { return strings.Contains(stderr.String(), "running task-1") })
+	return e, stderr, exited
 }
 
 // newTestWorker is a worker client for the engine at url, with a
