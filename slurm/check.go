@@ -324,8 +324,9 @@ func (c *check) rateFact(out []byte) string {
 	if !limit.on {
 		return "off"
 	}
-	s := fmt.Sprintf("%s; this provisioner's poll costs about 3 every %s while it has jobs to watch (%.2f a second)",
-		limit, c.cfg.pollInterval, 3/c.cfg.pollInterval.Seconds())
+	cost := c.cfg.pollCost()
+	s := fmt.Sprintf("%s; this provisioner's poll costs %g every %s while it has jobs to watch (%.2f a second; 1 on Slurm 24.05 and later while every job it watches runs)",
+		limit, cost, c.cfg.pollInterval, cost/c.cfg.pollInterval.Seconds())
 	if pingRationed(out) {
 		s = "rate limited: " + s + "; this user's bucket was empty during the check (scontrol's closing ping was refused, so it said DOWN right after slurmctld sent the configuration): commands wait their turn, which is not an outage"
 	}

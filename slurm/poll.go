@@ -214,16 +214,28 @@ func withStderr(err error, stderr []byte) error {
 func (p *Provisioner) listJobs(ctx context.Context, cfg *settings, all bool) ([]jobRow, error) {
 	// -r: one line per array task, so that a burst's machines are seen
 	// one by one.
-	args := []string{"squeue", "-h", "-r"}
-	if all {
-		args = append(args, "-t", "all")
-	}
-	args, user := cfg.queueArgs(args, queueFormat)
+	args, user := cfg.pollArgs(all)
 	stdout, stderr, err := p.call(ctx, nil, args...)
 	if err != nil {
 		return nil, withStderr(err, stderr)
 	}
 	return parseRows(stdout, user), nil
+}
+
+// pollArgs is listJobs' squeue and whose jobs to keep of what it prints.
+func (s *settings) pollArgs(all bool) ([]string, string) {
+	args := []string{"squeue", "-h", "-r"}
+	if all {
+		args = append(args, "-t", "all")
+	}
+	return s.queueArgs(args, queueFormat)
+}
+
+// pollCost is what a full poll costs slurmctld (rpcCost): 2 RPCs, 3 for
+// a login that names no user.
+func (s *settings) pollCost() float64 {
+	args, _ := s.pollArgs(true)
+	return rpcCost(args)
 }
 
 // queueArgs ends an squeue's args with this provisioner's job name and

@@ -102,7 +102,7 @@ func (r rateLimit) String() string {
 	if !r.on {
 		return "off"
 	}
-	return fmt.Sprintf("on (SlurmctldParameters rl_enable): each user may make %d RPCs at once, and gets %d back %s; a rationed command sleeps and tries again, so it is slow, not failed; each squeue costs about 3",
+	return fmt.Sprintf("on (SlurmctldParameters rl_enable): each user may make %d RPCs at once, and gets %d back %s; a rationed command sleeps and tries again, so it is slow, not failed",
 		r.bucket, r.refill, r.every())
 }
 

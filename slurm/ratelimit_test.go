@@ -131,7 +131,7 @@ func TestCheckRateLimited(t *testing.T) {
 	for _, f := range resp.Facts {
 		facts[f.Name] = f.Value
 	}
-	if f := facts["RPC rate limiter"]; !strings.HasPrefix(f, "rate limited: on") || !strings.Contains(f, "10 RPCs at once") || !strings.Contains(f, "poll costs about 3 every 1h0m0s") {
+	if f := facts["RPC rate limiter"]; !strings.HasPrefix(f, "rate limited: on") || !strings.Contains(f, "10 RPCs at once") || !strings.Contains(f, "poll costs 2 every 1h0m0s") {
 		t.Errorf("the limiter's fact: %q", f)
 	}
 	if facts["MaxArraySize"] != "10001" || facts["cluster"] != "sandbox" {
