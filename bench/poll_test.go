@@ -10,9 +10,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 )
@@ -39,23 +37,6 @@ type pollResult struct {
 	rpcWhy string
 }
 
-// userRPCs is how many RPCs slurmctld has taken from the sandbox's job
-// user, from sdiag's table by user; false when sdiag does not say.
-func (e benchEnv) userRPCs(tb testing.TB) (int, bool) {
-	tb.Helper()
-	out, err := e.slurmLocal(context.Background(), "sdiag")
-	if err != nil {
-		return 0, false
-	}
-	user, _, _ := strings.Cut(e.Login, "@")
-	m := regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(user) + `\s+\(\s*\d+\) count:(\d+)`).FindStringSubmatch(out)
-	if m == nil {
-		return 0, false
-	}
-	n, _ := strconv.Atoi(m[1])
-	return n, true
-}
-
 func measurePoll(tb testing.TB, e benchEnv) pollResult {
 	tb.Helper()
 	name := uniqueName("poll")
@@ -69,15 +50,15 @@ func measurePoll(tb testing.TB, e benchEnv) pollResult {
 	var meRPCs float64
 	// The baseline: the poll's squeue as it was, with --me, by hand.
 	// Before the plugin starts, so that its polls are not counted.
-	if _, ok := e.userRPCs(tb); ok {
-		rpcBefore, _ := e.userRPCs(tb)
+	if _, ok := e.UserRPCs(); ok {
+		rpcBefore, _ := e.UserRPCs()
 		for range pollCycles {
 			if _, stderr, err := e.runSSH(context.Background(), e.sshArgv(plainSSH, "squeue", "-h", "-r", "--me", "-t", "all",
 				"--name=fluksio-"+name, "-o", "'%i|%T|%r|%S|%k'"), nil); err != nil {
 				tb.Fatalf("squeue --me: %v: %s", err, stderr)
 			}
 		}
-		rpcAfter, _ := e.userRPCs(tb)
+		rpcAfter, _ := e.UserRPCs()
 		meRPCs = float64(rpcAfter-rpcBefore) / pollCycles
 	}
 	p := launch(tb, wrappedPlugin(tb, e, log, ""), name, nil)
@@ -102,10 +83,10 @@ func measurePoll(tb testing.TB, e benchEnv) pollResult {
 		// steady rhythm before counting.
 		time.Sleep(pollInterval * 3 / 2)
 		before := count()
-		rpcBefore, ok1 := e.userRPCs(tb)
+		rpcBefore, ok1 := e.UserRPCs()
 		time.Sleep(pollCycles * pollInterval)
 		res.calls[level] = count() - before
-		rpcAfter, ok2 := e.userRPCs(tb)
+		rpcAfter, ok2 := e.UserRPCs()
 		res.perCycle[level] = float64(res.calls[level]) / pollCycles
 		if ok1 && ok2 && res.calls[level] > 0 {
 			res.rpcs[level] = float64(rpcAfter-rpcBefore) / float64(res.calls[level])

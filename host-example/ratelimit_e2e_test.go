@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -64,15 +62,10 @@ func rateLimitedBurst(t *testing.T, limit string) {
 	}
 
 	// The RPCs slurmctld took from the job user, for the record; -1
-	// when sdiag does not answer (a controller busy starting 40 jobs
-	// can time it out).
+	// when sdiag does not answer.
 	accepted := func() int {
-		for range 3 {
-			out, err := env.Command("sdiag").CombinedOutput()
-			if m := regexp.MustCompile(`(?m)^\s*slurmuser\s+\(\s*\d+\) count:(\d+)`).FindSubmatch(out); err == nil && m != nil {
-				n, _ := strconv.Atoi(string(m[1]))
-				return n
-			}
+		if n, ok := env.UserRPCs(); ok {
+			return n
 		}
 		return -1
 	}

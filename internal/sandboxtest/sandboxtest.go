@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -270,6 +271,23 @@ func (e Env) ShippedWorker(t testing.TB) ShippedWorker {
 	w.Dir = filepath.Join(u.HomeDir, ".local/share/fluksio/bin")
 	w.Path = filepath.Join(w.Dir, "fluksio-worker-"+w.Sum[:16])
 	return w
+}
+
+// UserRPCs is how many RPCs slurmctld has taken from the sandbox's job
+// user, from sdiag's table by user (root runs it); false when sdiag does
+// not answer or does not say, as a controller busy starting many jobs
+// can time it out: it is tried three times.
+func (e Env) UserRPCs() (int, bool) {
+	user, _, _ := strings.Cut(e.Login, "@")
+	re := regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(user) + `\s+\(\s*\d+\) count:(\d+)`)
+	for range 3 {
+		out, err := e.Command("sdiag").CombinedOutput()
+		if m := re.FindSubmatch(out); err == nil && m != nil {
+			n, _ := strconv.Atoi(string(m[1]))
+			return n, true
+		}
+	}
+	return 0, false
 }
 
 // LoginProcesses are the command lines of the processes that ssh

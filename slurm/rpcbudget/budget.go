@@ -79,12 +79,6 @@ func DefaultDir() string {
 	return filepath.Join(os.TempDir(), "fluksio-rpc-"+strconv.Itoa(os.Getuid()))
 }
 
-// Path is the bucket's file.
-func (b *Bucket) Path() string { return b.path }
-
-// Rate is the tokens a second the bucket gains.
-func (b *Bucket) Rate() float64 { return b.rate }
-
 // Take takes n tokens, waiting for the refill when there are too few,
 // and reports how long it waited. n beyond the burst waits for a full
 // bucket and takes it all. An error is ctx's, or the file's: a caller

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -48,10 +47,10 @@ func TestRemoteDeadlineStopsTheCommand(t *testing.T) {
 			if err != nil && !strings.Contains(err.Error(), "sleep on 127.0.0.1: no answer within 2.5s") {
 				t.Errorf("err = %v; want the command, the login and the limit named", err)
 			}
-			left := processesWith(t, mark)
+			left := processesMentioning("sleep\x00" + mark)
 			if !multiplex {
 				// The handshake's time, at most ConnectTimeout (10 s).
-				for end := time.Now().Add(10 * time.Second); len(left) > 0 && time.Now().Before(end); left = processesWith(t, mark) {
+				for end := time.Now().Add(10 * time.Second); len(left) > 0 && time.Now().Before(end); left = processesMentioning("sleep\x00" + mark) {
 					time.Sleep(50 * time.Millisecond) // a poll of /proc with a deadline
 				}
 			}
@@ -60,29 +59,6 @@ func TestRemoteDeadlineStopsTheCommand(t *testing.T) {
 			}
 		})
 	}
-}
-
-// processesWith are the command lines in /proc that hold word.
-func processesWith(t *testing.T, word string) []string {
-	t.Helper()
-	dirs, err := filepath.Glob("/proc/[0-9]*/cmdline")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, f := range dirs {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue // It ended while we looked.
-		}
-		for _, w := range bytes.Split(b, []byte{0}) {
-			if string(w) == word {
-				out = append(out, f+": "+string(bytes.ReplaceAll(b, []byte{0}, []byte(" "))))
-				break
-			}
-		}
-	}
-	return out
 }
 
 // TestRemoteDeadlineWithoutTimeout: a login node without a timeout
