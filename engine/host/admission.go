@@ -22,7 +22,7 @@ import (
 //
 // Admission keeps no lock: the engine calls every method under the lock
 // of its own books, so the answers are atomic with who is attached. It
-// acts only when called: engine's Books calls Revoke when a worker
+// acts only when called: the engine's books call Revoke when a worker
 // detaches or goes silent, and Sweep to forget what has expired.
 type Admission struct {
 	now func() time.Time
