@@ -8,14 +8,14 @@
 //
 // What it checks, in README.md and every .md file below docs/:
 //   - a test name (TestXxx, FuzzXxx, BenchmarkXxx) must be a function of
-//     a _test.go file of the module; TestXxx* must be the start of one;
+//     a test file of the module; TestXxx* and TestXxx… must start one;
 //   - a relative link's target, [text](path#anchor), must exist, read
 //     from the document's directory;
 //   - a path in the text (engine/host/launch_test.go, sandbox/up.sh,
 //     engine/internal/park) must exist when it starts at one of the
-//     module's top-level entries (but bin/, which builds fill); a path
-//     that starts elsewhere (wire/limits.go) or a bare file name
-//     (guard_test.go) must end the path of a file of the module.
+//     module's top-level entries (but bin/, which builds fill); a .go or
+//     .md path that starts elsewhere (wire/limits.go), or the bare name
+//     of one, must end the path of a file of the module.
 //
 // Absolute paths, URLs and paths with a variable or placeholder in them
 // ($SANDBOX_DIR/env.sh, <dir>/x, {a,b}.go) are the reader's machine's,
@@ -236,8 +236,8 @@ func (m *module) hasPath(ref string) bool {
 		// a word pair (cpu/gpu), HTTP/1.1, or a link's own business.
 		return true
 	}
-	// A Go file or a document by the end of its path (wire/limits.go,
-	// guard_test.go).
+	// A Go file or a document by the end of its path (wire/limits.go),
+	// or by its name alone.
 	for _, p := range m.paths {
 		if strings.HasSuffix(p, "/"+clean) {
 			return true
