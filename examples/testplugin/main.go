@@ -36,6 +36,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/fluksio/provision/internal/backoff"
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/shared/plugin"
 )
@@ -89,11 +90,7 @@ func (m *memory) failedLocked(profile, detail string) {
 		m.backoff[profile] = b
 	}
 	b.Failures++
-	d := backoffBase
-	for i := 1; i < b.Failures && d < backoffMax; i++ {
-		d *= 2
-	}
-	b.Until, b.LastError = time.Now().Add(min(d, backoffMax)), detail
+	b.Until, b.LastError = time.Now().Add(backoff.Delay(backoffBase, backoffMax, b.Failures)), detail
 }
 
 // backingOffLocked reports whether profile is backing off now. m.mu must

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -94,5 +95,22 @@ func TestProvisionFailingBacksOff(t *testing.T) {
 	}
 	if o := resp.Outcomes[0]; o.Outcome != shared.OutcomeBackingOff || o.Condition != shared.ConditionBackingOff || !strings.Contains(o.Detail, "1 failure(s) in a row") {
 		t.Errorf("after the failure: %+v; want backing off after 1 failure", o)
+	}
+}
+
+// TestBackoffDoubles: a profile's nth failure in a row backs it off 1 s
+// doubled n-1 times, at most a minute.
+func TestBackoffDoubles(t *testing.T) {
+	m := &memory{}
+	for n, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second, time.Minute, time.Minute} {
+		before := time.Now()
+		m.mu.Lock()
+		m.failedLocked("small", "died")
+		b := *m.backoff["small"]
+		m.mu.Unlock()
+		after := time.Now()
+		if b.Failures != n+1 || b.Until.Before(before.Add(want)) || b.Until.After(after.Add(want)) {
+			t.Errorf("failure %d: %d failures, until %s after it; want %s", n+1, b.Failures, b.Until.Sub(before), want)
+		}
 	}
 }
