@@ -548,18 +548,9 @@ func (r *run) backsOff(ctx context.Context) problems {
 	if first.Outcomes[0].Outcome == shared.OutcomeBackingOff {
 		return nil
 	}
-	timeout := time.NewTimer(cfg.EventTimeout)
-	defer timeout.Stop()
-	var failed shared.Event
-	for failed.Kind == "" {
-		select {
-		case ev := <-events:
-			if ev.Kind == shared.EventWorkerProvisionFailed && ev.Profile == profile {
-				failed = ev
-			}
-		case <-timeout.C:
-			return problems{fmt.Sprintf("no worker_provision_failed for profile %s within %s of Provision with the failing configuration; give one whose machines fail at once", profile, cfg.EventTimeout)}
-		}
+	failed, ok := failureOf(events, profile, cfg.EventTimeout)
+	if !ok {
+		return problems{fmt.Sprintf("no worker_provision_failed for profile %s within %s of Provision with the failing configuration; give one whose machines fail at once", profile, cfg.EventTimeout)}
 	}
 	var found problems
 	again, err := ask()
@@ -570,18 +561,38 @@ func (r *run) backsOff(ctx context.Context) problems {
 		found.add("asked again right after worker %s of profile %s failed (%s), the plugin answered %s and asked for %d machine(s); back the profile off: answer BACKING_OFF until a time that grows with each failure in a row, and list it in Status.backing_off",
 			failed.Worker, profile, failed.Detail, again.Outcomes[0].Outcome, profileDemand(again, profile).Requested)
 	}
+	return append(found, listsBackingOff(ctx, p, profile)...)
+}
+
+// failureOf waits up to timeout for the worker_provision_failed of a
+// machine of profile.
+func failureOf(events <-chan shared.Event, profile string, timeout time.Duration) (shared.Event, bool) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		select {
+		case ev := <-events:
+			if ev.Kind == shared.EventWorkerProvisionFailed && ev.Profile == profile {
+				return ev, true
+			}
+		case <-t.C:
+			return shared.Event{}, false
+		}
+	}
+}
+
+// listsBackingOff checks that Status lists profile as backing off.
+func listsBackingOff(ctx context.Context, p shared.Provisioner, profile string) problems {
 	st, err := p.Status(ctx, &shared.StatusRequest{})
 	if err != nil {
-		return append(found, "Status: "+err.Error())
+		return problems{"Status: " + err.Error()}
 	}
-	listed := false
 	for _, b := range st.BackingOff {
-		listed = listed || b.Profile == profile
+		if b.Profile == profile {
+			return nil
+		}
 	}
-	if !listed {
-		found.add("Status.backing_off does not list profile %s after its machine failed: %+v", profile, st.BackingOff)
-	}
-	return found
+	return problems{fmt.Sprintf("Status.backing_off does not list profile %s after its machine failed: %+v", profile, st.BackingOff)}
 }
 
 func diagsText(c *shared.ConfigureResponse) string {
