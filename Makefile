@@ -123,12 +123,13 @@ check-tidy: ## fail if go mod tidy would change go.mod or go.sum
 	rm -rf $$tmp; echo "==> go.mod is tidy"
 
 .PHONY: lint
-lint: $(TOOLS)/staticcheck check-shared check-plugin-deps check-proto check-python-proto check-tidy ## gofmt, go vet, staticcheck, comments' file names, a build for macOS and FreeBSD, and the checks above
+lint: $(TOOLS)/staticcheck check-shared check-plugin-deps check-proto check-python-proto check-tidy ## gofmt, go vet, staticcheck, comments' file names, the docs' tests and files, a build for macOS and FreeBSD, and the checks above
 	@echo "==> gofmt"; out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
 	@echo "==> go vet"; $(GO) vet ./...
 	@echo "==> staticcheck (staticcheck.conf: exported docs start with their name)"; $(TOOLS)/staticcheck ./...
 	@echo "==> comments name only .go files that exist"; $(GO) run ./internal/lint/filerefs
+	@echo "==> the docs cite only tests and files that exist"; $(GO) run ./internal/lint/docrefs
 	@echo "==> builds outside Linux (an engine author's Mac)"; GOOS=darwin $(GO) build ./... && GOOS=freebsd $(GO) build ./...
 
 .PHONY: sandbox-up

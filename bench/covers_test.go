@@ -17,9 +17,9 @@ import (
 	"github.com/fluksio/provision/slurm"
 )
 
-// hostCovers is host-example's Target.covers (engine/router.go),
-// replicated here because host-example is package main and cannot be
-// imported: any cached shape that fits the need.
+// hostCovers is the engine's target.covers (engine/router.go),
+// replicated here because it is unexported: any cached shape that fits
+// the need.
 func hostCovers(shapes []shared.Shape, n shared.Need) bool {
 	for _, s := range shapes {
 		if s.Fits(n) {

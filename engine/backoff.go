@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fluksio/provision/internal/backoff"
 	"github.com/fluksio/provision/shared"
 )
 
@@ -71,15 +72,6 @@ func newHolds(now func() time.Time) *holds {
 	return &holds{now: now, m: map[holdKey]*holdState{}, per: map[string]int{}}
 }
 
-// holdFor is how long the nth failure in a row holds a profile.
-func holdFor(n int) time.Duration {
-	d := engineHoldBase
-	for i := 1; i < n && d < engineHoldMax; i++ {
-		d *= 2
-	}
-	return min(d, engineHoldMax)
-}
-
 // get is k's state, made if there is room; nil if there is none.
 func (h *holds) get(k holdKey) *holdState {
 	st := h.m[k]
@@ -108,7 +100,7 @@ func (h *holds) failed(provisioner, profile, detail string, class shared.Failure
 	wasHeld := now.Before(st.until)
 	st.failures++
 	st.lastError, st.class = detail, class
-	hold = holdFor(st.failures)
+	hold = backoff.Delay(engineHoldBase, engineHoldMax, st.failures)
 	st.until = now.Add(hold)
 	st.onTheWay = max(0, st.onTheWay-1)
 	if wasHeld {

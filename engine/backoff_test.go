@@ -19,11 +19,19 @@ import (
 	"github.com/fluksio/provision/worker"
 )
 
-func TestHoldFor(t *testing.T) {
+// TestHoldDoubles: the nth failure in a row of a profile holds it 1 s
+// doubled n-1 times, at most 2 minutes.
+func TestHoldDoubles(t *testing.T) {
 	t.Parallel()
-	for n, want := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 4: 8 * time.Second, 7: 64 * time.Second, 8: 2 * time.Minute, 100: 2 * time.Minute} {
-		if got := holdFor(n); got != want {
-			t.Errorf("holdFor(%d) = %s, want %s", n, got, want)
+	want := map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 4: 8 * time.Second, 7: 64 * time.Second, 8: 2 * time.Minute, 100: 2 * time.Minute}
+	h := newHolds(nil)
+	for n := 1; n <= 100; n++ {
+		failures, hold, ok := h.failed("hpc", "cpu", "died", shared.FailureDiedBeforeAttach)
+		if !ok || failures != n {
+			t.Fatalf("failure %d: failures %d, ok %v", n, failures, ok)
+		}
+		if w, checked := want[n]; checked && hold != w {
+			t.Errorf("failure %d in a row holds the profile %s, want %s", n, hold, w)
 		}
 	}
 }

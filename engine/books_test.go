@@ -296,7 +296,7 @@ func TestSilentWorkerIsGone(t *testing.T) {
 		t.Fatal("gone at exactly the limit; want still attached")
 	}
 	clock.advance(time.Millisecond)
-	// Liveness is decided by Sweep (Watch) alone: reading the books,
+	// Liveness is decided by books.sweep (its watch) alone: reading the books,
 	// as GET /status and a metrics scrape do, changes nothing.
 	if len(e.attached()) != 2 || len(e.attachedBy(testProvisioner)) != 2 {
 		t.Fatal("a read dropped a silent worker; only Sweep may")

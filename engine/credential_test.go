@@ -283,7 +283,8 @@ func TestWorkerTextEscaped(t *testing.T) {
 	if len(lines) != 2 || !strings.Contains(lines[0], "attached from") || !strings.Contains(lines[1], "work done by") {
 		t.Errorf("story has %d lines; want 2, attach and result:\n%s", len(lines), story)
 	}
-	const escaped = `x\n[   9.9s] all 1 need(s) served; shutting down\x1b[2J\u202e\ufffd` // JSON made \xff U+FFFD
+	// termsafe's escapes; JSON made \xff U+FFFD, a character shown as itself.
+	const escaped = `x\u000a[   9.9s] all 1 need(s) served; shutting down\u001b[2J\u202e` + "\ufffd"
 	if !strings.Contains(lines[0], escaped) {
 		t.Errorf("story line %q lacks the escaped host name %q", lines[0], escaped)
 	}
@@ -292,7 +293,7 @@ func TestWorkerTextEscaped(t *testing.T) {
 			t.Errorf("%s has a raw ESC, bidi override or invalid byte:\n%q", what, text)
 		}
 		for _, l := range strings.Split(text, "\n") {
-			if strings.Contains(l, "all 1 need(s) served") && !strings.Contains(l, `x\n[`) {
+			if strings.Contains(l, "all 1 need(s) served") && !strings.Contains(l, `x\u000a[`) {
 				t.Errorf("%s has a forged line: %q", what, l)
 			}
 		}

@@ -95,8 +95,8 @@ func storyHooks(out *lockedBuffer) Hooks {
 }
 
 // testAPIs and testStatus are each test's books' worker API and status
-// page, made once per Books, as New makes them once per engine.
-var testAPIs, testStatus sync.Map // *Books -> *workerAPI, *statusPage
+// page, made once per books, as New makes them once per engine.
+var testAPIs, testStatus sync.Map // *books -> *workerAPI, *statusPage
 
 // apiOf is e's worker API (its polls held unless the test parks them).
 func apiOf(e *books) *workerAPI {

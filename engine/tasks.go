@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fluksio/provision/engine/host"
+	"github.com/fluksio/provision/internal/termsafe"
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/worker"
 )
@@ -388,7 +388,7 @@ func checkRelPath(kind, p string) error {
 		return fmt.Errorf("an %s's name is empty: name a file inside the task's directory, such as data/in.csv", kind)
 	case len(p) > maxPathLen:
 		return fmt.Errorf("%s %.40q...: longer than %d bytes", kind, p, maxPathLen)
-	case host.Printable(p) != p:
+	case termsafe.EscapeLine(p) != p:
 		return fmt.Errorf("%s %q: holds a control character or invalid UTF-8; use a printable name", kind, p)
 	case strings.HasPrefix(p, "/"):
 		return fmt.Errorf("%s %q is absolute: name it relative to the task's directory", kind, p)

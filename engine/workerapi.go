@@ -17,6 +17,7 @@ import (
 	"github.com/fluksio/provision/engine/host"
 	"github.com/fluksio/provision/engine/internal/park"
 	"github.com/fluksio/provision/internal/loglimit"
+	"github.com/fluksio/provision/internal/termsafe"
 	"github.com/fluksio/provision/worker"
 )
 
@@ -180,7 +181,7 @@ func (a *workerAPI) handleAttach(w http.ResponseWriter, r *http.Request) {
 	// What a worker says about itself is printed in the story and the
 	// log: no control character of its survives.
 	info := WorkerInfo{
-		Name: name, Provisioner: cred.Provisioner, Hostname: host.Printable(req.Hostname), JobID: host.Printable(req.JobID),
+		Name: name, Provisioner: cred.Provisioner, Hostname: termsafe.EscapeLine(req.Hostname), JobID: termsafe.EscapeLine(req.JobID),
 		CPUs: req.CPUs, GPUs: req.GPUs, RAMMB: req.RAMMB, Labels: slices.Clone(req.Labels), Features: slices.Clone(req.Features),
 	}
 	if req.EndsAt > 0 {
@@ -232,7 +233,7 @@ func checkAttach(req worker.AttachRequest) error {
 		return fmt.Errorf("%d features; at most 16", len(req.Features))
 	}
 	for _, f := range req.Features {
-		if f == "" || len(f) > 64 || host.Printable(f) != f {
+		if f == "" || len(f) > 64 || termsafe.EscapeLine(f) != f {
 			return errors.New("a feature is empty, longer than 64 bytes, or not printable")
 		}
 	}
@@ -354,13 +355,13 @@ func (a *workerAPI) handleResult(w http.ResponseWriter, r *http.Request) {
 	// Escaped here, once, so that the story, the log and the router's
 	// books all see the same harmless text.
 	res := Result{
-		TaskID: host.Printable(req.TaskID), Worker: name, Hostname: host.Printable(req.Hostname),
-		JobID: host.Printable(req.JobID), CPUs: req.CPUs, Output: host.Printable(req.Output), At: a.books.now(),
+		TaskID: termsafe.EscapeLine(req.TaskID), Worker: name, Hostname: termsafe.EscapeLine(req.Hostname),
+		JobID: termsafe.EscapeLine(req.JobID), CPUs: req.CPUs, Output: termsafe.EscapeLine(req.Output), At: a.books.now(),
 	}
 	// What a command or payload task's run came to (the books keep it
 	// for those alone); its words are the worker's, escaped as above.
 	run := req
-	run.Output, run.Error, run.Signal = "", host.Printable(req.Error), host.Printable(req.Signal)
+	run.Output, run.Error, run.Signal = "", termsafe.EscapeLine(req.Error), termsafe.EscapeLine(req.Signal)
 	res.run = &run
 	d, refusal := a.books.report(cred, r.Header.Get(sessionHeader), res)
 	switch d {

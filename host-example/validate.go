@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/hcl/v2"
+
 	"github.com/fluksio/provision/engine"
 	"github.com/fluksio/provision/internal/termsafe"
 
@@ -59,40 +61,19 @@ func validateMain(args []string, stdout, stderr io.Writer) int {
 	}
 	file := files[0]
 	cfg, diags := engine.LoadConfig(file)
+	if !diags.HasErrors() && *probe {
+		stop, ok := serveProbe(file, cfg, stdout, stderr)
+		if !ok {
+			return 1
+		}
+		defer stop()
+	}
 	// found is what each provisioner's preflight learned, by name.
 	var found []provisionerFacts
-	if !diags.HasErrors() && *probe {
-		stop, err := cfg.Engine.ServeProbe()
-		switch {
-		case errors.Is(err, engine.ErrEngineListening):
-			fmt.Fprintf(stdout, "%s: %s is in use, most likely by the engine, which answers the reach probe itself\n", termsafe.EscapeLine(file), cfg.Engine.Listen)
-		case err != nil:
-			fmt.Fprintf(stderr, "%s: cannot serve the reach probe's answer at %s: %v\n", termsafe.EscapeLine(file), cfg.Engine.Listen, err)
-			return 1
-		default:
-			fmt.Fprintf(stdout, "%s: answering the reach probe at %s while it runs; submitting one short job per provisioner\n", termsafe.EscapeLine(file), cfg.Engine.Listen)
-			defer stop()
-		}
-	}
 	if !diags.HasErrors() {
-		// One plugin process per binary answers for all its blocks.
-		var v host.Validator
-		for _, p := range cfg.Provisioners {
-			if !*preflight {
-				diags = append(diags, v.Validate(context.Background(), p)...)
-				continue
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-			check := v.Check
-			if *probe {
-				check = v.Probe
-			}
-			facts, d := check(ctx, p, "")
-			cancel()
-			diags = append(diags, d...)
-			found = append(found, provisionerFacts{Provisioner: p.Name, Kind: p.Kind, Facts: jsonFacts(facts)})
-		}
-		v.Close()
+		var d hcl.Diagnostics
+		d, found = checkProvisioners(cfg, *preflight, *probe, *timeout)
+		diags = append(diags, d...)
 	}
 	hclconfig.SortDiagnostics(diags)
 	if *asJSON {
@@ -105,14 +86,7 @@ func validateMain(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	} else {
-		for _, pf := range found {
-			// A plugin's findings are shown escaped (termsafe), as its
-			// diagnostics are.
-			fmt.Fprintf(stdout, "%s: provisioner %q (%s):\n", termsafe.EscapeLine(file), pf.Provisioner, termsafe.EscapeLine(pf.Kind))
-			for _, f := range pf.Facts {
-				fmt.Fprintf(stdout, "  %s: %s\n", termsafe.EscapeLine(f.Name), termsafe.EscapeLine(f.Value))
-			}
-		}
+		writeFacts(stdout, file, found)
 		if len(diags) > 0 {
 			hclconfig.WriteDiagnostics(stderr, cfg.Files, diags)
 		}
@@ -128,6 +102,58 @@ func validateMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s: %s (%d provisioner(s))\n", termsafe.EscapeLine(file), what, len(cfg.Provisioners))
 	}
 	return 0
+}
+
+// serveProbe answers the reach probe where the engine would listen,
+// while validate -probe runs, unless an engine there answers it; stop
+// ends it. ok is false when it can do neither, said on stderr.
+func serveProbe(file string, cfg *engine.File, stdout, stderr io.Writer) (stop func(), ok bool) {
+	stop, err := cfg.Engine.ServeProbe()
+	switch {
+	case errors.Is(err, engine.ErrEngineListening):
+		fmt.Fprintf(stdout, "%s: %s is in use, most likely by the engine, which answers the reach probe itself\n", termsafe.EscapeLine(file), cfg.Engine.Listen)
+		return func() {}, true
+	case err != nil:
+		fmt.Fprintf(stderr, "%s: cannot serve the reach probe's answer at %s: %v\n", termsafe.EscapeLine(file), cfg.Engine.Listen, err)
+		return nil, false
+	}
+	fmt.Fprintf(stdout, "%s: answering the reach probe at %s while it runs; submitting one short job per provisioner\n", termsafe.EscapeLine(file), cfg.Engine.Listen)
+	return stop, true
+}
+
+// checkProvisioners validates each provisioner block, or with preflight
+// runs its check (with probe, its reach probe), each within timeout. One
+// plugin process per binary answers for all its blocks.
+func checkProvisioners(cfg *engine.File, preflight, probe bool, timeout time.Duration) (diags hcl.Diagnostics, found []provisionerFacts) {
+	var v host.Validator
+	defer v.Close()
+	for _, p := range cfg.Provisioners {
+		if !preflight {
+			diags = append(diags, v.Validate(context.Background(), p)...)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		check := v.Check
+		if probe {
+			check = v.Probe
+		}
+		facts, d := check(ctx, p, "")
+		cancel()
+		diags = append(diags, d...)
+		found = append(found, provisionerFacts{Provisioner: p.Name, Kind: p.Kind, Facts: jsonFacts(facts)})
+	}
+	return diags, found
+}
+
+// writeFacts prints each provisioner's preflight findings, escaped
+// (termsafe) as its diagnostics are.
+func writeFacts(w io.Writer, file string, found []provisionerFacts) {
+	for _, pf := range found {
+		fmt.Fprintf(w, "%s: provisioner %q (%s):\n", termsafe.EscapeLine(file), pf.Provisioner, termsafe.EscapeLine(pf.Kind))
+		for _, f := range pf.Facts {
+			fmt.Fprintf(w, "  %s: %s\n", termsafe.EscapeLine(f.Name), termsafe.EscapeLine(f.Value))
+		}
+	}
 }
 
 // provisionerFacts is one provisioner's preflight findings, as -json

@@ -15,7 +15,7 @@
 // What only an engine links is under engine/, and a plugin never links it
 // (make check-plugin-deps):
 //
-//	engine             the engine kit: Fleet, Router, Books, Hub, metrics
+//	engine             the engine kit: Engine, its fleet, router, books and events
 //	engine/host        the plugin host: Launch, Supervisor, the credential guard
 //	engine/hclconfig   configuration decoding, HCL to the plugin's JSON
 //

@@ -11,24 +11,9 @@ import (
 // speaks, reported by Info. Minor versions only add fields and methods;
 // a plugin built against 2.x keeps working with any 2.y host.
 //
-// 2.0 changed Provision from one machine per call to the engine's whole
-// demand per call (ProvisionRequest.Demand), which a 1.x plugin cannot
-// read; the handshake's protocol version changed with it. 2.1 added
-// StatusResponse.Counters, which a 2.0 plugin leaves empty. 2.2 added
-// the optional Checker and Previewer, which an older plugin answers with
-// ErrUnimplemented. 2.3 added Event.Class, which an older plugin leaves
-// empty. 2.4 added the batch mint (BatchMinter, MintCredentials on the
-// host channel), which a plugin uses only against a host that offers
-// CapabilityBatchMint, and falls back to one MintCredential a worker
-// otherwise; and Reconcile by change (ReconcileRequest.Delta), which the
-// engine sends only to a plugin that offers CapabilityReconcileDelta.
-// 2.5 added DemandOutcome.Condition, which an older plugin leaves
-// ConditionNone, and the capabilities each side declares
-// (InfoResponse.Capabilities, the host's Hello), read by HasCapability;
-// it deprecated Covers and ShapesRequest.Label. 2.6 added
-// EventWorkerJobEnded and Event.JobState, which an older plugin never
-// sends and an older host takes for a kind of the plugin's own, and
-// Outstanding.Reason, which an older plugin leaves empty.
+// The version is written in shared/proto/provisioner.proto, which this
+// constant must match (TestContractVersionHasOneSource). CHANGELOG.md at
+// the module's root says what each version added.
 const ContractVersion = "2.7"
 
 // Provisioner is somewhere machines can be asked for.

@@ -13,6 +13,7 @@ package slurm
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -328,7 +329,7 @@ func (r *relay) session(ctx context.Context) error {
 	r.mu.Lock()
 	old := r.addr
 	r.addr = addr
-	if _, port, _ := net.SplitHostPort(cmpOr(cfg.RelayListen, ":0")); port == "0" {
+	if _, port, _ := net.SplitHostPort(cmp.Or(cfg.RelayListen, ":0")); port == "0" {
 		_, r.want, _ = net.SplitHostPort(addr)
 	}
 	r.mu.Unlock()
@@ -424,7 +425,7 @@ func (r *relay) greeting(ctx context.Context, out *bufio.Reader, ssh *sshrun.Ses
 // copied to the login node first if it is not there.
 func (r *relay) command(ctx context.Context) ([]string, error) {
 	cfg := r.cfg
-	listen := cmpOr(cfg.RelayListen, ":0")
+	listen := cmp.Or(cfg.RelayListen, ":0")
 	r.mu.Lock()
 	if h, port, _ := net.SplitHostPort(listen); port == "0" && r.want != "" {
 		// The same port as before, so that jobs already submitted with
@@ -471,13 +472,6 @@ func (r *relay) command(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("checking the relay on %s: %w", cfg.host(), withStderr(err, stderr))
 	}
 	return []string{"sh", "-c", start}, nil
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // ownBinary is this program's path and sha256, read once.

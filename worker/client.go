@@ -215,7 +215,7 @@ const watchTimeout = 90 * time.Second
 // watch keeps GET /v1/watch open while task id runs, from cfg.WatchAfter
 // into it on, so that the engine can cancel it (200, WatchAnswer.Cancel
 // naming it) and, when it stops cleanly, let this worker go in the
-// middle of it (410 leave; Books.handleWatch). Either stops the task
+// middle of it (410 leave; the engine's workerAPI.handleWatch). Either stops the task
 // through st. The stop it returns ends the watch and waits for its
 // goroutine. A watch answered anything else (an engine older than the
 // watch, or one gone away, which the report will find) is not opened

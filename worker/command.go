@@ -42,17 +42,13 @@ const (
 // nothing more is sent.
 func (w *Client) runCommand(ctx context.Context, t Task, st *stopper) (res ResultRequest, dir string) {
 	res = w.resultFor(t)
-	fail := func(err error) {
-		res.State = StateFailed
-		res.Error = joinErrors(res.Error, err.Error())
-	}
 	if err := checkCommandTask(t); err != nil {
-		fail(err)
+		failed(&res, err)
 		return res, ""
 	}
 	dir, err := os.MkdirTemp(w.cfg.workDir, "fluksio-task-")
 	if err != nil {
-		fail(fmt.Errorf("could not make the task's directory (under $TMPDIR, %s): %w", w.cfg.workDir, err))
+		failed(&res, fmt.Errorf("could not make the task's directory (under $TMPDIR, %s): %w", w.cfg.workDir, err))
 		return res, ""
 	}
 	if err := w.fetchInputs(st.transfers, t, dir); err != nil {
@@ -60,17 +56,35 @@ func (w *Client) runCommand(ctx context.Context, t Task, st *stopper) (res Resul
 			res.State, res.Error = stateFor(reason), why
 			return res, dir
 		}
-		fail(err)
+		failed(&res, err)
 		return res, dir
 	}
 
 	cmd, streams, err := startCommand(t, commandEnv(w.cfg.environ, w.cfg.token, t, dir), dir)
 	if err != nil {
-		fail(err)
+		failed(&res, err)
 		return res, dir
 	}
+	waitErr := w.execute(t, st, cmd, streams, &res)
+	if reason := w.judge(st, cmd, waitErr, &res); reason.dropsTransfers() {
+		return res, dir
+	}
+	w.upload(t, st, dir, &res)
+	return res, dir
+}
+
+// failed marks res failed, adding err to what it says.
+func failed(res *ResultRequest, err error) {
+	res.State = StateFailed
+	res.Error = joinErrors(res.Error, err.Error())
+}
+
+// execute runs the started cmd to its end, its streams sent as they
+// fill, and records in res when it started and ended and what its
+// streams sent; it returns what waiting for cmd returned.
+func (w *Client) execute(t Task, st *stopper, cmd *exec.Cmd, streams []*logStream, res *ResultRequest) error {
 	res.Started = time.Now()
-	w.log.Printf("%s: started %q as process group %d in %s", t.ID, t.Command[0], cmd.Process.Pid, dir)
+	w.log.Printf("%s: started %q as process group %d in %s", t.ID, t.Command[0], cmd.Process.Pid, cmd.Dir)
 	var streaming sync.WaitGroup
 	for _, s := range streams {
 		streaming.Go(func() { w.stream(t, st, s) })
@@ -84,7 +98,13 @@ func (w *Client) runCommand(ctx context.Context, t Task, st *stopper) (res Resul
 		s.r.Close()
 	}
 	res.Stdout, res.Stderr = streams[0].sent, streams[1].sent
+	return waitErr
+}
 
+// judge sets res's exit code, signal and state from how cmd ended and
+// whether the worker stopped it, and returns why it was stopped
+// (notStopped when it was not).
+func (w *Client) judge(st *stopper, cmd *exec.Cmd, waitErr error, res *ResultRequest) stopReason {
 	res.ExitCode, res.Signal = exitOf(cmd.ProcessState)
 	if r, _ := st.why(); r == notStopped && res.Signal != "" {
 		// Killed by a signal the worker did not send: most often its job
@@ -104,33 +124,35 @@ func (w *Client) runCommand(ctx context.Context, t Task, st *stopper) (res Resul
 	case reason != notStopped:
 		res.State, res.Error = stateFor(reason), why
 	case cmd.ProcessState == nil:
-		fail(fmt.Errorf("could not wait for the command: %w", waitErr))
+		failed(res, fmt.Errorf("could not wait for the command: %w", waitErr))
 	case res.Signal != "":
-		fail(fmt.Errorf("the command was killed by %s", res.Signal))
+		failed(res, fmt.Errorf("the command was killed by %s", res.Signal))
 	case *res.ExitCode != 0:
-		fail(fmt.Errorf("the command exited with %d", *res.ExitCode))
+		failed(res, fmt.Errorf("the command exited with %d", *res.ExitCode))
 	default:
 		res.State = StateSucceeded
 	}
-	if reason.dropsTransfers() {
-		return res, dir
-	}
+	return reason
+}
+
+// upload sends t's outputs from dir and records them in res; a failed
+// upload fails the task, unless it was cancelled or lost meanwhile,
+// which is then how it ended, or timed out, which it stays.
+func (w *Client) upload(t Task, st *stopper, dir string, res *ResultRequest) {
 	outputs, notes, err := w.uploadOutputs(st.transfers, t, dir)
 	res.Outputs = outputs
 	res.Output = strings.Join(notes, "\n")
-	if err != nil {
-		if reason, why := st.why(); reason.dropsTransfers() {
-			// Cancelled (or lost) while uploading: that is how the
-			// task ended.
-			res.State, res.Error = stateFor(reason), why
-			return res, dir
-		}
-		if res.State != StateTimedOut { // timed out, whatever else went wrong
-			res.State = StateFailed
-		}
-		res.Error = joinErrors(res.Error, err.Error())
+	if err == nil {
+		return
 	}
-	return res, dir
+	if reason, why := st.why(); reason.dropsTransfers() {
+		res.State, res.Error = stateFor(reason), why
+		return
+	}
+	if res.State != StateTimedOut { // timed out, whatever else went wrong
+		res.State = StateFailed
+	}
+	res.Error = joinErrors(res.Error, err.Error())
 }
 
 // startCommand starts t's command in dir with env, in a process group

@@ -4,12 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
+	"github.com/fluksio/provision/internal/termsafe"
 	"github.com/fluksio/provision/shared"
 )
 
@@ -25,7 +22,7 @@ import (
 //
 // Admission keeps no lock: the engine calls every method under the lock
 // of its own books, so the answers are atomic with who is attached. It
-// acts only when called: engine's Books calls Revoke when a worker
+// acts only when called: the engine's books call Revoke when a worker
 // detaches or goes silent, and Sweep to forget what has expired.
 type Admission struct {
 	now func() time.Time
@@ -286,46 +283,8 @@ func Allows(c CredentialClaims, cpus, gpus int, ramMB int64, labels []string) er
 	}
 	for _, l := range labels {
 		if !slices.Contains(c.Labels, l) {
-			return fmt.Errorf("worker claims label %s; its credential allows %v", Printable(l), c.Labels)
+			return fmt.Errorf("worker claims label %s; its credential allows %v", termsafe.EscapeLine(l), c.Labels)
 		}
 	}
 	return nil
-}
-
-// Printable returns s with every character that is not printable (control
-// characters such as newline and ESC, line and paragraph separators,
-// bidirectional overrides, invalid UTF-8) written as a Go escape, the way
-// strconv.Quote writes it, and everything printable, any script, left as
-// it is. An engine passes worker-supplied text through it before it
-// stores or shows it, so a host name or an output cannot start a line of
-// its own in a log, or drive the terminal that shows it.
-func Printable(s string) string {
-	clean := true
-	for _, r := range s {
-		if r == utf8.RuneError || !unicode.IsPrint(r) {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	for i, r := range s {
-		switch {
-		case r == utf8.RuneError:
-			// Invalid UTF-8 is one byte; a real U+FFFD is three.
-			if _, size := utf8.DecodeRuneInString(s[i:]); size == 1 {
-				fmt.Fprintf(&b, `\x%02x`, s[i])
-			} else {
-				b.WriteString(`\ufffd`)
-			}
-		case unicode.IsPrint(r):
-			b.WriteRune(r)
-		default:
-			q := strconv.QuoteRuneToASCII(r)
-			b.WriteString(q[1 : len(q)-1])
-		}
-	}
-	return b.String()
 }

@@ -48,7 +48,7 @@ func NewAttachedTracker(info *shared.InfoResponse, resync time.Duration) *Attach
 
 // Request is the ReconcileRequest for the workers attached now. attached
 // is kept (not copied) until the next Request; it is sorted here if it is
-// not already (Books.attachedBy sorts).
+// not already (the engine's books.attachedBy sorts).
 func (t *AttachedTracker) Request(attached []string, now time.Time) *shared.ReconcileRequest {
 	if !slices.IsSorted(attached) {
 		attached = slices.Clone(attached)

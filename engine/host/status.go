@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fluksio/provision/internal/termsafe"
 	"github.com/fluksio/provision/shared"
 )
 
@@ -134,7 +135,7 @@ func (p ProvisionerStatus) MarshalJSON() ([]byte, error) {
 		}
 		for _, o := range s.Outstanding {
 			out.Status.Outstanding = append(out.Status.Outstanding, outstanding{
-				Profile: o.Profile, Job: o.Job, Worker: o.Worker, State: o.State, Reason: Printable(o.Reason),
+				Profile: o.Profile, Job: o.Job, Worker: o.Worker, State: o.State, Reason: termsafe.EscapeLine(o.Reason),
 				AgeSeconds: o.Age.Round(100 * time.Millisecond).Seconds(),
 			})
 		}

@@ -239,18 +239,6 @@ func TestAdmission(t *testing.T) {
 	}
 }
 
-// TestPrintable: printable text of any script is left alone; control
-// characters, separators and invalid bytes are escaped.
-func TestPrintable(t *testing.T) {
-	t.Parallel()
-	if got := Printable("nœud-01 計算"); got != "nœud-01 計算" {
-		t.Errorf("Printable changed printable text: %q", got)
-	}
-	if got := Printable("a\xffb\u2028c\td\x1b"); got != `a\xffb\u2028c\td\x1b` {
-		t.Errorf("Printable = %q", got)
-	}
-}
-
 // TestStatusCacheFetchesOnceAndTrims: callers at once share one fetch,
 // and a huge outstanding list is cut to MaxStatusOutstanding with its
 // total kept.

@@ -36,6 +36,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/fluksio/provision/internal/backoff"
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/shared/plugin"
 )
@@ -89,11 +90,7 @@ func (m *memory) failedLocked(profile, detail string) {
 		m.backoff[profile] = b
 	}
 	b.Failures++
-	d := backoffBase
-	for i := 1; i < b.Failures && d < backoffMax; i++ {
-		d *= 2
-	}
-	b.Until, b.LastError = time.Now().Add(min(d, backoffMax)), detail
+	b.Until, b.LastError = time.Now().Add(backoff.Delay(backoffBase, backoffMax, b.Failures)), detail
 }
 
 // backingOffLocked reports whether profile is backing off now. m.mu must
@@ -222,7 +219,27 @@ func (m *memory) Provision(ctx context.Context, req *shared.ProvisionRequest) (*
 			delete(m.backoff, o.Profile)
 		}
 	}
-	resp := &shared.ProvisionResponse{}
+	resp, add, cancelled := m.demandLocked(req)
+	host, failProvision := m.host, m.cfg.FailProvision
+	m.mu.Unlock()
+
+	for _, o := range cancelled {
+		m.publish(ctx, host, shared.Event{Kind: shared.EventWorkerCancelled, Profile: o.Profile, Job: o.Job, Worker: o.Worker, Detail: "demand fell"})
+	}
+	storms, minted := m.mint(ctx, host, add, failProvision)
+	for i, o := range add {
+		m.start(ctx, host, o, storms[i], failProvision, minted[o.Worker])
+	}
+	if broken("dies") {
+		m.dieAll(ctx, host, add)
+	}
+	return resp, nil
+}
+
+// demandLocked answers the demand entry by entry and profile by
+// profile, and returns the machines to start and those given up.
+func (m *memory) demandLocked(req *shared.ProvisionRequest) (resp *shared.ProvisionResponse, add, cancelled []shared.Outstanding) {
+	resp = &shared.ProvisionResponse{}
 	wanted := map[string]int{}
 	for _, d := range req.Demand {
 		s, ok := fit(d.Need)
@@ -233,8 +250,6 @@ func (m *memory) Provision(ctx context.Context, req *shared.ProvisionRequest) (*
 		wanted[s.Profile] += d.Count
 		resp.Outcomes = append(resp.Outcomes, shared.DemandOutcome{Outcome: shared.OutcomeOutstanding, Profile: s.Profile})
 	}
-	var add []shared.Outstanding
-	var cancelled []shared.Outstanding
 	// room is how many more machines max_workers allows alive, counting
 	// those on their way and those attached; -1: no cap.
 	room := -1
@@ -242,81 +257,88 @@ func (m *memory) Provision(ctx context.Context, req *shared.ProvisionRequest) (*
 		room = max(0, m.cfg.MaxWorkers-len(m.outstanding)-len(req.Attached))
 	}
 	for _, s := range shapes {
-		var mine []shared.Outstanding
-		for _, o := range m.outstanding {
-			if o.Profile == s.Profile {
-				mine = append(mine, o)
-			}
-		}
-		slices.SortFunc(mine, func(a, b shared.Outstanding) int { return strings.Compare(a.Job, b.Job) })
-		pd := shared.ProfileDemand{Profile: s.Profile, Wanted: wanted[s.Profile], OnTheWay: len(mine)}
-		// The storm mode (broken.go) never backs off.
-		upTo := pd.Wanted
-		if b, ok := m.backingOffLocked(s.Profile); ok && !broken("storm") && len(mine) < pd.Wanted {
-			for i := range resp.Outcomes {
-				if resp.Outcomes[i].Profile == s.Profile {
-					resp.Outcomes[i].Outcome, resp.Outcomes[i].Condition = shared.OutcomeBackingOff, shared.ConditionBackingOff
-					resp.Outcomes[i].Detail = fmt.Sprintf("%d failure(s) in a row, until %s: %s", b.Failures, b.Until.Format(time.TimeOnly), b.LastError)
-				}
-			}
-			upTo = len(mine)
-		}
-		if room >= 0 && upTo > len(mine)+room {
-			upTo = len(mine) + room
-			for i := range resp.Outcomes {
-				if resp.Outcomes[i].Profile == s.Profile && resp.Outcomes[i].Outcome == shared.OutcomeOutstanding {
-					resp.Outcomes[i].Outcome, resp.Outcomes[i].Condition = shared.OutcomeCapped, shared.ConditionCap
-					resp.Outcomes[i].Detail = fmt.Sprintf("max_workers %d: %d attached, %d on their way", m.cfg.MaxWorkers, len(req.Attached), len(m.outstanding))
-				}
-			}
-		}
-		for n := len(mine); n < upTo; n++ {
-			if room > 0 {
-				room--
-			}
-			m.n++
-			owner := m.name
-			if m.cfg.ForeignWorker {
-				owner = "someone-else"
-			}
-			o := shared.Outstanding{Profile: s.Profile, Job: fmt.Sprint(1000 + m.n), Worker: fmt.Sprintf("%s-%s-%08x", owner, s.Profile, m.n)}
-			m.outstanding[o.Worker] = o
-			add = append(add, o)
-			pd.Requested++
-			pd.OnTheWay++
-		}
-		for n := len(mine); n > pd.Wanted; n-- {
-			o := mine[n-1]
-			delete(m.outstanding, o.Worker)
-			cancelled = append(cancelled, o)
-			pd.Cancelled++
-			pd.OnTheWay--
-		}
-		if pd.Requested > 0 {
-			pd.Submissions = 1
-			for i := range resp.Outcomes {
-				if resp.Outcomes[i].Profile == s.Profile {
-					resp.Outcomes[i].Outcome = shared.OutcomeRequested
-				}
-			}
-		}
+		pd, a, c := m.profileLocked(s, wanted[s.Profile], &room, len(req.Attached), resp.Outcomes)
+		add, cancelled = append(add, a...), append(cancelled, c...)
 		if pd.Wanted > 0 || pd.OnTheWay > 0 || pd.Cancelled > 0 {
 			resp.Profiles = append(resp.Profiles, pd)
 		}
 	}
-	host, failProvision := m.host, m.cfg.FailProvision
-	m.mu.Unlock()
+	return resp, add, cancelled
+}
 
-	for _, o := range cancelled {
-		m.publish(ctx, host, shared.Event{Kind: shared.EventWorkerCancelled, Profile: o.Profile, Job: o.Job, Worker: o.Worker, Detail: "demand fell"})
+// profileLocked keeps wanted machines of s's profile on their way,
+// within its backoff and the room max_workers leaves, and says so in
+// the outcomes of the entries it serves.
+func (m *memory) profileLocked(s shared.Shape, wanted int, room *int, attached int, outcomes []shared.DemandOutcome) (pd shared.ProfileDemand, add, cancelled []shared.Outstanding) {
+	var mine []shared.Outstanding
+	for _, o := range m.outstanding {
+		if o.Profile == s.Profile {
+			mine = append(mine, o)
+		}
 	}
-	// Whether each machine storms is drawn first, so that the credentials
-	// of those that will be started are asked for in one batch (contract
-	// 2.4; one at a time from an older host): a credential is worth one
-	// worker, and none is minted for a machine that dies unstarted.
-	storms := make([]bool, len(add))
+	slices.SortFunc(mine, func(a, b shared.Outstanding) int { return strings.Compare(a.Job, b.Job) })
+	pd = shared.ProfileDemand{Profile: s.Profile, Wanted: wanted, OnTheWay: len(mine)}
+	// say sets the outcome of the profile's entries, or of those still
+	// outstanding only.
+	say := func(onlyOutstanding bool, to shared.ProvisionOutcome, cond shared.Condition, detail string) {
+		for i := range outcomes {
+			if outcomes[i].Profile == s.Profile && (!onlyOutstanding || outcomes[i].Outcome == shared.OutcomeOutstanding) {
+				outcomes[i].Outcome, outcomes[i].Condition, outcomes[i].Detail = to, cond, detail
+			}
+		}
+	}
+	// The storm mode (broken.go) never backs off.
+	upTo := pd.Wanted
+	if b, ok := m.backingOffLocked(s.Profile); ok && !broken("storm") && len(mine) < pd.Wanted {
+		say(false, shared.OutcomeBackingOff, shared.ConditionBackingOff, fmt.Sprintf("%d failure(s) in a row, until %s: %s", b.Failures, b.Until.Format(time.TimeOnly), b.LastError))
+		upTo = len(mine)
+	}
+	if *room >= 0 && upTo > len(mine)+*room {
+		upTo = len(mine) + *room
+		say(true, shared.OutcomeCapped, shared.ConditionCap, fmt.Sprintf("max_workers %d: %d attached, %d on their way", m.cfg.MaxWorkers, attached, len(m.outstanding)))
+	}
+	for n := len(mine); n < upTo; n++ {
+		if *room > 0 {
+			*room--
+		}
+		m.n++
+		owner := m.name
+		if m.cfg.ForeignWorker {
+			owner = "someone-else"
+		}
+		o := shared.Outstanding{Profile: s.Profile, Job: fmt.Sprint(1000 + m.n), Worker: fmt.Sprintf("%s-%s-%08x", owner, s.Profile, m.n)}
+		m.outstanding[o.Worker] = o
+		add = append(add, o)
+		pd.Requested++
+		pd.OnTheWay++
+	}
+	for n := len(mine); n > pd.Wanted; n-- {
+		o := mine[n-1]
+		delete(m.outstanding, o.Worker)
+		cancelled = append(cancelled, o)
+		pd.Cancelled++
+		pd.OnTheWay--
+	}
+	if pd.Requested > 0 {
+		pd.Submissions = 1
+		for i := range outcomes {
+			if outcomes[i].Profile == s.Profile {
+				outcomes[i].Outcome = shared.OutcomeRequested
+			}
+		}
+	}
+	return pd, add, cancelled
+}
+
+// mint draws whether each machine storms first, so that the credentials
+// of those that will be started are asked for in one batch (contract
+// 2.4; one at a time from an older host): a credential is worth one
+// worker, and none is minted for a machine that dies unstarted. minted
+// holds each asked-for worker's error, nil when its credential came.
+func (m *memory) mint(ctx context.Context, host shared.Host, add []shared.Outstanding, failProvision bool) (storms []bool, minted map[string]error) {
+	storms = make([]bool, len(add))
 	mint := &shared.MintCredentialsRequest{}
-	minted := map[string]error{}
+	minted = map[string]error{}
 	for i, o := range add {
 		storms[i] = storming()
 		if !storms[i] && !failProvision {
@@ -342,58 +364,66 @@ func (m *memory) Provision(ctx context.Context, req *shared.ProvisionRequest) (*
 			}
 		}
 	}
-	for i, o := range add {
-		ev := shared.Event{Kind: shared.EventWorkerProvisioned, Profile: o.Profile, Job: o.Job, Worker: o.Worker, Time: time.Now()}
-		if storms[i] {
-			// Started, and dead at once: announced, failed, and forgotten,
-			// so that the next Provision asks again.
-			m.publish(ctx, host, ev)
-			ev.Kind, ev.Detail, ev.Class = shared.EventWorkerProvisionFailed, "the worker exited with status 1 before it attached", shared.FailureDiedBeforeAttach
-			m.mu.Lock()
-			delete(m.outstanding, o.Worker)
-			m.failedLocked(o.Profile, ev.Detail)
-			m.mu.Unlock()
-		} else if failProvision {
-			// As a submission the cluster rejects: forgotten, the profile
-			// backing off (before the event, so that an engine asking
-			// again on hearing it is told so), and the event says why.
-			ev.Kind, ev.Job, ev.Detail = shared.EventWorkerProvisionFailed, "", "sbatch: error: invalid partition specified: nope"
-			ev.Class = shared.FailureMisconfigured
-			m.mu.Lock()
-			delete(m.outstanding, o.Worker)
-			m.failedLocked(o.Profile, ev.Detail)
-			m.mu.Unlock()
-		} else if err := minted[o.Worker]; err != nil {
-			m.mu.Lock()
-			delete(m.outstanding, o.Worker)
-			m.mu.Unlock()
-			ev.Kind, ev.Detail = shared.EventWorkerProvisionFailed, err.Error()
-			// A refusal is this plugin's mistake; anything else (the
-			// host gone, a deadline) may clear by itself.
-			ev.Class = shared.FailureTransient
-			if errors.Is(err, shared.ErrPermissionDenied) || errors.Is(err, shared.ErrInvalidArgument) {
-				ev.Class = shared.FailureMisconfigured
-			}
-		}
+	return storms, minted
+}
+
+// start announces machine o: provisioned, or, when it storms, the
+// configuration fails its submissions, or its credential was refused,
+// failed and forgotten.
+func (m *memory) start(ctx context.Context, host shared.Host, o shared.Outstanding, storms, failProvision bool, mintErr error) {
+	ev := shared.Event{Kind: shared.EventWorkerProvisioned, Profile: o.Profile, Job: o.Job, Worker: o.Worker, Time: time.Now()}
+	switch {
+	case storms:
+		// Started, and dead at once: announced, failed, and forgotten,
+		// so that the next Provision asks again.
 		m.publish(ctx, host, ev)
-	}
-	if broken("dies") {
-		for _, o := range add {
-			ev := shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: o.Profile, Job: o.Job, Worker: o.Worker, Time: time.Now(),
-				Detail: "the worker exited with status 1 before it attached", Class: shared.FailureDiedBeforeAttach}
-			m.mu.Lock()
-			_, ours := m.outstanding[o.Worker]
-			if ours {
-				delete(m.outstanding, o.Worker)
-				m.failedLocked(o.Profile, ev.Detail)
-			}
-			m.mu.Unlock()
-			if ours {
-				m.publish(ctx, host, ev)
-			}
+		ev.Kind, ev.Detail, ev.Class = shared.EventWorkerProvisionFailed, "the worker exited with status 1 before it attached", shared.FailureDiedBeforeAttach
+		m.mu.Lock()
+		delete(m.outstanding, o.Worker)
+		m.failedLocked(o.Profile, ev.Detail)
+		m.mu.Unlock()
+	case failProvision:
+		// As a submission the cluster rejects: forgotten, the profile
+		// backing off (before the event, so that an engine asking
+		// again on hearing it is told so), and the event says why.
+		ev.Kind, ev.Job, ev.Detail = shared.EventWorkerProvisionFailed, "", "sbatch: error: invalid partition specified: nope"
+		ev.Class = shared.FailureMisconfigured
+		m.mu.Lock()
+		delete(m.outstanding, o.Worker)
+		m.failedLocked(o.Profile, ev.Detail)
+		m.mu.Unlock()
+	case mintErr != nil:
+		m.mu.Lock()
+		delete(m.outstanding, o.Worker)
+		m.mu.Unlock()
+		ev.Kind, ev.Detail = shared.EventWorkerProvisionFailed, mintErr.Error()
+		// A refusal is this plugin's mistake; anything else (the
+		// host gone, a deadline) may clear by itself.
+		ev.Class = shared.FailureTransient
+		if errors.Is(mintErr, shared.ErrPermissionDenied) || errors.Is(mintErr, shared.ErrInvalidArgument) {
+			ev.Class = shared.FailureMisconfigured
 		}
 	}
-	return resp, nil
+	m.publish(ctx, host, ev)
+}
+
+// dieAll fails every machine of add still on its way, as if its worker
+// exited before it attached (the broken mode "dies").
+func (m *memory) dieAll(ctx context.Context, host shared.Host, add []shared.Outstanding) {
+	for _, o := range add {
+		ev := shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: o.Profile, Job: o.Job, Worker: o.Worker, Time: time.Now(),
+			Detail: "the worker exited with status 1 before it attached", Class: shared.FailureDiedBeforeAttach}
+		m.mu.Lock()
+		_, ours := m.outstanding[o.Worker]
+		if ours {
+			delete(m.outstanding, o.Worker)
+			m.failedLocked(o.Profile, ev.Detail)
+		}
+		m.mu.Unlock()
+		if ours {
+			m.publish(ctx, host, ev)
+		}
+	}
 }
 
 func (m *memory) publish(ctx context.Context, host shared.Host, ev shared.Event) {

@@ -13,12 +13,11 @@
 // internal/wire/protocol_doc_test.go); bin/provisioner-conformance checks
 // a plugin against both.
 //
-// Versions: the contract is 2.6. 2.1 added StatusResponse.counters, 2.2
-// Check and Preview, 2.3 Event.failure_class, 2.4 the batch mint and
-// Reconcile by change, 2.5 DemandOutcome.condition and the capabilities
-// each side declares (InfoResponse.capabilities, Hello.capabilities), 2.6
-// the worker_job_ended event, Event.job_state and Outstanding.reason.
-// Every addition is one an older peer leaves unset or never sends.
+// Versions: the contract is 2.7. This line is where the version is
+// written: shared.ContractVersion and the docs that state it are checked
+// against it (shared/version_test.go). A minor version only adds what an
+// older peer leaves unset, never sends, or does not list; CHANGELOG.md
+// at the module's root says what each version added.
 //
 // Conventions:
 //   - Every RPC takes a request message and returns a response message, so

@@ -48,6 +48,14 @@ func TestEscape(t *testing.T) {
 	if got := EscapeLine("a\nb\tc"); got != `a\u000ab\u0009c` {
 		t.Errorf("EscapeLine kept a line break or tab: %q", got)
 	}
+	// What a worker sends (a host name, an output): text of any script
+	// kept, and what would start a line or drive a terminal escaped.
+	if got := EscapeLine("nœud-01 計算"); got != "nœud-01 計算" {
+		t.Errorf("EscapeLine changed printable text: %q", got)
+	}
+	if got := EscapeLine("a\xffb\u2028c\td\x1b"); got != `a\xffb\u2028c\u0009d\u001b` {
+		t.Errorf("EscapeLine(%q) = %q", "a\xffb\u2028c\td\x1b", got)
+	}
 }
 
 // TestWriter: a logger's or the diagnostics' output is escaped whole; a

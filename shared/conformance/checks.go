@@ -34,9 +34,13 @@ type run struct {
 	events chan shared.Event
 	out    *output
 	kind   string
-	schema *shared.Schema
-	good   json.RawMessage
-	shapes []shared.Shape
+	// infoResp is Info's answer, nil if it failed.
+	infoResp *shared.InfoResponse
+	schema   *shared.Schema
+	good     json.RawMessage
+	// invalid is each Config.Invalid case decoded with the schema.
+	invalid []json.RawMessage
+	shapes  []shared.Shape
 	// provisioned names the workers the provision check saw announced.
 	provisioned []string
 	// note is what a passing check has to say (set by its fn, taken by
@@ -76,187 +80,30 @@ func (r *run) all(ctx context.Context) {
 			r.plugin.Kill()
 		}
 	}()
-	cfg := r.cfg
 
-	r.check(checkCookie, false, func() problems { return refusesWithoutCookie(ctx, cfg) })
-
-	r.check(checkHandshake, true, func() problems {
-		var err error
-		r.out = &output{}
-		r.plugin, err = launch(ctx, cfg, r.out, func(ev shared.Event) {
-			// The checks only ever look at the first events; a full
-			// channel must never block the plugin's event stream.
-			select {
-			case r.events <- ev:
-			default:
-			}
-		})
-		if err != nil {
-			return problems{fmt.Sprintf("launch: %v", err)}
-		}
-		r.p = r.plugin.Provisioner()
-		return nil
-	})
-
-	var info *shared.InfoResponse
-	r.check(checkInfo, false, func() problems {
-		var err error
-		info, err = r.p.Info(ctx, &shared.InfoRequest{})
-		if err != nil {
-			return problems{err.Error()}
-		}
-		r.kind = info.Kind
-		if info.Kind == "" || info.Version == "" {
-			return problems{fmt.Sprintf("Info must name a kind and a version: %+v", info)}
-		}
-		return nil
-	})
-	r.check(checkContract, false, func() problems {
-		if info == nil {
-			return problems{"Info failed"}
-		}
-		if major(info.ContractVersion) != major(shared.ContractVersion) {
-			return problems{fmt.Sprintf("contract version %q, this host speaks %q (any %s.x)", info.ContractVersion, shared.ContractVersion, major(shared.ContractVersion))}
-		}
-		return nil
-	})
-
-	invalid := make([]json.RawMessage, len(cfg.Invalid))
-	r.check(checkSchema, true, func() problems {
-		var found problems
-		first, err := r.p.Schema(ctx, &shared.SchemaRequest{})
-		if err != nil {
-			return problems{err.Error()}
-		}
-		if err := first.Schema.Validate(); err != nil {
-			return problems{fmt.Sprintf("the schema is not one a host can use: %v", err)}
-		}
-		r.schema = first.Schema
-		again, err := r.p.Schema(ctx, &shared.SchemaRequest{})
-		if err != nil || !reflect.DeepEqual(first.Schema, again.Schema) {
-			found.add("Schema answered differently the second time (%v)", err)
-		}
-		var diags hcl.Diagnostics
-		r.good, diags = decode(cfg.HCL, first.Schema)
-		if diags.HasErrors() {
-			return append(found, "the good configuration does not decode against the plugin's schema: "+diags.Error())
-		}
-		for i, inv := range cfg.Invalid {
-			raw, diags := decode(inv.HCL, first.Schema)
-			if diags.HasErrors() {
-				return append(found, fmt.Sprintf("invalid case %d is rejected by the schema itself, so it tests nothing of the plugin: %s", i, diags.Error()))
-			}
-			invalid[i] = raw
-		}
-		return found
-	})
-
-	r.check(checkValidate, false, func() problems {
-		var found problems
-		v, err := r.p.ValidateConfig(ctx, &shared.ValidateConfigRequest{Name: cfg.Name, Config: r.good})
-		if err != nil {
-			return problems{err.Error()}
-		}
-		if v.Diagnostics.HasErrors() {
-			found.add("the good configuration was rejected: %s", v.Diagnostics.Error())
-		}
-		for i, inv := range cfg.Invalid {
-			v, err := r.p.ValidateConfig(ctx, &shared.ValidateConfigRequest{Name: cfg.Name, Config: invalid[i]})
-			if err != nil {
-				return append(found, err.Error())
-			}
-			if !hasPath(v.Diagnostics, inv.Path) {
-				found.add("a broken configuration at %s was not reported there; got %q", strings.Join(inv.Path, "."), v.Diagnostics.Error())
-			}
-		}
-		return found
-	})
-
-	// Preview is optional (contract 2.2): a plugin without it answers
-	// UNIMPLEMENTED, and one with it answers an unknown profile with an
-	// error diagnostic, not a failed call. Check is not called: it
-	// reaches the real system, which a conformance run need not have.
-	r.check(checkPreview, false, func() problems {
-		pv, ok := r.p.(shared.Previewer)
-		if !ok {
-			return nil
-		}
-		prev, err := pv.Preview(ctx, &shared.PreviewRequest{Name: cfg.Name, Config: r.good, Profile: "no-such-profile-conformance"})
-		switch {
-		case errors.Is(err, shared.ErrUnimplemented):
-			return nil
-		case err != nil:
-			return problems{"Preview of an unknown profile failed as a call, not with a diagnostic: " + err.Error()}
-		case !prev.Diagnostics.HasErrors():
-			return problems{"Preview of a profile the configuration does not have answered without an error diagnostic"}
-		}
-		return nil
-	})
-
+	r.check(checkCookie, false, func() problems { return refusesWithoutCookie(ctx, r.cfg) })
+	r.check(checkHandshake, true, func() problems { return r.launch(ctx) })
+	r.check(checkInfo, false, func() problems { return r.info(ctx) })
+	r.check(checkContract, false, r.contract)
+	r.check(checkSchema, true, func() problems { return r.schemaOnce(ctx) })
+	r.check(checkValidate, false, func() problems { return r.validate(ctx) })
+	r.check(checkPreview, false, func() problems { return r.preview(ctx) })
 	r.check(checkNotConfigured, false, func() problems {
 		_, err := r.p.Provision(ctx, &shared.ProvisionRequest{Demand: []shared.Demand{{Need: shared.Need{CPUs: 1}, Count: 1}}})
 		return wantReason(err, shared.ErrNotConfigured, "NOT_CONFIGURED", "Provision before Configure")
 	})
-
-	r.check(checkConfigure, true, func() problems {
-		c, err := r.p.Configure(ctx, &shared.ConfigureRequest{Name: cfg.Name, Config: r.good})
-		if err != nil {
-			return problems{err.Error()}
-		}
-		if c.Diagnostics.HasErrors() {
-			return problems{"Configure rejected the good configuration: " + c.Diagnostics.Error()}
-		}
-		return nil
-	})
-
+	r.check(checkConfigure, true, func() problems { return r.configure(ctx) })
 	r.check(checkShapes, false, func() problems { return r.shapesAndCovers(ctx) })
 	r.check(checkProvision, false, func() problems { return r.provision(ctx) })
 	r.check(checkSettled, false, func() problems { return r.settled() })
 	r.check(checkReconcile, false, func() problems { return r.reconcile(ctx) })
-	r.check(checkStatus, false, func() problems {
-		var found problems
-		st, err := r.p.Status(ctx, &shared.StatusRequest{})
-		if err != nil {
-			return problems{err.Error()}
-		}
-		if st.Name != cfg.Name || st.Kind != r.kind || len(st.Profiles) == 0 {
-			found.add("Status = %+v, want name %q, kind %q and its profiles", st, cfg.Name, r.kind)
-		}
-		for _, o := range st.Outstanding {
-			if !contains(st.Profiles, o.Profile) || o.Age < 0 {
-				found.add("outstanding %+v is not for one of the profiles %v", o, st.Profiles)
-			}
-		}
-		return found
-	})
-
-	r.check(checkShutdown, true, func() problems {
-		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		if _, err := r.p.Shutdown(sctx, &shared.ShutdownRequest{}); err != nil {
-			return problems{fmt.Sprintf("Shutdown: %v", err)}
-		}
-		if sctx.Err() != nil {
-			return problems{"Shutdown did not return before its deadline"}
-		}
-		return nil
-	})
+	r.check(checkStatus, false, func() problems { return r.status(ctx) })
+	r.check(checkShutdown, true, func() problems { return r.shutdown(ctx) })
 	r.check(checkShutDownDetail, false, func() problems {
 		_, err := r.p.Provision(ctx, &shared.ProvisionRequest{Demand: []shared.Demand{{Need: shared.Need{CPUs: 1}, Count: 1}}})
 		return wantReason(err, shared.ErrShutdown, "SHUT_DOWN", "Provision after Shutdown")
 	})
-	r.check(checkController, false, func() problems {
-		// go-plugin's Kill asks GRPCController.Shutdown first and waits
-		// up to 2 s for the process to leave before it sends SIGKILL.
-		start := time.Now()
-		r.plugin.Kill()
-		exit := r.plugin.ExitStatus()
-		if exit == nil || exit.Signal != "" {
-			return problems{fmt.Sprintf("the process was %s %.1fs after GRPCController.Shutdown: serve the plugin.GRPCController service and exit when it is called",
-				exit, time.Since(start).Seconds())}
-		}
-		return nil
-	})
+	r.check(checkController, false, r.controller)
 	r.check(checkStdout, false, func() problems {
 		if lines := r.out.stdoutLines(); len(lines) > 0 {
 			return problems{fmt.Sprintf("%d line(s) on stdout after the handshake, the first: %q; stdout carries the handshake line only, log to stderr", len(lines), lines[0])}
@@ -270,12 +117,191 @@ func (r *run) all(ctx context.Context) {
 	if r.stopped != checkHandshake {
 		r.stopped = ""
 	}
-	r.check(checkSIGTERM, false, func() problems { return exitsOnSIGTERM(ctx, cfg) })
-	r.check(checkParentDeath, false, func() problems { return exitsWhenOrphaned(ctx, cfg) })
+	r.check(checkSIGTERM, false, func() problems { return exitsOnSIGTERM(ctx, r.cfg) })
+	r.check(checkParentDeath, false, func() problems { return exitsWhenOrphaned(ctx, r.cfg) })
 	if r.schema == nil {
 		r.stopped = checkSchema
 	}
 	r.check(checkBackoff, false, func() problems { return r.backsOff(ctx) })
+}
+
+// launch starts the plugin through the handshake.
+func (r *run) launch(ctx context.Context) problems {
+	var err error
+	r.out = &output{}
+	r.plugin, err = launch(ctx, r.cfg, r.out, func(ev shared.Event) {
+		// The checks only ever look at the first events; a full
+		// channel must never block the plugin's event stream.
+		select {
+		case r.events <- ev:
+		default:
+		}
+	})
+	if err != nil {
+		return problems{fmt.Sprintf("launch: %v", err)}
+	}
+	r.p = r.plugin.Provisioner()
+	return nil
+}
+
+// info asks Info, which must name a kind and a version.
+func (r *run) info(ctx context.Context) problems {
+	var err error
+	r.infoResp, err = r.p.Info(ctx, &shared.InfoRequest{})
+	if err != nil {
+		return problems{err.Error()}
+	}
+	r.kind = r.infoResp.Kind
+	if r.infoResp.Kind == "" || r.infoResp.Version == "" {
+		return problems{fmt.Sprintf("Info must name a kind and a version: %+v", r.infoResp)}
+	}
+	return nil
+}
+
+// contract checks that Info's contract is of this host's major version.
+func (r *run) contract() problems {
+	info := r.infoResp
+	if info == nil {
+		return problems{"Info failed"}
+	}
+	if major(info.ContractVersion) != major(shared.ContractVersion) {
+		return problems{fmt.Sprintf("contract version %q, this host speaks %q (any %s.x)", info.ContractVersion, shared.ContractVersion, major(shared.ContractVersion))}
+	}
+	return nil
+}
+
+// schemaOnce asks Schema twice, which must answer the same usable
+// schema, and decodes the good and the invalid configurations with it.
+func (r *run) schemaOnce(ctx context.Context) problems {
+	var found problems
+	first, err := r.p.Schema(ctx, &shared.SchemaRequest{})
+	if err != nil {
+		return problems{err.Error()}
+	}
+	if err := first.Schema.Validate(); err != nil {
+		return problems{fmt.Sprintf("the schema is not one a host can use: %v", err)}
+	}
+	r.schema = first.Schema
+	again, err := r.p.Schema(ctx, &shared.SchemaRequest{})
+	if err != nil || !reflect.DeepEqual(first.Schema, again.Schema) {
+		found.add("Schema answered differently the second time (%v)", err)
+	}
+	var diags hcl.Diagnostics
+	r.good, diags = decode(r.cfg.HCL, first.Schema)
+	if diags.HasErrors() {
+		return append(found, "the good configuration does not decode against the plugin's schema: "+diags.Error())
+	}
+	r.invalid = make([]json.RawMessage, len(r.cfg.Invalid))
+	for i, inv := range r.cfg.Invalid {
+		raw, diags := decode(inv.HCL, first.Schema)
+		if diags.HasErrors() {
+			return append(found, fmt.Sprintf("invalid case %d is rejected by the schema itself, so it tests nothing of the plugin: %s", i, diags.Error()))
+		}
+		r.invalid[i] = raw
+	}
+	return found
+}
+
+// validate checks that ValidateConfig passes the good configuration and
+// reports each invalid one at its path.
+func (r *run) validate(ctx context.Context) problems {
+	var found problems
+	v, err := r.p.ValidateConfig(ctx, &shared.ValidateConfigRequest{Name: r.cfg.Name, Config: r.good})
+	if err != nil {
+		return problems{err.Error()}
+	}
+	if v.Diagnostics.HasErrors() {
+		found.add("the good configuration was rejected: %s", v.Diagnostics.Error())
+	}
+	for i, inv := range r.cfg.Invalid {
+		v, err := r.p.ValidateConfig(ctx, &shared.ValidateConfigRequest{Name: r.cfg.Name, Config: r.invalid[i]})
+		if err != nil {
+			return append(found, err.Error())
+		}
+		if !hasPath(v.Diagnostics, inv.Path) {
+			found.add("a broken configuration at %s was not reported there; got %q", strings.Join(inv.Path, "."), v.Diagnostics.Error())
+		}
+	}
+	return found
+}
+
+// preview checks the optional Preview (contract 2.2): a plugin without
+// it answers UNIMPLEMENTED, and one with it answers an unknown profile
+// with an error diagnostic, not a failed call. Check is not called: it
+// reaches the real system, which a conformance run need not have.
+func (r *run) preview(ctx context.Context) problems {
+	pv, ok := r.p.(shared.Previewer)
+	if !ok {
+		return nil
+	}
+	prev, err := pv.Preview(ctx, &shared.PreviewRequest{Name: r.cfg.Name, Config: r.good, Profile: "no-such-profile-conformance"})
+	switch {
+	case errors.Is(err, shared.ErrUnimplemented):
+		return nil
+	case err != nil:
+		return problems{"Preview of an unknown profile failed as a call, not with a diagnostic: " + err.Error()}
+	case !prev.Diagnostics.HasErrors():
+		return problems{"Preview of a profile the configuration does not have answered without an error diagnostic"}
+	}
+	return nil
+}
+
+// configure applies the good configuration, which must be accepted.
+func (r *run) configure(ctx context.Context) problems {
+	c, err := r.p.Configure(ctx, &shared.ConfigureRequest{Name: r.cfg.Name, Config: r.good})
+	if err != nil {
+		return problems{err.Error()}
+	}
+	if c.Diagnostics.HasErrors() {
+		return problems{"Configure rejected the good configuration: " + c.Diagnostics.Error()}
+	}
+	return nil
+}
+
+// status checks that Status names the block, the kind and its profiles,
+// and that what is outstanding is for one of them.
+func (r *run) status(ctx context.Context) problems {
+	var found problems
+	st, err := r.p.Status(ctx, &shared.StatusRequest{})
+	if err != nil {
+		return problems{err.Error()}
+	}
+	if st.Name != r.cfg.Name || st.Kind != r.kind || len(st.Profiles) == 0 {
+		found.add("Status = %+v, want name %q, kind %q and its profiles", st, r.cfg.Name, r.kind)
+	}
+	for _, o := range st.Outstanding {
+		if !contains(st.Profiles, o.Profile) || o.Age < 0 {
+			found.add("outstanding %+v is not for one of the profiles %v", o, st.Profiles)
+		}
+	}
+	return found
+}
+
+// shutdown checks that Shutdown returns within its deadline.
+func (r *run) shutdown(ctx context.Context) problems {
+	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if _, err := r.p.Shutdown(sctx, &shared.ShutdownRequest{}); err != nil {
+		return problems{fmt.Sprintf("Shutdown: %v", err)}
+	}
+	if sctx.Err() != nil {
+		return problems{"Shutdown did not return before its deadline"}
+	}
+	return nil
+}
+
+// controller checks that the process exits on GRPCController.Shutdown:
+// go-plugin's Kill asks it first and waits up to 2 s for the process to
+// leave before it sends SIGKILL.
+func (r *run) controller() problems {
+	start := time.Now()
+	r.plugin.Kill()
+	exit := r.plugin.ExitStatus()
+	if exit == nil || exit.Signal != "" {
+		return problems{fmt.Sprintf("the process was %s %.1fs after GRPCController.Shutdown: serve the plugin.GRPCController service and exit when it is called",
+			exit, time.Since(start).Seconds())}
+	}
+	return nil
 }
 
 // wantReason checks that err is the sentinel want and carried the
@@ -522,18 +548,9 @@ func (r *run) backsOff(ctx context.Context) problems {
 	if first.Outcomes[0].Outcome == shared.OutcomeBackingOff {
 		return nil
 	}
-	timeout := time.NewTimer(cfg.EventTimeout)
-	defer timeout.Stop()
-	var failed shared.Event
-	for failed.Kind == "" {
-		select {
-		case ev := <-events:
-			if ev.Kind == shared.EventWorkerProvisionFailed && ev.Profile == profile {
-				failed = ev
-			}
-		case <-timeout.C:
-			return problems{fmt.Sprintf("no worker_provision_failed for profile %s within %s of Provision with the failing configuration; give one whose machines fail at once", profile, cfg.EventTimeout)}
-		}
+	failed, ok := failureOf(events, profile, cfg.EventTimeout)
+	if !ok {
+		return problems{fmt.Sprintf("no worker_provision_failed for profile %s within %s of Provision with the failing configuration; give one whose machines fail at once", profile, cfg.EventTimeout)}
 	}
 	var found problems
 	again, err := ask()
@@ -544,18 +561,38 @@ func (r *run) backsOff(ctx context.Context) problems {
 		found.add("asked again right after worker %s of profile %s failed (%s), the plugin answered %s and asked for %d machine(s); back the profile off: answer BACKING_OFF until a time that grows with each failure in a row, and list it in Status.backing_off",
 			failed.Worker, profile, failed.Detail, again.Outcomes[0].Outcome, profileDemand(again, profile).Requested)
 	}
+	return append(found, listsBackingOff(ctx, p, profile)...)
+}
+
+// failureOf waits up to timeout for the worker_provision_failed of a
+// machine of profile.
+func failureOf(events <-chan shared.Event, profile string, timeout time.Duration) (shared.Event, bool) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		select {
+		case ev := <-events:
+			if ev.Kind == shared.EventWorkerProvisionFailed && ev.Profile == profile {
+				return ev, true
+			}
+		case <-t.C:
+			return shared.Event{}, false
+		}
+	}
+}
+
+// listsBackingOff checks that Status lists profile as backing off.
+func listsBackingOff(ctx context.Context, p shared.Provisioner, profile string) problems {
 	st, err := p.Status(ctx, &shared.StatusRequest{})
 	if err != nil {
-		return append(found, "Status: "+err.Error())
+		return problems{"Status: " + err.Error()}
 	}
-	listed := false
 	for _, b := range st.BackingOff {
-		listed = listed || b.Profile == profile
+		if b.Profile == profile {
+			return nil
+		}
 	}
-	if !listed {
-		found.add("Status.backing_off does not list profile %s after its machine failed: %+v", profile, st.BackingOff)
-	}
-	return found
+	return problems{fmt.Sprintf("Status.backing_off does not list profile %s after its machine failed: %+v", profile, st.BackingOff)}
 }
 
 func diagsText(c *shared.ConfigureResponse) string {

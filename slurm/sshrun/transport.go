@@ -2,6 +2,7 @@ package sshrun
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -156,7 +157,7 @@ func New(c Config, log hclog.Logger) *Transport {
 		c.Now = time.Now
 	}
 	c.Logins, c.Bastions = slices.Clone(c.Logins), slices.Clone(c.Bastions)
-	t := &Transport{cfg: c, program: cmpOr(c.Program, "ssh"), log: log,
+	t := &Transport{cfg: c, program: cmp.Or(c.Program, "ssh"), log: log,
 		slots: make(chan struct{}, c.MaxSessions), sessions: map[*Session]struct{}{}}
 	for _, b := range c.Bastions {
 		t.proxies = append(t.proxies, proxyCommand(t.program, &t.cfg, b))
@@ -460,13 +461,6 @@ func isShellSafe(r rune) bool {
 
 // shorten keeps at most maxSaid runes of s, both ends (clip.Ends).
 func shorten(s string) string { return clip.Ends(s, maxSaid) }
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
 
 // outputSizes remembers how much each command printed last, so that the
 // next call reads it into a buffer of that size at once: squeue prints a

@@ -64,18 +64,10 @@ func run() int {
 		return 1
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "soakengine", Level: hclog.LevelFromString(*level), Output: os.Stderr})
-	// The secret comes from the variable secret_env names when there is
-	// one, so that a restarted engine accepts the credentials of the
-	// workers the last one started (they attach again); else it is this
-	// run's own.
-	secret := host.RandomSecret()
-	if name := cfg.Engine.SecretEnv; name != "" && os.Getenv(name) != "" {
-		secret, err = host.ParseSecret(os.Getenv(name))
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "soakengine: %s: %v\n", name, err)
-			return 1
-		}
-		os.Unsetenv(name)
+	secret, err := engineSecret(cfg.Engine.SecretEnv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "soakengine:", err)
+		return 1
 	}
 	eng, err := engine.New(engine.Config{
 		Provisioners: cfg.Provisioners,
@@ -103,48 +95,8 @@ func run() int {
 		return 1
 	}
 	mux := eng.Mux(nil, true)
-	// POST /soak/tasks submits the tasks of its body, a JSON array of
-	// taskRequest, and answers with this process's pid (which engine
-	// took them, for a soak that restarts it) and, per id, "submitted"
-	// or why not.
-	mux.HandleFunc("POST /soak/tasks", func(w http.ResponseWriter, r *http.Request) {
-		var reqs []taskRequest
-		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<20)).Decode(&reqs); err != nil {
-			engine.WriteError(w, http.StatusBadRequest, err.Error())
-			return
-		}
-		answers := make(map[string]string, len(reqs))
-		for _, req := range reqs {
-			answers[req.ID] = "submitted"
-			spec, err := req.spec()
-			if err == nil {
-				_, err = eng.Submit(spec)
-			}
-			if err != nil {
-				answers[req.ID] = err.Error()
-			}
-		}
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(map[string]any{"pid": os.Getpid(), "answers": answers})
-	})
-	// POST /soak/withdraw takes tasks back by id (id=..., repeated) and
-	// answers, per id, "withdrawn" or why not: Withdraw cancels a task
-	// that waits, and refuses one on a worker or ended.
-	mux.HandleFunc("POST /soak/withdraw", func(w http.ResponseWriter, r *http.Request) {
-		if err := r.ParseForm(); err != nil {
-			engine.WriteError(w, http.StatusBadRequest, err.Error())
-			return
-		}
-		answers := map[string]string{}
-		for _, id := range r.PostForm["id"] {
-			answers[id] = "withdrawn"
-			if err := eng.Withdraw(id); err != nil {
-				answers[id] = err.Error()
-			}
-		}
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(answers)
-	})
+	mux.HandleFunc("POST /soak/tasks", submitTasks(eng))
+	mux.HandleFunc("POST /soak/withdraw", withdrawTasks(eng))
 	if err := eng.Serve(mux); err != nil {
 		fmt.Fprintln(os.Stderr, "soakengine:", err)
 		return 1
@@ -164,6 +116,71 @@ func run() int {
 		fmt.Println(r)
 	}
 	return 0
+}
+
+// engineSecret is the secret in the variable secretEnv names when there
+// is one, so that a restarted engine accepts the credentials of the
+// workers the last one started (they attach again); else this run's
+// own. The variable is unset once read.
+func engineSecret(secretEnv string) ([]byte, error) {
+	if secretEnv == "" || os.Getenv(secretEnv) == "" {
+		return host.RandomSecret(), nil
+	}
+	secret, err := host.ParseSecret(os.Getenv(secretEnv))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", secretEnv, err)
+	}
+	os.Unsetenv(secretEnv)
+	return secret, nil
+}
+
+// submitTasks is POST /soak/tasks: it submits the tasks of its body, a
+// JSON array of taskRequest, and answers with this process's pid (which
+// engine took them, for a soak that restarts it) and, per id,
+// "submitted" or why not.
+func submitTasks(eng *engine.Engine) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var reqs []taskRequest
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<20)).Decode(&reqs); err != nil {
+			engine.WriteError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		answers := make(map[string]string, len(reqs))
+		for _, req := range reqs {
+			answers[req.ID] = "submitted"
+			spec, err := req.spec()
+			if err == nil {
+				_, err = eng.Submit(spec)
+			}
+			if err != nil {
+				answers[req.ID] = err.Error()
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"pid": os.Getpid(), "answers": answers})
+	}
+}
+
+// withdrawTasks is POST /soak/withdraw: it takes tasks back by id
+// (id=..., repeated) and answers, per id, "withdrawn" or why not:
+// Withdraw cancels a task that waits, and refuses one on a worker or
+// ended.
+func withdrawTasks(eng *engine.Engine) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := r.ParseForm(); err != nil {
+			engine.WriteError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		answers := map[string]string{}
+		for _, id := range r.PostForm["id"] {
+			answers[id] = "withdrawn"
+			if err := eng.Withdraw(id); err != nil {
+				answers[id] = err.Error()
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(answers)
+	}
 }
 
 // taskRequest is one task of POST /soak/tasks: engine.TaskSpec as JSON,

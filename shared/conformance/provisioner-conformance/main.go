@@ -69,46 +69,61 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	body, err := os.ReadFile(*config)
+	cfg, err := readInputs(*config, invalidFiles, *failing)
 	if err != nil {
-		fmt.Fprintf(stderr, "provisioner-conformance: -config: %v\n", err)
+		fmt.Fprintf(stderr, "provisioner-conformance: %v\n", err)
 		return 2
 	}
-	var invalid []conformance.Invalid
-	for _, f := range invalidFiles {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			fmt.Fprintf(stderr, "provisioner-conformance: -invalid: %v\n", err)
-			return 2
-		}
-		inv, err := conformance.ParseInvalid(string(b))
-		if err != nil {
-			fmt.Fprintf(stderr, "provisioner-conformance: -invalid %s: %v\n", f, err)
-			return 2
-		}
-		invalid = append(invalid, inv)
-	}
-	var failingBody string
-	if *failing != "" {
-		b, err := os.ReadFile(*failing)
-		if err != nil {
-			fmt.Fprintf(stderr, "provisioner-conformance: -failing: %v\n", err)
-			return 2
-		}
-		failingBody = string(b)
-	}
-	logger := hclog.NewNullLogger()
+	cfg.Binary, cfg.Name, cfg.EventTimeout = *bin, *name, *eventTimeout
+	cfg.Logger = hclog.NewNullLogger()
 	if *verbose {
-		logger = hclog.New(&hclog.LoggerOptions{Output: stderr, Level: hclog.Debug})
+		cfg.Logger = hclog.New(&hclog.LoggerOptions{Output: stderr, Level: hclog.Debug})
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if !conformance.Check(ctx, cfg, printer(stdout, *asJSON)) {
+		return 1
+	}
+	return 0
+}
 
-	enc := json.NewEncoder(stdout)
-	ok := conformance.Check(ctx, conformance.Config{
-		Binary: *bin, Name: *name, HCL: string(body), Invalid: invalid, Failing: failingBody, EventTimeout: *eventTimeout, Logger: logger,
-	}, func(r conformance.Result) {
-		if *asJSON {
+// readInputs reads the configurations the flags name: the good one
+// (-config), the broken ones with the path each must be reported at
+// (-invalid), and the failing one (-failing), if given.
+func readInputs(config string, invalidFiles []string, failing string) (conformance.Config, error) {
+	var cfg conformance.Config
+	body, err := os.ReadFile(config)
+	if err != nil {
+		return cfg, fmt.Errorf("-config: %w", err)
+	}
+	cfg.HCL = string(body)
+	for _, f := range invalidFiles {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return cfg, fmt.Errorf("-invalid: %w", err)
+		}
+		inv, err := conformance.ParseInvalid(string(b))
+		if err != nil {
+			return cfg, fmt.Errorf("-invalid %s: %w", f, err)
+		}
+		cfg.Invalid = append(cfg.Invalid, inv)
+	}
+	if failing != "" {
+		b, err := os.ReadFile(failing)
+		if err != nil {
+			return cfg, fmt.Errorf("-failing: %w", err)
+		}
+		cfg.Failing = string(b)
+	}
+	return cfg, nil
+}
+
+// printer writes each check's result to w as it comes: a JSON object a
+// line, or PASS, FAIL or SKIP with the check's name, time and detail.
+func printer(w io.Writer, asJSON bool) func(conformance.Result) {
+	enc := json.NewEncoder(w)
+	return func(r conformance.Result) {
+		if asJSON {
 			_ = enc.Encode(r)
 			return
 		}
@@ -123,12 +138,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if r.Detail != "" {
 			line += ": " + strings.ReplaceAll(r.Detail, "\n", "; ")
 		}
-		fmt.Fprintln(stdout, line)
-	})
-	if !ok {
-		return 1
+		fmt.Fprintln(w, line)
 	}
-	return 0
 }
 
 // fileList collects a repeatable flag's values.
