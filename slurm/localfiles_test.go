@@ -46,3 +46,64 @@ func TestShippedWorkerOthersCanWrite(t *testing.T) {
 		t.Errorf("with worker_command set, the worker to ship was looked at: %v", d)
 	}
 }
+
+// TestBudgetDirSquatted: the RPC budget's directory made first by another
+// user (uid 65534, where TMPDIR leads) is an error at max_rpc_rate in
+// validation and at Configure, which configures nothing, each saying the
+// path, the owner and the fix; no budget is kept elsewhere. A budget
+// directory taken over after Configure fails the next command, which
+// does not run (the fake ssh sees no squeue), with the same words.
+func TestBudgetDirSquatted(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("gives a directory to uid 65534: needs root")
+	}
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	dir := filepath.Join(tmp, "fluksio-rpc-0")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	says := func(what, text string) {
+		t.Helper()
+		for _, want := range []string{dir + " is owned by uid 65534, not this user (uid 0)", "rm -r " + dir} {
+			if !strings.Contains(text, want) {
+				t.Errorf("%s: %q does not say %q", what, text, want)
+			}
+		}
+	}
+	h := newUnconfigured(t, "squeue=ok")
+	cfg := mustJSON(t, baseConfig())
+	vresp, err := h.p.ValidateConfig(context.Background(), &shared.ValidateConfigRequest{Name: "hpc", Config: cfg})
+	if err != nil || len(vresp.Diagnostics) != 1 || strings.Join(vresp.Diagnostics[0].Path, ".") != "max_rpc_rate" {
+		t.Fatalf("ValidateConfig = %v, %v; want one error at max_rpc_rate", vresp, err)
+	}
+	says("ValidateConfig", vresp.Diagnostics[0].Detail)
+	cresp, err := h.p.Configure(context.Background(), &shared.ConfigureRequest{Name: "hpc", Config: cfg, Host: h.host})
+	if err != nil || !cresp.Diagnostics.HasErrors() || strings.Join(cresp.Diagnostics[0].Path, ".") != "max_rpc_rate" {
+		t.Fatalf("Configure = %v, %v; want an error at max_rpc_rate", cresp, err)
+	}
+	says("Configure", cresp.Diagnostics[0].Detail)
+	if h.p.settings() != nil {
+		t.Fatal("Configure refused, yet configured")
+	}
+
+	if err := os.Chown(dir, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	h.configure(t, nil)
+	h.fake.forget(t)
+	if err := os.Chown(dir, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = h.p.call(context.Background(), nil, "squeue", "-h", "--me")
+	if err == nil {
+		t.Fatal("squeue ran with the budget's directory another user's")
+	}
+	says("a command", err.Error())
+	if n := len(h.fake.callsTo("squeue")); n != 0 {
+		t.Errorf("%d squeue(s) ran unpaced", n)
+	}
+}
