@@ -75,7 +75,13 @@ type EngineBlock struct {
 
 	// loadedCert is the loaded pair, nil for plain HTTP.
 	loadedCert *tls.Certificate
+	// listenAt is where listen is set; nil when it is not.
+	listenAt *hcl.Range
 }
+
+// ListenAt is where the file sets listen, for a diagnostic about the
+// address; nil when the file leaves it to the default.
+func (e *EngineBlock) ListenAt() *hcl.Range { return e.listenAt }
 
 // File is a whole file.
 type File struct {
@@ -131,8 +137,12 @@ func LoadConfig(path string) (*File, hcl.Diagnostics) {
 			seenEngine = true
 			more := gohcl.DecodeBody(block.Body, nil, &cfg.Engine)
 			diags = append(diags, more...)
-			if attrs, _ := block.Body.JustAttributes(); attrs["plugin_dir"] != nil {
+			attrs, _ := block.Body.JustAttributes()
+			if attrs["plugin_dir"] != nil {
 				pluginDirAt = attrs["plugin_dir"].Expr.Range().Ptr()
+			}
+			if attrs["listen"] != nil {
+				cfg.Engine.listenAt = attrs["listen"].Expr.Range().Ptr()
 			}
 			if !more.HasErrors() {
 				diags = append(diags, checkEngineTLS(block, &cfg.Engine, filepath.Dir(path))...)

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -168,4 +171,98 @@ func TestReloadRefusesAFileOthersCanWrite(t *testing.T) {
 	if t.Failed() {
 		t.Logf("stdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)
 	}
+}
+
+// squatterScript is another user's server on the engine's port that
+// answers every GET 200 "fluksio engine", as an engine of an earlier
+// release did.
+const squatterScript = `
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"fluksio engine\n")
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+`
+
+// TestValidateProbeSquatted: another user (uid 65534) holds the engine's
+// port and answers the probe path 200 "fluksio engine". validate -check
+// -probe is not "reached": it exits 1 with an error at listen saying the
+// uid, the pid and what answered, and submits nothing (no provisioner is
+// checked). With this user's engine (host-example run) on the port
+// instead, validate takes it for the engine and says whose it is.
+func TestValidateProbeSquatted(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("runs a server as uid 65534: needs root")
+	}
+	// Debian's, not a shim under root's home that uid 65534 cannot run.
+	python := "/usr/bin/python3"
+	port := sandboxtest.FreePort(t)
+	cfg, _ := memoryConfig(t, port)
+	squatter := exec.Command(python, "-c", squatterScript, strconv.Itoa(port))
+	squatter.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	var out lockedBuffer
+	squatter.Stdout, squatter.Stderr = &out, &out
+	if err := squatter.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = squatter.Process.Kill()
+		_ = squatter.Wait()
+	})
+	poll(t, 30*time.Second, "the squatter to listen", func() bool {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+
+	var stdout, stderr bytes.Buffer
+	code := validateMain([]string{"-check", "-probe", cfg}, &stdout, &stderr)
+	t.Logf("validate -check -probe, port squatted: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	said := strings.Join(strings.Fields(stdout.String()+stderr.String()), " ")
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	for _, want := range []string{
+		cfg + ":2:12: error: Engine address held by another user",
+		fmt.Sprintf("held by uid 65534, pid %d (python3), which answered 200 OK \"fluksio engine\"", squatter.Process.Pid),
+	} {
+		if !strings.Contains(said, want) {
+			t.Errorf("validate does not say %q", want)
+		}
+	}
+	if strings.Contains(said, "reached") || strings.Contains(said, "provisioner \"mem\"") {
+		t.Error("validate went on to a probe, or says the engine was reached")
+	}
+	_ = squatter.Process.Kill()
+	_ = squatter.Wait()
+
+	e := &e2e{host: sandboxtest.Binary(t, "host-example", "host-example"), port: port}
+	p := e.startEngine(t, "-config", cfg)
+	poll(t, time.Minute, "the engine to listen", func() bool {
+		if p.exited() {
+			t.Fatalf("the engine exited\n%s%s", p.stdout, p.stderr)
+		}
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	stdout.Reset()
+	stderr.Reset()
+	code = validateMain([]string{"-check", "-probe", cfg}, &stdout, &stderr)
+	t.Logf("validate -check -probe, the engine running: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	if want := fmt.Sprintf("is in use by an engine of this user (uid 0, pid %d (host-example), which answered 200 OK \"fluksio engine ", p.cmd.Process.Pid); code != 0 || !strings.Contains(stdout.String(), want) {
+		t.Errorf("exit %d, want 0 and %q", code, want)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	p.waitDone(t, time.Minute)
 }

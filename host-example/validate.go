@@ -6,8 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
+
+	"github.com/hashicorp/hcl/v2"
 
 	"github.com/fluksio/provision/engine"
 	"github.com/fluksio/provision/internal/termsafe"
@@ -61,22 +64,32 @@ func validateMain(args []string, stdout, stderr io.Writer) int {
 	cfg, diags := engine.LoadConfig(file)
 	// found is what each provisioner's preflight learned, by name.
 	var found []provisionerFacts
+	// v starts each plugin once; with -probe, its plugins learn the value
+	// of the engine's run the probe's answer must carry.
+	var v host.Validator
 	if !diags.HasErrors() && *probe {
 		stop, err := cfg.Engine.ServeProbe()
 		switch {
 		case errors.Is(err, engine.ErrEngineListening):
-			fmt.Fprintf(stdout, "%s: %s is in use, most likely by the engine, which answers the reach probe itself\n", termsafe.EscapeLine(file), cfg.Engine.Listen)
+			held, d := probeHolder(cfg, *timeout)
+			diags = append(diags, d...)
+			if d.HasErrors() {
+				break
+			}
+			v.Env = []string{shared.ProbeAnswerEnv + "=" + held.Value}
+			fmt.Fprintf(stdout, "%s: %s is in use by an engine of this user (%s), which answers the reach probe itself\n",
+				termsafe.EscapeLine(file), cfg.Engine.Listen, termsafe.EscapeLine(held.String()))
 		case err != nil:
 			fmt.Fprintf(stderr, "%s: cannot serve the reach probe's answer at %s: %v\n", termsafe.EscapeLine(file), cfg.Engine.Listen, err)
 			return 1
 		default:
+			v.Env = []string{shared.ProbeAnswerEnv + "=" + engine.ProbeValue()}
 			fmt.Fprintf(stdout, "%s: answering the reach probe at %s while it runs; submitting one short job per provisioner\n", termsafe.EscapeLine(file), cfg.Engine.Listen)
 			defer stop()
 		}
 	}
 	if !diags.HasErrors() {
 		// One plugin process per binary answers for all its blocks.
-		var v host.Validator
 		for _, p := range cfg.Provisioners {
 			if !*preflight {
 				diags = append(diags, v.Validate(context.Background(), p)...)
@@ -150,4 +163,31 @@ func jsonFacts(facts []shared.Fact) []jsonFact {
 		out = append(out, jsonFact{Name: f.Name, Value: f.Value, Path: strings.Join(f.Path, ".")})
 	}
 	return out
+}
+
+// probeHolder says what holds the engine's address when validate cannot
+// serve the probe's answer there: an engine of this user, whose value of
+// the run the probe's worker must then find, or an error at listen that
+// says who holds it and what it answered. A probe that reached another
+// user's server would say nothing of the engine.
+func probeHolder(cfg *engine.File, timeout time.Duration) (engine.ProbeHolder, hcl.Diagnostics) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	held, err := cfg.Engine.WhoAnswers(ctx)
+	fail := func(summary, format string, args ...any) (engine.ProbeHolder, hcl.Diagnostics) {
+		return held, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: summary, Detail: fmt.Sprintf(format, args...), Subject: cfg.Engine.ListenAt()}}
+	}
+	switch {
+	case err != nil:
+		return fail("Reach probe not run", "%s is in use, and what holds it cannot be told: %v. The probe would not know what it reached: stop what listens there, or run the engine and check again.", cfg.Engine.Listen, err)
+	case held.UID != os.Getuid():
+		return fail("Engine address held by another user",
+			"%s is held by %s, not by this engine's user (uid %d). A probe from a compute node would reach it, not the engine, so none is submitted. Stop it, or move listen and engine_url to a port nobody else holds.",
+			cfg.Engine.Listen, held, os.Getuid())
+	case held.Value == "":
+		return fail("Engine address held by something else",
+			"%s is held by %s, not as an engine answers. A probe from a compute node would reach it, not the engine, so none is submitted. Stop it, or move listen and engine_url to a free port.",
+			cfg.Engine.Listen, held)
+	}
+	return held, nil
 }

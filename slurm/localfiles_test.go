@@ -1,8 +1,10 @@
 package slurm
 
 import (
+	"bytes"
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -105,5 +107,40 @@ func TestBudgetDirSquatted(t *testing.T) {
 	says("a command", err.Error())
 	if n := len(h.fake.callsTo("squeue")); n != 0 {
 		t.Errorf("%d squeue(s) ran unpaced", n)
+	}
+}
+
+// TestProbeScriptCarriesTheValue: the probe's job runs its worker with
+// the value of the engine's run the host gave the plugin
+// (shared.ProbeAnswerEnv) in the worker's environment, as bash runs the
+// script; a run's job does not carry it, nor does a probe given a value
+// that is not 32 hex digits.
+func TestProbeScriptCarriesTheValue(t *testing.T) {
+	c := scriptConfigs["custom"]
+	c.WorkerCommand = []string{"/bin/sh", "-c", `printf '%s\n' "${` + shared.ProbeAnswerEnv + `:-none}"`, "worker"}
+	p := scriptProvisioner(t, c)
+	prof := Profile{Name: "run", CPUs: 1}
+	value := strings.Repeat("5a", 16)
+	run := func(v string, probe bool) string {
+		t.Helper()
+		t.Setenv(shared.ProbeAnswerEnv, v)
+		script := p.scriptFor(prof, "http://engine:8470", "", "hpc-run-0123abcd", nil, [][]string{{goldenToken}}, probe)
+		cmd := exec.Command("bash")
+		cmd.Stdin = bytes.NewReader(script)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("bash: %v\n%s", err, script)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	if got := run(value, true); got != value {
+		t.Errorf("the probe's worker saw %q, want %q", got, value)
+	}
+	if got := run(value, false); got != "none" {
+		t.Errorf("a run's worker saw %q, want none", got)
+	}
+	if got := run("$(touch /tmp/x)", true); got != "none" {
+		t.Errorf("a probe given a value that is not hex saw %q, want none", got)
 	}
 }
