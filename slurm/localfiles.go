@@ -1,7 +1,12 @@
 package slurm
 
 import (
+	"errors"
+	"io"
+	"io/fs"
+	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/fluksio/provision/internal/fileperm"
 	"github.com/fluksio/provision/shared"
@@ -44,4 +49,50 @@ func (p *Provisioner) checkShippedWorker(cfg *settings) shared.Diagnostics {
 		}
 	}
 	return diags
+}
+
+// checkReadable says, at the attribute, when ssh_key or known_hosts
+// names a file that does not exist or that this user cannot read: ssh
+// would fail on it at the first login, with words about the login node,
+// not the file. validate (without -check) says it before anything runs.
+func checkReadable(cfg *settings) shared.Diagnostics {
+	var diags shared.Diagnostics
+	for _, f := range []struct{ name, path string }{{"ssh_key", cfg.SSHKey}, {"known_hosts", cfg.KnownHosts}} {
+		if f.path == "" {
+			continue
+		}
+		path := f.path
+		if rest, ok := strings.CutPrefix(path, "~/"); ok {
+			if home, err := os.UserHomeDir(); err == nil {
+				path = filepath.Join(home, rest)
+			}
+		}
+		err := readOne(path)
+		switch {
+		case err == nil:
+			continue
+		case errors.Is(err, fs.ErrNotExist):
+			diags = append(diags, shared.Errorf([]string{f.name}, "No such file",
+				"%s names %s, which does not exist. Give the path of the file, or leave %s out.", f.name, f.path, f.name))
+		default:
+			diags = append(diags, shared.Errorf([]string{f.name}, "File not readable",
+				"%s names %s, which cannot be read: %v. The engine's user (uid %d) must read it: fix its mode or owner, or give another file.", f.name, f.path, err, os.Getuid()))
+		}
+	}
+	return diags
+}
+
+// readOne reads a byte of the file at path, as ssh will: a directory or
+// a file without read permission fails here.
+func readOne(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var b [1]byte
+	if _, err := f.Read(b[:]); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
 }

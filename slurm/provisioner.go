@@ -413,6 +413,7 @@ func (p *Provisioner) ValidateConfig(ctx context.Context, req *shared.ValidateCo
 		// ssh -G reads files and connects to nothing.
 		diags = append(diags, checkEffectiveSSH(ctx, p.sshPath, cfg)...)
 		diags = append(diags, p.checkShippedWorker(cfg)...)
+		diags = append(diags, checkReadable(cfg)...)
 		diags = append(diags, checkBudgetDir()...)
 	}
 	return &shared.ValidateConfigResponse{Diagnostics: diags}, nil
@@ -431,6 +432,7 @@ func (p *Provisioner) Configure(ctx context.Context, req *shared.ConfigureReques
 	if !diags.HasErrors() {
 		diags = append(diags, checkEffectiveSSH(ctx, p.sshPath, cfg)...)
 		diags = append(diags, p.checkShippedWorker(cfg)...)
+		diags = append(diags, checkReadable(cfg)...)
 		diags = append(diags, openBudget(cfg)...)
 	}
 	if diags.HasErrors() {
