@@ -18,6 +18,7 @@ import (
 
 	"github.com/fluksio/provision/engine/hclconfig"
 	"github.com/fluksio/provision/engine/host"
+	"github.com/fluksio/provision/internal/fileperm"
 )
 
 // The engine's configuration is HCL:
@@ -74,7 +75,13 @@ type EngineBlock struct {
 
 	// loadedCert is the loaded pair, nil for plain HTTP.
 	loadedCert *tls.Certificate
+	// listenAt is where listen is set; nil when it is not.
+	listenAt *hcl.Range
 }
+
+// ListenAt is where the file sets listen, for a diagnostic about the
+// address; nil when the file leaves it to the default.
+func (e *EngineBlock) ListenAt() *hcl.Range { return e.listenAt }
 
 // File is a whole file.
 type File struct {
@@ -113,6 +120,9 @@ func LoadConfig(path string) (*File, hcl.Diagnostics) {
 
 	seenEngine := false
 	seen := map[string]*host.Block{}
+	// pluginDirAt is where plugin_dir is set, for a diagnostic about a
+	// plugin found there.
+	var pluginDirAt *hcl.Range
 	for _, block := range content.Blocks {
 		switch block.Type {
 		case "engine":
@@ -127,6 +137,13 @@ func LoadConfig(path string) (*File, hcl.Diagnostics) {
 			seenEngine = true
 			more := gohcl.DecodeBody(block.Body, nil, &cfg.Engine)
 			diags = append(diags, more...)
+			attrs, _ := block.Body.JustAttributes()
+			if attrs["plugin_dir"] != nil {
+				pluginDirAt = attrs["plugin_dir"].Expr.Range().Ptr()
+			}
+			if attrs["listen"] != nil {
+				cfg.Engine.listenAt = attrs["listen"].Expr.Range().Ptr()
+			}
 			if !more.HasErrors() {
 				diags = append(diags, checkEngineTLS(block, &cfg.Engine, filepath.Dir(path))...)
 				diags = append(diags, checkEngineID(block, cfg.Engine.ID)...)
@@ -171,7 +188,44 @@ func LoadConfig(path string) (*File, hcl.Diagnostics) {
 			p.Path = host.DefaultPluginPath(filepath.Dir(path), cfg.Engine.PluginDir, p.Kind)
 		}
 	}
+	diags = append(diags, checkWhatRuns(path, cfg.Provisioners, pluginDirAt)...)
 	return cfg, diags
+}
+
+// checkWhatRuns refuses a configuration file, or a plugin binary it
+// names, that someone other than the engine's user or root can change
+// (internal/fileperm's rule): whoever can write the file decides what the
+// engine runs, as the engine's user, at the next start or SIGHUP. The
+// diagnostic about the file is at its first line; about a plugin, at the
+// plugin attribute, or at plugin_dir, or at the block. A pinned plugin is
+// refused too: its pin holds the bytes, but the rule is one for every
+// file that decides what runs.
+func checkWhatRuns(path string, provisioners []*host.Block, pluginDirAt *hcl.Range) hcl.Diagnostics {
+	var diags hcl.Diagnostics
+	if p := fileperm.Check(path); p != nil {
+		at := hcl.Pos{Line: 1, Column: 1, Byte: 0}
+		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Configuration file others can write",
+			Detail:  fmt.Sprintf("%s. Whoever can change this file decides what the engine runs, as the engine's user. Fix: %s.", p.Why, p.Fix),
+			Subject: &hcl.Range{Filename: path, Start: at, End: at}})
+	}
+	for _, b := range provisioners {
+		p := fileperm.Check(b.Path)
+		if p == nil {
+			continue
+		}
+		subject := b.DefRange.Ptr()
+		switch {
+		case b.PathExplicit:
+			subject = b.PluginRange.Ptr()
+		case pluginDirAt != nil:
+			subject = pluginDirAt
+		}
+		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Plugin others can write",
+			Detail: fmt.Sprintf("Provisioner %q runs a plugin that others can change: %s. Whoever can change it runs their program as the engine's user. Fix: %s.",
+				b.Name, p.Why, p.Fix),
+			Subject: subject})
+	}
+	return diags
 }
 
 // checkEngineID validates engine { id }.

@@ -348,12 +348,12 @@ func (e *Engine) Mux(protect func(http.Handler) http.Handler, metricsOpen bool) 
 
 // ServeProbe answers a reach probe (worker.ProbePath), open to anyone: a
 // worker started with --probe on a compute node asks it to learn whether
-// the engine's URL is reachable there. The answer says only that an
-// engine is there. validate -check -probe serves it where the engine
-// would listen, when no engine runs there.
+// the engine's URL is reachable there. The answer says that an engine
+// is there, and which run (ProbeValue, probe.go). validate -check -probe
+// serves it where the engine would listen, when no engine runs there.
 func ServeProbe(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	io.WriteString(w, worker.ProbeAnswer+"\n")
+	io.WriteString(w, worker.ProbeLine(probeValue)+"\n")
 }
 
 // Serve listens where Config.Listen says and serves handler (normally

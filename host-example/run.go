@@ -81,8 +81,9 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		// The whole file is checked before anything is asked for.
 		var err error
 		if tasks, err = readTasks(f.tasks, f.results); err != nil {
+			// A mistake in what was given: exit 2, as a usage error.
 			fmt.Fprintf(stderr, "host-example: %v\n", err)
-			return 1
+			return 2
 		}
 	}
 	if err := receiveSecrets(); err != nil {

@@ -154,7 +154,13 @@ func parseTaskLine(text []byte, base string) (engine.TaskSpec, error) {
 		if errors.As(err, &se) {
 			return engine.TaskSpec{}, fmt.Errorf("not a JSON object: %v (col %d)", se, se.Offset)
 		}
-		// "json: unknown field \"cmd\"" and type errors say what.
+		// "json: unknown field \"cmd\"" and type errors say what; an
+		// unknown field near a known one says which was meant.
+		if m := unknownFieldRe.FindStringSubmatch(err.Error()); m != nil {
+			if near := nearest(m[1], jsonFields(&taskLine{})); near != "" {
+				return engine.TaskSpec{}, fmt.Errorf("unknown field %q; did you mean %q?", m[1], near)
+			}
+		}
 		return engine.TaskSpec{}, errors.New(strings.TrimPrefix(err.Error(), "json: "))
 	}
 	if dec.More() {

@@ -57,6 +57,9 @@ func TestReadTasksRefuses(t *testing.T) {
 	os.WriteFile(filepath.Join(results, "old", "result.json"), []byte("{}"), 0o644)
 	for _, tc := range []struct{ name, line, want string }{
 		{"unknown field", `{"id": "a", "cmd": ["true"]}`, `:2: unknown field "cmd"`},
+		{"unknown field near one", `{"id": "a", "command": ["true"], "input": {"x": "in.bin"}}`, `:2: unknown field "input"; did you mean "inputs"?`},
+		{"misspelt field", `{"id": "a", "comand": ["true"]}`, `:2: unknown field "comand"; did you mean "command"?`},
+		{"transposed field", `{"id": "a", "command": ["true"], "lable": "x"}`, `:2: unknown field "lable"; did you mean "label"?`},
 		{"no id", `{"command": ["true"]}`, `:2: no "id"`},
 		{"bad id", `{"id": "../x", "command": ["true"]}`, `:2: id "../x": use letters`},
 		{"duplicate id", `{"id": "first", "command": ["true"]}`, `:2: task "first" again (first on line 1)`},
@@ -86,6 +89,31 @@ func TestReadTasksRefuses(t *testing.T) {
 				t.Errorf("err = %v; want it to start with the file's name", err)
 			}
 		})
+	}
+}
+
+// TestNearest: a suggestion is made within an edit distance of 2 (1 for a
+// short name) or for a prefix, and not otherwise: "cmd" is not "id".
+func TestNearest(t *testing.T) {
+	known := jsonFields(&taskLine{})
+	for name, want := range map[string]string{"input": "inputs", "comand": "command", "lable": "label", "output": "outputs", "timout": "timeout", "cmd": "", "ID": "id", "xyz": "", "attempt": "attempts"} {
+		if got := nearest(name, known); got != want {
+			t.Errorf("nearest(%q) = %q, want %q", name, got, want)
+		}
+	}
+}
+
+// TestRunTasksMistakeExits2: a tasks file with a typo in a field is a
+// mistake in what was given: run exits 2, before anything is read or
+// asked for, naming the file's line and the field meant.
+func TestRunTasksMistakeExits2(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "tasks.jsonl")
+	os.WriteFile(file, []byte(`{"id": "a", "command": ["true"], "input": {"x": "in.bin"}}`+"\n"), 0o644)
+	var out, errOut strings.Builder
+	code := runMain([]string{"-config", filepath.Join(dir, "absent.hcl"), "-tasks", file, "-results", filepath.Join(dir, "results")}, &out, &errOut)
+	if want := file + `:1: unknown field "input"; did you mean "inputs"?`; code != 2 || !strings.Contains(errOut.String(), want) {
+		t.Errorf("exit %d, stderr %q; want 2 and %q", code, errOut.String(), want)
 	}
 }
 

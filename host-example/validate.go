@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -61,18 +62,23 @@ func validateMain(args []string, stdout, stderr io.Writer) int {
 	}
 	file := files[0]
 	cfg, diags := engine.LoadConfig(file)
+	// probeEnv tells the plugins, with -probe, the value of the engine's
+	// run that the probe's answer must carry.
+	var probeEnv []string
 	if !diags.HasErrors() && *probe {
-		stop, ok := serveProbe(file, cfg, stdout, stderr)
+		stop, env, d, ok := serveProbe(file, cfg, *timeout, stdout, stderr)
 		if !ok {
 			return 1
 		}
 		defer stop()
+		diags = append(diags, d...)
+		probeEnv = env
 	}
 	// found is what each provisioner's preflight learned, by name.
 	var found []provisionerFacts
 	if !diags.HasErrors() {
 		var d hcl.Diagnostics
-		d, found = checkProvisioners(cfg, *preflight, *probe, *timeout)
+		d, found = checkProvisioners(cfg, *preflight, *probe, *timeout, probeEnv)
 		diags = append(diags, d...)
 	}
 	hclconfig.SortDiagnostics(diags)
@@ -105,27 +111,35 @@ func validateMain(args []string, stdout, stderr io.Writer) int {
 }
 
 // serveProbe answers the reach probe where the engine would listen,
-// while validate -probe runs, unless an engine there answers it; stop
-// ends it. ok is false when it can do neither, said on stderr.
-func serveProbe(file string, cfg *engine.File, stdout, stderr io.Writer) (stop func(), ok bool) {
+// while validate -probe runs, unless an engine of this user there
+// answers it; stop ends it. env is what the plugins are given so that
+// the probe's worker knows the answer of this run; diags says who holds
+// the port when it is not an engine of ours. ok is false when it can do
+// neither, said on stderr.
+func serveProbe(file string, cfg *engine.File, timeout time.Duration, stdout, stderr io.Writer) (stop func(), env []string, diags hcl.Diagnostics, ok bool) {
 	stop, err := cfg.Engine.ServeProbe()
 	switch {
 	case errors.Is(err, engine.ErrEngineListening):
-		fmt.Fprintf(stdout, "%s: %s is in use, most likely by the engine, which answers the reach probe itself\n", termsafe.EscapeLine(file), cfg.Engine.Listen)
-		return func() {}, true
+		held, d := probeHolder(cfg, timeout)
+		if d.HasErrors() {
+			return func() {}, nil, d, true
+		}
+		fmt.Fprintf(stdout, "%s: %s is in use by an engine of this user (%s), which answers the reach probe itself\n",
+			termsafe.EscapeLine(file), cfg.Engine.Listen, termsafe.EscapeLine(held.String()))
+		return func() {}, []string{shared.ProbeAnswerEnv + "=" + held.Value}, d, true
 	case err != nil:
 		fmt.Fprintf(stderr, "%s: cannot serve the reach probe's answer at %s: %v\n", termsafe.EscapeLine(file), cfg.Engine.Listen, err)
-		return nil, false
+		return nil, nil, nil, false
 	}
 	fmt.Fprintf(stdout, "%s: answering the reach probe at %s while it runs; submitting one short job per provisioner\n", termsafe.EscapeLine(file), cfg.Engine.Listen)
-	return stop, true
+	return stop, []string{shared.ProbeAnswerEnv + "=" + engine.ProbeValue()}, nil, true
 }
 
 // checkProvisioners validates each provisioner block, or with preflight
 // runs its check (with probe, its reach probe), each within timeout. One
 // plugin process per binary answers for all its blocks.
-func checkProvisioners(cfg *engine.File, preflight, probe bool, timeout time.Duration) (diags hcl.Diagnostics, found []provisionerFacts) {
-	var v host.Validator
+func checkProvisioners(cfg *engine.File, preflight, probe bool, timeout time.Duration, env []string) (diags hcl.Diagnostics, found []provisionerFacts) {
+	v := host.Validator{Env: env}
 	defer v.Close()
 	for _, p := range cfg.Provisioners {
 		if !preflight {
@@ -176,4 +190,31 @@ func jsonFacts(facts []shared.Fact) []jsonFact {
 		out = append(out, jsonFact{Name: f.Name, Value: f.Value, Path: strings.Join(f.Path, ".")})
 	}
 	return out
+}
+
+// probeHolder says what holds the engine's address when validate cannot
+// serve the probe's answer there: an engine of this user, whose value of
+// the run the probe's worker must then find, or an error at listen that
+// says who holds it and what it answered. A probe that reached another
+// user's server would say nothing of the engine.
+func probeHolder(cfg *engine.File, timeout time.Duration) (engine.ProbeHolder, hcl.Diagnostics) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	held, err := cfg.Engine.WhoAnswers(ctx)
+	fail := func(summary, format string, args ...any) (engine.ProbeHolder, hcl.Diagnostics) {
+		return held, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: summary, Detail: fmt.Sprintf(format, args...), Subject: cfg.Engine.ListenAt()}}
+	}
+	switch {
+	case err != nil:
+		return fail("Reach probe not run", "%s is in use, and what holds it cannot be told: %v. The probe would not know what it reached: stop what listens there, or run the engine and check again.", cfg.Engine.Listen, err)
+	case held.UID != os.Getuid():
+		return fail("Engine address held by another user",
+			"%s is held by %s, not by this engine's user (uid %d). A probe from a compute node would reach it, not the engine, so none is submitted. Stop it, or move listen and engine_url to a port nobody else holds.",
+			cfg.Engine.Listen, held, os.Getuid())
+	case held.Value == "":
+		return fail("Engine address held by something else",
+			"%s is held by %s, not as an engine answers. A probe from a compute node would reach it, not the engine, so none is submitted. Stop it, or move listen and engine_url to a free port.",
+			cfg.Engine.Listen, held)
+	}
+	return held, nil
 }

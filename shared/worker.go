@@ -22,6 +22,15 @@ import (
 // WorkerTokenEnv carries the worker's credential.
 const WorkerTokenEnv = "FLUKSIO_WORKER_TOKEN"
 
+// ProbeAnswerEnv carries the value of the engine's run that a reach
+// probe must find in the answer (validate -check -probe): the host sets
+// it in the plugin's environment, the plugin in the probe worker's, and
+// the worker reports reaching the engine only when the answer at its
+// probe path is "fluksio engine VALUE". Another server holding the
+// engine's address (a squatter answering 200) does not know the value.
+// In the environment, not argv, for the reason the credential is.
+const ProbeAnswerEnv = "FLUKSIO_PROBE_ANSWER"
+
 // WorkerArgs is the worker's command line past its command.
 type WorkerArgs struct {
 	// URL is what the worker dials: the engine's address, or a relay's.

@@ -50,11 +50,11 @@ const budgetSlowed = 500 * time.Millisecond
 // Guarded by Provisioner.mu.
 type budget struct {
 	// bucket is the login user's budget, opened for rate; nil until the
-	// first command, or when it could not be opened (err says why).
+	// first command, or after an error, when the next command opens it
+	// again.
 	bucket *rpcbudget.Bucket
 	rate   float64
 	key    string
-	err    error
 	// lastWait is the last wait of budgetSlowed or more, at lastAt, of
 	// lastCommand; waits counts them.
 	lastWait    time.Duration
@@ -124,8 +124,10 @@ func budgetRate(maxRate float64, limit rateLimit) (rate, burst float64) {
 }
 
 // spend takes what remote costs from the login user's budget, waiting for
-// it as long as ctx lets it. A budget that cannot be kept (its file) is
-// logged once and not kept: the site's limiter still holds.
+// it as long as ctx lets it. A budget that cannot be kept (its directory
+// or file is not this user's alone) is an error: the command does not
+// run unpaced, the error says the path and the fix, and the next command
+// tries the budget again.
 func (p *Provisioner) spend(ctx context.Context, remote []string) error {
 	cost := rpcCost(remote)
 	cfg := p.settings()
@@ -135,22 +137,17 @@ func (p *Provisioner) spend(ctx context.Context, remote []string) error {
 	p.mu.Lock()
 	rate, burst := budgetRate(cfg.maxRPCRate, p.rationing.limit)
 	b := &p.budget
-	key := cfg.firstLogin().Dest
-	if port := cfg.firstLogin().Port; port != 0 {
-		key = fmt.Sprintf("%s:%d", key, port)
-	}
-	if b.err == nil && (b.bucket == nil || b.rate != rate || b.key != key) {
-		b.bucket, b.err = rpcbudget.Open(rpcbudget.DefaultDir(), key, rate, burst)
-		b.rate, b.key = rate, key
-		if b.err != nil {
-			cfg.log.Warn("cannot keep the login user's RPC budget; commands go to slurmctld unpaced", "error", b.err)
+	key := budgetKey(cfg)
+	if b.bucket == nil || b.rate != rate || b.key != key {
+		bucket, err := rpcbudget.Open(rpcbudget.DefaultDir(), key, rate, burst)
+		if err != nil {
+			p.mu.Unlock()
+			return budgetError(cfg, remote[0], err)
 		}
+		b.bucket, b.rate, b.key = bucket, rate, key
 	}
 	bucket := b.bucket
 	p.mu.Unlock()
-	if bucket == nil {
-		return nil
-	}
 	waited, err := bucket.Take(ctx, cost)
 	if waited >= budgetSlowed {
 		p.mu.Lock()
@@ -163,14 +160,53 @@ func (p *Provisioner) spend(ctx context.Context, remote []string) error {
 	}
 	if err != nil {
 		p.mu.Lock()
-		if b.err == nil {
-			b.err = err
-			cfg.log.Warn("cannot keep the login user's RPC budget; commands go to slurmctld unpaced", "error", err)
-		}
 		b.bucket = nil
 		p.mu.Unlock()
+		return budgetError(cfg, remote[0], err)
 	}
 	return nil
+}
+
+// budgetKey is the login the budget is kept for: user@host, and :port
+// when one is set.
+func budgetKey(cfg *settings) string {
+	key := cfg.firstLogin().Dest
+	if port := cfg.firstLogin().Port; port != 0 {
+		key = fmt.Sprintf("%s:%d", key, port)
+	}
+	return key
+}
+
+// budgetError is a command not run because the budget cannot be kept,
+// logged as an error each time, since each is a command lost.
+func budgetError(cfg *settings, command string, err error) error {
+	cfg.log.Error("the login user's RPC budget cannot be kept; the command is not run", "command", command, "error", err)
+	return fmt.Errorf("%s not run: %w", command, err)
+}
+
+// openBudget opens the login user's budget as Configure starts, so that
+// a directory another user made first (rpcbudget.CheckDir) refuses the
+// configuration at max_rpc_rate, with the fix, before anything runs.
+func openBudget(cfg *settings) shared.Diagnostics {
+	rate, burst := budgetRate(cfg.maxRPCRate, rateLimit{})
+	if _, err := rpcbudget.Open(rpcbudget.DefaultDir(), budgetKey(cfg), rate, burst); err != nil {
+		return shared.Diagnostics{budgetDiagnostic(err)}
+	}
+	return nil
+}
+
+// checkBudgetDir is validation's word on the budget's directory: it
+// makes nothing, and says what Configure would refuse.
+func checkBudgetDir() shared.Diagnostics {
+	if err := rpcbudget.CheckDir(rpcbudget.DefaultDir()); err != nil {
+		return shared.Diagnostics{budgetDiagnostic(err)}
+	}
+	return nil
+}
+
+func budgetDiagnostic(err error) shared.Diagnostic {
+	return shared.Errorf([]string{"max_rpc_rate"}, "RPC budget cannot be kept",
+		"Every provisioner of this login user on this machine paces its Slurm commands with one budget kept in a file, which must be this user's alone: %v.", err)
 }
 
 // prepaidKey marks a context whose sbatch has taken its cost from the

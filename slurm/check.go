@@ -199,7 +199,13 @@ func (c *check) login(ctx context.Context) bool {
 		stdout, stderr, err := c.q.ssh.RunOn(ctx, i, nil, remote...)
 		if err == nil {
 			answered++
-			c.fact(name, fmt.Sprintf("ok, as %s (ssh %s)", strings.TrimSpace(lastLine(stdout)), entry))
+			// The path taken: direct, or through the bastion that
+			// answered.
+			via := ""
+			if b, ok := c.q.ssh.BastionInUse(); ok {
+				via = " via bastion " + b.String()
+			}
+			c.fact(name, fmt.Sprintf("ok, as %s (ssh %s%s)", strings.TrimSpace(lastLine(stdout)), entry, via))
 			continue
 		}
 		said := strings.TrimSpace(string(stderr))

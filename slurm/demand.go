@@ -639,9 +639,13 @@ func (p *Provisioner) submitEach(ctx context.Context, cfg *settings, host shared
 func (p *Provisioner) submitOne(ctx context.Context, cfg *settings, host shared.Host, prof Profile, live []*request) bool {
 	// The login user's RPC budget is waited for before submit_timeout
 	// starts, which bounds ssh and sbatch, not a turn (budget.go). A
-	// context ended meanwhile fails the ask below.
-	_ = p.spend(ctx, []string{"sbatch"})
-	ctx, cancel := context.WithTimeout(prepaid(ctx), cfg.submitTimeout)
+	// context ended meanwhile fails the ask below; a budget that cannot
+	// be kept is not paid, and fails the ask's sbatch with its error.
+	paid := ctx
+	if err := p.spend(ctx, []string{"sbatch"}); err == nil || errors.Is(err, errBudget) {
+		paid = prepaid(ctx)
+	}
+	ctx, cancel := context.WithTimeout(paid, cfg.submitTimeout)
 	defer cancel()
 	askCtx, cancelAsk := context.WithTimeout(ctx, cfg.submitTimeout-cfg.submitTimeout/4)
 	askDeadline, _ := askCtx.Deadline()

@@ -5,8 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 
+	"github.com/fluksio/provision/internal/fileperm"
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/slurm/sshrun"
 )
@@ -32,7 +32,8 @@ import (
 // (checkEffectiveSSH; docs/design/slurm-known-hosts-perms.md).
 
 // sharedWritable says who besides the engine's user can change the file
-// at path, as ssh would open it; "" if nobody can.
+// at path, as ssh would open it; "" if nobody can. The rule is
+// internal/fileperm's; "~/" and "none" are ssh's.
 func sharedWritable(path string) string {
 	if path == "" || path == "none" {
 		return ""
@@ -44,63 +45,8 @@ func sharedWritable(path string) string {
 		}
 		path = filepath.Join(home, rest)
 	}
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return ""
-	}
-	// Follow symbolic links: the file ssh reads is the target, and the
-	// directories that lead to it are the target's.
-	exists := true
-	if real, err := filepath.EvalSymlinks(abs); err == nil {
-		abs = real
-	} else {
-		exists = false
-	}
-	me := os.Getuid()
-	if exists {
-		if why := unsafeOwnerOrMode(abs, me); why != "" {
-			return fmt.Sprintf("%s %s", abs, why)
-		}
-	}
-	// creatable: the file is missing and this is the deepest directory
-	// that exists, where whoever can write could create what is missing;
-	// above it, only replacing a directory matters, which the sticky bit
-	// prevents.
-	creatable := !exists
-	for dir := filepath.Dir(abs); ; dir = filepath.Dir(dir) {
-		fi, err := os.Stat(dir)
-		if err == nil {
-			exists := !creatable
-			creatable = false
-			st, ok := fi.Sys().(*syscall.Stat_t)
-			switch {
-			case ok && int(st.Uid) != me && st.Uid != 0:
-				return fmt.Sprintf("its directory %s is owned by uid %d, who can replace it", dir, st.Uid)
-			case fi.Mode().Perm()&0o022 != 0 && (fi.Mode()&os.ModeSticky == 0 || !exists):
-				if !exists {
-					return fmt.Sprintf("%s does not exist, and its directory %s (mode %04o) lets others create it first", abs, dir, fi.Mode().Perm())
-				}
-				return fmt.Sprintf("its directory %s is writable by group or others (mode %04o), who can replace it", dir, fi.Mode().Perm())
-			}
-		}
-		if dir == filepath.Dir(dir) {
-			return ""
-		}
-	}
-}
-
-// unsafeOwnerOrMode says why the file at path can be changed by someone
-// other than uid me or root; "" if it cannot.
-func unsafeOwnerOrMode(path string, me int) string {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return ""
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != me && st.Uid != 0 {
-		return fmt.Sprintf("is owned by uid %d, who can change it", st.Uid)
-	}
-	if fi.Mode().Perm()&0o022 != 0 {
-		return fmt.Sprintf("is writable by group or others (mode %04o)", fi.Mode().Perm())
+	if p := fileperm.Check(path); p != nil {
+		return p.Why
 	}
 	return ""
 }

@@ -222,6 +222,9 @@ func TestSSHArgsNeverWeakenHostKeyChecking(t *testing.T) {
 	}
 	// The same file is harmless with known_hosts, whose settings win.
 	c["known_hosts"] = filepath.Join(dir, "known_hosts")
+	if err := os.WriteFile(c["known_hosts"].(string), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	raw, _ = json.Marshal(c)
 	if resp, err := New(nil).ValidateConfig(context.Background(), &shared.ValidateConfigRequest{Name: "hard", Config: raw}); err != nil || resp.Diagnostics.HasErrors() {
 		t.Errorf("with known_hosts: %+v, %v", resp, err)

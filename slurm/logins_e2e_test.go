@@ -447,6 +447,33 @@ func TestLoginPathBastionAttribute(t *testing.T) {
 		}
 	})
 
+	// validate -check's Check names the path it took: the login fact
+	// says "via bastion USER@HOST:PORT".
+	t.Run("check names the bastion", func(t *testing.T) {
+		configure := through(bothFile)
+		r := newPrivateRig(t, env, "bastcheck", configure)
+		raw, err := json.Marshal(configure(r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		resp, err := r.prov.(shared.Checker).Check(ctx, &shared.CheckRequest{Name: r.name, Config: raw})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var login string
+		for _, f := range resp.Facts {
+			if f.Name == "login" {
+				login = f.Value
+			}
+		}
+		t.Logf("login fact: %q", login)
+		if want := " via bastion " + bastion + ")"; !strings.HasPrefix(login, "ok, as ") || !strings.HasSuffix(login, want) {
+			t.Errorf("the login fact %q does not end %q", login, want)
+		}
+	})
+
 	t.Run("bastion key unknown", func(t *testing.T) {
 		configure := through(loginOnlyFile)
 		r := newPrivateRig(t, env, "bastkey", configure)

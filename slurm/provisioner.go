@@ -412,6 +412,9 @@ func (p *Provisioner) ValidateConfig(ctx context.Context, req *shared.ValidateCo
 	if !diags.HasErrors() {
 		// ssh -G reads files and connects to nothing.
 		diags = append(diags, checkEffectiveSSH(ctx, p.sshPath, cfg)...)
+		diags = append(diags, p.checkShippedWorker(cfg)...)
+		diags = append(diags, checkReadable(cfg)...)
+		diags = append(diags, checkBudgetDir()...)
 	}
 	return &shared.ValidateConfigResponse{Diagnostics: diags}, nil
 }
@@ -428,6 +431,9 @@ func (p *Provisioner) Configure(ctx context.Context, req *shared.ConfigureReques
 	cfg, diags := parseConfigAt(req.Name, req.Config, p.now())
 	if !diags.HasErrors() {
 		diags = append(diags, checkEffectiveSSH(ctx, p.sshPath, cfg)...)
+		diags = append(diags, p.checkShippedWorker(cfg)...)
+		diags = append(diags, checkReadable(cfg)...)
+		diags = append(diags, openBudget(cfg)...)
 	}
 	if diags.HasErrors() {
 		return &shared.ConfigureResponse{Diagnostics: diags}, nil

@@ -2,6 +2,8 @@ package slurm
 
 import (
 	"bytes"
+	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -90,6 +92,10 @@ func (p *Provisioner) payload(prof Profile, worker, token string) []byte {
 func (p *Provisioner) script(prof Profile, url, pin, tag string, tasks []int, tokens [][]string) []byte {
 	return p.scriptFor(prof, url, pin, tag, tasks, tokens, false)
 }
+
+// probeValueRE is a value of the engine's run as the host hands it to a
+// probe (engine.ProbeValue): nothing the shell acts on.
+var probeValueRE = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
 // scriptFor is script; probe makes its worker a reach probe (probe.go)
 // rather than one that attaches.
@@ -209,9 +215,16 @@ func (p *Provisioner) scriptFor(prof Profile, url, pin, tag string, tasks []int,
 	// start is what runs the allocation with its credentials: the worker
 	// itself, or for several nodes srun with the credentials exported for
 	// its tasks to pick from (multinode.go).
+	// A probe's worker is told the value of the engine's run its answer
+	// must carry (shared.ProbeAnswerEnv), which the host gave this
+	// plugin; in the environment, as the credential is.
+	var probeEnv string
+	if v := os.Getenv(shared.ProbeAnswerEnv); probe && probeValueRE.MatchString(v) {
+		probeEnv = shared.ProbeAnswerEnv + "=" + v + " "
+	}
 	start := func(tokens []string) string {
 		if nodes == 1 {
-			return tokenVar + "=" + shellQuote(tokens[0]) + " exec " + command
+			return probeEnv + tokenVar + "=" + shellQuote(tokens[0]) + " exec " + command
 		}
 		var vars []string
 		for i, t := range tokens {

@@ -37,6 +37,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/fluksio/provision/internal/fileperm"
 )
 
 const (
@@ -192,6 +194,9 @@ func (p *Provisioner) planShip(ctx context.Context, cfg *settings) (shipPlan, er
 	local, err := workerBinary(dir, platform)
 	if err != nil {
 		return shipPlan{}, err
+	}
+	if pr := fileperm.Check(local); pr != nil {
+		return shipPlan{}, fmt.Errorf("the worker to ship, %s, can be changed by others: %s; fix: %s", local, pr.Why, pr.Fix)
 	}
 	data, err := os.ReadFile(local)
 	if err != nil {

@@ -17,8 +17,14 @@ import (
 const ProbePath = "/v1/probe"
 
 // ProbeAnswer starts the body of an engine's answer at ProbePath, which
-// tells it from another server at the same address.
+// tells it from another server at the same address; the value of the
+// engine's run follows it after a space (ProbeLine), which tells this
+// engine from anything else that answers so.
 const ProbeAnswer = "fluksio engine"
+
+// ProbeLine is the first line of the answer of an engine whose run has
+// value.
+func ProbeLine(value string) string { return ProbeAnswer + " " + value }
 
 // probeTimeout bounds the probe's one request: a compute node that
 // cannot reach the engine often learns it only from a timeout.
@@ -44,8 +50,13 @@ func probeEngine(ctx context.Context, cfg Config, client *http.Client, stdout io
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
-	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(string(body), ProbeAnswer) {
-		return fail("%s answered %s, not as an engine does (another server at that address?)", target, resp.Status)
+	first, _, _ := strings.Cut(string(body), "\n")
+	said := fmt.Sprintf("%.80q", strings.TrimSpace(first))
+	switch {
+	case resp.StatusCode != http.StatusOK || !strings.HasPrefix(first, ProbeAnswer):
+		return fail("%s answered %s %s, not as an engine does (another server at that address?)", target, resp.Status, said)
+	case cfg.probeAnswer != "" && strings.TrimSpace(first) != ProbeLine(cfg.probeAnswer):
+		return fail("%s answered %s %s, without this engine's value of the run: another engine, or a server posing as one, holds that address", target, resp.Status, said)
 	}
 	fmt.Fprintf(stdout, "probe: reached %s from %s in %s\n", cfg.url, cfg.hostname, time.Since(start).Round(time.Millisecond))
 	return 0

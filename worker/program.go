@@ -58,8 +58,11 @@ type Config struct {
 	// getenv the settings above were read with.
 	environ []string
 	// probe makes the worker a reach probe (probe.go): it asks the
-	// engine's /v1/probe, says what came back, and exits.
-	probe bool
+	// engine's /v1/probe, says what came back, and exits. probeAnswer,
+	// from shared.ProbeAnswerEnv, is the value of the engine's run the
+	// answer must carry; empty, any engine's answer is taken.
+	probe       bool
+	probeAnswer string
 	// workDir is where task directories are made: $TMPDIR, else /tmp.
 	workDir string
 
@@ -217,20 +220,21 @@ func parseArgs(prog string, args []string, getenv func(string) string, stdout, s
 	cfg := Config{
 		engineCA: *ca, engineCertSHA256: *pin,
 		url: u, cpus: *cpus, gpus: *gpus, ramMB: *ramMB, artifactURL: *art,
-		maxIdle:    time.Duration(*maxIdle * float64(time.Second)),
-		endsAt:     jobEnd(getenv, time.Duration(*wall)*time.Second, time.Now()),
-		token:      token,
-		hostname:   host,
-		slurmJobID: JobID(getenv),
-		slurmCPUs:  getenv("SLURM_CPUS_ON_NODE"),
-		features:   []string{FeatureCommand},
-		environ:    os.Environ(),
-		workDir:    workDir,
-		GoneAfter:  engineGoneAfter,
-		RetryFirst: 250 * time.Millisecond,
-		KillGrace:  killGrace,
-		WatchAfter: watchAfter,
-		probe:      *probe,
+		maxIdle:     time.Duration(*maxIdle * float64(time.Second)),
+		endsAt:      jobEnd(getenv, time.Duration(*wall)*time.Second, time.Now()),
+		token:       token,
+		hostname:    host,
+		slurmJobID:  JobID(getenv),
+		slurmCPUs:   getenv("SLURM_CPUS_ON_NODE"),
+		features:    []string{FeatureCommand},
+		environ:     os.Environ(),
+		workDir:     workDir,
+		GoneAfter:   engineGoneAfter,
+		RetryFirst:  250 * time.Millisecond,
+		KillGrace:   killGrace,
+		WatchAfter:  watchAfter,
+		probe:       *probe,
+		probeAnswer: strings.TrimSpace(getenv(shared.ProbeAnswerEnv)),
 	}
 	for _, l := range strings.Split(*labels, ",") {
 		if l = strings.TrimSpace(l); l != "" {

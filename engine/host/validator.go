@@ -25,6 +25,11 @@ import (
 // The zero value is ready to use; Close stops the plugins it started.
 // Its methods may be called from several goroutines.
 type Validator struct {
+	// Env is added to the environment of each plugin it starts
+	// (Options.Env), such as shared.ProbeAnswerEnv for a probe; set it
+	// before the first call.
+	Env []string
+
 	mu      sync.Mutex // guards plugins
 	plugins map[pluginKey]*validatorPlugin
 }
@@ -114,7 +119,7 @@ func (v *Validator) plugin(ctx context.Context, b *Block) (*launched, func(*Bloc
 		}
 		vp.l.plugin.Kill()
 	}
-	l, failed := startPlugin(ctx, b, Options{}, false)
+	l, failed := startPlugin(ctx, b, Options{Env: v.Env}, false)
 	if failed != nil && l != nil {
 		l.plugin.Kill()
 		l = nil

@@ -34,12 +34,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/fluksio/provision/internal/fileperm"
 )
 
 // Bucket is a shared token bucket: Rate tokens a second, at most Burst at
@@ -52,25 +55,51 @@ type Bucket struct {
 }
 
 // Open is the bucket of key (the login: user@host:port) under dir, which
-// is made 0700 if missing and refused when another user owns it or others
-// may write it. rate must be positive; burst is at least 1.
+// is made as the ssh control directory is (slurm/sshrun): 0700, and then
+// checked (CheckDir). rate must be positive; burst is at least 1.
 func Open(dir, key string, rate, burst float64) (*Bucket, error) {
 	if rate <= 0 || math.IsNaN(rate) || math.IsInf(rate, 0) {
 		return nil, fmt.Errorf("rpc budget: rate %v is not a positive number", rate)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, fmt.Errorf("rpc budget: %w", err)
 	}
-	st, err := os.Lstat(dir)
-	if err != nil {
-		return nil, fmt.Errorf("rpc budget: %w", err)
-	}
-	sys, ok := st.Sys().(*syscall.Stat_t)
-	if !st.IsDir() || st.Mode().Perm()&0o022 != 0 || (ok && int(sys.Uid) != os.Getuid()) {
-		return nil, fmt.Errorf("rpc budget: %s is not a directory of this user's that only it may write: make it so, or remove it", dir)
+	if err := CheckDir(dir); err != nil {
+		return nil, err
 	}
 	sum := sha256.Sum256([]byte(key))
 	return &Bucket{path: filepath.Join(dir, "rpc-"+hex.EncodeToString(sum[:8])), rate: rate, burst: max(burst, 1)}, nil
+}
+
+// CheckDir says why dir cannot hold this user's budgets, nil when it can
+// or does not exist yet: it must be a directory (not a link) owned by
+// this user, of mode 0700, in directories nobody else can replace it
+// from (internal/fileperm). A directory another user made first at the
+// fixed name (a squatter in /tmp) could read, reset or hold the budget's
+// lock, and so is an error that says how to fix it, never a budget kept
+// elsewhere or not at all.
+func CheckDir(dir string) error {
+	st, err := os.Lstat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("rpc budget: %w", err)
+	}
+	me := os.Getuid()
+	sys, _ := st.Sys().(*syscall.Stat_t)
+	switch {
+	case !st.IsDir():
+		return fmt.Errorf("rpc budget: %s is not a directory (%s); another user may have made it first. Remove it (rm %s) or set TMPDIR to a directory of this user's", dir, st.Mode().Type(), dir)
+	case sys != nil && int(sys.Uid) != me:
+		return fmt.Errorf("rpc budget: %s is owned by uid %d, not this user (uid %d): another user made it first, and could read, reset or hold the budget. Remove it (rm -r %s, as root or uid %d) or set TMPDIR to a directory of this user's", dir, sys.Uid, me, dir, sys.Uid)
+	case st.Mode().Perm()&0o077 != 0:
+		return fmt.Errorf("rpc budget: %s has mode %04o; only its user may enter it. Fix: chmod 700 %s", dir, st.Mode().Perm(), dir)
+	}
+	if p := fileperm.Check(dir); p != nil {
+		return fmt.Errorf("rpc budget: %s can be replaced by others: %s. Fix: %s, or set TMPDIR to a directory of this user's", dir, p.Why, p.Fix)
+	}
+	return nil
 }
 
 // DefaultDir is where the buckets of this user live: a directory of its
@@ -81,9 +110,9 @@ func DefaultDir() string {
 
 // Take takes n tokens, waiting for the refill when there are too few,
 // and reports how long it waited. n beyond the burst waits for a full
-// bucket and takes it all. An error is ctx's, or the file's: a caller
-// that cannot keep the budget runs its command all the same, since the
-// site's limiter still holds.
+// bucket and takes it all. An error is ctx's, or the file's (one that is
+// not this user's alone): the caller says it, and does not run its
+// command unpaced.
 func (b *Bucket) Take(ctx context.Context, n float64) (time.Duration, error) {
 	start := time.Now()
 	n = min(n, b.burst)
@@ -102,12 +131,32 @@ func (b *Bucket) Take(ctx context.Context, n float64) (time.Duration, error) {
 	}
 }
 
+// fileLen is the bucket file's size: the tokens left (float64 bits) and
+// when they were counted (Unix nanoseconds).
+const fileLen = 16
+
+// clockSlack is how far ahead of this process's clock another process of
+// the machine may have counted: their clock is the same one, so a count
+// further ahead is not one to obey (a clock stepped back, or a file
+// written by someone else).
+const clockSlack = time.Second
+
 // tryTake takes n tokens if there are as many at now, or says how long
-// until there are. The file holds the tokens left (float64 bits) and when
-// they were counted (Unix nanoseconds), 16 bytes; a missing or short
-// file is a full bucket.
+// until there are. An empty file is a full bucket. A file that cannot be
+// trusted (another size, tokens negative, infinite or not a number, a
+// count ahead of the clock) is recreated as a full bucket counted now,
+// never obeyed: obeyed, -Inf tokens would make a negative wait that
+// spins, and a count far in the future a wait to every command's
+// deadline. A full bucket is what a missing file is. Tokens past the
+// burst are the burst: another process of the user may keep a larger
+// one.
 func (b *Bucket) tryTake(n float64, now time.Time) (time.Duration, error) {
-	f, err := os.OpenFile(b.path, os.O_RDWR|os.O_CREATE, 0o600)
+	// The directory is looked at again each time: one removed (a
+	// cleaner of /tmp) and made again by another user is not ours.
+	if err := CheckDir(filepath.Dir(b.path)); err != nil {
+		return 0, err
+	}
+	f, err := os.OpenFile(b.path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return 0, fmt.Errorf("rpc budget: %w", err)
 	}
@@ -116,30 +165,46 @@ func (b *Bucket) tryTake(n float64, now time.Time) (time.Duration, error) {
 		return 0, fmt.Errorf("rpc budget: locking %s: %w", b.path, err)
 	}
 	// Closing the file lets the lock go.
-	var buf [16]byte
-	tokens, at := b.burst, now
-	if k, err := f.ReadAt(buf[:], 0); k == len(buf) {
-		tokens = math.Float64frombits(binary.LittleEndian.Uint64(buf[:8]))
-		at = time.Unix(0, int64(binary.LittleEndian.Uint64(buf[8:])))
-	} else if err != nil && !errors.Is(err, io.EOF) {
+	st, err := f.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("rpc budget: %w", err)
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); !st.Mode().IsRegular() || (ok && int(sys.Uid) != os.Getuid()) || st.Mode().Perm()&0o077 != 0 {
+		return 0, fmt.Errorf("rpc budget: %s is not a file of this user's that only it may read (mode %v); remove it", b.path, st.Mode())
+	}
+	var buf [fileLen + 1]byte
+	k, err := f.ReadAt(buf[:], 0)
+	if err != nil && !errors.Is(err, io.EOF) {
 		return 0, fmt.Errorf("rpc budget: reading %s: %w", b.path, err)
 	}
-	if math.IsNaN(tokens) || tokens > b.burst {
-		tokens = b.burst
+	tokens, at := b.burst, now
+	if k == fileLen {
+		tokens = math.Float64frombits(binary.LittleEndian.Uint64(buf[:8]))
+		at = time.Unix(0, int64(binary.LittleEndian.Uint64(buf[8:fileLen])))
 	}
+	if k != 0 && (k != fileLen || !(tokens >= 0) || math.IsInf(tokens, 0) || at.After(now.Add(clockSlack))) {
+		// Not a file to obey: recreated, as a full bucket now.
+		if err := f.Truncate(0); err != nil {
+			return 0, fmt.Errorf("rpc budget: recreating %s: %w", b.path, err)
+		}
+		tokens, at = b.burst, now
+	}
+	tokens = min(tokens, b.burst)
 	if el := now.Sub(at); el > 0 {
 		tokens = min(b.burst, tokens+el.Seconds()*b.rate)
 	}
 	if tokens < n {
-		return time.Duration((n - tokens) / b.rate * float64(time.Second)), nil
+		// At least a millisecond: a wait that rounds to zero is not a
+		// take.
+		return max(time.Millisecond, time.Duration((n-tokens)/b.rate*float64(time.Second))), nil
 	}
 	binary.LittleEndian.PutUint64(buf[:8], math.Float64bits(tokens-n))
 	if at.After(now) {
-		// Another process counted with a clock ahead of this one's.
+		// Another process read the clock a moment after this one.
 		now = at
 	}
 	binary.LittleEndian.PutUint64(buf[8:], uint64(now.UnixNano()))
-	if _, err := f.WriteAt(buf[:], 0); err != nil {
+	if _, err := f.WriteAt(buf[:fileLen], 0); err != nil {
 		return 0, fmt.Errorf("rpc budget: writing %s: %w", b.path, err)
 	}
 	return 0, nil

@@ -2,8 +2,10 @@ package rpcbudget
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -119,7 +121,7 @@ func TestSharedAcrossProcesses(t *testing.T) {
 // TestTakeWaitsForRefill: an empty bucket makes Take wait for the
 // refill, and a context that ends first ends the wait with its error.
 func TestTakeWaitsForRefill(t *testing.T) {
-	b, err := Open(t.TempDir(), "k", 10, 2)
+	b, err := Open(filepath.Join(t.TempDir(), "b"), "k", 10, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,20 +140,125 @@ func TestTakeWaitsForRefill(t *testing.T) {
 	}
 }
 
-// TestOpenRefusesAnOpenDirectory: a directory others may write is not
-// trusted with the budget, and the error says what to do.
+// TestOpenRefusesAnOpenDirectory: a directory others may write, or one of
+// ours that others may enter, is not trusted with the budget, and the
+// error says the path, the mode and the fix.
 func TestOpenRefusesAnOpenDirectory(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "open")
+	for _, mode := range []os.FileMode{0o777, 0o755} {
+		dir := filepath.Join(t.TempDir(), "open")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, mode); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("%s has mode %04o; only its user may enter it. Fix: chmod 700 %s", dir, mode, dir)
+		if _, err := Open(dir, "k", 1, 1); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Open of a %04o directory = %v, want it to say %q", mode, err, want)
+		}
+	}
+	if _, err := Open(t.TempDir(), "k", 0, 1); err == nil {
+		t.Error("a rate of 0 was taken")
+	}
+}
+
+// TestOpenRefusesASquattedDirectory: the budget's directory made first by
+// another user (uid 65534), or a link another user put at its name, is an
+// error that names the path, the owner and the fix; nothing is made or
+// written elsewhere, and no budget is handed out.
+func TestOpenRefusesASquattedDirectory(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("gives a directory to uid 65534: needs root")
+	}
+	base := t.TempDir()
+	dir := filepath.Join(base, "fluksio-rpc-0")
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(dir, 0o777); err != nil {
+	if err := os.Chown(dir, 65534, 65534); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(dir, "k", 1, 1); err == nil || !strings.Contains(err.Error(), "only it may write") {
-		t.Errorf("Open = %v", err)
+	b, err := Open(dir, "k", 1, 1)
+	if err == nil || b != nil {
+		t.Fatalf("Open of another user's directory = %v, %v", b, err)
 	}
-	if _, err := Open(dir, "k", 0, 1); err == nil {
-		t.Error("a rate of 0 was taken")
+	for _, want := range []string{dir + " is owned by uid 65534, not this user (uid 0)", "rm -r " + dir, "TMPDIR"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not say %q", err, want)
+		}
+	}
+	if err := CheckDir(dir); err == nil {
+		t.Error("CheckDir passed another user's directory")
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("something was written in the squatted directory: %v", entries)
+	}
+
+	elsewhere := filepath.Join(base, "theirs")
+	if err := os.Mkdir(elsewhere, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(base, "fluksio-rpc-link")
+	if err := os.Symlink(elsewhere, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(link, "k", 1, 1); err == nil || !strings.Contains(err.Error(), link+" is not a directory") {
+		t.Errorf("Open of a link = %v", err)
+	}
+}
+
+// TestCorruptFileRecreated: a budget file that cannot be trusted
+// (truncated, too long, garbage, -Inf, NaN or a huge negative count of
+// tokens, a count dated far ahead of the clock) is recreated, not
+// obeyed: the next Take of a burst of 2 returns at once, within a
+// deadline of 10 s, with no error, and leaves a 16-byte file of at
+// most the burst counted no later than now. Obeyed, -Inf spun on a
+// negative wait to the deadline, and the far date or the huge negative
+// count waited to it.
+func TestCorruptFileRecreated(t *testing.T) {
+	put := func(tokens float64, at int64) []byte {
+		var buf [16]byte
+		binary.LittleEndian.PutUint64(buf[:8], math.Float64bits(tokens))
+		binary.LittleEndian.PutUint64(buf[8:], uint64(at))
+		return buf[:]
+	}
+	now := time.Now().UnixNano()
+	for name, content := range map[string][]byte{
+		"truncated":    put(1, now)[:7],
+		"too long":     append(put(1, now), 'x'),
+		"garbage":      []byte("this is not a budget, it is text"),
+		"-Inf tokens":  put(math.Inf(-1), now),
+		"NaN tokens":   put(math.NaN(), now),
+		"-1e300":       put(-1e300, now),
+		"year 2200":    put(0, time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()),
+		"a minute on":  put(0, now+int64(time.Minute)),
+		"-1 tokens":    put(-1, now),
+		"huge, not nn": put(1e308, now),
+	} {
+		dir := filepath.Join(t.TempDir(), "b")
+		b, err := Open(dir, "k", 1, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(b.path, content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err = b.Take(ctx, 2)
+		cancel()
+		if err != nil {
+			t.Errorf("%s: Take = %v; the file was obeyed", name, err)
+			continue
+		}
+		got, err := os.ReadFile(b.path)
+		if err != nil || len(got) != 16 {
+			t.Errorf("%s: the file afterwards is %d bytes (%v), want 16", name, len(got), err)
+			continue
+		}
+		tokens := math.Float64frombits(binary.LittleEndian.Uint64(got[:8]))
+		at := int64(binary.LittleEndian.Uint64(got[8:]))
+		if !(tokens >= 0 && tokens <= 2) || at > time.Now().UnixNano() {
+			t.Errorf("%s: the file afterwards holds %v tokens at %v", name, tokens, time.Unix(0, at))
+		}
 	}
 }

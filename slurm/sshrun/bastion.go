@@ -128,3 +128,12 @@ func (t *Transport) proxyInUse() string {
 	}
 	return t.proxies[t.bastion.Load()]
 }
+
+// BastionInUse is the jump host calls go through now: the one that
+// answered last, or the first. false without bastions.
+func (t *Transport) BastionInUse() (Login, bool) {
+	if len(t.proxies) == 0 {
+		return Login{}, false
+	}
+	return t.cfg.Bastions[t.bastion.Load()], true
+}
