@@ -175,7 +175,8 @@ func startTaskEngine(tb testing.TB, e benchEnv, what string, size int, tasksFile
 	te.h.onLine = te.line
 	var args []string
 	if tasksFile != "" {
-		args = []string{"-tasks", tasksFile, "-results", filepath.Join(dir, "results")}
+		// -v: the harness reads the machines off the story's lines.
+		args = []string{"-v", "-tasks", tasksFile, "-results", filepath.Join(dir, "results")}
 	}
 	te.h.run(tb, e.HostBin, taskEngineConfig(te.h.port, e.TestBin, size),
 		[]string{"FLUKSIO_BENCH_SECRET=" + hex.EncodeToString(taskSecret)}, args...)

@@ -132,7 +132,11 @@ type statusView struct {
 		Hostname string `json:"hostname"`
 		CPUs     int    `json:"cpus"`
 		GPUs     int    `json:"gpus"`
-		Task     string `json:"task"`
+		// Task is the task's id; AttemptID is set whenever the worker
+		// holds work (the stand-in's has no task id).
+		Task      string `json:"task"`
+		Attempt   int    `json:"attempt"`
+		AttemptID string `json:"attempt_id"`
 	} `json:"workers"`
 	Needs []struct {
 		ID     string `json:"id"`
@@ -191,7 +195,7 @@ func formatStatus(st statusView, u string, now time.Time) string {
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	busy := 0
 	for _, w := range st.Workers {
-		if w.Task != "" {
+		if w.AttemptID != "" {
 			busy++
 		}
 	}
@@ -202,8 +206,11 @@ func formatStatus(st statusView, u string, now time.Time) string {
 			break
 		}
 		doing := "idle"
-		if w.Task != "" {
-			doing = "running " + w.Task
+		switch {
+		case w.Task != "":
+			doing = fmt.Sprintf("running task %s (attempt %d)", w.Task, w.Attempt)
+		case w.AttemptID != "":
+			doing = "busy with a need's work"
 		}
 		fmt.Fprintf(tw, "  %s\tjob %s\t%s\t%d cpus, %d gpus\t%s\n", w.Name, orDash(w.JobID), w.Hostname, w.CPUs, w.GPUs, doing)
 	}

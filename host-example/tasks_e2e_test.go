@@ -124,7 +124,7 @@ func TestE2ERunTasks(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	p := e.startEngine(t, "-config", cfg, "-tasks", tasks, "-results", results, "-timeout", "4m")
+	p := e.startEngine(t, "-config", cfg, "-v", "-tasks", tasks, "-results", results, "-timeout", "4m")
 	var running engine.TaskResult
 	poll(t, 2*time.Minute, "cancel-me running", func() bool {
 		running, _ = e.taskStatus(t, "cancel-me")
@@ -197,7 +197,7 @@ func TestE2ETaskRunsAgainAfterItsJobIsCancelled(t *testing.T) {
 	if err := os.WriteFile(tasks, []byte(line), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := e.startEngine(t, "-config", cfg, "-tasks", tasks, "-results", results, "-timeout", "4m")
+	p := e.startEngine(t, "-config", cfg, "-v", "-tasks", tasks, "-results", results, "-timeout", "4m")
 	var first engine.TaskResult
 	poll(t, 2*time.Minute, "victim running", func() bool {
 		first, _ = e.taskStatus(t, "victim")
