@@ -971,7 +971,7 @@ func measureTransfer(tb testing.TB, e benchEnv) transferResult {
 		// Each worker's second task is its input's: "running" as it has
 		// it, "started" once its input is written and checked.
 		switch {
-		case strings.Contains(l.text, " running task-"):
+		case strings.Contains(l.text, " running task "):
 			if running[i]++; running[i] == 2 {
 				gotAt[i] = l.at
 				if first.IsZero() || l.at.Before(first) {
