@@ -343,12 +343,14 @@ func (t *taskRun) taskLost(r engine.TaskResult, again bool) {
 	t.mu.Unlock()
 	a := lastAttempt(r)
 	if again {
+		// The attempt's error names its worker and why it was lost
+		// ("its worker W is gone: its job 9_0 was cancelled under its
+		// task, ...").
 		why := a.Error
 		if why == "" {
-			why = "its machine was lost"
+			why = fmt.Sprintf("its machine was lost (worker %s, job %s)", orDash(a.Worker), orDash(a.JobID))
 		}
-		t.story.say("task %s runs again (attempt %d): attempt %d on worker %s (job %s) was lost: %s", r.ID, len(r.Attempts)+1, a.Number,
-			orDash(a.Worker), orDash(a.JobID), why)
+		t.story.say("task %s runs again (attempt %d): %s", r.ID, len(r.Attempts)+1, why)
 	}
 }
 

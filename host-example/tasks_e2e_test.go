@@ -206,6 +206,11 @@ func TestE2ETaskRunsAgainAfterItsJobIsCancelled(t *testing.T) {
 	job := first.Attempts[0].JobID
 	e.env.Slurm(t, "scancel", job)
 	_, exitedAt := e.ranAgain(t, p, results, job)
+	// The cancel is said as such, with the task it hit.
+	story := p.stdout.String()
+	if !strings.Contains(story, "its job "+job+" was cancelled under its task") || !strings.Contains(story, "task victim runs again (attempt 2)") {
+		t.Errorf("the story does not say job %s was cancelled and victim runs again:\n%s", job, story)
+	}
 	if out := readFile(t, filepath.Join(results, "victim", "stdout")); out != "cpus=2\n" {
 		t.Errorf("stdout = %q; want cpus=2", out)
 	}
