@@ -1010,13 +1010,14 @@ func jobStopped(info WorkerInfo, now time.Time) string {
 }
 
 // workerCounts is the attached workers by the provisioner that asked for
-// them, idle or busy.
+// them, idle or busy (a worker whose result is not yet collected is
+// busy, as GET /status counts it).
 func (b *books) workerCounts() map[string]workerCounts {
 	b.mu.Lock()
 	out := map[string]workerCounts{}
 	for _, ws := range b.workers {
 		n := out[ws.owner]
-		if ws.task != nil {
+		if ws.task != nil || ws.reported != nil {
 			n.busy++
 		} else {
 			n.idle++
