@@ -47,7 +47,9 @@ type scaleView struct {
 		Task      string `json:"task"`
 		AttemptID string `json:"attemptID"`
 	} `json:"workers"`
-	WorkersMore int    `json:"workersMore"`
+	WorkersMore int `json:"workersMore"`
+	// FailedAmber: the count of failed tasks is marked for a person.
+	FailedAmber bool   `json:"failedAmber"`
 	Ended       int    `json:"ended"`
 	Progress    string `json:"progress"`
 }
@@ -66,6 +68,7 @@ const readScale = `JSON.stringify({
   tasksMore: Number(document.getElementById("tasks-more").dataset.more || 0),
   workers: [...document.querySelectorAll("#workers tbody tr")].map(r => ({worker: r.dataset.worker, task: r.dataset.task, attemptID: r.dataset.attemptId})),
   workersMore: Number(document.getElementById("workers-more").dataset.more || 0),
+  failedAmber: !!document.querySelector('#counts [data-state="failed"].attention'),
   ended: Number(document.getElementById("ended-chart").dataset.ended || 0),
   progress: document.getElementById("progress-text").textContent,
 })`
@@ -244,26 +247,40 @@ func checkHolds(t *testing.T, what string, v scaleView) {
 // nothing is amber where nothing needs a person.
 func TestPageAtScale(t *testing.T) {
 	t.Run("10000", func(t *testing.T) {
-		tasks := writeTaskFile(t, 10000, func(i int) string { return fmt.Sprintf(`{"id": "q%05d", "command": ["sleep", "600"]}`, i) })
+		// The first 4 fail at once; the rest run for 10 minutes, 4 at a
+		// time, so that what the page shows holds still.
+		tasks := writeTaskFile(t, 10000, func(i int) string {
+			if i < 4 {
+				return fmt.Sprintf(`{"id": "q%05d", "command": ["sh", "-c", "exit 3"]}`, i)
+			}
+			return fmt.Sprintf(`{"id": "q%05d", "command": ["sleep", "600"]}`, i)
+		})
 		r := startMemRun(t, 4, tasks)
 		r.startWorkers(t)
 		var st pageStatus
-		poll(t, 60*time.Second, "4 tasks running and 9,996 waiting", func() bool {
+		poll(t, 60*time.Second, "4 tasks failed, 4 running and 9,992 waiting", func() bool {
 			st = pageStatus{}
-			return getJSON(r.base+"/status?limit=100", &st) == nil && st.taskCount("running") == 4 && st.taskCount("waiting") == 9996 && st.Summary.Workers.Busy == 4
+			return getJSON(r.base+"/status?limit=100", &st) == nil && st.taskCount("failed") == 4 && st.taskCount("running") == 4 &&
+				st.taskCount("waiting") == 9992 && st.Summary.Workers.Busy == 4
 		})
 		p := openPage(t, r.base)
 		v := p.waitView(t, 30*time.Second, "the page to show 4 running", func(v scaleView) bool { return v.Counts["running"] == 4 && len(v.Workers) == 4 })
+		// Read again, now that the page shows it: the reasons come from
+		// the passes after the tasks were placed.
+		st = pageStatus{}
+		if err := getJSON(r.base+"/status?limit=100", &st); err != nil {
+			t.Fatal(err)
+		}
 		t.Logf("10,000 tasks: the status shown %.0f ms after navigation; %q; headings %+v", v.Shown, v.Progress, v.Headings)
 		checkLayout(t, "10,000 tasks", v)
 		checkHolds(t, "10,000 tasks", v)
-		for _, s := range []string{"waiting", "running", "succeeded"} {
+		for _, s := range []string{"waiting", "running", "succeeded", "failed"} {
 			if v.Counts[s] != st.taskCount(s) {
 				t.Errorf("the page counts %d %s; GET /status %d", v.Counts[s], s, st.taskCount(s))
 			}
 		}
-		if v.Total != 10000 || v.Done != 0 || v.Attached != 4 || v.Busy != 4 {
-			t.Errorf("the page's progress %d of %d, machines %d attached, %d busy; want 0 of 10,000, 4 and 4", v.Done, v.Total, v.Attached, v.Busy)
+		if v.Total != 10000 || v.Done != 4 || v.Attached != 4 || v.Busy != 4 {
+			t.Errorf("the page's progress %d of %d, machines %d attached, %d busy; want 4 of 10,000, 4 and 4", v.Done, v.Total, v.Attached, v.Busy)
 		}
 		if len(v.Tasks) != 100 || v.TasksMore != 9900 {
 			t.Errorf("the tasks' table: %d rows and %d more; want 100 and 9,900", len(v.Tasks), v.TasksMore)
@@ -284,8 +301,9 @@ func TestPageAtScale(t *testing.T) {
 		if !ok || capped.Count != st.Summary.Needs.ByReason["capped"] || capped.Color != "rgb(85, 85, 85)" {
 			t.Errorf("the backlog under the cap on the page: %+v; want %d, grey (rgb(85, 85, 85)), as GET /status counts it", v.Reasons, st.Summary.Needs.ByReason["capped"])
 		}
-		if len(v.Attention) != 0 {
-			t.Errorf("the page asks for a person where nothing needs one: %q", v.Attention)
+		// The failed tasks, and nothing else, ask for a person.
+		if len(v.Attention) != 1 || !strings.HasPrefix(v.Attention[0], "4 task(s) failed") || !v.FailedAmber {
+			t.Errorf("the page asks for a person for %q (the failed count amber: %v); want the 4 failed tasks alone", v.Attention, v.FailedAmber)
 		}
 		// The running filter lists the 4 running, on the workers that
 		// hold them.
