@@ -183,3 +183,25 @@ func TestReportedWorkerHoldsItsTask(t *testing.T) {
 		t.Errorf("status once collected: %+v; want idle", st[0])
 	}
 }
+
+// TestEndSeriesStaysBounded: ends counted over a run longer than
+// maxEndBuckets steps double the step instead of growing the series:
+// 300 ends, one a second, are 75 bars of 4 s (1 s up to 120 s, 2 s up
+// to 240 s, then 4 s), every end counted.
+func TestEndSeriesStaysBounded(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	s := endSeries{start: start}
+	for i := range 300 {
+		s.add(start.Add(time.Duration(i)*time.Second + 500*time.Millisecond))
+	}
+	got := s.export()
+	total := 0
+	for _, n := range got.Counts {
+		total += n
+	}
+	if got.StepSeconds != 4 || len(got.Counts) != 75 || total != 300 || got.Counts[0] != 4 || got.Counts[74] != 4 {
+		t.Errorf("300 ends a second apart: %d bars of %gs holding %d (first %d, last %d); want 75 of 4s holding 300, 4 each",
+			len(got.Counts), got.StepSeconds, total, got.Counts[0], got.Counts[len(got.Counts)-1])
+	}
+}
