@@ -224,7 +224,16 @@ type workerState struct {
 	// reported is the task whose result arrived and which the router
 	// has not collected yet (TaskOutcome): until it has, the worker is
 	// not idle, so that the router never holds two tasks of one worker
-	// out at once, and GET /status never shows a worker on two.
+	// out at once, and GET /status never shows a worker on two. A
+	// worker freed at its report could be given the next need by a
+	// pass that had settled before the report came, while its last
+	// still read assigned on it. Rejected: settling in report itself
+	// (the router's books would be written from a worker's request,
+	// beside the pass that owns them), and a reconcile in /status alone
+	// (it hid the double from the page, not from the router). The cost:
+	// a result that comes while a pass settles waits for the next pass
+	// for its worker's next task, and its report asks for that pass at
+	// once (notify).
 	reported *Task
 	// delivered is set once task went out in a poll's answer: from then
 	// the worker is busy with it and not expected to poll.
