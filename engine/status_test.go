@@ -205,3 +205,23 @@ func TestEndSeriesStaysBounded(t *testing.T) {
 			len(got.Counts), got.StepSeconds, total, got.Counts[0], got.Counts[len(got.Counts)-1])
 	}
 }
+
+// TestJobStoppedSaysWhich: a worker that detaches with a task in hand
+// was stopped; the time limit it reported says whether its job was
+// cancelled (well before the limit), reached it, or either (no limit).
+func TestJobStoppedSaysWhich(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		ends time.Time
+		want string
+	}{
+		{now.Add(41 * time.Minute), "its job 9_0 was cancelled under its task, 41m0s before its time limit"},
+		{now.Add(5 * time.Second), "its job 9_0 reached its time limit under its task"},
+		{time.Time{}, "its job 9_0 was stopped under its task (cancelled, or at its time limit)"},
+	} {
+		if got := jobStopped(WorkerInfo{JobID: "9_0", EndsAt: c.ends}, now); got != c.want {
+			t.Errorf("ends at %v: %q; want %q", c.ends, got, c.want)
+		}
+	}
+}
