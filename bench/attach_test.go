@@ -404,8 +404,8 @@ func engineMemory(tb testing.TB, base string) (heapKB, stackKB, idleKB int64, go
 	return int64(v[heap] / 1024), int64(v[stack] / 1024), int64((v[idle] - v[released]) / 1024), int(v[gs])
 }
 
-// maxPageWorkers is the status page's MAX_WORKERS (host-example/web/app.js).
-const maxPageWorkers = 200
+// maxPageWorkers is the status page's MAX_ROWS (host-example/web/app.js).
+const maxPageWorkers = 100
 
 // measurePage loads the status page in headless chromium and reads how
 // long, from the navigation's start, the page took to show GET /status:

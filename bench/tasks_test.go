@@ -175,7 +175,8 @@ func startTaskEngine(tb testing.TB, e benchEnv, what string, size int, tasksFile
 	te.h.onLine = te.line
 	var args []string
 	if tasksFile != "" {
-		args = []string{"-tasks", tasksFile, "-results", filepath.Join(dir, "results")}
+		// -v: the harness reads the machines off the story's lines.
+		args = []string{"-v", "-tasks", tasksFile, "-results", filepath.Join(dir, "results")}
 	}
 	te.h.run(tb, e.HostBin, taskEngineConfig(te.h.port, e.TestBin, size),
 		[]string{"FLUKSIO_BENCH_SECRET=" + hex.EncodeToString(taskSecret)}, args...)
@@ -970,7 +971,7 @@ func measureTransfer(tb testing.TB, e benchEnv) transferResult {
 		// Each worker's second task is its input's: "running" as it has
 		// it, "started" once its input is written and checked.
 		switch {
-		case strings.Contains(l.text, " running task-"):
+		case strings.Contains(l.text, " running task "):
 			if running[i]++; running[i] == 2 {
 				gotAt[i] = l.at
 				if first.IsZero() || l.at.Before(first) {

@@ -221,6 +221,20 @@ type workerState struct {
 	// It is handed out again on every poll until its result arrives, so a
 	// response lost on the way costs a repeat, not the task.
 	task *Task
+	// reported is the task whose result arrived and which the router
+	// has not collected yet (TaskOutcome): until it has, the worker is
+	// not idle, so that the router never holds two tasks of one worker
+	// out at once, and GET /status never shows a worker on two. A
+	// worker freed at its report could be given the next need by a
+	// pass that had settled before the report came, while its last
+	// still read assigned on it. Rejected: settling in report itself
+	// (the router's books would be written from a worker's request,
+	// beside the pass that owns them), and a reconcile in /status alone
+	// (it hid the double from the page, not from the router). The cost:
+	// a result that comes while a pass settles waits for the next pass
+	// for its worker's next task, and its report asks for that pass at
+	// once (notify).
+	reported *Task
 	// delivered is set once task went out in a poll's answer: from then
 	// the worker is busy with it and not expected to poll.
 	delivered bool
@@ -409,9 +423,9 @@ func (b *books) ObserveEvent(ev shared.Event) error {
 		}
 	}
 	if dropped != nil {
-		b.logger.Info("worker dropped", "worker", dropped.info.Name, "why", dropped.why, "task_left", dropped.task)
-		b.activity(Activity{Kind: EventWorkerDropped, Provisioner: dropped.owner, Worker: dropped.info.Name, Job: dropped.info.JobID, Task: dropped.task,
-			Detail: dropped.why})
+		a := dropped.activity(EventWorkerDropped)
+		b.logger.Info("worker dropped", "worker", dropped.info.Name, "why", dropped.why, "task", a.Task, "attempt_id", a.AttemptID)
+		b.activity(a)
 		b.tellGone(dropped)
 		b.notify()
 	}
@@ -474,7 +488,7 @@ func (b *books) IdleAndAttached() ([]WorkerInfo, map[string][]string) {
 	var idle []WorkerInfo
 	attached := map[string][]string{}
 	for name, ws := range b.workers {
-		if ws.task == nil && !ws.leaving {
+		if ws.task == nil && ws.reported == nil && !ws.leaving {
 			idle = append(idle, ws.info)
 		}
 		// A worker whose job ends within the margin is leaving: its
@@ -514,7 +528,7 @@ func (b *books) Assign(worker string, t Task) error {
 		b.mu.Unlock()
 		return errNotAttached
 	}
-	if ws.task != nil {
+	if ws.task != nil || ws.reported != nil {
 		b.mu.Unlock()
 		return errWorkerBusy
 	}
@@ -522,7 +536,7 @@ func (b *books) Assign(worker string, t Task) error {
 	if ws.poll != nil {
 		ws.poll.fire()
 	}
-	a := Activity{Kind: EventTaskAssigned, Provisioner: ws.owner, Worker: worker, Job: ws.info.JobID, Task: t.ID}
+	a := Activity{Kind: EventTaskAssigned, Provisioner: ws.owner, Worker: worker, Job: ws.info.JobID, Task: t.Name, Attempt: t.Attempt, AttemptID: t.ID}
 	b.mu.Unlock()
 	b.activity(a)
 	return nil
@@ -570,6 +584,9 @@ func (b *books) TaskOutcome(worker, id string) (Result, assignState) {
 	defer b.mu.Unlock()
 	if res, ok := b.results[id]; ok {
 		delete(b.results, id)
+		if ws := b.workers[worker]; ws != nil && ws.reported != nil && ws.reported.ID == id {
+			ws.reported = nil
+		}
 		return res, assignDone
 	}
 	// Not swept here: goneness is decided by watch alone.
@@ -587,8 +604,9 @@ type goneWorker struct {
 	info     WorkerInfo
 	owner    string
 	lastSeen time.Time
-	// task is the task it held, if any; why says in words why it left.
-	task string
+	// task is the task it held, if any (nil); why says in words why it
+	// left.
+	task *Task
 	why  string
 }
 
@@ -596,10 +614,19 @@ type goneWorker struct {
 func (b *books) goneOf(ws *workerState, why string) *goneWorker {
 	g := &goneWorker{info: ws.info, owner: ws.owner, lastSeen: ws.lastSeen, why: why}
 	if ws.task != nil {
-		g.task = ws.task.ID
+		g.task = ws.task
 		b.lost[ws.task.ID] = why
 	}
 	return g
+}
+
+// activity is g's leaving as kind, with the task it held.
+func (g *goneWorker) activity(kind EventKind) Activity {
+	a := Activity{Kind: kind, Provisioner: g.owner, Worker: g.info.Name, Job: g.info.JobID, Detail: g.why}
+	if g.task != nil {
+		a.Task, a.Attempt, a.AttemptID = g.task.Name, g.task.Attempt, g.task.ID
+	}
+	return a
 }
 
 // tellGone calls the gone hook for g, without b.mu.
@@ -617,9 +644,13 @@ type Activity struct {
 	Provisioner string
 	Worker      string
 	// Job is the scheduler's id the worker reported (Slurm's job id).
-	Job    string
-	Task   string
-	Detail string
+	Job string
+	// Task is the task's id (empty for the stand-in's work); Attempt its
+	// attempt's number and AttemptID the attempt's id.
+	Task      string
+	Attempt   int
+	AttemptID string
+	Detail    string
 }
 
 // -- liveness ------------------------------------------------------------
@@ -723,9 +754,9 @@ func (b *books) dismiss(ctx context.Context, wait time.Duration) int {
 
 func (b *books) logGone(gone []*goneWorker) {
 	for _, g := range gone {
-		b.logger.Warn("worker gone", "worker", g.info.Name, "last_seen", g.lastSeen, "task", g.task)
-		b.activity(Activity{Kind: EventWorkerGone, Provisioner: g.owner, Worker: g.info.Name, Job: g.info.JobID, Task: g.task,
-			Detail: g.why})
+		a := g.activity(EventWorkerGone)
+		b.logger.Warn("worker gone", "worker", g.info.Name, "last_seen", g.lastSeen, "task", a.Task, "attempt_id", a.AttemptID)
+		b.activity(a)
 		b.tellGone(g)
 	}
 	if len(gone) > 0 {
@@ -879,6 +910,7 @@ func (b *books) admitLocked(cred host.Credential, info WorkerInfo) (denial, stri
 // secret is session; or says why not.
 func (b *books) report(cred host.Credential, session string, res Result) (denial, string) {
 	name := cred.Worker
+	var task Task
 	b.mu.Lock()
 	ws, d, refusal := b.sessionLocked(cred, session)
 	switch {
@@ -892,6 +924,8 @@ func (b *books) report(cred host.Credential, session string, res Result) (denial
 			res.run = nil
 		}
 		b.results[res.TaskID] = res
+		task = *ws.task
+		ws.reported = ws.task
 		ws.task, ws.delivered, ws.cancel = nil, false, false
 		ws.lastSeen = res.At
 	}
@@ -902,7 +936,7 @@ func (b *books) report(cred host.Credential, session string, res Result) (denial
 	if res.run == nil {
 		// A task's result is logged as the router settles it ("task
 		// ended", with its state): once a task, not twice.
-		b.logger.Info("work done", "task", res.TaskID, "worker", name, "host", res.Hostname,
+		b.logger.Info("work done", "attempt_id", res.TaskID, "worker", name, "host", res.Hostname,
 			"job_id", res.JobID, "cpus", res.CPUs, "output", res.Output)
 	}
 	if b.hooks.result != nil {
@@ -912,7 +946,8 @@ func (b *books) report(cred host.Credential, session string, res Result) (denial
 	if res.run != nil {
 		detail = string(res.run.State)
 	}
-	b.activity(Activity{Kind: EventTaskDone, Provisioner: cred.Provisioner, Worker: name, Job: res.JobID, Task: res.TaskID, Detail: detail})
+	b.activity(Activity{Kind: EventTaskDone, Provisioner: cred.Provisioner, Worker: name, Job: res.JobID, Task: task.Name,
+		Attempt: task.Attempt, AttemptID: res.TaskID, Detail: detail})
 	b.notify()
 	return allowed, ""
 }
@@ -934,7 +969,11 @@ func (b *books) detach(cred host.Credential, session string) (denial, string) {
 	}
 	var left *goneWorker
 	if ws != nil {
-		left = b.goneOf(ws, "detached")
+		why := "detached"
+		if ws.task != nil {
+			why = jobStopped(ws.info, b.now())
+		}
+		left = b.goneOf(ws, why)
 		b.forgetLocked(name, ws)
 	}
 	// A credential of another provisioner for the same name revokes
@@ -946,22 +985,48 @@ func (b *books) detach(cred host.Credential, session string) (denial, string) {
 	if left != nil {
 		// A task left behind is noticed by the router, which places it
 		// again; nothing to do here but say so.
-		b.logger.Info("worker detached", "worker", name, "task_left", left.task)
-		b.activity(Activity{Kind: EventWorkerDetached, Provisioner: cred.Provisioner, Worker: name, Job: left.info.JobID, Task: left.task})
+		a := left.activity(EventWorkerDetached)
+		a.Provisioner = cred.Provisioner
+		if left.task != nil {
+			b.logger.Info("worker detached with a task in hand", "worker", name, "job_id", left.info.JobID, "task", left.task.Name,
+				"attempt", left.task.Attempt, "attempt_id", left.task.ID, "why", left.why)
+		} else {
+			b.logger.Info("worker detached", "worker", name)
+		}
+		b.activity(a)
 		b.tellGone(left)
 		b.notify()
 	}
 	return allowed, ""
 }
 
+// jobStopped says why a worker left with task in hand: a worker
+// detaches mid-task only when it is stopped (its job cancelled, by hand,
+// by a nemesis or by the scheduler, or at its time limit), and the time
+// limit it reported tells which.
+func jobStopped(info WorkerInfo, now time.Time) string {
+	job := "its job"
+	if info.JobID != "" {
+		job += " " + info.JobID
+	}
+	switch {
+	case info.EndsAt.IsZero():
+		return job + " was stopped under its task (cancelled, or at its time limit)"
+	case now.Before(info.EndsAt.Add(-worker.EndMargin)):
+		return fmt.Sprintf("%s was cancelled under its task, %s before its time limit", job, info.EndsAt.Sub(now).Truncate(time.Second))
+	}
+	return job + " reached its time limit under its task"
+}
+
 // workerCounts is the attached workers by the provisioner that asked for
-// them, idle or busy.
+// them, idle or busy (a worker whose result is not yet collected is
+// busy, as GET /status counts it).
 func (b *books) workerCounts() map[string]workerCounts {
 	b.mu.Lock()
 	out := map[string]workerCounts{}
 	for _, ws := range b.workers {
 		n := out[ws.owner]
-		if ws.task != nil {
+		if ws.task != nil || ws.reported != nil {
 			n.busy++
 		} else {
 			n.idle++
@@ -978,7 +1043,15 @@ type workerStatus struct {
 	AttachedAt time.Time `json:"attached_at"`
 	LastSeen   time.Time `json:"last_seen"`
 	Polling    bool      `json:"polling"`
-	Task       string    `json:"task,omitempty"`
+	// Task is the id of the task the worker holds (empty for the
+	// stand-in's work, and when idle); Attempt is its attempt's number
+	// and AttemptID the attempt's id, set whenever the worker holds
+	// work. Reported: its result is in, and the engine's next pass
+	// records it; the worker takes no other task until then.
+	Task      string `json:"task,omitempty"`
+	Attempt   int    `json:"attempt,omitempty"`
+	AttemptID string `json:"attempt_id,omitempty"`
+	Reported  bool   `json:"reported,omitempty"`
 	// TimeLeft is how long until the worker's job must end, in whole
 	// seconds ("41s"); empty when its end is not known.
 	TimeLeft string `json:"time_left,omitempty"`
@@ -998,8 +1071,12 @@ func (b *books) statuses() []workerStatus {
 			st.TimeLeft = max(0, ws.info.EndsAt.Sub(now)).Truncate(time.Second).String()
 		}
 		st.Labels = slices.Clone(st.Labels)
-		if ws.task != nil {
-			st.Task = ws.task.ID
+		held := ws.task
+		if held == nil && ws.reported != nil {
+			held, st.Reported = ws.reported, true
+		}
+		if held != nil {
+			st.Task, st.Attempt, st.AttemptID = held.Name, held.Attempt, held.ID
 		}
 		all = append(all, st)
 	}

@@ -429,7 +429,7 @@ func TestStatus(t *testing.T) {
 	}
 	p := newRouter(nil, e, nil)
 	p.Add(shared.Need{CPUs: 2})
-	statusOf(e).needs = p.Needs
+	statusOf(e).needs = p.needsWhere
 	provisioned(e, "hpc-cpu-1", "77")
 	if rec := do(t, e, "POST", "/v1/attach", sign(t, signer, "hpc-cpu-1", time.Hour), attachBody); rec.Code != http.StatusOK {
 		t.Fatalf("attach: %d %s", rec.Code, rec.Body)

@@ -340,7 +340,7 @@ func TestDeadWorkerGoneInSeconds(t *testing.T) {
 		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 			t.Fatal(err)
 		}
-		return slices.ContainsFunc(st.Workers, func(w workerStatus) bool { return w.Name == name && (w.Polling || w.Task != "") })
+		return slices.ContainsFunc(st.Workers, func(w workerStatus) bool { return w.Name == name && (w.Polling || w.AttemptID != "") })
 	}
 
 	a := start("slurm-cpu-a", "101")

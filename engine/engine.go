@@ -242,7 +242,8 @@ func New(cfg Config) (*Engine, error) {
 	e.gate = newConnGate(cfg.MaxConnections, logger.Named("http"), loglimit.New(refusalLogBurst, refusalLogWindow))
 	e.api = newWorkerAPI(e.books, nil)
 	e.api.tasks = e.tasks
-	e.status = &statusPage{id: cfg.ID, version: &e.version, books: e.books, provisioners: e.fleet.status, needs: e.router.Needs, held: e.router.Held}
+	e.status = &statusPage{id: cfg.ID, version: &e.version, books: e.books, provisioners: e.fleet.status, needs: e.router.needsWhere, held: e.router.Held,
+		tasks: e.tasks.counts}
 	state := &stateCollector{health: e.fleet.health, status: e.status.provisionerStatus, workers: e.workerCounts,
 		needs: e.router.Needs, forgotten: e.router.Forgotten, held: e.router.Held}
 	e.obs = newObserver(newEngineMetrics(state))

@@ -87,8 +87,13 @@ type Event struct {
 	Profile     string    `json:"profile,omitempty"`
 	Job         string    `json:"job,omitempty"`
 	Worker      string    `json:"worker,omitempty"`
-	Task        string    `json:"task,omitempty"`
-	Detail      string    `json:"detail,omitempty"`
+	// Task is the task's id, as every surface names it (empty for the
+	// stand-in's work); Attempt is its attempt's number and AttemptID
+	// the attempt's id on the workers' routes.
+	Task      string `json:"task,omitempty"`
+	Attempt   int    `json:"attempt,omitempty"`
+	AttemptID string `json:"attempt_id,omitempty"`
+	Detail    string `json:"detail,omitempty"`
 }
 
 // Hub numbers events, keeps the last historySize and hands each to

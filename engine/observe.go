@@ -128,7 +128,8 @@ func kindLabel(k shared.EventKind) string {
 // activity is what happened to a worker or task in the engine.
 func (o *observer) activity(a Activity) {
 	now := time.Now()
-	ev := Event{Time: now, Kind: a.Kind, Provisioner: a.Provisioner, Worker: a.Worker, Job: a.Job, Task: a.Task, Detail: a.Detail}
+	ev := Event{Time: now, Kind: a.Kind, Provisioner: a.Provisioner, Worker: a.Worker, Job: a.Job, Task: a.Task, Attempt: a.Attempt,
+		AttemptID: a.AttemptID, Detail: a.Detail}
 	o.mu.Lock()
 	sub, known := o.waiting[a.Worker]
 	if a.Kind == EventWorkerAttached || a.Kind.workerLeft() {
@@ -162,13 +163,18 @@ func (o *observer) activity(a Activity) {
 // task is what became of a submitted task: an attempt lost, the task
 // ended.
 func (o *observer) task(n taskNews) {
+	var last Attempt
+	if k := len(n.res.Attempts); k > 0 {
+		last = n.res.Attempts[k-1]
+	}
 	if n.lost {
 		detail := "waits for another worker"
 		if !n.again {
 			detail = "given up: no retries left"
 		}
 		o.metrics.tasks.WithLabelValues("lost").Inc()
-		o.hub.publish(Event{Kind: EventTaskLost, Provisioner: n.provisioner, Worker: n.worker, Task: n.res.ID, Detail: detail})
+		o.hub.publish(Event{Kind: EventTaskLost, Provisioner: n.provisioner, Worker: n.worker, Job: last.JobID, Task: n.res.ID,
+			Attempt: last.Number, AttemptID: last.AttemptID, Detail: detail})
 	}
 	if n.ended {
 		detail := string(n.res.State)
@@ -176,7 +182,8 @@ func (o *observer) task(n taskNews) {
 			detail += ": " + n.res.Error
 		}
 		o.metrics.taskEnds.WithLabelValues(string(n.res.State)).Inc()
-		o.hub.publish(Event{Kind: EventTaskEnded, Provisioner: n.provisioner, Worker: n.worker, Task: n.res.ID, Detail: detail})
+		o.hub.publish(Event{Kind: EventTaskEnded, Provisioner: n.provisioner, Worker: n.worker, Job: last.JobID, Task: n.res.ID,
+			Attempt: last.Number, AttemptID: last.AttemptID, Detail: detail})
 	}
 }
 

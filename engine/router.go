@@ -500,13 +500,13 @@ func (p *router) settle() []taskNews {
 			if ok {
 				news = append(news, n)
 			}
-			p.logger.Debug("task ended", "task", ns.id, "attempt", res.TaskID, "worker", res.Worker, "host", res.Hostname,
+			p.logger.Debug("task ended", "task", ns.id, "attempt_id", res.TaskID, "worker", res.Worker, "host", res.Hostname,
 				"state", n.res.State, "error", n.res.Error)
 		case state == assignDone:
 			p.mu.Lock()
 			ns.served, ns.result, ns.task = true, &kept, ""
 			p.mu.Unlock()
-			p.logger.Debug("need served", "need", ns.id, "task", res.TaskID, "worker", res.Worker, "host", res.Hostname)
+			p.logger.Debug("need served", "need", ns.id, "attempt_id", res.TaskID, "worker", res.Worker, "host", res.Hostname)
 		case state == assignLost && ns.rec != nil:
 			why := "its worker " + refs[i].worker + " left, or was given up on, without reporting it"
 			if res.lostWhy != "" {
@@ -526,7 +526,7 @@ func (p *router) settle() []taskNews {
 			if ok {
 				news = append(news, n)
 			}
-			p.logger.Warn("task lost with its worker", "task", ns.id, "attempt", refs[i].task, "worker", refs[i].worker,
+			p.logger.Warn("task lost with its worker", "task", ns.id, "attempt_id", refs[i].task, "worker", refs[i].worker,
 				"again", n.again, "state", n.res.State)
 		case state == assignLost:
 			p.mu.Lock()
@@ -535,7 +535,7 @@ func (p *router) settle() []taskNews {
 			p.mu.Unlock()
 			// Its worker left without reporting. The need is as unserved
 			// as it ever was, and this pass places it again.
-			p.logger.Warn("task lost with its worker", "need", ns.id, "task", refs[i].task, "worker", refs[i].worker)
+			p.logger.Warn("work lost with its worker", "need", ns.id, "attempt_id", refs[i].task, "worker", refs[i].worker)
 		}
 	}
 	p.mu.Lock()
@@ -662,7 +662,7 @@ func (p *router) match(wantWaiting bool) ([]*needState, []taskNews) {
 		if pl.ns.rec != nil && p.tasks.cancelled(pl.ns.rec) {
 			p.engine.CancelTask(pl.worker.Name, t.ID)
 		}
-		p.logger.Debug("task assigned", "need", pl.ns.id, "task", t.ID, "worker", pl.worker.Name)
+		p.logger.Debug("task assigned", "task", pl.ns.id, "attempt", t.Attempt, "attempt_id", t.ID, "worker", pl.worker.Name)
 	}
 	return waiting, news
 }
@@ -1335,18 +1335,29 @@ func reasonOf(o shared.DemandOutcome) WaitReason {
 	return ReasonQueued
 }
 
-// NeedStatus is one need as GET /status shows it.
+// NeedStatus is one need as GET /status shows it. A need of a task
+// Submit made is the task: its ID is the task's id, the one every
+// surface names it by; the attempt under way or that served it is a
+// number beside it (Attempt), with its AttemptID for the workers'
+// routes.
 type NeedStatus struct {
 	ID string `json:"id"`
 	// Spec is the need as -need takes it.
 	Spec  string      `json:"spec"`
 	Need  worker.Need `json:"need"`
 	State NeedPhase   `json:"state"`
+	// TaskState is where a task's need's task stands: waiting, running,
+	// or how it ended; empty for a need without a task (the stand-in's).
+	TaskState TaskState `json:"task_state,omitempty"`
 	// Reason is why it waits, while it does.
 	Reason WaitReason `json:"reason,omitempty"`
-	// Worker and Task are set while assigned and once served.
-	Worker string `json:"worker,omitempty"`
-	Task   string `json:"task,omitempty"`
+	// Worker, Task, Attempt and AttemptID are set while assigned and
+	// once served. Task is the task's id (the need's own, for a task
+	// Submit made; empty for the stand-in's work, which is no task).
+	Worker    string `json:"worker,omitempty"`
+	Task      string `json:"task,omitempty"`
+	Attempt   int    `json:"attempt,omitempty"`
+	AttemptID string `json:"attempt_id,omitempty"`
 	// Detail says what the need is waiting for, or what served it.
 	Detail string  `json:"detail"`
 	Result *Result `json:"result,omitempty"`
@@ -1354,33 +1365,142 @@ type NeedStatus struct {
 
 // Needs reports every need, in the order they were added.
 func (p *router) Needs() []NeedStatus {
+	return p.needsWhere(needQuery{limit: -1}).list
+}
+
+// needQuery is which needs GET /status lists: those whose state or task
+// state is among states (every need when states is empty), the first
+// limit of them (all when limit < 0).
+type needQuery struct {
+	states map[string]bool
+	limit  int
+}
+
+// needsAnswer is the needs a needQuery lists, how many matched it, the
+// count of every need by state and reason, and the need of every
+// attempt out, by attempt id.
+type needsAnswer struct {
+	list    []NeedStatus
+	matched int
+	summary NeedCounts
+	out     map[string]string
+}
+
+// NeedCounts is the needs by state, as GET /status's summary has them;
+// Waiting's reasons are in ByReason. Forgotten are served needs the
+// engine no longer lists (keepServed).
+type NeedCounts struct {
+	Waiting   int                `json:"waiting"`
+	Assigned  int                `json:"assigned"`
+	Served    int                `json:"served"`
+	Forgotten int                `json:"forgotten"`
+	ByReason  map[WaitReason]int `json:"by_reason"`
+}
+
+// needsWhere answers q. A need is made a NeedStatus only when it is
+// listed: with 100,000 needs waiting a page asks for a hundred, and the
+// rest cost their count alone.
+func (p *router) needsWhere(q needQuery) needsAnswer {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]NeedStatus, 0, len(p.needs))
-	for _, ns := range p.needs {
-		st := NeedStatus{ID: ns.id, Spec: FormatNeed(ns.need), Need: toNeedJSON(ns.need), Worker: ns.worker, Task: ns.task}
-		switch {
-		case ns.served && ns.result != nil:
-			res := *ns.result
-			st.State, st.Result = NeedServed, &res
-			st.Worker, st.Task = res.Worker, res.TaskID
-			st.Detail = fmt.Sprintf("served by %s on %s", res.Worker, res.Hostname)
-			if ns.rec != nil {
-				st.Detail = fmt.Sprintf("task %s on %s (%s)", ns.ended, res.Worker, res.Hostname)
-			}
-		case ns.served:
-			st.State = NeedServed
-			st.Detail = fmt.Sprintf("task %s", ns.ended)
-		case ns.task != "":
-			st.State = NeedAssigned
-			st.Detail = fmt.Sprintf("running as %s on %s", ns.task, ns.worker)
-		default:
-			st.State = NeedWaiting
-			st.Reason, st.Detail = p.waitingLocked(ns)
-		}
-		out = append(out, st)
+	ans := needsAnswer{summary: NeedCounts{Forgotten: p.forgotten, ByReason: map[WaitReason]int{}}, out: map[string]string{}}
+	if q.limit < 0 {
+		ans.list = make([]NeedStatus, 0, len(p.needs))
 	}
-	return out
+	for _, ns := range p.needs {
+		phase, taskState := ns.phaseLocked()
+		var reason WaitReason
+		switch phase {
+		case NeedWaiting:
+			ans.summary.Waiting++
+			reason = p.reasonLocked(ns)
+			ans.summary.ByReason[reason]++
+		case NeedAssigned:
+			ans.summary.Assigned++
+			ans.out[ns.task] = ns.id
+		case NeedServed:
+			ans.summary.Served++
+		}
+		if len(q.states) > 0 && !q.states[string(phase)] && !q.states[string(taskState)] && !q.states[string(reason)] {
+			continue
+		}
+		ans.matched++
+		if q.limit >= 0 && len(ans.list) >= q.limit {
+			continue
+		}
+		ans.list = append(ans.list, p.statusLocked(ns))
+	}
+	return ans
+}
+
+// phaseLocked is where ns stands, and its task's state (empty for the
+// stand-in's). p.mu must be held.
+func (ns *needState) phaseLocked() (NeedPhase, TaskState) {
+	var phase NeedPhase
+	var state TaskState
+	switch {
+	case ns.served:
+		phase, state = NeedServed, ns.ended
+	case ns.task != "":
+		phase, state = NeedAssigned, TaskRunning
+	default:
+		phase, state = NeedWaiting, TaskWaiting
+	}
+	if ns.rec == nil {
+		state = ""
+	}
+	return phase, state
+}
+
+// statusLocked is ns as GET /status shows it. p.mu must be held.
+func (p *router) statusLocked(ns *needState) NeedStatus {
+	st := NeedStatus{ID: ns.id, Spec: FormatNeed(ns.need), Need: toNeedJSON(ns.need), Worker: ns.worker, AttemptID: ns.task}
+	st.State, st.TaskState = ns.phaseLocked()
+	if ns.rec != nil && (ns.task != "" || ns.served) {
+		st.Task = ns.id
+	}
+	switch {
+	case ns.served && ns.result != nil:
+		res := *ns.result
+		st.Result = &res
+		st.Worker, st.AttemptID = res.Worker, res.TaskID
+		st.Detail = fmt.Sprintf("served by %s on %s", res.Worker, res.Hostname)
+		if ns.rec != nil {
+			st.Detail = fmt.Sprintf("task %s on %s (%s)", ns.ended, res.Worker, res.Hostname)
+		}
+	case ns.served:
+		st.Detail = fmt.Sprintf("task %s", ns.ended)
+	case ns.task != "":
+		st.Detail = fmt.Sprintf("running on %s", ns.worker)
+		if ns.lost > 0 {
+			st.Detail += fmt.Sprintf(" (attempt %d: its machine was lost under %d before)", ns.lost+1, ns.lost)
+		}
+	default:
+		st.Reason, st.Detail = p.waitingLocked(ns)
+	}
+	if st.AttemptID != "" {
+		st.Attempt = int(ns.lost) + 1
+	}
+	return st
+}
+
+// reasonLocked is waitingLocked's reason alone, without its words.
+// p.mu must be held.
+func (p *router) reasonLocked(ns *needState) WaitReason {
+	covered := false
+	for _, ts := range p.targets {
+		if !ts.covers(ns.need) {
+			continue
+		}
+		covered = true
+		if a := ns.seen(ts.Name); a != nil && a.hasAsked {
+			return a.asked.reason
+		}
+	}
+	if covered {
+		return ReasonNotAsked
+	}
+	return ReasonNoFit
 }
 
 // waitingLocked says why a waiting need waits, and in words: the first

@@ -5,8 +5,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"strconv"
+	"strings"
 
 	"github.com/fluksio/provision/engine/host"
 )
@@ -26,9 +29,11 @@ type statusPage struct {
 	// request's context and no lock of the books', so it may cross the
 	// plugin boundary.
 	provisioners func(context.Context) []host.ProvisionerStatus
-	needs        func() []NeedStatus
+	needs        func(needQuery) needsAnswer
 	held         func() []HeldProfile
-	cache        host.StatusCache
+	// tasks counts the tasks by state; nil counts none.
+	tasks func() TaskCounts
+	cache host.StatusCache
 }
 
 // provisionerStatus is the provisioners' status through the cache, for
@@ -51,11 +56,78 @@ type statusReport struct {
 	// HeldBack is the engine's own backoff (backoff.go): profiles whose
 	// machines failed in a row, whatever their plugin does about it.
 	HeldBack []HeldProfile `json:"held_back"`
+	// Summary counts everything, whatever the lists hold.
+	Summary statusSummary `json:"summary"`
+	// WorkersTotal is how many workers are attached, NeedsMatched how
+	// many needs match the query's state; the lists hold the first
+	// ?limit of each.
+	WorkersTotal int `json:"workers_total"`
+	NeedsMatched int `json:"needs_matched"`
+}
+
+// statusSummary is the run in numbers: the tasks by state (every task
+// submitted), the needs by state and the waiting ones by reason, and the
+// workers, busy and idle.
+type statusSummary struct {
+	Tasks   TaskCounts   `json:"tasks"`
+	Needs   NeedCounts   `json:"needs"`
+	Workers WorkerCounts `json:"workers"`
+}
+
+// WorkerCounts is the attached workers, busy (holding a task, or its
+// result not yet recorded) and idle.
+type WorkerCounts struct {
+	Attached int `json:"attached"`
+	Busy     int `json:"busy"`
+	Idle     int `json:"idle"`
+}
+
+// Counts is the run in numbers, as GET /status's summary has them: the
+// tasks by state (every task submitted) and the needs by state and
+// reason. It lists nothing, so it costs a count of the needs, not a
+// NeedStatus each: a progress line may read it every second with
+// 100,000 tasks queued.
+func (e *Engine) Counts() (TaskCounts, NeedCounts) {
+	return e.tasks.counts(), e.router.needsWhere(needQuery{limit: 0}).summary
+}
+
+// maxStatusLimit bounds ?limit; larger asks for every element.
+const maxStatusLimit = 1 << 30
+
+// parseStatusQuery reads GET /status's query: ?limit=N lists at most N
+// workers and N needs (all without it), ?state=S[,S...] lists the needs
+// whose state, task state or waiting reason is one of them.
+func parseStatusQuery(r *http.Request) (needQuery, error) {
+	q := needQuery{limit: -1}
+	v := r.URL.Query()
+	if l := v.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 0 {
+			return q, fmt.Errorf("limit=%q: give a whole number of elements, 0 or more, or leave it out for all", l)
+		}
+		q.limit = min(n, maxStatusLimit)
+	}
+	for _, st := range strings.Split(v.Get("state"), ",") {
+		if st = strings.TrimSpace(st); st != "" {
+			if q.states == nil {
+				q.states = map[string]bool{}
+			}
+			q.states[st] = true
+		}
+	}
+	return q, nil
 }
 
 func (s *statusPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	q, err := parseStatusQuery(r)
+	if err != nil {
+		WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	// Empty lists, not null: a status page reads .length without asking.
 	report := statusReport{EngineID: s.id, Provisioners: []host.ProvisionerStatus{}, Workers: []workerStatus{}, Needs: []NeedStatus{}, HeldBack: []HeldProfile{}}
+	report.Summary.Needs.ByReason = map[WaitReason]int{}
+	report.Summary.Tasks.Ended.Counts = []int{}
 	if s.version != nil {
 		report.Config = s.version.get()
 	}
@@ -65,13 +137,58 @@ func (s *statusPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.provisioners != nil {
 		report.Provisioners = s.provisionerStatus(r.Context())
 	}
+	var out map[string]string
+	if s.tasks != nil {
+		report.Summary.Tasks = s.tasks()
+	}
 	if s.needs != nil {
-		if needs := s.needs(); needs != nil {
-			report.Needs = needs
+		ans := s.needs(q)
+		if ans.list != nil {
+			report.Needs = ans.list
+		}
+		report.NeedsMatched, report.Summary.Needs, out = ans.matched, ans.summary, ans.out
+	}
+	// The workers are read after the needs: what the books say a worker
+	// holds is as new as the needs or newer.
+	workers := s.books.statuses()
+	report.reconcile(workers, out)
+	report.WorkersTotal = len(workers)
+	report.Workers = workers
+	if q.limit >= 0 && len(workers) > q.limit {
+		report.Workers = workers[:q.limit]
+	}
+	report.stream(w)
+}
+
+// reconcile makes the needs and the workers of one answer agree on who
+// holds what. The needs were read first: a need listed as assigned whose
+// worker the books now show holding another attempt, or none, has ended
+// since (its result recorded, or its worker gone), and is shown on no
+// worker. A worker doing the stand-in's work is shown with its need's
+// id (out: the need of every attempt out, by attempt id). It also
+// counts the workers, busy and idle.
+func (report *statusReport) reconcile(workers []workerStatus, out map[string]string) {
+	holds := make(map[string]string, len(workers))
+	for i := range workers {
+		w := &workers[i]
+		if w.AttemptID == "" {
+			report.Summary.Workers.Idle++
+			continue
+		}
+		report.Summary.Workers.Busy++
+		holds[w.Name] = w.AttemptID
+		if w.Task == "" {
+			w.Task = out[w.AttemptID]
 		}
 	}
-	report.Workers = s.books.statuses()
-	report.stream(w)
+	report.Summary.Workers.Attached = len(workers)
+	for i := range report.Needs {
+		n := &report.Needs[i]
+		if n.State == NeedAssigned && n.Worker != "" && holds[n.Worker] != n.AttemptID {
+			n.Detail = fmt.Sprintf("ended on %s; being recorded", n.Worker)
+			n.Worker = ""
+		}
+	}
 }
 
 // stream writes the report as statusReport's JSON, its two long lists
@@ -102,6 +219,12 @@ func (report statusReport) stream(w http.ResponseWriter) {
 	}
 	js.raw("\n],\n\"held_back\":")
 	js.value(report.HeldBack)
+	js.raw(",\n\"summary\":")
+	js.value(report.Summary)
+	js.raw(",\n\"workers_total\":")
+	js.value(report.WorkersTotal)
+	js.raw(",\"needs_matched\":")
+	js.value(report.NeedsMatched)
 	js.raw("}\n")
 	if js.err == nil {
 		js.err = js.w.Flush()

@@ -86,8 +86,15 @@ type TaskResult struct {
 	Attempts []Attempt `json:"attempts"`
 }
 
-// Attempt is one run of a task on one worker.
+// Attempt is one run of a task on one worker. A task is named by its
+// id everywhere; an attempt by its number beside it (Number, from 1),
+// and, on the worker's routes alone, by its AttemptID.
 type Attempt struct {
+	// Number counts the task's attempts from 1.
+	Number int `json:"attempt"`
+	// AttemptID names this attempt on the workers' routes
+	// (/v1/work/ATTEMPT_ID/...); GET /v1/tasks/ID takes the task's id.
+	AttemptID   string    `json:"attempt_id"`
 	Worker      string    `json:"worker"`
 	Provisioner string    `json:"provisioner"`
 	JobID       string    `json:"job_id"`
@@ -205,10 +212,34 @@ func (e *Engine) Authenticate(r *http.Request) (WorkerInfo, error) {
 func (e *Engine) serveTask(w http.ResponseWriter, r *http.Request) {
 	res, ok := e.Task(r.PathValue("id"))
 	if !ok {
-		WriteError(w, http.StatusNotFound, ErrNoSuchTask.Error())
+		e.notATask(w, r.PathValue("id"))
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// attemptNotTask is the 404 of GET /v1/tasks/ID and its cancel given an
+// attempt's id: it names the task, so that a script that read an
+// attempt id from a worker's log or an older /status finds the task
+// rather than a bare "no such task".
+type attemptNotTask struct {
+	Error     string `json:"error"`
+	TaskID    string `json:"task_id"`
+	Attempt   int    `json:"attempt"`
+	AttemptID string `json:"attempt_id"`
+}
+
+// notATask answers 404 for id: naming the task when id is one of its
+// attempts' ids, else ErrNoSuchTask. A 404, not a redirect: a client
+// that cancels what it is given must not cancel a task it did not name.
+func (e *Engine) notATask(w http.ResponseWriter, id string) {
+	if task, n, ok := e.tasks.attemptOf(id); ok {
+		writeJSON(w, http.StatusNotFound, attemptNotTask{
+			Error:  fmt.Sprintf("%s is no task's id: it is attempt %d of task %s; ask /v1/tasks/%s", id, n, task, task),
+			TaskID: task, Attempt: n, AttemptID: id})
+		return
+	}
+	WriteError(w, http.StatusNotFound, ErrNoSuchTask.Error())
 }
 
 // serveCancel answers POST /v1/tasks/ID/cancel: 204 cancelled (or being
@@ -219,7 +250,7 @@ func (e *Engine) serveCancel(w http.ResponseWriter, r *http.Request) {
 	case err == nil:
 		w.WriteHeader(http.StatusNoContent)
 	case errors.Is(err, ErrNoSuchTask):
-		WriteError(w, http.StatusNotFound, err.Error())
+		e.notATask(w, r.PathValue("id"))
 	case errors.Is(err, ErrTaskEnded):
 		WriteError(w, http.StatusConflict, err.Error())
 	default:

@@ -101,6 +101,14 @@ type taskTable struct {
 	generated int
 	// ended are the ended tasks, oldest first, for forgetting.
 	ended []*taskRec
+	// attempts names, by attempt id, the task of every attempt of the
+	// tasks in byID, so that an attempt id asked for as a task's is
+	// answered with the task's (GET /v1/tasks/ID's 404).
+	attempts map[string]*taskRec
+	// count is how many tasks are in each state, the forgotten ones
+	// included; ends counts the tasks ended over time.
+	count map[TaskState]int
+	ends  endSeries
 }
 
 // taskRec is one task. Its fields above state are fixed at Submit;
@@ -199,7 +207,7 @@ func newTaskTable(limits TaskLimits, now func() time.Time) *taskTable {
 	if now == nil {
 		now = time.Now
 	}
-	return &taskTable{limits: limits, now: now, byID: map[string]*taskRec{}}
+	return &taskTable{limits: limits, now: now, byID: map[string]*taskRec{}, attempts: map[string]*taskRec{}, count: map[TaskState]int{}}
 }
 
 // -- the directory ---------------------------------------------------------
@@ -311,6 +319,10 @@ func (t *taskTable) submit(spec TaskSpec) (*taskRec, error) {
 	}
 	rec.id = id
 	t.byID[id] = rec
+	t.count[TaskWaiting]++
+	if t.ends.start.IsZero() {
+		t.ends.start = t.now()
+	}
 	return rec, nil
 }
 
@@ -482,9 +494,10 @@ func (t *taskTable) begin(rec *taskRec, base Task, w WorkerInfo) (Task, beginOut
 		return Task{}, beginCancelled
 	}
 	rec.run = &taskRun{id: attemptID, worker: w.Name, outputs: map[string]worker.File{}}
-	rec.state = TaskRunning
-	rec.attempts = append(rec.attempts, Attempt{Worker: w.Name, Provisioner: w.Provisioner, JobID: w.JobID, Hostname: w.Hostname,
-		State: TaskRunning, Started: t.now()})
+	t.setStateLocked(rec, TaskRunning)
+	rec.attempts = append(rec.attempts, Attempt{Number: len(rec.attempts) + 1, AttemptID: attemptID, Worker: w.Name, Provisioner: w.Provisioner,
+		JobID: w.JobID, Hostname: w.Hostname, State: TaskRunning, Started: t.now()})
+	t.attempts[attemptID] = rec
 	task := base
 	task.Name, task.Attempt, task.Requires = rec.id, len(rec.attempts), rec.requires
 	task.Command, task.Inputs, task.Outputs, task.Payload = rec.command, rec.files, rec.outputs, rec.payload
@@ -523,7 +536,16 @@ func (t *taskTable) unbegin(rec *taskRec, attemptID string) {
 	}
 	rec.run = nil
 	rec.attempts = rec.attempts[:len(rec.attempts)-1]
-	rec.state = TaskWaiting
+	delete(t.attempts, attemptID)
+	t.setStateLocked(rec, TaskWaiting)
+}
+
+// setStateLocked moves rec to state, and the counts with it. t.mu must
+// be held.
+func (t *taskTable) setStateLocked(rec *taskRec, state TaskState) {
+	t.count[rec.state]--
+	t.count[state]++
+	rec.state = state
 }
 
 // markCancel marks task id cancelled and returns it with its attempt
@@ -695,7 +717,7 @@ func (t *taskTable) lost(rec *taskRec, attemptID, why string) (taskNews, bool) {
 		t.endLocked(rec, worker.StateCancelled, end)
 		news.ended = true
 	case len(rec.attempts) <= rec.retries:
-		rec.state = TaskWaiting
+		t.setStateLocked(rec, TaskWaiting)
 		news.lost, news.again = true, true
 	default:
 		end.err = fmt.Sprintf("its machine was lost under it on every attempt (%d); the last: %s", len(rec.attempts), why)
@@ -725,8 +747,10 @@ func (t *taskTable) end(rec *taskRec, state TaskState, why string) (taskNews, bo
 // caller's (inputs, payload) is dropped, and the oldest ended tasks
 // beyond keepEnded are forgotten. t.mu must be held.
 func (t *taskTable) endLocked(rec *taskRec, state TaskState, end *taskEnd) {
-	rec.state, rec.end, rec.run = state, end, nil
+	t.setStateLocked(rec, state)
+	rec.end, rec.run = end, nil
 	rec.command, rec.env, rec.files, rec.outputs, rec.payload, rec.sources = nil, nil, nil, nil, nil, nil
+	t.ends.add(t.now())
 	t.ended = append(t.ended, rec)
 	for len(t.ended) > keepEnded {
 		old := t.ended[0]
@@ -734,8 +758,112 @@ func (t *taskTable) endLocked(rec *taskRec, state TaskState, end *taskEnd) {
 		t.ended = t.ended[1:]
 		if t.byID[old.id] == old {
 			delete(t.byID, old.id)
+			for _, a := range old.attempts {
+				if t.attempts[a.AttemptID] == old {
+					delete(t.attempts, a.AttemptID)
+				}
+			}
 		}
 	}
+}
+
+// attemptOf names the task whose attempt id is id, and the attempt's
+// number.
+func (t *taskTable) attemptOf(id string) (string, int, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	rec := t.attempts[id]
+	if rec == nil {
+		return "", 0, false
+	}
+	for _, a := range rec.attempts {
+		if a.AttemptID == id {
+			return rec.id, a.Number, true
+		}
+	}
+	return "", 0, false
+}
+
+// TaskCounts is the tasks by state, as GET /status's summary has them:
+// every task submitted, the ones the engine no longer lists included.
+type TaskCounts struct {
+	Submitted int `json:"submitted"`
+	Waiting   int `json:"waiting"`
+	Running   int `json:"running"`
+	Succeeded int `json:"succeeded"`
+	Failed    int `json:"failed"`
+	Cancelled int `json:"cancelled"`
+	TimedOut  int `json:"timed_out"`
+	Lost      int `json:"lost"`
+	// Ended is the tasks ended over time, for a chart.
+	Ended EndSeries `json:"ended"`
+}
+
+// counts is the tasks by state now.
+func (t *taskTable) counts() TaskCounts {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := TaskCounts{Waiting: t.count[TaskWaiting], Running: t.count[TaskRunning], Succeeded: t.count[worker.StateSucceeded],
+		Failed: t.count[worker.StateFailed], Cancelled: t.count[worker.StateCancelled], TimedOut: t.count[worker.StateTimedOut],
+		Lost: t.count[TaskLostState]}
+	for _, n := range t.count {
+		c.Submitted += n
+	}
+	c.Ended = t.ends.export()
+	return c
+}
+
+// maxEndBuckets bounds the series of ends: when a run outgrows it, two
+// buckets become one of twice the width, so that a run of a minute and
+// one of a week are both a chart of at most this many bars, in memory
+// of that size.
+const maxEndBuckets = 120
+
+// endSeries counts ends in buckets of step from start (the first
+// submission). Guarded by taskTable.mu.
+type endSeries struct {
+	start  time.Time
+	step   time.Duration
+	counts []int
+}
+
+// add counts an end at now.
+func (s *endSeries) add(now time.Time) {
+	if s.step == 0 {
+		s.step = time.Second
+	}
+	if s.start.IsZero() || now.Before(s.start) {
+		s.start = now
+	}
+	i := int(now.Sub(s.start) / s.step)
+	for i >= maxEndBuckets {
+		merged := make([]int, (len(s.counts)+1)/2, maxEndBuckets)
+		for j, n := range s.counts {
+			merged[j/2] += n
+		}
+		s.counts, s.step = merged, 2*s.step
+		i = int(now.Sub(s.start) / s.step)
+	}
+	for len(s.counts) <= i {
+		s.counts = append(s.counts, 0)
+	}
+	s.counts[i]++
+}
+
+// EndSeries is tasks ended over time: Counts[i] ended in the
+// StepSeconds from Start plus i steps. Start is the first submission.
+type EndSeries struct {
+	Start       time.Time `json:"start,omitzero"`
+	StepSeconds float64   `json:"step_seconds"`
+	Counts      []int     `json:"counts"`
+}
+
+func (s *endSeries) export() EndSeries {
+	step := s.step
+	if step == 0 {
+		step = time.Second
+	}
+	return EndSeries{Start: s.start, StepSeconds: step.Seconds(), Counts: append([]int{}, s.counts...)}
 }
 
 // -- reading ---------------------------------------------------------------

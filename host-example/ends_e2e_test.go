@@ -84,7 +84,7 @@ func TestE2EJobKilledUnderItsTask(t *testing.T) {
 	if err := os.WriteFile(tasks, []byte(lines), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := e.startEngine(t, "-config", cfg, "-tasks", tasks, "-results", results, "-timeout", "4m")
+	p := e.startEngine(t, "-config", cfg, "-v", "-tasks", tasks, "-results", results, "-timeout", "4m")
 	var first engine.TaskResult
 	poll(t, 2*time.Minute, "victim running and other done", func() bool {
 		first, _ = e.taskStatus(t, "victim")
@@ -159,7 +159,7 @@ func TestE2EWalltime(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	p := e.startEngine(t, "-config", path, "-tasks", tasks, "-results", results, "-timeout", "5m")
+	p := e.startEngine(t, "-config", path, "-v", "-tasks", tasks, "-results", results, "-timeout", "5m")
 	code := p.wait(t, 5*time.Minute)
 	makespan := time.Since(start)
 	exitedAt := time.Now()
@@ -304,7 +304,7 @@ func TestE2ENodeDownUnderATask(t *testing.T) {
 	if err := os.WriteFile(tasks, []byte(`{"id": "victim", "cpus": 1, "command": ["sleep", "15"], "attempts": 2}`+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := e.startEngine(t, "-config", cfg, "-tasks", tasks, "-results", results, "-timeout", "4m", "-log-level", "debug")
+	p := e.startEngine(t, "-config", cfg, "-v", "-tasks", tasks, "-results", results, "-timeout", "4m", "-log-level", "debug")
 	defer func() {
 		if t.Failed() {
 			t.Logf("story:\n%s\nlog:\n%s", p.stdout, p.stderr)

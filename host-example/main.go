@@ -30,7 +30,7 @@ var commands = []struct {
 	name, synopsis string
 	main           func(args []string, stdout, stderr io.Writer) int
 }{
-	{"run", "run the engine: host-example run -config FILE [-need SPEC]... [-tasks FILE -results DIR] [-timeout D]", runMain},
+	{"run", "run the engine: host-example run -config FILE [-need SPEC]... [-tasks FILE -results DIR] [-v] [-timeout D]", runMain},
 	{"status", "print a running engine's status: host-example status [-watch PERIOD] URL", statusMain},
 	{"validate", "check a configuration: host-example validate [-check] [-json] FILE", validateMain},
 	{"script", "print the batch script a profile would submit: host-example script -config FILE [-provisioner NAME] -profile P", scriptMain},

@@ -41,7 +41,7 @@ const readPage = `JSON.stringify({
   workerCount: Number(document.getElementById('workers-summary').dataset.count || -1),
   failures: [...document.querySelectorAll('#failures li')].map(l => l.textContent),
   bars: document.querySelectorAll('#tta-chart rect').length,
-  needs: [...document.querySelectorAll('#needs tbody tr')].map(r => r.dataset.reason),
+  needs: [...document.querySelectorAll('#tasks tbody tr')].map(r => r.dataset.reason),
   timeline: document.querySelectorAll('#timeline li').length,
 })`
 

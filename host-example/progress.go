@@ -28,7 +28,21 @@ type progress struct {
 	alive    map[string]bool
 	// lastFailure is the last provisioning failure's words.
 	lastFailure string
+	// ends are the tasks ended as the progress line was last drawn, a
+	// sample a draw, the oldest first: the rate is over the last
+	// rateWindow of them.
+	ends []endSample
 }
+
+// endSample is how many tasks had ended at a moment.
+type endSample struct {
+	at    time.Time
+	ended int
+}
+
+// rateWindow is how far back the rate of tasks ending looks: long
+// enough to smooth a burst, short enough to follow a change of pace.
+const rateWindow = 30 * time.Second
 
 func newProgress() *progress {
 	return &progress{machines: map[string]bool{}, alive: map[string]bool{}}
@@ -73,6 +87,39 @@ type counts struct {
 	failed                   int
 	lastFailure              string
 	waitingWhy               map[engine.WaitReason]int
+	// byState is the tasks by state, from the engine's counts; nil
+	// when read from a list of needs.
+	byState *engine.TaskCounts
+	// rate is tasks ended a second over the last rateWindow; zero
+	// before two samples.
+	rate float64
+}
+
+// readCounts is read from the engine's counts rather than a list of its
+// needs: what the progress line draws every second, whatever the
+// queue's length.
+func (p *progress) readCounts(tc engine.TaskCounts, nc engine.NeedCounts, tasks *taskRun, now time.Time) counts {
+	c := counts{waitingWhy: nc.ByReason, needs: nc.Waiting + nc.Assigned + nc.Served + nc.Forgotten, served: nc.Served + nc.Forgotten}
+	if c.waitingWhy == nil {
+		c.waitingWhy = map[engine.WaitReason]int{}
+	}
+	if tasks != nil {
+		tasks.mu.Lock()
+		c.tasks, c.ended = tasks.total, len(tasks.ended)
+		tasks.mu.Unlock()
+		c.byState = &tc
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ends = append(p.ends, endSample{at: now, ended: c.ended})
+	for len(p.ends) > 2 && now.Sub(p.ends[1].at) >= rateWindow {
+		p.ends = p.ends[1:]
+	}
+	if first := p.ends[0]; now.Sub(first.at) > 0 {
+		c.rate = float64(c.ended-first.ended) / now.Sub(first.at).Seconds()
+	}
+	p.readMachinesLocked(&c)
+	return c
 }
 
 // read takes the progress at this moment, with the engine's needs (a
@@ -95,18 +142,33 @@ func (p *progress) read(needs []engine.NeedStatus, tasks *taskRun) counts {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.readMachinesLocked(&c)
+	return c
+}
+
+// readMachinesLocked adds the machines' counts to c. p.mu must be held.
+func (p *progress) readMachinesLocked(c *counts) {
 	c.machines, c.alive = len(p.machines), len(p.alive)
 	c.requested, c.submissions, c.failed, c.lastFailure = p.requested, p.submissions, p.failed, p.lastFailure
 	// Asked for and neither arrived nor failed: on its way.
 	c.pending = max(0, c.requested-c.machines-c.failed)
-	return c
 }
 
 // line is the progress line.
 func (c counts) line() string {
 	var parts []string
 	if c.tasks > 0 {
-		parts = append(parts, fmt.Sprintf("tasks %d/%d ended", c.ended, c.tasks))
+		parts = append(parts, fmt.Sprintf("tasks %d/%d ended", c.ended, c.tasks)+c.taskStates())
+		if s := c.byState; s != nil {
+			parts = append(parts, fmt.Sprintf("%d running, %d waiting", s.Running, s.Waiting))
+		}
+		if c.rate > 0 {
+			pace := fmt.Sprintf("%.1f tasks/s", c.rate)
+			if left := c.tasks - c.ended; left > 0 {
+				pace += ", about " + roundETA(time.Duration(float64(left)/c.rate*float64(time.Second))) + " left"
+			}
+			parts = append(parts, pace)
+		}
 	} else if c.needs > 0 {
 		parts = append(parts, fmt.Sprintf("needs %d/%d served", c.served, c.needs))
 	}
@@ -121,17 +183,62 @@ func (c counts) line() string {
 	return line
 }
 
-// waiting says why needs wait, by reason: "3 capped, 2 queued".
+// taskStates is how the ended tasks ended, in brackets, when one did
+// not succeed: "(500 succeeded, 12 failed)"; empty when all succeeded.
+func (c counts) taskStates() string {
+	s := c.byState
+	if s == nil || s.Failed+s.Cancelled+s.TimedOut+s.Lost == 0 {
+		return ""
+	}
+	parts := []string{fmt.Sprintf("%d succeeded", s.Succeeded)}
+	for _, x := range []struct {
+		n    int
+		what string
+	}{{s.Failed, "failed"}, {s.TimedOut, "timed out"}, {s.Cancelled, "cancelled"}, {s.Lost, "lost"}} {
+		if x.n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", x.n, x.what))
+		}
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+// roundETA rounds an estimate to what is worth reading: seconds under
+// two minutes, else minutes, else hours and minutes.
+func roundETA(d time.Duration) string {
+	switch {
+	case d < 2*time.Minute:
+		return d.Round(time.Second).String()
+	case d < 2*time.Hour:
+		return d.Round(time.Minute).String()
+	}
+	return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
+}
+
+// waiting says why needs wait, by reason: "3 queued for a machine, 2
+// queued in the scheduler".
 func (c counts) waiting() string {
 	var parts []string
 	for _, r := range []engine.WaitReason{engine.ReasonQueued, engine.ReasonCapped, engine.ReasonSiteLimit, engine.ReasonThrottled,
 		engine.ReasonClusterFull, engine.ReasonLoginNeeded, engine.ReasonBackingOff, engine.ReasonMisconfigured,
 		engine.ReasonProvisionerDown, engine.ReasonError, engine.ReasonNoFit, engine.ReasonNotAsked} {
 		if n := c.waitingWhy[r]; n > 0 {
-			parts = append(parts, fmt.Sprintf("%d %s", n, r))
+			parts = append(parts, fmt.Sprintf("%d %s", n, reasonWords(r)))
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// reasonWords is a wait reason as the terminal and the page say it: the
+// expected backlog under a cap is "queued for a machine", not a warning;
+// the others are the engine's words.
+func reasonWords(r engine.WaitReason) string {
+	switch r {
+	case engine.ReasonCapped:
+		return "queued for a machine"
+	case engine.ReasonQueued:
+		return "queued in the scheduler"
+	}
+	return string(r)
 }
 
 // machinesLine is the summary's account of the machines: how many served

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"fmt"
+	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fluksio/provision/engine"
 	"github.com/fluksio/provision/shared"
@@ -52,5 +55,30 @@ func TestStoryProgressOnATerminal(t *testing.T) {
 	s.progress("progress: 1")
 	if strings.Contains(plain.String(), "\x1b") || !strings.HasSuffix(plain.String(), "] progress: 1\n") {
 		t.Errorf("not a terminal: %q", plain.String())
+	}
+}
+
+// TestProgressTasksLine: a run of tasks' progress line, from the
+// engine's counts: how many ended (and how, once one did not succeed),
+// running and waiting, the pace over the last rateWindow and the time
+// left at it, and the backlog under a cap said as queued for a machine.
+func TestProgressTasksLine(t *testing.T) {
+	p := newProgress()
+	run := newTaskRun(t.TempDir(), &story{w: io.Discard})
+	run.total = 1000
+	t0 := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	nc := engine.NeedCounts{Waiting: 900, Assigned: 16, ByReason: map[engine.WaitReason]int{engine.ReasonCapped: 900}}
+	if got := p.readCounts(engine.TaskCounts{Submitted: 1000, Waiting: 984, Running: 16}, nc, run, t0).line(); strings.Contains(got, "/s") {
+		t.Errorf("a pace from one sample: %q", got)
+	}
+	for i := range 500 {
+		run.ended[fmt.Sprint(i)] = engine.TaskResult{}
+	}
+	tc := engine.TaskCounts{Submitted: 1000, Waiting: 484, Running: 16, Succeeded: 488, Failed: 12}
+	got := p.readCounts(tc, nc, run, t0.Add(10*time.Second)).line()
+	want := "progress: tasks 500/1000 ended (488 succeeded, 12 failed); 16 running, 484 waiting; 50.0 tasks/s, about 10s left; " +
+		"machines 0 alive, 0 on the way; 0 submission(s); 0 failure(s); waiting: 900 queued for a machine"
+	if got != want {
+		t.Errorf("line = %q\nwant   %q", got, want)
 	}
 }

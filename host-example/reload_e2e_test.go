@@ -107,7 +107,7 @@ func TestE2EReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	results := filepath.Join(t.TempDir(), "results")
-	p := e.startEngine(t, "-config", cfg, "-tasks", tasks, "-results", results, "-timeout", "8m")
+	p := e.startEngine(t, "-config", cfg, "-v", "-tasks", tasks, "-results", results, "-timeout", "8m")
 	defer func() {
 		if t.Failed() || testing.Verbose() {
 			t.Logf("stdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)

@@ -33,6 +33,9 @@ type runFlags struct {
 	config, tasks, results, level string
 	needs                         engine.NeedList
 	timeout, linger               time.Duration
+	// verbose: a story line for every task and machine, not only for
+	// what needs a person.
+	verbose bool
 }
 
 // parseRunFlags reads run's command line; done says to exit with code
@@ -40,7 +43,7 @@ type runFlags struct {
 func parseRunFlags(args []string, stdout, stderr io.Writer) (f runFlags, code int, done bool) {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: host-example run -config FILE [-need SPEC]... [-tasks FILE -results DIR] [-timeout DURATION] [-linger DURATION] [-log-level LEVEL]")
+		fmt.Fprintln(fs.Output(), "usage: host-example run -config FILE [-need SPEC]... [-tasks FILE -results DIR] [-v] [-timeout DURATION] [-linger DURATION] [-log-level LEVEL]")
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&f.config, "config", "", "the configuration `file` (required)")
@@ -49,6 +52,7 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (f runFlags, code in
 	fs.StringVar(&f.results, "results", "", "with -tasks: each task's stdout, stderr, result.json and outputs go under `DIR`/ID/")
 	fs.DurationVar(&f.timeout, "timeout", 0, "give up on the needs and tasks after this long (0: never)")
 	fs.DurationVar(&f.linger, "linger", 0, "once the needs are served or -timeout passes, keep the engine up this long, so that its status page can be looked at")
+	fs.BoolVar(&f.verbose, "v", false, "with -tasks: a line for every task as it ends and every machine as it comes and goes; without, only what needs a person (a task failed, lost, cancelled or timed out; a machine lost or refused), the progress and the summary")
 	fs.StringVar(&f.level, "log-level", "info", "trace, debug, info, warn or error; the plugins log at the same level")
 	rest, code, done := parseArgs(fs, args, stdout, stderr)
 	switch {
@@ -116,7 +120,12 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
-	d, err := newDaemon(cfg, logger, newStory(stdout), f.results)
+	st := newStory(stdout)
+	// A run of needs tells every machine: its story is the machines. A
+	// run of tasks tells what needs a person, and the progress, unless
+	// -v asks for every line.
+	st.verbose = f.verbose || f.tasks == ""
+	d, err := newDaemon(cfg, logger, st, f.results)
 	if err != nil {
 		fmt.Fprintf(stderr, "host-example: %v\n", err)
 		return 1
@@ -239,7 +248,14 @@ func (d *daemon) hooks(tasks bool) engine.Hooks {
 		},
 		WorkerGone: func(w engine.WorkerInfo, why string) {
 			d.progress.gone(w, why)
-			story.say("worker %s left (job %s): %s", w.Name, orDash(w.JobID), why)
+			// A worker that detaches idle leaves as it should; any other
+			// leaving (its job stopped under its task, gone silent,
+			// dropped) is a person's to know.
+			say := story.say
+			if why == "detached" {
+				say = story.detail
+			}
+			say("worker %s left (job %s): %s", w.Name, orDash(w.JobID), why)
 		},
 		EventsNotTold: func(provisioner string, n int) {
 			story.say("%s: %d more event(s) not told here; GET /v1/events has them all", provisioner, n)
@@ -250,7 +266,7 @@ func (d *daemon) hooks(tasks bool) engine.Hooks {
 			if !w.EndsAt.IsZero() {
 				ends = fmt.Sprintf(", its job ends in %s", time.Until(w.EndsAt).Round(time.Second))
 			}
-			story.say("worker %s attached from %s (job %s, %d cpus, %d gpus%s)", w.Name, w.Hostname, orDash(w.JobID), w.CPUs, w.GPUs, ends)
+			story.detail("worker %s attached from %s (job %s, %d cpus, %d gpus%s)", w.Name, w.Hostname, orDash(w.JobID), w.CPUs, w.GPUs, ends)
 		},
 		Result: func(r engine.Result) {
 			if r.Output == "" {
@@ -463,7 +479,8 @@ func (d *daemon) showProgress() (stop func()) {
 				return
 			case <-t.C:
 			}
-			if line := d.progress.read(d.eng.Needs(), d.tasks).line(); line != last {
+			tc, nc := d.eng.Counts()
+			if line := d.progress.readCounts(tc, nc, d.tasks, time.Now()).line(); line != last {
 				last = line
 				d.story.progress(line)
 			}
@@ -494,6 +511,9 @@ type story struct {
 	mu    sync.Mutex // guards w and status
 	w     io.Writer
 	start time.Time
+	// verbose: detail lines are told too; fixed before the engine
+	// starts.
+	verbose bool
 	// terminal: w is a terminal, where status is drawn below the story
 	// and redrawn in place.
 	terminal bool
@@ -514,6 +534,14 @@ func (s *story) say(format string, args ...any) {
 		line = "\r\x1b[K" + line + s.status
 	}
 	io.WriteString(s.w, line)
+}
+
+// detail says a line only with -v: a task that succeeded, a machine
+// that came or went as it should.
+func (s *story) detail(format string, args ...any) {
+	if s.verbose {
+		s.say(format, args...)
+	}
 }
 
 // progress shows line as the run's progress: in place on a terminal; as
@@ -543,11 +571,11 @@ func (s *story) endProgress() {
 func (s *story) event(ev shared.Event) {
 	switch ev.Kind {
 	case shared.EventWorkerProvisioned:
-		s.say("%s: asked for a %q machine: job %s, worker %s", ev.Provisioner, ev.Profile, ev.Job, ev.Worker)
+		s.detail("%s: asked for a %q machine: job %s, worker %s", ev.Provisioner, ev.Profile, ev.Job, ev.Worker)
 	case shared.EventWorkerProvisionFailed:
 		s.say("%s: could not get a %q machine: %s", ev.Provisioner, ev.Profile, ev.Detail)
 	case shared.EventWorkerCancelled:
-		s.say("%s: cancelled job %s (%s) %s", ev.Provisioner, ev.Job, ev.Worker, ev.Detail)
+		s.detail("%s: cancelled job %s (%s) %s", ev.Provisioner, ev.Job, ev.Worker, ev.Detail)
 	case shared.EventWorkerJobEnded:
 		if ev.JobState != "COMPLETED" && ev.JobState != "COMPLETING" {
 			s.say("%s: job %s ended under worker %s: %s", ev.Provisioner, ev.Job, ev.Worker, ev.Detail)

@@ -132,7 +132,11 @@ type statusView struct {
 		Hostname string `json:"hostname"`
 		CPUs     int    `json:"cpus"`
 		GPUs     int    `json:"gpus"`
-		Task     string `json:"task"`
+		// Task is the task's id; AttemptID is set whenever the worker
+		// holds work (the stand-in's has no task id).
+		Task      string `json:"task"`
+		Attempt   int    `json:"attempt"`
+		AttemptID string `json:"attempt_id"`
 	} `json:"workers"`
 	Needs []struct {
 		ID     string `json:"id"`
@@ -141,6 +145,9 @@ type statusView struct {
 		Reason string `json:"reason"`
 		Detail string `json:"detail"`
 	} `json:"needs"`
+	// Summary counts everything, whatever the lists hold; nil from an
+	// engine before it, whose lists are then counted.
+	Summary  *statusSummary `json:"summary"`
 	HeldBack []struct {
 		Provisioner string    `json:"provisioner"`
 		Profile     string    `json:"profile"`
@@ -151,12 +158,42 @@ type statusView struct {
 	} `json:"held_back"`
 }
 
+// statusSummary is GET /status's summary, as the command shows it.
+type statusSummary struct {
+	Tasks struct {
+		Submitted int `json:"submitted"`
+		Waiting   int `json:"waiting"`
+		Running   int `json:"running"`
+		Succeeded int `json:"succeeded"`
+		Failed    int `json:"failed"`
+		Cancelled int `json:"cancelled"`
+		TimedOut  int `json:"timed_out"`
+		Lost      int `json:"lost"`
+	} `json:"tasks"`
+	Needs struct {
+		Waiting   int            `json:"waiting"`
+		Assigned  int            `json:"assigned"`
+		Served    int            `json:"served"`
+		Forgotten int            `json:"forgotten"`
+		ByReason  map[string]int `json:"by_reason"`
+	} `json:"needs"`
+	Workers struct {
+		Attached int `json:"attached"`
+		Busy     int `json:"busy"`
+		Idle     int `json:"idle"`
+	} `json:"workers"`
+}
+
 // maxListed bounds the workers and waiting needs listed one a line; the
 // rest are counted.
 const maxListed = 10
 
+// statusQuery asks for what the command lists, and the counts of the
+// rest: with 100,000 tasks queued, the whole /status is tens of MB.
+var statusQuery = fmt.Sprintf("?limit=%d&state=waiting", maxListed)
+
 func fetchStatus(ctx context.Context, client *http.Client, u, token string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+statusQuery, nil)
 	if err != nil {
 		return "", err
 	}
@@ -189,54 +226,49 @@ func formatStatus(st statusView, u string, now time.Time) string {
 		st.Config.Generation, orDash(st.Config.Digest))
 	formatProvisioners(&b, st)
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	busy := 0
-	for _, w := range st.Workers {
-		if w.Task != "" {
-			busy++
-		}
-	}
-	fmt.Fprintf(&b, "\nworkers: %d attached, %d busy, %d idle\n", len(st.Workers), busy, len(st.Workers)-busy)
+	sum := st.summarize()
+	fmt.Fprintf(&b, "\nworkers: %d attached, %d busy, %d idle\n", sum.Workers.Attached, sum.Workers.Busy, sum.Workers.Idle)
 	for i, w := range st.Workers {
 		if i == maxListed {
-			fmt.Fprintf(tw, "  … and %d more\n", len(st.Workers)-maxListed)
 			break
 		}
 		doing := "idle"
-		if w.Task != "" {
-			doing = "running " + w.Task
+		switch {
+		case w.Task != "":
+			doing = fmt.Sprintf("running task %s (attempt %d)", w.Task, w.Attempt)
+		case w.AttemptID != "":
+			doing = "busy with a need's work"
 		}
 		fmt.Fprintf(tw, "  %s\tjob %s\t%s\t%d cpus, %d gpus\t%s\n", w.Name, orDash(w.JobID), w.Hostname, w.CPUs, w.GPUs, doing)
 	}
+	if n := sum.Workers.Attached - min(len(st.Workers), maxListed); n > 0 {
+		fmt.Fprintf(tw, "  … and %d more\n", n)
+	}
 	tw.Flush()
-	states := map[string]int{}
-	reasons := map[string]int{}
-	for _, n := range st.Needs {
-		states[n.State]++
-		if n.State == "waiting" {
-			reasons[n.Reason]++
-		}
+	if t := sum.Tasks; t.Submitted > 0 {
+		fmt.Fprintf(&b, "\ntasks: %d submitted: %d waiting, %d running, %d succeeded, %d failed, %d timed out, %d cancelled, %d lost\n",
+			t.Submitted, t.Waiting, t.Running, t.Succeeded, t.Failed, t.TimedOut, t.Cancelled, t.Lost)
 	}
 	var why []string
-	for r, c := range reasons {
+	for r, c := range sum.Needs.ByReason {
 		why = append(why, fmt.Sprintf("%d %s", c, r))
 	}
 	sort.Strings(why)
-	line := fmt.Sprintf("\nneeds: %d waiting", states["waiting"])
+	line := fmt.Sprintf("\nneeds: %d waiting", sum.Needs.Waiting)
 	if len(why) > 0 {
 		line += " (" + strings.Join(why, ", ") + ")"
 	}
-	fmt.Fprintf(&b, "%s, %d assigned, %d served (the last ones)\n", line, states["assigned"], states["served"])
+	fmt.Fprintf(&b, "%s, %d assigned, %d served\n", line, sum.Needs.Assigned, sum.Needs.Served+sum.Needs.Forgotten)
 	listed := 0
 	for _, n := range st.Needs {
-		if n.State != "waiting" {
+		if n.State != "waiting" || listed == maxListed {
 			continue
-		}
-		if listed == maxListed {
-			fmt.Fprintf(&b, "  … and %d more waiting\n", states["waiting"]-maxListed)
-			break
 		}
 		listed++
 		fmt.Fprintf(&b, "  %s (%s): %s\n", n.ID, n.Spec, n.Detail)
+	}
+	if n := sum.Needs.Waiting - listed; n > 0 && listed > 0 {
+		fmt.Fprintf(&b, "  … and %d more waiting\n", n)
 	}
 	for _, h := range st.HeldBack {
 		if !h.Held {
@@ -245,6 +277,35 @@ func formatStatus(st statusView, u string, now time.Time) string {
 		fmt.Fprintf(&b, "\nheld back: %s on %s after %d failure(s), until %s: %s\n", h.Profile, h.Provisioner, h.Failures, h.Until.Local().Format(time.TimeOnly), h.LastError)
 	}
 	return b.String()
+}
+
+// summarize is st's summary: the engine's, or, from an engine that
+// sends none, its lists counted.
+func (st statusView) summarize() statusSummary {
+	if st.Summary != nil {
+		return *st.Summary
+	}
+	var sum statusSummary
+	sum.Workers.Attached = len(st.Workers)
+	for _, w := range st.Workers {
+		if w.AttemptID != "" || w.Task != "" {
+			sum.Workers.Busy++
+		}
+	}
+	sum.Workers.Idle = sum.Workers.Attached - sum.Workers.Busy
+	sum.Needs.ByReason = map[string]int{}
+	for _, n := range st.Needs {
+		switch n.State {
+		case "waiting":
+			sum.Needs.Waiting++
+			sum.Needs.ByReason[n.Reason]++
+		case "assigned":
+			sum.Needs.Assigned++
+		case "served":
+			sum.Needs.Served++
+		}
+	}
+	return sum
 }
 
 // formatProvisioners writes the provisioners' part of the status.

@@ -45,6 +45,17 @@ func TestStatusCommand(t *testing.T) {
 		}
 	}
 
+	// Asked with a limit, it lists ten and counts the rest from the
+	// engine's summary.
+	for range 24 {
+		e.Add(shared.Need{CPUs: 64}, 0)
+	}
+	out.Reset()
+	if code := statusMain([]string{"-token-env", "FLUKSIO_TEST_OPERATOR", e.URL()}, &out, &errOut); code != 0 ||
+		!strings.Contains(out.String(), "needs: 25 waiting (") || !strings.Contains(out.String(), "… and 15 more waiting") {
+		t.Errorf("25 waiting: exit %d\n%s", code, &out)
+	}
+
 	t.Setenv("FLUKSIO_TEST_OPERATOR", token+"x")
 	errOut.Reset()
 	if code := statusMain([]string{"-token-env", "FLUKSIO_TEST_OPERATOR", e.URL()}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "401 Unauthorized: the operator's endpoints answer") {

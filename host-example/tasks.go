@@ -330,7 +330,13 @@ func (t *taskRun) taskEnded(r engine.TaskResult) {
 		t.failedWrites = append(t.failedWrites, err)
 	}
 	t.mu.Unlock()
-	t.story.say("%s", endedLine(r))
+	// A task that succeeded is counted in the progress line, and told
+	// with -v; one that did not is a person's to know, by its id.
+	if r.State == worker.StateSucceeded {
+		t.story.detail("%s", endedLine(r))
+	} else {
+		t.story.say("%s", endedLine(r))
+	}
 	if err != nil {
 		t.story.say("could not keep %s's result: %v", r.ID, err)
 	}
@@ -343,7 +349,14 @@ func (t *taskRun) taskLost(r engine.TaskResult, again bool) {
 	t.mu.Unlock()
 	a := lastAttempt(r)
 	if again {
-		t.story.say("task %s: its machine was lost (worker %s, job %s); running it again (attempt %d)", r.ID, orDash(a.Worker), orDash(a.JobID), len(r.Attempts)+1)
+		// The attempt's error names its worker and why it was lost
+		// ("its worker W is gone: its job 9_0 was cancelled under its
+		// task, ...").
+		why := a.Error
+		if why == "" {
+			why = fmt.Sprintf("its machine was lost (worker %s, job %s)", orDash(a.Worker), orDash(a.JobID))
+		}
+		t.story.say("task %s runs again (attempt %d): %s", r.ID, len(r.Attempts)+1, why)
 	}
 }
 
@@ -376,10 +389,29 @@ func (t *taskRun) summary() (string, bool) {
 	if t.lost > 0 {
 		line += fmt.Sprintf("; %d attempt(s) lost with their machines", t.lost)
 	}
+	var bad []string
+	for id, r := range t.ended {
+		if r.State != worker.StateSucceeded {
+			bad = append(bad, id)
+		}
+	}
+	if len(bad) > 0 {
+		slices.Sort(bad)
+		more := ""
+		if len(bad) > maxNamedInSummary {
+			more = fmt.Sprintf(" and %d more", len(bad)-maxNamedInSummary)
+			bad = bad[:maxNamedInSummary]
+		}
+		line += "; not succeeded: " + strings.Join(bad, ", ") + more
+	}
 	line += "; results in " + t.results
 	ok := counts[worker.StateSucceeded] == t.total && len(t.failedWrites) == 0
 	return line, ok
 }
+
+// maxNamedInSummary bounds the tasks the summary names; each was told
+// on its own line as it ended, and its result.json says the rest.
+const maxNamedInSummary = 20
 
 // endedLine is a task's line as it ends.
 func endedLine(r engine.TaskResult) string {

@@ -124,7 +124,7 @@ func TestE2ERunTasks(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	p := e.startEngine(t, "-config", cfg, "-tasks", tasks, "-results", results, "-timeout", "4m")
+	p := e.startEngine(t, "-config", cfg, "-v", "-tasks", tasks, "-results", results, "-timeout", "4m")
 	var running engine.TaskResult
 	poll(t, 2*time.Minute, "cancel-me running", func() bool {
 		running, _ = e.taskStatus(t, "cancel-me")
@@ -197,7 +197,7 @@ func TestE2ETaskRunsAgainAfterItsJobIsCancelled(t *testing.T) {
 	if err := os.WriteFile(tasks, []byte(line), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := e.startEngine(t, "-config", cfg, "-tasks", tasks, "-results", results, "-timeout", "4m")
+	p := e.startEngine(t, "-config", cfg, "-v", "-tasks", tasks, "-results", results, "-timeout", "4m")
 	var first engine.TaskResult
 	poll(t, 2*time.Minute, "victim running", func() bool {
 		first, _ = e.taskStatus(t, "victim")
@@ -206,6 +206,11 @@ func TestE2ETaskRunsAgainAfterItsJobIsCancelled(t *testing.T) {
 	job := first.Attempts[0].JobID
 	e.env.Slurm(t, "scancel", job)
 	_, exitedAt := e.ranAgain(t, p, results, job)
+	// The cancel is said as such, with the task it hit.
+	story := p.stdout.String()
+	if !strings.Contains(story, "its job "+job+" was cancelled under its task") || !strings.Contains(story, "task victim runs again (attempt 2)") {
+		t.Errorf("the story does not say job %s was cancelled and victim runs again:\n%s", job, story)
+	}
 	if out := readFile(t, filepath.Join(results, "victim", "stdout")); out != "cpus=2\n" {
 		t.Errorf("stdout = %q; want cpus=2", out)
 	}

@@ -8,10 +8,13 @@ import (
 
 // The status page at / is one HTML file, a script and a style sheet,
 // embedded in the binary: no build step, nothing fetched from elsewhere,
-// and it works without a network. The script reads GET /status and GET
-// /v1/events from the same origin and draws the provisioners, jobs,
-// workers, failures, a time-to-attach chart and a timeline; see
-// web/app.js.
+// and it works without a network. The script reads GET /status (its first
+// 100 rows of each list, and the counts of all) and GET /v1/events from
+// the same origin and draws the run at a glance (counts by state, a
+// progress bar, the pace and the time left, the machines, what waits and
+// what needs a person, tasks ended over time), then the tasks, workers,
+// jobs, provisioners, failures, a time-to-attach chart and a timeline,
+// each capped at 100 rows; see web/app.js.
 //
 // The Content-Security-Policy lets the page load and connect to its own
 // origin alone, so even a value from a plugin that slipped into markup

@@ -99,7 +99,7 @@ cat >"$work/tasks.jsonl" <<'JSON'
 JSON
 say "the work ($work/tasks.jsonl): three digests of 1 MB inputs on machines of 2 cpus (asked for as one job array), and a task on a gpu labelled cuda"
 sed 's/^/    /' "$work/tasks.jsonl"
-say "running the engine with them: host-example run -tasks (its log: $work/engine.log)"
+say "running the engine with them: host-example run -v -tasks (-v: a line for every task and machine, not only what needs a person; its log: $work/engine.log)"
 if [[ "$linger" == 0 || "$linger" == 0s ]]; then
   say "watch it live: open http://127.0.0.1:$port/ in a browser on this machine (the engine exits when the work is done; DEMO_LINGER=30s keeps it up after)"
 else
@@ -108,7 +108,7 @@ fi
 t0=$(date +%s.%N)
 set +e
 rm -rf "$work/results"
-bin/host-example run -config "$work/config.hcl" -tasks "$work/tasks.jsonl" -results "$work/results" -timeout 3m -linger "$linger" 2>"$work/engine.log" | sed 's/^/    /'
+bin/host-example run -config "$work/config.hcl" -v -tasks "$work/tasks.jsonl" -results "$work/results" -timeout 3m -linger "$linger" 2>"$work/engine.log" | sed 's/^/    /'
 rc=${PIPESTATUS[0]}
 set -e
 t1=$(date +%s.%N)

@@ -130,7 +130,7 @@ func (w *Client) Work(ctx context.Context) int {
 // task dropped unreported, its command's group already killed, the
 // worker detached), or the engine is gone or refuses it.
 func (w *Client) take(ctx context.Context, task Task) (code int, leave bool) {
-	w.log.Printf("running %s", task.ID)
+	w.log.Printf("running %s", task.label())
 	st := newStopper(ctx)
 	stopWatch := w.watch(ctx, task.ID, st)
 	res, dir := w.runTask(ctx, task, st)
@@ -143,9 +143,9 @@ func (w *Client) take(ctx context.Context, task Task) (code int, leave bool) {
 		// completed.
 		w.removeTaskDir(dir)
 		if reason == stopLeave {
-			w.log.Printf("the engine lets us go; dropping %s and leaving", task.ID)
+			w.log.Printf("the engine lets us go; dropping %s and leaving", task.label())
 		} else {
-			w.log.Printf("%s; dropped %s", why, task.ID)
+			w.log.Printf("%s; dropped %s", why, task.label())
 		}
 		w.detach(ctx)
 		return 0, true
@@ -155,10 +155,10 @@ func (w *Client) take(ctx context.Context, task Task) (code int, leave bool) {
 	w.removeTaskDir(dir)
 	switch {
 	case err == nil:
-		w.log.Printf("reported %s: %s", task.ID, describe(res))
+		w.log.Printf("reported %s: %s", task.label(), describe(res))
 	case ctx.Err() != nil:
 	default:
-		w.log.Printf("could not report %s: %v", task.ID, err)
+		w.log.Printf("could not report %s: %v", task.label(), err)
 		if errors.Is(err, errEngineGone) || errors.Is(err, errRefused) {
 			return 1, true
 		}

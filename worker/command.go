@@ -84,7 +84,7 @@ func failed(res *ResultRequest, err error) {
 // streams sent; it returns what waiting for cmd returned.
 func (w *Client) execute(t Task, st *stopper, cmd *exec.Cmd, streams []*logStream, res *ResultRequest) error {
 	res.Started = time.Now()
-	w.log.Printf("%s: started %q as process group %d in %s", t.ID, t.Command[0], cmd.Process.Pid, cmd.Dir)
+	w.log.Printf("%s: started %q as process group %d in %s", t.label(), t.Command[0], cmd.Process.Pid, cmd.Dir)
 	var streaming sync.WaitGroup
 	for _, s := range streams {
 		streaming.Go(func() { w.stream(t, st, s) })
@@ -218,14 +218,14 @@ func (w *Client) supervise(t Task, st *stopper, cmd *exec.Cmd) error {
 		case <-stopping:
 			stopping = nil
 			_, why := st.why()
-			w.log.Printf("%s: %s; stopping process group %d", t.ID, why, grp.pgid)
+			w.log.Printf("%s: %s; stopping process group %d", t.label(), why, grp.pgid)
 			grp.terminate()
 		case <-grp.killC:
 			grp.kill()
 		}
 	}
 	if left := grp.finish(); left {
-		w.log.Printf("%s: process group %d still has processes after SIGKILL", t.ID, grp.pgid)
+		w.log.Printf("%s: process group %d still has processes after SIGKILL", t.label(), grp.pgid)
 	}
 	return waitErr
 }

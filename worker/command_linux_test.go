@@ -384,7 +384,7 @@ func TestCommandLeave(t *testing.T) {
 	if e.detaches != 1 || e.tasks[id].result != nil {
 		t.Errorf("%d detach(es), result %+v; want a detach and no result", e.detaches, e.tasks[id].result)
 	}
-	if !strings.Contains(tw.log.String(), "dropping "+id+" and leaving") {
+	if !strings.Contains(tw.log.String(), "attempt_id "+id+") and leaving") {
 		t.Errorf("the worker's log does not say it dropped %s:\n%s", id, tw.log)
 	}
 }

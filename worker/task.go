@@ -69,7 +69,7 @@ func (w *Client) runTask(ctx context.Context, t Task, st *stopper) (ResultReques
 		res := w.resultFor(t)
 		res.State = StateFailed
 		res.Error = fmt.Sprintf("this worker cannot run %s tasks (fluksio-worker %s)", missing, buildinfo.Read().Version)
-		w.log.Printf("refusing %s: %s", t.ID, res.Error)
+		w.log.Printf("refusing %s: %s", t.label(), res.Error)
 		return res, ""
 	case kindCommand:
 		return w.runCommand(ctx, t, st)
@@ -265,4 +265,18 @@ func (s *stopper) why() (stopReason, string) {
 func (s *stopper) release() {
 	s.cancelStopped()
 	s.cancelTransfers()
+}
+
+// label is how the worker's log names t: the task's id, with its
+// attempt's number and id beside it ("task t0151 (attempt 1,
+// attempt_id task-152)"), as the engine's surfaces name it; the
+// stand-in's work, which has no task id, by its attempt's id alone.
+func (t Task) label() string {
+	switch {
+	case t.Name == "":
+		return t.ID
+	case t.Attempt == 0:
+		return fmt.Sprintf("task %s (attempt_id %s)", t.Name, t.ID)
+	}
+	return fmt.Sprintf("task %s (attempt %d, attempt_id %s)", t.Name, t.Attempt, t.ID)
 }

@@ -1,31 +1,76 @@
 // The engine's status page. Everything comes from this engine's origin:
-// GET /status (the provisioners, their outstanding jobs with Slurm's
-// state, the attached workers) and GET /v1/events (what happens, as it
-// happens). Nothing is fetched from anywhere else, and every value from
-// the engine is put in the page as text, never as markup.
+// GET /status (the run's counts, the provisioners, their outstanding
+// jobs with Slurm's state, the first rows of the tasks and workers) and
+// GET /v1/events (what happens, as it happens). Nothing is fetched from
+// anywhere else, and every value from the engine is put in the page as
+// text, never as markup.
+//
+// It is built for a run of any size: the top says the run in one look
+// (counts by state, a progress bar, the pace and the time left, the
+// machines, what waits and why, and what needs a person), and every
+// table shows its first MAX_ROWS rows with a count of the rest, so that
+// every panel's heading is on the first screen at 10,000 tasks and the
+// page loads at 100,000 queued: GET /status?limit= lists no more than
+// the page draws, and counts the rest. Green is progress, grey the
+// expected wait (a backlog under max_workers is "queued for a machine"),
+// amber only what needs a person.
 "use strict";
 
-const MAX_TIMELINE = 500;
+const MAX_ROWS = 100;
+const MAX_TIMELINE = 200;
 const MAX_FAILURES = 20;
-const MAX_JOBS = 200;
 const MAX_BARS = 30;
-const MAX_NEEDS = 200;
-const MAX_WORKERS = 200;
 // Jobs the page remembers beyond those outstanding: the newest ended
 // ones, for their last state.
 const KEEP_ENDED_JOBS = 200;
+// The pace is tasks ended over the last RATE_WINDOW ms of samples.
+const RATE_WINDOW = 30000;
+// Events ask for a new status at most this often (ms): with 16 workers
+// a run of fast tasks sends hundreds a second.
+const EVENT_REFRESH = 1000;
 
 const jobs = new Map();        // job id -> {job, provisioner, profile, worker, state, slurm, since}
 const provisionedAt = new Map(); // worker -> Date of worker_provisioned
 const attachTimes = [];        // {worker, seconds}
 const failures = [];           // newest first: {time, text}
+const samples = [];            // {t, ended}: the pace's samples
 let statusTimer = null;
 let firstStatus = true;
+// refreshing: a GET /status is on its way; refreshAgain: something
+// asked for another meanwhile.
+let refreshing = false;
+let refreshAgain = false;
+// filter is the state the tasks' table lists ("" for every one).
+let filter = "";
 // What changed since the last frame: events arrive by the thousand a
 // second with 10,000 workers, and the page redraws a table once a frame,
 // not once an event.
 const dirty = { jobs: false, chart: false, failures: false };
 let frameAsked = false;
+
+// The tasks' states in the order the page shows them, and the needs'
+// for a run without tasks (the stand-in's needs).
+const TASK_STATES = ["waiting", "running", "succeeded", "failed", "timed_out", "cancelled", "lost"];
+const NEED_STATES = ["waiting", "assigned", "served"];
+// States of a task that a person should look at.
+const ATTENTION_STATES = new Set(["failed", "timed_out", "cancelled", "lost"]);
+// Why a need waits, in words; those in ATTENTION_REASONS need a person,
+// the others are the expected queue or weather that clears by itself.
+const REASON_WORDS = {
+  capped: "queued for a machine",
+  queued: "queued in the scheduler",
+  site_limit: "held by a site limit",
+  throttled: "throttled by the scheduler",
+  cluster_full: "waiting for room in the cluster",
+  not_asked: "not asked for yet",
+  backing_off: "backing off (machines failed)",
+  misconfigured: "misconfigured",
+  login_needed: "a login is needed",
+  no_fit: "no machine fits",
+  provisioner_down: "its provisioner is down",
+  error: "a provisioner's error",
+};
+const ATTENTION_REASONS = new Set(["misconfigured", "login_needed", "no_fit", "provisioner_down", "error", "backing_off"]);
 
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
@@ -44,6 +89,11 @@ function age(seconds) {
   return Math.floor(seconds / 3600) + "h" + String(Math.floor((seconds % 3600) / 60)).padStart(2, "0") + "m";
 }
 
+const numberFormat = new Intl.NumberFormat("en");
+function num(n) { return numberFormat.format(n || 0); }
+
+function words(state) { return String(state || "").replace(/_/g, " "); }
+
 // One formatter for every time shown: toLocaleTimeString builds a new
 // one each call, about a millisecond, which on 1,000 events replayed at
 // connect, or 10,000 workers listed, held the page for seconds.
@@ -56,13 +106,26 @@ function clock(t) {
 // -- status ---------------------------------------------------------------
 
 async function refreshStatus() {
+  if (refreshing) {
+    // One more when this one is drawn: a filter chosen meanwhile shows.
+    refreshAgain = true;
+    return;
+  }
+  refreshing = true;
   let st;
   try {
-    const resp = await fetch("/status", { cache: "no-store" });
+    const q = "/status?limit=" + MAX_ROWS + (filter ? "&state=" + encodeURIComponent(filter) : "");
+    const resp = await fetch(q, { cache: "no-store" });
     if (!resp.ok) return;
     st = await resp.json();
   } catch (e) {
     return; // the engine is away; the event stream says so
+  } finally {
+    refreshing = false;
+    if (refreshAgain) {
+      refreshAgain = false;
+      setTimeout(refreshStatus, 0);
+    }
   }
   document.getElementById("engine-id").textContent = st.engine_id || "";
   const cv = st.config || {};
@@ -83,8 +146,10 @@ async function refreshStatus() {
   }
   forgetEndedJobs(seen);
   renderJobs();
-  renderWorkers(st.workers || []);
-  renderNeeds(st.needs || []);
+  renderRun(st, now);
+  renderTasks(st);
+  renderWorkers(st);
+  renderEndedChart(st);
   if (firstStatus) {
     firstStatus = false;
     // After the frame that shows it: the time the page took to show the
@@ -103,37 +168,227 @@ function forgetEndedJobs(outstanding) {
   for (const j of ended.slice(KEEP_ENDED_JOBS)) jobs.delete(j.job);
 }
 
-// renderNeeds lists the needs not yet served, each with why it waits
-// (the engine's typed reason) and the provisioners' own words; a count
-// by reason heads the list, so a thousand waiting needs read as one line.
-function renderNeeds(needs) {
-  const open = needs.filter((n) => n.state !== "served");
-  const byReason = new Map();
-  for (const n of open) {
-    const r = n.state === "waiting" ? (n.reason || "unknown") : n.state;
-    byReason.set(r, (byReason.get(r) || 0) + 1);
+// hasTasks says the run has tasks (Submit), not only needs.
+function hasTasks(st) {
+  return ((st.summary && st.summary.tasks && st.summary.tasks.submitted) || 0) > 0;
+}
+
+// stateCounts is each state's count, tasks' or needs'.
+function stateCounts(st) {
+  const sum = st.summary || {};
+  if (hasTasks(st)) {
+    const t = sum.tasks;
+    return TASK_STATES.map((s) => [s, t[s] || 0]);
   }
-  const summary = document.getElementById("needs-summary");
-  summary.replaceChildren();
-  const served = needs.length - open.length;
-  summary.append(el("span", {}, served + " served"));
-  for (const [r, n] of [...byReason.entries()].sort()) {
-    summary.append(" · ", el("span", { class: "reason reason-" + r, "data-reason": r }, n + " " + r.replace(/_/g, " ")));
+  const n = sum.needs || {};
+  return [["waiting", n.waiting || 0], ["assigned", n.assigned || 0], ["served", (n.served || 0) + (n.forgotten || 0)]];
+}
+
+// setFilter lists the tasks of state (or all, for "") and refreshes.
+function setFilter(state) {
+  filter = state === filter ? "" : state;
+  refreshStatus();
+}
+
+// renderRun draws the top: counts by state (each a filter of the
+// tasks' table), a progress bar, the pace and the time left, the
+// machines, why what waits waits, and what needs a person.
+function renderRun(st, now) {
+  const sum = st.summary || {};
+  const counts = stateCounts(st);
+  const box = document.getElementById("counts");
+  box.replaceChildren();
+  for (const [s, n] of counts) {
+    const attention = ATTENTION_STATES.has(s) && n > 0;
+    if (n === 0 && (ATTENTION_STATES.has(s) || s === "assigned")) continue;
+    const b = el("button", { type: "button", class: "count state-" + s + (attention ? " attention" : ""), "data-state": s,
+      "data-count": n, "aria-pressed": String(filter === s) }, el("b", {}, num(n)), " " + words(s));
+    b.addEventListener("click", () => setFilter(s));
+    box.append(b);
   }
-  const tb = document.querySelector("#needs tbody");
+
+  // Progress: ended (or served) of all.
+  let total, done, bad;
+  if (hasTasks(st)) {
+    const t = sum.tasks;
+    total = t.submitted;
+    bad = (t.failed || 0) + (t.timed_out || 0) + (t.cancelled || 0) + (t.lost || 0);
+    done = (t.succeeded || 0) + bad;
+  } else {
+    const n = sum.needs || {};
+    total = (n.waiting || 0) + (n.assigned || 0) + (n.served || 0) + (n.forgotten || 0);
+    done = (n.served || 0) + (n.forgotten || 0);
+    bad = 0;
+  }
+  const bar = document.getElementById("progress");
+  bar.dataset.done = done;
+  bar.dataset.total = total;
+  bar.setAttribute("aria-valuenow", total ? Math.round(100 * done / total) : 0);
+  bar.querySelector(".ok").style.width = (total ? 100 * (done - bad) / total : 0) + "%";
+  bar.querySelector(".bad").style.width = (total ? 100 * bad / total : 0) + "%";
+  let text = total ? num(done) + " of " + num(total) + (hasTasks(st) ? " tasks ended" : " needs served") + " (" + Math.floor(100 * done / total) + "%)" : "nothing asked for yet";
+  const rate = pace(done, now, sum.tasks && sum.tasks.ended);
+  if (rate > 0) {
+    text += " · " + (rate >= 10 ? rate.toFixed(0) : rate.toFixed(1)) + (hasTasks(st) ? " tasks/s" : " needs/s");
+    if (done < total) text += " · about " + age((total - done) / rate) + " left";
+  }
+  if (total && done === total) text += " · done";
+  document.getElementById("progress-text").textContent = text;
+
+  // Machines by state, and the slots in use: a worker is one slot.
+  let pending = 0, starting = 0;
+  for (const p of st.provisioners || []) {
+    for (const c of (p.status && p.status.counts) || []) {
+      pending += c.pending || 0;
+      starting += c.starting || 0;
+    }
+  }
+  const w = sum.workers || { attached: 0, busy: 0, idle: 0 };
+  const m = document.getElementById("machines");
+  m.dataset.attached = w.attached;
+  m.dataset.busy = w.busy;
+  m.textContent = "machines: " + num(w.attached) + " attached (" + num(w.busy) + " busy, " + num(w.idle) + " idle) · " +
+    num(pending) + " pending in the scheduler · " + num(starting) + " starting · slots " + num(w.busy) + " of " + num(w.attached) + " used";
+
+  // Why needs wait: the expected queue in grey; what needs a person goes
+  // to the attention list.
+  const reasons = Object.entries((sum.needs && sum.needs.by_reason) || {}).sort((a, b) => b[1] - a[1]);
+  const waiting = document.getElementById("waiting");
+  waiting.replaceChildren();
+  const attention = [];
+  for (const [r, n] of reasons) {
+    if (ATTENTION_REASONS.has(r)) {
+      attention.push(num(n) + " waiting: " + (REASON_WORDS[r] || words(r)) + " (see Provisioners)");
+      continue;
+    }
+    if (waiting.childNodes.length) waiting.append(" · ");
+    waiting.append(el("span", { class: "neutral reason-" + r, "data-reason": r, "data-count": n }, num(n) + " " + (REASON_WORDS[r] || words(r))));
+  }
+  if (waiting.childNodes.length) waiting.prepend("waiting: ");
+
+  if (hasTasks(st)) {
+    const t = sum.tasks;
+    for (const s of ["failed", "timed_out", "lost", "cancelled"]) {
+      if (t[s] > 0) attention.push(num(t[s]) + " task(s) " + words(s) + ": see Tasks, " + words(s));
+    }
+  }
+  for (const h of (st.held_back || []).filter((x) => x.held)) {
+    attention.push("engine holds " + h.provisioner + "/" + h.profile + " back after " + h.failures + " failure(s): " + h.last_error);
+  }
+  for (const p of st.provisioners || []) {
+    if (p.error) attention.push(p.name + ": " + p.error);
+  }
+  const ul = document.getElementById("attention");
+  ul.replaceChildren(...attention.map((a) => el("li", {}, a)));
+}
+
+// pace is things ended a second: over the page's samples of the last
+// RATE_WINDOW, or, before it has two seconds of them, over the run from
+// the engine's series of ends.
+function pace(done, now, series) {
+  samples.push({ t: now, ended: done });
+  while (samples.length > 2 && now - samples[1].t >= RATE_WINDOW) samples.shift();
+  const first = samples[0];
+  if (now - first.t >= 2000 && done > first.ended) return (done - first.ended) * 1000 / (now - first.t);
+  if (series && series.start && done > 0) {
+    const secs = (now - Date.parse(series.start)) / 1000;
+    if (secs > 0) return done / secs;
+  }
+  return 0;
+}
+
+// renderTasks lists the first MAX_ROWS tasks (or needs) of the filter,
+// with filters by state and a count of the rest.
+function renderTasks(st) {
+  const f = document.getElementById("task-filters");
+  f.replaceChildren();
+  const all = el("button", { type: "button", "data-state": "", "aria-pressed": String(filter === "") }, "all");
+  all.addEventListener("click", () => setFilter(""));
+  f.append(all);
+  for (const [s, n] of stateCounts(st)) {
+    const b = el("button", { type: "button", "data-state": s, "aria-pressed": String(filter === s) }, words(s) + " " + num(n));
+    b.addEventListener("click", () => setFilter(s));
+    f.append(b);
+  }
+  const needs = st.needs || [];
+  const tb = document.querySelector("#tasks tbody");
   tb.replaceChildren();
-  for (const n of open.slice(0, MAX_NEEDS)) {
-    const r = n.state === "waiting" ? (n.reason || "") : "";
-    tb.append(el("tr", { "data-need": n.id, "data-reason": r },
-      el("td", {}, n.id), el("td", {}, n.spec), el("td", {}, n.state),
-      el("td", { class: "reason reason-" + r }, r.replace(/_/g, " ")), el("td", {}, n.detail || "")));
+  for (const n of needs.slice(0, MAX_ROWS)) {
+    const state = n.task_state || n.state;
+    const why = n.state === "waiting" && n.reason ? (REASON_WORDS[n.reason] || words(n.reason)) + "; " : "";
+    tb.append(el("tr", { "data-task": n.id, "data-state": state, "data-worker": n.worker || "", "data-reason": n.reason || "" },
+      el("td", {}, n.id), el("td", { class: "state state-" + state + (n.reason ? " reason-" + n.reason : "") }, words(state)),
+      el("td", {}, n.attempt || ""), el("td", {}, n.worker || ""), el("td", { class: "detail" }, why + (n.detail || ""))));
   }
+  const matched = st.needs_matched != null ? st.needs_matched : needs.length;
+  const more = Math.max(0, matched - Math.min(needs.length, MAX_ROWS));
+  const m = document.getElementById("tasks-more");
+  m.dataset.more = more;
+  m.textContent = (more ? "and " + num(more) + " more" : "") + (filter ? (more ? " " : "") + "(" + words(filter) + " only)" : "");
+}
+
+// renderWorkers lists the first MAX_ROWS attached workers by name, under
+// a count of all of them, busy and idle.
+function renderWorkers(st) {
+  const workers = st.workers || [];
+  const w = (st.summary && st.summary.workers) || { attached: workers.length, busy: 0, idle: 0 };
+  const summary = document.getElementById("workers-summary");
+  summary.dataset.count = w.attached;
+  summary.textContent = num(w.attached) + " attached: " + num(w.busy) + " busy, " + num(w.idle) + " idle";
+  const tb = document.querySelector("#workers tbody");
+  tb.replaceChildren();
+  for (const x of workers.slice(0, MAX_ROWS)) {
+    const task = x.task || (x.attempt_id ? "(a need's work)" : "idle");
+    tb.append(el("tr", { "data-worker": x.name, "data-job": x.job_id || "", "data-task": x.task || "", "data-attempt-id": x.attempt_id || "" },
+      el("td", {}, x.name), el("td", {}, x.job_id), el("td", {}, x.hostname), el("td", {}, task + (x.reported ? " (result in)" : "")),
+      el("td", {}, x.attempt || ""), el("td", { "class": "time-left" }, x.time_left || "")));
+  }
+  const total = st.workers_total != null ? st.workers_total : workers.length;
+  const more = Math.max(0, total - Math.min(workers.length, MAX_ROWS));
+  const m = document.getElementById("workers-more");
+  m.dataset.more = more;
+  m.textContent = more ? "and " + num(more) + " more (the first " + MAX_ROWS + " by name shown)" : "";
+}
+
+// renderEndedChart draws the tasks ended over time, from the engine's
+// series (at most 120 bars, each a step of seconds from the first
+// submission).
+function renderEndedChart(st) {
+  const svg = document.getElementById("ended-chart");
+  const NS = "http://www.w3.org/2000/svg";
+  const s = st.summary && st.summary.tasks && st.summary.tasks.ended;
+  const data = (s && s.counts) || [];
+  svg.replaceChildren();
+  const cap = document.getElementById("ended-caption");
+  if (data.length === 0) {
+    cap.textContent = hasTasks(st) ? "tasks ended over time: none yet" : "tasks ended over time: no tasks";
+    return;
+  }
+  const width = svg.clientWidth || 300, h = 90;
+  const max = Math.max(...data, 1);
+  const bw = width / Math.max(data.length, 10);
+  data.forEach((n, i) => {
+    const bh = n ? Math.max(1, (n / max) * h) : 0;
+    const r = document.createElementNS(NS, "rect");
+    r.setAttribute("x", i * bw); r.setAttribute("y", 4 + h - bh);
+    r.setAttribute("width", Math.max(1, bw - 1)); r.setAttribute("height", bh);
+    const title = document.createElementNS(NS, "title");
+    title.textContent = n + " ended from " + age(i * s.step_seconds) + " to " + age((i + 1) * s.step_seconds);
+    r.append(title);
+    svg.append(r);
+  });
+  const label = document.createElementNS(NS, "text");
+  label.setAttribute("x", 0); label.setAttribute("y", h + 16);
+  label.textContent = "max " + num(max) + " in " + s.step_seconds + "s; " + age(data.length * s.step_seconds) + " shown";
+  svg.append(label);
+  svg.dataset.ended = data.reduce((a, b) => a + b, 0);
+  cap.textContent = "tasks ended over time, " + s.step_seconds + "s a bar, from the first submission";
 }
 
 // scheduleStatus refreshes soon, once however many events ask for it.
 function scheduleStatus() {
   if (statusTimer) return;
-  statusTimer = setTimeout(() => { statusTimer = null; refreshStatus(); }, 200);
+  statusTimer = setTimeout(() => { statusTimer = null; refreshStatus(); }, EVENT_REFRESH);
 }
 
 function renderProvisioners(provs, heldBack) {
@@ -174,7 +429,8 @@ function renderProvisioners(provs, heldBack) {
 
 function renderJobs() {
   dirty.jobs = false;
-  const rows = [...jobs.values()].sort((a, b) => (b.since || 0) - (a.since || 0)).slice(0, MAX_JOBS);
+  const all = [...jobs.values()].sort((a, b) => (b.since || 0) - (a.since || 0));
+  const rows = all.slice(0, MAX_ROWS);
   const tb = document.querySelector("#jobs tbody");
   tb.replaceChildren();
   const now = Date.now();
@@ -185,24 +441,10 @@ function renderJobs() {
       el("td", { class: "state state-" + state }, state),
       el("td", {}, j.since ? age((now - j.since) / 1000) : "")));
   }
-}
-
-// renderWorkers lists the first MAX_WORKERS attached workers by name,
-// under a count of all of them, busy and idle.
-function renderWorkers(workers) {
-  const busy = workers.filter((w) => w.task).length;
-  const summary = document.getElementById("workers-summary");
-  summary.dataset.count = workers.length;
-  summary.textContent = workers.length + " attached: " + busy + " busy, " + (workers.length - busy) + " idle" +
-    (workers.length > MAX_WORKERS ? "; the first " + MAX_WORKERS + " by name shown" : "");
-  const tb = document.querySelector("#workers tbody");
-  tb.replaceChildren();
-  for (const w of workers.slice(0, MAX_WORKERS)) {
-    tb.append(el("tr", { "data-worker": w.name, "data-job": w.job_id || "" },
-      el("td", {}, w.name), el("td", {}, w.provisioner), el("td", {}, w.hostname), el("td", {}, w.job_id),
-      el("td", {}, w.cpus), el("td", {}, w.gpus), el("td", {}, w.task || "idle"), el("td", {}, clock(w.attached_at)),
-      el("td", { "class": "time-left" }, w.time_left || "")));
-  }
+  const more = all.length - rows.length;
+  const m = document.getElementById("jobs-more");
+  m.dataset.more = more;
+  m.textContent = more > 0 ? "and " + num(more) + " more" : "";
 }
 
 // -- events ---------------------------------------------------------------
@@ -236,7 +478,15 @@ function onEvent(ev) {
     case "worker_gone":
     case "worker_dropped":
       if (j) j.state = ev.kind.slice("worker_".length);
-      if (ev.kind !== "worker_detached") addFailure(t, (ev.worker || "") + " " + ev.kind.slice(7) + ": " + (ev.detail || ""));
+      // A worker that leaves idle leaves as it should; one that leaves
+      // with a task in hand (its job cancelled) or any other way is a
+      // failure to show.
+      if (ev.kind !== "worker_detached" || ev.task || ev.attempt_id) {
+        addFailure(t, (ev.worker || "") + " " + ev.kind.slice(7) + (ev.task ? " with task " + ev.task : "") + ": " + (ev.detail || ""));
+      }
+      break;
+    case "task_lost":
+      addFailure(t, "task " + (ev.task || "") + (ev.attempt ? " attempt " + ev.attempt : "") + " lost on " + (ev.worker || "") + ": " + (ev.detail || ""));
       break;
     case "plugin_down":
       addFailure(t, (ev.provisioner || "") + ": " + (ev.detail || "plugin down"));
@@ -280,7 +530,8 @@ function renderFailures() {
 
 function addTimeline(ev) {
   const ol = document.getElementById("timeline");
-  const parts = [ev.provisioner, ev.profile, ev.job && "job " + ev.job, ev.worker, ev.task, ev.detail].filter(Boolean);
+  const task = ev.task && "task " + ev.task + (ev.attempt ? " (attempt " + ev.attempt + ")" : "");
+  const parts = [ev.provisioner, ev.profile, ev.job && "job " + ev.job, ev.worker, task, ev.detail].filter(Boolean);
   ol.prepend(el("li", { class: "k-" + ev.kind, "data-seq": ev.seq },
     clock(ev.time) + " ", el("span", { class: "kind" }, ev.kind), " " + parts.join(" · ")));
   while (ol.children.length > MAX_TIMELINE) ol.lastChild.remove();
