@@ -460,7 +460,15 @@ var (
 // that a small need takes a small machine and leaves the big ones for the
 // needs only they fit.
 func (b *books) IdleWorkers() []WorkerInfo {
-	idle, _ := b.IdleAndAttached()
+	b.mu.Lock()
+	var idle []WorkerInfo
+	for _, ws := range b.workers {
+		if ws.task == nil && !ws.leaving {
+			idle = append(idle, ws.info)
+		}
+	}
+	b.mu.Unlock()
+	sortIdle(idle)
 	return idle
 }
 
@@ -487,6 +495,12 @@ func (b *books) IdleAndAttached() ([]WorkerInfo, map[string][]string) {
 	for _, names := range attached {
 		slices.Sort(names)
 	}
+	sortIdle(idle)
+	return idle, attached
+}
+
+// sortIdle sorts idle workers smallest first (IdleWorkers).
+func sortIdle(idle []WorkerInfo) {
 	slices.SortFunc(idle, func(a, b WorkerInfo) int {
 		if c := a.GPUs - b.GPUs; c != 0 {
 			return c
@@ -502,7 +516,6 @@ func (b *books) IdleAndAttached() ([]WorkerInfo, map[string][]string) {
 		}
 		return strings.Compare(a.Name, b.Name)
 	})
-	return idle, attached
 }
 
 // Assign gives t to worker, which hands it out on its next poll (or the

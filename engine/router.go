@@ -612,6 +612,12 @@ type plan struct {
 // left waiting (with the embedder's rule, or when wantWaiting), and
 // what became of tasks that ended before they could start (cancelled).
 func (p *router) match(wantWaiting bool) ([]*needState, []taskNews) {
+	if p.place == nil && !p.anyWaiting() {
+		// Nothing to place: the idle workers are not listed, so that a
+		// pass for each of ten thousand attaches costs no more than the
+		// needs it reads.
+		return nil, nil
+	}
 	idle := p.engine.IdleWorkers()
 	var plans []plan
 	var waiting []*needState
@@ -665,6 +671,13 @@ func (p *router) match(wantWaiting bool) ([]*needState, []taskNews) {
 		p.logger.Debug("task assigned", "need", pl.ns.id, "task", t.ID, "worker", pl.worker.Name)
 	}
 	return waiting, news
+}
+
+// anyWaiting reports whether a need waits for a worker.
+func (p *router) anyWaiting() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.ContainsFunc(p.needs, (*needState).waitsLocked)
 }
 
 // fits reports whether w can take ns's task: its shape fits the need,
