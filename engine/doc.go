@@ -71,7 +71,7 @@
 //
 // The run loop (Engine.Run) is driven by events: a pass runs when a
 // worker attaches, reports or leaves, a task is submitted or cancelled,
-// a plugin sends an event or comes up, or the hooks catch up, at once,
+// or a plugin sends an event or comes up, at once,
 // and at least every passInterval for what changes with time alone.
 // Wake-ups during a pass merge into one, so passes run back to back at
 // most; nothing rests after a pass, since a worker's result and its next
@@ -79,7 +79,8 @@
 // settles the tasks out, lists the idle workers only while a need
 // waits, reads the needs only until the idle workers are taken, and
 // asks the provisioners (which reads every need waiting) at most once a
-// second unless the demand rose. Rejected: resting three times as long
+// second unless the demand rose. When the hooks' queue empties, Run
+// asks its done again without a pass. Rejected: resting three times as long
 // as the last pass took, which kept the router to a quarter of a core
 // at ten thousand workers but left a task's end waiting a median 11.5
 // ms for its next assignment; the listing of idle workers skipped when

@@ -190,8 +190,10 @@ type Engine struct {
 	// version is the configuration's generation and digest (Reload).
 	version configVersion
 	// hooks runs the embedder's hooks (Config.Hooks) off every path
-	// that hands out tasks (hooks.go).
-	hooks *hookQueue
+	// that hands out tasks (hooks.go); caughtUp holds at most one
+	// wake-up for Run from its emptying, on which Run asks done.
+	hooks    *hookQueue
+	caughtUp chan struct{}
 	// passEvery and reconcileEvery are the run loop's intervals
 	// (passInterval, reconcileInterval; tests set their own before
 	// Run). passes counts the passes Run made, timed those a timer
@@ -235,7 +237,13 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, logger: logger, signer: host.NewSigner(cfg.Secret), wake: make(chan struct{}, 1), reloads: make(chan struct{}, 1), halted: make(chan struct{})}
 	e.version.set(1, cfg.Digest)
-	e.hooks = newHookQueue(hookQueueLen, e.poke)
+	e.caughtUp = make(chan struct{}, 1)
+	e.hooks = newHookQueue(hookQueueLen, func() {
+		select {
+		case e.caughtUp <- struct{}{}:
+		default:
+		}
+	})
 	e.passEvery, e.reconcileEvery = passInterval, reconcileInterval
 	// Each of the books' hooks is the engine's own and calls the
 	// embedder's beside it: the event stream and the metrics hear
@@ -526,7 +534,9 @@ func (e *Engine) Events(ctx context.Context, after uint64) <-chan Event {
 // A pass runs when something may have changed what it would do: a
 // worker attached, reported a result or left (the books' changes), a
 // task was submitted or cancelled, a plugin sent an event or came up
-// again, the hooks caught up (e.wake); and at least every passInterval.
+// again (e.wake); and at least every passInterval. done is asked after
+// each pass, and, without a pass, each time the hooks' queue empties
+// (e.caughtUp): what the hooks recorded may be what done reads.
 // It runs at once, with no rest after the last one: a worker's result
 // and its next task are one pass apart. Wake-ups that come during a
 // pass merge into one, so passes run back to back at most, never
@@ -544,14 +554,22 @@ func (e *Engine) Run(ctx context.Context, done func() bool) bool {
 	// soon fires arrivalReconcileDelay after a worker attached, for a
 	// Reconcile that tells its plugin; nil when none is due.
 	var soon <-chan time.Time
+	// onlyDone: the hooks caught up, which changes nothing a pass reads
+	// but may change what done reads.
+	onlyDone := false
 	for {
-		e.pass(ctx)
+		if !onlyDone {
+			e.pass(ctx)
+		}
+		onlyDone = false
 		if done != nil && done() {
 			return true
 		}
 		select {
 		case <-ctx.Done():
 			return false
+		case <-e.caughtUp:
+			onlyDone = true
 		case <-passTick.C:
 			e.timed.Add(1)
 		case <-e.wake:

@@ -32,8 +32,8 @@ const hookQueueLen = 4096
 // nil queue runs each hook on the caller.
 type hookQueue struct {
 	// idle is called, without mu, each time the goroutine finds the
-	// queue empty after running hooks: the run loop is poked, so that a
-	// done that reads what the hooks recorded is asked again.
+	// queue empty after running hooks: the run loop asks its done
+	// again, which may read what the hooks recorded.
 	idle func()
 	max  int
 

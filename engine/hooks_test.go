@@ -319,3 +319,60 @@ func waitTaskWithin(t *testing.T, e *Engine, id string, limit time.Duration) Tas
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestRunAsksDoneWhenHooksCatchUp: a done that reads what a hook
+// recorded ends Run once the hook has run, with the run loop's timers an
+// hour away and nothing else to wake it: the hooks' queue emptying asks
+// done again.
+func TestRunAsksDoneWhenHooksCatchUp(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	told := 0
+	logger, _ := testLogger(t)
+	e, err := New(Config{Secret: testSecret, ID: "test", Listen: "127.0.0.1:0", Logger: logger,
+		Hooks: Hooks{TaskEnded: func(TaskResult) {
+			mu.Lock()
+			told++
+			mu.Unlock()
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.passEvery, e.reconcileEvery = time.Hour, time.Hour
+	if err := e.Serve(e.Mux(nil, false)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Stop(context.Background()) })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan bool, 1)
+	go func() {
+		ran <- e.Run(ctx, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return told == 1
+		})
+	}()
+	w := joinWorker(t, e, "slurm-caught-up", worker.FeatureCommand)
+	if _, err := e.Submit(commandTask("told")); err != nil {
+		t.Fatal(err)
+	}
+	task := w.take()
+	waitFor(t, "the attach's Reconcile", func() bool { return e.timed.Load() == 1 })
+	before := e.passes.Load()
+	zero := 0
+	w.report(worker.ResultRequest{TaskID: task.ID, State: worker.StateSucceeded, ExitCode: &zero})
+	select {
+	case done := <-ran:
+		if !done {
+			t.Error("Run returned false; want true, its done")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run had not returned 30 s after the task ended")
+	}
+	// The result's pass, and no other: the worker, silent since, is
+	// given up on after deadAfter, which would wake one.
+	if n := e.passes.Load() - before; n > 1 {
+		t.Errorf("Run returned after %d passes since the result; want it at the hook's end, one pass at most", n)
+	}
+}
