@@ -84,6 +84,12 @@ type books struct {
 	workers map[string]*workerState
 	// results are finished tasks by id, kept until the router takes them.
 	results map[string]Result
+	// reported names the tasks results took since the router last asked
+	// (Reported), and churn counts what can end a task without a result
+	// (a worker gone with one, a worker attached afresh): while churn
+	// stands, the router asks about the reported tasks alone.
+	reported []string
+	churn    uint64
 	// lost says why each task whose worker left the books holding it was
 	// lost, by task id, kept until the router takes it (TaskOutcome).
 	lost map[string]string
@@ -355,6 +361,7 @@ func (b *books) retell(provisioner string, names []string) {
 // b.mu must be held.
 func (b *books) forgetLocked(name string, ws *workerState) {
 	delete(b.workers, name)
+	b.churn++
 	if !ws.told {
 		b.tellLaterLocked(ws.owner, name)
 	}
@@ -567,6 +574,17 @@ func (b *books) CancelTask(worker, id string) bool {
 	return true
 }
 
+// Reported returns the tasks whose results came since the last call,
+// and all true when something else may have ended a task since churn
+// (the value it returned last): then every task out is to be asked
+// about (TaskOutcome). now is the value to pass next.
+func (b *books) Reported(churn uint64) (ids []string, all bool, now uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ids, b.reported = b.reported, nil
+	return ids, b.churn != churn, b.churn
+}
+
 // assignState is where an assigned task stands, as TaskOutcome sees it.
 type assignState int
 
@@ -608,6 +626,7 @@ type goneWorker struct {
 // goneOf is ws leaving the books for why. b.mu must be held.
 func (b *books) goneOf(ws *workerState, why string) *goneWorker {
 	g := &goneWorker{info: ws.info, owner: ws.owner, lastSeen: ws.lastSeen, why: why}
+	b.churn++
 	if ws.task != nil {
 		g.task = ws.task.ID
 		b.lost[ws.task.ID] = why
@@ -849,6 +868,7 @@ func (b *books) attach(cred host.Credential, info WorkerInfo) (string, denial, s
 		ws.leaving = b.unwantedLocked(ws)
 		session, ws.session = newSession()
 		b.workers[name] = ws
+		b.churn++
 	}
 	b.mu.Unlock()
 	if d != allowed {
@@ -905,6 +925,7 @@ func (b *books) report(cred host.Credential, session string, res Result) (denial
 			res.run = nil
 		}
 		b.results[res.TaskID] = res
+		b.reported = append(b.reported, res.TaskID)
 		ws.task, ws.delivered, ws.cancel = nil, false, false
 		ws.lastSeen = res.At
 	}

@@ -206,6 +206,8 @@ func TestPassWokenByTaskEnd(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(string(got), `"second"`) {
 		t.Fatalf("the poll after the report answered %d %s; want the second task", resp.StatusCode, got)
 	}
+	// The pass the result woke settled it too: the first has ended.
+	waitTask(t, e, "first", "the first task's end", ended)
 	if n := e.timed.Load(); n != 1 {
 		t.Errorf("%d passes woken by a timer by the time the second task came; want none after the attach's", n-1)
 	}
