@@ -90,6 +90,8 @@ type books struct {
 	// stands, the router asks about the reported tasks alone.
 	reported []string
 	churn    uint64
+	// verified are the tokens that verified, by token (verify).
+	verified map[string]host.Credential
 	// lost says why each task whose worker left the books holding it was
 	// lost, by task id, kept until the router takes it (TaskOutcome).
 	lost map[string]string
@@ -280,6 +282,7 @@ func newBooks(logger hclog.Logger, signer *host.Signer, now func() time.Time, ho
 		admission:     host.NewAdmission(now),
 		waiting:       make(map[*longPoll]struct{}),
 		untold:        make(map[string][]string),
+		verified:      make(map[string]host.Credential),
 	}
 }
 
@@ -832,15 +835,39 @@ func (b *books) workerOf(r *http.Request, attempt string) (caller, denial, strin
 
 // verify returns what a worker's token says: signed by the engine, not
 // expired, and not revoked.
+//
+// A token that verified is kept (verified), so that a worker's every
+// request is not a MAC, two base64 decodings and a parse again: a
+// kept one is taken while it has not expired; revocation is asked each
+// time.
 func (b *books) verify(token string) (host.Credential, error) {
-	cred, err := b.signer.Verify(token, b.now())
-	if err == nil {
-		b.mu.Lock()
-		err = b.admission.Revoked(cred.Worker)
-		b.mu.Unlock()
+	now := b.now()
+	b.mu.Lock()
+	cred, kept := b.verified[token]
+	b.mu.Unlock()
+	if !kept || !now.Before(cred.Expires) {
+		var err error
+		if cred, err = b.signer.Verify(token, now); err != nil {
+			return cred, err
+		}
+		kept = false
 	}
-	return cred, err
+	cred.Labels = slices.Clone(cred.Labels)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !kept {
+		if len(b.verified) >= maxVerified {
+			clear(b.verified)
+		}
+		b.verified[token] = cred
+	}
+	return cred, b.admission.Revoked(cred.Worker)
 }
+
+// maxVerified bounds the tokens verify keeps: a few hundred bytes each,
+// one per worker, and when full they are all dropped and verified
+// again as they come.
+const maxVerified = 1 << 15
 
 // ownedLocked returns the attached worker a credential names, or nil if
 // there is none or it was attached under another provisioner's
