@@ -852,7 +852,6 @@ func (b *books) verify(token string) (host.Credential, error) {
 		}
 		kept = false
 	}
-	cred.Labels = slices.Clone(cred.Labels)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !kept {
@@ -861,6 +860,8 @@ func (b *books) verify(token string) (host.Credential, error) {
 		}
 		b.verified[token] = cred
 	}
+	// The caller's own labels: the kept ones stay as they verified.
+	cred.Labels = slices.Clone(cred.Labels)
 	return cred, b.admission.Revoked(cred.Worker)
 }
 
