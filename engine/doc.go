@@ -71,20 +71,23 @@
 //
 // The run loop (Engine.Run) is driven by events: a pass runs when a
 // worker attaches, reports or leaves, a task is submitted or cancelled,
-// or a plugin sends an event or comes up, at once,
-// and at least every passInterval for what changes with time alone.
-// Wake-ups during a pass merge into one, so passes run back to back at
-// most; nothing rests after a pass, since a worker's result and its next
-// task are one pass apart. A pass is bounded by what it finds: it
-// settles the tasks out, lists the idle workers only while a need
-// waits, reads the needs only until the idle workers are taken, and
-// asks the provisioners (which reads every need waiting) at most once a
-// second unless the demand rose. When the hooks' queue empties, Run
-// asks its done again without a pass. Rejected: resting three times as long
-// as the last pass took, which kept the router to a quarter of a core
-// at ten thousand workers but left a task's end waiting a median 11.5
-// ms for its next assignment; the listing of idle workers skipped when
-// nothing waits keeps a storm of attaches cheap instead.
+// or a plugin sends an event or comes up, at once, and at least every
+// passInterval for what changes with time alone. Wake-ups during a pass
+// merge into one, so passes run back to back at most; nothing rests
+// after a pass, since a worker's result and its next task are one pass
+// apart (a worker's result can carry its next poll:
+// docs/worker-protocol.md). A pass is bounded by what it finds: it
+// settles the tasks reported since the last (every task out only when a
+// worker left or attached, or once a second), lists the idle workers
+// only while a need waits, reads the needs only until the idle workers
+// are taken, and asks the provisioners (which reads every need waiting)
+// at most once a second unless the demand rose. When the hooks' queue
+// empties, Run asks its done again without a pass. Rejected: resting
+// three times as long as the last pass took, which kept the router to a
+// quarter of a core at ten thousand workers but left a task's end
+// waiting a median 11.5 ms for its next assignment; settling only what
+// was reported and listing idle workers only while something waits keep
+// a pass per result, and a storm of attaches, cheap instead.
 //
 // Ten thousand workers each hold a long poll open. A poll with nothing to
 // say is parked (engine/internal/park): its connection is taken from

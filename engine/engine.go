@@ -99,8 +99,10 @@ type Config struct {
 // The calls waiting to run are bounded (4096); past that, what happened
 // waits for room, so a hook slower than the tasks end, for longer than
 // the queue lasts, paces dispatch at its own rate and nothing is dropped.
-// Stop runs every call queued before it returns. They are the
-// embedder's own: the event stream and the metrics hear the same
+// Stop runs every call queued before it returns, so a hook must not
+// call Stop (it would wait for itself); Cancel never waits for the
+// queue, and a hook may call it and the engine's other methods. They
+// are the embedder's own: the event stream and the metrics hear the same
 // through the engine's own wiring, at once, set or not, and a hook
 // replaces neither.
 type Hooks struct {
