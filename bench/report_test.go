@@ -353,6 +353,10 @@ func TestBenchReport(t *testing.T) {
 		dispatchRows(rep, measureDispatch(t, e))
 	})
 
+	step(18, "dispatch16", []string{"dispatch of 1,000 tasks over 16 workers"}, func(t *testing.T) {
+		fleetRows(rep, measureDispatchOf(t, e, fleetTasks, fleetWorkers, false))
+	})
+
 	step(16, "transfer", []string{"transfer of 1 GB of inputs"}, func(t *testing.T) {
 		transferRows(rep, measureTransfer(t, e))
 	})

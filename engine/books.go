@@ -84,6 +84,14 @@ type books struct {
 	workers map[string]*workerState
 	// results are finished tasks by id, kept until the router takes them.
 	results map[string]Result
+	// reported names the tasks results took since the router last asked
+	// (Reported), and churn counts what can end a task without a result
+	// (a worker gone with one, a worker attached afresh): while churn
+	// stands, the router asks about the reported tasks alone.
+	reported []string
+	churn    uint64
+	// verified are the tokens that verified, by token (verify).
+	verified map[string]host.Credential
 	// lost says why each task whose worker left the books holding it was
 	// lost, by task id, kept until the router takes it (TaskOutcome).
 	lost map[string]string
@@ -288,6 +296,7 @@ func newBooks(logger hclog.Logger, signer *host.Signer, now func() time.Time, ho
 		admission:     host.NewAdmission(now),
 		waiting:       make(map[*longPoll]struct{}),
 		untold:        make(map[string][]string),
+		verified:      make(map[string]host.Credential),
 	}
 }
 
@@ -369,6 +378,7 @@ func (b *books) retell(provisioner string, names []string) {
 // b.mu must be held.
 func (b *books) forgetLocked(name string, ws *workerState) {
 	delete(b.workers, name)
+	b.churn++
 	if !ws.told {
 		b.tellLaterLocked(ws.owner, name)
 	}
@@ -474,7 +484,15 @@ var (
 // that a small need takes a small machine and leaves the big ones for the
 // needs only they fit.
 func (b *books) IdleWorkers() []WorkerInfo {
-	idle, _ := b.IdleAndAttached()
+	b.mu.Lock()
+	var idle []WorkerInfo
+	for _, ws := range b.workers {
+		if ws.task == nil && !ws.leaving {
+			idle = append(idle, ws.info)
+		}
+	}
+	b.mu.Unlock()
+	sortIdle(idle)
 	return idle
 }
 
@@ -501,6 +519,12 @@ func (b *books) IdleAndAttached() ([]WorkerInfo, map[string][]string) {
 	for _, names := range attached {
 		slices.Sort(names)
 	}
+	sortIdle(idle)
+	return idle, attached
+}
+
+// sortIdle sorts idle workers smallest first (IdleWorkers).
+func sortIdle(idle []WorkerInfo) {
 	slices.SortFunc(idle, func(a, b WorkerInfo) int {
 		if c := a.GPUs - b.GPUs; c != 0 {
 			return c
@@ -516,7 +540,6 @@ func (b *books) IdleAndAttached() ([]WorkerInfo, map[string][]string) {
 		}
 		return strings.Compare(a.Name, b.Name)
 	})
-	return idle, attached
 }
 
 // Assign gives t to worker, which hands it out on its next poll (or the
@@ -568,6 +591,17 @@ func (b *books) CancelTask(worker, id string) bool {
 	return true
 }
 
+// Reported returns the tasks whose results came since the last call,
+// and all true when something else may have ended a task since churn
+// (the value it returned last): then every task out is to be asked
+// about (TaskOutcome). now is the value to pass next.
+func (b *books) Reported(churn uint64) (ids []string, all bool, now uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ids, b.reported = b.reported, nil
+	return ids, b.churn != churn, b.churn
+}
+
 // assignState is where an assigned task stands, as TaskOutcome sees it.
 type assignState int
 
@@ -613,6 +647,7 @@ type goneWorker struct {
 // goneOf is ws leaving the books for why. b.mu must be held.
 func (b *books) goneOf(ws *workerState, why string) *goneWorker {
 	g := &goneWorker{info: ws.info, owner: ws.owner, lastSeen: ws.lastSeen, why: why}
+	b.churn++
 	if ws.task != nil {
 		g.task = ws.task
 		b.lost[ws.task.ID] = why
@@ -831,15 +866,40 @@ func (b *books) workerOf(r *http.Request, attempt string) (caller, denial, strin
 
 // verify returns what a worker's token says: signed by the engine, not
 // expired, and not revoked.
+//
+// A token that verified is kept (verified), so that a worker's every
+// request is not a MAC, two base64 decodings and a parse again: a
+// kept one is taken while it has not expired; revocation is asked each
+// time.
 func (b *books) verify(token string) (host.Credential, error) {
-	cred, err := b.signer.Verify(token, b.now())
-	if err == nil {
-		b.mu.Lock()
-		err = b.admission.Revoked(cred.Worker)
-		b.mu.Unlock()
+	now := b.now()
+	b.mu.Lock()
+	cred, kept := b.verified[token]
+	b.mu.Unlock()
+	if !kept || !now.Before(cred.Expires) {
+		var err error
+		if cred, err = b.signer.Verify(token, now); err != nil {
+			return cred, err
+		}
+		kept = false
 	}
-	return cred, err
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !kept {
+		if len(b.verified) >= maxVerified {
+			clear(b.verified)
+		}
+		b.verified[token] = cred
+	}
+	// The caller's own labels: the kept ones stay as they verified.
+	cred.Labels = slices.Clone(cred.Labels)
+	return cred, b.admission.Revoked(cred.Worker)
 }
+
+// maxVerified bounds the tokens verify keeps: a few hundred bytes each,
+// one per worker, and when full they are all dropped and verified
+// again as they come.
+const maxVerified = 1 << 15
 
 // ownedLocked returns the attached worker a credential names, or nil if
 // there is none or it was attached under another provisioner's
@@ -867,6 +927,7 @@ func (b *books) attach(cred host.Credential, info WorkerInfo) (string, denial, s
 		ws.leaving = b.unwantedLocked(ws)
 		session, ws.session = newSession()
 		b.workers[name] = ws
+		b.churn++
 	}
 	b.mu.Unlock()
 	if d != allowed {
@@ -926,6 +987,7 @@ func (b *books) report(cred host.Credential, session string, res Result) (denial
 		b.results[res.TaskID] = res
 		task = *ws.task
 		ws.reported = ws.task
+		b.reported = append(b.reported, res.TaskID)
 		ws.task, ws.delivered, ws.cancel = nil, false, false
 		ws.lastSeen = res.At
 	}

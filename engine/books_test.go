@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -562,5 +563,46 @@ func TestStatusStreamIsTheReport(t *testing.T) {
 	}
 	if got.String() != string(want) {
 		t.Errorf("streamed:\n%s\nwhole:\n%s", got.String(), want)
+	}
+}
+
+// TestVerifyKeepsTokensWhileValid: a token that verified is kept and
+// taken again without verifying, but only while it has not expired by
+// the books' clock, and never past a revocation; a token that did not
+// verify is not kept.
+func TestVerifyKeepsTokensWhileValid(t *testing.T) {
+	t.Parallel()
+	signer := host.NewSigner(testSecret)
+	clock := &fakeClock{t: time.Now()}
+	b := newBareBooks(nil, signer, clock.now)
+	token := sign(t, signer, "slurm-kept-1", time.Hour)
+	forged := sign(t, host.NewSigner([]byte(strings.Repeat("z", 32))), "slurm-kept-1", time.Hour)
+	for range 2 {
+		if cred, err := b.verify(token); err != nil || cred.Worker != "slurm-kept-1" {
+			t.Fatalf("verify: %+v, %v", cred, err)
+		}
+	}
+	if _, err := b.verify(forged); !errors.Is(err, host.ErrCredentialForged) {
+		t.Errorf("a forged token: %v; want ErrCredentialForged", err)
+	}
+	b.mu.Lock()
+	kept := len(b.verified)
+	b.mu.Unlock()
+	if kept != 1 {
+		t.Errorf("%d tokens kept; want the one that verified", kept)
+	}
+	clock.advance(2 * time.Hour)
+	if _, err := b.verify(token); !errors.Is(err, host.ErrCredentialExpired) {
+		t.Errorf("a kept token past its expiry: %v; want ErrCredentialExpired", err)
+	}
+	other := sign(t, signer, "slurm-kept-2", 4*time.Hour)
+	if _, err := b.verify(other); err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	b.admission.Revoke("slurm-kept-2", "detached", clock.now().Add(4*time.Hour))
+	b.mu.Unlock()
+	if _, err := b.verify(other); err == nil {
+		t.Error("a kept token of a revoked worker verified")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -21,9 +22,10 @@ import (
 	"github.com/fluksio/provision/worker"
 )
 
-// Intervals of the run loop. A router pass is cheap (it answers "could
-// anything fit?" from cached shapes) so it runs often; Reconcile crosses
-// into every plugin, so it runs less.
+// Intervals of the run loop. A pass runs on every change (Run), and at
+// least every passInterval for what changes with time alone (a
+// provisioner's backoff ending, the demand told again); Reconcile
+// crosses into every plugin, so it runs less.
 var (
 	passInterval      = time.Second
 	reconcileInterval = 3 * time.Second
@@ -88,12 +90,21 @@ type Config struct {
 	Place func(waiting []WaitingTask, idle []WorkerInfo) []Placement
 }
 
-// Hooks are called without any of the engine's locks, from the
-// goroutine the thing happened on; each may be nil. A slow hook delays
-// only what called it (a plugin's event dispatcher, a worker's request,
-// the run loop), never another plugin. They are the embedder's own:
-// the event stream and the metrics hear the same through the engine's
-// own wiring, set or not, and a hook replaces neither.
+// Hooks are called on a goroutine of the engine's own, one at a time, in
+// the order things happened (a task's TaskLost before its TaskEnded, a
+// worker's Attach before its WorkerGone), without any of the engine's
+// locks; each may be nil. Nothing of the embedder's runs on the
+// router's pass, a worker's request or a plugin's event dispatcher: a
+// slow hook delays the hooks after it, never the handing out of tasks.
+// The calls waiting to run are bounded (4096); past that, what happened
+// waits for room, so a hook slower than the tasks end, for longer than
+// the queue lasts, paces dispatch at its own rate and nothing is dropped.
+// Stop runs every call queued before it returns, so a hook must not
+// call Stop (it would wait for itself); Cancel never waits for the
+// queue, and a hook may call it and the engine's other methods. They
+// are the embedder's own: the event stream and the metrics hear the same
+// through the engine's own wiring, at once, set or not, and a hook
+// replaces neither.
 type Hooks struct {
 	// PluginEvent hears a provisioner's event (stamped by the host)
 	// within the log's budget: at most eventLogBurst per eventLogWindow
@@ -180,6 +191,17 @@ type Engine struct {
 	haltOnce sync.Once
 	// version is the configuration's generation and digest (Reload).
 	version configVersion
+	// hooks runs the embedder's hooks (Config.Hooks) off every path
+	// that hands out tasks (hooks.go); caughtUp holds at most one
+	// wake-up for Run from its emptying, on which Run asks done.
+	hooks    *hookQueue
+	caughtUp chan struct{}
+	// passEvery and reconcileEvery are the run loop's intervals
+	// (passInterval, reconcileInterval; tests set their own before
+	// Run). passes counts the passes Run made, timed those a timer
+	// woke rather than a change.
+	passEvery, reconcileEvery time.Duration
+	passes, timed             atomic.Uint64
 }
 
 // pluginEventLog is one provisioner's budget of event lines.
@@ -217,21 +239,33 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, logger: logger, signer: host.NewSigner(cfg.Secret), wake: make(chan struct{}, 1), reloads: make(chan struct{}, 1), halted: make(chan struct{})}
 	e.version.set(1, cfg.Digest)
+	e.caughtUp = make(chan struct{}, 1)
+	e.hooks = newHookQueue(hookQueueLen, func() {
+		select {
+		case e.caughtUp <- struct{}{}:
+		default:
+		}
+	})
+	e.passEvery, e.reconcileEvery = passInterval, reconcileInterval
 	// Each of the books' hooks is the engine's own and calls the
 	// embedder's beside it: the event stream and the metrics hear
 	// everything whatever Hooks the embedder set, and Hooks hear it too.
 	e.books = newBooks(logger.Named("http"), e.signer, time.Now, booksHooks{
 		attach: func(w WorkerInfo) {
 			e.router.workerAttached(w.Provisioner, w.Profile)
-			if cfg.Hooks.Attach != nil {
-				cfg.Hooks.Attach(w)
+			if h := cfg.Hooks.Attach; h != nil {
+				e.hooks.put(func() { h(w) }, true)
 			}
 		},
-		result:   cfg.Hooks.Result,
+		result: func(r Result) {
+			if h := cfg.Hooks.Result; h != nil {
+				e.hooks.put(func() { h(r) }, true)
+			}
+		},
 		activity: func(a Activity) { e.obs.activity(a) },
 		gone: func(w WorkerInfo, why string) {
-			if cfg.Hooks.WorkerGone != nil {
-				cfg.Hooks.WorkerGone(w, why)
+			if h := cfg.Hooks.WorkerGone; h != nil {
+				e.hooks.put(func() { h(w, why) }, true)
 			}
 		},
 	})
@@ -250,8 +284,8 @@ func New(cfg Config) (*Engine, error) {
 	e.hub = e.obs.hub
 	e.router.onBurst = func(target string, pd shared.ProfileDemand) {
 		e.obs.burst(target, pd)
-		if cfg.Hooks.Burst != nil {
-			cfg.Hooks.Burst(target, pd)
+		if h := cfg.Hooks.Burst; h != nil {
+			e.hooks.put(func() { h(target, pd) }, true)
 		}
 	}
 	e.router.onDeadline = e.fleet.deadline
@@ -499,40 +533,48 @@ func (e *Engine) Events(ctx context.Context, after uint64) <-chan Event {
 
 // Run passes until ctx ends or done, checked after each pass, says
 // to stop; it reports whether done did.
+//
+// A pass runs when something may have changed what it would do: a
+// worker attached, reported a result or left (the books' changes), a
+// task was submitted or cancelled, a plugin sent an event or came up
+// again (e.wake); and at least every passInterval. done is asked after
+// each pass, and, without a pass, each time the hooks' queue empties
+// (e.caughtUp): what the hooks recorded may be what done reads.
+// It runs at once, with no rest after the last one: a worker's result
+// and its next task are one pass apart. Wake-ups that come during a
+// pass merge into one, so passes run back to back at most, never
+// queued, and each costs in proportion to what it finds: the tasks out
+// (settled), the idle workers (matched, only while some need waits),
+// and the needs it reads until the idle workers are taken; asking the
+// provisioners, which costs in proportion to every need waiting, is
+// done at most once per provisionEvery unless the demand rose
+// (router.Step).
 func (e *Engine) Run(ctx context.Context, done func() bool) bool {
-	passTick := time.NewTicker(passInterval)
+	passTick := time.NewTicker(e.passEvery)
 	defer passTick.Stop()
-	reconcileTick := time.NewTicker(reconcileInterval)
+	reconcileTick := time.NewTicker(e.reconcileEvery)
 	defer reconcileTick.Stop()
 	// soon fires arrivalReconcileDelay after a worker attached, for a
 	// Reconcile that tells its plugin; nil when none is due.
 	var soon <-chan time.Time
+	// onlyDone: the hooks caught up, which changes nothing a pass reads
+	// but may change what done reads.
+	onlyDone := false
 	for {
-		took := e.pass(ctx)
+		if !onlyDone {
+			e.pass(ctx)
+		}
+		onlyDone = false
 		if done != nil && done() {
 			return true
-		}
-		// A pass costs in proportion to the workers and needs, and
-		// every attach, result and event asks for one: at 10,000
-		// workers they come by the thousand a second, and passes back
-		// to back took most of a core from the attaches themselves.
-		// After a pass the loop rests three times as long as it took
-		// (at most maxPassRest), so the router keeps to a quarter of a
-		// core however busy the workers are; a pass of 100 µs rests
-		// 300 µs, which nobody waits for.
-		if rest := min(3*took, maxPassRest); rest > 0 {
-			t := time.NewTimer(rest)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return false
-			case <-t.C:
-			}
 		}
 		select {
 		case <-ctx.Done():
 			return false
+		case <-e.caughtUp:
+			onlyDone = true
 		case <-passTick.C:
+			e.timed.Add(1)
 		case <-e.wake:
 		case <-e.books.changes():
 		case <-e.books.arrivals():
@@ -541,8 +583,10 @@ func (e *Engine) Run(ctx context.Context, done func() bool) bool {
 			}
 		case <-soon:
 			soon = nil
+			e.timed.Add(1)
 			e.fleet.reconcile(ctx, e.books)
 		case <-reconcileTick.C:
+			e.timed.Add(1)
 			e.fleet.reconcile(ctx, e.books)
 		}
 	}
@@ -554,14 +598,10 @@ func (e *Engine) Run(ctx context.Context, done func() bool) bool {
 // and the delay gathers a burst of attaches into one call.
 const arrivalReconcileDelay = 100 * time.Millisecond
 
-// maxPassRest bounds the rest after a pass (Run).
-const maxPassRest = 100 * time.Millisecond
-
-// pass runs one router pass (Step) and says how long it took.
-func (e *Engine) pass(ctx context.Context) time.Duration {
-	start := time.Now()
+// pass runs one router pass (Step) and counts it.
+func (e *Engine) pass(ctx context.Context) {
 	e.router.Step(ctx)
-	return time.Since(start)
+	e.passes.Add(1)
 }
 
 // poke wakes the run loop; wake-ups that arrive while one is pending are
@@ -604,8 +644,8 @@ func (e *Engine) pluginEvent(plog hclog.Logger, logs *loglimit.Limiter, ev share
 		if leftOut > 0 {
 			e.eventsNotTold(plog, ev.Provisioner, leftOut)
 		}
-		if e.cfg.Hooks.PluginEvent != nil {
-			e.cfg.Hooks.PluginEvent(ev)
+		if h := e.cfg.Hooks.PluginEvent; h != nil {
+			e.hooks.put(func() { h(ev) }, true)
 		}
 		plog.Info("event", "kind", ev.Kind, "profile", ev.Profile, "job", ev.Job, "worker", ev.Worker, "detail", ev.Detail)
 	}
@@ -617,8 +657,8 @@ func (e *Engine) pluginEvent(plog hclog.Logger, logs *loglimit.Limiter, ev share
 func (e *Engine) eventsNotTold(plog hclog.Logger, provisioner string, n int) {
 	plog.Warn("events not logged: the plugin sent more than the log takes", "not_logged", n,
 		"max", eventLogBurst, "per", eventLogWindow.String())
-	if e.cfg.Hooks.EventsNotTold != nil {
-		e.cfg.Hooks.EventsNotTold(provisioner, n)
+	if h := e.cfg.Hooks.EventsNotTold; h != nil {
+		e.hooks.put(func() { h(provisioner, n) }, true)
 	}
 }
 
@@ -688,6 +728,9 @@ func (e *Engine) Stop(ctx context.Context) []StopResult {
 		e.stopLive()
 	}
 	e.watching.Wait()
+	// The hooks queued run before the tasks' directory goes: a hook may
+	// read a task's files.
+	e.hooks.stop()
 	// No transfer is under way once the server stopped.
 	e.tasks.removeRoot()
 	return results

@@ -100,6 +100,7 @@ func (b *books) takeBackCancelledLocked(ws *workerState, why string) {
 	b.results[id] = Result{TaskID: id, Worker: ws.info.Name, Hostname: ws.info.Hostname, JobID: ws.info.JobID, CPUs: ws.info.CPUs, At: b.now(),
 		run: &worker.ResultRequest{TaskID: id, State: worker.StateCancelled, Error: why}}
 	ws.reported = ws.task
+	b.reported = append(b.reported, id)
 	ws.task, ws.delivered, ws.cancel = nil, false, false
 	b.notify()
 }

@@ -78,6 +78,10 @@ func (p *benchPool) TaskOutcome(w, id string) (Result, assignState) {
 
 func (p *benchPool) CancelTask(string, string) bool { return false }
 
+// Reported has every task out asked about, as a pool that keeps no
+// list of its results would.
+func (p *benchPool) Reported(churn uint64) ([]string, bool, uint64) { return nil, true, churn + 1 }
+
 // BenchmarkPassQueued is one router pass with 10,000 tasks waiting and
 // 50 workers, each of which has finished the task the last pass gave it:
 // what the engine spends between a result and the next task, at the

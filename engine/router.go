@@ -49,6 +49,10 @@ type pool interface {
 	// TaskOutcome says how task id given to worker stands; a result is
 	// handed over once.
 	TaskOutcome(worker, id string) (Result, assignState)
+	// Reported names the tasks reported since its last call, and says
+	// whether anything else may have ended a task since churn, the
+	// value it returned last: then every task out is asked about.
+	Reported(churn uint64) (ids []string, all bool, now uint64)
 	// CancelTask stops task id on worker, and reports whether the
 	// worker held it.
 	CancelTask(worker, id string) bool
@@ -157,6 +161,12 @@ type router struct {
 	// task ended), after Pass or Cancel released every lock. Set before
 	// the first Pass.
 	onTask func(taskNews)
+
+	// churn is what the pool's Reported returned last, and walked when
+	// settle last asked about every task out; both are settle's, under
+	// pass.
+	churn  uint64
+	walked time.Time
 }
 
 type targetState struct {
@@ -464,8 +474,19 @@ func (p *router) tell(n taskNews) {
 
 // settle asks the engine about every task out and records what it says.
 // What became of tasks is returned, to be told without the locks.
+//
+// It asks about the tasks reported since the last pass alone, unless a
+// worker left or attached since (a task may have been lost), or
+// provisionEvery passed since it last asked about every task out: a
+// pass for each result then costs in proportion to the results, not to
+// the tasks out.
 func (p *router) settle() []taskNews {
 	var news []taskNews
+	ids, all, churn := p.engine.Reported(p.churn)
+	p.churn = churn
+	if now := time.Now(); all || now.Sub(p.walked) >= provisionEvery {
+		all, p.walked = true, now
+	}
 	p.mu.Lock()
 	var out []*needState
 	type ref struct{ worker, task string }
@@ -477,6 +498,9 @@ func (p *router) settle() []taskNews {
 			continue
 		}
 		listed = append(listed, ns)
+		if !all && !slices.Contains(ids, ns.task) {
+			continue
+		}
 		out = append(out, ns)
 		refs = append(refs, ref{ns.worker, ns.task})
 	}
@@ -612,6 +636,12 @@ type plan struct {
 // left waiting (with the embedder's rule, or when wantWaiting), and
 // what became of tasks that ended before they could start (cancelled).
 func (p *router) match(wantWaiting bool) ([]*needState, []taskNews) {
+	if p.place == nil && !p.anyWaiting() {
+		// Nothing to place: the idle workers are not listed, so that a
+		// pass for each of ten thousand attaches costs no more than the
+		// needs it reads.
+		return nil, nil
+	}
 	idle := p.engine.IdleWorkers()
 	var plans []plan
 	var waiting []*needState
@@ -665,6 +695,13 @@ func (p *router) match(wantWaiting bool) ([]*needState, []taskNews) {
 		p.logger.Debug("task assigned", "task", pl.ns.id, "attempt", t.Attempt, "attempt_id", t.ID, "worker", pl.worker.Name)
 	}
 	return waiting, news
+}
+
+// anyWaiting reports whether a need waits for a worker.
+func (p *router) anyWaiting() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.ContainsFunc(p.needs, (*needState).waitsLocked)
 }
 
 // fits reports whether w can take ns's task: its shape fits the need,

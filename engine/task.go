@@ -157,7 +157,7 @@ func (e *Engine) Cancel(id string) error {
 		return nil
 	}
 	if n, ok := e.tasks.end(rec, worker.StateCancelled, "cancelled while it waited"); ok {
-		e.router.tell(n)
+		e.tellTask(n, false)
 	}
 	e.poke()
 	return nil
@@ -259,14 +259,19 @@ func (e *Engine) serveCancel(w http.ResponseWriter, r *http.Request) {
 }
 
 // taskNews is what the engine does with what became of a task: the
-// event stream and the metrics have it, and then the embedder's hooks.
-// No lock is held.
-func (e *Engine) taskNews(n taskNews) {
+// event stream and the metrics have it, and the embedder's hooks are
+// queued (hooks.go), waiting for room in the queue. No lock is held.
+func (e *Engine) taskNews(n taskNews) { e.tellTask(n, true) }
+
+// tellTask is taskNews; wait false queues the hooks beyond the queue's
+// bound rather than wait for room (Cancel, which a hook may call).
+func (e *Engine) tellTask(n taskNews, wait bool) {
 	e.obs.task(n)
-	if n.lost && e.cfg.Hooks.TaskLost != nil {
-		e.cfg.Hooks.TaskLost(n.res, n.again)
+	lost, ended := e.cfg.Hooks.TaskLost, e.cfg.Hooks.TaskEnded
+	if n.lost && lost != nil {
+		e.hooks.put(func() { lost(n.res, n.again) }, wait)
 	}
-	if n.ended && e.cfg.Hooks.TaskEnded != nil {
-		e.cfg.Hooks.TaskEnded(n.res)
+	if n.ended && ended != nil {
+		e.hooks.put(func() { ended(n.res) }, wait)
 	}
 }

@@ -171,7 +171,10 @@ func TestTaskCancelWaiting(t *testing.T) {
 	if err := e.Cancel("nope"); !errors.Is(err, ErrNoSuchTask) {
 		t.Errorf("Cancel(nope): %v; want ErrNoSuchTask", err)
 	}
-	if got := h.all(); !slices.Equal(got, []string{"ended cancel-w cancelled (0 attempts)"}) {
+	// The hooks run on the engine's own goroutine, soon after.
+	want := []string{"ended cancel-w cancelled (0 attempts)"}
+	waitFor(t, "the TaskEnded hook", func() bool { return len(h.all()) >= len(want) })
+	if got := h.all(); !slices.Equal(got, want) {
 		t.Errorf("hooks heard %q", got)
 	}
 	// A worker that comes later is not handed it.

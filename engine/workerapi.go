@@ -250,20 +250,37 @@ func (a *workerAPI) handleWork(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	wait := a.books.pollWait()
-	if s := r.URL.Query().Get("wait"); s != "" {
-		// A worker about to reach its idle limit asks for less, so it
-		// can leave on time rather than a poll period late.
-		secs, err := strconv.ParseFloat(s, 64)
-		if err != nil || secs < 0 {
-			WriteError(w, http.StatusBadRequest, "wait must be a number of seconds")
-			return
-		}
-		if d := time.Duration(secs * float64(time.Second)); d < wait {
-			wait = d
-		}
+	wait, _, err := a.pollWaitOf(r)
+	if err != nil {
+		WriteError(w, http.StatusBadRequest, err.Error())
+		return
 	}
 	a.longPoll(w, r, cred, false, wait)
+}
+
+// resultPollWait bounds the poll a result carries (POST /v1/result with
+// wait): a waiting task is assigned within a pass, milliseconds, and an
+// idle worker's poll is better parked (GET /v1/work) than held.
+const resultPollWait = time.Second
+
+// pollWaitOf is how long a poll of r's may wait: the engine's poll wait,
+// or less when r's wait (seconds) asks for less; asked says r named one.
+// A worker about to reach its idle limit asks for less, so it can leave
+// on time rather than a poll period late.
+func (a *workerAPI) pollWaitOf(r *http.Request) (wait time.Duration, asked bool, err error) {
+	wait = a.books.pollWait()
+	s := r.URL.Query().Get("wait")
+	if s == "" {
+		return wait, false, nil
+	}
+	secs, err := strconv.ParseFloat(s, 64)
+	if err != nil || secs < 0 {
+		return 0, true, errors.New("wait must be a number of seconds")
+	}
+	if d := time.Duration(secs * float64(time.Second)); d < wait {
+		wait = d
+	}
+	return wait, true, nil
 }
 
 // handleWatch answers GET /v1/watch, which a worker keeps open while it
@@ -347,6 +364,15 @@ func (a *workerAPI) handleResult(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := cred.Worker
+	// With wait, the result is the worker's next poll too (one round
+	// trip a task, not two): recorded, it is answered as GET /v1/work
+	// answers.
+	wait, poll, err := a.pollWaitOf(r)
+	if err != nil {
+		DontReadBody(w)
+		WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	var req worker.ResultRequest
 	if err := decodeBody(w, r, worker.MaxResultBody, &req); err != nil {
 		WriteError(w, http.StatusBadRequest, err.Error())
@@ -367,6 +393,14 @@ func (a *workerAPI) handleResult(w http.ResponseWriter, r *http.Request) {
 	switch d {
 	case allowed:
 		markCredentialed(r.Context())
+		if poll {
+			// Held on this goroutine (a request with a body is not
+			// parked), so for resultPollWait at most: the next task
+			// comes within a pass when one waits, and a worker with
+			// none polls again, parked.
+			a.longPoll(w, r, cred, false, min(wait, resultPollWait))
+			return
+		}
 		w.WriteHeader(http.StatusNoContent)
 		return
 	case noSession, otherSession:

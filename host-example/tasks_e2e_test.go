@@ -237,3 +237,42 @@ func (e *e2e) ranAgain(t *testing.T, p *engineProc, results, job string) (engine
 	}
 	return r, exitedAt
 }
+
+// TestE2EManyResultsWhole runs 1,000 tasks of `true` on four one-CPU
+// machines of the sandbox: the TaskEnded hook writes each result.json on
+// the engine's hook goroutine, off the pass that settles it, and when
+// run exits (0) every one of the 1,000 is there, whole: it parses, and
+// says the task succeeded. No temporary file is left beside them.
+func TestE2EManyResultsWhole(t *testing.T) {
+	e := newE2E(t, "e2e-many")
+	cfg := e.taskConfig(t, 1, "  max_workers = 4\n")
+	const n = 1000
+	var lines []string
+	for i := range n {
+		lines = append(lines, fmt.Sprintf(`{"id": "m%04d", "command": ["true"]}`, i))
+	}
+	tasks := filepath.Join(t.TempDir(), "tasks.jsonl")
+	if err := os.WriteFile(tasks, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	results := filepath.Join(t.TempDir(), "results")
+	p := e.startEngine(t, "-config", cfg, "-tasks", tasks, "-results", results, "-timeout", "8m")
+	if code := p.wait(t, 9*time.Minute); code != 0 {
+		t.Fatalf("exit %d; want 0\nstory (tail):\n%s\nstderr (tail):\n%s", code, tail(p.stdout.String(), 2000), tail(p.stderr.String(), 2000))
+	}
+	exitedAt := time.Now()
+	if !strings.Contains(p.stdout.String(), fmt.Sprintf("summary: %d task(s): %d succeeded", n, n)) {
+		t.Errorf("no summary of %d succeeded", n)
+	}
+	for i := range n {
+		id := fmt.Sprintf("m%04d", i)
+		if r := readResult(t, results, id); r.ID != id || r.State != worker.StateSucceeded {
+			t.Errorf("%s's result.json: %+v", id, r)
+		}
+	}
+	left, err := filepath.Glob(filepath.Join(results, "*", ".result-*"))
+	if err != nil || len(left) > 0 {
+		t.Errorf("temporary result files left: %v %v", left, err)
+	}
+	e.assertCleanedUp(t, exitedAt)
+}

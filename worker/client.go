@@ -71,6 +71,9 @@ func (w *Client) Work(ctx context.Context) int {
 		w.cfg.url.Redacted(), w.name, w.cfg.hostname, w.cfg.slurmJobID, w.cfg.cpus, w.cfg.gpus)
 
 	idleSince := time.Now()
+	// next is the task the last result's answer carried, run without
+	// polling.
+	var next *Task
 	for {
 		if ctx.Err() != nil {
 			w.log.Printf("stopping: %v", context.Cause(ctx))
@@ -94,7 +97,11 @@ func (w *Client) Work(ctx context.Context) int {
 			}
 			left = min(left, toEnd)
 		}
-		task, err := w.Poll(ctx, left)
+		task, err := next, error(nil)
+		next = nil
+		if task == nil {
+			task, err = w.Poll(ctx, left)
+		}
 		switch {
 		case errors.Is(err, errLeave):
 			// The engine is stopping cleanly: our job ends now, completed.
@@ -118,18 +125,33 @@ func (w *Client) Work(ctx context.Context) int {
 			continue
 		}
 
-		if code, leave := w.take(ctx, *task); leave {
+		code, leave, carried := w.take(ctx, *task)
+		if leave {
 			return code
 		}
+		next = carried
 		idleSince = time.Now()
 	}
 }
 
-// take runs task and reports it. leave says the worker is done, with
-// code its exit code: the engine let it go or it was told to stop (the
-// task dropped unreported, its command's group already killed, the
-// worker detached), or the engine is gone or refuses it.
-func (w *Client) take(ctx context.Context, task Task) (code int, leave bool) {
+// resultWait is how long a result's answer may wait for the next task
+// (POST /v1/result?wait=SECONDS): the engine holds it for a second at
+// most, as it does whatever this says, and a worker with no task then
+// polls. Zero when the worker is about to leave: its job's end is near.
+func (w *Client) resultWait() time.Duration {
+	left := w.cfg.maxIdle
+	if !w.cfg.endsAt.IsZero() {
+		left = min(left, time.Until(w.cfg.endsAt)-EndMargin)
+	}
+	return max(left, 0)
+}
+
+// take runs task and reports it, and returns the next task if the
+// result's answer carried one. leave says the worker is done, with code
+// its exit code: the engine let it go or it was told to stop (the task
+// dropped unreported, its command's group already killed, the worker
+// detached), or the engine is gone or refuses it.
+func (w *Client) take(ctx context.Context, task Task) (code int, leave bool, next *Task) {
 	w.log.Printf("running %s", task.label())
 	st := newStopper(ctx)
 	stopWatch := w.watch(ctx, task.ID, st)
@@ -148,22 +170,27 @@ func (w *Client) take(ctx context.Context, task Task) (code int, leave bool) {
 			w.log.Printf("%s; dropped %s", why, task.label())
 		}
 		w.detach(ctx)
-		return 0, true
+		return 0, true, nil
 	}
-	err := w.report(ctx, res)
+	next, err := w.reportAndPoll(ctx, res, w.resultWait())
 	// Reported, or never will be: the directory has nothing more to give.
 	w.removeTaskDir(dir)
 	switch {
 	case err == nil:
 		w.log.Printf("reported %s: %s", task.label(), describe(res))
+	case errors.Is(err, errLeave):
+		// Recorded, and the engine is stopping cleanly.
+		w.log.Printf("reported %s: %s; the engine lets us go; leaving", task.label(), describe(res))
+		w.detach(ctx)
+		return 0, true, nil
 	case ctx.Err() != nil:
 	default:
 		w.log.Printf("could not report %s: %v", task.label(), err)
 		if errors.Is(err, errEngineGone) || errors.Is(err, errRefused) {
-			return 1, true
+			return 1, true, nil
 		}
 	}
-	return 0, false
+	return 0, false, next
 }
 
 // errNotAttachedRemote is the engine's 409: it does not know this worker.
@@ -262,14 +289,27 @@ func (w *Client) watch(ctx context.Context, id string, st *stopper) (stop func()
 	}
 }
 
-func (w *Client) report(ctx context.Context, res ResultRequest) error {
-	status, err := w.call(ctx, http.MethodPost, "/v1/result", nil, res, nil, 0)
-	if err == nil && status == http.StatusConflict {
-		// Already recorded (our retry after a lost response) or taken
-		// back; either way there is nothing more to say about it.
-		return nil
+// reportAndPoll reports res and, with wait, asks that the answer be the
+// next poll's too (POST /v1/result?wait=SECONDS): a task when the
+// engine has one within wait (a second at most), else none, and the
+// worker polls. An engine older than that answers 204 to it, as to any
+// result.
+func (w *Client) reportAndPoll(ctx context.Context, res ResultRequest, wait time.Duration) (*Task, error) {
+	var q url.Values
+	if wait > 0 {
+		q = url.Values{"wait": {strconv.FormatFloat(wait.Seconds(), 'f', 3, 64)}}
 	}
-	return err
+	var t Task
+	status, err := w.call(ctx, http.MethodPost, "/v1/result", q, res, &t, 0)
+	switch {
+	case err != nil:
+		return nil, err
+	case status == http.StatusOK:
+		return &t, nil
+	}
+	// 204, or 409: already recorded (our retry after a lost response)
+	// or taken back; either way there is nothing more to say about it.
+	return nil, nil
 }
 
 // detach tells the engine we are leaving. It is a courtesy: an engine
