@@ -487,7 +487,7 @@ func (b *books) IdleWorkers() []WorkerInfo {
 	b.mu.Lock()
 	var idle []WorkerInfo
 	for _, ws := range b.workers {
-		if ws.task == nil && !ws.leaving {
+		if ws.task == nil && ws.reported == nil && !ws.leaving {
 			idle = append(idle, ws.info)
 		}
 	}
