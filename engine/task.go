@@ -108,6 +108,9 @@ type TaskLimits struct {
 	// Log bounds each of a task's stdout and stderr as the engine keeps
 	// them.
 	Log int64
+	// Files bounds the files and directories one task's outputs make,
+	// each an inode; a directory also counts dirBytes against Outputs.
+	Files int64
 }
 
 // Submit adds a task and returns its id. The task waits for a worker
