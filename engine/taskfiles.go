@@ -119,10 +119,16 @@ func reopenInput(p string, want fileID) (*os.File, error) {
 	return f, nil
 }
 
-// ownDir makes dir (0700, and its parents) or checks the one that is
-// there, and opens it as a root: it must be a directory the engine's
-// user owns and neither group nor others can write. The check is made
-// on the opened directory, so what is checked is what is written in.
+// OpenOwnDir makes dir (0700, and its parents) or checks the one that
+// is there, and opens it as a root: it must be a directory the engine's
+// user owns and neither group nor others can write, and not a symbolic
+// link another user owns. The check is made on the opened directory, so
+// what is checked is what is written in; an error names the directory,
+// what is wrong and the fix. The engine opens Config.TaskDir with it; an
+// embedder writing beside the tasks (host-example's -results) opens the
+// same directory with it and writes through the root.
+func OpenOwnDir(dir string) (*os.Root, error) { return ownDir(dir) }
+
 func ownDir(dir string) (*os.Root, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("task directory %s: %w", dir, err)

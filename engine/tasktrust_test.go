@@ -320,3 +320,61 @@ func TestOutputFinalAtResult(t *testing.T) {
 		t.Errorf("partial files left: %v", m)
 	}
 }
+
+// TestTaskDirIsTheEngines: Config.TaskDir owned by another uid, or
+// writable by others, is refused at Serve, saying which and the fix;
+// and a link put in it as a task's directory while the task runs leads
+// none of the worker's bytes out of it: its stream and its output are
+// refused, and nothing is written where the link points.
+func TestTaskDirIsTheEngines(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("chowns to uid 65534: needs root")
+	}
+	for _, tc := range []struct {
+		name  string
+		setup func(dir string)
+		want  string
+	}{
+		{"another uid's", func(dir string) { os.Chown(dir, 65534, 65534) }, "is owned by uid 65534, not the engine's user (uid 0)"},
+		{"writable by others", func(dir string) { os.Chmod(dir, 0o777) }, "is writable by group or others (mode 0777)"},
+	} {
+		dir := filepath.Join(t.TempDir(), "tasks")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		tc.setup(dir)
+		e, err := New(Config{Secret: testSecret, ID: "test", Listen: "127.0.0.1:0", TaskDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = e.Serve(e.Mux(nil, false))
+		e.Stop(t.Context())
+		if err == nil || !strings.Contains(err.Error(), "task directory "+dir+" "+tc.want) {
+			t.Errorf("%s: Serve: %v; want %q", tc.name, err, tc.want)
+		}
+	}
+
+	e := taskEngine(t, Config{TaskDir: filepath.Join(t.TempDir(), "tasks")})
+	spec := commandTask("linked")
+	spec.Outputs = []string{"out"}
+	id, err := e.Submit(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := joinWorker(t, e, "slurm-linked", worker.FeatureCommand)
+	task := w.take()
+	outside := t.TempDir()
+	if err := os.Symlink(outside, e.TaskDir(id)); err != nil {
+		t.Fatal(err)
+	}
+	if status, _ := w.appendLog(task.ID, "stdout", 0, []byte("through the link\n")); status/100 == 2 {
+		t.Errorf("a stream through the link: %d; want refused", status)
+	}
+	if status, body := w.putOutput(task.ID, "out", []byte("through the link\n")); status/100 == 2 {
+		t.Errorf("an output through the link: %d %s; want refused", status, body)
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
+		t.Errorf("written where the link points: %v", entries)
+	}
+}
