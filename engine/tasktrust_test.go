@@ -378,3 +378,82 @@ func TestTaskDirIsTheEngines(t *testing.T) {
 		t.Errorf("written where the link points: %v", entries)
 	}
 }
+
+// TestOperatorEndpointsRefuseWebPages: what a web page in the
+// operator's browser can send is refused 403 on the operator's
+// endpoints, from the engine's own uid on loopback: a cross-site form's
+// text/plain POST to /v1/tasks/ID/cancel (the task is not cancelled), a
+// POST with no Content-Type, one from another Origin even with the
+// header, and any request whose Host is another name (DNS rebinding) on
+// /status, /v1/tasks/ID, /v1/events and /metrics. The engine's own
+// address, 127.0.0.1, localhost and [::1] at its port, a configured
+// name, and a POST with the header or application/json are answered.
+func TestOperatorEndpointsRefuseWebPages(t *testing.T) {
+	t.Parallel()
+	e := taskEngine(t, Config{OperatorHosts: []string{"engine.internal"}})
+	id, err := e.Submit(commandTask("page-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := e.URL()[strings.LastIndex(e.URL(), ":")+1 : len(e.URL())-1]
+	do := func(method, path, host string, header http.Header, body string) (int, string) {
+		req, _ := http.NewRequest(method, e.URL()+strings.TrimPrefix(path, "/"), strings.NewReader(body))
+		if body == "" {
+			req.Body = nil
+		}
+		if host != "" {
+			req.Host = host
+		}
+		for k, v := range header {
+			req.Header[k] = v
+		}
+		// An event stream answered 200 never ends: the client's timeout
+		// cuts it.
+		client := &http.Client{Timeout: 2 * time.Second}
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return resp.StatusCode, string(b)
+	}
+	cancel := "/v1/tasks/" + id + "/cancel"
+	for _, tc := range []struct {
+		name, method, path, host string
+		header                   http.Header
+		body                     string
+		want                     string
+	}{
+		{"a form's text/plain POST", "POST", cancel, "", http.Header{"Content-Type": {"text/plain"}, "Origin": {"http://evil.example"}, "Sec-Fetch-Site": {"cross-site"}}, "x=y", "Origin"},
+		{"a form's POST without Origin", "POST", cancel, "", http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}, "x=y", "needs the header Fluksio-Operator"},
+		{"a no-cors POST with no body", "POST", cancel, "", nil, "", "needs the header Fluksio-Operator"},
+		{"a cross-site POST with the header", "POST", cancel, "", http.Header{OperatorHeader: {"1"}, "Sec-Fetch-Site": {"cross-site"}}, "", "cross-site"},
+		{"another Origin with the header", "POST", cancel, "", http.Header{OperatorHeader: {"1"}, "Origin": {"http://127.0.0.1:1"}}, "", "Origin"},
+		{"a foreign Host on /status", "GET", "/status", "evil.example", nil, "", `Host \"evil.example\" is not this engine's address`},
+		{"a foreign Host with the port on /status", "GET", "/status", "evil.example:" + port, nil, "", "is not this engine's address"},
+		{"a foreign Host on the task", "GET", "/v1/tasks/" + id, "evil.example", nil, "", "is not this engine's address"},
+		{"a foreign Host on the events", "GET", "/v1/events", "evil.example", nil, "", "is not this engine's address"},
+		{"a foreign Host on the metrics", "GET", "/metrics", "evil.example", nil, "", "is not this engine's address"},
+		{"another port", "GET", "/status", "127.0.0.1:1", nil, "", "is not this engine's address"},
+		{"a foreign Host on the cancel", "POST", cancel, "evil.example", http.Header{OperatorHeader: {"1"}}, "", "is not this engine's address"},
+	} {
+		if status, body := do(tc.method, tc.path, tc.host, tc.header, tc.body); status != http.StatusForbidden || !strings.Contains(body, tc.want) {
+			t.Errorf("%s: %d %.200s; want 403 saying %q", tc.name, status, body, tc.want)
+		}
+	}
+	if res, _ := e.Task(id); res.State != TaskWaiting {
+		t.Fatalf("a refused request changed the task: %s", res.State)
+	}
+	for _, host := range []string{"", "localhost:" + port, "[::1]:" + port, "engine.internal", "engine.internal:" + port} {
+		if status, body := do("GET", "/status", host, nil, ""); status != http.StatusOK {
+			t.Errorf("GET /status as Host %q: %d %.200s; want 200", host, status, body)
+		}
+	}
+	if status, body := do("POST", cancel, "", http.Header{"Content-Type": {"application/json"}, "Origin": {strings.TrimSuffix(e.URL(), "/")}}, "{}"); status != http.StatusNoContent {
+		t.Errorf("a same-origin JSON cancel: %d %s; want 204", status, body)
+	}
+	if res, _ := e.Task(id); res.State != worker.StateCancelled {
+		t.Errorf("after the operator's cancel: %s", res.State)
+	}
+}

@@ -217,6 +217,7 @@ func newDaemon(cfg *engine.File, logger hclog.Logger, story *story, results *os.
 		DropEnv:        []string{cfg.Engine.SecretEnv, cfg.Engine.OperatorTokenEnv},
 		Logger:         logger,
 		TaskDir:        taskDir,
+		OperatorHosts:  cfg.Engine.OperatorHosts,
 		Hooks:          d.hooks(results != nil),
 	})
 	if err != nil {
@@ -225,7 +226,7 @@ func newDaemon(cfg *engine.File, logger hclog.Logger, story *story, results *os.
 	operator := newOperatorAuth(opToken, host.NewSigner(secret), logger.Named("http"))
 	operator.plugins = d.eng.PIDs
 	mux := d.eng.Mux(operator.wrap, cfg.Engine.OpenMetrics)
-	page := operator.wrap(pageHandler())
+	page := d.eng.OperatorGuard(operator.wrap(pageHandler()))
 	for _, path := range []string{"GET /{$}", "GET /app.js", "GET /style.css", "GET /favicon.svg"} {
 		mux.Handle(path, page)
 	}
