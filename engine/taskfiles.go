@@ -48,9 +48,11 @@ import (
 
 // fileID is what identifies an input's file as Submit read it.
 type fileID struct {
-	dev, ino     uint64
-	size         int64
-	mtime, ctime syscall.Timespec
+	dev, ino uint64
+	size     int64
+	// mtime and ctime are in nanoseconds; ctime is 0 where the system's
+	// stat says none (changeTime).
+	mtime, ctime int64
 }
 
 // statID is fi's identity; ok is false where the system says none.
@@ -59,7 +61,7 @@ func statID(fi fs.FileInfo) (fileID, bool) {
 	if !ok {
 		return fileID{}, false
 	}
-	return fileID{dev: uint64(st.Dev), ino: st.Ino, size: fi.Size(), mtime: st.Mtim, ctime: st.Ctim}, true
+	return fileID{dev: uint64(st.Dev), ino: uint64(st.Ino), size: fi.Size(), mtime: fi.ModTime().UnixNano(), ctime: changeTime(st)}, true
 }
 
 // differs says, in words, how the file now differs from id; "" when it
