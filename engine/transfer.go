@@ -146,8 +146,8 @@ func (a *workerAPI) handleInput(w http.ResponseWriter, r *http.Request) {
 }
 
 // inputFile is an input's file as Submit read it, for ServeContent:
-// what Submit read and no more (a file that grew since is cut; one that
-// changed fails the worker's digest check), read from its start. It is
+// the file Submit read (reopenInput has checked it is, unchanged), its
+// size and no more, read from its start. It is
 // the *os.File underneath (SyscallConn), so that net/http hands the
 // body to sendfile(2) from the page cache: copied through the engine
 // instead (io.SectionReader, which sendfile does not take), 1 GB of
