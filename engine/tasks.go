@@ -68,7 +68,7 @@ const maxErrorText = 4 << 10
 // dirBytes is what a directory an output makes counts against
 // TaskLimits.Outputs: a block of the engine's disk, though no byte of
 // it is the worker's.
-const dirBytes = 4096
+const dirBytes = worker.DirBytes
 
 // maxPathLen bounds an input's name or an output's path.
 const maxPathLen = 1024
@@ -530,7 +530,7 @@ func (t *taskTable) begin(rec *taskRec, base Task, w WorkerInfo) (Task, beginOut
 	task.Name, task.Attempt, task.Requires = rec.id, len(rec.attempts), rec.requires
 	task.Command, task.Inputs, task.Outputs, task.Payload = rec.command, rec.files, rec.outputs, rec.payload
 	task.TimeoutSeconds = rec.timeout.Seconds()
-	task.Limits = worker.Limits{Outputs: t.limits.Outputs, Log: t.limits.Log}
+	task.Limits = worker.Limits{Outputs: t.limits.Outputs, Log: t.limits.Log, Files: t.limits.Files}
 	if len(rec.env) > 0 {
 		task.Env = make(map[string]string, len(rec.env))
 		for _, kv := range rec.env {
