@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/fluksio/provision/engine/host"
 	"github.com/fluksio/provision/internal/sandboxtest"
 	"github.com/fluksio/provision/shared"
@@ -185,7 +187,9 @@ func TestTaskOutputInodesBounded(t *testing.T) {
 func TestEndedTasksMemoryBounded(t *testing.T) {
 	const tasks = 300
 	const maxEndedHeap = 8 << 20
-	e := taskEngine(t, Config{})
+	// The log goes nowhere: a test's log is kept in memory, where the
+	// engine's goes to its stderr.
+	e := taskEngine(t, Config{Logger: hclog.NewNullLogger()})
 	w := joinWorker(t, e, "slurm-mem", worker.FeatureCommand)
 	huge := strings.Repeat("x", worker.MaxResultBody-4096)
 	before := liveHeap()
