@@ -968,8 +968,11 @@ func (b *books) admitLocked(cred host.Credential, info WorkerInfo) (denial, stri
 }
 
 // report records res for the worker cred names, in the session whose
-// secret is session; or says why not.
-func (b *books) report(cred host.Credential, session string, res Result) (denial, string) {
+// secret is session; or says why not. The worker, host and job recorded
+// are the attach's, never the body's. seal (nil: none) hears a task's
+// attempt as its result is accepted, under b.mu, so that nothing the
+// worker sends after the acceptance changes what it recorded.
+func (b *books) report(cred host.Credential, session string, res Result, seal func(task, attempt string)) (denial, string) {
 	name := cred.Worker
 	var task Task
 	b.mu.Lock()
@@ -983,7 +986,12 @@ func (b *books) report(cred host.Credential, session string, res Result) (denial
 		if ws.task.Name == "" {
 			// The stand-in's result is its output alone.
 			res.run = nil
+		} else if seal != nil {
+			seal(ws.task.Name, ws.task.ID)
 		}
+		// Who ran it is what the attach established, whatever the
+		// body says.
+		res.Worker, res.Hostname, res.JobID = ws.info.Name, ws.info.Hostname, ws.info.JobID
 		b.results[res.TaskID] = res
 		task = *ws.task
 		ws.reported = ws.task

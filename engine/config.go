@@ -32,6 +32,7 @@ import (
 //	  max_connections = 4096                 # optional
 //	  operator_token_env = "FLUKSIO_OPERATOR_TOKEN"  # optional
 //	  open_metrics = false                   # optional
+//	  operator_hosts = ["engine.example"]    # optional
 //	  park_polls = true                      # optional
 //	}
 //	provisioner "slurm" "hpc" {
@@ -68,6 +69,9 @@ type EngineBlock struct {
 	OperatorTokenEnv string `hcl:"operator_token_env,optional"`
 	// OpenMetrics serves GET /metrics to anyone, without the token.
 	OpenMetrics bool `hcl:"open_metrics,optional"`
+	// OperatorHosts are names (host or host:port) the operator's
+	// endpoints answer besides the listen address (Config.OperatorHosts).
+	OperatorHosts []string `hcl:"operator_hosts,optional"`
 	// ParkPolls parks the workers' long polls (engine/internal/park);
 	// false holds each as a net/http handler (Config.HoldPolls). True
 	// unless the block says otherwise.

@@ -73,6 +73,11 @@ type Config struct {
 	TaskDir string
 	// TaskLimits bound what one task moves.
 	TaskLimits TaskLimits
+	// OperatorHosts are names (host or host:port) besides the listen
+	// address by which the operator's endpoints may be asked for
+	// (OperatorGuard): a name the operator's browser uses for the
+	// engine's machine.
+	OperatorHosts []string
 	// Digest names the configuration's content, as GET /status shows it
 	// beside its generation (1, and one more per reload applied): File's
 	// Digest for a configuration from a file; empty for none.
@@ -364,6 +369,9 @@ func (e *Engine) Mux(protect func(http.Handler) http.Handler, metricsOpen bool) 
 	if protect == nil {
 		protect = ownUserOnly(e.fleet.pids)
 	}
+	// Every operator's endpoint refuses a web page's request first.
+	guarded := protect
+	protect = func(h http.Handler) http.Handler { return e.OperatorGuard(guarded(h)) }
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", e.api.handler())
 	mux.Handle("GET /status", protect(e.status))

@@ -43,7 +43,9 @@ type TaskSpec struct {
 // Input is one input file of a task: Name in the task's directory, its
 // bytes from Path on the engine's machine or from Data. Submit reads it
 // once for its size and digest; the worker's copy is checked against
-// both.
+// both. A Path is not followed through a symbolic link as its last
+// element, and is served only while it is the file Submit read,
+// unchanged (taskfiles.go); else the task fails saying so.
 type Input struct {
 	Name string
 	Path string
@@ -115,6 +117,9 @@ type TaskLimits struct {
 	// Log bounds each of a task's stdout and stderr as the engine keeps
 	// them.
 	Log int64
+	// Files bounds the files and directories one task's outputs make,
+	// each an inode; a directory also counts dirBytes against Outputs.
+	Files int64
 }
 
 // Submit adds a task and returns its id. The task waits for a worker

@@ -412,6 +412,7 @@ func TestTaskOperatorEndpoints(t *testing.T) {
 	}
 	get := func(method, path string) (int, []byte) {
 		req, _ := http.NewRequest(method, e.URL()+strings.TrimPrefix(path, "/"), nil)
+		req.Header.Set(OperatorHeader, "1")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

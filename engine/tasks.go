@@ -15,8 +15,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
+	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fluksio/provision/internal/termsafe"
 	"github.com/fluksio/provision/shared"
@@ -47,12 +48,28 @@ const tailBytes = 4 << 10
 // defaultTaskLimits bound what one task moves when Config.TaskLimits
 // leaves a bound zero: far above what a test or a demo moves, and far
 // below what fills a disk by accident.
-var defaultTaskLimits = TaskLimits{Input: 1 << 30, Outputs: 4 << 30, Log: 256 << 20}
+var defaultTaskLimits = TaskLimits{Input: 1 << 30, Outputs: 4 << 30, Log: 256 << 20, Files: 10000}
 
 // keepEnded is how many ended tasks the table remembers (Engine.Task
 // answers them); the oldest beyond it are forgotten, their directories
 // kept. An engine that runs for weeks submits without end.
 const keepEnded = 10000
+
+// keptEndedBytes bounds the bytes the ended tasks the table remembers
+// hold in words (errors) and output lists: beyond it the oldest are
+// forgotten, however few. With keepEnded, it bounds what ended tasks
+// cost the engine's memory: about 0.8 KB each besides these, so at most
+// about 72 MiB (docs/security.md).
+const keptEndedBytes = 64 << 20
+
+// maxErrorText bounds a worker's error (and signal) text as a task keeps
+// it; the rest is cut, and the cut said.
+const maxErrorText = 4 << 10
+
+// dirBytes is what a directory an output makes counts against
+// TaskLimits.Outputs: a block of the engine's disk, though no byte of
+// it is the worker's.
+const dirBytes = worker.DirBytes
 
 // maxPathLen bounds an input's name or an output's path.
 const maxPathLen = 1024
@@ -93,14 +110,20 @@ type taskTable struct {
 	// worker's answer or a hook.
 	mu sync.Mutex
 	// root is the directory of the tasks' directories; empty until
-	// makeRoot. own says it is the engine's to remove at Stop.
+	// makeRoot. own says it is the engine's to remove at Stop. dirs is
+	// root opened (taskfiles.go): every file under it is made through
+	// it; nil until makeRoot and after removeRoot.
 	root string
 	own  bool
+	dirs *os.Root
 	byID map[string]*taskRec
 	// generated counts the ids the engine made ("t-N").
 	generated int
-	// ended are the ended tasks, oldest first, for forgetting.
-	ended []*taskRec
+	// ended are the ended tasks, oldest first, for forgetting;
+	// endedBytes the bytes their words and output lists hold
+	// (taskEnd.held), kept under keptEndedBytes.
+	ended      []*taskRec
+	endedBytes int64
 	// attempts names, by attempt id, the task of every attempt of the
 	// tasks in byID, so that an attempt id asked for as a task's is
 	// answered with the task's (GET /v1/tasks/ID's 404).
@@ -132,8 +155,10 @@ type taskRec struct {
 	timeout time.Duration
 	payload []byte
 	// sources are where each input's bytes come from, in the order of
-	// files: the caller's Path or Data, never a copy.
+	// files: the caller's Path or Data, never a copy; ids are the
+	// identities of the Path inputs' files as Submit read them.
 	sources []Input
+	ids     []fileID
 
 	// Guarded by taskTable.mu.
 	state TaskState
@@ -159,9 +184,19 @@ type taskRun struct {
 	outputs     map[string]worker.File
 	outputBytes int64
 	reserved    int64
-	// over says, when the worker sent beyond a limit, which and what
-	// the limit is; the task fails with it when its result comes.
+	// inodes counts the files and directories the outputs made, and
+	// reservedFiles the files uploads in progress may still add.
+	inodes, reservedFiles int64
+	// uploads counts the uploads begun, naming their partial files.
+	uploads int
+	// over says, when the worker sent beyond a limit or the engine
+	// refused its transfer for good, why; the task fails with it when
+	// its result comes.
 	over string
+	// sealed is set as the attempt's result is accepted (seal): from
+	// then its outputs and streams are final, and an upload still under
+	// way is cut (sealedWriter reads it without the lock).
+	sealed atomic.Bool
 }
 
 // streamState is one stream of an attempt: its size as the engine kept
@@ -178,6 +213,9 @@ type taskEnd struct {
 	outputs        []worker.File
 	stdout, stderr int64
 	started, ended time.Time
+	// held is what its words and output list hold, in bytes, counted
+	// against keptEndedBytes.
+	held int64
 }
 
 // streamIndex is the index in taskRun.streams of a stream's name.
@@ -204,6 +242,9 @@ func newTaskTable(limits TaskLimits, now func() time.Time) *taskTable {
 	if limits.Log <= 0 {
 		limits.Log = defaultTaskLimits.Log
 	}
+	if limits.Files <= 0 {
+		limits.Files = defaultTaskLimits.Files
+	}
 	if now == nil {
 		now = time.Now
 	}
@@ -213,8 +254,9 @@ func newTaskTable(limits TaskLimits, now func() time.Time) *taskTable {
 // -- the directory ---------------------------------------------------------
 
 // makeRoot makes the directory the tasks' directories go in, once:
-// dir (Config.TaskDir), made if missing, or a directory of the
-// engine's own under os.TempDir, which removeRoot removes.
+// dir (Config.TaskDir), made if missing and refused unless the engine's
+// own (ownDir), or a directory of the engine's own under os.TempDir,
+// which removeRoot removes; either is opened as t.dirs.
 func (t *taskTable) makeRoot(dir string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -223,6 +265,9 @@ func (t *taskTable) makeRoot(dir string) error {
 	}
 	if dir == "" {
 		d, err := os.MkdirTemp("", "fluksio-tasks-")
+		if err == nil {
+			t.dirs, err = os.OpenRoot(d)
+		}
 		if err != nil {
 			return fmt.Errorf("cannot make a directory for the tasks' files: %w", err)
 		}
@@ -230,11 +275,11 @@ func (t *taskTable) makeRoot(dir string) error {
 		return nil
 	}
 	abs, err := filepath.Abs(dir)
-	if err == nil {
-		err = os.MkdirAll(abs, 0o700)
-	}
 	if err != nil {
 		return fmt.Errorf("task directory %s: %w", dir, err)
+	}
+	if t.dirs, err = ownDir(abs); err != nil {
+		return err
 	}
 	t.root = abs
 	return nil
@@ -244,9 +289,12 @@ func (t *taskTable) makeRoot(dir string) error {
 // Config.TaskDir is the embedder's and stays.
 func (t *taskTable) removeRoot() {
 	t.mu.Lock()
-	root, own := t.root, t.own
-	t.root, t.own = "", false
+	root, own, dirs := t.root, t.own, t.dirs
+	t.root, t.own, t.dirs = "", false, nil
 	t.mu.Unlock()
+	if dirs != nil {
+		dirs.Close()
+	}
 	if own {
 		os.RemoveAll(root)
 	}
@@ -285,12 +333,19 @@ func (t *taskTable) submit(spec TaskSpec) (*taskRec, error) {
 		}
 	}
 	files := make([]worker.File, len(spec.Inputs))
+	var ids []fileID
 	for i, in := range spec.Inputs {
-		f, err := t.digest(in)
+		f, id, err := t.digest(in)
 		if err != nil {
 			return nil, err
 		}
 		files[i] = f
+		if in.Path != "" {
+			if ids == nil {
+				ids = make([]fileID, len(spec.Inputs))
+			}
+			ids[i] = id
+		}
 	}
 	requires := requiresCommand
 	if len(spec.Command) == 0 {
@@ -302,7 +357,7 @@ func (t *taskTable) submit(spec TaskSpec) (*taskRec, error) {
 	}
 	slices.Sort(env)
 	rec := &taskRec{retries: spec.Retries, requires: requires, command: slices.Clone(spec.Command), env: env, files: files,
-		outputs: slices.Clone(spec.Outputs), timeout: spec.Timeout, payload: spec.Payload, sources: slices.Clone(spec.Inputs), state: TaskWaiting}
+		outputs: slices.Clone(spec.Outputs), timeout: spec.Timeout, payload: spec.Payload, sources: slices.Clone(spec.Inputs), ids: ids, state: TaskWaiting}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	id := spec.ID
@@ -414,55 +469,42 @@ func checkRelPath(kind, p string) error {
 	return nil
 }
 
-// digest reads an input once, streaming, for its size and sha256; one
-// larger than the input limit is refused, with the limit.
-func (t *taskTable) digest(in Input) (worker.File, error) {
+// digest reads an input once, streaming, for its size and sha256, and
+// says the identity of a Path's file (openInput); one larger than the
+// input limit is refused, with the limit, and so is a file that changed
+// while it was read.
+func (t *taskTable) digest(in Input) (worker.File, fileID, error) {
 	limit := t.limits.Input
 	if in.Path == "" {
 		if int64(len(in.Data)) > limit {
-			return worker.File{}, fmt.Errorf("input %q: %d bytes of Data; the engine takes at most %d bytes an input (TaskLimits.Input)", in.Name, len(in.Data), limit)
+			return worker.File{}, fileID{}, fmt.Errorf("input %q: %d bytes of Data; the engine takes at most %d bytes an input (TaskLimits.Input)", in.Name, len(in.Data), limit)
 		}
 		sum := sha256.Sum256(in.Data)
-		return worker.File{Name: in.Name, Size: int64(len(in.Data)), SHA256: hex.EncodeToString(sum[:])}, nil
+		return worker.File{Name: in.Name, Size: int64(len(in.Data)), SHA256: hex.EncodeToString(sum[:])}, fileID{}, nil
 	}
-	f, size, err := openInput(in.Path)
+	f, id, err := openInput(in.Path)
 	if err != nil {
-		return worker.File{}, fmt.Errorf("input %q: %w", in.Name, err)
+		return worker.File{}, fileID{}, fmt.Errorf("input %q: %w", in.Name, err)
 	}
 	defer f.Close()
+	size := id.size
 	if size > limit {
-		return worker.File{}, fmt.Errorf("input %q: %s is %d bytes; the engine takes at most %d bytes an input (TaskLimits.Input)", in.Name, in.Path, size, limit)
+		return worker.File{}, fileID{}, fmt.Errorf("input %q: %s is %d bytes; the engine takes at most %d bytes an input (TaskLimits.Input)", in.Name, in.Path, size, limit)
 	}
 	h := sha256.New()
 	n, err := io.Copy(h, io.LimitReader(f, size+1))
 	switch {
 	case err != nil:
-		return worker.File{}, fmt.Errorf("input %q: reading %s: %w", in.Name, in.Path, err)
+		return worker.File{}, fileID{}, fmt.Errorf("input %q: reading %s: %w", in.Name, in.Path, err)
 	case n != size:
-		return worker.File{}, fmt.Errorf("input %q: %s changed size while it was read (%d bytes, then %d); submit it when it is written", in.Name, in.Path, size, n)
+		return worker.File{}, fileID{}, fmt.Errorf("input %q: %s changed size while it was read (%d bytes, then %d); submit it when it is written", in.Name, in.Path, size, n)
 	}
-	return worker.File{Name: in.Name, Size: size, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
-}
-
-// openInput opens an input's Path for reading, and says its size. A
-// path that is no regular file (a directory, a FIFO, a device) is
-// refused: it is opened without blocking, so a FIFO cannot hold the
-// caller.
-func openInput(p string) (*os.File, int64, error) {
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, 0, fmt.Errorf("cannot read it: %w", err)
+	if fi, err := f.Stat(); err == nil {
+		if now, ok := statID(fi); ok && id.differs(now) != "" {
+			return worker.File{}, fileID{}, fmt.Errorf("input %q: %s changed while it was read; submit it when it is written", in.Name, in.Path)
+		}
 	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, 0, fmt.Errorf("cannot read it: %w", err)
-	}
-	if !fi.Mode().IsRegular() {
-		f.Close()
-		return nil, 0, fmt.Errorf("%s is not a regular file (%s); give a file", p, fi.Mode().Type())
-	}
-	return f, fi.Size(), nil
+	return worker.File{Name: in.Name, Size: size, SHA256: hex.EncodeToString(h.Sum(nil))}, id, nil
 }
 
 // -- attempts --------------------------------------------------------------
@@ -502,7 +544,7 @@ func (t *taskTable) begin(rec *taskRec, base Task, w WorkerInfo) (Task, beginOut
 	task.Name, task.Attempt, task.Requires = rec.id, len(rec.attempts), rec.requires
 	task.Command, task.Inputs, task.Outputs, task.Payload = rec.command, rec.files, rec.outputs, rec.payload
 	task.TimeoutSeconds = rec.timeout.Seconds()
-	task.Limits = worker.Limits{Outputs: t.limits.Outputs, Log: t.limits.Log}
+	task.Limits = worker.Limits{Outputs: t.limits.Outputs, Log: t.limits.Log, Files: t.limits.Files}
 	if len(rec.env) > 0 {
 		task.Env = make(map[string]string, len(rec.env))
 		for _, kv := range rec.env {
@@ -511,17 +553,18 @@ func (t *taskTable) begin(rec *taskRec, base Task, w WorkerInfo) (Task, beginOut
 		}
 	}
 	var aside string
-	if d := t.dirLocked(rec.id); d != "" {
-		if _, err := os.Lstat(d); err == nil {
-			aside = filepath.Join(t.root, ".gone-"+rec.id+"-"+attemptID)
-			if err := os.Rename(d, aside); err != nil {
+	dirs := t.dirs
+	if dirs != nil && t.dirLocked(rec.id) != "" {
+		if _, err := dirs.Lstat(rec.id); err == nil {
+			aside = ".gone-" + rec.id + "-" + attemptID
+			if err := dirs.Rename(rec.id, aside); err != nil {
 				aside = ""
 			}
 		}
 	}
 	t.mu.Unlock()
 	if aside != "" {
-		os.RemoveAll(aside)
+		dirs.RemoveAll(aside)
 	}
 	return task, begun
 }
@@ -632,8 +675,10 @@ func (t *taskTable) finish(rec *taskRec, attemptID string, res Result) (taskNews
 		}
 		why = problem
 	}
+	// The attempt's worker, provisioner, host and job are the attach's,
+	// as begin recorded them: a result's body does not change them.
 	a := &rec.attempts[len(rec.attempts)-1]
-	a.State, a.Error, a.Hostname, a.JobID = state, why, res.Hostname, res.JobID
+	a.State, a.Error = state, why
 	if !rep.Started.IsZero() {
 		a.Started = rep.Started
 	}
@@ -652,10 +697,23 @@ func (t *taskTable) finish(rec *taskRec, attemptID string, res Result) (taskNews
 		stdout: run.streams[0].size, stderr: run.streams[1].size, started: a.Started, ended: a.Ended}
 	t.endLocked(rec, state, end)
 	news := taskNews{res: t.resultLocked(rec), ended: true, worker: run.worker, provisioner: a.Provisioner}
-	dir := t.dirLocked(rec.id)
+	dir, dirs := t.dirLocked(rec.id), t.dirs
 	t.mu.Unlock()
-	news.res.Stdout, news.res.Stderr = readTails(dir, end.stdout, end.stderr)
+	news.res.Stdout, news.res.Stderr = readTails(dirs, dir, end.stdout, end.stderr)
 	return news, true
+}
+
+// cutText is a worker's words as a task keeps them: at most
+// maxErrorText bytes (cut at a character's start), the cut said.
+func cutText(s string) string {
+	if len(s) <= maxErrorText {
+		return s
+	}
+	cut := maxErrorText
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("… (%d more bytes cut)", len(s)-cut)
 }
 
 // check compares what the worker says it sent with what the engine
@@ -745,17 +803,27 @@ func (t *taskTable) end(rec *taskRec, state TaskState, why string) (taskNews, bo
 
 // endLocked ends rec: its state and end are set, what it held of the
 // caller's (inputs, payload) is dropped, and the oldest ended tasks
-// beyond keepEnded are forgotten. t.mu must be held.
+// beyond keepEnded, or beyond keptEndedBytes of words and output lists,
+// are forgotten. t.mu must be held.
 func (t *taskTable) endLocked(rec *taskRec, state TaskState, end *taskEnd) {
 	t.setStateLocked(rec, state)
 	rec.end, rec.run = end, nil
-	rec.command, rec.env, rec.files, rec.outputs, rec.payload, rec.sources = nil, nil, nil, nil, nil, nil
+	rec.command, rec.env, rec.files, rec.outputs, rec.payload, rec.sources, rec.ids = nil, nil, nil, nil, nil, nil, nil
 	t.ends.add(t.now())
+	end.held = int64(len(end.err) + len(end.signal))
+	for _, a := range rec.attempts {
+		end.held += int64(len(a.Error))
+	}
+	for _, o := range end.outputs {
+		end.held += int64(len(o.Name)+len(o.SHA256)) + 16
+	}
 	t.ended = append(t.ended, rec)
-	for len(t.ended) > keepEnded {
+	t.endedBytes += end.held
+	for len(t.ended) > keepEnded || (t.endedBytes > keptEndedBytes && len(t.ended) > 1) {
 		old := t.ended[0]
 		t.ended[0] = nil
 		t.ended = t.ended[1:]
+		t.endedBytes -= old.end.held
 		if t.byID[old.id] == old {
 			delete(t.byID, old.id)
 			for _, a := range old.attempts {
@@ -884,9 +952,9 @@ func (t *taskTable) result(id string) (TaskResult, bool) {
 	case rec.run != nil:
 		stdout, stderr = rec.run.streams[0].size, rec.run.streams[1].size
 	}
-	dir := t.dirLocked(id)
+	dir, dirs := t.dirLocked(id), t.dirs
 	t.mu.Unlock()
-	res.Stdout, res.Stderr = readTails(dir, stdout, stderr)
+	res.Stdout, res.Stderr = readTails(dirs, dir, stdout, stderr)
 	return res, true
 }
 
@@ -907,20 +975,22 @@ func (t *taskTable) resultLocked(rec *taskRec) TaskResult {
 }
 
 // readTails reads the last tailBytes of the kept stdout and stderr of
-// a task's directory dir, up to the sizes the engine accepted; a file
-// that cannot be read (its directory removed by its owner) reads empty.
-func readTails(dir string, stdout, stderr int64) (string, string) {
-	if dir == "" {
+// a task's directory dir (a path, for its name under dirs), up to the
+// sizes the engine accepted; a file that cannot be read (its directory
+// removed by its owner, or dirs closed at Stop) reads empty.
+func readTails(dirs *os.Root, dir string, stdout, stderr int64) (string, string) {
+	if dir == "" || dirs == nil {
 		return "", ""
 	}
-	return readTail(filepath.Join(dir, worker.StreamStdout), stdout), readTail(filepath.Join(dir, worker.StreamStderr), stderr)
+	id := filepath.Base(dir)
+	return readTail(dirs, path.Join(id, worker.StreamStdout), stdout), readTail(dirs, path.Join(id, worker.StreamStderr), stderr)
 }
 
-func readTail(p string, size int64) string {
+func readTail(dirs *os.Root, p string, size int64) string {
 	if size <= 0 {
 		return ""
 	}
-	f, err := os.Open(p)
+	f, err := dirs.Open(p)
 	if err != nil {
 		return ""
 	}

@@ -7,10 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -117,29 +117,37 @@ func (a *workerAPI) handleInput(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	src, file, err := a.tasks.input(c.task, r.PathValue("id"), r.PathValue("name"))
+	attempt := r.PathValue("id")
+	src, id, file, err := a.tasks.input(c.task, attempt, r.PathValue("name"))
 	if err != nil {
 		a.writeTransferError(w, r, err)
 		return
 	}
-	transferDeadline(w, file.Size)
-	w.Header().Set("Content-Type", "application/octet-stream")
 	if src.Path == "" {
+		transferDeadline(w, file.Size)
+		w.Header().Set("Content-Type", "application/octet-stream")
 		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(src.Data[:file.Size]))
 		return
 	}
-	f, _, err := openInput(src.Path)
+	f, err := reopenInput(src.Path, id)
 	if err != nil {
-		a.writeTransferError(w, r, fmt.Errorf("input %q: %w", file.Name, err))
+		// Not the file Submit read: nothing of it is sent, and the task
+		// fails saying so.
+		why := fmt.Sprintf("input %q (%s) is not as it was when task %s was submitted: %v; nothing of it was sent: submit the task again", file.Name, src.Path, c.task, err)
+		a.tasks.refuseRun(c.task, attempt, why)
+		a.logger.Warn("refused a task's input", "task", c.task, "input", file.Name, "path", src.Path, "why", err.Error())
+		WriteError(w, http.StatusGone, why)
 		return
 	}
 	defer f.Close()
+	transferDeadline(w, file.Size)
+	w.Header().Set("Content-Type", "application/octet-stream")
 	http.ServeContent(w, r, "", time.Time{}, &inputFile{File: f, size: file.Size})
 }
 
 // inputFile is an input's file as Submit read it, for ServeContent:
-// what Submit read and no more (a file that grew since is cut; one that
-// changed fails the worker's digest check), read from its start. It is
+// the file Submit read (reopenInput has checked it is, unchanged), its
+// size and no more, read from its start. It is
 // the *os.File underneath (SyscallConn), so that net/http hands the
 // body to sendfile(2) from the page cache: copied through the engine
 // instead (io.SectionReader, which sendfile does not take), 1 GB of
@@ -189,20 +197,53 @@ func (f *inputFile) WriteTo(w io.Writer) (int64, error) {
 	return io.Copy(w, struct{ io.Reader }{f})
 }
 
-// input is where the bytes of input name of task's attempt come from.
-func (t *taskTable) input(task, attempt, name string) (Input, worker.File, error) {
+// input is where the bytes of input name of task's attempt come from,
+// and, for a Path, the identity of the file Submit read.
+func (t *taskTable) input(task, attempt, name string) (Input, fileID, worker.File, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	rec := t.byID[task]
 	if rec == nil || rec.run == nil || rec.run.id != attempt {
-		return Input{}, worker.File{}, stale(attempt)
+		return Input{}, fileID{}, worker.File{}, stale(attempt)
 	}
 	for i, f := range rec.files {
 		if f.Name == name {
-			return rec.sources[i], f, nil
+			var id fileID
+			if rec.ids != nil {
+				id = rec.ids[i]
+			}
+			return rec.sources[i], id, f, nil
 		}
 	}
-	return Input{}, worker.File{}, &transferError{http.StatusNotFound, fmt.Sprintf("task %s has no input %q", task, name)}
+	return Input{}, fileID{}, worker.File{}, &transferError{http.StatusNotFound, fmt.Sprintf("task %s has no input %q", task, name)}
+}
+
+// refuseRun marks task's attempt as failed for why, when its result
+// comes, unless something else did first.
+func (t *taskTable) refuseRun(task, attempt, why string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if rec := t.byID[task]; rec != nil && rec.run != nil && rec.run.id == attempt && rec.run.over == "" {
+		rec.run.over = why
+	}
+}
+
+// seal makes task's attempt's outputs and streams final: its result was
+// accepted. An upload or append begun after is refused, and one under
+// way is cut (sealedWriter). The books call it as they accept the
+// result, under their lock (the order is books.mu, then t.mu).
+func (t *taskTable) seal(task, attempt string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if rec := t.byID[task]; rec != nil && rec.run != nil && rec.run.id == attempt {
+		rec.run.sealed.Store(true)
+	}
+}
+
+// final is the refusal of a transfer after the attempt's result was
+// accepted.
+func final(attempt string) error {
+	return &transferError{http.StatusConflict, "task " + attempt + "'s result was accepted: its outputs and streams are final"}
 }
 
 // -- logs ------------------------------------------------------------------
@@ -260,10 +301,12 @@ func (a *workerAPI) handleLog(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	most := min(int64(maxLogChunk), op.room)
-	n, err := io.Copy(io.NewOffsetWriter(op.f, op.size), io.LimitReader(r.Body, most+1))
+	n, err := io.Copy(sealedWriter{io.NewOffsetWriter(op.f, op.size), &op.run.sealed}, io.LimitReader(r.Body, most+1))
 	var over bool
 	var refusal *transferError
 	switch {
+	case errors.Is(err, errSealed):
+		refusal = final(attempt).(*transferError)
 	case err != nil:
 		refusal = &transferError{http.StatusBadRequest, "reading the chunk: " + err.Error()}
 	case n > op.room:
@@ -318,6 +361,8 @@ func (t *taskTable) logOpen(task, attempt string, s int, offset int64) (logOp, e
 	st := &rec.run.streams[s]
 	op := logOp{rec: rec, run: rec.run, s: s, size: st.size, room: t.limits.Log - st.size}
 	switch {
+	case rec.run.sealed.Load():
+		return op, final(attempt)
 	case st.busy:
 		return op, &transferError{http.StatusConflict, streamNames[s] + " is being appended to already; send one chunk at a time"}
 	case offset > st.size:
@@ -325,14 +370,13 @@ func (t *taskTable) logOpen(task, attempt string, s int, offset int64) (logOp, e
 	case offset < st.size:
 		return op, nil
 	}
-	dir := t.dirLocked(task)
-	if dir == "" {
+	if t.dirLocked(task) == "" || t.dirs == nil {
 		return op, &transferError{http.StatusServiceUnavailable, "the engine has no directory for tasks yet"}
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := t.dirs.Mkdir(task, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return op, err
 	}
-	f, err := os.OpenFile(filepath.Join(dir, streamNames[s]), os.O_WRONLY|os.O_CREATE, 0o600)
+	f, err := t.dirs.OpenFile(path.Join(task, streamNames[s]), os.O_WRONLY|os.O_CREATE, 0o600)
 	if err != nil {
 		return op, err
 	}
@@ -365,7 +409,12 @@ func (t *taskTable) logDone(op logOp, n int64, over bool) int64 {
 // output's bytes, written under TaskDir(name)/outputs/PATH. PATH must be
 // one of the task's outputs or under one (a directory); one that is not
 // written plainly or leaves the directory is refused 400, and the
-// outputs together beyond Limits.Outputs 413 (the task then fails).
+// outputs together beyond Limits.Outputs (bytes, a directory counting
+// dirBytes) or Limits.Files (files and directories) 413 (the task then
+// fails). The bytes go to a partial file first, which takes the
+// output's name only when the whole body came and the attempt's result
+// was not accepted meanwhile: an output the result recorded is never
+// rewritten.
 func (a *workerAPI) handleOutput(w http.ResponseWriter, r *http.Request) {
 	p := r.PathValue("path")
 	if err := checkRelPath("output", p); err != nil {
@@ -385,19 +434,20 @@ func (a *workerAPI) handleOutput(w http.ResponseWriter, r *http.Request) {
 	}
 	transferDeadline(w, op.want)
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(op.f, h), io.LimitReader(r.Body, op.want+1))
+	n, err := io.Copy(sealedWriter{io.MultiWriter(op.f, h), &op.run.sealed}, io.LimitReader(r.Body, op.want+1))
 	op.f.Close()
 	var refusal *transferError
 	switch {
+	case errors.Is(err, errSealed):
+		refusal = final(r.PathValue("id")).(*transferError)
 	case err != nil:
 		refusal = &transferError{http.StatusBadRequest, "reading the output: " + err.Error()}
 	case n > op.want:
 		refusal = &transferError{http.StatusRequestEntityTooLarge, overOutputs(a.tasks.limits.Outputs)}
 	}
 	file := worker.File{Name: p, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}
-	a.tasks.outputDone(op, file, refusal)
-	if refusal != nil {
-		a.writeTransferError(w, r, refusal)
+	if err := a.tasks.outputDone(op, file, refusal); err != nil {
+		a.writeTransferError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -408,23 +458,33 @@ func overOutputs(limit int64) string {
 	return fmt.Sprintf("outputs beyond the engine's limit of %d bytes for one task's outputs", limit)
 }
 
+// overFiles is why an output was refused beyond the files limit.
+func overFiles(limit int64) string {
+	return fmt.Sprintf("outputs beyond the engine's limit of %d files and directories for one task's outputs", limit)
+}
+
 // outputOp is one output upload under way: the bytes it reserved of the
-// outputs' limit and the file it writes.
+// outputs' limit, whether it reserved a file of the files' limit (a new
+// output), and the partial file it writes (partial, under the tasks'
+// root) for the output's name (dest).
 type outputOp struct {
-	rec  *taskRec
-	run  *taskRun
-	root *os.Root
-	path string
-	want int64
-	f    *os.File
+	rec     *taskRec
+	run     *taskRun
+	dirs    *os.Root
+	path    string
+	dest    string
+	partial string
+	want    int64
+	newFile bool
+	f       *os.File
 }
 
 // outputOpen begins an upload of output p of task's attempt, announced
 // as length bytes (-1: not said): p must be an output of the task's or
 // under one; the room it may use is reserved (all that is left when its
-// length is not said), and its file opened in the task's outputs
-// directory through an os.Root, which no path leaves (under t.mu, as
-// logOpen).
+// length is not said), the directories it lies in are made and counted
+// one by one, and its partial file is opened, all through the tasks'
+// root, which no path leaves (under t.mu, as logOpen).
 func (t *taskTable) outputOpen(task, attempt, p string, length int64) (outputOp, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -432,70 +492,142 @@ func (t *taskTable) outputOpen(task, attempt, p string, length int64) (outputOp,
 	if rec == nil || rec.run == nil || rec.run.id != attempt {
 		return outputOp{}, stale(attempt)
 	}
+	if rec.run.sealed.Load() {
+		return outputOp{}, final(attempt)
+	}
 	if !slices.ContainsFunc(rec.outputs, func(o string) bool { return p == o || strings.HasPrefix(p, o+"/") }) {
 		return outputOp{}, &transferError{http.StatusBadRequest, fmt.Sprintf("%q is not one of task %s's outputs (%s), nor under one", p, task, strings.Join(rec.outputs, ", "))}
 	}
 	run := rec.run
+	refuse := func(why string) error {
+		if run.over == "" {
+			run.over = why
+		}
+		return &transferError{http.StatusRequestEntityTooLarge, why}
+	}
 	room := t.limits.Outputs - (run.outputBytes - run.outputs[p].Size) - run.reserved
 	want := length
 	if want < 0 {
 		want = max(room, 0)
 	}
 	if want > room {
-		if run.over == "" {
-			run.over = overOutputs(t.limits.Outputs)
-		}
-		return outputOp{}, &transferError{http.StatusRequestEntityTooLarge, overOutputs(t.limits.Outputs)}
+		return outputOp{}, refuse(overOutputs(t.limits.Outputs))
 	}
-	dir := t.dirLocked(task)
-	if dir == "" {
+	_, had := run.outputs[p]
+	newFile := !had
+	if newFile && run.inodes+run.reservedFiles+1 > t.limits.Files {
+		return outputOp{}, refuse(overFiles(t.limits.Files))
+	}
+	if t.dirLocked(task) == "" || t.dirs == nil {
 		return outputOp{}, &transferError{http.StatusServiceUnavailable, "the engine has no directory for tasks yet"}
 	}
-	outDir := filepath.Join(dir, "outputs")
-	if err := os.MkdirAll(outDir, 0o700); err != nil {
-		return outputOp{}, err
-	}
-	root, err := os.OpenRoot(outDir)
-	if err != nil {
-		return outputOp{}, err
-	}
-	if d := path.Dir(p); d != "." {
-		if err := root.MkdirAll(d, 0o700); err != nil {
-			root.Close()
-			return outputOp{}, &transferError{http.StatusConflict, fmt.Sprintf("output %q: %v", p, err)}
+	dirs := t.dirs
+	for _, d := range []string{task, path.Join(task, "outputs")} {
+		if err := dirs.Mkdir(d, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return outputOp{}, err
 		}
 	}
-	f, err := root.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	// Each directory the path needs is made here, one at a time, and
+	// counted as it is made: what a worker's paths make counts against
+	// its limits, whatever their shape.
+	dest := path.Join(task, "outputs", p)
+	if parent := path.Dir(p); parent != "." {
+		if fi, err := dirs.Lstat(path.Join(task, "outputs", parent)); err != nil || !fi.IsDir() {
+			if err := t.makeOutputDirs(run, dirs, path.Join(task, "outputs"), p, want); err != nil {
+				return outputOp{}, err
+			}
+		}
+	}
+	run.uploads++
+	partial := path.Join(task, fmt.Sprintf(".partial-%s-%d", attempt, run.uploads))
+	f, err := dirs.OpenFile(partial, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		root.Close()
 		return outputOp{}, &transferError{http.StatusConflict, fmt.Sprintf("output %q: %v", p, err)}
 	}
 	run.reserved += want
-	return outputOp{rec: rec, run: run, root: root, path: p, want: want, f: f}, nil
+	if newFile {
+		run.reservedFiles++
+	}
+	return outputOp{rec: rec, run: run, dirs: dirs, path: p, dest: dest, partial: partial, want: want, newFile: newFile, f: f}, nil
 }
 
-// outputDone ends an upload: its reservation is given back, and the
-// output is counted (refusal nil) or removed (beyond the limit marks the
-// attempt, so that its task fails).
-func (t *taskTable) outputDone(op outputOp, file worker.File, refusal *transferError) {
+// makeOutputDirs makes the directories output p of run lies in, under
+// outputs (a name in dirs), counting each it makes against the limits
+// (the file to come, of want bytes, needs its own room too). It steps
+// down one directory handle at a time, so that a path of n directories
+// costs n steps, not n². t.mu must be held.
+func (t *taskTable) makeOutputDirs(run *taskRun, dirs *os.Root, outputs, p string, want int64) error {
+	r, err := dirs.OpenRoot(outputs)
+	if err != nil {
+		return err
+	}
+	defer func() { r.Close() }()
+	for _, elem := range strings.Split(path.Dir(p), "/") {
+		if fi, err := r.Lstat(elem); err != nil || !fi.IsDir() {
+			var why string
+			switch {
+			case run.inodes+run.reservedFiles+2 > t.limits.Files:
+				why = overFiles(t.limits.Files)
+			case run.outputBytes+run.reserved+want+dirBytes > t.limits.Outputs:
+				why = overOutputs(t.limits.Outputs)
+			}
+			if why != "" {
+				if run.over == "" {
+					run.over = why
+				}
+				return &transferError{http.StatusRequestEntityTooLarge, why}
+			}
+			if err := r.Mkdir(elem, 0o700); err != nil {
+				return &transferError{http.StatusConflict, fmt.Sprintf("output %q: %v", p, err)}
+			}
+			run.inodes++
+			run.outputBytes += dirBytes
+		}
+		next, err := r.OpenRoot(elem)
+		if err != nil {
+			return &transferError{http.StatusConflict, fmt.Sprintf("output %q: %v", p, err)}
+		}
+		r.Close()
+		r = next
+	}
+	return nil
+}
+
+// outputDone ends an upload: its reservations are given back, and the
+// partial file becomes the output (refusal nil, the attempt current and
+// its result not accepted) or is removed; beyond a limit marks the
+// attempt, so that its task fails. The error is the refusal to answer
+// with, nil when the output was kept.
+func (t *taskTable) outputDone(op outputOp, file worker.File, refusal *transferError) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	defer op.root.Close()
 	op.run.reserved -= op.want
-	if op.rec.run != op.run {
-		return
+	if op.newFile {
+		op.run.reservedFiles--
 	}
-	if refusal != nil {
-		op.root.Remove(op.path)
-		if old, ok := op.run.outputs[op.path]; ok {
-			op.run.outputBytes -= old.Size
-			delete(op.run.outputs, op.path)
-		}
-		if refusal.status == http.StatusRequestEntityTooLarge && op.run.over == "" {
-			op.run.over = refusal.msg
-		}
-		return
+	switch {
+	case refusal != nil:
+	case op.rec.run != op.run:
+		refusal = stale(op.run.id).(*transferError)
+	case op.run.sealed.Load():
+		refusal = final(op.run.id).(*transferError)
 	}
-	op.run.outputBytes += file.Size - op.run.outputs[op.path].Size
-	op.run.outputs[op.path] = file
+	if refusal == nil {
+		if err := op.dirs.Rename(op.partial, op.dest); err != nil {
+			op.dirs.Remove(op.partial)
+			return &transferError{http.StatusConflict, fmt.Sprintf("output %q: %v", op.path, err)}
+		}
+		old, had := op.run.outputs[op.path]
+		if !had {
+			op.run.inodes++
+		}
+		op.run.outputBytes += file.Size - old.Size
+		op.run.outputs[op.path] = file
+		return nil
+	}
+	op.dirs.Remove(op.partial)
+	if refusal.status == http.StatusRequestEntityTooLarge && op.rec.run == op.run && op.run.over == "" {
+		op.run.over = refusal.msg
+	}
+	return refusal
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -104,10 +105,11 @@ func TestTaskInputsOnlyToHolder(t *testing.T) {
 	}
 }
 
-// TestTaskInputAsSubmitted: an input file that grew since Submit is
-// served as Submit read it, its Content-Length that size (net/http sends
-// it with sendfile, which is told where to stop), and a range of it as
-// asked.
+// TestTaskInputAsSubmitted: an input is served as Submit read it, its
+// Content-Length its size (net/http sends it with sendfile, which is told
+// where to stop), and a range of it as asked; once the file has grown
+// since Submit, it is refused 410 with none of its bytes, and the task
+// fails saying so, whatever the worker reports.
 func TestTaskInputAsSubmitted(t *testing.T) {
 	t.Parallel()
 	e := taskEngine(t, Config{})
@@ -116,18 +118,11 @@ func TestTaskInputAsSubmitted(t *testing.T) {
 	if err := os.WriteFile(p, want, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Submit(TaskSpec{ID: "grows", Need: shared.Need{CPUs: 1}, Command: []string{"true"},
-		Inputs: []Input{{Name: "in.bin", Path: p}}}); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	id, err := e.Submit(TaskSpec{ID: "grows", Need: shared.Need{CPUs: 1}, Command: []string{"true"},
+		Inputs: []Input{{Name: "in.bin", Path: p}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.Write([]byte("written after Submit")); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
 	w := joinWorker(t, e, "slurm-grows", worker.FeatureCommand)
 	task := w.take()
 	resp, got := w.do("GET", "/v1/work/"+task.ID+"/inputs/in.bin", nil, nil)
@@ -138,6 +133,25 @@ func TestTaskInputAsSubmitted(t *testing.T) {
 	resp, got = w.do("GET", "/v1/work/"+task.ID+"/inputs/in.bin", nil, http.Header{"Range": {"bytes=1000-"}})
 	if resp.StatusCode != http.StatusPartialContent || !bytes.Equal(got, want[1000:]) {
 		t.Errorf("bytes 1000- of the input: %d, %d bytes; want 206 and %d bytes", resp.StatusCode, len(got), len(want)-1000)
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("written after Submit")); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	resp, got = w.do("GET", "/v1/work/"+task.ID+"/inputs/in.bin", nil, nil)
+	if resp.StatusCode != http.StatusGone || bytes.Contains(got, want[:64]) ||
+		!strings.Contains(string(got), "is 1048599 bytes now, 1048579 when the task was submitted") {
+		t.Errorf("the input after it grew: %d %.300s; want 410 saying it grew, none of its bytes", resp.StatusCode, got)
+	}
+	zero := 0
+	w.report(worker.ResultRequest{TaskID: task.ID, State: worker.StateSucceeded, ExitCode: &zero})
+	res := waitTask(t, e, id, "the task's end", ended)
+	if res.State != worker.StateFailed || !strings.Contains(res.Error, `input "in.bin" (`+p+`) is not as it was when task grows was submitted`) {
+		t.Errorf("result: %s %q; want failed, saying the input changed", res.State, res.Error)
 	}
 }
 
@@ -204,7 +218,9 @@ func TestTaskLogAppends(t *testing.T) {
 // when its result comes.
 func TestTaskOutputs(t *testing.T) {
 	t.Parallel()
-	e := taskEngine(t, Config{TaskLimits: TaskLimits{Outputs: 1000}})
+	// 1000 bytes of files, and the two directories the outputs make.
+	const limit = 1000 + 2*dirBytes
+	e := taskEngine(t, Config{TaskLimits: TaskLimits{Outputs: limit}})
 	spec := commandTask("out-1")
 	spec.Outputs = []string{"result.txt", "plots"}
 	id, err := e.Submit(spec)
@@ -243,9 +259,9 @@ func TestTaskOutputs(t *testing.T) {
 	if len(escaped) > 0 {
 		t.Errorf("refused paths were written: %v", escaped)
 	}
-	// 600 bytes are in; 401 more pass 1000.
+	// 600 bytes and two directories are in; 401 more pass the limit.
 	if status, body := w.putOutput(task.ID, "plots/big.bin", randomBytes(401, 5)); status != http.StatusRequestEntityTooLarge ||
-		!strings.Contains(body, "beyond the engine's limit of 1000 bytes") {
+		!strings.Contains(body, fmt.Sprintf("beyond the engine's limit of %d bytes", limit)) {
 		t.Errorf("an output past the limit: %d %s; want 413 saying the limit", status, body)
 	}
 	if _, err := os.Stat(filepath.Join(outputs, "plots/big.bin")); !os.IsNotExist(err) {
@@ -255,7 +271,7 @@ func TestTaskOutputs(t *testing.T) {
 	w.report(worker.ResultRequest{TaskID: task.ID, State: worker.StateSucceeded, ExitCode: &zero, Outputs: []worker.File{
 		{Name: "result.txt", Size: 200, SHA256: sha(result)}, {Name: "plots/a.png", Size: 300, SHA256: sha(a)}, {Name: "plots/sub/b.png", Size: 100, SHA256: sha(b)}}})
 	res := waitTask(t, e, id, "the task's end", ended)
-	if res.State != worker.StateFailed || !strings.Contains(res.Error, "outputs beyond the engine's limit of 1000 bytes") {
+	if res.State != worker.StateFailed || !strings.Contains(res.Error, fmt.Sprintf("outputs beyond the engine's limit of %d bytes", limit)) {
 		t.Errorf("result: %+v; want failed, outputs beyond the limit", res)
 	}
 }

@@ -387,9 +387,13 @@ func (a *workerAPI) handleResult(w http.ResponseWriter, r *http.Request) {
 	// What a command or payload task's run came to (the books keep it
 	// for those alone); its words are the worker's, escaped as above.
 	run := req
-	run.Output, run.Error, run.Signal = "", termsafe.EscapeLine(req.Error), termsafe.EscapeLine(req.Signal)
+	run.Output, run.Error, run.Signal = "", termsafe.EscapeLine(cutText(req.Error)), termsafe.EscapeLine(cutText(req.Signal))
 	res.run = &run
-	d, refusal := a.books.report(cred, r.Header.Get(sessionHeader), res)
+	var seal func(task, attempt string)
+	if a.tasks != nil {
+		seal = a.tasks.seal
+	}
+	d, refusal := a.books.report(cred, r.Header.Get(sessionHeader), res, seal)
 	switch d {
 	case allowed:
 		markCredentialed(r.Context())

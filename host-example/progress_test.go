@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -64,7 +65,7 @@ func TestStoryProgressOnATerminal(t *testing.T) {
 // left at it, and the backlog under a cap said as queued for a machine.
 func TestProgressTasksLine(t *testing.T) {
 	p := newProgress()
-	run := newTaskRun(t.TempDir(), &story{w: io.Discard})
+	run := newTaskRun(testResults(t, filepath.Join(t.TempDir(), "results")), &story{w: io.Discard})
 	run.total = 1000
 	t0 := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
 	nc := engine.NeedCounts{Waiting: 900, Assigned: 16, ByReason: map[engine.WaitReason]int{engine.ReasonCapped: 900}}

@@ -266,7 +266,7 @@ func runDaemon(t *testing.T, body string, need shared.Need) (d *daemon, runDone 
 	}
 	logger, logs := testLogger(t)
 	story = &lockedBuffer{}
-	d, err := newDaemon(cfg, logger, newStory(story), "")
+	d, err := newDaemon(cfg, logger, newStory(story), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

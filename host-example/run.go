@@ -81,10 +81,17 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	var tasks []engine.TaskSpec
+	var results *os.Root
 	if f.tasks != "" {
-		// The whole file is checked before anything is asked for.
+		// The results directory and the whole file are checked before
+		// anything is asked for.
 		var err error
-		if tasks, err = readTasks(f.tasks, f.results); err != nil {
+		if results, err = openResults(f.results); err != nil {
+			fmt.Fprintf(stderr, "host-example: %v\n", err)
+			return 1
+		}
+		defer results.Close()
+		if tasks, err = readTasks(f.tasks, results); err != nil {
 			// A mistake in what was given: exit 2, as a usage error.
 			fmt.Fprintf(stderr, "host-example: %v\n", err)
 			return 2
@@ -125,7 +132,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	// run of tasks tells what needs a person, and the progress, unless
 	// -v asks for every line.
 	st.verbose = f.verbose || f.tasks == ""
-	d, err := newDaemon(cfg, logger, st, f.results)
+	d, err := newDaemon(cfg, logger, st, results)
 	if err != nil {
 		fmt.Fprintf(stderr, "host-example: %v\n", err)
 		return 1
@@ -185,7 +192,7 @@ type daemon struct {
 
 // newDaemon sets up the engine for cfg and starts listening. An error is
 // the operator's to fix (the secret, the address), and says how.
-func newDaemon(cfg *engine.File, logger hclog.Logger, story *story, results string) (*daemon, error) {
+func newDaemon(cfg *engine.File, logger hclog.Logger, story *story, results *os.Root) (*daemon, error) {
 	if v := cfg.Engine.SecretEnv; v != "" && !nonEmpty(lookupSecret(v)) {
 		// A configured secret that is missing would silently become a
 		// random one, and workers from an earlier run would be refused.
@@ -203,8 +210,10 @@ func newDaemon(cfg *engine.File, logger hclog.Logger, story *story, results stri
 	logger.Info("worker credentials", "secret", map[bool]string{true: "from $" + cfg.Engine.SecretEnv, false: "random, this run only"}[fromEnv],
 		"engine_id", engineID, "credential_epoch", host.CredentialEpoch(secret))
 	d := &daemon{cfg: cfg, logger: logger, story: story, progress: newProgress()}
-	if results != "" {
+	taskDir := ""
+	if results != nil {
 		d.tasks = newTaskRun(results, story)
+		taskDir = results.Name()
 	}
 	d.eng, err = engine.New(engine.Config{
 		Provisioners:   cfg.Provisioners,
@@ -217,8 +226,9 @@ func newDaemon(cfg *engine.File, logger hclog.Logger, story *story, results stri
 		HoldPolls:      !cfg.Engine.ParkPolls,
 		DropEnv:        []string{cfg.Engine.SecretEnv, cfg.Engine.OperatorTokenEnv},
 		Logger:         logger,
-		TaskDir:        results,
-		Hooks:          d.hooks(results != ""),
+		TaskDir:        taskDir,
+		OperatorHosts:  cfg.Engine.OperatorHosts,
+		Hooks:          d.hooks(results != nil),
 	})
 	if err != nil {
 		return nil, err
@@ -226,7 +236,7 @@ func newDaemon(cfg *engine.File, logger hclog.Logger, story *story, results stri
 	operator := newOperatorAuth(opToken, host.NewSigner(secret), logger.Named("http"))
 	operator.plugins = d.eng.PIDs
 	mux := d.eng.Mux(operator.wrap, cfg.Engine.OpenMetrics)
-	page := operator.wrap(pageHandler())
+	page := d.eng.OperatorGuard(operator.wrap(pageHandler()))
 	for _, path := range []string{"GET /{$}", "GET /app.js", "GET /style.css", "GET /favicon.svg"} {
 		mux.Handle(path, page)
 	}
@@ -423,7 +433,7 @@ func (d *daemon) submitTasks(tasks []engine.TaskSpec) int {
 		d.tasks.total += submitted
 		d.tasks.mu.Unlock()
 		if submitted > 0 {
-			d.story.say("%d task(s) submitted; results under %s", submitted, d.tasks.results)
+			d.story.say("%d task(s) submitted; results under %s", submitted, d.tasks.results.Name())
 		}
 	}
 	return submitted
@@ -524,10 +534,14 @@ type story struct {
 
 func newStory(w io.Writer) *story { return &story{w: w, start: time.Now(), terminal: isTerminal(w)} }
 
+// say prints one line of the story. What it says is escaped
+// (termsafe.EscapeLine): its words come from workers (a task's error, the
+// tail of its stderr), plugins and files, and none of them may move the
+// cursor, retitle the terminal, clear the screen or start another line.
 func (s *story) say(format string, args ...any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	line := fmt.Sprintf("[%6.1fs] %s\n", time.Since(s.start).Seconds(), fmt.Sprintf(format, args...))
+	line := fmt.Sprintf("[%6.1fs] %s\n", time.Since(s.start).Seconds(), termsafe.EscapeLine(fmt.Sprintf(format, args...)))
 	if s.status != "" {
 		// The story's line goes where the progress line was, and the
 		// progress line below it again.
@@ -551,6 +565,7 @@ func (s *story) progress(line string) {
 		s.say("%s", line)
 		return
 	}
+	line = termsafe.EscapeLine(line)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.status = line

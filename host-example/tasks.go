@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,7 +17,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/fluksio/provision/engine"
@@ -87,9 +88,10 @@ const maxTaskLine = 1 << 20
 // lines and lines starting with # skipped). It checks the whole file
 // before anything is asked for, and an error names the file and the
 // line. Inputs are resolved against the file's directory when relative,
-// and must exist and be regular files; results is where each task's
-// directory will be, which must not hold one already.
-func readTasks(file, results string) ([]engine.TaskSpec, error) {
+// and must exist and be regular files; results is the -results
+// directory, opened (openResults), where each task's directory will be,
+// which must not hold one already.
+func readTasks(file string, results *os.Root) ([]engine.TaskSpec, error) {
 	f, err := os.Open(file)
 	if err != nil {
 		return nil, fmt.Errorf("-tasks: %w", err)
@@ -98,7 +100,7 @@ func readTasks(file, results string) ([]engine.TaskSpec, error) {
 	return parseTasks(f, file, filepath.Dir(file), results)
 }
 
-func parseTasks(r io.Reader, name, base, results string) ([]engine.TaskSpec, error) {
+func parseTasks(r io.Reader, name, base string, results *os.Root) ([]engine.TaskSpec, error) {
 	var specs []engine.TaskSpec
 	seen := map[string]int{}
 	sc := bufio.NewScanner(r)
@@ -281,19 +283,40 @@ func taskRelative(n string) error {
 	return nil
 }
 
+// openResults makes the -results directory, or takes the one that is
+// there only when it is the engine's user's alone (engine.OpenOwnDir:
+// owned by this uid, not writable by group or others), and opens it as
+// a root that every result is written through: a symbolic link under
+// it does not lead out of it. It runs at start, before the
+// configuration is read and any machine is asked for; an error says
+// what is wrong and the fix.
+func openResults(dir string) (*os.Root, error) {
+	root, err := engine.OpenOwnDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("-results: %w", err)
+	}
+	return root, nil
+}
+
 // resultsFree checks that the task's directory under results holds no
 // earlier run's result, which this run would mix with its own.
-func resultsFree(results, id string) error {
-	if results == "" {
+func resultsFree(results *os.Root, id string) error {
+	if results == nil {
 		return nil
 	}
-	dir := filepath.Join(results, id)
-	entries, err := os.ReadDir(dir)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
+	dir := filepath.Join(results.Name(), id)
+	f, err := results.Open(id)
+	if errors.Is(err, os.ErrNotExist) {
 		return nil
-	case err != nil:
-		return fmt.Errorf("task %q: %w", id, err)
+	}
+	if err != nil {
+		return fmt.Errorf("task %q: %s: %w; remove it or choose another -results", id, dir, err)
+	}
+	defer f.Close()
+	entries, err := f.ReadDir(1)
+	switch {
+	case err != nil && !errors.Is(err, io.EOF):
+		return fmt.Errorf("task %q: %s: %w", id, dir, err)
 	case len(entries) > 0:
 		return fmt.Errorf("task %q: %s holds an earlier run's results; remove it or choose another -results", id, dir)
 	}
@@ -304,7 +327,8 @@ func resultsFree(results, id string) error {
 // result.json under results as it ends, a line per task, and the
 // summary.
 type taskRun struct {
-	results string
+	// results is the -results directory, dir its name.
+	results *os.Root
 	story   *story
 	// mu guards every field below.
 	mu    sync.Mutex
@@ -316,14 +340,14 @@ type taskRun struct {
 	failedWrites []error
 }
 
-func newTaskRun(results string, story *story) *taskRun {
+func newTaskRun(results *os.Root, story *story) *taskRun {
 	return &taskRun{results: results, story: story, ended: map[string]engine.TaskResult{}}
 }
 
 // taskEnded is the engine's TaskEnded hook: the task's result.json, and
 // its line.
 func (t *taskRun) taskEnded(r engine.TaskResult) {
-	err := writeResult(filepath.Join(t.results, r.ID), r)
+	err := writeResult(t.results, r.ID, r)
 	t.mu.Lock()
 	t.ended[r.ID] = r
 	if err != nil {
@@ -404,7 +428,7 @@ func (t *taskRun) summary() (string, bool) {
 		}
 		line += "; not succeeded: " + strings.Join(bad, ", ") + more
 	}
-	line += "; results in " + t.results
+	line += "; results in " + t.results.Name()
 	ok := counts[worker.StateSucceeded] == t.total && len(t.failedWrites) == 0
 	return line, ok
 }
@@ -460,39 +484,39 @@ func lastLine(s string) string {
 	return s
 }
 
-// writeResult writes r as dir/result.json, whole or not at all.
+// writeResult writes r as id/result.json under results, whole or not at
+// all, through the root: a symbolic link under it (the task's directory
+// made one by someone else) is not followed out of it.
 //
 // It runs for every task, as it ends, so it makes no system call it can
-// do without: dir is made with one mkdir (the engine has made it
-// already when the task wrote to a stream; its parent, only if missing),
-// not MkdirAll's stat first, and the file is renamed into place by
-// rename(2) itself, not os.Rename, whose lstat of the target guards
-// against a directory that result.json never is (BenchmarkWriteResult).
-func writeResult(dir string, r engine.TaskResult) error {
-	if err := os.Mkdir(dir, 0o755); errors.Is(err, fs.ErrNotExist) {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-	} else if err != nil && !errors.Is(err, fs.ErrExist) {
+// do without: the task's directory is made with one mkdir (the engine
+// has made it already when the task wrote to a stream), and the file is
+// written under a name of its own and renamed into place
+// (BenchmarkWriteResult).
+func writeResult(results *os.Root, id string, r engine.TaskResult) error {
+	if err := results.Mkdir(id, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, ".result-*.json")
+	var suffix [8]byte
+	rand.Read(suffix[:])
+	tmp := path.Join(id, ".result-"+hex.EncodeToString(suffix[:])+".json")
+	f, err := results.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return err
 	}
-	_, werr := tmp.Write(append(b, '\n'))
-	cerr := tmp.Close()
+	_, werr := f.Write(append(b, '\n'))
+	cerr := f.Close()
 	if err := errors.Join(werr, cerr); err != nil {
-		os.Remove(tmp.Name())
+		results.Remove(tmp)
 		return err
 	}
-	if err := syscall.Rename(tmp.Name(), filepath.Join(dir, "result.json")); err != nil {
-		os.Remove(tmp.Name())
-		return &os.LinkError{Op: "rename", Old: tmp.Name(), New: filepath.Join(dir, "result.json"), Err: err}
+	if err := results.Rename(tmp, path.Join(id, "result.json")); err != nil {
+		results.Remove(tmp)
+		return err
 	}
 	return nil
 }

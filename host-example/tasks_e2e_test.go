@@ -131,6 +131,7 @@ func TestE2ERunTasks(t *testing.T) {
 		return running.State == engine.TaskRunning
 	})
 	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/v1/tasks/cancel-me/cancel", e.port), nil)
+	req.Header.Set(engine.OperatorHeader, "1")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -29,7 +29,7 @@ func TestReadTasks(t *testing.T) {
 	if err := os.WriteFile(file, []byte(good), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	specs, err := readTasks(file, filepath.Join(dir, "results"))
+	specs, err := readTasks(file, testResults(t, filepath.Join(dir, "results")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestReadTasksRefuses(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			file := filepath.Join(dir, "tasks.jsonl")
 			os.WriteFile(file, []byte(`{"id": "first", "command": ["true"]}`+"\n"+tc.line+"\n"), 0o644)
-			_, err := readTasks(file, results)
+			_, err := readTasks(file, testResults(t, results))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v\nwant it to contain %q", err, tc.want)
 			}
@@ -124,62 +124,72 @@ func TestRunTasksFlagsGoTogether(t *testing.T) {
 	}
 }
 
-// TestWriteResult: result.json is written whole where the task's
-// directory is missing (its parent too), and where the engine made it
-// already for the task's streams, which stay as they were; and nothing
-// but result.json is left beside them.
+// TestWriteResult: writeResult writes result.json where the task's
+// directory is missing, and where the engine made it already for the
+// task's streams, which stay as they were; and nothing but result.json
+// is left beside them. A file where the directory goes is an error.
 func TestWriteResult(t *testing.T) {
 	root := t.TempDir()
+	results := testResults(t, filepath.Join(root, "results"))
 	code := 0
 	r := engine.TaskResult{ID: "a", State: worker.StateSucceeded, ExitCode: &code, Attempts: []engine.Attempt{{Worker: "mem-1"}}}
-	fresh := filepath.Join(root, "results", "a")
-	made := filepath.Join(root, "b")
+	made := filepath.Join(results.Name(), "b")
 	if err := os.Mkdir(made, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(made, "stdout"), []byte("hi\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, dir := range []string{fresh, made} {
-		if err := writeResult(dir, r); err != nil {
-			t.Fatalf("%s: %v", dir, err)
+	for _, id := range []string{"a", "b"} {
+		if err := writeResult(results, id, r); err != nil {
+			t.Fatalf("%s: %v", id, err)
 		}
-		b, err := os.ReadFile(filepath.Join(dir, "result.json"))
+		b, err := os.ReadFile(filepath.Join(results.Name(), id, "result.json"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		var got engine.TaskResult
 		if err := json.Unmarshal(b, &got); err != nil || got.ID != "a" || got.State != worker.StateSucceeded || len(got.Attempts) != 1 {
-			t.Errorf("%s: result.json %s (%v)", dir, b, err)
+			t.Errorf("%s: result.json %s (%v)", id, b, err)
 		}
 	}
 	if b, err := os.ReadFile(filepath.Join(made, "stdout")); err != nil || string(b) != "hi\n" {
 		t.Errorf("the engine's stdout became %q (%v)", b, err)
 	}
-	for _, dir := range []string{fresh, made} {
-		entries, _ := os.ReadDir(dir)
+	for _, id := range []string{"a", "b"} {
+		entries, _ := os.ReadDir(filepath.Join(results.Name(), id))
 		var names []string
 		for _, e := range entries {
 			names = append(names, e.Name())
 		}
-		if want := map[string]string{fresh: "result.json", made: "result.json stdout"}[dir]; strings.Join(names, " ") != want {
-			t.Errorf("%s holds %v; want %s", dir, names, want)
+		if want := map[string]string{"a": "result.json", "b": "result.json stdout"}[id]; strings.Join(names, " ") != want {
+			t.Errorf("%s holds %v; want %s", id, names, want)
 		}
 	}
-	// A file where the directory goes is an error, not a result lost.
-	if err := os.WriteFile(filepath.Join(root, "c"), nil, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(results.Name(), "c"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeResult(filepath.Join(root, "c"), r); err == nil {
+	if err := writeResult(results, "c", r); err == nil {
 		t.Error("writeResult into a file: no error")
 	}
+}
+
+// testResults is a -results directory at dir, opened as run opens it.
+func testResults(tb testing.TB, dir string) *os.Root {
+	tb.Helper()
+	root, err := openResults(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { root.Close() })
+	return root
 }
 
 // BenchmarkWriteResult is what host-example spends on each task's
 // result.json as the task ends (taskRun.taskEnded): its directory made
 // and the file written whole.
 func BenchmarkWriteResult(b *testing.B) {
-	root := b.TempDir()
+	root := testResults(b, filepath.Join(b.TempDir(), "results"))
 	code := 0
 	now := time.Now()
 	r := engine.TaskResult{ID: "d00001", State: worker.StateSucceeded, ExitCode: &code, Started: now, Ended: now,
@@ -188,7 +198,7 @@ func BenchmarkWriteResult(b *testing.B) {
 	cpu0 := processCPU(b)
 	for i := range b.N {
 		r.ID = fmt.Sprintf("d%06d", i)
-		if err := writeResult(filepath.Join(root, r.ID), r); err != nil {
+		if err := writeResult(root, r.ID, r); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -281,6 +281,10 @@ func TestCommandOutputs(t *testing.T) {
 		{"an absolute name", "", []string{secret}, Limits{}, "an absolute path", false},
 		{"outputs past the limit", "printf 0123456789 > a && printf 0123456789 > b", []string{"a", "b"}, Limits{Outputs: 15},
 			"outputs beyond the engine's limit of 15 bytes: they come to 20", true},
+		{"outputs past the limit with their directories", "mkdir d && printf 0123456789 > d/a", []string{"d"}, Limits{Outputs: 4100},
+			"outputs beyond the engine's limit of 4100 bytes: they come to 4106", true},
+		{"outputs past the files limit", "mkdir -p d/e && touch d/e/f d/g", []string{"d"}, Limits{Files: 3},
+			"outputs beyond the engine's limit of 3 files and directories: they come to 4", true},
 	} {
 		id := e.Add(Task{Requires: []string{FeatureCommand}, Command: []string{"sh", "-c", "touch " + ran + "; " + tc.script},
 			Outputs: tc.outputs, Limits: tc.limits}, nil)

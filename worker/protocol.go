@@ -107,13 +107,22 @@ type File struct {
 	SHA256 string `json:"sha256"`
 }
 
-// Limits are the sizes an engine accepts for one task, in bytes.
+// Limits are the sizes an engine accepts for one task, in bytes, and
+// the files it makes for one.
 type Limits struct {
-	// Outputs bounds the outputs' total.
+	// Outputs bounds the outputs' total, each directory they make
+	// counting DirBytes.
 	Outputs int64 `json:"outputs,omitempty"`
 	// Log bounds each of stdout and stderr as the engine keeps them.
 	Log int64 `json:"log,omitempty"`
+	// Files bounds the files and directories the outputs make on the
+	// engine's side, each an inode; 0 says none (an older engine).
+	Files int64 `json:"files,omitempty"`
 }
+
+// DirBytes is what a directory the outputs make on the engine's side
+// counts against Limits.Outputs: a block of its disk.
+const DirBytes = 4096
 
 // TaskState is how a task's run ended, as a worker reports it; the
 // engine adds the states only it can know (waiting, running, lost).

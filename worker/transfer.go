@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -378,12 +379,22 @@ func (w *Client) uploadOutputs(ctx context.Context, t Task, dir string) ([]File,
 	if err != nil {
 		return nil, notes, err
 	}
+	// What the engine makes of them: each file, and each directory the
+	// names lie in, which also counts DirBytes against the bytes.
 	var total int64
+	dirs := map[string]bool{}
 	for _, f := range files {
 		total += f.size
+		for d := path.Dir(f.name); d != "." && !dirs[d]; d = path.Dir(d) {
+			dirs[d] = true
+		}
 	}
+	total += int64(len(dirs)) * DirBytes
 	if limit := t.Limits.Outputs; limit > 0 && total > limit {
 		return nil, notes, fmt.Errorf("outputs beyond the engine's limit of %d bytes: they come to %d", limit, total)
+	}
+	if limit, n := t.Limits.Files, int64(len(files)+len(dirs)); limit > 0 && n > limit {
+		return nil, notes, fmt.Errorf("outputs beyond the engine's limit of %d files and directories: they come to %d", limit, n)
 	}
 	var sent []File
 	for _, f := range files {
