@@ -18,6 +18,9 @@ import (
 func operatorGet(t *testing.T, e *Engine, method, path string) (int, []byte) {
 	t.Helper()
 	req, _ := http.NewRequest(method, e.URL()+strings.TrimPrefix(path, "/"), nil)
+	if method != http.MethodGet {
+		req.Header.Set("Fluksio-Operator", "1")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

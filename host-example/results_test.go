@@ -16,7 +16,7 @@ import (
 // TestRunRefusesResultsNotOurs: run -results DIR takes DIR only when it
 // is the engine's user's alone. Owned by another uid (65534), writable
 // by others (0777), a symbolic link another uid owns, or holding a
-// task's directory as a link out of it: each is refused at start, saying
+// task's directory as a link out of it: each is refused at start (exit 2), saying
 // which and the fix, before the plugin is started (no machine is asked
 // for), and nothing is written in it or through it.
 func TestRunRefusesResultsNotOurs(t *testing.T) {
@@ -71,8 +71,8 @@ func TestRunRefusesResultsNotOurs(t *testing.T) {
 			if strings.Contains(want, "%s") {
 				want = fmt.Sprintf(want, filepath.Join(results, "t1"))
 			}
-			if code != 1 || !strings.Contains(errOut.String(), want) {
-				t.Errorf("run: exit %d, stderr %q; want 1 and %q", code, errOut.String(), want)
+			if code != 2 || !strings.Contains(errOut.String(), want) {
+				t.Errorf("run: exit %d, stderr %q; want 2 and %q", code, errOut.String(), want)
 			}
 			if _, err := os.Stat(started); err == nil {
 				t.Error("the plugin was started: a machine could have been asked for")

@@ -86,13 +86,15 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		// The results directory and the whole file are checked before
 		// anything is asked for.
 		var err error
+		// A results directory that is not the engine's own, or a mistake
+		// in the tasks file, is a mistake in what was given: exit 2, as
+		// a usage error.
 		if results, err = openResults(f.results); err != nil {
 			fmt.Fprintf(stderr, "host-example: %v\n", err)
-			return 1
+			return 2
 		}
 		defer results.Close()
 		if tasks, err = readTasks(f.tasks, results); err != nil {
-			// A mistake in what was given: exit 2, as a usage error.
 			fmt.Fprintf(stderr, "host-example: %v\n", err)
 			return 2
 		}
