@@ -269,6 +269,7 @@ func (p *router) AddWork(n shared.Need, work time.Duration) string {
 	defer p.mu.Unlock()
 	p.added++
 	id := "need-" + strconv.Itoa(p.added)
+	n.Lifetime = lifetimeFor(work)
 	p.appendLocked(&needState{id: id, need: n, work: work})
 	return id
 }
@@ -278,6 +279,7 @@ func (p *router) AddWork(n shared.Need, work time.Duration) string {
 func (p *router) addTask(rec *taskRec, n shared.Need) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	n.Lifetime = lifetimeFor(rec.timeout)
 	p.appendLocked(&needState{id: rec.id, need: n, rec: rec})
 }
 
@@ -707,17 +709,25 @@ func (p *router) anyWaiting() bool {
 // fits reports whether w can take ns's task: its shape fits the need,
 // it has every feature the task requires, and its job has time left for
 // the task's timeout.
-func (ns *needState) fits(w WorkerInfo) bool {
-	return w.shape().Fits(ns.need) && (ns.rec == nil || w.has(ns.rec.requires)) && ns.timeFits(w, time.Now())
+func (ns *needState) fits(w WorkerInfo) bool { return ns.fitsAt(w, time.Now()) }
+
+// fitsAt is fits at now.
+func (ns *needState) fitsAt(w WorkerInfo, now time.Time) bool {
+	return w.shape().Fits(ns.need) && (ns.rec == nil || w.has(ns.rec.requires)) && ns.timeFits(w, now)
 }
 
 // timeFits reports whether w's job has time for ns's task at now.
 func (ns *needState) timeFits(w WorkerInfo, now time.Time) bool {
-	var timeout time.Duration
+	return w.timeFor(ns.runFor(), now)
+}
+
+// runFor is how long ns's task may run: a task's timeout (zero: none),
+// the stand-in's work.
+func (ns *needState) runFor() time.Duration {
 	if ns.rec != nil {
-		timeout = ns.rec.timeout
+		return ns.rec.timeout
 	}
-	return w.timeFor(timeout, now)
+	return ns.work
 }
 
 // waitsLocked reports whether ns waits for a worker. p.mu must be held.
@@ -895,7 +905,7 @@ func (p *router) provision(ctx context.Context, waiting []*needState) {
 	for _, ns := range waiting {
 		covered := false
 		for i, w := range idle {
-			if !taken[i] && w.shape().Fits(ns.need) && ns.timeFits(w, now) {
+			if !taken[i] && ns.fitsAt(w, now) {
 				taken[i], covered = true, true
 				break
 			}
@@ -1125,7 +1135,7 @@ func (p *router) noteDemand(t target, ns *needState, asked shared.Need, o shared
 		if ok {
 			at.tried[next.Profile] = true
 			at.route = &shared.Need{CPUs: max(asked.CPUs, next.CPUs), GPUs: max(asked.GPUs, next.GPUs),
-				RAMMB: max(asked.RAMMB, next.RAMMB), Label: ns.need.Label}
+				RAMMB: max(asked.RAMMB, next.RAMMB), Label: ns.need.Label, Lifetime: max(asked.Lifetime, next.Lifetime)}
 			route = o.Profile + " -> " + next.Profile
 		} else {
 			// Every shape backs off: back to the smallest, and let the
@@ -1305,6 +1315,14 @@ const (
 	ReasonNotAsked WaitReason = "not_asked"
 	// ReasonNoFit: no provisioner can start a machine this big.
 	ReasonNoFit WaitReason = "no_fit"
+	// ReasonTooLong: machines large enough exist, but none lasts the
+	// task's timeout plus the worker's end margin.
+	ReasonTooLong WaitReason = "too_long"
+	// ReasonMismatch: a machine of the profile it was asked of attached
+	// and could not take it (a feature it lacks, too little time left,
+	// less than its profile says); no other of that profile is asked for
+	// it until the mismatch's hold passes, and then one at a time.
+	ReasonMismatch WaitReason = "mismatch"
 	// ReasonQueued: asked for; its machine is on its way (queued in the
 	// scheduler, or starting).
 	ReasonQueued WaitReason = "queued"
@@ -1564,6 +1582,23 @@ func (p *router) waitingLocked(ns *needState) (WaitReason, string) {
 		return reason, "waiting for a worker; " + strings.Join(said, "; ")
 	case covered:
 		return ReasonNotAsked, "waiting for a worker; no provisioner asked yet"
+	}
+	var shapes []namedShape
+	for _, ts := range p.targets {
+		for _, s := range ts.Shapes {
+			shapes = append(shapes, namedShape{ts.Name, s})
+		}
+	}
+	what := "timeout"
+	if ns.rec == nil {
+		what = "work"
+	}
+	var fe *FitError
+	if err := fitError(shapes, ns.need, what, ns.runFor()); errors.As(err, &fe) {
+		if fe.TooLong {
+			return ReasonTooLong, "waiting; nothing is asked for it: " + fe.Error()
+		}
+		return ReasonNoFit, "waiting; no provisioner can start a machine this big: " + fe.Error()
 	}
 	return ReasonNoFit, "waiting; no provisioner can start a machine this big"
 }

@@ -82,6 +82,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	}
 	var tasks []engine.TaskSpec
 	var results *os.Root
+	var taskLines []int
 	if f.tasks != "" {
 		// The results directory and the whole file are checked before
 		// anything is asked for.
@@ -94,7 +95,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		defer results.Close()
-		if tasks, err = readTasks(f.tasks, results); err != nil {
+		if tasks, taskLines, err = readTaskLines(f.tasks, results); err != nil {
 			fmt.Fprintf(stderr, "host-example: %v\n", err)
 			return 2
 		}
@@ -151,6 +152,13 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	} else if diags.HasErrors() {
 		hclconfig.SortDiagnostics(diags)
 		hclconfig.WriteDiagnostics(stderr, cfg.Files, diags)
+		d.stop()
+		return 1
+	}
+	// What no machine on offer can hold is refused now, before anything
+	// is asked for: the shapes are known once the plugins are up.
+	if err := unheld(d.eng, f.needs, tasks, f.tasks, taskLines); err != nil {
+		fmt.Fprintf(stderr, "host-example: %v\n", err)
 		d.stop()
 		return 1
 	}

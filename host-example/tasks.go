@@ -92,16 +92,29 @@ const maxTaskLine = 1 << 20
 // directory, opened (openResults), where each task's directory will be,
 // which must not hold one already.
 func readTasks(file string, results *os.Root) ([]engine.TaskSpec, error) {
+	specs, _, err := readTaskLines(file, results)
+	return specs, err
+}
+
+// readTaskLines is readTasks with the line each task is on.
+func readTaskLines(file string, results *os.Root) ([]engine.TaskSpec, []int, error) {
 	f, err := os.Open(file)
 	if err != nil {
-		return nil, fmt.Errorf("-tasks: %w", err)
+		return nil, nil, fmt.Errorf("-tasks: %w", err)
 	}
 	defer f.Close()
-	return parseTasks(f, file, filepath.Dir(file), results)
+	return parseTaskLines(f, file, filepath.Dir(file), results)
 }
 
 func parseTasks(r io.Reader, name, base string, results *os.Root) ([]engine.TaskSpec, error) {
+	specs, _, err := parseTaskLines(r, name, base, results)
+	return specs, err
+}
+
+// parseTaskLines is parseTasks with the line each task is on.
+func parseTaskLines(r io.Reader, name, base string, results *os.Root) ([]engine.TaskSpec, []int, error) {
 	var specs []engine.TaskSpec
+	var lines []int
 	seen := map[string]int{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), maxTaskLine)
@@ -131,20 +144,58 @@ func parseTasks(r io.Reader, name, base string, results *os.Root) ([]engine.Task
 			continue
 		}
 		specs = append(specs, spec)
+		lines = append(lines, line)
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
 			err = fmt.Errorf("a line longer than %d bytes", maxTaskLine)
 		}
-		return nil, fmt.Errorf("%s:%d: %w", name, line+1, err)
+		return nil, nil, fmt.Errorf("%s:%d: %w", name, line+1, err)
 	}
 	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+		return nil, nil, errors.Join(errs...)
 	}
 	if len(specs) == 0 {
-		return nil, fmt.Errorf("%s: no tasks (one JSON object a line)", name)
+		return nil, nil, fmt.Errorf("%s: no tasks (one JSON object a line)", name)
 	}
-	return specs, nil
+	return specs, lines, nil
+}
+
+// maxUnheld bounds the tasks and needs unheld lists, as parseTasks
+// bounds its errors.
+const maxUnheld = 20
+
+// unheld checks, once the provisioners have said their shapes, that a
+// machine on offer holds every -need and every task of the file (name,
+// each task on its line of lines): an error names each that none holds,
+// with the longest time and the largest shape there are, before anything
+// is asked for.
+func unheld(eng *engine.Engine, needs engine.NeedList, tasks []engine.TaskSpec, name string, lines []int) error {
+	var errs []error
+	add := func(err error) bool {
+		errs = append(errs, err)
+		if len(errs) == maxUnheld {
+			errs = append(errs, errors.New("(more not shown)"))
+			return false
+		}
+		return true
+	}
+	for _, n := range needs {
+		if err := eng.HoldsWork(n.Need, n.Work); err != nil {
+			one := engine.NeedList{n}
+			if !add(fmt.Errorf("-need %s: %w", one.String(), err)) {
+				return errors.Join(errs...)
+			}
+		}
+	}
+	for i, t := range tasks {
+		if err := eng.Holds(t.Need, t.Timeout); err != nil {
+			if !add(fmt.Errorf("%s:%d: task %q: %w", name, lines[i], t.ID, err)) {
+				break
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func parseTaskLine(text []byte, base string) (engine.TaskSpec, error) {
