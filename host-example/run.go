@@ -295,6 +295,10 @@ func (d *daemon) hooks(tasks bool) engine.Hooks {
 			}
 			story.say("work done by %s: host %s, job %s, cpus %d: %s", r.Worker, r.Hostname, orDash(r.JobID), r.CPUs, r.Output)
 		},
+		Mismatch: func(m engine.Mismatch) {
+			story.say("%s: worker %s (%q) cannot take task %s: %s; asking for no other %q machine for such tasks before %s, then one at a time",
+				m.Provisioner, m.Worker, m.Profile, m.Task, m.Detail, m.Profile, m.Until.Local().Format(time.TimeOnly))
+		},
 		Burst: func(target string, pd shared.ProfileDemand) {
 			d.progress.burst(target, pd)
 			if pd.Requested > 0 {

@@ -106,12 +106,8 @@ func readTaskLines(file string, results *os.Root) ([]engine.TaskSpec, []int, err
 	return parseTaskLines(f, file, filepath.Dir(file), results)
 }
 
-func parseTasks(r io.Reader, name, base string, results *os.Root) ([]engine.TaskSpec, error) {
-	specs, _, err := parseTaskLines(r, name, base, results)
-	return specs, err
-}
-
-// parseTaskLines is parseTasks with the line each task is on.
+// parseTaskLines reads a tasks file from r (name, for errors; base, for
+// relative inputs), as readTasks says, with the line each task is on.
 func parseTaskLines(r io.Reader, name, base string, results *os.Root) ([]engine.TaskSpec, []int, error) {
 	var specs []engine.TaskSpec
 	var lines []int
@@ -161,7 +157,7 @@ func parseTaskLines(r io.Reader, name, base string, results *os.Root) ([]engine.
 	return specs, lines, nil
 }
 
-// maxUnheld bounds the tasks and needs unheld lists, as parseTasks
+// maxUnheld bounds the tasks and needs unheld lists, as parseTaskLines
 // bounds its errors.
 const maxUnheld = 20
 
