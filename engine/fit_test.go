@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -105,5 +107,92 @@ func TestRouterAsksForALongEnoughProfile(t *testing.T) {
 		if st.Reason != ReasonTooLong || st.Detail != want {
 			t.Errorf("the 10-minute need: %s %q; want too_long %q", st.Reason, st.Detail, want)
 		}
+	}
+}
+
+// TestRouterMismatchRoutesElsewhere: a worker of profile "a" that
+// attaches smaller than its profile says cannot take the need asked of
+// "a": a mismatch. The next passes ask the provisioner's other profile
+// that holds the need ("b", pinned by its name), not "a"; with no such
+// profile, nothing is asked, and the need waits mismatch, saying why.
+func TestRouterMismatchRoutesElsewhere(t *testing.T) {
+	t.Parallel()
+	for _, other := range []bool{true, false} {
+		shapes := []shared.Shape{{Profile: "a", CPUs: 2}}
+		if other {
+			shapes = append(shapes, shared.Shape{Profile: "b", CPUs: 4})
+		}
+		var mu sync.Mutex
+		answer := func(r *shared.ProvisionRequest) (*shared.ProvisionResponse, error) {
+			resp := &shared.ProvisionResponse{}
+			for _, d := range r.Demand {
+				prof, _ := profileFor(shapes, d.Need)
+				resp.Outcomes = append(resp.Outcomes, shared.DemandOutcome{Outcome: shared.OutcomeRequested, Profile: prof})
+			}
+			return resp, nil
+		}
+		prov := &sharedtest.Provisioner{Name: testProvisioner, ShapeList: shapes, OnProvision: answer}
+		signer := host.NewSigner(testSecret)
+		books := newBareBooks(nil, signer, nil)
+		var told []Mismatch
+		r := newRouter(nil, books, []target{{Name: testProvisioner, P: prov, Shapes: shapes}})
+		r.onMismatch = func(m Mismatch) {
+			mu.Lock()
+			told = append(told, m)
+			mu.Unlock()
+		}
+		id := r.Add(shared.Need{CPUs: 2})
+		r.Pass(context.Background())
+		if d := prov.LastDemand(); len(d) != 1 || d[0].Need.Label != "" {
+			t.Fatalf("first pass asked %+v; want the need as it is", d)
+		}
+		// Its machine arrives with one CPU, not the profile's two.
+		token, _, err := signer.Sign(host.CredentialClaims{Worker: "slurm-a-1", Provisioner: testProvisioner, CPUs: 1}, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		books.ObserveEvent(shared.Event{Kind: shared.EventWorkerProvisioned, Provisioner: testProvisioner, Profile: "a", Worker: "slurm-a-1", Job: "7"})
+		if rec := do(t, books, "POST", "/v1/attach", token, `{"cpus":1,"job_id":"7"}`); rec.Code != 200 {
+			t.Fatalf("attach: %d %s", rec.Code, rec.Body)
+		}
+		r.Pass(context.Background())
+		r.Pass(context.Background())
+		mu.Lock()
+		if len(told) != 1 || told[0].Cause != MismatchSize || told[0].Profile != "a" || told[0].Task != id || told[0].Count != 1 {
+			t.Errorf("other profile %v: told %+v; want one size mismatch of a", other, told)
+		}
+		mu.Unlock()
+		d := prov.LastDemand()
+		var st NeedStatus
+		for _, n := range r.Needs() {
+			if n.ID == id {
+				st = n
+			}
+		}
+		switch {
+		case other && (len(d) != 1 || d[0].Need.Label != "b"):
+			t.Errorf("with profile b: asked %+v; want the need pinned to b", d)
+		case !other && len(d) != 0:
+			t.Errorf("with no other profile: asked %+v; want nothing", d)
+		case !other && (st.Reason != ReasonMismatch || !strings.Contains(st.Detail, "attached with cpus=1, which does not fit cpus=2")):
+			t.Errorf("with no other profile: the need waits %s %q; want mismatch, saying why", st.Reason, st.Detail)
+		}
+		if !other {
+			// Past the hold, with three such needs waiting: one machine
+			// of a at a time.
+			r.Add(shared.Need{CPUs: 2})
+			r.Add(shared.Need{CPUs: 2})
+			r.mu.Lock()
+			for _, m := range r.mismatches {
+				m.Until = time.Now().Add(-time.Second)
+			}
+			r.mu.Unlock()
+			r.Pass(context.Background())
+			if d := prov.LastDemand(); len(d) != 1 || d[0].Count != 1 {
+				t.Errorf("past the hold, three needs waiting: asked %+v; want one machine", d)
+			}
+		}
+		r.Close()
+		books.Close()
 	}
 }
