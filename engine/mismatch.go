@@ -146,7 +146,7 @@ func mismatchOf(w WorkerInfo, ns *needState, now time.Time) (MismatchCause, stri
 }
 
 // noteMismatchesLocked records, for each idle worker no waiting need
-// took (left), the kinds of need waiting that were asked of its profile
+// took (left) that has never taken a task, the kinds of need waiting that were asked of its profile
 // and that it cannot take (unfit, one need of each kind): a mismatch. A
 // worker of a kind's mismatch already recorded counts again only once
 // the hold passed (the machine asked afterwards). It returns the
@@ -154,7 +154,8 @@ func mismatchOf(w WorkerInfo, ns *needState, now time.Time) (MismatchCause, stri
 func (p *router) noteMismatchesLocked(left []WorkerInfo, unfit []*needState, now time.Time) []Mismatch {
 	var told []Mismatch
 	for _, w := range left {
-		if w.Profile == "" {
+		if w.Profile == "" || w.took {
+			// A machine that took a task was not asked in vain.
 			continue
 		}
 		for _, ns := range unfit {

@@ -162,10 +162,12 @@ func parseTaskLines(r io.Reader, name, base string, results *os.Root) ([]engine.
 const maxUnheld = 20
 
 // unheld checks, once the provisioners have said their shapes, that a
-// machine on offer holds every -need and every task of the file (name,
-// each task on its line of lines): an error names each that none holds,
-// with the longest time and the largest shape there are, before anything
-// is asked for.
+// machine on offer holds every task of the file (name, each task on its
+// line of lines) and lasts every -need's work: an error names each that
+// none holds, with the longest time and the largest shape there are,
+// before anything is asked for. A -need larger than every profile is
+// not refused: it waits no_fit and asks nothing, as a need that keeps an
+// engine running does.
 func unheld(eng *engine.Engine, needs engine.NeedList, tasks []engine.TaskSpec, name string, lines []int) error {
 	var errs []error
 	add := func(err error) bool {
@@ -177,7 +179,8 @@ func unheld(eng *engine.Engine, needs engine.NeedList, tasks []engine.TaskSpec, 
 		return true
 	}
 	for _, n := range needs {
-		if err := eng.HoldsWork(n.Need, n.Work); err != nil {
+		var fe *engine.FitError
+		if err := eng.HoldsWork(n.Need, n.Work); errors.As(err, &fe) && fe.TooLong {
 			one := engine.NeedList{n}
 			if !add(fmt.Errorf("-need %s: %w", one.String(), err)) {
 				return errors.Join(errs...)
