@@ -11,10 +11,9 @@ import (
 
 // TestParsePartitionTimes: every form scontrol prints a partition's
 // DefaultTime and MaxTime in (UNLIMITED, NONE, D-HH:MM:SS, HH:MM:SS,
-// MM:SS, minutes) is read, from Slurm 22.05's and 24.11's real output
-// (the sandbox's partition updated between captures) and from lines of
-// the other forms (26.05 prints them as 24.11 does, secs2time_str in
-// src/api/partition_info.c);
+// MM:SS, minutes) is read, from Slurm 22.05's, 24.11's and 26.05's real
+// output (the sandbox's partition updated between captures) and from
+// lines of the other forms;
 // a value it does not read leaves the partition's lifetime unknown.
 func TestParsePartitionTimes(t *testing.T) {
 	t.Parallel()
@@ -35,6 +34,12 @@ func TestParsePartitionTimes(t *testing.T) {
 			{2 * time.Minute, "partition debug's DefaultTime=00:02:00"},
 			{0, shared.LifetimeUnlimited},
 			{10 * time.Minute, "partition debug's MaxTime=00:10:00"},
+		},
+		"26.05.5": {
+			{2 * time.Minute, "partition debug's DefaultTime=00:02:00"},
+			{0, shared.LifetimeUnlimited},
+			{10 * time.Minute, "partition debug's MaxTime=00:10:00"},
+			{24 * time.Hour, "partition debug's MaxTime=1-00:00:00"},
 		},
 	}
 	for release, wants := range releases {
