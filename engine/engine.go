@@ -301,8 +301,8 @@ func New(cfg Config) (*Engine, error) {
 	e.router.onMismatch = func(m Mismatch) {
 		e.obs.hub.publish(Event{Kind: EventMachineMismatch, Provisioner: m.Provisioner, Profile: m.Profile, Worker: m.Worker, Task: m.Task,
 			Detail: fmt.Sprintf("%s; no other %s machine is asked for such tasks before %s, then one at a time", m.Detail, m.Profile, m.Until.UTC().Format(time.RFC3339))})
-		if cfg.Hooks.Mismatch != nil {
-			cfg.Hooks.Mismatch(m)
+		if h := cfg.Hooks.Mismatch; h != nil {
+			e.hooks.put(func() { h(m) }, true)
 		}
 	}
 	return e, nil
