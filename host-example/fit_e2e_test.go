@@ -109,8 +109,8 @@ func TestE2ETooLongRefusedBeforeAsking(t *testing.T) {
 	const words = "timeout 10m is longer than any profile's jobs: the longest is small (5m, --time=00:05:00)"
 
 	p := e.startEngine(t, "-config", path, "-tasks", tasks, "-results", filepath.Join(t.TempDir(), "results"), "-timeout", "1m")
-	if code := p.wait(t, 2*time.Minute); code != 1 {
-		t.Errorf("exit %d; want 1", code)
+	if code := p.wait(t, 2*time.Minute); code != 2 {
+		t.Errorf("exit %d; want 2", code)
 	}
 	if want := tasks + `:7: task "b2": ` + words; !strings.Contains(p.stderr.String(), want) {
 		t.Errorf("stderr lacks %q:\n%s", want, p.stderr)
@@ -120,8 +120,8 @@ func TestE2ETooLongRefusedBeforeAsking(t *testing.T) {
 	}
 
 	p = e.startEngine(t, "-config", path, "-need", "cpus=1,work=10m", "-timeout", "1m")
-	if code := p.wait(t, 2*time.Minute); code != 1 {
-		t.Errorf("-need: exit %d; want 1", code)
+	if code := p.wait(t, 2*time.Minute); code != 2 {
+		t.Errorf("-need: exit %d; want 2", code)
 	}
 	if want := "-need cpus=1,work=10m0s: work 10m is longer than any profile's jobs: the longest is small (5m, --time=00:05:00)"; !strings.Contains(p.stderr.String(), want) {
 		t.Errorf("-need: stderr lacks %q:\n%s", want, p.stderr)
@@ -170,8 +170,8 @@ func TestE2EDefaultTimeLifetime(t *testing.T) {
 `, e.env.Partition))
 	long := writeTasks(t, `{"id": "five", "command": ["true"], "timeout": "5m"}`)
 	p := e.startEngine(t, "-config", path, "-tasks", long, "-results", filepath.Join(t.TempDir(), "results"), "-timeout", "1m")
-	if code := p.wait(t, 2*time.Minute); code != 1 {
-		t.Errorf("the 5-minute task: exit %d; want 1", code)
+	if code := p.wait(t, 2*time.Minute); code != 2 {
+		t.Errorf("the 5-minute task: exit %d; want 2", code)
 	}
 	want := long + `:1: task "five": timeout 5m is longer than any profile's jobs: the longest is plain (2m, partition ` + e.env.Partition + `'s DefaultTime=00:02:00)`
 	if !strings.Contains(p.stderr.String(), want) {

@@ -156,11 +156,12 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	// What no machine on offer can hold is refused now, before anything
-	// is asked for: the shapes are known once the plugins are up.
+	// is asked for: the shapes are known once the plugins are up. It is
+	// a mistake in what was given, as the file's others are: exit 2.
 	if err := unheld(d.eng, f.needs, tasks, f.tasks, taskLines); err != nil {
 		fmt.Fprintf(stderr, "host-example: %v\n", err)
 		d.stop()
-		return 1
+		return 2
 	}
 	d.story.say("status page: %s (metrics at /metrics, events at /v1/events)", d.pageURL())
 	stopReloads := d.reloadOn(ctx, hup, stderr)
