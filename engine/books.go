@@ -157,6 +157,10 @@ type WorkerInfo struct {
 	// attach; zero if it did not say. The router gives it no task whose
 	// timeout would run past EndsAt less worker.EndMargin.
 	EndsAt time.Time `json:"ends_at,omitzero"`
+	// took is set once the worker was given a task: a machine that has
+	// served is no evidence of a mismatch when its time runs short
+	// (mismatch.go).
+	took bool
 }
 
 // timeFor reports whether the worker has time, at now, for a task that
@@ -556,6 +560,7 @@ func (b *books) Assign(worker string, t Task) error {
 		return errWorkerBusy
 	}
 	ws.task, ws.delivered, ws.cancel = &t, false, false
+	ws.info.took = true
 	if ws.poll != nil {
 		ws.poll.fire()
 	}

@@ -7,7 +7,10 @@
 // supervise a plugin per provisioner block (the fleet, over engine/host's
 // Supervisor); turn needs nobody serves into per-provisioner demand, with
 // failover to the next fitting shape or provisioner when one cannot fit,
-// is backing off, misconfigured or capped (the router); admit the workers
+// is backing off, misconfigured or capped, asking only for a shape that
+// holds the need, its time included, refusing at Submit what none holds
+// (fit.go) and not asking again for a profile whose machine attached and
+// could not take its task (mismatch.go) (the router); admit the workers
 // that dial back with the credentials the engine signed, once each, and
 // notice when they go silent (the books, and the worker API over it for the worker
 // protocol of docs/worker-protocol.md); tell what happened as typed

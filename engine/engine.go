@@ -136,6 +136,10 @@ type Hooks struct {
 	// up on (silent), or dropped when its provisioner cancelled its
 	// request; why says which, in words.
 	WorkerGone func(w WorkerInfo, why string)
+	// Mismatch hears each machine that attached for a kind of waiting
+	// task and could not take it: its profile is not asked for such
+	// tasks until m.Until, then one at a time.
+	Mismatch func(m Mismatch)
 }
 
 // Engine is the whole provisioning loop: the supervised plugins, the
@@ -294,6 +298,13 @@ func New(cfg Config) (*Engine, error) {
 		}
 	}
 	e.router.onDeadline = e.fleet.deadline
+	e.router.onMismatch = func(m Mismatch) {
+		e.obs.hub.publish(Event{Kind: EventMachineMismatch, Provisioner: m.Provisioner, Profile: m.Profile, Worker: m.Worker, Task: m.Task,
+			Detail: fmt.Sprintf("%s; no other %s machine is asked for such tasks before %s, then one at a time", m.Detail, m.Profile, m.Until.UTC().Format(time.RFC3339))})
+		if h := cfg.Hooks.Mismatch; h != nil {
+			e.hooks.put(func() { h(m) }, true)
+		}
+	}
 	return e, nil
 }
 

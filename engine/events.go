@@ -71,6 +71,10 @@ const (
 	EventPluginUp     EventKind = "plugin_up"
 	EventPluginDown   EventKind = "plugin_down"
 	EventPluginFailed EventKind = "plugin_failed"
+	// EventMachineMismatch: a machine asked for a kind of waiting task
+	// attached and could not take it (mismatch.go); Detail says why, and
+	// until when its profile is not asked for such tasks.
+	EventMachineMismatch EventKind = "machine_mismatch"
 )
 
 // workerLeft reports whether k is a worker leaving the books.

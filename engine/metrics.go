@@ -172,11 +172,11 @@ var (
 	descTasks = prometheus.NewDesc("fluksio_tasks",
 		"The engine's tasks (needs) by state: waiting, assigned, served.", []string{"state"}, nil)
 	descWaiting = prometheus.NewDesc("fluksio_needs_waiting",
-		"Needs waiting for a worker, by why: not_asked, no_fit, queued, capped, site_limit, throttled, cluster_full, login_needed, backing_off, misconfigured, provisioner_down, error.", []string{"reason"}, nil)
+		"Needs waiting for a worker, by why: not_asked, no_fit, too_long, mismatch, queued, capped, site_limit, throttled, cluster_full, login_needed, backing_off, misconfigured, provisioner_down, error.", []string{"reason"}, nil)
 )
 
 // waitReasons are the reasons the waiting gauge always has, zero or not.
-var waitReasons = []WaitReason{ReasonNotAsked, ReasonNoFit, ReasonQueued, ReasonCapped, ReasonSiteLimit, ReasonThrottled, ReasonClusterFull, ReasonLoginNeeded,
+var waitReasons = []WaitReason{ReasonNotAsked, ReasonNoFit, ReasonTooLong, ReasonMismatch, ReasonQueued, ReasonCapped, ReasonSiteLimit, ReasonThrottled, ReasonClusterFull, ReasonLoginNeeded,
 	ReasonBackingOff, ReasonMisconfigured, ReasonProvisionerDown, ReasonError}
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {

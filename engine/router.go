@@ -149,6 +149,12 @@ type router struct {
 
 	// holds is the engine's own backoff of failing profiles (backoff.go).
 	holds *holds
+	// mismatches are the profiles whose machines attached and could not
+	// take a kind of waiting need (mismatch.go); guarded by mu.
+	mismatches map[mismatchKey]*mismatch
+	// onMismatch, if set, hears each mismatch new or renewed, with no
+	// lock held. Set before the first Pass.
+	onMismatch func(Mismatch)
 
 	// tasks is the task table of the needs that are tasks (Submit);
 	// nil for a router of stand-in needs alone. Set before the first
@@ -223,6 +229,9 @@ type needAt struct {
 	// refused: the target could not fit the need or failed, and it is
 	// asked of the next covering target instead.
 	refused bool
+	// profile is the profile the target last said it asks (or holds)
+	// machines of for the need, for a mismatch to be told by.
+	profile string
 }
 
 // atTarget is what target has said about ns, made when it has said
@@ -252,7 +261,8 @@ func newRouter(logger hclog.Logger, engine pool, targets []target) *router {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	p := &router{provisionTimeout: defaultProvisionTimeout, logger: logger, engine: engine, busy: map[string]bool{}, holds: newHolds(nil), rising: true}
+	p := &router{provisionTimeout: defaultProvisionTimeout, logger: logger, engine: engine, busy: map[string]bool{}, holds: newHolds(nil), rising: true,
+		mismatches: map[mismatchKey]*mismatch{}}
 	for _, t := range targets {
 		p.targets = append(p.targets, &targetState{target: t})
 	}
@@ -269,6 +279,7 @@ func (p *router) AddWork(n shared.Need, work time.Duration) string {
 	defer p.mu.Unlock()
 	p.added++
 	id := "need-" + strconv.Itoa(p.added)
+	n.Lifetime = lifetimeFor(work)
 	p.appendLocked(&needState{id: id, need: n, work: work})
 	return id
 }
@@ -278,6 +289,7 @@ func (p *router) AddWork(n shared.Need, work time.Duration) string {
 func (p *router) addTask(rec *taskRec, n shared.Need) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	n.Lifetime = lifetimeFor(rec.timeout)
 	p.appendLocked(&needState{id: rec.id, need: n, rec: rec})
 }
 
@@ -367,6 +379,7 @@ func (p *router) setTarget(t target) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.rising = true
+	p.clearMismatchesLocked(t.Name)
 	for i, ts := range p.targets {
 		if ts.Name == t.Name {
 			p.targets[i] = &targetState{target: t}
@@ -648,7 +661,16 @@ func (p *router) match(wantWaiting bool) ([]*needState, []taskNews) {
 	if p.place != nil {
 		plans, waiting = p.matchPlaced(idle)
 	} else {
-		plans, waiting = p.matchOwn(idle, wantWaiting)
+		var told []Mismatch
+		plans, waiting, told = p.matchOwn(idle, wantWaiting)
+		for _, m := range told {
+			p.logger.Warn("a machine asked for waiting tasks cannot take them; its profile is not asked for such tasks for a while",
+				"provisioner", m.Provisioner, "profile", m.Profile, "worker", m.Worker, "task", m.Task, "cause", m.Cause,
+				"detail", m.Detail, "until", m.Until, "machines", m.Count)
+			if p.onMismatch != nil {
+				p.onMismatch(m)
+			}
+		}
 	}
 
 	var news []taskNews
@@ -707,17 +729,25 @@ func (p *router) anyWaiting() bool {
 // fits reports whether w can take ns's task: its shape fits the need,
 // it has every feature the task requires, and its job has time left for
 // the task's timeout.
-func (ns *needState) fits(w WorkerInfo) bool {
-	return w.shape().Fits(ns.need) && (ns.rec == nil || w.has(ns.rec.requires)) && ns.timeFits(w, time.Now())
+func (ns *needState) fits(w WorkerInfo) bool { return ns.fitsAt(w, time.Now()) }
+
+// fitsAt is fits at now.
+func (ns *needState) fitsAt(w WorkerInfo, now time.Time) bool {
+	return w.shape().Fits(ns.need) && (ns.rec == nil || w.has(ns.rec.requires)) && ns.timeFits(w, now)
 }
 
 // timeFits reports whether w's job has time for ns's task at now.
 func (ns *needState) timeFits(w WorkerInfo, now time.Time) bool {
-	var timeout time.Duration
+	return w.timeFor(ns.runFor(), now)
+}
+
+// runFor is how long ns's task may run: a task's timeout (zero: none),
+// the stand-in's work.
+func (ns *needState) runFor() time.Duration {
 	if ns.rec != nil {
-		timeout = ns.rec.timeout
+		return ns.rec.timeout
 	}
-	return w.timeFor(timeout, now)
+	return ns.work
 }
 
 // waitsLocked reports whether ns waits for a worker. p.mu must be held.
@@ -750,12 +780,15 @@ func requiresKey(requires []string) string {
 // first, each taking the smallest idle worker that fits it. It returns
 // the needs left waiting only when wantWaiting; without, it stops once
 // every idle worker is taken, so that a pass that only hands out tasks
-// costs in proportion to the workers, not to the needs waiting.
-func (p *router) matchOwn(idle []WorkerInfo, wantWaiting bool) ([]plan, []*needState) {
+// costs in proportion to the workers, not to the needs waiting. An idle
+// worker left with nothing while a kind of need asked of its profile
+// waits that it cannot take is a mismatch (mismatch.go): told, the
+// third result.
+func (p *router) matchOwn(idle []WorkerInfo, wantWaiting bool) ([]plan, []*needState, []Mismatch) {
 	var plans []plan
 	var waiting []*needState
 	if len(idle) == 0 && !wantWaiting {
-		return nil, nil
+		return nil, nil, nil
 	}
 	taken := make([]bool, len(idle))
 	free := len(idle)
@@ -787,6 +820,8 @@ func (p *router) matchOwn(idle []WorkerInfo, wantWaiting bool) ([]plan, []*needS
 		timeout  time.Duration
 	}
 	unfit := map[kind]bool{}
+	// unfitOnes has one need of each kind in unfit, for the mismatches.
+	var unfitOnes []*needState
 	var last kind
 	lastUnfit, haveLast := false, false
 	for _, ns := range order {
@@ -819,17 +854,28 @@ func (p *router) matchOwn(idle []WorkerInfo, wantWaiting bool) ([]plan, []*needS
 				taken[i], found = true, true
 				free--
 				plans = append(plans, p.reserveLocked(ns, w))
+				p.servedKindLocked(w, ns)
 				break
 			}
 		}
 		if !found {
 			unfit[k], lastUnfit = true, true
+			unfitOnes = append(unfitOnes, ns)
 			if wantWaiting {
 				waiting = append(waiting, ns)
 			}
 		}
 	}
-	return plans, waiting
+	if free == 0 || len(unfitOnes) == 0 {
+		return plans, waiting, nil
+	}
+	left := make([]WorkerInfo, 0, free)
+	for i, w := range idle {
+		if !taken[i] {
+			left = append(left, w)
+		}
+	}
+	return plans, waiting, p.noteMismatchesLocked(left, unfitOnes, time.Now())
 }
 
 // provision tells every target that is up its whole demand: the waiting
@@ -875,6 +921,16 @@ func (p *router) provision(ctx context.Context, waiting []*needState) {
 	}
 	var held []heldNeed
 	routed := map[holdKey]int{}
+	// Needs a mismatch holds back (mismatch.go), told so without asking;
+	// retried counts, by mismatch, the needs asked for once its hold
+	// passed: one at a time.
+	type mismatchedNeed struct {
+		target string
+		ns     *needState
+		words  string
+	}
+	var mismatched []mismatchedNeed
+	retried := map[*mismatch]int{}
 	// What a pass works out for a need depends on the need alone (the
 	// targets covering it; a target's profile for it and that profile's
 	// hold), and a queue's needs come alike in a row: each is worked out
@@ -895,7 +951,7 @@ func (p *router) provision(ctx context.Context, waiting []*needState) {
 	for _, ns := range waiting {
 		covered := false
 		for i, w := range idle {
-			if !taken[i] && w.shape().Fits(ns.need) && ns.timeFits(w, now) {
+			if !taken[i] && ns.fitsAt(w, now) {
 				taken[i], covered = true, true
 				break
 			}
@@ -923,6 +979,13 @@ func (p *router) provision(ctx context.Context, waiting []*needState) {
 		if a := ns.seen(t.Name); a != nil && a.route != nil {
 			need = *a.route
 		}
+		if len(p.mismatches) > 0 {
+			var words string
+			if need, words = p.unmismatchedLocked(t.target, ns, need, now, retried); words != "" {
+				mismatched = append(mismatched, mismatchedNeed{t.Name, ns, words})
+				continue
+			}
+		}
 		if profTarget != t.Name || need != profNeed {
 			profTarget, profNeed = t.Name, need
 			profile, profOK = profileFor(t.Shapes, need)
@@ -948,6 +1011,9 @@ func (p *router) provision(ctx context.Context, waiting []*needState) {
 	}
 	for _, h := range held {
 		p.noteDemand(h.t, h.ns, h.need, h.o, wordsOf(h.o), h.reason)
+	}
+	for _, m := range mismatched {
+		p.noteOutcome(m.ns, m.target, ReasonMismatch, m.words, []any{"outcome", "mismatch"})
 	}
 
 	var started sync.WaitGroup
@@ -1081,6 +1147,13 @@ func (p *router) askTarget(ctx context.Context, t target, rd *round, attached []
 				p.noteDemand(t, ns, rd.demand[i].Need, o, words, reasonOf(o))
 			}
 		default:
+			if o.Profile != "" {
+				p.mu.Lock()
+				for _, ns := range rd.needs[i] {
+					ns.atTarget(t.Name).profile = o.Profile
+				}
+				p.mu.Unlock()
+			}
 			p.noteOutcomes(rd.needs[i], t.Name, reasonOf(o), words.desc, words.kv, true)
 		}
 	}
@@ -1125,7 +1198,7 @@ func (p *router) noteDemand(t target, ns *needState, asked shared.Need, o shared
 		if ok {
 			at.tried[next.Profile] = true
 			at.route = &shared.Need{CPUs: max(asked.CPUs, next.CPUs), GPUs: max(asked.GPUs, next.GPUs),
-				RAMMB: max(asked.RAMMB, next.RAMMB), Label: ns.need.Label}
+				RAMMB: max(asked.RAMMB, next.RAMMB), Label: ns.need.Label, Lifetime: max(asked.Lifetime, next.Lifetime)}
 			route = o.Profile + " -> " + next.Profile
 		} else {
 			// Every shape backs off: back to the smallest, and let the
@@ -1305,6 +1378,14 @@ const (
 	ReasonNotAsked WaitReason = "not_asked"
 	// ReasonNoFit: no provisioner can start a machine this big.
 	ReasonNoFit WaitReason = "no_fit"
+	// ReasonTooLong: machines large enough exist, but none lasts the
+	// task's timeout plus the worker's end margin.
+	ReasonTooLong WaitReason = "too_long"
+	// ReasonMismatch: a machine of the profile it was asked of attached
+	// and could not take it (a feature it lacks, too little time left,
+	// less than its profile says); no other of that profile is asked for
+	// it until the mismatch's hold passes, and then one at a time.
+	ReasonMismatch WaitReason = "mismatch"
 	// ReasonQueued: asked for; its machine is on its way (queued in the
 	// scheduler, or starting).
 	ReasonQueued WaitReason = "queued"
@@ -1564,6 +1645,23 @@ func (p *router) waitingLocked(ns *needState) (WaitReason, string) {
 		return reason, "waiting for a worker; " + strings.Join(said, "; ")
 	case covered:
 		return ReasonNotAsked, "waiting for a worker; no provisioner asked yet"
+	}
+	var shapes []namedShape
+	for _, ts := range p.targets {
+		for _, s := range ts.Shapes {
+			shapes = append(shapes, namedShape{ts.Name, s})
+		}
+	}
+	what := "timeout"
+	if ns.rec == nil {
+		what = "work"
+	}
+	var fe *FitError
+	if err := fitError(shapes, ns.need, what, ns.runFor()); errors.As(err, &fe) {
+		if fe.TooLong {
+			return ReasonTooLong, "waiting; nothing is asked for it: " + fe.Error()
+		}
+		return ReasonNoFit, "waiting; no provisioner can start a machine this big: " + fe.Error()
 	}
 	return ReasonNoFit, "waiting; no provisioner can start a machine this big"
 }

@@ -584,8 +584,8 @@ func TestRouterAsksWhatFits(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("needs %q, want %q", got, want)
 	}
-	if asked := fmt.Sprint(hpc.LastDemand()); asked != "[{{2 0 0 } 1}]" {
-		t.Errorf("asked of hpc: %s, want [{{2 0 0 } 1}]", asked)
+	if asked := fmt.Sprint(hpc.LastDemand()); asked != "[{{2 0 0  0s} 1}]" {
+		t.Errorf("asked of hpc: %s, want [{{2 0 0  0s} 1}]", asked)
 	}
 }
 

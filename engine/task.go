@@ -126,9 +126,15 @@ type TaskLimits struct {
 // that fits its need and runs the command (FeatureCommand), or the
 // payload (FeaturePayload); its inputs are read now, for their sizes and
 // digests, and an error says which one and why, with nothing added.
+// A task no provisioner's machine can hold (Holds: too large for every
+// shape, or its timeout longer than every shape's lifetime) is refused
+// with a *FitError, before anything is asked for.
 // The task holds the caller's input Data and Payload, not copies: they
 // must not change until it ends.
 func (e *Engine) Submit(spec TaskSpec) (string, error) {
+	if err := e.Holds(spec.Need, spec.Timeout); err != nil {
+		return "", err
+	}
 	rec, err := e.tasks.submit(spec)
 	if err != nil {
 		return "", err

@@ -424,14 +424,14 @@ func TestE2ECleanStopLetsWorkersGo(t *testing.T) {
 }
 
 // TestE2ECleanStopLetsABusyWorkerGo: SIGTERM while a worker is in the
-// middle of a task of ten minutes. The worker hears it on its watch (GET
+// middle of a task of eight minutes. The worker hears it on its watch (GET
 // /v1/watch), drops the task and leaves, so its job ends COMPLETED and
 // leaves the queue with the engine, rather than run on until its task
 // ends and its report fails.
 func TestE2ECleanStopLetsABusyWorkerGo(t *testing.T) {
 	e := newE2E(t, "e2e-busy-leave")
 	cfg := e.config(t, e.host, "worker")
-	p := e.startEngine(t, "-config", cfg, "-need", "cpus=1,work=10m", "-timeout", "5m")
+	p := e.startEngine(t, "-config", cfg, "-need", "cpus=1,work=8m", "-timeout", "5m")
 	poll(t, 90*time.Second, "the worker to start its task", func() bool {
 		return strings.Contains(e.jobOutputs(t), "running task-")
 	})

@@ -220,7 +220,7 @@ func (c counts) waiting() string {
 	var parts []string
 	for _, r := range []engine.WaitReason{engine.ReasonQueued, engine.ReasonCapped, engine.ReasonSiteLimit, engine.ReasonThrottled,
 		engine.ReasonClusterFull, engine.ReasonLoginNeeded, engine.ReasonBackingOff, engine.ReasonMisconfigured,
-		engine.ReasonProvisionerDown, engine.ReasonError, engine.ReasonNoFit, engine.ReasonNotAsked} {
+		engine.ReasonProvisionerDown, engine.ReasonError, engine.ReasonMismatch, engine.ReasonNoFit, engine.ReasonTooLong, engine.ReasonNotAsked} {
 		if n := c.waitingWhy[r]; n > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", n, reasonWords(r)))
 		}

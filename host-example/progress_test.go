@@ -13,8 +13,10 @@ import (
 )
 
 // TestProgressCounts: the progress line and the summary's account of
-// the machines, from the hooks an engine calls: 12 needs served by 5
-// machines from 2 submissions, one failure, one machine gone.
+// the machines, from the hooks an engine calls: 10 of 14 needs served
+// by 5 machines from 2 submissions, one failure, one machine gone, the
+// waiting ones by their reasons (a mismatch and a task too long among
+// them).
 func TestProgressCounts(t *testing.T) {
 	p := newProgress()
 	p.burst("hpc", shared.ProfileDemand{Profile: "cpu", Requested: 4, Submissions: 1})
@@ -28,9 +30,10 @@ func TestProgressCounts(t *testing.T) {
 	for range 10 {
 		needs = append(needs, engine.NeedStatus{State: engine.NeedServed})
 	}
-	needs = append(needs, engine.NeedStatus{State: engine.NeedWaiting, Reason: engine.ReasonSiteLimit}, engine.NeedStatus{State: engine.NeedAssigned})
+	needs = append(needs, engine.NeedStatus{State: engine.NeedWaiting, Reason: engine.ReasonSiteLimit}, engine.NeedStatus{State: engine.NeedAssigned},
+		engine.NeedStatus{State: engine.NeedWaiting, Reason: engine.ReasonMismatch}, engine.NeedStatus{State: engine.NeedWaiting, Reason: engine.ReasonTooLong})
 	c := p.read(needs, nil)
-	if got, want := c.line(), "progress: needs 10/12 served; machines 4 alive, 0 on the way; 2 submission(s); 1 failure(s); waiting: 1 site_limit"; got != want {
+	if got, want := c.line(), "progress: needs 10/14 served; machines 4 alive, 0 on the way; 2 submission(s); 1 failure(s); waiting: 1 site_limit, 1 mismatch, 1 too_long"; got != want {
 		t.Errorf("line = %q\nwant   %q", got, want)
 	}
 	if got := c.machinesLine(); !strings.HasPrefix(got, "5 machine(s) from 2 submission(s); 1 machine(s) could not be had (last: sbatch: error") {
@@ -81,5 +84,20 @@ func TestProgressTasksLine(t *testing.T) {
 		"machines 0 alive, 0 on the way; 0 submission(s); 0 failure(s); waiting: 900 queued for a machine"
 	if got != want {
 		t.Errorf("line = %q\nwant   %q", got, want)
+	}
+}
+
+// TestStoryTellsAMismatch: the story says which machine could not take
+// which task, why, and until when its profile is not asked for such
+// tasks.
+func TestStoryTellsAMismatch(t *testing.T) {
+	var b strings.Builder
+	d := &daemon{story: newStory(&b), progress: newProgress()}
+	until := time.Date(2026, 12, 7, 17, 0, 0, 0, time.Local)
+	d.hooks(false).Mismatch(engine.Mismatch{Provisioner: "hpc", Profile: "p1", Worker: "hpc-p1-1", Task: "t1",
+		Cause: engine.MismatchFeatures, Detail: "its worker hpc-p1-1 lacks payload, which the task requires (it offers command)", Until: until, Count: 1})
+	want := `hpc: worker hpc-p1-1 ("p1") cannot take task t1: its worker hpc-p1-1 lacks payload, which the task requires (it offers command); asking for no other "p1" machine for such tasks before 17:00:00, then one at a time`
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("story %q\nlacks %q", b.String(), want)
 	}
 }

@@ -82,6 +82,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	}
 	var tasks []engine.TaskSpec
 	var results *os.Root
+	var taskLines []int
 	if f.tasks != "" {
 		// The results directory and the whole file are checked before
 		// anything is asked for.
@@ -94,7 +95,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		defer results.Close()
-		if tasks, err = readTasks(f.tasks, results); err != nil {
+		if tasks, taskLines, err = readTaskLines(f.tasks, results); err != nil {
 			fmt.Fprintf(stderr, "host-example: %v\n", err)
 			return 2
 		}
@@ -153,6 +154,14 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		hclconfig.WriteDiagnostics(stderr, cfg.Files, diags)
 		d.stop()
 		return 1
+	}
+	// What no machine on offer can hold is refused now, before anything
+	// is asked for: the shapes are known once the plugins are up. It is
+	// a mistake in what was given, as the file's others are: exit 2.
+	if err := unheld(d.eng, f.needs, tasks, f.tasks, taskLines); err != nil {
+		fmt.Fprintf(stderr, "host-example: %v\n", err)
+		d.stop()
+		return 2
 	}
 	d.story.say("status page: %s (metrics at /metrics, events at /v1/events)", d.pageURL())
 	stopReloads := d.reloadOn(ctx, hup, stderr)
@@ -286,6 +295,10 @@ func (d *daemon) hooks(tasks bool) engine.Hooks {
 				return
 			}
 			story.say("work done by %s: host %s, job %s, cpus %d: %s", r.Worker, r.Hostname, orDash(r.JobID), r.CPUs, r.Output)
+		},
+		Mismatch: func(m engine.Mismatch) {
+			story.say("%s: worker %s (%q) cannot take task %s: %s; asking for no other %q machine for such tasks before %s, then one at a time",
+				m.Provisioner, m.Worker, m.Profile, m.Task, m.Detail, m.Profile, m.Until.Local().Format(time.TimeOnly))
 		},
 		Burst: func(target string, pd shared.ProfileDemand) {
 			d.progress.burst(target, pd)

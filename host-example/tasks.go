@@ -92,16 +92,25 @@ const maxTaskLine = 1 << 20
 // directory, opened (openResults), where each task's directory will be,
 // which must not hold one already.
 func readTasks(file string, results *os.Root) ([]engine.TaskSpec, error) {
-	f, err := os.Open(file)
-	if err != nil {
-		return nil, fmt.Errorf("-tasks: %w", err)
-	}
-	defer f.Close()
-	return parseTasks(f, file, filepath.Dir(file), results)
+	specs, _, err := readTaskLines(file, results)
+	return specs, err
 }
 
-func parseTasks(r io.Reader, name, base string, results *os.Root) ([]engine.TaskSpec, error) {
+// readTaskLines is readTasks with the line each task is on.
+func readTaskLines(file string, results *os.Root) ([]engine.TaskSpec, []int, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, nil, fmt.Errorf("-tasks: %w", err)
+	}
+	defer f.Close()
+	return parseTaskLines(f, file, filepath.Dir(file), results)
+}
+
+// parseTaskLines reads a tasks file from r (name, for errors; base, for
+// relative inputs), as readTasks says, with the line each task is on.
+func parseTaskLines(r io.Reader, name, base string, results *os.Root) ([]engine.TaskSpec, []int, error) {
 	var specs []engine.TaskSpec
+	var lines []int
 	seen := map[string]int{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), maxTaskLine)
@@ -131,20 +140,61 @@ func parseTasks(r io.Reader, name, base string, results *os.Root) ([]engine.Task
 			continue
 		}
 		specs = append(specs, spec)
+		lines = append(lines, line)
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
 			err = fmt.Errorf("a line longer than %d bytes", maxTaskLine)
 		}
-		return nil, fmt.Errorf("%s:%d: %w", name, line+1, err)
+		return nil, nil, fmt.Errorf("%s:%d: %w", name, line+1, err)
 	}
 	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+		return nil, nil, errors.Join(errs...)
 	}
 	if len(specs) == 0 {
-		return nil, fmt.Errorf("%s: no tasks (one JSON object a line)", name)
+		return nil, nil, fmt.Errorf("%s: no tasks (one JSON object a line)", name)
 	}
-	return specs, nil
+	return specs, lines, nil
+}
+
+// maxUnheld bounds the tasks and needs unheld lists, as parseTaskLines
+// bounds its errors.
+const maxUnheld = 20
+
+// unheld checks, once the provisioners have said their shapes, that a
+// machine on offer holds every task of the file (name, each task on its
+// line of lines) and lasts every -need's work: an error names each that
+// none holds, with the longest time and the largest shape there are,
+// before anything is asked for. A -need larger than every profile is
+// not refused: it waits no_fit and asks nothing, as a need that keeps an
+// engine running does.
+func unheld(eng *engine.Engine, needs engine.NeedList, tasks []engine.TaskSpec, name string, lines []int) error {
+	var errs []error
+	add := func(err error) bool {
+		errs = append(errs, err)
+		if len(errs) == maxUnheld {
+			errs = append(errs, errors.New("(more not shown)"))
+			return false
+		}
+		return true
+	}
+	for _, n := range needs {
+		var fe *engine.FitError
+		if err := eng.HoldsWork(n.Need, n.Work); errors.As(err, &fe) && fe.TooLong {
+			one := engine.NeedList{n}
+			if !add(fmt.Errorf("-need %s: %w", one.String(), err)) {
+				return errors.Join(errs...)
+			}
+		}
+	}
+	for i, t := range tasks {
+		if err := eng.Holds(t.Need, t.Timeout); err != nil {
+			if !add(fmt.Errorf("%s:%d: task %q: %w", name, lines[i], t.ID, err)) {
+				break
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func parseTaskLine(text []byte, base string) (engine.TaskSpec, error) {

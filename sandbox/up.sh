@@ -54,6 +54,10 @@
 #   sleeps a second and tries again, and says so only with -v. Slurm 23.02
 #   and later (trixie, sid); bookworm's 22.05 has no limiter and is
 #   refused. Empty: off; "none" clears a remembered setting.
+#   SANDBOX_DEFAULT_TIME=: the partition's DefaultTime, the time limit of a
+#   job without --time, in Slurm's form (2, 00:02:00, 1-00:00:00). Empty:
+#   none (DefaultTime=NONE: such a job gets MaxTime, 1-00:00:00); "none"
+#   clears a remembered setting.
 # Not remembered: SANDBOX_SMOKE=auto|1|0 - submit a test job over ssh: auto
 #   does it only when a daemon was (re)started, else it runs `sbatch
 #   --test-only` over ssh, which uses no resources.
@@ -130,7 +134,7 @@ declare -A SET=(
   [SANDBOX_NODES]=2 [SANDBOX_SLURM]=bookworm
   [SANDBOX_ACCOUNTING]=0 [SANDBOX_MIN_JOB_AGE]=300 [SANDBOX_DBD_PORT]=$((6831 + PORT_OFFSET)) [SANDBOX_DB_PORT]=$((6832 + PORT_OFFSET))
   [SANDBOX_BASTION_PORT]=0 [SANDBOX_JOB_SUBMIT]= [SANDBOX_JOBS_PER_HOUR]=5
-  [SANDBOX_MAX_ARRAY_SIZE]=10001 [SANDBOX_MAX_JOB_COUNT]=50000 [SANDBOX_RATE_LIMIT]=
+  [SANDBOX_MAX_ARRAY_SIZE]=10001 [SANDBOX_MAX_JOB_COUNT]=50000 [SANDBOX_RATE_LIMIT]= [SANDBOX_DEFAULT_TIME]=
 )
 if [[ -r "$SB_DIR/settings" ]]; then
   while IFS='=' read -r k v; do
@@ -200,6 +204,12 @@ if [[ -n "$RATE_LIMIT" ]]; then
   ! sb_suite_native "$SUITE" ||
     sb_die "SANDBOX_RATE_LIMIT needs Slurm 23.02 or later (SlurmctldParameters=rl_enable); SANDBOX_SLURM=$SUITE runs Slurm 22.05, which has no RPC rate limiter: use SANDBOX_SLURM=trixie or sid, or SANDBOX_RATE_LIMIT=none"
 fi
+DEFAULT_TIME="${SET[SANDBOX_DEFAULT_TIME]}"
+# "none" clears a remembered DefaultTime (an empty value keeps it).
+[[ "$DEFAULT_TIME" == none ]] && DEFAULT_TIME=""
+SET[SANDBOX_DEFAULT_TIME]="$DEFAULT_TIME"
+[[ -z "$DEFAULT_TIME" || "$DEFAULT_TIME" =~ ^([0-9]{1,3}-)?[0-9]{1,4}(:[0-9]{1,2}){0,2}$ ]] ||
+  sb_die "SANDBOX_DEFAULT_TIME='$DEFAULT_TIME' is not a Slurm time limit (minutes, MM:SS, HH:MM:SS or D-HH:MM:SS, such as 2 or 00:02:00; none clears it)"
 if [[ -r "$SB_DIR/settings" ]]; then
   was="$(sed -n 's/^SANDBOX_SLURM=//p' "$SB_DIR/settings")"
   [[ -z "$was" || "$was" == "$SUITE" ]] ||
@@ -216,7 +226,7 @@ touch "$SB_DIR/$SB_MARKER"
 {
   for k in SANDBOX_SSH_PORT SANDBOX_CTLD_PORT SANDBOX_SLURMD_PORT SANDBOX_NODE SANDBOX_CPUS SANDBOX_MEM_MB SANDBOX_GPUS SANDBOX_NODES SANDBOX_SLURM \
     SANDBOX_ACCOUNTING SANDBOX_MIN_JOB_AGE SANDBOX_DBD_PORT SANDBOX_DB_PORT SANDBOX_BASTION_PORT \
-    SANDBOX_JOB_SUBMIT SANDBOX_JOBS_PER_HOUR SANDBOX_RATE_LIMIT; do
+    SANDBOX_JOB_SUBMIT SANDBOX_JOBS_PER_HOUR SANDBOX_RATE_LIMIT SANDBOX_DEFAULT_TIME; do
     printf '%s=%s\n' "$k" "${SET[$k]}"
   done
 } >"$SB_DIR/settings"
@@ -438,7 +448,7 @@ $(for ((i = 0; i < NNODES; i++)); do
   ((i == 0)) && g="$gres_node"
   echo "NodeName=${NODES[i]} NodeAddr=127.0.0.1 Port=$((SLURMD_PORT + i)) CPUs=$CPUS Boards=1 SocketsPerBoard=1 CoresPerSocket=$CPUS ThreadsPerCore=1 RealMemory=$MEM_MB$g State=UNKNOWN"
 done)
-PartitionName=$PARTITION Nodes=$NODE_LIST Default=YES MaxTime=1-00:00:00 State=UP
+PartitionName=$PARTITION Nodes=$NODE_LIST Default=YES MaxTime=1-00:00:00$(if [[ -n "$DEFAULT_TIME" ]]; then echo " DefaultTime=$DEFAULT_TIME"; fi) State=UP
 EOF
 
 write_if_changed "$ETC/gres.conf" <<EOF && SLURM_CHANGED=1
@@ -832,6 +842,7 @@ export SANDBOX_ACCOUNTING=$ACCOUNTING
 export SANDBOX_BASTION_PORT=$BASTION_PORT
 export SANDBOX_JOB_SUBMIT=$JOB_SUBMIT
 export SANDBOX_RATE_LIMIT=$RATE_LIMIT
+export SANDBOX_DEFAULT_TIME=$DEFAULT_TIME
 $(if ! sb_suite_native "$SUITE"; then
   echo "# The sandbox's own Slurm clients first: a client of another release cannot talk to its controller."
   echo "export SANDBOX_BIN=$SB_DIR/bin"

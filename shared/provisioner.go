@@ -14,7 +14,7 @@ import (
 // The version is written in shared/proto/provisioner.proto, which this
 // constant must match (TestContractVersionHasOneSource). CHANGELOG.md at
 // the module's root says what each version added.
-const ContractVersion = "2.7"
+const ContractVersion = "2.8"
 
 // Provisioner is somewhere machines can be asked for.
 //
@@ -348,7 +348,15 @@ type Need struct {
 	GPUs  int
 	RAMMB int64
 	Label string
+	// Lifetime (contract 2.8) is how long the machine must last once
+	// its work starts: the engine sends a task's timeout plus the
+	// worker's end margin. Zero means no constraint.
+	Lifetime time.Duration
 }
+
+// LifetimeUnlimited is Shape.LifetimeFrom for a machine whose job has no
+// time limit.
+const LifetimeUnlimited = "unlimited"
 
 // Shape is one size of machine a provisioner can start.
 type Shape struct {
@@ -360,11 +368,21 @@ type Shape struct {
 	RAMMB int64
 	// Labels are what a worker started this way advertises.
 	Labels []string
+	// Lifetime (contract 2.8) is how long a machine of this shape lasts:
+	// its job's time limit, counted from the job's start. Zero when it
+	// has none (LifetimeFrom is LifetimeUnlimited) or the plugin does not
+	// say (LifetimeFrom is empty: unknown, taken as unlimited).
+	Lifetime time.Duration
+	// LifetimeFrom says where Lifetime comes from, in words for people:
+	// "--time=00:05:00", "partition debug's DefaultTime=00:02:00",
+	// LifetimeUnlimited; empty when the plugin does not say.
+	LifetimeFrom string
 }
 
 // Fits reports whether a machine of this shape meets the need: at least
-// as many CPUs and GPUs, enough memory where both sides say, and the label
-// among its labels or equal to its profile name.
+// as many CPUs and GPUs, enough memory where both sides say, the label
+// among its labels or equal to its profile name, and a lifetime at least
+// the need's where both sides say.
 func (s Shape) Fits(n Need) bool {
 	if n.Label != "" && !s.HasLabel(n.Label) {
 		return false
@@ -372,7 +390,17 @@ func (s Shape) Fits(n Need) bool {
 	if s.CPUs < n.CPUs || s.GPUs < n.GPUs {
 		return false
 	}
+	if n.Lifetime > 0 && s.Lifetime > 0 && s.Lifetime < n.Lifetime {
+		return false
+	}
 	return n.RAMMB == 0 || s.RAMMB == 0 || s.RAMMB >= n.RAMMB
+}
+
+// HoldsResources is Fits without the lifetime: whether the machine is
+// large enough for the need, however long it lasts.
+func (s Shape) HoldsResources(n Need) bool {
+	n.Lifetime = 0
+	return s.Fits(n)
 }
 
 // HasLabel reports whether label is the shape's profile name or one of its

@@ -42,7 +42,7 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 	p.attached = attached
 
 	resp := &shared.ProvisionResponse{Outcomes: make([]shared.DemandOutcome, len(req.Demand))}
-	wanted := wantedByProfile(cfg, req.Demand, resp.Outcomes)
+	wanted := wantedByProfile(cfg, p.lifetimes, req.Demand, resp.Outcomes)
 
 	counts := p.countsLocked()
 	pass := &provisionPass{answers: map[string]demandAnswer{}, now: p.now()}
@@ -310,11 +310,12 @@ func holdAnswer(h hold, profile string, b *backoff) demandAnswer {
 
 // wantedByProfile sums the demand by the profile each need maps to,
 // within maxCap, and fills in each outcome's profile; a need no profile
-// fits is answered no_fit in outcomes, which has one entry a need.
-func wantedByProfile(cfg *settings, demand []shared.Demand, outcomes []shared.DemandOutcome) map[string]int {
+// fits is answered no_fit in outcomes, which has one entry a need. A
+// profile lasts what lt says.
+func wantedByProfile(cfg *settings, lt lifetimes, demand []shared.Demand, outcomes []shared.DemandOutcome) map[string]int {
 	wanted := map[string]int{}
 	for i, d := range demand {
-		prof, ok := cfg.match(d.Need)
+		prof, ok := cfg.match(d.Need, lt)
 		if !ok {
 			outcomes[i] = shared.DemandOutcome{Outcome: shared.OutcomeNoFit, Detail: noFitDetail(d.Need)}
 			continue

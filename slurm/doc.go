@@ -24,6 +24,17 @@
 // that says cpus = 4 is matched as a four-CPU machine, so the scheduler
 // should be asked for four CPUs.
 //
+// A profile's shape says how long its machines last (contract 2.8), so
+// that the engine asks only for a machine that outlasts the task it is
+// for: the profile's --time, else what its partition gives a job without
+// one (DefaultTime, capped by MaxTime; MaxTime with DefaultTime=NONE),
+// read with one scontrol show partition when Shapes is asked and a
+// profile has no --time (partitiontimes.go). Reading it once per Shapes,
+// not each poll, costs a stale figure when an administrator changes the
+// partition while the engine runs; a reload reads it again. A partition
+// the login user cannot see leaves the lifetime unknown, which the
+// engine takes as unlimited, as for a plugin before 2.8.
+//
 // The worker's credential is minted by the engine per worker (a
 // submission's credentials in one host-channel round trip a thousand
 // where the host speaks contract 2.4; one round trip each before, which

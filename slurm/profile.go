@@ -3,6 +3,7 @@ package slurm
 import (
 	"cmp"
 	"slices"
+	"time"
 
 	"github.com/fluksio/provision/shared"
 )
@@ -16,16 +17,38 @@ func sortProfiles(ps []Profile) {
 	})
 }
 
-// shape is what a worker started from the profile would offer.
-func (p Profile) shape() shared.Shape {
-	return shared.Shape{Profile: p.Name, CPUs: p.CPUs, GPUs: p.GPUs, RAMMB: p.RAMMB, Labels: slices.Clone(p.Labels)}
+// lifetime is how long a profile's machines last, with its words
+// (shared.Shape's Lifetime and LifetimeFrom).
+type lifetime struct {
+	d    time.Duration
+	from string
 }
 
-// match returns the smallest profile that fits the need. The profiles are
-// already in match order, so the first that fits is the smallest.
-func (s *settings) match(n shared.Need) (Profile, bool) {
+// lifetimes are the profiles' lifetimes by name, as Shapes last worked
+// them out (partitiontimes.go); a profile not in it lasts its --time,
+// or an unknown time.
+type lifetimes map[string]lifetime
+
+// shape is what a worker started from the profile would offer, lasting
+// what lt says (its --time where lt does not say).
+func (p Profile) shape(lt lifetimes) shared.Shape {
+	sh := shared.Shape{Profile: p.Name, CPUs: p.CPUs, GPUs: p.GPUs, RAMMB: p.RAMMB, Labels: slices.Clone(p.Labels)}
+	l, ok := lt[p.Name]
+	if !ok {
+		if d, from, known := profileLifetime(p, nil); known {
+			l = lifetime{d, from}
+		}
+	}
+	sh.Lifetime, sh.LifetimeFrom = l.d, l.from
+	return sh
+}
+
+// match returns the smallest profile that fits the need, its lifetime
+// from lt included. The profiles are already in match order, so the
+// first that fits is the smallest.
+func (s *settings) match(n shared.Need, lt lifetimes) (Profile, bool) {
 	for _, p := range s.Profiles {
-		if p.shape().Fits(n) {
+		if p.shape(lt).Fits(n) {
 			return p, true
 		}
 	}
@@ -33,11 +56,11 @@ func (s *settings) match(n shared.Need) (Profile, bool) {
 }
 
 // shapes lists the shapes that carry a label, all of them for an empty
-// label, in match order.
-func (s *settings) shapes(label string) []shared.Shape {
+// label, in match order, lasting what lt says.
+func (s *settings) shapes(label string, lt lifetimes) []shared.Shape {
 	var out []shared.Shape
 	for _, p := range s.Profiles {
-		if sh := p.shape(); label == "" || sh.HasLabel(label) {
+		if sh := p.shape(lt); label == "" || sh.HasLabel(label) {
 			out = append(out, sh)
 		}
 	}

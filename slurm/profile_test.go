@@ -63,7 +63,7 @@ func TestMatch(t *testing.T) {
 	}
 	s := matchSettings()
 	for _, tc := range tests {
-		p, ok := s.match(tc.need)
+		p, ok := s.match(tc.need, nil)
 		if ok != (tc.want != "") || p.Name != tc.want {
 			t.Errorf("match(%+v) = %q, %v, want %q", tc.need, p.Name, ok, tc.want)
 		}

@@ -113,6 +113,10 @@ type Provisioner struct {
 	// cfg is nil until Configure succeeds; what it points to never changes.
 	cfg  *settings
 	host shared.Host
+	// lifetimes are the profiles' lifetimes as the last Shapes worked
+	// them out, which Provision and Covers match needs by, as the
+	// engine did by the shapes (partitiontimes.go).
+	lifetimes lifetimes
 	// relay is set by Configure with reach = "relay" and never changes
 	// after; it has its own lock.
 	relay *relay
@@ -497,7 +501,7 @@ func (p *Provisioner) Configure(ctx context.Context, req *shared.ConfigureReques
 }
 
 // Shapes lists the machines the cluster can be asked for, smallest first.
-func (p *Provisioner) Shapes(_ context.Context, req *shared.ShapesRequest) (*shared.ShapesResponse, error) {
+func (p *Provisioner) Shapes(ctx context.Context, req *shared.ShapesRequest) (*shared.ShapesResponse, error) {
 	cfg := p.settings()
 	if cfg == nil {
 		return nil, shared.ErrNotConfigured
@@ -507,7 +511,21 @@ func (p *Provisioner) Shapes(_ context.Context, req *shared.ShapesRequest) (*sha
 		//lint:ignore SA1019 honoured for a caller that still sets it; hosts send it empty
 		label = req.Label
 	}
-	return &shared.ShapesResponse{Shapes: cfg.shapes(label)}, nil
+	lt := lifetimes{}
+	if cfg.needsPartitionTimes() {
+		parts := p.readPartitionTimes(ctx, cfg)
+		for _, prof := range cfg.Profiles {
+			if d, from, ok := profileLifetime(prof, parts); ok {
+				lt[prof.Name] = lifetime{d, from}
+			}
+		}
+	}
+	p.mu.Lock()
+	if p.cfg == cfg {
+		p.lifetimes = lt
+	}
+	p.mu.Unlock()
+	return &shared.ShapesResponse{Shapes: cfg.shapes(label, lt)}, nil
 }
 
 // Covers says whether some profile would fit the need, and which.
@@ -519,7 +537,10 @@ func (p *Provisioner) Covers(_ context.Context, req *shared.CoversRequest) (*sha
 	if cfg == nil {
 		return nil, shared.ErrNotConfigured
 	}
-	prof, ok := cfg.match(req.Need)
+	p.mu.Lock()
+	lt := p.lifetimes
+	p.mu.Unlock()
+	prof, ok := cfg.match(req.Need, lt)
 	return &shared.CoversResponse{Covered: ok, Profile: prof.Name}, nil
 }
 

@@ -13,7 +13,7 @@
 // internal/wire/protocol_doc_test.go); bin/provisioner-conformance checks
 // a plugin against both.
 //
-// Versions: the contract is 2.7. This line is where the version is
+// Versions: the contract is 2.8. This line is where the version is
 // written: shared.ContractVersion and the docs that state it are checked
 // against it (shared/version_test.go). A minor version only adds what an
 // older peer leaves unset, never sends, or does not list; CHANGELOG.md
@@ -1282,6 +1282,12 @@ func (x *ConfigureResponse) GetDiagnostics() []*Diagnostic {
 	return nil
 }
 
+// A need fits a shape (Shape.Fits in the Go SDK) when the shape has at
+// least its cpus and gpus, at least its ram_mb where both say, its label
+// among the shape's labels or as its profile name, and since 2.8 at
+// least its lifetime where both say. A plugin that says its shapes'
+// lifetimes matches needs by them too: Provision asks for the first
+// shape that fits, as the engine chose.
 type Need struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Cpus  int64                  `protobuf:"varint,1,opt,name=cpus,proto3" json:"cpus,omitempty"`
@@ -1289,9 +1295,13 @@ type Need struct {
 	// 0 means no memory constraint.
 	RamMb int64 `protobuf:"varint,3,opt,name=ram_mb,json=ramMb,proto3" json:"ram_mb,omitempty"`
 	// Empty means any machine.
-	Label         string `protobuf:"bytes,4,opt,name=label,proto3" json:"label,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Label string `protobuf:"bytes,4,opt,name=label,proto3" json:"label,omitempty"`
+	// Since 2.8: how long the machine must last once the work starts, in
+	// seconds (the engine sends a task's timeout plus the worker's end
+	// margin); 0 means no constraint. An older plugin ignores it.
+	LifetimeSeconds float64 `protobuf:"fixed64,5,opt,name=lifetime_seconds,json=lifetimeSeconds,proto3" json:"lifetime_seconds,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Need) Reset() {
@@ -1352,13 +1362,31 @@ func (x *Need) GetLabel() string {
 	return ""
 }
 
+func (x *Need) GetLifetimeSeconds() float64 {
+	if x != nil {
+		return x.LifetimeSeconds
+	}
+	return 0
+}
+
 type Shape struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Profile       string                 `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
-	Cpus          int64                  `protobuf:"varint,2,opt,name=cpus,proto3" json:"cpus,omitempty"`
-	Gpus          int64                  `protobuf:"varint,3,opt,name=gpus,proto3" json:"gpus,omitempty"`
-	RamMb         int64                  `protobuf:"varint,4,opt,name=ram_mb,json=ramMb,proto3" json:"ram_mb,omitempty"`
-	Labels        []string               `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Profile string                 `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
+	Cpus    int64                  `protobuf:"varint,2,opt,name=cpus,proto3" json:"cpus,omitempty"`
+	Gpus    int64                  `protobuf:"varint,3,opt,name=gpus,proto3" json:"gpus,omitempty"`
+	RamMb   int64                  `protobuf:"varint,4,opt,name=ram_mb,json=ramMb,proto3" json:"ram_mb,omitempty"`
+	Labels  []string               `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty"`
+	// Since 2.8: how long a machine of this shape lasts, in seconds from
+	// its job's start (for Slurm: the profile's --time, else its
+	// partition's DefaultTime, capped by its MaxTime, else its MaxTime);
+	// 0 when it has no limit or the plugin does not know. An older plugin
+	// leaves it 0 and lifetime_from empty: unknown, which the engine takes
+	// as unlimited.
+	LifetimeSeconds float64 `protobuf:"fixed64,6,opt,name=lifetime_seconds,json=lifetimeSeconds,proto3" json:"lifetime_seconds,omitempty"`
+	// Since 2.8: where lifetime_seconds comes from, for people:
+	// "--time=00:05:00", "partition debug's DefaultTime=00:02:00",
+	// "unlimited" (no limit); empty when unknown.
+	LifetimeFrom  string `protobuf:"bytes,7,opt,name=lifetime_from,json=lifetimeFrom,proto3" json:"lifetime_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1426,6 +1454,20 @@ func (x *Shape) GetLabels() []string {
 		return x.Labels
 	}
 	return nil
+}
+
+func (x *Shape) GetLifetimeSeconds() float64 {
+	if x != nil {
+		return x.LifetimeSeconds
+	}
+	return 0
+}
+
+func (x *Shape) GetLifetimeFrom() string {
+	if x != nil {
+		return x.LifetimeFrom
+	}
+	return ""
 }
 
 type ShapesRequest struct {
@@ -3759,18 +3801,21 @@ const file_provisioner_proto_rawDesc = "" +
 	"\x10credential_epoch\x18\x04 \x01(\tR\x0fcredentialEpoch\x12%\n" +
 	"\x0eengine_address\x18\x05 \x01(\tR\rengineAddress\"W\n" +
 	"\x11ConfigureResponse\x12B\n" +
-	"\vdiagnostics\x18\x01 \x03(\v2 .fluksio.provision.v1.DiagnosticR\vdiagnostics\"[\n" +
+	"\vdiagnostics\x18\x01 \x03(\v2 .fluksio.provision.v1.DiagnosticR\vdiagnostics\"\x86\x01\n" +
 	"\x04Need\x12\x12\n" +
 	"\x04cpus\x18\x01 \x01(\x03R\x04cpus\x12\x12\n" +
 	"\x04gpus\x18\x02 \x01(\x03R\x04gpus\x12\x15\n" +
 	"\x06ram_mb\x18\x03 \x01(\x03R\x05ramMb\x12\x14\n" +
-	"\x05label\x18\x04 \x01(\tR\x05label\"x\n" +
+	"\x05label\x18\x04 \x01(\tR\x05label\x12)\n" +
+	"\x10lifetime_seconds\x18\x05 \x01(\x01R\x0flifetimeSeconds\"\xc8\x01\n" +
 	"\x05Shape\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x12\n" +
 	"\x04cpus\x18\x02 \x01(\x03R\x04cpus\x12\x12\n" +
 	"\x04gpus\x18\x03 \x01(\x03R\x04gpus\x12\x15\n" +
 	"\x06ram_mb\x18\x04 \x01(\x03R\x05ramMb\x12\x16\n" +
-	"\x06labels\x18\x05 \x03(\tR\x06labels\")\n" +
+	"\x06labels\x18\x05 \x03(\tR\x06labels\x12)\n" +
+	"\x10lifetime_seconds\x18\x06 \x01(\x01R\x0flifetimeSeconds\x12#\n" +
+	"\rlifetime_from\x18\a \x01(\tR\flifetimeFrom\")\n" +
 	"\rShapesRequest\x12\x18\n" +
 	"\x05label\x18\x01 \x01(\tB\x02\x18\x01R\x05label\"E\n" +
 	"\x0eShapesResponse\x123\n" +

@@ -13,7 +13,7 @@
 // internal/wire/protocol_doc_test.go); bin/provisioner-conformance checks
 // a plugin against both.
 //
-// Versions: the contract is 2.7. This line is where the version is
+// Versions: the contract is 2.8. This line is where the version is
 // written: shared.ContractVersion and the docs that state it are checked
 // against it (shared/version_test.go). A minor version only adds what an
 // older peer leaves unset, never sends, or does not list; CHANGELOG.md
@@ -99,6 +99,12 @@ type ProvisionerClient interface {
 	// The sizes of machine the plugin can start, smallest first: the order
 	// the engine matches needs in (a need goes to the first shape that fits
 	// it). NOT_CONFIGURED before Configure, as are Covers and Provision.
+	// Since 2.8 each shape says how long its machines last; a plugin may
+	// ask its system for what its configuration does not say (the Slurm
+	// plugin reads the partitions' DefaultTime and MaxTime for a profile
+	// without --time), within the call's deadline, and says the lifetime
+	// unknown when it cannot. The engine reads the shapes once, after
+	// Configure.
 	Shapes(ctx context.Context, in *ShapesRequest, opts ...grpc.CallOption) (*ShapesResponse, error)
 	// Deprecated: Do not use.
 	// Deprecated since 2.5: no host calls it; the engine answers "covers?"
@@ -310,6 +316,12 @@ type ProvisionerServer interface {
 	// The sizes of machine the plugin can start, smallest first: the order
 	// the engine matches needs in (a need goes to the first shape that fits
 	// it). NOT_CONFIGURED before Configure, as are Covers and Provision.
+	// Since 2.8 each shape says how long its machines last; a plugin may
+	// ask its system for what its configuration does not say (the Slurm
+	// plugin reads the partitions' DefaultTime and MaxTime for a profile
+	// without --time), within the call's deadline, and says the lifetime
+	// unknown when it cannot. The engine reads the shapes once, after
+	// Configure.
 	Shapes(context.Context, *ShapesRequest) (*ShapesResponse, error)
 	// Deprecated: Do not use.
 	// Deprecated since 2.5: no host calls it; the engine answers "covers?"

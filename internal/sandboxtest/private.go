@@ -91,6 +91,10 @@ type Options struct {
 	// none. Slurm 22.05 (bookworm) has no limiter, and up.sh refuses it
 	// there: a test checks Env.Version (or Suite) first.
 	RateLimit string
+	// DefaultTime is the partition's DefaultTime, the time limit of a
+	// job without --time (SANDBOX_DEFAULT_TIME), in Slurm's form ("2",
+	// "00:02:00"); "" for none.
+	DefaultTime string
 }
 
 // PrivateWith is Private with opts.
@@ -146,6 +150,9 @@ func PrivateWith(t testing.TB, name string, opts Options) Env {
 	}
 	if opts.RateLimit != "" {
 		env = append(env, "SANDBOX_RATE_LIMIT="+opts.RateLimit)
+	}
+	if opts.DefaultTime != "" {
+		env = append(env, "SANDBOX_DEFAULT_TIME="+opts.DefaultTime)
 	}
 	if opts.MinJobAge > 0 {
 		env = append(env, "SANDBOX_MIN_JOB_AGE="+strconv.Itoa(opts.MinJobAge))

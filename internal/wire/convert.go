@@ -14,17 +14,18 @@ import (
 // one line here and nowhere else.
 
 func needToProto(n shared.Need) *pb.Need {
-	return &pb.Need{Cpus: int64(n.CPUs), Gpus: int64(n.GPUs), RamMb: n.RAMMB, Label: n.Label}
+	return &pb.Need{Cpus: int64(n.CPUs), Gpus: int64(n.GPUs), RamMb: n.RAMMB, Label: n.Label, LifetimeSeconds: n.Lifetime.Seconds()}
 }
 
 func needFromProto(n *pb.Need) shared.Need {
-	return shared.Need{CPUs: int(n.GetCpus()), GPUs: int(n.GetGpus()), RAMMB: n.GetRamMb(), Label: n.GetLabel()}
+	return shared.Need{CPUs: int(n.GetCpus()), GPUs: int(n.GetGpus()), RAMMB: n.GetRamMb(), Label: n.GetLabel(), Lifetime: lifetime(n.GetLifetimeSeconds())}
 }
 
 func shapesToProto(in []shared.Shape) []*pb.Shape {
 	out := make([]*pb.Shape, 0, len(in))
 	for _, s := range in {
-		out = append(out, &pb.Shape{Profile: s.Profile, Cpus: int64(s.CPUs), Gpus: int64(s.GPUs), RamMb: s.RAMMB, Labels: s.Labels})
+		out = append(out, &pb.Shape{Profile: s.Profile, Cpus: int64(s.CPUs), Gpus: int64(s.GPUs), RamMb: s.RAMMB, Labels: s.Labels,
+			LifetimeSeconds: s.Lifetime.Seconds(), LifetimeFrom: s.LifetimeFrom})
 	}
 	return out
 }
@@ -32,7 +33,8 @@ func shapesToProto(in []shared.Shape) []*pb.Shape {
 func shapesFromProto(in []*pb.Shape) []shared.Shape {
 	out := make([]shared.Shape, 0, len(in))
 	for _, s := range in {
-		out = append(out, shared.Shape{Profile: s.GetProfile(), CPUs: int(s.GetCpus()), GPUs: int(s.GetGpus()), RAMMB: s.GetRamMb(), Labels: s.GetLabels()})
+		out = append(out, shared.Shape{Profile: s.GetProfile(), CPUs: int(s.GetCpus()), GPUs: int(s.GetGpus()), RAMMB: s.GetRamMb(), Labels: s.GetLabels(),
+			Lifetime: lifetime(s.GetLifetimeSeconds()), LifetimeFrom: s.GetLifetimeFrom()})
 	}
 	return out
 }
@@ -361,6 +363,23 @@ func eventFromProto(e *pb.Event) shared.Event {
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// maxLifetime bounds a lifetime read off the wire, far above any job's
+// time limit, so that a peer's nonsense cannot overflow a duration.
+const maxLifetime = 100 * 365 * 24 * time.Hour
+
+// lifetime is a lifetime in seconds off the wire: what is not a
+// positive number is none (0), and what is larger than maxLifetime is
+// maxLifetime.
+func lifetime(s float64) time.Duration {
+	if !(s > 0) {
+		return 0
+	}
+	if s >= maxLifetime.Seconds() {
+		return maxLifetime
+	}
+	return seconds(s)
+}
 
 func unixNano(t time.Time) int64 {
 	if t.IsZero() {

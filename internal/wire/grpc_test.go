@@ -44,7 +44,8 @@ func TestRoundTripEveryMethod(t *testing.T) {
 		{Severity: shared.SeverityError, Summary: "Bad", Detail: "fix it", Path: []string{"profile", "1", "cpus"}},
 		{Severity: shared.SeverityWarning, Summary: "Hmm"},
 	}
-	shapes := []shared.Shape{{Profile: "a", CPUs: 1}, {Profile: "b", CPUs: 4, GPUs: 2, RAMMB: 1 << 40, Labels: []string{"x", "y"}}}
+	shapes := []shared.Shape{{Profile: "a", CPUs: 1, LifetimeFrom: shared.LifetimeUnlimited},
+		{Profile: "b", CPUs: 4, GPUs: 2, RAMMB: 1 << 40, Labels: []string{"x", "y"}, Lifetime: 5 * time.Minute, LifetimeFrom: "--time=00:05:00"}}
 	status := &shared.StatusResponse{Name: "n", Kind: "k", Profiles: []string{"a", "b"}, LastError: "oops",
 		Outstanding: []shared.Outstanding{{Profile: "a", Job: "12", Worker: "n-a-1", Age: 1500 * time.Millisecond, State: "PENDING", Reason: "Priority"}},
 		BackingOff:  []shared.Backoff{{Profile: "b", Failures: 3, Until: time.Unix(1700000000, 5), LastError: "sbatch: nope"}},
@@ -56,7 +57,7 @@ func TestRoundTripEveryMethod(t *testing.T) {
 			Commands: []shared.CommandStats{{Command: "sbatch", Calls: 5, Errors: 1, SSHErrors: 2, Timeouts: 1, Rationed: 3,
 				Buckets: []float64{0.1, 1}, BucketCounts: []int64{3, 4}, DurationSum: 2500 * time.Millisecond}},
 		}}
-	need := shared.Need{CPUs: 3, GPUs: 1, RAMMB: 2048, Label: "x"}
+	need := shared.Need{CPUs: 3, GPUs: 1, RAMMB: 2048, Label: "x", Lifetime: 135 * time.Second}
 	// Every field of the answer set, so that a converter that drops one
 	// fails the round trip.
 	provisioned := &shared.ProvisionResponse{

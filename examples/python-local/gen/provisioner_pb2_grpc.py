@@ -126,6 +126,12 @@ class ProvisionerServicer(object):
         """The sizes of machine the plugin can start, smallest first: the order
         the engine matches needs in (a need goes to the first shape that fits
         it). NOT_CONFIGURED before Configure, as are Covers and Provision.
+        Since 2.8 each shape says how long its machines last; a plugin may
+        ask its system for what its configuration does not say (the Slurm
+        plugin reads the partitions' DefaultTime and MaxTime for a profile
+        without --time), within the call's deadline, and says the lifetime
+        unknown when it cannot. The engine reads the shapes once, after
+        Configure.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
