@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/slurm/internal/queue"
 	"github.com/fluksio/provision/slurm/sbatch"
 )
 
@@ -68,7 +69,7 @@ func (p *Provisioner) Check(ctx context.Context, req *shared.CheckRequest) (*sha
 		return &shared.CheckResponse{Diagnostics: diags}, nil
 	}
 	defer q.stop()
-	defer q.ssh.Close(context.WithoutCancel(ctx))
+	defer q.q.Close(context.WithoutCancel(ctx))
 	c := &check{q: q, cfg: q.settings(), resp: &shared.CheckResponse{Diagnostics: diags}, index: profileIndex(req.Config)}
 	if c.login(ctx) {
 		c.cluster(ctx)
@@ -123,7 +124,7 @@ func (p *Provisioner) scratch(ctx context.Context, name string, raw json.RawMess
 	q := New(p.logger)
 	q.sshPath, q.now = p.sshPath, p.now
 	q.cfg = cfg
-	q.ssh = q.newTransport(cfg)
+	q.q = q.newQueue(cfg, q.newTransport(cfg))
 	return q, diags
 }
 
@@ -196,7 +197,7 @@ func (c *check) login(ctx context.Context) bool {
 		if len(logins) > 1 {
 			name = fmt.Sprintf("login %d of %d", i+1, len(logins))
 		}
-		stdout, stderr, err := c.q.ssh.RunOn(ctx, i, nil, remote...)
+		stdout, stderr, err := c.q.q.Transport().RunOn(ctx, i, nil, remote...)
 		if err == nil {
 			answered++
 			c.fact(name, fmt.Sprintf("ok, as %s (ssh %s)", strings.TrimSpace(lastLine(stdout)), entry))
@@ -273,7 +274,7 @@ func sshBlame(cfg *settings, said string) (path []string, summary, fix string) {
 // cluster reads what the provisioner adapts to: the Slurm version,
 // MaxArraySize and the RPC rate limiter, from scontrol show config. A
 // configuration printed and then a DOWN from its closing ping is the
-// limiter refusing the ping (ratelimit.go): the check goes on and says
+// limiter refusing the ping (slurm/internal/queue/ratelimit.go): the check goes on and says
 // so, never "not reachable".
 func (c *check) cluster(ctx context.Context) {
 	stdout, stderr, err := c.q.call(ctx, nil, "scontrol", "show", "config")
@@ -320,14 +321,14 @@ func (c *check) cluster(ctx context.Context) {
 // provisioner's polling costs against it, and whether it rationed the
 // check itself.
 func (c *check) rateFact(out []byte) string {
-	limit := parseRateLimit(out)
-	if !limit.on {
+	limit := queue.ParseRateLimit(out)
+	if !limit.On {
 		return "off"
 	}
 	cost := c.cfg.pollCost()
 	s := fmt.Sprintf("%s; this provisioner's poll costs %g every %s while it has jobs to watch (%.2f a second; 1 on Slurm 24.05 and later while every job it watches runs)",
 		limit, cost, c.cfg.pollInterval, cost/c.cfg.pollInterval.Seconds())
-	if pingRationed(out) {
+	if queue.PingRationed(out) {
 		s = "rate limited: " + s + "; this user's bucket was empty during the check (scontrol's closing ping was refused, so it said DOWN right after slurmctld sent the configuration): commands wait their turn, which is not an outage"
 	}
 	return s

@@ -103,7 +103,7 @@ type Config struct {
 	// from false and 0; fillDefaults fills them in (see ssh.go).
 	Multiplex   *bool `json:"multiplex"`
 	MaxSessions *int  `json:"max_sessions"`
-	// MaxRPCRate is the login user's RPC budget (budget.go); a pointer,
+	// MaxRPCRate is the login user's RPC budget (slurm/internal/queue/budget.go); a pointer,
 	// so that absent can be told from 0.
 	MaxRPCRate *float64 `json:"max_rpc_rate"`
 	// MaxWorkers and MaxPending cap the whole provisioner (see

@@ -638,10 +638,9 @@ func (p *Provisioner) submitEach(ctx context.Context, cfg *settings, host shared
 // machines one by one instead.
 func (p *Provisioner) submitOne(ctx context.Context, cfg *settings, host shared.Host, prof Profile, live []*request) bool {
 	// The login user's RPC budget is waited for before submit_timeout
-	// starts, which bounds ssh and sbatch, not a turn (budget.go). A
+	// starts, which bounds ssh and sbatch, not a turn (slurm/internal/queue/budget.go). A
 	// context ended meanwhile fails the ask below.
-	_ = p.spend(ctx, []string{"sbatch"})
-	ctx, cancel := context.WithTimeout(prepaid(ctx), cfg.submitTimeout)
+	ctx, cancel := context.WithTimeout(p.q.Prepay(ctx), cfg.submitTimeout)
 	defer cancel()
 	askCtx, cancelAsk := context.WithTimeout(ctx, cfg.submitTimeout-cfg.submitTimeout/4)
 	askDeadline, _ := askCtx.Deadline()
@@ -672,7 +671,7 @@ func (p *Provisioner) submitOne(ctx context.Context, cfg *settings, host shared.
 		// job may well exist, and asking again would start a second
 		// one. Its comment names the batch: look.
 		landBy := p.landBy(cfg, time.Until(askDeadline), live[0].since)
-		rationed := p.waitingTurn(err)
+		rationed := p.q.WaitingTurn(err)
 		found, lerr := p.lookup(ctx, cfg, live[0].tag)
 		switch {
 		case lerr != nil && saidZeroBytes(detail) && (saidZeroBytes(lerr.Error()) || releaseMismatch(lerr.Error())):

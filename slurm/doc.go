@@ -134,7 +134,7 @@
 // user's RPCs (slurmctld's rate limiter) makes commands slow, not failed:
 // the plugin reads the limiter from the same configuration and takes a
 // rationed command for weather, shown as "rate limited", never for an
-// outage (ratelimit.go).
+// outage (slurm/internal/queue/ratelimit.go).
 //
 // Nothing has to be installed on the cluster: unless worker_command is
 // set, the worker a job runs is the fluksio-worker built with this

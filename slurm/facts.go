@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fluksio/provision/slurm/internal/queue"
 	"github.com/fluksio/provision/slurm/sbatch"
 )
 
@@ -124,7 +125,7 @@ func (p *Provisioner) readFacts(ctx context.Context) error {
 	}
 	p.cluster = c.cluster
 	p.maxJobs = c.maxJobCount
-	p.rationing.limit = parseRateLimit(stdout)
+	p.q.SetRateLimit(queue.ParseRateLimit(stdout))
 	p.facts, p.factsErr = factsRead, ""
 	if p.arrayNote == "" {
 		p.maxArray = arrayCap(c.maxArraySize)

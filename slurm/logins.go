@@ -170,10 +170,10 @@ func parseLoginList(attr string, l Logins, w loginWords, check func(path []strin
 // p.mu held: the transport's lock is taken under it, never the other way
 // round.
 func (p *Provisioner) loginNeeded(cfg *settings) (bool, string) {
-	if p.ssh == nil {
+	if p.q == nil {
 		return false, ""
 	}
-	a := p.ssh.Access()
+	a := p.q.Transport().Access()
 	if a.Phase != sshrun.AccessRefused {
 		return false, ""
 	}
@@ -223,14 +223,14 @@ func masterCommand(cfg *settings) string {
 // answering or refusing, with ssh's words). One login that answers says
 // nothing.
 func (p *Provisioner) loginNotes(cfg *settings) []string {
-	if p.ssh == nil {
+	if p.q == nil {
 		return nil
 	}
 	var notes []string
 	if needed, detail := p.loginNeeded(cfg); needed {
 		notes = append(notes, detail)
 	}
-	return append(notes, p.ssh.Notes()...)
+	return append(notes, p.q.Transport().Notes()...)
 }
 
 // accessChanged writes the one line a change of the way in gets: when a

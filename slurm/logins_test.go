@@ -137,7 +137,7 @@ func TestLoginNeeded(t *testing.T) {
 		t.Error("the poller rests while the login is needed: nothing would notice it back")
 	}
 	// Polls before the try is due knock on nothing: no ssh at all.
-	next := h.p.ssh.Access().NextTry
+	next := h.p.q.Transport().Access().NextTry
 	if got := next.Sub(h.clock.Now()); got != time.Minute {
 		t.Errorf("the next try is %s away, want a minute", got)
 	}
@@ -157,7 +157,7 @@ func TestLoginNeeded(t *testing.T) {
 	if n := len(h.fake.calls()) - calls; n != 1 {
 		t.Errorf("%d ssh when the login's try is due, want 1", n)
 	}
-	if got := h.p.ssh.Access().NextTry.Sub(h.clock.Now()); got != 2*time.Minute {
+	if got := h.p.q.Transport().Access().NextTry.Sub(h.clock.Now()); got != 2*time.Minute {
 		t.Errorf("after a second refusal the next try is %s away, want 2m", got)
 	}
 

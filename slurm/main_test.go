@@ -604,6 +604,9 @@ type harness struct {
 	fake  *fakeCluster
 	// wants is the demand the test has expressed so far (want).
 	wants sharedtest.Wants
+	// callsBefore is how many commands the queue had run when the record
+	// of calls started (calls counts from it).
+	callsBefore int64
 }
 
 // newHarness configures a Provisioner named "hpc" whose ssh is the fake
@@ -615,7 +618,7 @@ func newHarness(t *testing.T, spec string, edit func(map[string]any)) *harness {
 	h := newUnconfigured(t, spec)
 	h.configure(t, edit)
 	h.fake.forget(t)
-	h.p.slurmCalls.Store(0)
+	h.callsBefore = h.p.q.Calls()
 	return h
 }
 

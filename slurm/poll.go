@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/slurm/internal/queue"
 	"github.com/fluksio/provision/slurm/sbatch"
 	"github.com/fluksio/provision/slurm/sshrun"
 )
@@ -168,29 +169,17 @@ func appendRow(rows []jobRow, row jobRow) []jobRow {
 	return rows
 }
 
-// call runs one command on the login node, through the ssh transport
-// (slurm/sshrun), bounded by submit_timeout and ctx. Every cluster
-// command goes through here, so that tests can count them. The remote
-// command is handed to the login node's shell as one string, each word
-// shell-quoted; callers pass only constants, validated names and
-// validated job ids.
+// call runs one command on the login node through the queue
+// (slurm/internal/queue), which spends the RPC budget, reads the rate
+// limiter and counts it.
 func (p *Provisioner) call(ctx context.Context, stdin []byte, remote ...string) (stdout, stderr []byte, err error) {
-	p.slurmCalls.Add(1)
-	start := time.Now()
-	rationed := false
-	defer p.metrics.command(remote, start, &err, &rationed)
-	if p.settings() == nil {
+	p.mu.Lock()
+	q := p.q
+	p.mu.Unlock()
+	if q == nil {
 		return nil, nil, shared.ErrNotConfigured
 	}
-	if err := p.spend(ctx, remote); err != nil {
-		return nil, nil, err
-	}
-	stdout, stderr, err = p.ssh.Run(ctx, stdin, remote...)
-	if len(remote) > 0 {
-		// Whether slurmctld's rate limiter made it wait (ratelimit.go).
-		rationed = p.weigh(remote[0], time.Since(start), stdout, err)
-	}
-	return stdout, stderr, err
+	return q.Run(ctx, stdin, remote...)
 }
 
 // withStderr adds what a failed command printed to its error.
@@ -235,7 +224,7 @@ func (s *settings) pollArgs(all bool) ([]string, string) {
 // a login that names no user.
 func (s *settings) pollCost() float64 {
 	args, _ := s.pollArgs(true)
-	return rpcCost(args)
+	return queue.RPCCost(args)
 }
 
 // queueArgs ends an squeue's args with this provisioner's job name and
@@ -332,7 +321,7 @@ func (p *Provisioner) outcomeUnknown(cfg *settings, live []*request, detail stri
 	}
 	switch {
 	case rationed:
-		// A rationed sbatch is waiting, not failing (ratelimit.go).
+		// A rationed sbatch is waiting, not failing (slurm/internal/queue/ratelimit.go).
 	case lookupErr != nil:
 		p.lastErr = truncate(detail + "; then could not look for its job: " + lookupErr.Error())
 	default:
@@ -398,7 +387,7 @@ func (p *Provisioner) pollLoop(cfg *settings, host shared.Host) {
 	ctx := p.polling
 	actx, cancel := context.WithTimeout(ctx, cfg.submitTimeout)
 	if cfg.multiplex {
-		p.ssh.CleanStale(actx)
+		p.q.Transport().CleanStale(actx)
 	}
 	p.adoptAtStart(actx, cfg, host)
 	cancel()
@@ -481,7 +470,7 @@ func (p *Provisioner) pollOnce(ctx context.Context) {
 	if !adopting && !cancelling && !watchingLate && len(watched) == 0 && len(ends) == 0 && !departed && !needLogin {
 		return
 	}
-	if needLogin && p.now().Before(p.ssh.Access().NextTry) {
+	if needLogin && p.now().Before(p.q.Transport().Access().NextTry) {
 		// The login refused, and its next try is not due: squeue would
 		// fail at once without ssh, and would say nothing new.
 		return
@@ -499,7 +488,7 @@ func (p *Provisioner) pollOnce(ctx context.Context) {
 		return // Shutdown has begun.
 	}
 	if err != nil {
-		if p.waitingTurn(err) {
+		if p.q.WaitingTurn(err) {
 			p.queueRationed(cfg, err)
 			return
 		}
@@ -919,7 +908,7 @@ func (p *Provisioner) adoptAtStart(ctx context.Context, cfg *settings, host shar
 		if p.polling.Err() != nil {
 			return // Shutdown has begun.
 		}
-		if p.waitingTurn(err) {
+		if p.q.WaitingTurn(err) {
 			cfg.log.Info("the queue's answer waits its turn at slurmctld's RPC rate limiter; the jobs an earlier run left are looked for again each poll", "error", err)
 			return
 		}

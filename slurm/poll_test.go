@@ -66,7 +66,7 @@ func (h *harness) provisioned(t *testing.T) shared.Event {
 	return ev
 }
 
-func (h *harness) calls() int64 { return h.p.slurmCalls.Load() }
+func (h *harness) calls() int64 { return h.p.q.Calls() - h.callsBefore }
 
 func (h *harness) outstanding(t *testing.T) map[string]shared.Outstanding {
 	t.Helper()

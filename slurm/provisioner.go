@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -19,9 +18,9 @@ import (
 	"github.com/fluksio/provision/internal/clip"
 	"github.com/fluksio/provision/shared"
 
+	"github.com/fluksio/provision/slurm/internal/queue"
 	relayd "github.com/fluksio/provision/slurm/relay"
 	"github.com/fluksio/provision/slurm/sbatch"
-	"github.com/fluksio/provision/slurm/sshrun"
 )
 
 const (
@@ -78,10 +77,7 @@ type Provisioner struct {
 	// Configure starts. Add happens under mu and only while shut is false,
 	// so no Add can race Shutdown's Wait.
 	wg sync.WaitGroup
-	// slurmCalls counts the commands run on the login node, so that tests
-	// can see how many a poll cycle costs.
-	slurmCalls atomic.Int64
-	// metrics counts failures and commands for Status (metrics.go).
+	// metrics counts failures for Status (metrics.go).
 	metrics metrics
 	// makingLogDir holds one token while log_dir is being made, so that
 	// a burst of first submissions makes it once, not once each; it is
@@ -116,13 +112,14 @@ type Provisioner struct {
 	// relay is set by Configure with reach = "relay" and never changes
 	// after; it has its own lock.
 	relay *relay
-	// ssh runs every command on the login nodes, and knows how each
-	// stands (slurm/sshrun). Configure sets it with cfg and it never
-	// changes after, so whoever has read a non-nil cfg under mu may use
-	// it without mu (as the poller and submissions do). It has its own
-	// locks, which may be taken under mu (loginNeeded), never mu under
-	// them: it calls back (accessChanged) with none held.
-	ssh *sshrun.Transport
+	// q runs every command on the login nodes (slurm/internal/queue),
+	// through the ssh transport that knows how each login stands
+	// (slurm/sshrun). Configure sets it with cfg and it never changes
+	// after, so whoever has read a non-nil cfg under mu may use it
+	// without mu (as the poller and submissions do). Its locks may be
+	// taken under mu (loginNeeded, Status), never mu under them: the
+	// transport calls back (accessChanged) with none held.
+	q *queue.Queue
 	// ledger is the machines asked for and not yet arrived (ledger.go).
 	ledger
 	// maxArray is the most machines one sbatch asks for: the cluster's
@@ -130,10 +127,6 @@ type Provisioner struct {
 	// are refused, which arrayNote then explains for Status.
 	maxArray  int
 	arrayNote string
-	// rationing is what is known of slurmctld's RPC rate limiter: its
-	// sizes, read with the facts, and the last command it made wait
-	// (ratelimit.go).
-	rationing rationing
 	// facts is whether maxArray, maxJobs and cluster have been read, and
 	// factsErr why the last read failed while they have not.
 	facts    factsState
@@ -217,8 +210,6 @@ type Provisioner struct {
 	// holds are the cluster's, the site's throttle's and the limits'
 	// holds on every profile (hold.go).
 	holds holds
-	// budget is the login user's shared RPC budget (budget.go).
-	budget budget
 	// noLightPoll is set once squeue refused --only-job-state; every poll
 	// is full from then on. cyclesSinceFull counts the light polls since
 	// the last full one (lightpoll.go).
@@ -462,7 +453,7 @@ func (p *Provisioner) Configure(ctx context.Context, req *shared.ConfigureReques
 		p.mu.Unlock()
 		return p.reconfigure(cfg)
 	}
-	p.cfg, p.host, p.ssh = cfg, req.Host, ssh
+	p.cfg, p.host, p.q = cfg, req.Host, p.newQueue(cfg, ssh)
 	p.adoptPending, p.mine = true, map[string]bool{}
 	// One count for adoption and then the poller, taken while shut is
 	// false: Shutdown waits for both, and cancels them first. The relay,
@@ -1095,7 +1086,7 @@ func (p *Provisioner) Status(context.Context, *shared.StatusRequest) (*shared.St
 	now := p.now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	resp := &shared.StatusResponse{Kind: kind, LastError: p.lastErr, Counters: p.metrics.counters()}
+	resp := &shared.StatusResponse{Kind: kind, LastError: p.lastErr, Counters: p.metrics.counters(p.q)}
 	if p.cfg == nil {
 		return resp, nil
 	}
@@ -1124,10 +1115,10 @@ func (p *Provisioner) Status(context.Context, *shared.StatusRequest) (*shared.St
 	if note := p.factsNoteLocked(); note != "" {
 		resp.Notes = append(resp.Notes, note)
 	}
-	if note := p.rateNoteLocked(now); note != "" {
+	if note := p.q.RateNote(now); note != "" {
 		resp.Notes = append(resp.Notes, note)
 	}
-	if note := p.budgetNoteLocked(now); note != "" {
+	if note := p.q.BudgetNote(now); note != "" {
 		resp.Notes = append(resp.Notes, note)
 	}
 	resp.Notes = append(resp.Notes, p.limitNotesLocked(now)...)
@@ -1200,7 +1191,7 @@ func (p *Provisioner) Shutdown(ctx context.Context, req *shared.ShutdownRequest)
 // shutdown is the one Shutdown's work.
 func (p *Provisioner) shutdown(ctx context.Context, req *shared.ShutdownRequest) (*shared.ShutdownResponse, error) {
 	p.mu.Lock()
-	cfg, host, ssh := p.cfg, p.host, p.ssh
+	cfg, host, q := p.cfg, p.host, p.q
 	var inflight []*request
 	for r := range p.inflight {
 		inflight = append(inflight, r)
@@ -1210,8 +1201,8 @@ func (p *Provisioner) shutdown(ctx context.Context, req *shared.ShutdownRequest)
 	// queue is about to be emptied of this provisioner's jobs.
 	p.stopPolling()
 	defer p.stop()
-	if ssh != nil {
-		defer ssh.Close(ctx) // last of all, after squeue and scancel
+	if q != nil {
+		defer q.Close(ctx) // last of all, after squeue and scancel
 	}
 	if cfg == nil {
 		return &shared.ShutdownResponse{}, nil

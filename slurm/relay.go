@@ -303,7 +303,7 @@ func (r *relay) session(ctx context.Context) error {
 	// with several logins, the relay moves with them (logins.go). However
 	// the session ends, ssh is gone before session returns.
 	stderr := &tailBuffer{max: 4096}
-	ssh, err := r.p.ssh.Start(ctx, stderr, remote...)
+	ssh, err := r.p.q.Transport().Start(ctx, stderr, remote...)
 	if err != nil {
 		return fmt.Errorf("starting ssh for the relay: %w", err)
 	}
@@ -465,7 +465,7 @@ func (r *relay) command(ctx context.Context) ([]string, error) {
 		cfg.log.Info("copying the relay to the login node", "path", "~/"+relayCacheDir+"/"+relayFile(sum), "bytes", len(data))
 		// Tens of megabytes: more than submit_timeout may allow over a
 		// slow link, and it happens once per version.
-		if _, stderr, err := r.p.ssh.RunWithin(ctx, max(cfg.submitTimeout, relayUploadTimeout), data, "sh", "-c", relayUploadScript(sum)); err != nil {
+		if _, stderr, err := r.p.q.Transport().RunWithin(ctx, max(cfg.submitTimeout, relayUploadTimeout), data, "sh", "-c", relayUploadScript(sum)); err != nil {
 			return nil, fmt.Errorf("copying the relay to %s: %w", cfg.host(), withStderr(err, stderr))
 		}
 	default:

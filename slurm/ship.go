@@ -240,7 +240,7 @@ func (p *Provisioner) ensureWorker(ctx context.Context, cfg *settings) (workerCo
 		cfg.log.Info("copying the worker to the login node", "from", plan.local, "path", plan.copy.path, "bytes", len(plan.data))
 		// Megabytes: more than submit_timeout may allow over a slow
 		// link, and it happens once per version.
-		if _, stderr, err := p.ssh.RunWithin(ctx, max(cfg.submitTimeout, relayUploadTimeout), plan.data, "sh", "-c", workerUploadScript(plan.copy.sum)); err != nil {
+		if _, stderr, err := p.q.Transport().RunWithin(ctx, max(cfg.submitTimeout, relayUploadTimeout), plan.data, "sh", "-c", workerUploadScript(plan.copy.sum)); err != nil {
 			return workerCopy{}, fmt.Errorf("copying the worker to %s: %w", cfg.host(), withStderr(err, stderr))
 		}
 	default:

@@ -298,12 +298,12 @@ func TestIntegrationWorkerRecheck(t *testing.T) {
 	s := p.settings()
 	ensure := func(what string, wantCalls int64) workerCopy {
 		t.Helper()
-		before := p.slurmCalls.Load()
+		before := p.q.Calls()
 		c, err := p.ensureWorker(ctx, s)
 		if err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
-		if got := p.slurmCalls.Load() - before; got != wantCalls {
+		if got := p.q.Calls() - before; got != wantCalls {
 			t.Errorf("%s: %d commands on the login node, want %d", what, got, wantCalls)
 		}
 		return c

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/slurm/internal/queue"
 	"github.com/fluksio/provision/slurm/sshrun"
 )
 
@@ -30,6 +31,20 @@ func (p *Provisioner) newTransport(cfg *settings) *sshrun.Transport {
 		log = p.logger
 	}
 	return sshrun.New(c, log)
+}
+
+// newQueue is the queue that runs cfg's commands through ssh: the login
+// user's budget is keyed by the first login, with its port.
+func (p *Provisioner) newQueue(cfg *settings, ssh *sshrun.Transport) *queue.Queue {
+	key := cfg.firstLogin().Dest
+	if port := cfg.firstLogin().Port; port != 0 {
+		key = fmt.Sprintf("%s:%d", key, port)
+	}
+	log := cfg.log
+	if log == nil {
+		log = p.logger
+	}
+	return queue.New(ssh, queue.Config{BudgetKey: key, MaxRPCRate: cfg.maxRPCRate, Log: log, Now: p.now})
 }
 
 // sshConfig is the transport's configuration from the settings.
