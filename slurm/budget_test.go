@@ -38,7 +38,7 @@ func TestBudgetPacesAndSays(t *testing.T) {
 	})
 	start := time.Now()
 	for range 6 {
-		if _, _, err := h.p.call(context.Background(), nil, "squeue", "-h", "--me"); err != nil {
+		if _, _, err := h.p.q.Run(context.Background(), nil, "squeue", "-h", "--me"); err != nil {
 			t.Fatal(err)
 		}
 	}

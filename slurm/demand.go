@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/slurm/internal/queue"
 )
 
 // Provision reads the engine's whole demand and keeps, per profile, as
@@ -672,7 +673,7 @@ func (p *Provisioner) submitOne(ctx context.Context, cfg *settings, host shared.
 		// one. Its comment names the batch: look.
 		landBy := p.landBy(cfg, time.Until(askDeadline), live[0].since)
 		rationed := p.q.WaitingTurn(err)
-		found, lerr := p.lookup(ctx, cfg, live[0].tag)
+		found, lerr := p.q.Lookup(ctx, cfg.comment(live[0].tag))
 		switch {
 		case lerr != nil && saidZeroBytes(detail) && (saidZeroBytes(lerr.Error()) || releaseMismatch(lerr.Error())):
 			// Twice the same words from two commands: not a dropped
@@ -843,19 +844,18 @@ func (p *Provisioner) ask(ctx context.Context, cfg *settings, host shared.Host, 
 		tasks = tasksOf(live)
 	}
 	script := p.script(prof, url, pin, live[0].tag, tasks, perAlloc)
-	stdout, stderr, err := p.call(ctx, script, "sbatch", "--parsable")
+	job, err := p.q.Submit(ctx, script)
 	// sbatch does not echo the script, but a wrapper on the login node
 	// might, and no token may reach a log or an event (redact.go).
 	redact := newRedactor(tokens).scrub
-	if err != nil {
-		said := firstNonEmpty(string(stderr), string(stdout), err.Error())
+	if ce := (*queue.CommandError)(nil); errors.As(err, &ce) {
+		said := firstNonEmpty(string(ce.Stderr), string(ce.Stdout), ce.Err.Error())
 		if releaseMismatch(said) {
 			said = mismatchDetail(cfg.host(), said)
 		}
 		said += deadlineHint(prof, said) + submitRuleHint(said)
-		return "", failure(err, said, answerLost(err, stderr), redact)
+		return "", failure(ce.Err, said, answerLost(ce.Err, ce.Stderr), redact)
 	}
-	job, err := parseJobID(string(stdout))
 	if err != nil {
 		err = fmt.Errorf("sbatch on %s: %w", cfg.host(), err)
 		return "", failure(err, err.Error(), false, redact)

@@ -35,6 +35,7 @@ import (
 	"fmt"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/slurm/internal/queue"
 )
 
 // attachedJob is the job of a worker the engine reports attached.
@@ -91,7 +92,7 @@ func (p *Provisioner) departLocked(worker string) {
 // lists as queued or running: ended, or gone. p.mu must be held.
 func (p *Provisioner) forgetDepartedLocked(cfg *settings, byID rowIndex) {
 	for w, j := range p.departed {
-		if row, ok := rowOf(byID, j.job, cfg.comment(j.tag)); !ok || endedStates[row.state] {
+		if row, ok := rowOf(byID, j.job, cfg.comment(j.tag)); !ok || endedStates[row.State] {
 			delete(p.departed, w)
 		}
 	}
@@ -110,7 +111,7 @@ func (p *Provisioner) endWatchesLocked() []endWatch {
 // endedUnder tells the engine of each watched job that has ended or left
 // its machine under its attached worker (worker_job_ended), and stops
 // watching it. A job requeued (pending again) is cancelled too.
-func (p *Provisioner) endedUnder(ctx context.Context, cfg *settings, host shared.Host, watched []endWatch, rows []jobRow) {
+func (p *Provisioner) endedUnder(ctx context.Context, cfg *settings, host shared.Host, watched []endWatch, rows []queue.Job) {
 	byID := indexRows(rows)
 	var evs []shared.Event
 	var requeued []jobRef
@@ -118,26 +119,26 @@ func (p *Provisioner) endedUnder(ctx context.Context, cfg *settings, host shared
 	p.forgetDepartedLocked(cfg, byID)
 	for _, w := range watched {
 		row, listed := rowOf(byID, w.job, cfg.comment(w.tag))
-		if listed && runningStates[row.state] {
+		if listed && runningStates[row.State] {
 			continue
 		}
 		if cur, ok := p.attachedJobs[w.worker]; !ok || cur != w.attachedJob {
 			continue // the worker left, or came back, while the queue was read
 		}
 		p.departLocked(w.worker)
-		state, detail := row.state, ""
+		state, detail := row.State, ""
 		switch {
 		case !listed:
 			state = "GONE"
 			detail = fmt.Sprintf("job %s has left the queue", w.job)
-		case row.state == "PENDING":
-			detail = fmt.Sprintf("job %s is pending again (requeued%s): its worker's processes are gone", w.job, orBlank(", ", row.reason))
+		case row.State == "PENDING":
+			detail = fmt.Sprintf("job %s is pending again (requeued%s): its worker's processes are gone", w.job, orBlank(", ", row.Reason))
 			requeued = append(requeued, jobRef{job: w.job, profile: w.profile, worker: w.worker,
 				why: "requeued under its attached worker, whose name is revoked"})
-		case row.reason != "" && row.reason != "None":
-			detail = fmt.Sprintf("job %s is %s (%s)", w.job, row.state, row.reason)
+		case row.Reason != "" && row.Reason != "None":
+			detail = fmt.Sprintf("job %s is %s (%s)", w.job, row.State, row.Reason)
 		default:
-			detail = fmt.Sprintf("job %s is %s", w.job, row.state)
+			detail = fmt.Sprintf("job %s is %s", w.job, row.State)
 		}
 		evs = append(evs, shared.Event{Kind: shared.EventWorkerJobEnded, Profile: w.profile, Job: w.job, Worker: w.worker,
 			JobState: state, Detail: detail})

@@ -2,14 +2,10 @@ package slurm
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/fluksio/provision/slurm/internal/queue"
 	"github.com/fluksio/provision/slurm/sbatch"
 )
 
@@ -43,52 +39,6 @@ const (
 // asked for once the facts are read, as demand is level-triggered.
 const unknownFactsBurst = 100
 
-var (
-	// configHeaderRE is the first line scontrol show config prints once
-	// slurmctld has answered: the configuration is the controller's.
-	configHeaderRE = regexp.MustCompile(`(?m)^Configuration data as of `)
-	// maxArraySizeRE finds MaxArraySize in scontrol show config.
-	maxArraySizeRE = regexp.MustCompile(`(?m)^MaxArraySize\s*=\s*([0-9]+)\s*$`)
-	slurmVersionRE = regexp.MustCompile(`(?m)^SLURM_VERSION\s*=\s*(\S+)`)
-	clusterNameRE  = regexp.MustCompile(`(?m)^ClusterName\s*=\s*(\S+)`)
-)
-
-// showConfig is what scontrol show config says that the provisioner
-// adapts to.
-type showConfig struct {
-	version string
-	cluster string
-	// maxArraySize is MaxArraySize, -1 when the output does not say.
-	maxArraySize int
-	// maxJobCount is MaxJobCount, Slurm's default when the output does
-	// not say.
-	maxJobCount int
-}
-
-// parseShowConfig reads scontrol show config's output. ok is false when
-// it holds no configuration: slurmctld never answered. Whatever follows
-// the configuration (the ping of each controller at its end) does not
-// make what it says less the controller's.
-func parseShowConfig(out []byte) (c showConfig, ok bool) {
-	if !configHeaderRE.Match(out) {
-		return showConfig{}, false
-	}
-	c.maxArraySize = -1
-	if m := slurmVersionRE.FindSubmatch(out); m != nil {
-		c.version = string(m[1])
-	}
-	if m := clusterNameRE.FindSubmatch(out); m != nil {
-		c.cluster = string(m[1])
-	}
-	if m := maxArraySizeRE.FindSubmatch(out); m != nil {
-		if n, err := strconv.Atoi(string(m[1])); err == nil {
-			c.maxArraySize = n
-		}
-	}
-	c.maxJobCount = parseMaxJobCount(out)
-	return c, true
-}
-
 // arrayCap is the most machines one sbatch asks for on a cluster of
 // MaxArraySize n: array indexes run from 0 to n-1, and 0 or 1 means no
 // arrays (1). An unset MaxArraySize is Slurm's default.
@@ -104,13 +54,8 @@ func arrayCap(n int) int {
 // before any submission may begin; each poll cycle reads them again
 // until they are read.
 func (p *Provisioner) readFacts(ctx context.Context) error {
-	stdout, stderr, err := p.call(ctx, nil, "scontrol", "show", "config")
-	c, ok := parseShowConfig(stdout)
-	if !ok {
-		if err == nil {
-			err = errors.New("scontrol show config printed no configuration")
-		}
-		err = withStderr(err, stderr)
+	c, err := p.q.Facts(ctx)
+	if err != nil {
 		p.mu.Lock()
 		p.factsErr = truncate(err.Error())
 		p.mu.Unlock()
@@ -118,17 +63,16 @@ func (p *Provisioner) readFacts(ctx context.Context) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.cluster != c.cluster {
+	if p.cluster != c.Cluster {
 		// The limits read so far were every cluster's; this one's are
 		// read again.
 		p.limits.readAt = time.Time{}
 	}
-	p.cluster = c.cluster
-	p.maxJobs = c.maxJobCount
-	p.q.SetRateLimit(queue.ParseRateLimit(stdout))
+	p.cluster = c.Cluster
+	p.maxJobs = c.MaxJobCount
 	p.facts, p.factsErr = factsRead, ""
 	if p.arrayNote == "" {
-		p.maxArray = arrayCap(c.maxArraySize)
+		p.maxArray = arrayCap(c.MaxArraySize)
 		if p.maxArray <= 1 {
 			p.arrayNote = "the cluster's MaxArraySize allows no job arrays; submitting one job per machine"
 		}

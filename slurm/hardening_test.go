@@ -12,6 +12,7 @@ import (
 
 	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/slurm/internal/queue"
 )
 
 // hostile is a list of values meant to break out of wherever they land:
@@ -256,12 +257,12 @@ func FuzzParseJobID(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		id, err := parseJobID(s)
+		id, err := queue.ParseJobID(s)
 		if err != nil {
 			return
 		}
 		if id == "" || strings.Trim(id, "0123456789") != "" {
-			t.Fatalf("parseJobID(%q) = %q", s, id)
+			t.Fatalf("queue.ParseJobID(%q) = %q", s, id)
 		}
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/fluksio/provision/slurm/internal/queue"
 	"github.com/fluksio/provision/slurm/sbatch"
 )
 
@@ -76,9 +77,9 @@ func (p *Provisioner) ensureLogDir(ctx context.Context, cfg *settings) (string, 
 	if dir := resolved(); dir != "" {
 		return dir, nil
 	}
-	stdout, stderr, err := p.call(ctx, nil, "sh", "-c", logDirScript, "sh", cfg.logDir())
+	stdout, stderr, err := p.q.Run(ctx, nil, "sh", "-c", logDirScript, "sh", cfg.logDir())
 	if err != nil {
-		return "", fmt.Errorf("log_dir %s: cannot create it on the login node: %w", cfg.logDir(), withStderr(err, stderr))
+		return "", fmt.Errorf("log_dir %s: cannot create it on the login node: %w", cfg.logDir(), queue.WithStderr(err, stderr))
 	}
 	lines := strings.Split(strings.TrimSpace(string(stdout)), "\n")
 	dir := strings.TrimSpace(lines[len(lines)-1])
@@ -167,7 +168,7 @@ func (p *Provisioner) explain(ctx context.Context, prof Profile, job string, sec
 	known := p.outputOf(prof, job)
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	stdout, _, err := p.call(ctx, nil, "sh", "-c", explainScript, "sh", job, known)
+	stdout, _, err := p.q.Run(ctx, nil, "sh", "-c", explainScript, "sh", job, known)
 	if err != nil {
 		if known != "" {
 			return "output " + known

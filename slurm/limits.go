@@ -1,17 +1,14 @@
 package slurm
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os/exec"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/fluksio/provision/slurm/sbatch"
+	"github.com/fluksio/provision/slurm/internal/queue"
 )
 
 // Accounting limits: what a site allows the login user, and bursts that
@@ -95,46 +92,13 @@ const (
 	limitReached = "limit reached"
 )
 
-// aLimit is one number a site sets, and where it comes from ("association
-// proj/alice MaxSubmitJobs"). The zero value is no limit.
-type aLimit struct {
-	n    int
-	what string
-}
-
-func (l aLimit) set() bool { return l.what != "" }
-
-// lower keeps the smaller of l and n (n < 0 is none), naming what.
-func (l *aLimit) lower(n int, what string) {
-	if n >= 0 && (!l.set() || n < l.n) {
-		l.n, l.what = n, what
-	}
-}
-
-func (l aLimit) String() string {
-	if !l.set() {
-		return "none"
-	}
-	return fmt.Sprintf("%s = %d", l.what, l.n)
-}
-
-// userLimits are the limits that apply to the login user, as sacctmgr
-// shows them.
-type userLimits struct {
-	// submit caps the user's jobs and array tasks in the queue; jobs
-	// caps those running; cpus the CPUs of the user's running jobs.
-	submit, jobs, cpus aLimit
-	// rows are the associations read, for validate ("proj/alice").
-	rows []string
-}
-
 // limitState is what the provisioner knows of the limits. Guarded by
 // Provisioner.mu.
 type limitState struct {
 	// readAt is when sacctmgr was last asked; lim is what it said,
 	// unavailable why it could not say (accounting absent, refused).
 	readAt      time.Time
-	lim         userLimits
+	lim         queue.UserLimits
 	unavailable string
 	// told is set once unavailable has been logged.
 	told bool
@@ -154,12 +118,12 @@ type limitState struct {
 // ceilingLocked is the most jobs and array tasks the user may have in the
 // queue, and what says so; ok is false when nothing is known to cap it.
 // p.mu must be held.
-func (p *Provisioner) ceilingLocked(now time.Time) (aLimit, bool) {
-	c := p.limits.lim.submit
+func (p *Provisioner) ceilingLocked(now time.Time) (queue.Limit, bool) {
+	c := p.limits.lim.Submit
 	if now.Before(p.limits.learnedUntil) {
-		c.lower(p.limits.learned, "what Slurm last refused ("+p.limits.learnedWhat+")")
+		c.Lower(p.limits.learned, "what Slurm last refused ("+p.limits.learnedWhat+")")
 	}
-	return c, c.set()
+	return c, c.Set()
 }
 
 // oursLocked is how many jobs and array tasks of this provisioner are in
@@ -192,145 +156,10 @@ func (p *Provisioner) limitRoomLocked(cfg *settings, now time.Time) (room int, d
 	}
 	others := max(0, p.limits.queued-p.limits.ours)
 	ours := p.oursLocked(cfg, false)
-	room = max(0, c.n-others-ours)
+	room = max(0, c.N-others-ours)
 	detail = fmt.Sprintf("%s: %s; the user has %d jobs or array tasks in the queue or on their way (%d of them this provisioner's); the rest are asked for as they end",
 		limitReached, c, others+ours, ours)
 	return room, detail, true
-}
-
-// assocArgs is the sacctmgr that reads the user's associations; qosArgs
-// the one that reads the QOSes.
-func assocArgs(user string) []string {
-	return []string{"sacctmgr", "-nP", "show", "assoc", "where", "user=" + user,
-		"format=cluster,account,partition,maxsubmit,maxjobs,grpsubmit,grpjobs,grptres,qos"}
-}
-
-func qosArgs() []string {
-	return []string{"sacctmgr", "-nP", "show", "qos", "format=name,maxsubmitpu,maxjobspu,maxtrespu"}
-}
-
-// loginUser is the user the provisioner logs in as: login's user part,
-// or what the login node says (an ssh_config may name it).
-func (p *Provisioner) loginUser(ctx context.Context, cfg *settings) (string, error) {
-	if u, _, ok := strings.Cut(cfg.firstLogin().Dest, "@"); ok && u != "" {
-		return u, nil
-	}
-	stdout, stderr, err := p.call(ctx, nil, "id", "-un")
-	if err != nil {
-		return "", withStderr(err, stderr)
-	}
-	u := lastLine(stdout)
-	if u == "" {
-		return "", fmt.Errorf("id -un on %s printed nothing", cfg.host())
-	}
-	return u, nil
-}
-
-// readLimits asks sacctmgr, as the login user, for the limits that apply
-// to it in cluster (every cluster's when empty). An error says why they
-// could not be read: no accounting, sacctmgr refused, ssh.
-func (p *Provisioner) readLimits(ctx context.Context, cfg *settings, cluster string) (userLimits, error) {
-	user, err := p.loginUser(ctx, cfg)
-	if err != nil {
-		return userLimits{}, fmt.Errorf("finding the login user: %w", err)
-	}
-	stdout, stderr, err := p.call(ctx, nil, assocArgs(user)...)
-	if err != nil {
-		return userLimits{}, fmt.Errorf("sacctmgr show assoc on %s: %w", cfg.host(), withStderr(err, stderr))
-	}
-	lim, qoses := parseAssocs(stdout, user, cluster)
-	if len(qoses) > 0 {
-		stdout, stderr, err = p.call(ctx, nil, qosArgs()...)
-		if err != nil {
-			return userLimits{}, fmt.Errorf("sacctmgr show qos on %s: %w", cfg.host(), withStderr(err, stderr))
-		}
-		parseQOS(stdout, qoses, &lim)
-	}
-	return lim, nil
-}
-
-// parseAssocs reads the user's association rows (assocArgs's format) of
-// cluster, or of every cluster when it is empty, and returns the QOSes
-// they name.
-func parseAssocs(out []byte, user, cluster string) (userLimits, map[string]bool) {
-	var lim userLimits
-	qoses := map[string]bool{}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		f := strings.Split(strings.TrimSpace(sc.Text()), "|")
-		if len(f) != 9 || (cluster != "" && f[0] != cluster) {
-			continue // a banner, or another cluster's
-		}
-		name := "association " + f[1] + "/" + user
-		if f[2] != "" {
-			name += " (partition " + f[2] + ")"
-		}
-		lim.rows = append(lim.rows, strings.TrimPrefix(name, "association "))
-		lim.submit.lower(atoiOr(f[3]), name+" MaxSubmitJobs")
-		lim.jobs.lower(atoiOr(f[4]), name+" MaxJobs")
-		lim.submit.lower(atoiOr(f[5]), name+" GrpSubmitJobs")
-		lim.jobs.lower(atoiOr(f[6]), name+" GrpJobs")
-		lim.cpus.lower(tresCPU(f[7]), name+" GrpTRES cpu")
-		for _, q := range strings.Split(f[8], ",") {
-			if q = strings.TrimSpace(q); q != "" {
-				qoses[q] = true
-			}
-		}
-	}
-	return lim, qoses
-}
-
-// parseQOS lowers lim by the per-user limits of the QOSes named.
-func parseQOS(out []byte, qoses map[string]bool, lim *userLimits) {
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		f := strings.Split(strings.TrimSpace(sc.Text()), "|")
-		if len(f) != 4 || !qoses[f[0]] {
-			continue
-		}
-		name := "QOS " + f[0]
-		lim.submit.lower(atoiOr(f[1]), name+" MaxSubmitJobsPerUser")
-		lim.jobs.lower(atoiOr(f[2]), name+" MaxJobsPerUser")
-		lim.cpus.lower(tresCPU(f[3]), name+" MaxTRESPerUser cpu")
-	}
-}
-
-// atoiOr is a limit's number, -1 for none (empty) or anything else.
-func atoiOr(s string) int {
-	n, err := strconv.Atoi(strings.TrimSpace(s))
-	if err != nil || n < 0 {
-		return -1
-	}
-	return n
-}
-
-// tresCPU is the cpu count of a TRES list ("cpu=8,mem=16G"), -1 for none.
-func tresCPU(s string) int {
-	for _, kv := range strings.Split(s, ",") {
-		if k, v, ok := strings.Cut(kv, "="); ok && k == "cpu" {
-			return atoiOr(v)
-		}
-	}
-	return -1
-}
-
-// countQueued counts the user's jobs and array tasks in the queue with
-// one squeue --me (-r: a pending array's tasks one by one).
-func (p *Provisioner) countQueued(ctx context.Context) (int, error) {
-	stdout, stderr, err := p.call(ctx, nil, "squeue", "-h", "-r", "--me", "-o", "%i")
-	if err != nil {
-		return 0, withStderr(err, stderr)
-	}
-	n := 0
-	sc := bufio.NewScanner(bytes.NewReader(stdout))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		// A line that is not a job id (a login banner) is not a job.
-		n += len(sbatch.ExpandJobID(strings.TrimSpace(sc.Text())))
-	}
-	return n, nil
 }
 
 // refreshLimits reads the limits again when they are older than
@@ -349,7 +178,7 @@ func (p *Provisioner) refreshLimits(ctx context.Context, cfg *settings) {
 	if !due {
 		return
 	}
-	lim, err := p.readLimits(ctx, cfg, cluster)
+	lim, err := p.q.Limits(ctx, cluster)
 	if ctx.Err() != nil {
 		return
 	}
@@ -359,7 +188,7 @@ func (p *Provisioner) refreshLimits(ctx context.Context, cfg *settings) {
 		p.limits.readAt = p.now().Add(limitsRetry - limitsRefresh)
 	}
 	tell := false
-	var was userLimits
+	var was queue.UserLimits
 	if err != nil {
 		p.limits.unavailable = truncate(err.Error())
 		tell = !p.limits.told
@@ -375,8 +204,8 @@ func (p *Provisioner) refreshLimits(ctx context.Context, cfg *settings) {
 		// Info, not a warning: many clusters run without accounting,
 		// and a provisioner that learns from refusals works there.
 		cfg.log.Info("cannot read the accounting limits of the login user; the room a limit leaves is learned from sbatch's refusals instead", "error", err)
-	case err == nil && (lim.submit != was.submit || lim.jobs != was.jobs || lim.cpus != was.cpus):
-		cfg.log.Info("accounting limits of the login user", "submit", lim.submit.String(), "running", lim.jobs.String(), "cpus", lim.cpus.String())
+	case err == nil && (lim.Submit != was.Submit || lim.Jobs != was.Jobs || lim.CPUs != was.CPUs):
+		cfg.log.Info("accounting limits of the login user", "submit", lim.Submit.String(), "running", lim.Jobs.String(), "cpus", lim.CPUs.String())
 	}
 }
 
@@ -391,7 +220,7 @@ func sacctmgrAnswered(err error) bool {
 // recount counts the user's queue and records it beside this
 // provisioner's share of it.
 func (p *Provisioner) recount(ctx context.Context, cfg *settings) (int, error) {
-	n, err := p.countQueued(ctx)
+	n, err := p.q.CountQueued(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -429,7 +258,7 @@ func (p *Provisioner) recountLaterLocked(cfg *settings, now time.Time) {
 // limitTurn when a limit is known: it counts the user's queue and returns
 // how many of its allocs allocations fit, all of them when no limit is
 // known, with the count (-1 when it failed) and the ceiling.
-func (p *Provisioner) fitToLimit(ctx context.Context, cfg *settings, allocs int) (fit, queued int, c aLimit) {
+func (p *Provisioner) fitToLimit(ctx context.Context, cfg *settings, allocs int) (fit, queued int, c queue.Limit) {
 	p.mu.Lock()
 	c, ok := p.ceilingLocked(p.now())
 	p.mu.Unlock()
@@ -447,7 +276,7 @@ func (p *Provisioner) fitToLimit(ctx context.Context, cfg *settings, allocs int)
 		// The books count this submission's own machines already.
 		return min(allocs, room+allocs), -1, c
 	}
-	return min(allocs, max(0, c.n-n)), n, c
+	return min(allocs, max(0, c.N-n)), n, c
 }
 
 // limitWords are sbatch's words for a refusal by an accounting limit
@@ -512,8 +341,8 @@ func (p *Provisioner) limitNotesLocked(now time.Time) []string {
 	switch {
 	case l.unavailable != "":
 		notes = append(notes, "accounting limits unknown ("+l.unavailable+"); the room a limit leaves is learned from sbatch's refusals")
-	case l.lim.submit.set() || l.lim.jobs.set() || l.lim.cpus.set():
-		notes = append(notes, fmt.Sprintf("accounting limits of the login user: in the queue %s; running %s; cpus %s", l.lim.submit, l.lim.jobs, l.lim.cpus))
+	case l.lim.Submit.Set() || l.lim.Jobs.Set() || l.lim.CPUs.Set():
+		notes = append(notes, fmt.Sprintf("accounting limits of the login user: in the queue %s; running %s; cpus %s", l.lim.Submit, l.lim.Jobs, l.lim.CPUs))
 	}
 	if b := p.holds.binding; b.kind != holdNone {
 		notes = append(notes, b.reason)

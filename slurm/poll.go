@@ -7,8 +7,6 @@ package slurm
 // comment.
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -31,17 +29,6 @@ const (
 	// stateUnknown is the state of a request whose sbatch's answer was
 	// lost and whose job has not been found in the queue yet.
 	stateUnknown = "UNKNOWN"
-
-	// queueFormat is what squeue prints for each job: id, state, reason,
-	// start time and comment. The comment is the one field that could
-	// hold a '|': whatever follows the fourth is the comment, up to the
-	// user (userField) where it is asked for.
-	queueFormat = "%i|%T|%r|%S|%k"
-	// commentFormat is the id and the comment, to find a worker's job.
-	commentFormat = "%i|%k"
-	// userField is the job's user, after the last '|': squeue filters
-	// by user at the cost of an RPC (listJobs), the plugin for nothing.
-	userField = "|%u"
 
 	// pollJitter spreads poll cycles by ±10%, so that provisioners started
 	// together do not read the queue in step.
@@ -93,194 +80,6 @@ func reasonNeverClears(reason string) bool {
 		return strings.Contains(reason, "PerJob") || strings.Contains(reason, "PerNode")
 	}
 	return strings.HasPrefix(reason, "QOSMin")
-}
-
-// jobRow is one job as squeue printed it with queueFormat; partial when
-// a light poll asked for its state alone (lightpoll.go), its reason,
-// start and comment then unknown.
-type jobRow struct {
-	id, state, reason, start, comment string
-	partial                           bool
-}
-
-// isState reports whether s is written as a job state is, ^[A-Z_]+$
-// (by hand: a regular expression here cost a tenth of a poll cycle at
-// 10,000 rows).
-func isState(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if (c < 'A' || c > 'Z') && c != '_' {
-			return false
-		}
-	}
-	return true
-}
-
-// parseRows reads squeue's output. Lines that are not a job (a login
-// banner, a warning) are skipped, and with user set (the format ended
-// with userField), jobs of another user. Each line is one string, its
-// fields pieces of it: at 10,000 rows a cycle, a slice of fields a line
-// was a fifth of what a poll cycle allocated.
-func parseRows(out []byte, user string) []jobRow {
-	rows := make([]jobRow, 0, bytes.Count(out, []byte{'\n'})+1)
-	for len(out) > 0 {
-		raw, rest, _ := bytes.Cut(out, []byte{'\n'})
-		out = rest
-		raw = bytes.TrimSpace(raw)
-		if user != "" {
-			i := bytes.LastIndexByte(raw, '|')
-			if i < 0 || string(raw[i+1:]) != user {
-				continue
-			}
-			raw = raw[:i]
-		}
-		// The id, state, reason and start hold no '|'; whatever follows
-		// the fourth is the comment.
-		if bytes.Count(raw, []byte{'|'}) < 4 {
-			continue
-		}
-		line := string(raw)
-		id, line, _ := strings.Cut(line, "|")
-		state, line, _ := strings.Cut(line, "|")
-		reason, line, _ := strings.Cut(line, "|")
-		start, comment, _ := strings.Cut(line, "|")
-		if !isState(state) {
-			continue
-		}
-		rows = appendRow(rows, jobRow{id: id, state: state, reason: reason, start: start, comment: strings.TrimSpace(comment)})
-	}
-	return rows
-}
-
-// appendRow appends row to rows, once for each task its id stands for:
-// squeue -r prints each array task on a line of its own ("123_7");
-// without it, or from an older squeue, a pending array is one line
-// ("123_[4-9%2]"), which stands for each task.
-func appendRow(rows []jobRow, row jobRow) []jobRow {
-	if sbatch.IsJobRef(row.id) {
-		return append(rows, row)
-	}
-	for _, task := range sbatch.ExpandJobID(row.id) {
-		row.id = task
-		rows = append(rows, row)
-	}
-	return rows
-}
-
-// call runs one command on the login node through the queue
-// (slurm/internal/queue), which spends the RPC budget, reads the rate
-// limiter and counts it.
-func (p *Provisioner) call(ctx context.Context, stdin []byte, remote ...string) (stdout, stderr []byte, err error) {
-	p.mu.Lock()
-	q := p.q
-	p.mu.Unlock()
-	if q == nil {
-		return nil, nil, shared.ErrNotConfigured
-	}
-	return q.Run(ctx, stdin, remote...)
-}
-
-// withStderr adds what a failed command printed to its error.
-func withStderr(err error, stderr []byte) error {
-	if err != nil && len(bytes.TrimSpace(stderr)) > 0 {
-		return fmt.Errorf("%w: %s", err, truncate(string(stderr)))
-	}
-	return err
-}
-
-// listJobs reads this provisioner's jobs with one squeue: with all, those
-// that have ended too, else only those queued or running.
-//
-// --name alone lists every user's jobs of that name, and another
-// account's engine may well call its provisioner "hpc" too: its jobs are
-// not this one's to adopt, and scancel would refuse. squeue --me (or -u)
-// would leave them out at the cost of a third RPC a poll (sdiag, 22.05 to
-// 26.05: 3 against 2), the plugin's budget's largest item; so where the
-// login names its user, squeue prints each job's user and the plugin
-// leaves out the others' (queueArgs).
-func (p *Provisioner) listJobs(ctx context.Context, cfg *settings, all bool) ([]jobRow, error) {
-	// -r: one line per array task, so that a burst's machines are seen
-	// one by one.
-	args, user := cfg.pollArgs(all)
-	stdout, stderr, err := p.call(ctx, nil, args...)
-	if err != nil {
-		return nil, withStderr(err, stderr)
-	}
-	return parseRows(stdout, user), nil
-}
-
-// pollArgs is listJobs' squeue and whose jobs to keep of what it prints.
-func (s *settings) pollArgs(all bool) ([]string, string) {
-	args := []string{"squeue", "-h", "-r"}
-	if all {
-		args = append(args, "-t", "all")
-	}
-	return s.queueArgs(args, queueFormat)
-}
-
-// pollCost is what a full poll costs slurmctld (rpcCost): 2 RPCs, 3 for
-// a login that names no user.
-func (s *settings) pollCost() float64 {
-	args, _ := s.pollArgs(true)
-	return queue.RPCCost(args)
-}
-
-// queueArgs ends an squeue's args with this provisioner's job name and
-// format, and says whose jobs to keep of what it prints: the login's
-// user, when it names one (format then ends with userField), else ""
-// and squeue filters with --me.
-func (s *settings) queueArgs(args []string, format string) ([]string, string) {
-	user, _, ok := strings.Cut(s.firstLogin().Dest, "@")
-	if !ok || user == "" {
-		return append(args, "--me", "--name="+jobName(s.name), "-o", format), ""
-	}
-	return append(args, "--name="+jobName(s.name), "-o", format+userField), user
-}
-
-// jobsByComment maps the comment of each of this provisioner's queued or
-// running jobs to its id (an array's own id for its tasks), with one
-// squeue.
-func (p *Provisioner) jobsByComment(ctx context.Context, cfg *settings) (map[string]string, error) {
-	args, user := cfg.queueArgs([]string{"squeue", "-h"}, commentFormat)
-	stdout, stderr, err := p.call(ctx, nil, args...)
-	if err != nil {
-		return nil, withStderr(err, stderr)
-	}
-	ids := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(stdout))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if user != "" {
-			i := strings.LastIndexByte(line, '|')
-			if i < 0 || line[i+1:] != user {
-				continue
-			}
-			line = line[:i]
-		}
-		id, comment, ok := strings.Cut(line, "|")
-		if !ok {
-			continue
-		}
-		// An array's tasks share its comment; the job is the array's.
-		if all := sbatch.ExpandJobID(id); len(all) > 0 {
-			job, _ := sbatch.SplitTask(all[0])
-			ids[strings.TrimSpace(comment)] = job
-		}
-	}
-	return ids, nil
-}
-
-// lookup finds the job of a worker by its comment: "" if the queue has
-// none.
-func (p *Provisioner) lookup(ctx context.Context, cfg *settings, worker string) (string, error) {
-	ids, err := p.jobsByComment(ctx, cfg)
-	if err != nil {
-		return "", err
-	}
-	return ids[cfg.comment(worker)], nil
 }
 
 var (
@@ -476,13 +275,13 @@ func (p *Provisioner) pollOnce(ctx context.Context) {
 		return
 	}
 
-	var rows []jobRow
+	var rows []queue.Job
 	var err error
 	if light {
 		rows, light, err = p.readStates(ctx, cfg, lightIDs, watched, ends)
 	}
 	if !light {
-		rows, err = p.listJobs(ctx, cfg, true)
+		rows, err = p.q.Jobs(ctx, true)
 	}
 	if ctx.Err() != nil {
 		return // Shutdown has begun.
@@ -588,13 +387,13 @@ func (p *Provisioner) queueReadable(cfg *settings) {
 //     running starts its attach_timeout.
 //
 // The failures count towards the profile's backoff.
-func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, rows []jobRow) {
+func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, rows []queue.Job) {
 	byID := indexRows(rows)
 	// byComment holds every row of a comment (an array's tasks share
 	// one), for a submission whose answer was lost. It is made the first
 	// time one is looked for: grouping 10,000 rows every cycle was a
 	// third of what a cycle allocated.
-	var byComment map[string][]jobRow
+	var byComment map[string][]queue.Job
 	type report struct {
 		ev  shared.Event
 		msg string
@@ -654,7 +453,7 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 			continue
 		}
 		if r.phase == phaseQueued {
-			if row, ok := byID.get(r.job); ok && !endedStates[row.state] && !(row.state == "PENDING" && reasonNeverClears(row.reason)) &&
+			if row, ok := byID.get(r.job); ok && !endedStates[row.State] && !(row.State == "PENDING" && reasonNeverClears(row.Reason)) &&
 				!requeued(r, row) {
 				recordState(r, row, now)
 				continue
@@ -668,10 +467,10 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 		row, listed := rowOf(byID, r.job, cfg.comment(r.tag))
 		if r.phase == phaseAnswerLost {
 			if byComment == nil {
-				byComment = map[string][]jobRow{}
+				byComment = map[string][]queue.Job{}
 				for _, row := range rows {
-					if row.comment != "" {
-						byComment[row.comment] = append(byComment[row.comment], row)
+					if row.Comment != "" {
+						byComment[row.Comment] = append(byComment[row.Comment], row)
 					}
 				}
 			}
@@ -683,7 +482,7 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 				p.watchUntil = now.Add(cfg.provisionTimeout)
 				continue
 			}
-			r.job, r.phase = row.id, phaseQueued
+			r.job, r.phase = row.ID, phaseQueued
 			reports = append(reports, report{
 				ev: shared.Event{Kind: shared.EventWorkerProvisioned, Profile: r.profile, Job: r.job, Worker: r.worker,
 					Detail: "found in the queue after sbatch's answer was lost"},
@@ -696,15 +495,15 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 		switch {
 		case !listed:
 			forget(r, fmt.Sprintf("job %s left the queue before its worker attached", r.job), true)
-		case endedStates[row.state]:
-			state := row.state
-			if row.reason != "" && row.reason != "None" {
-				state += " (" + row.reason + ")"
+		case endedStates[row.State]:
+			state := row.State
+			if row.Reason != "" && row.Reason != "None" {
+				state += " (" + row.Reason + ")"
 			}
 			// A job cancelled (by us, an administrator, or its
 			// deadline) has nothing to say for itself; one that ran
 			// and ended may have.
-			said := row.state != "CANCELLED" && row.state != "DEADLINE" && row.state != "PREEMPTED"
+			said := row.State != "CANCELLED" && row.State != "DEADLINE" && row.State != "PREEMPTED"
 			forget(r, fmt.Sprintf("job %s ended %s before its worker attached", r.job, state), said)
 		case requeued(r, row):
 			// Its worker may have attached and left before the engine
@@ -714,10 +513,10 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 			r.phase = phaseFailed
 			requeues = append(requeues, jobRef{job: r.job, profile: r.profile, worker: r.worker, age: now.Sub(r.since),
 				why: "requeued by Slurm (its node failed, or it was preempted) before its worker attached"})
-		case row.state == "PENDING" && reasonNeverClears(row.reason):
+		case row.State == "PENDING" && reasonNeverClears(row.Reason):
 			delete(p.outstanding, r.worker)
 			r.phase = phaseFailed
-			why := fmt.Sprintf("pending for %s, which waiting does not clear", row.reason)
+			why := fmt.Sprintf("pending for %s, which waiting does not clear", row.Reason)
 			p.metrics.failed(r.profile, shared.FailureMisconfigured)
 			p.lastErr = "job " + r.job + " was " + why
 			neverStarts[r.profile] = p.lastErr
@@ -780,23 +579,23 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 // the queue tells whether it did. A job requeued before any poll saw it
 // running looks like one never started (its reason, BeginTime, is also
 // what --begin or a site's submit rule gives), and is kept.
-func requeued(r *request, row jobRow) bool {
-	return row.state == "PENDING" && !r.running.IsZero()
+func requeued(r *request, row queue.Job) bool {
+	return row.State == "PENDING" && !r.running.IsZero()
 }
 
 // recordState keeps what squeue says of a queued request's job, row, and
 // starts its attach_timeout the first time it is seen running.
-func recordState(r *request, row jobRow, now time.Time) {
+func recordState(r *request, row queue.Job, now time.Time) {
 	switch {
-	case row.partial && row.state == "PENDING":
+	case row.Partial && row.State == "PENDING":
 		// A light poll knows no reason: the last one stands.
-	case row.state == "PENDING" && row.reason != "None":
-		r.pendingReason = row.reason
+	case row.State == "PENDING" && row.Reason != "None":
+		r.pendingReason = row.Reason
 	default:
 		r.pendingReason = ""
 	}
-	r.slurmState = row.state
-	if row.state == "RUNNING" && r.running.IsZero() {
+	r.slurmState = row.State
+	if row.State == "RUNNING" && r.running.IsZero() {
 		r.running = now
 	}
 }
@@ -808,41 +607,41 @@ func recordState(r *request, row jobRow, now time.Time) {
 // alone too ("J CANCELLED" where 22.05 and 24.11 print "J_0 CANCELLED";
 // testdata/slurm-versions): the row then stands for every task it held,
 // and its state is theirs.
-func rowOf(byID rowIndex, job, comment string) (jobRow, bool) {
+func rowOf(byID rowIndex, job, comment string) (queue.Job, bool) {
 	if row, ok := byID.get(job); ok {
 		return row, true
 	}
 	array, task := sbatch.SplitTask(job)
 	if task < 0 {
-		return jobRow{}, false
+		return queue.Job{}, false
 	}
-	if row, ok := byID.get(array); ok && (row.comment == comment || row.partial) {
+	if row, ok := byID.get(array); ok && (row.Comment == comment || row.Partial) {
 		// A light poll's rows are of the ids it asked for alone.
 		return row, true
 	}
-	return jobRow{}, false
+	return queue.Job{}, false
 }
 
 // rowIndex finds a poll's rows by job id. It maps an id to the row's
 // place rather than to a copy of the row: a quarter of the memory, made
 // anew every poll cycle.
 type rowIndex struct {
-	rows []jobRow
+	rows []queue.Job
 	at   map[string]int32
 }
 
-func indexRows(rows []jobRow) rowIndex {
+func indexRows(rows []queue.Job) rowIndex {
 	at := make(map[string]int32, len(rows))
 	for i, row := range rows {
-		at[row.id] = int32(i)
+		at[row.ID] = int32(i)
 	}
 	return rowIndex{rows, at}
 }
 
-func (x rowIndex) get(id string) (jobRow, bool) {
+func (x rowIndex) get(id string) (queue.Job, bool) {
 	i, ok := x.at[id]
 	if !ok {
-		return jobRow{}, false
+		return queue.Job{}, false
 	}
 	return x.rows[i], true
 }
@@ -853,11 +652,11 @@ func (x rowIndex) get(id string) (jobRow, bool) {
 // An array task with no row of its own is stood for by its array's bare
 // row, as in rowOf; the row returned then carries the task's own id, so
 // that nothing later takes the whole array for the task.
-func taskRow(rows []jobRow, task int) (jobRow, bool) {
-	var bare jobRow
+func taskRow(rows []queue.Job, task int) (queue.Job, bool) {
+	var bare queue.Job
 	hasBare := false
 	for _, row := range rows {
-		_, t := sbatch.SplitTask(row.id)
+		_, t := sbatch.SplitTask(row.ID)
 		if t == task {
 			return row, true
 		}
@@ -866,7 +665,7 @@ func taskRow(rows []jobRow, task int) (jobRow, bool) {
 		}
 	}
 	if hasBare {
-		bare.id += "_" + strconv.Itoa(task)
+		bare.ID += "_" + strconv.Itoa(task)
 	}
 	return bare, hasBare
 }
@@ -903,7 +702,7 @@ func (p *Provisioner) adoptAtStart(ctx context.Context, cfg *settings, host shar
 		}
 		both.Wait()
 	})
-	rows, err := p.listJobs(ctx, cfg, false)
+	rows, err := p.q.Jobs(ctx, false)
 	if err != nil {
 		if p.polling.Err() != nil {
 			return // Shutdown has begun.
@@ -969,7 +768,7 @@ var closedDone = func() chan struct{} {
 // own certificate, every job an earlier run left, since its workers pin
 // that run's relay. Jobs without this engine's tag are never touched
 // (tag.go).
-func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host, rows []jobRow) {
+func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host, rows []queue.Job) {
 	p.mu.Lock()
 	if p.shut {
 		p.mu.Unlock()
@@ -1001,7 +800,7 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 	}
 	relayPinned := p.relay != nil && p.relay.tls != nil
 	var strays []jobRef
-	var leftAlone []jobRow
+	var leftAlone []queue.Job
 	var adopted []*request
 	foreign := 0
 	now := p.now()
@@ -1012,26 +811,26 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 	}
 	byComment := map[string]commented{}
 	for _, row := range rows {
-		if endedStates[row.state] || row.state == "COMPLETING" {
+		if endedStates[row.State] || row.State == "COMPLETING" {
 			continue
 		}
 		// An array's tasks share one comment: it is read once a cycle,
 		// not once a task.
-		c, known := byComment[row.comment]
+		c, known := byComment[row.Comment]
 		if !known {
-			c.tag, c.mine = cfg.ours(row.comment)
+			c.tag, c.mine = cfg.ours(row.Comment)
 			if c.mine {
 				c.profile, c.why = cfg.profileOf(c.tag.Worker)
 			}
-			byComment[row.comment] = c
+			byComment[row.Comment] = c
 		}
 		tag, profile, why := c.tag, c.profile, c.why
 		if !c.mine {
 			foreign++
 			continue
 		}
-		worker := machineWorker(tag.Worker, row.id)
-		_, task := sbatch.SplitTask(row.id)
+		worker := machineWorker(tag.Worker, row.ID)
+		_, task := sbatch.SplitTask(row.ID)
 		machines := cfg.machinesOf(profile, worker)
 		nodes := len(machines)
 		switch {
@@ -1040,27 +839,27 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 			// array submitted while adoption was pending (mine holds
 			// the array's tag).
 			continue
-		case p.departed[worker] != (attachedJob{}) && row.state == "PENDING":
+		case p.departed[worker] != (attachedJob{}) && row.State == "PENDING":
 			// Its worker attached in this process and left; the job was
 			// requeued, and the worker's name is spent (ends.go).
-			strays = append(strays, jobRef{job: row.id, profile: profile, worker: worker,
+			strays = append(strays, jobRef{job: row.ID, profile: profile, worker: worker,
 				why: "requeued after its worker attached and left; its worker can never attach again"})
 			continue
 		case tag.Epoch != cfg.epoch:
-			strays = append(strays, jobRef{job: row.id, profile: profile, worker: worker,
+			strays = append(strays, jobRef{job: row.ID, profile: profile, worker: worker,
 				why: "its worker holds a credential signed with an earlier secret of the engine (epoch " + tag.Epoch + ") and can never attach"})
 			continue
 		case first && relayPinned:
 			// An earlier run's relay made its own certificate, which
 			// died with it: this job's workers pin that one, and no
 			// relay of this run can be it (relaytls.go).
-			strays = append(strays, jobRef{job: row.id, profile: profile, worker: worker,
+			strays = append(strays, jobRef{job: row.ID, profile: profile, worker: worker,
 				why: "its workers dial the relay of an earlier run of the plugin, whose certificate they pin went with it, and can never attach"})
 			continue
-		case !first && row.state != "PENDING":
+		case !first && row.State != "PENDING":
 			continue // Its worker arrived, or will leave by itself.
-		case why != "" && row.state == "PENDING":
-			strays = append(strays, jobRef{job: row.id, profile: profile, worker: worker, why: "found in the queue: " + why})
+		case why != "" && row.State == "PENDING":
+			strays = append(strays, jobRef{job: row.ID, profile: profile, worker: worker, why: "found in the queue: " + why})
 			continue
 		case why != "":
 			leftAlone = append(leftAlone, row)
@@ -1068,11 +867,11 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 		}
 		for j, m := range machines {
 			r := &request{profile: profile, worker: m, tag: tag.Worker, task: task, node: -1, nodes: nodes, batch: len(machines),
-				since: now, cancel: func() {}, done: closedDone, job: row.id, slurmState: row.state, phase: phaseQueued}
+				since: now, cancel: func() {}, done: closedDone, job: row.ID, slurmState: row.State, phase: phaseQueued}
 			if nodes > 1 {
 				r.node = j
 			}
-			if row.state == "RUNNING" {
+			if row.State == "RUNNING" {
 				r.running = now
 			}
 			p.outstanding[m] = r
@@ -1124,7 +923,7 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 	p.publishAll(p.life, cfg, host, evs)
 	if first {
 		for _, row := range leftAlone {
-			cfg.log.Info("left alone a running job of an earlier run", "job", row.id, "state", row.state, "comment", row.comment)
+			cfg.log.Info("left alone a running job of an earlier run", "job", row.ID, "state", row.State, "comment", row.Comment)
 		}
 	}
 	if len(adopted) > 0 {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/slurm/internal/queue"
 	"github.com/fluksio/provision/slurm/sbatch"
 )
 
@@ -78,7 +79,7 @@ func (h *harness) outstanding(t *testing.T) map[string]shared.Outstanding {
 }
 
 // pollArgv is the poll's squeue: no --me, which costs an RPC; squeue
-// prints each job's user instead (listJobs).
+// prints each job's user instead (queue.Jobs).
 var pollArgv = []string{"squeue", "-h", "-r", "-t", "all", "--name=fluksio-hpc", "-o", "'%i|%T|%r|%S|%k|%u'"}
 
 func TestPollOneQueryPerCycle(t *testing.T) {
@@ -1084,7 +1085,7 @@ func TestScancelBatches(t *testing.T) {
 	for i := range 250 {
 		ids = append(ids, strconv.Itoa(1000+i))
 	}
-	if err := h.p.scancel(context.Background(), ids); err != nil {
+	if err := h.p.q.Cancel(context.Background(), ids); err != nil {
 		t.Fatal(err)
 	}
 	scancels := h.fake.callsTo("scancel")
@@ -1103,10 +1104,10 @@ func TestScancelBatches(t *testing.T) {
 	}
 
 	h.fake.setSpec(t, "scancel=fail")
-	if err := h.p.scancel(context.Background(), ids[:1]); err == nil || !strings.Contains(err.Error(), "Unable to contact slurm controller") {
+	if err := h.p.q.Cancel(context.Background(), ids[:1]); err == nil || !strings.Contains(err.Error(), "Unable to contact slurm controller") {
 		t.Errorf("err = %v", err)
 	}
-	if err := h.p.scancel(context.Background(), []string{"1", "2;rm"}); !errors.Is(err, shared.ErrInvalidArgument) {
+	if err := h.p.q.Cancel(context.Background(), []string{"1", "2;rm"}); !errors.Is(err, shared.ErrInvalidArgument) {
 		t.Errorf("err = %v", err)
 	}
 }
@@ -1119,11 +1120,11 @@ func TestParseRows(t *testing.T) {
 		"x|PENDING|Priority|N/A|c\n" +
 		"15_2|PENDING|Priority|N/A|c\n" +
 		"\n"
-	got := parseRows([]byte(out), "")
-	want := []jobRow{
-		{id: "12", state: "RUNNING", reason: "None", start: "2026-12-02T10:00:00", comment: "fluksio:v2:hpc:0:hpc-cpu-0000000a"},
-		{id: "13", state: "PENDING", reason: "Priority", start: "N/A", comment: "a|b c"},
-		{id: "15_2", state: "PENDING", reason: "Priority", start: "N/A", comment: "c"},
+	got := queue.ParseJobs([]byte(out), "")
+	want := []queue.Job{
+		{ID: "12", State: "RUNNING", Reason: "None", Start: "2026-12-02T10:00:00", Comment: "fluksio:v2:hpc:0:hpc-cpu-0000000a"},
+		{ID: "13", State: "PENDING", Reason: "Priority", Start: "N/A", Comment: "a|b c"},
+		{ID: "15_2", State: "PENDING", Reason: "Priority", Start: "N/A", Comment: "c"},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("rows = %+v, want %+v", got, want)

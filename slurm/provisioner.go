@@ -1,8 +1,6 @@
 package slurm
 
 import (
-	"bufio"
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -20,7 +18,6 @@ import (
 
 	"github.com/fluksio/provision/slurm/internal/queue"
 	relayd "github.com/fluksio/provision/slurm/relay"
-	"github.com/fluksio/provision/slurm/sbatch"
 )
 
 const (
@@ -534,25 +531,6 @@ func failure(err error, said string, lost bool, redact func(string) string) *sub
 	return &submitError{Said: truncate(redact(said)), AnswerLost: lost, msg: redact(err.Error()), err: err}
 }
 
-// parseJobID reads the job id from what sbatch --parsable printed: the id,
-// or "id;cluster" with --clusters. Only the last non-empty line counts,
-// since a login shell may print a banner first and Slurm has printed
-// warnings before the id.
-func parseJobID(stdout string) (string, error) {
-	var last string
-	sc := bufio.NewScanner(strings.NewReader(stdout))
-	for sc.Scan() {
-		if l := strings.TrimSpace(sc.Text()); l != "" {
-			last = l
-		}
-	}
-	id, _, _ := strings.Cut(last, ";")
-	if !sbatch.IsJobID(id) {
-		return "", fmt.Errorf("sbatch printed %q, not a job id", truncate(strings.TrimSpace(stdout)))
-	}
-	return id, nil
-}
-
 // submissionFailed is where every failed submission ends: it records the
 // error, drops the reservation so the profile can be asked for again,
 // logs, and tells the engine.
@@ -876,7 +854,7 @@ func (p *Provisioner) cancelJobs(ctx context.Context, cfg *settings, host shared
 
 // retryCancels runs one scancel for the given ids of p.cancelling (all
 // of them when ids is nil) and settles the outcome.
-func (p *Provisioner) retryCancels(ctx context.Context, cfg *settings, host shared.Host, ids []string, rows []jobRow) []string {
+func (p *Provisioner) retryCancels(ctx context.Context, cfg *settings, host shared.Host, ids []string, rows []queue.Job) []string {
 	p.mu.Lock()
 	if ids == nil {
 		for id := range p.cancelling {
@@ -902,7 +880,7 @@ func (p *Provisioner) retryCancels(ctx context.Context, cfg *settings, host shar
 	p.mu.Unlock()
 	var done []string
 	if len(any) > 0 {
-		done = p.settleCancels(ctx, cfg, host, any, p.scancel(ctx, any))
+		done = p.settleCancels(ctx, cfg, host, any, p.q.Cancel(ctx, any))
 	}
 	if len(pendingOnly) > 0 {
 		done = append(done, p.cancelPending(ctx, cfg, host, pendingOnly, rows)...)
@@ -919,10 +897,10 @@ func (p *Provisioner) retryCancels(ctx context.Context, cfg *settings, host shar
 // records, and an array's pending tasks share one, so that would cancel
 // them all. A task that starts between the squeue and the scancel is
 // cancelled anyway (docs/design/slurm-cancel-pending.md).
-func (p *Provisioner) cancelPending(ctx context.Context, cfg *settings, host shared.Host, ids []string, rows []jobRow) []string {
+func (p *Provisioner) cancelPending(ctx context.Context, cfg *settings, host shared.Host, ids []string, rows []queue.Job) []string {
 	if rows == nil {
 		var err error
-		if rows, err = p.listJobs(ctx, cfg, true); err != nil {
+		if rows, err = p.q.Jobs(ctx, true); err != nil {
 			// Nothing was cancelled; the next poll tries again.
 			p.settleCancels(ctx, cfg, host, ids, err)
 			return nil
@@ -931,8 +909,8 @@ func (p *Provisioner) cancelPending(ctx context.Context, cfg *settings, host sha
 	}
 	pending := map[string]bool{}
 	for _, row := range rows {
-		if row.state == "PENDING" {
-			pending[row.id] = true
+		if row.State == "PENDING" {
+			pending[row.ID] = true
 		}
 	}
 	var still []string
@@ -946,7 +924,7 @@ func (p *Provisioner) cancelPending(ctx context.Context, cfg *settings, host sha
 	if len(still) == 0 {
 		return nil
 	}
-	return p.settleCancels(ctx, cfg, host, still, p.scancel(ctx, still))
+	return p.settleCancels(ctx, cfg, host, still, p.q.Cancel(ctx, still))
 }
 
 // settleCancels records the outcome of a scancel of ids: err nil means
@@ -1000,7 +978,7 @@ func (p *Provisioner) settleCancels(ctx context.Context, cfg *settings, host sha
 // or no longer listed: Slurm has let them go, whether or not a scancel
 // said so (scancel fails on an id it has already forgotten). It returns
 // the ids still to cancel.
-func (p *Provisioner) goneFromQueue(ctx context.Context, cfg *settings, host shared.Host, rows []jobRow) []string {
+func (p *Provisioner) goneFromQueue(ctx context.Context, cfg *settings, host shared.Host, rows []queue.Job) []string {
 	p.mu.Lock()
 	none := len(p.cancelling) == 0
 	p.mu.Unlock()
@@ -1009,8 +987,8 @@ func (p *Provisioner) goneFromQueue(ctx context.Context, cfg *settings, host sha
 	}
 	active := map[string]string{}
 	for _, row := range rows {
-		if !endedStates[row.state] {
-			active[row.id] = row.state
+		if !endedStates[row.State] {
+			active[row.ID] = row.State
 		}
 	}
 	var gone, left []string
@@ -1041,37 +1019,6 @@ func (p *Provisioner) goneFromQueue(ctx context.Context, cfg *settings, host sha
 	slices.Sort(left)
 	p.settleCancels(ctx, cfg, host, gone, nil)
 	return left
-}
-
-// scancelBatch is the most ids one scancel is given. The command line and
-// slurmctld both cope with more, but one call with thousands of ids is what
-// times out at shutdown on busy clusters.
-const scancelBatch = 100
-
-// scancel cancels jobs with one call per scancelBatch ids: one ssh
-// connection however many there are, within reason. scancel is silent
-// about jobs that have already ended, so cancelling one twice is harmless.
-// (scancel --name cannot stand in: it takes the name literally, and would
-// cancel workers that have attached.)
-func (p *Provisioner) scancel(ctx context.Context, ids []string) error {
-	for _, id := range ids {
-		if !sbatch.IsJobRef(id) {
-			return fmt.Errorf("refusing to cancel %q: not a job id: %w", id, shared.ErrInvalidArgument)
-		}
-	}
-	var errs []error
-	// An array's tasks go as ranges ("123_[5-9]"): a burst given up is
-	// a short command line.
-	for batch := range slices.Chunk(sbatch.CompactIDs(ids), scancelBatch) {
-		_, stderr, err := p.call(ctx, nil, append([]string{"scancel"}, batch...)...)
-		if err != nil && len(bytes.TrimSpace(stderr)) > 0 {
-			err = fmt.Errorf("%w: %s", err, truncate(string(stderr)))
-		}
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
 }
 
 func (p *Provisioner) setLastErr(s string) {
@@ -1334,7 +1281,7 @@ func (p *Provisioner) shutdown(ctx context.Context, req *shared.ShutdownRequest)
 
 	resp := &shared.ShutdownResponse{}
 	if len(jobs) > 0 {
-		if err := p.scancel(ctx, jobIDs(jobs)); err != nil {
+		if err := p.q.Cancel(ctx, jobIDs(jobs)); err != nil {
 			p.setLastErr(err.Error())
 			cfg.log.Error("could not cancel jobs at shutdown", "jobs", jobIDs(jobs), "error", err)
 			left = append(left, "jobs "+strings.Join(jobIDs(jobs), " ")+" (scancel: "+err.Error()+")")
@@ -1370,7 +1317,7 @@ func orNone(ids []string) string {
 // to look at the queue (restarted to shut down, say) cannot tell, and
 // would have adopted and cancelled them like its own.
 func (p *Provisioner) sweepQueue(ctx context.Context, cfg *settings, lost []*request, arrived map[string]bool, running bool) ([]jobRef, error) {
-	rows, err := p.listJobs(ctx, cfg, false)
+	rows, err := p.q.Jobs(ctx, false)
 	if err != nil {
 		return nil, err
 	}
@@ -1380,23 +1327,23 @@ func (p *Provisioner) sweepQueue(ctx context.Context, cfg *settings, lost []*req
 	}
 	var found []jobRef
 	for _, row := range rows {
-		tag, mine := cfg.ours(row.comment)
+		tag, mine := cfg.ours(row.Comment)
 		if !mine {
 			continue
 		}
-		worker := machineWorker(tag.Worker, row.id)
+		worker := machineWorker(tag.Worker, row.ID)
 		profile, _ := cfg.profileOf(tag.Worker)
 		machines := cfg.machinesOf(profile, worker)
-		if endedStates[row.state] || slices.ContainsFunc(machines, func(m string) bool { return arrived[m] }) {
+		if endedStates[row.State] || slices.ContainsFunc(machines, func(m string) bool { return arrived[m] }) {
 			continue
 		}
 		if i := slices.IndexFunc(machines, func(m string) bool { return lostBy[m] != nil }); i >= 0 && tag.Epoch == cfg.epoch {
 			r := lostBy[machines[i]]
-			found = append(found, jobRef{job: row.id, profile: r.profile, worker: r.worker})
+			found = append(found, jobRef{job: row.ID, profile: r.profile, worker: r.worker})
 			continue
 		}
-		if row.state == "PENDING" || running {
-			found = append(found, jobRef{job: row.id, profile: profile, worker: worker})
+		if row.State == "PENDING" || running {
+			found = append(found, jobRef{job: row.ID, profile: profile, worker: worker})
 		}
 	}
 	return found, nil

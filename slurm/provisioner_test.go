@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/slurm/internal/queue"
 	"github.com/fluksio/provision/slurm/sshrun"
 )
 
@@ -679,15 +680,15 @@ func TestParseJobID(t *testing.T) {
 		{"123456789012345678901\n", ""},
 	}
 	for _, tc := range tests {
-		got, err := parseJobID(tc.stdout)
+		got, err := queue.ParseJobID(tc.stdout)
 		if tc.want == "" {
 			if err == nil {
-				t.Errorf("parseJobID(%q) = %q, want an error", tc.stdout, got)
+				t.Errorf("queue.ParseJobID(%q) = %q, want an error", tc.stdout, got)
 			}
 			continue
 		}
 		if err != nil || got != tc.want {
-			t.Errorf("parseJobID(%q) = %q, %v, want %q", tc.stdout, got, err, tc.want)
+			t.Errorf("queue.ParseJobID(%q) = %q, %v, want %q", tc.stdout, got, err, tc.want)
 		}
 	}
 }

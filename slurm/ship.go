@@ -37,6 +37,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/fluksio/provision/slurm/internal/queue"
 )
 
 const (
@@ -171,9 +173,9 @@ type shipPlan struct {
 // planShip asks the login node its kind and home and reads the worker to
 // ship to it. It changes nothing.
 func (p *Provisioner) planShip(ctx context.Context, cfg *settings) (shipPlan, error) {
-	stdout, stderr, err := p.call(ctx, nil, "sh", "-c", loginScript)
+	stdout, stderr, err := p.q.Run(ctx, nil, "sh", "-c", loginScript)
 	if err != nil {
-		return shipPlan{}, fmt.Errorf("asking %s its kind and home, to ship the worker: %w", cfg.host(), withStderr(err, stderr))
+		return shipPlan{}, fmt.Errorf("asking %s its kind and home, to ship the worker: %w", cfg.host(), queue.WithStderr(err, stderr))
 	}
 	// A login shell's start-up files may print first: the answer is the
 	// last two lines.
@@ -231,7 +233,7 @@ func (p *Provisioner) ensureWorker(ctx context.Context, cfg *settings) (workerCo
 	if err != nil {
 		return workerCopy{}, err
 	}
-	_, stderr, err := p.call(ctx, nil, "sh", "-c", workerCheckScript(plan.copy.sum))
+	_, stderr, err := p.q.Run(ctx, nil, "sh", "-c", workerCheckScript(plan.copy.sum))
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
@@ -241,10 +243,10 @@ func (p *Provisioner) ensureWorker(ctx context.Context, cfg *settings) (workerCo
 		// Megabytes: more than submit_timeout may allow over a slow
 		// link, and it happens once per version.
 		if _, stderr, err := p.q.Transport().RunWithin(ctx, max(cfg.submitTimeout, relayUploadTimeout), plan.data, "sh", "-c", workerUploadScript(plan.copy.sum)); err != nil {
-			return workerCopy{}, fmt.Errorf("copying the worker to %s: %w", cfg.host(), withStderr(err, stderr))
+			return workerCopy{}, fmt.Errorf("copying the worker to %s: %w", cfg.host(), queue.WithStderr(err, stderr))
 		}
 	default:
-		return workerCopy{}, fmt.Errorf("checking the worker's copy on %s: %w", cfg.host(), withStderr(err, stderr))
+		return workerCopy{}, fmt.Errorf("checking the worker's copy on %s: %w", cfg.host(), queue.WithStderr(err, stderr))
 	}
 	p.mu.Lock()
 	p.shipped, p.shippedAt = plan.copy, p.now()
@@ -280,7 +282,7 @@ func (c *check) shippedWorker(ctx context.Context) {
 		return
 	}
 	state := "copied there at the first submission"
-	_, _, err = c.q.call(ctx, nil, "sh", "-c", workerMatchScript(plan.copy.sum))
+	_, _, err = c.q.q.Run(ctx, nil, "sh", "-c", workerMatchScript(plan.copy.sum))
 	if err == nil {
 		state = "already there"
 	}

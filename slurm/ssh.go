@@ -2,6 +2,7 @@ package slurm
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/slurm/internal/queue"
@@ -33,8 +34,10 @@ func (p *Provisioner) newTransport(cfg *settings) *sshrun.Transport {
 	return sshrun.New(c, log)
 }
 
-// newQueue is the queue that runs cfg's commands through ssh: the login
-// user's budget is keyed by the first login, with its port.
+// newQueue is the queue that runs cfg's commands through ssh: its jobs
+// are the provisioner's name's, its user the first login's when it names
+// one (else squeue filters with --me), and the login user's budget is
+// keyed by the first login, with its port.
 func (p *Provisioner) newQueue(cfg *settings, ssh *sshrun.Transport) *queue.Queue {
 	key := cfg.firstLogin().Dest
 	if port := cfg.firstLogin().Port; port != 0 {
@@ -44,7 +47,12 @@ func (p *Provisioner) newQueue(cfg *settings, ssh *sshrun.Transport) *queue.Queu
 	if log == nil {
 		log = p.logger
 	}
-	return queue.New(ssh, queue.Config{BudgetKey: key, MaxRPCRate: cfg.maxRPCRate, Log: log, Now: p.now})
+	user, _, _ := strings.Cut(cfg.firstLogin().Dest, "@")
+	if !strings.Contains(cfg.firstLogin().Dest, "@") {
+		user = ""
+	}
+	return queue.New(ssh, queue.Config{JobName: jobName(cfg.name), User: user, Host: cfg.host(),
+		BudgetKey: key, MaxRPCRate: cfg.maxRPCRate, Log: log, Now: p.now})
 }
 
 // sshConfig is the transport's configuration from the settings.

@@ -42,6 +42,14 @@ import (
 
 // Config is what a Queue needs of the plugin's settings.
 type Config struct {
+	// JobName is the name of every job of this provisioner
+	// (fluksio-<provisioner>): the queue reads its jobs by it.
+	JobName string
+	// User is the login's user when the login names one, else "": the
+	// queue then filters by --me, and LoginUser asks the login node.
+	User string
+	// Host names the login nodes in errors ("login1 or login2").
+	Host string
 	// BudgetKey names the login user's RPC budget: the first login's
 	// destination, with its port when one is set.
 	BudgetKey string

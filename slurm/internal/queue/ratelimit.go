@@ -185,14 +185,6 @@ func (q *Queue) rationedLocked(now time.Time) bool {
 	return !q.rationing.lastAt.IsZero() && now.Sub(q.rationing.lastAt) < rationedRecent
 }
 
-// Rationed reports whether a command was rationed within the last few
-// minutes.
-func (q *Queue) Rationed(now time.Time) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.rationedLocked(now)
-}
-
 // WaitingTurn reports whether err, from a command that failed, is the
 // limiter's doing: the limiter is on and the command ran out of its
 // deadline, or was seen rationed lately. A command slurmctld rations
