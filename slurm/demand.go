@@ -350,7 +350,7 @@ func (p *Provisioner) startLocked(cfg *settings, batches [][]*request, cancels [
 		}()
 	}
 	if len(batches) > 0 {
-		p.wakePoller()
+		p.poll.wake()
 	}
 }
 
@@ -547,7 +547,7 @@ func (p *Provisioner) submit(ctx context.Context, cfg *settings, host shared.Hos
 	// of as many of these (superseded) instead of leaving them running
 	// beside new ones.
 	select {
-	case <-p.adoptTried:
+	case <-p.poll.adoptTried:
 	case <-ctx.Done():
 	}
 	p.mu.Lock()

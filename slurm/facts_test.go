@@ -56,8 +56,8 @@ func TestFactsReadUntilRead(t *testing.T) {
 		t.Fatalf("Status notes %q do not say the facts are not yet known", h.status(t).Notes)
 	}
 	// Unread, each cycle asks again, even with nothing outstanding.
-	h.p.pollOnce(context.Background())
-	h.p.pollOnce(context.Background())
+	h.p.poll.once(context.Background())
+	h.p.poll.once(context.Background())
 	if n := len(h.fake.callsTo("scontrol")); n != 2 {
 		t.Fatalf("%d scontrol calls in 2 poll cycles with the facts unread; want 2", n)
 	}
@@ -75,11 +75,11 @@ func TestFactsReadUntilRead(t *testing.T) {
 	comment := regexp.MustCompile(`(?m)^#SBATCH --comment=(\S+)$`).FindStringSubmatch(sb[0].Stdin)[1]
 	h.fake.setRows(t, job+"|PENDING|Priority|N/A|"+comment)
 	h.fake.setSpec(t, "scontrol=ok,squeue=rows,sbatch=ok")
-	h.p.pollOnce(context.Background())
+	h.p.poll.once(context.Background())
 	if slicesContains(h.status(t).Notes, "not yet known") {
 		t.Errorf("Status notes %q still say the facts are unknown after a read", h.status(t).Notes)
 	}
-	h.p.pollOnce(context.Background())
+	h.p.poll.once(context.Background())
 	if n := len(h.fake.callsTo("scontrol")); n != 3 {
 		t.Errorf("%d scontrol calls; want 3: none once the facts are read", n)
 	}

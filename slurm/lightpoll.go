@@ -1,7 +1,6 @@
 package slurm
 
 import (
-	"context"
 	"strings"
 
 	"github.com/fluksio/provision/slurm/internal/queue"
@@ -36,59 +35,6 @@ const fullPollEvery = 5
 // lightPollMax is the most job ids a light poll asks for; beyond it the
 // cycle polls in full, whose one squeue by name is shorter than the list.
 const lightPollMax = 2000
-
-// lightIDsLocked is the job ids a light poll of this cycle asks for, and
-// whether the cycle may be light at all. p.mu must be held.
-func (p *Provisioner) lightIDsLocked(watched []watch, ends []endWatch) ([]string, bool) {
-	if p.noLightPoll || p.cyclesSinceFull+1 >= fullPollEvery {
-		return nil, false
-	}
-	seen := map[string]bool{}
-	var ids []string
-	add := func(id string) {
-		if id != "" && !seen[id] {
-			seen[id] = true
-			ids = append(ids, id)
-		}
-	}
-	if len(p.cancelling) > 0 || len(p.departed) > 0 {
-		return nil, false
-	}
-	for _, w := range watched {
-		if w.r.phase != phaseQueued || w.job == "" || w.r.slurmState != "RUNNING" {
-			return nil, false // pending, found by comment, or never seen yet
-		}
-		add(w.job)
-	}
-	for _, e := range ends {
-		add(e.job)
-	}
-	if len(ids) == 0 || len(ids) > lightPollMax {
-		return nil, false
-	}
-	return ids, true
-}
-
-// readStates is a light poll of ids: its rows, and whether they stand
-// for the cycle; false when squeue has no --only-job-state (remembered)
-// or a watched job is no longer running, whose words the cycle's full
-// poll then reads.
-func (p *Provisioner) readStates(ctx context.Context, cfg *settings, ids []string, watched []watch, ends []endWatch) ([]queue.Job, bool, error) {
-	rows, err := p.q.States(ctx, ids)
-	switch {
-	case err != nil && noStateOnly(err):
-		cfg.log.Debug("squeue has no --only-job-state (Slurm before 24.05): every poll reads the queue in full", "error", err)
-		p.mu.Lock()
-		p.noLightPoll = true
-		p.mu.Unlock()
-		return nil, false, err
-	case err != nil:
-		return nil, true, err
-	case lightChanged(cfg, rows, watched, ends):
-		return nil, false, nil
-	}
-	return rows, true, nil
-}
 
 // noStateOnly reports whether squeue refused --only-job-state as an
 // option it does not know (Slurm before 24.05).

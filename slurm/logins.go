@@ -277,6 +277,6 @@ func (p *Provisioner) withdrawForLogin(cfg *settings, live []*request, err error
 	}
 	p.mu.Unlock()
 	cfg.log.Debug("a submission was stopped by the login refusal; asking again once a login gets through", "profile", live[0].profile, "machines", len(live))
-	p.wakePoller()
+	p.poll.wake()
 	return true
 }

@@ -573,7 +573,7 @@ func baseConfig() map[string]any {
 		"provision_timeout": "15m",
 		"submit_timeout":    "30s",
 		"token_ttl":         "24h",
-		// Tests run poll cycles themselves, with pollOnce.
+		// Tests run poll cycles themselves, with poll.once.
 		"poll_interval":  "1h",
 		"attach_timeout": "10m",
 		"worker_command": []string{"fluksio-worker"},
@@ -659,7 +659,7 @@ func (h *harness) configure(t *testing.T, edit func(map[string]any)) {
 	// Adoption runs on the poller's goroutine; the tests reason about
 	// what follows it, so they start from where it has been tried, and
 	// the read of the accounting limits after it has been made.
-	<-h.p.adoptTried
+	<-h.p.poll.adoptTried
 	h.limitsRead(t)
 }
 

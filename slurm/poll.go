@@ -16,7 +16,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/fluksio/provision/shared"
@@ -133,15 +132,7 @@ func (p *Provisioner) outcomeUnknown(cfg *settings, live []*request, detail stri
 		args = append(args, "lookup_error", lookupErr)
 	}
 	cfg.log.Warn("sbatch's answer was lost and its job is not in the queue yet; looking for it each poll until it can no longer land", args...)
-	p.wakePoller()
-}
-
-// wakePoller tells an idle poller that something is outstanding.
-func (p *Provisioner) wakePoller() {
-	select {
-	case p.poke <- struct{}{}:
-	default:
-	}
+	p.poll.wake()
 }
 
 // maxIdleAdoptFailures is how many poll cycles in a row may fail to read
@@ -151,228 +142,14 @@ func (p *Provisioner) wakePoller() {
 // tried again before any submission.
 const maxIdleAdoptFailures = 5
 
-// pollWanted reports whether the poller has anything to do: jobs to
-// watch or to cancel, or adoption still to do (within bounds).
-func (p *Provisioner) pollWanted() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.shut {
-		return false
-	}
-	if len(p.outstanding) > 0 || len(p.cancelling) > 0 || len(p.attachedJobs) > 0 || len(p.departed) > 0 || p.now().Before(p.watchUntil) {
-		return true
-	}
-	if p.cfg != nil {
-		// A login a person has to open is tried when the transport's
-		// backoff lets it (pollOnce), so that the provisioner carries on
-		// by itself when it is back.
-		if needed, _ := p.loginNeeded(p.cfg); needed {
-			return true
-		}
-	}
-	return (p.adoptPending || p.facts == factsUnread) && p.idleAdoptFailures < maxIdleAdoptFailures
-}
-
 func jittered(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * (1 - pollJitter + 2*pollJitter*rand.Float64()))
-}
-
-// pollLoop is the poller, started by Configure and stopped when Shutdown
-// begins. While anything is outstanding, or adoption has yet to work, it
-// runs a cycle every poll_interval; otherwise it sleeps until Provision
-// wakes it, and runs nothing on the cluster.
-func (p *Provisioner) pollLoop(cfg *settings, host shared.Host) {
-	defer p.wg.Done()
-	ctx := p.polling
-	actx, cancel := context.WithTimeout(ctx, cfg.submitTimeout)
-	if cfg.multiplex {
-		p.q.Transport().CleanStale(actx)
-	}
-	p.adoptAtStart(actx, cfg, host)
-	cancel()
-	close(p.adoptTried)
-	for {
-		if !p.pollWanted() {
-			select {
-			case <-ctx.Done():
-				return
-			case <-p.poke:
-			}
-			continue
-		}
-		t := time.NewTimer(jittered(cfg.pollInterval))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		p.pollOnce(ctx)
-	}
 }
 
 // watch is a request as a poll cycle found it before reading the queue.
 type watch struct {
 	r   *request
 	job string
-}
-
-// pollOnce is one poll cycle: one squeue for all of this provisioner's
-// jobs, when there is a job or a lost submission to look at or adoption
-// to retry, and whatever follows from what it says. Tests call it to run
-// a cycle when they choose.
-func (p *Provisioner) pollOnce(ctx context.Context) {
-	p.mu.Lock()
-	cfg, host := p.cfg, p.host
-	if cfg == nil || p.shut {
-		p.mu.Unlock()
-		return
-	}
-	adopting := p.adoptPending
-	idle := len(p.outstanding) == 0
-	cancelling := len(p.cancelling) > 0
-	watchingLate := p.now().Before(p.watchUntil)
-	// In no order: judge orders the few it acts on.
-	watched := make([]watch, 0, len(p.outstanding))
-	for _, r := range p.outstanding {
-		// A submission still running is left to finish: its own event
-		// must reach the engine before any about its job.
-		if r.finished() && (r.phase == phaseQueued || r.phase == phaseAnswerLost) {
-			watched = append(watched, watch{r: r, job: r.job})
-		}
-	}
-	ends := p.endWatchesLocked()
-	departed := len(p.departed) > 0
-	unread := p.facts == factsUnread
-	lightIDs, light := p.lightIDsLocked(watched, ends)
-	light = light && !adopting && !watchingLate
-	p.mu.Unlock()
-	needLogin, _ := p.loginNeeded(cfg)
-	if unread && !needLogin {
-		// The start-up facts, until read (facts.go).
-		err := p.readFacts(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if err == nil {
-			cfg.log.Info("read the cluster's MaxArraySize, MaxJobCount and name; bursts are sized by them from now on")
-			p.mu.Lock()
-			p.idleAdoptFailures = 0
-			p.mu.Unlock()
-		} else if idle && !adopting {
-			cfg.log.Debug("still cannot read the cluster's MaxArraySize, MaxJobCount and name", "error", err)
-			p.mu.Lock()
-			p.idleAdoptFailures++
-			p.mu.Unlock()
-		}
-	}
-	if !adopting && !cancelling && !watchingLate && len(watched) == 0 && len(ends) == 0 && !departed && !needLogin {
-		return
-	}
-	if needLogin && p.now().Before(p.q.Transport().Access().NextTry) {
-		// The login refused, and its next try is not due: squeue would
-		// fail at once without ssh, and would say nothing new.
-		return
-	}
-
-	var rows []queue.Job
-	var err error
-	if light {
-		rows, light, err = p.readStates(ctx, cfg, lightIDs, watched, ends)
-	}
-	if !light {
-		rows, err = p.q.Jobs(ctx, true)
-	}
-	if ctx.Err() != nil {
-		return // Shutdown has begun.
-	}
-	if err != nil {
-		if p.q.WaitingTurn(err) {
-			p.queueRationed(cfg, err)
-			return
-		}
-		p.queueUnreadable(cfg, err)
-		if adopting && idle {
-			p.mu.Lock()
-			p.idleAdoptFailures++
-			p.mu.Unlock()
-		}
-		return
-	}
-	p.queueReadable(cfg)
-	p.mu.Lock()
-	p.idleAdoptFailures = 0
-	p.cyclesSinceFull++
-	if !light {
-		p.cyclesSinceFull = 0
-	}
-	p.mu.Unlock()
-	// The books are level-triggered: every full cycle, a job of this
-	// engine that they do not hold is adopted or cancelled, so a
-	// submission that lands late is found whenever it lands (within
-	// fullPollEvery cycles: a light cycle knows no comments).
-	if !light {
-		p.adopt(p.life, cfg, host, rows)
-	}
-	p.judge(cfg, host, watched, rows)
-	p.endedUnder(p.life, cfg, host, ends, rows)
-	if left := p.goneFromQueue(p.life, cfg, host, rows); len(left) > 0 {
-		p.retryCancels(p.life, cfg, host, left, rows)
-	}
-}
-
-// queueUnreadable records a failed poll. Nothing is concluded from it: a
-// controller that does not answer says nothing about its jobs. An outage
-// is logged once, when it begins.
-func (p *Provisioner) queueUnreadable(cfg *settings, err error) {
-	msg := err.Error()
-	p.mu.Lock()
-	first := !p.queueDown
-	p.queueDown = true
-	if saidZeroBytes(msg) {
-		p.queueZeroBytes++
-	} else {
-		p.queueZeroBytes = 0
-	}
-	// A client of another release fails every poll the same way; say what
-	// it is once it is clear, and loudly, since waiting will not fix it.
-	mismatch := releaseMismatch(msg) || p.queueZeroBytes > 1
-	told := mismatch && !p.queueMismatchTold
-	p.queueMismatchTold = p.queueMismatchTold || mismatch
-	if mismatch {
-		p.lastErr = truncate("reading the queue: " + mismatchDetail(cfg.host(), msg))
-	} else {
-		p.lastErr = truncate("reading the queue: " + msg)
-	}
-	p.mu.Unlock()
-	switch {
-	case told:
-		cfg.log.Error("cannot read the queue: the login node's Slurm client is another release than the controller", "login", cfg.host(), "error", err)
-	case first:
-		cfg.log.Warn("cannot read the queue; keeping every request as it is until it can", "error", err)
-	default:
-		cfg.log.Debug("still cannot read the queue", "error", err)
-	}
-}
-
-// queueRationed records a poll whose squeue waited its turn at
-// slurmctld's rate limiter past its deadline: weather, not an outage, so
-// it is neither LastError nor "cannot read the queue"; Status's note on
-// the limiter says it. Nothing is concluded, as for any unread queue.
-func (p *Provisioner) queueRationed(cfg *settings, err error) {
-	cfg.log.Info("the queue's answer waits its turn at slurmctld's RPC rate limiter; keeping every request as it is and reading it again next poll", "error", err)
-}
-
-func (p *Provisioner) queueReadable(cfg *settings) {
-	p.mu.Lock()
-	was := p.queueDown
-	p.queueDown = false
-	p.queueZeroBytes = 0
-	p.queueMismatchTold = false
-	p.mu.Unlock()
-	if was {
-		cfg.log.Debug("the queue can be read again")
-	}
 }
 
 // judge applies one poll to the requests watched when it began, unless
@@ -550,7 +327,7 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 		var why string
 		if explained < explainPerPoll {
 			explained++
-			why = p.explain(p.polling, prof, rep.ev.Job, rep.secrets)
+			why = p.explain(p.poll.ctx, prof, rep.ev.Job, rep.secrets)
 		} else if out := p.outputOf(prof, rep.ev.Job); out != "" {
 			why = "output " + out
 		}
@@ -668,73 +445,6 @@ func taskRow(rows []queue.Job, task int) (queue.Job, bool) {
 		bare.ID += "_" + strconv.Itoa(task)
 	}
 	return bare, hasBare
-}
-
-// adoptAtStart is Configure's adoption: one squeue for the jobs still
-// queued or running. If the queue cannot be read, the poller tries again
-// on each cycle until it can.
-func (p *Provisioner) adoptAtStart(ctx context.Context, cfg *settings, host shared.Host) {
-	// How large a burst one sbatch may be is read before any submission
-	// begins: submissions wait for this first look. It is also the first
-	// call, which makes the ssh master the others share. When it fails,
-	// bursts are small until a poll cycle reads it (facts.go).
-	if err := p.readFacts(ctx); err != nil && p.polling.Err() == nil {
-		cfg.log.Warn("cannot read the cluster's MaxArraySize, MaxJobCount and name; bursts are small until they are read, which each poll tries again",
-			"max_burst", unknownFactsBurst, "error", err)
-	}
-	// What every first submission needs besides the queue, read beside
-	// it rather than after: the accounting limits (limits.go) and log_dir
-	// made on the login node (joblog.go). A submission that starts before
-	// they are done waits for these reads (readingLimits, makingLogDir)
-	// instead of making its own, so the first burst pays one round trip
-	// for all three, not three in a row and then its sbatch.
-	p.startSide(cfg, func(ctx context.Context) {
-		defer close(p.startReads)
-		var both sync.WaitGroup
-		both.Add(1)
-		go func() {
-			defer both.Done()
-			p.refreshLimits(ctx, cfg)
-		}()
-		if _, err := p.ensureLogDir(ctx, cfg); err != nil && ctx.Err() == nil {
-			// The first submission tries again and reports it.
-			cfg.log.Debug("could not make log_dir at start", "error", err)
-		}
-		both.Wait()
-	})
-	rows, err := p.q.Jobs(ctx, false)
-	if err != nil {
-		if p.polling.Err() != nil {
-			return // Shutdown has begun.
-		}
-		if p.q.WaitingTurn(err) {
-			cfg.log.Info("the queue's answer waits its turn at slurmctld's RPC rate limiter; the jobs an earlier run left are looked for again each poll", "error", err)
-			return
-		}
-		p.setLastErr("listing jobs left by an earlier run: " + err.Error())
-		cfg.log.Error("could not list jobs left by an earlier run; will try again on each poll", "error", err)
-		return
-	}
-	p.adopt(ctx, cfg, host, rows)
-}
-
-// startSide runs f on a goroutine of its own, counted by p.wg so that
-// Shutdown waits for it, with a context of submit_timeout that Shutdown's
-// start cancels; nothing is started once Shutdown has begun.
-func (p *Provisioner) startSide(cfg *settings, f func(ctx context.Context)) {
-	p.mu.Lock()
-	if p.shut {
-		p.mu.Unlock()
-		return
-	}
-	p.wg.Add(1)
-	p.mu.Unlock()
-	go func() {
-		defer p.wg.Done()
-		ctx, cancel := context.WithTimeout(p.polling, cfg.submitTimeout)
-		defer cancel()
-		f(ctx)
-	}()
 }
 
 // closedDone is the done channel of an adopted request, which has no
@@ -927,7 +637,7 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 		}
 	}
 	if len(adopted) > 0 {
-		p.wakePoller()
+		p.poll.wake()
 	}
 	if len(strays) > 0 {
 		// What cannot be cancelled now is kept and tried again on each

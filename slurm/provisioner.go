@@ -53,22 +53,9 @@ type Provisioner struct {
 	// derives from it, so no goroutine outlives the Provisioner's use.
 	life context.Context
 	stop context.CancelFunc
-	// polling derives from life and is cancelled when Shutdown begins: it
-	// stops the poller, the squeue it may be running, and adoption.
-	polling     context.Context
-	stopPolling context.CancelFunc
-	// poke wakes the poller when something becomes outstanding. It holds
-	// one token, so a poke is never lost and never blocks.
-	poke chan struct{}
-	// adoptTried is closed once the first adoption attempt is over, found
-	// something or not; tests wait on it. It is made by New and never
-	// replaced.
-	adoptTried chan struct{}
-	// startReads is closed once Configure's other reads at start (the
-	// accounting limits and log_dir, beside adoption) are over, done or
-	// not; tests wait on it. Made by New, never replaced; never closed
-	// when Shutdown comes before them.
-	startReads chan struct{}
+	// poll is the poller (poller.go): its context is cancelled when
+	// Shutdown begins.
+	poll poller
 
 	// wg counts submission goroutines, and the adoption and poller that
 	// Configure starts. Add happens under mu and only while shut is false,
@@ -170,16 +157,6 @@ type Provisioner struct {
 	// mine holds the workers submitted while adoptPending is set, so that
 	// a late adoption does not take this run's own jobs for strays.
 	mine map[string]bool
-	// queueDown is set while reading the queue fails, so that an outage
-	// is logged once.
-	queueDown bool
-	// queueZeroBytes counts the polls in a row whose squeue got "Zero
-	// Bytes were transmitted or received": more than one is a client of
-	// another release, not a dropped connection (refusal.go).
-	queueZeroBytes int
-	// queueMismatchTold is set once that has been logged, until the
-	// queue can be read again.
-	queueMismatchTold bool
 	// cancelling holds, by job id, the jobs this provisioner has decided
 	// to cancel and Slurm has not yet confirmed gone: a scancel that
 	// failed (controller down, a timeout) loses nothing. Each poll cycle
@@ -207,16 +184,6 @@ type Provisioner struct {
 	// holds are the cluster's, the site's throttle's and the limits'
 	// holds on every profile (hold.go).
 	holds holds
-	// noLightPoll is set once squeue refused --only-job-state; every poll
-	// is full from then on. cyclesSinceFull counts the light polls since
-	// the last full one (lightpoll.go).
-	noLightPoll     bool
-	cyclesSinceFull int
-	// idleAdoptFailures counts poll cycles in a row that could not read
-	// the queue for adoption, or the start-up facts, while nothing else
-	// was outstanding; after maxIdleAdoptFailures the poller rests until
-	// there is demand.
-	idleAdoptFailures int
 
 	// shutdownDone is closed when the one Shutdown has finished;
 	// shutdownResp and shutdownErr are its outcome, which every caller
@@ -346,23 +313,17 @@ func New(logger hclog.Logger) *Provisioner {
 		logger = hclog.NewNullLogger()
 	}
 	life, stop := context.WithCancel(context.Background())
-	polling, stopPolling := context.WithCancel(life)
-	return &Provisioner{
-		logger:      logger,
-		sshPath:     "ssh",
-		now:         time.Now,
-		life:        life,
-		stop:        stop,
-		polling:     polling,
-		stopPolling: stopPolling,
-		poke:        make(chan struct{}, 1),
-		ledger:      ledger{outstanding: map[string]*request{}},
-		maxArray:    defaultMaxArraySize,
-		inflight:    map[*request]bool{},
-		adoptTried:  make(chan struct{}),
-		startReads:  make(chan struct{}),
-		backoff:     map[string]*backoff{},
-		cancelling:  map[string]*jobRef{},
+	p := &Provisioner{
+		logger:     logger,
+		sshPath:    "ssh",
+		now:        time.Now,
+		life:       life,
+		stop:       stop,
+		ledger:     ledger{outstanding: map[string]*request{}},
+		maxArray:   defaultMaxArraySize,
+		inflight:   map[*request]bool{},
+		backoff:    map[string]*backoff{},
+		cancelling: map[string]*jobRef{},
 
 		makingLogDir: make(chan struct{}, 1),
 		shipping:     make(chan struct{}, 1),
@@ -370,6 +331,8 @@ func New(logger hclog.Logger) *Provisioner {
 
 		readingLimits: make(chan struct{}, 1),
 	}
+	p.poll = newPoller(p, life)
+	return p
 }
 
 // settings returns the configuration, nil before Configure.
@@ -459,7 +422,7 @@ func (p *Provisioner) Configure(ctx context.Context, req *shared.ConfigureReques
 	if engineNet != "" {
 		p.relay = newRelay(p, cfg, engineNet, engineAddr, relayCert)
 		p.wg.Add(1)
-		go p.relay.run(p.polling)
+		go p.relay.run(p.poll.ctx)
 	}
 	p.mu.Unlock()
 
@@ -474,7 +437,7 @@ func (p *Provisioner) Configure(ctx context.Context, req *shared.ConfigureReques
 	// login node. A Provision that comes first is safe: adoption leaves
 	// this run's own requests alone and cancels an older pending job for
 	// a profile that already has one.
-	go p.pollLoop(cfg, req.Host)
+	go p.poll.run(cfg, req.Host)
 	return &shared.ConfigureResponse{Diagnostics: diags}, nil
 }
 
@@ -599,7 +562,7 @@ func (p *Provisioner) submissionFailed(cfg *settings, host shared.Host, live []*
 		for _, r := range live {
 			p.publish(p.life, cfg, host, shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Worker: r.worker, Detail: limitReached + ": " + detail})
 		}
-		p.wakePoller()
+		p.poll.wake()
 		return
 	}
 	// One failed sbatch is one failure, however many machines it was for.
@@ -683,7 +646,7 @@ func (p *Provisioner) Reconcile(ctx context.Context, req *shared.ReconcileReques
 	if len(resp.Arrived) > 0 {
 		// The poller may be resting with nothing outstanding: it reads
 		// the queue while workers are attached (ends.go).
-		defer p.wakePoller()
+		defer p.poll.wake()
 	}
 	var expired []jobRef
 	var gaveUp []shared.Event
@@ -1146,7 +1109,7 @@ func (p *Provisioner) shutdown(ctx context.Context, req *shared.ShutdownRequest)
 	p.mu.Unlock()
 	// The poller, and adoption if Configure is still at it, stop now: the
 	// queue is about to be emptied of this provisioner's jobs.
-	p.stopPolling()
+	p.poll.stop()
 	defer p.stop()
 	if q != nil {
 		defer q.Close(ctx) // last of all, after squeue and scancel
@@ -1367,5 +1330,5 @@ func (p *Provisioner) watchLate(cfg *settings) {
 	p.mu.Lock()
 	p.watchUntil = p.now().Add(cfg.provisionTimeout)
 	p.mu.Unlock()
-	p.wakePoller()
+	p.poll.wake()
 }

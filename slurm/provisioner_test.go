@@ -430,17 +430,17 @@ func TestReconcileScancelFails(t *testing.T) {
 	if st := h.status(t); !strings.Contains(st.LastError, "Unable to contact slurm controller") {
 		t.Errorf("LastError = %q", st.LastError)
 	}
-	if !h.p.pollWanted() {
+	if !h.p.poll.wanted() {
 		t.Fatal("nothing outstanding, and the poller would not retry the scancel")
 	}
 	// Still failing: one more try per cycle, and one event in all.
-	h.p.pollOnce(ctx)
+	h.p.poll.once(ctx)
 	if n := len(h.fake.callsTo("scancel")); n != 2 {
 		t.Errorf("%d scancel calls after a poll cycle; want 2", n)
 	}
 	// The controller is back: the next cycle cancels it.
 	h.fake.setSpec(t, "sbatch=ok,squeue=rows,scancel=ok")
-	h.p.pollOnce(ctx)
+	h.p.poll.once(ctx)
 	scancels := h.fake.callsTo("scancel")
 	if len(scancels) != 3 || !slices.Equal(scancels[2].remote(), []string{"scancel", "4242"}) {
 		t.Fatalf("scancel calls = %+v", scancels)
@@ -450,7 +450,7 @@ func TestReconcileScancelFails(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("events = %v, want %v", got, want)
 	}
-	if h.p.pollWanted() {
+	if h.p.poll.wanted() {
 		t.Error("the poller still has work once the job is cancelled")
 	}
 }
@@ -750,17 +750,17 @@ func TestNoSbatchAfterShutdownBegan(t *testing.T) {
 func TestIdleAdoptionRests(t *testing.T) {
 	h := newHarness(t, "squeue=fail,sbatch=ok", nil)
 	ctx := context.Background()
-	for i := 0; i < 3*maxIdleAdoptFailures && h.p.pollWanted(); i++ {
-		h.p.pollOnce(ctx)
+	for i := 0; i < 3*maxIdleAdoptFailures && h.p.poll.wanted(); i++ {
+		h.p.poll.once(ctx)
 	}
-	if h.p.pollWanted() {
+	if h.p.poll.wanted() {
 		t.Fatalf("after %d failed squeues the idle poller still wants to poll", len(h.fake.callsTo("squeue")))
 	}
 	if n := len(h.fake.callsTo("squeue")); n != maxIdleAdoptFailures {
 		t.Errorf("%d squeue calls while idle; want %d", n, maxIdleAdoptFailures)
 	}
 	h.provision(t, cpuNeed)
-	if !h.p.pollWanted() {
+	if !h.p.poll.wanted() {
 		t.Error("a Provision did not wake the poller")
 	}
 }

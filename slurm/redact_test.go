@@ -254,7 +254,7 @@ func TestExplainRedactsEncodedCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.fake.setRows(t, ev.Job+"|FAILED|NonZeroExitCode|2026-12-02T10:00:01|"+tagOf(ev.Worker))
-	h.p.pollOnce(context.Background())
+	h.p.poll.once(context.Background())
 	failed := waitEvents(t, h.host, 2)[1]
 	if failed.Kind != shared.EventWorkerProvisionFailed || !strings.Contains(failed.Detail, "no such module") {
 		t.Fatalf("event = %+v; want a failure quoting the output", failed)

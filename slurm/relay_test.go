@@ -265,7 +265,7 @@ func TestRelayAdoptionCancelsAnEarlierRelaysJobs(t *testing.T) {
 	if err != nil || resp.Diagnostics.HasErrors() {
 		t.Fatalf("Configure: %v %v", err, resp.Diagnostics)
 	}
-	<-h.p.adoptTried
+	<-h.p.poll.adoptTried
 	scancels := h.fake.callsTo("scancel")
 	if len(scancels) != 1 || !slices.Equal(slices.Sorted(slices.Values(scancels[0].remote()[1:])), []string{"499", "500"}) {
 		t.Fatalf("scancel calls %+v; want one for 499 and 500", scancels)

@@ -287,7 +287,7 @@ func TestIntegrationWorkerRecheck(t *testing.T) {
 	// Configure's own reads at start go through the same count: they
 	// are over first, and nothing is polled while nothing is
 	// outstanding.
-	for _, ch := range []chan struct{}{p.adoptTried, p.startReads} {
+	for _, ch := range []chan struct{}{p.poll.adoptTried, p.poll.startReads} {
 		select {
 		case <-ch:
 		case <-time.After(time.Minute):

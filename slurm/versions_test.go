@@ -214,7 +214,7 @@ func TestNewerClientIsMisconfiguredLogin(t *testing.T) {
 	h2.provision(t, cpuNeed)
 	h2.submitted(t)
 	h2.clock.Advance(time.Minute) // past when it could land (landing.go)
-	h2.p.pollOnce(context.Background())
+	h2.p.poll.once(context.Background())
 	ev = waitEvents(t, h2.host, 1)[0]
 	if strings.Contains(ev.Detail, "another Slurm release") || ev.Class != shared.FailureTransient {
 		t.Errorf("a single Zero Bytes was taken for a release mismatch: %+v", ev)
