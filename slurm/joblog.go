@@ -127,7 +127,7 @@ func (p *Provisioner) outputOf(prof Profile, job string) string {
 	p.mu.Lock()
 	dir := p.logDirAbs
 	p.mu.Unlock()
-	if dir == "" || outputOptions.setBy(prof.Sbatch) || !sbatch.IsJobRef(job) {
+	if dir == "" || prof.options().output || !sbatch.IsJobRef(job) {
 		return ""
 	}
 	return dir + "/" + job + ".out"

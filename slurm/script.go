@@ -47,10 +47,10 @@ type family struct {
 	short string
 }
 
-// setBy reports whether any of the sbatch lines sets an option of the
-// family, abbreviated or not, in any word of a line.
-func (f family) setBy(lines []string) bool {
-	for _, o := range sbatch.Opts(lines) {
+// setIn reports whether any of opts is an option of the family,
+// abbreviated or not.
+func (f family) setIn(opts []sbatch.Opt) bool {
+	for _, o := range opts {
 		for _, l := range f.long {
 			if o.Is(l, 0) {
 				return true
@@ -61,6 +61,36 @@ func (f family) setBy(lines []string) bool {
 		}
 	}
 	return false
+}
+
+// sbatchOpts is what the script needs of a profile's own sbatch lines:
+// which option families they set, and their time limit. A profile of the
+// configuration carries it, read once (Profile.opts); scriptFor then
+// parses no line.
+type sbatchOpts struct {
+	cpu, mem, gpu, output, error, deadline, signal bool
+	// limit is the lines' --time, when hasLimit.
+	limit    time.Duration
+	hasLimit bool
+}
+
+// readOpts reads lines' options once.
+func readOpts(lines []string) *sbatchOpts {
+	all := sbatch.Opts(lines)
+	o := &sbatchOpts{cpu: cpuOptions.setIn(all), mem: memOptions.setIn(all), gpu: gpuOptions.setIn(all),
+		output: outputOptions.setIn(all), error: errorOptions.setIn(all), deadline: deadlineOptions.setIn(all),
+		signal: signalOptions.setIn(all)}
+	o.limit, o.hasLimit = sbatch.TimeLimit(lines)
+	return o
+}
+
+// options is what the script needs of prof's sbatch lines: as read with
+// the configuration, or read now for a profile made otherwise.
+func (prof Profile) options() *sbatchOpts {
+	if prof.opts != nil {
+		return prof.opts
+	}
+	return readOpts(prof.Sbatch)
 }
 
 // payload is the batch script: a worker that dials the engine and stops
@@ -95,6 +125,7 @@ func (p *Provisioner) script(prof Profile, url, pin, tag string, tasks []int, to
 // rather than one that attaches.
 func (p *Provisioner) scriptFor(prof Profile, url, pin, tag string, tasks []int, tokens [][]string, probe bool) []byte {
 	cfg := p.settings()
+	opts := prof.options()
 	worker := tag
 	var b bytes.Buffer
 	line := func(parts ...string) {
@@ -119,13 +150,13 @@ func (p *Provisioner) scriptFor(prof Profile, url, pin, tag string, tasks []int,
 	}
 	// The profile's numbers are what matching promised, so the scheduler
 	// is asked for them unless the profile's own lines already do.
-	if !cpuOptions.setBy(prof.Sbatch) {
+	if !opts.cpu {
 		line("#SBATCH --cpus-per-task=", strconv.Itoa(prof.CPUs))
 	}
-	if prof.RAMMB > 0 && !memOptions.setBy(prof.Sbatch) {
+	if prof.RAMMB > 0 && !opts.mem {
 		line("#SBATCH --mem=", strconv.FormatInt(prof.RAMMB, 10), "M")
 	}
-	if prof.GPUs > 0 && !gpuOptions.setBy(prof.Sbatch) {
+	if prof.GPUs > 0 && !opts.gpu {
 		line("#SBATCH --gres=gpu:", strconv.Itoa(prof.GPUs))
 	}
 	// A job that has not started within provision_timeout can no longer
@@ -134,20 +165,20 @@ func (p *Provisioner) scriptFor(prof Profile, url, pin, tag string, tasks []int,
 	// compute; see the package documentation.
 	// A --begin moves the deadline by its delay, worked out now for one
 	// at a wall-clock time (begin.go).
-	if limit, ok := sbatch.TimeLimit(prof.Sbatch); ok && !deadlineOptions.setBy(prof.Sbatch) {
+	if opts.hasLimit && !opts.deadline {
 		delay := cfg.beginDelayAt(prof, p.now())
-		line("#SBATCH --deadline=now+", strconv.FormatInt(seconds(delay+cfg.provisionTimeout+limit), 10), "seconds")
+		line("#SBATCH --deadline=now+", strconv.FormatInt(seconds(delay+cfg.provisionTimeout+opts.limit), 10), "seconds")
 	}
 	// Output to log_dir, one file per job (or array task), stdout and
 	// stderr together: what a failed job said is then in one place the
 	// plugin knows, and can read back (joblog.go).
 	if dir := p.outputDir(cfg); dir != "" {
-		if !outputOptions.setBy(prof.Sbatch) {
+		if !opts.output {
 			line("#SBATCH --output=", outputPattern(dir, tasks != nil))
 		}
 		// A profile that sends its output elsewhere gets its errors
 		// there too, as sbatch does when --error is not given.
-		if !errorOptions.setBy(prof.Sbatch) && !outputOptions.setBy(prof.Sbatch) {
+		if !opts.error && !opts.output {
 			line("#SBATCH --error=", outputPattern(dir, tasks != nil))
 		}
 	}
@@ -156,8 +187,8 @@ func (p *Provisioner) scriptFor(prof Profile, url, pin, tag string, tasks []int,
 	// its walltime leaves before it by itself and needs no warning, which
 	// Slurm may send a minute early: a job of a few minutes would lose
 	// most of them to it.
-	walltime, knowsWalltime := sbatch.TimeLimit(prof.Sbatch)
-	if !signalOptions.setBy(prof.Sbatch) && !knowsWalltime {
+	walltime, knowsWalltime := opts.limit, opts.hasLimit
+	if !opts.signal && !knowsWalltime {
 		line("#SBATCH --signal=B:TERM@", strconv.Itoa(walltimeWarning))
 	}
 	for _, s := range prof.Sbatch {
@@ -283,9 +314,9 @@ func (s *settings) credentialTTL(prof Profile, at time.Time) time.Duration {
 	if s.tokenTTL > 0 {
 		return s.tokenTTL
 	}
-	limit, ok := sbatch.TimeLimit(prof.Sbatch)
-	if !ok {
+	opts := prof.options()
+	if !opts.hasLimit {
 		return noLimitTTL
 	}
-	return s.beginDelayAt(prof, at) + s.provisionTimeout + limit + tokenMargin
+	return s.beginDelayAt(prof, at) + s.provisionTimeout + opts.limit + tokenMargin
 }

@@ -320,3 +320,33 @@ func TestScriptPinsTheRelay(t *testing.T) {
 		t.Errorf("worker saw:\n%s\nwant --url https://login1:7000 --engine-cert-sha256 %s first", out, pin)
 	}
 }
+
+// TestScriptReadsOptionsOnceAtConfiguration: a configured profile carries
+// its sbatch lines' options, read when the configuration was, and its
+// script is built from them without reading the lines again; a profile
+// made otherwise has its lines read when its script is.
+func TestScriptReadsOptionsOnceAtConfiguration(t *testing.T) {
+	c := baseConfig()
+	c["profile"] = []any{map[string]any{"name": "cpu", "cpus": 4, "sbatch": []string{"--partition=debug --deadline=2030-01-01T00:00:00", "-t 30"}}}
+	s, diags := parseConfig("hpc", mustJSON(t, c))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	prof := s.Profiles[0]
+	if prof.opts == nil || !prof.opts.deadline || prof.opts.cpu || !prof.opts.hasLimit || prof.opts.limit != 30*time.Minute {
+		t.Fatalf("the configured profile's options: %+v; want --deadline and a 30-minute limit", prof.opts)
+	}
+	p := scriptProvisioner(t, scriptConfigs["default"])
+	// Lines the options were not read from: the script follows the
+	// options read at configuration, so it reads no line of them.
+	prof.Sbatch = []string{"--time=10"}
+	script := string(p.payload(prof, "hpc-cpu-0123abcd", "t"))
+	if strings.Contains(script, "--deadline=now+") || !strings.Contains(script, "FLUKSIO_WALLTIME=1800") {
+		t.Errorf("the script of a configured profile read its lines again:\n%s", script)
+	}
+	prof.opts = nil
+	script = string(p.payload(prof, "hpc-cpu-0123abcd", "t"))
+	if !strings.Contains(script, "--deadline=now+") || !strings.Contains(script, "FLUKSIO_WALLTIME=600") {
+		t.Errorf("the script of a profile made otherwise did not read its lines:\n%s", script)
+	}
+}
