@@ -81,7 +81,7 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 	}
 	if pass.limited.kind != holdNone {
 		p.holds.binding = pass.limited
-		p.recountLaterLocked(cfg, pass.now)
+		p.lim.recountLaterLocked(cfg, pass.now)
 	} else if len(pass.batches) > 0 || len(wanted) == 0 {
 		// Asked for what was short, or nothing is wanted: no limit
 		// holds anything back now.
@@ -383,7 +383,7 @@ func (p *Provisioner) roomLocked(cfg *settings, prof Profile, short, profAlive, 
 			n, detail = max(0, c.room), c.what
 		}
 	}
-	if room, d, ok := p.limitRoomLocked(cfg, p.now()); ok && room*nodes < n {
+	if room, d, ok := p.lim.limitRoomLocked(cfg, p.now()); ok && room*nodes < n {
 		// The user's accounting limit, in jobs and array tasks: one per
 		// allocation.
 		n, detail, byLimit = room*nodes, d, true
@@ -581,12 +581,12 @@ func (p *Provisioner) submit(ctx context.Context, cfg *settings, host shared.Hos
 	}
 	if !shut {
 		var release func()
-		live, release = p.trimToLimit(ctx, cfg, live)
+		live, release = p.lim.trimToLimit(ctx, cfg, live)
 		defer release()
 		if len(live) == 0 {
 			return
 		}
-		if live = p.trimToJobCount(ctx, cfg, live); len(live) == 0 {
+		if live = p.lim.trimToJobCount(ctx, cfg, live); len(live) == 0 {
 			return
 		}
 	}

@@ -66,7 +66,7 @@ func (p *Provisioner) readFacts(ctx context.Context) error {
 	if p.cluster != c.Cluster {
 		// The limits read so far were every cluster's; this one's are
 		// read again.
-		p.limits.readAt = time.Time{}
+		p.lim.limits.readAt = time.Time{}
 	}
 	p.cluster = c.Cluster
 	p.maxJobs = c.MaxJobCount

@@ -1,7 +1,6 @@
 package slurm
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -40,46 +39,6 @@ func jobsFull(said string) bool {
 		}
 	}
 	return false
-}
-
-// trimToJobCount fits a submission under the cluster's MaxJobCount: when
-// the books bring it within half of the ceiling, it counts the
-// controller's jobs and takes the allocations that do not fit out of the
-// books, unsubmitted and unannounced, so that the demand asks for them
-// again as jobs leave.
-func (p *Provisioner) trimToJobCount(ctx context.Context, cfg *settings, live []*request) []*request {
-	p.mu.Lock()
-	ceiling := p.maxJobs
-	ours := p.oursLocked(cfg, false)
-	p.mu.Unlock()
-	allocs := groupAllocations(live)
-	if ceiling <= 0 || 2*ours < ceiling {
-		return live
-	}
-	n, err := p.q.CountAll(ctx)
-	if err != nil {
-		// Without a count, sbatch says, within submit_timeout.
-		cfg.log.Debug("could not count the controller's jobs before a submission", "error", err)
-		return live
-	}
-	// slurmctld refuses when its jobs and the new ones would reach the
-	// ceiling.
-	fit := max(0, ceiling-1-n)
-	if fit >= len(allocs) {
-		return live
-	}
-	p.mu.Lock()
-	kept := p.keepAllocationsLocked(allocs, fit)
-	detail := fmt.Sprintf("%s: the cluster's MaxJobCount = %d; slurmctld holds %d jobs and array tasks (every user's, finished ones until MinJobAge), so %d of %d machines were asked for; the rest are asked for as jobs leave",
-		limitReached, ceiling, n, len(kept), len(live))
-	p.holds.binding = hold{kind: holdClusterFull, reason: detail}
-	// The rest would be asked for at once, counted again and trimmed
-	// again: held for jobsFullWait instead, as after sbatch's own words.
-	p.holds.clusterFull = hold{kind: holdClusterFull, until: p.now().Add(jobsFullWait), reason: detail}
-	p.mu.Unlock()
-	cfg.log.Info("trimmed a burst to the room the cluster's MaxJobCount leaves; the rest is asked for as jobs leave",
-		"profile", live[0].profile, "machines", len(live), "submitting", len(kept), "jobs", n, "max_job_count", ceiling)
-	return kept
 }
 
 // jobsFullDetail is the words for a submission sbatch could not place

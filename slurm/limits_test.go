@@ -169,7 +169,7 @@ func TestLimitRoomComesBackAsOthersEnd(t *testing.T) {
 	eventually(t, "the queue counted again", func() bool {
 		h.p.mu.Lock()
 		defer h.p.mu.Unlock()
-		return h.p.limits.queued == 3 && !h.p.limits.counting
+		return h.p.lim.limits.queued == 3 && !h.p.lim.limits.counting
 	})
 	o, resp := h.provisionN(t, cpuNeed, 10)
 	if pd := profileDemand(resp, "cpu"); o.Outcome != shared.OutcomeRequested || pd.Requested != 2 {

@@ -324,7 +324,7 @@ func (pl *poller) adoptAtStart(ctx context.Context, cfg *settings, host shared.H
 		both.Add(1)
 		go func() {
 			defer both.Done()
-			p.refreshLimits(ctx, cfg)
+			p.lim.refreshLimits(ctx, cfg)
 		}()
 		if _, err := p.ensureLogDir(ctx, cfg); err != nil && ctx.Err() == nil {
 			// The first submission tries again and reports it.

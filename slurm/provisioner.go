@@ -76,19 +76,14 @@ type Provisioner struct {
 	// (ship.go); empty means the directory of the plugin's own
 	// executable. Tests set it before Configure; it never changes after.
 	workerDir string
-	// limitTurn holds one token while a submission under an accounting
-	// limit counts the user's queue and submits, so that two profiles'
-	// bursts do not both take the same room (limits.go).
-	limitTurn chan struct{}
-	// readingLimits holds one token while sacctmgr is being asked, so
-	// that the poller's read at start and a first submission's do not
-	// both ask.
-	readingLimits chan struct{}
 
 	// mu guards every field below, and the fields of each request from job
 	// on. It is held only to read or change them: never across ssh, a Host
 	// call or a wait, because a login node can take seconds to answer and
 	// the engine calls in here from its placer.
+	// lim is the accounting limits and the job count submissions fit (limits.go).
+	lim limiter
+
 	mu sync.Mutex
 	// cfg is nil until Configure succeeds; what it points to never changes.
 	cfg  *settings
@@ -175,9 +170,6 @@ type Provisioner struct {
 	// cluster is the cluster's name (ClusterName), read with the facts;
 	// the user's associations of other clusters are not its limits.
 	cluster string
-	// limits are the accounting limits of the login user and the room
-	// they leave (limits.go).
-	limits limitState
 	// maxJobs is the cluster's MaxJobCount, read with the facts; 0
 	// until read (jobcount.go).
 	maxJobs int
@@ -327,11 +319,11 @@ func New(logger hclog.Logger) *Provisioner {
 
 		makingLogDir: make(chan struct{}, 1),
 		shipping:     make(chan struct{}, 1),
-		limitTurn:    make(chan struct{}, 1),
-
-		readingLimits: make(chan struct{}, 1),
 	}
 	p.poll = newPoller(p, life)
+	p.lim.p = p
+	p.lim.limitTurn = make(chan struct{}, 1)
+	p.lim.readingLimits = make(chan struct{}, 1)
 	return p
 }
 
@@ -552,9 +544,9 @@ func (p *Provisioner) submissionFailed(cfg *settings, host shared.Host, live []*
 		// Weather that clears as jobs end: no backoff, and a smaller
 		// burst next time (limits.go).
 		now := p.now()
-		p.learnFromRefusalLocked(cfg, allocationsOf(live), -1, which, now)
+		p.lim.learnFromRefusalLocked(cfg, allocationsOf(live), -1, which, now)
 		p.holds.binding = hold{kind: holdLimitReached, reason: fmt.Sprintf("%s: Slurm refused a submission of %d machine(s) (%s); at most %d of the user's jobs or array tasks in the queue until %s",
-			limitReached, len(live), which, p.limits.learned, p.limits.learnedUntil.UTC().Format(time.RFC3339))}
+			limitReached, len(live), which, p.lim.limits.learned, p.lim.limits.learnedUntil.UTC().Format(time.RFC3339))}
 		p.metrics.failedMachines(live[0].profile, shared.FailureLimitReached, len(live))
 		p.mu.Unlock()
 		cfg.log.Warn("sbatch refused for an accounting limit; asking for fewer machines as the user's jobs end", "profile", live[0].profile,
@@ -1031,7 +1023,7 @@ func (p *Provisioner) Status(context.Context, *shared.StatusRequest) (*shared.St
 	if note := p.q.BudgetNote(now); note != "" {
 		resp.Notes = append(resp.Notes, note)
 	}
-	resp.Notes = append(resp.Notes, p.limitNotesLocked(now)...)
+	resp.Notes = append(resp.Notes, p.lim.limitNotesLocked(now)...)
 	resp.Notes = append(resp.Notes, p.loginNotes(p.cfg)...)
 	if p.holds.throttled.on(now) {
 		resp.Notes = append(resp.Notes, p.holds.throttled.reason)
