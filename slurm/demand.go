@@ -787,10 +787,10 @@ func (p *Provisioner) ask(ctx context.Context, cfg *settings, host shared.Host, 
 		}
 		p.mu.Unlock()
 	}
-	if _, err := p.ensureLogDir(ctx, cfg); err != nil {
+	if _, err := p.files.ensureLogDir(ctx, cfg); err != nil {
 		return "", failure(err, err.Error(), false, keep)
 	}
-	if _, err := p.ensureWorker(ctx, cfg); err != nil {
+	if _, err := p.files.ensureWorker(ctx, cfg); err != nil {
 		err = fmt.Errorf("not submitted: %w", err)
 		return "", failure(err, err.Error(), false, keep)
 	}

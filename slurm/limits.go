@@ -211,7 +211,7 @@ type limiter struct {
 	// that the poller's read at start and a first submission's do not
 	// both ask.
 	readingLimits chan struct{}
-	// limits are the accounting limits of the login user and the room
+	// limits are guarded by p.mu: the accounting limits of the login user and the room
 	// they leave (limits.go).
 	limits limitState
 }

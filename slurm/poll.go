@@ -209,7 +209,7 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 			failed[r.profile] = detail
 		}
 		if ended {
-			p.recheckWorkerLocked()
+			p.files.recheckWorkerLocked()
 		}
 		reports = append(reports, report{
 			ev:      shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Job: r.job, Worker: r.worker, Detail: detail, Class: class},
@@ -327,8 +327,8 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 		var why string
 		if explained < explainPerPoll {
 			explained++
-			why = p.explain(p.poll.ctx, prof, rep.ev.Job, rep.secrets)
-		} else if out := p.outputOf(prof, rep.ev.Job); out != "" {
+			why = p.files.explain(p.poll.ctx, prof, rep.ev.Job, rep.secrets)
+		} else if out := p.files.outputOf(prof, rep.ev.Job); out != "" {
 			why = "output " + out
 		}
 		if why != "" {

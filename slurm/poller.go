@@ -326,7 +326,7 @@ func (pl *poller) adoptAtStart(ctx context.Context, cfg *settings, host shared.H
 			defer both.Done()
 			p.lim.refreshLimits(ctx, cfg)
 		}()
-		if _, err := p.ensureLogDir(ctx, cfg); err != nil && ctx.Err() == nil {
+		if _, err := p.files.ensureLogDir(ctx, cfg); err != nil && ctx.Err() == nil {
 			// The first submission tries again and reports it.
 			cfg.log.Debug("could not make log_dir at start", "error", err)
 		}

@@ -46,14 +46,14 @@ func (c *check) probe(ctx context.Context) {
 	}
 	prof := c.firstProfile()
 	path := []string{"engine_url"}
-	dir, err := c.q.ensureLogDir(ctx, c.cfg)
+	dir, err := c.q.files.ensureLogDir(ctx, c.cfg)
 	if err != nil {
 		c.fail([]string{"log_dir"}, "Reach probe not run", "The probe's job writes its answer to log_dir: %v.", err)
 		return
 	}
 	// With worker_command unset the run ships the worker, and so does
 	// the probe, whose job runs the copy a run's jobs would.
-	if _, err := c.q.ensureWorker(ctx, c.cfg); err != nil {
+	if _, err := c.q.files.ensureWorker(ctx, c.cfg); err != nil {
 		c.fail([]string{"worker_command"}, "Reach probe not run", "The probe's job runs the worker a run ships, which could not be put on the login node: %v.", err)
 		return
 	}

@@ -63,19 +63,6 @@ type Provisioner struct {
 	wg sync.WaitGroup
 	// metrics counts failures for Status (metrics.go).
 	metrics metrics
-	// makingLogDir holds one token while log_dir is being made, so that
-	// a burst of first submissions makes it once, not once each; it is
-	// taken with the caller's context, across that one ssh call.
-	makingLogDir chan struct{}
-	// shipping holds one token while the worker's copy on the login node
-	// is checked or copied (ship.go), so that a burst of submissions
-	// copies it once; taken with the caller's context, across those ssh
-	// calls.
-	shipping chan struct{}
-	// workerDir is where the worker binaries to ship are looked for
-	// (ship.go); empty means the directory of the plugin's own
-	// executable. Tests set it before Configure; it never changes after.
-	workerDir string
 
 	// mu guards every field below, and the fields of each request from job
 	// on. It is held only to read or change them: never across ssh, a Host
@@ -83,6 +70,9 @@ type Provisioner struct {
 	// the engine calls in here from its placer.
 	// lim is the accounting limits and the job count submissions fit (limits.go).
 	lim limiter
+
+	// files is the worker's copy and log_dir on the login node (ship.go).
+	files loginFiles
 
 	mu sync.Mutex
 	// cfg is nil until Configure succeeds; what it points to never changes.
@@ -133,15 +123,6 @@ type Provisioner struct {
 	inflight map[*request]bool
 	lastErr  string
 	shut     bool
-	// logDirAbs is log_dir as the login node resolved it, empty until
-	// the first submission made it (joblog.go).
-	logDirAbs string
-	// shipped is the worker's copy on the login node when worker_command
-	// is unset, zero until a submission has checked it (ship.go), and
-	// shippedAt when it was last checked; a zero shippedAt has the next
-	// submission check it again.
-	shipped   workerCopy
-	shippedAt time.Time
 	// backoff holds, by profile, the failures since a worker of the
 	// profile last attached (backoff.go).
 	backoff map[string]*backoff
@@ -316,11 +297,11 @@ func New(logger hclog.Logger) *Provisioner {
 		inflight:   map[*request]bool{},
 		backoff:    map[string]*backoff{},
 		cancelling: map[string]*jobRef{},
-
-		makingLogDir: make(chan struct{}, 1),
-		shipping:     make(chan struct{}, 1),
 	}
 	p.poll = newPoller(p, life)
+	p.files.p = p
+	p.files.makingLogDir = make(chan struct{}, 1)
+	p.files.shipping = make(chan struct{}, 1)
 	p.lim.p = p
 	p.lim.limitTurn = make(chan struct{}, 1)
 	p.lim.readingLimits = make(chan struct{}, 1)

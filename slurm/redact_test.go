@@ -235,7 +235,7 @@ func TestExplainRedactsEncodedCredentials(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(h.fake.dir, ev.Job+".out"), []byte(a.text), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		got := h.p.explain(context.Background(), prof, ev.Job, secrets)
+		got := h.p.files.explain(context.Background(), prof, ev.Job, secrets)
 		if runs := leaked(got, a.forms); len(runs) > 0 {
 			t.Errorf("%s: %d runs got through explain, such as %q:\n%s", a.name, len(runs), runs[0], got)
 		}

@@ -172,7 +172,7 @@ func (p *Provisioner) scriptFor(prof Profile, url, pin, tag string, tasks []int,
 	// Output to log_dir, one file per job (or array task), stdout and
 	// stderr together: what a failed job said is then in one place the
 	// plugin knows, and can read back (joblog.go).
-	if dir := p.outputDir(cfg); dir != "" {
+	if dir := p.files.outputDir(cfg); dir != "" {
 		if !opts.output {
 			line("#SBATCH --output=", outputPattern(dir, tasks != nil))
 		}
@@ -223,7 +223,7 @@ func (p *Provisioner) scriptFor(prof Profile, url, pin, tag string, tasks []int,
 	// missing or replaced is refused, with a line in the job's output.
 	program := cfg.WorkerCommand
 	if program == nil {
-		ship := p.workerCopyFor()
+		ship := p.files.workerCopyFor()
 		program = []string{ship.path}
 		line(workerGuard(ship))
 	}

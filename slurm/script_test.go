@@ -76,7 +76,7 @@ func scriptProvisioner(t *testing.T, c Config) *Provisioner {
 	p := New(nil)
 	p.cfg = s
 	if c.WorkerCommand == nil {
-		p.shipped = goldenShipped
+		p.files.shipped = goldenShipped
 	}
 	return p
 }

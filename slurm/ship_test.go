@@ -267,9 +267,9 @@ func TestIntegrationWorkerRecheck(t *testing.T) {
 	p.sshPath = testutil.LookPath(t, "ssh")
 	p.now = clock
 	// A worker of its own, so that its version is this test's alone.
-	p.workerDir = t.TempDir()
+	p.files.workerDir = t.TempDir()
 	data := []byte("#!/bin/sh\n# a worker shipped by TestIntegrationWorkerRecheck " + time.Now().String() + "\n")
-	if err := os.WriteFile(filepath.Join(p.workerDir, workerProgram), data, 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(p.files.workerDir, workerProgram), data, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	cfg := baseConfig()
@@ -299,7 +299,7 @@ func TestIntegrationWorkerRecheck(t *testing.T) {
 	ensure := func(what string, wantCalls int64) workerCopy {
 		t.Helper()
 		before := p.q.Calls()
-		c, err := p.ensureWorker(ctx, s)
+		c, err := p.files.ensureWorker(ctx, s)
 		if err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
@@ -328,7 +328,7 @@ func TestIntegrationWorkerRecheck(t *testing.T) {
 
 	os.Remove(c.path)
 	p.mu.Lock()
-	p.recheckWorkerLocked()
+	p.files.recheckWorkerLocked()
 	p.mu.Unlock()
 	ensure("a submission after a job ended before its worker attached", 2)
 	if got, err := os.ReadFile(c.path); err != nil || !bytes.Equal(got, data) {
