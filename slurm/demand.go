@@ -486,7 +486,7 @@ func (p *Provisioner) arrivedLocked(attached []string) []string {
 			reqs = append(reqs, r)
 		}
 	}
-	p.keepAttachedLocked(reqs)
+	p.ends.keepAttachedLocked(reqs)
 	return arrived
 }
 

@@ -211,8 +211,8 @@ type limiter struct {
 	// that the poller's read at start and a first submission's do not
 	// both ask.
 	readingLimits chan struct{}
-	// limits are guarded by p.mu: the accounting limits of the login user and the room
-	// they leave (limits.go).
+	// limits are the accounting limits of the login user and the room
+	// they leave; guarded by p.mu.
 	limits limitState
 }
 

@@ -504,7 +504,7 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 		if p.outstanding[w] != nil || p.mine[w] || held[w] {
 			return true
 		}
-		_, attached := p.attachedJobs[w]
+		_, attached := p.ends.attachedJobs[w]
 		_, reconciled := p.reconciled[w]
 		return attached || reconciled
 	}
@@ -549,7 +549,7 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 			// array submitted while adoption was pending (mine holds
 			// the array's tag).
 			continue
-		case p.departed[worker] != (attachedJob{}) && row.State == "PENDING":
+		case p.ends.departed[worker] != (attachedJob{}) && row.State == "PENDING":
 			// Its worker attached in this process and left; the job was
 			// requeued, and the worker's name is spent (ends.go).
 			strays = append(strays, jobRef{job: row.ID, profile: profile, worker: worker,

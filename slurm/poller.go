@@ -89,7 +89,7 @@ func (pl *poller) wanted() bool {
 	if p.shut {
 		return false
 	}
-	if len(p.outstanding) > 0 || len(p.cancelling) > 0 || len(p.attachedJobs) > 0 || len(p.departed) > 0 || p.now().Before(p.watchUntil) {
+	if len(p.outstanding) > 0 || len(p.cancelling) > 0 || len(p.ends.attachedJobs) > 0 || len(p.ends.departed) > 0 || p.now().Before(p.watchUntil) {
 		return true
 	}
 	if p.cfg != nil {
@@ -163,8 +163,8 @@ func (pl *poller) once(ctx context.Context) {
 			watched = append(watched, watch{r: r, job: r.job})
 		}
 	}
-	ends := p.endWatchesLocked()
-	departed := len(p.departed) > 0
+	ends := p.ends.endWatchesLocked()
+	departed := len(p.ends.departed) > 0
 	unread := p.facts == factsUnread
 	lightIDs, light := pl.lightIDsLocked(watched, ends)
 	light = light && !adopting && !watchingLate
@@ -237,7 +237,7 @@ func (pl *poller) once(ctx context.Context) {
 		p.adopt(p.life, cfg, host, rows)
 	}
 	p.judge(cfg, host, watched, rows)
-	p.endedUnder(p.life, cfg, host, ends, rows)
+	p.ends.endedUnder(p.life, cfg, host, ends, rows)
 	if left := p.goneFromQueue(p.life, cfg, host, rows); len(left) > 0 {
 		p.retryCancels(p.life, cfg, host, left, rows)
 	}
@@ -383,7 +383,7 @@ func (pl *poller) lightIDsLocked(watched []watch, ends []endWatch) ([]string, bo
 			ids = append(ids, id)
 		}
 	}
-	if len(p.cancelling) > 0 || len(p.departed) > 0 {
+	if len(p.cancelling) > 0 || len(p.ends.departed) > 0 {
 		return nil, false
 	}
 	for _, w := range watched {

@@ -74,6 +74,9 @@ type Provisioner struct {
 	// files is the worker's copy and log_dir on the login node (ship.go).
 	files loginFiles
 
+	// ends is the jobs of attached and departed workers, watched for their end (ends.go).
+	ends jobEnds
+
 	mu sync.Mutex
 	// cfg is nil until Configure succeeds; what it points to never changes.
 	cfg  *settings
@@ -109,15 +112,6 @@ type Provisioner struct {
 	// whole list replaces them. Both are nil until the first Reconcile.
 	reconciled   map[string]struct{}
 	reconciledBy map[string]int
-	// attachedJobs holds the job of each attached worker whose request
-	// arrived in this process, until Reconcile says it left or a poll
-	// cycle finds its job ended under it (ends.go).
-	attachedJobs map[string]attachedJob
-	// departed holds the jobs of workers that attached in this process
-	// and left (Reconcile) or whose job ended under them, while the queue
-	// still lists the job: one pending again was requeued, and its
-	// worker's name is spent, so it is cancelled, never adopted (ends.go).
-	departed map[string]attachedJob
 	// inflight holds the requests whose submission goroutine has not yet
 	// finished, including any Reconcile has already forgotten.
 	inflight map[*request]bool
@@ -299,6 +293,7 @@ func New(logger hclog.Logger) *Provisioner {
 		cancelling: map[string]*jobRef{},
 	}
 	p.poll = newPoller(p, life)
+	p.ends.p = p
 	p.files.p = p
 	p.files.makingLogDir = make(chan struct{}, 1)
 	p.files.shipping = make(chan struct{}, 1)
@@ -690,15 +685,15 @@ func (p *Provisioner) reconcileAttachedLocked(cfg *settings, req *shared.Reconci
 		}
 		p.reconciledBy = cfg.attachedByProfile(names)
 		p.attached = maps.Clone(p.reconciledBy)
-		for w := range p.attachedJobs {
+		for w := range p.ends.attachedJobs {
 			if _, ok := p.reconciled[w]; !ok {
-				p.departLocked(w)
+				p.ends.departLocked(w)
 			}
 		}
 		return p.arrivedLocked(names)
 	}
 	for _, w := range req.Left {
-		p.departLocked(w)
+		p.ends.departLocked(w)
 		if _, ok := p.reconciled[w]; !ok {
 			continue
 		}
