@@ -346,7 +346,7 @@ func (p *Provisioner) startLocked(cfg *settings, batches [][]*request, cancels [
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
-			p.cancelJobs(p.life, cfg, host, cancels, "gave up a pending machine the engine no longer wants")
+			p.cancels.cancelJobs(p.life, cfg, host, cancels, "gave up a pending machine the engine no longer wants")
 		}()
 	}
 	if len(batches) > 0 {
@@ -750,7 +750,7 @@ func (p *Provisioner) submitOne(ctx context.Context, cfg *settings, host shared.
 		}
 		p.mu.Unlock()
 		cfg.log.Error("a job was submitted with the relay's old address: cancelling it", "profile", prof.Name, "job", job, "old", via)
-		p.cancelJobs(p.life, cfg, host, refs, "cancelled a job whose workers dial the relay's old address")
+		p.cancels.cancelJobs(p.life, cfg, host, refs, "cancelled a job whose workers dial the relay's old address")
 	}
 	return true
 }

@@ -183,6 +183,6 @@ func (je *jobEnds) endedUnder(ctx context.Context, cfg *settings, host shared.Ho
 	}
 	p.publishAll(ctx, cfg, host, evs)
 	if len(requeued) > 0 {
-		p.cancelJobs(ctx, cfg, host, requeued, "cancelled a job requeued under its attached worker")
+		p.cancels.cancelJobs(ctx, cfg, host, requeued, "cancelled a job requeued under its attached worker")
 	}
 }

@@ -345,8 +345,8 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 		}
 		p.publish(p.life, cfg, host, ev)
 	}
-	p.cancelJobs(p.life, cfg, host, cancels, "cancelled a job that can never start")
-	p.cancelJobs(p.life, cfg, host, requeues, "cancelled a job Slurm requeued before its worker attached")
+	p.cancels.cancelJobs(p.life, cfg, host, cancels, "cancelled a job that can never start")
+	p.cancels.cancelJobs(p.life, cfg, host, requeues, "cancelled a job Slurm requeued before its worker attached")
 }
 
 // requeued reports whether a queued request's job, seen running, is
@@ -493,7 +493,7 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 	for r := range p.inflight {
 		held[r.worker] = true
 	}
-	for _, j := range p.cancelling {
+	for _, j := range p.cancels.cancelling {
 		for _, w := range j.workers() {
 			held[w] = true
 		}
@@ -642,7 +642,7 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 	if len(strays) > 0 {
 		// What cannot be cancelled now is kept and tried again on each
 		// poll cycle and at Shutdown (cancelJobs).
-		p.cancelJobs(ctx, cfg, host, strays, "cancelled a job nobody will use")
+		p.cancels.cancelJobs(ctx, cfg, host, strays, "cancelled a job nobody will use")
 	}
 }
 

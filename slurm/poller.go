@@ -89,7 +89,7 @@ func (pl *poller) wanted() bool {
 	if p.shut {
 		return false
 	}
-	if len(p.outstanding) > 0 || len(p.cancelling) > 0 || len(p.ends.attachedJobs) > 0 || len(p.ends.departed) > 0 || p.now().Before(p.watchUntil) {
+	if len(p.outstanding) > 0 || len(p.cancels.cancelling) > 0 || len(p.ends.attachedJobs) > 0 || len(p.ends.departed) > 0 || p.now().Before(p.watchUntil) {
 		return true
 	}
 	if p.cfg != nil {
@@ -152,7 +152,7 @@ func (pl *poller) once(ctx context.Context) {
 	}
 	adopting := p.adoptPending
 	idle := len(p.outstanding) == 0
-	cancelling := len(p.cancelling) > 0
+	cancelling := len(p.cancels.cancelling) > 0
 	watchingLate := p.now().Before(p.watchUntil)
 	// In no order: judge orders the few it acts on.
 	watched := make([]watch, 0, len(p.outstanding))
@@ -238,8 +238,8 @@ func (pl *poller) once(ctx context.Context) {
 	}
 	p.judge(cfg, host, watched, rows)
 	p.ends.endedUnder(p.life, cfg, host, ends, rows)
-	if left := p.goneFromQueue(p.life, cfg, host, rows); len(left) > 0 {
-		p.retryCancels(p.life, cfg, host, left, rows)
+	if left := p.cancels.goneFromQueue(p.life, cfg, host, rows); len(left) > 0 {
+		p.cancels.retryCancels(p.life, cfg, host, left, rows)
 	}
 }
 
@@ -383,7 +383,7 @@ func (pl *poller) lightIDsLocked(watched []watch, ends []endWatch) ([]string, bo
 			ids = append(ids, id)
 		}
 	}
-	if len(p.cancelling) > 0 || len(p.ends.departed) > 0 {
+	if len(p.cancels.cancelling) > 0 || len(p.ends.departed) > 0 {
 		return nil, false
 	}
 	for _, w := range watched {

@@ -88,5 +88,5 @@ func (r *relay) moved(ctx context.Context, old, now string) {
 			p.publish(ctx, cfg, host, shared.Event{Kind: shared.EventWorkerCancelled, Profile: j.profile, Job: j.job, Worker: w, Detail: j.why})
 		}
 	}
-	p.cancelJobs(ctx, cfg, host, refs, "cancelled a job whose workers dial the relay's old address")
+	p.cancels.cancelJobs(ctx, cfg, host, refs, "cancelled a job whose workers dial the relay's old address")
 }
