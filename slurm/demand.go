@@ -664,7 +664,7 @@ func (p *Provisioner) submitOne(ctx context.Context, cfg *settings, host shared.
 	}
 	if err != nil && lost {
 		p.mu.Lock()
-		p.suspect = true
+		p.closing.suspect = true
 		p.mu.Unlock()
 	}
 	if err != nil && lost && p.life.Err() == nil {

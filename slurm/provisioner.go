@@ -1,12 +1,10 @@
 package slurm
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -80,6 +78,9 @@ type Provisioner struct {
 	// cancels is the jobs being cancelled until Slurm confirms them gone (cancel.go).
 	cancels canceller
 
+	// closing is Shutdown's work and outcome (shutdown.go).
+	closing closing
+
 	mu sync.Mutex
 	// cfg is nil until Configure succeeds; what it points to never changes.
 	cfg  *settings
@@ -130,11 +131,6 @@ type Provisioner struct {
 	// mine holds the workers submitted while adoptPending is set, so that
 	// a late adoption does not take this run's own jobs for strays.
 	mine map[string]bool
-	// suspect is set when a submission may have reached slurmctld without
-	// this provisioner learning its job id (ssh killed, answer lost): its
-	// job can land later, so Shutdown reads the queue for it even if the
-	// books hold nothing.
-	suspect bool
 	// watchUntil keeps the poller reading the queue after a submission
 	// whose answer was lost was found "not submitted": the sbatch on the
 	// login node may still land, and the level-triggered books should
@@ -149,13 +145,6 @@ type Provisioner struct {
 	// holds are the cluster's, the site's throttle's and the limits'
 	// holds on every profile (hold.go).
 	holds holds
-
-	// shutdownDone is closed when the one Shutdown has finished;
-	// shutdownResp and shutdownErr are its outcome, which every caller
-	// gets. Set under mu before shutdownDone is closed.
-	shutdownDone chan struct{}
-	shutdownResp *shared.ShutdownResponse
-	shutdownErr  error
 }
 
 // request is one machine asked for and not yet arrived. Where it is in
@@ -290,6 +279,7 @@ func New(logger hclog.Logger) *Provisioner {
 		backoff:  map[string]*backoff{},
 	}
 	p.poll = newPoller(p, life)
+	p.closing.p = p
 	p.cancels.p = p
 	p.cancels.cancelling = map[string]*jobRef{}
 	p.ends.p = p
@@ -841,7 +831,7 @@ func (p *Provisioner) Status(context.Context, *shared.StatusRequest) (*shared.St
 // succeeds.
 func (p *Provisioner) Shutdown(ctx context.Context, req *shared.ShutdownRequest) (*shared.ShutdownResponse, error) {
 	p.mu.Lock()
-	if done := p.shutdownDone; done != nil {
+	if done := p.closing.shutdownDone; done != nil {
 		p.mu.Unlock()
 		select {
 		case <-done:
@@ -850,186 +840,19 @@ func (p *Provisioner) Shutdown(ctx context.Context, req *shared.ShutdownRequest)
 		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return p.shutdownResp, p.shutdownErr
+		return p.closing.shutdownResp, p.closing.shutdownErr
 	}
 	p.shut = true
-	p.shutdownDone = make(chan struct{})
+	p.closing.shutdownDone = make(chan struct{})
 	p.mu.Unlock()
 
-	resp, err := p.shutdown(ctx, req)
+	resp, err := p.closing.shutdown(ctx, req)
 
 	p.mu.Lock()
-	p.shutdownResp, p.shutdownErr = resp, err
-	close(p.shutdownDone)
+	p.closing.shutdownResp, p.closing.shutdownErr = resp, err
+	close(p.closing.shutdownDone)
 	p.mu.Unlock()
 	return resp, err
-}
-
-// shutdown is the one Shutdown's work.
-func (p *Provisioner) shutdown(ctx context.Context, req *shared.ShutdownRequest) (*shared.ShutdownResponse, error) {
-	p.mu.Lock()
-	cfg, host, q := p.cfg, p.host, p.q
-	var inflight []*request
-	for r := range p.inflight {
-		inflight = append(inflight, r)
-	}
-	p.mu.Unlock()
-	// The poller, and adoption if Configure is still at it, stop now: the
-	// queue is about to be emptied of this provisioner's jobs.
-	p.poll.stop()
-	defer p.stop()
-	if q != nil {
-		defer q.Close(ctx) // last of all, after squeue and scancel
-	}
-	if cfg == nil {
-		return &shared.ShutdownResponse{}, nil
-	}
-
-	deadline, hasDeadline := ctx.Deadline()
-	if req != nil && !req.Deadline.IsZero() && (!hasDeadline || req.Deadline.Before(deadline)) {
-		deadline, hasDeadline = req.Deadline, true
-	}
-	if hasDeadline {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, deadline)
-		defer cancel()
-	}
-
-	// Wait for the submissions and the poller, keeping back some time for
-	// squeue and scancel. Without a deadline, each is bounded by
-	// submit_timeout anyway.
-	allDone := make(chan struct{})
-	go func() {
-		p.wg.Wait()
-		close(allDone)
-	}()
-	var cutoff <-chan time.Time
-	if hasDeadline {
-		reserve := max(0, min(time.Until(deadline)/2, shutdownReserve))
-		t := time.NewTimer(time.Until(deadline.Add(-reserve)))
-		defer t.Stop()
-		cutoff = t.C
-	}
-	var stragglers []*request
-	select {
-	case <-allDone:
-	case <-cutoff:
-	case <-ctx.Done():
-	}
-	for _, r := range inflight {
-		if !r.finished() {
-			stragglers = append(stragglers, r)
-			r.cancel()
-		}
-	}
-	// left names what may be in the queue and could not be cancelled.
-	var left []string
-	if len(stragglers) > 0 {
-		cfg.log.Warn("submissions still in flight at shutdown; stopping them", "count", len(stragglers))
-		p.mu.Lock()
-		p.suspect = true
-		p.mu.Unlock()
-		// Killing ssh returns within sshrun.WaitDelay; then each goroutine
-		// publishes its failure and finishes.
-		select {
-		case <-allDone:
-		case <-ctx.Done():
-			for _, r := range stragglers {
-				if !r.finished() {
-					left = append(left, "the job of worker "+r.worker+" (its submission did not stop in time)")
-				}
-			}
-		}
-	}
-
-	p.mu.Lock()
-	var jobs []jobRef
-	var lost []*request
-	for _, r := range p.sortedLocked() {
-		switch {
-		case r.phase == phaseQueued:
-			jobs = append(jobs, jobRef{job: r.job, profile: r.profile, worker: r.worker})
-		case r.phase == phaseAnswerLost:
-			lost = append(lost, r)
-		}
-	}
-	clear(p.outstanding)
-	for _, r := range stragglers {
-		if r.job == "" && r.phase != phaseArrived && !slices.Contains(lost, r) {
-			lost = append(lost, r)
-		}
-	}
-	for _, j := range p.cancels.cancelling {
-		jobs = append(jobs, *j)
-	}
-	// Workers that attached while their submission was still going are
-	// not to be cancelled, whatever state the queue shows their job in.
-	arrived := map[string]bool{}
-	for _, r := range inflight {
-		if r.phase == phaseArrived {
-			arrived[r.worker] = true
-		}
-	}
-	neverLooked, suspect := p.adoptPending, p.suspect
-	sweep := suspect || neverLooked || len(lost) > 0
-	p.mu.Unlock()
-
-	if sweep {
-		found, err := p.sweepQueue(ctx, cfg, lost, arrived, neverLooked)
-		switch {
-		case err != nil && !suspect && len(lost) == 0:
-			// Only a look for what an earlier run may have left, and the
-			// queue could never be read: this run put nothing there
-			// that is not in the books, and changed nothing of what it
-			// found, so the next run adopts it as this one would have.
-			// Not this shutdown's failure.
-			p.setLastErr(err.Error())
-			cfg.log.Warn("could not read the queue at shutdown, as at every look before; this run left nothing there that it knows of, and jobs an earlier run may have left are the next run's to adopt",
-				"error", err, "check", "squeue --me --name="+jobName(cfg.name))
-		case err != nil:
-			p.setLastErr(err.Error())
-			cfg.log.Error("could not read the queue for jobs whose submission was cut short", "error", err)
-			what := "any job of this engine that reached the queue after its submission was cut short"
-			if len(lost) > 0 {
-				var ws []string
-				for _, r := range lost {
-					ws = append(ws, r.worker)
-				}
-				what = "the jobs of workers " + strings.Join(ws, ", ") + ", if they reached the queue"
-			}
-			left = append(left, what+" (reading the queue: "+err.Error()+")")
-		}
-		for _, j := range found {
-			if !slices.ContainsFunc(jobs, func(k jobRef) bool { return k.job == j.job }) {
-				jobs = append(jobs, j)
-			}
-		}
-	}
-	slices.SortFunc(jobs, func(a, b jobRef) int {
-		return cmp.Or(cmp.Compare(len(a.job), len(b.job)), strings.Compare(a.job, b.job))
-	})
-
-	resp := &shared.ShutdownResponse{}
-	if len(jobs) > 0 {
-		if err := p.q.Cancel(ctx, jobIDs(jobs)); err != nil {
-			p.setLastErr(err.Error())
-			cfg.log.Error("could not cancel jobs at shutdown", "jobs", jobIDs(jobs), "error", err)
-			left = append(left, "jobs "+strings.Join(jobIDs(jobs), " ")+" (scancel: "+err.Error()+")")
-		} else {
-			resp.Cancelled = jobIDs(jobs)
-			for _, j := range jobs {
-				cfg.log.Info("cancelled a job at shutdown", "profile", j.profile, "job", j.job, "worker", j.worker)
-				for _, w := range j.workers() {
-					p.publish(ctx, cfg, host, shared.Event{Kind: shared.EventWorkerCancelled, Profile: j.profile, Job: j.job, Worker: w, Detail: "provisioner shut down"})
-				}
-			}
-		}
-	}
-	if len(left) > 0 {
-		return nil, fmt.Errorf("shutdown incomplete: may be left in the queue: %s; cancelled: %s",
-			strings.Join(left, "; "), orNone(resp.Cancelled))
-	}
-	return resp, nil
 }
 
 func orNone(ids []string) string {
@@ -1037,46 +860,6 @@ func orNone(ids []string) string {
 		return "none"
 	}
 	return strings.Join(ids, " ")
-}
-
-// sweepQueue reads the queue once for Shutdown: it returns every pending
-// job of this engine and provisioner, any epoch, and the job of each lost
-// request, pending or running (its worker has not attached, or it would
-// not be lost). Other running jobs are left alone, since their worker may
-// be attached and busy, unless running is set: a plugin that never got
-// to look at the queue (restarted to shut down, say) cannot tell, and
-// would have adopted and cancelled them like its own.
-func (p *Provisioner) sweepQueue(ctx context.Context, cfg *settings, lost []*request, arrived map[string]bool, running bool) ([]jobRef, error) {
-	rows, err := p.q.Jobs(ctx, false)
-	if err != nil {
-		return nil, err
-	}
-	lostBy := map[string]*request{}
-	for _, r := range lost {
-		lostBy[r.worker] = r
-	}
-	var found []jobRef
-	for _, row := range rows {
-		tag, mine := cfg.ours(row.Comment)
-		if !mine {
-			continue
-		}
-		worker := machineWorker(tag.Worker, row.ID)
-		profile, _ := cfg.profileOf(tag.Worker)
-		machines := cfg.machinesOf(profile, worker)
-		if endedStates[row.State] || slices.ContainsFunc(machines, func(m string) bool { return arrived[m] }) {
-			continue
-		}
-		if i := slices.IndexFunc(machines, func(m string) bool { return lostBy[m] != nil }); i >= 0 && tag.Epoch == cfg.epoch {
-			r := lostBy[machines[i]]
-			found = append(found, jobRef{job: row.ID, profile: r.profile, worker: r.worker})
-			continue
-		}
-		if row.State == "PENDING" || running {
-			found = append(found, jobRef{job: row.ID, profile: profile, worker: worker})
-		}
-	}
-	return found, nil
 }
 
 func firstNonEmpty(ss ...string) string {

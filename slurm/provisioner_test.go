@@ -820,7 +820,7 @@ func (h *harness) shutdownBegun(t *testing.T) {
 	eventually(t, "Shutdown to begin", func() bool {
 		h.p.mu.Lock()
 		defer h.p.mu.Unlock()
-		return h.p.shutdownDone != nil
+		return h.p.closing.shutdownDone != nil
 	})
 }
 
