@@ -179,7 +179,7 @@ func (p *Provisioner) askLocked(cfg *settings, prof Profile, short int, c profil
 	pass.alive, pass.pending = pass.alive+n, pass.pending+n
 	pd.Requested, pd.OnTheWay = n, pd.OnTheWay+n
 	pd.Submissions = 1
-	if p.maxArray <= 1 {
+	if p.known.maxArray <= 1 {
 		pd.Submissions = n / max(1, prof.Nodes)
 	}
 	a := demandAnswer{outcome: shared.OutcomeRequested}
@@ -377,7 +377,7 @@ func (p *Provisioner) roomLocked(cfg *settings, prof Profile, short, profAlive, 
 		{*cfg.MaxWorkers - alive, fmt.Sprintf("the provisioner has %d of its max_workers %d alive", alive, *cfg.MaxWorkers)},
 		{cfg.maxPending(prof) - profPending, fmt.Sprintf("profile %s has %d of its max_pending %d in the queue", prof.Name, profPending, cfg.maxPending(prof))},
 		{*cfg.MaxPending - pending, fmt.Sprintf("the provisioner has %d of its max_pending %d in the queue", pending, *cfg.MaxPending)},
-		{p.batchCap() * nodes, p.batchCapDetail()},
+		{p.known.batchCap() * nodes, p.known.batchCapDetail()},
 	} {
 		if c.room < n {
 			n, detail = max(0, c.room), c.what
@@ -399,30 +399,6 @@ func (p *Provisioner) roomLocked(cfg *settings, prof Profile, short, profAlive, 
 // cluster takes no arrays: one sbatch each, one after another, so a burst
 // still costs one session at a time on the login node.
 const maxSerialBatch = 16
-
-// batchCap is the most machines one submission asks for: the cluster's
-// MaxArraySize, or maxSerialBatch jobs one by one where arrays are
-// refused, and at most unknownFactsBurst while the cluster's facts are
-// unread (facts.go). p.mu must be held.
-func (p *Provisioner) batchCap() int {
-	if p.maxArray <= 1 {
-		return maxSerialBatch
-	}
-	if p.facts == factsUnread {
-		return min(p.maxArray, unknownFactsBurst)
-	}
-	return p.maxArray
-}
-
-func (p *Provisioner) batchCapDetail() string {
-	if p.maxArray <= 1 {
-		return fmt.Sprintf("without job arrays, one submission asks for at most %d machines, one job each", maxSerialBatch)
-	}
-	if p.facts == factsUnread {
-		return fmt.Sprintf("one submission asks for at most %d until the cluster's MaxArraySize is read", p.batchCap())
-	}
-	return fmt.Sprintf("one submission asks for at most %d (the cluster's MaxArraySize)", p.maxArray)
-}
 
 // reserveLocked makes the requests for n machines of prof (a multiple of
 // its nodes), one submission: a single job for one allocation, an array
@@ -574,7 +550,7 @@ func (p *Provisioner) submit(ctx context.Context, cfg *settings, host shared.Hos
 		}
 	}
 	shut := p.shut
-	arrays := p.maxArray > 1
+	arrays := p.known.maxArray > 1
 	p.mu.Unlock()
 	if len(live) == 0 {
 		return
@@ -656,8 +632,8 @@ func (p *Provisioner) submitOne(ctx context.Context, cfg *settings, host shared.
 		// The cluster does not take arrays after all: say so, and ask
 		// one job per machine from now on.
 		p.mu.Lock()
-		p.maxArray = 1
-		p.arrayNote = "job arrays refused by the cluster (" + truncateTo(detail, 200) + "); submitting one job per machine"
+		p.known.maxArray = 1
+		p.known.arrayNote = "job arrays refused by the cluster (" + truncateTo(detail, 200) + "); submitting one job per machine"
 		p.mu.Unlock()
 		cfg.log.Warn("the cluster refused a job array; submitting one job per machine from now on", "said", detail)
 		return false

@@ -49,32 +49,58 @@ func arrayCap(n int) int {
 	return max(1, min(n, sbatch.MaxTaskIndex))
 }
 
+// clusterFacts is what the provisioner knows of the cluster from its
+// configuration (readFacts): how many machines one sbatch may ask for,
+// the job count's ceiling and the cluster's name. Its fields are guarded
+// by p.mu.
+type clusterFacts struct {
+	// p is the provisioner whose books this reads and changes, under p.mu.
+	p *Provisioner
+
+	// maxArray is the most machines one sbatch asks for: the cluster's
+	// MaxArraySize, once facts is factsRead (facts.go); 1 where arrays
+	// are refused, which arrayNote then explains for Status.
+	maxArray  int
+	arrayNote string
+	// facts is whether maxArray, maxJobs and cluster have been read, and
+	// factsErr why the last read failed while they have not.
+	facts    factsState
+	factsErr string
+	// cluster is the cluster's name (ClusterName), read with the facts;
+	// the user's associations of other clusters are not its limits.
+	cluster string
+	// maxJobs is the cluster's MaxJobCount, read with the facts; 0
+	// until read (jobcount.go).
+	maxJobs int
+}
+
 // readFacts reads the start-up facts with scontrol show config and keeps
 // them, or returns why it could not. Configure's adoption reads them
 // before any submission may begin; each poll cycle reads them again
 // until they are read.
-func (p *Provisioner) readFacts(ctx context.Context) error {
+func (cf *clusterFacts) readFacts(ctx context.Context) error {
+	p := cf.p
 	c, err := p.q.Facts(ctx)
 	if err != nil {
 		p.mu.Lock()
-		p.factsErr = truncate(err.Error())
+		cf.factsErr = truncate(err.Error())
 		p.mu.Unlock()
 		return err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.cluster != c.Cluster {
+	if cf.cluster != c.Cluster {
 		// The limits read so far were every cluster's; this one's are
 		// read again.
 		p.lim.limits.readAt = time.Time{}
 	}
-	p.cluster = c.Cluster
-	p.maxJobs = c.MaxJobCount
-	p.facts, p.factsErr = factsRead, ""
-	if p.arrayNote == "" {
-		p.maxArray = arrayCap(c.MaxArraySize)
-		if p.maxArray <= 1 {
-			p.arrayNote = "the cluster's MaxArraySize allows no job arrays; submitting one job per machine"
+	cf.cluster = c.Cluster
+	cf.maxJobs = c.MaxJobCount
+	cf.facts, cf.factsErr = factsRead, ""
+	if cf.arrayNote == "" {
+		cf.maxArray = arrayCap(c.MaxArraySize)
+		if cf.maxArray <= 1 {
+			cf.arrayNote = "the cluster's MaxArraySize allows no job arrays; submitting one job per machine"
 		}
 	}
 	return nil
@@ -82,14 +108,39 @@ func (p *Provisioner) readFacts(ctx context.Context) error {
 
 // factsNoteLocked is Status's note while the facts are unread, "" once
 // they are. p.mu must be held.
-func (p *Provisioner) factsNoteLocked() string {
-	if p.facts == factsRead {
+func (cf *clusterFacts) factsNoteLocked() string {
+	if cf.facts == factsRead {
 		return ""
 	}
 	why := "not read yet"
-	if p.factsErr != "" {
-		why = strings.TrimSpace(p.factsErr)
+	if cf.factsErr != "" {
+		why = strings.TrimSpace(cf.factsErr)
 	}
 	return fmt.Sprintf("the cluster's MaxArraySize, MaxJobCount and name are not yet known (scontrol show config: %s): one submission asks for at most %d machines until they are read; trying again each poll",
 		why, unknownFactsBurst)
+}
+
+// batchCap is the most machines one submission asks for: the cluster's
+// MaxArraySize, or maxSerialBatch jobs one by one where arrays are
+// refused, and at most unknownFactsBurst while the cluster's facts are
+// unread (facts.go). p.mu must be held.
+func (cf *clusterFacts) batchCap() int {
+	if cf.maxArray <= 1 {
+		return maxSerialBatch
+	}
+	if cf.facts == factsUnread {
+		return min(cf.maxArray, unknownFactsBurst)
+	}
+	return cf.maxArray
+}
+
+// batchCapDetail says what batchCap allows, and why, for Status.
+func (cf *clusterFacts) batchCapDetail() string {
+	if cf.maxArray <= 1 {
+		return fmt.Sprintf("without job arrays, one submission asks for at most %d machines, one job each", maxSerialBatch)
+	}
+	if cf.facts == factsUnread {
+		return fmt.Sprintf("one submission asks for at most %d until the cluster's MaxArraySize is read", cf.batchCap())
+	}
+	return fmt.Sprintf("one submission asks for at most %d (the cluster's MaxArraySize)", cf.maxArray)
 }

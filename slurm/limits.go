@@ -256,7 +256,7 @@ func (lm *limiter) refreshLimits(ctx context.Context, cfg *settings) {
 	}
 	p.mu.Lock()
 	due := lm.limits.readAt.IsZero() || p.now().Sub(lm.limits.readAt) >= limitsRefresh
-	cluster := p.cluster
+	cluster := p.known.cluster
 	p.mu.Unlock()
 	if !due {
 		return
@@ -442,7 +442,7 @@ func (lm *limiter) trimToLimit(ctx context.Context, cfg *settings, live []*reque
 func (lm *limiter) trimToJobCount(ctx context.Context, cfg *settings, live []*request) []*request {
 	p := lm.p
 	p.mu.Lock()
-	ceiling := p.maxJobs
+	ceiling := p.known.maxJobs
 	ours := p.oursLocked(cfg, false)
 	p.mu.Unlock()
 	allocs := groupAllocations(live)

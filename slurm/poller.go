@@ -100,7 +100,7 @@ func (pl *poller) wanted() bool {
 			return true
 		}
 	}
-	return (p.adoptPending || p.facts == factsUnread) && pl.idleAdoptFailures < maxIdleAdoptFailures
+	return (p.adoptPending || p.known.facts == factsUnread) && pl.idleAdoptFailures < maxIdleAdoptFailures
 }
 
 // run is the poller, started by Configure and stopped when Shutdown
@@ -165,14 +165,14 @@ func (pl *poller) once(ctx context.Context) {
 	}
 	ends := p.ends.endWatchesLocked()
 	departed := len(p.ends.departed) > 0
-	unread := p.facts == factsUnread
+	unread := p.known.facts == factsUnread
 	lightIDs, light := pl.lightIDsLocked(watched, ends)
 	light = light && !adopting && !watchingLate
 	p.mu.Unlock()
 	needLogin, _ := p.loginNeeded(cfg)
 	if unread && !needLogin {
 		// The start-up facts, until read (facts.go).
-		err := p.readFacts(ctx)
+		err := p.known.readFacts(ctx)
 		if ctx.Err() != nil {
 			return
 		}
@@ -308,7 +308,7 @@ func (pl *poller) adoptAtStart(ctx context.Context, cfg *settings, host shared.H
 	// begins: submissions wait for this first look. It is also the first
 	// call, which makes the ssh master the others share. When it fails,
 	// bursts are small until a poll cycle reads it (facts.go).
-	if err := p.readFacts(ctx); err != nil && pl.ctx.Err() == nil {
+	if err := p.known.readFacts(ctx); err != nil && pl.ctx.Err() == nil {
 		cfg.log.Warn("cannot read the cluster's MaxArraySize, MaxJobCount and name; bursts are small until they are read, which each poll tries again",
 			"max_burst", unknownFactsBurst, "error", err)
 	}

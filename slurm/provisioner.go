@@ -81,6 +81,9 @@ type Provisioner struct {
 	// closing is Shutdown's work and outcome (shutdown.go).
 	closing closing
 
+	// known is the cluster's start-up facts (facts.go).
+	known clusterFacts
+
 	mu sync.Mutex
 	// cfg is nil until Configure succeeds; what it points to never changes.
 	cfg  *settings
@@ -98,15 +101,6 @@ type Provisioner struct {
 	q *queue.Queue
 	// ledger is the machines asked for and not yet arrived (ledger.go).
 	ledger
-	// maxArray is the most machines one sbatch asks for: the cluster's
-	// MaxArraySize, once facts is factsRead (facts.go); 1 where arrays
-	// are refused, which arrayNote then explains for Status.
-	maxArray  int
-	arrayNote string
-	// facts is whether maxArray, maxJobs and cluster have been read, and
-	// factsErr why the last read failed while they have not.
-	facts    factsState
-	factsErr string
 	// attached counts each profile's attached workers, as the engine
 	// last said (Provision, Reconcile).
 	attached map[string]int
@@ -136,12 +130,6 @@ type Provisioner struct {
 	// login node may still land, and the level-triggered books should
 	// find it while somebody is looking, not only at the next demand.
 	watchUntil time.Time
-	// cluster is the cluster's name (ClusterName), read with the facts;
-	// the user's associations of other clusters are not its limits.
-	cluster string
-	// maxJobs is the cluster's MaxJobCount, read with the facts; 0
-	// until read (jobcount.go).
-	maxJobs int
 	// holds are the cluster's, the site's throttle's and the limits'
 	// holds on every profile (hold.go).
 	holds holds
@@ -274,11 +262,12 @@ func New(logger hclog.Logger) *Provisioner {
 		life:     life,
 		stop:     stop,
 		ledger:   ledger{outstanding: map[string]*request{}},
-		maxArray: defaultMaxArraySize,
 		inflight: map[*request]bool{},
 		backoff:  map[string]*backoff{},
 	}
 	p.poll = newPoller(p, life)
+	p.known.p = p
+	p.known.maxArray = defaultMaxArraySize
 	p.closing.p = p
 	p.cancels.p = p
 	p.cancels.cancelling = map[string]*jobRef{}
@@ -470,7 +459,7 @@ func (p *Provisioner) submissionFailed(cfg *settings, host shared.Host, live []*
 		// jobsFullWait, so the next submission does not wait out
 		// submit_timeout into the same wall at once (jobcount.go).
 		until := p.now().Add(jobsFullWait)
-		p.holds.clusterFull = hold{kind: holdClusterFull, until: until, reason: jobsFullDetail(p.maxJobs, detail, until)}
+		p.holds.clusterFull = hold{kind: holdClusterFull, until: until, reason: jobsFullDetail(p.known.maxJobs, detail, until)}
 		held := p.holds.clusterFull.reason
 		p.holds.binding = hold{kind: holdClusterFull, reason: held}
 		p.lastErr = truncate(held)
@@ -776,10 +765,10 @@ func (p *Provisioner) Status(context.Context, *shared.StatusRequest) (*shared.St
 		pc.Submissions = p.submissionsLocked(prof.Name, now)
 		resp.Counts = append(resp.Counts, pc)
 	}
-	if p.arrayNote != "" {
-		resp.Notes = append(resp.Notes, p.arrayNote)
+	if p.known.arrayNote != "" {
+		resp.Notes = append(resp.Notes, p.known.arrayNote)
 	}
-	if note := p.factsNoteLocked(); note != "" {
+	if note := p.known.factsNoteLocked(); note != "" {
 		resp.Notes = append(resp.Notes, note)
 	}
 	if note := p.q.RateNote(now); note != "" {
