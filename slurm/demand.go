@@ -40,7 +40,7 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 	}
 	p.arrivedLocked(req.Attached)
 	attached := cfg.attachedByProfile(req.Attached)
-	p.attached = attached
+	p.workers.attached = attached
 
 	resp := &shared.ProvisionResponse{Outcomes: make([]shared.DemandOutcome, len(req.Demand))}
 	wanted := wantedByProfile(cfg, req.Demand, resp.Outcomes)

@@ -122,7 +122,7 @@ type limitState struct {
 func (p *Provisioner) oursLocked(cfg *settings, queuedOnly bool) int {
 	n := 0
 	for _, prof := range cfg.Profiles {
-		machines := p.attached[prof.Name]
+		machines := p.workers.attached[prof.Name]
 		for _, r := range p.outstanding {
 			if r.profile == prof.Name && (!queuedOnly || r.phase == phaseQueued) {
 				machines++

@@ -505,7 +505,7 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 			return true
 		}
 		_, attached := p.ends.attachedJobs[w]
-		_, reconciled := p.reconciled[w]
+		_, reconciled := p.workers.reconciled[w]
 		return attached || reconciled
 	}
 	relayPinned := p.relay != nil && p.relay.tls != nil
@@ -742,7 +742,7 @@ func (p *Provisioner) yieldToCapsLocked(cfg *settings) int {
 	var alive, pending int
 	for _, prof := range cfg.Profiles {
 		c := counts[prof.Name]
-		alive += c.pending + c.starting + p.attached[prof.Name]
+		alive += c.pending + c.starting + p.workers.attached[prof.Name]
 		pending += c.pending
 	}
 	over := max(alive-*cfg.MaxWorkers, pending-*cfg.MaxPending)

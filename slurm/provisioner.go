@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -84,6 +83,9 @@ type Provisioner struct {
 	// known is the cluster's start-up facts (facts.go).
 	known clusterFacts
 
+	// workers is the attached workers, as the engine last said (attached.go).
+	workers attachedWorkers
+
 	mu sync.Mutex
 	// cfg is nil until Configure succeeds; what it points to never changes.
 	cfg  *settings
@@ -101,15 +103,6 @@ type Provisioner struct {
 	q *queue.Queue
 	// ledger is the machines asked for and not yet arrived (ledger.go).
 	ledger
-	// attached counts each profile's attached workers, as the engine
-	// last said (Provision, Reconcile).
-	attached map[string]int
-	// reconciled is the set of attached workers Reconcile last heard of,
-	// and reconciledBy its count by profile: a Reconcile by change
-	// (contract 2.4) applies its joined and left to them, one carrying the
-	// whole list replaces them. Both are nil until the first Reconcile.
-	reconciled   map[string]struct{}
-	reconciledBy map[string]int
 	// inflight holds the requests whose submission goroutine has not yet
 	// finished, including any Reconcile has already forgotten.
 	inflight map[*request]bool
@@ -266,6 +259,7 @@ func New(logger hclog.Logger) *Provisioner {
 		backoff:  map[string]*backoff{},
 	}
 	p.poll = newPoller(p, life)
+	p.workers.p = p
 	p.known.p = p
 	p.known.maxArray = defaultMaxArraySize
 	p.closing.p = p
@@ -588,7 +582,7 @@ func (p *Provisioner) Reconcile(ctx context.Context, req *shared.ReconcileReques
 		p.mu.Unlock()
 		return nil, shared.ErrNotConfigured
 	}
-	resp := &shared.ReconcileResponse{Arrived: p.reconcileAttachedLocked(cfg, req)}
+	resp := &shared.ReconcileResponse{Arrived: p.workers.reconcileAttachedLocked(cfg, req)}
 	if len(resp.Arrived) > 0 {
 		// The poller may be resting with nothing outstanding: it reads
 		// the queue while workers are attached (ends.go).
@@ -641,56 +635,6 @@ func (p *Provisioner) Reconcile(ctx context.Context, req *shared.ReconcileReques
 	// tried again.
 	resp.Expired = p.cancels.cancelJobs(ctx, cfg, host, expired, "gave up on a machine that never attached")
 	return resp, nil
-}
-
-// reconcileAttachedLocked takes in what a Reconcile says is attached,
-// the whole list or the change since the last call (contract 2.4), and
-// forgets the requests whose worker arrived. Arrivals in a change are
-// among those that joined: a request's worker cannot have attached
-// before the last call without being in it.
-func (p *Provisioner) reconcileAttachedLocked(cfg *settings, req *shared.ReconcileRequest) []string {
-	if !req.Delta || p.reconciled == nil {
-		// A change with nothing to apply it to cannot come from an engine
-		// that keeps the contract; taken as the whole list, it is the
-		// best this process knows.
-		names := req.Attached
-		if req.Delta {
-			names = req.Joined
-		}
-		p.reconciled = make(map[string]struct{}, len(names))
-		for _, w := range names {
-			p.reconciled[w] = struct{}{}
-		}
-		p.reconciledBy = cfg.attachedByProfile(names)
-		p.attached = maps.Clone(p.reconciledBy)
-		for w := range p.ends.attachedJobs {
-			if _, ok := p.reconciled[w]; !ok {
-				p.ends.departLocked(w)
-			}
-		}
-		return p.arrivedLocked(names)
-	}
-	for _, w := range req.Left {
-		p.ends.departLocked(w)
-		if _, ok := p.reconciled[w]; !ok {
-			continue
-		}
-		delete(p.reconciled, w)
-		if profile, why := cfg.profileOf(w); why == "" {
-			p.reconciledBy[profile]--
-		}
-	}
-	for _, w := range req.Joined {
-		if _, ok := p.reconciled[w]; ok {
-			continue
-		}
-		p.reconciled[w] = struct{}{}
-		if profile, why := cfg.profileOf(w); why == "" {
-			p.reconciledBy[profile]++
-		}
-	}
-	p.attached = maps.Clone(p.reconciledBy)
-	return p.arrivedLocked(req.Joined)
 }
 
 // jobRef is a job on its way to being cancelled, with what the event for
@@ -761,7 +705,7 @@ func (p *Provisioner) Status(context.Context, *shared.StatusRequest) (*shared.St
 			}
 		}
 		c := counts[prof.Name]
-		pc := shared.ProfileCounts{Profile: prof.Name, Pending: c.pending, Starting: c.starting, Attached: p.attached[prof.Name]}
+		pc := shared.ProfileCounts{Profile: prof.Name, Pending: c.pending, Starting: c.starting, Attached: p.workers.attached[prof.Name]}
 		pc.Submissions = p.submissionsLocked(prof.Name, now)
 		resp.Counts = append(resp.Counts, pc)
 	}
