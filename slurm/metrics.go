@@ -5,7 +5,6 @@ import (
 	"sync"
 
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/slurm/internal/queue"
 )
 
 // metrics counts what only the provisioner sees, for Status's Counters:
@@ -63,7 +62,7 @@ func judgedFailureClass(r *request) shared.FailureClass {
 
 // counters is a copy for Status, in a stable order, with the commands q
 // ran (none while q is nil, before Configure).
-func (m *metrics) counters(q *queue.Queue) *shared.Counters {
+func (m *metrics) counters(q slurmQueue) *shared.Counters {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := &shared.Counters{}

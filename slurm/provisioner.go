@@ -13,7 +13,6 @@ import (
 	"github.com/fluksio/provision/internal/clip"
 	"github.com/fluksio/provision/shared"
 
-	"github.com/fluksio/provision/slurm/internal/queue"
 	relayd "github.com/fluksio/provision/slurm/relay"
 )
 
@@ -100,7 +99,7 @@ type Provisioner struct {
 	// without mu (as the poller and submissions do). Its locks may be
 	// taken under mu (loginNeeded, Status), never mu under them: the
 	// transport calls back (accessChanged) with none held.
-	q *queue.Queue
+	q slurmQueue
 	// ledger is the machines asked for and not yet arrived (ledger.go).
 	ledger
 	// inflight holds the requests whose submission goroutine has not yet
