@@ -143,7 +143,7 @@ func (p *Provisioner) previewScript(prof Profile) []byte {
 	for i := range tokens {
 		tokens[i] = credentialPlaceholder
 	}
-	return p.script(prof, url, pin, workerName(cfg.name, prof.Name), nil, [][]string{tokens})
+	return p.sub.script(prof, url, pin, workerName(cfg.name, prof.Name), nil, [][]string{tokens})
 }
 
 // profileIndex maps each profile's name to its place in the

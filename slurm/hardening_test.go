@@ -110,7 +110,7 @@ func TestHostileValuesNeverChangeTheScript(t *testing.T) {
 			cfg := p.settings()
 			prof := cfg.Profiles[0]
 			token := "tok'en;$(id)`id`"
-			script := p.payload(prof, "hard-"+prof.Name+"-0a1b2c3d", token)
+			script := p.sub.payload(prof, "hard-"+prof.Name+"-0a1b2c3d", token)
 
 			argvOut := filepath.Join(dir, "argv")
 			os.Remove(argvOut)
@@ -284,7 +284,7 @@ func FuzzConfigAndScript(f *testing.F) {
 		}
 		cfg := p.settings()
 		for _, prof := range cfg.Profiles {
-			script := string(p.payload(prof, "hard-"+prof.Name+"-00000000", token))
+			script := string(p.sub.payload(prof, "hard-"+prof.Name+"-00000000", token))
 			lines := strings.Split(strings.TrimSuffix(script, "\n"), "\n")
 			// The last command is the exec with the credential in front;
 			// the quoted credential may span lines, nothing else may.
@@ -326,7 +326,7 @@ func TestPrerunCannotAddDirectives(t *testing.T) {
 		t.Fatal("refused")
 	}
 	prof := p.settings().Profiles[0]
-	script := string(p.payload(prof, "hard-"+prof.Name+"-00000000", "tok"))
+	script := string(p.sub.payload(prof, "hard-"+prof.Name+"-00000000", "tok"))
 	// sbatch's rule: directives end at the first line that is not blank
 	// and does not start with '#'.
 	for _, l := range strings.Split(script, "\n")[1:] {

@@ -257,7 +257,8 @@ func (p *Provisioner) accessChanged(cfg *settings, ch sshrun.AccessChange) {
 // asked for and never announced, so nothing failed and nothing backs
 // off; the demand is answered "login needed" until a login gets through.
 // It reports whether it took them back.
-func (p *Provisioner) withdrawForLogin(cfg *settings, live []*request, err error) bool {
+func (su *submitter) withdrawForLogin(cfg *settings, live []*request, err error) bool {
+	p := su.p
 	if !errors.Is(err, sshrun.ErrLoginRefused) {
 		return false
 	}

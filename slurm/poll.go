@@ -106,35 +106,6 @@ func answerLost(err error, stderr []byte) bool {
 	return !sbatchSaid.Match(stderr) && !sshrun.NeverRan(stderr)
 }
 
-// outcomeUnknown keeps a request whose sbatch's answer was lost and whose
-// job was not found, or could not be looked for: it stays outstanding, so
-// that the profile is not asked for twice, until the poller finds its job
-// or it can no longer land (landBy, landing.go).
-func (p *Provisioner) outcomeUnknown(cfg *settings, live []*request, detail string, lookupErr error, landBy time.Time, rationed bool) {
-	p.mu.Lock()
-	for _, r := range live {
-		if r.phase == phaseSubmitting {
-			r.phase, r.landBy, r.rationed = phaseAnswerLost, landBy, rationed
-		}
-	}
-	switch {
-	case rationed:
-		// A rationed sbatch is waiting, not failing (slurm/internal/queue/ratelimit.go).
-	case lookupErr != nil:
-		p.lastErr = truncate(detail + "; then could not look for its job: " + lookupErr.Error())
-	default:
-		p.lastErr = truncate(detail + "; its job is not in the queue yet, and is looked for until it can no longer land")
-	}
-	p.mu.Unlock()
-	args := []any{"profile", live[0].profile, "worker", live[0].tag, "machines", len(live), "error", detail,
-		"until", landBy.UTC().Format(time.RFC3339)}
-	if lookupErr != nil {
-		args = append(args, "lookup_error", lookupErr)
-	}
-	cfg.log.Warn("sbatch's answer was lost and its job is not in the queue yet; looking for it each poll until it can no longer land", args...)
-	p.poll.wake()
-}
-
 // maxIdleAdoptFailures is how many poll cycles in a row may fail to read
 // the queue for adoption alone before the poller rests: a login node that
 // is down for the day should not cost an ssh every poll_interval while
@@ -490,7 +461,7 @@ func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host
 	// jobs being cancelled, which are few. (Copying the books into one
 	// set every cycle cost a third of a poll cycle at 10,000.)
 	held := map[string]bool{}
-	for r := range p.inflight {
+	for r := range p.sub.inflight {
 		held[r.worker] = true
 	}
 	for _, j := range p.cancels.cancelling {

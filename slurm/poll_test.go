@@ -48,7 +48,7 @@ func (h *harness) submitted(t *testing.T) {
 	eventually(t, "the submissions to finish", func() bool {
 		h.p.mu.Lock()
 		defer h.p.mu.Unlock()
-		return len(h.p.inflight) == 0
+		return len(h.p.sub.inflight) == 0
 	})
 }
 

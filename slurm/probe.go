@@ -58,7 +58,7 @@ func (c *check) probe(ctx context.Context) {
 		return
 	}
 	url := c.cfg.EngineURL
-	script := c.q.scriptFor(prof, url, "", probeTag, nil, [][]string{{"reach-probe: no credential"}}, true)
+	script := c.q.sub.scriptFor(prof, url, "", probeTag, nil, [][]string{{"reach-probe: no credential"}}, true)
 	out := dir + "/probe-%j.out"
 	start := time.Now()
 	// On the command line, which wins over the profile's own #SBATCH

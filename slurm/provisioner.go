@@ -2,7 +2,6 @@ package slurm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -85,6 +84,9 @@ type Provisioner struct {
 	// workers is the attached workers, as the engine last said (attached.go).
 	workers attachedWorkers
 
+	// sub is the submission pipeline (submit.go).
+	sub submitter
+
 	mu sync.Mutex
 	// cfg is nil until Configure succeeds; what it points to never changes.
 	cfg  *settings
@@ -102,11 +104,8 @@ type Provisioner struct {
 	q slurmQueue
 	// ledger is the machines asked for and not yet arrived (ledger.go).
 	ledger
-	// inflight holds the requests whose submission goroutine has not yet
-	// finished, including any Reconcile has already forgotten.
-	inflight map[*request]bool
-	lastErr  string
-	shut     bool
+	lastErr string
+	shut    bool
 	// backoff holds, by profile, the failures since a worker of the
 	// profile last attached (backoff.go).
 	backoff map[string]*backoff
@@ -248,16 +247,17 @@ func New(logger hclog.Logger) *Provisioner {
 	}
 	life, stop := context.WithCancel(context.Background())
 	p := &Provisioner{
-		logger:   logger,
-		sshPath:  "ssh",
-		now:      time.Now,
-		life:     life,
-		stop:     stop,
-		ledger:   ledger{outstanding: map[string]*request{}},
-		inflight: map[*request]bool{},
-		backoff:  map[string]*backoff{},
+		logger:  logger,
+		sshPath: "ssh",
+		now:     time.Now,
+		life:    life,
+		stop:    stop,
+		ledger:  ledger{outstanding: map[string]*request{}},
+		backoff: map[string]*backoff{},
 	}
 	p.poll = newPoller(p, life)
+	p.sub.p = p
+	p.sub.inflight = map[*request]bool{}
 	p.workers.p = p
 	p.known.p = p
 	p.known.maxArray = defaultMaxArraySize
@@ -431,104 +431,6 @@ func (e *submitError) Unwrap() error { return e.err }
 // redact applied to everything that could hold the credential.
 func failure(err error, said string, lost bool, redact func(string) string) *submitError {
 	return &submitError{Said: truncate(redact(said)), AnswerLost: lost, msg: redact(err.Error()), err: err}
-}
-
-// submissionFailed is where every failed submission ends: it records the
-// error, drops the reservation so the profile can be asked for again,
-// logs, and tells the engine.
-func (p *Provisioner) submissionFailed(cfg *settings, host shared.Host, live []*request, detail string, err error) {
-	p.mu.Lock()
-	p.lastErr = detail
-	for _, r := range live {
-		if p.outstanding[r.worker] == r {
-			delete(p.outstanding, r.worker)
-		}
-		if r.phase != phaseArrived {
-			r.phase = phaseFailed
-		}
-	}
-	if jobsFull(detail) && !errors.Is(err, errReleaseMismatch) {
-		// Weather for the whole cluster: no backoff; held for
-		// jobsFullWait, so the next submission does not wait out
-		// submit_timeout into the same wall at once (jobcount.go).
-		until := p.now().Add(jobsFullWait)
-		p.holds.clusterFull = hold{kind: holdClusterFull, until: until, reason: jobsFullDetail(p.known.maxJobs, detail, until)}
-		held := p.holds.clusterFull.reason
-		p.holds.binding = hold{kind: holdClusterFull, reason: held}
-		p.lastErr = truncate(held)
-		p.metrics.failedMachines(live[0].profile, shared.FailureLimitReached, len(live))
-		p.mu.Unlock()
-		cfg.log.Warn("slurmctld would not take the job (MaxJobCount, or busy); asking again as jobs leave", "profile", live[0].profile,
-			"machines", len(live), "output", detail)
-		evs := make([]shared.Event, len(live))
-		for i, r := range live {
-			evs[i] = shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Worker: r.worker, Detail: held, Class: shared.FailureLimitReached}
-		}
-		p.publishAll(p.life, cfg, host, evs)
-		return
-	}
-	if throttled(detail) && !errors.Is(err, errReleaseMismatch) {
-		// Weather for the whole provisioner, with its wait: no backoff,
-		// no limit learnt (submitrules.go).
-		now := p.now()
-		first := !p.holds.throttled.on(now)
-		until := now.Add(throttleWait)
-		held := throttleDetail(detail, until)
-		p.holds.throttled = hold{kind: holdThrottled, until: until, reason: held}
-		p.lastErr = truncate(held)
-		p.metrics.failedMachines(live[0].profile, shared.FailureLimitReached, len(live))
-		p.mu.Unlock()
-		if first {
-			cfg.log.Warn("the site's submit rule throttles submissions; asking again when it gives one back", "profile", live[0].profile,
-				"machines", len(live), "until", until.UTC().Format(time.RFC3339), "output", detail)
-		}
-		for _, r := range live {
-			p.publish(p.life, cfg, host, shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Worker: r.worker, Detail: held, Class: shared.FailureLimitReached})
-		}
-		return
-	}
-	if which, ok := limitRefusal(detail); ok && !errors.Is(err, errReleaseMismatch) {
-		// Weather that clears as jobs end: no backoff, and a smaller
-		// burst next time (limits.go).
-		now := p.now()
-		p.lim.learnFromRefusalLocked(cfg, allocationsOf(live), -1, which, now)
-		p.holds.binding = hold{kind: holdLimitReached, reason: fmt.Sprintf("%s: Slurm refused a submission of %d machine(s) (%s); at most %d of the user's jobs or array tasks in the queue until %s",
-			limitReached, len(live), which, p.lim.limits.learned, p.lim.limits.learnedUntil.UTC().Format(time.RFC3339))}
-		p.metrics.failedMachines(live[0].profile, shared.FailureLimitReached, len(live))
-		p.mu.Unlock()
-		cfg.log.Warn("sbatch refused for an accounting limit; asking for fewer machines as the user's jobs end", "profile", live[0].profile,
-			"worker", live[0].tag, "machines", len(live), "limit", which, "output", detail)
-		for _, r := range live {
-			p.publish(p.life, cfg, host, shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Worker: r.worker, Detail: limitReached + ": " + detail})
-		}
-		p.poll.wake()
-		return
-	}
-	// One failed sbatch is one failure, however many machines it was for.
-	class := submitFailureClass(err, detail)
-	var held string
-	if class == shared.FailureMisconfigured {
-		p.markMisconfiguredLocked(live[0].profile, detail)
-		held = misconfiguredDetail(live[0].profile, p.backoff[live[0].profile])
-	} else {
-		p.countFailureLocked(live[0].profile, detail)
-	}
-	p.metrics.failedMachines(live[0].profile, class, len(live))
-	p.mu.Unlock()
-	args := []any{"profile", live[0].profile, "worker", live[0].tag, "machines", len(live), "error", err}
-	if detail != err.Error() {
-		args = append(args, "output", detail)
-	}
-	if held != "" {
-		// The one loud line: the profile is not asked for again, so
-		// this is said once, not once a retry.
-		cfg.log.Error("profile misconfigured; Slurm refused it for good", append(args, "hold", held)...)
-	} else {
-		cfg.log.Error("could not ask for a machine", args...)
-	}
-	for _, r := range live {
-		p.publish(p.life, cfg, host, shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Worker: r.worker, Detail: detail, Class: class})
-	}
 }
 
 // publish tells the engine about an event, bounded by submit_timeout so a

@@ -396,7 +396,7 @@ func TestReconcileKeepsSubmissionsInFlight(t *testing.T) {
 	eventually(t, "the submission to finish", func() bool {
 		h.p.mu.Lock()
 		defer h.p.mu.Unlock()
-		return len(h.p.inflight) == 0
+		return len(h.p.sub.inflight) == 0
 	})
 	resp, err = h.p.Reconcile(ctx, &shared.ReconcileRequest{})
 	if err != nil || !slices.Equal(resp.Expired, []string{"4242"}) {

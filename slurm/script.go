@@ -93,6 +93,64 @@ func (prof Profile) options() *sbatchOpts {
 	return readOpts(prof.Sbatch)
 }
 
+// srunCommand starts one task per node of the allocation, each running
+// nodeScript. --export=ALL because a profile's --export=NONE would
+// otherwise keep the credentials from the tasks; --kill-on-bad-exit=0
+// because one worker leaving must not end its siblings; and the step is
+// given the job's CPUs per task and all its memory, since from Slurm
+// 22.05 srun no longer takes --cpus-per-task from the job by itself.
+func srunCommand(prof Profile, nodes int, command string) string {
+	n := strconv.Itoa(nodes)
+	return "srun --export=ALL --nodes=" + n + " --ntasks=" + n + " --ntasks-per-node=1 --kill-on-bad-exit=0" +
+		` --cpus-per-task="${SLURM_CPUS_PER_TASK:-` + strconv.Itoa(prof.CPUs) + `}" --mem=0 /bin/bash -c ` +
+		shellQuote(nodeScript(nodes, command))
+}
+
+// seconds rounds a duration up to whole seconds, so that a positive
+// max_idle never becomes 0.
+func seconds(d time.Duration) int64 {
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// shellQuote returns s as one word for a POSIX shell: unchanged when it
+// holds nothing a shell would act on, else in single quotes, inside which
+// only the single quote itself needs escaping.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool { return !isShellSafe(r) }) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func isShellSafe(r rune) bool {
+	return 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune("@%+=:,./_-", r)
+}
+
+// tokenMargin is added to a job's longest life for its credential: the
+// worker's last report and detach happen after the time limit's SIGTERM.
+const tokenMargin = 10 * time.Minute
+
+// noLimitTTL is asked for when a profile sets no time limit: the engine
+// caps it (12 hours by default), and a worker whose credential expires
+// is refused and leaves. Such a profile should set --time.
+const noLimitTTL = 7 * 24 * time.Hour
+
+// credentialTTL is how long the credential of a job of prof submitted at
+// at should live: token_ttl if set; else the job's longest life, its
+// --begin's delay (begin.go), its wait in the queue
+// (provision_timeout) and its time limit, plus tokenMargin; without a
+// time limit, as long as the engine allows.
+func (s *settings) credentialTTL(prof Profile, at time.Time) time.Duration {
+	if s.tokenTTL > 0 {
+		return s.tokenTTL
+	}
+	opts := prof.options()
+	if !opts.hasLimit {
+		return noLimitTTL
+	}
+	return s.beginDelayAt(prof, at) + s.provisionTimeout + opts.limit + tokenMargin
+}
+
 // payload is the batch script: a worker that dials the engine and stops
 // when it has been idle for max_idle.
 //
@@ -105,8 +163,9 @@ func (prof Profile) options() *sbatchOpts {
 // shell-quoted; the profile's sbatch and prerun lines go in verbatim,
 // which is what they are for, and validation has made sure each stays on
 // its own line.
-func (p *Provisioner) payload(prof Profile, worker, token string) []byte {
-	return p.script(prof, p.settings().EngineURL, "", worker, nil, [][]string{{token}})
+func (su *submitter) payload(prof Profile, worker, token string) []byte {
+	p := su.p
+	return su.script(prof, p.settings().EngineURL, "", worker, nil, [][]string{{token}})
 }
 
 // script writes the batch script for tag's job: one allocation with
@@ -117,13 +176,14 @@ func (p *Provisioner) payload(prof Profile, worker, token string) []byte {
 // url is what the worker dials: engine_url, or the relay's address; pin,
 // when set, is the SHA-256 of the certificate the worker must find there
 // (the relay's own, relaytls.go).
-func (p *Provisioner) script(prof Profile, url, pin, tag string, tasks []int, tokens [][]string) []byte {
-	return p.scriptFor(prof, url, pin, tag, tasks, tokens, false)
+func (su *submitter) script(prof Profile, url, pin, tag string, tasks []int, tokens [][]string) []byte {
+	return su.scriptFor(prof, url, pin, tag, tasks, tokens, false)
 }
 
 // scriptFor is script; probe makes its worker a reach probe (probe.go)
 // rather than one that attaches.
-func (p *Provisioner) scriptFor(prof Profile, url, pin, tag string, tasks []int, tokens [][]string, probe bool) []byte {
+func (su *submitter) scriptFor(prof Profile, url, pin, tag string, tasks []int, tokens [][]string, probe bool) []byte {
+	p := su.p
 	cfg := p.settings()
 	opts := prof.options()
 	worker := tag
@@ -261,62 +321,4 @@ func (p *Provisioner) scriptFor(prof Profile, url, pin, tag string, tasks []int,
 	line(`*) echo "fluksio: no credential for array task '${SLURM_ARRAY_TASK_ID:-}'" >&2; exit 1 ;;`)
 	line("esac")
 	return b.Bytes()
-}
-
-// srunCommand starts one task per node of the allocation, each running
-// nodeScript. --export=ALL because a profile's --export=NONE would
-// otherwise keep the credentials from the tasks; --kill-on-bad-exit=0
-// because one worker leaving must not end its siblings; and the step is
-// given the job's CPUs per task and all its memory, since from Slurm
-// 22.05 srun no longer takes --cpus-per-task from the job by itself.
-func srunCommand(prof Profile, nodes int, command string) string {
-	n := strconv.Itoa(nodes)
-	return "srun --export=ALL --nodes=" + n + " --ntasks=" + n + " --ntasks-per-node=1 --kill-on-bad-exit=0" +
-		` --cpus-per-task="${SLURM_CPUS_PER_TASK:-` + strconv.Itoa(prof.CPUs) + `}" --mem=0 /bin/bash -c ` +
-		shellQuote(nodeScript(nodes, command))
-}
-
-// seconds rounds a duration up to whole seconds, so that a positive
-// max_idle never becomes 0.
-func seconds(d time.Duration) int64 {
-	return int64((d + time.Second - 1) / time.Second)
-}
-
-// shellQuote returns s as one word for a POSIX shell: unchanged when it
-// holds nothing a shell would act on, else in single quotes, inside which
-// only the single quote itself needs escaping.
-func shellQuote(s string) string {
-	if s != "" && strings.IndexFunc(s, func(r rune) bool { return !isShellSafe(r) }) < 0 {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-func isShellSafe(r rune) bool {
-	return 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune("@%+=:,./_-", r)
-}
-
-// tokenMargin is added to a job's longest life for its credential: the
-// worker's last report and detach happen after the time limit's SIGTERM.
-const tokenMargin = 10 * time.Minute
-
-// noLimitTTL is asked for when a profile sets no time limit: the engine
-// caps it (12 hours by default), and a worker whose credential expires
-// is refused and leaves. Such a profile should set --time.
-const noLimitTTL = 7 * 24 * time.Hour
-
-// credentialTTL is how long the credential of a job of prof submitted at
-// at should live: token_ttl if set; else the job's longest life, its
-// --begin's delay (begin.go), its wait in the queue
-// (provision_timeout) and its time limit, plus tokenMargin; without a
-// time limit, as long as the engine allows.
-func (s *settings) credentialTTL(prof Profile, at time.Time) time.Duration {
-	if s.tokenTTL > 0 {
-		return s.tokenTTL
-	}
-	opts := prof.options()
-	if !opts.hasLimit {
-		return noLimitTTL
-	}
-	return s.beginDelayAt(prof, at) + s.provisionTimeout + opts.limit + tokenMargin
 }

@@ -87,7 +87,7 @@ func TestScriptGolden(t *testing.T) {
 		for _, prof := range scriptProfiles {
 			name := cname + "-" + prof.Name
 			t.Run(name, func(t *testing.T) {
-				got := p.payload(prof, "hpc-"+prof.Name+"-0123abcd", goldenToken)
+				got := p.sub.payload(prof, "hpc-"+prof.Name+"-0123abcd", goldenToken)
 				path := filepath.Join("testdata", name+".sh")
 				if *update {
 					if err := os.WriteFile(path, got, 0o644); err != nil {
@@ -140,7 +140,7 @@ func TestScriptRuns(t *testing.T) {
 	c.WorkerCommand = []string{"/bin/sh", "-c", `printf '%s\n' "$FLUKSIO_WORKER_TOKEN" "$0" "$@"`, "it's a worker"}
 	p := scriptProvisioner(t, c)
 	prof := Profile{Name: "run", CPUs: 3, GPUs: 1, RAMMB: 1024, Labels: []string{"a", "b.c"}, Prerun: []string{"PRERUN=1"}}
-	script := p.payload(prof, "hpc-run-0123abcd", goldenToken)
+	script := p.sub.payload(prof, "hpc-run-0123abcd", goldenToken)
 	checkScript(t, script)
 
 	cmd := exec.Command("bash")
@@ -177,7 +177,7 @@ func TestScriptResourceLines(t *testing.T) {
 		{Profile{Name: "a", CPUs: 1, GPUs: 2, Sbatch: []string{"--gpu-bind=closest"}}, []string{"--gres=gpu:2"}, nil},
 	}
 	for _, tc := range tests {
-		script := string(p.payload(tc.prof, "hpc-a-0123abcd", "t"))
+		script := string(p.sub.payload(tc.prof, "hpc-a-0123abcd", "t"))
 		for _, s := range tc.has {
 			if !strings.Contains(script, "#SBATCH "+s) {
 				t.Errorf("%+v: no %q in\n%s", tc.prof, s, script)
@@ -253,7 +253,7 @@ func TestScriptDeadlineAndSignal(t *testing.T) {
 		{[]string{"--time=10", "--signal=B:USR1@120"}, "now+1500seconds", "", 600},
 	}
 	for _, tc := range tests {
-		b := p.payload(Profile{Name: "a", CPUs: 1, Sbatch: tc.sbatch}, "hpc-a-0123abcd", "t")
+		b := p.sub.payload(Profile{Name: "a", CPUs: 1, Sbatch: tc.sbatch}, "hpc-a-0123abcd", "t")
 		checkScript(t, b)
 		script := string(b)
 		wall := strings.Contains(script, "\nexport FLUKSIO_JOB_START=\"$(date +%s)\" FLUKSIO_WALLTIME="+strconv.Itoa(tc.walltime)+"\n")
@@ -307,7 +307,7 @@ func TestScriptPinsTheRelay(t *testing.T) {
 	p := scriptProvisioner(t, c)
 	prof := Profile{Name: "run", CPUs: 1}
 	pin := strings.Repeat("ab", 32)
-	script := p.script(prof, "https://login1:7000", pin, "hpc-run-0123abcd", nil, [][]string{{goldenToken}})
+	script := p.sub.script(prof, "https://login1:7000", pin, "hpc-run-0123abcd", nil, [][]string{{goldenToken}})
 	checkScript(t, script)
 	cmd := exec.Command("bash")
 	cmd.Stdin = bytes.NewReader(script)
@@ -340,12 +340,12 @@ func TestScriptReadsOptionsOnceAtConfiguration(t *testing.T) {
 	// Lines the options were not read from: the script follows the
 	// options read at configuration, so it reads no line of them.
 	prof.Sbatch = []string{"--time=10"}
-	script := string(p.payload(prof, "hpc-cpu-0123abcd", "t"))
+	script := string(p.sub.payload(prof, "hpc-cpu-0123abcd", "t"))
 	if strings.Contains(script, "--deadline=now+") || !strings.Contains(script, "FLUKSIO_WALLTIME=1800") {
 		t.Errorf("the script of a configured profile read its lines again:\n%s", script)
 	}
 	prof.opts = nil
-	script = string(p.payload(prof, "hpc-cpu-0123abcd", "t"))
+	script = string(p.sub.payload(prof, "hpc-cpu-0123abcd", "t"))
 	if !strings.Contains(script, "--deadline=now+") || !strings.Contains(script, "FLUKSIO_WALLTIME=600") {
 		t.Errorf("the script of a profile made otherwise did not read its lines:\n%s", script)
 	}

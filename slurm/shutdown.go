@@ -37,7 +37,7 @@ func (cl *closing) shutdown(ctx context.Context, req *shared.ShutdownRequest) (*
 	p.mu.Lock()
 	cfg, host, q := p.cfg, p.host, p.q
 	var inflight []*request
-	for r := range p.inflight {
+	for r := range p.sub.inflight {
 		inflight = append(inflight, r)
 	}
 	p.mu.Unlock()
