@@ -187,6 +187,8 @@ func (su *submitter) scriptFor(prof Profile, url, pin, tag string, tasks []int, 
 	cfg := p.settings()
 	opts := prof.options()
 	worker := tag
+	nodes := max(1, prof.Nodes)
+	walltime, knowsWalltime := opts.limit, opts.hasLimit
 	var b bytes.Buffer
 	line := func(parts ...string) {
 		b.WriteString(strings.Join(parts, ""))
@@ -194,6 +196,63 @@ func (su *submitter) scriptFor(prof Profile, url, pin, tag string, tasks []int, 
 	}
 
 	line("#!/bin/bash")
+	su.directives(line, cfg, prof, opts, worker, tasks)
+	line()
+
+	// sbatch reads directives up to the first line that is neither blank
+	// nor a comment. This no-op is that line, so that a prerun line that
+	// starts with #SBATCH is a comment to sbatch too, not an option.
+	line(": end of sbatch directives")
+	if knowsWalltime {
+		// The job's start, before the prerun lines take their time, and
+		// its time limit: the worker reckons its end from them where
+		// Slurm does not say (SLURM_JOB_END_TIME, from 23.02). In the
+		// environment, which a worker of an earlier release ignores,
+		// not on its command line, which it would refuse.
+		line(`export FLUKSIO_JOB_START="$(date +%s)" FLUKSIO_WALLTIME=`, strconv.FormatInt(int64(walltime/time.Second), 10))
+	}
+	for _, s := range prof.Prerun {
+		line(s)
+	}
+
+	// The credential is the worker's alone: it is set for the exec that
+	// becomes the worker, so no prerun command (nor anything they start)
+	// inherits it. In the environment, not argv: any user of a compute
+	// node can read every process's /proc/PID/cmdline, but only the job's
+	// owner can read its environ.
+	command := su.workerCommand(line, cfg, prof, url, pin, probe)
+	// start is what runs the allocation with its credentials: the worker
+	// itself, or for several nodes srun with the credentials exported for
+	// its tasks to pick from (multinode.go).
+	start := func(tokens []string) string {
+		if nodes == 1 {
+			return tokenVar + "=" + shellQuote(tokens[0]) + " exec " + command
+		}
+		var vars []string
+		for i, t := range tokens {
+			vars = append(vars, tokenVarOf(i)+"="+shellQuote(t))
+		}
+		return "export " + strings.Join(vars, " ") + "; exec " + srunCommand(prof, nodes, command)
+	}
+	if tasks == nil {
+		line(start(tokens[0]))
+		return b.Bytes()
+	}
+	line(`case "${SLURM_ARRAY_TASK_ID:-}" in`)
+	for i, t := range tasks {
+		line(strconv.Itoa(t), ") ", start(tokens[i]), " ;;")
+	}
+	line(`*) echo "fluksio: no credential for array task '${SLURM_ARRAY_TASK_ID:-}'" >&2; exit 1 ;;`)
+	line("esac")
+	return b.Bytes()
+}
+
+// directives writes the script's #SBATCH lines for worker's job: its
+// name and tag, the array of tasks, the nodes, what the profile's numbers
+// ask for and the deadline, output and signal the provisioner adds
+// unless the profile's own lines (opts, read once) set them, and then
+// the profile's own lines.
+func (su *submitter) directives(line func(...string), cfg *settings, prof Profile, opts *sbatchOpts, worker string, tasks []int) {
 	line("#SBATCH --job-name=", jobName(cfg.name))
 	// The tag (tag.go) says whose job this is, and names its worker, so
 	// that a submission whose answer was lost can still be found.
@@ -226,13 +285,13 @@ func (su *submitter) scriptFor(prof Profile, url, pin, tag string, tasks []int, 
 	// A --begin moves the deadline by its delay, worked out now for one
 	// at a wall-clock time (begin.go).
 	if opts.hasLimit && !opts.deadline {
-		delay := cfg.beginDelayAt(prof, p.now())
+		delay := cfg.beginDelayAt(prof, su.p.now())
 		line("#SBATCH --deadline=now+", strconv.FormatInt(seconds(delay+cfg.provisionTimeout+opts.limit), 10), "seconds")
 	}
 	// Output to log_dir, one file per job (or array task), stdout and
 	// stderr together: what a failed job said is then in one place the
 	// plugin knows, and can read back (joblog.go).
-	if dir := p.files.outputDir(cfg); dir != "" {
+	if dir := su.p.files.outputDir(cfg); dir != "" {
 		if !opts.output {
 			line("#SBATCH --output=", outputPattern(dir, tasks != nil))
 		}
@@ -247,43 +306,25 @@ func (su *submitter) scriptFor(prof Profile, url, pin, tag string, tasks []int, 
 	// its walltime leaves before it by itself and needs no warning, which
 	// Slurm may send a minute early: a job of a few minutes would lose
 	// most of them to it.
-	walltime, knowsWalltime := opts.limit, opts.hasLimit
-	if !opts.signal && !knowsWalltime {
+	if !opts.signal && !opts.hasLimit {
 		line("#SBATCH --signal=B:TERM@", strconv.Itoa(walltimeWarning))
 	}
 	for _, s := range prof.Sbatch {
 		line("#SBATCH ", s)
 	}
-	line()
+}
 
-	// sbatch reads directives up to the first line that is neither blank
-	// nor a comment. This no-op is that line, so that a prerun line that
-	// starts with #SBATCH is a comment to sbatch too, not an option.
-	line(": end of sbatch directives")
-	if knowsWalltime {
-		// The job's start, before the prerun lines take their time, and
-		// its time limit: the worker reckons its end from them where
-		// Slurm does not say (SLURM_JOB_END_TIME, from 23.02). In the
-		// environment, which a worker of an earlier release ignores,
-		// not on its command line, which it would refuse.
-		line(`export FLUKSIO_JOB_START="$(date +%s)" FLUKSIO_WALLTIME=`, strconv.FormatInt(int64(walltime/time.Second), 10))
-	}
-	for _, s := range prof.Prerun {
-		line(s)
-	}
-
-	// The credential is the worker's alone: it is set for the exec that
-	// becomes the worker, so no prerun command (nor anything they start)
-	// inherits it. In the environment, not argv: any user of a compute
-	// node can read every process's /proc/PID/cmdline, but only the job's
-	// owner can read its environ.
-	//
-	// With worker_command unset, the worker is the plugin's copy on the
-	// login node (ship.go), checked by its sha256 first: a copy that is
-	// missing or replaced is refused, with a line in the job's output.
+// workerCommand is the worker's command line, each word shell-quoted:
+// worker_command, or the plugin's shipped copy; then the worker's
+// arguments (url, pin, the profile's figures, and probe for a reach
+// probe). With worker_command unset, the worker is the plugin's copy on
+// the login node (ship.go), checked by its sha256 first: it writes that
+// guard, and a copy that is missing or replaced is refused, with a line
+// in the job's output.
+func (su *submitter) workerCommand(line func(...string), cfg *settings, prof Profile, url, pin string, probe bool) string {
 	program := cfg.WorkerCommand
 	if program == nil {
-		ship := p.files.workerCopyFor()
+		ship := su.p.files.workerCopyFor()
 		program = []string{ship.path}
 		line(workerGuard(ship))
 	}
@@ -296,29 +337,5 @@ func (su *submitter) scriptFor(prof Profile, url, pin, tag string, tasks []int, 
 	for _, w := range wargs.Argv() {
 		argv = append(argv, shellQuote(w))
 	}
-	command := strings.Join(argv, " ")
-	// start is what runs the allocation with its credentials: the worker
-	// itself, or for several nodes srun with the credentials exported for
-	// its tasks to pick from (multinode.go).
-	start := func(tokens []string) string {
-		if nodes == 1 {
-			return tokenVar + "=" + shellQuote(tokens[0]) + " exec " + command
-		}
-		var vars []string
-		for i, t := range tokens {
-			vars = append(vars, tokenVarOf(i)+"="+shellQuote(t))
-		}
-		return "export " + strings.Join(vars, " ") + "; exec " + srunCommand(prof, nodes, command)
-	}
-	if tasks == nil {
-		line(start(tokens[0]))
-		return b.Bytes()
-	}
-	line(`case "${SLURM_ARRAY_TASK_ID:-}" in`)
-	for i, t := range tasks {
-		line(strconv.Itoa(t), ") ", start(tokens[i]), " ;;")
-	}
-	line(`*) echo "fluksio: no credential for array task '${SLURM_ARRAY_TASK_ID:-}'" >&2; exit 1 ;;`)
-	line("esac")
-	return b.Bytes()
+	return strings.Join(argv, " ")
 }
