@@ -59,7 +59,7 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 		switch short := want - pd.OnTheWay; {
 		case short > 0:
 			a = p.askLocked(cfg, prof, short, c, &pd, pass)
-		case short < 0 && !p.adoptPending:
+		case short < 0 && !p.adoption.adoptPending:
 			// Until the first look at the queue the books may be short
 			// of what is there; nothing is given up on a partial count.
 			given := p.giveUpPendingLocked(prof.Name, -short, pass.now)
@@ -422,12 +422,12 @@ func (p *Provisioner) reserveLocked(cfg *settings, prof Profile, n int, now time
 		batch[i] = r
 		p.outstanding[r.worker] = r
 		p.sub.inflight[r] = true
-		if p.adoptPending {
-			p.mine[r.worker] = true
+		if p.adoption.adoptPending {
+			p.adoption.mine[r.worker] = true
 		}
 	}
-	if p.adoptPending {
-		p.mine[base] = true
+	if p.adoption.adoptPending {
+		p.adoption.mine[base] = true
 	}
 	return batch
 }

@@ -100,7 +100,7 @@ func (pl *poller) wanted() bool {
 			return true
 		}
 	}
-	return (p.adoptPending || p.known.facts == factsUnread) && pl.idleAdoptFailures < maxIdleAdoptFailures
+	return (p.adoption.adoptPending || p.known.facts == factsUnread) && pl.idleAdoptFailures < maxIdleAdoptFailures
 }
 
 // run is the poller, started by Configure and stopped when Shutdown
@@ -150,7 +150,7 @@ func (pl *poller) once(ctx context.Context) {
 		p.mu.Unlock()
 		return
 	}
-	adopting := p.adoptPending
+	adopting := p.adoption.adoptPending
 	idle := len(p.outstanding) == 0
 	cancelling := len(p.cancels.cancelling) > 0
 	watchingLate := p.now().Before(p.watchUntil)
@@ -234,7 +234,7 @@ func (pl *poller) once(ctx context.Context) {
 	// submission that lands late is found whenever it lands (within
 	// fullPollEvery cycles: a light cycle knows no comments).
 	if !light {
-		p.adopt(p.life, cfg, host, rows)
+		p.adoption.adopt(p.life, cfg, host, rows)
 	}
 	p.judge(cfg, host, watched, rows)
 	p.ends.endedUnder(p.life, cfg, host, ends, rows)
@@ -345,7 +345,7 @@ func (pl *poller) adoptAtStart(ctx context.Context, cfg *settings, host shared.H
 		cfg.log.Error("could not list jobs left by an earlier run; will try again on each poll", "error", err)
 		return
 	}
-	p.adopt(ctx, cfg, host, rows)
+	p.adoption.adopt(ctx, cfg, host, rows)
 }
 
 // startSide runs f on a goroutine of its own, counted by p.wg so that

@@ -87,6 +87,9 @@ type Provisioner struct {
 	// sub is the submission pipeline (submit.go).
 	sub submitter
 
+	// adoption is the adoption of jobs the books do not hold (adopt.go).
+	adoption adopter
+
 	mu sync.Mutex
 	// cfg is nil until Configure succeeds; what it points to never changes.
 	cfg  *settings
@@ -109,13 +112,6 @@ type Provisioner struct {
 	// backoff holds, by profile, the failures since a worker of the
 	// profile last attached (backoff.go).
 	backoff map[string]*backoff
-	// adoptPending is set from Configure until this provisioner's jobs
-	// left from an earlier run have been listed and dealt with; each poll
-	// cycle tries again until then.
-	adoptPending bool
-	// mine holds the workers submitted while adoptPending is set, so that
-	// a late adoption does not take this run's own jobs for strays.
-	mine map[string]bool
 	// watchUntil keeps the poller reading the queue after a submission
 	// whose answer was lost was found "not submitted": the sbatch on the
 	// login node may still land, and the level-triggered books should
@@ -256,6 +252,7 @@ func New(logger hclog.Logger) *Provisioner {
 		backoff: map[string]*backoff{},
 	}
 	p.poll = newPoller(p, life)
+	p.adoption.p = p
 	p.sub.p = p
 	p.sub.inflight = map[*request]bool{}
 	p.workers.p = p
@@ -353,7 +350,7 @@ func (p *Provisioner) Configure(ctx context.Context, req *shared.ConfigureReques
 		return p.reconfigure(cfg)
 	}
 	p.cfg, p.host, p.q = cfg, req.Host, p.newQueue(cfg, ssh)
-	p.adoptPending, p.mine = true, map[string]bool{}
+	p.adoption.adoptPending, p.adoption.mine = true, map[string]bool{}
 	// One count for adoption and then the poller, taken while shut is
 	// false: Shutdown waits for both, and cancels them first. The relay,
 	// if any, has one of its own, and stops when the poller does.

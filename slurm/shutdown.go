@@ -137,7 +137,7 @@ func (cl *closing) shutdown(ctx context.Context, req *shared.ShutdownRequest) (*
 			arrived[r.worker] = true
 		}
 	}
-	neverLooked, suspect := p.adoptPending, cl.suspect
+	neverLooked, suspect := p.adoption.adoptPending, cl.suspect
 	sweep := suspect || neverLooked || len(lost) > 0
 	p.mu.Unlock()
 

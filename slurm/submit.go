@@ -117,9 +117,9 @@ func (su *submitter) submitEach(ctx context.Context, cfg *settings, host shared.
 			alloc = r.worker
 		}
 		r.tag, r.task = alloc, -1
-		if p.adoptPending {
-			p.mine[r.worker] = true
-			p.mine[alloc] = true
+		if p.adoption.adoptPending {
+			p.adoption.mine[r.worker] = true
+			p.adoption.mine[alloc] = true
 		}
 		if n := len(allocs); n > 0 && allocs[n-1][0].tag == alloc {
 			allocs[n-1] = append(allocs[n-1], r)
