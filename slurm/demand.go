@@ -151,8 +151,8 @@ type provisionPass struct {
 // Provision returns. pd is the profile's demand, updated with what is
 // asked for. p.mu must be held.
 func (p *Provisioner) askLocked(cfg *settings, prof Profile, short int, c profileCounts, pd *shared.ProfileDemand, pass *provisionPass) demandAnswer {
-	if h := p.holdLocked(cfg, prof.Name, pass.now); h.kind != holdNone {
-		return holdAnswer(h, prof.Name, p.backoff[prof.Name])
+	if h := p.holds.holdLocked(cfg, prof.Name, pass.now); h.kind != holdNone {
+		return holdAnswer(h, prof.Name, p.holds.backoff[prof.Name])
 	}
 	if c.inFlight > 0 {
 		return demandAnswer{outcome: shared.OutcomeOutstanding,
@@ -203,7 +203,7 @@ func (p *Provisioner) sharesLocked(cfg *settings, order []Profile, wanted, attac
 		c := counts[prof.Name]
 		onTheWay := c.pending + c.starting
 		short := max(wanted[prof.Name], prof.MinWorkers) - onTheWay
-		if short <= 0 || c.inFlight > 0 || p.holdLocked(cfg, prof.Name, pass.now).kind != holdNone {
+		if short <= 0 || c.inFlight > 0 || p.holds.holdLocked(cfg, prof.Name, pass.now).kind != holdNone {
 			continue
 		}
 		short, _ = roundToAllocations(short, max(1, prof.Nodes))
@@ -454,7 +454,7 @@ func (p *Provisioner) arrivedLocked(attached []string) []string {
 		if r := p.outstanding[w]; r != nil {
 			r.phase = phaseArrived
 			delete(p.outstanding, w)
-			delete(p.backoff, r.profile)
+			delete(p.holds.backoff, r.profile)
 			arrived = append(arrived, w)
 			reqs = append(reqs, r)
 		}

@@ -277,13 +277,13 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 	}
 	for profile, detail := range failed {
 		if neverStarts[profile] == "" {
-			p.countFailureLocked(profile, detail)
+			p.holds.countFailureLocked(profile, detail)
 		}
 	}
 	var held []string
 	for profile, detail := range neverStarts {
-		p.markMisconfiguredLocked(profile, detail)
-		held = append(held, misconfiguredDetail(profile, p.backoff[profile]))
+		p.holds.markMisconfiguredLocked(profile, detail)
+		held = append(held, misconfiguredDetail(profile, p.holds.backoff[profile]))
 	}
 	p.mu.Unlock()
 	for _, h := range held {

@@ -109,9 +109,6 @@ type Provisioner struct {
 	ledger
 	lastErr string
 	shut    bool
-	// backoff holds, by profile, the failures since a worker of the
-	// profile last attached (backoff.go).
-	backoff map[string]*backoff
 	// watchUntil keeps the poller reading the queue after a submission
 	// whose answer was lost was found "not submitted": the sbatch on the
 	// login node may still land, and the level-triggered books should
@@ -249,9 +246,9 @@ func New(logger hclog.Logger) *Provisioner {
 		life:    life,
 		stop:    stop,
 		ledger:  ledger{outstanding: map[string]*request{}},
-		backoff: map[string]*backoff{},
 	}
 	p.poll = newPoller(p, life)
+	p.holds.p, p.holds.backoff = p, map[string]*backoff{}
 	p.adoption.p = p
 	p.sub.p = p
 	p.sub.inflight = map[*request]bool{}
@@ -505,7 +502,7 @@ func (p *Provisioner) Reconcile(ctx context.Context, req *shared.ReconcileReques
 			delete(p.outstanding, r.worker)
 			r.phase = phaseFailed
 			why := fmt.Sprintf("ran for %s without its worker attaching (attach_timeout %s)", now.Sub(r.running).Round(time.Second), cfg.attachTimeout)
-			p.countFailureLocked(r.profile, "job "+r.job+" "+why)
+			p.holds.countFailureLocked(r.profile, "job "+r.job+" "+why)
 			p.metrics.failed(r.profile, shared.FailureTimedOut)
 			expired = append(expired, jobRef{job: r.job, profile: r.profile, worker: r.worker, age: now.Sub(r.since), why: why})
 		case r.phase == phaseAnswerLost && now.Sub(r.since) > cfg.provisionTimeout:
@@ -517,7 +514,7 @@ func (p *Provisioner) Reconcile(ctx context.Context, req *shared.ReconcileReques
 				class = shared.FailureLimitReached
 			} else {
 				p.lastErr = detail
-				p.countFailureLocked(r.profile, detail)
+				p.holds.countFailureLocked(r.profile, detail)
 			}
 			p.metrics.failed(r.profile, class)
 			gaveUp = append(gaveUp, shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Worker: r.worker, Detail: detail, Class: class})
@@ -596,7 +593,7 @@ func (p *Provisioner) Status(context.Context, *shared.StatusRequest) (*shared.St
 	counts := p.countsLocked()
 	for _, prof := range p.cfg.Profiles {
 		resp.Profiles = append(resp.Profiles, prof.Name)
-		if b := p.backoff[prof.Name]; b != nil && b.hold.on(now) {
+		if b := p.holds.backoff[prof.Name]; b != nil && b.hold.on(now) {
 			resp.BackingOff = append(resp.BackingOff, shared.Backoff{Profile: prof.Name, Failures: b.failures, Until: b.hold.until, LastError: b.hold.reason})
 			if b.hold.kind == holdMisconfigured {
 				resp.Notes = append(resp.Notes, misconfiguredDetail(prof.Name, b))

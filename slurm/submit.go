@@ -436,10 +436,10 @@ func (su *submitter) submissionFailed(cfg *settings, host shared.Host, live []*r
 	class := submitFailureClass(err, detail)
 	var held string
 	if class == shared.FailureMisconfigured {
-		p.markMisconfiguredLocked(live[0].profile, detail)
-		held = misconfiguredDetail(live[0].profile, p.backoff[live[0].profile])
+		p.holds.markMisconfiguredLocked(live[0].profile, detail)
+		held = misconfiguredDetail(live[0].profile, p.holds.backoff[live[0].profile])
 	} else {
-		p.countFailureLocked(live[0].profile, detail)
+		p.holds.countFailureLocked(live[0].profile, detail)
 	}
 	p.metrics.failedMachines(live[0].profile, class, len(live))
 	p.mu.Unlock()
