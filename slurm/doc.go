@@ -143,6 +143,21 @@
 // copies its own binary there for the relay (relay.go). It owns that
 // directory's files of its naming, and touches nothing else there.
 //
+// Every command on the login node, Slurm's and the few shell commands
+// beside them, is slurm/internal/queue's: one Queue, built from the ssh
+// transport, the RPC budget and a small config, spends the budget and
+// reads the rate limiter around each and returns typed results. It holds
+// none of this package's state, so no command can run under
+// Provisioner.mu; the decisions ask it through slurmQueue (ssh.go), which
+// their tests give an in-memory queue. Provisioner implements the
+// contract and holds the books (the ledger) under mu; the rest of the
+// state is on types of their own that share mu: the poller (poller.go),
+// the submission pipeline (submit.go), adoption (adopt.go), the
+// cancelling (cancel.go), shutdown (shutdown.go), the accounting limits
+// (limits.go), the cluster's facts (facts.go), the holds (hold.go), the
+// jobs ending under their workers (ends.go), the attached workers
+// (attached.go) and the files on the login node (ship.go, joblog.go).
+//
 // The sbatch language itself (options, --begin, time limits, job and
 // array task ids, the job tag) is package slurm/sbatch's, as pure
 // functions; the relay daemon that runs on a login node is slurm/relay's;
