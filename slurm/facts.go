@@ -119,28 +119,3 @@ func (cf *clusterFacts) factsNoteLocked() string {
 	return fmt.Sprintf("the cluster's MaxArraySize, MaxJobCount and name are not yet known (scontrol show config: %s): one submission asks for at most %d machines until they are read; trying again each poll",
 		why, unknownFactsBurst)
 }
-
-// batchCap is the most machines one submission asks for: the cluster's
-// MaxArraySize, or maxSerialBatch jobs one by one where arrays are
-// refused, and at most unknownFactsBurst while the cluster's facts are
-// unread (facts.go). p.mu must be held.
-func (cf *clusterFacts) batchCap() int {
-	if cf.maxArray <= 1 {
-		return maxSerialBatch
-	}
-	if cf.facts == factsUnread {
-		return min(cf.maxArray, unknownFactsBurst)
-	}
-	return cf.maxArray
-}
-
-// batchCapDetail says what batchCap allows, and why, for Status.
-func (cf *clusterFacts) batchCapDetail() string {
-	if cf.maxArray <= 1 {
-		return fmt.Sprintf("without job arrays, one submission asks for at most %d machines, one job each", maxSerialBatch)
-	}
-	if cf.facts == factsUnread {
-		return fmt.Sprintf("one submission asks for at most %d until the cluster's MaxArraySize is read", cf.batchCap())
-	}
-	return fmt.Sprintf("one submission asks for at most %d (the cluster's MaxArraySize)", cf.maxArray)
-}
