@@ -12,6 +12,7 @@ import (
 
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/slurm/internal/queue"
+	"github.com/fluksio/provision/slurm/sbatch"
 )
 
 // memQueue is an in-memory queue (slurmQueue) for the decisions' tests:
@@ -70,6 +71,8 @@ func (m *memQueue) Facts(context.Context) (queue.Facts, error) {
 }
 
 func (m *memQueue) WaitingTurn(error) bool { return false }
+
+func (m *memQueue) Close(context.Context) {}
 
 // memProvisioner is a Provisioner configured with the base
 // configuration whose queue is q: nothing runs, no goroutine starts.
@@ -201,5 +204,74 @@ func TestLimiterTrimsToMaxJobCount(t *testing.T) {
 		if p.outstanding[r.worker] == r {
 			t.Errorf("machine %s left outside the submission is still in the books", r.worker)
 		}
+	}
+}
+
+// TestShutdownSweepsWhatItNeverLooked, against an in-memory queue: a
+// provisioner shut down before its first look at the queue cancels every
+// job of this engine it finds there, pending or running, as adoption
+// would have, tells the engine of each, and leaves another engine's job
+// alone.
+func TestShutdownSweepsWhatItNeverLooked(t *testing.T) {
+	q := &memQueue{}
+	p, cfg := memProvisioner(t, q)
+	host := newFakeHost()
+	prof := cfg.Profiles[0].Name
+	ours := func(id, state string) queue.Job {
+		return queue.Job{ID: id, State: state, Comment: cfg.comment(workerName(cfg.name, prof))}
+	}
+	theirs := sbatch.Tag{Engine: "another", Epoch: cfg.epoch, Worker: workerName(cfg.name, prof)}.Comment()
+	q.jobs = []queue.Job{ours("5", "PENDING"), {ID: "6", State: "RUNNING", Comment: theirs}, ours("7", "RUNNING")}
+	p.mu.Lock()
+	p.host, p.adoption.adoptPending = host, true
+	p.mu.Unlock()
+
+	resp, err := p.Shutdown(context.Background(), &shared.ShutdownRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(resp.Cancelled, []string{"5", "7"}) || len(q.jobs) != 1 || q.jobs[0].ID != "6" {
+		t.Errorf("cancelled %v, the queue left with %+v; want 5 and 7 cancelled and another engine's 6 left", resp.Cancelled, q.jobs)
+	}
+	if evs := host.Events(); len(evs) != 2 || evs[0].Kind != shared.EventWorkerCancelled || evs[1].Kind != shared.EventWorkerCancelled {
+		t.Errorf("events %+v; want worker_cancelled for each", evs)
+	}
+}
+
+// TestAdoptTakesOursAndCancelsStrays, against an in-memory queue: at the
+// first look, a pending job of a configured profile is adopted into the
+// books (the engine hears worker_provisioned), and one whose tag names
+// no worker of a configured profile is cancelled, since nobody would
+// use it.
+func TestAdoptTakesOursAndCancelsStrays(t *testing.T) {
+	q := &memQueue{}
+	p, cfg := memProvisioner(t, q)
+	host := newFakeHost()
+	worker := workerName(cfg.name, cfg.Profiles[0].Name)
+	q.jobs = []queue.Job{
+		{ID: "11", State: "PENDING", Comment: cfg.comment(worker)},
+		{ID: "12", State: "PENDING", Comment: cfg.comment(cfg.name + "-nosuchprofile-0123abcd")},
+	}
+	p.mu.Lock()
+	p.adoption.adoptPending, p.adoption.mine = true, map[string]bool{}
+	p.mu.Unlock()
+
+	p.adoption.adopt(context.Background(), cfg, host, slices.Clone(q.jobs))
+	p.mu.Lock()
+	r := p.outstanding[worker]
+	pending := p.adoption.adoptPending
+	p.mu.Unlock()
+	if r == nil || r.job != "11" || pending {
+		t.Errorf("adopted %+v, adoption pending %v; want worker %s's job 11 in the books and adoption done", r, pending, worker)
+	}
+	if len(q.jobs) != 1 || q.jobs[0].ID != "11" || len(q.cancelled) != 1 || !slices.Equal(q.cancelled[0], []string{"12"}) {
+		t.Errorf("the queue left with %+v after scancels %v; want the stray 12 cancelled alone", q.jobs, q.cancelled)
+	}
+	var got []shared.EventKind
+	for _, ev := range host.Events() {
+		got = append(got, ev.Kind)
+	}
+	if !slices.Contains(got, shared.EventWorkerProvisioned) || !slices.Contains(got, shared.EventWorkerCancelled) {
+		t.Errorf("events %v; want worker_provisioned for the adopted and worker_cancelled for the stray", got)
 	}
 }
