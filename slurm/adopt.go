@@ -159,25 +159,7 @@ func (ad *adopter) adopt(ctx context.Context, cfg *settings, host shared.Host, r
 			adopted = append(adopted, r)
 		}
 	}
-	// A request of this run that has not begun its submission yields to
-	// a machine of its profile already queued, one for one.
-	// The books are sorted once, not once an adopted machine: a restart
-	// that finds 10,000 would otherwise sort them 10,000 times.
-	if len(adopted) > 0 {
-		waiting := map[string][]*request{}
-		for _, r := range p.sortedLocked() {
-			if r.phase == phaseAwaitingAdoption {
-				waiting[r.profile] = append(waiting[r.profile], r)
-			}
-		}
-		for _, a := range adopted {
-			if w := waiting[a.profile]; len(w) > 0 {
-				w[0].phase = phaseSuperseded
-				delete(p.outstanding, w[0].worker)
-				waiting[a.profile] = w[1:]
-			}
-		}
-	}
+	ad.supersedeWaitingLocked(adopted)
 	// The caps are the provisioner's, not only the profile's: adopted
 	// machines of one profile beside this run's requests for another can
 	// put it over max_workers or max_pending, so requests still waiting
@@ -186,6 +168,39 @@ func (ad *adopter) adopt(ctx context.Context, cfg *settings, host shared.Host, r
 	ad.adoptPending, ad.mine = false, nil
 	p.mu.Unlock()
 
+	ad.tell(ctx, cfg, host, first, adopted, leftAlone, strays, foreign)
+}
+
+// supersedeWaitingLocked has each request of this run that has not begun
+// its submission yield to a machine of its profile adopted, one for one.
+// The books are sorted once, not once an adopted machine: a restart that
+// finds 10,000 would otherwise sort them 10,000 times. p.mu must be
+// held.
+func (ad *adopter) supersedeWaitingLocked(adopted []*request) {
+	p := ad.p
+	if len(adopted) == 0 {
+		return
+	}
+	waiting := map[string][]*request{}
+	for _, r := range p.sortedLocked() {
+		if r.phase == phaseAwaitingAdoption {
+			waiting[r.profile] = append(waiting[r.profile], r)
+		}
+	}
+	for _, a := range adopted {
+		if w := waiting[a.profile]; len(w) > 0 {
+			w[0].phase = phaseSuperseded
+			delete(p.outstanding, w[0].worker)
+			waiting[a.profile] = w[1:]
+		}
+	}
+}
+
+// tell says what a look at the queue did: the engine hears of each
+// machine adopted, the poller is woken for them, and the strays are
+// cancelled; what was left alone is logged.
+func (ad *adopter) tell(ctx context.Context, cfg *settings, host shared.Host, first bool, adopted []*request, leftAlone []queue.Job, strays []jobRef, foreign int) {
+	p := ad.p
 	if foreign > 0 {
 		cfg.log.Debug("left alone jobs of the same name that are not this engine's", "count", foreign, "engine_id", cfg.engineID)
 	}
