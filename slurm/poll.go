@@ -144,17 +144,7 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 	// time one is looked for: grouping 10,000 rows every cycle was a
 	// third of what a cycle allocated.
 	var byComment map[string][]queue.Job
-	type report struct {
-		ev  shared.Event
-		msg string
-		// ended is set for a job that ended before its worker
-		// attached: the cluster is asked why (joblog.go).
-		ended bool
-		// secrets are the credentials the job's script held, to be
-		// redacted from what its output says.
-		secrets []string
-	}
-	var reports []report
+	var reports []judged
 	var cancels, requeues []jobRef
 	now := p.now()
 
@@ -184,7 +174,7 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 		if ended {
 			p.files.recheckWorkerLocked()
 		}
-		reports = append(reports, report{
+		reports = append(reports, judged{
 			ev:      shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Job: r.job, Worker: r.worker, Detail: detail, Class: class},
 			msg:     "a request failed before its worker attached",
 			ended:   ended,
@@ -233,7 +223,7 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 				continue
 			}
 			r.job, r.phase = row.ID, phaseQueued
-			reports = append(reports, report{
+			reports = append(reports, judged{
 				ev: shared.Event{Kind: shared.EventWorkerProvisioned, Profile: r.profile, Job: r.job, Worker: r.worker,
 					Detail: "found in the queue after sbatch's answer was lost"},
 				msg: "found the job of a submission whose answer was lost",
@@ -275,6 +265,34 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 			recordState(r, row, now)
 		}
 	}
+	held := p.holdJudgedLocked(failed, neverStarts)
+	p.mu.Unlock()
+	for _, h := range held {
+		cfg.log.Error("profile misconfigured; its job can never start", "hold", h)
+	}
+
+	p.tellJudged(cfg, host, reports)
+	p.cancels.cancelJobs(p.life, cfg, host, cancels, "cancelled a job that can never start")
+	p.cancels.cancelJobs(p.life, cfg, host, requeues, "cancelled a job Slurm requeued before its worker attached")
+}
+
+// judged is what judge tells of one request: its event and log line.
+type judged struct {
+	ev  shared.Event
+	msg string
+	// ended is set for a job that ended before its worker attached: the
+	// cluster is asked why (joblog.go).
+	ended bool
+	// secrets are the credentials the job's script held, to be redacted
+	// from what its output says.
+	secrets []string
+}
+
+// holdJudgedLocked counts a cycle's failures towards their profiles'
+// backoff, once a profile, and holds the profiles whose job can never
+// start as misconfigured; it returns those holds' words. p.mu must be
+// held.
+func (p *Provisioner) holdJudgedLocked(failed, neverStarts map[string]string) []string {
 	for profile, detail := range failed {
 		if neverStarts[profile] == "" {
 			p.holds.countFailureLocked(profile, detail)
@@ -285,11 +303,14 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 		p.holds.markMisconfiguredLocked(profile, detail)
 		held = append(held, misconfiguredDetail(profile, p.holds.backoff[profile]))
 	}
-	p.mu.Unlock()
-	for _, h := range held {
-		cfg.log.Error("profile misconfigured; its job can never start", "hold", h)
-	}
+	return held
+}
 
+// tellJudged tells what judge decided: the jobs that ended before their
+// worker attached are explained (the first explainPerPoll from their
+// output, the rest by where it is), then every event is logged and
+// published.
+func (p *Provisioner) tellJudged(cfg *settings, host shared.Host, reports []judged) {
 	explained := 0
 	for i := range reports {
 		rep := &reports[i]
@@ -318,8 +339,6 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 		}
 		p.publish(p.life, cfg, host, ev)
 	}
-	p.cancels.cancelJobs(p.life, cfg, host, cancels, "cancelled a job that can never start")
-	p.cancels.cancelJobs(p.life, cfg, host, requeues, "cancelled a job Slurm requeued before its worker attached")
 }
 
 // requeued reports whether a queued request's job, seen running, is
