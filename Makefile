@@ -103,7 +103,7 @@ check-shared: ## fail if shared/ imports slurm/, plugin/ or host-example/, or th
 	echo "==> shared/ stands alone"
 
 .PHONY: check-plugin-deps
-check-plugin-deps: ## fail if the plugin binary or the contract package links an HCL parser, the host or the engine kit
+check-plugin-deps: ## fail if the plugin binary or the contract package links an HCL parser, the host or the engine kit, or slurm/internal/queue the provisioner
 	@bad=$$($(GO) list -deps ./plugin ./shared ./examples/testplugin | grep -E '^github.com/(hashicorp/hcl/|zclconf/go-cty)|^github.com/fluksio/provision/(host-example|engine)(/|$$)' || true); \
 	if [ -n "$$bad" ]; then echo "a plugin must not link these (they belong to the host):"; echo "$$bad" | sed 's/^/  /'; exit 1; fi; \
 	bad=$$($(GO) list -deps ./worker/fluksio-worker | grep -E '^(google.golang.org/(grpc|protobuf)|github.com/hashicorp/(go-plugin|hcl/))|^github.com/fluksio/provision/(engine|shared/plugin|internal/(wire|pb))(/|$$)' || true); \
@@ -112,7 +112,9 @@ check-plugin-deps: ## fail if the plugin binary or the contract package links an
 	if [ -n "$$bad" ]; then echo "the contract package (shared) must not import the wire or HCL:"; echo "$$bad" | sed 's/^/  /'; exit 1; fi; \
 	bad=$$($(GO) list -deps ./plugin ./host-example ./slurm ./shared ./shared/plugin ./shared/conformance ./engine/... ./worker/... | grep -E '^github.com/fluksio/provision/shared/sharedtest$$' || true); \
 	if [ -n "$$bad" ]; then echo "shared/sharedtest is for tests only; non-test code imports it"; exit 1; fi; \
-	echo "==> the plugin links no HCL and nothing of the host or the engine kit; the worker nothing of the engine; the contract imports no grpc or hcl"
+	bad=$$($(GO) list -deps ./slurm/internal/queue | grep -E '^github.com/fluksio/provision/slurm$$' || true); \
+	if [ -n "$$bad" ]; then echo "slurm/internal/queue runs the commands and must not import the provisioner (package slurm): its lock stays out of reach"; exit 1; fi; \
+	echo "==> the plugin links no HCL and nothing of the host or the engine kit; the worker nothing of the engine; the contract imports no grpc or hcl; the queue nothing of the provisioner"
 
 .PHONY: check-tidy
 check-tidy: ## fail if go mod tidy would change go.mod or go.sum

@@ -220,7 +220,7 @@ func TestE2EMetricsMove(t *testing.T) {
 	if v := value(fams, "fluksio_cluster_command_errors_total", map[string]string{"provisioner": name, "kind": "ssh"}); v != 0 {
 		t.Errorf("%g ssh errors against a healthy sandbox", v)
 	}
-	// The plugin's rationed calls (slurm/ratelimit.go) are served, one
+	// The plugin's rationed calls (slurm/internal/queue/ratelimit.go) are served, one
 	// series a command, whether or not the sandbox rations RPCs.
 	if _, ok := fams["fluksio_cluster_command_rationed_total"]; !ok {
 		t.Errorf("no fluksio_cluster_command_rationed_total family")

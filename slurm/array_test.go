@@ -5,19 +5,21 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/fluksio/provision/slurm/internal/queue"
 )
 
 // TestParseRowsExpandsArrays: a pending array squeue prints as one line
 // is read as each of its tasks; a line that is no row is skipped.
 func TestParseRowsExpandsArrays(t *testing.T) {
 	t.Parallel()
-	rows := parseRows([]byte("77_[0-2%1]|PENDING|JobArrayTaskLimit|N/A|tag\n78_4|RUNNING|None|now|tag\nbanner line\n"), "")
+	rows := queue.ParseJobs([]byte("77_[0-2%1]|PENDING|JobArrayTaskLimit|N/A|tag\n78_4|RUNNING|None|now|tag\nbanner line\n"), "")
 	var ids []string
 	for _, r := range rows {
-		ids = append(ids, r.id+"="+r.state)
+		ids = append(ids, r.ID+"="+r.State)
 	}
 	if want := []string{"77_0=PENDING", "77_1=PENDING", "77_2=PENDING", "78_4=RUNNING"}; !slices.Equal(ids, want) {
-		t.Errorf("parseRows = %q, want %q", ids, want)
+		t.Errorf("ParseJobs = %q, want %q", ids, want)
 	}
 }
 

@@ -48,23 +48,23 @@ func backoffDelay(failures int) time.Duration {
 }
 
 // countFailureLocked counts a failure for the profile. p.mu must be held.
-func (p *Provisioner) countFailureLocked(profile, detail string) {
-	b := p.backoff[profile]
+func (h *holds) countFailureLocked(profile, detail string) {
+	b := h.backoff[profile]
 	if b == nil {
 		b = &backoff{}
-		p.backoff[profile] = b
+		h.backoff[profile] = b
 	}
 	b.failures++
-	b.hold = hold{kind: holdBackoff, until: p.now().Add(backoffDelay(b.failures)), reason: truncate(detail)}
+	b.hold = hold{kind: holdBackoff, until: h.p.now().Add(backoffDelay(b.failures)), reason: truncate(detail)}
 }
 
 // markMisconfiguredLocked holds the profile back for misconfiguredHold:
 // Slurm refused it for something waiting does not change. p.mu must be
 // held.
-func (p *Provisioner) markMisconfiguredLocked(profile, said string) {
-	p.countFailureLocked(profile, said)
-	b := p.backoff[profile]
-	b.hold.kind, b.hold.until = holdMisconfigured, p.now().Add(misconfiguredHold)
+func (h *holds) markMisconfiguredLocked(profile, said string) {
+	h.countFailureLocked(profile, said)
+	b := h.backoff[profile]
+	b.hold.kind, b.hold.until = holdMisconfigured, h.p.now().Add(misconfiguredHold)
 }
 
 // misconfiguredDetail is what a misconfigured profile's answers and notes

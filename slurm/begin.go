@@ -228,7 +228,7 @@ func deadlineTooSoon(lines []string, v string) string {
 // 24.11 and later that is also the answer to a deadline sooner than the
 // time limit, and the words name neither option.
 func deadlineHint(prof Profile, said string) string {
-	if !strings.Contains(strings.ToLower(said), "requested time limit is invalid") || !deadlineOptions.setBy(prof.Sbatch) {
+	if !strings.Contains(strings.ToLower(said), "requested time limit is invalid") || !prof.options().deadline {
 		return ""
 	}
 	return " (Slurm 24.11 and later say this too of a --deadline sooner than now + --time: check the profile's --deadline against its time limit.)"

@@ -146,7 +146,7 @@ func TestBeginCountsFromTheBegin(t *testing.T) {
 	p := New(nil)
 	p.cfg = s
 	p.now = func() time.Time { return testBeginNow }
-	script := string(p.script(prof, "http://e", "", "w", nil, [][]string{{"t"}}))
+	script := string(p.sub.script(prof, "http://e", "", "w", nil, [][]string{{"t"}}))
 	if want := "#SBATCH --deadline=now+" + strconv.Itoa(int((delay + 15*time.Minute + time.Hour).Seconds())) + "seconds\n"; !strings.Contains(script, want) {
 		t.Errorf("the script has no %q:\n%s", want, script)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/slurm/internal/queue"
 	"github.com/fluksio/provision/slurm/sbatch"
 )
 
@@ -68,7 +69,7 @@ func (p *Provisioner) Check(ctx context.Context, req *shared.CheckRequest) (*sha
 		return &shared.CheckResponse{Diagnostics: diags}, nil
 	}
 	defer q.stop()
-	defer q.ssh.Close(context.WithoutCancel(ctx))
+	defer q.q.Close(context.WithoutCancel(ctx))
 	c := &check{q: q, cfg: q.settings(), resp: &shared.CheckResponse{Diagnostics: diags}, index: profileIndex(req.Config)}
 	if c.login(ctx) {
 		c.cluster(ctx)
@@ -123,7 +124,7 @@ func (p *Provisioner) scratch(ctx context.Context, name string, raw json.RawMess
 	q := New(p.logger)
 	q.sshPath, q.now = p.sshPath, p.now
 	q.cfg = cfg
-	q.ssh = q.newTransport(cfg)
+	q.q = q.newQueue(cfg, q.newTransport(cfg))
 	return q, diags
 }
 
@@ -142,7 +143,7 @@ func (p *Provisioner) previewScript(prof Profile) []byte {
 	for i := range tokens {
 		tokens[i] = credentialPlaceholder
 	}
-	return p.script(prof, url, pin, workerName(cfg.name, prof.Name), nil, [][]string{tokens})
+	return p.sub.script(prof, url, pin, workerName(cfg.name, prof.Name), nil, [][]string{tokens})
 }
 
 // profileIndex maps each profile's name to its place in the
@@ -196,13 +197,13 @@ func (c *check) login(ctx context.Context) bool {
 		if len(logins) > 1 {
 			name = fmt.Sprintf("login %d of %d", i+1, len(logins))
 		}
-		stdout, stderr, err := c.q.ssh.RunOn(ctx, i, nil, remote...)
+		stdout, stderr, err := c.q.q.Transport().RunOn(ctx, i, nil, remote...)
 		if err == nil {
 			answered++
 			// The path taken: direct, or through the bastion that
 			// answered.
 			via := ""
-			if b, ok := c.q.ssh.BastionInUse(); ok {
+			if b, ok := c.q.q.Transport().BastionInUse(); ok {
 				via = " via bastion " + b.String()
 			}
 			c.fact(name, fmt.Sprintf("ok, as %s (ssh %s%s)", strings.TrimSpace(lastLine(stdout)), entry, via))
@@ -279,14 +280,14 @@ func sshBlame(cfg *settings, said string) (path []string, summary, fix string) {
 // cluster reads what the provisioner adapts to: the Slurm version,
 // MaxArraySize and the RPC rate limiter, from scontrol show config. A
 // configuration printed and then a DOWN from its closing ping is the
-// limiter refusing the ping (ratelimit.go): the check goes on and says
-// so, never "not reachable".
+// limiter refusing the ping (slurm/internal/queue/ratelimit.go): the
+// check goes on and says so, never "not reachable".
 func (c *check) cluster(ctx context.Context) {
-	stdout, stderr, err := c.q.call(ctx, nil, "scontrol", "show", "config")
-	conf, ok := parseShowConfig(stdout)
-	if !ok {
-		if err == nil {
-			err = errors.New("it printed no configuration")
+	conf, err := c.q.q.Facts(ctx)
+	if err != nil {
+		var stderr []byte
+		if ce := (*queue.CommandError)(nil); errors.As(err, &ce) {
+			stderr, err = ce.Stderr, ce.Err
 		}
 		said := truncate(firstNonEmpty(string(stderr), err.Error()))
 		switch {
@@ -304,36 +305,36 @@ func (c *check) cluster(ctx context.Context) {
 		}
 		return
 	}
-	if conf.version != "" {
-		c.fact("slurm version", conf.version)
+	if conf.Version != "" {
+		c.fact("slurm version", conf.Version)
 	}
-	if conf.cluster != "" {
-		c.fact("cluster", conf.cluster)
-		c.clusterName = conf.cluster
+	if conf.Cluster != "" {
+		c.fact("cluster", conf.Cluster)
+		c.clusterName = conf.Cluster
 	}
 	size := "1001 (Slurm's default; not set)"
-	if conf.maxArraySize >= 0 {
-		size = strconv.Itoa(conf.maxArraySize)
-		if conf.maxArraySize <= 1 {
+	if conf.MaxArraySize >= 0 {
+		size = strconv.Itoa(conf.MaxArraySize)
+		if conf.MaxArraySize <= 1 {
 			size += " (job arrays off: a burst is one sbatch per machine)"
 		}
 	}
 	c.fact("MaxArraySize", size)
-	c.fact("RPC rate limiter", c.rateFact(stdout))
+	c.fact("RPC rate limiter", c.rateFact(conf))
 }
 
 // rateFact says what slurmctld's rate limiter allows and what this
 // provisioner's polling costs against it, and whether it rationed the
 // check itself.
-func (c *check) rateFact(out []byte) string {
-	limit := parseRateLimit(out)
-	if !limit.on {
+func (c *check) rateFact(conf queue.Facts) string {
+	limit := conf.RateLimit
+	if !limit.On {
 		return "off"
 	}
-	cost := c.cfg.pollCost()
+	cost := c.q.q.PollCost()
 	s := fmt.Sprintf("%s; this provisioner's poll costs %g every %s while it has jobs to watch (%.2f a second; 1 on Slurm 24.05 and later while every job it watches runs)",
 		limit, cost, c.cfg.pollInterval, cost/c.cfg.pollInterval.Seconds())
-	if pingRationed(out) {
+	if conf.PingRationed {
 		s = "rate limited: " + s + "; this user's bucket was empty during the check (scontrol's closing ping was refused, so it said DOWN right after slurmctld sent the configuration): commands wait their turn, which is not an outage"
 	}
 	return s
@@ -344,43 +345,43 @@ func (c *check) rateFact(out []byte) string {
 // first, and a reader of the configuration would expect bursts the site
 // never allows.
 func (c *check) limits(ctx context.Context) {
-	lim, err := c.q.readLimits(ctx, c.cfg, c.clusterName)
+	lim, err := c.q.q.Limits(ctx, c.clusterName)
 	if err != nil {
 		c.fact("accounting limits", "unknown ("+strings.TrimSpace(truncateTo(err.Error(), 300))+"); bursts are fitted to the limits a refusal shows")
 		return
 	}
-	if !lim.submit.set() && !lim.jobs.set() && !lim.cpus.set() {
-		c.fact("accounting limits", "none for "+strings.Join(lim.rows, ", "))
+	if !lim.Submit.Set() && !lim.Jobs.Set() && !lim.CPUs.Set() {
+		c.fact("accounting limits", "none for "+strings.Join(lim.Rows, ", "))
 		return
 	}
-	c.fact("limit on jobs in the queue", lim.submit.String())
-	c.fact("limit on jobs running", lim.jobs.String())
-	c.fact("limit on CPUs running", lim.cpus.String())
+	c.fact("limit on jobs in the queue", lim.Submit.String())
+	c.fact("limit on jobs running", lim.Jobs.String())
+	c.fact("limit on CPUs running", lim.CPUs.String())
 	warn := func(path []string, summary, format string, args ...any) {
 		c.resp.Diagnostics = append(c.resp.Diagnostics, shared.Diagnostic{Severity: shared.SeverityWarning, Path: path,
 			Summary: summary, Detail: fmt.Sprintf(format, args...)})
 	}
-	if l := lim.submit; l.set() && *c.cfg.MaxPending > l.n {
+	if l := lim.Submit; l.Set() && *c.cfg.MaxPending > l.N {
 		warn([]string{"max_pending"}, "max_pending above the site's limit",
 			"max_pending = %d, but the login user may have at most %d jobs or array tasks in the queue (%s). Bursts are trimmed to the room the limit leaves and the rest waits; set max_pending = %d or less to plan with what the site allows.",
-			*c.cfg.MaxPending, l.n, l, l.n)
+			*c.cfg.MaxPending, l.N, l, l.N)
 	}
 	// A worker's job counts against the submit limit while it runs, and
 	// against MaxJobs: the smaller caps the machines alive at once.
-	alive := lim.submit
-	if lim.jobs.set() {
-		alive.lower(lim.jobs.n, lim.jobs.what)
+	alive := lim.Submit
+	if lim.Jobs.Set() {
+		alive.Lower(lim.Jobs.N, lim.Jobs.What)
 	}
-	if alive.set() && *c.cfg.MaxWorkers > alive.n {
+	if alive.Set() && *c.cfg.MaxWorkers > alive.N {
 		warn([]string{"max_workers"}, "max_workers above the site's limit",
 			"max_workers = %d, but the login user may have at most %d jobs running (%s): more machines than that are never alive at once, and the rest pend. Set max_workers = %d or less to plan with what the site allows.",
-			*c.cfg.MaxWorkers, alive.n, alive, alive.n)
+			*c.cfg.MaxWorkers, alive.N, alive, alive.N)
 	}
-	if l := lim.cpus; l.set() {
+	if l := lim.CPUs; l.Set() {
 		for _, prof := range c.cfg.Profiles {
-			if prof.CPUs > l.n {
+			if prof.CPUs > l.N {
 				warn([]string{"profile", strconv.Itoa(c.index[prof.Name]), "cpus"}, "Profile larger than the site's CPU limit",
-					"Profile %s asks for %d CPUs a machine, but the login user may have at most %d running (%s): its jobs would pend for ever.", prof.Name, prof.CPUs, l.n, l)
+					"Profile %s asks for %d CPUs a machine, but the login user may have at most %d running (%s): its jobs would pend for ever.", prof.Name, prof.CPUs, l.N, l)
 			}
 		}
 	}
@@ -394,7 +395,7 @@ func (c *check) worker(ctx context.Context) {
 		return
 	}
 	cmd := c.cfg.WorkerCommand[0]
-	stdout, _, err := c.q.call(ctx, nil, "sh", "-c", `command -v -- "$1"`, "sh", cmd)
+	stdout, _, err := c.q.q.Run(ctx, nil, "sh", "-c", `command -v -- "$1"`, "sh", cmd)
 	if err == nil {
 		c.fact("worker command", strings.TrimSpace(lastLine(stdout)), "worker_command")
 		return
@@ -424,7 +425,7 @@ func (c *check) profiles(ctx context.Context) {
 		if measured && c.tooLarge(shapes, prof, path) {
 			continue
 		}
-		stdout, stderr, err := c.q.call(ctx, c.q.previewScript(prof), "sbatch", "--test-only")
+		stdout, stderr, err := c.q.q.TestOnly(ctx, c.q.previewScript(prof))
 		said := strings.TrimSpace(string(stderr) + "\n" + string(stdout))
 		if err != nil {
 			var ee *exec.ExitError

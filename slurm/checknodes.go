@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
+	"github.com/fluksio/provision/slurm/internal/queue"
 	"github.com/fluksio/provision/slurm/sbatch"
 )
 
@@ -33,85 +33,47 @@ type partShape struct {
 	unmeasuredShape bool
 }
 
-// sinfoShapeArgs is what nodeShapes reads: one line per group of
-// nodes of the same partition, CPUs, memory (MB) and generic resources,
-// -e so that a group is never a minimum with "+". The fields and their
-// words are the same on 22.05, 24.11 and 26.05.
-var sinfoShapeArgs = []string{"sinfo", "-h", "-e", "-o", "%P|%c|%m|%G"}
-
-// parseNodeShapes reads sinfo's lines (sinfoShapeArgs), e.g.
-//
-//	debug*|50|16000|gpu:2
-//	debug*|50|16000|(null)
-//	gpu|64|512000|gpu:a100:4(S:0-1),mps:400
+// parseNodeShapes reads sinfo's lines (queue.ParseNodes) into the
+// largest node of each partition, figure by figure.
 func parseNodeShapes(out string) nodeShapes {
+	return shapesOf(queue.ParseNodes(out))
+}
+
+// shapesOf is the largest node of each partition of groups, figure by
+// figure, in sinfo's order.
+func shapesOf(groups []queue.NodeGroup) nodeShapes {
 	var s nodeShapes
-	for _, line := range strings.Split(out, "\n") {
-		f := strings.Split(strings.TrimSpace(line), "|")
-		if len(f) != 4 || f[0] == "" {
-			continue
+	for _, g := range groups {
+		if g.Default {
+			s.def = g.Partition
 		}
-		name := f[0]
-		if n, ok := strings.CutSuffix(name, "*"); ok {
-			name = n
-			s.def = n
-		}
-		i := slices.IndexFunc(s.parts, func(p partShape) bool { return p.name == name })
+		i := slices.IndexFunc(s.parts, func(p partShape) bool { return p.name == g.Partition })
 		if i < 0 {
-			s.parts = append(s.parts, partShape{name: name})
+			s.parts = append(s.parts, partShape{name: g.Partition})
 			i = len(s.parts) - 1
 		}
 		p := &s.parts[i]
-		cpus, errC := strconv.Atoi(strings.TrimSuffix(f[1], "+"))
-		mem, errM := strconv.ParseInt(strings.TrimSuffix(f[2], "+"), 10, 64)
-		if errC != nil || errM != nil {
+		if g.Unmeasured {
 			p.unmeasuredShape = true
 			continue
 		}
-		p.cpus = max(p.cpus, cpus)
-		p.memMB = max(p.memMB, mem)
-		p.gpus = max(p.gpus, nodeGPUs(f[3]))
+		p.cpus = max(p.cpus, g.CPUs)
+		p.memMB = max(p.memMB, g.MemMB)
+		p.gpus = max(p.gpus, nodeGPUs(g.Gres))
 	}
 	return s
 }
 
-// nodeGPUs counts the GPUs of one sinfo %G field: "gpu:2",
-// "gpu:a100:4(S:0-1)", "gpu:a100:2,gpu:v100:2", "(null)".
-func nodeGPUs(g string) int {
+// nodeGPUs counts the GPUs of one sinfo %G field's items: "gpu:2",
+// "gpu:a100:4", "gpu:a100:2" and "gpu:v100:2", "(null)".
+func nodeGPUs(gres []string) int {
 	n := 0
-	for _, item := range splitGres(g) {
+	for _, item := range gres {
 		if c, ok := gresGPUs(item); ok {
 			n += int(c)
 		}
 	}
 	return n
-}
-
-// splitGres splits a %G field at its commas outside parentheses, and
-// drops each item's parenthesised socket list.
-func splitGres(g string) []string {
-	var items []string
-	depth, start := 0, 0
-	for i, r := range g + "," {
-		switch r {
-		case '(':
-			depth++
-		case ')':
-			depth--
-		case ',':
-			if depth == 0 {
-				item := g[start:min(i, len(g))]
-				if j := strings.IndexByte(item, '('); j >= 0 {
-					item = item[:j]
-				}
-				if item != "" {
-					items = append(items, item)
-				}
-				start = i + 1
-			}
-		}
-	}
-	return items
 }
 
 // partition is the shape of the partition named, or of the default one
@@ -165,11 +127,11 @@ func profilePartitions(prof Profile) []string {
 // sinfo did not answer or showed nothing, and the profiles then go
 // unmeasured.
 func (c *check) readShapes(ctx context.Context) (nodeShapes, bool) {
-	stdout, _, err := c.q.call(ctx, nil, sinfoShapeArgs...)
+	groups, err := c.q.q.Nodes(ctx)
 	if err != nil {
 		return nodeShapes{}, false
 	}
-	s := parseNodeShapes(string(stdout))
+	s := shapesOf(groups)
 	if len(s.parts) == 0 {
 		return s, false
 	}

@@ -2,7 +2,7 @@ package slurm
 
 import "testing"
 
-// The lines are sinfo's (sinfoShapeArgs): the first two from the 22.05
+// The lines are sinfo's (queue.ParseNodes): the first two from the 22.05
 // sandbox; the others in the forms Slurm's sinfo man page gives for %G
 // (a type, a socket list, several resources).
 func TestParseNodeShapes(t *testing.T) {

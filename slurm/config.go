@@ -103,7 +103,7 @@ type Config struct {
 	// from false and 0; fillDefaults fills them in (see ssh.go).
 	Multiplex   *bool `json:"multiplex"`
 	MaxSessions *int  `json:"max_sessions"`
-	// MaxRPCRate is the login user's RPC budget (budget.go); a pointer,
+	// MaxRPCRate is the login user's RPC budget (slurm/internal/queue/budget.go); a pointer,
 	// so that absent can be told from 0.
 	MaxRPCRate *float64 `json:"max_rpc_rate"`
 	// MaxWorkers and MaxPending cap the whole provisioner (see
@@ -151,6 +151,11 @@ type Profile struct {
 	// job of Nodes nodes running one worker on each (multinode.go). The
 	// caps and the demand count machines, so they move Nodes at a time.
 	Nodes int `json:"nodes"`
+
+	// opts is what the script needs of the Sbatch lines, read once when
+	// the configuration is (parseConfigAt); nil for a profile made
+	// otherwise, whose lines options reads when asked.
+	opts *sbatchOpts
 }
 
 // UnmarshalJSON fills in the schema's defaults for whatever is absent or
@@ -340,6 +345,9 @@ func parseConfigAt(name string, raw json.RawMessage, now time.Time) (*settings, 
 		return nil, diags
 	}
 	sortProfiles(s.Profiles)
+	for i := range s.Profiles {
+		s.Profiles[i].opts = readOpts(s.Profiles[i].Sbatch)
+	}
 	s.begins = map[string]*sbatch.Begin{}
 	for _, pr := range s.Profiles {
 		s.begins[pr.Name] = s.beginSpecOf(pr)

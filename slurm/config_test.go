@@ -286,13 +286,13 @@ func TestReservedOption(t *testing.T) {
 // (--mem, --time for the deadline) counts wherever it stands in a line.
 func TestOptionFamiliesInAnyWord(t *testing.T) {
 	lines := []string{"--partition=debug --mem=4G", "-p debug -t 30"}
-	if !memOptions.setBy(lines) {
+	if !memOptions.setIn(sbatch.Opts(lines)) {
 		t.Error("--mem in a line's second word was missed")
 	}
 	if limit, ok := sbatch.TimeLimit(lines); !ok || limit != 30*time.Minute {
 		t.Errorf("sbatch.TimeLimit = %s, %v; want 30m", limit, ok)
 	}
-	if gpuOptions.setBy(lines) {
+	if gpuOptions.setIn(sbatch.Opts(lines)) {
 		t.Error("no GPU option was set")
 	}
 }

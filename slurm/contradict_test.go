@@ -71,7 +71,7 @@ func TestBegin(t *testing.T) {
 	prof := Profile{Name: "later", CPUs: 1, Sbatch: []string{"--time=00:10:00", "--begin=now+1hour"}}
 	p := New(nil)
 	p.cfg = s
-	script := string(p.script(prof, "http://e", "", "w", nil, [][]string{{"t"}}))
+	script := string(p.sub.script(prof, "http://e", "", "w", nil, [][]string{{"t"}}))
 	if want := "#SBATCH --deadline=now+" + strconv.Itoa(int((time.Hour + 25*time.Minute).Seconds())) + "seconds\n"; !strings.Contains(script, want) {
 		t.Errorf("the script has no %q:\n%s", want, script)
 	}

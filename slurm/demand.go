@@ -5,10 +5,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -39,7 +37,7 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 	}
 	p.arrivedLocked(req.Attached)
 	attached := cfg.attachedByProfile(req.Attached)
-	p.attached = attached
+	p.workers.attached = attached
 
 	resp := &shared.ProvisionResponse{Outcomes: make([]shared.DemandOutcome, len(req.Demand))}
 	wanted := wantedByProfile(cfg, p.lifetimes, req.Demand, resp.Outcomes)
@@ -61,7 +59,7 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 		switch short := want - pd.OnTheWay; {
 		case short > 0:
 			a = p.askLocked(cfg, prof, short, c, &pd, pass)
-		case short < 0 && !p.adoptPending:
+		case short < 0 && !p.adoption.adoptPending:
 			// Until the first look at the queue the books may be short
 			// of what is there; nothing is given up on a partial count.
 			given := p.giveUpPendingLocked(prof.Name, -short, pass.now)
@@ -80,7 +78,7 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 	}
 	if pass.limited.kind != holdNone {
 		p.holds.binding = pass.limited
-		p.recountLaterLocked(cfg, pass.now)
+		p.lim.recountLaterLocked(cfg, pass.now)
 	} else if len(pass.batches) > 0 || len(wanted) == 0 {
 		// Asked for what was short, or nothing is wanted: no limit
 		// holds anything back now.
@@ -153,8 +151,8 @@ type provisionPass struct {
 // Provision returns. pd is the profile's demand, updated with what is
 // asked for. p.mu must be held.
 func (p *Provisioner) askLocked(cfg *settings, prof Profile, short int, c profileCounts, pd *shared.ProfileDemand, pass *provisionPass) demandAnswer {
-	if h := p.holdLocked(cfg, prof.Name, pass.now); h.kind != holdNone {
-		return holdAnswer(h, prof.Name, p.backoff[prof.Name])
+	if h := p.holds.holdLocked(cfg, prof.Name, pass.now); h.kind != holdNone {
+		return holdAnswer(h, prof.Name, p.holds.backoff[prof.Name])
 	}
 	if c.inFlight > 0 {
 		return demandAnswer{outcome: shared.OutcomeOutstanding,
@@ -178,7 +176,7 @@ func (p *Provisioner) askLocked(cfg *settings, prof Profile, short int, c profil
 	pass.alive, pass.pending = pass.alive+n, pass.pending+n
 	pd.Requested, pd.OnTheWay = n, pd.OnTheWay+n
 	pd.Submissions = 1
-	if p.maxArray <= 1 {
+	if p.known.maxArray <= 1 {
 		pd.Submissions = n / max(1, prof.Nodes)
 	}
 	a := demandAnswer{outcome: shared.OutcomeRequested}
@@ -205,7 +203,7 @@ func (p *Provisioner) sharesLocked(cfg *settings, order []Profile, wanted, attac
 		c := counts[prof.Name]
 		onTheWay := c.pending + c.starting
 		short := max(wanted[prof.Name], prof.MinWorkers) - onTheWay
-		if short <= 0 || c.inFlight > 0 || p.holdLocked(cfg, prof.Name, pass.now).kind != holdNone {
+		if short <= 0 || c.inFlight > 0 || p.holds.holdLocked(cfg, prof.Name, pass.now).kind != holdNone {
 			continue
 		}
 		short, _ = roundToAllocations(short, max(1, prof.Nodes))
@@ -340,17 +338,17 @@ func (p *Provisioner) startLocked(cfg *settings, batches [][]*request, cancels [
 			r.cancel = cancel
 		}
 		p.wg.Add(1)
-		go p.submit(ctx, cfg, host, batch)
+		go p.sub.submit(ctx, cfg, host, batch)
 	}
 	if len(cancels) > 0 {
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
-			p.cancelJobs(p.life, cfg, host, cancels, "gave up a pending machine the engine no longer wants")
+			p.cancels.cancelJobs(p.life, cfg, host, cancels, "gave up a pending machine the engine no longer wants")
 		}()
 	}
 	if len(batches) > 0 {
-		p.wakePoller()
+		p.poll.wake()
 	}
 }
 
@@ -377,13 +375,13 @@ func (p *Provisioner) roomLocked(cfg *settings, prof Profile, short, profAlive, 
 		{*cfg.MaxWorkers - alive, fmt.Sprintf("the provisioner has %d of its max_workers %d alive", alive, *cfg.MaxWorkers)},
 		{cfg.maxPending(prof) - profPending, fmt.Sprintf("profile %s has %d of its max_pending %d in the queue", prof.Name, profPending, cfg.maxPending(prof))},
 		{*cfg.MaxPending - pending, fmt.Sprintf("the provisioner has %d of its max_pending %d in the queue", pending, *cfg.MaxPending)},
-		{p.batchCap() * nodes, p.batchCapDetail()},
+		{p.known.batchCap() * nodes, p.known.batchCapDetail()},
 	} {
 		if c.room < n {
 			n, detail = max(0, c.room), c.what
 		}
 	}
-	if room, d, ok := p.limitRoomLocked(cfg, p.now()); ok && room*nodes < n {
+	if room, d, ok := p.lim.limitRoomLocked(cfg, p.now()); ok && room*nodes < n {
 		// The user's accounting limit, in jobs and array tasks: one per
 		// allocation.
 		n, detail, byLimit = room*nodes, d, true
@@ -399,30 +397,6 @@ func (p *Provisioner) roomLocked(cfg *settings, prof Profile, short, profAlive, 
 // cluster takes no arrays: one sbatch each, one after another, so a burst
 // still costs one session at a time on the login node.
 const maxSerialBatch = 16
-
-// batchCap is the most machines one submission asks for: the cluster's
-// MaxArraySize, or maxSerialBatch jobs one by one where arrays are
-// refused, and at most unknownFactsBurst while the cluster's facts are
-// unread (facts.go). p.mu must be held.
-func (p *Provisioner) batchCap() int {
-	if p.maxArray <= 1 {
-		return maxSerialBatch
-	}
-	if p.facts == factsUnread {
-		return min(p.maxArray, unknownFactsBurst)
-	}
-	return p.maxArray
-}
-
-func (p *Provisioner) batchCapDetail() string {
-	if p.maxArray <= 1 {
-		return fmt.Sprintf("without job arrays, one submission asks for at most %d machines, one job each", maxSerialBatch)
-	}
-	if p.facts == factsUnread {
-		return fmt.Sprintf("one submission asks for at most %d until the cluster's MaxArraySize is read", p.batchCap())
-	}
-	return fmt.Sprintf("one submission asks for at most %d (the cluster's MaxArraySize)", p.maxArray)
-}
 
 // reserveLocked makes the requests for n machines of prof (a multiple of
 // its nodes), one submission: a single job for one allocation, an array
@@ -448,13 +422,13 @@ func (p *Provisioner) reserveLocked(cfg *settings, prof Profile, n int, now time
 			batch: n, since: now, done: done, phase: phaseAwaitingAdoption}
 		batch[i] = r
 		p.outstanding[r.worker] = r
-		p.inflight[r] = true
-		if p.adoptPending {
-			p.mine[r.worker] = true
+		p.sub.inflight[r] = true
+		if p.adoption.adoptPending {
+			p.adoption.mine[r.worker] = true
 		}
 	}
-	if p.adoptPending {
-		p.mine[base] = true
+	if p.adoption.adoptPending {
+		p.adoption.mine[base] = true
 	}
 	return batch
 }
@@ -481,12 +455,12 @@ func (p *Provisioner) arrivedLocked(attached []string) []string {
 		if r := p.outstanding[w]; r != nil {
 			r.phase = phaseArrived
 			delete(p.outstanding, w)
-			delete(p.backoff, r.profile)
+			delete(p.holds.backoff, r.profile)
 			arrived = append(arrived, w)
 			reqs = append(reqs, r)
 		}
 	}
-	p.keepAttachedLocked(reqs)
+	p.ends.keepAttachedLocked(reqs)
 	return arrived
 }
 
@@ -522,351 +496,12 @@ func workerName(provisioner, profile string) string {
 	return provisioner + "-" + profile + "-" + hex.EncodeToString(b[:])
 }
 
-// submit mints the batch's credentials and submits it: one job for one
-// machine, one array for more, or one job per machine where the cluster
-// refuses arrays. It owns the batch until it returns; done is closed only
-// after its events are published, so nothing cancels a job before the
-// engine has heard of it.
-func (p *Provisioner) submit(ctx context.Context, cfg *settings, host shared.Host, batch []*request) {
-	defer p.wg.Done()
-	defer close(batch[0].done)
-	defer func() {
-		p.mu.Lock()
-		for _, r := range batch {
-			delete(p.inflight, r)
-		}
-		p.mu.Unlock()
-		batch[0].cancel()
-	}()
-	prof, _ := cfg.profile(batch[0].profile)
-
-	// A plugin restarted after a crash is asked for machines at once, and
-	// its predecessor's jobs are still in the queue. Until the first look
-	// at the queue is over (bounded by submit_timeout), nothing is
-	// submitted: an earlier run's machines of the profile take the place
-	// of as many of these (superseded) instead of leaving them running
-	// beside new ones.
-	select {
-	case <-p.adoptTried:
-	case <-ctx.Done():
-	}
-	p.mu.Lock()
-	// Adoption supersedes machines one for one; an allocation of several
-	// nodes that lost any of them is superseded whole, since a job of
-	// fewer nodes is not what the profile asks for.
-	short := map[int]bool{}
-	for _, r := range batch {
-		if r.phase != phaseAwaitingAdoption && r.phase != phaseSubmitting {
-			short[r.task] = true
-		}
-	}
-	var live []*request
-	for _, r := range batch {
-		if r.nodes > 1 && short[r.task] && r.phase == phaseAwaitingAdoption {
-			r.phase = phaseSuperseded
-			delete(p.outstanding, r.worker)
-		}
-		if r.phase == phaseAwaitingAdoption {
-			r.phase = phaseSubmitting
-		}
-		if r.phase == phaseSubmitting {
-			live = append(live, r)
-		}
-	}
-	shut := p.shut
-	arrays := p.maxArray > 1
-	p.mu.Unlock()
-	if len(live) == 0 {
-		return
-	}
-	if !shut {
-		var release func()
-		live, release = p.trimToLimit(ctx, cfg, live)
-		defer release()
-		if len(live) == 0 {
-			return
-		}
-		if live = p.trimToJobCount(ctx, cfg, live); len(live) == 0 {
-			return
-		}
-	}
-	if shut {
-		// Shutdown began while this batch waited: submitting now would
-		// leave jobs for nobody.
-		p.submissionFailed(cfg, host, live, "not submitted: the provisioner is shutting down", shared.ErrShutdown)
-		return
-	}
-	if !arrays || !p.submitOne(ctx, cfg, host, prof, live) {
-		p.submitEach(ctx, cfg, host, prof, live)
-	}
-}
-
-// submitEach submits one plain job per allocation, for a cluster that
-// does not take arrays. Each allocation's job is tagged with its own name:
-// its one machine's worker, or what its nodes' workers share before
-// -n<node>.
-func (p *Provisioner) submitEach(ctx context.Context, cfg *settings, host shared.Host, prof Profile, live []*request) {
-	var allocs [][]*request
-	p.mu.Lock()
-	for _, r := range live {
-		alloc, _ := cutNode(r.worker)
-		if r.node < 0 {
-			alloc = r.worker
-		}
-		r.tag, r.task = alloc, -1
-		if p.adoptPending {
-			p.mine[r.worker] = true
-			p.mine[alloc] = true
-		}
-		if n := len(allocs); n > 0 && allocs[n-1][0].tag == alloc {
-			allocs[n-1] = append(allocs[n-1], r)
-		} else {
-			allocs = append(allocs, []*request{r})
-		}
-	}
-	p.mu.Unlock()
-	for _, a := range allocs {
-		p.submitOne(ctx, cfg, host, prof, a)
-	}
-}
-
-// submitOne is one sbatch for live: a single job, or an array of
-// len(live) tasks. submit_timeout bounds it all: the wait for an ssh
-// session, the mints, sbatch and, if its answer was lost, the look for its
-// job. A quarter is kept back for that look; what it cannot finish, the
-// poller does. It is false, with nothing submitted and nothing reported,
-// when the cluster refused the array as such: the caller submits the
-// machines one by one instead.
-func (p *Provisioner) submitOne(ctx context.Context, cfg *settings, host shared.Host, prof Profile, live []*request) bool {
-	// The login user's RPC budget is waited for before submit_timeout
-	// starts, which bounds ssh and sbatch, not a turn (budget.go). A
-	// context ended meanwhile fails the ask below; a budget that cannot
-	// be kept is not paid, and fails the ask's sbatch with its error.
-	paid := ctx
-	if err := p.spend(ctx, []string{"sbatch"}); err == nil || errors.Is(err, errBudget) {
-		paid = prepaid(ctx)
-	}
-	ctx, cancel := context.WithTimeout(paid, cfg.submitTimeout)
-	defer cancel()
-	askCtx, cancelAsk := context.WithTimeout(ctx, cfg.submitTimeout-cfg.submitTimeout/4)
-	askDeadline, _ := askCtx.Deadline()
-	job, err := p.ask(askCtx, cfg, host, prof, live)
-	cancelAsk()
-	var detail string
-	var lost bool
-	if se := (*submitError)(nil); errors.As(err, &se) {
-		detail, lost = se.Said, se.AnswerLost
-	}
-	if err != nil && live[0].task >= 0 && !lost && arrayRefused(detail) {
-		// The cluster does not take arrays after all: say so, and ask
-		// one job per machine from now on.
-		p.mu.Lock()
-		p.maxArray = 1
-		p.arrayNote = "job arrays refused by the cluster (" + truncateTo(detail, 200) + "); submitting one job per machine"
-		p.mu.Unlock()
-		cfg.log.Warn("the cluster refused a job array; submitting one job per machine from now on", "said", detail)
-		return false
-	}
-	if err != nil && lost {
-		p.mu.Lock()
-		p.suspect = true
-		p.mu.Unlock()
-	}
-	if err != nil && lost && p.life.Err() == nil {
-		// The connection went before sbatch's answer came back, so the
-		// job may well exist, and asking again would start a second
-		// one. Its comment names the batch: look.
-		landBy := p.landBy(cfg, time.Until(askDeadline), live[0].since)
-		rationed := p.waitingTurn(err)
-		found, lerr := p.lookup(ctx, cfg, live[0].tag)
-		switch {
-		case lerr != nil && saidZeroBytes(detail) && (saidZeroBytes(lerr.Error()) || releaseMismatch(lerr.Error())):
-			// Twice the same words from two commands: not a dropped
-			// connection but a client of another release, which
-			// submitted nothing (refusal.go).
-			detail = mismatchDetail(cfg.host(), detail)
-			err = fmt.Errorf("%w: %s", errReleaseMismatch, detail)
-		case found == "" && jobsFull(detail):
-			// sbatch was retrying into a controller that would take no
-			// job when it was cut off, so it had none; the look used
-			// what submit_timeout left. Reported as that limit, and a
-			// late landing is still looked for (jobcount.go).
-			p.watchLate(cfg)
-		case found != "":
-			cfg.log.Warn("sbatch's answer was lost, but its job is in the queue", "profile", prof.Name, "job", found, "worker", live[0].tag, "error", err)
-			job, err = found, nil
-		default:
-			// Not found, or not looked for: it may land yet (landing.go).
-			p.outcomeUnknown(cfg, live, detail, lerr, landBy, rationed)
-			return true
-		}
-	}
-	if err != nil && !lost && p.withdrawForLogin(cfg, live, err) {
-		return true
-	}
-	if err != nil {
-		p.submissionFailed(cfg, host, live, detail, err)
-		return true
-	}
-	p.mu.Lock()
-	for _, r := range live {
-		r.job = job
-		if r.task >= 0 {
-			r.job = job + "_" + strconv.Itoa(r.task)
-		}
-		if r.phase == phaseSubmitting {
-			r.phase = phaseQueued
-		}
-	}
-	p.mu.Unlock()
-	msg := "asked for a machine"
-	switch {
-	case live[0].task >= 0:
-		msg = "asked for a burst of machines in one job array"
-	case len(live) > 1:
-		msg = "asked for the machines of one multi-node allocation"
-	}
-	cfg.log.Info(msg, "profile", prof.Name, "job", job, "machines", len(live), "worker", live[0].tag)
-	// Back to back, then every acknowledgement: one round trip for the
-	// array, where one each cost a thousand-task burst most of a second.
-	evs := make([]shared.Event, len(live))
-	for i, r := range live {
-		evs[i] = shared.Event{Kind: shared.EventWorkerProvisioned, Profile: prof.Name, Job: r.job, Worker: r.worker}
-	}
-	p.publishAll(p.life, cfg, host, evs)
-	p.mu.Lock()
-	via := live[0].via
-	p.mu.Unlock()
-	if p.relay != nil && p.relay.left(via) {
-		// The relay moved while this was being submitted: its workers
-		// would dial a port somebody else holds (relaytls.go).
-		p.mu.Lock()
-		var refs []jobRef
-		seen := map[string]bool{}
-		for _, r := range live {
-			p.dropLocked(r.worker)
-			if !seen[r.job] {
-				seen[r.job] = true
-				refs = append(refs, jobRef{job: r.job, profile: r.profile, worker: r.worker,
-					why: "the relay moved from " + via + ", where this job's workers dial, while it was submitted; it is cancelled and their credentials revoked"})
-			} else {
-				refs[len(refs)-1].others = append(refs[len(refs)-1].others, r.worker)
-			}
-		}
-		p.mu.Unlock()
-		cfg.log.Error("a job was submitted with the relay's old address: cancelling it", "profile", prof.Name, "job", job, "old", via)
-		p.cancelJobs(p.life, cfg, host, refs, "cancelled a job whose workers dial the relay's old address")
-	}
-	return true
-}
-
 // arrayRefused reports whether sbatch's words say it will not take the
 // --array it was given (arrays disabled, or too large for this cluster).
 func arrayRefused(said string) bool {
 	s := strings.ToLower(said)
 	return strings.Contains(s, "array") && (strings.Contains(s, "invalid") || strings.Contains(s, "maxarraysize") ||
 		strings.Contains(s, "too large") || strings.Contains(s, "disabled") || strings.Contains(s, "not supported"))
-}
-
-// ask does the talking for submitOne and returns the job id (the array's
-// for more than one machine), or a *submitError.
-func (p *Provisioner) ask(ctx context.Context, cfg *settings, host shared.Host, prof Profile, live []*request) (string, error) {
-	keep := func(s string) string { return s }
-	if host == nil {
-		err := fmt.Errorf("cannot mint a credential for worker %s: %w", live[0].worker, shared.ErrNoHost)
-		return "", failure(err, err.Error(), false, keep)
-	}
-	url, pin := cfg.EngineURL, ""
-	if p.relay != nil {
-		// Workers dial the relay, which must be up for them to; nothing
-		// is minted or submitted until it is.
-		d, err := p.relay.dial(ctx)
-		if err != nil {
-			err = fmt.Errorf("not submitted: %w", err)
-			return "", failure(err, err.Error(), false, keep)
-		}
-		url, pin = d.url, d.pin
-		p.mu.Lock()
-		for _, r := range live {
-			r.via = d.addr
-		}
-		p.mu.Unlock()
-	}
-	if _, err := p.ensureLogDir(ctx, cfg); err != nil {
-		return "", failure(err, err.Error(), false, keep)
-	}
-	if _, err := p.ensureWorker(ctx, cfg); err != nil {
-		err = fmt.Errorf("not submitted: %w", err)
-		return "", failure(err, err.Error(), false, keep)
-	}
-	// One credential a task, asked for in one round trip a thousand
-	// (contract 2.4; a host before it is asked one at a time, which at a
-	// thousand tasks took longer than the sbatch itself).
-	mreq := &shared.MintCredentialsRequest{Items: make([]*shared.MintCredentialRequest, len(live))}
-	ttl := cfg.credentialTTL(prof, p.now())
-	for i, r := range live {
-		mreq.Items[i] = &shared.MintCredentialRequest{
-			Worker: r.worker, TTL: ttl, CPUs: prof.CPUs, GPUs: prof.GPUs, RAMMB: prof.RAMMB, Labels: prof.Labels,
-		}
-	}
-	mctx, cancel := context.WithTimeout(ctx, cfg.submitTimeout)
-	minted, err := shared.MintCredentials(mctx, host, mreq)
-	cancel()
-	if err != nil {
-		err = fmt.Errorf("minting credentials for %d workers from %s: %w", len(live), live[0].worker, err)
-		return "", failure(err, err.Error(), false, keep)
-	}
-	tokens := make([]string, len(live))
-	for i, r := range live {
-		cred, err := minted.Items[i].Credential, minted.Items[i].Err
-		if err == nil && (cred == nil || cred.Token == "") {
-			err = errors.New("the host returned an empty credential")
-		}
-		if err != nil {
-			err = fmt.Errorf("minting a credential for worker %s: %w", r.worker, err)
-			return "", failure(err, err.Error(), false, keep)
-		}
-		tokens[i] = cred.Token
-	}
-	// Every credential of the script, its siblings' too, for explain to
-	// redact from the job's output: a prerun's set -x, or a cat "$0",
-	// prints them (issue 24, item 6).
-	p.mu.Lock()
-	for _, r := range live {
-		r.secrets = tokens
-	}
-	p.mu.Unlock()
-
-	// The machines come in allocation order, an allocation's nodes
-	// together (reserveLocked), so the tokens group by task.
-	nodes := max(1, live[0].nodes)
-	var perAlloc [][]string
-	for i := 0; i < len(tokens); i += nodes {
-		perAlloc = append(perAlloc, tokens[i:min(i+nodes, len(tokens))])
-	}
-	var tasks []int
-	if live[0].task >= 0 {
-		tasks = tasksOf(live)
-	}
-	script := p.script(prof, url, pin, live[0].tag, tasks, perAlloc)
-	stdout, stderr, err := p.call(ctx, script, "sbatch", "--parsable")
-	// sbatch does not echo the script, but a wrapper on the login node
-	// might, and no token may reach a log or an event (redact.go).
-	redact := newRedactor(tokens).scrub
-	if err != nil {
-		said := firstNonEmpty(string(stderr), string(stdout), err.Error())
-		if releaseMismatch(said) {
-			said = mismatchDetail(cfg.host(), said)
-		}
-		said += deadlineHint(prof, said) + submitRuleHint(said)
-		return "", failure(err, said, answerLost(err, stderr), redact)
-	}
-	job, err := parseJobID(string(stdout))
-	if err != nil {
-		err = fmt.Errorf("sbatch on %s: %w", cfg.host(), err)
-		return "", failure(err, err.Error(), false, redact)
-	}
-	return job, nil
 }
 
 // tasksOf lists the array tasks of live, once each: a multi-node
@@ -879,4 +514,29 @@ func tasksOf(live []*request) []int {
 		}
 	}
 	return out
+}
+
+// batchCap is the most machines one submission asks for: the cluster's
+// MaxArraySize, or maxSerialBatch jobs one by one where arrays are
+// refused, and at most unknownFactsBurst while the cluster's facts are
+// unread (facts.go). p.mu must be held.
+func (cf *clusterFacts) batchCap() int {
+	if cf.maxArray <= 1 {
+		return maxSerialBatch
+	}
+	if cf.facts == factsUnread {
+		return min(cf.maxArray, unknownFactsBurst)
+	}
+	return cf.maxArray
+}
+
+// batchCapDetail says what batchCap allows, and why, for Status.
+func (cf *clusterFacts) batchCapDetail() string {
+	if cf.maxArray <= 1 {
+		return fmt.Sprintf("without job arrays, one submission asks for at most %d machines, one job each", maxSerialBatch)
+	}
+	if cf.facts == factsUnread {
+		return fmt.Sprintf("one submission asks for at most %d until the cluster's MaxArraySize is read", cf.batchCap())
+	}
+	return fmt.Sprintf("one submission asks for at most %d (the cluster's MaxArraySize)", cf.maxArray)
 }

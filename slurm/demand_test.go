@@ -93,7 +93,7 @@ func TestArrayTasksFailingAtOnce(t *testing.T) {
 		rows = append(rows, ev.Job+"|FAILED|NonZeroExitCode|2026-12-02T10:00:00|"+tagOf(strings.TrimSuffix(ev.Worker, ev.Worker[strings.LastIndexByte(ev.Worker, '-'):])))
 	}
 	h.fake.setRows(t, rows...)
-	h.p.pollOnce(context.Background())
+	h.p.poll.once(context.Background())
 	failed := 0
 	for _, ev := range h.host.Events() {
 		if ev.Kind == shared.EventWorkerProvisionFailed && strings.Contains(ev.Detail, "ended FAILED") {
@@ -217,7 +217,7 @@ func TestStartReadsBesideAdoption(t *testing.T) {
 	// Adoption's squeue is held at the gate; the other reads finish.
 	h.limitsRead(t)
 	select {
-	case <-h.p.adoptTried:
+	case <-h.p.poll.adoptTried:
 		t.Fatal("adoption was over with its squeue held at the gate")
 	default:
 	}
@@ -225,5 +225,5 @@ func TestStartReadsBesideAdoption(t *testing.T) {
 		t.Errorf("with adoption's squeue held, %d calls made log_dir and %d read the limits; want 1 and 1", n, s)
 	}
 	h.fake.openGate(t)
-	<-h.p.adoptTried
+	<-h.p.poll.adoptTried
 }

@@ -145,7 +145,7 @@
 // user's RPCs (slurmctld's rate limiter) makes commands slow, not failed:
 // the plugin reads the limiter from the same configuration and takes a
 // rationed command for weather, shown as "rate limited", never for an
-// outage (ratelimit.go).
+// outage (slurm/internal/queue/ratelimit.go).
 //
 // Nothing has to be installed on the cluster: unless worker_command is
 // set, the worker a job runs is the fluksio-worker built with this
@@ -153,6 +153,21 @@
 // each job checks by its sha256 before running it (ship.go), as it
 // copies its own binary there for the relay (relay.go). It owns that
 // directory's files of its naming, and touches nothing else there.
+//
+// Every command on the login node, Slurm's and the few shell commands
+// beside them, is slurm/internal/queue's: one Queue, built from the ssh
+// transport, the RPC budget and a small config, spends the budget and
+// reads the rate limiter around each and returns typed results. It holds
+// none of this package's state, so no command can run under
+// Provisioner.mu; the decisions ask it through slurmQueue (ssh.go), which
+// their tests give an in-memory queue. Provisioner implements the
+// contract and holds the books (the ledger) under mu; the rest of the
+// state is on types of their own that share mu: the poller (poller.go),
+// the submission pipeline (submit.go), adoption (adopt.go), the
+// cancelling (cancel.go), shutdown (shutdown.go), the accounting limits
+// (limits.go), the cluster's facts (facts.go), the holds (hold.go), the
+// jobs ending under their workers (ends.go), the attached workers
+// (attached.go) and the files on the login node (ship.go, joblog.go).
 //
 // The sbatch language itself (options, --begin, time limits, job and
 // array task ids, the job tag) is package slurm/sbatch's, as pure

@@ -35,6 +35,7 @@ import (
 	"fmt"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/slurm/internal/queue"
 )
 
 // attachedJob is the job of a worker the engine reports attached.
@@ -56,18 +57,44 @@ var runningStates = map[string]bool{
 	"SIGNALING": true, "RESIZING": true, "STAGE_OUT": true,
 }
 
+// orBlank is sep and s, or "" when s is.
+func orBlank(sep, s string) string {
+	if s == "" {
+		return ""
+	}
+	return sep + s
+}
+
+// jobEnds hears jobs end under their workers: the jobs of the workers the
+// engine reports attached, and of those that left while the queue still
+// lists them. Its fields are guarded by p.mu.
+type jobEnds struct {
+	// p is the provisioner whose books this reads and changes, under p.mu.
+	p *Provisioner
+
+	// attachedJobs holds the job of each attached worker whose request
+	// arrived in this process, until Reconcile says it left or a poll
+	// cycle finds its job ended under it (ends.go).
+	attachedJobs map[string]attachedJob
+	// departed holds the jobs of workers that attached in this process
+	// and left (Reconcile) or whose job ended under them, while the queue
+	// still lists the job: one pending again was requeued, and its
+	// worker's name is spent, so it is cancelled, never adopted (ends.go).
+	departed map[string]attachedJob
+}
+
 // keepAttachedLocked starts watching the jobs of the workers whose
 // requests arrived. p.mu must be held.
-func (p *Provisioner) keepAttachedLocked(arrived []*request) {
+func (je *jobEnds) keepAttachedLocked(arrived []*request) {
 	if len(arrived) == 0 {
 		return
 	}
-	if p.attachedJobs == nil {
-		p.attachedJobs = map[string]attachedJob{}
+	if je.attachedJobs == nil {
+		je.attachedJobs = map[string]attachedJob{}
 	}
 	for _, r := range arrived {
 		if r.job != "" {
-			p.attachedJobs[r.worker] = attachedJob{job: r.job, tag: r.tag, profile: r.profile}
+			je.attachedJobs[r.worker] = attachedJob{job: r.job, tag: r.tag, profile: r.profile}
 		}
 	}
 }
@@ -75,33 +102,33 @@ func (p *Provisioner) keepAttachedLocked(arrived []*request) {
 // departLocked stops watching worker's job, which left with it, and
 // keeps it among the departed while the queue lists it. p.mu must be
 // held.
-func (p *Provisioner) departLocked(worker string) {
-	j, ok := p.attachedJobs[worker]
+func (je *jobEnds) departLocked(worker string) {
+	j, ok := je.attachedJobs[worker]
 	if !ok {
 		return
 	}
-	delete(p.attachedJobs, worker)
-	if p.departed == nil {
-		p.departed = map[string]attachedJob{}
+	delete(je.attachedJobs, worker)
+	if je.departed == nil {
+		je.departed = map[string]attachedJob{}
 	}
-	p.departed[worker] = j
+	je.departed[worker] = j
 }
 
 // forgetDepartedLocked drops the departed whose job the queue no longer
 // lists as queued or running: ended, or gone. p.mu must be held.
-func (p *Provisioner) forgetDepartedLocked(cfg *settings, byID rowIndex) {
-	for w, j := range p.departed {
-		if row, ok := rowOf(byID, j.job, cfg.comment(j.tag)); !ok || endedStates[row.state] {
-			delete(p.departed, w)
+func (je *jobEnds) forgetDepartedLocked(cfg *settings, byID rowIndex) {
+	for w, j := range je.departed {
+		if row, ok := rowOf(byID, j.job, cfg.comment(j.tag)); !ok || endedStates[row.State] {
+			delete(je.departed, w)
 		}
 	}
 }
 
 // endWatchesLocked lists the attached workers' jobs for a poll cycle.
 // p.mu must be held.
-func (p *Provisioner) endWatchesLocked() []endWatch {
-	out := make([]endWatch, 0, len(p.attachedJobs))
-	for w, j := range p.attachedJobs {
+func (je *jobEnds) endWatchesLocked() []endWatch {
+	out := make([]endWatch, 0, len(je.attachedJobs))
+	for w, j := range je.attachedJobs {
 		out = append(out, endWatch{worker: w, attachedJob: j})
 	}
 	return out
@@ -110,34 +137,35 @@ func (p *Provisioner) endWatchesLocked() []endWatch {
 // endedUnder tells the engine of each watched job that has ended or left
 // its machine under its attached worker (worker_job_ended), and stops
 // watching it. A job requeued (pending again) is cancelled too.
-func (p *Provisioner) endedUnder(ctx context.Context, cfg *settings, host shared.Host, watched []endWatch, rows []jobRow) {
+func (je *jobEnds) endedUnder(ctx context.Context, cfg *settings, host shared.Host, watched []endWatch, rows []queue.Job) {
+	p := je.p
 	byID := indexRows(rows)
 	var evs []shared.Event
 	var requeued []jobRef
 	p.mu.Lock()
-	p.forgetDepartedLocked(cfg, byID)
+	je.forgetDepartedLocked(cfg, byID)
 	for _, w := range watched {
 		row, listed := rowOf(byID, w.job, cfg.comment(w.tag))
-		if listed && runningStates[row.state] {
+		if listed && runningStates[row.State] {
 			continue
 		}
-		if cur, ok := p.attachedJobs[w.worker]; !ok || cur != w.attachedJob {
+		if cur, ok := je.attachedJobs[w.worker]; !ok || cur != w.attachedJob {
 			continue // the worker left, or came back, while the queue was read
 		}
-		p.departLocked(w.worker)
-		state, detail := row.state, ""
+		je.departLocked(w.worker)
+		state, detail := row.State, ""
 		switch {
 		case !listed:
 			state = "GONE"
 			detail = fmt.Sprintf("job %s has left the queue", w.job)
-		case row.state == "PENDING":
-			detail = fmt.Sprintf("job %s is pending again (requeued%s): its worker's processes are gone", w.job, orBlank(", ", row.reason))
+		case row.State == "PENDING":
+			detail = fmt.Sprintf("job %s is pending again (requeued%s): its worker's processes are gone", w.job, orBlank(", ", row.Reason))
 			requeued = append(requeued, jobRef{job: w.job, profile: w.profile, worker: w.worker,
 				why: "requeued under its attached worker, whose name is revoked"})
-		case row.reason != "" && row.reason != "None":
-			detail = fmt.Sprintf("job %s is %s (%s)", w.job, row.state, row.reason)
+		case row.Reason != "" && row.Reason != "None":
+			detail = fmt.Sprintf("job %s is %s (%s)", w.job, row.State, row.Reason)
 		default:
-			detail = fmt.Sprintf("job %s is %s", w.job, row.state)
+			detail = fmt.Sprintf("job %s is %s", w.job, row.State)
 		}
 		evs = append(evs, shared.Event{Kind: shared.EventWorkerJobEnded, Profile: w.profile, Job: w.job, Worker: w.worker,
 			JobState: state, Detail: detail})
@@ -155,14 +183,6 @@ func (p *Provisioner) endedUnder(ctx context.Context, cfg *settings, host shared
 	}
 	p.publishAll(ctx, cfg, host, evs)
 	if len(requeued) > 0 {
-		p.cancelJobs(ctx, cfg, host, requeued, "cancelled a job requeued under its attached worker")
+		p.cancels.cancelJobs(ctx, cfg, host, requeued, "cancelled a job requeued under its attached worker")
 	}
-}
-
-// orBlank is sep and s, or "" when s is.
-func orBlank(sep, s string) string {
-	if s == "" {
-		return ""
-	}
-	return sep + s
 }

@@ -2,10 +2,7 @@ package slurm
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -42,52 +39,6 @@ const (
 // asked for once the facts are read, as demand is level-triggered.
 const unknownFactsBurst = 100
 
-var (
-	// configHeaderRE is the first line scontrol show config prints once
-	// slurmctld has answered: the configuration is the controller's.
-	configHeaderRE = regexp.MustCompile(`(?m)^Configuration data as of `)
-	// maxArraySizeRE finds MaxArraySize in scontrol show config.
-	maxArraySizeRE = regexp.MustCompile(`(?m)^MaxArraySize\s*=\s*([0-9]+)\s*$`)
-	slurmVersionRE = regexp.MustCompile(`(?m)^SLURM_VERSION\s*=\s*(\S+)`)
-	clusterNameRE  = regexp.MustCompile(`(?m)^ClusterName\s*=\s*(\S+)`)
-)
-
-// showConfig is what scontrol show config says that the provisioner
-// adapts to.
-type showConfig struct {
-	version string
-	cluster string
-	// maxArraySize is MaxArraySize, -1 when the output does not say.
-	maxArraySize int
-	// maxJobCount is MaxJobCount, Slurm's default when the output does
-	// not say.
-	maxJobCount int
-}
-
-// parseShowConfig reads scontrol show config's output. ok is false when
-// it holds no configuration: slurmctld never answered. Whatever follows
-// the configuration (the ping of each controller at its end) does not
-// make what it says less the controller's.
-func parseShowConfig(out []byte) (c showConfig, ok bool) {
-	if !configHeaderRE.Match(out) {
-		return showConfig{}, false
-	}
-	c.maxArraySize = -1
-	if m := slurmVersionRE.FindSubmatch(out); m != nil {
-		c.version = string(m[1])
-	}
-	if m := clusterNameRE.FindSubmatch(out); m != nil {
-		c.cluster = string(m[1])
-	}
-	if m := maxArraySizeRE.FindSubmatch(out); m != nil {
-		if n, err := strconv.Atoi(string(m[1])); err == nil {
-			c.maxArraySize = n
-		}
-	}
-	c.maxJobCount = parseMaxJobCount(out)
-	return c, true
-}
-
 // arrayCap is the most machines one sbatch asks for on a cluster of
 // MaxArraySize n: array indexes run from 0 to n-1, and 0 or 1 means no
 // arrays (1). An unset MaxArraySize is Slurm's default.
@@ -98,38 +49,58 @@ func arrayCap(n int) int {
 	return max(1, min(n, sbatch.MaxTaskIndex))
 }
 
+// clusterFacts is what the provisioner knows of the cluster from its
+// configuration (readFacts): how many machines one sbatch may ask for,
+// the job count's ceiling and the cluster's name. Its fields are guarded
+// by p.mu.
+type clusterFacts struct {
+	// p is the provisioner whose books this reads and changes, under p.mu.
+	p *Provisioner
+
+	// maxArray is the most machines one sbatch asks for: the cluster's
+	// MaxArraySize, once facts is factsRead (facts.go); 1 where arrays
+	// are refused, which arrayNote then explains for Status.
+	maxArray  int
+	arrayNote string
+	// facts is whether maxArray, maxJobs and cluster have been read, and
+	// factsErr why the last read failed while they have not.
+	facts    factsState
+	factsErr string
+	// cluster is the cluster's name (ClusterName), read with the facts;
+	// the user's associations of other clusters are not its limits.
+	cluster string
+	// maxJobs is the cluster's MaxJobCount, read with the facts; 0
+	// until read (jobcount.go).
+	maxJobs int
+}
+
 // readFacts reads the start-up facts with scontrol show config and keeps
 // them, or returns why it could not. Configure's adoption reads them
 // before any submission may begin; each poll cycle reads them again
 // until they are read.
-func (p *Provisioner) readFacts(ctx context.Context) error {
-	stdout, stderr, err := p.call(ctx, nil, "scontrol", "show", "config")
-	c, ok := parseShowConfig(stdout)
-	if !ok {
-		if err == nil {
-			err = errors.New("scontrol show config printed no configuration")
-		}
-		err = withStderr(err, stderr)
+func (cf *clusterFacts) readFacts(ctx context.Context) error {
+	p := cf.p
+	c, err := p.q.Facts(ctx)
+	if err != nil {
 		p.mu.Lock()
-		p.factsErr = truncate(err.Error())
+		cf.factsErr = truncate(err.Error())
 		p.mu.Unlock()
 		return err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.cluster != c.cluster {
+	if cf.cluster != c.Cluster {
 		// The limits read so far were every cluster's; this one's are
 		// read again.
-		p.limits.readAt = time.Time{}
+		p.lim.limits.readAt = time.Time{}
 	}
-	p.cluster = c.cluster
-	p.maxJobs = c.maxJobCount
-	p.rationing.limit = parseRateLimit(stdout)
-	p.facts, p.factsErr = factsRead, ""
-	if p.arrayNote == "" {
-		p.maxArray = arrayCap(c.maxArraySize)
-		if p.maxArray <= 1 {
-			p.arrayNote = "the cluster's MaxArraySize allows no job arrays; submitting one job per machine"
+	cf.cluster = c.Cluster
+	cf.maxJobs = c.MaxJobCount
+	cf.facts, cf.factsErr = factsRead, ""
+	if cf.arrayNote == "" {
+		cf.maxArray = arrayCap(c.MaxArraySize)
+		if cf.maxArray <= 1 {
+			cf.arrayNote = "the cluster's MaxArraySize allows no job arrays; submitting one job per machine"
 		}
 	}
 	return nil
@@ -137,13 +108,13 @@ func (p *Provisioner) readFacts(ctx context.Context) error {
 
 // factsNoteLocked is Status's note while the facts are unread, "" once
 // they are. p.mu must be held.
-func (p *Provisioner) factsNoteLocked() string {
-	if p.facts == factsRead {
+func (cf *clusterFacts) factsNoteLocked() string {
+	if cf.facts == factsRead {
 		return ""
 	}
 	why := "not read yet"
-	if p.factsErr != "" {
-		why = strings.TrimSpace(p.factsErr)
+	if cf.factsErr != "" {
+		why = strings.TrimSpace(cf.factsErr)
 	}
 	return fmt.Sprintf("the cluster's MaxArraySize, MaxJobCount and name are not yet known (scontrol show config: %s): one submission asks for at most %d machines until they are read; trying again each poll",
 		why, unknownFactsBurst)

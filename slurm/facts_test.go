@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fluksio/provision/slurm/internal/queue"
 	"github.com/fluksio/provision/slurm/sbatch"
 )
 
@@ -23,20 +24,20 @@ func TestParseShowConfig(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, ok := parseShowConfig(b)
+		c, ok := queue.ParseFacts(b)
 		if !ok {
 			t.Fatalf("%s: no configuration found", name)
 		}
-		want := showConfig{version: "24.11.5", cluster: "sandbox", maxArraySize: 10001, maxJobCount: 50000}
-		if c.version != want.version || c.cluster != want.cluster || c.maxArraySize != want.maxArraySize || c.maxJobCount != want.maxJobCount {
+		want := queue.Facts{Version: "24.11.5", Cluster: "sandbox", MaxArraySize: 10001, MaxJobCount: 50000}
+		if c.Version != want.Version || c.Cluster != want.Cluster || c.MaxArraySize != want.MaxArraySize || c.MaxJobCount != want.MaxJobCount {
 			t.Errorf("%s: %+v; want %+v", name, c, want)
 		}
 	}
-	if _, ok := parseShowConfig([]byte("slurm_load_ctl_conf error: Unable to contact slurm controller (connect failure)\n")); ok {
+	if _, ok := queue.ParseFacts([]byte("slurm_load_ctl_conf error: Unable to contact slurm controller (connect failure)\n")); ok {
 		t.Error("a failure that printed no configuration was read as one")
 	}
-	c, ok := parseShowConfig([]byte("Configuration data as of 2026-12-02T10:00:00\nClusterName = c\n"))
-	if !ok || c.maxArraySize != -1 || arrayCap(c.maxArraySize) != defaultMaxArraySize || c.maxJobCount != defaultMaxJobCount {
+	c, ok := queue.ParseFacts([]byte("Configuration data as of 2026-12-02T10:00:00\nClusterName = c\n"))
+	if !ok || c.MaxArraySize != -1 || arrayCap(c.MaxArraySize) != defaultMaxArraySize || c.MaxJobCount != queue.DefaultMaxJobCount {
 		t.Errorf("a configuration without MaxArraySize and MaxJobCount: %+v, %v; want Slurm's defaults", c, ok)
 	}
 }
@@ -55,8 +56,8 @@ func TestFactsReadUntilRead(t *testing.T) {
 		t.Fatalf("Status notes %q do not say the facts are not yet known", h.status(t).Notes)
 	}
 	// Unread, each cycle asks again, even with nothing outstanding.
-	h.p.pollOnce(context.Background())
-	h.p.pollOnce(context.Background())
+	h.p.poll.once(context.Background())
+	h.p.poll.once(context.Background())
 	if n := len(h.fake.callsTo("scontrol")); n != 2 {
 		t.Fatalf("%d scontrol calls in 2 poll cycles with the facts unread; want 2", n)
 	}
@@ -74,11 +75,11 @@ func TestFactsReadUntilRead(t *testing.T) {
 	comment := regexp.MustCompile(`(?m)^#SBATCH --comment=(\S+)$`).FindStringSubmatch(sb[0].Stdin)[1]
 	h.fake.setRows(t, job+"|PENDING|Priority|N/A|"+comment)
 	h.fake.setSpec(t, "scontrol=ok,squeue=rows,sbatch=ok")
-	h.p.pollOnce(context.Background())
+	h.p.poll.once(context.Background())
 	if slicesContains(h.status(t).Notes, "not yet known") {
 		t.Errorf("Status notes %q still say the facts are unknown after a read", h.status(t).Notes)
 	}
-	h.p.pollOnce(context.Background())
+	h.p.poll.once(context.Background())
 	if n := len(h.fake.callsTo("scontrol")); n != 3 {
 		t.Errorf("%d scontrol calls; want 3: none once the facts are read", n)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/slurm/internal/queue"
 )
 
 // hostile is a list of values meant to break out of wherever they land:
@@ -109,7 +110,7 @@ func TestHostileValuesNeverChangeTheScript(t *testing.T) {
 			cfg := p.settings()
 			prof := cfg.Profiles[0]
 			token := "tok'en;$(id)`id`"
-			script := p.payload(prof, "hard-"+prof.Name+"-0a1b2c3d", token)
+			script := p.sub.payload(prof, "hard-"+prof.Name+"-0a1b2c3d", token)
 
 			argvOut := filepath.Join(dir, "argv")
 			os.Remove(argvOut)
@@ -259,12 +260,12 @@ func FuzzParseJobID(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		id, err := parseJobID(s)
+		id, err := queue.ParseJobID(s)
 		if err != nil {
 			return
 		}
 		if id == "" || strings.Trim(id, "0123456789") != "" {
-			t.Fatalf("parseJobID(%q) = %q", s, id)
+			t.Fatalf("queue.ParseJobID(%q) = %q", s, id)
 		}
 	})
 }
@@ -286,7 +287,7 @@ func FuzzConfigAndScript(f *testing.F) {
 		}
 		cfg := p.settings()
 		for _, prof := range cfg.Profiles {
-			script := string(p.payload(prof, "hard-"+prof.Name+"-00000000", token))
+			script := string(p.sub.payload(prof, "hard-"+prof.Name+"-00000000", token))
 			lines := strings.Split(strings.TrimSuffix(script, "\n"), "\n")
 			// The last command is the exec with the credential in front;
 			// the quoted credential may span lines, nothing else may.
@@ -328,7 +329,7 @@ func TestPrerunCannotAddDirectives(t *testing.T) {
 		t.Fatal("refused")
 	}
 	prof := p.settings().Profiles[0]
-	script := string(p.payload(prof, "hard-"+prof.Name+"-00000000", "tok"))
+	script := string(p.sub.payload(prof, "hard-"+prof.Name+"-00000000", "tok"))
 	// sbatch's rule: directives end at the first line that is not blank
 	// and does not start with '#'.
 	for _, l := range strings.Split(script, "\n")[1:] {

@@ -54,11 +54,16 @@ func (h hold) on(now time.Time) bool {
 	return h.kind != holdNone && (h.until.IsZero() || now.Before(h.until))
 }
 
-// holds are the holds on the whole provisioner. Guarded by
-// Provisioner.mu. A profile's own holds (backoff, misconfigured) are its
-// backoff's; whether a login is needed is the ssh transport's Access
-// (logins.go), which has its own lock.
+// holds are the holds on the whole provisioner and each profile's
+// backoff. Guarded by Provisioner.mu. A profile's own holds (backoff,
+// misconfigured) are its backoff's; whether a login is needed is the ssh
+// transport's Access (logins.go), which has its own lock.
 type holds struct {
+	// p is the provisioner whose clock and login the holds read.
+	p *Provisioner
+	// backoff holds, by profile, the failures since a worker of the
+	// profile last attached (backoff.go).
+	backoff map[string]*backoff
 	// clusterFull holds every submission for jobsFullWait after slurmctld
 	// would not take a job or MaxJobCount trimmed a burst.
 	clusterFull hold
@@ -75,17 +80,17 @@ type holds struct {
 // holdLocked is what holds prof back at now, in the order Provision
 // answers them: the profile's backoff, then the cluster's, the site's
 // and the login's holds; holdNone when nothing does. p.mu must be held.
-func (p *Provisioner) holdLocked(cfg *settings, prof string, now time.Time) hold {
-	if b := p.backoff[prof]; b != nil && b.hold.on(now) {
+func (h *holds) holdLocked(cfg *settings, prof string, now time.Time) hold {
+	if b := h.backoff[prof]; b != nil && b.hold.on(now) {
 		return b.hold
 	}
-	if p.holds.clusterFull.on(now) {
-		return p.holds.clusterFull
+	if h.clusterFull.on(now) {
+		return h.clusterFull
 	}
-	if p.holds.throttled.on(now) {
-		return p.holds.throttled
+	if h.throttled.on(now) {
+		return h.throttled
 	}
-	if needed, detail := p.loginNeeded(cfg); needed {
+	if needed, detail := h.p.loginNeeded(cfg); needed {
 		return hold{kind: holdLoginNeeded, reason: detail}
 	}
 	return hold{}

@@ -26,21 +26,21 @@ func TestHoldsDecideByKind(t *testing.T) {
 		says    string
 	}{
 		{func(p *Provisioner) {
-			p.backoff["cpu"] = &backoff{failures: 2, hold: hold{kind: holdBackoff, until: later, reason: words}}
+			p.holds.backoff["cpu"] = &backoff{failures: 2, hold: hold{kind: holdBackoff, until: later, reason: words}}
 		}, shared.OutcomeBackingOff, "2 failures in a row; not asking again until " + later.Format(time.RFC3339) + ". Last: " + words},
 		{func(p *Provisioner) {
-			p.backoff["cpu"] = &backoff{failures: 1, hold: hold{kind: holdMisconfigured, until: later, reason: words}}
+			p.holds.backoff["cpu"] = &backoff{failures: 1, hold: hold{kind: holdMisconfigured, until: later, reason: words}}
 		}, shared.OutcomeBackingOff, "profile cpu is misconfigured: Slurm refused it for a reason waiting will not change (" + words + ")"},
 		{func(p *Provisioner) { p.holds.clusterFull = hold{kind: holdClusterFull, until: later, reason: words} }, shared.OutcomeCapped, words},
 		{func(p *Provisioner) { p.holds.throttled = hold{kind: holdThrottled, until: later, reason: words} }, shared.OutcomeCapped, words},
 		{func(p *Provisioner) {
 			// The profile's own hold is answered before the cluster's.
 			p.holds.throttled = hold{kind: holdThrottled, until: later, reason: "the throttle's"}
-			p.backoff["cpu"] = &backoff{failures: 1, hold: hold{kind: holdBackoff, until: later, reason: words}}
+			p.holds.backoff["cpu"] = &backoff{failures: 1, hold: hold{kind: holdBackoff, until: later, reason: words}}
 		}, shared.OutcomeBackingOff, "Last: " + words},
 	} {
 		h.p.mu.Lock()
-		h.p.backoff, h.p.holds = map[string]*backoff{}, holds{}
+		h.p.holds = holds{p: h.p, backoff: map[string]*backoff{}}
 		c.set(h.p)
 		h.p.mu.Unlock()
 		if o := h.provision(t, cpuNeed); o.Outcome != c.outcome || !strings.Contains(o.Detail, c.says) {
@@ -53,7 +53,7 @@ func TestHoldsDecideByKind(t *testing.T) {
 	}
 	// Past its until a hold holds nothing.
 	h.p.mu.Lock()
-	h.p.backoff, h.p.holds = map[string]*backoff{}, holds{}
+	h.p.holds = holds{p: h.p, backoff: map[string]*backoff{}}
 	h.p.holds.clusterFull = hold{kind: holdClusterFull, until: now, reason: words}
 	h.p.mu.Unlock()
 	if o := h.provision(t, cpuNeed); o.Outcome != shared.OutcomeRequested {

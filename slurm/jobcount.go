@@ -1,16 +1,9 @@
 package slurm
 
 import (
-	"bufio"
-	"bytes"
-	"context"
 	"fmt"
-	"regexp"
-	"strconv"
 	"strings"
 	"time"
-
-	"github.com/fluksio/provision/slurm/sbatch"
 )
 
 // The controller's own ceiling, MaxJobCount: sbatch does not refuse an
@@ -26,23 +19,7 @@ const (
 	// submit_timeout again at once, short enough that MinJobAge's purge
 	// is soon noticed.
 	jobsFullWait = 30 * time.Second
-	// defaultMaxJobCount is Slurm's own default.
-	defaultMaxJobCount = 10000
 )
-
-// maxJobCountRE finds MaxJobCount in scontrol show config.
-var maxJobCountRE = regexp.MustCompile(`(?m)^MaxJobCount\s*=\s*([0-9]+)\s*$`)
-
-// parseMaxJobCount reads MaxJobCount from scontrol show config's output;
-// Slurm's default when it is not there.
-func parseMaxJobCount(out []byte) int {
-	if m := maxJobCountRE.FindSubmatch(out); m != nil {
-		if n, err := strconv.Atoi(string(m[1])); err == nil && n > 0 {
-			return n
-		}
-	}
-	return defaultMaxJobCount
-}
 
 // jobsFullWords are sbatch's words when slurmctld will not take a job
 // for now (EAGAIN: MaxJobCount reached, or the controller busy), lower
@@ -62,62 +39,6 @@ func jobsFull(said string) bool {
 		}
 	}
 	return false
-}
-
-// countAllJobs counts every job and array task slurmctld holds, every
-// user's and every state's: what MaxJobCount counts.
-func (p *Provisioner) countAllJobs(ctx context.Context) (int, error) {
-	stdout, stderr, err := p.call(ctx, nil, "squeue", "-h", "-r", "-t", "all", "-o", "%i")
-	if err != nil {
-		return 0, withStderr(err, stderr)
-	}
-	n := 0
-	sc := bufio.NewScanner(bytes.NewReader(stdout))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		n += len(sbatch.ExpandJobID(strings.TrimSpace(sc.Text())))
-	}
-	return n, nil
-}
-
-// trimToJobCount fits a submission under the cluster's MaxJobCount: when
-// the books bring it within half of the ceiling, it counts the
-// controller's jobs and takes the allocations that do not fit out of the
-// books, unsubmitted and unannounced, so that the demand asks for them
-// again as jobs leave.
-func (p *Provisioner) trimToJobCount(ctx context.Context, cfg *settings, live []*request) []*request {
-	p.mu.Lock()
-	ceiling := p.maxJobs
-	ours := p.oursLocked(cfg, false)
-	p.mu.Unlock()
-	allocs := groupAllocations(live)
-	if ceiling <= 0 || 2*ours < ceiling {
-		return live
-	}
-	n, err := p.countAllJobs(ctx)
-	if err != nil {
-		// Without a count, sbatch says, within submit_timeout.
-		cfg.log.Debug("could not count the controller's jobs before a submission", "error", err)
-		return live
-	}
-	// slurmctld refuses when its jobs and the new ones would reach the
-	// ceiling.
-	fit := max(0, ceiling-1-n)
-	if fit >= len(allocs) {
-		return live
-	}
-	p.mu.Lock()
-	kept := p.keepAllocationsLocked(allocs, fit)
-	detail := fmt.Sprintf("%s: the cluster's MaxJobCount = %d; slurmctld holds %d jobs and array tasks (every user's, finished ones until MinJobAge), so %d of %d machines were asked for; the rest are asked for as jobs leave",
-		limitReached, ceiling, n, len(kept), len(live))
-	p.holds.binding = hold{kind: holdClusterFull, reason: detail}
-	// The rest would be asked for at once, counted again and trimmed
-	// again: held for jobsFullWait instead, as after sbatch's own words.
-	p.holds.clusterFull = hold{kind: holdClusterFull, until: p.now().Add(jobsFullWait), reason: detail}
-	p.mu.Unlock()
-	cfg.log.Info("trimmed a burst to the room the cluster's MaxJobCount leaves; the rest is asked for as jobs leave",
-		"profile", live[0].profile, "machines", len(live), "submitting", len(kept), "jobs", n, "max_job_count", ceiling)
-	return kept
 }
 
 // jobsFullDetail is the words for a submission sbatch could not place

@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/fluksio/provision/slurm/internal/queue"
 	"github.com/fluksio/provision/slurm/sbatch"
 )
 
@@ -53,44 +54,6 @@ const logDirScript = `d=$1
 case $d in "~") d=$HOME ;; "~/"*) d=$HOME/${d#"~/"} ;; /*) ;; *) d=$HOME/$d ;; esac
 mkdir -p -m 700 -- "$d" && cd -- "$d" && pwd -P`
 
-// ensureLogDir makes log_dir on the login node once per process and
-// returns its absolute path; the script's --output names it. A profile
-// that sets its own --output needs none, but one call per process is
-// cheaper than deciding.
-func (p *Provisioner) ensureLogDir(ctx context.Context, cfg *settings) (string, error) {
-	resolved := func() string {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return p.logDirAbs
-	}
-	if dir := resolved(); dir != "" {
-		return dir, nil
-	}
-	select {
-	case p.makingLogDir <- struct{}{}:
-		defer func() { <-p.makingLogDir }()
-	case <-ctx.Done():
-		return "", fmt.Errorf("log_dir %s: waiting for it to be made: %w", cfg.logDir(), ctx.Err())
-	}
-	// Made while this call waited for its turn.
-	if dir := resolved(); dir != "" {
-		return dir, nil
-	}
-	stdout, stderr, err := p.call(ctx, nil, "sh", "-c", logDirScript, "sh", cfg.logDir())
-	if err != nil {
-		return "", fmt.Errorf("log_dir %s: cannot create it on the login node: %w", cfg.logDir(), withStderr(err, stderr))
-	}
-	lines := strings.Split(strings.TrimSpace(string(stdout)), "\n")
-	dir := strings.TrimSpace(lines[len(lines)-1])
-	if !path.IsAbs(dir) || !validLogDir(dir) {
-		return "", fmt.Errorf("log_dir %s: the login node gave %q as its path, which cannot be used", cfg.logDir(), truncateTo(dir, 200))
-	}
-	p.mu.Lock()
-	p.logDirAbs = dir
-	p.mu.Unlock()
-	return dir, nil
-}
-
 // validLogDir reports whether dir can go into an #SBATCH line as it is:
 // sbatch splits those lines at white space and reads quotes, backslashes
 // and '#' itself, and '%' starts one of its file name patterns.
@@ -100,17 +63,6 @@ func validLogDir(dir string) bool {
 	})
 }
 
-// outputDir is the directory the script sends output to: log_dir as the
-// login node resolved it, or, before it has (a preview), as configured.
-func (p *Provisioner) outputDir(cfg *settings) string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.logDirAbs != "" {
-		return p.logDirAbs
-	}
-	return cfg.logDir()
-}
-
 // outputPattern is --output for a job in dir: one file per job, or per
 // array task, named by its id as squeue shows it (4242, 4242_3).
 func outputPattern(dir string, array bool) string {
@@ -118,18 +70,6 @@ func outputPattern(dir string, array bool) string {
 		return dir + "/%A_%a.out"
 	}
 	return dir + "/%j.out"
-}
-
-// outputOf is where job (an id as squeue shows it) wrote its output when
-// its profile left --output to log_dir; empty when unknown.
-func (p *Provisioner) outputOf(prof Profile, job string) string {
-	p.mu.Lock()
-	dir := p.logDirAbs
-	p.mu.Unlock()
-	if dir == "" || outputOptions.setBy(prof.Sbatch) || !sbatch.IsJobRef(job) {
-		return ""
-	}
-	return dir + "/" + job + ".out"
 }
 
 // explainScript prints what Slurm still knows of job $1 and the last
@@ -156,55 +96,6 @@ true`
 
 // sacctMark starts sacct's row in explainScript's output.
 const sacctMark = "--- fluksio: sacct\n"
-
-// explain asks the cluster why job ended before its worker attached: its
-// exit code and reason as scontrol has them (sacct, once the controller
-// has forgotten the job), and the last lines of its output, redacted of
-// credentials (redactor; secrets are those the job's script held).
-// It is one ssh call, bounded by submit_timeout; what it cannot learn it
-// leaves out. The answer is meant to be appended to an event.
-func (p *Provisioner) explain(ctx context.Context, prof Profile, job string, secrets []string) string {
-	known := p.outputOf(prof, job)
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	stdout, _, err := p.call(ctx, nil, "sh", "-c", explainScript, "sh", job, known)
-	if err != nil {
-		if known != "" {
-			return "output " + known
-		}
-		return ""
-	}
-	info, rest, _ := strings.Cut(string(stdout), "--- fluksio: output\n")
-	file, tail, _ := strings.Cut(rest, "\n")
-	var parts []string
-	if _, row, ok := strings.Cut(info, sacctMark); ok {
-		// jobid|state|exitcode|reason, as accounting keeps it.
-		f := strings.Split(strings.TrimSpace(row), "|")
-		if len(f) == 4 {
-			parts = append(parts, "state "+f[1]+" (from sacct: the controller no longer knows the job)")
-			if f[2] != "" {
-				parts = append(parts, "exit code "+exitCode(f[2]))
-			}
-			if f[3] != "" && f[3] != "None" {
-				parts = append(parts, "reason "+f[3])
-			}
-		}
-	} else {
-		if code := field(info, "ExitCode="); code != "" {
-			parts = append(parts, "exit code "+exitCode(code))
-		}
-		if reason := field(info, "Reason="); reason != "" && reason != "None" {
-			parts = append(parts, "reason "+reason)
-		}
-	}
-	if file = strings.TrimSpace(file); file != "" {
-		parts = append(parts, "output "+file)
-	}
-	if last := quoteTail(tail, secrets); last != "" {
-		parts = append(parts, "its last lines: "+last)
-	}
-	return strings.Join(parts, ", ")
-}
 
 // quoteTail is what explain quotes of the last tailBytes of a job's
 // output: its last lines, redacted of secrets and credentials. A tail of
@@ -262,4 +153,118 @@ func lastLines(s string, n int) string {
 		out = out[len(out)-n:]
 	}
 	return truncateTo(strings.Join(out, " | "), 600)
+}
+
+// ensureLogDir makes log_dir on the login node once per process and
+// returns its absolute path; the script's --output names it. A profile
+// that sets its own --output needs none, but one call per process is
+// cheaper than deciding.
+func (lf *loginFiles) ensureLogDir(ctx context.Context, cfg *settings) (string, error) {
+	p := lf.p
+	resolved := func() string {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return lf.logDirAbs
+	}
+	if dir := resolved(); dir != "" {
+		return dir, nil
+	}
+	select {
+	case lf.makingLogDir <- struct{}{}:
+		defer func() { <-lf.makingLogDir }()
+	case <-ctx.Done():
+		return "", fmt.Errorf("log_dir %s: waiting for it to be made: %w", cfg.logDir(), ctx.Err())
+	}
+	// Made while this call waited for its turn.
+	if dir := resolved(); dir != "" {
+		return dir, nil
+	}
+	stdout, stderr, err := p.q.Run(ctx, nil, "sh", "-c", logDirScript, "sh", cfg.logDir())
+	if err != nil {
+		return "", fmt.Errorf("log_dir %s: cannot create it on the login node: %w", cfg.logDir(), queue.WithStderr(err, stderr))
+	}
+	lines := strings.Split(strings.TrimSpace(string(stdout)), "\n")
+	dir := strings.TrimSpace(lines[len(lines)-1])
+	if !path.IsAbs(dir) || !validLogDir(dir) {
+		return "", fmt.Errorf("log_dir %s: the login node gave %q as its path, which cannot be used", cfg.logDir(), truncateTo(dir, 200))
+	}
+	p.mu.Lock()
+	lf.logDirAbs = dir
+	p.mu.Unlock()
+	return dir, nil
+}
+
+// outputDir is the directory the script sends output to: log_dir as the
+// login node resolved it, or, before it has (a preview), as configured.
+func (lf *loginFiles) outputDir(cfg *settings) string {
+	p := lf.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if lf.logDirAbs != "" {
+		return lf.logDirAbs
+	}
+	return cfg.logDir()
+}
+
+// outputOf is where job (an id as squeue shows it) wrote its output when
+// its profile left --output to log_dir; empty when unknown.
+func (lf *loginFiles) outputOf(prof Profile, job string) string {
+	p := lf.p
+	p.mu.Lock()
+	dir := lf.logDirAbs
+	p.mu.Unlock()
+	if dir == "" || prof.options().output || !sbatch.IsJobRef(job) {
+		return ""
+	}
+	return dir + "/" + job + ".out"
+}
+
+// explain asks the cluster why job ended before its worker attached: its
+// exit code and reason as scontrol has them (sacct, once the controller
+// has forgotten the job), and the last lines of its output, redacted of
+// credentials (redactor; secrets are those the job's script held).
+// It is one ssh call, bounded by submit_timeout; what it cannot learn it
+// leaves out. The answer is meant to be appended to an event.
+func (lf *loginFiles) explain(ctx context.Context, prof Profile, job string, secrets []string) string {
+	p := lf.p
+	known := lf.outputOf(prof, job)
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	stdout, _, err := p.q.Run(ctx, nil, "sh", "-c", explainScript, "sh", job, known)
+	if err != nil {
+		if known != "" {
+			return "output " + known
+		}
+		return ""
+	}
+	info, rest, _ := strings.Cut(string(stdout), "--- fluksio: output\n")
+	file, tail, _ := strings.Cut(rest, "\n")
+	var parts []string
+	if _, row, ok := strings.Cut(info, sacctMark); ok {
+		// jobid|state|exitcode|reason, as accounting keeps it.
+		f := strings.Split(strings.TrimSpace(row), "|")
+		if len(f) == 4 {
+			parts = append(parts, "state "+f[1]+" (from sacct: the controller no longer knows the job)")
+			if f[2] != "" {
+				parts = append(parts, "exit code "+exitCode(f[2]))
+			}
+			if f[3] != "" && f[3] != "None" {
+				parts = append(parts, "reason "+f[3])
+			}
+		}
+	} else {
+		if code := field(info, "ExitCode="); code != "" {
+			parts = append(parts, "exit code "+exitCode(code))
+		}
+		if reason := field(info, "Reason="); reason != "" && reason != "None" {
+			parts = append(parts, "reason "+reason)
+		}
+	}
+	if file = strings.TrimSpace(file); file != "" {
+		parts = append(parts, "output "+file)
+	}
+	if last := quoteTail(tail, secrets); last != "" {
+		parts = append(parts, "its last lines: "+last)
+	}
+	return strings.Join(parts, ", ")
 }

@@ -37,8 +37,9 @@ const landingWindow = 20 * time.Second
 // longer land: landingWindow after the ask's deadline, left is how much
 // of it remained when its answer was found lost, or provision_timeout
 // after since when the login node cannot stop the sbatch there.
-func (p *Provisioner) landBy(cfg *settings, left time.Duration, since time.Time) time.Time {
-	if !p.ssh.StopsThere() {
+func (su *submitter) landBy(cfg *settings, left time.Duration, since time.Time) time.Time {
+	p := su.p
+	if !p.q.Transport().StopsThere() {
 		return since.Add(cfg.provisionTimeout)
 	}
 	return p.now().Add(max(left, 0) + landingWindow)

@@ -1,9 +1,9 @@
 package slurm
 
 import (
-	"bytes"
-	"context"
 	"strings"
+
+	"github.com/fluksio/provision/slurm/internal/queue"
 )
 
 // The poll's fewest RPCs.
@@ -15,7 +15,7 @@ import (
 // the full poll's two (sdiag, 24.11.5 and 26.05), for the ids asked (-j):
 // ids and states, nothing else. So a cycle whose every watched job was
 // running reads only their states; when one is not running any more, the
-// same cycle polls in full (listJobs: reasons, comments, every job of the
+// same cycle polls in full (queue.Jobs: reasons, comments, every job of the
 // provisioner's name), whose words the engine is told. A full poll also
 // runs whenever a request is pending (its reason is shown and judged), a
 // submission may land late or be found by its comment, adoption is due,
@@ -36,79 +36,6 @@ const fullPollEvery = 5
 // cycle polls in full, whose one squeue by name is shorter than the list.
 const lightPollMax = 2000
 
-// lightIDsLocked is the job ids a light poll of this cycle asks for, and
-// whether the cycle may be light at all. p.mu must be held.
-func (p *Provisioner) lightIDsLocked(watched []watch, ends []endWatch) ([]string, bool) {
-	if p.noLightPoll || p.cyclesSinceFull+1 >= fullPollEvery {
-		return nil, false
-	}
-	seen := map[string]bool{}
-	var ids []string
-	add := func(id string) {
-		if id != "" && !seen[id] {
-			seen[id] = true
-			ids = append(ids, id)
-		}
-	}
-	if len(p.cancelling) > 0 || len(p.departed) > 0 {
-		return nil, false
-	}
-	for _, w := range watched {
-		if w.r.phase != phaseQueued || w.job == "" || w.r.slurmState != "RUNNING" {
-			return nil, false // pending, found by comment, or never seen yet
-		}
-		add(w.job)
-	}
-	for _, e := range ends {
-		add(e.job)
-	}
-	if len(ids) == 0 || len(ids) > lightPollMax {
-		return nil, false
-	}
-	return ids, true
-}
-
-// listJobStates reads the state of each of ids, ended ones too, with one
-// RPC: rows with an id and a state only (partial).
-func (p *Provisioner) listJobStates(ctx context.Context, ids []string) ([]jobRow, error) {
-	stdout, stderr, err := p.call(ctx, nil, "squeue", "--only-job-state", "-h", "-r", "-t", "all", "-j", strings.Join(ids, ","), "-o", "%i|%T")
-	if err != nil {
-		return nil, withStderr(err, stderr)
-	}
-	var rows []jobRow
-	for out := stdout; len(out) > 0; {
-		raw, rest, _ := bytes.Cut(out, []byte{'\n'})
-		out = rest
-		id, state, ok := strings.Cut(string(bytes.TrimSpace(raw)), "|")
-		if !ok || !isState(state) {
-			continue
-		}
-		rows = appendRow(rows, jobRow{id: id, state: state, partial: true})
-	}
-	return rows, nil
-}
-
-// readStates is a light poll of ids: its rows, and whether they stand
-// for the cycle; false when squeue has no --only-job-state (remembered)
-// or a watched job is no longer running, whose words the cycle's full
-// poll then reads.
-func (p *Provisioner) readStates(ctx context.Context, cfg *settings, ids []string, watched []watch, ends []endWatch) ([]jobRow, bool, error) {
-	rows, err := p.listJobStates(ctx, ids)
-	switch {
-	case err != nil && noStateOnly(err):
-		cfg.log.Debug("squeue has no --only-job-state (Slurm before 24.05): every poll reads the queue in full", "error", err)
-		p.mu.Lock()
-		p.noLightPoll = true
-		p.mu.Unlock()
-		return nil, false, err
-	case err != nil:
-		return nil, true, err
-	case lightChanged(cfg, rows, watched, ends):
-		return nil, false, nil
-	}
-	return rows, true, nil
-}
-
 // noStateOnly reports whether squeue refused --only-job-state as an
 // option it does not know (Slurm before 24.05).
 func noStateOnly(err error) bool {
@@ -119,15 +46,15 @@ func noStateOnly(err error) bool {
 // lightChanged reports whether a light poll's rows show a watched job no
 // longer running, or not listed: the cycle then polls in full, for the
 // words the engine is told.
-func lightChanged(cfg *settings, rows []jobRow, watched []watch, ends []endWatch) bool {
+func lightChanged(cfg *settings, rows []queue.Job, watched []watch, ends []endWatch) bool {
 	byID := indexRows(rows)
 	for _, w := range watched {
-		if row, ok := rowOf(byID, w.job, cfg.comment(w.r.tag)); !ok || !runningStates[row.state] {
+		if row, ok := rowOf(byID, w.job, cfg.comment(w.r.tag)); !ok || !runningStates[row.State] {
 			return true
 		}
 	}
 	for _, e := range ends {
-		if row, ok := rowOf(byID, e.job, cfg.comment(e.tag)); !ok || !runningStates[row.state] {
+		if row, ok := rowOf(byID, e.job, cfg.comment(e.tag)); !ok || !runningStates[row.State] {
 			return true
 		}
 	}

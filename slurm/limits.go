@@ -1,17 +1,14 @@
 package slurm
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os/exec"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/fluksio/provision/slurm/sbatch"
+	"github.com/fluksio/provision/slurm/internal/queue"
 )
 
 // Accounting limits: what a site allows the login user, and bursts that
@@ -95,46 +92,13 @@ const (
 	limitReached = "limit reached"
 )
 
-// aLimit is one number a site sets, and where it comes from ("association
-// proj/alice MaxSubmitJobs"). The zero value is no limit.
-type aLimit struct {
-	n    int
-	what string
-}
-
-func (l aLimit) set() bool { return l.what != "" }
-
-// lower keeps the smaller of l and n (n < 0 is none), naming what.
-func (l *aLimit) lower(n int, what string) {
-	if n >= 0 && (!l.set() || n < l.n) {
-		l.n, l.what = n, what
-	}
-}
-
-func (l aLimit) String() string {
-	if !l.set() {
-		return "none"
-	}
-	return fmt.Sprintf("%s = %d", l.what, l.n)
-}
-
-// userLimits are the limits that apply to the login user, as sacctmgr
-// shows them.
-type userLimits struct {
-	// submit caps the user's jobs and array tasks in the queue; jobs
-	// caps those running; cpus the CPUs of the user's running jobs.
-	submit, jobs, cpus aLimit
-	// rows are the associations read, for validate ("proj/alice").
-	rows []string
-}
-
 // limitState is what the provisioner knows of the limits. Guarded by
 // Provisioner.mu.
 type limitState struct {
 	// readAt is when sacctmgr was last asked; lim is what it said,
 	// unavailable why it could not say (accounting absent, refused).
 	readAt      time.Time
-	lim         userLimits
+	lim         queue.UserLimits
 	unavailable string
 	// told is set once unavailable has been logged.
 	told bool
@@ -151,17 +115,6 @@ type limitState struct {
 	counting bool
 }
 
-// ceilingLocked is the most jobs and array tasks the user may have in the
-// queue, and what says so; ok is false when nothing is known to cap it.
-// p.mu must be held.
-func (p *Provisioner) ceilingLocked(now time.Time) (aLimit, bool) {
-	c := p.limits.lim.submit
-	if now.Before(p.limits.learnedUntil) {
-		c.lower(p.limits.learned, "what Slurm last refused ("+p.limits.learnedWhat+")")
-	}
-	return c, c.set()
-}
-
 // oursLocked is how many jobs and array tasks of this provisioner are in
 // the queue or on their way to it: each allocation on its way, and each
 // attached worker's (a running job counts against a submit limit until
@@ -169,7 +122,7 @@ func (p *Provisioner) ceilingLocked(now time.Time) (aLimit, bool) {
 func (p *Provisioner) oursLocked(cfg *settings, queuedOnly bool) int {
 	n := 0
 	for _, prof := range cfg.Profiles {
-		machines := p.attached[prof.Name]
+		machines := p.workers.attached[prof.Name]
 		for _, r := range p.outstanding {
 			if r.profile == prof.Name && (!queuedOnly || r.phase == phaseQueued) {
 				machines++
@@ -182,272 +135,12 @@ func (p *Provisioner) oursLocked(cfg *settings, queuedOnly bool) int {
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
-// limitRoomLocked is how many more jobs and array tasks the user may put
-// in the queue by the books, and the words that say why; ok is false when
-// no limit is known. p.mu must be held.
-func (p *Provisioner) limitRoomLocked(cfg *settings, now time.Time) (room int, detail string, ok bool) {
-	c, ok := p.ceilingLocked(now)
-	if !ok {
-		return 0, "", false
-	}
-	others := max(0, p.limits.queued-p.limits.ours)
-	ours := p.oursLocked(cfg, false)
-	room = max(0, c.n-others-ours)
-	detail = fmt.Sprintf("%s: %s; the user has %d jobs or array tasks in the queue or on their way (%d of them this provisioner's); the rest are asked for as they end",
-		limitReached, c, others+ours, ours)
-	return room, detail, true
-}
-
-// assocArgs is the sacctmgr that reads the user's associations; qosArgs
-// the one that reads the QOSes.
-func assocArgs(user string) []string {
-	return []string{"sacctmgr", "-nP", "show", "assoc", "where", "user=" + user,
-		"format=cluster,account,partition,maxsubmit,maxjobs,grpsubmit,grpjobs,grptres,qos"}
-}
-
-func qosArgs() []string {
-	return []string{"sacctmgr", "-nP", "show", "qos", "format=name,maxsubmitpu,maxjobspu,maxtrespu"}
-}
-
-// loginUser is the user the provisioner logs in as: login's user part,
-// or what the login node says (an ssh_config may name it).
-func (p *Provisioner) loginUser(ctx context.Context, cfg *settings) (string, error) {
-	if u, _, ok := strings.Cut(cfg.firstLogin().Dest, "@"); ok && u != "" {
-		return u, nil
-	}
-	stdout, stderr, err := p.call(ctx, nil, "id", "-un")
-	if err != nil {
-		return "", withStderr(err, stderr)
-	}
-	u := lastLine(stdout)
-	if u == "" {
-		return "", fmt.Errorf("id -un on %s printed nothing", cfg.host())
-	}
-	return u, nil
-}
-
-// readLimits asks sacctmgr, as the login user, for the limits that apply
-// to it in cluster (every cluster's when empty). An error says why they
-// could not be read: no accounting, sacctmgr refused, ssh.
-func (p *Provisioner) readLimits(ctx context.Context, cfg *settings, cluster string) (userLimits, error) {
-	user, err := p.loginUser(ctx, cfg)
-	if err != nil {
-		return userLimits{}, fmt.Errorf("finding the login user: %w", err)
-	}
-	stdout, stderr, err := p.call(ctx, nil, assocArgs(user)...)
-	if err != nil {
-		return userLimits{}, fmt.Errorf("sacctmgr show assoc on %s: %w", cfg.host(), withStderr(err, stderr))
-	}
-	lim, qoses := parseAssocs(stdout, user, cluster)
-	if len(qoses) > 0 {
-		stdout, stderr, err = p.call(ctx, nil, qosArgs()...)
-		if err != nil {
-			return userLimits{}, fmt.Errorf("sacctmgr show qos on %s: %w", cfg.host(), withStderr(err, stderr))
-		}
-		parseQOS(stdout, qoses, &lim)
-	}
-	return lim, nil
-}
-
-// parseAssocs reads the user's association rows (assocArgs's format) of
-// cluster, or of every cluster when it is empty, and returns the QOSes
-// they name.
-func parseAssocs(out []byte, user, cluster string) (userLimits, map[string]bool) {
-	var lim userLimits
-	qoses := map[string]bool{}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		f := strings.Split(strings.TrimSpace(sc.Text()), "|")
-		if len(f) != 9 || (cluster != "" && f[0] != cluster) {
-			continue // a banner, or another cluster's
-		}
-		name := "association " + f[1] + "/" + user
-		if f[2] != "" {
-			name += " (partition " + f[2] + ")"
-		}
-		lim.rows = append(lim.rows, strings.TrimPrefix(name, "association "))
-		lim.submit.lower(atoiOr(f[3]), name+" MaxSubmitJobs")
-		lim.jobs.lower(atoiOr(f[4]), name+" MaxJobs")
-		lim.submit.lower(atoiOr(f[5]), name+" GrpSubmitJobs")
-		lim.jobs.lower(atoiOr(f[6]), name+" GrpJobs")
-		lim.cpus.lower(tresCPU(f[7]), name+" GrpTRES cpu")
-		for _, q := range strings.Split(f[8], ",") {
-			if q = strings.TrimSpace(q); q != "" {
-				qoses[q] = true
-			}
-		}
-	}
-	return lim, qoses
-}
-
-// parseQOS lowers lim by the per-user limits of the QOSes named.
-func parseQOS(out []byte, qoses map[string]bool, lim *userLimits) {
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		f := strings.Split(strings.TrimSpace(sc.Text()), "|")
-		if len(f) != 4 || !qoses[f[0]] {
-			continue
-		}
-		name := "QOS " + f[0]
-		lim.submit.lower(atoiOr(f[1]), name+" MaxSubmitJobsPerUser")
-		lim.jobs.lower(atoiOr(f[2]), name+" MaxJobsPerUser")
-		lim.cpus.lower(tresCPU(f[3]), name+" MaxTRESPerUser cpu")
-	}
-}
-
-// atoiOr is a limit's number, -1 for none (empty) or anything else.
-func atoiOr(s string) int {
-	n, err := strconv.Atoi(strings.TrimSpace(s))
-	if err != nil || n < 0 {
-		return -1
-	}
-	return n
-}
-
-// tresCPU is the cpu count of a TRES list ("cpu=8,mem=16G"), -1 for none.
-func tresCPU(s string) int {
-	for _, kv := range strings.Split(s, ",") {
-		if k, v, ok := strings.Cut(kv, "="); ok && k == "cpu" {
-			return atoiOr(v)
-		}
-	}
-	return -1
-}
-
-// countQueued counts the user's jobs and array tasks in the queue with
-// one squeue --me (-r: a pending array's tasks one by one).
-func (p *Provisioner) countQueued(ctx context.Context) (int, error) {
-	stdout, stderr, err := p.call(ctx, nil, "squeue", "-h", "-r", "--me", "-o", "%i")
-	if err != nil {
-		return 0, withStderr(err, stderr)
-	}
-	n := 0
-	sc := bufio.NewScanner(bytes.NewReader(stdout))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		// A line that is not a job id (a login banner) is not a job.
-		n += len(sbatch.ExpandJobID(strings.TrimSpace(sc.Text())))
-	}
-	return n, nil
-}
-
-// refreshLimits reads the limits again when they are older than
-// limitsRefresh (or never read), and says once when they cannot be.
-func (p *Provisioner) refreshLimits(ctx context.Context, cfg *settings) {
-	select {
-	case p.readingLimits <- struct{}{}:
-		defer func() { <-p.readingLimits }()
-	case <-ctx.Done():
-		return
-	}
-	p.mu.Lock()
-	due := p.limits.readAt.IsZero() || p.now().Sub(p.limits.readAt) >= limitsRefresh
-	cluster := p.cluster
-	p.mu.Unlock()
-	if !due {
-		return
-	}
-	lim, err := p.readLimits(ctx, cfg, cluster)
-	if ctx.Err() != nil {
-		return
-	}
-	p.mu.Lock()
-	p.limits.readAt = p.now()
-	if err != nil && !sacctmgrAnswered(err) {
-		p.limits.readAt = p.now().Add(limitsRetry - limitsRefresh)
-	}
-	tell := false
-	var was userLimits
-	if err != nil {
-		p.limits.unavailable = truncate(err.Error())
-		tell = !p.limits.told
-		p.limits.told = true
-		// The limits last read stay: a failed read says nothing new.
-	} else {
-		was = p.limits.lim
-		p.limits.lim, p.limits.unavailable, p.limits.told = lim, "", false
-	}
-	p.mu.Unlock()
-	switch {
-	case tell:
-		// Info, not a warning: many clusters run without accounting,
-		// and a provisioner that learns from refusals works there.
-		cfg.log.Info("cannot read the accounting limits of the login user; the room a limit leaves is learned from sbatch's refusals instead", "error", err)
-	case err == nil && (lim.submit != was.submit || lim.jobs != was.jobs || lim.cpus != was.cpus):
-		cfg.log.Info("accounting limits of the login user", "submit", lim.submit.String(), "running", lim.jobs.String(), "cpus", lim.cpus.String())
-	}
-}
-
 // sacctmgrAnswered reports whether a failed read of the limits got an
 // answer from sacctmgr (no accounting, a refusal), which will not change
 // soon, rather than from ssh or a timeout.
 func sacctmgrAnswered(err error) bool {
 	var ee *exec.ExitError
 	return errors.As(err, &ee) && ee.ExitCode() != 255 && !errors.Is(err, context.DeadlineExceeded)
-}
-
-// recount counts the user's queue and records it beside this
-// provisioner's share of it.
-func (p *Provisioner) recount(ctx context.Context, cfg *settings) (int, error) {
-	n, err := p.countQueued(ctx)
-	if err != nil {
-		return 0, err
-	}
-	p.mu.Lock()
-	p.limits.queued, p.limits.ours, p.limits.countedAt = n, p.oursLocked(cfg, true), p.now()
-	p.mu.Unlock()
-	return n, nil
-}
-
-// recountLaterLocked counts the user's queue again on a goroutine of its own,
-// when a limit holds the demand back and the count is older than
-// limitRecount: jobs of the user's that are not this provisioner's end
-// without the books seeing it. p.mu must be held.
-func (p *Provisioner) recountLaterLocked(cfg *settings, now time.Time) {
-	if p.limits.counting || p.shut || now.Sub(p.limits.countedAt) < limitRecount {
-		return
-	}
-	p.limits.counting = true
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		ctx, cancel := context.WithTimeout(p.life, cfg.submitTimeout)
-		defer cancel()
-		p.refreshLimits(ctx, cfg)
-		if _, err := p.recount(ctx, cfg); err != nil {
-			cfg.log.Debug("could not count the user's jobs for a limit", "error", err)
-		}
-		p.mu.Lock()
-		p.limits.counting = false
-		p.mu.Unlock()
-	}()
-}
-
-// fitToLimit is called by a submission before its sbatch, holding
-// limitTurn when a limit is known: it counts the user's queue and returns
-// how many of its allocs allocations fit, all of them when no limit is
-// known, with the count (-1 when it failed) and the ceiling.
-func (p *Provisioner) fitToLimit(ctx context.Context, cfg *settings, allocs int) (fit, queued int, c aLimit) {
-	p.mu.Lock()
-	c, ok := p.ceilingLocked(p.now())
-	p.mu.Unlock()
-	if !ok {
-		return allocs, -1, c
-	}
-	n, err := p.recount(ctx, cfg)
-	if err != nil {
-		// Without a count the books' estimate stands; sbatch refuses
-		// what does not fit, and that is learned from.
-		cfg.log.Debug("could not count the user's jobs before a submission", "error", err)
-		p.mu.Lock()
-		room, _, _ := p.limitRoomLocked(cfg, p.now())
-		p.mu.Unlock()
-		// The books count this submission's own machines already.
-		return min(allocs, room+allocs), -1, c
-	}
-	return min(allocs, max(0, c.n-n)), n, c
 }
 
 // limitWords are sbatch's words for a refusal by an accounting limit
@@ -487,43 +180,6 @@ func limitRefusal(said string) (string, bool) {
 	return "Job violates accounting/QOS policy", true
 }
 
-// learnFromRefusalLocked lowers the ceiling after sbatch refused allocs
-// allocations for a limit while the user had queued in the queue (-1:
-// not counted, then the books' estimate). p.mu must be held.
-func (p *Provisioner) learnFromRefusalLocked(cfg *settings, allocs, queued int, which string, now time.Time) {
-	if queued < 0 {
-		queued = max(0, p.limits.queued-p.limits.ours) + p.oursLocked(cfg, true)
-	}
-	learned := queued + allocs/2
-	if allocs <= 1 {
-		learned = queued
-	}
-	if now.Before(p.limits.learnedUntil) && p.limits.learned < learned {
-		learned = p.limits.learned
-	}
-	p.limits.learned, p.limits.learnedUntil, p.limits.learnedWhat = learned, now.Add(limitLearnedFor), which
-	p.limits.queued, p.limits.ours, p.limits.countedAt = queued, p.oursLocked(cfg, true), now
-}
-
-// limitNotesLocked are Status's notes about limits. p.mu must be held.
-func (p *Provisioner) limitNotesLocked(now time.Time) []string {
-	var notes []string
-	l := p.limits
-	switch {
-	case l.unavailable != "":
-		notes = append(notes, "accounting limits unknown ("+l.unavailable+"); the room a limit leaves is learned from sbatch's refusals")
-	case l.lim.submit.set() || l.lim.jobs.set() || l.lim.cpus.set():
-		notes = append(notes, fmt.Sprintf("accounting limits of the login user: in the queue %s; running %s; cpus %s", l.lim.submit, l.lim.jobs, l.lim.cpus))
-	}
-	if b := p.holds.binding; b.kind != holdNone {
-		notes = append(notes, b.reason)
-	} else if now.Before(l.learnedUntil) {
-		notes = append(notes, fmt.Sprintf("%s: Slurm refused a submission (%s); at most %d of the user's jobs or array tasks in the queue until %s",
-			limitReached, l.learnedWhat, l.learned, l.learnedUntil.UTC().Format(time.RFC3339)))
-	}
-	return notes
-}
-
 // groupAllocations splits live into its allocations, in order: the
 // machines of one array task (or of the one job) together.
 func groupAllocations(live []*request) [][]*request {
@@ -540,29 +196,230 @@ func groupAllocations(live []*request) [][]*request {
 
 func allocationsOf(live []*request) int { return len(groupAllocations(live)) }
 
+// limiter fits submissions to the login user's accounting limits and the
+// controller's MaxJobCount: what it last read of them, and the turns
+// that keep two bursts from taking the same room.
+type limiter struct {
+	// p is the provisioner whose books this reads and changes, under p.mu.
+	p *Provisioner
+
+	// limitTurn holds one token while a submission under an accounting
+	// limit counts the user's queue and submits, so that two profiles'
+	// bursts do not both take the same room (limits.go).
+	limitTurn chan struct{}
+	// readingLimits holds one token while sacctmgr is being asked, so
+	// that the poller's read at start and a first submission's do not
+	// both ask.
+	readingLimits chan struct{}
+	// limits are the accounting limits of the login user and the room
+	// they leave; guarded by p.mu.
+	limits limitState
+}
+
+// ceilingLocked is the most jobs and array tasks the user may have in the
+// queue, and what says so; ok is false when nothing is known to cap it.
+// p.mu must be held.
+func (lm *limiter) ceilingLocked(now time.Time) (queue.Limit, bool) {
+	c := lm.limits.lim.Submit
+	if now.Before(lm.limits.learnedUntil) {
+		c.Lower(lm.limits.learned, "what Slurm last refused ("+lm.limits.learnedWhat+")")
+	}
+	return c, c.Set()
+}
+
+// limitRoomLocked is how many more jobs and array tasks the user may put
+// in the queue by the books, and the words that say why; ok is false when
+// no limit is known. p.mu must be held.
+func (lm *limiter) limitRoomLocked(cfg *settings, now time.Time) (room int, detail string, ok bool) {
+	p := lm.p
+	c, ok := lm.ceilingLocked(now)
+	if !ok {
+		return 0, "", false
+	}
+	others := max(0, lm.limits.queued-lm.limits.ours)
+	ours := p.oursLocked(cfg, false)
+	room = max(0, c.N-others-ours)
+	detail = fmt.Sprintf("%s: %s; the user has %d jobs or array tasks in the queue or on their way (%d of them this provisioner's); the rest are asked for as they end",
+		limitReached, c, others+ours, ours)
+	return room, detail, true
+}
+
+// refreshLimits reads the limits again when they are older than
+// limitsRefresh (or never read), and says once when they cannot be.
+func (lm *limiter) refreshLimits(ctx context.Context, cfg *settings) {
+	p := lm.p
+	select {
+	case lm.readingLimits <- struct{}{}:
+		defer func() { <-lm.readingLimits }()
+	case <-ctx.Done():
+		return
+	}
+	p.mu.Lock()
+	due := lm.limits.readAt.IsZero() || p.now().Sub(lm.limits.readAt) >= limitsRefresh
+	cluster := p.known.cluster
+	p.mu.Unlock()
+	if !due {
+		return
+	}
+	lim, err := p.q.Limits(ctx, cluster)
+	if ctx.Err() != nil {
+		return
+	}
+	p.mu.Lock()
+	lm.limits.readAt = p.now()
+	if err != nil && !sacctmgrAnswered(err) {
+		lm.limits.readAt = p.now().Add(limitsRetry - limitsRefresh)
+	}
+	tell := false
+	var was queue.UserLimits
+	if err != nil {
+		lm.limits.unavailable = truncate(err.Error())
+		tell = !lm.limits.told
+		lm.limits.told = true
+		// The limits last read stay: a failed read says nothing new.
+	} else {
+		was = lm.limits.lim
+		lm.limits.lim, lm.limits.unavailable, lm.limits.told = lim, "", false
+	}
+	p.mu.Unlock()
+	switch {
+	case tell:
+		// Info, not a warning: many clusters run without accounting,
+		// and a provisioner that learns from refusals works there.
+		cfg.log.Info("cannot read the accounting limits of the login user; the room a limit leaves is learned from sbatch's refusals instead", "error", err)
+	case err == nil && (lim.Submit != was.Submit || lim.Jobs != was.Jobs || lim.CPUs != was.CPUs):
+		cfg.log.Info("accounting limits of the login user", "submit", lim.Submit.String(), "running", lim.Jobs.String(), "cpus", lim.CPUs.String())
+	}
+}
+
+// recount counts the user's queue and records it beside this
+// provisioner's share of it.
+func (lm *limiter) recount(ctx context.Context, cfg *settings) (int, error) {
+	p := lm.p
+	n, err := p.q.CountQueued(ctx)
+	if err != nil {
+		return 0, err
+	}
+	p.mu.Lock()
+	lm.limits.queued, lm.limits.ours, lm.limits.countedAt = n, p.oursLocked(cfg, true), p.now()
+	p.mu.Unlock()
+	return n, nil
+}
+
+// recountLaterLocked counts the user's queue again on a goroutine of its own,
+// when a limit holds the demand back and the count is older than
+// limitRecount: jobs of the user's that are not this provisioner's end
+// without the books seeing it. p.mu must be held.
+func (lm *limiter) recountLaterLocked(cfg *settings, now time.Time) {
+	p := lm.p
+	if lm.limits.counting || p.shut || now.Sub(lm.limits.countedAt) < limitRecount {
+		return
+	}
+	lm.limits.counting = true
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		ctx, cancel := context.WithTimeout(p.life, cfg.submitTimeout)
+		defer cancel()
+		lm.refreshLimits(ctx, cfg)
+		if _, err := lm.recount(ctx, cfg); err != nil {
+			cfg.log.Debug("could not count the user's jobs for a limit", "error", err)
+		}
+		p.mu.Lock()
+		lm.limits.counting = false
+		p.mu.Unlock()
+	}()
+}
+
+// fitToLimit is called by a submission before its sbatch, holding
+// limitTurn when a limit is known: it counts the user's queue and returns
+// how many of its allocs allocations fit, all of them when no limit is
+// known, with the count (-1 when it failed) and the ceiling.
+func (lm *limiter) fitToLimit(ctx context.Context, cfg *settings, allocs int) (fit, queued int, c queue.Limit) {
+	p := lm.p
+	p.mu.Lock()
+	c, ok := lm.ceilingLocked(p.now())
+	p.mu.Unlock()
+	if !ok {
+		return allocs, -1, c
+	}
+	n, err := lm.recount(ctx, cfg)
+	if err != nil {
+		// Without a count the books' estimate stands; sbatch refuses
+		// what does not fit, and that is learned from.
+		cfg.log.Debug("could not count the user's jobs before a submission", "error", err)
+		p.mu.Lock()
+		room, _, _ := lm.limitRoomLocked(cfg, p.now())
+		p.mu.Unlock()
+		// The books count this submission's own machines already.
+		return min(allocs, room+allocs), -1, c
+	}
+	return min(allocs, max(0, c.N-n)), n, c
+}
+
+// learnFromRefusalLocked lowers the ceiling after sbatch refused allocs
+// allocations for a limit while the user had queued in the queue (-1:
+// not counted, then the books' estimate). p.mu must be held.
+func (lm *limiter) learnFromRefusalLocked(cfg *settings, allocs, queued int, which string, now time.Time) {
+	p := lm.p
+	if queued < 0 {
+		queued = max(0, lm.limits.queued-lm.limits.ours) + p.oursLocked(cfg, true)
+	}
+	learned := queued + allocs/2
+	if allocs <= 1 {
+		learned = queued
+	}
+	if now.Before(lm.limits.learnedUntil) && lm.limits.learned < learned {
+		learned = lm.limits.learned
+	}
+	lm.limits.learned, lm.limits.learnedUntil, lm.limits.learnedWhat = learned, now.Add(limitLearnedFor), which
+	lm.limits.queued, lm.limits.ours, lm.limits.countedAt = queued, p.oursLocked(cfg, true), now
+}
+
+// limitNotesLocked are Status's notes about limits. p.mu must be held.
+func (lm *limiter) limitNotesLocked(now time.Time) []string {
+	p := lm.p
+	var notes []string
+	l := lm.limits
+	switch {
+	case l.unavailable != "":
+		notes = append(notes, "accounting limits unknown ("+l.unavailable+"); the room a limit leaves is learned from sbatch's refusals")
+	case l.lim.Submit.Set() || l.lim.Jobs.Set() || l.lim.CPUs.Set():
+		notes = append(notes, fmt.Sprintf("accounting limits of the login user: in the queue %s; running %s; cpus %s", l.lim.Submit, l.lim.Jobs, l.lim.CPUs))
+	}
+	if b := p.holds.binding; b.kind != holdNone {
+		notes = append(notes, b.reason)
+	} else if now.Before(l.learnedUntil) {
+		notes = append(notes, fmt.Sprintf("%s: Slurm refused a submission (%s); at most %d of the user's jobs or array tasks in the queue until %s",
+			limitReached, l.learnedWhat, l.learned, l.learnedUntil.UTC().Format(time.RFC3339)))
+	}
+	return notes
+}
+
 // trimToLimit fits a submission to the room an accounting limit leaves:
 // with a limit known, it takes limitTurn (release gives it back, once
 // the submission is over), counts the user's queue, and takes the
 // allocations that do not fit out of the books, unsubmitted and
 // unannounced, so that the demand asks for them again as room comes
 // back. Without a limit it changes nothing.
-func (p *Provisioner) trimToLimit(ctx context.Context, cfg *settings, live []*request) (kept []*request, release func()) {
-	p.refreshLimits(ctx, cfg)
+func (lm *limiter) trimToLimit(ctx context.Context, cfg *settings, live []*request) (kept []*request, release func()) {
+	p := lm.p
+	lm.refreshLimits(ctx, cfg)
 	p.mu.Lock()
-	_, limited := p.ceilingLocked(p.now())
+	_, limited := lm.ceilingLocked(p.now())
 	p.mu.Unlock()
 	if !limited {
 		return live, func() {}
 	}
 	select {
-	case p.limitTurn <- struct{}{}:
+	case lm.limitTurn <- struct{}{}:
 	case <-ctx.Done():
 		// The submission fails on its context anyway.
 		return live, func() {}
 	}
-	release = func() { <-p.limitTurn }
+	release = func() { <-lm.limitTurn }
 	allocs := groupAllocations(live)
-	fit, queued, c := p.fitToLimit(ctx, cfg, len(allocs))
+	fit, queued, c := lm.fitToLimit(ctx, cfg, len(allocs))
 	if fit >= len(allocs) {
 		return live, release
 	}
@@ -575,4 +432,45 @@ func (p *Provisioner) trimToLimit(ctx context.Context, cfg *settings, live []*re
 	cfg.log.Info("trimmed a burst to the room the user's accounting limit leaves; the rest is asked for as jobs end",
 		"profile", live[0].profile, "machines", len(live), "submitting", len(kept), "queued", queued, "limit", detail)
 	return kept, release
+}
+
+// trimToJobCount fits a submission under the cluster's MaxJobCount: when
+// the books bring it within half of the ceiling, it counts the
+// controller's jobs and takes the allocations that do not fit out of the
+// books, unsubmitted and unannounced, so that the demand asks for them
+// again as jobs leave.
+func (lm *limiter) trimToJobCount(ctx context.Context, cfg *settings, live []*request) []*request {
+	p := lm.p
+	p.mu.Lock()
+	ceiling := p.known.maxJobs
+	ours := p.oursLocked(cfg, false)
+	p.mu.Unlock()
+	allocs := groupAllocations(live)
+	if ceiling <= 0 || 2*ours < ceiling {
+		return live
+	}
+	n, err := p.q.CountAll(ctx)
+	if err != nil {
+		// Without a count, sbatch says, within submit_timeout.
+		cfg.log.Debug("could not count the controller's jobs before a submission", "error", err)
+		return live
+	}
+	// slurmctld refuses when its jobs and the new ones would reach the
+	// ceiling.
+	fit := max(0, ceiling-1-n)
+	if fit >= len(allocs) {
+		return live
+	}
+	p.mu.Lock()
+	kept := p.keepAllocationsLocked(allocs, fit)
+	detail := fmt.Sprintf("%s: the cluster's MaxJobCount = %d; slurmctld holds %d jobs and array tasks (every user's, finished ones until MinJobAge), so %d of %d machines were asked for; the rest are asked for as jobs leave",
+		limitReached, ceiling, n, len(kept), len(live))
+	p.holds.binding = hold{kind: holdClusterFull, reason: detail}
+	// The rest would be asked for at once, counted again and trimmed
+	// again: held for jobsFullWait instead, as after sbatch's own words.
+	p.holds.clusterFull = hold{kind: holdClusterFull, until: p.now().Add(jobsFullWait), reason: detail}
+	p.mu.Unlock()
+	cfg.log.Info("trimmed a burst to the room the cluster's MaxJobCount leaves; the rest is asked for as jobs leave",
+		"profile", live[0].profile, "machines", len(live), "submitting", len(kept), "jobs", n, "max_job_count", ceiling)
+	return kept
 }

@@ -141,7 +141,7 @@ func TestCheckShowsLimits(t *testing.T) {
 func TestExplainFromSacct(t *testing.T) {
 	h := newHarness(t, "sbatch=ok,squeue=rows,sh=forgot", nil)
 	ev := h.provisioned(t)
-	h.p.pollOnce(context.Background()) // the queue no longer lists it
+	h.p.poll.once(context.Background()) // the queue no longer lists it
 	evs := waitEvents(t, h.host, 2)
 	want := "job 4242 left the queue before its worker attached: state FAILED (from sacct: the controller no longer knows the job), exit code 7," +
 		" output /home/alice/.local/state/fluksio/hpc/4242.out, its last lines: fluksio-worker: cannot start: no such module"
@@ -169,7 +169,7 @@ func TestLimitRoomComesBackAsOthersEnd(t *testing.T) {
 	eventually(t, "the queue counted again", func() bool {
 		h.p.mu.Lock()
 		defer h.p.mu.Unlock()
-		return h.p.limits.queued == 3 && !h.p.limits.counting
+		return h.p.lim.limits.queued == 3 && !h.p.lim.limits.counting
 	})
 	o, resp := h.provisionN(t, cpuNeed, 10)
 	if pd := profileDemand(resp, "cpu"); o.Outcome != shared.OutcomeRequested || pd.Requested != 2 {
@@ -182,7 +182,7 @@ func TestLimitRoomComesBackAsOthersEnd(t *testing.T) {
 func (h *harness) limitsRead(t *testing.T) {
 	t.Helper()
 	select {
-	case <-h.p.startReads:
+	case <-h.p.poll.startReads:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the reads at start (limits, log_dir) were not over in 10 s")
 	}

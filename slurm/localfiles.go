@@ -36,7 +36,7 @@ func (p *Provisioner) checkShippedWorker(cfg *settings) shared.Diagnostics {
 	if cfg == nil || cfg.WorkerCommand != nil {
 		return nil
 	}
-	dir, err := p.binDir()
+	dir, err := p.files.binDir()
 	if err != nil {
 		return nil
 	}

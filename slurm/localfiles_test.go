@@ -18,8 +18,8 @@ import (
 // passes, and with worker_command set it is not looked at.
 func TestShippedWorkerOthersCanWrite(t *testing.T) {
 	p := New(nil)
-	p.workerDir = t.TempDir()
-	worker := filepath.Join(p.workerDir, workerProgram+"-linux-amd64")
+	p.files.workerDir = t.TempDir()
+	worker := filepath.Join(p.files.workerDir, workerProgram+"-linux-amd64")
 	if err := os.WriteFile(worker, []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestBudgetDirSquatted(t *testing.T) {
 	if err := os.Chown(dir, 65534, 65534); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = h.p.call(context.Background(), nil, "squeue", "-h", "--me")
+	_, _, err = h.p.q.Run(context.Background(), nil, "squeue", "-h", "--me")
 	if err == nil {
 		t.Fatal("squeue ran with the budget's directory another user's")
 	}
@@ -124,7 +124,7 @@ func TestProbeScriptCarriesTheValue(t *testing.T) {
 	run := func(v string, probe bool) string {
 		t.Helper()
 		t.Setenv(shared.ProbeAnswerEnv, v)
-		script := p.scriptFor(prof, "http://engine:8470", "", "hpc-run-0123abcd", nil, [][]string{{goldenToken}}, probe)
+		script := p.sub.scriptFor(prof, "http://engine:8470", "", "hpc-run-0123abcd", nil, [][]string{{goldenToken}}, probe)
 		cmd := exec.Command("bash")
 		cmd.Stdin = bytes.NewReader(script)
 		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}

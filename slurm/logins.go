@@ -170,10 +170,10 @@ func parseLoginList(attr string, l Logins, w loginWords, check func(path []strin
 // p.mu held: the transport's lock is taken under it, never the other way
 // round.
 func (p *Provisioner) loginNeeded(cfg *settings) (bool, string) {
-	if p.ssh == nil {
+	if p.q == nil {
 		return false, ""
 	}
-	a := p.ssh.Access()
+	a := p.q.Transport().Access()
 	if a.Phase != sshrun.AccessRefused {
 		return false, ""
 	}
@@ -223,14 +223,14 @@ func masterCommand(cfg *settings) string {
 // answering or refusing, with ssh's words). One login that answers says
 // nothing.
 func (p *Provisioner) loginNotes(cfg *settings) []string {
-	if p.ssh == nil {
+	if p.q == nil {
 		return nil
 	}
 	var notes []string
 	if needed, detail := p.loginNeeded(cfg); needed {
 		notes = append(notes, detail)
 	}
-	return append(notes, p.ssh.Notes()...)
+	return append(notes, p.q.Transport().Notes()...)
 }
 
 // accessChanged writes the one line a change of the way in gets: when a
@@ -257,7 +257,8 @@ func (p *Provisioner) accessChanged(cfg *settings, ch sshrun.AccessChange) {
 // asked for and never announced, so nothing failed and nothing backs
 // off; the demand is answered "login needed" until a login gets through.
 // It reports whether it took them back.
-func (p *Provisioner) withdrawForLogin(cfg *settings, live []*request, err error) bool {
+func (su *submitter) withdrawForLogin(cfg *settings, live []*request, err error) bool {
+	p := su.p
 	if !errors.Is(err, sshrun.ErrLoginRefused) {
 		return false
 	}
@@ -277,6 +278,6 @@ func (p *Provisioner) withdrawForLogin(cfg *settings, live []*request, err error
 	}
 	p.mu.Unlock()
 	cfg.log.Debug("a submission was stopped by the login refusal; asking again once a login gets through", "profile", live[0].profile, "machines", len(live))
-	p.wakePoller()
+	p.poll.wake()
 	return true
 }

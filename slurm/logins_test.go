@@ -54,14 +54,14 @@ func TestLoginsInOrder(t *testing.T) {
 
 	// Skipped: the next commands go to l2 alone.
 	n := len(h.fake.calls())
-	h.p.pollOnce(context.Background())
+	h.p.poll.once(context.Background())
 	if got := dests(since(n)); len(got) == 0 || slices.Contains(got, "alice@l1") {
 		t.Errorf("with l1 skipped, a poll went to %v, want l2 alone", got)
 	}
 	// Its retry due: l1 is tried first again, and, still down, l2 serves.
 	h.clock.Advance(11 * time.Second) // the transport's first retry is due after 10 s
 	n = len(h.fake.calls())
-	h.p.pollOnce(context.Background())
+	h.p.poll.once(context.Background())
 	if got := dests(since(n)); !slices.Equal(got, []string{"alice@l1", "alice@l2"}) {
 		t.Errorf("with l1's retry due, a poll went to %v, want l1 then l2", got)
 	}
@@ -69,7 +69,7 @@ func TestLoginsInOrder(t *testing.T) {
 	h.fake.write(t, "down", "")
 	h.clock.Advance(5 * time.Minute) // the longest a retry waits
 	n = len(h.fake.calls())
-	h.p.pollOnce(context.Background())
+	h.p.poll.once(context.Background())
 	if got := dests(since(n)); !slices.Equal(got, []string{"alice@l1"}) {
 		t.Errorf("with l1 back, a poll went to %v, want l1", got)
 	}
@@ -133,11 +133,11 @@ func TestLoginNeeded(t *testing.T) {
 	if n := len(h.fake.callsTo("sbatch")) - sbatches; n != 0 {
 		t.Errorf("%d sbatch while the login is needed, want none", n)
 	}
-	if !h.p.pollWanted() {
+	if !h.p.poll.wanted() {
 		t.Error("the poller rests while the login is needed: nothing would notice it back")
 	}
 	// Polls before the try is due knock on nothing: no ssh at all.
-	next := h.p.ssh.Access().NextTry
+	next := h.p.q.Transport().Access().NextTry
 	if got := next.Sub(h.clock.Now()); got != time.Minute {
 		t.Errorf("the next try is %s away, want a minute", got)
 	}
@@ -145,29 +145,29 @@ func TestLoginNeeded(t *testing.T) {
 		t.Errorf("Status note %q does not say when the login is tried again (%s)", note, next.UTC().Format(time.RFC3339))
 	}
 	calls := len(h.fake.calls())
-	h.p.pollOnce(context.Background())
+	h.p.poll.once(context.Background())
 	h.clock.Advance(next.Sub(h.clock.Now()) - time.Second)
-	h.p.pollOnce(context.Background())
+	h.p.poll.once(context.Background())
 	if n := len(h.fake.calls()) - calls; n != 0 {
 		t.Errorf("%d ssh before the login's try is due, want none", n)
 	}
 	// Due: one try, refused again; the next a doubled wait away.
 	h.clock.Advance(time.Second)
-	h.p.pollOnce(context.Background())
+	h.p.poll.once(context.Background())
 	if n := len(h.fake.calls()) - calls; n != 1 {
 		t.Errorf("%d ssh when the login's try is due, want 1", n)
 	}
-	if got := h.p.ssh.Access().NextTry.Sub(h.clock.Now()); got != 2*time.Minute {
+	if got := h.p.q.Transport().Access().NextTry.Sub(h.clock.Now()); got != 2*time.Minute {
 		t.Errorf("after a second refusal the next try is %s away, want 2m", got)
 	}
 
 	h.fake.write(t, "refuse", "")
-	h.p.pollOnce(context.Background())
+	h.p.poll.once(context.Background())
 	if needed, _ := h.p.loginNeeded(h.p.settings()); !needed {
 		t.Fatal("a poll before the try was due ended the login needed: it knocked")
 	}
 	h.clock.Advance(2 * time.Minute)
-	h.p.pollOnce(context.Background())
+	h.p.poll.once(context.Background())
 	if needed, _ := h.p.loginNeeded(h.p.settings()); needed {
 		t.Fatal("a poll that got through left the login needed")
 	}
@@ -241,7 +241,7 @@ func TestShutdownLoginNeeded(t *testing.T) {
 		h.fake.write(t, "refuse", "alice@login.example.org")
 		h.fake.setSpec(t, "squeue=rows")
 		h.fake.setRows(t, ev.Job+"|PENDING|Priority|N/A|"+tagOf(ev.Worker))
-		h.p.pollOnce(context.Background())
+		h.p.poll.once(context.Background())
 		_, err := h.p.Shutdown(context.Background(), &shared.ShutdownRequest{})
 		if err == nil || !strings.Contains(err.Error(), "may be left in the queue") || !strings.Contains(err.Error(), ev.Job) {
 			t.Errorf("Shutdown with job %s it could not cancel: %v, want it named as may be left", ev.Job, err)

@@ -573,7 +573,7 @@ func baseConfig() map[string]any {
 		"provision_timeout": "15m",
 		"submit_timeout":    "30s",
 		"token_ttl":         "24h",
-		// Tests run poll cycles themselves, with pollOnce.
+		// Tests run poll cycles themselves, with poll.once.
 		"poll_interval":  "1h",
 		"attach_timeout": "10m",
 		"worker_command": []string{"fluksio-worker"},
@@ -604,6 +604,9 @@ type harness struct {
 	fake  *fakeCluster
 	// wants is the demand the test has expressed so far (want).
 	wants sharedtest.Wants
+	// callsBefore is how many commands the queue had run when the record
+	// of calls started (calls counts from it).
+	callsBefore int64
 }
 
 // newHarness configures a Provisioner named "hpc" whose ssh is the fake
@@ -615,7 +618,7 @@ func newHarness(t *testing.T, spec string, edit func(map[string]any)) *harness {
 	h := newUnconfigured(t, spec)
 	h.configure(t, edit)
 	h.fake.forget(t)
-	h.p.slurmCalls.Store(0)
+	h.callsBefore = h.p.q.Calls()
 	return h
 }
 
@@ -656,7 +659,7 @@ func (h *harness) configure(t *testing.T, edit func(map[string]any)) {
 	// Adoption runs on the poller's goroutine; the tests reason about
 	// what follows it, so they start from where it has been tried, and
 	// the read of the accounting limits after it has been made.
-	<-h.p.adoptTried
+	<-h.p.poll.adoptTried
 	h.limitsRead(t)
 }
 

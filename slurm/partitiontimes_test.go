@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/slurm/internal/queue"
 )
 
 // TestParsePartitionTimes: every form scontrol prints a partition's
@@ -47,15 +48,15 @@ func TestParsePartitionTimes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := parsePartitionTimes(string(out))
+		got := queue.ParsePartitionTimes(string(out))
 		if len(got) != len(wants) {
 			t.Fatalf("%s: %d partitions read, want %d: %+v", release, len(got), len(wants), got)
 		}
 		for i, w := range wants {
-			if !got[i].isDefault || got[i].name != "debug" {
+			if !got[i].IsDefault || got[i].Name != "debug" {
 				t.Errorf("%s line %d: %+v, want the default partition debug", release, i+1, got[i])
 			}
-			d, from, ok := got[i].lifetime()
+			d, from, ok := partitionLifetime(got[i])
 			if !ok || d != w.d || from != w.from {
 				t.Errorf("%s line %d: lifetime %s %q %v, want %s %q", release, i+1, d, from, ok, w.d, w.from)
 			}
@@ -76,17 +77,17 @@ func TestParsePartitionTimes(t *testing.T) {
 		{"PartitionName=a DefaultTime=INVALID MaxTime=UNLIMITED", 0, "", false},
 	}
 	for _, tc := range forms {
-		ps := parsePartitionTimes(tc.line)
+		ps := queue.ParsePartitionTimes(tc.line)
 		if len(ps) != 1 {
 			t.Errorf("%q: %d partitions read", tc.line, len(ps))
 			continue
 		}
-		d, from, ok := ps[0].lifetime()
+		d, from, ok := partitionLifetime(ps[0])
 		if d != tc.d || from != tc.from || ok != tc.ok {
 			t.Errorf("%q: lifetime %s %q %v, want %s %q %v", tc.line, d, from, ok, tc.d, tc.from, tc.ok)
 		}
 	}
-	if ps := parsePartitionTimes("PartitionName=a State=UP\nnonsense\n"); len(ps) != 0 {
+	if ps := queue.ParsePartitionTimes("PartitionName=a State=UP\nnonsense\n"); len(ps) != 0 {
 		t.Errorf("a partition without its times: read %+v, want none", ps)
 	}
 }
@@ -96,7 +97,7 @@ func TestParsePartitionTimes(t *testing.T) {
 // names), and an unknown time when the partition is not known.
 func TestProfileLifetime(t *testing.T) {
 	t.Parallel()
-	parts := parsePartitionTimes("PartitionName=debug Default=YES DefaultTime=00:02:00 MaxTime=1-00:00:00\n" +
+	parts := queue.ParsePartitionTimes("PartitionName=debug Default=YES DefaultTime=00:02:00 MaxTime=1-00:00:00\n" +
 		"PartitionName=long Default=NO DefaultTime=NONE MaxTime=2-00:00:00\n" +
 		"PartitionName=free Default=NO DefaultTime=NONE MaxTime=UNLIMITED\n")
 	tests := []struct {

@@ -1,14 +1,14 @@
 package slurm
 
-// Reading the queue: the poller, the adoption of jobs an earlier run left
-// behind, and the lookup of a job whose sbatch answer was lost. Each reads
-// this provisioner's jobs with one squeue, whatever their number, because
+// What a read of the queue decides: judge applies a poll cycle's rows to
+// the requests it watched. The poller that reads the queue is in
+// poller.go, the adoption of jobs the books do not hold in adopt.go, and
+// the commands themselves in slurm/internal/queue. Each cycle reads this
+// provisioner's jobs with one squeue, whatever their number, because
 // every job is named fluksio-<provisioner> and carries its worker in its
 // comment.
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,10 +18,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/slurm/internal/queue"
 	"github.com/fluksio/provision/slurm/sbatch"
 	"github.com/fluksio/provision/slurm/sshrun"
 )
@@ -30,17 +30,6 @@ const (
 	// stateUnknown is the state of a request whose sbatch's answer was
 	// lost and whose job has not been found in the queue yet.
 	stateUnknown = "UNKNOWN"
-
-	// queueFormat is what squeue prints for each job: id, state, reason,
-	// start time and comment. The comment is the one field that could
-	// hold a '|': whatever follows the fourth is the comment, up to the
-	// user (userField) where it is asked for.
-	queueFormat = "%i|%T|%r|%S|%k"
-	// commentFormat is the id and the comment, to find a worker's job.
-	commentFormat = "%i|%k"
-	// userField is the job's user, after the last '|': squeue filters
-	// by user at the cost of an RPC (listJobs), the plugin for nothing.
-	userField = "|%u"
 
 	// pollJitter spreads poll cycles by ±10%, so that provisioners started
 	// together do not read the queue in step.
@@ -94,206 +83,6 @@ func reasonNeverClears(reason string) bool {
 	return strings.HasPrefix(reason, "QOSMin")
 }
 
-// jobRow is one job as squeue printed it with queueFormat; partial when
-// a light poll asked for its state alone (lightpoll.go), its reason,
-// start and comment then unknown.
-type jobRow struct {
-	id, state, reason, start, comment string
-	partial                           bool
-}
-
-// isState reports whether s is written as a job state is, ^[A-Z_]+$
-// (by hand: a regular expression here cost a tenth of a poll cycle at
-// 10,000 rows).
-func isState(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if (c < 'A' || c > 'Z') && c != '_' {
-			return false
-		}
-	}
-	return true
-}
-
-// parseRows reads squeue's output. Lines that are not a job (a login
-// banner, a warning) are skipped, and with user set (the format ended
-// with userField), jobs of another user. Each line is one string, its
-// fields pieces of it: at 10,000 rows a cycle, a slice of fields a line
-// was a fifth of what a poll cycle allocated.
-func parseRows(out []byte, user string) []jobRow {
-	rows := make([]jobRow, 0, bytes.Count(out, []byte{'\n'})+1)
-	for len(out) > 0 {
-		raw, rest, _ := bytes.Cut(out, []byte{'\n'})
-		out = rest
-		raw = bytes.TrimSpace(raw)
-		if user != "" {
-			i := bytes.LastIndexByte(raw, '|')
-			if i < 0 || string(raw[i+1:]) != user {
-				continue
-			}
-			raw = raw[:i]
-		}
-		// The id, state, reason and start hold no '|'; whatever follows
-		// the fourth is the comment.
-		if bytes.Count(raw, []byte{'|'}) < 4 {
-			continue
-		}
-		line := string(raw)
-		id, line, _ := strings.Cut(line, "|")
-		state, line, _ := strings.Cut(line, "|")
-		reason, line, _ := strings.Cut(line, "|")
-		start, comment, _ := strings.Cut(line, "|")
-		if !isState(state) {
-			continue
-		}
-		rows = appendRow(rows, jobRow{id: id, state: state, reason: reason, start: start, comment: strings.TrimSpace(comment)})
-	}
-	return rows
-}
-
-// appendRow appends row to rows, once for each task its id stands for:
-// squeue -r prints each array task on a line of its own ("123_7");
-// without it, or from an older squeue, a pending array is one line
-// ("123_[4-9%2]"), which stands for each task.
-func appendRow(rows []jobRow, row jobRow) []jobRow {
-	if sbatch.IsJobRef(row.id) {
-		return append(rows, row)
-	}
-	for _, task := range sbatch.ExpandJobID(row.id) {
-		row.id = task
-		rows = append(rows, row)
-	}
-	return rows
-}
-
-// call runs one command on the login node, through the ssh transport
-// (slurm/sshrun), bounded by submit_timeout and ctx. Every cluster
-// command goes through here, so that tests can count them. The remote
-// command is handed to the login node's shell as one string, each word
-// shell-quoted; callers pass only constants, validated names and
-// validated job ids.
-func (p *Provisioner) call(ctx context.Context, stdin []byte, remote ...string) (stdout, stderr []byte, err error) {
-	p.slurmCalls.Add(1)
-	start := time.Now()
-	rationed := false
-	defer p.metrics.command(remote, start, &err, &rationed)
-	if p.settings() == nil {
-		return nil, nil, shared.ErrNotConfigured
-	}
-	if err := p.spend(ctx, remote); err != nil {
-		return nil, nil, err
-	}
-	stdout, stderr, err = p.ssh.Run(ctx, stdin, remote...)
-	if len(remote) > 0 {
-		// Whether slurmctld's rate limiter made it wait (ratelimit.go).
-		rationed = p.weigh(remote[0], time.Since(start), stdout, err)
-	}
-	return stdout, stderr, err
-}
-
-// withStderr adds what a failed command printed to its error.
-func withStderr(err error, stderr []byte) error {
-	if err != nil && len(bytes.TrimSpace(stderr)) > 0 {
-		return fmt.Errorf("%w: %s", err, truncate(string(stderr)))
-	}
-	return err
-}
-
-// listJobs reads this provisioner's jobs with one squeue: with all, those
-// that have ended too, else only those queued or running.
-//
-// --name alone lists every user's jobs of that name, and another
-// account's engine may well call its provisioner "hpc" too: its jobs are
-// not this one's to adopt, and scancel would refuse. squeue --me (or -u)
-// would leave them out at the cost of a third RPC a poll (sdiag, 22.05 to
-// 26.05: 3 against 2), the plugin's budget's largest item; so where the
-// login names its user, squeue prints each job's user and the plugin
-// leaves out the others' (queueArgs).
-func (p *Provisioner) listJobs(ctx context.Context, cfg *settings, all bool) ([]jobRow, error) {
-	// -r: one line per array task, so that a burst's machines are seen
-	// one by one.
-	args, user := cfg.pollArgs(all)
-	stdout, stderr, err := p.call(ctx, nil, args...)
-	if err != nil {
-		return nil, withStderr(err, stderr)
-	}
-	return parseRows(stdout, user), nil
-}
-
-// pollArgs is listJobs' squeue and whose jobs to keep of what it prints.
-func (s *settings) pollArgs(all bool) ([]string, string) {
-	args := []string{"squeue", "-h", "-r"}
-	if all {
-		args = append(args, "-t", "all")
-	}
-	return s.queueArgs(args, queueFormat)
-}
-
-// pollCost is what a full poll costs slurmctld (rpcCost): 2 RPCs, 3 for
-// a login that names no user.
-func (s *settings) pollCost() float64 {
-	args, _ := s.pollArgs(true)
-	return rpcCost(args)
-}
-
-// queueArgs ends an squeue's args with this provisioner's job name and
-// format, and says whose jobs to keep of what it prints: the login's
-// user, when it names one (format then ends with userField), else ""
-// and squeue filters with --me.
-func (s *settings) queueArgs(args []string, format string) ([]string, string) {
-	user, _, ok := strings.Cut(s.firstLogin().Dest, "@")
-	if !ok || user == "" {
-		return append(args, "--me", "--name="+jobName(s.name), "-o", format), ""
-	}
-	return append(args, "--name="+jobName(s.name), "-o", format+userField), user
-}
-
-// jobsByComment maps the comment of each of this provisioner's queued or
-// running jobs to its id (an array's own id for its tasks), with one
-// squeue.
-func (p *Provisioner) jobsByComment(ctx context.Context, cfg *settings) (map[string]string, error) {
-	args, user := cfg.queueArgs([]string{"squeue", "-h"}, commentFormat)
-	stdout, stderr, err := p.call(ctx, nil, args...)
-	if err != nil {
-		return nil, withStderr(err, stderr)
-	}
-	ids := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(stdout))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if user != "" {
-			i := strings.LastIndexByte(line, '|')
-			if i < 0 || line[i+1:] != user {
-				continue
-			}
-			line = line[:i]
-		}
-		id, comment, ok := strings.Cut(line, "|")
-		if !ok {
-			continue
-		}
-		// An array's tasks share its comment; the job is the array's.
-		if all := sbatch.ExpandJobID(id); len(all) > 0 {
-			job, _ := sbatch.SplitTask(all[0])
-			ids[strings.TrimSpace(comment)] = job
-		}
-	}
-	return ids, nil
-}
-
-// lookup finds the job of a worker by its comment: "" if the queue has
-// none.
-func (p *Provisioner) lookup(ctx context.Context, cfg *settings, worker string) (string, error) {
-	ids, err := p.jobsByComment(ctx, cfg)
-	if err != nil {
-		return "", err
-	}
-	return ids[cfg.comment(worker)], nil
-}
-
 var (
 	// slurmTimedOut is slurmctld not answering an RPC it may still carry
 	// out: the case of sbatch failing and its job existing.
@@ -319,43 +108,6 @@ func answerLost(err error, stderr []byte) bool {
 	return !sbatchSaid.Match(stderr) && !sshrun.NeverRan(stderr)
 }
 
-// outcomeUnknown keeps a request whose sbatch's answer was lost and whose
-// job was not found, or could not be looked for: it stays outstanding, so
-// that the profile is not asked for twice, until the poller finds its job
-// or it can no longer land (landBy, landing.go).
-func (p *Provisioner) outcomeUnknown(cfg *settings, live []*request, detail string, lookupErr error, landBy time.Time, rationed bool) {
-	p.mu.Lock()
-	for _, r := range live {
-		if r.phase == phaseSubmitting {
-			r.phase, r.landBy, r.rationed = phaseAnswerLost, landBy, rationed
-		}
-	}
-	switch {
-	case rationed:
-		// A rationed sbatch is waiting, not failing (ratelimit.go).
-	case lookupErr != nil:
-		p.lastErr = truncate(detail + "; then could not look for its job: " + lookupErr.Error())
-	default:
-		p.lastErr = truncate(detail + "; its job is not in the queue yet, and is looked for until it can no longer land")
-	}
-	p.mu.Unlock()
-	args := []any{"profile", live[0].profile, "worker", live[0].tag, "machines", len(live), "error", detail,
-		"until", landBy.UTC().Format(time.RFC3339)}
-	if lookupErr != nil {
-		args = append(args, "lookup_error", lookupErr)
-	}
-	cfg.log.Warn("sbatch's answer was lost and its job is not in the queue yet; looking for it each poll until it can no longer land", args...)
-	p.wakePoller()
-}
-
-// wakePoller tells an idle poller that something is outstanding.
-func (p *Provisioner) wakePoller() {
-	select {
-	case p.poke <- struct{}{}:
-	default:
-	}
-}
-
 // maxIdleAdoptFailures is how many poll cycles in a row may fail to read
 // the queue for adoption alone before the poller rests: a login node that
 // is down for the day should not cost an ssh every poll_interval while
@@ -363,228 +115,14 @@ func (p *Provisioner) wakePoller() {
 // tried again before any submission.
 const maxIdleAdoptFailures = 5
 
-// pollWanted reports whether the poller has anything to do: jobs to
-// watch or to cancel, or adoption still to do (within bounds).
-func (p *Provisioner) pollWanted() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.shut {
-		return false
-	}
-	if len(p.outstanding) > 0 || len(p.cancelling) > 0 || len(p.attachedJobs) > 0 || len(p.departed) > 0 || p.now().Before(p.watchUntil) {
-		return true
-	}
-	if p.cfg != nil {
-		// A login a person has to open is tried when the transport's
-		// backoff lets it (pollOnce), so that the provisioner carries on
-		// by itself when it is back.
-		if needed, _ := p.loginNeeded(p.cfg); needed {
-			return true
-		}
-	}
-	return (p.adoptPending || p.facts == factsUnread) && p.idleAdoptFailures < maxIdleAdoptFailures
-}
-
 func jittered(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * (1 - pollJitter + 2*pollJitter*rand.Float64()))
-}
-
-// pollLoop is the poller, started by Configure and stopped when Shutdown
-// begins. While anything is outstanding, or adoption has yet to work, it
-// runs a cycle every poll_interval; otherwise it sleeps until Provision
-// wakes it, and runs nothing on the cluster.
-func (p *Provisioner) pollLoop(cfg *settings, host shared.Host) {
-	defer p.wg.Done()
-	ctx := p.polling
-	actx, cancel := context.WithTimeout(ctx, cfg.submitTimeout)
-	if cfg.multiplex {
-		p.ssh.CleanStale(actx)
-	}
-	p.adoptAtStart(actx, cfg, host)
-	cancel()
-	close(p.adoptTried)
-	for {
-		if !p.pollWanted() {
-			select {
-			case <-ctx.Done():
-				return
-			case <-p.poke:
-			}
-			continue
-		}
-		t := time.NewTimer(jittered(cfg.pollInterval))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		p.pollOnce(ctx)
-	}
 }
 
 // watch is a request as a poll cycle found it before reading the queue.
 type watch struct {
 	r   *request
 	job string
-}
-
-// pollOnce is one poll cycle: one squeue for all of this provisioner's
-// jobs, when there is a job or a lost submission to look at or adoption
-// to retry, and whatever follows from what it says. Tests call it to run
-// a cycle when they choose.
-func (p *Provisioner) pollOnce(ctx context.Context) {
-	p.mu.Lock()
-	cfg, host := p.cfg, p.host
-	if cfg == nil || p.shut {
-		p.mu.Unlock()
-		return
-	}
-	adopting := p.adoptPending
-	idle := len(p.outstanding) == 0
-	cancelling := len(p.cancelling) > 0
-	watchingLate := p.now().Before(p.watchUntil)
-	// In no order: judge orders the few it acts on.
-	watched := make([]watch, 0, len(p.outstanding))
-	for _, r := range p.outstanding {
-		// A submission still running is left to finish: its own event
-		// must reach the engine before any about its job.
-		if r.finished() && (r.phase == phaseQueued || r.phase == phaseAnswerLost) {
-			watched = append(watched, watch{r: r, job: r.job})
-		}
-	}
-	ends := p.endWatchesLocked()
-	departed := len(p.departed) > 0
-	unread := p.facts == factsUnread
-	lightIDs, light := p.lightIDsLocked(watched, ends)
-	light = light && !adopting && !watchingLate
-	p.mu.Unlock()
-	needLogin, _ := p.loginNeeded(cfg)
-	if unread && !needLogin {
-		// The start-up facts, until read (facts.go).
-		err := p.readFacts(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if err == nil {
-			cfg.log.Info("read the cluster's MaxArraySize, MaxJobCount and name; bursts are sized by them from now on")
-			p.mu.Lock()
-			p.idleAdoptFailures = 0
-			p.mu.Unlock()
-		} else if idle && !adopting {
-			cfg.log.Debug("still cannot read the cluster's MaxArraySize, MaxJobCount and name", "error", err)
-			p.mu.Lock()
-			p.idleAdoptFailures++
-			p.mu.Unlock()
-		}
-	}
-	if !adopting && !cancelling && !watchingLate && len(watched) == 0 && len(ends) == 0 && !departed && !needLogin {
-		return
-	}
-	if needLogin && p.now().Before(p.ssh.Access().NextTry) {
-		// The login refused, and its next try is not due: squeue would
-		// fail at once without ssh, and would say nothing new.
-		return
-	}
-
-	var rows []jobRow
-	var err error
-	if light {
-		rows, light, err = p.readStates(ctx, cfg, lightIDs, watched, ends)
-	}
-	if !light {
-		rows, err = p.listJobs(ctx, cfg, true)
-	}
-	if ctx.Err() != nil {
-		return // Shutdown has begun.
-	}
-	if err != nil {
-		if p.waitingTurn(err) {
-			p.queueRationed(cfg, err)
-			return
-		}
-		p.queueUnreadable(cfg, err)
-		if adopting && idle {
-			p.mu.Lock()
-			p.idleAdoptFailures++
-			p.mu.Unlock()
-		}
-		return
-	}
-	p.queueReadable(cfg)
-	p.mu.Lock()
-	p.idleAdoptFailures = 0
-	p.cyclesSinceFull++
-	if !light {
-		p.cyclesSinceFull = 0
-	}
-	p.mu.Unlock()
-	// The books are level-triggered: every full cycle, a job of this
-	// engine that they do not hold is adopted or cancelled, so a
-	// submission that lands late is found whenever it lands (within
-	// fullPollEvery cycles: a light cycle knows no comments).
-	if !light {
-		p.adopt(p.life, cfg, host, rows)
-	}
-	p.judge(cfg, host, watched, rows)
-	p.endedUnder(p.life, cfg, host, ends, rows)
-	if left := p.goneFromQueue(p.life, cfg, host, rows); len(left) > 0 {
-		p.retryCancels(p.life, cfg, host, left, rows)
-	}
-}
-
-// queueUnreadable records a failed poll. Nothing is concluded from it: a
-// controller that does not answer says nothing about its jobs. An outage
-// is logged once, when it begins.
-func (p *Provisioner) queueUnreadable(cfg *settings, err error) {
-	msg := err.Error()
-	p.mu.Lock()
-	first := !p.queueDown
-	p.queueDown = true
-	if saidZeroBytes(msg) {
-		p.queueZeroBytes++
-	} else {
-		p.queueZeroBytes = 0
-	}
-	// A client of another release fails every poll the same way; say what
-	// it is once it is clear, and loudly, since waiting will not fix it.
-	mismatch := releaseMismatch(msg) || p.queueZeroBytes > 1
-	told := mismatch && !p.queueMismatchTold
-	p.queueMismatchTold = p.queueMismatchTold || mismatch
-	if mismatch {
-		p.lastErr = truncate("reading the queue: " + mismatchDetail(cfg.host(), msg))
-	} else {
-		p.lastErr = truncate("reading the queue: " + msg)
-	}
-	p.mu.Unlock()
-	switch {
-	case told:
-		cfg.log.Error("cannot read the queue: the login node's Slurm client is another release than the controller", "login", cfg.host(), "error", err)
-	case first:
-		cfg.log.Warn("cannot read the queue; keeping every request as it is until it can", "error", err)
-	default:
-		cfg.log.Debug("still cannot read the queue", "error", err)
-	}
-}
-
-// queueRationed records a poll whose squeue waited its turn at
-// slurmctld's rate limiter past its deadline: weather, not an outage, so
-// it is neither LastError nor "cannot read the queue"; Status's note on
-// the limiter says it. Nothing is concluded, as for any unread queue.
-func (p *Provisioner) queueRationed(cfg *settings, err error) {
-	cfg.log.Info("the queue's answer waits its turn at slurmctld's RPC rate limiter; keeping every request as it is and reading it again next poll", "error", err)
-}
-
-func (p *Provisioner) queueReadable(cfg *settings) {
-	p.mu.Lock()
-	was := p.queueDown
-	p.queueDown = false
-	p.queueZeroBytes = 0
-	p.queueMismatchTold = false
-	p.mu.Unlock()
-	if was {
-		cfg.log.Debug("the queue can be read again")
-	}
 }
 
 // judge applies one poll to the requests watched when it began, unless
@@ -599,24 +137,14 @@ func (p *Provisioner) queueReadable(cfg *settings) {
 //     running starts its attach_timeout.
 //
 // The failures count towards the profile's backoff.
-func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, rows []jobRow) {
+func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, rows []queue.Job) {
 	byID := indexRows(rows)
 	// byComment holds every row of a comment (an array's tasks share
 	// one), for a submission whose answer was lost. It is made the first
 	// time one is looked for: grouping 10,000 rows every cycle was a
 	// third of what a cycle allocated.
-	var byComment map[string][]jobRow
-	type report struct {
-		ev  shared.Event
-		msg string
-		// ended is set for a job that ended before its worker
-		// attached: the cluster is asked why (joblog.go).
-		ended bool
-		// secrets are the credentials the job's script held, to be
-		// redacted from what its output says.
-		secrets []string
-	}
-	var reports []report
+	var byComment map[string][]queue.Job
+	var reports []judged
 	var cancels, requeues []jobRef
 	now := p.now()
 
@@ -644,9 +172,9 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 			failed[r.profile] = detail
 		}
 		if ended {
-			p.recheckWorkerLocked()
+			p.files.recheckWorkerLocked()
 		}
-		reports = append(reports, report{
+		reports = append(reports, judged{
 			ev:      shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Job: r.job, Worker: r.worker, Detail: detail, Class: class},
 			msg:     "a request failed before its worker attached",
 			ended:   ended,
@@ -665,7 +193,7 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 			continue
 		}
 		if r.phase == phaseQueued {
-			if row, ok := byID.get(r.job); ok && !endedStates[row.state] && !(row.state == "PENDING" && reasonNeverClears(row.reason)) &&
+			if row, ok := byID.get(r.job); ok && !endedStates[row.State] && !(row.State == "PENDING" && reasonNeverClears(row.Reason)) &&
 				!requeued(r, row) {
 				recordState(r, row, now)
 				continue
@@ -679,10 +207,10 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 		row, listed := rowOf(byID, r.job, cfg.comment(r.tag))
 		if r.phase == phaseAnswerLost {
 			if byComment == nil {
-				byComment = map[string][]jobRow{}
+				byComment = map[string][]queue.Job{}
 				for _, row := range rows {
-					if row.comment != "" {
-						byComment[row.comment] = append(byComment[row.comment], row)
+					if row.Comment != "" {
+						byComment[row.Comment] = append(byComment[row.Comment], row)
 					}
 				}
 			}
@@ -694,8 +222,8 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 				p.watchUntil = now.Add(cfg.provisionTimeout)
 				continue
 			}
-			r.job, r.phase = row.id, phaseQueued
-			reports = append(reports, report{
+			r.job, r.phase = row.ID, phaseQueued
+			reports = append(reports, judged{
 				ev: shared.Event{Kind: shared.EventWorkerProvisioned, Profile: r.profile, Job: r.job, Worker: r.worker,
 					Detail: "found in the queue after sbatch's answer was lost"},
 				msg: "found the job of a submission whose answer was lost",
@@ -707,15 +235,15 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 		switch {
 		case !listed:
 			forget(r, fmt.Sprintf("job %s left the queue before its worker attached", r.job), true)
-		case endedStates[row.state]:
-			state := row.state
-			if row.reason != "" && row.reason != "None" {
-				state += " (" + row.reason + ")"
+		case endedStates[row.State]:
+			state := row.State
+			if row.Reason != "" && row.Reason != "None" {
+				state += " (" + row.Reason + ")"
 			}
 			// A job cancelled (by us, an administrator, or its
 			// deadline) has nothing to say for itself; one that ran
 			// and ended may have.
-			said := row.state != "CANCELLED" && row.state != "DEADLINE" && row.state != "PREEMPTED"
+			said := row.State != "CANCELLED" && row.State != "DEADLINE" && row.State != "PREEMPTED"
 			forget(r, fmt.Sprintf("job %s ended %s before its worker attached", r.job, state), said)
 		case requeued(r, row):
 			// Its worker may have attached and left before the engine
@@ -725,10 +253,10 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 			r.phase = phaseFailed
 			requeues = append(requeues, jobRef{job: r.job, profile: r.profile, worker: r.worker, age: now.Sub(r.since),
 				why: "requeued by Slurm (its node failed, or it was preempted) before its worker attached"})
-		case row.state == "PENDING" && reasonNeverClears(row.reason):
+		case row.State == "PENDING" && reasonNeverClears(row.Reason):
 			delete(p.outstanding, r.worker)
 			r.phase = phaseFailed
-			why := fmt.Sprintf("pending for %s, which waiting does not clear", row.reason)
+			why := fmt.Sprintf("pending for %s, which waiting does not clear", row.Reason)
 			p.metrics.failed(r.profile, shared.FailureMisconfigured)
 			p.lastErr = "job " + r.job + " was " + why
 			neverStarts[r.profile] = p.lastErr
@@ -737,21 +265,52 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 			recordState(r, row, now)
 		}
 	}
-	for profile, detail := range failed {
-		if neverStarts[profile] == "" {
-			p.countFailureLocked(profile, detail)
-		}
-	}
-	var held []string
-	for profile, detail := range neverStarts {
-		p.markMisconfiguredLocked(profile, detail)
-		held = append(held, misconfiguredDetail(profile, p.backoff[profile]))
-	}
+	held := p.holdJudgedLocked(failed, neverStarts)
 	p.mu.Unlock()
 	for _, h := range held {
 		cfg.log.Error("profile misconfigured; its job can never start", "hold", h)
 	}
 
+	p.tellJudged(cfg, host, reports)
+	p.cancels.cancelJobs(p.life, cfg, host, cancels, "cancelled a job that can never start")
+	p.cancels.cancelJobs(p.life, cfg, host, requeues, "cancelled a job Slurm requeued before its worker attached")
+}
+
+// judged is what judge tells of one request: its event and log line.
+type judged struct {
+	ev  shared.Event
+	msg string
+	// ended is set for a job that ended before its worker attached: the
+	// cluster is asked why (joblog.go).
+	ended bool
+	// secrets are the credentials the job's script held, to be redacted
+	// from what its output says.
+	secrets []string
+}
+
+// holdJudgedLocked counts a cycle's failures towards their profiles'
+// backoff, once a profile, and holds the profiles whose job can never
+// start as misconfigured; it returns those holds' words. p.mu must be
+// held.
+func (p *Provisioner) holdJudgedLocked(failed, neverStarts map[string]string) []string {
+	for profile, detail := range failed {
+		if neverStarts[profile] == "" {
+			p.holds.countFailureLocked(profile, detail)
+		}
+	}
+	var held []string
+	for profile, detail := range neverStarts {
+		p.holds.markMisconfiguredLocked(profile, detail)
+		held = append(held, misconfiguredDetail(profile, p.holds.backoff[profile]))
+	}
+	return held
+}
+
+// tellJudged tells what judge decided: the jobs that ended before their
+// worker attached are explained (the first explainPerPoll from their
+// output, the rest by where it is), then every event is logged and
+// published.
+func (p *Provisioner) tellJudged(cfg *settings, host shared.Host, reports []judged) {
 	explained := 0
 	for i := range reports {
 		rep := &reports[i]
@@ -762,8 +321,8 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 		var why string
 		if explained < explainPerPoll {
 			explained++
-			why = p.explain(p.polling, prof, rep.ev.Job, rep.secrets)
-		} else if out := p.outputOf(prof, rep.ev.Job); out != "" {
+			why = p.files.explain(p.poll.ctx, prof, rep.ev.Job, rep.secrets)
+		} else if out := p.files.outputOf(prof, rep.ev.Job); out != "" {
 			why = "output " + out
 		}
 		if why != "" {
@@ -780,8 +339,6 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 		}
 		p.publish(p.life, cfg, host, ev)
 	}
-	p.cancelJobs(p.life, cfg, host, cancels, "cancelled a job that can never start")
-	p.cancelJobs(p.life, cfg, host, requeues, "cancelled a job Slurm requeued before its worker attached")
 }
 
 // requeued reports whether a queued request's job, seen running, is
@@ -791,23 +348,23 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 // the queue tells whether it did. A job requeued before any poll saw it
 // running looks like one never started (its reason, BeginTime, is also
 // what --begin or a site's submit rule gives), and is kept.
-func requeued(r *request, row jobRow) bool {
-	return row.state == "PENDING" && !r.running.IsZero()
+func requeued(r *request, row queue.Job) bool {
+	return row.State == "PENDING" && !r.running.IsZero()
 }
 
 // recordState keeps what squeue says of a queued request's job, row, and
 // starts its attach_timeout the first time it is seen running.
-func recordState(r *request, row jobRow, now time.Time) {
+func recordState(r *request, row queue.Job, now time.Time) {
 	switch {
-	case row.partial && row.state == "PENDING":
+	case row.Partial && row.State == "PENDING":
 		// A light poll knows no reason: the last one stands.
-	case row.state == "PENDING" && row.reason != "None":
-		r.pendingReason = row.reason
+	case row.State == "PENDING" && row.Reason != "None":
+		r.pendingReason = row.Reason
 	default:
 		r.pendingReason = ""
 	}
-	r.slurmState = row.state
-	if row.state == "RUNNING" && r.running.IsZero() {
+	r.slurmState = row.State
+	if row.State == "RUNNING" && r.running.IsZero() {
 		r.running = now
 	}
 }
@@ -819,41 +376,41 @@ func recordState(r *request, row jobRow, now time.Time) {
 // alone too ("J CANCELLED" where 22.05 and 24.11 print "J_0 CANCELLED";
 // testdata/slurm-versions): the row then stands for every task it held,
 // and its state is theirs.
-func rowOf(byID rowIndex, job, comment string) (jobRow, bool) {
+func rowOf(byID rowIndex, job, comment string) (queue.Job, bool) {
 	if row, ok := byID.get(job); ok {
 		return row, true
 	}
 	array, task := sbatch.SplitTask(job)
 	if task < 0 {
-		return jobRow{}, false
+		return queue.Job{}, false
 	}
-	if row, ok := byID.get(array); ok && (row.comment == comment || row.partial) {
+	if row, ok := byID.get(array); ok && (row.Comment == comment || row.Partial) {
 		// A light poll's rows are of the ids it asked for alone.
 		return row, true
 	}
-	return jobRow{}, false
+	return queue.Job{}, false
 }
 
 // rowIndex finds a poll's rows by job id. It maps an id to the row's
 // place rather than to a copy of the row: a quarter of the memory, made
 // anew every poll cycle.
 type rowIndex struct {
-	rows []jobRow
+	rows []queue.Job
 	at   map[string]int32
 }
 
-func indexRows(rows []jobRow) rowIndex {
+func indexRows(rows []queue.Job) rowIndex {
 	at := make(map[string]int32, len(rows))
 	for i, row := range rows {
-		at[row.id] = int32(i)
+		at[row.ID] = int32(i)
 	}
 	return rowIndex{rows, at}
 }
 
-func (x rowIndex) get(id string) (jobRow, bool) {
+func (x rowIndex) get(id string) (queue.Job, bool) {
 	i, ok := x.at[id]
 	if !ok {
-		return jobRow{}, false
+		return queue.Job{}, false
 	}
 	return x.rows[i], true
 }
@@ -864,11 +421,11 @@ func (x rowIndex) get(id string) (jobRow, bool) {
 // An array task with no row of its own is stood for by its array's bare
 // row, as in rowOf; the row returned then carries the task's own id, so
 // that nothing later takes the whole array for the task.
-func taskRow(rows []jobRow, task int) (jobRow, bool) {
-	var bare jobRow
+func taskRow(rows []queue.Job, task int) (queue.Job, bool) {
+	var bare queue.Job
 	hasBare := false
 	for _, row := range rows {
-		_, t := sbatch.SplitTask(row.id)
+		_, t := sbatch.SplitTask(row.ID)
 		if t == task {
 			return row, true
 		}
@@ -877,76 +434,9 @@ func taskRow(rows []jobRow, task int) (jobRow, bool) {
 		}
 	}
 	if hasBare {
-		bare.id += "_" + strconv.Itoa(task)
+		bare.ID += "_" + strconv.Itoa(task)
 	}
 	return bare, hasBare
-}
-
-// adoptAtStart is Configure's adoption: one squeue for the jobs still
-// queued or running. If the queue cannot be read, the poller tries again
-// on each cycle until it can.
-func (p *Provisioner) adoptAtStart(ctx context.Context, cfg *settings, host shared.Host) {
-	// How large a burst one sbatch may be is read before any submission
-	// begins: submissions wait for this first look. It is also the first
-	// call, which makes the ssh master the others share. When it fails,
-	// bursts are small until a poll cycle reads it (facts.go).
-	if err := p.readFacts(ctx); err != nil && p.polling.Err() == nil {
-		cfg.log.Warn("cannot read the cluster's MaxArraySize, MaxJobCount and name; bursts are small until they are read, which each poll tries again",
-			"max_burst", unknownFactsBurst, "error", err)
-	}
-	// What every first submission needs besides the queue, read beside
-	// it rather than after: the accounting limits (limits.go) and log_dir
-	// made on the login node (joblog.go). A submission that starts before
-	// they are done waits for these reads (readingLimits, makingLogDir)
-	// instead of making its own, so the first burst pays one round trip
-	// for all three, not three in a row and then its sbatch.
-	p.startSide(cfg, func(ctx context.Context) {
-		defer close(p.startReads)
-		var both sync.WaitGroup
-		both.Add(1)
-		go func() {
-			defer both.Done()
-			p.refreshLimits(ctx, cfg)
-		}()
-		if _, err := p.ensureLogDir(ctx, cfg); err != nil && ctx.Err() == nil {
-			// The first submission tries again and reports it.
-			cfg.log.Debug("could not make log_dir at start", "error", err)
-		}
-		both.Wait()
-	})
-	rows, err := p.listJobs(ctx, cfg, false)
-	if err != nil {
-		if p.polling.Err() != nil {
-			return // Shutdown has begun.
-		}
-		if p.waitingTurn(err) {
-			cfg.log.Info("the queue's answer waits its turn at slurmctld's RPC rate limiter; the jobs an earlier run left are looked for again each poll", "error", err)
-			return
-		}
-		p.setLastErr("listing jobs left by an earlier run: " + err.Error())
-		cfg.log.Error("could not list jobs left by an earlier run; will try again on each poll", "error", err)
-		return
-	}
-	p.adopt(ctx, cfg, host, rows)
-}
-
-// startSide runs f on a goroutine of its own, counted by p.wg so that
-// Shutdown waits for it, with a context of submit_timeout that Shutdown's
-// start cancels; nothing is started once Shutdown has begun.
-func (p *Provisioner) startSide(cfg *settings, f func(ctx context.Context)) {
-	p.mu.Lock()
-	if p.shut {
-		p.mu.Unlock()
-		return
-	}
-	p.wg.Add(1)
-	p.mu.Unlock()
-	go func() {
-		defer p.wg.Done()
-		ctx, cancel := context.WithTimeout(p.polling, cfg.submitTimeout)
-		defer cancel()
-		f(ctx)
-	}()
 }
 
 // closedDone is the done channel of an adopted request, which has no
@@ -956,197 +446,6 @@ var closedDone = func() chan struct{} {
 	close(c)
 	return c
 }()
-
-// adopt keeps the books level-triggered: it takes over the machines of
-// this engine that the books do not hold, so that they are polled,
-// expired and cancelled at shutdown like this run's own. It runs at
-// Configure, for the jobs an earlier run left, and then on every poll
-// cycle, for a submission that landed after it was given up on: ssh was
-// killed, or its answer was lost and the queue did not have it yet, but
-// the sbatch on the login node went on. Each machine (a job, or one task
-// of an array) is adopted on its own, its worker read from the tag and
-// its task, its age counted from now, and the engine hears of it
-// (worker_provisioned), so that its worker may attach. A request of this
-// run that has not begun its submission yields to an adopted machine of
-// its profile (superseded). Whether all of them are still wanted is the
-// demand's business: Provision gives up what is pending beyond it.
-//
-// At Configure every machine is adopted; later only pending ones, since
-// a running machine the books do not hold is one whose worker arrived.
-// Jobs nobody would ever use are cancelled, with one scancel: a pending
-// job whose tag names no worker of a configured profile, and any job of
-// this engine from another credential epoch, running or not, because its
-// worker cannot attach; and at Configure, in relay mode with the relay's
-// own certificate, every job an earlier run left, since its workers pin
-// that run's relay. Jobs without this engine's tag are never touched
-// (tag.go).
-func (p *Provisioner) adopt(ctx context.Context, cfg *settings, host shared.Host, rows []jobRow) {
-	p.mu.Lock()
-	if p.shut {
-		p.mu.Unlock()
-		return
-	}
-	first := p.adoptPending
-	// The workers the books already hold: in p.outstanding and p.mine,
-	// looked up where they are, and those of submissions in flight or
-	// jobs being cancelled, which are few. (Copying the books into one
-	// set every cycle cost a third of a poll cycle at 10,000.)
-	held := map[string]bool{}
-	for r := range p.inflight {
-		held[r.worker] = true
-	}
-	for _, j := range p.cancelling {
-		for _, w := range j.workers() {
-			held[w] = true
-		}
-	}
-	// An attached worker's job is ours too: one pending again was
-	// requeued under its worker and is endedUnder's to cancel.
-	ours := func(w string) bool {
-		if p.outstanding[w] != nil || p.mine[w] || held[w] {
-			return true
-		}
-		_, attached := p.attachedJobs[w]
-		_, reconciled := p.reconciled[w]
-		return attached || reconciled
-	}
-	relayPinned := p.relay != nil && p.relay.tls != nil
-	var strays []jobRef
-	var leftAlone []jobRow
-	var adopted []*request
-	foreign := 0
-	now := p.now()
-	type commented struct {
-		tag          sbatch.Tag
-		mine         bool
-		profile, why string
-	}
-	byComment := map[string]commented{}
-	for _, row := range rows {
-		if endedStates[row.state] || row.state == "COMPLETING" {
-			continue
-		}
-		// An array's tasks share one comment: it is read once a cycle,
-		// not once a task.
-		c, known := byComment[row.comment]
-		if !known {
-			c.tag, c.mine = cfg.ours(row.comment)
-			if c.mine {
-				c.profile, c.why = cfg.profileOf(c.tag.Worker)
-			}
-			byComment[row.comment] = c
-		}
-		tag, profile, why := c.tag, c.profile, c.why
-		if !c.mine {
-			foreign++
-			continue
-		}
-		worker := machineWorker(tag.Worker, row.id)
-		_, task := sbatch.SplitTask(row.id)
-		machines := cfg.machinesOf(profile, worker)
-		nodes := len(machines)
-		switch {
-		case ours(worker) || ours(machines[0]) || (first && ours(tag.Worker)):
-			// This run's own: a machine in the books, or a task of an
-			// array submitted while adoption was pending (mine holds
-			// the array's tag).
-			continue
-		case p.departed[worker] != (attachedJob{}) && row.state == "PENDING":
-			// Its worker attached in this process and left; the job was
-			// requeued, and the worker's name is spent (ends.go).
-			strays = append(strays, jobRef{job: row.id, profile: profile, worker: worker,
-				why: "requeued after its worker attached and left; its worker can never attach again"})
-			continue
-		case tag.Epoch != cfg.epoch:
-			strays = append(strays, jobRef{job: row.id, profile: profile, worker: worker,
-				why: "its worker holds a credential signed with an earlier secret of the engine (epoch " + tag.Epoch + ") and can never attach"})
-			continue
-		case first && relayPinned:
-			// An earlier run's relay made its own certificate, which
-			// died with it: this job's workers pin that one, and no
-			// relay of this run can be it (relaytls.go).
-			strays = append(strays, jobRef{job: row.id, profile: profile, worker: worker,
-				why: "its workers dial the relay of an earlier run of the plugin, whose certificate they pin went with it, and can never attach"})
-			continue
-		case !first && row.state != "PENDING":
-			continue // Its worker arrived, or will leave by itself.
-		case why != "" && row.state == "PENDING":
-			strays = append(strays, jobRef{job: row.id, profile: profile, worker: worker, why: "found in the queue: " + why})
-			continue
-		case why != "":
-			leftAlone = append(leftAlone, row)
-			continue
-		}
-		for j, m := range machines {
-			r := &request{profile: profile, worker: m, tag: tag.Worker, task: task, node: -1, nodes: nodes, batch: len(machines),
-				since: now, cancel: func() {}, done: closedDone, job: row.id, slurmState: row.state, phase: phaseQueued}
-			if nodes > 1 {
-				r.node = j
-			}
-			if row.state == "RUNNING" {
-				r.running = now
-			}
-			p.outstanding[m] = r
-			adopted = append(adopted, r)
-		}
-	}
-	// A request of this run that has not begun its submission yields to
-	// a machine of its profile already queued, one for one.
-	// The books are sorted once, not once an adopted machine: a restart
-	// that finds 10,000 would otherwise sort them 10,000 times.
-	if len(adopted) > 0 {
-		waiting := map[string][]*request{}
-		for _, r := range p.sortedLocked() {
-			if r.phase == phaseAwaitingAdoption {
-				waiting[r.profile] = append(waiting[r.profile], r)
-			}
-		}
-		for _, a := range adopted {
-			if w := waiting[a.profile]; len(w) > 0 {
-				w[0].phase = phaseSuperseded
-				delete(p.outstanding, w[0].worker)
-				waiting[a.profile] = w[1:]
-			}
-		}
-	}
-	// The caps are the provisioner's, not only the profile's: adopted
-	// machines of one profile beside this run's requests for another can
-	// put it over max_workers or max_pending, so requests still waiting
-	// to submit give way, newest first, until both hold.
-	p.yieldToCapsLocked(cfg)
-	p.adoptPending, p.mine = false, nil
-	p.mu.Unlock()
-
-	if foreign > 0 {
-		cfg.log.Debug("left alone jobs of the same name that are not this engine's", "count", foreign, "engine_id", cfg.engineID)
-	}
-	evs := make([]shared.Event, 0, len(adopted))
-	for _, r := range adopted {
-		msg := "adopted a machine left by an earlier run"
-		if !first {
-			msg = "adopted a machine that reached the queue after its submission was given up on"
-		}
-		cfg.log.Info(msg, "profile", r.profile, "job", r.job, "worker", r.worker, "state", r.slurmState)
-		evs = append(evs, shared.Event{Kind: shared.EventWorkerProvisioned, Profile: r.profile, Job: r.job, Worker: r.worker,
-			Detail: "found in the queue and adopted"})
-	}
-	// Back to back, then every acknowledgement: one round trip, not one
-	// a machine.
-	p.publishAll(p.life, cfg, host, evs)
-	if first {
-		for _, row := range leftAlone {
-			cfg.log.Info("left alone a running job of an earlier run", "job", row.id, "state", row.state, "comment", row.comment)
-		}
-	}
-	if len(adopted) > 0 {
-		p.wakePoller()
-	}
-	if len(strays) > 0 {
-		// What cannot be cancelled now is kept and tried again on each
-		// poll cycle and at Shutdown (cancelJobs).
-		p.cancelJobs(ctx, cfg, host, strays, "cancelled a job nobody will use")
-	}
-}
 
 // profileOf reads the profile from the name of a worker of this
 // provisioner: <provisioner>-<profile>-<8 hex digits>, taken from a job's
@@ -1230,45 +529,3 @@ func truncateTo(s string, n int) string {
 }
 
 func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
-
-// yieldToCapsLocked supersedes requests that have not begun their
-// submission, newest first, while the provisioner is over its max_workers
-// or max_pending; it returns how many gave way. Adoption calls it: a
-// request made before the first look at the queue was counted without the
-// earlier run's jobs. An adopted job whose worker is attached counts
-// twice here (in the books and among the attached) until the next call
-// sees it arrive, which errs toward giving way: the next Provision asks
-// again for what is then missing. p.mu must be held.
-func (p *Provisioner) yieldToCapsLocked(cfg *settings) int {
-	counts := p.countsLocked()
-	var alive, pending int
-	for _, prof := range cfg.Profiles {
-		c := counts[prof.Name]
-		alive += c.pending + c.starting + p.attached[prof.Name]
-		pending += c.pending
-	}
-	over := max(alive-*cfg.MaxWorkers, pending-*cfg.MaxPending)
-	if over <= 0 {
-		return 0
-	}
-	// Only the requests still waiting to submit can give way, and they
-	// are few: they alone are sorted, not the books (which, at 10,000
-	// outstanding, cost a tenth of a poll cycle).
-	var waiting []*request
-	for _, r := range p.outstanding {
-		if r.phase == phaseAwaitingAdoption {
-			waiting = append(waiting, r)
-		}
-	}
-	slices.SortFunc(waiting, cmpNewest)
-	yielded := 0
-	for _, r := range waiting {
-		if yielded >= over {
-			break
-		}
-		r.phase = phaseSuperseded
-		delete(p.outstanding, r.worker)
-		yielded++
-	}
-	return yielded
-}

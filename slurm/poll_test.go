@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/slurm/internal/queue"
 	"github.com/fluksio/provision/slurm/sbatch"
 )
 
@@ -47,7 +48,7 @@ func (h *harness) submitted(t *testing.T) {
 	eventually(t, "the submissions to finish", func() bool {
 		h.p.mu.Lock()
 		defer h.p.mu.Unlock()
-		return len(h.p.inflight) == 0
+		return len(h.p.sub.inflight) == 0
 	})
 }
 
@@ -66,7 +67,7 @@ func (h *harness) provisioned(t *testing.T) shared.Event {
 	return ev
 }
 
-func (h *harness) calls() int64 { return h.p.slurmCalls.Load() }
+func (h *harness) calls() int64 { return h.p.q.Calls() - h.callsBefore }
 
 func (h *harness) outstanding(t *testing.T) map[string]shared.Outstanding {
 	t.Helper()
@@ -78,7 +79,7 @@ func (h *harness) outstanding(t *testing.T) map[string]shared.Outstanding {
 }
 
 // pollArgv is the poll's squeue: no --me, which costs an RPC; squeue
-// prints each job's user instead (listJobs).
+// prints each job's user instead (queue.Jobs).
 var pollArgv = []string{"squeue", "-h", "-r", "-t", "all", "--name=fluksio-hpc", "-o", "'%i|%T|%r|%S|%k|%u'"}
 
 func TestPollOneQueryPerCycle(t *testing.T) {
@@ -88,7 +89,7 @@ func TestPollOneQueryPerCycle(t *testing.T) {
 			ctx := context.Background()
 
 			// Nothing outstanding: a cycle costs nothing.
-			h.p.pollOnce(ctx)
+			h.p.poll.once(ctx)
 			if c := h.calls(); c != 0 {
 				t.Fatalf("%d Slurm calls with nothing outstanding", c)
 			}
@@ -102,7 +103,7 @@ func TestPollOneQueryPerCycle(t *testing.T) {
 			h.fake.setRows(t, rows...)
 			for cycle := 1; cycle <= 3; cycle++ {
 				before := h.calls()
-				h.p.pollOnce(ctx)
+				h.p.poll.once(ctx)
 				if d := h.calls() - before; d != 1 {
 					t.Fatalf("cycle %d: %d Slurm calls for %d outstanding, want 1", cycle, d, n)
 				}
@@ -132,7 +133,7 @@ func TestPollSkipsSubmissionsInFlight(t *testing.T) {
 	h.provision(t, cpuNeed)
 	eventually(t, "the sbatch call", func() bool { return len(h.fake.callsTo("sbatch")) == 1 })
 	before := h.calls()
-	h.p.pollOnce(context.Background())
+	h.p.poll.once(context.Background())
 	if d := h.calls() - before; d != 0 {
 		t.Errorf("%d Slurm calls with only a submission in flight", d)
 	}
@@ -144,7 +145,7 @@ func TestPollSkipsSubmissionsInFlight(t *testing.T) {
 // outstanding or attached, and has nothing to do once nothing is.
 func TestPoller(t *testing.T) {
 	h := newHarness(t, "sbatch=gate,squeue=rows", func(c map[string]any) { c["poll_interval"] = "20ms" })
-	if h.p.pollWanted() {
+	if h.p.poll.wanted() {
 		t.Fatal("the poller wants to run with nothing outstanding and nothing to adopt")
 	}
 	h.provision(t, cpuNeed)
@@ -159,14 +160,14 @@ func TestPoller(t *testing.T) {
 	}
 	// It reads the attached worker's job (ends.go), until the worker
 	// has left and the queue shows its job ended.
-	if !h.p.pollWanted() {
+	if !h.p.poll.wanted() {
 		t.Error("the poller rests while a worker is attached")
 	}
 	h.fake.setRows(t, "4242|COMPLETED|None|2026-12-02T10:00:01|"+tagOf(worker))
 	if _, err := h.p.Reconcile(context.Background(), &shared.ReconcileRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the poller to rest once the job ended", func() bool { return !h.p.pollWanted() })
+	eventually(t, "the poller to rest once the job ended", func() bool { return !h.p.poll.wanted() })
 	for _, c := range h.fake.callsTo("squeue") {
 		if !slices.Equal(c.remote(), pollArgv) {
 			t.Errorf("squeue = %q", c.remote())
@@ -194,7 +195,7 @@ func TestPollForgetsEndedJob(t *testing.T) {
 			if tc.row != "" {
 				h.fake.setRows(t, "4242|"+tc.row+"|"+tagOf(ev.Worker))
 			}
-			h.p.pollOnce(context.Background())
+			h.p.poll.once(context.Background())
 
 			evs := waitEvents(t, h.host, 2)
 			want := tc.detail
@@ -235,7 +236,7 @@ func TestPollKeepsRunningAndPendingJobs(t *testing.T) {
 	ctx := context.Background()
 	for _, row := range []string{"PENDING|Priority|N/A", "PENDING|Resources|2026-12-02T11:00:00", "PENDING|BeginTime|2026-12-02T11:00:00", "CONFIGURING|None|2026-12-02T10:00:01"} {
 		h.fake.setRows(t, "4242|"+row+"|"+tagOf(ev.Worker))
-		h.p.pollOnce(ctx)
+		h.p.poll.once(ctx)
 		state, rest, _ := strings.Cut(row, "|")
 		if o := h.outstanding(t)["cpu"]; o.Job != "4242" || o.State != state {
 			t.Errorf("%s: outstanding = %+v", row, o)
@@ -262,9 +263,9 @@ func TestPollKeepsRunningAndPendingJobs(t *testing.T) {
 	}
 	h.clock.Advance(time.Minute)
 	h.fake.setRows(t, "4242|RUNNING|None|2026-12-02T10:01:00|"+tagOf(ev.Worker))
-	h.p.pollOnce(ctx)
+	h.p.poll.once(ctx)
 	h.clock.Advance(time.Minute)
-	h.p.pollOnce(ctx)
+	h.p.poll.once(ctx)
 	h.p.mu.Lock()
 	running = h.p.requestOf("cpu").running
 	h.p.mu.Unlock()
@@ -280,7 +281,7 @@ func TestPollCancelsJobThatCanNeverStart(t *testing.T) {
 	h := newHarness(t, "sbatch=ok,squeue=rows,scancel=ok", nil)
 	ev := h.provisioned(t)
 	h.fake.setRows(t, "4242|PENDING|PartitionConfig|N/A|"+tagOf(ev.Worker))
-	h.p.pollOnce(context.Background())
+	h.p.poll.once(context.Background())
 
 	scancels := h.fake.callsTo("scancel")
 	if len(scancels) != 1 || !slices.Equal(scancels[0].remote(), []string{"scancel", "4242"}) {
@@ -325,10 +326,10 @@ func TestPollFailureKeepsEverything(t *testing.T) {
 	warnings := func() int { return strings.Count(h.logs.String(), "[WARN]  cannot read the queue") }
 
 	for range 3 {
-		h.p.pollOnce(ctx)
+		h.p.poll.once(ctx)
 	}
 	h.fake.setSpec(t, "squeue=drop")
-	h.p.pollOnce(ctx)
+	h.p.poll.once(ctx)
 	st := h.status(t)
 	if len(st.Outstanding) != 2 || !strings.Contains(st.LastError, "closed by remote host") {
 		t.Fatalf("Status = %+v", st)
@@ -347,7 +348,7 @@ func TestPollFailureKeepsEverything(t *testing.T) {
 	}
 	h.fake.setSpec(t, "squeue=rows")
 	h.fake.setRows(t, rows...)
-	h.p.pollOnce(ctx)
+	h.p.poll.once(ctx)
 	for p, o := range h.outstanding(t) {
 		if o.State != "RUNNING" {
 			t.Errorf("%s: %+v", p, o)
@@ -358,7 +359,7 @@ func TestPollFailureKeepsEverything(t *testing.T) {
 	}
 	// A new outage is a new warning.
 	h.fake.setSpec(t, "squeue=fail")
-	h.p.pollOnce(ctx)
+	h.p.poll.once(ctx)
 	if n := warnings(); n != 2 {
 		t.Errorf("%d warnings after a second outage", n)
 	}
@@ -380,7 +381,7 @@ func TestAttachTimeout(t *testing.T) {
 	setState := func(t *testing.T, h *harness, worker, state string) {
 		t.Helper()
 		h.fake.setRows(t, "4242|"+state+"|None|N/A|"+tagOf(worker))
-		h.p.pollOnce(ctx)
+		h.p.poll.once(ctx)
 	}
 
 	// provision_timeout 15m, attach_timeout 10m.
@@ -611,13 +612,13 @@ func TestLostAnswerNotInQueue(t *testing.T) {
 	}
 	// Within the window a queue without it proves nothing.
 	h.clock.Advance(landingWindow)
-	h.p.pollOnce(ctx)
+	h.p.poll.once(ctx)
 	if n := len(h.host.Events()); n != 0 {
 		t.Fatalf("said %+v before it could no longer land", h.host.Events())
 	}
 	// submit_timeout's 30 s bound the sbatch on the login node.
 	h.clock.Advance(30 * time.Second)
-	h.p.pollOnce(ctx)
+	h.p.poll.once(ctx)
 	ev := waitEvents(t, h.host, 1)[0]
 	if ev.Kind != shared.EventWorkerProvisionFailed || ev.Worker != o.Worker || !strings.Contains(ev.Detail, "can no longer land: it was not submitted") || ev.Class != shared.FailureTransient {
 		t.Fatalf("event = %+v", ev)
@@ -702,7 +703,7 @@ func TestLostAnswerLookupFails(t *testing.T) {
 		if r := h.provision(t, cpuNeed); r.Outcome != shared.OutcomeOutstanding || !strings.Contains(r.Detail, "lost") {
 			t.Errorf("Provision while unknown = %+v", r)
 		}
-		h.p.pollOnce(ctx) // still failing
+		h.p.poll.once(ctx) // still failing
 		if o := h.outstanding(t)["cpu"]; o.State != "UNKNOWN" {
 			t.Errorf("after a failed poll: %+v", o)
 		}
@@ -715,7 +716,7 @@ func TestLostAnswerLookupFails(t *testing.T) {
 	t.Run("found later", func(t *testing.T) {
 		h, worker := setup(t)
 		h.fake.setSpec(t, "squeue=list")
-		h.p.pollOnce(ctx)
+		h.p.poll.once(ctx)
 		ev := waitEvents(t, h.host, 1)[0]
 		if ev.Kind != shared.EventWorkerProvisioned || ev.Job != "9001" || ev.Worker != worker {
 			t.Errorf("event = %+v", ev)
@@ -729,7 +730,7 @@ func TestLostAnswerLookupFails(t *testing.T) {
 		h, worker := setup(t)
 		h.fake.setSpec(t, "squeue=rows")
 		h.clock.Advance(time.Minute) // past when it could land
-		h.p.pollOnce(ctx)
+		h.p.poll.once(ctx)
 		ev := waitEvents(t, h.host, 1)[0]
 		if ev.Kind != shared.EventWorkerProvisionFailed || ev.Worker != worker || !strings.Contains(ev.Detail, "was not submitted") {
 			t.Errorf("event = %+v", ev)
@@ -864,7 +865,7 @@ func TestAdoption(t *testing.T) {
 	if !running.Equal(h.clock.Now()) {
 		t.Errorf("adopted running job runs since %s", running)
 	}
-	if !h.p.pollWanted() {
+	if !h.p.poll.wanted() {
 		t.Error("the poller does not watch adopted jobs")
 	}
 	logs := h.logs.String()
@@ -907,10 +908,10 @@ func TestAdoptionRetriedByThePoller(t *testing.T) {
 	if !strings.Contains(h.logs.String(), "could not list jobs left by an earlier run") {
 		t.Errorf("no error logged:\n%s", h.logs.String())
 	}
-	if !h.p.pollWanted() {
+	if !h.p.poll.wanted() {
 		t.Fatal("the poller would not retry adoption")
 	}
-	h.p.pollOnce(ctx)
+	h.p.poll.once(ctx)
 	if n := len(h.fake.callsTo("squeue")); n != 2 {
 		t.Fatalf("%d squeue calls", n)
 	}
@@ -925,7 +926,7 @@ func TestAdoptionRetriedByThePoller(t *testing.T) {
 		"701|PENDING|Priority|N/A|fluksio:v2:hpc:0:hpc-gpu-000000bb",
 	)
 	before := h.calls()
-	h.p.pollOnce(ctx)
+	h.p.poll.once(ctx)
 	if d := h.calls() - before; d != 1 {
 		t.Errorf("%d Slurm calls, want one squeue", d)
 	}
@@ -954,7 +955,7 @@ func TestAdoptionRetriedByThePoller(t *testing.T) {
 		"701|PENDING|Priority|N/A|fluksio:v2:hpc:0:hpc-gpu-000000bb",
 	)
 	before = h.calls()
-	h.p.pollOnce(ctx)
+	h.p.poll.once(ctx)
 	if d := h.calls() - before; d != 1 {
 		t.Errorf("%d Slurm calls once adopted", d)
 	}
@@ -973,7 +974,7 @@ func TestProvisionBeforeAdoption(t *testing.T) {
 		t.Fatalf("Configure: %v %v", err, resp.Diagnostics)
 	}
 	r := h.provision(t, cpuNeed) // most likely before adoption has read the queue
-	<-h.p.adoptTried
+	<-h.p.poll.adoptTried
 	h.submitted(t)
 	if n := len(h.fake.callsTo("sbatch")); n != 0 {
 		t.Errorf("%d sbatch calls; the earlier run's job should have been adopted instead", n)
@@ -1019,7 +1020,7 @@ func TestProvisionBeforeAdoptionKeepsTheCaps(t *testing.T) {
 		t.Fatalf("Provision = %+v, want requested before the queue answered", o)
 	}
 	h.fake.openGate(t)
-	<-h.p.adoptTried
+	<-h.p.poll.adoptTried
 	h.submitted(t)
 	h.p.mu.Lock()
 	alive := map[string]int{}
@@ -1084,7 +1085,7 @@ func TestScancelBatches(t *testing.T) {
 	for i := range 250 {
 		ids = append(ids, strconv.Itoa(1000+i))
 	}
-	if err := h.p.scancel(context.Background(), ids); err != nil {
+	if err := h.p.q.Cancel(context.Background(), ids); err != nil {
 		t.Fatal(err)
 	}
 	scancels := h.fake.callsTo("scancel")
@@ -1103,10 +1104,10 @@ func TestScancelBatches(t *testing.T) {
 	}
 
 	h.fake.setSpec(t, "scancel=fail")
-	if err := h.p.scancel(context.Background(), ids[:1]); err == nil || !strings.Contains(err.Error(), "Unable to contact slurm controller") {
+	if err := h.p.q.Cancel(context.Background(), ids[:1]); err == nil || !strings.Contains(err.Error(), "Unable to contact slurm controller") {
 		t.Errorf("err = %v", err)
 	}
-	if err := h.p.scancel(context.Background(), []string{"1", "2;rm"}); !errors.Is(err, shared.ErrInvalidArgument) {
+	if err := h.p.q.Cancel(context.Background(), []string{"1", "2;rm"}); !errors.Is(err, shared.ErrInvalidArgument) {
 		t.Errorf("err = %v", err)
 	}
 }
@@ -1119,11 +1120,11 @@ func TestParseRows(t *testing.T) {
 		"x|PENDING|Priority|N/A|c\n" +
 		"15_2|PENDING|Priority|N/A|c\n" +
 		"\n"
-	got := parseRows([]byte(out), "")
-	want := []jobRow{
-		{id: "12", state: "RUNNING", reason: "None", start: "2026-12-02T10:00:00", comment: "fluksio:v2:hpc:0:hpc-cpu-0000000a"},
-		{id: "13", state: "PENDING", reason: "Priority", start: "N/A", comment: "a|b c"},
-		{id: "15_2", state: "PENDING", reason: "Priority", start: "N/A", comment: "c"},
+	got := queue.ParseJobs([]byte(out), "")
+	want := []queue.Job{
+		{ID: "12", State: "RUNNING", Reason: "None", Start: "2026-12-02T10:00:00", Comment: "fluksio:v2:hpc:0:hpc-cpu-0000000a"},
+		{ID: "13", State: "PENDING", Reason: "Priority", Start: "N/A", Comment: "a|b c"},
+		{ID: "15_2", State: "PENDING", Reason: "Priority", Start: "N/A", Comment: "c"},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("rows = %+v, want %+v", got, want)
@@ -1212,7 +1213,7 @@ func TestLateLandingUsed(t *testing.T) {
 	worker := h.outstanding(t)["cpu"].Worker
 	h.clock.Advance(10 * time.Second)
 	h.fake.setRows(t, "4300|PENDING|Priority|N/A|"+tagOf(worker))
-	h.p.pollOnce(context.Background())
+	h.p.poll.once(context.Background())
 	evs := waitEvents(t, h.host, 1)
 	if ev := evs[0]; len(evs) != 1 || ev.Kind != shared.EventWorkerProvisioned || ev.Job != "4300" || ev.Worker != worker {
 		t.Fatalf("events = %+v; want the landed job given to its worker, and nothing else", evs)
@@ -1237,16 +1238,16 @@ func TestLateLandingFoundWhileWatching(t *testing.T) {
 	h.provision(t, cpuNeed)
 	h.submitted(t)
 	h.clock.Advance(time.Minute)
-	h.p.pollOnce(context.Background())
+	h.p.poll.once(context.Background())
 	ev := waitEvents(t, h.host, 1)[0]
 	if ev.Kind != shared.EventWorkerProvisionFailed {
 		t.Fatalf("event = %+v", ev)
 	}
-	if !h.p.pollWanted() {
+	if !h.p.poll.wanted() {
 		t.Fatal("the poller rests although a submission may still land")
 	}
 	h.fake.setRows(t, "4300|PENDING|Priority|N/A|"+tagOf(ev.Worker))
-	h.p.pollOnce(context.Background())
+	h.p.poll.once(context.Background())
 	if o := h.outstanding(t)["cpu"]; o.Job != "4300" || o.Worker != ev.Worker {
 		t.Errorf("outstanding %+v; want the late job adopted", o)
 	}
@@ -1256,7 +1257,7 @@ func TestLateLandingFoundWhileWatching(t *testing.T) {
 	clear(h.p.outstanding)
 	h.p.mu.Unlock()
 	h.clock.Advance(time.Hour)
-	if h.p.pollWanted() {
+	if h.p.poll.wanted() {
 		t.Error("the poller still watches an hour later")
 	}
 }
@@ -1284,11 +1285,11 @@ func TestPollHearsJobEndUnderWorker(t *testing.T) {
 			if _, err := h.p.Reconcile(ctx, &shared.ReconcileRequest{Attached: []string{ev.Worker}}); err != nil {
 				t.Fatal(err)
 			}
-			if !h.p.pollWanted() {
+			if !h.p.poll.wanted() {
 				t.Fatal("the poller rests with a worker attached")
 			}
 			h.fake.setRows(t, "4242|RUNNING|None|2026-12-02T10:00:01|"+tagOf(ev.Worker))
-			h.p.pollOnce(ctx)
+			h.p.poll.once(ctx)
 			if got := kinds(h.host.Events()); len(got) != 1 {
 				t.Fatalf("a running job told: %v", got)
 			}
@@ -1298,7 +1299,7 @@ func TestPollHearsJobEndUnderWorker(t *testing.T) {
 				h.fake.setRows(t)
 			}
 			squeues := len(h.fake.callsTo("squeue"))
-			h.p.pollOnce(ctx)
+			h.p.poll.once(ctx)
 			// The light look at the running job's state, then the full
 			// poll for the words of its change (lightpoll.go).
 			if calls := h.fake.callsTo("squeue"); len(calls) != squeues+2 || !slices.Contains(calls[squeues].remote(), "--only-job-state") ||
@@ -1310,7 +1311,7 @@ func TestPollHearsJobEndUnderWorker(t *testing.T) {
 				got.JobState != tc.state || got.Detail != tc.detail || got.Profile != "cpu" {
 				t.Errorf("event = %+v; want worker_job_ended, job 4242, %s, %q", got, tc.state, tc.detail)
 			}
-			h.p.pollOnce(ctx)
+			h.p.poll.once(ctx)
 			if got := kinds(h.host.Events()); len(got) != 2+tc.cancels {
 				t.Errorf("events after another cycle = %v; want the end told once", got)
 			}
@@ -1330,11 +1331,11 @@ func TestPollHearsJobEndUnderWorker(t *testing.T) {
 			t.Fatal(err)
 		}
 		h.fake.setRows(t, "4242|COMPLETED|None|2026-12-02T10:00:01|"+tagOf(ev.Worker))
-		h.p.pollOnce(ctx)
+		h.p.poll.once(ctx)
 		if got := kinds(h.host.Events()); len(got) != 1 {
 			t.Errorf("events = %v; a worker that left is not watched", got)
 		}
-		if h.p.pollWanted() {
+		if h.p.poll.wanted() {
 			t.Error("the poller works with nothing attached or outstanding")
 		}
 	})
@@ -1346,9 +1347,9 @@ func TestPollHearsJobEndUnderWorker(t *testing.T) {
 		ev := h.provisioned(t)
 		ctx := context.Background()
 		h.fake.setRows(t, "4242|RUNNING|None|2026-12-02T10:00:01|"+tagOf(ev.Worker))
-		h.p.pollOnce(ctx)
+		h.p.poll.once(ctx)
 		h.fake.setRows(t, "4242|PENDING|BeginTime|2026-12-02T10:02:00|"+tagOf(ev.Worker))
-		h.p.pollOnce(ctx)
+		h.p.poll.once(ctx)
 		if got := kinds(h.host.Events()); !slices.Equal(got, []shared.EventKind{shared.EventWorkerProvisioned, shared.EventWorkerCancelled}) {
 			t.Errorf("events = %v; want the requeued job cancelled", got)
 		}
@@ -1366,12 +1367,12 @@ func TestPollHearsJobEndUnderWorker(t *testing.T) {
 			t.Fatal(err)
 		}
 		h.fake.setRows(t, "4242|RUNNING|None|2026-12-02T10:00:01|"+tagOf(ev.Worker))
-		h.p.pollOnce(ctx)
+		h.p.poll.once(ctx)
 		if _, err := h.p.Reconcile(ctx, &shared.ReconcileRequest{}); err != nil {
 			t.Fatal(err)
 		}
 		h.fake.setRows(t, "4242|PENDING|BeginTime|2026-12-02T10:02:00|"+tagOf(ev.Worker))
-		h.p.pollOnce(ctx)
+		h.p.poll.once(ctx)
 		if got := kinds(h.host.Events()); !slices.Equal(got, []shared.EventKind{shared.EventWorkerProvisioned, shared.EventWorkerCancelled}) {
 			t.Errorf("events = %v; want the requeued job cancelled, not adopted", got)
 		}
@@ -1405,7 +1406,7 @@ func TestPollLightWhileRunning(t *testing.T) {
 			var forms []string
 			for range 7 {
 				before := len(h.fake.callsTo("squeue"))
-				h.p.pollOnce(ctx)
+				h.p.poll.once(ctx)
 				calls := h.fake.callsTo("squeue")[before:]
 				form := ""
 				for _, c := range calls {

@@ -2,11 +2,13 @@ package slurm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/slurm/internal/queue"
 )
 
 // The reach probe (validate -check -probe, CheckRequest.Probe): whether
@@ -44,29 +46,28 @@ func (c *check) probe(ctx context.Context) {
 	}
 	prof := c.firstProfile()
 	path := []string{"engine_url"}
-	dir, err := c.q.ensureLogDir(ctx, c.cfg)
+	dir, err := c.q.files.ensureLogDir(ctx, c.cfg)
 	if err != nil {
 		c.fail([]string{"log_dir"}, "Reach probe not run", "The probe's job writes its answer to log_dir: %v.", err)
 		return
 	}
 	// With worker_command unset the run ships the worker, and so does
 	// the probe, whose job runs the copy a run's jobs would.
-	if _, err := c.q.ensureWorker(ctx, c.cfg); err != nil {
+	if _, err := c.q.files.ensureWorker(ctx, c.cfg); err != nil {
 		c.fail([]string{"worker_command"}, "Reach probe not run", "The probe's job runs the worker a run ships, which could not be put on the login node: %v.", err)
 		return
 	}
 	url := c.cfg.EngineURL
-	script := c.q.scriptFor(prof, url, "", probeTag, nil, [][]string{{"reach-probe: no credential"}}, true)
+	script := c.q.sub.scriptFor(prof, url, "", probeTag, nil, [][]string{{"reach-probe: no credential"}}, true)
 	out := dir + "/probe-%j.out"
 	start := time.Now()
 	// On the command line, which wins over the profile's own #SBATCH
 	// lines: the answer is where the probe reads it.
-	stdout, stderr, err := c.q.call(ctx, script, "sbatch", "--parsable", "--output="+out, "--error="+out)
-	if err != nil {
-		c.fail(path, "Reach probe not submitted", "sbatch for the probe's job (profile %s) failed: %s.", prof.Name, quoteLines(truncate(firstNonEmpty(string(stderr), err.Error()))))
+	job, err := c.q.q.Submit(ctx, script, "--output="+out, "--error="+out)
+	if ce := (*queue.CommandError)(nil); errors.As(err, &ce) {
+		c.fail(path, "Reach probe not submitted", "sbatch for the probe's job (profile %s) failed: %s.", prof.Name, quoteLines(truncate(firstNonEmpty(string(ce.Stderr), ce.Err.Error()))))
 		return
 	}
-	job, err := parseJobID(string(stdout))
 	if err != nil {
 		c.fail(path, "Reach probe not submitted", "%v.", err)
 		return
@@ -74,13 +75,13 @@ func (c *check) probe(ctx context.Context) {
 	file := strings.ReplaceAll(out, "%j", job)
 	defer func() {
 		// The answer is read; the file is not left behind.
-		_, _, _ = c.q.call(context.WithoutCancel(ctx), nil, "rm", "-f", "--", file)
+		_, _, _ = c.q.q.Run(context.WithoutCancel(ctx), nil, "rm", "-f", "--", file)
 	}()
 	waited, reason, err := c.waitProbe(ctx, job)
 	if err != nil {
 		// Not ended within the check's deadline: it is not left to run.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		cancelErr := c.q.scancel(cctx, []string{job})
+		cancelErr := c.q.q.Cancel(cctx, []string{job})
 		cancel()
 		left := "it was cancelled"
 		if cancelErr != nil {
@@ -94,7 +95,7 @@ func (c *check) probe(ctx context.Context) {
 			job, time.Since(start).Round(time.Second), why, left)
 		return
 	}
-	said, _, err := c.q.call(ctx, nil, "cat", "--", file)
+	said, _, err := c.q.q.Run(ctx, nil, "cat", "--", file)
 	if err != nil {
 		c.fail(path, "Reach probe unanswered", "The probe's job %s ended, but its output %s cannot be read: %v.", job, file, err)
 		return
@@ -122,9 +123,8 @@ func (c *check) waitProbe(ctx context.Context, job string) (pended time.Duration
 	t := time.NewTicker(probePoll)
 	defer t.Stop()
 	for {
-		stdout, stderr, err := c.q.call(ctx, nil, "squeue", "-h", "-j", job, "-o", "%T|%r")
+		state, why, err := c.q.q.State(ctx, job)
 		if err == nil {
-			state, why, _ := strings.Cut(strings.TrimSpace(string(stdout)), "|")
 			switch {
 			case state == "" || endedStates[state] || state == "COMPLETING":
 				// Ended (its output is written), or gone from the queue.
@@ -137,7 +137,7 @@ func (c *check) waitProbe(ctx context.Context, job string) (pended time.Duration
 			case running.IsZero():
 				running = time.Now()
 			}
-		} else if strings.Contains(string(stderr), "Invalid job id") {
+		} else if strings.Contains(err.Error(), "Invalid job id") {
 			// An ended job that squeue has already forgotten.
 			return time.Since(start), "", nil
 		}

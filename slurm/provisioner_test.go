@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/slurm/internal/queue"
 	"github.com/fluksio/provision/slurm/sshrun"
 )
 
@@ -395,7 +396,7 @@ func TestReconcileKeepsSubmissionsInFlight(t *testing.T) {
 	eventually(t, "the submission to finish", func() bool {
 		h.p.mu.Lock()
 		defer h.p.mu.Unlock()
-		return len(h.p.inflight) == 0
+		return len(h.p.sub.inflight) == 0
 	})
 	resp, err = h.p.Reconcile(ctx, &shared.ReconcileRequest{})
 	if err != nil || !slices.Equal(resp.Expired, []string{"4242"}) {
@@ -429,17 +430,17 @@ func TestReconcileScancelFails(t *testing.T) {
 	if st := h.status(t); !strings.Contains(st.LastError, "Unable to contact slurm controller") {
 		t.Errorf("LastError = %q", st.LastError)
 	}
-	if !h.p.pollWanted() {
+	if !h.p.poll.wanted() {
 		t.Fatal("nothing outstanding, and the poller would not retry the scancel")
 	}
 	// Still failing: one more try per cycle, and one event in all.
-	h.p.pollOnce(ctx)
+	h.p.poll.once(ctx)
 	if n := len(h.fake.callsTo("scancel")); n != 2 {
 		t.Errorf("%d scancel calls after a poll cycle; want 2", n)
 	}
 	// The controller is back: the next cycle cancels it.
 	h.fake.setSpec(t, "sbatch=ok,squeue=rows,scancel=ok")
-	h.p.pollOnce(ctx)
+	h.p.poll.once(ctx)
 	scancels := h.fake.callsTo("scancel")
 	if len(scancels) != 3 || !slices.Equal(scancels[2].remote(), []string{"scancel", "4242"}) {
 		t.Fatalf("scancel calls = %+v", scancels)
@@ -449,7 +450,7 @@ func TestReconcileScancelFails(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("events = %v, want %v", got, want)
 	}
-	if h.p.pollWanted() {
+	if h.p.poll.wanted() {
 		t.Error("the poller still has work once the job is cancelled")
 	}
 }
@@ -679,15 +680,15 @@ func TestParseJobID(t *testing.T) {
 		{"123456789012345678901\n", ""},
 	}
 	for _, tc := range tests {
-		got, err := parseJobID(tc.stdout)
+		got, err := queue.ParseJobID(tc.stdout)
 		if tc.want == "" {
 			if err == nil {
-				t.Errorf("parseJobID(%q) = %q, want an error", tc.stdout, got)
+				t.Errorf("queue.ParseJobID(%q) = %q, want an error", tc.stdout, got)
 			}
 			continue
 		}
 		if err != nil || got != tc.want {
-			t.Errorf("parseJobID(%q) = %q, %v, want %q", tc.stdout, got, err, tc.want)
+			t.Errorf("queue.ParseJobID(%q) = %q, %v, want %q", tc.stdout, got, err, tc.want)
 		}
 	}
 }
@@ -749,17 +750,17 @@ func TestNoSbatchAfterShutdownBegan(t *testing.T) {
 func TestIdleAdoptionRests(t *testing.T) {
 	h := newHarness(t, "squeue=fail,sbatch=ok", nil)
 	ctx := context.Background()
-	for i := 0; i < 3*maxIdleAdoptFailures && h.p.pollWanted(); i++ {
-		h.p.pollOnce(ctx)
+	for i := 0; i < 3*maxIdleAdoptFailures && h.p.poll.wanted(); i++ {
+		h.p.poll.once(ctx)
 	}
-	if h.p.pollWanted() {
+	if h.p.poll.wanted() {
 		t.Fatalf("after %d failed squeues the idle poller still wants to poll", len(h.fake.callsTo("squeue")))
 	}
 	if n := len(h.fake.callsTo("squeue")); n != maxIdleAdoptFailures {
 		t.Errorf("%d squeue calls while idle; want %d", n, maxIdleAdoptFailures)
 	}
 	h.provision(t, cpuNeed)
-	if !h.p.pollWanted() {
+	if !h.p.poll.wanted() {
 		t.Error("a Provision did not wake the poller")
 	}
 }
@@ -819,7 +820,7 @@ func (h *harness) shutdownBegun(t *testing.T) {
 	eventually(t, "Shutdown to begin", func() bool {
 		h.p.mu.Lock()
 		defer h.p.mu.Unlock()
-		return h.p.shutdownDone != nil
+		return h.p.closing.shutdownDone != nil
 	})
 }
 

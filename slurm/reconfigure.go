@@ -65,12 +65,12 @@ func (p *Provisioner) reconfigure(next *settings) (*shared.ConfigureResponse, er
 	var cancels []jobRef
 	for _, name := range gone {
 		cancels = append(cancels, p.giveUpPendingLocked(name, maxCap, now)...)
-		delete(p.backoff, name)
+		delete(p.holds.backoff, name)
 	}
 	var retried []string
-	for name, b := range p.backoff {
+	for name, b := range p.holds.backoff {
 		if b.hold.kind == holdMisconfigured {
-			delete(p.backoff, name)
+			delete(p.holds.backoff, name)
 			retried = append(retried, name)
 		}
 	}

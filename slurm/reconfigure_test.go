@@ -22,8 +22,8 @@ func TestReconfigureInPlace(t *testing.T) {
 		t.Fatal("nothing outstanding after a Provision of 2")
 	}
 	h.p.mu.Lock()
-	h.p.countFailureLocked("gpu", "invalid partition")
-	h.p.markMisconfiguredLocked("gpu", "invalid partition")
+	h.p.holds.countFailureLocked("gpu", "invalid partition")
+	h.p.holds.markMisconfiguredLocked("gpu", "invalid partition")
 	h.p.mu.Unlock()
 
 	refused := baseConfig()
@@ -52,7 +52,7 @@ func TestReconfigureInPlace(t *testing.T) {
 		t.Errorf("%d requests outstanding after a second Configure, %d before", after, before)
 	}
 	h.p.mu.Lock()
-	held := h.p.backoff["gpu"] != nil && h.p.backoff["gpu"].hold.kind == holdMisconfigured
+	held := h.p.holds.backoff["gpu"] != nil && h.p.holds.backoff["gpu"].hold.kind == holdMisconfigured
 	h.p.mu.Unlock()
 	if held {
 		t.Error("profile gpu is still held as misconfigured after a second Configure")

@@ -235,7 +235,7 @@ func TestExplainRedactsEncodedCredentials(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(h.fake.dir, ev.Job+".out"), []byte(a.text), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		got := h.p.explain(context.Background(), prof, ev.Job, secrets)
+		got := h.p.files.explain(context.Background(), prof, ev.Job, secrets)
 		if runs := leaked(got, a.forms); len(runs) > 0 {
 			t.Errorf("%s: %d runs got through explain, such as %q:\n%s", a.name, len(runs), runs[0], got)
 		}
@@ -254,7 +254,7 @@ func TestExplainRedactsEncodedCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.fake.setRows(t, ev.Job+"|FAILED|NonZeroExitCode|2026-12-02T10:00:01|"+tagOf(ev.Worker))
-	h.p.pollOnce(context.Background())
+	h.p.poll.once(context.Background())
 	failed := waitEvents(t, h.host, 2)[1]
 	if failed.Kind != shared.EventWorkerProvisionFailed || !strings.Contains(failed.Detail, "no such module") {
 		t.Fatalf("event = %+v; want a failure quoting the output", failed)

@@ -34,6 +34,7 @@ import (
 
 	"github.com/fluksio/provision/shared"
 
+	"github.com/fluksio/provision/slurm/internal/queue"
 	relayd "github.com/fluksio/provision/slurm/relay"
 	"github.com/fluksio/provision/slurm/sshrun"
 )
@@ -303,7 +304,7 @@ func (r *relay) session(ctx context.Context) error {
 	// with several logins, the relay moves with them (logins.go). However
 	// the session ends, ssh is gone before session returns.
 	stderr := &tailBuffer{max: 4096}
-	ssh, err := r.p.ssh.Start(ctx, stderr, remote...)
+	ssh, err := r.p.q.Transport().Start(ctx, stderr, remote...)
 	if err != nil {
 		return fmt.Errorf("starting ssh for the relay: %w", err)
 	}
@@ -451,7 +452,7 @@ func (r *relay) command(ctx context.Context) ([]string, error) {
 	start := relayStartScript(sum, flags)
 	// A quick check first, so that a missing binary is copied before the
 	// long-lived session starts, rather than found by it.
-	_, stderr, err := r.p.call(ctx, nil, "sh", "-c", relayCheckScript(sum))
+	_, stderr, err := r.p.q.Run(ctx, nil, "sh", "-c", relayCheckScript(sum))
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
@@ -465,11 +466,11 @@ func (r *relay) command(ctx context.Context) ([]string, error) {
 		cfg.log.Info("copying the relay to the login node", "path", "~/"+relayCacheDir+"/"+relayFile(sum), "bytes", len(data))
 		// Tens of megabytes: more than submit_timeout may allow over a
 		// slow link, and it happens once per version.
-		if _, stderr, err := r.p.ssh.RunWithin(ctx, max(cfg.submitTimeout, relayUploadTimeout), data, "sh", "-c", relayUploadScript(sum)); err != nil {
-			return nil, fmt.Errorf("copying the relay to %s: %w", cfg.host(), withStderr(err, stderr))
+		if _, stderr, err := r.p.q.Transport().RunWithin(ctx, max(cfg.submitTimeout, relayUploadTimeout), data, "sh", "-c", relayUploadScript(sum)); err != nil {
+			return nil, fmt.Errorf("copying the relay to %s: %w", cfg.host(), queue.WithStderr(err, stderr))
 		}
 	default:
-		return nil, fmt.Errorf("checking the relay on %s: %w", cfg.host(), withStderr(err, stderr))
+		return nil, fmt.Errorf("checking the relay on %s: %w", cfg.host(), queue.WithStderr(err, stderr))
 	}
 	return []string{"sh", "-c", start}, nil
 }

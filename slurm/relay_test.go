@@ -93,7 +93,7 @@ func TestRelayPrivateCopy(t *testing.T) {
 	ctx := context.Background()
 	sh := func(script string) string {
 		t.Helper()
-		out, stderr, err := p.call(ctx, nil, "sh", "-c", script)
+		out, stderr, err := p.q.Run(ctx, nil, "sh", "-c", script)
 		if err != nil {
 			t.Fatalf("%s: %v: %s", script, err, stderr)
 		}
@@ -118,7 +118,7 @@ func TestRelayPrivateCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := func() (stdout string, code int) {
-		out, _, err := p.call(ctx, nil, remote...)
+		out, _, err := p.q.Run(ctx, nil, remote...)
 		var ee *exec.ExitError
 		switch {
 		case err == nil:
@@ -265,7 +265,7 @@ func TestRelayAdoptionCancelsAnEarlierRelaysJobs(t *testing.T) {
 	if err != nil || resp.Diagnostics.HasErrors() {
 		t.Fatalf("Configure: %v %v", err, resp.Diagnostics)
 	}
-	<-h.p.adoptTried
+	<-h.p.poll.adoptTried
 	scancels := h.fake.callsTo("scancel")
 	if len(scancels) != 1 || !slices.Equal(slices.Sorted(slices.Values(scancels[0].remote()[1:])), []string{"499", "500"}) {
 		t.Fatalf("scancel calls %+v; want one for 499 and 500", scancels)

@@ -46,7 +46,7 @@ func (r *relay) moved(ctx context.Context, old, now string) {
 	// All, ended too: a worker that found the squatter's certificate
 	// wrong has exited, and its job with it, but its credential is
 	// still to be revoked.
-	rows, err := p.listJobs(ctx, cfg, true)
+	rows, err := p.q.Jobs(ctx, true)
 	if err != nil {
 		cfg.log.Error("could not read the queue for the jobs that dial the relay's old address; cancelling those the books hold", "old", old, "error", err)
 	}
@@ -55,19 +55,19 @@ func (r *relay) moved(ctx context.Context, old, now string) {
 	p.mu.Lock()
 	host := p.host
 	for _, row := range rows {
-		tag, mine := cfg.ours(row.comment)
-		if !mine || seen[row.id] {
+		tag, mine := cfg.ours(row.Comment)
+		if !mine || seen[row.ID] {
 			continue
 		}
-		seen[row.id] = true
-		worker := machineWorker(tag.Worker, row.id)
+		seen[row.ID] = true
+		worker := machineWorker(tag.Worker, row.ID)
 		profile, _ := cfg.profileOf(tag.Worker)
 		machines := cfg.machinesOf(profile, worker)
 		for _, m := range machines {
 			p.dropLocked(m)
 		}
-		ref := jobRef{job: row.id, profile: profile, worker: machines[0], others: machines[1:], why: why}
-		if endedStates[row.state] {
+		ref := jobRef{job: row.ID, profile: profile, worker: machines[0], others: machines[1:], why: why}
+		if endedStates[row.State] {
 			ended = append(ended, ref)
 		} else {
 			refs = append(refs, ref)
@@ -88,5 +88,5 @@ func (r *relay) moved(ctx context.Context, old, now string) {
 			p.publish(ctx, cfg, host, shared.Event{Kind: shared.EventWorkerCancelled, Profile: j.profile, Job: j.job, Worker: w, Detail: j.why})
 		}
 	}
-	p.cancelJobs(ctx, cfg, host, refs, "cancelled a job whose workers dial the relay's old address")
+	p.cancels.cancelJobs(ctx, cfg, host, refs, "cancelled a job whose workers dial the relay's old address")
 }

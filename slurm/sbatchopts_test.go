@@ -78,7 +78,7 @@ func TestSbatchReadsWhatValidationReads(t *testing.T) {
 		t.Fatal("refused")
 	}
 	prof := prov.settings().Profiles[0]
-	show := submitHeld(t, env, string(prov.payload(prof, "hard-"+prof.Name+"-00000000", "tok")))
+	show := submitHeld(t, env, string(prov.sub.payload(prof, "hard-"+prof.Name+"-00000000", "tok")))
 	if m := nameRe.FindStringSubmatch(show); m == nil || m[1] != "fluksio-hard" {
 		t.Errorf("a prerun line set the job's name: %v", m)
 	}

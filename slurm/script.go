@@ -49,10 +49,10 @@ type family struct {
 	short string
 }
 
-// setBy reports whether any of the sbatch lines sets an option of the
-// family, abbreviated or not, in any word of a line.
-func (f family) setBy(lines []string) bool {
-	for _, o := range sbatch.Opts(lines) {
+// setIn reports whether any of opts is an option of the family,
+// abbreviated or not.
+func (f family) setIn(opts []sbatch.Opt) bool {
+	for _, o := range opts {
 		for _, l := range f.long {
 			if o.Is(l, 0) {
 				return true
@@ -65,184 +65,34 @@ func (f family) setBy(lines []string) bool {
 	return false
 }
 
-// payload is the batch script: a worker that dials the engine and stops
-// when it has been idle for max_idle.
-//
-// It is the seam of this package. A cluster whose compute nodes cannot
-// reach the engine needs a staged variant, and that variant is this method
-// and nothing else.
-//
-// Every #SBATCH line comes before the first command, because sbatch stops
-// reading directives there. Every value interpolated into a command is
-// shell-quoted; the profile's sbatch and prerun lines go in verbatim,
-// which is what they are for, and validation has made sure each stays on
-// its own line.
-func (p *Provisioner) payload(prof Profile, worker, token string) []byte {
-	return p.script(prof, p.settings().EngineURL, "", worker, nil, [][]string{{token}})
+// sbatchOpts is what the script needs of a profile's own sbatch lines:
+// which option families they set, and their time limit. A profile of the
+// configuration carries it, read once (Profile.opts); scriptFor then
+// parses no line.
+type sbatchOpts struct {
+	cpu, mem, gpu, output, error, deadline, signal bool
+	// limit is the lines' --time, when hasLimit.
+	limit    time.Duration
+	hasLimit bool
 }
 
-// script writes the batch script for tag's job: one allocation with
-// tokens[0] when tasks is nil, else an array whose task tasks[i] is an
-// allocation with tokens[i]. An allocation's tokens are its nodes'
-// credentials, one per node (prof.Nodes, multinode.go).
-//
-// url is what the worker dials: engine_url, or the relay's address; pin,
-// when set, is the SHA-256 of the certificate the worker must find there
-// (the relay's own, relaytls.go).
-func (p *Provisioner) script(prof Profile, url, pin, tag string, tasks []int, tokens [][]string) []byte {
-	return p.scriptFor(prof, url, pin, tag, tasks, tokens, false)
+// readOpts reads lines' options once.
+func readOpts(lines []string) *sbatchOpts {
+	all := sbatch.Opts(lines)
+	o := &sbatchOpts{cpu: cpuOptions.setIn(all), mem: memOptions.setIn(all), gpu: gpuOptions.setIn(all),
+		output: outputOptions.setIn(all), error: errorOptions.setIn(all), deadline: deadlineOptions.setIn(all),
+		signal: signalOptions.setIn(all)}
+	o.limit, o.hasLimit = sbatch.TimeLimit(lines)
+	return o
 }
 
-// probeValueRE is a value of the engine's run as the host hands it to a
-// probe (engine.ProbeValue): nothing the shell acts on.
-var probeValueRE = regexp.MustCompile(`^[0-9a-f]{32}$`)
-
-// scriptFor is script; probe makes its worker a reach probe (probe.go)
-// rather than one that attaches.
-func (p *Provisioner) scriptFor(prof Profile, url, pin, tag string, tasks []int, tokens [][]string, probe bool) []byte {
-	cfg := p.settings()
-	worker := tag
-	var b bytes.Buffer
-	line := func(parts ...string) {
-		b.WriteString(strings.Join(parts, ""))
-		b.WriteByte('\n')
+// options is what the script needs of prof's sbatch lines: as read with
+// the configuration, or read now for a profile made otherwise.
+func (prof Profile) options() *sbatchOpts {
+	if prof.opts != nil {
+		return prof.opts
 	}
-
-	line("#!/bin/bash")
-	line("#SBATCH --job-name=", jobName(cfg.name))
-	// The tag (tag.go) says whose job this is, and names its worker, so
-	// that a submission whose answer was lost can still be found.
-	line("#SBATCH --comment=", cfg.comment(worker))
-	if tasks != nil {
-		// Not from the profile: validation reserves --array (reservedOption).
-		line("#SBATCH --array=", sbatch.ArraySpec(tasks))
-	}
-	nodes := max(1, prof.Nodes)
-	if nodes > 1 {
-		// Reserved too: one task per node, each a worker.
-		line("#SBATCH --nodes=", strconv.Itoa(nodes))
-		line("#SBATCH --ntasks-per-node=1")
-	}
-	// The profile's numbers are what matching promised, so the scheduler
-	// is asked for them unless the profile's own lines already do.
-	if !cpuOptions.setBy(prof.Sbatch) {
-		line("#SBATCH --cpus-per-task=", strconv.Itoa(prof.CPUs))
-	}
-	if prof.RAMMB > 0 && !memOptions.setBy(prof.Sbatch) {
-		line("#SBATCH --mem=", strconv.FormatInt(prof.RAMMB, 10), "M")
-	}
-	if prof.GPUs > 0 && !gpuOptions.setBy(prof.Sbatch) {
-		line("#SBATCH --gres=gpu:", strconv.Itoa(prof.GPUs))
-	}
-	// A job that has not started within provision_timeout can no longer
-	// end by this deadline, and Slurm removes it (state DEADLINE) even if
-	// nobody is left to cancel it. Without a time limit there is no end to
-	// compute; see the package documentation.
-	// A --begin moves the deadline by its delay, worked out now for one
-	// at a wall-clock time (begin.go).
-	if limit, ok := sbatch.TimeLimit(prof.Sbatch); ok && !deadlineOptions.setBy(prof.Sbatch) {
-		delay := cfg.beginDelayAt(prof, p.now())
-		line("#SBATCH --deadline=now+", strconv.FormatInt(seconds(delay+cfg.provisionTimeout+limit), 10), "seconds")
-	}
-	// Output to log_dir, one file per job (or array task), stdout and
-	// stderr together: what a failed job said is then in one place the
-	// plugin knows, and can read back (joblog.go).
-	if dir := p.outputDir(cfg); dir != "" {
-		if !outputOptions.setBy(prof.Sbatch) {
-			line("#SBATCH --output=", outputPattern(dir, tasks != nil))
-		}
-		// A profile that sends its output elsewhere gets its errors
-		// there too, as sbatch does when --error is not given.
-		if !errorOptions.setBy(prof.Sbatch) && !outputOptions.setBy(prof.Sbatch) {
-			line("#SBATCH --error=", outputPattern(dir, tasks != nil))
-		}
-	}
-	// B: signals only the batch shell, which the script replaces with the
-	// worker (exec), so the worker alone hears it. A worker that is told
-	// its walltime leaves before it by itself and needs no warning, which
-	// Slurm may send a minute early: a job of a few minutes would lose
-	// most of them to it.
-	walltime, knowsWalltime := sbatch.TimeLimit(prof.Sbatch)
-	if !signalOptions.setBy(prof.Sbatch) && !knowsWalltime {
-		line("#SBATCH --signal=B:TERM@", strconv.Itoa(walltimeWarning))
-	}
-	for _, s := range prof.Sbatch {
-		line("#SBATCH ", s)
-	}
-	line()
-
-	// sbatch reads directives up to the first line that is neither blank
-	// nor a comment. This no-op is that line, so that a prerun line that
-	// starts with #SBATCH is a comment to sbatch too, not an option.
-	line(": end of sbatch directives")
-	if knowsWalltime {
-		// The job's start, before the prerun lines take their time, and
-		// its time limit: the worker reckons its end from them where
-		// Slurm does not say (SLURM_JOB_END_TIME, from 23.02). In the
-		// environment, which a worker of an earlier release ignores,
-		// not on its command line, which it would refuse.
-		line(`export FLUKSIO_JOB_START="$(date +%s)" FLUKSIO_WALLTIME=`, strconv.FormatInt(int64(walltime/time.Second), 10))
-	}
-	for _, s := range prof.Prerun {
-		line(s)
-	}
-
-	// The credential is the worker's alone: it is set for the exec that
-	// becomes the worker, so no prerun command (nor anything they start)
-	// inherits it. In the environment, not argv: any user of a compute
-	// node can read every process's /proc/PID/cmdline, but only the job's
-	// owner can read its environ.
-	//
-	// With worker_command unset, the worker is the plugin's copy on the
-	// login node (ship.go), checked by its sha256 first: a copy that is
-	// missing or replaced is refused, with a line in the job's output.
-	program := cfg.WorkerCommand
-	if program == nil {
-		ship := p.workerCopyFor()
-		program = []string{ship.path}
-		line(workerGuard(ship))
-	}
-	var argv []string
-	for _, w := range program {
-		argv = append(argv, shellQuote(w))
-	}
-	wargs := shared.WorkerArgs{URL: url, EngineCertSHA256: pin, CPUs: prof.CPUs, GPUs: prof.GPUs, RAMMB: prof.RAMMB,
-		Labels: prof.Labels, MaxIdle: cfg.maxIdle, ArtifactURL: cfg.ArtifactURL, Probe: probe}
-	for _, w := range wargs.Argv() {
-		argv = append(argv, shellQuote(w))
-	}
-	command := strings.Join(argv, " ")
-	// start is what runs the allocation with its credentials: the worker
-	// itself, or for several nodes srun with the credentials exported for
-	// its tasks to pick from (multinode.go).
-	// A probe's worker is told the value of the engine's run its answer
-	// must carry (shared.ProbeAnswerEnv), which the host gave this
-	// plugin; in the environment, as the credential is.
-	var probeEnv string
-	if v := os.Getenv(shared.ProbeAnswerEnv); probe && probeValueRE.MatchString(v) {
-		probeEnv = shared.ProbeAnswerEnv + "=" + v + " "
-	}
-	start := func(tokens []string) string {
-		if nodes == 1 {
-			return probeEnv + tokenVar + "=" + shellQuote(tokens[0]) + " exec " + command
-		}
-		var vars []string
-		for i, t := range tokens {
-			vars = append(vars, tokenVarOf(i)+"="+shellQuote(t))
-		}
-		return "export " + strings.Join(vars, " ") + "; exec " + srunCommand(prof, nodes, command)
-	}
-	if tasks == nil {
-		line(start(tokens[0]))
-		return b.Bytes()
-	}
-	line(`case "${SLURM_ARRAY_TASK_ID:-}" in`)
-	for i, t := range tasks {
-		line(strconv.Itoa(t), ") ", start(tokens[i]), " ;;")
-	}
-	line(`*) echo "fluksio: no credential for array task '${SLURM_ARRAY_TASK_ID:-}'" >&2; exit 1 ;;`)
-	line("esac")
-	return b.Bytes()
+	return readOpts(prof.Sbatch)
 }
 
 // srunCommand starts one task per node of the allocation, each running
@@ -296,9 +146,209 @@ func (s *settings) credentialTTL(prof Profile, at time.Time) time.Duration {
 	if s.tokenTTL > 0 {
 		return s.tokenTTL
 	}
-	limit, ok := sbatch.TimeLimit(prof.Sbatch)
-	if !ok {
+	opts := prof.options()
+	if !opts.hasLimit {
 		return noLimitTTL
 	}
-	return s.beginDelayAt(prof, at) + s.provisionTimeout + limit + tokenMargin
+	return s.beginDelayAt(prof, at) + s.provisionTimeout + opts.limit + tokenMargin
+}
+
+// payload is the batch script: a worker that dials the engine and stops
+// when it has been idle for max_idle.
+//
+// It is the seam of this package. A cluster whose compute nodes cannot
+// reach the engine needs a staged variant, and that variant is this method
+// and nothing else.
+//
+// Every #SBATCH line comes before the first command, because sbatch stops
+// reading directives there. Every value interpolated into a command is
+// shell-quoted; the profile's sbatch and prerun lines go in verbatim,
+// which is what they are for, and validation has made sure each stays on
+// its own line.
+func (su *submitter) payload(prof Profile, worker, token string) []byte {
+	p := su.p
+	return su.script(prof, p.settings().EngineURL, "", worker, nil, [][]string{{token}})
+}
+
+// script writes the batch script for tag's job: one allocation with
+// tokens[0] when tasks is nil, else an array whose task tasks[i] is an
+// allocation with tokens[i]. An allocation's tokens are its nodes'
+// credentials, one per node (prof.Nodes, multinode.go).
+//
+// url is what the worker dials: engine_url, or the relay's address; pin,
+// when set, is the SHA-256 of the certificate the worker must find there
+// (the relay's own, relaytls.go).
+func (su *submitter) script(prof Profile, url, pin, tag string, tasks []int, tokens [][]string) []byte {
+	return su.scriptFor(prof, url, pin, tag, tasks, tokens, false)
+}
+
+// probeValueRE is a value of the engine's run as the host hands it to a
+// probe (engine.ProbeValue): nothing the shell acts on.
+var probeValueRE = regexp.MustCompile(`^[0-9a-f]{32}$`)
+
+// scriptFor is script; probe makes its worker a reach probe (probe.go)
+// rather than one that attaches.
+func (su *submitter) scriptFor(prof Profile, url, pin, tag string, tasks []int, tokens [][]string, probe bool) []byte {
+	p := su.p
+	cfg := p.settings()
+	opts := prof.options()
+	worker := tag
+	nodes := max(1, prof.Nodes)
+	walltime, knowsWalltime := opts.limit, opts.hasLimit
+	var b bytes.Buffer
+	line := func(parts ...string) {
+		b.WriteString(strings.Join(parts, ""))
+		b.WriteByte('\n')
+	}
+
+	line("#!/bin/bash")
+	su.directives(line, cfg, prof, opts, worker, tasks)
+	line()
+
+	// sbatch reads directives up to the first line that is neither blank
+	// nor a comment. This no-op is that line, so that a prerun line that
+	// starts with #SBATCH is a comment to sbatch too, not an option.
+	line(": end of sbatch directives")
+	if knowsWalltime {
+		// The job's start, before the prerun lines take their time, and
+		// its time limit: the worker reckons its end from them where
+		// Slurm does not say (SLURM_JOB_END_TIME, from 23.02). In the
+		// environment, which a worker of an earlier release ignores,
+		// not on its command line, which it would refuse.
+		line(`export FLUKSIO_JOB_START="$(date +%s)" FLUKSIO_WALLTIME=`, strconv.FormatInt(int64(walltime/time.Second), 10))
+	}
+	for _, s := range prof.Prerun {
+		line(s)
+	}
+
+	// The credential is the worker's alone: it is set for the exec that
+	// becomes the worker, so no prerun command (nor anything they start)
+	// inherits it. In the environment, not argv: any user of a compute
+	// node can read every process's /proc/PID/cmdline, but only the job's
+	// owner can read its environ.
+	command := su.workerCommand(line, cfg, prof, url, pin, probe)
+	// start is what runs the allocation with its credentials: the worker
+	// itself, or for several nodes srun with the credentials exported for
+	// its tasks to pick from (multinode.go).
+	// A probe's worker is told the value of the engine's run its answer
+	// must carry (shared.ProbeAnswerEnv), which the host gave this
+	// plugin; in the environment, as the credential is.
+	var probeEnv string
+	if v := os.Getenv(shared.ProbeAnswerEnv); probe && probeValueRE.MatchString(v) {
+		probeEnv = shared.ProbeAnswerEnv + "=" + v + " "
+	}
+	start := func(tokens []string) string {
+		if nodes == 1 {
+			return probeEnv + tokenVar + "=" + shellQuote(tokens[0]) + " exec " + command
+		}
+		var vars []string
+		for i, t := range tokens {
+			vars = append(vars, tokenVarOf(i)+"="+shellQuote(t))
+		}
+		return "export " + strings.Join(vars, " ") + "; exec " + srunCommand(prof, nodes, command)
+	}
+	if tasks == nil {
+		line(start(tokens[0]))
+		return b.Bytes()
+	}
+	line(`case "${SLURM_ARRAY_TASK_ID:-}" in`)
+	for i, t := range tasks {
+		line(strconv.Itoa(t), ") ", start(tokens[i]), " ;;")
+	}
+	line(`*) echo "fluksio: no credential for array task '${SLURM_ARRAY_TASK_ID:-}'" >&2; exit 1 ;;`)
+	line("esac")
+	return b.Bytes()
+}
+
+// directives writes the script's #SBATCH lines for worker's job: its
+// name and tag, the array of tasks, the nodes, what the profile's numbers
+// ask for and the deadline, output and signal the provisioner adds
+// unless the profile's own lines (opts, read once) set them, and then
+// the profile's own lines.
+func (su *submitter) directives(line func(...string), cfg *settings, prof Profile, opts *sbatchOpts, worker string, tasks []int) {
+	line("#SBATCH --job-name=", jobName(cfg.name))
+	// The tag (tag.go) says whose job this is, and names its worker, so
+	// that a submission whose answer was lost can still be found.
+	line("#SBATCH --comment=", cfg.comment(worker))
+	if tasks != nil {
+		// Not from the profile: validation reserves --array (reservedOption).
+		line("#SBATCH --array=", sbatch.ArraySpec(tasks))
+	}
+	nodes := max(1, prof.Nodes)
+	if nodes > 1 {
+		// Reserved too: one task per node, each a worker.
+		line("#SBATCH --nodes=", strconv.Itoa(nodes))
+		line("#SBATCH --ntasks-per-node=1")
+	}
+	// The profile's numbers are what matching promised, so the scheduler
+	// is asked for them unless the profile's own lines already do.
+	if !opts.cpu {
+		line("#SBATCH --cpus-per-task=", strconv.Itoa(prof.CPUs))
+	}
+	if prof.RAMMB > 0 && !opts.mem {
+		line("#SBATCH --mem=", strconv.FormatInt(prof.RAMMB, 10), "M")
+	}
+	if prof.GPUs > 0 && !opts.gpu {
+		line("#SBATCH --gres=gpu:", strconv.Itoa(prof.GPUs))
+	}
+	// A job that has not started within provision_timeout can no longer
+	// end by this deadline, and Slurm removes it (state DEADLINE) even if
+	// nobody is left to cancel it. Without a time limit there is no end to
+	// compute; see the package documentation.
+	// A --begin moves the deadline by its delay, worked out now for one
+	// at a wall-clock time (begin.go).
+	if opts.hasLimit && !opts.deadline {
+		delay := cfg.beginDelayAt(prof, su.p.now())
+		line("#SBATCH --deadline=now+", strconv.FormatInt(seconds(delay+cfg.provisionTimeout+opts.limit), 10), "seconds")
+	}
+	// Output to log_dir, one file per job (or array task), stdout and
+	// stderr together: what a failed job said is then in one place the
+	// plugin knows, and can read back (joblog.go).
+	if dir := su.p.files.outputDir(cfg); dir != "" {
+		if !opts.output {
+			line("#SBATCH --output=", outputPattern(dir, tasks != nil))
+		}
+		// A profile that sends its output elsewhere gets its errors
+		// there too, as sbatch does when --error is not given.
+		if !opts.error && !opts.output {
+			line("#SBATCH --error=", outputPattern(dir, tasks != nil))
+		}
+	}
+	// B: signals only the batch shell, which the script replaces with the
+	// worker (exec), so the worker alone hears it. A worker that is told
+	// its walltime leaves before it by itself and needs no warning, which
+	// Slurm may send a minute early: a job of a few minutes would lose
+	// most of them to it.
+	if !opts.signal && !opts.hasLimit {
+		line("#SBATCH --signal=B:TERM@", strconv.Itoa(walltimeWarning))
+	}
+	for _, s := range prof.Sbatch {
+		line("#SBATCH ", s)
+	}
+}
+
+// workerCommand is the worker's command line, each word shell-quoted:
+// worker_command, or the plugin's shipped copy; then the worker's
+// arguments (url, pin, the profile's figures, and probe for a reach
+// probe). With worker_command unset, the worker is the plugin's copy on
+// the login node (ship.go), checked by its sha256 first: it writes that
+// guard, and a copy that is missing or replaced is refused, with a line
+// in the job's output.
+func (su *submitter) workerCommand(line func(...string), cfg *settings, prof Profile, url, pin string, probe bool) string {
+	program := cfg.WorkerCommand
+	if program == nil {
+		ship := su.p.files.workerCopyFor()
+		program = []string{ship.path}
+		line(workerGuard(ship))
+	}
+	var argv []string
+	for _, w := range program {
+		argv = append(argv, shellQuote(w))
+	}
+	wargs := shared.WorkerArgs{URL: url, EngineCertSHA256: pin, CPUs: prof.CPUs, GPUs: prof.GPUs, RAMMB: prof.RAMMB,
+		Labels: prof.Labels, MaxIdle: cfg.maxIdle, ArtifactURL: cfg.ArtifactURL, Probe: probe}
+	for _, w := range wargs.Argv() {
+		argv = append(argv, shellQuote(w))
+	}
+	return strings.Join(argv, " ")
 }

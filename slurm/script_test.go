@@ -76,7 +76,7 @@ func scriptProvisioner(t *testing.T, c Config) *Provisioner {
 	p := New(nil)
 	p.cfg = s
 	if c.WorkerCommand == nil {
-		p.shipped = goldenShipped
+		p.files.shipped = goldenShipped
 	}
 	return p
 }
@@ -87,7 +87,7 @@ func TestScriptGolden(t *testing.T) {
 		for _, prof := range scriptProfiles {
 			name := cname + "-" + prof.Name
 			t.Run(name, func(t *testing.T) {
-				got := p.payload(prof, "hpc-"+prof.Name+"-0123abcd", goldenToken)
+				got := p.sub.payload(prof, "hpc-"+prof.Name+"-0123abcd", goldenToken)
 				path := filepath.Join("testdata", name+".sh")
 				if *update {
 					if err := os.WriteFile(path, got, 0o644); err != nil {
@@ -140,7 +140,7 @@ func TestScriptRuns(t *testing.T) {
 	c.WorkerCommand = []string{"/bin/sh", "-c", `printf '%s\n' "$FLUKSIO_WORKER_TOKEN" "$0" "$@"`, "it's a worker"}
 	p := scriptProvisioner(t, c)
 	prof := Profile{Name: "run", CPUs: 3, GPUs: 1, RAMMB: 1024, Labels: []string{"a", "b.c"}, Prerun: []string{"PRERUN=1"}}
-	script := p.payload(prof, "hpc-run-0123abcd", goldenToken)
+	script := p.sub.payload(prof, "hpc-run-0123abcd", goldenToken)
 	checkScript(t, script)
 
 	cmd := exec.Command("bash")
@@ -177,7 +177,7 @@ func TestScriptResourceLines(t *testing.T) {
 		{Profile{Name: "a", CPUs: 1, GPUs: 2, Sbatch: []string{"--gpu-bind=closest"}}, []string{"--gres=gpu:2"}, nil},
 	}
 	for _, tc := range tests {
-		script := string(p.payload(tc.prof, "hpc-a-0123abcd", "t"))
+		script := string(p.sub.payload(tc.prof, "hpc-a-0123abcd", "t"))
 		for _, s := range tc.has {
 			if !strings.Contains(script, "#SBATCH "+s) {
 				t.Errorf("%+v: no %q in\n%s", tc.prof, s, script)
@@ -253,7 +253,7 @@ func TestScriptDeadlineAndSignal(t *testing.T) {
 		{[]string{"--time=10", "--signal=B:USR1@120"}, "now+1500seconds", "", 600},
 	}
 	for _, tc := range tests {
-		b := p.payload(Profile{Name: "a", CPUs: 1, Sbatch: tc.sbatch}, "hpc-a-0123abcd", "t")
+		b := p.sub.payload(Profile{Name: "a", CPUs: 1, Sbatch: tc.sbatch}, "hpc-a-0123abcd", "t")
 		checkScript(t, b)
 		script := string(b)
 		wall := strings.Contains(script, "\nexport FLUKSIO_JOB_START=\"$(date +%s)\" FLUKSIO_WALLTIME="+strconv.Itoa(tc.walltime)+"\n")
@@ -307,7 +307,7 @@ func TestScriptPinsTheRelay(t *testing.T) {
 	p := scriptProvisioner(t, c)
 	prof := Profile{Name: "run", CPUs: 1}
 	pin := strings.Repeat("ab", 32)
-	script := p.script(prof, "https://login1:7000", pin, "hpc-run-0123abcd", nil, [][]string{{goldenToken}})
+	script := p.sub.script(prof, "https://login1:7000", pin, "hpc-run-0123abcd", nil, [][]string{{goldenToken}})
 	checkScript(t, script)
 	cmd := exec.Command("bash")
 	cmd.Stdin = bytes.NewReader(script)
@@ -318,5 +318,35 @@ func TestScriptPinsTheRelay(t *testing.T) {
 	}
 	if !strings.HasPrefix(string(out), "--url\nhttps://login1:7000\n--engine-cert-sha256\n"+pin+"\n") {
 		t.Errorf("worker saw:\n%s\nwant --url https://login1:7000 --engine-cert-sha256 %s first", out, pin)
+	}
+}
+
+// TestScriptReadsOptionsOnceAtConfiguration: a configured profile carries
+// its sbatch lines' options, read when the configuration was, and its
+// script is built from them without reading the lines again; a profile
+// made otherwise has its lines read when its script is.
+func TestScriptReadsOptionsOnceAtConfiguration(t *testing.T) {
+	c := baseConfig()
+	c["profile"] = []any{map[string]any{"name": "cpu", "cpus": 4, "sbatch": []string{"--partition=debug --deadline=2030-01-01T00:00:00", "-t 30"}}}
+	s, diags := parseConfig("hpc", mustJSON(t, c))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	prof := s.Profiles[0]
+	if prof.opts == nil || !prof.opts.deadline || prof.opts.cpu || !prof.opts.hasLimit || prof.opts.limit != 30*time.Minute {
+		t.Fatalf("the configured profile's options: %+v; want --deadline and a 30-minute limit", prof.opts)
+	}
+	p := scriptProvisioner(t, scriptConfigs["default"])
+	// Lines the options were not read from: the script follows the
+	// options read at configuration, so it reads no line of them.
+	prof.Sbatch = []string{"--time=10"}
+	script := string(p.sub.payload(prof, "hpc-cpu-0123abcd", "t"))
+	if strings.Contains(script, "--deadline=now+") || !strings.Contains(script, "FLUKSIO_WALLTIME=1800") {
+		t.Errorf("the script of a configured profile read its lines again:\n%s", script)
+	}
+	prof.opts = nil
+	script = string(p.sub.payload(prof, "hpc-cpu-0123abcd", "t"))
+	if !strings.Contains(script, "--deadline=now+") || !strings.Contains(script, "FLUKSIO_WALLTIME=600") {
+		t.Errorf("the script of a profile made otherwise did not read its lines:\n%s", script)
 	}
 }

@@ -39,6 +39,7 @@ import (
 	"unicode"
 
 	"github.com/fluksio/provision/internal/fileperm"
+	"github.com/fluksio/provision/slurm/internal/queue"
 )
 
 const (
@@ -150,18 +151,6 @@ func sha256Hex(data []byte) string {
 	return hex.EncodeToString(h[:])
 }
 
-// binDir is where the worker binaries to ship are looked for.
-func (p *Provisioner) binDir() (string, error) {
-	if p.workerDir != "" {
-		return p.workerDir, nil
-	}
-	bin, err := os.Executable()
-	if err != nil {
-		return "", fmt.Errorf("finding the plugin's own executable, beside which the worker to ship is: %w", err)
-	}
-	return filepath.Dir(bin), nil
-}
-
 // shipPlan is what a check of the login node found: the worker binary to
 // ship there, its bytes and sha256, and where its copy goes.
 type shipPlan struct {
@@ -170,12 +159,80 @@ type shipPlan struct {
 	copy  workerCopy
 }
 
+// shippedWorker is validate -check's word on the shipped worker: where
+// its copy is or will be, and that the compute nodes must see it. It
+// copies nothing; the scratch provisioner's scripts name the copy.
+func (c *check) shippedWorker(ctx context.Context) {
+	plan, err := c.q.files.planShip(ctx, c.cfg)
+	if err != nil {
+		c.fail([]string{"worker_command"}, "No worker to ship", "worker_command is unset, so the plugin ships its own worker to the login node, and cannot: %v.", err)
+		return
+	}
+	state := "copied there at the first submission"
+	_, _, err = c.q.q.Run(ctx, nil, "sh", "-c", workerMatchScript(plan.copy.sum))
+	if err == nil {
+		state = "already there"
+	}
+	c.q.mu.Lock()
+	c.q.files.shipped = plan.copy
+	c.q.mu.Unlock()
+	c.fact("worker", fmt.Sprintf("shipped by the plugin: %s (sha256 %s…, %d bytes) to %s on the login node, %s. Jobs run it from there, so the compute nodes must see the login user's home directory; where they do not, install a worker where they do and set worker_command",
+		plan.local, plan.copy.sum[:16], len(plan.data), plan.copy.path, state), "worker_command")
+}
+
+// loginFiles is what the provisioner keeps on the login node: the
+// worker's copy it ships (this file) and log_dir, where jobs write their
+// output and explain reads it back (joblog.go).
+type loginFiles struct {
+	// p is the provisioner whose books this reads and changes, under p.mu.
+	p *Provisioner
+
+	// makingLogDir holds one token while log_dir is being made, so that
+	// a burst of first submissions makes it once, not once each; it is
+	// taken with the caller's context, across that one ssh call.
+	makingLogDir chan struct{}
+	// shipping holds one token while the worker's copy on the login node
+	// is checked or copied (ship.go), so that a burst of submissions
+	// copies it once; taken with the caller's context, across those ssh
+	// calls.
+	shipping chan struct{}
+	// workerDir is where the worker binaries to ship are looked for
+	// (ship.go); empty means the directory of the plugin's own
+	// executable. Tests set it before Configure; it never changes after.
+	workerDir string
+
+	// The fields below are guarded by p.mu.
+
+	// logDirAbs is log_dir as the login node resolved it, empty until
+	// the first submission made it (joblog.go).
+	logDirAbs string
+	// shipped is the worker's copy on the login node when worker_command
+	// is unset, zero until a submission has checked it (ship.go), and
+	// shippedAt when it was last checked; a zero shippedAt has the next
+	// submission check it again.
+	shipped   workerCopy
+	shippedAt time.Time
+}
+
+// binDir is where the worker binaries to ship are looked for.
+func (lf *loginFiles) binDir() (string, error) {
+	if lf.workerDir != "" {
+		return lf.workerDir, nil
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("finding the plugin's own executable, beside which the worker to ship is: %w", err)
+	}
+	return filepath.Dir(bin), nil
+}
+
 // planShip asks the login node its kind and home and reads the worker to
 // ship to it. It changes nothing.
-func (p *Provisioner) planShip(ctx context.Context, cfg *settings) (shipPlan, error) {
-	stdout, stderr, err := p.call(ctx, nil, "sh", "-c", loginScript)
+func (lf *loginFiles) planShip(ctx context.Context, cfg *settings) (shipPlan, error) {
+	p := lf.p
+	stdout, stderr, err := p.q.Run(ctx, nil, "sh", "-c", loginScript)
 	if err != nil {
-		return shipPlan{}, fmt.Errorf("asking %s its kind and home, to ship the worker: %w", cfg.host(), withStderr(err, stderr))
+		return shipPlan{}, fmt.Errorf("asking %s its kind and home, to ship the worker: %w", cfg.host(), queue.WithStderr(err, stderr))
 	}
 	// A login shell's start-up files may print first: the answer is the
 	// last two lines.
@@ -187,7 +244,7 @@ func (p *Provisioner) planShip(ctx context.Context, cfg *settings) (shipPlan, er
 	if !path.IsAbs(home) || strings.ContainsFunc(home, unicode.IsControl) {
 		return shipPlan{}, fmt.Errorf("the login user's home on %s is %q, which is not an absolute path the worker can be shipped under; set worker_command", cfg.host(), truncate(home))
 	}
-	dir, err := p.binDir()
+	dir, err := lf.binDir()
 	if err != nil {
 		return shipPlan{}, err
 	}
@@ -210,21 +267,22 @@ func (p *Provisioner) planShip(ctx context.Context, cfg *settings) (shipPlan, er
 // within workerRecheck, copying it there first when it is missing or
 // does not match; the zero workerCopy when worker_command is set, and
 // nothing is shipped.
-func (p *Provisioner) ensureWorker(ctx context.Context, cfg *settings) (workerCopy, error) {
+func (lf *loginFiles) ensureWorker(ctx context.Context, cfg *settings) (workerCopy, error) {
+	p := lf.p
 	if cfg.WorkerCommand != nil {
 		return workerCopy{}, nil
 	}
 	checked := func() (workerCopy, bool) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return p.shipped, p.shipped.path != "" && !p.shippedAt.IsZero() && p.now().Sub(p.shippedAt) < workerRecheck
+		return lf.shipped, lf.shipped.path != "" && !lf.shippedAt.IsZero() && p.now().Sub(lf.shippedAt) < workerRecheck
 	}
 	if c, ok := checked(); ok {
 		return c, nil
 	}
 	select {
-	case p.shipping <- struct{}{}:
-		defer func() { <-p.shipping }()
+	case lf.shipping <- struct{}{}:
+		defer func() { <-lf.shipping }()
 	case <-ctx.Done():
 		return workerCopy{}, fmt.Errorf("waiting for the worker to be shipped: %w", ctx.Err())
 	}
@@ -232,11 +290,11 @@ func (p *Provisioner) ensureWorker(ctx context.Context, cfg *settings) (workerCo
 	if c, ok := checked(); ok {
 		return c, nil
 	}
-	plan, err := p.planShip(ctx, cfg)
+	plan, err := lf.planShip(ctx, cfg)
 	if err != nil {
 		return workerCopy{}, err
 	}
-	_, stderr, err := p.call(ctx, nil, "sh", "-c", workerCheckScript(plan.copy.sum))
+	_, stderr, err := p.q.Run(ctx, nil, "sh", "-c", workerCheckScript(plan.copy.sum))
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
@@ -245,14 +303,14 @@ func (p *Provisioner) ensureWorker(ctx context.Context, cfg *settings) (workerCo
 		cfg.log.Info("copying the worker to the login node", "from", plan.local, "path", plan.copy.path, "bytes", len(plan.data))
 		// Megabytes: more than submit_timeout may allow over a slow
 		// link, and it happens once per version.
-		if _, stderr, err := p.ssh.RunWithin(ctx, max(cfg.submitTimeout, relayUploadTimeout), plan.data, "sh", "-c", workerUploadScript(plan.copy.sum)); err != nil {
-			return workerCopy{}, fmt.Errorf("copying the worker to %s: %w", cfg.host(), withStderr(err, stderr))
+		if _, stderr, err := p.q.Transport().RunWithin(ctx, max(cfg.submitTimeout, relayUploadTimeout), plan.data, "sh", "-c", workerUploadScript(plan.copy.sum)); err != nil {
+			return workerCopy{}, fmt.Errorf("copying the worker to %s: %w", cfg.host(), queue.WithStderr(err, stderr))
 		}
 	default:
-		return workerCopy{}, fmt.Errorf("checking the worker's copy on %s: %w", cfg.host(), withStderr(err, stderr))
+		return workerCopy{}, fmt.Errorf("checking the worker's copy on %s: %w", cfg.host(), queue.WithStderr(err, stderr))
 	}
 	p.mu.Lock()
-	p.shipped, p.shippedAt = plan.copy, p.now()
+	lf.shipped, lf.shippedAt = plan.copy, p.now()
 	p.mu.Unlock()
 	return plan.copy, nil
 }
@@ -260,38 +318,18 @@ func (p *Provisioner) ensureWorker(ctx context.Context, cfg *settings) (workerCo
 // recheckWorkerLocked has the next submission check the worker's copy
 // again: a job ended before its worker attached, and a missing or
 // replaced copy is one reason it may have. p.mu must be held.
-func (p *Provisioner) recheckWorkerLocked() {
-	p.shippedAt = time.Time{}
+func (lf *loginFiles) recheckWorkerLocked() {
+	lf.shippedAt = time.Time{}
 }
 
 // workerCopyFor is the copy a script runs: the one checked, or
 // placeholders in a preview, which checks nothing.
-func (p *Provisioner) workerCopyFor() workerCopy {
+func (lf *loginFiles) workerCopyFor() workerCopy {
+	p := lf.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.shipped.path != "" {
-		return p.shipped
+	if lf.shipped.path != "" {
+		return lf.shipped
 	}
 	return workerCopy{path: workerPathPlaceholder, sum: workerSumPlaceholder}
-}
-
-// shippedWorker is validate -check's word on the shipped worker: where
-// its copy is or will be, and that the compute nodes must see it. It
-// copies nothing; the scratch provisioner's scripts name the copy.
-func (c *check) shippedWorker(ctx context.Context) {
-	plan, err := c.q.planShip(ctx, c.cfg)
-	if err != nil {
-		c.fail([]string{"worker_command"}, "No worker to ship", "worker_command is unset, so the plugin ships its own worker to the login node, and cannot: %v.", err)
-		return
-	}
-	state := "copied there at the first submission"
-	_, _, err = c.q.call(ctx, nil, "sh", "-c", workerMatchScript(plan.copy.sum))
-	if err == nil {
-		state = "already there"
-	}
-	c.q.mu.Lock()
-	c.q.shipped = plan.copy
-	c.q.mu.Unlock()
-	c.fact("worker", fmt.Sprintf("shipped by the plugin: %s (sha256 %s…, %d bytes) to %s on the login node, %s. Jobs run it from there, so the compute nodes must see the login user's home directory; where they do not, install a worker where they do and set worker_command",
-		plan.local, plan.copy.sum[:16], len(plan.data), plan.copy.path, state), "worker_command")
 }

@@ -267,9 +267,9 @@ func TestIntegrationWorkerRecheck(t *testing.T) {
 	p.sshPath = testutil.LookPath(t, "ssh")
 	p.now = clock
 	// A worker of its own, so that its version is this test's alone.
-	p.workerDir = t.TempDir()
+	p.files.workerDir = t.TempDir()
 	data := []byte("#!/bin/sh\n# a worker shipped by TestIntegrationWorkerRecheck " + time.Now().String() + "\n")
-	if err := os.WriteFile(filepath.Join(p.workerDir, workerProgram), data, 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(p.files.workerDir, workerProgram), data, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	cfg := baseConfig()
@@ -287,7 +287,7 @@ func TestIntegrationWorkerRecheck(t *testing.T) {
 	// Configure's own reads at start go through the same count: they
 	// are over first, and nothing is polled while nothing is
 	// outstanding.
-	for _, ch := range []chan struct{}{p.adoptTried, p.startReads} {
+	for _, ch := range []chan struct{}{p.poll.adoptTried, p.poll.startReads} {
 		select {
 		case <-ch:
 		case <-time.After(time.Minute):
@@ -298,12 +298,12 @@ func TestIntegrationWorkerRecheck(t *testing.T) {
 	s := p.settings()
 	ensure := func(what string, wantCalls int64) workerCopy {
 		t.Helper()
-		before := p.slurmCalls.Load()
-		c, err := p.ensureWorker(ctx, s)
+		before := p.q.Calls()
+		c, err := p.files.ensureWorker(ctx, s)
 		if err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
-		if got := p.slurmCalls.Load() - before; got != wantCalls {
+		if got := p.q.Calls() - before; got != wantCalls {
 			t.Errorf("%s: %d commands on the login node, want %d", what, got, wantCalls)
 		}
 		return c
@@ -328,7 +328,7 @@ func TestIntegrationWorkerRecheck(t *testing.T) {
 
 	os.Remove(c.path)
 	p.mu.Lock()
-	p.recheckWorkerLocked()
+	p.files.recheckWorkerLocked()
 	p.mu.Unlock()
 	ensure("a submission after a job ended before its worker attached", 2)
 	if got, err := os.ReadFile(c.path); err != nil || !bytes.Equal(got, data) {

@@ -1,9 +1,13 @@
 package slurm
 
 import (
+	"context"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/slurm/internal/queue"
 	"github.com/fluksio/provision/slurm/sshrun"
 )
 
@@ -30,6 +34,56 @@ func (p *Provisioner) newTransport(cfg *settings) *sshrun.Transport {
 		log = p.logger
 	}
 	return sshrun.New(c, log)
+}
+
+// slurmQueue is what the provisioner asks of Slurm and the login node:
+// slurm/internal/queue's Queue, which runs each command over ssh outside
+// the provisioner's lock. It is the seam of the decisions' tests, which
+// give them an in-memory queue (memqueue_test.go); the Queue itself is
+// tested against the sandbox's real Slurm.
+type slurmQueue interface {
+	Run(ctx context.Context, stdin []byte, remote ...string) (stdout, stderr []byte, err error)
+	Jobs(ctx context.Context, all bool) ([]queue.Job, error)
+	States(ctx context.Context, ids []string) ([]queue.Job, error)
+	State(ctx context.Context, job string) (state, reason string, err error)
+	Lookup(ctx context.Context, comment string) (string, error)
+	Submit(ctx context.Context, script []byte, opts ...string) (string, error)
+	TestOnly(ctx context.Context, script []byte) (stdout, stderr []byte, err error)
+	Cancel(ctx context.Context, ids []string) error
+	CountQueued(ctx context.Context) (int, error)
+	CountAll(ctx context.Context) (int, error)
+	Facts(ctx context.Context) (queue.Facts, error)
+	Nodes(ctx context.Context) ([]queue.NodeGroup, error)
+	Limits(ctx context.Context, cluster string) (queue.UserLimits, error)
+	PartitionTimes(ctx context.Context) ([]queue.PartitionTimes, error)
+	PollCost() float64
+	Prepay(ctx context.Context) context.Context
+	WaitingTurn(err error) bool
+	RateNote(now time.Time) string
+	BudgetNote(now time.Time) string
+	Commands() []shared.CommandStats
+	Calls() int64
+	Transport() *sshrun.Transport
+	Close(ctx context.Context)
+}
+
+var _ slurmQueue = (*queue.Queue)(nil)
+
+// newQueue is the queue that runs cfg's commands through ssh: its jobs
+// are the provisioner's name's, its user the first login's when it names
+// one (else squeue filters with --me), and the login user's budget is
+// keyed by the first login, with its port.
+func (p *Provisioner) newQueue(cfg *settings, ssh *sshrun.Transport) *queue.Queue {
+	log := cfg.log
+	if log == nil {
+		log = p.logger
+	}
+	user, _, _ := strings.Cut(cfg.firstLogin().Dest, "@")
+	if !strings.Contains(cfg.firstLogin().Dest, "@") {
+		user = ""
+	}
+	return queue.New(ssh, queue.Config{JobName: jobName(cfg.name), User: user, Host: cfg.host(),
+		BudgetKey: budgetKey(cfg), MaxRPCRate: cfg.maxRPCRate, Log: log, Now: p.now})
 }
 
 // sshConfig is the transport's configuration from the settings.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/slurm/internal/queue"
 	"github.com/fluksio/provision/slurm/sbatch"
 )
 
@@ -56,30 +57,30 @@ func mismatchFixture(name string) (sbatch, squeue string) {
 func TestBareArrayRowStandsForItsTask(t *testing.T) {
 	for _, dir := range versionDirs(t) {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			rows := parseRows([]byte(fixture(t, dir, "array-one-cancelled.squeue")), "")
+			rows := queue.ParseJobs([]byte(fixture(t, dir, "array-one-cancelled.squeue")), "")
 			byID := indexRows(rows)
 			array := ""
 			for _, r := range rows {
-				if r.state == "RUNNING" {
-					array, _ = sbatch.SplitTask(r.id)
+				if r.State == "RUNNING" {
+					array, _ = sbatch.SplitTask(r.ID)
 				}
 			}
 			if array == "" {
 				t.Fatalf("no running task in %+v", rows)
 			}
-			if row, ok := rowOf(byID, array+"_0", "fx-array-tag"); !ok || row.state != "CANCELLED" {
+			if row, ok := rowOf(byID, array+"_0", "fx-array-tag"); !ok || row.State != "CANCELLED" {
 				t.Errorf("task 0: %+v, %v; want CANCELLED", row, ok)
 			}
-			if row, ok := rowOf(byID, array+"_1", "fx-array-tag"); !ok || row.state != "RUNNING" {
+			if row, ok := rowOf(byID, array+"_1", "fx-array-tag"); !ok || row.State != "RUNNING" {
 				t.Errorf("task 1: %+v, %v; want RUNNING", row, ok)
 			}
 			// Another job's comment does not make the bare row its own.
-			if row, ok := rowOf(byID, array+"_0", "someone-else"); ok && row.id == array {
+			if row, ok := rowOf(byID, array+"_0", "someone-else"); ok && row.ID == array {
 				t.Errorf("a bare row was taken for a task of another comment: %+v", row)
 			}
 			// A lost submission found by its comment gets the task's
 			// own id, never the bare array's, which would cancel all.
-			if row, ok := taskRow(rows, 0); !ok || row.id != array+"_0" || row.state != "CANCELLED" {
+			if row, ok := taskRow(rows, 0); !ok || row.ID != array+"_0" || row.State != "CANCELLED" {
 				t.Errorf("taskRow(0) = %+v, %v; want %s_0 CANCELLED", row, ok, array)
 			}
 		})
@@ -213,7 +214,7 @@ func TestNewerClientIsMisconfiguredLogin(t *testing.T) {
 	h2.provision(t, cpuNeed)
 	h2.submitted(t)
 	h2.clock.Advance(time.Minute) // past when it could land (landing.go)
-	h2.p.pollOnce(context.Background())
+	h2.p.poll.once(context.Background())
 	ev = waitEvents(t, h2.host, 1)[0]
 	if strings.Contains(ev.Detail, "another Slurm release") || ev.Class != shared.FailureTransient {
 		t.Errorf("a single Zero Bytes was taken for a release mismatch: %+v", ev)
