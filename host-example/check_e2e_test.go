@@ -101,7 +101,9 @@ func lineOf(t *testing.T, path, text string) string {
 // TestValidateCheck runs validate -check against the sandbox Slurm: a good
 // configuration passes and says what it found; each way of breaking it
 // fails at the line that is wrong, in the words of the part that refused
-// (Slurm, ssh); and nothing is ever submitted.
+// (Slurm, ssh, or validate's own look at a file ssh would read, which
+// comes before ssh: a missing ssh_key is "No such file"); and nothing is
+// ever submitted.
 func TestValidateCheck(t *testing.T) {
 	env := sandboxtest.Require(t)
 	worker := sandboxtest.Binary(t, "host-example", "host-example")
@@ -187,7 +189,7 @@ func TestValidateCheck(t *testing.T) {
 		},
 			`"--time=100000-00:00:00"`, []string{"Slurm refuses profile gpu", "Requested time limit is invalid"}, nil},
 		{"missing key file", func(c *preflightConfig) { c.key = filepath.Join(dir, "no-such-key") },
-			`"` + filepath.Join(dir, "no-such-key"), []string{"ssh key not found", "no-such-key not accessible"}, nil},
+			`"` + filepath.Join(dir, "no-such-key"), []string{"No such file", "no-such-key, which does not exist", "leave ssh_key out"}, nil},
 		{"unknown host key", func(c *preflightConfig) { c.knownHosts = emptyKnownHosts },
 			`"` + emptyKnownHosts, []string{"host key not trusted", "Host key verification failed"}, nil},
 		{"missing worker command", func(c *preflightConfig) { c.worker = "/opt/nowhere/fluksio-worker" },
