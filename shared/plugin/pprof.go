@@ -24,12 +24,19 @@ import (
 // without the variable SIGUSR1 is not caught.
 const HeapProfileDirEnv = "FLUKSIO_PLUGIN_PPROF_DIR"
 
+// profileRate is runtime.MemProfileRate while heap profiles are on.
+const profileRate = 16 << 10
+
 // heapProfilesOnSignal writes a heap profile into dir on each SIGUSR1
 // until stop is called; dir "" does nothing.
 func heapProfilesOnSignal(dir string, logger hclog.Logger) (stop func()) {
 	if dir == "" {
 		return func() {}
 	}
+	// A sample every 16 KiB allocated rather than the runtime's 512 KiB:
+	// a plugin's heap is a few MB, which the default samples too coarsely
+	// for a diff between two profiles to name what grew.
+	runtime.MemProfileRate = profileRate
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGUSR1)
 	done := make(chan struct{})
