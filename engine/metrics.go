@@ -37,7 +37,10 @@ import (
 //
 // The registry is the engine's own, not the global default, so that two
 // engines in one process keep their own counters and the Go runtime's
-// collectors are explicit (docs/design/engine-metrics-registry.md).
+// collectors are explicit (docs/design/engine-metrics-registry.md). The
+// plugins' own heaps and goroutines, which they report at Status, are
+// re-exported per provisioner beside the engine's go_gc_heap_live_bytes
+// (docs/design/shared-plugin-runtime.md).
 
 const maxProfileLabels = 256
 

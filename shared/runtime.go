@@ -13,7 +13,7 @@ var runtimeSamples = []string{
 // ReadRuntime is this Go process's Runtime, from runtime/metrics: a
 // read of a few counters the runtime keeps, without stopping the world
 // (runtime.ReadMemStats would). A Go plugin puts it in each
-// StatusResponse.
+// StatusResponse (docs/design/shared-plugin-runtime.md says why).
 func ReadRuntime() *Runtime {
 	s := make([]metrics.Sample, len(runtimeSamples))
 	for i, name := range runtimeSamples {
