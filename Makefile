@@ -211,12 +211,18 @@ bench: build ## benchmarks beside their baselines; writes docs/benchmarks.md
 
 # The soak (soak/): SOAK of bursts and a seeded nemesis against the
 # sandbox, invariants checked every second; SOAK_SEED=N replays a run's
-# schedule. Writes docs/soak.md; fails on any invariant's violation.
+# schedule; SOAK_RACE=0 builds the engine and the plugin without -race
+# (then RSS is judged beside the live heaps); SOAK_PPROF=DIR keeps the
+# plugins' heap profiles at the start and the end. Writes docs/soak.md;
+# fails on any invariant's violation.
 SOAK ?= 3m
 SOAK_SEED ?=
+SOAK_RACE ?= 1
+SOAK_PPROF ?=
 .PHONY: soak
 soak: build ## the seeded soak: SOAK (3m) of bursts and faults against the sandbox; writes docs/soak.md
 	@bash sandbox/with-sandbox.sh $(SANDBOX_DIR) -- env SOAK_RUN=1 SOAK_REPORT=1 SOAK=$(SOAK) SOAK_SEED=$(SOAK_SEED) \
+		SOAK_RACE=$(SOAK_RACE) SOAK_PPROF=$(SOAK_PPROF) \
 		$(GO) test -count=1 -v -run '^TestSoak$$' -timeout 3h ./soak/
 
 .PHONY: clean

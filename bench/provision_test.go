@@ -101,8 +101,8 @@ func (r *rawRig) once(tb testing.TB) time.Duration {
 type provisionResult struct {
 	plugin, plain, mux []time.Duration
 	// idleRSS is the plugin's VmRSS in kB after the run, nothing
-	// outstanding.
-	idleRSS int64
+	// outstanding; idleHeap its live heap then.
+	idleRSS, idleHeap int64
 }
 
 // measureProvision takes n samples of each, interleaved so that whatever
@@ -123,6 +123,7 @@ func measureProvision(tb testing.TB, e benchEnv, n int) provisionResult {
 		tb.Fatal(err)
 	}
 	res.idleRSS = rss
+	res.idleHeap = liveHeapKB(tb, plugin.p.prov)
 	return res
 }
 

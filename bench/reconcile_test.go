@@ -106,7 +106,7 @@ type bigRig struct {
 	// submit is how long the 1,000 submissions took.
 	submit         time.Duration
 	failed         int
-	rss            int64
+	rss, heap      int64 // kB: VmRSS and the live heap it reports
 	queued, wanted int
 }
 
@@ -131,6 +131,7 @@ func newBigRig(tb testing.TB, e benchEnv) *bigRig {
 	if r.rss, err = rssKB(r.p.pl.Pid()); err != nil {
 		tb.Fatal(err)
 	}
+	r.heap = liveHeapKB(tb, r.p.prov)
 	return r
 }
 

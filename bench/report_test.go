@@ -399,19 +399,19 @@ func TestBenchReport(t *testing.T) {
 			dur(full), base, rt, "—", "info"})
 		rep.n = 7
 		rep.add(row{"plugin RSS with 1,000 outstanding vs idle",
-			fmt.Sprintf("%.1f MB", mb(r.rss)), fmt.Sprintf("%.1f MB", mb(start.slurmRSS)), ratioStr(mb(r.rss), mb(start.slurmRSS)), "—", "info"})
+			memStr(r.rss, r.heap), memStr(start.slurmRSS, start.slurmHeap), ratioStr(mb(r.rss), mb(start.slurmRSS)), "—", "info"})
 	})
 
 	rep.n = 7
 	if start.slurmRSS > 0 {
 		v := mb(start.slurmRSS)
 		rep.add(row{"plugin RSS idle (configured, nothing outstanding) vs testplugin idle",
-			fmt.Sprintf("%.1f MB", v), fmt.Sprintf("%.1f MB", mb(start.testRSS)), ratioStr(v, mb(start.testRSS)), "≤ 20 MB", verdict(v, 20, true, "MB")})
+			memStr(start.slurmRSS, start.slurmHeap), memStr(start.testRSS, start.testHeap), ratioStr(v, mb(start.testRSS)), "≤ 20 MB", verdict(v, 20, true, "MB")})
 	}
 	if prov.idleRSS > 0 {
 		v := mb(prov.idleRSS)
 		rep.add(row{fmt.Sprintf("plugin RSS idle after %d submissions (nothing outstanding) vs testplugin idle", nProvision+1),
-			fmt.Sprintf("%.1f MB", v), fmt.Sprintf("%.1f MB", mb(start.testRSS)), ratioStr(v, mb(start.testRSS)), "≤ 20 MB", verdict(v, 20, true, "MB")})
+			memStr(prov.idleRSS, prov.idleHeap), memStr(start.testRSS, start.testHeap), ratioStr(v, mb(start.testRSS)), "≤ 20 MB", verdict(v, 20, true, "MB")})
 	}
 	if hostRSS > 0 {
 		v := mb(hostRSS)

@@ -24,6 +24,13 @@ func newStartRig(tb testing.TB, e benchEnv) *startRig {
 // startOnce launches a plugin and configures it, timed; then, untimed,
 // reads its VmRSS after settle (if settle > 0) and stops it.
 func startOnce(tb testing.TB, path, name string, cfg map[string]any, settle time.Duration) (time.Duration, int64) {
+	d, rss, _ := startOnceHeap(tb, path, name, cfg, settle)
+	return d, rss
+}
+
+// startOnceHeap is startOnce that also reads the plugin's live heap (kB)
+// beside its VmRSS.
+func startOnceHeap(tb testing.TB, path, name string, cfg map[string]any, settle time.Duration) (time.Duration, int64, int64) {
 	tb.Helper()
 	t0 := time.Now()
 	p, err := launchErr(path, name, nil)
@@ -35,14 +42,15 @@ func startOnce(tb testing.TB, path, name string, cfg map[string]any, settle time
 		tb.Fatalf("%v\nplugin log:\n%s", err, p.logs.String())
 	}
 	d := time.Since(t0)
-	var rss int64
+	var rss, heap int64
 	if settle > 0 {
 		time.Sleep(settle)
 		if rss, err = rssKB(p.pl.Pid()); err != nil {
 			tb.Fatal(err)
 		}
+		heap = liveHeapKB(tb, p.prov)
 	}
-	return d, rss
+	return d, rss, heap
 }
 
 func (r *startRig) slurm(tb testing.TB, settle time.Duration) (time.Duration, int64) {
@@ -51,14 +59,22 @@ func (r *startRig) slurm(tb testing.TB, settle time.Duration) (time.Duration, in
 }
 
 func (r *startRig) test(tb testing.TB, settle time.Duration) (time.Duration, int64) {
-	return startOnce(tb, r.e.TestBin, r.name, map[string]any{"greeting": "hi"}, settle)
+	d, rss, _ := r.testHeap(tb, settle)
+	return d, rss
+}
+
+// testHeap is test with the plugin's live heap (kB) beside its VmRSS.
+func (r *startRig) testHeap(tb testing.TB, settle time.Duration) (time.Duration, int64, int64) {
+	return startOnceHeap(tb, r.e.TestBin, r.name, map[string]any{"greeting": "hi"}, settle)
 }
 
 type startResult struct {
 	slurm, test []time.Duration
 	// slurmRSS and testRSS are VmRSS in kB of a freshly configured plugin
-	// with nothing outstanding, a second after Configure.
-	slurmRSS, testRSS int64
+	// with nothing outstanding, a second after Configure; slurmHeap and
+	// testHeap their live heaps then, as they report them.
+	slurmRSS, testRSS   int64
+	slurmHeap, testHeap int64
 }
 
 // measureStart alternates the two plugins, n starts each.
@@ -71,12 +87,13 @@ func measureStart(tb testing.TB, e benchEnv, n int) startResult {
 		if i == n-1 {
 			settle = time.Second
 		}
-		d, rss := r.slurm(tb, settle)
+		cfg := r.e.slurmConfig(nil, []map[string]any{profile("pend", 1, 0, 0, nil, r.e.pendingSbatch())})
+		d, rss, heap := startOnceHeap(tb, r.e.SlurmBin, r.name, cfg, settle)
 		res.slurm = append(res.slurm, d)
-		res.slurmRSS = max(res.slurmRSS, rss)
-		d, rss = r.test(tb, settle)
+		res.slurmRSS, res.slurmHeap = max(res.slurmRSS, rss), max(res.slurmHeap, heap)
+		d, rss, heap = r.testHeap(tb, settle)
 		res.test = append(res.test, d)
-		res.testRSS = max(res.testRSS, rss)
+		res.testRSS, res.testHeap = max(res.testRSS, rss), max(res.testHeap, heap)
 	}
 	return res
 }

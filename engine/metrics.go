@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"net/http"
+	"regexp"
 	"sync"
 	"time"
 
@@ -36,7 +37,10 @@ import (
 //
 // The registry is the engine's own, not the global default, so that two
 // engines in one process keep their own counters and the Go runtime's
-// collectors are explicit (docs/design/engine-metrics-registry.md).
+// collectors are explicit (docs/design/engine-metrics-registry.md). The
+// plugins' own heaps and goroutines, which they report at Status, are
+// re-exported per provisioner beside the engine's go_gc_heap_live_bytes
+// (docs/design/shared-plugin-runtime.md).
 
 const maxProfileLabels = 256
 
@@ -84,7 +88,11 @@ func newEngineMetrics(state *stateCollector) *engineMetrics {
 		Help:    "From a machine's submission (the provisioner's worker_provisioned event) to its worker attaching.",
 		Buckets: []float64{1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 3600}}, pp)
 	m.reg.MustRegister(m.requested, m.submissions, m.cancelled, m.events, m.unrecorded, m.workerEvents, m.tasks, m.taskEnds, m.timeToAttach,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+			// go_gc_heap_live_bytes beside the go_memstats_* defaults: the
+			// live heap, as plugins report theirs (fluksio_plugin_heap_live_bytes).
+			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)})),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if state != nil {
 		state.profile = m.profileLabel
 		m.reg.MustRegister(state)
@@ -161,6 +169,15 @@ var (
 		[]string{"provisioner", "command"}, nil)
 	descStatusUp = prometheus.NewDesc("fluksio_plugin_status_ok",
 		"1 if the provisioner answered Status at this scrape, 0 if not (its machines and counters are then missing).", []string{"provisioner"}, nil)
+	descPluginHeapLive = prometheus.NewDesc("fluksio_plugin_heap_live_bytes",
+		"The plugin process's heap the last garbage collection found reachable, as the plugin reads it from its runtime at Status (contract 2.8; absent when it does not say).",
+		[]string{"provisioner"}, nil)
+	descPluginHeapObjects = prometheus.NewDesc("fluksio_plugin_heap_objects_bytes",
+		"The plugin process's heap objects, live and garbage not yet collected, as the plugin reads them at Status (contract 2.8; absent when it does not say).",
+		[]string{"provisioner"}, nil)
+	descPluginGoroutines = prometheus.NewDesc("fluksio_plugin_goroutines",
+		"The plugin process's goroutines (another language's threads), as the plugin reads them at Status (contract 2.8; absent when it does not say).",
+		[]string{"provisioner"}, nil)
 	descWorkers = prometheus.NewDesc("fluksio_workers",
 		"Workers attached to the engine now, idle or busy with a task.", []string{"provisioner", "state"}, nil)
 	descHeld = prometheus.NewDesc("fluksio_profile_held_back",
@@ -180,7 +197,8 @@ var waitReasons = []WaitReason{ReasonNotAsked, ReasonNoFit, ReasonTooLong, Reaso
 	ReasonBackingOff, ReasonMisconfigured, ReasonProvisionerDown, ReasonError}
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUp, descRestarts, descMachines, descPending, descFailures, descCommandSeconds, descCommandErrors, descCommandRationed, descStatusUp, descWorkers, descTasks, descWaiting, descHeld, descFailuresInARow} {
+	for _, d := range []*prometheus.Desc{descUp, descRestarts, descMachines, descPending, descFailures, descCommandSeconds, descCommandErrors, descCommandRationed, descStatusUp,
+		descPluginHeapLive, descPluginHeapObjects, descPluginGoroutines, descWorkers, descTasks, descWaiting, descHeld, descFailuresInARow} {
 		ch <- d
 	}
 }
@@ -266,6 +284,16 @@ func (c *stateCollector) collectStatus(ch chan<- prometheus.Metric, name string,
 	}
 	for r, n := range pending {
 		ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, n, name, r)
+	}
+	if rt := st.Runtime; rt != nil {
+		for _, g := range []struct {
+			desc *prometheus.Desc
+			v    int64
+		}{{descPluginHeapLive, rt.HeapLiveBytes}, {descPluginHeapObjects, rt.HeapObjectsBytes}, {descPluginGoroutines, rt.Goroutines}} {
+			if g.v > 0 {
+				ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, float64(g.v), name)
+			}
+		}
 	}
 	if st.Counters == nil {
 		return

@@ -396,26 +396,17 @@ func TestE2ECleanStopLetsWorkersGo(t *testing.T) {
 	if len(jobs) != 3 {
 		t.Fatalf("want 3 tasks done in Slurm jobs, got %q\n%s", jobs, story)
 	}
-	e.waitQueueEmpty(t, exitedAt, 2*time.Second, "a clean exit", story)
+	if e.env.AssertCleanStop(t, e.jobName(), exitedAt, "a clean exit") > sandboxtest.CleanStopLimit {
+		t.Logf("story:\n%s", story)
+	}
 	// Every job the run submitted, as Slurm recorded it: scontrol shows
 	// a whole array (one line per task) from any of its tasks.
-	arrays := map[string]bool{}
-	for _, job := range jobs {
-		array, _, _ := strings.Cut(job, "_")
-		arrays[array] = true
-	}
-	records := 0
-	for array := range arrays {
-		for _, rec := range strings.Split(strings.TrimSpace(e.env.Slurm(t, "scontrol", "-o", "show", "job", array)), "\n") {
-			records++
-			id, state, exit := field(rec, "JobId"), field(rec, "JobState"), field(rec, "ExitCode")
-			if task := field(rec, "ArrayTaskId"); task != "" {
-				id = field(rec, "ArrayJobId") + "_" + task
-			}
-			t.Logf("job %s: JobState=%s ExitCode=%s", id, state, exit)
-			if state != "COMPLETED" || exit != "0:0" {
-				t.Errorf("job %s ended JobState=%s ExitCode=%s; want COMPLETED and 0:0", id, state, exit)
-			}
+	recs := e.env.JobRecords(t, jobs...)
+	records := len(recs)
+	for id, rec := range recs {
+		t.Logf("job %s: JobState=%s ExitCode=%s", id, rec.State, rec.ExitCode)
+		if rec.State != "COMPLETED" || rec.ExitCode != "0:0" {
+			t.Errorf("job %s ended JobState=%s ExitCode=%s; want COMPLETED and 0:0", id, rec.State, rec.ExitCode)
 		}
 	}
 	if records < 3 {

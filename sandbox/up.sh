@@ -353,6 +353,10 @@ SSHD_BIN=/usr/sbin/sshd
 if ! sb_suite_native "$SUITE"; then
   sb_root_ensure "$SUITE" "$SB_DIR/root" "$LOG/root.log"
   sb_root_user "$SB_DIR/root" "$JOB_USER"
+  if sb_root_hosts "$SB_DIR/root" && sb_pid_of munged >/dev/null; then
+    sb_log "the root's /etc/hosts changed: restarting munged, which looks up its origin at start"
+    sb_stop munged
+  fi
   mkdir -p "/home/$JOB_USER"
   sb_root_mount "$SB_DIR/root" "$JOB_USER" "$SB_DIR"
   if ((ACCOUNTING)); then sb_root_add "$SB_DIR/root" "$LOG/root.log" slurmdbd; fi

@@ -639,6 +639,28 @@ type StatusResponse struct {
 	// started, for the engine's metrics; nil if it keeps none. They
 	// reset when the process restarts, as a Prometheus counter may.
 	Counters *Counters
+	// Runtime is the plugin process's heap and goroutines, read at this
+	// call (contract 2.8); nil if the plugin does not say. A Go plugin
+	// fills it with ReadRuntime.
+	Runtime *Runtime
+}
+
+// Runtime is what a plugin's language runtime says of its own memory,
+// for the engine's metrics (fluksio_plugin_heap_live_bytes and its
+// neighbours): RSS cannot tell a leak from an allocator that keeps what
+// it freed (the race detector's runtime keeps most of it), the live heap
+// can. Optional in the contract: a plugin in another language fills what
+// it has and leaves the rest 0, which the engine does not export.
+type Runtime struct {
+	// HeapLiveBytes is the heap the last garbage collection found
+	// reachable (runtime/metrics' /gc/heap/live:bytes).
+	HeapLiveBytes int64
+	// HeapObjectsBytes is the heap's objects now, live and garbage not
+	// yet collected (/memory/classes/heap/objects:bytes).
+	HeapObjectsBytes int64
+	// Goroutines is how many goroutines the process has
+	// (/sched/goroutines:goroutines).
+	Goroutines int64
 }
 
 // Counters are what only the provisioner can count: why its machines

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/fluksio/provision/engine"
 	"github.com/fluksio/provision/internal/sandboxtest"
+	"github.com/fluksio/provision/shared/plugin"
 )
 
 func TestMain(m *testing.M) {
@@ -86,6 +88,10 @@ type sample struct {
 	engineRSS          int64 // kB
 	pluginRSS          int64 // kB, sum over the plugin processes
 	engineHeap         int64 // kB, the Go heap in use (go_memstats_heap_inuse_bytes)
+	engineLive         int64 // kB, the live heap (go_gc_heap_live_bytes)
+	pluginLive         int64 // kB, the plugins' live heaps as they report them (fluksio_plugin_heap_live_bytes), summed
+	pluginObjects      int64 // kB, their heap objects (fluksio_plugin_heap_objects_bytes), summed
+	pluginGoroutines   int   // fluksio_plugin_goroutines, summed
 	goroutines         int
 	alive, pending     int
 	engineUp, ctldUp   bool
@@ -109,8 +115,14 @@ type soak struct {
 	px     *proxy
 
 	engineBin, pluginBin, workerBin string
-	secret                          string
-	engineLog                       *os.File
+	// race is whether the engine and the plugin are built with -race
+	// (SOAK_RACE, default 1; 0 builds them plain).
+	race bool
+	// pprofDir is where the plugins' heap profiles go (SOAK_PPROF), ""
+	// for none.
+	pprofDir  string
+	secret    string
+	engineLog *os.File
 
 	// engMu guards eng, gen, engDone and genOfPID: the engine process
 	// now, and which generation each engine process was.
@@ -196,7 +208,7 @@ var invariants = []string{
 	"a task run again only after its machine was lost",
 	"a need served after every fault",
 	"alive <= max_workers, pending <= max_pending",
-	"engine and plugin RSS bounded",
+	"engine and plugin memory bounded",
 	"engine goroutines bounded",
 	"no panic, no data race",
 	"no orphan process after the end",
@@ -245,14 +257,35 @@ func TestSoak(t *testing.T) {
 	s.run()
 	s.report()
 	if len(s.violated) > 0 {
-		t.Errorf("%d invariant(s) violated; reproduce with SOAK_SEED=%d SOAK=%s make soak", len(s.violated), seed, dur)
+		race := ""
+		if !s.race {
+			race = " SOAK_RACE=0"
+		}
+		t.Errorf("%d invariant(s) violated; reproduce with SOAK_SEED=%d SOAK=%s%s make soak", len(s.violated), seed, dur, race)
 	}
 }
 
-// setup builds the binaries (the engine and the plugin with -race), the
-// proxy and the config.
+// setup builds the binaries (the engine and the plugin with -race unless
+// SOAK_RACE=0), the proxy and the config.
 func (s *soak) setup() {
 	t := s.t
+	switch v := os.Getenv("SOAK_RACE"); v {
+	case "", "1":
+		s.race = true
+	case "0":
+	default:
+		t.Fatalf("SOAK_RACE=%q: want 1 (the engine and the plugin built with -race, the default) or 0 (plain binaries)", v)
+	}
+	if d := os.Getenv("SOAK_PPROF"); d != "" {
+		abs, err := filepath.Abs(d)
+		if err == nil {
+			err = os.MkdirAll(abs, 0o755)
+		}
+		if err != nil {
+			t.Fatalf("SOAK_PPROF=%q: want a directory for the plugins' heap profiles: %v", d, err)
+		}
+		s.pprofDir = abs
+	}
 	dir, err := os.MkdirTemp("", "fluksio-soak-")
 	if err != nil {
 		t.Fatal(err)
@@ -272,8 +305,8 @@ func (s *soak) setup() {
 		}
 		return out
 	}
-	s.engineBin = build("soak/soakengine", "soakengine", true)
-	s.pluginBin = build("plugin", "provisioner-slurm", true)
+	s.engineBin = build("soak/soakengine", "soakengine", s.race)
+	s.pluginBin = build("plugin", "provisioner-slurm", s.race)
 	s.workerBin = build("worker/fluksio-worker", "fluksio-worker", false)
 
 	var b [4]byte
@@ -411,6 +444,11 @@ func (s *soak) startEngine() {
 		// it) go to files of their own: a plugin's stderr reaches the
 		// engine's log only at debug level.
 		"GORACE=halt_on_error=0 log_path="+filepath.Join(s.dir, "race"))
+	if s.pprofDir != "" {
+		// The plugins inherit it: each writes its heap profile there on
+		// SIGUSR1 (shared/plugin's HeapProfileDirEnv).
+		cmd.Env = append(cmd.Env, plugin.HeapProfileDirEnv+"="+s.pprofDir)
+	}
 	fmt.Fprintf(s.engineLog, "==== engine generation %d at %s\n", gen, s.since())
 	cmd.Stdout, cmd.Stderr = s.engineLog, s.engineLog
 	cmd.WaitDelay = 10 * time.Second
@@ -468,6 +506,56 @@ func (s *soak) stopEngine(sig syscall.Signal) bool {
 
 func (s *soak) url(path string) string { return fmt.Sprintf("http://127.0.0.1:%d%s", s.port, path) }
 
+// profilePlugins asks each plugin process of the engine now up for its
+// heap profile (SIGUSR1; the engine's environment gave them
+// HeapProfileDirEnv) and names it plugin-PID-TAG.pprof in pprofDir,
+// for `go tool pprof -top -diff_base plugin-PID-start.pprof
+// plugin-PID-end.pprof`. Only the engine's children are asked: the relay
+// runs the same binary on the login node and does not catch the signal.
+// Without SOAK_PPROF it does nothing.
+func (s *soak) profilePlugins(tag string) {
+	if s.pprofDir == "" {
+		return
+	}
+	_, engine := s.currentGen()
+	if engine == 0 {
+		s.t.Logf("%s: no heap profile %q: the engine is down", s.since(), tag)
+		return
+	}
+	for _, pid := range sandboxtest.PIDsOf(s.pluginBin) {
+		if parentOf(pid) != engine {
+			continue
+		}
+		before, _ := filepath.Glob(filepath.Join(s.pprofDir, fmt.Sprintf("heap-%d-*.pprof", pid)))
+		if err := syscall.Kill(pid, syscall.SIGUSR1); err != nil {
+			s.t.Logf("%s: heap profile %q of plugin %d: %v", s.since(), tag, pid, err)
+			continue
+		}
+		got := ""
+		for deadline := time.Now().Add(15 * time.Second); got == "" && time.Now().Before(deadline); {
+			now, _ := filepath.Glob(filepath.Join(s.pprofDir, fmt.Sprintf("heap-%d-*.pprof", pid)))
+			for _, p := range now {
+				if !slices.Contains(before, p) {
+					got = p
+				}
+			}
+			if got == "" {
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+		if got == "" {
+			s.t.Logf("%s: plugin %d wrote no heap profile %q in 15 s", s.since(), pid, tag)
+			continue
+		}
+		dst := filepath.Join(s.pprofDir, fmt.Sprintf("plugin-%d-%s.pprof", pid, tag))
+		if err := os.Rename(got, dst); err != nil {
+			s.t.Logf("%s: %v", s.since(), err)
+			continue
+		}
+		s.t.Logf("%s: the heap profile %q of plugin %d: %s", s.since(), tag, pid, dst)
+	}
+}
+
 // currentGen is the engine generation up now, or 0.
 func (s *soak) currentGen() (int, int) {
 	s.engMu.Lock()
@@ -485,11 +573,23 @@ func (s *soak) run() {
 	s.startEngine()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
 	go func() { defer wg.Done(); s.workload(ctx) }()
 	go func() { defer wg.Done(); s.feeder(ctx) }()
 	go func() { defer wg.Done(); s.checker(ctx) }()
+	go func() {
+		defer wg.Done()
+		// The start's heap profile once the first fifth has filled both
+		// provisioners: the fifths the memory invariant compares are the
+		// second and the last.
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Until(s.start.Add(s.dur / 5))):
+			s.profilePlugins("start")
+		}
+	}()
 	s.nemesis()
+	s.profilePlugins("end")
 	s.t.Logf("%s: the soak's faults are over; draining (at most %s)", s.since(), drainFor)
 	// Drain: every task ended, or the bound; then the workflow is over,
 	// and what still waits is withdrawn (its queued jobs must go), while
@@ -788,7 +888,9 @@ func (s *soak) checkOnce(client *http.Client) {
 			}
 			resp.Body.Close()
 		}
-		smp.goroutines, smp.engineHeap = runtimeOf(client, s.url("/metrics"))
+		rt := runtimeOf(client, s.url("/metrics"))
+		smp.goroutines, smp.engineHeap, smp.engineLive = rt.goroutines, rt.engineHeap, rt.engineLive
+		smp.pluginLive, smp.pluginObjects, smp.pluginGoroutines = rt.pluginLive, rt.pluginObjects, rt.pluginGoroutines
 		if g, _ := s.currentGen(); g != gen {
 			st = nil // the engine was restarted meanwhile: not its needs
 		}
@@ -968,15 +1070,30 @@ func rssOf(pid int) int64 {
 	return 0
 }
 
-// runtimeOf reads the engine's go_goroutines and
-// go_memstats_heap_inuse_bytes (in kB) from /metrics; 0 for what it
+// runtimes is what the engine's /metrics says of its own runtime and of
+// its plugins' (contract 2.8's StatusResponse.Runtime, re-exported per
+// provisioner and summed here): heaps in kB.
+type runtimes struct {
+	goroutines                int
+	engineHeap, engineLive    int64
+	pluginLive, pluginObjects int64
+	pluginGoroutines          int
+}
+
+// runtimeOf reads runtimes from the engine's /metrics; 0 for what it
 // cannot read.
-func runtimeOf(client *http.Client, u string) (goroutines int, heapKB int64) {
-	v, err := sandboxtest.Metrics(client, u, "go_goroutines", "go_memstats_heap_inuse_bytes")
+func runtimeOf(client *http.Client, u string) runtimes {
+	v, err := sandboxtest.Metrics(client, u, "go_goroutines", "go_memstats_heap_inuse_bytes", "go_gc_heap_live_bytes",
+		"fluksio_plugin_heap_live_bytes", "fluksio_plugin_heap_objects_bytes", "fluksio_plugin_goroutines")
 	if err != nil {
-		return 0, 0
+		return runtimes{}
 	}
-	return int(v["go_goroutines"]), int64(v["go_memstats_heap_inuse_bytes"] / 1024)
+	return runtimes{
+		goroutines: int(v["go_goroutines"]),
+		engineHeap: int64(v["go_memstats_heap_inuse_bytes"] / 1024), engineLive: int64(v["go_gc_heap_live_bytes"] / 1024),
+		pluginLive: int64(v["fluksio_plugin_heap_live_bytes"] / 1024), pluginObjects: int64(v["fluksio_plugin_heap_objects_bytes"] / 1024),
+		pluginGoroutines: int(v["fluksio_plugin_goroutines"]),
+	}
 }
 
 // checkLog reads the engine's log (its plugins' stderr comes through it)

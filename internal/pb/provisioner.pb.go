@@ -2182,7 +2182,11 @@ type StatusResponse struct {
 	// Conditions that are not errors, such as a cluster refusing job arrays.
 	Notes []string `protobuf:"bytes,8,rep,name=notes,proto3" json:"notes,omitempty"`
 	// The provisioner's own counts since its process started (contract 2.1).
-	Counters      *Counters `protobuf:"bytes,9,opt,name=counters,proto3" json:"counters,omitempty"`
+	Counters *Counters `protobuf:"bytes,9,opt,name=counters,proto3" json:"counters,omitempty"`
+	// The plugin process's own memory and concurrency, read from inside
+	// at this call (contract 2.8, optional: absent when the plugin does
+	// not say). The engine re-exports it per provisioner.
+	Runtime       *ProcessRuntime `protobuf:"bytes,10,opt,name=runtime,proto3" json:"runtime,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2280,6 +2284,83 @@ func (x *StatusResponse) GetCounters() *Counters {
 	return nil
 }
 
+func (x *StatusResponse) GetRuntime() *ProcessRuntime {
+	if x != nil {
+		return x.Runtime
+	}
+	return nil
+}
+
+// ProcessRuntime is what a plugin's language runtime says of its heap. A
+// Go plugin reads runtime/metrics; another language fills what it has
+// and leaves the rest 0, which the engine does not export.
+type ProcessRuntime struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The heap the last garbage collection found reachable (Go:
+	// /gc/heap/live:bytes): what the process holds on to, without the
+	// garbage since and without what the allocator keeps from the OS.
+	HeapLiveBytes int64 `protobuf:"varint,1,opt,name=heap_live_bytes,json=heapLiveBytes,proto3" json:"heap_live_bytes,omitempty"`
+	// The heap's objects now, live and not yet collected (Go:
+	// /memory/classes/heap/objects:bytes).
+	HeapObjectsBytes int64 `protobuf:"varint,2,opt,name=heap_objects_bytes,json=heapObjectsBytes,proto3" json:"heap_objects_bytes,omitempty"`
+	// Goroutines now (Go: /sched/goroutines:goroutines); another
+	// language's threads or tasks.
+	Goroutines    int64 `protobuf:"varint,3,opt,name=goroutines,proto3" json:"goroutines,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProcessRuntime) Reset() {
+	*x = ProcessRuntime{}
+	mi := &file_provisioner_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProcessRuntime) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProcessRuntime) ProtoMessage() {}
+
+func (x *ProcessRuntime) ProtoReflect() protoreflect.Message {
+	mi := &file_provisioner_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProcessRuntime.ProtoReflect.Descriptor instead.
+func (*ProcessRuntime) Descriptor() ([]byte, []int) {
+	return file_provisioner_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ProcessRuntime) GetHeapLiveBytes() int64 {
+	if x != nil {
+		return x.HeapLiveBytes
+	}
+	return 0
+}
+
+func (x *ProcessRuntime) GetHeapObjectsBytes() int64 {
+	if x != nil {
+		return x.HeapObjectsBytes
+	}
+	return 0
+}
+
+func (x *ProcessRuntime) GetGoroutines() int64 {
+	if x != nil {
+		return x.Goroutines
+	}
+	return 0
+}
+
 type Counters struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Failures      []*FailureCount        `protobuf:"bytes,1,rep,name=failures,proto3" json:"failures,omitempty"`
@@ -2290,7 +2371,7 @@ type Counters struct {
 
 func (x *Counters) Reset() {
 	*x = Counters{}
-	mi := &file_provisioner_proto_msgTypes[32]
+	mi := &file_provisioner_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2302,7 +2383,7 @@ func (x *Counters) String() string {
 func (*Counters) ProtoMessage() {}
 
 func (x *Counters) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[32]
+	mi := &file_provisioner_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2315,7 +2396,7 @@ func (x *Counters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counters.ProtoReflect.Descriptor instead.
 func (*Counters) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{32}
+	return file_provisioner_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Counters) GetFailures() []*FailureCount {
@@ -2345,7 +2426,7 @@ type FailureCount struct {
 
 func (x *FailureCount) Reset() {
 	*x = FailureCount{}
-	mi := &file_provisioner_proto_msgTypes[33]
+	mi := &file_provisioner_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2357,7 +2438,7 @@ func (x *FailureCount) String() string {
 func (*FailureCount) ProtoMessage() {}
 
 func (x *FailureCount) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[33]
+	mi := &file_provisioner_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2370,7 +2451,7 @@ func (x *FailureCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailureCount.ProtoReflect.Descriptor instead.
 func (*FailureCount) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{33}
+	return file_provisioner_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *FailureCount) GetProfile() string {
@@ -2414,7 +2495,7 @@ type CommandStats struct {
 
 func (x *CommandStats) Reset() {
 	*x = CommandStats{}
-	mi := &file_provisioner_proto_msgTypes[34]
+	mi := &file_provisioner_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2426,7 +2507,7 @@ func (x *CommandStats) String() string {
 func (*CommandStats) ProtoMessage() {}
 
 func (x *CommandStats) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[34]
+	mi := &file_provisioner_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2439,7 +2520,7 @@ func (x *CommandStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandStats.ProtoReflect.Descriptor instead.
 func (*CommandStats) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{34}
+	return file_provisioner_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CommandStats) GetCommand() string {
@@ -2521,7 +2602,7 @@ type ProfileCounts struct {
 
 func (x *ProfileCounts) Reset() {
 	*x = ProfileCounts{}
-	mi := &file_provisioner_proto_msgTypes[35]
+	mi := &file_provisioner_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2533,7 +2614,7 @@ func (x *ProfileCounts) String() string {
 func (*ProfileCounts) ProtoMessage() {}
 
 func (x *ProfileCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[35]
+	mi := &file_provisioner_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2546,7 +2627,7 @@ func (x *ProfileCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProfileCounts.ProtoReflect.Descriptor instead.
 func (*ProfileCounts) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{35}
+	return file_provisioner_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ProfileCounts) GetProfile() string {
@@ -2596,7 +2677,7 @@ type Submission struct {
 
 func (x *Submission) Reset() {
 	*x = Submission{}
-	mi := &file_provisioner_proto_msgTypes[36]
+	mi := &file_provisioner_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2608,7 +2689,7 @@ func (x *Submission) String() string {
 func (*Submission) ProtoMessage() {}
 
 func (x *Submission) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[36]
+	mi := &file_provisioner_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2621,7 +2702,7 @@ func (x *Submission) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Submission.ProtoReflect.Descriptor instead.
 func (*Submission) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{36}
+	return file_provisioner_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Submission) GetJob() string {
@@ -2667,7 +2748,7 @@ type Backoff struct {
 
 func (x *Backoff) Reset() {
 	*x = Backoff{}
-	mi := &file_provisioner_proto_msgTypes[37]
+	mi := &file_provisioner_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2679,7 +2760,7 @@ func (x *Backoff) String() string {
 func (*Backoff) ProtoMessage() {}
 
 func (x *Backoff) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[37]
+	mi := &file_provisioner_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2692,7 +2773,7 @@ func (x *Backoff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backoff.ProtoReflect.Descriptor instead.
 func (*Backoff) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{37}
+	return file_provisioner_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Backoff) GetProfile() string {
@@ -2742,7 +2823,7 @@ type Outstanding struct {
 
 func (x *Outstanding) Reset() {
 	*x = Outstanding{}
-	mi := &file_provisioner_proto_msgTypes[38]
+	mi := &file_provisioner_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2754,7 +2835,7 @@ func (x *Outstanding) String() string {
 func (*Outstanding) ProtoMessage() {}
 
 func (x *Outstanding) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[38]
+	mi := &file_provisioner_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2767,7 +2848,7 @@ func (x *Outstanding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Outstanding.ProtoReflect.Descriptor instead.
 func (*Outstanding) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{38}
+	return file_provisioner_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Outstanding) GetProfile() string {
@@ -2822,7 +2903,7 @@ type ShutdownRequest struct {
 
 func (x *ShutdownRequest) Reset() {
 	*x = ShutdownRequest{}
-	mi := &file_provisioner_proto_msgTypes[39]
+	mi := &file_provisioner_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2834,7 +2915,7 @@ func (x *ShutdownRequest) String() string {
 func (*ShutdownRequest) ProtoMessage() {}
 
 func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[39]
+	mi := &file_provisioner_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2847,7 +2928,7 @@ func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownRequest) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{39}
+	return file_provisioner_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ShutdownRequest) GetDeadlineUnixNano() int64 {
@@ -2866,7 +2947,7 @@ type ShutdownResponse struct {
 
 func (x *ShutdownResponse) Reset() {
 	*x = ShutdownResponse{}
-	mi := &file_provisioner_proto_msgTypes[40]
+	mi := &file_provisioner_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2878,7 +2959,7 @@ func (x *ShutdownResponse) String() string {
 func (*ShutdownResponse) ProtoMessage() {}
 
 func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[40]
+	mi := &file_provisioner_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2891,7 +2972,7 @@ func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownResponse.ProtoReflect.Descriptor instead.
 func (*ShutdownResponse) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{40}
+	return file_provisioner_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ShutdownResponse) GetCancelled() []string {
@@ -2917,7 +2998,7 @@ type HostMessage struct {
 
 func (x *HostMessage) Reset() {
 	*x = HostMessage{}
-	mi := &file_provisioner_proto_msgTypes[41]
+	mi := &file_provisioner_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2929,7 +3010,7 @@ func (x *HostMessage) String() string {
 func (*HostMessage) ProtoMessage() {}
 
 func (x *HostMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[41]
+	mi := &file_provisioner_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2942,7 +3023,7 @@ func (x *HostMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostMessage.ProtoReflect.Descriptor instead.
 func (*HostMessage) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{41}
+	return file_provisioner_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *HostMessage) GetMsg() isHostMessage_Msg {
@@ -3033,7 +3114,7 @@ type PluginMessage struct {
 
 func (x *PluginMessage) Reset() {
 	*x = PluginMessage{}
-	mi := &file_provisioner_proto_msgTypes[42]
+	mi := &file_provisioner_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3045,7 +3126,7 @@ func (x *PluginMessage) String() string {
 func (*PluginMessage) ProtoMessage() {}
 
 func (x *PluginMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[42]
+	mi := &file_provisioner_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3058,7 +3139,7 @@ func (x *PluginMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginMessage.ProtoReflect.Descriptor instead.
 func (*PluginMessage) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{42}
+	return file_provisioner_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PluginMessage) GetMsg() isPluginMessage_Msg {
@@ -3154,7 +3235,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_provisioner_proto_msgTypes[43]
+	mi := &file_provisioner_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3166,7 +3247,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[43]
+	mi := &file_provisioner_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3179,7 +3260,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{43}
+	return file_provisioner_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Hello) GetName() string {
@@ -3212,7 +3293,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_provisioner_proto_msgTypes[44]
+	mi := &file_provisioner_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3224,7 +3305,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[44]
+	mi := &file_provisioner_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3237,7 +3318,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{44}
+	return file_provisioner_proto_rawDescGZIP(), []int{45}
 }
 
 type Event struct {
@@ -3278,7 +3359,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_provisioner_proto_msgTypes[45]
+	mi := &file_provisioner_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3290,7 +3371,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[45]
+	mi := &file_provisioner_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3303,7 +3384,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{45}
+	return file_provisioner_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -3385,7 +3466,7 @@ type EventAck struct {
 
 func (x *EventAck) Reset() {
 	*x = EventAck{}
-	mi := &file_provisioner_proto_msgTypes[46]
+	mi := &file_provisioner_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3397,7 +3478,7 @@ func (x *EventAck) String() string {
 func (*EventAck) ProtoMessage() {}
 
 func (x *EventAck) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[46]
+	mi := &file_provisioner_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3410,7 +3491,7 @@ func (x *EventAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventAck.ProtoReflect.Descriptor instead.
 func (*EventAck) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{46}
+	return file_provisioner_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *EventAck) GetSeq() uint64 {
@@ -3437,7 +3518,7 @@ type MintCredential struct {
 
 func (x *MintCredential) Reset() {
 	*x = MintCredential{}
-	mi := &file_provisioner_proto_msgTypes[47]
+	mi := &file_provisioner_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3449,7 +3530,7 @@ func (x *MintCredential) String() string {
 func (*MintCredential) ProtoMessage() {}
 
 func (x *MintCredential) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[47]
+	mi := &file_provisioner_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3462,7 +3543,7 @@ func (x *MintCredential) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MintCredential.ProtoReflect.Descriptor instead.
 func (*MintCredential) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{47}
+	return file_provisioner_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *MintCredential) GetRequestId() uint64 {
@@ -3529,7 +3610,7 @@ type Credential struct {
 
 func (x *Credential) Reset() {
 	*x = Credential{}
-	mi := &file_provisioner_proto_msgTypes[48]
+	mi := &file_provisioner_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3541,7 +3622,7 @@ func (x *Credential) String() string {
 func (*Credential) ProtoMessage() {}
 
 func (x *Credential) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[48]
+	mi := &file_provisioner_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3554,7 +3635,7 @@ func (x *Credential) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credential.ProtoReflect.Descriptor instead.
 func (*Credential) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{48}
+	return file_provisioner_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Credential) GetRequestId() uint64 {
@@ -3609,7 +3690,7 @@ type MintCredentials struct {
 
 func (x *MintCredentials) Reset() {
 	*x = MintCredentials{}
-	mi := &file_provisioner_proto_msgTypes[49]
+	mi := &file_provisioner_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3621,7 +3702,7 @@ func (x *MintCredentials) String() string {
 func (*MintCredentials) ProtoMessage() {}
 
 func (x *MintCredentials) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[49]
+	mi := &file_provisioner_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3634,7 +3715,7 @@ func (x *MintCredentials) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MintCredentials.ProtoReflect.Descriptor instead.
 func (*MintCredentials) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{49}
+	return file_provisioner_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *MintCredentials) GetRequestId() uint64 {
@@ -3667,7 +3748,7 @@ type Credentials struct {
 
 func (x *Credentials) Reset() {
 	*x = Credentials{}
-	mi := &file_provisioner_proto_msgTypes[50]
+	mi := &file_provisioner_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3679,7 +3760,7 @@ func (x *Credentials) String() string {
 func (*Credentials) ProtoMessage() {}
 
 func (x *Credentials) ProtoReflect() protoreflect.Message {
-	mi := &file_provisioner_proto_msgTypes[50]
+	mi := &file_provisioner_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3692,7 +3773,7 @@ func (x *Credentials) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credentials.ProtoReflect.Descriptor instead.
 func (*Credentials) Descriptor() ([]byte, []int) {
-	return file_provisioner_proto_rawDescGZIP(), []int{50}
+	return file_provisioner_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Credentials) GetRequestId() uint64 {
@@ -3865,7 +3946,7 @@ const file_provisioner_proto_rawDesc = "" +
 	"\x11ReconcileResponse\x12\x18\n" +
 	"\aarrived\x18\x01 \x03(\tR\aarrived\x12\x18\n" +
 	"\aexpired\x18\x02 \x03(\tR\aexpired\"\x0f\n" +
-	"\rStatusRequest\"\x87\x03\n" +
+	"\rStatusRequest\"\xc7\x03\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1a\n" +
@@ -3877,7 +3958,15 @@ const file_provisioner_proto_rawDesc = "" +
 	"backingOff\x12;\n" +
 	"\x06counts\x18\a \x03(\v2#.fluksio.provision.v1.ProfileCountsR\x06counts\x12\x14\n" +
 	"\x05notes\x18\b \x03(\tR\x05notes\x12:\n" +
-	"\bcounters\x18\t \x01(\v2\x1e.fluksio.provision.v1.CountersR\bcounters\"\x8a\x01\n" +
+	"\bcounters\x18\t \x01(\v2\x1e.fluksio.provision.v1.CountersR\bcounters\x12>\n" +
+	"\aruntime\x18\n" +
+	" \x01(\v2$.fluksio.provision.v1.ProcessRuntimeR\aruntime\"\x86\x01\n" +
+	"\x0eProcessRuntime\x12&\n" +
+	"\x0fheap_live_bytes\x18\x01 \x01(\x03R\rheapLiveBytes\x12,\n" +
+	"\x12heap_objects_bytes\x18\x02 \x01(\x03R\x10heapObjectsBytes\x12\x1e\n" +
+	"\n" +
+	"goroutines\x18\x03 \x01(\x03R\n" +
+	"goroutines\"\x8a\x01\n" +
 	"\bCounters\x12>\n" +
 	"\bfailures\x18\x01 \x03(\v2\".fluksio.provision.v1.FailureCountR\bfailures\x12>\n" +
 	"\bcommands\x18\x02 \x03(\v2\".fluksio.provision.v1.CommandStatsR\bcommands\"T\n" +
@@ -4028,7 +4117,7 @@ func file_provisioner_proto_rawDescGZIP() []byte {
 }
 
 var file_provisioner_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_provisioner_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_provisioner_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_provisioner_proto_goTypes = []any{
 	(Condition)(0),                 // 0: fluksio.provision.v1.Condition
 	(Diagnostic_Severity)(0),       // 1: fluksio.provision.v1.Diagnostic.Severity
@@ -4065,25 +4154,26 @@ var file_provisioner_proto_goTypes = []any{
 	(*ReconcileResponse)(nil),      // 32: fluksio.provision.v1.ReconcileResponse
 	(*StatusRequest)(nil),          // 33: fluksio.provision.v1.StatusRequest
 	(*StatusResponse)(nil),         // 34: fluksio.provision.v1.StatusResponse
-	(*Counters)(nil),               // 35: fluksio.provision.v1.Counters
-	(*FailureCount)(nil),           // 36: fluksio.provision.v1.FailureCount
-	(*CommandStats)(nil),           // 37: fluksio.provision.v1.CommandStats
-	(*ProfileCounts)(nil),          // 38: fluksio.provision.v1.ProfileCounts
-	(*Submission)(nil),             // 39: fluksio.provision.v1.Submission
-	(*Backoff)(nil),                // 40: fluksio.provision.v1.Backoff
-	(*Outstanding)(nil),            // 41: fluksio.provision.v1.Outstanding
-	(*ShutdownRequest)(nil),        // 42: fluksio.provision.v1.ShutdownRequest
-	(*ShutdownResponse)(nil),       // 43: fluksio.provision.v1.ShutdownResponse
-	(*HostMessage)(nil),            // 44: fluksio.provision.v1.HostMessage
-	(*PluginMessage)(nil),          // 45: fluksio.provision.v1.PluginMessage
-	(*Hello)(nil),                  // 46: fluksio.provision.v1.Hello
-	(*Ready)(nil),                  // 47: fluksio.provision.v1.Ready
-	(*Event)(nil),                  // 48: fluksio.provision.v1.Event
-	(*EventAck)(nil),               // 49: fluksio.provision.v1.EventAck
-	(*MintCredential)(nil),         // 50: fluksio.provision.v1.MintCredential
-	(*Credential)(nil),             // 51: fluksio.provision.v1.Credential
-	(*MintCredentials)(nil),        // 52: fluksio.provision.v1.MintCredentials
-	(*Credentials)(nil),            // 53: fluksio.provision.v1.Credentials
+	(*ProcessRuntime)(nil),         // 35: fluksio.provision.v1.ProcessRuntime
+	(*Counters)(nil),               // 36: fluksio.provision.v1.Counters
+	(*FailureCount)(nil),           // 37: fluksio.provision.v1.FailureCount
+	(*CommandStats)(nil),           // 38: fluksio.provision.v1.CommandStats
+	(*ProfileCounts)(nil),          // 39: fluksio.provision.v1.ProfileCounts
+	(*Submission)(nil),             // 40: fluksio.provision.v1.Submission
+	(*Backoff)(nil),                // 41: fluksio.provision.v1.Backoff
+	(*Outstanding)(nil),            // 42: fluksio.provision.v1.Outstanding
+	(*ShutdownRequest)(nil),        // 43: fluksio.provision.v1.ShutdownRequest
+	(*ShutdownResponse)(nil),       // 44: fluksio.provision.v1.ShutdownResponse
+	(*HostMessage)(nil),            // 45: fluksio.provision.v1.HostMessage
+	(*PluginMessage)(nil),          // 46: fluksio.provision.v1.PluginMessage
+	(*Hello)(nil),                  // 47: fluksio.provision.v1.Hello
+	(*Ready)(nil),                  // 48: fluksio.provision.v1.Ready
+	(*Event)(nil),                  // 49: fluksio.provision.v1.Event
+	(*EventAck)(nil),               // 50: fluksio.provision.v1.EventAck
+	(*MintCredential)(nil),         // 51: fluksio.provision.v1.MintCredential
+	(*Credential)(nil),             // 52: fluksio.provision.v1.Credential
+	(*MintCredentials)(nil),        // 53: fluksio.provision.v1.MintCredentials
+	(*Credentials)(nil),            // 54: fluksio.provision.v1.Credentials
 }
 var file_provisioner_proto_depIdxs = []int32{
 	7,  // 0: fluksio.provision.v1.SchemaResponse.schema:type_name -> fluksio.provision.v1.Schema
@@ -4104,54 +4194,55 @@ var file_provisioner_proto_depIdxs = []int32{
 	30, // 15: fluksio.provision.v1.ProvisionResponse.profiles:type_name -> fluksio.provision.v1.ProfileDemand
 	2,  // 16: fluksio.provision.v1.DemandOutcome.outcome:type_name -> fluksio.provision.v1.ProvisionResponse.Outcome
 	0,  // 17: fluksio.provision.v1.DemandOutcome.condition:type_name -> fluksio.provision.v1.Condition
-	41, // 18: fluksio.provision.v1.StatusResponse.outstanding:type_name -> fluksio.provision.v1.Outstanding
-	40, // 19: fluksio.provision.v1.StatusResponse.backing_off:type_name -> fluksio.provision.v1.Backoff
-	38, // 20: fluksio.provision.v1.StatusResponse.counts:type_name -> fluksio.provision.v1.ProfileCounts
-	35, // 21: fluksio.provision.v1.StatusResponse.counters:type_name -> fluksio.provision.v1.Counters
-	36, // 22: fluksio.provision.v1.Counters.failures:type_name -> fluksio.provision.v1.FailureCount
-	37, // 23: fluksio.provision.v1.Counters.commands:type_name -> fluksio.provision.v1.CommandStats
-	39, // 24: fluksio.provision.v1.ProfileCounts.submissions:type_name -> fluksio.provision.v1.Submission
-	46, // 25: fluksio.provision.v1.HostMessage.hello:type_name -> fluksio.provision.v1.Hello
-	49, // 26: fluksio.provision.v1.HostMessage.event_ack:type_name -> fluksio.provision.v1.EventAck
-	51, // 27: fluksio.provision.v1.HostMessage.credential:type_name -> fluksio.provision.v1.Credential
-	53, // 28: fluksio.provision.v1.HostMessage.credentials:type_name -> fluksio.provision.v1.Credentials
-	47, // 29: fluksio.provision.v1.PluginMessage.ready:type_name -> fluksio.provision.v1.Ready
-	48, // 30: fluksio.provision.v1.PluginMessage.event:type_name -> fluksio.provision.v1.Event
-	50, // 31: fluksio.provision.v1.PluginMessage.mint_credential:type_name -> fluksio.provision.v1.MintCredential
-	52, // 32: fluksio.provision.v1.PluginMessage.mint_credentials:type_name -> fluksio.provision.v1.MintCredentials
-	50, // 33: fluksio.provision.v1.MintCredentials.items:type_name -> fluksio.provision.v1.MintCredential
-	51, // 34: fluksio.provision.v1.Credentials.items:type_name -> fluksio.provision.v1.Credential
-	3,  // 35: fluksio.provision.v1.Provisioner.Info:input_type -> fluksio.provision.v1.InfoRequest
-	5,  // 36: fluksio.provision.v1.Provisioner.Schema:input_type -> fluksio.provision.v1.SchemaRequest
-	11, // 37: fluksio.provision.v1.Provisioner.ValidateConfig:input_type -> fluksio.provision.v1.ValidateConfigRequest
-	18, // 38: fluksio.provision.v1.Provisioner.Configure:input_type -> fluksio.provision.v1.ConfigureRequest
-	22, // 39: fluksio.provision.v1.Provisioner.Shapes:input_type -> fluksio.provision.v1.ShapesRequest
-	24, // 40: fluksio.provision.v1.Provisioner.Covers:input_type -> fluksio.provision.v1.CoversRequest
-	26, // 41: fluksio.provision.v1.Provisioner.Provision:input_type -> fluksio.provision.v1.ProvisionRequest
-	31, // 42: fluksio.provision.v1.Provisioner.Reconcile:input_type -> fluksio.provision.v1.ReconcileRequest
-	33, // 43: fluksio.provision.v1.Provisioner.Status:input_type -> fluksio.provision.v1.StatusRequest
-	42, // 44: fluksio.provision.v1.Provisioner.Shutdown:input_type -> fluksio.provision.v1.ShutdownRequest
-	13, // 45: fluksio.provision.v1.Provisioner.Check:input_type -> fluksio.provision.v1.CheckRequest
-	16, // 46: fluksio.provision.v1.Provisioner.Preview:input_type -> fluksio.provision.v1.PreviewRequest
-	44, // 47: fluksio.provision.v1.Provisioner.HostChannel:input_type -> fluksio.provision.v1.HostMessage
-	4,  // 48: fluksio.provision.v1.Provisioner.Info:output_type -> fluksio.provision.v1.InfoResponse
-	6,  // 49: fluksio.provision.v1.Provisioner.Schema:output_type -> fluksio.provision.v1.SchemaResponse
-	12, // 50: fluksio.provision.v1.Provisioner.ValidateConfig:output_type -> fluksio.provision.v1.ValidateConfigResponse
-	19, // 51: fluksio.provision.v1.Provisioner.Configure:output_type -> fluksio.provision.v1.ConfigureResponse
-	23, // 52: fluksio.provision.v1.Provisioner.Shapes:output_type -> fluksio.provision.v1.ShapesResponse
-	25, // 53: fluksio.provision.v1.Provisioner.Covers:output_type -> fluksio.provision.v1.CoversResponse
-	28, // 54: fluksio.provision.v1.Provisioner.Provision:output_type -> fluksio.provision.v1.ProvisionResponse
-	32, // 55: fluksio.provision.v1.Provisioner.Reconcile:output_type -> fluksio.provision.v1.ReconcileResponse
-	34, // 56: fluksio.provision.v1.Provisioner.Status:output_type -> fluksio.provision.v1.StatusResponse
-	43, // 57: fluksio.provision.v1.Provisioner.Shutdown:output_type -> fluksio.provision.v1.ShutdownResponse
-	14, // 58: fluksio.provision.v1.Provisioner.Check:output_type -> fluksio.provision.v1.CheckResponse
-	17, // 59: fluksio.provision.v1.Provisioner.Preview:output_type -> fluksio.provision.v1.PreviewResponse
-	45, // 60: fluksio.provision.v1.Provisioner.HostChannel:output_type -> fluksio.provision.v1.PluginMessage
-	48, // [48:61] is the sub-list for method output_type
-	35, // [35:48] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	42, // 18: fluksio.provision.v1.StatusResponse.outstanding:type_name -> fluksio.provision.v1.Outstanding
+	41, // 19: fluksio.provision.v1.StatusResponse.backing_off:type_name -> fluksio.provision.v1.Backoff
+	39, // 20: fluksio.provision.v1.StatusResponse.counts:type_name -> fluksio.provision.v1.ProfileCounts
+	36, // 21: fluksio.provision.v1.StatusResponse.counters:type_name -> fluksio.provision.v1.Counters
+	35, // 22: fluksio.provision.v1.StatusResponse.runtime:type_name -> fluksio.provision.v1.ProcessRuntime
+	37, // 23: fluksio.provision.v1.Counters.failures:type_name -> fluksio.provision.v1.FailureCount
+	38, // 24: fluksio.provision.v1.Counters.commands:type_name -> fluksio.provision.v1.CommandStats
+	40, // 25: fluksio.provision.v1.ProfileCounts.submissions:type_name -> fluksio.provision.v1.Submission
+	47, // 26: fluksio.provision.v1.HostMessage.hello:type_name -> fluksio.provision.v1.Hello
+	50, // 27: fluksio.provision.v1.HostMessage.event_ack:type_name -> fluksio.provision.v1.EventAck
+	52, // 28: fluksio.provision.v1.HostMessage.credential:type_name -> fluksio.provision.v1.Credential
+	54, // 29: fluksio.provision.v1.HostMessage.credentials:type_name -> fluksio.provision.v1.Credentials
+	48, // 30: fluksio.provision.v1.PluginMessage.ready:type_name -> fluksio.provision.v1.Ready
+	49, // 31: fluksio.provision.v1.PluginMessage.event:type_name -> fluksio.provision.v1.Event
+	51, // 32: fluksio.provision.v1.PluginMessage.mint_credential:type_name -> fluksio.provision.v1.MintCredential
+	53, // 33: fluksio.provision.v1.PluginMessage.mint_credentials:type_name -> fluksio.provision.v1.MintCredentials
+	51, // 34: fluksio.provision.v1.MintCredentials.items:type_name -> fluksio.provision.v1.MintCredential
+	52, // 35: fluksio.provision.v1.Credentials.items:type_name -> fluksio.provision.v1.Credential
+	3,  // 36: fluksio.provision.v1.Provisioner.Info:input_type -> fluksio.provision.v1.InfoRequest
+	5,  // 37: fluksio.provision.v1.Provisioner.Schema:input_type -> fluksio.provision.v1.SchemaRequest
+	11, // 38: fluksio.provision.v1.Provisioner.ValidateConfig:input_type -> fluksio.provision.v1.ValidateConfigRequest
+	18, // 39: fluksio.provision.v1.Provisioner.Configure:input_type -> fluksio.provision.v1.ConfigureRequest
+	22, // 40: fluksio.provision.v1.Provisioner.Shapes:input_type -> fluksio.provision.v1.ShapesRequest
+	24, // 41: fluksio.provision.v1.Provisioner.Covers:input_type -> fluksio.provision.v1.CoversRequest
+	26, // 42: fluksio.provision.v1.Provisioner.Provision:input_type -> fluksio.provision.v1.ProvisionRequest
+	31, // 43: fluksio.provision.v1.Provisioner.Reconcile:input_type -> fluksio.provision.v1.ReconcileRequest
+	33, // 44: fluksio.provision.v1.Provisioner.Status:input_type -> fluksio.provision.v1.StatusRequest
+	43, // 45: fluksio.provision.v1.Provisioner.Shutdown:input_type -> fluksio.provision.v1.ShutdownRequest
+	13, // 46: fluksio.provision.v1.Provisioner.Check:input_type -> fluksio.provision.v1.CheckRequest
+	16, // 47: fluksio.provision.v1.Provisioner.Preview:input_type -> fluksio.provision.v1.PreviewRequest
+	45, // 48: fluksio.provision.v1.Provisioner.HostChannel:input_type -> fluksio.provision.v1.HostMessage
+	4,  // 49: fluksio.provision.v1.Provisioner.Info:output_type -> fluksio.provision.v1.InfoResponse
+	6,  // 50: fluksio.provision.v1.Provisioner.Schema:output_type -> fluksio.provision.v1.SchemaResponse
+	12, // 51: fluksio.provision.v1.Provisioner.ValidateConfig:output_type -> fluksio.provision.v1.ValidateConfigResponse
+	19, // 52: fluksio.provision.v1.Provisioner.Configure:output_type -> fluksio.provision.v1.ConfigureResponse
+	23, // 53: fluksio.provision.v1.Provisioner.Shapes:output_type -> fluksio.provision.v1.ShapesResponse
+	25, // 54: fluksio.provision.v1.Provisioner.Covers:output_type -> fluksio.provision.v1.CoversResponse
+	28, // 55: fluksio.provision.v1.Provisioner.Provision:output_type -> fluksio.provision.v1.ProvisionResponse
+	32, // 56: fluksio.provision.v1.Provisioner.Reconcile:output_type -> fluksio.provision.v1.ReconcileResponse
+	34, // 57: fluksio.provision.v1.Provisioner.Status:output_type -> fluksio.provision.v1.StatusResponse
+	44, // 58: fluksio.provision.v1.Provisioner.Shutdown:output_type -> fluksio.provision.v1.ShutdownResponse
+	14, // 59: fluksio.provision.v1.Provisioner.Check:output_type -> fluksio.provision.v1.CheckResponse
+	17, // 60: fluksio.provision.v1.Provisioner.Preview:output_type -> fluksio.provision.v1.PreviewResponse
+	46, // 61: fluksio.provision.v1.Provisioner.HostChannel:output_type -> fluksio.provision.v1.PluginMessage
+	49, // [49:62] is the sub-list for method output_type
+	36, // [36:49] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_provisioner_proto_init() }
@@ -4159,13 +4250,13 @@ func file_provisioner_proto_init() {
 	if File_provisioner_proto != nil {
 		return
 	}
-	file_provisioner_proto_msgTypes[41].OneofWrappers = []any{
+	file_provisioner_proto_msgTypes[42].OneofWrappers = []any{
 		(*HostMessage_Hello)(nil),
 		(*HostMessage_EventAck)(nil),
 		(*HostMessage_Credential)(nil),
 		(*HostMessage_Credentials)(nil),
 	}
-	file_provisioner_proto_msgTypes[42].OneofWrappers = []any{
+	file_provisioner_proto_msgTypes[43].OneofWrappers = []any{
 		(*PluginMessage_Ready)(nil),
 		(*PluginMessage_Event)(nil),
 		(*PluginMessage_MintCredential)(nil),
@@ -4177,7 +4268,7 @@ func file_provisioner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_provisioner_proto_rawDesc), len(file_provisioner_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   51,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

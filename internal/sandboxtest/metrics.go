@@ -9,10 +9,11 @@ import (
 )
 
 // Metrics reads a Prometheus /metrics page at url with Prometheus' own
-// text parser and returns the value of each of names that it has (the
-// first sample of a gauge, counter or untyped family: the Go runtime's
-// go_goroutines and go_memstats_*, say). A name the page lacks is left
-// out of the map.
+// text parser and returns the value of each of names that it has: a
+// gauge, counter or untyped family's samples summed (the Go runtime's
+// go_goroutines and go_memstats_* have one; a per-provisioner gauge such
+// as fluksio_plugin_heap_live_bytes sums to all the plugins'). A name
+// the page lacks is left out of the map.
 func Metrics(client *http.Client, url string, names ...string) (map[string]float64, error) {
 	resp, err := client.Get(url)
 	if err != nil {
@@ -33,14 +34,15 @@ func Metrics(client *http.Client, url string, names ...string) (map[string]float
 		if f == nil || len(f.GetMetric()) == 0 {
 			continue
 		}
-		m := f.GetMetric()[0]
-		switch {
-		case m.Gauge != nil:
-			out[name] = m.GetGauge().GetValue()
-		case m.Counter != nil:
-			out[name] = m.GetCounter().GetValue()
-		case m.Untyped != nil:
-			out[name] = m.GetUntyped().GetValue()
+		for _, m := range f.GetMetric() {
+			switch {
+			case m.Gauge != nil:
+				out[name] += m.GetGauge().GetValue()
+			case m.Counter != nil:
+				out[name] += m.GetCounter().GetValue()
+			case m.Untyped != nil:
+				out[name] += m.GetUntyped().GetValue()
+			}
 		}
 	}
 	return out, nil

@@ -285,6 +285,9 @@ func statusToProto(s *shared.StatusResponse) *pb.StatusResponse {
 	}
 	out.Notes = s.Notes
 	out.Counters = countersToProto(s.Counters)
+	if r := s.Runtime; r != nil {
+		out.Runtime = &pb.ProcessRuntime{HeapLiveBytes: r.HeapLiveBytes, HeapObjectsBytes: r.HeapObjectsBytes, Goroutines: r.Goroutines}
+	}
 	return out
 }
 
@@ -343,6 +346,9 @@ func statusFromProto(s *pb.StatusResponse) *shared.StatusResponse {
 	}
 	out.Notes = s.GetNotes()
 	out.Counters = countersFromProto(s.GetCounters())
+	if r := s.GetRuntime(); r != nil {
+		out.Runtime = &shared.Runtime{HeapLiveBytes: r.GetHeapLiveBytes(), HeapObjectsBytes: r.GetHeapObjectsBytes(), Goroutines: r.GetGoroutines()}
+	}
 	return out
 }
 

@@ -56,7 +56,8 @@ func TestRoundTripEveryMethod(t *testing.T) {
 			Failures: []shared.FailureCount{{Profile: "a", Class: shared.FailureDiedBeforeAttach, Count: 2}},
 			Commands: []shared.CommandStats{{Command: "sbatch", Calls: 5, Errors: 1, SSHErrors: 2, Timeouts: 1, Rationed: 3,
 				Buckets: []float64{0.1, 1}, BucketCounts: []int64{3, 4}, DurationSum: 2500 * time.Millisecond}},
-		}}
+		},
+		Runtime: &shared.Runtime{HeapLiveBytes: 5 << 20, HeapObjectsBytes: 7 << 20, Goroutines: 42}}
 	need := shared.Need{CPUs: 3, GPUs: 1, RAMMB: 2048, Label: "x", Lifetime: 135 * time.Second}
 	// Every field of the answer set, so that a converter that drops one
 	// fails the round trip.

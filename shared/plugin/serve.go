@@ -88,6 +88,8 @@ func Serve(factory func(hclog.Logger) shared.Provisioner, opts ...Option) {
 	}
 	stop := watchParent(leave)
 	defer stop()
+	stopProfiles := heapProfilesOnSignal(os.Getenv(HeapProfileDirEnv), logger)
+	defer stopProfiles()
 
 	goplugin.Serve(&goplugin.ServeConfig{
 		HandshakeConfig:  wire.Handshake,

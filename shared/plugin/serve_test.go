@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -159,6 +160,38 @@ func TestServeLeavesOnSIGTERM(t *testing.T) {
 	}
 	if b, err := os.ReadFile(mark); err != nil || string(b) != "shut down" {
 		t.Errorf("the provisioner was not shut down before the exit: %q %v", b, err)
+	}
+}
+
+// TestServeWritesHeapProfilesOnSIGUSR1: with HeapProfileDirEnv set, each
+// SIGUSR1 makes the plugin write a heap profile (gzipped protobuf, as
+// go tool pprof reads it) named by its pid and a count, and it keeps
+// serving after.
+func TestServeWritesHeapProfilesOnSIGUSR1(t *testing.T) {
+	dir := t.TempDir()
+	p := launchSelf(t, nil, nil, HeapProfileDirEnv+"="+dir)
+	for n := 1; n <= 2; n++ {
+		if err := syscall.Kill(p.Pid(), syscall.SIGUSR1); err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, fmt.Sprintf("heap-%d-%d.pprof", p.Pid(), n))
+		deadline := time.Now().Add(20 * time.Second)
+		var b []byte
+		for {
+			var err error
+			if b, err = os.ReadFile(path); err == nil || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+			t.Fatalf("SIGUSR1 number %d: %s holds %d bytes, want a gzipped heap profile", n, path, len(b))
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := p.Provisioner().Info(ctx, &shared.InfoRequest{}); err != nil {
+		t.Errorf("Info after the profiles: %v", err)
 	}
 }
 
