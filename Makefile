@@ -156,12 +156,14 @@ test: build lint fuzz ## lint, a short fuzz, then every test with -race, with th
 
 # The tests that talk to Slurm, run again on each newer Slurm: the
 # plugin's integration, refusal, reliability and version tests, the
-# engine's runs (a need, a burst, multi-node, the relay, tasks), its preflight
-# and its reliability, and the demo. Unit tests do not change with the
+# queue's commands against each release's output, the engine's runs (a
+# need, a burst, multi-node, the relay, tasks, the profile chosen by a
+# task's time, which reads the partitions' times), its preflight and its
+# reliability, and the demo. Unit tests do not change with the
 # Slurm a sandbox runs, and run once, in make test; so do the bastion's
 # tests of ssh alone against the sandbox's sshd (TestBastionOnRealSSHD).
 SLURM_TESTS_PLUGIN := Integration|Accounting|Refus|Reliability|SSHSandbox|SbatchReads|BareArray|Deadline|ReleaseMismatch|LoginPath|SubmitRule
-SLURM_TESTS_ENGINE := TestE2ERunServesNeeds|TestE2EBurstWithinSubmitLimit|TestE2EBurstOneSubmission|TestE2EMultiNode|TestE2ERelay$$|TestE2ERelayRecovers|TestE2ERelayTwoLogins|TestValidateCheck|TestScriptCommand|TestReliability|TestE2ESigtermCancelsJobs|TestE2ECleanStop|TestE2ERunTasks|TestE2ETaskRunsAgain|TestE2EJobKilledUnderItsTask|TestE2EWalltime|TestE2ENodeDownUnderATask|TestE2EPendingReasonShown|TestValidateProbe|TestE2EReload|TestE2ERateLimitedBurst
+SLURM_TESTS_ENGINE := TestE2ERunServesNeeds|TestE2EBurstWithinSubmitLimit|TestE2EBurstOneSubmission|TestE2EMultiNode|TestE2ERelay$$|TestE2ERelayRecovers|TestE2ERelayTwoLogins|TestValidateCheck|TestScriptCommand|TestReliability|TestE2ESigtermCancelsJobs|TestE2ECleanStop|TestE2ERunTasks|TestE2ETaskRunsAgain|TestE2EJobKilledUnderItsTask|TestE2EWalltime|TestE2ENodeDownUnderATask|TestE2EPendingReasonShown|TestValidateProbe|TestE2EReload|TestE2ERateLimitedBurst|TestE2ETimeChoosesLongEnoughProfile|TestE2ETooLongRefusedBeforeAsking
 # One go test runs the plugin's and the engine's together, so that the
 # two packages share the run's wall time, as they do in make test. The
 # plugin's patterns also match these of the engine's, which need no
@@ -172,7 +174,7 @@ test-slurm: build ## the Slurm-facing tests and the demo against SANDBOX_SLURM's
 	@bash sandbox/with-sandbox.sh $(SANDBOX_DIR) -- bash -c 'set -e; t0=$$SECONDS; \
 		echo "==> Slurm-facing tests on Slurm $${SANDBOX_SLURM_VERSION:-?} ($(SANDBOX_SLURM))"; \
 		$(GO) test -count=1 -timeout 30m -run "$(SLURM_TESTS_PLUGIN)|$(SLURM_TESTS_ENGINE)" -skip "$(SLURM_TESTS_NOT_AGAIN)" \
-			./slurm/ ./slurm/sshrun/ ./host-example/; \
+			./slurm/ ./slurm/sshrun/ ./slurm/internal/queue/ ./host-example/; \
 		$(GO) test -count=1 -timeout 10m ./examples/embed/ ./examples/authorjob/; \
 		DEMO_LINGER=0 bash sandbox/demo.sh; \
 		echo "==> Slurm $${SANDBOX_SLURM_VERSION:-?} ($(SANDBOX_SLURM)): passed in $$((SECONDS - t0)) s"'
