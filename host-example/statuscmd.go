@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/fluksio/provision/engine"
 	"github.com/fluksio/provision/internal/termsafe"
 )
 
@@ -160,16 +161,7 @@ type statusView struct {
 
 // statusSummary is GET /status's summary, as the command shows it.
 type statusSummary struct {
-	Tasks struct {
-		Submitted int `json:"submitted"`
-		Waiting   int `json:"waiting"`
-		Running   int `json:"running"`
-		Succeeded int `json:"succeeded"`
-		Failed    int `json:"failed"`
-		Cancelled int `json:"cancelled"`
-		TimedOut  int `json:"timed_out"`
-		Lost      int `json:"lost"`
-	} `json:"tasks"`
+	Tasks engine.TaskCounts `json:"tasks"`
 	Needs struct {
 		Waiting   int            `json:"waiting"`
 		Assigned  int            `json:"assigned"`
