@@ -208,7 +208,9 @@ type Engine struct {
 	// passEvery and reconcileEvery are the run loop's intervals
 	// (passInterval, reconcileInterval; tests set their own before
 	// Run). passes counts the passes Run made, timed those a timer
-	// woke rather than a change.
+	// woke rather than a change, each counted once it is done (with
+	// the Reconcile the timer asked for before it), so that a count
+	// read says the loop has finished what that timer began.
 	passEvery, reconcileEvery time.Duration
 	passes, timed             atomic.Uint64
 }
@@ -579,11 +581,16 @@ func (e *Engine) Run(ctx context.Context, done func() bool) bool {
 	// onlyDone: the hooks caught up, which changes nothing a pass reads
 	// but may change what done reads.
 	onlyDone := false
+	// byTimer: a timer, not a change, woke this pass.
+	byTimer := false
 	for {
 		if !onlyDone {
 			e.pass(ctx)
+			if byTimer {
+				e.timed.Add(1)
+			}
 		}
-		onlyDone = false
+		onlyDone, byTimer = false, false
 		if done != nil && done() {
 			return true
 		}
@@ -593,7 +600,7 @@ func (e *Engine) Run(ctx context.Context, done func() bool) bool {
 		case <-e.caughtUp:
 			onlyDone = true
 		case <-passTick.C:
-			e.timed.Add(1)
+			byTimer = true
 		case <-e.wake:
 		case <-e.books.changes():
 		case <-e.books.arrivals():
@@ -602,10 +609,10 @@ func (e *Engine) Run(ctx context.Context, done func() bool) bool {
 			}
 		case <-soon:
 			soon = nil
-			e.timed.Add(1)
+			byTimer = true
 			e.fleet.reconcile(ctx, e.books)
 		case <-reconcileTick.C:
-			e.timed.Add(1)
+			byTimer = true
 			e.fleet.reconcile(ctx, e.books)
 		}
 	}
