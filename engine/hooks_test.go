@@ -19,39 +19,11 @@ import (
 
 // hookEngine is taskEngine with the run loop's intervals (the pass's
 // and Reconcile's) set to every: with an hour, no pass comes from those
-// timers within a test. stop ends the loop and the engine, once; cleanup calls it too.
+// timers within a test. stop ends the loop and the engine, once;
+// cleanup calls it too.
 func hookEngine(t *testing.T, cfg Config, every time.Duration) (e *Engine, stop func()) {
 	t.Helper()
-	cfg.Secret, cfg.ID, cfg.Listen = testSecret, "test", "127.0.0.1:0"
-	if cfg.Logger == nil {
-		cfg.Logger, _ = testLogger(t)
-	}
-	e, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.passEvery, e.reconcileEvery = every, every
-	e.books.PollWait = 10 * time.Second
-	if err := e.Serve(e.Mux(nil, false)); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var run sync.WaitGroup
-	run.Add(1)
-	go func() {
-		defer run.Done()
-		e.Run(ctx, nil)
-	}()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			run.Wait()
-			e.Stop(context.Background())
-		})
-	}
-	t.Cleanup(stop)
-	return e, stop
+	return runTaskEngine(t, cfg, every)
 }
 
 // TestHookQueue: hooks run in the order they were put; a put into a full

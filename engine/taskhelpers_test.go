@@ -31,6 +31,15 @@ import (
 // routes, if given, adds an embedder's routes to the mux.
 func taskEngine(t *testing.T, cfg Config, routes ...func(*http.ServeMux)) *Engine {
 	t.Helper()
+	e, _ := runTaskEngine(t, cfg, 0, routes...)
+	return e
+}
+
+// runTaskEngine is taskEngine, with the run loop's intervals set to
+// every unless it is 0, and stop, which ends the loop and the engine
+// once (cleanup calls it too).
+func runTaskEngine(t *testing.T, cfg Config, every time.Duration, routes ...func(*http.ServeMux)) (e *Engine, stop func()) {
+	t.Helper()
 	cfg.Secret, cfg.ID, cfg.Listen = testSecret, "test", "127.0.0.1:0"
 	if cfg.Logger == nil {
 		cfg.Logger, _ = testLogger(t)
@@ -38,6 +47,9 @@ func taskEngine(t *testing.T, cfg Config, routes ...func(*http.ServeMux)) *Engin
 	e, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if every > 0 {
+		e.passEvery, e.reconcileEvery = every, every
 	}
 	e.books.PollWait = 10 * time.Second
 	mux := e.Mux(nil, false)
@@ -54,12 +66,16 @@ func taskEngine(t *testing.T, cfg Config, routes ...func(*http.ServeMux)) *Engin
 		defer run.Done()
 		e.Run(ctx, nil)
 	}()
-	t.Cleanup(func() {
-		cancel()
-		run.Wait()
-		e.Stop(context.Background())
-	})
-	return e
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			run.Wait()
+			e.Stop(context.Background())
+		})
+	}
+	t.Cleanup(stop)
+	return e, stop
 }
 
 // testWorker is one worker of a test, speaking the protocol by hand.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared"
 )
 
@@ -56,18 +57,7 @@ func TestShippedWorkerOthersCanWrite(t *testing.T) {
 // directory taken over after Configure fails the next command, which
 // does not run (the fake ssh sees no squeue), with the same words.
 func TestBudgetDirSquatted(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("gives a directory to uid 65534: needs root")
-	}
-	tmp := t.TempDir()
-	t.Setenv("TMPDIR", tmp)
-	dir := filepath.Join(tmp, "fluksio-rpc-0")
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(dir, 65534, 65534); err != nil {
-		t.Fatal(err)
-	}
+	dir := testutil.SquattedBudgetDir(t)
 	says := func(what, text string) {
 		t.Helper()
 		for _, want := range []string{dir + " is owned by uid 65534, not this user (uid 0)", "rm -r " + dir} {

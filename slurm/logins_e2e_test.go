@@ -141,16 +141,7 @@ func TestLoginPathTwoNodes(t *testing.T) {
 	// validate -check tries every login, not only the first that
 	// answers: the one down is a warning with ssh's words, the check
 	// goes on through the other.
-	raw, err := json.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	resp, err := r.prov.(shared.Checker).Check(ctx, &shared.CheckRequest{Name: r.name, Config: raw})
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := r.check(t, cfg)
 	facts := map[string]string{}
 	for _, f := range resp.Facts {
 		facts[f.Name] = f.Value
@@ -452,16 +443,7 @@ func TestLoginPathBastionAttribute(t *testing.T) {
 	t.Run("check names the bastion", func(t *testing.T) {
 		configure := through(bothFile)
 		r := newPrivateRig(t, env, "bastcheck", configure)
-		raw, err := json.Marshal(configure(r))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		resp, err := r.prov.(shared.Checker).Check(ctx, &shared.CheckRequest{Name: r.name, Config: raw})
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := r.check(t, configure(r))
 		var login string
 		for _, f := range resp.Facts {
 			if f.Name == "login" {
@@ -477,16 +459,7 @@ func TestLoginPathBastionAttribute(t *testing.T) {
 	t.Run("bastion key unknown", func(t *testing.T) {
 		configure := through(loginOnlyFile)
 		r := newPrivateRig(t, env, "bastkey", configure)
-		raw, err := json.Marshal(configure(r))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		resp, err := r.prov.(shared.Checker).Check(ctx, &shared.CheckRequest{Name: r.name, Config: raw})
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := r.check(t, configure(r))
 		var words string
 		for _, d := range resp.Diagnostics {
 			if d.Severity == shared.SeverityError {
@@ -532,4 +505,21 @@ func TestLoginPathBastionAttribute(t *testing.T) {
 			}
 		}
 	})
+}
+
+// check is validate -check's Check of cfg on r's provisioner, within a
+// minute.
+func (r *rig) check(t *testing.T, cfg map[string]any) *shared.CheckResponse {
+	t.Helper()
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	resp, err := r.prov.(shared.Checker).Check(ctx, &shared.CheckRequest{Name: r.name, Config: raw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
 }

@@ -3,9 +3,10 @@ package queue
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fluksio/provision/internal/testutil"
 )
 
 // TestRPCCost: what each command the plugin runs costs slurmctld, as
@@ -62,18 +63,7 @@ func TestBudgetRate(t *testing.T) {
 // fix, and logs nothing unpaced. With the directory this user's again,
 // Prepay pays, and the sbatch under its context costs nothing more.
 func TestPrepayUnkeptBudget(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("gives a directory to uid 65534: needs root")
-	}
-	tmp := t.TempDir()
-	t.Setenv("TMPDIR", tmp)
-	dir := filepath.Join(tmp, "fluksio-rpc-0")
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(dir, 65534, 65534); err != nil {
-		t.Fatal(err)
-	}
+	dir := testutil.SquattedBudgetDir(t)
 	// No transport: a command that got past the budget would panic.
 	q := New(nil, Config{BudgetKey: "u@login", MaxRPCRate: 1000})
 	if err := OpenBudget("u@login", 1000); err == nil || !strings.Contains(err.Error(), "rm -r "+dir) {
