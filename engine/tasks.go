@@ -17,7 +17,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/fluksio/provision/internal/termsafe"
 	"github.com/fluksio/provision/shared"
@@ -701,19 +700,6 @@ func (t *taskTable) finish(rec *taskRec, attemptID string, res Result) (taskNews
 	t.mu.Unlock()
 	news.res.Stdout, news.res.Stderr = readTails(dirs, dir, end.stdout, end.stderr)
 	return news, true
-}
-
-// cutText is a worker's words as a task keeps them: at most
-// maxErrorText bytes (cut at a character's start), the cut said.
-func cutText(s string) string {
-	if len(s) <= maxErrorText {
-		return s
-	}
-	cut := maxErrorText
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + fmt.Sprintf("… (%d more bytes cut)", len(s)-cut)
 }
 
 // check compares what the worker says it sent with what the engine

@@ -212,7 +212,7 @@ func TestEndedTasksMemoryBounded(t *testing.T) {
 		t.Errorf("the live heap grew %d MB; want under %d MB", grew>>20, maxEndedHeap>>20)
 	}
 	res, _ := e.Task("mem-0")
-	if len(res.Error) > maxErrorText+64 || !strings.HasSuffix(res.Error, fmt.Sprintf("… (%d more bytes cut)", len(huge)-maxErrorText)) {
+	if len(res.Error) > maxErrorText+64 || !strings.HasSuffix(res.Error, fmt.Sprintf("… [%d bytes cut]", len(huge)-maxErrorText)) {
 		t.Errorf("a kept error: %d bytes ending %q; want %d and the cut said", len(res.Error), res.Error[max(0, len(res.Error)-40):], maxErrorText)
 	}
 }
@@ -459,5 +459,25 @@ func TestOperatorEndpointsRefuseWebPages(t *testing.T) {
 	}
 	if res, _ := e.Task(id); res.State != worker.StateCancelled {
 		t.Errorf("after the operator's cancel: %s", res.State)
+	}
+}
+
+// TestWorkerErrorCutAfterEscaping: a task keeps at most maxErrorText
+// bytes of a worker's error as shown, escapes included: 4 KiB of
+// control characters, each 6 bytes escaped, are not kept as 24 KiB.
+func TestWorkerErrorCutAfterEscaping(t *testing.T) {
+	t.Parallel()
+	e := taskEngine(t, Config{})
+	w := joinWorker(t, e, "slurm-esc", worker.FeatureCommand)
+	id, err := e.Submit(commandTask("esc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := w.take()
+	w.report(worker.ResultRequest{TaskID: task.ID, State: worker.StateFailed, Error: strings.Repeat("\x1b", maxErrorText)})
+	waitTask(t, e, id, "the task's end", ended)
+	res, _ := e.Task(id)
+	if len(res.Error) > maxErrorText+32 || !strings.HasPrefix(res.Error, `\u001b`) || !strings.Contains(res.Error, " bytes cut]") {
+		t.Errorf("the kept error is %d bytes (%q…); want at most %d, escaped, the cut said", len(res.Error), res.Error[:min(len(res.Error), 24)], maxErrorText)
 	}
 }

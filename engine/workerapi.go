@@ -16,6 +16,7 @@ import (
 
 	"github.com/fluksio/provision/engine/host"
 	"github.com/fluksio/provision/engine/internal/park"
+	"github.com/fluksio/provision/internal/clip"
 	"github.com/fluksio/provision/internal/loglimit"
 	"github.com/fluksio/provision/internal/termsafe"
 	"github.com/fluksio/provision/worker"
@@ -387,7 +388,7 @@ func (a *workerAPI) handleResult(w http.ResponseWriter, r *http.Request) {
 	// What a command or payload task's run came to (the books keep it
 	// for those alone); its words are the worker's, escaped as above.
 	run := req
-	run.Output, run.Error, run.Signal = "", termsafe.EscapeLine(cutText(req.Error)), termsafe.EscapeLine(cutText(req.Signal))
+	run.Output, run.Error, run.Signal = "", clip.Bytes(termsafe.EscapeLine(req.Error), maxErrorText), clip.Bytes(termsafe.EscapeLine(req.Signal), maxErrorText)
 	res.run = &run
 	var seal func(task, attempt string)
 	if a.tasks != nil {

@@ -2,11 +2,13 @@
 // line, an event or a status, keeping both ends: a tool's first line says
 // what it was doing and its last says what went wrong (ssh's host-key
 // banner runs for 700 characters before "Host key verification
-// failed."). It owns only that rule; what is worth keeping is its
+// failed."), or to a bound on what a peer's words may cost to keep
+// (Bytes). It owns only those rules; what is worth keeping is its
 // callers'.
 package clip
 
 import (
+	"fmt"
 	"strings"
 	"unicode/utf8"
 )
@@ -23,4 +25,18 @@ func Ends(s string, max int) string {
 	head := (max - len([]rune(gap))) / 3
 	tail := max - len([]rune(gap)) - head
 	return string(r[:head]) + gap + string(r[len(r)-tail:])
+}
+
+// Bytes keeps at most n bytes of s, cut at a character's start, and
+// says how many it cut: a bound on what a peer's words may cost to keep
+// (events, statuses, a task's error), where Ends bounds a line to read.
+func Bytes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("… [%d bytes cut]", len(s)-cut)
 }

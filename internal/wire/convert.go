@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/fluksio/provision/internal/clip"
 	"github.com/fluksio/provision/internal/pb"
 	"github.com/fluksio/provision/shared"
 )
@@ -247,7 +248,7 @@ func provisionResponseToProto(r *shared.ProvisionResponse) *pb.ProvisionResponse
 func provisionResponseFromProto(r *pb.ProvisionResponse) *shared.ProvisionResponse {
 	out := &shared.ProvisionResponse{}
 	for _, o := range r.GetOutcomes() {
-		out.Outcomes = append(out.Outcomes, shared.DemandOutcome{Outcome: outcomeFromProto(o.GetOutcome()), Profile: o.GetProfile(), Detail: clip(o.GetDetail(), MaxEventDetail),
+		out.Outcomes = append(out.Outcomes, shared.DemandOutcome{Outcome: outcomeFromProto(o.GetOutcome()), Profile: o.GetProfile(), Detail: clip.Bytes(o.GetDetail(), MaxEventDetail),
 			Condition: conditionFromProto(o.GetCondition())})
 	}
 	for _, p := range r.GetProfiles() {

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fluksio/provision/internal/clip"
 	"github.com/fluksio/provision/internal/pb"
 	"github.com/fluksio/provision/shared"
 )
@@ -516,7 +517,7 @@ func batchRefusal(items []*pb.MintCredential) string {
 	seen := make(map[string]struct{}, len(items))
 	for _, it := range items {
 		if _, dup := seen[it.GetWorker()]; dup {
-			return fmt.Sprintf("a batch mint names worker %q twice: a credential is worth one worker", clip(it.GetWorker(), maxEventField))
+			return fmt.Sprintf("a batch mint names worker %q twice: a credential is worth one worker", clip.Bytes(it.GetWorker(), maxEventField))
 		}
 		seen[it.GetWorker()] = struct{}{}
 	}

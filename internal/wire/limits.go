@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/fluksio/provision/internal/clip"
 	"github.com/fluksio/provision/internal/loglimit"
 	"github.com/fluksio/provision/internal/termsafe"
 
@@ -37,25 +38,13 @@ const (
 	maxLogLine        = 4 << 10
 )
 
-// clip cuts s to at most n bytes, saying so.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && s[cut]&0xC0 == 0x80 {
-		cut-- // not in the middle of a UTF-8 sequence
-	}
-	return s[:cut] + fmt.Sprintf("… [%d bytes cut]", len(s)-cut)
-}
-
 // ClipEvent bounds an event's fields.
 func ClipEvent(ev shared.Event) shared.Event {
-	ev.Kind = shared.EventKind(clip(string(ev.Kind), maxEventField))
-	ev.Profile = clip(ev.Profile, maxEventField)
-	ev.Job = clip(ev.Job, maxEventField)
-	ev.Worker = clip(ev.Worker, maxEventField)
-	ev.Detail = clip(ev.Detail, MaxEventDetail)
+	ev.Kind = shared.EventKind(clip.Bytes(string(ev.Kind), maxEventField))
+	ev.Profile = clip.Bytes(ev.Profile, maxEventField)
+	ev.Job = clip.Bytes(ev.Job, maxEventField)
+	ev.Worker = clip.Bytes(ev.Worker, maxEventField)
+	ev.Detail = clip.Bytes(ev.Detail, MaxEventDetail)
 	// A class may become a metric label in the engine, so one outside
 	// the contract's is "other", as in the counters; none stays none.
 	if ev.Class != "" && !slices.Contains(shared.FailureClasses, ev.Class) {
@@ -93,9 +82,9 @@ func clipStatus(s *shared.StatusResponse) *shared.StatusResponse {
 		s.Notes = s.Notes[:maxNotes:maxNotes]
 	}
 	for i, n := range s.Notes {
-		s.Notes[i] = clip(n, MaxEventDetail)
+		s.Notes[i] = clip.Bytes(n, MaxEventDetail)
 	}
-	s.LastError = clip(s.LastError, MaxEventDetail)
+	s.LastError = clip.Bytes(s.LastError, MaxEventDetail)
 	s.Counters = clipCounters(s.Counters)
 	return s
 }
@@ -230,7 +219,7 @@ func (l *limitedLogger) Log(level hclog.Level, msg string, args ...any) {
 		return
 	}
 	if held > 0 {
-		l.Logger.Info("the line before was repeated; copies held back", "line", clip(heldMsg, maxLogLine), "copies", held)
+		l.Logger.Info("the line before was repeated; copies held back", "line", clip.Bytes(heldMsg, maxLogLine), "copies", held)
 	}
 	if dropped > 0 {
 		l.Logger.Warn("plugin output over the log budget; lines dropped", "dropped", dropped, "lines_per_second", logLinesPerSecond)
@@ -241,13 +230,13 @@ func (l *limitedLogger) Log(level hclog.Level, msg string, args ...any) {
 	for i := range args {
 		switch v := args[i].(type) {
 		case string:
-			args[i] = termsafe.Escape(clip(v, maxLogLine))
+			args[i] = termsafe.Escape(clip.Bytes(v, maxLogLine))
 		case nil, bool, int, int64, float64:
 		default:
-			args[i] = termsafe.Escape(clip(fmt.Sprint(v), maxLogLine))
+			args[i] = termsafe.Escape(clip.Bytes(fmt.Sprint(v), maxLogLine))
 		}
 	}
-	l.Logger.Log(level, termsafe.Escape(clip(msg, maxLogLine)), args...)
+	l.Logger.Log(level, termsafe.Escape(clip.Bytes(msg, maxLogLine)), args...)
 }
 
 func (l *limitedLogger) Trace(msg string, args ...any) { l.Log(hclog.Trace, msg, args...) }
