@@ -75,6 +75,9 @@ func (p *Provisioner) reconfigure(next *settings) (*shared.ConfigureResponse, er
 		}
 	}
 	p.cfg = next
+	// The queue was built with the first configuration; its budget's
+	// rate is the one attribute of it a reload changes.
+	p.q.SetMaxRPCRate(next.maxRPCRate)
 	p.startLocked(next, nil, cancels)
 	p.mu.Unlock()
 	slices.Sort(retried)

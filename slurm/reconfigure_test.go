@@ -6,12 +6,13 @@ import (
 	"testing"
 
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/slurm/internal/queue"
 )
 
 // TestReconfigureInPlace: a second Configure replaces caps and profiles,
 // keeps the requests outstanding, tries a misconfigured profile again and
 // refuses a change to what the transport was built from, keeping the old
-// settings.
+// settings; the RPC budget's rate, which the queue keeps, is the new one.
 func TestReconfigureInPlace(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, "sbatch=ok", nil)
@@ -39,6 +40,7 @@ func TestReconfigureInPlace(t *testing.T) {
 
 	next := baseConfig()
 	next["max_workers"] = 9
+	next["max_rpc_rate"] = 3.5
 	next["profile"] = append(next["profile"].([]any), map[string]any{"name": "big", "cpus": 32, "sbatch": []string{"--partition=debug"}})
 	resp, err = h.p.Configure(ctx, &shared.ConfigureRequest{Name: "hpc", Config: mustJSON(t, next), Host: h.host})
 	if err != nil || resp.Diagnostics.HasErrors() {
@@ -47,6 +49,9 @@ func TestReconfigureInPlace(t *testing.T) {
 	cfg := h.p.settings()
 	if *cfg.MaxWorkers != 9 || len(cfg.Profiles) != 3 {
 		t.Errorf("after a second Configure max_workers = %d and %d profiles; want 9 and 3", *cfg.MaxWorkers, len(cfg.Profiles))
+	}
+	if q, ok := h.p.q.(*queue.Queue); !ok || q.MaxRPCRate() != 3.5 {
+		t.Errorf("after a second Configure of max_rpc_rate 3.5 the queue's budget keeps another rate")
 	}
 	if after := len(h.outstanding(t)); after != before {
 		t.Errorf("%d requests outstanding after a second Configure, %d before", after, before)

@@ -57,6 +57,7 @@ type slurmQueue interface {
 	Limits(ctx context.Context, cluster string) (queue.UserLimits, error)
 	PartitionTimes(ctx context.Context) ([]queue.PartitionTimes, error)
 	PollCost() float64
+	SetMaxRPCRate(rate float64)
 	Prepay(ctx context.Context) context.Context
 	WaitingTurn(err error) bool
 	RateNote(now time.Time) string

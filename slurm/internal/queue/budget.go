@@ -130,7 +130,7 @@ func (q *Queue) spend(ctx context.Context, remote []string) error {
 		return nil
 	}
 	q.mu.Lock()
-	rate, burst := budgetRate(q.cfg.MaxRPCRate, q.rationing.limit)
+	rate, burst := budgetRate(q.maxRate, q.rationing.limit)
 	b := &q.budget
 	key := q.cfg.BudgetKey
 	if b.bucket == nil || b.rate != rate || b.key != key {

@@ -53,8 +53,8 @@ type Config struct {
 	// BudgetKey names the login user's RPC budget: the first login's
 	// destination, with its port when one is set.
 	BudgetKey string
-	// MaxRPCRate is max_rpc_rate: the budget's rate, before the site's
-	// limiter lowers it.
+	// MaxRPCRate is max_rpc_rate as the queue starts: the budget's rate,
+	// before the site's limiter lowers it (SetMaxRPCRate changes it).
 	MaxRPCRate float64
 	// Log is where the queue says what it cannot keep (the budget's
 	// file); nowhere if nil.
@@ -74,6 +74,9 @@ type Queue struct {
 	// mu guards the fields below. It is a leaf lock: held only to read
 	// or change them, never across a command or a wait.
 	mu sync.Mutex
+	// maxRate is max_rpc_rate now: Config.MaxRPCRate, then what a
+	// second Configure set (SetMaxRPCRate).
+	maxRate float64
 	// budget is where this queue stands with the login user's shared
 	// RPC budget (budget.go).
 	budget budget
@@ -92,7 +95,23 @@ func New(ssh *sshrun.Transport, cfg Config) *Queue {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Queue{ssh: ssh, cfg: cfg}
+	return &Queue{ssh: ssh, cfg: cfg, maxRate: cfg.MaxRPCRate}
+}
+
+// SetMaxRPCRate makes rate the budget's max_rpc_rate from the next
+// command on: a second Configure may change it, where the transport
+// the queue was built with stays.
+func (q *Queue) SetMaxRPCRate(rate float64) {
+	q.mu.Lock()
+	q.maxRate = rate
+	q.mu.Unlock()
+}
+
+// MaxRPCRate is the budget's max_rpc_rate now.
+func (q *Queue) MaxRPCRate() float64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.maxRate
 }
 
 // Transport is the ssh transport the queue runs its commands through:
