@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/fluksio/provision/slurm/internal/queue"
-	"github.com/fluksio/provision/slurm/sbatch"
 )
 
 // nodeShapes are the nodes' sizes by partition, as sinfo shows them to
@@ -110,18 +109,7 @@ func (p partShape) String() string {
 // profilePartitions are the partitions a profile's sbatch lines ask for
 // (--partition takes a comma list; Slurm runs the job in the first that
 // can), or nil for the default one.
-func profilePartitions(prof Profile) []string {
-	var parts []string
-	for _, line := range prof.Sbatch {
-		opts, _ := sbatch.ParseLine(line)
-		for _, o := range opts {
-			if o.Is("--partition", 'p') {
-				parts = strings.Split(o.Value, ",")
-			}
-		}
-	}
-	return parts
-}
+func profilePartitions(prof Profile) []string { return prof.options().partitions }
 
 // readShapes reads the nodes' shapes once per check; ok is false when
 // sinfo did not answer or showed nothing, and the profiles then go

@@ -3,12 +3,10 @@ package slurm
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/slurm/internal/queue"
-	"github.com/fluksio/provision/slurm/sbatch"
 )
 
 // A profile's machines last as long as its job's time limit: the
@@ -42,10 +40,11 @@ func partitionLifetime(p queue.PartitionTimes) (d time.Duration, from string, ok
 // names several), from parts. ok is false when that is not known: the
 // partition is not among parts (hidden, or parts unread).
 func profileLifetime(prof Profile, parts []queue.PartitionTimes) (d time.Duration, from string, ok bool) {
-	if limit, has := sbatch.TimeLimit(prof.Sbatch); has {
-		return limit, "--time=" + timeOption(prof.Sbatch), true
+	opts := prof.options()
+	if opts.hasLimit {
+		return opts.limit, "--time=" + opts.timeRaw, true
 	}
-	names := profilePartitions(prof)
+	names := opts.partitions
 	if names == nil {
 		names = []string{""}
 	}
@@ -72,23 +71,11 @@ func profileLifetime(prof Profile, parts []queue.PartitionTimes) (d time.Duratio
 	return d, from, true
 }
 
-// timeOption is the value of the last --time (or -t) of the sbatch
-// lines, as written.
-func timeOption(lines []string) string {
-	var v string
-	for _, o := range sbatch.Opts(lines) {
-		if (o.Short == 't' || o.Long == "--time") && o.HasValue {
-			v = strings.TrimSpace(o.Value)
-		}
-	}
-	return v
-}
-
 // needsPartitionTimes reports whether a profile of cfg has no --time,
 // so that its lifetime comes from its partition.
 func (s *settings) needsPartitionTimes() bool {
 	for _, p := range s.Profiles {
-		if _, ok := sbatch.TimeLimit(p.Sbatch); !ok {
+		if !p.options().hasLimit {
 			return true
 		}
 	}

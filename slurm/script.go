@@ -65,15 +65,20 @@ func (f family) setIn(opts []sbatch.Opt) bool {
 	return false
 }
 
-// sbatchOpts is what the script needs of a profile's own sbatch lines:
-// which option families they set, and their time limit. A profile of the
-// configuration carries it, read once (Profile.opts); scriptFor then
-// parses no line.
+// sbatchOpts is what the script and the profile's shape need of its own
+// sbatch lines: which option families they set, their time limit and
+// partitions. A profile of the configuration carries it, read once
+// (Profile.opts); neither scriptFor nor Provision's match then parses a
+// line.
 type sbatchOpts struct {
 	cpu, mem, gpu, output, error, deadline, signal bool
-	// limit is the lines' --time, when hasLimit.
+	// limit is the lines' --time, when hasLimit; timeRaw the last --time
+	// (or -t) as written.
 	limit    time.Duration
 	hasLimit bool
+	timeRaw  string
+	// partitions are the last --partition's, nil when none is set.
+	partitions []string
 }
 
 // readOpts reads lines' options once.
@@ -83,6 +88,14 @@ func readOpts(lines []string) *sbatchOpts {
 		output: outputOptions.setIn(all), error: errorOptions.setIn(all), deadline: deadlineOptions.setIn(all),
 		signal: signalOptions.setIn(all)}
 	o.limit, o.hasLimit = sbatch.TimeLimit(lines)
+	for _, opt := range all {
+		switch {
+		case (opt.Short == 't' || opt.Long == "--time") && opt.HasValue:
+			o.timeRaw = strings.TrimSpace(opt.Value)
+		case opt.Is("--partition", 'p'):
+			o.partitions = strings.Split(opt.Value, ",")
+		}
+	}
 	return o
 }
 

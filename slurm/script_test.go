@@ -344,6 +344,10 @@ func TestScriptReadsOptionsOnceAtConfiguration(t *testing.T) {
 	if strings.Contains(script, "--deadline=now+") || !strings.Contains(script, "FLUKSIO_WALLTIME=1800") {
 		t.Errorf("the script of a configured profile read its lines again:\n%s", script)
 	}
+	// Nor does its shape, which Provision and Covers match by.
+	if sh := prof.shape(nil); sh.Lifetime != 30*time.Minute || sh.LifetimeFrom != "--time=30" {
+		t.Errorf("the shape of a configured profile: %s from %q; want 30m from --time=30, as read at configuration", sh.Lifetime, sh.LifetimeFrom)
+	}
 	prof.opts = nil
 	script = string(p.sub.payload(prof, "hpc-cpu-0123abcd", "t"))
 	if !strings.Contains(script, "--deadline=now+") || !strings.Contains(script, "FLUKSIO_WALLTIME=600") {
