@@ -108,6 +108,11 @@ func TestRouterAsksForALongEnoughProfile(t *testing.T) {
 			t.Errorf("the 10-minute need: %s %q; want too_long %q", st.Reason, st.Detail, want)
 		}
 	}
+	// /status's summary and its filter say the same reason as the list.
+	ans := r.needsWhere(needQuery{states: map[string]bool{string(ReasonTooLong): true}, limit: 10})
+	if ans.summary.ByReason[ReasonTooLong] != 1 || ans.matched != 1 || len(ans.list) != 1 || ans.list[0].ID != tooLong {
+		t.Errorf("?state=too_long matched %d (%d listed), the summary counts %v; want the 10-minute need, once", ans.matched, len(ans.list), ans.summary.ByReason)
+	}
 }
 
 // TestRouterMismatchRoutesElsewhere: a worker of profile "a" that

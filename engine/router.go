@@ -500,6 +500,10 @@ func (p *router) settle() []taskNews {
 	if now := time.Now(); all || now.Sub(p.walked) >= provisionEvery {
 		all, p.walked = true, now
 	}
+	reported := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		reported[id] = true
+	}
 	p.mu.Lock()
 	var out []*needState
 	type ref struct{ worker, task string }
@@ -511,7 +515,7 @@ func (p *router) settle() []taskNews {
 			continue
 		}
 		listed = append(listed, ns)
-		if !all && !slices.Contains(ids, ns.task) {
+		if !all && !reported[ns.task] {
 			continue
 		}
 		out = append(out, ns)
@@ -1602,12 +1606,16 @@ func (p *router) statusLocked(ns *needState) NeedStatus {
 	return st
 }
 
-// reasonLocked is waitingLocked's reason alone, without its words.
-// p.mu must be held.
+// reasonLocked is why a waiting need waits: the first covering target's
+// answer, not asked yet, or, where no target covers it, too long (a
+// shape holds its resources, none lasts its time) or no fit. It is the
+// one rule: waitingLocked's words, /status's summary and filter and the
+// metrics all take their reason from it. p.mu must be held.
 func (p *router) reasonLocked(ns *needState) WaitReason {
-	covered := false
+	covered, holds := false, false
 	for _, ts := range p.targets {
 		if !ts.covers(ns.need) {
+			holds = holds || slices.ContainsFunc(ts.Shapes, func(s shared.Shape) bool { return s.HoldsResources(ns.need) })
 			continue
 		}
 		covered = true
@@ -1615,8 +1623,11 @@ func (p *router) reasonLocked(ns *needState) WaitReason {
 			return a.asked.reason
 		}
 	}
-	if covered {
+	switch {
+	case covered:
 		return ReasonNotAsked
+	case holds:
+		return ReasonTooLong
 	}
 	return ReasonNoFit
 }
@@ -1625,26 +1636,18 @@ func (p *router) reasonLocked(ns *needState) WaitReason {
 // covering target's reason (the one it is routed to first), and every
 // covering target's answer. p.mu must be held.
 func (p *router) waitingLocked(ns *needState) (WaitReason, string) {
+	reason := p.reasonLocked(ns)
 	var said []string
-	var reason WaitReason
-	covered := false
 	for _, ts := range p.targets {
-		if !ts.covers(ns.need) {
-			continue
-		}
-		covered = true
-		if a := ns.seen(ts.Name); a != nil && a.hasAsked {
+		if a := ns.seen(ts.Name); a != nil && a.hasAsked && ts.covers(ns.need) {
 			said = append(said, ts.Name+" "+a.asked.desc)
-			if reason == "" {
-				reason = a.asked.reason
-			}
 		}
 	}
 	switch {
 	case len(said) > 0:
 		return reason, "waiting for a worker; " + strings.Join(said, "; ")
-	case covered:
-		return ReasonNotAsked, "waiting for a worker; no provisioner asked yet"
+	case reason == ReasonNotAsked:
+		return reason, "waiting for a worker; no provisioner asked yet"
 	}
 	var shapes []namedShape
 	for _, ts := range p.targets {
@@ -1658,12 +1661,12 @@ func (p *router) waitingLocked(ns *needState) (WaitReason, string) {
 	}
 	var fe *FitError
 	if err := fitError(shapes, ns.need, what, ns.runFor()); errors.As(err, &fe) {
-		if fe.TooLong {
-			return ReasonTooLong, "waiting; nothing is asked for it: " + fe.Error()
+		if reason == ReasonTooLong {
+			return reason, "waiting; nothing is asked for it: " + fe.Error()
 		}
-		return ReasonNoFit, "waiting; no provisioner can start a machine this big: " + fe.Error()
+		return reason, "waiting; no provisioner can start a machine this big: " + fe.Error()
 	}
-	return ReasonNoFit, "waiting; no provisioner can start a machine this big"
+	return reason, "waiting; no provisioner can start a machine this big"
 }
 
 // parseNeed reads a need as -need takes it:
