@@ -188,7 +188,7 @@ func TestRouterMismatchRoutesElsewhere(t *testing.T) {
 			r.Add(shared.Need{CPUs: 2})
 			r.Add(shared.Need{CPUs: 2})
 			r.mu.Lock()
-			for _, m := range r.mismatches {
+			for _, m := range r.mismatches.m {
 				m.Until = time.Now().Add(-time.Second)
 			}
 			r.mu.Unlock()

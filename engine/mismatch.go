@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fluksio/provision/internal/backoff"
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/worker"
 )
@@ -102,20 +103,20 @@ type mismatchKey struct {
 	kind            needKind
 }
 
+// mismatchBook is the router's mismatches: the profiles whose machines
+// attached and could not take a kind of waiting need. It has no lock of
+// its own: it is the router's (router.mismatches, guarded by router.mu),
+// and each method is called with router.mu held, never across a call to
+// a provisioner.
+type mismatchBook struct {
+	m map[mismatchKey]*mismatch
+}
+
 // mismatch is what the router keeps of one.
 type mismatch struct {
 	Mismatch
 	// words is the need's wait, in /status's words.
 	words string
-}
-
-// mismatchHoldFor is the hold after count machines mismatched.
-func mismatchHoldFor(count int) time.Duration {
-	h := mismatchHold
-	for i := 1; i < count && h < maxMismatchHold; i++ {
-		h *= 2
-	}
-	return min(h, maxMismatchHold)
 }
 
 // mismatchOf says why w cannot take ns's task at now, false if it can.
@@ -145,13 +146,13 @@ func mismatchOf(w WorkerInfo, ns *needState, now time.Time) (MismatchCause, stri
 	return "", "", false
 }
 
-// noteMismatchesLocked records, for each idle worker no waiting need
-// took (left) that has never taken a task, the kinds of need waiting that were asked of its profile
-// and that it cannot take (unfit, one need of each kind): a mismatch. A
-// worker of a kind's mismatch already recorded counts again only once
-// the hold passed (the machine asked afterwards). It returns the
-// mismatches new or renewed, to be told. p.mu must be held.
-func (p *router) noteMismatchesLocked(left []WorkerInfo, unfit []*needState, now time.Time) []Mismatch {
+// note records, for each idle worker no waiting need took (left) that
+// has never taken a task, the kinds of need waiting that were asked of
+// its profile and that it cannot take (unfit, one need of each kind): a
+// mismatch. A worker of a kind's mismatch already recorded counts again
+// only once the hold passed (the machine asked afterwards). It returns
+// the mismatches new or renewed, to be told.
+func (b *mismatchBook) note(left []WorkerInfo, unfit []*needState, now time.Time) []Mismatch {
 	var told []Mismatch
 	for _, w := range left {
 		if w.Profile == "" || w.took {
@@ -168,12 +169,12 @@ func (p *router) noteMismatchesLocked(left []WorkerInfo, unfit []*needState, now
 				continue
 			}
 			key := mismatchKey{w.Provisioner, w.Profile, kindOf(ns)}
-			m := p.mismatches[key]
+			m := b.m[key]
 			switch {
 			case m == nil:
-				p.pruneMismatchesLocked(now)
+				b.prune()
 				m = &mismatch{}
-				p.mismatches[key] = m
+				b.m[key] = m
 			case m.Worker == w.Name || now.Before(m.Until):
 				// The same machine again, or one asked before the hold:
 				// the same evidence.
@@ -181,84 +182,84 @@ func (p *router) noteMismatchesLocked(left []WorkerInfo, unfit []*needState, now
 			}
 			m.Count++
 			m.Provisioner, m.Profile, m.Worker, m.Task = w.Provisioner, w.Profile, w.Name, ns.id
-			m.Cause, m.Detail, m.Until = cause, detail, now.Add(mismatchHoldFor(m.Count))
+			m.Cause, m.Detail, m.Until = cause, detail, now.Add(backoff.Delay(mismatchHold, maxMismatchHold, m.Count))
 			m.words = fmt.Sprintf("mismatch: a %s machine attached and could not take it: %s; no other %s machine is asked for such tasks before %s, then one at a time",
 				w.Profile, detail, w.Profile, m.Until.UTC().Format(time.TimeOnly))
-			p.rising = true
 			told = append(told, m.Mismatch)
 		}
 	}
 	return told
 }
 
-// pruneMismatchesLocked makes room for one more mismatch: those whose
-// hold passed longest ago go first. p.mu must be held.
-func (p *router) pruneMismatchesLocked(now time.Time) {
-	for len(p.mismatches) >= maxMismatches {
+// prune makes room for one more mismatch: those whose hold passed
+// longest ago go first.
+func (b *mismatchBook) prune() {
+	for len(b.m) >= maxMismatches {
 		var oldest mismatchKey
 		var at time.Time
 		first := true
-		for k, m := range p.mismatches {
+		for k, m := range b.m {
 			if first || m.Until.Before(at) {
 				oldest, at, first = k, m.Until, false
 			}
 		}
-		delete(p.mismatches, oldest)
+		delete(b.m, oldest)
 	}
 }
 
-// servedKindLocked forgets the mismatch of w's profile for ns's kind: a
-// machine of it took such a task. p.mu must be held.
-func (p *router) servedKindLocked(w WorkerInfo, ns *needState) {
-	if len(p.mismatches) == 0 {
+// served forgets the mismatch of w's profile for ns's kind: a machine
+// of it took such a task.
+func (b *mismatchBook) served(w WorkerInfo, ns *needState) {
+	if len(b.m) == 0 {
 		return
 	}
-	delete(p.mismatches, mismatchKey{w.Provisioner, w.Profile, kindOf(ns)})
+	delete(b.m, mismatchKey{w.Provisioner, w.Profile, kindOf(ns)})
 }
 
-// mismatchLocked is the mismatch of target's profile for ns's kind, nil
-// if none. p.mu must be held.
-func (p *router) mismatchLocked(target, profile string, ns *needState) *mismatch {
-	if len(p.mismatches) == 0 {
+// get is the mismatch of target's profile for ns's kind, nil if none.
+func (b *mismatchBook) get(target, profile string, ns *needState) *mismatch {
+	if len(b.m) == 0 {
 		return nil
 	}
-	return p.mismatches[mismatchKey{target, profile, kindOf(ns)}]
+	return b.m[mismatchKey{target, profile, kindOf(ns)}]
 }
 
-// clearMismatchesLocked forgets target's mismatches: its plugin came up
-// again, with shapes that may be new. p.mu must be held.
-func (p *router) clearMismatchesLocked(target string) {
-	for k := range p.mismatches {
+// clear forgets target's mismatches: its plugin came up again, with
+// shapes that may be new, or it is gone.
+func (b *mismatchBook) clear(target string) {
+	for k := range b.m {
 		if k.target == target {
-			delete(p.mismatches, k)
+			delete(b.m, k)
 		}
 	}
 }
 
-// unmismatchedLocked is the need to ask t for ns with, need unless a
-// mismatch holds the profile need maps to: then ns's need pinned (by
-// label) to another of t's profiles that fits it and holds no mismatch
-// for its kind, or, past the mismatch's hold, need for one need a pass
-// (retried counts them); else words says why nothing is asked. p.mu
-// must be held.
-func (p *router) unmismatchedLocked(t target, ns *needState, need shared.Need, now time.Time, retried map[*mismatch]int) (shared.Need, string) {
+// route is the need to ask t for ns with, need unless a mismatch holds
+// the profile need maps to: then ns's need pinned (by label) to another
+// of t's profiles that fits it and holds no mismatch for its kind, or,
+// past the mismatch's hold, need for one need a pass (retried marks
+// them); else words says why nothing is asked.
+func (b *mismatchBook) route(t target, ns *needState, need shared.Need, now time.Time, retried map[*mismatch]bool) (shared.Need, string) {
+	if len(b.m) == 0 {
+		return need, ""
+	}
 	profile, ok := profileFor(t.Shapes, need)
 	if !ok {
 		return need, ""
 	}
-	m := p.mismatchLocked(t.Name, profile, ns)
+	m := b.get(t.Name, profile, ns)
 	if m == nil {
 		return need, ""
 	}
 	for _, s := range t.Shapes {
-		if s.Profile != profile && s.Fits(ns.need) && p.mismatchLocked(t.Name, s.Profile, ns) == nil {
+		if s.Profile != profile && s.Fits(ns.need) && b.get(t.Name, s.Profile, ns) == nil {
 			pinned := ns.need
 			pinned.Label = s.Profile
 			return pinned, ""
 		}
 	}
-	if !now.Before(m.Until) && retried[m] == 0 {
-		retried[m]++
+	if !now.Before(m.Until) && !retried[m] {
+		retried[m] = true
 		return need, ""
 	}
 	return need, m.words

@@ -151,7 +151,7 @@ type router struct {
 	holds *holds
 	// mismatches are the profiles whose machines attached and could not
 	// take a kind of waiting need (mismatch.go); guarded by mu.
-	mismatches map[mismatchKey]*mismatch
+	mismatches mismatchBook
 	// onMismatch, if set, hears each mismatch new or renewed, with no
 	// lock held. Set before the first Pass.
 	onMismatch func(Mismatch)
@@ -262,7 +262,7 @@ func newRouter(logger hclog.Logger, engine pool, targets []target) *router {
 		logger = hclog.NewNullLogger()
 	}
 	p := &router{provisionTimeout: defaultProvisionTimeout, logger: logger, engine: engine, busy: map[string]bool{}, holds: newHolds(nil), rising: true,
-		mismatches: map[mismatchKey]*mismatch{}}
+		mismatches: mismatchBook{m: map[mismatchKey]*mismatch{}}}
 	for _, t := range targets {
 		p.targets = append(p.targets, &targetState{target: t})
 	}
@@ -379,7 +379,7 @@ func (p *router) setTarget(t target) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.rising = true
-	p.clearMismatchesLocked(t.Name)
+	p.mismatches.clear(t.Name)
 	for i, ts := range p.targets {
 		if ts.Name == t.Name {
 			p.targets[i] = &targetState{target: t}
@@ -408,6 +408,7 @@ func (p *router) removeTarget(name string) {
 	defer p.mu.Unlock()
 	p.rising = true
 	p.targets = slices.DeleteFunc(p.targets, func(ts *targetState) bool { return ts.Name == name })
+	p.mismatches.clear(name)
 }
 
 // setDown marks a target down (skipped by Pass) or up again.
@@ -858,7 +859,7 @@ func (p *router) matchOwn(idle []WorkerInfo, wantWaiting bool) ([]plan, []*needS
 				taken[i], found = true, true
 				free--
 				plans = append(plans, p.reserveLocked(ns, w))
-				p.servedKindLocked(w, ns)
+				p.mismatches.served(w, ns)
 				break
 			}
 		}
@@ -879,7 +880,11 @@ func (p *router) matchOwn(idle []WorkerInfo, wantWaiting bool) ([]plan, []*needS
 			left = append(left, w)
 		}
 	}
-	return plans, waiting, p.noteMismatchesLocked(left, unfitOnes, time.Now())
+	told := p.mismatches.note(left, unfitOnes, time.Now())
+	if len(told) > 0 {
+		p.rising = true
+	}
+	return plans, waiting, told
 }
 
 // provision tells every target that is up its whole demand: the waiting
@@ -926,15 +931,15 @@ func (p *router) provision(ctx context.Context, waiting []*needState) {
 	var held []heldNeed
 	routed := map[holdKey]int{}
 	// Needs a mismatch holds back (mismatch.go), told so without asking;
-	// retried counts, by mismatch, the needs asked for once its hold
-	// passed: one at a time.
+	// retried marks the mismatches a need was asked for once their
+	// hold passed: one at a time.
 	type mismatchedNeed struct {
 		target string
 		ns     *needState
 		words  string
 	}
 	var mismatched []mismatchedNeed
-	retried := map[*mismatch]int{}
+	retried := map[*mismatch]bool{}
 	// What a pass works out for a need depends on the need alone (the
 	// targets covering it; a target's profile for it and that profile's
 	// hold), and a queue's needs come alike in a row: each is worked out
@@ -983,12 +988,10 @@ func (p *router) provision(ctx context.Context, waiting []*needState) {
 		if a := ns.seen(t.Name); a != nil && a.route != nil {
 			need = *a.route
 		}
-		if len(p.mismatches) > 0 {
-			var words string
-			if need, words = p.unmismatchedLocked(t.target, ns, need, now, retried); words != "" {
-				mismatched = append(mismatched, mismatchedNeed{t.Name, ns, words})
-				continue
-			}
+		var words string
+		if need, words = p.mismatches.route(t.target, ns, need, now, retried); words != "" {
+			mismatched = append(mismatched, mismatchedNeed{t.Name, ns, words})
+			continue
 		}
 		if profTarget != t.Name || need != profNeed {
 			profTarget, profNeed = t.Name, need
