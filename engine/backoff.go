@@ -269,15 +269,11 @@ func (p *router) demandMoved() {
 	p.mu.Unlock()
 }
 
-// Held lists the profiles with failures in a row, for GET /status, the
-// page and the metrics.
-func (p *router) Held() []HeldProfile { return p.holds.list() }
-
-// forgetHolds drops the engine's holds of provisioner's profiles (a
-// reload changed or removed it: what failed may be fixed) and says which
-// profiles were held, sorted.
-func (p *router) forgetHolds(provisioner string) []string {
-	h := p.holds
+// forget drops the holds of provisioner's profiles (a reload changed
+// or removed it: what failed may be fixed) and says which profiles were
+// held, sorted. The router is to be told the demand moved
+// (demandMoved).
+func (h *holds) forget(provisioner string) []string {
 	h.mu.Lock()
 	var lifted []string
 	for k, st := range h.m {
@@ -292,6 +288,5 @@ func (p *router) forgetHolds(provisioner string) []string {
 	delete(h.per, provisioner)
 	h.mu.Unlock()
 	slices.Sort(lifted)
-	p.demandMoved()
 	return lifted
 }

@@ -46,11 +46,11 @@ func TestHoldDoubles(t *testing.T) {
 func TestLimitReachedIsNotHeld(t *testing.T) {
 	p := newRouter(nil, newBareBooks(nil, host.NewSigner(testSecret), nil), nil)
 	p.observeEvent(shared.Event{Kind: shared.EventWorkerProvisionFailed, Provisioner: "hpc", Profile: "cpu", Class: shared.FailureLimitReached, Detail: "AssocMaxSubmitJobLimit"})
-	if held := p.Held(); len(held) != 0 {
+	if held := p.holds.list(); len(held) != 0 {
 		t.Errorf("a limit_reached failure held %+v; want nothing held", held)
 	}
 	p.observeEvent(shared.Event{Kind: shared.EventWorkerProvisionFailed, Provisioner: "hpc", Profile: "cpu", Class: shared.FailureDiedBeforeAttach})
-	if held := p.Held(); len(held) != 1 || !held[0].Held {
+	if held := p.holds.list(); len(held) != 1 || !held[0].Held {
 		t.Errorf("a died_before_attach failure held %+v; want cpu held", held)
 	}
 }
@@ -117,7 +117,7 @@ func TestEngineHoldsAPluginThatNeverBacksOff(t *testing.T) {
 	case <-time.After(10 * time.Second):
 	}
 	inTen := failedMachines(d)
-	held := d.router.Held()
+	held := d.router.holds.list()
 	t.Logf("machines the plugin started in the first 10 s, all failing at once: %d; held back: %+v", inTen, held)
 	if inTen > 15 {
 		t.Errorf("the plugin started %d machines in 10 s; want at most 15\n%s", inTen, logs)
@@ -193,7 +193,7 @@ func TestEngineHoldsAPluginThatNeverBacksOff(t *testing.T) {
 	}
 	t.Logf("failures stopped -> need served by %s (%s): %.1fs; machines started in all: %d",
 		o.Worker, o.Profile, time.Since(stopped).Seconds(), failedMachines(d))
-	for _, h := range d.router.Held() {
+	for _, h := range d.router.holds.list() {
 		if h.Profile == o.Profile {
 			t.Errorf("%s still held back after its worker attached: %+v", o.Profile, h)
 		}

@@ -287,10 +287,10 @@ func New(cfg Config) (*Engine, error) {
 	e.gate = newConnGate(cfg.MaxConnections, logger.Named("http"), loglimit.New(refusalLogBurst, refusalLogWindow))
 	e.api = newWorkerAPI(e.books, nil)
 	e.api.tasks = e.tasks
-	e.status = &statusPage{id: cfg.ID, version: &e.version, books: e.books, provisioners: e.fleet.status, needs: e.router.needsWhere, held: e.router.Held,
+	e.status = &statusPage{id: cfg.ID, version: &e.version, books: e.books, provisioners: e.fleet.status, needs: e.router.needsWhere, held: e.router.holds.list,
 		tasks: e.tasks.counts}
 	state := &stateCollector{health: e.fleet.health, status: e.status.provisionerStatus, workers: e.workerCounts,
-		needs: e.router.Needs, forgotten: e.router.Forgotten, held: e.router.Held}
+		needs: e.router.Needs, forgotten: e.router.Forgotten, held: e.router.holds.list}
 	e.obs = newObserver(newEngineMetrics(state))
 	e.hub = e.obs.hub
 	e.router.onBurst = func(target string, pd shared.ProfileDemand) {
@@ -494,7 +494,7 @@ type Status struct {
 // says which profiles the engine holds back. A plugin that cannot answer
 // has its Error set; one slow plugin delays the answer, not the engine.
 func (e *Engine) Status(ctx context.Context) Status {
-	return Status{Provisioners: e.fleet.status(ctx), HeldBack: e.router.Held()}
+	return Status{Provisioners: e.fleet.status(ctx), HeldBack: e.router.holds.list()}
 }
 
 // PIDs lists the running plugin processes: the plugins argument of

@@ -343,7 +343,9 @@ func (e *Engine) applyReload(ctx context.Context, plan *reloadPlan) hcl.Diagnost
 		if n := e.books.letGo(gone); n > 0 {
 			e.logger.Info("workers of removed profiles let go: each leaves once its task is done", "provisioner", name, "workers", n)
 		}
-		if lifted := e.router.forgetHolds(name); len(lifted) > 0 {
+		lifted := e.router.holds.forget(name)
+		e.router.demandMoved()
+		if len(lifted) > 0 {
 			e.logger.Info("profiles no longer held back: the reload may have fixed them", "provisioner", name, "profiles", lifted)
 		}
 	}
@@ -353,7 +355,8 @@ func (e *Engine) applyReload(ctx context.Context, plan *reloadPlan) hcl.Diagnost
 			continue
 		}
 		e.router.removeTarget(name)
-		e.router.forgetHolds(name)
+		e.router.holds.forget(name)
+		e.router.demandMoved()
 		n := e.books.letGo([]ownedProfile{{name, ""}})
 		e.logger.Info("provisioner removed: its workers are let go, and its plugin shut down once they have left", "provisioner", name, "workers", n)
 		e.fleet.retire(s, e.books)

@@ -253,13 +253,13 @@ func TestReloadLiftsHolds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if held := r.Held(); len(held) != 2 || !held[0].Held {
+	if held := r.holds.list(); len(held) != 2 || !held[0].Held {
 		t.Fatalf("held before the reload: %+v", held)
 	}
-	if lifted := r.forgetHolds("hpc"); !slices.Equal(lifted, []string{"gpu"}) {
-		t.Errorf("forgetHolds lifted %v; want [gpu]", lifted)
+	if lifted := r.holds.forget("hpc"); !slices.Equal(lifted, []string{"gpu"}) {
+		t.Errorf("holds.forget lifted %v; want [gpu]", lifted)
 	}
-	if held := r.Held(); len(held) != 1 || held[0].Provisioner != "lab" {
+	if held := r.holds.list(); len(held) != 1 || held[0].Provisioner != "lab" {
 		t.Errorf("held after hpc's reload: %+v; want lab's alone", held)
 	}
 }

@@ -1538,7 +1538,7 @@ func (p *router) needsWhere(q needQuery) needsAnswer {
 		switch phase {
 		case NeedWaiting:
 			ans.summary.Waiting++
-			reason = p.reasonLocked(ns)
+			reason = ns.waitReason(p.targets)
 			ans.summary.ByReason[reason]++
 		case NeedAssigned:
 			ans.summary.Assigned++
@@ -1553,7 +1553,7 @@ func (p *router) needsWhere(q needQuery) needsAnswer {
 		if q.limit >= 0 && len(ans.list) >= q.limit {
 			continue
 		}
-		ans.list = append(ans.list, p.statusLocked(ns))
+		ans.list = append(ans.list, ns.status(p.targets))
 	}
 	return ans
 }
@@ -1577,8 +1577,9 @@ func (ns *needState) phaseLocked() (NeedPhase, TaskState) {
 	return phase, state
 }
 
-// statusLocked is ns as GET /status shows it. p.mu must be held.
-func (p *router) statusLocked(ns *needState) NeedStatus {
+// status is ns as GET /status shows it, among targets. router.mu must
+// be held.
+func (ns *needState) status(targets []*targetState) NeedStatus {
 	st := NeedStatus{ID: ns.id, Spec: FormatNeed(ns.need), Need: toNeedJSON(ns.need), Worker: ns.worker, AttemptID: ns.task}
 	st.State, st.TaskState = ns.phaseLocked()
 	if ns.rec != nil && (ns.task != "" || ns.served) {
@@ -1601,7 +1602,7 @@ func (p *router) statusLocked(ns *needState) NeedStatus {
 			st.Detail += fmt.Sprintf(" (attempt %d: its machine was lost under %d before)", ns.lost+1, ns.lost)
 		}
 	default:
-		st.Reason, st.Detail = p.waitingLocked(ns)
+		st.Reason, st.Detail = ns.waitWords(targets)
 	}
 	if st.AttemptID != "" {
 		st.Attempt = int(ns.lost) + 1
@@ -1609,14 +1610,14 @@ func (p *router) statusLocked(ns *needState) NeedStatus {
 	return st
 }
 
-// reasonLocked is why a waiting need waits: the first covering target's
+// waitReason is why a waiting need waits: the first covering target's
 // answer, not asked yet, or, where no target covers it, too long (a
 // shape holds its resources, none lasts its time) or no fit. It is the
-// one rule: waitingLocked's words, /status's summary and filter and the
-// metrics all take their reason from it. p.mu must be held.
-func (p *router) reasonLocked(ns *needState) WaitReason {
+// one rule: waitWords, /status's summary and filter and the metrics all
+// take their reason from it. router.mu must be held.
+func (ns *needState) waitReason(targets []*targetState) WaitReason {
 	covered, holds := false, false
-	for _, ts := range p.targets {
+	for _, ts := range targets {
 		if !ts.covers(ns.need) {
 			holds = holds || slices.ContainsFunc(ts.Shapes, func(s shared.Shape) bool { return s.HoldsResources(ns.need) })
 			continue
@@ -1635,13 +1636,13 @@ func (p *router) reasonLocked(ns *needState) WaitReason {
 	return ReasonNoFit
 }
 
-// waitingLocked says why a waiting need waits, and in words: the first
-// covering target's reason (the one it is routed to first), and every
-// covering target's answer. p.mu must be held.
-func (p *router) waitingLocked(ns *needState) (WaitReason, string) {
-	reason := p.reasonLocked(ns)
+// waitWords says why a waiting need waits, and in words: its
+// waitReason, and every covering target's answer. router.mu must be
+// held.
+func (ns *needState) waitWords(targets []*targetState) (WaitReason, string) {
+	reason := ns.waitReason(targets)
 	var said []string
-	for _, ts := range p.targets {
+	for _, ts := range targets {
 		if a := ns.seen(ts.Name); a != nil && a.hasAsked && ts.covers(ns.need) {
 			said = append(said, ts.Name+" "+a.asked.desc)
 		}
@@ -1653,7 +1654,7 @@ func (p *router) waitingLocked(ns *needState) (WaitReason, string) {
 		return reason, "waiting for a worker; no provisioner asked yet"
 	}
 	var shapes []namedShape
-	for _, ts := range p.targets {
+	for _, ts := range targets {
 		for _, s := range ts.Shapes {
 			shapes = append(shapes, namedShape{ts.Name, s})
 		}
