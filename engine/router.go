@@ -1022,7 +1022,13 @@ func (p *router) provision(ctx context.Context, waiting []*needState) {
 	for _, m := range mismatched {
 		p.noteOutcome(m.ns, m.target, ReasonMismatch, m.words, []any{"outcome", "mismatch"})
 	}
+	p.ask(ctx, targets, rounds, attached)
+}
 
+// ask tells each target that is not still answering the last pass its
+// round, each on a goroutine of the router's (rounds), and waits for
+// them at most passWait: a slow plugin's answer lands in a later pass.
+func (p *router) ask(ctx context.Context, targets []targetState, rounds map[string]*round, attached map[string][]string) {
 	var started sync.WaitGroup
 	for _, t := range targets {
 		rd := rounds[t.Name]
