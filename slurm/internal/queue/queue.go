@@ -136,6 +136,9 @@ func (q *Queue) Run(ctx context.Context, stdin []byte, remote ...string) (stdout
 	if err := q.spend(ctx, remote); err != nil {
 		return nil, nil, err
 	}
+	// The wait for the budget is this user's own pacing: neither the
+	// command's latency nor slurmctld's rationing.
+	start = time.Now()
 	stdout, stderr, err = q.ssh.Run(ctx, stdin, remote...)
 	if len(remote) > 0 {
 		// Whether slurmctld's rate limiter made it wait (ratelimit.go).
