@@ -641,7 +641,8 @@ type StatusResponse struct {
 	Counters *Counters
 	// Runtime is the plugin process's heap and goroutines, read at this
 	// call (contract 2.8); nil if the plugin does not say. A Go plugin
-	// fills it with ReadRuntime.
+	// served with shared/plugin need not set it: the server fills it
+	// with ReadRuntime on the way out.
 	Runtime *Runtime
 }
 

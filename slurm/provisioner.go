@@ -606,10 +606,9 @@ func (p *Provisioner) setLastErr(s string) {
 // outstanding and what last went wrong. It never talks to the cluster.
 func (p *Provisioner) Status(context.Context, *shared.StatusRequest) (*shared.StatusResponse, error) {
 	now := p.now()
-	rt := shared.ReadRuntime()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	resp := &shared.StatusResponse{Kind: kind, LastError: p.lastErr, Counters: p.metrics.counters(p.q), Runtime: rt}
+	resp := &shared.StatusResponse{Kind: kind, LastError: p.lastErr, Counters: p.metrics.counters(p.q)}
 	if p.cfg == nil {
 		return resp, nil
 	}

@@ -459,7 +459,7 @@ func (m *memory) Reconcile(_ context.Context, req *shared.ReconcileRequest) (*sh
 func (m *memory) Status(context.Context, *shared.StatusRequest) (*shared.StatusResponse, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	st := &shared.StatusResponse{Name: m.name, Kind: "memory", Profiles: []string{"small", "gpu"}, Runtime: shared.ReadRuntime()}
+	st := &shared.StatusResponse{Name: m.name, Kind: "memory", Profiles: []string{"small", "gpu"}}
 	for _, o := range m.outstanding {
 		st.Outstanding = append(st.Outstanding, o)
 	}

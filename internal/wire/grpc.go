@@ -295,6 +295,11 @@ func (s *grpcServer) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.Statu
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	if r.Runtime == nil {
+		// This process is the plugin's: its runtime says what it holds,
+		// whether the implementation remembered to or not.
+		r.Runtime = shared.ReadRuntime()
+	}
 	return statusToProto(r), nil
 }
 

@@ -310,3 +310,24 @@ func TestPluginWithoutHostChannel(t *testing.T) {
 		t.Fatalf("mint: got %v", err)
 	}
 }
+
+// TestStatusCarriesThePluginsRuntime: a Go plugin whose Status says
+// nothing of its runtime has it filled on the way out by the server,
+// read in the plugin's process; one that says its own keeps it.
+func TestStatusCarriesThePluginsRuntime(t *testing.T) {
+	c := inMemory(t, &sharedtest.Provisioner{Name: "quiet"})
+	got, err := c.Status(context.Background(), &shared.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt := got.Runtime; rt == nil || rt.HeapLiveBytes <= 0 || rt.HeapObjectsBytes <= 0 || rt.Goroutines < 2 {
+		t.Errorf("a plugin silent on its runtime answered %+v; want its process's heap and goroutines", rt)
+	}
+	own := &shared.Runtime{HeapLiveBytes: 1, HeapObjectsBytes: 2, Goroutines: 3}
+	c = inMemory(t, &sharedtest.Provisioner{StatusF: func(context.Context, *shared.StatusRequest) (*shared.StatusResponse, error) {
+		return &shared.StatusResponse{Runtime: own}, nil
+	}})
+	if got, err := c.Status(context.Background(), &shared.StatusRequest{}); err != nil || got.Runtime == nil || *got.Runtime != *own {
+		t.Errorf("a plugin's own runtime came as %+v, %v; want %+v", got.Runtime, err, own)
+	}
+}
