@@ -41,7 +41,8 @@ type hookQueue struct {
 	mu          sync.Mutex
 	room, ready sync.Cond
 	q           []func()
-	// waiting counts the puts waiting for room.
+	// waiting counts the puts waiting for room (what a test waits on to
+	// know a put is blocked).
 	waiting  int
 	started  bool
 	stopping bool

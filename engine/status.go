@@ -91,9 +91,6 @@ func (e *Engine) Counts() (TaskCounts, NeedCounts) {
 	return e.tasks.counts(), e.router.needsWhere(needQuery{limit: 0}).summary
 }
 
-// maxStatusLimit bounds ?limit; larger asks for every element.
-const maxStatusLimit = 1 << 30
-
 // parseStatusQuery reads GET /status's query: ?limit=N lists at most N
 // workers and N needs (all without it), ?state=S[,S...] lists the needs
 // whose state, task state or waiting reason is one of them.
@@ -105,7 +102,7 @@ func parseStatusQuery(r *http.Request) (needQuery, error) {
 		if err != nil || n < 0 {
 			return q, fmt.Errorf("limit=%q: give a whole number of elements, 0 or more, or leave it out for all", l)
 		}
-		q.limit = min(n, maxStatusLimit)
+		q.limit = n
 	}
 	for _, st := range strings.Split(v.Get("state"), ",") {
 		if st = strings.TrimSpace(st); st != "" {

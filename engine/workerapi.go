@@ -380,14 +380,14 @@ func (a *workerAPI) handleResult(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Escaped here, once, so that the story, the log and the router's
-	// books all see the same harmless text.
-	res := Result{
-		TaskID: termsafe.EscapeLine(req.TaskID), Worker: name, Hostname: termsafe.EscapeLine(req.Hostname),
-		JobID: termsafe.EscapeLine(req.JobID), CPUs: req.CPUs, Output: termsafe.EscapeLine(req.Output), At: a.books.now(),
-	}
+	// books all see the same harmless text. Who ran it (worker, host,
+	// job) is not the body's to say: books.report takes it from the
+	// attach; the CPUs are what the worker counted on its node.
+	res := Result{TaskID: termsafe.EscapeLine(req.TaskID), CPUs: req.CPUs, Output: termsafe.EscapeLine(req.Output), At: a.books.now()}
 	// What a command or payload task's run came to (the books keep it
 	// for those alone); its words are the worker's, escaped as above.
 	run := req
+	run.Hostname, run.JobID = "", ""
 	run.Output, run.Error, run.Signal = "", clip.Bytes(termsafe.EscapeLine(req.Error), maxErrorText), clip.Bytes(termsafe.EscapeLine(req.Signal), maxErrorText)
 	res.run = &run
 	var seal func(task, attempt string)

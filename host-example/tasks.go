@@ -539,12 +539,13 @@ func lastLine(s string) string {
 // made one by someone else) is not followed out of it.
 //
 // It runs for every task, as it ends, so it makes no system call it can
-// do without: the task's directory is made with one mkdir (the engine
-// has made it already when the task wrote to a stream), and the file is
+// do without: the task's directory is made with one mkdir, 0700 as the
+// engine makes it (which made it already when the task wrote to a
+// stream: the first to make it sets its mode), and the file is
 // written under a name of its own and renamed into place
 // (BenchmarkWriteResult).
 func writeResult(results *os.Root, id string, r engine.TaskResult) error {
-	if err := results.Mkdir(id, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := results.Mkdir(id, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
 	b, err := json.MarshalIndent(r, "", "  ")
