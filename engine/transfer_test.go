@@ -522,3 +522,44 @@ func TestTaskTransferOutlivesServerTimeouts(t *testing.T) {
 	}
 	t.Logf("an input of %d bytes read over %s", len(input), time.Since(start).Round(time.Millisecond))
 }
+
+// TestTaskInputRewrittenInPlace: an input rewritten after Submit to the
+// same size, its modification time set back as it was, is refused 410,
+// none of its bytes sent: the change time (which no caller can set
+// back) says it was written.
+func TestTaskInputRewrittenInPlace(t *testing.T) {
+	t.Parallel()
+	e := taskEngine(t, Config{})
+	want := randomBytes(4096, 3)
+	p := filepath.Join(t.TempDir(), "same.bin")
+	if err := os.WriteFile(p, want, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := e.Submit(TaskSpec{ID: "same", Need: shared.Need{CPUs: 1}, Command: []string{"true"},
+		Inputs: []Input{{Name: "in.bin", Path: p}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := joinWorker(t, e, "slurm-same", worker.FeatureCommand)
+	task := w.take()
+	other := randomBytes(4096, 4)
+	if err := os.WriteFile(p, other, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(p, before.ModTime(), before.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	resp, got := w.do("GET", "/v1/work/"+task.ID+"/inputs/in.bin", nil, nil)
+	if resp.StatusCode != http.StatusGone || bytes.Contains(got, other[:64]) || !strings.Contains(string(got), "written or changed since the task was submitted") {
+		t.Errorf("the input rewritten in place, its mtime set back: %d %.200s; want 410, none of its bytes", resp.StatusCode, got)
+	}
+	zero := 0
+	w.report(worker.ResultRequest{TaskID: task.ID, State: worker.StateSucceeded, ExitCode: &zero})
+	if res := waitTask(t, e, id, "the task's end", ended); res.State != worker.StateFailed {
+		t.Errorf("the task %s; want failed, its input changed", res.State)
+	}
+}
