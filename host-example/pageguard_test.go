@@ -59,6 +59,20 @@ func TestPageWorksOtherSitesDoNot(t *testing.T) {
 	var mu sync.Mutex
 	var consoleErrors, engineRequests []string
 	base := strings.TrimSuffix(d.pageURL(), "/")
+	// The page itself is behind the guard: a rebound name reads none of
+	// it.
+	for _, path := range []string{"/", "/app.js"} {
+		req, _ := http.NewRequest("GET", base+path, nil)
+		req.Host = "evil.example"
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("GET %s with Host: evil.example: %d; want 403", path, resp.StatusCode)
+		}
+	}
 	var readers sync.WaitGroup
 	console := chromedp.Console(ctx)
 	sent := chromedp.Events(ctx, network.ResponseReceived)
