@@ -498,7 +498,7 @@ function onEvent(ev) {
     jobs.set(ev.job, j);
   }
   addTimeline(ev);
-  dirty.jobs = true;
+  if (j) dirty.jobs = true;
   askFrame();
   scheduleStatus();
 }
@@ -574,5 +574,7 @@ function connect() {
 
 refreshStatus();
 connect();
-// Slurm's states and the ages change without an event.
-setInterval(refreshStatus, 2000);
+// Slurm's states and the ages change without an event: a refresh every
+// 2 s, through the same debounce as the events' (one GET /status however
+// many ask), so that a tick during a fetch starts no second one.
+setInterval(scheduleStatus, 2000);
