@@ -38,17 +38,28 @@ func sharedWritable(path string) string {
 	if path == "" || path == "none" {
 		return ""
 	}
-	if rest, ok := strings.CutPrefix(path, "~/"); ok {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return ""
-		}
-		path = filepath.Join(home, rest)
+	path, err := expandHome(path)
+	if err != nil {
+		return ""
 	}
 	if p := fileperm.Check(path); p != nil {
 		return p.Why
 	}
 	return ""
+}
+
+// expandHome is path with a leading "~/" read as ssh reads it: under
+// this user's home.
+func expandHome(path string) (string, error) {
+	rest, ok := strings.CutPrefix(path, "~/")
+	if !ok {
+		return path, nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return path, err
+	}
+	return filepath.Join(home, rest), nil
 }
 
 // validateTrustFiles refuses known_hosts, ssh_config and the known-hosts

@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/fluksio/provision/internal/fileperm"
 	"github.com/fluksio/provision/shared"
@@ -61,12 +60,7 @@ func checkReadable(cfg *settings) shared.Diagnostics {
 		if f.path == "" {
 			continue
 		}
-		path := f.path
-		if rest, ok := strings.CutPrefix(path, "~/"); ok {
-			if home, err := os.UserHomeDir(); err == nil {
-				path = filepath.Join(home, rest)
-			}
-		}
+		path, _ := expandHome(f.path)
 		err := readOne(path)
 		switch {
 		case err == nil:

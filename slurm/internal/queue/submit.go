@@ -106,10 +106,7 @@ func (q *Queue) Cancel(ctx context.Context, ids []string) error {
 	// a short command line.
 	for batch := range slices.Chunk(sbatch.CompactIDs(ids), cancelBatch) {
 		_, stderr, err := q.Run(ctx, nil, append([]string{"scancel"}, batch...)...)
-		if err != nil && len(bytes.TrimSpace(stderr)) > 0 {
-			err = fmt.Errorf("%w: %s", err, truncate(string(stderr)))
-		}
-		if err != nil {
+		if err = WithStderr(err, stderr); err != nil {
 			errs = append(errs, err)
 		}
 	}
