@@ -38,7 +38,7 @@ func TestConditionIsTheReason(t *testing.T) {
 		health:  func() []provHealth { return nil },
 		status:  func(context.Context) []host.ProvisionerStatus { return nil },
 		workers: func() map[string]workerCounts { return nil },
-		needs:   p.Needs,
+		needs:   p.needCounts,
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(state)
@@ -128,7 +128,7 @@ func TestMachinesPendingByReason(t *testing.T) {
 			return []host.ProvisionerStatus{{Name: "hpc", Status: &shared.StatusResponse{Outstanding: outstanding}}}
 		},
 		workers: func() map[string]workerCounts { return nil },
-		needs:   func() []NeedStatus { return nil },
+		needs:   func() NeedCounts { return NeedCounts{} },
 		profile: func(_, p string) string { return p },
 	}
 	reg := prometheus.NewRegistry()

@@ -290,7 +290,7 @@ func New(cfg Config) (*Engine, error) {
 	e.status = &statusPage{id: cfg.ID, version: &e.version, books: e.books, provisioners: e.fleet.status, needs: e.router.needsWhere, held: e.router.holds.list,
 		tasks: e.tasks.counts}
 	state := &stateCollector{health: e.fleet.health, status: e.status.provisionerStatus, workers: e.workerCounts,
-		needs: e.router.Needs, forgotten: e.router.Forgotten, held: e.router.holds.list}
+		needs: e.router.needCounts, held: e.router.holds.list}
 	e.obs = newObserver(newEngineMetrics(state))
 	e.hub = e.obs.hub
 	e.router.onBurst = func(target string, pd shared.ProfileDemand) {

@@ -34,8 +34,8 @@ func TestRouterForgetsOldServedNeeds(t *testing.T) {
 			t.Fatalf("needs %v, want %v", ids, want)
 		}
 	}
-	if got := r.Forgotten(); got != 5 {
-		t.Errorf("Forgotten = %d, want 5", got)
+	if got := r.needCounts().Forgotten; got != 5 {
+		t.Errorf("%d needs forgotten, want 5", got)
 	}
 	if id := r.Add(shared.Need{CPUs: 1}); id != "need-11" {
 		t.Errorf("the next id is %s, want need-11", id)

@@ -134,9 +134,10 @@ type stateCollector struct {
 	health  func() []provHealth
 	status  func(context.Context) []host.ProvisionerStatus
 	workers func() map[string]workerCounts
-	needs   func() []NeedStatus
-	// forgotten counts served needs the router no longer lists; nil: none.
-	forgotten func() int
+	// needs counts the needs by state and the waiting ones by reason
+	// (the served ones the router no longer lists included), as
+	// /status's summary does: no need is rendered for a scrape.
+	needs func() NeedCounts
 	// held is the engine's own backoff (backoff.go); nil means none.
 	held    func() []HeldProfile
 	profile func(provisioner, profile string) string
@@ -226,16 +227,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(n.idle), name, "idle")
 		ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(n.busy), name, "busy")
 	}
-	phases, reasons := map[NeedPhase]int{}, map[WaitReason]int{}
-	for _, n := range c.needs() {
-		phases[n.State]++
-		if n.State == NeedWaiting {
-			reasons[n.Reason]++
-		}
-	}
-	if c.forgotten != nil {
-		phases[NeedServed] += c.forgotten()
-	}
+	counts := c.needs()
+	phases := map[NeedPhase]int{NeedWaiting: counts.Waiting, NeedAssigned: counts.Assigned, NeedServed: counts.Served + counts.Forgotten}
+	reasons := counts.ByReason
 	for _, phase := range []NeedPhase{NeedWaiting, NeedAssigned, NeedServed} {
 		ch <- prometheus.MustNewConstMetric(descTasks, prometheus.GaugeValue, float64(phases[phase]), string(phase))
 	}

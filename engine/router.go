@@ -631,15 +631,6 @@ func (p *router) forgetServedLocked(keep int) {
 	p.needs = kept
 }
 
-// Forgotten is how many served needs the router no longer lists (beyond
-// the last keepServed): a count of served needs is Forgotten plus the
-// served ones Needs lists.
-func (p *router) Forgotten() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.forgotten
-}
-
 // plan is a waiting need placed on an idle worker, with the task it
 // is assigned.
 type plan struct {
@@ -1527,6 +1518,10 @@ type NeedCounts struct {
 	Forgotten int                `json:"forgotten"`
 	ByReason  map[WaitReason]int `json:"by_reason"`
 }
+
+// needCounts is the needs by state and reason, as needsWhere counts
+// them, listing none.
+func (p *router) needCounts() NeedCounts { return p.needsWhere(needQuery{limit: 0}).summary }
 
 // needsWhere answers q. A need is made a NeedStatus only when it is
 // listed: with 100,000 needs waiting a page asks for a hundred, and the
