@@ -84,12 +84,11 @@ type books struct {
 	workers map[string]*workerState
 	// results are finished tasks by id, kept until the router takes them.
 	results map[string]Result
-	// reported names the tasks results took since the router last asked
-	// (Reported), and churn counts what can end a task without a result
-	// (a worker gone with one, a worker attached afresh): while churn
-	// stands, the router asks about the reported tasks alone.
+	// reported names the tasks that ended since the router last asked
+	// (Reported): by a result, or lost with a worker that left holding
+	// them (goneOf), the one way a task ends without one; the router
+	// asks about these alone.
 	reported []string
-	churn    uint64
 	// verified are the tokens that verified, by token (verify).
 	verified map[string]host.Credential
 	// lost says why each task whose worker left the books holding it was
@@ -382,7 +381,6 @@ func (b *books) retell(provisioner string, names []string) {
 // b.mu must be held.
 func (b *books) forgetLocked(name string, ws *workerState) {
 	delete(b.workers, name)
-	b.churn++
 	if !ws.told {
 		b.tellLaterLocked(ws.owner, name)
 	}
@@ -596,15 +594,14 @@ func (b *books) CancelTask(worker, id string) bool {
 	return true
 }
 
-// Reported returns the tasks whose results came since the last call,
-// and all true when something else may have ended a task since churn
-// (the value it returned last): then every task out is to be asked
-// about (TaskOutcome). now is the value to pass next.
-func (b *books) Reported(churn uint64) (ids []string, all bool, now uint64) {
+// Reported returns the tasks that ended since the last call, by a
+// result or with their worker (TaskOutcome says which).
+func (b *books) Reported() []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	ids, b.reported = b.reported, nil
-	return ids, b.churn != churn, b.churn
+	ids := b.reported
+	b.reported = nil
+	return ids
 }
 
 // assignState is where an assigned task stands, as TaskOutcome sees it.
@@ -652,10 +649,10 @@ type goneWorker struct {
 // goneOf is ws leaving the books for why. b.mu must be held.
 func (b *books) goneOf(ws *workerState, why string) *goneWorker {
 	g := &goneWorker{info: ws.info, owner: ws.owner, lastSeen: ws.lastSeen, why: why}
-	b.churn++
 	if ws.task != nil {
 		g.task = ws.task
 		b.lost[ws.task.ID] = why
+		b.reported = append(b.reported, ws.task.ID)
 	}
 	return g
 }
@@ -932,7 +929,6 @@ func (b *books) attach(cred host.Credential, info WorkerInfo) (string, denial, s
 		ws.leaving = b.unwantedLocked(ws)
 		session, ws.session = newSession()
 		b.workers[name] = ws
-		b.churn++
 	}
 	b.mu.Unlock()
 	if d != allowed {

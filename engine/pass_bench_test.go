@@ -20,6 +20,7 @@ type benchPool struct {
 	workers []WorkerInfo
 	task    map[string]string // worker to its task's id
 	done    map[string]bool   // task ids whose result is in
+	ended   []string          // the same, for Reported
 }
 
 func newBenchPool(n int) *benchPool {
@@ -61,6 +62,7 @@ func (p *benchPool) finishAll() {
 	for w, id := range p.task {
 		if id != "" {
 			p.done[id] = true
+			p.ended = append(p.ended, id)
 			p.task[w] = ""
 		}
 	}
@@ -78,9 +80,14 @@ func (p *benchPool) TaskOutcome(w, id string) (Result, assignState) {
 
 func (p *benchPool) CancelTask(string, string) bool { return false }
 
-// Reported has every task out asked about, as a pool that keeps no
-// list of its results would.
-func (p *benchPool) Reported(churn uint64) ([]string, bool, uint64) { return nil, true, churn + 1 }
+// Reported names the tasks finishAll ended since the last call.
+func (p *benchPool) Reported() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ids := p.ended
+	p.ended = nil
+	return ids
+}
 
 // BenchmarkPassQueued is one router pass with 10,000 tasks waiting and
 // 50 workers, each of which has finished the task the last pass gave it:

@@ -49,10 +49,9 @@ type pool interface {
 	// TaskOutcome says how task id given to worker stands; a result is
 	// handed over once.
 	TaskOutcome(worker, id string) (Result, assignState)
-	// Reported names the tasks reported since its last call, and says
-	// whether anything else may have ended a task since churn, the
-	// value it returned last: then every task out is asked about.
-	Reported(churn uint64) (ids []string, all bool, now uint64)
+	// Reported names the tasks that ended since its last call, by a
+	// result or with their worker.
+	Reported() []string
 	// CancelTask stops task id on worker, and reports whether the
 	// worker held it.
 	CancelTask(worker, id string) bool
@@ -168,10 +167,8 @@ type router struct {
 	// the first Pass.
 	onTask func(taskNews)
 
-	// churn is what the pool's Reported returned last, and walked when
-	// settle last asked about every task out; both are settle's, under
-	// pass.
-	churn  uint64
+	// walked is when settle last asked about every task out; settle's,
+	// under pass.
 	walked time.Time
 }
 
@@ -489,16 +486,16 @@ func (p *router) tell(n taskNews) {
 // settle asks the engine about every task out and records what it says.
 // What became of tasks is returned, to be told without the locks.
 //
-// It asks about the tasks reported since the last pass alone, unless a
-// worker left or attached since (a task may have been lost), or
-// provisionEvery passed since it last asked about every task out: a
-// pass for each result then costs in proportion to the results, not to
-// the tasks out.
+// It asks about the tasks that ended since the last pass alone (a
+// result, or a worker gone with its task), and about every task out
+// once provisionEvery has passed since it last did: a pass for each
+// result, or a storm of attaches, then costs in proportion to what
+// ended, not to the tasks out.
 func (p *router) settle() []taskNews {
 	var news []taskNews
-	ids, all, churn := p.engine.Reported(p.churn)
-	p.churn = churn
-	if now := time.Now(); all || now.Sub(p.walked) >= provisionEvery {
+	ids := p.engine.Reported()
+	all := false
+	if now := time.Now(); now.Sub(p.walked) >= provisionEvery {
 		all, p.walked = true, now
 	}
 	reported := make(map[string]bool, len(ids))

@@ -60,8 +60,8 @@ func TestRouterWithdraw(t *testing.T) {
 	}
 	// The task under way is settled with the stand-in pool: lost, so
 	// need 3 waits again beside need 2. Its worker never attached, so
-	// the books' churn did not move: the pass asks about it as it asks
-	// about every task out once a provisionEvery.
+	// no departure reported it: the pass asks about it as it asks about
+	// every task out once a provisionEvery.
 	p.walked = time.Time{}
 	p.Pass(context.Background())
 	p.Close()

@@ -258,15 +258,19 @@ func TestPageAtScale(t *testing.T) {
 		r := startMemRun(t, 4, tasks)
 		r.startWorkers(t)
 		var st pageStatus
-		poll(t, 60*time.Second, "4 tasks failed, 4 running and 9,992 waiting", func() bool {
+		// A task is placed between passes; the pass after it (at most
+		// provisionEvery later) finds the 4 machines attached and says
+		// the rest wait under the cap. Until then they wait as queued.
+		poll(t, 60*time.Second, "4 tasks failed, 4 running and 9,992 waiting under the cap", func() bool {
 			st = pageStatus{}
 			return getJSON(r.base+"/status?limit=100", &st) == nil && st.taskCount("failed") == 4 && st.taskCount("running") == 4 &&
-				st.taskCount("waiting") == 9992 && st.Summary.Workers.Busy == 4
+				st.taskCount("waiting") == 9992 && st.Summary.Workers.Busy == 4 && st.Summary.Needs.ByReason["capped"] == 9992
 		})
 		p := openPage(t, r.base)
-		v := p.waitView(t, 30*time.Second, "the page to show 4 running", func(v scaleView) bool { return v.Counts["running"] == 4 && len(v.Workers) == 4 })
-		// Read again, now that the page shows it: the reasons come from
-		// the passes after the tasks were placed.
+		v := p.waitView(t, 30*time.Second, "the page to show 4 running and 9,992 capped", func(v scaleView) bool {
+			return v.Counts["running"] == 4 && len(v.Workers) == 4 && v.Reasons["capped"].Count == 9992
+		})
+		// Read again, now that the page shows it.
 		st = pageStatus{}
 		if err := getJSON(r.base+"/status?limit=100", &st); err != nil {
 			t.Fatal(err)
