@@ -440,45 +440,28 @@ func TestE2ECleanStopLetsABusyWorkerGo(t *testing.T) {
 	if job == nil {
 		t.Fatalf("no worker attached in the story:\n%s", story)
 	}
-	rec := e.env.Slurm(t, "scontrol", "-o", "show", "job", job[1])
-	if state, exit := field(rec, "JobState"), field(rec, "ExitCode"); state != "COMPLETED" || exit != "0:0" {
-		t.Errorf("job %s ended JobState=%s ExitCode=%s; want COMPLETED and 0:0", job[1], state, exit)
+	if rec := e.env.JobRecords(t, job[1])[job[1]]; rec.State != "COMPLETED" || rec.ExitCode != "0:0" {
+		t.Errorf("job %s ended JobState=%s ExitCode=%s; want COMPLETED and 0:0", job[1], rec.State, rec.ExitCode)
 	}
 	if out := e.jobOutputs(t); !strings.Contains(out, "dropping task-") {
 		t.Errorf("the worker's output does not say it dropped its task:\n%s", out)
 	}
 }
 
-// waitQueueEmpty polls squeue until none of the test's jobs is left,
-// failing if one still is limit after since (after what).
+// waitQueueEmpty fails the test unless none of the test's jobs is left
+// in squeue limit after since (after what).
 func (e *e2e) waitQueueEmpty(t *testing.T, since time.Time, limit time.Duration, after, story string) {
 	t.Helper()
-	for {
-		q := e.queue(t)
-		if q == "" {
-			break
-		}
-		if time.Since(since) > limit {
-			t.Fatalf("%s after %s squeue still holds:\n%s\nstory:\n%s", limit, after, q, story)
-		}
-		time.Sleep(100 * time.Millisecond)
+	took, left := e.env.QueueDrain(t, e.jobName(), since, limit)
+	if left != "" {
+		t.Fatalf("%s after %s squeue still holds:\n%s\nstory:\n%s", limit, after, left, story)
 	}
-	t.Logf("queue empty %.2fs after %s", time.Since(since).Seconds(), after)
+	t.Logf("queue empty %.2fs after %s", took.Seconds(), after)
 }
 
 // workerAttachedJobRe finds the Slurm job of an attached worker in the
 // story.
 var workerAttachedJobRe = regexp.MustCompile(`worker \S+ attached from \S+ \(job (\S+),`)
-
-// field is the value of key=value in scontrol's output.
-func field(show, key string) string {
-	for _, w := range strings.Fields(show) {
-		if v, ok := strings.CutPrefix(w, key+"="); ok {
-			return v
-		}
-	}
-	return ""
-}
 
 // assertQuietLog checks the engine's log of a run that went well, at
 // -log-level debug: the plugin logged at the engine's level (go-plugin's

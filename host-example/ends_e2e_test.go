@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/engine"
+	"github.com/fluksio/provision/internal/sandboxtest"
 	"github.com/fluksio/provision/worker"
 )
 
@@ -191,22 +192,18 @@ func TestE2EWalltime(t *testing.T) {
 			asked, lastAsked.Format(time.StampMilli), firstLeft.Format(time.StampMilli))
 	}
 	e.waitQueueEmpty(t, exitedAt, 60*time.Second, "the run's end", p.stdout.String())
-	ids := map[string]bool{}
+	var ids []string
 	for _, m := range workerAttachedJobRe.FindAllStringSubmatch(p.stdout.String(), -1) {
-		array, _, _ := strings.Cut(m[1], "_")
-		ids[array] = true
+		ids = append(ids, m[1])
 	}
 	timeouts := 0
-	for array := range ids {
-		for _, rec := range strings.Split(strings.TrimSpace(e.env.Slurm(t, "scontrol", "-o", "show", "job", array)), "\n") {
-			state := field(rec, "JobState")
-			t.Logf("job %s_%s: %s, RunTime=%s", field(rec, "ArrayJobId"), field(rec, "ArrayTaskId"), state, field(rec, "RunTime"))
-			if state == "TIMEOUT" {
-				timeouts++
-			}
-			if state != "COMPLETED" {
-				t.Errorf("job %s ended %s; want COMPLETED, before its walltime", field(rec, "JobId"), state)
-			}
+	for id, rec := range e.env.JobRecords(t, ids...) {
+		t.Logf("job %s: %s, RunTime=%s", id, rec.State, sandboxtest.ShowField(rec.Line, "RunTime"))
+		if rec.State == "TIMEOUT" {
+			timeouts++
+		}
+		if rec.State != "COMPLETED" {
+			t.Errorf("job %s ended %s; want COMPLETED, before its walltime", id, rec.State)
 		}
 	}
 	t.Logf("4 tasks of 30 s in jobs of 1 minute under max_workers 2: makespan %.1f s, %d TIMEOUT jobs", makespan.Seconds(), timeouts)

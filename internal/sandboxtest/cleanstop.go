@@ -24,25 +24,36 @@ const CleanStopLimit = 2 * time.Second
 // returns how long the queue took to drain.
 func (e Env) AssertCleanStop(t testing.TB, jobName string, exited time.Time, after string) time.Duration {
 	t.Helper()
+	took, left := e.QueueDrain(t, jobName, exited, CleanStopLimit)
+	if left != "" {
+		t.Errorf("%s after %s squeue still holds of %s:\n%s", CleanStopLimit, after, jobName, left)
+		return took
+	}
+	t.Logf("the queue is empty of %s %.2fs after %s", jobName, took.Seconds(), after)
+	return took
+}
+
+// QueueDrain polls squeue for the jobs named jobName until none is left
+// or limit has passed since since; it returns how long that took, and
+// what squeue still held ("" when it emptied).
+func (e Env) QueueDrain(t testing.TB, jobName string, since time.Time, limit time.Duration) (took time.Duration, left string) {
+	t.Helper()
 	for {
 		q := strings.TrimSpace(e.Slurm(t, "squeue", "-h", "--name="+jobName, "-o", "%i %T"))
-		took := time.Since(exited)
-		if q == "" {
-			t.Logf("the queue is empty of %s %.2fs after %s", jobName, took.Seconds(), after)
-			return took
-		}
-		if took > CleanStopLimit {
-			t.Errorf("%s after %s squeue still holds of %s:\n%s", CleanStopLimit, after, jobName, q)
-			return took
+		took := time.Since(since)
+		if q == "" || took > limit {
+			return took, q
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 }
 
 // JobRecord is how Slurm's controller recorded a job (or one task of an
-// array) that has ended: scontrol's JobState and ExitCode.
+// array) that has ended: scontrol's JobState and ExitCode, and its
+// whole line (scontrol -o show job) for the rest (ShowField).
 type JobRecord struct {
 	State, ExitCode string
+	Line            string
 }
 
 // JobRecords is scontrol's record of each job of ids, by id; an array
@@ -60,18 +71,18 @@ func (e Env) JobRecords(t testing.TB, ids ...string) map[string]JobRecord {
 		}
 		seen[array] = true
 		for _, line := range strings.Split(strings.TrimSpace(e.Slurm(t, "scontrol", "-o", "show", "job", array)), "\n") {
-			id := showField(line, "JobId")
-			if task := showField(line, "ArrayTaskId"); task != "" {
-				id = showField(line, "ArrayJobId") + "_" + task
+			id := ShowField(line, "JobId")
+			if task := ShowField(line, "ArrayTaskId"); task != "" {
+				id = ShowField(line, "ArrayJobId") + "_" + task
 			}
-			recs[id] = JobRecord{State: showField(line, "JobState"), ExitCode: showField(line, "ExitCode")}
+			recs[id] = JobRecord{State: ShowField(line, "JobState"), ExitCode: ShowField(line, "ExitCode"), Line: line}
 		}
 	}
 	return recs
 }
 
-// showField is the value of key=value in one line of scontrol -o show.
-func showField(line, key string) string {
+// ShowField is the value of key=value in one line of scontrol -o show.
+func ShowField(line, key string) string {
 	for _, w := range strings.Fields(line) {
 		if v, ok := strings.CutPrefix(w, key+"="); ok {
 			return v
