@@ -1,8 +1,11 @@
 package slurm
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/slurm/internal/queue"
@@ -163,8 +166,11 @@ func (ad *adopter) adopt(ctx context.Context, cfg *settings, host shared.Host, r
 	// The caps are the provisioner's, not only the profile's: adopted
 	// machines of one profile beside this run's requests for another can
 	// put it over max_workers or max_pending, so requests still waiting
-	// to submit give way, newest first, until both hold.
+	// to submit give way, newest first, until both hold; where they are
+	// not enough, the pending machines just adopted go.
 	ad.yieldToCapsLocked(cfg)
+	adopted, beyond := ad.beyondCapsLocked(cfg, adopted)
+	strays = append(strays, beyond...)
 	ad.adoptPending, ad.mine = false, nil
 	p.mu.Unlock()
 
@@ -242,14 +248,7 @@ func (ad *adopter) tell(ctx context.Context, cfg *settings, host shared.Host, fi
 // again for what is then missing. p.mu must be held.
 func (ad *adopter) yieldToCapsLocked(cfg *settings) int {
 	p := ad.p
-	counts := p.countsLocked()
-	var alive, pending int
-	for _, prof := range cfg.Profiles {
-		c := counts[prof.Name]
-		alive += c.pending + c.starting + p.workers.attached[prof.Name]
-		pending += c.pending
-	}
-	over := max(alive-*cfg.MaxWorkers, pending-*cfg.MaxPending)
+	over := ad.overCapsLocked(cfg)
 	if over <= 0 {
 		return 0
 	}
@@ -273,4 +272,88 @@ func (ad *adopter) yieldToCapsLocked(cfg *settings) int {
 		yielded++
 	}
 	return yielded
+}
+
+// overCapsLocked is how many machines the provisioner holds beyond
+// max_workers (those on their way and those attached) or max_pending,
+// whichever is more; 0 or less when both hold. p.mu must be held.
+func (ad *adopter) overCapsLocked(cfg *settings) int {
+	p := ad.p
+	counts := p.countsLocked()
+	var alive, pending int
+	for _, prof := range cfg.Profiles {
+		c := counts[prof.Name]
+		alive += c.pending + c.starting + p.workers.attached[prof.Name]
+		pending += c.pending
+	}
+	return max(alive-*cfg.MaxWorkers, pending-*cfg.MaxPending)
+}
+
+// beyondCapsLocked takes out of the books the pending machines just
+// adopted, newest job first, while the provisioner is still over
+// max_workers or max_pending once the requests waiting to submit have
+// given way, and returns the machines kept and the jobs to cancel. Such
+// a job is a submission that reached the queue after this run filled
+// its caps: one whose sbatch was given up on and went on, or one a
+// killed predecessor left in flight. Adopted as it is, the cluster would
+// run more machines than the operator allowed. A running job is never
+// taken: its worker may be at work. A job goes whole, every machine of a
+// multi-node allocation with it. p.mu must be held.
+func (ad *adopter) beyondCapsLocked(cfg *settings, adopted []*request) (kept []*request, beyond []jobRef) {
+	p := ad.p
+	over := ad.overCapsLocked(cfg)
+	if over <= 0 {
+		return adopted, nil
+	}
+	byJob := map[string][]*request{}
+	var jobs []string
+	for _, r := range adopted {
+		if r.slurmState != "PENDING" {
+			continue
+		}
+		if byJob[r.job] == nil {
+			jobs = append(jobs, r.job)
+		}
+		byJob[r.job] = append(byJob[r.job], r)
+	}
+	// Newest first: a later job id is a later submission.
+	slices.SortFunc(jobs, func(a, b string) int { return cmpJobRef(b, a) })
+	gone := map[*request]bool{}
+	for _, job := range jobs {
+		if over <= 0 {
+			break
+		}
+		ms := byJob[job]
+		ref := jobRef{job: job, profile: ms[0].profile, worker: ms[0].worker,
+			why: fmt.Sprintf("found in the queue after its submission was given up on, with max_workers %d and max_pending %d already reached", *cfg.MaxWorkers, *cfg.MaxPending)}
+		for _, m := range ms {
+			delete(p.outstanding, m.worker)
+			gone[m] = true
+			if m != ms[0] {
+				ref.others = append(ref.others, m.worker)
+			}
+		}
+		beyond = append(beyond, ref)
+		over -= len(ms)
+	}
+	for _, r := range adopted {
+		if !gone[r] {
+			kept = append(kept, r)
+		}
+	}
+	return kept, beyond
+}
+
+// cmpJobRef orders job ids ("123") and array tasks ("123_4") as Slurm
+// numbers them: by job, then by task, a plain job before its tasks.
+func cmpJobRef(a, b string) int {
+	ja, ta := sbatch.SplitTask(a)
+	jb, tb := sbatch.SplitTask(b)
+	if c := cmp.Compare(len(ja), len(jb)); c != 0 {
+		return c
+	}
+	if c := strings.Compare(ja, jb); c != 0 {
+		return c
+	}
+	return cmp.Compare(ta, tb)
 }

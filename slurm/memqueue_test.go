@@ -275,3 +275,82 @@ func TestAdoptTakesOursAndCancelsStrays(t *testing.T) {
 		t.Errorf("events %v; want worker_provisioned for the adopted and worker_cancelled for the stray", got)
 	}
 }
+
+// TestAdoptKeepsTheCaps, against an in-memory queue: a pending job of
+// this engine found in the queue that the books do not hold (a
+// submission that went on after it was given up on, or one a killed
+// predecessor left in flight) is adopted while max_workers leaves room
+// for it, and cancelled, newest first, where it would put the
+// provisioner over max_workers; at the first look too, for an earlier
+// run's pending jobs beyond a cap lowered since. A running job is kept
+// whatever the count: its worker may be at work.
+func TestAdoptKeepsTheCaps(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		first bool
+		// books are this run's machines in the books, by job; found the
+		// jobs the queue holds beside them, each a machine of its own,
+		// with its state.
+		books   []string
+		found   map[string]string
+		max     int
+		adopted []string
+		gone    []string
+	}{
+		{name: "room for one of two", books: []string{"20", "21"}, found: map[string]string{"22": "PENDING", "23": "PENDING"}, max: 3, adopted: []string{"22"}, gone: []string{"23"}},
+		{name: "room for both", books: []string{"20", "21"}, found: map[string]string{"22": "PENDING", "23": "PENDING"}, max: 4, adopted: []string{"22", "23"}},
+		{name: "array tasks, newest first", books: []string{"20"}, found: map[string]string{"22_0": "PENDING", "22_1": "PENDING", "9_5": "PENDING"}, max: 2, adopted: []string{"9_5"}, gone: []string{"22_0", "22_1"}},
+		{name: "first look, a cap lowered", first: true, found: map[string]string{"5": "RUNNING", "6": "PENDING", "7": "PENDING", "8": "RUNNING"}, max: 3, adopted: []string{"5", "6", "8"}, gone: []string{"7"}},
+		{name: "first look, running beyond the cap", first: true, found: map[string]string{"5": "RUNNING", "6": "RUNNING", "7": "PENDING"}, max: 1, adopted: []string{"5", "6"}, gone: []string{"7"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := &memQueue{}
+			p, cfg := memProvisioner(t, q)
+			*cfg.MaxWorkers = tc.max
+			host := newFakeHost()
+			p.mu.Lock()
+			for _, job := range tc.books {
+				w := workerName(cfg.name, "cpu")
+				p.outstanding[w] = &request{profile: "cpu", worker: w, tag: w, task: -1, node: -1, nodes: 1, batch: 1,
+					cancel: func() {}, done: closedDone, job: job, slurmState: "PENDING", phase: phaseQueued}
+				q.jobs = append(q.jobs, queue.Job{ID: job, State: "PENDING", Comment: cfg.comment(w)})
+			}
+			if tc.first {
+				p.adoption.adoptPending, p.adoption.mine = true, map[string]bool{}
+			}
+			p.mu.Unlock()
+			tags := map[string]string{}
+			for id, state := range tc.found {
+				job, _ := sbatch.SplitTask(id)
+				if tags[job] == "" {
+					tags[job] = workerName(cfg.name, "cpu")
+				}
+				q.jobs = append(q.jobs, queue.Job{ID: id, State: state, Comment: cfg.comment(tags[job])})
+			}
+
+			p.adoption.adopt(context.Background(), cfg, host, slices.Clone(q.jobs))
+			var adopted []string
+			p.mu.Lock()
+			for _, r := range p.outstanding {
+				if !slices.Contains(tc.books, r.job) {
+					adopted = append(adopted, r.job)
+				}
+			}
+			p.mu.Unlock()
+			slices.Sort(adopted)
+			var gone []string
+			for _, ids := range q.cancelled {
+				gone = append(gone, ids...)
+			}
+			slices.Sort(gone)
+			if !slices.Equal(adopted, tc.adopted) || !slices.Equal(gone, tc.gone) {
+				t.Errorf("max_workers %d: adopted %v and cancelled %v; want %v adopted and %v cancelled", tc.max, adopted, gone, tc.adopted, tc.gone)
+			}
+			for _, ev := range host.Events() {
+				if ev.Kind == shared.EventWorkerProvisioned && slices.Contains(tc.gone, ev.Job) {
+					t.Errorf("the engine heard %s provisioned, which was cancelled", ev.Job)
+				}
+			}
+		})
+	}
+}
