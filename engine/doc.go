@@ -10,7 +10,9 @@
 // is backing off, misconfigured or capped, asking only for a shape that
 // holds the need, its time included, refusing at Submit what none holds
 // (fit.go) and not asking again for a profile whose machine attached and
-// could not take its task (mismatch.go) (the router); admit the workers
+// could not take its task (mismatch.go) (the router: router.go places
+// waiting needs on idle workers, ask.go asks the provisioners for the
+// rest, needstatus.go says why each waits); admit the workers
 // that dial back with the credentials the engine signed, once each, and
 // notice when they go silent (the books, and the worker API over it for the worker
 // protocol of docs/worker-protocol.md); tell what happened as typed

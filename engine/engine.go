@@ -293,13 +293,13 @@ func New(cfg Config) (*Engine, error) {
 		needs: e.router.needCounts, held: e.router.holds.list}
 	e.obs = newObserver(newEngineMetrics(state))
 	e.hub = e.obs.hub
-	e.router.onBurst = func(target string, pd shared.ProfileDemand) {
+	e.router.asks.onBurst = func(target string, pd shared.ProfileDemand) {
 		e.obs.burst(target, pd)
 		if h := cfg.Hooks.Burst; h != nil {
 			e.hooks.put(func() { h(target, pd) }, true)
 		}
 	}
-	e.router.onDeadline = e.fleet.deadline
+	e.router.asks.onDeadline = e.fleet.deadline
 	e.router.onMismatch = func(m Mismatch) {
 		e.obs.hub.publish(Event{Kind: EventMachineMismatch, Provisioner: m.Provisioner, Profile: m.Profile, Worker: m.Worker, Task: m.Task,
 			Detail: fmt.Sprintf("%s; no other %s machine is asked for such tasks before %s, then one at a time", m.Detail, m.Profile, m.Until.UTC().Format(time.RFC3339))})

@@ -74,17 +74,17 @@ func (f *fleet) newSupervisor(pc *host.Block) (*host.Supervisor, pluginEventLog)
 		OnEvent:         func(ev shared.Event) { e.pluginEvent(plog, evLogs, ev, time.Now()) },
 	})
 	s.OnUp = func(c host.Configured) {
-		e.router.setTarget(target{Name: c.Name, P: c.Provisioner, Shapes: c.Shapes})
-		e.router.setDown(name, false)
+		e.router.asks.setTarget(target{Name: c.Name, P: c.Provisioner, Shapes: c.Shapes})
+		e.router.asks.setDown(name, false)
 		e.obs.plugin(EventPluginUp, name, fmt.Sprintf("configured, %d shape(s)", len(c.Shapes)))
 		e.poke()
 	}
 	s.OnDown = func(string) {
-		e.router.setDown(name, true)
+		e.router.asks.setDown(name, true)
 		e.obs.plugin(EventPluginDown, name, "the plugin exited; restarting it")
 	}
 	s.OnFailed = func(_ string, err error) {
-		e.router.setDown(name, true)
+		e.router.asks.setDown(name, true)
 		e.obs.plugin(EventPluginFailed, name, err.Error())
 	}
 	return s, pluginEventLog{name: name, logger: plog, limit: evLogs}

@@ -287,7 +287,7 @@ func (e *Engine) applyReload(ctx context.Context, plan *reloadPlan) hcl.Diagnost
 		defer cancel()
 		for _, s := range started {
 			e.fleet.remove(s.Name())
-			e.router.removeTarget(s.Name())
+			e.router.asks.removeTarget(s.Name())
 			if _, err := s.Shutdown(uctx); err != nil {
 				e.logger.Error("a provisioner launched by a refused reload did not shut down cleanly", "provisioner", s.Name(), "error", err)
 			}
@@ -309,7 +309,7 @@ func (e *Engine) applyReload(ctx context.Context, plan *reloadPlan) hcl.Diagnost
 	}
 	var configured []done
 	for _, c := range plan.changed {
-		oldShapes := e.router.shapesOf(c.to.Name)
+		oldShapes := e.router.asks.shapesOf(c.to.Name)
 		shapes, d := c.sup.Reconfigure(ctx, c.to)
 		if d.HasErrors() {
 			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
@@ -329,7 +329,7 @@ func (e *Engine) applyReload(ctx context.Context, plan *reloadPlan) hcl.Diagnost
 	}
 	for _, dc := range configured {
 		name := dc.c.to.Name
-		now := e.router.shapesOf(name)
+		now := e.router.asks.shapesOf(name)
 		var gone, back []ownedProfile
 		for _, s := range dc.oldShapes {
 			if !slices.ContainsFunc(now, func(n shared.Shape) bool { return n.Profile == s.Profile }) {
@@ -354,7 +354,7 @@ func (e *Engine) applyReload(ctx context.Context, plan *reloadPlan) hcl.Diagnost
 		if s == nil {
 			continue
 		}
-		e.router.removeTarget(name)
+		e.router.asks.removeTarget(name)
 		e.router.holds.forget(name)
 		e.router.demandMoved()
 		n := e.books.letGo([]ownedProfile{{name, ""}})
@@ -367,7 +367,7 @@ func (e *Engine) applyReload(ctx context.Context, plan *reloadPlan) hcl.Diagnost
 // retarget tells the router a reconfigured provisioner's new shapes.
 func (e *Engine) retarget(s *host.Supervisor, shapes []shared.Shape) {
 	if p := s.Provisioner(); p != nil {
-		e.router.setTarget(target{Name: s.Name(), P: p, Shapes: shapes})
+		e.router.asks.setTarget(target{Name: s.Name(), P: p, Shapes: shapes})
 	}
 }
 

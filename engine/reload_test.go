@@ -234,7 +234,7 @@ func TestReloadProvisioners(t *testing.T) {
 	if v := e.Config(); v.Generation != 2 || v.Digest != to.Digest {
 		t.Errorf("after a refused reload the engine runs %+v; want generation 2, %s", v, to.Digest)
 	}
-	if shapes := e.router.shapesOf("three"); shapes != nil {
+	if shapes := e.router.asks.shapesOf("three"); shapes != nil {
 		t.Errorf("the router still asks provisioner three, which a refused reload launched: %v", shapes)
 	}
 }

@@ -168,12 +168,12 @@ func TestPassSkipsErrorsAndDownTargets(t *testing.T) {
 		t.Errorf("error logged %d times; want once per change:\n%s", c, logs)
 	}
 
-	p.setDown("broken", true)
+	p.asks.setDown("broken", true)
 	p.Pass(context.Background())
 	if broken.ProvisionCalls() != 2 {
 		t.Error("a target marked down was asked")
 	}
-	p.setDown("broken", false)
+	p.asks.setDown("broken", false)
 	p.Pass(context.Background())
 	if broken.ProvisionCalls() != 3 {
 		t.Error("a target marked up again was not asked")
@@ -240,8 +240,8 @@ func TestSetTargetReplaces(t *testing.T) {
 	old := &sharedtest.Provisioner{ShapeList: []shared.Shape{{CPUs: 1}}, OnProvision: requested}
 	fresh := &sharedtest.Provisioner{ShapeList: []shared.Shape{{CPUs: 1}}, OnProvision: requested}
 	p := newRouter(nil, newBareBooks(nil, host.NewSigner(testSecret), nil), []target{{Name: "a", P: old, Shapes: old.ShapeList}})
-	p.setDown("a", true)
-	p.setTarget(target{Name: "a", P: fresh, Shapes: fresh.ShapeList})
+	p.asks.setDown("a", true)
+	p.asks.setTarget(target{Name: "a", P: fresh, Shapes: fresh.ShapeList})
 	p.Add(shared.Need{CPUs: 1})
 	p.Pass(context.Background())
 	if old.ProvisionCalls() != 0 || fresh.ProvisionCalls() != 1 {
@@ -299,9 +299,9 @@ func TestHungPluginDelaysOnlyItself(t *testing.T) {
 	signer := host.NewSigner(testSecret)
 	engine := newBareBooks(nil, signer, nil)
 	placer := newRouter(logger.Named("placer"), engine, nil)
-	placer.provisionTimeout = 2 * time.Second
+	placer.asks.provisionTimeout = 2 * time.Second
 	sups := map[string]*host.Supervisor{}
-	placer.onDeadline = func(name string, missed bool) { sups[name].Deadline("Provision", missed) }
+	placer.asks.onDeadline = func(name string, missed bool) { sups[name].Deadline("Provision", missed) }
 	var list []*host.Supervisor
 	for _, pc := range cfg.Provisioners {
 		name := pc.Name
@@ -309,10 +309,10 @@ func TestHungPluginDelaysOnlyItself(t *testing.T) {
 		s.WedgeAfter = 2
 		s.ReconcileTimeout = 2 * time.Second
 		s.OnUp = func(c host.Configured) {
-			placer.setTarget(target{Name: c.Name, P: c.Provisioner, Shapes: c.Shapes})
-			placer.setDown(name, false)
+			placer.asks.setTarget(target{Name: c.Name, P: c.Provisioner, Shapes: c.Shapes})
+			placer.asks.setDown(name, false)
 		}
-		s.OnDown = func(string) { placer.setDown(name, true) }
+		s.OnDown = func(string) { placer.asks.setDown(name, true) }
 		sups[name] = s
 		list = append(list, s)
 	}
@@ -361,7 +361,7 @@ func TestHungPluginDelaysOnlyItself(t *testing.T) {
 
 	// Let the hung plugin be asked (and hang) first.
 	deadline := time.Now().Add(5 * time.Second)
-	for !placer.busyWith("hung") {
+	for !placer.asks.busyWith("hung") {
 		if time.Now().After(deadline) {
 			t.Fatalf("the hung provisioner was never asked\n%s", logs)
 		}
@@ -380,7 +380,7 @@ func TestHungPluginDelaysOnlyItself(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Logf("idle worker of the healthy provisioner got its task %s after attaching (hang deadline %s)", took.Round(time.Millisecond), placer.provisionTimeout)
+	t.Logf("idle worker of the healthy provisioner got its task %s after attaching (hang deadline %s)", took.Round(time.Millisecond), placer.asks.provisionTimeout)
 	if took > time.Second {
 		t.Errorf("the idle worker waited %s for its task; want under 1s while the other plugin hangs", took)
 	}
@@ -421,7 +421,7 @@ func TestDemandLeavesOutWhatIdleWorkersCover(t *testing.T) {
 	p.mu.Lock()
 	waiting := slices.Clone(p.needs)
 	p.mu.Unlock()
-	p.provision(context.Background(), waiting)
+	p.asks.provision(context.Background(), waiting)
 	p.Close()
 	if d := prov.LastDemand(); len(d) != 1 || d[0].Count != 1 {
 		t.Errorf("demand %+v; want one machine, the idle worker covering the other need", d)
