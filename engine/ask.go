@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -242,7 +241,7 @@ func (a *asker) provision(ctx context.Context, waiting []*needState) {
 		a.noteDemand(h.t, h.ns, h.need, h.o, wordsOf(h.o), h.reason)
 	}
 	for _, m := range mismatched {
-		a.noteOutcome(m.ns, m.target, ReasonMismatch, m.words, []any{"outcome", "mismatch"})
+		a.noteOutcome(m.ns, m.target, ReasonMismatch, outcomeWords{kind: "mismatch", desc: m.words, kv: []any{"outcome", "mismatch"}})
 	}
 	a.ask(ctx, targets, rounds, attached)
 }
@@ -366,7 +365,7 @@ func (a *asker) askTarget(ctx context.Context, t target, rd *round, attached []s
 		for _, needs := range rd.needs {
 			for _, ns := range needs {
 				a.refuse(ns, t.Name)
-				a.noteOutcome(ns, t.Name, ReasonError, "error: "+err.Error(), []any{"error", err})
+				a.noteOutcome(ns, t.Name, ReasonError, outcomeWords{kind: "error", desc: "error: " + err.Error(), kv: []any{"error", err}})
 			}
 		}
 		return
@@ -391,7 +390,7 @@ func (a *asker) askTarget(ctx context.Context, t target, rd *round, attached []s
 				}
 				p.mu.Unlock()
 			}
-			a.noteOutcomes(rd.needs[i], t.Name, reasonOf(o), words.desc, words.kv, true)
+			a.noteOutcomes(rd.needs[i], t.Name, reasonOf(o), words, true)
 		}
 	}
 }
@@ -399,25 +398,28 @@ func (a *asker) askTarget(ctx context.Context, t target, rd *round, attached []s
 // outcomeWords is an outcome as the status page says it (desc) and as
 // the log records it (kv).
 type outcomeWords struct {
-	desc string
-	kv   []any
+	// kind is what makes the outcome another one to an operator
+	// reading the log (the outcome and its profile, "error",
+	// "mismatch"); desc is the whole of it, kind and detail.
+	kind, desc string
+	kv         []any
 }
 
 func wordsOf(o shared.DemandOutcome) outcomeWords {
-	desc := o.Outcome.String()
+	kind := o.Outcome.String()
 	if o.Profile != "" {
-		desc += " " + o.Profile
+		kind += " " + o.Profile
 	}
+	desc := kind
 	if o.Detail != "" {
 		desc += ": " + o.Detail
 	}
-	return outcomeWords{desc, []any{"outcome", o.Outcome.String(), "profile", o.Profile, "detail", o.Detail}}
+	return outcomeWords{kind: kind, desc: desc, kv: []any{"outcome", o.Outcome.String(), "profile", o.Profile, "detail", o.Detail}}
 }
 
 // noteDemand records what a target did about one need: o, in words.
 func (a *asker) noteDemand(t target, ns *needState, asked shared.Need, o shared.DemandOutcome, words outcomeWords, reason WaitReason) {
 	p := a.p
-	desc := words.desc
 	switch o.Outcome {
 	case shared.OutcomeNoFit:
 		a.refuse(ns, t.Name)
@@ -432,19 +434,19 @@ func (a *asker) noteDemand(t target, ns *needState, asked shared.Need, o shared.
 		}
 		at.tried[o.Profile] = true
 		next, ok := nextShape(t.Shapes, ns.need, at.tried)
-		var route string
+		var route failover
 		if ok {
 			at.tried[next.Profile] = true
 			at.route = &shared.Need{CPUs: max(asked.CPUs, next.CPUs), GPUs: max(asked.GPUs, next.GPUs),
 				RAMMB: max(asked.RAMMB, next.RAMMB), Label: ns.need.Label, Lifetime: max(asked.Lifetime, next.Lifetime)}
-			route = o.Profile + " -> " + next.Profile
+			route = failover{from: o.Profile, to: next.Profile}
 		} else {
 			// Every shape backs off: back to the smallest, and let the
 			// other targets have a go.
 			at.route, at.tried, at.refused = nil, nil, true
 		}
-		changed := route != "" && at.failover != route
-		if route != "" {
+		changed := route != (failover{}) && at.failover != route
+		if route != (failover{}) {
 			at.failover = route
 		}
 		// Asked elsewhere from the next pass on.
@@ -455,7 +457,7 @@ func (a *asker) noteDemand(t target, ns *needState, asked shared.Need, o shared.
 				"failed_over_from", o.Profile, "profile", next.Profile)
 		}
 	}
-	a.noteOutcomes([]*needState{ns}, t.Name, reason, desc, words.kv, o.Outcome != shared.OutcomeBackingOff)
+	a.noteOutcomes([]*needState{ns}, t.Name, reason, words, o.Outcome != shared.OutcomeBackingOff)
 }
 
 // refuse routes ns away from target until every covering target has
@@ -519,8 +521,8 @@ type loggedOutcome struct {
 // noteOutcome records what a target said about a need and logs it when
 // it says something new: another outcome or profile at once, an error at
 // once, a new detail of the same outcome at most every relogDetail.
-func (a *asker) noteOutcome(ns *needState, target string, reason WaitReason, desc string, kv []any) {
-	a.noteOutcomes([]*needState{ns}, target, reason, desc, kv, false)
+func (a *asker) noteOutcome(ns *needState, target string, reason WaitReason, words outcomeWords) {
+	a.noteOutcomes([]*needState{ns}, target, reason, words, false)
 }
 
 // noteOutcomes is noteOutcome for needs told the same outcome, under
@@ -528,19 +530,18 @@ func (a *asker) noteOutcome(ns *needState, target string, reason WaitReason, des
 // another profile says so before desc. The needs it logs are one line:
 // the first need's, with how many and the last when there are more (a
 // queue of 100,000 alike tasks was 100,000 lines on its first pass).
-func (a *asker) noteOutcomes(needs []*needState, target string, reason WaitReason, desc string, kv []any, failedOver bool) {
+func (a *asker) noteOutcomes(needs []*needState, target string, reason WaitReason, words outcomeWords, failedOver bool) {
 	p := a.p
-	kind, _, _ := strings.Cut(desc, ": ")
 	now := time.Now()
 	var firstID, lastID string
 	logged := 0
 	p.mu.Lock()
 	for _, ns := range needs {
 		at := ns.atTarget(target)
-		d, k := desc, kind
-		if failedOver && at.failover != "" {
-			d = "failed over (" + at.failover + "): " + desc
-			k, _, _ = strings.Cut(d, ": ")
+		d, k := words.desc, words.kind
+		if failedOver && at.failover != (failover{}) {
+			k = "failed over (" + at.failover.String() + ")"
+			d = k + ": " + words.desc
 		}
 		at.asked, at.hasAsked = asked{reason: reason, desc: d}, true
 		last := at.logged
@@ -563,10 +564,16 @@ func (a *asker) noteOutcomes(needs []*needState, target string, reason WaitReaso
 	if logged > 1 {
 		args = append(args, "needs", logged, "last_need", lastID)
 	}
-	args = append(append(args, "provisioner", target), kv...)
+	args = append(append(args, "provisioner", target), words.kv...)
 	if reason == ReasonError {
 		p.logger.Error("could not ask for a machine", args...)
 		return
 	}
 	p.logger.Debug("asked for a machine", args...)
 }
+
+// failover is a route around a backing-off profile: its need is asked
+// for as a machine of to instead of from.
+type failover struct{ from, to string }
+
+func (f failover) String() string { return f.from + " -> " + f.to }

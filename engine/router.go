@@ -200,10 +200,10 @@ type needAt struct {
 	hasAsked bool
 	logged   loggedOutcome
 	// failover is the last route around a backing-off profile that was
-	// logged ("small -> cpu"); route, when set, is the need asked for
+	// logged (small -> cpu); route, when set, is the need asked for
 	// instead of need at the target, and tried the profiles tried on the
 	// way there.
-	failover string
+	failover failover
 	route    *shared.Need
 	tried    map[string]bool
 	// refused: the target could not fit the need or failed, and it is
