@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/engine/host"
+	"github.com/fluksio/provision/internal/needspec"
 	"github.com/fluksio/provision/shared"
 )
 
@@ -235,7 +236,7 @@ func (a *asker) provision(ctx context.Context, waiting []*needState) {
 	p.mu.Unlock()
 	// Logged once p.mu is released: the log may be slow.
 	for _, ns := range uncovered {
-		p.logger.Warn("no provisioner can start a machine for this need", "need", ns.id, "spec", FormatNeed(ns.need))
+		p.logger.Warn("no provisioner can start a machine for this need", "need", ns.id, "spec", needspec.Format(ns.need))
 	}
 	for _, h := range held {
 		a.noteDemand(h.t, h.ns, h.need, h.o, wordsOf(h.o), h.reason)

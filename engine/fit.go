@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fluksio/provision/internal/needspec"
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/worker"
 )
@@ -85,7 +86,7 @@ func fitError(shapes []namedShape, n shared.Need, what string, runFor time.Durat
 			}
 		}
 		return &FitError{words: fmt.Sprintf("needs %s, more than any profile's machines: the largest is %s (%s)",
-			FormatNeed(n), shapeName(big, many), shapeWords(big.shape, true))}
+			needspec.Format(n), shapeName(big, many), shapeWords(big.shape, true))}
 	}
 	longest := sized[0]
 	for _, s := range sized[1:] {
@@ -103,7 +104,7 @@ func fitError(shapes []namedShape, n shared.Need, what string, runFor time.Durat
 	}
 	if len(sized) < len(shapes) {
 		return &FitError{TooLong: true, words: fmt.Sprintf("%s %s longer than the jobs of any profile that holds %s: the longest is %s (%s)",
-			span, verb, FormatNeed(n), shapeName(longest, many), shapeWords(longest.shape, false))}
+			span, verb, needspec.Format(n), shapeName(longest, many), shapeWords(longest.shape, false))}
 	}
 	return &FitError{TooLong: true, words: fmt.Sprintf("%s %s longer than any profile's jobs: the longest is %s (%s)",
 		span, verb, shapeName(longest, many), shapeWords(longest.shape, false))}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/internal/backoff"
+	"github.com/fluksio/provision/internal/needspec"
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/worker"
 )
@@ -137,7 +138,7 @@ func mismatchOf(w WorkerInfo, ns *needState, now time.Time) (MismatchCause, stri
 			w.Name, strings.Join(lacks, ", "), offers), true
 	case !w.shape().Fits(ns.need):
 		return MismatchSize, fmt.Sprintf("its worker %s attached with %s, which does not fit %s",
-			w.Name, FormatNeed(shared.Need{CPUs: w.CPUs, GPUs: w.GPUs, RAMMB: w.RAMMB}), FormatNeed(ns.need)), true
+			w.Name, needspec.Format(shared.Need{CPUs: w.CPUs, GPUs: w.GPUs, RAMMB: w.RAMMB}), needspec.Format(ns.need)), true
 	case !ns.timeFits(w, now):
 		return MismatchTime, fmt.Sprintf("its worker %s's job ends in %s, and the task needs %s (its %s and the worker's %s end margin)",
 			w.Name, shortDuration(w.EndsAt.Sub(now)), shortDuration(ns.runFor()+worker.EndMargin),

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/fluksio/provision/internal/needspec"
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/worker"
 )
@@ -227,7 +228,7 @@ func (ns *needState) phaseLocked() (NeedPhase, TaskState) {
 // status is ns as GET /status shows it, among targets. router.mu must
 // be held.
 func (ns *needState) status(targets []*targetState) NeedStatus {
-	st := NeedStatus{ID: ns.id, Spec: FormatNeed(ns.need), Need: toNeedJSON(ns.need), Worker: ns.worker, AttemptID: ns.task}
+	st := NeedStatus{ID: ns.id, Spec: needspec.Format(ns.need), Need: toNeedJSON(ns.need), Worker: ns.worker, AttemptID: ns.task}
 	st.State, st.TaskState = ns.phaseLocked()
 	if ns.rec != nil && (ns.task != "" || ns.served) {
 		st.Task = ns.id

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/engine"
+	"github.com/fluksio/provision/internal/needspec"
 	"github.com/fluksio/provision/internal/sandboxtest"
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/shared/conformance"
@@ -277,7 +278,7 @@ func runDaemon(t *testing.T, body string, need shared.Need) (d *daemon, runDone 
 		t.Fatal(diags)
 	}
 	runDone = make(chan int, 1)
-	go func() { runDone <- d.run(ctx, []engine.NeedSpec{{Need: need, Count: 1}}, nil, 0) }()
+	go func() { runDone <- d.run(ctx, []needspec.Spec{{Need: need, Count: 1}}, nil, 0) }()
 	t.Cleanup(func() {
 		cancel()
 		<-runDone

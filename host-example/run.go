@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/engine"
+	"github.com/fluksio/provision/internal/needspec"
 	"github.com/fluksio/provision/internal/termsafe"
 
 	"github.com/hashicorp/go-hclog"
@@ -31,7 +32,7 @@ var shutdownTimeout = time.Minute
 // runFlags is run's command line.
 type runFlags struct {
 	config, tasks, results, level string
-	needs                         engine.NeedList
+	needs                         needspec.List
 	timeout, linger               time.Duration
 	// verbose: a story line for every task and machine, not only for
 	// what needs a person.
@@ -342,7 +343,7 @@ func (d *daemon) start(ctx context.Context) hcl.Diagnostics {
 // each, and nothing holds the file's copies once they are submitted. As
 // a slice parameter they stayed reachable for the whole run (through
 // the parameter's spill slot), 23 MB of heap with 100,000 tasks.
-func (d *daemon) run(ctx context.Context, specs []engine.NeedSpec, tasks *[]engine.TaskSpec, timeout time.Duration) int {
+func (d *daemon) run(ctx context.Context, specs []needspec.Spec, tasks *[]engine.TaskSpec, timeout time.Duration) int {
 	needs := d.addNeeds(specs)
 	ntasks, submitted := 0, 0
 	if tasks != nil {
@@ -406,7 +407,7 @@ func (d *daemon) run(ctx context.Context, specs []engine.NeedSpec, tasks *[]engi
 }
 
 // addNeeds adds the -need specs' needs and says so; it returns how many.
-func (d *daemon) addNeeds(specs []engine.NeedSpec) int {
+func (d *daemon) addNeeds(specs []needspec.Spec) int {
 	needs := 0
 	for _, spec := range specs {
 		var first, last string
@@ -417,7 +418,7 @@ func (d *daemon) addNeeds(specs []engine.NeedSpec) int {
 			}
 		}
 		needs += spec.Count
-		what := engine.FormatNeed(spec.Need)
+		what := needspec.Format(spec.Need)
 		if spec.Work > 0 {
 			what += fmt.Sprintf(" for %s of work", spec.Work)
 		}

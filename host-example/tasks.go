@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/engine"
+	"github.com/fluksio/provision/internal/needspec"
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/worker"
 )
@@ -168,7 +169,7 @@ const maxUnheld = 20
 // before anything is asked for. A -need larger than every profile is
 // not refused: it waits no_fit and asks nothing, as a need that keeps an
 // engine running does.
-func unheld(eng *engine.Engine, needs engine.NeedList, tasks []engine.TaskSpec, name string, lines []int) error {
+func unheld(eng *engine.Engine, needs needspec.List, tasks []engine.TaskSpec, name string, lines []int) error {
 	var errs []error
 	add := func(err error) bool {
 		errs = append(errs, err)
@@ -181,7 +182,7 @@ func unheld(eng *engine.Engine, needs engine.NeedList, tasks []engine.TaskSpec, 
 	for _, n := range needs {
 		var fe *engine.FitError
 		if err := eng.HoldsWork(n.Need, n.Work); errors.As(err, &fe) && fe.TooLong {
-			one := engine.NeedList{n}
+			one := needspec.List{n}
 			if !add(fmt.Errorf("-need %s: %w", one.String(), err)) {
 				return errors.Join(errs...)
 			}

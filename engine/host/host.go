@@ -7,8 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/fluksio/provision/internal/wire"
-	"github.com/fluksio/provision/shared"
 	"io"
 	"os"
 	"os/exec"
@@ -21,6 +19,9 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/fluksio/provision/internal/wire"
+	"github.com/fluksio/provision/shared"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"

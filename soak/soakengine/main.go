@@ -36,6 +36,7 @@ import (
 	"github.com/fluksio/provision/engine"
 	"github.com/fluksio/provision/engine/hclconfig"
 	"github.com/fluksio/provision/engine/host"
+	"github.com/fluksio/provision/internal/needspec"
 )
 
 func main() {
@@ -202,7 +203,7 @@ type input struct {
 }
 
 func (t taskRequest) spec() (engine.TaskSpec, error) {
-	n, err := engine.ParseNeedSpec(t.Need)
+	n, err := needspec.Parse(t.Need)
 	if err != nil {
 		return engine.TaskSpec{}, err
 	}

@@ -1,4 +1,13 @@
-package engine
+// Package needspec reads and writes a need as the -need flag takes it
+// (cpus=N[,gpus=N][,ram_mb=N][,label=L][,count=N][,work=D]), for the
+// engines of this module: host-example's -need and the soak's engine.
+//
+// It is not the engine kit's: a need written on a command line is a
+// CLI's choice, and the kit's own surface takes a shared.Need or a
+// TaskSpec. It imports only the contract (shared), so that the kit may
+// use its Format in its messages without the CLI's parsing becoming
+// part of its API.
+package needspec
 
 import (
 	"fmt"
@@ -61,9 +70,9 @@ func parseNeed(s string) (shared.Need, error) {
 	return n, nil
 }
 
-// FormatNeed writes a need the way parseNeed reads it, leaving out what
+// Format writes a need the way Parse reads it, leaving out what
 // is at its default.
-func FormatNeed(n shared.Need) string {
+func Format(n shared.Need) string {
 	parts := []string{"cpus=" + strconv.Itoa(n.CPUs)}
 	if n.GPUs != 0 {
 		parts = append(parts, "gpus="+strconv.Itoa(n.GPUs))
@@ -77,37 +86,37 @@ func FormatNeed(n shared.Need) string {
 	return strings.Join(parts, ",")
 }
 
-// maxNeedCount bounds count= in one -need, far above any burst a demo
+// maxCount bounds count= in one -need, far above any burst a demo
 // or a test makes.
-const maxNeedCount = 100000
+const maxCount = 100000
 
-// NeedSpec is one -need flag: Count needs of one shape, each a task that
+// Spec is one -need flag: Count needs of one shape, each a task that
 // takes Work (zero: the worker's stand-in computation).
-type NeedSpec struct {
+type Spec struct {
 	Need  shared.Need
 	Count int
 	Work  time.Duration
 }
 
-// ParseNeedSpec reads a -need flag: a need as parseNeed takes it, with
+// Parse reads a -need flag: a need as parseNeed takes it, with
 // count=N (how many such needs, default 1) and work=DURATION (how long
 // each task takes, such as 5s) anywhere among its keys.
-func ParseNeedSpec(s string) (NeedSpec, error) {
-	spec := NeedSpec{Count: 1}
+func Parse(s string) (Spec, error) {
+	spec := Spec{Count: 1}
 	var rest []string
 	for _, item := range strings.Split(s, ",") {
 		key, value, _ := strings.Cut(strings.TrimSpace(item), "=")
 		switch strings.TrimSpace(key) {
 		case "count":
 			n, err := strconv.Atoi(strings.TrimSpace(value))
-			if err != nil || n < 1 || n > maxNeedCount {
-				return NeedSpec{}, fmt.Errorf("need %q: count=%q is not a whole number from 1 to %d", s, value, maxNeedCount)
+			if err != nil || n < 1 || n > maxCount {
+				return Spec{}, fmt.Errorf("need %q: count=%q is not a whole number from 1 to %d", s, value, maxCount)
 			}
 			spec.Count = n
 		case "work":
 			d, err := time.ParseDuration(strings.TrimSpace(value))
 			if err != nil || d <= 0 || d > 24*time.Hour {
-				return NeedSpec{}, fmt.Errorf("need %q: work=%q is not a duration such as 5s (more than 0, at most 24h)", s, value)
+				return Spec{}, fmt.Errorf("need %q: work=%q is not a duration such as 5s (more than 0, at most 24h)", s, value)
 			}
 			spec.Work = d
 		default:
@@ -116,19 +125,19 @@ func ParseNeedSpec(s string) (NeedSpec, error) {
 	}
 	n, err := parseNeed(strings.Join(rest, ","))
 	if err != nil {
-		return NeedSpec{}, err
+		return Spec{}, err
 	}
 	spec.Need = n
 	return spec, nil
 }
 
-// NeedList collects repeated -need flags: fs.Var(&needs, "need", ...).
-type NeedList []NeedSpec
+// List collects repeated -need flags: fs.Var(&needs, "need", ...).
+type List []Spec
 
-func (l *NeedList) String() string {
+func (l *List) String() string {
 	parts := make([]string, len(*l))
 	for i, n := range *l {
-		parts[i] = FormatNeed(n.Need)
+		parts[i] = Format(n.Need)
 		if n.Count != 1 {
 			parts[i] += ",count=" + strconv.Itoa(n.Count)
 		}
@@ -139,8 +148,8 @@ func (l *NeedList) String() string {
 	return strings.Join(parts, " ")
 }
 
-func (l *NeedList) Set(s string) error {
-	n, err := ParseNeedSpec(s)
+func (l *List) Set(s string) error {
+	n, err := Parse(s)
 	if err != nil {
 		return err
 	}
