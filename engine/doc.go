@@ -31,7 +31,12 @@
 //   - Tasks are TaskSpec: a command (or a payload for an engine's own
 //     worker) with inputs, outputs, a timeout and retries. An engine
 //     submits them (Engine.Submit), cancels them (Engine.Cancel) and
-//     reads each as it stands (Engine.Task); the router places each on
+//     reads each as it stands (Engine.Task), or waits for their ends
+//     (Engine.Wait, Engine.Ended); a task after others (TaskSpec.After,
+//     Input.FromTask) is held in the task table, not the router, until
+//     they have succeeded, so no machine is asked for what cannot run
+//     yet, and never a dependency that is not submitted before it, so
+//     the tasks form no cycle. The router places each on
 //     an idle worker that fits its need and runs its kind of task
 //     (WorkerInfo.Features), the task table (tasks.go) keeps its
 //     attempts, and the workers move its bytes over the transfer routes

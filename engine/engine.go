@@ -203,7 +203,9 @@ type Engine struct {
 	// hooks runs the embedder's hooks (Config.Hooks) off every path
 	// that hands out tasks (hooks.go); caughtUp holds at most one
 	// wake-up for Run from its emptying, on which Run asks done.
-	hooks    *hookQueue
+	hooks *hookQueue
+	// ends tells Wait and Ended of each task's end (wait.go).
+	ends     *endFeed
 	caughtUp chan struct{}
 	// passEvery and reconcileEvery are the run loop's intervals
 	// (passInterval, reconcileInterval; tests set their own before
@@ -248,7 +250,8 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.ID == "" {
 		cfg.ID = host.EngineIdentity("", "")
 	}
-	e := &Engine{cfg: cfg, logger: logger, signer: host.NewSigner(cfg.Secret), wake: make(chan struct{}, 1), reloads: make(chan struct{}, 1), halted: make(chan struct{})}
+	e := &Engine{cfg: cfg, logger: logger, signer: host.NewSigner(cfg.Secret), wake: make(chan struct{}, 1), reloads: make(chan struct{}, 1), halted: make(chan struct{}),
+		ends: newEndFeed()}
 	e.version.set(1, cfg.Digest)
 	e.caughtUp = make(chan struct{}, 1)
 	e.hooks = newHookQueue(hookQueueLen, func() {
@@ -757,6 +760,7 @@ func (e *Engine) Stop(ctx context.Context) []StopResult {
 	// The hooks queued run before the tasks' directory goes: a hook may
 	// read a task's files.
 	e.hooks.stop()
+	e.ends.close()
 	// No transfer is under way once the server stopped.
 	e.tasks.removeRoot()
 	return results

@@ -118,7 +118,7 @@ func benchPass(b *testing.B, pass func(*router, context.Context)) {
 	// The queue holds its length to the end: a task for each one the
 	// passes will hand out, all submitted first, as host-example does.
 	for range queued + workers*(b.N+1) {
-		rec, err := p.tasks.submit(TaskSpec{Need: shared.Need{CPUs: 1}, Command: []string{"true"}})
+		rec, _, err := p.tasks.submit(TaskSpec{Need: shared.Need{CPUs: 1}, Command: []string{"true"}})
 		if err != nil {
 			b.Fatal(err)
 		}

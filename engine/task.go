@@ -38,6 +38,13 @@ type TaskSpec struct {
 	// Payload is passed to the worker as it is, for engines whose own
 	// worker reads it (worker.Serve).
 	Payload []byte
+	// After names tasks this one runs after: it waits, asking for no
+	// machine, until each has succeeded; if one ends otherwise, it is
+	// not run and ends cancelled, its error naming that task and how it
+	// ended. Each must be a task the engine holds when this one is
+	// submitted, so that tasks form no cycle; an input FromTask implies
+	// its task here.
+	After []string
 }
 
 // Input is one input file of a task: Name in the task's directory, its
@@ -46,10 +53,17 @@ type TaskSpec struct {
 // both. A Path is not followed through a symbolic link as its last
 // element, and is served only while it is the file Submit read,
 // unchanged (taskfiles.go); else the task fails saying so.
+//
+// With FromTask, the input is an output of another task: Path is that
+// output as its task's Outputs name it, and the bytes are the engine's
+// copy of it, its size and digest as that task brought it back, served
+// once that task has succeeded (the input implies After). An output the
+// task did not bring back fails the task that needs it, saying so.
 type Input struct {
-	Name string
-	Path string
-	Data []byte
+	Name     string
+	Path     string
+	Data     []byte
+	FromTask string
 }
 
 // TaskState is where a task stands: waiting or running, or how it ended.
@@ -126,6 +140,8 @@ type TaskLimits struct {
 // that fits its need and runs the command (FeatureCommand), or the
 // payload (FeaturePayload); its inputs are read now, for their sizes and
 // digests, and an error says which one and why, with nothing added.
+// A task after others (After, Input.FromTask) waits for them and runs
+// only if they all succeeded (see TaskSpec.After).
 // A task no provisioner's machine can hold (Holds: too large for every
 // shape, or its timeout longer than every shape's lifetime) is refused
 // with a *FitError, before anything is asked for.
@@ -135,13 +151,32 @@ func (e *Engine) Submit(spec TaskSpec) (string, error) {
 	if err := e.Holds(spec.Need, spec.Timeout); err != nil {
 		return "", err
 	}
-	rec, err := e.tasks.submit(spec)
+	rec, ready, err := e.tasks.submit(spec)
 	if err != nil {
 		return "", err
 	}
-	e.router.addTask(rec, spec.Need)
+	if ready {
+		e.router.addTask(rec, spec.Need)
+	}
+	e.release()
 	e.poke()
 	return rec.id, nil
+}
+
+// release gives the router the tasks whose last dependency succeeded,
+// and tells the end of those that will never run (takeReleased). It is
+// called after every task's end it tells, and after Submit.
+func (e *Engine) release() {
+	ready, skipped := e.tasks.takeReleased()
+	for _, rec := range ready {
+		e.router.addTask(rec, rec.need)
+	}
+	for _, n := range skipped {
+		e.tellTask(n, false)
+	}
+	if len(ready) > 0 {
+		e.poke()
+	}
 }
 
 // Cancel cancels a task: one still waiting is withdrawn, one running is
@@ -284,5 +319,9 @@ func (e *Engine) tellTask(n taskNews, wait bool) {
 	}
 	if n.ended && ended != nil {
 		e.hooks.put(func() { ended(n.res) }, wait)
+	}
+	if n.ended {
+		e.ends.told(n.res)
+		e.release()
 	}
 }

@@ -131,6 +131,14 @@ type taskTable struct {
 	// included; ends counts the tasks ended over time.
 	count map[TaskState]int
 	ends  endSeries
+	// dependents are, by task id, the tasks that run after it and have
+	// not been released yet (TaskSpec.After). released are those whose
+	// last dependency has just succeeded, and skipped the news of those
+	// that never run because one ended otherwise: the engine takes both
+	// (takeReleased) after each end it tells.
+	dependents map[string][]*taskRec
+	released   []*taskRec
+	skipped    []taskNews
 }
 
 // taskRec is one task. Its fields above state are fixed at Submit;
@@ -142,6 +150,9 @@ type taskTable struct {
 type taskRec struct {
 	id      string
 	retries int
+	// need is what it was submitted to run on, for the router when the
+	// tasks it runs after have succeeded.
+	need shared.Need
 	// requires are the features a worker needs to run it, never
 	// dropped: the router reads them without the lock.
 	requires []string
@@ -170,6 +181,9 @@ type taskRec struct {
 	run *taskRun
 	// end is how it ended; nil until then.
 	end *taskEnd
+	// after counts the tasks it runs after that have not ended yet; it
+	// is held back from the router until it is zero.
+	after int
 }
 
 // taskRun is what one attempt's worker has sent. Guarded by
@@ -247,7 +261,8 @@ func newTaskTable(limits TaskLimits, now func() time.Time) *taskTable {
 	if now == nil {
 		now = time.Now
 	}
-	return &taskTable{limits: limits, now: now, byID: map[string]*taskRec{}, attempts: map[string]*taskRec{}, count: map[TaskState]int{}}
+	return &taskTable{limits: limits, now: now, byID: map[string]*taskRec{}, attempts: map[string]*taskRec{}, count: map[TaskState]int{},
+		dependents: map[string][]*taskRec{}}
 }
 
 // -- the directory ---------------------------------------------------------
@@ -318,25 +333,34 @@ func (t *taskTable) dirLocked(id string) string {
 
 // submit checks spec, reads its inputs for their sizes and digests, and
 // adds the task; nothing is added when it returns an error, which says
-// what is wrong and what to do.
-func (t *taskTable) submit(spec TaskSpec) (*taskRec, error) {
+// what is wrong and what to do. ready says the task may go to the
+// router now: it runs after no task that has yet to end. One that runs
+// after a task that ended otherwise than succeeded ends at once, its
+// news left for takeReleased.
+func (t *taskTable) submit(spec TaskSpec) (rec *taskRec, ready bool, err error) {
 	if err := t.check(spec); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if spec.ID != "" {
 		t.mu.Lock()
 		_, dup := t.byID[spec.ID]
 		t.mu.Unlock()
 		if dup {
-			return nil, fmt.Errorf("task %s: the engine holds a task of that id already; give another id, or none and the engine names it", spec.ID)
+			return nil, false, fmt.Errorf("task %s: the engine holds a task of that id already; give another id, or none and the engine names it", spec.ID)
 		}
 	}
 	files := make([]worker.File, len(spec.Inputs))
 	var ids []fileID
 	for i, in := range spec.Inputs {
+		if in.FromTask != "" {
+			// Its size and digest are its task's output's, known once
+			// that task has succeeded (resolveLocked).
+			files[i] = worker.File{Name: in.Name}
+			continue
+		}
 		f, id, err := t.digest(in)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		files[i] = f
 		if in.Path != "" {
@@ -355,7 +379,7 @@ func (t *taskTable) submit(spec TaskSpec) (*taskRec, error) {
 		env = append(env, k+"="+v)
 	}
 	slices.Sort(env)
-	rec := &taskRec{retries: spec.Retries, requires: requires, command: slices.Clone(spec.Command), env: env, files: files,
+	rec = &taskRec{need: spec.Need, retries: spec.Retries, requires: requires, command: slices.Clone(spec.Command), env: env, files: files,
 		outputs: slices.Clone(spec.Outputs), timeout: spec.Timeout, payload: spec.Payload, sources: slices.Clone(spec.Inputs), ids: ids, state: TaskWaiting}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -369,7 +393,11 @@ func (t *taskTable) submit(spec TaskSpec) (*taskRec, error) {
 			}
 		}
 	} else if _, dup := t.byID[id]; dup {
-		return nil, fmt.Errorf("task %s: the engine holds a task of that id already; give another id, or none and the engine names it", id)
+		return nil, false, fmt.Errorf("task %s: the engine holds a task of that id already; give another id, or none and the engine names it", id)
+	}
+	deps, err := t.dependenciesLocked(id, spec)
+	if err != nil {
+		return nil, false, err
 	}
 	rec.id = id
 	t.byID[id] = rec
@@ -377,7 +405,156 @@ func (t *taskTable) submit(spec TaskSpec) (*taskRec, error) {
 	if t.ends.start.IsZero() {
 		t.ends.start = t.now()
 	}
-	return rec, nil
+	for _, d := range deps {
+		switch {
+		case d.end == nil:
+			rec.after++
+			t.dependents[d.id] = append(t.dependents[d.id], rec)
+		case d.state != worker.StateSucceeded:
+			t.skipLocked(rec, d)
+			return rec, false, nil
+		}
+	}
+	if rec.after > 0 {
+		return rec, false, nil
+	}
+	return rec, t.resolveLocked(rec), nil
+}
+
+// dependenciesLocked is the tasks spec runs after (After, and every
+// input's FromTask), once each, in the order named; an error names one
+// the engine does not hold, or an output that task will not bring back.
+// t.mu must be held.
+func (t *taskTable) dependenciesLocked(id string, spec TaskSpec) ([]*taskRec, error) {
+	var deps []*taskRec
+	seen := map[string]bool{}
+	add := func(dep string) error {
+		if seen[dep] {
+			return nil
+		}
+		seen[dep] = true
+		d := t.byID[dep]
+		if d == nil {
+			return fmt.Errorf("task %s runs after task %s, which the engine does not hold: submit %s first (or it ended long ago and is forgotten)", id, dep, dep)
+		}
+		deps = append(deps, d)
+		return nil
+	}
+	for _, dep := range spec.After {
+		if err := add(dep); err != nil {
+			return nil, err
+		}
+	}
+	for _, in := range spec.Inputs {
+		if in.FromTask == "" {
+			continue
+		}
+		if in.FromTask == id {
+			return nil, fmt.Errorf("input %q is task %s's own output: a task cannot wait for its own end", in.Name, id)
+		}
+		if err := add(in.FromTask); err != nil {
+			return nil, err
+		}
+		d := t.byID[in.FromTask]
+		var names []string
+		switch {
+		case d.end == nil:
+			names = d.outputs
+		case d.state == worker.StateSucceeded:
+			for _, o := range d.end.outputs {
+				names = append(names, o.Name)
+			}
+		default:
+			continue // It will not run: skipLocked says why.
+		}
+		if !slices.ContainsFunc(names, func(o string) bool { return in.Path == o || strings.HasPrefix(in.Path, o+"/") }) {
+			return nil, fmt.Errorf("input %q: task %s has no output %q (its outputs: %s)", in.Name, in.FromTask, in.Path, strings.Join(names, ", "))
+		}
+	}
+	return deps, nil
+}
+
+// releaseLocked is what the end of rec, in state, does to the tasks that
+// run after it: one whose last dependency succeeded is released (or, if
+// an input from one cannot be served, ends failed); every one, when rec
+// ended otherwise, ends cancelled without running. t.mu must be held.
+func (t *taskTable) releaseLocked(rec *taskRec, state TaskState) {
+	waiting := t.dependents[rec.id]
+	delete(t.dependents, rec.id)
+	for _, d := range waiting {
+		if d.end != nil {
+			continue
+		}
+		if state != worker.StateSucceeded {
+			t.skipLocked(d, rec)
+			continue
+		}
+		if d.after--; d.after == 0 && t.resolveLocked(d) {
+			t.released = append(t.released, d)
+		}
+	}
+}
+
+// skipLocked ends rec cancelled, without running it, because dep, which
+// it runs after, ended otherwise than succeeded. t.mu must be held.
+func (t *taskTable) skipLocked(rec, dep *taskRec) {
+	why := fmt.Sprintf("not run: it runs after task %s, which ended %s", dep.id, dep.state)
+	if dep.end != nil && dep.end.err != "" {
+		why += " (" + dep.end.err + ")"
+	}
+	t.endLocked(rec, worker.StateCancelled, &taskEnd{err: why, ended: t.now()})
+	t.skipped = append(t.skipped, taskNews{res: t.resultLocked(rec), ended: true})
+}
+
+// resolveLocked gives each input of rec from another task the size,
+// digest and identity of that task's output as the engine keeps it, and
+// reports whether rec may run; when an output was not brought back, rec
+// ends failed, saying which. t.mu must be held.
+func (t *taskTable) resolveLocked(rec *taskRec) bool {
+	for i, in := range rec.sources {
+		if in.FromTask == "" {
+			continue
+		}
+		dep := t.byID[in.FromTask]
+		var out worker.File
+		if dep != nil && dep.end != nil {
+			if j := slices.IndexFunc(dep.end.outputs, func(o worker.File) bool { return o.Name == in.Path }); j >= 0 {
+				out = dep.end.outputs[j]
+			}
+		}
+		name := path.Join(in.FromTask, "outputs", in.Path)
+		var id fileID
+		found := false
+		if out.Name != "" && t.dirs != nil {
+			if st, err := t.dirs.Lstat(name); err == nil && st.Mode().IsRegular() {
+				id, _ = statID(st)
+				found = true
+			}
+		}
+		if !found {
+			why := fmt.Sprintf("input %q: task %s did not bring back its output %q", in.Name, in.FromTask, in.Path)
+			t.endLocked(rec, worker.StateFailed, &taskEnd{err: why, ended: t.now()})
+			t.skipped = append(t.skipped, taskNews{res: t.resultLocked(rec), ended: true})
+			return false
+		}
+		if rec.ids == nil {
+			rec.ids = make([]fileID, len(rec.sources))
+		}
+		rec.files[i] = worker.File{Name: in.Name, Size: out.Size, SHA256: out.SHA256}
+		rec.sources[i] = Input{Name: in.Name, Path: filepath.Join(t.root, name)}
+		rec.ids[i] = id
+	}
+	return true
+}
+
+// takeReleased returns, and forgets, the tasks released since the last
+// call and the news of those that ended without running.
+func (t *taskTable) takeReleased() ([]*taskRec, []taskNews) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r, s := t.released, t.skipped
+	t.released, t.skipped = nil, nil
+	return r, s
 }
 
 // check is every refusal of spec that reads nothing.
@@ -423,6 +600,22 @@ func (t *taskTable) check(spec TaskSpec) error {
 		names[in.Name] = true
 		if in.Path != "" && in.Data != nil {
 			return fmt.Errorf("input %q has both a Path and Data; give one", in.Name)
+		}
+		if in.FromTask != "" {
+			if !taskIDRe.MatchString(in.FromTask) {
+				return fmt.Errorf("input %q: FromTask %q is no task id", in.Name, in.FromTask)
+			}
+			if err := checkRelPath("output", in.Path); err != nil {
+				return fmt.Errorf("input %q from task %s: %w (Path names the output as that task's Outputs do)", in.Name, in.FromTask, err)
+			}
+		}
+	}
+	for _, id := range spec.After {
+		switch {
+		case !taskIDRe.MatchString(id):
+			return fmt.Errorf("After names %q, which is no task id", id)
+		case id == spec.ID:
+			return fmt.Errorf("task %s runs after itself: a task cannot wait for its own end", id)
 		}
 	}
 	for _, in := range spec.Inputs {
@@ -803,6 +996,7 @@ func (t *taskTable) endLocked(rec *taskRec, state TaskState, end *taskEnd) {
 	for _, o := range end.outputs {
 		end.held += int64(len(o.Name)+len(o.SHA256)) + 16
 	}
+	t.releaseLocked(rec, state)
 	t.ended = append(t.ended, rec)
 	t.endedBytes += end.held
 	for len(t.ended) > keepEnded || (t.endedBytes > keptEndedBytes && len(t.ended) > 1) {
