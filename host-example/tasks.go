@@ -30,6 +30,8 @@ import (
 //	{"id": "a1", "cpus": 2, "command": ["sha256sum", "in.bin"],
 //	 "inputs": {"in.bin": "/data/a1.bin"}, "outputs": ["out/"],
 //	 "timeout": "10m", "attempts": 2}
+//	{"id": "r", "command": ["sort", "a1.txt"], "after": ["a0"],
+//	 "inputs": {"a1.txt": {"task": "a1", "path": "out/sum.txt"}}}
 //
 // Unknown fields are refused, so a misspelt one is not silently dropped.
 type taskLine struct {
@@ -41,11 +43,37 @@ type taskLine struct {
 	Command []string          `json:"command"`
 	Env     map[string]string `json:"env"`
 	// Inputs maps a name in the task's directory to a file on this
-	// machine.
-	Inputs   map[string]string `json:"inputs"`
-	Outputs  []string          `json:"outputs"`
-	Timeout  jsonDuration      `json:"timeout"`
-	Attempts *int              `json:"attempts"`
+	// machine, or to an output of another task of the file.
+	Inputs   map[string]inputValue `json:"inputs"`
+	Outputs  []string              `json:"outputs"`
+	Timeout  jsonDuration          `json:"timeout"`
+	Attempts *int                  `json:"attempts"`
+	// After names tasks of the file this one runs after.
+	After []string `json:"after"`
+}
+
+// inputValue is an input's source: a path on this machine ("data.bin"),
+// or another task's output ({"task": "map-1", "path": "counts.txt"}).
+type inputValue struct {
+	Path string
+	Task string
+}
+
+func (v *inputValue) UnmarshalJSON(b []byte) error {
+	if err := json.Unmarshal(b, &v.Path); err == nil {
+		return nil
+	}
+	var o struct {
+		Task string `json:"task"`
+		Path string `json:"path"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&o); err != nil || o.Task == "" || o.Path == "" {
+		return errors.New(`an input is a path on this machine ("data/in.csv") or another task's output ({"task": "map-1", "path": "counts.txt"})`)
+	}
+	v.Task, v.Path = o.Task, o.Path
+	return nil
 }
 
 // defaultAttempts is how many times a task runs at most when no line
@@ -155,7 +183,99 @@ func parseTaskLines(r io.Reader, name, base string, results *os.Root) ([]engine.
 	if len(specs) == 0 {
 		return nil, nil, fmt.Errorf("%s: no tasks (one JSON object a line)", name)
 	}
-	return specs, lines, nil
+	return inOrder(specs, lines, name)
+}
+
+// inOrder checks the tasks' dependencies (after, and inputs from other
+// tasks) against the file: each names a task of the file, and an output
+// that task lists, and no task runs after itself through others. It
+// returns the tasks in an order each comes after those it runs after
+// (as Submit takes them), otherwise the file's; an error says where, at
+// its line.
+func inOrder(specs []engine.TaskSpec, lines []int, name string) ([]engine.TaskSpec, []int, error) {
+	at := make(map[string]int, len(specs))
+	for i, s := range specs {
+		at[s.ID] = i
+	}
+	deps := make([][]int, len(specs))
+	var errs []error
+	for i, s := range specs {
+		bad := func(format string, a ...any) {
+			errs = append(errs, fmt.Errorf("%s:%d: task %q: %s", name, lines[i], s.ID, fmt.Sprintf(format, a...)))
+		}
+		for _, a := range s.After {
+			if j, ok := at[a]; ok {
+				deps[i] = append(deps[i], j)
+			} else {
+				bad("runs after %q, which no line of the file names", a)
+			}
+		}
+		for _, in := range s.Inputs {
+			if in.FromTask == "" {
+				continue
+			}
+			j, ok := at[in.FromTask]
+			if !ok {
+				bad("input %q is from task %q, which no line of the file names", in.Name, in.FromTask)
+				continue
+			}
+			if !slices.ContainsFunc(specs[j].Outputs, func(o string) bool { return in.Path == o || strings.HasPrefix(in.Path, o+"/") }) {
+				bad("input %q is task %q's %q, which is none of its outputs (%s)", in.Name, in.FromTask, in.Path, strings.Join(specs[j].Outputs, ", "))
+				continue
+			}
+			deps[i] = append(deps[i], j)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, nil, errors.Join(errs...)
+	}
+	// Depth first, in the file's order: a task is placed after what it
+	// runs after. A task met again while its own dependencies are
+	// being placed closes a cycle.
+	const (
+		unseen = iota
+		placing
+		placed
+	)
+	state := make([]int, len(specs))
+	var order []int
+	var path []int
+	var visit func(i int) error
+	visit = func(i int) error {
+		switch state[i] {
+		case placed:
+			return nil
+		case placing:
+			k := slices.Index(path, i)
+			var ids []string
+			for _, j := range path[k:] {
+				ids = append(ids, specs[j].ID)
+			}
+			ids = append(ids, specs[i].ID)
+			return fmt.Errorf("%s:%d: task %q runs after itself: %s", name, lines[i], specs[i].ID, strings.Join(ids, " -> "))
+		}
+		state[i] = placing
+		path = append(path, i)
+		for _, j := range deps[i] {
+			if err := visit(j); err != nil {
+				return err
+			}
+		}
+		path = path[:len(path)-1]
+		state[i] = placed
+		order = append(order, i)
+		return nil
+	}
+	for i := range specs {
+		if err := visit(i); err != nil {
+			return nil, nil, err
+		}
+	}
+	outSpecs, outLines := make([]engine.TaskSpec, len(specs)), make([]int, len(specs))
+	for k, i := range order {
+		outSpecs[k], outLines[k] = specs[i], lines[i]
+	}
+	return outSpecs, outLines, nil
 }
 
 // maxUnheld bounds the tasks and needs unheld lists, as parseTaskLines
@@ -258,6 +378,12 @@ func parseTaskLine(text []byte, base string) (engine.TaskSpec, error) {
 			return engine.TaskSpec{}, fmt.Errorf("task %q: env may not set %s, the worker's credential", tl.ID, k)
 		}
 	}
+	for _, a := range tl.After {
+		if !taskIDForm.MatchString(a) {
+			return engine.TaskSpec{}, fmt.Errorf("task %q: after names %q, which is no task id", tl.ID, a)
+		}
+	}
+	spec.After = slices.Clone(tl.After)
 	var err error
 	if spec.Inputs, err = taskInputs(tl.Inputs, base); err != nil {
 		return engine.TaskSpec{}, fmt.Errorf("task %q: %w", tl.ID, err)
@@ -269,9 +395,10 @@ func parseTaskLine(text []byte, base string) (engine.TaskSpec, error) {
 }
 
 // taskInputs are a line's inputs, name to a path on this machine
-// (relative to base): each name plain and inside the task's directory,
-// each path a regular file.
-func taskInputs(inputs map[string]string, base string) ([]engine.Input, error) {
+// (relative to base) or to another task's output: each name plain and
+// inside the task's directory, each path on this machine a regular
+// file, each output's path plain.
+func taskInputs(inputs map[string]inputValue, base string) ([]engine.Input, error) {
 	names := make([]string, 0, len(inputs))
 	for n := range inputs {
 		names = append(names, n)
@@ -282,7 +409,19 @@ func taskInputs(inputs map[string]string, base string) ([]engine.Input, error) {
 		if err := taskRelative(n); err != nil {
 			return nil, fmt.Errorf("input %q: %w", n, err)
 		}
-		p := inputs[n]
+		v := inputs[n]
+		if v.Task != "" {
+			if !taskIDForm.MatchString(v.Task) {
+				return nil, fmt.Errorf("input %q: %q is no task id", n, v.Task)
+			}
+			o := strings.TrimSuffix(v.Path, "/")
+			if err := taskRelative(o); err != nil {
+				return nil, fmt.Errorf("input %q from task %q: path %q: %w", n, v.Task, v.Path, err)
+			}
+			out = append(out, engine.Input{Name: n, FromTask: v.Task, Path: o})
+			continue
+		}
+		p := v.Path
 		if p == "" {
 			return nil, fmt.Errorf("input %q names no file", n)
 		}

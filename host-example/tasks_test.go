@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -77,6 +78,13 @@ func TestReadTasksRefuses(t *testing.T) {
 		{"not JSON", `id: a`, `:2: not a JSON object`},
 		{"two values", `{"id": "a", "command": ["true"]} {}`, `:2: more than one JSON value`},
 		{"earlier results", `{"id": "old", "command": ["true"]}`, `:2: task "old": ` + filepath.Join(results, "old") + ` holds an earlier run's results`},
+		{"after unknown", `{"id": "a", "command": ["true"], "after": ["nope"]}`, `:2: task "a": runs after "nope", which no line of the file names`},
+		{"after bad id", `{"id": "a", "command": ["true"], "after": ["../x"]}`, `:2: task "a": after names "../x", which is no task id`},
+		{"after itself", `{"id": "a", "command": ["true"], "after": ["a"]}`, `:2: task "a" runs after itself: a -> a`},
+		{"input from unknown", `{"id": "a", "command": ["true"], "inputs": {"x": {"task": "nope", "path": "o"}}}`, `:2: task "a": input "x" is from task "nope", which no line of the file names`},
+		{"input not an output", `{"id": "a", "command": ["true"], "inputs": {"x": {"task": "first", "path": "o"}}}`, `:2: task "a": input "x" is task "first"'s "o", which is none of its outputs ()`},
+		{"input object unknown key", `{"id": "a", "command": ["true"], "inputs": {"x": {"task": "first", "file": "o"}}}`, `another task's output ({"task": "map-1", "path": "counts.txt"})`},
+		{"input from dotdot", `{"id": "a", "command": ["true"], "inputs": {"x": {"task": "first", "path": "../o"}}}`, `:2: task "a": input "x" from task "first": path "../o": a ".." element`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file := filepath.Join(dir, "tasks.jsonl")
@@ -213,4 +221,44 @@ func processCPU(tb testing.TB) time.Duration {
 		tb.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// TestReadTasksAfter: "after" and inputs from other tasks' outputs come
+// back in an order each task follows those it runs after (the file's
+// order otherwise), as Submit takes them, each with its line; a cycle
+// through other tasks is refused at the line where it closes, naming it.
+func TestReadTasksAfter(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "tasks.jsonl")
+	lines := `{"id": "reduce", "command": ["cat", "c1", "c2"], "inputs": {"c1": {"task": "map-1", "path": "out/counts.txt"}, "c2": {"task": "map-2", "path": "counts.txt"}}}
+{"id": "map-1", "command": ["true"], "outputs": ["out/"]}
+{"id": "report", "command": ["true"], "after": ["reduce"]}
+{"id": "map-2", "command": ["true"], "outputs": ["counts.txt"], "after": ["map-1"]}
+`
+	os.WriteFile(file, []byte(lines), 0o644)
+	specs, at, err := readTaskLines(file, testResults(t, filepath.Join(dir, "results")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for i, s := range specs {
+		got = append(got, fmt.Sprintf("%s:%d", s.ID, at[i]))
+	}
+	if want := []string{"map-1:2", "map-2:4", "reduce:1", "report:3"}; !slices.Equal(got, want) {
+		t.Errorf("order %v; want %v", got, want)
+	}
+	r := specs[2]
+	if len(r.Inputs) != 2 || (r.Inputs[0].Name != "c1" || r.Inputs[0].FromTask != "map-1" || r.Inputs[0].Path != "out/counts.txt") || r.Inputs[1].FromTask != "map-2" {
+		t.Errorf("reduce's inputs %+v", r.Inputs)
+	}
+
+	cycle := `{"id": "a", "command": ["true"], "after": ["c"]}
+{"id": "b", "command": ["true"], "after": ["a"]}
+{"id": "c", "command": ["true"], "inputs": {"x": {"task": "b", "path": "o"}}, "outputs": ["o"]}
+`
+	cycle = strings.Replace(cycle, `"after": ["a"]}`, `"after": ["a"], "outputs": ["o"]}`, 1)
+	os.WriteFile(file, []byte(cycle), 0o644)
+	if _, _, err := readTaskLines(file, testResults(t, filepath.Join(dir, "results2"))); err == nil || !strings.Contains(err.Error(), file+`:1: task "a" runs after itself: a -> c -> b -> a`) {
+		t.Errorf("a cycle: %v; want it named at line 1", err)
+	}
 }
