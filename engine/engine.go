@@ -207,6 +207,9 @@ type Engine struct {
 	// ends tells Wait and Ended of each task's end (wait.go).
 	ends     *endFeed
 	caughtUp chan struct{}
+	// loop is the run loop's owner: the engine's own, which Start
+	// begins, or Run's caller's (loop.go).
+	loop runLoop
 	// passEvery and reconcileEvery are the run loop's intervals
 	// (passInterval, reconcileInterval; tests set their own before
 	// Run). passes counts the passes Run made, timed those a timer
@@ -441,14 +444,18 @@ func (e *Engine) Serve(handler http.Handler) error {
 
 // Start launches and configures every provisioner's plugin, within two
 // minutes, and listens first if Serve has not (the plugins are told
-// where). Diagnostics point at the configuration.
+// where); then the engine passes on a goroutine of its own until Stop,
+// unless Run is passing already (Run). Diagnostics point at the
+// configuration.
 func (e *Engine) Start(ctx context.Context) hcl.Diagnostics {
 	if err := e.listen(); err != nil {
 		return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Cannot listen for workers", Detail: err.Error() + "."}}
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	return e.fleet.start(startCtx)
+	diags := e.fleet.start(startCtx)
+	e.startOwn()
+	return diags
 }
 
 // Add records a need whose task takes work (zero: the worker's stand-in
@@ -556,7 +563,10 @@ func (e *Engine) Events(ctx context.Context, after uint64) <-chan Event {
 }
 
 // Run passes until ctx ends or done, checked after each pass, says
-// to stop; it reports whether done did.
+// to stop; it reports whether done did. After Start the engine passes
+// on a goroutine of its own until Stop (loop.go), and Run only waits
+// for done, asked after each of those passes; called before Start, Run
+// is the loop, and Start starts none.
 //
 // A pass runs when something may have changed what it would do: a
 // worker attached, reported a result or left (the books' changes), a
@@ -574,6 +584,17 @@ func (e *Engine) Events(ctx context.Context, after uint64) <-chan Event {
 // done at most once per provisionEvery unless the demand rose
 // (router.Step).
 func (e *Engine) Run(ctx context.Context, done func() bool) bool {
+	if !e.loop.take(manualLoop) {
+		// The engine's own loop passes; Run waits for done.
+		return e.loop.await(ctx, done)
+	}
+	defer e.loop.release()
+	return e.loopPasses(ctx, done)
+}
+
+// loopPasses is the run loop: Run's body, and the engine's own loop's
+// (loop.go) with done nil.
+func (e *Engine) loopPasses(ctx context.Context, done func() bool) bool {
 	passTick := time.NewTicker(e.passEvery)
 	defer passTick.Stop()
 	reconcileTick := time.NewTicker(e.reconcileEvery)
@@ -593,6 +614,7 @@ func (e *Engine) Run(ctx context.Context, done func() bool) bool {
 				e.timed.Add(1)
 			}
 		}
+		e.loop.passed()
 		onlyDone, byTimer = false, false
 		if done != nil && done() {
 			return true
@@ -720,6 +742,9 @@ func (e *Engine) workerCounts() map[string]workerCounts {
 // server and the liveness watch stop. It returns a result per
 // provisioner.
 func (e *Engine) Stop(ctx context.Context) []StopResult {
+	// The engine's own loop first: nothing is handed out once the
+	// workers are being let go.
+	e.stopOwn()
 	// A reload under way finishes first (what it launched is shut down
 	// with the rest); none begins after.
 	e.haltOnce.Do(func() {

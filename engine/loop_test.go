@@ -1,0 +1,82 @@
+package engine
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fluksio/provision/worker"
+)
+
+// TestEngineRunsByItself: after Start, with no Run anywhere, a task
+// submitted is handed to a worker and Wait returns its end; Run called
+// then only waits for done (it reports true once done does); Stop ends
+// the engine's own loop (the race detector and the leak of its
+// goroutine would say otherwise). Run called before Start owns the
+// loop, and Start starts none.
+func TestEngineRunsByItself(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Secret: testSecret, ID: "test", Listen: "127.0.0.1:0"}
+	cfg.Logger, _ = testLogger(t)
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Serve(e.Mux(nil, false)); err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			e.Stop(context.Background())
+		}
+	}()
+	if diags := e.Start(context.Background()); diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	t.Run("alone", func(t *testing.T) {
+		id, err := e.Submit(commandTask("by-itself"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := joinWorker(t, e, "slurm-self", worker.FeatureCommand)
+		task := w.take()
+		zero := 0
+		w.report(worker.ResultRequest{TaskID: task.ID, State: worker.StateSucceeded, ExitCode: &zero})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		res, err := e.Wait(ctx, id)
+		if err != nil || res[0].State != worker.StateSucceeded {
+			t.Fatalf("Wait: %+v, %v; want the task succeeded, with no Run called", res, err)
+		}
+		asked := 0
+		if !e.Run(ctx, func() bool { asked++; return asked > 1 }) {
+			t.Error("Run beside the engine's own loop returned false; want true once done said so")
+		}
+	})
+	e.Stop(context.Background())
+	stopped = true
+	e.loop.mu.Lock()
+	owner := e.loop.owner
+	e.loop.mu.Unlock()
+	if owner != noLoop {
+		t.Errorf("the loop's owner after Stop: %d; want none", owner)
+	}
+
+	m, stop := runTaskEngine(t, Config{}, 0)
+	waitFor(t, "Run to own the loop", func() bool {
+		m.loop.mu.Lock()
+		defer m.loop.mu.Unlock()
+		return m.loop.owner == manualLoop
+	})
+	if diags := m.Start(context.Background()); diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	m.loop.mu.Lock()
+	own := m.loop.stop != nil
+	m.loop.mu.Unlock()
+	if own {
+		t.Error("Start began a loop of its own while Run owned it")
+	}
+	stop()
+}
