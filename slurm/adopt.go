@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/slurm/internal/queue"
@@ -58,123 +59,174 @@ func (ad *adopter) adopt(ctx context.Context, cfg *settings, host shared.Host, r
 		p.mu.Unlock()
 		return
 	}
-	first := ad.adoptPending
-	// The workers the books already hold: in p.outstanding and ad.mine,
-	// looked up where they are, and those of submissions in flight or
-	// jobs being cancelled, which are few. (Copying the books into one
-	// set every cycle cost a third of a poll cycle at 10,000.)
-	held := map[string]bool{}
-	for r := range p.sub.inflight {
-		held[r.worker] = true
-	}
-	for _, j := range p.cancels.cancelling {
-		for _, w := range j.workers() {
-			held[w] = true
-		}
-	}
-	// An attached worker's job is ours too: one pending again was
-	// requeued under its worker and is endedUnder's to cancel.
-	ours := func(w string) bool {
-		if p.outstanding[w] != nil || ad.mine[w] || held[w] {
-			return true
-		}
-		_, attached := p.ends.attachedJobs[w]
-		_, reconciled := p.workers.reconciled[w]
-		return attached || reconciled
-	}
-	relayPinned := p.relay != nil && p.relay.tls != nil
-	var strays []jobRef
-	var leftAlone []queue.Job
-	var adopted []*request
-	foreign := 0
-	now := p.now()
-	type commented struct {
-		tag          sbatch.Tag
-		mine         bool
-		profile, why string
-	}
-	byComment := map[string]commented{}
+	lk := ad.lookLocked(cfg)
 	for _, row := range rows {
-		if endedStates[row.State] || row.State == "COMPLETING" {
-			continue
-		}
-		// An array's tasks share one comment: it is read once a cycle,
-		// not once a task.
-		c, known := byComment[row.Comment]
-		if !known {
-			c.tag, c.mine = cfg.ours(row.Comment)
-			if c.mine {
-				c.profile, c.why = cfg.profileOf(c.tag.Worker)
-			}
-			byComment[row.Comment] = c
-		}
-		tag, profile, why := c.tag, c.profile, c.why
-		if !c.mine {
-			foreign++
-			continue
-		}
-		worker := machineWorker(tag.Worker, row.ID)
-		_, task := sbatch.SplitTask(row.ID)
-		machines := cfg.machinesOf(profile, worker)
-		nodes := len(machines)
-		switch {
-		case ours(worker) || ours(machines[0]) || (first && ours(tag.Worker)):
-			// This run's own: a machine in the books, or a task of an
-			// array submitted while adoption was pending (mine holds
-			// the array's tag).
-			continue
-		case p.ends.departed[worker] != (attachedJob{}) && row.State == "PENDING":
-			// Its worker attached in this process and left; the job was
-			// requeued, and the worker's name is spent (ends.go).
-			strays = append(strays, jobRef{job: row.ID, profile: profile, worker: worker,
-				why: "requeued after its worker attached and left; its worker can never attach again"})
-			continue
-		case tag.Epoch != cfg.epoch:
-			strays = append(strays, jobRef{job: row.ID, profile: profile, worker: worker,
-				why: "its worker holds a credential signed with an earlier secret of the engine (epoch " + tag.Epoch + ") and can never attach"})
-			continue
-		case first && relayPinned:
-			// An earlier run's relay made its own certificate, which
-			// died with it: this job's workers pin that one, and no
-			// relay of this run can be it (relaytls.go).
-			strays = append(strays, jobRef{job: row.ID, profile: profile, worker: worker,
-				why: "its workers dial the relay of an earlier run of the plugin, whose certificate they pin went with it, and can never attach"})
-			continue
-		case !first && row.State != "PENDING":
-			continue // Its worker arrived, or will leave by itself.
-		case why != "" && row.State == "PENDING":
-			strays = append(strays, jobRef{job: row.ID, profile: profile, worker: worker, why: "found in the queue: " + why})
-			continue
-		case why != "":
-			leftAlone = append(leftAlone, row)
-			continue
-		}
-		for j, m := range machines {
-			r := &request{profile: profile, worker: m, tag: tag.Worker, task: task, node: -1, nodes: nodes, batch: len(machines),
-				since: now, cancel: func() {}, done: closedDone, job: row.ID, slurmState: row.State, phase: phaseQueued}
-			if nodes > 1 {
-				r.node = j
-			}
-			if row.State == "RUNNING" {
-				r.running = now
-			}
-			p.outstanding[m] = r
-			adopted = append(adopted, r)
-		}
+		lk.rowLocked(row)
 	}
-	ad.supersedeWaitingLocked(adopted)
+	ad.supersedeWaitingLocked(lk.adopted)
 	// The caps are the provisioner's, not only the profile's: adopted
 	// machines of one profile beside this run's requests for another can
 	// put it over max_workers or max_pending, so requests still waiting
 	// to submit give way, newest first, until both hold; where they are
 	// not enough, the pending machines just adopted go.
 	ad.yieldToCapsLocked(cfg)
-	adopted, beyond := ad.beyondCapsLocked(cfg, adopted)
-	strays = append(strays, beyond...)
+	adopted, beyond := ad.beyondCapsLocked(cfg, lk.adopted)
+	lk.adopted, lk.strays = adopted, append(lk.strays, beyond...)
 	ad.adoptPending, ad.mine = false, nil
 	p.mu.Unlock()
 
-	ad.tell(ctx, cfg, host, first, adopted, leftAlone, strays, foreign)
+	lk.tell(ctx, host)
+}
+
+// queueLook is one adopt's pass over the queue's rows, made under p.mu:
+// what the books already hold, and what becomes of each machine of this
+// engine that they do not. Its methods run with p.mu held.
+type queueLook struct {
+	ad  *adopter
+	cfg *settings
+	// first is set for Configure's look, which adopts running machines
+	// too.
+	first bool
+	// relayPinned is set when workers pin the relay's own certificate,
+	// which dies with the run that made it (relaytls.go).
+	relayPinned bool
+	now         time.Time
+	// held is the workers of submissions in flight and of jobs being
+	// cancelled; the rest of the books are looked up where they are
+	// (oursLocked).
+	held map[string]bool
+	// byComment is what each comment says: an array's tasks share one,
+	// and it is read once a cycle, not once a task.
+	byComment map[string]commented
+
+	adopted   []*request
+	strays    []jobRef
+	leftAlone []queue.Job
+	// foreign counts the jobs of the same name that are not this
+	// engine's.
+	foreign int
+}
+
+// commented is what a job's comment says: its tag, whether the job is
+// this engine's, and for one that is, the profile its worker is of or
+// why it names none.
+type commented struct {
+	tag          sbatch.Tag
+	mine         bool
+	profile, why string
+}
+
+// lookLocked begins a look at the queue. p.mu must be held.
+func (ad *adopter) lookLocked(cfg *settings) *queueLook {
+	p := ad.p
+	lk := &queueLook{ad: ad, cfg: cfg, first: ad.adoptPending, relayPinned: p.relay != nil && p.relay.tls != nil,
+		now: p.now(), held: map[string]bool{}, byComment: map[string]commented{}}
+	// The workers the books already hold: in p.outstanding and ad.mine,
+	// looked up where they are, and those of submissions in flight or
+	// jobs being cancelled, which are few. (Copying the books into one
+	// set every cycle cost a third of a poll cycle at 10,000.)
+	for r := range p.sub.inflight {
+		lk.held[r.worker] = true
+	}
+	for _, j := range p.cancels.cancelling {
+		for _, w := range j.workers() {
+			lk.held[w] = true
+		}
+	}
+	return lk
+}
+
+// oursLocked reports whether worker w is in the books already. An
+// attached worker's job is ours too: one pending again was requeued under
+// its worker and is endedUnder's to cancel. p.mu must be held.
+func (lk *queueLook) oursLocked(w string) bool {
+	p := lk.ad.p
+	if p.outstanding[w] != nil || lk.ad.mine[w] || lk.held[w] {
+		return true
+	}
+	_, attached := p.ends.attachedJobs[w]
+	_, reconciled := p.workers.reconciled[w]
+	return attached || reconciled
+}
+
+// comment is what a job's comment says, read once a look.
+func (lk *queueLook) comment(comment string) commented {
+	c, known := lk.byComment[comment]
+	if !known {
+		c.tag, c.mine = lk.cfg.ours(comment)
+		if c.mine {
+			c.profile, c.why = lk.cfg.profileOf(c.tag.Worker)
+		}
+		lk.byComment[comment] = c
+	}
+	return c
+}
+
+// rowLocked decides what becomes of the machine a row of the queue
+// stands for: left to this run, which holds it; a stray, cancelled; left
+// alone; or adopted. p.mu must be held.
+func (lk *queueLook) rowLocked(row queue.Job) {
+	p, cfg, first := lk.ad.p, lk.cfg, lk.first
+	if endedStates[row.State] || row.State == "COMPLETING" {
+		return
+	}
+	c := lk.comment(row.Comment)
+	tag, profile, why := c.tag, c.profile, c.why
+	if !c.mine {
+		lk.foreign++
+		return
+	}
+	worker := machineWorker(tag.Worker, row.ID)
+	machines := cfg.machinesOf(profile, worker)
+	stray := func(reason string) {
+		lk.strays = append(lk.strays, jobRef{job: row.ID, profile: profile, worker: worker, why: reason})
+	}
+	switch {
+	case lk.oursLocked(worker) || lk.oursLocked(machines[0]) || (first && lk.oursLocked(tag.Worker)):
+		// This run's own: a machine in the books, or a task of an
+		// array submitted while adoption was pending (mine holds
+		// the array's tag).
+	case p.ends.departed[worker] != (attachedJob{}) && row.State == "PENDING":
+		// Its worker attached in this process and left; the job was
+		// requeued, and the worker's name is spent (ends.go).
+		stray("requeued after its worker attached and left; its worker can never attach again")
+	case tag.Epoch != cfg.epoch:
+		stray("its worker holds a credential signed with an earlier secret of the engine (epoch " + tag.Epoch + ") and can never attach")
+	case first && lk.relayPinned:
+		// An earlier run's relay made its own certificate, which
+		// died with it: this job's workers pin that one, and no
+		// relay of this run can be it (relaytls.go).
+		stray("its workers dial the relay of an earlier run of the plugin, whose certificate they pin went with it, and can never attach")
+	case !first && row.State != "PENDING":
+		// Its worker arrived, or will leave by itself.
+	case why != "" && row.State == "PENDING":
+		stray("found in the queue: " + why)
+	case why != "":
+		lk.leftAlone = append(lk.leftAlone, row)
+	default:
+		lk.adoptLocked(row, c, machines)
+	}
+}
+
+// adoptLocked puts the machines of row, a job or an array task of this
+// engine's whose comment says c, in the books, its worker read from the
+// tag and its task and its age counted from now. p.mu must be held.
+func (lk *queueLook) adoptLocked(row queue.Job, c commented, machines []string) {
+	p := lk.ad.p
+	_, task := sbatch.SplitTask(row.ID)
+	nodes := len(machines)
+	for j, m := range machines {
+		r := &request{profile: c.profile, worker: m, tag: c.tag.Worker, task: task, node: -1, nodes: nodes, batch: len(machines),
+			since: lk.now, cancel: func() {}, done: closedDone, job: row.ID, slurmState: row.State, phase: phaseQueued}
+		if nodes > 1 {
+			r.node = j
+		}
+		if row.State == "RUNNING" {
+			r.running = lk.now
+		}
+		p.outstanding[m] = r
+		lk.adopted = append(lk.adopted, r)
+	}
 }
 
 // supersedeWaitingLocked has each request of this run that has not begun
@@ -202,18 +254,18 @@ func (ad *adopter) supersedeWaitingLocked(adopted []*request) {
 	}
 }
 
-// tell says what a look at the queue did: the engine hears of each
+// tell says what the look did, after it: the engine hears of each
 // machine adopted, the poller is woken for them, and the strays are
 // cancelled; what was left alone is logged.
-func (ad *adopter) tell(ctx context.Context, cfg *settings, host shared.Host, first bool, adopted []*request, leftAlone []queue.Job, strays []jobRef, foreign int) {
-	p := ad.p
-	if foreign > 0 {
-		cfg.log.Debug("left alone jobs of the same name that are not this engine's", "count", foreign, "engine_id", cfg.engineID)
+func (lk *queueLook) tell(ctx context.Context, host shared.Host) {
+	p, cfg := lk.ad.p, lk.cfg
+	if lk.foreign > 0 {
+		cfg.log.Debug("left alone jobs of the same name that are not this engine's", "count", lk.foreign, "engine_id", cfg.engineID)
 	}
-	evs := make([]shared.Event, 0, len(adopted))
-	for _, r := range adopted {
+	evs := make([]shared.Event, 0, len(lk.adopted))
+	for _, r := range lk.adopted {
 		msg := "adopted a machine left by an earlier run"
-		if !first {
+		if !lk.first {
 			msg = "adopted a machine that reached the queue after its submission was given up on"
 		}
 		cfg.log.Info(msg, "profile", r.profile, "job", r.job, "worker", r.worker, "state", r.slurmState)
@@ -223,18 +275,18 @@ func (ad *adopter) tell(ctx context.Context, cfg *settings, host shared.Host, fi
 	// Back to back, then every acknowledgement: one round trip, not one
 	// a machine.
 	p.publishAll(p.life, cfg, host, evs)
-	if first {
-		for _, row := range leftAlone {
+	if lk.first {
+		for _, row := range lk.leftAlone {
 			cfg.log.Info("left alone a running job of an earlier run", "job", row.ID, "state", row.State, "comment", row.Comment)
 		}
 	}
-	if len(adopted) > 0 {
+	if len(lk.adopted) > 0 {
 		p.poll.wake()
 	}
-	if len(strays) > 0 {
+	if len(lk.strays) > 0 {
 		// What cannot be cancelled now is kept and tried again on each
 		// poll cycle and at Shutdown (cancelJobs).
-		p.cancels.cancelJobs(ctx, cfg, host, strays, "cancelled a job nobody will use")
+		p.cancels.cancelJobs(ctx, cfg, host, lk.strays, "cancelled a job nobody will use")
 	}
 }
 

@@ -226,33 +226,38 @@ func schema() *shared.Schema {
 			{Name: "max_pending", Type: shared.TypeInt, Default: defaultMaxPending,
 				Description: "The most machines this provisioner keeps waiting in the queue at once, over all profiles. A burst is one sbatch (a job array), so this bounds the queue, not the submissions."},
 		},
-		Blocks: []shared.BlockType{{
-			Name:        "profile",
-			Labels:      []string{"name"},
-			MinItems:    1,
-			Description: "One kind of machine the cluster can be asked for. The smallest profile that fits a need is asked for.",
-			Body: &shared.Schema{Attributes: []shared.Attribute{
-				{Name: "cpus", Type: shared.TypeInt, Default: 1,
-					Description: "CPUs a machine of this profile has; asked for as --cpus-per-task unless sbatch sets it."},
-				{Name: "gpus", Type: shared.TypeInt, Default: 0,
-					Description: "GPUs it has; asked for as --gres=gpu:N unless sbatch sets GPUs."},
-				{Name: "ram_mb", Type: shared.TypeInt, Default: 0,
-					Description: "Memory in MB; asked for as --mem unless sbatch sets memory. 0 means unknown and constrains nothing."},
-				{Name: "labels", Type: shared.TypeListString,
-					Description: "Labels the worker advertises, so a node that needs one can cause this profile to be asked for."},
-				{Name: "sbatch", Type: shared.TypeListString,
-					Description: "sbatch options, one per line, written into the script as #SBATCH lines: partition, time, account."},
-				{Name: "prerun", Type: shared.TypeListString,
-					Description: "Shell lines run before the worker starts, such as module load or activating a venv."},
-				{Name: "min_workers", Type: shared.TypeInt, Default: 0,
-					Description: "Machines of this profile kept alive whatever the demand (warm workers). Each still leaves after max_idle without work, and is asked for again."},
-				{Name: "max_workers", Type: shared.TypeInt, Default: 0,
-					Description: "The most machines of this profile alive at once; 0 means only the provisioner's max_workers caps it."},
-				{Name: "max_pending", Type: shared.TypeInt, Default: 0,
-					Description: "The most machines of this profile waiting in the queue at once; 0 means only the provisioner's max_pending caps it."},
-				{Name: "nodes", Type: shared.TypeInt, Default: 1,
-					Description: "Nodes in one allocation of this profile (--nodes); 0 and 1 both mean one. Each node runs a worker of its own (srun), with its own name and credential, and is one machine to the caps and the demand, which the provisioner meets a whole allocation at a time."},
-			}},
+		Blocks: []shared.BlockType{profileBlock()},
+	}
+}
+
+// profileBlock is the schema of a profile block: one kind of machine.
+func profileBlock() shared.BlockType {
+	return shared.BlockType{
+		Name:        "profile",
+		Labels:      []string{"name"},
+		MinItems:    1,
+		Description: "One kind of machine the cluster can be asked for. The smallest profile that fits a need is asked for.",
+		Body: &shared.Schema{Attributes: []shared.Attribute{
+			{Name: "cpus", Type: shared.TypeInt, Default: 1,
+				Description: "CPUs a machine of this profile has; asked for as --cpus-per-task unless sbatch sets it."},
+			{Name: "gpus", Type: shared.TypeInt, Default: 0,
+				Description: "GPUs it has; asked for as --gres=gpu:N unless sbatch sets GPUs."},
+			{Name: "ram_mb", Type: shared.TypeInt, Default: 0,
+				Description: "Memory in MB; asked for as --mem unless sbatch sets memory. 0 means unknown and constrains nothing."},
+			{Name: "labels", Type: shared.TypeListString,
+				Description: "Labels the worker advertises, so a node that needs one can cause this profile to be asked for."},
+			{Name: "sbatch", Type: shared.TypeListString,
+				Description: "sbatch options, one per line, written into the script as #SBATCH lines: partition, time, account."},
+			{Name: "prerun", Type: shared.TypeListString,
+				Description: "Shell lines run before the worker starts, such as module load or activating a venv."},
+			{Name: "min_workers", Type: shared.TypeInt, Default: 0,
+				Description: "Machines of this profile kept alive whatever the demand (warm workers). Each still leaves after max_idle without work, and is asked for again."},
+			{Name: "max_workers", Type: shared.TypeInt, Default: 0,
+				Description: "The most machines of this profile alive at once; 0 means only the provisioner's max_workers caps it."},
+			{Name: "max_pending", Type: shared.TypeInt, Default: 0,
+				Description: "The most machines of this profile waiting in the queue at once; 0 means only the provisioner's max_pending caps it."},
+			{Name: "nodes", Type: shared.TypeInt, Default: 1,
+				Description: "Nodes in one allocation of this profile (--nodes); 0 and 1 both mean one. Each node runs a worker of its own (srun), with its own name and credential, and is one machine to the caps and the demand, which the provisioner meets a whole allocation at a time."},
 		}},
 	}
 }
@@ -478,6 +483,38 @@ func validate(s *settings) shared.Diagnostics {
 			"%q cannot be used: sbatch reads white space, quotes, backslashes and '#' in an #SBATCH line itself, and '%%' starts one of its file name patterns. Choose a path without them; ~/ and relative paths are under the login user's home.", s.LogDir))
 	}
 
+	diags = append(diags, validateSSHArgs(s)...)
+	diags = append(diags, validateSSH(s)...)
+	diags = append(diags, validateBudget(s)...)
+	diags = append(diags, validateTrustFiles(s)...)
+
+	diags = append(diags, validateURL("engine_url", s.EngineURL, s.Reach != reachRelay)...)
+	diags = append(diags, validateReach(s)...)
+	diags = append(diags, validateURL("artifact_url", s.ArtifactURL, false)...)
+
+	diags = append(diags, validateDurations(s)...)
+	diags = append(diags, validateWorkerCommand(s)...)
+
+	if len(s.Profiles) == 0 {
+		add(shared.Errorf(at("profile"), "No profiles", `Add at least one profile "name" { cpus = 1 } block: it says what the cluster can be asked for.`))
+	}
+	seen := map[string]bool{}
+	for i, p := range s.Profiles {
+		diags = append(diags, validateProfile(strconv.Itoa(i), p, seen)...)
+		diags = append(diags, validateBegin(s, strconv.Itoa(i), p)...)
+	}
+	diags = append(diags, validateCaps(s)...)
+	return diags
+}
+
+// validateSSHArgs checks what reaches ssh's command line as written:
+// ssh_port, the ssh_key, ssh_config and known_hosts paths, and every
+// ssh_options entry.
+func validateSSHArgs(s *settings) shared.Diagnostics {
+	var diags shared.Diagnostics
+	add := func(d shared.Diagnostic) { diags = append(diags, d) }
+	at := func(p ...string) []string { return p }
+
 	if s.SSHPort < 0 || s.SSHPort > 65535 {
 		add(shared.Errorf(at("ssh_port"), "Invalid ssh_port", "The port must be between 1 and 65535, or 0 to leave it to ssh; got %d.", s.SSHPort))
 	}
@@ -508,30 +545,36 @@ func validate(s *settings) shared.Diagnostics {
 				"known_hosts is set, so the provisioner passes %s itself; remove this option or known_hosts.", key))
 		}
 	}
+	return diags
+}
 
-	diags = append(diags, validateSSH(s)...)
-	diags = append(diags, validateBudget(s)...)
-	diags = append(diags, validateTrustFiles(s)...)
-
-	checkURL := func(name, v string, required bool) {
-		if v == "" {
-			if required {
-				detail := fmt.Sprintf("Set %s to an http or https URL that compute nodes can reach.", name)
-				if name == "engine_url" {
-					detail += ` If they cannot reach the engine, set reach = "relay": they then dial a relay on the login node.`
-				}
-				add(shared.Errorf(at(name), "Missing "+name, "%s", detail))
-			}
-			return
+// validateURL checks the URL v of attribute name: an absolute http or
+// https URL, or empty where it is not required.
+func validateURL(name, v string, required bool) shared.Diagnostics {
+	if v == "" {
+		if !required {
+			return nil
 		}
-		u, err := url.Parse(v)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.ContainsFunc(v, isSpaceOrControl) {
-			add(shared.Errorf(at(name), "Invalid "+name, "%q is not an absolute http or https URL, such as https://engine.example.org:8765.", v))
+		detail := fmt.Sprintf("Set %s to an http or https URL that compute nodes can reach.", name)
+		if name == "engine_url" {
+			detail += ` If they cannot reach the engine, set reach = "relay": they then dial a relay on the login node.`
 		}
+		return shared.Diagnostics{shared.Errorf([]string{name}, "Missing "+name, "%s", detail)}
 	}
-	checkURL("engine_url", s.EngineURL, s.Reach != reachRelay)
-	diags = append(diags, validateReach(s)...)
-	checkURL("artifact_url", s.ArtifactURL, false)
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.ContainsFunc(v, isSpaceOrControl) {
+		return shared.Diagnostics{shared.Errorf([]string{name}, "Invalid "+name, "%q is not an absolute http or https URL, such as https://engine.example.org:8765.", v)}
+	}
+	return nil
+}
+
+// validateDurations parses the durations into s (maxIdle and the rest)
+// and warns of a poll_interval below minPollInterval. An empty token_ttl
+// stays 0: it is derived from each profile's time limit.
+func validateDurations(s *settings) shared.Diagnostics {
+	var diags shared.Diagnostics
+	add := func(d shared.Diagnostic) { diags = append(diags, d) }
+	at := func(p ...string) []string { return p }
 
 	for _, d := range []struct {
 		name string
@@ -562,6 +605,15 @@ func validate(s *settings) shared.Diagnostics {
 		add(shared.Diagnostic{Severity: shared.SeverityWarning, Path: at("poll_interval"), Summary: "Frequent polling",
 			Detail: fmt.Sprintf("poll_interval %s reads the queue more often than most sites allow; slurmctld serves every user, and %s or more is kinder to it.", s.pollInterval, minPollInterval)})
 	}
+	return diags
+}
+
+// validateWorkerCommand checks worker_command: absent (the plugin ships
+// its worker) or a program and its arguments, each fit for the script.
+func validateWorkerCommand(s *settings) shared.Diagnostics {
+	var diags shared.Diagnostics
+	add := func(d shared.Diagnostic) { diags = append(diags, d) }
+	at := func(p ...string) []string { return p }
 
 	if s.WorkerCommand != nil && len(s.WorkerCommand) == 0 {
 		add(shared.Errorf(at("worker_command"), "Empty worker_command", `Set worker_command to the worker program, such as ["/shared/fluksio/bin/fluksio-worker"], or leave it out for the plugin to ship its own.`))
@@ -573,16 +625,6 @@ func validate(s *settings) shared.Diagnostics {
 			add(shared.Errorf(at("worker_command", strconv.Itoa(i)), "Invalid worker_command", "An argument must not contain a newline, carriage return or NUL."))
 		}
 	}
-
-	if len(s.Profiles) == 0 {
-		add(shared.Errorf(at("profile"), "No profiles", `Add at least one profile "name" { cpus = 1 } block: it says what the cluster can be asked for.`))
-	}
-	seen := map[string]bool{}
-	for i, p := range s.Profiles {
-		diags = append(diags, validateProfile(strconv.Itoa(i), p, seen)...)
-		diags = append(diags, validateBegin(s, strconv.Itoa(i), p)...)
-	}
-	diags = append(diags, validateCaps(s)...)
 	return diags
 }
 
@@ -690,50 +732,59 @@ func validateProfile(i string, p Profile, seen map[string]bool) shared.Diagnosti
 		}
 	}
 	for j, line := range p.Sbatch {
-		path := at("sbatch", strconv.Itoa(j))
-		switch {
-		case strings.ContainsAny(line, "\x00\n\r"):
-			add(shared.Errorf(path, "Invalid sbatch line", "An sbatch line must not contain a newline, carriage return or NUL: each becomes one #SBATCH line."))
-		default:
-			// sbatch reads every word of the line (sbatch.ParseLine), so
-			// every word is checked.
-			opts, err := sbatch.ParseLine(line)
-			switch {
-			case err != nil:
-				add(shared.Errorf(path, "Invalid sbatch line", "%s.", err))
-			case len(opts) == 0:
-				add(shared.Errorf(path, "Invalid sbatch line", "%q sets no sbatch option; write it as it would follow #SBATCH, such as --partition=debug.", line))
-			default:
-				if opt, why := reservedOption(opts); opt != "" {
-					add(shared.Errorf(path, "Reserved sbatch option", "%s cannot be set in a profile: %s.", opt, why))
-				}
-				for _, o := range opts {
-					if o.Is("--begin", 'b') && o.HasValue {
-						if _, err := sbatch.ParseBegin(strings.TrimSpace(o.Value)); err != nil {
-							add(shared.Errorf(path, "Invalid --begin", "--begin=%s: %s, \"Invalid --begin specification\". Slurm reads now+N[seconds|minutes|hours|days|weeks], HH:MM[:SS] [AM|PM], midnight, noon, elevenses, fika, teatime, today, tomorrow, MM/DD[/YY], MMDD[YY], YYYY-MM-DD[THH:MM[:SS]] and uts<seconds>, or those combined (tomorrow 16:00).", o.Value, err))
-						}
-					}
-					if o.Is("--deadline", 0) && o.HasValue {
-						if d := deadlineTooSoon(p.Sbatch, o.Value); d != "" {
-							add(shared.Errorf(path, "A --deadline before the job can end", "%s", d))
-						}
-					}
-					summary, detail := contradiction(p, o)
-					switch {
-					case summary == "":
-					case strings.HasPrefix(summary, "Contradictory"):
-						add(shared.Errorf(path, summary, "%s", detail))
-					default:
-						add(shared.Diagnostic{Severity: shared.SeverityWarning, Path: path, Summary: summary, Detail: detail})
-					}
-				}
-			}
-		}
+		diags = append(diags, validateSbatchLine(at("sbatch", strconv.Itoa(j)), p, line)...)
 	}
 	for j, line := range p.Prerun {
 		if strings.ContainsAny(line, "\x00\n\r") {
 			add(shared.Errorf(at("prerun", strconv.Itoa(j)), "Invalid prerun line",
 				"A prerun line must not contain a newline, carriage return or NUL; give each command its own list element."))
+		}
+	}
+	return diags
+}
+
+// validateSbatchLine checks one of profile p's sbatch lines, at path:
+// one #SBATCH line that sets options sbatch reads, none of them the
+// provisioner's, none contradicting the profile.
+func validateSbatchLine(path []string, p Profile, line string) shared.Diagnostics {
+	var diags shared.Diagnostics
+	add := func(d shared.Diagnostic) { diags = append(diags, d) }
+	if strings.ContainsAny(line, "\x00\n\r") {
+		add(shared.Errorf(path, "Invalid sbatch line", "An sbatch line must not contain a newline, carriage return or NUL: each becomes one #SBATCH line."))
+		return diags
+	}
+	// sbatch reads every word of the line (sbatch.ParseLine), so every
+	// word is checked.
+	opts, err := sbatch.ParseLine(line)
+	switch {
+	case err != nil:
+		add(shared.Errorf(path, "Invalid sbatch line", "%s.", err))
+		return diags
+	case len(opts) == 0:
+		add(shared.Errorf(path, "Invalid sbatch line", "%q sets no sbatch option; write it as it would follow #SBATCH, such as --partition=debug.", line))
+		return diags
+	}
+	if opt, why := reservedOption(opts); opt != "" {
+		add(shared.Errorf(path, "Reserved sbatch option", "%s cannot be set in a profile: %s.", opt, why))
+	}
+	for _, o := range opts {
+		if o.Is("--begin", 'b') && o.HasValue {
+			if _, err := sbatch.ParseBegin(strings.TrimSpace(o.Value)); err != nil {
+				add(shared.Errorf(path, "Invalid --begin", "--begin=%s: %s, \"Invalid --begin specification\". Slurm reads now+N[seconds|minutes|hours|days|weeks], HH:MM[:SS] [AM|PM], midnight, noon, elevenses, fika, teatime, today, tomorrow, MM/DD[/YY], MMDD[YY], YYYY-MM-DD[THH:MM[:SS]] and uts<seconds>, or those combined (tomorrow 16:00).", o.Value, err))
+			}
+		}
+		if o.Is("--deadline", 0) && o.HasValue {
+			if d := deadlineTooSoon(p.Sbatch, o.Value); d != "" {
+				add(shared.Errorf(path, "A --deadline before the job can end", "%s", d))
+			}
+		}
+		summary, detail := contradiction(p, o)
+		switch {
+		case summary == "":
+		case strings.HasPrefix(summary, "Contradictory"):
+			add(shared.Errorf(path, summary, "%s", detail))
+		default:
+			add(shared.Diagnostic{Severity: shared.SeverityWarning, Path: path, Summary: summary, Detail: detail})
 		}
 	}
 	return diags

@@ -268,14 +268,7 @@ func (su *submitter) withdrawForLogin(cfg *settings, live []*request, err error)
 	}
 	p.mu.Lock()
 	p.lastErr = truncate(detail)
-	for _, r := range live {
-		if p.outstanding[r.worker] == r {
-			delete(p.outstanding, r.worker)
-		}
-		if r.phase != phaseArrived {
-			r.phase = phaseFailed
-		}
-	}
+	su.withdrawLocked(live)
 	p.mu.Unlock()
 	cfg.log.Debug("a submission was stopped by the login refusal; asking again once a login gets through", "profile", live[0].profile, "machines", len(live))
 	p.poll.wake()

@@ -138,49 +138,61 @@ type watch struct {
 //
 // The failures count towards the profile's backoff.
 func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, rows []queue.Job) {
-	byID := indexRows(rows)
-	// byComment holds every row of a comment (an array's tasks share
-	// one), for a submission whose answer was lost. It is made the first
-	// time one is looked for: grouping 10,000 rows every cycle was a
-	// third of what a cycle allocated.
-	var byComment map[string][]queue.Job
-	var reports []judged
-	var cancels, requeues []jobRef
-	now := p.now()
+	v := &verdict{p: p, cfg: cfg, rows: rows, byID: indexRows(rows), now: p.now()}
 
 	p.mu.Lock()
 	if p.shut {
 		p.mu.Unlock()
 		return
 	}
+	v.failed, v.neverStarts = map[string]string{}, map[string]string{}
+	for _, w := range v.actingLocked(watched) {
+		v.judgeLocked(w.r)
+	}
+	held := p.holdJudgedLocked(v.failed, v.neverStarts)
+	p.mu.Unlock()
+	for _, h := range held {
+		cfg.log.Error("profile misconfigured; its job can never start", "hold", h)
+	}
+
+	p.tellJudged(cfg, host, v.reports)
+	p.cancels.cancelJobs(p.life, cfg, host, v.cancels, "cancelled a job that can never start")
+	p.cancels.cancelJobs(p.life, cfg, host, v.requeues, "cancelled a job Slurm requeued before its worker attached")
+}
+
+// verdict is what judge makes of one poll: the rows it read, and what
+// follows from them, gathered under p.mu and told after it. Its methods
+// run with p.mu held.
+type verdict struct {
+	p    *Provisioner
+	cfg  *settings
+	rows []queue.Job
+	byID rowIndex
+	now  time.Time
+	// byComment holds every row of a comment (an array's tasks share
+	// one), for a submission whose answer was lost. It is made the first
+	// time one is looked for: grouping 10,000 rows every cycle was a
+	// third of what a cycle allocated.
+	byComment map[string][]queue.Job
+
+	reports           []judged
+	cancels, requeues []jobRef
 	// A burst whose tasks all fail at once is one failure of its
 	// profile, not one per task: failed holds each profile's last detail,
 	// counted once at the end.
-	failed := map[string]string{}
+	failed map[string]string
 	// neverStarts holds the profiles with a job pending for a reason
 	// that never clears: the same verdict as an sbatch refusal, given
 	// later (refusal.go).
-	neverStarts := map[string]string{}
-	forget := func(r *request, detail string, ended bool) {
-		class := judgedFailureClass(r)
-		p.metrics.failed(r.profile, class)
-		delete(p.outstanding, r.worker)
-		r.phase = phaseFailed
-		if !r.rationed {
-			// A submission the rate limiter held up is weather.
-			p.lastErr = detail
-			failed[r.profile] = detail
-		}
-		if ended {
-			p.files.recheckWorkerLocked()
-		}
-		reports = append(reports, judged{
-			ev:      shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Job: r.job, Worker: r.worker, Detail: detail, Class: class},
-			msg:     "a request failed before its worker attached",
-			ended:   ended,
-			secrets: r.secrets,
-		})
-	}
+	neverStarts map[string]string
+}
+
+// actingLocked is the watched requests judge acts on, newest first: those
+// still in the books as they were watched, less the ones whose job is
+// merely still queued or running, whose state it records. p.mu must be
+// held.
+func (v *verdict) actingLocked(watched []watch) []watch {
+	p := v.p
 	// Most watched jobs are still queued or running, and only have their
 	// state recorded, which no order changes. The rest are judged newest
 	// first, so that the last failure of a profile, the few explained
@@ -193,87 +205,122 @@ func (p *Provisioner) judge(cfg *settings, host shared.Host, watched []watch, ro
 			continue
 		}
 		if r.phase == phaseQueued {
-			if row, ok := byID.get(r.job); ok && !endedStates[row.State] && !(row.State == "PENDING" && reasonNeverClears(row.Reason)) &&
+			if row, ok := v.byID.get(r.job); ok && !endedStates[row.State] && !(row.State == "PENDING" && reasonNeverClears(row.Reason)) &&
 				!requeued(r, row) {
-				recordState(r, row, now)
+				recordState(r, row, v.now)
 				continue
 			}
 		}
 		acting = append(acting, w)
 	}
 	slices.SortFunc(acting, func(a, b watch) int { return cmpNewest(a.r, b.r) })
-	for _, w := range acting {
-		r := w.r
-		row, listed := rowOf(byID, r.job, cfg.comment(r.tag))
-		if r.phase == phaseAnswerLost {
-			if byComment == nil {
-				byComment = map[string][]queue.Job{}
-				for _, row := range rows {
-					if row.Comment != "" {
-						byComment[row.Comment] = append(byComment[row.Comment], row)
-					}
-				}
-			}
-			if row, listed = taskRow(byComment[cfg.comment(r.tag)], r.task); !listed {
-				if now.Before(r.landBy) {
-					continue // It may land yet (landing.go).
-				}
-				forget(r, fmt.Sprintf("the answer to worker %s's sbatch was lost, and the queue has no job for it now that it can no longer land: it was not submitted", r.worker), false)
-				p.watchUntil = now.Add(cfg.provisionTimeout)
-				continue
-			}
-			r.job, r.phase = row.ID, phaseQueued
-			reports = append(reports, judged{
-				ev: shared.Event{Kind: shared.EventWorkerProvisioned, Profile: r.profile, Job: r.job, Worker: r.worker,
-					Detail: "found in the queue after sbatch's answer was lost"},
-				msg: "found the job of a submission whose answer was lost",
-			})
-		}
-		if r.phase != phaseQueued {
-			continue
-		}
-		switch {
-		case !listed:
-			forget(r, fmt.Sprintf("job %s left the queue before its worker attached", r.job), true)
-		case endedStates[row.State]:
-			state := row.State
-			if row.Reason != "" && row.Reason != "None" {
-				state += " (" + row.Reason + ")"
-			}
-			// A job cancelled (by us, an administrator, or its
-			// deadline) has nothing to say for itself; one that ran
-			// and ended may have.
-			said := row.State != "CANCELLED" && row.State != "DEADLINE" && row.State != "PREEMPTED"
-			forget(r, fmt.Sprintf("job %s ended %s before its worker attached", r.job, state), said)
-		case requeued(r, row):
-			// Its worker may have attached and left before the engine
-			// said so (its credential is then spent): the job is given
-			// up, not the profile, which did nothing wrong.
-			delete(p.outstanding, r.worker)
-			r.phase = phaseFailed
-			requeues = append(requeues, jobRef{job: r.job, profile: r.profile, worker: r.worker, age: now.Sub(r.since),
-				why: "requeued by Slurm (its node failed, or it was preempted) before its worker attached"})
-		case row.State == "PENDING" && reasonNeverClears(row.Reason):
-			delete(p.outstanding, r.worker)
-			r.phase = phaseFailed
-			why := fmt.Sprintf("pending for %s, which waiting does not clear", row.Reason)
-			p.metrics.failed(r.profile, shared.FailureMisconfigured)
-			p.lastErr = "job " + r.job + " was " + why
-			neverStarts[r.profile] = p.lastErr
-			cancels = append(cancels, jobRef{job: r.job, profile: r.profile, worker: r.worker, age: now.Sub(r.since), why: why})
-		default:
-			recordState(r, row, now)
-		}
-	}
-	held := p.holdJudgedLocked(failed, neverStarts)
-	p.mu.Unlock()
-	for _, h := range held {
-		cfg.log.Error("profile misconfigured; its job can never start", "hold", h)
-	}
+	return acting
+}
 
-	p.tellJudged(cfg, host, reports)
-	p.cancels.cancelJobs(p.life, cfg, host, cancels, "cancelled a job that can never start")
-	p.cancels.cancelJobs(p.life, cfg, host, requeues, "cancelled a job Slurm requeued before its worker attached")
+// judgeLocked judges one request by its job's row: a lost submission's
+// is looked for first (lostLocked). p.mu must be held.
+func (v *verdict) judgeLocked(r *request) {
+	p := v.p
+	row, listed := rowOf(v.byID, r.job, v.cfg.comment(r.tag))
+	if r.phase == phaseAnswerLost {
+		if row, listed = v.lostLocked(r); !listed {
+			return
+		}
+	}
+	if r.phase != phaseQueued {
+		return
+	}
+	switch {
+	case !listed:
+		v.forgetLocked(r, fmt.Sprintf("job %s left the queue before its worker attached", r.job), true)
+	case endedStates[row.State]:
+		state := row.State
+		if row.Reason != "" && row.Reason != "None" {
+			state += " (" + row.Reason + ")"
+		}
+		// A job cancelled (by us, an administrator, or its
+		// deadline) has nothing to say for itself; one that ran
+		// and ended may have.
+		said := row.State != "CANCELLED" && row.State != "DEADLINE" && row.State != "PREEMPTED"
+		v.forgetLocked(r, fmt.Sprintf("job %s ended %s before its worker attached", r.job, state), said)
+	case requeued(r, row):
+		// Its worker may have attached and left before the engine
+		// said so (its credential is then spent): the job is given
+		// up, not the profile, which did nothing wrong.
+		delete(p.outstanding, r.worker)
+		r.phase = phaseFailed
+		v.requeues = append(v.requeues, jobRef{job: r.job, profile: r.profile, worker: r.worker, age: v.now.Sub(r.since),
+			why: "requeued by Slurm (its node failed, or it was preempted) before its worker attached"})
+	case row.State == "PENDING" && reasonNeverClears(row.Reason):
+		delete(p.outstanding, r.worker)
+		r.phase = phaseFailed
+		why := fmt.Sprintf("pending for %s, which waiting does not clear", row.Reason)
+		p.metrics.failed(r.profile, shared.FailureMisconfigured)
+		p.lastErr = "job " + r.job + " was " + why
+		v.neverStarts[r.profile] = p.lastErr
+		v.cancels = append(v.cancels, jobRef{job: r.job, profile: r.profile, worker: r.worker, age: v.now.Sub(r.since), why: why})
+	default:
+		recordState(r, row, v.now)
+	}
+}
+
+// lostLocked looks for the job of r, a submission whose sbatch's answer
+// was lost, among the rows of its comment. Found, it is r's job, and the
+// engine hears that it was provisioned; not found once it can no longer
+// land, r was not submitted. It returns the job's row, and whether there
+// is one. p.mu must be held.
+func (v *verdict) lostLocked(r *request) (queue.Job, bool) {
+	if v.byComment == nil {
+		v.byComment = map[string][]queue.Job{}
+		for _, row := range v.rows {
+			if row.Comment != "" {
+				v.byComment[row.Comment] = append(v.byComment[row.Comment], row)
+			}
+		}
+	}
+	row, listed := taskRow(v.byComment[v.cfg.comment(r.tag)], r.task)
+	if !listed {
+		if v.now.Before(r.landBy) {
+			return row, false // It may land yet (landing.go).
+		}
+		v.forgetLocked(r, fmt.Sprintf("the answer to worker %s's sbatch was lost, and the queue has no job for it now that it can no longer land: it was not submitted", r.worker), false)
+		v.p.watchUntil = v.now.Add(v.cfg.provisionTimeout)
+		return row, false
+	}
+	r.job, r.phase = row.ID, phaseQueued
+	v.reports = append(v.reports, judged{
+		ev: shared.Event{Kind: shared.EventWorkerProvisioned, Profile: r.profile, Job: r.job, Worker: r.worker,
+			Detail: "found in the queue after sbatch's answer was lost"},
+		msg: "found the job of a submission whose answer was lost",
+	})
+	return row, true
+}
+
+// forgetLocked takes r, a request that failed before its worker
+// attached, out of the books and counts the failure towards its profile,
+// unless the rate limiter held its submission up. ended is set for a job
+// that ended by itself: the cluster is asked why (joblog.go), and the
+// worker's copy is checked again (ship.go). p.mu must be held.
+func (v *verdict) forgetLocked(r *request, detail string, ended bool) {
+	p := v.p
+	class := judgedFailureClass(r)
+	p.metrics.failed(r.profile, class)
+	delete(p.outstanding, r.worker)
+	r.phase = phaseFailed
+	if !r.rationed {
+		// A submission the rate limiter held up is weather.
+		p.lastErr = detail
+		v.failed[r.profile] = detail
+	}
+	if ended {
+		p.files.recheckWorkerLocked()
+	}
+	v.reports = append(v.reports, judged{
+		ev:      shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Job: r.job, Worker: r.worker, Detail: detail, Class: class},
+		msg:     "a request failed before its worker attached",
+		ended:   ended,
+		secrets: r.secrets,
+	})
 }
 
 // judged is what judge tells of one request: its event and log line.

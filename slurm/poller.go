@@ -145,50 +145,17 @@ func (pl *poller) run(cfg *settings, host shared.Host) {
 func (pl *poller) once(ctx context.Context) {
 	p := pl.p
 	p.mu.Lock()
-	cfg, host := p.cfg, p.host
-	if cfg == nil || p.shut {
-		p.mu.Unlock()
+	c, ok := pl.cycleLocked()
+	p.mu.Unlock()
+	if !ok {
 		return
 	}
-	adopting := p.adoption.adoptPending
-	idle := len(p.outstanding) == 0
-	cancelling := len(p.cancels.cancelling) > 0
-	watchingLate := p.now().Before(p.watchUntil)
-	// In no order: judge orders the few it acts on.
-	watched := make([]watch, 0, len(p.outstanding))
-	for _, r := range p.outstanding {
-		// A submission still running is left to finish: its own event
-		// must reach the engine before any about its job.
-		if r.finished() && (r.phase == phaseQueued || r.phase == phaseAnswerLost) {
-			watched = append(watched, watch{r: r, job: r.job})
-		}
-	}
-	ends := p.ends.endWatchesLocked()
-	departed := len(p.ends.departed) > 0
-	unread := p.known.facts == factsUnread
-	lightIDs, light := pl.lightIDsLocked(watched, ends)
-	light = light && !adopting && !watchingLate
-	p.mu.Unlock()
+	cfg, host := c.cfg, c.host
 	needLogin, _ := p.loginNeeded(cfg)
-	if unread && !needLogin {
-		// The start-up facts, until read (facts.go).
-		err := p.known.readFacts(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if err == nil {
-			cfg.log.Info("read the cluster's MaxArraySize, MaxJobCount and name; bursts are sized by them from now on")
-			p.mu.Lock()
-			pl.idleAdoptFailures = 0
-			p.mu.Unlock()
-		} else if idle && !adopting {
-			cfg.log.Debug("still cannot read the cluster's MaxArraySize, MaxJobCount and name", "error", err)
-			p.mu.Lock()
-			pl.idleAdoptFailures++
-			p.mu.Unlock()
-		}
+	if c.unread && !needLogin && !pl.retryFacts(ctx, c) {
+		return
 	}
-	if !adopting && !cancelling && !watchingLate && len(watched) == 0 && len(ends) == 0 && !departed && !needLogin {
+	if !c.adopting && !c.cancelling && !c.watchingLate && len(c.watched) == 0 && len(c.ends) == 0 && !c.departed && !needLogin {
 		return
 	}
 	if needLogin && p.now().Before(p.q.Transport().Access().NextTry) {
@@ -196,51 +163,136 @@ func (pl *poller) once(ctx context.Context) {
 		// fail at once without ssh, and would say nothing new.
 		return
 	}
+	rows, ok := pl.readQueue(ctx, c)
+	if !ok {
+		return
+	}
+	// The books are level-triggered: every full cycle, a job of this
+	// engine that they do not hold is adopted or cancelled, so a
+	// submission that lands late is found whenever it lands (within
+	// fullPollEvery cycles: a light cycle knows no comments).
+	if !c.light {
+		p.adoption.adopt(p.life, cfg, host, rows)
+	}
+	p.judge(cfg, host, c.watched, rows)
+	p.ends.endedUnder(p.life, cfg, host, c.ends, rows)
+	if left := p.cancels.goneFromQueue(p.life, cfg, host, rows); len(left) > 0 {
+		p.cancels.retryCancels(p.life, cfg, host, left, rows)
+	}
+}
 
+// cycle is what a poll cycle found in the books before reading the
+// queue: what there is to look at, and how.
+type cycle struct {
+	cfg  *settings
+	host shared.Host
+	// adopting is set while adoption is still to do; idle while nothing
+	// is outstanding; cancelling while jobs are being cancelled;
+	// watchingLate while a late landing is looked for (watchUntil);
+	// departed while the queue lists jobs of workers that left
+	// (ends.go); unread until the cluster's facts are read (facts.go).
+	adopting, idle, cancelling, watchingLate, departed, unread bool
+	// watched is the requests whose job or lost submission is looked
+	// at, in no order: judge orders the few it acts on.
+	watched []watch
+	// ends is the jobs watched under attached workers (ends.go).
+	ends []endWatch
+	// light is set when the cycle reads only the states of lightIDs
+	// (lightpoll.go); readQueue clears it when it reads in full instead.
+	light    bool
+	lightIDs []string
+}
+
+// cycleLocked is what this cycle has to look at; false when there is no
+// configuration or Shutdown has begun. p.mu must be held.
+func (pl *poller) cycleLocked() (*cycle, bool) {
+	p := pl.p
+	if p.cfg == nil || p.shut {
+		return nil, false
+	}
+	c := &cycle{cfg: p.cfg, host: p.host,
+		adopting:     p.adoption.adoptPending,
+		idle:         len(p.outstanding) == 0,
+		cancelling:   len(p.cancels.cancelling) > 0,
+		watchingLate: p.now().Before(p.watchUntil),
+		watched:      make([]watch, 0, len(p.outstanding)),
+	}
+	for _, r := range p.outstanding {
+		// A submission still running is left to finish: its own event
+		// must reach the engine before any about its job.
+		if r.finished() && (r.phase == phaseQueued || r.phase == phaseAnswerLost) {
+			c.watched = append(c.watched, watch{r: r, job: r.job})
+		}
+	}
+	c.ends = p.ends.endWatchesLocked()
+	c.departed = len(p.ends.departed) > 0
+	c.unread = p.known.facts == factsUnread
+	c.lightIDs, c.light = pl.lightIDsLocked(c.watched, c.ends)
+	c.light = c.light && !c.adopting && !c.watchingLate
+	return c, true
+}
+
+// retryFacts reads the start-up facts again, until read (facts.go); a
+// poller with nothing else to do counts the failures towards resting. It
+// is false when Shutdown began meanwhile.
+func (pl *poller) retryFacts(ctx context.Context, c *cycle) bool {
+	p := pl.p
+	err := p.known.readFacts(ctx)
+	if ctx.Err() != nil {
+		return false
+	}
+	if err == nil {
+		c.cfg.log.Info("read the cluster's MaxArraySize, MaxJobCount and name; bursts are sized by them from now on")
+		p.mu.Lock()
+		pl.idleAdoptFailures = 0
+		p.mu.Unlock()
+	} else if c.idle && !c.adopting {
+		c.cfg.log.Debug("still cannot read the cluster's MaxArraySize, MaxJobCount and name", "error", err)
+		p.mu.Lock()
+		pl.idleAdoptFailures++
+		p.mu.Unlock()
+	}
+	return true
+}
+
+// readQueue reads the queue for a cycle: the states of its jobs when it
+// is light, else every job in full. It is false when the queue could not
+// be read, which is recorded, or Shutdown began.
+func (pl *poller) readQueue(ctx context.Context, c *cycle) ([]queue.Job, bool) {
+	p, cfg := pl.p, c.cfg
 	var rows []queue.Job
 	var err error
-	if light {
-		rows, light, err = pl.readStates(ctx, cfg, lightIDs, watched, ends)
+	if c.light {
+		rows, c.light, err = pl.readStates(ctx, cfg, c.lightIDs, c.watched, c.ends)
 	}
-	if !light {
+	if !c.light {
 		rows, err = p.q.Jobs(ctx, true)
 	}
 	if ctx.Err() != nil {
-		return // Shutdown has begun.
+		return nil, false // Shutdown has begun.
 	}
 	if err != nil {
 		if p.q.WaitingTurn(err) {
 			pl.rationed(cfg, err)
-			return
+			return nil, false
 		}
 		pl.unreadable(cfg, err)
-		if adopting && idle {
+		if c.adopting && c.idle {
 			p.mu.Lock()
 			pl.idleAdoptFailures++
 			p.mu.Unlock()
 		}
-		return
+		return nil, false
 	}
 	pl.readable(cfg)
 	p.mu.Lock()
 	pl.idleAdoptFailures = 0
 	pl.cyclesSinceFull++
-	if !light {
+	if !c.light {
 		pl.cyclesSinceFull = 0
 	}
 	p.mu.Unlock()
-	// The books are level-triggered: every full cycle, a job of this
-	// engine that they do not hold is adopted or cancelled, so a
-	// submission that lands late is found whenever it lands (within
-	// fullPollEvery cycles: a light cycle knows no comments).
-	if !light {
-		p.adoption.adopt(p.life, cfg, host, rows)
-	}
-	p.judge(cfg, host, watched, rows)
-	p.ends.endedUnder(p.life, cfg, host, ends, rows)
-	if left := p.cancels.goneFromQueue(p.life, cfg, host, rows); len(left) > 0 {
-		p.cancels.retryCancels(p.life, cfg, host, left, rows)
-	}
+	return rows, true
 }
 
 // unreadable records a failed poll. Nothing is concluded from it: a

@@ -327,23 +327,7 @@ func (r *relay) session(ctx context.Context) error {
 		return err
 	}
 	defer sess.Close()
-	r.mu.Lock()
-	old := r.addr
-	r.addr = addr
-	if _, port, _ := net.SplitHostPort(cmp.Or(cfg.RelayListen, ":0")); port == "0" {
-		_, r.want, _ = net.SplitHostPort(addr)
-	}
-	r.mu.Unlock()
-	if old != "" && old != addr {
-		// Before the relay is up, so that no job is given the new
-		// address until those with the old one are listed.
-		r.moved(ctx, old, addr)
-	}
-	r.mu.Lock()
-	r.phase, r.why, r.since = relayUp, "", r.p.now()
-	close(r.ready)
-	r.ready = make(chan struct{})
-	r.mu.Unlock()
+	r.up(ctx, addr)
 	cfg.log.Info("the relay is up", "workers_dial", addr, "login", ssh.Login.String(), "engine", r.engineNet+":"+r.engineAddr)
 
 	var wg sync.WaitGroup
@@ -364,16 +348,46 @@ func (r *relay) session(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var d net.Dialer
-			c, err := d.DialContext(ctx, r.engineNet, r.engineAddr)
-			if err != nil {
-				cfg.log.Warn("the relay could not reach the engine", "engine", r.engineNet+":"+r.engineAddr, "error", err)
-				s.Close()
-				return
-			}
-			relayd.Splice(s, c)
+			r.carry(ctx, s)
 		}()
 	}
+}
+
+// up records that the relay listens at addr, where workers dial, and is
+// up: a submission waiting for it goes on. A relay that came back
+// elsewhere first has the jobs that dial its old address cancelled
+// (moved).
+func (r *relay) up(ctx context.Context, addr string) {
+	r.mu.Lock()
+	old := r.addr
+	r.addr = addr
+	if _, port, _ := net.SplitHostPort(cmp.Or(r.cfg.RelayListen, ":0")); port == "0" {
+		_, r.want, _ = net.SplitHostPort(addr)
+	}
+	r.mu.Unlock()
+	if old != "" && old != addr {
+		// Before the relay is up, so that no job is given the new
+		// address until those with the old one are listed.
+		r.moved(ctx, old, addr)
+	}
+	r.mu.Lock()
+	r.phase, r.why, r.since = relayUp, "", r.p.now()
+	close(r.ready)
+	r.ready = make(chan struct{})
+	r.mu.Unlock()
+}
+
+// carry carries one worker's connection, a stream of the relay's
+// session, to the engine, until either end closes it.
+func (r *relay) carry(ctx context.Context, s *yamux.Stream) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, r.engineNet, r.engineAddr)
+	if err != nil {
+		r.cfg.log.Warn("the relay could not reach the engine", "engine", r.engineNet+":"+r.engineAddr, "error", err)
+		s.Close()
+		return
+	}
+	relayd.Splice(s, c)
 }
 
 // greeting reads the relay's first line, the address workers dial, within

@@ -142,6 +142,7 @@ func (su *submitter) submitEach(ctx context.Context, cfg *settings, host shared.
 // machines one by one instead.
 func (su *submitter) submitOne(ctx context.Context, cfg *settings, host shared.Host, prof Profile, live []*request) bool {
 	p := su.p
+	c := &sbatchCall{su: su, cfg: cfg, host: host, prof: prof, live: live}
 	// The login user's RPC budget is waited for before submit_timeout
 	// starts, which bounds ssh and sbatch, not a turn (slurm/internal/queue/budget.go). A
 	// context ended meanwhile fails the ask below.
@@ -149,64 +150,110 @@ func (su *submitter) submitOne(ctx context.Context, cfg *settings, host shared.H
 	defer cancel()
 	askCtx, cancelAsk := context.WithTimeout(ctx, cfg.submitTimeout-cfg.submitTimeout/4)
 	askDeadline, _ := askCtx.Deadline()
-	job, err := su.ask(askCtx, cfg, host, prof, live)
+	c.job, c.err = c.ask(askCtx)
 	cancelAsk()
-	var detail string
-	var lost bool
-	if se := (*submitError)(nil); errors.As(err, &se) {
-		detail, lost = se.Said, se.AnswerLost
+	if se := (*submitError)(nil); errors.As(c.err, &se) {
+		c.detail, c.lost = se.Said, se.AnswerLost
 	}
-	if err != nil && live[0].task >= 0 && !lost && arrayRefused(detail) {
-		// The cluster does not take arrays after all: say so, and ask
-		// one job per machine from now on.
-		p.mu.Lock()
-		p.known.maxArray = 1
-		p.known.arrayNote = "job arrays refused by the cluster (" + truncateTo(detail, 200) + "); submitting one job per machine"
-		p.mu.Unlock()
-		cfg.log.Warn("the cluster refused a job array; submitting one job per machine from now on", "said", detail)
+	if c.err != nil && live[0].task >= 0 && !c.lost && arrayRefused(c.detail) {
+		c.arraysRefused()
 		return false
 	}
-	if err != nil && lost {
+	if c.err != nil && c.lost {
 		p.mu.Lock()
 		p.closing.suspect = true
 		p.mu.Unlock()
 	}
-	if err != nil && lost && p.life.Err() == nil {
+	if c.err != nil && c.lost && p.life.Err() == nil {
 		// The connection went before sbatch's answer came back, so the
 		// job may well exist, and asking again would start a second
 		// one. Its comment names the batch: look.
-		landBy := su.landBy(cfg, time.Until(askDeadline), live[0].since)
-		rationed := p.q.WaitingTurn(err)
-		found, lerr := p.q.Lookup(ctx, cfg.comment(live[0].tag))
-		switch {
-		case lerr != nil && saidZeroBytes(detail) && (saidZeroBytes(lerr.Error()) || releaseMismatch(lerr.Error())):
-			// Twice the same words from two commands: not a dropped
-			// connection but a client of another release, which
-			// submitted nothing (refusal.go).
-			detail = mismatchDetail(cfg.host(), detail)
-			err = fmt.Errorf("%w: %s", errReleaseMismatch, detail)
-		case found == "" && jobsFull(detail):
-			// sbatch was retrying into a controller that would take no
-			// job when it was cut off, so it had none; the look used
-			// what submit_timeout left. Reported as that limit, and a
-			// late landing is still looked for (jobcount.go).
-			p.watchLate(cfg)
-		case found != "":
-			cfg.log.Warn("sbatch's answer was lost, but its job is in the queue", "profile", prof.Name, "job", found, "worker", live[0].tag, "error", err)
-			job, err = found, nil
-		default:
-			// Not found, or not looked for: it may land yet (landing.go).
-			su.outcomeUnknown(cfg, live, detail, lerr, landBy, rationed)
+		if !c.lookForLost(ctx, su.landBy(cfg, time.Until(askDeadline), live[0].since)) {
 			return true
 		}
 	}
-	if err != nil && !lost && su.withdrawForLogin(cfg, live, err) {
+	if c.err != nil && !c.lost && su.withdrawForLogin(cfg, live, c.err) {
 		return true
 	}
-	if err != nil {
-		su.submissionFailed(cfg, host, live, detail, err)
+	if c.err != nil {
+		su.submissionFailed(cfg, host, live, c.detail, c.err)
 		return true
 	}
+	c.queued()
+	return true
+}
+
+// sbatchCall is one sbatch of submitOne's, from the ask to its outcome:
+// the machines it is for (live, in allocation order), what they are
+// asked with, and what came of it.
+type sbatchCall struct {
+	su   *submitter
+	cfg  *settings
+	host shared.Host
+	prof Profile
+	live []*request
+
+	// job is the job id sbatch answered, or the one found for it in the
+	// queue; the array's for more than one machine.
+	job string
+	// err is the submission's failure, a *submitError from ask; detail
+	// is what Slurm said of it, and lost is set when its answer was lost
+	// and its job may exist.
+	err    error
+	detail string
+	lost   bool
+}
+
+// arraysRefused records that the cluster does not take arrays after all:
+// it says so, and one job per machine is asked for from now on.
+func (c *sbatchCall) arraysRefused() {
+	p := c.su.p
+	p.mu.Lock()
+	p.known.maxArray = 1
+	p.known.arrayNote = "job arrays refused by the cluster (" + truncateTo(c.detail, 200) + "); submitting one job per machine"
+	p.mu.Unlock()
+	c.cfg.log.Warn("the cluster refused a job array; submitting one job per machine from now on", "said", c.detail)
+}
+
+// lookForLost looks in the queue for the job of a submission whose
+// answer was lost, by the comment that names the batch. Found, it is the
+// job; a client of another release, or a controller that took no job,
+// is the failure it is. Otherwise the job may land yet, until landBy:
+// the machines stay outstanding (outcomeUnknown), and it is false, for
+// nothing more to do.
+func (c *sbatchCall) lookForLost(ctx context.Context, landBy time.Time) bool {
+	p, cfg, live := c.su.p, c.cfg, c.live
+	rationed := p.q.WaitingTurn(c.err)
+	found, lerr := p.q.Lookup(ctx, cfg.comment(live[0].tag))
+	switch {
+	case lerr != nil && saidZeroBytes(c.detail) && (saidZeroBytes(lerr.Error()) || releaseMismatch(lerr.Error())):
+		// Twice the same words from two commands: not a dropped
+		// connection but a client of another release, which
+		// submitted nothing (refusal.go).
+		c.detail = mismatchDetail(cfg.host(), c.detail)
+		c.err = fmt.Errorf("%w: %s", errReleaseMismatch, c.detail)
+	case found == "" && jobsFull(c.detail):
+		// sbatch was retrying into a controller that would take no
+		// job when it was cut off, so it had none; the look used
+		// what submit_timeout left. Reported as that limit, and a
+		// late landing is still looked for (jobcount.go).
+		p.watchLate(cfg)
+	case found != "":
+		cfg.log.Warn("sbatch's answer was lost, but its job is in the queue", "profile", c.prof.Name, "job", found, "worker", live[0].tag, "error", c.err)
+		c.job, c.err = found, nil
+	default:
+		// Not found, or not looked for: it may land yet (landing.go).
+		c.su.outcomeUnknown(cfg, live, c.detail, lerr, landBy, rationed)
+		return false
+	}
+	return true
+}
+
+// queued records the job of a submission that reached the queue, and
+// tells the engine of every machine it is for; a job submitted with the
+// relay's old address is cancelled (relayMoved).
+func (c *sbatchCall) queued() {
+	p, cfg, live, job := c.su.p, c.cfg, c.live, c.job
 	p.mu.Lock()
 	for _, r := range live {
 		r.job = job
@@ -225,64 +272,57 @@ func (su *submitter) submitOne(ctx context.Context, cfg *settings, host shared.H
 	case len(live) > 1:
 		msg = "asked for the machines of one multi-node allocation"
 	}
-	cfg.log.Info(msg, "profile", prof.Name, "job", job, "machines", len(live), "worker", live[0].tag)
+	cfg.log.Info(msg, "profile", c.prof.Name, "job", job, "machines", len(live), "worker", live[0].tag)
 	// Back to back, then every acknowledgement: one round trip for the
 	// array, where one each cost a thousand-task burst most of a second.
 	evs := make([]shared.Event, len(live))
 	for i, r := range live {
-		evs[i] = shared.Event{Kind: shared.EventWorkerProvisioned, Profile: prof.Name, Job: r.job, Worker: r.worker}
+		evs[i] = shared.Event{Kind: shared.EventWorkerProvisioned, Profile: c.prof.Name, Job: r.job, Worker: r.worker}
 	}
-	p.publishAll(p.life, cfg, host, evs)
+	p.publishAll(p.life, cfg, c.host, evs)
 	p.mu.Lock()
 	via := live[0].via
 	p.mu.Unlock()
 	if p.relay != nil && p.relay.left(via) {
-		// The relay moved while this was being submitted: its workers
-		// would dial a port somebody else holds (relaytls.go).
-		p.mu.Lock()
-		var refs []jobRef
-		seen := map[string]bool{}
-		for _, r := range live {
-			p.dropLocked(r.worker)
-			if !seen[r.job] {
-				seen[r.job] = true
-				refs = append(refs, jobRef{job: r.job, profile: r.profile, worker: r.worker,
-					why: "the relay moved from " + via + ", where this job's workers dial, while it was submitted; it is cancelled and their credentials revoked"})
-			} else {
-				refs[len(refs)-1].others = append(refs[len(refs)-1].others, r.worker)
-			}
-		}
-		p.mu.Unlock()
-		cfg.log.Error("a job was submitted with the relay's old address: cancelling it", "profile", prof.Name, "job", job, "old", via)
-		p.cancels.cancelJobs(p.life, cfg, host, refs, "cancelled a job whose workers dial the relay's old address")
+		c.relayMoved(via)
 	}
-	return true
+}
+
+// relayMoved cancels the job of a submission made while the relay moved
+// from via, where its workers dial: a port somebody else holds
+// (relaytls.go). Its machines leave the books.
+func (c *sbatchCall) relayMoved(via string) {
+	p, cfg := c.su.p, c.cfg
+	p.mu.Lock()
+	var refs []jobRef
+	seen := map[string]bool{}
+	for _, r := range c.live {
+		p.dropLocked(r.worker)
+		if !seen[r.job] {
+			seen[r.job] = true
+			refs = append(refs, jobRef{job: r.job, profile: r.profile, worker: r.worker,
+				why: "the relay moved from " + via + ", where this job's workers dial, while it was submitted; it is cancelled and their credentials revoked"})
+		} else {
+			refs[len(refs)-1].others = append(refs[len(refs)-1].others, r.worker)
+		}
+	}
+	p.mu.Unlock()
+	cfg.log.Error("a job was submitted with the relay's old address: cancelling it", "profile", c.prof.Name, "job", c.job, "old", via)
+	p.cancels.cancelJobs(p.life, cfg, c.host, refs, "cancelled a job whose workers dial the relay's old address")
 }
 
 // ask does the talking for submitOne and returns the job id (the array's
 // for more than one machine), or a *submitError.
-func (su *submitter) ask(ctx context.Context, cfg *settings, host shared.Host, prof Profile, live []*request) (string, error) {
-	p := su.p
+func (c *sbatchCall) ask(ctx context.Context) (string, error) {
+	p, cfg, prof, live := c.su.p, c.cfg, c.prof, c.live
 	keep := func(s string) string { return s }
-	if host == nil {
+	if c.host == nil {
 		err := fmt.Errorf("cannot mint a credential for worker %s: %w", live[0].worker, shared.ErrNoHost)
 		return "", failure(err, err.Error(), false, keep)
 	}
-	url, pin := cfg.EngineURL, ""
-	if p.relay != nil {
-		// Workers dial the relay, which must be up for them to; nothing
-		// is minted or submitted until it is.
-		d, err := p.relay.dial(ctx)
-		if err != nil {
-			err = fmt.Errorf("not submitted: %w", err)
-			return "", failure(err, err.Error(), false, keep)
-		}
-		url, pin = d.url, d.pin
-		p.mu.Lock()
-		for _, r := range live {
-			r.via = d.addr
-		}
-		p.mu.Unlock()
+	url, pin, err := c.reach(ctx)
+	if err != nil {
+		return "", err
 	}
 	if _, err := p.files.ensureLogDir(ctx, cfg); err != nil {
 		return "", failure(err, err.Error(), false, keep)
@@ -291,34 +331,9 @@ func (su *submitter) ask(ctx context.Context, cfg *settings, host shared.Host, p
 		err = fmt.Errorf("not submitted: %w", err)
 		return "", failure(err, err.Error(), false, keep)
 	}
-	// One credential a task, asked for in one round trip a thousand
-	// (contract 2.4; a host before it is asked one at a time, which at a
-	// thousand tasks took longer than the sbatch itself).
-	mreq := &shared.MintCredentialsRequest{Items: make([]*shared.MintCredentialRequest, len(live))}
-	ttl := cfg.credentialTTL(prof, p.now())
-	for i, r := range live {
-		mreq.Items[i] = &shared.MintCredentialRequest{
-			Worker: r.worker, TTL: ttl, CPUs: prof.CPUs, GPUs: prof.GPUs, RAMMB: prof.RAMMB, Labels: prof.Labels,
-		}
-	}
-	mctx, cancel := context.WithTimeout(ctx, cfg.submitTimeout)
-	minted, err := shared.MintCredentials(mctx, host, mreq)
-	cancel()
+	tokens, err := c.mint(ctx)
 	if err != nil {
-		err = fmt.Errorf("minting credentials for %d workers from %s: %w", len(live), live[0].worker, err)
-		return "", failure(err, err.Error(), false, keep)
-	}
-	tokens := make([]string, len(live))
-	for i, r := range live {
-		cred, err := minted.Items[i].Credential, minted.Items[i].Err
-		if err == nil && (cred == nil || cred.Token == "") {
-			err = errors.New("the host returned an empty credential")
-		}
-		if err != nil {
-			err = fmt.Errorf("minting a credential for worker %s: %w", r.worker, err)
-			return "", failure(err, err.Error(), false, keep)
-		}
-		tokens[i] = cred.Token
+		return "", err
 	}
 	// Every credential of the script, its siblings' too, for explain to
 	// redact from the job's output: a prerun's set -x, or a cat "$0",
@@ -340,33 +355,116 @@ func (su *submitter) ask(ctx context.Context, cfg *settings, host shared.Host, p
 	if live[0].task >= 0 {
 		tasks = tasksOf(live)
 	}
-	script := su.script(prof, url, pin, live[0].tag, tasks, perAlloc)
+	script := c.su.script(prof, url, pin, live[0].tag, tasks, perAlloc)
 	job, err := p.q.Submit(ctx, script)
-	// sbatch does not echo the script, but a wrapper on the login node
-	// might, and no token may reach a log or an event (redact.go).
-	redact := newRedactor(tokens).scrub
-	if ce := (*queue.CommandError)(nil); errors.As(err, &ce) {
-		said := firstNonEmpty(string(ce.Stderr), string(ce.Stdout), ce.Err.Error())
-		if releaseMismatch(said) {
-			said = mismatchDetail(cfg.host(), said)
-		}
-		said += deadlineHint(prof, said) + submitRuleHint(said)
-		return "", failure(ce.Err, said, answerLost(ce.Err, ce.Stderr), redact)
-	}
 	if err != nil {
-		err = fmt.Errorf("sbatch on %s: %w", cfg.host(), err)
-		return "", failure(err, err.Error(), false, redact)
+		return "", c.sbatchFailed(err, tokens)
 	}
 	return job, nil
 }
 
+// reach is how the workers reach the engine: engine_url, or the relay,
+// whose address each request records (via). Workers dial the relay,
+// which must be up for them to; nothing is minted or submitted until it
+// is. Its error is a *submitError.
+func (c *sbatchCall) reach(ctx context.Context) (url, pin string, err error) {
+	p := c.su.p
+	if p.relay == nil {
+		return c.cfg.EngineURL, "", nil
+	}
+	d, err := p.relay.dial(ctx)
+	if err != nil {
+		err = fmt.Errorf("not submitted: %w", err)
+		return "", "", failure(err, err.Error(), false, func(s string) string { return s })
+	}
+	p.mu.Lock()
+	for _, r := range c.live {
+		r.via = d.addr
+	}
+	p.mu.Unlock()
+	return d.url, d.pin, nil
+}
+
+// mint is the credentials of the machines, one each, in their order. One
+// credential a task, asked for in one round trip a thousand (contract
+// 2.4; a host before it is asked one at a time, which at a thousand
+// tasks took longer than the sbatch itself). Its error is a
+// *submitError.
+func (c *sbatchCall) mint(ctx context.Context) ([]string, error) {
+	p, cfg, prof, live := c.su.p, c.cfg, c.prof, c.live
+	keep := func(s string) string { return s }
+	mreq := &shared.MintCredentialsRequest{Items: make([]*shared.MintCredentialRequest, len(live))}
+	ttl := cfg.credentialTTL(prof, p.now())
+	for i, r := range live {
+		mreq.Items[i] = &shared.MintCredentialRequest{
+			Worker: r.worker, TTL: ttl, CPUs: prof.CPUs, GPUs: prof.GPUs, RAMMB: prof.RAMMB, Labels: prof.Labels,
+		}
+	}
+	mctx, cancel := context.WithTimeout(ctx, cfg.submitTimeout)
+	minted, err := shared.MintCredentials(mctx, c.host, mreq)
+	cancel()
+	if err != nil {
+		err = fmt.Errorf("minting credentials for %d workers from %s: %w", len(live), live[0].worker, err)
+		return nil, failure(err, err.Error(), false, keep)
+	}
+	tokens := make([]string, len(live))
+	for i, r := range live {
+		cred, err := minted.Items[i].Credential, minted.Items[i].Err
+		if err == nil && (cred == nil || cred.Token == "") {
+			err = errors.New("the host returned an empty credential")
+		}
+		if err != nil {
+			err = fmt.Errorf("minting a credential for worker %s: %w", r.worker, err)
+			return nil, failure(err, err.Error(), false, keep)
+		}
+		tokens[i] = cred.Token
+	}
+	return tokens, nil
+}
+
+// sbatchFailed is the *submitError of a failed sbatch, with what it said
+// and whether its answer was lost. sbatch does not echo the script, but
+// a wrapper on the login node might, and no token may reach a log or an
+// event (redact.go).
+func (c *sbatchCall) sbatchFailed(err error, tokens []string) error {
+	redact := newRedactor(tokens).scrub
+	if ce := (*queue.CommandError)(nil); errors.As(err, &ce) {
+		said := firstNonEmpty(string(ce.Stderr), string(ce.Stdout), ce.Err.Error())
+		if releaseMismatch(said) {
+			said = mismatchDetail(c.cfg.host(), said)
+		}
+		said += deadlineHint(c.prof, said) + submitRuleHint(said)
+		return failure(ce.Err, said, answerLost(ce.Err, ce.Stderr), redact)
+	}
+	err = fmt.Errorf("sbatch on %s: %w", c.cfg.host(), err)
+	return failure(err, err.Error(), false, redact)
+}
+
 // submissionFailed is where every failed submission ends: it records the
 // error, drops the reservation so the profile can be asked for again,
-// logs, and tells the engine.
+// logs, and tells the engine. A controller that takes no job, the site's
+// throttle and an accounting limit are weather, held without backoff
+// (never for a client of another release, errReleaseMismatch, whatever
+// its words); anything else counts towards the profile's backoff.
 func (su *submitter) submissionFailed(cfg *settings, host shared.Host, live []*request, detail string, err error) {
+	weather := !errors.Is(err, errReleaseMismatch)
+	_, limited := limitRefusal(detail)
+	switch {
+	case weather && jobsFull(detail):
+		su.failClusterFull(cfg, host, live, detail)
+	case weather && throttled(detail):
+		su.failThrottled(cfg, host, live, detail)
+	case weather && limited:
+		su.failLimit(cfg, host, live, detail)
+	default:
+		su.failProfile(cfg, host, live, detail, err)
+	}
+}
+
+// withdrawLocked takes the requests of live out of the books, each one
+// still there, failed unless its worker arrived. p.mu must be held.
+func (su *submitter) withdrawLocked(live []*request) {
 	p := su.p
-	p.mu.Lock()
-	p.lastErr = detail
 	for _, r := range live {
 		if p.outstanding[r.worker] == r {
 			delete(p.outstanding, r.worker)
@@ -375,63 +473,92 @@ func (su *submitter) submissionFailed(cfg *settings, host shared.Host, live []*r
 			r.phase = phaseFailed
 		}
 	}
-	if jobsFull(detail) && !errors.Is(err, errReleaseMismatch) {
-		// Weather for the whole cluster: no backoff; held for
-		// jobsFullWait, so the next submission does not wait out
-		// submit_timeout into the same wall at once (jobcount.go).
-		until := p.now().Add(jobsFullWait)
-		p.holds.clusterFull = hold{kind: holdClusterFull, until: until, reason: jobsFullDetail(p.known.maxJobs, detail, until)}
-		held := p.holds.clusterFull.reason
-		p.holds.binding = hold{kind: holdClusterFull, reason: held}
-		p.lastErr = truncate(held)
-		p.metrics.failedMachines(live[0].profile, shared.FailureLimitReached, len(live))
-		p.mu.Unlock()
-		cfg.log.Warn("slurmctld would not take the job (MaxJobCount, or busy); asking again as jobs leave", "profile", live[0].profile,
-			"machines", len(live), "output", detail)
-		evs := make([]shared.Event, len(live))
-		for i, r := range live {
-			evs[i] = shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Worker: r.worker, Detail: held, Class: shared.FailureLimitReached}
-		}
-		p.publishAll(p.life, cfg, host, evs)
-		return
+}
+
+// failClusterFull fails a submission slurmctld would not take a job for
+// (MaxJobCount, or busy).
+func (su *submitter) failClusterFull(cfg *settings, host shared.Host, live []*request, detail string) {
+	p := su.p
+	p.mu.Lock()
+	p.lastErr = detail
+	su.withdrawLocked(live)
+	// Weather for the whole cluster: no backoff; held for
+	// jobsFullWait, so the next submission does not wait out
+	// submit_timeout into the same wall at once (jobcount.go).
+	until := p.now().Add(jobsFullWait)
+	p.holds.clusterFull = hold{kind: holdClusterFull, until: until, reason: jobsFullDetail(p.known.maxJobs, detail, until)}
+	held := p.holds.clusterFull.reason
+	p.holds.binding = hold{kind: holdClusterFull, reason: held}
+	p.lastErr = truncate(held)
+	p.metrics.failedMachines(live[0].profile, shared.FailureLimitReached, len(live))
+	p.mu.Unlock()
+	cfg.log.Warn("slurmctld would not take the job (MaxJobCount, or busy); asking again as jobs leave", "profile", live[0].profile,
+		"machines", len(live), "output", detail)
+	evs := make([]shared.Event, len(live))
+	for i, r := range live {
+		evs[i] = shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Worker: r.worker, Detail: held, Class: shared.FailureLimitReached}
 	}
-	if throttled(detail) && !errors.Is(err, errReleaseMismatch) {
-		// Weather for the whole provisioner, with its wait: no backoff,
-		// no limit learnt (submitrules.go).
-		now := p.now()
-		first := !p.holds.throttled.on(now)
-		until := now.Add(throttleWait)
-		held := throttleDetail(detail, until)
-		p.holds.throttled = hold{kind: holdThrottled, until: until, reason: held}
-		p.lastErr = truncate(held)
-		p.metrics.failedMachines(live[0].profile, shared.FailureLimitReached, len(live))
-		p.mu.Unlock()
-		if first {
-			cfg.log.Warn("the site's submit rule throttles submissions; asking again when it gives one back", "profile", live[0].profile,
-				"machines", len(live), "until", until.UTC().Format(time.RFC3339), "output", detail)
-		}
-		for _, r := range live {
-			p.publish(p.life, cfg, host, shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Worker: r.worker, Detail: held, Class: shared.FailureLimitReached})
-		}
-		return
+	p.publishAll(p.life, cfg, host, evs)
+}
+
+// failThrottled fails a submission the site's submit rule throttled
+// (submitrules.go).
+func (su *submitter) failThrottled(cfg *settings, host shared.Host, live []*request, detail string) {
+	p := su.p
+	p.mu.Lock()
+	p.lastErr = detail
+	su.withdrawLocked(live)
+	// Weather for the whole provisioner, with its wait: no backoff,
+	// no limit learnt (submitrules.go).
+	now := p.now()
+	first := !p.holds.throttled.on(now)
+	until := now.Add(throttleWait)
+	held := throttleDetail(detail, until)
+	p.holds.throttled = hold{kind: holdThrottled, until: until, reason: held}
+	p.lastErr = truncate(held)
+	p.metrics.failedMachines(live[0].profile, shared.FailureLimitReached, len(live))
+	p.mu.Unlock()
+	if first {
+		cfg.log.Warn("the site's submit rule throttles submissions; asking again when it gives one back", "profile", live[0].profile,
+			"machines", len(live), "until", until.UTC().Format(time.RFC3339), "output", detail)
 	}
-	if which, ok := limitRefusal(detail); ok && !errors.Is(err, errReleaseMismatch) {
-		// Weather that clears as jobs end: no backoff, and a smaller
-		// burst next time (limits.go).
-		now := p.now()
-		p.lim.learnFromRefusalLocked(cfg, allocationsOf(live), -1, which, now)
-		p.holds.binding = hold{kind: holdLimitReached, reason: fmt.Sprintf("%s: Slurm refused a submission of %d machine(s) (%s); at most %d of the user's jobs or array tasks in the queue until %s",
-			limitReached, len(live), which, p.lim.limits.learned, p.lim.limits.learnedUntil.UTC().Format(time.RFC3339))}
-		p.metrics.failedMachines(live[0].profile, shared.FailureLimitReached, len(live))
-		p.mu.Unlock()
-		cfg.log.Warn("sbatch refused for an accounting limit; asking for fewer machines as the user's jobs end", "profile", live[0].profile,
-			"worker", live[0].tag, "machines", len(live), "limit", which, "output", detail)
-		for _, r := range live {
-			p.publish(p.life, cfg, host, shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Worker: r.worker, Detail: limitReached + ": " + detail})
-		}
-		p.poll.wake()
-		return
+	for _, r := range live {
+		p.publish(p.life, cfg, host, shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Worker: r.worker, Detail: held, Class: shared.FailureLimitReached})
 	}
+}
+
+// failLimit fails a submission sbatch refused for the login user's
+// accounting limits (limits.go).
+func (su *submitter) failLimit(cfg *settings, host shared.Host, live []*request, detail string) {
+	p := su.p
+	which, _ := limitRefusal(detail)
+	p.mu.Lock()
+	p.lastErr = detail
+	su.withdrawLocked(live)
+	// Weather that clears as jobs end: no backoff, and a smaller
+	// burst next time (limits.go).
+	now := p.now()
+	p.lim.learnFromRefusalLocked(cfg, allocationsOf(live), -1, which, now)
+	p.holds.binding = hold{kind: holdLimitReached, reason: fmt.Sprintf("%s: Slurm refused a submission of %d machine(s) (%s); at most %d of the user's jobs or array tasks in the queue until %s",
+		limitReached, len(live), which, p.lim.limits.learned, p.lim.limits.learnedUntil.UTC().Format(time.RFC3339))}
+	p.metrics.failedMachines(live[0].profile, shared.FailureLimitReached, len(live))
+	p.mu.Unlock()
+	cfg.log.Warn("sbatch refused for an accounting limit; asking for fewer machines as the user's jobs end", "profile", live[0].profile,
+		"worker", live[0].tag, "machines", len(live), "limit", which, "output", detail)
+	for _, r := range live {
+		p.publish(p.life, cfg, host, shared.Event{Kind: shared.EventWorkerProvisionFailed, Profile: r.profile, Worker: r.worker, Detail: limitReached + ": " + detail})
+	}
+	p.poll.wake()
+}
+
+// failProfile fails a submission for its profile: the failure counts
+// towards its backoff, and a refusal that waiting will not change holds
+// it as misconfigured.
+func (su *submitter) failProfile(cfg *settings, host shared.Host, live []*request, detail string, err error) {
+	p := su.p
+	p.mu.Lock()
+	p.lastErr = detail
+	su.withdrawLocked(live)
 	// One failed sbatch is one failure, however many machines it was for.
 	class := submitFailureClass(err, detail)
 	var held string

@@ -84,34 +84,21 @@ const maxBeginCount = 1 << 32
 // does, word by word, and says where and why it cannot, as sbatch would
 // refuse it.
 func ParseBegin(v string) (*Begin, error) {
-	at := func(i int) byte {
-		if i < 0 || i >= len(v) {
-			return 0
-		}
-		return v[i]
-	}
-	hasFold := func(i int, w string) bool {
-		return i >= 0 && i+len(w) <= len(v) && strings.EqualFold(v[i:i+len(w)], w)
-	}
-	digit := func(c byte) bool { return c >= '0' && c <= '9' }
-	bad := func(pos int, why string) error {
-		return fmt.Errorf("sbatch refuses it at position %d (%s)", pos, why)
-	}
-	if hasFold(0, "uts") {
+	if hasFoldAt(v, 0, "uts") {
 		n, err := strconv.ParseInt(strings.TrimLeft(v[3:], " \t"), 10, 64)
 		if err != nil || n < 1000000 {
-			return nil, bad(3, "uts takes the seconds since 1970, at least 1000000")
+			return nil, refusedAt(3, "uts takes the seconds since 1970, at least 1000000")
 		}
 		return &Begin{uts: time.Unix(n, 0), wall: true}, nil
 	}
 	b := &Begin{}
-	for pos := 0; at(pos) != 0 && at(pos) != '\n'; pos++ {
-		c := at(pos)
+	for pos := 0; byteAt(v, pos) != 0 && byteAt(v, pos) != '\n'; pos++ {
+		c := byteAt(v, pos)
 		if c == ' ' || c == '\t' || c == '-' || c == 'T' {
 			continue
 		}
 		named := func(w string, h int) bool {
-			if !hasFold(pos, w) {
+			if !hasFoldAt(v, pos, w) {
 				return false
 			}
 			b.toks = append(b.toks, beginTok{kind: 't', hour: h, named: true})
@@ -119,64 +106,36 @@ func ParseBegin(v string) (*Begin, error) {
 			return true
 		}
 		switch {
-		case hasFold(pos, "today"):
+		case hasFoldAt(v, pos, "today"):
 			b.toks = append(b.toks, beginTok{kind: 'd'})
 			pos += 4
 			continue
-		case hasFold(pos, "tomorrow"):
+		case hasFoldAt(v, pos, "tomorrow"):
 			b.toks = append(b.toks, beginTok{kind: 'm'})
 			pos += 7
 			continue
 		case named("midnight", 0), named("noon", 12), named("elevenses", 11), named("fika", 15), named("teatime", 16):
 			continue
-		case hasFold(pos, "now"):
-			var delta int64
-			for i := pos + 3; ; i++ {
-				ci := at(i)
-				if ci == '+' || ci == '-' {
-					// parse_time adds the index to pos, which is the
-					// same only when now comes first.
-					pos += i
-					var err error
-					if delta, pos, err = beginDelta(v, pos); err != nil {
-						return nil, err
-					}
-					if ci == '-' {
-						delta = -delta
-					}
-					break
-				}
-				if ci == ' ' || ci == '\t' {
-					continue
-				}
-				if ci == 0 || ci == '\n' {
-					pos += i - 1
-					break
-				}
-				return nil, bad(pos+i, "now takes +N or -N and a unit")
-			}
-			b.toks = append(b.toks, beginTok{kind: 'n', delta: time.Duration(delta) * time.Second})
-			continue
 		}
-		if !digit(c) {
-			return nil, bad(pos, fmt.Sprintf("%q starts no date, time or keyword", c))
+		// Any other word has a reader of its own, which says where it
+		// ends: now±N, a time of day, or a date.
+		read := beginDate
+		switch {
+		case hasFoldAt(v, pos, "now"):
+			read = beginNow
+		case c < '0' || c > '9':
+			return nil, refusedAt(pos, fmt.Sprintf("%q starts no date, time or keyword", c))
+		case byteAt(v, pos+1) == ':' || byteAt(v, pos+2) == ':':
+			read = beginClock
 		}
-		if at(pos+1) == ':' || at(pos+2) == ':' {
-			t, end, err := beginClock(v, pos)
-			if err != nil {
-				return nil, err
-			}
-			b.toks, pos = append(b.toks, t), end
-			continue
-		}
-		t, end, err := beginDate(v, pos)
+		t, end, err := read(v, pos)
 		if err != nil {
 			return nil, err
 		}
 		b.toks, pos = append(b.toks, t), end
 	}
 	if len(b.toks) == 0 {
-		return nil, bad(0, "no date, time or now+N")
+		return nil, refusedAt(0, "no date, time or now+N")
 	}
 	for _, t := range b.toks {
 		if t.kind != 'n' {
@@ -184,6 +143,56 @@ func ParseBegin(v string) (*Begin, error) {
 		}
 	}
 	return b, nil
+}
+
+// byteAt is v's byte at i, and 0 outside v, as parse_time reads the NUL
+// that ends its string.
+func byteAt(v string, i int) byte {
+	if i < 0 || i >= len(v) {
+		return 0
+	}
+	return v[i]
+}
+
+// hasFoldAt reports whether v has the word w at i, in any case.
+func hasFoldAt(v string, i int, w string) bool {
+	return i >= 0 && i+len(w) <= len(v) && strings.EqualFold(v[i:i+len(w)], w)
+}
+
+// refusedAt is sbatch refusing a --begin value at pos, for why.
+func refusedAt(pos int, why string) error {
+	return fmt.Errorf("sbatch refuses it at position %d (%s)", pos, why)
+}
+
+// beginNow is the word now at pos with its sign and count, if any: the
+// token and where it ends.
+func beginNow(v string, pos int) (beginTok, int, error) {
+	var delta int64
+	for i := pos + 3; ; i++ {
+		ci := byteAt(v, i)
+		if ci == '+' || ci == '-' {
+			// parse_time adds the index to pos, which is the same only
+			// when now comes first.
+			pos += i
+			var err error
+			if delta, pos, err = beginDelta(v, pos); err != nil {
+				return beginTok{}, 0, err
+			}
+			if ci == '-' {
+				delta = -delta
+			}
+			break
+		}
+		if ci == ' ' || ci == '\t' {
+			continue
+		}
+		if ci == 0 || ci == '\n' {
+			pos += i - 1
+			break
+		}
+		return beginTok{}, 0, refusedAt(pos+i, "now takes +N or -N and a unit")
+	}
+	return beginTok{kind: 'n', delta: time.Duration(delta) * time.Second}, pos, nil
 }
 
 // beginDelta is parse_time's _get_delta: the count after the sign at
@@ -213,186 +222,192 @@ func beginDelta(v string, pos int) (int64, int, error) {
 			digits++
 			continue
 		}
-		return 0, off - 1, fmt.Errorf("sbatch refuses it at position %d (%q is not a unit: seconds, minutes, hours, days or weeks, spelt out)", off, v[off:])
+		return 0, off - 1, refusedAt(off, fmt.Sprintf("%q is not a unit: seconds, minutes, hours, days or weeks, spelt out", v[off:]))
 	}
 	if digits == 0 {
-		return 0, off - 1, fmt.Errorf("sbatch refuses it at position %d (no count after the sign)", off)
+		return 0, off - 1, refusedAt(off, "no count after the sign")
 	}
 	return cnt, off - 1, nil
 }
 
+// beginScan is one word of a --begin value being read, as parse_time's
+// _get_time and _get_date read it: v is the value, and off where the
+// reading is, which each step moves on and a refusal names.
+type beginScan struct {
+	v   string
+	off int
+}
+
+func (s *beginScan) at(i int) byte { return byteAt(s.v, i) }
+
+func (s *beginScan) isDigit(i int) bool { return s.at(i) >= '0' && s.at(i) <= '9' }
+
+// num is the digit at i as a number.
+func (s *beginScan) num(i int) int { return int(s.at(i)) - '0' }
+
+// refuse is the word refused at off, for why.
+func (s *beginScan) refuse(why string) (beginTok, int, error) {
+	return beginTok{}, 0, refusedAt(s.off, why)
+}
+
 // beginClock is parse_time's _get_time: HH:MM[:SS] [AM|PM] at pos.
 func beginClock(v string, pos int) (beginTok, int, error) {
-	at := func(i int) byte {
-		if i >= len(v) {
-			return 0
+	s := &beginScan{v: v, off: pos}
+	if !s.isDigit(s.off) {
+		return s.refuse("an hour is a digit or two")
+	}
+	hr := s.num(s.off)
+	s.off++
+	if s.at(s.off) != ':' {
+		if !s.isDigit(s.off) {
+			return s.refuse("an hour is a digit or two")
 		}
-		return v[i]
-	}
-	digit := func(i int) (int, bool) {
-		c := at(i)
-		return int(c - '0'), c >= '0' && c <= '9'
-	}
-	off := pos
-	bad := func(why string) (beginTok, int, error) {
-		return beginTok{}, 0, fmt.Errorf("sbatch refuses it at position %d (%s)", off, why)
-	}
-	hr, ok := digit(off)
-	if !ok {
-		return bad("an hour is a digit or two")
-	}
-	off++
-	if at(off) != ':' {
-		d, ok := digit(off)
-		if !ok {
-			return bad("an hour is a digit or two")
-		}
-		hr, off = hr*10+d, off+1
+		hr, s.off = hr*10+s.num(s.off), s.off+1
 	}
 	if hr > 23 {
-		off -= 2
-		return bad("an hour is 0 to 23")
+		s.off -= 2
+		return s.refuse("an hour is 0 to 23")
 	}
-	if at(off) != ':' {
-		return bad("HH:MM")
+	if s.at(s.off) != ':' {
+		return s.refuse("HH:MM")
 	}
-	off++
-	m1, ok1 := digit(off)
-	m2, ok2 := digit(off + 1)
-	if !ok1 || !ok2 {
-		return bad("minutes are two digits")
-	}
-	mn := m1*10 + m2
-	off += 2
-	if mn > 59 {
-		off -= 2
-		return bad("minutes are 00 to 59")
+	s.off++
+	mn, why := s.sixty("minutes")
+	if why != "" {
+		return s.refuse(why)
 	}
 	sec := 0
-	if at(off) == ':' {
-		off++
-		s1, ok1 := digit(off)
-		s2, ok2 := digit(off + 1)
-		if !ok1 || !ok2 {
-			return bad("seconds are two digits")
-		}
-		sec = s1*10 + s2
-		off += 2
-		if sec > 59 {
-			off -= 2
-			return bad("seconds are 00 to 59")
+	if s.at(s.off) == ':' {
+		s.off++
+		if sec, why = s.sixty("seconds"); why != "" {
+			return s.refuse(why)
 		}
 	}
-	for c := at(off); c == ' ' || c == '\t' || c == '\v' || c == '\f' || c == '\r' || c == '\n'; c = at(off) {
-		off++
+	if hr, why = s.meridiem(hr); why != "" {
+		return s.refuse(why)
+	}
+	return beginTok{kind: 't', hour: hr, min: mn, sec: sec}, s.off - 1, nil
+}
+
+// sixty reads the two digits of minutes or seconds (what) at off, 00 to
+// 59, and moves past them; why is sbatch's refusal of anything else,
+// with off left where they begin.
+func (s *beginScan) sixty(what string) (n int, why string) {
+	if !s.isDigit(s.off) || !s.isDigit(s.off+1) {
+		return 0, what + " are two digits"
+	}
+	n = s.num(s.off)*10 + s.num(s.off+1)
+	if n > 59 {
+		return 0, what + " are 00 to 59"
+	}
+	s.off += 2
+	return n, ""
+}
+
+// meridiem reads the white space after a time and an AM or PM there, if
+// any, and is hr on the 24-hour clock; why is sbatch's refusal of an hour
+// that AM or PM does not take.
+func (s *beginScan) meridiem(hr int) (int, string) {
+	for c := s.at(s.off); c == ' ' || c == '\t' || c == '\v' || c == '\f' || c == '\r' || c == '\n'; c = s.at(s.off) {
+		s.off++
 	}
 	switch {
-	case off+2 <= len(v) && strings.EqualFold(v[off:off+2], "pm"):
+	case hasFoldAt(s.v, s.off, "pm"):
 		hr += 12
 		if hr > 23 {
 			if hr != 24 {
-				return bad("a PM hour is 1 to 12")
+				return 0, "a PM hour is 1 to 12"
 			}
 			hr = 12
 		}
-		off += 2
-	case off+2 <= len(v) && strings.EqualFold(v[off:off+2], "am"):
+		s.off += 2
+	case hasFoldAt(s.v, s.off, "am"):
 		if hr > 11 {
 			if hr != 12 {
-				return bad("an AM hour is 1 to 12")
+				return 0, "an AM hour is 1 to 12"
 			}
 			hr = 0
 		}
-		off += 2
+		s.off += 2
 	}
-	return beginTok{kind: 't', hour: hr, min: mn, sec: sec}, off - 1, nil
+	return hr, ""
 }
 
 // beginDate is parse_time's _get_date: YYYY-MM-DD, or MMDD[YY],
 // MM/DD[/YY] or MM.DD[.YY], at pos.
 func beginDate(v string, pos int) (beginTok, int, error) {
-	at := func(i int) byte {
-		if i >= len(v) {
-			return 0
-		}
-		return v[i]
-	}
-	digit := func(i int) bool { return at(i) >= '0' && at(i) <= '9' }
-	num := func(i int) int { return int(at(i)) - '0' }
-	off := pos
-	bad := func(why string) (beginTok, int, error) {
-		return beginTok{}, 0, fmt.Errorf("sbatch refuses it at position %d (%s)", off, why)
-	}
-	// field reads a month or a day at off, one digit or two, as
-	// _get_date does; out of lo..hi, off is put back where it began.
-	field := func(lo, hi int) (int, bool) {
-		n := num(off)
-		off++
-		if digit(off) {
-			n, off = n*10+num(off), off+1
-		}
-		if n < lo || n > hi {
-			off -= 2
-			return 0, false
-		}
-		return n, true
-	}
+	s := &beginScan{v: v, off: pos}
 	t := beginTok{kind: 'D', yr: -1}
-	if len(v) >= off+7 && at(off+4) == '-' && at(off+7) == '-' {
+	if len(v) >= s.off+7 && s.at(s.off+4) == '-' && s.at(s.off+7) == '-' {
 		yr := 0
 		for k := 0; k < 4; k++ {
-			if !digit(off) {
-				return bad("a year is four digits")
+			if !s.isDigit(s.off) {
+				return s.refuse("a year is four digits")
 			}
-			yr, off = yr*10+num(off), off+1
+			yr, s.off = yr*10+s.num(s.off), s.off+1
 		}
-		off++
-		mon, ok := field(1, 12)
+		s.off++
+		mon, ok := s.field(1, 12)
 		if !ok {
-			return bad("a month is 1 to 12")
+			return s.refuse("a month is 1 to 12")
 		}
-		off++
-		if !digit(off) {
-			return bad("a day is a digit or two")
+		s.off++
+		if !s.isDigit(s.off) {
+			return s.refuse("a day is a digit or two")
 		}
-		day, ok := field(1, 31)
+		day, ok := s.field(1, 31)
 		if !ok {
-			return bad("a day is 1 to 31")
+			return s.refuse("a day is 1 to 31")
 		}
 		t.month, t.day, t.yr, t.hasYear = mon-1, day, yr-1900, true
-		return t, off - 1, nil
+		return t, s.off - 1, nil
 	}
-	mon, ok := field(1, 12)
+	mon, ok := s.field(1, 12)
 	if !ok {
-		return bad("a month is 1 to 12")
+		return s.refuse("a month is 1 to 12")
 	}
-	if at(off) == '.' || at(off) == '/' {
-		off++
+	if s.at(s.off) == '.' || s.at(s.off) == '/' {
+		s.off++
 	}
-	if !digit(off) {
-		return bad("a day is a digit or two")
+	if !s.isDigit(s.off) {
+		return s.refuse("a day is a digit or two")
 	}
-	day, ok := field(1, 31)
+	day, ok := s.field(1, 31)
 	if !ok {
-		return bad("a day is 1 to 31")
+		return s.refuse("a day is 1 to 31")
 	}
-	if at(off) == '.' || at(off) == '/' {
-		off++
+	if s.at(s.off) == '.' || s.at(s.off) == '/' {
+		s.off++
 	}
-	if digit(off) {
-		yr := num(off)
-		off++
-		if !digit(off) {
-			return bad("a year here is two digits")
+	if s.isDigit(s.off) {
+		yr := s.num(s.off)
+		s.off++
+		if !s.isDigit(s.off) {
+			return s.refuse("a year here is two digits")
 		}
-		yr, off = yr*10+num(off), off+1
+		yr, s.off = yr*10+s.num(s.off), s.off+1
 		// parse_time takes a year of 00 for none.
 		if yr != 0 {
 			t.yr, t.hasYear = yr+100, true
 		}
 	}
 	t.month, t.day = mon-1, day
-	return t, off - 1, nil
+	return t, s.off - 1, nil
+}
+
+// field reads a month or a day at off, one digit or two, as _get_date
+// does; out of lo..hi, off is put back where it began.
+func (s *beginScan) field(lo, hi int) (int, bool) {
+	n := s.num(s.off)
+	s.off++
+	if s.isDigit(s.off) {
+		n, s.off = n*10+s.num(s.off), s.off+1
+	}
+	if n < lo || n > hi {
+		s.off -= 2
+		return 0, false
+	}
+	return n, true
 }
 
 // Wall is true for every form but now±N: it is read on a clock, the
