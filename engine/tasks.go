@@ -405,6 +405,13 @@ func (t *taskTable) submit(spec TaskSpec) (rec *taskRec, ready bool, err error) 
 	if t.ends.start.IsZero() {
 		t.ends.start = t.now()
 	}
+	return rec, t.afterLocked(rec, deps), nil
+}
+
+// afterLocked has rec wait for those of deps that have not ended, and
+// reports whether it may run now: all of them succeeded already. One
+// that ended otherwise ends rec at once (skipLocked). t.mu must be held.
+func (t *taskTable) afterLocked(rec *taskRec, deps []*taskRec) bool {
 	for _, d := range deps {
 		switch {
 		case d.end == nil:
@@ -412,13 +419,10 @@ func (t *taskTable) submit(spec TaskSpec) (rec *taskRec, ready bool, err error) 
 			t.dependents[d.id] = append(t.dependents[d.id], rec)
 		case d.state != worker.StateSucceeded:
 			t.skipLocked(rec, d)
-			return rec, false, nil
+			return false
 		}
 	}
-	if rec.after > 0 {
-		return rec, false, nil
-	}
-	return rec, t.resolveLocked(rec), nil
+	return rec.after == 0 && t.resolveLocked(rec)
 }
 
 // dependenciesLocked is the tasks spec runs after (After, and every

@@ -193,6 +193,31 @@ func parseTaskLines(r io.Reader, name, base string, results *os.Root) ([]engine.
 // (as Submit takes them), otherwise the file's; an error says where, at
 // its line.
 func inOrder(specs []engine.TaskSpec, lines []int, name string) ([]engine.TaskSpec, []int, error) {
+	deps, err := dependencies(specs, lines, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	order, err := placeAfter(deps, func(i int, ring []int) error {
+		var ids []string
+		for _, j := range ring {
+			ids = append(ids, specs[j].ID)
+		}
+		return fmt.Errorf("%s:%d: task %q runs after itself: %s", name, lines[i], specs[i].ID, strings.Join(ids, " -> "))
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	outSpecs, outLines := make([]engine.TaskSpec, len(specs)), make([]int, len(specs))
+	for k, i := range order {
+		outSpecs[k], outLines[k] = specs[i], lines[i]
+	}
+	return outSpecs, outLines, nil
+}
+
+// dependencies is, for each task, the tasks of the file it runs after,
+// by index; an error names, at its line, each that names no task of the
+// file, or an output none of that task's outputs covers.
+func dependencies(specs []engine.TaskSpec, lines []int, name string) ([][]int, error) {
 	at := make(map[string]int, len(specs))
 	for i, s := range specs {
 		at[s.ID] = i
@@ -226,33 +251,29 @@ func inOrder(specs []engine.TaskSpec, lines []int, name string) ([]engine.TaskSp
 			deps[i] = append(deps[i], j)
 		}
 	}
-	if len(errs) > 0 {
-		return nil, nil, errors.Join(errs...)
-	}
-	// Depth first, in the file's order: a task is placed after what it
-	// runs after. A task met again while its own dependencies are
-	// being placed closes a cycle.
+	return deps, errors.Join(errs...)
+}
+
+// placeAfter orders the tasks so that each follows those it runs after
+// (deps, by index), depth first in their own order otherwise. A task met
+// again while its own dependencies are being placed closes a cycle:
+// cycle's error is returned, given the task and the ring from it back
+// to it.
+func placeAfter(deps [][]int, cycle func(i int, ring []int) error) ([]int, error) {
 	const (
 		unseen = iota
 		placing
 		placed
 	)
-	state := make([]int, len(specs))
-	var order []int
-	var path []int
+	state := make([]int, len(deps))
+	var order, path []int
 	var visit func(i int) error
 	visit = func(i int) error {
 		switch state[i] {
 		case placed:
 			return nil
 		case placing:
-			k := slices.Index(path, i)
-			var ids []string
-			for _, j := range path[k:] {
-				ids = append(ids, specs[j].ID)
-			}
-			ids = append(ids, specs[i].ID)
-			return fmt.Errorf("%s:%d: task %q runs after itself: %s", name, lines[i], specs[i].ID, strings.Join(ids, " -> "))
+			return cycle(i, append(slices.Clone(path[slices.Index(path, i):]), i))
 		}
 		state[i] = placing
 		path = append(path, i)
@@ -266,16 +287,12 @@ func inOrder(specs []engine.TaskSpec, lines []int, name string) ([]engine.TaskSp
 		order = append(order, i)
 		return nil
 	}
-	for i := range specs {
+	for i := range deps {
 		if err := visit(i); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
-	outSpecs, outLines := make([]engine.TaskSpec, len(specs)), make([]int, len(specs))
-	for k, i := range order {
-		outSpecs[k], outLines[k] = specs[i], lines[i]
-	}
-	return outSpecs, outLines, nil
+	return order, nil
 }
 
 // maxUnheld bounds the tasks and needs unheld lists, as parseTaskLines
