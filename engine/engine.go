@@ -124,6 +124,10 @@ type Hooks struct {
 	Burst func(provisioner string, pd shared.ProfileDemand)
 	// Stopped hears each provisioner's shutdown result.
 	Stopped func(StopResult)
+	// TaskStarted hears each attempt of a task handed to a worker: the
+	// task's id (Task), the attempt's number and id, the worker, its
+	// provisioner and job.
+	TaskStarted func(Activity)
 	// TaskEnded hears each task that ended (succeeded, failed,
 	// cancelled, timed out, or lost after its last attempt).
 	TaskEnded func(TaskResult)
@@ -150,8 +154,10 @@ type Hooks struct {
 //   - New builds it from cfg; it opens nothing and starts no goroutine.
 //   - Serve listens and serves HTTP (normally Mux's routes).
 //   - Start launches the plugins, which are told where the engine
-//     listens; it listens first if Serve has not.
-//   - Run passes until its context ends or its done says so.
+//     listens; it listens first if Serve has not. From then on the
+//     engine passes on a goroutine of its own.
+//   - Run, optional, passes until its context ends or its done says
+//     so; called before Start, it is the loop instead.
 //   - Stop lets the workers go and shuts it all down.
 //
 // Between Start and Stop, an embedder submits tasks (Submit), cancels
@@ -279,7 +285,12 @@ func New(cfg Config) (*Engine, error) {
 				e.hooks.put(func() { h(r) }, true)
 			}
 		},
-		activity: func(a Activity) { e.obs.activity(a) },
+		activity: func(a Activity) {
+			e.obs.activity(a)
+			if h := cfg.Hooks.TaskStarted; h != nil && a.Kind == EventTaskAssigned && a.Task != "" {
+				e.hooks.put(func() { h(a) }, true)
+			}
+		},
 		gone: func(w WorkerInfo, why string) {
 			if h := cfg.Hooks.WorkerGone; h != nil {
 				e.hooks.put(func() { h(w, why) }, true)

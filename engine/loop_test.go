@@ -80,3 +80,25 @@ func TestEngineRunsByItself(t *testing.T) {
 	}
 	stop()
 }
+
+// TestTaskStartedHook: each attempt handed to a worker is heard by
+// Hooks.TaskStarted with the task's id, the attempt's number and id,
+// the worker, its provisioner and job.
+func TestTaskStartedHook(t *testing.T) {
+	t.Parallel()
+	heard := make(chan Activity, 4)
+	e := taskEngine(t, Config{Hooks: Hooks{TaskStarted: func(a Activity) { heard <- a }}})
+	if _, err := e.Submit(commandTask("started-1")); err != nil {
+		t.Fatal(err)
+	}
+	w := joinWorker(t, e, "slurm-started", worker.FeatureCommand)
+	task := w.take()
+	select {
+	case a := <-heard:
+		if a.Task != "started-1" || a.Attempt != 1 || a.AttemptID != task.ID || a.Worker != "slurm-started" || a.Job != "77" || a.Kind != EventTaskAssigned {
+			t.Errorf("TaskStarted heard %+v; want started-1, attempt 1 (%s), on slurm-started, job 77", a, task.ID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("TaskStarted heard nothing in 10 s")
+	}
+}
