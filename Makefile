@@ -148,12 +148,12 @@ sandbox-down: ## stop the sandbox in $(SANDBOX_DIR) and delete its state
 # Beside the others (go test runs packages at once) each holds part of
 # the CPUs while waiting for the rest, and two of them can starve each
 # other until both time out; they run after the rest, one at a time.
-WHOLE_SANDBOX_TESTS := ^(TestE2ERelayHundred|TestE2EBurstOf40|TestAuthorJob)$$
+WHOLE_SANDBOX_TESTS := ^(TestE2ERelayHundred|TestE2EBurstOf40|TestAuthorJob|TestMapReduce)$$
 .PHONY: test
 test: build lint fuzz ## lint, a short fuzz, then every test with -race, with the sandbox up when possible
 	@bash sandbox/with-sandbox.sh $(SANDBOX_DIR) -- sh -c '$(GO) test -race -count=1 -timeout 20m -skip "$(WHOLE_SANDBOX_TESTS)" ./... && \
 		echo "==> the tests that need the whole sandbox, one at a time" && \
-		$(GO) test -race -count=1 -timeout 15m -p 1 -parallel 1 -run "$(WHOLE_SANDBOX_TESTS)" ./host-example/ ./examples/authorjob/'
+		$(GO) test -race -count=1 -timeout 15m -p 1 -parallel 1 -run "$(WHOLE_SANDBOX_TESTS)" ./host-example/ ./examples/authorjob/ ./examples/mapreduce/'
 
 # The tests that talk to Slurm, run again on each newer Slurm: the
 # plugin's integration, refusal, reliability and version tests, the
@@ -176,7 +176,7 @@ test-slurm: build ## the Slurm-facing tests and the demo against SANDBOX_SLURM's
 		echo "==> Slurm-facing tests on Slurm $${SANDBOX_SLURM_VERSION:-?} ($(SANDBOX_SLURM))"; \
 		$(GO) test -count=1 -timeout 30m -run "$(SLURM_TESTS_PLUGIN)|$(SLURM_TESTS_ENGINE)" -skip "$(SLURM_TESTS_NOT_AGAIN)" \
 			./slurm/ ./slurm/sshrun/ ./slurm/internal/queue/ ./host-example/; \
-		$(GO) test -count=1 -timeout 10m ./examples/embed/ ./examples/authorjob/; \
+		$(GO) test -count=1 -timeout 10m ./examples/embed/ ./examples/authorjob/ ./examples/mapreduce/; \
 		DEMO_LINGER=0 bash sandbox/demo.sh; \
 		echo "==> Slurm $${SANDBOX_SLURM_VERSION:-?} ($(SANDBOX_SLURM)): passed in $$((SECONDS - t0)) s"'
 

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,13 +25,16 @@ func TestMain(m *testing.M) {
 var (
 	sumRe     = regexp.MustCompile(`^(sum-\d\d) succeeded attempts=1 job=(\S+) ([0-9a-f]{64})  in\.bin$`)
 	runningRe = regexp.MustCompile(`^(sleep|long) running on job (\S+)$`)
+	reduceRe  = regexp.MustCompile(`^reduce succeeded attempts=1 job=\S+ 30$`)
 )
 
 // TestAuthorJob runs an engine author's first real job on the sandbox's
 // Slurm through the kit and its own worker: 30 digests of 1 MB inputs in
-// a directory the job user cannot enter (20 of 1 CPU, 10 of 2), exit 3,
-// sleep 300 cancelled, a long task whose job is scancelled under it and
-// that runs again elsewhere, a clean stop with nothing left in the queue.
+// a directory the job user cannot enter (20 of 1 CPU, 10 of 2), a reduce
+// after them over their 30 outputs, exit 3 and a task after it (never
+// run), sleep 300 cancelled, a long task whose job is scancelled under
+// it and that runs again elsewhere, a clean stop with nothing left in
+// the queue.
 func TestAuthorJob(t *testing.T) {
 	env := sandboxtest.Require(t)
 	bin := sandboxtest.Binary(t, "examples/authorjob", "authorjob")
@@ -106,7 +110,11 @@ func TestAuthorJob(t *testing.T) {
 	if seen != 30 {
 		t.Errorf("%d of 30 digests told", seen)
 	}
-	for _, want := range []string{"exit3 failed attempts=1", "sleep cancelled attempts=1", "long succeeded attempts=2"} {
+	// The reduce ran once, after the 30, on their 30 sums.
+	if !slices.ContainsFunc(lines, func(l string) bool { return reduceRe.MatchString(l) }) {
+		t.Errorf("no line of the reduce's having counted the 30 sums (%s)", reduceRe)
+	}
+	for _, want := range []string{"exit3 failed attempts=1", "after-exit3 cancelled attempts=0", "sleep cancelled attempts=1", "long succeeded attempts=2"} {
 		if !strings.Contains(strings.Join(lines, "\n"), want) {
 			t.Errorf("no %q", want)
 		}

@@ -1,10 +1,11 @@
 // Authorjob is an engine author's first real job, done with the engine
 // kit and its own worker: 30 tasks, each sha256sum of an input that
 // exists only on the engine's machine (20 needing 1 CPU, 10 needing 2),
-// one that fails with exit 3, one sleep 300 cancelled once it runs, and
-// one long task that runs again if its job is cancelled under it; then a
-// clean stop. It prints one line per task and exits 0 when every task
-// ended as it should.
+// and a reduce after them that takes their 30 sums as its inputs; one
+// task that fails with exit 3 and one after it, which never runs; one
+// sleep 300 cancelled once it runs; and one long task that runs again
+// if its job is cancelled under it; then a clean stop. It prints one
+// line per task and exits 0 when every task ended as it should.
 //
 //	authorjob -config FILE -inputs DIR
 //
@@ -37,15 +38,22 @@ func run() int {
 		fmt.Fprintln(os.Stderr, diags.Error())
 		return 1
 	}
+	var eng *engine.Engine
 	eng, err := engine.New(engine.Config{
 		Provisioners: cfg.Provisioners,
 		Secret:       host.RandomSecret(),
 		ID:           host.EngineIdentity(cfg.Engine.ID, cfg.Path),
 		Listen:       cfg.Engine.Listen,
-		Hooks: engine.Hooks{TaskEnded: func(r engine.TaskResult) {
-			a := r.Attempts[len(r.Attempts)-1]
-			fmt.Printf("%s %s attempts=%d job=%s %s\n", r.ID, r.State, len(r.Attempts), a.JobID, strings.TrimSpace(r.Stdout))
-		}},
+		Hooks: engine.Hooks{
+			TaskStarted: func(a engine.Activity) {
+				if a.Task == "sleep" || a.Task == "long" {
+					fmt.Printf("%s running on job %s\n", a.Task, a.Job)
+				}
+				if a.Task == "sleep" {
+					eng.Cancel(a.Task)
+				}
+			},
+		},
 	})
 	if err == nil {
 		err = eng.Serve(eng.Mux(nil, false))
@@ -61,36 +69,45 @@ func run() int {
 		return 1
 	}
 
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	ends := eng.Ended(wctx)
 	want, err := submitJob(eng, *inputs)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	told := map[string]bool{}
-	done := func() bool {
-		ended := 0
-		for id := range want {
-			r, _ := eng.Task(id)
-			if r.State == engine.TaskRunning && !told[id] && (id == "sleep" || id == "long") {
-				told[id] = true
-				fmt.Printf("%s running on job %s\n", id, r.Attempts[len(r.Attempts)-1].JobID)
-				if id == "sleep" {
-					eng.Cancel(id)
-				}
-			}
-			if r.State != engine.TaskWaiting && r.State != engine.TaskRunning {
-				ended++
-			}
+	// Each end once, as it comes; then Wait, which has them all.
+	ids := make([]string, 0, len(want))
+	seen := map[string]bool{}
+	for r := range ends {
+		if seen[r.ID] {
+			fmt.Printf("%s ended twice\n", r.ID)
+			return 1
 		}
-		return ended == len(want)
+		seen[r.ID] = true
+		job := ""
+		if len(r.Attempts) > 0 {
+			job = r.Attempts[len(r.Attempts)-1].JobID
+		}
+		fmt.Printf("%s %s attempts=%d job=%s %s\n", r.ID, r.State, len(r.Attempts), job, strings.TrimSpace(r.Stdout))
+		if ids = append(ids, r.ID); len(ids) == len(want) {
+			break
+		}
 	}
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	eng.Run(rctx, done)
+	results, err := eng.Wait(wctx, ids...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	code := 0
-	for id, state := range want {
-		if r, _ := eng.Task(id); r.State != state {
-			fmt.Printf("%s: %s, want %s\n", id, r.State, state)
+	if len(results) != len(want) {
+		fmt.Printf("%d tasks ended, want %d\n", len(results), len(want))
+		code = 1
+	}
+	for _, r := range results {
+		if r.State != want[r.ID] {
+			fmt.Printf("%s: %s, want %s\n", r.ID, r.State, want[r.ID])
 			code = 1
 		}
 	}
@@ -107,16 +124,22 @@ func submitJob(eng *engine.Engine, inputs string) (map[string]worker.TaskState, 
 		}
 		want[spec.ID] = state
 	}
+	reduce := engine.TaskSpec{ID: "reduce", Need: shared.Need{CPUs: 1}, Command: []string{"sh", "-c", "cat s-* | wc -l"}}
 	for i := range 30 {
+		id := fmt.Sprintf("sum-%02d", i)
 		submit(engine.TaskSpec{
-			ID:      fmt.Sprintf("sum-%02d", i),
+			ID:      id,
 			Need:    shared.Need{CPUs: 1 + i/20},
-			Command: []string{"sha256sum", "in.bin"},
+			Command: []string{"sh", "-c", "sha256sum in.bin | tee sum.txt"},
 			Inputs:  []engine.Input{{Name: "in.bin", Path: filepath.Join(inputs, fmt.Sprintf("in-%02d.bin", i))}},
+			Outputs: []string{"sum.txt"},
 			Retries: 2,
 		}, worker.StateSucceeded)
+		reduce.Inputs = append(reduce.Inputs, engine.Input{Name: "s-" + id, FromTask: id, Path: "sum.txt"})
 	}
+	submit(reduce, worker.StateSucceeded)
 	submit(engine.TaskSpec{ID: "exit3", Need: shared.Need{CPUs: 1}, Command: []string{"sh", "-c", "echo no >&2; exit 3"}}, worker.StateFailed)
+	submit(engine.TaskSpec{ID: "after-exit3", Need: shared.Need{CPUs: 1}, Command: []string{"true"}, After: []string{"exit3"}}, worker.StateCancelled)
 	submit(engine.TaskSpec{ID: "sleep", Need: shared.Need{CPUs: 1}, Command: []string{"sleep", "300"}}, worker.StateCancelled)
 	submit(engine.TaskSpec{ID: "long", Need: shared.Need{CPUs: 1}, Command: []string{"sleep", "15"}, Retries: 2}, worker.StateSucceeded)
 	return want, refused
