@@ -60,7 +60,9 @@
 //     opens them. The embedder adds its own routes beside the kit's.
 //
 // What it owns, and what it may not touch: it owns the books (who is
-// attached, with which credential and session, what each was given),
+// attached, with which credential and session, what each was given) and
+// the admission under their lock (which verified worker may attach, as
+// which job: admission.go; engine/host only signs and verifies),
 // the decision of what to ask each provisioner for, and the tasks'
 // directory (Config.TaskDir, or its own under os.TempDir, removed at
 // Stop: each task's stdout, stderr and outputs). It reads a task's input
@@ -108,7 +110,7 @@
 // embedder's wrapper does).
 //
 // Design records: docs/design/engine-kit.md, docs/design/engine-park.md,
-// docs/design/engine-sessions.md, docs/design/engine-backoff.md,
-// docs/design/engine-events-sse.md, docs/design/engine-listener.md,
-// docs/design/engine-metrics-registry.md.
+// docs/design/engine-sessions.md, docs/design/engine-admission.md,
+// docs/design/engine-backoff.md, docs/design/engine-events-sse.md,
+// docs/design/engine-listener.md, docs/design/engine-metrics-registry.md.
 package engine

@@ -646,7 +646,7 @@ func (e *Engine) poke() {
 // budget.
 //
 // What the engine keeps for a plugin's events is bounded per
-// provisioner: the books' records (host.RecordBudget), the profiles it
+// provisioner: the books' records (recordBudget), the profiles it
 // holds back (maxHeldProfiles), the machines it times (maxWaiting); the
 // event stream's history and the metrics' labels are bounded for all.
 // An event past a bound is counted (fluksio_provisioner_events_unrecorded_total)

@@ -60,7 +60,7 @@ func TestEventHubBoundsAndSlowSubscribers(t *testing.T) {
 // log lines in 40 s). The log and the story tell eventLogBurst of them,
 // and one summary line each counts the rest, in the next window and at
 // the engine's stop; every event still reaches the event stream, and the
-// engine's books up to their bound (host.RecordBudget, maxWaiting: the
+// engine's books up to their bound (recordBudget, maxWaiting: the
 // two bounds passed are said once each, and the rest counted).
 func TestPluginEventFloodLogged(t *testing.T) {
 	logger, logs := testLogger(t)
@@ -96,11 +96,11 @@ func TestPluginEventFloodLogged(t *testing.T) {
 	waiting := len(d.obs.waiting)
 	d.obs.mu.Unlock()
 	jobs, _ := d.books.records(testProvisioner)
-	if waiting != maxWaiting || jobs != host.RecordBudget {
-		t.Errorf("the engine's books hold %d machines on their way and %d job records; want %d and %d", waiting, jobs, maxWaiting, host.RecordBudget)
+	if waiting != maxWaiting || jobs != recordBudget {
+		t.Errorf("the engine's books hold %d machines on their way and %d job records; want %d and %d", waiting, jobs, maxWaiting, recordBudget)
 	}
 	_, unrecorded := provisionerMetrics(t, d, testProvisioner)
-	if want := float64(flood - host.RecordBudget); unrecorded[unrecordedWorker] != want || unrecorded[unrecordedTimed] != want {
+	if want := float64(flood - recordBudget); unrecorded[unrecordedWorker] != want || unrecorded[unrecordedTimed] != want {
 		t.Errorf("unrecorded %v; want %v of each of %s and %s", unrecorded, want, unrecordedWorker, unrecordedTimed)
 	}
 	// The next window opens with the summary of the first.

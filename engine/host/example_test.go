@@ -17,7 +17,7 @@ import (
 
 // An engine that embeds the host side: its own file, whose provisioner
 // blocks become configured, supervised provisioners with their shapes,
-// and a signer and admission for the workers that dial back.
+// and a signer for the workers that dial back.
 // docs/engine-kit.md says when an engine uses this layer directly.
 func Example() {
 	const path = "engine.hcl"
@@ -33,7 +33,6 @@ func Example() {
 
 	secret := host.RandomSecret() // or host.SecretFromEnv("MY_ENGINE_SECRET")
 	signer := host.NewSigner(secret)
-	admission := host.NewAdmission(nil) // guard it with your books' lock
 	var sups []*host.Supervisor
 	for _, block := range content.Blocks {
 		b, diags := host.DecodeBlock(block, ".")
@@ -49,7 +48,7 @@ func Example() {
 			EngineID:        host.EngineIdentity("", path),
 			CredentialEpoch: host.CredentialEpoch(secret),
 			OnEvent: func(ev shared.Event) {
-				_, _ = admission.Observe(ev) // which job each worker must attach as
+				fmt.Println(ev.Kind, ev.Worker, ev.Job) // which job each worker must attach as
 			},
 		})
 		s.OnUp = func(c host.Configured) { fmt.Println(c.Name, "offers", len(c.Shapes), "shapes") }
@@ -63,7 +62,8 @@ func Example() {
 
 	// ... ask s.Provisioner().Provision for machines; call s.Reconcile
 	// with the workers attached now; verify a worker's token with
-	// signer.Verify and admit it with admission.Admit ...
+	// signer.Verify, and admit it only as the job its provisioner
+	// said it started (the worker_provisioned event) ...
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -185,60 +185,6 @@ func TestValidateSaysWhere(t *testing.T) {
 	}
 }
 
-// TestAdmission: a worker attaches only as the job its provisioner
-// recorded, once; another provisioner's events change nothing; records
-// and revocations are forgotten once no credential could still use them.
-func TestAdmission(t *testing.T) {
-	t.Parallel()
-	now := time.Unix(1_800_000_000, 0)
-	a := NewAdmission(func() time.Time { return now })
-	cred := Credential{CredentialClaims: claims("slurm-gpu-1")}
-	refusal := func(err error) Refusal {
-		var ae *AdmitError
-		if errors.As(err, &ae) {
-			return ae.Refusal
-		}
-		return 0
-	}
-	if r := refusal(a.Admit(cred, "7")); r != RefusedNotYet {
-		t.Errorf("before any event: %v; want RefusedNotYet", r)
-	}
-	a.Observe(shared.Event{Kind: shared.EventWorkerProvisioned, Provisioner: "slurm", Worker: "slurm-gpu-1", Job: "7"})
-	if err := a.Admit(cred, "7"); err != nil {
-		t.Errorf("as its recorded job: %v", err)
-	}
-	if r := refusal(a.Admit(cred, "8")); r != RefusedMismatch {
-		t.Errorf("as another job: %v; want RefusedMismatch", r)
-	}
-	other := Credential{CredentialClaims: CredentialClaims{Worker: "slurm-gpu-1", Provisioner: "squat", CPUs: 1}}
-	if r := refusal(a.Admit(other, "7")); r != RefusedMismatch {
-		t.Errorf("another provisioner's credential for the name: %v; want RefusedMismatch", r)
-	}
-	if a.OwnedBy("slurm-gpu-1", "squat") || !a.OwnedBy("slurm-gpu-1", "slurm") {
-		t.Error("OwnedBy does not follow the record")
-	}
-	if revoke, err := a.Observe(shared.Event{Kind: shared.EventWorkerCancelled, Provisioner: "squat", Worker: "slurm-gpu-1"}); revoke || !errors.Is(err, ErrOtherProvisioner) {
-		t.Errorf("another provisioner's cancel: revoke %v, err %v", revoke, err)
-	}
-	if revoke, err := a.Observe(shared.Event{Kind: shared.EventWorkerCancelled, Provisioner: "slurm", Worker: "slurm-gpu-1"}); !revoke || err != nil {
-		t.Errorf("its own cancel: revoke %v, err %v", revoke, err)
-	}
-	if r := refusal(a.Admit(cred, "7")); r != RefusedRevoked {
-		t.Errorf("after the cancel: %v; want RefusedRevoked", r)
-	}
-	now = now.Add(DefaultMaxCredentialTTL + time.Second)
-	a.Sweep()
-	if len(a.revoked) != 0 || len(a.jobs) != 0 {
-		t.Errorf("after the longest credential's life: %d revocations, %d records kept", len(a.revoked), len(a.jobs))
-	}
-	if err := Allows(claims("w"), 4, 1, 8000, []string{"gpu"}); err != nil {
-		t.Errorf("exactly what was minted: %v", err)
-	}
-	if err := Allows(claims("w"), 4, 1, 8000, []string{"a\nb"}); err == nil || strings.Contains(err.Error(), "a\nb") {
-		t.Errorf("a label with a newline: %v; want a refusal that quotes it", err)
-	}
-}
-
 // TestStatusCacheFetchesOnceAndTrims: callers at once share one fetch,
 // and a huge outstanding list is cut to MaxStatusOutstanding with its
 // total kept.
