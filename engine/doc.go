@@ -4,16 +4,17 @@
 // of code (examples/embed is one in under 150 lines).
 //
 // The claim: provisioning is the same loop in every engine. Launch and
-// supervise a plugin per provisioner block (the fleet, over engine/host's
-// Supervisor); turn needs nobody serves into per-provisioner demand, with
-// failover to the next fitting shape or provisioner when one cannot fit,
-// is backing off, misconfigured or capped, asking only for a shape that
-// holds the need, its time included, refusing at Submit what none holds
-// (fit.go) and not asking again for a profile whose machine attached and
-// could not take its task (mismatch.go) (the router); admit the workers
-// that dial back with the credentials the engine signed, once each, and
-// notice when they go silent (the books, and the worker API over it for the worker
-// protocol of docs/worker-protocol.md); tell what happened as typed
+// supervise a plugin per provisioner block (the fleet, over
+// engine/internal/supervise); turn needs nobody serves into
+// per-provisioner demand, with failover to the next fitting shape or
+// provisioner when one cannot fit, is backing off, misconfigured or
+// capped, asking only for a shape that holds the need, its time
+// included, refusing at Submit what none holds (fit.go) and not asking
+// again for a profile whose machine attached and could not take its
+// task (mismatch.go) (the router); admit the workers that dial back with
+// the credentials the engine signed, once each, and notice when they go
+// silent (the books, and the worker API over it for the worker protocol
+// of docs/worker-protocol.md); tell what happened as typed
 // events (Engine.Events, and a Server-Sent Events handler) and as
 // Prometheus metrics. Engine wires them together and is the one type an
 // embedder holds: New builds it and opens nothing, Serve listens, Start

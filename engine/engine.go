@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 
 	"github.com/fluksio/provision/engine/host"
+	"github.com/fluksio/provision/engine/internal/supervise"
 	"github.com/fluksio/provision/internal/loglimit"
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/worker"
@@ -283,7 +284,7 @@ func New(cfg Config) (*Engine, error) {
 	e.tasks = newTaskTable(cfg.TaskLimits, time.Now)
 	e.router = newRouter(logger.Named("router"), e.books, nil)
 	e.router.tasks, e.router.place, e.router.onTask = e.tasks, cfg.Place, e.taskNews
-	e.fleet = &fleet{byName: map[string]*host.Supervisor{}, stopping: make(chan struct{})}
+	e.fleet = &fleet{byName: map[string]*supervise.Supervisor{}, stopping: make(chan struct{})}
 	e.gate = newConnGate(cfg.MaxConnections, logger.Named("http"), loglimit.New(refusalLogBurst, refusalLogWindow))
 	e.api = newWorkerAPI(e.books, nil)
 	e.api.tasks = e.tasks

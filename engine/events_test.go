@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/engine/host"
+	"github.com/fluksio/provision/engine/internal/supervise"
 	"github.com/fluksio/provision/internal/loglimit"
 	"github.com/fluksio/provision/shared"
 )
@@ -71,7 +72,7 @@ func TestPluginEventFloodLogged(t *testing.T) {
 	defer d.books.Close()
 	plog := logger.Named(testProvisioner)
 	limit := loglimit.New(eventLogBurst, eventLogWindow)
-	d.fleet = &fleet{byName: map[string]*host.Supervisor{}, stopping: make(chan struct{}), logs: []pluginEventLog{{name: testProvisioner, logger: plog, limit: limit}}}
+	d.fleet = &fleet{byName: map[string]*supervise.Supervisor{}, stopping: make(chan struct{}), logs: []pluginEventLog{{name: testProvisioner, logger: plog, limit: limit}}}
 	const flood = 48_355
 	start := time.Now()
 	for i := range flood {

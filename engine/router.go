@@ -13,7 +13,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/fluksio/provision/engine/host"
+	"github.com/fluksio/provision/engine/internal/supervise"
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/worker"
 )
@@ -1107,9 +1107,9 @@ func (p *router) routeLocked(ns *needState, covering []targetState) (targetState
 func (p *router) askTarget(ctx context.Context, t target, rd *round, attached []string) {
 	callCtx, cancel := context.WithTimeout(ctx, p.provisionTimeout)
 	resp, err := t.P.Provision(callCtx, &shared.ProvisionRequest{Demand: rd.demand, Attached: attached})
-	// The pass's own end cuts the call short (host.Ended).
-	cutShort := host.Ended(ctx)
-	missed := !cutShort && host.MissedDeadline(callCtx, err)
+	// The pass's own end cuts the call short (supervise.Ended).
+	cutShort := supervise.Ended(ctx)
+	missed := !cutShort && supervise.MissedDeadline(callCtx, err)
 	cancel()
 	if p.onDeadline != nil {
 		p.onDeadline(t.Name, missed)
