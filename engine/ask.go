@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fluksio/provision/engine/host"
+	"github.com/fluksio/provision/engine/internal/supervise"
 	"github.com/fluksio/provision/internal/needspec"
 	"github.com/fluksio/provision/shared"
 )
@@ -343,9 +343,9 @@ func (a *asker) askTarget(ctx context.Context, t target, rd *round, attached []s
 	p := a.p
 	callCtx, cancel := context.WithTimeout(ctx, a.provisionTimeout)
 	resp, err := t.P.Provision(callCtx, &shared.ProvisionRequest{Demand: rd.demand, Attached: attached})
-	// The pass's own end cuts the call short (host.Ended).
-	cutShort := host.Ended(ctx)
-	missed := !cutShort && host.MissedDeadline(callCtx, err)
+	// The pass's own end cuts the call short (supervise.Ended).
+	cutShort := supervise.Ended(ctx)
+	missed := !cutShort && supervise.MissedDeadline(callCtx, err)
 	cancel()
 	if a.onDeadline != nil {
 		a.onDeadline(t.Name, missed)

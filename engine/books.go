@@ -98,7 +98,7 @@ type books struct {
 	// started as, from their events, and the names that may never attach
 	// again: their worker detached or was given up on, or their request
 	// was cancelled. A credential is worth one job.
-	admission *host.Admission
+	admission *admission
 	// waiting are the long polls armed to be woken (longPoll.arm):
 	// dismiss and Close wake them all.
 	waiting map[*longPoll]struct{}
@@ -296,7 +296,7 @@ func newBooks(logger hclog.Logger, signer *host.Signer, now func() time.Time, ho
 		workers:       make(map[string]*workerState),
 		results:       make(map[string]Result),
 		lost:          make(map[string]string),
-		admission:     host.NewAdmission(now),
+		admission:     newAdmission(now),
 		waiting:       make(map[*longPoll]struct{}),
 		untold:        make(map[string][]string),
 		verified:      make(map[string]host.Credential),
@@ -406,11 +406,11 @@ const maxUntold = 10000
 // its own workers: an event naming a worker another provisioner recorded
 // changes nothing. ev.Provisioner must be the host's stamp, never the
 // plugin's claim. The error, which the caller counts, wraps
-// host.ErrOverBudget when the provisioner's events hold their budget of
+// errOverBudget when the provisioner's events hold their budget of
 // records and this one's was not kept; nil otherwise.
 func (b *books) ObserveEvent(ev shared.Event) error {
 	b.mu.Lock()
-	revoke, err := b.admission.Observe(ev)
+	revoke, err := b.admission.observe(ev)
 	var dropped *goneWorker
 	if ws := b.workers[ev.Worker]; revoke && ws != nil && ws.owner == ev.Provisioner {
 		why := "its request was cancelled (" + string(ev.Kind) + ")"
@@ -427,7 +427,7 @@ func (b *books) ObserveEvent(ev shared.Event) error {
 		b.forgetLocked(ev.Worker, ws)
 	}
 	b.mu.Unlock()
-	overBudget := errors.Is(err, host.ErrOverBudget)
+	overBudget := errors.Is(err, errOverBudget)
 	if err != nil && !overBudget {
 		if ok, leftOut := b.ignoredEvents.Allow(time.Now()); ok {
 			b.logger.Warn("ignored an event about another provisioner's worker", "provisioner", ev.Provisioner,
@@ -448,11 +448,11 @@ func (b *books) ObserveEvent(ev shared.Event) error {
 }
 
 // records is how many job records and revocations provisioner's events
-// hold in the books' admission, each of host.RecordBudget.
+// hold in the books' admission, each of recordBudget.
 func (b *books) records(provisioner string) (jobs, revoked int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.admission.Records(provisioner)
+	return b.admission.records(provisioner)
 }
 
 func (b *books) pollWait() time.Duration {
@@ -716,10 +716,10 @@ func (b *books) sweepLocked() []*goneWorker {
 		if now.Sub(ws.lastSeen) > limit {
 			gone = append(gone, b.goneOf(ws, "silent since "+ws.lastSeen.UTC().Format(time.RFC3339)))
 			b.forgetLocked(name, ws)
-			b.admission.Revoke(name, "gone silent", ws.expires)
+			b.admission.revoke(name, "gone silent", ws.expires)
 		}
 	}
-	b.admission.Sweep()
+	b.admission.sweep()
 	return gone
 }
 
@@ -895,7 +895,7 @@ func (b *books) verify(token string) (host.Credential, error) {
 	}
 	// The caller's own labels: the kept ones stay as they verified.
 	cred.Labels = slices.Clone(cred.Labels)
-	return cred, b.admission.Revoked(cred.Worker)
+	return cred, b.admission.isRevoked(cred.Worker)
 }
 
 // maxVerified bounds the tokens verify keeps: a few hundred bytes each,
@@ -924,7 +924,7 @@ func (b *books) attach(cred host.Credential, info WorkerInfo) (string, denial, s
 	d, refusal := b.admitLocked(cred, info)
 	var session string
 	if d == allowed {
-		info.Profile = b.admission.ProfileOf(name)
+		info.Profile = b.admission.profileOf(name)
 		ws := &workerState{owner: cred.Provisioner, expires: cred.Expires, attached: now, lastSeen: now, info: info}
 		ws.leaving = b.unwantedLocked(ws)
 		session, ws.session = newSession()
@@ -953,14 +953,8 @@ func (b *books) attach(cred host.Credential, info WorkerInfo) (string, denial, s
 // admitLocked decides whether a worker with a valid credential may attach
 // as info, and if not, why. b.mu must be held.
 func (b *books) admitLocked(cred host.Credential, info WorkerInfo) (denial, string) {
-	var refusal *host.AdmitError
-	if err := b.admission.Admit(cred, info.JobID); errors.As(err, &refusal) {
-		d := map[host.Refusal]denial{
-			host.RefusedRevoked:  nameRevoked,
-			host.RefusedNotYet:   jobNotYet,
-			host.RefusedMismatch: jobMismatch,
-		}[refusal.Refusal]
-		return d, refusal.Error()
+	if d, why := b.admission.admit(cred, info.JobID); d != allowed {
+		return d, why
 	}
 	if ws := b.workers[cred.Worker]; ws != nil {
 		return attachedAlready, fmt.Sprintf("worker %s is already attached (from host %s); a credential attaches once", cred.Worker, ws.info.Hostname)
@@ -1049,8 +1043,8 @@ func (b *books) detach(cred host.Credential, session string) (denial, string) {
 	}
 	// A credential of another provisioner for the same name revokes
 	// nothing of the owner's.
-	if ws != nil || (b.workers[name] == nil && b.admission.OwnedBy(name, cred.Provisioner)) {
-		b.admission.Revoke(name, "detached", cred.Expires)
+	if ws != nil || (b.workers[name] == nil && b.admission.ownedBy(name, cred.Provisioner)) {
+		b.admission.revoke(name, "detached", cred.Expires)
 	}
 	b.mu.Unlock()
 	if left != nil {

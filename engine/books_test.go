@@ -600,7 +600,7 @@ func TestVerifyKeepsTokensWhileValid(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.mu.Lock()
-	b.admission.Revoke("slurm-kept-2", "detached", clock.now().Add(4*time.Hour))
+	b.admission.revoke("slurm-kept-2", "detached", clock.now().Add(4*time.Hour))
 	b.mu.Unlock()
 	if _, err := b.verify(other); err == nil {
 		t.Error("a kept token of a revoked worker verified")

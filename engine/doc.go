@@ -4,18 +4,19 @@
 // of code (examples/embed is one in under 150 lines).
 //
 // The claim: provisioning is the same loop in every engine. Launch and
-// supervise a plugin per provisioner block (the fleet, over engine/host's
-// Supervisor); turn needs nobody serves into per-provisioner demand, with
-// failover to the next fitting shape or provisioner when one cannot fit,
-// is backing off, misconfigured or capped, asking only for a shape that
-// holds the need, its time included, refusing at Submit what none holds
-// (fit.go) and not asking again for a profile whose machine attached and
-// could not take its task (mismatch.go) (the router: router.go places
-// waiting needs on idle workers, ask.go asks the provisioners for the
-// rest, needstatus.go says why each waits); admit the workers
-// that dial back with the credentials the engine signed, once each, and
-// notice when they go silent (the books, and the worker API over it for the worker
-// protocol of docs/worker-protocol.md); tell what happened as typed
+// supervise a plugin per provisioner block (the fleet, over
+// engine/internal/supervise); turn needs nobody serves into
+// per-provisioner demand, with failover to the next fitting shape or
+// provisioner when one cannot fit, is backing off, misconfigured or
+// capped, asking only for a shape that holds the need, its time
+// included, refusing at Submit what none holds (fit.go) and not asking
+// again for a profile whose machine attached and could not take its
+// task (mismatch.go) (the router: router.go places waiting needs on idle
+// workers, ask.go asks the provisioners for the rest, needstatus.go
+// says why each waits); admit the workers that dial back with the
+// credentials the engine signed, once each, and notice when they go
+// silent (the books, and the worker API over it for the worker protocol
+// of docs/worker-protocol.md); tell what happened as typed
 // events (Engine.Events, and a Server-Sent Events handler) and as
 // Prometheus metrics. Engine wires them together and is the one type an
 // embedder holds: New builds it and opens nothing, Serve listens, Start
@@ -67,7 +68,9 @@
 //     opens them. The embedder adds its own routes beside the kit's.
 //
 // What it owns, and what it may not touch: it owns the books (who is
-// attached, with which credential and session, what each was given),
+// attached, with which credential and session, what each was given) and
+// the admission under their lock (which verified worker may attach, as
+// which job: admission.go; engine/host only signs and verifies),
 // the decision of what to ask each provisioner for, and the tasks'
 // directory (Config.TaskDir, or its own under os.TempDir, removed at
 // Stop: each task's stdout, stderr and outputs). It reads a task's input
@@ -115,7 +118,7 @@
 // embedder's wrapper does).
 //
 // Design records: docs/design/engine-kit.md, docs/design/engine-park.md,
-// docs/design/engine-sessions.md, docs/design/engine-backoff.md,
-// docs/design/engine-events-sse.md, docs/design/engine-listener.md,
-// docs/design/engine-metrics-registry.md.
+// docs/design/engine-sessions.md, docs/design/engine-admission.md,
+// docs/design/engine-backoff.md, docs/design/engine-events-sse.md,
+// docs/design/engine-listener.md, docs/design/engine-metrics-registry.md.
 package engine

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 
 	"github.com/fluksio/provision/engine/host"
+	"github.com/fluksio/provision/engine/internal/supervise"
 	"github.com/fluksio/provision/internal/loglimit"
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/worker"
@@ -300,7 +301,7 @@ func New(cfg Config) (*Engine, error) {
 	e.tasks = newTaskTable(cfg.TaskLimits, time.Now)
 	e.router = newRouter(logger.Named("router"), e.books, nil)
 	e.router.tasks, e.router.place, e.router.onTask = e.tasks, cfg.Place, e.taskNews
-	e.fleet = &fleet{byName: map[string]*host.Supervisor{}, stopping: make(chan struct{})}
+	e.fleet = &fleet{byName: map[string]*supervise.Supervisor{}, stopping: make(chan struct{})}
 	e.gate = newConnGate(cfg.MaxConnections, logger.Named("http"), loglimit.New(refusalLogBurst, refusalLogWindow))
 	e.api = newWorkerAPI(e.books, nil)
 	e.api.tasks = e.tasks
@@ -682,7 +683,7 @@ func (e *Engine) poke() {
 // budget.
 //
 // What the engine keeps for a plugin's events is bounded per
-// provisioner: the books' records (host.RecordBudget), the profiles it
+// provisioner: the books' records (recordBudget), the profiles it
 // holds back (maxHeldProfiles), the machines it times (maxWaiting); the
 // event stream's history and the metrics' labels are bounded for all.
 // An event past a bound is counted (fluksio_provisioner_events_unrecorded_total)

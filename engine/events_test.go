@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/engine/host"
+	"github.com/fluksio/provision/engine/internal/supervise"
 	"github.com/fluksio/provision/internal/loglimit"
 	"github.com/fluksio/provision/shared"
 )
@@ -60,7 +61,7 @@ func TestEventHubBoundsAndSlowSubscribers(t *testing.T) {
 // log lines in 40 s). The log and the story tell eventLogBurst of them,
 // and one summary line each counts the rest, in the next window and at
 // the engine's stop; every event still reaches the event stream, and the
-// engine's books up to their bound (host.RecordBudget, maxWaiting: the
+// engine's books up to their bound (recordBudget, maxWaiting: the
 // two bounds passed are said once each, and the rest counted).
 func TestPluginEventFloodLogged(t *testing.T) {
 	logger, logs := testLogger(t)
@@ -71,7 +72,7 @@ func TestPluginEventFloodLogged(t *testing.T) {
 	defer d.books.Close()
 	plog := logger.Named(testProvisioner)
 	limit := loglimit.New(eventLogBurst, eventLogWindow)
-	d.fleet = &fleet{byName: map[string]*host.Supervisor{}, stopping: make(chan struct{}), logs: []pluginEventLog{{name: testProvisioner, logger: plog, limit: limit}}}
+	d.fleet = &fleet{byName: map[string]*supervise.Supervisor{}, stopping: make(chan struct{}), logs: []pluginEventLog{{name: testProvisioner, logger: plog, limit: limit}}}
 	const flood = 48_355
 	start := time.Now()
 	for i := range flood {
@@ -96,11 +97,11 @@ func TestPluginEventFloodLogged(t *testing.T) {
 	waiting := len(d.obs.waiting)
 	d.obs.mu.Unlock()
 	jobs, _ := d.books.records(testProvisioner)
-	if waiting != maxWaiting || jobs != host.RecordBudget {
-		t.Errorf("the engine's books hold %d machines on their way and %d job records; want %d and %d", waiting, jobs, maxWaiting, host.RecordBudget)
+	if waiting != maxWaiting || jobs != recordBudget {
+		t.Errorf("the engine's books hold %d machines on their way and %d job records; want %d and %d", waiting, jobs, maxWaiting, recordBudget)
 	}
 	_, unrecorded := provisionerMetrics(t, d, testProvisioner)
-	if want := float64(flood - host.RecordBudget); unrecorded[unrecordedWorker] != want || unrecorded[unrecordedTimed] != want {
+	if want := float64(flood - recordBudget); unrecorded[unrecordedWorker] != want || unrecorded[unrecordedTimed] != want {
 		t.Errorf("unrecorded %v; want %v of each of %s and %s", unrecorded, want, unrecordedWorker, unrecordedTimed)
 	}
 	// The next window opens with the summary of the first.

@@ -11,11 +11,12 @@ import (
 	"github.com/hashicorp/hcl/v2"
 
 	"github.com/fluksio/provision/engine/host"
+	"github.com/fluksio/provision/engine/internal/supervise"
 	"github.com/fluksio/provision/internal/loglimit"
 	"github.com/fluksio/provision/shared"
 )
 
-// fleet is the provisioners of one engine: a host.Supervisor per
+// fleet is the provisioners of one engine: a supervise.Supervisor per
 // provisioner block, started together, asked for their status together
 // and shut down together with a result each. supervise makes the first
 // ones when the engine listens; a reload adds and removes (Engine.Reload).
@@ -31,14 +32,14 @@ type fleet struct {
 	// mu guards sups, byName and logs; it is held only to read or change
 	// them, never across a call to a plugin.
 	mu     sync.Mutex
-	sups   []*host.Supervisor
-	byName map[string]*host.Supervisor
+	sups   []*supervise.Supervisor
+	byName map[string]*supervise.Supervisor
 	// logs bounds, per provisioner, how many of its events are logged.
 	logs []pluginEventLog
 	// retiring are the supervisors of provisioners a reload removed,
 	// waiting for their workers to leave (retire); they are still told
 	// who is attached and shut down at the latest by shutdown.
-	retiring []*host.Supervisor
+	retiring []*supervise.Supervisor
 
 	// retirements counts retire's goroutines; shutdown closes stopping
 	// and waits for them.
@@ -59,12 +60,12 @@ func (f *fleet) supervise(cfg Config, signer *host.Signer, address string, logge
 
 // newSupervisor makes block pc's supervisor and its event log budget,
 // not yet in the fleet.
-func (f *fleet) newSupervisor(pc *host.Block) (*host.Supervisor, pluginEventLog) {
+func (f *fleet) newSupervisor(pc *host.Block) (*supervise.Supervisor, pluginEventLog) {
 	e, logger := f.e, f.logger
 	plog := logger.Named(pc.Name)
 	name := pc.Name
 	evLogs := loglimit.New(eventLogBurst, eventLogWindow)
-	s := host.NewSupervisor(pc, plog, host.Options{
+	s := supervise.New(pc, plog, supervise.Options{
 		Logger:          logger.Named("plugin"),
 		Signer:          f.signer,
 		EngineID:        f.cfg.ID,
@@ -73,7 +74,7 @@ func (f *fleet) newSupervisor(pc *host.Block) (*host.Supervisor, pluginEventLog)
 		DropEnv:         f.cfg.DropEnv,
 		OnEvent:         func(ev shared.Event) { e.pluginEvent(plog, evLogs, ev, time.Now()) },
 	})
-	s.OnUp = func(c host.Configured) {
+	s.OnUp = func(c supervise.Configured) {
 		e.router.asks.setTarget(target{Name: c.Name, P: c.Provisioner, Shapes: c.Shapes})
 		e.router.asks.setDown(name, false)
 		e.obs.plugin(EventPluginUp, name, fmt.Sprintf("configured, %d shape(s)", len(c.Shapes)))
@@ -91,7 +92,7 @@ func (f *fleet) newSupervisor(pc *host.Block) (*host.Supervisor, pluginEventLog)
 }
 
 // add puts a supervisor and its log budget in the fleet, last.
-func (f *fleet) add(s *host.Supervisor, l pluginEventLog) {
+func (f *fleet) add(s *supervise.Supervisor, l pluginEventLog) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.sups = append(f.sups, s)
@@ -102,7 +103,7 @@ func (f *fleet) add(s *host.Supervisor, l pluginEventLog) {
 // remove takes the named provisioner's supervisor out of the fleet and
 // returns it, nil if there is none; its log budget stays, to be flushed
 // at Stop.
-func (f *fleet) remove(name string) *host.Supervisor {
+func (f *fleet) remove(name string) *supervise.Supervisor {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := f.byName[name]
@@ -110,26 +111,26 @@ func (f *fleet) remove(name string) *host.Supervisor {
 		return nil
 	}
 	delete(f.byName, name)
-	f.sups = slices.DeleteFunc(f.sups, func(x *host.Supervisor) bool { return x == s })
+	f.sups = slices.DeleteFunc(f.sups, func(x *supervise.Supervisor) bool { return x == s })
 	return s
 }
 
 // all is list and the retiring supervisors after it.
-func (f *fleet) all() []*host.Supervisor {
+func (f *fleet) all() []*supervise.Supervisor {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append(slices.Clone(f.sups), f.retiring...)
 }
 
 // list is the supervisors, in configuration order, as they are now.
-func (f *fleet) list() []*host.Supervisor {
+func (f *fleet) list() []*supervise.Supervisor {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.sups)
 }
 
 // get is the named provisioner's supervisor, nil if none.
-func (f *fleet) get(name string) *host.Supervisor {
+func (f *fleet) get(name string) *supervise.Supervisor {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.byName[name]
@@ -173,7 +174,7 @@ func (f *fleet) pids() []int {
 	return out
 }
 
-// health reads every provisioner's plugin state from its Supervisor.
+// health reads every provisioner's plugin state from its supervisor.
 func (f *fleet) health() []provHealth {
 	sups := f.list()
 	out := make([]provHealth, 0, len(sups))

@@ -15,7 +15,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/fluksio/provision/engine/host"
 	"github.com/fluksio/provision/internal/testutil"
 )
 
@@ -36,7 +35,7 @@ func floodEvents(t *testing.T) int {
 
 // floodHeapBound is how much the test process's live heap may grow over
 // a flood, after GC. What the bounds let one provisioner keep: its job
-// records and revocations (2 x RecordBudget, about 180 bytes each), the
+// records and revocations (2 x recordBudget, about 180 bytes each), the
 // machines timed (maxWaiting, about 120 bytes), the event history
 // (historySize events) and the held profiles (maxHeldProfiles): some 16
 // MB, given two and a half times over. Before the bounds, 1,000,000
@@ -48,7 +47,7 @@ const floodHeapBound = 40 << 20
 // acknowledges them (200,000 here; the attack sent 1,000,500), each
 // about a worker of its own, provisioned, cancelled, failed of a profile
 // of its own, or of a kind of its own. What the engine keeps for them
-// stops at its bounds: job records and revocations at RecordBudget each,
+// stops at its bounds: job records and revocations at recordBudget each,
 // held profiles at maxHeldProfiles, timed machines at maxWaiting, the
 // history at historySize, one metric series per contract kind and
 // "other"; the excess is counted by bound, and each bound is said once in
@@ -90,8 +89,8 @@ func TestPluginFloodBounded(t *testing.T) {
 		n, took.Round(time.Millisecond), grew>>20, floodHeapBound>>20, logs.lines(), processMemory())
 
 	jobs, revoked := d.books.records("flood")
-	if jobs != host.RecordBudget || revoked != host.RecordBudget {
-		t.Errorf("the books hold %d job records and %d revocations of the plugin's; want %d each", jobs, revoked, host.RecordBudget)
+	if jobs != recordBudget || revoked != recordBudget {
+		t.Errorf("the books hold %d job records and %d revocations of the plugin's; want %d each", jobs, revoked, recordBudget)
 	}
 	d.router.holds.mu.Lock()
 	held, heldAll := d.router.holds.per["flood"], len(d.router.holds.m)
@@ -119,9 +118,9 @@ func TestPluginFloodBounded(t *testing.T) {
 	// its last event, a cancellation.
 	provisioned, revocations := (n+3)/4, (n+2)/4+(n+1)/4+1
 	want := map[string]float64{
-		unrecordedWorker:     float64(provisioned - host.RecordBudget),
+		unrecordedWorker:     float64(provisioned - recordBudget),
 		unrecordedTimed:      float64(provisioned - maxWaiting),
-		unrecordedRevocation: float64(revocations - host.RecordBudget),
+		unrecordedRevocation: float64(revocations - recordBudget),
 		unrecordedProfile:    float64((n+1)/4 - maxHeldProfiles),
 	}
 	for why, w := range want {

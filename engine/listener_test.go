@@ -276,7 +276,7 @@ func TestListenerRefusalsLoggedAtABoundedRate(t *testing.T) {
 
 // TestStatusFetchedOnceAndBounded: sixteen concurrent GET /status cost one
 // call to the plugins, and a plugin reporting 200,000 outstanding jobs is
-// listed with host.MaxStatusOutstanding of them and the total.
+// listed with maxStatusOutstanding of them and the total.
 func TestStatusFetchedOnceAndBounded(t *testing.T) {
 	t.Parallel()
 	e, srv, _, _ := serveEngine(t, time.Second)
@@ -319,8 +319,8 @@ func TestStatusFetchedOnceAndBounded(t *testing.T) {
 				return
 			}
 			p := got.Provisioners[0]
-			if p.Total != 200000 || len(p.Status.Outstanding) != host.MaxStatusOutstanding {
-				t.Errorf("outstanding_total %d, listed %d; want 200000, %d", p.Total, len(p.Status.Outstanding), host.MaxStatusOutstanding)
+			if p.Total != 200000 || len(p.Status.Outstanding) != maxStatusOutstanding {
+				t.Errorf("outstanding_total %d, listed %d; want 200000, %d", p.Total, len(p.Status.Outstanding), maxStatusOutstanding)
 			}
 		}()
 	}

@@ -25,7 +25,7 @@ import (
 //   - Read at scrape time (stateCollector): plugin up and restarts (the
 //     Supervisor), machines by state and the plugins' own counters
 //     (failures by class, command latency and errors), from Status
-//     through the same StatusCache as GET /status, so a scrape costs at
+//     through the same statusCache as GET /status, so a scrape costs at
 //     most one Status call per plugin a second; and the engine's workers
 //     and tasks, from its own books.
 //

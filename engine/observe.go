@@ -7,7 +7,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/fluksio/provision/engine/host"
 	"github.com/fluksio/provision/shared"
 )
 
@@ -43,8 +42,8 @@ type submitted struct {
 }
 
 // maxWaiting is well past max_workers' default (256), and as many as a
-// provisioner's events may keep records in the books (RecordBudget).
-const maxWaiting = host.RecordBudget
+// provisioner's events may keep records in the books (recordBudget).
+const maxWaiting = recordBudget
 
 // Why an event of a plugin's was not fully kept: the label of
 // fluksio_provisioner_events_unrecorded_total.

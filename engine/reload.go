@@ -15,6 +15,7 @@ import (
 
 	"github.com/fluksio/provision/engine/hclconfig"
 	"github.com/fluksio/provision/engine/host"
+	"github.com/fluksio/provision/engine/internal/supervise"
 	"github.com/fluksio/provision/shared"
 )
 
@@ -212,7 +213,7 @@ type reloadPlan struct {
 
 type changedBlock struct {
 	from, to *host.Block
-	sup      *host.Supervisor
+	sup      *supervise.Supervisor
 }
 
 // planReload diffs from and to and checks that to can be applied.
@@ -279,7 +280,7 @@ func (e *Engine) planReload(from, to *File) (*reloadPlan, hcl.Diagnostics) {
 // then lets go. A launch or a Configure refused undoes what was done
 // before it.
 func (e *Engine) applyReload(ctx context.Context, plan *reloadPlan) hcl.Diagnostics {
-	var started []*host.Supervisor
+	var started []*supervise.Supervisor
 	undoStarts := func() {
 		// The reload's own deadline may be what failed it: the undoing
 		// has a minute of its own.
@@ -365,7 +366,7 @@ func (e *Engine) applyReload(ctx context.Context, plan *reloadPlan) hcl.Diagnost
 }
 
 // retarget tells the router a reconfigured provisioner's new shapes.
-func (e *Engine) retarget(s *host.Supervisor, shapes []shared.Shape) {
+func (e *Engine) retarget(s *supervise.Supervisor, shapes []shared.Shape) {
 	if p := s.Provisioner(); p != nil {
 		e.router.asks.setTarget(target{Name: s.Name(), P: p, Shapes: shapes})
 	}
@@ -537,7 +538,7 @@ func engineAttrRange(f *File, attr string) *hcl.Range {
 // was let go and leaves after its task), and takes it out of the fleet;
 // when the engine stops first, shutdown shuts it down with the others.
 // Its goroutine is the fleet's, waited for by shutdown.
-func (f *fleet) retire(s *host.Supervisor, books *books) {
+func (f *fleet) retire(s *supervise.Supervisor, books *books) {
 	f.mu.Lock()
 	f.retiring = append(f.retiring, s)
 	f.retirements.Add(1)
@@ -569,7 +570,7 @@ func (f *fleet) retire(s *host.Supervisor, books *books) {
 		}
 		f.logger.Info("removed provisioner shut down", "provisioner", s.Name(), "cancelled", cancelled)
 		f.mu.Lock()
-		f.retiring = slices.DeleteFunc(f.retiring, func(x *host.Supervisor) bool { return x == s })
+		f.retiring = slices.DeleteFunc(f.retiring, func(x *supervise.Supervisor) bool { return x == s })
 		f.mu.Unlock()
 	}()
 }

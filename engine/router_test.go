@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fluksio/provision/engine/host"
+	"github.com/fluksio/provision/engine/internal/supervise"
 	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/shared/sharedtest"
@@ -237,15 +238,15 @@ func TestHungPluginDelaysOnlyItself(t *testing.T) {
 	engine := newBareBooks(nil, signer, nil)
 	placer := newRouter(logger.Named("placer"), engine, nil)
 	placer.asks.provisionTimeout = 2 * time.Second
-	sups := map[string]*host.Supervisor{}
+	sups := map[string]*supervise.Supervisor{}
 	placer.asks.onDeadline = func(name string, missed bool) { sups[name].Deadline("Provision", missed) }
-	var list []*host.Supervisor
+	var list []*supervise.Supervisor
 	for _, pc := range cfg.Provisioners {
 		name := pc.Name
-		s := host.NewSupervisor(pc, logger.Named(name), host.Options{Logger: logger.Named("plugin"), Signer: signer})
+		s := supervise.New(pc, logger.Named(name), supervise.Options{Logger: logger.Named("plugin"), Signer: signer})
 		s.WedgeAfter = 2
 		s.ReconcileTimeout = 2 * time.Second
-		s.OnUp = func(c host.Configured) {
+		s.OnUp = func(c supervise.Configured) {
 			placer.asks.setTarget(target{Name: c.Name, P: c.Provisioner, Shapes: c.Shapes})
 			placer.asks.setDown(name, false)
 		}

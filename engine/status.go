@@ -33,7 +33,7 @@ type statusPage struct {
 	held         func() []HeldProfile
 	// tasks counts the tasks by state; nil counts none.
 	tasks func() TaskCounts
-	cache host.StatusCache
+	cache statusCache
 }
 
 // provisionerStatus is the provisioners' status through the cache, for
@@ -42,7 +42,7 @@ func (s *statusPage) provisionerStatus(ctx context.Context) []host.ProvisionerSt
 	if s.provisioners == nil {
 		return nil
 	}
-	return s.cache.Get(ctx, s.provisioners)
+	return s.cache.get(ctx, s.provisioners)
 }
 
 // statusReport is GET /status's answer.

@@ -188,7 +188,7 @@ func (a *workerAPI) handleAttach(w http.ResponseWriter, r *http.Request) {
 	if req.EndsAt > 0 {
 		info.EndsAt = time.Unix(req.EndsAt, 0)
 	}
-	if err := host.Allows(cred.CredentialClaims, info.CPUs, info.GPUs, info.RAMMB, info.Labels); err != nil {
+	if err := allows(cred.CredentialClaims, info.CPUs, info.GPUs, info.RAMMB, info.Labels); err != nil {
 		a.refuseAttach(w, r, http.StatusForbidden, name, err.Error())
 		return
 	}

@@ -16,7 +16,7 @@
 // (make check-plugin-deps):
 //
 //	engine             the engine kit: Engine, its fleet, router, books and events
-//	engine/host        the plugin host: Launch, Supervisor, the credential guard
+//	engine/host        the plugin host: Launch, LaunchBlock, the credential guard
 //	engine/hclconfig   configuration decoding, HCL to the plugin's JSON
 //
 // The worker, which runs on compute nodes, is worker/ and links nothing of

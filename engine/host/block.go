@@ -145,49 +145,79 @@ type launched struct {
 	kind string
 }
 
-// Options are what an engine adds to a plugin's launch: every field of
-// LaunchConfig but those the block gives (Name, Path, SHA256), so that an
-// engine using the Supervisor can set whatever one using Launch can
-// (TestOptionsCoverLaunchConfig keeps them in step). Validate needs none
-// of them, because it never configures anything.
-type Options struct {
-	// Logger receives the plugin's own log lines; nil discards them.
-	Logger hclog.Logger
-	// Args are the plugin's command-line arguments.
-	Args []string
-	// Signer mints the credentials the plugin asks for (LaunchConfig).
-	Signer CredentialSigner
-	// MaxCredentialTTL caps what the plugin may ask for; zero means
-	// DefaultMaxCredentialTTL.
-	MaxCredentialTTL time.Duration
-	// OnEvent hears the plugin's events, stamped with its name, as
-	// LaunchConfig.OnEvent does; EventQueue bounds what waits for it.
-	OnEvent    func(shared.Event)
-	EventQueue int
-	// EngineID and CredentialEpoch go to every Configure (identity.go).
-	EngineID, CredentialEpoch string
-	// EngineAddress goes to every Configure: where the engine listens,
-	// as network:address, for plugins that carry workers' connections.
-	EngineAddress string
-	// Env is added to the plugin's environment (LaunchConfig.Env).
-	Env []string
-	// DropEnv names variables the plugin must not inherit (the secret's).
-	DropEnv []string
-	// StartTimeout bounds the handshake; zero means 30 seconds.
-	StartTimeout time.Duration
-	// OnStdout and Stderr are as in LaunchConfig.
-	OnStdout func(line string)
-	Stderr   io.Writer
-}
-
 // launchTimeout bounds a launch with Info and Schema: the handshake's own
-// bound, and 30 seconds for the rest.
-func (o Options) launchTimeout() time.Duration {
-	start := o.StartTimeout
+// bound (start, zero meaning 30 seconds), and 30 seconds for the rest.
+func launchTimeout(start time.Duration) time.Duration {
 	if start <= 0 {
 		start = 30 * time.Second
 	}
 	return start + 30*time.Second
+}
+
+// Launched is a provisioner block's plugin as LaunchBlock leaves it: its
+// process running, its Info and Schema read, the block's body decoded
+// against the schema, and nothing configured yet.
+type Launched struct {
+	*Plugin
+	// Info is what the plugin's Info said; Schema is its schema.
+	Info   *shared.InfoResponse
+	Schema *shared.Schema
+	// Config is the block's body as JSON, decoded against Schema: the
+	// Config of its ConfigureRequest.
+	Config json.RawMessage
+}
+
+// LaunchBlock launches b's plugin as Launch does, with cfg's Name, Path
+// and SHA256 taken from b, asks its Info and Schema, checks that it is
+// of b's kind and decodes b's body against its schema, within
+// cfg.StartTimeout (zero: 30 seconds) and 30 seconds more. It does not
+// ask the plugin to validate b: Configure, which is to follow, answers
+// with the same diagnostics. The plugin mints no credential until
+// Configure has listed its shapes.
+//
+// Problems come back as diagnostics against b. A launch that failed
+// carries its error in the diagnostic's Extra, and a plugin of another
+// kind ErrKindMismatch, so that a caller can tell what no second launch
+// fixes (errors.Is: shared.ErrChecksumMismatch, shared.ErrIncompatible,
+// ErrKindMismatch) from a crash. The Launched comes back whenever the
+// plugin started, with errors or not, so that the caller can stop it.
+func LaunchBlock(ctx context.Context, b *Block, cfg LaunchConfig) (*Launched, hcl.Diagnostics) {
+	l, diags := resolve(ctx, b, cfg, true)
+	if l == nil {
+		return nil, diags
+	}
+	return &Launched{Plugin: l.plugin, Info: l.info, Schema: l.schema, Config: l.json}, diags
+}
+
+// Configure sends req to the plugin's Configure and lists its shapes,
+// within 30 seconds; req.Config is b's body decoded against Schema, b a
+// block of the plugin's kind (its own, or a reload's), and the
+// diagnostics point into b. From then on the credentials the plugin
+// mints are held to those shapes (hostGuard), as they are after every
+// later Configure (a reload, to a plugin that offers
+// shared.CapabilityReconfigure).
+func (l *Launched) Configure(ctx context.Context, b *Block, req *shared.ConfigureRequest) ([]shared.Shape, hcl.Diagnostics) {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	p := l.Provisioner()
+	cr, err := p.Configure(cctx, req)
+	if err != nil {
+		return nil, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Plugin could not be configured",
+			Detail: err.Error() + ".", Subject: b.DefRange.Ptr()}}
+	}
+	diags := hclconfig.ConfigDiagnostics(b.Body, l.Schema, cr.Diagnostics)
+	if diags.HasErrors() {
+		return nil, diags
+	}
+	sr, err := p.Shapes(cctx, &shared.ShapesRequest{})
+	if err != nil {
+		return nil, append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Plugin did not list its shapes",
+			Detail: err.Error() + ".", Subject: b.DefRange.Ptr()})
+	}
+	// The plugin mints within the shapes it listed, before its caller
+	// hears it is up and asks it for machines.
+	l.guard.limitTo(sr.Shapes)
+	return sr.Shapes, diags
 }
 
 // Validate launches a provisioner's plugin, decodes the block against the
@@ -207,26 +237,26 @@ func Validate(ctx context.Context, b *Block) hcl.Diagnostics {
 // extra round trip is skipped at every start and restart. The plugin is
 // returned whenever it started, even with errors, so the caller can stop
 // it.
-func resolve(ctx context.Context, p *Block, opts Options, configure bool) (*launched, hcl.Diagnostics) {
+func resolve(ctx context.Context, p *Block, cfg LaunchConfig, configure bool) (*launched, hcl.Diagnostics) {
 	if diags := findPlugin(p); diags != nil {
 		return nil, diags
 	}
-	lctx, cancel := context.WithTimeout(ctx, opts.launchTimeout())
+	lctx, cancel := context.WithTimeout(ctx, launchTimeout(cfg.StartTimeout))
 	defer cancel()
-	l, failed := startPlugin(lctx, p, opts, configure)
+	l, failed := startPlugin(lctx, p, cfg, configure)
 	if failed != nil {
 		return l, failed(p)
 	}
 	return l, fitBlock(lctx, l, configure)
 }
 
-// pluginAt is where a diagnostic about p's plugin points: its plugin =
+// PluginAt is where a diagnostic about b's plugin points: its plugin =
 // "…" when it has one, else its header.
-func pluginAt(p *Block) hcl.Range {
-	if p.PathExplicit {
-		return p.PluginRange
+func (b *Block) PluginAt() hcl.Range {
+	if b.PathExplicit {
+		return b.PluginRange
 	}
-	return p.DefRange
+	return b.DefRange
 }
 
 // findPlugin says, at p's own range, that p's plugin binary is not there;
@@ -236,7 +266,7 @@ func findPlugin(p *Block) hcl.Diagnostics {
 	if err == nil {
 		return nil
 	}
-	at := pluginAt(p)
+	at := p.PluginAt()
 	detail := fmt.Sprintf("No plugin for kind %q: looked for %s. Build it (make build), or set plugin = \"/path/to/binary\" in this block.", p.Kind, p.Path)
 	if p.PathExplicit {
 		detail = fmt.Sprintf("The plugin %s does not exist (%v). Check the path.", p.Path, errors.Unwrap(err))
@@ -253,28 +283,22 @@ func findPlugin(p *Block) hcl.Diagnostics {
 // caller can stop it. With shapesFirst the plugin may mint only once its
 // shapes are known (a block that is configured next); without, it only
 // validates.
-func startPlugin(ctx context.Context, p *Block, opts Options, shapesFirst bool) (l *launched, failed func(*Block) hcl.Diagnostics) {
-	logger := opts.Logger
-	if logger == nil {
+func startPlugin(ctx context.Context, p *Block, cfg LaunchConfig, shapesFirst bool) (l *launched, failed func(*Block) hcl.Diagnostics) {
+	if cfg.Logger == nil {
 		// Discarded, but at info: the level is what Launch tells the
 		// plugin in FLUKSIO_PLUGIN_LOG_LEVEL, which every command that
 		// starts a plugin sets (validate, validate -check and script
 		// did not, with a null logger's no level).
-		logger = hclog.New(&hclog.LoggerOptions{Output: io.Discard, Level: hclog.Info})
+		cfg.Logger = hclog.New(&hclog.LoggerOptions{Output: io.Discard, Level: hclog.Info})
 	}
 	// A plugin that is configured next mints within its shapes, once it
-	// has listed them (Supervisor.launch); one that only validates mints
+	// has listed them (Launched.Configure); one that only validates mints
 	// nothing.
-	plugin, err := launch(ctx, LaunchConfig{
-		Name: p.Name, Path: p.Path, SHA256: p.SHA256, Logger: logger, Args: opts.Args,
-		Signer: opts.Signer, MaxCredentialTTL: opts.MaxCredentialTTL,
-		OnEvent: opts.OnEvent, EventQueue: opts.EventQueue,
-		Env: opts.Env, DropEnv: opts.DropEnv, StartTimeout: opts.StartTimeout,
-		OnStdout: opts.OnStdout, Stderr: opts.Stderr,
-	}, shapesFirst)
+	cfg.Name, cfg.Path, cfg.SHA256 = p.Name, p.Path, p.SHA256
+	plugin, err := launch(ctx, cfg, shapesFirst)
 	if err != nil {
 		return nil, func(b *Block) hcl.Diagnostics {
-			summary, at := "Plugin did not start", pluginAt(b)
+			summary, at := "Plugin did not start", b.PluginAt()
 			if errors.Is(err, shared.ErrChecksumMismatch) {
 				summary, at = "Plugin does not match its sha256 pin", b.SHA256Range
 			}
@@ -285,7 +309,7 @@ func startPlugin(ctx context.Context, p *Block, opts Options, shapesFirst bool) 
 			if rest, ok := strings.CutPrefix(detail, fmt.Sprintf("provisioner %q: ", p.Name)); ok {
 				detail = fmt.Sprintf("provisioner %q: %s", b.Name, rest)
 			}
-			// Extra carries the error, so that a Supervisor can tell a pin
+			// Extra carries the error, so that a supervisor can tell a pin
 			// or a protocol mismatch (which no restart fixes) from a crash.
 			return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: summary, Detail: detail + ".", Subject: at.Ptr(), Extra: err}}
 		}
@@ -315,7 +339,7 @@ func startPlugin(ctx context.Context, p *Block, opts Options, shapesFirst bool) 
 // plugin failed at summary, and how its process stood (ExitStatus).
 func pluginFailed(b *Block, status, summary string, err error) hcl.Diagnostics {
 	return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: summary,
-		Detail: fmt.Sprintf("%s (%s): %v.", b.Path, status, err), Subject: pluginAt(b).Ptr()}}
+		Detail: fmt.Sprintf("%s (%s): %v.", b.Path, status, err), Subject: b.PluginAt().Ptr()}}
 }
 
 // fitBlock checks that l's plugin is of the kind l's block asks for,

@@ -89,7 +89,7 @@ func noPreflight(b *Block) *hcl.Diagnostic {
 // without submitting or touching the network. An unknown profile, or any
 // other problem, comes back as diagnostics.
 func Preview(ctx context.Context, b *Block, profile string) (string, hcl.Diagnostics) {
-	l, diags := resolve(ctx, b, Options{}, false)
+	l, diags := resolve(ctx, b, LaunchConfig{}, false)
 	if l != nil {
 		defer l.plugin.Kill()
 	}

@@ -15,10 +15,12 @@ import (
 	"github.com/fluksio/provision/shared"
 )
 
-// An engine that embeds the host side: its own file, whose provisioner
-// blocks become configured, supervised provisioners with their shapes,
-// and a signer and admission for the workers that dial back.
-// docs/engine-kit.md says when an engine uses this layer directly.
+// An engine that builds its own loop on the host side: its own file,
+// whose provisioner blocks become launched and configured plugins with
+// their shapes, and a signer for the workers that dial back.
+// docs/engine-kit.md says when an engine uses this layer directly; the
+// kit (package engine) also restarts a plugin that exits, and admits
+// each worker only as the job its provisioner said it started.
 func Example() {
 	const path = "engine.hcl"
 	parser := hclparse.NewParser()
@@ -33,8 +35,8 @@ func Example() {
 
 	secret := host.RandomSecret() // or host.SecretFromEnv("MY_ENGINE_SECRET")
 	signer := host.NewSigner(secret)
-	admission := host.NewAdmission(nil) // guard it with your books' lock
-	var sups []*host.Supervisor
+	ctx := context.Background()
+	var plugins []*host.Launched
 	for _, block := range content.Blocks {
 		b, diags := host.DecodeBlock(block, ".")
 		if diags.HasErrors() {
@@ -44,31 +46,39 @@ func Example() {
 		if b.Path == "" {
 			b.Path = host.DefaultPluginPath(".", "bin", b.Kind)
 		}
-		s := host.NewSupervisor(b, hclog.Default().Named(b.Name), host.Options{
-			Signer:          signer,
-			EngineID:        host.EngineIdentity("", path),
-			CredentialEpoch: host.CredentialEpoch(secret),
+		l, diags := host.LaunchBlock(ctx, b, host.LaunchConfig{
+			Logger: hclog.Default().Named("plugin"),
+			Signer: signer,
 			OnEvent: func(ev shared.Event) {
-				_, _ = admission.Observe(ev) // which job each worker must attach as
+				fmt.Println(ev.Kind, ev.Worker, ev.Job) // which job each worker must attach as
 			},
 		})
-		s.OnUp = func(c host.Configured) { fmt.Println(c.Name, "offers", len(c.Shapes), "shapes") }
-		s.OnDown = func(name string) { fmt.Println(name, "is down; it is being restarted") }
-		if diags := s.Start(context.Background()); diags.HasErrors() {
+		var shapes []shared.Shape
+		if !diags.HasErrors() {
+			shapes, diags = l.Configure(ctx, b, &shared.ConfigureRequest{Name: b.Name, Config: l.Config,
+				EngineID: host.EngineIdentity("", path), CredentialEpoch: host.CredentialEpoch(secret)})
+		}
+		if diags.HasErrors() {
+			if l != nil {
+				l.Kill()
+			}
 			hclconfig.WriteDiagnostics(os.Stderr, parser.Files(), diags)
 			return
 		}
-		sups = append(sups, s)
+		fmt.Println(b.Name, "offers", len(shapes), "shapes")
+		plugins = append(plugins, l)
 	}
 
-	// ... ask s.Provisioner().Provision for machines; call s.Reconcile
-	// with the workers attached now; verify a worker's token with
-	// signer.Verify and admit it with admission.Admit ...
+	// ... ask l.Provisioner().Provision for machines; tell it which of
+	// its workers are attached (Reconcile, through an AttachedTracker);
+	// start it again when l.Exited() is closed; verify a worker's token
+	// with signer.Verify, and admit it only as the job its provisioner
+	// said it started (the worker_provisioned event) ...
 
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	stopCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	for _, s := range sups {
-		resp, err := s.Shutdown(ctx) // cancels what the provisioner asked for
-		fmt.Println(s.Name(), resp, err)
+	for _, l := range plugins {
+		resp, err := l.Stop(stopCtx) // cancels what the provisioner asked for
+		fmt.Println(l.Name(), resp, err)
 	}
 }

@@ -161,14 +161,15 @@ type Plugin struct {
 // leave plugins behind.
 //
 // Launch alone does not know the provisioner's shapes, so the credentials
-// it mints are bounded by their owner and lifetime only; a Supervisor
-// also refuses a shape no profile of the provisioner offers (hostGuard).
+// it mints are bounded by their owner and lifetime only; a plugin started
+// by LaunchBlock and configured (Launched.Configure) is also refused a
+// shape no profile of the provisioner offers (hostGuard).
 func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 	return launch(ctx, cfg, false)
 }
 
 // launch is Launch; with shapesFirst, the plugin's mints are refused
-// until its shapes are known (Plugin.limitMints), and from then on held
+// until its shapes are known (Launched.Configure), and from then on held
 // to them.
 func launch(ctx context.Context, cfg LaunchConfig, shapesFirst bool) (*Plugin, error) {
 	if cfg.Name == "" {
@@ -337,10 +338,6 @@ func (p *Plugin) Pid() int {
 	}
 	return p.cmd.Process.Pid
 }
-
-// limitMints holds the plugin's mints to shapes from now on: a credential
-// is refused if it is larger, in any dimension, than the largest of them.
-func (p *Plugin) limitMints(shapes []shared.Shape) { p.guard.limitTo(shapes) }
 
 // DroppedEvents is how many of the plugin's events were dropped because
 // LaunchConfig.OnEvent was behind by a whole EventQueue.

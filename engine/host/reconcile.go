@@ -22,8 +22,9 @@ const DefaultReconcileResync = time.Minute
 // is a new tracker), on the first after a call that failed or timed out,
 // and at least every resync.
 //
-// It holds no lock: the Supervisor makes one Reconcile at a time per
-// plugin process, and calls Request and Answered from that call.
+// It holds no lock: its caller (the engine's supervise.Supervisor) makes
+// one Reconcile at a time per plugin process, and calls Request and
+// Answered from that call.
 type AttachedTracker struct {
 	delta  bool
 	resync time.Duration

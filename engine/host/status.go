@@ -2,7 +2,6 @@ package host
 
 import (
 	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/fluksio/provision/internal/termsafe"
@@ -36,24 +35,9 @@ type ProvisionerStatus struct {
 	// on its own: a panic's trace, or why it gave up.
 	LastExitStderr []string
 	// OutstandingTotal is how many outstanding jobs the plugin reported,
-	// for an engine that lists only some of them; the Supervisor leaves
-	// it zero.
+	// for an engine that lists only some of them; the engine's
+	// supervisor leaves it zero.
 	OutstandingTotal int
-}
-
-// processText renders the phase and its history as one line.
-func (p ProvisionerStatus) processText() string {
-	text := p.Phase.String()
-	if p.Phase == PhaseFailed && p.Failure != "" {
-		text += ": " + p.Failure
-	}
-	if p.LastExit != "" {
-		text = fmt.Sprintf("%s (restarts: %d, last exit: %s)", text, p.Restarts, p.LastExit)
-	}
-	if p.Wedged != "" {
-		text += "; last " + p.Wedged
-	}
-	return text
 }
 
 // MarshalJSON renders the status in snake_case. shared's types carry no

@@ -26,7 +26,7 @@ import (
 // Its methods may be called from several goroutines.
 type Validator struct {
 	// Env is added to the environment of each plugin it starts
-	// (Options.Env), such as shared.ProbeAnswerEnv for a probe; set it
+	// (LaunchConfig.Env), such as shared.ProbeAnswerEnv for a probe; set it
 	// before the first call.
 	Env []string
 
@@ -96,7 +96,7 @@ func (v *Validator) resolve(ctx context.Context, b *Block) (*launched, hcl.Diagn
 	if diags := findPlugin(b); diags != nil {
 		return nil, diags
 	}
-	lctx, cancel := context.WithTimeout(ctx, Options{}.launchTimeout())
+	lctx, cancel := context.WithTimeout(ctx, launchTimeout(0))
 	defer cancel()
 	base, failed := v.plugin(lctx, b)
 	if failed != nil {
@@ -119,7 +119,7 @@ func (v *Validator) plugin(ctx context.Context, b *Block) (*launched, func(*Bloc
 		}
 		vp.l.plugin.Kill()
 	}
-	l, failed := startPlugin(ctx, b, Options{Env: v.Env}, false)
+	l, failed := startPlugin(ctx, b, LaunchConfig{Env: v.Env}, false)
 	if failed != nil && l != nil {
 		l.plugin.Kill()
 		l = nil

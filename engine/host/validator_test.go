@@ -132,3 +132,56 @@ func parseBlocks(t *testing.T, src string) []*Block {
 	}
 	return out
 }
+
+// parseBlock parses src, a file with one provisioner block, the way an
+// engine reads its own file, and decodes the block.
+func parseBlock(t *testing.T, src string) (*Block, hcl.Diagnostics) {
+	t.Helper()
+	file, diags := hclparse.NewParser().ParseHCL([]byte(src), "engine.hcl")
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	content, diags := file.Body.Content(&hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{
+		{Type: "provisioner", LabelNames: []string{"kind", "name"}},
+	}})
+	if diags.HasErrors() || len(content.Blocks) != 1 {
+		t.Fatalf("%d blocks: %v", len(content.Blocks), diags)
+	}
+	return DecodeBlock(content.Blocks[0], t.TempDir())
+}
+
+// TestValidateSaysWhere: problems are reported against the block, at the
+// attribute or label at fault, with what to do.
+func TestValidateSaysWhere(t *testing.T) {
+	t.Parallel()
+	bin := testPlugin(t)
+	tests := []struct {
+		name, src, summary string
+		line, col          int
+	}{
+		{"wrong type", fmt.Sprintf("provisioner \"memory\" \"m\" {\n  plugin = %q\n  greeting = [1]\n}\n", bin), "Incorrect attribute value type", 3, 14},
+		{"missing required", fmt.Sprintf("provisioner \"memory\" \"m\" {\n  plugin = %q\n}\n", bin), "Missing required argument", 1, 26},
+		{"no such kind", "provisioner \"nosuch\" \"m\" {\n}\n", "Unknown provisioner kind \"nosuch\"", 1, 13},
+		{"other kind", fmt.Sprintf("provisioner \"slurm\" \"m\" {\n  plugin = %q\n  greeting = \"hi\"\n}\n", bin), "Plugin is of another kind", 1, 13},
+		{"bad pin", fmt.Sprintf("provisioner \"memory\" \"m\" {\n  plugin = %q\n  sha256 = \"abc\"\n}\n", bin), "Invalid sha256 pin", 3, 12},
+		{"bad name", "provisioner \"memory\" \"-m\" {\n}\n", "Invalid provisioner name", 1, 22},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b, diags := parseBlock(t, tc.src)
+			if !diags.HasErrors() {
+				if b.Path == "" {
+					b.Path = DefaultPluginPath(t.TempDir(), "bin", b.Kind)
+				}
+				diags = Validate(context.Background(), b)
+			}
+			for _, d := range diags {
+				if d.Summary == tc.summary && d.Subject != nil && d.Subject.Start.Line == tc.line && d.Subject.Start.Column == tc.col && d.Detail != "" {
+					return
+				}
+			}
+			t.Errorf("want %q at %d:%d; got %v", tc.summary, tc.line, tc.col, diags)
+		})
+	}
+}

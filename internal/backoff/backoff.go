@@ -1,7 +1,7 @@
 // Package backoff is the one doubling backoff of the module: a profile
 // whose submissions keep failing (slurm), a login node that refuses
-// (slurm/sshrun), a plugin that keeps exiting (engine/host's
-// Supervisor), a profile whose machines keep failing (the engine's
+// (slurm/sshrun), a plugin that keeps exiting (the engine's
+// supervise.Supervisor), a profile whose machines keep failing (the engine's
 // hold), a worker whose engine does not answer.
 // Each waits twice as long after each failure, up to a cap, so that a
 // passing hiccup costs little and a lasting fault costs a bounded rate.

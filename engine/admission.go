@@ -1,4 +1,4 @@
-package host
+package engine
 
 import (
 	"errors"
@@ -6,11 +6,12 @@ import (
 	"slices"
 	"time"
 
+	"github.com/fluksio/provision/engine/host"
 	"github.com/fluksio/provision/internal/termsafe"
 	"github.com/fluksio/provision/shared"
 )
 
-// Admission is the rest of the proof a verified credential leaves open:
+// admission is the rest of the proof a verified credential leaves open:
 // a credential proves the engine minted it, not that the machine
 // presenting it is the one it was minted for (it can be copied out of a
 // job's environment, or presented twice). A worker attaches only as the
@@ -18,13 +19,14 @@ import (
 // event, stamped by the host), a credential is good for one job (a name
 // that detached, went silent or was cancelled is revoked until its
 // credential would have expired), and a worker may not claim more than
-// its credential was minted for (Allows).
+// its credential was minted for (allows).
 //
-// Admission keeps no lock: the engine calls every method under the lock
-// of its own books, so the answers are atomic with who is attached. It
-// acts only when called: the engine's books call Revoke when a worker
-// detaches or goes silent, and Sweep to forget what has expired.
-type Admission struct {
+// It keeps no lock: it is the books', and every method is called under
+// books.mu, so its answers are atomic with who is attached. It acts only
+// when called: the books call revoke when a worker detaches or goes
+// silent, and sweep to forget what has expired. Why it is here and not
+// in engine/host: docs/design/engine-admission.md.
+type admission struct {
 	now func() time.Time
 	// jobs is the provisioners' word on which job each worker was started
 	// as, by worker name.
@@ -43,22 +45,22 @@ type Admission struct {
 	revokedBy map[string]int
 }
 
-// RecordBudget is how many job records one provisioner's events may keep
-// in an Admission at once (its workers on their way or attached), and,
+// recordBudget is how many job records one provisioner's events may keep
+// in the admission at once (its workers on their way or attached), and,
 // apart, how many revocations (of names whose credentials may still be
 // out). A burst of 10,000 array tasks fits three times over. A plugin
 // that floods past it has its further events' records refused
-// (ErrOverBudget), which costs only its own workers, never another
+// (errOverBudget), which costs only its own workers, never another
 // provisioner's; a revocation refused costs nothing while the provisioner
 // does not name the worker again, as a name without a job record cannot
 // attach. The two budgets bound the memory one provisioner's events hold.
-const RecordBudget = 32_768
+const recordBudget = 32_768
 
-// ErrOverBudget is Observe's answer to an event whose record would take
-// its provisioner past RecordBudget: the record is not kept, so a worker
+// errOverBudget is observe's answer to an event whose record would take
+// its provisioner past recordBudget: the record is not kept, so a worker
 // the event names as provisioned cannot attach until the provisioner's
 // older records are used up or expire.
-var ErrOverBudget = errors.New("the provisioner's events already hold their budget of records")
+var errOverBudget = errors.New("the provisioner's events already hold their budget of records")
 
 // jobRecord is what a provisioner said about one of its workers.
 type jobRecord struct {
@@ -79,19 +81,19 @@ type revocation struct {
 	charge string
 }
 
-// NewAdmission returns an Admission with no records; now is its clock
+// newAdmission returns an admission with no records; now is its clock
 // (nil means time.Now).
-func NewAdmission(now func() time.Time) *Admission {
+func newAdmission(now func() time.Time) *admission {
 	if now == nil {
 		now = time.Now
 	}
-	return &Admission{now: now, jobs: map[string]jobRecord{}, revoked: map[string]revocation{},
-		budget: RecordBudget, jobsBy: map[string]int{}, revokedBy: map[string]int{}}
+	return &admission{now: now, jobs: map[string]jobRecord{}, revoked: map[string]revocation{},
+		budget: recordBudget, jobsBy: map[string]int{}, revokedBy: map[string]int{}}
 }
 
-// Records is how many job records and revocations provisioner's events
-// hold now, each of RecordBudget.
-func (a *Admission) Records(provisioner string) (jobs, revoked int) {
+// records is how many job records and revocations provisioner's events
+// hold now, each of recordBudget.
+func (a *admission) records(provisioner string) (jobs, revoked int) {
 	return a.jobsBy[provisioner], a.revokedBy[provisioner]
 }
 
@@ -105,57 +107,29 @@ func uncharge(by map[string]int, provisioner string) {
 	}
 }
 
-// Refusal says why Admit refused, so that an engine can answer each kind
-// in its own way (over HTTP: 401, 503, 403).
-type Refusal int
-
-const (
-	// RefusedRevoked: the name's credential was used up or cancelled.
-	RefusedRevoked Refusal = iota + 1
-	// RefusedNotYet: no job is recorded for the name yet; the
-	// provisioner's event may be a moment behind its job, so a worker
-	// should retry for a while.
-	RefusedNotYet
-	// RefusedMismatch: the record names another provisioner or job.
-	RefusedMismatch
-)
-
-// AdmitError is Admit's refusal. Its message names the worker and the
-// reason, never the token, so it may be logged and sent to the worker.
-type AdmitError struct {
-	Refusal Refusal
-	msg     string
-}
-
-func (e *AdmitError) Error() string { return e.msg }
-
-func refused(r Refusal, format string, args ...any) error {
-	return &AdmitError{Refusal: r, msg: fmt.Sprintf(format, args...)}
-}
-
-// ErrOtherProvisioner is Observe's answer to an event about a worker that
+// errOtherProvisioner is observe's answer to an event about a worker that
 // another provisioner recorded: a provisioner speaks only for its own.
-var ErrOtherProvisioner = errors.New("the event names another provisioner's worker")
+var errOtherProvisioner = errors.New("the event names another provisioner's worker")
 
-// Observe records what a provisioner's event says about a worker:
+// observe records what a provisioner's event says about a worker:
 // worker_provisioned names the job the worker must attach as;
 // worker_cancelled, worker_provision_failed and worker_job_ended revoke
-// the name, and revoke is true so that the engine drops the worker if ev.Provisioner
+// the name, and revoke is true so that the books drop the worker if ev.Provisioner
 // attached it. ev.Provisioner must be the host's stamp, never the
 // plugin's claim. An event whose record would take its provisioner past
-// RecordBudget is not recorded, and the error wraps ErrOverBudget.
-func (a *Admission) Observe(ev shared.Event) (revoke bool, err error) {
+// recordBudget is not recorded, and the error wraps errOverBudget.
+func (a *admission) observe(ev shared.Event) (revoke bool, err error) {
 	if ev.Worker == "" || ev.Provisioner == "" {
 		return false, nil
 	}
 	if rec, known := a.jobs[ev.Worker]; known && rec.provisioner != ev.Provisioner {
-		return false, fmt.Errorf("%w (%s, recorded by %s)", ErrOtherProvisioner, ev.Worker, rec.provisioner)
+		return false, fmt.Errorf("%w (%s, recorded by %s)", errOtherProvisioner, ev.Worker, rec.provisioner)
 	}
 	switch ev.Kind {
 	case shared.EventWorkerProvisioned:
 		if _, recorded := a.jobs[ev.Worker]; !recorded {
 			if a.jobsBy[ev.Provisioner] >= a.budget {
-				return false, fmt.Errorf("%w (%d job records): worker %s not recorded, so it cannot attach", ErrOverBudget, a.budget, ev.Worker)
+				return false, fmt.Errorf("%w (%d job records): worker %s not recorded, so it cannot attach", errOverBudget, a.budget, ev.Worker)
 			}
 			a.jobsBy[ev.Provisioner]++
 		}
@@ -165,26 +139,26 @@ func (a *Admission) Observe(ev shared.Event) (revoke bool, err error) {
 		// worker attached under the name is dropped; its job record goes
 		// either way, so the name cannot attach again unless the
 		// provisioner names it anew.
-		if !a.revoke(ev.Worker, string(ev.Kind), time.Time{}, ev.Provisioner) {
-			return true, fmt.Errorf("%w (%d revocations): revocation of worker %s not kept", ErrOverBudget, a.budget, ev.Worker)
+		if !a.revokeCharged(ev.Worker, string(ev.Kind), time.Time{}, ev.Provisioner) {
+			return true, fmt.Errorf("%w (%d revocations): revocation of worker %s not kept", errOverBudget, a.budget, ev.Worker)
 		}
 		return true, nil
 	}
 	return false, nil
 }
 
-// Revoke refuses name from now on. until is when its credential expires;
+// revoke refuses name from now on. until is when its credential expires;
 // zero means not known, so the longest a credential can live.
-func (a *Admission) Revoke(name, reason string, until time.Time) {
-	a.revoke(name, reason, until, "")
+func (a *admission) revoke(name, reason string, until time.Time) {
+	a.revokeCharged(name, reason, until, "")
 }
 
-// revoke is Revoke, a revocation new to the name charged to charge ("":
-// nobody) and kept only while charge is within its budget; it reports
-// whether it was kept. The name's job record goes either way.
-func (a *Admission) revoke(name, reason string, until time.Time, charge string) bool {
+// revokeCharged is revoke, a revocation new to the name charged to
+// charge ("": nobody) and kept only while charge is within its budget;
+// it reports whether it was kept. The name's job record goes either way.
+func (a *admission) revokeCharged(name, reason string, until time.Time, charge string) bool {
 	if until.IsZero() {
-		until = a.now().Add(DefaultMaxCredentialTTL)
+		until = a.now().Add(host.DefaultMaxCredentialTTL)
 	}
 	if rec, ok := a.jobs[name]; ok {
 		delete(a.jobs, name)
@@ -206,53 +180,55 @@ func (a *Admission) revoke(name, reason string, until time.Time, charge string) 
 	return true
 }
 
-// Admit says whether the holder of cred, reporting that it runs as job,
-// may attach. Whether a worker of that name is attached already is the
-// engine's to check. The error is an *AdmitError.
-func (a *Admission) Admit(cred Credential, job string) error {
+// admit says whether the holder of cred, reporting that it runs as job,
+// may attach: allowed, or the denial (nameRevoked, jobNotYet or
+// jobMismatch, each answered in its own way: 401, 503, 403) and why,
+// naming the worker and the reason, never the token, so that it may be
+// logged and sent to the worker. Whether a worker of that name is
+// attached already is the books' to check.
+func (a *admission) admit(cred host.Credential, job string) (denial, string) {
 	name := cred.Worker
-	if err := a.Revoked(name); err != nil {
-		return err
+	if err := a.isRevoked(name); err != nil {
+		return nameRevoked, err.Error()
 	}
 	rec, ok := a.jobs[name]
 	switch {
 	case !ok:
-		return refused(RefusedNotYet, "no job is recorded for worker %s yet; try again shortly", name)
+		return jobNotYet, fmt.Sprintf("no job is recorded for worker %s yet; try again shortly", name)
 	case rec.provisioner != cred.Provisioner:
-		return refused(RefusedMismatch, "worker %s was recorded by provisioner %s, not %s", name, rec.provisioner, cred.Provisioner)
+		return jobMismatch, fmt.Sprintf("worker %s was recorded by provisioner %s, not %s", name, rec.provisioner, cred.Provisioner)
 	case rec.job != job:
-		return refused(RefusedMismatch, "worker %s reports job %q; its provisioner started it as job %q", name, job, rec.job)
+		return jobMismatch, fmt.Sprintf("worker %s reports job %q; its provisioner started it as job %q", name, job, rec.job)
 	}
-	return nil
+	return allowed, ""
 }
 
-// Revoked refuses, with an *AdmitError of RefusedRevoked, a credential
-// for name once name is revoked; nil if it is not. An engine asks it
-// before it does anything else for a request, attach or not: a revoked
-// credential is refused first.
-func (a *Admission) Revoked(name string) error {
+// isRevoked refuses a credential for name once name is revoked; nil if
+// it is not. The books ask it before they do anything else for a
+// request, attach or not: a revoked credential is refused first.
+func (a *admission) isRevoked(name string) error {
 	if rv, ok := a.revoked[name]; ok {
-		return refused(RefusedRevoked, "credential for worker %s is revoked (%s): a credential is good for one job", name, rv.reason)
+		return fmt.Errorf("credential for worker %s is revoked (%s): a credential is good for one job", name, rv.reason)
 	}
 	return nil
 }
 
-// ProfileOf is the profile the provisioner said name was started as
+// profileOf is the profile the provisioner said name was started as
 // (worker_provisioned), "" if it did not say or is not known.
-func (a *Admission) ProfileOf(name string) string { return a.jobs[name].profile }
+func (a *admission) profileOf(name string) string { return a.jobs[name].profile }
 
-// OwnedBy reports whether provisioner may speak for name: name is
+// ownedBy reports whether provisioner may speak for name: name is
 // unknown, or no other provisioner recorded a job for it. A credential
 // of another provisioner for the same name revokes nothing of the
 // owner's.
-func (a *Admission) OwnedBy(name, provisioner string) bool {
+func (a *admission) ownedBy(name, provisioner string) bool {
 	rec, known := a.jobs[name]
 	return !known || rec.provisioner == provisioner
 }
 
-// Sweep forgets revocations whose credential has expired and job records
+// sweep forgets revocations whose credential has expired and job records
 // older than any credential can live.
-func (a *Admission) Sweep() {
+func (a *admission) sweep() {
 	now := a.now()
 	for name, r := range a.revoked {
 		if now.After(r.until) {
@@ -261,18 +237,18 @@ func (a *Admission) Sweep() {
 		}
 	}
 	for name, j := range a.jobs {
-		if now.Sub(j.at) > DefaultMaxCredentialTTL {
+		if now.Sub(j.at) > host.DefaultMaxCredentialTTL {
 			delete(a.jobs, name)
 			uncharge(a.jobsBy, j.provisioner)
 		}
 	}
 }
 
-// Allows refuses a worker that claims more than its credential was minted
+// allows refuses a worker that claims more than its credential was minted
 // for. It refuses rather than clamps: a worker that says it has more than
 // its job was given is misconfigured or lying, and either way should be
 // told, not quietly trusted with less.
-func Allows(c CredentialClaims, cpus, gpus int, ramMB int64, labels []string) error {
+func allows(c host.CredentialClaims, cpus, gpus int, ramMB int64, labels []string) error {
 	switch {
 	case cpus > c.CPUs:
 		return fmt.Errorf("worker claims %d cpus; its credential allows %d", cpus, c.CPUs)

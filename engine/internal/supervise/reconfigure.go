@@ -1,37 +1,23 @@
-package host
+package supervise
 
 import (
 	"context"
 	"encoding/json"
-	"time"
 
 	"github.com/hashicorp/hcl/v2"
 
 	"github.com/fluksio/provision/engine/hclconfig"
+	"github.com/fluksio/provision/engine/host"
 	"github.com/fluksio/provision/shared"
 )
 
-// configure sends raw, block b decoded against schema, to p's Configure
-// and reads its shapes, within 30 s; diagnostics point into b.
-func (s *Supervisor) configure(ctx context.Context, p shared.Provisioner, b *Block, schema *shared.Schema, raw json.RawMessage) ([]shared.Shape, hcl.Diagnostics) {
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	cr, err := p.Configure(cctx, &shared.ConfigureRequest{Name: s.name, Config: raw,
+// configure sends raw, block b decoded against the plugin's schema, to
+// l's Configure with the engine's identity, and reads its shapes, to
+// which l's mints are held from then on (host.Launched.Configure);
+// diagnostics point into b.
+func (s *Supervisor) configure(ctx context.Context, l *host.Launched, b *host.Block, raw json.RawMessage) ([]shared.Shape, hcl.Diagnostics) {
+	return l.Configure(ctx, b, &shared.ConfigureRequest{Name: s.name, Config: raw,
 		EngineID: s.opts.EngineID, CredentialEpoch: s.opts.CredentialEpoch, EngineAddress: s.opts.EngineAddress})
-	if err != nil {
-		return nil, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Plugin could not be configured",
-			Detail: err.Error() + ".", Subject: b.DefRange.Ptr()}}
-	}
-	diags := hclconfig.ConfigDiagnostics(b.Body, schema, cr.Diagnostics)
-	if diags.HasErrors() {
-		return nil, diags
-	}
-	sr, err := p.Shapes(cctx, &shared.ShapesRequest{})
-	if err != nil {
-		return nil, append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Plugin did not list its shapes",
-			Detail: err.Error() + ".", Subject: b.DefRange.Ptr()})
-	}
-	return sr.Shapes, diags
 }
 
 // Config is the schema of the running plugin and the JSON its block
@@ -50,9 +36,9 @@ func (s *Supervisor) Config() (*shared.Schema, json.RawMessage) {
 // configured as it was, and the diagnostics point into b. On success
 // the plugin's new shapes come back, and a restart from now on
 // configures the new process from b. It holds no lock across the call.
-func (s *Supervisor) Reconfigure(ctx context.Context, b *Block) ([]shared.Shape, hcl.Diagnostics) {
+func (s *Supervisor) Reconfigure(ctx context.Context, b *host.Block) ([]shared.Shape, hcl.Diagnostics) {
 	s.mu.Lock()
-	old, cur, schema, info, running := s.cfg, s.current, s.schema, s.info, s.phase == PhaseRunning && !s.stopping
+	old, cur, schema, info, running := s.cfg, s.current, s.schema, s.info, s.phase == host.PhaseRunning && !s.stopping
 	s.mu.Unlock()
 	refuse := func(summary, detail string, at hcl.Range) ([]shared.Shape, hcl.Diagnostics) {
 		return nil, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: summary, Detail: detail, Subject: at.Ptr()}}
@@ -61,7 +47,7 @@ func (s *Supervisor) Reconfigure(ctx context.Context, b *Block) ([]shared.Shape,
 	case b.Kind != s.kind || b.Name != s.name:
 		return refuse("Another provisioner", "Reconfigure takes a block of the same kind and name.", b.DefRange)
 	case b.Path != old.Path:
-		return refuse("Plugin path changed", "A reload cannot change a provisioner's plugin ("+old.Path+" to "+b.Path+"). Put it back, or restart the engine to change it.", pluginAt(b))
+		return refuse("Plugin path changed", "A reload cannot change a provisioner's plugin ("+old.Path+" to "+b.Path+"). Put it back, or restart the engine to change it.", b.PluginAt())
 	case b.SHA256 != old.SHA256:
 		return refuse("Plugin pin changed", "A reload cannot change a provisioner's sha256. Put it back, or restart the engine to change it.", b.SHA256Range)
 	case !running || cur == nil || schema == nil:
@@ -73,7 +59,7 @@ func (s *Supervisor) Reconfigure(ctx context.Context, b *Block) ([]shared.Shape,
 	if diags.HasErrors() {
 		return nil, diags
 	}
-	shapes, more := s.configure(ctx, cur.Provisioner(), b, schema, raw)
+	shapes, more := s.configure(ctx, cur, b, raw)
 	diags = append(diags, more...)
 	if diags.HasErrors() {
 		return nil, diags
@@ -87,6 +73,5 @@ func (s *Supervisor) Reconfigure(ctx context.Context, b *Block) ([]shared.Shape,
 	}
 	s.cfg, s.config = b, raw
 	s.mu.Unlock()
-	cur.limitMints(shapes)
 	return shapes, diags
 }

@@ -1,4 +1,4 @@
-package host
+package supervise
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"reflect"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
 
+	"github.com/fluksio/provision/engine/host"
 	"github.com/fluksio/provision/internal/testutil"
 	"github.com/fluksio/provision/internal/wire"
 	"github.com/fluksio/provision/shared"
@@ -25,7 +25,7 @@ import (
 
 // parseBlock parses src, a file with one provisioner block, the way an
 // engine reads its own file, and decodes the block.
-func parseBlock(t *testing.T, src string) (*Block, hcl.Diagnostics) {
+func parseBlock(t *testing.T, src string) (*host.Block, hcl.Diagnostics) {
 	t.Helper()
 	file, diags := hclparse.NewParser().ParseHCL([]byte(src), "engine.hcl")
 	if diags.HasErrors() {
@@ -37,7 +37,7 @@ func parseBlock(t *testing.T, src string) (*Block, hcl.Diagnostics) {
 	if diags.HasErrors() || len(content.Blocks) != 1 {
 		t.Fatalf("%d blocks: %v", len(content.Blocks), diags)
 	}
-	return DecodeBlock(content.Blocks[0], t.TempDir())
+	return host.DecodeBlock(content.Blocks[0], t.TempDir())
 }
 
 // upDown records what a Supervisor told its engine.
@@ -96,7 +96,7 @@ func TestSupervisorRestartsAndShutsDown(t *testing.T) {
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
-	s := NewSupervisor(b, nullLogger(), Options{Signer: signerFunc(nil)})
+	s := New(b, nullLogger(), Options{Signer: signerFunc(nil)})
 	u := newUpDown(s)
 	if diags := s.Start(context.Background()); diags.HasErrors() {
 		t.Fatal(diags)
@@ -110,7 +110,7 @@ func TestSupervisorRestartsAndShutsDown(t *testing.T) {
 	}
 	// The plugin's Info lists reconcile_delta: its Reconciles carry changes.
 	s.mu.Lock()
-	delta := s.tracker.delta
+	delta := sendsChanges(s.tracker)
 	s.mu.Unlock()
 	if !delta {
 		t.Error("the test plugin offers reconcile_delta, and its tracker sends whole lists")
@@ -149,151 +149,6 @@ func TestSupervisorRestartsAndShutsDown(t *testing.T) {
 	}
 }
 
-// TestValidateSaysWhere: problems are reported against the block, at the
-// attribute or label at fault, with what to do.
-func TestValidateSaysWhere(t *testing.T) {
-	t.Parallel()
-	bin := testPlugin(t)
-	tests := []struct {
-		name, src, summary string
-		line, col          int
-	}{
-		{"wrong type", fmt.Sprintf("provisioner \"memory\" \"m\" {\n  plugin = %q\n  greeting = [1]\n}\n", bin), "Incorrect attribute value type", 3, 14},
-		{"missing required", fmt.Sprintf("provisioner \"memory\" \"m\" {\n  plugin = %q\n}\n", bin), "Missing required argument", 1, 26},
-		{"no such kind", "provisioner \"nosuch\" \"m\" {\n}\n", "Unknown provisioner kind \"nosuch\"", 1, 13},
-		{"other kind", fmt.Sprintf("provisioner \"slurm\" \"m\" {\n  plugin = %q\n  greeting = \"hi\"\n}\n", bin), "Plugin is of another kind", 1, 13},
-		{"bad pin", fmt.Sprintf("provisioner \"memory\" \"m\" {\n  plugin = %q\n  sha256 = \"abc\"\n}\n", bin), "Invalid sha256 pin", 3, 12},
-		{"bad name", "provisioner \"memory\" \"-m\" {\n}\n", "Invalid provisioner name", 1, 22},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			b, diags := parseBlock(t, tc.src)
-			if !diags.HasErrors() {
-				if b.Path == "" {
-					b.Path = DefaultPluginPath(t.TempDir(), "bin", b.Kind)
-				}
-				diags = Validate(context.Background(), b)
-			}
-			for _, d := range diags {
-				if d.Summary == tc.summary && d.Subject != nil && d.Subject.Start.Line == tc.line && d.Subject.Start.Column == tc.col && d.Detail != "" {
-					return
-				}
-			}
-			t.Errorf("want %q at %d:%d; got %v", tc.summary, tc.line, tc.col, diags)
-		})
-	}
-}
-
-// TestAdmission: a worker attaches only as the job its provisioner
-// recorded, once; another provisioner's events change nothing; records
-// and revocations are forgotten once no credential could still use them.
-func TestAdmission(t *testing.T) {
-	t.Parallel()
-	now := time.Unix(1_800_000_000, 0)
-	a := NewAdmission(func() time.Time { return now })
-	cred := Credential{CredentialClaims: claims("slurm-gpu-1")}
-	refusal := func(err error) Refusal {
-		var ae *AdmitError
-		if errors.As(err, &ae) {
-			return ae.Refusal
-		}
-		return 0
-	}
-	if r := refusal(a.Admit(cred, "7")); r != RefusedNotYet {
-		t.Errorf("before any event: %v; want RefusedNotYet", r)
-	}
-	a.Observe(shared.Event{Kind: shared.EventWorkerProvisioned, Provisioner: "slurm", Worker: "slurm-gpu-1", Job: "7"})
-	if err := a.Admit(cred, "7"); err != nil {
-		t.Errorf("as its recorded job: %v", err)
-	}
-	if r := refusal(a.Admit(cred, "8")); r != RefusedMismatch {
-		t.Errorf("as another job: %v; want RefusedMismatch", r)
-	}
-	other := Credential{CredentialClaims: CredentialClaims{Worker: "slurm-gpu-1", Provisioner: "squat", CPUs: 1}}
-	if r := refusal(a.Admit(other, "7")); r != RefusedMismatch {
-		t.Errorf("another provisioner's credential for the name: %v; want RefusedMismatch", r)
-	}
-	if a.OwnedBy("slurm-gpu-1", "squat") || !a.OwnedBy("slurm-gpu-1", "slurm") {
-		t.Error("OwnedBy does not follow the record")
-	}
-	if revoke, err := a.Observe(shared.Event{Kind: shared.EventWorkerCancelled, Provisioner: "squat", Worker: "slurm-gpu-1"}); revoke || !errors.Is(err, ErrOtherProvisioner) {
-		t.Errorf("another provisioner's cancel: revoke %v, err %v", revoke, err)
-	}
-	if revoke, err := a.Observe(shared.Event{Kind: shared.EventWorkerCancelled, Provisioner: "slurm", Worker: "slurm-gpu-1"}); !revoke || err != nil {
-		t.Errorf("its own cancel: revoke %v, err %v", revoke, err)
-	}
-	if r := refusal(a.Admit(cred, "7")); r != RefusedRevoked {
-		t.Errorf("after the cancel: %v; want RefusedRevoked", r)
-	}
-	now = now.Add(DefaultMaxCredentialTTL + time.Second)
-	a.Sweep()
-	if len(a.revoked) != 0 || len(a.jobs) != 0 {
-		t.Errorf("after the longest credential's life: %d revocations, %d records kept", len(a.revoked), len(a.jobs))
-	}
-	if err := Allows(claims("w"), 4, 1, 8000, []string{"gpu"}); err != nil {
-		t.Errorf("exactly what was minted: %v", err)
-	}
-	if err := Allows(claims("w"), 4, 1, 8000, []string{"a\nb"}); err == nil || strings.Contains(err.Error(), "a\nb") {
-		t.Errorf("a label with a newline: %v; want a refusal that quotes it", err)
-	}
-}
-
-// TestStatusCacheFetchesOnceAndTrims: callers at once share one fetch,
-// and a huge outstanding list is cut to MaxStatusOutstanding with its
-// total kept.
-func TestStatusCacheFetchesOnceAndTrims(t *testing.T) {
-	t.Parallel()
-	var c StatusCache
-	var fetches atomic.Int32
-	release := make(chan struct{})
-	fetch := func(context.Context) []ProvisionerStatus {
-		fetches.Add(1)
-		<-release
-		st := &shared.StatusResponse{Outstanding: make([]shared.Outstanding, 5000)}
-		return []ProvisionerStatus{{Name: "hpc", Status: st}}
-	}
-	var wg sync.WaitGroup
-	got := make([][]ProvisionerStatus, 16)
-	for i := range got {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			got[i] = c.Get(context.Background(), fetch)
-		}()
-	}
-	close(release)
-	wg.Wait()
-	if n := fetches.Load(); n != 1 {
-		t.Errorf("%d fetches for 16 callers at once; want 1", n)
-	}
-	for _, g := range got {
-		if len(g) != 1 || g[0].OutstandingTotal != 5000 || len(g[0].Status.Outstanding) != MaxStatusOutstanding {
-			t.Fatalf("got %d provisioners, total %d, listed %d", len(g), g[0].OutstandingTotal, len(g[0].Status.Outstanding))
-		}
-	}
-}
-
-// TestProvisionerStatusJSON: a plugin's per-profile counts, the
-// submissions behind them and its notes reach an operator's page.
-func TestProvisionerStatusJSON(t *testing.T) {
-	t.Parallel()
-	ps := ProvisionerStatus{Name: "hpc", Kind: "slurm", Process: "running", Status: &shared.StatusResponse{
-		Counts: []shared.ProfileCounts{{Profile: "cpu", Pending: 6, Starting: 1, Attached: 3,
-			Submissions: []shared.Submission{{Job: "77", Machines: 10, OnTheWay: 7, Age: 1500 * time.Millisecond}}}},
-		Notes: []string{"job arrays refused"},
-	}}
-	b, err := ps.MarshalJSON()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{`"counts":[{"profile":"cpu","pending":6,"starting":1,"attached":3,"submissions":[{"job":"77","machines":10,"on_the_way":7,"age_seconds":1.5}]}]`, `"notes":["job arrays refused"]`} {
-		if !strings.Contains(string(b), want) {
-			t.Errorf("status JSON lacks %s:\n%s", want, b)
-		}
-	}
-}
-
 // TestSupervisorDoesNotRestartAWrongPin: a pinned plugin whose binary is
 // replaced while it runs, then killed, is launched once more, refused by
 // its pin, and left failed with one error that says so and what to do:
@@ -309,7 +164,7 @@ func TestSupervisorDoesNotRestartAWrongPin(t *testing.T) {
 	if err := os.WriteFile(bin, orig, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	sum, err := FileSHA256(bin)
+	sum, err := host.FileSHA256(bin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +173,7 @@ func TestSupervisorDoesNotRestartAWrongPin(t *testing.T) {
 		t.Fatal(diags)
 	}
 	logs := &syncBuffer{}
-	s := NewSupervisor(b, hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Info}), Options{Signer: signerFunc(nil)})
+	s := New(b, hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Info}), Options{Signer: signerFunc(nil)})
 	failed := make(chan error, 4)
 	s.OnFailed = func(_ string, err error) { failed <- err }
 	if diags := s.Start(context.Background()); diags.HasErrors() {
@@ -329,7 +184,7 @@ func TestSupervisorDoesNotRestartAWrongPin(t *testing.T) {
 		defer cancel()
 		_, _ = s.Shutdown(ctx) // cannot relaunch it to cancel: expected
 	})
-	if p := s.Phase(); p != PhaseRunning {
+	if p := s.Phase(); p != host.PhaseRunning {
 		t.Fatalf("phase %v after Start; want running", p)
 	}
 
@@ -377,7 +232,7 @@ func TestSupervisorDoesNotRestartAWrongPin(t *testing.T) {
 		}
 	}
 	st := s.Status(context.Background())
-	if st.Phase != PhaseFailed || !strings.HasPrefix(st.Process, "failed: ") || st.Error != got.Error() {
+	if st.Phase != host.PhaseFailed || !strings.HasPrefix(st.Process, "failed: ") || st.Error != got.Error() {
 		t.Errorf("status: phase %v, process %q, error %q", st.Phase, st.Process, st.Error)
 	}
 	if n := strings.Count(logs.String(), "plugin failed for good"); n != 1 {
@@ -398,11 +253,12 @@ func TestUnfixableLaunches(t *testing.T) {
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
-	if u := unfixable("m", Validate(context.Background(), b)); u == nil || !errors.Is(u, ErrKindMismatch) {
+	if u := unfixable("m", host.Validate(context.Background(), b)); u == nil || !errors.Is(u, host.ErrKindMismatch) {
 		t.Errorf("another kind: %v; want ErrKindMismatch", u)
 	}
 	// A stand-in that answers the handshake with a protocol this host
-	// does not speak, as in TestProtocolMismatchSaysWhichSideToUpgrade.
+	// does not speak, as in engine/host's
+	// TestProtocolMismatchSaysWhichSideToUpgrade.
 	dir := t.TempDir()
 	newer := filepath.Join(dir, "newer")
 	body := fmt.Sprintf("#!/bin/sh\necho '1|%d|unix|%s/none.sock|grpc|'\nexec sleep 5\n", wire.ProtocolVersion+1, dir)
@@ -410,22 +266,22 @@ func TestUnfixableLaunches(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.Path, b.Kind = newer, "memory"
-	if u := unfixable("m", Validate(context.Background(), b)); u == nil || !errors.Is(u, shared.ErrIncompatible) || !strings.Contains(u.Error(), "upgrade the host") {
+	if u := unfixable("m", host.Validate(context.Background(), b)); u == nil || !errors.Is(u, shared.ErrIncompatible) || !strings.Contains(u.Error(), "upgrade the host") {
 		t.Errorf("another protocol: %v; want ErrIncompatible saying which side to upgrade", u)
 	}
 	b.Path = filepath.Join(dir, "gone")
-	if u := unfixable("m", Validate(context.Background(), b)); u != nil {
+	if u := unfixable("m", host.Validate(context.Background(), b)); u != nil {
 		t.Errorf("a missing binary: %v; want a failure worth retrying", u)
 	}
 }
 
-// TestOptionsCoverLaunchConfig: every LaunchConfig field a block does not
-// give has its Options field, of the same type, so that an engine using
-// the Supervisor can set what one using Launch can.
+// TestOptionsCoverLaunchConfig: every host.LaunchConfig field a block
+// does not give has its Options field, of the same type, so that the
+// engine can set what one using host.Launch can.
 func TestOptionsCoverLaunchConfig(t *testing.T) {
 	t.Parallel()
 	opts := reflect.TypeOf(Options{})
-	lc := reflect.TypeOf(LaunchConfig{})
+	lc := reflect.TypeOf(host.LaunchConfig{})
 	for i := range lc.NumField() {
 		f := lc.Field(i)
 		if f.Name == "Name" || f.Name == "Path" || f.Name == "SHA256" {
@@ -457,7 +313,7 @@ func TestReconcileCutByItsCallerIsQuiet(t *testing.T) {
 		t.Fatal(diags)
 	}
 	logger, logs := testutil.Logger(t)
-	s := NewSupervisor(b, logger, Options{Signer: signerFunc(nil)})
+	s := New(b, logger, Options{Signer: signerFunc(nil)})
 	s.WedgeAfter = 1
 	u := newUpDown(s)
 	if diags := s.Start(context.Background()); diags.HasErrors() {
@@ -493,7 +349,7 @@ func TestReconcileCutByItsCallerIsQuiet(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	reconciled(ctx)
-	if strings.Contains(logs.String(), "reconcile failed") || s.Phase() != PhaseRunning {
+	if strings.Contains(logs.String(), "reconcile failed") || s.Phase() != host.PhaseRunning {
 		t.Errorf("a Reconcile cut by its caller's deadline was taken for a failure (phase %s):\n%s", s.Phase(), logs)
 	}
 	// The control: the plugin misses its own deadline.

@@ -1,4 +1,4 @@
-package host
+package supervise
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/hcl/v2"
 
+	"github.com/fluksio/provision/engine/host"
 	doubling "github.com/fluksio/provision/internal/backoff"
 	"github.com/fluksio/provision/shared"
 )
@@ -35,29 +36,29 @@ const (
 // launch cannot fix (UnfixableError: the binary no longer matches its
 // pin, speaks another protocol version, or is of another kind). It logs
 // one error that says which and what to do, and the phase becomes
-// PhaseFailed; retrying every two minutes would only bury that line. A
-// crash, a hang or a configuration the plugin refuses is retried: a
-// node's disk may come back, and only the plugin knows its own words.
+// host.PhaseFailed; retrying every two minutes would only bury that
+// line. A crash, a hang or a configuration the plugin refuses is
+// retried: a node's disk may come back, and only the plugin knows its
+// own words.
 type Supervisor struct {
 	// WedgeAfter is how many calls in a row may miss their deadline
-	// before the plugin is restarted; NewSupervisor sets the default.
-	// OnUp hears of a (re)started plugin that is configured and ready,
-	// with its shapes; OnDown hears that the plugin exited, so calls
-	// would fail; OnFailed that it failed for good (PhaseFailed, with Err)
-	// after a restart, where no caller is waiting to hear it. All three are
-	// called without the Supervisor's lock, from the goroutine that
+	// before the plugin is restarted; New sets the default. OnUp hears
+	// of a (re)started plugin that is configured and ready, with its
+	// shapes; OnDown hears that the plugin exited, so calls would fail;
+	// OnFailed that it failed for good (host.PhaseFailed, with Err)
+	// after a restart, where no caller is waiting to hear it. All three
+	// are called without the Supervisor's lock, from the goroutine that
 	// starts or watches the plugin. Set them before Start.
 	WedgeAfter int
 	OnUp       func(Configured)
 	OnDown     func(name string)
 	OnFailed   func(name string, err error)
-	// ReconcileTimeout bounds one Reconcile call; NewSupervisor sets
-	// the default.
+	// ReconcileTimeout bounds one Reconcile call; New sets the default.
 	ReconcileTimeout time.Duration
 	// ReconcileResync bounds the time between two Reconciles that carry
 	// the whole attached list to a plugin that takes changes
 	// (shared.CapabilityReconcileDelta); zero means
-	// DefaultReconcileResync. Set it before Start.
+	// host.DefaultReconcileResync. Set it before Start.
 	ReconcileResync time.Duration
 
 	// name and kind are the block's labels, which a reload never
@@ -68,16 +69,16 @@ type Supervisor struct {
 
 	mu sync.Mutex // guards everything below
 	// cfg is the block the plugin is configured from: the one given to
-	// NewSupervisor, or the last Reconfigure applied. A restart
-	// configures the new process from it.
-	cfg *Block
+	// New, or the last Reconfigure applied. A restart configures the
+	// new process from it.
+	cfg *host.Block
 	// schema and config are the current process's schema and the JSON
 	// it was configured with; info what its Info said.
 	schema   *shared.Schema
 	config   json.RawMessage
 	info     *shared.InfoResponse
-	current  *Plugin
-	lastExit *ExitStatus
+	current  *host.Launched
+	lastExit *host.ExitStatus
 	restarts int
 	// misses counts calls in a row that missed their deadline; wedged
 	// says why the last process was killed for it, for Status.
@@ -87,12 +88,12 @@ type Supervisor struct {
 	// reconciling says a Reconcile call is under way; the next waits.
 	reconciling bool
 	// tracker is what the current plugin process was last told of the
-	// attached workers (reconcile.go); a new process gets a new one, so
-	// its first Reconcile carries the whole list.
-	tracker *AttachedTracker
-	phase   Phase
-	// failure is why the phase is PhaseFailed (an *UnfixableError, or a
-	// first start's diagnostics); nil otherwise.
+	// attached workers (host.AttachedTracker); a new process gets a new
+	// one, so its first Reconcile carries the whole list.
+	tracker *host.AttachedTracker
+	phase   host.Phase
+	// failure is why the phase is host.PhaseFailed (an *UnfixableError,
+	// or a first start's diagnostics); nil otherwise.
 	failure error
 	// launches counts launch attempts, for tests that a failure is not
 	// retried in a loop.
@@ -122,27 +123,27 @@ type Configured struct {
 	Shapes      []shared.Shape
 }
 
-// NewSupervisor returns a Supervisor for the provisioner block b. logger
-// hears the Supervisor's own story (exits, restarts); opts.Logger hears
-// the plugin's. Nothing runs until Start.
-func NewSupervisor(b *Block, logger hclog.Logger, opts Options) *Supervisor {
+// New returns a Supervisor for the provisioner block b. logger hears the
+// Supervisor's own story (exits, restarts); opts.Logger hears the
+// plugin's. Nothing runs until Start.
+func New(b *host.Block, logger hclog.Logger, opts Options) *Supervisor {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
 	life, cancel := context.WithCancel(context.Background())
-	return &Supervisor{WedgeAfter: defaultWedgeAfter, ReconcileTimeout: defaultReconcileTimeout, OnUp: func(Configured) {}, OnDown: func(string) {}, OnFailed: func(string, error) {}, cfg: b, logger: logger, opts: opts, stop: make(chan struct{}), phase: PhaseStarting,
+	return &Supervisor{WedgeAfter: defaultWedgeAfter, ReconcileTimeout: defaultReconcileTimeout, OnUp: func(Configured) {}, OnDown: func(string) {}, OnFailed: func(string, error) {}, cfg: b, logger: logger, opts: opts, stop: make(chan struct{}), phase: host.PhaseStarting,
 		shutDone: make(chan struct{}), life: life, cancelLife: cancel, name: b.Name, kind: b.Kind}
 }
 
 // Start launches and configures the plugin the first time. Configuration
 // problems come back as diagnostics against the config file; a first
 // start that fails is not retried, because the operator is watching, and
-// the phase becomes PhaseFailed with the diagnostics as Err.
+// the phase becomes host.PhaseFailed with the diagnostics as Err.
 func (s *Supervisor) Start(ctx context.Context) hcl.Diagnostics {
 	l, diags := s.launch(ctx, true)
 	if diags.HasErrors() {
 		if l != nil {
-			l.plugin.Kill()
+			l.Kill()
 		}
 		var err error = diags
 		if u := unfixable(s.name, diags); u != nil {
@@ -158,40 +159,38 @@ func (s *Supervisor) Start(ctx context.Context) hcl.Diagnostics {
 		s.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_, _ = l.plugin.Stop(ctx)
+		_, _ = l.Stop(ctx)
 		return diags
 	}
 	s.wg.Add(1)
 	s.mu.Unlock()
-	go s.watch(l.plugin)
+	go s.watch(l.Plugin)
 	return diags
 }
 
 // launch starts a process, configures it and, with publish, publishes
 // its shapes to the router. A launch made only to cancel at shutdown does
 // not publish, so that nothing new is asked of it.
-func (s *Supervisor) launch(ctx context.Context, publish bool) (*launched, hcl.Diagnostics) {
+func (s *Supervisor) launch(ctx context.Context, publish bool) (*host.Launched, hcl.Diagnostics) {
 	s.mu.Lock()
 	s.launches++
 	b := s.cfg
 	s.mu.Unlock()
-	l, diags := resolve(ctx, b, s.opts, true)
+	l, diags := host.LaunchBlock(ctx, b, s.opts.launchConfig())
 	if diags.HasErrors() {
 		return l, diags
 	}
-	p := l.plugin.Provisioner()
-	shapes, more := s.configure(ctx, p, b, l.schema, l.json)
+	// Configure holds the plugin's mints to the shapes it lists, before
+	// anyone hears it is up and asks it for machines.
+	shapes, more := s.configure(ctx, l, b, l.Config)
 	diags = append(diags, more...)
 	if diags.HasErrors() {
 		return l, diags
 	}
-	// The plugin mints within the shapes it listed, before anyone
-	// hears it is up and asks it for machines.
-	l.plugin.limitMints(shapes)
 	s.mu.Lock()
-	s.current, s.phase = l.plugin, PhaseRunning
-	s.schema, s.config, s.info = l.schema, l.json, l.info
-	s.tracker = NewAttachedTracker(l.info, s.ReconcileResync)
+	s.current, s.phase = l, host.PhaseRunning
+	s.schema, s.config, s.info = l.Schema, l.Config, l.Info
+	s.tracker = host.NewAttachedTracker(l.Info, s.ReconcileResync)
 	if publish && s.lastExit != nil {
 		// A restart, counted before OnUp hears of it, so that whoever
 		// OnUp wakes reads a Status that says so.
@@ -199,14 +198,14 @@ func (s *Supervisor) launch(ctx context.Context, publish bool) (*launched, hcl.D
 	}
 	s.mu.Unlock()
 	if publish {
-		s.OnUp(Configured{Name: s.name, Provisioner: p, Shapes: shapes})
+		s.OnUp(Configured{Name: s.name, Provisioner: l.Provisioner(), Shapes: shapes})
 	}
 	return l, diags
 }
 
 // watch waits for the process to end and, unless it was asked to, starts
 // another.
-func (s *Supervisor) watch(p *Plugin) {
+func (s *Supervisor) watch(p *host.Plugin) {
 	defer s.wg.Done()
 	backoff := restartMin
 	for {
@@ -222,7 +221,7 @@ func (s *Supervisor) watch(p *Plugin) {
 			s.mu.Unlock()
 			return
 		}
-		s.lastExit, s.phase = exit, PhaseRestarting
+		s.lastExit, s.phase = exit, host.PhaseRestarting
 		s.mu.Unlock()
 		s.OnDown(s.name)
 		s.logger.Error("plugin exited unexpectedly", "status", exit.String(), "stderr_tail", tail(exit.Stderr, 5))
@@ -241,12 +240,12 @@ func (s *Supervisor) watch(p *Plugin) {
 			l, diags := s.launch(ctx, true)
 			cancel()
 			if !diags.HasErrors() {
-				s.logger.Info("plugin restarted", "pid", l.plugin.Pid())
-				p = l.plugin
+				s.logger.Info("plugin restarted", "pid", l.Pid())
+				p = l.Plugin
 				break
 			}
 			if l != nil {
-				l.plugin.Kill()
+				l.Kill()
 			}
 			if u := unfixable(s.name, diags); u != nil {
 				// One line, at the one moment it became true; the
@@ -277,13 +276,13 @@ func (s *Supervisor) Deadline(call string, missed bool) {
 		return
 	}
 	s.misses++
-	if s.misses < s.WedgeAfter || s.phase != PhaseRunning || s.stopping || s.current == nil {
+	if s.misses < s.WedgeAfter || s.phase != host.PhaseRunning || s.stopping || s.current == nil {
 		s.mu.Unlock()
 		return
 	}
 	s.misses = 0
 	s.wedged = fmt.Sprintf("wedged: %d calls in a row missed their deadline, the last a %s; killed to restart it", s.WedgeAfter, call)
-	s.phase = PhaseWedged
+	s.phase = host.PhaseWedged
 	cur := s.current
 	s.mu.Unlock()
 	s.logger.Error("plugin wedged; killing it so that it restarts", "missed_calls", s.WedgeAfter, "last", call)
@@ -300,25 +299,25 @@ func (s *Supervisor) fail(err error) bool {
 	if s.stopping {
 		return false
 	}
-	s.phase, s.failure = PhaseFailed, err
+	s.phase, s.failure = host.PhaseFailed, err
 	return true
 }
 
 // Phase is where the plugin stands; it takes the lock only to read.
-func (s *Supervisor) Phase() Phase {
+func (s *Supervisor) Phase() host.Phase {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.phase
 }
 
-// Err is why the phase is PhaseFailed: an *UnfixableError (errors.Is
-// finds shared.ErrChecksumMismatch, shared.ErrIncompatible or
-// ErrKindMismatch), or the first start's diagnostics. Nil in any other
-// phase.
+// Err is why the phase is host.PhaseFailed: an *UnfixableError
+// (errors.Is finds shared.ErrChecksumMismatch, shared.ErrIncompatible or
+// host.ErrKindMismatch), or the first start's diagnostics. Nil in any
+// other phase.
 func (s *Supervisor) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.phase != PhaseFailed {
+	if s.phase != host.PhaseFailed {
 		return nil
 	}
 	return s.failure
@@ -328,7 +327,7 @@ func (s *Supervisor) Err() error {
 func (s *Supervisor) Provisioner() shared.Provisioner {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.current == nil || s.phase != PhaseRunning {
+	if s.current == nil || s.phase != host.PhaseRunning {
 		return nil
 	}
 	return s.current.Provisioner()
@@ -341,7 +340,7 @@ func (s *Supervisor) Provisioner() shared.Provisioner {
 func (s *Supervisor) Health() (up bool, restarts int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.current != nil && s.phase == PhaseRunning, s.restarts
+	return s.current != nil && s.phase == host.PhaseRunning, s.restarts
 }
 
 // Pid is the plugin process's id while one runs, else 0: an engine that
@@ -358,10 +357,10 @@ func (s *Supervisor) Pid() int {
 
 // Status is this provisioner's process and its plugin's own report. The
 // plugin is asked with a deadline of two seconds, without the lock.
-func (s *Supervisor) Status(ctx context.Context) ProvisionerStatus {
+func (s *Supervisor) Status(ctx context.Context) host.ProvisionerStatus {
 	s.mu.Lock()
-	ps := ProvisionerStatus{Name: s.name, Kind: s.kind, Phase: s.phase, Restarts: s.restarts}
-	if s.phase == PhaseFailed && s.failure != nil {
+	ps := host.ProvisionerStatus{Name: s.name, Kind: s.kind, Phase: s.phase, Restarts: s.restarts}
+	if s.phase == host.PhaseFailed && s.failure != nil {
 		ps.Failure = s.failure.Error()
 	}
 	if s.lastExit != nil {
@@ -369,9 +368,9 @@ func (s *Supervisor) Status(ctx context.Context) ProvisionerStatus {
 		ps.LastExitStderr = tail(s.lastExit.Stderr, 10)
 	}
 	ps.Wedged = s.wedged
-	ps.Process = ps.processText()
+	ps.Process = processText(ps)
 	cur := s.current
-	running := s.phase == PhaseRunning
+	running := s.phase == host.PhaseRunning
 	s.mu.Unlock()
 	if cur == nil || !running {
 		ps.Error = "the plugin is not running"
@@ -413,7 +412,7 @@ func (s *Supervisor) Shutdown(ctx context.Context) (*shared.ShutdownResponse, er
 	s.mu.Unlock()
 	resp, err := s.shutdownOnce(ctx)
 	s.mu.Lock()
-	s.shutResp, s.shutErr, s.phase = resp, err, PhaseStopped
+	s.shutResp, s.shutErr, s.phase = resp, err, host.PhaseStopped
 	s.mu.Unlock()
 	close(s.shutDone)
 	return resp, err
@@ -451,7 +450,7 @@ func (s *Supervisor) shutdownOnce(ctx context.Context) (*shared.ShutdownResponse
 		l, diags := s.launch(ctx, false)
 		if diags.HasErrors() {
 			if l != nil {
-				l.plugin.Kill()
+				l.Kill()
 			}
 			why := "it exited"
 			if lastExit != nil {
@@ -460,7 +459,7 @@ func (s *Supervisor) shutdownOnce(ctx context.Context) (*shared.ShutdownResponse
 			return nil, fmt.Errorf("provisioner %s could not cancel its jobs: %s and could not be started again to cancel them (%s); what it asked for may still be in its cluster: look for what is tagged with engine id %s there and cancel it",
 				s.name, why, diags.Error(), s.opts.EngineID)
 		}
-		cur = l.plugin
+		cur = l
 	}
 	resp, err := cur.Stop(ctx)
 	if errors.Is(err, shared.ErrPluginGone) {
@@ -470,7 +469,7 @@ func (s *Supervisor) shutdownOnce(ctx context.Context) (*shared.ShutdownResponse
 }
 
 // gone reports whether the plugin's process has exited.
-func gone(p *Plugin) bool {
+func gone(p *host.Launched) bool {
 	select {
 	case <-p.Exited():
 		return true
@@ -502,7 +501,7 @@ const defaultReconcileTimeout = 30 * time.Second
 // is made: not while one is under way or the plugin is not running.
 func (s *Supervisor) Reconcile(ctx context.Context, attached []string) bool {
 	s.mu.Lock()
-	if s.reconciling || s.stopping || s.current == nil || s.phase != PhaseRunning {
+	if s.reconciling || s.stopping || s.current == nil || s.phase != host.PhaseRunning {
 		s.mu.Unlock()
 		return false
 	}
@@ -547,7 +546,7 @@ func MissedDeadline(ctx context.Context, err error) bool {
 	return err != nil && ok && !time.Now().Before(d)
 }
 
-func (s *Supervisor) reconcileOnce(ctx context.Context, p shared.Provisioner, tracker *AttachedTracker, attached []string) {
+func (s *Supervisor) reconcileOnce(ctx context.Context, p shared.Provisioner, tracker *host.AttachedTracker, attached []string) {
 	rctx, cancel := context.WithTimeout(ctx, s.ReconcileTimeout)
 	defer cancel()
 	req := tracker.Request(attached, time.Now())
@@ -568,4 +567,20 @@ func (s *Supervisor) reconcileOnce(ctx context.Context, p shared.Provisioner, tr
 	if len(resp.Expired) > 0 {
 		s.logger.Warn("gave up on jobs that never attached", "jobs", resp.Expired)
 	}
+}
+
+// processText renders the phase and its history as one line: a
+// ProvisionerStatus's Process.
+func processText(p host.ProvisionerStatus) string {
+	text := p.Phase.String()
+	if p.Phase == host.PhaseFailed && p.Failure != "" {
+		text += ": " + p.Failure
+	}
+	if p.LastExit != "" {
+		text = fmt.Sprintf("%s (restarts: %d, last exit: %s)", text, p.Restarts, p.LastExit)
+	}
+	if p.Wedged != "" {
+		text += "; last " + p.Wedged
+	}
+	return text
 }

@@ -1,19 +1,22 @@
-package host
+package engine
 
 import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/fluksio/provision/engine/host"
 )
 
 // An operator's status page is read by anyone who can reach it (a curl
 // has no worker credential), and it asks every plugin for its Status,
 // which crosses a process boundary and may be large: served naively,
 // each concurrent request holds a copy of every plugin's whole status.
-// So StatusCache fetches the plugins' status at most once per
+// So statusCache fetches the plugins' status at most once per
 // statusMaxAge, by one caller while the others wait for it, and keeps at
-// most MaxStatusOutstanding entries per provisioner (the total is still
+// most maxStatusOutstanding entries per provisioner (the total is still
 // reported). What the engine holds in memory itself it can read fresh.
+// GET /status and the metrics share one (statusPage.cache).
 
 const (
 	// statusMaxAge is how stale the plugins' part of /status may be. An
@@ -23,26 +26,26 @@ const (
 	// statusFetchTimeout bounds one fetch, whoever asked for it: the
 	// fetch is shared, so it does not run on any one request's context.
 	statusFetchTimeout = 10 * time.Second
-	// MaxStatusOutstanding is how many outstanding jobs per provisioner
-	// Get keeps; OutstandingTotal says how many there were.
-	MaxStatusOutstanding = 1000
+	// maxStatusOutstanding is how many outstanding jobs per provisioner
+	// get keeps; OutstandingTotal says how many there were.
+	maxStatusOutstanding = 1000
 )
 
-// StatusCache holds the last fetch of the provisioners' status. Its zero
+// statusCache holds the last fetch of the provisioners' status. Its zero
 // value is ready to use.
-type StatusCache struct {
+type statusCache struct {
 	mu sync.Mutex // guards the fields below; never held across a fetch
 	// provs is the last fetch, taken at at.
-	provs []ProvisionerStatus
+	provs []host.ProvisionerStatus
 	at    time.Time
 	// fetching is closed when the fetch in progress ends; nil when none is.
 	fetching chan struct{}
 }
 
-// Get returns the provisioners' status, no older than statusMaxAge, or
+// get returns the provisioners' status, no older than statusMaxAge, or
 // fetches it with fetch. Only one fetch runs at a time; other callers wait
 // for it, or for ctx.
-func (c *StatusCache) Get(ctx context.Context, fetch func(context.Context) []ProvisionerStatus) []ProvisionerStatus {
+func (c *statusCache) get(ctx context.Context, fetch func(context.Context) []host.ProvisionerStatus) []host.ProvisionerStatus {
 	c.mu.Lock()
 	for {
 		if c.fetching == nil && c.provs != nil && time.Since(c.at) < statusMaxAge {
@@ -86,11 +89,11 @@ func (c *StatusCache) Get(ctx context.Context, fetch func(context.Context) []Pro
 }
 
 // trimStatus cuts each provisioner's outstanding list to
-// MaxStatusOutstanding, keeping the count. The cached value is shared by
+// maxStatusOutstanding, keeping the count. The cached value is shared by
 // every reader, so it is never changed after this.
-func trimStatus(provs []ProvisionerStatus) []ProvisionerStatus {
+func trimStatus(provs []host.ProvisionerStatus) []host.ProvisionerStatus {
 	if provs == nil {
-		provs = []ProvisionerStatus{}
+		provs = []host.ProvisionerStatus{}
 	}
 	for i := range provs {
 		s := provs[i].Status
@@ -98,9 +101,9 @@ func trimStatus(provs []ProvisionerStatus) []ProvisionerStatus {
 			continue
 		}
 		provs[i].OutstandingTotal = len(s.Outstanding)
-		if len(s.Outstanding) > MaxStatusOutstanding {
+		if len(s.Outstanding) > maxStatusOutstanding {
 			cp := *s
-			cp.Outstanding = append(cp.Outstanding[:0:0], s.Outstanding[:MaxStatusOutstanding]...)
+			cp.Outstanding = append(cp.Outstanding[:0:0], s.Outstanding[:maxStatusOutstanding]...)
 			provs[i].Status = &cp
 		}
 	}
