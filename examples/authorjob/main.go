@@ -46,7 +46,7 @@ func run() int {
 		Listen:       cfg.Engine.Listen,
 		Hooks: engine.Hooks{
 			TaskStarted: func(a engine.Activity) {
-				if a.Task == "sleep" || a.Task == "long" {
+				if (a.Task == "sleep" || a.Task == "long") && a.Attempt == 1 {
 					fmt.Printf("%s running on job %s\n", a.Task, a.Job)
 				}
 				if a.Task == "sleep" {

@@ -36,15 +36,16 @@ func TestMapReduce(t *testing.T) {
 			env.Slurm(t, "scancel", "--name=fluksio-"+name)
 		}
 	})
-	// Word w<k> appears k times in each of 8 files (k = 1..12), so that
-	// the top ten are w12 .. w3, each 8k times.
+	// The k-th word (wb .. wm: letters, as the maps' tr splits) appears
+	// k times in each of 8 files (k = 1..12), so that the top ten are
+	// wm .. wd, each 8k times.
 	dir := t.TempDir()
 	var files []string
 	for f := range 8 {
 		var text strings.Builder
 		for k := 1; k <= 12; k++ {
 			for range k {
-				fmt.Fprintf(&text, "w%d ", k)
+				fmt.Fprintf(&text, "w%c ", 'a'+k)
 			}
 			text.WriteString("\n")
 		}
@@ -71,7 +72,7 @@ func TestMapReduce(t *testing.T) {
 	}
 	var want []string
 	for k := 12; k >= 3; k-- {
-		want = append(want, fmt.Sprintf("%d w%d", 8*k, k))
+		want = append(want, fmt.Sprintf("%d w%c", 8*k, 'a'+k))
 	}
 	if got := strings.TrimSpace(string(out)); got != strings.Join(want, "\n") {
 		t.Errorf("the top ten:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
