@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -233,5 +235,41 @@ func TestWaitEnds(t *testing.T) {
 	}
 	if _, open := <-e.Ended(context.Background()); open {
 		t.Error("Ended after Stop gives an open channel")
+	}
+}
+
+// TestTaskStreamsAlwaysThere: an ended task's directory holds stdout
+// and stderr, empty where nothing was written: a task that ran and
+// wrote nothing, one cancelled while it waited, one never run because
+// the task it ran after failed.
+func TestTaskStreamsAlwaysThere(t *testing.T) {
+	t.Parallel()
+	e := taskEngine(t, Config{})
+	quiet := commandTask("quiet")
+	waiting := commandTask("waiting")
+	waiting.Need = shared.Need{CPUs: 64}
+	after := commandTask("after")
+	after.After = []string{"waiting"}
+	for _, s := range []TaskSpec{quiet, waiting, after} {
+		if _, err := e.Submit(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := joinWorker(t, e, "slurm-quiet", worker.FeatureCommand)
+	runWith(t, w, worker.StateSucceeded, nil)
+	if err := e.Cancel("waiting"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := e.Wait(ctx, "quiet", "waiting", "after"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"quiet", "waiting", "after"} {
+		for _, s := range []string{"stdout", "stderr"} {
+			if fi, err := os.Stat(filepath.Join(e.TaskDir(id), s)); err != nil || fi.Size() != 0 {
+				t.Errorf("%s's %s: %v; want an empty file", id, s, err)
+			}
+		}
 	}
 }

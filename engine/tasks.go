@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"path"
@@ -551,6 +552,25 @@ func (t *taskTable) resolveLocked(rec *taskRec) bool {
 	return true
 }
 
+// streamsLocked makes task id's stdout and stderr, empty, where its
+// worker sent nothing (or it never ran): an ended task's directory
+// always holds both, so a reader tells "nothing written" from "nothing
+// kept" without asking. t.mu must be held, as for any file of a task's
+// that must not race a new attempt.
+func (t *taskTable) streamsLocked(id string) {
+	if t.dirLocked(id) == "" || t.dirs == nil {
+		return
+	}
+	if err := t.dirs.Mkdir(id, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return
+	}
+	for _, name := range streamNames {
+		if f, err := t.dirs.OpenFile(path.Join(id, name), os.O_WRONLY|os.O_CREATE, 0o600); err == nil {
+			f.Close()
+		}
+	}
+}
+
 // takeReleased returns, and forgets, the tasks released since the last
 // call and the news of those that ended without running.
 func (t *taskTable) takeReleased() ([]*taskRec, []taskNews) {
@@ -989,6 +1009,7 @@ func (t *taskTable) end(rec *taskRec, state TaskState, why string) (taskNews, bo
 // beyond keepEnded, or beyond keptEndedBytes of words and output lists,
 // are forgotten. t.mu must be held.
 func (t *taskTable) endLocked(rec *taskRec, state TaskState, end *taskEnd) {
+	t.streamsLocked(rec.id)
 	t.setStateLocked(rec, state)
 	rec.end, rec.run = end, nil
 	rec.command, rec.env, rec.files, rec.outputs, rec.payload, rec.sources, rec.ids = nil, nil, nil, nil, nil, nil, nil
