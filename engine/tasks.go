@@ -637,7 +637,7 @@ func (t *taskTable) check(spec TaskSpec) error {
 	for _, id := range spec.After {
 		switch {
 		case !taskIDRe.MatchString(id):
-			return fmt.Errorf("After names %q, which is no task id", id)
+			return fmt.Errorf("the task's After names %q, which is no task id", id)
 		case id == spec.ID:
 			return fmt.Errorf("task %s runs after itself: a task cannot wait for its own end", id)
 		}
