@@ -37,6 +37,9 @@ type runFlags struct {
 	// verbose: a story line for every task and machine, not only for
 	// what needs a person.
 	verbose bool
+	// resume: keep the tasks an earlier run into -results succeeded
+	// with (resume.go).
+	resume bool
 }
 
 // parseRunFlags reads run's command line; done says to exit with code
@@ -44,13 +47,14 @@ type runFlags struct {
 func parseRunFlags(args []string, stdout, stderr io.Writer) (f runFlags, code int, done bool) {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: host-example run -config FILE [-need SPEC]... [-tasks FILE -results DIR] [-v] [-timeout DURATION] [-linger DURATION] [-log-level LEVEL]")
+		fmt.Fprintln(fs.Output(), "usage: host-example run -config FILE [-need SPEC]... [-tasks FILE -results DIR [-resume]] [-v] [-timeout DURATION] [-linger DURATION] [-log-level LEVEL]")
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&f.config, "config", "", "the configuration `file` (required)")
 	fs.Var(&f.needs, "need", "nodes to place: cpus=N[,gpus=N][,ram_mb=N][,label=L][,count=N][,work=DURATION] (repeatable)")
 	fs.StringVar(&f.tasks, "tasks", "", "run the tasks of this `file`: JSON lines, one task a line, with id, command (argv), cpus, gpus, ram_mb, label, env, inputs (name: local path), outputs, timeout, attempts (docs/operators.md)")
 	fs.StringVar(&f.results, "results", "", "with -tasks: each task's stdout, stderr, result.json and outputs go under `DIR`/ID/")
+	fs.BoolVar(&f.resume, "resume", false, "with -tasks: keep each task whose DIR/ID/result.json says it succeeded as the same task (command, env, need, timeout, inputs' contents, outputs), with its outputs as they were brought back, and run the rest; an earlier DIR/ID/ of a task that runs again is moved to DIR/.earlier/")
 	fs.DurationVar(&f.timeout, "timeout", 0, "give up on the needs and tasks after this long (0: never)")
 	fs.DurationVar(&f.linger, "linger", 0, "once the needs are served or -timeout passes, keep the engine up this long, so that its status page can be looked at")
 	fs.BoolVar(&f.verbose, "v", false, "with -tasks: a line for every task as it ends and every machine as it comes and goes; without, only what needs a person (a task failed, lost, cancelled or timed out; a machine lost or refused), the progress and the summary")
@@ -65,6 +69,8 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (f runFlags, code in
 		return f, usageError(fs, stderr, "-config FILE is required"), true
 	case (f.tasks == "") != (f.results == ""):
 		return f, usageError(fs, stderr, "-tasks FILE and -results DIR go together"), true
+	case f.resume && f.tasks == "":
+		return f, usageError(fs, stderr, "-resume goes with -tasks FILE -results DIR"), true
 	case hclog.LevelFromString(f.level) == hclog.NoLevel:
 		return f, usageError(fs, stderr, "-log-level %q: want trace, debug, info, warn or error", f.level), true
 	}
@@ -84,6 +90,8 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	var tasks []engine.TaskSpec
 	var results *os.Root
 	var taskLines []int
+	var digests [][32]byte
+	var plan *resumePlan
 	if f.tasks != "" {
 		// The results directory and the whole file are checked before
 		// anything is asked for.
@@ -96,9 +104,22 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		defer results.Close()
-		if tasks, taskLines, err = readTaskLines(f.tasks, results); err != nil {
+		if tasks, taskLines, err = readTaskFile(f.tasks, results, f.resume); err != nil {
 			fmt.Fprintf(stderr, "host-example: %v\n", err)
 			return 2
+		}
+		// Each task's digest goes into its result.json, for a later
+		// -resume; this one keeps what an earlier run left.
+		if digests, err = specDigests(tasks, taskLines, f.tasks); err != nil {
+			fmt.Fprintf(stderr, "host-example: %v\n", err)
+			return 2
+		}
+		if f.resume {
+			if plan, err = planResume(results, tasks, taskLines, digests); err != nil {
+				fmt.Fprintf(stderr, "host-example: %v\n", err)
+				return 2
+			}
+			tasks, taskLines, digests = plan.run, plan.lines, plan.digests
 		}
 	}
 	if err := receiveSecrets(); err != nil {
@@ -141,6 +162,15 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "host-example: %v\n", err)
 		return 1
 	}
+	if d.tasks != nil {
+		for i, t := range tasks {
+			d.tasks.digests[t.ID] = digests[i]
+		}
+		digests = nil
+		if plan != nil {
+			d.tasks.kept = plan.kept
+		}
+	}
 	if diags := d.start(ctx); ctx.Err() != nil {
 		// Whatever failed to start failed because of the signal.
 		d.story.say("signal received while starting; shutting down")
@@ -165,6 +195,14 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	d.story.say("status page: %s (metrics at /metrics, events at /v1/events)", d.pageURL())
+	if plan != nil {
+		if err := d.resume(plan); err != nil {
+			fmt.Fprintf(stderr, "host-example: %v\n", err)
+			d.stop()
+			return 1
+		}
+		plan = nil
+	}
 	stopReloads := d.reloadOn(ctx, hup, stderr)
 	defer stopReloads()
 	d.lingering = f.linger > 0
@@ -345,10 +383,15 @@ func (d *daemon) start(ctx context.Context) hcl.Diagnostics {
 // the parameter's spill slot), 23 MB of heap with 100,000 tasks.
 func (d *daemon) run(ctx context.Context, specs []needspec.Spec, tasks *[]engine.TaskSpec, timeout time.Duration) int {
 	needs := d.addNeeds(specs)
-	ntasks, submitted := 0, 0
+	ntasks, submitted, kept := 0, 0, 0
 	if tasks != nil {
 		ntasks, submitted = len(*tasks), d.submitTasks(*tasks)
 		*tasks = nil
+		if d.tasks != nil {
+			d.tasks.mu.Lock()
+			kept = d.tasks.kept
+			d.tasks.mu.Unlock()
+		}
 	}
 	rctx := ctx
 	if timeout > 0 {
@@ -356,7 +399,9 @@ func (d *daemon) run(ctx context.Context, specs []needspec.Spec, tasks *[]engine
 		rctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	working := needs > 0 || ntasks > 0
+	// A run whose tasks were all kept (-resume) has work all the same:
+	// it ends at once, with its summary.
+	working := needs > 0 || ntasks > 0 || kept > 0
 	done := func() bool {
 		return working && d.eng.Served() && (d.tasks == nil || d.tasks.allEnded())
 	}
@@ -368,7 +413,7 @@ func (d *daemon) run(ctx context.Context, specs []needspec.Spec, tasks *[]engine
 	stopProgress()
 	if ok {
 		switch {
-		case ntasks > 0:
+		case ntasks > 0 || kept > 0:
 			line, ok := d.tasks.summary()
 			d.story.say("%s; %s", line, d.progress.read(nil, nil).machinesLine())
 			if !ok || submitted < ntasks {
@@ -392,7 +437,7 @@ func (d *daemon) run(ctx context.Context, specs []needspec.Spec, tasks *[]engine
 			}
 		}
 		d.story.say("timed out after %s; not served: %s", timeout, strings.Join(unserved, "; "))
-		d.story.say("%s", d.summary(needs, ntasks))
+		d.story.say("%s", d.summary(needs, ntasks+kept))
 		return 1
 	case context.Cause(ctx) == errLingered:
 		d.story.say("lingered; shutting down")
@@ -400,7 +445,7 @@ func (d *daemon) run(ctx context.Context, specs []needspec.Spec, tasks *[]engine
 	}
 	d.story.say("signal received; shutting down")
 	if working {
-		d.story.say("%s", d.summary(needs, ntasks))
+		d.story.say("%s", d.summary(needs, ntasks+kept))
 		return 1
 	}
 	return 0
@@ -453,6 +498,26 @@ func (d *daemon) submitTasks(tasks []engine.TaskSpec) int {
 		}
 	}
 	return submitted
+}
+
+// resume tells what -resume kept and runs, and moves the earlier
+// directories of the tasks that run again aside (moveAside), before
+// any is submitted.
+func (d *daemon) resume(p *resumePlan) error {
+	d.story.say("%s", p.resumeLine())
+	for _, t := range p.run {
+		if why := p.why[t.ID]; why != "" {
+			d.story.detail("task %s runs: %s", t.ID, why)
+		}
+	}
+	dir, err := moveAside(d.tasks.results, p.aside, time.Now())
+	if err != nil {
+		return err
+	}
+	if dir != "" {
+		d.story.say("resume: moved %d earlier task director(ies) of tasks that run again to %s", len(p.aside), dir)
+	}
+	return nil
 }
 
 // summary is the run's last word when it did not finish: its tasks or

@@ -127,16 +127,27 @@ func readTasks(file string, results *os.Root) ([]engine.TaskSpec, error) {
 
 // readTaskLines is readTasks with the line each task is on.
 func readTaskLines(file string, results *os.Root) ([]engine.TaskSpec, []int, error) {
+	return readTaskFile(file, results, false)
+}
+
+// readTaskFile is readTaskLines; with resume, a task's directory that
+// holds an earlier run's results is not refused: planResume decides
+// what becomes of it.
+func readTaskFile(file string, results *os.Root, resume bool) ([]engine.TaskSpec, []int, error) {
 	f, err := os.Open(file)
 	if err != nil {
 		return nil, nil, fmt.Errorf("-tasks: %w", err)
 	}
 	defer f.Close()
+	if resume {
+		results = nil
+	}
 	return parseTaskLines(f, file, filepath.Dir(file), results)
 }
 
 // parseTaskLines reads a tasks file from r (name, for errors; base, for
-// relative inputs), as readTasks says, with the line each task is on.
+// relative inputs), as readTasks says, with the line each task is on;
+// with results nil, the tasks' directories are not looked at.
 func parseTaskLines(r io.Reader, name, base string, results *os.Root) ([]engine.TaskSpec, []int, error) {
 	var specs []engine.TaskSpec
 	var lines []int
@@ -525,7 +536,7 @@ func resultsFree(results *os.Root, id string) error {
 	case err != nil && !errors.Is(err, io.EOF):
 		return fmt.Errorf("task %q: %s: %w", id, dir, err)
 	case len(entries) > 0:
-		return fmt.Errorf("task %q: %s holds an earlier run's results; remove it or choose another -results", id, dir)
+		return fmt.Errorf("task %q: %s holds an earlier run's results; give -resume to keep what succeeded and run the rest, or remove it, or choose another -results", id, dir)
 	}
 	return nil
 }
@@ -538,9 +549,14 @@ type taskRun struct {
 	results *os.Root
 	story   *story
 	// mu guards every field below.
-	mu    sync.Mutex
-	total int
-	ended map[string]engine.TaskResult
+	mu sync.Mutex
+	// total counts the tasks submitted; kept those kept from an earlier
+	// run (-resume), which are not.
+	total, kept int
+	ended       map[string]engine.TaskResult
+	// digests are the submitted tasks' digests (specDigest), written
+	// into their result.json; each is forgotten once written.
+	digests map[string][32]byte
 	// lost counts attempts whose machine was lost under them.
 	lost int
 	// failedWrites are result.json files that could not be written.
@@ -548,13 +564,23 @@ type taskRun struct {
 }
 
 func newTaskRun(results *os.Root, story *story) *taskRun {
-	return &taskRun{results: results, story: story, ended: map[string]engine.TaskResult{}}
+	return &taskRun{results: results, story: story, ended: map[string]engine.TaskResult{}, digests: map[string][32]byte{}}
 }
 
 // taskEnded is the engine's TaskEnded hook: the task's result.json, and
-// its line.
+// its line. The task counts as ended (allEnded, the summary) only once
+// its result.json is written, so that a run killed at any moment has
+// every task it counted as ended on disk, for -resume.
 func (t *taskRun) taskEnded(r engine.TaskResult) {
-	err := writeResult(t.results, r.ID, r)
+	t.mu.Lock()
+	digest, ok := t.digests[r.ID]
+	delete(t.digests, r.ID)
+	t.mu.Unlock()
+	spec := ""
+	if ok {
+		spec = hex.EncodeToString(digest[:])
+	}
+	err := writeResult(t.results, r.ID, r, spec)
 	t.mu.Lock()
 	t.ended[r.ID] = r
 	if err != nil {
@@ -608,6 +634,9 @@ func (t *taskRun) summary() (string, bool) {
 		counts[r.State]++
 	}
 	var parts []string
+	if t.kept > 0 {
+		parts = append(parts, fmt.Sprintf("%d kept from an earlier run", t.kept))
+	}
 	for _, s := range []engine.TaskState{worker.StateSucceeded, worker.StateFailed, worker.StateTimedOut, worker.StateCancelled, engine.TaskLostState} {
 		if counts[s] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
@@ -616,7 +645,7 @@ func (t *taskRun) summary() (string, bool) {
 	if n := t.total - len(t.ended); n > 0 {
 		parts = append(parts, fmt.Sprintf("%d not ended", n))
 	}
-	line := fmt.Sprintf("summary: %d task(s): %s", t.total, strings.Join(parts, ", "))
+	line := fmt.Sprintf("summary: %d task(s): %s", t.total+t.kept, strings.Join(parts, ", "))
 	if t.lost > 0 {
 		line += fmt.Sprintf("; %d attempt(s) lost with their machines", t.lost)
 	}
@@ -691,21 +720,23 @@ func lastLine(s string) string {
 	return s
 }
 
-// writeResult writes r as id/result.json under results, whole or not at
-// all, through the root: a symbolic link under it (the task's directory
-// made one by someone else) is not followed out of it.
+// writeResult writes r as id/result.json under results, with spec, the
+// task's digest (specDigest, in hex; "" for none), whole or not at all,
+// through the root: a symbolic link under it (the task's directory made
+// one by someone else) is not followed out of it.
 //
 // It runs for every task, as it ends, so it makes no system call it can
 // do without: the task's directory is made with one mkdir, 0700 as the
 // engine makes it (which made it already when the task wrote to a
 // stream: the first to make it sets its mode), and the file is
-// written under a name of its own and renamed into place
-// (BenchmarkWriteResult).
-func writeResult(results *os.Root, id string, r engine.TaskResult) error {
+// written under a name of its own, synced, and renamed into place
+// (BenchmarkWriteResult): a result.json that is there is whole, even
+// after the machine went down, and -resume trusts it.
+func writeResult(results *os.Root, id string, r engine.TaskResult, spec string) error {
 	if err := results.Mkdir(id, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	b, err := json.MarshalIndent(r, "", "  ")
+	b, err := json.MarshalIndent(resultFile{TaskResult: r, SpecSHA256: spec}, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -717,8 +748,12 @@ func writeResult(results *os.Root, id string, r engine.TaskResult) error {
 		return err
 	}
 	_, werr := f.Write(append(b, '\n'))
+	var serr error
+	if werr == nil {
+		serr = f.Sync()
+	}
 	cerr := f.Close()
-	if err := errors.Join(werr, cerr); err != nil {
+	if err := errors.Join(werr, serr, cerr); err != nil {
 		results.Remove(tmp)
 		return err
 	}

@@ -77,7 +77,7 @@ func TestReadTasksRefuses(t *testing.T) {
 		{"zero cpus", `{"id": "a", "command": ["true"], "cpus": 0}`, `cpus must be at least 1`},
 		{"not JSON", `id: a`, `:2: not a JSON object`},
 		{"two values", `{"id": "a", "command": ["true"]} {}`, `:2: more than one JSON value`},
-		{"earlier results", `{"id": "old", "command": ["true"]}`, `:2: task "old": ` + filepath.Join(results, "old") + ` holds an earlier run's results`},
+		{"earlier results", `{"id": "old", "command": ["true"]}`, `:2: task "old": ` + filepath.Join(results, "old") + ` holds an earlier run's results; give -resume to keep what succeeded`},
 		{"after unknown", `{"id": "a", "command": ["true"], "after": ["nope"]}`, `:2: task "a": runs after "nope", which no line of the file names`},
 		{"after bad id", `{"id": "a", "command": ["true"], "after": ["../x"]}`, `:2: task "a": after names "../x", which is no task id`},
 		{"after itself", `{"id": "a", "command": ["true"], "after": ["a"]}`, `:2: task "a" runs after itself: a -> a`},
@@ -130,6 +130,10 @@ func TestRunTasksFlagsGoTogether(t *testing.T) {
 	if code := runMain([]string{"-config", "x.hcl", "-tasks", "t.jsonl"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "-tasks FILE and -results DIR go together") {
 		t.Errorf("exit %d, stderr %q", code, errOut.String())
 	}
+	errOut.Reset()
+	if code := runMain([]string{"-config", "x.hcl", "-resume"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "-resume goes with -tasks FILE -results DIR") {
+		t.Errorf("-resume alone: exit %d, stderr %q", code, errOut.String())
+	}
 }
 
 // TestWriteResult: writeResult writes result.json where the task's
@@ -149,7 +153,7 @@ func TestWriteResult(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"a", "b"} {
-		if err := writeResult(results, id, r); err != nil {
+		if err := writeResult(results, id, r, ""); err != nil {
 			t.Fatalf("%s: %v", id, err)
 		}
 		b, err := os.ReadFile(filepath.Join(results.Name(), id, "result.json"))
@@ -177,7 +181,7 @@ func TestWriteResult(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(results.Name(), "c"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeResult(results, "c", r); err == nil {
+	if err := writeResult(results, "c", r, ""); err == nil {
 		t.Error("writeResult into a file: no error")
 	}
 }
@@ -206,7 +210,7 @@ func BenchmarkWriteResult(b *testing.B) {
 	cpu0 := processCPU(b)
 	for i := range b.N {
 		r.ID = fmt.Sprintf("d%06d", i)
-		if err := writeResult(root, r.ID, r); err != nil {
+		if err := writeResult(root, r.ID, r, ""); err != nil {
 			b.Fatal(err)
 		}
 	}
