@@ -333,7 +333,7 @@ func planResume(results *os.Root, specs []engine.TaskSpec, lines []int, digests 
 			reason, why = keptResult(results, s.ID, digests[i])
 		}
 		if reason == reasonKept {
-			for _, dep := range dependencies(s) {
+			for _, dep := range runsAfter(s) {
 				if !kept[dep] {
 					reason, why = reasonAfter, fmt.Sprintf("it runs after task %s, which runs again", dep)
 					break
@@ -369,9 +369,9 @@ func planResume(results *os.Root, specs []engine.TaskSpec, lines []int, digests 
 	return p, nil
 }
 
-// dependencies are the tasks spec runs after: its After and its inputs'
+// runsAfter is the tasks spec runs after: its After and its inputs'
 // tasks.
-func dependencies(spec engine.TaskSpec) []string {
+func runsAfter(spec engine.TaskSpec) []string {
 	deps := slices.Clone(spec.After)
 	for _, in := range spec.Inputs {
 		if in.FromTask != "" {
@@ -386,7 +386,7 @@ func dependencies(spec engine.TaskSpec) []string {
 // this machine under base (the results directory), DIR/ID/outputs/PATH,
 // which Submit reads as any input.
 func afterKept(spec engine.TaskSpec, kept map[string]bool, base string) engine.TaskSpec {
-	if !slices.ContainsFunc(dependencies(spec), func(id string) bool { return kept[id] }) {
+	if !slices.ContainsFunc(runsAfter(spec), func(id string) bool { return kept[id] }) {
 		return spec
 	}
 	spec.After = slices.DeleteFunc(slices.Clone(spec.After), func(id string) bool { return kept[id] })

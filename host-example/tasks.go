@@ -747,13 +747,14 @@ func writeResult(results *os.Root, id string, r engine.TaskResult, spec string) 
 	if err != nil {
 		return err
 	}
+	// Whole by the rename, not by fsync: a killed engine (SIGKILL)
+	// leaves the page cache to the kernel, and a result lost with the
+	// machine's power is one -resume runs again (its parse or its
+	// outputs' digests fail). An fsync a result cost 1.8-2.6 ms here,
+	// capping a run near 500 results a second.
 	_, werr := f.Write(append(b, '\n'))
-	var serr error
-	if werr == nil {
-		serr = f.Sync()
-	}
 	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
+	if err := errors.Join(werr, cerr); err != nil {
 		results.Remove(tmp)
 		return err
 	}
