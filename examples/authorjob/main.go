@@ -78,22 +78,9 @@ func run() int {
 		return 1
 	}
 	// Each end once, as it comes; then Wait, which has them all.
-	ids := make([]string, 0, len(want))
-	seen := map[string]bool{}
-	for r := range ends {
-		if seen[r.ID] {
-			fmt.Printf("%s ended twice\n", r.ID)
-			return 1
-		}
-		seen[r.ID] = true
-		job := ""
-		if len(r.Attempts) > 0 {
-			job = r.Attempts[len(r.Attempts)-1].JobID
-		}
-		fmt.Printf("%s %s attempts=%d job=%s %s\n", r.ID, r.State, len(r.Attempts), job, strings.TrimSpace(r.Stdout))
-		if ids = append(ids, r.ID); len(ids) == len(want) {
-			break
-		}
+	ids, ok := each(ends, len(want))
+	if !ok {
+		return 1
 	}
 	results, err := eng.Wait(wctx, ids...)
 	if err != nil {
@@ -143,4 +130,27 @@ func submitJob(eng *engine.Engine, inputs string) (map[string]worker.TaskState, 
 	submit(engine.TaskSpec{ID: "sleep", Need: shared.Need{CPUs: 1}, Command: []string{"sleep", "300"}}, worker.StateCancelled)
 	submit(engine.TaskSpec{ID: "long", Need: shared.Need{CPUs: 1}, Command: []string{"sleep", "15"}, Retries: 2}, worker.StateSucceeded)
 	return want, refused
+}
+
+// each prints each of n ends as it comes on ends, and returns their
+// tasks' ids; false if a task ended twice.
+func each(ends <-chan engine.TaskResult, n int) ([]string, bool) {
+	ids := make([]string, 0, n)
+	seen := map[string]bool{}
+	for r := range ends {
+		if seen[r.ID] {
+			fmt.Printf("%s ended twice\n", r.ID)
+			return ids, false
+		}
+		seen[r.ID] = true
+		job := ""
+		if len(r.Attempts) > 0 {
+			job = r.Attempts[len(r.Attempts)-1].JobID
+		}
+		fmt.Printf("%s %s attempts=%d job=%s %s\n", r.ID, r.State, len(r.Attempts), job, strings.TrimSpace(r.Stdout))
+		if ids = append(ids, r.ID); len(ids) == n {
+			break
+		}
+	}
+	return ids, true
 }
