@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fluksio/provision/engine/internal/supervise"
@@ -45,6 +46,9 @@ type asker struct {
 	// onBurst, if set, hears of each Provision call that asked for or
 	// cancelled machines of a profile. Set it before the first Pass.
 	onBurst func(target string, pd shared.ProfileDemand)
+	// holding counts the Engine.Together calls under way: while it is
+	// above zero, Step asks no provisioner (Pass still does).
+	holding atomic.Int32
 }
 
 // setTarget adds a target, or replaces the one of the same name: after a

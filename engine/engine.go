@@ -474,6 +474,23 @@ func (e *Engine) Start(ctx context.Context) hcl.Diagnostics {
 // computation) and returns its id.
 func (e *Engine) Add(n shared.Need, work time.Duration) string { return e.router.AddWork(n, work) }
 
+// Together runs f, which adds needs (Add) or submits tasks (Submit),
+// and asks the provisioners for them together when it returns: while
+// f runs, the run loop matches and settles but asks no provisioner.
+// Without it a pass may fall between two Adds of a loop, and the
+// provisioners hear of the first part alone: under max_workers the
+// first part's profile can take the whole cap, and the rest wait for
+// its machines to go idle. f should do no more than add and submit;
+// nothing is asked for until it returns. Calls may nest or overlap.
+func (e *Engine) Together(f func()) {
+	e.router.asks.holding.Add(1)
+	defer func() {
+		e.router.asks.holding.Add(-1)
+		e.poke()
+	}()
+	f()
+}
+
 // Withdraw takes back a need that still waits and wakes the run loop,
 // so that its provisioner hears the smaller demand at once rather than
 // at the next tick, and cancels what is still queued for it beyond the
@@ -621,7 +638,8 @@ func (e *Engine) loopPasses(ctx context.Context, done func() bool) bool {
 	byTimer := false
 	for {
 		if !onlyDone {
-			e.pass(ctx)
+			e.router.Step(ctx)
+			e.passes.Add(1)
 			if byTimer {
 				e.timed.Add(1)
 			}
@@ -660,12 +678,6 @@ func (e *Engine) loopPasses(ctx context.Context, done func() bool) bool {
 // start that failed (a job killed a second after its worker attached),
 // and the delay gathers a burst of attaches into one call.
 const arrivalReconcileDelay = 100 * time.Millisecond
-
-// pass runs one router pass (Step) and counts it.
-func (e *Engine) pass(ctx context.Context) {
-	e.router.Step(ctx)
-	e.passes.Add(1)
-}
 
 // poke wakes the run loop; wake-ups that arrive while one is pending are
 // merged.

@@ -2,9 +2,13 @@ package engine
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/sharedtest"
 	"github.com/fluksio/provision/worker"
 )
 
@@ -100,5 +104,55 @@ func TestTaskStartedHook(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("TaskStarted heard nothing in 10 s")
+	}
+}
+
+// TestTogetherAsksForItAllAtOnce: needs added inside Together, with
+// passes of the run loop between them, reach the provisioner in one
+// Provision call once Together returns; none is asked for while it
+// runs. Without it the passes between the Adds ask for the first part
+// alone (a cap's shares are then of that part).
+func TestTogetherAsksForItAllAtOnce(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var asked []int // the needs each Provision call carried
+	prov := &sharedtest.Provisioner{Name: "slurm", ShapeList: []shared.Shape{{Profile: "c1", CPUs: 1}, {Profile: "c2", CPUs: 2}},
+		OnProvision: func(r *shared.ProvisionRequest) (*shared.ProvisionResponse, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			n := 0
+			resp := &shared.ProvisionResponse{}
+			for _, d := range r.Demand {
+				n += d.Count
+				resp.Outcomes = append(resp.Outcomes, shared.DemandOutcome{Outcome: shared.OutcomeOutstanding, Profile: "c1"})
+			}
+			asked = append(asked, n)
+			return resp, nil
+		}}
+	e, _ := runTaskEngine(t, Config{}, 10*time.Millisecond)
+	e.router.asks.setTarget(target{Name: "slurm", P: prov, Shapes: prov.ShapeList})
+	calls := func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(asked)
+	}
+	e.Together(func() {
+		for range 5 {
+			e.Add(shared.Need{CPUs: 1}, time.Second)
+		}
+		// Passes run between the two parts, as they may between any
+		// two Adds of a caller's loop.
+		from := e.passes.Load()
+		waitFor(t, "three passes inside Together", func() bool { return e.passes.Load() >= from+3 })
+		for range 3 {
+			e.Add(shared.Need{CPUs: 2}, time.Second)
+		}
+		if c := calls(); len(c) > 0 {
+			t.Errorf("Provision was called inside Together with %v need(s); want no call until it returns", c)
+		}
+	})
+	waitFor(t, "a Provision call after Together", func() bool { return len(calls()) > 0 })
+	if c := calls(); c[0] != 8 {
+		t.Errorf("the first Provision call carried %d need(s) (calls %v); want all 8 added inside Together", c[0], c)
 	}
 }

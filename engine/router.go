@@ -370,7 +370,7 @@ const provisionEvery = time.Second
 // Step is the run loop's pass: it settles and matches as Pass does,
 // and asks the provisioners as Pass does only when the demand may have
 // risen since they were last asked (rising) or provisionEvery has
-// passed. Asking costs a pass in proportion to the needs waiting (each
+// passed, and no Engine.Together is under way. Asking costs a pass in proportion to the needs waiting (each
 // is routed and told its outcome), and the run loop passes on every
 // result: with 10,000 tasks queued, asking on each took a millisecond a
 // task of the engine's CPU (bench, measurement 15), while settling and
@@ -389,7 +389,7 @@ func (p *router) passOnce(ctx context.Context, ask bool) []taskNews {
 	now := time.Now()
 	if !ask {
 		p.mu.Lock()
-		ask = p.rising || now.Sub(p.asked) >= provisionEvery
+		ask = p.asks.holding.Load() == 0 && (p.rising || now.Sub(p.asked) >= provisionEvery)
 		p.mu.Unlock()
 	}
 	news := p.settle()

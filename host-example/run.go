@@ -382,16 +382,21 @@ func (d *daemon) start(ctx context.Context) hcl.Diagnostics {
 // a slice parameter they stayed reachable for the whole run (through
 // the parameter's spill slot), 23 MB of heap with 100,000 tasks.
 func (d *daemon) run(ctx context.Context, specs []needspec.Spec, tasks *[]engine.TaskSpec, timeout time.Duration) int {
-	needs := d.addNeeds(specs)
-	ntasks, submitted, kept := 0, 0, 0
-	if tasks != nil {
-		ntasks, submitted = len(*tasks), d.submitTasks(*tasks)
-		*tasks = nil
-		if d.tasks != nil {
-			d.tasks.mu.Lock()
-			kept = d.tasks.kept
-			d.tasks.mu.Unlock()
+	// The -need flags and the tasks file are one demand: the
+	// provisioners hear of it whole, so that the shares under a cap
+	// are of all of it.
+	needs, ntasks, submitted, kept := 0, 0, 0, 0
+	d.eng.Together(func() {
+		needs = d.addNeeds(specs)
+		if tasks != nil {
+			ntasks, submitted = len(*tasks), d.submitTasks(*tasks)
+			*tasks = nil
 		}
+	})
+	if tasks != nil && d.tasks != nil {
+		d.tasks.mu.Lock()
+		kept = d.tasks.kept
+		d.tasks.mu.Unlock()
 	}
 	rctx := ctx
 	if timeout > 0 {
