@@ -136,6 +136,13 @@ func (ad *adopter) lookLocked(cfg *settings) *queueLook {
 	return lk
 }
 
+// submittedLocked reports whether worker w is of a submission of this
+// run: in the books, in mine, or in flight. p.mu must be held.
+func (lk *queueLook) submittedLocked(w string) bool {
+	p := lk.ad.p
+	return p.outstanding[w] != nil || lk.ad.mine[w] || lk.held[w]
+}
+
 // oursLocked reports whether worker w is in the books already. An
 // attached worker's job is ours too: one pending again was requeued under
 // its worker and is endedUnder's to cancel. p.mu must be held.
@@ -182,6 +189,14 @@ func (lk *queueLook) rowLocked(row queue.Job) {
 		lk.strays = append(lk.strays, jobRef{job: row.ID, profile: profile, worker: worker, why: reason})
 	}
 	switch {
+	case first && lk.relayPinned && !lk.submittedLocked(worker) && !lk.submittedLocked(machines[0]) && !lk.submittedLocked(tag.Worker):
+		// An earlier run's relay made its own certificate, which
+		// died with it: this job's workers pin that one, and no
+		// relay of this run can be it (relaytls.go). So too for a
+		// worker the engine still counts attached: it was attached
+		// through the dead relay, and its job would hold a machine
+		// of max_workers that nobody can use.
+		stray("its workers dial the relay of an earlier run of the plugin, whose certificate they pin went with it, and can never attach")
 	case lk.oursLocked(worker) || lk.oursLocked(machines[0]) || (first && lk.oursLocked(tag.Worker)):
 		// This run's own: a machine in the books, or a task of an
 		// array submitted while adoption was pending (mine holds
@@ -192,11 +207,6 @@ func (lk *queueLook) rowLocked(row queue.Job) {
 		stray("requeued after its worker attached and left; its worker can never attach again")
 	case tag.Epoch != cfg.epoch:
 		stray("its worker holds a credential signed with an earlier secret of the engine (epoch " + tag.Epoch + ") and can never attach")
-	case first && lk.relayPinned:
-		// An earlier run's relay made its own certificate, which
-		// died with it: this job's workers pin that one, and no
-		// relay of this run can be it (relaytls.go).
-		stray("its workers dial the relay of an earlier run of the plugin, whose certificate they pin went with it, and can never attach")
 	case !first && row.State != "PENDING":
 		// Its worker arrived, or will leave by itself.
 	case why != "" && row.State == "PENDING":

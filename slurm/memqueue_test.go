@@ -12,6 +12,7 @@ import (
 
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/slurm/internal/queue"
+	relayd "github.com/fluksio/provision/slurm/relay"
 	"github.com/fluksio/provision/slurm/sbatch"
 )
 
@@ -352,5 +353,29 @@ func TestAdoptKeepsTheCaps(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAdoptRelayCancelsWhatTheDeadRelayServed, against an in-memory
+// queue: at a relay plugin's first look, a running job whose worker the
+// engine still counts attached (it attached through the dead relay) is
+// cancelled with the rest of the earlier run's jobs, not taken for this
+// run's: its worker pins a certificate that died with that relay, and
+// its job would hold a machine of max_workers nobody can use (seed 4242
+// of the soak: 11 alive under 10).
+func TestAdoptRelayCancelsWhatTheDeadRelayServed(t *testing.T) {
+	q := &memQueue{}
+	p, cfg := memProvisioner(t, q)
+	p.relay = &relay{tls: &relayd.Cert{}}
+	host := newFakeHost()
+	worker := workerName(cfg.name, "cpu")
+	q.jobs = []queue.Job{{ID: "40", State: "RUNNING", Comment: cfg.comment(worker)}}
+	p.mu.Lock()
+	p.adoption.adoptPending, p.adoption.mine = true, map[string]bool{}
+	p.workers.reconciled = map[string]struct{}{worker: {}}
+	p.mu.Unlock()
+	p.adoption.adopt(context.Background(), cfg, host, slices.Clone(q.jobs))
+	if len(q.cancelled) != 1 || !slices.Equal(q.cancelled[0], []string{"40"}) {
+		t.Errorf("scancels %v; want job 40 cancelled, its worker attached through the dead relay", q.cancelled)
 	}
 }
