@@ -185,9 +185,9 @@ func (a *asker) provision(ctx context.Context, waiting []*needState) {
 	p.mu.Lock()
 	for _, ns := range waiting {
 		covered := false
-		for i, w := range idle {
-			if !taken[i] && ns.fitsAt(w, now) {
-				taken[i], covered = true, true
+		for i := range idle {
+			if !taken[i] && ns.fitsAt(idle[i], now) {
+				taken[i], covered = idle[i].take(ns.need), true
 				break
 			}
 		}

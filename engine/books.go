@@ -160,6 +160,13 @@ type WorkerInfo struct {
 	// served is no evidence of a mismatch when its time runs short
 	// (mismatch.go).
 	took bool
+	// slots is set when the worker named worker.FeatureSlots: it runs
+	// as many tasks at once as its CPUs, GPUs and memory hold (slots.go).
+	slots bool
+	// running is how many tasks the worker holds, in the books' idle
+	// lists (roomLocked) and as a pass gives it more (take): a worker
+	// with slots and a task is not idle evidence of a mismatch.
+	running int
 }
 
 // timeFor reports whether the worker has time, at now, for a task that
@@ -228,14 +235,19 @@ type workerState struct {
 	// polling counts long polls in progress: a worker waiting on us is
 	// alive however long ago its last request began.
 	polling int
-	// task is assigned and not yet reported; nil when the worker is idle.
-	// It is handed out again on every poll until its result arrives, so a
-	// response lost on the way costs a repeat, not the task.
-	task *Task
-	// reported is the task whose result arrived and which the router
-	// has not collected yet (TaskOutcome): until it has, the worker is
-	// not idle, so that the router never holds two tasks of one worker
-	// out at once, and GET /status never shows a worker on two. A
+	// held are the tasks assigned and not yet reported, in the order
+	// they were assigned; none when the worker is idle. A worker without
+	// slots holds one at most, and it is handed out again on every poll
+	// until its result arrives, so a response lost on the way costs a
+	// repeat, not the task. A worker with slots (slots.go) polls while
+	// it runs tasks, so its polls answer only the tasks not yet
+	// delivered.
+	held []*heldTask
+	// reported are the tasks whose results arrived and which the router
+	// has not collected yet (TaskOutcome): until it has, their room is
+	// not free, so that the router never holds more tasks of one worker
+	// out at once than it holds, and GET /status never shows a worker
+	// without slots on two. A
 	// worker freed at its report could be given the next need by a
 	// pass that had settled before the report came, while its last
 	// still read assigned on it. Rejected: settling in report itself
@@ -245,14 +257,7 @@ type workerState struct {
 	// a result that comes while a pass settles waits for the next pass
 	// for its worker's next task, and its report asks for that pass at
 	// once (notify).
-	reported *Task
-	// delivered is set once task went out in a poll's answer: from then
-	// the worker is busy with it and not expected to poll.
-	delivered bool
-	// cancel is set when the engine cancels task after it went out: the
-	// worker's watch answers it (longPoll.decideLocked) until the
-	// worker reports the task.
-	cancel bool
+	reported []Task
 	// poll is the worker's open GET /v1/work, which Assign wakes; nil
 	// when none is open.
 	poll *longPoll
@@ -435,9 +440,10 @@ func (b *books) ObserveEvent(ev shared.Event) error {
 		}
 	}
 	if dropped != nil {
-		a := dropped.activity(EventWorkerDropped)
-		b.logger.Info("worker dropped", "worker", dropped.info.Name, "why", dropped.why, "task", a.Task, "attempt_id", a.AttemptID)
-		b.activity(a)
+		for _, a := range dropped.activities(EventWorkerDropped) {
+			b.logger.Info("worker dropped", "worker", dropped.info.Name, "why", dropped.why, "task", a.Task, "attempt_id", a.AttemptID)
+			b.activity(a)
+		}
 		b.tellGone(dropped)
 		b.notify()
 	}
@@ -479,18 +485,21 @@ func (b *books) activity(a Activity) {
 
 var (
 	errNotAttached = errors.New("worker is not attached")
-	errWorkerBusy  = errors.New("worker already has a task")
+	errWorkerBusy  = errors.New("worker already has a task, or no room for this one")
 )
 
-// IdleWorkers lists attached workers with no task, smallest first, so
-// that a small need takes a small machine and leaves the big ones for the
-// needs only they fit.
+// IdleWorkers lists attached workers that may be given a task now,
+// smallest first, so that a small need takes a small machine and leaves
+// the big ones for the needs only they fit: those with no task, and
+// those with slots with room, each with what is free of it as its
+// CPUs, GPUs and memory (workerState.roomLocked), so that a task goes
+// first to the fullest machine that holds it.
 func (b *books) IdleWorkers() []WorkerInfo {
 	b.mu.Lock()
 	var idle []WorkerInfo
 	for _, ws := range b.workers {
-		if ws.task == nil && ws.reported == nil && !ws.leaving {
-			idle = append(idle, ws.info)
+		if w, ok := ws.roomLocked(); ok {
+			idle = append(idle, w)
 		}
 	}
 	b.mu.Unlock()
@@ -508,8 +517,8 @@ func (b *books) IdleAndAttached() ([]WorkerInfo, map[string][]string) {
 	var idle []WorkerInfo
 	attached := map[string][]string{}
 	for name, ws := range b.workers {
-		if ws.task == nil && ws.reported == nil && !ws.leaving {
-			idle = append(idle, ws.info)
+		if w, ok := ws.roomLocked(); ok {
+			idle = append(idle, w)
 		}
 		// A worker whose job ends within the margin is leaving: its
 		// provisioner may ask for its replacement under a cap now.
@@ -553,11 +562,11 @@ func (b *books) Assign(worker string, t Task) error {
 		b.mu.Unlock()
 		return errNotAttached
 	}
-	if ws.task != nil || ws.reported != nil {
+	if (!ws.info.slots && ws.busyLocked()) || (ws.info.slots && !ws.fitsFreeLocked(t.Need)) {
 		b.mu.Unlock()
 		return errWorkerBusy
 	}
-	ws.task, ws.delivered, ws.cancel = &t, false, false
+	ws.held = append(ws.held, &heldTask{t: t})
 	ws.info.took = true
 	if ws.poll != nil {
 		ws.poll.fire()
@@ -576,14 +585,18 @@ func (b *books) CancelTask(worker, id string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ws := b.workers[worker]
-	if ws == nil || ws.task == nil || ws.task.ID != id {
+	if ws == nil {
 		return false
 	}
-	if !ws.delivered {
-		b.takeBackCancelledLocked(ws, "cancelled before its worker took it")
+	h := ws.findLocked(id)
+	if h == nil {
+		return false
+	}
+	if !h.delivered {
+		b.takeBackCancelledLocked(ws, h, "cancelled before its worker took it")
 		return true
 	}
-	ws.cancel = true
+	h.cancel = true
 	// A worker has one watch open at a time, or none between two; the
 	// waiting polls are few beside the workers, and a cancel is rare.
 	for lp := range b.waiting {
@@ -620,13 +633,13 @@ func (b *books) TaskOutcome(worker, id string) (Result, assignState) {
 	defer b.mu.Unlock()
 	if res, ok := b.results[id]; ok {
 		delete(b.results, id)
-		if ws := b.workers[worker]; ws != nil && ws.reported != nil && ws.reported.ID == id {
-			ws.reported = nil
+		if ws := b.workers[worker]; ws != nil {
+			ws.reported = slices.DeleteFunc(ws.reported, func(t Task) bool { return t.ID == id })
 		}
 		return res, assignDone
 	}
 	// Not swept here: goneness is decided by watch alone.
-	if ws := b.workers[worker]; ws != nil && ws.task != nil && ws.task.ID == id {
+	if ws := b.workers[worker]; ws != nil && ws.findLocked(id) != nil {
 		return Result{}, assignPending
 	}
 	why := b.lost[id]
@@ -640,30 +653,37 @@ type goneWorker struct {
 	info     WorkerInfo
 	owner    string
 	lastSeen time.Time
-	// task is the task it held, if any (nil); why says in words why it
-	// left.
-	task *Task
-	why  string
+	// tasks are the tasks it held, none if it was idle; why says in
+	// words why it left. Each is lost with it, and retried as the
+	// task's Retries say.
+	tasks []Task
+	why   string
 }
 
 // goneOf is ws leaving the books for why. b.mu must be held.
 func (b *books) goneOf(ws *workerState, why string) *goneWorker {
 	g := &goneWorker{info: ws.info, owner: ws.owner, lastSeen: ws.lastSeen, why: why}
-	if ws.task != nil {
-		g.task = ws.task
-		b.lost[ws.task.ID] = why
-		b.reported = append(b.reported, ws.task.ID)
+	for _, h := range ws.held {
+		g.tasks = append(g.tasks, h.t)
+		b.lost[h.t.ID] = why
+		b.reported = append(b.reported, h.t.ID)
 	}
 	return g
 }
 
-// activity is g's leaving as kind, with the task it held.
-func (g *goneWorker) activity(kind EventKind) Activity {
+// activities are g's leaving as kind: one a task it held, with the
+// task, or one alone if it held none.
+func (g *goneWorker) activities(kind EventKind) []Activity {
 	a := Activity{Kind: kind, Provisioner: g.owner, Worker: g.info.Name, Job: g.info.JobID, Detail: g.why}
-	if g.task != nil {
-		a.Task, a.Attempt, a.AttemptID = g.task.Name, g.task.Attempt, g.task.ID
+	if len(g.tasks) == 0 {
+		return []Activity{a}
 	}
-	return a
+	out := make([]Activity, 0, len(g.tasks))
+	for _, t := range g.tasks {
+		a.Task, a.Attempt, a.AttemptID = t.Name, t.Attempt, t.ID
+		out = append(out, a)
+	}
+	return out
 }
 
 // tellGone calls the gone hook for g, without b.mu.
@@ -710,7 +730,7 @@ func (b *books) sweepLocked() []*goneWorker {
 			continue
 		}
 		limit := deadAfter
-		if ws.task != nil && ws.delivered {
+		if slices.ContainsFunc(ws.held, func(h *heldTask) bool { return h.delivered }) {
 			limit = busyLimit
 		}
 		if now.Sub(ws.lastSeen) > limit {
@@ -791,9 +811,10 @@ func (b *books) dismiss(ctx context.Context, wait time.Duration) int {
 
 func (b *books) logGone(gone []*goneWorker) {
 	for _, g := range gone {
-		a := g.activity(EventWorkerGone)
-		b.logger.Warn("worker gone", "worker", g.info.Name, "last_seen", g.lastSeen, "task", a.Task, "attempt_id", a.AttemptID)
-		b.activity(a)
+		for _, a := range g.activities(EventWorkerGone) {
+			b.logger.Warn("worker gone", "worker", g.info.Name, "last_seen", g.lastSeen, "task", a.Task, "attempt_id", a.AttemptID)
+			b.activity(a)
+		}
 		b.tellGone(g)
 	}
 	if len(gone) > 0 {
@@ -859,10 +880,11 @@ func (b *books) workerOf(r *http.Request, attempt string) (caller, denial, strin
 	if attempt == "" {
 		return c, allowed, ""
 	}
-	if ws.task == nil || ws.task.ID != attempt || ws.task.Name == "" {
+	h := ws.findLocked(attempt)
+	if h == nil || h.t.Name == "" {
 		return c, noSuchTask, "worker " + cred.Worker + " does not hold task " + attempt
 	}
-	c.task = ws.task.Name
+	c.task = h.t.Name
 	return c, allowed, ""
 }
 
@@ -925,6 +947,7 @@ func (b *books) attach(cred host.Credential, info WorkerInfo) (string, denial, s
 	var session string
 	if d == allowed {
 		info.Profile = b.admission.profileOf(name)
+		info.slots = info.has([]string{worker.FeatureSlots})
 		ws := &workerState{owner: cred.Provisioner, expires: cred.Expires, attached: now, lastSeen: now, info: info}
 		ws.leaving = b.unwantedLocked(ws)
 		session, ws.session = newSession()
@@ -972,26 +995,30 @@ func (b *books) report(cred host.Credential, session string, res Result, seal fu
 	var task Task
 	b.mu.Lock()
 	ws, d, refusal := b.sessionLocked(cred, session)
+	var h *heldTask
+	if ws != nil {
+		h = ws.findLocked(res.TaskID)
+	}
 	switch {
 	case ws == nil:
-	case ws.task == nil || ws.task.ID != res.TaskID:
+	case h == nil:
 		// Most likely a retry of a result already recorded.
 		d, refusal = noSuchTask, "no such task for this worker"
 	default:
-		if ws.task.Name == "" {
+		if h.t.Name == "" {
 			// The stand-in's result is its output alone.
 			res.run = nil
 		} else if seal != nil {
-			seal(ws.task.Name, ws.task.ID)
+			seal(h.t.Name, h.t.ID)
 		}
 		// Who ran it is what the attach established, whatever the
 		// body says.
 		res.Worker, res.Hostname, res.JobID = ws.info.Name, ws.info.Hostname, ws.info.JobID
 		b.results[res.TaskID] = res
-		task = *ws.task
-		ws.reported = ws.task
+		task = h.t
+		ws.reported = append(ws.reported, h.t)
 		b.reported = append(b.reported, res.TaskID)
-		ws.task, ws.delivered, ws.cancel = nil, false, false
+		ws.dropLocked(h)
 		ws.lastSeen = res.At
 	}
 	b.mu.Unlock()
@@ -1035,7 +1062,7 @@ func (b *books) detach(cred host.Credential, session string) (denial, string) {
 	var left *goneWorker
 	if ws != nil {
 		why := "detached"
-		if ws.task != nil {
+		if len(ws.held) > 0 {
 			why = jobStopped(ws.info, b.now())
 		}
 		left = b.goneOf(ws, why)
@@ -1050,15 +1077,17 @@ func (b *books) detach(cred host.Credential, session string) (denial, string) {
 	if left != nil {
 		// A task left behind is noticed by the router, which places it
 		// again; nothing to do here but say so.
-		a := left.activity(EventWorkerDetached)
-		a.Provisioner = cred.Provisioner
-		if left.task != nil {
-			b.logger.Info("worker detached with a task in hand", "worker", name, "job_id", left.info.JobID, "task", left.task.Name,
-				"attempt", left.task.Attempt, "attempt_id", left.task.ID, "why", left.why)
-		} else {
+		for _, t := range left.tasks {
+			b.logger.Info("worker detached with a task in hand", "worker", name, "job_id", left.info.JobID, "task", t.Name,
+				"attempt", t.Attempt, "attempt_id", t.ID, "why", left.why)
+		}
+		if len(left.tasks) == 0 {
 			b.logger.Info("worker detached", "worker", name)
 		}
-		b.activity(a)
+		for _, a := range left.activities(EventWorkerDetached) {
+			a.Provisioner = cred.Provisioner
+			b.activity(a)
+		}
 		b.tellGone(left)
 		b.notify()
 	}
@@ -1091,7 +1120,7 @@ func (b *books) workerCounts() map[string]workerCounts {
 	out := map[string]workerCounts{}
 	for _, ws := range b.workers {
 		n := out[ws.owner]
-		if ws.task != nil || ws.reported != nil {
+		if ws.busyLocked() {
 			n.busy++
 		} else {
 			n.idle++
@@ -1120,6 +1149,10 @@ type workerStatus struct {
 	// TimeLeft is how long until the worker's job must end, in whole
 	// seconds ("41s"); empty when its end is not known.
 	TimeLeft string `json:"time_left,omitempty"`
+	// Running counts the tasks the worker holds, reported ones not yet
+	// recorded among them; a worker with slots may hold several, and
+	// Task names the first.
+	Running int `json:"running,omitempty"`
 }
 
 // statuses lists the attached workers in order of name. They are copied
@@ -1136,13 +1169,17 @@ func (b *books) statuses() []workerStatus {
 			st.TimeLeft = max(0, ws.info.EndsAt.Sub(now)).Truncate(time.Second).String()
 		}
 		st.Labels = slices.Clone(st.Labels)
-		held := ws.task
-		if held == nil && ws.reported != nil {
-			held, st.Reported = ws.reported, true
+		var held *Task
+		switch {
+		case len(ws.held) > 0:
+			held = &ws.held[0].t
+		case len(ws.reported) > 0:
+			held, st.Reported = &ws.reported[0], true
 		}
 		if held != nil {
 			st.Task, st.Attempt, st.AttemptID = held.Name, held.Attempt, held.ID
 		}
+		st.Running = len(ws.held) + len(ws.reported)
 		all = append(all, st)
 	}
 	b.mu.Unlock()

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"slices"
 	"time"
 
 	"github.com/fluksio/provision/engine/host"
@@ -75,8 +76,11 @@ func (b *books) openPoll(cred host.Credential, session string, watch bool, wait 
 		return lp, answerPollOpen, Task{}, allowed, ""
 	}
 	ws.lastSeen = b.now()
-	if !watch && ws.task != nil && ws.cancel {
-		b.takeBackCancelledLocked(ws, "cancelled; the worker polled for work again without reporting it")
+	if !watch && !ws.info.slots && len(ws.held) == 1 && ws.held[0].cancel {
+		// A worker without slots polls only between tasks. One with
+		// slots polls while it runs its tasks: its cancels go by its
+		// watch alone.
+		b.takeBackCancelledLocked(ws, ws.held[0], "cancelled; the worker polled for work again without reporting it")
 	}
 	if !watch {
 		ws.polling++
@@ -85,23 +89,23 @@ func (b *books) openPoll(cred host.Credential, session string, watch bool, wait 
 	}
 	a, task := lp.decideLocked(wakeOpen)
 	if a != answerWait {
-		lp.closeLocked(a, wakeOpen)
+		lp.closeLocked(a, wakeOpen, task.ID)
 	}
 	return lp, a, task, allowed, ""
 }
 
-// takeBackCancelledLocked ends the cancelled task ws holds as reported
-// cancelled, saying why: its worker never took it, or polls for work
-// again without having reported it, so it does not run it (a worker
-// reports a task before it polls; the report was lost, or its answer to
-// the worker was). b.mu must be held.
-func (b *books) takeBackCancelledLocked(ws *workerState, why string) {
-	id := ws.task.ID
+// takeBackCancelledLocked ends the cancelled task h, which ws holds, as
+// reported cancelled, saying why: its worker never took it, or (without
+// slots) polls for work again without having reported it, so it does
+// not run it (such a worker reports a task before it polls; the report
+// was lost, or its answer to the worker was). b.mu must be held.
+func (b *books) takeBackCancelledLocked(ws *workerState, h *heldTask, why string) {
+	id := h.t.ID
 	b.results[id] = Result{TaskID: id, Worker: ws.info.Name, Hostname: ws.info.Hostname, JobID: ws.info.JobID, CPUs: ws.info.CPUs, At: b.now(),
 		run: &worker.ResultRequest{TaskID: id, State: worker.StateCancelled, Error: why}}
-	ws.reported = ws.task
+	ws.reported = append(ws.reported, h.t)
 	b.reported = append(b.reported, id)
-	ws.task, ws.delivered, ws.cancel = nil, false, false
+	ws.dropLocked(h)
 	b.notify()
 }
 
@@ -111,26 +115,34 @@ func (b *books) takeBackCancelledLocked(ws *workerState, why string) {
 //
 // A poll answers, in order: 410 leave once the engine lets its workers
 // go; 409 if its worker is no longer attached (it detached, was dropped,
-// or attached afresh); its task if it has one; 410 leave once a reload
-// removed its profile (books.letGo); 503 once the engine is
-// closing; 204 when its period passed or its worker hung up; else it
-// waits. A watch answers 410 leave; the cancel of its worker's task
-// (with the task) once the engine cancelled it (books.CancelTask); 503,
-// or 204 the same way.
+// or attached afresh); its task if it has one (for a worker with slots,
+// the first not yet delivered); 410 leave once a reload removed its
+// profile (books.letGo) and, for a worker with slots, it holds no task;
+// 503 once the engine is closing; 204 when its period passed or its
+// worker hung up; else it waits. A watch answers 410 leave; the cancel
+// of one of its worker's tasks (with the task) once the engine
+// cancelled it (books.CancelTask), for a worker with slots once a
+// task; 503, or 204 the same way.
 func (lp *longPoll) decideLocked(why wakeReason) (pollAnswer, Task) {
 	b := lp.books
 	switch {
 	case isClosed(b.leave):
 		return answerLeave, Task{}
 	case lp.watch:
-		if b.workers[lp.name] == lp.ws && lp.ws.task != nil && lp.ws.cancel {
-			return answerCancel, *lp.ws.task
+		if b.workers[lp.name] == lp.ws {
+			for _, h := range lp.ws.held {
+				if h.cancel && !h.cancelTold {
+					return answerCancel, h.t
+				}
+			}
 		}
 	case b.workers[lp.name] != lp.ws:
 		return answerNotAttached, Task{}
-	case lp.ws.task != nil:
-		return answerTask, *lp.ws.task
-	case lp.ws.leaving:
+	case !lp.ws.info.slots && len(lp.ws.held) > 0:
+		return answerTask, lp.ws.held[0].t
+	case lp.ws.info.slots && slices.ContainsFunc(lp.ws.held, undelivered):
+		return answerTask, lp.ws.held[slices.IndexFunc(lp.ws.held, undelivered)].t
+	case lp.ws.leaving && len(lp.ws.held) == 0:
 		return answerLeave, Task{}
 	}
 	switch {
@@ -174,7 +186,7 @@ func (lp *longPoll) settle(why wakeReason) (pollAnswer, Task) {
 	defer b.mu.Unlock()
 	a, task := lp.decideLocked(why)
 	if a != answerWait {
-		lp.closeLocked(a, why)
+		lp.closeLocked(a, why, task.ID)
 	}
 	return a, task
 }
@@ -190,23 +202,29 @@ func (lp *longPoll) settleNow(why wakeReason) (pollAnswer, Task) {
 	if a == answerWait {
 		a = answerNone
 	}
-	lp.closeLocked(a, why)
+	lp.closeLocked(a, why, task.ID)
 	return a, task
 }
 
-// closeLocked ends the poll in the books as it answers a for why: the
-// worker was seen now, has one poll fewer open, and holds its task as
-// delivered if the answer carries it to a worker that reads it. A worker
-// that hung up (it died mid-poll) never reads the task: it stays
-// undelivered, so the worker's silence is noticed in deadAfter rather
-// than goneFactor poll periods. b.mu must be held.
-func (lp *longPoll) closeLocked(a pollAnswer, why wakeReason) {
+// closeLocked ends the poll in the books as it answers a for why, about
+// task id: the worker was seen now, has one poll fewer open, and holds
+// the task as delivered if the answer carries it to a worker that reads
+// it (a watch's cancel, as told). A worker that hung up (it died
+// mid-poll) never reads the task: it stays undelivered, so the worker's
+// silence is noticed in deadAfter rather than goneFactor poll periods.
+// b.mu must be held.
+func (lp *longPoll) closeLocked(a pollAnswer, why wakeReason, id string) {
 	b := lp.books
 	lp.settled = true
 	delete(b.waiting, lp)
 	ws := lp.ws
-	if a == answerTask {
-		ws.delivered = why != wakeHangup
+	if h := ws.findLocked(id); h != nil && why != wakeHangup {
+		switch {
+		case a == answerTask:
+			h.delivered = true
+		case a == answerCancel && ws.info.slots:
+			h.cancelTold = true
+		}
 	}
 	if lp.counted {
 		ws.polling--
@@ -230,3 +248,6 @@ func isClosed(ch chan struct{}) bool {
 		return false
 	}
 }
+
+// undelivered reports whether h has not gone out in a poll's answer.
+func undelivered(h *heldTask) bool { return !h.delivered }

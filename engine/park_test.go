@@ -213,7 +213,7 @@ func TestParkedPollHangUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.mu.Lock()
-	delivered := e.workers[w.name].delivered
+	delivered := e.workers[w.name].findLocked("t-dead").delivered
 	e.mu.Unlock()
 	if delivered {
 		t.Error("a task assigned after the hang-up counts as delivered")

@@ -80,7 +80,8 @@ func (t target) covers(n shared.Need) bool {
 // router matches needs to workers. A need goes to an idle attached worker
 // that fits it if there is one; if there is none, every provisioner that
 // could start one is asked to. Nothing is ever taken away from a worker,
-// and a worker has one task at a time.
+// and a worker has one task at a time, or, with slots (slots.go), as
+// many as fit what is free of it.
 //
 // Pass does the work and is meant to be called by the run loop, every
 // second or so and whenever the books change. The other methods are
@@ -769,12 +770,17 @@ func (p *router) matchOwn(idle []WorkerInfo, wantWaiting bool) ([]plan, []*needS
 			continue
 		}
 		found := false
-		for i, w := range idle {
-			if !taken[i] && ns.fits(w) {
-				taken[i], found = true, true
-				free--
+		for i := range idle {
+			if w := idle[i]; !taken[i] && ns.fits(w) {
+				found = true
 				plans = append(plans, p.reserveLocked(ns, w))
 				p.mismatches.served(w, ns)
+				// A worker with slots stays on offer while a CPU of its
+				// is free: the next need may fit what is left.
+				if idle[i].take(ns.need) {
+					taken[i] = true
+					free--
+				}
 				break
 			}
 		}
@@ -791,7 +797,9 @@ func (p *router) matchOwn(idle []WorkerInfo, wantWaiting bool) ([]plan, []*needS
 	}
 	left := make([]WorkerInfo, 0, free)
 	for i, w := range idle {
-		if !taken[i] {
+		// A worker with slots that runs a task is no evidence of a
+		// mismatch: its room is what its tasks left.
+		if !taken[i] && w.running == 0 {
 			left = append(left, w)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"log"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -69,6 +70,9 @@ func (w *Client) Work(ctx context.Context) int {
 	}
 	w.log.Printf("attached to %s as %s (host %s, slurm job %q, %d cpus, %d gpus)",
 		w.cfg.url.Redacted(), w.name, w.cfg.hostname, w.cfg.slurmJobID, w.cfg.cpus, w.cfg.gpus)
+	if slices.Contains(w.cfg.features, FeatureSlots) {
+		return w.workSlots(ctx)
+	}
 
 	idleSince := time.Now()
 	// next is the task the last result's answer carried, run without

@@ -493,8 +493,8 @@ func TestRefusesFeature(t *testing.T) {
 	e.mu.Lock()
 	features := e.features
 	e.mu.Unlock()
-	if !slices.Equal(features, []string{FeatureCommand}) {
-		t.Errorf("attached with features %q; want [command]", features)
+	if !slices.Equal(features, []string{FeatureCommand, FeatureSlots}) {
+		t.Errorf("attached with features %q; want [command slots]", features)
 	}
 
 	id = e.Add(Task{Requires: []string{FeatureCommand}, Command: []string{"touch", ran}, Env: map[string]string{shared.WorkerTokenEnv: "x"}}, nil)

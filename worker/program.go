@@ -47,9 +47,13 @@ type Config struct {
 	// which may be more than --cpus asked for.
 	slurmCPUs string
 
-	// features are what the worker names at attach: FeatureCommand for
-	// fluksio-worker, FeaturePayload for a worker built on Serve.
+	// features are what the worker names at attach: FeatureCommand and
+	// FeatureSlots for fluksio-worker (FeatureCommand alone with
+	// --slots=false), FeaturePayload for a worker built on Serve.
 	features []string
+	// cudaDevices is the job's CUDA_VISIBLE_DEVICES, which a worker
+	// with slots splits among its tasks.
+	cudaDevices string
 	// payload runs a payload task: Serve's run function; nil for
 	// fluksio-worker.
 	payload payloadFunc
@@ -181,6 +185,7 @@ func parseArgs(prog string, args []string, getenv func(string) string, stdout, s
 		ca      = fs.String("engine-ca", "", "PEM `file` of the CA(s) to verify an https engine with, instead of the system's")
 		pin     = fs.String("engine-cert-sha256", "", "verify an https engine by the SHA-256 of its certificate, in `hex`")
 		wall    = fs.Int64("walltime", 0, "the job's time limit in `seconds` (0: $FLUKSIO_WALLTIME, else not known); the worker leaves before it")
+		slots   = fs.Bool("slots", true, "run as many tasks at once as --cpus, --gpus and --ram-mb hold (false: one at a time)")
 		probe   = fs.Bool("probe", false, "only check that the engine answers at --url (GET /v1/probe), say so, and exit: 0 when it does, 1 when not; needs no credential")
 	)
 	// The flag package writes its usage before it returns; buffered, so
@@ -227,6 +232,7 @@ func parseArgs(prog string, args []string, getenv func(string) string, stdout, s
 		slurmJobID:  JobID(getenv),
 		slurmCPUs:   getenv("SLURM_CPUS_ON_NODE"),
 		features:    []string{FeatureCommand},
+		cudaDevices: getenv("CUDA_VISIBLE_DEVICES"),
 		environ:     os.Environ(),
 		workDir:     workDir,
 		GoneAfter:   engineGoneAfter,
@@ -235,6 +241,9 @@ func parseArgs(prog string, args []string, getenv func(string) string, stdout, s
 		WatchAfter:  watchAfter,
 		probe:       *probe,
 		probeAnswer: strings.TrimSpace(getenv(shared.ProbeAnswerEnv)),
+	}
+	if *slots {
+		cfg.features = append(cfg.features, FeatureSlots)
 	}
 	for _, l := range strings.Split(*labels, ",") {
 		if l = strings.TrimSpace(l); l != "" {

@@ -56,6 +56,15 @@ const (
 	// FeaturePayload: the worker's own code reads Task.Payload (a Go
 	// engine's worker built on Serve).
 	FeaturePayload = "payload"
+	// FeatureSlots (worker protocol 1.1): the worker runs as many tasks
+	// at once as its attach's CPUs, GPUs and memory hold. It polls GET
+	// /v1/work while it has room, with one poll open at a time, and is
+	// given only tasks that fit what is free of it; one GET /v1/watch
+	// serves all its tasks, a cancel naming the task by its id; each
+	// task's result is its own POST /v1/result. A worker without it is
+	// given one task at a time (fluksio-worker names it unless run
+	// with --slots=false).
+	FeatureSlots = "slots"
 )
 
 // Task is one piece of work for one worker, as GET /v1/work answers 200.

@@ -1,0 +1,240 @@
+package engine
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluksio/provision/engine/host"
+	"github.com/fluksio/provision/internal/sandboxtest"
+	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/worker"
+)
+
+// startSlotWorker runs the fluksio-worker binary against e as worker
+// name (job job) with --cpus cpus and --gpus gpus, its credential
+// allowing that shape, with args and env added; cleanup kills it and
+// logs what it said.
+func startSlotWorker(t *testing.T, e *Engine, name, job string, cpus, gpus string, args, env []string) *lockedBuffer {
+	t.Helper()
+	bin := sandboxtest.Binary(t, "worker/fluksio-worker", "fluksio-worker")
+	provisioned(e.books, name, job)
+	token, _, err := host.NewSigner(testSecret).Sign(host.CredentialClaims{Worker: name, Provisioner: testProvisioner, CPUs: 8, GPUs: 2, RAMMB: 8000}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := append([]string{"--url", strings.TrimSuffix(e.URL(), "/"), "--cpus", cpus, "--gpus", gpus, "--max-idle", "600"}, args...)
+	cmd := exec.Command(bin, argv...)
+	cmd.Env = append(append(os.Environ(), shared.WorkerTokenEnv+"="+token, "SLURM_JOB_ID="+job), env...)
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-done
+		t.Logf("%s said:\n%s", name, out)
+	})
+	return out
+}
+
+// interval is a task's time on its worker, as the engine recorded it:
+// from its start (assigned) to its end (its result recorded). The
+// engine holds a task's room from before the one to after the other.
+type interval struct {
+	start, end time.Time
+	cpus       int
+}
+
+// mostAtOnce is the largest sum of cpus over intervals that overlap,
+// and the most intervals that overlap.
+func mostAtOnce(ivs []interval) (cpus, tasks int) {
+	type edge struct {
+		at   time.Time
+		cpus int
+	}
+	var edges []edge
+	for _, iv := range ivs {
+		edges = append(edges, edge{iv.start, iv.cpus}, edge{iv.end, -iv.cpus})
+	}
+	// An end before a start at the same instant: touching is not
+	// overlapping.
+	slices.SortFunc(edges, func(a, b edge) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return a.cpus - b.cpus
+	})
+	c, n := 0, 0
+	for _, e := range edges {
+		c += e.cpus
+		if e.cpus > 0 {
+			n++
+		} else {
+			n--
+		}
+		cpus, tasks = max(cpus, c), max(tasks, n)
+	}
+	return cpus, tasks
+}
+
+// runAll submits specs, waits for each to end, and returns each one's
+// interval; every one must succeed.
+func runAll(t *testing.T, e *Engine, specs []TaskSpec) []interval {
+	t.Helper()
+	var ids []string
+	for _, s := range specs {
+		id, err := e.Submit(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	var ivs []interval
+	for i, id := range ids {
+		res := waitTask(t, e, id, "task "+id+" to end", ended)
+		if res.State != worker.StateSucceeded {
+			t.Errorf("task %s: %s %q; want succeeded", id, res.State, res.Error)
+		}
+		ivs = append(ivs, interval{res.Started, res.Ended, max(1, specs[i].Need.CPUs)})
+	}
+	return ivs
+}
+
+// makespan is from the first start to the last end.
+func makespan(ivs []interval) time.Duration {
+	first, last := ivs[0].start, ivs[0].end
+	for _, iv := range ivs {
+		if iv.start.Before(first) {
+			first = iv.start
+		}
+		if iv.end.After(last) {
+			last = iv.end
+		}
+	}
+	return last.Sub(first)
+}
+
+func sleepTask(id string, cpus int, secs string) TaskSpec {
+	return TaskSpec{ID: id, Need: shared.Need{CPUs: cpus}, Command: []string{"sleep", secs}}
+}
+
+// TestSlotsRunEightOneCPUTasksAtOnce: 16 one-CPU tasks of `sleep 1` on
+// one worker of 8 CPUs with slots run 8 at a time, never more, all
+// succeed, and take well under the 16 s one at a time would.
+func TestSlotsRunEightOneCPUTasksAtOnce(t *testing.T) {
+	t.Parallel()
+	e := taskEngine(t, Config{})
+	var specs []TaskSpec
+	for i := range 16 {
+		specs = append(specs, sleepTask("s"+string(rune('a'+i)), 1, "1"))
+	}
+	startSlotWorker(t, e, "slurm-eight", "801", "8", "0", nil, nil)
+	ivs := runAll(t, e, specs)
+	cpus, tasks := mostAtOnce(ivs)
+	span := makespan(ivs)
+	t.Logf("16 tasks of sleep 1 on 8 cpus: at most %d at once (%d cpus), makespan %s", tasks, cpus, span.Round(time.Millisecond))
+	if cpus > 8 {
+		t.Errorf("%d cpus' worth of tasks at once on an 8-cpu worker", cpus)
+	}
+	if tasks < 4 {
+		t.Errorf("at most %d tasks at once; want the worker's 8 cpus used together", tasks)
+	}
+	if span > 8*time.Second {
+		t.Errorf("makespan %s; want well under the 16 s of one at a time", span)
+	}
+}
+
+// TestSlotsMixedCPUsNeverOverfill: tasks of 3 and 1 CPUs on a worker of
+// 8 never hold more than 8 CPUs at once.
+func TestSlotsMixedCPUsNeverOverfill(t *testing.T) {
+	t.Parallel()
+	e := taskEngine(t, Config{})
+	var specs []TaskSpec
+	for i := range 12 {
+		cpus := 1
+		if i%2 == 0 {
+			cpus = 3
+		}
+		specs = append(specs, sleepTask("m"+string(rune('a'+i)), cpus, "1"))
+	}
+	startSlotWorker(t, e, "slurm-mixed", "802", "8", "0", nil, nil)
+	ivs := runAll(t, e, specs)
+	cpus, tasks := mostAtOnce(ivs)
+	t.Logf("6 tasks of 3 cpus and 6 of 1 on 8 cpus: at most %d cpus (%d tasks) at once, makespan %s", cpus, tasks, makespan(ivs).Round(time.Millisecond))
+	if cpus > 8 {
+		t.Errorf("%d cpus' worth of tasks at once on an 8-cpu worker", cpus)
+	}
+	if tasks < 2 {
+		t.Errorf("at most %d task at once; want several", tasks)
+	}
+}
+
+// TestSlotsSplitTheJobsGPUs: two one-GPU tasks on a worker of 2 GPUs
+// whose job has CUDA_VISIBLE_DEVICES=0,1 run at once, each seeing one
+// device of its own; a task of no GPUs sees none.
+func TestSlotsSplitTheJobsGPUs(t *testing.T) {
+	t.Parallel()
+	e := taskEngine(t, Config{TaskDir: filepath.Join(t.TempDir(), "tasks")})
+	script := `printf '%s|%s|%s|%s|%s\n' "$CUDA_VISIBLE_DEVICES" "$GPU_DEVICE_ORDINAL" "$FLUKSIO_CPUS" "$FLUKSIO_GPUS" "$OMP_NUM_THREADS" > env.txt; sleep 2`
+	gpuTask := func(id string, gpus int) TaskSpec {
+		return TaskSpec{ID: id, Need: shared.Need{CPUs: 1, GPUs: gpus}, Command: []string{"sh", "-c", script}, Outputs: []string{"env.txt"}}
+	}
+	startSlotWorker(t, e, "slurm-gpus", "803", "4", "2", nil, []string{"CUDA_VISIBLE_DEVICES=0,1"})
+	ivs := runAll(t, e, []TaskSpec{gpuTask("g1", 1), gpuTask("g2", 1), gpuTask("g0", 0)})
+	if _, tasks := mostAtOnce(ivs[:2]); tasks != 2 {
+		t.Errorf("the two GPU tasks ran %d at once; want 2", tasks)
+	}
+	saw := map[string]string{}
+	for _, id := range []string{"g1", "g2", "g0"} {
+		b, err := os.ReadFile(filepath.Join(e.TaskDir(id), "outputs", "env.txt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		saw[id] = strings.TrimSpace(string(b))
+	}
+	t.Logf("CUDA|ORDINAL|CPUS|GPUS|OMP each task saw: %v", saw)
+	d1, d2 := strings.Split(saw["g1"], "|"), strings.Split(saw["g2"], "|")
+	devices := []string{d1[0], d2[0]}
+	slices.Sort(devices)
+	if !slices.Equal(devices, []string{"0", "1"}) || d1[1] != d1[0] || d2[1] != d2[0] {
+		t.Errorf("the GPU tasks saw %q and %q; want devices 0 and 1, one each, GPU_DEVICE_ORDINAL alike", saw["g1"], saw["g2"])
+	}
+	if d1[2] != "1" || d1[3] != "1" || d1[4] != "1" {
+		t.Errorf("a GPU task's share %q; want 1 cpu, 1 gpu, OMP_NUM_THREADS 1", saw["g1"])
+	}
+	if g0 := strings.Split(saw["g0"], "|"); g0[0] != "" || g0[1] != "" || g0[3] != "0" {
+		t.Errorf("the task of no GPUs saw %q; want no device", saw["g0"])
+	}
+}
+
+// TestNoSlotsOneTaskAtATime: a worker that does not name the slots
+// feature (--slots=false) is given one task at a time, however many
+// CPUs it has.
+func TestNoSlotsOneTaskAtATime(t *testing.T) {
+	t.Parallel()
+	e := taskEngine(t, Config{})
+	var specs []TaskSpec
+	for i := range 4 {
+		specs = append(specs, sleepTask("o"+string(rune('a'+i)), 1, "0.5"))
+	}
+	startSlotWorker(t, e, "slurm-old", "804", "8", "0", []string{"--slots=false"}, nil)
+	ivs := runAll(t, e, specs)
+	_, tasks := mostAtOnce(ivs)
+	t.Logf("4 tasks on an 8-cpu worker without slots: at most %d at once, makespan %s", tasks, makespan(ivs).Round(time.Millisecond))
+	if tasks != 1 {
+		t.Errorf("%d tasks at once on a worker without slots; want 1", tasks)
+	}
+	for _, w := range e.books.statuses() {
+		if slices.Contains(w.Features, worker.FeatureSlots) {
+			t.Errorf("worker %s attached with %v; want no slots", w.Name, w.Features)
+		}
+	}
+}
