@@ -108,6 +108,37 @@ func runAll(t *testing.T, e *Engine, specs []TaskSpec) []interval {
 	return ivs
 }
 
+// watchHeld samples, until stop, the most CPUs the books hold on any
+// worker at once (tasks assigned and not yet collected): the engine's
+// own word on what it gave, beside what the worker ran. stop waits for
+// the sampler and returns what it saw.
+func watchHeld(e *Engine) (stop func() int) {
+	done, out := make(chan struct{}), make(chan int)
+	go func() {
+		most := 0
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			e.books.mu.Lock()
+			for _, ws := range e.books.workers {
+				cpus, _, _ := ws.freeLocked()
+				most = max(most, ws.info.CPUs-cpus)
+			}
+			e.books.mu.Unlock()
+			select {
+			case <-done:
+				out <- most
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() int {
+		close(done)
+		return <-out
+	}
+}
+
 // makespan is from the first start to the last end.
 func makespan(ivs []interval) time.Duration {
 	first, last := ivs[0].start, ivs[0].end
@@ -136,8 +167,12 @@ func TestSlotsRunEightOneCPUTasksAtOnce(t *testing.T) {
 	for i := range 16 {
 		specs = append(specs, sleepTask("s"+string(rune('a'+i)), 1, "1"))
 	}
+	held := watchHeld(e)
 	startSlotWorker(t, e, "slurm-eight", "801", "8", "0", nil, nil)
 	ivs := runAll(t, e, specs)
+	if h := held(); h > 8 {
+		t.Errorf("the books held %d cpus' worth of tasks on an 8-cpu worker", h)
+	}
 	cpus, tasks := mostAtOnce(ivs)
 	span := makespan(ivs)
 	t.Logf("16 tasks of sleep 1 on 8 cpus: at most %d at once (%d cpus), makespan %s", tasks, cpus, span.Round(time.Millisecond))
@@ -165,8 +200,12 @@ func TestSlotsMixedCPUsNeverOverfill(t *testing.T) {
 		}
 		specs = append(specs, sleepTask("m"+string(rune('a'+i)), cpus, "1"))
 	}
+	held := watchHeld(e)
 	startSlotWorker(t, e, "slurm-mixed", "802", "8", "0", nil, nil)
 	ivs := runAll(t, e, specs)
+	if h := held(); h > 8 {
+		t.Errorf("the books held %d cpus' worth of tasks on an 8-cpu worker", h)
+	}
 	cpus, tasks := mostAtOnce(ivs)
 	t.Logf("6 tasks of 3 cpus and 6 of 1 on 8 cpus: at most %d cpus (%d tasks) at once, makespan %s", cpus, tasks, makespan(ivs).Round(time.Millisecond))
 	if cpus > 8 {
