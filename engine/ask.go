@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -67,6 +68,20 @@ func (a *asker) setTarget(t target) {
 		}
 	}
 	p.targets = append(p.targets, &targetState{target: t})
+}
+
+// packs reports whether the named target's workers pack tasks
+// (target.Packs); false if there is no such target.
+func (a *asker) packs(name string) bool {
+	p := a.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, ts := range p.targets {
+		if ts.Name == name {
+			return ts.Packs
+		}
+	}
+	return false
 }
 
 // shapesOf is the named target's shapes, nil if there is none.
@@ -248,6 +263,11 @@ func (a *asker) provision(ctx context.Context, waiting []*needState) {
 	for _, m := range mismatched {
 		a.noteOutcome(m.ns, m.target, ReasonMismatch, outcomeWords{kind: "mismatch", desc: m.words, kv: []any{"outcome", "mismatch"}})
 	}
+	for _, t := range targets {
+		if rd := rounds[t.Name]; rd != nil && t.Packs {
+			rd.pack(t.Shapes)
+		}
+	}
 	a.ask(ctx, targets, rounds, attached)
 }
 
@@ -311,6 +331,62 @@ func (r *round) add(n shared.Need, ns *needState) {
 	}
 	r.demand = append(r.demand, shared.Demand{Need: n, Count: 1})
 	r.needs = append(r.needs, []*needState{ns})
+}
+
+// pack turns the round's counts of needs into counts of machines, for
+// a target whose workers run as many tasks at once as they hold
+// (target.Packs): the needs of each entry are so many machines of the
+// shape the target would start for them (the smallest that fits, as
+// profileFor chooses), each holding as many as fit its CPUs, GPUs and
+// memory (a need takes one CPU at least, as a worker's slots count
+// it). The entries of one shape share its machines: each machine is a
+// fraction per need, the fractions of a shape's entries are summed in
+// order, and each entry asks for the machines its part of the sum
+// crosses, so that the shape's entries ask for ceil(sum) machines in
+// all. 40 one-CPU needs on a 16-CPU shape are 3 machines; 0 are 0.
+// Machines that attached with room were counted already, as idle
+// workers covering needs (provision); those on their way are the
+// plugin's to count against this level, as for any demand.
+func (r *round) pack(shapes []shared.Shape) {
+	sum := map[string]float64{}
+	for i, d := range r.demand {
+		s, ok := shapeFor(shapes, d.Need)
+		if !ok || d.Count <= 0 {
+			continue
+		}
+		before := sum[s.Profile]
+		after := before + float64(d.Count)/float64(perMachine(s, d.Need))
+		sum[s.Profile] = after
+		r.demand[i].Count = ceilMachines(after) - ceilMachines(before)
+	}
+}
+
+// ceilMachines is f rounded up, less a rounding error's worth: 16
+// sixteenths are one machine, not two.
+func ceilMachines(f float64) int { return int(math.Ceil(f - 1e-9)) }
+
+// shapeFor is the first of shapes that fits n (the smallest, as a
+// provisioner lists them), as profileFor chooses.
+func shapeFor(shapes []shared.Shape, n shared.Need) (shared.Shape, bool) {
+	for _, s := range shapes {
+		if s.Fits(n) {
+			return s, true
+		}
+	}
+	return shared.Shape{}, false
+}
+
+// perMachine is how many needs n a machine of shape s holds at once, one at
+// least.
+func perMachine(s shared.Shape, n shared.Need) int {
+	k := s.CPUs / max(1, n.CPUs)
+	if n.GPUs > 0 {
+		k = min(k, s.GPUs/n.GPUs)
+	}
+	if n.RAMMB > 0 && s.RAMMB > 0 {
+		k = min(k, int(s.RAMMB/n.RAMMB))
+	}
+	return max(1, k)
 }
 
 // routeLocked picks the target a waiting need is asked of this pass

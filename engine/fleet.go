@@ -75,7 +75,7 @@ func (f *fleet) newSupervisor(pc *host.Block) (*supervise.Supervisor, pluginEven
 		OnEvent:         func(ev shared.Event) { e.pluginEvent(plog, evLogs, ev, time.Now()) },
 	})
 	s.OnUp = func(c supervise.Configured) {
-		e.router.asks.setTarget(target{Name: c.Name, P: c.Provisioner, Shapes: c.Shapes})
+		e.router.asks.setTarget(target{Name: c.Name, P: c.Provisioner, Shapes: c.Shapes, Packs: c.Packs})
 		e.router.asks.setDown(name, false)
 		e.obs.plugin(EventPluginUp, name, fmt.Sprintf("configured, %d shape(s)", len(c.Shapes)))
 		e.poke()

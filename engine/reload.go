@@ -368,7 +368,8 @@ func (e *Engine) applyReload(ctx context.Context, plan *reloadPlan) hcl.Diagnost
 // retarget tells the router a reconfigured provisioner's new shapes.
 func (e *Engine) retarget(s *supervise.Supervisor, shapes []shared.Shape) {
 	if p := s.Provisioner(); p != nil {
-		e.router.asks.setTarget(target{Name: s.Name(), P: p, Shapes: shapes})
+		// The same plugin, reconfigured: its capabilities stand.
+		e.router.asks.setTarget(target{Name: s.Name(), P: p, Shapes: shapes, Packs: e.router.asks.packs(s.Name())})
 	}
 }
 

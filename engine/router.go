@@ -65,6 +65,11 @@ type target struct {
 	Name   string
 	P      shared.Provisioner
 	Shapes []shared.Shape
+	// Packs says the target's workers run as many tasks at once as
+	// their machine holds (the plugin offers
+	// shared.CapabilityWorkerSlots): its demand is machines by what
+	// they hold (round.pack), not one a need.
+	Packs bool
 }
 
 // covers reports whether any shape the target can start fits n.

@@ -6,12 +6,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/fluksio/provision/engine/host"
 	"github.com/fluksio/provision/internal/sandboxtest"
 	"github.com/fluksio/provision/shared"
+	"github.com/fluksio/provision/shared/sharedtest"
 	"github.com/fluksio/provision/worker"
 )
 
@@ -275,5 +277,63 @@ func TestNoSlotsOneTaskAtATime(t *testing.T) {
 		if slices.Contains(w.Features, worker.FeatureSlots) {
 			t.Errorf("worker %s attached with %v; want no slots", w.Name, w.Features)
 		}
+	}
+}
+
+// TestDemandCountsMachinesByWhatTheyHold: 40 waiting one-CPU needs and
+// a target whose workers pack, with a shape of 16 CPUs, are asked as 3
+// machines; 0 waiting, 0; a target whose workers do not pack is asked
+// one machine a need, as before.
+func TestDemandCountsMachinesByWhatTheyHold(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		packs   bool
+		waiting int
+		want    int
+	}{
+		{"40 needs, packing", true, 40, 3},
+		{"16 needs, packing", true, 16, 1},
+		{"none waiting", true, 0, 0},
+		{"40 needs, one a machine", false, 40, 40},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var mu sync.Mutex
+			var asked []int // the machines each Provision call asked for
+			prov := &sharedtest.Provisioner{Name: "slurm", ShapeList: []shared.Shape{{Profile: "c16", CPUs: 16}},
+				OnProvision: func(r *shared.ProvisionRequest) (*shared.ProvisionResponse, error) {
+					mu.Lock()
+					defer mu.Unlock()
+					n := 0
+					resp := &shared.ProvisionResponse{}
+					for _, d := range r.Demand {
+						n += d.Count
+						resp.Outcomes = append(resp.Outcomes, shared.DemandOutcome{Outcome: shared.OutcomeOutstanding, Profile: "c16"})
+					}
+					asked = append(asked, n)
+					return resp, nil
+				}}
+			e, _ := runTaskEngine(t, Config{}, 10*time.Millisecond)
+			e.Together(func() {
+				e.router.asks.setTarget(target{Name: "slurm", P: prov, Shapes: prov.ShapeList, Packs: tc.packs})
+				for range tc.waiting {
+					e.Add(shared.Need{CPUs: 1}, time.Second)
+				}
+			})
+			calls := func() []int {
+				mu.Lock()
+				defer mu.Unlock()
+				return slices.Clone(asked)
+			}
+			waitFor(t, "two Provision calls", func() bool { return len(calls()) >= 2 })
+			c := calls()
+			t.Logf("%d needs waiting: the Provision calls asked for %v machines", tc.waiting, c)
+			for _, n := range c {
+				if n != tc.want {
+					t.Errorf("a Provision call asked for %d machines (calls %v); want %d", n, c, tc.want)
+				}
+			}
+		})
 	}
 }

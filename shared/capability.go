@@ -29,6 +29,14 @@ const (
 	// as they were. An engine reloads such a plugin's block without a
 	// new process. A plugin offers it.
 	CapabilityReconfigure Capability = "reconfigure"
+	// CapabilityWorkerSlots: the plugin's workers run as many tasks at
+	// once as their machine holds (they attach naming the worker
+	// protocol's feature "slots", as fluksio-worker does). A host then
+	// asks it for machines by what they hold, not one a task: N
+	// waiting one-CPU tasks are ceil(N/16) machines of a 16-CPU shape
+	// (contract 2.8, a capability an older host ignores). A plugin
+	// offers it.
+	CapabilityWorkerSlots Capability = "worker_slots"
 )
 
 // contract24 is what a peer of contract 2.4 offers without saying so:

@@ -282,7 +282,11 @@ func (p *Provisioner) settings() *settings {
 // Info says what kind of provisioner this is.
 func (p *Provisioner) Info(context.Context, *shared.InfoRequest) (*shared.InfoResponse, error) {
 	return &shared.InfoResponse{Kind: kind, Version: version, ContractVersion: shared.ContractVersion,
-		Capabilities: []shared.Capability{shared.CapabilityReconcileDelta, shared.CapabilityReachProbe, shared.CapabilityReconfigure}}, nil
+		// Its jobs run fluksio-worker, which runs as many tasks at once
+		// as its job holds (worker.FeatureSlots): the engine asks for
+		// machines by what they hold.
+		Capabilities: []shared.Capability{shared.CapabilityReconcileDelta, shared.CapabilityReachProbe, shared.CapabilityReconfigure,
+			shared.CapabilityWorkerSlots}}, nil
 }
 
 // Schema describes the configuration.

@@ -121,6 +121,9 @@ type Configured struct {
 	Name        string
 	Provisioner shared.Provisioner
 	Shapes      []shared.Shape
+	// Packs: the plugin's workers run as many tasks at once as their
+	// machine holds (shared.CapabilityWorkerSlots).
+	Packs bool
 }
 
 // New returns a Supervisor for the provisioner block b. logger hears the
@@ -198,7 +201,8 @@ func (s *Supervisor) launch(ctx context.Context, publish bool) (*host.Launched, 
 	}
 	s.mu.Unlock()
 	if publish {
-		s.OnUp(Configured{Name: s.name, Provisioner: l.Provisioner(), Shapes: shapes})
+		packs := shared.HasCapability(l.Info.ContractVersion, l.Info.Capabilities, shared.CapabilityWorkerSlots)
+		s.OnUp(Configured{Name: s.name, Provisioner: l.Provisioner(), Shapes: shapes, Packs: packs})
 	}
 	return l, diags
 }
