@@ -56,6 +56,13 @@ type longPoll struct {
 	wake func()
 	// settled: the poll was answered and closed.
 	settled bool
+	// running are the attempt ids its worker (with slots) said it runs,
+	// as the poll opened (for a watch: runs and has not been told to
+	// cancel); nil when it said nothing. A task held and delivered that
+	// a poll does not name went astray (the answer that carried it was
+	// lost) and goes out again; a watch answers the cancel of a task it
+	// names until the worker stops naming it.
+	running map[string]bool
 }
 
 // openPoll opens a long poll for the worker cred names, in the session
@@ -63,7 +70,7 @@ type longPoll struct {
 // what it answers now; answerWait means the poll waits (the caller's
 // waiter arms it and settles it), anything else is the answer and the
 // poll is closed. A denial refuses the request and opens nothing.
-func (b *books) openPoll(cred host.Credential, session string, watch bool, wait time.Duration) (*longPoll, pollAnswer, Task, denial, string) {
+func (b *books) openPoll(cred host.Credential, session string, watch bool, wait time.Duration, running map[string]bool) (*longPoll, pollAnswer, Task, denial, string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ws, d, refusal := b.sessionLocked(cred, session)
@@ -71,6 +78,9 @@ func (b *books) openPoll(cred host.Credential, session string, watch bool, wait 
 		return nil, 0, Task{}, d, refusal
 	}
 	lp := &longPoll{books: b, watch: watch, name: cred.Worker, ws: ws, wait: wait}
+	if ws.info.slots {
+		lp.running = running
+	}
 	if !watch && ws.polling > 0 {
 		// The first keeps its place: a task goes out in one answer.
 		return lp, answerPollOpen, Task{}, allowed, ""
@@ -79,8 +89,15 @@ func (b *books) openPoll(cred host.Credential, session string, watch bool, wait 
 	if !watch && !ws.info.slots && len(ws.held) == 1 && ws.held[0].cancel {
 		// A worker without slots polls only between tasks. One with
 		// slots polls while it runs its tasks: its cancels go by its
-		// watch alone.
+		// watch, but one it does not run is not to be sent again.
 		b.takeBackCancelledLocked(ws, ws.held[0], "cancelled; the worker polled for work again without reporting it")
+	}
+	if !watch && lp.running != nil {
+		for _, h := range slices.Clone(ws.held) {
+			if h.cancel && h.delivered && !lp.running[h.t.ID] {
+				b.takeBackCancelledLocked(ws, h, "cancelled; the worker does not run it")
+			}
+		}
 	}
 	if !watch {
 		ws.polling++
@@ -131,7 +148,7 @@ func (lp *longPoll) decideLocked(why wakeReason) (pollAnswer, Task) {
 	case lp.watch:
 		if b.workers[lp.name] == lp.ws {
 			for _, h := range lp.ws.held {
-				if h.cancel && !h.cancelTold {
+				if h.cancel && lp.mayTellCancel(h) {
 					return answerCancel, h.t
 				}
 			}
@@ -140,8 +157,8 @@ func (lp *longPoll) decideLocked(why wakeReason) (pollAnswer, Task) {
 		return answerNotAttached, Task{}
 	case !lp.ws.info.slots && len(lp.ws.held) > 0:
 		return answerTask, lp.ws.held[0].t
-	case lp.ws.info.slots && slices.ContainsFunc(lp.ws.held, undelivered):
-		return answerTask, lp.ws.held[slices.IndexFunc(lp.ws.held, undelivered)].t
+	case lp.ws.info.slots && slices.ContainsFunc(lp.ws.held, lp.toSend):
+		return answerTask, lp.ws.held[slices.IndexFunc(lp.ws.held, lp.toSend)].t
 	case lp.ws.leaving && len(lp.ws.held) == 0:
 		return answerLeave, Task{}
 	}
@@ -249,5 +266,23 @@ func isClosed(ch chan struct{}) bool {
 	}
 }
 
-// undelivered reports whether h has not gone out in a poll's answer.
-func undelivered(h *heldTask) bool { return !h.delivered }
+// toSend reports whether a poll of a worker with slots carries h: it
+// has not gone out, or it went out and the poll does not name it among
+// what its worker runs (the answer was lost on the way). A task that
+// is cancelled does not go out again.
+func (lp *longPoll) toSend(h *heldTask) bool {
+	if !h.delivered {
+		return true
+	}
+	return lp.running != nil && !h.cancel && !lp.running[h.t.ID]
+}
+
+// mayTellCancel reports whether a watch answers h's cancel: while its
+// worker names it among what it runs and has not been told to cancel;
+// for one that names nothing, once.
+func (lp *longPoll) mayTellCancel(h *heldTask) bool {
+	if lp.running != nil {
+		return lp.running[h.t.ID]
+	}
+	return !h.cancelTold
+}

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -335,5 +337,73 @@ func TestDemandCountsMachinesByWhatTheyHold(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSlotsLostAnswersSentAgain: a worker with slots names what it runs
+// on each poll and watch (worker.RunningParam). A task whose poll answer
+// was lost (the next poll does not name it) goes out again, and not
+// while the worker names it; a cancel whose watch answer was lost (the
+// next watch still names the task) is told again, and not once the
+// worker stops naming it; a cancelled task the worker says it does not
+// run is taken back as cancelled, not sent again.
+func TestSlotsLostAnswersSentAgain(t *testing.T) {
+	t.Parallel()
+	e := taskEngine(t, Config{})
+	if _, err := e.Submit(commandTask("lost-answer")); err != nil {
+		t.Fatal(err)
+	}
+	w := joinWorker(t, e, "slurm-slots-lost", worker.FeatureCommand, worker.FeatureSlots)
+	poll := func(running string) (int, Task) {
+		t.Helper()
+		resp, got := w.do("GET", "/v1/work?wait=0.3&"+worker.RunningParam+"="+running, nil, nil)
+		var task Task
+		if resp.StatusCode == http.StatusOK {
+			if err := json.Unmarshal(got, &task); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return resp.StatusCode, task
+	}
+	var first Task
+	waitFor(t, "the task on the first poll", func() bool {
+		code, task := poll("")
+		first = task
+		return code == http.StatusOK
+	})
+	// The answer was lost: the next poll names nothing.
+	if code, again := poll(""); code != http.StatusOK || again.ID != first.ID {
+		t.Fatalf("a poll that does not name %s: %d %s; want it sent again", first.ID, code, again.ID)
+	}
+	// It arrived this time: a poll that names it gets nothing.
+	if code, task := poll(first.ID); code != http.StatusNoContent {
+		t.Fatalf("a poll that names %s: %d %s; want 204", first.ID, code, task.ID)
+	}
+
+	if err := e.Cancel("lost-answer"); err != nil {
+		t.Fatal(err)
+	}
+	watch := func(running string) (int, worker.WatchAnswer) {
+		t.Helper()
+		resp, got := w.do("GET", "/v1/watch?"+worker.RunningParam+"="+running, nil, nil)
+		var ans worker.WatchAnswer
+		if resp.StatusCode == http.StatusOK {
+			json.Unmarshal(got, &ans)
+		}
+		return resp.StatusCode, ans
+	}
+	for i := range 2 { // the first answer lost: told again
+		if code, ans := watch(first.ID); code != http.StatusOK || ans.Cancel != first.ID {
+			t.Fatalf("watch %d naming %s: %d %+v; want its cancel", i+1, first.ID, code, ans)
+		}
+	}
+	// The worker stopped it and says so by not naming it: a poll now
+	// takes it back as cancelled rather than sending it again.
+	if code, task := poll(""); code != http.StatusNoContent {
+		t.Fatalf("a poll after the cancel, not naming %s: %d %s; want 204", first.ID, code, task.ID)
+	}
+	res := waitTask(t, e, "lost-answer", "cancelled", func(r TaskResult) bool { return r.State == worker.StateCancelled })
+	if !strings.Contains(res.Error, "does not run it") {
+		t.Errorf("the cancelled task's error %q; want it to say the worker does not run it", res.Error)
 	}
 }

@@ -301,10 +301,36 @@ func (a *workerAPI) handleWatch(w http.ResponseWriter, r *http.Request) {
 	a.longPoll(w, r, cred, true, a.books.pollWait())
 }
 
+// maxRunningSaid bounds the attempt ids a poll's running= may name: a
+// worker runs no more tasks than its CPUs, and a list past this is not
+// read (the poll is answered as one that said nothing).
+const maxRunningSaid = 4096
+
+// runningOf is the attempt ids a worker with slots says it runs, from
+// its poll's or watch's running= (worker.RunningParam): nil when it
+// says nothing (a worker without slots), empty when it runs none.
+func runningOf(r *http.Request) map[string]bool {
+	q := r.URL.Query()
+	if !q.Has(worker.RunningParam) {
+		return nil
+	}
+	ids := strings.Split(q.Get(worker.RunningParam), ",")
+	if len(ids) > maxRunningSaid {
+		return nil
+	}
+	running := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if id != "" {
+			running[id] = true
+		}
+	}
+	return running
+}
+
 // longPoll opens a poll or a watch, answers it at once if the books
 // have its answer, and otherwise has a waiter wait it out.
 func (a *workerAPI) longPoll(w http.ResponseWriter, r *http.Request, cred host.Credential, watch bool, wait time.Duration) {
-	lp, ans, task, d, refusal := a.books.openPoll(cred, r.Header.Get(sessionHeader), watch, wait)
+	lp, ans, task, d, refusal := a.books.openPoll(cred, r.Header.Get(sessionHeader), watch, wait, runningOf(r))
 	if !sessionHolds(r, d) {
 		if d == notAttached {
 			closeAfter(w)

@@ -228,7 +228,16 @@ func (w *Client) Attach(ctx context.Context) error {
 // Poll long-polls for a task, asking the engine to wait no longer than
 // the time left before we would leave anyway.
 func (w *Client) Poll(ctx context.Context, left time.Duration) (*Task, error) {
+	return w.poll(ctx, left, nil)
+}
+
+// poll is Poll; running, when not nil, names the tasks a worker with
+// slots runs (RunningParam), none when empty.
+func (w *Client) poll(ctx context.Context, left time.Duration, running []string) (*Task, error) {
 	q := url.Values{"wait": {strconv.FormatFloat(left.Seconds(), 'f', 3, 64)}}
+	if running != nil {
+		q.Set(RunningParam, strings.Join(running, ","))
+	}
 	var t Task
 	// The engine answers within left (or its own shorter PollWait); the
 	// extra is for the network, not for the engine to use.

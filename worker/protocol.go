@@ -17,6 +17,14 @@ import "time"
 // every later request of the worker (work, result, detach).
 const SessionHeader = "Fluksio-Session"
 
+// RunningParam is the query parameter in which a worker with slots
+// (FeatureSlots) names, comma-separated, the attempt ids it runs: on GET
+// /v1/work every task it runs, so that the engine sends again one whose
+// answer was lost on the way; on GET /v1/watch those it has not been
+// told to cancel, so that a cancel whose answer was lost is told again.
+// A task stays named until its result has been given.
+const RunningParam = "running"
+
 // OffsetHeader is on every 2xx answer to POST /v1/work/ID/log/STREAM:
 // how many bytes of the stream the engine has now.
 const OffsetHeader = "Fluksio-Offset"

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -106,6 +107,9 @@ func (s *slotBook) take(id string, n Need, st *stopper) (share, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c > s.cpus || g > s.gpus || (s.hasRAM && r > s.ramMB) {
+		// Named among what runs until its refusal is given, so that a
+		// poll meanwhile does not have it sent again; drop takes it off.
+		s.running[id] = st
 		return share{}, fmt.Errorf("the task needs %d cpus, %d gpus, %d MB; this worker has %d cpus, %d gpus, %d MB free",
 			c, g, r, s.cpus, s.gpus, s.ramMB)
 	}
@@ -122,6 +126,18 @@ func (s *slotBook) take(id string, n Need, st *stopper) (share, error) {
 	default:
 	}
 	return sh, nil
+}
+
+// drop takes a task that did not fit off what runs, once its refusal
+// is given.
+func (s *slotBook) drop(id string) {
+	s.mu.Lock()
+	delete(s.running, id)
+	if len(s.running) == 0 {
+		s.idleSince = time.Now()
+	}
+	s.mu.Unlock()
+	s.signal()
 }
 
 // give returns a task's share once it has ended.
@@ -146,6 +162,24 @@ func (s *slotBook) count() (int, time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.running), s.idleSince
+}
+
+// ids are the attempt ids of the tasks under way (RunningParam), or,
+// with unstopped, of those not told to stop. Never nil.
+func (s *slotBook) ids(unstopped bool) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]string, 0, len(s.running))
+	for id, st := range s.running {
+		if unstopped {
+			if r, _ := st.why(); r != notStopped {
+				continue
+			}
+		}
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // stopAll stops every task under way for r.
@@ -268,7 +302,7 @@ func (w *Client) workSlots(ctx context.Context) int {
 			}
 			continue
 		}
-		task, err := w.Poll(ctx, left)
+		task, err := w.poll(ctx, left, s.ids(false))
 		switch {
 		case errors.Is(err, errLeave):
 			w.log.Printf("the engine lets us go; leaving")
@@ -308,6 +342,7 @@ func (w *Client) workSlots(ctx context.Context) int {
 func (w *Client) runSlot(ctx context.Context, s *slotBook, t Task, st *stopper, sh share, unfit error) {
 	defer st.release()
 	if unfit != nil {
+		defer s.drop(t.ID)
 		res := w.resultFor(t)
 		failed(&res, unfit)
 		w.log.Printf("refusing %s: %v", t.label(), unfit)
@@ -373,7 +408,8 @@ func (w *Client) watchSlots(ctx context.Context, s *slotBook) {
 			continue
 		}
 		var ans WatchAnswer
-		status, err := w.call(ctx, http.MethodGet, "/v1/watch", nil, nil, &ans, watchTimeout)
+		q := url.Values{RunningParam: {strings.Join(s.ids(true), ",")}}
+		status, err := w.call(ctx, http.MethodGet, "/v1/watch", q, nil, &ans, watchTimeout)
 		switch {
 		case errors.Is(err, errLeave):
 			s.stopAll(stopLeave, "the engine lets its workers go")
