@@ -1125,6 +1125,9 @@ func (b *books) workerCounts() map[string]workerCounts {
 		} else {
 			n.idle++
 		}
+		cpus, _ := ws.busyShareLocked()
+		n.cpus += ws.info.CPUs
+		n.cpusBusy += cpus
 		out[ws.owner] = n
 	}
 	b.mu.Unlock()
@@ -1151,8 +1154,14 @@ type workerStatus struct {
 	TimeLeft string `json:"time_left,omitempty"`
 	// Running counts the tasks the worker holds, reported ones not yet
 	// recorded among them; a worker with slots may hold several, and
-	// Task names the first.
-	Running int `json:"running,omitempty"`
+	// Task names the first, AttemptIDs every one.
+	Running    int      `json:"running,omitempty"`
+	AttemptIDs []string `json:"attempt_ids,omitempty"`
+	// CPUsBusy and GPUsBusy are what of its CPUs and GPUs the tasks it
+	// holds take (a task one CPU at least); a worker without slots is
+	// wholly busy with its one task.
+	CPUsBusy int `json:"cpus_busy"`
+	GPUsBusy int `json:"gpus_busy"`
 }
 
 // statuses lists the attached workers in order of name. They are copied
@@ -1180,6 +1189,13 @@ func (b *books) statuses() []workerStatus {
 			st.Task, st.Attempt, st.AttemptID = held.Name, held.Attempt, held.ID
 		}
 		st.Running = len(ws.held) + len(ws.reported)
+		for _, h := range ws.held {
+			st.AttemptIDs = append(st.AttemptIDs, h.t.ID)
+		}
+		for _, r := range ws.reported {
+			st.AttemptIDs = append(st.AttemptIDs, r.ID)
+		}
+		st.CPUsBusy, st.GPUsBusy = ws.busyShareLocked()
 		all = append(all, st)
 	}
 	b.mu.Unlock()

@@ -143,7 +143,7 @@ type stateCollector struct {
 	profile func(provisioner, profile string) string
 }
 
-type workerCounts struct{ idle, busy int }
+type workerCounts struct{ idle, busy, cpus, cpusBusy int }
 
 var (
 	descUp = prometheus.NewDesc("fluksio_plugin_up",
@@ -181,6 +181,8 @@ var (
 		[]string{"provisioner"}, nil)
 	descWorkers = prometheus.NewDesc("fluksio_workers",
 		"Workers attached to the engine now, idle or busy with a task.", []string{"provisioner", "state"}, nil)
+	descWorkerCPUs = prometheus.NewDesc("fluksio_worker_cpus",
+		"The attached workers' CPUs, busy (taken by the tasks they run) or free: a worker with slots runs as many tasks as it holds.", []string{"provisioner", "state"}, nil)
 	descHeld = prometheus.NewDesc("fluksio_profile_held_back",
 		"1 while the engine holds the profile back because its machines failed in a row (whatever the plugin does about it), 0 once the hold is over.",
 		[]string{"provisioner", "profile"}, nil)
@@ -199,7 +201,7 @@ var waitReasons = []WaitReason{ReasonNotAsked, ReasonNoFit, ReasonTooLong, Reaso
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descUp, descRestarts, descMachines, descPending, descFailures, descCommandSeconds, descCommandErrors, descCommandRationed, descStatusUp,
-		descPluginHeapLive, descPluginHeapObjects, descPluginGoroutines, descWorkers, descTasks, descWaiting, descHeld, descFailuresInARow} {
+		descPluginHeapLive, descPluginHeapObjects, descPluginGoroutines, descWorkers, descWorkerCPUs, descTasks, descWaiting, descHeld, descFailuresInARow} {
 		ch <- d
 	}
 }
@@ -226,6 +228,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for name, n := range c.workers() {
 		ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(n.idle), name, "idle")
 		ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(n.busy), name, "busy")
+		ch <- prometheus.MustNewConstMetric(descWorkerCPUs, prometheus.GaugeValue, float64(n.cpusBusy), name, "busy")
+		ch <- prometheus.MustNewConstMetric(descWorkerCPUs, prometheus.GaugeValue, float64(n.cpus-n.cpusBusy), name, "free")
 	}
 	counts := c.needs()
 	phases := map[NeedPhase]int{NeedWaiting: counts.Waiting, NeedAssigned: counts.Assigned, NeedServed: counts.Served + counts.Forgotten}

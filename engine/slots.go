@@ -128,3 +128,18 @@ func (w *WorkerInfo) take(n shared.Need) (full bool) {
 	}
 	return w.CPUs < 1
 }
+
+// busyShareLocked is what of ws's CPUs and GPUs its tasks take: those
+// it holds and those reported and not yet collected, each a CPU at
+// least, and the whole machine for a busy worker without slots.
+// books.mu must be held.
+func (ws *workerState) busyShareLocked() (cpus, gpus int) {
+	if !ws.info.slots {
+		if ws.busyLocked() {
+			return ws.info.CPUs, ws.info.GPUs
+		}
+		return 0, 0
+	}
+	free, freeGPUs, _ := ws.freeLocked()
+	return min(ws.info.CPUs, ws.info.CPUs-free), min(ws.info.GPUs, ws.info.GPUs-freeGPUs)
+}

@@ -80,6 +80,21 @@ type WorkerCounts struct {
 	Attached int `json:"attached"`
 	Busy     int `json:"busy"`
 	Idle     int `json:"idle"`
+	// CPUs are the attached workers' CPUs, CPUsBusy those their tasks
+	// take (a worker with slots runs as many tasks as it holds).
+	CPUs     int `json:"cpus"`
+	CPUsBusy int `json:"cpus_busy"`
+	// ByProvisioner is the same, for each provisioner's workers.
+	ByProvisioner map[string]ProvisionerWorkers `json:"by_provisioner,omitempty"`
+}
+
+// ProvisionerWorkers is one provisioner's attached workers and their
+// CPUs, busy and in all.
+type ProvisionerWorkers struct {
+	Attached int `json:"attached"`
+	Busy     int `json:"busy"`
+	CPUs     int `json:"cpus"`
+	CPUsBusy int `json:"cpus_busy"`
 }
 
 // Counts is the run in numbers, as GET /status's summary has them: the
@@ -165,23 +180,39 @@ func (s *statusPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // id (out: the need of every attempt out, by attempt id). It also
 // counts the workers, busy and idle.
 func (report *statusReport) reconcile(workers []workerStatus, out map[string]string) {
-	holds := make(map[string]string, len(workers))
+	holds := make(map[string]bool, len(workers))
+	sum := &report.Summary.Workers
 	for i := range workers {
 		w := &workers[i]
+		byProv := sum.ByProvisioner[w.Provisioner]
+		byProv.Attached++
+		byProv.CPUs += w.CPUs
+		byProv.CPUsBusy += w.CPUsBusy
+		sum.CPUs += w.CPUs
+		sum.CPUsBusy += w.CPUsBusy
+		if w.AttemptID != "" {
+			byProv.Busy++
+		}
+		if sum.ByProvisioner == nil {
+			sum.ByProvisioner = map[string]ProvisionerWorkers{}
+		}
+		sum.ByProvisioner[w.Provisioner] = byProv
 		if w.AttemptID == "" {
-			report.Summary.Workers.Idle++
+			sum.Idle++
 			continue
 		}
-		report.Summary.Workers.Busy++
-		holds[w.Name] = w.AttemptID
+		sum.Busy++
+		for _, id := range w.AttemptIDs {
+			holds[w.Name+"\x00"+id] = true
+		}
 		if w.Task == "" {
 			w.Task = out[w.AttemptID]
 		}
 	}
-	report.Summary.Workers.Attached = len(workers)
+	sum.Attached = len(workers)
 	for i := range report.Needs {
 		n := &report.Needs[i]
-		if n.State == NeedAssigned && n.Worker != "" && holds[n.Worker] != n.AttemptID {
+		if n.State == NeedAssigned && n.Worker != "" && !holds[n.Worker+"\x00"+n.AttemptID] {
 			n.Detail = fmt.Sprintf("ended on %s; being recorded", n.Worker)
 			n.Worker = ""
 		}

@@ -110,15 +110,18 @@ type Attempt struct {
 	Number int `json:"attempt"`
 	// AttemptID names this attempt on the workers' routes
 	// (/v1/work/ATTEMPT_ID/...); GET /v1/tasks/ID takes the task's id.
-	AttemptID   string    `json:"attempt_id"`
-	Worker      string    `json:"worker"`
-	Provisioner string    `json:"provisioner"`
-	JobID       string    `json:"job_id"`
-	Hostname    string    `json:"hostname"`
-	State       TaskState `json:"state"`
-	Error       string    `json:"error,omitempty"`
-	Started     time.Time `json:"started,omitzero"`
-	Ended       time.Time `json:"ended,omitzero"`
+	AttemptID   string `json:"attempt_id"`
+	Worker      string `json:"worker"`
+	Provisioner string `json:"provisioner"`
+	JobID       string `json:"job_id"`
+	Hostname    string `json:"hostname"`
+	// CPUs is what the attempt took of its machine's: its need's, one
+	// at least (a machine with slots runs several attempts at once).
+	CPUs    int       `json:"cpus"`
+	State   TaskState `json:"state"`
+	Error   string    `json:"error,omitempty"`
+	Started time.Time `json:"started,omitzero"`
+	Ended   time.Time `json:"ended,omitzero"`
 }
 
 // TaskLimits bound what one task moves, in bytes; zero takes the

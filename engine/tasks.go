@@ -132,6 +132,9 @@ type taskTable struct {
 	// included; ends counts the tasks ended over time.
 	count map[TaskState]int
 	ends  endSeries
+	// runningCPUs is what the running tasks take of their machines'
+	// CPUs (TaskCounts.RunningCPUs), kept with count.
+	runningCPUs int
 	// dependents are, by task id, the tasks that run after it and have
 	// not been released yet (TaskSpec.After). released are those whose
 	// last dependency has just succeeded, and skipped the news of those
@@ -754,7 +757,7 @@ func (t *taskTable) begin(rec *taskRec, base Task, w WorkerInfo) (Task, beginOut
 	rec.run = &taskRun{id: attemptID, worker: w.Name, outputs: map[string]worker.File{}}
 	t.setStateLocked(rec, TaskRunning)
 	rec.attempts = append(rec.attempts, Attempt{Number: len(rec.attempts) + 1, AttemptID: attemptID, Worker: w.Name, Provisioner: w.Provisioner,
-		JobID: w.JobID, Hostname: w.Hostname, State: TaskRunning, Started: t.now()})
+		JobID: w.JobID, Hostname: w.Hostname, CPUs: max(1, rec.need.CPUs), State: TaskRunning, Started: t.now()})
 	t.attempts[attemptID] = rec
 	task := base
 	task.Name, task.Attempt, task.Requires = rec.id, len(rec.attempts), rec.requires
@@ -804,6 +807,13 @@ func (t *taskTable) unbegin(rec *taskRec, attemptID string) {
 func (t *taskTable) setStateLocked(rec *taskRec, state TaskState) {
 	t.count[rec.state]--
 	t.count[state]++
+	cpus := max(1, rec.need.CPUs)
+	if rec.state == TaskRunning {
+		t.runningCPUs -= cpus
+	}
+	if state == TaskRunning {
+		t.runningCPUs += cpus
+	}
 	rec.state = state
 }
 
@@ -1068,6 +1078,9 @@ type TaskCounts struct {
 	Cancelled int `json:"cancelled"`
 	TimedOut  int `json:"timed_out"`
 	Lost      int `json:"lost"`
+	// RunningCPUs is what the running tasks take of their machines'
+	// CPUs: each its need's, one at least.
+	RunningCPUs int `json:"running_cpus"`
 	// Ended is the tasks ended over time, for a chart.
 	Ended EndSeries `json:"ended"`
 }
@@ -1078,7 +1091,7 @@ func (t *taskTable) counts() TaskCounts {
 	defer t.mu.Unlock()
 	c := TaskCounts{Waiting: t.count[TaskWaiting], Running: t.count[TaskRunning], Succeeded: t.count[worker.StateSucceeded],
 		Failed: t.count[worker.StateFailed], Cancelled: t.count[worker.StateCancelled], TimedOut: t.count[worker.StateTimedOut],
-		Lost: t.count[TaskLostState]}
+		Lost: t.count[TaskLostState], RunningCPUs: t.runningCPUs}
 	for _, n := range t.count {
 		c.Submitted += n
 	}

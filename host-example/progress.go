@@ -23,9 +23,14 @@ type progress struct {
 	// failed counts machines a provisioner could not get.
 	failed int
 	// machines are the workers that ever attached; alive those attached
-	// now.
+	// now, with their CPUs and when they attached.
 	machines map[string]bool
-	alive    map[string]bool
+	alive    map[string]aliveMachine
+	// machineCPUSeconds adds up the CPUs of the machines that left, for
+	// as long as each was attached; taskCPUSeconds the CPUs the ended
+	// tasks' attempts took, for as long as each ran: their ratio is how
+	// full the machines were.
+	machineCPUSeconds, taskCPUSeconds float64
 	// lastFailure is the last provisioning failure's words.
 	lastFailure string
 	// ends are the tasks ended as the progress line was last drawn, a
@@ -44,21 +49,43 @@ type endSample struct {
 // enough to smooth a burst, short enough to follow a change of pace.
 const rateWindow = 30 * time.Second
 
+// aliveMachine is an attached machine's CPUs and when it attached.
+type aliveMachine struct {
+	cpus int
+	at   time.Time
+}
+
 func newProgress() *progress {
-	return &progress{machines: map[string]bool{}, alive: map[string]bool{}}
+	return &progress{machines: map[string]bool{}, alive: map[string]aliveMachine{}}
 }
 
 func (p *progress) attach(w engine.WorkerInfo) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.machines[w.Name] = true
-	p.alive[w.Name] = true
+	p.alive[w.Name] = aliveMachine{cpus: w.CPUs, at: time.Now()}
 }
 
 func (p *progress) gone(w engine.WorkerInfo, _ string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if m, ok := p.alive[w.Name]; ok {
+		p.machineCPUSeconds += float64(m.cpus) * time.Since(m.at).Seconds()
+	}
 	delete(p.alive, w.Name)
+}
+
+// taskEnded adds up the CPU-seconds r's attempts took.
+func (p *progress) taskEnded(r engine.TaskResult) {
+	var sum float64
+	for _, a := range r.Attempts {
+		if !a.Started.IsZero() && a.Ended.After(a.Started) {
+			sum += float64(max(1, a.CPUs)) * a.Ended.Sub(a.Started).Seconds()
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.taskCPUSeconds += sum
 }
 
 func (p *progress) burst(_ string, pd shared.ProfileDemand) {
@@ -86,7 +113,11 @@ type counts struct {
 	requested, submissions   int
 	failed                   int
 	lastFailure              string
-	waitingWhy               map[engine.WaitReason]int
+	// cpus are the alive machines' CPUs; full is the task CPU-seconds
+	// over the machine CPU-seconds so far, -1 before any.
+	cpus       int
+	full       float64
+	waitingWhy map[engine.WaitReason]int
 	// byState is the tasks by state, from the engine's counts; nil
 	// when read from a list of needs.
 	byState *engine.TaskCounts
@@ -149,6 +180,15 @@ func (p *progress) read(needs []engine.NeedStatus, tasks *taskRun) counts {
 // readMachinesLocked adds the machines' counts to c. p.mu must be held.
 func (p *progress) readMachinesLocked(c *counts) {
 	c.machines, c.alive = len(p.machines), len(p.alive)
+	machineSeconds := p.machineCPUSeconds
+	for _, m := range p.alive {
+		c.cpus += m.cpus
+		machineSeconds += float64(m.cpus) * time.Since(m.at).Seconds()
+	}
+	c.full = -1
+	if machineSeconds > 0 && p.taskCPUSeconds > 0 {
+		c.full = min(1, p.taskCPUSeconds/machineSeconds)
+	}
 	c.requested, c.submissions, c.failed, c.lastFailure = p.requested, p.submissions, p.failed, p.lastFailure
 	// Asked for and neither arrived nor failed: on its way.
 	c.pending = max(0, c.requested-c.machines-c.failed)
@@ -172,8 +212,12 @@ func (c counts) line() string {
 	} else if c.needs > 0 {
 		parts = append(parts, fmt.Sprintf("needs %d/%d served", c.served, c.needs))
 	}
+	machines := fmt.Sprintf("machines %d alive", c.alive)
+	if s := c.byState; s != nil && c.cpus > 0 {
+		machines += fmt.Sprintf(" (%d/%d CPUs busy)", min(s.RunningCPUs, c.cpus), c.cpus)
+	}
 	parts = append(parts,
-		fmt.Sprintf("machines %d alive, %d on the way", c.alive, c.pending),
+		machines+fmt.Sprintf(", %d on the way", c.pending),
 		fmt.Sprintf("%d submission(s)", c.submissions),
 		fmt.Sprintf("%d failure(s)", c.failed))
 	line := "progress: " + strings.Join(parts, "; ")
@@ -245,6 +289,9 @@ func reasonWords(r engine.WaitReason) string {
 // how much, from how many submissions, and what failed.
 func (c counts) machinesLine() string {
 	s := fmt.Sprintf("%d machine(s) from %d submission(s)", c.machines, c.submissions)
+	if c.full >= 0 {
+		s += fmt.Sprintf(", %.0f%% full (the tasks' CPU-seconds over the machines')", 100*c.full)
+	}
 	if c.failed > 0 {
 		s += fmt.Sprintf("; %d machine(s) could not be had (last: %s)", c.failed, truncateWords(c.lastFailure, 200))
 	}

@@ -101,3 +101,34 @@ func TestStoryTellsAMismatch(t *testing.T) {
 		t.Errorf("story %q\nlacks %q", b.String(), want)
 	}
 }
+
+// TestProgressSaysHowFull: with machines of 8 and 4 CPUs attached and
+// tasks taking 9 of their CPUs, the progress line says "(9/12 CPUs
+// busy)"; the summary's machines say how full they were: tasks' CPU-
+// seconds over the machines' (here, one task of 2 CPUs for 3 s on a
+// machine of 4 CPUs attached 6 s ago: about 25%), nothing before a task
+// ended.
+func TestProgressSaysHowFull(t *testing.T) {
+	p := newProgress()
+	p.attach(engine.WorkerInfo{Name: "w8", CPUs: 8})
+	p.attach(engine.WorkerInfo{Name: "w4", CPUs: 4})
+	run := newTaskRun(testResults(t, filepath.Join(t.TempDir(), "results")), &story{w: io.Discard})
+	run.total = 20
+	got := p.readCounts(engine.TaskCounts{Submitted: 20, Running: 5, RunningCPUs: 9, Waiting: 15}, engine.NeedCounts{}, run, time.Now()).line()
+	if !strings.Contains(got, "machines 2 alive (9/12 CPUs busy), 0 on the way") {
+		t.Errorf("line = %q; want the CPUs busy of the alive machines", got)
+	}
+	if m := p.read(nil, nil).machinesLine(); strings.Contains(m, "full") {
+		t.Errorf("before any task ended: %q; want no fullness", m)
+	}
+	p.gone(engine.WorkerInfo{Name: "w8"}, "detached")
+	p.mu.Lock()
+	p.machineCPUSeconds = 0 // w8 counts for nothing here
+	p.alive["w4"] = aliveMachine{cpus: 4, at: time.Now().Add(-6 * time.Second)}
+	p.mu.Unlock()
+	now := time.Now()
+	p.taskEnded(engine.TaskResult{Attempts: []engine.Attempt{{CPUs: 2, Started: now.Add(-3 * time.Second), Ended: now}}})
+	if m := p.read(nil, nil).machinesLine(); !strings.Contains(m, "2 machine(s) from 0 submission(s), 25% full (the tasks' CPU-seconds over the machines')") {
+		t.Errorf("machines line = %q; want 25%% full", m)
+	}
+}

@@ -351,7 +351,11 @@ func (d *daemon) hooks(tasks bool) engine.Hooks {
 		},
 	}
 	if tasks {
-		h.TaskEnded, h.TaskLost = d.tasks.taskEnded, d.tasks.taskLost
+		h.TaskEnded = func(r engine.TaskResult) {
+			d.progress.taskEnded(r)
+			d.tasks.taskEnded(r)
+		}
+		h.TaskLost = d.tasks.taskLost
 	}
 	return h
 }

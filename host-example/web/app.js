@@ -247,8 +247,10 @@ function renderRun(st, now) {
   const m = document.getElementById("machines");
   m.dataset.attached = w.attached;
   m.dataset.busy = w.busy;
+  m.dataset.cpus = w.cpus || 0;
+  m.dataset.cpusBusy = w.cpus_busy || 0;
   m.textContent = "machines: " + num(w.attached) + " attached (" + num(w.busy) + " busy, " + num(w.idle) + " idle) · " +
-    num(pending) + " pending in the scheduler · " + num(starting) + " starting · slots " + num(w.busy) + " of " + num(w.attached) + " used";
+    num(pending) + " pending in the scheduler · " + num(starting) + " starting · CPUs " + num(w.cpus_busy || 0) + " of " + num(w.cpus || 0) + " busy";
 
   // Why needs wait: the expected queue in grey; what needs a person goes
   // to the attention list.
@@ -334,14 +336,23 @@ function renderWorkers(st) {
   const w = (st.summary && st.summary.workers) || { attached: workers.length, busy: 0, idle: 0 };
   const summary = document.getElementById("workers-summary");
   summary.dataset.count = w.attached;
-  summary.textContent = num(w.attached) + " attached: " + num(w.busy) + " busy, " + num(w.idle) + " idle";
+  let byProv = "";
+  for (const [name, p] of Object.entries(w.by_provisioner || {}).sort()) {
+    byProv += " · " + name + ": " + num(p.attached) + " attached, CPUs " + num(p.cpus_busy) + " of " + num(p.cpus) + " busy";
+  }
+  summary.textContent = num(w.attached) + " attached: " + num(w.busy) + " busy, " + num(w.idle) + " idle" + byProv;
   const tb = document.querySelector("#workers tbody");
   tb.replaceChildren();
   for (const x of workers.slice(0, MAX_ROWS)) {
-    const task = x.task || (x.attempt_id ? "(a need's work)" : "idle");
-    tb.append(el("tr", { "data-worker": x.name, "data-job": x.job_id || "", "data-task": x.task || "", "data-attempt-id": x.attempt_id || "" },
+    let task = x.task || (x.attempt_id ? "(a need's work)" : "idle");
+    if ((x.running || 0) > 1) {
+      task += " and " + num(x.running - 1) + " more";
+    }
+    tb.append(el("tr", { "data-worker": x.name, "data-job": x.job_id || "", "data-task": x.task || "", "data-attempt-id": x.attempt_id || "",
+      "data-attempt-ids": (x.attempt_ids || []).join(","), "data-cpus-busy": x.cpus_busy || 0 },
       el("td", {}, x.name), el("td", {}, x.job_id), el("td", {}, x.hostname), el("td", {}, task + (x.reported ? " (result in)" : "")),
-      el("td", {}, x.attempt || ""), el("td", { "class": "time-left" }, x.time_left || "")));
+      el("td", {}, x.attempt || ""), el("td", { "class": "cpus" }, num(x.cpus_busy || 0) + "/" + num(x.cpus || 0)),
+      el("td", { "class": "time-left" }, x.time_left || "")));
   }
   const total = st.workers_total != null ? st.workers_total : workers.length;
   const more = Math.max(0, total - Math.min(workers.length, MAX_ROWS));
