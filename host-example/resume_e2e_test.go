@@ -293,3 +293,107 @@ func TestRunTasksResume(t *testing.T) {
 	}
 	t.Logf("changed run: 34 kept, %d run (%v), exit %d in %s", len(rerun), rerun, code, took.Round(time.Millisecond))
 }
+
+// TestE2ERunTasksResume is TestRunTasksResume's crash on Slurm: run
+// -tasks with a map-reduce of 12 maps on one-CPU machines (max_workers
+// 3), the engine and its plugin killed together with SIGKILL once some
+// tasks have succeeded (its jobs stay in the queue, as after a crash of
+// the engine's machine), then the same file again with -resume into
+// the same results: the tasks that had succeeded keep their result.json
+// byte for byte, the rest run, the reduce's sum is right, run exits 0,
+// and nothing of either run is left in the queue.
+func TestE2ERunTasksResume(t *testing.T) {
+	e := newE2E(t, "e2e-resume")
+	e.killPluginsAtEnd(t)
+	cfg := e.taskConfig(t, 1, `  max_workers   = 3
+  poll_interval = "2s"`)
+	inputs := map[string]any{}
+	lines := []string{}
+	want := 0
+	for i := range 12 {
+		id := fmt.Sprintf("map-%02d", i)
+		lines = append(lines, fmt.Sprintf(`{"id": %q, "command": ["sh", "-c", "sleep 1; echo %d > count"], "outputs": ["count"]}`, id, 100+i))
+		inputs[fmt.Sprintf("c%02d", i)] = map[string]string{"task": id, "path": "count"}
+		want += 100 + i
+	}
+	in, _ := json.Marshal(inputs)
+	lines = append([]string{fmt.Sprintf(`{"id": "reduce", "command": ["sh", "-c", "cat c* | awk '{s+=$1} END {print s}' > sum"], "inputs": %s, "outputs": ["sum"]}`, in)}, lines...)
+	tasks := writeTaskFile(t, len(lines), func(i int) string { return lines[i] })
+	results := filepath.Join(t.TempDir(), "results")
+	succeeded := func() map[string][]byte {
+		got := map[string][]byte{}
+		files, _ := filepath.Glob(filepath.Join(results, "*", "result.json"))
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			var res resultFile
+			if err != nil || json.Unmarshal(b, &res) != nil {
+				t.Fatalf("%s: %v; a result.json that is there is whole", f, err)
+			}
+			if res.State == worker.StateSucceeded {
+				got[res.ID] = b
+			}
+		}
+		return got
+	}
+
+	p1 := e.startEngine(t, "-config", cfg, "-tasks", tasks, "-results", results, "-timeout", "5m", "-log-level", "debug")
+	reapMasters(t, p1)
+	poll(t, 3*time.Minute, "3 tasks succeeded in the first run", func() bool {
+		if p1.exited() {
+			t.Fatalf("the first run ended before it was killed\n%s", p1.stdout)
+		}
+		return len(succeeded()) >= 3
+	})
+	// The engine and its plugin at once: no shutdown of the plugin's
+	// cancels the jobs.
+	syscall.Kill(-p1.cmd.Process.Pid, syscall.SIGKILL)
+	p1.waitDone(t, 10*time.Second)
+	killedAt := time.Now()
+	kept := succeeded()
+	left := e.queue(t)
+	t.Logf("first run killed after %s: %d of %d succeeded; left in the queue:\n%s",
+		killedAt.Sub(p1.started).Round(time.Millisecond), len(kept), len(lines), left)
+	if left == "" {
+		t.Fatal("the killed run left no job in the queue; the resume's cleanup would prove nothing")
+	}
+	if len(kept) >= len(lines) {
+		t.Fatal("every task succeeded before the kill; the resume would run nothing")
+	}
+
+	p2 := e.startEngine(t, "-config", cfg, "-tasks", tasks, "-results", results, "-resume", "-timeout", "5m", "-log-level", "debug")
+	code := p2.wait(t, 5*time.Minute)
+	exitedAt := time.Now()
+	story := p2.stdout.String()
+	t.Logf("the resumed run, exit %d in %s:\n%s", code, exitedAt.Sub(p2.started).Round(time.Millisecond), story)
+	if code != 0 {
+		t.Fatalf("exit %d; want 0\nstderr:\n%s", code, p2.stderr)
+	}
+	// The killed run's jobs are the resumed run's to clean up: its
+	// plugin cancels each (their workers' credentials are of the dead
+	// engine's secret), rather than each ending by itself.
+	for _, l := range strings.Split(left, "\n") {
+		job := regexp.MustCompile(`\bjob=` + regexp.QuoteMeta(strings.Fields(l)[0]) + `(\s|$)`)
+		if !slices.ContainsFunc(strings.Split(p2.stderr.String(), "\n"), func(s string) bool {
+			return strings.Contains(s, "cancelled a job nobody will use") && job.MatchString(s)
+		}) {
+			t.Errorf("job %s of the killed run was not cancelled by the resumed run's plugin\nstderr:\n%s", strings.Fields(l)[0], p2.stderr)
+		}
+	}
+	after := succeeded()
+	for id, b := range kept {
+		if !bytes.Equal(after[id], b) {
+			t.Errorf("%s had succeeded before the kill; its result.json changed in the resumed run", id)
+		}
+	}
+	if len(after) != len(lines) {
+		t.Errorf("%d of %d tasks succeeded after the resume", len(after), len(lines))
+	}
+	sum, err := os.ReadFile(filepath.Join(results, "reduce", "outputs", "sum"))
+	if err != nil || strings.TrimSpace(string(sum)) != fmt.Sprint(want) {
+		t.Errorf("the reduce's sum: %q, %v; want %d", sum, err, want)
+	}
+	if w := fmt.Sprintf("resume: %d task(s) kept from an earlier run (succeeded, unchanged), %d to run", len(kept), len(lines)-len(kept)); !strings.Contains(story, w) {
+		t.Errorf("the story lacks %q", w)
+	}
+	e.assertCleanedUp(t, exitedAt)
+}

@@ -31,6 +31,15 @@ const WorkerTokenEnv = "FLUKSIO_WORKER_TOKEN"
 // In the environment, not argv, for the reason the credential is.
 const ProbeAnswerEnv = "FLUKSIO_PROBE_ANSWER"
 
+// JobLogEnv names the job's own output file (stdout and stderr), where
+// the provisioner chose it: a worker that ends cleanly (exit 0) removes
+// it, so that a cluster's log directory keeps the logs of jobs that
+// failed, which the provisioner reads back, and not of every job that
+// served. A worker that fails leaves it. Only a regular file named
+// *.out is removed; a worker that does not know the variable leaves
+// every log, and the provisioner's own cap on the directory applies.
+const JobLogEnv = "FLUKSIO_JOB_LOG"
+
 // WorkerArgs is the worker's command line past its command.
 type WorkerArgs struct {
 	// URL is what the worker dials: the engine's address, or a relay's.

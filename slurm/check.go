@@ -75,6 +75,7 @@ func (p *Provisioner) Check(ctx context.Context, req *shared.CheckRequest) (*sha
 		c.cluster(ctx)
 		c.limits(ctx)
 		c.worker(ctx)
+		c.logs(ctx)
 		c.profiles(ctx)
 		if req.Probe {
 			c.probe(ctx)
@@ -123,6 +124,7 @@ func (p *Provisioner) scratch(ctx context.Context, name string, raw json.RawMess
 	}
 	q := New(p.logger)
 	q.sshPath, q.now = p.sshPath, p.now
+	q.files.lookOnly = true
 	q.cfg = cfg
 	q.q = q.newQueue(cfg, q.newTransport(cfg))
 	return q, diags
@@ -234,6 +236,36 @@ func (c *check) login(ctx context.Context) bool {
 		return false
 	}
 	return true
+}
+
+// logs says what log_dir holds: how many job logs and their bytes,
+// against what it keeps. It changes nothing; a failure to look is a
+// fact, not a diagnostic, since the first submission makes log_dir.
+func (c *check) logs(ctx context.Context) {
+	stdout, stderr, err := c.q.q.Run(ctx, nil, "sh", "-c", lookLogsScript, "sh", c.cfg.logDir(), "look")
+	keeps := fmt.Sprintf("keeps the newest %d, %d MiB at most (log_dir_keep)", c.cfg.logKeep(), logKeepBytes>>20)
+	out := string(stdout)
+	lc, ok := readLogCount(out)
+	switch {
+	case err != nil:
+		c.fact("log_dir", fmt.Sprintf("%s: not looked at (%s)", c.cfg.logDir(), truncate(queue.WithStderr(err, stderr).Error())), "log_dir")
+	case strings.Contains(out, "fluksio-nodir"):
+		c.fact("log_dir", fmt.Sprintf("%s: not made yet (the first submission makes it); %s", c.cfg.logDir(), keeps), "log_dir")
+	case ok:
+		c.fact("log_dir", fmt.Sprintf("%s: %d job log(s), %s; %s", strings.TrimSpace(lastLine(stdout)), lc.found, byteSize(lc.foundBytes), keeps), "log_dir")
+	}
+}
+
+// byteSize is n bytes for a person: 512 B, 3.4 KiB, 12.0 MiB.
+func byteSize(n int64) string {
+	switch {
+	case n < 1<<10:
+		return fmt.Sprintf("%d B", n)
+	case n < 1<<20:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	default:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
 }
 
 // sshBlame says which setting an ssh failure is about, and what to do.

@@ -99,6 +99,9 @@ type Config struct {
 	// LogDir is where jobs write their output on the cluster
 	// (joblog.go); empty means defaultLogDir.
 	LogDir string `json:"log_dir"`
+	// LogDirKeep is how many job logs log_dir keeps (joblog.go); a
+	// pointer so that absent (logKeepDefault) is told from 0.
+	LogDirKeep *int `json:"log_dir_keep"`
 	// Multiplex and MaxSessions are pointers so that absent can be told
 	// from false and 0; fillDefaults fills them in (see ssh.go).
 	Multiplex   *bool `json:"multiplex"`
@@ -221,6 +224,8 @@ func schema() *shared.Schema {
 				Description: "The worker program and any leading arguments, as the site installed it where the compute nodes see it. Unset: the plugin ships the fluksio-worker built with it (beside its own executable) to ~/.local/share/fluksio/bin on the login node, once per version, and each job checks it by its sha256 before running it; the compute nodes must then see the login user's home directory."},
 			{Name: "log_dir", Type: shared.TypeString, Default: "",
 				Description: "Where jobs write their output (stdout and stderr, one file per job: JOBID.out, or ARRAYID_TASK.out), on the cluster's shared filesystem as the login node sees it. Relative paths and ~/ are under the login user's home; made on first use. A job that ends before its worker attaches is reported with the last lines of its file. Empty: ~/.local/state/fluksio/<provisioner name>. A profile that sets --output keeps its own."},
+			{Name: "log_dir_keep", Type: shared.TypeInt, Default: logKeepDefault,
+				Description: "How many job logs log_dir keeps, the newest, and at most 64 MiB of them: a worker that ends well removes its job's log itself, so what stays is of jobs that failed or were cut short, for reading back. The rest are removed when the provisioner starts. 0 keeps none; validate -check says what log_dir holds."},
 			{Name: "max_workers", Type: shared.TypeInt, Default: defaultMaxWorkers,
 				Description: "The most machines this provisioner keeps alive at once, pending, starting and attached, over all profiles."},
 			{Name: "max_pending", Type: shared.TypeInt, Default: defaultMaxPending,
@@ -481,6 +486,10 @@ func validate(s *settings) shared.Diagnostics {
 	if s.LogDir != "" && !validLogDir(s.LogDir) {
 		add(shared.Errorf(at("log_dir"), "Invalid log_dir",
 			"%q cannot be used: sbatch reads white space, quotes, backslashes and '#' in an #SBATCH line itself, and '%%' starts one of its file name patterns. Choose a path without them; ~/ and relative paths are under the login user's home.", s.LogDir))
+	}
+	if s.LogDirKeep != nil && (*s.LogDirKeep < 0 || *s.LogDirKeep > logKeepMax) {
+		add(shared.Errorf(at("log_dir_keep"), "Invalid log_dir_keep",
+			"log_dir_keep must be between 0 and %d; got %d. It is how many job logs log_dir keeps after their jobs end.", logKeepMax, *s.LogDirKeep))
 	}
 
 	diags = append(diags, validateSSHArgs(s)...)

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
 
+	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/slurm/internal/queue"
 	"github.com/fluksio/provision/slurm/sbatch"
 )
@@ -45,14 +47,105 @@ func (s *settings) logDir() string {
 	return fmt.Sprintf(defaultLogDir, s.name)
 }
 
-// logDirScript makes log_dir on the login node and prints it as an
-// absolute path. "~/" is the login user's home; a relative path is
-// relative to it too, since that is where ssh starts. Slurm opens --output
-// before the job runs, in a directory that must exist, or the job fails
-// with no output at all.
-const logDirScript = `d=$1
-case $d in "~") d=$HOME ;; "~/"*) d=$HOME/${d#"~/"} ;; /*) ;; *) d=$HOME/$d ;; esac
-mkdir -p -m 700 -- "$d" && cd -- "$d" && pwd -P`
+// resolveLogDir is logDirScript's first line: $d is log_dir, resolved
+// against the login user's home.
+const resolveLogDir = `d=$1
+case $d in "~") d=$HOME ;; "~/"*) d=$HOME/${d#"~/"} ;; /*) ;; *) d=$HOME/$d ;; esac`
+
+// lookLogsScript says what log_dir holds as logsScript does, then its
+// path; "fluksio-nodir" alone when it does not exist yet. It changes
+// nothing.
+const lookLogsScript = resolveLogDir + `
+cd -- "$d" 2>/dev/null || { echo fluksio-nodir; exit 0; }
+` + logsScript + `
+pwd -P`
+
+// logDirScript makes log_dir on the login node, goes over its logs as
+// logsScript does ($2, $3, $4), and prints it as an absolute path, last.
+// "~/" is the login user's home; a relative path is relative to it too,
+// since that is where ssh starts. Slurm opens --output before the job
+// runs, in a directory that must exist, or the job fails with no output
+// at all.
+const logDirScript = resolveLogDir + `
+mkdir -p -m 700 -- "$d" && cd -- "$d" || exit 1
+` + logsScript + `
+pwd -P`
+
+// The login node left as found. A job's log in log_dir is removed by
+// its worker when the worker ends well (shared.JobLogEnv); what stays
+// is of jobs that failed, were cancelled before their worker attached,
+// or ran a worker that does not remove it. Of those, log_dir keeps the
+// newest log_dir_keep, within logKeepBytes, and removes the rest when
+// the provisioner starts, in logDirScript's one call; files other than
+// job logs (JOBID.out, ARRAYID_TASK.out) are never touched. Not at
+// shutdown: the workers the engine lets go are still ending then, their
+// logs the newest, and would push out of the count the failed ones
+// kept; a run's own failures wait for the next start. Rejected:
+// removing a log as soon as its job is seen to end, which would take
+// from explain the failed ones it reads, and cost an ssh call a job;
+// and a job script that removes its own log after its worker, which
+// would have to stop exec-ing the worker, and Slurm's signals
+// (--signal=B:TERM) would then reach the shell, not the worker.
+const (
+	// logKeepDefault is log_dir_keep when the configuration leaves it
+	// out, logKeepMax its bound.
+	logKeepDefault = 100
+	logKeepMax     = 100000
+	// logKeepBytes bounds the bytes of the logs kept.
+	logKeepBytes = 64 << 20
+)
+
+// logsScript goes over the job logs in the current directory, the
+// newest first: with $2 "prune" it removes every one past the $3 newest
+// or past $4 bytes in all; with "look" it removes none. It prints
+// "fluksio-logs FOUND BYTES KEPT KEPTBYTES". It needs GNU find's
+// -printf; without it, it finds nothing and removes nothing.
+const logsScript = `find . -maxdepth 1 -type f -name '*.out' -printf '%T@ %s %f\n' 2>/dev/null | sort -rn | {
+  n=0 b=0 kn=0 kb=0
+  while read -r _ s f; do
+    case ${f%.out} in ''|*[!0-9_]*) continue ;; esac
+    n=$((n + 1)) b=$((b + s))
+    if [ "$2" = prune ] && { [ "$n" -gt "$3" ] || [ "$b" -gt "$4" ]; }; then
+      rm -f -- "$f"
+    else
+      kn=$((kn + 1)) kb=$((kb + s))
+    fi
+  done
+  echo "fluksio-logs $n $b $kn $kb"
+}`
+
+// logKeep is log_dir_keep, or its default.
+func (s *settings) logKeep() int {
+	if s.LogDirKeep != nil {
+		return *s.LogDirKeep
+	}
+	return logKeepDefault
+}
+
+// logCount is what logsScript found and kept.
+type logCount struct {
+	found, kept           int
+	foundBytes, keptBytes int64
+}
+
+// readLogCount reads logsScript's line from out; ok is false when there
+// is none.
+func readLogCount(out string) (c logCount, ok bool) {
+	for _, l := range strings.Split(out, "\n") {
+		if n, _ := fmt.Sscanf(strings.TrimSpace(l), "fluksio-logs %d %d %d %d", &c.found, &c.foundBytes, &c.kept, &c.keptBytes); n == 4 {
+			return c, true
+		}
+	}
+	return logCount{}, false
+}
+
+// saidLogs logs what logsScript removed, if anything.
+func (lf *loginFiles) saidLogs(cfg *settings, dir, out string) {
+	if c, ok := readLogCount(out); ok && c.found > c.kept {
+		cfg.log.Info("removed job logs from log_dir past what it keeps", "log_dir", dir, "removed", c.found-c.kept,
+			"removed_bytes", c.foundBytes-c.keptBytes, "kept", c.kept, "kept_bytes", c.keptBytes, "log_dir_keep", cfg.logKeep())
+	}
+}
 
 // validLogDir reports whether dir can go into an #SBATCH line as it is:
 // sbatch splits those lines at white space and reads quotes, backslashes
@@ -179,7 +272,11 @@ func (lf *loginFiles) ensureLogDir(ctx context.Context, cfg *settings) (string, 
 	if dir := resolved(); dir != "" {
 		return dir, nil
 	}
-	stdout, stderr, err := p.q.Run(ctx, nil, "sh", "-c", logDirScript, "sh", cfg.logDir())
+	mode := "prune"
+	if lf.lookOnly {
+		mode = "look"
+	}
+	stdout, stderr, err := p.q.Run(ctx, nil, "sh", "-c", logDirScript, "sh", cfg.logDir(), mode, strconv.Itoa(cfg.logKeep()), strconv.Itoa(logKeepBytes))
 	if err != nil {
 		return "", fmt.Errorf("log_dir %s: cannot create it on the login node: %w", cfg.logDir(), queue.WithStderr(err, stderr))
 	}
@@ -191,6 +288,7 @@ func (lf *loginFiles) ensureLogDir(ctx context.Context, cfg *settings) (string, 
 	p.mu.Lock()
 	lf.logDirAbs = dir
 	p.mu.Unlock()
+	lf.saidLogs(cfg, dir, string(stdout))
 	return dir, nil
 }
 
@@ -204,6 +302,24 @@ func (lf *loginFiles) outputDir(cfg *settings) string {
 		return lf.logDirAbs
 	}
 	return cfg.logDir()
+}
+
+// jobLogEnv is the assignment of shared.JobLogEnv the script puts
+// before its worker, with a space after it: the job's own file in
+// log_dir, named from Slurm's variables as outputPattern names it. It
+// is empty when the file is not the provisioner's to name (the profile
+// sets --output), when log_dir is not yet resolved (a preview), and for
+// a job of several nodes, whose one file serves workers that end apart.
+func (lf *loginFiles) jobLogEnv(cfg *settings, opts *sbatchOpts, nodes int, array bool) string {
+	dir := lf.outputDir(cfg)
+	if opts.output || nodes > 1 || !path.IsAbs(dir) {
+		return ""
+	}
+	name := `"${SLURM_JOB_ID}.out"`
+	if array {
+		name = `"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}.out"`
+	}
+	return shared.JobLogEnv + "=" + shellQuote(dir) + "/" + name + " "
 }
 
 // outputOf is where job (an id as squeue shows it) wrote its output when

@@ -315,8 +315,12 @@ func fakeSSH(spec, dir string, args []string) int {
 			fmt.Println("alice@login")
 		case len(remote) == 5 && strings.Contains(remote[2], "command -v"):
 			fmt.Println("/usr/bin/" + strings.Trim(remote[4], "'"))
-		case len(remote) == 5 && strings.Contains(remote[2], "mkdir -p"):
+		case len(remote) >= 5 && strings.Contains(remote[2], "mkdir -p"):
+			fmt.Println("fluksio-logs 0 0 0 0")
 			fmt.Println("/home/alice/.local/state/fluksio/" + strings.TrimPrefix(strings.Trim(remote[4], "'"), "~/.local/state/fluksio/"))
+		case strings.Contains(remote[2], "fluksio-nodir"):
+			// Check's look at log_dir.
+			fmt.Println("fluksio-nodir")
 		case len(remote) == 6 && strings.Contains(remote[2], "scontrol show job"):
 			job := strings.Trim(remote[4], "'")
 			fmt.Printf("JobId=%s JobName=fluksio-hpc\n   JobState=FAILED Reason=NonZeroExitCode Dependency=(null)\n   Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=2:0\n", job)
@@ -329,7 +333,7 @@ func fakeSSH(spec, dir string, args []string) int {
 		// A login node whose log_dir is the directory itself (for
 		// TestExplainRedactsEncodedCredentials, whose ssh runs the
 		// explain script in a real sh).
-		if len(remote) == 5 && strings.Contains(remote[2], "mkdir -p") {
+		if len(remote) >= 5 && strings.Contains(remote[2], "mkdir -p") {
 			fmt.Println(dir)
 			return 0
 		}
@@ -343,8 +347,12 @@ func fakeSSH(spec, dir string, args []string) int {
 		// A cluster whose controller has forgotten a failed job
 		// (MinJobAge) and whose accounting still has it.
 		switch {
-		case len(remote) == 5 && strings.Contains(remote[2], "mkdir -p"):
+		case len(remote) >= 5 && strings.Contains(remote[2], "mkdir -p"):
+			fmt.Println("fluksio-logs 0 0 0 0")
 			fmt.Println("/home/alice/.local/state/fluksio/" + strings.TrimPrefix(strings.Trim(remote[4], "'"), "~/.local/state/fluksio/"))
+		case strings.Contains(remote[2], "fluksio-nodir"):
+			// Check's look at log_dir.
+			fmt.Println("fluksio-nodir")
 		case len(remote) == 6 && strings.Contains(remote[2], "sacct"):
 			job := strings.Trim(remote[4], "'")
 			fmt.Printf("--- fluksio: sacct\n%s|FAILED|7:0|None\n", job)

@@ -52,8 +52,13 @@ func TestProvisionSubmitsOverSSH(t *testing.T) {
 		t.Errorf("argv = %q, want %q under the login node's timeout", calls[0].Argv, want)
 	}
 	token := tokenFor(ev.Worker)
-	if !strings.Contains(calls[0].Stdin, "\nFLUKSIO_WORKER_TOKEN="+token+" exec ") {
+	if !strings.Contains(calls[0].Stdin, "\nFLUKSIO_WORKER_TOKEN="+token+" ") {
 		t.Errorf("the script does not give the worker the token:\n%s", calls[0].Stdin)
+	}
+	// The worker is told its job's log, in log_dir, which it removes
+	// when it ends well.
+	if !strings.Contains(calls[0].Stdin, ` FLUKSIO_JOB_LOG=/home/alice/.local/state/fluksio/hpc/"${SLURM_JOB_ID}.out" exec fluksio-worker `) {
+		t.Errorf("the script does not name the job's log to the worker:\n%s", calls[0].Stdin)
 	}
 	if !strings.Contains(calls[0].Stdin, "#SBATCH --comment="+tagOf(ev.Worker)+"\n") {
 		t.Errorf("the script does not name its worker:\n%s", calls[0].Stdin)

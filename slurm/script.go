@@ -250,9 +250,10 @@ func (su *submitter) scriptFor(prof Profile, url, pin, tag string, tasks []int, 
 	if v := os.Getenv(shared.ProbeAnswerEnv); probe && probeValueRE.MatchString(v) {
 		probeEnv = shared.ProbeAnswerEnv + "=" + v + " "
 	}
+	logEnv := su.p.files.jobLogEnv(cfg, opts, nodes, tasks != nil)
 	start := func(tokens []string) string {
 		if nodes == 1 {
-			return probeEnv + tokenVar + "=" + shellQuote(tokens[0]) + " exec " + command
+			return probeEnv + tokenVar + "=" + shellQuote(tokens[0]) + " " + logEnv + "exec " + command
 		}
 		var vars []string
 		for i, t := range tokens {

@@ -200,6 +200,9 @@ type loginFiles struct {
 	// (ship.go); empty means the directory of the plugin's own
 	// executable. Tests set it before Configure; it never changes after.
 	workerDir string
+	// lookOnly is set for a check's provisioner (scratch): log_dir's logs
+	// are counted, never pruned. It never changes after.
+	lookOnly bool
 
 	// The fields below are guarded by p.mu.
 

@@ -153,7 +153,11 @@ func runWorker(ctx context.Context, prog string, args []string, getenv func(stri
 	if cfg.probe {
 		return probeEngine(ctx, cfg, &http.Client{Transport: transport, Timeout: probeTimeout}, stdout)
 	}
-	return NewClient(cfg, logger, &http.Client{Transport: transport}).Work(ctx)
+	code := NewClient(cfg, logger, &http.Client{Transport: transport}).Work(ctx)
+	if code == 0 {
+		removeJobLog(getenv, logger)
+	}
+	return code
 }
 
 // errUsage is a mistake on the command line that parseArgs has already
