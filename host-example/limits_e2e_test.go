@@ -88,7 +88,7 @@ func TestE2EBurstWithinSubmitLimit(t *testing.T) {
 	if !strings.Contains(story, "all 12 need(s) served") {
 		t.Errorf("the story does not say all 12 needs were served")
 	}
-	if !regexp.MustCompile(`(?m)\] progress: needs \d+/12 served; machines \d+ alive, \d+ on the way; \d+ submission\(s\)`).MatchString(story) {
+	if !regexp.MustCompile(`(?m)\] progress: needs \d+/12 served; machines \d+ alive, \d+ on the way; \d+ of \d+ submission\(s\) reached the scheduler`).MatchString(story) {
 		t.Errorf("the story has no progress line")
 	}
 	if m := regexp.MustCompile(`(?m)\] summary: 12 of 12 need\(s\) served by (\d+) machine\(s\).*; machines were reused \(12 needs, (\d+) machines`).FindStringSubmatch(story); m == nil {

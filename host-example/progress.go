@@ -18,8 +18,13 @@ import (
 type progress struct {
 	// mu guards every field below.
 	mu sync.Mutex
-	// requested and submissions add up the provisioners' bursts.
+	// requested and submissions add up the provisioners' bursts;
+	// reached are the submissions that made a job, by the job's
+	// submission (an array task's ARRAY_TASK counts as ARRAY), from the
+	// provisioners' events: a burst whose sbatch never ran (the login
+	// refused) is a submission that did not reach the scheduler.
 	requested, submissions int
+	reached                map[string]bool
 	// failed counts machines a provisioner could not get.
 	failed int
 	// machines are the workers that ever attached; alive those attached
@@ -56,7 +61,7 @@ type aliveMachine struct {
 }
 
 func newProgress() *progress {
-	return &progress{machines: map[string]bool{}, alive: map[string]aliveMachine{}}
+	return &progress{machines: map[string]bool{}, alive: map[string]aliveMachine{}, reached: map[string]bool{}}
 }
 
 func (p *progress) attach(w engine.WorkerInfo) {
@@ -96,14 +101,23 @@ func (p *progress) burst(_ string, pd shared.ProfileDemand) {
 }
 
 func (p *progress) event(ev shared.Event) {
-	if ev.Kind != shared.EventWorkerProvisionFailed {
-		return
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.failed++
-	p.lastFailure = ev.Detail
+	switch ev.Kind {
+	case shared.EventWorkerProvisioned:
+		if ev.Job != "" && len(p.reached) < maxReached {
+			array, _, _ := strings.Cut(ev.Job, "_")
+			p.reached[ev.Provisioner+"\x00"+array] = true
+		}
+	case shared.EventWorkerProvisionFailed:
+		p.failed++
+		p.lastFailure = ev.Detail
+	}
 }
+
+// maxReached bounds the submissions counted as reaching the scheduler:
+// past it, a run of that many bursts says so as "at least".
+const maxReached = 100000
 
 // counts is the progress at one moment.
 type counts struct {
@@ -111,6 +125,7 @@ type counts struct {
 	tasks, ended             int
 	machines, alive, pending int
 	requested, submissions   int
+	reached                  int
 	failed                   int
 	lastFailure              string
 	// cpus are the alive machines' CPUs; full is the task CPU-seconds
@@ -190,6 +205,7 @@ func (p *progress) readMachinesLocked(c *counts) {
 		c.full = min(1, p.taskCPUSeconds/machineSeconds)
 	}
 	c.requested, c.submissions, c.failed, c.lastFailure = p.requested, p.submissions, p.failed, p.lastFailure
+	c.reached = len(p.reached)
 	// Asked for and neither arrived nor failed: on its way.
 	c.pending = max(0, c.requested-c.machines-c.failed)
 }
@@ -218,7 +234,7 @@ func (c counts) line() string {
 	}
 	parts = append(parts,
 		machines+fmt.Sprintf(", %d on the way", c.pending),
-		fmt.Sprintf("%d submission(s)", c.submissions),
+		fmt.Sprintf("%d of %d submission(s) reached the scheduler", min(c.reached, c.submissions), c.submissions),
 		fmt.Sprintf("%d failure(s)", c.failed))
 	line := "progress: " + strings.Join(parts, "; ")
 	if w := c.waiting(); w != "" {
@@ -288,7 +304,10 @@ func reasonWords(r engine.WaitReason) string {
 // machinesLine is the summary's account of the machines: how many served
 // how much, from how many submissions, and what failed.
 func (c counts) machinesLine() string {
-	s := fmt.Sprintf("%d machine(s) from %d submission(s)", c.machines, c.submissions)
+	s := fmt.Sprintf("%d machine(s) from %d submission(s)", c.machines, min(c.reached, c.submissions))
+	if c.reached < c.submissions {
+		s += fmt.Sprintf(" (%d more never reached the scheduler)", c.submissions-c.reached)
+	}
 	if c.full >= 0 {
 		s += fmt.Sprintf(", %.0f%% full (the tasks' CPU-seconds over the machines')", 100*c.full)
 	}

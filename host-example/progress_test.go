@@ -22,6 +22,11 @@ func TestProgressCounts(t *testing.T) {
 	p.burst("hpc", shared.ProfileDemand{Profile: "cpu", Requested: 4, Submissions: 1})
 	p.burst("hpc", shared.ProfileDemand{Profile: "cpu", Requested: 2, Submissions: 1})
 	p.event(shared.Event{Kind: shared.EventWorkerProvisionFailed, Detail: "sbatch: error: Batch job submission failed"})
+	// The first burst's array made jobs 41_0..41_3; the second never
+	// reached the scheduler.
+	for i := range 4 {
+		p.event(shared.Event{Kind: shared.EventWorkerProvisioned, Provisioner: "hpc", Job: fmt.Sprintf("41_%d", i)})
+	}
 	for _, w := range []string{"a", "b", "c", "d", "e"} {
 		p.attach(engine.WorkerInfo{Name: w})
 	}
@@ -33,10 +38,10 @@ func TestProgressCounts(t *testing.T) {
 	needs = append(needs, engine.NeedStatus{State: engine.NeedWaiting, Reason: engine.ReasonSiteLimit}, engine.NeedStatus{State: engine.NeedAssigned},
 		engine.NeedStatus{State: engine.NeedWaiting, Reason: engine.ReasonMismatch}, engine.NeedStatus{State: engine.NeedWaiting, Reason: engine.ReasonTooLong})
 	c := p.read(needs, nil)
-	if got, want := c.line(), "progress: needs 10/14 served; machines 4 alive, 0 on the way; 2 submission(s); 1 failure(s); waiting: 1 site_limit, 1 mismatch, 1 too_long"; got != want {
+	if got, want := c.line(), "progress: needs 10/14 served; machines 4 alive, 0 on the way; 1 of 2 submission(s) reached the scheduler; 1 failure(s); waiting: 1 site_limit, 1 mismatch, 1 too_long"; got != want {
 		t.Errorf("line = %q\nwant   %q", got, want)
 	}
-	if got := c.machinesLine(); !strings.HasPrefix(got, "5 machine(s) from 2 submission(s); 1 machine(s) could not be had (last: sbatch: error") {
+	if got := c.machinesLine(); !strings.HasPrefix(got, "5 machine(s) from 1 submission(s) (1 more never reached the scheduler); 1 machine(s) could not be had (last: sbatch: error") {
 		t.Errorf("machines = %q", got)
 	}
 }
@@ -81,7 +86,7 @@ func TestProgressTasksLine(t *testing.T) {
 	tc := engine.TaskCounts{Submitted: 1000, Waiting: 484, Running: 16, Succeeded: 488, Failed: 12}
 	got := p.readCounts(tc, nc, run, t0.Add(10*time.Second)).line()
 	want := "progress: tasks 500/1000 ended (488 succeeded, 12 failed); 16 running, 484 waiting; 50.0 tasks/s, about 10s left; " +
-		"machines 0 alive, 0 on the way; 0 submission(s); 0 failure(s); waiting: 900 queued for a machine"
+		"machines 0 alive, 0 on the way; 0 of 0 submission(s) reached the scheduler; 0 failure(s); waiting: 900 queued for a machine"
 	if got != want {
 		t.Errorf("line = %q\nwant   %q", got, want)
 	}

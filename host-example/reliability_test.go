@@ -1014,4 +1014,9 @@ func TestLoginRefusedStopsKnocking(t *testing.T) {
 	if !strings.Contains(story, e.name+": shut down, nothing outstanding") {
 		t.Errorf("the story does not say the shutdown left nothing outstanding")
 	}
+	// Nothing reached sbatch, and the counts say so.
+	if !regexp.MustCompile(`reached the scheduler|0 machine\(s\) from 0 submission\(s\)`).MatchString(story) ||
+		regexp.MustCompile(`[1-9]\d* of \d+ submission\(s\) reached|from [1-9]\d* submission\(s\)`).MatchString(story) {
+		t.Errorf("the story counts a submission that reached the scheduler, though none did")
+	}
 }
