@@ -38,7 +38,7 @@ func TestE2EExclusiveWholeNode(t *testing.T) {
 		return fmt.Sprintf(`{"id": "x%02d", "cpus": 1, "command": ["sleep", "2"]}`, i)
 	})
 	results := filepath.Join(t.TempDir(), "results")
-	p := e.startEngine(t, "-config", cfg, "-tasks", tasks, "-results", results, "-timeout", "3m")
+	p := e.startEngine(t, "-config", cfg, "-v", "-tasks", tasks, "-results", results, "-timeout", "3m")
 	code := p.wait(t, 4*time.Minute)
 	exitedAt := time.Now()
 	story := p.stdout.String()
