@@ -164,7 +164,7 @@ test: build lint fuzz ## lint, a short fuzz, then every test with -race, with th
 # Slurm a sandbox runs, and run once, in make test; so do the bastion's
 # tests of ssh alone against the sandbox's sshd (TestBastionOnRealSSHD).
 SLURM_TESTS_PLUGIN := Integration|Accounting|Refus|Reliability|SSHSandbox|SbatchReads|BareArray|Deadline|ReleaseMismatch|LoginPath|SubmitRule
-SLURM_TESTS_ENGINE := TestE2ERunServesNeeds|TestE2EBurstWithinSubmitLimit|TestE2EBurstOneSubmission|TestE2EMultiNode|TestE2ERelay$$|TestE2ERelayRecovers|TestE2ERelayTwoLogins|TestValidateCheck|TestScriptCommand|TestReliability|TestE2ESigtermCancelsJobs|TestE2ECleanStop|TestE2ERunTasks|TestE2ETaskRunsAgain|TestE2EJobKilledUnderItsTask|TestE2EWalltime|TestE2ENodeDownUnderATask|TestE2EPendingReasonShown|TestValidateProbe|TestE2EReload|TestE2ERateLimitedBurst|TestE2ETimeChoosesLongEnoughProfile|TestE2ETooLongRefusedBeforeAsking|TestE2ELogDirLeftAsFound|TestE2ESlots
+SLURM_TESTS_ENGINE := TestE2ERunServesNeeds|TestE2EBurstWithinSubmitLimit|TestE2EBurstOneSubmission|TestE2EMultiNode|TestE2ERelay$$|TestE2ERelayRecovers|TestE2ERelayTwoLogins|TestValidateCheck|TestScriptCommand|TestReliability|TestE2ESigtermCancelsJobs|TestE2ECleanStop|TestE2ERunTasks|TestE2ETaskRunsAgain|TestE2EJobKilledUnderItsTask|TestE2EWalltime|TestE2ENodeDownUnderATask|TestE2EPendingReasonShown|TestValidateProbe|TestE2EReload|TestE2ERateLimitedBurst|TestE2ETimeChoosesLongEnoughProfile|TestE2ETooLongRefusedBeforeAsking|TestE2ELogDirLeftAsFound|TestE2ESlots|TestE2EExclusiveWholeNode
 # One go test runs the plugin's and the engine's together, so that the
 # two packages share the run's wall time, as they do in make test. The
 # plugin's patterns also match these of the engine's, which need no

@@ -58,6 +58,9 @@
 #   job without --time, in Slurm's form (2, 00:02:00, 1-00:00:00). Empty:
 #   none (DefaultTime=NONE: such a job gets MaxTime, 1-00:00:00); "none"
 #   clears a remembered setting.
+#   SANDBOX_EXCLUSIVE=0|1: 1 makes the partition OverSubscribe=EXCLUSIVE, as
+#   sites that allocate whole nodes have it: every job gets a whole node,
+#   whatever it asks for (SLURM_CPUS_ON_NODE is the node's CPUs).
 # Not remembered: SANDBOX_SMOKE=auto|1|0 - submit a test job over ssh: auto
 #   does it only when a daemon was (re)started, else it runs `sbatch
 #   --test-only` over ssh, which uses no resources.
@@ -135,6 +138,7 @@ declare -A SET=(
   [SANDBOX_ACCOUNTING]=0 [SANDBOX_MIN_JOB_AGE]=300 [SANDBOX_DBD_PORT]=$((6831 + PORT_OFFSET)) [SANDBOX_DB_PORT]=$((6832 + PORT_OFFSET))
   [SANDBOX_BASTION_PORT]=0 [SANDBOX_JOB_SUBMIT]= [SANDBOX_JOBS_PER_HOUR]=5
   [SANDBOX_MAX_ARRAY_SIZE]=10001 [SANDBOX_MAX_JOB_COUNT]=50000 [SANDBOX_RATE_LIMIT]= [SANDBOX_DEFAULT_TIME]=
+  [SANDBOX_EXCLUSIVE]=0
 )
 if [[ -r "$SB_DIR/settings" ]]; then
   while IFS='=' read -r k v; do
@@ -210,6 +214,8 @@ DEFAULT_TIME="${SET[SANDBOX_DEFAULT_TIME]}"
 SET[SANDBOX_DEFAULT_TIME]="$DEFAULT_TIME"
 [[ -z "$DEFAULT_TIME" || "$DEFAULT_TIME" =~ ^([0-9]{1,3}-)?[0-9]{1,4}(:[0-9]{1,2}){0,2}$ ]] ||
   sb_die "SANDBOX_DEFAULT_TIME='$DEFAULT_TIME' is not a Slurm time limit (minutes, MM:SS, HH:MM:SS or D-HH:MM:SS, such as 2 or 00:02:00; none clears it)"
+EXCLUSIVE="${SET[SANDBOX_EXCLUSIVE]}"
+[[ "$EXCLUSIVE" == 0 || "$EXCLUSIVE" == 1 ]] || sb_die "SANDBOX_EXCLUSIVE='$EXCLUSIVE' must be 0 or 1"
 if [[ -r "$SB_DIR/settings" ]]; then
   was="$(sed -n 's/^SANDBOX_SLURM=//p' "$SB_DIR/settings")"
   [[ -z "$was" || "$was" == "$SUITE" ]] ||
@@ -226,7 +232,7 @@ touch "$SB_DIR/$SB_MARKER"
 {
   for k in SANDBOX_SSH_PORT SANDBOX_CTLD_PORT SANDBOX_SLURMD_PORT SANDBOX_NODE SANDBOX_CPUS SANDBOX_MEM_MB SANDBOX_GPUS SANDBOX_NODES SANDBOX_SLURM \
     SANDBOX_ACCOUNTING SANDBOX_MIN_JOB_AGE SANDBOX_DBD_PORT SANDBOX_DB_PORT SANDBOX_BASTION_PORT \
-    SANDBOX_JOB_SUBMIT SANDBOX_JOBS_PER_HOUR SANDBOX_RATE_LIMIT SANDBOX_DEFAULT_TIME; do
+    SANDBOX_JOB_SUBMIT SANDBOX_JOBS_PER_HOUR SANDBOX_RATE_LIMIT SANDBOX_DEFAULT_TIME SANDBOX_EXCLUSIVE; do
     printf '%s=%s\n' "$k" "${SET[$k]}"
   done
 } >"$SB_DIR/settings"
@@ -452,7 +458,7 @@ $(for ((i = 0; i < NNODES; i++)); do
   ((i == 0)) && g="$gres_node"
   echo "NodeName=${NODES[i]} NodeAddr=127.0.0.1 Port=$((SLURMD_PORT + i)) CPUs=$CPUS Boards=1 SocketsPerBoard=1 CoresPerSocket=$CPUS ThreadsPerCore=1 RealMemory=$MEM_MB$g State=UNKNOWN"
 done)
-PartitionName=$PARTITION Nodes=$NODE_LIST Default=YES MaxTime=1-00:00:00$(if [[ -n "$DEFAULT_TIME" ]]; then echo " DefaultTime=$DEFAULT_TIME"; fi) State=UP
+PartitionName=$PARTITION Nodes=$NODE_LIST Default=YES MaxTime=1-00:00:00$(if [[ -n "$DEFAULT_TIME" ]]; then echo " DefaultTime=$DEFAULT_TIME"; fi)$(if ((EXCLUSIVE)); then echo " OverSubscribe=EXCLUSIVE"; fi) State=UP
 EOF
 
 write_if_changed "$ETC/gres.conf" <<EOF && SLURM_CHANGED=1
@@ -847,6 +853,7 @@ export SANDBOX_BASTION_PORT=$BASTION_PORT
 export SANDBOX_JOB_SUBMIT=$JOB_SUBMIT
 export SANDBOX_RATE_LIMIT=$RATE_LIMIT
 export SANDBOX_DEFAULT_TIME=$DEFAULT_TIME
+export SANDBOX_EXCLUSIVE=$EXCLUSIVE
 $(if ! sb_suite_native "$SUITE"; then
   echo "# The sandbox's own Slurm clients first: a client of another release cannot talk to its controller."
   echo "export SANDBOX_BIN=$SB_DIR/bin"

@@ -61,6 +61,11 @@ type WorkerArgs struct {
 	// engine's URL whether it answers, says so, and exits, with no
 	// credential.
 	Probe bool
+	// SizeFromJob tells the worker to offer what Slurm gave its job
+	// (--size-from-job: SLURM_CPUS_ON_NODE, SLURM_MEM_PER_NODE and the
+	// job's GPUs) where that is more than CPUs, GPUs and RAMMB, within
+	// its credential: a whole node's job.
+	SizeFromJob bool
 }
 
 // Argv is the flags, each value its own word: a provisioner that builds a
@@ -85,6 +90,9 @@ func (a WorkerArgs) Argv() []string {
 	)
 	if a.RAMMB > 0 {
 		argv = append(argv, "--ram-mb", strconv.FormatInt(a.RAMMB, 10))
+	}
+	if a.SizeFromJob {
+		argv = append(argv, "--size-from-job")
 	}
 	if len(a.Labels) > 0 {
 		argv = append(argv, "--labels", strings.Join(a.Labels, ","))

@@ -154,6 +154,11 @@ type Profile struct {
 	// job of Nodes nodes running one worker on each (multinode.go). The
 	// caps and the demand count machines, so they move Nodes at a time.
 	Nodes int `json:"nodes"`
+	// Exclusive asks for whole nodes (--exclusive, and --mem=0 unless
+	// the sbatch lines set memory): the worker then offers what Slurm
+	// gave its job, and the profile's shape is its partition's smallest
+	// node (exclusive.go).
+	Exclusive bool `json:"exclusive"`
 
 	// opts is what the script needs of the Sbatch lines, read once when
 	// the configuration is (parseConfigAt); nil for a profile made
@@ -263,6 +268,8 @@ func profileBlock() shared.BlockType {
 				Description: "The most machines of this profile waiting in the queue at once; 0 means only the provisioner's max_pending caps it."},
 			{Name: "nodes", Type: shared.TypeInt, Default: 1,
 				Description: "Nodes in one allocation of this profile (--nodes); 0 and 1 both mean one. Each node runs a worker of its own (srun), with its own name and credential, and is one machine to the caps and the demand, which the provisioner meets a whole allocation at a time."},
+			{Name: "exclusive", Type: shared.TypeBool, Default: false,
+				Description: "Whole nodes: the script adds #SBATCH --exclusive (unless sbatch has it) and --mem=0 (unless sbatch sets memory), and the worker offers what Slurm gave its job (SLURM_CPUS_ON_NODE, SLURM_MEM_PER_NODE, the job's GPUs), within its credential. The profile's shape, which the engine packs tasks by, is the smallest node of its partition as sinfo shows it when the shapes are listed (cpus, gpus and ram_mb where sinfo cannot be read); credentials are minted for it. cpus, gpus and ram_mb stay the least it asks for. Not with nodes above 1, nor with --oversubscribe."},
 		}},
 	}
 }
@@ -743,6 +750,7 @@ func validateProfile(i string, p Profile, seen map[string]bool) shared.Diagnosti
 	for j, line := range p.Sbatch {
 		diags = append(diags, validateSbatchLine(at("sbatch", strconv.Itoa(j)), p, line)...)
 	}
+	diags = append(diags, validateExclusive(at, p)...)
 	for j, line := range p.Prerun {
 		if strings.ContainsAny(line, "\x00\n\r") {
 			add(shared.Errorf(at("prerun", strconv.Itoa(j)), "Invalid prerun line",

@@ -203,6 +203,14 @@ func TestValidation(t *testing.T) {
 		{name: "nodes too many", edit: setProf(0, "nodes", 5000), path: "profile.0.nodes", summary: "Invalid nodes"},
 		{name: "nodes above max_workers", edit: func(c map[string]any) { setProf(0, "nodes", 4)(c); setProf(0, "max_workers", 3)(c) }, path: "profile.0.nodes", summary: "nodes above max_workers"},
 		{name: "nodes above max_pending", edit: func(c map[string]any) { setProf(0, "nodes", 4)(c); set("max_pending", 2)(c) }, path: "profile.0.nodes", summary: "nodes above max_pending"},
+		{name: "exclusive", edit: setProf(0, "exclusive", true), path: "-"},
+		{name: "exclusive nodes 2", edit: func(c map[string]any) { setProf(0, "exclusive", true)(c); setProf(0, "nodes", 2)(c) }, path: "profile.0.exclusive", summary: "exclusive with nodes above 1"},
+		{name: "exclusive oversubscribe", edit: func(c map[string]any) {
+			setProf(0, "exclusive", true)(c)
+			setProf(0, "sbatch", []string{"--partition=debug", "--oversubscribe"})(c)
+		}, path: "profile.0.exclusive", summary: "exclusive with --oversubscribe"},
+		{name: "exclusive -s", edit: func(c map[string]any) { setProf(0, "exclusive", true)(c); setProf(0, "sbatch", []string{"-s"})(c) }, path: "profile.0.exclusive", summary: "exclusive with --oversubscribe"},
+		{name: "oversubscribe alone", edit: setProf(0, "sbatch", []string{"--oversubscribe"}), path: "-"},
 		{name: "prerun newline", edit: setProf(1, "prerun", []string{"ok", "a\nb"}), path: "profile.1.prerun.1", summary: "Invalid prerun line"},
 		{name: "prerun nul", edit: setProf(1, "prerun", []string{"a\x00"}), path: "profile.1.prerun.0", summary: "Invalid prerun line"},
 	}

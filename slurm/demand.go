@@ -40,7 +40,7 @@ func (p *Provisioner) Provision(_ context.Context, req *shared.ProvisionRequest)
 	p.workers.attached = attached
 
 	resp := &shared.ProvisionResponse{Outcomes: make([]shared.DemandOutcome, len(req.Demand))}
-	wanted := wantedByProfile(cfg, p.lifetimes, req.Demand, resp.Outcomes)
+	wanted := wantedByProfile(cfg, p.learnt, req.Demand, resp.Outcomes)
 
 	counts := p.countsLocked()
 	pass := &provisionPass{answers: map[string]demandAnswer{}, now: p.now()}
@@ -310,7 +310,7 @@ func holdAnswer(h hold, profile string, b *backoff) demandAnswer {
 // within maxCap, and fills in each outcome's profile; a need no profile
 // fits is answered no_fit in outcomes, which has one entry a need. A
 // profile lasts what lt says.
-func wantedByProfile(cfg *settings, lt lifetimes, demand []shared.Demand, outcomes []shared.DemandOutcome) map[string]int {
+func wantedByProfile(cfg *settings, lt *learnt, demand []shared.Demand, outcomes []shared.DemandOutcome) map[string]int {
 	wanted := map[string]int{}
 	for i, d := range demand {
 		prof, ok := cfg.match(d.Need, lt)

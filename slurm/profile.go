@@ -29,11 +29,27 @@ type lifetime struct {
 // or an unknown time.
 type lifetimes map[string]lifetime
 
+// learnt is what Shapes last read of the cluster for the profiles: their
+// lifetimes, and the node an exclusive profile's job is given
+// (exclusive.go), by profile name. A nil *learnt knows nothing.
+type learnt struct {
+	lifetimes lifetimes
+	nodes     map[string]partShape
+}
+
 // shape is what a worker started from the profile would offer, lasting
-// what lt says (its --time where lt does not say).
-func (p Profile) shape(lt lifetimes) shared.Shape {
+// what lt says (its --time where lt does not say); an exclusive
+// profile's is its node's, where lt knows it.
+func (p Profile) shape(lt *learnt) shared.Shape {
 	sh := shared.Shape{Profile: p.Name, CPUs: p.CPUs, GPUs: p.GPUs, RAMMB: p.RAMMB, Labels: slices.Clone(p.Labels)}
-	l, ok := lt[p.Name]
+	var l lifetime
+	ok := false
+	if lt != nil {
+		l, ok = lt.lifetimes[p.Name]
+		if n, known := lt.nodes[p.Name]; known && p.Exclusive {
+			sh.CPUs, sh.GPUs, sh.RAMMB = max(sh.CPUs, n.cpus), max(sh.GPUs, n.gpus), max(sh.RAMMB, n.memMB)
+		}
+	}
 	if !ok {
 		if d, from, known := profileLifetime(p, nil); known {
 			l = lifetime{d, from}
@@ -46,7 +62,7 @@ func (p Profile) shape(lt lifetimes) shared.Shape {
 // match returns the smallest profile that fits the need, its lifetime
 // from lt included. The profiles are already in match order, so the
 // first that fits is the smallest.
-func (s *settings) match(n shared.Need, lt lifetimes) (Profile, bool) {
+func (s *settings) match(n shared.Need, lt *learnt) (Profile, bool) {
 	for _, p := range s.Profiles {
 		if p.shape(lt).Fits(n) {
 			return p, true
@@ -57,7 +73,7 @@ func (s *settings) match(n shared.Need, lt lifetimes) (Profile, bool) {
 
 // shapes lists the shapes that carry a label, all of them for an empty
 // label, in match order, lasting what lt says.
-func (s *settings) shapes(label string, lt lifetimes) []shared.Shape {
+func (s *settings) shapes(label string, lt *learnt) []shared.Shape {
 	var out []shared.Shape
 	for _, p := range s.Profiles {
 		if sh := p.shape(lt); label == "" || sh.HasLabel(label) {

@@ -94,10 +94,11 @@ type Provisioner struct {
 	// cfg is nil until Configure succeeds; what it points to never changes.
 	cfg  *settings
 	host shared.Host
-	// lifetimes are the profiles' lifetimes as the last Shapes worked
-	// them out, which Provision and Covers match needs by, as the
-	// engine did by the shapes (partitiontimes.go).
-	lifetimes lifetimes
+	// learnt is what the last Shapes read of the profiles (their
+	// lifetimes, partitiontimes.go; exclusive ones' nodes, exclusive.go),
+	// which Provision and Covers match needs by, as the engine did by
+	// the shapes, and credentials are minted for.
+	learnt *learnt
 	// relay is set by Configure with reach = "relay" and never changes
 	// after; it has its own lock.
 	relay *relay
@@ -408,12 +409,13 @@ func (p *Provisioner) Shapes(ctx context.Context, req *shared.ShapesRequest) (*s
 			}
 		}
 	}
+	known := &learnt{lifetimes: lt, nodes: p.readWholeNodes(ctx, cfg)}
 	p.mu.Lock()
 	if p.cfg == cfg {
-		p.lifetimes = lt
+		p.learnt = known
 	}
 	p.mu.Unlock()
-	return &shared.ShapesResponse{Shapes: cfg.shapes(label, lt)}, nil
+	return &shared.ShapesResponse{Shapes: cfg.shapes(label, known)}, nil
 }
 
 // Covers says whether some profile would fit the need, and which.
@@ -426,7 +428,7 @@ func (p *Provisioner) Covers(_ context.Context, req *shared.CoversRequest) (*sha
 		return nil, shared.ErrNotConfigured
 	}
 	p.mu.Lock()
-	lt := p.lifetimes
+	lt := p.learnt
 	p.mu.Unlock()
 	prof, ok := cfg.match(req.Need, lt)
 	return &shared.CoversResponse{Covered: ok, Profile: prof.Name}, nil

@@ -72,6 +72,8 @@ func (f family) setIn(opts []sbatch.Opt) bool {
 // line.
 type sbatchOpts struct {
 	cpu, mem, gpu, output, error, deadline, signal bool
+	// exclusive: the lines ask for --exclusive (in any of its forms).
+	exclusive bool
 	// limit is the lines' --time, when hasLimit; timeRaw the last --time
 	// (or -t) as written.
 	limit    time.Duration
@@ -94,6 +96,8 @@ func readOpts(lines []string) *sbatchOpts {
 			o.timeRaw = strings.TrimSpace(opt.Value)
 		case opt.Is("--partition", 'p'):
 			o.partitions = strings.Split(opt.Value, ",")
+		case opt.Is("--exclusive", 0):
+			o.exclusive = true
 		}
 	}
 	return o
@@ -299,7 +303,16 @@ func (su *submitter) directives(line func(...string), cfg *settings, prof Profil
 	if !opts.cpu {
 		line("#SBATCH --cpus-per-task=", strconv.Itoa(prof.CPUs))
 	}
-	if prof.RAMMB > 0 && !opts.mem {
+	// A whole node's job is given all its CPUs and GPUs but only the
+	// memory it asks for: --mem=0 is all of the node's.
+	if prof.Exclusive && !opts.exclusive {
+		line("#SBATCH --exclusive")
+	}
+	switch {
+	case opts.mem:
+	case prof.Exclusive:
+		line("#SBATCH --mem=0")
+	case prof.RAMMB > 0:
 		line("#SBATCH --mem=", strconv.FormatInt(prof.RAMMB, 10), "M")
 	}
 	if prof.GPUs > 0 && !opts.gpu {
@@ -360,7 +373,8 @@ func (su *submitter) workerCommand(line func(...string), cfg *settings, prof Pro
 		argv = append(argv, shellQuote(w))
 	}
 	wargs := shared.WorkerArgs{URL: url, EngineCertSHA256: pin, CPUs: prof.CPUs, GPUs: prof.GPUs, RAMMB: prof.RAMMB,
-		Labels: prof.Labels, MaxIdle: cfg.maxIdle, ArtifactURL: cfg.ArtifactURL, Probe: probe}
+		Labels: prof.Labels, MaxIdle: cfg.maxIdle, ArtifactURL: cfg.ArtifactURL, Probe: probe,
+		SizeFromJob: prof.Exclusive && !probe}
 	for _, w := range wargs.Argv() {
 		argv = append(argv, shellQuote(w))
 	}

@@ -175,9 +175,20 @@ func TestScriptResourceLines(t *testing.T) {
 		{Profile{Name: "a", CPUs: 1, GPUs: 2, Sbatch: []string{"-G 2"}}, nil, []string{"--gres=gpu:2"}},
 		{Profile{Name: "a", CPUs: 1, GPUs: 2, Sbatch: []string{"--gpus-per-node=2"}}, nil, []string{"--gres=gpu:2"}},
 		{Profile{Name: "a", CPUs: 1, GPUs: 2, Sbatch: []string{"--gpu-bind=closest"}}, []string{"--gres=gpu:2"}, nil},
+		// Whole nodes: --exclusive, and all the node's memory.
+		{Profile{Name: "a", CPUs: 1, Exclusive: true}, []string{"--exclusive\n", "--mem=0\n", "--cpus-per-task=1"}, []string{"--mem=1"}},
+		{Profile{Name: "a", CPUs: 1, RAMMB: 100, Exclusive: true}, []string{"--exclusive\n", "--mem=0\n"}, []string{"--mem=100M"}},
+		{Profile{Name: "a", CPUs: 1, Exclusive: true, Sbatch: []string{"--exclusive=user"}}, []string{"--exclusive=user"}, []string{"--exclusive\n"}},
+		{Profile{Name: "a", CPUs: 1, Exclusive: true, Sbatch: []string{"--mem=2G"}}, []string{"--mem=2G"}, []string{"--mem=0"}},
+		{Profile{Name: "a", CPUs: 1}, nil, []string{"--exclusive"}},
 	}
 	for _, tc := range tests {
 		script := string(p.sub.payload(tc.prof, "hpc-a-0123abcd", "t"))
+		// The worker is told to offer what its job got just when the
+		// profile asks for whole nodes.
+		if told := strings.Contains(script, " --size-from-job"); told != tc.prof.Exclusive {
+			t.Errorf("%+v: --size-from-job on the worker's line is %v; want %v\n%s", tc.prof, told, tc.prof.Exclusive, script)
+		}
 		for _, s := range tc.has {
 			if !strings.Contains(script, "#SBATCH "+s) {
 				t.Errorf("%+v: no %q in\n%s", tc.prof, s, script)

@@ -395,9 +395,12 @@ func (c *sbatchCall) mint(ctx context.Context) ([]string, error) {
 	keep := func(s string) string { return s }
 	mreq := &shared.MintCredentialsRequest{Items: make([]*shared.MintCredentialRequest, len(live))}
 	ttl := cfg.credentialTTL(prof, p.now())
+	// The shape the engine was told, which for an exclusive profile is
+	// its node's: the most its worker may offer.
+	sh := p.mintShape(prof)
 	for i, r := range live {
 		mreq.Items[i] = &shared.MintCredentialRequest{
-			Worker: r.worker, TTL: ttl, CPUs: prof.CPUs, GPUs: prof.GPUs, RAMMB: prof.RAMMB, Labels: prof.Labels,
+			Worker: r.worker, TTL: ttl, CPUs: sh.CPUs, GPUs: sh.GPUs, RAMMB: sh.RAMMB, Labels: prof.Labels,
 		}
 	}
 	mctx, cancel := context.WithTimeout(ctx, cfg.submitTimeout)

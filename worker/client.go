@@ -68,8 +68,11 @@ func (w *Client) Work(ctx context.Context) int {
 		w.log.Printf("could not attach to %s: %v", w.cfg.url.Redacted(), err)
 		return 1
 	}
-	w.log.Printf("attached to %s as %s (host %s, slurm job %q, %d cpus, %d gpus)",
-		w.cfg.url.Redacted(), w.name, w.cfg.hostname, w.cfg.slurmJobID, w.cfg.cpus, w.cfg.gpus)
+	w.log.Printf("attached to %s as %s (host %s, slurm job %q, %d cpus, %d gpus, %d MB)",
+		w.cfg.url.Redacted(), w.name, w.cfg.hostname, w.cfg.slurmJobID, w.cfg.cpus, w.cfg.gpus, w.cfg.ramMB)
+	for _, n := range w.cfg.sizeNotes {
+		w.log.Printf("%s", n)
+	}
 	if slices.Contains(w.cfg.features, FeatureSlots) {
 		return w.workSlots(ctx)
 	}

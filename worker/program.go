@@ -44,8 +44,12 @@ type Config struct {
 	hostname   string
 	slurmJobID string
 	// slurmCPUs is SLURM_CPUS_ON_NODE: what the allocation actually got,
-	// which may be more than --cpus asked for.
+	// which may be more than --cpus asked for (and than cpus, where the
+	// credential allows less), for the results.
 	slurmCPUs string
+	// sizeNotes say what the job got beyond what the worker offers
+	// (jobsize.go), for the log at attach.
+	sizeNotes []string
 
 	// features are what the worker names at attach: FeatureCommand and
 	// FeatureSlots for fluksio-worker (FeatureCommand alone with
@@ -174,7 +178,7 @@ func ParseArgs(args []string, getenv func(string) string, stdout, stderr io.Writ
 func parseArgs(prog string, args []string, getenv func(string) string, stdout, stderr io.Writer) (Config, error) {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: "+prog+" --url URL --cpus N --gpus N --max-idle SECONDS [--ram-mb N] [--labels a,b] [--artifact-url URL] [--walltime SECONDS] [--engine-ca FILE | --engine-cert-sha256 HEX]\n"+
+		fmt.Fprintf(fs.Output(), "usage: "+prog+" --url URL --cpus N --gpus N --max-idle SECONDS [--ram-mb N] [--labels a,b] [--artifact-url URL] [--walltime SECONDS] [--size-from-job] [--engine-ca FILE | --engine-cert-sha256 HEX]\n"+
 			"The credential is read from $%s.\n", shared.WorkerTokenEnv)
 		fs.PrintDefaults()
 	}
@@ -190,6 +194,7 @@ func parseArgs(prog string, args []string, getenv func(string) string, stdout, s
 		pin     = fs.String("engine-cert-sha256", "", "verify an https engine by the SHA-256 of its certificate, in `hex`")
 		wall    = fs.Int64("walltime", 0, "the job's time limit in `seconds` (0: $FLUKSIO_WALLTIME, else not known); the worker leaves before it")
 		slots   = fs.Bool("slots", true, "run as many tasks at once as --cpus, --gpus and --ram-mb hold (false: one at a time)")
+		fromJob = fs.Bool("size-from-job", false, "offer the memory and GPUs Slurm gave the job ($SLURM_MEM_PER_NODE, the devices of $CUDA_VISIBLE_DEVICES or $SLURM_GPUS_ON_NODE) where more than --ram-mb and --gpus, as for a whole node; CPUs are $SLURM_CPUS_ON_NODE where more than --cpus either way, and all within the credential")
 		probe   = fs.Bool("probe", false, "only check that the engine answers at --url (GET /v1/probe), say so, and exit: 0 when it does, 1 when not; needs no credential")
 	)
 	// The flag package writes its usage before it returns; buffered, so
@@ -226,9 +231,11 @@ func parseArgs(prog string, args []string, getenv func(string) string, stdout, s
 	if err != nil {
 		host = "unknown"
 	}
+	// What the job really got, where more than the flags (jobsize.go).
+	size := sizeOf(*cpus, *gpus, *ramMB, *fromJob, getenv, token)
 	cfg := Config{
 		engineCA: *ca, engineCertSHA256: *pin,
-		url: u, cpus: *cpus, gpus: *gpus, ramMB: *ramMB, artifactURL: *art,
+		url: u, cpus: size.cpus, gpus: size.gpus, ramMB: size.ramMB, sizeNotes: size.notes, artifactURL: *art,
 		maxIdle:     time.Duration(*maxIdle * float64(time.Second)),
 		endsAt:      jobEnd(getenv, time.Duration(*wall)*time.Second, time.Now()),
 		token:       token,

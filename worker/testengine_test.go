@@ -32,6 +32,8 @@ type testEngine struct {
 	// session is the attach's; empty before one.
 	session  string
 	features []string
+	// attached is the last attach's request: what the worker offered.
+	attached AttachRequest
 	attaches int
 	detaches int
 	polls    int // GET /v1/work requests
@@ -242,6 +244,7 @@ func (e *testEngine) attach(w http.ResponseWriter, r *http.Request) {
 	e.attaches++
 	e.session = fmt.Sprintf("session-%d", e.attaches)
 	e.features = req.Features
+	e.attached = req
 	ans := AttachResponse{Worker: "test-worker", Session: e.session}
 	e.changedLocked()
 	e.mu.Unlock()

@@ -95,6 +95,9 @@ type Options struct {
 	// job without --time (SANDBOX_DEFAULT_TIME), in Slurm's form ("2",
 	// "00:02:00"); "" for none.
 	DefaultTime string
+	// Exclusive makes the partition OverSubscribe=EXCLUSIVE
+	// (SANDBOX_EXCLUSIVE=1): every job gets the whole node.
+	Exclusive bool
 }
 
 // PrivateWith is Private with opts.
@@ -153,6 +156,9 @@ func PrivateWith(t testing.TB, name string, opts Options) Env {
 	}
 	if opts.DefaultTime != "" {
 		env = append(env, "SANDBOX_DEFAULT_TIME="+opts.DefaultTime)
+	}
+	if opts.Exclusive {
+		env = append(env, "SANDBOX_EXCLUSIVE=1")
 	}
 	if opts.MinJobAge > 0 {
 		env = append(env, "SANDBOX_MIN_JOB_AGE="+strconv.Itoa(opts.MinJobAge))
