@@ -9,12 +9,26 @@ import (
 )
 
 // sortProfiles puts profiles in match order, smallest first: GPUs are the
-// scarcest resource on a cluster, then CPUs, then memory. The sort is
+// scarcest resource on a cluster, then CPUs, then memory. A profile
+// that asks for whole nodes (exclusive) comes after every other: its
+// figures are what it asks for, not the node it is given, and a need a
+// profile of its own size holds should not take a node. The sort is
 // stable, so profiles of equal size keep the order they were written in.
 func sortProfiles(ps []Profile) {
 	slices.SortStableFunc(ps, func(a, b Profile) int {
-		return cmp.Or(cmp.Compare(a.GPUs, b.GPUs), cmp.Compare(a.CPUs, b.CPUs), cmp.Compare(a.RAMMB, b.RAMMB))
+		return cmp.Or(cmpBool(a.Exclusive, b.Exclusive), cmp.Compare(a.GPUs, b.GPUs), cmp.Compare(a.CPUs, b.CPUs), cmp.Compare(a.RAMMB, b.RAMMB))
 	})
+}
+
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }
 
 // lifetime is how long a profile's machines last, with its words

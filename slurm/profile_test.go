@@ -19,6 +19,7 @@ var matchProfiles = []Profile{
 	{Name: "t4", CPUs: 8, GPUs: 1, RAMMB: 0, Labels: []string{"cuda"}},
 	{Name: "small-twin", CPUs: 2, RAMMB: 4000, Labels: []string{"twin"}},
 	{Name: "mem-unknown", CPUs: 8},
+	{Name: "node", CPUs: 1, Exclusive: true},
 }
 
 func matchSettings() *settings {
@@ -32,7 +33,7 @@ func TestSortProfiles(t *testing.T) {
 	for _, p := range matchSettings().Profiles {
 		got = append(got, p.Name)
 	}
-	want := []string{"small", "small-twin", "mem-unknown", "big", "t4", "a100"}
+	want := []string{"small", "small-twin", "mem-unknown", "big", "t4", "a100", "node"}
 	if !slices.Equal(got, want) {
 		t.Errorf("order = %q, want %q", got, want)
 	}
@@ -86,7 +87,7 @@ func TestShapesAndCovers(t *testing.T) {
 		}
 		return out
 	}
-	if got, want := names(""), []string{"small", "small-twin", "mem-unknown", "big", "t4", "a100"}; !slices.Equal(got, want) {
+	if got, want := names(""), []string{"small", "small-twin", "mem-unknown", "big", "t4", "a100", "node"}; !slices.Equal(got, want) {
 		t.Errorf("Shapes(\"\") = %q, want %q", got, want)
 	}
 	if got, want := names("cuda"), []string{"t4", "a100"}; !slices.Equal(got, want) {
