@@ -114,28 +114,9 @@ func TestTaskStartedHook(t *testing.T) {
 // alone (a cap's shares are then of that part).
 func TestTogetherAsksForItAllAtOnce(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	var asked []int // the needs each Provision call carried
-	prov := &sharedtest.Provisioner{Name: "slurm", ShapeList: []shared.Shape{{Profile: "c1", CPUs: 1}, {Profile: "c2", CPUs: 2}},
-		OnProvision: func(r *shared.ProvisionRequest) (*shared.ProvisionResponse, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			n := 0
-			resp := &shared.ProvisionResponse{}
-			for _, d := range r.Demand {
-				n += d.Count
-				resp.Outcomes = append(resp.Outcomes, shared.DemandOutcome{Outcome: shared.OutcomeOutstanding, Profile: "c1"})
-			}
-			asked = append(asked, n)
-			return resp, nil
-		}}
+	prov, calls := countingProvisioner(shared.Shape{Profile: "c1", CPUs: 1}, shared.Shape{Profile: "c2", CPUs: 2})
 	e, _ := runTaskEngine(t, Config{}, 10*time.Millisecond)
 	e.router.asks.setTarget(target{Name: "slurm", P: prov, Shapes: prov.ShapeList})
-	calls := func() []int {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(asked)
-	}
 	e.Together(func() {
 		for range 5 {
 			e.Add(shared.Need{CPUs: 1}, time.Second)
@@ -154,5 +135,31 @@ func TestTogetherAsksForItAllAtOnce(t *testing.T) {
 	waitFor(t, "a Provision call after Together", func() bool { return len(calls()) > 0 })
 	if c := calls(); c[0] != 8 {
 		t.Errorf("the first Provision call carried %d need(s) (calls %v); want all 8 added inside Together", c[0], c)
+	}
+}
+
+// countingProvisioner is a provisioner of shapes that answers every
+// demand outstanding, and calls, the machines each of its Provision
+// calls asked for (the demand's counts added up), in order.
+func countingProvisioner(shapes ...shared.Shape) (*sharedtest.Provisioner, func() []int) {
+	var mu sync.Mutex
+	var asked []int
+	prov := &sharedtest.Provisioner{Name: "slurm", ShapeList: shapes,
+		OnProvision: func(r *shared.ProvisionRequest) (*shared.ProvisionResponse, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			n := 0
+			resp := &shared.ProvisionResponse{}
+			for _, d := range r.Demand {
+				n += d.Count
+				resp.Outcomes = append(resp.Outcomes, shared.DemandOutcome{Outcome: shared.OutcomeOutstanding, Profile: shapes[0].Profile})
+			}
+			asked = append(asked, n)
+			return resp, nil
+		}}
+	return prov, func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(asked)
 	}
 }

@@ -8,14 +8,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fluksio/provision/engine/host"
 	"github.com/fluksio/provision/internal/sandboxtest"
 	"github.com/fluksio/provision/shared"
-	"github.com/fluksio/provision/shared/sharedtest"
 	"github.com/fluksio/provision/worker"
 )
 
@@ -298,21 +296,7 @@ func TestDemandCountsMachinesByWhatTheyHold(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			var mu sync.Mutex
-			var asked []int // the machines each Provision call asked for
-			prov := &sharedtest.Provisioner{Name: "slurm", ShapeList: []shared.Shape{{Profile: "c16", CPUs: 16}},
-				OnProvision: func(r *shared.ProvisionRequest) (*shared.ProvisionResponse, error) {
-					mu.Lock()
-					defer mu.Unlock()
-					n := 0
-					resp := &shared.ProvisionResponse{}
-					for _, d := range r.Demand {
-						n += d.Count
-						resp.Outcomes = append(resp.Outcomes, shared.DemandOutcome{Outcome: shared.OutcomeOutstanding, Profile: "c16"})
-					}
-					asked = append(asked, n)
-					return resp, nil
-				}}
+			prov, calls := countingProvisioner(shared.Shape{Profile: "c16", CPUs: 16})
 			e, _ := runTaskEngine(t, Config{}, 10*time.Millisecond)
 			e.Together(func() {
 				e.router.asks.setTarget(target{Name: "slurm", P: prov, Shapes: prov.ShapeList, Packs: tc.packs})
@@ -320,11 +304,6 @@ func TestDemandCountsMachinesByWhatTheyHold(t *testing.T) {
 					e.Add(shared.Need{CPUs: 1}, time.Second)
 				}
 			})
-			calls := func() []int {
-				mu.Lock()
-				defer mu.Unlock()
-				return slices.Clone(asked)
-			}
 			waitFor(t, "two Provision calls", func() bool { return len(calls()) >= 2 })
 			c := calls()
 			t.Logf("%d needs waiting: the Provision calls asked for %v machines", tc.waiting, c)

@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,8 +15,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/fluksio/provision/engine/host"
-	"github.com/fluksio/provision/internal/sandboxtest"
 	"github.com/fluksio/provision/shared"
 	"github.com/fluksio/provision/worker"
 )
@@ -29,27 +26,11 @@ import (
 // local user's.
 
 // startRealWorker runs the fluksio-worker binary against e as worker
-// name, its provisioner having reported it as job; cleanup kills it and
-// logs what it said.
+// name of one CPU, its provisioner having reported it as job; cleanup
+// kills it and logs what it said.
 func startRealWorker(t *testing.T, e *Engine, name, job string) *lockedBuffer {
 	t.Helper()
-	bin := sandboxtest.Binary(t, "worker/fluksio-worker", "fluksio-worker")
-	provisioned(e.books, name, job)
-	cmd := exec.Command(bin, "--url", strings.TrimSuffix(e.URL(), "/"), "--cpus", "1", "--gpus", "0", "--max-idle", "600")
-	cmd.Env = append(os.Environ(), shared.WorkerTokenEnv+"="+sign(t, host.NewSigner(testSecret), name, time.Hour), "SLURM_JOB_ID="+job)
-	out := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-done
-		t.Logf("%s said:\n%s", name, out)
-	})
-	return out
+	return startSlotWorker(t, e, name, job, "1", "0", nil, nil)
 }
 
 // TestTaskInputSwappedForALink: an input in a directory another user
