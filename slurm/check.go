@@ -64,7 +64,12 @@ func (p *Provisioner) Check(ctx context.Context, req *shared.CheckRequest) (*sha
 		ctx, cancel = context.WithTimeout(ctx, checkTimeout)
 		defer cancel()
 	}
-	q, diags := p.scratch(ctx, req.Name, req.Config, req.EngineID)
+	// A check waits for Slurm as long as it may take in all (the
+	// caller's -check-timeout), not a run's submit_timeout: a controller
+	// that rations RPCs, its bucket kept empty by this user's other
+	// clients, answers a check late that a run would simply poll again.
+	deadline, _ := ctx.Deadline()
+	q, diags := p.scratch(ctx, req.Name, req.Config, req.EngineID, time.Until(deadline))
 	if diags.HasErrors() {
 		return &shared.CheckResponse{Diagnostics: diags}, nil
 	}
@@ -89,7 +94,7 @@ func (p *Provisioner) Preview(ctx context.Context, req *shared.PreviewRequest) (
 	if req == nil {
 		return nil, shared.ErrInvalidArgument
 	}
-	q, diags := p.scratch(ctx, req.Name, req.Config, "")
+	q, diags := p.scratch(ctx, req.Name, req.Config, "", 0)
 	if diags.HasErrors() {
 		return &shared.PreviewResponse{Diagnostics: diags}, nil
 	}
@@ -109,8 +114,9 @@ func (p *Provisioner) Preview(ctx context.Context, req *shared.PreviewRequest) (
 
 // scratch is a provisioner for one check or preview: the configuration
 // parsed and validated as Configure would, held by a Provisioner of its
-// own that is never configured, so nothing starts.
-func (p *Provisioner) scratch(ctx context.Context, name string, raw json.RawMessage, engineID string) (*Provisioner, shared.Diagnostics) {
+// own that is never configured, so nothing starts. Each of its commands
+// may take wait, where that is longer than submit_timeout.
+func (p *Provisioner) scratch(ctx context.Context, name string, raw json.RawMessage, engineID string, wait time.Duration) (*Provisioner, shared.Diagnostics) {
 	cfg, diags := parseConfig(name, raw)
 	if !diags.HasErrors() {
 		diags = append(diags, checkEffectiveSSH(ctx, p.sshPath, cfg)...)
@@ -125,6 +131,7 @@ func (p *Provisioner) scratch(ctx context.Context, name string, raw json.RawMess
 	q := New(p.logger)
 	q.sshPath, q.now = p.sshPath, p.now
 	q.files.lookOnly = true
+	cfg.checkWait = wait
 	q.cfg = cfg
 	q.q = q.newQueue(cfg, q.newTransport(cfg))
 	return q, diags
@@ -238,6 +245,15 @@ func (c *check) login(ctx context.Context) bool {
 	return true
 }
 
+// waited is how long a command of the check could wait: the check's
+// whole time where it has one, else submit_timeout.
+func (c *check) waited() time.Duration {
+	if c.cfg.checkWait > 0 {
+		return c.cfg.checkWait
+	}
+	return c.cfg.submitTimeout
+}
+
 // logs says what log_dir holds: how many job logs and their bytes,
 // against what it keeps. It changes nothing; a failure to look is a
 // fact, not a diagnostic, since the first submission makes log_dir.
@@ -330,7 +346,7 @@ func (c *check) cluster(ctx context.Context) {
 				"%s. (A controller that dropped one connection says the same: if `sbatch --version` on the login node matches the cluster, check again.)", mismatchDetail(c.cfg.Login.String(), quoteLines(said)))
 		case errors.Is(err, context.DeadlineExceeded):
 			c.fail([]string{"login"}, "Slurm did not answer in time",
-				"scontrol show config got no answer within submit_timeout (%s) on %s: slurmctld is down or slow, or it rations RPCs (SlurmctldParameters=rl_enable) and this user's other clients keep the bucket empty. Check again, or raise submit_timeout.", c.cfg.submitTimeout, c.cfg.Login)
+				"scontrol show config got no answer within the check's %s (-check-timeout) on %s: slurmctld is down or slow, or it rations RPCs (SlurmctldParameters=rl_enable) and this user's other clients keep the bucket empty. Check again, with a longer -check-timeout.", c.waited().Round(time.Second), c.cfg.Login)
 		default:
 			c.fail([]string{"login"}, "Slurm not reachable from the login node",
 				"scontrol show config failed on %s: %s. The login node must have Slurm's client commands and reach slurmctld.", c.cfg.Login, quoteLines(said))

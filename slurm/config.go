@@ -283,9 +283,13 @@ type settings struct {
 	maxIdle          time.Duration
 	provisionTimeout time.Duration
 	submitTimeout    time.Duration
-	tokenTTL         time.Duration
-	pollInterval     time.Duration
-	attachTimeout    time.Duration
+	// checkWait is how long a check's command may wait for Slurm
+	// (Check: the caller's whole -check-timeout), where longer than
+	// submitTimeout; zero for a run.
+	checkWait     time.Duration
+	tokenTTL      time.Duration
+	pollInterval  time.Duration
+	attachTimeout time.Duration
 	// logins are the login nodes of Login, in the order they are tried
 	// (logins.go).
 	logins []sshrun.Login

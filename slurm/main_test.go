@@ -149,6 +149,12 @@ func fakeSSH(spec, dir string, args []string) int {
 		// A cluster of Slurm's defaults.
 		fmt.Println("Configuration data as of 2026-12-02T10:00:00\nClusterName             = cluster1\nMaxArraySize            = 1001\nMaxJobCount             = 10000")
 		fmt.Println("\nSlurmctld(primary) at ctl1 is UP")
+	case "scontrol=slow":
+		// A controller that rations RPCs, its bucket kept empty by the
+		// user's other clients: the answer comes, 4 s late.
+		time.Sleep(4 * time.Second)
+		fmt.Println("Configuration data as of 2026-12-02T10:00:00\nClusterName             = cluster1\nMaxArraySize            = 1001\nMaxJobCount             = 10000")
+		fmt.Println("\nSlurmctld(primary) at ctl1 is UP")
 	case "scontrol=fail":
 		// slurmctld does not answer.
 		fmt.Fprintln(os.Stderr, "slurm_load_ctl_conf error: Unable to contact slurm controller (connect failure)")

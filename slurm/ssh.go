@@ -90,16 +90,19 @@ func (p *Provisioner) newQueue(cfg *settings, ssh *sshrun.Transport) *queue.Queu
 // sshConfig is the transport's configuration from the settings.
 func (s *settings) sshConfig() sshrun.Config {
 	return sshrun.Config{
-		Logins:      s.loginList(),
-		Bastions:    s.bastions,
-		ConfigFile:  s.SSHConfig,
-		Port:        s.SSHPort,
-		Key:         s.SSHKey,
-		KnownHosts:  s.KnownHosts,
-		Options:     s.SSHOptions,
-		Timeout:     s.submitTimeout,
-		Multiplex:   s.multiplex,
-		MaxSessions: s.maxSessions,
+		Logins:     s.loginList(),
+		Bastions:   s.bastions,
+		ConfigFile: s.SSHConfig,
+		Port:       s.SSHPort,
+		Key:        s.SSHKey,
+		KnownHosts: s.KnownHosts,
+		Options:    s.SSHOptions,
+		Timeout:    max(s.submitTimeout, s.checkWait),
+		// A check's longer wait is for Slurm's answers, not a login
+		// that does not answer.
+		ConnectTimeout: s.submitTimeout / 2,
+		Multiplex:      s.multiplex,
+		MaxSessions:    s.maxSessions,
 		// sbatch exits 255 itself for an option it cannot parse.
 		RemoteSaid: sbatchSaid,
 	}

@@ -52,7 +52,7 @@ func proxyCommand(program string, c *Config, b Login) string {
 	if ct := userConnectTimeout(c.Options); ct != "" {
 		words = append(words, "-o", ct)
 	} else if c.Timeout > 0 {
-		words = append(words, "-o", "ConnectTimeout="+strconv.FormatInt(connectTimeout(c.Timeout), 10))
+		words = append(words, "-o", "ConnectTimeout="+strconv.FormatInt(c.connectSeconds(), 10))
 	}
 	for i, w := range words {
 		words[i] = strings.ReplaceAll(shellQuote(w), "%", "%%")

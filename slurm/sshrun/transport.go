@@ -61,8 +61,13 @@ type Config struct {
 	// they cannot undo them.
 	Options []string
 	// Timeout bounds each call of Run and RunOn, and ConnectTimeout is
-	// half of it unless Options set one; 0 leaves a call to its context.
+	// half of it unless Options set one or ConnectTimeout does; 0 leaves
+	// a call to its context.
 	Timeout time.Duration
+	// ConnectTimeout, when not 0, bounds the connection instead of half
+	// of Timeout: a check that waits long for a rationing controller
+	// still gives up soon on a login that does not answer.
+	ConnectTimeout time.Duration
 	// Multiplex runs the commands to each login through one master
 	// connection (ControlMaster). Off, the user's ssh configuration and
 	// Options decide alone.
@@ -392,7 +397,7 @@ func (t *Transport) argv(at Login, extra []string, proxy string, remote []string
 		args = append(args, "-o", o)
 	}
 	if c.Timeout > 0 && userConnectTimeout(c.Options) == "" {
-		args = append(args, "-o", "ConnectTimeout="+strconv.FormatInt(connectTimeout(c.Timeout), 10))
+		args = append(args, "-o", "ConnectTimeout="+strconv.FormatInt(c.connectSeconds(), 10))
 	}
 	args = append(args, "--", at.Dest)
 	for _, r := range remote {
@@ -418,6 +423,15 @@ func (t *Transport) firstLogin() Login {
 // the caller cannot tell whether it ran.
 func connectTimeout(timeout time.Duration) int64 {
 	return max(1, int64((timeout/2+time.Second-1)/time.Second))
+}
+
+// connectSeconds is ConnectTimeout in whole seconds, or half of
+// Timeout's.
+func (c Config) connectSeconds() int64 {
+	if c.ConnectTimeout > 0 {
+		return max(1, int64((c.ConnectTimeout+time.Second-1)/time.Second))
+	}
+	return connectTimeout(c.Timeout)
 }
 
 // acquire takes one of the MaxSessions slots, waiting as long as ctx
