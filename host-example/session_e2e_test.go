@@ -32,7 +32,7 @@ func TestE2ESiblingCredentialUseless(t *testing.T) {
 # Task 1's prerun: task 0's credential, read from the job's own script.
 out=` + out + `
 url=` + url + `
-tok=$(sed -n "s/^0) ` + shared.WorkerTokenEnv + `=\([^ ]*\) exec .*/\1/p" "$1" | tr -d "'")
+tok=$(sed -n "s/^0) ` + shared.WorkerTokenEnv + `=\([^ ]*\) .*/\1/p" "$1" | tr -d "'")
 if [ -z "$tok" ]; then echo "no credential for task 0 in $1" > $out/attack; exit 0; fi
 code() { curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $tok" "$@"; }
 # Before task 0 attaches, work answers 409 (not attached); after, 401.
