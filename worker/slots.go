@@ -128,8 +128,8 @@ func (s *slotBook) take(id string, n Need, st *stopper) (share, error) {
 	return sh, nil
 }
 
-// drop takes a task that did not fit off what runs, once its refusal
-// is given.
+// drop takes a task off what runs once its result (or, for one that
+// did not fit, its refusal) is given.
 func (s *slotBook) drop(id string) {
 	s.mu.Lock()
 	delete(s.running, id)
@@ -140,18 +140,15 @@ func (s *slotBook) drop(id string) {
 	s.signal()
 }
 
-// give returns a task's share once it has ended.
-func (s *slotBook) give(id string, sh share) {
+// release returns a task's share once its command has ended; drop
+// takes the task off what runs once its result is given.
+func (s *slotBook) release(sh share) {
 	s.mu.Lock()
 	s.cpus, s.gpus = s.cpus+sh.cpus, s.gpus+sh.gpus
 	if s.hasRAM {
 		s.ramMB += sh.ramMB
 	}
 	s.devices = append(s.devices, sh.devices...)
-	delete(s.running, id)
-	if len(s.running) == 0 {
-		s.idleSince = time.Now()
-	}
 	s.mu.Unlock()
 	s.signal()
 }
@@ -349,7 +346,8 @@ func (w *Client) runSlot(ctx context.Context, s *slotBook, t Task, st *stopper, 
 		w.reportSlot(ctx, s, t, res)
 		return
 	}
-	defer s.give(t.ID, sh)
+	// Named among what runs until its result is given (RunningParam).
+	defer s.drop(t.ID)
 	w.log.Printf("running %s on %d cpus, %d gpus [%s]", t.label(), sh.cpus, sh.gpus, strings.Join(sh.devices, ","))
 	run := t
 	run.Env = sh.env(t)
@@ -357,6 +355,12 @@ func (w *Client) runSlot(ctx context.Context, s *slotBook, t Task, st *stopper, 
 	// Its outputs are sent: the directory has nothing more to give, and
 	// goes before the result, so that a task reported has left nothing.
 	w.removeTaskDir(dir)
+	// Its room is free before its result goes: the engine frees it only
+	// once it has recorded the result, and may then hand the room out
+	// on this worker's open poll while the result's answer is still on
+	// its way back. Freed after, the worker would be handed a task its
+	// room does not yet hold, and refuse it.
+	s.release(sh)
 	if reason, why := st.why(); reason.dropsTask() {
 		if reason == stopLeave {
 			w.log.Printf("the engine lets us go; dropping %s and leaving", t.label())

@@ -45,6 +45,11 @@ type testEngine struct {
 	refused []string
 	// changed is closed, and replaced, at every change.
 	changed chan struct{}
+	// holdResult, if set, holds the answer to the first result (which
+	// is recorded at once) until it is closed: a result's answer on its
+	// way back while the engine goes on.
+	holdResult chan struct{}
+	held       bool
 }
 
 // testTask is a task as the test engine holds it.
@@ -346,14 +351,24 @@ func (e *testEngine) result(w http.ResponseWriter, r *http.Request) {
 	e.mu.Lock()
 	tt := e.tasks[res.TaskID]
 	ok := tt != nil && tt.handed && tt.result == nil
+	var hold chan struct{}
 	if ok {
 		tt.result, tt.pollsAtResult = &res, e.polls
 		e.changedLocked()
+		if e.holdResult != nil && !e.held {
+			e.held, hold = true, e.holdResult
+		}
 	}
 	e.mu.Unlock()
 	if !ok {
 		writeTestError(w, http.StatusConflict, "no such task for this worker", "")
 		return
+	}
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-r.Context().Done():
+		}
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
