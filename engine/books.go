@@ -1019,6 +1019,13 @@ func (b *books) report(cred host.Credential, session string, res Result, seal fu
 		ws.reported = append(ws.reported, h.t)
 		b.reported = append(b.reported, res.TaskID)
 		ws.dropLocked(h)
+		// A worker let go leaves at its first poll once it holds no
+		// task; one with slots may have that poll open already (its
+		// room freed before its result went): it is answered now, not
+		// at the end of its wait.
+		if ws.leaving && len(ws.held) == 0 && ws.poll != nil {
+			ws.poll.fire()
+		}
 		ws.lastSeen = res.At
 	}
 	b.mu.Unlock()

@@ -131,7 +131,10 @@ func TestParkedPolls(t *testing.T) {
 	// goroutine until it returns, so the count of those goes to zero
 	// only once every handler is done: it is waited for, and a poll held
 	// by the server rather than parked keeps it above zero for good.
-	waitFor(t, "99 polls and a watch parked, none held by a server goroutine of its connection", func() bool {
+	// Under -race beside the other packages' tests, 100 connections
+	// take more than waitFor's 10 s to park: up to 45 s, within the
+	// polls' minute.
+	waitForLong(t, 45*time.Second, "99 polls and a watch parked, none held by a server goroutine of its connection", func() bool {
 		e.mu.Lock()
 		polling := 0
 		for _, ws := range e.workers {
